@@ -1,0 +1,99 @@
+"""The contract between the service's supervisor and a backend that runs node processes.
+
+The supervisor owns the job's bookkeeping (statuses, events, restarts, expiry); a backend only
+starts, watches and stops the nodes of one attempt.  The service is never in the log path: a
+backend makes each node write its stdout/stderr straight into
+``<job_dir>/logs/<node>.log`` (and ``<job_dir>/logs/<node>/rank-<r>.log`` where the launcher
+splits ranks), so that logs keep flowing while the service is down.
+
+A node's state must be observable by a *new* service process after a crash: :meth:`poll`
+works from the persisted :class:`~ma_jupyter.models.NodeRun` alone (pid + process start time,
+and an exit-code file the node's runner writes), never from in-memory child handles.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..models import JobSpec, NodeRun
+from ..modes.base import NodePlan
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a job: what a backend needs to launch it.
+
+    Attributes:
+        job_id: the job's id.
+        spec: the job's spec (mounts, image, workdir, env...).
+        number: attempt number (0 first, +1 per fault restart / resume).
+        job_dir: ``<home>/jobs/<id>``; the backend writes logs and per-node files below it.
+        plans: the per-node plans from :func:`ma_jupyter.modes.plan_job`.
+    """
+
+    job_id: str
+    spec: JobSpec
+    number: int
+    job_dir: Path
+    plans: tuple[NodePlan, ...]
+
+    @property
+    def log_dir(self) -> Path:
+        return self.job_dir / "logs"
+
+
+class Backend(ABC):
+    """Starts, observes and stops the node processes of job attempts."""
+
+    #: short name stored on the job (``local``, ``ray``)
+    name: str = "base"
+
+    @abstractmethod
+    def isolation(self) -> str:
+        """How each node's ``/workspace`` is made: ``bubblewrap``, ``symlink`` or ``ray``."""
+
+    @abstractmethod
+    def launch(self, attempt: Attempt) -> list[NodeRun]:
+        """Start every node of the attempt and return their records (pid, start time...).
+
+        Must not leave anything running if it raises: a node that started before a later node
+        failed to start is stopped again before the error propagates.
+
+        Raises:
+            InvalidSpec: a mount path is missing or escapes its root, the image is unusable...
+            BackendUnavailable: the backend cannot run processes right now.
+        """
+
+    @abstractmethod
+    def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
+        """The node's current state: ``running``, ``exited`` with its exit code, or ``lost``
+        (the process is gone and left no exit code).  Works in a fresh service process."""
+
+    @abstractmethod
+    def stop(self, attempt: Attempt, runs: list[NodeRun], grace: float) -> None:
+        """SIGTERM every node's process group, wait up to ``grace`` seconds, then SIGKILL.
+
+        Returns only when no process of these nodes is left (no orphans, whatever the job's
+        processes did with their own sessions)."""
+
+    def reattach(self, attempt: Attempt, run: NodeRun) -> bool:
+        """Whether ``run`` still refers to the process that was launched (pid + start time)."""
+        return self.poll(attempt, run).state == "running"
+
+    def rank_logs(self, attempt: Attempt, run: NodeRun) -> list[tuple[int, Path]]:
+        """The per-rank log files of a node that exist so far, as (rank, path)."""
+        folder = attempt.log_dir / run.name
+        found = []
+        for path in sorted(folder.glob("rank-*.log")) if folder.is_dir() else []:
+            try:
+                found.append((int(path.stem.split("-", 1)[1]), path))
+            except ValueError:
+                continue
+        return found
+
+
+def node_log(log_dir: Path, node: str) -> Path:
+    """The combined stdout/stderr log of a node."""
+    return log_dir / f"{node}.log"

@@ -1,0 +1,106 @@
+"""Run-command rules and shell-free expansion.
+
+The platform runs a job's command as an argv list, never through a shell.  Following the
+platform's rules, a command must start with an executable: ``KEY=VALUE python3 train.py`` is
+refused, and so is anything that needs a shell to mean what it says (``a && b``, ``a; b``,
+pipes, redirections, ``$(...)``).  Both are accepted when the user wraps them in
+``bash -c "..."`` themselves, because then bash is the executable and the rest is its argument.
+
+``${VAR}`` and ``$VAR`` in a command are expanded from the node's environment without a
+shell, so the platform's own example
+``torchrun --nnodes ${WORLD_SIZE} ... --master_port ${MASTER_PORT} train.py`` runs as written.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from .errors import InvalidSpec
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_SHELL_OPERATORS = {"&&", "||", ";", ";;", "|", "&", "|&", ">", ">>", "<", "<<", "<<<", "(", ")", ">&", "<&", "&>"}
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _wrap_hint(command: str) -> str:
+    inner = command.replace('"', '\\"')
+    return f'wrap it in a shell yourself: bash -c "{inner}"'
+
+
+def _is_shell_wrapper(argv: list[str]) -> bool:
+    """``bash -c "..."`` (or ``sh -c``): the user asked for a shell on purpose."""
+    return len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in {"bash", "sh", "zsh", "dash"} and argv[1] == "-c"
+
+
+def parse_command(command: str, *, field: str = "command") -> list[str]:
+    """Check a run command against the platform's rules and split it into argv.
+
+    Args:
+        command: the command as the user typed it.
+        field: the job field it came from, named in the error.
+
+    Returns:
+        The argv list (shell quoting removed; ``${VAR}`` left for :func:`expand_argv`).
+
+    Raises:
+        InvalidSpec: the command is empty, unbalanced, starts with ``KEY=VALUE``, or needs a
+            shell (``&&``, ``;``, ``|``, redirections, ``$(...)``) without ``bash -c``.  The
+            message says how to fix it.
+    """
+    text = (command or "").strip()
+    if not text:
+        raise InvalidSpec(
+            f"{field} is empty: give the command that starts training, e.g. python /workspace/algorithm/train.py",
+            field=field,
+        )
+    try:
+        argv = shlex.split(text)
+    except ValueError as exc:
+        raise InvalidSpec(f"{field} cannot be parsed ({exc}): check its quotes", field=field) from exc
+    if not argv:
+        raise InvalidSpec(f"{field} is empty", field=field)
+    if _ASSIGNMENT.match(argv[0]):
+        raise InvalidSpec(
+            f"{field} must start with an executable, not the variable assignment {argv[0]!r}: "
+            f"set variables with --env KEY=VALUE, or {_wrap_hint(text)}",
+            field=field,
+        )
+    if _is_shell_wrapper(argv):
+        return argv
+    # Tokenize again, keeping shell punctuation apart, to find operators outside quotes.
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError as exc:
+        raise InvalidSpec(f"{field} cannot be parsed ({exc}): check its quotes", field=field) from exc
+    operators = [t for t in tokens if t in _SHELL_OPERATORS or (t and set(t) <= set("&|;<>()"))]
+    if operators:
+        raise InvalidSpec(
+            f"{field} holds more than one statement or a shell operator ({operators[0]!r}); the platform runs "
+            f"commands without a shell, so {_wrap_hint(text)}",
+            field=field,
+        )
+    for token in argv:
+        if "$(" in token or "`" in token:
+            raise InvalidSpec(
+                f"{field} uses command substitution, which needs a shell: {_wrap_hint(text)}", field=field
+            )
+    return argv
+
+
+def expand_argv(argv: list[str], env: dict[str, str]) -> list[str]:
+    """Expand ``${VAR}`` and ``$VAR`` in each argument from ``env``, without a shell.
+
+    The arguments of ``bash -c`` are left alone: that shell expands them itself.  An unknown
+    variable expands to the empty string, as a shell would.
+    """
+    if _is_shell_wrapper(argv):
+        return list(argv)
+    return [_VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), arg) for arg in argv]
+
+
+def join_argv(argv: list[str]) -> str:
+    """The argv as one shell-quoted line, for display."""
+    return shlex.join(argv)

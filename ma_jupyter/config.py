@@ -1,0 +1,135 @@
+"""Paths, the spec catalog and the node inventory.
+
+Everything lives under ``$MA_JUPYTER_HOME`` (default ``~/.ma_jupyter``)::
+
+    jobs.db          SQLite (WAL): jobs, events, the queue
+    service.json     url, token, pid of the running service (mode 0600)
+    service.log      the service's own log
+    cluster.toml     optional: [[spec]] and [[node]] tables replacing the defaults
+    jobs/<id>/       one folder per job: logs/, nodes/<node>/ (per-node files), plan.json
+
+Without a ``cluster.toml`` the cluster is derived from this machine: a few simulated nodes that
+each see every core (the nodes are processes on one host), plus specs that declare emulated
+cards (indices only, no device) so the scheduler and the SLOTS logic work without hardware.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InvalidSpec
+from .models import Node, Spec
+
+ENV_HOME = "MA_JUPYTER_HOME"
+
+
+def home() -> Path:
+    """The state folder, created on first use."""
+    path = Path(os.environ.get(ENV_HOME) or Path.home() / ".ma_jupyter").expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def db_path() -> Path:
+    return home() / "jobs.db"
+
+
+def runtime_file() -> Path:
+    return home() / "service.json"
+
+
+def service_log() -> Path:
+    return home() / "service.log"
+
+
+def jobs_root() -> Path:
+    path = home() / "jobs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def job_dir(job_id: str) -> Path:
+    """The folder of one job (logs, per-node files); never outside :func:`jobs_root`."""
+    if not job_id or "/" in job_id or job_id.startswith("."):
+        raise InvalidSpec(f"{job_id!r} is not a job id")
+    return jobs_root() / job_id
+
+
+def _memory_gb() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return 8.0
+
+
+def default_specs() -> list[Spec]:
+    """Specs every default cluster offers."""
+    return [
+        Spec(name="cpu.small", cpus=1, memory_gb=2, description="1 core, 2 GB"),
+        Spec(name="cpu.medium", cpus=2, memory_gb=4, description="2 cores, 4 GB"),
+        Spec(name="cpu.ps", cpus=1, memory_gb=1, description="parameter server: 1 core, 1 GB"),
+        Spec(name="gpu.emu-2", cpus=1, memory_gb=2, accelerators=2, accelerator_type="gpu", emulated=True,
+             driver_versions=["535.0"], description="2 emulated GPU cards (indices only)"),
+        Spec(name="npu.emu-2", cpus=1, memory_gb=2, accelerators=2, accelerator_type="npu", emulated=True,
+             description="2 emulated Ascend cards (indices only)"),
+    ]
+
+
+def default_nodes(count: int = 4) -> list[Node]:
+    """Simulated nodes of this machine: each sees every core and 4 emulated cards."""
+    cores = float(os.cpu_count() or 1)
+    memory = _memory_gb()
+    # Simulated nodes share one host: oversubscribe cores so multi-node jobs fit on 2 cores,
+    # but keep memory honest by splitting it.
+    return [
+        Node(name=f"node-{i}", os=platform.system(), kernel=platform.release(), cpus=max(cores, 4.0),
+             memory_gb=round(memory / count, 1), accelerators=4, accelerator_type="gpu" if i % 2 == 0 else "npu",
+             driver_version="535.0" if i % 2 == 0 else None, pools=["default"])
+        for i in range(count)
+    ]
+
+
+@dataclass
+class Cluster:
+    """The spec catalog and the node inventory the scheduler places jobs on."""
+
+    specs: list[Spec] = field(default_factory=default_specs)
+    nodes: list[Node] = field(default_factory=default_nodes)
+
+    def spec(self, name: str) -> Spec:
+        """The spec called ``name``; InvalidSpec naming the known ones otherwise."""
+        for spec in self.specs:
+            if spec.name == name:
+                return spec
+        known = ", ".join(s.name for s in self.specs)
+        raise InvalidSpec(f"unknown spec {name!r}: choose one of {known} (see `ma-jupyter specs`)", field="specs")
+
+    def fits(self, spec: Spec, node: Node) -> bool:
+        """Whether one job node of ``spec`` could ever run on ``node`` (ignoring current use)."""
+        if spec.cpus > node.cpus or spec.memory_gb > node.memory_gb:
+            return False
+        if spec.accelerators:
+            return node.accelerator_type == spec.accelerator_type and node.accelerators >= spec.accelerators
+        return True
+
+
+def load_cluster(path: Path | None = None) -> Cluster:
+    """The cluster from ``cluster.toml`` if present, else the defaults derived from this machine."""
+    path = path or home() / "cluster.toml"
+    if not path.exists():
+        return Cluster()
+    try:
+        data = tomllib.loads(path.read_text())
+        specs = [Spec(**s) for s in data.get("spec", [])] or default_specs()
+        nodes = [Node(**n) for n in data.get("node", [])] or default_nodes()
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+    return Cluster(specs=specs, nodes=nodes)

@@ -1,0 +1,80 @@
+"""Typed errors a user can cause, each mapped to one HTTP status.
+
+Every error carries a message that says what to do.  The service turns them into a 4xx/5xx
+JSON body ``{"error": <kind>, "message": ..., "field": ...}``; the client turns such a body back
+into the same exception class, so a magic or the CLI can print one readable line.
+"""
+
+from __future__ import annotations
+
+
+class MaJupyterError(Exception):
+    """Base class: ``kind`` names the error on the wire, ``status`` is its HTTP status."""
+
+    kind = "error"
+    status = 500
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def to_body(self) -> dict:
+        """The JSON body the service returns for this error."""
+        return {"error": self.kind, "message": self.message, "field": self.field}
+
+
+class InvalidSpec(MaJupyterError):
+    """The job description is wrong; the message names the field and the fix."""
+
+    kind = "invalid_spec"
+    status = 400
+
+
+class Unauthorized(MaJupyterError):
+    """No token, or a wrong one."""
+
+    kind = "unauthorized"
+    status = 401
+
+
+class Forbidden(MaJupyterError):
+    """The caller may not do this to that job (others' access rules)."""
+
+    kind = "forbidden"
+    status = 403
+
+
+class NotFound(MaJupyterError):
+    """No such job, spec, node or log stream."""
+
+    kind = "not_found"
+    status = 404
+
+
+class Conflict(MaJupyterError):
+    """The job's status does not allow the request (e.g. deleting a running job)."""
+
+    kind = "conflict"
+    status = 409
+
+
+class BackendUnavailable(MaJupyterError):
+    """The service or the chosen backend cannot be reached or cannot run jobs right now."""
+
+    kind = "backend_unavailable"
+    status = 503
+
+
+ERRORS_BY_KIND: dict[str, type[MaJupyterError]] = {
+    cls.kind: cls
+    for cls in (MaJupyterError, InvalidSpec, Unauthorized, Forbidden, NotFound, Conflict, BackendUnavailable)
+}
+
+
+def error_from_body(status: int, body: dict | None) -> MaJupyterError:
+    """Rebuild the typed error from a service response body (used by the client)."""
+    body = body or {}
+    cls = ERRORS_BY_KIND.get(str(body.get("error")), MaJupyterError)
+    message = body.get("message") or f"the job service answered HTTP {status}"
+    return cls(message, field=body.get("field"))

@@ -1,0 +1,549 @@
+"""The wire model: the single source of truth for a job.
+
+Everything that describes a job travels as one of these pydantic models: the REST API, the
+client, the magics, the widgets, the CLI and the TypeScript types of the labextension (generated
+from :func:`json_schemas`).  Unknown fields are rejected everywhere, so a typo in a field name
+is an error and never a silently ignored setting.
+
+The field rules follow the platform's task-style training job: a regular job has one algorithm
+and one command, a batch job one algorithm and command per task with outputs in
+``<name>-<N>/``; fault restart and checkpoint resume exclude each other; a node name excludes a
+driver version and a dedicated pool; the parameter-server count belongs to TensorFlow only and
+0 means AllReduce.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .commands import parse_command
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s?)?\s*$")
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, the only clock the models use."""
+    return datetime.now(timezone.utc)
+
+
+class Strict(BaseModel):
+    """Base of every wire model: unknown fields are an error, enums travel as their values."""
+
+    model_config = ConfigDict(extra="forbid", use_enum_values=False, populate_by_name=True)
+
+
+class JobType(str, Enum):
+    regular = "regular"
+    batch = "batch"
+
+
+class Priority(str, Enum):
+    """Queue order: very-urgent first, then urgent, then normal; FIFO within one priority."""
+
+    normal = "normal"
+    urgent = "urgent"
+    very_urgent = "very-urgent"
+
+    @property
+    def rank(self) -> int:
+        return {"normal": 0, "urgent": 1, "very-urgent": 2}[self.value]
+
+
+class Access(str, Enum):
+    """What other users may do with the job: read-write, read-only, or nothing."""
+
+    rw = "rw"
+    ro = "ro"
+    none = "none"
+
+
+class Mode(str, Enum):
+    single = "single"
+    pytorch = "pytorch"
+    pytorch_deepspeed = "pytorch-deepspeed"
+    tensorflow = "tensorflow"
+    horovod = "horovod"
+    mindspore_ascend = "mindspore-ascend"
+
+
+class Convention(str, Enum):
+    """Which platform's launch conventions the modes follow (extra args and variables)."""
+
+    platform = "platform"
+    modelarts = "modelarts"
+
+
+class JobStatus(str, Enum):
+    """The platform's statuses.  ``expired``: the job ran past its duration."""
+
+    queued = "queued"
+    running = "running"
+    error = "error"
+    stopped = "stopped"
+    expired = "expired"
+    succeeded = "succeeded"
+
+    def is_terminal(self) -> bool:
+        """True once the job can change no more."""
+        return self in TERMINAL_STATUSES
+
+    def can_become(self, other: JobStatus) -> bool:
+        """Whether the transition table allows ``self -> other``."""
+        return other in TRANSITIONS[self]
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.error, JobStatus.stopped, JobStatus.expired, JobStatus.succeeded})
+
+# The one table of allowed status changes.  running -> queued is a fault restart or a
+# checkpoint resume that puts the job back in the queue to be scheduled again.
+TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.queued: frozenset({JobStatus.running, JobStatus.stopped, JobStatus.error}),
+    JobStatus.running: frozenset(
+        {JobStatus.queued, JobStatus.succeeded, JobStatus.error, JobStatus.stopped, JobStatus.expired}
+    ),
+    JobStatus.error: frozenset(),
+    JobStatus.stopped: frozenset(),
+    JobStatus.expired: frozenset(),
+    JobStatus.succeeded: frozenset(),
+}
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds from a number or a text like ``90``, ``30s``, ``15m``, ``2h``, ``1d2h``; None = no limit."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a text like 30m, 2h, 1d")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match or not any(match.groups()):
+            raise ValueError(f"{value!r} is not a duration: use seconds or a text like 30m, 2h, 1d12h")
+        d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
+        seconds = d * 86400 + h * 3600 + m * 60 + s
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+# ----------------------------------------------------------------------------------- mounts
+
+
+class DatasetSource(str, Enum):
+    private = "private"
+    favorite = "favorite"
+
+
+class ModelSource(str, Enum):
+    pretrained = "pretrained"
+    private = "private"
+    favorite = "favorite"
+
+
+class DatasetMount(Strict):
+    """A dataset shown at ``/workspace/dataset/<source>/<name>[/<version>]`` (read-only by default)."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    path: str = Field(description="Host folder holding the data.")
+    source: DatasetSource = DatasetSource.private
+    version: str | None = Field(default=None, pattern=NAME_PATTERN)
+    read_only: bool = True
+
+
+class AnnotationMount(Strict):
+    """An annotation set shown at ``/workspace/anno_dataset/<name>/annotation`` (read-only)."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    path: str
+
+
+class ModelMount(Strict):
+    """A model shown at ``/workspace/model/<source>/<name>[/<version>]``; always read-only."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    path: str
+    source: ModelSource = ModelSource.private
+    version: str | None = Field(default=None, pattern=NAME_PATTERN)
+
+
+class VolumeMount(Strict):
+    """A writable storage volume shown at ``/workspace/volume/<name>``."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    path: str
+
+
+# ------------------------------------------------------------------------------ job pieces
+
+
+class Image(Strict):
+    """The job's Python environment (the platform's image).
+
+    Exactly one of ``python`` (an interpreter path), ``venv`` (a virtualenv folder) or
+    ``conda_env`` (an env name, or a path, run through ``conda run -n``) may be set; none means
+    the interpreter the service itself runs on.
+    """
+
+    python: str | None = None
+    venv: str | None = None
+    conda_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Image:
+        given = [k for k in ("python", "venv", "conda_env") if getattr(self, k)]
+        if len(given) > 1:
+            raise ValueError(f"image: give one of python, venv or conda_env, not {' and '.join(given)}")
+        return self
+
+
+class BatchTask(Strict):
+    """One task of a batch job: its own algorithm folder and command; outputs go to ``<name>-<N>/``."""
+
+    algorithm: str | None = None
+    command: str
+
+    @field_validator("command")
+    @classmethod
+    def _command_rules(cls, v: str) -> str:
+        parse_command(v, field="tasks.command")
+        return v
+
+
+class FaultRestart(Strict):
+    """Restart the whole job when it fails, at most ``max_restarts`` times."""
+
+    max_restarts: int = Field(default=3, ge=1, le=100)
+
+
+class PerfPolicy(str, Enum):
+    alert = "alert"
+    reschedule = "reschedule"
+
+
+class CheckpointResume(Strict):
+    """Checkpoint resume: on a fault the job gets SIGTERM, ``grace_period`` seconds to save a
+    checkpoint, and is scheduled again (at most ``max_resumes`` times), continuing from it.
+
+    ``elastic_min_nodes`` lets it start or resume on fewer nodes than asked when resources are
+    short.  ``perf_threshold`` watches the log for ``hardware time is X and e2e time is Y`` lines
+    and applies ``perf_policy`` when hardware/e2e exceeds it.
+    """
+
+    max_resumes: int = Field(default=3, ge=1, le=100)
+    grace_period: float = Field(default=30.0, gt=0, le=3600)
+    elastic_min_nodes: int | None = Field(default=None, ge=1)
+    perf_threshold: float | None = Field(default=None, gt=0)
+    perf_policy: PerfPolicy = PerfPolicy.alert
+
+
+class Lifecycle(Strict):
+    """Lifecycle scripts (each a command under the run-command rules) run on every node."""
+
+    on_start: str | None = None
+    on_stop: str | None = None
+
+    @field_validator("on_start", "on_stop")
+    @classmethod
+    def _command_rules(cls, v: str | None) -> str | None:
+        if v:
+            parse_command(v, field="lifecycle")
+        return v
+
+
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class JobSpec(Strict):
+    """Everything a user says about a job; what the service stores and the backends run."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="Job name: letters, digits, '-', '_', '.'.")
+    type: JobType = JobType.regular
+    priority: Priority = Priority.normal
+    access: Access = Access.ro
+    creator: str | None = Field(default=None, description="Filled in by the service from the caller.")
+    datasets: list[DatasetMount] = []
+    annotations: list[AnnotationMount] = []
+    models: list[ModelMount] = []
+    volumes: list[VolumeMount] = []
+    algorithm: str | None = Field(default=None, description="Host folder shown at /workspace/algorithm.")
+    algorithm_read_only: bool = True
+    outputs: str | None = Field(default=None, description="Host folder shown at /workspace/outputs (writable).")
+    mode: Mode = Mode.single
+    specs: list[str] = Field(default_factory=lambda: ["cpu.small"], min_length=1)
+    node_name: str | None = None
+    driver_version: str | None = None
+    pool: str | None = None
+    image: Image = Image()
+    nodes: int = Field(default=1, ge=1, le=64)
+    ps: int = Field(default=0, ge=0, le=64, description="TensorFlow parameter servers; 0 = AllReduce.")
+    chief: bool = Field(default=False, description="TensorFlow: add a chief task (ParameterServerStrategy).")
+    convention: Convention = Convention.platform
+    command: str | None = None
+    tasks: list[BatchTask] = []
+    fault_restart: FaultRestart | None = None
+    checkpoint_resume: CheckpointResume | None = None
+    data_preparation: bool = False
+    debug_terminal: bool = False
+    duration: float | None = Field(default=None, description="Run duration in seconds; past it the job expires.")
+    lifecycle: Lifecycle = Lifecycle()
+    env: dict[EnvName, str] = {}
+    workdir: str | None = Field(default=None, description="Working directory inside the node; default /workspace/algorithm.")
+    grace_period: float = Field(default=10.0, gt=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop.")
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float | None:
+        return parse_duration(v)
+
+    @field_validator("specs")
+    @classmethod
+    def _unique_specs(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("specs: each spec may be listed once")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command_rules(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_command(v)
+        return v
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> JobSpec:
+        if self.node_name and (self.driver_version or self.pool):
+            raise ValueError("node_name cannot be combined with driver_version or pool: choose a node, or let the scheduler pick one")
+        if self.fault_restart and self.checkpoint_resume:
+            raise ValueError("fault_restart and checkpoint_resume exclude each other: choose one")
+        if self.ps and self.mode is not Mode.tensorflow:
+            raise ValueError("ps (parameter servers) applies to the tensorflow mode only; set ps=0 or mode=tensorflow")
+        if self.chief and self.mode is not Mode.tensorflow:
+            raise ValueError("chief applies to the tensorflow mode only")
+        if self.mode is Mode.single and self.nodes != 1:
+            raise ValueError("the single mode runs on one node: set nodes=1 or choose a distributed mode")
+        if self.type is JobType.regular:
+            if self.tasks:
+                raise ValueError("tasks belong to batch jobs; a regular job has one command (set type=batch)")
+            if not self.command:
+                raise ValueError("command is required: the command that starts training, e.g. python /workspace/algorithm/train.py")
+        else:
+            if not self.tasks:
+                raise ValueError("a batch job needs at least one task (algorithm and command)")
+            if self.command:
+                raise ValueError("a batch job takes its commands from tasks, not from command")
+            if self.checkpoint_resume:
+                raise ValueError("checkpoint_resume is only for regular jobs")
+        if self.checkpoint_resume and self.checkpoint_resume.elastic_min_nodes:
+            if self.checkpoint_resume.elastic_min_nodes > self.nodes:
+                raise ValueError("checkpoint_resume.elastic_min_nodes cannot exceed nodes")
+        if self.data_preparation and any(not d.read_only for d in self.datasets):
+            raise ValueError("data_preparation needs every dataset mounted read-only")
+        names: dict[str, set[str]] = {}
+        for kind, items in (("datasets", self.datasets), ("models", self.models), ("volumes", self.volumes),
+                            ("annotations", self.annotations)):
+            seen = names.setdefault(kind, set())
+            for item in items:
+                key = f"{getattr(item, 'source', '')}/{item.name}/{getattr(item, 'version', '') or ''}"
+                if key in seen:
+                    raise ValueError(f"{kind}: {item.name!r} is mounted twice")
+                seen.add(key)
+        return self
+
+
+# ------------------------------------------------------------------------ catalog, inventory
+
+
+class Spec(Strict):
+    """A compute flavor for one node of a job."""
+
+    name: str
+    cpus: float = Field(gt=0)
+    memory_gb: float = Field(gt=0)
+    accelerators: int = Field(default=0, ge=0)
+    accelerator_type: Literal["none", "gpu", "mlu", "npu"] = "none"
+    emulated: bool = Field(default=False, description="Cards are indices only (no device): for scheduling and SLOTS logic.")
+    driver_versions: list[str] = []
+    description: str = ""
+
+    @property
+    def slots(self) -> int:
+        """Processes per node: the card count, or 1 for a CPU spec."""
+        return self.accelerators or 1
+
+
+class Node(Strict):
+    """One compute node of the cluster and what is in use on it now."""
+
+    name: str
+    status: Literal["idle", "busy", "full", "down"] = "idle"
+    os: str = ""
+    kernel: str = ""
+    cpus: float
+    cpus_used: float = 0
+    memory_gb: float
+    memory_used_gb: float = 0
+    accelerators: int = 0
+    accelerator_type: Literal["none", "gpu", "mlu", "npu"] = "none"
+    accelerators_used: list[int] = []
+    driver_version: str | None = None
+    pools: list[str] = []
+    specs: list[str] = Field(default=[], description="Specs that fit this node.")
+    usage: list[str] = Field(default=[], description="'card:job-name' entries for what runs here.")
+
+
+# ---------------------------------------------------------------------------- job and state
+
+
+class NodeRun(Strict):
+    """One launched node (task) of one attempt of a job."""
+
+    name: str = Field(description="e.g. worker-0, ps-0, chief-0")
+    role: str = "worker"
+    index: int = 0
+    host: str = Field(default="", description="Inventory node it runs on.")
+    hostname: str = Field(default="", description="Hostname seen inside the node.")
+    address: str = "127.0.0.1"
+    pid: int | None = None
+    start_time: float | None = Field(default=None, description="Process start time (re-attach check).")
+    primary: bool = Field(default=True, description="Whether the job's status follows this node.")
+    state: Literal["pending", "running", "exited", "lost", "stopped"] = "pending"
+    exit_code: int | None = None
+    ranks: list[int] = []
+
+
+class Job(Strict):
+    """A submitted job as the service reports it."""
+
+    id: str
+    spec: JobSpec
+    status: JobStatus = JobStatus.queued
+    reason: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    chosen_spec: str | None = None
+    backend: str = "local"
+    attempt: int = 0
+    restarts: int = 0
+    queue_position: int | None = None
+    nodes: list[NodeRun] = []
+    workspace_isolation: Literal["bubblewrap", "symlink", "ray", "none"] | None = None
+    tensorboard_url: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class Event(Strict):
+    """One change in a job's life: a status (or a notice while the status stays) with a reason."""
+
+    seq: int = 0
+    job_id: str
+    time: datetime = Field(default_factory=utcnow)
+    status: JobStatus
+    reason: str
+    node: str | None = None
+    rank: int | None = None
+    exit_code: int | None = None
+
+
+class LogStream(Strict):
+    """One log file of a job: per node, and per rank where the launcher allows."""
+
+    node: str
+    rank: int | None = None
+    size: int = 0
+
+
+class LogChunk(Strict):
+    """Bytes of one log stream from ``offset`` to ``next_offset`` (decoded as UTF-8, replaced)."""
+
+    job_id: str
+    node: str
+    rank: int | None = None
+    offset: int
+    next_offset: int
+    data: str
+    eof: bool = Field(description="True when the job is terminal and nothing more will be written.")
+
+
+class JobPage(Strict):
+    """One page of a job listing."""
+
+    items: list[Job]
+    total: int
+    offset: int = 0
+    limit: int = 50
+
+
+class NodePlanView(Strict):
+    """What ``--dry-run`` shows for one node: the resolved argv, env, files and mounts."""
+
+    name: str
+    role: str
+    index: int
+    hostname: str
+    argv: list[str]
+    env: dict[str, str]
+    files: dict[str, str] = {}
+    mounts: list[dict[str, Any]] = []
+    workdir: str = "/workspace/algorithm"
+    primary: bool = True
+
+
+class Plan(Strict):
+    """The resolved launch plan of a job (``--dry-run``), per node."""
+
+    spec: str
+    nodes: list[NodePlanView]
+    can_start_now: bool = False
+    queue_ahead: int = 0
+    notes: list[str] = []
+
+
+def json_schemas() -> dict[str, Any]:
+    """JSON schemas of the wire models, for the labextension's generated TypeScript types."""
+    return {
+        m.__name__: m.model_json_schema()
+        for m in (JobSpec, Job, Event, LogChunk, LogStream, Spec, Node, JobPage, Plan)
+    }
+
+
+def describe_validation_error(exc: Any) -> str:
+    """One readable line per problem of a pydantic ``ValidationError``: ``field: message``."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "job"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field: check its spelling (see JobSpec for the fields)"
+        lines.append(f"{where}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_spec(data: JobSpec | dict[str, Any]) -> JobSpec:
+    """A validated :class:`JobSpec` from a dict (or the spec itself).
+
+    Raises:
+        InvalidSpec: with every problem as ``field: what to do``.
+    """
+    from pydantic import ValidationError
+
+    from .errors import InvalidSpec
+
+    if isinstance(data, JobSpec):
+        return data
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0].get("loc", ()) if exc.errors() else ()
+        raise InvalidSpec(describe_validation_error(exc), field=str(first[0]) if first else None) from exc

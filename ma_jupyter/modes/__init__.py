@@ -1,0 +1,55 @@
+"""Distributed modes: one module per mode, each a pure ``plan(spec, placement, argv)``.
+
+:func:`plan_job` is the single entry point backends and ``--dry-run`` use.  It adds what every
+mode shares (the platform's env for the node, the job's own env) around the mode's plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..commands import parse_command
+from ..models import JobSpec, Mode
+from . import single
+from .base import NodePlan, Placement, TaskSlot, task_roles
+
+PlanFunction = Callable[[JobSpec, Placement, list[str]], list[NodePlan]]
+
+# Filled by the mode modules as they are added; a mode missing here is refused at submit time.
+PLANNERS: dict[Mode, PlanFunction] = {Mode.single: single.plan}
+
+
+def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None) -> list[NodePlan]:
+    """Per-node plans for one attempt of a job.
+
+    Args:
+        spec: the job.
+        placement: where the scheduler put its tasks.
+        argv: the command to run (a batch task's, or a resumed one); default the job's command.
+
+    Returns:
+        One :class:`NodePlan` per task, each with the common variables set: ``MA_JOB_ID``,
+        ``MA_JOB_NAME``, ``MA_TASK_NAME``, ``MA_TASK_INDEX``, ``MA_NUM_NODES`` and the job's
+        own ``env`` (which the mode's variables override, since the launch depends on them).
+    """
+    planner = PLANNERS.get(spec.mode)
+    if planner is None:
+        from ..errors import InvalidSpec
+
+        raise InvalidSpec(f"the {spec.mode.value} mode is not available in this version", field="mode")
+    command = argv if argv is not None else parse_command(spec.command or "")
+    plans = planner(spec, placement, command)
+    for node in plans:
+        common = {
+            "MA_JOB_ID": placement.job_id,
+            "MA_JOB_NAME": spec.name,
+            "MA_TASK_NAME": node.task.role,
+            "MA_TASK_INDEX": str(node.task.index),
+            "MA_NUM_NODES": str(len(placement.workers)),
+            "MA_SPEC": placement.spec.name,
+        }
+        node.env = {**spec.env, **common, **node.env}
+    return plans
+
+
+__all__ = ["NodePlan", "Placement", "TaskSlot", "plan_job", "task_roles", "PLANNERS"]
