@@ -19,7 +19,25 @@ import shlex
 from .errors import InvalidSpec
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_SHELL_OPERATORS = {"&&", "||", ";", ";;", "|", "&", "|&", ">", ">>", "<", "<<", "<<<", "(", ")", ">&", "<&", "&>"}
+_SHELL_OPERATORS = {
+    "&&",
+    "||",
+    ";",
+    ";;",
+    "|",
+    "&",
+    "|&",
+    ">",
+    ">>",
+    "<",
+    "<<",
+    "<<<",
+    "(",
+    ")",
+    ">&",
+    "<&",
+    "&>",
+}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 

@@ -76,10 +76,25 @@ def default_specs() -> list[Spec]:
         Spec(name="cpu.small", cpus=1, memory_gb=2, description="1 core, 2 GB"),
         Spec(name="cpu.medium", cpus=2, memory_gb=4, description="2 cores, 4 GB"),
         Spec(name="cpu.ps", cpus=1, memory_gb=1, description="parameter server: 1 core, 1 GB"),
-        Spec(name="gpu.emu-2", cpus=1, memory_gb=2, accelerators=2, accelerator_type="gpu", emulated=True,
-             driver_versions=["535.0"], description="2 emulated GPU cards (indices only)"),
-        Spec(name="npu.emu-2", cpus=1, memory_gb=2, accelerators=2, accelerator_type="npu", emulated=True,
-             description="2 emulated Ascend cards (indices only)"),
+        Spec(
+            name="gpu.emu-2",
+            cpus=1,
+            memory_gb=2,
+            accelerators=2,
+            accelerator_type="gpu",
+            emulated=True,
+            driver_versions=["535.0"],
+            description="2 emulated GPU cards (indices only)",
+        ),
+        Spec(
+            name="npu.emu-2",
+            cpus=1,
+            memory_gb=2,
+            accelerators=2,
+            accelerator_type="npu",
+            emulated=True,
+            description="2 emulated Ascend cards (indices only)",
+        ),
     ]
 
 
@@ -90,9 +105,17 @@ def default_nodes(count: int = 4) -> list[Node]:
     # Simulated nodes share one host: oversubscribe cores so multi-node jobs fit on 2 cores,
     # but keep memory honest by splitting it.
     return [
-        Node(name=f"node-{i}", os=platform.system(), kernel=platform.release(), cpus=max(cores, 4.0),
-             memory_gb=round(memory / count, 1), accelerators=4, accelerator_type="gpu" if i % 2 == 0 else "npu",
-             driver_version="535.0" if i % 2 == 0 else None, pools=["default"])
+        Node(
+            name=f"node-{i}",
+            os=platform.system(),
+            kernel=platform.release(),
+            cpus=max(cores, 4.0),
+            memory_gb=round(memory / count, 1),
+            accelerators=4,
+            accelerator_type="gpu" if i % 2 == 0 else "npu",
+            driver_version="535.0" if i % 2 == 0 else None,
+            pools=["default"],
+        )
         for i in range(count)
     ]
 
@@ -110,7 +133,9 @@ class Cluster:
             if spec.name == name:
                 return spec
         known = ", ".join(s.name for s in self.specs)
-        raise InvalidSpec(f"unknown spec {name!r}: choose one of {known} (see `ma-jupyter specs`)", field="specs")
+        raise InvalidSpec(
+            f"unknown spec {name!r}: choose one of {known} (see `ma-jupyter specs`)", field="specs"
+        )
 
     def fits(self, spec: Spec, node: Node) -> bool:
         """Whether one job node of ``spec`` could ever run on ``node`` (ignoring current use)."""

@@ -15,7 +15,7 @@ driver version and a dedicated pool; the parameter-server count belongs to Tenso
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -24,12 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .commands import parse_command
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s?)?\s*$")
+_DURATION = re.compile(
+    r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s?)?\s*$"
+)
 
 
 def utcnow() -> datetime:
     """Timezone-aware now, the only clock the models use."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Strict(BaseModel):
@@ -274,7 +276,9 @@ class JobSpec(Strict):
     volumes: list[VolumeMount] = []
     algorithm: str | None = Field(default=None, description="Host folder shown at /workspace/algorithm.")
     algorithm_read_only: bool = True
-    outputs: str | None = Field(default=None, description="Host folder shown at /workspace/outputs (writable).")
+    outputs: str | None = Field(
+        default=None, description="Host folder shown at /workspace/outputs (writable)."
+    )
     mode: Mode = Mode.single
     specs: list[str] = Field(default_factory=lambda: ["cpu.small"], min_length=1)
     node_name: str | None = None
@@ -291,11 +295,17 @@ class JobSpec(Strict):
     checkpoint_resume: CheckpointResume | None = None
     data_preparation: bool = False
     debug_terminal: bool = False
-    duration: float | None = Field(default=None, description="Run duration in seconds; past it the job expires.")
+    duration: float | None = Field(
+        default=None, description="Run duration in seconds; past it the job expires."
+    )
     lifecycle: Lifecycle = Lifecycle()
     env: dict[EnvName, str] = {}
-    workdir: str | None = Field(default=None, description="Working directory inside the node; default /workspace/algorithm.")
-    grace_period: float = Field(default=10.0, gt=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop.")
+    workdir: str | None = Field(
+        default=None, description="Working directory inside the node; default /workspace/algorithm."
+    )
+    grace_period: float = Field(
+        default=10.0, gt=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."
+    )
 
     @field_validator("duration", mode="before")
     @classmethod
@@ -319,11 +329,15 @@ class JobSpec(Strict):
     @model_validator(mode="after")
     def _cross_field_rules(self) -> JobSpec:
         if self.node_name and (self.driver_version or self.pool):
-            raise ValueError("node_name cannot be combined with driver_version or pool: choose a node, or let the scheduler pick one")
+            raise ValueError(
+                "node_name cannot be combined with driver_version or pool: choose a node, or let the scheduler pick one"
+            )
         if self.fault_restart and self.checkpoint_resume:
             raise ValueError("fault_restart and checkpoint_resume exclude each other: choose one")
         if self.ps and self.mode is not Mode.tensorflow:
-            raise ValueError("ps (parameter servers) applies to the tensorflow mode only; set ps=0 or mode=tensorflow")
+            raise ValueError(
+                "ps (parameter servers) applies to the tensorflow mode only; set ps=0 or mode=tensorflow"
+            )
         if self.chief and self.mode is not Mode.tensorflow:
             raise ValueError("chief applies to the tensorflow mode only")
         if self.mode is Mode.single and self.nodes != 1:
@@ -332,7 +346,9 @@ class JobSpec(Strict):
             if self.tasks:
                 raise ValueError("tasks belong to batch jobs; a regular job has one command (set type=batch)")
             if not self.command:
-                raise ValueError("command is required: the command that starts training, e.g. python /workspace/algorithm/train.py")
+                raise ValueError(
+                    "command is required: the command that starts training, e.g. python /workspace/algorithm/train.py"
+                )
         else:
             if not self.tasks:
                 raise ValueError("a batch job needs at least one task (algorithm and command)")
@@ -346,8 +362,12 @@ class JobSpec(Strict):
         if self.data_preparation and any(not d.read_only for d in self.datasets):
             raise ValueError("data_preparation needs every dataset mounted read-only")
         names: dict[str, set[str]] = {}
-        for kind, items in (("datasets", self.datasets), ("models", self.models), ("volumes", self.volumes),
-                            ("annotations", self.annotations)):
+        for kind, items in (
+            ("datasets", self.datasets),
+            ("models", self.models),
+            ("volumes", self.volumes),
+            ("annotations", self.annotations),
+        ):
             seen = names.setdefault(kind, set())
             for item in items:
                 key = f"{getattr(item, 'source', '')}/{item.name}/{getattr(item, 'version', '') or ''}"
@@ -368,7 +388,9 @@ class Spec(Strict):
     memory_gb: float = Field(gt=0)
     accelerators: int = Field(default=0, ge=0)
     accelerator_type: Literal["none", "gpu", "mlu", "npu"] = "none"
-    emulated: bool = Field(default=False, description="Cards are indices only (no device): for scheduling and SLOTS logic.")
+    emulated: bool = Field(
+        default=False, description="Cards are indices only (no device): for scheduling and SLOTS logic."
+    )
     driver_versions: list[str] = []
     description: str = ""
 
