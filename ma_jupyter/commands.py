@@ -86,6 +86,11 @@ def parse_command(command: str, *, field: str = "command") -> list[str]:
         )
     if _is_shell_wrapper(argv):
         return argv
+    for token in argv:
+        if "$(" in token or "`" in token:
+            raise InvalidSpec(
+                f"{field} uses command substitution, which needs a shell: {_wrap_hint(text)}", field=field
+            )
     # Tokenize again, keeping shell punctuation apart, to find operators outside quotes.
     lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
@@ -100,11 +105,6 @@ def parse_command(command: str, *, field: str = "command") -> list[str]:
             f"commands without a shell, so {_wrap_hint(text)}",
             field=field,
         )
-    for token in argv:
-        if "$(" in token or "`" in token:
-            raise InvalidSpec(
-                f"{field} uses command substitution, which needs a shell: {_wrap_hint(text)}", field=field
-            )
     return argv
 
 

@@ -1,0 +1,92 @@
+"""``python -m ma_jupyter.service``: run the job service for ``$MA_JUPYTER_HOME``.
+
+It listens on loopback only, writes ``service.json`` (url, token, pid; mode 0600) once it
+accepts connections, holds ``service.lock`` so one home never gets two services, and leaves
+running jobs alone when it exits: they do not depend on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+
+from .. import config
+
+
+def write_runtime(url: str, token: str) -> None:
+    """Atomically write the runtime file, readable by the owner only."""
+    path = config.runtime_file()
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"url": url, "token": token, "pid": os.getpid()}, fh)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ma_jupyter.service", description=__doc__)
+    parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    lock = open(config.home() / "service.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"a job service already runs for {config.home()}; see {config.runtime_file()}", file=sys.stderr)
+        return 1
+
+    import uvicorn
+
+    from ..backends.local import LocalBackend
+    from .app import create_app
+    from .scheduler import Scheduler
+    from .store import Store
+    from .supervisor import Supervisor
+    from .tensorboard import TensorBoardManager
+
+    store = Store(config.db_path())
+    supervisor = Supervisor(store, Scheduler(config.load_cluster()), LocalBackend())
+    tensorboards = TensorBoardManager()
+    supervisor.on_job_deleted.append(tensorboards.stop)
+    token = secrets.token_urlsafe(32)
+    app = create_app(supervisor, token, tensorboards)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))  # loopback only, never all interfaces
+    sock.listen(128)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    supervisor.start()
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False, lifespan="off"))
+    write_runtime(url, token)
+
+    def _terminate(_signum, _frame):
+        server.should_exit = True
+
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        supervisor.shutdown()
+        tensorboards.shutdown()
+        try:
+            if json.loads(config.runtime_file().read_text()).get("pid") == os.getpid():
+                config.runtime_file().unlink()
+        except (OSError, ValueError):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""The job service's REST API (FastAPI), under ``/api/v1``, every route behind the token.
+
+Routes: ``GET /health``; ``POST /jobs`` (submit), ``POST /plan`` (dry run), ``GET /jobs``
+(filter by name substring, status, creator, spec, outputs; paged), ``GET|PATCH|DELETE
+/jobs/{id}``, ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events``, ``GET /jobs/{id}/logs``
+(streams), ``GET /jobs/{id}/logs/read`` (by node and rank from a byte offset, long-poll
+``wait``), ``GET /specs``, ``GET /nodes``, ``POST|DELETE /jobs/{id}/tensorboard``.
+
+Errors are the typed errors of :mod:`ma_jupyter.errors` as ``{"error", "message", "field"}``
+bodies.  Others' access (``spec.access``) is enforced per operation: read-only lets others view,
+clone and open TensorBoard; none hides the job from them.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from .. import __version__, config
+from ..errors import Forbidden, InvalidSpec, MaJupyterError, Unauthorized
+from ..models import (
+    Access,
+    Event,
+    Job,
+    JobPage,
+    JobStatus,
+    LogChunk,
+    LogStream,
+    Node,
+    Plan,
+    Priority,
+    Spec,
+    parse_duration,
+    parse_spec,
+)
+from . import logs
+from .supervisor import Supervisor
+
+READ_OPS = {"view", "clone", "tensorboard"}
+USER_HEADER = "X-MA-User"
+
+
+def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> FastAPI:
+    """The FastAPI app for one service; ``token`` guards every route."""
+    app = FastAPI(
+        title="ma_jupyter job service",
+        version=__version__,
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/v1/docs",
+        redoc_url=None,
+    )
+    store = supervisor.store
+
+    def authenticate(request: Request) -> str:
+        header = request.headers.get("authorization", "")
+        given = header[7:] if header.lower().startswith("bearer ") else request.query_params.get("token", "")
+        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+            raise Unauthorized(
+                "missing or wrong token: the client reads it from $MA_JUPYTER_HOME/service.json"
+            )
+        return request.headers.get(USER_HEADER) or "anonymous"
+
+    def allowed(job: Job, user: str, op: str) -> Job:
+        if job.spec.creator in (None, user) or job.spec.access is Access.rw:
+            return job
+        if job.spec.access is Access.ro and op in READ_OPS:
+            return job
+        raise Forbidden(
+            f"job {job.id} belongs to {job.spec.creator} and allows others {job.spec.access.value} access; "
+            f"ask its owner to {op} it"
+        )
+
+    @app.exception_handler(MaJupyterError)
+    async def _typed(_request: Request, exc: MaJupyterError):
+        return JSONResponse(status_code=exc.status, content=exc.to_body())
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'request'}: {e.get('msg')}"
+            for e in exc.errors()
+        )
+        return JSONResponse(status_code=400, content=InvalidSpec(problems).to_body())
+
+    api = "/api/v1"
+    auth = [Depends(authenticate)]
+
+    @app.get(f"{api}/health", dependencies=auth)
+    def health() -> dict:
+        import os
+
+        return {"ok": True, "pid": os.getpid(), "version": __version__, "backend": supervisor.backend.name}
+
+    @app.post(f"{api}/jobs", status_code=201, response_model=Job)
+    def submit(body: dict = Body(...), user: str = Depends(authenticate)) -> Job:
+        return supervisor.submit(parse_spec(body), creator=user)
+
+    @app.post(f"{api}/plan", response_model=Plan)
+    def plan(body: dict = Body(...), user: str = Depends(authenticate)) -> Plan:
+        return supervisor.plan(parse_spec({**body, "creator": body.get("creator") or user}))
+
+    @app.get(f"{api}/jobs", response_model=JobPage)
+    def list_jobs(
+        name: str | None = None,
+        status: list[JobStatus] = Query(default=[]),
+        creator: str | None = None,
+        spec: str | None = None,
+        outputs: str | None = None,
+        offset: int = Query(default=0, ge=0),
+        limit: int = Query(default=50, ge=1, le=500),
+        user: str = Depends(authenticate),
+    ) -> JobPage:
+        items, total = store.list(
+            name=name,
+            statuses=[s.value for s in status],
+            creator=creator,
+            spec=spec,
+            outputs=outputs,
+            offset=offset,
+            limit=limit,
+        )
+        visible = [
+            _with_queue_position(j)
+            for j in items
+            if j.spec.creator in (None, user) or j.spec.access is not Access.none
+        ]
+        return JobPage(items=visible, total=total - (len(items) - len(visible)), offset=offset, limit=limit)
+
+    def _with_queue_position(job: Job) -> Job:
+        if job.status is not JobStatus.queued:
+            return job
+        queue = store.by_status(JobStatus.queued)
+        position = next((i for i, j in enumerate(queue) if j.id == job.id), None)
+        return job.model_copy(update={"queue_position": position})
+
+    @app.get(f"{api}/jobs/{{job_id}}", response_model=Job)
+    def get_job(job_id: str, user: str = Depends(authenticate)) -> Job:
+        return _with_queue_position(allowed(store.get(job_id), user, "view"))
+
+    @app.patch(f"{api}/jobs/{{job_id}}", response_model=Job)
+    def update_job(job_id: str, body: dict = Body(...), user: str = Depends(authenticate)) -> Job:
+        allowed(store.get(job_id), user, "adjust")
+        unknown = set(body) - {"priority", "duration"}
+        if unknown:
+            raise InvalidSpec(f"only priority and duration can change, not {', '.join(sorted(unknown))}")
+        try:
+            priority = Priority(body["priority"]) if body.get("priority") is not None else None
+            duration = parse_duration(body.get("duration"))
+        except ValueError as exc:
+            raise InvalidSpec(str(exc)) from exc
+        return supervisor.update(job_id, priority=priority, duration=duration)
+
+    @app.post(f"{api}/jobs/{{job_id}}/stop", response_model=Job)
+    def stop_job(job_id: str, user: str = Depends(authenticate)) -> Job:
+        allowed(store.get(job_id), user, "stop")
+        return supervisor.request_stop(job_id)
+
+    @app.delete(f"{api}/jobs/{{job_id}}", status_code=204)
+    def delete_job(job_id: str, force: bool = False, user: str = Depends(authenticate)) -> Response:
+        allowed(store.get(job_id), user, "delete")
+        supervisor.delete(job_id, force=force)
+        return Response(status_code=204)
+
+    @app.get(f"{api}/jobs/{{job_id}}/events", response_model=list[Event])
+    def events(
+        job_id: str, after: int = Query(default=0, ge=0), user: str = Depends(authenticate)
+    ) -> list[Event]:
+        allowed(store.get(job_id), user, "view")
+        return store.events(job_id, after=after)
+
+    @app.get(f"{api}/jobs/{{job_id}}/logs", response_model=list[LogStream])
+    def log_streams(job_id: str, user: str = Depends(authenticate)) -> list[LogStream]:
+        job = allowed(store.get(job_id), user, "view")
+        return logs.streams(job, config.job_dir(job_id))
+
+    @app.get(f"{api}/jobs/{{job_id}}/logs/read", response_model=LogChunk)
+    async def read_log(
+        job_id: str,
+        node: str | None = None,
+        rank: int | None = None,
+        offset: int = Query(default=0, ge=0),
+        limit: int = Query(default=1 << 20, ge=1, le=8 << 20),
+        wait: float = Query(default=0.0, ge=0, le=logs.MAX_WAIT),
+        user: str = Depends(authenticate),
+    ) -> LogChunk:
+        job = allowed(store.get(job_id), user, "view")
+        node = node or logs.default_node(job)
+        job_dir = config.job_dir(job_id)
+        logs.ensure_stream(job, job_dir, node, rank)
+        return await logs.read_chunk(
+            job_id, job_dir, node, rank, offset, limit, wait, lambda: store.status(job_id).is_terminal()
+        )
+
+    @app.get(f"{api}/specs", response_model=list[Spec], dependencies=auth)
+    def specs() -> list[Spec]:
+        return supervisor.scheduler.cluster.specs
+
+    @app.get(f"{api}/nodes", response_model=list[Node], dependencies=auth)
+    def nodes(spec: str | None = None) -> list[Node]:
+        return supervisor.scheduler.node_views(supervisor._usage(), spec=spec)
+
+    @app.post(f"{api}/jobs/{{job_id}}/tensorboard", dependencies=auth)
+    def start_tensorboard(job_id: str, user: str = Depends(authenticate)) -> dict:
+        job = allowed(store.get(job_id), user, "tensorboard")
+        if tensorboards is None:
+            raise InvalidSpec("TensorBoard is not available in this service")
+        if not job.spec.outputs:
+            raise InvalidSpec(f"job {job_id} has no outputs folder: TensorBoard reads the job's outputs")
+        return {"url": tensorboards.start(job_id, job.spec.outputs)}
+
+    @app.delete(f"{api}/jobs/{{job_id}}/tensorboard", status_code=204)
+    def stop_tensorboard(job_id: str, user: str = Depends(authenticate)) -> Response:
+        allowed(store.get(job_id), user, "tensorboard")
+        if tensorboards is not None:
+            tensorboards.stop(job_id)
+        return Response(status_code=204)
+
+    return app

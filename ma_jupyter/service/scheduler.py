@@ -1,0 +1,267 @@
+"""Placement and queue order: where each task of a job runs, and whether it can start now.
+
+The cluster is the catalog of specs and the node inventory from :mod:`ma_jupyter.config`.  A
+job lists one or more equivalent specs; the first one whose tasks all fit right now wins.
+Workers (and the TensorFlow chief) are spread one per inventory node, like a STRICT_SPREAD
+placement group; parameter servers take the small ``cpu.ps`` resources and may share a node.
+The queue is ordered by priority (very-urgent, urgent, normal), then age; a job that does not
+fit does not block smaller jobs behind it (backfill).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+from ..config import Cluster
+from ..errors import InvalidSpec
+from ..models import Job, JobSpec, Mode, Node, Spec
+from ..modes.base import Placement, TaskSlot, task_roles
+
+PS_SPEC = Spec(name="cpu.ps", cpus=1, memory_gb=1, description="parameter server")
+
+
+@dataclass
+class NodeUse:
+    """What running jobs hold on one inventory node."""
+
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+    cards: set[int] = field(default_factory=set)
+    usage: list[str] = field(default_factory=list)
+
+
+def placement_to_json(placement: Placement) -> dict:
+    """A placement as stored with the job (re-attach rebuilds usage from it)."""
+    return {
+        "job_id": placement.job_id,
+        "spec": placement.spec.model_dump(),
+        "tasks": [asdict(t) for t in placement.tasks],
+    }
+
+
+def placement_from_json(data: dict) -> Placement:
+    tasks = tuple(
+        TaskSlot(
+            **{**t, "ports": tuple(t["ports"]), "cpus": tuple(t["cpus"]), "devices": tuple(t["devices"])}
+        )
+        for t in data["tasks"]
+    )
+    return Placement(job_id=data["job_id"], spec=Spec.model_validate(data["spec"]), tasks=tasks)
+
+
+class Scheduler:
+    """Pure placement logic over the cluster; the supervisor supplies what is in use."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self._reserved_ports: set[int] = set()
+
+    # ------------------------------------------------------------------------ validation
+
+    def check(self, spec: JobSpec) -> None:
+        """Refuse a job that could never run on this cluster, saying why (before it is queued)."""
+        specs = [self.cluster.spec(name) for name in spec.specs]  # unknown names raise
+        if spec.node_name and spec.node_name not in {n.name for n in self.cluster.nodes}:
+            known = ", ".join(n.name for n in self.cluster.nodes)
+            raise InvalidSpec(f"unknown node {spec.node_name!r}: choose one of {known}", field="node_name")
+        reasons = []
+        for s in specs:
+            candidates = self._candidates(spec, s)
+            needed = spec.nodes if not spec.node_name else 1
+            if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
+                needed = min(needed, spec.checkpoint_resume.elastic_min_nodes)
+            needed += 1 if spec.mode is Mode.tensorflow and spec.chief else 0
+            if len(candidates) >= needed:
+                return
+            reasons.append(f"{s.name}: {len(candidates)} node(s) can hold it, {needed} needed")
+        raise InvalidSpec(
+            "no spec of this job can ever be placed on this cluster (" + "; ".join(reasons) + "): "
+            "choose other specs, fewer nodes, or drop node_name/driver_version/pool (see `ma-jupyter nodes`)",
+            field="specs",
+        )
+
+    def _candidates(self, spec: JobSpec, flavor: Spec) -> list[Node]:
+        nodes = []
+        for node in self.cluster.nodes:
+            if node.status == "down" or not self.cluster.fits(flavor, node):
+                continue
+            if spec.node_name and node.name != spec.node_name:
+                continue
+            if spec.driver_version and node.driver_version != spec.driver_version:
+                continue
+            if spec.pool and spec.pool not in node.pools:
+                continue
+            nodes.append(node)
+        return nodes
+
+    # ------------------------------------------------------------------------- placement
+
+    def usage(self, placements: Iterable[Placement]) -> dict[str, NodeUse]:
+        """Resources held on each inventory node by these (running) placements."""
+        use = {n.name: NodeUse() for n in self.cluster.nodes}
+        for placement in placements:
+            for task in placement.tasks:
+                flavor = self._flavor(placement.spec, task.role)
+                held = use.setdefault(task.host, NodeUse())
+                held.cpus += flavor.cpus
+                held.memory_gb += flavor.memory_gb
+                held.cards.update(task.devices)
+                held.usage += [f"{c}:{placement.job_id}" for c in task.devices] or [f"-:{placement.job_id}"]
+        return use
+
+    def _flavor(self, spec: Spec, role: str) -> Spec:
+        if role != "ps":
+            return spec
+        for s in self.cluster.specs:
+            if s.name == PS_SPEC.name:
+                return s
+        return PS_SPEC
+
+    def _free(self, node: Node, held: NodeUse, flavor: Spec) -> list[int] | None:
+        """Card indices for one task of ``flavor`` on ``node`` (``[]`` for CPU), or None if it does not fit."""
+        if (
+            held.cpus + flavor.cpus > node.cpus + 1e-9
+            or held.memory_gb + flavor.memory_gb > node.memory_gb + 1e-9
+        ):
+            return None
+        if not flavor.accelerators:
+            return []
+        free = [i for i in range(node.accelerators) if i not in held.cards]
+        return free[: flavor.accelerators] if len(free) >= flavor.accelerators else None
+
+    def place(
+        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, reserve_ports: bool = True
+    ) -> Placement | None:
+        """The placement of one attempt with the first spec that fits now, or None.
+
+        With checkpoint resume and ``elastic_min_nodes``, fewer workers than asked (but at
+        least the minimum) are accepted when resources are short.
+        """
+        counts = [spec.nodes]
+        if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
+            counts = list(range(spec.nodes, spec.checkpoint_resume.elastic_min_nodes - 1, -1))
+        for name in spec.specs:
+            flavor = self.cluster.spec(name)
+            for count in counts:
+                placed = self._place_with(job_id, spec, flavor, count, use, reserve_ports)
+                if placed is not None:
+                    return placed
+        return None
+
+    def _place_with(
+        self, job_id, spec: JobSpec, flavor: Spec, workers: int, use, reserve_ports
+    ) -> Placement | None:
+        trial = {k: NodeUse(v.cpus, v.memory_gb, set(v.cards)) for k, v in use.items()}
+        candidates = self._candidates(spec, flavor)
+        roles = task_roles(spec.model_copy(update={"nodes": workers}))
+        spread_taken: set[str] = set()
+        chosen: list[tuple[str, int, Node, list[int]]] = []
+        for role, index in roles:
+            task_flavor = self._flavor(flavor, role)
+            if role == "ps":
+                pool = [
+                    n for n in self.cluster.nodes if self.cluster.fits(task_flavor, n) and n.status != "down"
+                ]
+                # parameter servers prefer the least loaded node; they may share with workers
+                pool.sort(key=lambda n: trial.get(n.name, NodeUse()).cpus)
+            else:
+                pool = [n for n in candidates if n.name not in spread_taken or spec.node_name]
+            for node in pool:
+                held = trial.setdefault(node.name, NodeUse())
+                cards = self._free(node, held, task_flavor)
+                if cards is None:
+                    continue
+                held.cpus += task_flavor.cpus
+                held.memory_gb += task_flavor.memory_gb
+                held.cards.update(cards)
+                if role != "ps":
+                    spread_taken.add(node.name)
+                chosen.append((role, index, node, cards))
+                break
+            else:
+                return None
+        cores = os.cpu_count() or 1
+        node_index = {n.name: i for i, n in enumerate(self.cluster.nodes)}
+        tasks = []
+        for order, (role, index, node, cards) in enumerate(chosen):
+            task_flavor = self._flavor(flavor, role)
+            width = min(cores, max(1, math.ceil(task_flavor.cpus)))
+            start = node_index.get(node.name, 0) * width
+            cpus = tuple(sorted({(start + k) % cores for k in range(width)}))
+            address = f"127.0.1.{order + 1}"
+            ports = self._ports(address, 2) if reserve_ports else (0, 0)
+            tasks.append(
+                TaskSlot(
+                    role=role,
+                    index=index,
+                    hostname=f"{role}-{index}",
+                    address=address,
+                    ports=ports,
+                    slots=flavor.slots if role != "ps" else 1,
+                    host=node.name,
+                    cpus=cpus,
+                    devices=tuple(cards),
+                )
+            )
+        return Placement(job_id=job_id, spec=flavor, tasks=tuple(tasks))
+
+    def _ports(self, address: str, count: int) -> tuple[int, ...]:
+        """Free TCP ports on ``address``, never handed out twice while reserved."""
+        ports: list[int] = []
+        while len(ports) < count:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((address, 0))
+                port = sock.getsockname()[1]
+            if port not in self._reserved_ports:
+                self._reserved_ports.add(port)
+                ports.append(port)
+        return tuple(ports)
+
+    def release(self, placement: Placement) -> None:
+        """Forget the ports of a finished attempt."""
+        for task in placement.tasks:
+            self._reserved_ports.difference_update(task.ports)
+
+    def hold(self, placement: Placement) -> None:
+        """Re-reserve the ports of a re-attached attempt."""
+        for task in placement.tasks:
+            self._reserved_ports.update(task.ports)
+
+    # ------------------------------------------------------------------------ reporting
+
+    def node_views(self, use: dict[str, NodeUse], spec: str | None = None) -> list[Node]:
+        """The inventory with current use, optionally only nodes that fit ``spec``."""
+        flavor = self.cluster.spec(spec) if spec else None
+        views = []
+        for node in self.cluster.nodes:
+            if flavor and not self.cluster.fits(flavor, node):
+                continue
+            held = use.get(node.name, NodeUse())
+            fitting = [s.name for s in self.cluster.specs if self.cluster.fits(s, node)]
+            if node.status == "down":
+                status = "down"
+            elif flavor is not None:
+                status = "idle" if self._free(node, held, flavor) is not None else "busy"
+            else:
+                status = "idle" if held.cpus == 0 else ("full" if held.cpus >= node.cpus else "busy")
+            views.append(
+                node.model_copy(
+                    update={
+                        "status": status,
+                        "cpus_used": held.cpus,
+                        "memory_used_gb": round(held.memory_gb, 2),
+                        "accelerators_used": sorted(held.cards),
+                        "specs": fitting,
+                        "usage": held.usage,
+                    }
+                )
+            )
+        return views
+
+    def queue_order(self, queued: list[Job]) -> list[Job]:
+        """Queued jobs in the order they are considered (the store already sorts; kept explicit)."""
+        return sorted(queued, key=lambda j: (-j.spec.priority.rank, j.created_at))

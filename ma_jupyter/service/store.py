@@ -1,0 +1,224 @@
+"""Durable job state: SQLite in WAL mode through SQLAlchemy Core.
+
+One row per job holds the whole :class:`~ma_jupyter.models.Job` as JSON plus the columns the
+listing filters and the queue order need; one row per event.  Every write is its own
+transaction, so a ``kill -9`` of the service loses nothing that was acknowledged: queued jobs
+stay queued, running jobs keep their node records (pid + start time) for re-attachment.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    func,
+    select,
+)
+
+from ..errors import NotFound
+from ..models import Event, Job, JobStatus
+
+metadata = MetaData()
+
+jobs_table = Table(
+    "jobs",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("name", String, nullable=False, index=True),
+    Column("status", String, nullable=False, index=True),
+    Column("priority", Integer, nullable=False),
+    Column("creator", String),
+    Column("created", Float, nullable=False),
+    Column("specs", String, nullable=False),  # space-separated, for the spec filter
+    Column("outputs", String),
+    Column("desired", String),  # a pending "stop" the supervisor must carry out, survives restarts
+    Column("placement", Text),  # JSON of the current attempt's placement
+    Column("job", Text, nullable=False),
+)
+
+events_table = Table(
+    "events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String, nullable=False, index=True),
+    Column("event", Text, nullable=False),
+)
+
+
+class Store:
+    """Thread-safe access to jobs and events.  All methods are short transactions."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.engine = create_engine(
+            f"sqlite:///{path}", future=True, connect_args={"check_same_thread": False}
+        )
+
+        @event.listens_for(self.engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # WAL: readers never block the writer; fsync on commit
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA busy_timeout=5000")
+            cur.close()
+
+        metadata.create_all(self.engine)
+        # SQLite allows one writer; serialising in-process writers avoids "database is locked".
+        self._write_lock = threading.RLock()
+
+    # ------------------------------------------------------------------------------ jobs
+
+    @staticmethod
+    def _row(job: Job) -> dict[str, Any]:
+        return {
+            "id": job.id,
+            "name": job.spec.name,
+            "status": job.status.value,
+            "priority": job.spec.priority.rank,
+            "creator": job.spec.creator,
+            "created": job.created_at.timestamp(),
+            "specs": " ".join(job.spec.specs),
+            "outputs": job.spec.outputs,
+            "job": job.model_dump_json(),
+        }
+
+    def insert(self, job: Job, first_event: Event) -> Event:
+        """Create a job and its first event in one transaction (no half-created job)."""
+        with self._write_lock, self.engine.begin() as conn:
+            conn.execute(jobs_table.insert().values(**self._row(job)))
+            return self._add_event(conn, first_event)
+
+    def save(self, job: Job, event: Event | None = None) -> Event | None:
+        """Persist the job (and an event with it, atomically)."""
+        with self._write_lock, self.engine.begin() as conn:
+            conn.execute(jobs_table.update().where(jobs_table.c.id == job.id).values(**self._row(job)))
+            return self._add_event(conn, event) if event else None
+
+    def add_event(self, event: Event) -> Event:
+        with self._write_lock, self.engine.begin() as conn:
+            return self._add_event(conn, event)
+
+    @staticmethod
+    def _add_event(conn, event: Event) -> Event:
+        result = conn.execute(
+            events_table.insert().values(job_id=event.job_id, event=event.model_dump_json())
+        )
+        stored = event.model_copy(update={"seq": int(result.inserted_primary_key[0])})
+        conn.execute(
+            events_table.update()
+            .where(events_table.c.seq == stored.seq)
+            .values(event=stored.model_dump_json())
+        )
+        return stored
+
+    def get(self, job_id: str) -> Job:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs_table.c.job).where(jobs_table.c.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"no job {job_id!r}: list jobs with `ma-jupyter jobs` or %ma_jobs")
+        return Job.model_validate_json(row[0])
+
+    def status(self, job_id: str) -> JobStatus:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs_table.c.status).where(jobs_table.c.id == job_id)).first()
+        if row is None:
+            raise NotFound(f"no job {job_id!r}")
+        return JobStatus(row[0])
+
+    def delete(self, job_id: str) -> None:
+        with self._write_lock, self.engine.begin() as conn:
+            conn.execute(jobs_table.delete().where(jobs_table.c.id == job_id))
+            conn.execute(events_table.delete().where(events_table.c.job_id == job_id))
+
+    def list(
+        self,
+        *,
+        name: str | None = None,
+        statuses: Iterable[str] | None = None,
+        creator: str | None = None,
+        spec: str | None = None,
+        outputs: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> tuple[list[Job], int]:
+        """Jobs newest first, filtered; returns (page, total matching)."""
+        query = select(jobs_table.c.job)
+        count = select(func.count()).select_from(jobs_table)
+        conditions = []
+        if name:
+            conditions.append(jobs_table.c.name.contains(name, autoescape=True))
+        statuses = [s for s in (statuses or []) if s]
+        if statuses:
+            conditions.append(jobs_table.c.status.in_(statuses))
+        if creator:
+            conditions.append(jobs_table.c.creator == creator)
+        if spec:
+            conditions.append((" " + jobs_table.c.specs + " ").contains(f" {spec} ", autoescape=True))
+        if outputs:
+            conditions.append(jobs_table.c.outputs.contains(outputs, autoescape=True))
+        for cond in conditions:
+            query = query.where(cond)
+            count = count.where(cond)
+        query = query.order_by(jobs_table.c.created.desc()).offset(offset).limit(limit)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+            total = conn.execute(count).scalar_one()
+        return [Job.model_validate_json(r[0]) for r in rows], int(total)
+
+    def by_status(self, *statuses: JobStatus) -> list[Job]:
+        """Jobs in these statuses, in queue order (priority high first, then oldest first)."""
+        query = (
+            select(jobs_table.c.job)
+            .where(jobs_table.c.status.in_([s.value for s in statuses]))
+            .order_by(jobs_table.c.priority.desc(), jobs_table.c.created.asc())
+        )
+        with self.engine.connect() as conn:
+            return [Job.model_validate_json(r[0]) for r in conn.execute(query).all()]
+
+    # ------------------------------------------------------------------ supervisor state
+
+    def set_desired(self, job_id: str, desired: str | None) -> None:
+        with self._write_lock, self.engine.begin() as conn:
+            conn.execute(jobs_table.update().where(jobs_table.c.id == job_id).values(desired=desired))
+
+    def desired(self, job_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs_table.c.desired).where(jobs_table.c.id == job_id)).first()
+        return row[0] if row else None
+
+    def set_placement(self, job_id: str, placement: dict | None) -> None:
+        with self._write_lock, self.engine.begin() as conn:
+            conn.execute(
+                jobs_table.update()
+                .where(jobs_table.c.id == job_id)
+                .values(placement=json.dumps(placement) if placement is not None else None)
+            )
+
+    def placement(self, job_id: str) -> dict | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(jobs_table.c.placement).where(jobs_table.c.id == job_id)).first()
+        return json.loads(row[0]) if row and row[0] else None
+
+    # ---------------------------------------------------------------------------- events
+
+    def events(self, job_id: str, after: int = 0) -> list[Event]:
+        query = (
+            select(events_table.c.event)
+            .where(events_table.c.job_id == job_id, events_table.c.seq > after)
+            .order_by(events_table.c.seq)
+        )
+        with self.engine.connect() as conn:
+            return [Event.model_validate_json(r[0]) for r in conn.execute(query).all()]

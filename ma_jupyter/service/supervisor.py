@@ -1,0 +1,524 @@
+"""The supervisor: every job's life after submission.
+
+One loop thread (woken at once by a submission or a stop request, otherwise every
+``POLL_INTERVAL``) does two things:
+
+* **watch running jobs**: poll their nodes through the backend; any node failing (non-zero
+  exit, or lost) fails the job, every primary node succeeding finishes it (non-primary nodes
+  such as parameter servers are then stopped); a pending stop request, or running past the
+  duration, ends it as ``stopped`` / ``expired``.  Fault restart and checkpoint resume put a
+  failed job back in the queue for another attempt.
+* **admit queued jobs** in queue order when the scheduler can place them.
+
+Every decision is derived from durable state (the store, the node exit-code files, pids with
+their start times), so a service killed with ``kill -9`` and started again re-attaches to the
+jobs that kept running and finishes their bookkeeping.  Stopping nodes takes up to the grace
+period, so it runs on its own thread per job and never stalls the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from .. import config
+from ..backends.base import Attempt, Backend, node_log
+from ..commands import parse_command
+from ..errors import Conflict, InvalidSpec
+from ..models import Event, Job, JobSpec, JobStatus, NodePlanView, NodeRun, Plan, Priority, utcnow
+from ..modes import plan_job
+from ..modes.base import Placement
+from .scheduler import Scheduler, placement_from_json, placement_to_json
+from .store import Store
+
+log = logging.getLogger("ma_jupyter.supervisor")
+
+POLL_INTERVAL = 0.05
+TAIL_LINES = 15
+
+
+def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = 16384) -> list[str]:
+    """The last lines of a log file (empty if it does not exist)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return data.splitlines()[-lines:]
+
+
+def new_job_id(name: str) -> str:
+    """A short readable id: the name's start plus random hex."""
+    stem = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.lower())[:24].strip("-_") or "job"
+    return f"{stem}-{secrets.token_hex(3)}"
+
+
+class Supervisor:
+    """Owns job state transitions; the REST app calls it, and it calls the backend."""
+
+    def __init__(self, store: Store, scheduler: Scheduler, backend: Backend):
+        self.store = store
+        self.scheduler = scheduler
+        self.backend = backend
+        self._placements: dict[str, Placement] = {}
+        self._finishing: set[str] = set()
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._waiting_noted: set[str] = set()
+        self.on_job_deleted = []  # callbacks(job_id), e.g. stop the job's TensorBoard
+
+    # -------------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Re-attach to jobs left running by a previous service, then run the loop."""
+        self._reattach()
+        self._thread = threading.Thread(target=self._loop, name="ma-supervisor", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the loop; running jobs keep running (they do not depend on the service)."""
+        self._halt.set()
+        self._wake.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._halt.is_set():
+            self._wake.wait(POLL_INTERVAL)
+            self._wake.clear()
+            try:
+                self.tick()
+            except Exception:  # a bug in one tick must not end supervision of every job
+                log.exception("supervisor tick failed")
+
+    def _reattach(self) -> None:
+        for job in self.store.by_status(JobStatus.running):
+            data = self.store.placement(job.id)
+            if data is None:
+                continue
+            placement = placement_from_json(data)
+            self._placements[job.id] = placement
+            self.scheduler.hold(placement)
+            attempt = self._attempt(job, placement)
+            alive = [r.name for r in job.nodes if self.backend.poll(attempt, r).state == "running"]
+            self._notice(
+                job,
+                f"service restarted: re-attached to {len(alive)} running node(s) {', '.join(alive)}".rstrip(),
+            )
+
+    # ------------------------------------------------------------------- requests
+
+    def submit(self, spec: JobSpec, creator: str | None) -> Job:
+        """Validate against the cluster and queue the job; nothing is created if it is refused."""
+        spec = spec.model_copy(update={"creator": creator or spec.creator})
+        self._validate(spec)
+        job = Job(id=new_job_id(spec.name), spec=spec, status=JobStatus.queued, backend=self.backend.name)
+        ahead = sum(
+            1 for j in self.store.by_status(JobStatus.queued) if j.spec.priority.rank >= spec.priority.rank
+        )
+        self.store.insert(
+            job,
+            Event(
+                job_id=job.id, status=JobStatus.queued, reason=f"submitted; {ahead} job(s) ahead in the queue"
+            ),
+        )
+        self._wake.set()
+        return job
+
+    def _validate(self, spec: JobSpec) -> None:
+        self.scheduler.check(spec)
+        from ..workspace import mounts_for  # the /workspace layout; validates host paths
+
+        mounts_for(spec)
+        if spec.type.value == "batch":
+            raise InvalidSpec(
+                "batch jobs cannot run on this backend yet: submit one regular job per task", field="type"
+            )
+        parse_command(spec.command or "")
+        placement = self.scheduler.place(
+            "dry-run", spec, self._usage(), reserve_ports=False
+        ) or self._any_placement(spec)
+        plan_job(spec, placement)  # a mode that cannot plan this job refuses it now, not at launch
+
+    def _any_placement(self, spec: JobSpec) -> Placement:
+        """A placement on an empty cluster (for planning a job that must wait)."""
+        placement = self.scheduler.place("dry-run", spec, self.scheduler.usage([]), reserve_ports=False)
+        if placement is None:
+            raise InvalidSpec("this job cannot be placed on this cluster", field="specs")
+        return placement
+
+    def plan(self, spec: JobSpec) -> Plan:
+        """The resolved per-node plan (``--dry-run``); creates nothing."""
+        from ..workspace import mounts_for
+
+        self._validate(spec)
+        now = self.scheduler.place("dry-run", spec, self._usage(), reserve_ports=False)
+        placement = now or self._any_placement(spec)
+        mounts = [m if isinstance(m, dict) else _mount_dict(m) for m in mounts_for(spec)]
+        views = [
+            NodePlanView(
+                name=p.name,
+                role=p.task.role,
+                index=p.task.index,
+                hostname=p.task.hostname,
+                argv=p.argv,
+                env=p.env,
+                files=p.files,
+                mounts=mounts,
+                workdir=spec.workdir or "/workspace/algorithm",
+                primary=p.primary,
+            )
+            for p in plan_job(spec, placement)
+        ]
+        ahead = sum(
+            1 for j in self.store.by_status(JobStatus.queued) if j.spec.priority.rank >= spec.priority.rank
+        )
+        notes = ["ports are allocated at launch (0 in this plan)"]
+        return Plan(
+            spec=placement.spec.name,
+            nodes=views,
+            can_start_now=now is not None and ahead == 0,
+            queue_ahead=ahead,
+            notes=notes,
+        )
+
+    def request_stop(self, job_id: str) -> Job:
+        """Stop a job: a queued one at once, a running one after its grace period."""
+        with self._lock:
+            job = self.store.get(job_id)
+            if job.status is JobStatus.queued:
+                return self._transition(job, JobStatus.stopped, "stopped by user while queued")
+            if job.status is JobStatus.running:
+                self.store.set_desired(job_id, "stop")
+                self._wake.set()
+            return job
+
+    def delete(self, job_id: str, force: bool = False) -> None:
+        """Delete a finished job and its files; ``force`` stops a live one first."""
+        job = self.store.get(job_id)
+        if not job.status.is_terminal():
+            if not force:
+                raise Conflict(f"job {job_id} is {job.status.value}: stop it first, or delete with force")
+            self.request_stop(job_id)
+            deadline = time.monotonic() + job.spec.grace_period + 15
+            while not self.store.status(job_id).is_terminal():
+                if time.monotonic() > deadline:
+                    raise Conflict(f"job {job_id} did not stop in time; try again")
+                time.sleep(0.05)
+        for callback in self.on_job_deleted:
+            callback(job_id)
+        self.store.delete(job_id)
+        shutil.rmtree(config.job_dir(job_id), ignore_errors=True)
+
+    def update(self, job_id: str, priority: Priority | None = None, duration: float | None = None) -> Job:
+        """Change a queued job's priority or a running job's duration (without restarting it)."""
+        with self._lock:
+            job = self.store.get(job_id)
+            changes = []
+            spec = job.spec
+            if priority is not None:
+                if job.status is not JobStatus.queued:
+                    raise Conflict(f"only a queued job's priority can change; {job_id} is {job.status.value}")
+                spec = spec.model_copy(update={"priority": priority})
+                changes.append(f"priority set to {priority.value}")
+            if duration is not None:
+                if job.status not in (JobStatus.queued, JobStatus.running):
+                    raise Conflict(
+                        f"only a queued or running job's duration can change; {job_id} is {job.status.value}"
+                    )
+                spec = spec.model_copy(update={"duration": duration})
+                changes.append(f"duration set to {duration:g} s")
+            if not changes:
+                raise InvalidSpec("nothing to update: give priority or duration")
+            job = job.model_copy(update={"spec": spec})
+            self.store.save(job, Event(job_id=job_id, status=job.status, reason="; ".join(changes)))
+            self._wake.set()
+            return job
+
+    # ---------------------------------------------------------------------- the loop
+
+    def tick(self) -> None:
+        """One pass: watch running jobs, then admit queued ones."""
+        for job in self.store.by_status(JobStatus.running):
+            if job.id not in self._finishing:
+                self._watch(job)
+        self._admit()
+
+    def _usage(self):
+        with self._lock:
+            return self.scheduler.usage(list(self._placements.values()))
+
+    def _admit(self) -> None:
+        for job in self.store.by_status(JobStatus.queued):
+            with self._lock:
+                if self.store.status(job.id) is not JobStatus.queued:
+                    continue
+                placement = self.scheduler.place(job.id, job.spec, self._usage())
+                if placement is None:
+                    if job.id not in self._waiting_noted:
+                        self._waiting_noted.add(job.id)
+                        self._notice(
+                            job, "waiting for resources: no spec of this job fits the free capacity now"
+                        )
+                    continue
+                self._waiting_noted.discard(job.id)
+                self._launch(job, placement)
+
+    def _attempt(self, job: Job, placement: Placement) -> Attempt:
+        plans = plan_job(self._effective_spec(job), placement)
+        return Attempt(
+            job_id=job.id,
+            spec=self._effective_spec(job),
+            number=job.attempt,
+            job_dir=config.job_dir(job.id),
+            plans=tuple(plans),
+        )
+
+    def _effective_spec(self, job: Job) -> JobSpec:
+        """The spec the nodes run with: prepared datasets replace the originals."""
+        if not job.spec.data_preparation:
+            return job.spec
+        cache = config.job_dir(job.id) / "prepared"
+        datasets = [
+            d.model_copy(update={"path": str(cache / f"{d.source.value}-{d.name}-{d.version or ''}")})
+            for d in job.spec.datasets
+        ]
+        return job.spec.model_copy(update={"datasets": datasets})
+
+    def _prepare_data(self, job: Job) -> None:
+        """Copy read-only datasets to node-local storage before the first attempt."""
+        cache = config.job_dir(job.id) / "prepared"
+        if cache.exists():
+            return
+        started = time.monotonic()
+        total = 0
+        for d in job.spec.datasets:
+            target = cache / f"{d.source.value}-{d.name}-{d.version or ''}"
+            shutil.copytree(d.path, target, symlinks=False)
+            total += sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+        self._notice(
+            job,
+            f"data preparation: copied {len(job.spec.datasets)} dataset(s), {total / 1e6:.1f} MB "
+            f"in {time.monotonic() - started:.2f} s to node-local storage",
+        )
+
+    def _launch(self, job: Job, placement: Placement) -> None:
+        job_dir = config.job_dir(job.id)
+        (job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        try:
+            if job.spec.data_preparation:
+                self._prepare_data(job)
+            attempt = self._attempt(job, placement)
+            # Durable before the processes exist: a crash right after launch can still find them.
+            self.store.set_placement(job.id, placement_to_json(placement))
+            runs = self.backend.launch(attempt)
+        except Exception as exc:  # the job cannot start: it fails, the queue goes on
+            self.scheduler.release(placement)
+            self.store.set_placement(job.id, None)
+            message = exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
+            log.warning("job %s failed to launch: %s", job.id, message)
+            self._transition(job, JobStatus.error, f"could not start: {message}")
+            return
+        self._placements[job.id] = placement
+        where = ", ".join(f"{r.name}@{r.host}" for r in runs)
+        updates = {
+            "nodes": runs,
+            "chosen_spec": placement.spec.name,
+            "workspace_isolation": self.backend.isolation(),
+        }
+        if job.started_at is None:
+            updates["started_at"] = utcnow()
+        job = job.model_copy(update=updates)
+        resumed = f" (attempt {job.attempt + 1})" if job.attempt else ""
+        self._transition(job, JobStatus.running, f"running on spec {placement.spec.name}{resumed}: {where}")
+        if self.backend.isolation() == "symlink":
+            self._notice(
+                job,
+                "bubblewrap is missing: /workspace is a symlink tree at $MA_WORKSPACE; "
+                "read-only mounts are not enforced (install bubblewrap for real isolation)",
+            )
+
+    def _watch(self, job: Job) -> None:
+        placement = self._placements.get(job.id)
+        if placement is None:
+            data = self.store.placement(job.id)
+            if data is None:
+                self._transition(
+                    job, JobStatus.error, "lost: the service has no record of where this job ran"
+                )
+                return
+            placement = self._placements[job.id] = placement_from_json(data)
+        attempt = self._attempt(job, placement)
+        if self.store.desired(job.id) == "stop":
+            self._finish(job, attempt, JobStatus.stopped, "stopped by user", job.spec.grace_period)
+            return
+        if job.spec.duration and job.started_at:
+            elapsed = (utcnow() - job.started_at).total_seconds()
+            if elapsed > job.spec.duration:
+                self._finish(
+                    job,
+                    attempt,
+                    JobStatus.expired,
+                    f"ran past its duration of {job.spec.duration:g} s",
+                    job.spec.grace_period,
+                )
+                return
+        runs = [self.backend.poll(attempt, r) for r in job.nodes]
+        if runs != job.nodes:
+            job = job.model_copy(update={"nodes": runs})
+            self.store.save(job)
+        failed = [r for r in runs if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)]
+        if failed:
+            self._fail(job, attempt, failed[0])
+            return
+        primaries = [r for r in runs if r.primary]
+        if primaries and all(r.state == "exited" and r.exit_code == 0 for r in primaries):
+            others = [r.name for r in runs if not r.primary]
+            extra = f"; stopped {', '.join(others)}" if others else ""
+            self._finish(
+                job, attempt, JobStatus.succeeded, f"every node exited with code 0{extra}", 5.0, exit_code=0
+            )
+
+    def _fail(self, job: Job, attempt: Attempt, run: NodeRun) -> None:
+        lines = tail(node_log(attempt.log_dir, run.name))
+        what = (
+            "was lost (its process is gone and left no exit code)"
+            if run.state == "lost"
+            else f"exited with code {run.exit_code}"
+        )
+        failure = _rank_failure(attempt, run)
+        rank = f" (rank {failure[0]} exited with code {failure[1]})" if failure else ""
+        reason = f"node {run.name} {what}{rank}"
+        if lines:
+            reason += "\nlast log lines:\n" + "\n".join(lines)
+        spec = job.spec
+        if spec.fault_restart and job.restarts < spec.fault_restart.max_restarts:
+            self._finish(
+                job,
+                attempt,
+                JobStatus.queued,
+                f"fault restart {job.restarts + 1} of {spec.fault_restart.max_restarts}: {reason}",
+                spec.grace_period,
+                requeue=True,
+                failed=run,
+            )
+        elif spec.checkpoint_resume and job.restarts < spec.checkpoint_resume.max_resumes:
+            self._finish(
+                job,
+                attempt,
+                JobStatus.queued,
+                f"checkpoint resume {job.restarts + 1} of {spec.checkpoint_resume.max_resumes}: {reason}",
+                spec.checkpoint_resume.grace_period,
+                requeue=True,
+                failed=run,
+            )
+        else:
+            self._finish(job, attempt, JobStatus.error, reason, 5.0, exit_code=run.exit_code, failed=run)
+
+    def _finish(
+        self,
+        job: Job,
+        attempt: Attempt,
+        status: JobStatus,
+        reason: str,
+        grace: float,
+        *,
+        exit_code: int | None = None,
+        requeue: bool = False,
+        failed: NodeRun | None = None,
+    ) -> None:
+        """End the attempt: stop what still runs (on a thread: it may take the grace period), then record."""
+        self._finishing.add(job.id)
+
+        def run() -> None:
+            try:
+                live = [r for r in job.nodes if r.state in ("running", "pending")]
+                if live:
+                    self.backend.stop(attempt, live, grace)
+                final = [self.backend.poll(attempt, r) for r in job.nodes]
+                final = [
+                    r.model_copy(update={"state": "stopped"})
+                    if r.state == "lost" and r.name != (failed.name if failed else None)
+                    else r
+                    for r in final
+                ]
+                with self._lock:
+                    placement = self._placements.pop(job.id, None)
+                    if placement:
+                        self.scheduler.release(placement)
+                    self.store.set_placement(job.id, None)
+                    self.store.set_desired(job.id, None)
+                    current = self.store.get(job.id)
+                    updates: dict = {"nodes": final}
+                    if requeue:
+                        updates.update(attempt=current.attempt + 1, restarts=current.restarts + 1)
+                    else:
+                        updates.update(exit_code=exit_code, finished_at=utcnow())
+                    self._transition(
+                        current.model_copy(update=updates),
+                        status,
+                        reason,
+                        node=failed.name if failed else None,
+                        exit_code=failed.exit_code if failed else exit_code,
+                    )
+            except Exception:
+                log.exception("finishing job %s failed", job.id)
+            finally:
+                self._finishing.discard(job.id)
+                self._wake.set()
+
+        threading.Thread(target=run, name=f"finish-{job.id}", daemon=True).start()
+
+    # ----------------------------------------------------------------------- events
+
+    def _transition(
+        self,
+        job: Job,
+        status: JobStatus,
+        reason: str,
+        *,
+        node: str | None = None,
+        exit_code: int | None = None,
+    ) -> Job:
+        if job.status is not status and not job.status.can_become(status):
+            raise Conflict(f"job {job.id} cannot go from {job.status.value} to {status.value}")
+        job = job.model_copy(update={"status": status, "reason": reason.splitlines()[0] if reason else ""})
+        self.store.save(
+            job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code)
+        )
+        return job
+
+    def _notice(self, job: Job, reason: str) -> None:
+        self.store.add_event(Event(job_id=job.id, status=job.status, reason=reason))
+
+
+def _rank_failure(attempt: Attempt, run: NodeRun) -> tuple[int, int] | None:
+    """(rank, exit code) when the node's launcher recorded which rank failed first."""
+    import json
+
+    path = attempt.job_dir / "nodes" / run.name / "failure.json"
+    try:
+        data = json.loads(path.read_text())
+        return int(data["rank"]), int(data["exit_code"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _mount_dict(mount) -> dict:
+    """A workspace mount as plain data for the dry-run view."""
+    from dataclasses import asdict, is_dataclass
+
+    if is_dataclass(mount):
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(mount).items()}
+    if hasattr(mount, "model_dump"):
+        return mount.model_dump()
+    return dict(mount)

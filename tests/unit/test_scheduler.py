@@ -1,0 +1,90 @@
+"""Placement on the simulated cluster: spreading, specs in order, cards, ps resources, elasticity."""
+
+from __future__ import annotations
+
+import pytest
+
+from ma_jupyter.config import Cluster, default_nodes, default_specs
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.models import JobSpec
+from ma_jupyter.service.scheduler import Scheduler, placement_from_json, placement_to_json
+
+
+def ma_spec(**fields):
+    return JobSpec(name="j", command="python x.py", **fields)
+
+
+def test_workers_spread_one_per_node_with_distinct_hosts_and_ports():
+    sched = Scheduler(Cluster())
+    placement = sched.place("j1", ma_spec(mode="pytorch", nodes=3), sched.usage([]))
+    hosts = [t.host for t in placement.tasks]
+    assert len(set(hosts)) == 3
+    assert [t.hostname for t in placement.tasks] == ["worker-0", "worker-1", "worker-2"]
+    ports = [p for t in placement.tasks for p in t.ports]
+    assert len(set(ports)) == len(ports) and all(ports)
+    assert placement_from_json(placement_to_json(placement)) == placement
+
+
+def test_first_spec_that_fits_wins_and_cards_are_assigned():
+    sched = Scheduler(Cluster())
+    spec = ma_spec(mode="pytorch", nodes=2, specs=["npu.emu-2", "cpu.small"])
+    placement = sched.place("j1", spec, sched.usage([]))
+    assert placement.spec.name == "npu.emu-2"
+    assert all(t.slots == 2 and len(t.devices) == 2 for t in placement.tasks)
+    # the two npu nodes are now each half used; a second identical job takes the other cards
+    second = sched.place("j2", spec, sched.usage([placement]))
+    assert second.spec.name == "npu.emu-2"
+    assert all(
+        set(a.devices).isdisjoint(b.devices) for a, b in zip(placement.tasks, second.tasks, strict=True)
+    )
+    # a third no longer fits on npu nodes: the equivalent cpu spec is used
+    third = sched.place("j3", spec, sched.usage([placement, second]))
+    assert third.spec.name == "cpu.small"
+
+
+def test_parameter_servers_get_small_resources_and_may_share_a_node():
+    cluster = Cluster(specs=default_specs(), nodes=default_nodes(2))
+    sched = Scheduler(cluster)
+    placement = sched.place("j", ma_spec(mode="tensorflow", nodes=2, ps=2), sched.usage([]))
+    roles = [(t.role, t.index) for t in placement.tasks]
+    assert roles == [("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)]
+    assert all(t.slots == 1 for t in placement.role("ps"))
+
+
+def test_jobs_that_can_never_fit_are_refused_up_front():
+    sched = Scheduler(Cluster(specs=default_specs(), nodes=default_nodes(2)))
+    with pytest.raises(InvalidSpec, match="can ever be placed"):
+        sched.check(ma_spec(mode="pytorch", nodes=3))
+    with pytest.raises(InvalidSpec, match="unknown spec 'gpu.huge'"):
+        sched.check(ma_spec(specs=["gpu.huge"]))
+    with pytest.raises(InvalidSpec, match="unknown node"):
+        sched.check(ma_spec(node_name="node-99"))
+    with pytest.raises(InvalidSpec, match="can ever be placed"):
+        sched.check(ma_spec(driver_version="999"))
+
+
+def test_elastic_resume_accepts_fewer_nodes_when_short():
+    cluster = Cluster(specs=default_specs(), nodes=default_nodes(2))
+    sched = Scheduler(cluster)
+    busy = sched.place("other", ma_spec(specs=["cpu.medium"], node_name="node-1"), sched.usage([]))
+    busy2 = sched.place("other2", ma_spec(specs=["cpu.medium"], node_name="node-1"), sched.usage([busy]))
+    use = sched.usage([busy, busy2])
+    rigid = ma_spec(mode="pytorch", nodes=2, specs=["cpu.medium"])
+    assert sched.place("j", rigid, use) is None
+    elastic = ma_spec(
+        mode="pytorch", nodes=2, specs=["cpu.medium"], checkpoint_resume={"elastic_min_nodes": 1}
+    )
+    placement = sched.place("j", elastic, use)
+    assert [t.host for t in placement.tasks] == ["node-0"]
+
+
+def test_node_views_report_use():
+    sched = Scheduler(Cluster())
+    placement = sched.place("j1", ma_spec(specs=["gpu.emu-2"]), sched.usage([]))
+    views = {n.name: n for n in sched.node_views(sched.usage([placement]))}
+    host = placement.tasks[0].host
+    assert views[host].accelerators_used == [0, 1]
+    assert views[host].status == "busy"
+    assert all(v.status == "idle" for k, v in views.items() if k != host)
+    only_npu = sched.node_views(sched.usage([]), spec="npu.emu-2")
+    assert {n.accelerator_type for n in only_npu} == {"npu"}
