@@ -1,0 +1,123 @@
+"""Fixtures that run a real job service process on a temporary home."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+
+@dataclass
+class ServiceProcess:
+    """A running ``python -m ma_jupyter.service`` and a token-carrying session to it."""
+
+    home: Path
+    proc: subprocess.Popen
+    url: str
+    token: str
+
+    @property
+    def api(self) -> str:
+        return f"{self.url}/api/v1"
+
+    def session(self, user: str = "tester") -> requests.Session:
+        s = requests.Session()
+        s.headers["Authorization"] = f"Bearer {self.token}"
+        s.headers["X-MA-User"] = user
+        return s
+
+
+def start_service(home: Path, timeout: float = 20.0) -> ServiceProcess:
+    """Start the service for ``home`` and wait until its runtime file names it."""
+    runtime = home / "service.json"
+    env = {**os.environ, "MA_JUPYTER_HOME": str(home)}
+    log = open(home / "service.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ma_jupyter.service"], env=env, stdout=log, stderr=log, start_new_session=True
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"service exited with {proc.returncode}: {(home / 'service.log').read_text()[-3000:]}"
+            )
+        try:
+            data = json.loads(runtime.read_text())
+            if data["pid"] == proc.pid:
+                return ServiceProcess(home, proc, data["url"], data["token"])
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("service did not start: " + (home / "service.log").read_text()[-3000:])
+
+
+SMALL_CLUSTER = """
+[[spec]]
+name = "cpu.small"
+cpus = 1
+memory_gb = 1
+
+[[spec]]
+name = "cpu.medium"
+cpus = 2
+memory_gb = 2
+
+[[node]]
+name = "big"
+cpus = 8
+memory_gb = 16
+
+[[node]]
+name = "tiny"
+cpus = 2
+memory_gb = 2
+"""
+
+
+@pytest.fixture
+def ma_service(request, tmp_path, monkeypatch):
+    """A fresh service on its own home; killed (and its jobs stopped) afterwards.
+
+    ``@pytest.mark.small_cluster`` gives it a two-node cluster (``big`` and ``tiny``, where one
+    ``cpu.medium`` job fills ``tiny``) so queueing can be tested deterministically.
+    """
+    home = tmp_path / "home"
+    home.mkdir()
+    if request.node.get_closest_marker("small_cluster"):
+        (home / "cluster.toml").write_text(SMALL_CLUSTER)
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
+    services: list[ServiceProcess] = [start_service(home)]
+
+    def restart() -> ServiceProcess:
+        services.append(start_service(home))
+        return services[-1]
+
+    services[0].restart = restart  # type: ignore[attr-defined]
+    yield services[0]
+    last = services[-1]
+    if last.proc.poll() is None:
+        # stop whatever still runs so no test leaves processes behind
+        s = last.session()
+        try:
+            for job in s.get(f"{last.api}/jobs", params={"status": ["running", "queued"]}, timeout=5).json()[
+                "items"
+            ]:
+                s.post(f"{last.api}/jobs/{job['id']}/stop", timeout=5)
+        except requests.RequestException:
+            pass
+    for svc in services:
+        if svc.proc.poll() is None:
+            svc.proc.send_signal(signal.SIGTERM)
+            try:
+                svc.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                svc.proc.kill()

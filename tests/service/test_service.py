@@ -1,0 +1,294 @@
+"""The job service end to end over HTTP: real service process, real node processes in bubblewrap."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+import requests
+
+from tests.helpers import wait_for
+
+PY = sys.executable
+
+
+def submit(svc, **fields):
+    s = svc.session()
+    body = {"name": "t", **fields}
+    r = s.post(f"{svc.api}/jobs", json=body, timeout=10)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def job_of(svc, job_id):
+    r = svc.session().get(f"{svc.api}/jobs/{job_id}", timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_status(svc, job_id, statuses, timeout=60):
+    return wait_for(lambda: (j := job_of(svc, job_id))["status"] in statuses and j, timeout=timeout)
+
+
+def full_log(svc, job_id, node="worker-0"):
+    r = svc.session().get(
+        f"{svc.api}/jobs/{job_id}/logs/read", params={"node": node, "offset": 0}, timeout=10
+    )
+    return r.json()["data"]
+
+
+def test_every_route_requires_the_token(ma_service):
+    for method, path in [
+        ("get", "/health"),
+        ("get", "/jobs"),
+        ("post", "/jobs"),
+        ("get", "/specs"),
+        ("get", "/nodes"),
+        ("get", "/jobs/x/logs/read"),
+    ]:
+        r = getattr(requests, method)(f"{ma_service.api}{path}", timeout=5)
+        assert r.status_code == 401, (path, r.status_code)
+        assert r.json()["error"] == "unauthorized"
+        bad = getattr(requests, method)(
+            f"{ma_service.api}{path}", headers={"Authorization": "Bearer nope"}, timeout=5
+        )
+        assert bad.status_code == 401
+    assert ma_service.session().get(f"{ma_service.api}/health", timeout=5).json()["ok"] is True
+    # loopback only, and the runtime file is private
+    assert ma_service.url.startswith("http://127.0.0.1:")
+    assert (ma_service.home / "service.json").stat().st_mode & 0o777 == 0o600
+    assert ma_service.session().get(f"{ma_service.api}/openapi.json", timeout=5).status_code == 200
+
+
+def test_bad_specs_get_a_400_that_says_what_to_do_and_create_nothing(ma_service):
+    s = ma_service.session()
+    r = s.post(
+        f"{ma_service.api}/jobs", json={"name": "t", "command": "KEY=VALUE python3 train.py"}, timeout=5
+    )
+    assert r.status_code == 400
+    assert "bash -c" in r.json()["message"]
+    r = s.post(
+        f"{ma_service.api}/jobs", json={"name": "t", "command": "python x.py", "specs": ["nope"]}, timeout=5
+    )
+    assert r.status_code == 400 and "unknown spec" in r.json()["message"]
+    r = s.post(
+        f"{ma_service.api}/jobs",
+        json={"name": "t", "command": "python x.py", "datasets": [{"name": "d", "path": "/does/not/exist"}]},
+        timeout=5,
+    )
+    assert r.status_code == 400 and "/does/not/exist" in r.json()["message"]
+    assert s.get(f"{ma_service.api}/jobs", timeout=5).json()["total"] == 0
+    assert s.get(f"{ma_service.api}/jobs/missing-1", timeout=5).status_code == 404
+
+
+def test_read_only_dataset_writable_outputs(ma_service, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "numbers.txt").write_text("1 2 3 4\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    script = textwrap.dedent("""
+        import os, subprocess
+        nums = open('/workspace/dataset/private/numbers/numbers.txt').read().split()
+        open('/workspace/outputs/sum.txt', 'w').write(str(sum(map(int, nums))))
+        try:
+            open('/workspace/dataset/private/numbers/hack.txt', 'w').write('x')
+            print('DATASET WRITABLE')
+        except OSError as exc:
+            print('dataset is read-only:', exc.errno)
+        print('done')
+    """)
+    job = submit(
+        ma_service,
+        command=f"{PY} -c {script!r}".replace("\n", "\n"),
+        datasets=[{"name": "numbers", "path": str(data)}],
+        outputs=str(out),
+    )
+    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
+    log = full_log(ma_service, job["id"])
+    assert final["status"] == "succeeded", log
+    assert (out / "sum.txt").read_text() == "10"
+    assert "dataset is read-only" in log and "DATASET WRITABLE" not in log
+    assert not (data / "hack.txt").exists()
+    events = ma_service.session().get(f"{ma_service.api}/jobs/{job['id']}/events", timeout=5).json()
+    assert [e["status"] for e in events][0] == "queued" and events[-1]["status"] == "succeeded"
+
+
+def test_failure_reports_exit_code_and_last_lines(ma_service):
+    job = submit(ma_service, command=f"{PY} -c \"import sys; print('before the crash'); sys.exit(3)\"")
+    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
+    assert final["status"] == "error"
+    assert final["exit_code"] == 3
+    events = ma_service.session().get(f"{ma_service.api}/jobs/{job['id']}/events", timeout=5).json()
+    last = events[-1]
+    assert last["exit_code"] == 3 and last["node"] == "worker-0"
+    assert "exited with code 3" in last["reason"] and "before the crash" in last["reason"]
+
+
+def _tree_script(marker):
+    return textwrap.dedent(f"""
+        import os, signal, subprocess, sys, time
+        # a child that ignores SIGTERM and a grandchild in its own session
+        subprocess.Popen([sys.executable, '-c', 'import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)  # {marker}'])
+        subprocess.Popen([sys.executable, '-c', 'import os,time; os.setsid(); time.sleep(600)  # {marker}'])
+        print('tree started', flush=True)
+        time.sleep(600)
+    """)
+
+
+def _procs_with(marker):
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in part for part in (p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_stop_kills_the_whole_tree_within_the_grace_period(ma_service):
+    marker = f"ma-tree-{os.getpid()}-{time.time_ns()}"
+    job = submit(ma_service, command=f"{PY} -c {_tree_script(marker)!r}", grace_period=2)
+    wait_for(lambda: "tree started" in full_log(ma_service, job["id"]), timeout=30)
+    wait_for(lambda: len(_procs_with(marker)) >= 2, timeout=10)
+    started = time.monotonic()
+    r = ma_service.session().post(f"{ma_service.api}/jobs/{job['id']}/stop", timeout=5)
+    assert r.status_code == 200
+    final = wait_status(ma_service, job["id"], {"stopped"}, timeout=30)
+    took = time.monotonic() - started
+    assert final["status"] == "stopped"
+    assert _procs_with(marker) == []
+    assert took < 2 + 5, f"stop took {took:.1f} s for a 2 s grace period"
+
+
+def test_a_job_past_its_duration_expires(ma_service):
+    job = submit(
+        ma_service,
+        command=f"{PY} -c \"import time; print('long', flush=True); time.sleep(600)\"",
+        duration=2,
+        grace_period=1,
+    )
+    final = wait_status(ma_service, job["id"], {"expired", "error", "succeeded"}, timeout=30)
+    assert final["status"] == "expired"
+    assert "duration" in final["reason"]
+
+
+@pytest.mark.small_cluster
+def test_kill_9_of_the_service_loses_nothing(ma_service, tmp_path):
+    script = textwrap.dedent("""
+        import time
+        for i in range(40):
+            print(f'line {i}', flush=True)
+            time.sleep(0.1)
+    """)
+    job = submit(ma_service, command=f"{PY} -c {script!r}", node_name="big")
+    wait_for(lambda: "line 3" in full_log(ma_service, job["id"]), timeout=30)
+    # a job that cannot start yet must survive the crash too
+    blocker = submit(
+        ma_service,
+        name="blocker",
+        command=f'{PY} -c "import time; time.sleep(600)"',
+        specs=["cpu.medium"],
+        node_name="tiny",
+        grace_period=1,
+    )
+    queued_later = submit(ma_service, name="waiting", command=f"{PY} -c \"print('I ran')\"", node_name="tiny")
+    wait_status(ma_service, blocker["id"], {"running"})
+    wait_status(ma_service, queued_later["id"], {"queued"})
+    os.kill(ma_service.proc.pid, signal.SIGKILL)
+    ma_service.proc.wait(10)
+    time.sleep(1.0)  # the job keeps printing while no service runs
+    svc = ma_service.restart()
+    final = wait_status(svc, job["id"], {"succeeded", "error"}, timeout=60)
+    assert final["status"] == "succeeded"
+    log = full_log(svc, job["id"])
+    assert [line for line in log.splitlines() if line.startswith("line ")] == [f"line {i}" for i in range(40)]
+    events = svc.session().get(f"{svc.api}/jobs/{job['id']}/events", timeout=5).json()
+    assert any("re-attached" in e["reason"] for e in events)
+    assert job_of(svc, queued_later["id"])["status"] == "queued"
+    svc.session().post(f"{svc.api}/jobs/{blocker['id']}/stop", timeout=5)
+    assert wait_status(svc, queued_later["id"], {"succeeded"}, timeout=60)["status"] == "succeeded"
+
+
+def test_follow_long_poll_and_offsets(ma_service):
+    script = "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second', flush=True)"
+    job = submit(ma_service, command=f"{PY} -c {script!r}")
+    s = ma_service.session()
+    seen, offset = "", 0
+    while True:
+        chunk = s.get(
+            f"{ma_service.api}/jobs/{job['id']}/logs/read", params={"offset": offset, "wait": 5}, timeout=15
+        ).json()
+        assert chunk["offset"] == offset
+        seen += chunk["data"]
+        offset = chunk["next_offset"]
+        if chunk["eof"]:
+            break
+    assert seen.splitlines() == ["first", "second"]
+    streams = s.get(f"{ma_service.api}/jobs/{job['id']}/logs", timeout=5).json()
+    assert streams[0]["node"] == "worker-0" and streams[0]["size"] == offset
+
+
+def test_listing_filters_and_paging(ma_service):
+    ids = [submit(ma_service, name=f"alpha-{i}", command=f"{PY} -c pass")["id"] for i in range(3)]
+    submit(ma_service, name="beta", command=f"{PY} -c pass", specs=["cpu.medium"])
+    for job_id in ids:
+        wait_status(ma_service, job_id, {"succeeded"})
+    s = ma_service.session()
+    page = s.get(f"{ma_service.api}/jobs", params={"name": "alph", "limit": 2}, timeout=5).json()
+    assert page["total"] == 3 and len(page["items"]) == 2
+    assert s.get(f"{ma_service.api}/jobs", params={"spec": "cpu.medium"}, timeout=5).json()["total"] == 1
+    assert (
+        s.get(
+            f"{ma_service.api}/jobs",
+            params={"creator": "tester", "status": "succeeded", "name": "alpha"},
+            timeout=5,
+        ).json()["total"]
+        == 3
+    )
+    specs = s.get(f"{ma_service.api}/specs", timeout=5).json()
+    assert "cpu.small" in [x["name"] for x in specs]
+    assert len(s.get(f"{ma_service.api}/nodes", timeout=5).json()) >= 2
+
+
+def test_others_access_rules(ma_service):
+    job = submit(ma_service, command=f"{PY} -c pass", access="ro")
+    other = ma_service.session(user="someone-else")
+    assert other.get(f"{ma_service.api}/jobs/{job['id']}", timeout=5).status_code == 200
+    r = other.post(f"{ma_service.api}/jobs/{job['id']}/stop", timeout=5)
+    assert r.status_code == 403 and "ask its owner" in r.json()["message"]
+    private = submit(ma_service, command=f"{PY} -c pass", access="none")
+    assert other.get(f"{ma_service.api}/jobs/{private['id']}", timeout=5).status_code == 403
+
+
+@pytest.mark.small_cluster
+@pytest.mark.parametrize("priority", ["urgent", "very-urgent"])
+def test_queued_priority_can_change_and_queued_jobs_stop_at_once(ma_service, priority):
+    blocker = submit(
+        ma_service,
+        name="blocker",
+        command=f'{PY} -c "import time; time.sleep(600)"',
+        specs=["cpu.medium"],
+        node_name="tiny",
+        grace_period=1,
+    )
+    wait_status(ma_service, blocker["id"], {"running"})
+    waiting = submit(ma_service, name="waiting", command=f"{PY} -c pass", node_name="tiny")
+    assert job_of(ma_service, waiting["id"])["queue_position"] == 0
+    s = ma_service.session()
+    r = s.patch(f"{ma_service.api}/jobs/{waiting['id']}", json={"priority": priority}, timeout=5)
+    assert r.status_code == 200 and r.json()["spec"]["priority"] == priority
+    assert (
+        s.patch(f"{ma_service.api}/jobs/{blocker['id']}", json={"priority": "urgent"}, timeout=5).status_code
+        == 409
+    )
+    assert s.delete(f"{ma_service.api}/jobs/{waiting['id']}", timeout=5).status_code == 409
+    assert s.post(f"{ma_service.api}/jobs/{waiting['id']}/stop", timeout=5).json()["status"] == "stopped"
+    assert s.delete(f"{ma_service.api}/jobs/{waiting['id']}", timeout=5).status_code == 204
+    assert s.get(f"{ma_service.api}/jobs/{waiting['id']}", timeout=5).status_code == 404
