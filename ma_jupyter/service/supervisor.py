@@ -19,6 +19,7 @@ period, so it runs on its own thread per job and never stalls the loop.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import shutil
 import threading
@@ -32,12 +33,16 @@ from ..errors import Conflict, InvalidSpec
 from ..models import Event, Job, JobSpec, JobStatus, NodePlanView, NodeRun, Plan, Priority, utcnow
 from ..modes import plan_job
 from ..modes.base import Placement
+from .logs import read_bytes
 from .scheduler import Scheduler, placement_from_json, placement_to_json
 from .store import Store
 
 log = logging.getLogger("ma_jupyter.supervisor")
 
 POLL_INTERVAL = 0.05
+# The per-iteration timing line the platform's performance detection reads, e.g.
+# "this iteration hardware time is 2201.521 and e2e time is 3317.794921875 ms."
+PERF_LINE = re.compile(r"hardware time is ([0-9.]+) and e2e time is ([0-9.]+)")
 TAIL_LINES = 15
 
 
@@ -75,6 +80,8 @@ class Supervisor:
         self._thread: threading.Thread | None = None
         self._waiting_noted: set[str] = set()
         self.on_job_deleted = []  # callbacks(job_id), e.g. stop the job's TensorBoard
+        self._perf_offsets: dict[tuple[str, int, str], int] = {}
+        self._perf_alerted: set[tuple[str, int, str]] = set()
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -275,6 +282,11 @@ class Supervisor:
 
     def _attempt(self, job: Job, placement: Placement) -> Attempt:
         plans = plan_job(self._effective_spec(job), placement)
+        for node in plans:
+            # A resumed or restarted attempt tells the training code so it can load its checkpoint.
+            node.env["MA_ATTEMPT"] = str(job.attempt)
+            if job.spec.checkpoint_resume:
+                node.env["MA_RESUME"] = "1" if job.attempt else "0"
         return Attempt(
             job_id=job.id,
             spec=self._effective_spec(job),
@@ -380,6 +392,12 @@ class Supervisor:
         if failed:
             self._fail(job, attempt, failed[0])
             return
+        if (
+            job.spec.checkpoint_resume
+            and job.spec.checkpoint_resume.perf_threshold
+            and self._perf_degraded(job, attempt)
+        ):
+            return
         primaries = [r for r in runs if r.primary]
         if primaries and all(r.state == "exited" and r.exit_code == 0 for r in primaries):
             others = [r.name for r in runs if not r.primary]
@@ -387,6 +405,45 @@ class Supervisor:
             self._finish(
                 job, attempt, JobStatus.succeeded, f"every node exited with code 0{extra}", 5.0, exit_code=0
             )
+
+    def _perf_degraded(self, job: Job, attempt: Attempt) -> bool:
+        """Performance detection: scan new log lines for the per-iteration hardware and e2e times.
+
+        When hardware/e2e exceeds the threshold, the ``alert`` policy records an event; the
+        ``reschedule`` policy also interrupts the job so checkpoint resume schedules it again.
+        Returns True when the job is being rescheduled.
+        """
+        resume = job.spec.checkpoint_resume
+        for run in job.nodes:
+            if not run.primary:
+                continue
+            key = (job.id, job.attempt, run.name)
+            offset = self._perf_offsets.get(key, 0)
+            data, _size = read_bytes(node_log(attempt.log_dir, run.name), offset, 1 << 20)
+            complete = data[: data.rfind(b"\n") + 1]
+            self._perf_offsets[key] = offset + len(complete)
+            for match in PERF_LINE.finditer(complete.decode("utf-8", "replace")):
+                hardware, e2e = float(match.group(1)), float(match.group(2))
+                if e2e <= 0 or hardware / e2e <= resume.perf_threshold:
+                    continue
+                what = (
+                    f"performance alert on {run.name}: hardware/e2e time {hardware / e2e:.3f} "
+                    f"exceeds the threshold {resume.perf_threshold:g}"
+                )
+                if resume.perf_policy.value == "reschedule" and job.restarts < resume.max_resumes:
+                    self._finish(
+                        job,
+                        attempt,
+                        JobStatus.queued,
+                        f"checkpoint resume {job.restarts + 1} of {resume.max_resumes}: {what}; rescheduling",
+                        resume.grace_period,
+                        requeue=True,
+                    )
+                    return True
+                if key not in self._perf_alerted:
+                    self._perf_alerted.add(key)
+                    self._notice(job, what)
+        return False
 
     def _fail(self, job: Job, attempt: Attempt, run: NodeRun) -> None:
         lines = tail(node_log(attempt.log_dir, run.name))
