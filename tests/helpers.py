@@ -1,0 +1,30 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02) -> T:
+    """Call ``predicate`` until it returns something truthy and return that; AssertionError on timeout.
+
+    Exceptions raised by the predicate count as "not yet" until the timeout, then propagate.
+    """
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # not ready yet (e.g. a file that does not exist yet)
+            last_error = exc
+        if time.monotonic() >= deadline:
+            if last_error is not None:
+                raise AssertionError(f"condition not met within {timeout} s") from last_error
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)
