@@ -1,0 +1,744 @@
+"""The HTTP client of the job service: the one way the front ends reach jobs.
+
+:class:`Client` finds the service of ``$MA_JUPYTER_HOME`` through its runtime file
+(``service.json``: url, token, pid).  If no service answers there, it starts one
+(``python -m ma_jupyter.service``, detached in its own session so it outlives the kernel) under an
+``fcntl`` lock, so two kernels starting at the same moment end up with one service.  Error
+responses come back as the typed errors of :mod:`ma_jupyter.errors`, the same ones local
+validation raises.
+
+:class:`JobHandle` is what ``submit`` returns: a job by id, with ``status``, ``wait``, ``logs``
+(optionally following the log with the service's long-poll, line by line, nothing lost or
+repeated), ``events``, ``stop`` and ``delete``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from . import config
+from .errors import BackendUnavailable, MaJupyterError, error_from_body
+from .models import (
+    Event,
+    Job,
+    JobPage,
+    JobSpec,
+    JobStatus,
+    LogChunk,
+    LogStream,
+    Node,
+    Plan,
+    Spec,
+    parse_spec,
+)
+
+API_PREFIX = "/api/v1"
+USER_HEADER = "X-MA-User"
+START_TIMEOUT = 30.0  # seconds a fresh service gets to answer /health
+FOLLOW_WAIT = 10.0  # long-poll seconds per log read while following
+READ_LIMIT = 1 << 20
+AUTOSTART_LOCK = "autostart.lock"
+_PAST_END = 1 << 62
+
+# Services this process started, by pid: whoever shuts one down reaps it (no zombie is left).
+_STARTED: dict[int, subprocess.Popen] = {}
+_STARTED_LOCK = threading.Lock()
+
+
+def _read_runtime() -> dict[str, Any] | None:
+    try:
+        data = json.loads(config.runtime_file().read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not data.get("url") or not data.get("token"):
+        return None
+    return data
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie counts as gone)."""
+    with _STARTED_LOCK:
+        proc = _STARTED.get(pid)
+    if proc is not None:
+        return proc.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _is_connect_error(exc: requests.RequestException) -> bool:
+    """True when the request never reached a server (refused or unreachable): safe to retry."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    if not isinstance(exc, requests.ConnectionError):
+        return False
+    text = repr(exc)
+    return "NewConnectionError" in text or "Connection refused" in text
+
+
+class Client:
+    """A connection to the job service of ``$MA_JUPYTER_HOME``.
+
+    Args:
+        url: the service's base URL (``http://127.0.0.1:PORT``); default: from the runtime file.
+        token: its bearer token; default: from the runtime file.
+        autostart: start the service when none answers (only without an explicit ``url``).
+        timeout: seconds for one ordinary request (a long-poll adds its wait to it).
+        user: the caller's user name sent to the service (default the login name).
+
+    Nothing is contacted until the first call (or :meth:`connect`).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        autostart: bool = True,
+        timeout: float = 30.0,
+        user: str | None = None,
+    ):
+        self._fixed = url is not None
+        self._url = url.rstrip("/") if url else None
+        self._token = token
+        self.autostart = autostart and not self._fixed
+        self.timeout = timeout
+        self.user = user or _login_name()
+        self._session = requests.Session()
+        self._lock = threading.RLock()
+        self.pid: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<Client {self._url or 'not connected'} home={config.home()}>"
+
+    # ----------------------------------------------------------------------- connection
+
+    @property
+    def url(self) -> str:
+        """The service's base URL (connects first if needed)."""
+        self.connect()
+        assert self._url is not None
+        return self._url
+
+    def connect(self) -> Client:
+        """Make sure a service answers, starting one if allowed; returns self.
+
+        Raises:
+            BackendUnavailable: no service answers and none could be started; the message
+                names the service log.
+        """
+        with self._lock:
+            if self._url and self._token:
+                return self
+            self._discover()
+            return self
+
+    def _discover(self) -> None:
+        if self._fixed:
+            if not self._token:
+                runtime = _read_runtime()
+                if runtime and runtime["url"].rstrip("/") == self._url:
+                    self._token = runtime["token"]
+            if not self._token:
+                raise BackendUnavailable(
+                    f"no token for {self._url}: pass token=..., or leave url unset to use {config.runtime_file()}"
+                )
+            self._probe(self._url, self._token)
+            return
+        runtime = _read_runtime()
+        if runtime and self._probe(runtime["url"], runtime["token"], quiet=True):
+            self._use(runtime)
+            return
+        if not self.autostart:
+            raise BackendUnavailable(
+                f"no job service answers for {config.home()}: start one with `ma-jupyter service start`"
+            )
+        self._use(self._start_service())
+
+    def _use(self, runtime: dict[str, Any]) -> None:
+        self._url = runtime["url"].rstrip("/")
+        self._token = runtime["token"]
+        self.pid = runtime.get("pid")
+
+    def _probe(self, url: str, token: str, *, quiet: bool = False) -> dict[str, Any] | None:
+        """The /health answer of ``url`` with ``token``, or None (quiet) / BackendUnavailable."""
+        try:
+            r = self._session.get(
+                f"{url.rstrip('/')}{API_PREFIX}/health",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=min(self.timeout, 5.0),
+            )
+            if r.status_code == 200:
+                body = r.json()
+                if body.get("ok"):
+                    return body
+            problem = f"HTTP {r.status_code}"
+        except (requests.RequestException, ValueError) as exc:
+            problem = str(exc)
+        if quiet:
+            return None
+        raise BackendUnavailable(f"the job service at {url} does not answer ({problem})")
+
+    def _start_service(self) -> dict[str, Any]:
+        """Start the service under the autostart lock (or find the one another client started)."""
+        home = config.home()
+        deadline = time.monotonic() + START_TIMEOUT
+        with open(home / AUTOSTART_LOCK, "w") as lock:
+            # Blocking is right here: whoever holds the lock is starting the very service we need.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                runtime = _read_runtime()
+                if runtime and self._probe(runtime["url"], runtime["token"], quiet=True):
+                    return runtime
+                log_path = config.service_log()
+                with open(log_path, "ab") as log:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", "ma_jupyter.service"],
+                        env={**os.environ, config.ENV_HOME: str(home)},
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=log,
+                        start_new_session=True,  # jobs and the service outlive this kernel
+                        close_fds=True,
+                    )
+                with _STARTED_LOCK:
+                    _STARTED[proc.pid] = proc
+                exited_at = None
+                while time.monotonic() < deadline:
+                    runtime = _read_runtime()
+                    if runtime and (runtime.get("pid") == proc.pid or exited_at is not None):
+                        # ours, or ours gave way to a service started outside this lock
+                        if self._probe(runtime["url"], runtime["token"], quiet=True):
+                            return runtime
+                    if exited_at is None and proc.poll() is not None:
+                        exited_at = time.monotonic()
+                    if exited_at is not None and time.monotonic() - exited_at > 3.0:
+                        break
+                    time.sleep(0.02)
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                tail = _tail(log_path)
+                raise BackendUnavailable(
+                    f"the job service did not start within {START_TIMEOUT:.0f} s (exit code {proc.poll()}); "
+                    f"see its log {log_path}" + (f": {tail}" if tail else "")
+                )
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}", USER_HEADER: self.user}
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json_body: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """One API call; JSON answer (None for 204); typed errors for 4xx/5xx."""
+        self.connect()
+        for retry in (True, False):
+            try:
+                r = self._session.request(
+                    method,
+                    f"{self._url}{API_PREFIX}{path}",
+                    params={k: v for k, v in (params or {}).items() if v is not None},
+                    json=json_body,
+                    headers=self._headers(),
+                    timeout=timeout or self.timeout,
+                )
+                break
+            except requests.RequestException as exc:
+                # A service that was restarted has a new port and token: find it and retry once,
+                # but only when the request never reached a server (so nothing ran twice).
+                if retry and not self._fixed and _is_connect_error(exc):
+                    with self._lock:
+                        self._url = self._token = None
+                        try:
+                            self._discover()
+                        except MaJupyterError:
+                            raise BackendUnavailable(
+                                f"the job service at {self._url or 'its old address'} stopped answering ({exc}); "
+                                f"see {config.service_log()}"
+                            ) from exc
+                    continue
+                raise BackendUnavailable(
+                    f"the job service does not answer {method} {path} ({exc}); see {config.service_log()}"
+                ) from exc
+        if r.status_code == 204 or not r.content:
+            if r.ok:
+                return None
+        if not r.ok:
+            try:
+                body = r.json()
+            except ValueError:
+                body = {"message": f"the job service answered HTTP {r.status_code}: {r.text[:200]}"}
+            raise error_from_body(r.status_code, body if isinstance(body, dict) else None)
+        return r.json()
+
+    # ------------------------------------------------------------------------------- jobs
+
+    def submit(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> JobHandle:
+        """Submit a job.
+
+        Args:
+            spec: a :class:`JobSpec` or a dict of its fields (optional).
+            **fields: JobSpec fields, overriding ``spec``'s.
+
+        Returns:
+            A :class:`JobHandle` of the new job (usually queued or running).
+
+        Raises:
+            InvalidSpec: the spec breaks a rule (checked locally first, so the message is the
+                same as the service's and comes at once), or the service refuses it (unknown
+                spec, missing host folder...).
+        """
+        body = self._spec_body(spec, fields)
+        return JobHandle(self, Job.model_validate(self._request("POST", "/jobs", json_body=body)))
+
+    def plan(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> Plan:
+        """Dry run: the resolved per-node plan (argv, env, files, mounts); creates nothing.
+
+        Args:
+            spec, **fields: as for :meth:`submit`.
+
+        Raises:
+            InvalidSpec: as for :meth:`submit`.
+        """
+        body = self._spec_body(spec, fields)
+        return Plan.model_validate(self._request("POST", "/plan", json_body=body))
+
+    @staticmethod
+    def _spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(spec, JobSpec):
+            data = {**spec.model_dump(mode="json", exclude_unset=True), **fields}
+        else:
+            data = {**(spec or {}), **fields}
+        validated = parse_spec(data)
+        return validated.model_dump(mode="json", exclude_unset=True)
+
+    def jobs(
+        self,
+        name: str | None = None,
+        status: str | JobStatus | list[str | JobStatus] | None = None,
+        creator: str | None = None,
+        spec: str | None = None,
+        outputs: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> list[JobHandle]:
+        """Jobs, newest first, filtered.
+
+        Args:
+            name: substring of the job name.
+            status: one status or a list of them.
+            creator: the submitting user.
+            spec: a spec name the job asked for.
+            outputs: its outputs folder.
+            offset, limit: paging.
+
+        Returns:
+            Handles of the matching jobs on this page (see :meth:`job_page` for the total).
+        """
+        page = self.job_page(name, status, creator, spec, outputs, offset, limit)
+        return [JobHandle(self, job) for job in page.items]
+
+    def job_page(
+        self,
+        name: str | None = None,
+        status: str | JobStatus | list[str | JobStatus] | None = None,
+        creator: str | None = None,
+        spec: str | None = None,
+        outputs: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> JobPage:
+        """Like :meth:`jobs`, as the service's page (``items`` and ``total``)."""
+        statuses = status if isinstance(status, list) else [status] if status else []
+        params = {
+            "name": name,
+            "status": [JobStatus(s).value for s in statuses] or None,
+            "creator": creator,
+            "spec": spec,
+            "outputs": outputs,
+            "offset": offset,
+            "limit": limit,
+        }
+        return JobPage.model_validate(self._request("GET", "/jobs", params=params))
+
+    def job(self, job_id: str) -> JobHandle:
+        """The job ``job_id``.
+
+        Raises:
+            NotFound: no such job (or it is hidden from this user).
+        """
+        return JobHandle(self, self.get(job_id))
+
+    def get(self, job_id: str) -> Job:
+        """The current state of job ``job_id`` as a :class:`~ma_jupyter.models.Job`."""
+        return Job.model_validate(self._request("GET", f"/jobs/{_segment(job_id)}"))
+
+    def update(self, job_id: str, priority: str | None = None, duration: float | str | None = None) -> Job:
+        """Change a queued job's priority or a running job's duration (seconds or ``30m``, ``2h``).
+
+        Raises:
+            Conflict: the job's status does not allow the change.
+            InvalidSpec: nothing to change, or a bad value.
+        """
+        body = {k: v for k, v in (("priority", priority), ("duration", duration)) if v is not None}
+        if not body:
+            from .errors import InvalidSpec
+
+            raise InvalidSpec("give a priority (queued jobs) or a duration (running jobs) to change")
+        return Job.model_validate(self._request("PATCH", f"/jobs/{_segment(job_id)}", json_body=body))
+
+    def stop(self, job_id: str) -> Job:
+        """Ask the service to stop the job (SIGTERM, then SIGKILL after its grace period)."""
+        return Job.model_validate(self._request("POST", f"/jobs/{_segment(job_id)}/stop"))
+
+    def delete(self, job_id: str, force: bool = False) -> None:
+        """Delete a finished job and its files.
+
+        Args:
+            force: stop it first if it still runs.
+
+        Raises:
+            Conflict: it still runs and ``force`` is false.
+        """
+        self._request("DELETE", f"/jobs/{_segment(job_id)}", params={"force": "true" if force else None})
+
+    def events(self, job_id: str, after: int = 0) -> list[Event]:
+        """The job's events with a sequence number above ``after``, oldest first."""
+        data = self._request("GET", f"/jobs/{_segment(job_id)}/events", params={"after": after})
+        return [Event.model_validate(e) for e in data]
+
+    def log_streams(self, job_id: str) -> list[LogStream]:
+        """The job's log streams: each node's combined log (rank None), then per-rank logs."""
+        data = self._request("GET", f"/jobs/{_segment(job_id)}/logs")
+        return [LogStream.model_validate(s) for s in data]
+
+    def read_log(
+        self,
+        job_id: str,
+        node: str | None = None,
+        rank: int | None = None,
+        offset: int = 0,
+        wait: float = 0,
+        limit: int = READ_LIMIT,
+    ) -> LogChunk:
+        """Bytes of one log stream from a byte ``offset``.
+
+        Args:
+            job_id: the job.
+            node: node name (``worker-0``...); default the job's first primary node.
+            rank: a rank's own log; None for the node's combined log.
+            offset: byte offset to read from (the previous chunk's ``next_offset``).
+            wait: long-poll seconds: the answer comes as soon as there are new bytes, the job
+                is terminal, or the wait is over.
+            limit: most bytes to return.
+
+        Returns:
+            The chunk; ``eof`` is true once the job is terminal and everything was read.
+        """
+        params = {"node": node, "rank": rank, "offset": offset, "limit": limit, "wait": wait or None}
+        data = self._request(
+            "GET", f"/jobs/{_segment(job_id)}/logs/read", params=params, timeout=self.timeout + wait
+        )
+        return LogChunk.model_validate(data)
+
+    def tensorboard(self, job_id: str) -> str:
+        """Start (or reuse) the job's TensorBoard over its outputs; returns its URL."""
+        return self._request("POST", f"/jobs/{_segment(job_id)}/tensorboard")["url"]
+
+    def stop_tensorboard(self, job_id: str) -> None:
+        """Stop the job's TensorBoard if one runs."""
+        self._request("DELETE", f"/jobs/{_segment(job_id)}/tensorboard")
+
+    # ------------------------------------------------------------------------ catalog
+
+    def specs(self) -> list[Spec]:
+        """The spec catalog (compute flavors)."""
+        return [Spec.model_validate(s) for s in self._request("GET", "/specs")]
+
+    def nodes(self, spec: str | None = None) -> list[Node]:
+        """The node inventory with what is in use now; ``spec``: only nodes that fit it."""
+        return [Node.model_validate(n) for n in self._request("GET", "/nodes", params={"spec": spec})]
+
+    # ------------------------------------------------------------------------ service
+
+    def service_status(self) -> dict[str, Any]:
+        """Whether a service runs for this home, without starting one.
+
+        Returns:
+            ``{"running", "home", "log", "url", "pid", "version"}`` (url/pid/version None when
+            nothing answers).
+        """
+        status: dict[str, Any] = {
+            "running": False,
+            "home": str(config.home()),
+            "log": str(config.service_log()),
+            "url": None,
+            "pid": None,
+            "version": None,
+        }
+        runtime = _read_runtime() if not self._fixed else {"url": self._url, "token": self._token}
+        if runtime and runtime.get("token"):
+            health = self._probe(runtime["url"], runtime["token"], quiet=True)
+            if health:
+                status.update(
+                    running=True, url=runtime["url"], pid=health.get("pid"), version=health.get("version")
+                )
+        return status
+
+    def shutdown_service(self, timeout: float = 20.0) -> bool:
+        """Stop the service process this home runs (its jobs keep running on their own).
+
+        Sends SIGTERM to the pid the service itself reports, waits for it to exit (SIGKILL
+        after ``timeout``), and reaps it if this process started it.
+
+        Returns:
+            True if a service was stopped, False if none was running.
+        """
+        status = self.service_status()
+        pid = status["pid"]
+        if not status["running"] or not pid:
+            return False
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        with _STARTED_LOCK:
+            proc = _STARTED.pop(pid, None)
+        if proc is not None:
+            proc.wait(timeout=10)
+        else:
+            end = time.monotonic() + 5
+            while _pid_alive(pid) and time.monotonic() < end:
+                time.sleep(0.02)
+        with self._lock:
+            if not self._fixed:
+                self._url = self._token = None
+                self.pid = None
+        return True
+
+    def close(self) -> None:
+        """Close the HTTP session (the service keeps running)."""
+        self._session.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class JobHandle:
+    """A job of the service, by id.
+
+    Attributes:
+        id: the job id.
+        info: the last :class:`~ma_jupyter.models.Job` seen (refreshed by :meth:`refresh`,
+            :attr:`status`, :meth:`wait`, :meth:`stop`).
+    """
+
+    def __init__(self, client: Client, job: Job):
+        self.client = client
+        self.info = job
+        self.id = job.id
+
+    @property
+    def name(self) -> str:
+        """The job's name."""
+        return self.info.spec.name
+
+    def refresh(self) -> Job:
+        """Fetch the job's current state into :attr:`info` and return it."""
+        self.info = self.client.get(self.id)
+        return self.info
+
+    @property
+    def status(self) -> JobStatus:
+        """The job's current status (asks the service)."""
+        return self.refresh().status
+
+    def wait(self, timeout: float | None = None) -> Job:
+        """Block until the job is terminal and return its final state.
+
+        It long-polls the job's log (which returns as soon as the job ends), so the end is seen
+        at once without busy polling.
+
+        Raises:
+            TimeoutError: the job is still not terminal after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.refresh()
+            if job.status.is_terminal():
+                return job
+            remaining = FOLLOW_WAIT if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"job {self.id} is still {job.status.value} after {timeout} s")
+            try:
+                # A read far past the end of the log returns only when the job is terminal or
+                # the wait is over: a long-poll on the job's end that transfers no log bytes.
+                self.client.read_log(self.id, offset=_PAST_END, wait=min(remaining, FOLLOW_WAIT), limit=1)
+            except MaJupyterError:
+                # no readable log (e.g. a node that never started): fall back to plain polling
+                time.sleep(min(0.2, max(remaining, 0)))
+
+    def stop(self) -> Job:
+        """Ask the service to stop the job; returns its state right after the request."""
+        self.info = self.client.stop(self.id)
+        return self.info
+
+    def delete(self, force: bool = False) -> None:
+        """Delete the job (``force``: stop it first if it still runs)."""
+        self.client.delete(self.id, force=force)
+
+    def events(self, after: int = 0) -> list[Event]:
+        """The job's events after sequence number ``after``."""
+        return self.client.events(self.id, after=after)
+
+    def logs(
+        self, follow: bool = False, node: str | None = None, rank: int | None = None, offset: int = 0
+    ) -> LogLines:
+        """The job's log as lines (without the newline).
+
+        Args:
+            follow: keep reading until the job is terminal and its log fully read (long-poll);
+                otherwise stop at the current end of the log.
+            node: node name; default the job's first primary node.
+            rank: a rank's own log; None for the node's combined log.
+            offset: byte offset to start at (e.g. a previous iterator's :attr:`LogLines.offset`).
+
+        Returns:
+            An iterator of lines; a partial last line is held back until it is complete or the
+            log ends. Its ``offset`` attribute is the byte offset just after the last line
+            yielded, so a later reader can continue exactly there.
+        """
+        return LogLines(self.client, self.id, follow=follow, node=node, rank=rank, offset=offset)
+
+    def __repr__(self) -> str:
+        return f"<JobHandle id={self.id} name={self.name} status={self.info.status.value}>"
+
+
+class LogLines(Iterator[str]):
+    """Lines of one log stream read by byte offset, optionally following it to the job's end.
+
+    Attributes:
+        node: the stream's node (resolved from the service's first answer when not given).
+        offset: byte offset just after the last complete line yielded.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        job_id: str,
+        *,
+        follow: bool,
+        node: str | None,
+        rank: int | None,
+        offset: int,
+        wait: float = FOLLOW_WAIT,
+    ):
+        self.client = client
+        self.job_id = job_id
+        self.follow = follow
+        self.node = node
+        self.rank = rank
+        self.offset = offset
+        self._read_offset = offset
+        self._wait = wait
+        self._pending = b""
+        self._lines: list[bytes] = []
+        self._done = False
+
+    def __iter__(self) -> LogLines:
+        return self
+
+    def __next__(self) -> str:
+        while not self._lines:
+            if self._done:
+                raise StopIteration
+            self._fill()
+        line = self._lines.pop(0)
+        self.offset += len(line)
+        return line.rstrip(b"\n").removesuffix(b"\r").decode("utf-8", "replace")
+
+    def _fill(self) -> None:
+        chunk = self.client.read_log(
+            self.job_id,
+            node=self.node,
+            rank=self.rank,
+            offset=self._read_offset,
+            wait=self._wait if self.follow else 0,
+        )
+        self.node = chunk.node  # pin the stream so every offset refers to the same file
+        self._read_offset = chunk.next_offset
+        data = self._pending + chunk.data.encode("utf-8")
+        *complete, self._pending = data.split(b"\n")
+        self._lines.extend(part + b"\n" for part in complete)
+        if chunk.eof or (not self.follow and chunk.next_offset == chunk.offset):
+            self._done = True
+            if self._pending and chunk.eof:
+                # the job ended without a final newline: the partial line is the last line
+                self._lines.append(self._pending)
+                self._pending = b""
+
+
+def _segment(job_id: str) -> str:
+    """A job id as one URL path segment."""
+    from urllib.parse import quote
+
+    if not job_id:
+        from .errors import InvalidSpec
+
+        raise InvalidSpec("a job id is empty: give one from `ma-jupyter jobs`")
+    return quote(str(job_id), safe="")
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
