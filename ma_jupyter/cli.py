@@ -1,0 +1,495 @@
+"""``ma-jupyter``: the job service from the command line.
+
+Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``jobs``, ``get``,
+``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``, ``specs``, ``nodes``,
+``tensorboard``.  A JOB argument is a job id or the exact name of a single job.
+
+Exit codes: 0 success; ``wait`` and ``submit --wait`` exit 1 unless the job succeeded; a user
+error prints one line ``error: <message>`` to stderr and exits 2; an interrupt exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from . import options
+from .client import Client, JobHandle
+from .errors import InvalidSpec, MaJupyterError, NotFound
+from .models import Job, JobStatus, Plan
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def build_cli() -> options.OptionsParser:
+    """The ``ma-jupyter`` parser with one sub-command per action."""
+    parser = options.OptionsParser(
+        prog="ma-jupyter", description="Task-style training jobs on this machine's job service."
+    )
+    commands = parser.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+
+    service = commands.add_parser("service", help="start, stop or inspect the job service")
+    service.add_argument("action", choices=["start", "stop", "status"])
+    service.add_argument("--json", action="store_true", help="print JSON")
+
+    submit = commands.add_parser(
+        "submit",
+        help="submit a job: ma-jupyter submit [options] -- COMMAND...",
+        description="Submit a job. Put the command after `--`: ma-jupyter submit --spec cpu.small -- python train.py",
+    )
+    options.build_parser(parser=submit)
+    submit.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="print the job's log as it is written, then wait for its end",
+    )
+    submit.add_argument("command", nargs="*", help="the run command (after --)")
+
+    jobs = commands.add_parser("jobs", help="list jobs")
+    jobs.add_argument("--name", help="name contains")
+    jobs.add_argument(
+        "--status", action="append", choices=[s.value for s in JobStatus], help="status (repeatable)"
+    )
+    jobs.add_argument("--creator", help="submitted by")
+    jobs.add_argument("--spec", help="asked for this spec")
+    jobs.add_argument("--outputs", help="outputs folder")
+    jobs.add_argument("--offset", type=int, default=0)
+    jobs.add_argument("--limit", type=int, default=50)
+    jobs.add_argument("--json", action="store_true", help="print JSON")
+
+    def job_command(name: str, help_text: str, json_flag: bool = True) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument("job", metavar="JOB", help="job id (or the exact name of a single job)")
+        if json_flag:
+            sub.add_argument("--json", action="store_true", help="print JSON")
+        return sub
+
+    job_command("get", "show a job")
+    logs = job_command("logs", "print a job's log", json_flag=False)
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    logs.add_argument("--node", help="node (worker-0, ps-0...); default the first primary node")
+    logs.add_argument("--rank", type=int, help="a rank's own log")
+    logs.add_argument("--offset", type=int, default=0, help="byte offset to start at")
+    job_command("events", "print a job's events")
+    wait = job_command("wait", "wait for a job to end (exit 0 if it succeeded)")
+    wait.add_argument("--timeout", type=float, help="seconds to wait at most")
+    job_command("stop", "stop a job")
+    delete = job_command("delete", "delete a finished job and its files", json_flag=False)
+    delete.add_argument("--force", action="store_true", help="stop it first if it still runs")
+    update = job_command("update", "change a queued job's priority or a running job's duration")
+    update.add_argument("--priority", choices=["normal", "urgent", "very-urgent"])
+    update.add_argument("--duration", help="seconds or 30m, 2h, 1d")
+    tensorboard = job_command("tensorboard", "open the job's TensorBoard (prints its URL)", json_flag=False)
+    tensorboard.add_argument("--stop", action="store_true", help="stop it instead")
+
+    specs = commands.add_parser("specs", help="list the compute specs")
+    specs.add_argument("--json", action="store_true", help="print JSON")
+    nodes = commands.add_parser("nodes", help="list the nodes and what is in use")
+    nodes.add_argument("--spec", help="only nodes that fit this spec")
+    nodes.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``ma-jupyter`` command; returns the exit code (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_cli().parse_args(argv)
+        return _COMMANDS[args.cmd](args)
+    except options.OptionsExit as exc:
+        return exc.status
+    except MaJupyterError as exc:
+        _err(f"error: {_one_line(exc.message)}")
+        return EXIT_USAGE
+    except TimeoutError as exc:
+        _err(f"error: {exc}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `ma-jupyter logs JOB | head`: the reader left; nothing more to say
+        sys.stderr.close()
+        return EXIT_OK
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _service(args: argparse.Namespace) -> int:
+    client = Client(autostart=args.action == "start")
+    if args.action == "start":
+        client.connect()
+        status = client.service_status()
+        _out(status if args.json else f"job service running at {status['url']} (pid {status['pid']})", args)
+        return EXIT_OK
+    if args.action == "stop":
+        status = client.service_status()
+        stopped = client.shutdown_service()
+        if args.json:
+            _out({"stopped": stopped, "pid": status["pid"]}, args)
+        else:
+            print(
+                f"stopped the job service (pid {status['pid']})" if stopped else "no job service was running"
+            )
+        return EXIT_OK
+    status = client.service_status()
+    if args.json:
+        _out(status, args)
+    elif status["running"]:
+        print(f"running at {status['url']} (pid {status['pid']}, version {status['version']})")
+        print(f"home {status['home']}, log {status['log']}")
+    else:
+        print(f"not running (home {status['home']}); `ma-jupyter service start` starts it")
+    return EXIT_OK if status["running"] else EXIT_FAILED
+
+
+def _submit(args: argparse.Namespace) -> int:
+    if not args.command and not args.task:
+        raise InvalidSpec("give the command after `--`, e.g. ma-jupyter submit -- python train.py")
+    spec = options.spec_from_args(args, command=args.command or None)
+    client = Client()
+    if args.dry_run:
+        plan = client.plan(spec)
+        if args.json:
+            _out(plan.model_dump(mode="json"), args)
+        else:
+            print(format_plan(plan), end="")
+        return EXIT_OK
+    handle = client.submit(spec)
+    if not (args.wait or args.follow):
+        _out(handle.info.model_dump(mode="json") if args.json else _submitted(handle), args)
+        return EXIT_OK
+    if not args.json:
+        _err(_submitted(handle))
+    if args.follow and not args.json:
+        _print_lines(handle.logs(follow=True))
+    final = handle.wait()
+    return _finished(final, args)
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    page = Client().job_page(
+        name=args.name,
+        status=args.status,
+        creator=args.creator,
+        spec=args.spec,
+        outputs=args.outputs,
+        offset=args.offset,
+        limit=args.limit,
+    )
+    if args.json:
+        _out(page.model_dump(mode="json"), args)
+        return EXIT_OK
+    rows = [["ID", "NAME", "STATUS", "SPEC", "NODES", "CREATED", "ELAPSED"]]
+    for job in page.items:
+        status = job.status.value + (f" #{job.queue_position + 1}" if job.queue_position is not None else "")
+        rows.append(
+            [
+                job.id,
+                job.spec.name,
+                status,
+                job.chosen_spec or ",".join(job.spec.specs),
+                str(job.spec.nodes),
+                _time(job.created_at),
+                _elapsed(job),
+            ]
+        )
+    print(_table(rows), end="")
+    shown = len(page.items)
+    if page.total > args.offset + shown:
+        print(f"({shown} of {page.total} jobs shown; use --offset/--limit for more)")
+    return EXIT_OK
+
+
+def _get(args: argparse.Namespace) -> int:
+    job = resolve_job(Client(), args.job).info
+    _out(job.model_dump(mode="json") if args.json else format_job(job), args)
+    return EXIT_OK
+
+
+def _logs(args: argparse.Namespace) -> int:
+    handle = resolve_job(Client(), args.job)
+    _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
+    return EXIT_OK
+
+
+def _events(args: argparse.Namespace) -> int:
+    client = Client()
+    handle = resolve_job(client, args.job)
+    events = handle.events()
+    if args.json:
+        _out([e.model_dump(mode="json") for e in events], args)
+        return EXIT_OK
+    rows = [["SEQ", "TIME", "STATUS", "WHERE", "REASON"]]
+    for e in events:
+        where = (e.node or "") + (f"/rank-{e.rank}" if e.rank is not None else "")
+        rows.append([str(e.seq), _time(e.time), e.status.value, where, _one_line(e.reason)])
+    print(_table(rows), end="")
+    return EXIT_OK
+
+
+def _wait(args: argparse.Namespace) -> int:
+    handle = resolve_job(Client(), args.job)
+    return _finished(handle.wait(timeout=args.timeout), args)
+
+
+def _stop(args: argparse.Namespace) -> int:
+    handle = resolve_job(Client(), args.job)
+    job = handle.stop()
+    _out(job.model_dump(mode="json") if args.json else f"stopping {job.id}: {job.status.value}", args)
+    return EXIT_OK
+
+
+def _delete(args: argparse.Namespace) -> int:
+    handle = resolve_job(Client(), args.job)
+    handle.delete(force=args.force)
+    print(f"deleted {handle.id}")
+    return EXIT_OK
+
+
+def _update(args: argparse.Namespace) -> int:
+    client = Client()
+    handle = resolve_job(client, args.job)
+    job = client.update(handle.id, priority=args.priority, duration=args.duration)
+    _out(job.model_dump(mode="json") if args.json else format_job(job), args)
+    return EXIT_OK
+
+
+def _tensorboard(args: argparse.Namespace) -> int:
+    client = Client()
+    handle = resolve_job(client, args.job)
+    if args.stop:
+        client.stop_tensorboard(handle.id)
+        print(f"stopped the TensorBoard of {handle.id}")
+    else:
+        print(client.tensorboard(handle.id))
+    return EXIT_OK
+
+
+def _specs(args: argparse.Namespace) -> int:
+    specs = Client().specs()
+    if args.json:
+        _out([s.model_dump(mode="json") for s in specs], args)
+        return EXIT_OK
+    rows = [["NAME", "CPUS", "MEMORY", "CARDS", "DESCRIPTION"]]
+    for s in specs:
+        cards = (
+            f"{s.accelerators} {s.accelerator_type}" + (" (emulated)" if s.emulated else "")
+            if s.accelerators
+            else "-"
+        )
+        rows.append([s.name, f"{s.cpus:g}", f"{s.memory_gb:g} GB", cards, s.description])
+    print(_table(rows), end="")
+    return EXIT_OK
+
+
+def _nodes(args: argparse.Namespace) -> int:
+    nodes = Client().nodes(spec=args.spec)
+    if args.json:
+        _out([n.model_dump(mode="json") for n in nodes], args)
+        return EXIT_OK
+    rows = [["NAME", "STATUS", "CPUS USED", "MEMORY USED", "CARDS USED", "POOLS", "RUNNING"]]
+    for n in nodes:
+        cards = f"{len(n.accelerators_used)}/{n.accelerators} {n.accelerator_type}" if n.accelerators else "-"
+        rows.append(
+            [
+                n.name,
+                n.status,
+                f"{n.cpus_used:g}/{n.cpus:g}",
+                f"{n.memory_used_gb:g}/{n.memory_gb:g} GB",
+                cards,
+                ",".join(n.pools) or "-",
+                ", ".join(n.usage) or "-",
+            ]
+        )
+    print(_table(rows), end="")
+    return EXIT_OK
+
+
+_COMMANDS = {
+    "service": _service,
+    "submit": _submit,
+    "jobs": _jobs,
+    "get": _get,
+    "logs": _logs,
+    "events": _events,
+    "wait": _wait,
+    "stop": _stop,
+    "delete": _delete,
+    "update": _update,
+    "tensorboard": _tensorboard,
+    "specs": _specs,
+    "nodes": _nodes,
+}
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def resolve_job(client: Client, ref: str) -> JobHandle:
+    """The job ``ref`` names: its id, or else the exact name of exactly one job.
+
+    Raises:
+        NotFound: no job has that id or name.
+        InvalidSpec: several jobs have that name (the message lists their ids).
+    """
+    try:
+        return client.job(ref)
+    except NotFound:
+        matches = [h for h in client.jobs(name=ref, limit=500) if h.name == ref]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            ids = ", ".join(h.id for h in matches[:10])
+            raise InvalidSpec(
+                f"{len(matches)} jobs are called {ref!r}: give one of their ids ({ids})"
+            ) from None
+        raise NotFound(f"no job has the id or name {ref!r}: see `ma-jupyter jobs`") from None
+
+
+def format_job(job: Job) -> str:
+    """A job as readable ``key: value`` lines."""
+    spec = job.spec
+    lines = [
+        f"id:        {job.id}",
+        f"name:      {spec.name}",
+        f"status:    {job.status.value}" + (f" ({_one_line(job.reason)})" if job.reason else ""),
+        f"mode:      {spec.mode.value}, {spec.nodes} node(s)"
+        + (f", {spec.ps} ps" if spec.ps else "")
+        + (", chief" if spec.chief else ""),
+        f"spec:      {job.chosen_spec or ', '.join(spec.specs)}",
+        f"command:   {spec.command or '; '.join(t.command for t in spec.tasks)}",
+        f"created:   {_time(job.created_at)}" + (f" by {spec.creator}" if spec.creator else ""),
+    ]
+    if job.queue_position is not None:
+        lines.append(f"queue:     position {job.queue_position + 1}")
+    if job.started_at:
+        lines.append(f"started:   {_time(job.started_at)}")
+    if job.finished_at:
+        lines.append(f"finished:  {_time(job.finished_at)}")
+    lines.append(f"elapsed:   {_elapsed(job)}" + (f" of {spec.duration:g} s" if spec.duration else ""))
+    if job.exit_code is not None:
+        lines.append(f"exit code: {job.exit_code}")
+    if job.attempt or job.restarts:
+        lines.append(f"attempt:   {job.attempt} (restarts {job.restarts})")
+    if spec.outputs:
+        lines.append(f"outputs:   {spec.outputs}")
+    for run in job.nodes:
+        detail = (
+            f"{run.state}"
+            + (f", pid {run.pid}" if run.pid else "")
+            + (f", on {run.host}" if run.host else "")
+        )
+        if run.exit_code is not None:
+            detail += f", exit {run.exit_code}"
+        lines.append(f"node:      {run.name} ({detail})")
+    return "\n".join(lines)
+
+
+def format_plan(plan: Plan) -> str:
+    """A dry-run plan as readable text: per node its argv, env, files and mounts."""
+    out = [
+        f"spec {plan.spec}: "
+        + ("can start now" if plan.can_start_now else f"would queue ({plan.queue_ahead} job(s) ahead)")
+    ]
+    out += [f"note: {note}" for note in plan.notes]
+    for node in plan.nodes:
+        role = f"{node.role} {node.index}" + ("" if node.primary else ", not primary")
+        out.append("")
+        out.append(f"node {node.name} ({role}, hostname {node.hostname})")
+        out.append(f"  argv:    {shlex.join(node.argv)}")
+        out.append(f"  workdir: {node.workdir}")
+        out.append("  env:")
+        out += [f"    {k}={v}" for k, v in sorted(node.env.items())]
+        if node.files:
+            out.append("  files:")
+            for path, content in sorted(node.files.items()):
+                text = content.splitlines() or [""]
+                out.append(f"    {path}:")
+                out += [f"      | {line}" for line in text]
+        if node.mounts:
+            out.append("  mounts:")
+            out += [f"    {_mount(m)}" for m in node.mounts]
+    return "\n".join(out) + "\n"
+
+
+def _mount(mount: dict[str, Any]) -> str:
+    source = mount.get("source") or mount.get("host") or mount.get("src") or "?"
+    target = mount.get("target") or mount.get("path") or mount.get("dest") or "?"
+    mode = "ro" if mount.get("read_only", mount.get("readonly")) else "rw"
+    known = {"source", "host", "src", "target", "path", "dest", "read_only", "readonly"}
+    extra = ", ".join(f"{k}={v}" for k, v in mount.items() if k not in known)
+    return f"{target} <- {source} ({mode})" + (f" [{extra}]" if extra else "")
+
+
+def _finished(job: Job, args: argparse.Namespace) -> int:
+    if getattr(args, "json", False):
+        _out(job.model_dump(mode="json"), args)
+    else:
+        line = f"{job.id}: {job.status.value}"
+        if job.exit_code is not None:
+            line += f" (exit code {job.exit_code})"
+        if job.reason and job.status is not JobStatus.succeeded:
+            line += f": {_one_line(job.reason)}"
+        print(line)
+    return EXIT_OK if job.status is JobStatus.succeeded else EXIT_FAILED
+
+
+def _submitted(handle: JobHandle) -> str:
+    job = handle.info
+    where = f" (queue position {job.queue_position + 1})" if job.queue_position is not None else ""
+    return f"submitted {job.id} ({job.spec.name}): {job.status.value}{where}"
+
+
+def _print_lines(lines: Any) -> None:
+    write, flush = sys.stdout.write, sys.stdout.flush
+    for line in lines:
+        write(line + "\n")
+        flush()  # a follower sees each line as soon as the job prints it
+
+
+def _out(value: Any, args: argparse.Namespace) -> None:
+    if isinstance(value, str):
+        print(value)
+    else:
+        print(json.dumps(value, indent=2 if sys.stdout.isatty() else None, default=str))
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _time(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _elapsed(job: Job) -> str:
+    if not job.started_at:
+        return "-"
+    end = job.finished_at or datetime.now(UTC)
+    seconds = max(0, int((end - job.started_at).total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Fixtures shared by every test folder: a private ``MA_JUPYTER_HOME`` and a client on it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+SMALL_CLUSTER_TOML = """
+[[spec]]
+name = "cpu.small"
+cpus = 1
+memory_gb = 1
+
+[[spec]]
+name = "cpu.medium"
+cpus = 2
+memory_gb = 2
+
+[[node]]
+name = "big"
+cpus = 8
+memory_gb = 16
+
+[[node]]
+name = "tiny"
+cpus = 2
+memory_gb = 2
+"""
+
+
+def _stop_jobs_and_service(client) -> int | None:
+    """Stop what still runs on the client's home, then its service; the stopped service's pid."""
+    from ma_jupyter.errors import MaJupyterError
+
+    status = client.service_status()
+    if not status["running"]:
+        return None
+    try:
+        for handle in client.jobs(status=["running", "queued"], limit=500):
+            handle.stop()
+        for handle in client.jobs(status=["running", "queued"], limit=500):
+            handle.wait(timeout=30)
+    except (MaJupyterError, TimeoutError):
+        pass
+    client.shutdown_service()
+    return status["pid"]
+
+
+@pytest.fixture
+def ma_home(request, tmp_path, monkeypatch):
+    """A fresh ``MA_JUPYTER_HOME`` (set in the environment) for one test.
+
+    ``@pytest.mark.small_cluster`` writes a two-node ``cluster.toml`` (``big`` and ``tiny``).
+    Whatever service a test started on this home is stopped afterwards, jobs first.
+    """
+    home = tmp_path / "ma_home"
+    home.mkdir()
+    if request.node.get_closest_marker("small_cluster"):
+        (home / "cluster.toml").write_text(SMALL_CLUSTER_TOML)
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
+    yield home
+    if (home / "service.json").exists():
+        from ma_jupyter.client import Client
+
+        monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
+        _stop_jobs_and_service(Client(autostart=False))
+
+
+@pytest.fixture
+def ma_client(ma_home):
+    """A :class:`ma_jupyter.client.Client` on ``ma_home`` whose service is started on first use.
+
+    Teardown stops running jobs, shuts the service down and checks its process is gone.
+    """
+    from ma_jupyter.client import Client, _pid_alive
+
+    client = Client()
+    yield client
+    pid = _stop_jobs_and_service(client)
+    if pid is not None:
+        assert not _pid_alive(pid), f"service pid {pid} still runs after shutdown_service()"
+        assert not os.path.exists(ma_home / "service.json")
+    client.close()
