@@ -1,0 +1,160 @@
+"""``ma-jupyter`` end to end: each command is a real subprocess against a real, autostarted service."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ma_jupyter.models import Job, Plan
+
+PY = sys.executable
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def ma_cli(ma_client, ma_home, tmp_path):
+    """Run ``ma-jupyter ARGS`` in a subprocess on the test's home; returns the CompletedProcess."""
+    env = {
+        **os.environ,
+        "MA_JUPYTER_HOME": str(ma_home),
+        "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+
+    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [PY, "-m", "ma_jupyter.cli", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run
+
+
+def test_submit_wait_exit_codes(ma_cli):
+    ok = ma_cli("submit", "--wait", "--name", "ok", "--", PY, "-c", "print('fine')")
+    assert ok.returncode == 0, ok.stderr
+    assert ": succeeded (exit code 0)" in ok.stdout
+    assert ok.stderr.startswith("submitted ok-")
+    bad = ma_cli(
+        "submit", "--wait", "--name", "bad", "--", PY, "-c", "import sys; print('oops'); sys.exit(4)"
+    )
+    assert bad.returncode == 1
+    assert ": error (exit code 4)" in bad.stdout
+    # wait on a finished job gives the same answer
+    job_id = bad.stdout.split(":")[0]
+    assert ma_cli("wait", job_id).returncode == 1
+    assert ma_cli("wait", "ok").returncode == 0  # JOB may be the exact name of a single job
+
+
+def test_submit_json_and_job_commands(ma_cli):
+    out = ma_cli(
+        "submit",
+        "--json",
+        "--env",
+        "GREETING=hi there",
+        "--",
+        PY,
+        "-c",
+        "import os; print(os.environ['GREETING'])",
+    )
+    assert out.returncode == 0, out.stderr
+    job = Job.model_validate_json(out.stdout)
+    assert job.spec.env == {"GREETING": "hi there"} and job.spec.name == "python"
+    final = Job.model_validate_json(ma_cli("wait", job.id, "--json").stdout)
+    assert final.status.value == "succeeded"
+    assert ma_cli("logs", job.id).stdout == "hi there\n"
+    assert ma_cli("logs", job.id, "--follow").stdout == "hi there\n"
+    got = ma_cli("get", job.id)
+    assert f"id:        {job.id}" in got.stdout and "status:    succeeded" in got.stdout
+    assert Job.model_validate_json(ma_cli("get", job.id, "--json").stdout).id == job.id
+    listing = ma_cli("jobs")
+    assert listing.stdout.splitlines()[0].split()[:3] == ["ID", "NAME", "STATUS"]
+    assert job.id in listing.stdout and "succeeded" in listing.stdout
+    page = json.loads(ma_cli("jobs", "--json", "--status", "succeeded").stdout)
+    assert page["total"] == 1 and page["items"][0]["id"] == job.id
+    assert json.loads(ma_cli("jobs", "--json", "--status", "running").stdout)["total"] == 0
+    events = json.loads(ma_cli("events", job.id, "--json").stdout)
+    assert events[0]["status"] == "queued" and events[-1]["status"] == "succeeded"
+    assert "succeeded" in ma_cli("events", job.id).stdout
+    deleted = ma_cli("delete", job.id)
+    assert deleted.returncode == 0 and deleted.stdout == f"deleted {job.id}\n"
+    assert ma_cli("get", job.id).returncode == 2
+
+
+def test_dry_run_prints_the_plan_and_creates_nothing(ma_cli, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    text = ma_cli(
+        "submit",
+        "--dry-run",
+        "--name",
+        "planned",
+        "--env",
+        "LR=0.1",
+        "--dataset",
+        "mnist=data",
+        "--",
+        "python",
+        "train.py",
+        "--lr",
+        "${LR}",
+    )
+    assert text.returncode == 0, text.stderr
+    assert "node worker-0 (worker 0" in text.stdout
+    assert "  argv:    python train.py --lr '${LR}'" in text.stdout
+    assert "    LR=0.1" in text.stdout
+    as_json = ma_cli("submit", "--dry-run", "--json", "--env", "LR=0.1", "--", "python", "train.py")
+    plan = Plan.model_validate_json(as_json.stdout)
+    assert plan.nodes[0].argv == ["python", "train.py"] and plan.nodes[0].env["LR"] == "0.1"
+    assert json.loads(ma_cli("jobs", "--json").stdout)["total"] == 0
+
+
+def test_user_errors_print_one_line_and_exit_2(ma_cli):
+    for args, expected in [
+        (["submit", "--nodes", "0", "--", "python", "x.py"], "error: argument --nodes: must be 1 or more"),
+        (["submit", "--", "KEY=1", "python", "x.py"], "bash -c"),
+        (["submit", "--spec", "nope", "--", "python", "x.py"], "error: unknown spec 'nope'"),
+        (["submit", "--name", "x"], "give the command after `--`"),
+        (["get", "no-such-job"], "error: no job has the id or name 'no-such-job'"),
+        (["frobnicate"], "error: argument COMMAND: invalid choice"),
+    ]:
+        result = ma_cli(*args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
+        assert expected in result.stderr, result.stderr
+        assert result.stdout == ""
+
+
+def test_stop_a_running_job_and_follow_its_log(ma_cli):
+    code = "import time\nprint('started', flush=True)\ntime.sleep(300)"
+    out = ma_cli("submit", "--json", "--grace", "1", "--name", "long", "--", PY, "-c", code)
+    job = Job.model_validate_json(out.stdout)
+    assert ma_cli("wait", job.id, "--timeout", "0.5").returncode == 1
+    stop = ma_cli("stop", job.id)
+    assert stop.returncode == 0 and stop.stdout.startswith(f"stopping {job.id}")
+    # a follower started now ends when the job has stopped
+    follow = ma_cli("logs", "long", "--follow")
+    assert follow.returncode == 0 and follow.stdout == "started\n"
+    assert "stopped" in ma_cli("wait", job.id).stdout
+
+
+def test_service_commands(ma_cli, ma_client):
+    assert ma_cli("service", "status").returncode == 1
+    started = ma_cli("service", "start")
+    assert started.returncode == 0 and "running at http://127.0.0.1:" in started.stdout
+    status = json.loads(ma_cli("service", "status", "--json").stdout)
+    assert status["running"] and ma_client.service_status()["pid"] == status["pid"]
+    assert ma_cli("specs").stdout.startswith("NAME")
+    assert {s["name"] for s in json.loads(ma_cli("specs", "--json").stdout)} >= {"cpu.small", "cpu.medium"}
+    assert json.loads(ma_cli("nodes", "--json").stdout)[0]["name"]
+    stopped = ma_cli("service", "stop")
+    assert stopped.returncode == 0 and f"pid {status['pid']}" in stopped.stdout
+    assert ma_cli("service", "stop").stdout == "no job service was running\n"
+    assert not ma_client.service_status()["running"]

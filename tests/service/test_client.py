@@ -1,0 +1,255 @@
+"""The client against a real, autostarted job service: submit, follow, errors, auth, autostart races."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import requests
+
+from ma_jupyter.client import Client, JobHandle, _pid_alive
+from ma_jupyter.errors import BackendUnavailable, Conflict, InvalidSpec, NotFound, Unauthorized
+from ma_jupyter.models import JobSpec, JobStatus
+from tests.helpers import wait_for
+
+PY = sys.executable
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def py_command(code: str) -> str:
+    """A run command executing ``code`` with this interpreter (no shell involved)."""
+    return f"{PY} -c {shlex.quote(textwrap.dedent(code))}"
+
+
+def test_submit_runs_to_success_with_logs(ma_client):
+    job = ma_client.submit(
+        name="hello", command=py_command("print('hello from the job')\nprint('second line')")
+    )
+    assert isinstance(job, JobHandle)
+    assert job.name == "hello" and job.id.startswith("hello-")
+    assert job.info.status in (JobStatus.queued, JobStatus.running)
+    final = job.wait(timeout=60)
+    assert final.status is JobStatus.succeeded and final.exit_code == 0
+    assert job.status is JobStatus.succeeded
+    assert list(job.logs()) == ["hello from the job", "second line"]
+    assert repr(job) == f"<JobHandle id={job.id} name=hello status=succeeded>"
+    events = job.events()
+    assert [e.status for e in events][0] is JobStatus.queued and events[-1].status is JobStatus.succeeded
+    assert job.events(after=events[-2].seq) == events[-1:]
+    streams = ma_client.log_streams(job.id)
+    assert streams[0].node == "worker-0" and streams[0].size == len("hello from the job\nsecond line\n")
+    chunk = ma_client.read_log(job.id, offset=6)
+    assert chunk.data.startswith("from the job") and chunk.eof
+    # the same job through the listing and by id
+    assert [h.id for h in ma_client.jobs(name="hell", status="succeeded")] == [job.id]
+    assert ma_client.jobs(status=["queued", "running"]) == []
+    assert ma_client.job(job.id).info.spec.command == job.info.spec.command
+    assert ma_client.specs()[0].name == "cpu.small"
+    assert ma_client.nodes() and all(n.cpus > 0 for n in ma_client.nodes())
+    job.delete()
+    with pytest.raises(NotFound):
+        ma_client.job(job.id)
+
+
+def test_follow_sees_every_line_exactly_once(ma_client):
+    # 2000 lines written in bursts and fragments (lines split across writes and flushes),
+    # while the client follows; the log ends without a final newline.
+    code = """
+        import sys, time
+        out = sys.stdout
+        for i in range(2000):
+            if i % 3 == 0:
+                out.write(f"line {i:04d} "); out.flush(); out.write("end\\n")
+            else:
+                out.write(f"line {i:04d} end\\n")
+            if i % 50 == 0:
+                out.flush(); time.sleep(0.01)
+        out.write("last without newline")
+    """
+    job = ma_client.submit(name="many", command=py_command(code))
+    lines = list(job.logs(follow=True))
+    assert lines == [f"line {i:04d} end" for i in range(2000)] + ["last without newline"]
+    assert job.info.status is JobStatus.succeeded or job.wait(timeout=30).status is JobStatus.succeeded
+
+
+def test_follow_from_an_offset_continues_without_replay(ma_client):
+    code = """
+        import time
+        for i in range(40):
+            print(f"tick {i}", flush=True)
+            time.sleep(0.01)
+    """
+    job = ma_client.submit(name="ticks", command=py_command(code))
+    first = job.logs(follow=True)
+    seen = [next(first) for _ in range(10)]
+    assert seen == [f"tick {i}" for i in range(10)]
+    # a second reader (a re-attached kernel) continues where the first one stopped
+    rest = list(job.logs(follow=True, offset=first.offset))
+    assert rest == [f"tick {i}" for i in range(10, 40)]
+    assert first.node == "worker-0"
+
+
+def test_wait_times_out_and_stop_ends_the_job(ma_client):
+    job = ma_client.submit(
+        name="sleeper", command=py_command("import time\nprint('up', flush=True)\ntime.sleep(300)")
+    )
+    wait_for(lambda: job.status is JobStatus.running, timeout=30)
+    with pytest.raises(TimeoutError, match="still running"):
+        job.wait(timeout=0.3)
+    with pytest.raises(Conflict, match="stop it first"):
+        job.delete()
+    job.stop()
+    assert job.wait(timeout=30).status is JobStatus.stopped
+    assert job.info.finished_at is not None
+    job.delete()
+
+
+def test_failure_is_reported_with_exit_code(ma_client):
+    job = ma_client.submit(name="fails", command=py_command("import sys\nprint('boom')\nsys.exit(3)"))
+    final = job.wait(timeout=60)
+    assert final.status is JobStatus.error and final.exit_code == 3
+    assert list(job.logs()) == ["boom"]
+
+
+def test_errors_are_typed_and_say_what_to_do(ma_client):
+    # local validation: instant, the same message the service would give
+    with pytest.raises(InvalidSpec, match="bash -c") as local:
+        ma_client.submit(name="bad", command="KEY=VALUE python train.py")
+    server = requests.post(
+        f"{ma_client.url}/api/v1/jobs",
+        json={"name": "bad", "command": "KEY=VALUE python train.py"},
+        headers={"Authorization": f"Bearer {ma_client._token}"},
+        timeout=10,
+    )
+    assert server.status_code == 400 and server.json()["message"] == local.value.message
+    with pytest.raises(InvalidSpec, match="exclude each other"):
+        ma_client.submit({"name": "x", "command": "python x.py"}, fault_restart={}, checkpoint_resume={})
+    with pytest.raises(InvalidSpec, match="unknown field"):
+        ma_client.submit(name="x", command="python x.py", epochs=3)
+    # checks only the service can make come back as the same typed error
+    with pytest.raises(InvalidSpec, match="unknown spec 'nope'") as remote:
+        ma_client.submit(name="x", command="python x.py", specs=["nope"])
+    assert remote.value.field == "specs"
+    with pytest.raises(NotFound, match="no job"):
+        ma_client.job("no-such-job")
+    with pytest.raises(NotFound):
+        ma_client.read_log("no-such-job")
+    with pytest.raises(InvalidSpec, match="priority"):
+        ma_client.update("no-such-job")
+    assert ma_client.jobs() == []
+
+
+def test_plan_resolves_nodes_and_creates_nothing(ma_client):
+    spec = JobSpec(name="planned", command="python train.py --lr ${LR}", env={"LR": "0.1"})
+    plan = ma_client.plan(spec)
+    assert [n.name for n in plan.nodes] == ["worker-0"]
+    assert plan.nodes[0].argv[:2] == ["python", "train.py"]
+    assert plan.nodes[0].env["LR"] == "0.1"
+    assert ma_client.jobs() == []
+
+
+def test_unauthenticated_requests_get_401(ma_client):
+    url = ma_client.url
+    assert requests.get(f"{url}/api/v1/jobs", timeout=5).status_code == 401
+    wrong = Client(url, token="not-the-token")
+    with pytest.raises(Unauthorized, match="token"):
+        wrong.jobs()
+    right = Client(url)  # the token comes from the runtime file of this home
+    assert right.jobs() == []
+
+
+def test_runtime_file_is_private_and_service_status(ma_client, ma_home):
+    assert not ma_client.service_status()["running"]
+    ma_client.connect()
+    status = ma_client.service_status()
+    assert (
+        status["running"] and status["url"].startswith("http://127.0.0.1:") and status["home"] == str(ma_home)
+    )
+    assert (ma_home / "service.json").stat().st_mode & 0o777 == 0o600
+    assert Client(autostart=False).service_status()["pid"] == status["pid"]
+
+
+def test_no_autostart_means_a_clear_error(ma_home):
+    with pytest.raises(BackendUnavailable, match="ma-jupyter service start"):
+        Client(autostart=False).jobs()
+
+
+def test_a_restarted_service_is_found_again(ma_client):
+    job = ma_client.submit(name="before", command=py_command("print(1)"))
+    job.wait(timeout=60)
+    old_pid = ma_client.service_status()["pid"]
+    assert ma_client.shutdown_service()
+    assert not _pid_alive(old_pid)
+    # the next call starts a new service (new port, new token) and the job is still there
+    assert job.refresh().status is JobStatus.succeeded
+    assert ma_client.service_status()["pid"] != old_pid
+
+
+def test_concurrent_clients_autostart_one_service(ma_home):
+    # Two "kernels" (separate processes) and two threads here start at the same moment.
+    script = "from ma_jupyter.client import Client; c = Client(); c.connect(); print(c.pid)"
+    env = {
+        **os.environ,
+        "MA_JUPYTER_HOME": str(ma_home),
+        "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    procs = [
+        subprocess.Popen(
+            [PY, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    pids: list[int] = []
+    errors: list[Exception] = []
+
+    def connect():
+        try:
+            c = Client()
+            c.connect()
+            pids.append(c.pid)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=connect) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        pids.append(int(out.strip()))
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert len(set(pids)) == 1, pids
+    log = (ma_home / "service.log").read_text()
+    # every service start that lost the race would say so in the log; none may have run
+    assert _pid_alive(pids[0])
+    assert log.count("already runs") == 0, log
+    client = Client(autostart=False)
+    assert client.shutdown_service()
+    assert not _pid_alive(pids[0])
+
+
+@pytest.mark.small_cluster
+def test_update_priority_of_a_queued_job(ma_client):
+    # a cpu.medium job fills the node "tiny", so the next job pinned there queues
+    sleep = py_command("import time\ntime.sleep(300)")
+    blocker = ma_client.submit(
+        name="blocker", command=sleep, specs=["cpu.medium"], node_name="tiny", grace_period=1
+    )
+    wait_for(lambda: blocker.status is JobStatus.running, timeout=30)
+    queued = ma_client.submit(name="waiting", command=py_command("print(1)"), node_name="tiny")
+    assert queued.status is JobStatus.queued and queued.info.queue_position == 0
+    updated = ma_client.update(queued.id, priority="urgent")
+    assert updated.spec.priority.value == "urgent"
+    with pytest.raises(Conflict):
+        ma_client.update(blocker.id, priority="urgent")
+    assert ma_client.update(blocker.id, duration="1h").spec.duration == 3600
+    assert queued.stop().status is JobStatus.stopped
+    blocker.stop()
+    assert blocker.wait(timeout=30).status is JobStatus.stopped
