@@ -1,0 +1,45 @@
+/**
+ * ma_jupyter's JupyterLab plugin: a left-sidebar panel to list, follow, stop and create
+ * training jobs of the local job service (through the ma_jupyter server extension).
+ */
+import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { JobsSidebar } from './sidebar';
+
+const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">
+  <g class="jp-icon3" fill="#616161">
+    <rect x="3" y="13" width="4" height="8" rx="1"/>
+    <rect x="10" y="8" width="4" height="13" rx="1"/>
+    <rect x="17" y="3" width="4" height="18" rx="1"/>
+  </g>
+</svg>`;
+
+export const jobsIcon = new LabIcon({ name: 'ma_jupyter:jobs', svgstr: ICON_SVG });
+
+const OPEN_COMMAND = 'ma-jupyter:open-jobs';
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'ma_jupyter:sidebar',
+  description: 'Training jobs sidebar: list, follow, stop and create jobs of the local job service.',
+  autoStart: true,
+  optional: [ILayoutRestorer, ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null
+  ) => {
+    const sidebar = new JobsSidebar();
+    sidebar.title.icon = jobsIcon;
+    app.shell.add(sidebar, 'left', { rank: 650 });
+    restorer?.add(sidebar, sidebar.id);
+    app.commands.addCommand(OPEN_COMMAND, {
+      label: 'Show Training Jobs',
+      execute: () => app.shell.activateById(sidebar.id)
+    });
+    palette?.addItem({ command: OPEN_COMMAND, category: 'Training jobs' });
+  }
+};
+
+export default plugin;

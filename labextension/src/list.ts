@@ -1,0 +1,160 @@
+/** The job list: filters by name and status, live refresh, a click opens the job. */
+import { api } from './api';
+import { errorText, h, shortTime, statusBadge } from './dom';
+import { JOB_STATUS_VALUES, Job, JobStatus } from './models';
+import type { View } from './view';
+
+const REFRESH_MS = 2000;
+
+export class JobListView implements View {
+  readonly node: HTMLElement;
+  private nameInput: HTMLInputElement;
+  private statusBoxes = new Map<JobStatus, HTMLInputElement>();
+  private live: HTMLInputElement;
+  private body: HTMLTableSectionElement;
+  private summary: HTMLElement;
+  private timer: number | null = null;
+  private debounce: number | null = null;
+  private inFlight = false;
+  private disposed = false;
+
+  constructor(private readonly open: (job: Job) => void) {
+    this.nameInput = h('input', {
+      class: 'ma-filter-name jp-mod-styled',
+      type: 'search',
+      placeholder: 'Filter by name',
+      oninput: () => this.scheduleRefresh()
+    });
+    const chips = JOB_STATUS_VALUES.map(status => {
+      const box = h('input', {
+        type: 'checkbox',
+        value: status,
+        onchange: () => this.refresh()
+      });
+      this.statusBoxes.set(status, box);
+      return h('label', { class: `ma-chip ma-chip-${status}` }, box, status);
+    });
+    this.live = h('input', {
+      type: 'checkbox',
+      class: 'ma-live',
+      checked: true,
+      onchange: () => this.arm()
+    });
+    this.body = h('tbody');
+    this.summary = h('div', { class: 'ma-list-summary' });
+    this.node = h(
+      'div',
+      { class: 'ma-list' },
+      h(
+        'div',
+        { class: 'ma-filters' },
+        this.nameInput,
+        h('div', { class: 'ma-status-filter' }, ...chips),
+        h(
+          'div',
+          { class: 'ma-list-controls' },
+          h('label', { class: 'ma-live-label', title: 'Refresh every 2 s' }, this.live, 'live'),
+          h(
+            'button',
+            { class: 'jp-Button jp-mod-styled ma-refresh', onclick: () => this.refresh() },
+            'Refresh'
+          )
+        )
+      ),
+      h(
+        'table',
+        { class: 'ma-jobs' },
+        h(
+          'thead',
+          {},
+          h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'Status'), h('th', {}, 'Spec'), h('th', {}, 'Created'))
+        ),
+        this.body
+      ),
+      this.summary
+    );
+    void this.refresh();
+    this.arm();
+  }
+
+  private selectedStatuses(): JobStatus[] {
+    return [...this.statusBoxes.entries()].filter(([, box]) => box.checked).map(([s]) => s);
+  }
+
+  private scheduleRefresh(): void {
+    if (this.debounce !== null) {
+      window.clearTimeout(this.debounce);
+    }
+    this.debounce = window.setTimeout(() => void this.refresh(), 250);
+  }
+
+  private arm(): void {
+    if (this.timer !== null) {
+      window.clearInterval(this.timer);
+      this.timer = null;
+    }
+    if (this.live.checked && !this.disposed) {
+      this.timer = window.setInterval(() => {
+        // only while someone can see it: a hidden sidebar costs the service nothing
+        if (this.node.isConnected && this.node.offsetParent !== null) {
+          void this.refresh();
+        }
+      }, REFRESH_MS);
+    }
+  }
+
+  /** Fetch the list with the current filters and redraw it. */
+  async refresh(): Promise<void> {
+    if (this.inFlight || this.disposed) {
+      return;
+    }
+    this.inFlight = true;
+    try {
+      const page = await api.jobs({
+        name: this.nameInput.value.trim() || undefined,
+        status: this.selectedStatuses(),
+        limit: 100
+      });
+      this.render(page.items, page.total);
+    } catch (error) {
+      this.summary.textContent = `Cannot list jobs: ${errorText(error)}`;
+      this.summary.classList.add('ma-error');
+    } finally {
+      this.inFlight = false;
+    }
+  }
+
+  private render(jobs: Job[], total: number): void {
+    this.body.replaceChildren(
+      ...jobs.map(job =>
+        h(
+          'tr',
+          {
+            class: 'ma-job-row',
+            'data-job-id': job.id,
+            'data-job-name': job.spec.name,
+            title: job.reason || job.id,
+            onclick: () => this.open(job)
+          },
+          h('td', { class: 'ma-job-name' }, job.spec.name),
+          h('td', {}, statusBadge(job.status)),
+          h('td', {}, job.chosen_spec ?? (job.spec.specs ?? []).join(', ')),
+          h('td', {}, shortTime(job.created_at))
+        )
+      )
+    );
+    this.summary.classList.remove('ma-error');
+    this.summary.textContent =
+      total === 0 ? 'No jobs match. Create one with "New job".' : `${jobs.length} of ${total} jobs`;
+  }
+
+  dispose(): void {
+    this.disposed = true;
+    if (this.timer !== null) {
+      window.clearInterval(this.timer);
+    }
+    if (this.debounce !== null) {
+      window.clearTimeout(this.debounce);
+    }
+  }
+}

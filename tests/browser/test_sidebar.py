@@ -1,0 +1,282 @@
+"""The JupyterLab sidebar and its server extension in a real JupyterLab.
+
+JupyterLab runs on loopback with a token and temporary folders; the sidebar and the server
+extension come from the installed package (``./dev setup`` builds and installs them), and the
+job service is started by the server extension on first use, on a temporary
+``MA_JUPYTER_HOME``.  Debian's chromium is driven through Python Playwright.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+REPO = Path(__file__).resolve().parents[2]
+OUTPUT = REPO / "test-output"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+INSTALLED = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "ma_jupyter" / "package.json"
+
+TRAIN = """import time
+for i in range(600):
+    print(f"sidebar line {i}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _stop_service(home: Path) -> None:
+    """Stop the jobs the server extension's service still runs, then the service itself."""
+    from ma_jupyter.client import Client
+
+    try:
+        runtime = json.loads((home / "service.json").read_text())
+    except (OSError, ValueError):
+        return
+    client = Client(url=runtime["url"], token=runtime["token"], timeout=10)
+    try:
+        for job in client.jobs(status=["running", "queued"]):
+            client.stop(job.id)
+            job.wait(timeout=30)
+    except Exception:
+        pass  # the service may already be gone; its pid is still signalled below
+    try:
+        os.kill(runtime["pid"], signal.SIGTERM)
+        wait_for(lambda: not Path(f"/proc/{runtime['pid']}").exists(), timeout=20)
+    except (OSError, AssertionError):
+        pass
+
+
+@pytest.fixture(scope="module")
+def ma_lab(tmp_path_factory):
+    """JupyterLab on loopback with its own config, data, runtime and settings folders and its own
+    job-service home; yields ``url``, ``token``, ``home``, ``work`` and the server ``log``."""
+    if not INSTALLED.exists():
+        pytest.fail(
+            f"the sidebar is not installed in {sys.prefix}: run ./dev setup (it builds labextension/)"
+        )
+    tmp = tmp_path_factory.mktemp("lab")
+    home, root, work = tmp / "home", tmp / "notebooks", tmp / "work"
+    for folder in (home, root, work):
+        folder.mkdir()
+    token = secrets.token_hex(16)
+    port = _free_port()
+    settings = tmp / "app-settings"
+    settings.mkdir()
+    # no news or update checks: nothing leaves loopback and no toast covers the sidebar
+    (settings / "overrides.json").write_text(
+        json.dumps(
+            {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+        )
+    )
+    env = {
+        **os.environ,
+        "MA_JUPYTER_HOME": str(home),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "JUPYTER_CONFIG_DIR": str(tmp / "jupyter-config"),
+        "JUPYTER_DATA_DIR": str(tmp / "jupyter-data"),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "jupyter-runtime"),
+        "IPYTHONDIR": str(tmp / "ipython"),
+    }
+    log_path = tmp / "lab.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                "--allow-root",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                f"--LabApp.app_settings_dir={settings}",
+                f"--LabApp.user_settings_dir={tmp / 'lab-settings'}",
+                f"--LabApp.workspaces_dir={tmp / 'lab-workspaces'}",
+                "--LabApp.news_url=None",
+            ],
+            env=env,
+            cwd=root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(log_path.read_text()[-3000:])
+        try:
+            return requests.get(f"{url}/api/status", params={"token": token}, timeout=2).ok
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_for(ready, timeout=60, interval=0.2)
+        yield {"url": url, "token": token, "home": home, "work": work, "log": log_path}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        _stop_service(home)
+
+
+def _api(ma_lab, path: str) -> str:
+    return f"{ma_lab['url']}/ma-jupyter/api/{path}"
+
+
+def test_server_extension_needs_jupyter_auth_and_maps_typed_errors(ma_lab):
+    headers = {"Authorization": f"token {ma_lab['token']}"}
+    # without Jupyter's token: 403, and the job service is never reached
+    assert requests.get(_api(ma_lab, "specs"), timeout=30).status_code == 403
+    assert requests.post(_api(ma_lab, "jobs"), json={"name": "x"}, timeout=30).status_code == 403
+
+    specs = requests.get(_api(ma_lab, "specs"), headers=headers, timeout=60)
+    assert specs.status_code == 200, specs.text
+    assert "cpu.small" in [s["name"] for s in specs.json()]
+
+    bad = requests.post(
+        _api(ma_lab, "jobs"), json={"name": "bad", "command": "A=1 python x.py"}, headers=headers, timeout=30
+    )
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "invalid_spec"
+    assert "bash -c" in bad.json()["message"]
+
+    missing = requests.get(_api(ma_lab, "jobs/no-such-job"), headers=headers, timeout=30)
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+
+    page = requests.get(_api(ma_lab, "jobs"), params={"status": "bogus"}, headers=headers, timeout=30)
+    assert page.status_code == 400 and page.json()["field"] == "status"
+
+    plan = requests.post(
+        _api(ma_lab, "plan"), json={"name": "dry", "command": "python train.py"}, headers=headers, timeout=30
+    )
+    assert plan.status_code == 200, plan.text
+    assert plan.json()["nodes"][0]["name"] == "worker-0"
+    # a dry run creates nothing
+    listing = requests.get(_api(ma_lab, "jobs"), params={"name": "dry"}, headers=headers, timeout=30).json()
+    assert listing["total"] == 0
+
+
+def test_sidebar_create_follow_stop(ma_lab):
+    from playwright.sync_api import expect, sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    algorithm = ma_lab["work"] / "algo"
+    algorithm.mkdir()
+    (algorithm / "train.py").write_text(TRAIN)
+    OUTPUT.mkdir(exist_ok=True)
+    name = "sidebar-job"
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{ma_lab['url']}/lab?reset&token={ma_lab['token']}")
+            tab = page.locator('.jp-SideBar .lm-TabBar-tab[data-id="ma-jupyter-sidebar"]')
+            expect(tab).to_be_visible(timeout=60_000)
+            tab.click()
+            sidebar = page.locator("#ma-jupyter-sidebar")
+            expect(sidebar).to_be_visible()
+            expect(sidebar.locator(".ma-list-summary")).to_contain_text("No jobs", timeout=30_000)
+
+            sidebar.locator(".ma-new-job").click()
+            form = sidebar.locator(".ma-form")
+            expect(form.locator(".ma-specs option").first).to_be_attached(timeout=30_000)
+            form.locator(".ma-field-name input").fill(name)
+            form.locator(".ma-field-command textarea").fill("python /workspace/algorithm/train.py")
+            form.locator(".ma-field-algorithm input").fill(str(algorithm))
+            # ps is for TensorFlow only: the form enables it only there
+            expect(form.locator(".ma-field-ps input")).to_be_disabled()
+            form.locator(".ma-field-mode select").select_option("tensorflow")
+            expect(form.locator(".ma-field-ps input")).to_be_enabled()
+            form.locator(".ma-field-mode select").select_option("single")
+            # a typed error from the service lands next to the form, naming the field
+            form.locator(".ma-field-duration input").fill("soon")
+            form.locator(".ma-submit").click()
+            expect(form.locator(".ma-form-message.ma-error")).to_contain_text("duration", timeout=30_000)
+            expect(form.locator(".ma-field-duration.ma-field-invalid")).to_be_visible()
+            form.locator(".ma-field-duration input").fill("1h")
+            form.locator(".ma-submit").click()
+
+            detail = sidebar.locator(".ma-detail")
+            expect(detail).to_be_visible(timeout=30_000)
+            expect(detail.locator(".ma-detail-name")).to_have_text(name)
+            log = detail.locator(".ma-log")
+            expect(log).to_contain_text("sidebar line 3", timeout=90_000)
+            expect(detail.locator(".ma-detail-header .ma-status-running")).to_be_visible(timeout=30_000)
+            # the log keeps streaming while the job runs
+            expect(log).to_contain_text("sidebar line 8", timeout=30_000)
+            expect(detail.locator(".ma-events")).to_contain_text("running", timeout=30_000)
+            page.screenshot(path=str(OUTPUT / "sidebar-running.png"))
+
+            detail.locator(".ma-stop").click()
+            expect(detail.locator(".ma-detail-header .ma-status-stopped")).to_be_visible(timeout=60_000)
+            expect(detail.locator(".ma-stop")).to_be_disabled()
+            expect(log).to_have_attribute("data-eof", "true", timeout=30_000)
+            page.screenshot(path=str(OUTPUT / "sidebar-stopped.png"))
+
+            detail.locator(".ma-back").click()
+            row = sidebar.locator(f'.ma-job-row[data-job-name="{name}"]')
+            expect(row.locator(".ma-status-stopped")).to_be_visible(timeout=30_000)
+            # status filter: only running jobs hides it, stopped shows it again
+            sidebar.locator(".ma-chip-running input").check()
+            expect(row).to_have_count(0, timeout=10_000)
+            sidebar.locator(".ma-chip-running input").uncheck()
+            sidebar.locator(".ma-chip-stopped input").check()
+            expect(row).to_have_count(1, timeout=10_000)
+            # name filter
+            sidebar.locator(".ma-filter-name").fill("no-such-name")
+            expect(row).to_have_count(0, timeout=10_000)
+            sidebar.locator(".ma-filter-name").fill("sidebar")
+            expect(row).to_have_count(1, timeout=10_000)
+            page.screenshot(path=str(OUTPUT / "sidebar-list.png"))
+
+            # clone opens the form filled from the job
+            row.click()
+            sidebar.locator(".ma-detail .ma-clone").click()
+            expect(sidebar.locator(".ma-field-name input")).to_have_value(f"{name}-copy")
+            expect(sidebar.locator(".ma-field-command textarea")).to_have_value(
+                "python /workspace/algorithm/train.py"
+            )
+        finally:
+            browser.close()
+
+    # what the sidebar showed is what the job wrote, and the service agrees it is stopped
+    logs = list((ma_lab["home"] / "jobs").glob("*/logs/worker-0.log"))
+    assert logs and "sidebar line 3" in logs[0].read_text()
+    headers = {"Authorization": f"token {ma_lab['token']}"}
+    jobs = requests.get(_api(ma_lab, "jobs"), params={"name": name}, headers=headers, timeout=30).json()
+    assert [j["status"] for j in jobs["items"] if j["spec"]["name"] == name] == ["stopped"]
