@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     token = secrets.token_urlsafe(32)
     app = create_app(supervisor, token, tensorboards)
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when the listening
+    # socket says it is TCP; without it every keep-alive request waits ~40 ms (Nagle + delayed ACK).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))  # loopback only, never all interfaces
     sock.listen(128)
