@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import fcntl
 import getpass
+import itertools
 import json
+import operator
 import os
 import signal
 import subprocess
@@ -50,6 +52,8 @@ USER_HEADER = "X-MA-User"
 START_TIMEOUT = 30.0  # seconds a fresh service gets to answer /health
 FOLLOW_WAIT = 10.0  # long-poll seconds per log read while following
 READ_LIMIT = 1 << 20
+FIRST_READ = 64 << 10
+LOCAL_READ = 4 << 20  # bytes per direct read of a log file on this machine
 AUTOSTART_LOCK = "autostart.lock"
 _PAST_END = 1 << 62
 
@@ -106,6 +110,8 @@ class Client:
         autostart: start the service when none answers (only without an explicit ``url``).
         timeout: seconds for one ordinary request (a long-poll adds its wait to it).
         user: the caller's user name sent to the service (default the login name).
+        local_logs: read log bytes straight from the job's files when they are on this machine
+            (see :class:`LogLines`); the service still decides what may be read and when a log ends.
 
     Nothing is contacted until the first call (or :meth:`connect`).
     """
@@ -118,8 +124,10 @@ class Client:
         autostart: bool = True,
         timeout: float = 30.0,
         user: str | None = None,
+        local_logs: bool = True,
     ):
         self._fixed = url is not None
+        self.local_logs = local_logs
         self._url = url.rstrip("/") if url else None
         self._token = token
         self.autostart = autostart and not self._fixed
@@ -470,6 +478,25 @@ class Client:
         )
         return LogChunk.model_validate(data)
 
+    def local_log_path(self, job_id: str, node: str, rank: int | None = None) -> Path | None:
+        """The file of a log stream when this client can read it directly, else None.
+
+        Only for the service of this machine's ``$MA_JUPYTER_HOME`` (whose job folders are the
+        files the nodes write) and only when ``local_logs`` is on.
+        """
+        if not self.local_logs or not node or "/" in node or node.startswith("."):
+            return None
+        if self._fixed:
+            runtime = _read_runtime()
+            if not runtime or runtime["url"].rstrip("/") != self._url:
+                return None
+        try:
+            logs = config.job_dir(job_id) / "logs"
+        except MaJupyterError:
+            return None
+        path = logs / f"{node}.log" if rank is None else logs / node / f"rank-{rank}.log"
+        return path if logs.is_dir() else None
+
     def tensorboard(self, job_id: str) -> str:
         """Start (or reuse) the job's TensorBoard over its outputs; returns its URL."""
         return self._request("POST", f"/jobs/{_segment(job_id)}/tensorboard")["url"]
@@ -657,9 +684,16 @@ class JobHandle:
 class LogLines(Iterator[str]):
     """Lines of one log stream read by byte offset, optionally following it to the job's end.
 
+    The first read goes through the service (it checks access and names the stream's node).
+    After that, when the log file is on this machine (the client talks to the service of
+    ``$MA_JUPYTER_HOME``), bytes are read straight from the file while there are any, and the
+    service is asked only at the end of what is written: its long-poll says when more bytes
+    arrive and when the job has ended (``eof``).  Every read starts at the byte offset where the
+    previous one stopped, whichever path served it, so no line is lost or repeated.
+
     Attributes:
         node: the stream's node (resolved from the service's first answer when not given).
-        offset: byte offset just after the last complete line yielded.
+        offset: byte offset just after the last line yielded.
     """
 
     def __init__(
@@ -678,44 +712,116 @@ class LogLines(Iterator[str]):
         self.follow = follow
         self.node = node
         self.rank = rank
-        self.offset = offset
         self._read_offset = offset
         self._wait = wait
-        self._pending = b""
-        self._lines: list[bytes] = []
-        self._done = False
+        self._local: Path | None = None
+        self._file: Any = None
+        # The lines of the chunk being consumed, and where its bytes start and end: the
+        # consumer pulls lines through itertools.chain at C speed, and :attr:`offset` is worked
+        # out from the list iterator's position only when someone asks for it.
+        self._lines: list[str] = []
+        self._ends: list[int] | None = None
+        self._current: Iterator[str] | None = None
+        self._base = offset
+        self._end = offset
+        self._chunk_source = self._chunks()
+        self._iter = itertools.chain.from_iterable(self._chunk_source)
 
-    def __iter__(self) -> LogLines:
-        return self
+    @property
+    def offset(self) -> int:
+        """Byte offset just after the last line yielded (where a later reader continues)."""
+        if self._current is None:
+            return self._base
+        consumed = len(self._lines) - operator.length_hint(self._current)
+        if consumed <= 0:
+            return self._base
+        if self._ends is None:  # ASCII without carriage returns: a character is a byte
+            return self._base + sum(map(len, self._lines[:consumed])) + consumed
+        return self._base + self._ends[consumed - 1]
+
+    def __iter__(self) -> Iterator[str]:
+        return self._iter
 
     def __next__(self) -> str:
-        while not self._lines:
-            if self._done:
-                raise StopIteration
-            self._fill()
-        line = self._lines.pop(0)
-        self.offset += len(line)
-        return line.rstrip(b"\n").removesuffix(b"\r").decode("utf-8", "replace")
+        return next(self._iter)
 
-    def _fill(self) -> None:
+    def close(self) -> None:
+        """Stop reading early (closes the log file if one is open); :attr:`offset` stays valid."""
+        self._chunk_source.close()
+
+    def _chunks(self) -> Iterator[Iterator[str]]:
+        pending = b""
+        first = True
+        try:
+            while True:
+                data, done, eof = self._read(first)
+                first = False
+                if data:
+                    data = pending + data if pending else data
+                    cut = data.rfind(b"\n") + 1
+                    pending = data[cut:]
+                    if cut:
+                        yield self._start_chunk(data[:cut])
+                if done:
+                    if pending and eof:
+                        # the job ended without a final newline: the partial line is the last line
+                        yield self._start_chunk(pending)
+                    return
+        finally:
+            if self._file is not None:
+                self._file.close()
+
+    def _start_chunk(self, data: bytes) -> Iterator[str]:
+        """Split ``data`` (whole lines, or the log's unterminated last line) into the current chunk."""
+        self._base, self._end = self._end, self._end + len(data)
+        if data.isascii() and b"\r" not in data:
+            lines = data.decode("ascii").split("\n")
+            if data.endswith(b"\n"):
+                lines.pop()
+            self._ends = None
+        else:
+            parts = data.split(b"\n")
+            if data.endswith(b"\n"):
+                parts.pop()
+            lines = [p.removesuffix(b"\r").decode("utf-8", "replace") for p in parts]
+            self._ends = list(itertools.accumulate(len(p) + 1 for p in parts))
+            self._ends[-1] = min(self._ends[-1], len(data))
+        self._lines = lines
+        self._current = iter(lines)
+        return self._current
+
+    def _read(self, first: bool) -> tuple[bytes, bool, bool]:
+        """The next bytes: (data, done, eof)."""
+        if self._local is not None:
+            data = self._read_local()
+            if data:
+                return data, False, False
         chunk = self.client.read_log(
             self.job_id,
             node=self.node,
             rank=self.rank,
             offset=self._read_offset,
             wait=self._wait if self.follow else 0,
+            # a small first answer: it names the node, and the rest may come from the file directly
+            limit=FIRST_READ if first and self.client.local_logs else READ_LIMIT,
         )
+        if first:
+            self._local = self.client.local_log_path(self.job_id, chunk.node, self.rank)
         self.node = chunk.node  # pin the stream so every offset refers to the same file
         self._read_offset = chunk.next_offset
-        data = self._pending + chunk.data.encode("utf-8")
-        *complete, self._pending = data.split(b"\n")
-        self._lines.extend(part + b"\n" for part in complete)
-        if chunk.eof or (not self.follow and chunk.next_offset == chunk.offset):
-            self._done = True
-            if self._pending and chunk.eof:
-                # the job ended without a final newline: the partial line is the last line
-                self._lines.append(self._pending)
-                self._pending = b""
+        done = chunk.eof or (not self.follow and chunk.next_offset == chunk.offset)
+        return chunk.data.encode("utf-8"), done, chunk.eof
+
+    def _read_local(self) -> bytes:
+        try:
+            if self._file is None:
+                self._file = open(self._local, "rb")  # kept open while following
+            self._file.seek(self._read_offset)
+            data = self._file.read(LOCAL_READ)
+        except OSError:
+            return b""  # not there (yet, or any more): the service will say which
+        self._read_offset += len(data)
+        return data
 
 
 def _segment(job_id: str) -> str:

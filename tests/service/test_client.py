@@ -56,9 +56,11 @@ def test_submit_runs_to_success_with_logs(ma_client):
         ma_client.job(job.id)
 
 
-def test_follow_sees_every_line_exactly_once(ma_client):
+@pytest.mark.parametrize("local_logs", [True, False], ids=["file-fast-path", "service-only"])
+def test_follow_sees_every_line_exactly_once(ma_client, local_logs):
     # 2000 lines written in bursts and fragments (lines split across writes and flushes),
     # while the client follows; the log ends without a final newline.
+    ma_client.local_logs = local_logs
     code = """
         import sys, time
         out = sys.stdout
@@ -77,21 +79,30 @@ def test_follow_sees_every_line_exactly_once(ma_client):
     assert job.info.status is JobStatus.succeeded or job.wait(timeout=30).status is JobStatus.succeeded
 
 
-def test_follow_from_an_offset_continues_without_replay(ma_client):
+@pytest.mark.parametrize("local_logs", [True, False], ids=["file-fast-path", "service-only"])
+def test_follow_from_an_offset_continues_without_replay(ma_client, local_logs):
+    # ASCII lines, lines with carriage returns and multi-byte characters: offsets are bytes
     code = """
-        import time
+        import sys, time
         for i in range(40):
-            print(f"tick {i}", flush=True)
+            text = f"tick {i}" + (" \u00e9t\u00e9 \u2713" if i % 3 == 0 else "") + ("\\r" if i % 4 == 0 else "")
+            sys.stdout.buffer.write(text.encode() + b"\\n"); sys.stdout.flush()
             time.sleep(0.01)
     """
+    expected = [f"tick {i}" + (" \u00e9t\u00e9 \u2713" if i % 3 == 0 else "") for i in range(40)]
+    ma_client.local_logs = local_logs
     job = ma_client.submit(name="ticks", command=py_command(code))
     first = job.logs(follow=True)
+    assert first.offset == 0
     seen = [next(first) for _ in range(10)]
-    assert seen == [f"tick {i}" for i in range(10)]
+    assert seen == expected[:10]
+    assert first.offset == len("".join(expected[:10]).encode()) + 10 + 3  # newlines and 3 CRs
+    first.close()
     # a second reader (a re-attached kernel) continues where the first one stopped
-    rest = list(job.logs(follow=True, offset=first.offset))
-    assert rest == [f"tick {i}" for i in range(10, 40)]
-    assert first.node == "worker-0"
+    second = job.logs(follow=True, offset=first.offset)
+    assert list(second) == expected[10:]
+    assert first.node == second.node == "worker-0"
+    assert second.offset == ma_client.log_streams(job.id)[0].size
 
 
 def test_wait_times_out_and_stop_ends_the_job(ma_client):
