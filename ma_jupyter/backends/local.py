@@ -1,0 +1,309 @@
+"""The local backend: each node of a job is a process tree on this machine, in its own sandbox.
+
+``launch`` starts one :mod:`ma_jupyter.noderun` runner per node, in its own session, with the
+node's stdout/stderr going straight to ``<job_dir>/logs/<node>.log``; the runner starts the
+node's command inside bubblewrap (see :mod:`ma_jupyter.workspace`) and writes the exit code to
+``<job_dir>/nodes/<node>/exit_code``.
+
+Everything ``poll`` and ``stop`` need is durable: the runner's pid and start time (stored in the
+:class:`~ma_jupyter.models.NodeRun`), the exit-code file, and a marker variable
+(``MA_NODE_RUN=<job>/<attempt>/<node>/<nonce>``) in the environment of every process of the node,
+so a service started after a crash still finds a node's processes, whatever sessions they made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from .. import workspace
+from ..errors import BackendUnavailable
+from ..models import NodeRun
+from ..modes.base import NodePlan
+from .base import Attempt, Backend, node_log
+
+
+def process_start_time(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since the epoch (from ``/proc/<pid>/stat``); None if it
+    does not exist or is a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    ticks = int(fields[19])
+    return round(_boot_time() + ticks / os.sysconf("SC_CLK_TCK"), 2)
+
+
+_BOOT_TIME: float | None = None
+
+
+def _boot_time() -> float:
+    global _BOOT_TIME
+    if _BOOT_TIME is None:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime"):
+                    _BOOT_TIME = float(line.split()[1])
+                    break
+            else:
+                _BOOT_TIME = 0.0
+    return _BOOT_TIME
+
+
+def read_exit_code(path: Path) -> int | None:
+    """The integer in an exit-code file, or None while it does not exist."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def marked_processes(marker: str) -> list[psutil.Process]:
+    """Every live process whose environment carries ``MA_NODE_RUN=<marker>``."""
+    found = []
+    needle = f"{workspace.NODE_MARKER}={marker}".encode()
+    for pid in psutil.pids():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    proc = psutil.Process(pid)
+                    if proc.status() != psutil.STATUS_ZOMBIE:
+                        found.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+class LocalBackend(Backend):
+    """Runs nodes as sandboxed process trees on this host.
+
+    Args:
+        sandbox: ``bubblewrap`` or ``symlink``; default: bubblewrap when ``bwrap`` is installed
+            and works here, unless ``MA_JUPYTER_SANDBOX=none``.
+    """
+
+    name = "local"
+
+    def __init__(self, sandbox: str | None = None):
+        self._sandbox = sandbox
+        # runners started by this process, kept only to reap them (state lives on disk)
+        self._children: dict[int, subprocess.Popen] = {}
+
+    # ------------------------------------------------------------------ isolation
+
+    def isolation(self) -> str:
+        if self._sandbox is None:
+            self._sandbox = workspace.default_sandbox()
+            if self._sandbox == "bubblewrap" and not _bwrap_works():
+                self._sandbox = "symlink"
+        return self._sandbox
+
+    # ---------------------------------------------------------------------- launch
+
+    def launch(self, attempt: Attempt) -> list[NodeRun]:
+        sandbox = self.isolation()
+        # Validate and build every node's view before starting anything.
+        views = [(plan, workspace.node_view(attempt, plan, sandbox)) for plan in attempt.plans]
+        attempt.log_dir.mkdir(parents=True, exist_ok=True)
+        runs: list[NodeRun] = []
+        try:
+            for plan, view in views:
+                runs.append(self._launch_node(attempt, plan, view))
+        except BaseException:
+            self.stop(attempt, runs, grace=1.0)
+            raise
+        return runs
+
+    def _launch_node(self, attempt: Attempt, plan: NodePlan, view: workspace.NodeView) -> NodeRun:
+        workspace.prepare_node(view)
+        node_dir = Path(view.node_dir)
+        marker = f"{attempt.job_id}/{attempt.number}/{plan.name}/{secrets.token_hex(4)}"
+        (node_dir / "marker").write_text(marker + "\n")
+        env = workspace.node_env(view, plan.env, marker)
+        if view.sandbox == "symlink":
+            for folder in ("home", "tmp"):
+                (node_dir / folder).mkdir(exist_ok=True)
+
+        def wrap(argv: list[str]) -> list[str]:
+            return workspace.sandbox_argv(view, workspace.command_argv(view, argv, env))
+
+        lifecycle = attempt.spec.lifecycle
+        from ..commands import parse_command
+
+        spec = {
+            "node": plan.name,
+            "node_dir": str(node_dir),
+            "rank_log_dir": view.rank_log_dir,
+            "sandbox": view.sandbox,
+            "argv": wrap(plan.argv),
+            "env": env,
+            "cwd": workspace.host_workdir(view),
+            "cpus": list(view.cpus),
+            "on_start": wrap(parse_command(lifecycle.on_start, field="lifecycle"))
+            if lifecycle.on_start
+            else None,
+            "on_stop": wrap(parse_command(lifecycle.on_stop, field="lifecycle"))
+            if lifecycle.on_stop
+            else None,
+        }
+        spec_file = node_dir / "node-run.json"
+        spec_file.write_text(json.dumps(spec, indent=1))
+        log_path = node_log(attempt.log_dir, plan.name)
+        runner_env = dict(os.environ)
+        # the runner must import this package even when the service runs from a source tree
+        package_root = str(Path(__file__).resolve().parents[2])
+        runner_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, runner_env.get("PYTHONPATH", "")) if p
+        )
+        runner_env[workspace.NODE_MARKER] = marker
+        runner_env["PYTHONUNBUFFERED"] = "1"
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ma_jupyter.noderun", str(spec_file)],
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=fd,
+                env=runner_env,
+                cwd=str(node_dir),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot start the node runner: {exc}") from exc
+        finally:
+            os.close(fd)
+        self._children[proc.pid] = proc
+        started = process_start_time(proc.pid)
+        run = NodeRun(
+            name=plan.name,
+            role=plan.task.role,
+            index=plan.task.index,
+            host=plan.task.host,
+            hostname=view.hostname,
+            address=plan.task.address,
+            pid=proc.pid,
+            start_time=started,
+            primary=plan.primary,
+            state="running",
+            ranks=list(range(plan.task.slots)) if plan.rank_logs else [],
+        )
+        (node_dir / "run.json").write_text(run.model_dump_json())
+        return run
+
+    # ------------------------------------------------------------------------ poll
+
+    def _reap(self) -> None:
+        for pid, proc in list(self._children.items()):
+            if proc.poll() is not None:
+                del self._children[pid]
+
+    def _alive(self, run: NodeRun) -> bool:
+        """Whether the runner process of ``run`` is still the one that was launched."""
+        self._reap()
+        if run.pid is None:
+            return False
+        started = process_start_time(run.pid)
+        if started is None:
+            return False
+        return run.start_time is None or abs(started - run.start_time) < 0.05
+
+    def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
+        exit_file = attempt.job_dir / "nodes" / run.name / "exit_code"
+        code = read_exit_code(exit_file)
+        if code is None:
+            if run.pid is None:
+                return run
+            if self._alive(run):
+                return run.model_copy(update={"state": "running", "exit_code": None})
+            code = read_exit_code(exit_file)  # it may have finished between the two looks
+        if code is not None:
+            return run.model_copy(update={"state": "exited", "exit_code": code})
+        return run.model_copy(update={"state": "lost"})
+
+    # ------------------------------------------------------------------------ stop
+
+    def _marker(self, attempt: Attempt, run: NodeRun) -> str | None:
+        try:
+            return (attempt.job_dir / "nodes" / run.name / "marker").read_text().strip()
+        except OSError:
+            return None
+
+    def _leftovers(self, attempt: Attempt, runs: list[NodeRun]) -> list[psutil.Process]:
+        self._reap()
+        found: dict[int, psutil.Process] = {}
+        for run in runs:
+            marker = self._marker(attempt, run)
+            if marker:
+                for proc in marked_processes(marker):
+                    found[proc.pid] = proc
+            if self._alive(run):
+                found[run.pid] = psutil.Process(run.pid)
+        return list(found.values())
+
+    def stop(self, attempt: Attempt, runs: list[NodeRun], grace: float) -> None:
+        """TERM each node's runner (it relays the signal to the node's processes), wait up to
+        ``grace`` seconds, then KILL every process carrying the node's marker; return once none
+        is left."""
+        for run in runs:
+            if self._alive(run):
+                try:
+                    os.killpg(run.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + max(grace, 0.0)
+        while time.monotonic() < deadline and any(self._alive(r) for r in runs):
+            time.sleep(0.05)
+        deadline = time.monotonic() + 30.0
+        while True:
+            left = self._leftovers(attempt, runs)
+            if not left:
+                return
+            for run in runs:
+                if self._alive(run):
+                    try:
+                        os.killpg(run.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            for proc in left:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            if time.monotonic() > deadline:
+                names = ", ".join(f"{p.pid}" for p in left)
+                raise BackendUnavailable(f"processes {names} of job {attempt.job_id} survive SIGKILL")
+            time.sleep(0.05)
+
+
+_BWRAP_OK: bool | None = None
+
+
+def _bwrap_works() -> bool:
+    """Whether bubblewrap can make namespaces here (once per process)."""
+    global _BWRAP_OK
+    if _BWRAP_OK is None:
+        try:
+            result = subprocess.run(
+                ["bwrap", "--ro-bind", "/", "/", "--unshare-pid", "--cap-drop", "ALL", "true"],
+                capture_output=True,
+                timeout=20,
+            )
+            _BWRAP_OK = result.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            _BWRAP_OK = False
+    return _BWRAP_OK

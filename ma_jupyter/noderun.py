@@ -1,0 +1,204 @@
+"""The per-node runner: ``python -m ma_jupyter.noderun <node-run.json>``.
+
+The local backend starts one runner per node, in its own session, with stdout/stderr already
+pointing at the node's log file; the service is never in the log path.  The runner:
+
+1. pins itself to the task's cores (inherited by everything it starts);
+2. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
+   each already wrapped in the node's sandbox by the backend;
+3. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
+   kill the node at once) so training code gets its chance to save a checkpoint;
+4. when the command ends, kills what it left behind (a bubblewrap pid namespace does this by
+   itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
+5. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
+   ``nodes/<node>/failure.json`` and writes the exit code atomically to
+   ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result.
+
+Exit codes follow the shell: a command killed by signal N ends with 128+N.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the runner still works, with less cleanup
+        pass
+
+
+def _die_with_runner() -> None:
+    """In the sandbox's first process: SIGKILL it if the runner dies (no orphaned node)."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def write_exit_code(path: Path, code: int) -> None:
+    """Atomically write ``code`` to ``path`` (tmp file + fsync + rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(f"{code}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class NodeRunner:
+    """Runs the phases of one node and relays signals to them."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.stopping = False
+        self.current: subprocess.Popen | None = None
+
+    # the processes of the node a stop signal is meant for
+    def _targets(self) -> list[psutil.Process]:
+        current = self.current
+        if current is None:
+            return []
+        try:
+            top = psutil.Process(current.pid)
+            below = top.children(recursive=True)
+        except psutil.Error:
+            return []
+        if self.spec.get("sandbox") == "bubblewrap":
+            # bwrap (outer) -> bwrap (pid 1 of the namespace) -> the command...: signal the
+            # command's processes only; killing bwrap would end the node without a grace period
+            inits = {p.pid for p in below if p.ppid() == top.pid}
+            return [p for p in below if p.pid not in inits]
+        return [top, *below]
+
+    def _signal_all(self, signum: int) -> None:
+        for proc in self._targets():
+            try:
+                proc.send_signal(signum)
+            except psutil.Error:
+                pass
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stopping = True
+        self._signal_all(signal.SIGTERM if signum == signal.SIGTERM else signum)
+
+    def _run(self, argv: list[str]) -> int:
+        """Run one phase to its end, reaping adopted orphans meanwhile; its exit code."""
+        env = self.spec["env"]
+        cwd = self.spec.get("cwd")
+        if cwd:
+            Path(cwd).mkdir(parents=True, exist_ok=True)
+        try:
+            self.current = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a TERM to the runner's group must not hit bwrap
+                preexec_fn=_die_with_runner,
+            )
+        except OSError as exc:
+            print(f"[ma_jupyter] cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
+            return 127 if isinstance(exc, FileNotFoundError) else 126
+        status = self._wait(self.current.pid)
+        self._kill_leftovers()
+        self.current = None
+        if os.WIFSIGNALED(status):
+            return 128 + os.WTERMSIG(status)
+        return os.WEXITSTATUS(status)
+
+    def _wait(self, pid: int) -> int:
+        while True:
+            try:
+                done, status = os.waitpid(-1, 0)  # also reaps orphans adopted as subreaper
+            except ChildProcessError:
+                return 0
+            if done == pid:
+                return status
+
+    def _kill_leftovers(self) -> None:
+        """Kill what the finished command left running (background children, setsid'd ones)."""
+        me = psutil.Process()
+        for _ in range(50):
+            try:
+                left = [p for p in me.children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+            except psutil.Error:
+                left = []
+            for proc in left:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            while True:
+                try:
+                    done, _ = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if done == 0:
+                    break
+            if not left:
+                return
+            time.sleep(0.02)
+
+    def run(self) -> int:
+        """Run on_start, the command, on_stop; record and return the node's exit code."""
+        spec = self.spec
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        cpus = set(spec.get("cpus") or ())
+        if cpus and hasattr(os, "sched_setaffinity"):
+            usable = cpus & os.sched_getaffinity(0)
+            if usable:
+                os.sched_setaffinity(0, usable)
+        code = 0
+        if spec.get("on_start"):
+            code = self._run(spec["on_start"])
+            if code != 0:
+                print(f"[ma_jupyter] lifecycle on_start exited with code {code}", file=sys.stderr, flush=True)
+        if code == 0 and not self.stopping:
+            code = self._run(spec["argv"])
+        elif self.stopping:
+            code = 128 + signal.SIGTERM
+        if spec.get("on_stop"):
+            stop_code = self._run(spec["on_stop"])
+            if stop_code != 0:
+                print(
+                    f"[ma_jupyter] lifecycle on_stop exited with code {stop_code}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        node_dir = Path(spec["node_dir"])
+        report = Path(spec["rank_log_dir"]) / "failure.json"
+        if report.exists():
+            try:
+                os.replace(report, node_dir / "failure.json")
+            except OSError:
+                pass
+        write_exit_code(node_dir / "exit_code", code)
+        return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the node described by the JSON file named in ``argv``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m ma_jupyter.noderun <node-run.json>", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(args[0]).read_text())
+    return NodeRunner(spec).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

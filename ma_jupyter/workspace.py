@@ -1,0 +1,703 @@
+"""The ``/workspace`` view of one node of a job.
+
+Every node of a job sees the platform's layout (seed 002)::
+
+    /workspace/algorithm                                   the code (read-only unless asked otherwise)
+    /workspace/anno_dataset/<name>/annotation              annotation sets (read-only)
+    /workspace/dataset/{private,favorite}/<name>[/<ver>]   datasets (read-only unless read_only=False)
+    /workspace/model/{pretrained,private,favorite}/<name>[/<ver>]   models (always read-only)
+    /workspace/outputs                                     writable; batch task N: <outputs>/<name>-<N>/
+    /workspace/volume/<name>                               writable storage volumes
+
+plus the node's own ``/etc/hosts`` and ``/etc/hostname`` (every task of the job listed, so peers
+resolve each other by hostname), the files its distributed mode writes (``/job/hostfile``,
+``/etc/mpi/hostfile``, ``/user/config/jobstart_hccl.json``...) and a writable per-rank log folder
+at ``/job/logs`` (``$MA_RANK_LOG_DIR``).
+
+Two ways to build that view:
+
+* **bubblewrap** (the normal case): a minimal root made of read-only binds of the system and of
+  the Python installation, fresh ``/proc``, ``/dev`` and ``/tmp``, its own pid, UTS and IPC
+  namespaces, and no capabilities (``--cap-drop ALL``), so that even root cannot remount a
+  read-only bind writable.  The network namespace is shared: the service hands each node its
+  own loopback address and ports.
+* **symlink** (bubblewrap missing, or ``MA_JUPYTER_SANDBOX=none``): a per-node tree of symlinks at
+  ``<job_dir>/nodes/<node>/workspace`` mirroring the layout, ``$MA_WORKSPACE`` pointing at it, and
+  every argument or variable that starts with an in-view path (``/workspace``, ``/job``...)
+  rewritten to the tree.  Nothing is enforced in this mode: read-only mounts are writable, the
+  hostname is the machine's, and a job that writes to ``/workspace`` literally (not through
+  ``$MA_WORKSPACE``) fails.  The supervisor says so in the job's events.
+
+The functions here are pure where they can be (:func:`mounts_for`, :func:`node_view`,
+:func:`bwrap_argv`, :func:`sandbox_argv`) so ``--dry-run`` can show the same mounts a launch uses;
+:func:`prepare_node` is the one that writes the node's files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .commands import expand_argv
+from .errors import InvalidSpec
+from .models import Image, JobSpec
+
+if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
+    from .backends.base import Attempt
+    from .modes.base import NodePlan, TaskSlot
+
+VIEW_ROOT = "/workspace"
+#: in-view folders a distributed mode may write files into
+FILE_ROOTS = ("/job", "/etc/mpi", "/user/config")
+#: in-view folder for per-rank logs (``$MA_RANK_LOG_DIR``), backed by ``<job_dir>/logs/<node>/``
+RANK_LOG_VIEW = "/job/logs"
+#: the environment variable marking every process of one node run (found again after a restart)
+NODE_MARKER = "MA_NODE_RUN"
+SANDBOX_ENV = "MA_JUPYTER_SANDBOX"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Folders of the host's system that every sandbox sees read-only (when they exist).  /usr covers
+# Debian's merged /bin, /lib...; the top-level ones are symlinks into it there.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/sys")
+_SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+# ------------------------------------------------------------------------------- mounts
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One folder of the view.
+
+    Attributes:
+        source: the host path (symlinks resolved).
+        target: where it appears, always below ``/workspace``.
+        read_only: whether the node can write to it (enforced by bubblewrap only).
+        kind: ``algorithm``, ``dataset``, ``annotation``, ``model``, ``outputs`` or ``volume``.
+        create: the backend creates ``source`` at launch (an outputs folder of a batch task, or
+            the job's own outputs folder when the spec names none).
+    """
+
+    source: str
+    target: str
+    read_only: bool
+    kind: str
+    create: bool = False
+
+
+def _host_path(raw: str, what: str, field_name: str, *, directory: bool) -> str:
+    """``raw`` as an existing absolute host path with symlinks resolved, or InvalidSpec."""
+    if not raw or not os.path.isabs(raw):
+        raise InvalidSpec(
+            f"{what}: {raw!r} is not an absolute path; give the full host path (e.g. /data/{what.split()[0]})",
+            field=field_name,
+        )
+    try:
+        resolved = Path(raw).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise InvalidSpec(
+            f"{what}: the host path {raw} does not exist; create it (mkdir -p {raw}) or fix the path",
+            field=field_name,
+        ) from None
+    if directory and not resolved.is_dir():
+        raise InvalidSpec(f"{what}: {raw} is not a folder; give a folder", field=field_name)
+    return str(resolved)
+
+
+def _target(*parts: str) -> str:
+    """An in-view path below /workspace; refuses anything that would leave it."""
+    for part in parts:
+        if not _SAFE_PART.match(part) or part in (".", ".."):
+            raise InvalidSpec(f"{part!r} cannot be used as a folder name inside /workspace")
+    target = posixpath.normpath(posixpath.join(VIEW_ROOT, *parts))
+    if not target.startswith(VIEW_ROOT + "/"):
+        raise InvalidSpec(f"{target} escapes {VIEW_ROOT}")
+    return target
+
+
+def mounts_for(
+    spec: JobSpec,
+    *,
+    job_dir: Path | None = None,
+    outputs_subdir: str | None = None,
+    algorithm: str | None = None,
+) -> list[Mount]:
+    """The mounts of a node's ``/workspace``, validated; a pure function (it only reads paths).
+
+    Args:
+        spec: the job.
+        job_dir: the job's folder; when the spec names no outputs folder, ``<job_dir>/outputs``
+            is used (and shown as ``<jobs>/<id>/outputs`` when no job exists yet, e.g. dry-run).
+        outputs_subdir: for a batch task, the subfolder of the outputs folder it writes into
+            (``<name>-<N>``), which the backend creates.
+        algorithm: a batch task's own algorithm folder instead of ``spec.algorithm``.
+
+    Returns:
+        The mounts in bind order (parents before children).
+
+    Raises:
+        InvalidSpec: a host path is relative or missing (the message names it and says to
+            create it), a folder is a file, a target would leave ``/workspace``, or two mounts
+            overlap (a dataset mounted with and without a version).
+    """
+    mounts: list[Mount] = []
+    algo = algorithm if algorithm is not None else spec.algorithm
+    if algo:
+        mounts.append(
+            Mount(
+                _host_path(algo, "algorithm", "algorithm", directory=True),
+                _target("algorithm"),
+                spec.algorithm_read_only,
+                "algorithm",
+            )
+        )
+    for a in spec.annotations:
+        src = _host_path(a.path, f"annotation {a.name}", "annotations", directory=False)
+        mounts.append(Mount(src, _target("anno_dataset", a.name, "annotation"), True, "annotation"))
+    for d in spec.datasets:
+        src = _host_path(d.path, f"dataset {d.name}", "datasets", directory=False)
+        parts = ["dataset", d.source.value, d.name] + ([d.version] if d.version else [])
+        mounts.append(Mount(src, _target(*parts), d.read_only, "dataset"))
+    for m in spec.models:
+        src = _host_path(m.path, f"model {m.name}", "models", directory=False)
+        parts = ["model", m.source.value, m.name] + ([m.version] if m.version else [])
+        mounts.append(Mount(src, _target(*parts), True, "model"))
+    if spec.outputs:
+        outputs = _host_path(spec.outputs, "outputs", "outputs", directory=True)
+        create = False
+    else:
+        base = job_dir if job_dir is not None else Path("<jobs>") / "<job-id>"
+        outputs, create = str(Path(base) / "outputs"), True
+    if outputs_subdir is not None:
+        if not _SAFE_PART.match(outputs_subdir):
+            raise InvalidSpec(f"{outputs_subdir!r} cannot be an outputs subfolder", field="outputs")
+        outputs, create = str(Path(outputs) / outputs_subdir), True
+    mounts.append(Mount(outputs, _target("outputs"), False, "outputs", create=create))
+    for v in spec.volumes:
+        src = _host_path(v.path, f"volume {v.name}", "volumes", directory=True)
+        mounts.append(Mount(src, _target("volume", v.name), False, "volume"))
+    targets = sorted(m.target for m in mounts)
+    for outer, inner in zip(targets, targets[1:], strict=False):
+        if inner == outer or inner.startswith(outer + "/"):
+            raise InvalidSpec(
+                f"{inner} would lie inside {outer}: mount a dataset or model either with a version or without one"
+            )
+    return mounts
+
+
+def workdir_for(spec: JobSpec, algorithm: str | None = None) -> str:
+    """The node's working directory: ``spec.workdir``, else /workspace/algorithm, else /workspace."""
+    if spec.workdir:
+        if not posixpath.isabs(spec.workdir):
+            raise InvalidSpec(
+                f"workdir {spec.workdir!r} must be an absolute path inside the node, e.g. /workspace/algorithm",
+                field="workdir",
+            )
+        return posixpath.normpath(spec.workdir)
+    return _target("algorithm") if (algorithm or spec.algorithm) else VIEW_ROOT
+
+
+# -------------------------------------------------------------------------------- image
+
+
+@dataclass(frozen=True)
+class ImageEnv:
+    """The Python environment a node runs with.
+
+    Attributes:
+        python: the interpreter a ``python``/``python3`` command runs with.
+        bin_dir: put first on PATH, so the image's ``torchrun``, ``mpirun``... are found.
+        roots: host folders the sandbox must show read-only for the interpreter to work.
+        env: variables that activate it (VIRTUAL_ENV, CONDA_PREFIX...).
+    """
+
+    python: str
+    bin_dir: str
+    roots: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _prefix_of(executable: str) -> str:
+    """``/x/bin/python3`` -> ``/x``: the installation an interpreter belongs to."""
+    return str(Path(executable).resolve().parent.parent)
+
+
+def _venv_home(venv: Path) -> list[str]:
+    """The base installation a virtualenv points at (``home`` in pyvenv.cfg)."""
+    try:
+        for line in (venv / "pyvenv.cfg").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                return [str(Path(value.strip()).resolve().parent)]
+    except OSError:
+        pass
+    return []
+
+
+def _conda_env_dir(name: str) -> Path:
+    if "/" in name:
+        return Path(name).expanduser()
+    bases = []
+    for var in ("CONDA_PREFIX", "MAMBA_ROOT_PREFIX"):
+        if os.environ.get(var):
+            bases.append(Path(os.environ[var]))
+    if os.environ.get("CONDA_EXE"):
+        bases.append(Path(os.environ["CONDA_EXE"]).resolve().parent.parent)
+    bases += [Path.home() / d for d in ("miniconda3", "anaconda3", "miniforge3", "mambaforge")]
+    bases += [Path("/opt/conda")]
+    for base in bases:
+        for candidate in (base / "envs" / name, base.parent / name if base.parent.name == "envs" else None):
+            if candidate is not None and (candidate / "bin" / "python").exists():
+                return candidate
+    if name == "base":
+        for base in bases:
+            if (base / "bin" / "python").exists() and (base / "conda-meta").is_dir():
+                return base
+    raise InvalidSpec(
+        f"image: no conda env named {name!r} was found (looked in {', '.join(str(b / 'envs') for b in bases)}); "
+        "give the env's full path instead",
+        field="image",
+    )
+
+
+def resolve_image(image: Image) -> ImageEnv:
+    """The interpreter, PATH entry and folders of the job's image.
+
+    ``python`` names an interpreter, ``venv`` a virtualenv folder, ``conda_env`` a conda env by
+    name or path (its interpreter is run directly, as ``conda run -n`` would, without conda's
+    activation scripts); none means the interpreter the service runs on.
+
+    Raises:
+        InvalidSpec: the interpreter or environment does not exist.
+    """
+    if image.python:
+        path = Path(image.python)
+        if not path.is_absolute():
+            found = shutil.which(image.python)
+            if not found:
+                raise InvalidSpec(
+                    f"image: {image.python!r} is not on PATH; give its full path", field="image"
+                )
+            path = Path(found)
+        if not os.access(path, os.X_OK) or path.is_dir():
+            raise InvalidSpec(f"image: {path} is not an executable Python interpreter", field="image")
+        return ImageEnv(str(path), str(path.parent), _roots(str(path.parent.parent), _prefix_of(str(path))))
+    if image.venv:
+        venv = Path(image.venv).expanduser()
+        python = venv / "bin" / "python"
+        if not python.exists():
+            raise InvalidSpec(
+                f"image: {venv} is not a virtualenv ({python} is missing); create it with python -m venv {venv}",
+                field="image",
+            )
+        venv = venv.resolve()
+        return ImageEnv(
+            str(venv / "bin" / "python"),
+            str(venv / "bin"),
+            _roots(str(venv), _prefix_of(str(python)), *_venv_home(venv)),
+            {"VIRTUAL_ENV": str(venv)},
+        )
+    if image.conda_env:
+        env_dir = _conda_env_dir(image.conda_env)
+        if not (env_dir / "bin" / "python").exists():
+            raise InvalidSpec(f"image: {env_dir} has no bin/python", field="image")
+        env_dir = env_dir.resolve()
+        base = env_dir.parent.parent if env_dir.parent.name == "envs" else env_dir
+        return ImageEnv(
+            str(env_dir / "bin" / "python"),
+            str(env_dir / "bin"),
+            _roots(str(env_dir), str(base)),
+            {"CONDA_PREFIX": str(env_dir), "CONDA_DEFAULT_ENV": image.conda_env},
+        )
+    executable = sys.executable
+    env = {"VIRTUAL_ENV": sys.prefix} if sys.prefix != sys.base_prefix else {}
+    return ImageEnv(
+        executable,
+        str(Path(executable).parent),
+        _roots(sys.prefix, sys.base_prefix, sys.exec_prefix, _prefix_of(executable)),
+        env,
+    )
+
+
+def _roots(*paths: str) -> tuple[str, ...]:
+    """Distinct folders to bind, dropping those the system binds already cover or that nest."""
+    found: list[str] = []
+    for raw in paths:
+        for path in {os.path.abspath(raw), os.path.realpath(raw)}:
+            if not os.path.isdir(path) or any(path == s or path.startswith(s + "/") for s in SYSTEM_DIRS):
+                continue
+            if path in ("/", "/etc", "/proc", "/dev", "/tmp"):
+                continue
+            found.append(path)
+    found = sorted(set(found))
+    return tuple(p for p in found if not any(p != q and p.startswith(q + "/") for q in found))
+
+
+# ---------------------------------------------------------------------------- node view
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """Everything needed to run a command inside one node's view; saved as ``view.json``.
+
+    Attributes:
+        job_id, node, hostname, address: who the node is.
+        node_dir: ``<job_dir>/nodes/<node>``: its own files (hosts, plan files, exit code).
+        rank_log_dir: host folder of its per-rank logs (``<job_dir>/logs/<node>``).
+        mounts: the ``/workspace`` mounts.
+        workdir: in-view working directory.
+        image: the Python environment.
+        files: in-view path -> content written before launch (the mode's hostfiles...).
+        hosts: content of its ``/etc/hosts``.
+        sandbox: ``bubblewrap`` or ``symlink``.
+        cpus, devices: the cores and card indices of its task.
+    """
+
+    job_id: str
+    node: str
+    hostname: str
+    address: str
+    node_dir: str
+    rank_log_dir: str
+    mounts: tuple[Mount, ...]
+    workdir: str
+    image: ImageEnv
+    files: dict[str, str]
+    hosts: str
+    sandbox: str
+    cpus: tuple[int, ...] = ()
+    devices: tuple[int, ...] = ()
+
+    @property
+    def files_dir(self) -> Path:
+        """Host folder holding the in-view file roots (``view/job``, ``view/etc/mpi``...)."""
+        return Path(self.node_dir) / "view"
+
+    @property
+    def tree(self) -> Path:
+        """The symlink tree standing in for /workspace in the symlink mode."""
+        return Path(self.node_dir) / "workspace"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeView:
+        data = json.loads(text)
+        data["mounts"] = tuple(Mount(**m) for m in data["mounts"])
+        image = data["image"]
+        data["image"] = ImageEnv(image["python"], image["bin_dir"], tuple(image["roots"]), image["env"])
+        data["cpus"] = tuple(data.get("cpus", ()))
+        data["devices"] = tuple(data.get("devices", ()))
+        return cls(**data)
+
+
+def hosts_file(own: TaskSlot, tasks: list[TaskSlot] | tuple[TaskSlot, ...]) -> str:
+    """A node's ``/etc/hosts``: its own name first, then localhost, then every peer.
+
+    The own line comes first so that resolving the node's hostname gives its own address
+    (launchers that key peers by hostname, like torch's c10d, need every name to resolve).
+    """
+    lines = [f"{own.address}\t{own.hostname}"]
+    if own.address == "127.0.0.1":
+        lines = [f"127.0.0.1\t{own.hostname} localhost"]
+    else:
+        lines.append("127.0.0.1\tlocalhost")
+    lines.append("::1\tlocalhost ip6-localhost ip6-loopback")
+    for task in tasks:
+        if task.hostname != own.hostname:
+            lines.append(f"{task.address}\t{task.hostname}")
+    return "\n".join(lines) + "\n"
+
+
+def _check_file_path(path: str) -> str:
+    norm = posixpath.normpath(path)
+    if not posixpath.isabs(path) or not any(norm == r or norm.startswith(r + "/") for r in FILE_ROOTS):
+        raise InvalidSpec(f"node file {path!r} must lie under one of {', '.join(FILE_ROOTS)}")
+    if norm in FILE_ROOTS or norm == RANK_LOG_VIEW or norm.startswith(RANK_LOG_VIEW + "/"):
+        raise InvalidSpec(f"node file {path!r} would replace a folder of the view")
+    return norm
+
+
+def default_sandbox() -> str:
+    """``bubblewrap`` when ``bwrap`` is on PATH and ``MA_JUPYTER_SANDBOX`` is not ``none``."""
+    if os.environ.get(SANDBOX_ENV, "").lower() in ("none", "symlink"):
+        return "symlink"
+    return "bubblewrap" if shutil.which("bwrap") else "symlink"
+
+
+def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
+    """The view of one node of an attempt; pure (validates, writes nothing).
+
+    Raises:
+        InvalidSpec: from :func:`mounts_for`, :func:`resolve_image`, or a plan file outside the
+            allowed roots.
+    """
+    job_dir = Path(attempt.job_dir)
+    files = {_check_file_path(p): content for p, content in plan.files.items()}
+    return NodeView(
+        job_id=attempt.job_id,
+        node=plan.name,
+        hostname=plan.task.hostname or plan.name,
+        address=plan.task.address,
+        node_dir=str(job_dir / "nodes" / plan.name),
+        rank_log_dir=str(job_dir / "logs" / plan.name),
+        mounts=tuple(mounts_for(attempt.spec, job_dir=job_dir)),
+        workdir=workdir_for(attempt.spec),
+        image=resolve_image(attempt.spec.image),
+        files=files,
+        hosts=hosts_file(plan.task, [p.task for p in attempt.plans]),
+        sandbox=sandbox,
+        cpus=tuple(plan.task.cpus),
+        devices=tuple(plan.task.devices),
+    )
+
+
+def _file_roots_used(view: NodeView) -> list[str]:
+    """The in-view file roots the node needs: /job always (it holds /job/logs), others if used."""
+    return [r for r in FILE_ROOTS if r == "/job" or any(p.startswith(r + "/") for p in view.files)]
+
+
+def prepare_node(view: NodeView) -> None:
+    """Write the node's own files on the host: hosts, hostname, plan files, rank-log folder,
+    outputs folders to create, ``view.json``, and (symlink mode) the symlink tree.
+
+    Idempotent; stale results of an earlier attempt (exit code, failure report) are removed.
+    """
+    node_dir = Path(view.node_dir)
+    node_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("exit_code", "failure.json"):
+        (node_dir / stale).unlink(missing_ok=True)
+    (node_dir / "hosts").write_text(view.hosts)
+    (node_dir / "hostname").write_text(view.hostname + "\n")
+    Path(view.rank_log_dir).mkdir(parents=True, exist_ok=True)
+    if view.files_dir.exists():
+        shutil.rmtree(view.files_dir)
+    for root in _file_roots_used(view):
+        (view.files_dir / root.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    # the mount point of the writable rank-log folder inside the read-only /job
+    (view.files_dir / RANK_LOG_VIEW.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for path, content in view.files.items():
+        host = view.files_dir / path.lstrip("/")
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_text(content)
+    for mount in view.mounts:
+        if mount.create:
+            Path(mount.source).mkdir(parents=True, exist_ok=True)
+    if view.sandbox == "symlink":
+        _build_tree(view)
+    (node_dir / "view.json").write_text(view.to_json())
+
+
+def _build_tree(view: NodeView) -> None:
+    if view.tree.exists():
+        shutil.rmtree(view.tree)
+    view.tree.mkdir(parents=True)
+    for mount in view.mounts:
+        link = view.tree / posixpath.relpath(mount.target, VIEW_ROOT)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(mount.source)
+
+
+# -------------------------------------------------------------------------- env and argv
+
+
+def _rewrites(view: NodeView) -> dict[str, str]:
+    """In-view path prefix -> host path, for the symlink mode."""
+    mapping = {VIEW_ROOT: str(view.tree), RANK_LOG_VIEW: view.rank_log_dir}
+    for root in _file_roots_used(view):
+        mapping[root] = str(view.files_dir / root.lstrip("/"))
+    return mapping
+
+
+def to_host(view: NodeView, value: str) -> str:
+    """Symlink mode: rewrite in-view paths inside ``value`` (at its start or after ``=``, ``:``
+    or ``,``) to the host paths standing in for them; bubblewrap mode: ``value`` unchanged."""
+    if view.sandbox != "symlink":
+        return value
+    mapping = _rewrites(view)
+    roots = sorted(mapping, key=len, reverse=True)
+    pattern = re.compile(r"(^|[=:,])(" + "|".join(re.escape(r) for r in roots) + r")(?=/|$|[:,])")
+    return pattern.sub(lambda m: m.group(1) + mapping[m.group(2)], value)
+
+
+def node_env(view: NodeView, plan_env: dict[str, str], marker: str) -> dict[str, str]:
+    """The node's complete environment (the host's is not inherited).
+
+    Layers, later ones winning: a clean base (PATH with the image's bin first, HOME=/tmp, LANG,
+    PYTHONUNBUFFERED=1 so prints reach the log at once), the image's activation variables,
+    card visibility from the task's devices, the plan's variables (mode + job env), then what
+    the platform guarantees: ``MA_WORKSPACE``, ``MA_RANK_LOG_DIR``, ``HOSTNAME`` and the
+    node-run marker used to find every process of the node again.
+    """
+    env = {
+        "PATH": f"{view.image.bin_dir}:{SYSTEM_PATH}",
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "TMPDIR": "/tmp",
+    }
+    env.update(view.image.env)
+    if view.devices:
+        cards = ",".join(str(d) for d in view.devices)
+        env["CUDA_VISIBLE_DEVICES"] = cards
+        env["ASCEND_VISIBLE_DEVICES"] = cards
+    env.update(plan_env)
+    env.update(
+        {
+            "MA_WORKSPACE": VIEW_ROOT,
+            "MA_RANK_LOG_DIR": RANK_LOG_VIEW,
+            "HOSTNAME": view.hostname,
+            NODE_MARKER: marker,
+        }
+    )
+    if view.sandbox == "symlink":
+        env = {k: to_host(view, v) for k, v in env.items()}
+        env["HOME"] = str(Path(view.node_dir) / "home")
+        env["TMPDIR"] = str(Path(view.node_dir) / "tmp")
+    return env
+
+
+def command_argv(view: NodeView, argv: list[str], env: dict[str, str]) -> list[str]:
+    """The command as the node runs it: ``${VAR}`` expanded from the node's env, ``python``/
+    ``python3`` replaced by the image's interpreter, in-view paths rewritten (symlink mode)."""
+    command = expand_argv(list(argv), env)
+    if command and command[0] in ("python", "python3"):
+        command[0] = view.image.python
+    return [to_host(view, a) for a in command]
+
+
+def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True) -> list[str]:
+    """The bubblewrap argv running ``command`` in the node's view.
+
+    A minimal root (never ``--dev-bind / /``): the system folders, ``/etc`` entry by entry (so
+    the node's own hosts, hostname and ``/etc/mpi`` can take their places) and the image's
+    installation, all read-only; fresh /proc, /dev, /tmp; the workspace mounts; the node's file
+    roots read-only and its rank-log folder writable at ``/job/logs``.  ``--cap-drop ALL`` keeps
+    root from remounting read-only binds; ``--unshare-pid`` + ``--die-with-parent`` make the
+    node's processes die together when bwrap is killed, whatever sessions they made.
+
+    Args:
+        view: the node.
+        command: argv to run inside (already expanded, see :func:`command_argv`).
+        pid_namespace: False to share the host's pid namespace (e.g. a helper that must see
+            processes outside).
+    """
+    args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc"]
+    if pid_namespace:
+        args.append("--unshare-pid")
+    args += ["--hostname", view.hostname]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    args += _etc_args(view)
+    for root in view.image.roots:
+        args += _parents(root) + ["--ro-bind", root, root]
+    args += ["--perms", "0755", "--dir", VIEW_ROOT]
+    for mount in view.mounts:
+        args += _parents(mount.target)
+        args += ["--ro-bind" if mount.read_only else "--bind", mount.source, mount.target]
+    for root in _file_roots_used(view):
+        if root.startswith("/etc/"):
+            continue  # bound together with /etc, see _etc_args
+        args += _parents(root) + ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
+    args += ["--bind", view.rank_log_dir, RANK_LOG_VIEW]
+    args += ["--remount-ro", "/etc", "--chdir", view.workdir, "--cap-drop", "ALL", "--"]
+    return args + list(command)
+
+
+def _parents(target: str) -> list[str]:
+    """``--perms 0755 --dir`` for each ancestor of ``target`` (bwrap would make them 0700)."""
+    out: list[str] = []
+    parts = target.strip("/").split("/")[:-1]
+    for i in range(1, len(parts) + 1):
+        out += ["--perms", "0755", "--dir", "/" + "/".join(parts[:i])]
+    return out
+
+
+def _etc_args(view: NodeView) -> list[str]:
+    """/etc as a tmpfs holding the host's entries read-only, except the ones the node owns."""
+    owned = {"hosts", "hostname"} | {r.split("/")[2] for r in _file_roots_used(view) if r.startswith("/etc/")}
+    args = ["--perms", "0755", "--tmpfs", "/etc"]
+    try:
+        entries = sorted(os.listdir("/etc"))
+    except OSError:
+        entries = []
+    for name in entries:
+        if name in owned:
+            continue
+        path = f"/etc/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    node_dir = Path(view.node_dir)
+    args += ["--ro-bind", str(node_dir / "hosts"), "/etc/hosts"]
+    args += ["--ro-bind", str(node_dir / "hostname"), "/etc/hostname"]
+    for root in _file_roots_used(view):
+        if root.startswith("/etc/"):
+            args += ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
+    return args
+
+
+def sandbox_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True) -> list[str]:
+    """``command`` wrapped to run in the node's view: bubblewrap, or as is in the symlink mode
+    (where the command's paths were already rewritten by :func:`command_argv`)."""
+    if view.sandbox == "bubblewrap":
+        return bwrap_argv(view, command, pid_namespace=pid_namespace)
+    return list(command)
+
+
+def host_workdir(view: NodeView) -> str | None:
+    """The working directory to start the sandbox in: None for bubblewrap (``--chdir`` does it),
+    the rewritten path in the symlink mode."""
+    return None if view.sandbox == "bubblewrap" else to_host(view, view.workdir)
+
+
+def load_view(job_dir: Path, node: str) -> NodeView:
+    """The saved view of a launched node (``nodes/<node>/view.json``).
+
+    Raises:
+        InvalidSpec: the node has not been launched (no saved view).
+    """
+    path = Path(job_dir) / "nodes" / node / "view.json"
+    try:
+        return NodeView.from_json(path.read_text())
+    except OSError:
+        raise InvalidSpec(f"node {node!r} of {job_dir.name} has no view yet (not launched)") from None
+
+
+def enter_argv(
+    job_dir: Path, node: str, argv: list[str], env: dict[str, str] | None = None
+) -> tuple[list[str], dict[str, str], str | None]:
+    """How to run any command "on" node ``node`` of a launched job, like ssh would.
+
+    It starts a new sandbox with that node's view (same mounts, hostname, /etc/hosts and
+    files); processes of the node's running sandbox are not visible from it.  Meant for the
+    MPI mode's rsh agent, which must call it outside any sandbox (bubblewrap cannot nest
+    under ``--cap-drop ALL``): the returned argv, env and cwd go straight to ``subprocess``.
+
+    Args:
+        job_dir: the job's folder.
+        node: node name, e.g. ``worker-1``.
+        argv: the command (``${VAR}`` expanded from the node env, ``python`` -> image).
+        env: extra variables over the node's base environment (e.g. the launcher's).
+
+    Returns:
+        (argv, env, cwd) for :class:`subprocess.Popen`.
+    """
+    view = load_view(Path(job_dir), node)
+    marker_file = Path(view.node_dir) / "marker"
+    marker = marker_file.read_text().strip() if marker_file.exists() else f"{view.job_id}/{node}"
+    full_env = node_env(view, dict(env or {}), marker)
+    return sandbox_argv(view, command_argv(view, argv, full_env)), full_env, host_workdir(view)
