@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             results = [
                 bench_submit_to_started(client, args.reps),
                 bench_print_to_seen(client, home, max(3, args.reps // 2)),
-                *bench_throughput(client, home, max(3, args.reps // 2), args.lines),
+                *bench_throughput(client, home, max(3, args.reps), args.lines),
             ]
         finally:
             client.shutdown_service()
