@@ -66,6 +66,9 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Debian's merged /bin, /lib...; the top-level ones are symlinks into it there.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/sys")
 _SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: this package, shown read-only in every sandbox: the modes' launchers run inside nodes as
+#: ``python -m ma_jupyter.modes....``
+PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
 
 # ------------------------------------------------------------------------------- mounts
@@ -550,6 +553,9 @@ def node_env(view: NodeView, plan_env: dict[str, str], marker: str) -> dict[str,
         env["CUDA_VISIBLE_DEVICES"] = cards
         env["ASCEND_VISIBLE_DEVICES"] = cards
     env.update(plan_env)
+    package_parent = str(Path(PACKAGE_DIR).parent)
+    # the job's own PYTHONPATH first: its modules win over ours
+    env["PYTHONPATH"] = ":".join(p for p in (plan_env.get("PYTHONPATH", ""), package_parent) if p)
     env.update(
         {
             "MA_WORKSPACE": VIEW_ROOT,
@@ -603,6 +609,8 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
     args += _etc_args(view)
     for root in view.image.roots:
         args += _parents(root) + ["--ro-bind", root, root]
+    if not any(PACKAGE_DIR == r or PACKAGE_DIR.startswith(r + "/") for r in view.image.roots):
+        args += _parents(PACKAGE_DIR) + ["--ro-bind", PACKAGE_DIR, PACKAGE_DIR]
     args += ["--perms", "0755", "--dir", VIEW_ROOT]
     for mount in view.mounts:
         args += _parents(mount.target)

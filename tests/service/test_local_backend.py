@@ -1,0 +1,369 @@
+"""The local backend with real node processes in real bubblewrap sandboxes (no service needed).
+
+Attempts are built straight from ``modes.plan_job`` and a hand-made placement, so each test
+controls hostnames, addresses, cores and the files a mode would write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ma_jupyter.backends.base import Attempt, node_log
+from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.models import JobSpec, NodeRun, Spec
+from ma_jupyter.modes import Placement, TaskSlot, plan_job
+from ma_jupyter.workspace import enter_argv
+from tests.helpers import wait_for
+
+PY = sys.executable
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
+
+
+def make_attempt(home: Path, job_id: str, script: str, *, tasks: int = 1, cpus=(), **fields) -> Attempt:
+    """An attempt of a single-mode job running ``python -c script`` on ``tasks`` simulated nodes."""
+    spec = JobSpec(name=job_id, command=f"python -c {shlex.quote(textwrap.dedent(script))}", **fields)
+    slots = tuple(
+        TaskSlot("worker", i, f"worker-{i}", f"127.0.1.{i + 1}", (0, 0), host=f"node-{i}", cpus=tuple(cpus))
+        for i in range(tasks)
+    )
+    placement = Placement(job_id, Spec(name="cpu.small", cpus=1, memory_gb=1), slots)
+    return Attempt(job_id, spec, 0, home / "jobs" / job_id, tuple(plan_job(spec, placement)))
+
+
+def run_to_end(backend: LocalBackend, attempt: Attempt, timeout: float = 60) -> list[NodeRun]:
+    runs = backend.launch(attempt)
+    return wait_for(
+        lambda: (
+            (polled := [backend.poll(attempt, r) for r in runs])
+            and all(r.state != "running" for r in polled)
+            and polled
+        ),
+        timeout=timeout,
+    )
+
+
+def log_of(attempt: Attempt, node: str = "worker-0") -> str:
+    return node_log(attempt.log_dir, node).read_text()
+
+
+def marked(marker_text: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose command line contains ``marker_text``."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and any(
+                marker_text in part for part in proc.info["cmdline"] or []
+            ):
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.fixture
+def ma_folders(tmp_path):
+    """Host folders for a job's data, model, outputs and volume."""
+    folders = {name: tmp_path / name for name in ("data", "model", "out", "vol", "algo")}
+    for path in folders.values():
+        path.mkdir()
+    (folders["data"] / "numbers.txt").write_text("1 2 3 4\n")
+    (folders["model"] / "weights.bin").write_text("w")
+    (folders["algo"] / "train.py").write_text("print('algorithm file ran')\n")
+    return folders
+
+
+def test_isolation_is_bubblewrap_here(ma_home):
+    assert LocalBackend().isolation() == "bubblewrap"
+
+
+def test_read_only_data_and_models_writable_outputs_and_volumes_even_for_root(ma_home, ma_folders):
+    script = """
+        import errno, os, subprocess
+        ws = '/workspace'
+        nums = open(f'{ws}/dataset/private/numbers/numbers.txt').read().split()
+        open(f'{ws}/outputs/sum.txt', 'w').write(str(sum(map(int, nums))))
+        open(f'{ws}/volume/scratch/v.txt', 'w').write('vol')
+        for target in ('dataset/private/numbers/hack.txt', 'model/pretrained/net/hack.txt', 'algorithm/hack.py'):
+            try:
+                open(f'{ws}/{target}', 'w').write('x')
+                print('WRITABLE', target)
+            except OSError as exc:
+                print('read-only', target, errno.errorcode[exc.errno])
+        # root without capabilities cannot make the bind writable again
+        r = subprocess.run(['mount', '-o', 'remount,rw', f'{ws}/dataset/private/numbers'], capture_output=True)
+        print('remount exit', r.returncode)
+        try:
+            open(f'{ws}/dataset/private/numbers/hack.txt', 'w').write('x')
+            print('WRITABLE after remount')
+        except OSError:
+            print('still read-only after remount')
+        print('uid', os.getuid(), 'cwd', os.getcwd(), 'files', sorted(os.listdir('.')))
+    """
+    attempt = make_attempt(
+        ma_home,
+        "rw-1",
+        script,
+        datasets=[{"name": "numbers", "path": str(ma_folders["data"])}],
+        models=[{"name": "net", "path": str(ma_folders["model"]), "source": "pretrained"}],
+        volumes=[{"name": "scratch", "path": str(ma_folders["vol"])}],
+        algorithm=str(ma_folders["algo"]),
+        outputs=str(ma_folders["out"]),
+    )
+    [run] = run_to_end(LocalBackend(), attempt)
+    log = log_of(attempt)
+    assert run.state == "exited" and run.exit_code == 0, log
+    assert (ma_folders["out"] / "sum.txt").read_text() == "10"
+    assert (ma_folders["vol"] / "v.txt").read_text() == "vol"
+    for target in ("dataset/private/numbers/hack.txt", "model/pretrained/net/hack.txt", "algorithm/hack.py"):
+        assert f"read-only {target} EROFS" in log, log
+    assert "WRITABLE" not in log
+    assert "remount exit 0" not in log and "still read-only after remount" in log
+    assert "uid 0 cwd /workspace/algorithm files ['train.py']" in log or os.getuid() != 0
+    assert not (ma_folders["data"] / "hack.txt").exists()
+    assert not (ma_folders["model"] / "hack.txt").exists()
+
+
+def test_exit_codes_are_reported(ma_home):
+    backend = LocalBackend()
+    ok = make_attempt(ma_home, "ok-1", "print('fine')")
+    bad = make_attempt(ma_home, "bad-1", "import sys; print('before the crash'); sys.exit(3)")
+    assert [(r.state, r.exit_code) for r in run_to_end(backend, ok)] == [("exited", 0)]
+    assert [(r.state, r.exit_code) for r in run_to_end(backend, bad)] == [("exited", 3)]
+    assert "before the crash" in log_of(bad)
+    assert (bad.job_dir / "nodes" / "worker-0" / "exit_code").read_text().strip() == "3"
+
+
+def test_hostname_hosts_files_and_cpus_are_the_tasks(ma_home):
+    script = """
+        import json, os, socket
+        print(json.dumps({
+            'hostname': socket.gethostname(),
+            'resolves': socket.gethostbyname(socket.gethostname()),
+            'peer': socket.gethostbyname('worker-1' if socket.gethostname() == 'worker-0' else 'worker-0'),
+            'hostfile': open('/job/hostfile').read(),
+            'mpi': open('/etc/mpi/hostfile').read(),
+            'table': open('/user/config/jobstart_hccl.json').read(),
+            'cpus': sorted(os.sched_getaffinity(0)),
+            'rank_dir': os.environ['MA_RANK_LOG_DIR'],
+            'task': os.environ['MA_TASK_INDEX'],
+            'passwd': os.path.exists('/etc/passwd'),
+        }))
+        open(os.environ['MA_RANK_LOG_DIR'] + '/rank-0.log', 'w').write('rank zero')
+    """
+    attempt = make_attempt(ma_home, "hosts-1", script, tasks=2, cpus=(0,))
+    for plan in attempt.plans:
+        plan.files.update(
+            {
+                "/job/hostfile": "worker-0 slots=1\nworker-1 slots=1\n",
+                "/etc/mpi/hostfile": f"mpi for {plan.name}\n",
+                "/user/config/jobstart_hccl.json": json.dumps({"node": plan.name}),
+            }
+        )
+    backend = LocalBackend()
+    runs = run_to_end(backend, attempt)
+    assert [(r.name, r.exit_code) for r in runs] == [("worker-0", 0), ("worker-1", 0)]
+    for i, run in enumerate(runs):
+        seen = json.loads(log_of(attempt, run.name).strip().splitlines()[-1])
+        assert seen["hostname"] == run.hostname == f"worker-{i}"
+        assert seen["resolves"] == f"127.0.1.{i + 1}"
+        assert seen["peer"] == f"127.0.1.{2 - i}"
+        assert seen["hostfile"] == "worker-0 slots=1\nworker-1 slots=1\n"
+        assert seen["mpi"] == f"mpi for worker-{i}\n"
+        assert json.loads(seen["table"]) == {"node": f"worker-{i}"}
+        assert seen["cpus"] == [0]
+        assert seen["rank_dir"] == "/job/logs" and seen["task"] == str(i)
+        assert seen["passwd"] is True
+        assert (attempt.log_dir / run.name / "rank-0.log").read_text() == "rank zero"
+        assert backend.rank_logs(attempt, run) == [(0, attempt.log_dir / run.name / "rank-0.log")]
+
+
+def test_enter_argv_runs_a_command_in_another_nodes_view(ma_home, ma_folders):
+    attempt = make_attempt(
+        ma_home, "enter-1", "print('up')", tasks=2, datasets=[{"name": "d", "path": str(ma_folders["data"])}]
+    )
+    run_to_end(LocalBackend(), attempt)
+    argv, env, cwd = enter_argv(
+        attempt.job_dir,
+        "worker-1",
+        [
+            "python",
+            "-c",
+            "import socket,os; print(socket.gethostname(), os.listdir('/workspace/dataset/private/d'))",
+        ],
+        {"EXTRA": "1"},
+    )
+    out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(None, 1) == ["worker-1", "['numbers.txt']\n"]
+    assert env["EXTRA"] == "1" and env["HOSTNAME"] == "worker-1"
+    with pytest.raises(InvalidSpec):
+        enter_argv(attempt.job_dir, "worker-7", ["true"])
+
+
+def _tree_script(marker: str) -> str:
+    return f"""
+        import signal, subprocess, sys, time
+        def on_term(*_):
+            print('main got SIGTERM', flush=True)
+            time.sleep(600)  # and ignores it
+        signal.signal(signal.SIGTERM, on_term)
+        subprocess.Popen([sys.executable, '-c', 'import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)  # {marker}'])
+        subprocess.Popen([sys.executable, '-c', 'import os,time; os.setsid(); time.sleep(600)  # {marker}'])
+        print('tree started', flush=True)
+        time.sleep(600)
+    """
+
+
+@pytest.mark.parametrize("sandbox", ["bubblewrap", "symlink"])
+def test_stop_kills_the_whole_tree_after_the_grace_period(ma_home, sandbox):
+    marker = f"ma-tree-{os.getpid()}-{time.time_ns()}"
+    attempt = make_attempt(ma_home, f"tree-{sandbox}", _tree_script(marker))
+    backend = LocalBackend(sandbox=sandbox)
+    runs = backend.launch(attempt)
+    wait_for(lambda: "tree started" in log_of(attempt), timeout=30)
+    # main (its script holds the marker too), the TERM-ignoring child, the setsid'd grandchild
+    wait_for(lambda: len(marked(marker)) >= 3, timeout=10)
+    grace = 1.5
+    started = time.monotonic()
+    backend.stop(attempt, runs, grace)
+    took = time.monotonic() - started
+    assert marked(marker) == []
+    assert not psutil.pid_exists(runs[0].pid) or psutil.Process(runs[0].pid).status() == psutil.STATUS_ZOMBIE
+    assert "main got SIGTERM" in log_of(attempt)  # the grace period was offered first
+    assert grace <= took < grace + 10, took
+    assert backend.poll(attempt, runs[0]).state in ("lost", "exited")
+
+
+def test_a_new_backend_instance_sees_a_running_node_and_later_its_exit_code(ma_home, ma_folders):
+    script = """
+        import os, sys, time
+        print('waiting for go', flush=True)
+        while not os.path.exists('/workspace/volume/ctl/go'):
+            time.sleep(0.05)
+        sys.exit(5)
+    """
+    attempt = make_attempt(
+        ma_home, "restart-1", script, volumes=[{"name": "ctl", "path": str(ma_folders["vol"])}]
+    )
+    [run] = LocalBackend().launch(attempt)
+    wait_for(lambda: "waiting for go" in log_of(attempt), timeout=30)
+    stored = NodeRun.model_validate_json(run.model_dump_json())  # as the store would keep it
+    fresh = LocalBackend()  # a restarted service
+    assert fresh.poll(attempt, stored).state == "running"
+    assert fresh.reattach(attempt, stored)
+    # a record whose start time does not match is another process: not this node
+    assert (
+        fresh.poll(attempt, stored.model_copy(update={"start_time": stored.start_time - 100})).state == "lost"
+    )
+    (ma_folders["vol"] / "go").write_text("")
+    done = wait_for(lambda: (r := fresh.poll(attempt, stored)).state == "exited" and r, timeout=30)
+    assert done.exit_code == 5
+
+
+def test_a_node_whose_runner_is_killed_is_lost_and_leaves_nothing(ma_home):
+    marker = f"ma-lost-{os.getpid()}-{time.time_ns()}"
+    attempt = make_attempt(
+        ma_home, "lost-1", f"import time; print('up', flush=True); time.sleep(600)  # {marker}"
+    )
+    backend = LocalBackend()
+    [run] = backend.launch(attempt)
+    wait_for(lambda: "up" in log_of(attempt), timeout=30)
+    os.kill(run.pid, signal.SIGKILL)
+    assert wait_for(lambda: backend.poll(attempt, run).state == "lost", timeout=10)
+    wait_for(lambda: marked(marker) == [], timeout=10)
+
+
+def test_launch_failing_midway_leaves_nothing_running(ma_home):
+    marker = f"ma-midway-{os.getpid()}-{time.time_ns()}"
+    attempt = make_attempt(ma_home, "midway-1", f"import time; time.sleep(600)  # {marker}", tasks=2)
+    # the second node's rank-log folder cannot be created: its launch fails after the first started
+    (attempt.log_dir).mkdir(parents=True)
+    (attempt.log_dir / "worker-1").write_text("in the way")
+    with pytest.raises(OSError):
+        LocalBackend().launch(attempt)
+    assert (attempt.job_dir / "nodes" / "worker-0" / "run.json").exists()  # it did start
+    assert marked(marker) == []
+
+
+def test_invalid_plans_start_nothing(ma_home, tmp_path):
+    attempt = make_attempt(ma_home, "files-1", "print(1)")
+    attempt.plans[0].files["/job/../etc/passwd"] = "x"
+    with pytest.raises(InvalidSpec, match="must lie under"):
+        LocalBackend().launch(attempt)
+    assert not (attempt.job_dir / "nodes").exists()
+    missing = make_attempt(
+        ma_home, "files-2", "print(1)", datasets=[{"name": "d", "path": str(tmp_path / "gone")}]
+    )
+    with pytest.raises(InvalidSpec, match="does not exist"):
+        LocalBackend().launch(missing)
+
+
+def test_failure_report_lifecycle_and_env(ma_home, ma_folders):
+    script = """
+        import json, os
+        print('PATH', os.environ['PATH'].split(':')[0], 'HOME', os.environ['HOME'], 'JOBVAR', os.environ['JOBVAR'])
+        print('started before', os.path.exists('/workspace/outputs/started'))
+        json.dump({'rank': 1, 'exit_code': 4}, open(os.environ['MA_RANK_LOG_DIR'] + '/failure.json', 'w'))
+        raise SystemExit(4)
+    """
+    attempt = make_attempt(
+        ma_home,
+        "life-1",
+        script,
+        outputs=str(ma_folders["out"]),
+        env={"JOBVAR": "from-the-job"},
+        lifecycle={
+            "on_start": "python -c \"open('/workspace/outputs/started', 'w').write('1')\"",
+            "on_stop": "python -c \"open('/workspace/outputs/stopped', 'w').write('1')\"",
+        },
+    )
+    [run] = run_to_end(LocalBackend(), attempt)
+    log = log_of(attempt)
+    assert run.exit_code == 4, log
+    assert f"PATH {Path(PY).parent} HOME /tmp JOBVAR from-the-job" in log
+    assert "started before True" in log
+    assert (ma_folders["out"] / "stopped").exists()
+    report = attempt.job_dir / "nodes" / "worker-0" / "failure.json"
+    assert json.loads(report.read_text()) == {"rank": 1, "exit_code": 4}
+
+
+def test_symlink_fallback(ma_home, ma_folders, monkeypatch):
+    monkeypatch.setenv("MA_JUPYTER_SANDBOX", "none")
+    backend = LocalBackend()
+    assert backend.isolation() == "symlink"
+    script = """
+        import os, sys
+        ws = os.environ['MA_WORKSPACE']
+        nums = open(ws + '/dataset/private/numbers/numbers.txt').read().split()
+        open(sys.argv[1], 'w').write(str(sum(map(int, nums))))
+        print('workspace', ws, 'cwd', os.getcwd())
+    """
+    spec = JobSpec(
+        name="sym",
+        command=f"python -c {shlex.quote(textwrap.dedent(script))} /workspace/outputs/sum.txt",
+        datasets=[{"name": "numbers", "path": str(ma_folders["data"])}],
+        algorithm=str(ma_folders["algo"]),
+        outputs=str(ma_folders["out"]),
+    )
+    slot = TaskSlot("worker", 0, "worker-0", "127.0.1.1", (0, 0))
+    placement = Placement("sym-1", Spec(name="cpu.small", cpus=1, memory_gb=1), (slot,))
+    attempt = Attempt("sym-1", spec, 0, ma_home / "jobs" / "sym-1", tuple(plan_job(spec, placement)))
+    [run] = run_to_end(backend, attempt)
+    log = log_of(attempt)
+    assert run.exit_code == 0, log
+    assert (ma_folders["out"] / "sum.txt").read_text() == "10"
+    tree = attempt.job_dir / "nodes" / "worker-0" / "workspace"
+    # the working directory is the tree's algorithm link, which the kernel reports resolved
+    assert f"workspace {tree} cwd {ma_folders['algo'].resolve()}" in log
