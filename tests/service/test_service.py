@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import textwrap
@@ -15,6 +16,11 @@ import requests
 from tests.helpers import wait_for
 
 PY = sys.executable
+
+
+def pycmd(script: str) -> str:
+    """A run command executing ``script`` with this interpreter (quoted for the platform's argv split)."""
+    return f"{PY} -c {shlex.quote(script)}"
 
 
 def submit(svc, **fields):
@@ -105,7 +111,7 @@ def test_read_only_dataset_writable_outputs(ma_service, tmp_path):
     """)
     job = submit(
         ma_service,
-        command=f"{PY} -c {script!r}".replace("\n", "\n"),
+        command=pycmd(script),
         datasets=[{"name": "numbers", "path": str(data)}],
         outputs=str(out),
     )
@@ -154,7 +160,7 @@ def _procs_with(marker):
 
 def test_stop_kills_the_whole_tree_within_the_grace_period(ma_service):
     marker = f"ma-tree-{os.getpid()}-{time.time_ns()}"
-    job = submit(ma_service, command=f"{PY} -c {_tree_script(marker)!r}", grace_period=2)
+    job = submit(ma_service, command=pycmd(_tree_script(marker)), grace_period=2)
     wait_for(lambda: "tree started" in full_log(ma_service, job["id"]), timeout=30)
     wait_for(lambda: len(_procs_with(marker)) >= 2, timeout=10)
     started = time.monotonic()
@@ -187,7 +193,7 @@ def test_kill_9_of_the_service_loses_nothing(ma_service, tmp_path):
             print(f'line {i}', flush=True)
             time.sleep(0.1)
     """)
-    job = submit(ma_service, command=f"{PY} -c {script!r}", node_name="big")
+    job = submit(ma_service, command=pycmd(script), node_name="big")
     wait_for(lambda: "line 3" in full_log(ma_service, job["id"]), timeout=30)
     # a job that cannot start yet must survive the crash too
     blocker = submit(
@@ -218,7 +224,7 @@ def test_kill_9_of_the_service_loses_nothing(ma_service, tmp_path):
 
 def test_follow_long_poll_and_offsets(ma_service):
     script = "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second', flush=True)"
-    job = submit(ma_service, command=f"{PY} -c {script!r}")
+    job = submit(ma_service, command=pycmd(script))
     s = ma_service.session()
     seen, offset = "", 0
     while True:
