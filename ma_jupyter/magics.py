@@ -1,0 +1,682 @@
+"""IPython magics: ``%%ma_train`` turns a cell into a training job; line magics manage jobs.
+
+``%%ma_train [options]`` snapshots the cell body as ``/workspace/algorithm/<name>.py`` (plus a
+copy of ``--code-dir`` when given), submits the job with the options of ``ma-jupyter submit``
+(one parser: :mod:`ma_jupyter.options`), follows its logs live in the cell and returns a
+:class:`~ma_jupyter.client.JobHandle`.  The line magics ``%ma_jobs``, ``%ma_logs``,
+``%ma_events``, ``%ma_stop``, ``%ma_delete``, ``%ma_clone``, ``%ma_specs``,
+``%ma_tensorboard`` and ``%ma_attach`` each take ``--help``.
+
+Bad arguments become one ``UsageError`` line, and the typed errors of :mod:`ma_jupyter.errors`
+print as one line too (a custom exception handler registered by :func:`register`), while the
+cell still counts as failed, so papermill stops on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import shlex
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+
+from . import config, notebook_record
+from . import display as live
+from .errors import MaJupyterError, NotFound
+from .models import Job, JobStatus
+
+SNAPSHOT_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".ipynb_checkpoints", "*.pyc")
+
+_clients: dict[str, Any] = {}
+
+
+def get_client() -> Any:
+    """The Client for the current ``$MA_JUPYTER_HOME`` (one per home, created on first use)."""
+    from .client import Client
+
+    home = str(config.home())
+    client = _clients.get(home)
+    if client is None:
+        client = _clients[home] = Client()
+    return client
+
+
+# ------------------------------------------------------------------------------ arguments
+
+
+class _HelpShown(Exception):
+    """``--help`` was printed: the magic has nothing else to do."""
+
+
+class MagicParser(argparse.ArgumentParser):
+    """An argparse parser that never exits the kernel: errors become one UsageError line."""
+
+    def error(self, message: str):  # noqa: D401 - argparse hook
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+    def exit(self, status: int = 0, message: str | None = None):
+        if message:
+            print(message, file=sys.stderr if status else sys.stdout, end="")
+        raise _HelpShown()
+
+
+def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace | None:
+    """Parse a magic's line; None when ``--help`` was shown."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"{parser.prog}: {exc} (check the quotes)") from None
+    try:
+        return parser.parse_args(argv)
+    except _HelpShown:
+        return None
+    except SystemExit as exc:
+        # a parser built elsewhere may still exit on --help or errors: never let it end the kernel
+        if exc.code in (0, None):
+            return None
+        raise UsageError(f"{parser.prog}: invalid arguments (see {parser.prog} --help)") from None
+
+
+def _job_parser(prog: str, description: str, *, job: str = "one", **kw) -> MagicParser:
+    parser = MagicParser(prog=prog, description=description, **kw)
+    if job == "one":
+        parser.add_argument("job", help="job id (or a job name: the newest job of that name)")
+    elif job == "many":
+        parser.add_argument("job", nargs="+", help="job ids or names")
+    elif job == "optional":
+        parser.add_argument("job", nargs="?", help="job id or name")
+    return parser
+
+
+def resolve_job(client: Any, ref: str) -> Any:
+    """The JobHandle for an id, or else the newest job whose name is exactly ``ref``.
+
+    Raises:
+        NotFound: neither an id nor a job name.
+    """
+    try:
+        return client.job(ref)
+    except NotFound:
+        named = [h for h in client.jobs(name=ref, limit=500) if h.info.spec.name == ref]
+        if not named:
+            raise NotFound(f"no job with id or name {ref!r}: `%ma_jobs` lists the jobs") from None
+        return max(named, key=lambda h: h.info.created_at)
+
+
+def _spec_parser(prog: str, *, clone: bool = False) -> argparse.ArgumentParser:
+    """The shared job-options parser plus the options only a notebook has."""
+    from . import options
+
+    parser = options.build_parser(prog)
+    group = parser.add_argument_group("notebook")
+    if clone:
+        group.add_argument("job", help="id (or name) of the job to clone")
+    group.add_argument(
+        "--command",
+        default=None,
+        help="run command (default: python /workspace/algorithm/<name>.py for the cell body; "
+        "for a clone, the cloned job's)",
+    )
+    group.add_argument("--out", metavar="VAR", help="also bind the JobHandle to this variable")
+    group.add_argument(
+        "--no-follow", action="store_true", help="return at once instead of following the logs"
+    )
+    group.add_argument(
+        "--stop-on-interrupt",
+        action="store_true",
+        help="interrupting the kernel stops the job (default: only detach from it)",
+    )
+    group.add_argument(
+        "--lines",
+        type=int,
+        default=live.DEFAULT_MAX_LINES,
+        metavar="N",
+        help=f"newest log lines the cell keeps (default {live.DEFAULT_MAX_LINES})",
+    )
+    return parser
+
+
+def _parse_spec_line(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace | None:
+    from .options import OptionsExit
+
+    try:
+        return _parse(parser, line)
+    except OptionsExit:
+        return None  # --help was printed
+    except MaJupyterError as exc:
+        raise UsageError(f"{parser.prog}: {exc.message}") from None
+
+
+# ------------------------------------------------------------------------------ snapshots
+
+
+def _snapshot_dir(name: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    folder = config.home() / "snapshots" / f"{name}-{stamp}-{os.urandom(3).hex()}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def snapshot_algorithm(name: str, body: str | None, code_dir: str | None) -> Path:
+    """A fresh folder holding the job's algorithm: a copy of ``code_dir`` plus ``<name>.py``.
+
+    The copy makes the job independent of later edits to the notebook or the folder.
+
+    Raises:
+        UsageError: ``code_dir`` is not a folder, or nothing to run was given.
+    """
+    if code_dir and not Path(code_dir).is_dir():
+        raise UsageError(f"--code-dir {code_dir}: not a folder")
+    if not body and not code_dir:
+        raise UsageError(
+            "%%ma_train needs a cell body (the training script), or use %ma_train --code-dir FOLDER --command ..."
+        )
+    folder = _snapshot_dir(name)
+    if code_dir:
+        shutil.copytree(code_dir, folder, ignore=SNAPSHOT_IGNORE, symlinks=True)
+    else:
+        folder.mkdir()
+    if body:
+        (folder / f"{name}.py").write_text(body if body.endswith("\n") else body + "\n")
+    return folder
+
+
+def default_name() -> str:
+    return "nb-" + datetime.now().strftime("%m%d-%H%M%S")
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> dict:
+    """A text + HTML table bundle for ``display(..., raw=True)``."""
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    text = "\n".join(
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *cells]
+    )
+    from html import escape
+
+    html = (
+        "<table class='ma-jupyter-table'><thead><tr>"
+        + "".join(f"<th>{escape(h)}</th>" for h in headers)
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in cells)
+        + "</tbody></table>"
+    )
+    return {"text/plain": text, "text/html": html}
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
+
+def format_plan(plan: Any) -> str:
+    """The dry-run text: per node its argv, environment, files and workspace mounts."""
+    out = io.StringIO()
+    start = "can start now" if plan.can_start_now else f"would queue behind {plan.queue_ahead} job(s)"
+    print(
+        f"plan on spec {plan.spec}: {len(plan.nodes)} node(s), {start} (dry run: nothing submitted)", file=out
+    )
+    for note in plan.notes:
+        print(f"note: {note}", file=out)
+    for node in plan.nodes:
+        primary = "" if node.primary else " (auxiliary)"
+        print(
+            f"\n[{node.name}] role={node.role} index={node.index} hostname={node.hostname}{primary}", file=out
+        )
+        print(f"  argv:    {shlex.join(node.argv)}", file=out)
+        print(f"  workdir: {node.workdir}", file=out)
+        if node.env:
+            print("  env:", file=out)
+            for key in sorted(node.env):
+                print(f"    {key}={node.env[key]}", file=out)
+        if node.files:
+            print("  files:", file=out)
+            for path, content in sorted(node.files.items()):
+                first = content.splitlines()[0] if content else ""
+                more = " …" if content.count("\n") > 1 else ""
+                print(f"    {path}: {first}{more}", file=out)
+        if node.mounts:
+            print("  mounts:", file=out)
+            for mount in node.mounts:
+                target = next((mount[k] for k in ("target", "dest", "view") if mount.get(k)), "?")
+                source = next(
+                    (mount[k] for k in ("host", "source", "host_path", "path") if mount.get(k)), "?"
+                )
+                mode = "ro" if mount.get("read_only", mount.get("readonly")) else "rw"
+                print(f"    {target} <- {source} ({mode})", file=out)
+    return out.getvalue().rstrip("\n")
+
+
+# ------------------------------------------------------------------------------ the magics
+
+
+@magics_class
+class MaJupyterMagics(Magics):
+    """``%%ma_train`` and the ``%ma_*`` line magics."""
+
+    # -- helpers
+
+    def _follow(
+        self, handle: Any, *, offsets: dict | None = None, lines: int, stop_on_interrupt: bool, note=""
+    ):
+        job_id = handle.id
+        notebook_record.remember(job_id, handle.name, offsets)
+
+        def progress(seen: dict[str, int]) -> None:
+            notebook_record.remember(job_id, handle.name, seen)
+
+        live.follow_job(
+            get_client(),
+            job_id,
+            offsets=offsets,
+            max_lines=lines,
+            stop_on_interrupt=stop_on_interrupt,
+            on_progress=progress,
+            note=note,
+        )
+        handle.refresh()
+        return handle
+
+    def _bind(self, var: str | None, value: Any) -> None:
+        if var:
+            if not var.isidentifier():
+                raise UsageError(f"--out {var}: not a Python variable name")
+            self.shell.user_ns[var] = value
+
+    def _submit(self, spec: dict, args: argparse.Namespace) -> Any:
+        client = get_client()
+        if getattr(args, "dry_run", False):
+            try:
+                plan = client.plan(spec)
+            finally:
+                snapshot = Path(spec.get("algorithm") or "")
+                if snapshot.parent == config.home() / "snapshots":
+                    shutil.rmtree(snapshot, ignore_errors=True)  # nothing will run it
+            print(format_plan(plan))
+            return None
+        handle = client.submit(spec)
+        notebook_record.remember(handle.id, handle.name)
+        self._bind(args.out, handle)
+        if args.no_follow:
+            from IPython.display import display
+
+            if getattr(args, "wait", False):
+                handle.wait()
+
+            display(
+                {"text/plain": f"submitted job {handle.id} ({handle.name}): {handle.info.status.value}"},
+                raw=True,
+                metadata={"ma_jupyter": {"job_id": handle.id, "offsets": {}}},
+            )
+            return handle
+        return self._follow(handle, lines=args.lines, stop_on_interrupt=args.stop_on_interrupt)
+
+    # -- %%ma_train
+
+    @line_cell_magic
+    def ma_train(self, line: str, cell: str | None = None):
+        """Run the cell body as a training job: ``%%ma_train --name NAME --spec cpu.small ...``.
+
+        The body is saved as ``/workspace/algorithm/<name>.py`` and run with
+        ``python /workspace/algorithm/<name>.py`` unless ``--command`` says otherwise; with
+        ``--code-dir`` the folder is shipped too.  IPython refuses a cell magic with an empty
+        body, so a job made of ``--code-dir`` and ``--command`` alone is the line form
+        ``%ma_train --code-dir DIR --command "..."``.  ``--dry-run`` prints the per-node plan.
+        Returns the JobHandle.
+        """
+        from . import options
+
+        parser = _spec_parser("%%ma_train")
+        args = _parse_spec_line(parser, line)
+        if args is None:
+            return None
+        body = cell if cell and cell.strip() else None
+        name = args.name or default_name()
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", name):
+            raise UsageError(f"--name {name!r}: use letters, digits, '-', '_' and '.' (at most 63)")
+        args.name = name
+        command = args.command
+        if command is None:
+            if body is None:
+                raise UsageError("%ma_train --code-dir without a cell body needs --command (what to run)")
+            command = f"python /workspace/algorithm/{name}.py"
+        code_dir = getattr(args, "code_dir", None)
+        try:
+            spec = options.spec_from_args(args, command=command)
+        except MaJupyterError as exc:
+            raise UsageError(f"%%ma_train: {exc.message}") from None
+        spec["algorithm"] = str(snapshot_algorithm(name, body, code_dir))
+        return self._submit(spec, args)
+
+    # -- %ma_clone
+
+    @line_magic
+    def ma_clone(self, line: str):
+        """Submit a copy of a job, with options overriding its fields: ``%ma_clone JOB --spec cpu.medium``."""
+        from . import options
+
+        parser = _spec_parser("%ma_clone", clone=True)
+        args = _parse_spec_line(parser, line)
+        if args is None:
+            return None
+        client = get_client()
+        source = resolve_job(client, args.job).info
+        base = source.spec.model_dump(mode="json", exclude={"creator"})
+        if not args.name:
+            args.name = _clone_name(source.spec.name)
+        try:
+            spec = options.spec_from_args(args, base=base)
+        except MaJupyterError as exc:
+            raise UsageError(f"%ma_clone: {exc.message}") from None
+        return self._submit(spec, args)
+
+    # -- listing
+
+    @line_magic
+    def ma_jobs(self, line: str):
+        """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--limit N]``."""
+        parser = MagicParser(prog="%ma_jobs", description="List jobs, newest first.")
+        parser.add_argument(
+            "--status", action="append", choices=[s.value for s in JobStatus], help="repeatable filter"
+        )
+        parser.add_argument("--name", help="part of the job name")
+        parser.add_argument("--spec", help="jobs asking for this spec")
+        parser.add_argument("--limit", type=int, default=50)
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        handles = get_client().jobs(name=args.name, status=args.status, spec=args.spec, limit=args.limit)
+        rows = []
+        for h in handles:
+            job: Job = h.info
+            status = job.status.value
+            if job.status is JobStatus.queued and job.queue_position is not None:
+                status += f" (#{job.queue_position + 1})"
+            rows.append(
+                [
+                    job.id,
+                    job.spec.name,
+                    status,
+                    job.spec.mode.value,
+                    job.spec.nodes,
+                    job.chosen_spec or ",".join(job.spec.specs),
+                    _when(job.created_at),
+                    job.reason,
+                ]
+            )
+        from IPython.display import display
+
+        if not rows:
+            print("no jobs match")
+            return None
+        display(
+            _table(["id", "name", "status", "mode", "nodes", "spec", "created", "reason"], rows),
+            raw=True,
+        )
+        return None
+
+    @line_magic
+    def ma_specs(self, line: str):
+        """The specs and how many nodes could take one more job node of each right now."""
+        parser = MagicParser(prog="%ma_specs", description="Specs (flavors) and what is free now.")
+        if _parse(parser, line) is None:
+            return None
+        client = get_client()
+        nodes = client.nodes()
+        rows = []
+        for spec in client.specs():
+            fit = [n for n in nodes if _fits_now(spec, n)]
+            cards = f"{spec.accelerators} {spec.accelerator_type}" if spec.accelerators else "-"
+            rows.append(
+                [
+                    spec.name,
+                    f"{spec.cpus:g}",
+                    f"{spec.memory_gb:g} GB",
+                    cards + (" (emulated)" if spec.emulated else ""),
+                    f"{len(fit)}/{len(nodes)} nodes"
+                    + (f" ({', '.join(n.name for n in fit)})" if fit else ""),
+                    spec.description,
+                ]
+            )
+        from IPython.display import display
+
+        display(_table(["spec", "cpus", "memory", "cards", "free now", "description"], rows), raw=True)
+        return None
+
+    # -- one job
+
+    @line_magic
+    def ma_logs(self, line: str):
+        """A job's log: ``%ma_logs JOB [--follow] [--node worker-0] [--rank R] [--tail N]``.
+
+        ``--follow`` continues live from where this notebook last showed the log (nothing is
+        shown twice) until the job ends; ``--from-start`` replays it all.
+        """
+        parser = _job_parser("%ma_logs", "Print or follow a job's log.")
+        parser.add_argument("--follow", "-f", action="store_true", help="follow live until the job ends")
+        parser.add_argument("--node", help="node, e.g. worker-0 (default: every node)")
+        parser.add_argument("--rank", type=int, help="one rank's log of the node")
+        parser.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+        parser.add_argument("--from-start", action="store_true", help="with --follow: start at the beginning")
+        parser.add_argument(
+            "--lines", type=int, default=live.DEFAULT_MAX_LINES, help="lines a followed cell keeps"
+        )
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        if args.rank is not None and not args.node:
+            raise UsageError("%ma_logs: --rank needs --node (e.g. --node worker-0 --rank 1)")
+        client = get_client()
+        handle = resolve_job(client, args.job)
+        if args.follow and args.node is None:
+            offsets = {} if args.from_start else notebook_record.offsets(handle.id)
+            note = "continuing where this notebook left off" if offsets else ""
+            self._follow(handle, offsets=offsets, lines=args.lines, stop_on_interrupt=False, note=note)
+            return None
+        streams = [(args.node, args.rank)] if args.node else _node_streams(client, handle)
+        several = len(streams) > 1
+        for node, rank in streams:
+            label = live.stream_label((node, rank))
+            text = _read_all(client, handle.id, node, rank, follow=args.follow)
+            lines = text.splitlines()
+            if args.tail is not None:
+                lines = lines[-args.tail :] if args.tail > 0 else []
+            for entry in lines:
+                print(f"[{label}] {entry}" if several else entry)
+        return None
+
+    @line_magic
+    def ma_events(self, line: str):
+        """A job's events (status changes and notices with their reasons): ``%ma_events JOB``."""
+        parser = _job_parser("%ma_events", "Show a job's events.")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        client = get_client()
+        handle = resolve_job(client, args.job)
+        rows = []
+        for ev in client.events(handle.id):
+            where = live.stream_label((ev.node, ev.rank)) if ev.node else ""
+            rows.append([ev.seq, _when(ev.time), ev.status.value, where, ev.reason])
+        from IPython.display import display
+
+        display(_table(["seq", "time", "status", "node", "reason"], rows), raw=True)
+        return None
+
+    @line_magic
+    def ma_stop(self, line: str):
+        """Stop jobs: ``%ma_stop JOB [JOB ...]``."""
+        parser = _job_parser("%ma_stop", "Stop running or queued jobs.", job="many")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        client = get_client()
+        for ref in args.job:
+            handle = resolve_job(client, ref)
+            job = client.stop(handle.id)
+            job = getattr(job, "info", job)
+            print(f"job {handle.id} ({handle.name}): stop requested, now {job.status.value}")
+        return None
+
+    @line_magic
+    def ma_delete(self, line: str):
+        """Delete finished jobs (``--force`` stops a running one first): ``%ma_delete JOB [--force]``."""
+        parser = _job_parser("%ma_delete", "Delete jobs and their records.", job="many")
+        parser.add_argument("--force", action="store_true", help="stop the job first if it still runs")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        client = get_client()
+        for ref in args.job:
+            handle = resolve_job(client, ref)
+            client.delete(handle.id, force=args.force)
+            notebook_record.forget(handle.id)
+            print(f"job {handle.id} ({handle.name}) deleted")
+        return None
+
+    @line_magic
+    def ma_attach(self, line: str):
+        """Continue following jobs after a kernel restart: ``%ma_attach [JOB]``.
+
+        Without a job: every job this notebook started that is still going (or whose log was
+        not fully shown), each continuing where the notebook left off.
+        """
+        parser = _job_parser("%ma_attach", "Re-attach to this notebook's jobs.", job="optional")
+        parser.add_argument("--lines", type=int, default=live.DEFAULT_MAX_LINES)
+        parser.add_argument("--stop-on-interrupt", action="store_true")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        client = get_client()
+        if args.job:
+            handles = [resolve_job(client, args.job)]
+        else:
+            handles = []
+            for job_id in notebook_record.jobs():
+                try:
+                    handles.append(client.job(job_id))
+                except NotFound:
+                    notebook_record.forget(job_id)
+            if not handles:
+                print("this notebook has no jobs to attach to: `%ma_jobs` lists every job")
+                return None
+        attached = []
+        for handle in handles:
+            offsets = notebook_record.offsets(handle.id)
+            if handle.info.status.is_terminal() and offsets and not args.job:
+                if _fully_shown(client, handle, offsets):
+                    print(live.status_line(handle.info))
+                    continue
+            note = "re-attached: continuing where this notebook left off" if offsets else "re-attached"
+            self._follow(
+                handle, offsets=offsets, lines=args.lines, stop_on_interrupt=args.stop_on_interrupt, note=note
+            )
+            attached.append(handle)
+        if len(attached) == 1:
+            return attached[0]
+        return attached or None
+
+    # -- TensorBoard
+
+    @line_magic
+    def ma_tensorboard(self, line: str):
+        """TensorBoard over a job's outputs: ``%ma_tensorboard JOB [--inline] [--height PX]``.
+
+        Shows the job's TensorBoard in an IFrame; ``--inline`` draws the job's scalars as a PNG
+        instead (kept in the saved notebook).
+        """
+        parser = _job_parser("%ma_tensorboard", "Open a job's TensorBoard, or plot its scalars inline.")
+        parser.add_argument("--inline", action="store_true", help="plot the scalars as a PNG (no server)")
+        parser.add_argument("--height", type=int, default=600, help="IFrame height in pixels")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        from IPython.display import IFrame, display
+
+        client = get_client()
+        handle = resolve_job(client, args.job)
+        if args.inline:
+            from .tensorboard_plot import scalars_png
+
+            outputs = handle.info.spec.outputs
+            if not outputs:
+                raise UsageError(f"job {handle.id} has no outputs folder (--output): nothing to plot")
+            png = scalars_png(outputs, title=f"{handle.name} ({handle.id})")
+            display({"image/png": png, "text/plain": f"scalars of job {handle.id}"}, raw=True)
+            return None
+        url = client.tensorboard(handle.id)
+        display(IFrame(url, width="100%", height=args.height))
+        print(f"TensorBoard of job {handle.id}: {url}")
+        return url
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _clone_name(name: str) -> str:
+    base = re.sub(r"-clone(-\d+)?$", "", name)
+    return f"{base}-clone-{int(time.time()) % 100000}"[:63]
+
+
+def _fits_now(spec: Any, node: Any) -> bool:
+    if node.status == "down":
+        return False
+    if spec.cpus > node.cpus - node.cpus_used or spec.memory_gb > node.memory_gb - node.memory_used_gb:
+        return False
+    if spec.accelerators:
+        free = node.accelerators - len(node.accelerators_used)
+        return node.accelerator_type == spec.accelerator_type and free >= spec.accelerators
+    return True
+
+
+def _node_streams(client: Any, handle: Any) -> list[tuple[str, int | None]]:
+    streams = [(s.node, s.rank) for s in client.log_streams(handle.id) if s.rank is None]
+    return streams or [(n.name, None) for n in handle.info.nodes] or [("worker-0", None)]
+
+
+def _read_all(client: Any, job_id: str, node: str, rank: int | None, *, follow: bool) -> str:
+    """A whole stream; with ``follow``, until the job ends."""
+    parts, offset = [], 0
+    while True:
+        chunk = client.read_log(job_id, node=node, rank=rank, offset=offset, wait=2.0 if follow else 0)
+        parts.append(chunk.data)
+        offset = chunk.next_offset
+        if chunk.eof or (not chunk.data and not follow):
+            return "".join(parts)
+
+
+def _fully_shown(client: Any, handle: Any, offsets: dict[str, int]) -> bool:
+    try:
+        streams = client.log_streams(handle.id)
+    except MaJupyterError:
+        return False
+    return all(offsets.get(s.node, 0) >= s.size for s in streams if s.rank is None)
+
+
+def _typed_error_handler(shell, etype, value, tb, tb_offset=None):
+    """Show a typed error as its message (``InvalidSpec: message``) instead of a traceback.
+
+    IPython discards what a custom handler returns when the error comes from running code, so
+    the handler shows it itself; in a kernel this is an ``error`` output (ename, evalue), which
+    is what papermill and nbclient look for.
+    """
+    stb = [f"{etype.__name__}: {value}"]
+    shell._showtraceback(etype, value, stb)
+    return stb
+
+
+def register(shell: Any) -> None:
+    """Register the magics and the one-line display of typed errors on ``shell``."""
+    shell.register_magics(MaJupyterMagics)
+    shell.set_custom_exc((MaJupyterError,), _typed_error_handler)

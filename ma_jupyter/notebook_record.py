@@ -1,0 +1,125 @@
+"""Which jobs a notebook started, and how far their logs were shown, kept across kernel restarts.
+
+A kernel restart loses every variable, but a notebook's jobs keep running.  Each follower
+records, per notebook, the job ids it showed and the per-stream byte offsets it reached, in
+``$MA_JUPYTER_HOME/notebooks/<hash>.json``; ``%ma_attach`` reads it back and continues each
+job's log from there, so nothing is shown twice.  The notebook is named by the Jupyter session
+(``JPY_SESSION_NAME``, the notebook's path), else by the kernel's connection file (which keeps
+its name across restarts), else ``default``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import config
+
+_lock = threading.Lock()
+
+
+def notebook_key() -> str:
+    """The name this kernel's notebook is recorded under."""
+    session = os.environ.get("JPY_SESSION_NAME")
+    if session:
+        return session
+    try:
+        from ipykernel.connect import get_connection_file
+
+        return "kernel:" + Path(get_connection_file()).name
+    except Exception:  # not inside a Jupyter kernel (plain IPython, tests)
+        return "default"
+
+
+def notebook_path() -> Path | None:
+    """The notebook file of this kernel, when Jupyter tells (``JPY_SESSION_NAME``) and it exists."""
+    session = os.environ.get("JPY_SESSION_NAME")
+    if session and session.endswith(".ipynb") and Path(session).is_file():
+        return Path(session)
+    return None
+
+
+def _path(key: str) -> Path:
+    folder = config.home() / "notebooks"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / (hashlib.sha256(key.encode()).hexdigest()[:20] + ".json")
+
+
+def _load(key: str) -> dict[str, Any]:
+    try:
+        data = json.loads(_path(key).read_text())
+        if isinstance(data, dict) and isinstance(data.get("jobs"), dict):
+            return data
+    except (OSError, ValueError):
+        pass
+    return {"key": key, "jobs": {}}
+
+
+def _save(key: str, data: dict[str, Any]) -> None:
+    path = _path(key)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def remember(
+    job_id: str, name: str = "", offsets: dict[str, int] | None = None, key: str | None = None
+) -> None:
+    """Record that this notebook shows ``job_id``; ``offsets`` only ever move forward."""
+    key = key or notebook_key()
+    with _lock:
+        data = _load(key)
+        entry = data["jobs"].setdefault(
+            job_id, {"name": name, "offsets": {}, "added": datetime.now(UTC).isoformat(timespec="seconds")}
+        )
+        if name:
+            entry["name"] = name
+        for stream, offset in (offsets or {}).items():
+            entry["offsets"][stream] = max(int(offset), int(entry["offsets"].get(stream, 0)))
+        _save(key, data)
+
+
+def offsets(job_id: str, key: str | None = None) -> dict[str, int]:
+    """How far this notebook has shown each log stream of ``job_id`` (empty if never)."""
+    return dict(_load(key or notebook_key())["jobs"].get(job_id, {}).get("offsets", {}))
+
+
+def jobs(key: str | None = None) -> list[str]:
+    """Ids of the jobs this notebook started or showed, oldest first (record and notebook file)."""
+    ids = list(_load(key or notebook_key())["jobs"])
+    path = notebook_path() if key is None else None
+    if path is not None:
+        for job_id in jobs_in_notebook(path):
+            if job_id not in ids:
+                ids.append(job_id)
+    return ids
+
+
+def jobs_in_notebook(path: Path) -> list[str]:
+    """Job ids found in a saved notebook's output metadata (``{"ma_jupyter": {"job_id"}}``)."""
+    try:
+        nb = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return []
+    found: list[str] = []
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []) or []:
+            meta = (output.get("metadata") or {}).get("ma_jupyter") or {}
+            job_id = meta.get("job_id")
+            if isinstance(job_id, str) and job_id not in found:
+                found.append(job_id)
+    return found
+
+
+def forget(job_id: str, key: str | None = None) -> None:
+    """Drop a job from this notebook's record (it was deleted)."""
+    key = key or notebook_key()
+    with _lock:
+        data = _load(key)
+        if data["jobs"].pop(job_id, None) is not None:
+            _save(key, data)

@@ -1,0 +1,297 @@
+"""``JobMonitor``: one job live in widgets — status, logs per node and per rank, events, actions.
+
+A background thread does all the work (refreshing the job, long-polling every log stream,
+reading new events) and only sets widget values, so the notebook stays usable while logs
+stream.  Buttons stop the job, open a pre-filled form to clone it, and show its TensorBoard
+(an IFrame on the per-job TensorBoard, or its scalars drawn as a PNG).
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Callable
+from html import escape
+from typing import Any
+
+import ipywidgets as W
+
+from .. import display as live
+from ..errors import MaJupyterError
+from ..models import Job, JobStatus
+
+STATUS_COLORS = {
+    JobStatus.queued: "#757575",
+    JobStatus.running: "#1565c0",
+    JobStatus.succeeded: "#2e7d32",
+    JobStatus.error: "#b00020",
+    JobStatus.stopped: "#ef6c00",
+    JobStatus.expired: "#6a1b9a",
+}
+REFRESH = 0.5  # seconds between job refreshes
+LOG_RENDER = 0.1  # seconds between log widget updates per stream
+
+
+def status_badge(status: JobStatus) -> str:
+    """HTML for a status badge (class ``ma-status ma-status-<status>``)."""
+    color = STATUS_COLORS.get(status, "#424242")
+    return (
+        f"<span class='ma-status ma-status-{status.value}' style='background:{color};color:white;"
+        f"padding:2px 8px;border-radius:10px;font-weight:600'>{status.value}</span>"
+    )
+
+
+class JobMonitor(W.VBox):
+    """Live view of one job.
+
+    Args:
+        job: a JobHandle, a Job or a job id.
+        client: the Client (default: the notebook's shared one).
+        max_lines: newest lines kept per log tab.
+        on_clone: called with a :class:`~ma_jupyter.widgets.JobForm` pre-filled from this job
+            when Clone is pressed (default: the form opens inside the monitor).
+        start: start the background thread now.
+    """
+
+    def __init__(
+        self,
+        job: Any,
+        client: Any = None,
+        *,
+        max_lines: int = live.DEFAULT_MAX_LINES,
+        on_clone: Callable[[Any], None] | None = None,
+        start: bool = True,
+    ):
+        if client is None:
+            from ..magics import get_client
+
+            client = get_client()
+        self.client = client
+        job_id = job if isinstance(job, str) else job.id
+        self.job_id = job_id
+        self.job: Job = client.job(job_id).info
+        self.max_lines = max_lines
+        self._on_clone = on_clone
+        self._buffers: dict[live.StreamKey, live.LogBuffer] = {}
+        self._log_widgets: dict[live.StreamKey, W.HTML] = {}
+        self._dirty: set[live.StreamKey] = set()
+        self._events: list[Any] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.follower = live.LogFollower(client, job_id)
+
+        self.badge = W.HTML(status_badge(self.job.status))
+        self.badge.add_class("ma-monitor-badge")
+        self.title = W.HTML(f"<b>{escape(self.job.spec.name)}</b> <code>{escape(job_id)}</code>")
+        self.info = W.HTML(escape(live.status_line(self.job)))
+        self.info.add_class("ma-monitor-info")
+        self.tabs = W.Tab(children=[])
+        self.tabs.add_class("ma-monitor-logs")
+        self.events = W.HTML("")
+        self.events.add_class("ma-monitor-events")
+        self.message = W.HTML("")
+        self.message.add_class("ma-monitor-message")
+        self.stop_button = W.Button(description="Stop", icon="stop", button_style="danger")
+        self.stop_button.add_class("ma-monitor-stop")
+        self.clone_button = W.Button(description="Clone", icon="copy")
+        self.clone_button.add_class("ma-monitor-clone")
+        self.tb_button = W.Button(description="TensorBoard", icon="line-chart")
+        self.tb_button.add_class("ma-monitor-tensorboard")
+        self.plot_button = W.Button(description="Plot scalars", icon="image")
+        self.extra = W.VBox([])
+        self.stop_button.on_click(lambda _b: self.stop())
+        self.clone_button.on_click(lambda _b: self.clone())
+        self.tb_button.on_click(lambda _b: self.open_tensorboard())
+        self.plot_button.on_click(lambda _b: self.plot_scalars())
+        events_box = W.Accordion(children=[self.events], titles=("events",), selected_index=None)
+        super().__init__(
+            [
+                W.HBox([self.badge, self.title]),
+                self.info,
+                W.HBox([self.stop_button, self.clone_button, self.tb_button, self.plot_button]),
+                self.message,
+                self.tabs,
+                events_box,
+                self.extra,
+            ]
+        )
+        self.add_class("ma-job-monitor")
+        self._apply_job(self.job)
+        if start:
+            self.start()
+
+    # ----------------------------------------------------------------------------- thread
+
+    def start(self) -> None:
+        """Start following the job in a background thread (idempotent)."""
+        if self._thread and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"ma-monitor-{self.job_id}", daemon=True)
+        self._thread.start()
+
+    def close_monitor(self) -> None:
+        """Stop the background thread (the widgets stay as they are)."""
+        self._stop.set()
+        self.follower.stop()
+
+    def close(self) -> None:
+        self.close_monitor()
+        super().close()
+
+    @property
+    def following(self) -> bool:
+        return bool(self._thread and self._thread.is_alive())
+
+    def _run(self) -> None:
+        last_refresh = 0.0
+        last_render = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            try:
+                if now - last_refresh >= REFRESH:
+                    last_refresh = now
+                    self.job = self.client.job(self.job_id).info
+                    for stream in self.client.log_streams(self.job_id):
+                        self.follower.follow((stream.node, stream.rank))
+                    for node in self.job.nodes:
+                        self.follower.follow((node.name, None))
+                    self._read_events()
+                    self._apply_job(self.job)
+            except MaJupyterError as exc:
+                self.message.value = f"<span style='color:#b00020'>{escape(exc.message)}</span>"
+            except Exception as exc:  # the service may be restarting: say so, keep going
+                self.message.value = f"<span style='color:#b00020'>{escape(str(exc))}</span>"
+            for key, line in self.follower.drain(timeout=0.05):
+                self._buffer(key).extend([(key, line)])
+                self._dirty.add(key)
+            if self._dirty and time.monotonic() - last_render >= LOG_RENDER:
+                self._render_logs()
+                last_render = time.monotonic()
+            if self.job.status.is_terminal() and (self.follower.finished() or not self.follower.streams):
+                try:
+                    # streams that appeared at the very end are followed before finishing
+                    added = [
+                        self.follower.follow((s.node, s.rank)) for s in self.client.log_streams(self.job_id)
+                    ]
+                    if any(added):
+                        continue
+                    self._read_events()
+                except Exception:
+                    pass
+                for key, line in self.follower.drain():
+                    self._buffer(key).extend([(key, line)])
+                    self._dirty.add(key)
+                self._render_logs()
+                self._apply_job(self.job)
+                break
+        self.follower.stop()
+
+    # ----------------------------------------------------------------------------- rendering
+
+    def _buffer(self, key: live.StreamKey) -> live.LogBuffer:
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = live.LogBuffer(self.max_lines)
+            html = W.HTML("<pre class='ma-log-text'></pre>")
+            html.add_class("ma-monitor-log")
+            self._log_widgets[key] = html
+            keys = sorted(self._log_widgets, key=lambda k: (k[0], -1 if k[1] is None else k[1]))
+            self.tabs.children = [self._log_widgets[k] for k in keys]
+            self.tabs.titles = tuple(live.stream_label(k) for k in keys)
+        return buf
+
+    def _render_logs(self) -> None:
+        for key in list(self._dirty):
+            buf = self._buffers[key]
+            skipped = f"… {buf.skipped} earlier lines not shown\n" if buf.skipped else ""
+            text = skipped + "\n".join(line for _k, line in buf.lines)
+            self._log_widgets[key].value = (
+                "<pre class='ma-log-text' style='max-height:360px;overflow:auto;margin:0'>"
+                f"{escape(text)}</pre>"
+            )
+            self._dirty.discard(key)
+
+    def _apply_job(self, job: Job) -> None:
+        self.badge.value = status_badge(job.status)
+        self.info.value = escape(live.status_line(job))
+        self.stop_button.disabled = job.status.is_terminal()
+
+    def _read_events(self) -> None:
+        after = self._events[-1].seq if self._events else 0
+        new = self.client.events(self.job_id, after=after)
+        if not new:
+            return
+        self._events.extend(new)
+        rows = "".join(
+            f"<tr><td>{e.seq}</td><td>{e.time.astimezone().strftime('%H:%M:%S')}</td><td>{e.status.value}</td>"
+            f"<td>{escape(live.stream_label((e.node, e.rank)) if e.node else '')}</td><td>{escape(e.reason)}</td></tr>"
+            for e in self._events
+        )
+        self.events.value = (
+            "<table><thead><tr><th>#</th><th>time</th><th>status</th><th>node</th><th>reason</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
+
+    def log_text(self, node: str = "worker-0", rank: int | None = None) -> str:
+        """The lines a log tab shows now (for scripts and tests)."""
+        buf = self._buffers.get((node, rank))
+        return "\n".join(line for _k, line in buf.lines) if buf else ""
+
+    # ----------------------------------------------------------------------------- actions
+
+    def stop(self) -> None:
+        """Ask the service to stop the job."""
+        try:
+            job = self.client.stop(self.job_id)
+        except MaJupyterError as exc:
+            self.message.value = f"<span style='color:#b00020'>{escape(exc.message)}</span>"
+            return
+        job = getattr(job, "info", job)
+        self.message.value = f"stop requested ({job.status.value})"
+        self._apply_job(job)
+
+    def clone(self) -> Any:
+        """A JobForm pre-filled from this job (shown below, or handed to ``on_clone``)."""
+        from .form import JobForm
+
+        spec = self.job.spec.model_copy(update={"name": f"{self.job.spec.name}-clone"[:63]})
+        form = JobForm(client=self.client, spec=spec)
+        if self._on_clone:
+            self._on_clone(form)
+        else:
+            self.extra.children = [form]
+        return form
+
+    def open_tensorboard(self, height: int = 600) -> str | None:
+        """Start the job's TensorBoard and show it in an IFrame below; its URL."""
+        try:
+            url = self.client.tensorboard(self.job_id)
+        except MaJupyterError as exc:
+            self.message.value = f"<span style='color:#b00020'>{escape(exc.message)}</span>"
+            return None
+        frame = W.HTML(
+            f"<a href='{escape(url)}' target='_blank'>{escape(url)}</a>"
+            f"<iframe src='{escape(url)}' style='width:100%;height:{height}px;border:0'></iframe>"
+        )
+        frame.add_class("ma-monitor-tensorboard-frame")
+        self.extra.children = [frame]
+        return url
+
+    def plot_scalars(self) -> bytes | None:
+        """Draw the job's TensorBoard scalars below as a PNG; the PNG bytes."""
+        from ..tensorboard_plot import scalars_png
+
+        outputs = self.job.spec.outputs
+        if not outputs:
+            self.message.value = "this job has no outputs folder: nothing to plot"
+            return None
+        try:
+            png = scalars_png(outputs, title=self.job.spec.name)
+        except MaJupyterError as exc:
+            self.message.value = f"<span style='color:#b00020'>{escape(exc.message)}</span>"
+            return None
+        image = W.HTML(f"<img src='data:image/png;base64,{base64.b64encode(png).decode()}'/>")
+        self.extra.children = [image]
+        return png
