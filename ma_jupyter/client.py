@@ -133,7 +133,8 @@ class Client:
         self.autostart = autostart and not self._fixed
         self.timeout = timeout
         self.user = user or _login_name()
-        self._session = requests.Session()
+        self._sessions = threading.local()  # one HTTP session per thread (widgets poll from threads)
+        self._all_sessions: list[requests.Session] = []
         self._lock = threading.RLock()
         self.pid: int | None = None
 
@@ -141,6 +142,14 @@ class Client:
         return f"<Client {self._url or 'not connected'} home={config.home()}>"
 
     # ----------------------------------------------------------------------- connection
+
+    @property
+    def _session(self) -> requests.Session:
+        session = getattr(self._sessions, "session", None)
+        if session is None:
+            session = self._sessions.session = requests.Session()
+            self._all_sessions.append(session)
+        return session
 
     @property
     def url(self) -> str:
@@ -220,10 +229,16 @@ class Client:
                 if runtime and self._probe(runtime["url"], runtime["token"], quiet=True):
                     return runtime
                 log_path = config.service_log()
+                env = {**os.environ, config.ENV_HOME: str(home)}
+                # The service must import this very package, also when it is used from a source
+                # tree that is not installed and the caller's directory is elsewhere.
+                package_root = str(Path(__file__).resolve().parent.parent)
+                env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
                 with open(log_path, "ab") as log:
                     proc = subprocess.Popen(
                         [sys.executable, "-m", "ma_jupyter.service"],
-                        env={**os.environ, config.ENV_HOME: str(home)},
+                        env=env,
+                        cwd=str(home),  # never pin (or depend on) the caller's working directory
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=log,
@@ -315,7 +330,8 @@ class Client:
 
         Args:
             spec: a :class:`JobSpec` or a dict of its fields (optional).
-            **fields: JobSpec fields, overriding ``spec``'s.
+            **fields: JobSpec fields, overriding ``spec``'s. Relative host paths (algorithm,
+                outputs, mounts, image) are taken from the current directory.
 
         Returns:
             A :class:`JobHandle` of the new job (usually queued or running).
@@ -342,11 +358,14 @@ class Client:
 
     @staticmethod
     def _spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
+        from .options import absolute_paths
+
         if isinstance(spec, JobSpec):
             data = {**spec.model_dump(mode="json", exclude_unset=True), **fields}
         else:
             data = {**(spec or {}), **fields}
-        validated = parse_spec(data)
+        # relative host paths mean the caller's directory, not the service's
+        validated = parse_spec(absolute_paths(data))
         return validated.model_dump(mode="json", exclude_unset=True)
 
     def jobs(
@@ -582,7 +601,10 @@ class Client:
 
     def close(self) -> None:
         """Close the HTTP session (the service keeps running)."""
-        self._session.close()
+        for session in self._all_sessions:
+            session.close()
+        self._all_sessions.clear()
+        self._sessions = threading.local()
 
     def __enter__(self) -> Client:
         return self

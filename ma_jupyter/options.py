@@ -385,6 +385,49 @@ def spec_from_args(
     return spec
 
 
+def absolute_paths(spec: dict[str, Any], cwd: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """A copy of a JobSpec dict whose relative host paths are made absolute against ``cwd``.
+
+    Host paths are the algorithm and outputs folders, every mount's path, batch tasks'
+    algorithm folders and the image's interpreter or virtualenv (an interpreter given as a bare
+    name such as ``python3`` is left for the ``PATH`` lookup).  The service resolves paths in its
+    own working directory, so a caller's relative path must not reach it as such.
+    """
+    root = Path(cwd) if cwd is not None else Path.cwd()
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
+            return _host_path(value, root)
+        if isinstance(value, str) and value.startswith("~"):
+            return os.path.expanduser(value)
+        return value
+
+    out = dict(spec)
+    for key in ("algorithm", "outputs"):
+        if out.get(key):
+            out[key] = fix(out[key])
+    for key in ("datasets", "annotations", "models", "volumes"):
+        if isinstance(out.get(key), list):
+            out[key] = [
+                {**m, "path": fix(m["path"])} if isinstance(m, dict) and m.get("path") else m
+                for m in out[key]
+            ]
+    if isinstance(out.get("tasks"), list):
+        out["tasks"] = [
+            {**t, "algorithm": fix(t["algorithm"])} if isinstance(t, dict) and t.get("algorithm") else t
+            for t in out["tasks"]
+        ]
+    image = out.get("image")
+    if isinstance(image, dict):
+        image = dict(image)
+        if image.get("venv"):
+            image["venv"] = fix(image["venv"])
+        if image.get("python") and "/" in image["python"]:
+            image["python"] = fix(image["python"])
+        out["image"] = image
+    return out
+
+
 def derive_name(spec: dict[str, Any]) -> str:
     """A job name from the command: the script's stem (``train.py`` → ``train``), else the executable."""
     text = spec.get("command") or next((t.get("command") for t in spec.get("tasks") or []), None)

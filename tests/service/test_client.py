@@ -201,17 +201,23 @@ def test_a_restarted_service_is_found_again(ma_client):
     assert ma_client.service_status()["pid"] != old_pid
 
 
-def test_concurrent_clients_autostart_one_service(ma_home):
-    # Two "kernels" (separate processes) and two threads here start at the same moment.
-    script = "from ma_jupyter.client import Client; c = Client(); c.connect(); print(c.pid)"
-    env = {
-        **os.environ,
-        "MA_JUPYTER_HOME": str(ma_home),
-        "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    }
+def test_concurrent_clients_autostart_one_service(ma_home, tmp_path):
+    # Two "kernels" (separate processes, elsewhere than the source tree and without PYTHONPATH,
+    # so the service they start must find the package by itself) and two threads here start at once.
+    script = (
+        f"import sys; sys.path.insert(0, {REPO!r})\n"
+        "from ma_jupyter.client import Client; c = Client(); c.connect(); print(c.pid)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["MA_JUPYTER_HOME"] = str(ma_home)
     procs = [
         subprocess.Popen(
-            [PY, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [PY, "-c", script],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
     ]
@@ -264,3 +270,16 @@ def test_update_priority_of_a_queued_job(ma_client):
     assert queued.stop().status is JobStatus.stopped
     blocker.stop()
     assert blocker.wait(timeout=30).status is JobStatus.stopped
+
+
+def test_relative_host_paths_mean_the_callers_directory(ma_client, tmp_path, monkeypatch):
+    (tmp_path / "out").mkdir()
+    monkeypatch.chdir(tmp_path)
+    job = ma_client.submit(
+        name="writes",
+        outputs="out",
+        command=py_command("open('/workspace/outputs/done.txt', 'w').write('ok')"),
+    )
+    assert job.info.spec.outputs == str(tmp_path / "out")
+    assert job.wait(timeout=60).status is JobStatus.succeeded
+    assert (tmp_path / "out" / "done.txt").read_text() == "ok"

@@ -225,3 +225,30 @@ def test_control_options_are_not_job_fields():
     args = options.parse_args(parser, "--dry-run --wait --json")
     assert args.dry_run and args.wait and args.json
     assert options.spec_from_args(args, command="python x.py") == {"command": "python x.py", "name": "x"}
+
+
+def test_absolute_paths_for_api_callers(tmp_path):
+    spec = {
+        "name": "x",
+        "algorithm": "src",
+        "outputs": "/abs/out",
+        "datasets": [{"name": "d", "path": "data"}],
+        "models": [{"name": "m", "path": "~/models/m"}],
+        "volumes": [{"name": "v", "path": "../vol"}],
+        "tasks": [{"algorithm": "a", "command": "python a.py"}, {"command": "python b.py"}],
+        "image": {"python": "python3"},
+    }
+    out = options.absolute_paths(spec, cwd=tmp_path)
+    assert out["algorithm"] == str(tmp_path / "src") and out["outputs"] == "/abs/out"
+    assert out["datasets"][0]["path"] == str(tmp_path / "data")
+    assert out["models"][0]["path"] == os.path.expanduser("~/models/m")
+    assert out["volumes"][0]["path"] == str(tmp_path.parent / "vol")
+    assert out["tasks"] == [
+        {"algorithm": str(tmp_path / "a"), "command": "python a.py"},
+        {"command": "python b.py"},
+    ]
+    assert out["image"] == {"python": "python3"}  # a bare name is looked up on PATH
+    assert options.absolute_paths({"image": {"venv": "env", "python": None}}, cwd=tmp_path)["image"][
+        "venv"
+    ] == str(tmp_path / "env")
+    assert spec["datasets"][0]["path"] == "data"  # the input is not modified
