@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from ma_jupyter.models import Job, Plan
+from tests.helpers import wait_for
 
 PY = sys.executable
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -158,3 +159,26 @@ def test_service_commands(ma_cli, ma_client):
     assert stopped.returncode == 0 and f"pid {status['pid']}" in stopped.stdout
     assert ma_cli("service", "stop").stdout == "no job service was running\n"
     assert not ma_client.service_status()["running"]
+
+
+def test_update_and_tensorboard_commands(ma_cli, ma_client, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    code = "import time\nprint('up', flush=True)\ntime.sleep(300)"
+    job = Job.model_validate_json(
+        ma_cli("submit", "--json", "--grace", "1", "--output", "out", "--", PY, "-c", code).stdout
+    )
+    assert job.spec.outputs == str(out)  # relative to the CLI's working directory
+    wait_for(
+        lambda: ma_client.job(job.id).status.value == "running", timeout=30
+    )  # duration: running jobs only
+    updated = Job.model_validate_json(ma_cli("update", job.id, "--duration", "2h", "--json").stdout)
+    assert updated.spec.duration == 7200
+    bad = ma_cli("update", job.id)
+    assert bad.returncode == 2 and "give a priority" in bad.stderr
+    url = ma_cli("tensorboard", job.id, timeout=120)
+    assert url.returncode == 0 and url.stdout.startswith("http://127.0.0.1:"), url.stderr
+    stopped_tb = ma_cli("tensorboard", job.id, "--stop")
+    assert stopped_tb.returncode == 0 and "stopped the TensorBoard" in stopped_tb.stdout
+    assert ma_cli("stop", job.id).returncode == 0
+    assert "stopped" in ma_cli("wait", job.id).stdout
