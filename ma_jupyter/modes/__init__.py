@@ -10,13 +10,22 @@ from collections.abc import Callable
 
 from ..commands import parse_command
 from ..models import JobSpec, Mode
-from . import single
+from . import deepspeed, horovod, mindspore, pytorch, single, tensorflow
 from .base import NodePlan, Placement, TaskSlot, task_roles
+from .modelarts import with_conventions
 
 PlanFunction = Callable[[JobSpec, Placement, list[str]], list[NodePlan]]
 
 # Filled by the mode modules as they are added; a mode missing here is refused at submit time.
-PLANNERS: dict[Mode, PlanFunction] = {Mode.single: single.plan}
+# The distributed modes share the ModelArts conda rule (modes/modelarts.py).
+PLANNERS: dict[Mode, PlanFunction] = {
+    Mode.single: single.plan,
+    Mode.pytorch: with_conventions(pytorch.plan),
+    Mode.pytorch_deepspeed: with_conventions(deepspeed.plan),
+    Mode.tensorflow: with_conventions(tensorflow.plan),
+    Mode.horovod: with_conventions(horovod.plan),
+    Mode.mindspore_ascend: with_conventions(mindspore.plan),
+}
 
 
 def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None) -> list[NodePlan]:

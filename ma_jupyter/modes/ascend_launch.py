@@ -1,0 +1,237 @@
+"""Per-node launcher of the MindSpore-Ascend mode: the boot file once per card.
+
+``python -m ma_jupyter.modes.ascend_launch --slots=S --first-rank=R --rank-size=N
+--listen=ADDR:PORT [--peers=ADDR:PORT,...] [--barrier-timeout=SECONDS] -- CMD ...``
+
+Starts CMD ``S`` times (seed 000: the boot file runs once per card), process ``k`` with
+``ASCEND_DEVICE_ID=k`` (the logical card index), ``RANK_ID=R+k`` (the job-wide index),
+``RANK_SIZE=N`` (cards in the rank table) and ``RANK_TABLE_FILE`` (the folder holding
+``jobstart_hccl.json``).  Each process's output goes to ``$MA_RANK_LOG_DIR/rank-<RANK_ID>.log``
+and, prefixed with ``[rank r]``, to the node log.
+
+The rank table arrives (as a plan file) with ``status`` ``initializing``.  The launcher
+listens on ``--listen`` and connects to every peer node's launcher; once all of them answered,
+it replaces the table with ``status`` ``completed`` (in place when its folder is writable,
+otherwise in a private copy that ``RANK_TABLE_FILE`` then points at).  The boot files are
+started before that, as on the platform, so they must wait for the status themselves
+(:func:`ma_jupyter.modes.rank_table.wait_completed`).  The listener stays open while the
+node's processes run, so a peer that starts later still finds it.
+
+Exit status: 0 when every process succeeded; otherwise the first failing process's code (128 +
+signal number if it was killed), after the other processes were stopped.  SIGTERM/SIGINT are
+forwarded to every process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from . import rank_table
+from .rank_log import Copier, resolve
+
+USAGE = (
+    "usage: python -m ma_jupyter.modes.ascend_launch --slots=S --first-rank=R --rank-size=N "
+    "--listen=ADDR:PORT [--peers=ADDR:PORT,...] [--barrier-timeout=SECONDS] -- CMD ..."
+)
+
+
+def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """(options, command): ``--key=value`` options up to ``--``, then the command."""
+    options: dict[str, str] = {}
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return options, argv[i + 1 :]
+        if not arg.startswith("--") or "=" not in arg:
+            raise ValueError(f"unexpected argument {arg!r}")
+        key, _, value = arg[2:].partition("=")
+        options[key] = value
+    raise ValueError("missing '--' before the command")
+
+
+def _endpoint(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def rank_env(
+    base: dict[str, str], local: int, first_rank: int, rank_size: int, table_dir: str
+) -> dict[str, str]:
+    """The environment of the process on card ``local``."""
+    return {
+        **base,
+        "ASCEND_DEVICE_ID": str(local),
+        "RANK_ID": str(first_rank + local),
+        "RANK_SIZE": str(rank_size),
+        "RANK_TABLE_FILE": table_dir,
+    }
+
+
+class Barrier:
+    """Listens for peers and flips the rank table to ``completed`` once every peer answered."""
+
+    def __init__(self, listen: str, peers: list[str], table_dir: Path, timeout: float):
+        self.peers = peers
+        self.table_dir = table_dir
+        self.timeout = timeout
+        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(_endpoint(listen))
+        self.server.listen(64)
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=self._wait_peers, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            conn.close()
+
+    def _wait_peers(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        pending = list(self.peers)
+        while pending and time.monotonic() < deadline:
+            for peer in list(pending):
+                try:
+                    with socket.create_connection(_endpoint(peer), timeout=1.0):
+                        pending.remove(peer)
+                except OSError:
+                    pass
+            if pending:
+                time.sleep(0.1)
+        if pending:
+            print(
+                f"[ascend_launch] peers {', '.join(pending)} never came up; rank table stays initializing",
+                flush=True,
+            )
+            return
+        path = self.table_dir / rank_table.FILE_NAME
+        table = rank_table.read(path)
+        table["status"] = rank_table.COMPLETED
+        rank_table.write_atomic(path, table)
+        print("[ascend_launch] every node is up: rank table status is completed", flush=True)
+        self.done.set()
+
+
+def writable_table_dir(table_dir: Path) -> Path:
+    """``table_dir`` if the launcher may replace files in it, else a private copy of the table."""
+    probe = table_dir / ".ma_write_probe"
+    try:
+        probe.write_text("")
+        probe.unlink()
+        return table_dir
+    except OSError:
+        copy = Path(tempfile.mkdtemp(prefix="ma_rank_table-"))
+        (copy / rank_table.FILE_NAME).write_text((table_dir / rank_table.FILE_NAME).read_text())
+        return copy
+
+
+def _stop(children: list[subprocess.Popen], grace: float = 5.0) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(c.poll() is None for c in children):
+        time.sleep(0.05)
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the boot file once per card (see the module docstring); returns the node's exit status."""
+    try:
+        options, command = parse(list(sys.argv[1:] if argv is None else argv))
+        slots = int(options["slots"])
+        first_rank = int(options["first-rank"])
+        rank_size = int(options["rank-size"])
+        listen = options["listen"]
+    except (ValueError, KeyError) as exc:
+        print(f"ascend_launch: {exc}\n{USAGE}", file=sys.stderr)
+        return 2
+    if not command:
+        print(USAGE, file=sys.stderr)
+        return 2
+    peers = [p for p in options.get("peers", "").split(",") if p]
+    table_dir = writable_table_dir(Path(os.environ.get("RANK_TABLE_FILE", "/user/config")))
+    barrier = Barrier(listen, peers, table_dir, float(options.get("barrier-timeout", "300")))
+    barrier.start()
+
+    command = resolve(command)
+    log_dir = os.environ.get("MA_RANK_LOG_DIR") or tempfile.mkdtemp(prefix="ma_rank_logs-")
+    os.makedirs(log_dir, exist_ok=True)
+    lock = threading.Lock()
+    children: list[subprocess.Popen] = []
+    copiers: list[threading.Thread] = []
+    rank_files = []
+    base = dict(os.environ)
+
+    def forward(signum, _frame):
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    for local in range(slots):
+        rank = first_rank + local
+        rank_file = open(os.path.join(log_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115 - closed below
+        rank_files.append(rank_file)
+        read_end, write_end = os.pipe()
+        try:
+            child = subprocess.Popen(
+                command,
+                env=rank_env(base, local, first_rank, rank_size, str(table_dir)),
+                stdout=write_end,
+                stderr=write_end,
+            )
+        except OSError as exc:
+            os.close(read_end)
+            print(f"[ascend_launch] cannot start {command[0]}: {exc}", flush=True)
+            _stop(children)
+            return 127
+        finally:
+            os.close(write_end)
+        children.append(child)
+        copier = threading.Thread(
+            target=Copier(read_end, rank_file, f"[rank {rank}] ".encode(), lock).run, daemon=True
+        )
+        copier.start()
+        copiers.append(copier)
+
+    status = 0
+    while True:
+        codes = [c.poll() for c in children]  # poll every child: each poll() reaps its own
+        if all(code is not None for code in codes) or any(code not in (None, 0) for code in codes):
+            break
+        time.sleep(0.05)
+    for i, child in enumerate(children):
+        if child.returncode not in (None, 0):
+            code = child.returncode
+            status = code if code > 0 else 128 - code
+            with lock:
+                print(f"[ascend_launch] rank {first_rank + i} exited with code {status}", flush=True)
+            break
+    _stop(children)
+    for copier in copiers:
+        copier.join(timeout=2.0)
+    for rank_file in rank_files:
+        rank_file.close()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

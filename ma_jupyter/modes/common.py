@@ -1,0 +1,99 @@
+"""Pieces the distributed modes share: command classification, hostfiles, rank arithmetic.
+
+Everything here is pure: it looks at argv lists and placements and returns text or lists.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .base import Placement, TaskSlot
+
+#: ``python``, ``python3``, ``python3.11`` (or a path ending in one of them)
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+#: the module every rank-splitting launch goes through (see :mod:`ma_jupyter.modes.rank_log`)
+RANK_LOG_MODULE = "ma_jupyter.modes.rank_log"
+
+
+def program(argv: list[str]) -> str:
+    """The executable's base name (``/usr/bin/python3`` -> ``python3``)."""
+    return argv[0].rsplit("/", 1)[-1] if argv else ""
+
+
+def is_python(argv: list[str]) -> bool:
+    """Whether the command starts with a Python interpreter (``python``, ``python3``, ``python3.11``)."""
+    return bool(_PYTHON.match(program(argv)))
+
+
+def python_module(argv: list[str]) -> str | None:
+    """The module of a ``python [-u ...] -m <module> ...`` command, else None."""
+    if not is_python(argv):
+        return None
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg == "-m" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:]
+        if not arg.startswith("-"):
+            return None
+    return None
+
+
+def hostfile(tasks: list[TaskSlot]) -> str:
+    """An Open MPI / DeepSpeed hostfile: ``<hostname> slots=<slots>`` per task, one a line."""
+    return "".join(f"{t.hostname} slots={t.slots}\n" for t in tasks)
+
+
+def mpich_hostfile(tasks: list[TaskSlot]) -> str:
+    """An MPICH (Hydra) hostfile: ``<hostname>:<slots>`` per task, one a line."""
+    return "".join(f"{t.hostname}:{t.slots}\n" for t in tasks)
+
+
+def total_slots(tasks: list[TaskSlot]) -> int:
+    """Processes in the whole job: the sum of every task's slots."""
+    return sum(t.slots for t in tasks)
+
+
+def first_rank(tasks: list[TaskSlot], task: TaskSlot) -> int:
+    """The global rank of the first process of ``task`` (tasks in order, each with its slots)."""
+    rank = 0
+    for t in tasks:
+        if t == task:
+            return rank
+        rank += t.slots
+    raise ValueError(f"{task.name} is not one of the tasks")
+
+
+def master(placement: Placement) -> TaskSlot:
+    """worker-0: the task whose address and first port are MASTER_ADDR / MASTER_PORT."""
+    workers = placement.workers
+    if not workers:
+        raise ValueError("the placement has no worker task")
+    return workers[0]
+
+
+def distributed_env(placement: Placement, task: TaskSlot) -> dict[str, str]:
+    """The platform's PyTorch variables for one node (seed 002).
+
+    ``MASTER_ADDR``/``MASTER_PORT``: worker-0's address and first reserved port;
+    ``WORLD_SIZE``: the number of nodes; ``RANK``: this node's index; ``SLOTS``: cards per node
+    (1 for a CPU spec).  The launcher then sets the per-process values.
+    """
+    head = master(placement)
+    return {
+        "MASTER_ADDR": head.address,
+        "MASTER_PORT": str(head.port),
+        "WORLD_SIZE": str(len(placement.workers)),
+        "RANK": str(task.index),
+        "SLOTS": str(task.slots),
+    }
+
+
+def with_rank_log(argv: list[str], rank_var: str | None = None) -> list[str]:
+    """``argv`` run through the per-rank log splitter (one process per rank)."""
+    head = ["python", "-m", RANK_LOG_MODULE]
+    if rank_var:
+        # one token, so that launchers that pass "--" through untouched never see a separator
+        head.append(f"--rank-var={rank_var}")
+    return [*head, *argv]

@@ -1,0 +1,153 @@
+"""Horovod (MPI) mode: hostfiles, the MPI variables, and mpirun on worker-0.
+
+Every node gets (seed 002):
+
+* ``/etc/mpi/hostfile`` (Open MPI: ``<hostname> slots=<SLOTS>`` per node) and
+  ``/etc/mpi/mpich_hostfile`` (MPICH: ``<hostname>:<SLOTS>``);
+* ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` as the seed sets it (Open MPI 4), and
+  ``PRTE_MCA_prte_default_hostfile`` with the same value, the name Open MPI 5 reads;
+* ``HYDRA_HOST_FILE=/etc/mpi/mpich_hostfile`` and ``HYDRA_IFACE=lo`` (the seed's ``eth0`` is the
+  cluster network; simulated nodes talk over the host's loopback);
+* the remote agent mpirun uses instead of ssh (``OMPI_MCA_plm_rsh_agent`` for Open MPI 4,
+  ``PRTE_MCA_plm_ssh_agent`` for Open MPI 5): ``python -m ma_jupyter.modes.rsh_agent``;
+* ``OMPI_ALLOW_RUN_AS_ROOT=1`` and ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``, so that a user's own
+  ``mpirun`` command also runs when the nodes run as root.
+
+mpirun runs on worker-0 only.  A command without ``mpirun`` gets the seed's prefix::
+
+    mpirun --allow-run-as-root --oversubscribe -np <nodes x SLOTS> --bind-to none --map-by slot
+           -x NCCL_DEBUG=INFO -x LD_LIBRARY_PATH -x PATH -mca pml ob1 -mca btl ^openib
+
+(Open MPI 5 refuses the seed's single-dash ``-bind-to``/``-map-by``: the double-dash spelling
+means the same to Open MPI 4 and 5; ``--oversubscribe`` because simulated nodes declare more
+slots than this machine has cores) and each rank runs through :mod:`ma_jupyter.modes.rank_log`
+(``rank-<OMPI_COMM_WORLD_RANK>.log`` in the rank's own node's ``$MA_RANK_LOG_DIR``).  A command
+that contains ``mpirun`` is left exactly as written: the variables above give it the hostfile
+and the agent.  mpirun exits with the first failing rank's exit code, and kills every rank.
+
+The other nodes are sandboxes that wait like sshd on a real cluster: they run the agent's server
+(``python -m ma_jupyter.modes.rsh_agent --serve``), through which mpirun starts its daemon on
+them, inside their own sandbox (hostname, mounts).  They never exit by themselves, so they are
+not primary: the job's status follows worker-0, and the supervisor stops them afterwards.
+
+With the ModelArts convention (seed 003) mpirun also forwards, with ``-x``, the variables the
+platform knows of whose names start with ``MA_``, ``SHARED_``, ``S3_``, ``PATH``,
+``VC_WORKER_``, ``SCC`` or ``CRED`` (the job's own env and the platform's ``MA_`` variables).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..models import Convention, JobSpec
+from .base import NodePlan, Placement, TaskSlot
+from .common import hostfile, mpich_hostfile, total_slots, with_rank_log
+
+HOSTFILE = "/etc/mpi/hostfile"
+MPICH_HOSTFILE = "/etc/mpi/mpich_hostfile"
+AGENT = "python -m ma_jupyter.modes.rsh_agent"
+#: variables plan_job sets on every node (forwarded under the ModelArts convention)
+PLATFORM_VARIABLES = ("MA_JOB_ID", "MA_JOB_NAME", "MA_TASK_NAME", "MA_TASK_INDEX", "MA_NUM_NODES", "MA_SPEC")
+MODELARTS_FORWARD = re.compile(r"^(MA_|SHARED_|S3_|PATH|VC_WORKER_|SCC|CRED)")
+_MPIRUN = re.compile(r"(^|[\s/])(mpirun|mpiexec)(\s|$)")
+
+
+def has_mpirun(argv: list[str]) -> bool:
+    """Whether the command already runs mpirun (as its program or inside ``bash -c "..."``)."""
+    return any(_MPIRUN.search(arg) for arg in argv)
+
+
+def mpi_env() -> dict[str, str]:
+    """The MPI variables every node gets (see the module docstring)."""
+    return {
+        "OMPI_MCA_orte_default_hostfile": HOSTFILE,
+        "PRTE_MCA_prte_default_hostfile": HOSTFILE,
+        "HYDRA_HOST_FILE": MPICH_HOSTFILE,
+        "HYDRA_IFACE": "lo",
+        "OMPI_MCA_plm_rsh_agent": AGENT,
+        "PRTE_MCA_plm_ssh_agent": AGENT,
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
+
+
+def mpirun_prefix(np: int) -> list[str]:
+    """The seed's mpirun prefix for ``np`` processes, as this machine's Open MPI accepts it."""
+    return [
+        "mpirun",
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-np",
+        str(np),
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot",
+        "-x",
+        "NCCL_DEBUG=INFO",
+        "-x",
+        "LD_LIBRARY_PATH",
+        "-x",
+        "PATH",
+        "-mca",
+        "pml",
+        "ob1",
+        "-mca",
+        "btl",
+        "^openib",
+    ]
+
+
+def modelarts_forwarded(spec: JobSpec) -> list[str]:
+    """Names mpirun forwards under the ModelArts convention (PATH is in the prefix already)."""
+    names = sorted({*spec.env, *PLATFORM_VARIABLES})
+    return [n for n in names if MODELARTS_FORWARD.match(n) and n != "PATH"]
+
+
+def head_plan(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[str]) -> NodePlan:
+    """worker-0: mpirun (added unless the command has it) over every node's slots."""
+    if has_mpirun(argv):
+        return NodePlan(task=task, argv=list(argv), notes=["command runs as written (it runs mpirun itself)"])
+    command = mpirun_prefix(total_slots(placement.workers))
+    if spec.convention is Convention.modelarts:
+        for name in modelarts_forwarded(spec):
+            command += ["-x", name]
+    command += with_rank_log(argv, rank_var="OMPI_COMM_WORLD_RANK")
+    return NodePlan(
+        task=task,
+        argv=command,
+        rank_logs=True,
+        notes=[f"mpirun prefix added ({total_slots(placement.workers)} processes)"],
+    )
+
+
+def waiting_plan(placement: Placement, task: TaskSlot) -> NodePlan:
+    """Another node: the agent's server, through which mpirun reaches this node."""
+    return NodePlan(
+        task=task,
+        argv=[
+            "python",
+            "-m",
+            "ma_jupyter.modes.rsh_agent",
+            "--serve",
+            "--job",
+            placement.job_id,
+            "--host",
+            task.hostname,
+        ],
+        primary=False,
+        notes=["waits for mpirun on worker-0 (like sshd); stopped when worker-0 ends"],
+    )
+
+
+def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]:
+    """Per-node plans of an MPI job (see the module docstring for the rules)."""
+    workers = placement.workers
+    files = {HOSTFILE: hostfile(workers), MPICH_HOSTFILE: mpich_hostfile(workers)}
+    plans = [head_plan(spec, placement, workers[0], argv)]
+    plans += [waiting_plan(placement, task) for task in workers[1:]]
+    for node in plans:
+        node.env.update(mpi_env())
+        node.env["SLOTS"] = str(node.task.slots)
+        node.files.update(files)
+    return plans

@@ -1,0 +1,97 @@
+"""PyTorch mode: the platform's variables on every node and the distributed launcher around ``python``.
+
+Every node gets (seed 002) ``MASTER_ADDR`` and ``MASTER_PORT`` (worker-0's address and first
+reserved port), ``WORLD_SIZE`` (the number of nodes), ``RANK`` (this node's index) and
+``SLOTS`` (cards per node, 1 for a CPU spec); the launcher then sets the per-process values.
+
+The command:
+
+* starts with ``python``/``python3`` (and is not ``python -m torch.distributed.launch|run``):
+  wrapped in ``python -m torch.distributed.run --nnodes=N --nproc_per_node=SLOTS
+  --node_rank=RANK --master_addr=... --master_port=... --rdzv_backend=static``.  The static
+  rendezvous keys nodes by rank, not by (hostname, pid), so simulated nodes with private pid
+  namespaces never wait on each other forever.  Each rank runs the user's command verbatim
+  (interpreter flags included) through :mod:`ma_jupyter.modes.rank_log`, which writes
+  ``$MA_RANK_LOG_DIR/rank-<global rank>.log`` and a ``[rank r]``-prefixed copy into the node log.
+  torchrun exits non-zero as soon as any rank fails (it stops the other ranks), so the node's
+  exit code reports the failure.
+* is already a launcher (``torchrun``, ``python -m torch.distributed.launch|run``) or does not
+  start with python: runs untouched on every node; ``${VAR}`` in it is expanded from the node's
+  env at launch, so the seed's ``torchrun --nnodes ${WORLD_SIZE} --nproc_per_node ${SLOTS}
+  --node_rank ${RANK} --master_addr ${MASTER_ADDR} --master_port ${MASTER_PORT} train.py`` runs
+  as written.
+
+With the ModelArts convention (seed 004, PyTorch-GPU) the platform starts no launcher: the boot
+file runs once per node and gets ``--init_method tcp://<master>:<port>``, plus ``--rank <node
+index> --world_size <nodes>`` when there is more than one node; the script spawns its processes.
+"""
+
+from __future__ import annotations
+
+from ..models import Convention, JobSpec
+from .base import NodePlan, Placement, TaskSlot
+from .common import distributed_env, is_python, master, program, python_module, with_rank_log
+
+LAUNCHER_MODULES = ("torch.distributed.launch", "torch.distributed.run")
+LAUNCHER_PROGRAMS = ("torchrun",)
+
+
+def is_launcher(argv: list[str]) -> bool:
+    """Whether the command already starts the distributed launcher itself."""
+    return program(argv) in LAUNCHER_PROGRAMS or python_module(argv) in LAUNCHER_MODULES
+
+
+def launcher_argv(placement: Placement, task: TaskSlot, argv: list[str]) -> list[str]:
+    """``python -m torch.distributed.run`` (static rendezvous) running ``argv`` once per slot."""
+    head = master(placement)
+    return [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={len(placement.workers)}",
+        f"--nproc_per_node={task.slots}",
+        f"--node_rank={task.index}",
+        f"--master_addr={head.address}",
+        f"--master_port={head.port}",
+        "--rdzv_backend=static",
+        "--max_restarts=0",
+        # the splitter is run as a module by the launcher's own interpreter (-u -m ...)
+        "-m",
+        *with_rank_log(argv, rank_var="RANK")[2:],
+    ]
+
+
+def modelarts_argv(placement: Placement, task: TaskSlot, argv: list[str]) -> list[str]:
+    """The boot command with ModelArts' PyTorch-GPU arguments appended."""
+    head = master(placement)
+    extra = ["--init_method", f"tcp://{head.address}:{head.port}"]
+    if len(placement.workers) > 1:
+        extra += ["--rank", str(task.index), "--world_size", str(len(placement.workers))]
+    return [*argv, *extra]
+
+
+def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[str]) -> NodePlan:
+    """One worker's plan: the platform's env and the (possibly wrapped) command."""
+    env = distributed_env(placement, task)
+    if spec.convention is Convention.modelarts:
+        return NodePlan(
+            task=task,
+            argv=modelarts_argv(placement, task, argv),
+            env=env,
+            notes=["ModelArts convention: --init_method (and --rank/--world_size) appended"],
+        )
+    if is_python(argv) and not is_launcher(argv):
+        return NodePlan(
+            task=task,
+            argv=launcher_argv(placement, task, argv),
+            env=env,
+            rank_logs=True,
+            notes=[f"command wrapped in torch.distributed.run ({task.slots} process(es) on this node)"],
+        )
+    why = "already a distributed launcher" if is_launcher(argv) else "does not start with python"
+    return NodePlan(task=task, argv=list(argv), env=env, notes=[f"command runs as written ({why})"])
+
+
+def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]:
+    """Per-node plans of a PyTorch job (see the module docstring for the rules)."""
+    return [plan_node(spec, placement, task, argv) for task in placement.workers]

@@ -1,0 +1,155 @@
+"""Per-rank log splitter: runs one rank's command and keeps its output twice.
+
+``python -m ma_jupyter.modes.rank_log [--rank-var=NAME] [--rank=N] [--no-prefix] CMD ...``
+
+A distributed launcher (torchrun, mpirun, the Ascend launcher) starts this once per rank in
+place of the rank's own command.  It runs CMD with stdout and stderr merged into one pipe and
+copies every byte to ``$MA_RANK_LOG_DIR/rank-<r>.log`` unchanged and to its own stdout (the
+node's combined log) with a ``[rank r] `` prefix at each line start, so the node log stays
+readable when several ranks print at once.  Signals (TERM, INT, HUP) are forwarded to CMD and
+CMD's exit status becomes this program's exit status (128 + signal number when CMD was killed
+by a signal), so launchers see a failing rank exactly as if they had started it themselves.
+
+The rank is ``--rank``, else the first variable set among ``--rank-var`` and the ranks that
+launchers export (``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``RANK_ID``, ``RANK``).  Without
+``MA_RANK_LOG_DIR`` (or without a rank) CMD simply replaces this process.
+
+A leading ``python``/``python3`` in CMD is the interpreter running this program, because the
+node's image interpreter is the one the launcher used to start it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from .common import is_python
+
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK_ID", "RANK")
+USAGE = "usage: python -m ma_jupyter.modes.rank_log [--rank-var=NAME] [--rank=N] [--no-prefix] CMD ..."
+
+
+def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Split the options (which come first, each one token) from the command."""
+    options: dict[str, str] = {}
+    i = 0
+    while i < len(argv) and argv[i].startswith("--"):
+        if argv[i] == "--":
+            i += 1
+            break
+        key, _, value = argv[i][2:].partition("=")
+        options[key] = value
+        i += 1
+    return options, argv[i:]
+
+
+def find_rank(options: dict[str, str], env: dict[str, str]) -> int | None:
+    """The rank this process runs, from ``--rank``, ``--rank-var`` or the launchers' variables."""
+    if options.get("rank"):
+        return int(options["rank"])
+    names = ([options["rank-var"]] if options.get("rank-var") else []) + list(RANK_VARIABLES)
+    for name in names:
+        value = env.get(name, "")
+        if value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def resolve(command: list[str]) -> list[str]:
+    """CMD with a leading python replaced by this interpreter."""
+    if is_python(command):
+        return [sys.executable, *command[1:]]
+    return list(command)
+
+
+class Copier:
+    """Copies a rank's output to its rank file (raw) and to stdout (prefixed per line).
+
+    Args:
+        source: the read end of the pipe the rank writes into.
+        rank_file: the open (binary) rank log.
+        prefix: put before every line in stdout (empty: none).
+        lock: shared by the copiers of one node, so chunks of different ranks never interleave.
+    """
+
+    def __init__(self, source: int, rank_file, prefix: bytes, lock: threading.Lock | None = None):
+        self.source = source
+        self.rank_file = rank_file
+        self.prefix = prefix
+        self.lock = lock or threading.Lock()
+        self.at_line_start = True
+
+    def _prefixed(self, data: bytes) -> bytes:
+        if not self.prefix:
+            return data
+        out = bytearray()
+        for piece in data.splitlines(keepends=True):
+            if self.at_line_start:
+                out += self.prefix
+            out += piece
+            self.at_line_start = piece.endswith(b"\n")
+        return bytes(out)
+
+    def run(self) -> None:
+        stdout = sys.stdout.buffer
+        while True:
+            try:
+                data = os.read(self.source, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            self.rank_file.write(data)
+            self.rank_file.flush()
+            with self.lock:
+                try:
+                    stdout.write(self._prefixed(data))
+                    stdout.flush()
+                except (BrokenPipeError, ValueError):
+                    pass  # the node log went away; the rank file still gets everything
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run CMD as one rank; returns CMD's exit status (see the module docstring)."""
+    options, command = parse(list(sys.argv[1:] if argv is None else argv))
+    if not command:
+        print(USAGE, file=sys.stderr)
+        return 2
+    command = resolve(command)
+    rank = find_rank(options, dict(os.environ))
+    folder = os.environ.get("MA_RANK_LOG_DIR", "")
+    if rank is None or not folder:
+        os.execvp(command[0], command)
+    os.makedirs(folder, exist_ok=True)
+    prefix = b"" if "no-prefix" in options else f"[rank {rank}] ".encode()
+    with open(os.path.join(folder, f"rank-{rank}.log"), "ab") as rank_file:
+        read_end, write_end = os.pipe()
+        try:
+            child = subprocess.Popen(command, stdout=write_end, stderr=write_end)
+        except OSError as exc:
+            print(f"[rank {rank}] cannot start {command[0]}: {exc}", file=sys.stderr)
+            return 127
+        finally:
+            os.close(write_end)
+
+        def forward(signum, _frame):
+            try:
+                child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, forward)
+        copier = threading.Thread(target=Copier(read_end, rank_file, prefix).run, daemon=True)
+        copier.start()
+        code = child.wait()
+        # A background process the rank left behind may keep the pipe open: do not wait for it.
+        copier.join(timeout=2.0)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""mpirun's remote agent for simulated nodes: an "ssh" that enters another node's sandbox.
+
+On a real cluster mpirun on worker-0 reaches the other nodes through ssh, and those nodes run
+nothing but sshd until it does.  Simulated nodes are sandboxes on one host, so this module plays
+both parts:
+
+* ``python -m ma_jupyter.modes.rsh_agent --serve --job JOB --host worker-1`` is what the waiting
+  nodes (worker-1 ... worker-N-1) run: a small server that listens on the abstract Unix socket
+  ``ma_jupyter-rsh/<JOB>/<host>`` and runs each command it receives with ``sh -c`` *inside its
+  own sandbox* (its hostname, its mounts, its env), streaming stdout/stderr back and finally the
+  exit status.  It serves until the node is stopped.
+* ``python -m ma_jupyter.modes.rsh_agent [ssh options] HOST CMD ...`` is the agent mpirun calls
+  (``plm_rsh_agent``) like ``ssh HOST CMD``: it connects to HOST's server of the same job
+  (``$MA_JOB_ID``), waiting up to ``MA_RSH_CONNECT_TIMEOUT`` seconds (default 60) for it to come
+  up, relays the output and exits with the remote command's status.  Closing the connection (the
+  agent is killed) makes the server kill the remote command's process group.
+
+Why an abstract socket: the nodes share the host's network namespace (and thus its abstract
+socket names) but not their filesystems, and the kernel tells the server the connecting
+process's uid (``SO_PEERCRED``): commands are accepted only from the server's own uid, the same
+trust ssh between one user's own nodes gives.  The remote command's stdin is ``/dev/null``:
+Open MPI's daemons do not read it (mpirun forwards stdin to rank 0, which runs on worker-0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+STDOUT, STDERR, EXIT = 1, 2, 3
+_HEADER = struct.Struct("!BI")
+USAGE = (
+    "usage: python -m ma_jupyter.modes.rsh_agent --serve --job JOB --host HOST\n"
+    "       python -m ma_jupyter.modes.rsh_agent [ssh options] HOST CMD ..."
+)
+
+
+def socket_name(job_id: str, host: str) -> bytes:
+    """The abstract socket address of one node's server (leading NUL = abstract namespace)."""
+    return f"\0ma_jupyter-rsh/{job_id}/{host}".encode()
+
+
+def _send(conn: socket.socket, channel: int, data: bytes, lock: threading.Lock) -> None:
+    with lock:
+        conn.sendall(_HEADER.pack(channel, len(data)) + data)
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        data = conn.recv(size - len(chunks))
+        if not data:
+            raise EOFError("connection closed")
+        chunks += data
+    return bytes(chunks)
+
+
+# -------------------------------------------------------------------------------- server
+
+
+class Server:
+    """Runs commands for the agent inside this node (see the module docstring)."""
+
+    def __init__(self, job_id: str, host: str):
+        self.address = socket_name(job_id, host)
+        self.host = host
+        self.children: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    def serve_forever(self) -> None:
+        """Accept connections until the process is told to stop."""
+        self.sock.bind(self.address)
+        self.sock.listen(64)
+        print(f"[rsh_agent] {self.host} waiting for mpirun", flush=True)
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _peer_allowed(self, conn: socket.socket) -> bool:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        return uid == os.getuid()
+
+    def _handle(self, conn: socket.socket) -> None:
+        send_lock = threading.Lock()
+        with conn:
+            if not self._peer_allowed(conn):
+                _send(conn, STDERR, b"rsh_agent: refused: not the node's user\n", send_lock)
+                _send(conn, EXIT, b"255", send_lock)
+                return
+            try:
+                line = b""
+                while not line.endswith(b"\n"):
+                    data = conn.recv(4096)
+                    if not data:
+                        return
+                    line += data
+                request = json.loads(line)
+                command = str(request["command"])
+            except (ValueError, KeyError, OSError):
+                return
+            child = subprocess.Popen(
+                ["sh", "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            with self.lock:
+                self.children.add(child)
+            pumps = [
+                threading.Thread(
+                    target=self._pump, args=(child.stdout, STDOUT, conn, send_lock), daemon=True
+                ),
+                threading.Thread(
+                    target=self._pump, args=(child.stderr, STDERR, conn, send_lock), daemon=True
+                ),
+            ]
+            for pump in pumps:
+                pump.start()
+            # The agent closing its end (mpirun gone) means the command must go too.
+            threading.Thread(target=self._watch_hangup, args=(conn, child), daemon=True).start()
+            code = child.wait()
+            for pump in pumps:
+                pump.join(timeout=2.0)
+            with self.lock:
+                self.children.discard(child)
+            try:
+                _send(conn, EXIT, str(code if code >= 0 else 128 - code).encode(), send_lock)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _pump(stream, channel: int, conn: socket.socket, send_lock: threading.Lock) -> None:
+        try:
+            while True:
+                data = os.read(stream.fileno(), 65536)
+                if not data:
+                    break
+                _send(conn, channel, data, send_lock)
+        except OSError:
+            pass
+
+    @staticmethod
+    def _watch_hangup(conn: socket.socket, child: subprocess.Popen) -> None:
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        if child.poll() is None:
+            _kill_group(child, grace=2.0)
+
+    def stop(self) -> None:
+        """Kill every command still running (the node is being stopped)."""
+        with self.lock:
+            children = list(self.children)
+        for child in children:
+            _kill_group(child, grace=1.0)
+
+
+def _kill_group(child: subprocess.Popen, grace: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                break
+            time.sleep(0.05)
+
+
+def serve(job_id: str, host: str) -> int:
+    """Run the server until SIGTERM/SIGINT; returns 0."""
+    server = Server(job_id, host)
+
+    def stop(_signum, _frame):
+        server.stop()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.serve_forever()
+    return 0
+
+
+# -------------------------------------------------------------------------------- agent
+
+
+def connect(job_id: str, host: str, timeout: float) -> socket.socket:
+    """A connection to HOST's server, retried until ``timeout`` while it is not up yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(socket_name(job_id, host))
+            return sock
+        except (ConnectionRefusedError, FileNotFoundError):
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
+def split_ssh_args(argv: list[str]) -> tuple[str, str]:
+    """(host, command) from an ssh-like argv: options first, then HOST, then the command words."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        # ssh options that take a value (e.g. "-p 22" from plm_rsh_args) consume the next word
+        if argv[i] in ("-p", "-l", "-o", "-i", "-F") and i + 1 < len(argv):
+            i += 1
+        i += 1
+    if i >= len(argv) - 1:
+        raise ValueError("expected HOST and a command")
+    return argv[i], " ".join(argv[i + 1 :])
+
+
+def run_remote(job_id: str, host: str, command: str, timeout: float = 60.0) -> int:
+    """Run ``command`` on ``host``'s server and relay its output; returns its exit status."""
+    try:
+        sock = connect(job_id, host, timeout)
+    except OSError as exc:
+        print(
+            f"rsh_agent: node {host} of job {job_id} did not come up within {timeout:.0f} s ({exc})",
+            file=sys.stderr,
+        )
+        return 255
+
+    def hang_up(signum, _frame):
+        sock.close()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, hang_up)
+    signal.signal(signal.SIGINT, hang_up)
+    sock.sendall(json.dumps({"command": command}).encode() + b"\n")
+    outputs = {STDOUT: sys.stdout.buffer, STDERR: sys.stderr.buffer}
+    with sock:
+        try:
+            while True:
+                channel, size = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
+                data = _recv_exact(sock, size)
+                if channel == EXIT:
+                    return int(data)
+                outputs[channel].write(data)
+                outputs[channel].flush()
+        except (EOFError, OSError):
+            print(f"rsh_agent: lost the connection to {host}", file=sys.stderr)
+            return 255
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``--serve`` runs the server, anything else is an ssh-like call."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--serve"]:
+        options = dict(zip(args[1::2], args[2::2], strict=False))
+        if not options.get("--job") or not options.get("--host"):
+            print(USAGE, file=sys.stderr)
+            return 2
+        return serve(options["--job"], options["--host"])
+    try:
+        host, command = split_ssh_args(args)
+    except ValueError:
+        print(USAGE, file=sys.stderr)
+        return 2
+    job_id = os.environ.get("MA_JOB_ID", "")
+    if not job_id:
+        print("rsh_agent: MA_JOB_ID is not set: run it inside a job's node", file=sys.stderr)
+        return 255
+    timeout = float(os.environ.get("MA_RSH_CONNECT_TIMEOUT", "60"))
+    return run_remote(job_id, host, command, timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

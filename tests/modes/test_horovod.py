@@ -1,0 +1,131 @@
+"""Horovod (MPI) mode planner: hostfiles, variables, the seed's mpirun prefix, waiting nodes."""
+
+from __future__ import annotations
+
+from ma_jupyter.commands import parse_command
+from ma_jupyter.models import JobSpec
+from ma_jupyter.modes import plan_job
+
+from .placements import SPECS, card_spec, placement_for
+
+SEED_PREFIX = [
+    "mpirun",
+    "--allow-run-as-root",
+    "--oversubscribe",
+    "-np",
+    "8",
+    "--bind-to",
+    "none",
+    "--map-by",
+    "slot",
+    "-x",
+    "NCCL_DEBUG=INFO",
+    "-x",
+    "LD_LIBRARY_PATH",
+    "-x",
+    "PATH",
+    "-mca",
+    "pml",
+    "ob1",
+    "-mca",
+    "btl",
+    "^openib",
+]
+
+
+def _mpi(command: str = "python /workspace/algorithm/train.py", nodes: int = 2, **fields) -> JobSpec:
+    return JobSpec(name="hvd", mode="horovod", nodes=nodes, command=command, **fields)
+
+
+def test_hostfiles_and_variables_2_nodes_4_cards():
+    spec = _mpi()
+    plans = plan_job(spec, placement_for(spec, card_spec(4)))
+    for node in plans:
+        assert node.files == {
+            "/etc/mpi/hostfile": "worker-0 slots=4\nworker-1 slots=4\n",
+            "/etc/mpi/mpich_hostfile": "worker-0:4\nworker-1:4\n",
+        }
+        assert node.env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+        assert node.env["PRTE_MCA_prte_default_hostfile"] == "/etc/mpi/hostfile"
+        assert node.env["HYDRA_HOST_FILE"] == "/etc/mpi/mpich_hostfile"
+        assert node.env["HYDRA_IFACE"] == "lo"
+        assert node.env["OMPI_MCA_plm_rsh_agent"] == "python -m ma_jupyter.modes.rsh_agent"
+        assert node.env["PRTE_MCA_plm_ssh_agent"] == "python -m ma_jupyter.modes.rsh_agent"
+        assert node.env["SLOTS"] == "4"
+
+
+def test_command_without_mpirun_gets_the_seed_prefix_on_worker_0():
+    spec = _mpi()
+    head, other = plan_job(spec, placement_for(spec, card_spec(4)))
+    assert head.argv == [
+        *SEED_PREFIX,
+        "python",
+        "-m",
+        "ma_jupyter.modes.rank_log",
+        "--rank-var=OMPI_COMM_WORLD_RANK",
+        "python",
+        "/workspace/algorithm/train.py",
+    ]
+    assert head.primary and head.rank_logs
+    assert other.argv == [
+        "python",
+        "-m",
+        "ma_jupyter.modes.rsh_agent",
+        "--serve",
+        "--job",
+        "job-1",
+        "--host",
+        "worker-1",
+    ]
+    assert not other.primary
+
+
+def test_command_with_mpirun_is_left_alone():
+    command = (
+        "mpirun -np 16 -bind-to none -map-by slot -x NCCL_DEBUG=INFO -x LD_LIBRARY_PATH -x PATH "
+        "-x NCCL_SOCKET_IFNAME=^lo,docker0 -mca pml ob1 -mca btl ^openib -mca btl_tcp_if_exclude lo,docker0 "
+        "python /workspace/algorithm/train.py"
+    )
+    for text in (command, 'bash -c "mpirun -np 2 python train.py"', "/usr/local/bin/mpirun -np 2 hostname"):
+        spec = _mpi(text)
+        head = plan_job(spec, placement_for(spec, card_spec(4)))[0]
+        assert head.argv == parse_command(text)
+        assert not head.rank_logs
+
+
+def test_cpu_spec_counts_one_process_per_node():
+    spec = _mpi(nodes=3)
+    plans = plan_job(spec, placement_for(spec, SPECS["cpu.small"]))
+    assert plans[0].argv[plans[0].argv.index("-np") + 1] == "3"
+    assert plans[0].files["/etc/mpi/hostfile"] == "worker-0 slots=1\nworker-1 slots=1\nworker-2 slots=1\n"
+    assert [p.primary for p in plans] == [True, False, False]
+
+
+def test_modelarts_convention_forwards_the_platform_variables():
+    spec = _mpi(
+        convention="modelarts",
+        env={
+            "MA_OUTPUT": "/x",
+            "S3_BUCKET": "b",
+            "SCC_TOKEN": "t",
+            "CRED_FILE": "c",
+            "OTHER": "no",
+            "VC_WORKER_HOSTS": "w",
+        },
+    )
+    head = plan_job(spec, placement_for(spec, card_spec(4)))[0]
+    forwarded = [head.argv[i + 1] for i, a in enumerate(head.argv) if a == "-x"]
+    assert forwarded[:3] == ["NCCL_DEBUG=INFO", "LD_LIBRARY_PATH", "PATH"]
+    assert set(forwarded[3:]) == {
+        "CRED_FILE",
+        "MA_JOB_ID",
+        "MA_JOB_NAME",
+        "MA_NUM_NODES",
+        "MA_OUTPUT",
+        "MA_SPEC",
+        "MA_TASK_INDEX",
+        "MA_TASK_NAME",
+        "S3_BUCKET",
+        "SCC_TOKEN",
+        "VC_WORKER_HOSTS",
+    }

@@ -1,0 +1,251 @@
+"""The runtime helpers of the modes, as real processes: rank log splitter, rsh agent, Ascend launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ma_jupyter.modes import rank_table
+
+from ..helpers import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _module(name: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", name, *args], capture_output=True, timeout=60, **kwargs)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ------------------------------------------------------------------------------ rank_log
+
+
+def test_rank_log_writes_the_rank_file_prefixes_the_node_log_and_keeps_the_exit_code(tmp_path):
+    code = "import sys; print('out line'); print('err line', file=sys.stderr); sys.exit(3)"
+    result = _module(
+        "ma_jupyter.modes.rank_log",
+        "--rank-var=MY_RANK",
+        "python",
+        "-c",
+        code,
+        env=_env(MA_RANK_LOG_DIR=str(tmp_path), MY_RANK="5"),
+    )
+    assert result.returncode == 3
+    assert (tmp_path / "rank-5.log").read_text().splitlines() == ["out line", "err line"]
+    assert result.stdout.decode().splitlines() == ["[rank 5] out line", "[rank 5] err line"]
+
+
+def test_rank_log_without_a_log_dir_just_runs_the_command(tmp_path):
+    env = _env(RANK="1")
+    env.pop("MA_RANK_LOG_DIR", None)
+    result = _module("ma_jupyter.modes.rank_log", "python", "-c", "print('plain')", env=env)
+    assert result.returncode == 0
+    assert result.stdout.decode() == "plain\n"
+    assert not list(tmp_path.iterdir())
+
+
+def test_rank_log_forwards_sigterm_and_reports_the_signal(tmp_path):
+    ready = tmp_path / "ready"
+    code = f"import time, pathlib; pathlib.Path({str(ready)!r}).write_text('x'); time.sleep(60)"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ma_jupyter.modes.rank_log", "--rank=0", "python", "-c", code],
+        env=_env(MA_RANK_LOG_DIR=str(tmp_path)),
+    )
+    wait_for(ready.exists, timeout=20)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+
+
+# ------------------------------------------------------------------------------ rsh_agent
+
+
+@pytest.fixture
+def ma_rsh_server(tmp_path):
+    """An agent server for a fresh job id, as a waiting node runs it; stopped afterwards."""
+    job = f"test-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ma_jupyter.modes.rsh_agent", "--serve", "--job", job, "--host", "worker-1"],
+        env=_env(NODE_MARK="on-worker-1"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+    )
+    yield job, proc
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_rsh_agent_runs_the_command_on_the_named_node_and_returns_its_status(ma_rsh_server):
+    job, _server = ma_rsh_server
+    # ssh options before the host are skipped, the command words are joined like ssh does
+    result = _module(
+        "ma_jupyter.modes.rsh_agent",
+        "-x",
+        "-p",
+        "22",
+        "worker-1",
+        'echo "$NODE_MARK"; echo oops >&2; exit 7',
+        env=_env(MA_JOB_ID=job),
+    )
+    assert result.returncode == 7
+    assert result.stdout.decode() == "on-worker-1\n"
+    assert result.stderr.decode() == "oops\n"
+
+
+def test_rsh_agent_waits_for_a_node_that_is_not_up_yet(tmp_path):
+    job = f"test-{uuid.uuid4().hex[:8]}"
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "ma_jupyter.modes.rsh_agent", "worker-2", "echo", "late"],
+        env=_env(MA_JOB_ID=job),
+        stdout=subprocess.PIPE,
+    )
+    time.sleep(0.5)  # the agent must be retrying by now
+    server = subprocess.Popen(
+        [sys.executable, "-m", "ma_jupyter.modes.rsh_agent", "--serve", "--job", job, "--host", "worker-2"],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        out, _ = agent.communicate(timeout=30)
+        assert agent.returncode == 0
+        assert out.decode() == "late\n"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_rsh_agent_gives_up_on_a_node_that_never_comes(tmp_path):
+    result = _module(
+        "ma_jupyter.modes.rsh_agent",
+        "nowhere",
+        "true",
+        env=_env(MA_JOB_ID=f"test-{uuid.uuid4().hex[:8]}", MA_RSH_CONNECT_TIMEOUT="0.5"),
+    )
+    assert result.returncode == 255
+    assert b"did not come up" in result.stderr
+
+
+def test_killing_the_agent_kills_the_remote_command(ma_rsh_server, tmp_path):
+    job, _server = ma_rsh_server
+    pid_file = tmp_path / "remote.pid"
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ma_jupyter.modes.rsh_agent",
+            "worker-1",
+            f"echo $$ > {pid_file}; exec sleep 60",
+        ],
+        env=_env(MA_JOB_ID=job),
+    )
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=20))
+    agent.kill()
+    agent.wait(timeout=10)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=10)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+# -------------------------------------------------------------------------- ascend_launch
+
+BOOT = """
+import json, os, sys, time
+from ma_jupyter.modes import rank_table
+if os.environ.get("FAIL_RANK") == os.environ["RANK_ID"]:
+    sys.exit(4)
+table = rank_table.wait_completed(os.environ["RANK_TABLE_FILE"], timeout=30)
+print(json.dumps({k: os.environ[k] for k in ("ASCEND_DEVICE_ID", "RANK_ID", "RANK_SIZE")}), table["status"])
+"""
+
+
+def _table_dir(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    table = rank_table.template2("job", [{"devices": [], "pod_name": "p", "server_id": "127.0.0.1"}])
+    (folder / rank_table.FILE_NAME).write_text(json.dumps(table))
+    return folder
+
+
+def _launch(tmp_path: Path, node: str, listen: int, peer: int, first_rank: int, **env) -> subprocess.Popen:
+    boot = tmp_path / "boot.py"
+    boot.write_text(BOOT)
+    logs = tmp_path / f"logs-{node}"
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ma_jupyter.modes.ascend_launch",
+            "--slots=2",
+            f"--first-rank={first_rank}",
+            "--rank-size=4",
+            f"--listen=127.0.0.1:{listen}",
+            f"--peers=127.0.0.1:{peer}",
+            "--",
+            "python",
+            str(boot),
+        ],
+        env=_env(RANK_TABLE_FILE=str(_table_dir(tmp_path, node)), MA_RANK_LOG_DIR=str(logs), **env),
+        stdout=subprocess.PIPE,
+    )
+
+
+def test_ascend_launcher_runs_the_boot_file_once_per_card_and_completes_the_table(tmp_path):
+    port_a, port_b = _free_port(), _free_port()
+    node_a = _launch(tmp_path, "a", port_a, port_b, 0)
+    time.sleep(0.5)  # node b comes later: the boot files of node a wait for the table meanwhile
+    node_b = _launch(tmp_path, "b", port_b, port_a, 2)
+    out_a, _ = node_a.communicate(timeout=60)
+    out_b, _ = node_b.communicate(timeout=60)
+    assert node_a.returncode == 0 and node_b.returncode == 0, out_a + out_b
+    for node, ranks in (("b", (2, 3)), ("a", (0, 1))):
+        for local, rank in enumerate(ranks):
+            line = (tmp_path / f"logs-{node}" / f"rank-{rank}.log").read_text().strip()
+            env, status = line.rsplit(" ", 1)
+            assert json.loads(env) == {"ASCEND_DEVICE_ID": str(local), "RANK_ID": str(rank), "RANK_SIZE": "4"}
+            assert status == "completed"
+        assert json.loads((tmp_path / node / rank_table.FILE_NAME).read_text())["status"] == "completed"
+    assert "[rank 1] " in out_a.decode() and "[rank 3] " in out_b.decode()
+
+
+def test_ascend_launcher_fails_with_the_failing_ranks_code(tmp_path):
+    port_a = _free_port()
+    node = _launch(tmp_path, "a", port_a, _free_port(), 0, FAIL_RANK="1")
+    # the peer never comes, so rank 0 waits for the table; rank 1 fails and rank 0 is stopped
+    node.wait(timeout=60)
+    assert node.returncode == 4
+    assert "rank 1 exited with code 4" in node.stdout.read().decode()
+
+
+def test_rank_table_cli_converts_once_completed(tmp_path):
+    source = tmp_path / "t2.json"
+    table = rank_table.template2(
+        "job", [{"devices": [{"device_id": "3", "device_ip": "x"}], "pod_name": "p", "server_id": "s"}]
+    )
+    source.write_text(json.dumps({**table, "status": "completed"}))
+    result = _module(
+        "ma_jupyter.modes.rank_table", "--wait", "5", str(source), str(tmp_path / "t1.json"), env=_env()
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "t1.json").read_text())["server_list"][0]["device"][0]["rank_id"] == "0"

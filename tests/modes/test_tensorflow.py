@@ -1,0 +1,105 @@
+"""TensorFlow mode planner: TF_CONFIG in the seed's shapes and which tasks are primary."""
+
+from __future__ import annotations
+
+import json
+
+from ma_jupyter.models import JobSpec
+from ma_jupyter.modes import plan_job
+
+from .placements import placement_for
+
+
+def _tf(**fields) -> JobSpec:
+    return JobSpec(name="tf", mode="tensorflow", command="python train.py --epochs 5", **fields)
+
+
+def _configs(plans) -> dict[str, dict]:
+    return {p.name: json.loads(p.env["TF_CONFIG"]) for p in plans}
+
+
+def test_ps_worker_tf_config_per_task():
+    spec = _tf(nodes=2, ps=1)
+    plans = plan_job(spec, placement_for(spec))
+    assert [p.name for p in plans] == ["ps-0", "worker-0", "worker-1"]
+    cluster = {"ps": ["127.0.1.1:20010"], "worker": ["127.0.1.2:20020", "127.0.1.3:20030"]}
+    assert _configs(plans) == {
+        "ps-0": {"cluster": cluster, "task": {"type": "ps", "index": 0}, "environment": "cloud"},
+        "worker-0": {"cluster": cluster, "task": {"type": "worker", "index": 0}, "environment": "cloud"},
+        "worker-1": {"cluster": cluster, "task": {"type": "worker", "index": 1}, "environment": "cloud"},
+    }
+    # parameter servers never exit by themselves: the job follows the workers
+    assert [p.primary for p in plans] == [False, True, True]
+    assert all(p.argv == ["python", "train.py", "--epochs", "5"] for p in plans)
+
+
+def test_allreduce_tf_config_has_workers_only():
+    spec = _tf(nodes=2)
+    plans = plan_job(spec, placement_for(spec))
+    assert [p.name for p in plans] == ["worker-0", "worker-1"]
+    assert json.loads(plans[1].env["TF_CONFIG"]) == {
+        "cluster": {"worker": ["127.0.1.1:20010", "127.0.1.2:20020"]},
+        "task": {"type": "worker", "index": 1},
+        "environment": "cloud",
+    }
+    assert all(p.primary for p in plans)
+
+
+def test_chief_with_parameter_servers_is_the_only_primary_task():
+    spec = _tf(nodes=2, ps=2, chief=True)
+    plans = plan_job(spec, placement_for(spec))
+    assert [p.name for p in plans] == ["ps-0", "ps-1", "chief-0", "worker-0", "worker-1"]
+    config = _configs(plans)["chief-0"]
+    assert config == {
+        "cluster": {
+            "chief": ["127.0.1.3:20030"],
+            "ps": ["127.0.1.1:20010", "127.0.1.2:20020"],
+            "worker": ["127.0.1.4:20040", "127.0.1.5:20050"],
+        },
+        "task": {"type": "chief", "index": 0},
+        "environment": "cloud",
+    }
+    assert {p.name: p.primary for p in plans} == {
+        "ps-0": False,
+        "ps-1": False,
+        "chief-0": True,
+        "worker-0": False,
+        "worker-1": False,
+    }
+
+
+def test_chief_without_parameter_servers_trains_with_the_workers():
+    spec = _tf(nodes=2, chief=True)
+    plans = plan_job(spec, placement_for(spec))
+    assert [p.name for p in plans] == ["chief-0", "worker-0", "worker-1"]
+    assert all(p.primary for p in plans)
+    assert _configs(plans)["worker-1"]["cluster"] == {
+        "chief": ["127.0.1.1:20010"],
+        "worker": ["127.0.1.2:20020", "127.0.1.3:20030"],
+    }
+
+
+def test_modelarts_convention_arguments_and_variables():
+    spec = _tf(nodes=2, ps=1, convention="modelarts")
+    plans = plan_job(spec, placement_for(spec))
+    worker = plans[2]
+    assert worker.env["VC_TASK_INDEX"] == "1"
+    assert worker.env["TF_PS_HOSTS"] == "127.0.1.1:20010"
+    assert worker.env["TF_WORKER_HOSTS"] == "127.0.1.2:20020,127.0.1.3:20030"
+    assert worker.env["MA_TASK_NAME"] == "worker"
+    assert worker.argv == [
+        "python",
+        "train.py",
+        "--epochs",
+        "5",
+        "--task_index",
+        "1",
+        "--ps_hosts",
+        "127.0.1.1:20010",
+        "--worker_hosts",
+        "127.0.1.2:20020,127.0.1.3:20030",
+        "--job_name",
+        "worker",
+    ]
+    assert plans[0].argv[-2:] == ["--job_name", "ps"]
+    assert plans[0].env["MA_TASK_NAME"] == "ps"
