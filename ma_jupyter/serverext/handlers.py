@@ -19,10 +19,14 @@ Routes (``{id}`` is a job id)::
     GET    jobs/{id}/events?after        -> [Event]
     GET    jobs/{id}/logs                -> [LogStream]
     GET    jobs/{id}/logs/read?node&rank&offset&limit&wait -> LogChunk
-    POST   jobs/{id}/tensorboard         -> {"url"}
+    POST   jobs/{id}/tensorboard         -> {"url", "direct_url"} (url: the proxy below)
     DELETE jobs/{id}/tensorboard         -> 204
     GET    specs                         -> [Spec]
     GET    nodes?spec                    -> [Node]
+
+and, outside ``api``, ``<base_url>/ma-jupyter/tensorboard/{id}/...``: the job's TensorBoard
+through Jupyter's authentication, so it opens wherever JupyterLab does (TensorBoard itself
+listens on loopback only).
 
 A typed error of :mod:`ma_jupyter.errors` becomes its HTTP status with the body
 ``{"error", "message", "field"}``, the same body the job service sends.
@@ -36,14 +40,16 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import tornado.web
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from pydantic import BaseModel
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from ..client import Client
-from ..errors import InvalidSpec, MaJupyterError
+from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError
 from ..models import JobStatus
 from . import NAMESPACE
 
@@ -271,7 +277,14 @@ class LogReadHandler(ServiceHandler):
 class TensorBoardHandler(ServiceHandler):
     @tornado.web.authenticated
     async def post(self, job_id: str) -> None:
-        await self.call(lambda c: {"url": c.tensorboard(job_id)})
+        proxy = url_path_join(self.base_url, NAMESPACE, "tensorboard", quote(job_id, safe="")) + "/"
+
+        def start(c: Client) -> dict[str, str]:
+            direct = c.tensorboard(job_id)
+            _BOARDS[job_id] = direct
+            return {"url": proxy, "direct_url": direct}
+
+        await self.call(start)
 
     @tornado.web.authenticated
     async def delete(self, job_id: str) -> None:
@@ -289,6 +302,92 @@ class NodesHandler(ServiceHandler):
     async def get(self) -> None:
         spec = self.get_argument("spec", None) or None
         await self.call(lambda c: c.nodes(spec=spec))
+
+
+# job id -> the direct URL of its TensorBoard (``http://127.0.0.1:PORT/tb/<id>/``)
+_BOARDS: dict[str, str] = {}
+# Hop-by-hop headers and those tornado sets itself are not copied through the proxy.
+_SKIP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"}
+
+
+class TensorBoardProxyHandler(JupyterHandler):
+    """``<base_url>/ma-jupyter/tensorboard/<id>/<path>`` -> the job's TensorBoard.
+
+    TensorBoard's pages use relative URLs (``tb-relative-root``), so they work under this prefix
+    while TensorBoard itself keeps its ``/tb/<id>`` path prefix.  The board is started (or
+    found) through the job service on first use, and again if it was reaped as idle.
+    """
+
+    def check_xsrf_cookie(self) -> None:
+        # TensorBoard's own POSTs (data queries) carry no Jupyter XSRF token; they change
+        # nothing, and the request is still authenticated by Jupyter's cookie or token.
+        return None
+
+    async def _target(self, job_id: str, fresh: bool) -> str:
+        url = None if fresh else _BOARDS.get(job_id)
+        if url is None:
+            loop = asyncio.get_running_loop()
+            url = await loop.run_in_executor(_EXECUTOR, lambda: _client().tensorboard(job_id))
+            _BOARDS[job_id] = url
+        return url
+
+    async def _proxy(self, job_id: str, path: str) -> None:
+        body = self.request.body if self.request.method in ("POST", "PUT") else None
+        headers = {
+            k: v
+            for k, v in self.request.headers.get_all()
+            if k.lower() in ("accept", "accept-encoding", "content-type", "if-none-match")
+        }
+        response = None
+        for fresh in (False, True):
+            try:
+                target = await self._target(job_id, fresh)
+            except MaJupyterError as exc:
+                self.set_status(exc.status)
+                self.set_header("Content-Type", "application/json")
+                self.finish(json.dumps(exc.to_body()))
+                return
+            url = target + path + (f"?{self.request.query}" if self.request.query else "")
+            request = HTTPRequest(
+                url,
+                method=self.request.method,
+                body=body,
+                headers=headers,
+                follow_redirects=False,
+                decompress_response=False,
+                request_timeout=120,
+                allow_nonstandard_methods=True,
+            )
+            response = await AsyncHTTPClient().fetch(request, raise_error=False)
+            if response.code != 599:  # 599: no answer at all, e.g. a board reaped as idle
+                break
+        assert response is not None
+        if response.code == 599:
+            self.set_status(503)
+            self.set_header("Content-Type", "application/json")
+            body = BackendUnavailable(f"the TensorBoard of job {job_id} does not answer: {response.error}")
+            self.finish(json.dumps(body.to_body()))
+            return
+        self.set_status(response.code, response.reason)
+        for name, value in response.headers.get_all():
+            lower = name.lower()
+            if lower == "set-cookie":
+                self.add_header(name, value)
+            elif lower not in _SKIP_HEADERS:
+                self.set_header(name, value)  # replaces Jupyter's defaults (e.g. Content-Type)
+        self.finish(response.body or b"")
+
+    @tornado.web.authenticated
+    async def get(self, job_id: str, path: str) -> None:
+        await self._proxy(job_id, path)
+
+    @tornado.web.authenticated
+    async def post(self, job_id: str, path: str) -> None:
+        await self._proxy(job_id, path)
+
+    @tornado.web.authenticated
+    async def head(self, job_id: str, path: str) -> None:
+        await self._proxy(job_id, path)
 
 
 _JOB = r"(?P<job_id>[^/]+)"
@@ -310,5 +409,10 @@ ROUTES: list[tuple[str, type[ServiceHandler]]] = [
 def setup_handlers(web_app: Any) -> None:
     """Add the routes under ``<base_url>/ma-jupyter/api/`` to a Jupyter server's web app."""
     base_url = web_app.settings["base_url"]
-    handlers = [(url_path_join(base_url, NAMESPACE, "api", pattern) + "/?$", cls) for pattern, cls in ROUTES]
+    handlers: list[tuple[str, type]] = [
+        (url_path_join(base_url, NAMESPACE, "api", pattern) + "/?$", cls) for pattern, cls in ROUTES
+    ]
+    handlers.append(
+        (url_path_join(base_url, NAMESPACE, "tensorboard", _JOB) + r"/(?P<path>.*)$", TensorBoardProxyHandler)
+    )
     web_app.add_handlers(".*$", handlers)

