@@ -1,0 +1,58 @@
+"""Helpers of the real-framework mode tests: run a job through the real service and client."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+from ma_jupyter.client import Client
+from ma_jupyter.models import Job
+
+
+def algorithm(folder: Path, **scripts: str) -> Path:
+    """A host algorithm folder holding ``<name>.py`` for each script (dedented)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in scripts.items():
+        (folder / f"{name}.py").write_text(textwrap.dedent(text))
+    return folder
+
+
+def node_logs(client: Client, job_id: str) -> str:
+    """Every node's combined log, for assertion messages."""
+    parts = []
+    for stream in client.log_streams(job_id):
+        if stream.rank is None:
+            chunk = client.read_log(job_id, node=stream.node, limit=200_000)
+            parts.append(f"----- {stream.node} -----\n{chunk.data[-6000:]}")
+    return "\n".join(parts)
+
+
+def run_job(client: Client, timeout: float = 180.0, **fields) -> tuple[Job, float, str]:
+    """Submit a job, wait until it is terminal; returns (job, seconds from submit, all node logs)."""
+    start = time.monotonic()
+    handle = client.submit(**fields)
+    job = handle.wait(timeout=timeout)
+    elapsed = time.monotonic() - start
+    return job, elapsed, node_logs(client, job.id)
+
+
+def events_text(client: Client, job_id: str) -> str:
+    """The job's events, one per line."""
+    return "\n".join(f"{e.status.value} {e.node or ''} {e.reason}" for e in client.events(job_id))
+
+
+def job_processes(job_id: str) -> list[int]:
+    """Pids of live processes that belong to the job (its ``MA_JOB_ID`` is in their env)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get("MA_JOB_ID") == job_id:
+                found.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
