@@ -11,7 +11,7 @@ export class JobListView implements View {
   private nameInput: HTMLInputElement;
   private statusBoxes = new Map<JobStatus, HTMLInputElement>();
   private live: HTMLInputElement;
-  private body: HTMLTableSectionElement;
+  private body: HTMLElement;
   private summary: HTMLElement;
   private timer: number | null = null;
   private debounce: number | null = null;
@@ -40,7 +40,7 @@ export class JobListView implements View {
       checked: true,
       onchange: () => this.arm()
     });
-    this.body = h('tbody');
+    this.body = h('ul', { class: 'ma-jobs' });
     this.summary = h('div', { class: 'ma-list-summary' });
     this.node = h(
       'div',
@@ -61,16 +61,7 @@ export class JobListView implements View {
           )
         )
       ),
-      h(
-        'table',
-        { class: 'ma-jobs' },
-        h(
-          'thead',
-          {},
-          h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'Status'), h('th', {}, 'Spec'), h('th', {}, 'Created'))
-        ),
-        this.body
-      ),
+      this.body,
       this.summary
     );
     void this.refresh();
@@ -128,7 +119,7 @@ export class JobListView implements View {
     this.body.replaceChildren(
       ...jobs.map(job =>
         h(
-          'tr',
+          'li',
           {
             class: 'ma-job-row',
             'data-job-id': job.id,
@@ -136,10 +127,21 @@ export class JobListView implements View {
             title: job.reason || job.id,
             onclick: () => this.open(job)
           },
-          h('td', { class: 'ma-job-name' }, job.spec.name),
-          h('td', {}, statusBadge(job.status)),
-          h('td', {}, job.chosen_spec ?? (job.spec.specs ?? []).join(', ')),
-          h('td', {}, shortTime(job.created_at))
+          h(
+            'div',
+            { class: 'ma-job-line' },
+            h('span', { class: 'ma-job-name' }, job.spec.name),
+            statusBadge(job.status)
+          ),
+          h(
+            'div',
+            { class: 'ma-job-meta' },
+            [
+              `${job.spec.mode ?? 'single'}×${job.spec.nodes ?? 1}`,
+              job.chosen_spec ?? (job.spec.specs ?? []).join(', '),
+              shortTime(job.created_at)
+            ].join(' · ')
+          )
         )
       )
     );

@@ -289,6 +289,11 @@ def test_sidebar_create_follow_stop(ma_lab):
             expect(detail.locator(".ma-detail-header .ma-status-stopped")).to_be_visible(timeout=60_000)
             expect(detail.locator(".ma-stop")).to_be_disabled()
             expect(log).to_have_attribute("data-eof", "true", timeout=30_000)
+            # the streamed log is exactly what the job wrote: nothing lost, nothing repeated
+            job_id = detail.get_attribute("data-job-id")
+            written = (ma_lab["home"] / "jobs" / job_id / "logs" / "worker-0.log").read_text()
+            assert "sidebar line 8" in written
+            assert log.text_content() == written
             page.screenshot(path=str(OUTPUT / "sidebar-stopped.png"))
 
             detail.locator(".ma-back").click()
@@ -314,12 +319,17 @@ def test_sidebar_create_follow_stop(ma_lab):
             expect(sidebar.locator(".ma-field-command textarea")).to_have_value(
                 "python /workspace/algorithm/train.py"
             )
+            sidebar.locator(".ma-form .ma-cancel").click()
+
+            # delete asks first, then the job leaves the list
+            row.click()
+            sidebar.locator(".ma-detail .ma-delete").click()
+            page.locator(".jp-Dialog button.jp-mod-warn").click()
+            expect(sidebar.locator(".ma-list")).to_be_visible()
+            expect(sidebar.locator(f'.ma-job-row[data-job-name="{name}"]')).to_have_count(0, timeout=10_000)
         finally:
             browser.close()
 
-    # what the sidebar showed is what the job wrote, and the service agrees it is stopped
-    logs = list((ma_lab["home"] / "jobs").glob("*/logs/worker-0.log"))
-    assert logs and "sidebar line 3" in logs[0].read_text()
     headers = {"Authorization": f"token {ma_lab['token']}"}
     jobs = requests.get(_api(ma_lab, "jobs"), params={"name": name}, headers=headers, timeout=30).json()
-    assert [j["status"] for j in jobs["items"] if j["spec"]["name"] == name] == ["stopped"]
+    assert jobs["total"] == 0
