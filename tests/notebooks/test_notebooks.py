@@ -1,0 +1,159 @@
+"""Every example notebook runs headless with papermill against a real job service.
+
+Each notebook executes in a fresh kernel on a temporary ``MA_JUPYTER_HOME`` and working folder;
+the saved notebook must contain the job's log lines and its final status (the live log display
+is kept as text), and ``failing_job.ipynb`` must make papermill raise.  The distributed-mode
+notebooks belong to the modes' own tests and are left out here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.notebook, pytest.mark.timeout(600)]
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = REPO / "notebooks"
+MODE_NOTEBOOKS = {"pytorch_ddp", "tensorflow_distributed", "mpi_allreduce"}
+
+# What each notebook's saved outputs must show (log lines of its jobs and their final status).
+EXPECTED = {
+    "quickstart": [
+        "epoch 1/3",
+        "epoch 3/3",
+        "training done",
+        "saved checkpoint",
+        ": succeeded",
+        "checkpoint accuracy",
+    ],
+    "mounts_outputs": [
+        "dataset rows: 2",
+        "write to /workspace/dataset/private/table: refused",
+        "write to /workspace/model/private/base: refused",
+        "write to /workspace/volume/cache: allowed",
+        "write to /workspace/outputs: allowed",
+        ": succeeded",
+    ],
+    "tensorboard": ["lr-0.1: 20 steps", "lr-0.3: 20 steps", ": succeeded", "runs: ['lr-0.1', 'lr-0.3']"],
+    "job_management": ["cpu.small", "final status: stopped", "tick 0", "deleted", "JobHandle"],
+    "widgets_panel": ["ready to submit", "succeeded", "hello from the form 2"],
+}
+PARAMETERS = {"quickstart": {"epochs": 3}}
+FAILING = {"failing_job"}
+
+
+def notebooks() -> list[Path]:
+    return sorted(p for p in NOTEBOOKS.glob("*.ipynb") if p.stem not in MODE_NOTEBOOKS)
+
+
+def output_text(nb) -> str:
+    """Every text the saved notebook shows: streams, text/plain results and errors."""
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                parts.append(out.get("text", ""))
+            elif out.get("output_type") in ("display_data", "execute_result"):
+                parts.append(out.get("data", {}).get("text/plain", ""))
+            elif out.get("output_type") == "error":
+                parts.append(f"{out.get('ename')}: {out.get('evalue')}")
+    return "\n".join(parts)
+
+
+def outputs_of(nb, mime: str) -> list:
+    return [
+        out["data"][mime]
+        for cell in nb.cells
+        for out in cell.get("outputs", [])
+        if mime in out.get("data", {})
+    ]
+
+
+@pytest.fixture
+def ma_papermill(ma_home, tmp_path, monkeypatch):
+    """Run a notebook with papermill in a fresh kernel on this test's home; stops the service after."""
+    import papermill
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def run(path: Path, **parameters):
+        out = tmp_path / f"{path.stem}.out.ipynb"
+        try:
+            papermill.execute_notebook(
+                str(path),
+                str(out),
+                parameters=parameters,
+                kernel_name="python3",
+                cwd=str(work),
+                progress_bar=False,
+                execution_timeout=300,
+            )
+        finally:
+            run.output = nbformat.read(out, as_version=4) if out.exists() else None
+        return run.output
+
+    yield run
+    runtime = ma_home / "service.json"
+    if runtime.exists():
+        pid = json.loads(runtime.read_text())["pid"]
+        try:
+            os.kill(pid, signal.SIGTERM)
+            wait_for(lambda: not runtime.exists(), timeout=20)
+        except ProcessLookupError:
+            pass
+
+
+def test_every_example_notebook_is_covered():
+    names = {p.stem for p in notebooks()}
+    assert {"quickstart", "failing_job"} <= names
+    assert names - FAILING == set(EXPECTED), "add the new notebook's expected output to EXPECTED"
+    for path in notebooks():
+        nb = nbformat.read(path, as_version=4)
+        tags = [c.metadata.get("tags", []) for c in nb.cells if c.cell_type == "code"]
+        assert any("parameters" in t for t in tags), f"{path.name} needs a cell tagged 'parameters'"
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
+            f"{path.name}: clear outputs"
+        )
+
+
+@pytest.mark.parametrize("path", [p for p in notebooks() if p.stem not in FAILING], ids=lambda p: p.stem)
+def test_notebook_runs_and_keeps_job_logs(ma_papermill, path):
+    nb = ma_papermill(path, **PARAMETERS.get(path.stem, {}))
+    text = output_text(nb)
+    for expected in EXPECTED[path.stem]:
+        assert expected in text, f"{path.name}: {expected!r} missing from the saved outputs:\n{text[-4000:]}"
+    if path.stem in ("quickstart", "tensorboard"):
+        assert outputs_of(nb, "image/png"), "the inline TensorBoard plot is kept as a PNG"
+    if path.stem == "quickstart":
+        # the live log was saved as one final display, tagged with its job id
+        metas = [
+            out.get("metadata", {}).get("ma_jupyter")
+            for cell in nb.cells
+            for out in cell.get("outputs", [])
+            if out.get("metadata", {}).get("ma_jupyter")
+        ]
+        assert metas and metas[-1]["job_id"]
+
+
+def test_failing_notebook_makes_papermill_raise(ma_papermill):
+    from papermill.exceptions import PapermillExecutionError
+
+    with pytest.raises(PapermillExecutionError) as info:
+        ma_papermill(NOTEBOOKS / "failing_job.ipynb")
+    assert info.value.ename == "JobFailed"
+    assert "something went wrong" in info.value.evalue
+    text = output_text(ma_papermill.output)
+    assert "ended error" in text and "loading data" in text
+    assert "not reached" not in text

@@ -1,0 +1,456 @@
+"""The magics in an in-process IPython shell, against a real job service on a temporary home.
+
+Every magic is exercised for real (jobs run as real processes through the service), and every
+magic's bad-argument path must print one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import _thread
+import importlib
+import re
+import threading
+
+import pytest
+import requests
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+import ma_jupyter
+from ma_jupyter import display as live
+from ma_jupyter import magics, notebook_record
+from ma_jupyter.client import JobHandle
+from ma_jupyter.models import JobStatus
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+LINE_MAGICS = [
+    "ma_jobs",
+    "ma_logs",
+    "ma_events",
+    "ma_stop",
+    "ma_delete",
+    "ma_clone",
+    "ma_specs",
+    "ma_tensorboard",
+    "ma_attach",
+]
+
+
+@pytest.fixture
+def ma_shell(ma_home):
+    """An IPython shell with the extension loaded; the service it autostarts is shut down after."""
+    shell = InteractiveShell.instance()
+    magics._clients.clear()
+    ma_jupyter.load_ipython_extension(shell)
+    shell.user_ns.pop("job", None)
+    yield shell
+    client = magics._clients.pop(str(ma_home), None)
+    if client is not None:
+        try:
+            for handle in client.jobs(status=["running", "queued"]):
+                handle.stop()
+        finally:
+            client.shutdown_service()
+    magics._clients.clear()
+
+
+class Run:
+    """What one cell did: its result, stdout, stderr and display outputs."""
+
+    def __init__(self, shell, code: str):
+        with capture_output() as cap:
+            self.result = shell.run_cell(code)
+        self.stdout = cap.stdout
+        self.stderr = cap.stderr
+        self.outputs = cap.outputs
+        self.error = self.result.error_in_exec or self.result.error_before_exec
+
+    def job_text(self) -> str:
+        """The final text of the live job output (the last update of the display handle)."""
+        texts = [o.data["text/plain"] for o in self.outputs if (o.metadata or {}).get("ma_jupyter")]
+        assert texts, f"no job output; stdout={self.stdout!r} stderr={self.stderr!r}"
+        return texts[-1]
+
+    def job_metadata(self) -> dict:
+        return [o.metadata for o in self.outputs if (o.metadata or {}).get("ma_jupyter")][-1]["ma_jupyter"]
+
+    def text(self) -> str:
+        return self.stdout + "".join(o.data.get("text/plain", "") for o in self.outputs)
+
+
+def one_line_error(run: Run) -> str:
+    """The single line a failing magic printed (UsageError on stderr, typed errors on stdout)."""
+    shown = (run.stderr + run.stdout).strip()
+    assert run.error is not None, "the cell should have failed"
+    assert "Traceback" not in shown, shown
+    assert len(shown.splitlines()) == 1, shown
+    return shown
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def test_load_ext_and_import_register_every_magic(ma_home):
+    shell = InteractiveShell.instance()
+    manager = shell.magics_manager
+    for name in LINE_MAGICS:
+        manager.magics["line"].pop(name, None)
+    manager.magics["cell"].pop("ma_train", None)
+    importlib.reload(ma_jupyter)  # `import ma_jupyter` inside a running IPython registers too
+    assert set(LINE_MAGICS) <= set(manager.magics["line"])
+    assert "ma_train" in manager.magics["cell"]
+    shell.run_line_magic("load_ext", "ma_jupyter")
+    assert "ma_train" in manager.magics["cell"]
+
+
+@pytest.mark.parametrize("name", ["ma_train", *LINE_MAGICS])
+def test_every_magic_has_help(ma_shell, name):
+    prefix = "%%" if name == "ma_train" else "%"
+    run = Run(ma_shell, f"{prefix}{name} --help" + ("\npass" if name == "ma_train" else ""))
+    assert run.error is None, run.stderr
+    assert "usage:" in run.stdout and name in run.stdout
+
+
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("%%ma_train --nodes zero\nprint(1)", "--nodes"),
+        ("%%ma_train --no-such-option\nprint(1)", "unrecognized arguments"),
+        ("%%ma_train --name 'bad name'\nprint(1)", "--name"),
+        ("%ma_train --name x", "cell body"),
+        ("%ma_train --name x --code-dir /nonexistent --command 'python x.py'", "not a folder"),
+        ("%%ma_train --mode single --nodes 2\nprint(1)", "single mode"),
+        ("%%ma_train --dataset nonsense\nprint(1)", "--dataset"),
+        ("%ma_jobs --status sleeping", "--status"),
+        ("%ma_logs", "required: job"),
+        ("%ma_logs abc --rank 1", "--rank needs --node"),
+        ("%ma_events", "required: job"),
+        ("%ma_stop", "required: job"),
+        ("%ma_delete", "required: job"),
+        ("%ma_clone", "required: job"),
+        ("%ma_specs extra", "unrecognized arguments"),
+        ("%ma_tensorboard", "required: job"),
+        ("%ma_attach a b", "unrecognized arguments"),
+        ("%ma_logs 'unbalanced", "quotes"),
+    ],
+)
+def test_bad_arguments_are_one_line_usage_errors(ma_shell, code, expected):
+    run = Run(ma_shell, code)
+    assert isinstance(run.error, UsageError), run.error
+    line = one_line_error(run)
+    assert line.startswith("UsageError:") and expected in line
+
+
+@pytest.mark.parametrize(
+    "magic", ["ma_logs", "ma_events", "ma_stop", "ma_delete", "ma_clone", "ma_tensorboard"]
+)
+def test_unknown_job_is_one_line_typed_error(ma_shell, magic):
+    run = Run(ma_shell, f"%{magic} no-such-job")
+    line = one_line_error(run)
+    assert line.startswith("NotFound:") and "no-such-job" in line
+
+
+# --------------------------------------------------------------------------- %%ma_train
+
+
+def test_train_follows_logs_and_returns_handle(ma_shell):
+    ma_shell.user_ns["count"] = 5
+    run = Run(
+        ma_shell,
+        "%%ma_train --name hello --env COUNT={count} --out job\n"
+        "import os\n"
+        "for i in range(int(os.environ['COUNT'])):\n"
+        "    print(f'line {i}', flush=True)\n",
+    )
+    assert run.error is None, run.stdout + run.stderr
+    handle = run.result.result
+    assert isinstance(handle, JobHandle) and ma_shell.user_ns["job"] is handle
+    assert handle.status is JobStatus.succeeded
+    text = run.job_text()
+    assert text.splitlines()[0].startswith(f"job {handle.id} (hello): succeeded")
+    assert [line for line in text.splitlines() if line.startswith("line ")] == [f"line {i}" for i in range(5)]
+    meta = run.job_metadata()
+    assert meta["job_id"] == handle.id and meta["offsets"]["worker-0"] > 0
+    # the body ran as the job's algorithm file, snapshotted under the home
+    assert handle.info.spec.command == "python /workspace/algorithm/hello.py"
+    assert "for i in range" in (
+        handle.info.spec.algorithm and open(f"{handle.info.spec.algorithm}/hello.py").read()
+    )
+    assert handle.id in notebook_record.jobs()
+
+
+def test_train_dry_run_prints_plan_and_submits_nothing(ma_shell, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    ma_shell.user_ns["data_dir"] = str(data)
+    run = Run(ma_shell, "%%ma_train --name planned --dataset d={data_dir} --env A=1 --dry-run\nprint('x')")
+    assert run.error is None, run.stdout + run.stderr
+    assert "dry run: nothing submitted" in run.stdout
+    assert "[worker-0]" in run.stdout
+    assert "argv:" in run.stdout and "/workspace/algorithm/planned.py" in run.stdout
+    assert "A=1" in run.stdout
+    assert str(data) in run.stdout and "/workspace/dataset/private/d" in run.stdout
+    assert magics.get_client().jobs() == []
+
+
+def test_train_code_dir_ships_folder_with_body(ma_shell, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "helper.py").write_text("GREETING = 'hello from the code dir'\n")
+    ma_shell.user_ns["code_dir"] = str(code)
+    run = Run(
+        ma_shell,
+        "%%ma_train --name withdir --code-dir {code_dir}\nimport helper\nprint(helper.GREETING, flush=True)\n",
+    )
+    assert run.error is None, run.stdout + run.stderr
+    assert "hello from the code dir" in run.job_text()
+    # no body (the line form): the folder alone is the algorithm
+    run = Run(
+        ma_shell,
+        "%ma_train --name onlydir --code-dir {code_dir} --command 'python -c \"import helper; print(helper.GREETING)\"'",
+    )
+    assert run.error is None, run.stdout + run.stderr
+    assert "hello from the code dir" in run.job_text()
+
+
+def test_failing_job_raises_one_line_error_with_last_lines(ma_shell):
+    run = Run(
+        ma_shell,
+        "%%ma_train --name boom\nimport sys\nprint('about to fail', flush=True)\nsys.exit(3)\n",
+    )
+    assert isinstance(run.error, live.JobFailed)
+    assert "Traceback" not in run.stdout
+    assert run.stdout.startswith("JobFailed: job ")
+    assert "ended error" in run.stdout and "about to fail" in run.stdout
+    assert "error" in run.job_text().splitlines()[0]
+
+
+def test_no_follow_returns_at_once(ma_shell):
+    run = Run(ma_shell, "%%ma_train --name sleeper --no-follow\nimport time\ntime.sleep(30)\n")
+    assert run.error is None, run.stderr
+    handle = run.result.result
+    assert handle.info.status in (JobStatus.queued, JobStatus.running)
+    assert "submitted job" in run.job_text()
+    handle.stop()
+
+
+def test_huge_log_keeps_newest_lines(ma_shell):
+    run = Run(
+        ma_shell,
+        "%%ma_train --name chatty --lines 50\nfor i in range(5000):\n    print(f'row {i}')\n",
+    )
+    assert run.error is None, run.stderr
+    text = run.job_text()
+    rows = [line for line in text.splitlines() if line.startswith("row ")]
+    assert rows == [f"row {i}" for i in range(4950, 5000)]
+    assert "4950 earlier lines not shown" in text
+
+
+def _interrupt_after(predicate, timeout=60):
+    """Raise KeyboardInterrupt in the main thread once ``predicate()`` holds."""
+
+    def worker():
+        try:
+            wait_for(predicate, timeout=timeout)
+        finally:
+            _thread.interrupt_main()
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    return thread
+
+
+def _job_log(home, name_prefix=""):
+    logs = sorted(home.glob("jobs/*/logs/worker-0.log"))
+    return logs[-1].read_text() if logs else ""
+
+
+TICKER = "import time\nfor i in range(400):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.05)\n"
+
+
+def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_home):
+    # well after the first lines, so the cell has shown some before the interrupt
+    _interrupt_after(lambda: "tick 30\n" in _job_log(ma_home))
+    first = Run(ma_shell, "%%ma_train --name ticker\n" + TICKER)
+    assert first.error is None, first.stderr
+    handle = first.result.result
+    assert "detached" in first.job_text()
+    assert handle.status is JobStatus.running  # interrupting did not stop the job
+    shown_first = [line for line in first.job_text().splitlines() if line.startswith("tick ")]
+    assert shown_first
+
+    # a kernel restart: no variables, no client; the notebook record remains
+    magics._clients.clear()
+    ma_shell.reset()
+    second = Run(ma_shell, "%ma_attach --lines 1000")
+    assert second.error is None, second.stderr
+    text = second.job_text()
+    assert "continuing where this notebook left off" in text
+    shown_second = [line for line in text.splitlines() if line.startswith("tick ")]
+    assert (
+        shown_first + shown_second
+        == [f"tick {i}" for i in range(400)][: len(shown_first) + len(shown_second)]
+    )
+    assert shown_second[-1] == "tick 399"
+    assert second.result.result.status is JobStatus.succeeded
+
+    # a later attach has nothing new to show; --follow replays nothing either
+    third = Run(ma_shell, "%ma_attach")
+    assert "succeeded" in third.text() and not re.search(r"tick \d", third.text())
+    fourth = Run(ma_shell, f"%ma_logs {handle.id} --follow")
+    assert not re.search(r"tick \d", fourth.job_text())
+
+
+def test_stop_on_interrupt_stops_the_job(ma_shell, ma_home):
+    _interrupt_after(lambda: "tick 2\n" in _job_log(ma_home))
+    run = Run(ma_shell, "%%ma_train --name stopper --stop-on-interrupt\n" + TICKER)
+    handle = run.result.result
+    assert handle.wait(timeout=60).status is JobStatus.stopped
+
+
+# --------------------------------------------------------------------------- line magics
+
+
+def test_line_magics_manage_jobs(ma_shell):
+    run = Run(ma_shell, "%%ma_train --name alpha --out a\nprint('alpha says hi', flush=True)\n")
+    assert run.error is None, run.stderr
+    a = ma_shell.user_ns["a"]
+    run = Run(
+        ma_shell,
+        "%%ma_train --name beta --no-follow --out b\nimport time\nprint('beta', flush=True)\ntime.sleep(60)\n",
+    )
+    b = ma_shell.user_ns["b"]
+    wait_for(lambda: b.status is JobStatus.running, timeout=60)
+
+    run = Run(ma_shell, "%ma_jobs")
+    assert "alpha" in run.text() and "beta" in run.text()
+    html = [o.data["text/html"] for o in run.outputs if "text/html" in o.data][0]
+    assert "<table" in html and a.id in html
+    run = Run(ma_shell, "%ma_jobs --status running")
+    assert "beta" in run.text() and "alpha" not in run.text()
+    run = Run(ma_shell, "%ma_jobs --name alp")
+    assert "alpha" in run.text() and "beta" not in run.text()
+
+    run = Run(ma_shell, f"%ma_logs {a.id}")
+    assert run.stdout.strip() == "alpha says hi"
+    run = Run(ma_shell, "%ma_logs alpha --tail 1")  # a name works too
+    assert run.stdout.strip() == "alpha says hi"
+
+    run = Run(ma_shell, f"%ma_events {a.id}")
+    assert "succeeded" in run.text() and "running" in run.text()
+
+    run = Run(ma_shell, f"%ma_delete {b.id}")
+    assert one_line_error(run).startswith("Conflict:")
+    run = Run(ma_shell, f"%ma_stop {b.id}")
+    assert "stop requested" in run.stdout
+    assert b.wait(timeout=60).status is JobStatus.stopped
+    run = Run(ma_shell, f"%ma_delete {b.id}")
+    assert "deleted" in run.stdout
+    assert [h.id for h in magics.get_client().jobs()] == [a.id]
+
+    run = Run(ma_shell, f"c = %ma_clone {a.id} --name alpha2 --env X=1")
+    assert run.error is None, run.stdout + run.stderr
+    clone = ma_shell.user_ns["c"]
+    assert clone.status is JobStatus.succeeded and clone.name == "alpha2"
+    assert clone.info.spec.env == {"X": "1"} and clone.info.spec.command == a.info.spec.command
+    assert "alpha says hi" in run.job_text()
+
+
+def test_specs_table_shows_free_capacity(ma_shell):
+    run = Run(ma_shell, "%ma_specs")
+    assert run.error is None, run.stderr
+    text = run.text()
+    assert "cpu.small" in text and "free now" in text and "nodes" in text
+
+
+def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path):
+    out = tmp_path / "outputs"
+    out.mkdir()
+    ma_shell.user_ns["out_dir"] = str(out)
+    run = Run(
+        ma_shell,
+        "%%ma_train --name scalars --output {out_dir} --out job\n"
+        "import time\n"
+        "from tensorboard.compat.proto import event_pb2, summary_pb2\n"
+        "from tensorboard.summary.writer.record_writer import RecordWriter\n"
+        "import os\n"
+        "os.makedirs('/workspace/outputs/run-a', exist_ok=True)\n"
+        "with open(f'/workspace/outputs/run-a/events.out.tfevents.{int(time.time())}.x', 'wb') as fh:\n"
+        "    w = RecordWriter(fh)\n"
+        "    for step in range(5):\n"
+        "        v = summary_pb2.Summary.Value(tag='loss', simple_value=1.0 / (step + 1))\n"
+        "        w.write(event_pb2.Event(step=step, wall_time=time.time(), summary=summary_pb2.Summary(value=[v])).SerializeToString())\n"
+        "print('wrote scalars', flush=True)\n",
+    )
+    assert run.error is None, run.stdout + run.stderr
+    job = ma_shell.user_ns["job"]
+    run = Run(ma_shell, "%ma_tensorboard {job.id} --inline")
+    assert run.error is None, run.stdout + run.stderr
+    pngs = [o.data["image/png"] for o in run.outputs if "image/png" in o.data]
+    assert pngs and len(pngs[0]) > 1000
+
+    run = Run(ma_shell, "url = %ma_tensorboard {job.id}")
+    assert run.error is None, run.stdout + run.stderr
+    url = ma_shell.user_ns["url"]
+    assert f"/tb/{job.id}/" in url
+    assert any("<iframe" in o.data.get("text/html", "") for o in run.outputs)
+    assert requests.get(url + "data/runs", timeout=30).json() == ["run-a"]
+
+
+def test_ma_logs_follow_from_start_and_rank_node_options(ma_shell):
+    run = Run(ma_shell, "%%ma_train --name twice --no-follow --out t\nprint('only once', flush=True)\n")
+    handle = ma_shell.user_ns["t"]
+    handle.wait(timeout=60)
+    run = Run(ma_shell, f"%ma_logs {handle.id} --follow")
+    assert run.job_text().count("only once") == 1
+    run = Run(ma_shell, f"%ma_logs {handle.id} --follow")
+    assert "only once" not in run.job_text()  # this notebook has shown it already
+    run = Run(ma_shell, f"%ma_logs {handle.id} --follow --from-start")
+    assert run.job_text().count("only once") == 1
+    run = Run(ma_shell, f"%ma_logs {handle.id} --node worker-0")
+    assert run.stdout.strip() == "only once"
+    run = Run(ma_shell, f"%ma_logs {handle.id} --node nope")
+    assert one_line_error(run).startswith("NotFound:")
+
+
+def test_status_line_covers_every_state():
+    from datetime import UTC, datetime, timedelta
+
+    from ma_jupyter.models import Job, JobSpec
+
+    spec = JobSpec(name="s", command="python x.py", duration=600)
+    now = datetime.now(UTC)
+    queued = Job(id="j", spec=spec, status=JobStatus.queued, queue_position=1)
+    assert "position 2 in the queue" in live.status_line(queued, now)
+    running = Job(id="j", spec=spec, status=JobStatus.running, started_at=now - timedelta(seconds=65))
+    line = live.status_line(running, now)
+    assert "0:01:05 elapsed" in line and "0:08:55 left" in line
+    done = Job(
+        id="j",
+        spec=spec,
+        status=JobStatus.error,
+        started_at=now - timedelta(seconds=10),
+        finished_at=now,
+        exit_code=3,
+        reason="worker-0 exited with 3",
+    )
+    line = live.status_line(done)
+    assert "error after 0:00:10" in line and "exit code 3" in line and "worker-0 exited" in line
+
+
+def test_several_nodes_prefix_each_line(ma_shell):
+    # TensorFlow mode only sets TF_CONFIG per task and runs the command as written: two cheap nodes
+    run = Run(
+        ma_shell,
+        "%%ma_train --name twonodes --mode tensorflow --nodes 2\n"
+        "import json, os\n"
+        "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
+        "print(f\"I am {task['type']} {task['index']}\", flush=True)\n",
+    )
+    assert run.error is None, run.stdout + run.stderr
+    lines = run.job_text().splitlines()
+    assert "[worker-0] I am worker 0" in lines
+    assert "[worker-1] I am worker 1" in lines
