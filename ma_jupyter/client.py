@@ -28,11 +28,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
 from . import config
-from .errors import BackendUnavailable, MaJupyterError, error_from_body
+from .errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
 from .models import (
     Event,
     Job,
@@ -438,8 +439,6 @@ class Client:
         """
         body = {k: v for k, v in (("priority", priority), ("duration", duration)) if v is not None}
         if not body:
-            from .errors import InvalidSpec
-
             raise InvalidSpec("give a priority (queued jobs) or a duration (running jobs) to change")
         return Job.model_validate(self._request("PATCH", f"/jobs/{_segment(job_id)}", json_body=body))
 
@@ -848,11 +847,7 @@ class LogLines(Iterator[str]):
 
 def _segment(job_id: str) -> str:
     """A job id as one URL path segment."""
-    from urllib.parse import quote
-
     if not job_id:
-        from .errors import InvalidSpec
-
         raise InvalidSpec("a job id is empty: give one from `ma-jupyter jobs`")
     return quote(str(job_id), safe="")
 
