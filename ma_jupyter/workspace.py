@@ -342,6 +342,25 @@ def _roots(*paths: str) -> tuple[str, ...]:
     return tuple(p for p in found if not any(p != q and p.startswith(q + "/") for q in found))
 
 
+def validate(spec: JobSpec) -> list[Mount]:
+    """Everything about a spec's node view that can be checked before it runs: its mounts, its
+    image and its working directory (for submit-time validation and ``--dry-run``).
+
+    Returns:
+        The mounts, as :func:`mounts_for` gives them.
+
+    Raises:
+        InvalidSpec: the first problem found, saying what to do.
+    """
+    mounts = mounts_for(spec)
+    for task in spec.tasks:
+        if task.algorithm:
+            mounts_for(spec, algorithm=task.algorithm)
+    resolve_image(spec.image)
+    workdir_for(spec)
+    return mounts
+
+
 # ---------------------------------------------------------------------------- node view
 
 

@@ -21,6 +21,7 @@ from ma_jupyter.workspace import (
     node_view,
     resolve_image,
     to_host,
+    validate,
     workdir_for,
 )
 
@@ -228,3 +229,11 @@ def test_plan_files_must_stay_in_their_roots(ma_paths, tmp_path):
         attempt.plans[0].files[bad] = "x"
         with pytest.raises(InvalidSpec):
             node_view(attempt, attempt.plans[0], "bubblewrap")
+
+
+def test_validate_checks_image_and_workdir_too(ma_paths, tmp_path):
+    assert [m.target for m in validate(full_spec(ma_paths))][0] == "/workspace/algorithm"
+    with pytest.raises(InvalidSpec, match="virtualenv"):
+        validate(full_spec(ma_paths, image={"venv": str(tmp_path)}))
+    with pytest.raises(InvalidSpec, match="workdir"):
+        validate(full_spec(ma_paths, workdir="rel"))
