@@ -146,8 +146,9 @@ export const api = {
         query({ node: stream.node, rank: stream.rank, offset, wait }),
       send('GET', undefined, signal)
     ),
-  tensorboard: (id: string): Promise<{ url: string }> =>
-    requestAPI<{ url: string }>(job(id, '/tensorboard'), send('POST')),
+  /** Start (or reuse) the job's TensorBoard; `url` is its address through the Jupyter server. */
+  tensorboard: (id: string): Promise<{ url: string; direct_url: string }> =>
+    requestAPI<{ url: string; direct_url: string }>(job(id, '/tensorboard'), send('POST')),
   specs: (): Promise<Spec[]> => requestAPI<Spec[]>('specs'),
   nodes: (spec?: string): Promise<Node[]> => requestAPI<Node[]>('nodes' + query({ spec }))
 };

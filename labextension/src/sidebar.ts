@@ -1,4 +1,5 @@
 /** The left-sidebar panel: a header with the service state, and one view (list, job, form). */
+import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { api } from './api';
@@ -35,8 +36,17 @@ export class JobsSidebar extends Widget {
       this.serviceLine,
       this.body
     );
-    this.showList();
-    void this.checkService();
+  }
+
+  /**
+   * The first time the panel is shown, open the list (which starts the job service if none
+   * runs): merely loading JupyterLab starts nothing.
+   */
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    if (this.view === null) {
+      this.showList();
+    }
   }
 
   private async checkService(): Promise<void> {
