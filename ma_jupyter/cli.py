@@ -14,6 +14,8 @@ import argparse
 import json
 import shlex
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -76,6 +78,11 @@ def build_cli() -> options.OptionsParser:
     logs.add_argument("--node", help="node (worker-0, ps-0...); default the first primary node")
     logs.add_argument("--rank", type=int, help="a rank's own log")
     logs.add_argument("--offset", type=int, default=0, help="byte offset to start at")
+    logs.add_argument(
+        "--all",
+        action="store_true",
+        help="every node's log, each line prefixed with [node] (not with --node)",
+    )
     job_command("events", "print a job's events")
     wait = job_command("wait", "wait for a job to end (exit 0 if it succeeded)")
     wait.add_argument("--timeout", type=float, help="seconds to wait at most")
@@ -215,8 +222,43 @@ def _get(args: argparse.Namespace) -> int:
 
 def _logs(args: argparse.Namespace) -> int:
     handle = resolve_job(Client(), args.job)
-    _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
+    if not args.all:
+        _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
+        return EXIT_OK
+    if args.node or args.offset:
+        raise InvalidSpec("--all reads every node from its start: drop --node and --offset")
+    _print_all_nodes(handle, follow=args.follow, rank=args.rank)
     return EXIT_OK
+
+
+def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> None:
+    """Every node's log, one reader thread per node, lines prefixed with ``[node]``."""
+    while follow and not handle.info.nodes and not handle.info.status.is_terminal():
+        time.sleep(0.1)  # queued: its nodes are not known yet
+        handle.refresh()
+    nodes = [n.name for n in handle.info.nodes] or sorted(
+        {s.node for s in handle.client.log_streams(handle.id) if s.rank is None}
+    )
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def pump(node: str) -> None:
+        try:
+            for line in handle.logs(follow=follow, node=node, rank=rank):
+                with lock:
+                    sys.stdout.write(f"[{node}] {line}\n")
+                    sys.stdout.flush()
+        except BaseException as exc:  # re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=pump, args=(node,), daemon=True) for node in nodes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)  # short joins keep Ctrl-C working
+    if errors:
+        raise errors[0]
 
 
 def _events(args: argparse.Namespace) -> int:

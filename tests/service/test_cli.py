@@ -182,3 +182,34 @@ def test_update_and_tensorboard_commands(ma_cli, ma_client, tmp_path):
     assert stopped_tb.returncode == 0 and "stopped the TensorBoard" in stopped_tb.stdout
     assert ma_cli("stop", job.id).returncode == 0
     assert "stopped" in ma_cli("wait", job.id).stdout
+
+
+def test_logs_of_every_node(ma_cli):
+    out = ma_cli(
+        "submit",
+        "--json",
+        "--mode",
+        "pytorch",
+        "--nodes",
+        "2",
+        "--",
+        "bash",
+        "-c",
+        "echo rank $RANK; echo done $RANK",
+    )
+    assert out.returncode == 0, out.stderr
+    job = Job.model_validate_json(out.stdout)
+    followed = ma_cli("logs", job.id, "--all", "--follow")
+    assert followed.returncode == 0, followed.stderr
+    assert sorted(followed.stdout.splitlines()) == [
+        "[worker-0] done 0",
+        "[worker-0] rank 0",
+        "[worker-1] done 1",
+        "[worker-1] rank 1",
+    ]
+    # each node's lines keep their order
+    assert followed.stdout.index("[worker-1] rank 1") < followed.stdout.index("[worker-1] done 1")
+    assert ma_cli("logs", job.id, "--all").stdout.count("\n") == 4
+    assert ma_cli("logs", job.id, "--node", "worker-1").stdout == "rank 1\ndone 1\n"
+    bad = ma_cli("logs", job.id, "--all", "--node", "worker-1")
+    assert bad.returncode == 2 and "drop --node" in bad.stderr
