@@ -272,6 +272,7 @@ def test_sidebar_create_follow_stop(ma_lab):
             expect(form.locator(".ma-form-message.ma-error")).to_contain_text("duration", timeout=30_000)
             expect(form.locator(".ma-field-duration.ma-field-invalid")).to_be_visible()
             form.locator(".ma-field-duration input").fill("1h")
+            page.screenshot(path=str(OUTPUT / "sidebar-form.png"))
             form.locator(".ma-submit").click()
 
             detail = sidebar.locator(".ma-detail")
@@ -333,3 +334,57 @@ def test_sidebar_create_follow_stop(ma_lab):
     headers = {"Authorization": f"token {ma_lab['token']}"}
     jobs = requests.get(_api(ma_lab, "jobs"), params={"name": name}, headers=headers, timeout=30).json()
     assert jobs["total"] == 0
+
+
+RANKED = """import os
+import time
+for i in range(600):
+    print(f"rank {os.environ['RANK']} line {i}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+@pytest.mark.torch
+def test_sidebar_streams_each_rank_of_a_distributed_job(ma_lab):
+    from playwright.sync_api import expect, sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    algorithm = ma_lab["work"] / "ranked"
+    algorithm.mkdir()
+    (algorithm / "train.py").write_text(RANKED)
+    headers = {"Authorization": f"token {ma_lab['token']}"}
+    spec = {
+        "name": "ranked-job",
+        "mode": "pytorch",
+        "nodes": 2,
+        "command": "python /workspace/algorithm/train.py",
+        "algorithm": str(algorithm),
+    }
+    created = requests.post(_api(ma_lab, "jobs"), json=spec, headers=headers, timeout=30)
+    assert created.status_code == 201, created.text
+    job_id = created.json()["id"]
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{ma_lab['url']}/lab?reset&token={ma_lab['token']}")
+            page.locator('.jp-SideBar .lm-TabBar-tab[data-id="ma-jupyter-sidebar"]').click()
+            sidebar = page.locator("#ma-jupyter-sidebar")
+            sidebar.locator(f'.ma-job-row[data-job-id="{job_id}"]').click()
+            detail = sidebar.locator(".ma-detail")
+            streams = detail.locator(".ma-log-stream")
+            # one combined log per node, and one per rank
+            expect(streams.locator('option[value="worker-1/rank-1"]')).to_be_attached(timeout=90_000)
+            expect(streams.locator('option[value="worker-0"]')).to_be_attached()
+            log = detail.locator(".ma-log")
+            expect(log).to_contain_text("rank 0 line 2", timeout=60_000)
+            streams.select_option("worker-1/rank-1")
+            expect(log).to_contain_text("rank 1 line 2", timeout=60_000)
+            expect(log).not_to_contain_text("rank 0 line")
+            page.screenshot(path=str(OUTPUT / "sidebar-ranks.png"))
+            detail.locator(".ma-stop").click()
+            expect(detail.locator(".ma-detail-header .ma-status-stopped")).to_be_visible(timeout=60_000)
+        finally:
+            browser.close()
