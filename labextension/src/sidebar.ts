@@ -66,12 +66,12 @@ export class JobsSidebar extends Widget {
     this.view?.dispose();
     this.view = view;
     this.body.replaceChildren(view.node);
+    void this.checkService();
   }
 
   /** The job list with its filters. */
   showList(): void {
     this.showView(new JobListView(job => this.showJob(job)));
-    void this.checkService();
   }
 
   /** One job's detail with its live logs. */
