@@ -39,8 +39,12 @@ def notebook_key() -> str:
 def notebook_path() -> Path | None:
     """The notebook file of this kernel, when Jupyter tells (``JPY_SESSION_NAME``) and it exists."""
     session = os.environ.get("JPY_SESSION_NAME")
-    if session and session.endswith(".ipynb") and Path(session).is_file():
-        return Path(session)
+    if not session or not session.endswith(".ipynb"):
+        return None
+    # Jupyter may give the path relative to its root while the kernel runs in the notebook's folder
+    for candidate in (Path(session), Path(Path(session).name)):
+        if candidate.is_file():
+            return candidate.resolve()
     return None
 
 
@@ -85,8 +89,17 @@ def remember(
 
 
 def offsets(job_id: str, key: str | None = None) -> dict[str, int]:
-    """How far this notebook has shown each log stream of ``job_id`` (empty if never)."""
-    return dict(_load(key or notebook_key())["jobs"].get(job_id, {}).get("offsets", {}))
+    """How far this notebook has shown each log stream of ``job_id`` (empty if never).
+
+    Both the record and, when Jupyter names it, the saved notebook's output metadata count:
+    the furthest offset of each stream wins.
+    """
+    found = dict(_load(key or notebook_key())["jobs"].get(job_id, {}).get("offsets", {}))
+    path = notebook_path() if key is None else None
+    if path is not None:
+        for stream, offset in _notebook_outputs(path).get(job_id, {}).items():
+            found[stream] = max(int(offset), int(found.get(stream, 0)))
+    return found
 
 
 def jobs(key: str | None = None) -> list[str]:
@@ -102,17 +115,26 @@ def jobs(key: str | None = None) -> list[str]:
 
 def jobs_in_notebook(path: Path) -> list[str]:
     """Job ids found in a saved notebook's output metadata (``{"ma_jupyter": {"job_id"}}``)."""
+    return list(_notebook_outputs(path))
+
+
+def _notebook_outputs(path: Path) -> dict[str, dict[str, int]]:
+    """Job id → furthest per-stream offsets shown, from a saved notebook's output metadata."""
     try:
         nb = json.loads(Path(path).read_text())
     except (OSError, ValueError):
-        return []
-    found: list[str] = []
-    for cell in nb.get("cells", []):
+        return {}
+    found: dict[str, dict[str, int]] = {}
+    for cell in nb.get("cells", []) if isinstance(nb, dict) else []:
         for output in cell.get("outputs", []) or []:
             meta = (output.get("metadata") or {}).get("ma_jupyter") or {}
             job_id = meta.get("job_id")
-            if isinstance(job_id, str) and job_id not in found:
-                found.append(job_id)
+            if not isinstance(job_id, str):
+                continue
+            seen = found.setdefault(job_id, {})
+            for stream, offset in (meta.get("offsets") or {}).items():
+                if isinstance(offset, int):
+                    seen[stream] = max(offset, seen.get(stream, 0))
     return found
 
 

@@ -23,9 +23,12 @@ from ..errors import MaJupyterError
 from ..models import (
     Access,
     Convention,
+    DatasetSource,
     JobSpec,
     JobType,
     Mode,
+    ModelSource,
+    PerfPolicy,
     Priority,
     parse_spec,
 )
@@ -63,40 +66,65 @@ def image_to_text(image: dict) -> str:
     return image.get("venv") or image.get("python") or ""
 
 
+SOURCES = {
+    "dataset": [s.value for s in DatasetSource],
+    "model": [s.value for s in ModelSource],
+}
+
+
 class MountRow(W.HBox):
-    """One mount: kind, name, host path, read-only; a button removes it."""
+    """One mount: kind, source and version (datasets, models), name, host path, read-only."""
 
     def __init__(self, on_change: Callable[[], None], on_remove: Callable[[MountRow], None], **values: Any):
         self.kind = W.Dropdown(
             options=MOUNT_KINDS, value=values.get("kind", "dataset"), layout=W.Layout(width="110px")
         )
-        self.name = W.Text(value=values.get("name", ""), placeholder="name", layout=W.Layout(width="140px"))
+        self.source = W.Dropdown(options=["private"], value="private", layout=W.Layout(width="105px"))
+        self.name = W.Text(value=values.get("name", ""), placeholder="name", layout=W.Layout(width="130px"))
+        self.version = W.Text(
+            value=values.get("version") or "", placeholder="version", layout=W.Layout(width="80px")
+        )
         self.path = W.Text(
-            value=values.get("path", ""), placeholder="host folder", layout=W.Layout(width="320px")
+            value=values.get("path", ""), placeholder="host folder", layout=W.Layout(width="300px")
         )
         self.read_only = W.Checkbox(
             value=values.get("read_only", True), description="read-only", indent=False
         )
         self.remove = W.Button(icon="trash", tooltip="remove this mount", layout=W.Layout(width="40px"))
         self.remove.on_click(lambda _b: on_remove(self))
-        for w in (self.kind, self.name, self.path, self.read_only):
+        self._kind_rules()
+        if values.get("source") in self.source.options:
+            self.source.value = values["source"]
+        for w in (self.kind, self.source, self.name, self.version, self.path, self.read_only):
             w.observe(lambda _c: on_change(), names="value")
         self.kind.observe(lambda _c: self._kind_rules(), names="value")
-        super().__init__([self.kind, self.name, self.path, self.read_only, self.remove])
-        self._kind_rules()
+        super().__init__(
+            [self.kind, self.source, self.name, self.version, self.path, self.read_only, self.remove]
+        )
 
     def _kind_rules(self) -> None:
-        # models and annotations are always read-only, volumes always writable: only datasets choose
+        # models and annotations are always read-only, volumes always writable: only datasets
+        # choose; only datasets and models have a source and a version
         kind = self.kind.value
         self.read_only.disabled = kind != "dataset"
         if kind in ("model", "annotation"):
             self.read_only.value = True
         elif kind == "volume":
             self.read_only.value = False
+        sources = SOURCES.get(kind)
+        self.source.options = sources or ["-"]
+        self.source.value = "private" if sources else "-"
+        self.source.disabled = self.version.disabled = not sources
+        if not sources:
+            self.version.value = ""
 
     def entry(self) -> tuple[str, dict]:
         path = os.path.abspath(os.path.expanduser(self.path.value.strip())) if self.path.value.strip() else ""
         item: dict[str, Any] = {"name": self.name.value.strip(), "path": path}
+        if self.kind.value in SOURCES:
+            item["source"] = self.source.value
+            if self.version.value.strip():
+                item["version"] = self.version.value.strip()
         if self.kind.value == "dataset":
             item["read_only"] = self.read_only.value
         return {"dataset": "datasets", "model": "models", "volume": "volumes", "annotation": "annotations"}[
@@ -196,6 +224,19 @@ class JobForm(W.VBox):
         )
         self.checkpoint_resume = W.Checkbox(value=False, description="checkpoint resume", indent=False)
         self.max_resumes = W.BoundedIntText(value=3, min=1, max=100, description="max resumes", style=_LAYOUT)
+        self.resume_grace = W.BoundedFloatText(
+            value=30.0, min=0.1, max=3600, description="save grace (s)", style=_LAYOUT
+        )
+        self.elastic_min_nodes = W.BoundedIntText(
+            value=0, min=0, max=64, description="elastic min nodes", style=_LAYOUT
+        )
+        self.perf_threshold = W.BoundedFloatText(
+            value=0.0, min=0.0, max=1000, description="perf threshold", style=_LAYOUT
+        )
+        self.perf_policy = W.Dropdown(
+            options=[p.value for p in PerfPolicy], value="alert", description="perf policy", style=_LAYOUT
+        )
+        self.algorithm_writable = W.Checkbox(value=False, description="algorithm writable", indent=False)
         self.data_preparation = W.Checkbox(value=False, description="data preparation", indent=False)
         self.debug_terminal = W.Checkbox(value=False, description="debug terminal", indent=False)
         self.on_start = _text("on start", "", "lifecycle command run on every node first")
@@ -223,7 +264,13 @@ class JobForm(W.VBox):
 
         self.tf_box = W.HBox([self.ps, self.chief])
         self.restart_box = W.HBox([self.fault_restart, self.max_restarts])
-        self.resume_box = W.HBox([self.checkpoint_resume, self.max_resumes])
+        self.resume_options = W.VBox(
+            [
+                W.HBox([self.max_resumes, self.resume_grace]),
+                W.HBox([self.elastic_min_nodes, self.perf_threshold, self.perf_policy]),
+            ]
+        )
+        self.resume_box = W.VBox([self.checkpoint_resume, self.resume_options])
         self.batch_box = W.VBox([self.tasks])
         advanced = W.VBox(
             [
@@ -252,7 +299,7 @@ class JobForm(W.VBox):
                 self.command,
                 self.code,
                 self.batch_box,
-                self.algorithm,
+                W.HBox([self.algorithm, self.algorithm_writable]),
                 self.outputs,
                 W.HTML(
                     "mounts (datasets read-only unless unticked; models always read-only; volumes writable):"
@@ -323,6 +370,11 @@ class JobForm(W.VBox):
             self.max_restarts,
             self.checkpoint_resume,
             self.max_resumes,
+            self.resume_grace,
+            self.elastic_min_nodes,
+            self.perf_threshold,
+            self.perf_policy,
+            self.algorithm_writable,
             self.data_preparation,
             self.debug_terminal,
             self.on_start,
@@ -362,7 +414,7 @@ class JobForm(W.VBox):
         self.code.layout.display = "none" if batch else None
         self.resume_box.layout.display = "none" if batch else None
         self.max_restarts.layout.display = None if self.fault_restart.value else "none"
-        self.max_resumes.layout.display = None if self.checkpoint_resume.value else "none"
+        self.resume_options.layout.display = None if self.checkpoint_resume.value else "none"
 
     def _add_mount(self, **values: Any) -> MountRow:
         row = MountRow(self._changed, self._remove_mount, **values)
@@ -448,7 +500,18 @@ class JobForm(W.VBox):
         if self.fault_restart.value:
             spec["fault_restart"] = {"max_restarts": self.max_restarts.value}
         if self.checkpoint_resume.value:
-            spec["checkpoint_resume"] = {"max_resumes": self.max_resumes.value}
+            resume: dict[str, Any] = {
+                "max_resumes": self.max_resumes.value,
+                "grace_period": self.resume_grace.value,
+            }
+            if self.elastic_min_nodes.value:
+                resume["elastic_min_nodes"] = self.elastic_min_nodes.value
+            if self.perf_threshold.value:
+                resume["perf_threshold"] = self.perf_threshold.value
+                resume["perf_policy"] = self.perf_policy.value
+            spec["checkpoint_resume"] = resume
+        if self.algorithm_writable.value:
+            spec["algorithm_read_only"] = False
         lifecycle = {
             k: w.value.strip()
             for k, w in (("on_start", self.on_start), ("on_stop", self.on_stop))
@@ -505,7 +568,13 @@ class JobForm(W.VBox):
                 self.max_restarts.value = spec.fault_restart.max_restarts
             self.checkpoint_resume.value = spec.checkpoint_resume is not None
             if spec.checkpoint_resume:
-                self.max_resumes.value = spec.checkpoint_resume.max_resumes
+                resume = spec.checkpoint_resume
+                self.max_resumes.value = resume.max_resumes
+                self.resume_grace.value = resume.grace_period
+                self.elastic_min_nodes.value = resume.elastic_min_nodes or 0
+                self.perf_threshold.value = resume.perf_threshold or 0.0
+                self.perf_policy.value = resume.perf_policy.value
+            self.algorithm_writable.value = not spec.algorithm_read_only
             self.data_preparation.value = spec.data_preparation
             self.debug_terminal.value = spec.debug_terminal
             self.on_start.value = spec.lifecycle.on_start or ""
@@ -527,6 +596,8 @@ class JobForm(W.VBox):
                             kind=kind,
                             name=item.name,
                             path=item.path,
+                            source=getattr(getattr(item, "source", None), "value", None),
+                            version=getattr(item, "version", None),
                             read_only=getattr(item, "read_only", kind != "volume"),
                         ),
                     )

@@ -217,6 +217,8 @@ class JobMonitor(W.VBox):
         self.badge.value = status_badge(job.status)
         self.info.value = escape(live.status_line(job))
         self.stop_button.disabled = job.status.is_terminal()
+        if job.status.is_terminal() and self.message.value.startswith("stop requested"):
+            self.message.value = ""
 
     def _read_events(self) -> None:
         after = self._events[-1].seq if self._events else 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _thread
 import importlib
+import json
 import re
 import threading
 
@@ -454,3 +455,56 @@ def test_several_nodes_prefix_each_line(ma_shell):
     lines = run.job_text().splitlines()
     assert "[worker-0] I am worker 0" in lines
     assert "[worker-1] I am worker 1" in lines
+
+
+@pytest.mark.small_cluster
+def test_queued_job_shows_its_queue_position(ma_shell, ma_home):
+    from ma_jupyter.widgets import JobMonitor
+
+    run = Run(
+        ma_shell,
+        "%%ma_train --name blocker --spec cpu.medium --node-name tiny --grace 1 --no-follow --out blocker\n"
+        "import time\ntime.sleep(600)\n",
+    )
+    assert run.error is None, run.stdout + run.stderr
+    blocker = ma_shell.user_ns["blocker"]
+    wait_for(lambda: blocker.status is JobStatus.running, timeout=60)
+    run = Run(
+        ma_shell, "%%ma_train --name waiting --node-name tiny --no-follow --out waiting\nprint('ran')\n"
+    )
+    waiting = ma_shell.user_ns["waiting"]
+    assert waiting.status is JobStatus.queued
+    assert "queued (#1)" in Run(ma_shell, "%ma_jobs").text()
+    monitor = JobMonitor(waiting, client=magics.get_client())
+    try:
+        wait_for(lambda: "position 1 in the queue" in monitor.info.value, timeout=10)
+        assert "ma-status-queued" in monitor.badge.value
+        blocker.stop()
+        wait_for(lambda: "ma-status-succeeded" in monitor.badge.value, timeout=60)
+        wait_for(lambda: monitor.log_text() == "ran", timeout=30)
+    finally:
+        monitor.close_monitor()
+
+
+def test_attach_finds_jobs_in_the_saved_notebook(ma_shell, tmp_path, monkeypatch):
+    run = Run(ma_shell, "%%ma_train --name saved --out s\nprint('first line', flush=True)\n")
+    assert run.error is None, run.stderr
+    handle = ma_shell.user_ns["s"]
+    # the notebook as Jupyter saved it: the cell's output carries the job id and offsets
+    output = {
+        "output_type": "display_data",
+        "data": {"text/plain": run.job_text()},
+        "metadata": {"ma_jupyter": run.job_metadata()},
+    }
+    cell = {"cell_type": "code", "source": "%%ma_train ...", "metadata": {}, "outputs": [output]}
+    path = tmp_path / "saved.ipynb"
+    path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    # another kernel for that notebook, with no record of its own
+    monkeypatch.setenv("JPY_SESSION_NAME", str(path))
+    magics._clients.clear()
+    ma_shell.reset()
+    assert notebook_record.jobs() == [handle.id]
+    run = Run(ma_shell, f"%ma_attach {handle.id}")
+    assert run.error is None, run.stderr
+    assert "first line" not in run.job_text()  # shown in the saved notebook already
+    assert "succeeded" in run.job_text().splitlines()[0]

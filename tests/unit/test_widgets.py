@@ -48,16 +48,28 @@ def test_form_rules_and_inline_validation(ma_widget_client):
     form.checkpoint_resume.value = True
     assert not form.fault_restart.value
     assert "fault_restart" not in form.spec_dict() and form.spec_dict()["checkpoint_resume"] == {
-        "max_resumes": 3
+        "max_resumes": 3,
+        "grace_period": 30.0,
     }
     # inline messages come from the wire model
     form.mode.value = "single"
     form.name.value = "no spaces allowed"
     assert "name:" in form.errors.value and form.submit_button.disabled
     form.name.value = "ok"
-    form.add_mount_row("model", "m", "/tmp", read_only=False)
-    assert form.spec_dict()["models"] == [{"name": "m", "path": "/tmp"}]
-    form.add_mount_row("model", "m", "/tmp")
+    row = form.add_mount_row("model", "m", "/tmp", read_only=False)
+    assert row.read_only.value and row.read_only.disabled  # models are always read-only
+    row.source.value = "pretrained"
+    row.version.value = "v2"
+    assert form.spec_dict()["models"] == [
+        {"name": "m", "path": "/tmp", "source": "pretrained", "version": "v2"}
+    ]
+    volume = form.add_mount_row("volume", "cache", "/tmp")
+    assert not volume.read_only.value and volume.source.disabled
+    assert form.spec_dict()["volumes"] == [{"name": "cache", "path": "/tmp"}]
+    form._remove_mount(volume)
+    form.add_mount_row("model", "m", "/tmp", read_only=True).source.value = "pretrained"
+    assert "mounted twice" not in form.errors.value  # a different version
+    form.mount_rows.children[-1].version.value = "v2"
     assert "mounted twice" in form.errors.value
 
 
@@ -116,3 +128,25 @@ def test_panel_lists_jobs_and_opens_monitor(ma_widget_client):
         assert p.monitor_slot.children and p.monitor.job_id == handle.id
     finally:
         p.close_panel()
+
+
+@pytest.mark.mpi
+def test_monitor_has_a_tab_per_rank(ma_widget_client):
+    # horovod mode on a 2-card spec: mpirun starts 2 ranks, each with its own rank log
+    handle = ma_widget_client.submit(
+        name="ranks",
+        mode="horovod",
+        specs=["gpu.emu-2"],
+        command="python -c \"import os; print('hello from rank', os.environ['OMPI_COMM_WORLD_RANK'], flush=True)\"",
+    )
+    monitor = JobMonitor(handle, client=ma_widget_client)
+    try:
+        wait_for(lambda: not monitor.following, timeout=120)
+        assert handle.info.status is JobStatus.succeeded or handle.refresh().status is JobStatus.succeeded
+        titles = set(monitor.tabs.titles)
+        assert {"worker-0", "worker-0/rank-0", "worker-0/rank-1"} <= titles, titles
+        assert monitor.log_text("worker-0", 0) == "hello from rank 0"
+        assert monitor.log_text("worker-0", 1) == "hello from rank 1"
+        assert "hello from rank 1" in monitor.log_text("worker-0")
+    finally:
+        monitor.close_monitor()
