@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,46 @@ def test_server_extension_needs_jupyter_auth_and_maps_typed_errors(ma_lab):
     # a dry run creates nothing
     listing = requests.get(_api(ma_lab, "jobs"), params={"name": "dry"}, headers=headers, timeout=30).json()
     assert listing["total"] == 0
+
+
+def test_log_long_poll_does_not_block_the_jupyter_server(ma_lab):
+    headers = {"Authorization": f"token {ma_lab['token']}"}
+    quiet = ma_lab["work"] / "quiet"
+    quiet.mkdir()
+    (quiet / "train.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(600)\n")
+    spec = {"name": "quiet-job", "command": "python /workspace/algorithm/train.py", "algorithm": str(quiet)}
+    created = requests.post(_api(ma_lab, "jobs"), json=spec, headers=headers, timeout=30)
+    assert created.status_code == 201, created.text
+    job_id = created.json()["id"]
+
+    def read(offset: int, wait: float) -> dict:
+        r = requests.get(
+            _api(ma_lab, f"jobs/{job_id}/logs/read"),
+            params={"node": "worker-0", "offset": offset, "wait": wait},
+            headers=headers,
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    first = wait_for(lambda: (c := read(0, 5)) and "started" in c["data"] and c, timeout=60)
+    assert first["next_offset"] == len("started\n") and not first["eof"]
+
+    # a long-poll past the end waits for bytes that never come...
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(read, first["next_offset"], 20)
+        # ...while other requests are answered meanwhile: the wait runs off the IOLoop
+        for _ in range(3):
+            assert requests.get(_api(ma_lab, "specs"), headers=headers, timeout=30).status_code == 200
+            job = requests.get(_api(ma_lab, f"jobs/{job_id}"), headers=headers, timeout=30).json()
+            assert job["status"] == "running"
+        assert not pending.done()
+        # stopping the job ends the long-poll with eof and nothing new
+        requests.post(_api(ma_lab, f"jobs/{job_id}/stop"), headers=headers, timeout=30).raise_for_status()
+        chunk = pending.result(timeout=60)
+    assert chunk["data"] == "" or "started" not in chunk["data"]
+    final = wait_for(lambda: (c := read(first["next_offset"], 5)) and c["eof"] and c, timeout=60)
+    assert final["offset"] == first["next_offset"]
 
 
 def test_tensorboard_through_the_jupyter_proxy(ma_lab):
