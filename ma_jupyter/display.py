@@ -323,6 +323,16 @@ class LiveLog:
         self.footer = line
         self._dirty = True
 
+    @property
+    def dirty(self) -> bool:
+        """Whether something changed since the last render."""
+        return self._dirty
+
+    @property
+    def next_render(self) -> float:
+        """The monotonic time at which a pending change may be rendered."""
+        return self._last_render + RENDER_INTERVAL
+
     def render(self, force: bool = False) -> None:
         """Update the display if something changed (at most every RENDER_INTERVAL unless forced)."""
         now = time.monotonic()
@@ -381,13 +391,15 @@ def follow_job(
     last_progress = last_refresh
     try:
         while True:
-            items = follower.drain(timeout=RENDER_INTERVAL)
+            # wait for lines, but never past the moment a pending render is due
+            wait = RENDER_INTERVAL if not live.dirty else live.next_render - time.monotonic()
+            items = follower.drain(timeout=max(0.0, min(RENDER_INTERVAL, wait)))
             live.add(items)
             live.offsets = dict(follower.offsets)
             now = time.monotonic()
-            if now - last_refresh >= STATUS_INTERVAL or (
-                follower.finished() and not job.status.is_terminal()
-            ):
+            # until the nodes are known, look often: their first lines should not wait
+            interval = STATUS_INTERVAL if follower.streams else RENDER_INTERVAL
+            if now - last_refresh >= interval or (follower.finished() and not job.status.is_terminal()):
                 job = client.job(job_id).info
                 last_refresh = now
                 follower.discover(job, with_files=job.status.is_terminal())
