@@ -54,7 +54,9 @@ START_TIMEOUT = 30.0  # seconds a fresh service gets to answer /health
 FOLLOW_WAIT = 10.0  # long-poll seconds per log read while following
 READ_LIMIT = 1 << 20
 FIRST_READ = 64 << 10
-LOCAL_READ = 4 << 20  # bytes per direct read of a log file on this machine
+LOCAL_READ = (
+    256 << 10
+)  # bytes per direct read of a local log file: small chunks keep splitting cache-friendly
 AUTOSTART_LOCK = "autostart.lock"
 _PAST_END = 1 << 62
 
