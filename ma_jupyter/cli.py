@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from . import options
+from . import __version__, options
 from .client import Client, JobHandle
 from .errors import InvalidSpec, MaJupyterError, NotFound
 from .models import Job, JobStatus, Plan
@@ -33,6 +33,7 @@ def build_cli() -> options.OptionsParser:
     parser = options.OptionsParser(
         prog="ma-jupyter", description="Task-style training jobs on this machine's job service."
     )
+    parser.add_argument("--version", action="version", version=f"ma-jupyter {__version__}")
     commands = parser.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
 
     service = commands.add_parser("service", help="start, stop or inspect the job service")

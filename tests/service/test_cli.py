@@ -125,6 +125,7 @@ def test_user_errors_print_one_line_and_exit_2(ma_cli):
         (["submit", "--name", "x"], "give the command after `--`"),
         (["get", "no-such-job"], "error: no job has the id or name 'no-such-job'"),
         (["frobnicate"], "error: argument COMMAND: invalid choice"),
+        (["logs"], "the following arguments are required: JOB"),
     ]:
         result = ma_cli(*args)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
@@ -147,6 +148,8 @@ def test_stop_a_running_job_and_follow_its_log(ma_cli):
 
 
 def test_service_commands(ma_cli, ma_client):
+    version = ma_cli("--version")
+    assert version.returncode == 0 and version.stdout.startswith("ma-jupyter ")
     assert ma_cli("service", "status").returncode == 1
     started = ma_cli("service", "start")
     assert started.returncode == 0 and "running at http://127.0.0.1:" in started.stdout

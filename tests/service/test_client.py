@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from ma_jupyter.client import Client, JobHandle, _pid_alive
-from ma_jupyter.errors import BackendUnavailable, Conflict, InvalidSpec, NotFound, Unauthorized
+from ma_jupyter.errors import BackendUnavailable, Conflict, Forbidden, InvalidSpec, NotFound, Unauthorized
 from ma_jupyter.models import JobSpec, JobStatus
 from tests.helpers import wait_for
 
@@ -283,3 +283,16 @@ def test_relative_host_paths_mean_the_callers_directory(ma_client, tmp_path, mon
     assert job.info.spec.outputs == str(tmp_path / "out")
     assert job.wait(timeout=60).status is JobStatus.succeeded
     assert (tmp_path / "out" / "done.txt").read_text() == "ok"
+
+
+def test_other_users_get_forbidden_by_the_jobs_access(ma_client):
+    private = ma_client.submit(name="mine", access="none", command=py_command("print(1)"))
+    shared = ma_client.submit(name="shared", access="ro", command=py_command("print(2)"))
+    other = Client(user="someone-else")
+    with pytest.raises(Forbidden, match="allows others none access"):
+        other.job(private.id)
+    assert [h.id for h in other.jobs()] == [shared.id]  # hidden from the listing too
+    assert other.job(shared.id).wait(timeout=60).status is JobStatus.succeeded
+    assert list(other.job(shared.id).logs()) == ["2"]
+    with pytest.raises(Forbidden, match="ask its owner to stop"):
+        other.stop(shared.id)
