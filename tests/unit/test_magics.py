@@ -269,7 +269,10 @@ def _job_log(home, name_prefix=""):
     return logs[-1].read_text() if logs else ""
 
 
-TICKER = "import time\nfor i in range(400):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.05)\n"
+TICKS = 200
+TICKER = (
+    f"import time\nfor i in range({TICKS}):\n    print(f'tick {{i}}', flush=True)\n    time.sleep(0.02)\n"
+)
 
 
 def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_home):
@@ -293,9 +296,9 @@ def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_hom
     shown_second = [line for line in text.splitlines() if line.startswith("tick ")]
     assert (
         shown_first + shown_second
-        == [f"tick {i}" for i in range(400)][: len(shown_first) + len(shown_second)]
+        == [f"tick {i}" for i in range(TICKS)][: len(shown_first) + len(shown_second)]
     )
-    assert shown_second[-1] == "tick 399"
+    assert shown_second[-1] == f"tick {TICKS - 1}"
     assert second.result.result.status is JobStatus.succeeded
 
     # a later attach has nothing new to show; --follow replays nothing either
