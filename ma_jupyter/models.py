@@ -356,6 +356,10 @@ class JobSpec(Strict):
                 raise ValueError("a batch job takes its commands from tasks, not from command")
             if self.checkpoint_resume:
                 raise ValueError("checkpoint_resume is only for regular jobs")
+            if self.mode is not Mode.single or self.nodes != 1:
+                raise ValueError(
+                    "a batch job runs each task on one node in the single mode: set mode=single, nodes=1"
+                )
         if self.checkpoint_resume and self.checkpoint_resume.elastic_min_nodes:
             if self.checkpoint_resume.elastic_min_nodes > self.nodes:
                 raise ValueError("checkpoint_resume.elastic_min_nodes cannot exceed nodes")

@@ -46,7 +46,10 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
         from ..errors import InvalidSpec
 
         raise InvalidSpec(f"the {spec.mode.value} mode is not available in this version", field="mode")
-    command = argv if argv is not None else parse_command(spec.command or "")
+    if spec.type.value == "batch":
+        command = []  # each task brings its own command
+    else:
+        command = argv if argv is not None else parse_command(spec.command or "")
     plans = planner(spec, placement, command)
     for node in plans:
         common = {

@@ -81,6 +81,8 @@ class NodePlan:
         rank_logs: where the launcher can split output per rank, the argv already asks it to
             write ``rank-<r>.log`` files into ``$MA_RANK_LOG_DIR``.
         notes: human-readable remarks shown by ``--dry-run`` (e.g. "command wrapped in torchrun").
+        algorithm: a batch task's own algorithm folder (default: the job's).
+        outputs_subdir: a batch task's subfolder of the outputs folder (``<name>-<N>``).
     """
 
     task: TaskSlot
@@ -90,6 +92,8 @@ class NodePlan:
     primary: bool = True
     rank_logs: bool = False
     notes: list[str] = field(default_factory=list)
+    algorithm: str | None = None
+    outputs_subdir: str | None = None
 
     @property
     def name(self) -> str:
@@ -100,8 +104,11 @@ def task_roles(spec: JobSpec) -> list[tuple[str, int]]:
     """The (role, index) of every task a job needs, in launch order.
 
     TensorFlow with parameter servers starts its ps tasks first, then the chief (if asked),
-    then the workers; every other mode has ``nodes`` workers.
+    then the workers; every other mode has ``nodes`` workers.  A batch job runs each of its
+    tasks as one node ``task-<N>``, side by side.
     """
+    if spec.type.value == "batch":
+        return [("task", i) for i in range(len(spec.tasks))]
     roles: list[tuple[str, int]] = []
     if spec.mode.value == "tensorflow":
         roles += [("ps", i) for i in range(spec.ps)]

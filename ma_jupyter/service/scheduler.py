@@ -71,7 +71,7 @@ class Scheduler:
         reasons = []
         for s in specs:
             candidates = self._candidates(spec, s)
-            needed = spec.nodes if not spec.node_name else 1
+            needed = spec.nodes if not spec.node_name and spec.type.value != "batch" else 1
             if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
                 needed = min(needed, spec.checkpoint_resume.elastic_min_nodes)
             needed += 1 if spec.mode is Mode.tensorflow and spec.chief else 0
@@ -168,6 +168,9 @@ class Scheduler:
                 ]
                 # parameter servers prefer the least loaded node; they may share with workers
                 pool.sort(key=lambda n: trial.get(n.name, NodeUse()).cpus)
+            elif role == "task":
+                # batch tasks are independent runs: any node that fits, least loaded first
+                pool = sorted(candidates, key=lambda n: trial.get(n.name, NodeUse()).cpus)
             else:
                 pool = [n for n in candidates if n.name not in spread_taken or spec.node_name]
             for node in pool:
@@ -178,7 +181,7 @@ class Scheduler:
                 held.cpus += task_flavor.cpus
                 held.memory_gb += task_flavor.memory_gb
                 held.cards.update(cards)
-                if role != "ps":
+                if role not in ("ps", "task"):
                     spread_taken.add(node.name)
                 chosen.append((role, index, node, cards))
                 break

@@ -143,14 +143,11 @@ class Supervisor:
 
     def _validate(self, spec: JobSpec) -> None:
         self.scheduler.check(spec)
-        from ..workspace import mounts_for  # the /workspace layout; validates host paths
+        from ..workspace import validate  # mounts, image and working directory
 
-        mounts_for(spec)
-        if spec.type.value == "batch":
-            raise InvalidSpec(
-                "batch jobs cannot run on this backend yet: submit one regular job per task", field="type"
-            )
-        parse_command(spec.command or "")
+        validate(spec)
+        if spec.type.value != "batch":
+            parse_command(spec.command or "")
         placement = self.scheduler.place(
             "dry-run", spec, self._usage(), reserve_ports=False
         ) or self._any_placement(spec)
@@ -165,12 +162,11 @@ class Supervisor:
 
     def plan(self, spec: JobSpec) -> Plan:
         """The resolved per-node plan (``--dry-run``); creates nothing."""
-        from ..workspace import mounts_for
+        from ..workspace import mounts_for, workdir_for
 
         self._validate(spec)
         now = self.scheduler.place("dry-run", spec, self._usage(), reserve_ports=False)
         placement = now or self._any_placement(spec)
-        mounts = [m if isinstance(m, dict) else _mount_dict(m) for m in mounts_for(spec)]
         views = [
             NodePlanView(
                 name=p.name,
@@ -180,8 +176,11 @@ class Supervisor:
                 argv=p.argv,
                 env=p.env,
                 files=p.files,
-                mounts=mounts,
-                workdir=spec.workdir or "/workspace/algorithm",
+                mounts=[
+                    _mount_dict(m)
+                    for m in mounts_for(spec, outputs_subdir=p.outputs_subdir, algorithm=p.algorithm)
+                ],
+                workdir=workdir_for(spec, p.algorithm),
                 primary=p.primary,
             )
             for p in plan_job(spec, placement)

@@ -298,3 +298,60 @@ def test_queued_priority_can_change_and_queued_jobs_stop_at_once(ma_service, pri
     assert s.post(f"{ma_service.api}/jobs/{waiting['id']}/stop", timeout=5).json()["status"] == "stopped"
     assert s.delete(f"{ma_service.api}/jobs/{waiting['id']}", timeout=5).status_code == 204
     assert s.get(f"{ma_service.api}/jobs/{waiting['id']}", timeout=5).status_code == 404
+
+
+def test_batch_job_runs_each_task_with_its_algorithm_and_outputs_subfolder(ma_service, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    algos = []
+    for i in range(2):
+        algo = tmp_path / f"algo{i}"
+        algo.mkdir()
+        (algo / "train.py").write_text(
+            f"open('/workspace/outputs/result.txt', 'w').write('task {i} ran ' + open('/workspace/algorithm/train.py').read()[:5])\n"
+            f"print('task {i} done')\n"
+        )
+        algos.append(algo)
+    job = submit(
+        ma_service,
+        name="sweep",
+        type="batch",
+        outputs=str(out),
+        tasks=[{"algorithm": str(a), "command": "python /workspace/algorithm/train.py"} for a in algos],
+    )
+    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
+    assert final["status"] == "succeeded", final["reason"]
+    assert sorted(n["name"] for n in final["nodes"]) == ["task-0", "task-1"]
+    assert (out / "sweep-0" / "result.txt").read_text() == "task 0 ran open("
+    assert (out / "sweep-1" / "result.txt").read_text() == "task 1 ran open("
+    assert "task 1 done" in full_log(ma_service, job["id"], node="task-1")
+
+    failing = submit(
+        ma_service,
+        name="sweep-bad",
+        type="batch",
+        tasks=[{"command": f"{PY} -c pass"}, {"command": f"{PY} -c 'import sys; sys.exit(4)'"}],
+    )
+    final = wait_status(ma_service, failing["id"], {"succeeded", "error"})
+    assert final["status"] == "error" and "task-1" in final["reason"] and "code 4" in final["reason"]
+
+
+def test_dry_run_plan_shows_argv_env_and_mounts_and_creates_nothing(ma_service, tmp_path):
+    data = tmp_path / "d"
+    data.mkdir()
+    r = ma_service.session().post(
+        f"{ma_service.api}/plan",
+        json={"name": "p", "command": "python train.py", "datasets": [{"name": "d", "path": str(data)}]},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    plan = r.json()
+    node = plan["nodes"][0]
+    assert node["name"] == "worker-0" and node["argv"] == ["python", "train.py"]
+    assert node["env"]["MA_JOB_NAME"] == "p"
+    assert {"source": str(data), "target": "/workspace/dataset/private/d"}.items() <= {
+        k: v for m in node["mounts"] for k, v in m.items() if m["target"].endswith("/d")
+    }.items()
+    assert node["workdir"] == "/workspace"
+    assert plan["can_start_now"] is True
+    assert ma_service.session().get(f"{ma_service.api}/jobs", timeout=5).json()["total"] == 0
