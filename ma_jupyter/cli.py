@@ -108,7 +108,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``ma-jupyter`` command; returns the exit code (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_cli().parse_args(argv)
+        try:
+            args = build_cli().parse_args(argv)
+        except InvalidSpec as exc:
+            if argv[:1] == ["submit"] and "--" not in argv and "unrecognized arguments" in exc.message:
+                raise InvalidSpec(
+                    f"{exc.message}; put the command after `--`: ma-jupyter submit [options] -- python train.py --lr 1"
+                ) from None
+            raise
         return _COMMANDS[args.cmd](args)
     except options.OptionsExit as exc:
         return exc.status

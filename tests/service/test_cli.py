@@ -126,6 +126,7 @@ def test_user_errors_print_one_line_and_exit_2(ma_cli):
         (["get", "no-such-job"], "error: no job has the id or name 'no-such-job'"),
         (["frobnicate"], "error: argument COMMAND: invalid choice"),
         (["logs"], "the following arguments are required: JOB"),
+        (["submit", "python", "train.py", "--lr", "1"], "put the command after `--`"),
     ]:
         result = ma_cli(*args)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
