@@ -599,6 +599,7 @@ class MaJupyterMagics(Magics):
         parser = _job_parser("%ma_tensorboard", "Open a job's TensorBoard, or plot its scalars inline.")
         parser.add_argument("--inline", action="store_true", help="plot the scalars as a PNG (no server)")
         parser.add_argument("--height", type=int, default=600, help="IFrame height in pixels")
+        parser.add_argument("--stop", action="store_true", help="stop the job's TensorBoard")
         args = _parse(parser, line)
         if args is None:
             return None
@@ -606,6 +607,10 @@ class MaJupyterMagics(Magics):
 
         client = get_client()
         handle = resolve_job(client, args.job)
+        if args.stop:
+            client.stop_tensorboard(handle.id)
+            print(f"TensorBoard of job {handle.id} stopped")
+            return None
         if args.inline:
             from .tensorboard_plot import scalars_png
 

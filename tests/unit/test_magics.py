@@ -402,6 +402,20 @@ def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path):
     assert f"/tb/{job.id}/" in url
     assert any("<iframe" in o.data.get("text/html", "") for o in run.outputs)
     assert requests.get(url + "data/runs", timeout=30).json() == ["run-a"]
+    run = Run(ma_shell, "%ma_tensorboard {job.id} --stop")
+    assert "stopped" in run.stdout
+    with pytest.raises(requests.ConnectionError):
+        requests.get(url + "data/runs", timeout=5)
+
+    # the monitor's buttons do the same
+    from ma_jupyter.widgets import JobMonitor
+
+    monitor = JobMonitor(job, client=magics.get_client(), start=False)
+    monitor.plot_button.click()
+    assert "data:image/png;base64," in monitor.extra.children[0].value
+    monitor.tb_button.click()
+    frame = monitor.extra.children[0].value
+    assert f"/tb/{job.id}/" in frame and "<iframe" in frame
 
 
 def test_ma_logs_follow_from_start_and_rank_node_options(ma_shell):
