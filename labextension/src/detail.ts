@@ -335,6 +335,11 @@ export class JobDetailView implements View {
     );
     const terminal = isTerminal(job);
     this.buttons.stop.disabled = terminal;
+    // TensorBoard reads the job's outputs folder: without one there is nothing to show
+    this.buttons.tensorboard.disabled = !spec.outputs;
+    this.buttons.tensorboard.title = spec.outputs
+      ? `Open TensorBoard over ${spec.outputs}`
+      : 'The job has no outputs folder for TensorBoard to read';
     const rows: Array<[string, string]> = [
       ['Reason', job.reason ?? ''],
       ['Mode', `${spec.mode ?? 'single'} × ${spec.nodes ?? 1} node(s)${spec.ps ? ` + ${spec.ps} ps` : ''}`],
