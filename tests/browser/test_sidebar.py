@@ -429,3 +429,38 @@ def test_sidebar_streams_each_rank_of_a_distributed_job(ma_lab):
             expect(detail.locator(".ma-detail-header .ma-status-stopped")).to_be_visible(timeout=60_000)
         finally:
             browser.close()
+
+
+def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
+    from playwright.sync_api import expect, sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    outputs = ma_lab["work"] / "board-outputs"
+    outputs.mkdir()
+    headers = {"Authorization": f"token {ma_lab['token']}"}
+    spec = {"name": "board-job", "command": "python -V", "outputs": str(outputs)}
+    created = requests.post(_api(ma_lab, "jobs"), json=spec, headers=headers, timeout=30)
+    assert created.status_code == 201, created.text
+    job_id = created.json()["id"]
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{ma_lab['url']}/lab?reset&token={ma_lab['token']}")
+            page.locator('.jp-SideBar .lm-TabBar-tab[data-id="ma-jupyter-sidebar"]').click()
+            sidebar = page.locator("#ma-jupyter-sidebar")
+            sidebar.locator(f'.ma-job-row[data-job-id="{job_id}"]').click()
+            detail = sidebar.locator(".ma-detail")
+            expect(detail.locator(".ma-detail-header .ma-status-succeeded")).to_be_visible(timeout=60_000)
+            with page.expect_popup(timeout=120_000) as popup_info:
+                detail.locator(".ma-tensorboard").click()
+            board = popup_info.value
+            board.wait_for_load_state()
+            assert f"/ma-jupyter/tensorboard/{job_id}/" in board.url
+            expect(board).to_have_title("TensorBoard", timeout=60_000)
+            expect(detail.locator(".ma-message a")).to_have_attribute("href", re.compile(job_id))
+        finally:
+            browser.close()
+    requests.delete(_api(ma_lab, f"jobs/{job_id}/tensorboard"), headers=headers, timeout=60)
