@@ -470,8 +470,11 @@ def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
         address=plan.task.address,
         node_dir=str(job_dir / "nodes" / plan.name),
         rank_log_dir=str(job_dir / "logs" / plan.name),
-        mounts=tuple(mounts_for(attempt.spec, job_dir=job_dir, outputs_subdir=plan.outputs_subdir,
-                                algorithm=plan.algorithm)),
+        mounts=tuple(
+            mounts_for(
+                attempt.spec, job_dir=job_dir, outputs_subdir=plan.outputs_subdir, algorithm=plan.algorithm
+            )
+        ),
         workdir=workdir_for(attempt.spec, plan.algorithm),
         image=resolve_image(attempt.spec.image),
         files=files,
@@ -656,6 +659,18 @@ def _parents(target: str) -> list[str]:
 def _etc_args(view: NodeView) -> list[str]:
     """/etc as a tmpfs holding the host's entries read-only, except the ones the node owns."""
     owned = {"hosts", "hostname"} | {r.split("/")[2] for r in _file_roots_used(view) if r.startswith("/etc/")}
+    node_dir = Path(view.node_dir)
+    if all(os.path.isfile(f"/etc/{name}") and not os.path.islink(f"/etc/{name}") for name in owned):
+        # Every entry the node owns already exists as a file on the host: bind /etc whole and lay the
+        # node's files over them (binding over an existing file creates nothing on the host, and one
+        # bind instead of one per entry makes the sandbox start much faster).
+        args = ["--ro-bind", "/etc", "/etc"]
+        args += ["--ro-bind", str(node_dir / "hosts"), "/etc/hosts"]
+        args += ["--ro-bind", str(node_dir / "hostname"), "/etc/hostname"]
+        for root in _file_roots_used(view):
+            if root.startswith("/etc/"):
+                args += ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
+        return args
     args = ["--perms", "0755", "--tmpfs", "/etc"]
     try:
         entries = sorted(os.listdir("/etc"))
@@ -669,7 +684,6 @@ def _etc_args(view: NodeView) -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.exists(path):
             args += ["--ro-bind", path, path]
-    node_dir = Path(view.node_dir)
     args += ["--ro-bind", str(node_dir / "hosts"), "/etc/hosts"]
     args += ["--ro-bind", str(node_dir / "hostname"), "/etc/hostname"]
     for root in _file_roots_used(view):
