@@ -290,11 +290,11 @@ class MaJupyterMagics(Magics):
 
     def _bind(self, var: str | None, value: Any) -> None:
         if var:
-            if not var.isidentifier():
-                raise UsageError(f"--out {var}: not a Python variable name")
             self.shell.user_ns[var] = value
 
     def _submit(self, spec: dict, args: argparse.Namespace) -> Any:
+        if args.out and not args.out.isidentifier():
+            raise UsageError(f"--out {args.out}: not a Python variable name")
         client = get_client()
         if getattr(args, "dry_run", False):
             try:

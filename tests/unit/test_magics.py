@@ -125,6 +125,7 @@ def test_every_magic_has_help(ma_shell, name):
         ("%ma_train --name x --code-dir /nonexistent --command 'python x.py'", "not a folder"),
         ("%%ma_train --mode single --nodes 2\nprint(1)", "single mode"),
         ("%%ma_train --dataset nonsense\nprint(1)", "--dataset"),
+        ("%%ma_train --out 1x\nprint(1)", "not a Python variable name"),
         ("%ma_jobs --status sleeping", "--status"),
         ("%ma_logs", "required: job"),
         ("%ma_logs abc --rank 1", "--rank needs --node"),
