@@ -231,46 +231,6 @@ def test_log_long_poll_does_not_block_the_jupyter_server(ma_lab):
     assert final["offset"] == first["next_offset"]
 
 
-def test_tensorboard_through_the_jupyter_proxy(ma_lab):
-    headers = {"Authorization": f"token {ma_lab['token']}"}
-    outputs = ma_lab["work"] / "tb-outputs"
-    outputs.mkdir()
-    created = requests.post(
-        _api(ma_lab, "jobs"),
-        json={"name": "tb-job", "command": "python -V", "outputs": str(outputs)},
-        headers=headers,
-        timeout=30,
-    )
-    assert created.status_code == 201, created.text
-    job_id = created.json()["id"]
-    started = requests.post(_api(ma_lab, f"jobs/{job_id}/tensorboard"), headers=headers, timeout=120)
-    assert started.status_code == 200, started.text
-    proxy = started.json()["url"]
-    assert proxy == f"/ma-jupyter/tensorboard/{job_id}/"
-    assert started.json()["direct_url"].startswith("http://127.0.0.1:")
-    # the proxy is behind Jupyter's authentication too
-    assert requests.get(ma_lab["url"] + proxy, timeout=30, allow_redirects=False).status_code in (302, 403)
-    page = requests.get(ma_lab["url"] + proxy, headers=headers, timeout=60)
-    assert page.status_code == 200 and "<title>TensorBoard</title>" in page.text
-    assert page.headers["Content-Type"].startswith("text/html")
-    runs = requests.get(ma_lab["url"] + proxy + "data/runs", headers=headers, timeout=60)
-    assert runs.status_code == 200 and runs.json() == []
-    stopped = requests.delete(_api(ma_lab, f"jobs/{job_id}/tensorboard"), headers=headers, timeout=60)
-    assert stopped.status_code == 204
-
-    # delete through the extension once the job has ended; then it is gone
-    wait_for(
-        lambda: (
-            requests.get(_api(ma_lab, f"jobs/{job_id}"), headers=headers, timeout=30).json()["status"]
-            == "succeeded"
-        ),
-        timeout=60,
-        interval=0.2,
-    )
-    assert requests.delete(_api(ma_lab, f"jobs/{job_id}"), headers=headers, timeout=30).status_code == 204
-    assert requests.get(_api(ma_lab, f"jobs/{job_id}"), headers=headers, timeout=30).status_code == 404
-
-
 def test_sidebar_create_follow_stop(ma_lab):
     from playwright.sync_api import expect, sync_playwright
 
@@ -463,4 +423,23 @@ def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
             expect(detail.locator(".ma-message a")).to_have_attribute("href", re.compile(job_id))
         finally:
             browser.close()
-    requests.delete(_api(ma_lab, f"jobs/{job_id}/tensorboard"), headers=headers, timeout=60)
+
+    # the same board through the proxy, outside the browser
+    started = requests.post(_api(ma_lab, f"jobs/{job_id}/tensorboard"), headers=headers, timeout=120)
+    assert started.status_code == 200, started.text
+    proxy = started.json()["url"]
+    assert proxy == f"/ma-jupyter/tensorboard/{job_id}/"
+    assert started.json()["direct_url"].startswith("http://127.0.0.1:")
+    # the proxy is behind Jupyter's authentication too
+    assert requests.get(ma_lab["url"] + proxy, timeout=30, allow_redirects=False).status_code in (302, 403)
+    page = requests.get(ma_lab["url"] + proxy, headers=headers, timeout=60)
+    assert page.status_code == 200 and "<title>TensorBoard</title>" in page.text
+    assert page.headers["Content-Type"].startswith("text/html")
+    runs = requests.get(ma_lab["url"] + proxy + "data/runs", headers=headers, timeout=60)
+    assert runs.status_code == 200 and runs.json() == []
+    stopped = requests.delete(_api(ma_lab, f"jobs/{job_id}/tensorboard"), headers=headers, timeout=60)
+    assert stopped.status_code == 204
+
+    # delete through the extension: the job has ended, so no force is needed; then it is gone
+    assert requests.delete(_api(ma_lab, f"jobs/{job_id}"), headers=headers, timeout=30).status_code == 204
+    assert requests.get(_api(ma_lab, f"jobs/{job_id}"), headers=headers, timeout=30).status_code == 404
