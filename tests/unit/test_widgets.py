@@ -73,6 +73,18 @@ def test_form_rules_and_inline_validation(ma_widget_client):
     assert "mounted twice" in form.errors.value
 
 
+def test_form_dry_run_shows_the_plan(ma_widget_client, tmp_path):
+    form = JobForm(client=ma_widget_client)
+    form.name.value = "planned"
+    form.code.value = "print('hi')\n"
+    form.add_mount_row("dataset", "d", str(tmp_path))
+    plan = form.dry_run()
+    assert plan is not None and plan.nodes[0].name == "worker-0"
+    assert "python /workspace/algorithm/planned.py" in form.result.value
+    assert "/workspace/dataset/private/d" in form.result.value
+    assert ma_widget_client.jobs() == []
+
+
 def test_form_submits_script_and_monitor_streams_logs(ma_widget_client):
     submitted = []
     form = JobForm(client=ma_widget_client, on_submit=submitted.append)
