@@ -149,12 +149,16 @@ class ServiceHandler(APIHandler):
 
 
 class ServiceStatusHandler(ServiceHandler):
+    """``GET service``: whether a job service runs for this home (starts none)."""
+
     @tornado.web.authenticated
     async def get(self) -> None:
         await self.call(lambda c: c.service_status())
 
 
 class JobsHandler(ServiceHandler):
+    """``GET jobs`` (filtered page) and ``POST jobs`` (submit a JobSpec)."""
+
     @tornado.web.authenticated
     async def get(self) -> None:
         statuses = [s for s in self.get_arguments("status") if s]
@@ -198,6 +202,8 @@ class JobsHandler(ServiceHandler):
 
 
 class PlanHandler(ServiceHandler):
+    """``POST plan``: the dry-run plan of a JobSpec; creates nothing."""
+
     @tornado.web.authenticated
     async def post(self) -> None:
         try:
@@ -211,6 +217,8 @@ class PlanHandler(ServiceHandler):
 
 
 class JobHandler(ServiceHandler):
+    """``GET``, ``PATCH`` (priority or duration) and ``DELETE`` (``force`` stops first) of one job."""
+
     @tornado.web.authenticated
     async def get(self, job_id: str) -> None:
         await self.call(lambda c: c.get(job_id))
@@ -235,12 +243,16 @@ class JobHandler(ServiceHandler):
 
 
 class StopHandler(ServiceHandler):
+    """``POST jobs/{id}/stop``."""
+
     @tornado.web.authenticated
     async def post(self, job_id: str) -> None:
         await self.call(lambda c: c.stop(job_id))
 
 
 class EventsHandler(ServiceHandler):
+    """``GET jobs/{id}/events?after=<seq>``."""
+
     @tornado.web.authenticated
     async def get(self, job_id: str) -> None:
         try:
@@ -252,12 +264,16 @@ class EventsHandler(ServiceHandler):
 
 
 class LogStreamsHandler(ServiceHandler):
+    """``GET jobs/{id}/logs``: the job's log streams per node and rank."""
+
     @tornado.web.authenticated
     async def get(self, job_id: str) -> None:
         await self.call(lambda c: c.log_streams(job_id))
 
 
 class LogReadHandler(ServiceHandler):
+    """``GET jobs/{id}/logs/read``: bytes from an offset, long-polling up to ``wait`` (at most MAX_WAIT) seconds."""
+
     @tornado.web.authenticated
     async def get(self, job_id: str) -> None:
         try:
@@ -275,6 +291,8 @@ class LogReadHandler(ServiceHandler):
 
 
 class TensorBoardHandler(ServiceHandler):
+    """``POST`` starts (or finds) the job's TensorBoard; ``DELETE`` stops it."""
+
     @tornado.web.authenticated
     async def post(self, job_id: str) -> None:
         proxy = url_path_join(self.base_url, NAMESPACE, "tensorboard", quote(job_id, safe="")) + "/"
@@ -292,12 +310,16 @@ class TensorBoardHandler(ServiceHandler):
 
 
 class SpecsHandler(ServiceHandler):
+    """``GET specs``: the spec catalog."""
+
     @tornado.web.authenticated
     async def get(self) -> None:
         await self.call(lambda c: c.specs())
 
 
 class NodesHandler(ServiceHandler):
+    """``GET nodes?spec=``: the node inventory and its usage."""
+
     @tornado.web.authenticated
     async def get(self) -> None:
         spec = self.get_argument("spec", None) or None
