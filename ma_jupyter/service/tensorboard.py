@@ -31,6 +31,15 @@ from ..errors import BackendUnavailable, InvalidSpec
 log = logging.getLogger(__name__)
 
 START_TIMEOUT = 90.0
+
+# TensorBoard imports TensorFlow when it is installed, which costs seconds (up to ~20 s on a
+# busy 2-core machine) before the first page; its TensorFlow stub reads local event files just
+# as well, and TensorBoard picks it when a module ``tensorboard.compat.notf`` exists.
+STUB_BOOTSTRAP = (
+    "import sys, types; "
+    "sys.modules['tensorboard.compat.notf'] = types.ModuleType('tensorboard.compat.notf'); "
+    "from tensorboard.main import run_main; run_main()"
+)
 DEFAULT_IDLE_TIMEOUT = 3600.0
 
 
@@ -81,7 +90,9 @@ class TensorBoardManager:
             which the reaper stops a TensorBoard; ``None`` disables the reaper thread.
         log_dir: folder for each TensorBoard's own output (``tensorboard-<job>.log``); none
             discards it.
-        python: interpreter that runs ``-m tensorboard.main`` (default: this one).
+        python: interpreter that runs TensorBoard (default: this one).
+        use_tensorflow: let TensorBoard import TensorFlow (slow start); by default it reads the
+            job's local event files with its own TensorFlow stub.
     """
 
     def __init__(
@@ -89,8 +100,10 @@ class TensorBoardManager:
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         log_dir: Path | None = None,
         python: str | None = None,
+        use_tensorflow: bool = False,
     ):
         self.idle_timeout = idle_timeout
+        self.use_tensorflow = use_tensorflow
         self.log_dir = log_dir
         self.python = python or sys.executable
         self._boards: dict[str, _Board] = {}
@@ -187,10 +200,10 @@ class TensorBoardManager:
 
     def _launch(self, job_id: str, logdir: str) -> _Board:
         port = _free_port()
+        entry = ["-m", "tensorboard.main"] if self.use_tensorflow else ["-c", STUB_BOOTSTRAP]
         argv = [
             self.python,
-            "-m",
-            "tensorboard.main",
+            *entry,
             "--logdir",
             logdir,
             "--host",

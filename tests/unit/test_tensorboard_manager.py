@@ -54,6 +54,12 @@ def test_start_serves_runs_under_prefix_and_stop_ends_group(tmp_path, ma_manager
     url = ma_manager.start("job1", str(outputs))
     assert url.startswith("http://127.0.0.1:") and url.endswith("/tb/job1/")
     assert requests.get(url + "data/runs", timeout=10).json() == ["train"]
+    tags = requests.get(url + "data/plugin/scalars/tags", timeout=10).json()
+    assert "loss" in tags["train"]
+    points = requests.get(
+        url + "data/plugin/scalars/scalars", params={"run": "train", "tag": "loss"}, timeout=10
+    ).json()
+    assert [p[1] for p in points] == [0, 1, 2]  # (wall time, step, value) per point
     # a second start reuses the same TensorBoard
     assert ma_manager.start("job1", str(outputs)) == url
     pid = ma_manager._boards["job1"].proc.pid
