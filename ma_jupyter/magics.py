@@ -600,6 +600,14 @@ class MaJupyterMagics(Magics):
         parser.add_argument("--inline", action="store_true", help="plot the scalars as a PNG (no server)")
         parser.add_argument("--height", type=int, default=600, help="IFrame height in pixels")
         parser.add_argument("--stop", action="store_true", help="stop the job's TensorBoard")
+        parser.add_argument(
+            "--via-jupyter",
+            nargs="?",
+            const="/",
+            metavar="BASE_URL",
+            help="show it through the Jupyter server's proxy (<BASE_URL>ma-jupyter/tensorboard/<job>/, "
+            "default base /), for a browser that reaches only the Jupyter server",
+        )
         args = _parse(parser, line)
         if args is None:
             return None
@@ -621,8 +629,14 @@ class MaJupyterMagics(Magics):
             display({"image/png": png, "text/plain": f"scalars of job {handle.id}"}, raw=True)
             return None
         url = client.tensorboard(handle.id)
-        display(IFrame(url, width="100%", height=args.height))
-        print(f"TensorBoard of job {handle.id}: {url}")
+        shown = url
+        if args.via_jupyter:
+            from urllib.parse import quote
+
+            # a path on the page's own server: the browser resolves it against JupyterLab's origin
+            shown = f"{args.via_jupyter.rstrip('/')}/ma-jupyter/tensorboard/{quote(handle.id, safe='')}/"
+        display(IFrame(shown, width="100%", height=args.height))
+        print(f"TensorBoard of job {handle.id}: {shown}")
         return url
 
 

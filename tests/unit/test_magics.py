@@ -403,6 +403,9 @@ def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path):
     assert f"/tb/{job.id}/" in url
     assert any("<iframe" in o.data.get("text/html", "") for o in run.outputs)
     assert requests.get(url + "data/runs", timeout=30).json() == ["run-a"]
+    run = Run(ma_shell, "%ma_tensorboard {job.id} --via-jupyter /user/me/")
+    frames = [o.data.get("text/html", "") for o in run.outputs]
+    assert any(f'src="/user/me/ma-jupyter/tensorboard/{job.id}/"' in f for f in frames), frames
     run = Run(ma_shell, "%ma_tensorboard {job.id} --stop")
     assert "stopped" in run.stdout
     with pytest.raises(requests.ConnectionError):
