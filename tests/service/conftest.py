@@ -60,41 +60,14 @@ def start_service(home: Path, timeout: float = 20.0) -> ServiceProcess:
     raise RuntimeError("service did not start: " + (home / "service.log").read_text()[-3000:])
 
 
-SMALL_CLUSTER = """
-[[spec]]
-name = "cpu.small"
-cpus = 1
-memory_gb = 1
-
-[[spec]]
-name = "cpu.medium"
-cpus = 2
-memory_gb = 2
-
-[[node]]
-name = "big"
-cpus = 8
-memory_gb = 16
-
-[[node]]
-name = "tiny"
-cpus = 2
-memory_gb = 2
-"""
-
-
 @pytest.fixture
-def ma_service(request, tmp_path, monkeypatch):
-    """A fresh service on its own home; killed (and its jobs stopped) afterwards.
+def ma_service(ma_home):
+    """A fresh service process on the test's own home; stopped (jobs first) afterwards.
 
-    ``@pytest.mark.small_cluster`` gives it a two-node cluster (``big`` and ``tiny``, where one
-    ``cpu.medium`` job fills ``tiny``) so queueing can be tested deterministically.
+    ``@pytest.mark.small_cluster`` (handled by ``ma_home``) gives it the two-node cluster
+    ``big``/``tiny``, where one ``cpu.medium`` job fills ``tiny``, to test queueing.
     """
-    home = tmp_path / "home"
-    home.mkdir()
-    if request.node.get_closest_marker("small_cluster"):
-        (home / "cluster.toml").write_text(SMALL_CLUSTER)
-    monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
+    home = ma_home
     services: list[ServiceProcess] = [start_service(home)]
 
     def restart() -> ServiceProcess:
