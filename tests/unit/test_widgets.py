@@ -99,7 +99,8 @@ def test_form_submits_script_and_monitor_streams_logs(ma_widget_client):
     monitor = JobMonitor(handle, client=ma_widget_client)
     try:
         wait_for(lambda: "widget line 3" in monitor.log_text(), timeout=60)
-        assert "ma-status-running" in monitor.badge.value
+        # the status is refreshed every half second, the log as it comes
+        wait_for(lambda: "ma-status-running" in monitor.badge.value, timeout=10)
         assert "worker-0" in monitor.tabs.titles
         assert "elapsed" in monitor.info.value
         monitor.stop_button.click()
