@@ -24,6 +24,11 @@ Which tasks the job's status follows (``primary``), per TensorFlow's semantics:
 
 The supervisor stops the non-primary tasks once every primary one has finished.
 
+A task pinned to a single core gets ``TF_NUM_INTEROP_THREADS=2`` (unless the job sets it):
+TensorFlow sizes its inter-op pool from the CPU affinity, and with one thread the
+``ParameterServerStrategy`` coordinator and its workers deadlock (remote functions wait for ops
+queued behind them).
+
 With the ModelArts convention (seed 001/004, TensorFlow-GPU) each task also gets
 ``VC_TASK_INDEX``, ``TF_PS_HOSTS`` and ``TF_WORKER_HOSTS`` (comma-separated ``host:port``) and
 the boot file gets ``--task_index --ps_hosts --worker_hosts --job_name`` appended (the seed
@@ -79,6 +84,8 @@ def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]
     plans = []
     for task in placement.tasks:
         env = {"TF_CONFIG": json.dumps(tf_config(placement, task))}
+        if len(task.cpus) == 1 and "TF_NUM_INTEROP_THREADS" not in spec.env:
+            env["TF_NUM_INTEROP_THREADS"] = "2"
         command = list(argv)
         notes = []
         if spec.convention is Convention.modelarts:

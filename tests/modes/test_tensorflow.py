@@ -103,3 +103,18 @@ def test_modelarts_convention_arguments_and_variables():
     ]
     assert plans[0].argv[-2:] == ["--job_name", "ps"]
     assert plans[0].env["MA_TASK_NAME"] == "ps"
+
+
+def test_single_core_tasks_get_two_inter_op_threads():
+    spec = _tf(nodes=2, ps=1, chief=True)
+    placement = placement_for(spec)
+    pinned = placement.__class__(
+        job_id=placement.job_id,
+        spec=placement.spec,
+        tasks=tuple(t.__class__(**{**t.__dict__, "cpus": (0,)}) for t in placement.tasks),
+    )
+    assert {p.env["TF_NUM_INTEROP_THREADS"] for p in plan_job(spec, pinned)} == {"2"}
+    # unpinned tasks keep TensorFlow's own choice, and the job's setting wins
+    assert all("TF_NUM_INTEROP_THREADS" not in p.env for p in plan_job(spec, placement))
+    own = _tf(nodes=2, ps=1, chief=True, env={"TF_NUM_INTEROP_THREADS": "8"})
+    assert {p.env["TF_NUM_INTEROP_THREADS"] for p in plan_job(own, pinned)} == {"8"}

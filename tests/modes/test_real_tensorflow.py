@@ -1,0 +1,146 @@
+"""The TensorFlow mode with real tensorflow-cpu: MWMS, PS-worker and ParameterServerStrategy through the service."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ma_jupyter.models import JobStatus
+
+from ..helpers import wait_for
+from .real import algorithm, events_text, job_processes, run_job
+
+pytestmark = [pytest.mark.tensorflow]
+
+MWMS = """
+import json, os
+import tensorflow as tf
+
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    w = tf.Variable(tf.zeros([4, 1]), aggregation=tf.VariableAggregation.MEAN)
+
+
+@tf.function
+def train_step(x, y):
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((tf.matmul(x, w) - y) ** 2)
+        grad = tf.distribute.get_replica_context().all_reduce("mean", tape.gradient(loss, w))
+        w.assign_sub(0.1 * grad)
+        return loss
+
+    return strategy.run(step, args=(x, y))
+
+
+for i in range(5):
+    # every worker sees different data: only the all-reduce keeps their weights equal
+    x = tf.random.stateless_normal([8, 4], seed=[i, task["index"]])
+    loss = train_step(x, tf.reduce_sum(x, axis=1, keepdims=True))
+weights = w.numpy().flatten().tolist()
+print(f"worker {task['index']} of {strategy.num_replicas_in_sync} loss={float(loss):.4f}", flush=True)
+with open(f"/workspace/outputs/mwms-{task['index']}.json", "w") as fh:
+    json.dump({"weights": weights, "replicas": strategy.num_replicas_in_sync}, fh)
+"""
+
+PS_WORKER = """
+import json, os
+import tensorflow as tf
+
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+cluster = resolver.cluster_spec().as_dict()
+if resolver.task_type == "ps":
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name="ps", task_index=resolver.task_id, protocol="grpc")
+    print("ps serving", flush=True)
+    server.join()  # never returns: the platform stops parameter servers
+# this worker serves as itself and sees only the parameter servers: workers never wait on each other
+own = tf.train.ClusterSpec({"ps": cluster["ps"], "worker": {resolver.task_id: cluster["worker"][resolver.task_id]}})
+tf.config.experimental_connect_to_cluster(own, job_name="worker", task_index=resolver.task_id)
+with tf.device("/job:ps/task:0"):
+    total = tf.Variable(0.0)
+total.assign_add(float(resolver.task_id + 1))
+print(f"worker {resolver.task_id} variable on {total.device} = {float(total.numpy())}", flush=True)
+with open(f"/workspace/outputs/ps-worker-{resolver.task_id}.json", "w") as fh:
+    json.dump({"device": total.device, "value": float(total.numpy())}, fh)
+"""
+
+PS_STRATEGY = """
+import json, os
+import tensorflow as tf
+
+os.environ["GRPC_FAIL_FAST"] = "use_caller"
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+if resolver.task_type in ("worker", "ps"):
+    server = tf.distribute.Server(
+        resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id, protocol="grpc", start=True
+    )
+    print(f"{resolver.task_type} {resolver.task_id} serving", flush=True)
+    server.join()
+strategy = tf.distribute.ParameterServerStrategy(resolver)
+coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+with strategy.scope():
+    w = tf.Variable(tf.zeros([4, 1]))
+
+
+@tf.function
+def train_step():
+    x = tf.random.normal([8, 4])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((tf.matmul(x, w) - tf.reduce_sum(x, axis=1, keepdims=True)) ** 2)
+    w.assign_sub(0.1 * tape.gradient(loss, w))
+    return loss
+
+
+losses = [coordinator.schedule(train_step) for _ in range(20)]
+coordinator.join()
+final = float(losses[-1].fetch())
+print(f"chief trained: first loss {float(losses[0].fetch()):.3f} last {final:.3f} on {w.device}", flush=True)
+with open("/workspace/outputs/pss.json", "w") as fh:
+    json.dump({"first": float(losses[0].fetch()), "last": final, "device": w.device}, fh)
+"""
+
+
+def _run(client, tmp_path, name, script, **fields):
+    outputs = tmp_path / "out"
+    outputs.mkdir()
+    job, seconds, logs = run_job(
+        client,
+        timeout=240,
+        name=name,
+        mode="tensorflow",
+        specs=["cpu.small"],
+        algorithm=str(algorithm(tmp_path / "algo", train=script)),
+        outputs=str(outputs),
+        command="python /workspace/algorithm/train.py",
+        **fields,
+    )
+    print(f"tensorflow {name}: {seconds:.1f} s")
+    assert job.status is JobStatus.succeeded, logs + events_text(client, job.id)
+    return job, outputs
+
+
+def test_two_worker_multiworker_mirrored_custom_loop_succeeds(ma_client, tmp_path):
+    _job, outputs = _run(ma_client, tmp_path, "mwms", MWMS, nodes=2)
+    results = [json.loads((outputs / f"mwms-{i}.json").read_text()) for i in range(2)]
+    assert {r["replicas"] for r in results} == {2}
+    assert results[0]["weights"] == results[1]["weights"]
+    assert any(abs(v) > 0.1 for v in results[0]["weights"])  # it trained
+
+
+def test_ps_worker_ends_succeeded_with_the_parameter_server_gone(ma_client, tmp_path):
+    job, outputs = _run(ma_client, tmp_path, "ps-worker", PS_WORKER, nodes=2, ps=1)
+    for index in range(2):
+        result = json.loads((outputs / f"ps-worker-{index}.json").read_text())
+        assert result == {"device": "/job:ps/replica:0/task:0/device:CPU:0", "value": float(index + 1)}
+    # the parameter server never exits by itself: the supervisor stopped it
+    wait_for(lambda: not job_processes(job.id), timeout=30)
+
+
+def test_chief_with_parameter_server_strategy_trains(ma_client, tmp_path):
+    job, outputs = _run(ma_client, tmp_path, "pss", PS_STRATEGY, nodes=2, ps=1, chief=True)
+    result = json.loads((outputs / "pss.json").read_text())
+    assert result["device"].startswith("/job:ps/")
+    assert result["last"] < result["first"]
+    wait_for(lambda: not job_processes(job.id), timeout=30)
