@@ -18,7 +18,8 @@ started before that, as on the platform, so they must wait for the status themse
 node's processes run, so a peer that starts later still finds it.
 
 Exit status: 0 when every process succeeded; otherwise the first failing process's code (128 +
-signal number if it was killed), after the other processes were stopped.  SIGTERM/SIGINT are
+signal number if it was killed), after the other processes were stopped; that rank and code go
+to ``$MA_RANK_LOG_DIR/failure.json`` for the job's error event.  SIGTERM/SIGINT are
 forwarded to every process.
 """
 
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 
 from . import rank_table
-from .rank_log import Copier, resolve
+from .rank_log import Copier, report_failure, resolve
 
 USAGE = (
     "usage: python -m ma_jupyter.modes.ascend_launch --slots=S --first-rank=R --rank-size=N "
@@ -179,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     rank_files = []
     base = dict(os.environ)
 
+    stopped = []
+
     def forward(signum, _frame):
+        stopped.append(signum)
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
@@ -224,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             status = code if code > 0 else 128 - code
             with lock:
                 print(f"[ascend_launch] rank {first_rank + i} exited with code {status}", flush=True)
+            if not stopped:
+                report_failure(log_dir, first_rank + i, status)
             break
     _stop(children)
     for copier in copiers:

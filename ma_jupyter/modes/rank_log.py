@@ -9,6 +9,9 @@ node's combined log) with a ``[rank r] `` prefix at each line start, so the node
 readable when several ranks print at once.  Signals (TERM, INT, HUP) are forwarded to CMD and
 CMD's exit status becomes this program's exit status (128 + signal number when CMD was killed
 by a signal), so launchers see a failing rank exactly as if they had started it themselves.
+The first rank of a node that fails by itself (not stopped by a forwarded signal) records
+``{"rank", "exit_code"}`` in ``$MA_RANK_LOG_DIR/failure.json``, which the node runner hands to
+the service so the job's error names the rank.
 
 The rank is ``--rank``, else the first variable set among ``--rank-var`` and the ranks that
 launchers export (``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``RANK_ID``, ``RANK``).  Without
@@ -20,6 +23,7 @@ node's image interpreter is the one the launcher used to start it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -56,6 +60,16 @@ def find_rank(options: dict[str, str], env: dict[str, str]) -> int | None:
         if value.strip().isdigit():
             return int(value)
     return None
+
+
+def report_failure(folder: str, rank: int, code: int) -> None:
+    """Record the node's first failed rank in ``<folder>/failure.json`` (the first report wins)."""
+    try:
+        fd = os.open(os.path.join(folder, "failure.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError:
+        return  # another rank failed first, or the folder is gone
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"rank": rank, "exit_code": code}, fh)
 
 
 def resolve(command: list[str]) -> list[str]:
@@ -135,7 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             os.close(write_end)
 
+        stopped = []
+
         def forward(signum, _frame):
+            stopped.append(signum)
             try:
                 child.send_signal(signum)
             except ProcessLookupError:
@@ -148,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         code = child.wait()
         # A background process the rank left behind may keep the pipe open: do not wait for it.
         copier.join(timeout=2.0)
-    return code if code >= 0 else 128 - code
+    status = code if code >= 0 else 128 - code
+    if status and not stopped:
+        report_failure(folder, rank, status)
+    return status
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ def test_rank_log_writes_the_rank_file_prefixes_the_node_log_and_keeps_the_exit_
     assert result.returncode == 3
     assert (tmp_path / "rank-5.log").read_text().splitlines() == ["out line", "err line"]
     assert result.stdout.decode().splitlines() == ["[rank 5] out line", "[rank 5] err line"]
+    # the node's first failed rank is reported for the job's error event; later ones do not replace it
+    assert json.loads((tmp_path / "failure.json").read_text()) == {"rank": 5, "exit_code": 3}
+    _module("ma_jupyter.modes.rank_log", "--rank=6", "false", env=_env(MA_RANK_LOG_DIR=str(tmp_path)))
+    assert json.loads((tmp_path / "failure.json").read_text()) == {"rank": 5, "exit_code": 3}
 
 
 def test_rank_log_without_a_log_dir_just_runs_the_command(tmp_path):
@@ -72,6 +76,8 @@ def test_rank_log_forwards_sigterm_and_reports_the_signal(tmp_path):
     wait_for(ready.exists, timeout=20)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 128 + signal.SIGTERM
+    # stopped from outside: not a failure of this rank
+    assert not (tmp_path / "failure.json").exists()
 
 
 # ------------------------------------------------------------------------------ rsh_agent
@@ -236,6 +242,7 @@ def test_ascend_launcher_fails_with_the_failing_ranks_code(tmp_path):
     node.wait(timeout=60)
     assert node.returncode == 4
     assert "rank 1 exited with code 4" in node.stdout.read().decode()
+    assert json.loads((tmp_path / "logs-a" / "failure.json").read_text()) == {"rank": 1, "exit_code": 4}
 
 
 def test_rank_table_cli_converts_once_completed(tmp_path):

@@ -124,4 +124,6 @@ def test_one_rank_exiting_3_ends_a_2x2_job_in_error_with_no_process_left(ma_clie
     print(f"pytorch 2x2 one rank exits 3 -> error: {seconds:.1f} s")
     assert job.status is JobStatus.error, logs
     assert "rank 3 gives up" in ma_client.read_log(job.id, node="worker-1", rank=3).data
+    # the error names the rank that failed first, not the ranks torchrun stopped afterwards
+    assert "rank 3 exited with code 3" in events_text(ma_client, job.id)
     wait_for(lambda: not job_processes(job.id), timeout=30)
