@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import MaJupyterError, NotFound
+from .errors import BackendUnavailable, MaJupyterError, NotFound
 from .models import Job, JobStatus
 
 DEFAULT_MAX_LINES = 200
@@ -30,6 +30,7 @@ MAX_LINE_CHARS = 4000
 RENDER_INTERVAL = 0.05  # seconds between display updates while lines arrive
 STATUS_INTERVAL = 0.5  # seconds between job refreshes for the status line
 LONG_POLL = 2.0  # seconds each stream read may wait on the service
+SERVICE_PATIENCE = 120.0  # seconds a follower waits for a job service that stopped answering
 
 
 class JobFailed(MaJupyterError):
@@ -389,6 +390,7 @@ def follow_job(
     live.render(force=True)
     last_refresh = time.monotonic()
     last_progress = last_refresh
+    unavailable_since = 0.0
     try:
         while True:
             # wait for lines, but never past the moment a pending render is due
@@ -400,9 +402,21 @@ def follow_job(
             # until the nodes are known, look often: their first lines should not wait
             interval = STATUS_INTERVAL if follower.streams else RENDER_INTERVAL
             if now - last_refresh >= interval or (follower.finished() and not job.status.is_terminal()):
-                job = client.job(job_id).info
                 last_refresh = now
-                follower.discover(job, with_files=job.status.is_terminal())
+                try:
+                    job = client.job(job_id).info
+                except BackendUnavailable as exc:
+                    # the service is restarting (jobs run on without it): keep waiting, say so,
+                    # and give up only when it stays away
+                    unavailable_since = unavailable_since or now
+                    if now - unavailable_since > SERVICE_PATIENCE:
+                        raise
+                    live.set_footer(f"the job service does not answer, retrying: {exc.message}")
+                else:
+                    if unavailable_since:
+                        unavailable_since = 0.0
+                        live.set_footer("")
+                    follower.discover(job, with_files=job.status.is_terminal())
             live.set_status(status_line(job))
             live.render()
             if on_progress and now - last_progress >= 1.0:

@@ -529,3 +529,25 @@ def test_attach_finds_jobs_in_the_saved_notebook(ma_shell, tmp_path, monkeypatch
     assert run.error is None, run.stderr
     assert "first line" not in run.job_text()  # shown in the saved notebook already
     assert "succeeded" in run.job_text().splitlines()[0]
+
+
+def test_follow_survives_a_service_crash(ma_shell, ma_home):
+    import os
+    import signal
+
+    killed = []
+
+    def crash():
+        wait_for(lambda: "tick 20\n" in _job_log(ma_home), timeout=60)
+        killed.append(json.loads((ma_home / "service.json").read_text())["pid"])
+        os.kill(killed[0], signal.SIGKILL)
+
+    thread = threading.Thread(target=crash, daemon=True)
+    thread.start()
+    run = Run(ma_shell, "%%ma_train --name survivor --lines 1000\n" + TICKER)
+    thread.join(5)
+    assert killed and json.loads((ma_home / "service.json").read_text())["pid"] != killed[0]
+    assert run.error is None, run.stdout + run.stderr
+    ticks = [line for line in run.job_text().splitlines() if line.startswith("tick ")]
+    assert ticks == [f"tick {i}" for i in range(TICKS)]  # none lost, none twice
+    assert "succeeded" in run.job_text().splitlines()[0]
