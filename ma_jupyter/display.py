@@ -356,6 +356,7 @@ def follow_job(
     on_progress: Callable[[dict[str, int]], None] | None = None,
     display: Callable[..., Any] | None = None,
     note: str = "",
+    stream: StreamKey | None = None,
 ) -> Job:
     """Show a job's status and logs live in the current cell until it ends.
 
@@ -370,6 +371,7 @@ def follow_job(
             to remember them for a later re-attach.
         display: IPython's ``display`` replacement (tests).
         note: an extra line under the status line.
+        stream: follow only this ``(node, rank)`` stream (default: every node's log).
 
     Returns:
         The job as last seen (terminal unless the follow was interrupted).
@@ -386,7 +388,10 @@ def follow_job(
     follower = LogFollower(client, job_id, offsets)
     job = client.job(job_id).info
     live.set_status(status_line(job))
-    follower.discover(job, with_files=job.status.is_terminal())
+    if stream is not None:
+        follower.follow(stream)
+    else:
+        follower.discover(job, with_files=job.status.is_terminal())
     live.render(force=True)
     last_refresh = time.monotonic()
     last_progress = last_refresh
@@ -416,7 +421,8 @@ def follow_job(
                     if unavailable_since:
                         unavailable_since = 0.0
                         live.set_footer("")
-                    follower.discover(job, with_files=job.status.is_terminal())
+                    if stream is None:
+                        follower.discover(job, with_files=job.status.is_terminal())
             live.set_status(status_line(job))
             live.render()
             if on_progress and now - last_progress >= 1.0:

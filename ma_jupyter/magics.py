@@ -268,7 +268,14 @@ class MaJupyterMagics(Magics):
     # -- helpers
 
     def _follow(
-        self, handle: Any, *, offsets: dict | None = None, lines: int, stop_on_interrupt: bool, note=""
+        self,
+        handle: Any,
+        *,
+        offsets: dict | None = None,
+        lines: int,
+        stop_on_interrupt: bool,
+        note: str = "",
+        stream: tuple[str, int | None] | None = None,
     ):
         job_id = handle.id
         notebook_record.remember(job_id, handle.name, offsets)
@@ -284,6 +291,7 @@ class MaJupyterMagics(Magics):
             stop_on_interrupt=stop_on_interrupt,
             on_progress=progress,
             note=note,
+            stream=stream,
         )
         handle.refresh()
         return handle
@@ -479,16 +487,23 @@ class MaJupyterMagics(Magics):
             raise UsageError("%ma_logs: --rank needs --node (e.g. --node worker-0 --rank 1)")
         client = get_client()
         handle = resolve_job(client, args.job)
-        if args.follow and args.node is None:
+        if args.follow:
             offsets = {} if args.from_start else notebook_record.offsets(handle.id)
+            stream = (args.node, args.rank) if args.node else None
+            if stream is not None:
+                # an unknown node or rank is a NotFound now, not a follow that never ends
+                client.read_log(handle.id, node=args.node, rank=args.rank, offset=0, limit=1)
+                offsets = {k: v for k, v in offsets.items() if k == live.stream_label(stream)}
             note = "continuing where this notebook left off" if offsets else ""
-            self._follow(handle, offsets=offsets, lines=args.lines, stop_on_interrupt=False, note=note)
+            self._follow(
+                handle, offsets=offsets, lines=args.lines, stop_on_interrupt=False, note=note, stream=stream
+            )
             return None
         streams = [(args.node, args.rank)] if args.node else _node_streams(client, handle)
         several = len(streams) > 1
         for node, rank in streams:
             label = live.stream_label((node, rank))
-            text = _read_all(client, handle.id, node, rank, follow=args.follow)
+            text = _read_all(client, handle.id, node, rank)
             lines = text.splitlines()
             if args.tail is not None:
                 lines = lines[-args.tail :] if args.tail > 0 else []
@@ -664,14 +679,14 @@ def _node_streams(client: Any, handle: Any) -> list[tuple[str, int | None]]:
     return streams or [(n.name, None) for n in handle.info.nodes] or [("worker-0", None)]
 
 
-def _read_all(client: Any, job_id: str, node: str, rank: int | None, *, follow: bool) -> str:
-    """A whole stream; with ``follow``, until the job ends."""
+def _read_all(client: Any, job_id: str, node: str, rank: int | None) -> str:
+    """A whole stream as it stands now."""
     parts, offset = [], 0
     while True:
-        chunk = client.read_log(job_id, node=node, rank=rank, offset=offset, wait=2.0 if follow else 0)
+        chunk = client.read_log(job_id, node=node, rank=rank, offset=offset)
         parts.append(chunk.data)
         offset = chunk.next_offset
-        if chunk.eof or (not chunk.data and not follow):
+        if chunk.eof or not chunk.data:
             return "".join(parts)
 
 

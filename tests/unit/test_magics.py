@@ -436,6 +436,10 @@ def test_ma_logs_follow_from_start_and_rank_node_options(ma_shell):
     assert run.stdout.strip() == "only once"
     run = Run(ma_shell, f"%ma_logs {handle.id} --node nope")
     assert one_line_error(run).startswith("NotFound:")
+    run = Run(ma_shell, f"%ma_logs {handle.id} --node nope --follow")
+    assert one_line_error(run).startswith("NotFound:")
+    run = Run(ma_shell, f"%ma_logs {handle.id} --node worker-0 --follow --from-start")
+    assert run.job_text().count("only once") == 1
 
 
 def test_status_line_covers_every_state():
