@@ -30,6 +30,10 @@ The other nodes are sandboxes that wait like sshd on a real cluster: they run th
 them, inside their own sandbox (hostname, mounts).  They never exit by themselves, so they are
 not primary: the job's status follows worker-0, and the supervisor stops them afterwards.
 
+Ranks on different nodes need the nodes' private hostnames (the bubblewrap sandbox): without
+them every node has the host's name and Open MPI merges them into one, so multi-node MPI jobs
+fail where bubblewrap is missing (single-node MPI jobs run either way).
+
 With the ModelArts convention (seed 003) mpirun also forwards, with ``-x``, the variables the
 platform knows of whose names start with ``MA_``, ``SHARED_``, ``S3_``, ``PATH``,
 ``VC_WORKER_``, ``SCC`` or ``CRED`` (the job's own env and the platform's ``MA_`` variables).

@@ -13,7 +13,9 @@ both parts:
   (``plm_rsh_agent``) like ``ssh HOST CMD``: it connects to HOST's server of the same job
   (``$MA_JOB_ID``), waiting up to ``MA_RSH_CONNECT_TIMEOUT`` seconds (default 60) for it to come
   up, relays the output and exits with the remote command's status.  Closing the connection (the
-  agent is killed) makes the server kill the remote command's process group.
+  agent is killed) makes the server kill the remote command's process group.  HOST equal to
+  ``$HOSTNAME`` (the node's own name) runs the command right here: where nodes have no private
+  hostname (no sandbox), mpirun does not recognise its own node in the hostfile.
 
 Why an abstract socket: the nodes share the host's network namespace (and thus its abstract
 socket names) but not their filesystems, and the kernel tells the server the connecting
@@ -272,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(USAGE, file=sys.stderr)
         return 2
+    if host == os.environ.get("HOSTNAME"):
+        # this node itself: without a private hostname (no sandbox) mpirun cannot tell it is local
+        os.execvp("sh", ["sh", "-c", command])
     job_id = os.environ.get("MA_JOB_ID", "")
     if not job_id:
         print("rsh_agent: MA_JOB_ID is not set: run it inside a job's node", file=sys.stderr)

@@ -115,6 +115,18 @@ def test_rsh_agent_runs_the_command_on_the_named_node_and_returns_its_status(ma_
     assert result.stderr.decode() == "oops\n"
 
 
+def test_rsh_agent_runs_commands_for_its_own_node_in_place():
+    result = _module(
+        "ma_jupyter.modes.rsh_agent",
+        "worker-0",
+        "echo",
+        "here",
+        env=_env(MA_JOB_ID="none", HOSTNAME="worker-0"),
+    )
+    assert result.returncode == 0
+    assert result.stdout.decode() == "here\n"
+
+
 def test_rsh_agent_waits_for_a_node_that_is_not_up_yet(tmp_path):
     job = f"test-{uuid.uuid4().hex[:8]}"
     agent = subprocess.Popen(
