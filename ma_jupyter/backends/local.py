@@ -200,7 +200,10 @@ class LocalBackend(Backend):
             start_time=started,
             primary=plan.primary,
             state="running",
-            ranks=list(range(plan.task.slots)) if plan.rank_logs else [],
+            # global ranks: every worker runs `slots` processes, numbered node by node
+            ranks=[plan.task.index * plan.task.slots + r for r in range(plan.task.slots)]
+            if plan.rank_logs
+            else [],
         )
         (node_dir / "run.json").write_text(run.model_dump_json())
         return run

@@ -71,6 +71,7 @@ def test_wrapped_python_command_2_nodes_ranks_end_with_identical_parameters(ma_c
     # per-rank logs exist (global rank numbering) and the node log carries the prefixed lines
     streams = {(s.node, s.rank) for s in ma_client.log_streams(job.id)}
     assert {("worker-0", 0), ("worker-1", 1)} <= streams
+    assert {n.name: n.ranks for n in ma_client.get(job.id).nodes} == {"worker-0": [0], "worker-1": [1]}
     rank1 = ma_client.read_log(job.id, node="worker-1", rank=1).data
     assert "rank 1/2 done" in rank1
     assert "[rank 0] rank 0/2 done" in logs
