@@ -82,3 +82,35 @@ def ma_client(ma_home):
         assert not _pid_alive(pid), f"service pid {pid} still runs after shutdown_service()"
         assert not os.path.exists(ma_home / "service.json")
     client.close()
+
+
+def _leftover_node_runners(since: float) -> list:
+    """Node runners started during this test session that are still alive."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline", "create_time"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+            if "ma_jupyter.noderun" in cmdline and proc.info["create_time"] >= since:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ma_no_leftover_jobs():
+    """After the whole session, no job process may be left running: kill stragglers and say so."""
+    import time
+
+    started = time.time()
+    yield
+    leftovers = _leftover_node_runners(started)
+    for proc in leftovers:
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            pass
+    if leftovers:
+        print(f"\nleft-over job processes killed after the session: {[p.pid for p in leftovers]}")

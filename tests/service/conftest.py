@@ -60,6 +60,11 @@ def start_service(home: Path, timeout: float = 20.0) -> ServiceProcess:
     raise RuntimeError("service did not start: " + (home / "service.log").read_text()[-3000:])
 
 
+def _live_jobs(session: requests.Session, api: str) -> list[dict]:
+    reply = session.get(f"{api}/jobs", params={"status": ["running", "queued"], "limit": 500}, timeout=5)
+    return reply.json()["items"]
+
+
 @pytest.fixture
 def ma_service(ma_home):
     """A fresh service process on the test's own home; stopped (jobs first) afterwards.
@@ -78,13 +83,17 @@ def ma_service(ma_home):
     yield services[0]
     last = services[-1]
     if last.proc.poll() is None:
-        # stop whatever still runs so no test leaves processes behind
+        # Jobs outlive the service by design: stop them, and wait until the service has carried
+        # the stops out, so that no test leaves processes behind.
         s = last.session()
         try:
-            for job in s.get(f"{last.api}/jobs", params={"status": ["running", "queued"]}, timeout=5).json()[
-                "items"
-            ]:
+            live = _live_jobs(s, last.api)
+            for job in live:
                 s.post(f"{last.api}/jobs/{job['id']}/stop", timeout=5)
+            deadline = time.monotonic() + 60
+            while live and time.monotonic() < deadline:
+                time.sleep(0.1)
+                live = _live_jobs(s, last.api)
         except requests.RequestException:
             pass
     for svc in services:
