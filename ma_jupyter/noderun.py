@@ -123,7 +123,8 @@ class NodeRunner:
             try:
                 done, status = os.waitpid(-1, 0)  # also reaps orphans adopted as subreaper
             except ChildProcessError:
-                return 0
+                # the child is gone without a status we could collect: report a failure, never success
+                return 255 << 8
             if done == pid:
                 return status
 

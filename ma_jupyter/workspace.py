@@ -185,6 +185,15 @@ def mounts_for(
     for v in spec.volumes:
         src = _host_path(v.path, f"volume {v.name}", "volumes", directory=True)
         mounts.append(Mount(src, _target("volume", v.name), False, "volume"))
+    # A read-only source inside (or equal to) a writable one could be written through the writable
+    # mount, so read-only would be a lie: refuse it.
+    for ro in (m for m in mounts if m.read_only):
+        for rw in (m for m in mounts if not m.read_only):
+            if ro.source == rw.source or ro.source.startswith(rw.source.rstrip("/") + "/"):
+                raise InvalidSpec(
+                    f"{ro.target} ({ro.source}) lies inside the writable {rw.target} ({rw.source}), so the job could "
+                    "change it: use folders that do not contain each other"
+                )
     targets = sorted(m.target for m in mounts)
     for outer, inner in zip(targets, targets[1:], strict=False):
         if inner == outer or inner.startswith(outer + "/"):

@@ -213,7 +213,7 @@ class LocalBackend(Backend):
     def _reap(self) -> None:
         for pid, proc in list(self._children.items()):
             if proc.poll() is not None:
-                del self._children[pid]
+                self._children.pop(pid, None)  # the loop and finishing threads both reap
 
     def _alive(self, run: NodeRun) -> bool:
         """Whether the runner process of ``run`` is still the one that was launched."""

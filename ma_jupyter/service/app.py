@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from .. import __version__, config
-from ..errors import Forbidden, InvalidSpec, MaJupyterError, Unauthorized
+from ..errors import Forbidden, InvalidSpec, MaJupyterError, NotFound, Unauthorized
 from ..models import (
     Access,
     Event,
@@ -46,12 +46,9 @@ USER_HEADER = "X-MA-User"
 
 def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> FastAPI:
     """The FastAPI app for one service; ``token`` guards every route."""
+    # The schema is served by a token-checked route below, never by FastAPI's open default.
     app = FastAPI(
-        title="ma_jupyter job service",
-        version=__version__,
-        openapi_url="/api/v1/openapi.json",
-        docs_url="/api/v1/docs",
-        redoc_url=None,
+        title="ma_jupyter job service", version=__version__, openapi_url=None, docs_url=None, redoc_url=None
     )
     store = supervisor.store
 
@@ -69,6 +66,8 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
             return job
         if job.spec.access is Access.ro and op in READ_OPS:
             return job
+        if job.spec.access is Access.none:
+            raise NotFound(f"no job {job.id!r}: list jobs with `ma-jupyter jobs` or %ma_jobs")
         raise Forbidden(
             f"job {job.id} belongs to {job.spec.creator} and allows others {job.spec.access.value} access; "
             f"ask its owner to {op} it"
@@ -88,6 +87,10 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
 
     api = "/api/v1"
     auth = [Depends(authenticate)]
+
+    @app.get(f"{api}/openapi.json", dependencies=auth, include_in_schema=False)
+    def openapi() -> dict:
+        return app.openapi()
 
     @app.get(f"{api}/health", dependencies=auth)
     def health() -> dict:

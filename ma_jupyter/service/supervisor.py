@@ -19,6 +19,7 @@ period, so it runs on its own thread per job and never stalls the loop.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import secrets
 import shutil
@@ -253,31 +254,68 @@ class Supervisor:
     # ---------------------------------------------------------------------- the loop
 
     def tick(self) -> None:
-        """One pass: watch running jobs, then admit queued ones."""
-        for job in self.store.by_status(JobStatus.running):
-            if job.id not in self._finishing:
-                self._watch(job)
+        """One pass: watch running jobs, then admit queued ones.
+
+        Each job is handled on a fresh read under the lock (a stop, an update or a finishing
+        thread may have changed it since the listing), and a failure while handling one job is
+        recorded on that job instead of stalling every other one.
+        """
+        for listed in self.store.by_status(JobStatus.running):
+            with self._lock:
+                job = self.store.get(listed.id)
+                if job.status is not JobStatus.running or job.id in self._finishing:
+                    continue
+                self._guarded(job, self._watch)
         self._admit()
+
+    def _guarded(self, job: Job, step) -> None:
+        """Run one supervision step for a job; an unexpected error fails that job, with the reason."""
+        try:
+            step(job)
+        except Exception as exc:
+            log.exception("supervising job %s failed", job.id)
+            message = exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
+            current = self.store.get(job.id)
+            if current.status is JobStatus.queued or (
+                current.status is JobStatus.running and job.id not in self._finishing
+            ):
+                if current.status is JobStatus.running:
+                    placement = self._placements.get(job.id)
+                    if placement is not None:
+                        self._finish(
+                            current,
+                            self._attempt(current, placement),
+                            JobStatus.error,
+                            f"the service could not supervise this job: {message}",
+                            current.spec.grace_period,
+                        )
+                        return
+                self._transition(
+                    current, JobStatus.error, f"the service could not supervise this job: {message}"
+                )
 
     def _usage(self):
         with self._lock:
             return self.scheduler.usage(list(self._placements.values()))
 
     def _admit(self) -> None:
-        for job in self.store.by_status(JobStatus.queued):
+        for listed in self.store.by_status(JobStatus.queued):
             with self._lock:
-                if self.store.status(job.id) is not JobStatus.queued:
+                job = self.store.get(listed.id)  # fresh: a PATCH may have changed it since the listing
+                if job.status is not JobStatus.queued:
                     continue
-                placement = self.scheduler.place(job.id, job.spec, self._usage())
-                if placement is None:
-                    if job.id not in self._waiting_noted:
-                        self._waiting_noted.add(job.id)
-                        self._notice(
-                            job, "waiting for resources: no spec of this job fits the free capacity now"
-                        )
-                    continue
-                self._waiting_noted.discard(job.id)
-                self._launch(job, placement)
+                self._guarded(job, self._admit_one)
+
+    def _admit_one(self, job: Job) -> None:
+        """Launch one queued job if the scheduler can place it now."""
+        placement = self.scheduler.place(job.id, job.spec, self._usage())
+        if placement is None:
+            if job.id not in self._waiting_noted:
+                self._waiting_noted.add(job.id)
+                self._notice(job, "waiting for resources: no spec of this job fits the free capacity now")
+            return
+        self._waiting_noted.discard(job.id)
+        self._launch(job, placement)
 
     def _attempt(self, job: Job, placement: Placement) -> Attempt:
         plans = plan_job(self._effective_spec(job), placement)
@@ -294,33 +332,53 @@ class Supervisor:
             plans=tuple(plans),
         )
 
+    @staticmethod
+    def _prepared_path(job: Job, dataset) -> Path:
+        """Where data preparation keeps its copy of one dataset of a job."""
+        version = dataset.version or ""
+        return config.job_dir(job.id) / "prepared" / f"{dataset.source.value}-{dataset.name}-{version}"
+
     def _effective_spec(self, job: Job) -> JobSpec:
-        """The spec the nodes run with: prepared datasets replace the originals."""
+        """The spec the nodes run with: prepared datasets replace the originals.
+
+        The model only allows data preparation when every dataset is read-only.
+        """
         if not job.spec.data_preparation:
             return job.spec
-        cache = config.job_dir(job.id) / "prepared"
         datasets = [
-            d.model_copy(update={"path": str(cache / f"{d.source.value}-{d.name}-{d.version or ''}")})
-            for d in job.spec.datasets
+            d.model_copy(update={"path": str(self._prepared_path(job, d))}) for d in job.spec.datasets
         ]
         return job.spec.model_copy(update={"datasets": datasets})
 
     def _prepare_data(self, job: Job) -> None:
-        """Copy read-only datasets to node-local storage before the first attempt."""
-        cache = config.job_dir(job.id) / "prepared"
-        if cache.exists():
-            return
+        """Copy the datasets to node-local storage before the first attempt.
+
+        Each copy is made beside its final place and renamed when complete, so a crash in the
+        middle never leaves a half copy that a later attempt would take for a prepared one.
+        """
         started = time.monotonic()
-        total = 0
+        total = copied = 0
         for d in job.spec.datasets:
-            target = cache / f"{d.source.value}-{d.name}-{d.version or ''}"
-            shutil.copytree(d.path, target, symlinks=False)
-            total += sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
-        self._notice(
-            job,
-            f"data preparation: copied {len(job.spec.datasets)} dataset(s), {total / 1e6:.1f} MB "
-            f"in {time.monotonic() - started:.2f} s to node-local storage",
-        )
+            target = self._prepared_path(job, d)
+            if target.exists():
+                continue
+            partial = target.with_name(target.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            if os.path.isdir(d.path):
+                shutil.copytree(d.path, partial, symlinks=False)
+                total += sum(p.stat().st_size for p in partial.rglob("*") if p.is_file())
+            else:
+                shutil.copy2(d.path, partial)
+                total += partial.stat().st_size
+            os.replace(partial, target)
+            copied += 1
+        if copied:
+            self._notice(
+                job,
+                f"data preparation: copied {copied} dataset(s), {total / 1e6:.1f} MB "
+                f"in {time.monotonic() - started:.2f} s to node-local storage",
+            )
 
     def _launch(self, job: Job, placement: Placement) -> None:
         job_dir = config.job_dir(job.id)
@@ -359,6 +417,9 @@ class Supervisor:
             )
 
     def _watch(self, job: Job) -> None:
+        job = self.store.get(job.id)  # never act on a stale copy: it may have finished meanwhile
+        if job.status is not JobStatus.running or job.id in self._finishing:
+            return
         placement = self._placements.get(job.id)
         if placement is None:
             data = self.store.placement(job.id)
@@ -512,17 +573,21 @@ class Supervisor:
                     if placement:
                         self.scheduler.release(placement)
                     self.store.set_placement(job.id, None)
+                    final_status, final_reason, again = status, reason, requeue
+                    if again and self.store.desired(job.id) == "stop":
+                        # the user asked to stop while the attempt was being wound down: honour it
+                        final_status, final_reason, again = JobStatus.stopped, "stopped by user", False
                     self.store.set_desired(job.id, None)
                     current = self.store.get(job.id)
                     updates: dict = {"nodes": final}
-                    if requeue:
+                    if again:
                         updates.update(attempt=current.attempt + 1, restarts=current.restarts + 1)
                     else:
                         updates.update(exit_code=exit_code, finished_at=utcnow())
                     self._transition(
                         current.model_copy(update=updates),
-                        status,
-                        reason,
+                        final_status,
+                        final_reason,
                         node=failed.name if failed else None,
                         exit_code=failed.exit_code if failed else exit_code,
                     )

@@ -8,6 +8,7 @@ import signal
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -49,29 +50,35 @@ def full_log(svc, job_id, node="worker-0"):
 
 
 def test_every_route_requires_the_token(ma_service):
-    for method, path in [
-        ("get", "/health"),
-        ("get", "/jobs"),
-        ("post", "/jobs"),
-        ("get", "/specs"),
-        ("get", "/nodes"),
-        ("get", "/jobs/x/logs/read"),
-    ]:
-        r = getattr(requests, method)(f"{ma_service.api}{path}", timeout=5)
-        assert r.status_code == 401, (path, r.status_code)
+    from ma_jupyter.service.app import create_app
+
+    # every route the app defines, taken from the app itself so a new route cannot slip through
+    routes = [
+        (method.lower(), route.path.replace("{job_id}", "x"))
+        for route in create_app(SimpleNamespace(store=None), "unused").routes
+        for method in getattr(route, "methods", ()) or ()
+        if method != "HEAD"
+    ]
+    assert ("get", "/api/v1/openapi.json") in routes and len(routes) >= 15
+    for method, path in routes:
+        r = requests.request(method, f"{ma_service.url}{path}", timeout=5)
+        assert r.status_code == 401, (method, path, r.status_code)
         assert r.json()["error"] == "unauthorized"
-        bad = getattr(requests, method)(
-            f"{ma_service.api}{path}", headers={"Authorization": "Bearer nope"}, timeout=5
+        bad = requests.request(
+            method, f"{ma_service.url}{path}", headers={"Authorization": "Bearer nope"}, timeout=5
         )
         assert bad.status_code == 401
+    for path in ("/docs", "/openapi.json", "/redoc", "/api/v1/docs"):
+        assert requests.get(f"{ma_service.url}{path}", timeout=5).status_code in (401, 404)
     assert ma_service.session().get(f"{ma_service.api}/health", timeout=5).json()["ok"] is True
     # loopback only, and the runtime file is private
     assert ma_service.url.startswith("http://127.0.0.1:")
     assert (ma_service.home / "service.json").stat().st_mode & 0o777 == 0o600
-    assert ma_service.session().get(f"{ma_service.api}/openapi.json", timeout=5).status_code == 200
+    schema = ma_service.session().get(f"{ma_service.api}/openapi.json", timeout=5)
+    assert schema.status_code == 200 and "/api/v1/jobs" in schema.json()["paths"]
 
 
-def test_bad_specs_get_a_400_that_says_what_to_do_and_create_nothing(ma_service):
+def test_bad_specs_get_a_400_that_says_what_to_do_and_create_nothing(ma_service, tmp_path):
     s = ma_service.session()
     r = s.post(
         f"{ma_service.api}/jobs", json={"name": "t", "command": "KEY=VALUE python3 train.py"}, timeout=5
@@ -88,6 +95,19 @@ def test_bad_specs_get_a_400_that_says_what_to_do_and_create_nothing(ma_service)
         timeout=5,
     )
     assert r.status_code == 400 and "/does/not/exist" in r.json()["message"]
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    r = s.post(
+        f"{ma_service.api}/jobs",
+        json={
+            "name": "t",
+            "command": "python x.py",
+            "outputs": str(out),
+            "datasets": [{"name": "d", "path": str(out / "data")}],
+        },
+        timeout=5,
+    )
+    assert r.status_code == 400 and "lies inside the writable /workspace/outputs" in r.json()["message"]
     assert s.get(f"{ma_service.api}/jobs", timeout=5).json()["total"] == 0
     assert s.get(f"{ma_service.api}/jobs/missing-1", timeout=5).status_code == 404
 
@@ -270,7 +290,10 @@ def test_others_access_rules(ma_service):
     r = other.post(f"{ma_service.api}/jobs/{job['id']}/stop", timeout=5)
     assert r.status_code == 403 and "ask its owner" in r.json()["message"]
     private = submit(ma_service, command=f"{PY} -c pass", access="none")
-    assert other.get(f"{ma_service.api}/jobs/{private['id']}", timeout=5).status_code == 403
+    assert other.get(f"{ma_service.api}/jobs/{private['id']}", timeout=5).status_code == 404
+    assert private["id"] not in [
+        j["id"] for j in other.get(f"{ma_service.api}/jobs", timeout=5).json()["items"]
+    ]
 
 
 @pytest.mark.small_cluster
@@ -355,3 +378,23 @@ def test_dry_run_plan_shows_argv_env_and_mounts_and_creates_nothing(ma_service, 
     assert node["workdir"] == "/workspace"
     assert plan["can_start_now"] is True
     assert ma_service.session().get(f"{ma_service.api}/jobs", timeout=5).json()["total"] == 0
+
+
+def test_data_preparation_copies_datasets_before_the_run(ma_service, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x.txt").write_text("prepared")
+    single = tmp_path / "labels.csv"
+    single.write_text("a,b\n")
+    script = "print(open('/workspace/dataset/private/d/x.txt').read(), open('/workspace/dataset/private/f').read().strip())"
+    job = submit(
+        ma_service,
+        command=pycmd(script),
+        data_preparation=True,
+        datasets=[{"name": "d", "path": str(data)}, {"name": "f", "path": str(single)}],
+    )
+    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
+    assert final["status"] == "succeeded", final["reason"]
+    assert "prepared a,b" in full_log(ma_service, job["id"])
+    events = ma_service.session().get(f"{ma_service.api}/jobs/{job['id']}/events", timeout=5).json()
+    assert any("data preparation: copied 2 dataset(s)" in e["reason"] for e in events)
