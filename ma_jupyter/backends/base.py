@@ -44,6 +44,10 @@ class Attempt:
         return self.job_dir / "logs"
 
 
+#: variable holding a secret shared by the nodes of one attempt and by nothing else
+JOB_SECRET_ENV = "MA_JOB_SECRET"
+
+
 class Backend(ABC):
     """Starts, observes and stops the node processes of job attempts."""
 

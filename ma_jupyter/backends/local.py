@@ -28,7 +28,7 @@ from .. import workspace
 from ..errors import BackendUnavailable
 from ..models import NodeRun
 from ..modes.base import NodePlan
-from .base import Attempt, Backend, node_log
+from .base import JOB_SECRET_ENV, Attempt, Backend, node_log
 
 
 def process_start_time(pid: int) -> float | None:
@@ -119,21 +119,26 @@ class LocalBackend(Backend):
         # Validate and build every node's view before starting anything.
         views = [(plan, workspace.node_view(attempt, plan, sandbox)) for plan in attempt.plans]
         attempt.log_dir.mkdir(parents=True, exist_ok=True)
+        # One secret per attempt, seen only by this attempt's nodes: peers of a job use it to
+        # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
+        job_secret = secrets.token_hex(16)
         runs: list[NodeRun] = []
         try:
             for plan, view in views:
-                runs.append(self._launch_node(attempt, plan, view))
+                runs.append(self._launch_node(attempt, plan, view, job_secret))
         except BaseException:
             self.stop(attempt, runs, grace=1.0)
             raise
         return runs
 
-    def _launch_node(self, attempt: Attempt, plan: NodePlan, view: workspace.NodeView) -> NodeRun:
+    def _launch_node(
+        self, attempt: Attempt, plan: NodePlan, view: workspace.NodeView, job_secret: str
+    ) -> NodeRun:
         workspace.prepare_node(view)
         node_dir = Path(view.node_dir)
         marker = f"{attempt.job_id}/{attempt.number}/{plan.name}/{secrets.token_hex(4)}"
         (node_dir / "marker").write_text(marker + "\n")
-        env = workspace.node_env(view, plan.env, marker)
+        env = workspace.node_env(view, {**plan.env, JOB_SECRET_ENV: job_secret}, marker)
         if view.sandbox == "symlink":
             for folder in ("home", "tmp"):
                 (node_dir / folder).mkdir(exist_ok=True)

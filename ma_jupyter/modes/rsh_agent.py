@@ -26,6 +26,7 @@ Open MPI's daemons do not read it (mpirun forwards stdin to rank 0, which runs o
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import signal
@@ -37,6 +38,8 @@ import threading
 import time
 
 STDOUT, STDERR, EXIT = 1, 2, 3
+MAX_REQUEST = 1 << 20  # bytes of one command request
+JOB_SECRET_ENV = "MA_JOB_SECRET"  # set by the backend for the nodes of one attempt (backends.base)
 _HEADER = struct.Struct("!BI")
 USAGE = (
     "usage: python -m ma_jupyter.modes.rsh_agent --serve --job JOB --host HOST\n"
@@ -74,6 +77,7 @@ class Server:
         self.address = socket_name(job_id, host)
         self.host = host
         self.children: set[subprocess.Popen] = set()
+        self.secret = os.environ.get(JOB_SECRET_ENV, "")
         self.lock = threading.Lock()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
@@ -102,12 +106,19 @@ class Server:
                 line = b""
                 while not line.endswith(b"\n"):
                     data = conn.recv(4096)
-                    if not data:
+                    if not data or len(line) > MAX_REQUEST:
                         return
                     line += data
                 request = json.loads(line)
                 command = str(request["command"])
+                given = str(request.get("secret", ""))
             except (ValueError, KeyError, OSError):
+                return
+            # Every job runs as the same user, so the uid alone does not tell this job's mpirun
+            # from another job's process: the attempt's secret does.
+            if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
+                _send(conn, STDERR, b"rsh_agent: refused: not a node of this job\n", send_lock)
+                _send(conn, EXIT, b"255", send_lock)
                 return
             child = subprocess.Popen(
                 ["sh", "-c", command],
@@ -244,7 +255,9 @@ def run_remote(job_id: str, host: str, command: str, timeout: float = 60.0) -> i
 
     signal.signal(signal.SIGTERM, hang_up)
     signal.signal(signal.SIGINT, hang_up)
-    sock.sendall(json.dumps({"command": command}).encode() + b"\n")
+    sock.sendall(
+        json.dumps({"command": command, "secret": os.environ.get(JOB_SECRET_ENV, "")}).encode() + b"\n"
+    )
     outputs = {STDOUT: sys.stdout.buffer, STDERR: sys.stderr.buffer}
     with sock:
         try:

@@ -83,13 +83,16 @@ def test_rank_log_forwards_sigterm_and_reports_the_signal(tmp_path):
 # ------------------------------------------------------------------------------ rsh_agent
 
 
+SECRET = "attempt-secret"  # what the backend gives every node of one attempt
+
+
 @pytest.fixture
 def ma_rsh_server(tmp_path):
     """An agent server for a fresh job id, as a waiting node runs it; stopped afterwards."""
     job = f"test-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "ma_jupyter.modes.rsh_agent", "--serve", "--job", job, "--host", "worker-1"],
-        env=_env(NODE_MARK="on-worker-1"),
+        env=_env(NODE_MARK="on-worker-1", MA_JOB_SECRET=SECRET),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
     )
@@ -108,11 +111,26 @@ def test_rsh_agent_runs_the_command_on_the_named_node_and_returns_its_status(ma_
         "22",
         "worker-1",
         'echo "$NODE_MARK"; echo oops >&2; exit 7',
-        env=_env(MA_JOB_ID=job),
+        env=_env(MA_JOB_ID=job, MA_JOB_SECRET=SECRET),
     )
     assert result.returncode == 7
     assert result.stdout.decode() == "on-worker-1\n"
     assert result.stderr.decode() == "oops\n"
+
+
+def test_rsh_agent_refuses_a_caller_without_the_jobs_secret(ma_rsh_server, tmp_path):
+    job, _server = ma_rsh_server
+    marker = tmp_path / "ran"
+    for secret in ("wrong", ""):
+        result = _module(
+            "ma_jupyter.modes.rsh_agent",
+            "worker-1",
+            f"touch {marker}",
+            env=_env(MA_JOB_ID=job, MA_JOB_SECRET=secret),
+        )
+        assert result.returncode == 255
+        assert b"not a node of this job" in result.stderr
+    assert not marker.exists()
 
 
 def test_rsh_agent_runs_commands_for_its_own_node_in_place():
@@ -131,13 +149,13 @@ def test_rsh_agent_waits_for_a_node_that_is_not_up_yet(tmp_path):
     job = f"test-{uuid.uuid4().hex[:8]}"
     agent = subprocess.Popen(
         [sys.executable, "-m", "ma_jupyter.modes.rsh_agent", "worker-2", "echo", "late"],
-        env=_env(MA_JOB_ID=job),
+        env=_env(MA_JOB_ID=job, MA_JOB_SECRET=SECRET),
         stdout=subprocess.PIPE,
     )
     time.sleep(0.5)  # the agent must be retrying by now
     server = subprocess.Popen(
         [sys.executable, "-m", "ma_jupyter.modes.rsh_agent", "--serve", "--job", job, "--host", "worker-2"],
-        env=_env(),
+        env=_env(MA_JOB_SECRET=SECRET),
         stdout=subprocess.DEVNULL,
     )
     try:
@@ -171,7 +189,7 @@ def test_killing_the_agent_kills_the_remote_command(ma_rsh_server, tmp_path):
             "worker-1",
             f"echo $$ > {pid_file}; exec sleep 60",
         ],
-        env=_env(MA_JOB_ID=job),
+        env=_env(MA_JOB_ID=job, MA_JOB_SECRET=SECRET),
     )
     pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=20))
     agent.kill()
