@@ -35,18 +35,22 @@ def home() -> Path:
 
 
 def db_path() -> Path:
+    """The SQLite database of the job service."""
     return home() / "jobs.db"
 
 
 def runtime_file() -> Path:
+    """The 0600 file naming the running service: url, token, pid."""
     return home() / "service.json"
 
 
 def service_log() -> Path:
+    """The job service's own log."""
     return home() / "service.log"
 
 
 def jobs_root() -> Path:
+    """The folder holding one folder per job, created on first use."""
     path = home() / "jobs"
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -32,6 +32,7 @@ def write_runtime(url: str, token: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the service until SIGTERM; exit status 1 if another service already owns this home."""
     parser = argparse.ArgumentParser(prog="python -m ma_jupyter.service", description=__doc__)
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--log-level", default="warning")

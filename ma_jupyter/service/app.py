@@ -206,7 +206,7 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
     def nodes(spec: str | None = None) -> list[Node]:
         return supervisor.scheduler.node_views(supervisor._usage(), spec=spec)
 
-    @app.post(f"{api}/jobs/{{job_id}}/tensorboard", dependencies=auth)
+    @app.post(f"{api}/jobs/{{job_id}}/tensorboard")
     def start_tensorboard(job_id: str, user: str = Depends(authenticate)) -> dict:
         job = allowed(store.get(job_id), user, "tensorboard")
         if tensorboards is None:

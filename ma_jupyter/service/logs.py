@@ -22,6 +22,7 @@ MAX_WAIT = 60.0
 
 
 def log_dir(job_dir: Path) -> Path:
+    """The folder of a job's log files."""
     return job_dir / "logs"
 
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..config import Cluster
 from ..errors import InvalidSpec
-from ..models import Job, JobSpec, Mode, Node, Spec
+from ..models import JobSpec, Mode, Node, Spec
 from ..modes.base import Placement, TaskSlot, task_roles
 
 PS_SPEC = Spec(name="cpu.ps", cpus=1, memory_gb=1, description="parameter server")
@@ -44,6 +44,7 @@ def placement_to_json(placement: Placement) -> dict:
 
 
 def placement_from_json(data: dict) -> Placement:
+    """The placement stored by :func:`placement_to_json`."""
     tasks = tuple(
         TaskSlot(
             **{**t, "ports": tuple(t["ports"]), "cpus": tuple(t["cpus"]), "devices": tuple(t["devices"])}
@@ -264,7 +265,3 @@ class Scheduler:
                 )
             )
         return views
-
-    def queue_order(self, queued: list[Job]) -> list[Job]:
-        """Queued jobs in the order they are considered (the store already sorts; kept explicit)."""
-        return sorted(queued, key=lambda j: (-j.spec.priority.rank, j.created_at))

@@ -108,6 +108,7 @@ class Store:
             return self._add_event(conn, event) if event else None
 
     def add_event(self, event: Event) -> Event:
+        """Record an event that comes without a status change; returns it with its sequence number."""
         with self._write_lock, self.engine.begin() as conn:
             return self._add_event(conn, event)
 
@@ -125,6 +126,7 @@ class Store:
         return stored
 
     def get(self, job_id: str) -> Job:
+        """The job ``job_id``; NotFound (saying how to list jobs) when there is none."""
         with self.engine.connect() as conn:
             row = conn.execute(select(jobs_table.c.job).where(jobs_table.c.id == job_id)).first()
         if row is None:
@@ -132,6 +134,7 @@ class Store:
         return Job.model_validate_json(row[0])
 
     def status(self, job_id: str) -> JobStatus:
+        """Only the status of a job (cheap: followers poll it)."""
         with self.engine.connect() as conn:
             row = conn.execute(select(jobs_table.c.status).where(jobs_table.c.id == job_id)).first()
         if row is None:
@@ -139,6 +142,7 @@ class Store:
         return JobStatus(row[0])
 
     def delete(self, job_id: str) -> None:
+        """Remove a job and its events in one transaction."""
         with self._write_lock, self.engine.begin() as conn:
             conn.execute(jobs_table.delete().where(jobs_table.c.id == job_id))
             conn.execute(events_table.delete().where(events_table.c.job_id == job_id))
@@ -191,15 +195,18 @@ class Store:
     # ------------------------------------------------------------------ supervisor state
 
     def set_desired(self, job_id: str, desired: str | None) -> None:
+        """Record (or clear, with None) a request the supervisor must carry out, e.g. ``"stop"``."""
         with self._write_lock, self.engine.begin() as conn:
             conn.execute(jobs_table.update().where(jobs_table.c.id == job_id).values(desired=desired))
 
     def desired(self, job_id: str) -> str | None:
+        """The pending request for a job, if any."""
         with self.engine.connect() as conn:
             row = conn.execute(select(jobs_table.c.desired).where(jobs_table.c.id == job_id)).first()
         return row[0] if row else None
 
     def set_placement(self, job_id: str, placement: dict | None) -> None:
+        """Store (or clear) the placement of the job's current attempt."""
         with self._write_lock, self.engine.begin() as conn:
             conn.execute(
                 jobs_table.update()
@@ -208,6 +215,7 @@ class Store:
             )
 
     def placement(self, job_id: str) -> dict | None:
+        """The stored placement of the job's current attempt, if it has one."""
         with self.engine.connect() as conn:
             row = conn.execute(select(jobs_table.c.placement).where(jobs_table.c.id == job_id)).first()
         return json.loads(row[0]) if row and row[0] else None
@@ -215,6 +223,7 @@ class Store:
     # ---------------------------------------------------------------------------- events
 
     def events(self, job_id: str, after: int = 0) -> list[Event]:
+        """A job's events with a sequence number above ``after``, oldest first."""
         query = (
             select(events_table.c.event)
             .where(events_table.c.job_id == job_id, events_table.c.seq > after)

@@ -130,9 +130,7 @@ class Supervisor:
         spec = spec.model_copy(update={"creator": creator or spec.creator})
         self._validate(spec)
         job = Job(id=new_job_id(spec.name), spec=spec, status=JobStatus.queued, backend=self.backend.name)
-        ahead = sum(
-            1 for j in self.store.by_status(JobStatus.queued) if j.spec.priority.rank >= spec.priority.rank
-        )
+        ahead = self._queued_ahead(spec)
         self.store.insert(
             job,
             Event(
@@ -141,6 +139,12 @@ class Supervisor:
         )
         self._wake.set()
         return job
+
+    def _queued_ahead(self, spec: JobSpec) -> int:
+        """How many queued jobs would be considered before a new job of this priority."""
+        return sum(
+            1 for j in self.store.by_status(JobStatus.queued) if j.spec.priority.rank >= spec.priority.rank
+        )
 
     def _validate(self, spec: JobSpec) -> None:
         self.scheduler.check(spec)
@@ -186,9 +190,7 @@ class Supervisor:
             )
             for p in plan_job(spec, placement)
         ]
-        ahead = sum(
-            1 for j in self.store.by_status(JobStatus.queued) if j.spec.priority.rank >= spec.priority.rank
-        )
+        ahead = self._queued_ahead(spec)
         notes = ["ports are allocated at launch (0 in this plan)"]
         return Plan(
             spec=placement.spec.name,
@@ -466,6 +468,13 @@ class Supervisor:
                 job, attempt, JobStatus.succeeded, f"every node exited with code 0{extra}", 5.0, exit_code=0
             )
 
+    def _forget(self, job_id: str) -> None:
+        """Drop the in-memory notes kept about a job's current attempt."""
+        self._waiting_noted.discard(job_id)
+        for key in [k for k in self._perf_offsets if k[0] == job_id]:
+            del self._perf_offsets[key]
+        self._perf_alerted = {k for k in self._perf_alerted if k[0] != job_id}
+
     def _perf_degraded(self, job: Job, attempt: Attempt) -> bool:
         """Performance detection: scan new log lines for the per-iteration hardware and e2e times.
 
@@ -573,6 +582,7 @@ class Supervisor:
                     if placement:
                         self.scheduler.release(placement)
                     self.store.set_placement(job.id, None)
+                    self._forget(job.id)
                     final_status, final_reason, again = status, reason, requeue
                     if again and self.store.desired(job.id) == "stop":
                         # the user asked to stop while the attempt was being wound down: honour it
@@ -635,11 +645,7 @@ def _rank_failure(attempt: Attempt, run: NodeRun) -> tuple[int, int] | None:
 
 
 def _mount_dict(mount) -> dict:
-    """A workspace mount as plain data for the dry-run view."""
-    from dataclasses import asdict, is_dataclass
+    """A workspace mount (a dataclass) as plain data for the dry-run view."""
+    from dataclasses import asdict
 
-    if is_dataclass(mount):
-        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(mount).items()}
-    if hasattr(mount, "model_dump"):
-        return mount.model_dump()
-    return dict(mount)
+    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(mount).items()}
