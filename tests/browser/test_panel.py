@@ -7,35 +7,14 @@ lines in the monitor, presses Stop, sees the job stopped, and saves a screenshot
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-import requests
 
-from tests.helpers import wait_for
+from tests.browser.lab import CHROMIUM, CHROMIUM_ARGS, running_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
-
-REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 SCRIPT = """import time
 for i in range(600):
@@ -44,82 +23,14 @@ for i in range(600):
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def ma_lab(tmp_path, monkeypatch):
-    """JupyterLab on loopback with its own config, data, runtime, settings and job-service home."""
+    """JupyterLab with the test's own job-service home (see tests/browser/lab.py)."""
     if not Path(CHROMIUM).exists():
         pytest.skip("chromium is not installed (apt-get install chromium)")
-    home = tmp_path / "home"
-    root = tmp_path / "notebooks"
-    for folder in (home, root):
-        folder.mkdir()
-    token = secrets.token_hex(16)
-    port = _free_port()
-    env = {
-        **os.environ,
-        "MA_JUPYTER_HOME": str(home),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
-        "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data"),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "jupyter-runtime"),
-        "IPYTHONDIR": str(tmp_path / "ipython"),
-    }
-    monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
-    log = open(tmp_path / "lab.log", "wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            "--allow-root",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            f"--LabApp.user_settings_dir={tmp_path / 'lab-settings'}",
-            f"--LabApp.workspaces_dir={tmp_path / 'lab-workspaces'}",
-            "--LabApp.news_url=None",
-            "--ServerApp.disable_check_xsrf=False",
-        ],
-        env=env,
-        cwd=root,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready():
-        if proc.poll() is not None:
-            raise RuntimeError((tmp_path / "lab.log").read_text()[-3000:])
-        try:
-            return requests.get(f"{url}/api/status", params={"token": token}, timeout=2).ok
-        except requests.RequestException:
-            return False
-
-    try:
-        wait_for(ready, timeout=60, interval=0.2)
-        yield {"url": url, "token": token, "root": root, "home": home, "log": tmp_path / "lab.log"}
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        # the notebook's kernel autostarted the job service on this home: stop it too
-        runtime = home / "service.json"
-        if runtime.exists():
-            try:
-                os.kill(json.loads(runtime.read_text())["pid"], signal.SIGTERM)
-            except (OSError, ValueError, KeyError):
-                pass
+    with running_lab(tmp_path / "lab") as lab:
+        monkeypatch.setenv("MA_JUPYTER_HOME", str(lab["home"]))
+        yield lab
 
 
 def write_panel_notebook(path: Path) -> None:

@@ -8,14 +8,7 @@ job service is started by the server extension on first use, on a temporary
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import secrets
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,22 +16,12 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.browser.lab import CHROMIUM, CHROMIUM_ARGS, REPO, running_lab
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "test-output"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 INSTALLED = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "ma_jupyter" / "package.json"
 
 TRAIN = """import time
@@ -48,110 +31,15 @@ for i in range(600):
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _stop_service(home: Path) -> None:
-    """Stop the jobs the server extension's service still runs, then the service itself."""
-    from ma_jupyter.client import Client
-
-    try:
-        runtime = json.loads((home / "service.json").read_text())
-    except (OSError, ValueError):
-        return
-    client = Client(url=runtime["url"], token=runtime["token"], timeout=10)
-    try:
-        for job in client.jobs(status=["running", "queued"]):
-            client.stop(job.id)
-            job.wait(timeout=30)
-    except Exception:
-        pass  # the service may already be gone; its pid is still signalled below
-    try:
-        os.kill(runtime["pid"], signal.SIGTERM)
-        wait_for(lambda: not Path(f"/proc/{runtime['pid']}").exists(), timeout=20)
-    except (OSError, AssertionError):
-        pass
-
-
 @pytest.fixture(scope="module")
 def ma_lab(tmp_path_factory):
-    """JupyterLab on loopback with its own config, data, runtime and settings folders and its own
-    job-service home; yields ``url``, ``token``, ``home``, ``work`` and the server ``log``."""
+    """JupyterLab with the installed sidebar, on its own job-service home (see tests/browser/lab.py)."""
     if not INSTALLED.exists():
         pytest.fail(
             f"the sidebar is not installed in {sys.prefix}: run ./dev setup (it builds labextension/)"
         )
-    tmp = tmp_path_factory.mktemp("lab")
-    home, root, work = tmp / "home", tmp / "notebooks", tmp / "work"
-    for folder in (home, root, work):
-        folder.mkdir()
-    token = secrets.token_hex(16)
-    port = _free_port()
-    settings = tmp / "app-settings"
-    settings.mkdir()
-    # no news or update checks: nothing leaves loopback and no toast covers the sidebar
-    (settings / "overrides.json").write_text(
-        json.dumps(
-            {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
-        )
-    )
-    env = {
-        **os.environ,
-        "MA_JUPYTER_HOME": str(home),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "JUPYTER_CONFIG_DIR": str(tmp / "jupyter-config"),
-        "JUPYTER_DATA_DIR": str(tmp / "jupyter-data"),
-        "JUPYTER_RUNTIME_DIR": str(tmp / "jupyter-runtime"),
-        "IPYTHONDIR": str(tmp / "ipython"),
-    }
-    log_path = tmp / "lab.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jupyterlab",
-                "--no-browser",
-                "--ip=127.0.0.1",
-                f"--port={port}",
-                "--allow-root",
-                f"--IdentityProvider.token={token}",
-                f"--ServerApp.root_dir={root}",
-                f"--LabApp.app_settings_dir={settings}",
-                f"--LabApp.user_settings_dir={tmp / 'lab-settings'}",
-                f"--LabApp.workspaces_dir={tmp / 'lab-workspaces'}",
-                "--LabApp.news_url=None",
-            ],
-            env=env,
-            cwd=root,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(log_path.read_text()[-3000:])
-        try:
-            return requests.get(f"{url}/api/status", params={"token": token}, timeout=2).ok
-        except requests.RequestException:
-            return False
-
-    try:
-        wait_for(ready, timeout=60, interval=0.2)
-        yield {"url": url, "token": token, "home": home, "work": work, "log": log_path}
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        _stop_service(home)
+    with running_lab(tmp_path_factory.mktemp("lab")) as lab:
+        yield lab
 
 
 def _api(ma_lab, path: str) -> str:

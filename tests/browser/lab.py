@@ -1,0 +1,138 @@
+"""A real JupyterLab for the browser tests, and how to launch Debian's chromium.
+
+JupyterLab runs on loopback with a token and its own config, data, runtime and settings
+folders, on its own ``MA_JUPYTER_HOME``; the job service it reaches (started on first use by
+the server extension or a kernel) is stopped with its jobs when the Lab stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import requests
+
+from tests.helpers import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop_service(home: Path) -> None:
+    """Stop the jobs the service of ``home`` still runs, then the service itself."""
+    from ma_jupyter.client import Client
+
+    try:
+        runtime = json.loads((home / "service.json").read_text())
+    except (OSError, ValueError):
+        return
+    client = Client(url=runtime["url"], token=runtime["token"], timeout=10)
+    try:
+        for job in client.jobs(status=["running", "queued"]):
+            client.stop(job.id)
+            job.wait(timeout=30)
+    except Exception:
+        pass  # the service may already be gone; its pid is still signalled below
+    try:
+        os.kill(runtime["pid"], signal.SIGTERM)
+        wait_for(lambda: not Path(f"/proc/{runtime['pid']}").exists(), timeout=20)
+    except (OSError, AssertionError):
+        pass
+
+
+@contextmanager
+def running_lab(tmp: Path) -> Iterator[dict]:
+    """JupyterLab under ``tmp``; yields ``url``, ``token``, ``home``, ``root`` (its notebooks),
+    ``work`` (a scratch folder) and ``log`` (the server's log file)."""
+    home, root, work = tmp / "home", tmp / "notebooks", tmp / "work"
+    for folder in (home, root, work):
+        folder.mkdir(parents=True)
+    token = secrets.token_hex(16)
+    port = free_port()
+    settings = tmp / "app-settings"
+    settings.mkdir()
+    # no news or update checks: nothing leaves loopback and no toast covers the page
+    (settings / "overrides.json").write_text(
+        json.dumps(
+            {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+        )
+    )
+    env = {
+        **os.environ,
+        "MA_JUPYTER_HOME": str(home),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "JUPYTER_CONFIG_DIR": str(tmp / "jupyter-config"),
+        "JUPYTER_DATA_DIR": str(tmp / "jupyter-data"),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "jupyter-runtime"),
+        "IPYTHONDIR": str(tmp / "ipython"),
+    }
+    log_path = tmp / "lab.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                "--allow-root",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                f"--LabApp.app_settings_dir={settings}",
+                f"--LabApp.user_settings_dir={tmp / 'lab-settings'}",
+                f"--LabApp.workspaces_dir={tmp / 'lab-workspaces'}",
+                "--LabApp.news_url=None",
+            ],
+            env=env,
+            cwd=root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(log_path.read_text()[-3000:])
+        try:
+            return requests.get(f"{url}/api/status", params={"token": token}, timeout=2).ok
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_for(ready, timeout=60, interval=0.2)
+        yield {"url": url, "token": token, "home": home, "root": root, "work": work, "log": log_path}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        stop_service(home)
