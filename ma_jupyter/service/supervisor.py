@@ -109,6 +109,23 @@ class Supervisor:
                 log.exception("supervisor tick failed")
 
     def _reattach(self) -> None:
+        """Take over from a previous service: re-attach to running jobs, and clean up a launch it
+        was in the middle of (placement stored, job not yet recorded as running)."""
+        for job in self.store.by_status(JobStatus.queued):
+            data = self.store.placement(job.id)
+            if data is None:
+                continue
+            placement = placement_from_json(data)
+            attempt = self._attempt(job, placement)
+            # Those nodes may have started without the job being marked running: stop them (by
+            # their markers) so the job starts once, cleanly, when it is admitted again.
+            self.backend.stop(attempt, [NodeRun(name=p.name) for p in attempt.plans], 1.0)
+            self.store.set_placement(job.id, None)
+            self._notice(
+                job,
+                "the service stopped while launching this job; its partly started nodes were "
+                "stopped and it waits in the queue to start again",
+            )
         for job in self.store.by_status(JobStatus.running):
             data = self.store.placement(job.id)
             if data is None:
