@@ -66,9 +66,44 @@ class BackendUnavailable(MaJupyterError):
     status = 503
 
 
+class RefusedFile(MaJupyterError):
+    """A file a job could write is not what the service may read (a FIFO, a symlink, too big...).
+
+    The message says what the job left where, e.g. "worker-0 left a FIFO at /job/logs/rank-0.log".
+    """
+
+    kind = "refused_file"
+    status = 422
+
+
+class PayloadTooLarge(MaJupyterError):
+    """A request body is larger than the service accepts."""
+
+    kind = "payload_too_large"
+    status = 413
+
+
+class DiskFull(MaJupyterError):
+    """A disk the service or a job writes to is full; the message names the folder."""
+
+    kind = "disk_full"
+    status = 507
+
+
 ERRORS_BY_KIND: dict[str, type[MaJupyterError]] = {
     cls.kind: cls
-    for cls in (MaJupyterError, InvalidSpec, Unauthorized, Forbidden, NotFound, Conflict, BackendUnavailable)
+    for cls in (
+        MaJupyterError,
+        InvalidSpec,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        Conflict,
+        BackendUnavailable,
+        RefusedFile,
+        PayloadTooLarge,
+        DiskFull,
+    )
 }
 
 

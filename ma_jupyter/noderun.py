@@ -11,7 +11,8 @@ pointing at the node's log file; the service is never in the log path.  The runn
 4. when the command ends, kills what it left behind (a bubblewrap pid namespace does this by
    itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
 5. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
-   ``nodes/<node>/failure.json`` and writes the exit code atomically to
+   ``nodes/<node>/failure.json`` when it is a small regular file (see
+   :func:`ma_jupyter.untrusted.collect_report`) and writes the exit code atomically to
    ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result.
 
 Exit codes follow the shell: a command killed by signal N ends with 128+N.
@@ -29,6 +30,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from .untrusted import collect_report
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -181,12 +184,8 @@ class NodeRunner:
                     flush=True,
                 )
         node_dir = Path(spec["node_dir"])
-        report = Path(spec["rank_log_dir"]) / "failure.json"
-        if report.exists():
-            try:
-                os.replace(report, node_dir / "failure.json")
-            except OSError:
-                pass
+        # the job could leave anything there (a FIFO, a symlink): never follow or read it here
+        collect_report(Path(spec["rank_log_dir"]), node_dir, spec.get("node", "the node"))
         write_exit_code(node_dir / "exit_code", code)
         return code
 

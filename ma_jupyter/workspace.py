@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 from .commands import expand_argv
 from .errors import InvalidSpec
 from .models import Image, JobSpec
+from .untrusted import make_dirs
 
 if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
     from .backends.base import Attempt
@@ -504,6 +505,10 @@ def prepare_node(view: NodeView) -> None:
     outputs folders to create, ``view.json``, and (symlink mode) the symlink tree.
 
     Idempotent; stale results of an earlier attempt (exit code, failure report) are removed.
+
+    Raises:
+        RefusedFile: a folder to create has a symlink (or a file) on its way below the job's
+            folder or the outputs folder; the launch fails with that message.
     """
     node_dir = Path(view.node_dir)
     node_dir.mkdir(parents=True, exist_ok=True)
@@ -522,9 +527,14 @@ def prepare_node(view: NodeView) -> None:
         host = view.files_dir / path.lstrip("/")
         host.parent.mkdir(parents=True, exist_ok=True)
         host.write_text(content)
+    job_dir = Path(view.node_dir).parent.parent
     for mount in view.mounts:
         if mount.create:
-            Path(mount.source).mkdir(parents=True, exist_ok=True)
+            # A job may have planted a symlink where a task folder goes (shared outputs): create
+            # it following none below the job's folder or the user's outputs folder.
+            source = Path(mount.source)
+            trusted = job_dir if source.is_relative_to(job_dir) else source.parent
+            make_dirs(source, trusted=trusted, owner="a job")
     if view.sandbox == "symlink":
         _build_tree(view)
     (node_dir / "view.json").write_text(view.to_json())

@@ -13,15 +13,28 @@ clone and open TensorBoard; none hides the job from them.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import time
 from typing import Any
 
-from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi import Body, Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__, config
-from ..errors import Forbidden, InvalidSpec, MaJupyterError, NotFound, Unauthorized
+from ..errors import (
+    Conflict,
+    Forbidden,
+    InvalidSpec,
+    MaJupyterError,
+    NotFound,
+    PayloadTooLarge,
+    RefusedFile,
+    Unauthorized,
+)
 from ..models import (
     Access,
     Event,
@@ -38,10 +51,22 @@ from ..models import (
     parse_spec,
 )
 from . import logs
+from .guard import MAX_BODY, GuardMiddleware
 from .supervisor import Supervisor
 
 READ_OPS = {"view", "clone", "tensorboard"}
 USER_HEADER = "X-MA-User"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: seconds a force-delete answer waits (asynchronously) for the job to stop before answering 202
+FORCE_DELETE_WAIT = 10.0
+_ERRORS_BY_STATUS = {
+    400: InvalidSpec,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+}
 
 
 def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> FastAPI:
@@ -51,10 +76,12 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         title="ma_jupyter job service", version=__version__, openapi_url=None, docs_url=None, redoc_url=None
     )
     store = supervisor.store
+    app.add_middleware(GuardMiddleware, max_body=MAX_BODY, home=str(config.home()))
 
     def authenticate(request: Request) -> str:
+        # Only the Authorization header: a token in the URL would land in logs and browser history.
         header = request.headers.get("authorization", "")
-        given = header[7:] if header.lower().startswith("bearer ") else request.query_params.get("token", "")
+        given = header[7:] if header.lower().startswith("bearer ") else ""
         if not given or not hmac.compare_digest(given.encode(), token.encode()):
             raise Unauthorized(
                 "missing or wrong token: the client reads it from $MA_JUPYTER_HOME/service.json"
@@ -76,6 +103,15 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
     @app.exception_handler(MaJupyterError)
     async def _typed(_request: Request, exc: MaJupyterError):
         return JSONResponse(status_code=exc.status, content=exc.to_body())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException):
+        cls = _ERRORS_BY_STATUS.get(exc.status_code, MaJupyterError)
+        detail = exc.detail if isinstance(exc.detail, str) else f"HTTP {exc.status_code}"
+        if exc.status_code == 404:
+            detail = "no such route in the job service API (/api/v1/...)"
+        body = cls(detail).to_body()
+        return JSONResponse(status_code=exc.status_code, content=body, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError):
@@ -99,8 +135,13 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         return {"ok": True, "pid": os.getpid(), "version": __version__, "backend": supervisor.backend.name}
 
     @app.post(f"{api}/jobs", status_code=201, response_model=Job)
-    def submit(body: dict = Body(...), user: str = Depends(authenticate)) -> Job:
-        return supervisor.submit(parse_spec(body), creator=user)
+    def submit(
+        body: dict = Body(...),
+        user: str = Depends(authenticate),
+        idempotency_key: str | None = Header(default=None, alias=IDEMPOTENCY_HEADER, max_length=200),
+    ) -> Job:
+        # A retried submit (same key, same user) gets the job the first one created.
+        return supervisor.submit(parse_spec(body), creator=user, idempotency_key=idempotency_key)
 
     @app.post(f"{api}/plan", response_model=Plan)
     def plan(body: dict = Body(...), user: str = Depends(authenticate)) -> Plan:
@@ -163,10 +204,30 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         return supervisor.request_stop(job_id)
 
     @app.delete(f"{api}/jobs/{{job_id}}", status_code=204)
-    def delete_job(job_id: str, force: bool = False, user: str = Depends(authenticate)) -> Response:
-        allowed(store.get(job_id), user, "delete")
-        supervisor.delete(job_id, force=force)
-        return Response(status_code=204)
+    async def delete_job(job_id: str, force: bool = False, user: str = Depends(authenticate)) -> Response:
+        def start() -> bool:
+            allowed(store.get(job_id), user, "delete")
+            return supervisor.delete(job_id, force=force)
+
+        if await run_in_threadpool(start):
+            return Response(status_code=204)
+        # A live job stops within its grace period (maybe an hour): wait a little without holding
+        # a thread, then leave the deletion to the supervisor.
+        deadline = time.monotonic() + FORCE_DELETE_WAIT
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            try:
+                await run_in_threadpool(store.status, job_id)
+            except NotFound:
+                return Response(status_code=204)
+        return JSONResponse(
+            status_code=202,
+            content={
+                "id": job_id,
+                "deleting": True,
+                "message": f"job {job_id} is stopping; the service deletes it once it has stopped",
+            },
+        )
 
     @app.get(f"{api}/jobs/{{job_id}}/events", response_model=list[Event])
     def events(
@@ -190,13 +251,23 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         wait: float = Query(default=0.0, ge=0, le=logs.MAX_WAIT),
         user: str = Depends(authenticate),
     ) -> LogChunk:
-        job = allowed(store.get(job_id), user, "view")
-        node = node or logs.default_node(job)
         job_dir = config.job_dir(job_id)
-        logs.ensure_stream(job, job_dir, node, rank)
-        return await logs.read_chunk(
-            job_id, job_dir, node, rank, offset, limit, wait, lambda: store.status(job_id).is_terminal()
-        )
+
+        def check() -> str:  # the store and the folder are looked at on a thread, never in the loop
+            job = allowed(store.get(job_id), user, "view")
+            chosen = node or logs.default_node(job)
+            logs.ensure_stream(job, job_dir, chosen, rank)
+            return chosen
+
+        node = await run_in_threadpool(check)
+        try:
+            return await logs.read_chunk(
+                job_id, job_dir, node, rank, offset, limit, wait, lambda: store.status(job_id).is_terminal()
+            )
+        except RefusedFile as exc:
+            # The job planted something the service will not read: that ends the job.
+            await run_in_threadpool(supervisor.fail_job, job_id, exc.message)
+            raise
 
     @app.get(f"{api}/specs", response_model=list[Spec], dependencies=auth)
     def specs() -> list[Spec]:

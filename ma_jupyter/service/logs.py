@@ -9,15 +9,24 @@ skipped.  A chunk never ends inside a UTF-8 character.
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from ..backends.base import node_log
-from ..errors import InvalidSpec, NotFound
+from ..errors import BackendUnavailable, InvalidSpec, NotFound
 from ..models import Job, LogChunk, LogStream
+from ..untrusted import open_file, pread_range
+from ..workspace import RANK_LOG_VIEW
 
-FOLLOW_POLL = 0.005  # seconds between size checks while a follower waits
+T = TypeVar("T")
+
+FOLLOW_POLL = 0.005  # seconds between size checks (fstat of the open file) while a follower waits
+STATUS_EVERY = 0.1  # seconds between full looks (job status + read, on a thread) while waiting
+READ_TIMEOUT = 10.0  # seconds one look at a log may take before the request gives up
 MAX_WAIT = 60.0
 
 
@@ -26,19 +35,38 @@ def log_dir(job_dir: Path) -> Path:
     return job_dir / "logs"
 
 
+def _regular_size(path: Path) -> int:
+    """The size of a regular file, without following a symlink; 0 for anything else or nothing."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
 def streams(job: Job, job_dir: Path) -> list[LogStream]:
-    """Every log stream of a job: each node's combined log, then its per-rank logs."""
+    """Every log stream of a job: each node's combined log, then its per-rank logs.
+
+    Only looks (``lstat``), never opens or follows: a stream that is not a regular file shows
+    size 0 and is refused when read.
+    """
     found: list[LogStream] = []
     names = [n.name for n in job.nodes]
     folder = log_dir(job_dir)
-    for extra in sorted(folder.glob("*.log")) if folder.is_dir() else []:
+    for extra in sorted(folder.glob("*.log")) if _is_folder(folder) else []:
         if extra.stem not in names:
             names.append(extra.stem)
     for name in names:
-        path = node_log(folder, name)
-        found.append(LogStream(node=name, rank=None, size=path.stat().st_size if path.exists() else 0))
+        found.append(LogStream(node=name, rank=None, size=_regular_size(node_log(folder, name))))
         rank_dir = folder / name
-        if rank_dir.is_dir():
+        if _is_folder(rank_dir):
             ranks = []
             for rank_file in rank_dir.glob("rank-*.log"):
                 try:
@@ -46,7 +74,7 @@ def streams(job: Job, job_dir: Path) -> list[LogStream]:
                 except ValueError:
                     continue
             for rank, rank_file in sorted(ranks):
-                found.append(LogStream(node=name, rank=rank, size=rank_file.stat().st_size))
+                found.append(LogStream(node=name, rank=rank, size=_regular_size(rank_file)))
     return found
 
 
@@ -60,29 +88,36 @@ def default_node(job: Job) -> str:
 
 def stream_path(job_dir: Path, node: str, rank: int | None) -> Path:
     """The file of one stream; names that could leave the job's log folder are refused."""
-    if not node or "/" in node or node.startswith("."):
+    return job_dir / _stream_relative(node, rank)
+
+
+def _stream_relative(node: str, rank: int | None) -> str:
+    if not node or "/" in node or node.startswith(".") or "\0" in node:
         raise InvalidSpec(f"{node!r} is not a node name", field="node")
-    folder = log_dir(job_dir)
     if rank is None:
-        return node_log(folder, node)
+        return f"logs/{node}.log"
     if rank < 0:
         raise InvalidSpec("rank must be 0 or more", field="rank")
-    return folder / node / f"rank-{rank}.log"
+    return f"logs/{node}/rank-{rank}.log"
 
 
-def read_bytes(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
-    """Bytes from ``offset`` (at most ``limit``), trimmed to whole UTF-8 characters; (data, size now)."""
+def open_stream(job_dir: Path, node: str, rank: int | None) -> int | None:
+    """An fd of one stream's file opened as untrusted (see :mod:`ma_jupyter.untrusted`); None
+    while it does not exist.
+
+    Raises:
+        RefusedFile: the job put something else than a regular file there (FIFO, symlink...).
+    """
+    relative = _stream_relative(node, rank)
+    shown = f"{RANK_LOG_VIEW}/rank-{rank}.log" if rank is not None else str(job_dir / relative)
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            if offset >= size:
-                return b"", size
-            fh.seek(offset)
-            data = fh.read(limit)
-    except FileNotFoundError:
-        return b"", 0
-    # Do not split a multi-byte character: keep its start for the next read.
+        return open_file(job_dir, relative, owner=node, shown=shown)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _whole_characters(data: bytes) -> bytes:
+    """``data`` without a multi-byte UTF-8 character cut at its end (kept for the next read)."""
     cut = len(data)
     for back in range(1, min(4, len(data)) + 1):
         byte = data[-back]
@@ -93,7 +128,35 @@ def read_bytes(path: Path, offset: int, limit: int) -> tuple[bytes, int]:
             if back < need:
                 cut = len(data) - back
         break
-    return data[:cut], size
+    return data[:cut]
+
+
+def read_fd(fd: int | None, offset: int, limit: int) -> tuple[bytes, int]:
+    """Bytes of an open stream from ``offset`` (at most ``limit``), trimmed to whole UTF-8
+    characters; (data, size now).  ``fd`` None (no file yet) reads as empty."""
+    if fd is None:
+        return b"", 0
+    data, size = pread_range(fd, offset, limit)
+    return _whole_characters(data), size
+
+
+def read_stream(job_dir: Path, node: str, rank: int | None, offset: int, limit: int) -> tuple[bytes, int]:
+    """Open, read and close one stream (see :func:`open_stream` and :func:`read_fd`); blocking-safe
+    but still file I/O: the event loop calls it on a thread."""
+    fd = open_stream(job_dir, node, rank)
+    try:
+        return read_fd(fd, offset, limit)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+async def _off_loop(fn: Callable[[], T], what: str) -> T:
+    """Run ``fn`` on a thread, giving up after ``READ_TIMEOUT`` (the thread is left to finish)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(fn), READ_TIMEOUT)
+    except TimeoutError:
+        raise BackendUnavailable(f"reading {what} took more than {READ_TIMEOUT:g} s; try again") from None
 
 
 async def read_chunk(
@@ -110,17 +173,45 @@ async def read_chunk(
 
     ``eof`` is set only when the job is terminal and the reader has everything: the status is
     read *before* the file, so bytes written just before the job ended are never missed.
+
+    Never blocks the event loop: opening and reading the file and asking the store for the
+    status run on a thread (bounded by ``READ_TIMEOUT``); in between, the wait watches the open
+    file's size with ``fstat``, which cannot block.  The file is opened as untrusted.
+
+    Raises:
+        RefusedFile: the stream is not a regular file (a FIFO, a symlink...).
+        BackendUnavailable: reading took longer than ``READ_TIMEOUT``.
     """
     if offset < 0 or limit <= 0:
         raise InvalidSpec("offset must be >= 0 and limit > 0")
-    path = stream_path(job_dir, node, rank)
+    _stream_relative(node, rank)  # refuse bad names before anything else
+    what = f"the log {node}" + (f" rank {rank}" if rank is not None else "")
     deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
-    while True:
+    holder: list[int | None] = [None]
+
+    def step() -> tuple[bool, bytes, int]:
         terminal = is_terminal()
-        data, size = read_bytes(path, offset, limit)
-        if data or terminal or time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(FOLLOW_POLL)
+        if holder[0] is None:
+            holder[0] = open_stream(job_dir, node, rank)
+        data, size = read_fd(holder[0], offset, limit)
+        return terminal, data, size
+
+    try:
+        while True:
+            terminal, data, size = await _off_loop(step, what)
+            if data or terminal or time.monotonic() >= deadline:
+                break
+            # Until the next full look (status + read), watch the size of the open file only.
+            next_look = min(deadline, time.monotonic() + STATUS_EVERY)
+            while time.monotonic() < next_look:
+                await asyncio.sleep(FOLLOW_POLL)
+                fd = holder[0]
+                if fd is not None and os.fstat(fd).st_size > offset:
+                    break
+    finally:
+        if holder[0] is not None:
+            # a thread that timed out may still use it; closing then makes its read fail, harmlessly
+            os.close(holder[0])
     next_offset = offset + len(data)
     return LogChunk(
         job_id=job_id,

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,11 @@ from sqlalchemy import (
     func,
     select,
 )
+from sqlalchemy.exc import IntegrityError, OperationalError
 
-from ..errors import NotFound
+from ..errors import DiskFull, NotFound
 from ..models import Event, Job, JobStatus
+from .disk import full_folder
 
 metadata = MetaData()
 
@@ -58,6 +61,14 @@ events_table = Table(
 )
 
 
+idempotency_table = Table(
+    "idempotency",
+    metadata,
+    Column("key", String, primary_key=True),  # "<user>\0<client's Idempotency-Key>"
+    Column("job_id", String, nullable=False, index=True),
+)
+
+
 class Store:
     """Thread-safe access to jobs and events.  All methods are short transactions."""
 
@@ -79,6 +90,20 @@ class Store:
         # SQLite allows one writer; serialising in-process writers avoids "database is locked".
         self._write_lock = threading.RLock()
 
+    @contextmanager
+    def _writing(self) -> Iterator[Any]:
+        """One write transaction; a full disk becomes :class:`DiskFull` naming the store's folder."""
+        try:
+            with self._write_lock, self.engine.begin() as conn:
+                yield conn
+        except OperationalError as exc:
+            if "disk is full" in str(exc) or full_folder([self.path.parent]) is not None:
+                raise DiskFull(
+                    f"disk full under {self.path.parent}: the job service cannot record anything "
+                    "until space is freed there"
+                ) from exc
+            raise
+
     # ------------------------------------------------------------------------------ jobs
 
     @staticmethod
@@ -95,21 +120,45 @@ class Store:
             "job": job.model_dump_json(),
         }
 
-    def insert(self, job: Job, first_event: Event) -> Event:
-        """Create a job and its first event in one transaction (no half-created job)."""
-        with self._write_lock, self.engine.begin() as conn:
-            conn.execute(jobs_table.insert().values(**self._row(job)))
-            return self._add_event(conn, first_event)
+    def insert(self, job: Job, first_event: Event, idempotency_key: str | None = None) -> str:
+        """Create a job and its first event in one transaction (no half-created job).
+
+        With ``idempotency_key``, the key is stored in the same transaction; when the key is
+        already taken nothing is created.
+
+        Returns:
+            The id of the job stored under the key: ``job.id``, or the earlier job's id.
+        """
+        try:
+            with self._writing() as conn:
+                conn.execute(jobs_table.insert().values(**self._row(job)))
+                if idempotency_key is not None:
+                    conn.execute(idempotency_table.insert().values(key=idempotency_key, job_id=job.id))
+                self._add_event(conn, first_event)
+                return job.id
+        except IntegrityError:
+            earlier = self.job_for_key(idempotency_key) if idempotency_key is not None else None
+            if earlier is None:
+                raise
+            return earlier
+
+    def job_for_key(self, idempotency_key: str) -> str | None:
+        """The id of the job a submit with this idempotency key created, if any (and not deleted)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(idempotency_table.c.job_id).where(idempotency_table.c.key == idempotency_key)
+            ).first()
+        return row[0] if row else None
 
     def save(self, job: Job, event: Event | None = None) -> Event | None:
         """Persist the job (and an event with it, atomically)."""
-        with self._write_lock, self.engine.begin() as conn:
+        with self._writing() as conn:
             conn.execute(jobs_table.update().where(jobs_table.c.id == job.id).values(**self._row(job)))
             return self._add_event(conn, event) if event else None
 
     def add_event(self, event: Event) -> Event:
         """Record an event that comes without a status change; returns it with its sequence number."""
-        with self._write_lock, self.engine.begin() as conn:
+        with self._writing() as conn:
             return self._add_event(conn, event)
 
     @staticmethod
@@ -143,9 +192,10 @@ class Store:
 
     def delete(self, job_id: str) -> None:
         """Remove a job and its events in one transaction."""
-        with self._write_lock, self.engine.begin() as conn:
+        with self._writing() as conn:
             conn.execute(jobs_table.delete().where(jobs_table.c.id == job_id))
             conn.execute(events_table.delete().where(events_table.c.job_id == job_id))
+            conn.execute(idempotency_table.delete().where(idempotency_table.c.job_id == job_id))
 
     def list(
         self,
@@ -196,7 +246,7 @@ class Store:
 
     def set_desired(self, job_id: str, desired: str | None) -> None:
         """Record (or clear, with None) a request the supervisor must carry out, e.g. ``"stop"``."""
-        with self._write_lock, self.engine.begin() as conn:
+        with self._writing() as conn:
             conn.execute(jobs_table.update().where(jobs_table.c.id == job_id).values(desired=desired))
 
     def desired(self, job_id: str) -> str | None:
@@ -207,7 +257,7 @@ class Store:
 
     def set_placement(self, job_id: str, placement: dict | None) -> None:
         """Store (or clear) the placement of the job's current attempt."""
-        with self._write_lock, self.engine.begin() as conn:
+        with self._writing() as conn:
             conn.execute(
                 jobs_table.update()
                 .where(jobs_table.c.id == job_id)

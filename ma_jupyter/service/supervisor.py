@@ -18,6 +18,7 @@ period, so it runs on its own thread per job and never stalls the loop.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -25,16 +26,20 @@ import secrets
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import config
 from ..backends.base import Attempt, Backend, node_log
 from ..commands import parse_command
-from ..errors import Conflict, InvalidSpec
+from ..errors import Conflict, DiskFull, InvalidSpec, RefusedFile
 from ..models import Event, Job, JobSpec, JobStatus, NodePlanView, NodeRun, Plan, Priority, utcnow
 from ..modes import plan_job
 from ..modes.base import Placement
-from .logs import read_bytes
+from ..untrusted import read_small, read_tail
+from .disk import full_folder
+from .guard import disk_full_message
+from .logs import read_stream
 from .scheduler import Scheduler, placement_from_json, placement_to_json
 from .store import Store
 
@@ -45,16 +50,20 @@ POLL_INTERVAL = 0.05
 # "this iteration hardware time is 2201.521 and e2e time is 3317.794921875 ms."
 PERF_LINE = re.compile(r"hardware time is ([0-9.]+) and e2e time is ([0-9.]+)")
 TAIL_LINES = 15
+DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running job's folders
+RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
 
 
 def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = 16384) -> list[str]:
-    """The last lines of a log file (empty if it does not exist)."""
+    """The last lines of a log file (empty if it does not exist or cannot be read).
+
+    The file is opened as untrusted (a job may have replaced it with a FIFO or a symlink); such a
+    file gives one line saying what the job left instead of its content.
+    """
     try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read().decode("utf-8", "replace")
+        data = read_tail(path.parent, path.name, max_bytes).decode("utf-8", "replace")
+    except RefusedFile as exc:
+        return [exc.message]
     except OSError:
         return []
     return data.splitlines()[-lines:]
@@ -83,6 +92,10 @@ class Supervisor:
         self.on_job_deleted = []  # callbacks(job_id), e.g. stop the job's TensorBoard
         self._perf_offsets: dict[tuple[str, int, str], int] = {}
         self._perf_alerted: set[tuple[str, int, str]] = set()
+        self._disk_checked: dict[str, float] = {}  # job id -> monotonic time of the last look
+        # job id -> why it must end, kept while the store cannot record it (its disk is full)
+        self._pending_end: dict[str, str] = {}
+        self._retry_at: dict[str, float] = {}
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -142,18 +155,42 @@ class Supervisor:
 
     # ------------------------------------------------------------------- requests
 
-    def submit(self, spec: JobSpec, creator: str | None) -> Job:
-        """Validate against the cluster and queue the job; nothing is created if it is refused."""
+    def submit(self, spec: JobSpec, creator: str | None, idempotency_key: str | None = None) -> Job:
+        """Validate against the cluster and queue the job; nothing is created if it is refused.
+
+        Args:
+            spec: the job.
+            creator: the submitting user.
+            idempotency_key: the client's key for this submission; a submit repeating a key this
+                user already used returns the job the first one created (a retry never
+                duplicates a job).
+
+        Raises:
+            InvalidSpec: the spec does not fit the cluster or its paths are wrong.
+            DiskFull: the folder the job's files go to has no space left (HTTP 507).
+        """
         spec = spec.model_copy(update={"creator": creator or spec.creator})
+        key = f"{creator or ''}\0{idempotency_key}" if idempotency_key else None
+        if key is not None:
+            earlier = self.store.job_for_key(key)
+            if earlier is not None:
+                return self.store.get(earlier)
         self._validate(spec)
+        full = full_folder([config.jobs_root()])
+        if full is not None:
+            log.warning("refused a submit: %s", disk_full_message(full))
+            raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
         job = Job(id=new_job_id(spec.name), spec=spec, status=JobStatus.queued, backend=self.backend.name)
         ahead = self._queued_ahead(spec)
-        self.store.insert(
+        stored = self.store.insert(
             job,
             Event(
                 job_id=job.id, status=JobStatus.queued, reason=f"submitted; {ahead} job(s) ahead in the queue"
             ),
+            idempotency_key=key,
         )
+        if stored != job.id:
+            return self.store.get(stored)  # a concurrent retry with the same key won
         self._wake.set()
         return job
 
@@ -223,27 +260,65 @@ class Supervisor:
             job = self.store.get(job_id)
             if job.status is JobStatus.queued:
                 return self._transition(job, JobStatus.stopped, "stopped by user while queued")
-            if job.status is JobStatus.running:
+            if job.status is JobStatus.running and self.store.desired(job_id) != "delete":
                 self.store.set_desired(job_id, "stop")
                 self._wake.set()
             return job
 
-    def delete(self, job_id: str, force: bool = False) -> None:
-        """Delete a finished job and its files; ``force`` stops a live one first."""
-        job = self.store.get(job_id)
-        if not job.status.is_terminal():
-            if not force:
-                raise Conflict(f"job {job_id} is {job.status.value}: stop it first, or delete with force")
-            self.request_stop(job_id)
-            deadline = time.monotonic() + job.spec.grace_period + 15
-            while not self.store.status(job_id).is_terminal():
-                if time.monotonic() > deadline:
-                    raise Conflict(f"job {job_id} did not stop in time; try again")
-                time.sleep(0.05)
+    def delete(self, job_id: str, force: bool = False) -> bool:
+        """Delete a finished job and its files; ``force`` stops a live one first.
+
+        Never waits for a job to stop: a running job is marked to be deleted, and the supervisor
+        deletes it once its nodes have stopped (after at most its grace period).
+
+        Returns:
+            True when the job is deleted now; False when it will be once it has stopped.
+
+        Raises:
+            Conflict: the job is live and ``force`` is false.
+        """
+        with self._lock:
+            job = self.store.get(job_id)
+            if not job.status.is_terminal():
+                if not force:
+                    raise Conflict(f"job {job_id} is {job.status.value}: stop it first, or delete with force")
+                if job.status is JobStatus.running:
+                    self.store.set_desired(job_id, "delete")
+                    self._wake.set()
+                    return False
+                self._transition(job, JobStatus.stopped, "stopped by user while queued, to delete it")
+        self._remove(job_id)
+        return True
+
+    def _remove(self, job_id: str) -> None:
+        """Forget a terminal job: its callbacks, its rows, its folder (moved aside at once, removed
+        on a thread: a big folder takes a while)."""
         for callback in self.on_job_deleted:
             callback(job_id)
         self.store.delete(job_id)
-        shutil.rmtree(config.job_dir(job_id), ignore_errors=True)
+        folder = config.job_dir(job_id)
+        doomed = folder.with_name(f".deleted-{folder.name}-{secrets.token_hex(3)}")
+        try:
+            os.rename(folder, doomed)
+        except OSError:
+            doomed = folder
+        threading.Thread(
+            target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
+        ).start()
+
+    def fail_job(self, job_id: str, reason: str) -> None:
+        """End a live job in error because of what it did (e.g. a file the service refuses to read);
+        nothing happens to a job that is already ending or ended."""
+        with self._lock:
+            job = self.store.get(job_id)
+            if job.status.is_terminal() or job.id in self._finishing:
+                return
+            log.warning("job %s: %s", job_id, reason)
+            placement = self._placements.get(job.id)
+            if job.status is JobStatus.running and placement is not None:
+                self._finish(job, self._attempt(job, placement), JobStatus.error, reason, 5.0)
+            elif job.status is JobStatus.queued:
+                self._transition(job, JobStatus.error, reason)
 
     def update(self, job_id: str, priority: Priority | None = None, duration: float | None = None) -> Job:
         """Change a queued job's priority or a running job's duration (without restarting it)."""
@@ -284,6 +359,8 @@ class Supervisor:
                 job = self.store.get(listed.id)
                 if job.status is not JobStatus.running or job.id in self._finishing:
                     continue
+                if self._retry_at.get(job.id, 0.0) > time.monotonic():
+                    continue  # its end could not be recorded (full disk): do not retry in a busy loop
                 self._guarded(job, self._watch)
         self._admit()
 
@@ -412,7 +489,10 @@ class Supervisor:
         except Exception as exc:  # the job cannot start: it fails, the queue goes on
             self.scheduler.release(placement)
             self.store.set_placement(job.id, None)
-            message = exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                message = disk_full_message(Path(exc.filename).parent if exc.filename else job_dir)
+            else:
+                message = exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
             log.warning("job %s failed to launch: %s", job.id, message)
             self._transition(job, JobStatus.error, f"could not start: {message}")
             return
@@ -449,8 +529,20 @@ class Supervisor:
                 return
             placement = self._placements[job.id] = placement_from_json(data)
         attempt = self._attempt(job, placement)
-        if self.store.desired(job.id) == "stop":
-            self._finish(job, attempt, JobStatus.stopped, "stopped by user", job.spec.grace_period)
+        desired = self.store.desired(job.id)
+        if desired in ("stop", "delete"):
+            what = "stopped by user" + (" to delete it" if desired == "delete" else "")
+            self._finish(job, attempt, JobStatus.stopped, what, job.spec.grace_period)
+            return
+        if job.id in self._pending_end:  # decided earlier, could not be recorded then
+            self._finish(job, attempt, JobStatus.error, self._pending_end[job.id], 5.0)
+            return
+        full = self._full_disk(job, attempt)
+        if full is not None:
+            reason = disk_full_message(full, "the job was stopped; free space there and submit it again")
+            log.warning("job %s: %s", job.id, reason)
+            self._pending_end[job.id] = reason
+            self._finish(job, attempt, JobStatus.error, reason, 5.0)
             return
         if job.spec.duration and job.started_at:
             elapsed = (utcnow() - job.started_at).total_seconds()
@@ -469,6 +561,12 @@ class Supervisor:
             self.store.save(job)
         failed = [r for r in runs if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)]
         if failed:
+            full = self._full_disk(job, attempt, now=True)
+            if full is not None:  # the node most likely failed because of it: say so
+                reason = disk_full_message(full, f"node {failed[0].name} failed")
+                self._pending_end[job.id] = reason
+                self._finish(job, attempt, JobStatus.error, reason, 5.0, failed=failed[0])
+                return
             self._fail(job, attempt, failed[0])
             return
         if (
@@ -485,9 +583,25 @@ class Supervisor:
                 job, attempt, JobStatus.succeeded, f"every node exited with code 0{extra}", 5.0, exit_code=0
             )
 
+    def _full_disk(self, job: Job, attempt: Attempt, *, now: bool = False) -> Path | None:
+        """The first full folder among those the job writes to (its job folder, outputs and
+        volumes); looked at every ``DISK_CHECK_EVERY`` seconds unless ``now``."""
+        clock = time.monotonic()
+        if not now and clock - self._disk_checked.get(job.id, 0.0) < DISK_CHECK_EVERY:
+            return None
+        self._disk_checked[job.id] = clock
+        spec = attempt.spec
+        folders = [attempt.job_dir]
+        folders += [Path(spec.outputs)] if spec.outputs else [attempt.job_dir / "outputs"]
+        folders += [Path(v.path) for v in spec.volumes]
+        return full_folder(f for f in folders if f.is_dir())
+
     def _forget(self, job_id: str) -> None:
         """Drop the in-memory notes kept about a job's current attempt."""
         self._waiting_noted.discard(job_id)
+        self._disk_checked.pop(job_id, None)
+        self._pending_end.pop(job_id, None)
+        self._retry_at.pop(job_id, None)
         for key in [k for k in self._perf_offsets if k[0] == job_id]:
             del self._perf_offsets[key]
         self._perf_alerted = {k for k in self._perf_alerted if k[0] != job_id}
@@ -505,7 +619,8 @@ class Supervisor:
                 continue
             key = (job.id, job.attempt, run.name)
             offset = self._perf_offsets.get(key, 0)
-            data, _size = read_bytes(node_log(attempt.log_dir, run.name), offset, 1 << 20)
+            # bounded and non-blocking (an untrusted open), so it may run in the loop
+            data, _size = read_stream(attempt.job_dir, run.name, None, offset, 1 << 20)
             complete = data[: data.rfind(b"\n") + 1]
             self._perf_offsets[key] = offset + len(complete)
             for match in PERF_LINE.finditer(complete.decode("utf-8", "replace")):
@@ -531,7 +646,10 @@ class Supervisor:
                     self._notice(job, what)
         return False
 
-    def _fail(self, job: Job, attempt: Attempt, run: NodeRun) -> None:
+    @staticmethod
+    def _failure_reason(attempt: Attempt, run: NodeRun) -> str:
+        """Why a node failed, with its last log lines; reads files the job could have written,
+        so it runs on the finishing thread, outside the supervisor lock."""
         lines = tail(node_log(attempt.log_dir, run.name))
         what = (
             "was lost (its process is gone and left no exit code)"
@@ -539,17 +657,26 @@ class Supervisor:
             else f"exited with code {run.exit_code}"
         )
         failure = _rank_failure(attempt, run)
-        rank = f" (rank {failure[0]} exited with code {failure[1]})" if failure else ""
+        if isinstance(failure, str):
+            rank = f"; {failure}"
+        else:
+            rank = f" (rank {failure[0]} exited with code {failure[1]})" if failure else ""
         reason = f"node {run.name} {what}{rank}"
         if lines:
             reason += "\nlast log lines:\n" + "\n".join(lines)
+        return reason
+
+    def _fail(self, job: Job, attempt: Attempt, run: NodeRun) -> None:
+        def reason() -> str:
+            return self._failure_reason(attempt, run)
+
         spec = job.spec
         if spec.fault_restart and job.restarts < spec.fault_restart.max_restarts:
             self._finish(
                 job,
                 attempt,
                 JobStatus.queued,
-                f"fault restart {job.restarts + 1} of {spec.fault_restart.max_restarts}: {reason}",
+                lambda: f"fault restart {job.restarts + 1} of {spec.fault_restart.max_restarts}: {reason()}",
                 spec.grace_period,
                 requeue=True,
                 failed=run,
@@ -559,7 +686,9 @@ class Supervisor:
                 job,
                 attempt,
                 JobStatus.queued,
-                f"checkpoint resume {job.restarts + 1} of {spec.checkpoint_resume.max_resumes}: {reason}",
+                lambda: (
+                    f"checkpoint resume {job.restarts + 1} of {spec.checkpoint_resume.max_resumes}: {reason()}"
+                ),
                 spec.checkpoint_resume.grace_period,
                 requeue=True,
                 failed=run,
@@ -572,14 +701,18 @@ class Supervisor:
         job: Job,
         attempt: Attempt,
         status: JobStatus,
-        reason: str,
+        reason: str | Callable[[], str],
         grace: float,
         *,
         exit_code: int | None = None,
         requeue: bool = False,
         failed: NodeRun | None = None,
     ) -> None:
-        """End the attempt: stop what still runs (on a thread: it may take the grace period), then record."""
+        """End the attempt: stop what still runs (on a thread: it may take the grace period), then record.
+
+        ``reason`` may be a function: it is called on that thread, outside the lock, because it
+        may read files the job wrote (its log, its failure report).
+        """
         self._finishing.add(job.id)
 
         def run() -> None:
@@ -594,17 +727,22 @@ class Supervisor:
                     else r
                     for r in final
                 ]
+                text = _call_reason(reason)
+                removing = False
                 with self._lock:
                     placement = self._placements.pop(job.id, None)
                     if placement:
                         self.scheduler.release(placement)
                     self.store.set_placement(job.id, None)
                     self._forget(job.id)
-                    final_status, final_reason, again = status, reason, requeue
-                    if again and self.store.desired(job.id) == "stop":
+                    final_status, final_reason, again = status, text, requeue
+                    desired = self.store.desired(job.id)
+                    if again and desired in ("stop", "delete"):
                         # the user asked to stop while the attempt was being wound down: honour it
                         final_status, final_reason, again = JobStatus.stopped, "stopped by user", False
-                    self.store.set_desired(job.id, None)
+                    removing = desired == "delete"
+                    if not removing:  # kept until the job is gone: a crash before that leaves it marked
+                        self.store.set_desired(job.id, None)
                     current = self.store.get(job.id)
                     updates: dict = {"nodes": final}
                     if again:
@@ -618,6 +756,12 @@ class Supervisor:
                         node=failed.name if failed else None,
                         exit_code=failed.exit_code if failed else exit_code,
                     )
+                if removing:
+                    self._remove(job.id)
+            except DiskFull as exc:
+                # nothing can be recorded now: the loop retries later, with the reason kept
+                log.warning("job %s: cannot record its end: %s", job.id, exc.message)
+                self._retry_at[job.id] = time.monotonic() + RECORD_RETRY
             except Exception:
                 log.exception("finishing job %s failed", job.id)
             finally:
@@ -649,15 +793,39 @@ class Supervisor:
         self.store.add_event(Event(job_id=job.id, status=job.status, reason=reason))
 
 
-def _rank_failure(attempt: Attempt, run: NodeRun) -> tuple[int, int] | None:
-    """(rank, exit code) when the node's launcher recorded which rank failed first."""
+def _call_reason(reason: str | Callable[[], str]) -> str:
+    """The text of a reason given as text or as a function (whose failure must not lose the event)."""
+    if not callable(reason):
+        return reason
+    try:
+        return reason()
+    except Exception as exc:  # reading the job's files failed: still record why the job ended
+        log.exception("building a job's reason failed")
+        return f"(the reason could not be read: {type(exc).__name__}: {exc})"
+
+
+def _rank_failure(attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
+    """(rank, exit code) when the node's launcher recorded which rank failed first; a sentence
+    when the job left something that is not a readable report there; else None."""
     import json
 
-    path = attempt.job_dir / "nodes" / run.name / "failure.json"
     try:
-        data = json.loads(path.read_text())
+        raw = read_small(
+            attempt.job_dir,
+            f"nodes/{run.name}/failure.json",
+            owner=run.name,
+            shown=f"{attempt.job_dir}/nodes/{run.name}/failure.json",
+        )
+    except RefusedFile as exc:
+        return exc.message
+    except OSError:
+        return None
+    try:
+        data = json.loads(raw)
+        if isinstance(data, dict) and isinstance(data.get("refused"), str):
+            return data["refused"][:500]
         return int(data["rank"]), int(data["exit_code"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 

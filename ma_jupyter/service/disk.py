@@ -1,0 +1,34 @@
+"""Telling a full disk apart, so a job ends with "disk full under <path>" and not a riddle.
+
+A job whose disk fills up fails in many ways (a Python traceback, a lost node runner that could
+not write its exit code, SQLite refusing a write); the one thing they share is a file system
+with (almost) no space left.  The supervisor asks :func:`full_folder` about the folders a job
+writes to, and reports the first full one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+#: a file system with less free space than this counts as full
+FULL_BELOW = 256 << 10
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes an unprivileged writer may still use on the file system of ``path`` (None if unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def full_folder(paths: Iterable[str | os.PathLike]) -> Path | None:
+    """The first of ``paths`` (existing folders; others are skipped) whose file system is full."""
+    for path in paths:
+        free = free_bytes(path)
+        if free is not None and free < FULL_BELOW:
+            return Path(path)
+    return None
