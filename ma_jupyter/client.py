@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,9 @@ LOCAL_READ = (
     256 << 10
 )  # bytes per direct read of a local log file: small chunks keep splitting cache-friendly
 AUTOSTART_LOCK = "autostart.lock"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
+FOLLOW_PATIENCE = 120.0  # seconds a log follower keeps retrying while the service is away
 _PAST_END = 1 << 62
 
 # Services this process started, by pid: whoever shuts one down reaps it (no zombie is left).
@@ -94,14 +98,12 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _is_connect_error(exc: requests.RequestException) -> bool:
-    """True when the request never reached a server (refused or unreachable): safe to retry."""
-    if isinstance(exc, requests.ConnectTimeout):
-        return True
-    if not isinstance(exc, requests.ConnectionError):
-        return False
-    text = repr(exc)
-    return "NewConnectionError" in text or "Connection refused" in text
+def _is_transient(exc: requests.RequestException) -> bool:
+    """True for failures a restarting service causes (refused, reset, dropped mid-answer):
+    worth retrying a request that is safe to repeat."""
+    if isinstance(exc, requests.ReadTimeout):
+        return False  # handled separately: one more try only
+    return isinstance(exc, (requests.ConnectionError, requests.exceptions.ChunkedEncodingError))
 
 
 class Client:
@@ -115,6 +117,9 @@ class Client:
         user: the caller's user name sent to the service (default the login name).
         local_logs: read log bytes straight from the job's files when they are on this machine
             (see :class:`LogLines`); the service still decides what may be read and when a log ends.
+        retry_for: seconds a request is retried while the service is unreachable or drops the
+            connection (a restart): every request of this client is safe to repeat (submits
+            carry an idempotency key), so a retry never runs anything twice.
 
     Nothing is contacted until the first call (or :meth:`connect`).
     """
@@ -128,6 +133,7 @@ class Client:
         timeout: float = 30.0,
         user: str | None = None,
         local_logs: bool = True,
+        retry_for: float = RETRY_FOR,
     ):
         self._fixed = url is not None
         self.local_logs = local_logs
@@ -135,6 +141,7 @@ class Client:
         self._token = token
         self.autostart = autostart and not self._fixed
         self.timeout = timeout
+        self.retry_for = retry_for
         self.user = user or _login_name()
         self._sessions = threading.local()  # one HTTP session per thread (widgets poll from threads)
         self._all_sessions: list[requests.Session] = []
@@ -284,37 +291,52 @@ class Client:
         params: dict[str, Any] | None = None,
         json_body: Any = None,
         timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        retry_for: float | None = None,
     ) -> Any:
-        """One API call; JSON answer (None for 204); typed errors for 4xx/5xx."""
+        """One API call; JSON answer (None for 204); typed errors for 4xx/5xx.
+
+        Every call is safe to repeat, so a connection that is refused, reset or dropped before
+        the answer (a service restarting, even after ``kill -9``) is retried for up to
+        ``retry_for`` seconds (default :attr:`retry_for`), finding the new service's address
+        and token in between; a read timeout is retried once.
+        """
         self.connect()
-        for retry in (True, False):
+        budget = self.retry_for if retry_for is None else retry_for
+        deadline = time.monotonic() + budget
+        tries = 0
+        timed_out = False
+        while True:
+            url = self._url
             try:
                 r = self._session.request(
                     method,
-                    f"{self._url}{API_PREFIX}{path}",
+                    f"{url}{API_PREFIX}{path}",
                     params={k: v for k, v in (params or {}).items() if v is not None},
                     json=json_body,
-                    headers=self._headers(),
+                    headers={**self._headers(), **(headers or {})},
                     timeout=timeout or self.timeout,
                 )
                 break
             except requests.RequestException as exc:
-                # A service that was restarted has a new port and token: find it and retry once,
-                # but only when the request never reached a server (so nothing ran twice).
-                if retry and not self._fixed and _is_connect_error(exc):
+                again = _is_transient(exc) or (isinstance(exc, requests.ReadTimeout) and not timed_out)
+                timed_out = timed_out or isinstance(exc, requests.ReadTimeout)
+                if not again or time.monotonic() >= deadline:
+                    raise BackendUnavailable(
+                        f"the job service does not answer {method} {path} ({exc}); see {config.service_log()}"
+                    ) from exc
+                tries += 1
+                time.sleep(min(1.0, 0.05 * 2**tries))
+                if not self._fixed:
+                    # A restarted service has a new port and token: look for it (or start it).
                     with self._lock:
-                        self._url = self._token = None
+                        if self._url == url:
+                            self._url = self._token = None
                         try:
-                            self._discover()
+                            self.connect()
                         except MaJupyterError:
-                            raise BackendUnavailable(
-                                f"the job service at {self._url or 'its old address'} stopped answering ({exc}); "
-                                f"see {config.service_log()}"
-                            ) from exc
-                    continue
-                raise BackendUnavailable(
-                    f"the job service does not answer {method} {path} ({exc}); see {config.service_log()}"
-                ) from exc
+                            self._url = url  # nothing answers yet: keep trying the old address
+                continue
         if r.status_code == 204 or not r.content:
             if r.ok:
                 return None
@@ -345,7 +367,12 @@ class Client:
                 spec, missing host folder...).
         """
         body = self._spec_body(spec, fields)
-        return JobHandle(self, Job.model_validate(self._request("POST", "/jobs", json_body=body)))
+        # One key per submit call: the retries of this call (after a timeout or a dropped
+        # connection) return the job the first attempt created instead of a second one.
+        key = {IDEMPOTENCY_HEADER: uuid.uuid4().hex}
+        return JobHandle(
+            self, Job.model_validate(self._request("POST", "/jobs", json_body=body, headers=key))
+        )
 
     def plan(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> Plan:
         """Dry run: the resolved per-node plan (argv, env, files, mounts); creates nothing.
@@ -452,7 +479,9 @@ class Client:
         """Delete a finished job and its files.
 
         Args:
-            force: stop it first if it still runs.
+            force: stop it first if it still runs; a job that takes more than a few seconds to
+                stop (its grace period) is deleted by the service once it has stopped, after
+                this call returns.
 
         Raises:
             Conflict: it still runs and ``force`` is false.
@@ -819,15 +848,26 @@ class LogLines(Iterator[str]):
             data = self._read_local()
             if data:
                 return data, False, False
-        chunk = self.client.read_log(
-            self.job_id,
-            node=self.node,
-            rank=self.rank,
-            offset=self._read_offset,
-            wait=self._wait if self.follow else 0,
-            # a small first answer: it names the node, and the rest may come from the file directly
-            limit=FIRST_READ if first and self.client.local_logs else READ_LIMIT,
-        )
+        away_since = None
+        while True:
+            try:
+                chunk = self.client.read_log(
+                    self.job_id,
+                    node=self.node,
+                    rank=self.rank,
+                    offset=self._read_offset,
+                    wait=self._wait if self.follow else 0,
+                    # a small first answer: it names the node, and the rest may come from the file
+                    limit=FIRST_READ if first and self.client.local_logs else READ_LIMIT,
+                )
+                break
+            except BackendUnavailable:
+                # A follower outlives a service restart: it asks again from the same byte offset.
+                now = time.monotonic()
+                away_since = away_since or now
+                if not self.follow or now - away_since > FOLLOW_PATIENCE:
+                    raise
+                time.sleep(0.5)
         if first:
             self._local = self.client.local_log_path(self.job_id, chunk.node, self.rank)
         self.node = chunk.node  # pin the stream so every offset refers to the same file
