@@ -1,0 +1,230 @@
+"""Jobs that attack the service through the files they write (issue 15, items 1-5 and 9).
+
+Each test runs real jobs in bubblewrap on a real service process: a FIFO or a symlink where the
+service reads, a symlink where it creates a folder, deletes that would hold request threads,
+a disk that fills up.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shlex
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from tests.helpers import wait_for
+
+from .test_service import job_of, submit, wait_status
+
+PY = sys.executable
+
+
+def bash(script: str) -> str:
+    return f"bash -c {shlex.quote(script)}"
+
+
+def health_ok(svc, timeout: float = 10.0) -> bool:
+    """The service answers /health within ``timeout`` (generous: it only proves the loop is free)."""
+    r = svc.session().get(f"{svc.api}/health", timeout=timeout)
+    return r.status_code == 200 and r.json()["ok"] is True
+
+
+def rank_dir(svc, job_id: str, node: str = "worker-0"):
+    return svc.home / "jobs" / job_id / "logs" / node
+
+
+def test_a_fifo_failure_report_ends_the_job_and_never_wedges_the_supervisor(ma_service):
+    job = submit(ma_service, command=bash("mkfifo /job/logs/failure.json; echo planted; exit 3"))
+    final = wait_status(ma_service, job["id"], {"error", "succeeded"}, timeout=60)
+    assert final["status"] == "error"
+    events = ma_service.session().get(f"{ma_service.api}/jobs/{job['id']}/events", timeout=10).json()
+    reason = events[-1]["reason"]
+    assert "exited with code 3" in reason
+    assert "worker-0 left a FIFO at /job/logs/failure.json" in reason
+    # the FIFO was neither moved nor opened; the supervisor goes on admitting and finishing jobs
+    assert stat.S_ISFIFO(os.lstat(rank_dir(ma_service, job["id"]) / "failure.json").st_mode)
+    after = submit(ma_service, command=f"{PY} -c \"print('next job')\"")
+    assert wait_status(ma_service, after["id"], {"succeeded", "error"}, timeout=60)["status"] == "succeeded"
+    # a restarted service (which re-reads everything) is not wedged either
+    ma_service.proc.terminate()
+    ma_service.proc.wait(10)
+    svc = ma_service.restart()
+    assert health_ok(svc)
+    again = submit(svc, command=f"{PY} -c pass")
+    assert wait_status(svc, again["id"], {"succeeded", "error"}, timeout=60)["status"] == "succeeded"
+
+
+def test_a_fifo_moved_into_the_node_folder_is_refused_without_blocking(ma_home, tmp_path):
+    """The supervisor's own check, for a report a runner of an older version moved as it was."""
+    from ma_jupyter.backends.base import Attempt
+    from ma_jupyter.models import JobSpec, NodeRun
+    from ma_jupyter.service.supervisor import _rank_failure
+
+    job_dir = tmp_path / "job"
+    (job_dir / "nodes" / "worker-0").mkdir(parents=True)
+    os.mkfifo(job_dir / "nodes" / "worker-0" / "failure.json")
+    attempt = Attempt("j", JobSpec(name="j", command="python x.py"), 0, job_dir, ())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        found = pool.submit(_rank_failure, attempt, NodeRun(name="worker-0")).result(timeout=10)
+    assert isinstance(found, str) and "worker-0 left a FIFO" in found
+
+
+def test_a_fifo_rank_log_is_refused_and_the_api_keeps_answering(ma_service):
+    job = submit(ma_service, command=bash("mkfifo /job/logs/rank-0.log; sleep 60"), grace_period=1)
+    wait_for(
+        lambda: stat.S_ISFIFO(os.lstat(rank_dir(ma_service, job["id"]) / "rank-0.log").st_mode), timeout=30
+    )
+    s = ma_service.session()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(
+            s.get,
+            f"{ma_service.api}/jobs/{job['id']}/logs/read",
+            params={"node": "worker-0", "rank": 0, "wait": 2},
+            timeout=30,
+        )
+        assert health_ok(ma_service)
+        r = reading.result(timeout=30)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "refused_file"
+    assert "worker-0 left a FIFO at /job/logs/rank-0.log" in r.json()["message"]
+    final = wait_status(ma_service, job["id"], {"error", "succeeded", "stopped"}, timeout=60)
+    assert final["status"] == "error" and "left a FIFO" in final["reason"]
+    streams = s.get(f"{ma_service.api}/jobs/{job['id']}/logs", timeout=10).json()
+    assert {"node": "worker-0", "rank": 0, "size": 0} in streams
+
+
+def test_a_rank_log_symlinked_to_the_token_file_is_refused(ma_service):
+    token_file = ma_service.home / "service.json"
+    job = submit(
+        ma_service, command=bash(f"ln -s {token_file} /job/logs/rank-0.log; sleep 60"), grace_period=1
+    )
+    wait_for(lambda: os.path.islink(rank_dir(ma_service, job["id"]) / "rank-0.log"), timeout=30)
+    r = ma_service.session().get(
+        f"{ma_service.api}/jobs/{job['id']}/logs/read", params={"node": "worker-0", "rank": 0}, timeout=30
+    )
+    assert r.status_code == 422, r.text
+    assert ma_service.token not in r.text
+    assert "worker-0 left a symbolic link at /job/logs/rank-0.log" in r.json()["message"]
+    final = wait_status(ma_service, job["id"], {"error", "succeeded", "stopped"}, timeout=60)
+    assert final["status"] == "error" and "symbolic link" in final["reason"]
+
+
+def test_a_symlink_planted_in_shared_outputs_does_not_redirect_a_task_folder(ma_service, tmp_path):
+    out = tmp_path / "shared-outputs"
+    out.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    planter = submit(
+        ma_service,
+        name="planter",
+        outputs=str(out),
+        command=bash(f"ln -s {elsewhere} /workspace/outputs/sweep-0"),
+    )
+    assert wait_status(ma_service, planter["id"], {"succeeded", "error"})["status"] == "succeeded"
+    assert os.path.islink(out / "sweep-0")
+    victim = submit(
+        ma_service,
+        name="sweep",
+        type="batch",
+        outputs=str(out),
+        tasks=[{"command": bash("echo written > /workspace/outputs/result.txt")}],
+    )
+    final = wait_status(ma_service, victim["id"], {"succeeded", "error"}, timeout=60)
+    assert final["status"] == "error"
+    assert "symbolic link" in final["reason"] and "sweep-0" in final["reason"], final["reason"]
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.timeout(300)
+def test_force_deletes_never_hold_request_threads(ma_service):
+    """45 concurrent force deletes of jobs that ignore SIGTERM (grace 20 s) while /health answers."""
+    jobs = [
+        submit(ma_service, name=f"stubborn{i}", command=bash("trap '' TERM; sleep 600"), grace_period=20)
+        for i in range(5)
+    ]
+    for job in jobs:
+        wait_status(ma_service, job["id"], {"running"}, timeout=60)
+    s = ma_service.session()
+
+    def delete(i: int) -> int:
+        return requests.delete(
+            f"{ma_service.api}/jobs/{jobs[i % len(jobs)]['id']}",
+            params={"force": "true"},
+            headers=dict(s.headers),
+            timeout=60,
+        ).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(45) as pool:
+        answers = [pool.submit(delete, i) for i in range(45)]
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert health_ok(ma_service, timeout=10)
+        health_seconds = time.monotonic() - started
+        codes = [a.result(timeout=60) for a in answers]
+    print(f"/health took {health_seconds:.2f} s during 45 force deletes")
+    # the jobs ignore SIGTERM for 20 s: the deletes answer 202 ("deleted once stopped"), or 204/404
+    assert set(codes) <= {202, 204, 404}, codes
+    for job in jobs:
+        wait_for(
+            lambda job=job: s.get(f"{ma_service.api}/jobs/{job['id']}", timeout=10).status_code == 404, 90
+        )
+        assert not (ma_service.home / "jobs" / job["id"]).exists()
+
+
+@pytest.fixture
+def full_jobs_disk(ma_home):
+    """A 16 MiB tmpfs mounted at ``<home>/jobs``; unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    jobs = ma_home / "jobs"
+    jobs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(jobs)], check=True)
+    try:
+        yield jobs
+    finally:
+        for _ in range(50):
+            if subprocess.run(["umount", str(jobs)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.2)
+        else:
+            subprocess.run(["umount", "-l", str(jobs)])
+
+
+def fill(folder) -> os.PathLike:
+    """Write a file until the disk under ``folder`` is full; the file's path."""
+    filler = folder / "filler"
+    with open(filler, "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * (1 << 20))
+                fh.flush()
+        except OSError:
+            pass
+    return filler
+
+
+@pytest.mark.timeout(300)
+def test_disk_full_ends_the_job_in_error_and_submit_answers_507(full_jobs_disk, ma_service):
+    job = submit(ma_service, command=bash("while true; do echo line; sleep 0.05; done"), grace_period=1)
+    wait_status(ma_service, job["id"], {"running"}, timeout=60)
+    filler = fill(full_jobs_disk)
+    final = wait_status(ma_service, job["id"], {"error", "succeeded", "stopped"}, timeout=60)
+    assert final["status"] == "error"
+    assert final["reason"].startswith(f"disk full under {full_jobs_disk}"), final["reason"]
+    s = ma_service.session()
+    refused = s.post(f"{ma_service.api}/jobs", json={"name": "t", "command": f"{PY} -c pass"}, timeout=30)
+    assert refused.status_code == 507, refused.text
+    assert refused.json()["error"] == "disk_full"
+    assert refused.json()["message"].startswith(f"disk full under {full_jobs_disk}")
+    assert health_ok(ma_service)
+    assert "disk full under" in (ma_service.home / "service.log").read_text()
+    os.unlink(filler)
+    ok = submit(ma_service, command=f"{PY} -c \"print('space again')\"")
+    assert wait_status(ma_service, ok["id"], {"succeeded", "error"})["status"] == "succeeded"
+    assert job_of(ma_service, job["id"])["status"] == "error"
