@@ -75,18 +75,26 @@ class GuardMiddleware:
             return
         started = False
         received = 0
+        too_large = False
 
         async def counted_receive() -> dict:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             if message.get("type") == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body:
+                    too_large = True
                     raise self._too_large()
             return message
 
         async def tracked_send(message: dict) -> None:
             nonlocal started
+            if too_large:
+                # FastAPI turns any error while reading a body into its own 400: answer the 413
+                if message.get("type") == "http.response.start" and not started:
+                    started = True
+                    await _answer(send, self._too_large(), close=True)
+                return
             if message.get("type") == "http.response.start":
                 started = True
             await send(message)
