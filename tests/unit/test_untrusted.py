@@ -1,0 +1,140 @@
+"""Opening files a job could have written, creating folders below a trusted one, splitting commands."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import json
+import os
+import random
+import shlex
+import time
+
+import pytest
+
+from ma_jupyter.commands import parse_command, split_command
+from ma_jupyter.errors import DiskFull, MaJupyterError, RefusedFile
+from ma_jupyter.service.guard import as_typed
+from ma_jupyter.untrusted import collect_report, make_dirs, open_file, read_small, read_tail
+
+
+def _never_blocks(fn, *args, **kwargs):
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(fn, *args, **kwargs).result(timeout=10)
+
+
+def test_a_regular_file_is_opened_and_anything_else_refused(tmp_path):
+    (tmp_path / "logs" / "worker-0").mkdir(parents=True)
+    (tmp_path / "logs" / "worker-0" / "rank-0.log").write_text("hello\n")
+    fd = open_file(tmp_path, "logs/worker-0/rank-0.log")
+    assert os.read(fd, 100) == b"hello\n"
+    os.close(fd)
+    assert read_tail(tmp_path, "logs/worker-0/rank-0.log", 3) == b"lo\n"
+    assert read_tail(tmp_path, "logs/worker-0/missing.log", 3) == b""
+    with pytest.raises(FileNotFoundError):
+        open_file(tmp_path, "logs/worker-0/missing.log")
+
+    os.mkfifo(tmp_path / "logs" / "worker-0" / "fifo.log")
+    with pytest.raises(RefusedFile, match="worker-0 left a FIFO at /job/logs/fifo.log"):
+        _never_blocks(
+            open_file, tmp_path, "logs/worker-0/fifo.log", owner="worker-0", shown="/job/logs/fifo.log"
+        )
+    secret = tmp_path / "service.json"
+    secret.write_text('{"token": "secret"}')
+    (tmp_path / "logs" / "worker-0" / "link.log").symlink_to(secret)
+    with pytest.raises(RefusedFile, match="a symbolic link"):
+        open_file(tmp_path, "logs/worker-0/link.log")
+    os.link(secret, tmp_path / "logs" / "worker-0" / "hard.log")
+    with pytest.raises(RefusedFile, match="a hard link"):
+        open_file(tmp_path, "logs/worker-0/hard.log")
+    with pytest.raises(RefusedFile, match="a folder"):
+        open_file(tmp_path, "logs/worker-0")
+    # a symlink in the middle of the path is not followed either
+    (tmp_path / "logs" / "worker-1").symlink_to(tmp_path)
+    with pytest.raises(RefusedFile, match="a symbolic link"):
+        open_file(tmp_path, "logs/worker-1/service.json")
+    with pytest.raises(ValueError):
+        open_file(tmp_path, "../etc/passwd")
+
+
+def test_whole_file_reads_are_bounded(tmp_path):
+    (tmp_path / "failure.json").write_text(json.dumps({"rank": 1, "exit_code": 3}))
+    assert json.loads(read_small(tmp_path, "failure.json")) == {"rank": 1, "exit_code": 3}
+    (tmp_path / "huge.json").write_bytes(b" " * 100_000)
+    with pytest.raises(RefusedFile, match="a file of 100000 bytes"):
+        read_small(tmp_path, "huge.json", limit=65536)
+
+
+def test_folders_are_created_without_following_symlinks(tmp_path):
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    make_dirs(outputs / "sweep-0" / "deeper", trusted=outputs)
+    assert (outputs / "sweep-0" / "deeper").is_dir()
+    make_dirs(outputs / "sweep-0" / "deeper", trusted=outputs)  # idempotent
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (outputs / "sweep-1").symlink_to(elsewhere)
+    with pytest.raises(RefusedFile, match="a symbolic link at .*sweep-1"):
+        make_dirs(outputs / "sweep-1", trusted=outputs)
+    with pytest.raises(RefusedFile):
+        make_dirs(outputs / "sweep-1" / "inner", trusted=outputs)
+    (outputs / "sweep-2").write_text("a file")
+    with pytest.raises(RefusedFile, match="a regular file"):
+        make_dirs(outputs / "sweep-2", trusted=outputs)
+    assert list(elsewhere.iterdir()) == []
+    # the trusted folder itself may be reached through the user's own symlinks
+    (tmp_path / "via").symlink_to(outputs)
+    make_dirs(tmp_path / "via" / "sweep-3", trusted=tmp_path / "via")
+    assert (outputs / "sweep-3").is_dir()
+
+
+def test_the_runner_hands_over_only_a_regular_report(tmp_path):
+    logs, node = tmp_path / "logs", tmp_path / "node"
+    logs.mkdir()
+    node.mkdir()
+    (logs / "failure.json").write_text('{"rank": 2, "exit_code": 7}')
+    collect_report(logs, node, "worker-0")
+    assert json.loads((node / "failure.json").read_text()) == {"rank": 2, "exit_code": 7}
+    assert not (logs / "failure.json").exists()
+    os.mkfifo(logs / "failure.json")
+    _never_blocks(collect_report, logs, node, "worker-0")
+    refused = json.loads((node / "failure.json").read_text())["refused"]
+    assert refused.startswith("worker-0 left a FIFO at /job/logs/failure.json")
+    assert os.path.exists(logs / "failure.json")  # left where the job put it
+
+
+def test_split_command_matches_shlex_on_random_input():
+    alphabet = ["a", "b", " ", "'", '"', "\\", ";", "&", "\n", "$", "|", ">", "\t", "#"]
+    rng = random.Random(15)
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        try:
+            expected = shlex.split(text)
+        except ValueError:
+            expected = None
+        try:
+            got = split_command(text)[0]
+        except ValueError:
+            got = None
+        assert got == expected, text
+    assert split_command("a 2>&1 'x;y' b\\;c")[1] == [">&"]
+
+
+def test_parsing_a_megabyte_command_is_linear():
+    """shlex took about two minutes for this; the bound is generous for a loaded machine."""
+    times = []
+    for size in (250_000, 1_000_000):
+        started = time.perf_counter()
+        assert parse_command("python x.py " + "a" * size)[2] == "a" * size
+        with pytest.raises(MaJupyterError, match="';'"):
+            parse_command("echo '" + "b" * size + "' ; rm")
+        times.append(time.perf_counter() - started)
+    print(f"parse_command: 250 kB {times[0]:.3f} s, 1 MB {times[1]:.3f} s")
+    assert times[1] < 20
+
+
+def test_a_full_disk_is_reported_as_disk_full_naming_the_folder():
+    error = as_typed(OSError(errno.ENOSPC, "No space left on device", "/data/out/file.bin"))
+    assert isinstance(error, DiskFull) and error.status == 507
+    assert error.message.startswith("disk full under /data/out")
+    assert as_typed(RuntimeError("boom")).status == 500
