@@ -14,6 +14,9 @@ from pathlib import Path
 
 #: a file system with less free space than this counts as full
 FULL_BELOW = 256 << 10
+#: submits are refused while the jobs folder has less free space than this (more than the
+#: store's disk reserve, so that a reserve given up to record job ends is not used by new jobs)
+SUBMIT_BELOW = 4 << 20
 
 
 def free_bytes(path: str | os.PathLike) -> int | None:
@@ -25,10 +28,11 @@ def free_bytes(path: str | os.PathLike) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def full_folder(paths: Iterable[str | os.PathLike]) -> Path | None:
-    """The first of ``paths`` (existing folders; others are skipped) whose file system is full."""
+def full_folder(paths: Iterable[str | os.PathLike], below: int = FULL_BELOW) -> Path | None:
+    """The first of ``paths`` (existing folders; others are skipped) whose file system has less
+    than ``below`` bytes free."""
     for path in paths:
         free = free_bytes(path)
-        if free is not None and free < FULL_BELOW:
+        if free is not None and free < below:
             return Path(path)
     return None

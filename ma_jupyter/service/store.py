@@ -9,6 +9,7 @@ stay queued, running jobs keep their node records (pid + start time) for re-atta
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -32,7 +33,10 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from ..errors import DiskFull, NotFound
 from ..models import Event, Job, JobStatus
-from .disk import full_folder
+from .disk import free_bytes, full_folder
+
+RESERVE_NAME = "disk-reserve"
+RESERVE_BYTES = 1 << 20
 
 metadata = MetaData()
 
@@ -89,6 +93,30 @@ class Store:
         metadata.create_all(self.engine)
         # SQLite allows one writer; serialising in-process writers avoids "database is locked".
         self._write_lock = threading.RLock()
+        self.reserve = path.parent / RESERVE_NAME
+        self.keep_reserve()
+
+    def keep_reserve(self) -> None:
+        """Make sure the disk reserve exists (when there is room for it).
+
+        The reserve is a file of ``RESERVE_BYTES`` beside the database, given up the moment a
+        write finds the disk full: the service can then still record why jobs ended (with
+        "disk full under <path>") instead of leaving them running until someone frees space.
+        """
+        if self.reserve.exists():
+            return
+        free = free_bytes(self.path.parent)
+        if free is None or free < 4 * RESERVE_BYTES:
+            return
+        tmp = self.reserve.with_name(RESERVE_NAME + ".tmp")
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(b"\0" * RESERVE_BYTES)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.reserve)
+        except OSError:
+            tmp.unlink(missing_ok=True)
 
     @contextmanager
     def _writing(self) -> Iterator[Any]:
@@ -98,6 +126,7 @@ class Store:
                 yield conn
         except OperationalError as exc:
             if "disk is full" in str(exc) or full_folder([self.path.parent]) is not None:
+                self.reserve.unlink(missing_ok=True)  # room for the next try (see keep_reserve)
                 raise DiskFull(
                     f"disk full under {self.path.parent}: the job service cannot record anything "
                     "until space is freed there"

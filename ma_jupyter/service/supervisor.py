@@ -37,7 +37,7 @@ from ..models import Event, Job, JobSpec, JobStatus, NodePlanView, NodeRun, Plan
 from ..modes import plan_job
 from ..modes.base import Placement
 from ..untrusted import read_small, read_tail
-from .disk import full_folder
+from .disk import SUBMIT_BELOW, full_folder
 from .guard import disk_full_message
 from .logs import read_stream
 from .scheduler import Scheduler, placement_from_json, placement_to_json
@@ -96,6 +96,7 @@ class Supervisor:
         # job id -> why it must end, kept while the store cannot record it (its disk is full)
         self._pending_end: dict[str, str] = {}
         self._retry_at: dict[str, float] = {}
+        self._reserve_checked = 0.0
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -176,7 +177,7 @@ class Supervisor:
             if earlier is not None:
                 return self.store.get(earlier)
         self._validate(spec)
-        full = full_folder([config.jobs_root()])
+        full = full_folder([config.jobs_root()], below=SUBMIT_BELOW)
         if full is not None:
             log.warning("refused a submit: %s", disk_full_message(full))
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
@@ -354,6 +355,9 @@ class Supervisor:
         thread may have changed it since the listing), and a failure while handling one job is
         recorded on that job instead of stalling every other one.
         """
+        if time.monotonic() >= self._reserve_checked + 10.0:
+            self._reserve_checked = time.monotonic()
+            self.store.keep_reserve()  # given up when the disk filled; back once there is room
         for listed in self.store.by_status(JobStatus.running):
             with self._lock:
                 job = self.store.get(listed.id)
@@ -368,6 +372,11 @@ class Supervisor:
         """Run one supervision step for a job; an unexpected error fails that job, with the reason."""
         try:
             step(job)
+        except DiskFull as exc:
+            # Nothing can be recorded now: try again a little later, when the disk check of the
+            # job's folders names what is full (the store's own folder is not the job's story).
+            log.warning("job %s: %s", job.id, exc.message)
+            self._retry_at[job.id] = time.monotonic() + RECORD_RETRY
         except Exception as exc:
             log.exception("supervising job %s failed", job.id)
             message = exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
@@ -398,7 +407,7 @@ class Supervisor:
         for listed in self.store.by_status(JobStatus.queued):
             with self._lock:
                 job = self.store.get(listed.id)  # fresh: a PATCH may have changed it since the listing
-                if job.status is not JobStatus.queued:
+                if job.status is not JobStatus.queued or self._retry_at.get(job.id, 0.0) > time.monotonic():
                     continue
                 self._guarded(job, self._admit_one)
 
