@@ -34,7 +34,7 @@ from urllib.parse import quote
 import requests
 
 from . import config
-from .errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
+from .errors import BackendUnavailable, InvalidSpec, MaJupyterError, RefusedFile, error_from_body
 from .models import (
     Event,
     Job,
@@ -48,6 +48,7 @@ from .models import (
     Spec,
     parse_spec,
 )
+from .untrusted import open_file
 
 API_PREFIX = "/api/v1"
 USER_HEADER = "X-MA-User"
@@ -878,10 +879,16 @@ class LogLines(Iterator[str]):
     def _read_local(self) -> bytes:
         try:
             if self._file is None:
-                self._file = open(self._local, "rb")  # kept open while following
+                # The job wrote this file: never follow a symlink or block on a FIFO it left there.
+                root = config.job_dir(self.job_id)
+                fd = open_file(root, self._local.relative_to(root))
+                self._file = os.fdopen(fd, "rb")  # kept open while following
             self._file.seek(self._read_offset)
             data = self._file.read(LOCAL_READ)
-        except OSError:
+        except RefusedFile:
+            self._local = None  # read through the service from now on; it says what the job did
+            return b""
+        except (OSError, ValueError):
             return b""  # not there (yet, or any more): the service will say which
         self._read_offset += len(data)
         return data
