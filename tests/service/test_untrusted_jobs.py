@@ -177,23 +177,24 @@ def test_force_deletes_never_hold_request_threads(ma_service):
         assert not (ma_service.home / "jobs" / job["id"]).exists()
 
 
-@pytest.fixture
-def full_jobs_disk(ma_home):
-    """A 16 MiB tmpfs mounted at ``<home>/jobs``; unmounted afterwards."""
+@pytest.fixture(params=["jobs", "home"])
+def small_disk(request, ma_home):
+    """A 16 MiB tmpfs mounted at ``<home>/jobs`` (the job folders) or at the whole service home
+    (its database and log too), before the service starts; unmounted afterwards."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    jobs = ma_home / "jobs"
-    jobs.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(jobs)], check=True)
+    folder = ma_home / "jobs" if request.param == "jobs" else ma_home
+    folder.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(folder)], check=True)
     try:
-        yield jobs
+        yield folder
     finally:
         for _ in range(50):
-            if subprocess.run(["umount", str(jobs)], capture_output=True).returncode == 0:
+            if subprocess.run(["umount", str(folder)], capture_output=True).returncode == 0:
                 break
             time.sleep(0.2)
         else:
-            subprocess.run(["umount", "-l", str(jobs)])
+            subprocess.run(["umount", "-l", str(folder)])
 
 
 def fill(folder) -> os.PathLike:
@@ -210,21 +211,37 @@ def fill(folder) -> os.PathLike:
 
 
 @pytest.mark.timeout(300)
-def test_disk_full_ends_the_job_in_error_and_submit_answers_507(full_jobs_disk, ma_service):
+def test_disk_full_ends_the_job_in_error_and_submit_answers_507(small_disk, ma_service):
+    """The issue's case is the whole home on a full disk: before, the job stayed running, submit
+    answered a bare 500 and the reason later named the database."""
     job = submit(ma_service, command=bash("while true; do echo line; sleep 0.05; done"), grace_period=1)
     wait_status(ma_service, job["id"], {"running"}, timeout=60)
-    filler = fill(full_jobs_disk)
-    final = wait_status(ma_service, job["id"], {"error", "succeeded", "stopped"}, timeout=60)
+    filler = fill(small_disk)
+    final = wait_status(ma_service, job["id"], {"error", "succeeded", "stopped"}, timeout=90)
     assert final["status"] == "error"
-    assert final["reason"].startswith(f"disk full under {full_jobs_disk}"), final["reason"]
+    assert final["reason"].startswith(f"disk full under {small_disk}"), final["reason"]
     s = ma_service.session()
     refused = s.post(f"{ma_service.api}/jobs", json={"name": "t", "command": f"{PY} -c pass"}, timeout=30)
     assert refused.status_code == 507, refused.text
     assert refused.json()["error"] == "disk_full"
-    assert refused.json()["message"].startswith(f"disk full under {full_jobs_disk}")
+    assert refused.json()["message"].startswith(f"disk full under {small_disk}")
     assert health_ok(ma_service)
-    assert "disk full under" in (ma_service.home / "service.log").read_text()
+    if small_disk != ma_service.home:  # the service log is on the full disk otherwise
+        assert "disk full under" in (ma_service.home / "service.log").read_text()
     os.unlink(filler)
     ok = submit(ma_service, command=f"{PY} -c \"print('space again')\"")
     assert wait_status(ma_service, ok["id"], {"succeeded", "error"})["status"] == "succeeded"
     assert job_of(ma_service, job["id"])["status"] == "error"
+
+
+def test_a_follower_on_this_machine_never_blocks_on_a_fifo(ma_client):
+    from ma_jupyter.errors import RefusedFile
+
+    handle = ma_client.submit(
+        name="t", command=bash("sleep 1; mkfifo /job/logs/rank-0.log; sleep 60"), grace_period=1
+    )
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        following = pool.submit(lambda: list(handle.logs(follow=True, node="worker-0", rank=0)))
+        with pytest.raises(RefusedFile, match="worker-0 left a FIFO at /job/logs/rank-0.log"):
+            following.result(timeout=60)
+    assert handle.wait(timeout=60).status.value == "error"
