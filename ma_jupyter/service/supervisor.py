@@ -574,7 +574,15 @@ class Supervisor:
             if full is not None:  # the node most likely failed because of it: say so
                 reason = disk_full_message(full, f"node {failed[0].name} failed")
                 self._pending_end[job.id] = reason
-                self._finish(job, attempt, JobStatus.error, reason, 5.0, failed=failed[0])
+                self._finish(
+                    job,
+                    attempt,
+                    JobStatus.error,
+                    reason,
+                    5.0,
+                    exit_code=failed[0].exit_code,
+                    failed=failed[0],
+                )
                 return
             self._fail(job, attempt, failed[0])
             return
