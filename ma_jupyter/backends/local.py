@@ -13,10 +13,12 @@ so a service started after a crash still finds a node's processes, whatever sess
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -25,9 +27,10 @@ from pathlib import Path
 import psutil
 
 from .. import workspace
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, RefusedFile
 from ..models import NodeRun
 from ..modes.base import NodePlan
+from ..untrusted import read_small
 from .base import JOB_SECRET_ENV, Attempt, Backend, node_log
 
 
@@ -63,10 +66,11 @@ def _boot_time() -> float:
 
 
 def read_exit_code(path: Path) -> int | None:
-    """The integer in an exit-code file, or None while it does not exist."""
+    """The integer in an exit-code file, or None while it does not exist (or is not a small
+    regular file: it is read as untrusted, never blocking on a FIFO or following a symlink)."""
     try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
+        return int(read_small(path.parent, path.name, limit=64).strip())
+    except (OSError, ValueError, RefusedFile):
         return None
 
 
@@ -176,7 +180,7 @@ class LocalBackend(Backend):
         )
         runner_env[workspace.NODE_MARKER] = marker
         runner_env["PYTHONUNBUFFERED"] = "1"
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = _open_log(log_path, plan.name)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "ma_jupyter.noderun", str(spec_file)],
@@ -247,8 +251,8 @@ class LocalBackend(Backend):
 
     def _marker(self, attempt: Attempt, run: NodeRun) -> str | None:
         try:
-            return (attempt.job_dir / "nodes" / run.name / "marker").read_text().strip()
-        except OSError:
+            return read_small(attempt.job_dir, f"nodes/{run.name}/marker", limit=4096).decode().strip()
+        except (OSError, ValueError, RefusedFile):
             return None
 
     def _leftovers(self, attempt: Attempt, runs: list[NodeRun]) -> list[psutil.Process]:
@@ -296,6 +300,24 @@ class LocalBackend(Backend):
                 names = ", ".join(f"{p.pid}" for p in left)
                 raise BackendUnavailable(f"processes {names} of job {attempt.job_id} survive SIGKILL")
             time.sleep(0.05)
+
+
+def _open_log(path: Path, node: str) -> int:
+    """Open a node's log for appending; a later attempt reuses the file, so it is untrusted:
+    never written through a symlink, never a FIFO (``O_NONBLOCK`` makes that fail at once)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            kind = "a symbolic link" if exc.errno == errno.ELOOP else "a FIFO"
+            raise RefusedFile(
+                f"{node} left {kind} at {path}: the service does not write through it"
+            ) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RefusedFile(f"{node} left something that is not a regular file at {path}")
+    return fd
 
 
 _BWRAP_OK: bool | None = None

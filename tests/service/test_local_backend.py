@@ -367,3 +367,25 @@ def test_symlink_fallback(ma_home, ma_folders, monkeypatch):
     tree = attempt.job_dir / "nodes" / "worker-0" / "workspace"
     # the working directory is the tree's algorithm link, which the kernel reports resolved
     assert f"workspace {tree} cwd {ma_folders['algo'].resolve()}" in log
+
+
+def test_a_planted_node_log_or_exit_code_is_never_followed_or_blocked_on(ma_home, tmp_path):
+    """A later attempt reuses the node's files; in the symlink mode a job could replace them."""
+    from ma_jupyter.backends.local import read_exit_code
+    from ma_jupyter.errors import RefusedFile
+
+    attempt = make_attempt(ma_home, "planted-1", "print('hi')")
+    attempt.log_dir.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    node_log(attempt.log_dir, "worker-0").symlink_to(victim)
+    with pytest.raises(RefusedFile, match="worker-0 left a symbolic link"):
+        LocalBackend().launch(attempt)
+    assert victim.read_text() == "untouched\n"
+    node_log(attempt.log_dir, "worker-0").unlink()
+    os.mkfifo(node_log(attempt.log_dir, "worker-0"))
+    with pytest.raises(RefusedFile, match="worker-0 left a FIFO"):
+        LocalBackend().launch(attempt)
+    exit_file = tmp_path / "exit_code"
+    os.mkfifo(exit_file)
+    assert read_exit_code(exit_file) is None  # refused at once, not an open that never returns
