@@ -103,6 +103,11 @@ class Supervisor:
     def start(self) -> None:
         """Re-attach to jobs left running by a previous service, then run the loop."""
         self._reattach()
+        # folders of deleted jobs a previous service had not finished removing
+        for doomed in config.jobs_root().glob(".deleted-*"):
+            threading.Thread(
+                target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
+            ).start()
         self._thread = threading.Thread(target=self._loop, name="ma-supervisor", daemon=True)
         self._thread.start()
 
