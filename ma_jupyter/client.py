@@ -34,6 +34,7 @@ import requests
 
 from . import config
 from .errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
+from .host_policy import ENV_PROJECT_DIR
 from .models import (
     Event,
     Job,
@@ -233,6 +234,8 @@ class Client:
                     return runtime
                 log_path = config.service_log()
                 env = {**os.environ, config.ENV_HOME: str(home)}
+                # the folder the service is started for: its jobs may mount from it by default
+                env.setdefault(ENV_PROJECT_DIR, os.getcwd())
                 # The service must import this very package, also when it is used from a source
                 # tree that is not installed and the caller's directory is elsewhere.
                 package_root = str(Path(__file__).resolve().parent.parent)
