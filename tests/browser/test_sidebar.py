@@ -284,8 +284,7 @@ def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
 
     if not Path(CHROMIUM).exists():
         pytest.skip("chromium is not installed (apt-get install chromium)")
-    outputs = ma_lab["work"] / "board-outputs"
-    outputs.mkdir()
+    outputs = ma_lab["work"] / "board-outputs"  # made for the job, owned by the account it runs as
     headers = {"Authorization": f"token {ma_lab['token']}"}
     spec = {"name": "board-job", "command": "python -V", "outputs": str(outputs)}
     created = requests.post(_api(ma_lab, "jobs"), json=spec, headers=headers, timeout=30)

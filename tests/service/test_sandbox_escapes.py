@@ -219,3 +219,13 @@ def test_an_env_value_with_a_nul_byte_is_refused_at_submit(ma_service):
     assert reply.status_code == 400, reply.text
     assert "NUL byte" in reply.json()["message"]
     assert session.get(f"{ma_service.api}/jobs", timeout=5).json()["items"] == []
+
+
+def test_without_a_sandbox_a_root_service_refuses_to_run_jobs_as_root(ma_client, monkeypatch):
+    """The symlink mode cannot switch accounts: rather than run root's job as root, the job
+    ends in error saying how to fix it."""
+    monkeypatch.setenv("MA_JUPYTER_SANDBOX", "none")  # the autostarted service inherits it
+    job = ma_client.submit(name="no-sandbox", command="true")
+    final = job.wait(timeout=60)
+    assert final.status is JobStatus.error
+    assert "install bubblewrap" in final.reason and "allow_root" in final.reason
