@@ -176,10 +176,15 @@ def _cookie_session(lab) -> tuple[requests.Session, str]:
 def test_cross_site_posts_without_xsrf_start_no_tensorboard(lab):
     outputs = lab["work"] / "xsrf-outputs"
     outputs.mkdir()
+    outputs.chmod(0o777)  # whatever account the job runs as may write there
     spec = {"name": "xsrf-board", "command": "python -V", "outputs": str(outputs)}
     created = requests.post(_api(lab, "jobs"), json=spec, headers=_auth(lab), timeout=60)
     assert created.status_code == 201, created.text
     job_id = created.json()["id"]
+    ended = requests.get(
+        _api(lab, f"jobs/{job_id}/status"), params={"wait": 30}, headers=_auth(lab), timeout=60
+    )
+    assert ended.json()["status"] == "succeeded", ended.text
     session, xsrf = _cookie_session(lab)
     # the cookie is enough to read
     assert session.get(_api(lab, f"jobs/{job_id}"), timeout=30).status_code == 200
