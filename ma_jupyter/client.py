@@ -58,6 +58,7 @@ LOCAL_READ = (
     256 << 10
 )  # bytes per direct read of a local log file: small chunks keep splitting cache-friendly
 AUTOSTART_LOCK = "autostart.lock"
+_PAST_END = 1 << 62
 
 # Services this process started, by pid: whoever shuts one down reaps it (no zombie is left).
 _STARTED: dict[int, subprocess.Popen] = {}

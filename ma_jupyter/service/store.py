@@ -5,7 +5,7 @@ listing filters and the queue order need; one row per event.  Every write is its
 transaction, so a ``kill -9`` of the service loses nothing that was acknowledged: queued jobs
 stay queued, running jobs keep their node records (pid + start time) for re-attachment.
 
-Every write of a job wakes the coroutines waiting in :meth:`Store.wait_status` (the status
+Every update of a job wakes the coroutines waiting in :meth:`Store.wait_status` (the status
 long-poll of the REST API), whichever thread wrote it.
 """
 
@@ -35,8 +35,8 @@ from sqlalchemy import (
 from ..errors import NotFound
 from ..models import Event, Job, JobStatus
 
-# Seconds between re-reads of a job's status while a long-poll waits: a safety net only, since
-# every write through this store wakes the waiters at once.
+# Seconds between re-reads of a job's status while a long-poll waits: a safety net only (and
+# how soon a waiter learns that its job was deleted), since every update wakes the waiters.
 STATUS_RECHECK = 1.0
 
 metadata = MetaData()
@@ -66,53 +66,12 @@ events_table = Table(
 )
 
 
-class ChangeSignal:
-    """Wakes coroutines (on any event loop) when a job changes; writers notify from any thread.
-
-    A waiter subscribes *before* it reads the state it waits on, so a change that lands
-    between its read and its wait still wakes it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._waiters: list[asyncio.Future[None]] = []
-
-    def subscribe(self) -> asyncio.Future[None]:
-        """A future of the running loop, done at the next :meth:`notify`."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        with self._lock:
-            self._waiters.append(future)
-        return future
-
-    def unsubscribe(self, future: asyncio.Future[None]) -> None:
-        """Forget a waiter (after it woke or gave up)."""
-        with self._lock:
-            try:
-                self._waiters.remove(future)
-            except ValueError:
-                pass
-
-    def notify(self) -> None:
-        """Wake every current waiter (thread-safe)."""
-        with self._lock:
-            waiters, self._waiters = self._waiters, []
-        for future in waiters:
-            try:
-                future.get_loop().call_soon_threadsafe(_wake, future)
-            except RuntimeError:  # its event loop is closed: nobody waits any more
-                pass
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
 class Store:
     """Thread-safe access to jobs and events.  All methods are short transactions."""
 
     def __init__(self, path: Path):
         self.path = path
+        self.changes = ChangeSignal()  # woken by every job update (see wait_status)
         self.engine = create_engine(
             f"sqlite:///{path}", future=True, connect_args={"check_same_thread": False}
         )
@@ -128,7 +87,6 @@ class Store:
         metadata.create_all(self.engine)
         # SQLite allows one writer; serialising in-process writers avoids "database is locked".
         self._write_lock = threading.RLock()
-        self.changes = ChangeSignal()
 
     # ------------------------------------------------------------------------------ jobs
 
@@ -150,9 +108,7 @@ class Store:
         """Create a job and its first event in one transaction (no half-created job)."""
         with self._write_lock, self.engine.begin() as conn:
             conn.execute(jobs_table.insert().values(**self._row(job)))
-            stored = self._add_event(conn, first_event)
-        self.changes.notify()
-        return stored
+            return self._add_event(conn, first_event)
 
     def save(self, job: Job, event: Event | None = None) -> Event | None:
         """Persist the job (and an event with it, atomically)."""
@@ -224,7 +180,6 @@ class Store:
         with self._write_lock, self.engine.begin() as conn:
             conn.execute(jobs_table.delete().where(jobs_table.c.id == job_id))
             conn.execute(events_table.delete().where(events_table.c.job_id == job_id))
-        self.changes.notify()
 
     def list(
         self,
@@ -310,3 +265,45 @@ class Store:
         )
         with self.engine.connect() as conn:
             return [Event.model_validate_json(r[0]) for r in conn.execute(query).all()]
+
+
+class ChangeSignal:
+    """Wakes coroutines (on any event loop) when a job changes; writers notify from any thread.
+
+    A waiter subscribes *before* it reads the state it waits on, so a change that lands
+    between its read and its wait still wakes it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def subscribe(self) -> asyncio.Future[None]:
+        """A future of the running loop, done at the next :meth:`notify`."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._waiters.append(future)
+        return future
+
+    def unsubscribe(self, future: asyncio.Future[None]) -> None:
+        """Forget a waiter (after it woke or gave up)."""
+        with self._lock:
+            try:
+                self._waiters.remove(future)
+            except ValueError:
+                pass
+
+    def notify(self) -> None:
+        """Wake every current waiter (thread-safe)."""
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            try:
+                future.get_loop().call_soon_threadsafe(_wake, future)
+            except RuntimeError:  # its event loop is closed: nobody waits any more
+                pass
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
