@@ -35,6 +35,7 @@ import requests
 
 from . import config
 from .errors import BackendUnavailable, InvalidSpec, MaJupyterError, RefusedFile, error_from_body
+from .host_policy import ENV_PROJECT_DIR
 from .models import (
     Event,
     Job,
@@ -241,6 +242,8 @@ class Client:
                     return runtime
                 log_path = config.service_log()
                 env = {**os.environ, config.ENV_HOME: str(home)}
+                # the folder the service is started for: its jobs may mount from it by default
+                env.setdefault(ENV_PROJECT_DIR, os.getcwd())
                 # The service must import this very package, also when it is used from a source
                 # tree that is not installed and the caller's directory is elsewhere.
                 package_root = str(Path(__file__).resolve().parent.parent)
@@ -460,6 +463,23 @@ class Client:
         """The current state of job ``job_id`` as a :class:`~ma_jupyter.models.Job`."""
         return Job.model_validate(self._request("GET", f"/jobs/{_segment(job_id)}"))
 
+    def wait_status(self, job_id: str, since: str | JobStatus | None = None, wait: float = 0) -> Job:
+        """The job once its status differs from ``since`` or is terminal, or after ``wait`` seconds.
+
+        Args:
+            job_id: the job.
+            since: the status the caller knows; None: wait for a terminal status only.
+            wait: long-poll seconds (the service allows up to 60).
+
+        Returns:
+            The job's current state (possibly still ``since`` when the wait ran out).
+        """
+        params = {"since": JobStatus(since).value if since else None, "wait": wait or None}
+        data = self._request(
+            "GET", f"/jobs/{_segment(job_id)}/status", params=params, timeout=self.timeout + wait
+        )
+        return Job.model_validate(data)
+
     def update(self, job_id: str, priority: str | None = None, duration: float | str | None = None) -> Job:
         """Change a queued job's priority or a running job's duration (seconds or ``30m``, ``2h``).
 
@@ -676,27 +696,20 @@ class JobHandle:
     def wait(self, timeout: float | None = None) -> Job:
         """Block until the job is terminal and return its final state.
 
-        It long-polls the job's log (which returns as soon as the job ends), so the end is seen
-        at once without busy polling.
+        It long-polls the job's status (the service answers as soon as the job ends), so the
+        end is seen at once without busy polling.
 
         Raises:
             TimeoutError: the job is still not terminal after ``timeout`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = self.refresh()
-            if job.status.is_terminal():
-                return job
+        job = self.refresh()
+        while not job.status.is_terminal():
             remaining = FOLLOW_WAIT if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"job {self.id} is still {job.status.value} after {timeout} s")
-            try:
-                # A read far past the end of the log returns only when the job is terminal or
-                # the wait is over: a long-poll on the job's end that transfers no log bytes.
-                self.client.read_log(self.id, offset=_PAST_END, wait=min(remaining, FOLLOW_WAIT), limit=1)
-            except MaJupyterError:
-                # no readable log (e.g. a node that never started): fall back to plain polling
-                time.sleep(min(0.2, max(remaining, 0)))
+            job = self.info = self.client.wait_status(self.id, wait=min(remaining, FOLLOW_WAIT))
+        return job
 
     def stop(self) -> Job:
         """Ask the service to stop the job; returns its state right after the request."""

@@ -259,7 +259,10 @@ class Lifecycle(Strict):
         return v
 
 
-EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=256)]
+#: An environment value: no NUL byte (the kernel cannot pass one; it ends the value) and at
+#: most 64 KiB (each value travels as one argument of the node's launcher).
+EnvValue = Annotated[str, Field(max_length=65536)]
 
 
 class JobSpec(Strict):
@@ -299,7 +302,7 @@ class JobSpec(Strict):
         default=None, description="Run duration in seconds; past it the job expires."
     )
     lifecycle: Lifecycle = Lifecycle()
-    env: dict[EnvName, str] = {}
+    env: dict[EnvName, EnvValue] = {}
     workdir: str | None = Field(
         default=None, description="Working directory inside the node; default /workspace/algorithm."
     )
@@ -324,6 +327,16 @@ class JobSpec(Strict):
     def _command_rules(cls, v: str | None) -> str | None:
         if v is not None:
             parse_command(v)
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_values(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if "\x00" in value:
+                raise ValueError(
+                    f"env {key}: the value holds a NUL byte, which no process environment can carry; remove it"
+                )
         return v
 
     @model_validator(mode="after")

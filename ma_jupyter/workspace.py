@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 from .commands import expand_argv
 from .errors import InvalidSpec
+from .host_policy import HostPolicy, RunAs, load_policy
 from .models import Image, JobSpec
 from .untrusted import make_dirs
 
@@ -114,6 +115,22 @@ def _host_path(raw: str, what: str, field_name: str, *, directory: bool) -> str:
     return str(resolved)
 
 
+def _writable_path(raw: str, what: str, field_name: str) -> tuple[str, bool]:
+    """A writable folder (outputs, a volume) resolved, and whether the platform must create it:
+    one that does not exist yet is made for the job (owned by its account) when its parent exists."""
+    if raw and os.path.isabs(raw) and not os.path.lexists(raw):
+        missing: list[str] = []
+        existing = posixpath.normpath(raw)
+        while not os.path.lexists(existing):
+            existing, name = posixpath.split(existing)
+            if name in ("", ".", ".."):
+                raise InvalidSpec(f"{what}: {raw} is not a folder name", field=field_name)
+            missing.insert(0, name)
+        parent = _host_path(existing, what, field_name, directory=True)
+        return os.path.join(parent, *missing), True
+    return _host_path(raw, what, field_name, directory=True), False
+
+
 def _target(*parts: str) -> str:
     """An in-view path below /workspace; refuses anything that would leave it."""
     for part in parts:
@@ -131,6 +148,7 @@ def mounts_for(
     job_dir: Path | None = None,
     outputs_subdir: str | None = None,
     algorithm: str | None = None,
+    policy: HostPolicy | None = None,
 ) -> list[Mount]:
     """The mounts of a node's ``/workspace``, validated; a pure function (it only reads paths).
 
@@ -141,40 +159,62 @@ def mounts_for(
         outputs_subdir: for a batch task, the subfolder of the outputs folder it writes into
             (``<name>-<N>``), which the backend creates.
         algorithm: a batch task's own algorithm folder instead of ``spec.algorithm``.
+        policy: the admin's host rules (default: :func:`~ma_jupyter.host_policy.load_policy`);
+            every source must pass :meth:`~ma_jupyter.host_policy.HostPolicy.check_source`
+            and every writable one must be writable by the account the job runs as.
 
     Returns:
         The mounts in bind order (parents before children).
 
     Raises:
         InvalidSpec: a host path is relative or missing (the message names it and says to
-            create it), a folder is a file, a target would leave ``/workspace``, or two mounts
-            overlap (a dataset mounted with and without a version).
+            create it), a folder is a file, a target would leave ``/workspace``, two mounts
+            overlap (a dataset mounted with and without a version), a source is one no job may
+            mount, or a writable one is not writable by the job's account.
     """
+    policy = policy or load_policy()
+    user = spec.creator
+    run_as = policy.run_as(user)
     mounts: list[Mount] = []
     algo = algorithm if algorithm is not None else spec.algorithm
+
+    # the platform's own copies of this job's datasets (data preparation) live in its folder
+    prepared = str(Path(job_dir) / "prepared") if job_dir is not None else None
+
+    def checked(raw: str, what: str, field_name: str, *, directory: bool, writable: bool = False) -> str:
+        source = _host_path(raw, what, field_name, directory=directory)
+        if prepared is None or not (source + "/").startswith(prepared + "/"):
+            policy.check_source(source, what, field_name, user)
+        if writable:
+            policy.check_writable(source, run_as, what, field_name)
+        return source
+
     if algo:
         mounts.append(
             Mount(
-                _host_path(algo, "algorithm", "algorithm", directory=True),
+                checked(
+                    algo, "algorithm", "algorithm", directory=True, writable=not spec.algorithm_read_only
+                ),
                 _target("algorithm"),
                 spec.algorithm_read_only,
                 "algorithm",
             )
         )
     for a in spec.annotations:
-        src = _host_path(a.path, f"annotation {a.name}", "annotations", directory=False)
+        src = checked(a.path, f"annotation {a.name}", "annotations", directory=False)
         mounts.append(Mount(src, _target("anno_dataset", a.name, "annotation"), True, "annotation"))
     for d in spec.datasets:
-        src = _host_path(d.path, f"dataset {d.name}", "datasets", directory=False)
+        src = checked(d.path, f"dataset {d.name}", "datasets", directory=False, writable=not d.read_only)
         parts = ["dataset", d.source.value, d.name] + ([d.version] if d.version else [])
         mounts.append(Mount(src, _target(*parts), d.read_only, "dataset"))
     for m in spec.models:
-        src = _host_path(m.path, f"model {m.name}", "models", directory=False)
+        src = checked(m.path, f"model {m.name}", "models", directory=False)
         parts = ["model", m.source.value, m.name] + ([m.version] if m.version else [])
         mounts.append(Mount(src, _target(*parts), True, "model"))
     if spec.outputs:
-        outputs = _host_path(spec.outputs, "outputs", "outputs", directory=True)
-        create = False
+        outputs, create = _writable_path(spec.outputs, "outputs", "outputs")
+        policy.check_source(outputs, "outputs", "outputs", user)
+        policy.check_writable(outputs, run_as, "outputs", "outputs")
     else:
         base = job_dir if job_dir is not None else Path("<jobs>") / "<job-id>"
         outputs, create = str(Path(base) / "outputs"), True
@@ -184,8 +224,10 @@ def mounts_for(
         outputs, create = str(Path(outputs) / outputs_subdir), True
     mounts.append(Mount(outputs, _target("outputs"), False, "outputs", create=create))
     for v in spec.volumes:
-        src = _host_path(v.path, f"volume {v.name}", "volumes", directory=True)
-        mounts.append(Mount(src, _target("volume", v.name), False, "volume"))
+        src, create = _writable_path(v.path, f"volume {v.name}", "volumes")
+        policy.check_source(src, f"volume {v.name}", "volumes", user)
+        policy.check_writable(src, run_as, f"volume {v.name}", "volumes")
+        mounts.append(Mount(src, _target("volume", v.name), False, "volume", create=create))
     # A read-only source inside (or equal to) a writable one could be written through the writable
     # mount, so read-only would be a lie: refuse it.
     for ro in (m for m in mounts if m.read_only):
@@ -287,8 +329,18 @@ def resolve_image(image: Image) -> ImageEnv:
     activation scripts); none means the interpreter the service runs on.
 
     Raises:
-        InvalidSpec: the interpreter or environment does not exist.
+        InvalidSpec: the interpreter or environment does not exist, or one of its folders is a
+            system folder or the service's home (a sandbox would show it to the job).
     """
+    env = _resolve_image(image)
+    if image.python or image.venv or image.conda_env:
+        policy = load_policy()
+        for root in env.roots:
+            policy.check_private(root, "image", "image")
+    return env
+
+
+def _resolve_image(image: Image) -> ImageEnv:
     if image.python:
         path = Path(image.python)
         if not path.is_absolute():
@@ -389,6 +441,8 @@ class NodeView:
         hosts: content of its ``/etc/hosts``.
         sandbox: ``bubblewrap`` or ``symlink``.
         cpus, devices: the cores and card indices of its task.
+        run_as: the account its processes run as; None: the service's own
+            (see :meth:`~ma_jupyter.host_policy.HostPolicy.run_as`).
     """
 
     job_id: str
@@ -405,6 +459,7 @@ class NodeView:
     sandbox: str
     cpus: tuple[int, ...] = ()
     devices: tuple[int, ...] = ()
+    run_as: RunAs | None = None
 
     @property
     def files_dir(self) -> Path:
@@ -427,6 +482,7 @@ class NodeView:
         data["image"] = ImageEnv(image["python"], image["bin_dir"], tuple(image["roots"]), image["env"])
         data["cpus"] = tuple(data.get("cpus", ()))
         data["devices"] = tuple(data.get("devices", ()))
+        data["run_as"] = RunAs(**data["run_as"]) if data.get("run_as") else None
         return cls(**data)
 
 
@@ -473,6 +529,7 @@ def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
     """
     job_dir = Path(attempt.job_dir)
     files = {_check_file_path(p): content for p, content in plan.files.items()}
+    policy = load_policy()
     return NodeView(
         job_id=attempt.job_id,
         node=plan.name,
@@ -482,7 +539,11 @@ def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
         rank_log_dir=str(job_dir / "logs" / plan.name),
         mounts=tuple(
             mounts_for(
-                attempt.spec, job_dir=job_dir, outputs_subdir=plan.outputs_subdir, algorithm=plan.algorithm
+                attempt.spec,
+                job_dir=job_dir,
+                outputs_subdir=plan.outputs_subdir,
+                algorithm=plan.algorithm,
+                policy=policy,
             )
         ),
         workdir=workdir_for(attempt.spec, plan.algorithm),
@@ -492,6 +553,7 @@ def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
         sandbox=sandbox,
         cpus=tuple(plan.task.cpus),
         devices=tuple(plan.task.devices),
+        run_as=policy.run_as(attempt.spec.creator),
     )
 
 
@@ -535,9 +597,18 @@ def prepare_node(view: NodeView) -> None:
             source = Path(mount.source)
             trusted = job_dir if source.is_relative_to(job_dir) else source.parent
             make_dirs(source, trusted=trusted, owner="a job")
+            _give(view, mount.source)
+    # the job writes its per-rank logs here (as its own account)
+    _give(view, view.rank_log_dir)
     if view.sandbox == "symlink":
         _build_tree(view)
     (node_dir / "view.json").write_text(view.to_json())
+
+
+def _give(view: NodeView, folder: str) -> None:
+    """Make a folder the platform created for the node owned by the node's account."""
+    if view.run_as is not None:
+        os.chown(folder, view.run_as.uid, view.run_as.gid, follow_symlinks=False)
 
 
 def _build_tree(view: NodeView) -> None:
@@ -622,8 +693,40 @@ def command_argv(view: NodeView, argv: list[str], env: dict[str, str]) -> list[s
     return [to_host(view, a) for a in command]
 
 
-def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True) -> list[str]:
-    """The bubblewrap argv running ``command`` in the node's view.
+def _host_program(name: str) -> str:
+    """The absolute path of a system program the platform runs (never looked up on a job's PATH)."""
+    found = shutil.which(name, path=SYSTEM_PATH)
+    if not found:
+        raise InvalidSpec(f"{name} is not installed on this machine (looked in {SYSTEM_PATH})")
+    return found
+
+
+def enter_env_argv(view: NodeView, command: list[str], env: dict[str, str]) -> list[str]:
+    """The prefix that, inside the sandbox, switches to the node's account and then (and only
+    then) applies the job's environment: ``setpriv`` (as root only) and ``env -i K=V...``.
+
+    The job's variables never reach a program running with privileges: ``LD_PRELOAD`` or a
+    ``PATH`` of the job's apply to the job's own command, after the switch.
+    """
+    if command and "=" in command[0]:
+        raise InvalidSpec(f"the command {command[0]!r} would be read as a variable: start it with a program")
+    prefix: list[str] = []
+    if view.run_as is not None:
+        prefix = [
+            _host_program("setpriv"),
+            f"--reuid={view.run_as.uid}",
+            f"--regid={view.run_as.gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ]
+    return prefix + [_host_program("env"), "-i", *(f"{k}={v}" for k, v in env.items()), *command]
+
+
+def bwrap_argv(
+    view: NodeView, command: list[str], env: dict[str, str] | None = None, *, pid_namespace: bool = True
+) -> list[str]:
+    """The bubblewrap argv running ``command`` with ``env`` in the node's view.
 
     A minimal root (never ``--dev-bind / /``): the system folders, ``/etc`` entry by entry (so
     the node's own hosts, hostname and ``/etc/mpi`` can take their places) and the image's
@@ -631,14 +734,17 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
     roots read-only and its rank-log folder writable at ``/job/logs``.  ``--cap-drop ALL`` keeps
     root from remounting read-only binds; ``--unshare-pid`` + ``--die-with-parent`` make the
     node's processes die together when bwrap is killed, whatever sessions they made.
+    ``--clearenv`` plus :func:`enter_env_argv`: bubblewrap runs with the caller's fixed
+    environment, and the job's own variables apply only after the switch to its account.
 
     Args:
         view: the node.
         command: argv to run inside (already expanded, see :func:`command_argv`).
+        env: the node's environment (:func:`node_env`); None: none but a system PATH.
         pid_namespace: False to share the host's pid namespace (e.g. a helper that must see
             processes outside).
     """
-    args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc"]
+    args = [_host_program("bwrap"), "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc"]
     if pid_namespace:
         args.append("--unshare-pid")
     args += ["--hostname", view.hostname]
@@ -647,7 +753,8 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
     args += _etc_args(view)
     for root in view.image.roots:
         args += _parents(root) + ["--ro-bind", root, root]
@@ -662,8 +769,12 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
             continue  # bound together with /etc, see _etc_args
         args += _parents(root) + ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
     args += ["--bind", view.rank_log_dir, RANK_LOG_VIEW]
-    args += ["--remount-ro", "/etc", "--chdir", view.workdir, "--cap-drop", "ALL", "--"]
-    return args + list(command)
+    args += ["--remount-ro", "/etc", "--chdir", view.workdir, "--clearenv", "--setenv", "PATH", SYSTEM_PATH]
+    # no capability survives, but the two setpriv needs to switch to the node's account
+    args += ["--cap-drop", "ALL"]
+    if view.run_as is not None:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return args + ["--"] + enter_env_argv(view, list(command), {"PATH": SYSTEM_PATH} if env is None else env)
 
 
 def _parents(target: str) -> list[str]:
@@ -711,11 +822,14 @@ def _etc_args(view: NodeView) -> list[str]:
     return args
 
 
-def sandbox_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True) -> list[str]:
-    """``command`` wrapped to run in the node's view: bubblewrap, or as is in the symlink mode
-    (where the command's paths were already rewritten by :func:`command_argv`)."""
+def sandbox_argv(
+    view: NodeView, command: list[str], env: dict[str, str], *, pid_namespace: bool = True
+) -> list[str]:
+    """``command`` wrapped to run in the node's view with ``env``: bubblewrap, or as is in the
+    symlink mode (where the command's paths were already rewritten by :func:`command_argv`, and
+    the node runner applies ``env`` to the command alone)."""
     if view.sandbox == "bubblewrap":
-        return bwrap_argv(view, command, pid_namespace=pid_namespace)
+        return bwrap_argv(view, command, env, pid_namespace=pid_namespace)
     return list(command)
 
 
@@ -723,42 +837,3 @@ def host_workdir(view: NodeView) -> str | None:
     """The working directory to start the sandbox in: None for bubblewrap (``--chdir`` does it),
     the rewritten path in the symlink mode."""
     return None if view.sandbox == "bubblewrap" else to_host(view, view.workdir)
-
-
-def load_view(job_dir: Path, node: str) -> NodeView:
-    """The saved view of a launched node (``nodes/<node>/view.json``).
-
-    Raises:
-        InvalidSpec: the node has not been launched (no saved view).
-    """
-    path = Path(job_dir) / "nodes" / node / "view.json"
-    try:
-        return NodeView.from_json(path.read_text())
-    except OSError:
-        raise InvalidSpec(f"node {node!r} of {job_dir.name} has no view yet (not launched)") from None
-
-
-def enter_argv(
-    job_dir: Path, node: str, argv: list[str], env: dict[str, str] | None = None
-) -> tuple[list[str], dict[str, str], str | None]:
-    """How to run any command "on" node ``node`` of a launched job, like ssh would.
-
-    It starts a new sandbox with that node's view (same mounts, hostname, /etc/hosts and
-    files); processes of the node's running sandbox are not visible from it.  Meant for the
-    MPI mode's rsh agent, which must call it outside any sandbox (bubblewrap cannot nest
-    under ``--cap-drop ALL``): the returned argv, env and cwd go straight to ``subprocess``.
-
-    Args:
-        job_dir: the job's folder.
-        node: node name, e.g. ``worker-1``.
-        argv: the command (``${VAR}`` expanded from the node env, ``python`` -> image).
-        env: extra variables over the node's base environment (e.g. the launcher's).
-
-    Returns:
-        (argv, env, cwd) for :class:`subprocess.Popen`.
-    """
-    view = load_view(Path(job_dir), node)
-    marker_file = Path(view.node_dir) / "marker"
-    marker = marker_file.read_text().strip() if marker_file.exists() else f"{view.job_id}/{node}"
-    full_env = node_env(view, dict(env or {}), marker)
-    return sandbox_argv(view, command_argv(view, argv, full_env)), full_env, host_workdir(view)

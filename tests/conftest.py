@@ -49,15 +49,20 @@ def _stop_jobs_and_service(client) -> int | None:
 
 @pytest.fixture
 def ma_home(request, tmp_path, monkeypatch):
-    """A fresh ``MA_JUPYTER_HOME`` (set in the environment) for one test.
+    """A fresh ``MA_JUPYTER_HOME`` (set in the environment) for one test, whose jobs may mount
+    folders of the test's ``tmp_path``.
 
     ``@pytest.mark.small_cluster`` writes a two-node ``cluster.toml`` (``big`` and ``tiny``).
     Whatever service a test started on this home is stopped afterwards, jobs first.
     """
     home = tmp_path / "ma_home"
     home.mkdir()
+    # Tests keep their data in their own tmp_path, outside the default mount roots (the user's
+    # home and the project folder): allow it, and nothing else.
+    cluster = f'[mounts]\nallowed_roots = ["{tmp_path}"]\n'
     if request.node.get_closest_marker("small_cluster"):
-        (home / "cluster.toml").write_text(SMALL_CLUSTER_TOML)
+        cluster += SMALL_CLUSTER_TOML
+    (home / "cluster.toml").write_text(cluster)
     monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
     yield home
     if (home / "service.json").exists():
@@ -65,6 +70,15 @@ def ma_home(request, tmp_path, monkeypatch):
 
         monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
         _stop_jobs_and_service(Client(autostart=False))
+
+
+@pytest.fixture
+def ma_root_jobs(ma_home):
+    """Let root's jobs run as root on ``ma_home`` (an admin's ``[users] allow_root``): for tests
+    of what holds even for root, and of the symlink mode, which cannot switch accounts."""
+    cluster = ma_home / "cluster.toml"
+    cluster.write_text(cluster.read_text() + '[users]\nallow_root = ["root"]\n')
+    return ma_home
 
 
 @pytest.fixture
@@ -84,15 +98,20 @@ def ma_client(ma_home):
     client.close()
 
 
-def _leftover_node_runners(since: float) -> list:
-    """Node runners started during this test session that are still alive."""
+def _leftover_node_runners(since: float, under: str) -> list:
+    """Node runners of this test session (their job folders lie under ``under``, the session's
+    temporary folder) that are still alive: never another session's, running beside this one."""
     import psutil
 
     found = []
     for proc in psutil.process_iter(["cmdline", "create_time"]):
         try:
             cmdline = proc.info["cmdline"] or []
-            if "ma_jupyter.noderun" in cmdline and proc.info["create_time"] >= since:
+            if (
+                "ma_jupyter.noderun" in cmdline
+                and proc.info["create_time"] >= since
+                and cmdline[-1].startswith(under + os.sep)
+            ):
                 found.append(proc)
         except psutil.Error:
             continue
@@ -100,13 +119,14 @@ def _leftover_node_runners(since: float) -> list:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def ma_no_leftover_jobs():
-    """After the whole session, no job process may be left running: kill stragglers and say so."""
+def ma_no_leftover_jobs(tmp_path_factory):
+    """After the whole session, no job process of it may be left running: kill stragglers and say so."""
     import time
 
     started = time.time()
+    under = str(tmp_path_factory.getbasetemp().resolve())
     yield
-    leftovers = _leftover_node_runners(started)
+    leftovers = _leftover_node_runners(started, under)
     for proc in leftovers:
         try:
             os.killpg(proc.pid, 9)

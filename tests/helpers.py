@@ -28,3 +28,11 @@ def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float 
                 raise AssertionError(f"condition not met within {timeout} s") from last_error
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(interval)
+
+
+def writable_dir(path, *, parents: bool = False):
+    """Make ``path`` a folder any job may write to, as a user gives a folder to the account
+    their jobs run as (a root service runs root's jobs as ``nobody``); returns ``path``."""
+    path.mkdir(parents=parents, exist_ok=True)
+    path.chmod(0o777)
+    return path

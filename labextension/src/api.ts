@@ -1,7 +1,8 @@
 /**
- * The sidebar's calls to the server extension (`<base_url>/ma-jupyter/api/...`), which forwards
- * them to the job service. Every answer is the JSON of the wire model (see models.ts); an error
- * answer carries `{error, message, field}` and becomes an ApiError.
+ * The sidebar's calls to the job service's REST API, through the server extension's
+ * authenticated proxy (`<base_url>/ma-jupyter/api/v1/...` is the service's `/api/v1/...`).
+ * Every answer is the service's own JSON: the wire models of models.ts (generated from
+ * ma_jupyter.models); an error answer carries `{error, message, field}` and becomes an ApiError.
  */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
@@ -32,7 +33,7 @@ export class ApiError extends Error {
   }
 }
 
-/** Where the job service runs, as the server extension sees it. */
+/** Where the job service runs, as the server extension sees it (`<base_url>/ma-jupyter/service`). */
 export interface ServiceStatus {
   running: boolean;
   home: string;
@@ -68,13 +69,21 @@ function query(params: Params): string {
   return text ? `?${text}` : '';
 }
 
-/** One call to the server extension; JSON in and out, ApiError on failure. */
+/** The server extension's routes: `<base_url>/ma-jupyter/...`. */
+const NAMESPACE = 'ma-jupyter';
+/** The job service's REST API behind the extension's proxy. */
+const SERVICE_API = 'api/v1';
+
+/**
+ * One call to the server extension (`endpoint` is relative to `<base_url>/ma-jupyter/`);
+ * JSON in and out, ApiError on failure.
+ */
 export async function requestAPI<T>(
   endpoint: string,
   init: RequestInit = {},
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): Promise<T> {
-  const url = URLExt.join(settings.baseUrl, 'ma-jupyter', 'api', endpoint);
+  const url = URLExt.join(settings.baseUrl, NAMESPACE, endpoint);
   let response: Response;
   try {
     response = await ServerConnection.makeRequest(url, init, settings);
@@ -113,21 +122,32 @@ function send(method: string, body?: unknown, signal?: AbortSignal): RequestInit
   return init;
 }
 
-const job = (id: string, rest = ''): string => `jobs/${encodeURIComponent(id)}${rest}`;
+/** A route of the job service's REST API (`path` as in the service's `/api/v1/<path>`). */
+const service = (path: string): string => `${SERVICE_API}/${path}`;
+const job = (id: string, rest = ''): string => service(`jobs/${encodeURIComponent(id)}${rest}`);
+
+/** The job's TensorBoard through the Jupyter server (an absolute path on this server). */
+export function tensorboardUrl(
+  id: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): string {
+  const base = URLExt.parse(settings.baseUrl).pathname;
+  return URLExt.join(base, NAMESPACE, 'tensorboard', encodeURIComponent(id)) + '/';
+}
 
 /** The REST calls the sidebar makes, one function per route. */
 export const api = {
   service: (): Promise<ServiceStatus> => requestAPI<ServiceStatus>('service'),
   jobs: (q: JobQuery = {}): Promise<JobPage> =>
     requestAPI<JobPage>(
-      'jobs' +
+      service('jobs') +
         query({ name: q.name, status: q.status, offset: q.offset, limit: q.limit })
     ),
   job: (id: string): Promise<Job> => requestAPI<Job>(job(id)),
   submit: (spec: Partial<JobSpec>): Promise<Job> =>
-    requestAPI<Job>('jobs', send('POST', spec)),
+    requestAPI<Job>(service('jobs'), send('POST', spec)),
   plan: (spec: Partial<JobSpec>): Promise<Plan> =>
-    requestAPI<Plan>('plan', send('POST', spec)),
+    requestAPI<Plan>(service('plan'), send('POST', spec)),
   stop: (id: string): Promise<Job> => requestAPI<Job>(job(id, '/stop'), send('POST')),
   remove: (id: string, force = false): Promise<void> =>
     requestAPI<void>(job(id) + query({ force: force ? 'true' : undefined }), send('DELETE')),
@@ -146,9 +166,15 @@ export const api = {
         query({ node: stream.node, rank: stream.rank, offset, wait }),
       send('GET', undefined, signal)
     ),
-  /** Start (or reuse) the job's TensorBoard; `url` is its address through the Jupyter server. */
-  tensorboard: (id: string): Promise<{ url: string; direct_url: string }> =>
-    requestAPI<{ url: string; direct_url: string }>(job(id, '/tensorboard'), send('POST')),
-  specs: (): Promise<Spec[]> => requestAPI<Spec[]>('specs'),
-  nodes: (spec?: string): Promise<Node[]> => requestAPI<Node[]>('nodes' + query({ spec }))
+  /**
+   * Start (or reuse) the job's TensorBoard; `url` is its address through the Jupyter server,
+   * `direct_url` the board's own loopback address (what the service answers).
+   */
+  tensorboard: async (id: string): Promise<{ url: string; direct_url: string }> => {
+    const started = await requestAPI<{ url: string }>(job(id, '/tensorboard'), send('POST'));
+    return { url: tensorboardUrl(id), direct_url: started.url };
+  },
+  specs: (): Promise<Spec[]> => requestAPI<Spec[]>(service('specs')),
+  nodes: (spec?: string): Promise<Node[]> =>
+    requestAPI<Node[]>(service('nodes') + query({ spec }))
 };

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from .. import workspace
-from ..errors import BackendUnavailable, RefusedFile
+from ..errors import BackendUnavailable, InvalidSpec, RefusedFile
 from ..models import NodeRun
 from ..modes.base import NodePlan
 from ..untrusted import read_small
@@ -122,6 +122,14 @@ class LocalBackend(Backend):
         sandbox = self.isolation()
         # Validate and build every node's view before starting anything.
         views = [(plan, workspace.node_view(attempt, plan, sandbox)) for plan in attempt.plans]
+        if sandbox == "symlink" and any(view.run_as is not None for _, view in views):
+            # Without a sandbox the node's interpreter and folders are host paths its account
+            # may not reach, and nothing would keep it from the rest of the host: refuse.
+            raise InvalidSpec(
+                "bubblewrap does not work on this machine, and jobs of a root service must run as "
+                f"{views[0][1].run_as.name} inside it: install bubblewrap (apt-get install bubblewrap), or "
+                "let this user's jobs run as root ([users] allow_root in cluster.toml)"
+            )
         attempt.log_dir.mkdir(parents=True, exist_ok=True)
         # One secret per attempt, seen only by this attempt's nodes: peers of a job use it to
         # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
@@ -148,7 +156,7 @@ class LocalBackend(Backend):
                 (node_dir / folder).mkdir(exist_ok=True)
 
         def wrap(argv: list[str]) -> list[str]:
-            return workspace.sandbox_argv(view, workspace.command_argv(view, argv, env))
+            return workspace.sandbox_argv(view, workspace.command_argv(view, argv, env), env)
 
         lifecycle = attempt.spec.lifecycle
         from ..commands import parse_command
@@ -159,7 +167,12 @@ class LocalBackend(Backend):
             "rank_log_dir": view.rank_log_dir,
             "sandbox": view.sandbox,
             "argv": wrap(plan.argv),
-            "env": env,
+            # The environment the runner starts each phase with.  bubblewrap gets a fixed one (the
+            # job's variables are applied inside, after the switch to the job's account); only
+            # the symlink mode, which never runs as another account, hands the job's to it.
+            "env": env
+            if view.sandbox == "symlink"
+            else {"PATH": workspace.SYSTEM_PATH, "LANG": "C.UTF-8", workspace.NODE_MARKER: marker},
             "cwd": workspace.host_workdir(view),
             "cpus": list(view.cpus),
             "on_start": wrap(parse_command(lifecycle.on_start, field="lifecycle"))

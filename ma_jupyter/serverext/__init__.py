@@ -1,9 +1,10 @@
 """Jupyter server extension: the JupyterLab sidebar's authenticated way to the job service.
 
 Enabled by ``etc/jupyter/jupyter_server_config.d/ma_jupyter.json`` (installed with the wheel),
-it serves ``<base_url>/ma-jupyter/api/...`` behind Jupyter's own authentication and forwards
-each request to the job service through :class:`ma_jupyter.client.Client`, the one client of
-the project.  See :mod:`ma_jupyter.serverext.handlers` for the routes.
+it is one reverse proxy behind Jupyter's own authentication: ``<base_url>/ma-jupyter/api/v1/...``
+is the job service's REST API (found, and started on first use, by
+:class:`ma_jupyter.client.Client`), ``<base_url>/ma-jupyter/tensorboard/<job>/...`` a job's
+TensorBoard.  See :mod:`ma_jupyter.serverext.handlers` for the routes.
 """
 
 from __future__ import annotations
@@ -27,4 +28,6 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     from .handlers import setup_handlers
 
     setup_handlers(serverapp.web_app)
-    serverapp.log.info("ma_jupyter server extension: routes under %s/api", NAMESPACE)
+    serverapp.log.info(
+        "ma_jupyter server extension: the job service's API proxied under %s/api/v1", NAMESPACE
+    )

@@ -1,338 +1,267 @@
-"""Tornado handlers under ``<base_url>/ma-jupyter/api`` that forward to the job service.
+"""The server extension's routes: one authenticated reverse proxy to the job service, and TensorBoard.
 
-Every handler is a Jupyter ``APIHandler`` guarded by ``@tornado.web.authenticated`` (403
-without Jupyter's token or cookie) and answers with the JSON of the wire model, exactly what
-the job service's REST API returns.  The calls go through :class:`ma_jupyter.client.Client`
-(which starts the service on first use); they block, so they run on a thread pool and never on
-the IOLoop, which matters most for the log long-poll (``wait`` seconds).
+``<base_url>/ma-jupyter/api/v1/<path>``
+    The job service's REST API (``/api/v1/<path>``, see :mod:`ma_jupyter.service.app`) behind
+    Jupyter's authentication: the request's method, query and body, and the answer's status,
+    content type and body pass through unchanged (the answer is relayed as it arrives, so the
+    service's long-polls simply take their time).  Jupyter's token or cookie (with its XSRF check for
+    unsafe methods) lets a request in; the service's bearer token and the user name go out
+    (``X-MA-User``: this server's login name, the same user the kernels' clients send), and
+    nothing of Jupyter's credentials reaches the service.
+``<base_url>/ma-jupyter/service``
+    Whether a job service runs for this home (``running``, ``url``, ``pid``, ``home``...), from
+    :meth:`ma_jupyter.client.Client.service_status`; it starts none.
+``<base_url>/ma-jupyter/tensorboard/<id>/<path>``
+    The job's TensorBoard (which listens on loopback only), started through the service on
+    first use and again if it was reaped as idle.
 
-Routes (``{id}`` is a job id)::
-
-    GET    service                       service status (running, url, pid, home)
-    GET    jobs?name&status&creator&spec&outputs&offset&limit   -> JobPage
-    POST   jobs          (JobSpec)       -> 201 Job
-    POST   plan          (JobSpec)       -> Plan
-    GET    jobs/{id}                     -> Job
-    PATCH  jobs/{id}     {priority|duration} -> Job
-    DELETE jobs/{id}?force=true          -> 204
-    POST   jobs/{id}/stop                -> Job
-    GET    jobs/{id}/events?after        -> [Event]
-    GET    jobs/{id}/logs                -> [LogStream]
-    GET    jobs/{id}/logs/read?node&rank&offset&limit&wait -> LogChunk
-    POST   jobs/{id}/tensorboard         -> {"url", "direct_url"} (url: the proxy below)
-    DELETE jobs/{id}/tensorboard         -> 204
-    GET    specs                         -> [Spec]
-    GET    nodes?spec                    -> [Node]
-
-and, outside ``api``, ``<base_url>/ma-jupyter/tensorboard/{id}/...``: the job's TensorBoard
-through Jupyter's authentication, so it opens wherever JupyterLab does (TensorBoard itself
-listens on loopback only).
-
-A typed error of :mod:`ma_jupyter.errors` becomes its HTTP status with the body
-``{"error", "message", "field"}``, the same body the job service sends.
+The service's address and token come from :class:`ma_jupyter.client.Client` (its runtime file),
+which starts the service on first use, on a worker thread.  The proxied requests themselves go
+through tornado's ``AsyncHTTPClient``: the Jupyter server's event loop never waits on them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
-from urllib.parse import quote
+from typing import Any
+from urllib.parse import unquote
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
-from pydantic import BaseModel
+from tornado import httputil
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.httputil import HTTPHeaders
 
-from ..client import Client
-from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError
-from ..models import JobStatus
+from ..client import API_PREFIX, Client
+from ..errors import BackendUnavailable, MaJupyterError, NotFound
 from . import NAMESPACE
 
-T = TypeVar("T")
+# Seconds one proxied call may take: above the service's longest long-poll (60 s).
+SERVICE_TIMEOUT = 180.0
+TENSORBOARD_TIMEOUT = 120.0
+CONNECT_TIMEOUT = 10.0
+MAX_CLIENTS = 64  # concurrent upstream requests (open job views each hold a long-poll)
 
-MAX_WAIT = 30.0  # seconds a browser's log long-poll may hold a worker thread
-# Long-polls hold a thread each for up to MAX_WAIT: enough workers that a few open job views
-# never starve the short calls.
-_EXECUTOR = ThreadPoolExecutor(max_workers=16, thread_name_prefix="ma-jupyter-serverext")
-_LOCAL = threading.local()
-_STATUSES = [s.value for s in JobStatus]
-
-
-def _client() -> Client:
-    """This worker thread's client (a ``requests`` session is not meant to be shared by threads)."""
-    client = getattr(_LOCAL, "client", None)
-    if client is None:
-        client = _LOCAL.client = Client()
-    return client
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-class ServiceHandler(APIHandler):
-    """Base: run a client call off the IOLoop and answer with its JSON or its typed error."""
-
-    async def call(self, fn: Callable[[Client], T], status: int = 200) -> None:
-        """Run ``fn(client)`` on the thread pool and write its result as JSON.
-
-        Args:
-            fn: the client call; it returns a model, a list of models, a dict or None.
-            status: the HTTP status of a success (204 when ``fn`` returns None).
-        """
-        loop = asyncio.get_running_loop()
-        try:
-            result = await loop.run_in_executor(_EXECUTOR, lambda: fn(_client()))
-        except MaJupyterError as exc:
-            self.set_status(exc.status)
-            self.finish(json.dumps(exc.to_body()))
-            return
-        if result is None:
-            self.set_status(204)
-            self.finish()
-            return
-        self.set_status(status)
-        self.finish(json.dumps(_jsonable(result)))
-
-    def body(self) -> Any:
-        """The request's JSON body.
-
-        Raises:
-            InvalidSpec: the body is not JSON.
-        """
-        try:
-            return json.loads(self.request.body or b"null")
-        except ValueError as exc:
-            raise InvalidSpec(f"the request body is not JSON ({exc}): send the job as a JSON object") from exc
-
-    def arg_int(self, name: str, default: int | None = None) -> int | None:
-        """An integer query argument, or ``default`` when absent.
-
-        Raises:
-            InvalidSpec: the argument is not an integer.
-        """
-        raw = self.get_argument(name, None)
-        if raw is None or raw == "":
-            return default
-        try:
-            return int(raw)
-        except ValueError as exc:
-            raise InvalidSpec(f"{name} must be an integer, not {raw!r}", field=name) from exc
-
-    def arg_float(self, name: str, default: float = 0.0) -> float:
-        """A float query argument, or ``default`` when absent.
-
-        Raises:
-            InvalidSpec: the argument is not a number.
-        """
-        raw = self.get_argument(name, None)
-        if raw is None or raw == "":
-            return default
-        try:
-            return float(raw)
-        except ValueError as exc:
-            raise InvalidSpec(f"{name} must be a number of seconds, not {raw!r}", field=name) from exc
-
-    def write_typed_error(self, exc: MaJupyterError) -> None:
-        """Answer with ``exc``'s status and JSON body (for errors found before the call)."""
-        self.set_status(exc.status)
-        self.finish(json.dumps(exc.to_body()))
-
-
-class ServiceStatusHandler(ServiceHandler):
-    """``GET service``: whether a job service runs for this home (starts none)."""
-
-    @tornado.web.authenticated
-    async def get(self) -> None:
-        await self.call(lambda c: c.service_status())
-
-
-class JobsHandler(ServiceHandler):
-    """``GET jobs`` (filtered page) and ``POST jobs`` (submit a JobSpec)."""
-
-    @tornado.web.authenticated
-    async def get(self) -> None:
-        statuses = [s for s in self.get_arguments("status") if s]
-        try:
-            offset = self.arg_int("offset", 0) or 0
-            limit = self.arg_int("limit", 50) or 50
-            unknown = [s for s in statuses if s not in _STATUSES]
-            if unknown:
-                raise InvalidSpec(
-                    f"unknown status {unknown[0]!r}: use one of {', '.join(_STATUSES)}", field="status"
-                )
-        except MaJupyterError as exc:
-            self.write_typed_error(exc)
-            return
-        name = self.get_argument("name", None) or None
-        creator = self.get_argument("creator", None) or None
-        spec = self.get_argument("spec", None) or None
-        outputs = self.get_argument("outputs", None) or None
-        await self.call(
-            lambda c: c.job_page(
-                name=name,
-                status=statuses or None,
-                creator=creator,
-                spec=spec,
-                outputs=outputs,
-                offset=offset,
-                limit=limit,
-            )
-        )
-
-    @tornado.web.authenticated
-    async def post(self) -> None:
-        try:
-            body = self.body()
-            if not isinstance(body, dict):
-                raise InvalidSpec("send the job as a JSON object of JobSpec fields")
-        except MaJupyterError as exc:
-            self.write_typed_error(exc)
-            return
-        await self.call(lambda c: c.submit(body).info, status=201)
-
-
-class PlanHandler(ServiceHandler):
-    """``POST plan``: the dry-run plan of a JobSpec; creates nothing."""
-
-    @tornado.web.authenticated
-    async def post(self) -> None:
-        try:
-            body = self.body()
-            if not isinstance(body, dict):
-                raise InvalidSpec("send the job as a JSON object of JobSpec fields")
-        except MaJupyterError as exc:
-            self.write_typed_error(exc)
-            return
-        await self.call(lambda c: c.plan(body))
-
-
-class JobHandler(ServiceHandler):
-    """``GET``, ``PATCH`` (priority or duration) and ``DELETE`` (``force`` stops first) of one job."""
-
-    @tornado.web.authenticated
-    async def get(self, job_id: str) -> None:
-        await self.call(lambda c: c.get(job_id))
-
-    @tornado.web.authenticated
-    async def patch(self, job_id: str) -> None:
-        try:
-            body = self.body()
-            if not isinstance(body, dict):
-                raise InvalidSpec('send {"priority": ...} or {"duration": ...}')
-        except MaJupyterError as exc:
-            self.write_typed_error(exc)
-            return
-        await self.call(
-            lambda c: c.update(job_id, priority=body.get("priority"), duration=body.get("duration"))
-        )
-
-    @tornado.web.authenticated
-    async def delete(self, job_id: str) -> None:
-        force = self.get_argument("force", "").lower() in ("1", "true", "yes")
-        await self.call(lambda c: c.delete(job_id, force=force))
-
-
-class StopHandler(ServiceHandler):
-    """``POST jobs/{id}/stop``."""
-
-    @tornado.web.authenticated
-    async def post(self, job_id: str) -> None:
-        await self.call(lambda c: c.stop(job_id))
-
-
-class EventsHandler(ServiceHandler):
-    """``GET jobs/{id}/events?after=<seq>``."""
-
-    @tornado.web.authenticated
-    async def get(self, job_id: str) -> None:
-        try:
-            after = self.arg_int("after", 0) or 0
-        except MaJupyterError as exc:
-            self.write_typed_error(exc)
-            return
-        await self.call(lambda c: c.events(job_id, after=after))
-
-
-class LogStreamsHandler(ServiceHandler):
-    """``GET jobs/{id}/logs``: the job's log streams per node and rank."""
-
-    @tornado.web.authenticated
-    async def get(self, job_id: str) -> None:
-        await self.call(lambda c: c.log_streams(job_id))
-
-
-class LogReadHandler(ServiceHandler):
-    """``GET jobs/{id}/logs/read``: bytes from an offset, long-polling up to ``wait`` (at most MAX_WAIT) seconds."""
-
-    @tornado.web.authenticated
-    async def get(self, job_id: str) -> None:
-        try:
-            rank = self.arg_int("rank")
-            offset = self.arg_int("offset", 0) or 0
-            limit = self.arg_int("limit", 1 << 20) or (1 << 20)
-            wait = min(max(self.arg_float("wait", 0.0), 0.0), MAX_WAIT)
-        except MaJupyterError as exc:
-            self.write_typed_error(exc)
-            return
-        node = self.get_argument("node", None) or None
-        await self.call(
-            lambda c: c.read_log(job_id, node=node, rank=rank, offset=offset, wait=wait, limit=limit)
-        )
-
-
-class TensorBoardHandler(ServiceHandler):
-    """``POST`` starts (or finds) the job's TensorBoard; ``DELETE`` stops it."""
-
-    @tornado.web.authenticated
-    async def post(self, job_id: str) -> None:
-        proxy = url_path_join(self.base_url, NAMESPACE, "tensorboard", quote(job_id, safe="")) + "/"
-
-        def start(c: Client) -> dict[str, str]:
-            direct = c.tensorboard(job_id)
-            _BOARDS[job_id] = direct
-            return {"url": proxy, "direct_url": direct}
-
-        await self.call(start)
-
-    @tornado.web.authenticated
-    async def delete(self, job_id: str) -> None:
-        await self.call(lambda c: c.stop_tensorboard(job_id))
-
-
-class SpecsHandler(ServiceHandler):
-    """``GET specs``: the spec catalog."""
-
-    @tornado.web.authenticated
-    async def get(self) -> None:
-        await self.call(lambda c: c.specs())
-
-
-class NodesHandler(ServiceHandler):
-    """``GET nodes?spec=``: the node inventory and its usage."""
-
-    @tornado.web.authenticated
-    async def get(self) -> None:
-        spec = self.get_argument("spec", None) or None
-        await self.call(lambda c: c.nodes(spec=spec))
-
-
+# Service start and discovery, and TensorBoard starts, block: they run here, never on the loop.
+_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ma-jupyter-serverext")
+_CLIENT: Client | None = None
+_SERVICE: tuple[str, dict[str, str]] | None = None  # (service URL, headers every call carries)
+_HTTP: tuple[Any, AsyncHTTPClient] | None = None
 # job id -> the direct URL of its TensorBoard (``http://127.0.0.1:PORT/tb/<id>/``)
 _BOARDS: dict[str, str] = {}
+
 # Hop-by-hop headers and those tornado sets itself are not copied through the proxy.
 _SKIP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"}
+_SERVICE_REQUEST_HEADERS = ("accept", "content-type", "if-none-match")
+_BOARD_REQUEST_HEADERS = ("accept", "accept-encoding", "content-type", "if-none-match")
+_BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
-class TensorBoardProxyHandler(JupyterHandler):
+def _client(fresh: bool = False) -> Client:
+    """The extension's client of the job service (thread-safe; a new one after a restart)."""
+    global _CLIENT
+    if _CLIENT is None or fresh:
+        _CLIENT = Client()
+    return _CLIENT
+
+
+async def _service(fresh: bool = False) -> tuple[str, dict[str, str]]:
+    """The service's URL and the headers for it (bearer token, user), starting it if none runs.
+
+    Raises:
+        BackendUnavailable: no service answers and none could be started.
+    """
+    global _SERVICE
+    if _SERVICE is None or fresh:
+
+        def connect() -> tuple[str, dict[str, str]]:
+            client = _client(fresh).connect()
+            return client.url, client._headers()
+
+        _SERVICE = await asyncio.get_running_loop().run_in_executor(_EXECUTOR, connect)
+    return _SERVICE
+
+
+def _http() -> AsyncHTTPClient:
+    """This event loop's HTTP client for the proxies (more connections than tornado's shared one)."""
+    global _HTTP
+    loop = asyncio.get_running_loop()
+    if _HTTP is None or _HTTP[0] is not loop:
+        _HTTP = (loop, AsyncHTTPClient(force_instance=True, max_clients=MAX_CLIENTS))
+    return _HTTP[1]
+
+
+def _error(handler: JupyterHandler, exc: MaJupyterError) -> None:
+    """Answer with a typed error's status and ``{"error", "message", "field"}`` body."""
+    handler.set_status(exc.status)
+    handler.set_header("Content-Type", "application/json")
+    handler.finish(json.dumps(exc.to_body()))
+
+
+class _Relay:
+    """Copies an upstream answer to ``handler`` as it arrives: status and headers, then the body."""
+
+    def __init__(self, handler: ProxyMixin):
+        self.handler = handler
+        self.code = 0
+        self.reason = ""
+        self.headers = HTTPHeaders()
+        self.started = False
+
+    def header_line(self, line: str) -> None:
+        """``header_callback`` of the upstream request."""
+        if line.startswith("HTTP/"):
+            first = httputil.parse_response_start_line(line.strip())
+            self.code, self.reason, self.headers = first.code, first.reason, HTTPHeaders()
+        elif line.strip():
+            self.headers.parse_line(line)
+
+    def start(self) -> None:
+        """Send the upstream status and headers (once)."""
+        if self.started:
+            return
+        self.started = True
+        handler = self.handler
+        handler.set_status(self.code, self.reason)
+        for name, value in self.headers.get_all():
+            lower = name.lower()
+            if lower == "set-cookie":
+                handler.add_header(name, value)
+            elif lower not in _SKIP_HEADERS:
+                handler.set_header(name, value)  # replaces Jupyter's defaults (e.g. Content-Type)
+
+    def body_chunk(self, chunk: bytes) -> None:
+        """``streaming_callback`` of the upstream request: pass the bytes on at once."""
+        self.start()
+        if self.handler.gone:
+            return
+        self.handler.write(chunk)
+        self.handler.flush()
+
+
+class ProxyMixin(JupyterHandler):
+    """Forwarding of one request to an upstream URL, relaying its answer."""
+
+    gone = False
+
+    def on_connection_close(self) -> None:
+        self.gone = True  # the browser left (e.g. an aborted long-poll): drop what still comes
+
+    async def relay(
+        self, url: str, headers: dict[str, str], timeout: float
+    ) -> tuple[_Relay, Exception | None]:
+        """Send this request's method and body to ``url``; the answer is relayed while it arrives.
+
+        Returns:
+            The relay (``started`` once anything was sent back) and the error that ended the
+            exchange early (refused connection, timeout...), None when the answer came whole.
+        """
+        method = self.request.method or "GET"
+        body = (self.request.body or b"") if method in _BODY_METHODS else None
+        relay = _Relay(self)
+        request = HTTPRequest(
+            url,
+            method=method,
+            body=body,
+            headers=headers,
+            follow_redirects=False,
+            decompress_response=False,
+            connect_timeout=CONNECT_TIMEOUT,
+            request_timeout=timeout,
+            allow_nonstandard_methods=True,
+            header_callback=relay.header_line,
+            streaming_callback=relay.body_chunk,
+        )
+        try:
+            await _http().fetch(request, raise_error=False)
+        except Exception as exc:  # no (complete) answer: the caller decides what to tell the browser
+            return relay, exc
+        return relay, None
+
+    def give_up(self, relay: _Relay, problem: MaJupyterError) -> None:
+        """End an exchange that failed: a typed error if nothing was sent yet, else cut the answer off.
+
+        A relayed answer cannot change its status any more: closing the connection makes the
+        browser see a failed request rather than a complete but truncated body.
+        """
+        if not relay.started:
+            _error(self, problem)
+            return
+        self.log.warning(
+            "ma_jupyter proxy: %s %s cut off: %s", self.request.method, self.request.path, problem
+        )
+        self.request.connection.close()
+
+    def forwarded_headers(self, names: tuple[str, ...]) -> dict[str, str]:
+        """The request's headers among ``names`` (lower case)."""
+        return {k: v for k, v in self.request.headers.get_all() if k.lower() in names}
+
+
+class ServiceProxyHandler(ProxyMixin, APIHandler):
+    """``<base_url>/ma-jupyter/api/v1/<path>`` -> the job service's ``/api/v1/<path>``."""
+
+    async def _forward(self, path: str) -> None:
+        # the raw (still percent-encoded) path, so a job id arrives exactly as the browser sent it
+        prefix = url_path_join(self.base_url, NAMESPACE, "api", "v1") + "/"
+        raw = self.request.path[len(prefix) :]
+        if any(unquote(part) in (".", "..") for part in raw.split("/")):
+            _error(self, NotFound(f"no route {path!r} in the job service's API"))
+            return
+        query = f"?{self.request.query}" if self.request.query else ""
+        for fresh in (False, True):
+            try:
+                url, auth = await _service(fresh)
+            except MaJupyterError as exc:
+                _error(self, exc)
+                return
+            headers = {**self.forwarded_headers(_SERVICE_REQUEST_HEADERS), **auth}
+            relay, error = await self.relay(f"{url}{API_PREFIX}/{raw}{query}", headers, SERVICE_TIMEOUT)
+            # A restarted service has a new port and token: find it and retry once, but only when
+            # the connection was refused (the request never reached a service, nothing ran twice).
+            if relay.started or not isinstance(error, ConnectionRefusedError):
+                break
+        if error is not None:
+            self.give_up(relay, BackendUnavailable(f"the job service does not answer ({error})"))
+            return
+        relay.start()
+        self.finish(set_content_type=relay.headers.get("Content-Type", "application/json"))
+
+    @tornado.web.authenticated
+    async def get(self, path: str) -> None:
+        await self._forward(path)
+
+    @tornado.web.authenticated
+    async def post(self, path: str) -> None:
+        await self._forward(path)
+
+    @tornado.web.authenticated
+    async def put(self, path: str) -> None:
+        await self._forward(path)
+
+    @tornado.web.authenticated
+    async def patch(self, path: str) -> None:
+        await self._forward(path)
+
+    @tornado.web.authenticated
+    async def delete(self, path: str) -> None:
+        await self._forward(path)
+
+
+class ServiceStatusHandler(APIHandler):
+    """``GET <base_url>/ma-jupyter/service``: whether a job service runs for this home (starts none)."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        status = await asyncio.get_running_loop().run_in_executor(
+            _EXECUTOR, lambda: _client().service_status()
+        )
+        self.finish(json.dumps(status))
+
+
+class TensorBoardProxyHandler(ProxyMixin):
     """``<base_url>/ma-jupyter/tensorboard/<id>/<path>`` -> the job's TensorBoard.
 
     TensorBoard's pages use relative URLs (``tb-relative-root``), so they work under this prefix
@@ -341,9 +270,24 @@ class TensorBoardProxyHandler(JupyterHandler):
     """
 
     def check_xsrf_cookie(self) -> None:
-        # TensorBoard's own POSTs (data queries) carry no Jupyter XSRF token; they change
-        # nothing, and the request is still authenticated by Jupyter's cookie or token.
-        return None
+        """Jupyter's XSRF check, except for TensorBoard's own data queries.
+
+        TensorBoard's scripts POST their queries with TensorBoard's XSRF header
+        ``X-XSRF-Protected: 1`` and without Jupyter's token.  A page of another origin cannot add
+        such a header without a CORS preflight, which this route never grants, and a request
+        whose ``Origin`` is another site is refused outright; so the header is proof enough.
+        Every other unsafe request (a plain cross-site form POST with the session cookie, say)
+        needs Jupyter's XSRF token, or it is refused before any board starts.
+        """
+        if not hasattr(self, "_jupyter_current_user"):
+            return None  # called before authentication: Jupyter checks again once it is known
+        if (
+            self.request.method == "POST"
+            and self.request.headers.get("X-XSRF-Protected") == "1"
+            and self.check_origin()
+        ):
+            return None
+        return super().check_xsrf_cookie()
 
     async def _target(self, job_id: str, fresh: bool) -> str:
         url = None if fresh else _BOARDS.get(job_id)
@@ -354,50 +298,24 @@ class TensorBoardProxyHandler(JupyterHandler):
         return url
 
     async def _proxy(self, job_id: str, path: str) -> None:
-        body = self.request.body if self.request.method in ("POST", "PUT") else None
-        headers = {
-            k: v
-            for k, v in self.request.headers.get_all()
-            if k.lower() in ("accept", "accept-encoding", "content-type", "if-none-match")
-        }
-        response = None
+        headers = self.forwarded_headers(_BOARD_REQUEST_HEADERS)
+        query = f"?{self.request.query}" if self.request.query else ""
         for fresh in (False, True):
             try:
                 target = await self._target(job_id, fresh)
             except MaJupyterError as exc:
-                self.set_status(exc.status)
-                self.set_header("Content-Type", "application/json")
-                self.finish(json.dumps(exc.to_body()))
+                _error(self, exc)
                 return
-            url = target + path + (f"?{self.request.query}" if self.request.query else "")
-            request = HTTPRequest(
-                url,
-                method=self.request.method,
-                body=body,
-                headers=headers,
-                follow_redirects=False,
-                decompress_response=False,
-                request_timeout=120,
-                allow_nonstandard_methods=True,
-            )
-            response = await AsyncHTTPClient().fetch(request, raise_error=False)
-            if response.code != 599:  # 599: no answer at all, e.g. a board reaped as idle
+            relay, error = await self.relay(target + path + query, headers, TENSORBOARD_TIMEOUT)
+            if relay.started or error is None:  # otherwise no answer at all, e.g. a board reaped as idle
                 break
-        assert response is not None
-        if response.code == 599:
-            self.set_status(503)
-            self.set_header("Content-Type", "application/json")
-            body = BackendUnavailable(f"the TensorBoard of job {job_id} does not answer: {response.error}")
-            self.finish(json.dumps(body.to_body()))
+        if error is not None:
+            self.give_up(
+                relay, BackendUnavailable(f"the TensorBoard of job {job_id} does not answer: {error}")
+            )
             return
-        self.set_status(response.code, response.reason)
-        for name, value in response.headers.get_all():
-            lower = name.lower()
-            if lower == "set-cookie":
-                self.add_header(name, value)
-            elif lower not in _SKIP_HEADERS:
-                self.set_header(name, value)  # replaces Jupyter's defaults (e.g. Content-Type)
-        self.finish(response.body or b"")
+        relay.start()
+        self.finish()
 
     @tornado.web.authenticated
     async def get(self, job_id: str, path: str) -> None:
@@ -412,29 +330,17 @@ class TensorBoardProxyHandler(JupyterHandler):
         await self._proxy(job_id, path)
 
 
-_JOB = r"(?P<job_id>[^/]+)"
-ROUTES: list[tuple[str, type[ServiceHandler]]] = [
-    ("service", ServiceStatusHandler),
-    ("jobs", JobsHandler),
-    ("plan", PlanHandler),
-    (f"jobs/{_JOB}", JobHandler),
-    (f"jobs/{_JOB}/stop", StopHandler),
-    (f"jobs/{_JOB}/events", EventsHandler),
-    (f"jobs/{_JOB}/logs", LogStreamsHandler),
-    (f"jobs/{_JOB}/logs/read", LogReadHandler),
-    (f"jobs/{_JOB}/tensorboard", TensorBoardHandler),
-    ("specs", SpecsHandler),
-    ("nodes", NodesHandler),
-]
-
-
 def setup_handlers(web_app: Any) -> None:
-    """Add the routes under ``<base_url>/ma-jupyter/api/`` to a Jupyter server's web app."""
-    base_url = web_app.settings["base_url"]
-    handlers: list[tuple[str, type]] = [
-        (url_path_join(base_url, NAMESPACE, "api", pattern) + "/?$", cls) for pattern, cls in ROUTES
-    ]
-    handlers.append(
-        (url_path_join(base_url, NAMESPACE, "tensorboard", _JOB) + r"/(?P<path>.*)$", TensorBoardProxyHandler)
+    """Add the proxy routes under ``<base_url>/ma-jupyter/`` to a Jupyter server's web app."""
+    base = url_path_join(web_app.settings["base_url"], NAMESPACE)
+    web_app.add_handlers(
+        ".*$",
+        [
+            (url_path_join(base, "api", "v1") + "/(?P<path>.*)$", ServiceProxyHandler),
+            (url_path_join(base, "service") + "/?$", ServiceStatusHandler),
+            (
+                url_path_join(base, "tensorboard", r"(?P<job_id>[^/]+)") + r"/(?P<path>.*)$",
+                TensorBoardProxyHandler,
+            ),
+        ],
     )
-    web_app.add_handlers(".*$", handlers)

@@ -18,6 +18,7 @@ import socket
 import sys
 
 from .. import config
+from ..host_policy import ENV_PROJECT_DIR
 
 
 def write_runtime(url: str, token: str) -> None:
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # The project folder jobs may mount from by default (host_policy): the one the client that
+    # started us worked in, else the folder we were started in.
+    os.environ.setdefault(ENV_PROJECT_DIR, os.getcwd())
 
     lock = open(config.home() / "service.lock", "w")
     try:

@@ -2,7 +2,8 @@
 
 Routes: ``GET /health``; ``POST /jobs`` (submit), ``POST /plan`` (dry run), ``GET /jobs``
 (filter by name substring, status, creator, spec, outputs; paged), ``GET|PATCH|DELETE
-/jobs/{id}``, ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events``, ``GET /jobs/{id}/logs``
+/jobs/{id}``, ``GET /jobs/{id}/status`` (the job once its status differs from ``since`` or is
+terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events``, ``GET /jobs/{id}/logs``
 (streams), ``GET /jobs/{id}/logs/read`` (by node and rank from a byte offset, long-poll
 ``wait``), ``GET /specs``, ``GET /nodes``, ``POST|DELETE /jobs/{id}/tensorboard``.
 
@@ -119,7 +120,9 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
             f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'request'}: {e.get('msg')}"
             for e in exc.errors()
         )
-        return JSONResponse(status_code=400, content=InvalidSpec(problems).to_body())
+        fields = {str(e["loc"][1]) for e in exc.errors() if len(e.get("loc", ())) > 1}
+        field = fields.pop() if len(fields) == 1 else None
+        return JSONResponse(status_code=400, content=InvalidSpec(problems, field=field).to_body())
 
     api = "/api/v1"
     auth = [Depends(authenticate)]
@@ -197,6 +200,19 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         except ValueError as exc:
             raise InvalidSpec(str(exc)) from exc
         return supervisor.update(job_id, priority=priority, duration=duration)
+
+    @app.get(f"{api}/jobs/{{job_id}}/status", response_model=Job)
+    async def wait_status(
+        job_id: str,
+        since: JobStatus | None = None,
+        wait: float = Query(default=0.0, ge=0, le=logs.MAX_WAIT),
+        user: str = Depends(authenticate),
+    ) -> Job:
+        # Long-poll: answers once the status differs from ``since`` (without it: once the job is
+        # terminal) or after ``wait`` seconds, with the job as GET /jobs/{id} gives it.
+        allowed(store.get(job_id), user, "view")
+        await store.wait_status(job_id, since, wait)
+        return _with_queue_position(allowed(store.get(job_id), user, "view"))
 
     @app.post(f"{api}/jobs/{{job_id}}/stop", response_model=Job)
     def stop_job(job_id: str, user: str = Depends(authenticate)) -> Job:

@@ -4,10 +4,14 @@ One row per job holds the whole :class:`~ma_jupyter.models.Job` as JSON plus the
 listing filters and the queue order need; one row per event.  Every write is its own
 transaction, so a ``kill -9`` of the service loses nothing that was acknowledged: queued jobs
 stay queued, running jobs keep their node records (pid + start time) for re-attachment.
+
+Every update of a job wakes the coroutines waiting in :meth:`Store.wait_status` (the status
+long-poll of the REST API), whichever thread wrote it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -37,6 +41,10 @@ from .disk import free_bytes, full_folder
 
 RESERVE_NAME = "disk-reserve"
 RESERVE_BYTES = 1 << 20
+
+# Seconds between re-reads of a job's status while a long-poll waits: a safety net only (and
+# how soon a waiter learns that its job was deleted), since every update wakes the waiters.
+STATUS_RECHECK = 1.0
 
 metadata = MetaData()
 
@@ -78,6 +86,7 @@ class Store:
 
     def __init__(self, path: Path):
         self.path = path
+        self.changes = ChangeSignal()  # woken by every job update (see wait_status)
         self.engine = create_engine(
             f"sqlite:///{path}", future=True, connect_args={"check_same_thread": False}
         )
@@ -183,7 +192,9 @@ class Store:
         """Persist the job (and an event with it, atomically)."""
         with self._writing() as conn:
             conn.execute(jobs_table.update().where(jobs_table.c.id == job.id).values(**self._row(job)))
-            return self._add_event(conn, event) if event else None
+            stored = self._add_event(conn, event) if event else None
+        self.changes.notify()
+        return stored
 
     def add_event(self, event: Event) -> Event:
         """Record an event that comes without a status change; returns it with its sequence number."""
@@ -218,6 +229,29 @@ class Store:
         if row is None:
             raise NotFound(f"no job {job_id!r}")
         return JobStatus(row[0])
+
+    async def wait_status(self, job_id: str, since: JobStatus | None, wait: float) -> JobStatus:
+        """The job's status once it differs from ``since`` or is terminal, or when ``wait`` is over.
+
+        Without ``since`` only a terminal status (or the end of the wait) ends the wait.  It
+        sleeps on :attr:`changes` (no thread is held, the event loop is never blocked) and
+        re-reads the status every :data:`STATUS_RECHECK` seconds as a safety net.
+
+        Raises:
+            NotFound: no such job (also when it is deleted during the wait).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(wait, 0.0)
+        while True:
+            changed = self.changes.subscribe()
+            try:
+                status = self.status(job_id)
+                remaining = deadline - loop.time()
+                if status.is_terminal() or (since is not None and status is not since) or remaining <= 0:
+                    return status
+                await asyncio.wait([changed], timeout=min(remaining, STATUS_RECHECK))
+            finally:
+                self.changes.unsubscribe(changed)
 
     def delete(self, job_id: str) -> None:
         """Remove a job and its events in one transaction."""
@@ -310,3 +344,45 @@ class Store:
         )
         with self.engine.connect() as conn:
             return [Event.model_validate_json(r[0]) for r in conn.execute(query).all()]
+
+
+class ChangeSignal:
+    """Wakes coroutines (on any event loop) when a job changes; writers notify from any thread.
+
+    A waiter subscribes *before* it reads the state it waits on, so a change that lands
+    between its read and its wait still wakes it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def subscribe(self) -> asyncio.Future[None]:
+        """A future of the running loop, done at the next :meth:`notify`."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._waiters.append(future)
+        return future
+
+    def unsubscribe(self, future: asyncio.Future[None]) -> None:
+        """Forget a waiter (after it woke or gave up)."""
+        with self._lock:
+            try:
+                self._waiters.remove(future)
+            except ValueError:
+                pass
+
+    def notify(self) -> None:
+        """Wake every current waiter (thread-safe)."""
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            try:
+                future.get_loop().call_soon_threadsafe(_wake, future)
+            except RuntimeError:  # its event loop is closed: nobody waits any more
+                pass
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

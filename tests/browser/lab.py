@@ -72,6 +72,9 @@ def running_lab(tmp: Path) -> Iterator[dict]:
     home, root, work = tmp / "home", tmp / "notebooks", tmp / "work"
     for folder in (home, root, work):
         folder.mkdir(parents=True)
+    # the lab's jobs may mount the test's folders (outside the default roots, the user's home and
+    # the project folder)
+    (home / "cluster.toml").write_text(f'[mounts]\nallowed_roots = ["{tmp}"]\n')
     token = secrets.token_hex(16)
     port = free_port()
     settings = tmp / "app-settings"

@@ -8,6 +8,7 @@ import pytest
 
 from ma_jupyter.models import JobStatus
 
+from ..helpers import writable_dir
 from .real import algorithm, events_text, run_job
 
 DEEPSPEED_BOOT = """
@@ -42,7 +43,7 @@ with open(f"/workspace/outputs/ms-{rank}.json", "w") as fh:
 @pytest.mark.torch
 def test_deepspeed_boot_file_sees_the_variables_and_the_hostfile(ma_client, tmp_path):
     outputs = tmp_path / "out"
-    outputs.mkdir()
+    writable_dir(outputs)
     job, seconds, logs = run_job(
         ma_client,
         name="ds-boot",
@@ -66,7 +67,7 @@ def test_deepspeed_boot_file_sees_the_variables_and_the_hostfile(ma_client, tmp_
 
 def test_mindspore_boot_file_runs_once_per_card_with_a_completed_rank_table(ma_client, tmp_path):
     outputs = tmp_path / "out"
-    outputs.mkdir()
+    writable_dir(outputs)
     job, seconds, logs = run_job(
         ma_client,
         name="ms-boot",

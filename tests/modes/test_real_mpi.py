@@ -8,7 +8,7 @@ import pytest
 
 from ma_jupyter.models import JobStatus
 
-from ..helpers import wait_for
+from ..helpers import wait_for, writable_dir
 from .real import algorithm, events_text, job_processes, run_job
 
 pytestmark = [pytest.mark.mpi]
@@ -41,7 +41,7 @@ time.sleep(600)
 
 def test_mpi4py_allreduce_over_2_nodes_2_slots_with_two_hostnames(ma_client, tmp_path):
     outputs = tmp_path / "out"
-    outputs.mkdir()
+    writable_dir(outputs)
     job, seconds, logs = run_job(
         ma_client,
         name="mpi-2x2",

@@ -8,7 +8,7 @@ import pytest
 
 from ma_jupyter.models import JobStatus
 
-from ..helpers import wait_for
+from ..helpers import wait_for, writable_dir
 from .real import algorithm, events_text, job_processes, run_job
 
 pytestmark = [pytest.mark.torch]
@@ -51,7 +51,7 @@ def _results(outputs, count):
 
 def test_wrapped_python_command_2_nodes_ranks_end_with_identical_parameters(ma_client, tmp_path):
     outputs = tmp_path / "out"
-    outputs.mkdir()
+    writable_dir(outputs)
     job, seconds, logs = run_job(
         ma_client,
         name="ddp-2x1",
@@ -79,7 +79,7 @@ def test_wrapped_python_command_2_nodes_ranks_end_with_identical_parameters(ma_c
 
 def test_the_seeds_torchrun_command_on_2_nodes_with_2_cards_has_world_size_4(ma_client, tmp_path):
     outputs = tmp_path / "out"
-    outputs.mkdir()
+    writable_dir(outputs)
     job, seconds, logs = run_job(
         ma_client,
         name="torchrun-2x2",

@@ -8,7 +8,7 @@ import pytest
 
 from ma_jupyter.models import JobStatus
 
-from ..helpers import wait_for
+from ..helpers import wait_for, writable_dir
 from .real import algorithm, events_text, job_processes, run_job
 
 pytestmark = [pytest.mark.tensorflow]
@@ -104,7 +104,7 @@ with open("/workspace/outputs/pss.json", "w") as fh:
 
 def _run(client, tmp_path, name, script, **fields):
     outputs = tmp_path / "out"
-    outputs.mkdir()
+    writable_dir(outputs)
     job, seconds, logs = run_job(
         client,
         timeout=240,

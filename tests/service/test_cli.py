@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ma_jupyter.models import Job, Plan
-from tests.helpers import wait_for
+from tests.helpers import wait_for, writable_dir
 
 PY = sys.executable
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -167,7 +167,7 @@ def test_service_commands(ma_cli, ma_client):
 
 def test_update_and_tensorboard_commands(ma_cli, ma_client, tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
+    writable_dir(out)
     code = "import time\nprint('up', flush=True)\ntime.sleep(300)"
     job = Job.model_validate_json(
         ma_cli("submit", "--json", "--grace", "1", "--output", "out", "--", PY, "-c", code).stdout

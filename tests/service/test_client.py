@@ -15,7 +15,7 @@ import requests
 from ma_jupyter.client import Client, JobHandle, _pid_alive
 from ma_jupyter.errors import BackendUnavailable, Conflict, Forbidden, InvalidSpec, NotFound, Unauthorized
 from ma_jupyter.models import JobSpec, JobStatus
-from tests.helpers import wait_for
+from tests.helpers import wait_for, writable_dir
 
 PY = sys.executable
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -273,7 +273,7 @@ def test_update_priority_of_a_queued_job(ma_client):
 
 
 def test_relative_host_paths_mean_the_callers_directory(ma_client, tmp_path, monkeypatch):
-    (tmp_path / "out").mkdir()
+    writable_dir(tmp_path / "out")
     monkeypatch.chdir(tmp_path)
     job = ma_client.submit(
         name="writes",

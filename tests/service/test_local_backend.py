@@ -10,7 +10,6 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -24,8 +23,7 @@ from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import JobSpec, NodeRun, Spec
 from ma_jupyter.modes import Placement, TaskSlot, plan_job
-from ma_jupyter.workspace import enter_argv
-from tests.helpers import wait_for
+from tests.helpers import wait_for, writable_dir
 
 PY = sys.executable
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
@@ -77,7 +75,7 @@ def ma_folders(tmp_path):
     """Host folders for a job's data, model, outputs and volume."""
     folders = {name: tmp_path / name for name in ("data", "model", "out", "vol", "algo")}
     for path in folders.values():
-        path.mkdir()
+        writable_dir(path)
     (folders["data"] / "numbers.txt").write_text("1 2 3 4\n")
     (folders["model"] / "weights.bin").write_text("w")
     (folders["algo"] / "train.py").write_text("print('algorithm file ran')\n")
@@ -88,7 +86,9 @@ def test_isolation_is_bubblewrap_here(ma_home):
     assert LocalBackend().isolation() == "bubblewrap"
 
 
-def test_read_only_data_and_models_writable_outputs_and_volumes_even_for_root(ma_home, ma_folders):
+def test_read_only_data_and_models_writable_outputs_and_volumes_even_for_root(
+    ma_home, ma_root_jobs, ma_folders
+):
     script = """
         import errno, os, subprocess
         ws = '/workspace'
@@ -189,29 +189,6 @@ def test_hostname_hosts_files_and_cpus_are_the_tasks(ma_home):
         assert backend.rank_logs(attempt, run) == [(0, attempt.log_dir / run.name / "rank-0.log")]
 
 
-def test_enter_argv_runs_a_command_in_another_nodes_view(ma_home, ma_folders):
-    attempt = make_attempt(
-        ma_home, "enter-1", "print('up')", tasks=2, datasets=[{"name": "d", "path": str(ma_folders["data"])}]
-    )
-    run_to_end(LocalBackend(), attempt)
-    argv, env, cwd = enter_argv(
-        attempt.job_dir,
-        "worker-1",
-        [
-            "python",
-            "-c",
-            "import socket,os; print(socket.gethostname(), os.listdir('/workspace/dataset/private/d'))",
-        ],
-        {"EXTRA": "1"},
-    )
-    out = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split(None, 1) == ["worker-1", "['numbers.txt']\n"]
-    assert env["EXTRA"] == "1" and env["HOSTNAME"] == "worker-1"
-    with pytest.raises(InvalidSpec):
-        enter_argv(attempt.job_dir, "worker-7", ["true"])
-
-
 def _tree_script(marker: str) -> str:
     return f"""
         import signal, subprocess, sys, time
@@ -227,7 +204,7 @@ def _tree_script(marker: str) -> str:
 
 
 @pytest.mark.parametrize("sandbox", ["bubblewrap", "symlink"])
-def test_stop_kills_the_whole_tree_after_the_grace_period(ma_home, sandbox):
+def test_stop_kills_the_whole_tree_after_the_grace_period(ma_home, ma_root_jobs, sandbox):
     marker = f"ma-tree-{os.getpid()}-{time.time_ns()}"
     attempt = make_attempt(ma_home, f"tree-{sandbox}", _tree_script(marker))
     backend = LocalBackend(sandbox=sandbox)
@@ -339,7 +316,7 @@ def test_failure_report_lifecycle_and_env(ma_home, ma_folders):
     assert json.loads(report.read_text()) == {"rank": 1, "exit_code": 4}
 
 
-def test_symlink_fallback(ma_home, ma_folders, monkeypatch):
+def test_symlink_fallback(ma_home, ma_root_jobs, ma_folders, monkeypatch):
     monkeypatch.setenv("MA_JUPYTER_SANDBOX", "none")
     backend = LocalBackend()
     assert backend.isolation() == "symlink"

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import requests
 
-from tests.helpers import wait_for
+from tests.helpers import wait_for, writable_dir
 
 PY = sys.executable
 
@@ -95,8 +95,8 @@ def test_bad_specs_get_a_400_that_says_what_to_do_and_create_nothing(ma_service,
         timeout=5,
     )
     assert r.status_code == 400 and "/does/not/exist" in r.json()["message"]
-    out = tmp_path / "out"
-    (out / "data").mkdir(parents=True)
+    out = writable_dir(tmp_path / "out")
+    (out / "data").mkdir()
     r = s.post(
         f"{ma_service.api}/jobs",
         json={
@@ -117,7 +117,7 @@ def test_read_only_dataset_writable_outputs(ma_service, tmp_path):
     data.mkdir()
     (data / "numbers.txt").write_text("1 2 3 4\n")
     out = tmp_path / "out"
-    out.mkdir()
+    writable_dir(out)
     script = textwrap.dedent("""
         import os, subprocess
         nums = open('/workspace/dataset/private/numbers/numbers.txt').read().split()
@@ -325,7 +325,7 @@ def test_queued_priority_can_change_and_queued_jobs_stop_at_once(ma_service, pri
 
 def test_batch_job_runs_each_task_with_its_algorithm_and_outputs_subfolder(ma_service, tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
+    writable_dir(out)
     algos = []
     for i in range(2):
         algo = tmp_path / f"algo{i}"

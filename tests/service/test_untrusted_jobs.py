@@ -18,7 +18,7 @@ import time
 import pytest
 import requests
 
-from tests.helpers import wait_for
+from tests.helpers import wait_for, writable_dir
 
 from .test_service import job_of, submit, wait_status
 
@@ -116,10 +116,8 @@ def test_a_rank_log_symlinked_to_the_token_file_is_refused(ma_service):
 
 
 def test_a_symlink_planted_in_shared_outputs_does_not_redirect_a_task_folder(ma_service, tmp_path):
-    out = tmp_path / "shared-outputs"
-    out.mkdir()
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+    out = writable_dir(tmp_path / "shared-outputs")  # any job account may write there
+    elsewhere = writable_dir(tmp_path / "elsewhere")  # so a redirected task would write here
     planter = submit(
         ma_service,
         name="planter",

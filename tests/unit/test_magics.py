@@ -23,7 +23,7 @@ from ma_jupyter import display as live
 from ma_jupyter import magics, notebook_record
 from ma_jupyter.client import JobHandle
 from ma_jupyter.models import JobStatus
-from tests.helpers import wait_for
+from tests.helpers import wait_for, writable_dir
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -373,7 +373,7 @@ def test_specs_table_shows_free_capacity(ma_shell):
 
 def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path):
     out = tmp_path / "outputs"
-    out.mkdir()
+    writable_dir(out)
     ma_shell.user_ns["out_dir"] = str(out)
     run = Run(
         ma_shell,

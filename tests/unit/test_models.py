@@ -124,7 +124,15 @@ def test_batch_jobs_take_tasks_not_a_command():
     with pytest.raises(InvalidSpec, match="must start with an executable"):
         parse_spec({"name": "b", "type": "batch", "tasks": [{"command": "A=1 python a.py"}]})
     with pytest.raises(InvalidSpec, match="one node in the single mode"):
-        parse_spec({"name": "b", "type": "batch", "mode": "pytorch", "nodes": 2, "tasks": [{"command": "python a.py"}]})
+        parse_spec(
+            {
+                "name": "b",
+                "type": "batch",
+                "mode": "pytorch",
+                "nodes": 2,
+                "tasks": [{"command": "python a.py"}],
+            }
+        )
 
 
 def test_durations():

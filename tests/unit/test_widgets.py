@@ -77,7 +77,8 @@ def test_form_dry_run_shows_the_plan(ma_widget_client, tmp_path):
     form = JobForm(client=ma_widget_client)
     form.name.value = "planned"
     form.code.value = "print('hi')\n"
-    form.add_mount_row("dataset", "d", str(tmp_path))
+    (tmp_path / "data").mkdir()
+    form.add_mount_row("dataset", "d", str(tmp_path / "data"))
     plan = form.dry_run()
     assert plan is not None and plan.nodes[0].name == "worker-0"
     assert "python /workspace/algorithm/planned.py" in form.result.value

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import DatasetMount, DatasetSource, Image, JobSpec, Spec
 from ma_jupyter.modes import Placement, TaskSlot, plan_job
 from ma_jupyter.workspace import (
+    SYSTEM_PATH,
     bwrap_argv,
     command_argv,
     hosts_file,
@@ -24,13 +27,14 @@ from ma_jupyter.workspace import (
     validate,
     workdir_for,
 )
+from tests.helpers import writable_dir
 
 
 @pytest.fixture
-def ma_paths(tmp_path):
+def ma_paths(ma_home, tmp_path):
     paths = {n: tmp_path / n for n in ("data", "data2", "model", "out", "vol", "algo", "anno")}
     for p in paths.values():
-        p.mkdir()
+        writable_dir(p)
     return paths
 
 
@@ -186,7 +190,29 @@ def test_bwrap_argv_is_a_minimal_root_without_capabilities(ma_paths, tmp_path):
     assert f"--ro-bind {ma_paths['model'].resolve()} /workspace/model/pretrained/m" in joined
     assert f"--bind {ma_paths['out'].resolve()} /workspace/outputs" in joined
     assert f"--ro-bind {view.node_dir}/hosts /etc/hosts" in joined
-    assert argv[-3:] == ["--", "python", "x.py"]
+    # bubblewrap runs from a system path with a cleared environment; inside, the node switches to
+    # its account (root's jobs: nobody) before the job's variables apply to its command
+    assert argv[0] == shutil.which("bwrap", path=SYSTEM_PATH) and "--clearenv" in argv
+    inner = argv[argv.index("--") + 1 :]
+    assert inner[-5:] == [
+        shutil.which("env", path=SYSTEM_PATH),
+        "-i",
+        f"PATH={SYSTEM_PATH}",
+        "python",
+        "x.py",
+    ]
+    if os.geteuid() == 0:
+        assert inner[:2] == [
+            shutil.which("setpriv", path=SYSTEM_PATH),
+            f"--reuid={pwd.getpwnam('nobody').pw_uid}",
+        ]
+        assert argv[argv.index("--cap-drop") + 1 :][:5] == [
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+        ]
 
 
 def test_env_and_argv_of_a_node(ma_paths, tmp_path):

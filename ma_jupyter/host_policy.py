@@ -1,0 +1,255 @@
+"""What of the host a job may touch: the folders it may mount, and the account it runs as.
+
+An admin sets both in ``$MA_JUPYTER_HOME/cluster.toml``::
+
+    [mounts]
+    allowed_roots = ["/data", "/srv/projects"]   # default: the user's home and the project folder
+
+    [users]
+    allow_root = ["root"]    # users whose jobs may run as root (default: nobody's)
+    job_account = "nobody"   # the account of users without a Unix account of their own
+
+Mount rules, applied to every host folder a job names, after resolving symlinks:
+
+1. Never ``/``, ``/proc``, ``/sys``, ``/dev``, ``/etc``, ``/boot`` or ``/run``, nor anything
+   inside them; never a folder containing ``/root``, ``/home`` or the service's home.
+2. Never the service's home (its token, database and every job's folder) nor anything inside it,
+   except one of the platform's own code snapshots (``<home>/snapshots/<one folder>``), which
+   ``%%ma_train`` makes to be mounted as the algorithm.
+3. Otherwise the folder must lie inside an allowed root; the refusal names the roots and the
+   setting that would allow it.
+
+Accounts, when the service runs as root (otherwise every job runs as the service's own user,
+the only account it can use):
+
+1. A user with a Unix account of the same name runs as that account (uid, primary gid, no
+   supplementary groups).
+2. The account ``root`` runs as root only when ``[users] allow_root`` names the user; otherwise,
+   like users without an account, as ``job_account``.
+
+The project folder is the folder the service was started for: ``$MA_JUPYTER_PROJECT_DIR``, which
+the client sets to its working directory when it starts the service.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import config
+from .errors import InvalidSpec
+
+ENV_PROJECT_DIR = "MA_JUPYTER_PROJECT_DIR"
+#: system folders no job may see, nor anything inside them
+NEVER_INSIDE = ("/proc", "/sys", "/dev", "/etc", "/boot", "/run")
+#: folders a mount may lie inside (users' homes) but never contain whole
+NEVER_CONTAINING = ("/root", "/home")
+DEFAULT_JOB_ACCOUNT = "nobody"
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The Unix account a job's processes run as."""
+
+    uid: int
+    gid: int
+    name: str
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or lies below it (both absolute and resolved)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """The admin's rules for one service (see the module docstring).
+
+    Attributes:
+        allowed_roots: folders jobs may mount from; None means the defaults (the submitting
+            user's home and the project folder).
+        allow_root: users whose jobs may run as root.
+        job_account: the account of users without one (and of root when not allowed).
+        service_home: ``$MA_JUPYTER_HOME``, resolved.
+        project_dir: the project folder, resolved, or None.
+        source: the file the rules came from, named in refusals.
+    """
+
+    allowed_roots: tuple[str, ...] | None
+    allow_root: frozenset[str]
+    job_account: str
+    service_home: str
+    project_dir: str | None
+    source: str
+
+    # ------------------------------------------------------------------------ mounts
+
+    def roots_for(self, user: str | None) -> list[str]:
+        """The folders ``user``'s jobs may mount from, resolved."""
+        if self.allowed_roots is not None:
+            raw = list(self.allowed_roots)
+        else:
+            raw = [p for p in (_home_of(user), self.project_dir) if p]
+        roots = []
+        for path in raw:
+            resolved = os.path.realpath(path)
+            if resolved != "/" and resolved not in roots:
+                roots.append(resolved)
+        return roots
+
+    def check_source(self, source: str, what: str, field: str, user: str | None) -> None:
+        """Refuse a resolved host folder a job may not mount (rules 1 to 3).
+
+        Raises:
+            InvalidSpec: the message says which rule refuses it and, for rule 3, which roots
+                are allowed and where to add one.
+        """
+        home = self.service_home
+        snapshots = os.path.join(home, "snapshots")
+        if os.path.dirname(source) == snapshots and not os.path.islink(source):
+            return  # a code snapshot of the platform's own (rule 2's exception)
+        self.check_private(source, what, field)
+        for whole in NEVER_CONTAINING:
+            if _inside(whole, source):
+                raise InvalidSpec(
+                    f"{what}: {source} contains {whole} (every user's files); mount a folder inside it instead",
+                    field=field,
+                )
+        roots = self.roots_for(user)
+        if not any(_inside(source, root) for root in roots):
+            allowed = ", ".join(roots) or "none"
+            raise InvalidSpec(
+                f"{what}: {source} lies outside the folders jobs may mount ({allowed}); move the data "
+                f"there, or ask an admin to add {source} to [mounts] allowed_roots in {self.source}",
+                field=field,
+            )
+
+    def check_private(self, source: str, what: str, field: str) -> None:
+        """Rules 1 and 2 without the roots: for folders a sandbox shows read-only on behalf of
+        the job (a job's own interpreter or virtualenv), which may lie anywhere else.
+
+        Raises:
+            InvalidSpec: ``source`` is a system folder or the service's home, or contains one.
+        """
+        home = self.service_home
+        for system in NEVER_INSIDE:
+            if _inside(source, system) or _inside(system, source):
+                raise InvalidSpec(
+                    f"{what}: {source} is or contains the system folder {system}, which no job may mount; "
+                    "mount a folder of your own data instead",
+                    field=field,
+                )
+        if _inside(source, home) or _inside(home, source):
+            raise InvalidSpec(
+                f"{what}: {source} is or contains the job service's home {home} (its token and every "
+                "job's files), which no job may mount; mount a folder outside it",
+                field=field,
+            )
+
+    # ---------------------------------------------------------------------- accounts
+
+    def run_as(self, user: str | None) -> RunAs | None:
+        """The account ``user``'s jobs run as; None when it is the service's own (no switch).
+
+        Raises:
+            InvalidSpec: the job account does not exist on this machine.
+        """
+        if os.geteuid() != 0:
+            return None
+        # a job without a creator is the service's own (jobs made by the service itself)
+        account = _account(user) if user else pwd.getpwuid(os.geteuid())
+        user = user or account.pw_name
+        if account is not None and account.pw_uid != 0:
+            return RunAs(account.pw_uid, account.pw_gid, account.pw_name)
+        if account is not None and user in self.allow_root:
+            return None  # root, allowed by the admin
+        job = _account(self.job_account)
+        if job is None or job.pw_uid == 0:
+            raise InvalidSpec(
+                f"the job account {self.job_account!r} ([users] job_account in {self.source}) is not an "
+                "unprivileged account of this machine; name one that exists (e.g. nobody)"
+            )
+        return RunAs(job.pw_uid, job.pw_gid, job.pw_name)
+
+    def check_writable(self, path: str, run_as: RunAs | None, what: str, field: str) -> None:
+        """Refuse a writable mount its job's account could not write to.
+
+        Raises:
+            InvalidSpec: naming the account and the ways out (chown, a new folder, the admin).
+        """
+        if run_as is None:
+            return
+        try:
+            st = os.stat(path)
+        except OSError:
+            return  # a folder the platform creates for the job (owned by its account)
+        if st.st_uid == run_as.uid:
+            writable = st.st_mode & 0o200
+        elif st.st_gid == run_as.gid:
+            writable = st.st_mode & 0o020
+        else:
+            writable = st.st_mode & 0o002
+        if not writable:
+            raise InvalidSpec(
+                f"{what}: {path} is not writable by {run_as.name} (uid {run_as.uid}), the account this "
+                f"job runs as; give it the folder (chown {run_as.uid}:{run_as.gid} {path}), name a folder "
+                "that does not exist yet (it is created for the job), or make it read-only",
+                field=field,
+            )
+
+
+def _account(name: str | None) -> pwd.struct_passwd | None:
+    if not name:
+        return None
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def _home_of(user: str | None) -> str | None:
+    """The home folder of ``user``'s account; the service's own user's without one."""
+    account = _account(user)
+    if account is not None and account.pw_dir and os.path.isdir(account.pw_dir):
+        return account.pw_dir
+    if user is None:
+        return str(Path.home())
+    return None
+
+
+def load_policy() -> HostPolicy:
+    """The rules of this service's home (``cluster.toml`` re-read on each call: cheap, and an
+    admin's edit applies to the next job without a restart).
+
+    Raises:
+        InvalidSpec: the ``[mounts]`` or ``[users]`` table is malformed.
+    """
+    path = config.home() / "cluster.toml"
+    data: dict = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+    mounts = data.get("mounts", {})
+    users = data.get("users", {})
+    roots = mounts.get("allowed_roots")
+    if roots is not None and (
+        not isinstance(roots, list) or not all(isinstance(r, str) and os.path.isabs(r) for r in roots)
+    ):
+        raise InvalidSpec(f"{path}: [mounts] allowed_roots must be a list of absolute paths")
+    allow_root = users.get("allow_root", [])
+    if not isinstance(allow_root, list) or not all(isinstance(u, str) for u in allow_root):
+        raise InvalidSpec(f"{path}: [users] allow_root must be a list of user names")
+    project = os.environ.get(ENV_PROJECT_DIR)
+    return HostPolicy(
+        allowed_roots=tuple(roots) if roots is not None else None,
+        allow_root=frozenset(allow_root),
+        job_account=str(users.get("job_account", DEFAULT_JOB_ACCOUNT)),
+        service_home=str(config.home()),
+        project_dir=os.path.realpath(project) if project else None,
+        source=str(path),
+    )

@@ -1,0 +1,231 @@
+"""A job must not reach the host: real jobs against a real service, run by this (root) test.
+
+Each test is one escape a job could once make (a job's env running the host's launcher, mounts
+of any host folder, jobs running as root, a NUL byte in an env value): it now fails with a clear
+error, leaves no file on the host, and creates no job.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.models import JobStatus
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the escapes are those of a service running as root"),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+]
+
+PY = sys.executable
+NOBODY = pwd.getpwnam("nobody")
+
+PRELOAD_SOURCE = r"""
+#include <stdio.h>
+#include <unistd.h>
+#include <string.h>
+/* Records every process that loads it: uid and program name. */
+__attribute__((constructor)) static void record(void) {
+    char name[256] = {0};
+    FILE *comm = fopen("/proc/self/comm", "r");
+    if (comm) { if (fgets(name, sizeof name, comm)) name[strcspn(name, "\n")] = 0; fclose(comm); }
+    FILE *out = fopen(LOG_PATH, "a");
+    if (out) { fprintf(out, "%d %s\n", (int)getuid(), name); fclose(out); }
+}
+"""
+
+
+def _no_jobs(client) -> bool:
+    return client.jobs(limit=500) == []
+
+
+def _world_writable(path) -> None:
+    path.mkdir(exist_ok=True)
+    path.chmod(0o1777)
+
+
+def test_job_env_never_reaches_the_hosts_launcher(ma_client, ma_home, tmp_path):
+    """``--env PATH=<dir with a fake bwrap>`` and ``--env LD_PRELOAD=<lib>`` apply to the job's
+    own command only, as the job's account: no host-side program runs the user's code."""
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    ran = tmp_path / "records"
+    _world_writable(ran)
+    for program in ("bwrap", "setpriv", "env", "python", "python3"):
+        fake = evil / program
+        fake.write_text(f"#!/bin/sh\nid -u > {ran}/fake-{program}-ran\nexit 0\n")
+        fake.chmod(0o755)
+    # The library records each process that loads it: on the host (a launcher of the platform)
+    # and inside the sandbox (where the host path does not exist; the job's outputs do).
+    source = tmp_path / "record.c"
+    source.write_text(PRELOAD_SOURCE.replace("LOG_PATH", "path"))
+    source.write_text(
+        PRELOAD_SOURCE.replace(
+            'FILE *out = fopen(LOG_PATH, "a");',
+            f'FILE *out = fopen("{ran}/loaded", "a"); if (!out) out = fopen("/workspace/outputs/loaded", "a");',
+        )
+    )
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(evil / "record.so"), str(source)], check=True)
+    in_view = "/workspace/dataset/private/lib/record.so"
+
+    job = ma_client.submit(
+        name="env-escape",
+        command=f"{PY} -c \"import os; print('uid', os.getuid())\"",
+        datasets=[{"name": "lib", "path": str(evil)}],
+        env={"PATH": f"{evil}:/usr/bin:/bin", "LD_PRELOAD": f"{evil}/record.so:{in_view}"},
+    )
+    final = job.wait(timeout=60)
+    assert final.status is JobStatus.succeeded, list(job.logs())
+    assert f"uid {NOBODY.pw_uid}" in list(job.logs())
+    # no fake program ran and no host-side process loaded the library...
+    assert sorted(p.name for p in ran.iterdir()) == []
+    # ...while the job's own command did, as the job's account (so the variables did apply)
+    loaded = (ma_home / "jobs" / job.id / "outputs" / "loaded").read_text().splitlines()
+    assert loaded and all(line.split()[0] == str(NOBODY.pw_uid) for line in loaded), loaded
+    assert not any(line.split()[1] in ("bwrap", "setpriv", "env") for line in loaded), loaded
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "says"),
+    [
+        ("volume", "/", "system folder"),
+        ("dataset", "/proc", "system folder /proc"),
+        ("dataset", "/etc", "system folder /etc"),
+        ("dataset", "/dev/shm", "system folder /dev"),
+        ("volume", "/root", "contains /root"),
+        ("dataset", "HOME", "job service's home"),
+        ("dataset", "JOBS", "job service's home"),
+        ("dataset", "OUTSIDE", "outside the folders jobs may mount"),
+        ("dataset", "LINK_TO_ETC", "system folder /etc"),
+    ],
+)
+def test_mount_sources_outside_the_allowed_roots_are_refused(ma_client, ma_home, tmp_path, kind, path, says):
+    """No job may mount a host folder outside the admin's roots, nor a system folder, the
+    service's home or another job's folder, even through a symlink inside an allowed root."""
+    outside = "/var/tmp/ma-jupyter-test-outside"
+    os.makedirs(outside, exist_ok=True)
+    (tmp_path / "link").symlink_to("/etc")
+    source = {
+        "HOME": str(ma_home),
+        "JOBS": str(ma_home / "jobs"),
+        "OUTSIDE": outside,
+        "LINK_TO_ETC": str(tmp_path / "link"),
+    }.get(path, path)
+    (ma_home / "jobs").mkdir(exist_ok=True)
+    mount = {"name": "x", "path": source}
+    with pytest.raises(InvalidSpec) as refused:
+        ma_client.submit(
+            name="mount-escape",
+            command="touch /workspace/volume/x/pwned /workspace/dataset/private/x/pwned",
+            **{f"{kind}s": [mount]},
+        )
+    assert says in str(refused.value)
+    if path == "OUTSIDE":
+        # the refusal names the roots that are allowed and the setting that adds one
+        assert str(tmp_path) in str(refused.value) and "[mounts] allowed_roots" in str(refused.value)
+    assert _no_jobs(ma_client)
+    assert not os.path.exists(os.path.join(source, "pwned"))
+    os.rmdir(outside)
+
+
+def test_default_roots_are_the_users_home_and_the_project_folder(ma_home, tmp_path, monkeypatch):
+    """Without ``[mounts] allowed_roots`` a job may mount from the user's home and the folder the
+    service was started for, and nothing else."""
+    from ma_jupyter.host_policy import ENV_PROJECT_DIR, load_policy
+
+    (ma_home / "cluster.toml").write_text("")
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    monkeypatch.setenv(ENV_PROJECT_DIR, str(project))
+    policy = load_policy()
+    assert policy.roots_for("root") == ["/root", str(project)]
+    policy.check_source(str(project / "data"), "dataset d", "datasets", "root")
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(InvalidSpec, match=r"outside the folders jobs may mount \(/root, "):
+        policy.check_source(str(tmp_path / "elsewhere"), "dataset d", "datasets", "root")
+    # a user's home is theirs: another account's home is not among root's roots
+    assert policy.roots_for("daemon") == ["/usr/sbin", str(project)]
+
+
+def test_jobs_of_root_run_as_the_job_account_and_own_what_they_write(ma_client, tmp_path):
+    """A root service runs root's jobs as the unprivileged job account: what they write through
+    a writable mount is that account's, and a root-owned folder is not theirs to write."""
+    outputs = tmp_path / "new-outputs"  # does not exist yet: made for the job, owned by its account
+    job = ma_client.submit(
+        name="whoami",
+        outputs=str(outputs),
+        command=(
+            f"{PY} -c \"import os; print('ids', os.getuid(), os.getgid(), os.getgroups()); "
+            "open('/workspace/outputs/result.txt', 'w').write('x')\""
+        ),
+    )
+    final = job.wait(timeout=60)
+    assert final.status is JobStatus.succeeded, list(job.logs())
+    assert f"ids {NOBODY.pw_uid} {NOBODY.pw_gid} []" in list(job.logs())
+    assert (outputs / "result.txt").stat().st_uid == NOBODY.pw_uid
+    assert outputs.stat().st_uid == NOBODY.pw_uid
+
+    root_owned = tmp_path / "root-owned"
+    root_owned.mkdir(mode=0o755)
+    with pytest.raises(InvalidSpec, match=r"not writable by nobody .*chown"):
+        ma_client.submit(name="no-write", outputs=str(root_owned), command="true")
+    assert [j.name for j in ma_client.jobs(limit=500)] == ["whoami"]
+    assert list(root_owned.iterdir()) == []
+
+
+def test_a_user_with_an_account_runs_as_that_account(ma_service):
+    """The submitting user's own Unix account (here ``daemon``) is the one its jobs run as."""
+    daemon = pwd.getpwnam("daemon")
+    session = ma_service.session(user="daemon")
+    reply = session.post(
+        f"{ma_service.api}/jobs",
+        json={"name": "as-daemon", "command": f"{PY} -c \"import os; print('uid', os.getuid())\""},
+        timeout=30,
+    )
+    assert reply.status_code == 201, reply.text
+    job_id = reply.json()["id"]
+    from tests.helpers import wait_for
+
+    wait_for(
+        lambda: session.get(f"{ma_service.api}/jobs/{job_id}", timeout=5).json()["status"] == "succeeded",
+        timeout=60,
+    )
+    text = session.get(f"{ma_service.api}/jobs/{job_id}/logs/read", timeout=5).json()["data"]
+    assert f"uid {daemon.pw_uid}" in text
+
+
+def test_root_runs_as_root_only_when_an_admin_allows_it(ma_client, ma_home, tmp_path):
+    (ma_home / "cluster.toml").write_text(
+        f'[mounts]\nallowed_roots = ["{tmp_path}"]\n[users]\nallow_root = ["root"]\n'
+    )
+    job = ma_client.submit(name="as-root", command=f"{PY} -c \"import os; print('uid', os.getuid())\"")
+    assert job.wait(timeout=60).status is JobStatus.succeeded
+    assert "uid 0" in list(job.logs())
+
+
+def test_an_env_value_with_a_nul_byte_is_refused_at_submit(ma_service):
+    session = ma_service.session()
+    reply = session.post(
+        f"{ma_service.api}/jobs",
+        json={"name": "nul", "command": "true", "env": {"A": "x\u0000y"}},
+        timeout=30,
+    )
+    assert reply.status_code == 400, reply.text
+    assert "NUL byte" in reply.json()["message"]
+    assert session.get(f"{ma_service.api}/jobs", timeout=5).json()["items"] == []
+
+
+def test_without_a_sandbox_a_root_service_refuses_to_run_jobs_as_root(ma_client, monkeypatch):
+    """The symlink mode cannot switch accounts: rather than run root's job as root, the job
+    ends in error saying how to fix it."""
+    monkeypatch.setenv("MA_JUPYTER_SANDBOX", "none")  # the autostarted service inherits it
+    job = ma_client.submit(name="no-sandbox", command="true")
+    final = job.wait(timeout=60)
+    assert final.status is JobStatus.error
+    assert "install bubblewrap" in final.reason and "allow_root" in final.reason
