@@ -242,6 +242,16 @@ def make_dirs(path: Path, *, trusted: Path, mode: int = 0o755, owner: str = "a j
         os.close(fd)
 
 
+def real_ancestor(path: Path) -> Path:
+    """The deepest existing ancestor of ``path`` (``path``'s parent or above) reached without any
+    symlink: where :func:`make_dirs` can start when only the folders above ``path`` that the
+    user named (already resolved when the job was submitted) are trusted."""
+    folder = Path(path).parent
+    while folder != folder.parent and not (folder.is_dir() and os.path.realpath(folder) == str(folder)):
+        folder = folder.parent
+    return folder
+
+
 def collect_report(
     rank_log_dir: Path, node_dir: Path, node: str, shown: str = "/job/logs/failure.json"
 ) -> None:

@@ -49,7 +49,7 @@ from .commands import expand_argv
 from .errors import InvalidSpec
 from .host_policy import HostPolicy, RunAs, load_policy
 from .models import Image, JobSpec
-from .untrusted import make_dirs
+from .untrusted import make_dirs, real_ancestor
 
 if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
     from .backends.base import Attempt
@@ -595,7 +595,7 @@ def prepare_node(view: NodeView) -> None:
             # A job may have planted a symlink where a task folder goes (shared outputs): create
             # it following none below the job's folder or the user's outputs folder.
             source = Path(mount.source)
-            trusted = job_dir if source.is_relative_to(job_dir) else source.parent
+            trusted = job_dir if source.is_relative_to(job_dir) else real_ancestor(source)
             make_dirs(source, trusted=trusted, owner="a job")
             _give(view, mount.source)
     # the job writes its per-rank logs here (as its own account)

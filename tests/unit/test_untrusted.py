@@ -138,3 +138,16 @@ def test_a_full_disk_is_reported_as_disk_full_naming_the_folder():
     assert isinstance(error, DiskFull) and error.status == 507
     assert error.message.startswith("disk full under /data/out")
     assert as_typed(RuntimeError("boom")).status == 500
+
+
+def test_a_new_outputs_folder_starts_below_the_last_real_folder(tmp_path):
+    from ma_jupyter.untrusted import real_ancestor
+
+    outputs = tmp_path / "outputs"
+    assert real_ancestor(outputs / "new" / "sweep-0") == tmp_path
+    outputs.mkdir()
+    assert real_ancestor(outputs / "sweep-0") == outputs
+    (outputs / "planted").symlink_to(tmp_path)
+    assert real_ancestor(outputs / "planted" / "sweep-0") == outputs
+    with pytest.raises(RefusedFile):
+        make_dirs(outputs / "planted" / "sweep-0", trusted=real_ancestor(outputs / "planted" / "sweep-0"))
