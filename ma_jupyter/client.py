@@ -64,7 +64,6 @@ AUTOSTART_LOCK = "autostart.lock"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
 FOLLOW_PATIENCE = 120.0  # seconds a log follower keeps retrying while the service is away
-_PAST_END = 1 << 62
 
 # Services this process started, by pid: whoever shuts one down reaps it (no zombie is left).
 _STARTED: dict[int, subprocess.Popen] = {}
