@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from tests.notebooks.test_notebooks import NOTEBOOKS, ma_papermill, output_text  # noqa: F401 - fixture
+from tests.examples.test_notebooks import NOTEBOOKS, ma_papermill, output_text  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.notebook, pytest.mark.timeout(900)]
 

@@ -1,0 +1,262 @@
+"""The package's layers (docs: issue #7): which module may import which, and no import cycle.
+
+The import graph is read from the source (AST): module-level and function-level imports count,
+imports under ``if TYPE_CHECKING:`` do not; ``from . import x`` counts as importing the submodule
+``x``. ``KNOWN_VIOLATIONS`` lists the edges still to be removed: it only ever shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "ma_jupyter"
+ROOT = "ma_jupyter"
+
+# Module (or package) prefix -> layer; the longest prefix wins. Modules that still live where
+# they lived before the layout are listed under the layer they move to.
+LAYER_OF = {
+    "ma_jupyter.errors": "errors",
+    "ma_jupyter.jobdir": "jobdir",
+    "ma_jupyter.untrusted": "untrusted",
+    "ma_jupyter.commands": "commands",
+    "ma_jupyter.nodeside": "nodeside",
+    "ma_jupyter.models": "models",
+    "ma_jupyter.config": "config",
+    "ma_jupyter.tsgen": "tsgen",
+    "ma_jupyter.modes": "modes",
+    "ma_jupyter.modes.rank_log": "nodeside",
+    "ma_jupyter.modes.ascend_launch": "nodeside",
+    "ma_jupyter.modes.rank_table": "nodeside",
+    "ma_jupyter.modes.rsh_agent": "backends.local",
+    "ma_jupyter.backends": "backends.base",
+    "ma_jupyter.backends.base": "backends.base",
+    "ma_jupyter.backends.local": "backends.local",
+    "ma_jupyter.workspace": "backends.local",
+    "ma_jupyter.host_policy": "backends.local",
+    "ma_jupyter.noderun": "backends.local",
+    "ma_jupyter.service": "service",
+    "ma_jupyter.service.__main__": "root",
+    "ma_jupyter.client": "client",
+    "ma_jupyter.frontends": "frontends",
+    "ma_jupyter.cli": "frontends",
+    "ma_jupyter.options": "frontends",
+    "ma_jupyter.magics": "frontends",
+    "ma_jupyter.display": "frontends",
+    "ma_jupyter.notebook_record": "frontends",
+    "ma_jupyter.tensorboard_plot": "frontends",
+    "ma_jupyter.widgets": "frontends",
+    "ma_jupyter.serverext": "frontends",
+    "ma_jupyter": "root",
+}
+
+ALLOWED = {
+    "errors": set(),
+    "jobdir": {"errors"},
+    "untrusted": {"errors", "jobdir"},
+    "commands": {"errors", "jobdir"},
+    "nodeside": {"nodeside", "jobdir", "errors"},
+    "models": {"commands", "errors"},
+    "config": {"models", "errors", "jobdir"},
+    "tsgen": {"models"},
+    "modes": {"modes", "models", "commands", "errors", "nodeside"},
+    "backends.base": {"modes", "models", "config", "jobdir", "errors"},
+    "backends.local": {
+        "backends.local",
+        "backends.base",
+        "modes",
+        "models",
+        "config",
+        "jobdir",
+        "untrusted",
+        "commands",
+        "errors",
+        "nodeside",
+    },
+    "service": {
+        "service",
+        "backends.base",
+        "modes",
+        "models",
+        "config",
+        "jobdir",
+        "untrusted",
+        "commands",
+        "errors",
+    },
+    "client": {"client", "models", "config", "jobdir", "untrusted", "errors"},
+    "frontends": {"frontends", "client", "models", "config", "errors"},
+}
+
+# Edges that break a rule beyond the layer table: notebook widgets reach the shared client
+# through the notebook session, not through the magics.
+FORBIDDEN = [
+    ("ma_jupyter.widgets", "ma_jupyter.magics"),
+    ("ma_jupyter.frontends.notebook.widgets", "ma_jupyter.frontends.notebook.magics"),
+]
+
+# (importer, imported) edges still to be removed. Each step of the layout deletes its entries.
+KNOWN_VIOLATIONS = {
+    ("ma_jupyter.client", "ma_jupyter.options"),
+    ("ma_jupyter.client", "ma_jupyter.host_policy"),
+    ("ma_jupyter.service.logs", "ma_jupyter.workspace"),
+    ("ma_jupyter.service.supervisor", "ma_jupyter.workspace"),
+    ("ma_jupyter.widgets.form", "ma_jupyter.magics"),
+    ("ma_jupyter.widgets.monitor", "ma_jupyter.magics"),
+    ("ma_jupyter.widgets.panel", "ma_jupyter.magics"),
+    ("ma_jupyter.modes.rank_log", "ma_jupyter.modes.common"),
+    ("ma_jupyter.modes.rank_log", "ma_jupyter.modes"),
+    ("ma_jupyter.modes.ascend_launch", "ma_jupyter.modes"),
+    ("ma_jupyter.modes.rank_table", "ma_jupyter.modes"),
+    ("ma_jupyter.modes.rsh_agent", "ma_jupyter.modes"),
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if "labextension" in parts:
+            continue
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_package(module: str) -> bool:
+    return MODULES.get(module, Path()).name == "__init__.py"
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, bool]]:
+    """(imported module, at module level) for every import of the package in `path`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if _is_package(module) else module.rpartition(".")[0]
+    found: list[tuple[str, bool]] = []
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                for other in child.orelse:
+                    visit(other, top)
+                continue
+            if isinstance(child, ast.Import):
+                found.extend((a.name, top) for a in child.names if a.name.split(".")[0] == ROOT)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[: len(base) - child.level + 1]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                if target.split(".")[0] != ROOT:
+                    continue
+                for alias in child.names:
+                    sub = f"{target}.{alias.name}"
+                    found.append((sub if sub in MODULES else target, top))
+            inner = top and not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            visit(child, inner)
+
+    visit(tree, True)
+    return found
+
+
+GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
+
+
+def layer_of(module: str) -> str:
+    best = max((p for p in LAYER_OF if module == p or module.startswith(p + ".")), key=len)
+    return LAYER_OF[best]
+
+
+def _violations() -> set[tuple[str, str]]:
+    bad = set()
+    for module, imports in GRAPH.items():
+        layer = layer_of(module)
+        for target, _ in imports:
+            if target == module or target == ROOT:
+                continue
+            if layer != "root" and layer_of(target) not in ALLOWED[layer]:
+                bad.add((module, target))
+            for importer, imported in FORBIDDEN:
+                if (module == importer or module.startswith(importer + ".")) and (
+                    target == imported or target.startswith(imported + ".")
+                ):
+                    bad.add((module, target))
+        # Code that runs inside a node: `python -m <module>` imports its parent packages too.
+        if layer == "nodeside" or module == "ma_jupyter.modes.rsh_agent":
+            parts = module.split(".")
+            for n in range(2, len(parts)):
+                parent = ".".join(parts[:n])
+                if layer_of(parent) not in {"nodeside", "backends.base", "backends.local"}:
+                    bad.add((module, parent))
+    return bad
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        assert layer_of(module) in ALLOWED or layer_of(module) == "root", module
+
+
+def test_imports_follow_the_layers():
+    bad = _violations()
+    assert bad <= KNOWN_VIOLATIONS, sorted(bad - KNOWN_VIOLATIONS)
+
+
+def test_known_violations_are_still_there():
+    """A removed violation must leave KNOWN_VIOLATIONS too, so the list only shrinks."""
+    gone = KNOWN_VIOLATIONS - _violations()
+    assert not gone, sorted(gone)
+
+
+def test_no_import_cycle():
+    """No cycle among module-level imports (a package importing its own submodules is fine)."""
+    edges = {
+        module: {
+            t
+            for t, top in imports
+            if top and t != module and t in MODULES and t != ROOT and not t.startswith(module + ".")
+        }
+        for module, imports in GRAPH.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in edges:
+        if module not in index:
+            connect(module)
+    assert not cycles, cycles
