@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import BackendUnavailable, MaJupyterError, NotFound
+from .errors import BackendUnavailable, JobFailed, MaJupyterError, NotFound
 from .models import Job, JobStatus
 
 DEFAULT_MAX_LINES = 200
@@ -31,17 +31,6 @@ RENDER_INTERVAL = 0.05  # seconds between display updates while lines arrive
 STATUS_INTERVAL = 0.5  # seconds between job refreshes for the status line
 LONG_POLL = 2.0  # seconds each stream read may wait on the service
 SERVICE_PATIENCE = 120.0  # seconds a follower waits for a job service that stopped answering
-
-
-class JobFailed(MaJupyterError):
-    """A followed job ended in error (or expired); the message carries its last log lines."""
-
-    kind = "job_failed"
-    status = 500
-
-    def __init__(self, message: str, *, job: Job | None = None):
-        super().__init__(message)
-        self.job = job
 
 
 def format_seconds(seconds: float) -> str:

@@ -7,6 +7,11 @@ into the same exception class, so a magic or the CLI can print one readable line
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .models import Job
+
 
 class MaJupyterError(Exception):
     """Base class: ``kind`` names the error on the wire, ``status`` is its HTTP status."""
@@ -90,6 +95,17 @@ class DiskFull(MaJupyterError):
     status = 507
 
 
+class JobFailed(MaJupyterError):
+    """A followed job ended in error (or expired); the message carries its last log lines."""
+
+    kind = "job_failed"
+    status = 500
+
+    def __init__(self, message: str, *, job: Job | None = None):
+        super().__init__(message)
+        self.job = job
+
+
 ERRORS_BY_KIND: dict[str, type[MaJupyterError]] = {
     cls.kind: cls
     for cls in (
@@ -103,6 +119,7 @@ ERRORS_BY_KIND: dict[str, type[MaJupyterError]] = {
         RefusedFile,
         PayloadTooLarge,
         DiskFull,
+        JobFailed,
     )
 }
 
@@ -113,3 +130,24 @@ def error_from_body(status: int, body: dict | None) -> MaJupyterError:
     cls = ERRORS_BY_KIND.get(str(body.get("error")), MaJupyterError)
     message = body.get("message") or f"the job service answered HTTP {status}"
     return cls(message, field=body.get("field"))
+
+
+# ------------------------------------------------------------------ control flow of the front ends
+# Not wire errors: they end a command line or a magic early.
+
+
+class OptionsExit(Exception):
+    """argparse wanted to exit (``--help`` was printed): ``status`` is the exit status it asked for.
+
+    Raised instead of :class:`SystemExit` so a magic can return quietly after the help text; the
+    CLI turns it into its exit code.
+    """
+
+    def __init__(self, status: int = 0, message: str | None = None):
+        super().__init__(message or f"exit {status}")
+        self.status = status
+        self.message = message
+
+
+class HelpShown(Exception):
+    """A magic's ``--help`` was printed: the magic has nothing else to do."""

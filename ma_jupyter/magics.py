@@ -31,7 +31,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from . import config, notebook_record
 from . import display as live
-from .errors import MaJupyterError, NotFound
+from .errors import HelpShown, MaJupyterError, NotFound, OptionsExit
 from .models import Job, JobStatus
 
 SNAPSHOT_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".ipynb_checkpoints", "*.pyc")
@@ -53,10 +53,6 @@ def get_client() -> Any:
 # ------------------------------------------------------------------------------ arguments
 
 
-class _HelpShown(Exception):
-    """``--help`` was printed: the magic has nothing else to do."""
-
-
 class MagicParser(argparse.ArgumentParser):
     """An argparse parser that never exits the kernel: errors become one UsageError line."""
 
@@ -66,7 +62,7 @@ class MagicParser(argparse.ArgumentParser):
     def exit(self, status: int = 0, message: str | None = None):
         if message:
             print(message, file=sys.stderr if status else sys.stdout, end="")
-        raise _HelpShown()
+        raise HelpShown()
 
 
 def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace | None:
@@ -77,7 +73,7 @@ def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace | N
         raise UsageError(f"{parser.prog}: {exc} (check the quotes)") from None
     try:
         return parser.parse_args(argv)
-    except _HelpShown:
+    except HelpShown:
         return None
     except SystemExit as exc:
         # a parser built elsewhere may still exit on --help or errors: never let it end the kernel
@@ -146,8 +142,6 @@ def _spec_parser(prog: str, *, clone: bool = False) -> argparse.ArgumentParser:
 
 
 def _parse_spec_line(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace | None:
-    from .options import OptionsExit
-
     try:
         return _parse(parser, line)
     except OptionsExit:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import InvalidSpec
+from .errors import InvalidSpec, OptionsExit
 from .models import (
     Access,
     Convention,
@@ -41,19 +41,6 @@ CONTROL_OPTIONS = ("dry_run", "wait", "json")
 
 _MOUNT = re.compile(r"^(?:(?P<source>[A-Za-z]+)/)?(?P<name>[^=/@]+)(?:@(?P<version>[^=/]+))?=(?P<path>.+)$")
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-class OptionsExit(Exception):
-    """argparse wanted to exit (``--help`` was printed): ``status`` is the exit status it asked for.
-
-    Raised instead of :class:`SystemExit` so a magic can return quietly after the help text; the
-    CLI turns it into its exit code.
-    """
-
-    def __init__(self, status: int = 0, message: str | None = None):
-        super().__init__(message or f"exit {status}")
-        self.status = status
-        self.message = message
 
 
 class OptionsParser(argparse.ArgumentParser):
