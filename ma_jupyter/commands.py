@@ -14,7 +14,6 @@ shell, so the platform's own example
 from __future__ import annotations
 
 import re
-import shlex
 
 from .errors import InvalidSpec
 
@@ -155,8 +154,3 @@ def expand_argv(argv: list[str], env: dict[str, str]) -> list[str]:
     if _is_shell_wrapper(argv):
         return list(argv)
     return [_VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), arg) for arg in argv]
-
-
-def join_argv(argv: list[str]) -> str:
-    """The argv as one shell-quoted line, for display."""
-    return shlex.join(argv)

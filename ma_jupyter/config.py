@@ -6,7 +6,7 @@ Everything lives under ``$MA_JUPYTER_HOME`` (default ``~/.ma_jupyter``)::
     service.json     url, token, pid of the running service (mode 0600)
     service.log      the service's own log
     cluster.toml     optional: [[spec]] and [[node]] tables replacing the defaults
-    jobs/<id>/       one folder per job: logs/, nodes/<node>/ (per-node files), plan.json
+    jobs/<id>/       one folder per job: logs/, nodes/<node>/ (per-node files)
 
 Without a ``cluster.toml`` the cluster is derived from this machine: a few simulated nodes that
 each see every core (the nodes are processes on one host), plus specs that declare emulated

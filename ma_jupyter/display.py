@@ -279,7 +279,6 @@ class LiveLog:
         self.offsets: dict[str, int] = {}
         self._dirty = True
         self._last_render = 0.0
-        self._display = display
         self._handle = display(self._bundle(), raw=True, metadata=self._metadata(), display_id=True)
 
     def _metadata(self) -> dict:

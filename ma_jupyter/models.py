@@ -474,7 +474,7 @@ class Job(Strict):
     restarts: int = 0
     queue_position: int | None = None
     nodes: list[NodeRun] = []
-    workspace_isolation: Literal["bubblewrap", "symlink", "ray", "none"] | None = None
+    workspace_isolation: Literal["bubblewrap", "symlink", "none"] | None = None
     tensorboard_url: str | None = None
 
     @property

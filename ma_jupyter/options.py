@@ -37,7 +37,6 @@ from .models import (
 )
 
 # Namespace attributes that steer a front end and are not part of the job.
-CONTROL_OPTIONS = ("dry_run", "wait", "json")
 
 _MOUNT = re.compile(r"^(?:(?P<source>[A-Za-z]+)/)?(?P<name>[^=/@]+)(?:@(?P<version>[^=/]+))?=(?P<path>.+)$")
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -474,17 +474,6 @@ class NodeView:
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
 
-    @classmethod
-    def from_json(cls, text: str) -> NodeView:
-        data = json.loads(text)
-        data["mounts"] = tuple(Mount(**m) for m in data["mounts"])
-        image = data["image"]
-        data["image"] = ImageEnv(image["python"], image["bin_dir"], tuple(image["roots"]), image["env"])
-        data["cpus"] = tuple(data.get("cpus", ()))
-        data["devices"] = tuple(data.get("devices", ()))
-        data["run_as"] = RunAs(**data["run_as"]) if data.get("run_as") else None
-        return cls(**data)
-
 
 def hosts_file(own: TaskSlot, tasks: list[TaskSlot] | tuple[TaskSlot, ...]) -> str:
     """A node's ``/etc/hosts``: its own name first, then localhost, then every peer.

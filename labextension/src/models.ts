@@ -96,7 +96,7 @@ export interface Job {
   restarts?: number;
   queue_position?: number | null;
   nodes?: Array<NodeRun>;
-  workspace_isolation?: "bubblewrap" | "symlink" | "ray" | "none" | null;
+  workspace_isolation?: "bubblewrap" | "symlink" | "none" | null;
   tensorboard_url?: string | null;
 }
 

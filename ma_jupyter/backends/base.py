@@ -56,7 +56,7 @@ class Backend(ABC):
 
     @abstractmethod
     def isolation(self) -> str:
-        """How each node's ``/workspace`` is made: ``bubblewrap``, ``symlink`` or ``ray``."""
+        """How each node's ``/workspace`` is made: ``bubblewrap`` or ``symlink``."""
 
     @abstractmethod
     def launch(self, attempt: Attempt) -> list[NodeRun]:
@@ -81,10 +81,6 @@ class Backend(ABC):
 
         Returns only when no process of these nodes is left (no orphans, whatever the job's
         processes did with their own sessions)."""
-
-    def reattach(self, attempt: Attempt, run: NodeRun) -> bool:
-        """Whether ``run`` still refers to the process that was launched (pid + start time)."""
-        return self.poll(attempt, run).state == "running"
 
     def rank_logs(self, attempt: Attempt, run: NodeRun) -> list[tuple[int, Path]]:
         """The per-rank log files of a node that exist so far, as (rank, path)."""

@@ -86,11 +86,6 @@ def default_node(job: Job) -> str:
     return "worker-0"
 
 
-def stream_path(job_dir: Path, node: str, rank: int | None) -> Path:
-    """The file of one stream; names that could leave the job's log folder are refused."""
-    return job_dir / _stream_relative(node, rank)
-
-
 def _stream_relative(node: str, rank: int | None) -> str:
     if not node or "/" in node or node.startswith(".") or "\0" in node:
         raise InvalidSpec(f"{node!r} is not a node name", field="node")

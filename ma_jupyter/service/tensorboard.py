@@ -144,17 +144,6 @@ class TensorBoardManager:
             self._boards[job_id] = board
             return board.url
 
-    def url(self, job_id: str) -> str | None:
-        """The URL of the job's running TensorBoard, or None."""
-        board = self._boards.get(job_id)
-        return board.url if board and board.alive() else None
-
-    def touch(self, job_id: str) -> None:
-        """Mark the job's TensorBoard as used now (postpones the idle stop)."""
-        board = self._boards.get(job_id)
-        if board:
-            board.last_used = time.monotonic()
-
     def stop(self, job_id: str) -> bool:
         """Stop the job's TensorBoard; True if one was running."""
         with self._lock_for(job_id):
