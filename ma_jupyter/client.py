@@ -35,7 +35,6 @@ import requests
 
 from . import config
 from .errors import BackendUnavailable, InvalidSpec, MaJupyterError, RefusedFile, error_from_body
-from .host_policy import ENV_PROJECT_DIR
 from .models import (
     Event,
     Job,
@@ -242,7 +241,7 @@ class Client:
                 log_path = config.service_log()
                 env = {**os.environ, config.ENV_HOME: str(home)}
                 # the folder the service is started for: its jobs may mount from it by default
-                env.setdefault(ENV_PROJECT_DIR, os.getcwd())
+                env.setdefault(config.ENV_PROJECT_DIR, os.getcwd())
                 # The service must import this very package, also when it is used from a source
                 # tree that is not installed and the caller's directory is elsewhere.
                 package_root = str(Path(__file__).resolve().parent.parent)
@@ -560,11 +559,10 @@ class Client:
             if not runtime or runtime["url"].rstrip("/") != self._url:
                 return None
         try:
-            logs = config.job_dir(job_id) / "logs"
+            jd = config.jobdir(job_id)
         except MaJupyterError:
             return None
-        path = logs / f"{node}.log" if rank is None else logs / node / f"rank-{rank}.log"
-        return path if logs.is_dir() else None
+        return jd.log(node, rank) if jd.logs.is_dir() else None
 
     def tensorboard(self, job_id: str) -> str:
         """Start (or reuse) the job's TensorBoard over its outputs; returns its URL."""
@@ -892,7 +890,7 @@ class LogLines(Iterator[str]):
         try:
             if self._file is None:
                 # The job wrote this file: never follow a symlink or block on a FIFO it left there.
-                root = config.job_dir(self.job_id)
+                root = config.jobdir(self.job_id).root
                 fd = open_file(root, self._local.relative_to(root))
                 self._file = os.fdopen(fd, "rb")  # kept open while following
             self._file.seek(self._read_offset)

@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InvalidSpec
+from .jobdir import JobDir
 from .models import Node, Spec
 
 ENV_HOME = "MA_JUPYTER_HOME"
+#: the folder a job's relative host paths (and the admin's project rules) start from
+ENV_PROJECT_DIR = "MA_JUPYTER_PROJECT_DIR"
 
 
 def home() -> Path:
@@ -56,11 +59,11 @@ def jobs_root() -> Path:
     return path
 
 
-def job_dir(job_id: str) -> Path:
+def jobdir(job_id: str) -> JobDir:
     """The folder of one job (logs, per-node files); never outside :func:`jobs_root`."""
     if not job_id or "/" in job_id or job_id.startswith("."):
         raise InvalidSpec(f"{job_id!r} is not a job id")
-    return jobs_root() / job_id
+    return JobDir(jobs_root() / job_id)
 
 
 def _memory_gb() -> float:

@@ -370,7 +370,7 @@ def follow_job(
     from . import config
 
     live = LiveLog(
-        job_id, max_lines=max_lines, display=display, log_hint=str(config.job_dir(job_id) / "logs"), note=note
+        job_id, max_lines=max_lines, display=display, log_hint=str(config.jobdir(job_id).logs), note=note
     )
     live.offsets = dict(offsets or {})
     follower = LogFollower(client, job_id, offsets)

@@ -42,7 +42,6 @@ from pathlib import Path
 from . import config
 from .errors import InvalidSpec
 
-ENV_PROJECT_DIR = "MA_JUPYTER_PROJECT_DIR"
 #: system folders no job may see, nor anything inside them
 NEVER_INSIDE = ("/proc", "/sys", "/dev", "/etc", "/boot", "/run")
 #: folders a mount may lie inside (users' homes) but never contain whole
@@ -244,7 +243,7 @@ def load_policy() -> HostPolicy:
     allow_root = users.get("allow_root", [])
     if not isinstance(allow_root, list) or not all(isinstance(u, str) for u in allow_root):
         raise InvalidSpec(f"{path}: [users] allow_root must be a list of user names")
-    project = os.environ.get(ENV_PROJECT_DIR)
+    project = os.environ.get(config.ENV_PROJECT_DIR)
     return HostPolicy(
         allowed_roots=tuple(roots) if roots is not None else None,
         allow_root=frozenset(allow_root),

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import psutil
 
+from .jobdir import NodeDir
 from .untrusted import collect_report
 
 PR_SET_PDEATHSIG = 1
@@ -183,10 +184,10 @@ class NodeRunner:
                     file=sys.stderr,
                     flush=True,
                 )
-        node_dir = Path(spec["node_dir"])
+        node_dir = NodeDir(Path(spec["node_dir"]))
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
-        collect_report(Path(spec["rank_log_dir"]), node_dir, spec.get("node", "the node"))
-        write_exit_code(node_dir / "exit_code", code)
+        collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"))
+        write_exit_code(node_dir.exit_code, code)
         return code
 
 

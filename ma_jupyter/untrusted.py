@@ -28,6 +28,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from .errors import RefusedFile
+from .jobdir import FAILURE_REPORT
 
 #: largest small report (``failure.json``) read whole
 MAX_REPORT = 64 << 10
@@ -261,12 +262,12 @@ def collect_report(
     anything else stays where it is and ``node_dir/failure.json`` records what the job left
     (``{"refused": "worker-0 left a FIFO at /job/logs/failure.json ..."}``).
     """
-    report = Path(rank_log_dir) / "failure.json"
+    report = Path(rank_log_dir) / FAILURE_REPORT
     try:
         st = os.lstat(report)
     except OSError:
         return
-    target = Path(node_dir) / "failure.json"
+    target = Path(node_dir) / FAILURE_REPORT
     if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= MAX_REPORT:
         try:
             os.replace(report, target)

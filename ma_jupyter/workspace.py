@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 from .commands import expand_argv
 from .errors import InvalidSpec
 from .host_policy import HostPolicy, RunAs, load_policy
+from .jobdir import PLACEHOLDER, RANK_LOG_ENV, RANK_LOG_VIEW, JobDir, NodeDir
 from .models import Image, JobSpec
 from .untrusted import make_dirs, real_ancestor
 
@@ -58,8 +59,6 @@ if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cyc
 VIEW_ROOT = "/workspace"
 #: in-view folders a distributed mode may write files into
 FILE_ROOTS = ("/job", "/etc/mpi", "/user/config")
-#: in-view folder for per-rank logs (``$MA_RANK_LOG_DIR``), backed by ``<job_dir>/logs/<node>/``
-RANK_LOG_VIEW = "/job/logs"
 #: the environment variable marking every process of one node run (found again after a restart)
 NODE_MARKER = "MA_NODE_RUN"
 SANDBOX_ENV = "MA_JUPYTER_SANDBOX"
@@ -179,7 +178,7 @@ def mounts_for(
     algo = algorithm if algorithm is not None else spec.algorithm
 
     # the platform's own copies of this job's datasets (data preparation) live in its folder
-    prepared = str(Path(job_dir) / "prepared") if job_dir is not None else None
+    prepared = str(JobDir(Path(job_dir)).prepared) if job_dir is not None else None
 
     def checked(raw: str, what: str, field_name: str, *, directory: bool, writable: bool = False) -> str:
         source = _host_path(raw, what, field_name, directory=directory)
@@ -216,8 +215,8 @@ def mounts_for(
         policy.check_source(outputs, "outputs", "outputs", user)
         policy.check_writable(outputs, run_as, "outputs", "outputs")
     else:
-        base = job_dir if job_dir is not None else Path("<jobs>") / "<job-id>"
-        outputs, create = str(Path(base) / "outputs"), True
+        jd = JobDir(Path(job_dir)) if job_dir is not None else PLACEHOLDER
+        outputs, create = str(jd.outputs), True
     if outputs_subdir is not None:
         if not _SAFE_PART.match(outputs_subdir):
             raise InvalidSpec(f"{outputs_subdir!r} cannot be an outputs subfolder", field="outputs")
@@ -462,14 +461,18 @@ class NodeView:
     run_as: RunAs | None = None
 
     @property
+    def nd(self) -> NodeDir:
+        return NodeDir(Path(self.node_dir))
+
+    @property
     def files_dir(self) -> Path:
         """Host folder holding the in-view file roots (``view/job``, ``view/etc/mpi``...)."""
-        return Path(self.node_dir) / "view"
+        return self.nd.files
 
     @property
     def tree(self) -> Path:
         """The symlink tree standing in for /workspace in the symlink mode."""
-        return Path(self.node_dir) / "workspace"
+        return self.nd.tree
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -516,7 +519,8 @@ def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
         InvalidSpec: from :func:`mounts_for`, :func:`resolve_image`, or a plan file outside the
             allowed roots.
     """
-    job_dir = Path(attempt.job_dir)
+    jd = attempt.jobdir
+    job_dir = jd.root
     files = {_check_file_path(p): content for p, content in plan.files.items()}
     policy = load_policy()
     return NodeView(
@@ -524,8 +528,8 @@ def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
         node=plan.name,
         hostname=plan.task.hostname or plan.name,
         address=plan.task.address,
-        node_dir=str(job_dir / "nodes" / plan.name),
-        rank_log_dir=str(job_dir / "logs" / plan.name),
+        node_dir=str(jd.node(plan.name).root),
+        rank_log_dir=str(jd.rank_dir(plan.name)),
         mounts=tuple(
             mounts_for(
                 attempt.spec,
@@ -563,10 +567,10 @@ def prepare_node(view: NodeView) -> None:
     """
     node_dir = Path(view.node_dir)
     node_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("exit_code", "failure.json"):
+    for stale in NodeDir.STALE:
         (node_dir / stale).unlink(missing_ok=True)
-    (node_dir / "hosts").write_text(view.hosts)
-    (node_dir / "hostname").write_text(view.hostname + "\n")
+    view.nd.hosts.write_text(view.hosts)
+    view.nd.hostname.write_text(view.hostname + "\n")
     Path(view.rank_log_dir).mkdir(parents=True, exist_ok=True)
     if view.files_dir.exists():
         shutil.rmtree(view.files_dir)
@@ -591,7 +595,7 @@ def prepare_node(view: NodeView) -> None:
     _give(view, view.rank_log_dir)
     if view.sandbox == "symlink":
         _build_tree(view)
-    (node_dir / "view.json").write_text(view.to_json())
+    view.nd.view_record.write_text(view.to_json())
 
 
 def _give(view: NodeView, folder: str) -> None:
@@ -661,7 +665,7 @@ def node_env(view: NodeView, plan_env: dict[str, str], marker: str) -> dict[str,
     env.update(
         {
             "MA_WORKSPACE": VIEW_ROOT,
-            "MA_RANK_LOG_DIR": RANK_LOG_VIEW,
+            RANK_LOG_ENV: RANK_LOG_VIEW,
             "HOSTNAME": view.hostname,
             NODE_MARKER: marker,
         }
@@ -778,14 +782,13 @@ def _parents(target: str) -> list[str]:
 def _etc_args(view: NodeView) -> list[str]:
     """/etc as a tmpfs holding the host's entries read-only, except the ones the node owns."""
     owned = {"hosts", "hostname"} | {r.split("/")[2] for r in _file_roots_used(view) if r.startswith("/etc/")}
-    node_dir = Path(view.node_dir)
     if all(os.path.isfile(f"/etc/{name}") and not os.path.islink(f"/etc/{name}") for name in owned):
         # Every entry the node owns already exists as a file on the host: bind /etc whole and lay the
         # node's files over them (binding over an existing file creates nothing on the host, and one
         # bind instead of one per entry makes the sandbox start much faster).
         args = ["--ro-bind", "/etc", "/etc"]
-        args += ["--ro-bind", str(node_dir / "hosts"), "/etc/hosts"]
-        args += ["--ro-bind", str(node_dir / "hostname"), "/etc/hostname"]
+        args += ["--ro-bind", str(view.nd.hosts), "/etc/hosts"]
+        args += ["--ro-bind", str(view.nd.hostname), "/etc/hostname"]
         for root in _file_roots_used(view):
             if root.startswith("/etc/"):
                 args += ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
@@ -803,8 +806,8 @@ def _etc_args(view: NodeView) -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.exists(path):
             args += ["--ro-bind", path, path]
-    args += ["--ro-bind", str(node_dir / "hosts"), "/etc/hosts"]
-    args += ["--ro-bind", str(node_dir / "hostname"), "/etc/hostname"]
+    args += ["--ro-bind", str(view.nd.hosts), "/etc/hosts"]
+    args += ["--ro-bind", str(view.nd.hostname), "/etc/hostname"]
     for root in _file_roots_used(view):
         if root.startswith("/etc/"):
             args += ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..jobdir import JobDir
 from ..models import JobSpec, NodeRun
 from ..modes.base import NodePlan
 
@@ -40,8 +41,8 @@ class Attempt:
     plans: tuple[NodePlan, ...]
 
     @property
-    def log_dir(self) -> Path:
-        return self.job_dir / "logs"
+    def jobdir(self) -> JobDir:
+        return JobDir(Path(self.job_dir))
 
 
 #: variable holding a secret shared by the nodes of one attempt and by nothing else
@@ -81,19 +82,3 @@ class Backend(ABC):
 
         Returns only when no process of these nodes is left (no orphans, whatever the job's
         processes did with their own sessions)."""
-
-    def rank_logs(self, attempt: Attempt, run: NodeRun) -> list[tuple[int, Path]]:
-        """The per-rank log files of a node that exist so far, as (rank, path)."""
-        folder = attempt.log_dir / run.name
-        found = []
-        for path in sorted(folder.glob("rank-*.log")) if folder.is_dir() else []:
-            try:
-                found.append((int(path.stem.split("-", 1)[1]), path))
-            except ValueError:
-                continue
-        return found
-
-
-def node_log(log_dir: Path, node: str) -> Path:
-    """The combined stdout/stderr log of a node."""
-    return log_dir / f"{node}.log"

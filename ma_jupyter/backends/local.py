@@ -31,7 +31,7 @@ from ..errors import BackendUnavailable, InvalidSpec, RefusedFile
 from ..models import NodeRun
 from ..modes.base import NodePlan
 from ..untrusted import read_small
-from .base import JOB_SECRET_ENV, Attempt, Backend, node_log
+from .base import JOB_SECRET_ENV, Attempt, Backend
 
 
 def process_start_time(pid: int) -> float | None:
@@ -130,7 +130,7 @@ class LocalBackend(Backend):
                 f"{views[0][1].run_as.name} inside it: install bubblewrap (apt-get install bubblewrap), or "
                 "let this user's jobs run as root ([users] allow_root in cluster.toml)"
             )
-        attempt.log_dir.mkdir(parents=True, exist_ok=True)
+        attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
         # One secret per attempt, seen only by this attempt's nodes: peers of a job use it to
         # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
         job_secret = secrets.token_hex(16)
@@ -147,13 +147,14 @@ class LocalBackend(Backend):
         self, attempt: Attempt, plan: NodePlan, view: workspace.NodeView, job_secret: str
     ) -> NodeRun:
         workspace.prepare_node(view)
-        node_dir = Path(view.node_dir)
+        nd = attempt.jobdir.node(plan.name)
+        node_dir = nd.root
         marker = f"{attempt.job_id}/{attempt.number}/{plan.name}/{secrets.token_hex(4)}"
-        (node_dir / "marker").write_text(marker + "\n")
+        nd.marker.write_text(marker + "\n")
         env = workspace.node_env(view, {**plan.env, JOB_SECRET_ENV: job_secret}, marker)
         if view.sandbox == "symlink":
-            for folder in ("home", "tmp"):
-                (node_dir / folder).mkdir(exist_ok=True)
+            for folder in (nd.home, nd.tmp):
+                folder.mkdir(exist_ok=True)
 
         def wrap(argv: list[str]) -> list[str]:
             return workspace.sandbox_argv(view, workspace.command_argv(view, argv, env), env)
@@ -164,7 +165,7 @@ class LocalBackend(Backend):
         spec = {
             "node": plan.name,
             "node_dir": str(node_dir),
-            "rank_log_dir": view.rank_log_dir,
+            "rank_log_dir": str(attempt.jobdir.rank_dir(plan.name)),
             "sandbox": view.sandbox,
             "argv": wrap(plan.argv),
             # The environment the runner starts each phase with.  bubblewrap gets a fixed one (the
@@ -182,9 +183,9 @@ class LocalBackend(Backend):
             if lifecycle.on_stop
             else None,
         }
-        spec_file = node_dir / "node-run.json"
+        spec_file = nd.runner_spec
         spec_file.write_text(json.dumps(spec, indent=1))
-        log_path = node_log(attempt.log_dir, plan.name)
+        log_path = attempt.jobdir.node_log(plan.name)
         runner_env = dict(os.environ)
         # the runner must import this package even when the service runs from a source tree
         package_root = str(Path(__file__).resolve().parents[2])
@@ -227,7 +228,7 @@ class LocalBackend(Backend):
             if plan.rank_logs
             else [],
         )
-        (node_dir / "run.json").write_text(run.model_dump_json())
+        nd.run_record.write_text(run.model_dump_json())
         return run
 
     # ------------------------------------------------------------------------ poll
@@ -248,7 +249,7 @@ class LocalBackend(Backend):
         return run.start_time is None or abs(started - run.start_time) < 0.05
 
     def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
-        exit_file = attempt.job_dir / "nodes" / run.name / "exit_code"
+        exit_file = attempt.jobdir.node(run.name).exit_code
         code = read_exit_code(exit_file)
         if code is None:
             if run.pid is None:
@@ -264,7 +265,8 @@ class LocalBackend(Backend):
 
     def _marker(self, attempt: Attempt, run: NodeRun) -> str | None:
         try:
-            return read_small(attempt.job_dir, f"nodes/{run.name}/marker", limit=4096).decode().strip()
+            relative = attempt.jobdir.node(run.name).marker.relative_to(attempt.jobdir.root)
+            return read_small(attempt.job_dir, str(relative), limit=4096).decode().strip()
         except (OSError, ValueError, RefusedFile):
             return None
 

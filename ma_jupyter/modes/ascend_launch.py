@@ -35,6 +35,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..jobdir import RANK_LOG_ENV, rank_log_name
 from . import rank_table
 from .rank_log import Copier, report_failure, resolve
 
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     barrier.start()
 
     command = resolve(command)
-    log_dir = os.environ.get("MA_RANK_LOG_DIR") or tempfile.mkdtemp(prefix="ma_rank_logs-")
+    log_dir = os.environ.get(RANK_LOG_ENV) or tempfile.mkdtemp(prefix="ma_rank_logs-")
     os.makedirs(log_dir, exist_ok=True)
     lock = threading.Lock()
     children: list[subprocess.Popen] = []
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, forward)
     for local in range(slots):
         rank = first_rank + local
-        rank_file = open(os.path.join(log_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115 - closed below
+        rank_file = open(os.path.join(log_dir, rank_log_name(rank)), "ab")  # noqa: SIM115 - closed below
         rank_files.append(rank_file)
         read_end, write_end = os.pipe()
         try:

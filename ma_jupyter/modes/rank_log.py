@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 
+from ..jobdir import FAILURE_REPORT, RANK_LOG_ENV, rank_log_name
 from .common import is_python
 
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK_ID", "RANK")
@@ -65,7 +66,7 @@ def find_rank(options: dict[str, str], env: dict[str, str]) -> int | None:
 def report_failure(folder: str, rank: int, code: int) -> None:
     """Record the node's first failed rank in ``<folder>/failure.json`` (the first report wins)."""
     try:
-        fd = os.open(os.path.join(folder, "failure.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(os.path.join(folder, FAILURE_REPORT), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except OSError:
         return  # another rank failed first, or the folder is gone
     with os.fdopen(fd, "w") as fh:
@@ -134,12 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = resolve(command)
     rank = find_rank(options, dict(os.environ))
-    folder = os.environ.get("MA_RANK_LOG_DIR", "")
+    folder = os.environ.get(RANK_LOG_ENV, "")
     if rank is None or not folder:
         os.execvp(command[0], command)
     os.makedirs(folder, exist_ok=True)
     prefix = b"" if "no-prefix" in options else f"[rank {rank}] ".encode()
-    with open(os.path.join(folder, f"rank-{rank}.log"), "ab") as rank_file:
+    with open(os.path.join(folder, rank_log_name(rank)), "ab") as rank_file:
         read_end, write_end = os.pipe()
         try:
             child = subprocess.Popen(command, stdout=write_end, stderr=write_end)

@@ -18,7 +18,6 @@ import socket
 import sys
 
 from .. import config
-from ..host_policy import ENV_PROJECT_DIR
 
 
 def write_runtime(url: str, token: str) -> None:
@@ -41,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # The project folder jobs may mount from by default (host_policy): the one the client that
     # started us worked in, else the folder we were started in.
-    os.environ.setdefault(ENV_PROJECT_DIR, os.getcwd())
+    os.environ.setdefault(config.ENV_PROJECT_DIR, os.getcwd())
 
     lock = open(config.home() / "service.lock", "w")
     try:

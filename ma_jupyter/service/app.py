@@ -255,7 +255,7 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
     @app.get(f"{api}/jobs/{{job_id}}/logs", response_model=list[LogStream])
     def log_streams(job_id: str, user: str = Depends(authenticate)) -> list[LogStream]:
         job = allowed(store.get(job_id), user, "view")
-        return logs.streams(job, config.job_dir(job_id))
+        return logs.streams(job, config.jobdir(job_id).root)
 
     @app.get(f"{api}/jobs/{{job_id}}/logs/read", response_model=LogChunk)
     async def read_log(
@@ -267,7 +267,7 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         wait: float = Query(default=0.0, ge=0, le=logs.MAX_WAIT),
         user: str = Depends(authenticate),
     ) -> LogChunk:
-        job_dir = config.job_dir(job_id)
+        job_dir = config.jobdir(job_id).root
 
         def check() -> str:  # the store and the folder are looked at on a thread, never in the loop
             job = allowed(store.get(job_id), user, "view")

@@ -16,11 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..backends.base import node_log
 from ..errors import BackendUnavailable, InvalidSpec, NotFound
+from ..jobdir import RANK_LOG_VIEW, JobDir, rank_log_name
 from ..models import Job, LogChunk, LogStream
 from ..untrusted import open_file, pread_range
-from ..workspace import RANK_LOG_VIEW
 
 T = TypeVar("T")
 
@@ -28,11 +27,6 @@ FOLLOW_POLL = 0.005  # seconds between size checks (fstat of the open file) whil
 STATUS_EVERY = 0.1  # seconds between full looks (job status + read, on a thread) while waiting
 READ_TIMEOUT = 10.0  # seconds one look at a log may take before the request gives up
 MAX_WAIT = 60.0
-
-
-def log_dir(job_dir: Path) -> Path:
-    """The folder of a job's log files."""
-    return job_dir / "logs"
 
 
 def _regular_size(path: Path) -> int:
@@ -44,13 +38,6 @@ def _regular_size(path: Path) -> int:
     return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
-def _is_folder(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(path.lstat().st_mode)
-    except OSError:
-        return False
-
-
 def streams(job: Job, job_dir: Path) -> list[LogStream]:
     """Every log stream of a job: each node's combined log, then its per-rank logs.
 
@@ -59,22 +46,14 @@ def streams(job: Job, job_dir: Path) -> list[LogStream]:
     """
     found: list[LogStream] = []
     names = [n.name for n in job.nodes]
-    folder = log_dir(job_dir)
-    for extra in sorted(folder.glob("*.log")) if _is_folder(folder) else []:
-        if extra.stem not in names:
-            names.append(extra.stem)
+    jd = JobDir(job_dir)
+    for extra in jd.node_logs():
+        if extra not in names:
+            names.append(extra)
     for name in names:
-        found.append(LogStream(node=name, rank=None, size=_regular_size(node_log(folder, name))))
-        rank_dir = folder / name
-        if _is_folder(rank_dir):
-            ranks = []
-            for rank_file in rank_dir.glob("rank-*.log"):
-                try:
-                    ranks.append((int(rank_file.stem.split("-", 1)[1]), rank_file))
-                except ValueError:
-                    continue
-            for rank, rank_file in sorted(ranks):
-                found.append(LogStream(node=name, rank=rank, size=_regular_size(rank_file)))
+        found.append(LogStream(node=name, rank=None, size=_regular_size(jd.node_log(name))))
+        for rank, rank_file in jd.rank_logs(name):
+            found.append(LogStream(node=name, rank=rank, size=_regular_size(rank_file)))
     return found
 
 
@@ -86,16 +65,6 @@ def default_node(job: Job) -> str:
     return "worker-0"
 
 
-def _stream_relative(node: str, rank: int | None) -> str:
-    if not node or "/" in node or node.startswith(".") or "\0" in node:
-        raise InvalidSpec(f"{node!r} is not a node name", field="node")
-    if rank is None:
-        return f"logs/{node}.log"
-    if rank < 0:
-        raise InvalidSpec("rank must be 0 or more", field="rank")
-    return f"logs/{node}/rank-{rank}.log"
-
-
 def open_stream(job_dir: Path, node: str, rank: int | None) -> int | None:
     """An fd of one stream's file opened as untrusted (see :mod:`ma_jupyter.untrusted`); None
     while it does not exist.
@@ -103,8 +72,8 @@ def open_stream(job_dir: Path, node: str, rank: int | None) -> int | None:
     Raises:
         RefusedFile: the job put something else than a regular file there (FIFO, symlink...).
     """
-    relative = _stream_relative(node, rank)
-    shown = f"{RANK_LOG_VIEW}/rank-{rank}.log" if rank is not None else str(job_dir / relative)
+    relative = JobDir(job_dir).log_relative(node, rank)
+    shown = f"{RANK_LOG_VIEW}/{rank_log_name(rank)}" if rank is not None else str(job_dir / relative)
     try:
         return open_file(job_dir, relative, owner=node, shown=shown)
     except (FileNotFoundError, NotADirectoryError):
@@ -179,7 +148,7 @@ async def read_chunk(
     """
     if offset < 0 or limit <= 0:
         raise InvalidSpec("offset must be >= 0 and limit > 0")
-    _stream_relative(node, rank)  # refuse bad names before anything else
+    JobDir(job_dir).log_relative(node, rank)  # refuse bad names before anything else
     what = f"the log {node}" + (f" rank {rank}" if rank is not None else "")
     deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
     holder: list[int | None] = [None]

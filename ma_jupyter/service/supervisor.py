@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import config
-from ..backends.base import Attempt, Backend, node_log
+from ..backends.base import Attempt, Backend
 from ..commands import parse_command
 from ..errors import Conflict, DiskFull, InvalidSpec, RefusedFile
 from ..models import Event, Job, JobSpec, JobStatus, NodePlanView, NodeRun, Plan, Priority, utcnow
@@ -302,8 +302,8 @@ class Supervisor:
         for callback in self.on_job_deleted:
             callback(job_id)
         self.store.delete(job_id)
-        folder = config.job_dir(job_id)
-        doomed = folder.with_name(f".deleted-{folder.name}-{secrets.token_hex(3)}")
+        folder = config.jobdir(job_id).root
+        doomed = config.jobdir(job_id).doomed()
         try:
             os.rename(folder, doomed)
         except OSError:
@@ -438,7 +438,7 @@ class Supervisor:
             job_id=job.id,
             spec=self._effective_spec(job),
             number=job.attempt,
-            job_dir=config.job_dir(job.id),
+            job_dir=config.jobdir(job.id).root,
             plans=tuple(plans),
         )
 
@@ -446,7 +446,7 @@ class Supervisor:
     def _prepared_path(job: Job, dataset) -> Path:
         """Where data preparation keeps its copy of one dataset of a job."""
         version = dataset.version or ""
-        return config.job_dir(job.id) / "prepared" / f"{dataset.source.value}-{dataset.name}-{version}"
+        return config.jobdir(job.id).prepared_dataset(dataset.source.value, dataset.name, version)
 
     def _effective_spec(self, job: Job) -> JobSpec:
         """The spec the nodes run with: prepared datasets replace the originals.
@@ -491,8 +491,8 @@ class Supervisor:
             )
 
     def _launch(self, job: Job, placement: Placement) -> None:
-        job_dir = config.job_dir(job.id)
-        (job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        job_dir = config.jobdir(job.id).root
+        config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
         try:
             if job.spec.data_preparation:
                 self._prepare_data(job)
@@ -614,7 +614,7 @@ class Supervisor:
         self._disk_checked[job.id] = clock
         spec = attempt.spec
         folders = [attempt.job_dir]
-        folders += [Path(spec.outputs)] if spec.outputs else [attempt.job_dir / "outputs"]
+        folders += [Path(spec.outputs)] if spec.outputs else [attempt.jobdir.outputs]
         folders += [Path(v.path) for v in spec.volumes]
         return full_folder(f for f in folders if f.is_dir())
 
@@ -672,7 +672,7 @@ class Supervisor:
     def _failure_reason(attempt: Attempt, run: NodeRun) -> str:
         """Why a node failed, with its last log lines; reads files the job could have written,
         so it runs on the finishing thread, outside the supervisor lock."""
-        lines = tail(node_log(attempt.log_dir, run.name))
+        lines = tail(attempt.jobdir.node_log(run.name))
         what = (
             "was lost (its process is gone and left no exit code)"
             if run.state == "lost"
@@ -834,9 +834,9 @@ def _rank_failure(attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | Non
     try:
         raw = read_small(
             attempt.job_dir,
-            f"nodes/{run.name}/failure.json",
+            attempt.jobdir.failure_relative(run.name),
             owner=run.name,
-            shown=f"{attempt.job_dir}/nodes/{run.name}/failure.json",
+            shown=str(attempt.jobdir.node(run.name).failure),
         )
     except RefusedFile as exc:
         return exc.message

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ma_jupyter.backends.base import Attempt, node_log
+from ma_jupyter.backends.base import Attempt
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import JobSpec, NodeRun, Spec
@@ -53,7 +53,7 @@ def run_to_end(backend: LocalBackend, attempt: Attempt, timeout: float = 60) -> 
 
 
 def log_of(attempt: Attempt, node: str = "worker-0") -> str:
-    return node_log(attempt.log_dir, node).read_text()
+    return attempt.jobdir.node_log(node).read_text()
 
 
 def marked(marker_text: str) -> list[psutil.Process]:
@@ -185,8 +185,8 @@ def test_hostname_hosts_files_and_cpus_are_the_tasks(ma_home):
         assert seen["cpus"] == [0]
         assert seen["rank_dir"] == "/job/logs" and seen["task"] == str(i)
         assert seen["passwd"] is True
-        assert (attempt.log_dir / run.name / "rank-0.log").read_text() == "rank zero"
-        assert backend.rank_logs(attempt, run) == [(0, attempt.log_dir / run.name / "rank-0.log")]
+        assert (attempt.job_dir / "logs" / run.name / "rank-0.log").read_text() == "rank zero"
+        assert attempt.jobdir.rank_logs(run.name) == [(0, attempt.job_dir / "logs" / run.name / "rank-0.log")]
 
 
 def _tree_script(marker: str) -> str:
@@ -265,8 +265,8 @@ def test_launch_failing_midway_leaves_nothing_running(ma_home):
     marker = f"ma-midway-{os.getpid()}-{time.time_ns()}"
     attempt = make_attempt(ma_home, "midway-1", f"import time; time.sleep(600)  # {marker}", tasks=2)
     # the second node's rank-log folder cannot be created: its launch fails after the first started
-    (attempt.log_dir).mkdir(parents=True)
-    (attempt.log_dir / "worker-1").write_text("in the way")
+    (attempt.job_dir / "logs").mkdir(parents=True)
+    (attempt.job_dir / "logs" / "worker-1").write_text("in the way")
     with pytest.raises(OSError):
         LocalBackend().launch(attempt)
     assert (attempt.job_dir / "nodes" / "worker-0" / "run.json").exists()  # it did start
@@ -351,15 +351,15 @@ def test_a_planted_node_log_or_exit_code_is_never_followed_or_blocked_on(ma_home
     from ma_jupyter.errors import RefusedFile
 
     attempt = make_attempt(ma_home, "planted-1", "print('hi')")
-    attempt.log_dir.mkdir(parents=True)
+    (attempt.job_dir / "logs").mkdir(parents=True)
     victim = tmp_path / "victim.txt"
     victim.write_text("untouched\n")
-    node_log(attempt.log_dir, "worker-0").symlink_to(victim)
+    attempt.jobdir.node_log("worker-0").symlink_to(victim)
     with pytest.raises(RefusedFile, match="worker-0 left a symbolic link"):
         LocalBackend().launch(attempt)
     assert victim.read_text() == "untouched\n"
-    node_log(attempt.log_dir, "worker-0").unlink()
-    os.mkfifo(node_log(attempt.log_dir, "worker-0"))
+    attempt.jobdir.node_log("worker-0").unlink()
+    os.mkfifo(attempt.jobdir.node_log("worker-0"))
     with pytest.raises(RefusedFile, match="worker-0 left a FIFO"):
         LocalBackend().launch(attempt)
     exit_file = tmp_path / "exit_code"

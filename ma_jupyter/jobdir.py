@@ -1,0 +1,238 @@
+"""The job folder, ``<home>/jobs/<id>/``: the only module that spells its layout.
+
+::
+
+    logs/<node>.log                 a node's stdout+stderr (written by the node, never the service)
+    logs/<node>/rank-<r>.log        per-rank logs; logs/<node>/ is the node's /job/logs ($MA_RANK_LOG_DIR)
+    logs/<node>/failure.json        a launcher's report of the first failed rank (job-writable)
+    nodes/<node>/exit_code          written atomically by the node runner when the node ends
+    nodes/<node>/failure.json       the report handed over by the runner, or {"refused": "..."}
+    nodes/<node>/marker             MA_NODE_RUN value of this node's processes
+    nodes/<node>/run.json           the NodeRun as launched
+    nodes/<node>/node-run.json      the runner's instructions
+    nodes/<node>/view.json          what the node runs (its view)
+    nodes/<node>/hosts, hostname    bound over /etc/hosts, /etc/hostname
+    nodes/<node>/view/              in-view file roots (/job, /etc/mpi, /user/config)
+    nodes/<node>/workspace/, home/, tmp/   symlink mode only
+    outputs/                        the default outputs folder
+    prepared/<source>-<name>-<ver>  data preparation copies
+
+A new service reads these files from jobs an older one launched (re-attach): the names are an
+on-disk format (``tests/unit/test_jobdir.py`` pins them). Standard library and
+:mod:`ma_jupyter.errors` only: code that runs inside a node imports this module.
+"""
+
+from __future__ import annotations
+
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidSpec
+
+#: in-view folder of a node's per-rank logs, backed by ``logs/<node>/``
+RANK_LOG_VIEW = "/job/logs"
+#: variable naming that folder inside a node
+RANK_LOG_ENV = "MA_RANK_LOG_DIR"
+#: a launcher's report of the first failed rank (``{"rank", "exit_code"}``)
+FAILURE_REPORT = "failure.json"
+
+_RANK_PREFIX = "rank-"
+_LOG_SUFFIX = ".log"
+
+
+def rank_log_name(rank: int) -> str:
+    """The file name of one rank's log: ``rank-<r>.log``."""
+    return f"{_RANK_PREFIX}{rank}{_LOG_SUFFIX}"
+
+
+def rank_of(file_name: str) -> int | None:
+    """The rank of a ``rank-<r>.log`` file name; None for any other name."""
+    if not (file_name.startswith(_RANK_PREFIX) and file_name.endswith(_LOG_SUFFIX)):
+        return None
+    try:
+        return int(file_name[len(_RANK_PREFIX) : -len(_LOG_SUFFIX)])
+    except ValueError:
+        return None
+
+
+def check_node_name(node: str) -> str:
+    """``node`` when it names a file inside the job folder, else InvalidSpec (field ``node``)."""
+    if not node or "/" in node or node.startswith(".") or "\0" in node:
+        raise InvalidSpec(f"{node!r} is not a node name", field="node")
+    return node
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class NodeDir:
+    """``<job>/nodes/<node>``: one node's own files."""
+
+    root: Path
+
+    #: files removed before each attempt
+    STALE = ("exit_code", FAILURE_REPORT)
+
+    @property
+    def exit_code(self) -> Path:
+        return self.root / "exit_code"
+
+    @property
+    def failure(self) -> Path:
+        return self.root / FAILURE_REPORT
+
+    @property
+    def marker(self) -> Path:
+        return self.root / "marker"
+
+    @property
+    def run_record(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def runner_spec(self) -> Path:
+        return self.root / "node-run.json"
+
+    @property
+    def view_record(self) -> Path:
+        return self.root / "view.json"
+
+    @property
+    def hosts(self) -> Path:
+        return self.root / "hosts"
+
+    @property
+    def hostname(self) -> Path:
+        return self.root / "hostname"
+
+    @property
+    def files(self) -> Path:
+        """The in-view file roots (``/job``, ``/etc/mpi``, ``/user/config``) on the host."""
+        return self.root / "view"
+
+    @property
+    def tree(self) -> Path:
+        """The symlink tree standing for ``/workspace`` (symlink mode)."""
+        return self.root / "workspace"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+
+@dataclass(frozen=True)
+class JobDir:
+    """``<home>/jobs/<id>``: one job's folder."""
+
+    root: Path
+
+    @property
+    def job_id(self) -> str:
+        return self.root.name
+
+    # ---------------------------------------------------------------- logs
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def node_log(self, node: str) -> Path:
+        """A node's combined stdout/stderr log."""
+        return self.logs / f"{node}{_LOG_SUFFIX}"
+
+    def rank_dir(self, node: str) -> Path:
+        """The host side of a node's ``/job/logs``."""
+        return self.logs / node
+
+    def rank_log(self, node: str, rank: int) -> Path:
+        return self.rank_dir(node) / rank_log_name(rank)
+
+    def log(self, node: str, rank: int | None = None) -> Path:
+        """A node's log, or one of its ranks' logs."""
+        return self.node_log(node) if rank is None else self.rank_log(node, rank)
+
+    def log_relative(self, node: str, rank: int | None = None) -> str:
+        """The path of a log relative to the job folder; names that could leave it are refused."""
+        check_node_name(node)
+        if rank is None:
+            return f"logs/{node}{_LOG_SUFFIX}"
+        if rank < 0:
+            raise InvalidSpec("rank must be 0 or more", field="rank")
+        return f"logs/{node}/{rank_log_name(rank)}"
+
+    def node_logs(self) -> list[str]:
+        """The names of the nodes with a ``logs/<node>.log``, sorted (looks only, follows nothing)."""
+        if not _is_folder(self.logs):
+            return []
+        return sorted(p.name[: -len(_LOG_SUFFIX)] for p in self.logs.glob(f"*{_LOG_SUFFIX}"))
+
+    def rank_logs(self, node: str) -> list[tuple[int, Path]]:
+        """A node's per-rank logs as ``(rank, path)``, sorted by rank (looks only, follows nothing)."""
+        folder = self.rank_dir(node)
+        if not _is_folder(folder):
+            return []
+        found = []
+        for path in folder.glob(f"{_RANK_PREFIX}*{_LOG_SUFFIX}"):
+            rank = rank_of(path.name)
+            if rank is not None:
+                found.append((rank, path))
+        return sorted(found)
+
+    # ---------------------------------------------------------------- nodes
+
+    @property
+    def nodes(self) -> Path:
+        return self.root / "nodes"
+
+    def node(self, name: str) -> NodeDir:
+        return NodeDir(self.nodes / name)
+
+    def failure_relative(self, node: str) -> str:
+        """The path of a node's failure report relative to the job folder."""
+        return f"nodes/{node}/{FAILURE_REPORT}"
+
+    # ---------------------------------------------------------------- data
+
+    @property
+    def outputs(self) -> Path:
+        """The outputs folder of a job whose spec names none."""
+        return self.root / "outputs"
+
+    @property
+    def prepared(self) -> Path:
+        return self.root / "prepared"
+
+    def prepared_dataset(self, source: str, name: str, version: str | None) -> Path:
+        """The copy data preparation makes of one dataset version."""
+        return self.prepared / f"{source}-{name}-{version}"
+
+    def doomed(self) -> Path:
+        """A fresh sibling name the folder is moved to before it is removed."""
+        return self.root.with_name(f".deleted-{self.root.name}-{secrets.token_hex(3)}")
+
+
+#: the job folder shown by the dry run of a job that does not exist yet
+PLACEHOLDER = JobDir(Path("<jobs>") / "<job-id>")
+
+__all__ = [
+    "FAILURE_REPORT",
+    "PLACEHOLDER",
+    "RANK_LOG_ENV",
+    "RANK_LOG_VIEW",
+    "JobDir",
+    "NodeDir",
+    "check_node_name",
+    "rank_log_name",
+    "rank_of",
+]
