@@ -5,25 +5,13 @@ Everything here is pure: it looks at argv lists and placements and returns text 
 
 from __future__ import annotations
 
-import re
-
+from ..nodeside.argv import is_python, program
 from .base import Placement, TaskSlot
 
-#: ``python``, ``python3``, ``python3.11`` (or a path ending in one of them)
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+#: the module every rank-splitting launch goes through (see :mod:`ma_jupyter.nodeside.rank_log`)
+RANK_LOG_MODULE = "ma_jupyter.nodeside.rank_log"
 
-#: the module every rank-splitting launch goes through (see :mod:`ma_jupyter.modes.rank_log`)
-RANK_LOG_MODULE = "ma_jupyter.modes.rank_log"
-
-
-def program(argv: list[str]) -> str:
-    """The executable's base name (``/usr/bin/python3`` -> ``python3``)."""
-    return argv[0].rsplit("/", 1)[-1] if argv else ""
-
-
-def is_python(argv: list[str]) -> bool:
-    """Whether the command starts with a Python interpreter (``python``, ``python3``, ``python3.11``)."""
-    return bool(_PYTHON.match(program(argv)))
+__all__ = ["RANK_LOG_MODULE", "is_python", "program"]
 
 
 def python_module(argv: list[str]) -> str | None:

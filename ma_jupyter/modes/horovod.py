@@ -20,7 +20,7 @@ mpirun runs on worker-0 only.  A command without ``mpirun`` gets the seed's pref
 
 (Open MPI 5 refuses the seed's single-dash ``-bind-to``/``-map-by``: the double-dash spelling
 means the same to Open MPI 4 and 5; ``--oversubscribe`` because simulated nodes declare more
-slots than this machine has cores) and each rank runs through :mod:`ma_jupyter.modes.rank_log`
+slots than this machine has cores) and each rank runs through :mod:`ma_jupyter.nodeside.rank_log`
 (``rank-<OMPI_COMM_WORLD_RANK>.log`` in the rank's own node's ``$MA_RANK_LOG_DIR``).  A command
 that contains ``mpirun`` is left exactly as written: the variables above give it the hostfile
 and the agent.  mpirun exits with the first failing rank's exit code, and kills every rank.

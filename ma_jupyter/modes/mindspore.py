@@ -1,6 +1,6 @@
 """MindSpore-Ascend mode: the boot file once per card, with the rank table of seed 000.
 
-Every node runs :mod:`ma_jupyter.modes.ascend_launch`, which starts the user's command SLOTS
+Every node runs :mod:`ma_jupyter.nodeside.ascend_launch`, which starts the user's command SLOTS
 times (one process per card) with ``ASCEND_DEVICE_ID`` (the card's logical index on the node,
 0..SLOTS-1), ``RANK_ID`` (its index in the whole job: node index x SLOTS + card), ``RANK_SIZE``
 (cards in the job) and ``RANK_TABLE_FILE=/user/config``, the folder holding
@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 
 from ..models import JobSpec
-from . import rank_table
+from ..nodeside import rank_table
 from .base import NodePlan, Placement, TaskSlot
 from .common import first_rank, total_slots
 
 TABLE_DIR = "/user/config"
 TABLE_PATH = f"{TABLE_DIR}/{rank_table.FILE_NAME}"
-LAUNCHER_MODULE = "ma_jupyter.modes.ascend_launch"
+LAUNCHER_MODULE = "ma_jupyter.nodeside.ascend_launch"
 
 
 def instance(placement: Placement, node_index: int, task: TaskSlot) -> dict:

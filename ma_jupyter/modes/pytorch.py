@@ -11,7 +11,7 @@ The command:
   --node_rank=RANK --master_addr=... --master_port=... --rdzv_backend=static``.  The static
   rendezvous keys nodes by rank, not by (hostname, pid), so simulated nodes with private pid
   namespaces never wait on each other forever.  Each rank runs the user's command verbatim
-  (interpreter flags included) through :mod:`ma_jupyter.modes.rank_log`, which writes
+  (interpreter flags included) through :mod:`ma_jupyter.nodeside.rank_log`, which writes
   ``$MA_RANK_LOG_DIR/rank-<global rank>.log`` and a ``[rank r]``-prefixed copy into the node log.
   torchrun exits non-zero as soon as any rank fails (it stops the other ranks), so the node's
   exit code reports the failure.

@@ -61,7 +61,7 @@ def test_command_without_mpirun_gets_the_seed_prefix_on_worker_0():
         *SEED_PREFIX,
         "python",
         "-m",
-        "ma_jupyter.modes.rank_log",
+        "ma_jupyter.nodeside.rank_log",
         "--rank-var=OMPI_COMM_WORLD_RANK",
         "python",
         "/workspace/algorithm/train.py",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ma_jupyter.modes import rank_table
+from ma_jupyter.nodeside import rank_table
 
 from ..helpers import wait_for
 
@@ -41,7 +41,7 @@ def _free_port() -> int:
 def test_rank_log_writes_the_rank_file_prefixes_the_node_log_and_keeps_the_exit_code(tmp_path):
     code = "import sys; print('out line'); print('err line', file=sys.stderr); sys.exit(3)"
     result = _module(
-        "ma_jupyter.modes.rank_log",
+        "ma_jupyter.nodeside.rank_log",
         "--rank-var=MY_RANK",
         "python",
         "-c",
@@ -53,14 +53,14 @@ def test_rank_log_writes_the_rank_file_prefixes_the_node_log_and_keeps_the_exit_
     assert result.stdout.decode().splitlines() == ["[rank 5] out line", "[rank 5] err line"]
     # the node's first failed rank is reported for the job's error event; later ones do not replace it
     assert json.loads((tmp_path / "failure.json").read_text()) == {"rank": 5, "exit_code": 3}
-    _module("ma_jupyter.modes.rank_log", "--rank=6", "false", env=_env(MA_RANK_LOG_DIR=str(tmp_path)))
+    _module("ma_jupyter.nodeside.rank_log", "--rank=6", "false", env=_env(MA_RANK_LOG_DIR=str(tmp_path)))
     assert json.loads((tmp_path / "failure.json").read_text()) == {"rank": 5, "exit_code": 3}
 
 
 def test_rank_log_without_a_log_dir_just_runs_the_command(tmp_path):
     env = _env(RANK="1")
     env.pop("MA_RANK_LOG_DIR", None)
-    result = _module("ma_jupyter.modes.rank_log", "python", "-c", "print('plain')", env=env)
+    result = _module("ma_jupyter.nodeside.rank_log", "python", "-c", "print('plain')", env=env)
     assert result.returncode == 0
     assert result.stdout.decode() == "plain\n"
     assert not list(tmp_path.iterdir())
@@ -70,7 +70,7 @@ def test_rank_log_forwards_sigterm_and_reports_the_signal(tmp_path):
     ready = tmp_path / "ready"
     code = f"import time, pathlib; pathlib.Path({str(ready)!r}).write_text('x'); time.sleep(60)"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ma_jupyter.modes.rank_log", "--rank=0", "python", "-c", code],
+        [sys.executable, "-m", "ma_jupyter.nodeside.rank_log", "--rank=0", "python", "-c", code],
         env=_env(MA_RANK_LOG_DIR=str(tmp_path)),
     )
     wait_for(ready.exists, timeout=20)
@@ -208,7 +208,7 @@ def _zombie(pid: int) -> bool:
 
 BOOT = """
 import json, os, sys, time
-from ma_jupyter.modes import rank_table
+from ma_jupyter.nodeside import rank_table
 if os.environ.get("FAIL_RANK") == os.environ["RANK_ID"]:
     sys.exit(4)
 table = rank_table.wait_completed(os.environ["RANK_TABLE_FILE"], timeout=30)
@@ -232,7 +232,7 @@ def _launch(tmp_path: Path, node: str, listen: int, peer: int, first_rank: int, 
         [
             sys.executable,
             "-m",
-            "ma_jupyter.modes.ascend_launch",
+            "ma_jupyter.nodeside.ascend_launch",
             "--slots=2",
             f"--first-rank={first_rank}",
             "--rank-size=4",
@@ -282,7 +282,7 @@ def test_rank_table_cli_converts_once_completed(tmp_path):
     )
     source.write_text(json.dumps({**table, "status": "completed"}))
     result = _module(
-        "ma_jupyter.modes.rank_table", "--wait", "5", str(source), str(tmp_path / "t1.json"), env=_env()
+        "ma_jupyter.nodeside.rank_table", "--wait", "5", str(source), str(tmp_path / "t1.json"), env=_env()
     )
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "t1.json").read_text())["server_list"][0]["device"][0]["rank_id"] == "0"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from ma_jupyter.models import JobSpec
-from ma_jupyter.modes import plan_job, rank_table
+from ma_jupyter.modes import plan_job
+from ma_jupyter.nodeside import rank_table
 
 from .placements import SPECS, placement_for
 
@@ -73,7 +74,7 @@ def test_each_node_runs_the_per_card_launcher():
     assert plans[1].argv == [
         "python",
         "-m",
-        "ma_jupyter.modes.ascend_launch",
+        "ma_jupyter.nodeside.ascend_launch",
         "--slots=2",
         "--first-rank=2",
         "--rank-size=4",

@@ -54,7 +54,7 @@ def test_python_command_is_wrapped_in_the_static_launcher():
             "--rdzv_backend=static",
             "--max_restarts=0",
             "-m",
-            "ma_jupyter.modes.rank_log",
+            "ma_jupyter.nodeside.rank_log",
             "--rank-var=RANK",
             "python",
             "/workspace/algorithm/train.py",

@@ -25,9 +25,6 @@ LAYER_OF = {
     "ma_jupyter.config": "config",
     "ma_jupyter.tsgen": "tsgen",
     "ma_jupyter.modes": "modes",
-    "ma_jupyter.modes.rank_log": "nodeside",
-    "ma_jupyter.modes.ascend_launch": "nodeside",
-    "ma_jupyter.modes.rank_table": "nodeside",
     "ma_jupyter.modes.rsh_agent": "backends.local",
     "ma_jupyter.backends": "backends.base",
     "ma_jupyter.backends.base": "backends.base",
@@ -102,10 +99,6 @@ KNOWN_VIOLATIONS = {
     ("ma_jupyter.widgets.form", "ma_jupyter.magics"),
     ("ma_jupyter.widgets.monitor", "ma_jupyter.magics"),
     ("ma_jupyter.widgets.panel", "ma_jupyter.magics"),
-    ("ma_jupyter.modes.rank_log", "ma_jupyter.modes.common"),
-    ("ma_jupyter.modes.rank_log", "ma_jupyter.modes"),
-    ("ma_jupyter.modes.ascend_launch", "ma_jupyter.modes"),
-    ("ma_jupyter.modes.rank_table", "ma_jupyter.modes"),
     ("ma_jupyter.modes.rsh_agent", "ma_jupyter.modes"),
 }
 

@@ -1,6 +1,6 @@
 """Per-node launcher of the MindSpore-Ascend mode: the boot file once per card.
 
-``python -m ma_jupyter.modes.ascend_launch --slots=S --first-rank=R --rank-size=N
+``python -m ma_jupyter.nodeside.ascend_launch --slots=S --first-rank=R --rank-size=N
 --listen=ADDR:PORT [--peers=ADDR:PORT,...] [--barrier-timeout=SECONDS] -- CMD ...``
 
 Starts CMD ``S`` times (seed 000: the boot file runs once per card), process ``k`` with
@@ -14,7 +14,7 @@ listens on ``--listen`` and connects to every peer node's launcher; once all of 
 it replaces the table with ``status`` ``completed`` (in place when its folder is writable,
 otherwise in a private copy that ``RANK_TABLE_FILE`` then points at).  The boot files are
 started before that, as on the platform, so they must wait for the status themselves
-(:func:`ma_jupyter.modes.rank_table.wait_completed`).  The listener stays open while the
+(:func:`ma_jupyter.nodeside.rank_table.wait_completed`).  The listener stays open while the
 node's processes run, so a peer that starts later still finds it.
 
 Exit status: 0 when every process succeeded; otherwise the first failing process's code (128 +
@@ -40,7 +40,7 @@ from . import rank_table
 from .rank_log import Copier, report_failure, resolve
 
 USAGE = (
-    "usage: python -m ma_jupyter.modes.ascend_launch --slots=S --first-rank=R --rank-size=N "
+    "usage: python -m ma_jupyter.nodeside.ascend_launch --slots=S --first-rank=R --rank-size=N "
     "--listen=ADDR:PORT [--peers=ADDR:PORT,...] [--barrier-timeout=SECONDS] -- CMD ..."
 )
 

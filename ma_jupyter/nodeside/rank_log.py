@@ -1,6 +1,6 @@
 """Per-rank log splitter: runs one rank's command and keeps its output twice.
 
-``python -m ma_jupyter.modes.rank_log [--rank-var=NAME] [--rank=N] [--no-prefix] CMD ...``
+``python -m ma_jupyter.nodeside.rank_log [--rank-var=NAME] [--rank=N] [--no-prefix] CMD ...``
 
 A distributed launcher (torchrun, mpirun, the Ascend launcher) starts this once per rank in
 place of the rank's own command.  It runs CMD with stdout and stderr merged into one pipe and
@@ -31,10 +31,10 @@ import sys
 import threading
 
 from ..jobdir import FAILURE_REPORT, RANK_LOG_ENV, rank_log_name
-from .common import is_python
+from .argv import is_python
 
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK_ID", "RANK")
-USAGE = "usage: python -m ma_jupyter.modes.rank_log [--rank-var=NAME] [--rank=N] [--no-prefix] CMD ..."
+USAGE = "usage: python -m ma_jupyter.nodeside.rank_log [--rank-var=NAME] [--rank=N] [--no-prefix] CMD ..."
 
 
 def parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
