@@ -108,7 +108,7 @@ def _leftover_node_runners(since: float, under: str) -> list:
         try:
             cmdline = proc.info["cmdline"] or []
             if (
-                "ma_jupyter.noderun" in cmdline
+                "ma_jupyter.backends.local.noderun" in cmdline
                 and proc.info["create_time"] >= since
                 and cmdline[-1].startswith(under + os.sep)
             ):

@@ -9,7 +9,7 @@ Every node gets (seed 002):
 * ``HYDRA_HOST_FILE=/etc/mpi/mpich_hostfile`` and ``HYDRA_IFACE=lo`` (the seed's ``eth0`` is the
   cluster network; simulated nodes talk over the host's loopback);
 * the remote agent mpirun uses instead of ssh (``OMPI_MCA_plm_rsh_agent`` for Open MPI 4,
-  ``PRTE_MCA_plm_ssh_agent`` for Open MPI 5): ``python -m ma_jupyter.modes.rsh_agent``;
+  ``PRTE_MCA_plm_ssh_agent`` for Open MPI 5): ``python -m ma_jupyter.backends.local.rsh_agent``;
 * ``OMPI_ALLOW_RUN_AS_ROOT=1`` and ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``, so that a user's own
   ``mpirun`` command also runs when the nodes run as root.
 
@@ -26,7 +26,7 @@ that contains ``mpirun`` is left exactly as written: the variables above give it
 and the agent.  mpirun exits with the first failing rank's exit code, and kills every rank.
 
 The other nodes are sandboxes that wait like sshd on a real cluster: they run the agent's server
-(``python -m ma_jupyter.modes.rsh_agent --serve``), through which mpirun starts its daemon on
+(``python -m ma_jupyter.backends.local.rsh_agent --serve``), through which mpirun starts its daemon on
 them, inside their own sandbox (hostname, mounts).  They never exit by themselves, so they are
 not primary: the job's status follows worker-0, and the supervisor stops them afterwards.
 
@@ -49,7 +49,7 @@ from .common import hostfile, mpich_hostfile, total_slots, with_rank_log
 
 HOSTFILE = "/etc/mpi/hostfile"
 MPICH_HOSTFILE = "/etc/mpi/mpich_hostfile"
-AGENT = "python -m ma_jupyter.modes.rsh_agent"
+AGENT = "python -m ma_jupyter.backends.local.rsh_agent"
 #: variables plan_job sets on every node (forwarded under the ModelArts convention)
 PLATFORM_VARIABLES = ("MA_JOB_ID", "MA_JOB_NAME", "MA_TASK_NAME", "MA_TASK_INDEX", "MA_NUM_NODES", "MA_SPEC")
 MODELARTS_FORWARD = re.compile(r"^(MA_|SHARED_|S3_|PATH|VC_WORKER_|SCC|CRED)")
@@ -132,7 +132,7 @@ def waiting_plan(placement: Placement, task: TaskSlot) -> NodePlan:
         argv=[
             "python",
             "-m",
-            "ma_jupyter.modes.rsh_agent",
+            "ma_jupyter.backends.local.rsh_agent",
             "--serve",
             "--job",
             placement.job_id,

@@ -208,7 +208,7 @@ class Supervisor:
 
     def _validate(self, spec: JobSpec) -> None:
         self.scheduler.check(spec)
-        from ..workspace import validate  # mounts, image and working directory
+        from ..backends.local.sandbox import validate  # mounts, image and working directory
 
         validate(spec)
         if spec.type.value != "batch":
@@ -227,7 +227,7 @@ class Supervisor:
 
     def plan(self, spec: JobSpec) -> Plan:
         """The resolved per-node plan (``--dry-run``); creates nothing."""
-        from ..workspace import mounts_for, workdir_for
+        from ..backends.local.sandbox import mounts_for, workdir_for
 
         self._validate(spec)
         now = self.scheduler.place("dry-run", spec, self._usage(), reserve_ports=False)

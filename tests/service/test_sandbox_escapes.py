@@ -137,8 +137,8 @@ def test_mount_sources_outside_the_allowed_roots_are_refused(ma_client, ma_home,
 def test_default_roots_are_the_users_home_and_the_project_folder(ma_home, tmp_path, monkeypatch):
     """Without ``[mounts] allowed_roots`` a job may mount from the user's home and the folder the
     service was started for, and nothing else."""
+    from ma_jupyter.backends.local.host_policy import load_policy
     from ma_jupyter.config import ENV_PROJECT_DIR
-    from ma_jupyter.host_policy import load_policy
 
     (ma_home / "cluster.toml").write_text("")
     project = tmp_path / "project"

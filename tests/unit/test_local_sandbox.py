@@ -11,10 +11,7 @@ from pathlib import Path
 import pytest
 
 from ma_jupyter.backends.base import Attempt
-from ma_jupyter.errors import InvalidSpec
-from ma_jupyter.models import DatasetMount, DatasetSource, Image, JobSpec, Spec
-from ma_jupyter.modes import Placement, TaskSlot, plan_job
-from ma_jupyter.workspace import (
+from ma_jupyter.backends.local.sandbox import (
     SYSTEM_PATH,
     bwrap_argv,
     command_argv,
@@ -27,6 +24,9 @@ from ma_jupyter.workspace import (
     validate,
     workdir_for,
 )
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.models import DatasetMount, DatasetSource, Image, JobSpec, Spec
+from ma_jupyter.modes import Placement, TaskSlot, plan_job
 from tests.helpers import writable_dir
 
 

@@ -45,16 +45,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .commands import expand_argv
-from .errors import InvalidSpec
+import ma_jupyter
+
+from ...commands import expand_argv
+from ...errors import InvalidSpec
+from ...jobdir import PLACEHOLDER, RANK_LOG_ENV, RANK_LOG_VIEW, JobDir, NodeDir
+from ...models import Image, JobSpec
+from ...untrusted import make_dirs, real_ancestor
 from .host_policy import HostPolicy, RunAs, load_policy
-from .jobdir import PLACEHOLDER, RANK_LOG_ENV, RANK_LOG_VIEW, JobDir, NodeDir
-from .models import Image, JobSpec
-from .untrusted import make_dirs, real_ancestor
 
 if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
-    from .backends.base import Attempt
-    from .modes.base import NodePlan, TaskSlot
+    from ...modes.base import NodePlan, TaskSlot
+    from ..base import Attempt
 
 VIEW_ROOT = "/workspace"
 #: in-view folders a distributed mode may write files into
@@ -69,7 +71,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 _SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 #: this package, shown read-only in every sandbox: the modes' launchers run inside nodes as
 #: ``python -m ma_jupyter.modes....``
-PACKAGE_DIR = str(Path(__file__).resolve().parent)
+PACKAGE_DIR = str(Path(ma_jupyter.__file__).resolve().parent)
 
 
 # ------------------------------------------------------------------------------- mounts
@@ -158,8 +160,8 @@ def mounts_for(
         outputs_subdir: for a batch task, the subfolder of the outputs folder it writes into
             (``<name>-<N>``), which the backend creates.
         algorithm: a batch task's own algorithm folder instead of ``spec.algorithm``.
-        policy: the admin's host rules (default: :func:`~ma_jupyter.host_policy.load_policy`);
-            every source must pass :meth:`~ma_jupyter.host_policy.HostPolicy.check_source`
+        policy: the admin's host rules (default: :func:`~ma_jupyter.backends.local.host_policy.load_policy`);
+            every source must pass :meth:`~ma_jupyter.backends.local.host_policy.HostPolicy.check_source`
             and every writable one must be writable by the account the job runs as.
 
     Returns:
@@ -441,7 +443,7 @@ class NodeView:
         sandbox: ``bubblewrap`` or ``symlink``.
         cpus, devices: the cores and card indices of its task.
         run_as: the account its processes run as; None: the service's own
-            (see :meth:`~ma_jupyter.host_policy.HostPolicy.run_as`).
+            (see :meth:`~ma_jupyter.backends.local.host_policy.HostPolicy.run_as`).
     """
 
     job_id: str

@@ -1,4 +1,4 @@
-"""The per-node runner: ``python -m ma_jupyter.noderun <node-run.json>``.
+"""The per-node runner: ``python -m ma_jupyter.backends.local.noderun <node-run.json>``.
 
 The local backend starts one runner per node, in its own session, with stdout/stderr already
 pointing at the node's log file; the service is never in the log path.  The runner:
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import psutil
 
-from .jobdir import NodeDir
-from .untrusted import collect_report
+from ...jobdir import NodeDir
+from ...untrusted import collect_report
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the node described by the JSON file named in ``argv``."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m ma_jupyter.noderun <node-run.json>", file=sys.stderr)
+        print("usage: python -m ma_jupyter.backends.local.noderun <node-run.json>", file=sys.stderr)
         return 2
     spec = json.loads(Path(args[0]).read_text())
     return NodeRunner(spec).run()

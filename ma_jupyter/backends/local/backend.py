@@ -1,8 +1,8 @@
 """The local backend: each node of a job is a process tree on this machine, in its own sandbox.
 
-``launch`` starts one :mod:`ma_jupyter.noderun` runner per node, in its own session, with the
+``launch`` starts one :mod:`ma_jupyter.backends.local.noderun` runner per node, in its own session, with the
 node's stdout/stderr going straight to ``<job_dir>/logs/<node>.log``; the runner starts the
-node's command inside bubblewrap (see :mod:`ma_jupyter.workspace`) and writes the exit code to
+node's command inside bubblewrap (see :mod:`ma_jupyter.backends.local.sandbox`) and writes the exit code to
 ``<job_dir>/nodes/<node>/exit_code``.
 
 Everything ``poll`` and ``stop`` need is durable: the runner's pid and start time (stored in the
@@ -26,70 +26,15 @@ from pathlib import Path
 
 import psutil
 
-from .. import workspace
-from ..errors import BackendUnavailable, InvalidSpec, RefusedFile
-from ..models import NodeRun
-from ..modes.base import NodePlan
-from ..untrusted import read_small
-from .base import JOB_SECRET_ENV, Attempt, Backend
+import ma_jupyter
 
-
-def process_start_time(pid: int) -> float | None:
-    """When ``pid`` started, in seconds since the epoch (from ``/proc/<pid>/stat``); None if it
-    does not exist or is a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    ticks = int(fields[19])
-    return round(_boot_time() + ticks / os.sysconf("SC_CLK_TCK"), 2)
-
-
-_BOOT_TIME: float | None = None
-
-
-def _boot_time() -> float:
-    global _BOOT_TIME
-    if _BOOT_TIME is None:
-        with open("/proc/stat") as fh:
-            for line in fh:
-                if line.startswith("btime"):
-                    _BOOT_TIME = float(line.split()[1])
-                    break
-            else:
-                _BOOT_TIME = 0.0
-    return _BOOT_TIME
-
-
-def read_exit_code(path: Path) -> int | None:
-    """The integer in an exit-code file, or None while it does not exist (or is not a small
-    regular file: it is read as untrusted, never blocking on a FIFO or following a symlink)."""
-    try:
-        return int(read_small(path.parent, path.name, limit=64).strip())
-    except (OSError, ValueError, RefusedFile):
-        return None
-
-
-def marked_processes(marker: str) -> list[psutil.Process]:
-    """Every live process whose environment carries ``MA_NODE_RUN=<marker>``."""
-    found = []
-    needle = f"{workspace.NODE_MARKER}={marker}".encode()
-    for pid in psutil.pids():
-        if pid == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if needle in fh.read().split(b"\0"):
-                    proc = psutil.Process(pid)
-                    if proc.status() != psutil.STATUS_ZOMBIE:
-                        found.append(proc)
-        except (OSError, psutil.Error):
-            continue
-    return found
+from ...errors import BackendUnavailable, InvalidSpec, RefusedFile
+from ...models import NodeRun
+from ...modes.base import NodePlan
+from ...untrusted import read_small
+from ..base import JOB_SECRET_ENV, Attempt, Backend
+from . import sandbox as workspace
+from .processes import marked_processes, process_start_time, read_exit_code
 
 
 class LocalBackend(Backend):
@@ -160,7 +105,7 @@ class LocalBackend(Backend):
             return workspace.sandbox_argv(view, workspace.command_argv(view, argv, env), env)
 
         lifecycle = attempt.spec.lifecycle
-        from ..commands import parse_command
+        from ...commands import parse_command
 
         spec = {
             "node": plan.name,
@@ -188,7 +133,7 @@ class LocalBackend(Backend):
         log_path = attempt.jobdir.node_log(plan.name)
         runner_env = dict(os.environ)
         # the runner must import this package even when the service runs from a source tree
-        package_root = str(Path(__file__).resolve().parents[2])
+        package_root = str(Path(ma_jupyter.__file__).resolve().parents[1])
         runner_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (package_root, runner_env.get("PYTHONPATH", "")) if p
         )
@@ -197,7 +142,7 @@ class LocalBackend(Backend):
         fd = _open_log(log_path, plan.name)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "ma_jupyter.noderun", str(spec_file)],
+                [sys.executable, "-m", "ma_jupyter.backends.local.noderun", str(spec_file)],
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=fd,

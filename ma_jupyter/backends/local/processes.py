@@ -1,0 +1,70 @@
+"""The processes of a node on this host: start times, exit-code files, the marker variable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+
+from ...errors import RefusedFile
+from ...untrusted import read_small
+from .sandbox import NODE_MARKER
+
+
+def process_start_time(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since the epoch (from ``/proc/<pid>/stat``); None if it
+    does not exist or is a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    ticks = int(fields[19])
+    return round(_boot_time() + ticks / os.sysconf("SC_CLK_TCK"), 2)
+
+
+_BOOT_TIME: float | None = None
+
+
+def _boot_time() -> float:
+    global _BOOT_TIME
+    if _BOOT_TIME is None:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime"):
+                    _BOOT_TIME = float(line.split()[1])
+                    break
+            else:
+                _BOOT_TIME = 0.0
+    return _BOOT_TIME
+
+
+def read_exit_code(path: Path) -> int | None:
+    """The integer in an exit-code file, or None while it does not exist (or is not a small
+    regular file: it is read as untrusted, never blocking on a FIFO or following a symlink)."""
+    try:
+        return int(read_small(path.parent, path.name, limit=64).strip())
+    except (OSError, ValueError, RefusedFile):
+        return None
+
+
+def marked_processes(marker: str) -> list[psutil.Process]:
+    """Every live process whose environment carries ``MA_NODE_RUN=<marker>``."""
+    found = []
+    needle = f"{NODE_MARKER}={marker}".encode()
+    for pid in psutil.pids():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    proc = psutil.Process(pid)
+                    if proc.status() != psutil.STATUS_ZOMBIE:
+                        found.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return found
