@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .client.spec import host_path
 from .errors import InvalidSpec, OptionsExit
 from .models import (
     Access,
@@ -318,11 +319,11 @@ def spec_from_args(
         spec["checkpoint_resume"] = resume
 
     if get("code_dir") is not None:
-        spec["algorithm"] = _host_path(get("code_dir"), root)
+        spec["algorithm"] = host_path(get("code_dir"), root)
     if get("code_writable"):
         spec["algorithm_read_only"] = False
     if get("output") is not None:
-        spec["outputs"] = _host_path(get("output"), root)
+        spec["outputs"] = host_path(get("output"), root)
 
     if get("dataset"):
         spec["datasets"] = _merge_mounts(spec.get("datasets"), [_dataset(v, root) for v in get("dataset")])
@@ -369,49 +370,6 @@ def spec_from_args(
     if validate:
         parse_spec(spec)
     return spec
-
-
-def absolute_paths(spec: dict[str, Any], cwd: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """A copy of a JobSpec dict whose relative host paths are made absolute against ``cwd``.
-
-    Host paths are the algorithm and outputs folders, every mount's path, batch tasks'
-    algorithm folders and the image's interpreter or virtualenv (an interpreter given as a bare
-    name such as ``python3`` is left for the ``PATH`` lookup).  The service resolves paths in its
-    own working directory, so a caller's relative path must not reach it as such.
-    """
-    root = Path(cwd) if cwd is not None else Path.cwd()
-
-    def fix(value: Any) -> Any:
-        if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
-            return _host_path(value, root)
-        if isinstance(value, str) and value.startswith("~"):
-            return os.path.expanduser(value)
-        return value
-
-    out = dict(spec)
-    for key in ("algorithm", "outputs"):
-        if out.get(key):
-            out[key] = fix(out[key])
-    for key in ("datasets", "annotations", "models", "volumes"):
-        if isinstance(out.get(key), list):
-            out[key] = [
-                {**m, "path": fix(m["path"])} if isinstance(m, dict) and m.get("path") else m
-                for m in out[key]
-            ]
-    if isinstance(out.get("tasks"), list):
-        out["tasks"] = [
-            {**t, "algorithm": fix(t["algorithm"])} if isinstance(t, dict) and t.get("algorithm") else t
-            for t in out["tasks"]
-        ]
-    image = out.get("image")
-    if isinstance(image, dict):
-        image = dict(image)
-        if image.get("venv"):
-            image["venv"] = fix(image["venv"])
-        if image.get("python") and "/" in image["python"]:
-            image["python"] = fix(image["python"])
-        out["image"] = image
-    return out
 
 
 def derive_name(spec: dict[str, Any]) -> str:
@@ -475,13 +433,6 @@ def _command_text(command: str | Sequence[str] | None) -> str | None:
     return shlex.join(parts)
 
 
-def _host_path(text: str, root: Path) -> str:
-    if not text:
-        raise InvalidSpec("a host path is empty: give a folder, e.g. ./data")
-    path = Path(os.path.expanduser(text))
-    return os.path.normpath(path if path.is_absolute() else root / path)
-
-
 def _split_mount(text: str, option: str, example: str) -> re.Match[str]:
     match = _MOUNT.match(text or "")
     if not match:
@@ -496,7 +447,7 @@ def _dataset(text: str, root: Path) -> dict[str, Any]:
     for suffix, ro in ((":rw", False), (":ro", True)):
         if path.endswith(suffix):
             path, read_only = path[: -len(suffix)], ro
-    mount: dict[str, Any] = {"name": match["name"], "path": _host_path(path, root), "read_only": read_only}
+    mount: dict[str, Any] = {"name": match["name"], "path": host_path(path, root), "read_only": read_only}
     if match["source"]:
         mount["source"] = _choice(match["source"], DatasetSource, "--dataset source")
     if match["version"]:
@@ -514,7 +465,7 @@ def _model(text: str, root: Path) -> dict[str, Any]:
         raise InvalidSpec(
             "--model mounts are always read-only: drop ':rw' (use --volume for writable storage)"
         )
-    mount: dict[str, Any] = {"name": match["name"], "path": _host_path(path, root)}
+    mount: dict[str, Any] = {"name": match["name"], "path": host_path(path, root)}
     if match["source"]:
         mount["source"] = _choice(match["source"], ModelSource, "--model source")
     if match["version"]:
@@ -526,7 +477,7 @@ def _plain_mount(text: str, root: Path, option: str) -> dict[str, Any]:
     match = _split_mount(text, option, f"NAME=PATH, e.g. {option} cache=./cache")
     if match["source"] or match["version"]:
         raise InvalidSpec(f"{option} {text!r}: expected NAME=PATH (no source or version)")
-    return {"name": match["name"], "path": _host_path(match["path"], root)}
+    return {"name": match["name"], "path": host_path(match["path"], root)}
 
 
 def _choice(value: str, enum: type, what: str) -> str:
@@ -554,7 +505,7 @@ def _image(text: str, root: Path) -> dict[str, str]:
         if not env:
             raise InvalidSpec("--image conda: needs an env name, e.g. --image conda:torch", field="image")
         return {"conda_env": env}
-    path = Path(_host_path(text, root))
+    path = Path(host_path(text, root))
     if path.is_dir():
         if not (path / "bin" / "python").exists():
             raise InvalidSpec(
@@ -582,5 +533,5 @@ def _task(text: str, root: Path) -> dict[str, Any]:
         )
     task: dict[str, Any] = {"command": command.strip()}
     if algo.strip():
-        task["algorithm"] = _host_path(algo.strip(), root)
+        task["algorithm"] = host_path(algo.strip(), root)
     return task

@@ -87,13 +87,14 @@ def ma_client(ma_home):
 
     Teardown stops running jobs, shuts the service down and checks its process is gone.
     """
-    from ma_jupyter.client import Client, _pid_alive
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.service import pid_alive
 
     client = Client()
     yield client
     pid = _stop_jobs_and_service(client)
     if pid is not None:
-        assert not _pid_alive(pid), f"service pid {pid} still runs after shutdown_service()"
+        assert not pid_alive(pid), f"service pid {pid} still runs after shutdown_service()"
         assert not os.path.exists(ma_home / "service.json")
     client.close()
 

@@ -79,7 +79,7 @@ async def _service(fresh: bool = False) -> tuple[str, dict[str, str]]:
 
         def connect() -> tuple[str, dict[str, str]]:
             client = _client(fresh).connect()
-            return client.url, client._headers()
+            return client.url, client.auth_headers()
 
         _SERVICE = await asyncio.get_running_loop().run_in_executor(_EXECUTOR, connect)
     return _SERVICE

@@ -19,7 +19,7 @@ import psutil
 import pytest
 import requests
 
-from ma_jupyter.client import _login_name
+from ma_jupyter.client.http import login_name
 from tests.browser.lab import running_lab
 from tests.helpers import wait_for
 
@@ -48,7 +48,7 @@ def _runtime(lab) -> dict:
 
 def _direct(lab, path: str, **kwargs) -> requests.Response:
     runtime = _runtime(lab)
-    headers = {"Authorization": f"Bearer {runtime['token']}", "X-MA-User": _login_name()}
+    headers = {"Authorization": f"Bearer {runtime['token']}", "X-MA-User": login_name()}
     return requests.get(f"{runtime['url']}/api/v1/{path}", headers=headers, timeout=30, **kwargs)
 
 
@@ -87,7 +87,7 @@ def test_any_service_route_passes_through_unchanged(lab):
     )
     assert created.status_code == 201, created.text
     job = created.json()
-    assert job["spec"]["creator"] == _login_name()
+    assert job["spec"]["creator"] == login_name()
     # the status long-poll passes through and answers when the job ends
     final = requests.get(
         _api(lab, f"jobs/{job['id']}/status"), params={"wait": 30}, headers=headers, timeout=60
@@ -347,7 +347,7 @@ def test_the_proxy_relays_requests_and_answers_as_they_are(fake_lab):
         sent = {k.lower(): v for k, v in seen["headers"].items()}
         # the service's token and this server's user go out; Jupyter's credentials stay behind
         assert sent["authorization"] == "Bearer fake-token"
-        assert sent["x-ma-user"] == _login_name()
+        assert sent["x-ma-user"] == login_name()
         assert "cookie" not in sent
         assert sent["content-type"] == "text/x-any"
 

@@ -12,7 +12,8 @@ import threading
 import pytest
 import requests
 
-from ma_jupyter.client import Client, JobHandle, _pid_alive
+from ma_jupyter.client import Client, JobHandle
+from ma_jupyter.client.service import pid_alive
 from ma_jupyter.errors import BackendUnavailable, Conflict, Forbidden, InvalidSpec, NotFound, Unauthorized
 from ma_jupyter.models import JobSpec, JobStatus
 from tests.helpers import wait_for, writable_dir
@@ -195,7 +196,7 @@ def test_a_restarted_service_is_found_again(ma_client):
     job.wait(timeout=60)
     old_pid = ma_client.service_status()["pid"]
     assert ma_client.shutdown_service()
-    assert not _pid_alive(old_pid)
+    assert not pid_alive(old_pid)
     # the next call starts a new service (new port, new token) and the job is still there
     assert job.refresh().status is JobStatus.succeeded
     assert ma_client.service_status()["pid"] != old_pid
@@ -245,11 +246,11 @@ def test_concurrent_clients_autostart_one_service(ma_home, tmp_path):
     assert len(set(pids)) == 1, pids
     log = (ma_home / "service.log").read_text()
     # every service start that lost the race would say so in the log; none may have run
-    assert _pid_alive(pids[0])
+    assert pid_alive(pids[0])
     assert log.count("already runs") == 0, log
     client = Client(autostart=False)
     assert client.shutdown_service()
-    assert not _pid_alive(pids[0])
+    assert not pid_alive(pids[0])
 
 
 @pytest.mark.small_cluster

@@ -90,7 +90,6 @@ FORBIDDEN = [
 
 # (importer, imported) edges still to be removed. Each step of the layout deletes its entries.
 KNOWN_VIOLATIONS = {
-    ("ma_jupyter.client", "ma_jupyter.options"),
     ("ma_jupyter.service.supervisor", "ma_jupyter.backends.local.sandbox"),
     ("ma_jupyter.widgets.form", "ma_jupyter.magics"),
     ("ma_jupyter.widgets.monitor", "ma_jupyter.magics"),

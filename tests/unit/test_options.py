@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from ma_jupyter import options
+from ma_jupyter.client.spec import absolute_paths
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import parse_spec
 
@@ -238,7 +239,7 @@ def test_absolute_paths_for_api_callers(tmp_path):
         "tasks": [{"algorithm": "a", "command": "python a.py"}, {"command": "python b.py"}],
         "image": {"python": "python3"},
     }
-    out = options.absolute_paths(spec, cwd=tmp_path)
+    out = absolute_paths(spec, cwd=tmp_path)
     assert out["algorithm"] == str(tmp_path / "src") and out["outputs"] == "/abs/out"
     assert out["datasets"][0]["path"] == str(tmp_path / "data")
     assert out["models"][0]["path"] == os.path.expanduser("~/models/m")
@@ -248,7 +249,7 @@ def test_absolute_paths_for_api_callers(tmp_path):
         {"command": "python b.py"},
     ]
     assert out["image"] == {"python": "python3"}  # a bare name is looked up on PATH
-    assert options.absolute_paths({"image": {"venv": "env", "python": None}}, cwd=tmp_path)["image"][
-        "venv"
-    ] == str(tmp_path / "env")
+    assert absolute_paths({"image": {"venv": "env", "python": None}}, cwd=tmp_path)["image"]["venv"] == str(
+        tmp_path / "env"
+    )
     assert spec["datasets"][0]["path"] == "data"  # the input is not modified

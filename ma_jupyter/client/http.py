@@ -14,15 +14,10 @@ repeated), ``events``, ``stop`` and ``delete``.
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import itertools
-import json
 import operator
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -33,9 +28,9 @@ from urllib.parse import quote
 
 import requests
 
-from . import config
-from .errors import BackendUnavailable, InvalidSpec, MaJupyterError, RefusedFile, error_from_body
-from .models import (
+from .. import config
+from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, RefusedFile, error_from_body
+from ..models import (
     Event,
     Job,
     JobPage,
@@ -46,56 +41,22 @@ from .models import (
     Node,
     Plan,
     Spec,
-    parse_spec,
 )
-from .untrusted import open_file
+from ..untrusted import open_file
+from .service import read_runtime, start_service, stop_service_process
+from .spec import spec_body
 
 API_PREFIX = "/api/v1"
 USER_HEADER = "X-MA-User"
-START_TIMEOUT = 30.0  # seconds a fresh service gets to answer /health
 FOLLOW_WAIT = 10.0  # long-poll seconds per log read while following
 READ_LIMIT = 1 << 20
 FIRST_READ = 64 << 10
 LOCAL_READ = (
     256 << 10
 )  # bytes per direct read of a local log file: small chunks keep splitting cache-friendly
-AUTOSTART_LOCK = "autostart.lock"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
 FOLLOW_PATIENCE = 120.0  # seconds a log follower keeps retrying while the service is away
-
-# Services this process started, by pid: whoever shuts one down reaps it (no zombie is left).
-_STARTED: dict[int, subprocess.Popen] = {}
-_STARTED_LOCK = threading.Lock()
-
-
-def _read_runtime() -> dict[str, Any] | None:
-    try:
-        data = json.loads(config.runtime_file().read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or not data.get("url") or not data.get("token"):
-        return None
-    return data
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie counts as gone)."""
-    with _STARTED_LOCK:
-        proc = _STARTED.get(pid)
-    if proc is not None:
-        return proc.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _is_transient(exc: requests.RequestException) -> bool:
@@ -142,7 +103,7 @@ class Client:
         self.autostart = autostart and not self._fixed
         self.timeout = timeout
         self.retry_for = retry_for
-        self.user = user or _login_name()
+        self.user = user or login_name()
         self._sessions = threading.local()  # one HTTP session per thread (widgets poll from threads)
         self._all_sessions: list[requests.Session] = []
         self._lock = threading.RLock()
@@ -184,7 +145,7 @@ class Client:
     def _discover(self) -> None:
         if self._fixed:
             if not self._token:
-                runtime = _read_runtime()
+                runtime = read_runtime()
                 if runtime and runtime["url"].rstrip("/") == self._url:
                     self._token = runtime["token"]
             if not self._token:
@@ -193,7 +154,7 @@ class Client:
                 )
             self._probe(self._url, self._token)
             return
-        runtime = _read_runtime()
+        runtime = read_runtime()
         if runtime and self._probe(runtime["url"], runtime["token"], quiet=True):
             self._use(runtime)
             return
@@ -229,60 +190,10 @@ class Client:
 
     def _start_service(self) -> dict[str, Any]:
         """Start the service under the autostart lock (or find the one another client started)."""
-        home = config.home()
-        deadline = time.monotonic() + START_TIMEOUT
-        with open(home / AUTOSTART_LOCK, "w") as lock:
-            # Blocking is right here: whoever holds the lock is starting the very service we need.
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                runtime = _read_runtime()
-                if runtime and self._probe(runtime["url"], runtime["token"], quiet=True):
-                    return runtime
-                log_path = config.service_log()
-                env = {**os.environ, config.ENV_HOME: str(home)}
-                # the folder the service is started for: its jobs may mount from it by default
-                env.setdefault(config.ENV_PROJECT_DIR, os.getcwd())
-                # The service must import this very package, also when it is used from a source
-                # tree that is not installed and the caller's directory is elsewhere.
-                package_root = str(Path(__file__).resolve().parent.parent)
-                env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-                with open(log_path, "ab") as log:
-                    proc = subprocess.Popen(
-                        [sys.executable, "-m", "ma_jupyter.service"],
-                        env=env,
-                        cwd=str(home),  # never pin (or depend on) the caller's working directory
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=log,
-                        start_new_session=True,  # jobs and the service outlive this kernel
-                        close_fds=True,
-                    )
-                with _STARTED_LOCK:
-                    _STARTED[proc.pid] = proc
-                exited_at = None
-                while time.monotonic() < deadline:
-                    runtime = _read_runtime()
-                    if runtime and (runtime.get("pid") == proc.pid or exited_at is not None):
-                        # ours, or ours gave way to a service started outside this lock
-                        if self._probe(runtime["url"], runtime["token"], quiet=True):
-                            return runtime
-                    if exited_at is None and proc.poll() is not None:
-                        exited_at = time.monotonic()
-                    if exited_at is not None and time.monotonic() - exited_at > 3.0:
-                        break
-                    time.sleep(0.02)
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-                tail = _tail(log_path)
-                raise BackendUnavailable(
-                    f"the job service did not start within {START_TIMEOUT:.0f} s (exit code {proc.poll()}); "
-                    f"see its log {log_path}" + (f": {tail}" if tail else "")
-                )
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        return start_service(lambda url, token: self._probe(url, token, quiet=True))
 
-    def _headers(self) -> dict[str, str]:
+    def auth_headers(self) -> dict[str, str]:
+        """The headers of an authenticated request as this client's user (a proxy forwards them)."""
         return {"Authorization": f"Bearer {self._token}", USER_HEADER: self.user}
 
     def _request(
@@ -316,7 +227,7 @@ class Client:
                     f"{url}{API_PREFIX}{path}",
                     params={k: v for k, v in (params or {}).items() if v is not None},
                     json=json_body,
-                    headers={**self._headers(), **(headers or {})},
+                    headers={**self.auth_headers(), **(headers or {})},
                     timeout=timeout or self.timeout,
                 )
                 break
@@ -390,15 +301,7 @@ class Client:
 
     @staticmethod
     def _spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
-        from .options import absolute_paths
-
-        if isinstance(spec, JobSpec):
-            data = {**spec.model_dump(mode="json", exclude_unset=True), **fields}
-        else:
-            data = {**(spec or {}), **fields}
-        # relative host paths mean the caller's directory, not the service's
-        validated = parse_spec(absolute_paths(data))
-        return validated.model_dump(mode="json", exclude_unset=True)
+        return spec_body(spec, fields)
 
     def jobs(
         self,
@@ -555,7 +458,7 @@ class Client:
         if not self.local_logs or not node or "/" in node or node.startswith("."):
             return None
         if self._fixed:
-            runtime = _read_runtime()
+            runtime = read_runtime()
             if not runtime or runtime["url"].rstrip("/") != self._url:
                 return None
         try:
@@ -599,7 +502,7 @@ class Client:
             "pid": None,
             "version": None,
         }
-        runtime = _read_runtime() if not self._fixed else {"url": self._url, "token": self._token}
+        runtime = read_runtime() if not self._fixed else {"url": self._url, "token": self._token}
         if runtime and runtime.get("token"):
             health = self._probe(runtime["url"], runtime["token"], quiet=True)
             if health:
@@ -621,26 +524,7 @@ class Client:
         pid = status["pid"]
         if not status["running"] or not pid:
             return False
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if _pid_alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        with _STARTED_LOCK:
-            proc = _STARTED.pop(pid, None)
-        if proc is not None:
-            proc.wait(timeout=10)
-        else:
-            end = time.monotonic() + 5
-            while _pid_alive(pid) and time.monotonic() < end:
-                time.sleep(0.02)
+        stop_service_process(pid, timeout)
         with self._lock:
             if not self._fixed:
                 self._url = self._token = None
@@ -911,15 +795,7 @@ def _segment(job_id: str) -> str:
     return quote(str(job_id), safe="")
 
 
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(text[-lines:])
-
-
-def _login_name() -> str:
+def login_name() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):

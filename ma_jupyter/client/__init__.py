@@ -1,0 +1,5 @@
+"""How any Python process reaches the job service: :class:`Client` and :class:`JobHandle`."""
+
+from .http import API_PREFIX, Client, JobHandle, LogLines
+
+__all__ = ["API_PREFIX", "Client", "JobHandle", "LogLines"]
