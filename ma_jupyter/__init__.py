@@ -16,9 +16,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "Client": "ma_jupyter.client",
     "JobHandle": "ma_jupyter.client",
-    "JobForm": "ma_jupyter.widgets",
-    "JobMonitor": "ma_jupyter.widgets",
-    "panel": "ma_jupyter.widgets",
+    "JobForm": "ma_jupyter.frontends.notebook.widgets",
+    "JobMonitor": "ma_jupyter.frontends.notebook.widgets",
+    "panel": "ma_jupyter.frontends.notebook.widgets",
 }
 
 
@@ -33,7 +33,7 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register the magics on an IPython shell (``%load_ext ma_jupyter``)."""
-    from .magics import register
+    from .frontends.notebook.magics import register
 
     register(ipython)
 

@@ -19,9 +19,9 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import ma_jupyter
-from ma_jupyter import display as live
-from ma_jupyter import magics, notebook_record
 from ma_jupyter.client import JobHandle
+from ma_jupyter.frontends.notebook import live, session
+from ma_jupyter.frontends.notebook import record as notebook_record
 from ma_jupyter.models import JobStatus
 from tests.helpers import wait_for, writable_dir
 
@@ -44,18 +44,18 @@ LINE_MAGICS = [
 def ma_shell(ma_home):
     """An IPython shell with the extension loaded; the service it autostarts is shut down after."""
     shell = InteractiveShell.instance()
-    magics._clients.clear()
+    session._clients.clear()
     ma_jupyter.load_ipython_extension(shell)
     shell.user_ns.pop("job", None)
     yield shell
-    client = magics._clients.pop(str(ma_home), None)
+    client = session._clients.pop(str(ma_home), None)
     if client is not None:
         try:
             for handle in client.jobs(status=["running", "queued"]):
                 handle.stop()
         finally:
             client.shutdown_service()
-    magics._clients.clear()
+    session._clients.clear()
 
 
 class Run:
@@ -195,7 +195,7 @@ def test_train_dry_run_prints_plan_and_submits_nothing(ma_shell, tmp_path):
     assert "argv:" in run.stdout and "/workspace/algorithm/planned.py" in run.stdout
     assert "A=1" in run.stdout
     assert str(data) in run.stdout and "/workspace/dataset/private/d" in run.stdout
-    assert magics.get_client().jobs() == []
+    assert session.get_client().jobs() == []
 
 
 def test_train_code_dir_ships_folder_with_body(ma_shell, tmp_path):
@@ -288,7 +288,7 @@ def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_hom
     assert shown_first
 
     # a kernel restart: no variables, no client; the notebook record remains
-    magics._clients.clear()
+    session._clients.clear()
     ma_shell.reset()
     second = Run(ma_shell, "%ma_attach --lines 1000")
     assert second.error is None, second.stderr
@@ -354,7 +354,7 @@ def test_line_magics_manage_jobs(ma_shell):
     assert b.wait(timeout=60).status is JobStatus.stopped
     run = Run(ma_shell, f"%ma_delete {b.id}")
     assert "deleted" in run.stdout
-    assert [h.id for h in magics.get_client().jobs()] == [a.id]
+    assert [h.id for h in session.get_client().jobs()] == [a.id]
 
     run = Run(ma_shell, f"c = %ma_clone {a.id} --name alpha2 --env X=1")
     assert run.error is None, run.stdout + run.stderr
@@ -412,9 +412,9 @@ def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path):
         requests.get(url + "data/runs", timeout=5)
 
     # the monitor's buttons do the same
-    from ma_jupyter.widgets import JobMonitor
+    from ma_jupyter import JobMonitor
 
-    monitor = JobMonitor(job, client=magics.get_client(), start=False)
+    monitor = JobMonitor(job, client=session.get_client(), start=False)
     monitor.plot_button.click()
     assert "data:image/png;base64," in monitor.extra.children[0].value
     monitor.tb_button.click()
@@ -484,7 +484,7 @@ def test_several_nodes_prefix_each_line(ma_shell):
 
 @pytest.mark.small_cluster
 def test_queued_job_shows_its_queue_position(ma_shell, ma_home):
-    from ma_jupyter.widgets import JobMonitor
+    from ma_jupyter import JobMonitor
 
     run = Run(
         ma_shell,
@@ -500,7 +500,7 @@ def test_queued_job_shows_its_queue_position(ma_shell, ma_home):
     waiting = ma_shell.user_ns["waiting"]
     assert waiting.status is JobStatus.queued
     assert "queued (#1)" in Run(ma_shell, "%ma_jobs").text()
-    monitor = JobMonitor(waiting, client=magics.get_client())
+    monitor = JobMonitor(waiting, client=session.get_client())
     try:
         wait_for(lambda: "position 1 in the queue" in monitor.info.value, timeout=10)
         assert "ma-status-queued" in monitor.badge.value
@@ -526,7 +526,7 @@ def test_attach_finds_jobs_in_the_saved_notebook(ma_shell, tmp_path, monkeypatch
     path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     # another kernel for that notebook, with no record of its own
     monkeypatch.setenv("JPY_SESSION_NAME", str(path))
-    magics._clients.clear()
+    session._clients.clear()
     ma_shell.reset()
     assert notebook_record.jobs() == [handle.id]
     run = Run(ma_shell, f"%ma_attach {handle.id}")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from ma_jupyter import magics
+from ma_jupyter import JobForm, JobMonitor, panel
+from ma_jupyter.frontends.notebook import session
 from ma_jupyter.models import JobStatus
-from ma_jupyter.widgets import JobForm, JobMonitor, panel
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -18,15 +18,15 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture
 def ma_widget_client(ma_home):
-    magics._clients.clear()
-    client = magics.get_client()
+    session._clients.clear()
+    client = session.get_client()
     yield client
     try:
         for handle in client.jobs(status=["running", "queued"]):
             handle.stop()
     finally:
         client.shutdown_service()
-        magics._clients.clear()
+        session._clients.clear()
 
 
 def test_form_rules_and_inline_validation(ma_widget_client):

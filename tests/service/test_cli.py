@@ -27,7 +27,7 @@ def ma_cli(ma_client, ma_home, tmp_path):
 
     def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [PY, "-m", "ma_jupyter.cli", *args],
+            [PY, "-m", "ma_jupyter.frontends.cli", *args],
             env=env,
             cwd=tmp_path,
             capture_output=True,

@@ -32,14 +32,6 @@ LAYER_OF = {
     "ma_jupyter.service.__main__": "root",
     "ma_jupyter.client": "client",
     "ma_jupyter.frontends": "frontends",
-    "ma_jupyter.cli": "frontends",
-    "ma_jupyter.options": "frontends",
-    "ma_jupyter.magics": "frontends",
-    "ma_jupyter.display": "frontends",
-    "ma_jupyter.notebook_record": "frontends",
-    "ma_jupyter.tensorboard_plot": "frontends",
-    "ma_jupyter.widgets": "frontends",
-    "ma_jupyter.serverext": "frontends",
     "ma_jupyter": "root",
 }
 
@@ -84,16 +76,12 @@ ALLOWED = {
 # Edges that break a rule beyond the layer table: notebook widgets reach the shared client
 # through the notebook session, not through the magics.
 FORBIDDEN = [
-    ("ma_jupyter.widgets", "ma_jupyter.magics"),
     ("ma_jupyter.frontends.notebook.widgets", "ma_jupyter.frontends.notebook.magics"),
 ]
 
 # (importer, imported) edges still to be removed. Each step of the layout deletes its entries.
 KNOWN_VIOLATIONS = {
     ("ma_jupyter.service.supervisor", "ma_jupyter.backends.local.sandbox"),
-    ("ma_jupyter.widgets.form", "ma_jupyter.magics"),
-    ("ma_jupyter.widgets.monitor", "ma_jupyter.magics"),
-    ("ma_jupyter.widgets.panel", "ma_jupyter.magics"),
 }
 
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from ma_jupyter import options
 from ma_jupyter.client.spec import absolute_paths
 from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.frontends import options
 from ma_jupyter.models import parse_spec
 
 

@@ -1,4 +1,7 @@
-"""The server extension's routes: one authenticated reverse proxy to the job service, and TensorBoard.
+"""Jupyter server extension: the JupyterLab sidebar's authenticated way to the job service.
+
+Enabled by ``etc/jupyter/jupyter_server_config.d/ma_jupyter.json`` (installed with the wheel), it
+is one reverse proxy behind Jupyter's own authentication, and TensorBoard:
 
 ``<base_url>/ma-jupyter/api/v1/<path>``
     The job service's REST API (``/api/v1/<path>``, see :mod:`ma_jupyter.service.app`) behind
@@ -37,7 +40,8 @@ from tornado.httputil import HTTPHeaders
 
 from ..client import API_PREFIX, Client
 from ..errors import BackendUnavailable, MaJupyterError, NotFound
-from . import NAMESPACE
+
+NAMESPACE = "ma-jupyter"
 
 # Seconds one proxied call may take: above the service's longest long-poll (60 s).
 SERVICE_TIMEOUT = 180.0
@@ -343,4 +347,21 @@ def setup_handlers(web_app: Any) -> None:
                 TensorBoardProxyHandler,
             ),
         ],
+    )
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """Tell Jupyter Server which module holds the extension (this one)."""
+    return [{"module": "ma_jupyter.frontends.serverext"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    """Register the handlers on a running Jupyter server.
+
+    Args:
+        serverapp: the ``jupyter_server.serverapp.ServerApp`` loading the extension.
+    """
+    setup_handlers(serverapp.web_app)
+    serverapp.log.info(
+        "ma_jupyter server extension: the job service's API proxied under %s/api/v1", NAMESPACE
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import ipywidgets as W
 
-from ..errors import MaJupyterError
+from ....errors import MaJupyterError
 from .form import JobForm
 from .monitor import JobMonitor, status_badge
 
@@ -30,7 +30,7 @@ class JobsPanel(W.VBox):
 
     def __init__(self, client: Any = None, *, limit: int = 20, start: bool = True):
         if client is None:
-            from ..magics import get_client
+            from ..session import get_client
 
             client = get_client()
         self.client = client

@@ -17,9 +17,9 @@ from typing import Any
 
 import ipywidgets as W
 
-from .. import display as live
-from ..errors import MaJupyterError
-from ..models import Job, JobStatus
+from ....errors import MaJupyterError
+from ....models import Job, JobStatus
+from .. import live
 
 STATUS_COLORS = {
     JobStatus.queued: "#757575",
@@ -49,7 +49,7 @@ class JobMonitor(W.VBox):
         job: a JobHandle, a Job or a job id.
         client: the Client (default: the notebook's shared one).
         max_lines: newest lines kept per log tab.
-        on_clone: called with a :class:`~ma_jupyter.widgets.JobForm` pre-filled from this job
+        on_clone: called with a :class:`~ma_jupyter.frontends.notebook.widgets.JobForm` pre-filled from this job
             when Clone is pressed (default: the form opens inside the monitor).
         start: start the background thread now.
     """
@@ -64,7 +64,7 @@ class JobMonitor(W.VBox):
         start: bool = True,
     ):
         if client is None:
-            from ..magics import get_client
+            from ..session import get_client
 
             client = get_client()
         self.client = client
@@ -283,7 +283,7 @@ class JobMonitor(W.VBox):
 
     def plot_scalars(self) -> bytes | None:
         """Draw the job's TensorBoard scalars below as a PNG; the PNG bytes."""
-        from ..tensorboard_plot import scalars_png
+        from ..scalars import scalars_png
 
         outputs = self.job.spec.outputs
         if not outputs:

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from .errors import BackendUnavailable, JobFailed, MaJupyterError, NotFound
-from .models import Job, JobStatus
+from ...errors import BackendUnavailable, JobFailed, MaJupyterError, NotFound
+from ...models import Job, JobStatus
 
 DEFAULT_MAX_LINES = 200
 MAX_LINE_CHARS = 4000
@@ -367,7 +367,7 @@ def follow_job(
     Raises:
         JobFailed: the job ended in error or expired (its message shows the last lines).
     """
-    from . import config
+    from ... import config
 
     live = LiveLog(
         job_id, max_lines=max_lines, display=display, log_hint=str(config.jobdir(job_id).logs), note=note

@@ -2,7 +2,7 @@
 
 ``%%ma_train [options]`` snapshots the cell body as ``/workspace/algorithm/<name>.py`` (plus a
 copy of ``--code-dir`` when given), submits the job with the options of ``ma-jupyter submit``
-(one parser: :mod:`ma_jupyter.options`), follows its logs live in the cell and returns a
+(one parser: :mod:`ma_jupyter.frontends.options`), follows its logs live in the cell and returns a
 :class:`~ma_jupyter.client.JobHandle`.  The line magics ``%ma_jobs``, ``%ma_logs``,
 ``%ma_events``, ``%ma_stop``, ``%ma_delete``, ``%ma_clone``, ``%ma_specs``,
 ``%ma_tensorboard`` and ``%ma_attach`` each take ``--help``.
@@ -15,40 +15,25 @@ cell still counts as failed, so papermill stops on them.
 from __future__ import annotations
 
 import argparse
-import io
-import os
 import re
 import shlex
 import shutil
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
-from . import config, notebook_record
-from . import display as live
-from .errors import HelpShown, MaJupyterError, NotFound, OptionsExit
-from .models import Job, JobStatus
-
-SNAPSHOT_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".ipynb_checkpoints", "*.pyc")
-
-_clients: dict[str, Any] = {}
-
-
-def get_client() -> Any:
-    """The Client for the current ``$MA_JUPYTER_HOME`` (one per home, created on first use)."""
-    from .client import Client
-
-    home = str(config.home())
-    client = _clients.get(home)
-    if client is None:
-        client = _clients[home] = Client()
-    return client
-
+from ... import config
+from ...errors import HelpShown, MaJupyterError, NotFound, OptionsExit
+from ...models import Job, JobStatus
+from .. import render
+from . import live
+from . import record as notebook_record
+from .session import get_client
+from .snapshot import default_name, snapshot_algorithm
 
 # ------------------------------------------------------------------------------ arguments
 
@@ -110,7 +95,7 @@ def resolve_job(client: Any, ref: str) -> Any:
 
 def _spec_parser(prog: str, *, clone: bool = False) -> argparse.ArgumentParser:
     """The shared job-options parser plus the options only a notebook has."""
-    from . import options
+    from .. import options
 
     parser = options.build_parser(prog)
     group = parser.add_argument_group("notebook")
@@ -148,108 +133,6 @@ def _parse_spec_line(parser: argparse.ArgumentParser, line: str) -> argparse.Nam
         return None  # --help was printed
     except MaJupyterError as exc:
         raise UsageError(f"{parser.prog}: {exc.message}") from None
-
-
-# ------------------------------------------------------------------------------ snapshots
-
-
-def _snapshot_dir(name: str) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    folder = config.home() / "snapshots" / f"{name}-{stamp}-{os.urandom(3).hex()}"
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def snapshot_algorithm(name: str, body: str | None, code_dir: str | None) -> Path:
-    """A fresh folder holding the job's algorithm: a copy of ``code_dir`` plus ``<name>.py``.
-
-    The copy makes the job independent of later edits to the notebook or the folder.
-
-    Raises:
-        UsageError: ``code_dir`` is not a folder, or nothing to run was given.
-    """
-    if code_dir and not Path(code_dir).is_dir():
-        raise UsageError(f"--code-dir {code_dir}: not a folder")
-    if not body and not code_dir:
-        raise UsageError(
-            "%%ma_train needs a cell body (the training script), or use %ma_train --code-dir FOLDER --command ..."
-        )
-    folder = _snapshot_dir(name)
-    if code_dir:
-        shutil.copytree(code_dir, folder, ignore=SNAPSHOT_IGNORE, symlinks=True)
-    else:
-        folder.mkdir()
-    if body:
-        (folder / f"{name}.py").write_text(body if body.endswith("\n") else body + "\n")
-    return folder
-
-
-def default_name() -> str:
-    return "nb-" + datetime.now().strftime("%m%d-%H%M%S")
-
-
-# ------------------------------------------------------------------------------ rendering
-
-
-def _table(headers: list[str], rows: list[list[Any]]) -> dict:
-    """A text + HTML table bundle for ``display(..., raw=True)``."""
-    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    text = "\n".join(
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *cells]
-    )
-    from html import escape
-
-    html = (
-        "<table class='ma-jupyter-table'><thead><tr>"
-        + "".join(f"<th>{escape(h)}</th>" for h in headers)
-        + "</tr></thead><tbody>"
-        + "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in cells)
-        + "</tbody></table>"
-    )
-    return {"text/plain": text, "text/html": html}
-
-
-def _when(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else ""
-
-
-def format_plan(plan: Any) -> str:
-    """The dry-run text: per node its argv, environment, files and workspace mounts."""
-    out = io.StringIO()
-    start = "can start now" if plan.can_start_now else f"would queue behind {plan.queue_ahead} job(s)"
-    print(
-        f"plan on spec {plan.spec}: {len(plan.nodes)} node(s), {start} (dry run: nothing submitted)", file=out
-    )
-    for note in plan.notes:
-        print(f"note: {note}", file=out)
-    for node in plan.nodes:
-        primary = "" if node.primary else " (auxiliary)"
-        print(
-            f"\n[{node.name}] role={node.role} index={node.index} hostname={node.hostname}{primary}", file=out
-        )
-        print(f"  argv:    {shlex.join(node.argv)}", file=out)
-        print(f"  workdir: {node.workdir}", file=out)
-        if node.env:
-            print("  env:", file=out)
-            for key in sorted(node.env):
-                print(f"    {key}={node.env[key]}", file=out)
-        if node.files:
-            print("  files:", file=out)
-            for path, content in sorted(node.files.items()):
-                first = content.splitlines()[0] if content else ""
-                more = " …" if content.count("\n") > 1 else ""
-                print(f"    {path}: {first}{more}", file=out)
-        if node.mounts:
-            print("  mounts:", file=out)
-            for mount in node.mounts:
-                target = next((mount[k] for k in ("target", "dest", "view") if mount.get(k)), "?")
-                source = next(
-                    (mount[k] for k in ("host", "source", "host_path", "path") if mount.get(k)), "?"
-                )
-                mode = "ro" if mount.get("read_only", mount.get("readonly")) else "rw"
-                print(f"    {target} <- {source} ({mode})", file=out)
-    return out.getvalue().rstrip("\n")
 
 
 # ------------------------------------------------------------------------------ the magics
@@ -305,7 +188,7 @@ class MaJupyterMagics(Magics):
                 snapshot = Path(spec.get("algorithm") or "")
                 if snapshot.parent == config.home() / "snapshots":
                     shutil.rmtree(snapshot, ignore_errors=True)  # nothing will run it
-            print(format_plan(plan))
+            print(render.plan_summary(plan))
             return None
         handle = client.submit(spec)
         notebook_record.remember(handle.id, handle.name)
@@ -337,7 +220,7 @@ class MaJupyterMagics(Magics):
         ``%ma_train --code-dir DIR --command "..."``.  ``--dry-run`` prints the per-node plan.
         Returns the JobHandle.
         """
-        from . import options
+        from .. import options
 
         parser = _spec_parser("%%ma_train")
         args = _parse_spec_line(parser, line)
@@ -366,7 +249,7 @@ class MaJupyterMagics(Magics):
     @line_magic
     def ma_clone(self, line: str):
         """Submit a copy of a job, with options overriding its fields: ``%ma_clone JOB --spec cpu.medium``."""
-        from . import options
+        from .. import options
 
         parser = _spec_parser("%ma_clone", clone=True)
         args = _parse_spec_line(parser, line)
@@ -413,7 +296,7 @@ class MaJupyterMagics(Magics):
                     job.spec.mode.value,
                     job.spec.nodes,
                     job.chosen_spec or ",".join(job.spec.specs),
-                    _when(job.created_at),
+                    render.when(job.created_at),
                     job.reason,
                 ]
             )
@@ -423,7 +306,7 @@ class MaJupyterMagics(Magics):
             print("no jobs match")
             return None
         display(
-            _table(["id", "name", "status", "mode", "nodes", "spec", "created", "reason"], rows),
+            render.table_bundle(["id", "name", "status", "mode", "nodes", "spec", "created", "reason"], rows),
             raw=True,
         )
         return None
@@ -453,7 +336,10 @@ class MaJupyterMagics(Magics):
             )
         from IPython.display import display
 
-        display(_table(["spec", "cpus", "memory", "cards", "free now", "description"], rows), raw=True)
+        display(
+            render.table_bundle(["spec", "cpus", "memory", "cards", "free now", "description"], rows),
+            raw=True,
+        )
         return None
 
     # -- one job
@@ -517,10 +403,10 @@ class MaJupyterMagics(Magics):
         rows = []
         for ev in client.events(handle.id):
             where = live.stream_label((ev.node, ev.rank)) if ev.node else ""
-            rows.append([ev.seq, _when(ev.time), ev.status.value, where, ev.reason])
+            rows.append([ev.seq, render.when(ev.time), ev.status.value, where, ev.reason])
         from IPython.display import display
 
-        display(_table(["seq", "time", "status", "node", "reason"], rows), raw=True)
+        display(render.table_bundle(["seq", "time", "status", "node", "reason"], rows), raw=True)
         return None
 
     @line_magic
@@ -629,7 +515,7 @@ class MaJupyterMagics(Magics):
             print(f"TensorBoard of job {handle.id} stopped")
             return None
         if args.inline:
-            from .tensorboard_plot import scalars_png
+            from .scalars import scalars_png
 
             outputs = handle.info.spec.outputs
             if not outputs:

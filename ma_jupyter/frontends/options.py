@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .client.spec import host_path
-from .errors import InvalidSpec, OptionsExit
-from .models import (
+from ..client.spec import host_path
+from ..errors import InvalidSpec, OptionsExit
+from ..models import (
     Access,
     Convention,
     DatasetSource,

@@ -19,8 +19,8 @@ from typing import Any
 
 import ipywidgets as W
 
-from ..errors import MaJupyterError
-from ..models import (
+from ....errors import MaJupyterError
+from ....models import (
     Access,
     Convention,
     DatasetSource,
@@ -331,7 +331,7 @@ class JobForm(W.VBox):
     @property
     def client(self) -> Any:
         if self._client is None:
-            from ..magics import get_client
+            from ..session import get_client
 
             self._client = get_client()
         return self._client
@@ -615,7 +615,7 @@ class JobForm(W.VBox):
         data = spec.model_dump(mode="json", exclude_none=True, exclude={"creator"})
         body = self.code.value
         if body.strip() and self.type.value == JobType.regular.value:
-            from ..magics import snapshot_algorithm
+            from ..snapshot import snapshot_algorithm
 
             data["algorithm"] = str(snapshot_algorithm(spec.name, body, spec.algorithm))
         return data
@@ -625,14 +625,14 @@ class JobForm(W.VBox):
         spec = self.validate()
         if spec is None:
             return None
-        from ..magics import format_plan
+        from ...render import plan_summary
 
         try:
             plan = self.client.plan(spec.model_dump(mode="json", exclude_none=True, exclude={"creator"}))
         except MaJupyterError as exc:
             self.result.value = f"<span style='color:#b00020'>{escape(exc.message)}</span>"
             return None
-        self.result.value = f"<pre>{escape(format_plan(plan))}</pre>"
+        self.result.value = f"<pre>{escape(plan_summary(plan))}</pre>"
         return plan
 
     def submit(self) -> Any:
@@ -646,7 +646,7 @@ class JobForm(W.VBox):
             self.result.value = f"<span style='color:#b00020'>{escape(exc.message)}</span>"
             return None
         self.submitted.append(handle)
-        from .. import notebook_record
+        from .. import record as notebook_record
 
         notebook_record.remember(handle.id, handle.name)
         self.result.value = f"submitted job <code>{escape(handle.id)}</code> ({escape(handle.name)})"

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import config
+from ... import config
 
 _lock = threading.Lock()
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import threading
 import time
@@ -20,10 +19,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from . import __version__, options
-from .client import Client, JobHandle
-from .errors import InvalidSpec, MaJupyterError, NotFound
-from .models import Job, JobStatus, Plan
+from .. import __version__
+from ..client import Client, JobHandle
+from ..errors import InvalidSpec, MaJupyterError, NotFound
+from ..models import Job, JobStatus
+from . import options, render
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -174,7 +174,7 @@ def _submit(args: argparse.Namespace) -> int:
         if args.json:
             _out(plan.model_dump(mode="json"), args)
         else:
-            print(format_plan(plan), end="")
+            print(render.plan_text(plan), end="")
         return EXIT_OK
     handle = client.submit(spec)
     if not (args.wait or args.follow):
@@ -440,42 +440,6 @@ def format_job(job: Job) -> str:
             detail += f", exit {run.exit_code}"
         lines.append(f"node:      {run.name} ({detail})")
     return "\n".join(lines)
-
-
-def format_plan(plan: Plan) -> str:
-    """A dry-run plan as readable text: per node its argv, env, files and mounts."""
-    out = [
-        f"spec {plan.spec}: "
-        + ("can start now" if plan.can_start_now else f"would queue ({plan.queue_ahead} job(s) ahead)")
-    ]
-    out += [f"note: {note}" for note in plan.notes]
-    for node in plan.nodes:
-        role = f"{node.role} {node.index}" + ("" if node.primary else ", not primary")
-        out.append("")
-        out.append(f"node {node.name} ({role}, hostname {node.hostname})")
-        out.append(f"  argv:    {shlex.join(node.argv)}")
-        out.append(f"  workdir: {node.workdir}")
-        out.append("  env:")
-        out += [f"    {k}={v}" for k, v in sorted(node.env.items())]
-        if node.files:
-            out.append("  files:")
-            for path, content in sorted(node.files.items()):
-                text = content.splitlines() or [""]
-                out.append(f"    {path}:")
-                out += [f"      | {line}" for line in text]
-        if node.mounts:
-            out.append("  mounts:")
-            out += [f"    {_mount(m)}" for m in node.mounts]
-    return "\n".join(out) + "\n"
-
-
-def _mount(mount: dict[str, Any]) -> str:
-    source = mount.get("source") or mount.get("host") or mount.get("src") or "?"
-    target = mount.get("target") or mount.get("path") or mount.get("dest") or "?"
-    mode = "ro" if mount.get("read_only", mount.get("readonly")) else "rw"
-    known = {"source", "host", "src", "target", "path", "dest", "read_only", "readonly"}
-    extra = ", ".join(f"{k}={v}" for k, v in mount.items() if k not in known)
-    return f"{target} <- {source} ({mode})" + (f" [{extra}]" if extra else "")
 
 
 def _finished(job: Job, args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import sys
 import types
 from pathlib import Path
 
-from .errors import InvalidSpec
+from ...errors import InvalidSpec
 
 
 def _prefer_tensorflow_stub() -> None:

@@ -1,0 +1,107 @@
+"""How the front ends show things: tables, times and dry-run plans."""
+
+from __future__ import annotations
+
+import io
+import shlex
+from datetime import datetime
+from typing import Any
+
+from ..models import Plan
+
+
+def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
+    """A text + HTML table bundle for ``display(..., raw=True)``."""
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    text = "\n".join(
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *cells]
+    )
+    from html import escape
+
+    html = (
+        "<table class='ma-jupyter-table'><thead><tr>"
+        + "".join(f"<th>{escape(h)}</th>" for h in headers)
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in cells)
+        + "</tbody></table>"
+    )
+    return {"text/plain": text, "text/html": html}
+
+
+def when(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
+
+def plan_summary(plan: Plan) -> str:
+    """The notebook's dry-run text (also the form's): per node its argv, environment, files and workspace mounts."""
+    out = io.StringIO()
+    start = "can start now" if plan.can_start_now else f"would queue behind {plan.queue_ahead} job(s)"
+    print(
+        f"plan on spec {plan.spec}: {len(plan.nodes)} node(s), {start} (dry run: nothing submitted)", file=out
+    )
+    for note in plan.notes:
+        print(f"note: {note}", file=out)
+    for node in plan.nodes:
+        primary = "" if node.primary else " (auxiliary)"
+        print(
+            f"\n[{node.name}] role={node.role} index={node.index} hostname={node.hostname}{primary}", file=out
+        )
+        print(f"  argv:    {shlex.join(node.argv)}", file=out)
+        print(f"  workdir: {node.workdir}", file=out)
+        if node.env:
+            print("  env:", file=out)
+            for key in sorted(node.env):
+                print(f"    {key}={node.env[key]}", file=out)
+        if node.files:
+            print("  files:", file=out)
+            for path, content in sorted(node.files.items()):
+                first = content.splitlines()[0] if content else ""
+                more = " …" if content.count("\n") > 1 else ""
+                print(f"    {path}: {first}{more}", file=out)
+        if node.mounts:
+            print("  mounts:", file=out)
+            for mount in node.mounts:
+                target = next((mount[k] for k in ("target", "dest", "view") if mount.get(k)), "?")
+                source = next(
+                    (mount[k] for k in ("host", "source", "host_path", "path") if mount.get(k)), "?"
+                )
+                mode = "ro" if mount.get("read_only", mount.get("readonly")) else "rw"
+                print(f"    {target} <- {source} ({mode})", file=out)
+    return out.getvalue().rstrip("\n")
+
+
+def plan_text(plan: Plan) -> str:
+    """The CLI's dry-run text (``--dry-run``): per node its argv, env, files and mounts."""
+    out = [
+        f"spec {plan.spec}: "
+        + ("can start now" if plan.can_start_now else f"would queue ({plan.queue_ahead} job(s) ahead)")
+    ]
+    out += [f"note: {note}" for note in plan.notes]
+    for node in plan.nodes:
+        role = f"{node.role} {node.index}" + ("" if node.primary else ", not primary")
+        out.append("")
+        out.append(f"node {node.name} ({role}, hostname {node.hostname})")
+        out.append(f"  argv:    {shlex.join(node.argv)}")
+        out.append(f"  workdir: {node.workdir}")
+        out.append("  env:")
+        out += [f"    {k}={v}" for k, v in sorted(node.env.items())]
+        if node.files:
+            out.append("  files:")
+            for path, content in sorted(node.files.items()):
+                text = content.splitlines() or [""]
+                out.append(f"    {path}:")
+                out += [f"      | {line}" for line in text]
+        if node.mounts:
+            out.append("  mounts:")
+            out += [f"    {_mount(m)}" for m in node.mounts]
+    return "\n".join(out) + "\n"
+
+
+def _mount(mount: dict[str, Any]) -> str:
+    source = mount.get("source") or mount.get("host") or mount.get("src") or "?"
+    target = mount.get("target") or mount.get("path") or mount.get("dest") or "?"
+    mode = "ro" if mount.get("read_only", mount.get("readonly")) else "rw"
+    known = {"source", "host", "src", "target", "path", "dest", "read_only", "readonly"}
+    extra = ", ".join(f"{k}={v}" for k, v in mount.items() if k not in known)
+    return f"{target} <- {source} ({mode})" + (f" [{extra}]" if extra else "")
