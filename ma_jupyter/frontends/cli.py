@@ -21,7 +21,8 @@ from typing import Any
 
 from .. import __version__
 from ..client import Client, JobHandle
-from ..errors import InvalidSpec, MaJupyterError, NotFound
+from ..client.resolve import resolve_job
+from ..errors import InvalidSpec, MaJupyterError
 from ..models import Job, JobStatus
 from . import options, render
 
@@ -380,27 +381,6 @@ _COMMANDS = {
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def resolve_job(client: Client, ref: str) -> JobHandle:
-    """The job ``ref`` names: its id, or else the exact name of exactly one job.
-
-    Raises:
-        NotFound: no job has that id or name.
-        InvalidSpec: several jobs have that name (the message lists their ids).
-    """
-    try:
-        return client.job(ref)
-    except NotFound:
-        matches = [h for h in client.jobs(name=ref, limit=500) if h.name == ref]
-        if len(matches) == 1:
-            return matches[0]
-        if matches:
-            ids = ", ".join(h.id for h in matches[:10])
-            raise InvalidSpec(
-                f"{len(matches)} jobs are called {ref!r}: give one of their ids ({ids})"
-            ) from None
-        raise NotFound(f"no job has the id or name {ref!r}: see `ma-jupyter jobs`") from None
 
 
 def format_job(job: Job) -> str:

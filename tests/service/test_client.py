@@ -297,3 +297,21 @@ def test_other_users_are_held_back_by_the_jobs_access(ma_client):
     assert list(other.job(shared.id).logs()) == ["2"]
     with pytest.raises(Forbidden, match="ask its owner to stop"):
         other.stop(shared.id)
+
+
+def test_a_job_reference_is_an_id_or_the_name_of_exactly_one_job(ma_client):
+    from ma_jupyter.client.resolve import resolve_job
+
+    first = ma_client.submit(name="twin", command=py_command("print(1)"))
+    second = ma_client.submit(name="twin", command=py_command("print(2)"))
+    single = ma_client.submit(name="single", command=py_command("print(3)"))
+    assert resolve_job(ma_client, first.id).id == first.id
+    assert resolve_job(ma_client, "single").id == single.id
+    with pytest.raises(InvalidSpec) as info:
+        resolve_job(ma_client, "twin")
+    assert "2 jobs are called 'twin'" in info.value.message
+    assert info.value.message.index(second.id) < info.value.message.index(first.id)  # newest first
+    with pytest.raises(NotFound, match="see `%ma_jobs`"):
+        resolve_job(ma_client, "nobody", hint="`%ma_jobs`")
+    for handle in (first, second, single):
+        handle.wait(timeout=60)

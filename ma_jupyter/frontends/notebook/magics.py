@@ -70,7 +70,7 @@ def _parse(parser: argparse.ArgumentParser, line: str) -> argparse.Namespace | N
 def _job_parser(prog: str, description: str, *, job: str = "one", **kw) -> MagicParser:
     parser = MagicParser(prog=prog, description=description, **kw)
     if job == "one":
-        parser.add_argument("job", help="job id (or a job name: the newest job of that name)")
+        parser.add_argument("job", help="job id (or the exact name of a single job)")
     elif job == "many":
         parser.add_argument("job", nargs="+", help="job ids or names")
     elif job == "optional":
@@ -79,18 +79,10 @@ def _job_parser(prog: str, description: str, *, job: str = "one", **kw) -> Magic
 
 
 def resolve_job(client: Any, ref: str) -> Any:
-    """The JobHandle for an id, or else the newest job whose name is exactly ``ref``.
+    """The job ``ref`` names (see :func:`ma_jupyter.client.resolve.resolve_job`)."""
+    from ...client.resolve import resolve_job as resolve  # requests loads on first use
 
-    Raises:
-        NotFound: neither an id nor a job name.
-    """
-    try:
-        return client.job(ref)
-    except NotFound:
-        named = [h for h in client.jobs(name=ref, limit=500) if h.info.spec.name == ref]
-        if not named:
-            raise NotFound(f"no job with id or name {ref!r}: `%ma_jobs` lists the jobs") from None
-        return max(named, key=lambda h: h.info.created_at)
+    return resolve(client, ref, hint="`%ma_jobs`")
 
 
 def _spec_parser(prog: str, *, clone: bool = False) -> argparse.ArgumentParser:
