@@ -62,6 +62,18 @@ def absolute_paths(spec: dict[str, Any], cwd: str | os.PathLike[str] | None = No
     return out
 
 
+def check(data: JobSpec | dict[str, Any], *, cwd: str | os.PathLike[str] | None = None) -> JobSpec:
+    """The validated spec: host paths made absolute against ``cwd`` (default: the current
+    folder), then parsed by the wire model. The client-side check every front end uses.
+
+    Raises:
+        InvalidSpec: the spec breaks a rule of the wire model (the message names the field).
+    """
+    if isinstance(data, JobSpec):
+        data = data.model_dump(mode="json", exclude_unset=True)
+    return parse_spec(absolute_paths(data, cwd))
+
+
 def spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
     """The JSON body of a spec (``fields`` override its keys): host paths absolute, validated.
 
@@ -73,5 +85,4 @@ def spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> 
     else:
         data = {**(spec or {}), **fields}
     # relative host paths mean the caller's directory, not the service's
-    validated = parse_spec(absolute_paths(data))
-    return validated.model_dump(mode="json", exclude_unset=True)
+    return check(data).model_dump(mode="json", exclude_unset=True)

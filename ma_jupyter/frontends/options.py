@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..client.spec import host_path
+from ..client.spec import check, host_path
 from ..errors import InvalidSpec, OptionsExit
 from ..models import (
     Access,
@@ -34,7 +34,6 @@ from ..models import (
     PerfPolicy,
     Priority,
     parse_duration,
-    parse_spec,
 )
 
 # Namespace attributes that steer a front end and are not part of the job.
@@ -232,7 +231,7 @@ def spec_from_args(
         base: fields to start from (a cloned job, a form); the options override them. Lists of
             mounts are merged by name, ``--env`` into the base env.
         cwd: folder relative host paths are resolved against (default the current directory).
-        validate: check the result with :func:`~ma_jupyter.models.parse_spec`.
+        validate: check the result with :func:`ma_jupyter.client.spec.check`.
 
     Returns:
         A dict of JobSpec fields (only those set by ``base`` or the options), ready for
@@ -368,7 +367,7 @@ def spec_from_args(
     if not spec.get("name"):
         spec["name"] = derive_name(spec)
     if validate:
-        parse_spec(spec)
+        check(spec, cwd=root)
     return spec
 
 

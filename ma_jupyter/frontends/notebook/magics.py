@@ -28,7 +28,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from ... import config
 from ...errors import HelpShown, MaJupyterError, NotFound, OptionsExit
-from ...models import Job, JobStatus
+from ...models import NAME_PATTERN, Job, JobStatus
 from .. import render
 from . import live
 from . import record as notebook_record
@@ -220,7 +220,7 @@ class MaJupyterMagics(Magics):
             return None
         body = cell if cell and cell.strip() else None
         name = args.name or default_name()
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", name):
+        if not re.match(NAME_PATTERN, name):
             raise UsageError(f"--name {name!r}: use letters, digits, '-', '_' and '.' (at most 63)")
         args.name = name
         command = args.command

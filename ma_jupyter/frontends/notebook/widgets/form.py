@@ -4,7 +4,7 @@ The form edits a :class:`~ma_jupyter.models.JobSpec`: mode-dependent fields show
 apply (parameter servers and chief for TensorFlow, node count for distributed modes), fault
 restart and checkpoint resume exclude each other, specs are a multi-select filled from the
 service, mounts (datasets, models, volumes, annotations) are edited row by row.  Every change
-re-validates the spec with :func:`ma_jupyter.models.parse_spec` and shows the problems inline;
+re-validates the spec with :func:`ma_jupyter.client.spec.check` and shows the problems inline;
 Submit sends it through the client (a script typed into the form is snapshotted exactly like a
 ``%%ma_train`` cell body).
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 import ipywidgets as W
 
+from ....client.spec import check
 from ....errors import MaJupyterError
 from ....models import (
     Access,
@@ -30,7 +31,6 @@ from ....models import (
     ModelSource,
     PerfPolicy,
     Priority,
-    parse_spec,
 )
 
 MOUNT_KINDS = ("dataset", "model", "volume", "annotation")
@@ -524,7 +524,7 @@ class JobForm(W.VBox):
     def validate(self) -> JobSpec | None:
         """Check the form with the wire model; show the problems inline; the spec when valid."""
         try:
-            spec = parse_spec(self.spec_dict())
+            spec = check(self.spec_dict())
         except MaJupyterError as exc:
             items = "".join(f"<li>{escape(p.strip())}</li>" for p in exc.message.split(";") if p.strip())
             self.errors.value = f"<ul style='color:#b00020;margin:0'>{items}</ul>"
@@ -536,7 +536,7 @@ class JobForm(W.VBox):
 
     def load(self, spec: JobSpec | dict) -> None:
         """Fill the form from a spec (e.g. a job to clone)."""
-        spec = parse_spec(spec) if isinstance(spec, dict) else spec
+        spec = check(spec) if isinstance(spec, dict) else spec
         self._loading = True
         try:
             self.name.value = spec.name
