@@ -1,5 +1,6 @@
 """How any Python process reaches the job service: :class:`Client` and :class:`JobHandle`."""
 
-from .http import API_PREFIX, Client, JobHandle, LogLines
+from .http import API_PREFIX, Client, JobHandle
+from .logs import LogLines
 
 __all__ = ["API_PREFIX", "Client", "JobHandle", "LogLines"]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from ...client.logs import StreamKey, stream_label
 from ...errors import BackendUnavailable, JobFailed, MaJupyterError, NotFound
 from ...models import Job, JobStatus
 
@@ -69,14 +70,6 @@ def status_line(job: Job, now: datetime | None = None) -> str:
     if job.reason and status is not JobStatus.running:
         head += f" — {job.reason}"
     return head
-
-
-StreamKey = tuple[str, int | None]
-
-
-def stream_label(key: StreamKey) -> str:
-    node, rank = key
-    return node if rank is None else f"{node}/rank-{rank}"
 
 
 class LogFollower:

@@ -27,6 +27,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from ... import config
+from ...client.logs import fully_shown, node_streams, read_all, stream_label
 from ...errors import HelpShown, MaJupyterError, NotFound, OptionsExit
 from ...models import NAME_PATTERN, Job, JobStatus
 from .. import render
@@ -365,17 +366,17 @@ class MaJupyterMagics(Magics):
             if stream is not None:
                 # an unknown node or rank is a NotFound now, not a follow that never ends
                 client.read_log(handle.id, node=args.node, rank=args.rank, offset=0, limit=1)
-                offsets = {k: v for k, v in offsets.items() if k == live.stream_label(stream)}
+                offsets = {k: v for k, v in offsets.items() if k == stream_label(stream)}
             note = "continuing where this notebook left off" if offsets else ""
             self._follow(
                 handle, offsets=offsets, lines=args.lines, stop_on_interrupt=False, note=note, stream=stream
             )
             return None
-        streams = [(args.node, args.rank)] if args.node else _node_streams(client, handle)
+        streams = [(args.node, args.rank)] if args.node else node_streams(client, handle.info)
         several = len(streams) > 1
         for node, rank in streams:
-            label = live.stream_label((node, rank))
-            text = _read_all(client, handle.id, node, rank)
+            label = stream_label((node, rank))
+            text = read_all(client, handle.id, node, rank)
             lines = text.splitlines()
             if args.tail is not None:
                 lines = lines[-args.tail :] if args.tail > 0 else []
@@ -394,7 +395,7 @@ class MaJupyterMagics(Magics):
         handle = resolve_job(client, args.job)
         rows = []
         for ev in client.events(handle.id):
-            where = live.stream_label((ev.node, ev.rank)) if ev.node else ""
+            where = stream_label((ev.node, ev.rank)) if ev.node else ""
             rows.append([ev.seq, render.when(ev.time), ev.status.value, where, ev.reason])
         from IPython.display import display
 
@@ -462,7 +463,7 @@ class MaJupyterMagics(Magics):
         for handle in handles:
             offsets = notebook_record.offsets(handle.id)
             if handle.info.status.is_terminal() and offsets and not args.job:
-                if _fully_shown(client, handle, offsets):
+                if fully_shown(client, handle.id, offsets):
                     print(live.status_line(handle.info))
                     continue
             note = "re-attached: continuing where this notebook left off" if offsets else "re-attached"
@@ -544,30 +545,6 @@ def _fits_now(spec: Any, node: Any) -> bool:
         free = node.accelerators - len(node.accelerators_used)
         return node.accelerator_type == spec.accelerator_type and free >= spec.accelerators
     return True
-
-
-def _node_streams(client: Any, handle: Any) -> list[tuple[str, int | None]]:
-    streams = [(s.node, s.rank) for s in client.log_streams(handle.id) if s.rank is None]
-    return streams or [(n.name, None) for n in handle.info.nodes] or [("worker-0", None)]
-
-
-def _read_all(client: Any, job_id: str, node: str, rank: int | None) -> str:
-    """A whole stream as it stands now."""
-    parts, offset = [], 0
-    while True:
-        chunk = client.read_log(job_id, node=node, rank=rank, offset=offset)
-        parts.append(chunk.data)
-        offset = chunk.next_offset
-        if chunk.eof or not chunk.data:
-            return "".join(parts)
-
-
-def _fully_shown(client: Any, handle: Any, offsets: dict[str, int]) -> bool:
-    try:
-        streams = client.log_streams(handle.id)
-    except MaJupyterError:
-        return False
-    return all(offsets.get(s.node, 0) >= s.size for s in streams if s.rank is None)
 
 
 def _typed_error_handler(shell, etype, value, tb, tb_offset=None):

@@ -17,6 +17,7 @@ from typing import Any
 
 import ipywidgets as W
 
+from ....client.logs import stream_label
 from ....errors import MaJupyterError
 from ....models import Job, JobStatus
 from .. import live
@@ -199,7 +200,7 @@ class JobMonitor(W.VBox):
             self._log_widgets[key] = html
             keys = sorted(self._log_widgets, key=lambda k: (k[0], -1 if k[1] is None else k[1]))
             self.tabs.children = [self._log_widgets[k] for k in keys]
-            self.tabs.titles = tuple(live.stream_label(k) for k in keys)
+            self.tabs.titles = tuple(stream_label(k) for k in keys)
         return buf
 
     def _render_logs(self) -> None:
@@ -228,7 +229,7 @@ class JobMonitor(W.VBox):
         self._events.extend(new)
         rows = "".join(
             f"<tr><td>{e.seq}</td><td>{e.time.astimezone().strftime('%H:%M:%S')}</td><td>{e.status.value}</td>"
-            f"<td>{escape(live.stream_label((e.node, e.rank)) if e.node else '')}</td><td>{escape(e.reason)}</td></tr>"
+            f"<td>{escape(stream_label((e.node, e.rank)) if e.node else '')}</td><td>{escape(e.reason)}</td></tr>"
             for e in self._events
         )
         self.events.value = (

@@ -1,0 +1,227 @@
+"""Reading job logs: the one log reader (:class:`LogLines`) and what the front ends build on it.
+
+A stream is one node's log, or one rank's log of a node: ``(node, rank)``, rank None for the
+node's own log. Every reader continues from a byte offset, so a reader that starts again (a
+restarted kernel, a new cell) shows nothing twice and misses nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import config
+from ..errors import BackendUnavailable, MaJupyterError, RefusedFile
+from ..untrusted import open_file
+
+if TYPE_CHECKING:
+    from ..models import Job
+    from .http import Client
+
+FOLLOW_WAIT = 10.0  # long-poll seconds per log read while following
+READ_LIMIT = 1 << 20
+FIRST_READ = 64 << 10
+LOCAL_READ = (
+    256 << 10
+)  # bytes per direct read of a local log file: small chunks keep splitting cache-friendly
+FOLLOW_PATIENCE = 120.0  # seconds a log follower keeps retrying while the service is away
+
+#: one log stream: (node, rank); rank None is the node's own log
+StreamKey = tuple[str, int | None]
+
+
+def stream_label(key: StreamKey) -> str:
+    """``worker-0`` or ``worker-0/rank-1``: notebook records and cell metadata keep offsets under it."""
+    node, rank = key
+    return node if rank is None else f"{node}/rank-{rank}"
+
+
+class LogLines(Iterator[str]):
+    """Lines of one log stream read by byte offset, optionally following it to the job's end.
+
+    The first read goes through the service (it checks access and names the stream's node).
+    After that, when the log file is on this machine (the client talks to the service of
+    ``$MA_JUPYTER_HOME``), bytes are read straight from the file while there are any, and the
+    service is asked only at the end of what is written: its long-poll says when more bytes
+    arrive and when the job has ended (``eof``).  Every read starts at the byte offset where the
+    previous one stopped, whichever path served it, so no line is lost or repeated.
+
+    Attributes:
+        node: the stream's node (resolved from the service's first answer when not given).
+        offset: byte offset just after the last line yielded.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        job_id: str,
+        *,
+        follow: bool,
+        node: str | None,
+        rank: int | None,
+        offset: int,
+        wait: float = FOLLOW_WAIT,
+    ):
+        self.client = client
+        self.job_id = job_id
+        self.follow = follow
+        self.node = node
+        self.rank = rank
+        self._read_offset = offset
+        self._wait = wait
+        self._local: Path | None = None
+        self._file: Any = None
+        # The lines of the chunk being consumed, and where its bytes start and end: the
+        # consumer pulls lines through itertools.chain at C speed, and :attr:`offset` is worked
+        # out from the list iterator's position only when someone asks for it.
+        self._lines: list[str] = []
+        self._ends: list[int] | None = None
+        self._current: Iterator[str] | None = None
+        self._base = offset
+        self._end = offset
+        self._chunk_source = self._chunks()
+        self._iter = itertools.chain.from_iterable(self._chunk_source)
+
+    @property
+    def offset(self) -> int:
+        """Byte offset just after the last line yielded (where a later reader continues)."""
+        if self._current is None:
+            return self._base
+        consumed = len(self._lines) - operator.length_hint(self._current)
+        if consumed <= 0:
+            return self._base
+        if self._ends is None:  # ASCII without carriage returns: a character is a byte
+            return self._base + sum(map(len, self._lines[:consumed])) + consumed
+        return self._base + self._ends[consumed - 1]
+
+    def __iter__(self) -> Iterator[str]:
+        return self._iter
+
+    def __next__(self) -> str:
+        return next(self._iter)
+
+    def close(self) -> None:
+        """Stop reading early (closes the log file if one is open); :attr:`offset` stays valid."""
+        self._chunk_source.close()
+
+    def _chunks(self) -> Iterator[Iterator[str]]:
+        pending = b""
+        first = True
+        try:
+            while True:
+                data, done, eof = self._read(first)
+                first = False
+                if data:
+                    data = pending + data if pending else data
+                    cut = data.rfind(b"\n") + 1
+                    pending = data[cut:]
+                    if cut:
+                        yield self._start_chunk(data[:cut])
+                if done:
+                    if pending and eof:
+                        # the job ended without a final newline: the partial line is the last line
+                        yield self._start_chunk(pending)
+                    return
+        finally:
+            if self._file is not None:
+                self._file.close()
+
+    def _start_chunk(self, data: bytes) -> Iterator[str]:
+        """Split ``data`` (whole lines, or the log's unterminated last line) into the current chunk."""
+        self._base, self._end = self._end, self._end + len(data)
+        if data.isascii() and b"\r" not in data:
+            lines = data.decode("ascii").split("\n")
+            if data.endswith(b"\n"):
+                lines.pop()
+            self._ends = None
+        else:
+            parts = data.split(b"\n")
+            if data.endswith(b"\n"):
+                parts.pop()
+            lines = [p.removesuffix(b"\r").decode("utf-8", "replace") for p in parts]
+            self._ends = list(itertools.accumulate(len(p) + 1 for p in parts))
+            self._ends[-1] = min(self._ends[-1], len(data))
+        self._lines = lines
+        self._current = iter(lines)
+        return self._current
+
+    def _read(self, first: bool) -> tuple[bytes, bool, bool]:
+        """The next bytes: (data, done, eof)."""
+        if self._local is not None:
+            data = self._read_local()
+            if data:
+                return data, False, False
+        away_since = None
+        while True:
+            try:
+                chunk = self.client.read_log(
+                    self.job_id,
+                    node=self.node,
+                    rank=self.rank,
+                    offset=self._read_offset,
+                    wait=self._wait if self.follow else 0,
+                    # a small first answer: it names the node, and the rest may come from the file
+                    limit=FIRST_READ if first and self.client.local_logs else READ_LIMIT,
+                )
+                break
+            except BackendUnavailable:
+                # A follower outlives a service restart: it asks again from the same byte offset.
+                now = time.monotonic()
+                away_since = away_since or now
+                if not self.follow or now - away_since > FOLLOW_PATIENCE:
+                    raise
+                time.sleep(0.5)
+        if first:
+            self._local = self.client.local_log_path(self.job_id, chunk.node, self.rank)
+        self.node = chunk.node  # pin the stream so every offset refers to the same file
+        self._read_offset = chunk.next_offset
+        done = chunk.eof or (not self.follow and chunk.next_offset == chunk.offset)
+        return chunk.data.encode("utf-8"), done, chunk.eof
+
+    def _read_local(self) -> bytes:
+        try:
+            if self._file is None:
+                # The job wrote this file: never follow a symlink or block on a FIFO it left there.
+                root = config.jobdir(self.job_id).root
+                fd = open_file(root, self._local.relative_to(root))
+                self._file = os.fdopen(fd, "rb")  # kept open while following
+            self._file.seek(self._read_offset)
+            data = self._file.read(LOCAL_READ)
+        except RefusedFile:
+            self._local = None  # read through the service from now on; it says what the job did
+            return b""
+        except (OSError, ValueError):
+            return b""  # not there (yet, or any more): the service will say which
+        self._read_offset += len(data)
+        return data
+
+
+def read_all(client: Client, job_id: str, node: str, rank: int | None) -> str:
+    """A whole stream as it stands now."""
+    parts, offset = [], 0
+    while True:
+        chunk = client.read_log(job_id, node=node, rank=rank, offset=offset)
+        parts.append(chunk.data)
+        offset = chunk.next_offset
+        if chunk.eof or not chunk.data:
+            return "".join(parts)
+
+
+def node_streams(client: Client, job: Job) -> list[StreamKey]:
+    """The node logs of a job (not the per-rank ones); worker-0 before any exists."""
+    streams = [(s.node, s.rank) for s in client.log_streams(job.id) if s.rank is None]
+    return streams or [(n.name, None) for n in job.nodes] or [("worker-0", None)]
+
+
+def fully_shown(client: Client, job_id: str, offsets: dict[str, int]) -> bool:
+    """Whether ``offsets`` (by :func:`stream_label`) reach the end of every node log of the job."""
+    try:
+        streams = client.log_streams(job_id)
+    except MaJupyterError:
+        return False
+    return all(offsets.get(s.node, 0) >= s.size for s in streams if s.rank is None)
