@@ -1,0 +1,199 @@
+"""The mounts of a node's ``/workspace``: where each host folder appears, validated (pure)."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import InvalidSpec
+from ...jobdir import PLACEHOLDER, JobDir
+from ...models import JobSpec
+from .host_policy import HostPolicy, load_policy
+
+VIEW_ROOT = "/workspace"
+_SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One folder of the view.
+
+    Attributes:
+        source: the host path (symlinks resolved).
+        target: where it appears, always below ``/workspace``.
+        read_only: whether the node can write to it (enforced by bubblewrap only).
+        kind: ``algorithm``, ``dataset``, ``annotation``, ``model``, ``outputs`` or ``volume``.
+        create: the backend creates ``source`` at launch (an outputs folder of a batch task, or
+            the job's own outputs folder when the spec names none).
+    """
+
+    source: str
+    target: str
+    read_only: bool
+    kind: str
+    create: bool = False
+
+
+def _host_path(raw: str, what: str, field_name: str, *, directory: bool) -> str:
+    """``raw`` as an existing absolute host path with symlinks resolved, or InvalidSpec."""
+    if not raw or not os.path.isabs(raw):
+        raise InvalidSpec(
+            f"{what}: {raw!r} is not an absolute path; give the full host path (e.g. /data/{what.split()[0]})",
+            field=field_name,
+        )
+    try:
+        resolved = Path(raw).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise InvalidSpec(
+            f"{what}: the host path {raw} does not exist; create it (mkdir -p {raw}) or fix the path",
+            field=field_name,
+        ) from None
+    if directory and not resolved.is_dir():
+        raise InvalidSpec(f"{what}: {raw} is not a folder; give a folder", field=field_name)
+    return str(resolved)
+
+
+def _writable_path(raw: str, what: str, field_name: str) -> tuple[str, bool]:
+    """A writable folder (outputs, a volume) resolved, and whether the platform must create it:
+    one that does not exist yet is made for the job (owned by its account) when its parent exists."""
+    if raw and os.path.isabs(raw) and not os.path.lexists(raw):
+        missing: list[str] = []
+        existing = posixpath.normpath(raw)
+        while not os.path.lexists(existing):
+            existing, name = posixpath.split(existing)
+            if name in ("", ".", ".."):
+                raise InvalidSpec(f"{what}: {raw} is not a folder name", field=field_name)
+            missing.insert(0, name)
+        parent = _host_path(existing, what, field_name, directory=True)
+        return os.path.join(parent, *missing), True
+    return _host_path(raw, what, field_name, directory=True), False
+
+
+def _target(*parts: str) -> str:
+    """An in-view path below /workspace; refuses anything that would leave it."""
+    for part in parts:
+        if not _SAFE_PART.match(part) or part in (".", ".."):
+            raise InvalidSpec(f"{part!r} cannot be used as a folder name inside /workspace")
+    target = posixpath.normpath(posixpath.join(VIEW_ROOT, *parts))
+    if not target.startswith(VIEW_ROOT + "/"):
+        raise InvalidSpec(f"{target} escapes {VIEW_ROOT}")
+    return target
+
+
+def mounts_for(
+    spec: JobSpec,
+    *,
+    job_dir: Path | None = None,
+    outputs_subdir: str | None = None,
+    algorithm: str | None = None,
+    policy: HostPolicy | None = None,
+) -> list[Mount]:
+    """The mounts of a node's ``/workspace``, validated; a pure function (it only reads paths).
+
+    Args:
+        spec: the job.
+        job_dir: the job's folder; when the spec names no outputs folder, ``<job_dir>/outputs``
+            is used (and shown as ``<jobs>/<id>/outputs`` when no job exists yet, e.g. dry-run).
+        outputs_subdir: for a batch task, the subfolder of the outputs folder it writes into
+            (``<name>-<N>``), which the backend creates.
+        algorithm: a batch task's own algorithm folder instead of ``spec.algorithm``.
+        policy: the admin's host rules (default: :func:`~ma_jupyter.backends.local.host_policy.load_policy`);
+            every source must pass :meth:`~ma_jupyter.backends.local.host_policy.HostPolicy.check_source`
+            and every writable one must be writable by the account the job runs as.
+
+    Returns:
+        The mounts in bind order (parents before children).
+
+    Raises:
+        InvalidSpec: a host path is relative or missing (the message names it and says to
+            create it), a folder is a file, a target would leave ``/workspace``, two mounts
+            overlap (a dataset mounted with and without a version), a source is one no job may
+            mount, or a writable one is not writable by the job's account.
+    """
+    policy = policy or load_policy()
+    user = spec.creator
+    run_as = policy.run_as(user)
+    mounts: list[Mount] = []
+    algo = algorithm if algorithm is not None else spec.algorithm
+
+    # the platform's own copies of this job's datasets (data preparation) live in its folder
+    prepared = str(JobDir(Path(job_dir)).prepared) if job_dir is not None else None
+
+    def checked(raw: str, what: str, field_name: str, *, directory: bool, writable: bool = False) -> str:
+        source = _host_path(raw, what, field_name, directory=directory)
+        if prepared is None or not (source + "/").startswith(prepared + "/"):
+            policy.check_source(source, what, field_name, user)
+        if writable:
+            policy.check_writable(source, run_as, what, field_name)
+        return source
+
+    if algo:
+        mounts.append(
+            Mount(
+                checked(
+                    algo, "algorithm", "algorithm", directory=True, writable=not spec.algorithm_read_only
+                ),
+                _target("algorithm"),
+                spec.algorithm_read_only,
+                "algorithm",
+            )
+        )
+    for a in spec.annotations:
+        src = checked(a.path, f"annotation {a.name}", "annotations", directory=False)
+        mounts.append(Mount(src, _target("anno_dataset", a.name, "annotation"), True, "annotation"))
+    for d in spec.datasets:
+        src = checked(d.path, f"dataset {d.name}", "datasets", directory=False, writable=not d.read_only)
+        parts = ["dataset", d.source.value, d.name] + ([d.version] if d.version else [])
+        mounts.append(Mount(src, _target(*parts), d.read_only, "dataset"))
+    for m in spec.models:
+        src = checked(m.path, f"model {m.name}", "models", directory=False)
+        parts = ["model", m.source.value, m.name] + ([m.version] if m.version else [])
+        mounts.append(Mount(src, _target(*parts), True, "model"))
+    if spec.outputs:
+        outputs, create = _writable_path(spec.outputs, "outputs", "outputs")
+        policy.check_source(outputs, "outputs", "outputs", user)
+        policy.check_writable(outputs, run_as, "outputs", "outputs")
+    else:
+        jd = JobDir(Path(job_dir)) if job_dir is not None else PLACEHOLDER
+        outputs, create = str(jd.outputs), True
+    if outputs_subdir is not None:
+        if not _SAFE_PART.match(outputs_subdir):
+            raise InvalidSpec(f"{outputs_subdir!r} cannot be an outputs subfolder", field="outputs")
+        outputs, create = str(Path(outputs) / outputs_subdir), True
+    mounts.append(Mount(outputs, _target("outputs"), False, "outputs", create=create))
+    for v in spec.volumes:
+        src, create = _writable_path(v.path, f"volume {v.name}", "volumes")
+        policy.check_source(src, f"volume {v.name}", "volumes", user)
+        policy.check_writable(src, run_as, f"volume {v.name}", "volumes")
+        mounts.append(Mount(src, _target("volume", v.name), False, "volume", create=create))
+    # A read-only source inside (or equal to) a writable one could be written through the writable
+    # mount, so read-only would be a lie: refuse it.
+    for ro in (m for m in mounts if m.read_only):
+        for rw in (m for m in mounts if not m.read_only):
+            if ro.source == rw.source or ro.source.startswith(rw.source.rstrip("/") + "/"):
+                raise InvalidSpec(
+                    f"{ro.target} ({ro.source}) lies inside the writable {rw.target} ({rw.source}), so the job could "
+                    "change it: use folders that do not contain each other"
+                )
+    targets = sorted(m.target for m in mounts)
+    for outer, inner in zip(targets, targets[1:], strict=False):
+        if inner == outer or inner.startswith(outer + "/"):
+            raise InvalidSpec(
+                f"{inner} would lie inside {outer}: mount a dataset or model either with a version or without one"
+            )
+    return mounts
+
+
+def workdir_for(spec: JobSpec, algorithm: str | None = None) -> str:
+    """The node's working directory: ``spec.workdir``, else /workspace/algorithm, else /workspace."""
+    if spec.workdir:
+        if not posixpath.isabs(spec.workdir):
+            raise InvalidSpec(
+                f"workdir {spec.workdir!r} must be an absolute path inside the node, e.g. /workspace/algorithm",
+                field="workdir",
+            )
+        return posixpath.normpath(spec.workdir)
+    return _target("algorithm") if (algorithm or spec.algorithm) else VIEW_ROOT
