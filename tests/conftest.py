@@ -135,3 +135,26 @@ def ma_no_leftover_jobs(tmp_path_factory):
             pass
     if leftovers:
         print(f"\nleft-over job processes killed after the session: {[p.pid for p in leftovers]}")
+
+
+@pytest.fixture
+def ma_shell(ma_home):
+    """An IPython shell with the extension loaded; the service it autostarts is shut down after."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import ma_jupyter
+    from ma_jupyter.frontends.notebook import session
+
+    shell = InteractiveShell.instance()
+    session._clients.clear()
+    ma_jupyter.load_ipython_extension(shell)
+    shell.user_ns.pop("job", None)
+    yield shell
+    client = session._clients.pop(str(ma_home), None)
+    if client is not None:
+        try:
+            for handle in client.jobs(status=["running", "queued"]):
+                handle.stop()
+        finally:
+            client.shutdown_service()
+    session._clients.clear()

@@ -1,13 +1,13 @@
-"""How the front ends show things: tables, times and dry-run plans."""
+"""How the front ends show things: tables, times, a job's status line and dry-run plans."""
 
 from __future__ import annotations
 
 import io
 import shlex
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from ..models import Plan
+from ..models import Job, JobStatus, Plan
 
 
 def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
@@ -105,3 +105,41 @@ def _mount(mount: dict[str, Any]) -> str:
     known = {"source", "host", "src", "target", "path", "dest", "read_only", "readonly"}
     extra = ", ".join(f"{k}={v}" for k, v in mount.items() if k not in known)
     return f"{target} <- {source} ({mode})" + (f" [{extra}]" if extra else "")
+
+
+def format_seconds(seconds: float) -> str:
+    """``h:mm:ss`` for a duration in seconds (negative counts as 0)."""
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def status_line(job: Job, now: datetime | None = None) -> str:
+    """One line saying where the job stands: queue position, elapsed and remaining time, or the end."""
+    now = now or datetime.now(UTC)
+    head = f"job {job.id} ({job.spec.name}): {job.status.value}"
+    status = job.status
+    if status is JobStatus.queued:
+        if job.queue_position is not None:
+            head += f", position {job.queue_position + 1} in the queue"
+    elif status is JobStatus.running:
+        if job.started_at:
+            elapsed = (now - _aware(job.started_at)).total_seconds()
+            head += f", {format_seconds(elapsed)} elapsed"
+            if job.spec.duration:
+                head += f", {format_seconds(job.spec.duration - elapsed)} left"
+        if job.chosen_spec:
+            head += f" on {job.chosen_spec}"
+    else:
+        if job.started_at and job.finished_at:
+            head += (
+                f" after {format_seconds((_aware(job.finished_at) - _aware(job.started_at)).total_seconds())}"
+            )
+        if job.exit_code is not None:
+            head += f", exit code {job.exit_code}"
+    if job.reason and status is not JobStatus.running:
+        head += f" — {job.reason}"
+    return head

@@ -7,153 +7,21 @@ magic's bad-argument path must print one line, never a traceback.
 from __future__ import annotations
 
 import _thread
-import importlib
 import json
 import re
 import threading
 
 import pytest
 import requests
-from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
 
-import ma_jupyter
 from ma_jupyter.client import JobHandle
 from ma_jupyter.frontends.notebook import live, session
 from ma_jupyter.frontends.notebook import record as notebook_record
 from ma_jupyter.models import JobStatus
 from tests.helpers import wait_for, writable_dir
+from tests.magic_shell import Run, one_line_error
 
 pytestmark = pytest.mark.timeout(180)
-
-LINE_MAGICS = [
-    "ma_jobs",
-    "ma_logs",
-    "ma_events",
-    "ma_stop",
-    "ma_delete",
-    "ma_clone",
-    "ma_specs",
-    "ma_tensorboard",
-    "ma_attach",
-]
-
-
-@pytest.fixture
-def ma_shell(ma_home):
-    """An IPython shell with the extension loaded; the service it autostarts is shut down after."""
-    shell = InteractiveShell.instance()
-    session._clients.clear()
-    ma_jupyter.load_ipython_extension(shell)
-    shell.user_ns.pop("job", None)
-    yield shell
-    client = session._clients.pop(str(ma_home), None)
-    if client is not None:
-        try:
-            for handle in client.jobs(status=["running", "queued"]):
-                handle.stop()
-        finally:
-            client.shutdown_service()
-    session._clients.clear()
-
-
-class Run:
-    """What one cell did: its result, stdout, stderr and display outputs."""
-
-    def __init__(self, shell, code: str):
-        with capture_output() as cap:
-            self.result = shell.run_cell(code)
-        self.stdout = cap.stdout
-        self.stderr = cap.stderr
-        self.outputs = cap.outputs
-        self.error = self.result.error_in_exec or self.result.error_before_exec
-
-    def job_text(self) -> str:
-        """The final text of the live job output (the last update of the display handle)."""
-        texts = [o.data["text/plain"] for o in self.outputs if (o.metadata or {}).get("ma_jupyter")]
-        assert texts, f"no job output; stdout={self.stdout!r} stderr={self.stderr!r}"
-        return texts[-1]
-
-    def job_metadata(self) -> dict:
-        return [o.metadata for o in self.outputs if (o.metadata or {}).get("ma_jupyter")][-1]["ma_jupyter"]
-
-    def text(self) -> str:
-        return self.stdout + "".join(o.data.get("text/plain", "") for o in self.outputs)
-
-
-def one_line_error(run: Run) -> str:
-    """The single line a failing magic printed (UsageError on stderr, typed errors on stdout)."""
-    shown = (run.stderr + run.stdout).strip()
-    assert run.error is not None, "the cell should have failed"
-    assert "Traceback" not in shown, shown
-    assert len(shown.splitlines()) == 1, shown
-    return shown
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def test_load_ext_and_import_register_every_magic(ma_home):
-    shell = InteractiveShell.instance()
-    manager = shell.magics_manager
-    for name in LINE_MAGICS:
-        manager.magics["line"].pop(name, None)
-    manager.magics["cell"].pop("ma_train", None)
-    importlib.reload(ma_jupyter)  # `import ma_jupyter` inside a running IPython registers too
-    assert set(LINE_MAGICS) <= set(manager.magics["line"])
-    assert "ma_train" in manager.magics["cell"]
-    shell.run_line_magic("load_ext", "ma_jupyter")
-    assert "ma_train" in manager.magics["cell"]
-
-
-@pytest.mark.parametrize("name", ["ma_train", *LINE_MAGICS])
-def test_every_magic_has_help(ma_shell, name):
-    prefix = "%%" if name == "ma_train" else "%"
-    run = Run(ma_shell, f"{prefix}{name} --help" + ("\npass" if name == "ma_train" else ""))
-    assert run.error is None, run.stderr
-    assert "usage:" in run.stdout and name in run.stdout
-
-
-@pytest.mark.parametrize(
-    "code, expected",
-    [
-        ("%%ma_train --nodes zero\nprint(1)", "--nodes"),
-        ("%%ma_train --no-such-option\nprint(1)", "unrecognized arguments"),
-        ("%%ma_train --name 'bad name'\nprint(1)", "--name"),
-        ("%ma_train --name x", "cell body"),
-        ("%ma_train --name x --code-dir /nonexistent --command 'python x.py'", "not a folder"),
-        ("%%ma_train --mode single --nodes 2\nprint(1)", "single mode"),
-        ("%%ma_train --dataset nonsense\nprint(1)", "--dataset"),
-        ("%%ma_train --out 1x\nprint(1)", "not a Python variable name"),
-        ("%ma_jobs --status sleeping", "--status"),
-        ("%ma_logs", "required: job"),
-        ("%ma_logs abc --rank 1", "--rank needs --node"),
-        ("%ma_events", "required: job"),
-        ("%ma_stop", "required: job"),
-        ("%ma_delete", "required: job"),
-        ("%ma_clone", "required: job"),
-        ("%ma_specs extra", "unrecognized arguments"),
-        ("%ma_tensorboard", "required: job"),
-        ("%ma_attach a b", "unrecognized arguments"),
-        ("%ma_logs 'unbalanced", "quotes"),
-    ],
-)
-def test_bad_arguments_are_one_line_usage_errors(ma_shell, code, expected):
-    run = Run(ma_shell, code)
-    assert isinstance(run.error, UsageError), run.error
-    line = one_line_error(run)
-    assert line.startswith("UsageError:") and expected in line
-
-
-@pytest.mark.parametrize(
-    "magic", ["ma_logs", "ma_events", "ma_stop", "ma_delete", "ma_clone", "ma_tensorboard"]
-)
-def test_unknown_job_is_one_line_typed_error(ma_shell, magic):
-    run = Run(ma_shell, f"%{magic} no-such-job")
-    line = one_line_error(run)
-    assert line.startswith("NotFound:") and "no-such-job" in line
-
 
 # --------------------------------------------------------------------------- %%ma_train
 
@@ -440,31 +308,6 @@ def test_ma_logs_follow_from_start_and_rank_node_options(ma_shell):
     assert one_line_error(run).startswith("NotFound:")
     run = Run(ma_shell, f"%ma_logs {handle.id} --node worker-0 --follow --from-start")
     assert run.job_text().count("only once") == 1
-
-
-def test_status_line_covers_every_state():
-    from datetime import UTC, datetime, timedelta
-
-    from ma_jupyter.models import Job, JobSpec
-
-    spec = JobSpec(name="s", command="python x.py", duration=600)
-    now = datetime.now(UTC)
-    queued = Job(id="j", spec=spec, status=JobStatus.queued, queue_position=1)
-    assert "position 2 in the queue" in live.status_line(queued, now)
-    running = Job(id="j", spec=spec, status=JobStatus.running, started_at=now - timedelta(seconds=65))
-    line = live.status_line(running, now)
-    assert "0:01:05 elapsed" in line and "0:08:55 left" in line
-    done = Job(
-        id="j",
-        spec=spec,
-        status=JobStatus.error,
-        started_at=now - timedelta(seconds=10),
-        finished_at=now,
-        exit_code=3,
-        reason="worker-0 exited with 3",
-    )
-    line = live.status_line(done)
-    assert "error after 0:00:10" in line and "exit code 3" in line and "worker-0 exited" in line
 
 
 def test_several_nodes_prefix_each_line(ma_shell):

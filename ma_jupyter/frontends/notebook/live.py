@@ -19,12 +19,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from ...client.logs import StreamKey, stream_label
 from ...errors import BackendUnavailable, JobFailed, MaJupyterError, NotFound
 from ...models import Job, JobStatus
+from ..render import status_line
 
 DEFAULT_MAX_LINES = 200
 MAX_LINE_CHARS = 4000
@@ -32,44 +32,6 @@ RENDER_INTERVAL = 0.05  # seconds between display updates while lines arrive
 STATUS_INTERVAL = 0.5  # seconds between job refreshes for the status line
 LONG_POLL = 2.0  # seconds each stream read may wait on the service
 SERVICE_PATIENCE = 120.0  # seconds a follower waits for a job service that stopped answering
-
-
-def format_seconds(seconds: float) -> str:
-    """``h:mm:ss`` for a duration in seconds (negative counts as 0)."""
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def status_line(job: Job, now: datetime | None = None) -> str:
-    """One line saying where the job stands: queue position, elapsed and remaining time, or the end."""
-    now = now or datetime.now(UTC)
-    head = f"job {job.id} ({job.spec.name}): {job.status.value}"
-    status = job.status
-    if status is JobStatus.queued:
-        if job.queue_position is not None:
-            head += f", position {job.queue_position + 1} in the queue"
-    elif status is JobStatus.running:
-        if job.started_at:
-            elapsed = (now - _aware(job.started_at)).total_seconds()
-            head += f", {format_seconds(elapsed)} elapsed"
-            if job.spec.duration:
-                head += f", {format_seconds(job.spec.duration - elapsed)} left"
-        if job.chosen_spec:
-            head += f" on {job.chosen_spec}"
-    else:
-        if job.started_at and job.finished_at:
-            head += (
-                f" after {format_seconds((_aware(job.finished_at) - _aware(job.started_at)).total_seconds())}"
-            )
-        if job.exit_code is not None:
-            head += f", exit code {job.exit_code}"
-    if job.reason and status is not JobStatus.running:
-        head += f" — {job.reason}"
-    return head
 
 
 class LogFollower:

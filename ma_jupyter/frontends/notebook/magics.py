@@ -464,7 +464,7 @@ class MaJupyterMagics(Magics):
             offsets = notebook_record.offsets(handle.id)
             if handle.info.status.is_terminal() and offsets and not args.job:
                 if fully_shown(client, handle.id, offsets):
-                    print(live.status_line(handle.info))
+                    print(render.status_line(handle.info))
                     continue
             note = "re-attached: continuing where this notebook left off" if offsets else "re-attached"
             self._follow(

@@ -20,6 +20,7 @@ import ipywidgets as W
 from ....client.logs import stream_label
 from ....errors import MaJupyterError
 from ....models import Job, JobStatus
+from ...render import status_line
 from .. import live
 
 STATUS_COLORS = {
@@ -85,7 +86,7 @@ class JobMonitor(W.VBox):
         self.badge = W.HTML(status_badge(self.job.status))
         self.badge.add_class("ma-monitor-badge")
         self.title = W.HTML(f"<b>{escape(self.job.spec.name)}</b> <code>{escape(job_id)}</code>")
-        self.info = W.HTML(escape(live.status_line(self.job)))
+        self.info = W.HTML(escape(status_line(self.job)))
         self.info.add_class("ma-monitor-info")
         self.tabs = W.Tab(children=[])
         self.tabs.add_class("ma-monitor-logs")
@@ -216,7 +217,7 @@ class JobMonitor(W.VBox):
 
     def _apply_job(self, job: Job) -> None:
         self.badge.value = status_badge(job.status)
-        self.info.value = escape(live.status_line(job))
+        self.info.value = escape(status_line(job))
         self.stop_button.disabled = job.status.is_terminal()
         if job.status.is_terminal() and self.message.value.startswith("stop requested"):
             self.message.value = ""
