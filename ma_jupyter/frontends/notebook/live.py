@@ -379,8 +379,7 @@ def follow_job(
         live.add(follower.drain())
         live.offsets = dict(follower.offsets)
         if stop_on_interrupt:
-            job = client.stop(job_id)
-            job = getattr(job, "info", job)
+            client.stop(job_id)
             live.set_footer(f"interrupted: stop requested for job {job_id}")
         else:
             live.set_footer(

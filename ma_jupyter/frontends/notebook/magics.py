@@ -413,7 +413,6 @@ class MaJupyterMagics(Magics):
         for ref in args.job:
             handle = resolve_job(client, ref)
             job = client.stop(handle.id)
-            job = getattr(job, "info", job)
             print(f"job {handle.id} ({handle.name}): stop requested, now {job.status.value}")
         return None
 

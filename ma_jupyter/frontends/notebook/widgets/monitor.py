@@ -252,7 +252,6 @@ class JobMonitor(W.VBox):
         except MaJupyterError as exc:
             self.message.value = f"<span style='color:#b00020'>{escape(exc.message)}</span>"
             return
-        job = getattr(job, "info", job)
         self.message.value = f"stop requested ({job.status.value})"
         self._apply_job(job)
 
