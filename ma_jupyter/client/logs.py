@@ -1,4 +1,5 @@
-"""Reading job logs: the one log reader (:class:`LogLines`) and what the front ends build on it.
+"""Reading job logs: :class:`LogLines` (one stream, line by line), :class:`LogStreams` (every
+stream of a job at once, one thread each) and the helpers the front ends build on them.
 
 A stream is one node's log, or one rank's log of a node: ``(node, rank)``, rank None for the
 node's own log. Every reader continues from a byte offset, so a reader that starts again (a
@@ -10,13 +11,15 @@ from __future__ import annotations
 import itertools
 import operator
 import os
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..errors import BackendUnavailable, MaJupyterError, RefusedFile
+from ..errors import BackendUnavailable, MaJupyterError, NotFound, RefusedFile
 from ..untrusted import open_file
 
 if TYPE_CHECKING:
@@ -30,6 +33,7 @@ LOCAL_READ = (
     256 << 10
 )  # bytes per direct read of a local log file: small chunks keep splitting cache-friendly
 FOLLOW_PATIENCE = 120.0  # seconds a log follower keeps retrying while the service is away
+LONG_POLL = 2.0  # seconds each read of LogStreams may wait on the service
 
 #: one log stream: (node, rank); rank None is the node's own log
 StreamKey = tuple[str, int | None]
@@ -225,3 +229,140 @@ def fully_shown(client: Client, job_id: str, offsets: dict[str, int]) -> bool:
     except MaJupyterError:
         return False
     return all(offsets.get(s.node, 0) >= s.size for s in streams if s.rank is None)
+
+
+class LogStreams:
+    """Follows log streams of one job from given byte offsets, one background thread per stream.
+
+    Lines come out of :meth:`drain` as ``(stream, line)`` pairs, complete lines only (a partial
+    last line waits for its newline, or for the end of the job).  :attr:`offsets` holds, per
+    stream, the byte offset just after the last line handed out, so a later follower started
+    from these offsets continues without replaying or skipping anything.
+
+    Args:
+        client: a :class:`ma_jupyter.client.Client` (``read_log``, ``job``, ``log_streams``).
+        job_id: the job to follow.
+        offsets: per-stream start offsets (``{"worker-0": 1234}``, or ``"worker-0/rank-1"``).
+        ranks: follow per-rank streams instead of each node's combined log.
+    """
+
+    def __init__(
+        self, client: Client, job_id: str, offsets: dict[str, int] | None = None, *, ranks: bool = False
+    ):
+        self.client = client
+        self.job_id = job_id
+        self.ranks = ranks
+        self.offsets: dict[str, int] = dict(offsets or {})
+        self._queue: queue.Queue = queue.Queue()
+        self._threads: dict[StreamKey, threading.Thread] = {}
+        self._finished: set[StreamKey] = set()
+        self._stop = threading.Event()
+        self.errors: list[str] = []
+
+    # -- streams
+
+    def discover(self, job: Job, *, with_files: bool = False) -> None:
+        """Start following every stream of ``job`` not followed yet.
+
+        Args:
+            job: the job as last seen (its launched nodes).
+            with_files: also ask the service for the streams on disk (nodes of earlier
+                attempts, per-rank files); costs one request.
+        """
+        keys: list[StreamKey] = [(n.name, None) for n in job.nodes]
+        if with_files or self.ranks:
+            try:
+                for stream in self.client.log_streams(job.id):
+                    keys.append((stream.node, stream.rank))
+            except MaJupyterError:
+                pass
+        if self.ranks:
+            # a node with per-rank files shows those; one without shows its combined log
+            ranked = {node for node, rank in keys if rank is not None}
+            keys = [k for k in keys if k[1] is not None or k[0] not in ranked]
+        else:
+            keys = [k for k in keys if k[1] is None]
+        for key in dict.fromkeys(keys):
+            if key not in self._threads:
+                self._start(key)
+
+    def follow(self, key: StreamKey) -> bool:
+        """Follow one stream ``(node, rank)`` (rank None: the node's combined log); False if already."""
+        if key in self._threads:
+            return False
+        self._start(key)
+        return True
+
+    def _start(self, key: StreamKey) -> None:
+        thread = threading.Thread(
+            target=self._follow, args=(key,), name=f"ma-log-{stream_label(key)}", daemon=True
+        )
+        self._threads[key] = thread
+        thread.start()
+
+    @property
+    def streams(self) -> list[StreamKey]:
+        return list(self._threads)
+
+    def finished(self) -> bool:
+        """True once every followed stream reached its end (the job is terminal and all was read)."""
+        return bool(self._threads) and len(self._finished) == len(self._threads)
+
+    def stop(self) -> None:
+        """Stop following; threads end after their current read."""
+        self._stop.set()
+
+    def _follow(self, key: StreamKey) -> None:
+        node, rank = key
+        label = stream_label(key)
+        offset = self.offsets.get(label, 0)
+        partial = b""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                chunk = self.client.read_log(self.job_id, node=node, rank=rank, offset=offset, wait=LONG_POLL)
+                failures = 0
+            except NotFound:
+                # The node is known before its log file exists (just launched): try again.
+                if self._stop.wait(0.1):
+                    return
+                continue
+            except Exception as exc:  # the service may restart: keep trying, but say so
+                failures += 1
+                if failures in (3, 30):
+                    self.errors.append(f"{label}: {exc}")
+                if self._stop.wait(min(2.0, 0.1 * failures)):
+                    return
+                continue
+            offset = chunk.next_offset
+            data = partial + chunk.data.encode("utf-8")
+            *lines, last = data.split(b"\n")
+            partial = last
+            if chunk.eof and partial:
+                lines.append(partial)
+                partial = b""
+            if lines:
+                decoded = [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
+                self._queue.put((key, decoded, offset - len(partial)))
+            if chunk.eof:
+                self._queue.put((key, None, offset))
+                return
+
+    def drain(self, timeout: float = 0.0) -> list[tuple[StreamKey, str]]:
+        """Lines that arrived since the last call; waits up to ``timeout`` for the first one."""
+        out: list[tuple[StreamKey, str]] = []
+        try:
+            item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return out
+        while True:
+            key, lines, offset = item
+            self.offsets[stream_label(key)] = offset
+            if lines is None:
+                self._finished.add(key)
+            else:
+                out.extend((key, line) for line in lines)
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return out

@@ -1,6 +1,6 @@
 """Live job logs in a notebook cell: follow every node's log and render it in one display.
 
-:class:`LogFollower` reads a job's log streams from byte offsets in background threads (one
+:class:`~ma_jupyter.client.logs.LogStreams` reads a job's log streams from byte offsets in background threads (one
 long-poll per stream), so a line printed by a node reaches the kernel as soon as the service
 sees it.  :class:`LiveLog` renders a status line and the newest lines into one display handle
 updated in place: the notebook keeps the final text (papermill, nbconvert) and its metadata
@@ -15,14 +15,12 @@ and turns a KeyboardInterrupt into a detach (the job keeps running) unless asked
 from __future__ import annotations
 
 import collections
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ...client.logs import StreamKey, stream_label
-from ...errors import BackendUnavailable, JobFailed, MaJupyterError, NotFound
+from ...client.logs import LogStreams, StreamKey, stream_label
+from ...errors import BackendUnavailable, JobFailed
 from ...models import Job, JobStatus
 from ..render import status_line
 
@@ -30,145 +28,7 @@ DEFAULT_MAX_LINES = 200
 MAX_LINE_CHARS = 4000
 RENDER_INTERVAL = 0.05  # seconds between display updates while lines arrive
 STATUS_INTERVAL = 0.5  # seconds between job refreshes for the status line
-LONG_POLL = 2.0  # seconds each stream read may wait on the service
 SERVICE_PATIENCE = 120.0  # seconds a follower waits for a job service that stopped answering
-
-
-class LogFollower:
-    """Follows log streams of one job from given byte offsets, one background thread per stream.
-
-    Lines come out of :meth:`drain` as ``(stream, line)`` pairs, complete lines only (a partial
-    last line waits for its newline, or for the end of the job).  :attr:`offsets` holds, per
-    stream, the byte offset just after the last line handed out, so a later follower started
-    from these offsets continues without replaying or skipping anything.
-
-    Args:
-        client: a :class:`ma_jupyter.client.Client` (``read_log``, ``job``, ``log_streams``).
-        job_id: the job to follow.
-        offsets: per-stream start offsets (``{"worker-0": 1234}``, or ``"worker-0/rank-1"``).
-        ranks: follow per-rank streams instead of each node's combined log.
-    """
-
-    def __init__(
-        self, client: Any, job_id: str, offsets: dict[str, int] | None = None, *, ranks: bool = False
-    ):
-        self.client = client
-        self.job_id = job_id
-        self.ranks = ranks
-        self.offsets: dict[str, int] = dict(offsets or {})
-        self._queue: queue.Queue = queue.Queue()
-        self._threads: dict[StreamKey, threading.Thread] = {}
-        self._finished: set[StreamKey] = set()
-        self._stop = threading.Event()
-        self.errors: list[str] = []
-
-    # -- streams
-
-    def discover(self, job: Job, *, with_files: bool = False) -> None:
-        """Start following every stream of ``job`` not followed yet.
-
-        Args:
-            job: the job as last seen (its launched nodes).
-            with_files: also ask the service for the streams on disk (nodes of earlier
-                attempts, per-rank files); costs one request.
-        """
-        keys: list[StreamKey] = [(n.name, None) for n in job.nodes]
-        if with_files or self.ranks:
-            try:
-                for stream in self.client.log_streams(job.id):
-                    keys.append((stream.node, stream.rank))
-            except MaJupyterError:
-                pass
-        if self.ranks:
-            # a node with per-rank files shows those; one without shows its combined log
-            ranked = {node for node, rank in keys if rank is not None}
-            keys = [k for k in keys if k[1] is not None or k[0] not in ranked]
-        else:
-            keys = [k for k in keys if k[1] is None]
-        for key in dict.fromkeys(keys):
-            if key not in self._threads:
-                self._start(key)
-
-    def follow(self, key: StreamKey) -> bool:
-        """Follow one stream ``(node, rank)`` (rank None: the node's combined log); False if already."""
-        if key in self._threads:
-            return False
-        self._start(key)
-        return True
-
-    def _start(self, key: StreamKey) -> None:
-        thread = threading.Thread(
-            target=self._follow, args=(key,), name=f"ma-log-{stream_label(key)}", daemon=True
-        )
-        self._threads[key] = thread
-        thread.start()
-
-    @property
-    def streams(self) -> list[StreamKey]:
-        return list(self._threads)
-
-    def finished(self) -> bool:
-        """True once every followed stream reached its end (the job is terminal and all was read)."""
-        return bool(self._threads) and len(self._finished) == len(self._threads)
-
-    def stop(self) -> None:
-        """Stop following; threads end after their current read."""
-        self._stop.set()
-
-    def _follow(self, key: StreamKey) -> None:
-        node, rank = key
-        label = stream_label(key)
-        offset = self.offsets.get(label, 0)
-        partial = b""
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                chunk = self.client.read_log(self.job_id, node=node, rank=rank, offset=offset, wait=LONG_POLL)
-                failures = 0
-            except NotFound:
-                # The node is known before its log file exists (just launched): try again.
-                if self._stop.wait(0.1):
-                    return
-                continue
-            except Exception as exc:  # the service may restart: keep trying, but say so
-                failures += 1
-                if failures in (3, 30):
-                    self.errors.append(f"{label}: {exc}")
-                if self._stop.wait(min(2.0, 0.1 * failures)):
-                    return
-                continue
-            offset = chunk.next_offset
-            data = partial + chunk.data.encode("utf-8")
-            *lines, last = data.split(b"\n")
-            partial = last
-            if chunk.eof and partial:
-                lines.append(partial)
-                partial = b""
-            if lines:
-                decoded = [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
-                self._queue.put((key, decoded, offset - len(partial)))
-            if chunk.eof:
-                self._queue.put((key, None, offset))
-                return
-
-    def drain(self, timeout: float = 0.0) -> list[tuple[StreamKey, str]]:
-        """Lines that arrived since the last call; waits up to ``timeout`` for the first one."""
-        out: list[tuple[StreamKey, str]] = []
-        try:
-            item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
-        except queue.Empty:
-            return out
-        while True:
-            key, lines, offset = item
-            self.offsets[stream_label(key)] = offset
-            if lines is None:
-                self._finished.add(key)
-            else:
-                out.extend((key, line) for line in lines)
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return out
 
 
 class LogBuffer:
@@ -328,7 +188,7 @@ def follow_job(
         job_id, max_lines=max_lines, display=display, log_hint=str(config.jobdir(job_id).logs), note=note
     )
     live.offsets = dict(offsets or {})
-    follower = LogFollower(client, job_id, offsets)
+    follower = LogStreams(client, job_id, offsets)
     job = client.job(job_id).info
     live.set_status(status_line(job))
     if stream is not None:

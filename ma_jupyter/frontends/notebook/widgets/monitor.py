@@ -17,7 +17,7 @@ from typing import Any
 
 import ipywidgets as W
 
-from ....client.logs import stream_label
+from ....client.logs import LogStreams, stream_label
 from ....errors import MaJupyterError
 from ....models import Job, JobStatus
 from ...render import status_line
@@ -81,7 +81,7 @@ class JobMonitor(W.VBox):
         self._events: list[Any] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.follower = live.LogFollower(client, job_id)
+        self.follower = LogStreams(client, job_id)
 
         self.badge = W.HTML(status_badge(self.job.status))
         self.badge.add_class("ma-monitor-badge")
