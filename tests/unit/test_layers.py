@@ -13,8 +13,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "ma_jupyter"
 ROOT = "ma_jupyter"
 
-# Module (or package) prefix -> layer; the longest prefix wins. Modules that still live where
-# they lived before the layout are listed under the layer they move to.
+# Module (or package) prefix -> layer; the longest prefix wins.
 LAYER_OF = {
     "ma_jupyter.errors": "errors",
     "ma_jupyter.jobdir": "jobdir",
