@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from .. import __version__
@@ -121,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except options.OptionsExit as exc:
         return exc.status
     except MaJupyterError as exc:
-        _err(f"error: {_one_line(exc.message)}")
+        _err(f"error: {render.one_line(exc.message)}")
         return EXIT_USAGE
     except TimeoutError as exc:
         _err(f"error: {exc}")
@@ -212,11 +211,11 @@ def _jobs(args: argparse.Namespace) -> int:
                 status,
                 job.chosen_spec or ",".join(job.spec.specs),
                 str(job.spec.nodes),
-                _time(job.created_at),
-                _elapsed(job),
+                render.clock(job.created_at),
+                render.elapsed(job),
             ]
         )
-    print(_table(rows), end="")
+    print(render.text_table(rows), end="")
     shown = len(page.items)
     if page.total > args.offset + shown:
         print(f"({shown} of {page.total} jobs shown; use --offset/--limit for more)")
@@ -225,7 +224,7 @@ def _jobs(args: argparse.Namespace) -> int:
 
 def _get(args: argparse.Namespace) -> int:
     job = resolve_job(Client(), args.job).info
-    _out(job.model_dump(mode="json") if args.json else format_job(job), args)
+    _out(job.model_dump(mode="json") if args.json else render.format_job(job), args)
     return EXIT_OK
 
 
@@ -280,8 +279,8 @@ def _events(args: argparse.Namespace) -> int:
     rows = [["SEQ", "TIME", "STATUS", "WHERE", "REASON"]]
     for e in events:
         where = (e.node or "") + (f"/rank-{e.rank}" if e.rank is not None else "")
-        rows.append([str(e.seq), _time(e.time), e.status.value, where, _one_line(e.reason)])
-    print(_table(rows), end="")
+        rows.append([str(e.seq), render.clock(e.time), e.status.value, where, render.one_line(e.reason)])
+    print(render.text_table(rows), end="")
     return EXIT_OK
 
 
@@ -308,7 +307,7 @@ def _update(args: argparse.Namespace) -> int:
     client = Client()
     handle = resolve_job(client, args.job)
     job = client.update(handle.id, priority=args.priority, duration=args.duration)
-    _out(job.model_dump(mode="json") if args.json else format_job(job), args)
+    _out(job.model_dump(mode="json") if args.json else render.format_job(job), args)
     return EXIT_OK
 
 
@@ -336,7 +335,7 @@ def _specs(args: argparse.Namespace) -> int:
             else "-"
         )
         rows.append([s.name, f"{s.cpus:g}", f"{s.memory_gb:g} GB", cards, s.description])
-    print(_table(rows), end="")
+    print(render.text_table(rows), end="")
     return EXIT_OK
 
 
@@ -359,7 +358,7 @@ def _nodes(args: argparse.Namespace) -> int:
                 ", ".join(n.usage) or "-",
             ]
         )
-    print(_table(rows), end="")
+    print(render.text_table(rows), end="")
     return EXIT_OK
 
 
@@ -383,45 +382,6 @@ _COMMANDS = {
 # ---------------------------------------------------------------------------- helpers
 
 
-def format_job(job: Job) -> str:
-    """A job as readable ``key: value`` lines."""
-    spec = job.spec
-    lines = [
-        f"id:        {job.id}",
-        f"name:      {spec.name}",
-        f"status:    {job.status.value}" + (f" ({_one_line(job.reason)})" if job.reason else ""),
-        f"mode:      {spec.mode.value}, {spec.nodes} node(s)"
-        + (f", {spec.ps} ps" if spec.ps else "")
-        + (", chief" if spec.chief else ""),
-        f"spec:      {job.chosen_spec or ', '.join(spec.specs)}",
-        f"command:   {spec.command or '; '.join(t.command for t in spec.tasks)}",
-        f"created:   {_time(job.created_at)}" + (f" by {spec.creator}" if spec.creator else ""),
-    ]
-    if job.queue_position is not None:
-        lines.append(f"queue:     position {job.queue_position + 1}")
-    if job.started_at:
-        lines.append(f"started:   {_time(job.started_at)}")
-    if job.finished_at:
-        lines.append(f"finished:  {_time(job.finished_at)}")
-    lines.append(f"elapsed:   {_elapsed(job)}" + (f" of {spec.duration:g} s" if spec.duration else ""))
-    if job.exit_code is not None:
-        lines.append(f"exit code: {job.exit_code}")
-    if job.attempt or job.restarts:
-        lines.append(f"attempt:   {job.attempt} (restarts {job.restarts})")
-    if spec.outputs:
-        lines.append(f"outputs:   {spec.outputs}")
-    for run in job.nodes:
-        detail = (
-            f"{run.state}"
-            + (f", pid {run.pid}" if run.pid else "")
-            + (f", on {run.host}" if run.host else "")
-        )
-        if run.exit_code is not None:
-            detail += f", exit {run.exit_code}"
-        lines.append(f"node:      {run.name} ({detail})")
-    return "\n".join(lines)
-
-
 def _finished(job: Job, args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         _out(job.model_dump(mode="json"), args)
@@ -430,7 +390,7 @@ def _finished(job: Job, args: argparse.Namespace) -> int:
         if job.exit_code is not None:
             line += f" (exit code {job.exit_code})"
         if job.reason and job.status is not JobStatus.succeeded:
-            line += f": {_one_line(job.reason)}"
+            line += f": {render.one_line(job.reason)}"
         print(line)
     return EXIT_OK if job.status is JobStatus.succeeded else EXIT_FAILED
 
@@ -457,32 +417,6 @@ def _out(value: Any, args: argparse.Namespace) -> None:
 
 def _err(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def _time(value: datetime | None) -> str:
-    if value is None:
-        return "-"
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _elapsed(job: Job) -> str:
-    if not job.started_at:
-        return "-"
-    end = job.finished_at or datetime.now(UTC)
-    seconds = max(0, int((end - job.started_at).total_seconds()))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
-
-
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows
-    )
 
 
 if __name__ == "__main__":

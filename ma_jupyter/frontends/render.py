@@ -5,9 +5,11 @@ from __future__ import annotations
 import io
 import shlex
 from datetime import UTC, datetime
+from html import escape
 from typing import Any
 
-from ..models import Job, JobStatus, Plan
+from ..client.logs import stream_label
+from ..models import Event, Job, JobStatus, Plan
 
 
 def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
@@ -143,3 +145,109 @@ def status_line(job: Job, now: datetime | None = None) -> str:
     if job.reason and status is not JobStatus.running:
         head += f" — {job.reason}"
     return head
+
+
+# ------------------------------------------------------------------ the CLI's texts
+
+
+def format_job(job: Job) -> str:
+    """A job as readable ``key: value`` lines."""
+    spec = job.spec
+    lines = [
+        f"id:        {job.id}",
+        f"name:      {spec.name}",
+        f"status:    {job.status.value}" + (f" ({one_line(job.reason)})" if job.reason else ""),
+        f"mode:      {spec.mode.value}, {spec.nodes} node(s)"
+        + (f", {spec.ps} ps" if spec.ps else "")
+        + (", chief" if spec.chief else ""),
+        f"spec:      {job.chosen_spec or ', '.join(spec.specs)}",
+        f"command:   {spec.command or '; '.join(t.command for t in spec.tasks)}",
+        f"created:   {clock(job.created_at)}" + (f" by {spec.creator}" if spec.creator else ""),
+    ]
+    if job.queue_position is not None:
+        lines.append(f"queue:     position {job.queue_position + 1}")
+    if job.started_at:
+        lines.append(f"started:   {clock(job.started_at)}")
+    if job.finished_at:
+        lines.append(f"finished:  {clock(job.finished_at)}")
+    lines.append(f"elapsed:   {elapsed(job)}" + (f" of {spec.duration:g} s" if spec.duration else ""))
+    if job.exit_code is not None:
+        lines.append(f"exit code: {job.exit_code}")
+    if job.attempt or job.restarts:
+        lines.append(f"attempt:   {job.attempt} (restarts {job.restarts})")
+    if spec.outputs:
+        lines.append(f"outputs:   {spec.outputs}")
+    for run in job.nodes:
+        detail = (
+            f"{run.state}"
+            + (f", pid {run.pid}" if run.pid else "")
+            + (f", on {run.host}" if run.host else "")
+        )
+        if run.exit_code is not None:
+            detail += f", exit {run.exit_code}"
+        lines.append(f"node:      {run.name} ({detail})")
+    return "\n".join(lines)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines too) as one space."""
+    return " ".join(str(text).split())
+
+
+def clock(value: datetime | None) -> str:
+    """A time in local time, ``-`` when there is none."""
+    if value is None:
+        return "-"
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def elapsed(job: Job) -> str:
+    """How long a job ran (so far), ``H:MM:SS``; ``-`` before it started."""
+    if not job.started_at:
+        return "-"
+    end = job.finished_at or datetime.now(UTC)
+    seconds = max(0, int((end - job.started_at).total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def text_table(rows: list[list[str]]) -> str:
+    """Rows (the first one the header) as aligned text lines."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows
+    )
+
+
+# ------------------------------------------------------------------ HTML of the widgets
+
+STATUS_COLORS = {
+    JobStatus.queued: "#757575",
+    JobStatus.running: "#1565c0",
+    JobStatus.succeeded: "#2e7d32",
+    JobStatus.error: "#b00020",
+    JobStatus.stopped: "#ef6c00",
+    JobStatus.expired: "#6a1b9a",
+}
+
+
+def status_badge(status: JobStatus) -> str:
+    """HTML for a status badge (class ``ma-status ma-status-<status>``)."""
+    color = STATUS_COLORS.get(status, "#424242")
+    return (
+        f"<span class='ma-status ma-status-{status.value}' style='background:{color};color:white;"
+        f"padding:2px 8px;border-radius:10px;font-weight:600'>{status.value}</span>"
+    )
+
+
+def events_html(events: list[Event]) -> str:
+    """A job's events as an HTML table (the job monitor's events tab)."""
+    rows = "".join(
+        f"<tr><td>{e.seq}</td><td>{e.time.astimezone().strftime('%H:%M:%S')}</td><td>{e.status.value}</td>"
+        f"<td>{escape(stream_label((e.node, e.rank)) if e.node else '')}</td><td>{escape(e.reason)}</td></tr>"
+        for e in events
+    )
+    return (
+        "<table><thead><tr><th>#</th><th>time</th><th>status</th><th>node</th><th>reason</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )

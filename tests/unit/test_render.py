@@ -68,3 +68,11 @@ def test_tables_as_text_and_html():
     bundle = render.table_bundle(["id", "status"], [["a-1", "running"], ["b", None]])
     assert bundle["text/plain"] == "id   status\na-1  running\nb"
     assert "<th>status</th>" in bundle["text/html"] and "<td>a-1</td>" in bundle["text/html"]
+
+
+def test_cli_texts_and_badges():
+    assert render.one_line("a\n  b\tc") == "a b c"
+    assert render.clock(None) == "-"
+    assert render.text_table([["id", "status"], ["a-1", "running"]]) == "id   status\na-1  running\n"
+    badge = render.status_badge(JobStatus.error)
+    assert "ma-status-error" in badge and ">error</span>" in badge

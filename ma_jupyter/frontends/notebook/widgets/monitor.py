@@ -19,29 +19,12 @@ import ipywidgets as W
 
 from ....client.logs import LogStreams, stream_label
 from ....errors import MaJupyterError
-from ....models import Job, JobStatus
-from ...render import status_line
+from ....models import Job
+from ...render import events_html, status_badge, status_line
 from .. import live
 
-STATUS_COLORS = {
-    JobStatus.queued: "#757575",
-    JobStatus.running: "#1565c0",
-    JobStatus.succeeded: "#2e7d32",
-    JobStatus.error: "#b00020",
-    JobStatus.stopped: "#ef6c00",
-    JobStatus.expired: "#6a1b9a",
-}
 REFRESH = 0.5  # seconds between job refreshes
 LOG_RENDER = 0.1  # seconds between log widget updates per stream
-
-
-def status_badge(status: JobStatus) -> str:
-    """HTML for a status badge (class ``ma-status ma-status-<status>``)."""
-    color = STATUS_COLORS.get(status, "#424242")
-    return (
-        f"<span class='ma-status ma-status-{status.value}' style='background:{color};color:white;"
-        f"padding:2px 8px;border-radius:10px;font-weight:600'>{status.value}</span>"
-    )
 
 
 class JobMonitor(W.VBox):
@@ -228,15 +211,7 @@ class JobMonitor(W.VBox):
         if not new:
             return
         self._events.extend(new)
-        rows = "".join(
-            f"<tr><td>{e.seq}</td><td>{e.time.astimezone().strftime('%H:%M:%S')}</td><td>{e.status.value}</td>"
-            f"<td>{escape(stream_label((e.node, e.rank)) if e.node else '')}</td><td>{escape(e.reason)}</td></tr>"
-            for e in self._events
-        )
-        self.events.value = (
-            "<table><thead><tr><th>#</th><th>time</th><th>status</th><th>node</th><th>reason</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>"
-        )
+        self.events.value = events_html(self._events)
 
     def log_text(self, node: str = "worker-0", rank: int | None = None) -> str:
         """The lines a log tab shows now (for scripts and tests)."""

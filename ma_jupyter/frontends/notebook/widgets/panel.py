@@ -14,8 +14,9 @@ from typing import Any
 import ipywidgets as W
 
 from ....errors import MaJupyterError
+from ...render import status_badge
 from .form import JobForm
-from .monitor import JobMonitor, status_badge
+from .monitor import JobMonitor
 
 TABLE_REFRESH = 1.0
 
