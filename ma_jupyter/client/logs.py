@@ -113,6 +113,12 @@ class LogLines(Iterator[str]):
         """Stop reading early (closes the log file if one is open); :attr:`offset` stays valid."""
         self._chunk_source.close()
 
+    def batches(self) -> Iterator[list[str]]:
+        """The lines chunk by chunk, as each read delivers them (instead of one by one);
+        :attr:`offset` is just after the batch's last line when the batch comes out."""
+        for chunk in self._chunk_source:
+            yield list(chunk)
+
     def _chunks(self) -> Iterator[Iterator[str]]:
         pending = b""
         first = True
@@ -232,7 +238,8 @@ def fully_shown(client: Client, job_id: str, offsets: dict[str, int]) -> bool:
 
 
 class LogStreams:
-    """Follows log streams of one job from given byte offsets, one background thread per stream.
+    """Follows log streams of one job from given byte offsets, one background thread per stream,
+    each a following :class:`LogLines` (so finished bytes come from the local file when there is one).
 
     Lines come out of :meth:`drain` as ``(stream, line)`` pairs, complete lines only (a partial
     last line waits for its newline, or for the end of the job).  :attr:`offsets` holds, per
@@ -316,37 +323,36 @@ class LogStreams:
         node, rank = key
         label = stream_label(key)
         offset = self.offsets.get(label, 0)
-        partial = b""
         failures = 0
         while not self._stop.is_set():
+            reader = LogLines(
+                self.client, self.job_id, follow=True, node=node, rank=rank, offset=offset, wait=LONG_POLL
+            )
             try:
-                chunk = self.client.read_log(self.job_id, node=node, rank=rank, offset=offset, wait=LONG_POLL)
-                failures = 0
+                for lines in reader.batches():
+                    failures = 0
+                    offset = reader.offset
+                    if lines:
+                        self._queue.put((key, [line.rstrip("\r") for line in lines], offset))
+                    if self._stop.is_set():
+                        return
+                # the reader ends at the end of the job's log
+                self._queue.put((key, None, reader.offset))
+                return
             except NotFound:
                 # The node is known before its log file exists (just launched): try again.
+                offset = reader.offset
                 if self._stop.wait(0.1):
                     return
-                continue
             except Exception as exc:  # the service may restart: keep trying, but say so
+                offset = reader.offset
                 failures += 1
                 if failures in (3, 30):
                     self.errors.append(f"{label}: {exc}")
                 if self._stop.wait(min(2.0, 0.1 * failures)):
                     return
-                continue
-            offset = chunk.next_offset
-            data = partial + chunk.data.encode("utf-8")
-            *lines, last = data.split(b"\n")
-            partial = last
-            if chunk.eof and partial:
-                lines.append(partial)
-                partial = b""
-            if lines:
-                decoded = [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
-                self._queue.put((key, decoded, offset - len(partial)))
-            if chunk.eof:
-                self._queue.put((key, None, offset))
-                return
+            finally:
+                reader.close()
 
     def drain(self, timeout: float = 0.0) -> list[tuple[StreamKey, str]]:
         """Lines that arrived since the last call; waits up to ``timeout`` for the first one."""
