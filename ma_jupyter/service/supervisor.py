@@ -102,7 +102,7 @@ class Supervisor:
 
     def start(self) -> None:
         """Re-attach to jobs left running by a previous service, then run the loop."""
-        self._reattach()
+        self.recover()
         # folders of deleted jobs a previous service had not finished removing
         for doomed in config.jobs_root().glob(".deleted-*"):
             threading.Thread(
@@ -127,9 +127,22 @@ class Supervisor:
             except Exception:  # a bug in one tick must not end supervision of every job
                 log.exception("supervisor tick failed")
 
-    def _reattach(self) -> None:
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until no attempt is being wound down (every finishing thread has recorded its
+        job's end); True if so within ``timeout`` seconds.  For tests and orderly shutdowns."""
+        deadline = time.monotonic() + timeout
+        while self._finishing:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def recover(self) -> None:
         """Take over from a previous service: re-attach to running jobs, and clean up a launch it
-        was in the middle of (placement stored, job not yet recorded as running)."""
+        was in the middle of (placement stored, job not yet recorded as running).
+
+        :meth:`start` calls it; a test may call it on a supervisor whose loop it drives itself.
+        """
         for job in self.store.by_status(JobStatus.queued):
             data = self.store.placement(job.id)
             if data is None:
@@ -214,7 +227,7 @@ class Supervisor:
         if spec.type.value != "batch":
             parse_command(spec.command or "")
         placement = self.scheduler.place(
-            "dry-run", spec, self._usage(), reserve_ports=False
+            "dry-run", spec, self.usage(), reserve_ports=False
         ) or self._any_placement(spec)
         plan_job(spec, placement)  # a mode that cannot plan this job refuses it now, not at launch
 
@@ -230,7 +243,7 @@ class Supervisor:
         from ..workspace import mounts_for, workdir_for
 
         self._validate(spec)
-        now = self.scheduler.place("dry-run", spec, self._usage(), reserve_ports=False)
+        now = self.scheduler.place("dry-run", spec, self.usage(), reserve_ports=False)
         placement = now or self._any_placement(spec)
         views = [
             NodePlanView(
@@ -404,7 +417,8 @@ class Supervisor:
                     current, JobStatus.error, f"the service could not supervise this job: {message}"
                 )
 
-    def _usage(self):
+    def usage(self):
+        """What the jobs this service runs take of the cluster now (the scheduler's usage)."""
         with self._lock:
             return self.scheduler.usage(list(self._placements.values()))
 
@@ -418,7 +432,7 @@ class Supervisor:
 
     def _admit_one(self, job: Job) -> None:
         """Launch one queued job if the scheduler can place it now."""
-        placement = self.scheduler.place(job.id, job.spec, self._usage())
+        placement = self.scheduler.place(job.id, job.spec, self.usage())
         if placement is None:
             if job.id not in self._waiting_noted:
                 self._waiting_noted.add(job.id)
