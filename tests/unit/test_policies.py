@@ -436,3 +436,24 @@ def test_failure_reason_in_words():
     assert policies.failure_reason(bad, [], "the job left a FIFO at failure.json") == (
         "node worker-0 exited with code 2; the job left a FIFO at failure.json"
     )
+
+
+# ---------------------------------------------------------------------------------- purity
+
+
+def test_policies_read_no_store_backend_clock_or_file():
+    import ast
+
+    tree = ast.parse(Path(policies.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add("." * node.level + (node.module or ""))
+    allowed = {"__future__", "re", "errno", "collections.abc", "dataclasses", "datetime", "pathlib", "typing"}
+    assert imported <= allowed | {"..errors", "..models", ".guard"}, imported - allowed
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert not names & {"open", "time", "os", "utcnow"}, names & {"open", "time", "os", "utcnow"}
+    assert not attributes & {"now", "utcnow", "exists", "is_dir", "read_text", "stat"}
