@@ -19,7 +19,7 @@ import pytest
 from ma_jupyter import config
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import JobSpec, JobStatus
-from ma_jupyter.service.scheduler import Scheduler, placement_to_json
+from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
 from tests.helpers import wait_for
@@ -110,10 +110,10 @@ def test_an_update_between_listing_and_launch_is_kept(ma_supervisor):
 def test_a_launch_interrupted_by_a_crash_is_cleaned_up_and_started_once(ma_supervisor):
     sup = ma_supervisor
     job = sup.submit(JobSpec(name="half", command=f"{PY} -c 'import time; time.sleep(60)'"), creator="me")
-    placement = sup.scheduler.place(job.id, job.spec, sup._usage())
+    placement = sup._place(job.id, job.spec, sup._usage(), reserve=True)
     attempt = sup._attempt(job, placement)
     # what _launch does before it records the job as running ... and then the service dies
-    sup.store.set_placement(job.id, placement_to_json(placement))
+    sup.store.set_placement(job.id, placement.to_json())
     runs = sup.backend.launch(attempt)
     assert sup.backend.poll(attempt, runs[0]).state == "running"
 
