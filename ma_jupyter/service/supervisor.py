@@ -44,7 +44,7 @@ from .disk import SUBMIT_BELOW, full_folder
 from .guard import disk_full_message
 from .logs import read_stream
 from .policies import End
-from .scheduler import Scheduler, placement_from_json, placement_to_json
+from .scheduler import NodeUse, Scheduler
 from .store import Store
 
 log = logging.getLogger("ma_jupyter.supervisor")
@@ -148,7 +148,7 @@ class Supervisor:
             data = self.store.placement(job.id)
             if policies.recovery(job, data is not None) != "stop_partial_launch":
                 continue
-            placement = placement_from_json(data)
+            placement = Placement.from_json(data)
             attempt = self._attempt(job, placement)
             # Those nodes may have started without the job being marked running: stop them (by
             # their markers) so the job starts once, cleanly, when it is admitted again.
@@ -163,9 +163,9 @@ class Supervisor:
             data = self.store.placement(job.id)
             if policies.recovery(job, data is not None) != "reattach":
                 continue
-            placement = placement_from_json(data)
+            placement = Placement.from_json(data)
             self._placements[job.id] = placement
-            self.scheduler.hold(placement)
+            self.backend.hold(placement)
             attempt = self._attempt(job, placement)
             alive = [r.name for r in job.nodes if self.backend.poll(attempt, r).state == "running"]
             self._notice(
@@ -221,14 +221,19 @@ class Supervisor:
         validate(spec)
         if spec.type.value != "batch":
             parse_command(spec.command or "")
-        placement = self.scheduler.place(
-            "dry-run", spec, self.usage(), reserve_ports=False
-        ) or self._any_placement(spec)
+        placement = self._place("dry-run", spec, self.usage(), reserve=False) or self._any_placement(spec)
         plan_job(spec, placement)  # a mode that cannot plan this job refuses it now, not at launch
+
+    def _place(
+        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, reserve: bool
+    ) -> Placement | None:
+        """Where the job's tasks go now (the scheduler), bound by the backend; None if it does not fit."""
+        placement = self.scheduler.place(job_id, spec, use)
+        return self.backend.bind(placement, reserve=reserve) if placement is not None else None
 
     def _any_placement(self, spec: JobSpec) -> Placement:
         """A placement on an empty cluster (for planning a job that must wait)."""
-        placement = self.scheduler.place("dry-run", spec, self.scheduler.usage([]), reserve_ports=False)
+        placement = self._place("dry-run", spec, self.scheduler.usage([]), reserve=False)
         if placement is None:
             raise InvalidSpec("this job cannot be placed on this cluster", field="specs")
         return placement
@@ -238,7 +243,7 @@ class Supervisor:
         from ..workspace import mounts_for, workdir_for
 
         self._validate(spec)
-        now = self.scheduler.place("dry-run", spec, self.usage(), reserve_ports=False)
+        now = self._place("dry-run", spec, self.usage(), reserve=False)
         placement = now or self._any_placement(spec)
         views = [
             NodePlanView(
@@ -407,7 +412,7 @@ class Supervisor:
 
     def _admit_one(self, job: Job) -> None:
         """Launch one queued job if the scheduler can place it now."""
-        placement = self.scheduler.place(job.id, job.spec, self.usage())
+        placement = self._place(job.id, job.spec, self.usage(), reserve=True)
         if placement is None:
             if job.id not in self._waiting_noted:
                 self._waiting_noted.add(job.id)
@@ -485,10 +490,10 @@ class Supervisor:
                 self._prepare_data(job)
             attempt = self._attempt(job, placement)
             # Durable before the processes exist: a crash right after launch can still find them.
-            self.store.set_placement(job.id, placement_to_json(placement))
+            self.store.set_placement(job.id, placement.to_json())
             runs = self.backend.launch(attempt)
         except Exception as exc:  # the job cannot start: it fails, the queue goes on
-            self.scheduler.release(placement)
+            self.backend.release(placement)
             self.store.set_placement(job.id, None)
             message = policies.launch_failure(exc, job_dir)
             log.warning("job %s failed to launch: %s", job.id, message)
@@ -525,7 +530,7 @@ class Supervisor:
                     job, JobStatus.error, "lost: the service has no record of where this job ran"
                 )
                 return
-            placement = self._placements[job.id] = placement_from_json(data)
+            placement = self._placements[job.id] = Placement.from_json(data)
         attempt = self._attempt(job, placement)
         end = policies.before_poll(
             job,
@@ -631,7 +636,7 @@ class Supervisor:
                 with self._lock:
                     placement = self._placements.pop(job.id, None)
                     if placement:
-                        self.scheduler.release(placement)
+                        self.backend.release(placement)
                     self.store.set_placement(job.id, None)
                     self._forget(job.id)
                     desired = self.store.desired(job.id)

@@ -24,7 +24,7 @@ from ma_jupyter.backends.base import Attempt
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.modes import plan_job
-from ma_jupyter.service.scheduler import Scheduler, placement_to_json
+from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
 from tests.helpers import wait_for
@@ -167,7 +167,7 @@ def test_an_update_between_listing_and_launch_is_kept(ma_supervisor):
 def test_a_launch_interrupted_by_a_crash_is_cleaned_up_and_started_once(ma_supervisor):
     sup = ma_supervisor
     job = sup.submit(JobSpec(name="half", command=f"{PY} -c 'import time; time.sleep(60)'"), creator="me")
-    placement = sup.scheduler.place(job.id, job.spec, sup.usage())
+    placement = sup.backend.bind(sup.scheduler.place(job.id, job.spec, sup.usage()), reserve=True)
     attempt = Attempt(
         job_id=job.id,
         spec=job.spec,
@@ -176,7 +176,7 @@ def test_a_launch_interrupted_by_a_crash_is_cleaned_up_and_started_once(ma_super
         plans=tuple(plan_job(job.spec, placement)),
     )
     # what a launch does before it records the job as running ... and then the service dies
-    sup.store.set_placement(job.id, placement_to_json(placement))
+    sup.store.set_placement(job.id, placement.to_json())
     runs = sup.backend.launch(attempt)
     assert sup.backend.poll(attempt, runs[0]).state == "running"
 
