@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..jobdir import JobDir
 from ..models import JobSpec, NodeRun
-from ..modes.base import NodePlan
+from ..modes.base import NodePlan, Placement, RemoteShell
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,47 @@ JOB_SECRET_ENV = "MA_JOB_SECRET"
 
 
 class Backend(ABC):
-    """Starts, observes and stops the node processes of job attempts."""
+    """Binds placements, and starts, observes and stops the node processes of job attempts.
+
+    Rules every backend keeps:
+
+    1. :meth:`bind` is the only place hostnames, addresses, ports and cores are chosen (the
+       scheduler places on inventory nodes only; the modes plan from the bound placement).
+       With ``reserve=False`` (a dry run) it reserves nothing and gives port 0.
+    2. Everything but :meth:`bind` works in a fresh service process from persisted values: the
+       stored bound placement, the :class:`~ma_jupyter.models.NodeRun` records and the files
+       the nodes write.  Reserved ports are declared again with :meth:`hold` after a restart.
+    3. :meth:`launch` is all or nothing: if it raises, no node it started is left running.
+    4. The service is never in the log path: nodes write their own logs.
+    5. :meth:`poll` and :meth:`stop` may be called concurrently for different jobs.
+    """
 
     #: short name stored on the job (``local``, ``ray``)
     name: str = "base"
+    #: how MPI's launcher reaches the other nodes of a job; None: MPI jobs are refused
+    remote_shell: RemoteShell | None = None
+
+    @abstractmethod
+    def bind(self, placement: Placement, *, reserve: bool) -> Placement:
+        """``placement`` with every task's hostname, address, ports and cores, and the backend's
+        remote shell.
+
+        Args:
+            placement: the scheduler's placement (inventory nodes, slots, cards).
+            reserve: reserve the ports until :meth:`release` (False for a dry run: ports 0).
+        """
+
+    @abstractmethod
+    def release(self, placement: Placement) -> None:
+        """Forget what :meth:`bind` reserved for a finished attempt."""
+
+    @abstractmethod
+    def hold(self, placement: Placement) -> None:
+        """Reserve again what a bound placement holds (a restarted service re-attaching)."""
 
     @abstractmethod
     def isolation(self) -> str:
-        """How each node's ``/workspace`` is made: ``bubblewrap`` or ``symlink``."""
+        """How each node's ``/workspace`` is made (the local backend: ``bubblewrap`` or ``symlink``)."""
 
     @abstractmethod
     def launch(self, attempt: Attempt) -> list[NodeRun]:

@@ -33,7 +33,8 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
 
     Args:
         spec: the job.
-        placement: where the scheduler put its tasks.
+        placement: where the scheduler put its tasks, bound by the backend
+            (:meth:`~ma_jupyter.backends.base.Backend.bind`).
         argv: the command to run (a batch task's, or a resumed one); default the job's command.
 
     Returns:
@@ -41,6 +42,8 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
         ``MA_JOB_NAME``, ``MA_TASK_NAME``, ``MA_TASK_INDEX``, ``MA_NUM_NODES`` and the job's
         own ``env`` (which the mode's variables override, since the launch depends on them).
     """
+    if not placement.bound:
+        raise ValueError("plan_job needs a placement bound by a backend (hostnames, addresses, ports)")
     planner = PLANNERS.get(spec.mode)
     if planner is None:
         from ..errors import InvalidSpec

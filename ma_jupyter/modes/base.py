@@ -1,44 +1,52 @@
 """The contract every distributed mode implements.
 
-A mode is a pure function ``plan(job, placement) -> list[NodePlan]``: from the job's spec and
-where the scheduler put its tasks (hostnames, addresses, ports, slots, cores, cards) to what
+A mode is a pure function ``plan(job, placement) -> list[NodePlan]``: from the job's spec and a
+*bound* placement (the scheduler chose the inventory node, slots and cards of each task; the
+backend then bound it: hostnames, addresses, ports, cores and the remote shell MPI uses) to what
 each node runs (argv before ``${VAR}`` expansion, env, files to write inside the node's view).
-No mode starts a process, opens a socket or reads the clock: the same plan is shown by
-``--dry-run`` and launched by every backend.
+No mode starts a process, opens a socket, reads the clock or names a backend's program: the
+same plan is shown by ``--dry-run`` and launched by every backend.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ..models import JobSpec, Spec
 
 
 @dataclass(frozen=True)
 class TaskSlot:
-    """Where one task (node) of a job runs, as decided by the scheduler.
+    """Where one task (node) of a job runs.
+
+    The scheduler fills ``role``, ``index``, ``slots``, ``host``, ``devices`` and
+    ``cpu_request``; the backend's ``bind`` fills ``hostname``, ``address``, ``ports`` and
+    ``cpus`` (it alone knows how its nodes are reached).
 
     Attributes:
         role: ``worker`` for every mode; TensorFlow adds ``ps`` and ``chief``.
         index: index within the role (VC_TASK_INDEX / TF task index).
         hostname: the name the node sees as its own and that its peers resolve.
-        address: the address peers reach it on (a loopback address for simulated nodes).
-        ports: ports the service reserved for this task (the first is the main one).
+        address: the address peers reach it on.
+        ports: ports reserved for this task (the first is the main one); 0 when not reserved
+            (a dry run).
         slots: processes per node: the spec's card count, or 1 for a CPU spec.
         host: the inventory node it is placed on.
         cpus: cores it may use (CPU affinity); empty = no pinning.
         devices: card indices (CUDA_VISIBLE_DEVICES / ASCEND_VISIBLE_DEVICES) when the spec has cards.
+        cpu_request: the cores its spec asks for (the backend sizes the pinning from it).
     """
 
     role: str
     index: int
-    hostname: str
-    address: str
-    ports: tuple[int, ...]
+    hostname: str = ""
+    address: str = ""
+    ports: tuple[int, ...] = ()
     slots: int = 1
     host: str = ""
     cpus: tuple[int, ...] = ()
     devices: tuple[int, ...] = ()
+    cpu_request: float = 0.0
 
     @property
     def name(self) -> str:
@@ -50,12 +58,74 @@ class TaskSlot:
 
 
 @dataclass(frozen=True)
+class RemoteShell:
+    """How MPI's launcher on one node starts processes on the others (its ``ssh``), as the
+    backend provides it.
+
+    Attributes:
+        agent: the command line mpirun runs instead of ssh (``plm_rsh_agent``).
+        serve: argv a waiting node runs so the agent can reach it; ``{job}`` and ``{host}`` are
+            filled in with the job id and the node's hostname.
+        interface: the network interface MPICH's hydra uses (``HYDRA_IFACE``), if any.
+    """
+
+    agent: str
+    serve: tuple[str, ...]
+    interface: str | None = None
+
+    def serve_argv(self, job_id: str, host: str) -> list[str]:
+        """The argv a waiting node ``host`` of job ``job_id`` runs."""
+        return [part.replace("{job}", job_id).replace("{host}", host) for part in self.serve]
+
+
+@dataclass(frozen=True)
 class Placement:
-    """All tasks of one attempt of a job, in launch order, and the spec they run with."""
+    """All tasks of one attempt of a job, in launch order, and the spec they run with.
+
+    ``remote_shell`` is set by the backend's ``bind`` (None: the backend offers none, and MPI
+    modes refuse the job).
+    """
 
     job_id: str
     spec: Spec
     tasks: tuple[TaskSlot, ...]
+    remote_shell: RemoteShell | None = None
+
+    @property
+    def bound(self) -> bool:
+        """Whether a backend bound it: every task has an address to be reached on."""
+        return all(t.address for t in self.tasks)
+
+    def to_json(self) -> dict:
+        """The placement as stored with the job (a restarted service rebuilds use from it)."""
+        return {
+            "job_id": self.job_id,
+            "spec": self.spec.model_dump(),
+            "tasks": [asdict(t) for t in self.tasks],
+            "remote_shell": asdict(self.remote_shell) if self.remote_shell else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Placement:
+        """The placement :meth:`to_json` stored (also one stored before a field was added)."""
+        tasks = tuple(
+            TaskSlot(
+                **{
+                    **t,
+                    "ports": tuple(t.get("ports", ())),
+                    "cpus": tuple(t.get("cpus", ())),
+                    "devices": tuple(t.get("devices", ())),
+                }
+            )
+            for t in data["tasks"]
+        )
+        shell = data.get("remote_shell")
+        return cls(
+            job_id=data["job_id"],
+            spec=Spec.model_validate(data["spec"]),
+            tasks=tasks,
+            remote_shell=RemoteShell(**{**shell, "serve": tuple(shell["serve"])}) if shell else None,
+        )
 
     def role(self, role: str) -> list[TaskSlot]:
         """The tasks of one role, by index."""

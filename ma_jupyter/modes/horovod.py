@@ -9,7 +9,8 @@ Every node gets (seed 002):
 * ``HYDRA_HOST_FILE=/etc/mpi/mpich_hostfile`` and ``HYDRA_IFACE=lo`` (the seed's ``eth0`` is the
   cluster network; simulated nodes talk over the host's loopback);
 * the remote agent mpirun uses instead of ssh (``OMPI_MCA_plm_rsh_agent`` for Open MPI 4,
-  ``PRTE_MCA_plm_ssh_agent`` for Open MPI 5): ``python -m ma_jupyter.backends.local.rsh_agent``;
+  ``PRTE_MCA_plm_ssh_agent`` for Open MPI 5): the backend's remote shell, from the bound
+  placement (a backend without one cannot run MPI jobs: they are refused);
 * ``OMPI_ALLOW_RUN_AS_ROOT=1`` and ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``, so that a user's own
   ``mpirun`` command also runs when the nodes run as root.
 
@@ -20,14 +21,13 @@ mpirun runs on worker-0 only.  A command without ``mpirun`` gets the seed's pref
 
 (Open MPI 5 refuses the seed's single-dash ``-bind-to``/``-map-by``: the double-dash spelling
 means the same to Open MPI 4 and 5; ``--oversubscribe`` because simulated nodes declare more
-slots than this machine has cores) and each rank runs through :mod:`ma_jupyter.nodeside.rank_log`
+slots than this machine has cores) and each rank runs through :mod:`ma_jupyter.modes.rank_log`
 (``rank-<OMPI_COMM_WORLD_RANK>.log`` in the rank's own node's ``$MA_RANK_LOG_DIR``).  A command
 that contains ``mpirun`` is left exactly as written: the variables above give it the hostfile
 and the agent.  mpirun exits with the first failing rank's exit code, and kills every rank.
 
-The other nodes are sandboxes that wait like sshd on a real cluster: they run the agent's server
-(``python -m ma_jupyter.backends.local.rsh_agent --serve``), through which mpirun starts its daemon on
-them, inside their own sandbox (hostname, mounts).  They never exit by themselves, so they are
+The other nodes wait like sshd on a real cluster: they run the remote shell's server (the local
+backend's agent enters each node's own sandbox), through which mpirun starts its daemon on them.  They never exit by themselves, so they are
 not primary: the job's status follows worker-0, and the supervisor stops them afterwards.
 
 Ranks on different nodes need the nodes' private hostnames (the bubblewrap sandbox): without
@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import re
 
+from ..errors import InvalidSpec
 from ..models import Convention, JobSpec
-from .base import NodePlan, Placement, TaskSlot
+from .base import NodePlan, Placement, RemoteShell, TaskSlot
 from .common import hostfile, mpich_hostfile, total_slots, with_rank_log
 
 HOSTFILE = "/etc/mpi/hostfile"
 MPICH_HOSTFILE = "/etc/mpi/mpich_hostfile"
-AGENT = "python -m ma_jupyter.backends.local.rsh_agent"
 #: variables plan_job sets on every node (forwarded under the ModelArts convention)
 PLATFORM_VARIABLES = ("MA_JOB_ID", "MA_JOB_NAME", "MA_TASK_NAME", "MA_TASK_INDEX", "MA_NUM_NODES", "MA_SPEC")
 MODELARTS_FORWARD = re.compile(r"^(MA_|SHARED_|S3_|PATH|VC_WORKER_|SCC|CRED)")
@@ -61,18 +61,20 @@ def has_mpirun(argv: list[str]) -> bool:
     return any(_MPIRUN.search(arg) for arg in argv)
 
 
-def mpi_env() -> dict[str, str]:
+def mpi_env(shell: RemoteShell) -> dict[str, str]:
     """The MPI variables every node gets (see the module docstring)."""
-    return {
+    env = {
         "OMPI_MCA_orte_default_hostfile": HOSTFILE,
         "PRTE_MCA_prte_default_hostfile": HOSTFILE,
         "HYDRA_HOST_FILE": MPICH_HOSTFILE,
-        "HYDRA_IFACE": "lo",
-        "OMPI_MCA_plm_rsh_agent": AGENT,
-        "PRTE_MCA_plm_ssh_agent": AGENT,
+        "OMPI_MCA_plm_rsh_agent": shell.agent,
+        "PRTE_MCA_plm_ssh_agent": shell.agent,
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     }
+    if shell.interface:
+        env["HYDRA_IFACE"] = shell.interface
+    return env
 
 
 def mpirun_prefix(np: int) -> list[str]:
@@ -125,20 +127,11 @@ def head_plan(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
     )
 
 
-def waiting_plan(placement: Placement, task: TaskSlot) -> NodePlan:
-    """Another node: the agent's server, through which mpirun reaches this node."""
+def waiting_plan(placement: Placement, task: TaskSlot, shell: RemoteShell) -> NodePlan:
+    """Another node: the remote shell's server, through which mpirun reaches this node."""
     return NodePlan(
         task=task,
-        argv=[
-            "python",
-            "-m",
-            "ma_jupyter.backends.local.rsh_agent",
-            "--serve",
-            "--job",
-            placement.job_id,
-            "--host",
-            task.hostname,
-        ],
+        argv=shell.serve_argv(placement.job_id, task.hostname),
         primary=False,
         notes=["waits for mpirun on worker-0 (like sshd); stopped when worker-0 ends"],
     )
@@ -146,12 +139,19 @@ def waiting_plan(placement: Placement, task: TaskSlot) -> NodePlan:
 
 def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]:
     """Per-node plans of an MPI job (see the module docstring for the rules)."""
+    shell = placement.remote_shell
+    if shell is None:
+        raise InvalidSpec(
+            "this backend offers no remote shell for MPI, so the horovod mode cannot start its ranks here: "
+            "use another mode (e.g. pytorch) or the local backend",
+            field="mode",
+        )
     workers = placement.workers
     files = {HOSTFILE: hostfile(workers), MPICH_HOSTFILE: mpich_hostfile(workers)}
     plans = [head_plan(spec, placement, workers[0], argv)]
-    plans += [waiting_plan(placement, task) for task in workers[1:]]
+    plans += [waiting_plan(placement, task, shell) for task in workers[1:]]
     for node in plans:
-        node.env.update(mpi_env())
+        node.env.update(mpi_env(shell))
         node.env["SLOTS"] = str(node.task.slots)
         node.files.update(files)
     return plans

@@ -291,7 +291,7 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
 
     @app.get(f"{api}/nodes", response_model=list[Node], dependencies=auth)
     def nodes(spec: str | None = None) -> list[Node]:
-        return supervisor.scheduler.node_views(supervisor._usage(), spec=spec)
+        return supervisor.scheduler.node_views(supervisor.usage(), spec=spec)
 
     @app.post(f"{api}/jobs/{{job_id}}/tensorboard")
     def start_tensorboard(job_id: str, user: str = Depends(authenticate)) -> dict:

@@ -10,11 +10,8 @@ fit does not block smaller jobs behind it (backfill).
 
 from __future__ import annotations
 
-import math
-import os
-import socket
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from ..config import Cluster
 from ..errors import InvalidSpec
@@ -34,32 +31,11 @@ class NodeUse:
     usage: list[str] = field(default_factory=list)
 
 
-def placement_to_json(placement: Placement) -> dict:
-    """A placement as stored with the job (re-attach rebuilds usage from it)."""
-    return {
-        "job_id": placement.job_id,
-        "spec": placement.spec.model_dump(),
-        "tasks": [asdict(t) for t in placement.tasks],
-    }
-
-
-def placement_from_json(data: dict) -> Placement:
-    """The placement stored by :func:`placement_to_json`."""
-    tasks = tuple(
-        TaskSlot(
-            **{**t, "ports": tuple(t["ports"]), "cpus": tuple(t["cpus"]), "devices": tuple(t["devices"])}
-        )
-        for t in data["tasks"]
-    )
-    return Placement(job_id=data["job_id"], spec=Spec.model_validate(data["spec"]), tasks=tasks)
-
-
 class Scheduler:
     """Pure placement logic over the cluster; the supervisor supplies what is in use."""
 
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
-        self._reserved_ports: set[int] = set()
 
     # ------------------------------------------------------------------------ validation
 
@@ -134,13 +110,13 @@ class Scheduler:
         free = [i for i in range(node.accelerators) if i not in held.cards]
         return free[: flavor.accelerators] if len(free) >= flavor.accelerators else None
 
-    def place(
-        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, reserve_ports: bool = True
-    ) -> Placement | None:
+    def place(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
         """The placement of one attempt with the first spec that fits now, or None.
 
-        With checkpoint resume and ``elastic_min_nodes``, fewer workers than asked (but at
-        least the minimum) are accepted when resources are short.
+        The placement names inventory nodes, slots and cards only: a backend binds it
+        (hostnames, addresses, ports, cores) before anything is planned.  With checkpoint resume
+        and ``elastic_min_nodes``, fewer workers than asked (but at least the minimum) are
+        accepted when resources are short.
         """
         counts = [spec.nodes]
         if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
@@ -148,14 +124,12 @@ class Scheduler:
         for name in spec.specs:
             flavor = self.cluster.spec(name)
             for count in counts:
-                placed = self._place_with(job_id, spec, flavor, count, use, reserve_ports)
+                placed = self._place_with(job_id, spec, flavor, count, use)
                 if placed is not None:
                     return placed
         return None
 
-    def _place_with(
-        self, job_id, spec: JobSpec, flavor: Spec, workers: int, use, reserve_ports
-    ) -> Placement | None:
+    def _place_with(self, job_id, spec: JobSpec, flavor: Spec, workers: int, use) -> Placement | None:
         trial = {k: NodeUse(v.cpus, v.memory_gb, set(v.cards)) for k, v in use.items()}
         candidates = self._candidates(spec, flavor)
         roles = task_roles(spec.model_copy(update={"nodes": workers}))
@@ -188,52 +162,18 @@ class Scheduler:
                 break
             else:
                 return None
-        cores = os.cpu_count() or 1
-        node_index = {n.name: i for i, n in enumerate(self.cluster.nodes)}
-        tasks = []
-        for order, (role, index, node, cards) in enumerate(chosen):
-            task_flavor = self._flavor(flavor, role)
-            width = min(cores, max(1, math.ceil(task_flavor.cpus)))
-            start = node_index.get(node.name, 0) * width
-            cpus = tuple(sorted({(start + k) % cores for k in range(width)}))
-            address = f"127.0.1.{order + 1}"
-            ports = self._ports(address, 2) if reserve_ports else (0, 0)
-            tasks.append(
-                TaskSlot(
-                    role=role,
-                    index=index,
-                    hostname=f"{role}-{index}",
-                    address=address,
-                    ports=ports,
-                    slots=flavor.slots if role != "ps" else 1,
-                    host=node.name,
-                    cpus=cpus,
-                    devices=tuple(cards),
-                )
+        tasks = tuple(
+            TaskSlot(
+                role=role,
+                index=index,
+                slots=flavor.slots if role != "ps" else 1,
+                host=node.name,
+                devices=tuple(cards),
+                cpu_request=self._flavor(flavor, role).cpus,
             )
-        return Placement(job_id=job_id, spec=flavor, tasks=tuple(tasks))
-
-    def _ports(self, address: str, count: int) -> tuple[int, ...]:
-        """Free TCP ports on ``address``, never handed out twice while reserved."""
-        ports: list[int] = []
-        while len(ports) < count:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind((address, 0))
-                port = sock.getsockname()[1]
-            if port not in self._reserved_ports:
-                self._reserved_ports.add(port)
-                ports.append(port)
-        return tuple(ports)
-
-    def release(self, placement: Placement) -> None:
-        """Forget the ports of a finished attempt."""
-        for task in placement.tasks:
-            self._reserved_ports.difference_update(task.ports)
-
-    def hold(self, placement: Placement) -> None:
-        """Re-reserve the ports of a re-attached attempt."""
-        for task in placement.tasks:
-            self._reserved_ports.update(task.ports)
+            for role, index, node, cards in chosen
+        )
+        return Placement(job_id=job_id, spec=flavor, tasks=tasks)
 
     # ------------------------------------------------------------------------ reporting
 

@@ -14,14 +14,16 @@ Every decision is derived from durable state (the store, the node exit-code file
 their start times), so a service killed with ``kill -9`` and started again re-attaches to the
 jobs that kept running and finishes their bookkeeping.  Stopping nodes takes up to the grace
 period, so it runs on its own thread per job and never stalls the loop.
+
+The decisions themselves (and the order of the checks) are the pure functions of
+:mod:`.policies`; this module gathers the facts they take, under its lock, and carries out what
+they return: store writes, backend calls, threads.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import re
 import secrets
 import shutil
 import threading
@@ -37,18 +39,17 @@ from ..models import Event, Job, JobSpec, JobStatus, NodePlanView, NodeRun, Plan
 from ..modes import plan_job
 from ..modes.base import Placement
 from ..untrusted import read_small, read_tail
+from . import policies
 from .disk import SUBMIT_BELOW, full_folder
 from .guard import disk_full_message
 from .logs import read_stream
-from .scheduler import Scheduler, placement_from_json, placement_to_json
+from .policies import End
+from .scheduler import NodeUse, Scheduler
 from .store import Store
 
 log = logging.getLogger("ma_jupyter.supervisor")
 
 POLL_INTERVAL = 0.05
-# The per-iteration timing line the platform's performance detection reads, e.g.
-# "this iteration hardware time is 2201.521 and e2e time is 3317.794921875 ms."
-PERF_LINE = re.compile(r"hardware time is ([0-9.]+) and e2e time is ([0-9.]+)")
 TAIL_LINES = 15
 DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running job's folders
 RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
@@ -102,7 +103,7 @@ class Supervisor:
 
     def start(self) -> None:
         """Re-attach to jobs left running by a previous service, then run the loop."""
-        self._reattach()
+        self.recover()
         # folders of deleted jobs a previous service had not finished removing
         for doomed in config.jobs_root().glob(".deleted-*"):
             threading.Thread(
@@ -127,14 +128,27 @@ class Supervisor:
             except Exception:  # a bug in one tick must not end supervision of every job
                 log.exception("supervisor tick failed")
 
-    def _reattach(self) -> None:
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until no attempt is being wound down (every finishing thread has recorded its
+        job's end); True if so within ``timeout`` seconds.  For tests and orderly shutdowns."""
+        deadline = time.monotonic() + timeout
+        while self._finishing:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def recover(self) -> None:
         """Take over from a previous service: re-attach to running jobs, and clean up a launch it
-        was in the middle of (placement stored, job not yet recorded as running)."""
+        was in the middle of (placement stored, job not yet recorded as running).
+
+        :meth:`start` calls it; a test may call it on a supervisor whose loop it drives itself.
+        """
         for job in self.store.by_status(JobStatus.queued):
             data = self.store.placement(job.id)
-            if data is None:
+            if policies.recovery(job, data is not None) != "stop_partial_launch":
                 continue
-            placement = placement_from_json(data)
+            placement = Placement.from_json(data)
             attempt = self._attempt(job, placement)
             # Those nodes may have started without the job being marked running: stop them (by
             # their markers) so the job starts once, cleanly, when it is admitted again.
@@ -147,11 +161,11 @@ class Supervisor:
             )
         for job in self.store.by_status(JobStatus.running):
             data = self.store.placement(job.id)
-            if data is None:
+            if policies.recovery(job, data is not None) != "reattach":
                 continue
-            placement = placement_from_json(data)
+            placement = Placement.from_json(data)
             self._placements[job.id] = placement
-            self.scheduler.hold(placement)
+            self.backend.hold(placement)
             attempt = self._attempt(job, placement)
             alive = [r.name for r in job.nodes if self.backend.poll(attempt, r).state == "running"]
             self._notice(
@@ -187,7 +201,7 @@ class Supervisor:
             log.warning("refused a submit: %s", disk_full_message(full))
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
         job = Job(id=new_job_id(spec.name), spec=spec, status=JobStatus.queued, backend=self.backend.name)
-        ahead = self._queued_ahead(spec)
+        ahead = policies.queue_ahead(self.store.by_status(JobStatus.queued), spec.priority)
         stored = self.store.insert(
             job,
             Event(
@@ -200,12 +214,6 @@ class Supervisor:
         self._wake.set()
         return job
 
-    def _queued_ahead(self, spec: JobSpec) -> int:
-        """How many queued jobs would be considered before a new job of this priority."""
-        return sum(
-            1 for j in self.store.by_status(JobStatus.queued) if j.spec.priority.rank >= spec.priority.rank
-        )
-
     def _validate(self, spec: JobSpec) -> None:
         self.scheduler.check(spec)
         from ..backends.local.sandbox import validate  # mounts, image and working directory
@@ -213,14 +221,19 @@ class Supervisor:
         validate(spec)
         if spec.type.value != "batch":
             parse_command(spec.command or "")
-        placement = self.scheduler.place(
-            "dry-run", spec, self._usage(), reserve_ports=False
-        ) or self._any_placement(spec)
+        placement = self._place("dry-run", spec, self.usage(), reserve=False) or self._any_placement(spec)
         plan_job(spec, placement)  # a mode that cannot plan this job refuses it now, not at launch
+
+    def _place(
+        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, reserve: bool
+    ) -> Placement | None:
+        """Where the job's tasks go now (the scheduler), bound by the backend; None if it does not fit."""
+        placement = self.scheduler.place(job_id, spec, use)
+        return self.backend.bind(placement, reserve=reserve) if placement is not None else None
 
     def _any_placement(self, spec: JobSpec) -> Placement:
         """A placement on an empty cluster (for planning a job that must wait)."""
-        placement = self.scheduler.place("dry-run", spec, self.scheduler.usage([]), reserve_ports=False)
+        placement = self._place("dry-run", spec, self.scheduler.usage([]), reserve=False)
         if placement is None:
             raise InvalidSpec("this job cannot be placed on this cluster", field="specs")
         return placement
@@ -230,7 +243,7 @@ class Supervisor:
         from ..backends.local.sandbox import mounts_for, workdir_for
 
         self._validate(spec)
-        now = self.scheduler.place("dry-run", spec, self._usage(), reserve_ports=False)
+        now = self._place("dry-run", spec, self.usage(), reserve=False)
         placement = now or self._any_placement(spec)
         views = [
             NodePlanView(
@@ -250,7 +263,7 @@ class Supervisor:
             )
             for p in plan_job(spec, placement)
         ]
-        ahead = self._queued_ahead(spec)
+        ahead = policies.queue_ahead(self.store.by_status(JobStatus.queued), spec.priority)
         notes = ["ports are allocated at launch (0 in this plan)"]
         return Plan(
             spec=placement.spec.name,
@@ -264,9 +277,10 @@ class Supervisor:
         """Stop a job: a queued one at once, a running one after its grace period."""
         with self._lock:
             job = self.store.get(job_id)
-            if job.status is JobStatus.queued:
+            action = policies.stop_action(job, self.store.desired(job_id))
+            if action == "now":
                 return self._transition(job, JobStatus.stopped, "stopped by user while queued")
-            if job.status is JobStatus.running and self.store.desired(job_id) != "delete":
+            if action == "request":
                 self.store.set_desired(job_id, "stop")
                 self._wake.set()
             return job
@@ -285,13 +299,14 @@ class Supervisor:
         """
         with self._lock:
             job = self.store.get(job_id)
-            if not job.status.is_terminal():
-                if not force:
-                    raise Conflict(f"job {job_id} is {job.status.value}: stop it first, or delete with force")
-                if job.status is JobStatus.running:
-                    self.store.set_desired(job_id, "delete")
-                    self._wake.set()
-                    return False
+            action = policies.delete_action(job, force)
+            if action == "refuse":
+                raise Conflict(f"job {job_id} is {job.status.value}: stop it first, or delete with force")
+            if action == "mark":
+                self.store.set_desired(job_id, "delete")
+                self._wake.set()
+                return False
+            if action == "stop_then_remove":
                 self._transition(job, JobStatus.stopped, "stopped by user while queued, to delete it")
         self._remove(job_id)
         return True
@@ -317,35 +332,22 @@ class Supervisor:
         nothing happens to a job that is already ending or ended."""
         with self._lock:
             job = self.store.get(job_id)
-            if job.status.is_terminal() or job.id in self._finishing:
+            placement = self._placements.get(job.id)
+            action = policies.on_refused_file(job, job.id in self._finishing, placement is not None)
+            if action == "none":
                 return
             log.warning("job %s: %s", job_id, reason)
-            placement = self._placements.get(job.id)
-            if job.status is JobStatus.running and placement is not None:
-                self._finish(job, self._attempt(job, placement), JobStatus.error, reason, 5.0)
-            elif job.status is JobStatus.queued:
+            if action == "finish":
+                attempt = self._attempt(job, placement)
+                self._finish(job, attempt, End(JobStatus.error, reason, policies.WIND_DOWN_GRACE))
+            elif action == "error":
                 self._transition(job, JobStatus.error, reason)
 
     def update(self, job_id: str, priority: Priority | None = None, duration: float | None = None) -> Job:
         """Change a queued job's priority or a running job's duration (without restarting it)."""
         with self._lock:
             job = self.store.get(job_id)
-            changes = []
-            spec = job.spec
-            if priority is not None:
-                if job.status is not JobStatus.queued:
-                    raise Conflict(f"only a queued job's priority can change; {job_id} is {job.status.value}")
-                spec = spec.model_copy(update={"priority": priority})
-                changes.append(f"priority set to {priority.value}")
-            if duration is not None:
-                if job.status not in (JobStatus.queued, JobStatus.running):
-                    raise Conflict(
-                        f"only a queued or running job's duration can change; {job_id} is {job.status.value}"
-                    )
-                spec = spec.model_copy(update={"duration": duration})
-                changes.append(f"duration set to {duration:g} s")
-            if not changes:
-                raise InvalidSpec("nothing to update: give priority or duration")
+            spec, changes = policies.updated_spec(job, priority, duration)
             job = job.model_copy(update={"spec": spec})
             self.store.save(job, Event(job_id=job_id, status=job.status, reason="; ".join(changes)))
             self._wake.set()
@@ -386,25 +388,17 @@ class Supervisor:
             log.exception("supervising job %s failed", job.id)
             message = exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
             current = self.store.get(job.id)
-            if current.status is JobStatus.queued or (
-                current.status is JobStatus.running and job.id not in self._finishing
-            ):
-                if current.status is JobStatus.running:
-                    placement = self._placements.get(job.id)
-                    if placement is not None:
-                        self._finish(
-                            current,
-                            self._attempt(current, placement),
-                            JobStatus.error,
-                            f"the service could not supervise this job: {message}",
-                            current.spec.grace_period,
-                        )
-                        return
-                self._transition(
-                    current, JobStatus.error, f"the service could not supervise this job: {message}"
-                )
+            placement = self._placements.get(job.id)
+            action = policies.on_supervise_error(current, job.id in self._finishing, placement is not None)
+            reason = f"the service could not supervise this job: {message}"
+            if action == "finish":
+                attempt = self._attempt(current, placement)
+                self._finish(current, attempt, End(JobStatus.error, reason, current.spec.grace_period))
+            elif action == "error":
+                self._transition(current, JobStatus.error, reason)
 
-    def _usage(self):
+    def usage(self):
+        """What the jobs this service runs take of the cluster now (the scheduler's usage)."""
         with self._lock:
             return self.scheduler.usage(list(self._placements.values()))
 
@@ -418,7 +412,7 @@ class Supervisor:
 
     def _admit_one(self, job: Job) -> None:
         """Launch one queued job if the scheduler can place it now."""
-        placement = self.scheduler.place(job.id, job.spec, self._usage())
+        placement = self._place(job.id, job.spec, self.usage(), reserve=True)
         if placement is None:
             if job.id not in self._waiting_noted:
                 self._waiting_noted.add(job.id)
@@ -431,9 +425,7 @@ class Supervisor:
         plans = plan_job(self._effective_spec(job), placement)
         for node in plans:
             # A resumed or restarted attempt tells the training code so it can load its checkpoint.
-            node.env["MA_ATTEMPT"] = str(job.attempt)
-            if job.spec.checkpoint_resume:
-                node.env["MA_RESUME"] = "1" if job.attempt else "0"
+            node.env.update(policies.attempt_env(job))
         return Attempt(
             job_id=job.id,
             spec=self._effective_spec(job),
@@ -498,15 +490,12 @@ class Supervisor:
                 self._prepare_data(job)
             attempt = self._attempt(job, placement)
             # Durable before the processes exist: a crash right after launch can still find them.
-            self.store.set_placement(job.id, placement_to_json(placement))
+            self.store.set_placement(job.id, placement.to_json())
             runs = self.backend.launch(attempt)
         except Exception as exc:  # the job cannot start: it fails, the queue goes on
-            self.scheduler.release(placement)
+            self.backend.release(placement)
             self.store.set_placement(job.id, None)
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                message = disk_full_message(Path(exc.filename).parent if exc.filename else job_dir)
-            else:
-                message = exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
+            message = policies.launch_failure(exc, job_dir)
             log.warning("job %s failed to launch: %s", job.id, message)
             self._transition(job, JobStatus.error, f"could not start: {message}")
             return
@@ -541,69 +530,41 @@ class Supervisor:
                     job, JobStatus.error, "lost: the service has no record of where this job ran"
                 )
                 return
-            placement = self._placements[job.id] = placement_from_json(data)
+            placement = self._placements[job.id] = Placement.from_json(data)
         attempt = self._attempt(job, placement)
-        desired = self.store.desired(job.id)
-        if desired in ("stop", "delete"):
-            what = "stopped by user" + (" to delete it" if desired == "delete" else "")
-            self._finish(job, attempt, JobStatus.stopped, what, job.spec.grace_period)
+        end = policies.before_poll(
+            job,
+            desired=self.store.desired(job.id),
+            pending_end=self._pending_end.get(job.id),
+            disk_full=self._full_disk(job, attempt),
+            now=utcnow(),
+        )
+        if end is not None:
+            if end.pending and job.id not in self._pending_end:
+                log.warning("job %s: %s", job.id, end.reason)
+            self._finish(job, attempt, end)
             return
-        if job.id in self._pending_end:  # decided earlier, could not be recorded then
-            self._finish(job, attempt, JobStatus.error, self._pending_end[job.id], 5.0)
-            return
-        full = self._full_disk(job, attempt)
-        if full is not None:
-            reason = disk_full_message(full, "the job was stopped; free space there and submit it again")
-            log.warning("job %s: %s", job.id, reason)
-            self._pending_end[job.id] = reason
-            self._finish(job, attempt, JobStatus.error, reason, 5.0)
-            return
-        if job.spec.duration and job.started_at:
-            elapsed = (utcnow() - job.started_at).total_seconds()
-            if elapsed > job.spec.duration:
-                self._finish(
-                    job,
-                    attempt,
-                    JobStatus.expired,
-                    f"ran past its duration of {job.spec.duration:g} s",
-                    job.spec.grace_period,
-                )
-                return
         runs = [self.backend.poll(attempt, r) for r in job.nodes]
         if runs != job.nodes:
             job = job.model_copy(update={"nodes": runs})
             self.store.save(job)
-        failed = [r for r in runs if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)]
-        if failed:
+        failed = policies.first_failure(runs)
+        if failed is not None:
+
+            def reason() -> str:
+                return self._failure_reason(attempt, failed)
+
             full = self._full_disk(job, attempt, now=True)
-            if full is not None:  # the node most likely failed because of it: say so
-                reason = disk_full_message(full, f"node {failed[0].name} failed")
-                self._pending_end[job.id] = reason
-                self._finish(
-                    job,
-                    attempt,
-                    JobStatus.error,
-                    reason,
-                    5.0,
-                    exit_code=failed[0].exit_code,
-                    failed=failed[0],
-                )
+            self._finish(job, attempt, policies.on_failure(job, failed, reason, full))
+            return
+        if job.spec.checkpoint_resume and job.spec.checkpoint_resume.perf_threshold:
+            end = self._perf(job, attempt)
+            if end is not None:
+                self._finish(job, attempt, end)
                 return
-            self._fail(job, attempt, failed[0])
-            return
-        if (
-            job.spec.checkpoint_resume
-            and job.spec.checkpoint_resume.perf_threshold
-            and self._perf_degraded(job, attempt)
-        ):
-            return
-        primaries = [r for r in runs if r.primary]
-        if primaries and all(r.state == "exited" and r.exit_code == 0 for r in primaries):
-            others = [r.name for r in runs if not r.primary]
-            extra = f"; stopped {', '.join(others)}" if others else ""
-            self._finish(
-                job, attempt, JobStatus.succeeded, f"every node exited with code 0{extra}", 5.0, exit_code=0
-            )
+        end = policies.on_success(runs)
+        if end is not None:
+            self._finish(job, attempt, end)
 
     def _full_disk(self, job: Job, attempt: Attempt, *, now: bool = False) -> Path | None:
         """The first full folder among those the job writes to (its job folder, outputs and
@@ -612,10 +573,7 @@ class Supervisor:
         if not now and clock - self._disk_checked.get(job.id, 0.0) < DISK_CHECK_EVERY:
             return None
         self._disk_checked[job.id] = clock
-        spec = attempt.spec
-        folders = [attempt.job_dir]
-        folders += [Path(spec.outputs)] if spec.outputs else [attempt.jobdir.outputs]
-        folders += [Path(v.path) for v in spec.volumes]
+        folders = policies.disk_folders(attempt.spec, attempt.jobdir.root, attempt.jobdir.outputs)
         return full_folder(f for f in folders if f.is_dir())
 
     def _forget(self, job_id: str) -> None:
@@ -628,14 +586,9 @@ class Supervisor:
             del self._perf_offsets[key]
         self._perf_alerted = {k for k in self._perf_alerted if k[0] != job_id}
 
-    def _perf_degraded(self, job: Job, attempt: Attempt) -> bool:
-        """Performance detection: scan new log lines for the per-iteration hardware and e2e times.
-
-        When hardware/e2e exceeds the threshold, the ``alert`` policy records an event; the
-        ``reschedule`` policy also interrupts the job so checkpoint resume schedules it again.
-        Returns True when the job is being rescheduled.
-        """
-        resume = job.spec.checkpoint_resume
+    def _perf(self, job: Job, attempt: Attempt) -> End | None:
+        """Performance detection: read the primary nodes' new complete log lines and apply
+        :func:`.policies.on_perf` to their samples; the end that reschedules the job, if any."""
         for run in job.nodes:
             if not run.primary:
                 continue
@@ -645,140 +598,61 @@ class Supervisor:
             data, _size = read_stream(attempt.job_dir, run.name, None, offset, 1 << 20)
             complete = data[: data.rfind(b"\n") + 1]
             self._perf_offsets[key] = offset + len(complete)
-            for match in PERF_LINE.finditer(complete.decode("utf-8", "replace")):
-                hardware, e2e = float(match.group(1)), float(match.group(2))
-                if e2e <= 0 or hardware / e2e <= resume.perf_threshold:
-                    continue
-                what = (
-                    f"performance alert on {run.name}: hardware/e2e time {hardware / e2e:.3f} "
-                    f"exceeds the threshold {resume.perf_threshold:g}"
-                )
-                if resume.perf_policy.value == "reschedule" and job.restarts < resume.max_resumes:
-                    self._finish(
-                        job,
-                        attempt,
-                        JobStatus.queued,
-                        f"checkpoint resume {job.restarts + 1} of {resume.max_resumes}: {what}; rescheduling",
-                        resume.grace_period,
-                        requeue=True,
-                    )
-                    return True
-                if key not in self._perf_alerted:
-                    self._perf_alerted.add(key)
-                    self._notice(job, what)
-        return False
+            samples = policies.perf_samples(complete.decode("utf-8", "replace"))
+            alert, end = policies.on_perf(job, run.name, samples, key in self._perf_alerted)
+            if end is not None:
+                return end
+            if alert is not None:
+                self._perf_alerted.add(key)
+                self._notice(job, alert)
+        return None
 
     @staticmethod
     def _failure_reason(attempt: Attempt, run: NodeRun) -> str:
         """Why a node failed, with its last log lines; reads files the job could have written,
         so it runs on the finishing thread, outside the supervisor lock."""
         lines = tail(attempt.jobdir.node_log(run.name))
-        what = (
-            "was lost (its process is gone and left no exit code)"
-            if run.state == "lost"
-            else f"exited with code {run.exit_code}"
-        )
-        failure = _rank_failure(attempt, run)
-        if isinstance(failure, str):
-            rank = f"; {failure}"
-        else:
-            rank = f" (rank {failure[0]} exited with code {failure[1]})" if failure else ""
-        reason = f"node {run.name} {what}{rank}"
-        if lines:
-            reason += "\nlast log lines:\n" + "\n".join(lines)
-        return reason
+        return policies.failure_reason(run, lines, _rank_failure(attempt, run))
 
-    def _fail(self, job: Job, attempt: Attempt, run: NodeRun) -> None:
-        def reason() -> str:
-            return self._failure_reason(attempt, run)
+    def _finish(self, job: Job, attempt: Attempt, end: End) -> None:
+        """End the attempt: stop what still runs (on a thread: it may take the grace period), then
+        record what :func:`.policies.settle` makes of ``end``.
 
-        spec = job.spec
-        if spec.fault_restart and job.restarts < spec.fault_restart.max_restarts:
-            self._finish(
-                job,
-                attempt,
-                JobStatus.queued,
-                lambda: f"fault restart {job.restarts + 1} of {spec.fault_restart.max_restarts}: {reason()}",
-                spec.grace_period,
-                requeue=True,
-                failed=run,
-            )
-        elif spec.checkpoint_resume and job.restarts < spec.checkpoint_resume.max_resumes:
-            self._finish(
-                job,
-                attempt,
-                JobStatus.queued,
-                lambda: (
-                    f"checkpoint resume {job.restarts + 1} of {spec.checkpoint_resume.max_resumes}: {reason()}"
-                ),
-                spec.checkpoint_resume.grace_period,
-                requeue=True,
-                failed=run,
-            )
-        else:
-            self._finish(job, attempt, JobStatus.error, reason, 5.0, exit_code=run.exit_code, failed=run)
-
-    def _finish(
-        self,
-        job: Job,
-        attempt: Attempt,
-        status: JobStatus,
-        reason: str | Callable[[], str],
-        grace: float,
-        *,
-        exit_code: int | None = None,
-        requeue: bool = False,
-        failed: NodeRun | None = None,
-    ) -> None:
-        """End the attempt: stop what still runs (on a thread: it may take the grace period), then record.
-
-        ``reason`` may be a function: it is called on that thread, outside the lock, because it
-        may read files the job wrote (its log, its failure report).
+        ``end.reason`` may be a function: it is called on that thread, outside the lock, because
+        it may read files the job wrote (its log, its failure report).
         """
+        if end.pending:  # the disk is full: keep the reason until the store takes it
+            self._pending_end[job.id] = _call_reason(end.reason)
         self._finishing.add(job.id)
 
         def run() -> None:
             try:
-                live = [r for r in job.nodes if r.state in ("running", "pending")]
+                live = policies.live_nodes(job.nodes)
                 if live:
-                    self.backend.stop(attempt, live, grace)
-                final = [self.backend.poll(attempt, r) for r in job.nodes]
-                final = [
-                    r.model_copy(update={"state": "stopped"})
-                    if r.state == "lost" and r.name != (failed.name if failed else None)
-                    else r
-                    for r in final
-                ]
-                text = _call_reason(reason)
-                removing = False
+                    self.backend.stop(attempt, live, end.grace)
+                polled = [self.backend.poll(attempt, r) for r in job.nodes]
+                final = policies.final_node_states(polled, end.failed)
+                text = _call_reason(end.reason)
                 with self._lock:
                     placement = self._placements.pop(job.id, None)
                     if placement:
-                        self.scheduler.release(placement)
+                        self.backend.release(placement)
                     self.store.set_placement(job.id, None)
                     self._forget(job.id)
-                    final_status, final_reason, again = status, text, requeue
                     desired = self.store.desired(job.id)
-                    if again and desired in ("stop", "delete"):
-                        # the user asked to stop while the attempt was being wound down: honour it
-                        final_status, final_reason, again = JobStatus.stopped, "stopped by user", False
-                    removing = desired == "delete"
-                    if not removing:  # kept until the job is gone: a crash before that leaves it marked
+                    settled = policies.settle(end, text, desired)
+                    if not settled.remove:  # kept until the job is gone: a crash before that leaves it marked
                         self.store.set_desired(job.id, None)
                     current = self.store.get(job.id)
-                    updates: dict = {"nodes": final}
-                    if again:
-                        updates.update(attempt=current.attempt + 1, restarts=current.restarts + 1)
-                    else:
-                        updates.update(exit_code=exit_code, finished_at=utcnow())
+                    updates = policies.record_updates(current, settled, final, end.exit_code, utcnow())
                     self._transition(
                         current.model_copy(update=updates),
-                        final_status,
-                        final_reason,
-                        node=failed.name if failed else None,
-                        exit_code=failed.exit_code if failed else exit_code,
+                        settled.status,
+                        settled.reason,
+                        node=end.failed.name if end.failed else None,
+                        exit_code=end.failed.exit_code if end.failed else end.exit_code,
                     )
-                if removing:
+                if settled.remove:
                     self._remove(job.id)
             except DiskFull as exc:
                 # nothing can be recorded now: the loop retries later, with the reason kept

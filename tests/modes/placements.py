@@ -1,4 +1,5 @@
-"""Placements like the scheduler makes them, for the planners' unit tests.
+"""Placements like the scheduler makes them and the local backend binds them, for the planners'
+unit tests.
 
 Each task gets hostname ``<role>-<index>``, address ``127.0.1.<k>`` (k = launch order + 1) and the
 ports ``20000 + 10 k`` and ``20001 + 10 k``, so expected values can be written down literally.
@@ -6,6 +7,7 @@ ports ``20000 + 10 k`` and ``20001 + 10 k``, so expected values can be written d
 
 from __future__ import annotations
 
+from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.config import default_specs
 from ma_jupyter.models import JobSpec
 from ma_jupyter.modes.base import Placement, TaskSlot, task_roles
@@ -38,4 +40,4 @@ def placement_for(spec: JobSpec, flavor=None, job_id: str = "job-1") -> Placemen
                 devices=devices,
             )
         )
-    return Placement(job_id=job_id, spec=flavor, tasks=tuple(tasks))
+    return Placement(job_id=job_id, spec=flavor, tasks=tuple(tasks), remote_shell=LocalBackend.remote_shell)

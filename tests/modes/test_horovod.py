@@ -129,3 +129,16 @@ def test_modelarts_convention_forwards_the_platform_variables():
         "SCC_TOKEN",
         "VC_WORKER_HOSTS",
     }
+
+
+def test_a_backend_without_a_remote_shell_cannot_plan_mpi_jobs():
+    from dataclasses import replace
+
+    import pytest
+
+    from ma_jupyter.errors import InvalidSpec
+
+    spec = _mpi()
+    with pytest.raises(InvalidSpec, match="no remote shell for MPI") as refused:
+        plan_job(spec, replace(placement_for(spec, card_spec(4)), remote_shell=None))
+    assert refused.value.field == "mode"

@@ -1,9 +1,12 @@
-"""The supervisor acting in the orders that races produce, run in-process on real node processes.
+"""The supervisor in the orders that races produce, end to end on real node processes.
 
-Each test drives the supervisor's steps by hand in the order a race would interleave them and
-checks that no stale copy of a job wins: a finished job stays finished, a stop requested while
-an attempt is being wound down is honoured, and an update made between a listing and the action
-on it is kept.
+The decisions themselves are tested on plain values in tests/unit/test_policies.py.  Here a
+supervisor whose loop is not running is driven through its public methods (``tick``,
+``request_stop``, ``update``, ``recover``, ``wait_idle``), and a race is staged by running one
+more action right after the store listed the jobs a tick is about to handle, or by holding the
+thread that winds an attempt down.  No stale copy of a job may win: a finished job stays
+finished, a stop requested while an attempt is being wound down is honoured, an update made
+between a listing and the action on it is kept, and a launch cut short by a crash is cleaned up.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import time
 import pytest
 
 from ma_jupyter import config
+from ma_jupyter.backends.base import Attempt
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import JobSpec, JobStatus
-from ma_jupyter.service.scheduler import Scheduler, placement_to_json
+from ma_jupyter.modes import plan_job
+from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
 from tests.helpers import wait_for
@@ -27,45 +32,98 @@ from tests.helpers import wait_for
 PY = sys.executable
 
 
+class HeldBackend(LocalBackend):
+    """The local backend, except that calls from any thread but the test's wait while ``held``:
+    an attempt being wound down stays so until the test lets it go."""
+
+    def __init__(self):
+        super().__init__()
+        self.released = threading.Event()
+        self.released.set()
+
+    def _wait(self):
+        if threading.current_thread() is not threading.main_thread():
+            assert self.released.wait(30), "the test never let the wind-down go on"
+
+    def poll(self, attempt, run):
+        self._wait()
+        return super().poll(attempt, run)
+
+    def stop(self, attempt, runs, grace):
+        self._wait()
+        super().stop(attempt, runs, grace)
+
+
+def new_supervisor(backend=None) -> Supervisor:
+    return Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), backend or LocalBackend())
+
+
 @pytest.fixture
 def ma_supervisor(ma_home):
     """A supervisor whose loop is not running: the test calls its steps itself."""
-    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
+    sup = new_supervisor(HeldBackend())
     yield sup
-    for job in sup.store.by_status(JobStatus.running, JobStatus.queued):
-        sup.request_stop(job.id)
+    sup.backend.released.set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        live = sup.store.by_status(JobStatus.running, JobStatus.queued)
+        if not live:
+            break
+        for job in live:
+            sup.request_stop(job.id)
         sup.tick()
-    _join_finishers()
-    for job in sup.store.by_status(JobStatus.running):
-        placement = sup._placements.get(job.id)
-        if placement:
-            sup.backend.stop(sup._attempt(job, placement), job.nodes, 1.0)
+        sup.wait_idle()
 
 
-def _join_finishers():
-    for thread in threading.enumerate():
-        if thread.name.startswith("finish-"):
-            thread.join(30)
+def after_listing(sup: Supervisor, status: JobStatus, action) -> None:
+    """Run ``action`` once, right after the store next lists jobs of ``status`` (the listing a
+    tick then works through)."""
+    listing = sup.store.by_status
+
+    def by_status(*statuses):
+        jobs = listing(*statuses)
+        if statuses == (status,):
+            del sup.store.by_status  # once
+            action()
+        return jobs
+
+    sup.store.by_status = by_status
 
 
-def _exited(sup, job_id):
-    job = sup.store.get(job_id)
-    attempt = sup._attempt(job, sup._placements[job_id])
-    return all(sup.backend.poll(attempt, r).state == "exited" for r in job.nodes)
+def tick_until(sup: Supervisor, job_id: str, status: JobStatus, timeout: float = 30) -> None:
+    def reached():
+        sup.tick()
+        sup.wait_idle()
+        return sup.store.status(job_id) is status
+
+    wait_for(reached, timeout=timeout)
+
+
+def statuses(sup: Supervisor, job_id: str) -> list[JobStatus]:
+    return [e.status for e in sup.store.events(job_id)]
 
 
 def test_a_stale_running_copy_never_overrides_a_finished_job(ma_supervisor):
     sup = ma_supervisor
     job = sup.submit(JobSpec(name="ok", command=f"{PY} -c pass"), creator="me")
-    sup._admit()
-    wait_for(lambda: _exited(sup, job.id), timeout=30)
-    stale = sup.store.by_status(JobStatus.running)[0]  # a tick lists the job as running...
-    sup._watch(sup.store.get(job.id))  # ...while its finish completes
-    _join_finishers()
-    assert sup.store.status(job.id) is JobStatus.succeeded
-    sup._watch(stale)  # the tick then gets to its stale copy
-    _join_finishers()
-    assert sup.store.status(job.id) is JobStatus.succeeded
+    sup.tick()
+    assert sup.store.status(job.id) is JobStatus.running
+    sup.backend.released.clear()  # the job's end will be held while being recorded
+    wait_for(lambda: (sup.tick(), not sup.wait_idle(0))[1], timeout=30)  # its node exited: finishing
+
+    def finish_completes():
+        sup.backend.released.set()
+        assert sup.wait_idle()
+
+    # the next tick lists the job as running, and only then does its finish complete
+    after_listing(sup, JobStatus.running, finish_completes)
+    sup.tick()
+    assert sup.wait_idle()
+    sup.tick()
+    final = sup.store.get(job.id)
+    assert final.status is JobStatus.succeeded, final.reason
+    assert final.exit_code == 0 and final.nodes[0].state == "exited"
+    assert statuses(sup, job.id).count(JobStatus.succeeded) == 1
 
 
 def test_a_stop_requested_while_a_fault_restart_winds_down_is_honoured(ma_supervisor):
@@ -74,35 +132,34 @@ def test_a_stop_requested_while_a_fault_restart_winds_down_is_honoured(ma_superv
         name="bad", command=f"{PY} -c 'import time; time.sleep(60)'", fault_restart={"max_restarts": 2}
     )
     job = sup.submit(spec, creator="me")
-    sup._admit()
-    running = wait_for(lambda: (j := sup.store.get(job.id)).nodes and j.nodes[0].pid and j, timeout=30)
+    sup.tick()
+    running = sup.store.get(job.id)
+    assert running.status is JobStatus.running and running.nodes[0].pid
+    sup.backend.released.clear()
     os.killpg(running.nodes[0].pid, signal.SIGKILL)  # the node dies: a fault
-    wait_for(
-        lambda: (
-            sup.backend.poll(sup._attempt(running, sup._placements[job.id]), running.nodes[0]).state
-            != "running"
-        ),
-        timeout=10,
-    )
-    sup._watch(running)  # starts winding the attempt down for a restart
+    wait_for(lambda: (sup.tick(), not sup.wait_idle(0))[1], timeout=30)  # winding down for a restart
     sup.request_stop(job.id)  # the user stops meanwhile
-    _join_finishers()
+    sup.backend.released.set()
+    assert sup.wait_idle()
     final = sup.store.get(job.id)
     assert final.status is JobStatus.stopped, final.reason
+    assert final.reason == "stopped by user" and final.restarts == 0
     assert sup.store.desired(job.id) is None
+    assert JobStatus.queued not in statuses(sup, job.id)[1:]  # never put back in the queue
 
 
 def test_an_update_between_listing_and_launch_is_kept(ma_supervisor):
     sup = ma_supervisor
     job = sup.submit(JobSpec(name="d", command=f"{PY} -c 'import time; time.sleep(1)'"), creator="me")
-    sup.store.by_status(JobStatus.queued)  # the loop's listing
-    sup.update(job.id, duration=5.0)  # an API call lands in between
-    sup._admit()
-    assert sup.store.get(job.id).spec.duration == 5.0
-    sup.update(job.id, duration=9.0)
-    time.sleep(1.5)  # the node exits; watching saves node states on a fresh copy
-    sup._watch(sup.store.get(job.id))
-    _join_finishers()
+    # an API call lands between the loop's listing of queued jobs and the launch
+    after_listing(sup, JobStatus.queued, lambda: sup.update(job.id, duration=5.0))
+    sup.tick()
+    launched = sup.store.get(job.id)
+    assert launched.status is JobStatus.running and launched.spec.duration == 5.0
+    # and between the listing of running jobs and the node states saved when its node exited
+    time.sleep(1.5)
+    after_listing(sup, JobStatus.running, lambda: sup.update(job.id, duration=9.0))
+    tick_until(sup, job.id, JobStatus.succeeded)
     final = sup.store.get(job.id)
     assert final.spec.duration == 9.0 and final.status is JobStatus.succeeded
 
@@ -110,22 +167,29 @@ def test_an_update_between_listing_and_launch_is_kept(ma_supervisor):
 def test_a_launch_interrupted_by_a_crash_is_cleaned_up_and_started_once(ma_supervisor):
     sup = ma_supervisor
     job = sup.submit(JobSpec(name="half", command=f"{PY} -c 'import time; time.sleep(60)'"), creator="me")
-    placement = sup.scheduler.place(job.id, job.spec, sup._usage())
-    attempt = sup._attempt(job, placement)
-    # what _launch does before it records the job as running ... and then the service dies
-    sup.store.set_placement(job.id, placement_to_json(placement))
+    placement = sup.backend.bind(sup.scheduler.place(job.id, job.spec, sup.usage()), reserve=True)
+    attempt = Attempt(
+        job_id=job.id,
+        spec=job.spec,
+        number=0,
+        job_dir=config.job_dir(job.id),
+        plans=tuple(plan_job(job.spec, placement)),
+    )
+    # what a launch does before it records the job as running ... and then the service dies
+    sup.store.set_placement(job.id, placement.to_json())
     runs = sup.backend.launch(attempt)
     assert sup.backend.poll(attempt, runs[0]).state == "running"
 
-    again = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
-    again._reattach()
+    again = new_supervisor()
+    again.recover()
     assert LocalBackend().poll(attempt, runs[0]).state != "running"
     assert again.store.placement(job.id) is None
     assert again.store.status(job.id) is JobStatus.queued
     assert any("partly started nodes were stopped" in e.reason for e in again.store.events(job.id))
-    again._admit()  # it starts again, once
+    again.tick()  # it starts again, once
     assert again.store.status(job.id) is JobStatus.running
+    assert statuses(again, job.id).count(JobStatus.running) == 1
     again.request_stop(job.id)
     again.tick()
-    _join_finishers()
+    assert again.wait_idle()
     assert again.store.status(job.id) is JobStatus.stopped

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.config import Cluster, default_nodes, default_specs
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import JobSpec
-from ma_jupyter.service.scheduler import Scheduler, placement_from_json, placement_to_json
+from ma_jupyter.modes.base import Placement
+from ma_jupyter.service.scheduler import Scheduler
 
 
 def ma_spec(**fields):
@@ -16,13 +18,22 @@ def ma_spec(**fields):
 
 def test_workers_spread_one_per_node_with_distinct_hosts_and_ports():
     sched = Scheduler(Cluster())
-    placement = sched.place("j1", ma_spec(mode="pytorch", nodes=3), sched.usage([]))
-    hosts = [t.host for t in placement.tasks]
+    placed = sched.place("j1", ma_spec(mode="pytorch", nodes=3), sched.usage([]))
+    hosts = [t.host for t in placed.tasks]
     assert len(set(hosts)) == 3
+    # the scheduler names inventory nodes only; the backend binds hostnames, addresses and ports
+    assert not placed.bound and all(not t.address and not t.ports for t in placed.tasks)
+    backend = LocalBackend(inventory=[n.name for n in sched.cluster.nodes])
+    placement = backend.bind(placed, reserve=True)
+    assert placement.bound and placement.remote_shell == LocalBackend.remote_shell
     assert [t.hostname for t in placement.tasks] == ["worker-0", "worker-1", "worker-2"]
     ports = [p for t in placement.tasks for p in t.ports]
     assert len(set(ports)) == len(ports) and all(ports)
-    assert placement_from_json(placement_to_json(placement)) == placement
+    # a second bind while the first holds its ports never hands them out again; a dry run reserves none
+    again = backend.bind(placed, reserve=True)
+    assert set(ports).isdisjoint(p for t in again.tasks for p in t.ports)
+    assert {p for t in backend.bind(placed, reserve=False).tasks for p in t.ports} == {0}
+    assert Placement.from_json(placement.to_json()) == placement
 
 
 def test_first_spec_that_fits_wins_and_cards_are_assigned():

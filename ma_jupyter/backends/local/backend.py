@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import secrets
 import signal
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -30,7 +34,7 @@ import ma_jupyter
 
 from ...errors import BackendUnavailable, InvalidSpec, RefusedFile
 from ...models import NodeRun
-from ...modes.base import NodePlan
+from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend
 from . import sandbox as workspace
@@ -46,11 +50,82 @@ class LocalBackend(Backend):
     """
 
     name = "local"
+    #: mpirun reaches the other simulated nodes through an agent that enters their sandboxes
+    remote_shell = RemoteShell(
+        agent="python -m ma_jupyter.backends.local.rsh_agent",
+        serve=(
+            "python",
+            "-m",
+            "ma_jupyter.backends.local.rsh_agent",
+            "--serve",
+            "--job",
+            "{job}",
+            "--host",
+            "{host}",
+        ),
+        interface="lo",  # simulated nodes talk over the host's loopback
+    )
 
-    def __init__(self, sandbox: str | None = None):
+    def __init__(self, sandbox: str | None = None, inventory: list[str] | None = None):
         self._sandbox = sandbox
+        # the cluster's node names in order (default: from cluster.toml): they decide the cores
+        # of each simulated node
+        self._inventory = inventory
         # runners started by this process, kept only to reap them (state lives on disk)
         self._children: dict[int, subprocess.Popen] = {}
+        self._reserved_ports: set[int] = set()
+        self._ports_lock = threading.Lock()
+
+    # ------------------------------------------------------------------------- bind
+
+    def bind(self, placement: Placement, *, reserve: bool) -> Placement:
+        """Simulated nodes on this host: task k (in launch order) is ``<role>-<index>`` at the
+        loopback address ``127.0.1.<k+1>`` with two free ports there, pinned to a slice of this
+        machine's cores chosen by its inventory node (so two jobs on one node share cores)."""
+        if self._inventory is None:
+            from ...config import load_cluster
+
+            self._inventory = [n.name for n in load_cluster().nodes]
+        order = {name: i for i, name in enumerate(self._inventory)}
+        cores = os.cpu_count() or 1
+        tasks = []
+        for k, task in enumerate(placement.tasks):
+            width = min(cores, max(1, math.ceil(task.cpu_request)))
+            start = order.get(task.host, 0) * width
+            address = f"127.0.1.{k + 1}"
+            tasks.append(
+                replace(
+                    task,
+                    hostname=f"{task.role}-{task.index}",
+                    address=address,
+                    ports=self._ports(address, 2) if reserve else (0, 0),
+                    cpus=tuple(sorted({(start + i) % cores for i in range(width)})),
+                )
+            )
+        return replace(placement, tasks=tuple(tasks), remote_shell=self.remote_shell)
+
+    def _ports(self, address: str, count: int) -> tuple[int, ...]:
+        """Free TCP ports on ``address``, never handed out twice while reserved."""
+        ports: list[int] = []
+        with self._ports_lock:
+            while len(ports) < count:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind((address, 0))
+                    port = sock.getsockname()[1]
+                if port not in self._reserved_ports:
+                    self._reserved_ports.add(port)
+                    ports.append(port)
+        return tuple(ports)
+
+    def release(self, placement: Placement) -> None:
+        with self._ports_lock:
+            for task in placement.tasks:
+                self._reserved_ports.difference_update(task.ports)
+
+    def hold(self, placement: Placement) -> None:
+        with self._ports_lock:
+            for task in placement.tasks:
+                self._reserved_ports.update(p for p in task.ports if p)
 
     # ------------------------------------------------------------------ isolation
 

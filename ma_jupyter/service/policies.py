@@ -1,0 +1,369 @@
+"""The supervisor's decisions, as pure functions of a job's state and its nodes' states.
+
+Nothing here reads the store, calls a backend, looks at a clock or touches a file: the
+supervisor gathers the facts (the job on a fresh read, the desired action, the node states, the
+first full folder, ``now``) and carries out what a function here returns.  Each decision can so
+be tested with plain values.
+
+The order of the checks is itself a decision.  Each poll of a running job:
+
+1. a job that is not ``running`` (a stale copy, or one that finished meanwhile) or that is
+   already being wound down is left alone;
+2. a stop or delete request ends it as ``stopped`` (the job's grace period);
+3. an end decided earlier that the store could not record (its disk was full) is recorded now;
+4. a full folder among those the job writes to ends it in ``error`` (:func:`disk_folders`);
+5. running past its duration (strictly more than ``duration`` seconds) ends it as ``expired``;
+
+then the nodes are polled, and:
+
+6. the first failed node (lost, or exited with a code other than 0) fails the job: it is put
+   back in the queue while fault restarts or checkpoint resumes remain, else it ends in
+   ``error``; a full folder at that moment is named as the likely cause instead;
+7. a performance sample over the checkpoint-resume threshold reschedules the job (policy
+   ``reschedule`` with resumes left), otherwise it is reported once per node and attempt;
+8. every primary node having exited with code 0 ends it as ``succeeded`` (other nodes, such as
+   parameter servers, are stopped).
+
+When an attempt has been wound down (:func:`settle`), a stop or delete requested meanwhile wins
+over putting the job back in the queue.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from ..errors import Conflict, InvalidSpec
+from ..models import Job, JobSpec, JobStatus, NodeRun, Priority
+from .guard import disk_full_message
+
+#: seconds the remaining nodes get to stop when the job ends by itself (success or error)
+WIND_DOWN_GRACE = 5.0
+# The per-iteration timing line the platform's performance detection reads, e.g.
+# "this iteration hardware time is 2201.521 and e2e time is 3317.794921875 ms."
+PERF_LINE = re.compile(r"hardware time is ([0-9.]+) and e2e time is ([0-9.]+)")
+
+Reason = str | Callable[[], str]
+
+
+@dataclass(frozen=True)
+class End:
+    """How to end a job's current attempt.
+
+    Attributes:
+        status: the status to record once the nodes have stopped (``queued`` with ``requeue``).
+        reason: the event's text, or a function giving it (called on the finishing thread, as it
+            may read files the job wrote).
+        grace: seconds the nodes get between SIGTERM and SIGKILL.
+        exit_code: recorded as the job's exit code (when the job does not go back to the queue).
+        requeue: the job goes back to the queue for another attempt.
+        failed: the node whose failure ended the attempt (its final state stays ``lost``).
+        pending: the disk is full: keep the reason in memory until it could be recorded.
+    """
+
+    status: JobStatus
+    reason: Reason
+    grace: float
+    exit_code: int | None = None
+    requeue: bool = False
+    failed: NodeRun | None = None
+    pending: bool = False
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What is recorded once an attempt has been wound down."""
+
+    status: JobStatus
+    reason: str
+    requeue: bool
+    remove: bool
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def recovery(job: Job, has_placement: bool) -> Literal["stop_partial_launch", "reattach", "none"]:
+    """What a starting service does with a job a previous one left.
+
+    A queued job with a stored placement was being launched when the service stopped: its
+    partly started nodes are stopped and it waits in the queue.  A running job with a placement
+    is re-attached to.  Anything else needs nothing.
+    """
+    if not has_placement:
+        return "none"
+    if job.status is JobStatus.queued:
+        return "stop_partial_launch"
+    if job.status is JobStatus.running:
+        return "reattach"
+    return "none"
+
+
+def queue_ahead(queued: Sequence[Job], priority: Priority) -> int:
+    """How many of the queued jobs are considered before a new job of this priority."""
+    return sum(1 for j in queued if j.spec.priority.rank >= priority.rank)
+
+
+def stop_action(job: Job, desired: str | None) -> Literal["now", "request", "none"]:
+    """A stop request: a queued job stops now; a running one is asked to (unless it is already
+    being stopped to be deleted); a finished one is left as it is."""
+    if job.status is JobStatus.queued:
+        return "now"
+    if job.status is JobStatus.running and desired != "delete":
+        return "request"
+    return "none"
+
+
+def delete_action(job: Job, force: bool) -> Literal["remove", "refuse", "mark", "stop_then_remove"]:
+    """A delete request: a finished job is removed; a live one only with ``force``, a running
+    one once its nodes have stopped (``mark``), a queued one at once (``stop_then_remove``)."""
+    if job.status.is_terminal():
+        return "remove"
+    if not force:
+        return "refuse"
+    if job.status is JobStatus.running:
+        return "mark"
+    return "stop_then_remove"
+
+
+def updated_spec(job: Job, priority: Priority | None, duration: float | None) -> tuple[JobSpec, list[str]]:
+    """The spec after an update, and the changes said in words.
+
+    Raises:
+        Conflict: the priority of a job that is not queued, or the duration of a finished job.
+        InvalidSpec: nothing to change.
+    """
+    spec = job.spec
+    changes = []
+    if priority is not None:
+        if job.status is not JobStatus.queued:
+            raise Conflict(f"only a queued job's priority can change; {job.id} is {job.status.value}")
+        spec = spec.model_copy(update={"priority": priority})
+        changes.append(f"priority set to {priority.value}")
+    if duration is not None:
+        if job.status not in (JobStatus.queued, JobStatus.running):
+            raise Conflict(
+                f"only a queued or running job's duration can change; {job.id} is {job.status.value}"
+            )
+        spec = spec.model_copy(update={"duration": duration})
+        changes.append(f"duration set to {duration:g} s")
+    if not changes:
+        raise InvalidSpec("nothing to update: give priority or duration")
+    return spec, changes
+
+
+def on_refused_file(job: Job, finishing: bool, has_placement: bool) -> Literal["finish", "error", "none"]:
+    """A live job did something the service refuses (e.g. planted a file it will not read): a
+    running one is wound down, a queued one ends at once; one already ending is left alone."""
+    if job.status.is_terminal() or finishing:
+        return "none"
+    if job.status is JobStatus.running and has_placement:
+        return "finish"
+    if job.status is JobStatus.queued:
+        return "error"
+    return "none"
+
+
+def on_supervise_error(job: Job, finishing: bool, has_placement: bool) -> Literal["finish", "error", "none"]:
+    """Supervising a job failed unexpectedly: a running job is wound down (its grace period), or
+    ends at once without a placement; a queued one ends at once; one already ending is left."""
+    if job.status is JobStatus.queued:
+        return "error"
+    if job.status is JobStatus.running and not finishing:
+        return "finish" if has_placement else "error"
+    return "none"
+
+
+def launch_failure(exc: BaseException, job_dir: Path) -> str:
+    """Why a job could not start, from the error its launch raised."""
+    from errno import EDQUOT, ENOSPC
+
+    if isinstance(exc, OSError) and exc.errno in (ENOSPC, EDQUOT):
+        return disk_full_message(Path(exc.filename).parent if exc.filename else job_dir)
+    return exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
+
+
+def attempt_env(job: Job) -> dict[str, str]:
+    """Variables telling the training code which attempt it is, so a resumed or restarted
+    attempt can load its checkpoint (``MA_RESUME`` only with checkpoint resume)."""
+    env = {"MA_ATTEMPT": str(job.attempt)}
+    if job.spec.checkpoint_resume:
+        env["MA_RESUME"] = "1" if job.attempt else "0"
+    return env
+
+
+# ------------------------------------------------------------------------ each poll
+
+
+def disk_folders(spec: JobSpec, job_dir: Path, default_outputs: Path) -> list[Path]:
+    """The folders a job writes to, looked at for a full disk: its job folder, its outputs
+    (``default_outputs``, the job folder's own, unless it names one) and its volumes, in that order."""
+    folders = [job_dir]
+    folders += [Path(spec.outputs)] if spec.outputs else [default_outputs]
+    folders += [Path(v.path) for v in spec.volumes]
+    return folders
+
+
+def before_poll(
+    job: Job, *, desired: str | None, pending_end: str | None, disk_full: Path | None, now: datetime
+) -> End | None:
+    """Rules 2-5 of the module docstring, in that order: how a running job ends before its
+    nodes are polled, or None to poll them."""
+    if desired in ("stop", "delete"):
+        what = "stopped by user" + (" to delete it" if desired == "delete" else "")
+        return End(JobStatus.stopped, what, job.spec.grace_period)
+    if pending_end is not None:
+        return End(JobStatus.error, pending_end, WIND_DOWN_GRACE, pending=True)
+    if disk_full is not None:
+        reason = disk_full_message(disk_full, "the job was stopped; free space there and submit it again")
+        return End(JobStatus.error, reason, WIND_DOWN_GRACE, pending=True)
+    if job.spec.duration and job.started_at:
+        if (now - job.started_at).total_seconds() > job.spec.duration:
+            return End(
+                JobStatus.expired, f"ran past its duration of {job.spec.duration:g} s", job.spec.grace_period
+            )
+    return None
+
+
+def first_failure(runs: Sequence[NodeRun]) -> NodeRun | None:
+    """The first node that failed: lost, or exited with a code other than 0."""
+    for run in runs:
+        if run.state == "lost" or (run.state == "exited" and run.exit_code != 0):
+            return run
+    return None
+
+
+def on_failure(job: Job, run: NodeRun, reason: Reason, disk_full: Path | None = None) -> End:
+    """A node failed (rule 6).
+
+    A full folder is named as the cause (and the job ends in error).  Otherwise a fault restart
+    left puts the job back in the queue after the job's grace period, else a checkpoint resume
+    left after the resume's grace period; else the job ends in error with the node's exit code.
+    """
+    if disk_full is not None:
+        text = disk_full_message(disk_full, f"node {run.name} failed")
+        return End(JobStatus.error, text, WIND_DOWN_GRACE, exit_code=run.exit_code, failed=run, pending=True)
+    spec = job.spec
+    if spec.fault_restart and job.restarts < spec.fault_restart.max_restarts:
+        prefix = f"fault restart {job.restarts + 1} of {spec.fault_restart.max_restarts}: "
+        return End(JobStatus.queued, _prefixed(prefix, reason), spec.grace_period, requeue=True, failed=run)
+    if spec.checkpoint_resume and job.restarts < spec.checkpoint_resume.max_resumes:
+        prefix = f"checkpoint resume {job.restarts + 1} of {spec.checkpoint_resume.max_resumes}: "
+        return End(
+            JobStatus.queued,
+            _prefixed(prefix, reason),
+            spec.checkpoint_resume.grace_period,
+            requeue=True,
+            failed=run,
+        )
+    return End(JobStatus.error, reason, WIND_DOWN_GRACE, exit_code=run.exit_code, failed=run)
+
+
+def _prefixed(prefix: str, reason: Reason) -> Reason:
+    if callable(reason):
+        return lambda: prefix + reason()
+    return prefix + reason
+
+
+def perf_samples(text: str) -> list[tuple[float, float]]:
+    """The (hardware, e2e) times of every performance line in a piece of log."""
+    return [(float(m.group(1)), float(m.group(2))) for m in PERF_LINE.finditer(text)]
+
+
+def on_perf(
+    job: Job, node: str, samples: Sequence[tuple[float, float]], alerted: bool
+) -> tuple[str | None, End | None]:
+    """Performance detection on one node's new samples (rule 7): (alert text, reschedule).
+
+    The first sample whose hardware/e2e ratio exceeds the threshold decides: with the
+    ``reschedule`` policy and resumes left the job goes back to the queue (the resume's grace
+    period); otherwise the alert is reported, once (``alerted``: it already was for this node and
+    attempt).  (None, None) when no sample exceeds the threshold or there is no threshold.
+    """
+    resume = job.spec.checkpoint_resume
+    if not resume or not resume.perf_threshold:
+        return None, None
+    for hardware, e2e in samples:
+        if e2e <= 0 or hardware / e2e <= resume.perf_threshold:
+            continue
+        what = (
+            f"performance alert on {node}: hardware/e2e time {hardware / e2e:.3f} "
+            f"exceeds the threshold {resume.perf_threshold:g}"
+        )
+        if resume.perf_policy.value == "reschedule" and job.restarts < resume.max_resumes:
+            reason = f"checkpoint resume {job.restarts + 1} of {resume.max_resumes}: {what}; rescheduling"
+            return None, End(JobStatus.queued, reason, resume.grace_period, requeue=True)
+        return (None if alerted else what), None
+    return None, None
+
+
+def on_success(runs: Sequence[NodeRun]) -> End | None:
+    """Every primary node exited with code 0 (rule 8): the job succeeded, its other nodes are
+    stopped.  None while a primary node has not, or when there is no primary node."""
+    primaries = [r for r in runs if r.primary]
+    if not primaries or not all(r.state == "exited" and r.exit_code == 0 for r in primaries):
+        return None
+    others = [r.name for r in runs if not r.primary]
+    extra = f"; stopped {', '.join(others)}" if others else ""
+    return End(JobStatus.succeeded, f"every node exited with code 0{extra}", WIND_DOWN_GRACE, exit_code=0)
+
+
+# ---------------------------------------------------------------------- winding down
+
+
+def live_nodes(runs: Sequence[NodeRun]) -> list[NodeRun]:
+    """The nodes to stop when an attempt ends."""
+    return [r for r in runs if r.state in ("running", "pending")]
+
+
+def final_node_states(runs: Sequence[NodeRun], failed: NodeRun | None) -> list[NodeRun]:
+    """The node states recorded after the wind-down: a node gone without an exit code was
+    stopped by it, except the node whose loss ended the attempt (it stays ``lost``)."""
+    keep = failed.name if failed else None
+    return [
+        r.model_copy(update={"state": "stopped"}) if r.state == "lost" and r.name != keep else r for r in runs
+    ]
+
+
+def settle(end: End, reason_text: str, desired: str | None) -> Settled:
+    """What to record once the attempt has been wound down: a stop or delete requested
+    meanwhile wins over going back to the queue; a delete removes the job once recorded."""
+    status, reason, requeue = end.status, reason_text, end.requeue
+    if requeue and desired in ("stop", "delete"):
+        status, reason, requeue = JobStatus.stopped, "stopped by user", False
+    return Settled(status, reason, requeue, remove=desired == "delete")
+
+
+def record_updates(
+    current: Job, settled: Settled, nodes: list[NodeRun], exit_code: int | None, now: datetime
+) -> dict:
+    """The job's fields to update with the settled end: its nodes, and either the next attempt
+    (one more restart) or its exit code and end time."""
+    updates: dict = {"nodes": nodes}
+    if settled.requeue:
+        updates.update(attempt=current.attempt + 1, restarts=current.restarts + 1)
+    else:
+        updates.update(exit_code=exit_code, finished_at=now)
+    return updates
+
+
+def failure_reason(run: NodeRun, tail: Sequence[str], rank_failure: tuple[int, int] | str | None) -> str:
+    """Why a node failed, in words: lost or its exit code, the rank its launcher reported failing
+    first (or what the job left instead of that report), then its last log lines."""
+    what = (
+        "was lost (its process is gone and left no exit code)"
+        if run.state == "lost"
+        else f"exited with code {run.exit_code}"
+    )
+    if isinstance(rank_failure, str):
+        rank = f"; {rank_failure}"
+    else:
+        rank = f" (rank {rank_failure[0]} exited with code {rank_failure[1]})" if rank_failure else ""
+    reason = f"node {run.name} {what}{rank}"
+    if tail:
+        reason += "\nlast log lines:\n" + "\n".join(tail)
+    return reason

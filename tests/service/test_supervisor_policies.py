@@ -1,0 +1,110 @@
+"""The supervisor carrying out its policies end to end, on real node processes.
+
+The decisions are tested on plain values in tests/unit/test_policies.py; these tests check that
+the supervisor feeds them what the nodes do (their log lines, their attempt) and records what
+they decide.  The loop is not running: the test calls ``tick`` and ``wait_idle`` itself.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from ma_jupyter import config
+from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.models import JobSpec, JobStatus
+from ma_jupyter.service.scheduler import Scheduler
+from ma_jupyter.service.store import Store
+from ma_jupyter.service.supervisor import Supervisor
+from tests.helpers import wait_for
+
+PY = sys.executable
+SLOW = "hardware time is 9 and e2e time is 10"  # hardware/e2e 0.9
+
+
+@pytest.fixture
+def sup(ma_home):
+    """A supervisor whose loop is not running; what it left running is stopped afterwards."""
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
+    yield sup
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        live = sup.store.by_status(JobStatus.running, JobStatus.queued)
+        if not live:
+            break
+        for job in live:
+            sup.request_stop(job.id)
+        sup.tick()
+        sup.wait_idle()
+
+
+def tick_until_ended(sup: Supervisor, job_id: str, timeout: float = 30):
+    def ended():
+        sup.tick()
+        sup.wait_idle()
+        return sup.store.status(job_id).is_terminal()
+
+    wait_for(ended, timeout=timeout)
+    return sup.store.get(job_id)
+
+
+def test_a_slow_node_is_reported_once_per_attempt(sup):
+    script = f'import time; print("{SLOW}"); print("{SLOW}", flush=True); time.sleep(1); print("{SLOW}")'
+    spec = JobSpec(
+        name="slow",
+        command=f"{PY} -c '{script}'",
+        checkpoint_resume={"max_resumes": 1, "perf_threshold": 0.5, "perf_policy": "alert"},
+    )
+    job = sup.submit(spec, creator="me")
+    final = tick_until_ended(sup, job.id)
+    assert final.status is JobStatus.succeeded, final.reason
+    alerts = [e.reason for e in sup.store.events(job.id) if e.reason.startswith("performance alert")]
+    assert alerts == ["performance alert on worker-0: hardware/e2e time 0.900 exceeds the threshold 0.5"]
+
+
+def test_a_slow_node_is_rescheduled_and_resumes(sup):
+    script = (
+        "import os, sys, time; "
+        'first = os.environ["MA_ATTEMPT"] == "0"; '
+        f'print("{SLOW}" if first else "resumed", flush=True); '
+        'first and time.sleep(60); sys.exit(0 if os.environ["MA_RESUME"] == ("0" if first else "1") else 7)'
+    )
+    spec = JobSpec(
+        name="resched",
+        command=f"{PY} -c '{script}'",
+        checkpoint_resume={
+            "max_resumes": 1,
+            "grace_period": 1,
+            "perf_threshold": 0.5,
+            "perf_policy": "reschedule",
+        },
+    )
+    job = sup.submit(spec, creator="me")
+    final = tick_until_ended(sup, job.id)
+    assert final.status is JobStatus.succeeded, final.reason
+    assert (final.attempt, final.restarts, final.exit_code) == (1, 1, 0)
+    reasons = [e.reason for e in sup.store.events(job.id) if e.status is JobStatus.queued]
+    assert reasons[-1] == (
+        "checkpoint resume 1 of 1: performance alert on worker-0: hardware/e2e time 0.900 exceeds "
+        "the threshold 0.5; rescheduling"
+    )
+
+
+def test_a_fault_restart_starts_the_next_attempt_then_ends_in_error(sup):
+    spec = JobSpec(
+        name="crash",
+        command=f"{PY} -c 'import sys; print(\"boom\"); sys.exit(3)'",
+        fault_restart={"max_restarts": 1},
+    )
+    job = sup.submit(spec, creator="me")
+    final = tick_until_ended(sup, job.id)
+    assert final.status is JobStatus.error
+    assert (final.attempt, final.restarts, final.exit_code) == (1, 1, 3)
+    assert final.nodes[0].state == "exited"
+    events = [(e.status, e.reason.splitlines()[0]) for e in sup.store.events(job.id)]
+    assert (JobStatus.queued, "fault restart 1 of 1: node worker-0 exited with code 3") in events
+    assert events[-1] == (JobStatus.error, "node worker-0 exited with code 3")
+    last = sup.store.events(job.id)[-1]
+    assert last.node == "worker-0" and last.exit_code == 3 and "boom" in last.reason
