@@ -172,7 +172,7 @@ def test_a_launch_interrupted_by_a_crash_is_cleaned_up_and_started_once(ma_super
         job_id=job.id,
         spec=job.spec,
         number=0,
-        job_dir=config.job_dir(job.id),
+        job_dir=config.jobdir(job.id).root,
         plans=tuple(plan_job(job.spec, placement)),
     )
     # what a launch does before it records the job as running ... and then the service dies
