@@ -199,7 +199,14 @@ def read_tail(root: Path, relative: str | os.PathLike, max_bytes: int, **names: 
         os.close(fd)
 
 
-def make_dirs(path: Path, *, trusted: Path, mode: int = 0o755, owner: str = "a job") -> None:
+def make_dirs(
+    path: Path,
+    *,
+    trusted: Path,
+    mode: int = 0o755,
+    owner: str = "a job",
+    chown: tuple[int, int] | None = None,
+) -> None:
     """Create the folder ``path`` and its missing parents below ``trusted``, following no symlink.
 
     Every component below ``trusted`` is created with ``mkdirat`` or opened with
@@ -211,6 +218,8 @@ def make_dirs(path: Path, *, trusted: Path, mode: int = 0o755, owner: str = "a j
         trusted: an existing folder the service trusts (symlinks up to it are the user's own).
         mode: permissions of created folders (before the umask).
         owner: who could have planted something, for the message.
+        chown: (uid, gid) to give ``path`` itself to, through the descriptor just opened without
+            following any symlink (never by its name, which a job could redirect meanwhile).
 
     Raises:
         RefusedFile: a component below ``trusted`` is a symlink or not a folder.
@@ -239,6 +248,8 @@ def make_dirs(path: Path, *, trusted: Path, mode: int = 0o755, owner: str = "a j
                 raise
             os.close(fd)
             fd = nxt
+        if chown is not None:
+            os.fchown(fd, *chown)
     finally:
         os.close(fd)
 

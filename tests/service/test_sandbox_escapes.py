@@ -12,6 +12,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -108,8 +109,8 @@ def test_job_env_never_reaches_the_hosts_launcher(ma_client, ma_home, tmp_path):
 def test_mount_sources_outside_the_allowed_roots_are_refused(ma_client, ma_home, tmp_path, kind, path, says):
     """No job may mount a host folder outside the admin's roots, nor a system folder, the
     service's home or another job's folder, even through a symlink inside an allowed root."""
-    outside = "/var/tmp/ma-jupyter-test-outside"
-    os.makedirs(outside, exist_ok=True)
+    # a folder of this test's own outside the allowed roots (the test's tmp_path is allowed)
+    outside = tempfile.mkdtemp(prefix="ma-jupyter-outside-", dir="/var/tmp")
     (tmp_path / "link").symlink_to("/etc")
     source = {
         "HOME": str(ma_home),
@@ -230,3 +231,79 @@ def test_without_a_sandbox_a_root_service_refuses_to_run_jobs_as_root(ma_client,
     final = job.wait(timeout=60)
     assert final.status is JobStatus.error
     assert "install bubblewrap" in final.reason and "allow_root" in final.reason
+
+
+def test_a_mount_below_a_writable_mount_is_refused(ma_client, tmp_path):
+    """A job could swap a folder inside its writable outputs for a symlink before a later bind
+    follows it (an on_start phase, or a node that started first): such specs are refused."""
+    outputs = tmp_path / "out"
+    (outputs / "v").mkdir(parents=True)
+    for folder in (outputs, outputs / "v"):
+        folder.chmod(0o777)
+    with pytest.raises(InvalidSpec, match="could redirect it before it is mounted"):
+        ma_client.submit(
+            name="nested",
+            outputs=str(outputs),
+            volumes=[{"name": "v", "path": str(outputs / "v")}],
+            command="true",
+        )
+    assert _no_jobs(ma_client)
+
+
+def test_a_jobs_variables_are_not_on_any_command_line(ma_client):
+    """Other users of the host read every process's command line: the job's variables are
+    handed to bubblewrap in a memory file, never as its arguments."""
+    secret = f"hunter2-{os.getpid()}"
+    job = ma_client.submit(
+        name="secret-env",
+        env={"API_KEY": secret},
+        command=f"{PY} -c \"import os, time; print('have', len(os.environ['API_KEY'])); time.sleep(30)\"",
+    )
+    from tests.helpers import wait_for
+
+    wait_for(lambda: any("have" in line for line in job.logs()), timeout=60)
+    shown = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if secret.encode() in fh.read():
+                        shown.append(pid)
+            except OSError:
+                continue
+    job.stop()
+    assert shown == [], f"processes {shown} show the job's variable on their command line"
+    assert [line for line in job.logs() if line.startswith("have")] == [f"have {len(secret)}"]
+    runner_spec = next((ma_client_home() / "jobs" / job.id / "nodes").glob("*/node-run.json"))
+    assert runner_spec.stat().st_mode & 0o077 == 0
+
+
+def ma_client_home():
+    from ma_jupyter import config
+
+    return config.home()
+
+
+def test_the_snapshot_exception_is_for_a_read_only_algorithm_only(ma_home):
+    from ma_jupyter.backends.local.host_policy import load_policy
+
+    snapshot = ma_home / "snapshots" / "train-1"
+    snapshot.mkdir(parents=True)
+    policy = load_policy()
+    policy.check_source(str(snapshot), "algorithm", "algorithm", "root", snapshot_ok=True)
+    with pytest.raises(InvalidSpec, match="job service's home"):
+        policy.check_source(str(snapshot), "dataset d", "datasets", "root")
+
+
+def test_a_venvs_own_pyvenv_cfg_never_widens_what_the_sandbox_shows(ma_home, tmp_path):
+    """The base installation of a venv is where its interpreter resolves to; the ``home`` its
+    (user-written) pyvenv.cfg names is not bound."""
+    from ma_jupyter.backends.local.image import resolve_image
+    from ma_jupyter.models import Image
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    (venv / "pyvenv.cfg").write_text("home = /var/lib/dpkg/info\n")
+    roots = resolve_image(Image(venv=str(venv))).roots
+    assert not any(r == "/var/lib/dpkg" or r.startswith("/var/lib") for r in roots), roots

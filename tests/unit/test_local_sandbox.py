@@ -12,6 +12,7 @@ import pytest
 
 from ma_jupyter.backends.base import Attempt
 from ma_jupyter.backends.local.sandbox import (
+    EXEC_ENV,
     SYSTEM_PATH,
     bwrap_argv,
     command_argv,
@@ -27,6 +28,7 @@ from ma_jupyter.backends.local.sandbox import (
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import DatasetMount, DatasetSource, Image, JobSpec, Spec
 from ma_jupyter.modes import Placement, TaskSlot, plan_job
+from ma_jupyter.nodeside.exec_env import ENV_FD, ENV_FILE
 from tests.helpers import writable_dir
 
 
@@ -194,13 +196,9 @@ def test_bwrap_argv_is_a_minimal_root_without_capabilities(ma_paths, tmp_path):
     # its account (root's jobs: nobody) before the job's variables apply to its command
     assert argv[0] == shutil.which("bwrap", path=SYSTEM_PATH) and "--clearenv" in argv
     inner = argv[argv.index("--") + 1 :]
-    assert inner[-5:] == [
-        shutil.which("env", path=SYSTEM_PATH),
-        "-i",
-        f"PATH={SYSTEM_PATH}",
-        "python",
-        "x.py",
-    ]
+    # the job's variables come from a file the runner hands over, never from the command line
+    assert inner[-7:] == [view.image.python, "-I", "-S", EXEC_ENV, ENV_FILE, "--", "python", "x.py"][-7:]
+    assert argv[argv.index("--ro-bind-data") + 1 : argv.index("--ro-bind-data") + 3] == [ENV_FD, ENV_FILE]
     if os.geteuid() == 0:
         assert inner[:2] == [
             shutil.which("setpriv", path=SYSTEM_PATH),

@@ -151,3 +151,26 @@ def test_a_new_outputs_folder_starts_below_the_last_real_folder(tmp_path):
     assert real_ancestor(outputs / "planted" / "sweep-0") == outputs
     with pytest.raises(RefusedFile):
         make_dirs(outputs / "planted" / "sweep-0", trusted=real_ancestor(outputs / "planted" / "sweep-0"))
+
+
+def test_make_dirs_gives_the_folder_away_through_its_descriptor(tmp_path):
+    """The owner is changed on the folder opened without following symlinks, never by name."""
+    import pwd
+
+    import pytest
+
+    from ma_jupyter.errors import RefusedFile
+    from ma_jupyter.untrusted import make_dirs
+
+    if os.geteuid() != 0:
+        pytest.skip("chown needs root")
+    nobody = pwd.getpwnam("nobody")
+    make_dirs(tmp_path / "a" / "b", trusted=tmp_path, chown=(nobody.pw_uid, nobody.pw_gid))
+    assert (tmp_path / "a" / "b").stat().st_uid == nobody.pw_uid
+    assert (tmp_path / "a").stat().st_uid == 0  # only the folder itself
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "link").symlink_to(victim)
+    with pytest.raises(RefusedFile):
+        make_dirs(tmp_path / "link" / "c", trusted=tmp_path, chown=(nobody.pw_uid, nobody.pw_gid))
+    assert victim.stat().st_uid == 0 and not (victim / "c").exists()

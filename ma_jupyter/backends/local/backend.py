@@ -177,7 +177,7 @@ class LocalBackend(Backend):
                 folder.mkdir(exist_ok=True)
 
         def wrap(argv: list[str]) -> list[str]:
-            return workspace.sandbox_argv(view, workspace.command_argv(view, argv, env), env)
+            return workspace.sandbox_argv(view, workspace.command_argv(view, argv, env))
 
         lifecycle = attempt.spec.lifecycle
         from ...commands import parse_command
@@ -194,6 +194,8 @@ class LocalBackend(Backend):
             "env": env
             if view.sandbox == "symlink"
             else {"PATH": workspace.SYSTEM_PATH, "LANG": "C.UTF-8", workspace.NODE_MARKER: marker},
+            # bubblewrap: the variables the runner hands to the sandbox as a file (never argv)
+            "job_env": env if view.sandbox == "bubblewrap" else None,
             "cwd": workspace.host_workdir(view),
             "cpus": list(view.cpus),
             "on_start": wrap(parse_command(lifecycle.on_start, field="lifecycle"))
@@ -204,7 +206,11 @@ class LocalBackend(Backend):
             else None,
         }
         spec_file = nd.runner_spec
-        spec_file.write_text(json.dumps(spec, indent=1))
+        # it holds the job's variables: the service's user alone may read it
+        fd = os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.fchmod(fd, 0o600)  # also when an earlier attempt left the file
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(spec, indent=1))
         log_path = attempt.jobdir.node_log(plan.name)
         runner_env = dict(os.environ)
         # the runner must import this package even when the service runs from a source tree

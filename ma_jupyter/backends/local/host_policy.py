@@ -99,8 +99,13 @@ class HostPolicy:
                 roots.append(resolved)
         return roots
 
-    def check_source(self, source: str, what: str, field: str, user: str | None) -> None:
+    def check_source(
+        self, source: str, what: str, field: str, user: str | None, *, snapshot_ok: bool = False
+    ) -> None:
         """Refuse a resolved host folder a job may not mount (rules 1 to 3).
+
+        ``snapshot_ok``: the mount is a read-only algorithm, the only kind rule 2's exception
+        (a code snapshot of the platform's own) applies to.
 
         Raises:
             InvalidSpec: the message says which rule refuses it and, for rule 3, which roots
@@ -108,15 +113,9 @@ class HostPolicy:
         """
         home = self.service_home
         snapshots = os.path.join(home, "snapshots")
-        if os.path.dirname(source) == snapshots and not os.path.islink(source):
+        if snapshot_ok and os.path.dirname(source) == snapshots:
             return  # a code snapshot of the platform's own (rule 2's exception)
         self.check_private(source, what, field)
-        for whole in NEVER_CONTAINING:
-            if _inside(whole, source):
-                raise InvalidSpec(
-                    f"{what}: {source} contains {whole} (every user's files); mount a folder inside it instead",
-                    field=field,
-                )
         roots = self.roots_for(user)
         if not any(_inside(source, root) for root in roots):
             allowed = ", ".join(roots) or "none"
@@ -131,7 +130,8 @@ class HostPolicy:
         the job (a job's own interpreter or virtualenv), which may lie anywhere else.
 
         Raises:
-            InvalidSpec: ``source`` is a system folder or the service's home, or contains one.
+            InvalidSpec: ``source`` is a system folder or the service's home, or contains one,
+                or contains ``/root`` or ``/home`` whole.
         """
         home = self.service_home
         for system in NEVER_INSIDE:
@@ -147,6 +147,12 @@ class HostPolicy:
                 "job's files), which no job may mount; mount a folder outside it",
                 field=field,
             )
+        for whole in NEVER_CONTAINING:
+            if _inside(whole, source):
+                raise InvalidSpec(
+                    f"{what}: {source} contains {whole} (every user's files); mount a folder inside it instead",
+                    field=field,
+                )
 
     # ---------------------------------------------------------------------- accounts
 

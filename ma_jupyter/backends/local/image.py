@@ -121,7 +121,9 @@ def _resolve_image(image: Image) -> ImageEnv:
         return ImageEnv(
             str(venv / "bin" / "python"),
             str(venv / "bin"),
-            _roots(str(venv), _prefix_of(str(python)), *_venv_home(venv)),
+            # the base installation is where the venv's interpreter resolves to; only a venv made
+            # with --copies has to be taken at its pyvenv.cfg's word (checked like every root)
+            _roots(str(venv), _prefix_of(str(python)), *([] if python.is_symlink() else _venv_home(venv))),
             {"VIRTUAL_ENV": str(venv)},
         )
     if image.conda_env:

@@ -125,7 +125,8 @@ def mounts_for(
     def checked(raw: str, what: str, field_name: str, *, directory: bool, writable: bool = False) -> str:
         source = _host_path(raw, what, field_name, directory=directory)
         if prepared is None or not (source + "/").startswith(prepared + "/"):
-            policy.check_source(source, what, field_name, user)
+            snapshot_ok = field_name == "algorithm" and not writable
+            policy.check_source(source, what, field_name, user, snapshot_ok=snapshot_ok)
         if writable:
             policy.check_writable(source, run_as, what, field_name)
         return source
@@ -178,6 +179,7 @@ def mounts_for(
                     f"{ro.target} ({ro.source}) lies inside the writable {rw.target} ({rw.source}), so the job could "
                     "change it: use folders that do not contain each other"
                 )
+    check_outside_writable(mounts, [(m.source, m.target) for m in mounts])
     targets = sorted(m.target for m in mounts)
     for outer, inner in zip(targets, targets[1:], strict=False):
         if inner == outer or inner.startswith(outer + "/"):
@@ -185,6 +187,31 @@ def mounts_for(
                 f"{inner} would lie inside {outer}: mount a dataset or model either with a version or without one"
             )
     return mounts
+
+
+def check_outside_writable(mounts: list[Mount], sources: list[tuple[str, str]]) -> None:
+    """Refuse a source that lies below a writable mount's source.
+
+    bubblewrap binds each source by its path when the node starts; a job (one of its earlier
+    phases, or another node of it that started first) could replace a folder on that path inside
+    its writable mount with a symlink to anything on the host, and the later bind would follow it.
+
+    Args:
+        mounts: the node's mounts.
+        sources: (host folder, what it is shown as) to check: the mounts' own sources and the
+            image's folders.
+
+    Raises:
+        InvalidSpec: naming both folders.
+    """
+    for rw in (m for m in mounts if not m.read_only):
+        below = rw.source.rstrip("/") + "/"
+        for source, shown in sources:
+            if source.startswith(below):
+                raise InvalidSpec(
+                    f"{shown} ({source}) lies inside the writable {rw.target} ({rw.source}), so the job could "
+                    "redirect it before it is mounted: use folders that do not contain each other"
+                )
 
 
 def workdir_for(spec: JobSpec, algorithm: str | None = None) -> str:

@@ -32,6 +32,7 @@ from pathlib import Path
 import psutil
 
 from ...jobdir import NodeDir
+from ...nodeside.exec_env import ENV_FD, env_file_data
 from ...untrusted import collect_report
 
 PR_SET_PDEATHSIG = 1
@@ -103,6 +104,16 @@ class NodeRunner:
         cwd = self.spec.get("cwd")
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
+        env_fd = None
+        if self.spec.get("job_env") is not None:
+            # the job's variables reach the sandbox as a file (a command line is readable by
+            # every user of the host); bubblewrap reads them from this descriptor
+            env_fd = os.memfd_create("ma-job-env")
+            data = env_file_data(self.spec["job_env"])
+            while data:
+                data = data[os.write(env_fd, data) :]
+            os.lseek(env_fd, 0, os.SEEK_SET)
+            argv = [str(env_fd) if a == ENV_FD else a for a in argv]
         try:
             self.current = subprocess.Popen(
                 argv,
@@ -111,10 +122,14 @@ class NodeRunner:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a TERM to the runner's group must not hit bwrap
                 preexec_fn=_die_with_runner,
+                pass_fds=(env_fd,) if env_fd is not None else (),
             )
         except OSError as exc:
             print(f"[ma_jupyter] cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
             return 127 if isinstance(exc, FileNotFoundError) else 126
+        finally:
+            if env_fd is not None:
+                os.close(env_fd)
         status = self._wait(self.current.pid)
         self._kill_leftovers()
         self.current = None

@@ -50,10 +50,11 @@ from ...commands import expand_argv
 from ...errors import InvalidSpec
 from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
 from ...models import JobSpec
+from ...nodeside.exec_env import ENV_FD, ENV_FILE
 from ...untrusted import make_dirs, real_ancestor
 from .host_policy import RunAs, load_policy
 from .image import SYSTEM_DIRS, ImageEnv, resolve_image
-from .mounts import VIEW_ROOT, Mount, mounts_for, workdir_for
+from .mounts import VIEW_ROOT, Mount, check_outside_writable, mounts_for, workdir_for
 
 if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
     from ...modes.base import NodePlan, TaskSlot
@@ -86,7 +87,8 @@ def validate(spec: JobSpec) -> list[Mount]:
     for task in spec.tasks:
         if task.algorithm:
             mounts_for(spec, algorithm=task.algorithm)
-    resolve_image(spec.image)
+    image = resolve_image(spec.image)
+    check_outside_writable(mounts, [(root, "the image folder") for root in image.roots])
     workdir_for(spec)
     return mounts
 
@@ -192,6 +194,15 @@ def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
     job_dir = jd.root
     files = {_check_file_path(p): content for p, content in plan.files.items()}
     policy = load_policy()
+    mounts = mounts_for(
+        attempt.spec,
+        job_dir=job_dir,
+        outputs_subdir=plan.outputs_subdir,
+        algorithm=plan.algorithm,
+        policy=policy,
+    )
+    image = resolve_image(attempt.spec.image)
+    check_outside_writable(mounts, [(root, "the image folder") for root in image.roots])
     return NodeView(
         job_id=attempt.job_id,
         node=plan.name,
@@ -199,17 +210,9 @@ def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
         address=plan.task.address,
         node_dir=str(jd.node(plan.name).root),
         rank_log_dir=str(jd.rank_dir(plan.name)),
-        mounts=tuple(
-            mounts_for(
-                attempt.spec,
-                job_dir=job_dir,
-                outputs_subdir=plan.outputs_subdir,
-                algorithm=plan.algorithm,
-                policy=policy,
-            )
-        ),
+        mounts=tuple(mounts),
         workdir=workdir_for(attempt.spec, plan.algorithm),
-        image=resolve_image(attempt.spec.image),
+        image=image,
         files=files,
         hosts=hosts_file(plan.task, [p.task for p in attempt.plans]),
         sandbox=sandbox,
@@ -236,11 +239,17 @@ def prepare_node(view: NodeView) -> None:
     """
     node_dir = Path(view.node_dir)
     node_dir.mkdir(parents=True, exist_ok=True)
+    job_dir = node_dir.parent.parent
+    owner = (view.run_as.uid, view.run_as.gid) if view.run_as is not None else None
     for stale in NodeDir.STALE:
         (node_dir / stale).unlink(missing_ok=True)
     view.nd.hosts.write_text(view.hosts)
     view.nd.hostname.write_text(view.hostname + "\n")
-    Path(view.rank_log_dir).mkdir(parents=True, exist_ok=True)
+    # the job writes its per-rank logs here (as its own account); a job of an earlier attempt may
+    # have left anything in it, so it is made and given away without following symlinks
+    make_dirs(
+        Path(view.rank_log_dir), trusted=job_dir, owner=f"{view.node} of an earlier attempt", chown=owner
+    )
     if view.files_dir.exists():
         shutil.rmtree(view.files_dir)
     for root in _file_roots_used(view):
@@ -251,26 +260,17 @@ def prepare_node(view: NodeView) -> None:
         host = view.files_dir / path.lstrip("/")
         host.parent.mkdir(parents=True, exist_ok=True)
         host.write_text(content)
-    job_dir = Path(view.node_dir).parent.parent
     for mount in view.mounts:
         if mount.create:
             # A job may have planted a symlink where a task folder goes (shared outputs): create
-            # it following none below the job's folder or the user's outputs folder.
+            # it following none below the job's folder or the user's outputs folder, and give it
+            # to the node's account through the folder's own descriptor.
             source = Path(mount.source)
             trusted = job_dir if source.is_relative_to(job_dir) else real_ancestor(source)
-            make_dirs(source, trusted=trusted, owner="a job")
-            _give(view, mount.source)
-    # the job writes its per-rank logs here (as its own account)
-    _give(view, view.rank_log_dir)
+            make_dirs(source, trusted=trusted, owner="a job", chown=owner)
     if view.sandbox == "symlink":
         _build_tree(view)
     view.nd.view_record.write_text(view.to_json())
-
-
-def _give(view: NodeView, folder: str) -> None:
-    """Make a folder the platform created for the node owned by the node's account."""
-    if view.run_as is not None:
-        os.chown(folder, view.run_as.uid, view.run_as.gid, follow_symlinks=False)
 
 
 def _build_tree(view: NodeView) -> None:
@@ -363,15 +363,20 @@ def _host_program(name: str) -> str:
     return found
 
 
-def enter_env_argv(view: NodeView, command: list[str], env: dict[str, str]) -> list[str]:
-    """The prefix that, inside the sandbox, switches to the node's account and then (and only
-    then) applies the job's environment: ``setpriv`` (as root only) and ``env -i K=V...``.
+#: the helper that applies the node's variables (standard library only: it runs under the
+#: job's interpreter)
+EXEC_ENV = str(Path(PACKAGE_DIR) / "nodeside" / "exec_env.py")
 
-    The job's variables never reach a program running with privileges: ``LD_PRELOAD`` or a
-    ``PATH`` of the job's apply to the job's own command, after the switch.
+
+def enter_env_argv(view: NodeView, command: list[str]) -> list[str]:
+    """The command that, inside the sandbox, switches to the node's account and then (and only
+    then) applies the job's environment: ``setpriv`` (as root only), then
+    :mod:`ma_jupyter.nodeside.exec_env` reading :data:`ENV_FILE`.
+
+    The job's variables never reach a program running with privileges (``LD_PRELOAD`` or a
+    ``PATH`` of the job's apply to the job's own command, after the switch), and never stand on
+    a command line, which every user of the host can read.
     """
-    if command and "=" in command[0]:
-        raise InvalidSpec(f"the command {command[0]!r} would be read as a variable: start it with a program")
     prefix: list[str] = []
     if view.run_as is not None:
         prefix = [
@@ -382,13 +387,12 @@ def enter_env_argv(view: NodeView, command: list[str], env: dict[str, str]) -> l
             "--inh-caps=-all",
             "--",
         ]
-    return prefix + [_host_program("env"), "-i", *(f"{k}={v}" for k, v in env.items()), *command]
+    return prefix + [view.image.python, "-I", "-S", EXEC_ENV, ENV_FILE, "--", *command]
 
 
-def bwrap_argv(
-    view: NodeView, command: list[str], env: dict[str, str] | None = None, *, pid_namespace: bool = True
-) -> list[str]:
-    """The bubblewrap argv running ``command`` with ``env`` in the node's view.
+def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True) -> list[str]:
+    """The bubblewrap argv running ``command`` in the node's view, with the variables the runner
+    hands over through :data:`ENV_FD`.
 
     A minimal root (never ``--dev-bind / /``): the system folders, ``/etc`` entry by entry (so
     the node's own hosts, hostname and ``/etc/mpi`` can take their places) and the image's
@@ -431,12 +435,14 @@ def bwrap_argv(
             continue  # bound together with /etc, see _etc_args
         args += _parents(root) + ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
     args += ["--bind", view.rank_log_dir, RANK_LOG_VIEW]
+    args += ["--perms", "0755", "--dir", posixpath.dirname(ENV_FILE), "--perms", "0444"]
+    args += ["--ro-bind-data", ENV_FD, ENV_FILE]
     args += ["--remount-ro", "/etc", "--chdir", view.workdir, "--clearenv", "--setenv", "PATH", SYSTEM_PATH]
     # no capability survives, but the two setpriv needs to switch to the node's account
     args += ["--cap-drop", "ALL"]
     if view.run_as is not None:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    return args + ["--"] + enter_env_argv(view, list(command), {"PATH": SYSTEM_PATH} if env is None else env)
+    return args + ["--"] + enter_env_argv(view, list(command))
 
 
 def _parents(target: str) -> list[str]:
@@ -483,14 +489,13 @@ def _etc_args(view: NodeView) -> list[str]:
     return args
 
 
-def sandbox_argv(
-    view: NodeView, command: list[str], env: dict[str, str], *, pid_namespace: bool = True
-) -> list[str]:
-    """``command`` wrapped to run in the node's view with ``env``: bubblewrap, or as is in the
-    symlink mode (where the command's paths were already rewritten by :func:`command_argv`, and
-    the node runner applies ``env`` to the command alone)."""
+def sandbox_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True) -> list[str]:
+    """``command`` wrapped to run in the node's view: bubblewrap (the runner hands the node's
+    variables over through :data:`ENV_FD`), or as is in the symlink mode (where the command's
+    paths were already rewritten by :func:`command_argv`, and the runner applies the variables
+    to the command alone)."""
     if view.sandbox == "bubblewrap":
-        return bwrap_argv(view, command, env, pid_namespace=pid_namespace)
+        return bwrap_argv(view, command, pid_namespace=pid_namespace)
     return list(command)
 
 
