@@ -20,7 +20,7 @@ import pytest
 
 from ma_jupyter.backends.base import Attempt
 from ma_jupyter.backends.local import LocalBackend
-from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.errors import InvalidSpec, RefusedFile
 from ma_jupyter.models import JobSpec, NodeRun, Spec
 from ma_jupyter.modes import Placement, TaskSlot, plan_job
 from tests.helpers import wait_for, writable_dir
@@ -267,7 +267,7 @@ def test_launch_failing_midway_leaves_nothing_running(ma_home):
     # the second node's rank-log folder cannot be created: its launch fails after the first started
     (attempt.job_dir / "logs").mkdir(parents=True)
     (attempt.job_dir / "logs" / "worker-1").write_text("in the way")
-    with pytest.raises(OSError):
+    with pytest.raises(RefusedFile, match="where the folder"):
         LocalBackend().launch(attempt)
     assert (attempt.job_dir / "nodes" / "worker-0" / "run.json").exists()  # it did start
     assert marked(marker) == []
