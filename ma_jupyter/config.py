@@ -31,9 +31,10 @@ ENV_PROJECT_DIR = "MA_JUPYTER_PROJECT_DIR"
 
 
 def home() -> Path:
-    """The state folder, created on first use."""
+    """The state folder, created on first use (mode 0700: it holds the token, every job's spec
+    and env, and every job's files)."""
     path = Path(os.environ.get(ENV_HOME) or Path.home() / ".ma_jupyter").expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 
 

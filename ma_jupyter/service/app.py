@@ -210,9 +210,9 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
     ) -> Job:
         # Long-poll: answers once the status differs from ``since`` (without it: once the job is
         # terminal) or after ``wait`` seconds, with the job as GET /jobs/{id} gives it.
-        allowed(store.get(job_id), user, "view")
+        await run_in_threadpool(lambda: allowed(store.get(job_id), user, "view"))
         await store.wait_status(job_id, since, wait)
-        return _with_queue_position(allowed(store.get(job_id), user, "view"))
+        return await run_in_threadpool(lambda: _with_queue_position(allowed(store.get(job_id), user, "view")))
 
     @app.post(f"{api}/jobs/{{job_id}}/stop", response_model=Job)
     def stop_job(job_id: str, user: str = Depends(authenticate)) -> Job:

@@ -234,8 +234,9 @@ class Store:
         """The job's status once it differs from ``since`` or is terminal, or when ``wait`` is over.
 
         Without ``since`` only a terminal status (or the end of the wait) ends the wait.  It
-        sleeps on :attr:`changes` (no thread is held, the event loop is never blocked) and
-        re-reads the status every :data:`STATUS_RECHECK` seconds as a safety net.
+        sleeps on :attr:`changes` (no thread is held while it waits; each read of the status runs
+        on a worker thread, so the event loop is never blocked) and re-reads the status every
+        :data:`STATUS_RECHECK` seconds as a safety net.
 
         Raises:
             NotFound: no such job (also when it is deleted during the wait).
@@ -245,7 +246,8 @@ class Store:
         while True:
             changed = self.changes.subscribe()
             try:
-                status = self.status(job_id)
+                # SQLite may wait on a writer's lock: read on a thread, never in the event loop
+                status = await asyncio.to_thread(self.status, job_id)
                 remaining = deadline - loop.time()
                 if status.is_terminal() or (since is not None and status is not since) or remaining <= 0:
                     return status
