@@ -2,9 +2,11 @@
 
 The supervisor owns the job's bookkeeping (statuses, events, restarts, expiry); a backend only
 starts, watches and stops the nodes of one attempt.  The service is never in the log path: a
-backend makes each node write its stdout/stderr straight into
-``<job_dir>/logs/<node>.log`` (and ``<job_dir>/logs/<node>/rank-<r>.log`` where the launcher
-splits ranks), so that logs keep flowing while the service is down.
+backend makes each node write its stdout/stderr itself (the local backend: into
+``<job_dir>/logs/<node>.log``, and ``<job_dir>/logs/<node>/rank-<r>.log`` where the launcher
+splits ranks), so that logs keep flowing while the service is down; the service reads them, and
+the failure reports nodes leave, only through the backend (:meth:`Backend.open_log`,
+:meth:`Backend.failure`).
 
 A node's state must be observable by a *new* service process after a crash: :meth:`poll`
 works from the persisted :class:`~ma_jupyter.models.NodeRun` alone (pid + process start time,
@@ -16,9 +18,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ..jobdir import JobDir
-from ..models import JobSpec, NodeRun
+from ..models import Job, JobSpec, LogStream, NodeRun
 from ..modes.base import NodePlan, Placement, RemoteShell
 
 
@@ -115,3 +118,57 @@ class Backend(ABC):
 
         Returns only when no process of these nodes is left (no orphans, whatever the job's
         processes did with their own sessions)."""
+
+    @abstractmethod
+    def log_streams(self, job: Job) -> list[LogStream]:
+        """Every log stream of ``job``: each node's combined log (rank None), then its per-rank
+        logs, with their sizes now.  Looks only: a stream the job replaced with something
+        unreadable is listed (size 0) and refused when opened."""
+
+    @abstractmethod
+    def open_log(self, job_id: str, node: str, rank: int | None) -> LogSource | None:
+        """One log stream of a job (``rank`` None: the node's combined log), ready to read by
+        offset; None while it does not exist yet.  The caller closes it.
+
+        Raises:
+            InvalidSpec: ``node`` or ``rank`` cannot name a stream (field ``node`` or ``rank``).
+            RefusedFile: the job replaced the stream with something unreadable (a FIFO, a symlink...).
+        """
+
+    @abstractmethod
+    def failure(self, attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
+        """What the failed node ``run`` left about its failure: ``(rank, exit code)`` of the first
+        rank its launcher saw fail; or one sentence saying what the job left instead of a
+        readable report (``worker-0 left a FIFO at ...``); or None (no report).
+
+        Works in a fresh service process; never blocks on a file the job controls."""
+
+
+class LogSource(Protocol):
+    """One open log stream of a job, read by byte offset (see :meth:`Backend.open_log`).
+
+    Rules every backend keeps:
+
+    1. :meth:`read` returns bytes starting exactly at ``offset`` (at most ``limit``; none when
+       ``offset`` is at or past the end) and the stream's size now, so a reader that comes back
+       with ``offset + len(data)`` misses nothing and gets nothing twice.
+    2. A stream only grows during an attempt: its size never goes down, bytes once read never
+       change.
+    3. :meth:`size` is cheap and never blocks: a long-poll calls it on the event loop to wait for
+       new bytes.
+    4. A stream the job replaced with something unreadable (a FIFO, a symlink, a device...) raises
+       :class:`~ma_jupyter.errors.RefusedFile` naming what the job left, when it is opened or read.
+    5. No call blocks on a file the job controls.
+    """
+
+    def read(self, offset: int, limit: int) -> tuple[bytes, int]:
+        """At most ``limit`` bytes from ``offset``; (data, size of the stream now)."""
+        ...
+
+    def size(self) -> int:
+        """The stream's size now, in bytes."""
+        ...
+
+    def close(self) -> None:
+        """Release the stream (idempotent); reading after closing raises ``OSError``."""
+        ...

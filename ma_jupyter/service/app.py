@@ -255,7 +255,7 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
     @app.get(f"{api}/jobs/{{job_id}}/logs", response_model=list[LogStream])
     def log_streams(job_id: str, user: str = Depends(authenticate)) -> list[LogStream]:
         job = allowed(store.get(job_id), user, "view")
-        return logs.streams(job, config.jobdir(job_id).root)
+        return supervisor.backend.log_streams(job)
 
     @app.get(f"{api}/jobs/{{job_id}}/logs/read", response_model=LogChunk)
     async def read_log(
@@ -267,18 +267,18 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         wait: float = Query(default=0.0, ge=0, le=logs.MAX_WAIT),
         user: str = Depends(authenticate),
     ) -> LogChunk:
-        job_dir = config.jobdir(job_id).root
+        backend = supervisor.backend
 
-        def check() -> str:  # the store and the folder are looked at on a thread, never in the loop
+        def check() -> str:  # the store and the streams are looked at on a thread, never in the loop
             job = allowed(store.get(job_id), user, "view")
             chosen = node or logs.default_node(job)
-            logs.ensure_stream(job, job_dir, chosen, rank)
+            logs.ensure_stream(job, backend, chosen, rank)
             return chosen
 
         node = await run_in_threadpool(check)
         try:
             return await logs.read_chunk(
-                job_id, job_dir, node, rank, offset, limit, wait, lambda: store.status(job_id).is_terminal()
+                backend, job_id, node, rank, offset, limit, wait, lambda: store.status(job_id).is_terminal()
             )
         except RefusedFile as exc:
             # The job planted something the service will not read: that ends the job.

@@ -1,60 +1,31 @@
 """Reading job logs by byte offset, with a long-poll for followers.
 
-Nodes write their log files themselves; the service only reads them.  A reader asks for bytes
-from an offset and gets them with the next offset, so a follower that reconnects (a restarted
-kernel, a new browser tab) continues exactly where it stopped: nothing is replayed, nothing is
-skipped.  A chunk never ends inside a UTF-8 character.
+Nodes write their logs themselves and the backend reads them (:meth:`Backend.open_log
+<ma_jupyter.backends.base.Backend.open_log>` gives a :class:`~ma_jupyter.backends.base.LogSource`);
+this module only decides what a reader gets.  A reader asks for bytes from an offset and gets
+them with the next offset, so a follower that reconnects (a restarted kernel, a new browser tab)
+continues exactly where it stopped: nothing is replayed, nothing is skipped.  A chunk never ends
+inside a UTF-8 character.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
+from ..backends.base import Backend, LogSource
 from ..errors import BackendUnavailable, InvalidSpec, NotFound
-from ..jobdir import RANK_LOG_VIEW, JobDir, rank_log_name
-from ..models import Job, LogChunk, LogStream
-from ..untrusted import open_file, pread_range
+from ..jobdir import check_node_name
+from ..models import Job, LogChunk
 
 T = TypeVar("T")
 
-FOLLOW_POLL = 0.005  # seconds between size checks (fstat of the open file) while a follower waits
+FOLLOW_POLL = 0.005  # seconds between size checks (LogSource.size) while a follower waits
 STATUS_EVERY = 0.1  # seconds between full looks (job status + read, on a thread) while waiting
 READ_TIMEOUT = 10.0  # seconds one look at a log may take before the request gives up
 MAX_WAIT = 60.0
-
-
-def _regular_size(path: Path) -> int:
-    """The size of a regular file, without following a symlink; 0 for anything else or nothing."""
-    try:
-        st = path.lstat()
-    except OSError:
-        return 0
-    return st.st_size if stat.S_ISREG(st.st_mode) else 0
-
-
-def streams(job: Job, job_dir: Path) -> list[LogStream]:
-    """Every log stream of a job: each node's combined log, then its per-rank logs.
-
-    Only looks (``lstat``), never opens or follows: a stream that is not a regular file shows
-    size 0 and is refused when read.
-    """
-    found: list[LogStream] = []
-    names = [n.name for n in job.nodes]
-    jd = JobDir(job_dir)
-    for extra in jd.node_logs():
-        if extra not in names:
-            names.append(extra)
-    for name in names:
-        found.append(LogStream(node=name, rank=None, size=_regular_size(jd.node_log(name))))
-        for rank, rank_file in jd.rank_logs(name):
-            found.append(LogStream(node=name, rank=rank, size=_regular_size(rank_file)))
-    return found
 
 
 def default_node(job: Job) -> str:
@@ -63,21 +34,6 @@ def default_node(job: Job) -> str:
         if run.primary:
             return run.name
     return "worker-0"
-
-
-def open_stream(job_dir: Path, node: str, rank: int | None) -> int | None:
-    """An fd of one stream's file opened as untrusted (see :mod:`ma_jupyter.untrusted`); None
-    while it does not exist.
-
-    Raises:
-        RefusedFile: the job put something else than a regular file there (FIFO, symlink...).
-    """
-    relative = JobDir(job_dir).log_relative(node, rank)
-    shown = f"{RANK_LOG_VIEW}/{rank_log_name(rank)}" if rank is not None else str(job_dir / relative)
-    try:
-        return open_file(job_dir, relative, owner=node, shown=shown)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
 
 
 def _whole_characters(data: bytes) -> bytes:
@@ -95,24 +51,11 @@ def _whole_characters(data: bytes) -> bytes:
     return data[:cut]
 
 
-def read_fd(fd: int | None, offset: int, limit: int) -> tuple[bytes, int]:
-    """Bytes of an open stream from ``offset`` (at most ``limit``), trimmed to whole UTF-8
-    characters; (data, size now).  ``fd`` None (no file yet) reads as empty."""
-    if fd is None:
-        return b"", 0
-    data, size = pread_range(fd, offset, limit)
-    return _whole_characters(data), size
-
-
-def read_stream(job_dir: Path, node: str, rank: int | None, offset: int, limit: int) -> tuple[bytes, int]:
-    """Open, read and close one stream (see :func:`open_stream` and :func:`read_fd`); blocking-safe
-    but still file I/O: the event loop calls it on a thread."""
-    fd = open_stream(job_dir, node, rank)
-    try:
-        return read_fd(fd, offset, limit)
-    finally:
-        if fd is not None:
-            os.close(fd)
+def tail(source: LogSource, lines: int, max_bytes: int = 16384) -> list[str]:
+    """The last ``lines`` lines of a stream, from at most its last ``max_bytes`` bytes."""
+    size = source.size()
+    data, _size = source.read(max(0, size - max_bytes), max_bytes)
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
 
 
 async def _off_loop(fn: Callable[[], T], what: str) -> T:
@@ -124,8 +67,8 @@ async def _off_loop(fn: Callable[[], T], what: str) -> T:
 
 
 async def read_chunk(
+    backend: Backend,
     job_id: str,
-    job_dir: Path,
     node: str,
     rank: int | None,
     offset: int,
@@ -136,46 +79,52 @@ async def read_chunk(
     """Read one chunk; with ``wait`` > 0, wait until there are new bytes, the job ends, or time is up.
 
     ``eof`` is set only when the job is terminal and the reader has everything: the status is
-    read *before* the file, so bytes written just before the job ended are never missed.
+    read *before* the stream, so bytes written just before the job ended are never missed.
 
-    Never blocks the event loop: opening and reading the file and asking the store for the
-    status run on a thread (bounded by ``READ_TIMEOUT``); in between, the wait watches the open
-    file's size with ``fstat``, which cannot block.  The file is opened as untrusted.
+    Never blocks the event loop: opening and reading the stream (through the backend) and asking
+    the store for the status run on a thread (bounded by ``READ_TIMEOUT``); in between, the wait
+    watches the open stream's :meth:`~ma_jupyter.backends.base.LogSource.size`, which never blocks.
 
     Raises:
-        RefusedFile: the stream is not a regular file (a FIFO, a symlink...).
+        InvalidSpec: a bad offset, limit, node name or rank.
+        RefusedFile: the job replaced the stream with something unreadable (a FIFO, a symlink...).
         BackendUnavailable: reading took longer than ``READ_TIMEOUT``.
     """
     if offset < 0 or limit <= 0:
         raise InvalidSpec("offset must be >= 0 and limit > 0")
-    JobDir(job_dir).log_relative(node, rank)  # refuse bad names before anything else
+    check_node_name(node)  # refuse bad names before anything else
+    if rank is not None and rank < 0:
+        raise InvalidSpec("rank must be 0 or more", field="rank")
     what = f"the log {node}" + (f" rank {rank}" if rank is not None else "")
     deadline = time.monotonic() + min(max(wait, 0.0), MAX_WAIT)
-    holder: list[int | None] = [None]
+    holder: list[LogSource | None] = [None]
 
     def step() -> tuple[bool, bytes, int]:
         terminal = is_terminal()
         if holder[0] is None:
-            holder[0] = open_stream(job_dir, node, rank)
-        data, size = read_fd(holder[0], offset, limit)
-        return terminal, data, size
+            holder[0] = backend.open_log(job_id, node, rank)
+        source = holder[0]
+        if source is None:  # not written yet
+            return terminal, b"", 0
+        data, size = source.read(offset, limit)
+        return terminal, _whole_characters(data), size
 
     try:
         while True:
             terminal, data, size = await _off_loop(step, what)
             if data or terminal or time.monotonic() >= deadline:
                 break
-            # Until the next full look (status + read), watch the size of the open file only.
+            # Until the next full look (status + read), watch the size of the open stream only.
             next_look = min(deadline, time.monotonic() + STATUS_EVERY)
             while time.monotonic() < next_look:
                 await asyncio.sleep(FOLLOW_POLL)
-                fd = holder[0]
-                if fd is not None and os.fstat(fd).st_size > offset:
+                source = holder[0]
+                if source is not None and source.size() > offset:
                     break
     finally:
         if holder[0] is not None:
             # a thread that timed out may still use it; closing then makes its read fail, harmlessly
-            os.close(holder[0])
+            holder[0].close()
     next_offset = offset + len(data)
     return LogChunk(
         job_id=job_id,
@@ -188,8 +137,8 @@ async def read_chunk(
     )
 
 
-def ensure_stream(job: Job, job_dir: Path, node: str, rank: int | None) -> None:
+def ensure_stream(job: Job, backend: Backend, node: str, rank: int | None) -> None:
     """NotFound for a node the job does not have (a queued job's worker-0 is allowed: it will come)."""
-    known = {n.name for n in job.nodes} | {s.node for s in streams(job, job_dir)}
+    known = {n.name for n in job.nodes} | {s.node for s in backend.log_streams(job)}
     if job.nodes and node not in known:
         raise NotFound(f"job {job.id} has no node {node!r}: its nodes are {', '.join(sorted(known))}")

@@ -38,11 +38,10 @@ from ..errors import Conflict, DiskFull, InvalidSpec, RefusedFile
 from ..models import Event, Job, JobSpec, JobStatus, NodePlanView, NodeRun, Plan, Priority, utcnow
 from ..modes import plan_job
 from ..modes.base import Placement
-from ..untrusted import read_small, read_tail
 from . import policies
 from .disk import SUBMIT_BELOW, full_folder
 from .guard import disk_full_message
-from .logs import read_stream
+from .logs import tail
 from .policies import End
 from .scheduler import NodeUse, Scheduler
 from .store import Store
@@ -53,21 +52,6 @@ POLL_INTERVAL = 0.05
 TAIL_LINES = 15
 DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running job's folders
 RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
-
-
-def tail(path: Path, lines: int = TAIL_LINES, max_bytes: int = 16384) -> list[str]:
-    """The last lines of a log file (empty if it does not exist or cannot be read).
-
-    The file is opened as untrusted (a job may have replaced it with a FIFO or a symlink); such a
-    file gives one line saying what the job left instead of its content.
-    """
-    try:
-        data = read_tail(path.parent, path.name, max_bytes).decode("utf-8", "replace")
-    except RefusedFile as exc:
-        return [exc.message]
-    except OSError:
-        return []
-    return data.splitlines()[-lines:]
 
 
 def new_job_id(name: str) -> str:
@@ -594,8 +578,8 @@ class Supervisor:
                 continue
             key = (job.id, job.attempt, run.name)
             offset = self._perf_offsets.get(key, 0)
-            # bounded and non-blocking (an untrusted open), so it may run in the loop
-            data, _size = read_stream(attempt.job_dir, run.name, None, offset, 1 << 20)
+            # bounded, and no backend call blocks on a file the job controls: it may run in the loop
+            data = self._read_log(job.id, run.name, offset, 1 << 20)
             complete = data[: data.rfind(b"\n") + 1]
             self._perf_offsets[key] = offset + len(complete)
             samples = policies.perf_samples(complete.decode("utf-8", "replace"))
@@ -607,12 +591,41 @@ class Supervisor:
                 self._notice(job, alert)
         return None
 
-    @staticmethod
-    def _failure_reason(attempt: Attempt, run: NodeRun) -> str:
-        """Why a node failed, with its last log lines; reads files the job could have written,
-        so it runs on the finishing thread, outside the supervisor lock."""
-        lines = tail(attempt.jobdir.node_log(run.name))
-        return policies.failure_reason(run, lines, _rank_failure(attempt, run))
+    def _read_log(self, job_id: str, node: str, offset: int, limit: int) -> bytes:
+        """At most ``limit`` bytes of a node's log from ``offset`` (none while it does not exist).
+
+        Raises:
+            RefusedFile: the job replaced its log with something unreadable.
+        """
+        source = self.backend.open_log(job_id, node, None)
+        if source is None:
+            return b""
+        try:
+            return source.read(offset, limit)[0]
+        finally:
+            source.close()
+
+    def _tail(self, job_id: str, node: str) -> list[str]:
+        """The last lines of a node's log (empty if it does not exist or cannot be read); a log
+        the job replaced with something unreadable gives one line saying what it left."""
+        try:
+            source = self.backend.open_log(job_id, node, None)
+            if source is None:
+                return []
+            try:
+                return tail(source, TAIL_LINES)
+            finally:
+                source.close()
+        except RefusedFile as exc:
+            return [exc.message]
+        except OSError:
+            return []
+
+    def _failure_reason(self, attempt: Attempt, run: NodeRun) -> str:
+        """Why a node failed, with its last log lines; reads what the job could have written (through
+        the backend), so it runs on the finishing thread, outside the supervisor lock."""
+        lines = self._tail(attempt.job_id, run.name)
+        return policies.failure_reason(run, lines, self.backend.failure(attempt, run))
 
     def _finish(self, job: Job, attempt: Attempt, end: End) -> None:
         """End the attempt: stop what still runs (on a thread: it may take the grace period), then
@@ -698,31 +711,6 @@ def _call_reason(reason: str | Callable[[], str]) -> str:
     except Exception as exc:  # reading the job's files failed: still record why the job ended
         log.exception("building a job's reason failed")
         return f"(the reason could not be read: {type(exc).__name__}: {exc})"
-
-
-def _rank_failure(attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
-    """(rank, exit code) when the node's launcher recorded which rank failed first; a sentence
-    when the job left something that is not a readable report there; else None."""
-    import json
-
-    try:
-        raw = read_small(
-            attempt.job_dir,
-            attempt.jobdir.failure_relative(run.name),
-            owner=run.name,
-            shown=str(attempt.jobdir.node(run.name).failure),
-        )
-    except RefusedFile as exc:
-        return exc.message
-    except OSError:
-        return None
-    try:
-        data = json.loads(raw)
-        if isinstance(data, dict) and isinstance(data.get("refused"), str):
-            return data["refused"][:500]
-        return int(data["rank"]), int(data["exit_code"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def _mount_dict(mount) -> dict:

@@ -61,17 +61,17 @@ def test_a_fifo_failure_report_ends_the_job_and_never_wedges_the_supervisor(ma_s
 
 
 def test_a_fifo_moved_into_the_node_folder_is_refused_without_blocking(ma_home, tmp_path):
-    """The supervisor's own check, for a report a runner of an older version moved as it was."""
+    """The backend's own check, for a report a runner of an older version moved as it was."""
     from ma_jupyter.backends.base import Attempt
+    from ma_jupyter.backends.local import LocalBackend
     from ma_jupyter.models import JobSpec, NodeRun
-    from ma_jupyter.service.supervisor import _rank_failure
 
     job_dir = tmp_path / "job"
     (job_dir / "nodes" / "worker-0").mkdir(parents=True)
     os.mkfifo(job_dir / "nodes" / "worker-0" / "failure.json")
     attempt = Attempt("j", JobSpec(name="j", command="python x.py"), 0, job_dir, ())
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        found = pool.submit(_rank_failure, attempt, NodeRun(name="worker-0")).result(timeout=10)
+        found = pool.submit(LocalBackend().failure, attempt, NodeRun(name="worker-0")).result(timeout=10)
     assert isinstance(found, str) and "worker-0 left a FIFO" in found
 
 

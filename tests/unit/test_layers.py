@@ -57,6 +57,7 @@ ALLOWED = {
         "errors",
         "nodeside",
     },
+    # no "untrusted": the service reads what a job wrote only through its backend
     "service": {
         "service",
         "backends.base",
@@ -64,7 +65,6 @@ ALLOWED = {
         "models",
         "config",
         "jobdir",
-        "untrusted",
         "commands",
         "errors",
     },

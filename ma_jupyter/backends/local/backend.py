@@ -32,11 +32,13 @@ import psutil
 
 import ma_jupyter
 
+from ... import config
 from ...errors import BackendUnavailable, InvalidSpec, RefusedFile
-from ...models import NodeRun
+from ...models import Job, LogStream, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend
+from . import logs as job_logs
 from . import sandbox as workspace
 from .processes import marked_processes, process_start_time, read_exit_code
 
@@ -341,6 +343,20 @@ class LocalBackend(Backend):
                 names = ", ".join(f"{p.pid}" for p in left)
                 raise BackendUnavailable(f"processes {names} of job {attempt.job_id} survive SIGKILL")
             time.sleep(0.05)
+
+    # ------------------------------------------------------------------------ logs
+
+    def log_streams(self, job: Job) -> list[LogStream]:
+        """The files below ``<job_dir>/logs``, looked at with ``lstat`` only."""
+        return job_logs.log_streams(config.jobdir(job.id), [n.name for n in job.nodes])
+
+    def open_log(self, job_id: str, node: str, rank: int | None) -> job_logs.LocalLogSource | None:
+        """The log file opened as untrusted (see :mod:`.logs`)."""
+        return job_logs.open_log(config.jobdir(job_id), node, rank)
+
+    def failure(self, attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
+        """The report the node runner moved to ``nodes/<node>/failure.json`` (or its refusal)."""
+        return job_logs.failure(attempt.jobdir, run.name)
 
 
 def _open_log(path: Path, node: str) -> int:
