@@ -524,26 +524,68 @@ class JobPage(Strict):
     limit: int = 50
 
 
-class NodePlanView(Strict):
-    """What ``--dry-run`` shows for one node: the resolved argv, env, files and mounts."""
+class Mount(Strict):
+    """One folder of a node's ``/workspace``: ``source`` on the host shown at ``target``."""
+
+    source: str
+    target: str
+    read_only: bool
+    kind: str = Field(description="algorithm, dataset, annotation, model, outputs or volume")
+    create: bool = Field(default=False, description="The backend creates source at launch.")
+
+
+class ImageInfo(Strict):
+    """The Python environment a node runs with."""
+
+    python: str
+    bin_dir: str
+    roots: list[str] = []
+    env: dict[str, str] = {}
+
+
+class RunAs(Strict):
+    """The Unix account a node's processes run as."""
+
+    name: str
+    uid: int
+    gid: int
+
+
+class NodeLaunch(Strict):
+    """Everything one node of an attempt runs, resolved: what ``--dry-run`` shows and what the
+    backend launches unchanged (it adds only ``MA_NODE_RUN`` and ``MA_JOB_SECRET`` to ``env``)."""
 
     name: str
     role: str
     index: int
-    hostname: str
-    argv: list[str]
-    env: dict[str, str]
-    files: dict[str, str] = {}
-    mounts: list[dict[str, Any]] = []
-    workdir: str = "/workspace/algorithm"
     primary: bool = True
+    host: str = ""
+    hostname: str
+    address: str = ""
+    ports: list[int] = []
+    cpus: list[int] = []
+    devices: list[int] = []
+    argv: list[str] = Field(description="The command as planned (${VAR} unexpanded, python as written).")
+    command: list[str] = Field(
+        default=[], description="What the node execs: ${VAR} expanded, the interpreter resolved."
+    )
+    env: dict[str, str] = Field(description="The node's complete environment but the launch-only variables.")
+    files: dict[str, str] = {}
+    mounts: list[Mount] = []
+    workdir: str = "/workspace/algorithm"
+    image: ImageInfo | None = None
+    isolation: str = ""
+    run_as: RunAs | None = None
+    on_start: list[str] | None = None
+    on_stop: list[str] | None = None
+    notes: list[str] = []
 
 
 class Plan(Strict):
     """The resolved launch plan of a job (``--dry-run``), per node."""
 
     spec: str
-    nodes: list[NodePlanView]
+    nodes: list[NodeLaunch]
     can_start_now: bool = False
     queue_ahead: int = 0
     notes: list[str] = []

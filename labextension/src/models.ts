@@ -80,6 +80,14 @@ export interface Image {
   conda_env?: string | null;
 }
 
+/** The Python environment a node runs with. */
+export interface ImageInfo {
+  python: string;
+  bin_dir: string;
+  roots?: Array<string>;
+  env?: Record<string, string>;
+}
+
 /** A submitted job as the service reports it. */
 export interface Job {
   id: string;
@@ -200,6 +208,17 @@ export interface ModelMount {
 export type ModelSource = "pretrained" | "private" | "favorite";
 export const MODEL_SOURCE_VALUES: ReadonlyArray<ModelSource> = ["pretrained", "private", "favorite"];
 
+/** One folder of a node's `/workspace`: `source` on the host shown at `target`. */
+export interface Mount {
+  source: string;
+  target: string;
+  read_only: boolean;
+  /** algorithm, dataset, annotation, model, outputs or volume */
+  kind: string;
+  /** The backend creates source at launch. */
+  create?: boolean;
+}
+
 /** One compute node of the cluster and what is in use on it now. */
 export interface Node {
   name: string;
@@ -221,18 +240,36 @@ export interface Node {
   usage?: Array<string>;
 }
 
-/** What `--dry-run` shows for one node: the resolved argv, env, files and mounts. */
-export interface NodePlanView {
+/**
+ * Everything one node of an attempt runs, resolved: what `--dry-run` shows and what the
+ * backend launches unchanged (it adds only `MA_NODE_RUN` and `MA_JOB_SECRET` to `env`).
+ */
+export interface NodeLaunch {
   name: string;
   role: string;
   index: number;
+  primary?: boolean;
+  host?: string;
   hostname: string;
+  address?: string;
+  ports?: Array<number>;
+  cpus?: Array<number>;
+  devices?: Array<number>;
+  /** The command as planned (${VAR} unexpanded, python as written). */
   argv: Array<string>;
+  /** What the node execs: ${VAR} expanded, the interpreter resolved. */
+  command?: Array<string>;
+  /** The node's complete environment but the launch-only variables. */
   env: Record<string, string>;
   files?: Record<string, string>;
-  mounts?: Array<Record<string, unknown>>;
+  mounts?: Array<Mount>;
   workdir?: string;
-  primary?: boolean;
+  image?: ImageInfo | null;
+  isolation?: string;
+  run_as?: RunAs | null;
+  on_start?: Array<string> | null;
+  on_stop?: Array<string> | null;
+  notes?: Array<string>;
 }
 
 /** One launched node (task) of one attempt of a job. */
@@ -262,7 +299,7 @@ export const PERF_POLICY_VALUES: ReadonlyArray<PerfPolicy> = ["alert", "reschedu
 /** The resolved launch plan of a job (`--dry-run`), per node. */
 export interface Plan {
   spec: string;
-  nodes: Array<NodePlanView>;
+  nodes: Array<NodeLaunch>;
   can_start_now?: boolean;
   queue_ahead?: number;
   notes?: Array<string>;
@@ -271,6 +308,13 @@ export interface Plan {
 /** Queue order: very-urgent first, then urgent, then normal; FIFO within one priority. */
 export type Priority = "normal" | "urgent" | "very-urgent";
 export const PRIORITY_VALUES: ReadonlyArray<Priority> = ["normal", "urgent", "very-urgent"];
+
+/** The Unix account a node's processes run as. */
+export interface RunAs {
+  name: string;
+  uid: number;
+  gid: number;
+}
 
 /** A compute flavor for one node of a job. */
 export interface Spec {

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..jobdir import JobDir
-from ..models import Job, JobSpec, LogStream, NodeRun
+from ..models import Job, JobSpec, LogStream, NodeLaunch, NodeRun
 from ..modes.base import NodePlan, Placement, RemoteShell
 
 
@@ -50,6 +50,8 @@ class Attempt:
 
 #: variable holding a secret shared by the nodes of one attempt and by nothing else
 JOB_SECRET_ENV = "MA_JOB_SECRET"
+#: the only variables :meth:`Backend.launch` may add to a :class:`NodeLaunch`'s ``env``
+LAUNCH_ENV = ("MA_NODE_RUN", JOB_SECRET_ENV)
 
 
 class Backend(ABC):
@@ -63,7 +65,8 @@ class Backend(ABC):
     2. Everything but :meth:`bind` works in a fresh service process from persisted values: the
        stored bound placement, the :class:`~ma_jupyter.models.NodeRun` records and the files
        the nodes write.  Reserved ports are declared again with :meth:`hold` after a restart.
-    3. :meth:`launch` is all or nothing: if it raises, no node it started is left running.
+    3. :meth:`dryrun` has no effects; :meth:`launch` runs exactly what it returned, and is all
+       or nothing: if it raises, no node it started is left running.
     4. The service is never in the log path: nodes write their own logs.
     5. :meth:`poll` and :meth:`stop` may be called concurrently for different jobs.
     """
@@ -96,14 +99,32 @@ class Backend(ABC):
         """How each node's ``/workspace`` is made (the local backend: ``bubblewrap`` or ``symlink``)."""
 
     @abstractmethod
-    def launch(self, attempt: Attempt) -> list[NodeRun]:
-        """Start every node of the attempt and return their records (pid, start time...).
+    def dryrun(self, attempt: Attempt) -> list[NodeLaunch]:
+        """What every node of the attempt would run, resolved: one launch per plan, in order.
+
+        Has no effects: creates no file, reserves nothing, starts nothing (``attempt`` may name
+        the placeholder job folder of :data:`ma_jupyter.jobdir.PLACEHOLDER`).  Validates what
+        a launch would refuse.  The variables of :data:`LAUNCH_ENV` are not in the launches'
+        ``env`` and never expanded in their ``command``.
+
+        Raises:
+            InvalidSpec: a mount path is missing or escapes its root, the image is unusable...
+        """
+
+    @abstractmethod
+    def launch(self, attempt: Attempt, launches: list[NodeLaunch]) -> list[NodeRun]:
+        """Start every node of the attempt exactly as ``launches`` (from :meth:`dryrun`) say and
+        return their records (pid, start time...).
+
+        Each node execs its launch's ``command`` (wrapped in the backend's isolation) with its
+        launch's ``env`` plus only the :data:`LAUNCH_ENV` variables, its mounts, files and
+        workdir; nothing else of the launch is changed.
 
         Must not leave anything running if it raises: a node that started before a later node
         failed to start is stopped again before the error propagates.
 
         Raises:
-            InvalidSpec: a mount path is missing or escapes its root, the image is unusable...
+            InvalidSpec: the launches cannot run here (e.g. no isolation for another account).
             BackendUnavailable: the backend cannot run processes right now.
         """
 

@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from ..client.logs import stream_label
-from ..models import Event, Job, JobStatus, Plan
+from ..models import Event, Job, JobStatus, Mount, Plan
 
 
 def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
@@ -64,12 +64,8 @@ def plan_summary(plan: Plan) -> str:
         if node.mounts:
             print("  mounts:", file=out)
             for mount in node.mounts:
-                target = next((mount[k] for k in ("target", "dest", "view") if mount.get(k)), "?")
-                source = next(
-                    (mount[k] for k in ("host", "source", "host_path", "path") if mount.get(k)), "?"
-                )
-                mode = "ro" if mount.get("read_only", mount.get("readonly")) else "rw"
-                print(f"    {target} <- {source} ({mode})", file=out)
+                mode = "ro" if mount.read_only else "rw"
+                print(f"    {mount.target} <- {mount.source} ({mode})", file=out)
     return out.getvalue().rstrip("\n")
 
 
@@ -100,13 +96,10 @@ def plan_text(plan: Plan) -> str:
     return "\n".join(out) + "\n"
 
 
-def _mount(mount: dict[str, Any]) -> str:
-    source = mount.get("source") or mount.get("host") or mount.get("src") or "?"
-    target = mount.get("target") or mount.get("path") or mount.get("dest") or "?"
-    mode = "ro" if mount.get("read_only", mount.get("readonly")) else "rw"
-    known = {"source", "host", "src", "target", "path", "dest", "read_only", "readonly"}
-    extra = ", ".join(f"{k}={v}" for k, v in mount.items() if k not in known)
-    return f"{target} <- {source} ({mode})" + (f" [{extra}]" if extra else "")
+def _mount(mount: Mount) -> str:
+    mode = "ro" if mount.read_only else "rw"
+    extra = f"kind={mount.kind}" + (", created at launch" if mount.create else "")
+    return f"{mount.target} <- {mount.source} ({mode}) [{extra}]"
 
 
 def format_seconds(seconds: float) -> str:

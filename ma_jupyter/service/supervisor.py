@@ -35,7 +35,8 @@ from .. import config
 from ..backends.base import Attempt, Backend
 from ..commands import parse_command
 from ..errors import Conflict, DiskFull, InvalidSpec, RefusedFile
-from ..models import Event, Job, JobSpec, JobStatus, NodePlanView, NodeRun, Plan, Priority, utcnow
+from ..jobdir import PLACEHOLDER
+from ..models import Event, Job, JobSpec, JobStatus, NodeLaunch, NodeRun, Plan, Priority, utcnow
 from ..modes import plan_job
 from ..modes.base import Placement
 from . import policies
@@ -199,14 +200,26 @@ class Supervisor:
         return job
 
     def _validate(self, spec: JobSpec) -> None:
-        self.scheduler.check(spec)
-        from ..backends.local.sandbox import validate  # mounts, image and working directory
+        self._preflight(spec)
 
-        validate(spec)
+    def _preflight(self, spec: JobSpec) -> tuple[Placement | None, Placement, list[NodeLaunch]]:
+        """Check a spec as its launch would: place it (now, or on an empty cluster), plan it and
+        dry-run it on the backend with the placeholder job folder.
+
+        Returns:
+            The placement now (None: it must wait), the placement planned, and the launches.
+
+        Raises:
+            InvalidSpec: the first problem found.
+        """
+        self.scheduler.check(spec)
         if spec.type.value != "batch":
             parse_command(spec.command or "")
-        placement = self._place("dry-run", spec, self.usage(), reserve=False) or self._any_placement(spec)
-        plan_job(spec, placement)  # a mode that cannot plan this job refuses it now, not at launch
+        now = self._place("dry-run", spec, self.usage(), reserve=False)
+        placement = now or self._any_placement(spec)
+        # a mode or a backend that cannot run this job refuses it now, not at launch
+        attempt = self._attempt(Job(id="<job-id>", spec=spec), placement, dry=True)
+        return now, placement, self.backend.dryrun(attempt)
 
     def _place(
         self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, reserve: bool
@@ -223,35 +236,14 @@ class Supervisor:
         return placement
 
     def plan(self, spec: JobSpec) -> Plan:
-        """The resolved per-node plan (``--dry-run``); creates nothing."""
-        from ..backends.local.sandbox import mounts_for, workdir_for
-
-        self._validate(spec)
-        now = self._place("dry-run", spec, self.usage(), reserve=False)
-        placement = now or self._any_placement(spec)
-        views = [
-            NodePlanView(
-                name=p.name,
-                role=p.task.role,
-                index=p.task.index,
-                hostname=p.task.hostname,
-                argv=p.argv,
-                env=p.env,
-                files=p.files,
-                mounts=[
-                    _mount_dict(m)
-                    for m in mounts_for(spec, outputs_subdir=p.outputs_subdir, algorithm=p.algorithm)
-                ],
-                workdir=workdir_for(spec, p.algorithm),
-                primary=p.primary,
-            )
-            for p in plan_job(spec, placement)
-        ]
+        """What each node of the job would run (``--dry-run``): the launches the backend would
+        start, on the placeholder job folder; creates nothing."""
+        now, placement, launches = self._preflight(spec)
         ahead = policies.queue_ahead(self.store.by_status(JobStatus.queued), spec.priority)
         notes = ["ports are allocated at launch (0 in this plan)"]
         return Plan(
             spec=placement.spec.name,
-            nodes=views,
+            nodes=launches,
             can_start_now=now is not None and ahead == 0,
             queue_ahead=ahead,
             notes=notes,
@@ -405,16 +397,19 @@ class Supervisor:
         self._waiting_noted.discard(job.id)
         self._launch(job, placement)
 
-    def _attempt(self, job: Job, placement: Placement) -> Attempt:
-        plans = plan_job(self._effective_spec(job), placement)
+    def _attempt(self, job: Job, placement: Placement, *, dry: bool = False) -> Attempt:
+        """The attempt to launch (``dry``: to dry-run, in the placeholder job folder, with the
+        datasets as given rather than their prepared copies)."""
+        spec = job.spec if dry else self._effective_spec(job)
+        plans = plan_job(spec, placement)
         for node in plans:
             # A resumed or restarted attempt tells the training code so it can load its checkpoint.
             node.env.update(policies.attempt_env(job))
         return Attempt(
             job_id=job.id,
-            spec=self._effective_spec(job),
+            spec=spec,
             number=job.attempt,
-            job_dir=config.jobdir(job.id).root,
+            job_dir=(PLACEHOLDER if dry else config.jobdir(job.id)).root,
             plans=tuple(plans),
         )
 
@@ -473,9 +468,10 @@ class Supervisor:
             if job.spec.data_preparation:
                 self._prepare_data(job)
             attempt = self._attempt(job, placement)
+            launches = self.backend.dryrun(attempt)
             # Durable before the processes exist: a crash right after launch can still find them.
             self.store.set_placement(job.id, placement.to_json())
-            runs = self.backend.launch(attempt)
+            runs = self.backend.launch(attempt, launches)
         except Exception as exc:  # the job cannot start: it fails, the queue goes on
             self.backend.release(placement)
             self.store.set_placement(job.id, None)
@@ -711,10 +707,3 @@ def _call_reason(reason: str | Callable[[], str]) -> str:
     except Exception as exc:  # reading the job's files failed: still record why the job ended
         log.exception("building a job's reason failed")
         return f"(the reason could not be read: {type(exc).__name__}: {exc})"
-
-
-def _mount_dict(mount) -> dict:
-    """A workspace mount (a dataclass) as plain data for the dry-run view."""
-    from dataclasses import asdict
-
-    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(mount).items()}

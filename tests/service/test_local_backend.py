@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ma_jupyter.backends.base import Attempt
+from ma_jupyter.backends.base import LAUNCH_ENV, Attempt
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.errors import InvalidSpec, RefusedFile
 from ma_jupyter.models import JobSpec, NodeRun, Spec
@@ -40,8 +40,13 @@ def make_attempt(home: Path, job_id: str, script: str, *, tasks: int = 1, cpus=(
     return Attempt(job_id, spec, 0, home / "jobs" / job_id, tuple(plan_job(spec, placement)))
 
 
+def start(backend: LocalBackend, attempt: Attempt) -> list[NodeRun]:
+    """Launch exactly what the dry run of the attempt says."""
+    return backend.launch(attempt, backend.dryrun(attempt))
+
+
 def run_to_end(backend: LocalBackend, attempt: Attempt, timeout: float = 60) -> list[NodeRun]:
-    runs = backend.launch(attempt)
+    runs = start(backend, attempt)
     return wait_for(
         lambda: (
             (polled := [backend.poll(attempt, r) for r in runs])
@@ -208,7 +213,7 @@ def test_stop_kills_the_whole_tree_after_the_grace_period(ma_home, ma_root_jobs,
     marker = f"ma-tree-{os.getpid()}-{time.time_ns()}"
     attempt = make_attempt(ma_home, f"tree-{sandbox}", _tree_script(marker))
     backend = LocalBackend(sandbox=sandbox)
-    runs = backend.launch(attempt)
+    runs = start(backend, attempt)
     wait_for(lambda: "tree started" in log_of(attempt), timeout=30)
     # main (its script holds the marker too), the TERM-ignoring child, the setsid'd grandchild
     wait_for(lambda: len(marked(marker)) >= 3, timeout=10)
@@ -234,7 +239,7 @@ def test_a_new_backend_instance_sees_a_running_node_and_later_its_exit_code(ma_h
     attempt = make_attempt(
         ma_home, "restart-1", script, volumes=[{"name": "ctl", "path": str(ma_folders["vol"])}]
     )
-    [run] = LocalBackend().launch(attempt)
+    [run] = start(LocalBackend(), attempt)
     wait_for(lambda: "waiting for go" in log_of(attempt), timeout=30)
     stored = NodeRun.model_validate_json(run.model_dump_json())  # as the store would keep it
     fresh = LocalBackend()  # a restarted service
@@ -254,7 +259,7 @@ def test_a_node_whose_runner_is_killed_is_lost_and_leaves_nothing(ma_home):
         ma_home, "lost-1", f"import time; print('up', flush=True); time.sleep(600)  # {marker}"
     )
     backend = LocalBackend()
-    [run] = backend.launch(attempt)
+    [run] = start(backend, attempt)
     wait_for(lambda: "up" in log_of(attempt), timeout=30)
     os.kill(run.pid, signal.SIGKILL)
     assert wait_for(lambda: backend.poll(attempt, run).state == "lost", timeout=10)
@@ -268,7 +273,7 @@ def test_launch_failing_midway_leaves_nothing_running(ma_home):
     (attempt.job_dir / "logs").mkdir(parents=True)
     (attempt.job_dir / "logs" / "worker-1").write_text("in the way")
     with pytest.raises(RefusedFile, match="where the folder"):
-        LocalBackend().launch(attempt)
+        start(LocalBackend(), attempt)
     assert (attempt.job_dir / "nodes" / "worker-0" / "run.json").exists()  # it did start
     assert marked(marker) == []
 
@@ -277,13 +282,13 @@ def test_invalid_plans_start_nothing(ma_home, tmp_path):
     attempt = make_attempt(ma_home, "files-1", "print(1)")
     attempt.plans[0].files["/job/../etc/passwd"] = "x"
     with pytest.raises(InvalidSpec, match="must lie under"):
-        LocalBackend().launch(attempt)
+        start(LocalBackend(), attempt)
     assert not (attempt.job_dir / "nodes").exists()
     missing = make_attempt(
         ma_home, "files-2", "print(1)", datasets=[{"name": "d", "path": str(tmp_path / "gone")}]
     )
     with pytest.raises(InvalidSpec, match="does not exist"):
-        LocalBackend().launch(missing)
+        start(LocalBackend(), missing)
 
 
 def test_failure_report_lifecycle_and_env(ma_home, ma_folders):
@@ -356,12 +361,79 @@ def test_a_planted_node_log_or_exit_code_is_never_followed_or_blocked_on(ma_home
     victim.write_text("untouched\n")
     attempt.jobdir.node_log("worker-0").symlink_to(victim)
     with pytest.raises(RefusedFile, match="worker-0 left a symbolic link"):
-        LocalBackend().launch(attempt)
+        start(LocalBackend(), attempt)
     assert victim.read_text() == "untouched\n"
     attempt.jobdir.node_log("worker-0").unlink()
     os.mkfifo(attempt.jobdir.node_log("worker-0"))
     with pytest.raises(RefusedFile, match="worker-0 left a FIFO"):
-        LocalBackend().launch(attempt)
+        start(LocalBackend(), attempt)
     exit_file = tmp_path / "exit_code"
     os.mkfifo(exit_file)
     assert read_exit_code(exit_file) is None  # refused at once, not an open that never returns
+
+
+@pytest.mark.parametrize("sandbox", ["bubblewrap", "symlink"])
+def test_the_dry_run_is_what_runs(ma_home, ma_root_jobs, ma_folders, sandbox):
+    attempt = make_attempt(
+        ma_home,
+        f"exact-{sandbox}",
+        "import os; print(os.environ['LR'])",
+        tasks=2,
+        env={"LR": "0.5", "PYTHONPATH": "/workspace/algorithm/lib"},
+        datasets=[{"name": "d", "path": str(ma_folders["data"])}],
+    )
+    backend = LocalBackend(sandbox=sandbox)
+    launches = backend.dryrun(attempt)
+    assert [launch.name for launch in launches] == [p.name for p in attempt.plans]
+    assert not (attempt.job_dir / "nodes").exists()  # a dry run creates nothing
+    assert not set(LAUNCH_ENV) & set(launches[0].env)
+    assert launches[0].command[0] != "python" and launches[0].argv[0] == "python"
+    runs = backend.launch(attempt, launches)
+    wait_for(lambda: all(backend.poll(attempt, r).state != "running" for r in runs), timeout=60)
+    for launch in launches:
+        assert launch.isolation == sandbox
+        assert any(m.target == "/workspace/dataset/private/d" and m.read_only for m in launch.mounts)
+        runner = json.loads(attempt.jobdir.node(launch.name).runner_spec.read_text())
+        argv = runner["argv"]
+        assert argv[len(argv) - len(launch.command) :] == launch.command
+        # bubblewrap: the variables travel beside the argv (handed over as a file), never in it
+        env = runner["job_env"] if sandbox == "bubblewrap" else runner["env"]
+        assert set(env) - set(launch.env) == set(LAUNCH_ENV)
+        assert {k: v for k, v in env.items() if k not in LAUNCH_ENV} == launch.env
+        assert "0.5" in log_of(attempt, launch.name)
+
+
+def test_post_plan_shows_the_dry_run_of_the_bound_placement(ma_service, ma_folders):
+    import getpass
+
+    from ma_jupyter import config
+    from ma_jupyter.jobdir import PLACEHOLDER
+    from ma_jupyter.models import Job
+    from ma_jupyter.service import policies
+    from ma_jupyter.service.scheduler import Scheduler
+
+    body = {
+        "name": "plan-1",
+        "command": "python -c 'print(1)' --lr ${LR}",
+        "env": {"LR": "0.1"},
+        "datasets": [{"name": "d", "path": str(ma_folders["data"])}],
+        "creator": getpass.getuser(),
+    }
+    response = ma_service.session().post(f"{ma_service.api}/plan", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    nodes = response.json()["nodes"]
+
+    spec = JobSpec(**body)
+    backend = LocalBackend()
+    scheduler = Scheduler(config.load_cluster())
+    placement = backend.bind(scheduler.place("dry-run", spec, scheduler.usage([])), reserve=False)
+    plans = plan_job(spec, placement)
+    for plan in plans:
+        plan.env.update(policies.attempt_env(Job(id="<job-id>", spec=spec)))
+    expected = backend.dryrun(Attempt("<job-id>", spec, 0, PLACEHOLDER.root, tuple(plans)))
+    assert [n["name"] for n in nodes] == [e.name for e in expected]
+    for node, launch in zip(nodes, expected, strict=True):
+        for key in ("argv", "command", "env", "mounts", "files", "workdir", "isolation"):
+            assert node[key] == launch.model_dump(mode="json")[key], key
+        assert launch.argv[-1] == "${LR}" and launch.command[-1] == "0.1"
+        assert any(m.source.startswith("<jobs>/<job-id>/outputs") for m in launch.mounts)

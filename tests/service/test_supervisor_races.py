@@ -177,7 +177,7 @@ def test_a_launch_interrupted_by_a_crash_is_cleaned_up_and_started_once(ma_super
     )
     # what a launch does before it records the job as running ... and then the service dies
     sup.store.set_placement(job.id, placement.to_json())
-    runs = sup.backend.launch(attempt)
+    runs = sup.backend.launch(attempt, sup.backend.dryrun(attempt))
     assert sup.backend.poll(attempt, runs[0]).state == "running"
 
     again = new_supervisor()

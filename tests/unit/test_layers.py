@@ -79,9 +79,7 @@ FORBIDDEN = [
 ]
 
 # (importer, imported) edges still to be removed. Each step of the layout deletes its entries.
-KNOWN_VIOLATIONS = {
-    ("ma_jupyter.service.supervisor", "ma_jupyter.backends.local.sandbox"),
-}
+KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:

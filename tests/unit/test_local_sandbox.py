@@ -19,10 +19,10 @@ from ma_jupyter.backends.local.sandbox import (
     hosts_file,
     mounts_for,
     node_env,
+    node_launches,
     node_view,
     resolve_image,
     to_host,
-    validate,
     workdir_for,
 )
 from ma_jupyter.errors import InvalidSpec
@@ -255,7 +255,10 @@ def test_plan_files_must_stay_in_their_roots(ma_paths, tmp_path):
             node_view(attempt, attempt.plans[0], "bubblewrap")
 
 
-def test_validate_checks_image_and_workdir_too(ma_paths, tmp_path):
+def test_the_dry_run_checks_image_and_workdir_too(ma_paths, tmp_path):
+    def validate(spec):
+        return node_launches(_attempt(tmp_path, spec), "bubblewrap")[0].mounts
+
     assert [m.target for m in validate(full_spec(ma_paths))][0] == "/workspace/algorithm"
     with pytest.raises(InvalidSpec, match="virtualenv"):
         validate(full_spec(ma_paths, image={"venv": str(tmp_path)}))

@@ -32,9 +32,9 @@ def test_status_line_covers_every_state():
 
 
 def _plan():
-    from ma_jupyter.models import NodePlanView, Plan
+    from ma_jupyter.models import Mount, NodeLaunch, Plan
 
-    node = NodePlanView(
+    node = NodeLaunch(
         name="worker-0",
         role="worker",
         index=0,
@@ -42,7 +42,9 @@ def _plan():
         argv=["python", "train.py", "--lr", "${LR}"],
         env={"LR": "0.1"},
         files={"/etc/mpi/hostfile": "worker-0 slots=2\nworker-1 slots=2\n"},
-        mounts=[{"source": "/data/d", "target": "/workspace/dataset/private/d", "read_only": True}],
+        mounts=[
+            Mount(source="/data/d", target="/workspace/dataset/private/d", read_only=True, kind="dataset")
+        ],
     )
     return Plan(spec="cpu.small", nodes=[node], can_start_now=True, notes=["ports are 0 in a dry run"])
 

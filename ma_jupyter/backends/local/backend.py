@@ -34,7 +34,7 @@ import ma_jupyter
 
 from ... import config
 from ...errors import BackendUnavailable, InvalidSpec, RefusedFile
-from ...models import Job, LogStream, NodeRun
+from ...models import Job, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend
@@ -140,16 +140,21 @@ class LocalBackend(Backend):
 
     # ---------------------------------------------------------------------- launch
 
-    def launch(self, attempt: Attempt) -> list[NodeRun]:
-        sandbox = self.isolation()
-        # Validate and build every node's view before starting anything.
-        views = [(plan, workspace.node_view(attempt, plan, sandbox)) for plan in attempt.plans]
-        if sandbox == "symlink" and any(view.run_as is not None for _, view in views):
+    def dryrun(self, attempt: Attempt) -> list[NodeLaunch]:
+        return workspace.node_launches(attempt, self.isolation())
+
+    def launch(self, attempt: Attempt, launches: list[NodeLaunch]) -> list[NodeRun]:
+        if len(launches) != len(attempt.plans):
+            raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
+        # Build every node's view before starting anything.
+        views = [(launch, workspace.launch_view(attempt, launch)) for launch in launches]
+        if any(view.sandbox == "symlink" and view.run_as is not None for _, view in views):
             # Without a sandbox the node's interpreter and folders are host paths its account
             # may not reach, and nothing would keep it from the rest of the host: refuse.
+            name = next(v.run_as.name for _, v in views if v.run_as is not None)
             raise InvalidSpec(
                 "bubblewrap does not work on this machine, and jobs of a root service must run as "
-                f"{views[0][1].run_as.name} inside it: install bubblewrap (apt-get install bubblewrap), or "
+                f"{name} inside it: install bubblewrap (apt-get install bubblewrap), or "
                 "let this user's jobs run as root ([users] allow_root in cluster.toml)"
             )
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
@@ -158,38 +163,41 @@ class LocalBackend(Backend):
         job_secret = secrets.token_hex(16)
         runs: list[NodeRun] = []
         try:
-            for plan, view in views:
-                runs.append(self._launch_node(attempt, plan, view, job_secret))
+            for (launch, view), plan in zip(views, attempt.plans, strict=True):
+                runs.append(self._launch_node(attempt, plan, launch, view, job_secret))
         except BaseException:
             self.stop(attempt, runs, grace=1.0)
             raise
         return runs
 
     def _launch_node(
-        self, attempt: Attempt, plan: NodePlan, view: workspace.NodeView, job_secret: str
+        self,
+        attempt: Attempt,
+        plan: NodePlan,
+        launch: NodeLaunch,
+        view: workspace.NodeView,
+        job_secret: str,
     ) -> NodeRun:
         workspace.prepare_node(view)
-        nd = attempt.jobdir.node(plan.name)
+        nd = attempt.jobdir.node(launch.name)
         node_dir = nd.root
-        marker = f"{attempt.job_id}/{attempt.number}/{plan.name}/{secrets.token_hex(4)}"
+        marker = f"{attempt.job_id}/{attempt.number}/{launch.name}/{secrets.token_hex(4)}"
         nd.marker.write_text(marker + "\n")
-        env = workspace.node_env(view, {**plan.env, JOB_SECRET_ENV: job_secret}, marker)
+        # the dry run's environment plus only the launch-only variables (LAUNCH_ENV)
+        env = {**launch.env, workspace.NODE_MARKER: marker, JOB_SECRET_ENV: job_secret}
         if view.sandbox == "symlink":
             for folder in (nd.home, nd.tmp):
                 folder.mkdir(exist_ok=True)
 
-        def wrap(argv: list[str]) -> list[str]:
-            return workspace.sandbox_argv(view, workspace.command_argv(view, argv, env))
-
-        lifecycle = attempt.spec.lifecycle
-        from ...commands import parse_command
+        def wrap(command: list[str]) -> list[str]:
+            return workspace.sandbox_argv(view, command)
 
         spec = {
-            "node": plan.name,
+            "node": launch.name,
             "node_dir": str(node_dir),
-            "rank_log_dir": str(attempt.jobdir.rank_dir(plan.name)),
+            "rank_log_dir": str(attempt.jobdir.rank_dir(launch.name)),
             "sandbox": view.sandbox,
-            "argv": wrap(plan.argv),
+            "argv": wrap(launch.command),
             # The environment the runner starts each phase with.  bubblewrap gets a fixed one (the
             # job's variables are applied inside, after the switch to the job's account); only
             # the symlink mode, which never runs as another account, hands the job's to it.
@@ -200,12 +208,8 @@ class LocalBackend(Backend):
             "job_env": env if view.sandbox == "bubblewrap" else None,
             "cwd": workspace.host_workdir(view),
             "cpus": list(view.cpus),
-            "on_start": wrap(parse_command(lifecycle.on_start, field="lifecycle"))
-            if lifecycle.on_start
-            else None,
-            "on_stop": wrap(parse_command(lifecycle.on_stop, field="lifecycle"))
-            if lifecycle.on_stop
-            else None,
+            "on_start": wrap(launch.on_start) if launch.on_start else None,
+            "on_stop": wrap(launch.on_stop) if launch.on_stop else None,
         }
         spec_file = nd.runner_spec
         # it holds the job's variables: the service's user alone may read it

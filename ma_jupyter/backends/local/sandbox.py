@@ -46,13 +46,14 @@ from typing import TYPE_CHECKING
 
 import ma_jupyter
 
+from ... import models
 from ...commands import expand_argv
 from ...errors import InvalidSpec
 from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
-from ...models import JobSpec
+from ...models import NodeLaunch
 from ...nodeside.exec_env import ENV_FD, ENV_FILE
 from ...untrusted import make_dirs, real_ancestor
-from .host_policy import RunAs, load_policy
+from .host_policy import HostPolicy, RunAs, load_policy
 from .image import SYSTEM_DIRS, ImageEnv, resolve_image
 from .mounts import VIEW_ROOT, Mount, check_outside_writable, mounts_for, workdir_for
 
@@ -69,29 +70,6 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: this package, shown read-only in every sandbox: the modes' launchers run inside nodes as
 #: ``python -m ma_jupyter.nodeside....``
 PACKAGE_DIR = str(Path(ma_jupyter.__file__).resolve().parent)
-
-# ---------------------------------------------------------------------------- validation
-
-
-def validate(spec: JobSpec) -> list[Mount]:
-    """Everything about a spec's node view that can be checked before it runs: its mounts, its
-    image and its working directory (for submit-time validation and ``--dry-run``).
-
-    Returns:
-        The mounts, as :func:`mounts_for` gives them.
-
-    Raises:
-        InvalidSpec: the first problem found, saying what to do.
-    """
-    mounts = mounts_for(spec)
-    for task in spec.tasks:
-        if task.algorithm:
-            mounts_for(spec, algorithm=task.algorithm)
-    image = resolve_image(spec.image)
-    check_outside_writable(mounts, [(root, "the image folder") for root in image.roots])
-    workdir_for(spec)
-    return mounts
-
 
 # ---------------------------------------------------------------------------- node view
 
@@ -183,25 +161,35 @@ def default_sandbox() -> str:
     return "bubblewrap" if shutil.which("bwrap") else "symlink"
 
 
-def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
+def node_view(
+    attempt: Attempt,
+    plan: NodePlan,
+    sandbox: str,
+    *,
+    mounts: list[Mount] | None = None,
+    image: ImageEnv | None = None,
+    policy: HostPolicy | None = None,
+) -> NodeView:
     """The view of one node of an attempt; pure (validates, writes nothing).
+
+    ``mounts``, ``image`` and ``policy`` may be given when already resolved for this node.
 
     Raises:
         InvalidSpec: from :func:`mounts_for`, :func:`resolve_image`, or a plan file outside the
             allowed roots.
     """
     jd = attempt.jobdir
-    job_dir = jd.root
     files = {_check_file_path(p): content for p, content in plan.files.items()}
-    policy = load_policy()
-    mounts = mounts_for(
-        attempt.spec,
-        job_dir=job_dir,
-        outputs_subdir=plan.outputs_subdir,
-        algorithm=plan.algorithm,
-        policy=policy,
-    )
-    image = resolve_image(attempt.spec.image)
+    policy = policy or load_policy()
+    if mounts is None:
+        mounts = mounts_for(
+            attempt.spec,
+            job_dir=jd.root,
+            outputs_subdir=plan.outputs_subdir,
+            algorithm=plan.algorithm,
+            policy=policy,
+        )
+    image = image or resolve_image(attempt.spec.image)
     check_outside_writable(mounts, [(root, "the image folder") for root in image.roots])
     return NodeView(
         job_id=attempt.job_id,
@@ -219,6 +207,107 @@ def node_view(attempt: Attempt, plan: NodePlan, sandbox: str) -> NodeView:
         cpus=tuple(plan.task.cpus),
         devices=tuple(plan.task.devices),
         run_as=policy.run_as(attempt.spec.creator),
+    )
+
+
+# ------------------------------------------------------------------------- launches
+
+
+def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
+    """What every node of the attempt runs, resolved (the local backend's dry run); pure.
+
+    The image and the host policy are resolved once, the mounts once per distinct
+    ``(algorithm, outputs_subdir)``.  ``env`` lacks the launch-only variables (the node-run
+    marker and the job's secret), so ``${VAR}`` of those expands to nothing in ``command``.
+
+    Raises:
+        InvalidSpec: from :func:`node_view`, or an unusable lifecycle command.
+    """
+    from ...commands import parse_command
+
+    policy = load_policy()
+    image = resolve_image(attempt.spec.image)
+    lifecycle = attempt.spec.lifecycle
+    hooks = {
+        "on_start": parse_command(lifecycle.on_start, field="lifecycle") if lifecycle.on_start else None,
+        "on_stop": parse_command(lifecycle.on_stop, field="lifecycle") if lifecycle.on_stop else None,
+    }
+    mounts: dict[tuple[str | None, str | None], list[Mount]] = {}
+    launches = []
+    for plan in attempt.plans:
+        key = (plan.algorithm, plan.outputs_subdir)
+        if key not in mounts:
+            mounts[key] = mounts_for(
+                attempt.spec,
+                job_dir=attempt.jobdir.root,
+                outputs_subdir=plan.outputs_subdir,
+                algorithm=plan.algorithm,
+                policy=policy,
+            )
+        view = node_view(attempt, plan, sandbox, mounts=mounts[key], image=image, policy=policy)
+        env = node_env(view, plan.env, "")
+        env.pop(NODE_MARKER, None)
+        launches.append(
+            NodeLaunch(
+                name=plan.name,
+                role=plan.task.role,
+                index=plan.task.index,
+                primary=plan.primary,
+                host=plan.task.host,
+                hostname=view.hostname,
+                address=view.address,
+                ports=list(plan.task.ports),
+                cpus=list(view.cpus),
+                devices=list(view.devices),
+                argv=list(plan.argv),
+                command=command_argv(view, plan.argv, env),
+                env=env,
+                files=view.files,
+                mounts=[models.Mount(**asdict(m)) for m in view.mounts],
+                workdir=view.workdir,
+                image=models.ImageInfo(
+                    python=image.python, bin_dir=image.bin_dir, roots=list(image.roots), env=dict(image.env)
+                ),
+                isolation=sandbox,
+                run_as=models.RunAs(name=view.run_as.name, uid=view.run_as.uid, gid=view.run_as.gid)
+                if view.run_as
+                else None,
+                on_start=command_argv(view, hooks["on_start"], env) if hooks["on_start"] else None,
+                on_stop=command_argv(view, hooks["on_stop"], env) if hooks["on_stop"] else None,
+                notes=list(plan.notes),
+            )
+        )
+    return launches
+
+
+def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
+    """The view a launch runs in, made from the launch alone (and the attempt's folders and peers)."""
+    jd = attempt.jobdir
+    image = launch.image
+    if image is None:
+        raise InvalidSpec(f"the launch of {launch.name} names no image")
+    tasks = [p.task for p in attempt.plans]
+    own = next(t for t in tasks if t.role == launch.role and t.index == launch.index)
+    return NodeView(
+        job_id=attempt.job_id,
+        node=launch.name,
+        hostname=launch.hostname,
+        address=launch.address,
+        node_dir=str(jd.node(launch.name).root),
+        rank_log_dir=str(jd.rank_dir(launch.name)),
+        mounts=tuple(Mount(**m.model_dump()) for m in launch.mounts),
+        workdir=launch.workdir,
+        image=ImageEnv(
+            python=image.python, bin_dir=image.bin_dir, roots=tuple(image.roots), env=dict(image.env)
+        ),
+        files=dict(launch.files),
+        hosts=hosts_file(own, tasks),
+        sandbox=launch.isolation,
+        cpus=tuple(launch.cpus),
+        devices=tuple(launch.devices),
+        run_as=RunAs(uid=launch.run_as.uid, gid=launch.run_as.gid, name=launch.run_as.name)
+        if launch.run_as
+        else None,
     )
 
 
