@@ -36,3 +36,19 @@ def writable_dir(path, *, parents: bool = False):
     path.mkdir(parents=parents, exist_ok=True)
     path.chmod(0o777)
     return path
+
+
+def stop_every_job(supervisor, timeout: float = 60.0) -> None:
+    """Teardown of a supervisor whose loop a test drives itself: stop its queued and running jobs
+    and tick until every one has ended (or ``timeout`` seconds have passed)."""
+    from ma_jupyter.models import JobStatus
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        live = supervisor.store.by_status(JobStatus.running, JobStatus.queued)
+        if not live:
+            return
+        for job in live:
+            supervisor.request_stop(job.id)
+        supervisor.tick()
+        supervisor.wait_idle()

@@ -8,7 +8,6 @@ they decide.  The loop is not running: the test calls ``tick`` and ``wait_idle``
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 
@@ -18,7 +17,7 @@ from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
-from tests.helpers import wait_for
+from tests.helpers import stop_every_job, wait_for
 
 PY = sys.executable
 SLOW = "hardware time is 9 and e2e time is 10"  # hardware/e2e 0.9
@@ -29,15 +28,7 @@ def sup(ma_home):
     """A supervisor whose loop is not running; what it left running is stopped afterwards."""
     sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
     yield sup
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        live = sup.store.by_status(JobStatus.running, JobStatus.queued)
-        if not live:
-            break
-        for job in live:
-            sup.request_stop(job.id)
-        sup.tick()
-        sup.wait_idle()
+    stop_every_job(sup)
 
 
 def tick_until_ended(sup: Supervisor, job_id: str, timeout: float = 30):

@@ -27,7 +27,7 @@ from ma_jupyter.modes import plan_job
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
-from tests.helpers import wait_for
+from tests.helpers import stop_every_job, wait_for
 
 PY = sys.executable
 
@@ -64,15 +64,7 @@ def ma_supervisor(ma_home):
     sup = new_supervisor(HeldBackend())
     yield sup
     sup.backend.released.set()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        live = sup.store.by_status(JobStatus.running, JobStatus.queued)
-        if not live:
-            break
-        for job in live:
-            sup.request_stop(job.id)
-        sup.tick()
-        sup.wait_idle()
+    stop_every_job(sup)
 
 
 def after_listing(sup: Supervisor, status: JobStatus, action) -> None:
