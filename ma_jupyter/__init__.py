@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+
+# not typing's: every node runner imports this package, and typing costs 11 ms to import (type
+# checkers read a module-level TYPE_CHECKING = False as true)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 __version__ = "0.1.0"
 
@@ -22,7 +27,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ma_jupyter' has no attribute {name!r}")
@@ -31,7 +36,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def load_ipython_extension(ipython: Any) -> None:
+def load_ipython_extension(ipython: InteractiveShell) -> None:
     """Register the magics on an IPython shell (``%load_ext ma_jupyter``)."""
     from .frontends.notebook.magics import register
 

@@ -53,6 +53,11 @@ def service_log() -> Path:
     return home() / "service.log"
 
 
+def bytecode_cache() -> Path:
+    """Where the platform's own helper processes (node runners) keep compiled modules."""
+    return home() / "pycache"
+
+
 def jobs_root() -> Path:
     """The folder holding one folder per job, created on first use."""
     path = home() / "jobs"

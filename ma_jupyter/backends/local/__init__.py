@@ -6,10 +6,8 @@ under the job's own interpreter, which may lack everything but the standard libr
 
 from __future__ import annotations
 
-from typing import Any
 
-
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "LocalBackend":
         from .backend import LocalBackend
 
