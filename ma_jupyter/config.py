@@ -30,10 +30,18 @@ ENV_HOME = "MA_JUPYTER_HOME"
 ENV_PROJECT_DIR = "MA_JUPYTER_PROJECT_DIR"
 
 
+#: ``$MA_JUPYTER_HOME`` (or None) -> the folder it names, resolved once: every log read asks
+_resolved_homes: dict[str | None, Path] = {}
+
+
 def home() -> Path:
     """The state folder, created on first use (mode 0700: it holds the token, every job's spec
     and env, and every job's files)."""
-    path = Path(os.environ.get(ENV_HOME) or Path.home() / ".ma_jupyter").expanduser().resolve()
+    raw = os.environ.get(ENV_HOME) or None
+    path = _resolved_homes.get(raw)
+    if path is None:
+        path = Path(raw or Path.home() / ".ma_jupyter").expanduser().resolve()
+        _resolved_homes[raw] = path
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
 

@@ -16,6 +16,7 @@ and an exit-code file the node's runner writes), never from in-memory child hand
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -69,12 +70,25 @@ class Backend(ABC):
        or nothing: if it raises, no node it started is left running.
     4. The service is never in the log path: nodes write their own logs.
     5. :meth:`poll` and :meth:`stop` may be called concurrently for different jobs.
+    6. A backend that learns of a node's end calls the ``wake`` given to :meth:`on_node_end`
+       (from any thread); the service then polls at once instead of at its next tick.  It is a
+       hint: the service still polls every job on its own schedule.
     """
 
     #: short name stored on the job (``local``, ``ray``)
     name: str = "base"
     #: how MPI's launcher reaches the other nodes of a job; None: MPI jobs are refused
     remote_shell: RemoteShell | None = None
+
+    def on_node_end(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` whenever a node this backend launched may have ended (rule 6); the
+        default never does."""
+        del wake
+
+    def close(self) -> None:
+        """Release what the backend holds in this process (threads, descriptors); nodes keep
+        running (the default holds nothing)."""
+        return None
 
     @abstractmethod
     def bind(self, placement: Placement, *, reserve: bool) -> Placement:

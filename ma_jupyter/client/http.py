@@ -109,6 +109,10 @@ class Client:
         session = getattr(self._sessions, "session", None)
         if session is None:
             session = self._sessions.session = requests.Session()
+            # The service listens on loopback: a proxy from the environment (HTTP_PROXY without a
+            # NO_PROXY for it) must never carry its token, and looking the environment up again
+            # on every request costs more than a log read
+            session.trust_env = False
             self._all_sessions.append(session)
         return session
 

@@ -269,16 +269,23 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
     ) -> LogChunk:
         backend = supervisor.backend
 
-        def check() -> str:  # the store and the streams are looked at on a thread, never in the loop
+        def check() -> str:  # on the reading thread (the store and the streams, never in the loop)
             job = allowed(store.get(job_id), user, "view")
             chosen = node or logs.default_node(job)
             logs.ensure_stream(job, backend, chosen, rank)
             return chosen
 
-        node = await run_in_threadpool(check)
         try:
             return await logs.read_chunk(
-                backend, job_id, node, rank, offset, limit, wait, lambda: store.status(job_id).is_terminal()
+                backend,
+                job_id,
+                check,
+                rank,
+                offset,
+                limit,
+                wait,
+                lambda: store.status(job_id).is_terminal(),
+                changes=store.changes,
             )
         except RefusedFile as exc:
             # The job planted something the service will not read: that ends the job.

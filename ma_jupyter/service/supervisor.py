@@ -88,6 +88,7 @@ class Supervisor:
 
     def start(self) -> None:
         """Re-attach to jobs left running by a previous service, then run the loop."""
+        self.backend.on_node_end(self._wake.set)  # a node's end is handled at once, not next tick
         self.recover()
         # folders of deleted jobs a previous service had not finished removing
         for doomed in config.jobs_root().glob(".deleted-*"):
@@ -103,6 +104,7 @@ class Supervisor:
         self._wake.set()
         if self._thread:
             self._thread.join(timeout=5)
+        self.backend.close()
 
     def _loop(self) -> None:
         while not self._halt.is_set():

@@ -12,6 +12,7 @@ import shlex
 import signal
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -148,6 +149,23 @@ def test_exit_codes_are_reported(ma_home):
     assert [(r.state, r.exit_code) for r in run_to_end(backend, bad)] == [("exited", 3)]
     assert "before the crash" in log_of(bad)
     assert (bad.job_dir / "nodes" / "worker-0" / "exit_code").read_text().strip() == "3"
+
+
+def test_the_backend_wakes_the_service_when_a_node_ends(ma_home):
+    """Rule 11: a runner's end is pushed (pidfd), not only found by the next poll."""
+    backend = LocalBackend()
+    woken = threading.Event()
+    backend.on_node_end(woken.set)
+    try:
+        attempt = make_attempt(ma_home, "wake-1", "import time; time.sleep(600)")
+        runs = start(backend, attempt)
+        assert not woken.wait(0.5), "woken while the node still runs"
+        assert backend.poll(attempt, runs[0]).state == "running"
+        os.kill(runs[0].pid, signal.SIGKILL)  # the runner ends: nothing but the watcher notices
+        assert woken.wait(30), "the backend never reported the node's end"
+        assert wait_for(lambda: backend.poll(attempt, runs[0]).state != "running", timeout=30)
+    finally:
+        backend.close()
 
 
 def test_hostname_hosts_files_and_cpus_are_the_tasks(ma_home):

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend
 from . import logs as job_logs
 from . import sandbox as workspace
-from .processes import marked_processes, process_start_time, read_exit_code
+from .processes import ExitWatcher, marked_processes, process_start_time, read_exit_code
 
 
 class LocalBackend(Backend):
@@ -77,6 +78,15 @@ class LocalBackend(Backend):
         self._children: dict[int, subprocess.Popen] = {}
         self._reserved_ports: set[int] = set()
         self._ports_lock = threading.Lock()
+        self._exits: ExitWatcher | None = None
+
+    def on_node_end(self, wake: Callable[[], None]) -> None:
+        """Wake the service when a runner this process started ends (a pidfd per runner)."""
+        self._exits = ExitWatcher(wake)
+
+    def close(self) -> None:
+        if self._exits is not None:
+            self._exits.close()
 
     # ------------------------------------------------------------------------- bind
 
@@ -248,6 +258,8 @@ class LocalBackend(Backend):
         finally:
             os.close(fd)
         self._children[proc.pid] = proc
+        if self._exits is not None:
+            self._exits.add(proc.pid)
         started = process_start_time(proc.pid)
         run = NodeRun(
             name=plan.name,
