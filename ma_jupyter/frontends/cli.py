@@ -13,17 +13,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from .. import __version__
 from ..client import Client, JobHandle
+from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
 from ..errors import InvalidSpec, MaJupyterError
 from ..models import Job, JobStatus
 from . import options, render
+
+#: seconds between looks at a followed job's status (its nodes, its end)
+STATUS_INTERVAL = 0.5
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -240,33 +243,48 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> None:
-    """Every node's log, one reader thread per node, lines prefixed with ``[node]``."""
-    while follow and not handle.info.nodes and not handle.info.status.is_terminal():
-        time.sleep(0.1)  # queued: its nodes are not known yet
-        handle.refresh()
-    nodes = [n.name for n in handle.info.nodes] or sorted(
+    """Every node's log, lines prefixed with ``[node]`` (``[node/rank-r]`` with ``--rank``).
+
+    Without ``--follow``: what is written now, node after node.  With it: one
+    :class:`~ma_jupyter.client.logs.LogStreams` (the readers the notebook uses), lines printed as
+    they arrive, until the job ended and every log was read.
+    """
+    if not follow:
+        for node in _node_names(handle):
+            for line in handle.logs(follow=False, node=node, rank=rank):
+                print(f"[{node}] {line}")
+        return
+    streams = LogStreams(handle.client, handle.id)
+    looked = 0.0
+    try:
+        while True:
+            if time.monotonic() - looked >= STATUS_INTERVAL:  # new nodes (a restart), the end
+                looked = time.monotonic()
+                job = handle.refresh()
+                for run in job.nodes:
+                    streams.follow((run.name, rank))
+                ended = job.status.is_terminal()
+                if ended and not streams.streams:
+                    for node in _node_names(handle):  # nodes of earlier attempts only
+                        streams.follow((node, rank))
+            for key, line in streams.drain(timeout=0.2):
+                sys.stdout.write(f"[{stream_label(key)}] {line}\n")
+            sys.stdout.flush()
+            if ended and (streams.finished() or not streams.streams):
+                for key, line in streams.drain():
+                    sys.stdout.write(f"[{stream_label(key)}] {line}\n")
+                break
+    finally:
+        streams.stop()
+    if streams.errors:
+        print("log read problems: " + "; ".join(streams.errors), file=sys.stderr)
+
+
+def _node_names(handle: JobHandle) -> list[str]:
+    """The job's nodes in launch order, or the nodes with a log on disk."""
+    return [n.name for n in handle.info.nodes] or sorted(
         {s.node for s in handle.client.log_streams(handle.id) if s.rank is None}
     )
-    lock = threading.Lock()
-    errors: list[BaseException] = []
-
-    def pump(node: str) -> None:
-        try:
-            for line in handle.logs(follow=follow, node=node, rank=rank):
-                with lock:
-                    sys.stdout.write(f"[{node}] {line}\n")
-                    sys.stdout.flush()
-        except BaseException as exc:  # re-raised in the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=pump, args=(node,), daemon=True) for node in nodes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.2)  # short joins keep Ctrl-C working
-    if errors:
-        raise errors[0]
 
 
 def _events(args: argparse.Namespace) -> int:

@@ -15,10 +15,7 @@ from ..models import Event, Job, JobStatus, Mount, Plan
 def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
     """A text + HTML table bundle for ``display(..., raw=True)``."""
     cells = [[("" if v is None else str(v)) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    text = "\n".join(
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in [headers, *cells]
-    )
+    text = text_table([headers, *cells]).rstrip("\n")
     from html import escape
 
     html = (
@@ -29,10 +26,6 @@ def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
         + "</tbody></table>"
     )
     return {"text/plain": text, "text/html": html}
-
-
-def when(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else ""
 
 
 def plan_summary(plan: Plan) -> str:
@@ -199,9 +192,7 @@ def elapsed(job: Job) -> str:
     if not job.started_at:
         return "-"
     end = job.finished_at or datetime.now(UTC)
-    seconds = max(0, int((end - job.started_at).total_seconds()))
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+    return format_seconds((end - job.started_at).total_seconds())
 
 
 def text_table(rows: list[list[str]]) -> str:

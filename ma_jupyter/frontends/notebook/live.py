@@ -17,12 +17,16 @@ from __future__ import annotations
 import collections
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...client.logs import LogStreams, StreamKey, stream_label
 from ...errors import BackendUnavailable, JobFailed
 from ...models import Job, JobStatus
 from ..render import status_line
+
+if TYPE_CHECKING:
+    from ...client import Client
+
 
 DEFAULT_MAX_LINES = 200
 MAX_LINE_CHARS = 4000
@@ -149,7 +153,7 @@ class LiveLog:
 
 
 def follow_job(
-    client: Any,
+    client: Client,
     job_id: str,
     *,
     offsets: dict[str, int] | None = None,

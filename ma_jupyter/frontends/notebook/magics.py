@@ -21,7 +21,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
@@ -35,6 +35,10 @@ from . import live
 from . import record as notebook_record
 from .session import get_client
 from .snapshot import default_name, snapshot_algorithm
+
+if TYPE_CHECKING:
+    from ...client import Client, JobHandle
+
 
 # ------------------------------------------------------------------------------ arguments
 
@@ -79,7 +83,7 @@ def _job_parser(prog: str, description: str, *, job: str = "one", **kw) -> Magic
     return parser
 
 
-def resolve_job(client: Any, ref: str) -> Any:
+def resolve_job(client: Client, ref: str) -> JobHandle:
     """The job ``ref`` names (see :func:`ma_jupyter.client.resolve.resolve_job`)."""
     from ...client.resolve import resolve_job as resolve  # requests loads on first use
 
@@ -289,7 +293,7 @@ class MaJupyterMagics(Magics):
                     job.spec.mode.value,
                     job.spec.nodes,
                     job.chosen_spec or ",".join(job.spec.specs),
-                    render.when(job.created_at),
+                    render.clock(job.created_at),
                     job.reason,
                 ]
             )
@@ -396,7 +400,7 @@ class MaJupyterMagics(Magics):
         rows = []
         for ev in client.events(handle.id):
             where = stream_label((ev.node, ev.rank)) if ev.node else ""
-            rows.append([ev.seq, render.when(ev.time), ev.status.value, where, ev.reason])
+            rows.append([ev.seq, render.clock(ev.time), ev.status.value, where, ev.reason])
         from IPython.display import display
 
         display(render.table_bundle(["seq", "time", "status", "node", "reason"], rows), raw=True)

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
@@ -32,6 +32,9 @@ from ....models import (
     PerfPolicy,
     Priority,
 )
+
+if TYPE_CHECKING:
+    from ....client import Client
 
 MOUNT_KINDS = ("dataset", "model", "volume", "annotation")
 _LAYOUT = {"description_width": "130px"}
@@ -147,7 +150,7 @@ class JobForm(W.VBox):
 
     def __init__(
         self,
-        client: Any = None,
+        client: Client | None = None,
         spec: JobSpec | dict | None = None,
         on_submit: Callable[[Any], None] | None = None,
     ):

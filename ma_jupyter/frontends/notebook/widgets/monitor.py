@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
@@ -22,6 +22,11 @@ from ....errors import MaJupyterError
 from ....models import Job
 from ...render import events_html, status_badge, status_line
 from .. import live
+
+if TYPE_CHECKING:
+    from ....client import Client, JobHandle
+    from .form import JobForm
+
 
 REFRESH = 0.5  # seconds between job refreshes
 LOG_RENDER = 0.1  # seconds between log widget updates per stream
@@ -41,11 +46,11 @@ class JobMonitor(W.VBox):
 
     def __init__(
         self,
-        job: Any,
-        client: Any = None,
+        job: str | Job | JobHandle,
+        client: Client | None = None,
         *,
         max_lines: int = live.DEFAULT_MAX_LINES,
-        on_clone: Callable[[Any], None] | None = None,
+        on_clone: Callable[[JobForm], None] | None = None,
         start: bool = True,
     ):
         if client is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
@@ -17,6 +17,10 @@ from ....errors import MaJupyterError
 from ...render import status_badge
 from .form import JobForm
 from .monitor import JobMonitor
+
+if TYPE_CHECKING:
+    from ....client import Client
+
 
 TABLE_REFRESH = 1.0
 
@@ -29,7 +33,7 @@ class JobsPanel(W.VBox):
         limit: how many of the newest jobs the table shows.
     """
 
-    def __init__(self, client: Any = None, *, limit: int = 20, start: bool = True):
+    def __init__(self, client: Client | None = None, *, limit: int = 20, start: bool = True):
         if client is None:
             from ..session import get_client
 
@@ -120,6 +124,6 @@ class JobsPanel(W.VBox):
         super().close()
 
 
-def panel(client: Any = None, *, limit: int = 20) -> JobsPanel:
+def panel(client: Client | None = None, *, limit: int = 20) -> JobsPanel:
     """The form plus a live jobs table; clicking a job opens its monitor."""
     return JobsPanel(client, limit=limit)
