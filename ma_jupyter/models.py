@@ -476,6 +476,9 @@ class Job(Strict):
     nodes: list[NodeRun] = []
     workspace_isolation: Literal["bubblewrap", "symlink", "none"] | None = None
     tensorboard_url: str | None = None
+    #: the job's outputs folder on the service's machine: the spec's ``outputs``, or the folder
+    #: made for a job that names none (TensorBoard and the scalar plots read it)
+    outputs_folder: str | None = None
 
     @property
     def name(self) -> str:

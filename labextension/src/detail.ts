@@ -335,10 +335,11 @@ export class JobDetailView implements View {
     );
     const terminal = isTerminal(job);
     this.buttons.stop.disabled = terminal;
-    // TensorBoard reads the job's outputs folder: without one there is nothing to show
-    this.buttons.tensorboard.disabled = !spec.outputs;
-    this.buttons.tensorboard.title = spec.outputs
-      ? `Open TensorBoard over ${spec.outputs}`
+    // TensorBoard reads the job's outputs folder (every job has one: its own or a default)
+    const outputs = job.outputs_folder ?? spec.outputs;
+    this.buttons.tensorboard.disabled = !outputs;
+    this.buttons.tensorboard.title = outputs
+      ? `Open TensorBoard over ${outputs}`
       : 'The job has no outputs folder for TensorBoard to read';
     const rows: Array<[string, string]> = [
       ['Reason', job.reason ?? ''],

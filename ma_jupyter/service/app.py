@@ -305,9 +305,8 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         job = allowed(store.get(job_id), user, "tensorboard")
         if tensorboards is None:
             raise InvalidSpec("TensorBoard is not available in this service")
-        if not job.spec.outputs:
-            raise InvalidSpec(f"job {job_id} has no outputs folder: TensorBoard reads the job's outputs")
-        return {"url": tensorboards.start(job_id, job.spec.outputs)}
+        outputs = job.outputs_folder or job.spec.outputs or str(config.jobdir(job_id).outputs)
+        return {"url": tensorboards.start(job_id, outputs)}
 
     @app.delete(f"{api}/jobs/{{job_id}}/tensorboard", status_code=204)
     def stop_tensorboard(job_id: str, user: str = Depends(authenticate)) -> Response:

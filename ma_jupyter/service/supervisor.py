@@ -187,7 +187,14 @@ class Supervisor:
         if full is not None:
             log.warning("refused a submit: %s", disk_full_message(full))
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
-        job = Job(id=new_job_id(spec.name), spec=spec, status=JobStatus.queued, backend=self.backend.name)
+        job_id = new_job_id(spec.name)
+        job = Job(
+            id=job_id,
+            spec=spec,
+            status=JobStatus.queued,
+            backend=self.backend.name,
+            outputs_folder=spec.outputs or str(config.jobdir(job_id).outputs),
+        )
         ahead = policies.queue_ahead(self.store.by_status(JobStatus.queued), spec.priority)
         stored = self.store.insert(
             job,

@@ -239,13 +239,16 @@ def test_specs_table_shows_free_capacity(ma_shell):
     assert "cpu.small" in text and "free now" in text and "nodes" in text
 
 
-def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path):
+@pytest.mark.parametrize("own_outputs", [True, False], ids=["--output", "default-outputs"])
+def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path, own_outputs):
     out = tmp_path / "outputs"
     writable_dir(out)
     ma_shell.user_ns["out_dir"] = str(out)
+    # without --output the job still has an outputs folder (made for it): TensorBoard reads that
+    output_option = "--output {out_dir} " if own_outputs else ""
     run = Run(
         ma_shell,
-        "%%ma_train --name scalars --output {out_dir} --out job\n"
+        f"%%ma_train --name scalars {output_option}--out job\n"
         "import time\n"
         "from tensorboard.compat.proto import event_pb2, summary_pb2\n"
         "from tensorboard.summary.writer.record_writer import RecordWriter\n"
@@ -260,6 +263,8 @@ def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path):
     )
     assert run.error is None, run.stdout + run.stderr
     job = ma_shell.user_ns["job"]
+    folder = job.refresh().outputs_folder
+    assert (folder == str(out)) if own_outputs else folder.endswith(f"/{job.id}/outputs"), folder
     run = Run(ma_shell, "%ma_tensorboard {job.id} --inline")
     assert run.error is None, run.stdout + run.stderr
     pngs = [o.data["image/png"] for o in run.outputs if "image/png" in o.data]

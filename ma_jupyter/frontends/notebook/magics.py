@@ -513,8 +513,8 @@ class MaJupyterMagics(Magics):
         if args.inline:
             from .scalars import scalars_png
 
-            outputs = handle.info.spec.outputs
-            if not outputs:
+            outputs = handle.info.outputs_folder or handle.info.spec.outputs
+            if not outputs:  # a job of an older service, without the default folder recorded
                 raise UsageError(f"job {handle.id} has no outputs folder (--output): nothing to plot")
             png = scalars_png(outputs, title=f"{handle.name} ({handle.id})")
             display({"image/png": png, "text/plain": f"scalars of job {handle.id}"}, raw=True)

@@ -266,7 +266,7 @@ class JobMonitor(W.VBox):
         """Draw the job's TensorBoard scalars below as a PNG; the PNG bytes."""
         from ..scalars import scalars_png
 
-        outputs = self.job.spec.outputs
+        outputs = self.job.outputs_folder or self.job.spec.outputs
         if not outputs:
             self.message.value = "this job has no outputs folder: nothing to plot"
             return None
