@@ -24,6 +24,21 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .commands import parse_command
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_COPY_SUFFIX = re.compile(r"-copy(?:-(\d+))?$")
+
+
+def clone_name(name: str) -> str:
+    """The name a clone of job ``name`` gets: ``x`` -> ``x-copy`` -> ``x-copy-2`` -> ``x-copy-3``
+    (never ``x-copy-copy``), within the 63 characters of :data:`NAME_PATTERN`."""
+    match = _COPY_SUFFIX.search(name)
+    if match is None:
+        base, number = name, 1
+    else:
+        base, number = name[: match.start()], int(match.group(1) or 1) + 1
+    suffix = "-copy" if number == 1 else f"-copy-{number}"
+    return base[: 63 - len(suffix)] + suffix
+
+
 _DURATION = re.compile(
     r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s?)?\s*$"
 )

@@ -218,7 +218,7 @@ export class JobFormView implements View {
     // keep what the form has no control for (env, image, restarts...) so a clone is faithful
     const { name, specs: _specs, mode, nodes, ps, command, algorithm, outputs, priority, duration, datasets, models, volumes, annotations, creator: _creator, ...rest } = spec;
     this.base = rest;
-    this.name.value = `${name}-copy`.slice(0, 63);
+    this.name.value = cloneName(name);
     this.mode.value = mode ?? 'single';
     this.nodes.value = String(nodes ?? 1);
     this.ps.value = String(ps ?? 0);
@@ -336,4 +336,13 @@ export class JobFormView implements View {
   dispose(): void {
     // nothing runs in the background
   }
+}
+
+/** The name a clone gets, as `ma_jupyter.models.clone_name` makes it: x, x-copy, x-copy-2... */
+export function cloneName(name: string): string {
+  const match = /-copy(?:-(\d+))?$/.exec(name);
+  const base = match ? name.slice(0, match.index) : name;
+  const number = match ? Number(match[1] ?? 1) + 1 : 1;
+  const suffix = number === 1 ? '-copy' : `-copy-${number}`;
+  return base.slice(0, 63 - suffix.length) + suffix;
 }

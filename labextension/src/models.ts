@@ -106,7 +106,6 @@ export interface Job {
   nodes?: Array<NodeRun>;
   workspace_isolation?: "bubblewrap" | "symlink" | "none" | null;
   tensorboard_url?: string | null;
-  /** The outputs folder on the service's machine: the spec's, or the one made for the job. */
   outputs_folder?: string | null;
 }
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -41,6 +42,7 @@ from ..models import (
 )
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .service import read_runtime, start_service, stop_service_process
+from .snapshot import ship_working_folder
 from .spec import spec_body
 
 API_PREFIX = "/api/v1"
@@ -265,6 +267,11 @@ class Client:
             **fields: JobSpec fields, overriding ``spec``'s. Relative host paths (algorithm,
                 outputs, mounts, image) are taken from the current directory.
 
+        A spec without ``algorithm`` whose command names a file of the current folder
+        (``python train.py``) ships a read-only copy of that folder as ``/workspace/algorithm``,
+        the job's working directory (:func:`ma_jupyter.client.snapshot.ship_working_folder`;
+        the handle's ``shipped`` says so).
+
         Returns:
             A :class:`JobHandle` of the new job (usually queued or running).
 
@@ -274,12 +281,19 @@ class Client:
                 spec, missing host folder...).
         """
         body = self._spec_body(spec, fields)
+        shipped = ship_working_folder(body)
         # One key per submit call: the retries of this call (after a timeout or a dropped
         # connection) return the job the first attempt created instead of a second one.
         key = {IDEMPOTENCY_HEADER: uuid.uuid4().hex}
-        return JobHandle(
-            self, Job.model_validate(self._request("POST", "/jobs", json_body=body, headers=key))
-        )
+        try:
+            job = Job.model_validate(self._request("POST", "/jobs", json_body=body, headers=key))
+        except BaseException:
+            if shipped:
+                shutil.rmtree(body["algorithm"], ignore_errors=True)  # no job will run it
+            raise
+        handle = JobHandle(self, job)
+        handle.shipped = shipped
+        return handle
 
     def plan(self, spec: JobSpec | dict[str, Any] | None = None, **fields: Any) -> Plan:
         """Dry run: the resolved per-node plan (argv, env, files, mounts); creates nothing.
@@ -291,7 +305,15 @@ class Client:
             InvalidSpec: as for :meth:`submit`.
         """
         body = self._spec_body(spec, fields)
-        return Plan.model_validate(self._request("POST", "/plan", json_body=body))
+        shipped = ship_working_folder(body)
+        try:
+            plan = Plan.model_validate(self._request("POST", "/plan", json_body=body))
+        finally:
+            if shipped:
+                shutil.rmtree(body["algorithm"], ignore_errors=True)  # a dry run leaves nothing
+        if shipped:
+            plan.notes.append(shipped.replace("shipped ", "would ship ", 1))
+        return plan
 
     @staticmethod
     def _spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
@@ -552,6 +574,8 @@ class JobHandle:
         self.client = client
         self.info = job
         self.id = job.id
+        #: what :meth:`Client.submit` shipped as the algorithm (a sentence), or None
+        self.shipped: str | None = None
 
     @property
     def name(self) -> str:

@@ -180,6 +180,8 @@ def _submit(args: argparse.Namespace) -> int:
             print(render.plan_text(plan), end="")
         return EXIT_OK
     handle = client.submit(spec)
+    if handle.shipped:
+        _err(handle.shipped)
     if not (args.wait or args.follow):
         _out(handle.info.model_dump(mode="json") if args.json else _submitted(handle), args)
         return EXIT_OK

@@ -102,8 +102,8 @@ def add_job_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     job.add_argument(
         "--grace",
-        metavar="SECONDS",
-        help="seconds between SIGTERM and SIGKILL on stop (and to save a checkpoint with --resume)",
+        metavar="TIME",
+        help="time between SIGTERM and SIGKILL on stop (and to save a checkpoint with --resume): seconds or 30s, 2m",
     )
     job.add_argument(
         "--elastic-min-nodes", type=_count("--elastic-min-nodes", 1), metavar="N", help="with --resume"
@@ -291,7 +291,10 @@ def spec_from_args(
         except ValueError as exc:
             raise InvalidSpec(f"--duration: {exc}", field="duration") from exc
 
-    grace = _positive_float(get("grace"), "--grace", "seconds, e.g. --grace 30")
+    try:  # the same forms as --duration: 30, 30s, 2m
+        grace = parse_duration(get("grace"))
+    except ValueError as exc:
+        raise InvalidSpec(f"--grace: {exc}", field="grace_period") from exc
     if grace is not None:
         spec["grace_period"] = grace
     if get("restart") is not None:

@@ -112,7 +112,7 @@ def test_form_submits_script_and_monitor_streams_logs(ma_widget_client):
         lines = monitor.log_text().splitlines()
         assert lines == [f"widget line {i}" for i in range(len(lines))]  # in order, none twice
         clone_form = monitor.clone()
-        assert clone_form.name.value == "widget-job-clone"
+        assert clone_form.name.value == "widget-job-copy"
         assert clone_form.command.value == handle.info.spec.command
         assert "ready to submit" in clone_form.errors.value
     finally:

@@ -217,3 +217,22 @@ def test_logs_of_every_node(ma_cli):
     assert ma_cli("logs", job.id, "--node", "worker-1").stdout == "rank 1\ndone 1\n"
     bad = ma_cli("logs", job.id, "--all", "--node", "worker-1")
     assert bad.returncode == 2 and "drop --node" in bad.stderr
+
+
+def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_cli, ma_home, tmp_path):
+    """The README's first example, run in a fresh folder: `python train.py` finds its file."""
+    (tmp_path / "train.py").write_text("import helper\nprint('trained with', helper.VALUE)\n")
+    (tmp_path / "helper.py").write_text("VALUE = 42\n")
+    os.chmod(tmp_path, 0o700)  # a private folder: the job's account still reads the shipped copy
+    plan = ma_cli("submit", "--dry-run", "--", "python", "train.py")
+    assert plan.returncode == 0, plan.stderr
+    assert f"would ship {tmp_path}" in plan.stdout and "/workspace/algorithm" in plan.stdout
+    shipped = ma_cli("submit", "--name", "first", "--follow", "--", "python", "train.py")
+    assert shipped.returncode == 0, shipped.stdout + shipped.stderr
+    assert "trained with 42" in shipped.stdout
+    assert f"shipped {tmp_path} (2 files" in shipped.stderr
+    (tmp_path / "train.py").write_text("print('edited')\n")  # later edits never reach a job
+    snapshots = list((ma_home / "snapshots").iterdir())
+    assert len(snapshots) == 1 and "edited" not in (snapshots[0] / "train.py").read_text()
+    # the service home inside the shipped folder is never copied (its tokens, jobs, snapshots)
+    assert not (snapshots[0] / ma_home.name).exists()

@@ -25,7 +25,7 @@ def test_every_option_reaches_its_field(tmp_path):
     (venv / "bin" / "python").write_text("")
     line = (
         "--name exp.1 --mode tensorflow --spec cpu.small --spec cpu.medium,gpu.emu-2 --nodes 2 --ps 1 --chief "
-        "--priority urgent --access none --convention modelarts --duration 1h30m --resume 2 --grace 45 "
+        "--priority urgent --access none --convention modelarts --duration 1h30m --resume 2 --grace 45s "
         "--elastic-min-nodes 1 --perf-threshold 1.5 --perf-policy reschedule "
         f"--code-dir {tmp_path}/algo --code-writable --dataset favorite/mnist@v2={tmp_path}/d:rw "
         f"--dataset plain={tmp_path}/p --annotation boxes={tmp_path}/a --model pretrained/bert={tmp_path}/m "
@@ -145,7 +145,8 @@ def test_batch_tasks(tmp_path):
         ("--env NOVALUE", "expected KEY=VALUE"),
         ("--env 1X=2", "env.1X"),
         ("--duration soon", "is not a duration"),
-        ("--grace -3", "--grace must be positive"),
+        ("--grace -3", "--grace: '-3' is not a duration"),
+        ("--grace 0", "--grace: a duration must be positive"),
         ("--perf-threshold 2", "need --resume"),
         ("--restart 2 --resume 2", "exclude each other"),
         ("--nodes 2", "single mode runs on one node"),
@@ -253,3 +254,9 @@ def test_absolute_paths_for_api_callers(tmp_path):
         tmp_path / "env"
     )
     assert spec["datasets"][0]["path"] == "data"  # the input is not modified
+
+
+@pytest.mark.parametrize(("grace", "seconds"), [("1", 1.0), ("1s", 1.0), ("2m", 120.0), ("1m30s", 90.0)])
+def test_grace_takes_the_forms_duration_takes(grace, seconds):
+    args = options.build_parser("t").parse_args(["--grace", grace])
+    assert options.spec_from_args(args, command="python t.py")["grace_period"] == seconds

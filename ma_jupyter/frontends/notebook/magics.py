@@ -19,17 +19,15 @@ import re
 import shlex
 import shutil
 import sys
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
-from ... import config
 from ...client.logs import fully_shown, node_streams, read_all, stream_label
+from ...client.snapshot import is_snapshot
 from ...errors import HelpShown, MaJupyterError, NotFound, OptionsExit
-from ...models import NAME_PATTERN, Job, JobStatus
+from ...models import NAME_PATTERN, Job, JobStatus, clone_name
 from .. import render
 from . import live
 from . import record as notebook_record
@@ -182,9 +180,8 @@ class MaJupyterMagics(Magics):
             try:
                 plan = client.plan(spec)
             finally:
-                snapshot = Path(spec.get("algorithm") or "")
-                if snapshot.parent == config.home() / "snapshots":
-                    shutil.rmtree(snapshot, ignore_errors=True)  # nothing will run it
+                if is_snapshot(spec.get("algorithm") or ""):
+                    shutil.rmtree(spec["algorithm"], ignore_errors=True)  # nothing will run it
             print(render.plan_summary(plan))
             return None
         handle = client.submit(spec)
@@ -256,7 +253,7 @@ class MaJupyterMagics(Magics):
         source = resolve_job(client, args.job).info
         base = source.spec.model_dump(mode="json", exclude={"creator"})
         if not args.name:
-            args.name = _clone_name(source.spec.name)
+            args.name = clone_name(source.spec.name)
         try:
             spec = options.spec_from_args(args, base=base)
         except MaJupyterError as exc:
@@ -532,11 +529,6 @@ class MaJupyterMagics(Magics):
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def _clone_name(name: str) -> str:
-    base = re.sub(r"-clone(-\d+)?$", "", name)
-    return f"{base}-clone-{int(time.time()) % 100000}"[:63]
 
 
 def _fits_now(spec: Any, node: Any) -> bool:

@@ -1,25 +1,14 @@
-"""Snapshots of a job's algorithm: the cell body (and a copy of ``--code-dir``) in a fresh folder
-under ``$MA_JUPYTER_HOME/snapshots``, so later edits never change a submitted job."""
+"""The notebook's code snapshot: the cell body (and a copy of ``--code-dir``) in a fresh folder
+(:mod:`ma_jupyter.client.snapshot`), so later edits never change a submitted job."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from IPython.core.error import UsageError
 
-from ... import config
-
-SNAPSHOT_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".ipynb_checkpoints", "*.pyc")
-
-
-def _snapshot_dir(name: str) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    folder = config.home() / "snapshots" / f"{name}-{stamp}-{os.urandom(3).hex()}"
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    return folder
+from ...client.snapshot import copy_folder, new_snapshot
 
 
 def snapshot_algorithm(name: str, body: str | None, code_dir: str | None) -> Path:
@@ -36,9 +25,9 @@ def snapshot_algorithm(name: str, body: str | None, code_dir: str | None) -> Pat
         raise UsageError(
             "%%ma_train needs a cell body (the training script), or use %ma_train --code-dir FOLDER --command ..."
         )
-    folder = _snapshot_dir(name)
+    folder = new_snapshot(name)
     if code_dir:
-        shutil.copytree(code_dir, folder, ignore=SNAPSHOT_IGNORE, symlinks=True)
+        copy_folder(Path(code_dir), folder)
     else:
         folder.mkdir()
     if body:

@@ -19,7 +19,7 @@ import ipywidgets as W
 
 from ....client.logs import LogStreams, stream_label
 from ....errors import MaJupyterError
-from ....models import Job
+from ....models import Job, clone_name
 from ...render import events_html, status_badge, status_line
 from .. import live
 
@@ -239,7 +239,7 @@ class JobMonitor(W.VBox):
         """A JobForm pre-filled from this job (shown below, or handed to ``on_clone``)."""
         from .form import JobForm
 
-        spec = self.job.spec.model_copy(update={"name": f"{self.job.spec.name}-clone"[:63]})
+        spec = self.job.spec.model_copy(update={"name": clone_name(self.job.spec.name)})
         form = JobForm(client=self.client, spec=spec)
         if self._on_clone:
             self._on_clone(form)

@@ -1,0 +1,160 @@
+"""Code snapshots: a fresh copy of a job's algorithm under ``$MA_JUPYTER_HOME/snapshots``, so
+later edits to a notebook or a folder never change a submitted job.
+
+The notebook snapshots a cell body (plus ``--code-dir``); the command line ships the current
+folder when the command names a file in it (``ma-jupyter submit -- python train.py``).  This
+module is the only one that writes under ``snapshots/`` (the host policy lets a job mount
+exactly one such folder read-only as its algorithm).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import stat
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .. import config
+from ..errors import InvalidSpec
+
+#: never shipped: version control, caches, environments, notebooks' checkpoints
+IGNORED = (
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".ipynb_checkpoints",
+    "*.pyc",
+    ".venv",
+    "venv",
+    "node_modules",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".tox",
+)
+#: the most a folder shipped by default may hold (bytes)
+SHIP_LIMIT = 100 << 20
+
+
+def snapshots_root() -> Path:
+    return config.home() / "snapshots"
+
+
+def new_snapshot(name: str) -> Path:
+    """A fresh, not yet existing folder for one snapshot of job ``name``."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    folder = snapshots_root() / f"{name}-{stamp}-{os.urandom(3).hex()}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def is_snapshot(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is one snapshot folder (which nothing runs once its submit failed)."""
+    return Path(path).parent == snapshots_root()
+
+
+def _ignore(folder: str, names: list[str]) -> set[str]:
+    """What a copy leaves out: :data:`IGNORED`, and the service home when it lies inside (its
+    tokens, database and jobs are never code, and snapshots are written there)."""
+    skipped = set(shutil.ignore_patterns(*IGNORED)(folder, names))
+    home = config.home()
+    if home.parent == Path(folder).resolve() and home.name in names:
+        skipped.add(home.name)
+    return skipped
+
+
+def folder_size(source: Path, limit: int | None = None) -> tuple[int, int]:
+    """``(files, bytes)`` a copy of ``source`` would hold (ignored entries skipped); counting stops
+    once ``limit`` bytes are passed."""
+    files = size = 0
+    for folder, dirs, names in os.walk(source):
+        skipped = _ignore(folder, dirs + names)
+        dirs[:] = [d for d in dirs if d not in skipped]
+        for name in names:
+            if name in skipped:
+                continue
+            try:
+                size += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                continue
+            files += 1
+            if limit is not None and size > limit:
+                return files, size
+    return files, size
+
+
+def copy_folder(source: Path, target: Path) -> None:
+    """Copy ``source`` into ``target`` (symlinks kept as links, ignored entries skipped), readable
+    by every account: a job may run as another account than its submitter (``nobody`` for root's
+    jobs), and the snapshot sits in the 0700 service home, which no other user can enter."""
+    shutil.copytree(source, target, ignore=_ignore, symlinks=True, dirs_exist_ok=True)
+    for folder, _dirs, names in os.walk(target):
+        os.chmod(folder, 0o755)
+        for name in names:
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):  # links stay links; their targets are not ours to change
+                os.chmod(path, stat.S_IMODE(mode) | 0o444 | (0o111 if mode & stat.S_IXUSR else 0))
+
+
+def names_local_file(command: str | Sequence[str] | None, cwd: Path) -> bool:
+    """Whether the command names a file of ``cwd`` by a relative path (``python train.py``,
+    ``bash run.sh``, ``./train``, ``python -m pkg.train`` with ``pkg/`` here)."""
+    if not command:
+        return False
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    root = cwd.resolve()
+    after_m = False
+    for arg in argv:
+        if after_m:
+            after_m = False
+            top = arg.split(".")[0]
+            if top and ((root / top).is_dir() or (root / f"{top}.py").is_file()):
+                return True
+            continue
+        if arg == "-m":
+            after_m = True
+            continue
+        if not arg or arg.startswith("-") or os.path.isabs(arg) or "$" in arg:
+            continue
+        candidate = root / arg
+        try:
+            if candidate.is_file() and candidate.resolve().is_relative_to(root):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def ship_working_folder(body: dict, cwd: Path | None = None) -> str | None:
+    """Ship the current folder as the job's algorithm when the spec names none and its command
+    names a file in the folder: ``body["algorithm"]`` becomes a fresh snapshot (read-only at
+    ``/workspace/algorithm``, the working directory).  Returns a sentence saying so, or None
+    when nothing is shipped.
+
+    Raises:
+        InvalidSpec: the folder holds more than :data:`SHIP_LIMIT` bytes (what to do instead is
+            in the message).
+    """
+    cwd = Path.cwd() if cwd is None else cwd
+    if body.get("algorithm") or not names_local_file(body.get("command"), cwd):
+        return None
+    files, size = folder_size(cwd, SHIP_LIMIT)
+    if size > SHIP_LIMIT:
+        raise InvalidSpec(
+            f"the command names a file in {cwd}, which is shipped to the job when no --algorithm is "
+            f"given, but the folder holds more than {SHIP_LIMIT >> 20} MB: pass --algorithm with a "
+            "folder holding only the code, and mount data with --dataset",
+            field="algorithm",
+        )
+    target = new_snapshot(str(body.get("name") or "job"))
+    copy_folder(cwd, target)
+    body["algorithm"] = str(target)
+    return (
+        f"shipped {cwd} ({files} files, {size / (1 << 20):.1f} MB) as /workspace/algorithm, "
+        "a read-only copy: later edits do not reach the job"
+    )
