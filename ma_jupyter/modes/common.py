@@ -5,6 +5,8 @@ Everything here is pure: it looks at argv lists and placements and returns text 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..nodeside.argv import is_python, program
 from .base import Placement, TaskSlot
 
@@ -28,14 +30,29 @@ def python_module(argv: list[str]) -> str | None:
     return None
 
 
-def hostfile(tasks: list[TaskSlot]) -> str:
-    """An Open MPI / DeepSpeed hostfile: ``<hostname> slots=<slots>`` per task, one a line."""
-    return "".join(f"{t.hostname} slots={t.slots}\n" for t in tasks)
+def hostfile(tasks: list[TaskSlot], slots: Callable[[TaskSlot], int] | None = None) -> str:
+    """An Open MPI / DeepSpeed hostfile: ``<hostname> slots=<n>`` per task, one a line.
+
+    ``slots(task)`` gives ``n``; default the task's processes (a DeepSpeed hostfile counts cards).
+    """
+    count = slots or (lambda t: t.slots)
+    return "".join(f"{t.hostname} slots={count(t)}\n" for t in tasks)
 
 
-def mpich_hostfile(tasks: list[TaskSlot]) -> str:
-    """An MPICH (Hydra) hostfile: ``<hostname>:<slots>`` per task, one a line."""
-    return "".join(f"{t.hostname}:{t.slots}\n" for t in tasks)
+def mpich_hostfile(tasks: list[TaskSlot], slots: Callable[[TaskSlot], int] | None = None) -> str:
+    """An MPICH (Hydra) hostfile: ``<hostname>:<n>`` per task, one a line (``slots`` as in
+    :func:`hostfile`)."""
+    count = slots or (lambda t: t.slots)
+    return "".join(f"{t.hostname}:{count(t)}\n" for t in tasks)
+
+
+def mpi_slots(task: TaskSlot) -> int:
+    """The MPI slots a node offers: the cores its task is pinned to, at least its processes.
+
+    MPI counts a slot per core a process may run on; ``MPI_Comm_spawn`` (mpi4py.futures) starts
+    its new processes in the slots the first ranks left free.
+    """
+    return max(task.slots, len(task.cpus))
 
 
 def total_slots(tasks: list[TaskSlot]) -> int:
