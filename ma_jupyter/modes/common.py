@@ -79,19 +79,44 @@ def master(placement: Placement) -> TaskSlot:
 
 
 def distributed_env(placement: Placement, task: TaskSlot) -> dict[str, str]:
-    """The platform's PyTorch variables for one node (seed 002).
+    """The platform's PyTorch variables for one node.
 
-    ``MASTER_ADDR``/``MASTER_PORT``: worker-0's address and first reserved port;
-    ``WORLD_SIZE``: the number of nodes; ``RANK``: this node's index; ``SLOTS``: cards per node
-    (1 for a CPU spec).  The launcher then sets the per-process values.
+    Seed 002: ``MASTER_ADDR``/``MASTER_PORT`` (worker-0's address and first reserved port),
+    ``WORLD_SIZE`` (the number of nodes), ``RANK`` (this node's index), ``SLOTS`` (cards per
+    node, 1 for a CPU spec).  A launcher then sets the per-process values.
+
+    What launchers read by themselves, so they need no argument:
+
+    * ``NODE_RANK`` and ``GROUP_RANK``: this node's index (Lightning's environment reads
+      ``NODE_RANK``, else ``GROUP_RANK``; accelerate's ``notebook_launcher`` reads ``NODE_RANK``;
+      torchrun gives its workers ``GROUP_RANK``);
+    * torchrun's own defaults, ``PET_<OPTION>`` for ``--<option>``: ``PET_NNODES``,
+      ``PET_NPROC_PER_NODE`` (SLOTS), ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
+      ``PET_MASTER_PORT``, ``PET_RDZV_BACKEND=static`` (ranks by node index: simulated nodes in
+      private pid namespaces never wait on each other) and ``PET_RDZV_ID`` (the job id, shared
+      by every node, for a command that picks ``--rdzv-backend c10d``).  An option on torchrun's
+      command line still wins.  ``PET_RDZV_ENDPOINT`` is left unset on purpose: the static
+      rendezvous takes its endpoint from the master address and port, and an endpoint in the
+      environment would override a ``--master_port`` the command gives.
     """
     head = master(placement)
+    nodes = str(len(placement.workers))
+    index = str(task.index)
     return {
         "MASTER_ADDR": head.address,
         "MASTER_PORT": str(head.port),
-        "WORLD_SIZE": str(len(placement.workers)),
-        "RANK": str(task.index),
+        "WORLD_SIZE": nodes,
+        "RANK": index,
         "SLOTS": str(task.slots),
+        "NODE_RANK": index,
+        "GROUP_RANK": index,
+        "PET_NNODES": nodes,
+        "PET_NPROC_PER_NODE": str(task.slots),
+        "PET_NODE_RANK": index,
+        "PET_MASTER_ADDR": head.address,
+        "PET_MASTER_PORT": str(head.port),
+        "PET_RDZV_BACKEND": "static",
+        "PET_RDZV_ID": placement.job_id,
     }
 
 
