@@ -9,6 +9,10 @@ pipes, redirections, ``$(...)``).  Both are accepted when the user wraps them in
 ``${VAR}`` and ``$VAR`` in a command are expanded from the node's environment without a
 shell, so the platform's own example
 ``torchrun --nnodes ${WORLD_SIZE} ... --master_port ${MASTER_PORT} train.py`` runs as written.
+The job's own variables (``--env``) are expanded the same way (:func:`expand_env`).  Both share
+one rule for a name that is not set: it expands to the empty string, as in a shell.  There is no
+escape for a literal ``$NAME``: ``$`` followed by anything but a letter, ``_`` or ``{`` stays as
+written (``$5``, ``a$``, ``$-``).
 """
 
 from __future__ import annotations
@@ -145,6 +149,12 @@ def parse_command(command: str, *, field: str = "command") -> list[str]:
     return argv
 
 
+def expand(text: str, env: dict[str, str]) -> str:
+    """``text`` with each ``${VAR}`` and ``$VAR`` replaced by its value in ``env`` (the empty
+    string when ``env`` lacks it), in one pass: what a value brings in is not expanded again."""
+    return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), text)
+
+
 def expand_argv(argv: list[str], env: dict[str, str]) -> list[str]:
     """Expand ``${VAR}`` and ``$VAR`` in each argument from ``env``, without a shell.
 
@@ -153,4 +163,30 @@ def expand_argv(argv: list[str], env: dict[str, str]) -> list[str]:
     """
     if _is_shell_wrapper(argv):
         return list(argv)
-    return [_VAR.sub(lambda m: env.get(m.group(1) or m.group(2), ""), arg) for arg in argv]
+    return [expand(arg, env) for arg in argv]
+
+
+def expand_env(values: dict[str, str], base: dict[str, str]) -> dict[str, str]:
+    """The job's own variables with ``${VAR}`` and ``$VAR`` expanded, without a shell.
+
+    Deterministic, like a shell reading ``export`` lines from top to bottom:
+
+    1. The variables are expanded in the order given (the order of the ``--env`` options, or of
+       the spec's ``env`` object).
+    2. A reference takes the value of a variable given earlier in ``values`` (already expanded),
+       else the value in ``base`` (the node's variables the platform sets: ``PATH``, ``HOME``,
+       ``HOSTNAME``, ``MASTER_ADDR``, ``MA_JOB_ID``...).
+    3. A name found in neither expands to the empty string, as in the command
+       (:func:`expand_argv`): a variable the job gives later is not defined yet.
+    4. A value referring to its own name gets the earlier value: ``PATH=/opt/bin:$PATH`` puts
+       ``/opt/bin`` before the platform's ``PATH``.
+    5. One pass: the text a reference brings in is never expanded again.
+
+    Returns:
+        The same names in the same order, with their expanded values.
+    """
+    seen = dict(base)
+    out: dict[str, str] = {}
+    for name, value in values.items():
+        out[name] = seen[name] = expand(value, seen)
+    return out

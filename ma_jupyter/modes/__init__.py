@@ -40,7 +40,9 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
     Returns:
         One :class:`NodePlan` per task, each with the common variables set: ``MA_JOB_ID``,
         ``MA_JOB_NAME``, ``MA_TASK_NAME``, ``MA_TASK_INDEX``, ``MA_NUM_NODES`` and the job's
-        own ``env`` (which the mode's variables override, since the launch depends on them).
+        own ``env`` (which the mode's variables override, since the launch depends on them);
+        ``job_env`` names the job's variables that survived, for the backend to expand.
+        ``docs/variables.md`` lists every variable per mode.
     """
     if not placement.bound:
         raise ValueError("plan_job needs a placement bound by a backend (hostnames, addresses, ports)")
@@ -63,7 +65,9 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
             "MA_NUM_NODES": str(len(placement.workers)),
             "MA_SPEC": placement.spec.name,
         }
-        node.env = {**spec.env, **common, **node.env}
+        platform = {**common, **node.env}
+        node.env = {**spec.env, **platform}
+        node.job_env = tuple(k for k in spec.env if k not in platform)
     return plans
 
 

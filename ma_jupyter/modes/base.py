@@ -143,7 +143,11 @@ class NodePlan:
     Attributes:
         task: the slot it runs in.
         argv: the command; ``${VAR}`` is expanded from ``env`` by the backend at launch.
-        env: variables the mode sets (the backend adds the job's own env under them).
+        env: the node's variables: the job's own env, then the platform's and the mode's,
+            which win over the job's (the launch depends on them).
+        job_env: the names in ``env`` whose values are the job's own (``--env``), in the
+            job's order; the backend expands ``${VAR}`` in them
+            (:func:`ma_jupyter.commands.expand_env`), never in the platform's values.
         files: path inside the node's view -> content, written before launch (hostfiles,
             rank tables); paths under ``/job``, ``/etc/mpi`` or ``/user/config``.
         primary: whether the job's status follows this node.  Parameter servers are not
@@ -158,6 +162,7 @@ class NodePlan:
     task: TaskSlot
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    job_env: tuple[str, ...] = ()
     files: dict[str, str] = field(default_factory=dict)
     primary: bool = True
     rank_logs: bool = False

@@ -5,6 +5,8 @@ Everything here is pure: it looks at argv lists and placements and returns text 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..nodeside.argv import is_python, program
 from .base import Placement, TaskSlot
 
@@ -28,14 +30,29 @@ def python_module(argv: list[str]) -> str | None:
     return None
 
 
-def hostfile(tasks: list[TaskSlot]) -> str:
-    """An Open MPI / DeepSpeed hostfile: ``<hostname> slots=<slots>`` per task, one a line."""
-    return "".join(f"{t.hostname} slots={t.slots}\n" for t in tasks)
+def hostfile(tasks: list[TaskSlot], slots: Callable[[TaskSlot], int] | None = None) -> str:
+    """An Open MPI / DeepSpeed hostfile: ``<hostname> slots=<n>`` per task, one a line.
+
+    ``slots(task)`` gives ``n``; default the task's processes (a DeepSpeed hostfile counts cards).
+    """
+    count = slots or (lambda t: t.slots)
+    return "".join(f"{t.hostname} slots={count(t)}\n" for t in tasks)
 
 
-def mpich_hostfile(tasks: list[TaskSlot]) -> str:
-    """An MPICH (Hydra) hostfile: ``<hostname>:<slots>`` per task, one a line."""
-    return "".join(f"{t.hostname}:{t.slots}\n" for t in tasks)
+def mpich_hostfile(tasks: list[TaskSlot], slots: Callable[[TaskSlot], int] | None = None) -> str:
+    """An MPICH (Hydra) hostfile: ``<hostname>:<n>`` per task, one a line (``slots`` as in
+    :func:`hostfile`)."""
+    count = slots or (lambda t: t.slots)
+    return "".join(f"{t.hostname}:{count(t)}\n" for t in tasks)
+
+
+def mpi_slots(task: TaskSlot) -> int:
+    """The MPI slots a node offers: the cores its task is pinned to, at least its processes.
+
+    MPI counts a slot per core a process may run on; ``MPI_Comm_spawn`` (mpi4py.futures) starts
+    its new processes in the slots the first ranks left free.
+    """
+    return max(task.slots, len(task.cpus))
 
 
 def total_slots(tasks: list[TaskSlot]) -> int:
@@ -62,19 +79,44 @@ def master(placement: Placement) -> TaskSlot:
 
 
 def distributed_env(placement: Placement, task: TaskSlot) -> dict[str, str]:
-    """The platform's PyTorch variables for one node (seed 002).
+    """The platform's PyTorch variables for one node.
 
-    ``MASTER_ADDR``/``MASTER_PORT``: worker-0's address and first reserved port;
-    ``WORLD_SIZE``: the number of nodes; ``RANK``: this node's index; ``SLOTS``: cards per node
-    (1 for a CPU spec).  The launcher then sets the per-process values.
+    Seed 002: ``MASTER_ADDR``/``MASTER_PORT`` (worker-0's address and first reserved port),
+    ``WORLD_SIZE`` (the number of nodes), ``RANK`` (this node's index), ``SLOTS`` (cards per
+    node, 1 for a CPU spec).  A launcher then sets the per-process values.
+
+    What launchers read by themselves, so they need no argument:
+
+    * ``NODE_RANK`` and ``GROUP_RANK``: this node's index (Lightning's environment reads
+      ``NODE_RANK``, else ``GROUP_RANK``; accelerate's ``notebook_launcher`` reads ``NODE_RANK``;
+      torchrun gives its workers ``GROUP_RANK``);
+    * torchrun's own defaults, ``PET_<OPTION>`` for ``--<option>``: ``PET_NNODES``,
+      ``PET_NPROC_PER_NODE`` (SLOTS), ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
+      ``PET_MASTER_PORT``, ``PET_RDZV_BACKEND=static`` (ranks by node index: simulated nodes in
+      private pid namespaces never wait on each other) and ``PET_RDZV_ID`` (the job id, shared
+      by every node, for a command that picks ``--rdzv-backend c10d``).  An option on torchrun's
+      command line still wins.  ``PET_RDZV_ENDPOINT`` is left unset on purpose: the static
+      rendezvous takes its endpoint from the master address and port, and an endpoint in the
+      environment would override a ``--master_port`` the command gives.
     """
     head = master(placement)
+    nodes = str(len(placement.workers))
+    index = str(task.index)
     return {
         "MASTER_ADDR": head.address,
         "MASTER_PORT": str(head.port),
-        "WORLD_SIZE": str(len(placement.workers)),
-        "RANK": str(task.index),
+        "WORLD_SIZE": nodes,
+        "RANK": index,
         "SLOTS": str(task.slots),
+        "NODE_RANK": index,
+        "GROUP_RANK": index,
+        "PET_NNODES": nodes,
+        "PET_NPROC_PER_NODE": str(task.slots),
+        "PET_NODE_RANK": index,
+        "PET_MASTER_ADDR": head.address,
+        "PET_MASTER_PORT": str(head.port),
+        "PET_RDZV_BACKEND": "static",
+        "PET_RDZV_ID": placement.job_id,
     }
 
 

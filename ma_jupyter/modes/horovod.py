@@ -2,8 +2,10 @@
 
 Every node gets (seed 002):
 
-* ``/etc/mpi/hostfile`` (Open MPI: ``<hostname> slots=<SLOTS>`` per node) and
-  ``/etc/mpi/mpich_hostfile`` (MPICH: ``<hostname>:<SLOTS>``);
+* ``/etc/mpi/hostfile`` (Open MPI: ``<hostname> slots=<cores>`` per node) and
+  ``/etc/mpi/mpich_hostfile`` (MPICH: ``<hostname>:<cores>``), where ``cores`` is the number
+  of cores the backend pinned the node to (at least SLOTS): MPI counts one slot per core, and
+  ``MPI_Comm_spawn`` (mpi4py.futures) starts its processes in the slots the ranks left free;
 * ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` as the seed sets it (Open MPI 4), and
   ``PRTE_MCA_prte_default_hostfile`` with the same value, the name Open MPI 5 reads;
 * ``HYDRA_HOST_FILE=/etc/mpi/mpich_hostfile`` and ``HYDRA_IFACE=lo`` (the seed's ``eth0`` is the
@@ -14,17 +16,31 @@ Every node gets (seed 002):
 * ``OMPI_ALLOW_RUN_AS_ROOT=1`` and ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``, so that a user's own
   ``mpirun`` command also runs when the nodes run as root.
 
-mpirun runs on worker-0 only.  A command without ``mpirun`` gets the seed's prefix::
+mpirun runs on worker-0 only.  A command without ``mpirun`` gets the seed's prefix, as Open MPI
+4 and 5 both accept it::
 
-    mpirun --allow-run-as-root --oversubscribe -np <nodes x SLOTS> --bind-to none --map-by slot
-           -x NCCL_DEBUG=INFO -x LD_LIBRARY_PATH -x PATH -mca pml ob1 -mca btl ^openib
+    mpirun --allow-run-as-root --oversubscribe -np <nodes x SLOTS> --bind-to none
+           --map-by ppr:<SLOTS>:node --stdin none
+           -x NCCL_DEBUG=INFO [-x LD_LIBRARY_PATH] -x PATH -mca pml ob1 -mca btl ^openib
 
-(Open MPI 5 refuses the seed's single-dash ``-bind-to``/``-map-by``: the double-dash spelling
-means the same to Open MPI 4 and 5; ``--oversubscribe`` because simulated nodes declare more
-slots than this machine has cores) and each rank runs through :mod:`ma_jupyter.modes.rank_log`
-(``rank-<OMPI_COMM_WORLD_RANK>.log`` in the rank's own node's ``$MA_RANK_LOG_DIR``).  A command
-that contains ``mpirun`` is left exactly as written: the variables above give it the hostfile
-and the agent.  mpirun exits with the first failing rank's exit code, and kills every rank.
+and each rank runs through :mod:`ma_jupyter.nodeside.rank_log` (``rank-<OMPI_COMM_WORLD_RANK>.log``
+in the rank's own node's ``$MA_RANK_LOG_DIR``).  Where it differs from the seed's, and why:
+
+1. ``--bind-to``/``--map-by`` with two dashes: Open MPI 5 refuses the seed's single dash; the
+   double dash means the same to Open MPI 4 and 5.
+2. ``--map-by ppr:<SLOTS>:node`` instead of ``slot``: the hostfile declares every core as a
+   slot, and ``slot`` mapping would fill worker-0's cores first; this keeps SLOTS ranks on each
+   node, numbered node by node, as the seed's hostfile of SLOTS slots did.
+3. ``--stdin none``: mpirun forwards its own standard input to rank 0, and Open MPI 5 never
+   delivers the end of ``/dev/null`` to it, so a rank reading stdin would wait forever; with
+   ``none`` every rank reads an empty stdin.
+4. ``-x LD_LIBRARY_PATH`` only when the job sets it (its ``env``, or the ModelArts conda rule):
+   mpirun prints a warning banner for a variable that is not set, and the backends set none.
+5. ``--oversubscribe``: simulated nodes may declare more slots than this machine has cores.
+
+A command that contains ``mpirun`` is left exactly as written: the variables above give it the
+hostfile and the agent (its ``-np`` ranks fill each node's slots before the next, MPI's rule).
+mpirun exits with the first failing rank's exit code, and kills every rank.
 
 The other nodes wait like sshd on a real cluster: they run the remote shell's server (the local
 backend's agent enters each node's own sandbox), through which mpirun starts its daemon on them.  They never exit by themselves, so they are
@@ -46,7 +62,7 @@ import re
 from ..errors import InvalidSpec
 from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, RemoteShell, TaskSlot
-from .common import hostfile, mpich_hostfile, total_slots, with_rank_log
+from .common import hostfile, mpi_slots, mpich_hostfile, total_slots, with_rank_log
 
 HOSTFILE = "/etc/mpi/hostfile"
 MPICH_HOSTFILE = "/etc/mpi/mpich_hostfile"
@@ -77,31 +93,21 @@ def mpi_env(shell: RemoteShell) -> dict[str, str]:
     return env
 
 
-def mpirun_prefix(np: int) -> list[str]:
-    """The seed's mpirun prefix for ``np`` processes, as this machine's Open MPI accepts it."""
-    return [
-        "mpirun",
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-np",
-        str(np),
-        "--bind-to",
-        "none",
-        "--map-by",
-        "slot",
-        "-x",
-        "NCCL_DEBUG=INFO",
-        "-x",
-        "LD_LIBRARY_PATH",
-        "-x",
-        "PATH",
-        "-mca",
-        "pml",
-        "ob1",
-        "-mca",
-        "btl",
-        "^openib",
-    ]
+def mpirun_prefix(np: int, per_node: int, forward: list[str]) -> list[str]:
+    """The seed's mpirun prefix for ``np`` processes, ``per_node`` on each node, forwarding the
+    variables ``forward`` (see the module docstring for each difference from the seed's)."""
+    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
+    command += ["--bind-to", "none", "--map-by", f"ppr:{per_node}:node", "--stdin", "none"]
+    command += ["-x", "NCCL_DEBUG=INFO"]
+    for name in forward:
+        command += ["-x", name]
+    return command + ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+
+
+def forwarded(spec: JobSpec) -> list[str]:
+    """The seed's forwarded variables that the node has: ``LD_LIBRARY_PATH`` when the job sets
+    it, ``PATH`` always (every backend sets it)."""
+    return [name for name in ("LD_LIBRARY_PATH",) if name in spec.env] + ["PATH"]
 
 
 def modelarts_forwarded(spec: JobSpec) -> list[str]:
@@ -114,7 +120,8 @@ def head_plan(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
     """worker-0: mpirun (added unless the command has it) over every node's slots."""
     if has_mpirun(argv):
         return NodePlan(task=task, argv=list(argv), notes=["command runs as written (it runs mpirun itself)"])
-    command = mpirun_prefix(total_slots(placement.workers))
+    workers = placement.workers
+    command = mpirun_prefix(total_slots(workers), task.slots, forwarded(spec))
     if spec.convention is Convention.modelarts:
         for name in modelarts_forwarded(spec):
             command += ["-x", name]
@@ -147,7 +154,7 @@ def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]
             field="mode",
         )
     workers = placement.workers
-    files = {HOSTFILE: hostfile(workers), MPICH_HOSTFILE: mpich_hostfile(workers)}
+    files = {HOSTFILE: hostfile(workers, mpi_slots), MPICH_HOSTFILE: mpich_hostfile(workers, mpi_slots)}
     plans = [head_plan(spec, placement, workers[0], argv)]
     plans += [waiting_plan(placement, task, shell) for task in workers[1:]]
     for node in plans:

@@ -1,10 +1,10 @@
 """MindSpore-Ascend mode: the boot file once per card, with the rank table of seed 000.
 
 Every node runs :mod:`ma_jupyter.nodeside.ascend_launch`, which starts the user's command SLOTS
-times (one process per card) with ``ASCEND_DEVICE_ID`` (the card's logical index on the node,
-0..SLOTS-1), ``RANK_ID`` (its index in the whole job: node index x SLOTS + card), ``RANK_SIZE``
-(cards in the job) and ``RANK_TABLE_FILE=/user/config``, the folder holding
-``jobstart_hccl.json`` in template 2:
+times (one process per card) with ``ASCEND_DEVICE_ID`` and ``DEVICE_ID`` (the card's logical
+index on the node, 0..SLOTS-1), ``RANK_ID`` (its index in the whole job: node index x SLOTS +
+card), ``RANK_SIZE`` (cards in the job) and ``RANK_TABLE_FILE=/user/config``, the folder
+holding ``jobstart_hccl.json`` in template 2:
 
 * one instance per node, ``server_id`` = the node's address, ``pod_name`` = ``<job>-<hostname>``,
 * its devices ``{"device_id": <physical card index>, "device_ip": <emulated address>}``,

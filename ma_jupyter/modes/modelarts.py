@@ -48,12 +48,17 @@ def boot_command(spec: JobSpec, argv: list[str]) -> tuple[list[str], dict[str, s
 
 
 def with_conventions(planner: PlanFunction) -> PlanFunction:
-    """``planner`` with the conda rule applied to the command first (ModelArts convention only)."""
+    """``planner`` with the conda rule applied to the command first (ModelArts convention only).
+
+    The planner sees the variables the rule adds as part of the job's ``env`` (the MPI prefix
+    forwards ``LD_LIBRARY_PATH`` only when the node has it).
+    """
 
     @functools.wraps(planner)
     def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]:
         command, env = boot_command(spec, argv)
-        plans = planner(spec, placement, command)
+        seen = spec.model_copy(update={"env": {**spec.env, **env}}) if env else spec
+        plans = planner(seen, placement, command)
         if env:
             for node in plans:
                 node.env = {**env, **node.env}

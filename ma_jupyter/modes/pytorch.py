@@ -3,6 +3,10 @@
 Every node gets (seed 002) ``MASTER_ADDR`` and ``MASTER_PORT`` (worker-0's address and first
 reserved port), ``WORLD_SIZE`` (the number of nodes), ``RANK`` (this node's index) and
 ``SLOTS`` (cards per node, 1 for a CPU spec); the launcher then sets the per-process values.
+It also gets what launchers read by themselves: ``NODE_RANK`` and ``GROUP_RANK`` (the node's
+index: Lightning, accelerate) and torchrun's ``PET_*`` defaults (nodes, processes per node,
+node rank, master address and port, static rendezvous), so a bare ``torchrun train.py`` joins
+the job (:func:`ma_jupyter.modes.common.distributed_env`; ``docs/variables.md`` has the table).
 
 The command:
 

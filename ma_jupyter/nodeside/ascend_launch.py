@@ -4,7 +4,7 @@
 --listen=ADDR:PORT [--peers=ADDR:PORT,...] [--barrier-timeout=SECONDS] -- CMD ...``
 
 Starts CMD ``S`` times (seed 000: the boot file runs once per card), process ``k`` with
-``ASCEND_DEVICE_ID=k`` (the logical card index), ``RANK_ID=R+k`` (the job-wide index),
+``ASCEND_DEVICE_ID=k`` and ``DEVICE_ID=k`` (the logical card index), ``RANK_ID=R+k`` (the job-wide index),
 ``RANK_SIZE=N`` (cards in the rank table) and ``RANK_TABLE_FILE`` (the folder holding
 ``jobstart_hccl.json``).  Each process's output goes to ``$MA_RANK_LOG_DIR/rank-<RANK_ID>.log``
 and, prefixed with ``[rank r]``, to the node log.
@@ -70,6 +70,8 @@ def rank_env(
     return {
         **base,
         "ASCEND_DEVICE_ID": str(local),
+        # the name MindSpore's model-zoo scripts read (context.set_context(device_id=...))
+        "DEVICE_ID": str(local),
         "RANK_ID": str(first_rank + local),
         "RANK_SIZE": str(rank_size),
         "RANK_TABLE_FILE": table_dir,

@@ -230,7 +230,8 @@ from ma_jupyter.nodeside import rank_table
 if os.environ.get("FAIL_RANK") == os.environ["RANK_ID"]:
     sys.exit(4)
 table = rank_table.wait_completed(os.environ["RANK_TABLE_FILE"], timeout=30)
-print(json.dumps({k: os.environ[k] for k in ("ASCEND_DEVICE_ID", "RANK_ID", "RANK_SIZE")}), table["status"])
+names = ("ASCEND_DEVICE_ID", "DEVICE_ID", "RANK_ID", "RANK_SIZE")
+print(json.dumps({k: os.environ[k] for k in names}), table["status"])
 """
 
 
@@ -277,7 +278,13 @@ def test_ascend_launcher_runs_the_boot_file_once_per_card_and_completes_the_tabl
         for local, rank in enumerate(ranks):
             line = (tmp_path / f"logs-{node}" / f"rank-{rank}.log").read_text().strip()
             env, status = line.rsplit(" ", 1)
-            assert json.loads(env) == {"ASCEND_DEVICE_ID": str(local), "RANK_ID": str(rank), "RANK_SIZE": "4"}
+            card = str(local)
+            assert json.loads(env) == {
+                "ASCEND_DEVICE_ID": card,
+                "DEVICE_ID": card,
+                "RANK_ID": str(rank),
+                "RANK_SIZE": "4",
+            }
             assert status == "completed"
         assert json.loads((tmp_path / node / rank_table.FILE_NAME).read_text())["status"] == "completed"
     assert "[rank 1] " in out_a.decode() and "[rank 3] " in out_b.decode()

@@ -31,6 +31,39 @@ def test_every_node_gets_the_seed_variables_2_nodes_4_cards():
         assert node.primary
 
 
+def test_launchers_find_nodes_rank_and_rendezvous_in_the_environment():
+    spec = _job("torchrun train.py")
+    plans = plan_job(spec, placement_for(spec, card_spec(4), job_id="job-7"))
+    for index, node in enumerate(plans):
+        # Lightning, accelerate's notebook_launcher: the node's index
+        assert node.env["NODE_RANK"] == node.env["GROUP_RANK"] == str(index)
+        # torchrun's defaults for its own options (PET_<OPTION>)
+        assert {k: v for k, v in node.env.items() if k.startswith("PET_")} == {
+            "PET_NNODES": "2",
+            "PET_NPROC_PER_NODE": "4",
+            "PET_NODE_RANK": str(index),
+            "PET_MASTER_ADDR": "127.0.1.1",
+            "PET_MASTER_PORT": "20010",
+            "PET_RDZV_BACKEND": "static",
+            "PET_RDZV_ID": "job-7",
+        }
+    # a bare torchrun is a launcher: it runs as written and reads the variables itself
+    assert plans[1].argv == ["torchrun", "train.py"]
+    # the DeepSpeed mode and the ModelArts convention keep them too
+    for extra in ({"mode": "pytorch-deepspeed"}, {"convention": "modelarts"}):
+        spec = JobSpec.model_validate({**_job("python train.py").model_dump(), **extra})
+        assert plan_job(spec, placement_for(spec, card_spec(4)))[1].env["PET_NODE_RANK"] == "1"
+
+
+def test_the_job_env_is_kept_apart_from_the_platforms_for_expansion():
+    spec = _job("python train.py", env={"DATA": "${MA_WORKSPACE}/d", "RANK": "9", "OUT": "$DATA/o"})
+    node = plan_job(spec, placement_for(spec))[1]
+    # RANK is the platform's: the job's value is overridden and never expanded
+    assert node.env["RANK"] == "1"
+    assert node.job_env == ("DATA", "OUT")
+    assert node.env["DATA"] == "${MA_WORKSPACE}/d"  # expanded by the backend, which knows the node
+
+
 def test_cpu_spec_has_one_slot():
     spec = _job("python train.py", specs=["cpu.small"])
     plans = plan_job(spec, placement_for(spec, SPECS["cpu.small"]))

@@ -128,3 +128,116 @@ def test_one_rank_exiting_3_ends_a_2x2_job_in_error_with_no_process_left(ma_clie
     # the error names the rank that failed first, not the ranks torchrun stopped afterwards
     assert "rank 3 exited with code 3" in events_text(ma_client, job.id)
     wait_for(lambda: not job_processes(job.id), timeout=30)
+
+
+# A launcher in Lightning's manner (``_SubprocessScriptLauncher`` with ``LightningEnvironment``):
+# started once per node, it reads only NODE_RANK, WORLD_SIZE (nodes), MASTER_ADDR and MASTER_PORT
+# from the environment, starts one process per device itself and numbers them node by node.
+LIGHTNING_LAUNCHER = """#!/usr/bin/env python
+import os, subprocess, sys
+
+devices = int(sys.argv[1])
+env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+env["NUM_NODES"] = os.environ["WORLD_SIZE"]
+env["DEVICES"] = str(devices)
+children = [
+    subprocess.Popen([sys.executable, *sys.argv[2:]], env={**env, "LOCAL_RANK": str(local)})
+    for local in range(devices)
+]
+sys.exit(max(child.wait() for child in children))
+"""
+
+LIGHTNING_WORKER = """
+import json, os, socket
+import torch
+import torch.distributed as dist
+
+devices, nodes = int(os.environ["DEVICES"]), int(os.environ["NUM_NODES"])
+rank = int(os.environ["NODE_RANK"]) * devices + int(os.environ["LOCAL_RANK"])
+world = nodes * devices
+address = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+result = {"rank": rank, "world": world, "sum": value.item(), "host": socket.gethostname()}
+# RESULTS comes from --env RESULTS=${MA_WORKSPACE}/outputs/... expanded on each node
+with open(os.path.join(os.environ["RESULTS"], f"rank-{rank}.json"), "w") as fh:
+    json.dump(result, fh)
+print(f"rank {rank}/{world} sum={value.item()}", flush=True)
+os._exit(0)  # the result is written: never depend on gloo's teardown (it may abort at exit)
+"""
+
+
+def test_a_lightning_style_launcher_finds_node_rank_and_master_in_the_environment(ma_client, tmp_path):
+    outputs = tmp_path / "out"
+    writable_dir(outputs)
+    algo = algorithm(tmp_path / "algo", worker=LIGHTNING_WORKER)
+    launcher = algo / "launch"
+    launcher.write_text(LIGHTNING_LAUNCHER)
+    launcher.chmod(0o755)
+    for node in ("worker-0", "worker-1"):
+        writable_dir(outputs / f"by-{node}")
+    job, seconds, logs = run_job(
+        ma_client,
+        name="lightning-2x2",
+        mode="pytorch",
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=str(algo),
+        outputs=str(outputs),
+        # not `python ...`: the platform starts no launcher, the job's own launcher runs as written
+        command="/workspace/algorithm/launch 2 /workspace/algorithm/worker.py",
+        env={"RESULTS": "${MA_WORKSPACE}/outputs/by-${HOSTNAME}"},
+    )
+    print(f"pytorch lightning-style launcher 2 nodes x 2 processes: {seconds:.1f} s")
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    found = {
+        node: sorted(json.loads(p.read_text())["rank"] for p in (outputs / f"by-{node}").glob("rank-*.json"))
+        for node in ("worker-0", "worker-1")
+    }
+    # ranks numbered node by node from NODE_RANK, each written where its node's ${HOSTNAME} said
+    assert found == {"worker-0": [0, 1], "worker-1": [2, 3]}
+    result = json.loads((outputs / "by-worker-1" / "rank-3.json").read_text())
+    assert (result["world"], result["sum"], result["host"]) == (4, 10.0, "worker-1")
+
+
+PET_ONLY = """
+import json, os, socket
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_*: from torchrun, per process
+value = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(value)
+result = {"world": dist.get_world_size(), "sum": value.item(), "host": socket.gethostname()}
+result["group_rank"] = os.environ["GROUP_RANK"]
+with open(f"/workspace/outputs/rank-{dist.get_rank()}.json", "w") as fh:
+    json.dump(result, fh)
+os._exit(0)  # the result is written: never depend on gloo's teardown (it may abort at exit)
+"""
+
+
+def test_a_bare_torchrun_reads_nodes_rank_and_rendezvous_from_pet_variables(ma_client, tmp_path):
+    outputs = tmp_path / "out"
+    writable_dir(outputs)
+    job, seconds, logs = run_job(
+        ma_client,
+        name="bare-torchrun",
+        mode="pytorch",
+        nodes=2,
+        specs=["gpu.emu-2"],
+        algorithm=str(algorithm(tmp_path / "algo", pet=PET_ONLY)),
+        outputs=str(outputs),
+        command="torchrun /workspace/algorithm/pet.py",
+    )
+    print(f"pytorch bare torchrun 2 nodes x 2 cards: {seconds:.1f} s")
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    # without PET_*, each torchrun would run alone: 1 process, world 1, on its own node
+    results = [json.loads((outputs / f"rank-{r}.json").read_text()) for r in range(4)]
+    assert {(r["world"], r["sum"]) for r in results} == {(4, 10.0)}
+    assert [(r["host"], r["group_rank"]) for r in results] == [
+        ("worker-0", "0"),
+        ("worker-0", "0"),
+        ("worker-1", "1"),
+        ("worker-1", "1"),
+    ]

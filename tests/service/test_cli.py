@@ -117,6 +117,38 @@ def test_dry_run_prints_the_plan_and_creates_nothing(ma_cli, tmp_path):
     assert json.loads(ma_cli("jobs", "--json").stdout)["total"] == 0
 
 
+def test_dry_run_shows_the_launchers_variables_and_the_expanded_env(ma_cli):
+    text = ma_cli(
+        "submit",
+        "--dry-run",
+        "--mode",
+        "pytorch",
+        "--nodes",
+        "2",
+        "--env",
+        "OUT=${MA_WORKSPACE}/outputs/node-${NODE_RANK}",
+        "--env",
+        "LOG=$OUT/log",
+        "--",
+        "torchrun",
+        "train.py",
+    )
+    assert text.returncode == 0, text.stderr
+    worker_1 = text.stdout[text.stdout.index("node worker-1") :]
+    for line in (
+        "NODE_RANK=1",
+        "GROUP_RANK=1",
+        "PET_NNODES=2",
+        "PET_NODE_RANK=1",
+        "PET_NPROC_PER_NODE=1",
+        "PET_MASTER_ADDR=127.0.1.1",
+        "PET_RDZV_BACKEND=static",
+        "OUT=/workspace/outputs/node-1",
+        "LOG=/workspace/outputs/node-1/log",
+    ):
+        assert f"    {line}\n" in worker_1, line
+
+
 def test_user_errors_print_one_line_and_exit_2(ma_cli):
     for args, expected in [
         (["submit", "--nodes", "0", "--", "python", "x.py"], "error: argument --nodes: must be 1 or more"),

@@ -230,6 +230,21 @@ def test_env_and_argv_of_a_node(ma_paths, tmp_path):
     ]
 
 
+def test_the_jobs_env_expands_from_the_node_env_and_the_dry_run_shows_it(ma_paths, tmp_path):
+    env = {"DATA": "${MA_WORKSPACE}/outputs/${MA_TASK_NAME}-${MA_TASK_INDEX}", "PATH": "/opt/bin:$PATH"}
+    env |= {"LOG": "$DATA/log on $HOSTNAME", "SECRET": "[$MA_NODE_RUN]", "MA_JOB_ID": "$HOME"}
+    attempt = _attempt(tmp_path, full_spec(ma_paths, env=env))
+    attempt.plans[0].argv = ["python", "train.py", "--data", "${DATA}"]
+    launch = node_launches(attempt, "bubblewrap")[0]
+    assert launch.env["DATA"] == "/workspace/outputs/worker-0"
+    assert launch.env["PATH"] == f"/opt/bin:{Path(sys.executable).parent}:{SYSTEM_PATH}"
+    assert launch.env["LOG"] == f"/workspace/outputs/worker-0/log on {launch.hostname}"
+    assert launch.env["SECRET"] == "[]"  # the launch-only marker is never seen
+    assert launch.env["MA_JOB_ID"] == attempt.job_id  # the platform's value, not expanded
+    # the command expands from the expanded env
+    assert launch.command[-2:] == ["--data", "/workspace/outputs/worker-0"]
+
+
 def test_symlink_mode_rewrites_in_view_paths(ma_paths, tmp_path):
     attempt = _attempt(tmp_path, full_spec(ma_paths))
     attempt.plans[0].files["/etc/mpi/hostfile"] = "x"

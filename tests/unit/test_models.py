@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ma_jupyter.commands import expand_argv, parse_command
+from ma_jupyter.commands import expand_argv, expand_env, parse_command
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import TRANSITIONS, JobSpec, JobStatus, Mode, json_schemas, parse_duration, parse_spec
 
@@ -168,3 +168,27 @@ def test_every_mode_of_the_seed_exists_and_schemas_export():
     schemas = json_schemas()
     assert schemas["JobSpec"]["additionalProperties"] is False
     assert "command" in schemas["JobSpec"]["properties"]
+
+
+def test_env_values_expand_in_order_from_the_platform_and_earlier_values():
+    base = {"PATH": "/venv/bin:/usr/bin", "MA_WORKSPACE": "/workspace", "RANK": "1"}
+    values = {
+        "PATH": "/opt/tool/bin:$PATH",  # its own name: the platform's value
+        "DATA": "${MA_WORKSPACE}/dataset",
+        "OUT": "$DATA/rank-${RANK}",  # an earlier value, already expanded
+        "EARLY": "${LATE}x",  # a later one is not defined yet
+        "LATE": "y",
+        "MISSING": "[$NOPE]",
+        "LITERAL": "cost $5, a$ and $-",
+        "AGAIN": "$WITH_DOLLAR",
+    }
+    out = expand_env(values, {**base, "WITH_DOLLAR": "$RANK"})
+    assert list(out) == list(values)
+    assert out["PATH"] == "/opt/tool/bin:/venv/bin:/usr/bin"
+    assert out["DATA"] == "/workspace/dataset"
+    assert out["OUT"] == "/workspace/dataset/rank-1"
+    assert out["EARLY"] == "x"
+    assert out["MISSING"] == "[]"  # as in the command: an unknown name expands to nothing
+    assert out["LITERAL"] == "cost $5, a$ and $-"
+    assert out["AGAIN"] == "$RANK"  # one pass: what a value brings in is not expanded again
+    assert expand_argv(["echo", "[$NOPE]"], {}) == ["echo", "[]"]

@@ -69,8 +69,15 @@ class LocalBackend(Backend):
         interface="lo",  # simulated nodes talk over the host's loopback
     )
 
-    def __init__(self, sandbox: str | None = None, inventory: list[str] | None = None):
+    def __init__(
+        self,
+        sandbox: str | None = None,
+        inventory: list[str] | None = None,
+        port_range: tuple[int, int] | None = None,
+    ):
         self._sandbox = sandbox
+        # where reserved ports come from, [low, high); default: below the kernel's ephemeral range
+        self._port_range = port_range if port_range is not None else _port_pool()
         # the cluster's node names in order (default: from cluster.toml): they decide the cores
         # of each simulated node
         self._inventory = inventory
@@ -92,8 +99,9 @@ class LocalBackend(Backend):
 
     def bind(self, placement: Placement, *, reserve: bool) -> Placement:
         """Simulated nodes on this host: task k (in launch order) is ``<role>-<index>`` at the
-        loopback address ``127.0.1.<k+1>`` with two free ports there, pinned to a slice of this
-        machine's cores chosen by its inventory node (so two jobs on one node share cores)."""
+        loopback address ``127.0.1.<k+1>`` with two free ports (see :meth:`_ports`), pinned to
+        a slice of this machine's cores chosen by its inventory node (so two jobs on one node
+        share cores)."""
         if self._inventory is None:
             from ...config import load_cluster
 
@@ -104,29 +112,48 @@ class LocalBackend(Backend):
         for k, task in enumerate(placement.tasks):
             width = min(cores, max(1, math.ceil(task.cpu_request)))
             start = order.get(task.host, 0) * width
-            address = f"127.0.1.{k + 1}"
             tasks.append(
                 replace(
                     task,
                     hostname=f"{task.role}-{task.index}",
-                    address=address,
-                    ports=self._ports(address, 2) if reserve else (0, 0),
+                    address=f"127.0.1.{k + 1}",
+                    ports=self._ports(2) if reserve else (0, 0),
                     cpus=tuple(sorted({(start + i) % cores for i in range(width)})),
                 )
             )
         return replace(placement, tasks=tuple(tasks), remote_shell=self.remote_shell)
 
-    def _ports(self, address: str, count: int) -> tuple[int, ...]:
-        """Free TCP ports on ``address``, never handed out twice while reserved."""
+    def _ports(self, count: int) -> tuple[int, ...]:
+        """``count`` TCP ports, each one:
+
+        1. free on every address of this host: it binds on ``0.0.0.0``.  A task is reached on
+           its own ``127.0.1.k``, but programs bind the port on every interface (TensorFlow's
+           gRPC servers listen on ``0.0.0.0:<port>``), so a port some process holds on any
+           address (a listener, or the local end of an outgoing connection) fails them;
+        2. never handed out twice while reserved: one pool for every address;
+        3. taken from the backend's port range, by default the ports under the kernel's
+           ephemeral range: a reserved port is not held by a socket until the task binds it,
+           and inside the ephemeral range any outgoing connection of the host could take it as
+           its local port in the meantime.  A random start keeps two services on one host
+           from trying the same ports in the same order.  Only when the range has no free port
+           left does the kernel pick one (on ``0.0.0.0``, so rule 1 still holds).
+        """
         ports: list[int] = []
         with self._ports_lock:
+            low, high = self._port_range
+            size = max(0, high - low)
+            start = secrets.randbelow(size) if size else 0
+            candidates = (low + (start + i) % size for i in range(size))
             while len(ports) < count:
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                    sock.bind((address, 0))
-                    port = sock.getsockname()[1]
-                if port not in self._reserved_ports:
-                    self._reserved_ports.add(port)
-                    ports.append(port)
+                port = next(
+                    (p for p in candidates if p not in self._reserved_ports and _free_everywhere(p)), None
+                )
+                if port is None:
+                    port = _kernel_port()
+                    if port in self._reserved_ports:
+                        continue
+                self._reserved_ports.add(port)
+                ports.append(port)
         return tuple(ports)
 
     def release(self, placement: Placement) -> None:
@@ -396,6 +423,40 @@ def _open_log(path: Path, node: str) -> int:
         os.close(fd)
         raise RefusedFile(f"{node} left something that is not a regular file at {path}")
     return fd
+
+
+#: where the default port range starts: above the ports of well-known services (Jupyter 8888,
+#: TensorBoard 6006, Ray 6379/8265/10001)
+PORT_POOL_LOW = 20000
+
+
+def _port_pool() -> tuple[int, int]:
+    """The default port range ``[low, high)``: from :data:`PORT_POOL_LOW` to the start of the
+    kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``; empty when that range
+    starts lower, so the kernel picks every port)."""
+    try:
+        first = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first = 32768  # Linux's default
+    return (PORT_POOL_LOW, max(PORT_POOL_LOW, first))
+
+
+def _free_everywhere(port: int) -> bool:
+    """Whether ``port`` binds on ``0.0.0.0`` now: no socket holds it on any address (no
+    ``SO_REUSEADDR``, so a connection's local end or a ``TIME_WAIT`` counts as held)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def _kernel_port() -> int:
+    """A port the kernel picks as free on every address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("0.0.0.0", 0))
+        return sock.getsockname()[1]
 
 
 _BWRAP_OK: bool | None = None

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 import ma_jupyter
 
 from ... import models
-from ...commands import expand_argv
+from ...commands import expand_argv, expand_env
 from ...errors import InvalidSpec
 from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
 from ...models import NodeLaunch
@@ -245,7 +245,7 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
                 policy=policy,
             )
         view = node_view(attempt, plan, sandbox, mounts=mounts[key], image=image, policy=policy)
-        env = node_env(view, plan.env, "")
+        env = node_env(view, plan.env, "", plan.job_env)
         env.pop(NODE_MARKER, None)
         launches.append(
             NodeLaunch(
@@ -394,7 +394,9 @@ def to_host(view: NodeView, value: str) -> str:
     return pattern.sub(lambda m: m.group(1) + mapping[m.group(2)], value)
 
 
-def node_env(view: NodeView, plan_env: dict[str, str], marker: str) -> dict[str, str]:
+def node_env(
+    view: NodeView, plan_env: dict[str, str], marker: str, job_env: tuple[str, ...] = ()
+) -> dict[str, str]:
     """The node's complete environment (the host's is not inherited).
 
     Layers, later ones winning: a clean base (PATH with the image's bin first, HOME=/tmp, LANG,
@@ -402,6 +404,10 @@ def node_env(view: NodeView, plan_env: dict[str, str], marker: str) -> dict[str,
     card visibility from the task's devices, the plan's variables (mode + job env), then what
     the platform guarantees: ``MA_WORKSPACE``, ``MA_RANK_LOG_DIR``, ``HOSTNAME`` and the
     node-run marker used to find every process of the node again.
+
+    The job's own variables (``job_env``, the names in ``plan_env`` that are the job's ``--env``)
+    are expanded like the command (:func:`ma_jupyter.commands.expand_env`): a value may name any
+    variable of the layers above but the marker, and the job's variables given before it.
     """
     env = {
         "PATH": f"{view.image.bin_dir}:{SYSTEM_PATH}",
@@ -411,23 +417,24 @@ def node_env(view: NodeView, plan_env: dict[str, str], marker: str) -> dict[str,
         "PYTHONUNBUFFERED": "1",
         "TMPDIR": "/tmp",
     }
+    if view.sandbox == "symlink":  # set before the job's variables may refer to them
+        env["HOME"] = str(Path(view.node_dir) / "home")
+        env["TMPDIR"] = str(Path(view.node_dir) / "tmp")
     env.update(view.image.env)
     if view.devices:
         cards = ",".join(str(d) for d in view.devices)
         env["CUDA_VISIBLE_DEVICES"] = cards
         env["ASCEND_VISIBLE_DEVICES"] = cards
+    guaranteed = {"MA_WORKSPACE": VIEW_ROOT, RANK_LOG_ENV: RANK_LOG_VIEW, "HOSTNAME": view.hostname}
+    own = {k: plan_env[k] for k in job_env if k in plan_env}
+    platform = {**env, **{k: v for k, v in plan_env.items() if k not in own}, **guaranteed}
+    expanded = expand_env(own, platform)
+    plan_env = {k: expanded.get(k, v) for k, v in plan_env.items()}
     env.update(plan_env)
     package_parent = str(Path(PACKAGE_DIR).parent)
     # the job's own PYTHONPATH first: its modules win over ours
     env["PYTHONPATH"] = ":".join(p for p in (plan_env.get("PYTHONPATH", ""), package_parent) if p)
-    env.update(
-        {
-            "MA_WORKSPACE": VIEW_ROOT,
-            RANK_LOG_ENV: RANK_LOG_VIEW,
-            "HOSTNAME": view.hostname,
-            NODE_MARKER: marker,
-        }
-    )
+    env.update({**guaranteed, NODE_MARKER: marker})
     if view.sandbox == "symlink":
         env = {k: to_host(view, v) for k, v in env.items()}
         env["HOME"] = str(Path(view.node_dir) / "home")
