@@ -28,6 +28,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     create_engine,
     event,
     func,
@@ -90,6 +91,20 @@ QUERY_INDEXES = (
     "CREATE INDEX IF NOT EXISTS ix_jobs_created ON jobs (created, id)",
     "CREATE INDEX IF NOT EXISTS ix_jobs_status_created ON jobs (status, created, id)",
     "CREATE INDEX IF NOT EXISTS ix_jobs_creator_created ON jobs (creator, created, id)",
+)
+
+
+# The reads the supervisor makes on every tick, built once: building a statement costs more
+# than SQLite takes to run it.
+_ID = bindparam("job_id")
+_JOB_BY_ID = select(jobs_table.c.job).where(jobs_table.c.id == _ID)
+_STATUS_BY_ID = select(jobs_table.c.status).where(jobs_table.c.id == _ID)
+_DESIRED_BY_ID = select(jobs_table.c.desired).where(jobs_table.c.id == _ID)
+_PLACEMENT_BY_ID = select(jobs_table.c.placement).where(jobs_table.c.id == _ID)
+_JOBS_IN_QUEUE_ORDER = (
+    select(jobs_table.c.job)
+    .where(jobs_table.c.status.in_(bindparam("statuses", expanding=True)))
+    .order_by(jobs_table.c.priority.desc(), jobs_table.c.created.asc())
 )
 
 
@@ -232,7 +247,7 @@ class Store:
     def get(self, job_id: str) -> Job:
         """The job ``job_id``; NotFound (saying how to list jobs) when there is none."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table.c.job).where(jobs_table.c.id == job_id)).first()
+            row = conn.execute(_JOB_BY_ID, {"job_id": job_id}).first()
         if row is None:
             raise NotFound(f"no job {job_id!r}: list jobs with `ma-jupyter jobs` or %ma_jobs")
         return Job.model_validate_json(row[0])
@@ -240,7 +255,7 @@ class Store:
     def status(self, job_id: str) -> JobStatus:
         """Only the status of a job (cheap: followers poll it)."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table.c.status).where(jobs_table.c.id == job_id)).first()
+            row = conn.execute(_STATUS_BY_ID, {"job_id": job_id}).first()
         if row is None:
             raise NotFound(f"no job {job_id!r}")
         return JobStatus(row[0])
@@ -324,13 +339,9 @@ class Store:
 
     def by_status(self, *statuses: JobStatus) -> list[Job]:
         """Jobs in these statuses, in queue order (priority high first, then oldest first)."""
-        query = (
-            select(jobs_table.c.job)
-            .where(jobs_table.c.status.in_([s.value for s in statuses]))
-            .order_by(jobs_table.c.priority.desc(), jobs_table.c.created.asc())
-        )
         with self.engine.connect() as conn:
-            return [Job.model_validate_json(r[0]) for r in conn.execute(query).all()]
+            rows = conn.execute(_JOBS_IN_QUEUE_ORDER, {"statuses": [s.value for s in statuses]}).all()
+        return [Job.model_validate_json(r[0]) for r in rows]
 
     def placed(self, status: JobStatus) -> list[Job]:
         """Jobs in ``status`` that have a stored placement (a queued one was being launched when
@@ -351,7 +362,7 @@ class Store:
     def desired(self, job_id: str) -> str | None:
         """The pending request for a job, if any."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table.c.desired).where(jobs_table.c.id == job_id)).first()
+            row = conn.execute(_DESIRED_BY_ID, {"job_id": job_id}).first()
         return row[0] if row else None
 
     def set_placement(self, job_id: str, placement: dict | None) -> None:
@@ -366,7 +377,7 @@ class Store:
     def placement(self, job_id: str) -> dict | None:
         """The stored placement of the job's current attempt, if it has one."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table.c.placement).where(jobs_table.c.id == job_id)).first()
+            row = conn.execute(_PLACEMENT_BY_ID, {"job_id": job_id}).first()
         return json.loads(row[0]) if row and row[0] else None
 
     # ---------------------------------------------------------------------------- events

@@ -69,7 +69,9 @@ from .store import Store
 
 log = logging.getLogger("ma_jupyter.supervisor")
 
-POLL_INTERVAL = 0.05
+# How often running jobs are polled when nothing woke the loop: a node that ended by itself is
+# noticed within it.  Everything else (a submit, a stop, a change of the queue) wakes the loop.
+POLL_INTERVAL = 0.1
 TAIL_LINES = 15
 DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running job's folders
 RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
@@ -390,12 +392,11 @@ class Supervisor:
             self.store.keep_reserve()  # given up when the disk filled; back once there is room
         for listed in self.store.by_status(JobStatus.running):
             with self._lock:
-                job = self.store.get(listed.id)
-                if job.status is not JobStatus.running or job.id in self._finishing:
+                if listed.id in self._finishing:
                     continue
-                if self._retry_at.get(job.id, 0.0) > time.monotonic():
+                if self._retry_at.get(listed.id, 0.0) > time.monotonic():
                     continue  # its end could not be recorded (full disk): do not retry in a busy loop
-                self._guarded(job, self._watch)
+                self._guarded(listed, self._watch)  # which reads the job fresh, under the lock
         retry = self._admit_retry
         if self._admit_needed.is_set() or (retry is not None and time.monotonic() >= retry):
             self.admit()
