@@ -195,7 +195,8 @@ class Store:
         already taken nothing is created.
 
         Returns:
-            The id of the job stored under the key: ``job.id``, or the earlier job's id.
+            The id of the job stored under the key: ``job.id``, or the earlier job's id; None
+            when another job already has ``job.id`` (nothing is created: choose another id).
         """
         try:
             with self._writing() as conn:
@@ -206,9 +207,12 @@ class Store:
                 return job.id
         except IntegrityError:
             earlier = self.job_for_key(idempotency_key) if idempotency_key is not None else None
-            if earlier is None:
-                raise
-            return earlier
+            if earlier is not None:
+                return earlier
+            with self.engine.connect() as conn:
+                if conn.execute(_STATUS_BY_ID, {"job_id": job.id}).first() is not None:
+                    return None
+            raise
 
     def job_for_key(self, idempotency_key: str) -> str | None:
         """The id of the job a submit with this idempotency key created, if any (and not deleted)."""

@@ -214,20 +214,24 @@ class Supervisor:
         if full is not None:
             log.warning("refused a submit: %s", disk_full_message(full))
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
-        job = Job(id=new_job_id(spec.name), spec=spec, status=JobStatus.queued, backend=self.backend.name)
         # Under the lock, as every change of the queue: a stop of this job cannot come between
         # its row and its place in the queue index.
         with self._lock:
             ahead = self.queue.ahead(spec.priority)
-            stored = self.store.insert(
-                job,
-                Event(
-                    job_id=job.id,
-                    status=JobStatus.queued,
-                    reason=f"submitted; {ahead} job(s) ahead in the queue",
-                ),
-                idempotency_key=key,
-            )
+            stored = None
+            while stored is None:  # a random id already taken (likely among thousands of one name)
+                job = Job(
+                    id=new_job_id(spec.name), spec=spec, status=JobStatus.queued, backend=self.backend.name
+                )
+                stored = self.store.insert(
+                    job,
+                    Event(
+                        job_id=job.id,
+                        status=JobStatus.queued,
+                        reason=f"submitted; {ahead} job(s) ahead in the queue",
+                    ),
+                    idempotency_key=key,
+                )
             if stored != job.id:
                 return self.store.get(stored)  # a concurrent retry with the same key won
             self.queue.put(job)

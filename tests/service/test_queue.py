@@ -15,6 +15,7 @@ import pytest
 from ma_jupyter import config
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import JobSpec, JobStatus, Priority
+from ma_jupyter.service import supervisor as supervisor_module
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
@@ -154,3 +155,15 @@ def test_admission_reacts_to_events_and_costs_nothing_per_queued_job_on_a_tick(d
     assert sup.store.status(head.id) is JobStatus.running
     assert sup.scheduler.tried[-2:] == ["head", "n1"]
     assert sup.queue.ids() == [j.id for j in later[1:]] and sup.queue.position(later[1].id) == 0
+
+
+@pytest.mark.small_cluster
+def test_a_submit_whose_random_id_is_taken_gets_another(driven, monkeypatch):
+    sup = driven
+    first = sup.submit(spec("same"), creator="me")
+    ids = iter([first.id, "same-000001"])  # the random id comes out the same once
+    monkeypatch.setattr(supervisor_module, "new_job_id", lambda name: next(ids))
+    second = sup.submit(spec("same"), creator="me")
+    assert second.id == "same-000001" and sup.queue.ids() == [first.id, second.id]
+    assert sup.store.get(first.id).created_at == first.created_at
+    assert [e.reason for e in sup.store.events(second.id)] == ["submitted; 1 job(s) ahead in the queue"]

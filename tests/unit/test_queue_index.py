@@ -6,7 +6,7 @@ import sqlite3
 from datetime import timedelta
 
 from ma_jupyter.config import Cluster
-from ma_jupyter.models import Job, JobSpec, JobStatus, Node, Priority, Spec, utcnow
+from ma_jupyter.models import Event, Job, JobSpec, JobStatus, Node, Priority, Spec, utcnow
 from ma_jupyter.service.queue import QueueIndex, queue_key
 from ma_jupyter.service.scheduler import NodeUse, Scheduler
 from ma_jupyter.service.store import QUERY_INDEXES, Store
@@ -165,3 +165,12 @@ def test_the_store_creates_its_query_indexes_on_an_existing_database(tmp_path):
         )
     assert set(names) <= present
     assert "ix_jobs_queue" in plan and "TEMP B-TREE" not in plan
+
+
+def test_an_insert_under_a_taken_id_creates_nothing_and_says_so(tmp_path):
+    store = Store(tmp_path / "jobs.db")
+    one, other = job("j-1"), job("j-1", "urgent", age=5)
+    assert store.insert(one, Event(job_id="j-1", status=JobStatus.queued, reason="first")) == "j-1"
+    assert store.insert(other, Event(job_id="j-1", status=JobStatus.queued, reason="second"), "k") is None
+    assert store.get("j-1").spec.priority is Priority.normal
+    assert [e.reason for e in store.events("j-1")] == ["first"] and store.job_for_key("k") is None
