@@ -22,11 +22,12 @@ rebuilt from the store when the supervisor is made.  A pass (:meth:`Supervisor.a
    retry after a full disk) and asks the scheduler to place it;
 3. launches it if it fits, and goes on with the next job of its shape;
 4. if it does not fit, notes once on the job that it waits, and tries no other job of its shape
-   in this pass: usage only grows during a pass, so none of them would fit either, while jobs of
-   other shapes behind it may still start (backfill).
+   in this pass: the pass only adds to what is in use, so none of them would fit either (what
+   an attempt winding down frees meanwhile asks for another pass), while jobs of other shapes
+   behind it may still start (backfill).
 
-This is exactly the old scan over every queued job in queue order (each one that fits starts,
-the others wait), at the cost of one placement per shape and one per started job.
+The outcome is that of trying every queued job in queue order (each one that fits starts, the
+others wait), at the cost of one placement per shape plus one per job started.
 
 Every decision is derived from durable state (the store, the node exit-code files, pids with
 their start times), so a service killed with ``kill -9`` and started again re-attaches to the
