@@ -144,7 +144,8 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         idempotency_key: str | None = Header(default=None, alias=IDEMPOTENCY_HEADER, max_length=200),
     ) -> Job:
         # A retried submit (same key, same user) gets the job the first one created.
-        return supervisor.submit(parse_spec(body), creator=user, idempotency_key=idempotency_key)
+        job = supervisor.submit(parse_spec(body), creator=user, idempotency_key=idempotency_key)
+        return _with_queue_position(job)
 
     @app.post(f"{api}/plan", response_model=Plan)
     def plan(body: dict = Body(...), user: str = Depends(authenticate)) -> Plan:
@@ -178,11 +179,10 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         return JobPage(items=visible, total=total - (len(items) - len(visible)), offset=offset, limit=limit)
 
     def _with_queue_position(job: Job) -> Job:
+        # from the supervisor's queue index: exact, and without reading the queue
         if job.status is not JobStatus.queued:
             return job
-        queue = store.by_status(JobStatus.queued)
-        position = next((i for i, j in enumerate(queue) if j.id == job.id), None)
-        return job.model_copy(update={"queue_position": position})
+        return job.model_copy(update={"queue_position": supervisor.queue_position(job.id)})
 
     @app.get(f"{api}/jobs/{{job_id}}", response_model=Job)
     def get_job(job_id: str, user: str = Depends(authenticate)) -> Job:

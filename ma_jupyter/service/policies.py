@@ -103,11 +103,6 @@ def recovery(job: Job, has_placement: bool) -> Literal["stop_partial_launch", "r
     return "none"
 
 
-def queue_ahead(queued: Sequence[Job], priority: Priority) -> int:
-    """How many of the queued jobs are considered before a new job of this priority."""
-    return sum(1 for j in queued if j.spec.priority.rank >= priority.rank)
-
-
 def stop_action(job: Job, desired: str | None) -> Literal["now", "request", "none"]:
     """A stop request: a queued job stops now; a running one is asked to (unless it is already
     being stopped to be deleted); a finished one is left as it is."""

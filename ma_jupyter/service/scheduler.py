@@ -4,13 +4,13 @@ The cluster is the catalog of specs and the node inventory from :mod:`ma_jupyter
 job lists one or more equivalent specs; the first one whose tasks all fit right now wins.
 Workers (and the TensorFlow chief) are spread one per inventory node, like a STRICT_SPREAD
 placement group; parameter servers take the small ``cpu.ps`` resources and may share a node.
-The queue is ordered by priority (very-urgent, urgent, normal), then age; a job that does not
-fit does not block smaller jobs behind it (backfill).
+The queue is ordered by priority (very-urgent, urgent, normal), then age (:mod:`.queue`); a job
+that does not fit does not block smaller jobs behind it (backfill).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from ..config import Cluster
@@ -109,6 +109,31 @@ class Scheduler:
             return []
         free = [i for i in range(node.accelerators) if i not in held.cards]
         return free[: flavor.accelerators] if len(free) >= flavor.accelerators else None
+
+    @staticmethod
+    def shape(spec: JobSpec) -> Hashable:
+        """Everything :meth:`place` reads of a spec, as a hashable value.
+
+        Two jobs of one shape are placed alike on the same usage, and usage only grows while
+        jobs start: once a job of some shape does not fit, no job of that shape fits until
+        resources are freed.  The admission pass relies on it to try one job per shape instead
+        of every queued job, so this must name every field :meth:`place` and
+        :meth:`_place_with` (with :func:`~ma_jupyter.modes.base.task_roles`) look at.
+        """
+        resume = spec.checkpoint_resume
+        return (
+            tuple(spec.specs),
+            spec.node_name,
+            spec.driver_version,
+            spec.pool,
+            spec.type.value,
+            len(spec.tasks),
+            spec.mode.value,
+            spec.ps,
+            spec.chief,
+            spec.nodes,
+            resume.elastic_min_nodes if resume else None,
+        )
 
     def place(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
         """The placement of one attempt with the first spec that fits now, or None.

@@ -28,10 +28,12 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     create_engine,
     event,
     func,
     select,
+    text,
 )
 from sqlalchemy.exc import IntegrityError, OperationalError
 
@@ -81,6 +83,31 @@ idempotency_table = Table(
 )
 
 
+# The indexes the queries below need, created for databases made before they existed too:
+# the queue order of one status (by_status), the listing newest first (unfiltered, by status,
+# by creator).  Each ends with the id so the listing finds a page's rows from the index alone.
+QUERY_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS ix_jobs_queue ON jobs (status, priority DESC, created, id)",
+    "CREATE INDEX IF NOT EXISTS ix_jobs_created ON jobs (created, id)",
+    "CREATE INDEX IF NOT EXISTS ix_jobs_status_created ON jobs (status, created, id)",
+    "CREATE INDEX IF NOT EXISTS ix_jobs_creator_created ON jobs (creator, created, id)",
+)
+
+
+# The reads the supervisor makes on every tick, built once: building a statement costs more
+# than SQLite takes to run it.
+_ID = bindparam("job_id")
+_JOB_BY_ID = select(jobs_table.c.job).where(jobs_table.c.id == _ID)
+_STATUS_BY_ID = select(jobs_table.c.status).where(jobs_table.c.id == _ID)
+_DESIRED_BY_ID = select(jobs_table.c.desired).where(jobs_table.c.id == _ID)
+_PLACEMENT_BY_ID = select(jobs_table.c.placement).where(jobs_table.c.id == _ID)
+_JOBS_IN_QUEUE_ORDER = (
+    select(jobs_table.c.job)
+    .where(jobs_table.c.status.in_(bindparam("statuses", expanding=True)))
+    .order_by(jobs_table.c.priority.desc(), jobs_table.c.created.asc())
+)
+
+
 class Store:
     """Thread-safe access to jobs and events.  All methods are short transactions."""
 
@@ -100,6 +127,9 @@ class Store:
             cur.close()
 
         metadata.create_all(self.engine)
+        with self.engine.begin() as conn:
+            for ddl in QUERY_INDEXES:
+                conn.execute(text(ddl))
         # SQLite allows one writer; serialising in-process writers avoids "database is locked".
         self._write_lock = threading.RLock()
         self.reserve = path.parent / RESERVE_NAME
@@ -165,7 +195,8 @@ class Store:
         already taken nothing is created.
 
         Returns:
-            The id of the job stored under the key: ``job.id``, or the earlier job's id.
+            The id of the job stored under the key: ``job.id``, or the earlier job's id; None
+            when another job already has ``job.id`` (nothing is created: choose another id).
         """
         try:
             with self._writing() as conn:
@@ -176,9 +207,12 @@ class Store:
                 return job.id
         except IntegrityError:
             earlier = self.job_for_key(idempotency_key) if idempotency_key is not None else None
-            if earlier is None:
-                raise
-            return earlier
+            if earlier is not None:
+                return earlier
+            with self.engine.connect() as conn:
+                if conn.execute(_STATUS_BY_ID, {"job_id": job.id}).first() is not None:
+                    return None
+            raise
 
     def job_for_key(self, idempotency_key: str) -> str | None:
         """The id of the job a submit with this idempotency key created, if any (and not deleted)."""
@@ -217,7 +251,7 @@ class Store:
     def get(self, job_id: str) -> Job:
         """The job ``job_id``; NotFound (saying how to list jobs) when there is none."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table.c.job).where(jobs_table.c.id == job_id)).first()
+            row = conn.execute(_JOB_BY_ID, {"job_id": job_id}).first()
         if row is None:
             raise NotFound(f"no job {job_id!r}: list jobs with `ma-jupyter jobs` or %ma_jobs")
         return Job.model_validate_json(row[0])
@@ -225,7 +259,7 @@ class Store:
     def status(self, job_id: str) -> JobStatus:
         """Only the status of a job (cheap: followers poll it)."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table.c.status).where(jobs_table.c.id == job_id)).first()
+            row = conn.execute(_STATUS_BY_ID, {"job_id": job_id}).first()
         if row is None:
             raise NotFound(f"no job {job_id!r}")
         return JobStatus(row[0])
@@ -273,8 +307,12 @@ class Store:
         offset: int = 0,
         limit: int = 50,
     ) -> tuple[list[Job], int]:
-        """Jobs newest first, filtered; returns (page, total matching)."""
-        query = select(jobs_table.c.job)
+        """Jobs newest first, filtered; returns (page, total matching).
+
+        The page's ids come from an index (newest first, then by id), and only those rows'
+        JSON is read: a page costs the same however many jobs match.
+        """
+        page = select(jobs_table.c.id)
         count = select(func.count()).select_from(jobs_table)
         conditions = []
         if name:
@@ -289,9 +327,15 @@ class Store:
         if outputs:
             conditions.append(jobs_table.c.outputs.contains(outputs, autoescape=True))
         for cond in conditions:
-            query = query.where(cond)
+            page = page.where(cond)
             count = count.where(cond)
-        query = query.order_by(jobs_table.c.created.desc()).offset(offset).limit(limit)
+        newest_first = (jobs_table.c.created.desc(), jobs_table.c.id.desc())
+        page = page.order_by(*newest_first).offset(offset).limit(limit)
+        query = (
+            select(jobs_table.c.job)
+            .where(jobs_table.c.id.in_(page.scalar_subquery()))
+            .order_by(*newest_first)
+        )
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
             total = conn.execute(count).scalar_one()
@@ -299,10 +343,15 @@ class Store:
 
     def by_status(self, *statuses: JobStatus) -> list[Job]:
         """Jobs in these statuses, in queue order (priority high first, then oldest first)."""
-        query = (
-            select(jobs_table.c.job)
-            .where(jobs_table.c.status.in_([s.value for s in statuses]))
-            .order_by(jobs_table.c.priority.desc(), jobs_table.c.created.asc())
+        with self.engine.connect() as conn:
+            rows = conn.execute(_JOBS_IN_QUEUE_ORDER, {"statuses": [s.value for s in statuses]}).all()
+        return [Job.model_validate_json(r[0]) for r in rows]
+
+    def placed(self, status: JobStatus) -> list[Job]:
+        """Jobs in ``status`` that have a stored placement (a queued one was being launched when
+        the service stopped)."""
+        query = select(jobs_table.c.job).where(
+            jobs_table.c.status == status.value, jobs_table.c.placement.is_not(None)
         )
         with self.engine.connect() as conn:
             return [Job.model_validate_json(r[0]) for r in conn.execute(query).all()]
@@ -317,7 +366,7 @@ class Store:
     def desired(self, job_id: str) -> str | None:
         """The pending request for a job, if any."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table.c.desired).where(jobs_table.c.id == job_id)).first()
+            row = conn.execute(_DESIRED_BY_ID, {"job_id": job_id}).first()
         return row[0] if row else None
 
     def set_placement(self, job_id: str, placement: dict | None) -> None:
@@ -332,7 +381,7 @@ class Store:
     def placement(self, job_id: str) -> dict | None:
         """The stored placement of the job's current attempt, if it has one."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(jobs_table.c.placement).where(jobs_table.c.id == job_id)).first()
+            row = conn.execute(_PLACEMENT_BY_ID, {"job_id": job_id}).first()
         return json.loads(row[0]) if row and row[0] else None
 
     # ---------------------------------------------------------------------------- events

@@ -1,14 +1,33 @@
 """The supervisor: every job's life after submission.
 
-One loop thread (woken at once by a submission or a stop request, otherwise every
-``POLL_INTERVAL``) does two things:
+One loop thread (woken at once by a submission, a stop request or a change of the queue,
+otherwise every ``POLL_INTERVAL``) does two things:
 
-* **watch running jobs**: poll their nodes through the backend; any node failing (non-zero
-  exit, or lost) fails the job, every primary node succeeding finishes it (non-primary nodes
-  such as parameter servers are then stopped); a pending stop request, or running past the
+* **watch running jobs**, on every tick: poll their nodes through the backend; any node failing
+  (non-zero exit, or lost) fails the job, every primary node succeeding finishes it (non-primary
+  nodes such as parameter servers are then stopped); a pending stop request, or running past the
   duration, ends it as ``stopped`` / ``expired``.  Fault restart and checkpoint resume put a
   failed job back in the queue for another attempt.
-* **admit queued jobs** in queue order when the scheduler can place them.
+* **admit queued jobs**, only after an event that can change what starts: a job entering the
+  queue (submitted, or put back for another attempt), resources freed (an attempt wound down,
+  a launch that failed), a priority change, a queued job stopped or deleted, the service
+  starting.  A tick without such an event costs nothing per queued job.
+
+Admission works on the queue index (:mod:`.queue`), the queued jobs in memory in queue order,
+rebuilt from the store when the supervisor is made.  A pass (:meth:`Supervisor.admit`):
+
+1. walks the jobs in queue order, one shape at a time (:meth:`.scheduler.Scheduler.shape`):
+   it starts from the first job of every shape and always takes the earliest job still to try;
+2. reads that job fresh from the store (skipping it if it left the queue meanwhile, or waits to
+   retry after a full disk) and asks the scheduler to place it;
+3. launches it if it fits, and goes on with the next job of its shape;
+4. if it does not fit, notes once on the job that it waits, and tries no other job of its shape
+   in this pass: the pass only adds to what is in use, so none of them would fit either (what
+   an attempt winding down frees meanwhile asks for another pass), while jobs of other shapes
+   behind it may still start (backfill).
+
+The outcome is that of trying every queued job in queue order (each one that fits starts, the
+others wait), at the cost of one placement per shape plus one per job started.
 
 Every decision is derived from durable state (the store, the node exit-code files, pids with
 their start times), so a service killed with ``kill -9`` and started again re-attaches to the
@@ -22,6 +41,7 @@ they return: store writes, backend calls, threads.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import secrets
@@ -34,7 +54,7 @@ from pathlib import Path
 from .. import config
 from ..backends.base import Attempt, Backend
 from ..commands import parse_command
-from ..errors import Conflict, DiskFull, InvalidSpec, RefusedFile
+from ..errors import Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
 from ..jobdir import PLACEHOLDER
 from ..models import Event, Job, JobSpec, JobStatus, NodeLaunch, NodeRun, Plan, Priority, utcnow
 from ..modes import plan_job
@@ -44,12 +64,15 @@ from .disk import SUBMIT_BELOW, full_folder
 from .guard import disk_full_message
 from .logs import tail
 from .policies import End
+from .queue import QueueIndex
 from .scheduler import NodeUse, Scheduler
 from .store import Store
 
 log = logging.getLogger("ma_jupyter.supervisor")
 
-POLL_INTERVAL = 0.05
+# How often running jobs are polled when nothing woke the loop: a node that ended by itself is
+# noticed within it.  Everything else (a submit, a stop, a change of the queue) wakes the loop.
+POLL_INTERVAL = 0.1
 TAIL_LINES = 15
 DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running job's folders
 RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
@@ -83,6 +106,12 @@ class Supervisor:
         self._pending_end: dict[str, str] = {}
         self._retry_at: dict[str, float] = {}
         self._reserve_checked = 0.0
+        # The queued jobs in queue order (the store's, read once here: a restart loses none).
+        self.queue = QueueIndex(scheduler.shape)
+        self.queue.load(store.by_status(JobStatus.queued))
+        self._admit_needed = threading.Event()  # set by what may let a queued job start
+        self._admit_needed.set()
+        self._admit_retry: float | None = None  # monotonic time to retry a job a full disk held
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -131,7 +160,7 @@ class Supervisor:
 
         :meth:`start` calls it; a test may call it on a supervisor whose loop it drives itself.
         """
-        for job in self.store.by_status(JobStatus.queued):
+        for job in self.store.placed(JobStatus.queued):  # only these can need a clean-up
             data = self.store.placement(job.id)
             if policies.recovery(job, data is not None) != "stop_partial_launch":
                 continue
@@ -159,6 +188,7 @@ class Supervisor:
                 job,
                 f"service restarted: re-attached to {len(alive)} running node(s) {', '.join(alive)}".rstrip(),
             )
+        self._queue_changed()
 
     # ------------------------------------------------------------------- requests
 
@@ -187,25 +217,33 @@ class Supervisor:
         if full is not None:
             log.warning("refused a submit: %s", disk_full_message(full))
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
-        job_id = new_job_id(spec.name)
-        job = Job(
-            id=job_id,
-            spec=spec,
-            status=JobStatus.queued,
-            backend=self.backend.name,
-            outputs_folder=spec.outputs or str(config.jobdir(job_id).outputs),
-        )
-        ahead = policies.queue_ahead(self.store.by_status(JobStatus.queued), spec.priority)
-        stored = self.store.insert(
-            job,
-            Event(
-                job_id=job.id, status=JobStatus.queued, reason=f"submitted; {ahead} job(s) ahead in the queue"
-            ),
-            idempotency_key=key,
-        )
-        if stored != job.id:
-            return self.store.get(stored)  # a concurrent retry with the same key won
-        self._wake.set()
+        # Under the lock, as every change of the queue: a stop of this job cannot come between
+        # its row and its place in the queue index.
+        with self._lock:
+            ahead = self.queue.ahead(spec.priority)
+            stored = None
+            while stored is None:  # a random id already taken (likely among thousands of one name)
+                job_id = new_job_id(spec.name)
+                job = Job(
+                    id=job_id,
+                    spec=spec,
+                    status=JobStatus.queued,
+                    backend=self.backend.name,
+                    outputs_folder=spec.outputs or str(config.jobdir(job_id).outputs),
+                )
+                stored = self.store.insert(
+                    job,
+                    Event(
+                        job_id=job.id,
+                        status=JobStatus.queued,
+                        reason=f"submitted; {ahead} job(s) ahead in the queue",
+                    ),
+                    idempotency_key=key,
+                )
+            if stored != job.id:
+                return self.store.get(stored)  # a concurrent retry with the same key won
+            self.queue.put(job)
+        self._queue_changed()
         return job
 
     def _validate(self, spec: JobSpec) -> None:
@@ -248,7 +286,7 @@ class Supervisor:
         """What each node of the job would run (``--dry-run``): the launches the backend would
         start, on the placeholder job folder; creates nothing."""
         now, placement, launches = self._preflight(spec)
-        ahead = policies.queue_ahead(self.store.by_status(JobStatus.queued), spec.priority)
+        ahead = self.queue.ahead(spec.priority)
         notes = ["ports are allocated at launch (0 in this plan)"]
         return Plan(
             spec=placement.spec.name,
@@ -302,6 +340,7 @@ class Supervisor:
         for callback in self.on_job_deleted:
             callback(job_id)
         self.store.delete(job_id)
+        self.queue.discard(job_id)
         folder = config.jobdir(job_id).root
         doomed = config.jobdir(job_id).doomed()
         try:
@@ -335,13 +374,26 @@ class Supervisor:
             spec, changes = policies.updated_spec(job, priority, duration)
             job = job.model_copy(update={"spec": spec})
             self.store.save(job, Event(job_id=job_id, status=job.status, reason="; ".join(changes)))
+            if priority is not None:  # only a queued job's priority changes: it moves in the queue
+                self.queue.put(job)
+                self._queue_changed()
             self._wake.set()
             return job
+
+    def queue_position(self, job_id: str) -> int | None:
+        """How many queued jobs the scheduler considers before this one; None if it is not queued."""
+        return self.queue.position(job_id)
+
+    def _queue_changed(self) -> None:
+        """Something happened that may let a queued job start: run an admission pass soon."""
+        self._admit_needed.set()
+        self._wake.set()
 
     # ---------------------------------------------------------------------- the loop
 
     def tick(self) -> None:
-        """One pass: watch running jobs, then admit queued ones.
+        """One pass: watch running jobs, then admit queued ones if an event asked for it (or a
+        job a full disk held is due for another try).
 
         Each job is handled on a fresh read under the lock (a stop, an update or a finishing
         thread may have changed it since the listing), and a failure while handling one job is
@@ -352,23 +404,27 @@ class Supervisor:
             self.store.keep_reserve()  # given up when the disk filled; back once there is room
         for listed in self.store.by_status(JobStatus.running):
             with self._lock:
-                job = self.store.get(listed.id)
-                if job.status is not JobStatus.running or job.id in self._finishing:
+                if listed.id in self._finishing:
                     continue
-                if self._retry_at.get(job.id, 0.0) > time.monotonic():
+                if self._retry_at.get(listed.id, 0.0) > time.monotonic():
                     continue  # its end could not be recorded (full disk): do not retry in a busy loop
-                self._guarded(job, self._watch)
-        self._admit()
+                self._guarded(listed, self._watch)  # which reads the job fresh, under the lock
+        retry = self._admit_retry
+        if self._admit_needed.is_set() or (retry is not None and time.monotonic() >= retry):
+            self.admit()
 
-    def _guarded(self, job: Job, step) -> None:
-        """Run one supervision step for a job; an unexpected error fails that job, with the reason."""
+    def _guarded(self, job: Job, step):
+        """Run one supervision step for a job and return what it returns; an unexpected error
+        fails that job, with the reason (and gives None)."""
         try:
-            step(job)
+            return step(job)
         except DiskFull as exc:
             # Nothing can be recorded now: try again a little later, when the disk check of the
             # job's folders names what is full (the store's own folder is not the job's story).
             log.warning("job %s: %s", job.id, exc.message)
             self._retry_at[job.id] = time.monotonic() + RECORD_RETRY
+            if job.status is JobStatus.queued:  # no event will come: admission tries it again then
+                self._admit_retry = min(self._admit_retry or float("inf"), self._retry_at[job.id])
         except Exception as exc:
             log.exception("supervising job %s failed", job.id)
             message = exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
@@ -381,30 +437,60 @@ class Supervisor:
                 self._finish(current, attempt, End(JobStatus.error, reason, current.spec.grace_period))
             elif action == "error":
                 self._transition(current, JobStatus.error, reason)
+        return None
 
     def usage(self):
         """What the jobs this service runs take of the cluster now (the scheduler's usage)."""
         with self._lock:
             return self.scheduler.usage(list(self._placements.values()))
 
-    def _admit(self) -> None:
-        for listed in self.store.by_status(JobStatus.queued):
-            with self._lock:
-                job = self.store.get(listed.id)  # fresh: a PATCH may have changed it since the listing
-                if job.status is not JobStatus.queued or self._retry_at.get(job.id, 0.0) > time.monotonic():
-                    continue
-                self._guarded(job, self._admit_one)
+    def admit(self) -> int:
+        """One admission pass, in the numbered steps of the module docstring; the number of jobs
+        it started.  The loop runs it after an event; a test may call it (or :meth:`tick`)."""
+        self._admit_needed.clear()  # an event during the pass asks for another one
+        self._admit_retry = None  # a job still held by a full disk sets it again
+        started = 0
+        todo = self.queue.heads()  # already in queue order: a valid heap
+        while todo:
+            key, shape = heapq.heappop(todo)
+            outcome = self._admit_job(key[2])
+            if outcome == "blocked":
+                continue  # step 4: the rest of this shape waits
+            started += outcome == "started"
+            after = self.queue.next_of(shape, key)
+            if after is not None:
+                heapq.heappush(todo, (after, shape))
+        return started
 
-    def _admit_one(self, job: Job) -> None:
-        """Launch one queued job if the scheduler can place it now."""
+    def _admit_job(self, job_id: str) -> str:
+        """Steps 2-4 for one job: ``started`` (or failed to launch, releasing what it took),
+        ``blocked`` (it does not fit now) or ``skipped``."""
+        with self._lock:
+            try:
+                job = self.store.get(job_id)  # fresh: a PATCH may have changed it since the listing
+            except NotFound:
+                self.queue.discard(job_id)
+                return "skipped"
+            if job.status is not JobStatus.queued:
+                self.queue.discard(job_id)  # left the queue through another service on this store
+                return "skipped"
+            retry = self._retry_at.get(job.id, 0.0)
+            if retry > time.monotonic():
+                self._admit_retry = min(self._admit_retry or float("inf"), retry)
+                return "skipped"
+            return self._guarded(job, self._admit_one) or "skipped"
+
+    def _admit_one(self, job: Job) -> str:
+        """Launch one queued job if the scheduler can place it now: ``started`` or ``blocked``."""
         placement = self._place(job.id, job.spec, self.usage(), reserve=True)
         if placement is None:
             if job.id not in self._waiting_noted:
                 self._waiting_noted.add(job.id)
                 self._notice(job, "waiting for resources: no spec of this job fits the free capacity now")
-            return
+            return "blocked"
         self._waiting_noted.discard(job.id)
         self._launch(job, placement)
+        return "started"
 
     def _attempt(self, job: Job, placement: Placement, *, dry: bool = False) -> Attempt:
         """The attempt to launch (``dry``: to dry-run, in the placeholder job folder, with the
@@ -484,6 +570,7 @@ class Supervisor:
         except Exception as exc:  # the job cannot start: it fails, the queue goes on
             self.backend.release(placement)
             self.store.set_placement(job.id, None)
+            self._queue_changed()
             message = policies.launch_failure(exc, job_dir)
             log.warning("job %s failed to launch: %s", job.id, message)
             self._transition(job, JobStatus.error, f"could not start: {message}")
@@ -655,6 +742,7 @@ class Supervisor:
                     placement = self._placements.pop(job.id, None)
                     if placement:
                         self.backend.release(placement)
+                        self._queue_changed()  # resources freed: the queue's head may start
                     self.store.set_placement(job.id, None)
                     self._forget(job.id)
                     desired = self.store.desired(job.id)
@@ -701,6 +789,12 @@ class Supervisor:
         self.store.save(
             job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code)
         )
+        # the queue index follows the store: an attempt put back in the queue keeps its place
+        if status is JobStatus.queued:
+            self.queue.put(job)
+            self._queue_changed()
+        elif self.queue.discard(job.id) and status is not JobStatus.running:
+            self._queue_changed()  # a queued job stopped, deleted or failed
         return job
 
     def _notice(self, job: Job, reason: str) -> None:

@@ -68,8 +68,19 @@ def ma_supervisor(ma_home):
 
 
 def after_listing(sup: Supervisor, status: JobStatus, action) -> None:
-    """Run ``action`` once, right after the store next lists jobs of ``status`` (the listing a
-    tick then works through)."""
+    """Run ``action`` once, right after the next listing of jobs of ``status`` a tick then works
+    through: the store's running jobs, or the first queued job of each shape (queue index)."""
+    if status is JobStatus.queued:
+        heads = sup.queue.heads
+
+        def first_of_each_shape():
+            listed = heads()
+            del sup.queue.heads  # once
+            action()
+            return listed
+
+        sup.queue.heads = first_of_each_shape
+        return
     listing = sup.store.by_status
 
     def by_status(*statuses):

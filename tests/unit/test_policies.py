@@ -62,17 +62,6 @@ def test_recovery_leaves_the_other_jobs_alone(status, placed):
     assert policies.recovery(job(status), has_placement=placed) == "none"
 
 
-# -------------------------------------------------------------------------------- queue
-
-
-def test_queue_ahead_counts_queued_jobs_of_the_same_or_a_higher_priority():
-    queued = [job(JobStatus.queued, priority=p) for p in ("normal", "urgent", "very-urgent", "normal")]
-    assert policies.queue_ahead(queued, Priority.normal) == 4
-    assert policies.queue_ahead(queued, Priority.urgent) == 2
-    assert policies.queue_ahead(queued, Priority.very_urgent) == 1
-    assert policies.queue_ahead([], Priority.normal) == 0
-
-
 # --------------------------------------------------------------------- stop and delete
 
 

@@ -1,0 +1,176 @@
+"""The queue index (service/queue.py), the scheduler's shapes it groups by, and the store's indexes."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+
+from ma_jupyter.config import Cluster
+from ma_jupyter.models import Event, Job, JobSpec, JobStatus, Node, Priority, Spec, utcnow
+from ma_jupyter.service.queue import QueueIndex, queue_key
+from ma_jupyter.service.scheduler import NodeUse, Scheduler
+from ma_jupyter.service.store import QUERY_INDEXES, Store
+
+T0 = utcnow()
+
+
+def job(job_id: str, priority: str = "normal", age: int = 0, **spec) -> Job:
+    """A queued job submitted ``age`` seconds after T0."""
+    return Job(
+        id=job_id,
+        spec=JobSpec(name="j", command="true", priority=priority, **spec),
+        status=JobStatus.queued,
+        created_at=T0 + timedelta(seconds=age),
+    )
+
+
+def by_node(spec: JobSpec):
+    return spec.node_name
+
+
+def test_the_order_is_priority_then_submit_time_then_id():
+    index = QueueIndex(by_node)
+    jobs = [
+        job("n1", "normal", 1),
+        job("u2", "urgent", 2),
+        job("n0", "normal", 0),
+        job("v3", "very-urgent", 3),
+        job("u1", "urgent", 1),
+        job("b1", "normal", 1),  # same time as n1: the id decides
+    ]
+    for j in jobs:
+        index.put(j)
+    order = ["v3", "u1", "u2", "n0", "b1", "n1"]
+    assert index.ids() == order
+    assert [index.position(i) for i in order] == list(range(6))
+    assert index.ids() == [k[2] for k in sorted(queue_key(j) for j in jobs)]
+    assert index.position("nope") is None and len(index) == 6 and "u1" in index
+
+
+def test_a_new_job_has_every_job_of_its_priority_or_higher_ahead():
+    index = QueueIndex(by_node)
+    assert index.ahead(Priority.normal) == 0
+    for j in [job("a", "normal"), job("b", "urgent"), job("c", "very-urgent"), job("d", "normal")]:
+        index.put(j)
+    assert index.ahead(Priority.normal) == 4
+    assert index.ahead(Priority.urgent) == 2
+    assert index.ahead(Priority.very_urgent) == 1
+
+
+def test_a_priority_change_moves_a_job_and_leaving_removes_it():
+    index = QueueIndex(by_node)
+    for j in [job("a", age=0), job("b", age=1), job("c", age=2)]:
+        index.put(j)
+    index.put(job("c", "urgent", age=2))  # PATCH priority: the same job moves
+    assert index.ids() == ["c", "a", "b"] and len(index) == 3
+    assert index.discard("a") is True and index.discard("a") is False
+    assert index.ids() == ["c", "b"] and index.position("b") == 1
+
+
+def test_heads_give_the_first_job_of_each_shape_and_next_of_walks_a_shape():
+    index = QueueIndex(by_node)
+    for j in [
+        job("t0", age=0, node_name="tiny"),
+        job("b1", age=1, node_name="big"),
+        job("t2", age=2, node_name="tiny"),
+        job("b3", "urgent", age=3, node_name="big"),
+    ]:
+        index.put(j)
+    heads = index.heads()
+    assert [(key[2], shape) for key, shape in heads] == [("b3", "big"), ("t0", "tiny")]
+    first_tiny = heads[1][0]
+    assert index.next_of("tiny", first_tiny)[2] == "t2"
+    index.discard("t0")  # the job left the queue (started): its successor is still found
+    assert index.next_of("tiny", first_tiny)[2] == "t2"
+    assert index.next_of("tiny", index.heads()[1][0]) is None
+    index.discard("t2")
+    assert [shape for _, shape in index.heads()] == ["big"] and index.next_of("tiny", first_tiny) is None
+
+
+def test_load_replaces_the_contents():
+    index = QueueIndex(by_node)
+    index.put(job("old"))
+    index.load([job("x", age=2), job("y", "urgent", age=5)])
+    assert index.ids() == ["y", "x"] and "old" not in index
+
+
+# ------------------------------------------------------------------------------ shapes
+
+CLUSTER = Cluster(
+    specs=[Spec(name="cpu.small", cpus=1, memory_gb=1), Spec(name="cpu.medium", cpus=2, memory_gb=2)],
+    nodes=[Node(name="big", cpus=8, memory_gb=16), Node(name="tiny", cpus=2, memory_gb=2)],
+)
+
+
+def test_jobs_of_one_shape_are_placed_alike_whatever_else_differs():
+    scheduler = Scheduler(CLUSTER)
+    one = JobSpec(name="a", command="true", mode="pytorch", specs=["cpu.medium"], nodes=2)
+    other = JobSpec(
+        name="b",
+        command="python -c pass",
+        mode="pytorch",
+        specs=["cpu.medium"],
+        nodes=2,
+        priority="urgent",
+        env={"X": "1"},
+    )
+    assert scheduler.shape(one) == scheduler.shape(other)
+    for big_used in range(0, 9):
+        use = {"big": NodeUse(cpus=big_used, memory_gb=big_used), "tiny": NodeUse()}
+        a, b = scheduler.place("a", one, use), scheduler.place("b", other, use)
+        assert (a is None) == (b is None)
+        assert a is None or [t.host for t in a.tasks] == [t.host for t in b.tasks]
+
+
+def test_every_field_placement_reads_changes_the_shape():
+    scheduler = Scheduler(CLUSTER)
+    base = JobSpec(name="a", command="true", mode="pytorch")
+    variants = [
+        {"specs": ["cpu.medium"]},
+        {"node_name": "tiny"},
+        {"driver_version": "1"},
+        {"pool": "p"},
+        {"nodes": 2},
+        {"mode": "tensorflow", "ps": 1},
+        {"mode": "tensorflow", "chief": True},
+        {"checkpoint_resume": {"elastic_min_nodes": 1}},
+        {"type": "batch", "mode": "single", "command": None, "tasks": [{"command": "true"}]},
+    ]
+    shapes = {scheduler.shape(base)}
+    for change in variants:
+        spec = JobSpec.model_validate({**base.model_dump(), **change})
+        shapes.add(scheduler.shape(spec))
+    assert len(shapes) == len(variants) + 1
+
+
+# ------------------------------------------------------------------------ store indexes
+
+
+def test_the_store_creates_its_query_indexes_on_an_existing_database(tmp_path):
+    path = tmp_path / "jobs.db"
+    Store(path).engine.dispose()
+    names = [ddl.split()[5] for ddl in QUERY_INDEXES]
+    with sqlite3.connect(path) as conn:  # a database made before these indexes existed
+        for name in names:
+            conn.execute(f"DROP INDEX {name}")
+    Store(path).engine.dispose()
+    with sqlite3.connect(path) as conn:
+        present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        plan = " ".join(
+            str(row)
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT job FROM jobs WHERE status = 'queued' "
+                "ORDER BY priority DESC, created"
+            )
+        )
+    assert set(names) <= present
+    assert "ix_jobs_queue" in plan and "TEMP B-TREE" not in plan
+
+
+def test_an_insert_under_a_taken_id_creates_nothing_and_says_so(tmp_path):
+    store = Store(tmp_path / "jobs.db")
+    one, other = job("j-1"), job("j-1", "urgent", age=5)
+    assert store.insert(one, Event(job_id="j-1", status=JobStatus.queued, reason="first")) == "j-1"
+    assert store.insert(other, Event(job_id="j-1", status=JobStatus.queued, reason="second"), "k") is None
+    assert store.get("j-1").spec.priority is Priority.normal
+    assert [e.reason for e in store.events("j-1")] == ["first"] and store.job_for_key("k") is None
