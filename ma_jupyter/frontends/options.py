@@ -17,6 +17,7 @@ import argparse
 import os
 import re
 import shlex
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -210,6 +211,12 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | str) -> ar
         except ValueError as exc:
             raise InvalidSpec(f"cannot split the options ({exc}): check the quotes") from exc
     return parser.parse_args(list(argv))
+
+
+def clone_name(name: str) -> str:
+    """The default name of a clone of the job ``name``: ``<name>-clone-<N>``."""
+    base = re.sub(r"-clone(-\d+)?$", "", name)
+    return f"{base}-clone-{int(time.time()) % 100000}"[:63]
 
 
 def spec_from_args(

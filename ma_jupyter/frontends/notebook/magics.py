@@ -19,7 +19,6 @@ import re
 import shlex
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +251,7 @@ class MaJupyterMagics(Magics):
         source = resolve_job(client, args.job).info
         base = source.spec.model_dump(mode="json", exclude={"creator"})
         if not args.name:
-            args.name = _clone_name(source.spec.name)
+            args.name = options.clone_name(source.spec.name)
         try:
             spec = options.spec_from_args(args, base=base)
         except MaJupyterError as exc:
@@ -528,11 +527,6 @@ class MaJupyterMagics(Magics):
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def _clone_name(name: str) -> str:
-    base = re.sub(r"-clone(-\d+)?$", "", name)
-    return f"{base}-clone-{int(time.time()) % 100000}"[:63]
 
 
 def _fits_now(spec: Any, node: Any) -> bool:
