@@ -3,7 +3,7 @@
 Everything lives under ``$MA_JUPYTER_HOME`` (default ``~/.ma_jupyter``)::
 
     jobs.db          SQLite (WAL): jobs, events, the queue
-    service.json     url, token, pid of the running service (mode 0600)
+    service.json     url, owner's token, proxy token, pid of the running service (mode 0600)
     service.log      the service's own log
     cluster.toml     optional: [[spec]] and [[node]] tables replacing the defaults
     jobs/<id>/       one folder per job: logs/, nodes/<node>/ (per-node files)
@@ -52,7 +52,7 @@ def db_path() -> Path:
 
 
 def runtime_file() -> Path:
-    """The 0600 file naming the running service: url, token, pid."""
+    """The 0600 file naming the running service: url, the owner's token, the proxy token, pid."""
     return home() / "service.json"
 
 

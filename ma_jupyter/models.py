@@ -39,6 +39,8 @@ def clone_name(name: str) -> str:
     return base[: 63 - len(suffix)] + suffix
 
 
+#: A user name: letters, digits and ``_ . @ -`` (JupyterHub names may be e-mail addresses).
+USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$"
 _DURATION = re.compile(
     r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s?)?\s*$"
 )
@@ -607,6 +609,27 @@ class Plan(Strict):
     can_start_now: bool = False
     queue_ahead: int = 0
     notes: list[str] = []
+
+
+class User(Strict):
+    """A user of the service (never with a token: only its hash is stored)."""
+
+    name: str = Field(pattern=USER_PATTERN)
+    admin: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class NewUser(Strict):
+    """``POST /users``: the user to add."""
+
+    name: str = Field(description="Letters, digits and _ . @ -; at most 64.")
+    admin: bool = False
+
+
+class UserToken(User):
+    """A user with a token just made for it: the only time the token is shown."""
+
+    token: str
 
 
 def json_schemas() -> dict[str, Any]:

@@ -64,6 +64,9 @@ def ma_home(request, tmp_path, monkeypatch):
         cluster += SMALL_CLUSTER_TOML
     (home / "cluster.toml").write_text(cluster)
     monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
+    # clients act as the owner of this home's service unless a test gives them a token
+    monkeypatch.delenv("MA_JUPYTER_TOKEN", raising=False)
+    monkeypatch.delenv("MA_JUPYTER_URL", raising=False)
     yield home
     if (home / "service.json").exists():
         from ma_jupyter.client import Client

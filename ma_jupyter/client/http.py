@@ -1,7 +1,9 @@
 """The HTTP client of the job service: the one way the front ends reach jobs.
 
 :class:`Client` finds the service of ``$MA_JUPYTER_HOME`` through its runtime file
-(``service.json``: url, token, pid).  If no service answers there, it starts one
+(``service.json``: url, the owner's token, pid), or at ``$MA_JUPYTER_URL``.  It acts as the user
+of its token: ``Client(token=...)``, else ``$MA_JUPYTER_TOKEN``, else the service owner's token
+from the runtime file (which only the owner's account can read).  If no service answers there, it starts one
 (``python -m ma_jupyter.service``, detached in its own session so it outlives the kernel) under an
 ``fcntl`` lock, so two kernels starting at the same moment end up with one service.  Error
 responses come back as the typed errors of :mod:`ma_jupyter.errors`, the same ones local
@@ -14,7 +16,6 @@ repeated), ``events``, ``stop`` and ``delete``.
 
 from __future__ import annotations
 
-import getpass
 import os
 import shutil
 import threading
@@ -39,6 +40,8 @@ from ..models import (
     Node,
     Plan,
     Spec,
+    User,
+    UserToken,
 )
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .service import read_runtime, start_service, stop_service_process
@@ -46,8 +49,14 @@ from .snapshot import ship_working_folder
 from .spec import spec_body
 
 API_PREFIX = "/api/v1"
-USER_HEADER = "X-MA-User"
+#: the token a client acts with when none is passed (a user's own, from an admin)
+ENV_TOKEN = "MA_JUPYTER_TOKEN"
+#: the service's URL when it is not this home's (e.g. for a user who cannot read its runtime file)
+ENV_URL = "MA_JUPYTER_URL"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: the header a forwarding proxy (the Jupyter server extension) names its user in; the service
+#: heeds it only together with the proxy token of its runtime file
+FORWARDED_USER_HEADER = "X-MA-Forwarded-User"
 RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
 
 
@@ -63,11 +72,12 @@ class Client:
     """A connection to the job service of ``$MA_JUPYTER_HOME``.
 
     Args:
-        url: the service's base URL (``http://127.0.0.1:PORT``); default: from the runtime file.
-        token: its bearer token; default: from the runtime file.
+        url: the service's base URL (``http://127.0.0.1:PORT``); default ``$MA_JUPYTER_URL``,
+            else from the runtime file.
+        token: the token of the user this client acts as; default ``$MA_JUPYTER_TOKEN``, else
+            the service owner's from the runtime file.  The service knows the user by it alone.
         autostart: start the service when none answers (only without an explicit ``url``).
         timeout: seconds for one ordinary request (a long-poll adds its wait to it).
-        user: the caller's user name sent to the service (default the login name).
         local_logs: read log bytes straight from the job's files when they are on this machine
             (see :class:`LogLines`); the service still decides what may be read and when a log ends.
         retry_for: seconds a request is retried while the service is unreachable or drops the
@@ -84,18 +94,19 @@ class Client:
         *,
         autostart: bool = True,
         timeout: float = 30.0,
-        user: str | None = None,
         local_logs: bool = True,
         retry_for: float = RETRY_FOR,
     ):
+        url = url or os.environ.get(ENV_URL) or None
         self._fixed = url is not None
         self.local_logs = local_logs
         self._url = url.rstrip("/") if url else None
-        self._token = token
+        # a token of one's own; None: the owner's, read with the runtime file
+        self._given_token = token or os.environ.get(ENV_TOKEN) or None
+        self._token = self._given_token
         self.autostart = autostart and not self._fixed
         self.timeout = timeout
         self.retry_for = retry_for
-        self.user = user or login_name()
         self._sessions = threading.local()  # one HTTP session per thread (widgets poll from threads)
         self._all_sessions: list[requests.Session] = []
         self._lock = threading.RLock()
@@ -146,7 +157,8 @@ class Client:
                     self._token = runtime["token"]
             if not self._token:
                 raise BackendUnavailable(
-                    f"no token for {self._url}: pass token=..., or leave url unset to use {config.runtime_file()}"
+                    f"no token for {self._url}: pass token=... or set ${ENV_TOKEN}, or leave the url "
+                    f"unset to use {config.runtime_file()}"
                 )
             self._probe(self._url, self._token)
             return
@@ -162,11 +174,12 @@ class Client:
 
     def _use(self, runtime: dict[str, Any]) -> None:
         self._url = runtime["url"].rstrip("/")
-        self._token = runtime["token"]
+        self._token = self._given_token or runtime["token"]
         self.pid = runtime.get("pid")
 
     def _probe(self, url: str, token: str, *, quiet: bool = False) -> dict[str, Any] | None:
-        """The /health answer of ``url`` with ``token``, or None (quiet) / BackendUnavailable."""
+        """The /health answer of ``url`` with ``token``, or None (quiet) / the service's 401 /
+        BackendUnavailable."""
         try:
             r = self._session.get(
                 f"{url.rstrip('/')}{API_PREFIX}/health",
@@ -177,6 +190,8 @@ class Client:
                 body = r.json()
                 if body.get("ok"):
                     return body
+            if r.status_code == 401 and not quiet:
+                raise error_from_body(401, r.json())
             problem = f"HTTP {r.status_code}"
         except (requests.RequestException, ValueError) as exc:
             problem = str(exc)
@@ -190,7 +205,7 @@ class Client:
 
     def auth_headers(self) -> dict[str, str]:
         """The headers of an authenticated request as this client's user (a proxy forwards them)."""
-        return {"Authorization": f"Bearer {self._token}", USER_HEADER: self.user}
+        return {"Authorization": f"Bearer {self._token}"}
 
     def _request(
         self,
@@ -240,7 +255,7 @@ class Client:
                     # A restarted service has a new port and token: look for it (or start it).
                     with self._lock:
                         if self._url == url:
-                            self._url = self._token = None
+                            self._url, self._token = None, self._given_token
                         try:
                             self.connect()
                         except MaJupyterError:
@@ -501,6 +516,49 @@ class Client:
         """The node inventory with what is in use now; ``spec``: only nodes that fit it."""
         return [Node.model_validate(n) for n in self._request("GET", "/nodes", params={"spec": spec})]
 
+    # -------------------------------------------------------------------------- users
+
+    def whoami(self) -> User:
+        """The user this client acts as (its token's)."""
+        return User.model_validate(self._request("GET", "/users/me"))
+
+    def users(self) -> list[User]:
+        """Every user of the service (admins only; tokens are never shown).
+
+        Raises:
+            Forbidden: this client's user is no admin.
+        """
+        return [User.model_validate(u) for u in self._request("GET", "/users")]
+
+    def add_user(self, name: str, admin: bool = False) -> UserToken:
+        """Add a user; the answer carries its token, shown this once (admins only).
+
+        Raises:
+            Forbidden: this client's user is no admin.
+            Conflict: the user exists.
+            InvalidSpec: the name is not a user name.
+        """
+        body = {"name": name, "admin": admin}
+        return UserToken.model_validate(self._request("POST", "/users", json_body=body, retry_for=0))
+
+    def new_token(self, name: str) -> UserToken:
+        """Give a user a new token (its old one stops working); shown this once (admins only)."""
+        data = self._request("POST", f"/users/{_segment(name)}/token", retry_for=0)
+        return UserToken.model_validate(data)
+
+    def remove_user(self, name: str) -> None:
+        """Remove a user: its token stops working at once; its jobs stay (admins only)."""
+        self._request("DELETE", f"/users/{_segment(name)}")
+
+    def clone(self, job_id: str, **fields: Any) -> JobHandle:
+        """Submit a copy of a job as this client's user, with ``fields`` overriding the job's.
+
+        Cloning needs only view access to the job (see the access rules); the copy is the
+        caller's own job.
+        """
+        source = self.get(job_id).spec.model_dump(mode="json", exclude={"creator"}, exclude_unset=True)
+        return self.submit({**source, **fields})
+
     # ------------------------------------------------------------------------ service
 
     def service_status(self) -> dict[str, Any]:
@@ -543,7 +601,7 @@ class Client:
         stop_service_process(pid, timeout)
         with self._lock:
             if not self._fixed:
-                self._url = self._token = None
+                self._url, self._token = None, self._given_token
                 self.pid = None
         return True
 
@@ -651,10 +709,3 @@ def _segment(job_id: str) -> str:
     if not job_id:
         raise InvalidSpec("a job id is empty: give one from `ma-jupyter jobs`")
     return quote(str(job_id), safe="")
-
-
-def login_name() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())

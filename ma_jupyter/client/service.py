@@ -83,7 +83,9 @@ def start_service(probe: Callable[[str, str], dict[str, Any] | None]) -> dict[st
             # tree that is not installed and the caller's directory is elsewhere.
             package_root = str(Path(ma_jupyter.__file__).resolve().parents[1])
             env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-            with open(log_path, "ab") as log:
+            # the service's log may quote jobs' specs: the owner's alone, like the rest of the home
+            log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(log_fd, "ab") as log:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "ma_jupyter.service"],
                     env=env,

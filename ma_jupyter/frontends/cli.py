@@ -1,8 +1,12 @@
 """``ma-jupyter``: the job service from the command line.
 
-Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``jobs``, ``get``,
-``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``, ``specs``, ``nodes``,
-``tensorboard``.  A JOB argument is a job id or the exact name of a single job.
+Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
+[options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
+``specs``, ``nodes``, ``tensorboard``, ``whoami``, ``users list|add|remove|token``.  A JOB
+argument is a job id or the exact name of a single job.
+
+Every command acts as the user of ``$MA_JUPYTER_TOKEN``, else as the service owner (whose token
+is in the service's runtime file).
 
 Exit codes: 0 success; ``wait`` and ``submit --wait`` exit 1 unless the job succeeded; a user
 error prints one line ``error: <message>`` to stderr and exits 2; an interrupt exits 130.
@@ -22,7 +26,7 @@ from ..client import Client, JobHandle
 from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
 from ..errors import InvalidSpec, MaJupyterError
-from ..models import Job, JobStatus
+from ..models import Job, JobStatus, clone_name
 from . import options, render
 
 #: seconds between looks at a followed job's status (its nodes, its end)
@@ -56,6 +60,22 @@ def build_cli() -> options.OptionsParser:
         help="print the job's log as it is written, then wait for its end",
     )
     submit.add_argument("command", nargs="*", help="the run command (after --)")
+
+    clone = commands.add_parser(
+        "clone",
+        help="submit a copy of a job as your own: ma-jupyter clone JOB [options] [-- COMMAND...]",
+        description="Submit a copy of a job (yours, or another user's you may view), with the "
+        "options overriding its fields.",
+    )
+    clone.add_argument("job", metavar="JOB", help="job id (or the exact name of a single job)")
+    options.build_parser(parser=clone)
+    clone.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="print the job's log as it is written, then wait for its end",
+    )
+    clone.add_argument("command", nargs="*", help="a new run command (after --); default the job's")
 
     jobs = commands.add_parser("jobs", help="list jobs")
     jobs.add_argument("--name", help="name contains")
@@ -104,6 +124,24 @@ def build_cli() -> options.OptionsParser:
     nodes = commands.add_parser("nodes", help="list the nodes and what is in use")
     nodes.add_argument("--spec", help="only nodes that fit this spec")
     nodes.add_argument("--json", action="store_true", help="print JSON")
+
+    whoami = commands.add_parser("whoami", help="the user you act as (from your token)")
+    whoami.add_argument("--json", action="store_true", help="print JSON")
+    users = commands.add_parser("users", help="manage the service's users and their tokens (admins)")
+    user_actions = users.add_subparsers(dest="action", metavar="ACTION", required=True)
+    users_list = user_actions.add_parser("list", help="every user: name, admin, created (never tokens)")
+    users_list.add_argument("--json", action="store_true", help="print JSON")
+    users_add = user_actions.add_parser("add", help="add a user and print its token (shown once)")
+    users_add.add_argument("name", metavar="NAME")
+    users_add.add_argument("--admin", action="store_true", help="the user may manage users and jobs of all")
+    users_add.add_argument("--json", action="store_true", help="print JSON")
+    users_token = user_actions.add_parser(
+        "token", help="print a new token for a user (the old one stops working)"
+    )
+    users_token.add_argument("name", metavar="NAME")
+    users_token.add_argument("--json", action="store_true", help="print JSON")
+    users_remove = user_actions.add_parser("remove", help="remove a user: its token stops working at once")
+    users_remove.add_argument("name", metavar="NAME")
     return parser
 
 
@@ -171,7 +209,11 @@ def _submit(args: argparse.Namespace) -> int:
     if not args.command and not args.task:
         raise InvalidSpec("give the command after `--`, e.g. ma-jupyter submit -- python train.py")
     spec = options.spec_from_args(args, command=args.command or None)
-    client = Client()
+    return _run(Client(), spec, args)
+
+
+def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
+    """Submit (or, with ``--dry-run``, plan) ``spec``; then ``--wait`` / ``--follow``."""
     if args.dry_run:
         plan = client.plan(spec)
         if args.json:
@@ -191,6 +233,16 @@ def _submit(args: argparse.Namespace) -> int:
         _print_lines(handle.logs(follow=True))
     final = handle.wait()
     return _finished(final, args)
+
+
+def _clone(args: argparse.Namespace) -> int:
+    client = Client()
+    source = resolve_job(client, args.job).info
+    if not args.name:
+        args.name = clone_name(source.spec.name)
+    base = source.spec.model_dump(mode="json", exclude={"creator"})
+    spec = options.spec_from_args(args, command=args.command or None, base=base)
+    return _run(client, spec, args)
 
 
 def _jobs(args: argparse.Namespace) -> int:
@@ -382,9 +434,49 @@ def _nodes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _whoami(args: argparse.Namespace) -> int:
+    user = Client().whoami()
+    _out(user.model_dump(mode="json") if args.json else user.name + (" (admin)" if user.admin else ""), args)
+    return EXIT_OK
+
+
+def _users(args: argparse.Namespace) -> int:
+    client = Client()
+    if args.action == "list":
+        users = client.users()
+        if args.json:
+            _out([u.model_dump(mode="json") for u in users], args)
+            return EXIT_OK
+        rows = [["NAME", "ADMIN", "CREATED"]]
+        rows += [[u.name, "yes" if u.admin else "no", render.clock(u.created_at)] for u in users]
+        print(render.text_table(rows), end="")
+        return EXIT_OK
+    if args.action == "remove":
+        client.remove_user(args.name)
+        print(f"removed user {args.name}: its token no longer works (its jobs stay)")
+        return EXIT_OK
+    made = (
+        client.add_user(args.name, admin=args.admin) if args.action == "add" else client.new_token(args.name)
+    )
+    if args.json:
+        _out(made.model_dump(mode="json"), args)
+        return EXIT_OK
+    # stdout carries the token alone (TOKEN=$(ma-jupyter users add bob) works); the rest is said on stderr
+    print(made.token, flush=True)
+    role = "admin" if made.admin else "user"
+    _err(
+        f"{'added' if args.action == 'add' else 'new token for'} {role} {made.name}: this token is shown "
+        "only now; its holder sets MA_JUPYTER_TOKEN to it"
+    )
+    return EXIT_OK
+
+
 _COMMANDS = {
     "service": _service,
     "submit": _submit,
+    "clone": _clone,
+    "whoami": _whoami,
+    "users": _users,
     "jobs": _jobs,
     "get": _get,
     "logs": _logs,

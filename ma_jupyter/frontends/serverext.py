@@ -8,9 +8,8 @@ is one reverse proxy behind Jupyter's own authentication, and TensorBoard:
     Jupyter's authentication: the request's method, query and body, and the answer's status,
     content type and body pass through unchanged (the answer is relayed as it arrives, so the
     service's long-polls simply take their time).  Jupyter's token or cookie (with its XSRF check for
-    unsafe methods) lets a request in; the service's bearer token and the user name go out
-    (``X-MA-User``: this server's login name, the same user the kernels' clients send), and
-    nothing of Jupyter's credentials reaches the service.
+    unsafe methods) lets a request in; the service's credentials for the Jupyter user go out
+    (see "Users" below), and nothing of Jupyter's credentials reaches the service.
 ``<base_url>/ma-jupyter/service``
     Whether a job service runs for this home (``running``, ``url``, ``pid``, ``home``...), from
     :meth:`ma_jupyter.client.Client.service_status`; it starts none.
@@ -18,7 +17,17 @@ is one reverse proxy behind Jupyter's own authentication, and TensorBoard:
     The job's TensorBoard (which listens on loopback only), started through the service on
     first use and again if it was reaped as idle.
 
-The service's address and token come from :class:`ma_jupyter.client.Client` (its runtime file),
+Users: whom a request acts as at the service.
+
+1. Without JupyterHub (no ``$JUPYTERHUB_USER``: a single-user Jupyter server) the Jupyter user is
+   the service owner: the owner's token goes out, as the kernels' clients send it.
+2. Under JupyterHub, the hub user who owns this server (``$JUPYTERHUB_USER``) is the service owner
+   too: its kernels act as the owner anyway.
+3. Any other hub user Jupyter authenticated (a shared server) is forwarded by name: the proxy
+   token of the runtime file, which only this extension sends, with ``X-MA-Forwarded-User``.  The
+   service creates that user (not an admin) on first sight and applies the access rules to it.
+
+The service's address and tokens come from :class:`ma_jupyter.client.Client` (its runtime file),
 which starts the service on first use, on a worker thread.  The proxied requests themselves go
 through tornado's ``AsyncHTTPClient``: the Jupyter server's event loop never waits on them.
 """
@@ -27,9 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
@@ -38,8 +48,9 @@ from tornado import httputil
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.httputil import HTTPHeaders
 
-from ..client import API_PREFIX, Client
-from ..errors import BackendUnavailable, MaJupyterError, NotFound
+from ..client import API_PREFIX, FORWARDED_USER_HEADER, Client
+from ..client.service import read_runtime
+from ..errors import BackendUnavailable, MaJupyterError, NotFound, error_from_body
 
 NAMESPACE = "ma-jupyter"
 
@@ -52,16 +63,58 @@ MAX_CLIENTS = 64  # concurrent upstream requests (open job views each hold a lon
 # Service start and discovery, and TensorBoard starts, block: they run here, never on the loop.
 _EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ma-jupyter-serverext")
 _CLIENT: Client | None = None
-_SERVICE: tuple[str, dict[str, str]] | None = None  # (service URL, headers every call carries)
+_SERVICE: Upstream | None = None
 _HTTP: tuple[Any, AsyncHTTPClient] | None = None
-# job id -> the direct URL of its TensorBoard (``http://127.0.0.1:PORT/tb/<id>/``)
-_BOARDS: dict[str, str] = {}
+# (forwarded user or None, job id) -> the direct URL of its TensorBoard
+# (``http://127.0.0.1:PORT/tb/<id>/``): a user reaches a board the service once let it open
+_BOARDS: dict[tuple[str | None, str], str] = {}
 
 # Hop-by-hop headers and those tornado sets itself are not copied through the proxy.
 _SKIP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "server", "date"}
 _SERVICE_REQUEST_HEADERS = ("accept", "content-type", "if-none-match")
 _BOARD_REQUEST_HEADERS = ("accept", "accept-encoding", "content-type", "if-none-match")
 _BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class Upstream:
+    """The service as this extension reaches it: its URL, the owner's headers, the proxy token."""
+
+    def __init__(self, url: str, owner_headers: dict[str, str], proxy_token: str | None):
+        self.url = url
+        self.owner_headers = owner_headers
+        self.proxy_token = proxy_token
+
+    def headers(self, forwarded: str | None) -> dict[str, str]:
+        """The credentials of a request for ``forwarded`` (None: the owner; see "Users")."""
+        if forwarded is None:
+            return dict(self.owner_headers)
+        if not self.proxy_token:
+            raise BackendUnavailable(
+                "the job service's runtime file has no proxy token (an older service): restart it "
+                "with `ma-jupyter service stop` so that hub users can reach it"
+            )
+        return {"Authorization": f"Bearer {self.proxy_token}", FORWARDED_USER_HEADER: forwarded}
+
+
+def forwarded_user(jupyter_user: str | None, hub_owner: str | None) -> str | None:
+    """The user name to forward for a Jupyter user, or None to act as the service owner.
+
+    Args:
+        jupyter_user: the name Jupyter authenticated the request as.
+        hub_owner: ``$JUPYTERHUB_USER`` (the hub user owning this server), None without a hub.
+    """
+    if not hub_owner or not jupyter_user or jupyter_user == hub_owner:
+        return None  # rules 1 and 2
+    return jupyter_user  # rule 3
+
+
+def _user_name(user: Any) -> str | None:
+    """The name of Jupyter's ``current_user`` (a ``User``, a hub model dict, or a string)."""
+    if user is None:
+        return None
+    if isinstance(user, dict):
+        return user.get("name") or user.get("username")
+    return getattr(user, "username", None) or getattr(user, "name", None) or str(user)
 
 
 def _client(fresh: bool = False) -> Client:
@@ -72,8 +125,8 @@ def _client(fresh: bool = False) -> Client:
     return _CLIENT
 
 
-async def _service(fresh: bool = False) -> tuple[str, dict[str, str]]:
-    """The service's URL and the headers for it (bearer token, user), starting it if none runs.
+async def _service(fresh: bool = False) -> Upstream:
+    """The service as this extension reaches it, starting it if none runs.
 
     Raises:
         BackendUnavailable: no service answers and none could be started.
@@ -81,9 +134,11 @@ async def _service(fresh: bool = False) -> tuple[str, dict[str, str]]:
     global _SERVICE
     if _SERVICE is None or fresh:
 
-        def connect() -> tuple[str, dict[str, str]]:
+        def connect() -> Upstream:
             client = _client(fresh).connect()
-            return client.url, client.auth_headers()
+            runtime = read_runtime()
+            same = runtime is not None and runtime["url"].rstrip("/") == client.url
+            return Upstream(client.url, client.auth_headers(), runtime.get("proxy_token") if same else None)
 
         _SERVICE = await asyncio.get_running_loop().run_in_executor(_EXECUTOR, connect)
     return _SERVICE
@@ -203,6 +258,10 @@ class ProxyMixin(JupyterHandler):
         """The request's headers among ``names`` (lower case)."""
         return {k: v for k, v in self.request.headers.get_all() if k.lower() in names}
 
+    def forwarded_user(self) -> str | None:
+        """Whom this request acts as at the service: a hub user's name, or None for the owner."""
+        return forwarded_user(_user_name(self.current_user), os.environ.get("JUPYTERHUB_USER"))
+
 
 class ServiceProxyHandler(ProxyMixin, APIHandler):
     """``<base_url>/ma-jupyter/api/v1/<path>`` -> the job service's ``/api/v1/<path>``."""
@@ -217,12 +276,14 @@ class ServiceProxyHandler(ProxyMixin, APIHandler):
         query = f"?{self.request.query}" if self.request.query else ""
         for fresh in (False, True):
             try:
-                url, auth = await _service(fresh)
+                upstream = await _service(fresh)
+                auth = upstream.headers(self.forwarded_user())
             except MaJupyterError as exc:
                 _error(self, exc)
                 return
             headers = {**self.forwarded_headers(_SERVICE_REQUEST_HEADERS), **auth}
-            relay, error = await self.relay(f"{url}{API_PREFIX}/{raw}{query}", headers, SERVICE_TIMEOUT)
+            url = f"{upstream.url}{API_PREFIX}/{raw}{query}"
+            relay, error = await self.relay(url, headers, SERVICE_TIMEOUT)
             # A restarted service has a new port and token: find it and retry once, but only when
             # the connection was refused (the request never reached a service, nothing ran twice).
             if relay.started or not isinstance(error, ConnectionRefusedError):
@@ -294,11 +355,11 @@ class TensorBoardProxyHandler(ProxyMixin):
         return super().check_xsrf_cookie()
 
     async def _target(self, job_id: str, fresh: bool) -> str:
-        url = None if fresh else _BOARDS.get(job_id)
+        user = self.forwarded_user()
+        url = None if fresh else _BOARDS.get((user, job_id))
         if url is None:
-            loop = asyncio.get_running_loop()
-            url = await loop.run_in_executor(_EXECUTOR, lambda: _client().tensorboard(job_id))
-            _BOARDS[job_id] = url
+            url = await _start_board(job_id, user)
+            _BOARDS[(user, job_id)] = url
         return url
 
     async def _proxy(self, job_id: str, path: str) -> None:
@@ -332,6 +393,41 @@ class TensorBoardProxyHandler(ProxyMixin):
     @tornado.web.authenticated
     async def head(self, job_id: str, path: str) -> None:
         await self._proxy(job_id, path)
+
+
+async def _start_board(job_id: str, user: str | None) -> str:
+    """Start (or find) the job's TensorBoard through the service, as ``user``: the service checks
+    that this user may open it.
+
+    Raises:
+        MaJupyterError: the service's typed refusal (404 for a job hidden from the user...).
+    """
+    for fresh in (False, True):
+        upstream = await _service(fresh)
+        request = HTTPRequest(
+            f"{upstream.url}{API_PREFIX}/jobs/{quote(job_id, safe='')}/tensorboard",
+            method="POST",
+            body=b"",
+            headers=upstream.headers(user),
+            connect_timeout=CONNECT_TIMEOUT,
+            request_timeout=TENSORBOARD_TIMEOUT,
+        )
+        try:
+            answer = await _http().fetch(request, raise_error=False)
+        except ConnectionRefusedError:
+            continue  # a restarted service: find it once more
+        except Exception as exc:  # a timeout, a dropped connection
+            raise BackendUnavailable(f"the job service does not answer ({exc})") from exc
+        try:
+            body = json.loads(answer.body or b"{}")
+        except ValueError:
+            body = {}
+        if answer.code == 200 and isinstance(body, dict) and body.get("url"):
+            return str(body["url"])
+        if answer.code == 599:  # tornado's "no answer"
+            raise BackendUnavailable(f"the job service does not answer ({answer.error})")
+        raise error_from_body(answer.code, body if isinstance(body, dict) else None)
+    raise BackendUnavailable("the job service does not answer (connection refused)")
 
 
 def setup_handlers(web_app: Any) -> None:

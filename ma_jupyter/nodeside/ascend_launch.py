@@ -35,9 +35,9 @@ import threading
 import time
 from pathlib import Path
 
-from ..jobdir import RANK_LOG_ENV, rank_log_name
+from ..jobdir import RANK_LOG_ENV
 from . import rank_table
-from .rank_log import Copier, report_failure, resolve
+from .rank_log import Copier, open_rank_log, report_failure, resolve
 
 USAGE = (
     "usage: python -m ma_jupyter.nodeside.ascend_launch --slots=S --first-rank=R --rank-size=N "
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, forward)
     for local in range(slots):
         rank = first_rank + local
-        rank_file = open(os.path.join(log_dir, rank_log_name(rank)), "ab")  # noqa: SIM115 - closed below
+        rank_file = open_rank_log(log_dir, rank)  # closed below
         rank_files.append(rank_file)
         read_end, write_end = os.pipe()
         try:

@@ -33,6 +33,8 @@ import threading
 from ..jobdir import FAILURE_REPORT, RANK_LOG_ENV, rank_log_name
 from .argv import is_python
 
+#: rank logs and failure reports: the job's account and its group, never other accounts
+LOG_MODE = 0o640
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK_ID", "RANK")
 USAGE = "usage: python -m ma_jupyter.nodeside.rank_log [--rank-var=NAME] [--rank=N] [--no-prefix] CMD ..."
 
@@ -63,10 +65,16 @@ def find_rank(options: dict[str, str], env: dict[str, str]) -> int | None:
     return None
 
 
+def open_rank_log(folder: str, rank: int):
+    """A rank's log, opened for appending; created without read access for other accounts."""
+    fd = os.open(os.path.join(folder, rank_log_name(rank)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, LOG_MODE)
+    return os.fdopen(fd, "ab")
+
+
 def report_failure(folder: str, rank: int, code: int) -> None:
     """Record the node's first failed rank in ``<folder>/failure.json`` (the first report wins)."""
     try:
-        fd = os.open(os.path.join(folder, FAILURE_REPORT), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(os.path.join(folder, FAILURE_REPORT), os.O_WRONLY | os.O_CREAT | os.O_EXCL, LOG_MODE)
     except OSError:
         return  # another rank failed first, or the folder is gone
     with os.fdopen(fd, "w") as fh:
@@ -140,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         os.execvp(command[0], command)
     os.makedirs(folder, exist_ok=True)
     prefix = b"" if "no-prefix" in options else f"[rank {rank}] ".encode()
-    with open(os.path.join(folder, rank_log_name(rank)), "ab") as rank_file:
+    with open_rank_log(folder, rank) as rank_file:
         read_end, write_end = os.pipe()
         try:
             child = subprocess.Popen(command, stdout=write_end, stderr=write_end)

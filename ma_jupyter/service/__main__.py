@@ -1,8 +1,10 @@
 """``python -m ma_jupyter.service``: run the job service for ``$MA_JUPYTER_HOME``.
 
-It listens on loopback only, writes ``service.json`` (url, token, pid; mode 0600) once it
-accepts connections, holds ``service.lock`` so one home never gets two services, and leaves
-running jobs alone when it exits: they do not depend on it.
+It listens on loopback only, writes ``service.json`` (url, the owner's token, the proxy token,
+pid; mode 0600) once it accepts connections, holds ``service.lock`` so one home never gets two
+services, and leaves running jobs alone when it exits: they do not depend on it.  The account
+that starts it owns it: that user is an admin of the service (see :mod:`.users`), and the home
+is made private to it (mode 0700).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import fcntl
 import json
 import logging
 import os
-import secrets
+import pwd
 import signal
 import socket
 import sys
@@ -20,15 +22,24 @@ import sys
 from .. import config
 
 
-def write_runtime(url: str, token: str) -> None:
+def write_runtime(url: str, token: str, proxy_token: str) -> None:
     """Atomically write the runtime file, readable by the owner only."""
     path = config.runtime_file()
     tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # also when an earlier run left the file
     with os.fdopen(fd, "w") as fh:
-        json.dump({"url": url, "token": token, "pid": os.getpid()}, fh)
-    os.chmod(tmp, 0o600)
+        json.dump({"url": url, "token": token, "proxy_token": proxy_token, "pid": os.getpid()}, fh)
     os.replace(tmp, path)
+
+
+def owner_name() -> str:
+    """The name of the account running the service: its owner (from the account database, never
+    from ``$USER``, which the environment could set to anyone)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     # The project folder jobs may mount from by default (host_policy): the one the client that
     # started us worked in, else the folder we were started in.
     os.environ.setdefault(config.ENV_PROJECT_DIR, os.getcwd())
+    # The home holds the tokens, the database and every job's files: the owner's alone, also
+    # when it was made by hand with looser permissions.
+    os.chmod(config.home(), 0o700)
 
     lock = open(config.home() / "service.lock", "w")
     try:
@@ -57,13 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     from .store import Store
     from .supervisor import Supervisor
     from .tensorboard import TensorBoardManager
+    from .users import Directory, new_token
 
     store = Store(config.db_path())
     supervisor = Supervisor(store, Scheduler(config.load_cluster()), LocalBackend())
     tensorboards = TensorBoardManager()
     supervisor.on_job_deleted.append(tensorboards.stop)
-    token = secrets.token_urlsafe(32)
-    app = create_app(supervisor, token, tensorboards)
+    token, proxy_token = new_token(), new_token()
+    app = create_app(supervisor, Directory(store, owner_name(), token, proxy_token), tensorboards)
 
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only when the listening
     # socket says it is TCP; without it every keep-alive request waits ~40 ms (Nagle + delayed ACK).
@@ -75,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     supervisor.start()
     server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False, lifespan="off"))
-    write_runtime(url, token)
+    write_runtime(url, token, proxy_token)
 
     def _terminate(_signum, _frame):
         server.should_exit = True

@@ -5,17 +5,19 @@ Routes: ``GET /health``; ``POST /jobs`` (submit), ``POST /plan`` (dry run), ``GE
 /jobs/{id}``, ``GET /jobs/{id}/status`` (the job once its status differs from ``since`` or is
 terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events``, ``GET /jobs/{id}/logs``
 (streams), ``GET /jobs/{id}/logs/read`` (by node and rank from a byte offset, long-poll
-``wait``), ``GET /specs``, ``GET /nodes``, ``POST|DELETE /jobs/{id}/tensorboard``.
+``wait``), ``GET /specs``, ``GET /nodes``, ``POST|DELETE /jobs/{id}/tensorboard``; ``GET
+/users/me``, and for admins ``GET|POST /users``, ``DELETE /users/{name}``, ``POST
+/users/{name}/token``.
 
 Errors are the typed errors of :mod:`ma_jupyter.errors` as ``{"error", "message", "field"}``
-bodies.  Others' access (``spec.access``) is enforced per operation: read-only lets others view,
-clone and open TensorBoard; none hides the job from them.
+bodies.  The caller is the user of the request's token (:mod:`.users`); what it may do with a
+job is :mod:`.access`'s matrix, applied on every route that names a job and on the listing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import threading
 import time
 from typing import Any
 
@@ -37,26 +39,28 @@ from ..errors import (
     Unauthorized,
 )
 from ..models import (
-    Access,
     Event,
     Job,
     JobPage,
     JobStatus,
     LogChunk,
     LogStream,
+    NewUser,
     Node,
     Plan,
     Priority,
     Spec,
+    User,
+    UserToken,
     parse_duration,
     parse_spec,
 )
-from . import logs
+from . import access, logs
+from .access import Op
 from .guard import MAX_BODY, GuardMiddleware
 from .supervisor import Supervisor
+from .users import FORWARDED_USER_HEADER, Caller, Directory
 
-READ_OPS = {"view", "clone", "tensorboard"}
-USER_HEADER = "X-MA-User"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: seconds a force-delete answer waits (asynchronously) for the job to stop before answering 202
 FORCE_DELETE_WAIT = 10.0
@@ -70,8 +74,8 @@ _ERRORS_BY_STATUS = {
 }
 
 
-def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> FastAPI:
-    """The FastAPI app for one service; ``token`` guards every route."""
+def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = None) -> FastAPI:
+    """The FastAPI app for one service; ``users`` authenticates every request."""
     # The schema is served by a token-checked route below, never by FastAPI's open default.
     app = FastAPI(
         title="ma_jupyter job service", version=__version__, openapi_url=None, docs_url=None, redoc_url=None
@@ -79,27 +83,21 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
     store = supervisor.store
     app.add_middleware(GuardMiddleware, max_body=MAX_BODY, home=str(config.home()))
 
-    def authenticate(request: Request) -> str:
-        # Only the Authorization header: a token in the URL would land in logs and browser history.
-        header = request.headers.get("authorization", "")
-        given = header[7:] if header.lower().startswith("bearer ") else ""
-        if not given or not hmac.compare_digest(given.encode(), token.encode()):
-            raise Unauthorized(
-                "missing or wrong token: the client reads it from $MA_JUPYTER_HOME/service.json"
-            )
-        return request.headers.get(USER_HEADER) or "anonymous"
-
-    def allowed(job: Job, user: str, op: str) -> Job:
-        if job.spec.creator in (None, user) or job.spec.access is Access.rw:
-            return job
-        if job.spec.access is Access.ro and op in READ_OPS:
-            return job
-        if job.spec.access is Access.none:
-            raise NotFound(f"no job {job.id!r}: list jobs with `ma-jupyter jobs` or %ma_jobs")
-        raise Forbidden(
-            f"job {job.id} belongs to {job.spec.creator} and allows others {job.spec.access.value} access; "
-            f"ask its owner to {op} it"
+    def authenticate(request: Request) -> Caller:
+        # Only the Authorization header: a token in the URL would land in logs and browser
+        # history.  Who calls comes from the token alone (a header naming a user is ignored,
+        # but the proxy's forwarded user with the proxy token: see users.Directory).
+        return users.authenticate(
+            request.headers.get("authorization", ""), request.headers.get(FORWARDED_USER_HEADER)
         )
+
+    # An urgent submit or PATCH counts the creator's urgent jobs and then adds one: one at a
+    # time, so two at once cannot both pass the cap.
+    urgent_lock = threading.Lock()
+
+    def urgent_quota(caller: Caller, creator: str, rules: access.Rules) -> None:
+        held = store.count_jobs(creator, access.URGENT_COUNTED, Priority.urgent.rank)
+        access.check_urgent_quota(caller, creator, held, rules)
 
     @app.exception_handler(MaJupyterError)
     async def _typed(_request: Request, exc: MaJupyterError):
@@ -140,16 +138,31 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
     @app.post(f"{api}/jobs", status_code=201, response_model=Job)
     def submit(
         body: dict = Body(...),
-        user: str = Depends(authenticate),
+        user: Caller = Depends(authenticate),
         idempotency_key: str | None = Header(default=None, alias=IDEMPOTENCY_HEADER, max_length=200),
     ) -> Job:
-        # A retried submit (same key, same user) gets the job the first one created.
-        job = supervisor.submit(parse_spec(body), creator=user, idempotency_key=idempotency_key)
+        # access.py's rules 1 to 4, in order; a retried submit (same key, same user) gets the job
+        # the first one created, also when the cap was reached since.
+        rules = access.load_rules()
+        spec = access.new_job_spec(parse_spec(body), user, rules)
+        access.check_priority(user, spec.priority)
+        if spec.priority is not Priority.urgent or user.admin:
+            job = supervisor.submit(spec, creator=user.name, idempotency_key=idempotency_key)
+        else:
+            with urgent_lock:
+                job = supervisor.submit(
+                    spec,
+                    creator=user.name,
+                    idempotency_key=idempotency_key,
+                    admit=lambda: urgent_quota(user, user.name, rules),
+                )
         return _with_queue_position(job)
 
     @app.post(f"{api}/plan", response_model=Plan)
-    def plan(body: dict = Body(...), user: str = Depends(authenticate)) -> Plan:
-        return supervisor.plan(parse_spec({**body, "creator": body.get("creator") or user}))
+    def plan(body: dict = Body(...), user: Caller = Depends(authenticate)) -> Plan:
+        spec = access.new_job_spec(parse_spec(body), user, access.load_rules())
+        access.check_priority(user, spec.priority)
+        return supervisor.plan(spec)
 
     @app.get(f"{api}/jobs", response_model=JobPage)
     def list_jobs(
@@ -160,8 +173,9 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         outputs: str | None = None,
         offset: int = Query(default=0, ge=0),
         limit: int = Query(default=50, ge=1, le=500),
-        user: str = Depends(authenticate),
+        user: Caller = Depends(authenticate),
     ) -> JobPage:
+        # the store filters what the caller may see, so pages and the total count only those
         items, total = store.list(
             name=name,
             statuses=[s.value for s in status],
@@ -170,13 +184,11 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
             outputs=outputs,
             offset=offset,
             limit=limit,
+            viewer=None if user.admin else user.name,
         )
-        visible = [
-            _with_queue_position(j)
-            for j in items
-            if j.spec.creator in (None, user) or j.spec.access is not Access.none
-        ]
-        return JobPage(items=visible, total=total - (len(items) - len(visible)), offset=offset, limit=limit)
+        return JobPage(
+            items=[_with_queue_position(j) for j in items], total=total, offset=offset, limit=limit
+        )
 
     def _with_queue_position(job: Job) -> Job:
         # from the supervisor's queue index: exact, and without reading the queue
@@ -185,12 +197,12 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         return job.model_copy(update={"queue_position": supervisor.queue_position(job.id)})
 
     @app.get(f"{api}/jobs/{{job_id}}", response_model=Job)
-    def get_job(job_id: str, user: str = Depends(authenticate)) -> Job:
-        return _with_queue_position(allowed(store.get(job_id), user, "view"))
+    def get_job(job_id: str, user: Caller = Depends(authenticate)) -> Job:
+        return _with_queue_position(access.check(store.get(job_id), user, Op.view))
 
     @app.patch(f"{api}/jobs/{{job_id}}", response_model=Job)
-    def update_job(job_id: str, body: dict = Body(...), user: str = Depends(authenticate)) -> Job:
-        allowed(store.get(job_id), user, "adjust")
+    def update_job(job_id: str, body: dict = Body(...), user: Caller = Depends(authenticate)) -> Job:
+        job = access.check(store.get(job_id), user, Op.view)
         unknown = set(body) - {"priority", "duration"}
         if unknown:
             raise InvalidSpec(f"only priority and duration can change, not {', '.join(sorted(unknown))}")
@@ -199,30 +211,47 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
             duration = parse_duration(body.get("duration"))
         except ValueError as exc:
             raise InvalidSpec(str(exc)) from exc
-        return supervisor.update(job_id, priority=priority, duration=duration)
+        if priority is not None:
+            access.check(job, user, Op.priority)
+            access.check_priority(user, priority)
+        if duration is not None:
+            access.check(job, user, Op.duration)
+        raising = (
+            priority is Priority.urgent
+            and job.spec.priority is not Priority.urgent
+            and job.status is JobStatus.queued
+            and not user.admin
+        )
+        if not raising:
+            return supervisor.update(job_id, priority=priority, duration=duration)
+        with urgent_lock:
+            urgent_quota(user, job.spec.creator or user.name, access.load_rules())
+            return supervisor.update(job_id, priority=priority, duration=duration)
 
     @app.get(f"{api}/jobs/{{job_id}}/status", response_model=Job)
     async def wait_status(
         job_id: str,
         since: JobStatus | None = None,
         wait: float = Query(default=0.0, ge=0, le=logs.MAX_WAIT),
-        user: str = Depends(authenticate),
+        user: Caller = Depends(authenticate),
     ) -> Job:
         # Long-poll: answers once the status differs from ``since`` (without it: once the job is
         # terminal) or after ``wait`` seconds, with the job as GET /jobs/{id} gives it.
-        await run_in_threadpool(lambda: allowed(store.get(job_id), user, "view"))
+        await run_in_threadpool(lambda: access.check(store.get(job_id), user, Op.view))
         await store.wait_status(job_id, since, wait)
-        return await run_in_threadpool(lambda: _with_queue_position(allowed(store.get(job_id), user, "view")))
+        return await run_in_threadpool(
+            lambda: _with_queue_position(access.check(store.get(job_id), user, Op.view))
+        )
 
     @app.post(f"{api}/jobs/{{job_id}}/stop", response_model=Job)
-    def stop_job(job_id: str, user: str = Depends(authenticate)) -> Job:
-        allowed(store.get(job_id), user, "stop")
+    def stop_job(job_id: str, user: Caller = Depends(authenticate)) -> Job:
+        access.check(store.get(job_id), user, Op.stop)
         return supervisor.request_stop(job_id)
 
     @app.delete(f"{api}/jobs/{{job_id}}", status_code=204)
-    async def delete_job(job_id: str, force: bool = False, user: str = Depends(authenticate)) -> Response:
+    async def delete_job(job_id: str, force: bool = False, user: Caller = Depends(authenticate)) -> Response:
         def start() -> bool:
-            allowed(store.get(job_id), user, "delete")
+            access.check(store.get(job_id), user, Op.delete)
             return supervisor.delete(job_id, force=force)
 
         if await run_in_threadpool(start):
@@ -247,14 +276,14 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
 
     @app.get(f"{api}/jobs/{{job_id}}/events", response_model=list[Event])
     def events(
-        job_id: str, after: int = Query(default=0, ge=0), user: str = Depends(authenticate)
+        job_id: str, after: int = Query(default=0, ge=0), user: Caller = Depends(authenticate)
     ) -> list[Event]:
-        allowed(store.get(job_id), user, "view")
+        access.check(store.get(job_id), user, Op.view)
         return store.events(job_id, after=after)
 
     @app.get(f"{api}/jobs/{{job_id}}/logs", response_model=list[LogStream])
-    def log_streams(job_id: str, user: str = Depends(authenticate)) -> list[LogStream]:
-        job = allowed(store.get(job_id), user, "view")
+    def log_streams(job_id: str, user: Caller = Depends(authenticate)) -> list[LogStream]:
+        job = access.check(store.get(job_id), user, Op.view)
         return supervisor.backend.log_streams(job)
 
     @app.get(f"{api}/jobs/{{job_id}}/logs/read", response_model=LogChunk)
@@ -265,12 +294,12 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
         offset: int = Query(default=0, ge=0),
         limit: int = Query(default=1 << 20, ge=1, le=8 << 20),
         wait: float = Query(default=0.0, ge=0, le=logs.MAX_WAIT),
-        user: str = Depends(authenticate),
+        user: Caller = Depends(authenticate),
     ) -> LogChunk:
         backend = supervisor.backend
 
         def check() -> str:  # on the reading thread (the store and the streams, never in the loop)
-            job = allowed(store.get(job_id), user, "view")
+            job = access.check(store.get(job_id), user, Op.view)
             chosen = node or logs.default_node(job)
             logs.ensure_stream(job, backend, chosen, rank)
             return chosen
@@ -296,23 +325,60 @@ def create_app(supervisor: Supervisor, token: str, tensorboards: Any = None) -> 
     def specs() -> list[Spec]:
         return supervisor.scheduler.cluster.specs
 
-    @app.get(f"{api}/nodes", response_model=list[Node], dependencies=auth)
-    def nodes(spec: str | None = None) -> list[Node]:
-        return supervisor.scheduler.node_views(supervisor.usage(), spec=spec)
+    @app.get(f"{api}/nodes", response_model=list[Node])
+    def nodes(spec: str | None = None, user: Caller = Depends(authenticate)) -> list[Node]:
+        views = supervisor.scheduler.node_views(supervisor.usage(), spec=spec)
+        return views if user.admin else [_masked(view, user) for view in views]
+
+    def _masked(node: Node, user: Caller) -> Node:
+        # A node's usage names the jobs on it ("<card>:<job id>"): a job hidden from the
+        # caller shows as another user's, without its id.
+        usage = []
+        for entry in node.usage:
+            card, _, job_id = entry.partition(":")
+            try:
+                seen = access.can_see(store.get(job_id), user)
+            except NotFound:
+                seen = False
+            usage.append(entry if seen else f"{card}:(another user's job)")
+        return node.model_copy(update={"usage": usage})
 
     @app.post(f"{api}/jobs/{{job_id}}/tensorboard")
-    def start_tensorboard(job_id: str, user: str = Depends(authenticate)) -> dict:
-        job = allowed(store.get(job_id), user, "tensorboard")
+    def start_tensorboard(job_id: str, user: Caller = Depends(authenticate)) -> dict:
+        job = access.check(store.get(job_id), user, Op.tensorboard)
         if tensorboards is None:
             raise InvalidSpec("TensorBoard is not available in this service")
         outputs = job.outputs_folder or job.spec.outputs or str(config.jobdir(job_id).outputs)
         return {"url": tensorboards.start(job_id, outputs)}
 
     @app.delete(f"{api}/jobs/{{job_id}}/tensorboard", status_code=204)
-    def stop_tensorboard(job_id: str, user: str = Depends(authenticate)) -> Response:
-        allowed(store.get(job_id), user, "tensorboard")
+    def stop_tensorboard(job_id: str, user: Caller = Depends(authenticate)) -> Response:
+        access.check(store.get(job_id), user, Op.tensorboard)
         if tensorboards is not None:
             tensorboards.stop(job_id)
+        return Response(status_code=204)
+
+    # ------------------------------------------------------------------------- users
+
+    @app.get(f"{api}/users/me", response_model=User)
+    def whoami(user: Caller = Depends(authenticate)) -> User:
+        return store.user(user.name)
+
+    @app.get(f"{api}/users", response_model=list[User])
+    def list_users(user: Caller = Depends(authenticate)) -> list[User]:
+        return users.list(user)
+
+    @app.post(f"{api}/users", status_code=201, response_model=UserToken)
+    def add_user(body: NewUser, user: Caller = Depends(authenticate)) -> UserToken:
+        return users.add(user, body.name, body.admin)
+
+    @app.post(f"{api}/users/{{name}}/token", response_model=UserToken)
+    def new_token(name: str, user: Caller = Depends(authenticate)) -> UserToken:
+        return users.new_token(user, name)
+
+    @app.delete(f"{api}/users/{{name}}", status_code=204)
+    def remove_user(name: str, user: Caller = Depends(authenticate)) -> Response:
+        users.remove(user, name)
         return Response(status_code=204)
 
     return app

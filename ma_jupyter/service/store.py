@@ -1,7 +1,8 @@
 """Durable job state: SQLite in WAL mode through SQLAlchemy Core.
 
 One row per job holds the whole :class:`~ma_jupyter.models.Job` as JSON plus the columns the
-listing filters and the queue order need; one row per event.  Every write is its own
+listing filters, the access rules and the queue order need; one row per event; one row per
+user, with the sha256 of its token (never the token).  Every write is its own
 transaction, so a ``kill -9`` of the service loses nothing that was acknowledged: queued jobs
 stay queued, running jobs keep their node records (pid + start time) for re-attachment.
 
@@ -15,12 +16,15 @@ import asyncio
 import json
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     Column,
     Float,
     Integer,
@@ -32,13 +36,15 @@ from sqlalchemy import (
     create_engine,
     event,
     func,
+    inspect,
+    or_,
     select,
     text,
 )
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from ..errors import DiskFull, NotFound
-from ..models import Event, Job, JobStatus
+from ..errors import Conflict, DiskFull, NotFound
+from ..models import Access, Event, Job, JobStatus, User
 from .disk import free_bytes, full_folder
 
 RESERVE_NAME = "disk-reserve"
@@ -58,6 +64,7 @@ jobs_table = Table(
     Column("status", String, nullable=False, index=True),
     Column("priority", Integer, nullable=False),
     Column("creator", String),
+    Column("access", String),  # others' access (spec.access), for the listing's visibility rule
     Column("created", Float, nullable=False),
     Column("specs", String, nullable=False),  # space-separated, for the spec filter
     Column("outputs", String),
@@ -81,6 +88,21 @@ idempotency_table = Table(
     Column("key", String, primary_key=True),  # "<user>\0<client's Idempotency-Key>"
     Column("job_id", String, nullable=False, index=True),
 )
+
+
+users_table = Table(
+    "users",
+    metadata,
+    Column("name", String, primary_key=True),
+    Column("admin", Boolean, nullable=False, default=False),
+    Column("created", Float, nullable=False),
+    # sha256 (hex) of the user's token; NULL for a user known only from a forwarding proxy
+    Column("token_hash", String, unique=True),
+)
+
+
+def _user(row: Any) -> User:
+    return User(name=row.name, admin=bool(row.admin), created_at=datetime.fromtimestamp(row.created, UTC))
 
 
 # The indexes the queries below need, created for databases made before they existed too:
@@ -114,6 +136,10 @@ class Store:
     def __init__(self, path: Path):
         self.path = path
         self.changes = ChangeSignal()  # woken by every job update (see wait_status)
+        # The database holds every user's token hash and every job's env: the service's user
+        # alone may read it (SQLite gives its -wal and -shm files the same mode).
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        os.chmod(path, 0o600)
         self.engine = create_engine(
             f"sqlite:///{path}", future=True, connect_args={"check_same_thread": False}
         )
@@ -127,6 +153,7 @@ class Store:
             cur.close()
 
         metadata.create_all(self.engine)
+        self._migrate()
         with self.engine.begin() as conn:
             for ddl in QUERY_INDEXES:
                 conn.execute(text(ddl))
@@ -134,6 +161,14 @@ class Store:
         self._write_lock = threading.RLock()
         self.reserve = path.parent / RESERVE_NAME
         self.keep_reserve()
+
+    def _migrate(self) -> None:
+        """Bring a database made by an earlier version up to this schema (columns added since)."""
+        columns = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
+        if "access" not in columns:
+            with self.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE jobs ADD COLUMN access VARCHAR"))
+                conn.execute(text("UPDATE jobs SET access = json_extract(job, '$.spec.access')"))
 
     def keep_reserve(self) -> None:
         """Make sure the disk reserve exists (when there is room for it).
@@ -182,6 +217,7 @@ class Store:
             "status": job.status.value,
             "priority": job.spec.priority.rank,
             "creator": job.spec.creator,
+            "access": job.spec.access.value,
             "created": job.created_at.timestamp(),
             "specs": " ".join(job.spec.specs),
             "outputs": job.spec.outputs,
@@ -306,15 +342,26 @@ class Store:
         outputs: str | None = None,
         offset: int = 0,
         limit: int = 50,
+        viewer: str | None = None,
     ) -> tuple[list[Job], int]:
         """Jobs newest first, filtered; returns (page, total matching).
 
         The page's ids come from an index (newest first, then by id), and only those rows'
-        JSON is read: a page costs the same however many jobs match.
+        JSON is read: a page costs the same however many jobs match.  ``viewer``: only the jobs
+        this user may see (its own, the service's, and others' whose access is not ``none``);
+        None: every job (an admin's view).
         """
         page = select(jobs_table.c.id)
         count = select(func.count()).select_from(jobs_table)
         conditions = []
+        if viewer is not None:
+            conditions.append(
+                or_(
+                    jobs_table.c.creator == viewer,
+                    jobs_table.c.creator.is_(None),
+                    jobs_table.c.access != Access.none.value,
+                )
+            )
         if name:
             conditions.append(jobs_table.c.name.contains(name, autoescape=True))
         statuses = [s for s in (statuses or []) if s]
@@ -356,6 +403,20 @@ class Store:
         with self.engine.connect() as conn:
             return [Job.model_validate_json(r[0]) for r in conn.execute(query).all()]
 
+    def count_jobs(self, creator: str, statuses: Iterable[JobStatus], priority: int) -> int:
+        """How many of ``creator``'s jobs are in these statuses with this priority rank."""
+        query = (
+            select(func.count())
+            .select_from(jobs_table)
+            .where(
+                jobs_table.c.creator == creator,
+                jobs_table.c.priority == priority,
+                jobs_table.c.status.in_([s.value for s in statuses]),
+            )
+        )
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
     # ------------------------------------------------------------------ supervisor state
 
     def set_desired(self, job_id: str, desired: str | None) -> None:
@@ -395,6 +456,96 @@ class Store:
         )
         with self.engine.connect() as conn:
             return [Event.model_validate_json(r[0]) for r in conn.execute(query).all()]
+
+    # ----------------------------------------------------------------------------- users
+
+    def add_user(self, name: str, admin: bool, token_hash: str) -> User:
+        """Create a user with its token's hash.
+
+        Raises:
+            Conflict: a user of that name exists.
+        """
+        try:
+            with self._writing() as conn:
+                conn.execute(
+                    users_table.insert().values(
+                        name=name, admin=admin, created=time.time(), token_hash=token_hash
+                    )
+                )
+        except IntegrityError:
+            raise Conflict(
+                f"a user {name!r} exists already: `ma-jupyter users token {name}` gives it a new token"
+            ) from None
+        return self.user(name)
+
+    def ensure_user(self, name: str) -> User:
+        """The user ``name``, created as a non-admin without a token if it does not exist."""
+        with self._writing() as conn:
+            conn.execute(
+                users_table.insert()
+                .prefix_with("OR IGNORE")
+                .values(name=name, admin=False, created=time.time(), token_hash=None)
+            )
+        return self.user(name)
+
+    def set_owner(self, name: str, token_hash: str) -> User:
+        """Make ``name`` an admin whose token is now ``token_hash`` (the service owner at each start)."""
+        with self._writing() as conn:
+            conn.execute(
+                users_table.insert()
+                .prefix_with("OR IGNORE")
+                .values(name=name, admin=True, created=time.time(), token_hash=None)
+            )
+            conn.execute(
+                users_table.update()
+                .where(users_table.c.name == name)
+                .values(admin=True, token_hash=token_hash)
+            )
+        return self.user(name)
+
+    def set_token(self, name: str, token_hash: str) -> User:
+        """Replace the token of ``name`` (the old one stops working).
+
+        Raises:
+            NotFound: no such user.
+        """
+        with self._writing() as conn:
+            done = conn.execute(
+                users_table.update().where(users_table.c.name == name).values(token_hash=token_hash)
+            ).rowcount
+        if not done:
+            raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
+        return self.user(name)
+
+    def remove_user(self, name: str) -> None:
+        """Forget a user and its token (its jobs stay).
+
+        Raises:
+            NotFound: no such user.
+        """
+        with self._writing() as conn:
+            done = conn.execute(users_table.delete().where(users_table.c.name == name)).rowcount
+        if not done:
+            raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
+
+    def user(self, name: str) -> User:
+        """The user ``name``; NotFound when there is none."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(users_table).where(users_table.c.name == name)).first()
+        if row is None:
+            raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
+        return _user(row)
+
+    def user_for_token(self, token_hash: str) -> User | None:
+        """The user whose token has this hash, if any."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(users_table).where(users_table.c.token_hash == token_hash)).first()
+        return _user(row) if row is not None else None
+
+    def users(self) -> list[User]:
+        """Every user, by name."""
+        with self.engine.connect() as conn:
+            return [_user(r) for r in conn.execute(select(users_table).order_by(users_table.c.name)).all()]
 
 
 class ChangeSignal:

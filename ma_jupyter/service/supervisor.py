@@ -192,7 +192,13 @@ class Supervisor:
 
     # ------------------------------------------------------------------- requests
 
-    def submit(self, spec: JobSpec, creator: str | None, idempotency_key: str | None = None) -> Job:
+    def submit(
+        self,
+        spec: JobSpec,
+        creator: str | None,
+        idempotency_key: str | None = None,
+        admit: Callable[[], None] | None = None,
+    ) -> Job:
         """Validate against the cluster and queue the job; nothing is created if it is refused.
 
         Args:
@@ -201,6 +207,9 @@ class Supervisor:
             idempotency_key: the client's key for this submission; a submit repeating a key this
                 user already used returns the job the first one created (a retry never
                 duplicates a job).
+            admit: the caller's own check of a new job (e.g. a quota), called after the
+                idempotency lookup (a retry is never refused by it) and before validation;
+                it raises to refuse.
 
         Raises:
             InvalidSpec: the spec does not fit the cluster or its paths are wrong.
@@ -212,6 +221,8 @@ class Supervisor:
             earlier = self.store.job_for_key(key)
             if earlier is not None:
                 return self.store.get(earlier)
+        if admit is not None:
+            admit()
         self._validate(spec)
         full = full_folder([config.jobs_root()], below=SUBMIT_BELOW)
         if full is not None:

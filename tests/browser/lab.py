@@ -66,9 +66,10 @@ def stop_service(home: Path) -> None:
 
 
 @contextmanager
-def running_lab(tmp: Path) -> Iterator[dict]:
-    """JupyterLab under ``tmp``; yields ``url``, ``token``, ``home``, ``root`` (its notebooks),
-    ``work`` (a scratch folder) and ``log`` (the server's log file)."""
+def running_lab(tmp: Path, env: dict[str, str] | None = None) -> Iterator[dict]:
+    """JupyterLab under ``tmp`` (``env``: more variables for it); yields ``url``, ``token``,
+    ``home``, ``root`` (its notebooks), ``work`` (a scratch folder) and ``log`` (the server's log
+    file)."""
     home, root, work = tmp / "home", tmp / "notebooks", tmp / "work"
     for folder in (home, root, work):
         folder.mkdir(parents=True)
@@ -93,6 +94,7 @@ def running_lab(tmp: Path) -> Iterator[dict]:
         "JUPYTER_DATA_DIR": str(tmp / "jupyter-data"),
         "JUPYTER_RUNTIME_DIR": str(tmp / "jupyter-runtime"),
         "IPYTHONDIR": str(tmp / "ipython"),
+        **(env or {}),
     }
     log_path = tmp / "lab.log"
     with open(log_path, "wb") as log:

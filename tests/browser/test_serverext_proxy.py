@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import psutil
 import pytest
 import requests
 
-from ma_jupyter.client.http import login_name
 from tests.browser.lab import running_lab
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.timeout(300)]
+
+OWNER = pwd.getpwuid(os.geteuid()).pw_name  # the account that starts the service owns it
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,7 @@ def _runtime(lab) -> dict:
 
 def _direct(lab, path: str, **kwargs) -> requests.Response:
     runtime = _runtime(lab)
-    headers = {"Authorization": f"Bearer {runtime['token']}", "X-MA-User": login_name()}
+    headers = {"Authorization": f"Bearer {runtime['token']}"}
     return requests.get(f"{runtime['url']}/api/v1/{path}", headers=headers, timeout=30, **kwargs)
 
 
@@ -80,14 +83,13 @@ def test_any_service_route_passes_through_unchanged(lab):
         assert proxied.content == direct.content
         assert proxied.headers["Content-Type"] == direct.headers["Content-Type"]
 
-    # the user is this server's login name, whatever the browser claims
+    # without JupyterHub the Jupyter user is the service owner, whatever the browser claims
     spec = {"name": "proxied-job", "command": "python -c 'import time; time.sleep(1)'"}
-    created = requests.post(
-        _api(lab, "jobs"), json=spec, headers={**headers, "X-MA-User": "mallory"}, timeout=30
-    )
+    claims = {"X-MA-User": "mallory", "X-MA-Forwarded-User": "mallory"}
+    created = requests.post(_api(lab, "jobs"), json=spec, headers={**headers, **claims}, timeout=30)
     assert created.status_code == 201, created.text
     job = created.json()
-    assert job["spec"]["creator"] == login_name()
+    assert job["spec"]["creator"] == OWNER
     # the status long-poll passes through and answers when the job ends
     final = requests.get(
         _api(lab, f"jobs/{job['id']}/status"), params={"wait": 30}, headers=headers, timeout=60
@@ -312,15 +314,19 @@ server.serve_forever()
 """
 
 
-@pytest.fixture(scope="module")
-def fake_lab(tmp_path_factory):
+@contextmanager
+def _fake_lab(tmp, env: dict[str, str] | None = None):
     """JupyterLab whose job service is the stand-in above (its runtime file names it)."""
-    tmp = tmp_path_factory.mktemp("fake-lab")
     fake = subprocess.Popen([sys.executable, "-c", FAKE_SERVICE], stdout=subprocess.PIPE, text=True)
     try:
         port = int(fake.stdout.readline())
-        with running_lab(tmp) as running:
-            runtime = {"url": f"http://127.0.0.1:{port}", "token": "fake-token", "pid": fake.pid}
+        with running_lab(tmp, env=env) as running:
+            runtime = {
+                "url": f"http://127.0.0.1:{port}",
+                "token": "fake-token",
+                "proxy_token": "fake-proxy-token",
+                "pid": fake.pid,
+            }
             (running["home"] / "service.json").write_text(json.dumps(runtime))
             yield running
             (running["home"] / "service.json").unlink()  # nothing for the Lab's teardown to stop
@@ -329,8 +335,33 @@ def fake_lab(tmp_path_factory):
         fake.wait()
 
 
+@pytest.fixture(scope="module")
+def fake_lab(tmp_path_factory):
+    with _fake_lab(tmp_path_factory.mktemp("fake-lab")) as running:
+        yield running
+
+
+def test_under_jupyterhub_another_hub_user_is_forwarded_with_the_proxy_token(tmp_path):
+    """A server of JupyterHub user ``hub-owner`` used by another authenticated user (Jupyter's
+    token login names a user of its own): that user's name goes out with the proxy token."""
+    with _fake_lab(tmp_path, env={"JUPYTERHUB_USER": "hub-owner"}) as hub_lab:
+        r = requests.get(
+            _api(hub_lab, "jobs"), headers={**_auth(hub_lab), "X-MA-Forwarded-User": "mallory"}, timeout=30
+        )
+        assert r.status_code == 418, r.text
+        sent = {k.lower(): v for k, v in r.json()["headers"].items()}
+        assert sent["authorization"] == "Bearer fake-proxy-token"
+        assert sent["x-ma-forwarded-user"] not in ("", "mallory", "hub-owner")
+
+
 def test_the_proxy_relays_requests_and_answers_as_they_are(fake_lab):
-    headers = {**_auth(fake_lab), "X-MA-User": "mallory", "Cookie": "other=1", "Content-Type": "text/x-any"}
+    headers = {
+        **_auth(fake_lab),
+        "X-MA-User": "mallory",
+        "X-MA-Forwarded-User": "mallory",
+        "Cookie": "other=1",
+        "Content-Type": "text/x-any",
+    }
     for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
         body = None if method in ("GET", "DELETE") else f"raw {method} body"
         r = requests.request(
@@ -345,9 +376,10 @@ def test_the_proxy_relays_requests_and_answers_as_they_are(fake_lab):
         assert seen["path"] == "/api/v1/jobs/a%2Fb/x?y=1&y=2&z"
         assert seen["body"] == body
         sent = {k.lower(): v for k, v in seen["headers"].items()}
-        # the service's token and this server's user go out; Jupyter's credentials stay behind
+        # the owner's token goes out (no JupyterHub: the Jupyter user is the owner), no user
+        # the browser names, and nothing of Jupyter's credentials
         assert sent["authorization"] == "Bearer fake-token"
-        assert sent["x-ma-user"] == login_name()
+        assert "x-ma-user" not in sent and "x-ma-forwarded-user" not in sent
         assert "cookie" not in sent
         assert sent["content-type"] == "text/x-any"
 

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -17,25 +17,43 @@ import requests
 
 @dataclass
 class ServiceProcess:
-    """A running ``python -m ma_jupyter.service`` and a token-carrying session to it."""
+    """A running ``python -m ma_jupyter.service`` and token-carrying sessions to it.
+
+    ``token`` is the owner's (an admin); :meth:`user_token` adds other users through the API.
+    """
 
     home: Path
     proc: subprocess.Popen
     url: str
     token: str
+    proxy_token: str = ""
+    # user name -> token, shared by the services of one home (user tokens survive restarts)
+    tokens: dict[str, str] = field(default_factory=dict)
 
     @property
     def api(self) -> str:
         return f"{self.url}/api/v1"
 
-    def session(self, user: str = "tester") -> requests.Session:
+    def session(self, token: str | None = None) -> requests.Session:
+        """A session acting as the owner, or as the user of ``token``."""
         s = requests.Session()
-        s.headers["Authorization"] = f"Bearer {self.token}"
-        s.headers["X-MA-User"] = user
+        s.headers["Authorization"] = f"Bearer {token or self.token}"
         return s
 
+    def user_token(self, name: str, admin: bool = False) -> str:
+        """The token of user ``name``, added by the owner on first use."""
+        if name not in self.tokens:
+            reply = self.session().post(f"{self.api}/users", json={"name": name, "admin": admin}, timeout=10)
+            assert reply.status_code == 201, reply.text
+            self.tokens[name] = reply.json()["token"]
+        return self.tokens[name]
 
-def start_service(home: Path, timeout: float = 20.0) -> ServiceProcess:
+    def user_session(self, name: str) -> requests.Session:
+        """A session acting as user ``name`` (a non-admin, added on first use)."""
+        return self.session(self.user_token(name))
+
+
+def start_service(home: Path, timeout: float = 20.0, tokens: dict[str, str] | None = None) -> ServiceProcess:
     """Start the service for ``home`` and wait until its runtime file names it."""
     runtime = home / "service.json"
     env = {**os.environ, "MA_JUPYTER_HOME": str(home)}
@@ -52,7 +70,14 @@ def start_service(home: Path, timeout: float = 20.0) -> ServiceProcess:
         try:
             data = json.loads(runtime.read_text())
             if data["pid"] == proc.pid:
-                return ServiceProcess(home, proc, data["url"], data["token"])
+                return ServiceProcess(
+                    home,
+                    proc,
+                    data["url"],
+                    data["token"],
+                    data["proxy_token"],
+                    tokens if tokens is not None else {},
+                )
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.05)
@@ -76,7 +101,7 @@ def ma_service(ma_home):
     services: list[ServiceProcess] = [start_service(home)]
 
     def restart() -> ServiceProcess:
-        services.append(start_service(home))
+        services.append(start_service(home, tokens=services[0].tokens))
         return services[-1]
 
     services[0].restart = restart  # type: ignore[attr-defined]

@@ -289,7 +289,7 @@ def test_relative_host_paths_mean_the_callers_directory(ma_client, tmp_path, mon
 def test_other_users_are_held_back_by_the_jobs_access(ma_client):
     private = ma_client.submit(name="mine", access="none", command=py_command("print(1)"))
     shared = ma_client.submit(name="shared", access="ro", command=py_command("print(2)"))
-    other = Client(user="someone-else")
+    other = Client(token=ma_client.add_user("someone-else").token)
     with pytest.raises(NotFound):  # a job others may not see does not exist for them
         other.job(private.id)
     assert [h.id for h in other.jobs()] == [shared.id]  # hidden from the listing too

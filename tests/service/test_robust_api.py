@@ -206,7 +206,7 @@ def test_a_submit_whose_answer_was_lost_is_retried_without_a_duplicate(ma_servic
     again = s.post(f"{ma_service.api}/jobs", json=body, headers={"Idempotency-Key": key}, timeout=10)
     assert first.status_code == 201 and again.status_code == 201
     assert first.json()["id"] == again.json()["id"]
-    other_user = ma_service.session(user="someone-else")
+    other_user = ma_service.user_session("someone-else")
     theirs = other_user.post(
         f"{ma_service.api}/jobs", json=body, headers={"Idempotency-Key": key}, timeout=10
     )

@@ -184,7 +184,7 @@ def test_jobs_of_root_run_as_the_job_account_and_own_what_they_write(ma_client, 
 def test_a_user_with_an_account_runs_as_that_account(ma_service):
     """The submitting user's own Unix account (here ``daemon``) is the one its jobs run as."""
     daemon = pwd.getpwnam("daemon")
-    session = ma_service.session(user="daemon")
+    session = ma_service.user_session("daemon")
     reply = session.post(
         f"{ma_service.api}/jobs",
         json={"name": "as-daemon", "command": f"{PY} -c \"import os; print('uid', os.getuid())\""},

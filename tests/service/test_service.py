@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shlex
 import signal
 import sys
@@ -15,6 +16,8 @@ import pytest
 import requests
 
 from tests.helpers import wait_for, writable_dir
+
+OWNER = pwd.getpwuid(os.geteuid()).pw_name  # the account that starts the service owns it
 
 PY = sys.executable
 
@@ -54,7 +57,7 @@ def test_every_route_requires_the_token(ma_service):
 
     # every route the app defines, taken from the app itself so a new route cannot slip through
     routes = [
-        (method.lower(), route.path.replace("{job_id}", "x"))
+        (method.lower(), route.path.replace("{job_id}", "x").replace("{name}", "x"))
         for route in create_app(SimpleNamespace(store=None), "unused").routes
         for method in getattr(route, "methods", ()) or ()
         if method != "HEAD"
@@ -273,7 +276,7 @@ def test_listing_filters_and_paging(ma_service):
     assert (
         s.get(
             f"{ma_service.api}/jobs",
-            params={"creator": "tester", "status": "succeeded", "name": "alpha"},
+            params={"creator": OWNER, "status": "succeeded", "name": "alpha"},
             timeout=5,
         ).json()["total"]
         == 3
@@ -285,7 +288,7 @@ def test_listing_filters_and_paging(ma_service):
 
 def test_others_access_rules(ma_service):
     job = submit(ma_service, command=f"{PY} -c pass", access="ro")
-    other = ma_service.session(user="someone-else")
+    other = ma_service.user_session("someone-else")
     assert other.get(f"{ma_service.api}/jobs/{job['id']}", timeout=5).status_code == 200
     r = other.post(f"{ma_service.api}/jobs/{job['id']}/stop", timeout=5)
     assert r.status_code == 403 and "ask its owner" in r.json()["message"]

@@ -86,7 +86,7 @@ def test_status_long_poll_errors_are_typed(ma_service):
     bogus = s.get(f"{ma_service.api}/jobs/{job['id']}/status", params={"since": "sleepy"}, timeout=10)
     assert bogus.status_code == 400 and bogus.json()["field"] == "since"
     private = _submit(ma_service, f"{PY} -c pass")
-    other = ma_service.session(user="someone-else")
+    other = ma_service.user_session("someone-else")
     assert other.get(f"{ma_service.api}/jobs/{private['id']}/status", timeout=10).status_code == 200
     hidden = s.post(
         f"{ma_service.api}/jobs",

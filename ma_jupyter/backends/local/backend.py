@@ -408,10 +408,11 @@ class LocalBackend(Backend):
 
 
 def _open_log(path: Path, node: str) -> int:
-    """Open a node's log for appending; a later attempt reuses the file, so it is untrusted:
-    never written through a symlink, never a FIFO (``O_NONBLOCK`` makes that fail at once)."""
+    """Open a node's log for appending, readable by the service's user only (mode 0600); a later
+    attempt reuses the file, so it is untrusted: never written through a symlink, never a FIFO
+    (``O_NONBLOCK`` makes that fail at once)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENXIO):
             kind = "a symbolic link" if exc.errno == errno.ELOOP else "a FIFO"
@@ -419,9 +420,12 @@ def _open_log(path: Path, node: str) -> int:
                 f"{node} left {kind} at {path}: the service does not write through it"
             ) from None
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise RefusedFile(f"{node} left something that is not a regular file at {path}")
+    if st.st_mode & 0o077 and st.st_uid == os.geteuid() and st.st_nlink == 1:
+        os.fchmod(fd, 0o600)  # a log an earlier version left readable (never a file linked in)
     return fd
 
 

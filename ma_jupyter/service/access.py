@@ -1,0 +1,190 @@
+"""Who may do what with a job: the seed's "others' access" matrix, priorities and the urgent cap.
+
+The creator of a job and every admin may do everything with it.  Any other user gets what the
+job's others' access (``spec.access``) allows:
+
+=====================================================  ======  ======  ======
+operation (routes)                                      rw      ro      none
+=====================================================  ======  ======  ======
+view: get, status, events, logs (and so clone)          yes     yes     404
+tensorboard: start or stop the job's TensorBoard        yes     yes     404
+duration: PATCH ``duration``                            yes     403     404
+priority: PATCH ``priority``                            yes     403     404
+stop                                                    yes     403     404
+delete                                                  yes     403     404
+=====================================================  ======  ======  ======
+
+A ``none`` job does not exist for others: it is never listed (nor counted) and every route
+answers 404.  Cloning is viewing a job and submitting its spec as one's own job.
+
+Priorities and sharing, in the order a submit (or a PATCH) meets them:
+
+1. The creator is the caller (its token), whatever the body says.
+2. With ``[users] sharing = false`` in ``cluster.toml`` every new job's others' access is ``none``
+   (the administrator turned sharing off).
+3. Only admins may choose ``very-urgent`` (403 otherwise).
+4. A non-admin's submit or PATCH that would give a user more urgent jobs (running + queued)
+   than ``[users] urgent_quota`` (default :data:`DEFAULT_URGENT_QUOTA`) is refused with a 403
+   naming the cap.  The user is the job's creator; admins are not capped.
+
+The rules are re-read from ``cluster.toml`` when it changes: an admin's edit applies to the
+next request without a restart.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import tomllib
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from .. import config
+from ..errors import Forbidden, InvalidSpec, NotFound
+from ..models import Access, Job, JobSpec, JobStatus, Priority
+from .users import Caller
+
+DEFAULT_URGENT_QUOTA = 2
+#: the statuses whose urgent jobs count against the cap
+URGENT_COUNTED = (JobStatus.queued, JobStatus.running)
+
+
+class Op(str, Enum):
+    """What a request does to a job (the rows of the matrix)."""
+
+    view = "view"
+    tensorboard = "tensorboard"
+    duration = "duration"
+    priority = "priority"
+    stop = "stop"
+    delete = "delete"
+
+
+#: what others may do, by the job's others' access
+OTHERS: dict[Access, frozenset[Op]] = {
+    Access.rw: frozenset(Op),
+    Access.ro: frozenset({Op.view, Op.tensorboard}),
+    Access.none: frozenset(),
+}
+
+_VERBS = {
+    Op.view: "view",
+    Op.tensorboard: "open the TensorBoard of",
+    Op.duration: "change the duration of",
+    Op.priority: "change the priority of",
+    Op.stop: "stop",
+    Op.delete: "delete",
+}
+
+
+def is_own(job: Job, caller: Caller) -> bool:
+    """Whether the caller may do everything with the job: its creator, an admin, or anyone for a
+    job of the service's own (no creator)."""
+    return caller.admin or job.spec.creator in (None, caller.name)
+
+
+def can_see(job: Job, caller: Caller) -> bool:
+    """Whether the job exists for the caller at all."""
+    return is_own(job, caller) or job.spec.access is not Access.none
+
+
+def check(job: Job, caller: Caller, op: Op) -> Job:
+    """The job, if the caller may do ``op`` with it.
+
+    Raises:
+        NotFound: the job is hidden from the caller (the same answer as for no job at all).
+        Forbidden: the caller sees the job but may not do ``op``; the message says whose it is.
+    """
+    if is_own(job, caller) or op in OTHERS[job.spec.access]:
+        return job
+    if not can_see(job, caller):
+        raise NotFound(f"no job {job.id!r}: list jobs with `ma-jupyter jobs` or %ma_jobs")
+    raise Forbidden(
+        f"job {job.id} belongs to {job.spec.creator} and allows others {job.spec.access.value} access; "
+        f"ask its owner to {_VERBS[op]} it"
+    )
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The admin's settings of ``[users]`` in ``cluster.toml`` that this module applies."""
+
+    sharing: bool = True
+    urgent_quota: int = DEFAULT_URGENT_QUOTA
+    source: str = "cluster.toml"
+
+
+_RULES: tuple[tuple[int, int] | None, Rules] | None = None
+_RULES_LOCK = threading.Lock()
+
+
+def load_rules(path: Path | None = None) -> Rules:
+    """The rules of this home's ``cluster.toml`` (defaults without one), re-read when it changes.
+
+    Raises:
+        InvalidSpec: ``sharing`` is not a boolean or ``urgent_quota`` not a whole number >= 0.
+    """
+    global _RULES
+    path = path or config.home() / "cluster.toml"
+    try:
+        st = os.stat(path)
+        stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    with _RULES_LOCK:
+        if _RULES is not None and _RULES[0] == stamp and _RULES[1].source == str(path):
+            return _RULES[1]
+    users: dict = {}
+    if stamp is not None:
+        try:
+            users = tomllib.loads(path.read_text()).get("users", {})
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+    sharing = users.get("sharing", True)
+    quota = users.get("urgent_quota", DEFAULT_URGENT_QUOTA)
+    if not isinstance(sharing, bool):
+        raise InvalidSpec(f"{path}: [users] sharing must be true or false")
+    if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
+        raise InvalidSpec(f"{path}: [users] urgent_quota must be a whole number, 0 or more")
+    rules = Rules(sharing=sharing, urgent_quota=quota, source=str(path))
+    with _RULES_LOCK:
+        _RULES = (stamp, rules)
+    return rules
+
+
+def new_job_spec(spec: JobSpec, caller: Caller, rules: Rules) -> JobSpec:
+    """The spec as the service stores it: the caller's (rule 1), private when sharing is off (rule 2)."""
+    update: dict = {"creator": caller.name}
+    if not rules.sharing:
+        update["access"] = Access.none
+    return spec.model_copy(update=update)
+
+
+def check_priority(caller: Caller, priority: Priority | None) -> None:
+    """Rule 3: only admins choose very-urgent.
+
+    Raises:
+        Forbidden: naming the priorities the caller may choose.
+    """
+    if priority is Priority.very_urgent and not caller.admin:
+        raise Forbidden(
+            f"only admins may choose very-urgent; {caller.name} may choose normal or urgent",
+            field="priority",
+        )
+
+
+def check_urgent_quota(caller: Caller, creator: str, held: int, rules: Rules) -> None:
+    """Rule 4: one more urgent job for ``creator``, who holds ``held`` now.
+
+    Raises:
+        Forbidden: naming the cap, the setting and what to do.
+    """
+    if caller.admin or held < rules.urgent_quota:
+        return
+    raise Forbidden(
+        f"{creator} has {held} urgent job(s) running or queued and the cap is {rules.urgent_quota} "
+        f"per user ([users] urgent_quota in {rules.source}): wait for one to end, lower one to "
+        "normal, or choose normal",
+        field="priority",
+    )

@@ -1,0 +1,80 @@
+"""The access rules as pure decisions: the matrix, the priority rules, and whom the Jupyter
+server extension acts as."""
+
+from __future__ import annotations
+
+import pytest
+
+from ma_jupyter.errors import BackendUnavailable, Forbidden, InvalidSpec, NotFound
+from ma_jupyter.frontends.serverext import Upstream, forwarded_user
+from ma_jupyter.models import Job, JobSpec, Priority
+from ma_jupyter.service import access
+from ma_jupyter.service.access import Op
+from ma_jupyter.service.users import Caller
+
+ALICE, BOB, ADMIN = Caller("alice"), Caller("bob"), Caller("root", admin=True)
+
+
+def job(access_value: str, creator: str | None = "alice") -> Job:
+    return Job(id="j-1", spec=JobSpec(name="j", command="true", access=access_value, creator=creator))
+
+
+@pytest.mark.parametrize("op", list(Op))
+def test_the_matrix(op):
+    for who in (ALICE, ADMIN):  # the creator and admins may do everything
+        for value in ("rw", "ro", "none"):
+            assert access.check(job(value), who, op).id == "j-1"
+    assert access.check(job("rw"), BOB, op).id == "j-1"
+    if op in (Op.view, Op.tensorboard):
+        assert access.check(job("ro"), BOB, op).id == "j-1"
+    else:
+        with pytest.raises(Forbidden, match="belongs to alice .* ask its owner"):
+            access.check(job("ro"), BOB, op)
+    with pytest.raises(NotFound):
+        access.check(job("none"), BOB, op)
+    assert access.check(job("none", creator=None), BOB, op).id == "j-1"  # the service's own
+
+
+def test_priorities_and_the_cap():
+    access.check_priority(ADMIN, Priority.very_urgent)
+    access.check_priority(BOB, Priority.urgent)
+    with pytest.raises(Forbidden, match="only admins may choose very-urgent"):
+        access.check_priority(BOB, Priority.very_urgent)
+    rules = access.Rules(urgent_quota=2, source="/x/cluster.toml")
+    access.check_urgent_quota(BOB, "bob", 1, rules)
+    access.check_urgent_quota(ADMIN, "bob", 5, rules)
+    with pytest.raises(
+        Forbidden, match=r"the cap is 2 per user \(\[users\] urgent_quota in /x/cluster.toml\)"
+    ):
+        access.check_urgent_quota(BOB, "bob", 2, rules)
+
+
+def test_new_jobs_belong_to_the_caller_and_are_private_with_sharing_off():
+    spec = JobSpec(name="j", command="true", access="rw", creator="mallory")
+    assert access.new_job_spec(spec, BOB, access.Rules()).creator == "bob"
+    private = access.new_job_spec(spec, BOB, access.Rules(sharing=False))
+    assert private.creator == "bob" and private.access.value == "none"
+
+
+def test_rules_come_from_cluster_toml_and_bad_values_are_refused(tmp_path):
+    path = tmp_path / "cluster.toml"
+    assert access.load_rules(path) == access.Rules(source=str(path))
+    path.write_text("[users]\nsharing = false\nurgent_quota = 5\n")
+    assert access.load_rules(path) == access.Rules(sharing=False, urgent_quota=5, source=str(path))
+    path.write_text("[users]\nurgent_quota = -1\n")
+    with pytest.raises(InvalidSpec, match="urgent_quota must be a whole number"):
+        access.load_rules(path)
+    path.write_text('[users]\nsharing = "no"\n')
+    with pytest.raises(InvalidSpec, match="sharing must be true or false"):
+        access.load_rules(path)
+
+
+def test_whom_the_server_extension_acts_as():
+    assert forwarded_user("a1b2", None) is None  # no JupyterHub: the service owner
+    assert forwarded_user("alice", "alice") is None  # the hub user owning this server: the owner
+    assert forwarded_user("bob", "alice") == "bob"  # another hub user: forwarded by name
+    upstream = Upstream("http://127.0.0.1:1", {"Authorization": "Bearer owner"}, "proxy")
+    assert upstream.headers(None) == {"Authorization": "Bearer owner"}
+    assert upstream.headers("bob") == {"Authorization": "Bearer proxy", "X-MA-Forwarded-User": "bob"}
+    with pytest.raises(BackendUnavailable, match="no proxy token"):
+        Upstream("http://127.0.0.1:1", {}, None).headers("bob")
