@@ -108,11 +108,21 @@ class Copier:
         source: the read end of the pipe the rank writes into.
         rank_file: the open (binary) rank log.
         prefix: put before every line in stdout (empty: none).
+        lock: shared by the copiers of one process that write to the same ``out``.
         out: the node log's file descriptor (default stdout).
         hold: seconds an unfinished line waits for its end (rule 3).
     """
 
-    def __init__(self, source: int, rank_file, prefix: bytes, out: int = 1, hold: float = HOLD):
+    def __init__(
+        self,
+        source: int,
+        rank_file,
+        prefix: bytes,
+        lock: threading.Lock | None = None,
+        *,
+        out: int = 1,
+        hold: float = HOLD,
+    ):
         self.source = source
         self.rank_file = rank_file
         self.prefix = prefix
@@ -120,7 +130,7 @@ class Copier:
         self.hold = hold
         self.pending = b""
         self.pending_since = 0.0
-        self.lock = threading.Lock()  # the reading thread and finish() both write
+        self.lock = lock or threading.Lock()  # the reading thread and finish() both write
         self.closed = False
         self._cr = re.compile(rb"\r(?!\n)")
 
