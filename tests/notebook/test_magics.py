@@ -18,7 +18,7 @@ from ma_jupyter.client import JobHandle
 from ma_jupyter.frontends.notebook import live, session
 from ma_jupyter.frontends.notebook import record as notebook_record
 from ma_jupyter.models import JobStatus
-from tests.helpers import wait_for, writable_dir
+from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
 from tests.magic_shell import Run, one_line_error
 
 pytestmark = pytest.mark.timeout(180)
@@ -117,6 +117,18 @@ def test_huge_log_keeps_newest_lines(ma_shell):
     rows = [line for line in text.splitlines() if line.startswith("row ")]
     assert rows == [f"row {i}" for i in range(4950, 5000)]
     assert "4950 earlier lines not shown" in text
+
+
+def test_a_progress_bar_shows_its_final_state_in_the_cell(ma_shell, ma_home):
+    run = Run(ma_shell, "%%ma_train --name bar --out bar\n" + PROGRESS_BAR)
+    assert run.error is None, run.stdout + run.stderr
+    lines = run.job_text().splitlines()
+    assert lines[1:] == [BAR_FINAL, "after the bar"]
+    # the log keeps the raw bytes: every redraw is still there
+    raw = (ma_home / "jobs" / ma_shell.user_ns["bar"].id / "logs" / "worker-0.log").read_bytes()
+    assert raw.count(b"\r") == 400 and len(raw) > 8000
+    run = Run(ma_shell, f"%ma_logs {ma_shell.user_ns['bar'].id}")
+    assert run.stdout.splitlines() == [BAR_FINAL, "after the bar"]
 
 
 def _interrupt_after(predicate, timeout=60):

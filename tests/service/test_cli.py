@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ma_jupyter.models import Job, Plan
-from tests.helpers import wait_for, writable_dir
+from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
 
 PY = sys.executable
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -249,6 +249,16 @@ def test_logs_of_every_node(ma_cli):
     assert ma_cli("logs", job.id, "--node", "worker-1").stdout == "rank 1\ndone 1\n"
     bad = ma_cli("logs", job.id, "--all", "--node", "worker-1")
     assert bad.returncode == 2 and "drop --node" in bad.stderr
+
+
+def test_a_progress_bar_prints_its_final_state(ma_cli, tmp_path):
+    """A tqdm-style bar (400 \\r redraws, about 14,000 characters on one line) prints as its last state."""
+    (tmp_path / "bar.py").write_text(PROGRESS_BAR)
+    followed = ma_cli("submit", "--follow", "--name", "bar", "--", "python", "bar.py")
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines()[:2] == [BAR_FINAL, "after the bar"]
+    assert ma_cli("logs", "bar").stdout == f"{BAR_FINAL}\nafter the bar\n"
+    assert ma_cli("logs", "bar", "--all").stdout == f"[worker-0] {BAR_FINAL}\n[worker-0] after the bar\n"
 
 
 def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_cli, ma_home, tmp_path):

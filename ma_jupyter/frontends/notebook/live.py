@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ...client.logs import LogStreams, StreamKey, stream_label
 from ...errors import BackendUnavailable, JobFailed
 from ...models import Job, JobStatus
-from ..render import status_line
+from ..render import status_line, visible_line
 
 if TYPE_CHECKING:
     from ...client import Client
@@ -36,7 +36,11 @@ SERVICE_PATIENCE = 120.0  # seconds a follower waits for a job service that stop
 
 
 class LogBuffer:
-    """The newest ``max_lines`` lines of a job and how many older ones were dropped."""
+    """The newest ``max_lines`` lines of a job and how many older ones were dropped.
+
+    Each line is kept as a terminal shows it (:func:`~ma_jupyter.frontends.render.visible_line`:
+    a progress bar's last state), then cut at ``MAX_LINE_CHARS``.
+    """
 
     def __init__(self, max_lines: int = DEFAULT_MAX_LINES):
         self.max_lines = max(1, max_lines)
@@ -47,6 +51,7 @@ class LogBuffer:
     def extend(self, items: Iterable[tuple[StreamKey, str]]) -> int:
         count = 0
         for key, line in items:
+            line = visible_line(line)
             if len(line) > MAX_LINE_CHARS:
                 line = line[:MAX_LINE_CHARS] + f" … ({len(line) - MAX_LINE_CHARS} more characters)"
             self.lines.append((key, line))

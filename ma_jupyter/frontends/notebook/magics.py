@@ -377,8 +377,7 @@ class MaJupyterMagics(Magics):
         several = len(streams) > 1
         for node, rank in streams:
             label = stream_label((node, rank))
-            text = read_all(client, handle.id, node, rank)
-            lines = text.splitlines()
+            lines = render.log_lines(read_all(client, handle.id, node, rank))
             if args.tail is not None:
                 lines = lines[-args.tail :] if args.tail > 0 else []
             for entry in lines:
