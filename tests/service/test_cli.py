@@ -261,6 +261,18 @@ def test_a_progress_bar_prints_its_final_state(ma_cli, tmp_path):
     assert ma_cli("logs", "bar", "--all").stdout == f"[worker-0] {BAR_FINAL}\n[worker-0] after the bar\n"
 
 
+def test_submit_follow_on_a_job_with_a_chief_follows_the_chief(ma_cli):
+    code = "import json, os; t = json.loads(os.environ['TF_CONFIG'])['task']; print('I am', t['type'])"
+    followed = ma_cli(
+        "submit", "--follow", "--mode", "tensorflow", "--chief", "--nodes", "2", "--", "python", "-c", code
+    )
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines()[0] == "I am chief"
+    assert "I am worker" not in followed.stdout
+    job_id = followed.stderr.split()[1]
+    assert ma_cli("logs", job_id).stdout == "I am chief\n"
+
+
 def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_cli, ma_home, tmp_path):
     """The README's first example, run in a fresh folder: `python train.py` finds its file."""
     (tmp_path / "train.py").write_text("import helper\nprint('trained with', helper.VALUE)\n")
