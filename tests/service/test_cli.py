@@ -273,6 +273,35 @@ def test_submit_follow_on_a_job_with_a_chief_follows_the_chief(ma_cli):
     assert ma_cli("logs", job_id).stdout == "I am chief\n"
 
 
+SINGLE_PROCESS = "import json\nprint(json.dumps({'trained': True}))\n"
+READS_RANK = "import os\nprint('rank', os.environ.get('RANK'), flush=True)\n"
+
+
+def test_a_single_process_script_on_two_nodes_is_warned_about_in_the_dry_run_and_the_events(ma_cli, tmp_path):
+    for folder, code in (("single", SINGLE_PROCESS), ("aware", READS_RANK)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "train.py").write_text(code)
+
+    def submit(*args: str, folder: str = "single", nodes: str = "2", mode: str = "pytorch"):
+        options = ["--code-dir", folder, "--mode", mode, "--nodes", nodes]
+        return ma_cli("submit", *args, *options, "--", "python", "train.py")
+
+    plan = submit("--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "note: warning: nothing in the job's code reads a variable of the distributed run" in plan.stdout
+    assert "each of the 2 nodes will run its own copy" in plan.stdout
+    aware = submit("--dry-run", folder="aware")
+    assert aware.returncode == 0 and "warning" not in aware.stdout
+    one = submit("--dry-run", nodes="1")
+    assert one.returncode == 0 and "warning" not in one.stdout
+    # the submitted job carries the warning in its events (tensorflow mode runs the command as written)
+    for folder, warned in (("single", True), ("aware", False)):
+        out = submit("--wait", folder=folder, mode="tensorflow")
+        assert out.returncode == 0, out.stderr + out.stdout
+        events = ma_cli("events", out.stdout.split(":")[0]).stdout
+        assert ("each of the 2 nodes will run its own copy" in events) is warned, events
+
+
 def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_cli, ma_home, tmp_path):
     """The README's first example, run in a fresh folder: `python train.py` finds its file."""
     (tmp_path / "train.py").write_text("import helper\nprint('trained with', helper.VALUE)\n")
