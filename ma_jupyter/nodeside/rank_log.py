@@ -138,10 +138,10 @@ class Copier:
         """Whole lines (``text`` ends with a newline) with the prefix put in (rule 2)."""
         if not self.prefix:
             return text
-        marked = self._cr.sub(lambda _match: b"\r" + self.prefix, text)
-        lines = marked.split(b"\n")
-        lines.pop()  # text ends with a newline: the last piece is empty
-        return b"".join(self.prefix + line + b"\n" for line in lines)
+        if b"\r" in text:
+            text = self._cr.sub(lambda _match: b"\r" + self.prefix, text)
+        # text ends with a newline: a prefix after every newline but that last one
+        return self.prefix + text[:-1].replace(b"\n", b"\n" + self.prefix) + b"\n"
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -182,13 +182,14 @@ class Copier:
     def run(self) -> None:
         while True:
             wait = self.due()
-            try:
-                ready, _, _ = select.select([self.source], [], [], wait)
-            except (OSError, ValueError):
-                break
-            if not ready:
-                self.flush_partial()
-                continue
+            if wait is not None:  # a line is held: read only until it must go out
+                try:
+                    ready, _, _ = select.select([self.source], [], [], wait)
+                except (OSError, ValueError):
+                    break
+                if not ready:
+                    self.flush_partial()
+                    continue
             try:
                 data = os.read(self.source, 65536)
             except OSError:
