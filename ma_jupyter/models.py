@@ -501,6 +501,18 @@ class Job(Strict):
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def log_node(self) -> str:
+        """The node whose log a reader gets without naming one: the first primary node of the
+        launched ones; before the launch, the node that will be (TensorFlow's chief when the
+        job has one, else worker-0)."""
+        for run in self.nodes:
+            if run.primary:
+                return run.name
+        if self.spec.mode is Mode.tensorflow and self.spec.chief:
+            return "chief-0"
+        return "worker-0"
+
 
 class Event(Strict):
     """One change in a job's life: a status (or a notice while the status stays) with a reason."""

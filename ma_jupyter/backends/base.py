@@ -154,6 +154,12 @@ class Backend(ABC):
         Returns only when no process of these nodes is left (no orphans, whatever the job's
         processes did with their own sessions)."""
 
+    def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
+        """The Python files of the job's algorithm folder (path below it → text), read for
+        advice only (the warning of :mod:`ma_jupyter.modes.single_copy`); None when the backend
+        cannot read them completely and safely.  The default reads nothing."""
+        return None
+
     @abstractmethod
     def log_streams(self, job: Job) -> list[LogStream]:
         """Every log stream of ``job``: each node's combined log (rank None), then its per-rank

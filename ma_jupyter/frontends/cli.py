@@ -306,7 +306,7 @@ def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> No
     if not follow:
         for node in _node_names(handle):
             for line in handle.logs(follow=False, node=node, rank=rank):
-                print(f"[{node}] {line}")
+                print(f"[{node}] {render.visible_line(line)}")
         return
     streams = LogStreams(handle.client, handle.id)
     looked = 0.0
@@ -322,11 +322,11 @@ def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> No
                     for node in _node_names(handle):  # nodes of earlier attempts only
                         streams.follow((node, rank))
             for key, line in streams.drain(timeout=0.2):
-                sys.stdout.write(f"[{stream_label(key)}] {line}\n")
+                sys.stdout.write(f"[{stream_label(key)}] {render.visible_line(line)}\n")
             sys.stdout.flush()
             if ended and (streams.finished() or not streams.streams):
                 for key, line in streams.drain():
-                    sys.stdout.write(f"[{stream_label(key)}] {line}\n")
+                    sys.stdout.write(f"[{stream_label(key)}] {render.visible_line(line)}\n")
                 break
     finally:
         streams.stop()
@@ -514,9 +514,10 @@ def _submitted(handle: JobHandle) -> str:
 
 
 def _print_lines(lines: Any) -> None:
-    write, flush = sys.stdout.write, sys.stdout.flush
+    """Each line as a terminal shows it (a progress bar's last state), flushed at once."""
+    write, flush, visible = sys.stdout.write, sys.stdout.flush, render.visible_line
     for line in lines:
-        write(line + "\n")
+        write(visible(line) + "\n")
         flush()  # a follower sees each line as soon as the job prints it
 
 

@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -224,11 +224,19 @@ class Store:
             "job": job.model_dump_json(),
         }
 
-    def insert(self, job: Job, first_event: Event, idempotency_key: str | None = None) -> str:
+    def insert(
+        self,
+        job: Job,
+        first_event: Event,
+        idempotency_key: str | None = None,
+        *,
+        notices: Sequence[Event] = (),
+    ) -> str:
         """Create a job and its first event in one transaction (no half-created job).
 
         With ``idempotency_key``, the key is stored in the same transaction; when the key is
-        already taken nothing is created.
+        already taken nothing is created.  ``notices`` (warnings about the job) follow the first
+        event in the same transaction.
 
         Returns:
             The id of the job stored under the key: ``job.id``, or the earlier job's id; None
@@ -240,6 +248,8 @@ class Store:
                 if idempotency_key is not None:
                     conn.execute(idempotency_table.insert().values(key=idempotency_key, job_id=job.id))
                 self._add_event(conn, first_event)
+                for notice in notices:
+                    self._add_event(conn, notice)
                 return job.id
         except IntegrityError:
             earlier = self.job_for_key(idempotency_key) if idempotency_key is not None else None

@@ -57,7 +57,7 @@ from ..commands import parse_command
 from ..errors import Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
 from ..jobdir import PLACEHOLDER
 from ..models import Event, Job, JobSpec, JobStatus, NodeLaunch, NodeRun, Plan, Priority, utcnow
-from ..modes import plan_job
+from ..modes import plan_job, single_copy
 from ..modes.base import Placement
 from . import policies
 from .disk import SUBMIT_BELOW, full_folder
@@ -228,6 +228,7 @@ class Supervisor:
         if full is not None:
             log.warning("refused a submit: %s", disk_full_message(full))
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
+        warning = self._single_copy_warning(spec)  # reads the job's code: before the lock
         # Under the lock, as every change of the queue: a stop of this job cannot come between
         # its row and its place in the queue index.
         with self._lock:
@@ -250,6 +251,9 @@ class Supervisor:
                         reason=f"submitted; {ahead} job(s) ahead in the queue",
                     ),
                     idempotency_key=key,
+                    notices=[Event(job_id=job.id, status=JobStatus.queued, reason=warning)]
+                    if warning
+                    else [],
                 )
             if stored != job.id:
                 return self.store.get(stored)  # a concurrent retry with the same key won
@@ -299,6 +303,9 @@ class Supervisor:
         now, placement, launches = self._preflight(spec)
         ahead = self.queue.ahead(spec.priority)
         notes = ["ports are allocated at launch (0 in this plan)"]
+        warning = self._single_copy_warning(spec)
+        if warning:
+            notes.append(warning)
         return Plan(
             spec=placement.spec.name,
             nodes=launches,
@@ -306,6 +313,17 @@ class Supervisor:
             queue_ahead=ahead,
             notes=notes,
         )
+
+    def _single_copy_warning(self, spec: JobSpec) -> str | None:
+        """The warning that each node would run its own copy of a single-process script
+        (:mod:`ma_jupyter.modes.single_copy`); advice only, so a failure to judge says nothing."""
+        if not single_copy.applies(spec):
+            return None
+        try:
+            return single_copy.warning(spec, self.backend.code_sources(spec))
+        except Exception:  # never refuse or fail a job over advice
+            log.exception("judging whether job %r is distributed failed", spec.name)
+            return None
 
     def request_stop(self, job_id: str) -> Job:
         """Stop a job: a queued one at once, a running one after its grace period."""

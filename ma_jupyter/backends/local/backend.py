@@ -35,12 +35,13 @@ import ma_jupyter
 
 from ... import config
 from ...errors import BackendUnavailable, InvalidSpec, RefusedFile
-from ...models import Job, LogStream, NodeLaunch, NodeRun
+from ...models import Job, JobSpec, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend
 from . import logs as job_logs
 from . import sandbox as workspace
+from .code import python_sources
 from .processes import ExitWatcher, marked_processes, process_start_time, read_exit_code
 
 
@@ -393,6 +394,10 @@ class LocalBackend(Backend):
             time.sleep(0.05)
 
     # ------------------------------------------------------------------------ logs
+
+    def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
+        """The algorithm folder's Python files (see :func:`.code.python_sources`)."""
+        return python_sources(Path(spec.algorithm)) if spec.algorithm else None
 
     def log_streams(self, job: Job) -> list[LogStream]:
         """The files below ``<job_dir>/logs``, looked at with ``lstat`` only."""
