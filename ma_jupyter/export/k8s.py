@@ -200,7 +200,7 @@ def placement(spec: JobSpec, job_id: str, base: str, flavor_of: Callable[[str], 
 
 
 def _render(parts: Parts, index: int) -> str:
-    return "".join(str(index) if p is INDEX else p for p in parts)
+    return "".join(str(index) if isinstance(p, _Index) else p for p in parts)
 
 
 def template(values: list[str]) -> Parts | None:
@@ -259,11 +259,19 @@ def _role_container(plans: list[NodePlan]) -> _Container | None:
             or plan.outputs_subdir != first.outputs_subdir
         ):
             return None
-    argv = [template([p.argv[k] for p in plans]) for k in range(len(first.argv))]
-    env = {name: template([p.env[name] for p in plans]) for name in first.env}
-    if any(a is None for a in argv) or any(v is None for v in env.values()):
-        return None
-    return _Container(first, argv, env, indexed=True)  # type: ignore[arg-type]
+    argv: list[Parts] = []
+    for k in range(len(first.argv)):
+        parts = template([p.argv[k] for p in plans])
+        if parts is None:
+            return None
+        argv.append(parts)
+    env: dict[str, Parts] = {}
+    for name in first.env:
+        parts = template([p.env[name] for p in plans])
+        if parts is None:
+            return None
+        env[name] = parts
+    return _Container(first, argv, env, indexed=True)
 
 
 def _node_container(plan: NodePlan) -> _Container:
@@ -298,12 +306,12 @@ def _k8s_text(parts: Parts, *, defined: set[str] | None, where: str) -> str:
 
     out = []
     for part in parts:
-        if part is INDEX:
+        if isinstance(part, _Index):
             out.append(f"$({INDEX_VAR})")
         elif defined is None:
-            out.append(_escape(part))  # type: ignore[arg-type]
+            out.append(_escape(part))
         else:
-            out.append(substitute(part, reference, _escape))  # type: ignore[arg-type]
+            out.append(substitute(part, reference, _escape))
     return "".join(out)
 
 
