@@ -707,7 +707,7 @@ def _job(
 # --------------------------------------------------------------------------------- text
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml's emitter where installed
     """Block style for text of several lines (the helpers' sources, rank tables); every value
     written out where it is used (no ``&anchor``/``*alias``: the init container's variables
     read like the main container's)."""
@@ -716,7 +716,7 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+def _text(dumper: _Dumper, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
