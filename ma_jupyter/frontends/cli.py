@@ -2,8 +2,12 @@
 
 Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
 [options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
-``specs``, ``nodes``, ``tensorboard``, ``whoami``, ``users list|add|remove|token``.  A JOB
-argument is a job id or the exact name of a single job.
+``export``, ``specs``, ``nodes``, ``tensorboard``, ``whoami``, ``users list|add|remove|token``.  A
+JOB argument is a job id or the exact name of a single job.
+
+``export JOB --format k8s`` prints what the job would be on a Kubernetes cluster (YAML for
+``kubectl apply -f``); ``submit --dry-run --format k8s ...`` does the same for a job not
+submitted.
 
 Every command acts as the user of ``$MA_JUPYTER_TOKEN``, else as the service owner (whose token
 is in the service's runtime file).
@@ -59,6 +63,7 @@ def build_cli() -> options.OptionsParser:
         action="store_true",
         help="print the job's log as it is written, then wait for its end",
     )
+    _export_options(submit, dry_run=True)
     submit.add_argument("command", nargs="*", help="the run command (after --)")
 
     clone = commands.add_parser(
@@ -75,6 +80,7 @@ def build_cli() -> options.OptionsParser:
         action="store_true",
         help="print the job's log as it is written, then wait for its end",
     )
+    _export_options(clone, dry_run=True)
     clone.add_argument("command", nargs="*", help="a new run command (after --); default the job's")
 
     jobs = commands.add_parser("jobs", help="list jobs")
@@ -116,6 +122,10 @@ def build_cli() -> options.OptionsParser:
     update = job_command("update", "change a queued job's priority or a running job's duration")
     update.add_argument("--priority", choices=["normal", "urgent", "very-urgent"])
     update.add_argument("--duration", help="seconds or 30m, 2h, 1d")
+    exported = job_command(
+        "export", "print what the job would be on another platform (Kubernetes)", json_flag=False
+    )
+    _export_options(exported, dry_run=False)
     tensorboard = job_command("tensorboard", "open the job's TensorBoard (prints its URL)", json_flag=False)
     tensorboard.add_argument("--stop", action="store_true", help="stop it instead")
 
@@ -143,6 +153,24 @@ def build_cli() -> options.OptionsParser:
     users_remove = user_actions.add_parser("remove", help="remove a user: its token stops working at once")
     users_remove.add_argument("name", metavar="NAME")
     return parser
+
+
+def _export_options(parser: argparse.ArgumentParser, *, dry_run: bool) -> None:
+    """``--format``, ``--container-image``, ``--mounts-as`` (on submit and clone: with ``--dry-run``)."""
+    group = parser.add_argument_group("export" + (" (with --dry-run)" if dry_run else ""))
+    group.add_argument(
+        "--format",
+        metavar="FORMAT",
+        default=None if dry_run else "k8s",
+        help="k8s: Kubernetes manifests (an Indexed Job per role, a headless Service), YAML"
+        + ("" if dry_run else " (the default)"),
+    )
+    group.add_argument("--container-image", metavar="IMAGE", help="the image (default: one for the mode)")
+    group.add_argument(
+        "--mounts-as",
+        choices=["pvc", "hostpath"],
+        help="the /workspace folders as PersistentVolumeClaim placeholders (default) or hostPath volumes",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -213,7 +241,20 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
-    """Submit (or, with ``--dry-run``, plan) ``spec``; then ``--wait`` / ``--follow``."""
+    """Submit (or, with ``--dry-run``, plan or export) ``spec``; then ``--wait`` / ``--follow``."""
+    if args.format is None and (args.container_image or args.mounts_as):
+        raise InvalidSpec("--container-image and --mounts-as shape an export: add --dry-run --format k8s")
+    if args.format is not None:
+        if not args.dry_run:
+            raise InvalidSpec(
+                f"--format {args.format} prints what the job would be elsewhere and submits nothing: add "
+                "--dry-run (or export a submitted job with `ma-jupyter export JOB --format k8s`)"
+            )
+        print(
+            client.export_spec(spec, args.format, image=args.container_image, mounts_as=args.mounts_as),
+            end="",
+        )
+        return EXIT_OK
     if args.dry_run:
         plan = client.plan(spec)
         if args.json:
@@ -383,6 +424,13 @@ def _update(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _export(args: argparse.Namespace) -> int:
+    client = Client()
+    handle = resolve_job(client, args.job)
+    print(client.export(handle.id, args.format, image=args.container_image, mounts_as=args.mounts_as), end="")
+    return EXIT_OK
+
+
 def _tensorboard(args: argparse.Namespace) -> int:
     client = Client()
     handle = resolve_job(client, args.job)
@@ -485,6 +533,7 @@ _COMMANDS = {
     "stop": _stop,
     "delete": _delete,
     "update": _update,
+    "export": _export,
     "tensorboard": _tensorboard,
     "specs": _specs,
     "nodes": _nodes,

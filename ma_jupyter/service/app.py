@@ -6,6 +6,8 @@ Routes: ``GET /health``; ``POST /jobs`` (submit), ``POST /plan`` (dry run), ``GE
 terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events``, ``GET /jobs/{id}/logs``
 (streams), ``GET /jobs/{id}/logs/read`` (by node and rank from a byte offset, long-poll
 ``wait``), ``GET /specs``, ``GET /nodes``, ``POST|DELETE /jobs/{id}/tensorboard``; ``GET
+/jobs/{id}/export`` and ``POST /export`` (a job, or a spec not submitted, as another platform's
+manifests: ``format=k8s``, :mod:`ma_jupyter.export`); ``GET
 /users/me``, and for admins ``GET|POST /users``, ``DELETE /users/{name}``, ``POST
 /users/{name}/token``.
 
@@ -27,7 +29,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import __version__, config
+from .. import __version__, config, export
+from ..commands import parse_command
 from ..errors import (
     Conflict,
     Forbidden,
@@ -38,10 +41,12 @@ from ..errors import (
     RefusedFile,
     Unauthorized,
 )
+from ..jobdir import PLACEHOLDER
 from ..models import (
     Event,
     Job,
     JobPage,
+    JobSpec,
     JobStatus,
     LogChunk,
     LogStream,
@@ -163,6 +168,61 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         spec = access.new_job_spec(parse_spec(body), user, access.load_rules())
         access.check_priority(user, spec.priority)
         return supervisor.plan(spec)
+
+    def _export(
+        spec: JobSpec,
+        job_id: str | None,
+        chosen: str | None,
+        outputs: str,
+        fmt: str,
+        image: str | None,
+        mounts_as: str | None,
+    ) -> Response:
+        # What the job would be elsewhere, with the spec it ran with (else its first) and the
+        # resources a parameter server takes here; nothing is placed, reserved or started.
+        media = export.FORMATS.get(export.check_format(fmt))
+        scheduler = supervisor.scheduler
+        known = {s.name for s in scheduler.cluster.specs}
+        flavor = scheduler.cluster.spec(chosen if chosen in known else spec.specs[0])
+        text = export.render(
+            fmt,
+            spec,
+            job_id=job_id,
+            flavor_of=lambda role: scheduler.task_flavor(flavor, role),
+            outputs=outputs,
+            image=image,
+            mounts_as=mounts_as,
+        )
+        return Response(text, media_type=media)
+
+    @app.post(f"{api}/export")
+    def export_spec(
+        body: dict = Body(...),
+        fmt: str = Query(default="k8s", alias="format", max_length=40),
+        image: str | None = Query(default=None, max_length=300),
+        mounts_as: str | None = Query(default=None, max_length=40),
+        user: Caller = Depends(authenticate),
+    ) -> Response:
+        # the dry run of a submit, exported: the same edge rules as POST /plan
+        spec = access.new_job_spec(parse_spec(body), user, access.load_rules())
+        access.check_priority(user, spec.priority)
+        if spec.type.value != "batch":
+            parse_command(spec.command or "")
+        outputs = spec.outputs or str(PLACEHOLDER.outputs)
+        return _export(spec, None, None, outputs, fmt, image, mounts_as)
+
+    @app.get(f"{api}/jobs/{{job_id}}/export")
+    def export_job(
+        job_id: str,
+        fmt: str = Query(default="k8s", alias="format", max_length=40),
+        image: str | None = Query(default=None, max_length=300),
+        mounts_as: str | None = Query(default=None, max_length=40),
+        user: Caller = Depends(authenticate),
+    ) -> Response:
+        # exporting shows the job's spec, as cloning does: viewing is enough
+        job = access.check(store.get(job_id), user, Op.view)
+        outputs = job.outputs_folder or job.spec.outputs or str(config.jobdir(job.id).outputs)
+        return _export(job.spec, job.id, job.chosen_spec, outputs, fmt, image, mounts_as)
 
     @app.get(f"{api}/jobs", response_model=JobPage)
     def list_jobs(

@@ -4,38 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-
-import pytest
 
 from ma_jupyter.models import Job, Plan
 from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
 
 PY = sys.executable
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture
-def ma_cli(ma_client, ma_home, tmp_path):
-    """Run ``ma-jupyter ARGS`` in a subprocess on the test's home; returns the CompletedProcess."""
-    env = {
-        **os.environ,
-        "MA_JUPYTER_HOME": str(ma_home),
-        "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    }
-
-    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [PY, "-m", "ma_jupyter.frontends.cli", *args],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    return run
 
 
 def test_submit_wait_exit_codes(ma_cli):

@@ -1,20 +1,20 @@
-"""The mounts of a node's ``/workspace``: where each host folder appears, validated (pure)."""
+"""The mounts of a node's ``/workspace``: each folder of the layout (:mod:`ma_jupyter.workspace`)
+with its host path checked and resolved (pure: it only reads paths)."""
 
 from __future__ import annotations
 
 import os
 import posixpath
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import InvalidSpec
 from ...jobdir import PLACEHOLDER, JobDir
 from ...models import JobSpec
+from ...workspace import VIEW_ROOT, check_subfolder, folders, workdir_for
 from .host_policy import HostPolicy, load_policy
 
-VIEW_ROOT = "/workspace"
-_SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+__all__ = ["VIEW_ROOT", "Mount", "check_outside_writable", "mounts_for", "workdir_for"]
 
 
 @dataclass(frozen=True)
@@ -72,17 +72,6 @@ def _writable_path(raw: str, what: str, field_name: str) -> tuple[str, bool]:
     return _host_path(raw, what, field_name, directory=True), False
 
 
-def _target(*parts: str) -> str:
-    """An in-view path below /workspace; refuses anything that would leave it."""
-    for part in parts:
-        if not _SAFE_PART.match(part) or part in (".", ".."):
-            raise InvalidSpec(f"{part!r} cannot be used as a folder name inside /workspace")
-    target = posixpath.normpath(posixpath.join(VIEW_ROOT, *parts))
-    if not target.startswith(VIEW_ROOT + "/"):
-        raise InvalidSpec(f"{target} escapes {VIEW_ROOT}")
-    return target
-
-
 def mounts_for(
     spec: JobSpec,
     *,
@@ -117,7 +106,6 @@ def mounts_for(
     user = spec.creator
     run_as = policy.run_as(user)
     mounts: list[Mount] = []
-    algo = algorithm if algorithm is not None else spec.algorithm
 
     # the platform's own copies of this job's datasets (data preparation) live in its folder
     prepared = str(JobDir(Path(job_dir)).prepared) if job_dir is not None else None
@@ -131,45 +119,31 @@ def mounts_for(
             policy.check_writable(source, run_as, what, field_name)
         return source
 
-    if algo:
-        mounts.append(
-            Mount(
-                checked(
-                    algo, "algorithm", "algorithm", directory=True, writable=not spec.algorithm_read_only
-                ),
-                _target("algorithm"),
-                spec.algorithm_read_only,
-                "algorithm",
+    for folder in folders(spec, algorithm=algorithm):
+        if folder.kind == "outputs":
+            if folder.path:
+                source, create = _writable_path(folder.path, "outputs", "outputs")
+                policy.check_source(source, "outputs", "outputs", user)
+                policy.check_writable(source, run_as, "outputs", "outputs")
+            else:
+                jd = JobDir(Path(job_dir)) if job_dir is not None else PLACEHOLDER
+                source, create = str(jd.outputs), True
+            if outputs_subdir is not None:
+                source, create = str(Path(source) / check_subfolder(outputs_subdir)), True
+        elif folder.kind == "volume":
+            assert folder.path is not None
+            source, create = _writable_path(folder.path, folder.what, folder.field)
+            policy.check_source(source, folder.what, folder.field, user)
+            policy.check_writable(source, run_as, folder.what, folder.field)
+        else:
+            assert folder.path is not None
+            # the algorithm is a folder; a dataset, model or annotation may be a single file
+            directory = folder.kind == "algorithm"
+            source = checked(
+                folder.path, folder.what, folder.field, directory=directory, writable=not folder.read_only
             )
-        )
-    for a in spec.annotations:
-        src = checked(a.path, f"annotation {a.name}", "annotations", directory=False)
-        mounts.append(Mount(src, _target("anno_dataset", a.name, "annotation"), True, "annotation"))
-    for d in spec.datasets:
-        src = checked(d.path, f"dataset {d.name}", "datasets", directory=False, writable=not d.read_only)
-        parts = ["dataset", d.source.value, d.name] + ([d.version] if d.version else [])
-        mounts.append(Mount(src, _target(*parts), d.read_only, "dataset"))
-    for m in spec.models:
-        src = checked(m.path, f"model {m.name}", "models", directory=False)
-        parts = ["model", m.source.value, m.name] + ([m.version] if m.version else [])
-        mounts.append(Mount(src, _target(*parts), True, "model"))
-    if spec.outputs:
-        outputs, create = _writable_path(spec.outputs, "outputs", "outputs")
-        policy.check_source(outputs, "outputs", "outputs", user)
-        policy.check_writable(outputs, run_as, "outputs", "outputs")
-    else:
-        jd = JobDir(Path(job_dir)) if job_dir is not None else PLACEHOLDER
-        outputs, create = str(jd.outputs), True
-    if outputs_subdir is not None:
-        if not _SAFE_PART.match(outputs_subdir):
-            raise InvalidSpec(f"{outputs_subdir!r} cannot be an outputs subfolder", field="outputs")
-        outputs, create = str(Path(outputs) / outputs_subdir), True
-    mounts.append(Mount(outputs, _target("outputs"), False, "outputs", create=create))
-    for v in spec.volumes:
-        src, create = _writable_path(v.path, f"volume {v.name}", "volumes")
-        policy.check_source(src, f"volume {v.name}", "volumes", user)
-        policy.check_writable(src, run_as, f"volume {v.name}", "volumes")
-        mounts.append(Mount(src, _target("volume", v.name), False, "volume", create=create))
+            create = False
+        mounts.append(Mount(source, folder.target, folder.read_only, folder.kind, create=create))
     # A read-only source inside (or equal to) a writable one could be written through the writable
     # mount, so read-only would be a lie: refuse it.
     for ro in (m for m in mounts if m.read_only):
@@ -212,15 +186,3 @@ def check_outside_writable(mounts: list[Mount], sources: list[tuple[str, str]]) 
                     f"{shown} ({source}) lies inside the writable {rw.target} ({rw.source}), so the job could "
                     "redirect it before it is mounted: use folders that do not contain each other"
                 )
-
-
-def workdir_for(spec: JobSpec, algorithm: str | None = None) -> str:
-    """The node's working directory: ``spec.workdir``, else /workspace/algorithm, else /workspace."""
-    if spec.workdir:
-        if not posixpath.isabs(spec.workdir):
-            raise InvalidSpec(
-                f"workdir {spec.workdir!r} must be an absolute path inside the node, e.g. /workspace/algorithm",
-                field="workdir",
-            )
-        return posixpath.normpath(spec.workdir)
-    return _target("algorithm") if (algorithm or spec.algorithm) else VIEW_ROOT
