@@ -4,11 +4,15 @@ The local backend starts one runner per node, in its own session, with stdout/st
 pointing at the node's log file; the service is never in the log path.  The runner:
 
 1. pins itself to the task's cores (inherited by everything it starts);
-2. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
-   each already wrapped in the node's sandbox by the backend;
+2. at the node's first launch, fills its working copy from the algorithm folder (``copy``, in
+   the node's sandbox as the job's account; see :mod:`ma_jupyter.nodeside.workdir`) and records
+   it complete in ``nodes/<node>/workdir.json``; a copy that fails ends the node with its code;
+3. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
+   each already wrapped in the node's sandbox by the backend, then (``export``, when anything in
+   the working copy changed since the copy) keeps what the job wrote there in its outputs;
 3. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
    kill the node at once) so training code gets its chance to save a checkpoint;
-4. when the command ends, kills what it left behind (a bubblewrap pid namespace does this by
+4. when a phase ends, kills what it left behind (a bubblewrap pid namespace does this by
    itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
 5. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
    ``nodes/<node>/failure.json`` when it is a small regular file (see
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from ...jobdir import NodeDir
 from ...nodeside.exec_env import ENV_FD, env_file_data
+from ...nodeside.workdir import changed_since
 from ...untrusted import collect_report
 
 PR_SET_PDEATHSIG = 1
@@ -191,7 +196,8 @@ class NodeRunner:
             time.sleep(0.02)
 
     def run(self) -> int:
-        """Run on_start, the command, on_stop; record and return the node's exit code."""
+        """Run the copy, on_start, the command, on_stop and the export; record and return the
+        node's exit code."""
         spec = self.spec
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -201,8 +207,19 @@ class NodeRunner:
             usable = cpus & os.sched_getaffinity(0)
             if usable:
                 os.sched_setaffinity(0, usable)
+        node_dir = NodeDir(Path(spec["node_dir"]))
         code = 0
-        if spec.get("on_start"):
+        if spec.get("copy"):
+            code = self._run(spec["copy"])
+            if code == 0:
+                write_record(node_dir.workdir_record, time.time_ns())
+            elif not self.stopping:
+                print(
+                    f"[ma_jupyter] the working copy could not be made (code {code})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        if code == 0 and spec.get("on_start"):  # nothing runs in an incomplete working copy
             code = self._run(spec["on_start"])
             if code != 0:
                 print(f"[ma_jupyter] lifecycle on_start exited with code {code}", file=sys.stderr, flush=True)
@@ -218,11 +235,46 @@ class NodeRunner:
                     file=sys.stderr,
                     flush=True,
                 )
-        node_dir = NodeDir(Path(spec["node_dir"]))
+        self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
         collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"))
         write_exit_code(node_dir.exit_code, code)
         return code
+
+    def _export(self, node_dir: NodeDir) -> None:
+        """Keep what the job wrote in its working copy, when anything changed since the copy (a
+        look at file times, following no link: most nodes write nothing there)."""
+        since = read_record(node_dir.workdir_record)
+        export, workdir = self.spec.get("export"), self.spec.get("workdir")
+        if not export or since is None or not workdir or not changed_since(workdir, since):
+            return
+        code = self._run([*export, str(since)])
+        if code != 0:
+            print(
+                f"[ma_jupyter] keeping the working directory's files ended with code {code}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def write_record(path: Path, since: int) -> None:
+    """Record the node's working copy complete (atomically): ``{"since": ns}``."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump({"since": since}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_record(path: Path) -> int | None:
+    """The time a node's working copy was complete; None without a (readable) record."""
+    try:
+        with open(path, "rb") as fh:
+            since = json.loads(fh.read(4096))["since"]
+        return since if isinstance(since, int) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
