@@ -131,7 +131,10 @@ def test_mnist_style_relative_save_is_kept_with_the_outputs_and_the_code_untouch
     assert sorted(p.name for p in (out / "workdir").iterdir()) == ["mnist_cnn.pt"]  # only what it wrote
 
 
-def test_a_restarted_attempt_starts_from_what_the_first_wrote(any_service, tmp_path):
+@pytest.mark.parametrize(
+    "again", [{"fault_restart": {"max_restarts": 1}}, {"checkpoint_resume": {"max_resumes": 1}}]
+)
+def test_a_restarted_attempt_starts_from_what_the_first_wrote(any_service, tmp_path, again):
     svc = any_service
     algo = algorithm(
         tmp_path,
@@ -155,7 +158,7 @@ def test_a_restarted_attempt_starts_from_what_the_first_wrote(any_service, tmp_p
         command="python train.py",
         algorithm=str(algo),
         outputs=str(out),
-        fault_restart={"max_restarts": 1},
+        **again,
     )
     final = finished(svc, job["id"])
     log = log_of(svc, job["id"])
