@@ -1,15 +1,16 @@
 """A node's working copy: ``python -I -S workdir.py copy|export ...`` (standard library only).
 
 Every node works in its own writable copy of the job's algorithm folder, shown at
-``/workspace/algorithm`` (the user's folder itself is never written).  The node runner runs this
-helper inside the node's sandbox, as the job's own account, so it reads and writes exactly what
-the job could:
+``/workspace/algorithm`` (the user's folder itself is never written).  This helper runs inside
+the node's sandbox, as the job's own account, so it reads and writes exactly what the job could:
 
-* ``copy SRC DST LIMIT``, before a node's first phase: copies the folder SRC into the empty
-  folder DST.  Symbolic links are copied as links (never followed), FIFOs, sockets and devices
+* ``copy SRC DST LIMIT``, at a node's first launch before anything else (called by
+  :mod:`.exec_env` in the node's first phase; by the node runner itself in the symlink mode):
+  copies the folder SRC into the empty folder DST.  Symbolic links are copied as links (never followed), FIFOs, sockets and devices
   are left out, every file and folder keeps its mode plus write permission for its owner and
   its modification time.  More than LIMIT bytes of files: nothing more is copied, exit 3.
-* ``export SRC DST SINCE``, after a node's last phase: what the job wrote in its working copy
+* ``export SRC DST SINCE``, run by the node runner after a node's last phase (a phase of its
+  own, only when something changed): what the job wrote in its working copy
   SRC (every file or link whose status changed after SINCE, nanoseconds since the epoch, i.e.
   after the copy was complete; ``__pycache__`` folders left out) is copied to DST, the
   ``workdir/`` folder of the job's outputs, each file through a temporary name, so a reader

@@ -301,6 +301,19 @@ def test_every_node_works_in_its_own_copy_of_the_algorithm(ma_paths, tmp_path):
     joined = " ".join(bwrap_argv(view, ["python", "x.py"]))
     assert f"--bind {view.working_copy.source} /workspace/algorithm" in joined
     assert str(ma_paths["algo"].resolve()) not in joined  # the original only while it is copied
+    first = bwrap_argv(view, ["python", "x.py"], copy=True)
+    assert f"--ro-bind {ma_paths['algo'].resolve()} /run/ma_jupyter/algorithm" in " ".join(first)
+    inner = first[first.index(EXEC_ENV) :]
+    limit = str(view.copy_limit)
+    assert inner[2:9] == [
+        "--copy",
+        "/run/ma_jupyter/algorithm",
+        "/workspace/algorithm",
+        limit,
+        "{copy-fd}",
+        "--",
+        "python",
+    ]
 
 
 def test_a_single_node_keeps_its_files_in_workdir(ma_paths, tmp_path):

@@ -229,15 +229,19 @@ class LocalBackend(Backend):
             for folder in (nd.home, nd.tmp):
                 folder.mkdir(exist_ok=True)
 
-        def wrap(command: list[str]) -> list[str]:
-            return workspace.sandbox_argv(view, command)
+        # the node's first phase fills its working copy first, at its first launch only
+        copy = workspace.copy_needed(view)
+        first = "on_start" if launch.on_start else "argv"
+
+        def wrap(command: list[str], phase: str = "") -> list[str]:
+            return workspace.sandbox_argv(view, command, copy=copy and phase == first)
 
         spec = {
             "node": launch.name,
             "node_dir": str(node_dir),
             "rank_log_dir": str(attempt.jobdir.rank_dir(launch.name)),
             "sandbox": view.sandbox,
-            "argv": wrap(launch.command),
+            "argv": wrap(launch.command, "argv"),
             # The environment the runner starts each phase with.  bubblewrap gets a fixed one (the
             # job's variables are applied inside, after the switch to the job's account); only
             # the symlink mode, which never runs as another account, hands the job's to it.
@@ -248,11 +252,12 @@ class LocalBackend(Backend):
             "job_env": env if view.sandbox == "bubblewrap" else None,
             "cwd": workspace.host_workdir(view),
             "cpus": list(view.cpus),
-            "on_start": wrap(launch.on_start) if launch.on_start else None,
+            "on_start": wrap(launch.on_start, "on_start") if launch.on_start else None,
             "on_stop": wrap(launch.on_stop) if launch.on_stop else None,
-            # the node's working copy: filled before the first phase (its first launch only),
-            # what the job wrote there kept in its outputs after the last
-            "copy": workspace.copy_argv(view),
+            # the node's working copy: filled by its first phase (bubblewrap) or by the runner
+            # (symlink mode) at its first launch; what the job wrote there kept in its outputs
+            # after the last phase
+            "copy": workspace.copy_args(view) if copy and view.sandbox == "symlink" else None,
             "export": workspace.export_argv(view),
             "workdir": view.working_copy.source if view.working_copy else None,
         }

@@ -4,9 +4,11 @@ The local backend starts one runner per node, in its own session, with stdout/st
 pointing at the node's log file; the service is never in the log path.  The runner:
 
 1. pins itself to the task's cores (inherited by everything it starts);
-2. at the node's first launch, fills its working copy from the algorithm folder (``copy``, in
-   the node's sandbox as the job's account; see :mod:`ma_jupyter.nodeside.workdir`) and records
-   it complete in ``nodes/<node>/workdir.json``; a copy that fails ends the node with its code;
+2. at the node's first launch, has its working copy filled from the algorithm folder (see
+   :mod:`ma_jupyter.nodeside.workdir`): by the first phase itself in bubblewrap (as the job's
+   account, before the command; it reports the end on a pipe), by the runner in the symlink
+   mode; and records it complete in ``nodes/<node>/workdir.json``, so later attempts continue
+   in it; a copy that fails ends the node with its code (3 over the size limit);
 3. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
    each already wrapped in the node's sandbox by the backend, then (``export``, when anything in
    the working copy changed since the copy) keeps what the job wrote there in its outputs;
@@ -34,8 +36,8 @@ import time
 from pathlib import Path
 
 from ...jobdir import NodeDir
-from ...nodeside.exec_env import ENV_FD, env_file_data
-from ...nodeside.workdir import changed_since
+from ...nodeside import workdir
+from ...nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
 from ...untrusted import collect_report
 
 PR_SET_PDEATHSIG = 1
@@ -136,6 +138,11 @@ class NodeRunner:
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
         env_fd = None
+        copy_r = copy_w = None
+        if COPY_FD in argv:
+            # the phase fills the working copy first and writes the time it was complete here
+            copy_r, copy_w = os.pipe()
+            argv = [str(copy_w) if a == COPY_FD else a for a in argv]
         if self.spec.get("job_env") is not None:
             # the job's variables reach the sandbox as a file (a command line is readable by
             # every user of the host); bubblewrap reads them from this descriptor
@@ -153,20 +160,40 @@ class NodeRunner:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a TERM to the runner's group must not hit bwrap
                 preexec_fn=_die_with_runner,
-                pass_fds=(env_fd,) if env_fd is not None else (),
+                pass_fds=tuple(fd for fd in (env_fd, copy_w) if fd is not None),
             )
         except OSError as exc:
+            if copy_r is not None:
+                os.close(copy_r)
             print(f"[ma_jupyter] cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
             return 127 if isinstance(exc, FileNotFoundError) else 126
         finally:
-            if env_fd is not None:
-                os.close(env_fd)
+            for fd in (env_fd, copy_w):
+                if fd is not None:
+                    os.close(fd)
+        if copy_r is not None:
+            self._record_copy(copy_r)
         status = self._wait(self.current.pid)
         self._kill_leftovers()
         self.current = None
         if os.WIFSIGNALED(status):
             return 128 + os.WTERMSIG(status)
         return os.WEXITSTATUS(status)
+
+    def _record_copy(self, fd: int) -> None:
+        """Wait for the phase to report its working copy complete (a line: the time), and record
+        it; nothing arrives when the copy failed (the phase ends, closing the pipe)."""
+        data = b""
+        try:
+            while not data.endswith(b"\n"):
+                chunk = os.read(fd, 64)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(fd)
+        if data.endswith(b"\n") and data.strip().isdigit():
+            write_record(NodeDir(Path(self.spec["node_dir"])).workdir_record, int(data))
 
     def _wait(self, pid: int) -> int:
         while True:
@@ -209,16 +236,10 @@ class NodeRunner:
                 os.sched_setaffinity(0, usable)
         node_dir = NodeDir(Path(spec["node_dir"]))
         code = 0
-        if spec.get("copy"):
-            code = self._run(spec["copy"])
+        if spec.get("copy"):  # the symlink mode: the runner runs as the job's account
+            code = workdir.main(["copy", *spec["copy"]])
             if code == 0:
                 write_record(node_dir.workdir_record, time.time_ns())
-            elif not self.stopping:
-                print(
-                    f"[ma_jupyter] the working copy could not be made (code {code})",
-                    file=sys.stderr,
-                    flush=True,
-                )
         if code == 0 and spec.get("on_start"):  # nothing runs in an incomplete working copy
             code = self._run(spec["on_start"])
             if code != 0:
@@ -245,8 +266,8 @@ class NodeRunner:
         """Keep what the job wrote in its working copy, when anything changed since the copy (a
         look at file times, following no link: most nodes write nothing there)."""
         since = read_record(node_dir.workdir_record)
-        export, workdir = self.spec.get("export"), self.spec.get("workdir")
-        if not export or since is None or not workdir or not changed_since(workdir, since):
+        export, folder = self.spec.get("export"), self.spec.get("workdir")
+        if not export or since is None or not folder or not workdir.changed_since(folder, since):
             return
         code = self._run([*export, str(since)])
         if code != 0:

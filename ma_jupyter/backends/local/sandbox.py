@@ -16,9 +16,10 @@ resolve each other by hostname), the files its distributed mode writes (``/job/h
 at ``/job/logs`` (``$MA_RANK_LOG_DIR``), and its user's persistent cache at ``~/.cache``
 (:mod:`.caches`; ``XDG_CACHE_HOME`` and ``TORCH_EXTENSIONS_DIR`` point into it).
 
-The node runner copies the algorithm folder into a node's working copy before its first phase
-and, after its last phase, keeps what the job wrote there in ``workdir/`` of its outputs (see
-:mod:`ma_jupyter.nodeside.workdir`); both run in the node's sandbox, as the job's account.
+A node's first phase at its first launch fills its working copy from the algorithm folder
+before its command runs (shown read-only at ``/run/ma_jupyter/algorithm`` for that phase only);
+after its last phase, the node runner keeps what the job wrote there in ``workdir/`` of its
+outputs (see :mod:`ma_jupyter.nodeside.workdir`); both in the node's sandbox, as the job's account.
 
 Two ways to build that view:
 
@@ -59,7 +60,7 @@ from ...commands import expand_argv, expand_env
 from ...errors import InvalidSpec
 from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
 from ...models import NodeLaunch
-from ...nodeside.exec_env import ENV_FD, ENV_FILE
+from ...nodeside.exec_env import COPY_FD, ENV_FD, ENV_FILE
 from ...untrusted import make_dirs, real_ancestor
 from . import caches
 from .host_policy import HostPolicy, RunAs, load_policy
@@ -584,10 +585,12 @@ def _host_program(name: str) -> str:
 EXEC_ENV = str(Path(PACKAGE_DIR) / "nodeside" / "exec_env.py")
 
 
-def enter_env_argv(view: NodeView, command: list[str]) -> list[str]:
+def enter_env_argv(view: NodeView, command: list[str], *, copy: bool = False) -> list[str]:
     """The command that, inside the sandbox, switches to the node's account and then (and only
     then) applies the job's environment: ``setpriv`` (as root only), then
-    :mod:`ma_jupyter.nodeside.exec_env` reading :data:`ENV_FILE`.
+    :mod:`ma_jupyter.nodeside.exec_env` reading :data:`ENV_FILE`; with ``copy``, exec_env first
+    fills the node's working copy from :data:`COPY_SOURCE_VIEW` and reports its end on the
+    descriptor the runner puts in place of :data:`COPY_FD`.
 
     The job's variables never reach a program running with privileges (``LD_PRELOAD`` or a
     ``PATH`` of the job's apply to the job's own command, after the switch), and never stand on
@@ -603,7 +606,12 @@ def enter_env_argv(view: NodeView, command: list[str]) -> list[str]:
             "--inh-caps=-all",
             "--",
         ]
-    return prefix + [view.image.python, "-I", "-S", EXEC_ENV, ENV_FILE, "--", *command]
+    fill: list[str] = []
+    if copy:
+        mount = view.working_copy
+        assert mount is not None
+        fill = ["--copy", COPY_SOURCE_VIEW, mount.target, str(view.copy_limit), COPY_FD]
+    return prefix + [view.image.python, "-I", "-S", EXEC_ENV, ENV_FILE, *fill, "--", *command]
 
 
 def bwrap_argv(
@@ -611,7 +619,7 @@ def bwrap_argv(
     command: list[str],
     *,
     pid_namespace: bool = True,
-    extra_ro: tuple[tuple[str, str], ...] = (),
+    copy: bool = False,
 ) -> list[str]:
     """The bubblewrap argv running ``command`` in the node's view, with the variables the runner
     hands over through :data:`ENV_FD`.
@@ -631,8 +639,9 @@ def bwrap_argv(
         env: the node's environment (:func:`node_env`); None: none but a system PATH.
         pid_namespace: False to share the host's pid namespace (e.g. a helper that must see
             processes outside).
-        extra_ro: (host folder, in-view path below /run/ma_jupyter) shown read-only for this
-            command only (the working copy's original, while it is copied).
+        copy: the node's first phase at its first launch: it fills the working copy before
+            the command runs (:func:`enter_env_argv`), the original shown read-only at
+            :data:`COPY_SOURCE_VIEW` for this phase only.
     """
     args = [_host_program("bwrap"), "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc"]
     if pid_namespace:
@@ -662,14 +671,14 @@ def bwrap_argv(
     args += ["--bind", view.rank_log_dir, RANK_LOG_VIEW]
     args += ["--perms", "0755", "--dir", posixpath.dirname(ENV_FILE), "--perms", "0444"]
     args += ["--ro-bind-data", ENV_FD, ENV_FILE]
-    for source, target in extra_ro:
-        args += ["--ro-bind", source, target]
+    if copy and view.working_copy is not None and view.working_copy.copy_of:
+        args += ["--ro-bind", view.working_copy.copy_of, COPY_SOURCE_VIEW]
     args += ["--remount-ro", "/etc", "--chdir", view.workdir, "--clearenv", "--setenv", "PATH", SYSTEM_PATH]
     # no capability survives, but the two setpriv needs to switch to the node's account
     args += ["--cap-drop", "ALL"]
     if view.run_as is not None:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    return args + ["--"] + enter_env_argv(view, list(command))
+    return args + ["--"] + enter_env_argv(view, list(command), copy=copy)
 
 
 def _parents(target: str) -> list[str]:
@@ -716,38 +725,31 @@ def _etc_args(view: NodeView) -> list[str]:
     return args
 
 
-def sandbox_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True) -> list[str]:
+def sandbox_argv(
+    view: NodeView, command: list[str], *, pid_namespace: bool = True, copy: bool = False
+) -> list[str]:
     """``command`` wrapped to run in the node's view: bubblewrap (the runner hands the node's
-    variables over through :data:`ENV_FD`), or as is in the symlink mode (where the command's
-    paths were already rewritten by :func:`command_argv`, and the runner applies the variables
-    to the command alone)."""
+    variables over through :data:`ENV_FD`; ``copy``: see :func:`bwrap_argv`), or as is in the
+    symlink mode (where the command's paths were already rewritten by :func:`command_argv`, the
+    runner applies the variables to the command alone, and copies the working copy itself)."""
     if view.sandbox == "bubblewrap":
-        return bwrap_argv(view, command, pid_namespace=pid_namespace)
+        return bwrap_argv(view, command, pid_namespace=pid_namespace, copy=copy)
     return list(command)
 
 
-def copy_argv(view: NodeView) -> list[str] | None:
-    """The phase that fills the node's empty working copy from its original (run by the node
-    runner before the node's first phase, in the node's sandbox with the original shown read-only
-    at :data:`COPY_SOURCE_VIEW`); None when there is nothing to copy now."""
+def copy_needed(view: NodeView) -> bool:
+    """Whether the node's working copy must be filled before its first phase (its first launch,
+    or a copy that did not finish)."""
     mount = view.working_copy
-    if mount is None or mount.copy_of is None or working_copy_made(view):
-        return None
-    if view.sandbox == "bubblewrap":
-        helper = [view.image.python, "-I", "-S", WORKDIR_HELPER, "copy", COPY_SOURCE_VIEW, mount.target]
-        return bwrap_argv(
-            view, helper + [str(view.copy_limit)], extra_ro=((mount.copy_of, COPY_SOURCE_VIEW),)
-        )
-    return [
-        view.image.python,
-        "-I",
-        "-S",
-        WORKDIR_HELPER,
-        "copy",
-        mount.copy_of,
-        mount.source,
-        str(view.copy_limit),
-    ]
+    return mount is not None and mount.copy_of is not None and not working_copy_made(view)
+
+
+def copy_args(view: NodeView) -> list[str]:
+    """Symlink mode: ``[original, working copy, limit]`` for the node runner, which copies itself
+    (it runs as the job's account there: the service's own)."""
+    mount = view.working_copy
+    assert mount is not None and mount.copy_of is not None
+    return [mount.copy_of, mount.source, str(view.copy_limit)]
 
 
 def export_argv(view: NodeView) -> list[str] | None:
