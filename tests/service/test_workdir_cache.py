@@ -26,9 +26,10 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="ne
 
 
 def submit(svc, user: str | None = None, **fields) -> dict:
-    """Submit as ``user`` (default: the service fixture's user, see ``any_service``)."""
-    user = user or getattr(svc, "user", "tester")
-    r = svc.session(user).post(f"{svc.api}/jobs", json={"name": "t", **fields}, timeout=30)
+    """Submit as ``user`` (a user the owner adds), or as the service's owner (root here, whose
+    jobs run as nobody, or as root where ``ma_root_jobs`` allows it)."""
+    session = svc.user_session(user) if user else svc.session()
+    r = session.post(f"{svc.api}/jobs", json={"name": "t", **fields}, timeout=30)
     assert r.status_code == 201, r.text
     return r.json()
 
@@ -78,15 +79,14 @@ def algorithm(tmp_path: Path, files: dict[str, str]) -> Path:
 
 @pytest.fixture(params=["bubblewrap", "symlink"])
 def any_service(request, ma_home, monkeypatch):
-    """The service with bubblewrap (a user without an account: their jobs run as nobody), or in
-    the symlink mode (no sandbox: root's jobs, allowed to run as root, the only account it can
-    switch to none)."""
+    """The service with bubblewrap (its owner's jobs run as nobody when it is root), or in the
+    symlink mode (no sandbox: the owner's jobs allowed to run as root, since that mode switches
+    to no account)."""
     if request.param == "symlink":
         request.getfixturevalue("ma_root_jobs")
         monkeypatch.setenv("MA_JUPYTER_SANDBOX", "none")
     svc = request.getfixturevalue("ma_service")
     svc.sandbox = request.param
-    svc.user = "root" if request.param == "symlink" else "tester"
     return svc
 
 
@@ -300,7 +300,8 @@ def test_the_dry_run_shows_the_working_copy_and_the_cache_and_makes_neither(ma_s
     }
     assert "algorithm" not in mounts  # the user's folder is never shown writable, only copied
     assert mounts["cache"]["target"] == "/tmp/.cache"
-    assert mounts["cache"]["source"] == str(ma_home / "caches" / "tester")
+    owner = ma_service.session().get(f"{ma_service.api}/users/me", timeout=10).json()["name"]
+    assert mounts["cache"]["source"] == str(ma_home / "caches" / owner)
     assert node["env"]["XDG_CACHE_HOME"] == "/tmp/.cache"
     assert node["env"]["TORCH_EXTENSIONS_DIR"].startswith("/tmp/.cache/torch_extensions/")
     assert any(f"a writable copy of {algo}" in n for n in node["notes"])
@@ -351,17 +352,18 @@ def test_the_cache_is_kept_in_the_symlink_mode_too(ma_home, ma_root_jobs, monkey
     algo = algorithm(tmp_path, {"probe.py": CACHE_PROBE})
     logs = []
     for action in ("write", "read"):
-        job = submit(svc, "root", command=f"python probe.py {action}", algorithm=str(algo))
+        job = submit(svc, command=f"python probe.py {action}", algorithm=str(algo))
         final = finished(svc, job["id"])
         logs.append(log_of(svc, job["id"]))
         assert final["status"] == "succeeded", (final["reason"], logs[-1])
     assert "probe: warm" in logs[1]
-    assert (ma_home / "caches" / "root" / "probe.txt").read_text() == "warm"
+    owner = svc.session().get(f"{svc.api}/users/me", timeout=10).json()["name"]
+    assert (ma_home / "caches" / owner / "probe.txt").read_text() == "warm"
 
 
 @pytest.fixture
 def ma_cli(ma_client, ma_home, tmp_path):
-    """Run ``ma-jupyter ARGS`` in a subprocess on the test's home (the caller: this login)."""
+    """Run ``ma-jupyter ARGS`` in a subprocess on the test's home (the caller: the service's owner)."""
     env = {
         **os.environ,
         "MA_JUPYTER_HOME": str(ma_home),
@@ -384,21 +386,25 @@ def ma_cli(ma_client, ma_home, tmp_path):
 def test_cache_command_shows_the_size_and_clears_only_when_no_job_runs(ma_cli, ma_client, tmp_path):
     from ma_jupyter.client import Client
     from ma_jupyter.errors import Forbidden
+    from ma_jupyter.models import CacheInfo
 
     fill = "import os; d = os.path.expanduser('~/.cache/blobs'); os.makedirs(d); open(d + '/b', 'wb').write(b'x' * 250000)"
     done = ma_cli("submit", "--wait", "--name", "fill", "--", "python", "-c", fill)
     assert done.returncode == 0, done.stdout + done.stderr
-    me = ma_client.user
+    me = ma_client.whoami().name
     shown = ma_cli("cache", "--json")
     assert shown.returncode == 0, shown.stderr
     [mine] = json.loads(shown.stdout)
     assert (mine["user"], mine["bytes"], mine["files"]) == (me, 250000, 1)
     table = ma_cli("cache")
     assert me in table.stdout and "250.0 kB" in table.stdout
-    # the service's own user may see every user's; anybody else only their own
+    # an admin (the owner) may see every user's; anybody else only their own
     assert [c["user"] for c in json.loads(ma_cli("cache", "--all", "--json").stdout)] == [me]
-    with pytest.raises(Forbidden, match="every user's cache"):
-        Client(user="someone-else").cache(every_user=True)
+    other = Client(token=ma_client.add_user("someone-else").token)
+    with pytest.raises(Forbidden, match="only admins may see every user's cache"):
+        other.cache(every_user=True)
+    folder = str(Path(mine["path"]).with_name("someone-else"))
+    assert other.cache() == [CacheInfo(user="someone-else", path=folder, bytes=0, files=0)]
 
     running = ma_cli(
         "submit", "--name", "busy", "--json", "--", "python", "-c", "import time; time.sleep(600)"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ma_jupyter.backends.base import Attempt
+from ma_jupyter.backends.local.mounts import node_workdir
 from ma_jupyter.backends.local.sandbox import (
     EXEC_ENV,
     SYSTEM_PATH,
@@ -23,7 +24,6 @@ from ma_jupyter.backends.local.sandbox import (
     node_view,
     resolve_image,
     to_host,
-    workdir_for,
 )
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import DatasetMount, DatasetSource, Image, JobSpec, Spec
@@ -134,14 +134,14 @@ def test_overlapping_mounts_are_refused(ma_paths):
 
 def test_workdir(ma_paths):
     # a job without an algorithm works in an empty folder of its own at the same place
-    assert workdir_for(JobSpec(name="j", command="python x.py")) == "/workspace/algorithm"
-    assert workdir_for(full_spec(ma_paths)) == "/workspace/algorithm"
+    assert node_workdir(JobSpec(name="j", command="python x.py")) == "/workspace/algorithm"
+    assert node_workdir(full_spec(ma_paths)) == "/workspace/algorithm"
     assert (
-        workdir_for(JobSpec(name="j", command="python x.py", workdir="/workspace/outputs/"))
+        node_workdir(JobSpec(name="j", command="python x.py", workdir="/workspace/outputs/"))
         == "/workspace/outputs"
     )
     with pytest.raises(InvalidSpec):
-        workdir_for(JobSpec(name="j", command="python x.py", workdir="relative"))
+        node_workdir(JobSpec(name="j", command="python x.py", workdir="relative"))
 
 
 def test_images(tmp_path):
