@@ -562,8 +562,14 @@ class Mount(Strict):
     source: str
     target: str
     read_only: bool
-    kind: str = Field(description="algorithm, dataset, annotation, model, outputs or volume")
+    kind: str = Field(
+        description="algorithm, dataset, annotation, model, outputs, volume, workdir (the node's working copy) or cache"
+    )
     create: bool = Field(default=False, description="The backend creates source at launch.")
+    copy_of: str | None = Field(
+        default=None,
+        description="A working copy's original: copied into source before the node's first phase.",
+    )
 
 
 class ImageInfo(Strict):
@@ -642,6 +648,15 @@ class UserToken(User):
     """A user with a token just made for it: the only time the token is shown."""
 
     token: str
+
+
+class CacheInfo(Strict):
+    """One user's persistent cache (``~/.cache`` in their jobs' nodes) and what it holds."""
+
+    user: str
+    path: str = Field(description="Its host folder.")
+    bytes: int = 0
+    files: int = 0
 
 
 def json_schemas() -> dict[str, Any]:

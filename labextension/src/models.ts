@@ -214,10 +214,12 @@ export interface Mount {
   source: string;
   target: string;
   read_only: boolean;
-  /** algorithm, dataset, annotation, model, outputs or volume */
+  /** algorithm, dataset, annotation, model, outputs, volume, workdir (the node's working copy) or cache */
   kind: string;
   /** The backend creates source at launch. */
   create?: boolean;
+  /** A working copy's original: copied into source before the node's first phase. */
+  copy_of?: string | null;
 }
 
 /** One compute node of the cluster and what is in use on it now. */

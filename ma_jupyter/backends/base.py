@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..errors import InvalidSpec
 from ..jobdir import JobDir
-from ..models import Job, JobSpec, LogStream, NodeLaunch, NodeRun
+from ..models import CacheInfo, Job, JobSpec, LogStream, NodeLaunch, NodeRun
 from ..modes.base import NodePlan, Placement, RemoteShell
 
 
@@ -183,6 +184,28 @@ class Backend(ABC):
         readable report (``worker-0 left a FIFO at ...``); or None (no report).
 
         Works in a fresh service process; never blocks on a file the job controls."""
+
+    def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
+        """One sentence explaining the failed node ``run`` from its last log ``lines`` in terms of
+        the backend's view, e.g. a write to a read-only folder: which mount it was and how to
+        change it; None when nothing is recognised (the default)."""
+        del attempt, run, lines
+        return None
+
+    def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
+        """The persistent cache of ``user`` (``every_user``: of every user) that the backend keeps
+        between their jobs; the default keeps none."""
+        del user, every_user
+        return []
+
+    def clear_cache(self, user: str | None) -> None:
+        """Empty ``user``'s persistent cache, at once (whatever removing its files takes happens
+        in the background).  The supervisor calls it only while no job of the user runs.
+
+        Raises:
+            InvalidSpec: the backend keeps no caches (the default).
+        """
+        raise InvalidSpec(f"the {self.name} backend keeps no caches between jobs")
 
 
 class LogSource(Protocol):

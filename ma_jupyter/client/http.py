@@ -30,6 +30,7 @@ import requests
 from .. import config
 from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
 from ..models import (
+    CacheInfo,
     Event,
     Job,
     JobPage,
@@ -607,6 +608,19 @@ class Client:
         """
         source = self.get(job_id).spec.model_dump(mode="json", exclude={"creator"}, exclude_unset=True)
         return self.submit({**source, **fields})
+
+    # ------------------------------------------------------------------------ caches
+
+    def cache(self, every_user: bool = False) -> list[CacheInfo]:
+        """The size of the caller's persistent cache (``~/.cache`` in their jobs); with
+        ``every_user``, of every user's (admins only)."""
+        params = {"all": "true"} if every_user else None
+        return [CacheInfo.model_validate(c) for c in self._request("GET", "/cache", params=params)]
+
+    def clear_cache(self) -> CacheInfo:
+        """Empty the caller's persistent cache; what it held.  Refused (Conflict) while a job of
+        the caller runs."""
+        return CacheInfo.model_validate(self._request("DELETE", "/cache"))
 
     # ------------------------------------------------------------------------ service
 

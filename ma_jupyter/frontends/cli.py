@@ -2,8 +2,8 @@
 
 Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
 [options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
-``export``, ``specs``, ``nodes``, ``tensorboard``, ``whoami``, ``users list|add|remove|token``.  A
-JOB argument is a job id or the exact name of a single job.
+``export``, ``specs``, ``nodes``, ``tensorboard``, ``cache``, ``whoami``, ``users
+list|add|remove|token``.  A JOB argument is a job id or the exact name of a single job.
 
 ``export JOB --format k8s`` prints what the job would be on a Kubernetes cluster (YAML for
 ``kubectl apply -f``); ``submit --dry-run --format k8s ...`` does the same for a job not
@@ -152,6 +152,15 @@ def build_cli() -> options.OptionsParser:
     users_token.add_argument("--json", action="store_true", help="print JSON")
     users_remove = user_actions.add_parser("remove", help="remove a user: its token stops working at once")
     users_remove.add_argument("name", metavar="NAME")
+    cache = commands.add_parser(
+        "cache",
+        help="show (or clear) your persistent cache, ~/.cache in every node of your jobs",
+        description="Your jobs share one cache, ~/.cache in their nodes (compiled torch and DeepSpeed "
+        "extensions, Hugging Face downloads, pip wheels): its size, or --clear to empty it.",
+    )
+    cache.add_argument("--clear", action="store_true", help="empty it (refused while a job of yours runs)")
+    cache.add_argument("--all", action="store_true", help="every user's (admins only)")
+    cache.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -516,6 +525,28 @@ def _users(args: argparse.Namespace) -> int:
         f"{'added' if args.action == 'add' else 'new token for'} {role} {made.name}: this token is shown "
         "only now; its holder sets MA_JUPYTER_TOKEN to it"
     )
+
+
+def _cache(args: argparse.Namespace) -> int:
+    client = Client()
+    if args.clear:
+        if args.all:
+            raise InvalidSpec("--clear empties your own cache only: drop --all")
+        held = client.clear_cache()
+        if args.json:
+            _out(held.model_dump(mode="json"), args)
+        else:
+            print(
+                f"cleared the cache of {held.user}: {render.size(held.bytes)} in {held.files} file(s) removed"
+            )
+        return EXIT_OK
+    found = client.cache(every_user=args.all)
+    if args.json:
+        _out([c.model_dump(mode="json") for c in found], args)
+        return EXIT_OK
+    rows = [["USER", "SIZE", "FILES", "FOLDER"]]
+    rows += [[c.user, render.size(c.bytes), str(c.files), c.path] for c in found]
+    print(render.text_table(rows), end="")
     return EXIT_OK
 
 
@@ -537,6 +568,7 @@ _COMMANDS = {
     "tensorboard": _tensorboard,
     "specs": _specs,
     "nodes": _nodes,
+    "cache": _cache,
 }
 
 

@@ -58,7 +58,8 @@ def plan_summary(plan: Plan) -> str:
             print("  mounts:", file=out)
             for mount in node.mounts:
                 mode = "ro" if mount.read_only else "rw"
-                print(f"    {mount.target} <- {mount.source} ({mode})", file=out)
+                copy = f", a copy of {mount.copy_of}" if mount.copy_of else ""
+                print(f"    {mount.target} <- {mount.source} ({mode}{copy})", file=out)
     return out.getvalue().rstrip("\n")
 
 
@@ -92,6 +93,8 @@ def plan_text(plan: Plan) -> str:
 def _mount(mount: Mount) -> str:
     mode = "ro" if mount.read_only else "rw"
     extra = f"kind={mount.kind}" + (", created at launch" if mount.create else "")
+    if mount.copy_of:
+        extra += f", a copy of {mount.copy_of} made at the node's first launch"
     return f"{mount.target} <- {mount.source} ({mode}) [{extra}]"
 
 
@@ -142,6 +145,16 @@ def log_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return [visible_line(line) for line in lines]
+
+
+def size(count: int) -> str:
+    """A size in bytes as people read it: ``0 bytes``, ``12.3 kB``, ``4.0 MB``, ``1.2 GB``."""
+    value = float(count)
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{count} bytes"
 
 
 def format_seconds(seconds: float) -> str:

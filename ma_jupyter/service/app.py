@@ -9,7 +9,8 @@ terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events
 /jobs/{id}/export`` and ``POST /export`` (a job, or a spec not submitted, as another platform's
 manifests: ``format=k8s``, :mod:`ma_jupyter.export`); ``GET
 /users/me``, and for admins ``GET|POST /users``, ``DELETE /users/{name}``, ``POST
-/users/{name}/token``.
+/users/{name}/token``; ``GET|DELETE /cache`` (the caller's persistent cache; every user's
+for admins).
 
 Errors are the typed errors of :mod:`ma_jupyter.errors` as ``{"error", "message", "field"}``
 bodies.  The caller is the user of the request's token (:mod:`.users`); what it may do with a
@@ -43,6 +44,7 @@ from ..errors import (
 )
 from ..jobdir import PLACEHOLDER
 from ..models import (
+    CacheInfo,
     Event,
     Job,
     JobPage,
@@ -417,6 +419,19 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         if tensorboards is not None:
             tensorboards.stop(job_id)
         return Response(status_code=204)
+
+    # ------------------------------------------------------------------------- caches
+
+    @app.get(f"{api}/cache", response_model=list[CacheInfo])
+    def cache(all: bool = False, user: Caller = Depends(authenticate)) -> list[CacheInfo]:
+        # the size of the caller's cache; every user's for admins
+        if all and not user.admin:
+            raise Forbidden("only admins may see every user's cache; drop --all to see your own")
+        return supervisor.backend.caches(user.name, every_user=all)
+
+    @app.delete(f"{api}/cache", response_model=CacheInfo)
+    def clear_cache(user: Caller = Depends(authenticate)) -> CacheInfo:
+        return supervisor.clear_cache(user.name)
 
     # ------------------------------------------------------------------------- users
 

@@ -56,7 +56,7 @@ from ..backends.base import Attempt, Backend
 from ..commands import parse_command
 from ..errors import Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
 from ..jobdir import PLACEHOLDER
-from ..models import Event, Job, JobSpec, JobStatus, NodeLaunch, NodeRun, Plan, Priority, utcnow
+from ..models import CacheInfo, Event, Job, JobSpec, JobStatus, NodeLaunch, NodeRun, Plan, Priority, utcnow
 from ..modes import plan_job, single_copy
 from ..modes.base import Placement
 from . import policies
@@ -395,6 +395,29 @@ class Supervisor:
                 self._finish(job, attempt, End(JobStatus.error, reason, policies.WIND_DOWN_GRACE))
             elif action == "error":
                 self._transition(job, JobStatus.error, reason)
+
+    def clear_cache(self, user: str) -> CacheInfo:
+        """Empty ``user``'s persistent cache (the backend's), refused while a job of theirs runs;
+        what it held (measured before, outside the lock: a cache may hold many files).
+
+        Checked and done under the lock, so no job of the user is launched in between (one
+        launched after gets an empty cache).
+
+        Raises:
+            Conflict: a job of ``user`` is running (it may be writing to the cache).
+            InvalidSpec: the backend keeps no caches.
+        """
+        held = self.backend.caches(user)
+        with self._lock:
+            running = [j for j in self.store.by_status(JobStatus.running) if j.spec.creator == user]
+            if running:
+                names = ", ".join(j.id for j in running[:3]) + (" ..." if len(running) > 3 else "")
+                raise Conflict(
+                    f"{len(running)} job(s) of {user} are running and may be using the cache ({names}): "
+                    "clear it once they have ended (or stop them first: ma-jupyter stop JOB)"
+                )
+            self.backend.clear_cache(user)
+        return held[0] if held else CacheInfo(user=user, path="", bytes=0, files=0)
 
     def update(self, job_id: str, priority: Priority | None = None, duration: float | None = None) -> Job:
         """Change a queued job's priority or a running job's duration (without restarting it)."""
@@ -746,7 +769,8 @@ class Supervisor:
         """Why a node failed, with its last log lines; reads what the job could have written (through
         the backend), so it runs on the finishing thread, outside the supervisor lock."""
         lines = self._tail(attempt.job_id, run.name)
-        return policies.failure_reason(run, lines, self.backend.failure(attempt, run))
+        hint = self.backend.explain(attempt, run, lines)
+        return policies.failure_reason(run, lines, self.backend.failure(attempt, run), hint)
 
     def _finish(self, job: Job, attempt: Attempt, end: End) -> None:
         """End the attempt: stop what still runs (on a thread: it may take the grace period), then
