@@ -303,6 +303,10 @@ EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=2
 #: An environment value: no NUL byte (the kernel cannot pass one; it ends the value) and at
 #: most 64 KiB (each value travels as one argument of the node's launcher).
 EnvValue = Annotated[str, Field(max_length=65536)]
+#: What a secret value is shown as, everywhere but the node's own environment.
+SECRET_MASK = "***"
+#: An ``env`` value starting with this is a secret: it moves to ``secret_env`` without it.
+SECRET_PREFIX = "secret:"
 
 
 class JobSpec(Strict):
@@ -343,12 +347,36 @@ class JobSpec(Strict):
     )
     lifecycle: Lifecycle = Lifecycle()
     env: dict[EnvName, EnvValue] = Field(default={}, max_length=MAX_ENV)
+    secret_env: dict[EnvName, EnvValue] = Field(
+        default={},
+        max_length=MAX_ENV,
+        description="Variables whose values are secret: kept apart from the job, given to its nodes "
+        "at launch only, shown as *** everywhere else.  An env value 'secret:V' is the same as V here.",
+    )
     workdir: Path_ | None = Field(
         default=None, description="Working directory inside the node; default /workspace/algorithm."
     )
     grace_period: float = Field(
         default=10.0, gt=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_prefix(cls, data: Any) -> Any:
+        # ``env: {K: "secret:V"}`` is ``secret_env: {K: "V"}``: one way to say it on a command line
+        env = data.get("env") if isinstance(data, dict) else None
+        if not isinstance(env, dict) or not any(
+            isinstance(v, str) and v.startswith(SECRET_PREFIX) for v in env.values()
+        ):
+            return data
+        secrets = dict(data.get("secret_env") or {}) if isinstance(data.get("secret_env"), dict) else {}
+        plain = {}
+        for key, value in env.items():
+            if isinstance(value, str) and value.startswith(SECRET_PREFIX):
+                secrets[key] = value.removeprefix(SECRET_PREFIX)
+            else:
+                plain[key] = value
+        return {**data, "env": plain, "secret_env": secrets}
 
     @field_validator("duration", mode="before")
     @classmethod
@@ -369,7 +397,7 @@ class JobSpec(Strict):
             parse_command(v)
         return v
 
-    @field_validator("env")
+    @field_validator("env", "secret_env")
     @classmethod
     def _env_values(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
@@ -379,8 +407,17 @@ class JobSpec(Strict):
                 )
         return v
 
+    def masked(self) -> JobSpec:
+        """This spec with each secret value replaced by :data:`SECRET_MASK` (names kept)."""
+        if not self.secret_env:
+            return self
+        return self.model_copy(update={"secret_env": dict.fromkeys(self.secret_env, SECRET_MASK)})
+
     @model_validator(mode="after")
     def _cross_field_rules(self) -> JobSpec:
+        both = sorted(set(self.env) & set(self.secret_env))
+        if both:
+            raise ValueError(f"secret_env: {', '.join(both)} also in env; give each variable once")
         if self.node_name and (self.driver_version or self.pool):
             raise ValueError(
                 "node_name cannot be combined with driver_version or pool: choose a node, or let the scheduler pick one"
