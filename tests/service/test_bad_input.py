@@ -1,6 +1,7 @@
 """Bad input through the REST API (issue 13, item 4), on a real service: each is a 400 naming
 the field and telling what to do, and nothing is half-made (no job, no database row, no
-folder).  A job's ``LD_PRELOAD`` is allowed, but reaches the job's own command only.
+folder).  A dataset may be a single file (data preparation copies it), so a file is refused
+where a folder is needed: the algorithm.  A job's ``LD_PRELOAD`` is allowed, but reaches the job's own command only.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ def _cases(tmp_path):
         "command with NUL": ({"command": "python a\x00b"}, "command", "NUL byte"),
         "env name with =": ({"env": {"A=B": "1"}}, "env", "pattern"),
         "env value with NUL": ({"env": {"A": "x\x00y"}}, "env", "NUL byte"),
-        "dataset path a file": (
-            {"datasets": [{"name": "d", "path": str(a_file)}]},
+        # a dataset may be one file (data preparation copies it); the algorithm is a folder
+        "algorithm path a file": ({"algorithm": str(a_file)}, "algorithm", "not a folder"),
+        "dataset path missing": (
+            {"datasets": [{"name": "d", "path": str(tmp_path / "nowhere")}]},
             "datasets",
-            "not a folder",
+            "does not exist",
         ),
         "dataset path with NUL": ({"datasets": [{"name": "d", "path": "/a\x00b"}]}, "datasets", "NUL byte"),
         "duplicate mount names": ({"datasets": [mount, mount]}, None, "mounted twice"),
@@ -64,7 +67,8 @@ CASES = [
     "command with NUL",
     "env name with =",
     "env value with NUL",
-    "dataset path a file",
+    "algorithm path a file",
+    "dataset path missing",
     "dataset path with NUL",
     "duplicate mount names",
     "1000 specs",

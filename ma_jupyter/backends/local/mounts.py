@@ -137,9 +137,8 @@ def mounts_for(
             policy.check_writable(source, run_as, folder.what, folder.field)
         else:
             assert folder.path is not None
-            # the algorithm and a dataset are folders (a dataset's versions and data preparation's
-            # copy are folders); a model or an annotation may be a single file
-            directory = folder.kind in ("algorithm", "dataset")
+            # the algorithm is a folder; a dataset, model or annotation may be a single file
+            directory = folder.kind == "algorithm"
             source = checked(
                 folder.path, folder.what, folder.field, directory=directory, writable=not folder.read_only
             )
