@@ -92,3 +92,24 @@ def test_no_generated_request_gets_a_server_error(ma_service, tmp_path):
     assert first + second >= 2000
     # the service logged no failure of its own either (a 5xx is logged with its traceback)
     assert " failed: " not in (ma_service.home / "service.log").read_text()
+
+
+#: the requests that answered a 5xx before every parameter was bounded (docs/reliability.md)
+FOUND_BEFORE = [
+    ("GET", "jobs?offset=105265788983347838976", None, "offset"),
+    ("GET", "jobs/{id}/events?after=105265788983347838976", None, "after"),
+    ("POST", "plan", {"algorithm": "/a\x00b"}, "algorithm"),
+    ("POST", "plan", {"datasets": [{"name": "d", "path": "/a\x00b"}]}, "datasets"),
+    ("POST", "plan", {"image": {"python": "/a\x00b"}}, "image"),
+]
+
+
+def test_the_server_errors_found_before_are_400s_naming_the_parameter(ma_service):
+    job = submit(ma_service, name="probed", command="sleep 900")
+    s = ma_service.session()
+    for method, path, fields, field in FOUND_BEFORE:
+        url = f"{ma_service.api}/{path.format(id=job['id'])}"
+        body = {"name": "t", "command": "python x.py", **fields} if fields else None
+        r = s.request(method, url, json=body, timeout=30)
+        assert r.status_code == 400, (path, r.status_code, r.text)
+        assert r.json()["field"] == field and field in r.json()["message"], r.text

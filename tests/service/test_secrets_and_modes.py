@@ -23,6 +23,7 @@ def test_home_is_0700_and_its_runtime_file_database_and_logs_0600(ma_service, ma
     wait_status(ma_service, job["id"], {"succeeded"})
     assert _mode(ma_home) == 0o700
     assert _mode(ma_home / "service.json") == 0o600
+    assert _mode(ma_home / "service.lock") == 0o600
     databases = [p for p in ma_home.iterdir() if p.name.startswith("jobs.db")]
     assert databases and all(_mode(p) == 0o600 for p in databases), {p.name: oct(_mode(p)) for p in databases}
     logs = [p for p in (ma_home / "jobs" / job["id"]).rglob("*.log") if p.is_file()]
