@@ -261,8 +261,9 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         mounts_as: str | None = Query(default=None, max_length=40),
         user: Caller = Depends(authenticate),
     ) -> Response:
-        # the dry run of a submit, exported: the same edge rules as POST /plan
-        spec = access.new_job_spec(parse_spec(body), user, access.load_rules())
+        # the dry run of a submit, exported: the same edge rules as POST /plan (and the secret
+        # values shown as ***, as there)
+        spec = access.new_job_spec(parse_spec(body), user, access.load_rules()).masked()
         access.check_priority(user, spec.priority)
         if spec.type.value != "batch":
             parse_command(spec.command or "")

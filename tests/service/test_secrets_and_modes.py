@@ -57,7 +57,10 @@ def test_a_secret_reaches_the_job_and_nothing_that_shows_it(ma_service, ma_home)
     assert job["spec"]["env"] == {"PLAIN": "visible"}
     wait_status(ma_service, job["id"], {"succeeded"})
     assert f"digest {digest}" in full_log(ma_service, job["id"])
+    exported = s.post(f"{ma_service.api}/export", json=body, timeout=30)
+    assert exported.status_code == 200 and "API_KEY" in exported.text, exported.text
     shown = [
+        exported.text,
         plan.text,
         r.text,
         s.get(f"{ma_service.api}/jobs/{job['id']}", timeout=10).text,
