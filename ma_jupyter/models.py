@@ -694,7 +694,7 @@ class User(Strict):
 class NewUser(Strict):
     """``POST /users``: the user to add."""
 
-    name: str = Field(pattern=USER_PATTERN, description="Letters, digits and _ . @ -; at most 64.")
+    name: str = Field(max_length=64, description="Letters, digits and _ . @ -; at most 64.")
     admin: bool = False
 
 
