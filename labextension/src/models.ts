@@ -157,6 +157,8 @@ export interface JobSpec {
   duration?: number | null;
   lifecycle?: Lifecycle;
   env?: Record<string, string>;
+  /** Variables whose values are secret: kept apart from the job, given to its nodes at launch only, shown as *** everywhere else.  An env value 'secret:V' is the same as V here. */
+  secret_env?: Record<string, string>;
   /** Working directory inside the node; default /workspace/algorithm. */
   workdir?: string | null;
   /** Seconds between SIGTERM and SIGKILL on stop. */

@@ -56,7 +56,19 @@ from ..backends.base import Attempt, Backend
 from ..commands import parse_command
 from ..errors import Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
 from ..jobdir import PLACEHOLDER
-from ..models import CacheInfo, Event, Job, JobSpec, JobStatus, NodeLaunch, NodeRun, Plan, Priority, utcnow
+from ..models import (
+    SECRET_MASK,
+    CacheInfo,
+    Event,
+    Job,
+    JobSpec,
+    JobStatus,
+    NodeLaunch,
+    NodeRun,
+    Plan,
+    Priority,
+    utcnow,
+)
 from ..modes import plan_job, single_copy
 from ..modes.base import Placement
 from . import policies
@@ -216,6 +228,15 @@ class Supervisor:
             DiskFull: the folder the job's files go to has no space left (HTTP 507).
         """
         spec = spec.model_copy(update={"creator": creator or spec.creator})
+        # the secret values go to their own table; the job (and all that shows it) has ***
+        secrets = dict(spec.secret_env)
+        if any(value == SECRET_MASK for value in secrets.values()):
+            raise InvalidSpec(
+                f"secret_env: a value is {SECRET_MASK}, the mask a job shows for its secrets: give the "
+                "secret's value again (a copied job does not carry its secrets)",
+                field="secret_env",
+            )
+        spec = spec.masked()
         key = f"{creator or ''}\0{idempotency_key}" if idempotency_key else None
         if key is not None:
             earlier = self.store.job_for_key(key)
@@ -251,6 +272,7 @@ class Supervisor:
                         reason=f"submitted; {ahead} job(s) ahead in the queue",
                     ),
                     idempotency_key=key,
+                    secrets=secrets,
                     notices=[Event(job_id=job.id, status=JobStatus.queued, reason=warning)]
                     if warning
                     else [],
@@ -299,8 +321,8 @@ class Supervisor:
 
     def plan(self, spec: JobSpec) -> Plan:
         """What each node of the job would run (``--dry-run``): the launches the backend would
-        start, on the placeholder job folder; creates nothing."""
-        now, placement, launches = self._preflight(spec)
+        start, on the placeholder job folder; creates nothing.  Secret values show as ``***``."""
+        now, placement, launches = self._preflight(spec.masked())
         ahead = self.queue.ahead(spec.priority)
         notes = ["ports are allocated at launch (0 in this plan)"]
         warning = self._single_copy_warning(spec)
@@ -567,16 +589,17 @@ class Supervisor:
         return config.jobdir(job.id).prepared_dataset(dataset.source.value, dataset.name, version)
 
     def _effective_spec(self, job: Job) -> JobSpec:
-        """The spec the nodes run with: prepared datasets replace the originals.
+        """The spec the nodes run with: the secret values in, prepared datasets for the originals.
 
         The model only allows data preparation when every dataset is read-only.
         """
-        if not job.spec.data_preparation:
-            return job.spec
-        datasets = [
-            d.model_copy(update={"path": str(self._prepared_path(job, d))}) for d in job.spec.datasets
-        ]
-        return job.spec.model_copy(update={"datasets": datasets})
+        spec = job.spec
+        if spec.secret_env:  # the values, read at launch only (the stored spec has ***)
+            spec = spec.model_copy(update={"secret_env": self.store.secrets(job.id)})
+        if not spec.data_preparation:
+            return spec
+        datasets = [d.model_copy(update={"path": str(self._prepared_path(job, d))}) for d in spec.datasets]
+        return spec.model_copy(update={"datasets": datasets})
 
     def _prepare_data(self, job: Job) -> None:
         """Copy the datasets to node-local storage before the first attempt.
