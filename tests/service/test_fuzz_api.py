@@ -33,7 +33,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _fuzz(svc, tmp_path: Path, job_id: str, *selection: str) -> tuple[int, str]:
+ALL_PHASES = "examples,coverage,fuzzing,stateful"
+NO_EXPORT = ("--exclude-path-regex", "export")
+
+
+def _fuzz(svc, tmp_path: Path, job_id: str, *selection: str, phases: str = ALL_PHASES) -> tuple[int, str]:
     schema = tmp_path / "openapi.json"
     reply = svc.session().get(f"{svc.api}/openapi.json", timeout=10)
     assert reply.status_code == 200, reply.text
@@ -43,7 +47,10 @@ def _fuzz(svc, tmp_path: Path, job_id: str, *selection: str) -> tuple[int, str]:
     # and the Kubernetes export is several (a crash of the fuzzer, not of the service).
     config.write_text(
         f'[parameters]\n"path.job_id" = {json.dumps(job_id)}\n'
-        "[phases.fuzzing.extra-data-sources]\nresponses = false\n"
+        + "".join(
+            f"[phases.{phase}.extra-data-sources]\nresponses = false\n"
+            for phase in ("examples", "coverage", "fuzzing")
+        )
     )
     argv = [
         str(ST) if ST.exists() else shutil.which("st"),
@@ -58,7 +65,7 @@ def _fuzz(svc, tmp_path: Path, job_id: str, *selection: str) -> tuple[int, str]:
         "--checks",
         "not_a_server_error",
         "--phases",
-        "examples,coverage,fuzzing,stateful",
+        phases,
         "--max-examples",
         str(EXAMPLES),
         "--seed",
@@ -84,12 +91,18 @@ def _fuzz(svc, tmp_path: Path, job_id: str, *selection: str) -> tuple[int, str]:
 
 def test_no_generated_request_gets_a_server_error(ma_service, tmp_path):
     job = submit(ma_service, name="fuzzed", command="sleep 900")
-    first, out = _fuzz(ma_service, tmp_path, job["id"], "--exclude-method", "DELETE")
-    assert "Selected: 20/23" in out and "Tested: 20" in out, out[-3000:]
+    # schemathesis feeds answers back into generation (in some phases whatever its settings say)
+    # and reads a YAML answer as one document: the two Kubernetes export routes, whose answer
+    # is several documents, crash the fuzzer itself.  They are left out here; their bad input
+    # is tested in test_k8s_export.py.
+    first, out = _fuzz(ma_service, tmp_path, job["id"], "--exclude-method", "DELETE", *NO_EXPORT)
+    selected = re.search(r"Operations:\s+(\d+) selected / (\d+) total", out)
+    assert selected and f"Tested: {selected[1]}" in out, out[-3000:]
     second, out = _fuzz(ma_service, tmp_path, job["id"], "--include-method", "DELETE")
-    assert "Selected: 3/23" in out, out[-3000:]
-    print(f"schemathesis: {first + second} generated requests, 0 server errors")
-    assert first + second >= 2000
+    assert re.search(r"Operations:\s+[1-9]\d* selected", out), out[-3000:]
+    total = first + second
+    print(f"schemathesis: {total} generated requests, 0 server errors")
+    assert total >= 2000
     # the service logged no failure of its own either (a 5xx is logged with its traceback)
     assert " failed: " not in (ma_service.home / "service.log").read_text()
 
