@@ -27,6 +27,7 @@ LAYER_OF = {
     "ma_jupyter.backends": "backends.base",
     "ma_jupyter.backends.base": "backends.base",
     "ma_jupyter.backends.local": "backends.local",
+    "ma_jupyter.backends.ray": "backends.ray",
     "ma_jupyter.service": "service",
     "ma_jupyter.service.__main__": "root",
     "ma_jupyter.client": "client",
@@ -46,6 +47,20 @@ ALLOWED = {
     "modes": {"modes", "models", "commands", "errors", "nodeside"},
     "backends.base": {"modes", "models", "config", "jobdir", "errors"},
     "backends.local": {
+        "backends.local",
+        "backends.base",
+        "modes",
+        "models",
+        "config",
+        "jobdir",
+        "untrusted",
+        "commands",
+        "errors",
+        "nodeside",
+    },
+    # the Ray backend runs the local backend's node runner and sandbox on each Ray node
+    "backends.ray": {
+        "backends.ray",
         "backends.local",
         "backends.base",
         "modes",
