@@ -210,14 +210,40 @@ def ray_cluster():
     (Path(folder) / "ray").mkdir()
     os.environ["RAY_TMPDIR"] = folder
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-    cluster.add_node(num_cpus=2)
-    cluster.wait_for_nodes()
+    cluster = None
+    for attempt in range(3):
+        # A raylet must register within Ray's fixed 30 s: on a loaded machine it may not, then
+        # the whole cluster is started again.
+        cluster = Cluster()
+        try:
+            cluster.add_node(num_cpus=2, include_dashboard=False)
+            cluster.add_node(num_cpus=2)
+            cluster.wait_for_nodes()
+            break
+        except Exception:
+            cluster.shutdown()
+            if attempt == 2:
+                raise
     try:
         yield cluster
     finally:
         cluster.shutdown()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_driver(ray_cluster):
+    """Inside: this test process connected to the session's cluster (to look at placement groups)."""
+    if ray_cluster is None:
+        yield None
+        return
+    import ray
+
+    ray.init(address=ray_cluster.address, namespace="tests", log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
 
 
 def ray_cluster_toml(cluster, extra: str = "") -> str:
