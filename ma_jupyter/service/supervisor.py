@@ -173,6 +173,7 @@ class Supervisor:
             # Those nodes may have started without the job being marked running: stop them (by
             # their markers) so the job starts once, cleanly, when it is admitted again.
             self.backend.stop(attempt, [NodeRun(name=p.name) for p in attempt.plans], 1.0)
+            self.backend.release(placement)  # what bind reserved (the Ray backend: a placement group)
             self.store.set_placement(job.id, None)
             self._notice(
                 job,

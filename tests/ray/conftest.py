@@ -12,7 +12,7 @@ must live where only ``lo`` does.  This plugin makes that true for every test of
    counts and failures read as if the tests ran here.  Without ``unshare`` rights or without
    Ray every test is skipped, saying why.
 2. **inside** (``MA_RAY_NETNS=1``): the tests run for real.  The session starts one Ray cluster
-   of two nodes with 2 CPUs each (``ray.cluster_utils.Cluster``, ``RAY_TMPDIR`` in a folder of
+   of two nodes with 2 CPUs and 2 ``NPU`` each (``ray.cluster_utils.Cluster``, ``RAY_TMPDIR`` in a folder of
    the session), and each test gets a fresh job service on its own home whose ``cluster.toml``
    points the service at that cluster (``[backend] kind = "ray"``).  The cluster is shut down
    at the end (only this session's own Ray processes: never ``ray stop``).
@@ -216,8 +216,10 @@ def ray_cluster():
         # the whole cluster is started again.
         cluster = Cluster()
         try:
-            cluster.add_node(num_cpus=2, include_dashboard=False)
-            cluster.add_node(num_cpus=2)
+            # two emulated Ascend cards per node (a Ray resource, no device): the scheduler and
+            # the mindspore-ascend mode place on them
+            cluster.add_node(num_cpus=2, resources={"NPU": 2}, include_dashboard=False)
+            cluster.add_node(num_cpus=2, resources={"NPU": 2})
             cluster.wait_for_nodes()
             break
         except Exception:
