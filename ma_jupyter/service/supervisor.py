@@ -54,7 +54,7 @@ from pathlib import Path
 from .. import config
 from ..backends.base import Attempt, Backend
 from ..commands import parse_command
-from ..errors import Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
+from ..errors import BackendUnavailable, Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
 from ..jobdir import PLACEHOLDER
 from ..models import Event, Job, JobSpec, JobStatus, NodeLaunch, NodeRun, Plan, Priority, utcnow
 from ..modes import plan_job
@@ -734,7 +734,7 @@ class Supervisor:
                 return tail(source, TAIL_LINES)
             finally:
                 source.close()
-        except RefusedFile as exc:
+        except (RefusedFile, BackendUnavailable) as exc:  # planted by the job / gone with its node
             return [exc.message]
         except OSError:
             return []

@@ -360,3 +360,45 @@ def test_service_start_with_backend_options(ma_home, ray_cluster):
         raise AssertionError("the service still answers")
     except requests.ConnectionError:
         pass
+
+
+def test_a_job_node_whose_ray_node_leaves_is_lost_and_the_job_ends_in_error(
+    ray_service, ray_cluster, tmp_path
+):
+    client = Client(autostart=False)
+    before = {n.name for n in client.nodes()}
+    extra = ray_cluster.add_node(num_cpus=2)
+    removed = False
+    try:
+        name = wait_for(lambda: ({n.name for n in client.nodes()} - before) or None, timeout=60).pop()
+        handle = client.submit(
+            name="doomed",
+            specs=["cpu.small"],
+            node_name=name,
+            algorithm=_algorithm(
+                tmp_path / "algo", wait="import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+            ),
+            command="python wait.py",
+        )
+        wait_for(lambda: "up" in client.read_log(handle.id, node="worker-0").data, timeout=120)
+        pids = job_processes(handle.id)
+        assert client.get(handle.id).nodes[0].host == name
+        ray_cluster.remove_node(extra)
+        removed = True
+        job = handle.wait(timeout=120)
+        assert job.status is JobStatus.error
+        assert job.nodes[0].state == "lost", events_text(client, job.id)
+        assert "node worker-0 was lost" in events_text(client, job.id)
+        assert "has left the cluster" in events_text(client, job.id)
+        wait_for(lambda: name not in {n.name for n in client.nodes()}, timeout=60)
+    finally:
+        if not removed:
+            ray_cluster.remove_node(extra)
+        # Here the machine of the removed Ray node lives on: its job processes do not die with it
+        # as they would with a real machine, so the test ends them itself.
+        for pid in job_processes(handle.id) if "handle" in locals() else []:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert pids

@@ -71,6 +71,7 @@ INVENTORY_EVERY = 1.0  # seconds between looks at the cluster's nodes
 RESERVE_WAIT = 2.0  # seconds a placement group may take to be reserved before the job waits
 AGENT_START = 120.0  # seconds an agent may take to start (a new worker process on its node)
 CALL_TIMEOUT = 30.0  # seconds for an ordinary agent call
+POLL_TIMEOUT = 3.0  # seconds for a poll (a node's state is kept when it does not answer)
 LAUNCH_TIMEOUT = 180.0  # seconds for an agent to unpack the algorithm and start a node
 EXIT_WAIT = 30.0  # seconds one wait_exit call blocks before it is made again
 AGENT_THREADS = 256  # concurrent calls per agent (waits for log growth and exits block a thread)
@@ -243,6 +244,8 @@ class RayBackend(Backend):
             raise BackendUnavailable(f"a Ray node failed: {cause or exc}") from exc
         except (exceptions.RayActorError, exceptions.NodeDiedError) as exc:
             raise NodeGone(f"a Ray node or its agent is gone: {exc}") from exc
+        except exceptions.RayError as exc:  # an object lost, a worker crashed...: not the job's fault
+            raise BackendUnavailable(f"a Ray call failed: {exc}") from exc
 
     # ------------------------------------------------------------------------ bind
 
@@ -438,7 +441,9 @@ class RayBackend(Backend):
         on_nodes = self._on_nodes(attempt)
         try:
             agent = self._agent_of(self._host(attempt, run))
-            polled = self._get(agent.poll.remote(on_nodes, run))
+            # short: the supervisor polls under its lock, and the agent of a node that just
+            # died answers nothing until the inventory says the node left
+            polled = self._get(agent.poll.remote(on_nodes, run), POLL_TIMEOUT)
         except NodeGone:
             if run.state == "exited":
                 return run
