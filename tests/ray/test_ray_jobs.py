@@ -93,15 +93,15 @@ def _cli(home, *args, timeout=120):
     )
 
 
-def _placement_groups(prefix, states=("PENDING", "CREATED", "RESCHEDULING")):
-    """The placement groups whose name starts with ``prefix`` in one of ``states`` (seen by the
-    test's driver); only a ``CREATED`` group holds resources."""
+def _placement_groups(part, states=("PENDING", "CREATED", "RESCHEDULING")):
+    """The platform's placement groups whose name holds ``part`` (``-<job id>-``) in one of
+    ``states`` (seen by the test's driver); only a ``CREATED`` group holds resources."""
     import ray.util
 
     return [
         pg
         for pg in ray.util.placement_group_table().values()
-        if pg["name"].startswith(prefix) and pg["state"] in states
+        if pg["name"].startswith("ma-") and part in pg["name"] and pg["state"] in states
     ]
 
 
@@ -146,7 +146,7 @@ def test_two_node_gloo_ddp_has_one_job_node_on_each_ray_node(ray_service, ray_ho
         assert (node_root / job.id / "logs" / f"{node}.log").is_file()
         assert not (ray_home / "jobs" / job.id / "logs" / f"{node}.log").exists()
     # the attempt's placement group is gone with it
-    assert _placement_groups(f"ma-{job.id}-") == []
+    assert _placement_groups(f"-{job.id}-") == []
     assert svc.proc.poll() is None
 
 
@@ -187,12 +187,12 @@ def test_a_live_log_is_followed_through_the_service_and_stop_leaves_no_process(
         f"tick {i}" for i in range(4)
     ]
     assert job_processes(handle.id)
-    assert _placement_groups(f"ma-{handle.id}-", states=("CREATED",))  # held while it runs
+    assert _placement_groups(f"-{handle.id}-", states=("CREATED",))  # held while it runs
     handle.stop()
     job = handle.wait(timeout=120)
     assert job.status is JobStatus.stopped
     assert job_processes(handle.id) == []
-    wait_for(lambda: _placement_groups(f"ma-{handle.id}-") == [], timeout=30)
+    wait_for(lambda: _placement_groups(f"-{handle.id}-") == [], timeout=30)
 
 
 def test_tensorflow_ps_worker_ends_with_the_parameter_server_stopped(ray_service, tmp_path):
@@ -294,7 +294,7 @@ def test_a_job_that_does_not_fit_waits_holding_nothing(ray_service, ray_driver, 
         wait_for(lambda: "waiting for resources" in events_text(client, first.id), timeout=60)
         time.sleep(3)  # several tries: each one gives its placement group back
         assert client.get(first.id).status is JobStatus.queued
-        assert _placement_groups(f"ma-{first.id}-", states=("CREATED",)) == []  # it holds no node
+        assert _placement_groups(f"-{first.id}-", states=("CREATED",)) == []  # it holds no node
         # a second job of the same size queues behind it
         second = client.submit(
             name="gang2",
@@ -307,10 +307,10 @@ def test_a_job_that_does_not_fit_waits_holding_nothing(ray_service, ray_driver, 
     finally:
         remove_placement_group(theirs)
     wait_for(lambda: client.get(first.id).status is JobStatus.running, timeout=60)
-    assert len(_placement_groups(f"ma-{first.id}-")) == 1
+    assert len(_placement_groups(f"-{first.id}-")) == 1
     time.sleep(2)
     assert client.get(second.id).status is JobStatus.queued  # the first holds both nodes
-    assert _placement_groups(f"ma-{second.id}-", states=("CREATED",)) == []
+    assert _placement_groups(f"-{second.id}-", states=("CREATED",)) == []
     client.stop(first.id)
     wait_for(lambda: client.get(second.id).status is JobStatus.running, timeout=90)
     client.stop(second.id)

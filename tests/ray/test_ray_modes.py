@@ -97,7 +97,7 @@ def test_a_fault_restart_runs_a_new_attempt_and_a_duration_expires(ray_service, 
     assert (job.attempt, job.restarts) == (1, 1)
     assert "attempt 1" in client.read_log(job.id, node="worker-1").data
     # each attempt had its own placement group, and both are gone
-    groups = [g for g in ray.util.placement_group_table().values() if g["name"].startswith(f"ma-{job.id}-")]
+    groups = [g for g in ray.util.placement_group_table().values() if f"-{job.id}-" in g["name"]]
     assert len(groups) == 2 and {g["state"] for g in groups} == {"REMOVED"}, groups
     expiring = client.submit(
         name="expiring",

@@ -9,7 +9,9 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    to its node that takes no CPU), created on first sight; every job node on that Ray node is
    started, watched, stopped and read through it;
 3. **bind** -- for a real attempt, reserves the scheduler's nodes as one Ray placement group
-   named after the job (detached, so it outlives a service restart): one bundle per job node
+   named ``ma-<home tag>-<job id>-<nonce>`` (detached, so it outlives a service restart; the
+   tag keeps services of different homes apart; a group of the same job an earlier service
+   left unrecorded is removed first): one bundle per job node
    (its CPUs and cards), each pinned to its inventory node by Ray's ``ray.io/node-id`` label,
    ``STRICT_SPREAD`` when every job node has its own Ray node (workers and the chief always do;
    parameter servers and batch tasks may share a node, then ``SPREAD``).  The group is created
@@ -37,9 +39,11 @@ the other Ray nodes, and the horovod mode refuses the job at submit saying so.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
 import logging
 import secrets
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -124,6 +128,10 @@ class RayBackend(Backend):
         except Exception as exc:  # ConnectionError, RuntimeError, ValueError depending on the failure
             raise BackendUnavailable(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
         self._address = address
+        # names this service's placement groups apart from those of services of other homes
+        # sharing the cluster (job ids are unique per home only)
+        where = f"{socket.gethostname()}:{config.home()}"
+        self._tag = hashlib.sha256(where.encode()).hexdigest()[:6]
         self._node_root = Path(node_root) if node_root else config.jobs_root()
         self._agent_class = ray.remote(NodeAgent)
         self._lock = threading.Lock()
@@ -262,7 +270,9 @@ class RayBackend(Backend):
             return bound
         from ray.util.placement_group import placement_group, remove_placement_group
 
-        name = f"ma-{placement.job_id}-{secrets.token_hex(4)}"
+        prefix = f"ma-{self._tag}-{placement.job_id}-"
+        self._remove_groups(prefix)
+        name = prefix + secrets.token_hex(4)
         hosts = [t.host for t in tasks]
         group = placement_group(
             [_bundle(task, node) for task, node in zip(tasks, nodes, strict=True)],
@@ -283,6 +293,21 @@ class RayBackend(Backend):
             raise
         tasks = [replace(task, ports=p) for task, p in zip(tasks, ports, strict=True)]
         return replace(bound, tasks=tuple(tasks), reservation=name)
+
+    def _remove_groups(self, prefix: str) -> None:
+        """Remove this home's placement groups of a job about to be bound: a job in the queue
+        holds none, so any found is what a service killed between reserving it and recording the
+        placement left behind."""
+        from ray.util import placement_group_table
+        from ray.util.placement_group import get_placement_group, remove_placement_group
+
+        for group in placement_group_table().values():
+            if group.get("name", "").startswith(prefix) and group.get("state") != "REMOVED":
+                try:
+                    remove_placement_group(get_placement_group(group["name"]))
+                    log.warning("removed the placement group %s left by an earlier service", group["name"])
+                except ValueError:
+                    pass
 
     def release(self, placement: Placement) -> None:
         """Give the ports back to the agents and remove the placement group."""

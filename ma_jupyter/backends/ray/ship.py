@@ -71,7 +71,11 @@ def unpack(archive: bytes, target: str | Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     os.chmod(partial, 0o755)  # the node's account reads it through the sandbox's bind
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-        tar.extractall(partial, filter="data")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+            tar.extractall(partial, filter="data")
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     shutil.rmtree(target, ignore_errors=True)
     os.replace(partial, target)
