@@ -12,7 +12,11 @@ temporary ``MA_JUPYTER_HOME`` and stops it at the end.
     from the finished log (against reading the file line by line; also shown: the client limited
     to the service path, and a whole-file read for scale).
 
-Medians over the repetitions; ratios are client / baseline (a, b) or client / file (c).
+(d) submit -> started with a working copy: the same first act from ``python start.py`` in an
+    algorithm folder of 50 small files, which each node copies before it starts, against the job
+    of (a) without an algorithm (run alternately).
+
+Medians over the repetitions; ratios are client / baseline (a, b, d) or client / file (c).
 """
 
 from __future__ import annotations
@@ -61,6 +65,26 @@ def bench_submit_to_started(client, reps: int) -> dict:
         popen_times.append(float(line) - t0)
         proc.wait()
     return _pair("submit -> started", job_times, popen_times, "s")
+
+
+def bench_started_with_copy(client, algo: Path, reps: int) -> dict:
+    """(d): submit -> started when the node first copies an algorithm folder, against none."""
+    (algo / "pkg").mkdir(parents=True, exist_ok=True)
+    (algo / "start.py").write_text(STARTED_CODE + "\n")
+    for i in range(49):
+        (algo / "pkg" / f"mod{i}.py").write_text(f"VALUE = {i}\n" * 40)
+    copied, bare = [], []
+    for i in range(reps):
+        for spec, times in (
+            ({"command": f"{PY} start.py", "algorithm": str(algo)}, copied),
+            ({"command": command(STARTED_CODE)}, bare),
+        ):
+            t0 = time.time()
+            job = client.submit(name=f"bench-copy-{i}", **spec)
+            times.append(float(next(iter(job.logs(follow=True)))) - t0)
+            job.wait(timeout=60)
+            job.delete()
+    return _pair("submit -> started, code copied", copied, bare, "s")
 
 
 def _follow_file(path: Path, stop: threading.Event, arrivals: list[tuple[float, str]], interval: float):
@@ -194,8 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=200_000, help="lines for the throughput job")
     args = parser.parse_args(argv)
 
-    with tempfile.TemporaryDirectory(prefix="ma-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="ma-bench-") as tmp,
+        tempfile.TemporaryDirectory(prefix="ma-bench-code-") as code,
+    ):
         home = Path(tmp)
+        # jobs may mount the benchmark's own algorithm folder, nothing else
+        (home / "cluster.toml").write_text(f'[mounts]\nallowed_roots = ["{code}"]\n')
         os.environ["MA_JUPYTER_HOME"] = str(home)
         from ma_jupyter.client import Client
 
@@ -208,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 bench_submit_to_started(client, args.reps),
                 bench_print_to_seen(client, home, max(3, args.reps // 2)),
                 *bench_throughput(client, home, max(3, args.reps), args.lines),
+                bench_started_with_copy(client, Path(code) / "algo", args.reps),
             ]
         finally:
             client.shutdown_service()

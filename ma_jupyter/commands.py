@@ -18,6 +18,7 @@ written (``$5``, ``a$``, ``$-``).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from .errors import InvalidSpec
 
@@ -35,7 +36,7 @@ def _wrap_hint(command: str) -> str:
     return f'wrap it in a shell yourself: bash -c "{inner}"'
 
 
-def _is_shell_wrapper(argv: list[str]) -> bool:
+def is_shell_wrapper(argv: list[str]) -> bool:
     """``bash -c "..."`` (or ``sh -c``): the user asked for a shell on purpose."""
     return len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in {"bash", "sh", "zsh", "dash"} and argv[1] == "-c"
 
@@ -133,7 +134,7 @@ def parse_command(command: str, *, field: str = "command") -> list[str]:
             f"set variables with --env KEY=VALUE, or {_wrap_hint(text)}",
             field=field,
         )
-    if _is_shell_wrapper(argv):
+    if is_shell_wrapper(argv):
         return argv
     for token in argv:
         if "$(" in token or "`" in token:
@@ -149,6 +150,25 @@ def parse_command(command: str, *, field: str = "command") -> list[str]:
     return argv
 
 
+def substitute(text: str, reference: Callable[[str], str], literal: Callable[[str], str] = str) -> str:
+    """``text`` rewritten in one pass: each ``${VAR}`` or ``$VAR`` becomes ``reference(VAR)``
+    and each run of text between references becomes ``literal(run)``.
+
+    The one reader of the variable syntax: :func:`expand` fills references in, the Kubernetes
+    export rewrites them into the manifest's own ``$(VAR)`` syntax.
+    """
+    out: list[str] = []
+    last = 0
+    for match in _VAR.finditer(text):
+        if match.start() > last:
+            out.append(literal(text[last : match.start()]))
+        out.append(reference(match.group(1) or match.group(2)))
+        last = match.end()
+    if last < len(text):
+        out.append(literal(text[last:]))
+    return "".join(out)
+
+
 def expand(text: str, env: dict[str, str]) -> str:
     """``text`` with each ``${VAR}`` and ``$VAR`` replaced by its value in ``env`` (the empty
     string when ``env`` lacks it), in one pass: what a value brings in is not expanded again."""
@@ -161,7 +181,7 @@ def expand_argv(argv: list[str], env: dict[str, str]) -> list[str]:
     The arguments of ``bash -c`` are left alone: that shell expands them itself.  An unknown
     variable expands to the empty string, as a shell would.
     """
-    if _is_shell_wrapper(argv):
+    if is_shell_wrapper(argv):
         return list(argv)
     return [expand(arg, env) for arg in argv]
 

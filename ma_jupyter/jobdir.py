@@ -13,9 +13,11 @@
     nodes/<node>/view.json          what the node runs (its view)
     nodes/<node>/placed.json        where a remote backend runs the node (the Ray node), service side
     nodes/<node>/hosts, hostname    bound over /etc/hosts, /etc/hostname
+    nodes/<node>/workdir.json       written by the node runner once the working copy is complete
     nodes/<node>/view/              in-view file roots (/job, /etc/mpi, /user/config)
     nodes/<node>/workspace/, home/, tmp/   symlink mode only
     outputs/                        the default outputs folder
+    workdir/<node>/                 the node's working copy, its /workspace/algorithm (kept across attempts)
     prepared/<source>-<name>-<ver>  data preparation copies
 
 A new service reads these files from jobs an older one launched (re-attach): the names are an
@@ -136,6 +138,11 @@ class NodeDir(_Folder):
         return self.root / "view.json"
 
     @property
+    def workdir_record(self) -> Path:
+        """The record of a complete working copy (``{"since": ns}``), written by the node runner."""
+        return self.root / "workdir.json"
+
+    @property
     def hosts(self) -> Path:
         return self.root / "hosts"
 
@@ -242,6 +249,14 @@ class JobDir(_Folder):
     @property
     def prepared(self) -> Path:
         return self.root / "prepared"
+
+    @property
+    def workdirs(self) -> Path:
+        return self.root / "workdir"
+
+    def workdir(self, node: str) -> Path:
+        """A node's working copy (shown at ``/workspace/algorithm``), kept across attempts."""
+        return self.workdirs / check_node_name(node)
 
     def prepared_dataset(self, source: str, name: str, version: str | None) -> Path:
         """The copy data preparation makes of one dataset version."""

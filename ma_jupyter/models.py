@@ -14,6 +14,7 @@ driver version and a dedicated pool; the parameter-server count belongs to Tenso
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from enum import Enum
@@ -24,6 +25,24 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .commands import parse_command
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+#: Size bounds of the spec's free fields (rule: every string and list a request carries is
+#: bounded, so a hostile body is a 400 naming the field, never a 500 or a huge row):
+#: a path is at most PATH_MAX; a command at most Linux's single-argument limit
+#: (MAX_ARG_STRLEN, 128 KiB), since a node receives it as one argument.
+MAX_PATH = 4096
+MAX_COMMAND = 128 << 10
+MAX_SHORT = 128
+MAX_MOUNTS = 64
+MAX_SPECS = 16
+MAX_TASKS = 256
+MAX_ENV = 1024
+#: the longest run duration: ten years (a larger number is a typo, and would overflow dates)
+MAX_DURATION = 10 * 366 * 86400.0
+#: no NUL byte: no path, argument or name the kernel takes can carry one
+NO_NUL = r"^[^\x00]*$"
+Path_ = Annotated[str, Field(max_length=MAX_PATH, pattern=NO_NUL)]
+Short = Annotated[str, Field(max_length=MAX_SHORT, pattern=NO_NUL)]
+Command = Annotated[str, Field(max_length=MAX_COMMAND, pattern=NO_NUL)]
 _COPY_SUFFIX = re.compile(r"-copy(?:-(\d+))?$")
 
 
@@ -54,7 +73,9 @@ def utcnow() -> datetime:
 class Strict(BaseModel):
     """Base of every wire model: unknown fields are an error, enums travel as their values."""
 
-    model_config = ConfigDict(extra="forbid", use_enum_values=False, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", use_enum_values=False, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 class JobType(str, Enum):
@@ -147,8 +168,10 @@ def parse_duration(value: Any) -> float | None:
             raise ValueError(f"{value!r} is not a duration: use seconds or a text like 30m, 2h, 1d12h")
         d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
         seconds = d * 86400 + h * 3600 + m * 60 + s
-    if seconds <= 0:
+    if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError("a duration must be positive")
+    if seconds > MAX_DURATION:
+        raise ValueError("a duration is at most ten years (315 m seconds)")
     return seconds
 
 
@@ -170,7 +193,7 @@ class DatasetMount(Strict):
     """A dataset shown at ``/workspace/dataset/<source>/<name>[/<version>]`` (read-only by default)."""
 
     name: str = Field(pattern=NAME_PATTERN)
-    path: str = Field(description="Host folder holding the data.")
+    path: Path_ = Field(description="Host folder holding the data.")
     source: DatasetSource = DatasetSource.private
     version: str | None = Field(default=None, pattern=NAME_PATTERN)
     read_only: bool = True
@@ -180,14 +203,14 @@ class AnnotationMount(Strict):
     """An annotation set shown at ``/workspace/anno_dataset/<name>/annotation`` (read-only)."""
 
     name: str = Field(pattern=NAME_PATTERN)
-    path: str
+    path: Path_
 
 
 class ModelMount(Strict):
     """A model shown at ``/workspace/model/<source>/<name>[/<version>]``; always read-only."""
 
     name: str = Field(pattern=NAME_PATTERN)
-    path: str
+    path: Path_
     source: ModelSource = ModelSource.private
     version: str | None = Field(default=None, pattern=NAME_PATTERN)
 
@@ -196,7 +219,7 @@ class VolumeMount(Strict):
     """A writable storage volume shown at ``/workspace/volume/<name>``."""
 
     name: str = Field(pattern=NAME_PATTERN)
-    path: str
+    path: Path_
 
 
 # ------------------------------------------------------------------------------ job pieces
@@ -210,9 +233,9 @@ class Image(Strict):
     the interpreter the service itself runs on.
     """
 
-    python: str | None = None
-    venv: str | None = None
-    conda_env: str | None = None
+    python: Path_ | None = None
+    venv: Path_ | None = None
+    conda_env: Path_ | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Image:
@@ -225,8 +248,8 @@ class Image(Strict):
 class BatchTask(Strict):
     """One task of a batch job: its own algorithm folder and command; outputs go to ``<name>-<N>/``."""
 
-    algorithm: str | None = None
-    command: str
+    algorithm: Path_ | None = None
+    command: Command
 
     @field_validator("command")
     @classmethod
@@ -257,16 +280,16 @@ class CheckpointResume(Strict):
 
     max_resumes: int = Field(default=3, ge=1, le=100)
     grace_period: float = Field(default=30.0, gt=0, le=3600)
-    elastic_min_nodes: int | None = Field(default=None, ge=1)
-    perf_threshold: float | None = Field(default=None, gt=0)
+    elastic_min_nodes: int | None = Field(default=None, ge=1, le=64)
+    perf_threshold: float | None = Field(default=None, gt=0, le=1e6)
     perf_policy: PerfPolicy = PerfPolicy.alert
 
 
 class Lifecycle(Strict):
     """Lifecycle scripts (each a command under the run-command rules) run on every node."""
 
-    on_start: str | None = None
-    on_stop: str | None = None
+    on_start: Command | None = None
+    on_stop: Command | None = None
 
     @field_validator("on_start", "on_stop")
     @classmethod
@@ -280,6 +303,10 @@ EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=2
 #: An environment value: no NUL byte (the kernel cannot pass one; it ends the value) and at
 #: most 64 KiB (each value travels as one argument of the node's launcher).
 EnvValue = Annotated[str, Field(max_length=65536)]
+#: What a secret value is shown as, everywhere but the node's own environment.
+SECRET_MASK = "***"
+#: An ``env`` value starting with this is a secret: it moves to ``secret_env`` without it.
+SECRET_PREFIX = "secret:"
 
 
 class JobSpec(Strict):
@@ -289,43 +316,67 @@ class JobSpec(Strict):
     type: JobType = JobType.regular
     priority: Priority = Priority.normal
     access: Access = Access.ro
-    creator: str | None = Field(default=None, description="Filled in by the service from the caller.")
-    datasets: list[DatasetMount] = []
-    annotations: list[AnnotationMount] = []
-    models: list[ModelMount] = []
-    volumes: list[VolumeMount] = []
-    algorithm: str | None = Field(default=None, description="Host folder shown at /workspace/algorithm.")
+    creator: Short | None = Field(default=None, description="Filled in by the service from the caller.")
+    datasets: list[DatasetMount] = Field(default=[], max_length=MAX_MOUNTS)
+    annotations: list[AnnotationMount] = Field(default=[], max_length=MAX_MOUNTS)
+    models: list[ModelMount] = Field(default=[], max_length=MAX_MOUNTS)
+    volumes: list[VolumeMount] = Field(default=[], max_length=MAX_MOUNTS)
+    algorithm: Path_ | None = Field(default=None, description="Host folder shown at /workspace/algorithm.")
     algorithm_read_only: bool = True
-    outputs: str | None = Field(
+    outputs: Path_ | None = Field(
         default=None, description="Host folder shown at /workspace/outputs (writable)."
     )
     mode: Mode = Mode.single
-    specs: list[str] = Field(default_factory=lambda: ["cpu.small"], min_length=1)
-    node_name: str | None = None
-    driver_version: str | None = None
-    pool: str | None = None
+    specs: list[Short] = Field(default_factory=lambda: ["cpu.small"], min_length=1, max_length=MAX_SPECS)
+    node_name: Short | None = None
+    driver_version: Short | None = None
+    pool: Short | None = None
     image: Image = Image()
     nodes: int = Field(default=1, ge=1, le=64)
     ps: int = Field(default=0, ge=0, le=64, description="TensorFlow parameter servers; 0 = AllReduce.")
     chief: bool = Field(default=False, description="TensorFlow: add a chief task (ParameterServerStrategy).")
     convention: Convention = Convention.platform
-    command: str | None = None
-    tasks: list[BatchTask] = []
+    command: Command | None = None
+    tasks: list[BatchTask] = Field(default=[], max_length=MAX_TASKS)
     fault_restart: FaultRestart | None = None
     checkpoint_resume: CheckpointResume | None = None
     data_preparation: bool = False
     debug_terminal: bool = False
     duration: float | None = Field(
-        default=None, description="Run duration in seconds; past it the job expires."
+        default=None, gt=0, le=MAX_DURATION, description="Run duration in seconds; past it the job expires."
     )
     lifecycle: Lifecycle = Lifecycle()
-    env: dict[EnvName, EnvValue] = {}
-    workdir: str | None = Field(
+    env: dict[EnvName, EnvValue] = Field(default={}, max_length=MAX_ENV)
+    secret_env: dict[EnvName, EnvValue] = Field(
+        default={},
+        max_length=MAX_ENV,
+        description="Variables whose values are secret: kept apart from the job, given to its nodes "
+        "at launch only, shown as *** everywhere else.  An env value 'secret:V' is the same as V here.",
+    )
+    workdir: Path_ | None = Field(
         default=None, description="Working directory inside the node; default /workspace/algorithm."
     )
     grace_period: float = Field(
         default=10.0, gt=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_prefix(cls, data: Any) -> Any:
+        # ``env: {K: "secret:V"}`` is ``secret_env: {K: "V"}``: one way to say it on a command line
+        env = data.get("env") if isinstance(data, dict) else None
+        if not isinstance(env, dict) or not any(
+            isinstance(v, str) and v.startswith(SECRET_PREFIX) for v in env.values()
+        ):
+            return data
+        secrets = dict(data.get("secret_env") or {}) if isinstance(data.get("secret_env"), dict) else {}
+        plain = {}
+        for key, value in env.items():
+            if isinstance(value, str) and value.startswith(SECRET_PREFIX):
+                secrets[key] = value.removeprefix(SECRET_PREFIX)
+            else:
+                plain[key] = value
+        return {**data, "env": plain, "secret_env": secrets}
 
     @field_validator("duration", mode="before")
     @classmethod
@@ -346,7 +397,7 @@ class JobSpec(Strict):
             parse_command(v)
         return v
 
-    @field_validator("env")
+    @field_validator("env", "secret_env")
     @classmethod
     def _env_values(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
@@ -356,8 +407,17 @@ class JobSpec(Strict):
                 )
         return v
 
+    def masked(self) -> JobSpec:
+        """This spec with each secret value replaced by :data:`SECRET_MASK` (names kept)."""
+        if not self.secret_env:
+            return self
+        return self.model_copy(update={"secret_env": dict.fromkeys(self.secret_env, SECRET_MASK)})
+
     @model_validator(mode="after")
     def _cross_field_rules(self) -> JobSpec:
+        both = sorted(set(self.env) & set(self.secret_env))
+        if both:
+            raise ValueError(f"secret_env: {', '.join(both)} also in env; give each variable once")
         if self.node_name and (self.driver_version or self.pool):
             raise ValueError(
                 "node_name cannot be combined with driver_version or pool: choose a node, or let the scheduler pick one"
@@ -501,6 +561,18 @@ class Job(Strict):
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def log_node(self) -> str:
+        """The node whose log a reader gets without naming one: the first primary node of the
+        launched ones; before the launch, the node that will be (TensorFlow's chief when the
+        job has one, else worker-0)."""
+        for run in self.nodes:
+            if run.primary:
+                return run.name
+        if self.spec.mode is Mode.tensorflow and self.spec.chief:
+            return "chief-0"
+        return "worker-0"
+
 
 class Event(Strict):
     """One change in a job's life: a status (or a notice while the status stays) with a reason."""
@@ -550,8 +622,14 @@ class Mount(Strict):
     source: str
     target: str
     read_only: bool
-    kind: str = Field(description="algorithm, dataset, annotation, model, outputs or volume")
+    kind: str = Field(
+        description="algorithm, dataset, annotation, model, outputs, volume, workdir (the node's working copy) or cache"
+    )
     create: bool = Field(default=False, description="The backend creates source at launch.")
+    copy_of: str | None = Field(
+        default=None,
+        description="A working copy's original: copied into source before the node's first phase.",
+    )
 
 
 class ImageInfo(Strict):
@@ -622,7 +700,7 @@ class User(Strict):
 class NewUser(Strict):
     """``POST /users``: the user to add."""
 
-    name: str = Field(description="Letters, digits and _ . @ -; at most 64.")
+    name: str = Field(max_length=64, description="Letters, digits and _ . @ -; at most 64.")
     admin: bool = False
 
 
@@ -630,6 +708,15 @@ class UserToken(User):
     """A user with a token just made for it: the only time the token is shown."""
 
     token: str
+
+
+class CacheInfo(Strict):
+    """One user's persistent cache (``~/.cache`` in their jobs' nodes) and what it holds."""
+
+    user: str
+    path: str = Field(description="Its host folder.")
+    bytes: int = 0
+    files: int = 0
 
 
 def json_schemas() -> dict[str, Any]:
@@ -648,6 +735,13 @@ def describe_validation_error(exc: Any) -> str:
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         if err.get("type") == "extra_forbidden":
             msg = "unknown field: check its spelling (see JobSpec for the fields)"
+        elif err.get("type") == "string_pattern_mismatch" and (err.get("ctx") or {}).get("pattern") == NO_NUL:
+            msg = "holds a NUL byte, which no path, command or name can carry; remove it"
+        elif (
+            err.get("type") == "string_pattern_mismatch"
+            and (err.get("ctx") or {}).get("pattern") == NAME_PATTERN
+        ):
+            msg = "a name is 1 to 63 letters, digits, '-', '_' or '.', starting with a letter or digit"
         lines.append(f"{where}: {msg}")
     return "; ".join(lines)
 

@@ -52,3 +52,15 @@ def stop_every_job(supervisor, timeout: float = 60.0) -> None:
             supervisor.request_stop(job.id)
         supervisor.tick()
         supervisor.wait_idle()
+
+
+# A tqdm-style bar: one line of 400 redraws (about 14,000 characters) ended by the result.
+PROGRESS_BAR = (
+    "import sys\n"
+    "for i in range(1, 401):\n"
+    "    sys.stderr.write(f'\\rtraining {i:3d}/400 |' + '#' * (i // 20) + ' ' * (20 - i // 20) + '|')\n"
+    "    sys.stderr.flush()\n"
+    "sys.stderr.write(' loss=0.0123\\n')\n"
+    "print('after the bar', flush=True)\n"
+)
+BAR_FINAL = "training 400/400 |####################| loss=0.0123"

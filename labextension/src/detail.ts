@@ -27,11 +27,43 @@ function streamKey(stream: { node: string; rank?: number | null }): string {
     : `${stream.node}/rank-${stream.rank}`;
 }
 
+/**
+ * What a terminal shows of one log line, the rule of `render.visible_line` in Python: `\r`
+ * goes back to the line start and `\b` one character back, and what follows overwrites (a
+ * progress bar shows its last state).
+ */
+export function visibleLine(line: string): string {
+  if (!line.includes('\r') && !line.includes('\b')) {
+    return line;
+  }
+  const chars: string[] = [];
+  let column = 0;
+  for (const char of line) {
+    if (char === '\r') {
+      column = 0;
+    } else if (char === '\b') {
+      column = Math.max(0, column - 1);
+    } else {
+      if (column < chars.length) {
+        chars[column] = char;
+      } else {
+        chars.push(char);
+      }
+      column += 1;
+    }
+  }
+  return chars.join('');
+}
+
 /** Follows one log stream into a <pre> until the job ends or it is cancelled. */
 class LogFollower {
   private controller = new AbortController();
   private offset = 0;
   private stopped = false;
+  /** the finished lines shown, each as `visibleLine` made it */
+  private shown = '';
+  /** the raw text after the last newline (a progress bar being drawn) */
+  private partial = '';
 
   constructor(
     private readonly jobId: string,
@@ -44,11 +76,20 @@ class LogFollower {
 
   private append(text: string): void {
     const stick = this.pre.scrollTop + this.pre.clientHeight >= this.pre.scrollHeight - 8;
-    let content = (this.pre.textContent ?? '') + text;
-    if (content.length > LOG_KEEP_CHARS) {
-      content = content.slice(content.length - LOG_KEEP_CHARS);
+    const raw = this.partial + text;
+    const cut = raw.lastIndexOf('\n');
+    if (cut >= 0) {
+      this.shown += raw
+        .slice(0, cut)
+        .split('\n')
+        .map(line => visibleLine(line) + '\n')
+        .join('');
+      if (this.shown.length > LOG_KEEP_CHARS) {
+        this.shown = this.shown.slice(this.shown.length - LOG_KEEP_CHARS);
+      }
     }
-    this.pre.textContent = content;
+    this.partial = raw.slice(cut + 1);
+    this.pre.textContent = this.shown + visibleLine(this.partial);
     if (stick) {
       this.pre.scrollTop = this.pre.scrollHeight;
     }
@@ -300,8 +341,12 @@ export class JobDetailView implements View {
         )
       )
     );
+    // the stream shown first is the job's first primary node: the chief when there is one
+    const primary = (this.job.nodes ?? []).find(node => node.primary !== false)?.name;
     if (current && keys.includes(current)) {
       this.streamSelect.value = current;
+    } else if (primary && keys.includes(primary)) {
+      this.streamSelect.value = primary;
     }
     if (!this.follower && streams.length > 0) {
       this.follow(this.streamSelect.value || keys[0]);

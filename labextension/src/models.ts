@@ -157,6 +157,8 @@ export interface JobSpec {
   duration?: number | null;
   lifecycle?: Lifecycle;
   env?: Record<string, string>;
+  /** Variables whose values are secret: kept apart from the job, given to its nodes at launch only, shown as *** everywhere else.  An env value 'secret:V' is the same as V here. */
+  secret_env?: Record<string, string>;
   /** Working directory inside the node; default /workspace/algorithm. */
   workdir?: string | null;
   /** Seconds between SIGTERM and SIGKILL on stop. */
@@ -214,10 +216,12 @@ export interface Mount {
   source: string;
   target: string;
   read_only: boolean;
-  /** algorithm, dataset, annotation, model, outputs or volume */
+  /** algorithm, dataset, annotation, model, outputs, volume, workdir (the node's working copy) or cache */
   kind: string;
   /** The backend creates source at launch. */
   create?: boolean;
+  /** A working copy's original: copied into source before the node's first phase. */
+  copy_of?: string | null;
 }
 
 /** One compute node of the cluster and what is in use on it now. */

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..errors import InvalidSpec
 from ..jobdir import JobDir
-from ..models import Job, JobSpec, LogStream, Node, NodeLaunch, NodeRun
+from ..models import CacheInfo, Job, JobSpec, LogStream, Node, NodeLaunch, NodeRun
 from ..modes.base import NodePlan, Placement, RemoteShell
 
 
@@ -168,6 +169,12 @@ class Backend(ABC):
         Returns only when no process of these nodes is left (no orphans, whatever the job's
         processes did with their own sessions)."""
 
+    def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
+        """The Python files of the job's algorithm folder (path below it → text), read for
+        advice only (the warning of :mod:`ma_jupyter.modes.single_copy`); None when the backend
+        cannot read them completely and safely.  The default reads nothing."""
+        return None
+
     @abstractmethod
     def log_streams(self, job: Job) -> list[LogStream]:
         """Every log stream of ``job``: each node's combined log (rank None), then its per-rank
@@ -191,6 +198,28 @@ class Backend(ABC):
         readable report (``worker-0 left a FIFO at ...``); or None (no report).
 
         Works in a fresh service process; never blocks on a file the job controls."""
+
+    def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
+        """One sentence explaining the failed node ``run`` from its last log ``lines`` in terms of
+        the backend's view, e.g. a write to a read-only folder: which mount it was and how to
+        change it; None when nothing is recognised (the default)."""
+        del attempt, run, lines
+        return None
+
+    def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
+        """The persistent cache of ``user`` (``every_user``: of every user) that the backend keeps
+        between their jobs; the default keeps none."""
+        del user, every_user
+        return []
+
+    def clear_cache(self, user: str | None) -> None:
+        """Empty ``user``'s persistent cache, at once (whatever removing its files takes happens
+        in the background).  The supervisor calls it only while no job of the user runs.
+
+        Raises:
+            InvalidSpec: the backend keeps no caches (the default).
+        """
+        raise InvalidSpec(f"the {self.name} backend keeps no caches between jobs")
 
 
 class LogSource(Protocol):

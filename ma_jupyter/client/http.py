@@ -31,6 +31,7 @@ import requests
 from .. import config
 from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
 from ..models import (
+    CacheInfo,
     Event,
     Job,
     JobPage,
@@ -46,7 +47,7 @@ from ..models import (
 )
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .service import read_runtime, start_service, stop_service_process
-from .snapshot import ship_working_folder
+from .snapshot import names_local_file, ship_working_folder
 from .spec import spec_body
 
 API_PREFIX = "/api/v1"
@@ -222,8 +223,10 @@ class Client:
         timeout: float | None = None,
         headers: dict[str, str] | None = None,
         retry_for: float | None = None,
+        text: bool = False,
     ) -> Any:
-        """One API call; JSON answer (None for 204); typed errors for 4xx/5xx.
+        """One API call; JSON answer (None for 204; the body as text with ``text``); typed errors
+        for 4xx/5xx.
 
         Every call is safe to repeat, so a connection that is refused, reset or dropped before
         the answer (a service restarting, even after ``kill -9``) is retried for up to
@@ -275,7 +278,7 @@ class Client:
             except ValueError:
                 body = {"message": f"the job service answered HTTP {r.status_code}: {r.text[:200]}"}
             raise error_from_body(r.status_code, body if isinstance(body, dict) else None)
-        return r.json()
+        return r.text if text else r.json()
 
     # ------------------------------------------------------------------------------- jobs
 
@@ -334,6 +337,53 @@ class Client:
         if shipped:
             plan.notes.append(shipped.replace("shipped ", "would ship ", 1))
         return plan
+
+    def export(
+        self, job_id: str, format: str = "k8s", *, image: str | None = None, mounts_as: str | None = None
+    ) -> str:
+        """What job ``job_id`` would be on another platform, as that platform's text.
+
+        Args:
+            job_id: the job (yours, or another user's you may view).
+            format: ``k8s``: Kubernetes manifests, multi-document YAML for ``kubectl apply -f``
+                (an Indexed Job per role, a headless Service; :mod:`ma_jupyter.export.k8s`).
+            image: the container image (default: one for the job's mode).
+            mounts_as: ``pvc`` (claims standing for the host folders, the default) or
+                ``hostpath`` (the host folders themselves).
+
+        Raises:
+            InvalidSpec: an unknown format (the message names the known ones), or a job the
+                format cannot express (it says why).
+            NotFound: no such job (or it is hidden from this user).
+        """
+        params = {"format": format, "image": image, "mounts_as": mounts_as}
+        return self._request("GET", f"/jobs/{_segment(job_id)}/export", params=params, text=True)
+
+    def export_spec(
+        self,
+        spec: JobSpec | dict[str, Any] | None = None,
+        format: str = "k8s",
+        *,
+        image: str | None = None,
+        mounts_as: str | None = None,
+        **fields: Any,
+    ) -> str:
+        """What a job would be on another platform, without submitting it (``--dry-run --format``).
+
+        Args:
+            spec, **fields: as for :meth:`submit`; a command naming a file of the current folder
+                without ``algorithm`` gets this folder as its ``/workspace/algorithm``, as a
+                submit would ship it (nothing is copied).
+            format, image, mounts_as: as for :meth:`export`.
+
+        Raises:
+            InvalidSpec: as for :meth:`submit` and :meth:`export`.
+        """
+        body = self._spec_body(spec, fields)
+        if not body.get("algorithm") and names_local_file(body.get("command"), Path.cwd()):
+            body["algorithm"] = str(Path.cwd())
+        params = {"format": format, "image": image, "mounts_as": mounts_as}
+        return self._request("POST", "/export", params=params, json_body=body, text=True)
 
     @staticmethod
     def _spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
@@ -563,6 +613,19 @@ class Client:
         """
         source = self.get(job_id).spec.model_dump(mode="json", exclude={"creator"}, exclude_unset=True)
         return self.submit({**source, **fields})
+
+    # ------------------------------------------------------------------------ caches
+
+    def cache(self, every_user: bool = False) -> list[CacheInfo]:
+        """The size of the caller's persistent cache (``~/.cache`` in their jobs); with
+        ``every_user``, of every user's (admins only)."""
+        params = {"all": "true"} if every_user else None
+        return [CacheInfo.model_validate(c) for c in self._request("GET", "/cache", params=params)]
+
+    def clear_cache(self) -> CacheInfo:
+        """Empty the caller's persistent cache; what it held.  Refused (Conflict) while a job of
+        the caller runs."""
+        return CacheInfo.model_validate(self._request("DELETE", "/cache"))
 
     # ------------------------------------------------------------------------ service
 

@@ -223,9 +223,10 @@ def read_all(client: Client, job_id: str, node: str, rank: int | None) -> str:
 
 
 def node_streams(client: Client, job: Job) -> list[StreamKey]:
-    """The node logs of a job (not the per-rank ones); worker-0 before any exists."""
+    """The node logs of a job (not the per-rank ones); its first node (:attr:`Job.log_node`)
+    before any exists."""
     streams = [(s.node, s.rank) for s in client.log_streams(job.id) if s.rank is None]
-    return streams or [(n.name, None) for n in job.nodes] or [("worker-0", None)]
+    return streams or [(n.name, None) for n in job.nodes] or [(job.log_node, None)]
 
 
 def fully_shown(client: Client, job_id: str, offsets: dict[str, int]) -> bool:

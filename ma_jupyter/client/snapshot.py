@@ -146,8 +146,8 @@ def ship_working_folder(body: dict, cwd: Path | None = None) -> str | None:
     files, size = folder_size(cwd, SHIP_LIMIT)
     if size > SHIP_LIMIT:
         raise InvalidSpec(
-            f"the command names a file in {cwd}, which is shipped to the job when no --algorithm is "
-            f"given, but the folder holds more than {SHIP_LIMIT >> 20} MB: pass --algorithm with a "
+            f"the command names a file in {cwd}, which is shipped to the job when no --code-dir is "
+            f"given, but the folder holds more than {SHIP_LIMIT >> 20} MB: pass --code-dir with a "
             "folder holding only the code, and mount data with --dataset",
             field="algorithm",
         )

@@ -2,8 +2,12 @@
 
 Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
 [options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
-``specs``, ``nodes``, ``tensorboard``, ``whoami``, ``users list|add|remove|token``.  A JOB
-argument is a job id or the exact name of a single job.
+``export``, ``specs``, ``nodes``, ``tensorboard``, ``cache``, ``whoami``, ``users
+list|add|remove|token``.  A JOB argument is a job id or the exact name of a single job.
+
+``export JOB --format k8s`` prints what the job would be on a Kubernetes cluster (YAML for
+``kubectl apply -f``); ``submit --dry-run --format k8s ...`` does the same for a job not
+submitted.
 
 Every command acts as the user of ``$MA_JUPYTER_TOKEN``, else as the service owner (whose token
 is in the service's runtime file).
@@ -65,6 +69,7 @@ def build_cli() -> options.OptionsParser:
         action="store_true",
         help="print the job's log as it is written, then wait for its end",
     )
+    _export_options(submit, dry_run=True)
     submit.add_argument("command", nargs="*", help="the run command (after --)")
 
     clone = commands.add_parser(
@@ -81,6 +86,7 @@ def build_cli() -> options.OptionsParser:
         action="store_true",
         help="print the job's log as it is written, then wait for its end",
     )
+    _export_options(clone, dry_run=True)
     clone.add_argument("command", nargs="*", help="a new run command (after --); default the job's")
 
     jobs = commands.add_parser("jobs", help="list jobs")
@@ -122,6 +128,10 @@ def build_cli() -> options.OptionsParser:
     update = job_command("update", "change a queued job's priority or a running job's duration")
     update.add_argument("--priority", choices=["normal", "urgent", "very-urgent"])
     update.add_argument("--duration", help="seconds or 30m, 2h, 1d")
+    exported = job_command(
+        "export", "print what the job would be on another platform (Kubernetes)", json_flag=False
+    )
+    _export_options(exported, dry_run=False)
     tensorboard = job_command("tensorboard", "open the job's TensorBoard (prints its URL)", json_flag=False)
     tensorboard.add_argument("--stop", action="store_true", help="stop it instead")
 
@@ -148,7 +158,34 @@ def build_cli() -> options.OptionsParser:
     users_token.add_argument("--json", action="store_true", help="print JSON")
     users_remove = user_actions.add_parser("remove", help="remove a user: its token stops working at once")
     users_remove.add_argument("name", metavar="NAME")
+    cache = commands.add_parser(
+        "cache",
+        help="show (or clear) your persistent cache, ~/.cache in every node of your jobs",
+        description="Your jobs share one cache, ~/.cache in their nodes (compiled torch and DeepSpeed "
+        "extensions, Hugging Face downloads, pip wheels): its size, or --clear to empty it.",
+    )
+    cache.add_argument("--clear", action="store_true", help="empty it (refused while a job of yours runs)")
+    cache.add_argument("--all", action="store_true", help="every user's (admins only)")
+    cache.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def _export_options(parser: argparse.ArgumentParser, *, dry_run: bool) -> None:
+    """``--format``, ``--container-image``, ``--mounts-as`` (on submit and clone: with ``--dry-run``)."""
+    group = parser.add_argument_group("export" + (" (with --dry-run)" if dry_run else ""))
+    group.add_argument(
+        "--format",
+        metavar="FORMAT",
+        default=None if dry_run else "k8s",
+        help="k8s: Kubernetes manifests (an Indexed Job per role, a headless Service), YAML"
+        + ("" if dry_run else " (the default)"),
+    )
+    group.add_argument("--container-image", metavar="IMAGE", help="the image (default: one for the mode)")
+    group.add_argument(
+        "--mounts-as",
+        choices=["pvc", "hostpath"],
+        help="the /workspace folders as PersistentVolumeClaim placeholders (default) or hostPath volumes",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -235,7 +272,20 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
-    """Submit (or, with ``--dry-run``, plan) ``spec``; then ``--wait`` / ``--follow``."""
+    """Submit (or, with ``--dry-run``, plan or export) ``spec``; then ``--wait`` / ``--follow``."""
+    if args.format is None and (args.container_image or args.mounts_as):
+        raise InvalidSpec("--container-image and --mounts-as shape an export: add --dry-run --format k8s")
+    if args.format is not None:
+        if not args.dry_run:
+            raise InvalidSpec(
+                f"--format {args.format} prints what the job would be elsewhere and submits nothing: add "
+                "--dry-run (or export a submitted job with `ma-jupyter export JOB --format k8s`)"
+            )
+        print(
+            client.export_spec(spec, args.format, image=args.container_image, mounts_as=args.mounts_as),
+            end="",
+        )
+        return EXIT_OK
     if args.dry_run:
         plan = client.plan(spec)
         if args.json:
@@ -328,7 +378,7 @@ def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> No
     if not follow:
         for node in _node_names(handle):
             for line in handle.logs(follow=False, node=node, rank=rank):
-                print(f"[{node}] {line}")
+                print(f"[{node}] {render.visible_line(line)}")
         return
     streams = LogStreams(handle.client, handle.id)
     looked = 0.0
@@ -344,11 +394,11 @@ def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> No
                     for node in _node_names(handle):  # nodes of earlier attempts only
                         streams.follow((node, rank))
             for key, line in streams.drain(timeout=0.2):
-                sys.stdout.write(f"[{stream_label(key)}] {line}\n")
+                sys.stdout.write(f"[{stream_label(key)}] {render.visible_line(line)}\n")
             sys.stdout.flush()
             if ended and (streams.finished() or not streams.streams):
                 for key, line in streams.drain():
-                    sys.stdout.write(f"[{stream_label(key)}] {line}\n")
+                    sys.stdout.write(f"[{stream_label(key)}] {render.visible_line(line)}\n")
                 break
     finally:
         streams.stop()
@@ -402,6 +452,13 @@ def _update(args: argparse.Namespace) -> int:
     handle = resolve_job(client, args.job)
     job = client.update(handle.id, priority=args.priority, duration=args.duration)
     _out(job.model_dump(mode="json") if args.json else render.format_job(job), args)
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    client = Client()
+    handle = resolve_job(client, args.job)
+    print(client.export(handle.id, args.format, image=args.container_image, mounts_as=args.mounts_as), end="")
     return EXIT_OK
 
 
@@ -490,6 +547,28 @@ def _users(args: argparse.Namespace) -> int:
         f"{'added' if args.action == 'add' else 'new token for'} {role} {made.name}: this token is shown "
         "only now; its holder sets MA_JUPYTER_TOKEN to it"
     )
+
+
+def _cache(args: argparse.Namespace) -> int:
+    client = Client()
+    if args.clear:
+        if args.all:
+            raise InvalidSpec("--clear empties your own cache only: drop --all")
+        held = client.clear_cache()
+        if args.json:
+            _out(held.model_dump(mode="json"), args)
+        else:
+            print(
+                f"cleared the cache of {held.user}: {render.size(held.bytes)} in {held.files} file(s) removed"
+            )
+        return EXIT_OK
+    found = client.cache(every_user=args.all)
+    if args.json:
+        _out([c.model_dump(mode="json") for c in found], args)
+        return EXIT_OK
+    rows = [["USER", "SIZE", "FILES", "FOLDER"]]
+    rows += [[c.user, render.size(c.bytes), str(c.files), c.path] for c in found]
+    print(render.text_table(rows), end="")
     return EXIT_OK
 
 
@@ -507,9 +586,11 @@ _COMMANDS = {
     "stop": _stop,
     "delete": _delete,
     "update": _update,
+    "export": _export,
     "tensorboard": _tensorboard,
     "specs": _specs,
     "nodes": _nodes,
+    "cache": _cache,
 }
 
 
@@ -536,9 +617,10 @@ def _submitted(handle: JobHandle) -> str:
 
 
 def _print_lines(lines: Any) -> None:
-    write, flush = sys.stdout.write, sys.stdout.flush
+    """Each line as a terminal shows it (a progress bar's last state), flushed at once."""
+    write, flush, visible = sys.stdout.write, sys.stdout.flush, render.visible_line
     for line in lines:
-        write(line + "\n")
+        write(visible(line) + "\n")
         flush()  # a follower sees each line as soon as the job prints it
 
 

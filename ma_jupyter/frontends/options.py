@@ -150,6 +150,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--env", action="append", metavar="KEY=VALUE", help="environment variable for every node (repeatable)"
     )
     run.add_argument(
+        "--secret-env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="secret environment variable: given to the nodes only, shown as *** (repeatable)",
+    )
+    run.add_argument(
         "--image",
         metavar="PYTHON|VENV|conda:ENV",
         help="Python environment: interpreter, venv folder or conda env",
@@ -340,14 +346,19 @@ def spec_from_args(
             spec.get("volumes"), [_plain_mount(v, root, "--volume") for v in get("volume")]
         )
 
-    if get("env"):
-        env = dict(spec.get("env") or {})
-        for item in get("env"):
+    for option, field in (("env", "env"), ("secret_env", "secret_env")):
+        if not get(option):
+            continue
+        env = dict(spec.get(field) or {})
+        flag = "--" + option.replace("_", "-")
+        for item in get(option):
             key, sep, value = item.partition("=")
             if not sep or not key:
-                raise InvalidSpec(f"--env {item!r}: expected KEY=VALUE, e.g. --env LR=0.01", field="env")
+                # the value of a secret is never echoed back
+                shown = item if field == "env" else f"{key}=..."
+                raise InvalidSpec(f"{flag} {shown!r}: expected KEY=VALUE, e.g. {flag} LR=0.01", field=field)
             env[key] = value
-        spec["env"] = env
+        spec[field] = env
 
     if get("image") is not None:
         spec["image"] = _image(get("image"), root)

@@ -58,7 +58,8 @@ def plan_summary(plan: Plan) -> str:
             print("  mounts:", file=out)
             for mount in node.mounts:
                 mode = "ro" if mount.read_only else "rw"
-                print(f"    {mount.target} <- {mount.source} ({mode})", file=out)
+                copy = f", a copy of {mount.copy_of}" if mount.copy_of else ""
+                print(f"    {mount.target} <- {mount.source} ({mode}{copy})", file=out)
     return out.getvalue().rstrip("\n")
 
 
@@ -92,7 +93,68 @@ def plan_text(plan: Plan) -> str:
 def _mount(mount: Mount) -> str:
     mode = "ro" if mount.read_only else "rw"
     extra = f"kind={mount.kind}" + (", created at launch" if mount.create else "")
+    if mount.copy_of:
+        extra += f", a copy of {mount.copy_of} made at the node's first launch"
     return f"{mount.target} <- {mount.source} ({mode}) [{extra}]"
+
+
+def visible_line(line: str) -> str:
+    """What a terminal shows of one log line: progress bars (tqdm, Keras) redraw themselves with
+    carriage returns and backspaces, and only their last state should be shown.
+
+    Rules, applied left to right as a terminal does:
+
+    1. ``\\r`` moves back to the start of the line; what follows overwrites the characters
+       there (a shorter redraw leaves the tail of a longer one, as on a terminal).
+    2. ``\\b`` moves one character back (never before the start); what follows overwrites.
+    3. Every other character is written at the current position, which then moves on.
+
+    The log files keep the raw bytes; readers apply this per line before cutting a long one.
+    The sidebar's ``visibleLine`` (``labextension/src/detail.ts``) is the same rule.
+    """
+    if "\r" not in line and "\b" not in line:
+        return line
+    if "\b" not in line:
+        # Only rule 1: the last redraw, completed by whatever longer earlier one stands out.
+        parts = line.split("\r")
+        shown = parts[-1]
+        for part in reversed(parts[:-1]):
+            if len(part) > len(shown):
+                shown += part[len(shown) :]
+        return shown
+    chars: list[str] = []
+    column = 0
+    for char in line:
+        if char == "\r":
+            column = 0
+        elif char == "\b":
+            column = max(0, column - 1)
+        else:
+            if column < len(chars):
+                chars[column] = char
+            else:
+                chars.append(char)
+            column += 1
+    return "".join(chars)
+
+
+def log_lines(text: str) -> list[str]:
+    """A log's text as visible lines (:func:`visible_line`): split at newlines only, since a
+    carriage return alone redraws its line rather than ending it."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [visible_line(line) for line in lines]
+
+
+def size(count: int) -> str:
+    """A size in bytes as people read it: ``0 bytes``, ``12.3 kB``, ``4.0 MB``, ``1.2 GB``."""
+    value = float(count)
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{count} bytes"
 
 
 def format_seconds(seconds: float) -> str:

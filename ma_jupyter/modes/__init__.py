@@ -66,8 +66,9 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
             "MA_SPEC": placement.spec.name,
         }
         platform = {**common, **node.env}
-        node.env = {**spec.env, **platform}
-        node.job_env = tuple(k for k in spec.env if k not in platform)
+        job_env = {**spec.env, **spec.secret_env}
+        node.env = {**job_env, **platform}
+        node.job_env = tuple(k for k in job_env if k not in platform)
     return plans
 
 

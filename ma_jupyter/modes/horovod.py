@@ -112,7 +112,7 @@ def forwarded(spec: JobSpec) -> list[str]:
 
 def modelarts_forwarded(spec: JobSpec) -> list[str]:
     """Names mpirun forwards under the ModelArts convention (PATH is in the prefix already)."""
-    names = sorted({*spec.env, *PLATFORM_VARIABLES})
+    names = sorted({*spec.env, *spec.secret_env, *PLATFORM_VARIABLES})
     return [n for n in names if MODELARTS_FORWARD.match(n) and n != "PATH"]
 
 

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(log_dir, exist_ok=True)
     lock = threading.Lock()
     children: list[subprocess.Popen] = []
-    copiers: list[threading.Thread] = []
+    copiers: list[tuple[threading.Thread, Copier]] = []
     rank_files = []
     base = dict(os.environ)
 
@@ -213,11 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             os.close(write_end)
         children.append(child)
-        copier = threading.Thread(
-            target=Copier(read_end, rank_file, f"[rank {rank}] ".encode(), lock).run, daemon=True
-        )
-        copier.start()
-        copiers.append(copier)
+        copier = Copier(read_end, rank_file, f"[rank {rank}] ".encode(), lock)
+        thread = threading.Thread(target=copier.run, daemon=True)
+        thread.start()
+        copiers.append((thread, copier))
 
     status = 0
     while True:
@@ -235,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                 report_failure(log_dir, first_rank + i, status)
             break
     _stop(children)
-    for copier in copiers:
-        copier.join(timeout=2.0)
+    for thread, copier in copiers:
+        thread.join(timeout=2.0)
+        copier.finish()
     for rank_file in rank_files:
         rank_file.close()
     return status

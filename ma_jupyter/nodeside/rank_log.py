@@ -5,8 +5,9 @@
 A distributed launcher (torchrun, mpirun, the Ascend launcher) starts this once per rank in
 place of the rank's own command.  It runs CMD with stdout and stderr merged into one pipe and
 copies every byte to ``$MA_RANK_LOG_DIR/rank-<r>.log`` unchanged and to its own stdout (the
-node's combined log) with a ``[rank r] `` prefix at each line start, so the node log stays
-readable when several ranks print at once.  Signals (TERM, INT, HUP) are forwarded to CMD and
+node's combined log) as whole lines with a ``[rank r] `` prefix at each line start, so the
+node log stays readable when several ranks print at once (an unfinished line waits up to
+:data:`HOLD` seconds for its end: see :class:`Copier`).  Signals (TERM, INT, HUP) are forwarded to CMD and
 CMD's exit status becomes this program's exit status (128 + signal number when CMD was killed
 by a signal), so launchers see a failing rank exactly as if they had started it themselves.
 The first rank of a node that fails by itself (not stopped by a forwarded signal) records
@@ -25,10 +26,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 from ..jobdir import FAILURE_REPORT, RANK_LOG_ENV, rank_log_name
 from .argv import is_python
@@ -88,37 +92,112 @@ def resolve(command: list[str]) -> list[str]:
     return list(command)
 
 
+#: seconds a rank's unfinished line is held back from the node log before it goes out alone
+HOLD = 0.5
+
+
 class Copier:
-    """Copies a rank's output to its rank file (raw) and to stdout (prefixed per line).
+    """Copies a rank's output to its rank file (raw) and to stdout, the node log, as whole lines.
+
+    Every rank of a node writes into the same node log, so a rank that printed half a line
+    would have the next rank's line glued to it.  The rules, in order:
+
+    1. Every byte goes to the rank file at once, unchanged.
+    2. The node log gets whole lines only, each in one write: the bytes up to the last newline
+       seen, with ``prefix`` at the start of each line and after each carriage return that does
+       not end a line (a progress bar redrawn with ``\\r`` keeps its rank label once the
+       reader applies the ``\\r``).
+    3. An unfinished line is held back until its newline comes, until ``hold`` seconds after
+       its first byte (a progress bar, a prompt), or until the rank's output ends; then it goes
+       out as a line of its own, ended by a newline the rank did not write (the rank file keeps
+       the exact bytes).
 
     Args:
         source: the read end of the pipe the rank writes into.
         rank_file: the open (binary) rank log.
         prefix: put before every line in stdout (empty: none).
-        lock: shared by the copiers of one node, so chunks of different ranks never interleave.
+        lock: shared by the copiers of one process that write to the same ``out``.
+        out: the node log's file descriptor (default stdout).
+        hold: seconds an unfinished line waits for its end (rule 3).
     """
 
-    def __init__(self, source: int, rank_file, prefix: bytes, lock: threading.Lock | None = None):
+    def __init__(
+        self,
+        source: int,
+        rank_file,
+        prefix: bytes,
+        lock: threading.Lock | None = None,
+        *,
+        out: int = 1,
+        hold: float = HOLD,
+    ):
         self.source = source
         self.rank_file = rank_file
         self.prefix = prefix
-        self.lock = lock or threading.Lock()
-        self.at_line_start = True
+        self.out = out
+        self.hold = hold
+        self.pending = b""
+        self.pending_since = 0.0
+        self.lock = lock or threading.Lock()  # the reading thread and finish() both write
+        self.closed = False
+        self._cr = re.compile(rb"\r(?!\n)")
 
-    def _prefixed(self, data: bytes) -> bytes:
+    def format(self, text: bytes) -> bytes:
+        """Whole lines (``text`` ends with a newline) with the prefix put in (rule 2)."""
         if not self.prefix:
-            return data
-        out = bytearray()
-        for piece in data.splitlines(keepends=True):
-            if self.at_line_start:
-                out += self.prefix
-            out += piece
-            self.at_line_start = piece.endswith(b"\n")
-        return bytes(out)
+            return text
+        if b"\r" in text:
+            text = self._cr.sub(lambda _match: b"\r" + self.prefix, text)
+        # text ends with a newline: a prefix after every newline but that last one
+        return self.prefix + text[:-1].replace(b"\n", b"\n" + self.prefix) + b"\n"
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.out, view) :]
+        except OSError:
+            pass  # the node log went away; the rank file still gets everything
+
+    def take(self, data: bytes) -> None:
+        """Account for bytes the rank wrote: whole lines out now, the rest held (rules 2 and 3)."""
+        with self.lock:
+            if self.closed:
+                return
+            if not self.pending:
+                self.pending_since = time.monotonic()
+            pending = self.pending + data
+            cut = pending.rfind(b"\n") + 1
+            if cut:
+                self._write(self.format(pending[:cut]))
+                pending = pending[cut:]
+                self.pending_since = time.monotonic()
+            self.pending = pending
+
+    def flush_partial(self) -> None:
+        """Send the held unfinished line out as a line of its own (rule 3)."""
+        with self.lock:
+            if self.pending:
+                self._write(self.format(self.pending + b"\n"))
+                self.pending = b""
+
+    def due(self) -> float | None:
+        """Seconds until the held line must go out (None: nothing is held)."""
+        if not self.pending:
+            return None
+        return max(0.0, self.pending_since + self.hold - time.monotonic())
 
     def run(self) -> None:
-        stdout = sys.stdout.buffer
         while True:
+            wait = self.due()
+            if wait is not None:  # a line is held: read only until it must go out
+                try:
+                    ready, _, _ = select.select([self.source], [], [], wait)
+                except (OSError, ValueError):
+                    break
+                if not ready:
+                    self.flush_partial()
+                    continue
             try:
                 data = os.read(self.source, 65536)
             except OSError:
@@ -127,12 +206,15 @@ class Copier:
                 break
             self.rank_file.write(data)
             self.rank_file.flush()
-            with self.lock:
-                try:
-                    stdout.write(self._prefixed(data))
-                    stdout.flush()
-                except (BrokenPipeError, ValueError):
-                    pass  # the node log went away; the rank file still gets everything
+            self.take(data)
+        self.flush_partial()
+
+    def finish(self) -> None:
+        """The rank ended: send what is held and write nothing more (a background process the
+        rank left behind may still hold the pipe; its bytes still reach the rank file)."""
+        self.flush_partial()
+        with self.lock:
+            self.closed = True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,11 +251,13 @@ def main(argv: list[str] | None = None) -> int:
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, forward)
-        copier = threading.Thread(target=Copier(read_end, rank_file, prefix).run, daemon=True)
-        copier.start()
+        copier = Copier(read_end, rank_file, prefix)
+        thread = threading.Thread(target=copier.run, daemon=True)
+        thread.start()
         code = child.wait()
         # A background process the rank left behind may keep the pipe open: do not wait for it.
-        copier.join(timeout=2.0)
+        thread.join(timeout=2.0)
+        copier.finish()
     status = code if code >= 0 else 128 - code
     if status and not stopped:
         report_failure(folder, rank, status)

@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     # when it was made by hand with looser permissions.
     os.chmod(config.home(), 0o700)
 
-    lock = open(config.home() / "service.lock", "w")
+    # 0600 as every file of the home; a lock a killed service left is taken over (flock dies
+    # with its holder)
+    lock = os.fdopen(os.open(config.home() / "service.lock", os.O_WRONLY | os.O_CREAT, 0o600), "w")
+    os.fchmod(lock.fileno(), 0o600)  # also a lock an earlier version left 0644
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -6,8 +6,11 @@ Routes: ``GET /health``; ``POST /jobs`` (submit), ``POST /plan`` (dry run), ``GE
 terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events``, ``GET /jobs/{id}/logs``
 (streams), ``GET /jobs/{id}/logs/read`` (by node and rank from a byte offset, long-poll
 ``wait``), ``GET /specs``, ``GET /nodes``, ``POST|DELETE /jobs/{id}/tensorboard``; ``GET
+/jobs/{id}/export`` and ``POST /export`` (a job, or a spec not submitted, as another platform's
+manifests: ``format=k8s``, :mod:`ma_jupyter.export`); ``GET
 /users/me``, and for admins ``GET|POST /users``, ``DELETE /users/{name}``, ``POST
-/users/{name}/token``.
+/users/{name}/token``; ``GET|DELETE /cache`` (the caller's persistent cache; every user's
+for admins).
 
 Errors are the typed errors of :mod:`ma_jupyter.errors` as ``{"error", "message", "field"}``
 bodies.  The caller is the user of the request's token (:mod:`.users`); what it may do with a
@@ -21,13 +24,14 @@ import threading
 import time
 from typing import Any
 
-from fastapi import Body, Depends, FastAPI, Header, Query, Request
+from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import __version__, config
+from .. import __version__, config, export
+from ..commands import parse_command
 from ..errors import (
     Conflict,
     Forbidden,
@@ -38,10 +42,13 @@ from ..errors import (
     RefusedFile,
     Unauthorized,
 )
+from ..jobdir import PLACEHOLDER
 from ..models import (
+    CacheInfo,
     Event,
     Job,
     JobPage,
+    JobSpec,
     JobStatus,
     LogChunk,
     LogStream,
@@ -62,6 +69,17 @@ from .supervisor import Supervisor
 from .users import FORWARDED_USER_HEADER, Caller, Directory
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: Bounds of every query and path parameter (rule: nothing unbounded reaches SQLite or a file
+#: read, so an out-of-range value is a 400 naming the parameter, never a 500): SQLite's
+#: INTEGER is 64-bit, and a listing offset past a billion jobs finds nothing anyway.
+MAX_OFFSET = 1_000_000_000
+MAX_BYTE_OFFSET = 1 << 53
+MAX_RANK = 65535
+#: a job id, a node name (``worker-0``) or a user name in a path or a query
+MAX_ID = 128
+MAX_TEXT = 4096
+MAX_STATUSES = len(JobStatus)
+JobId = Path(max_length=MAX_ID, description="A job id as POST /jobs answered it.")
 #: seconds a force-delete answer waits (asynchronously) for the job to stop before answering 202
 FORCE_DELETE_WAIT = 10.0
 _ERRORS_BY_STATUS = {
@@ -72,6 +90,53 @@ _ERRORS_BY_STATUS = {
     409: Conflict,
     413: PayloadTooLarge,
 }
+
+
+#: The request bodies taken as a dict (to answer the typed 400 of :func:`parse_spec`) are
+#: published with the schema they are validated against, so a fuzzer's schema-valid body
+#: reaches the rules the schema cannot say (cross-field ones), which answer a 400 naming them.
+SPEC_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/In_JobSpec"}}},
+    }
+}
+UPDATE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "priority": {"anyOf": [{"enum": [p.value for p in Priority]}, {"type": "null"}]},
+                        "duration": {
+                            "anyOf": [
+                                {"type": "number", "exclusiveMinimum": 0},
+                                {"type": "string", "maxLength": 40},
+                                {"type": "null"},
+                            ]
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def published_schema(app: FastAPI) -> dict:
+    """The OpenAPI document of ``app`` with :class:`JobSpec`'s input schema (as ``In_<Model>``
+    components) under the bodies :data:`SPEC_BODY` names; built once per app."""
+    if app.openapi_schema is None:
+        schema = app.openapi()
+        spec = JobSpec.model_json_schema(mode="validation", ref_template="#/components/schemas/In_{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, definition in spec.pop("$defs", {}).items():
+            components[f"In_{name}"] = definition
+        components["In_JobSpec"] = spec
+    return app.openapi_schema
 
 
 def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = None) -> FastAPI:
@@ -127,7 +192,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
 
     @app.get(f"{api}/openapi.json", dependencies=auth, include_in_schema=False)
     def openapi() -> dict:
-        return app.openapi()
+        return published_schema(app)
 
     @app.get(f"{api}/health", dependencies=auth)
     def health() -> dict:
@@ -135,7 +200,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
 
         return {"ok": True, "pid": os.getpid(), "version": __version__, "backend": supervisor.backend.name}
 
-    @app.post(f"{api}/jobs", status_code=201, response_model=Job)
+    @app.post(f"{api}/jobs", status_code=201, response_model=Job, openapi_extra=SPEC_BODY)
     def submit(
         body: dict = Body(...),
         user: Caller = Depends(authenticate),
@@ -158,20 +223,76 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
                 )
         return _with_queue_position(job)
 
-    @app.post(f"{api}/plan", response_model=Plan)
+    @app.post(f"{api}/plan", response_model=Plan, openapi_extra=SPEC_BODY)
     def plan(body: dict = Body(...), user: Caller = Depends(authenticate)) -> Plan:
         spec = access.new_job_spec(parse_spec(body), user, access.load_rules())
         access.check_priority(user, spec.priority)
         return supervisor.plan(spec)
 
+    def _export(
+        spec: JobSpec,
+        job_id: str | None,
+        chosen: str | None,
+        outputs: str,
+        fmt: str,
+        image: str | None,
+        mounts_as: str | None,
+    ) -> Response:
+        # What the job would be elsewhere, with the spec it ran with (else its first) and the
+        # resources a parameter server takes here; nothing is placed, reserved or started.
+        media = export.FORMATS.get(export.check_format(fmt))
+        scheduler = supervisor.scheduler
+        known = {s.name for s in scheduler.cluster.specs}
+        flavor = scheduler.cluster.spec(chosen if chosen in known else spec.specs[0])
+        text = export.render(
+            fmt,
+            spec,
+            job_id=job_id,
+            flavor_of=lambda role: scheduler.task_flavor(flavor, role),
+            outputs=outputs,
+            image=image,
+            mounts_as=mounts_as,
+        )
+        return Response(text, media_type=media)
+
+    @app.post(f"{api}/export", openapi_extra=SPEC_BODY)
+    def export_spec(
+        body: dict = Body(...),
+        fmt: str = Query(default="k8s", alias="format", max_length=40),
+        image: str | None = Query(default=None, max_length=300),
+        mounts_as: str | None = Query(default=None, max_length=40),
+        user: Caller = Depends(authenticate),
+    ) -> Response:
+        # the dry run of a submit, exported: the same edge rules as POST /plan (and the secret
+        # values shown as ***, as there)
+        spec = access.new_job_spec(parse_spec(body), user, access.load_rules()).masked()
+        access.check_priority(user, spec.priority)
+        if spec.type.value != "batch":
+            parse_command(spec.command or "")
+        outputs = spec.outputs or str(PLACEHOLDER.outputs)
+        return _export(spec, None, None, outputs, fmt, image, mounts_as)
+
+    @app.get(f"{api}/jobs/{{job_id}}/export")
+    def export_job(
+        job_id: str = JobId,
+        fmt: str = Query(default="k8s", alias="format", max_length=40),
+        image: str | None = Query(default=None, max_length=300),
+        mounts_as: str | None = Query(default=None, max_length=40),
+        user: Caller = Depends(authenticate),
+    ) -> Response:
+        # exporting shows the job's spec, as cloning does: viewing is enough
+        job = access.check(store.get(job_id), user, Op.view)
+        outputs = job.outputs_folder or job.spec.outputs or str(config.jobdir(job.id).outputs)
+        return _export(job.spec, job.id, job.chosen_spec, outputs, fmt, image, mounts_as)
+
     @app.get(f"{api}/jobs", response_model=JobPage)
     def list_jobs(
-        name: str | None = None,
-        status: list[JobStatus] = Query(default=[]),
-        creator: str | None = None,
-        spec: str | None = None,
-        outputs: str | None = None,
-        offset: int = Query(default=0, ge=0),
+        name: str | None = Query(default=None, max_length=MAX_ID),
+        status: list[JobStatus] = Query(default=[], max_length=MAX_STATUSES),
+        creator: str | None = Query(default=None, max_length=MAX_ID),
+        spec: str | None = Query(default=None, max_length=MAX_ID),
+        outputs: str | None = Query(default=None, max_length=MAX_TEXT),
+        offset: int = Query(default=0, ge=0, le=MAX_OFFSET),
         limit: int = Query(default=50, ge=1, le=500),
         user: Caller = Depends(authenticate),
     ) -> JobPage:
@@ -197,11 +318,11 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         return job.model_copy(update={"queue_position": supervisor.queue_position(job.id)})
 
     @app.get(f"{api}/jobs/{{job_id}}", response_model=Job)
-    def get_job(job_id: str, user: Caller = Depends(authenticate)) -> Job:
+    def get_job(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Job:
         return _with_queue_position(access.check(store.get(job_id), user, Op.view))
 
-    @app.patch(f"{api}/jobs/{{job_id}}", response_model=Job)
-    def update_job(job_id: str, body: dict = Body(...), user: Caller = Depends(authenticate)) -> Job:
+    @app.patch(f"{api}/jobs/{{job_id}}", response_model=Job, openapi_extra=UPDATE_BODY)
+    def update_job(job_id: str = JobId, body: dict = Body(...), user: Caller = Depends(authenticate)) -> Job:
         job = access.check(store.get(job_id), user, Op.view)
         unknown = set(body) - {"priority", "duration"}
         if unknown:
@@ -230,7 +351,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
 
     @app.get(f"{api}/jobs/{{job_id}}/status", response_model=Job)
     async def wait_status(
-        job_id: str,
+        job_id: str = JobId,
         since: JobStatus | None = None,
         wait: float = Query(default=0.0, ge=0, le=logs.MAX_WAIT),
         user: Caller = Depends(authenticate),
@@ -244,12 +365,14 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         )
 
     @app.post(f"{api}/jobs/{{job_id}}/stop", response_model=Job)
-    def stop_job(job_id: str, user: Caller = Depends(authenticate)) -> Job:
+    def stop_job(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Job:
         access.check(store.get(job_id), user, Op.stop)
         return supervisor.request_stop(job_id)
 
     @app.delete(f"{api}/jobs/{{job_id}}", status_code=204)
-    async def delete_job(job_id: str, force: bool = False, user: Caller = Depends(authenticate)) -> Response:
+    async def delete_job(
+        job_id: str = JobId, force: bool = False, user: Caller = Depends(authenticate)
+    ) -> Response:
         def start() -> bool:
             access.check(store.get(job_id), user, Op.delete)
             return supervisor.delete(job_id, force=force)
@@ -276,22 +399,24 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
 
     @app.get(f"{api}/jobs/{{job_id}}/events", response_model=list[Event])
     def events(
-        job_id: str, after: int = Query(default=0, ge=0), user: Caller = Depends(authenticate)
+        job_id: str = JobId,
+        after: int = Query(default=0, ge=0, le=MAX_BYTE_OFFSET),
+        user: Caller = Depends(authenticate),
     ) -> list[Event]:
         access.check(store.get(job_id), user, Op.view)
         return store.events(job_id, after=after)
 
     @app.get(f"{api}/jobs/{{job_id}}/logs", response_model=list[LogStream])
-    def log_streams(job_id: str, user: Caller = Depends(authenticate)) -> list[LogStream]:
+    def log_streams(job_id: str = JobId, user: Caller = Depends(authenticate)) -> list[LogStream]:
         job = access.check(store.get(job_id), user, Op.view)
         return supervisor.backend.log_streams(job)
 
     @app.get(f"{api}/jobs/{{job_id}}/logs/read", response_model=LogChunk)
     async def read_log(
-        job_id: str,
-        node: str | None = None,
-        rank: int | None = None,
-        offset: int = Query(default=0, ge=0),
+        job_id: str = JobId,
+        node: str | None = Query(default=None, max_length=MAX_ID),
+        rank: int | None = Query(default=None, ge=0, le=MAX_RANK),
+        offset: int = Query(default=0, ge=0, le=MAX_BYTE_OFFSET),
         limit: int = Query(default=1 << 20, ge=1, le=8 << 20),
         wait: float = Query(default=0.0, ge=0, le=logs.MAX_WAIT),
         user: Caller = Depends(authenticate),
@@ -326,7 +451,9 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         return supervisor.scheduler.cluster.specs
 
     @app.get(f"{api}/nodes", response_model=list[Node])
-    def nodes(spec: str | None = None, user: Caller = Depends(authenticate)) -> list[Node]:
+    def nodes(
+        spec: str | None = Query(default=None, max_length=MAX_ID), user: Caller = Depends(authenticate)
+    ) -> list[Node]:
         views = supervisor.scheduler.node_views(supervisor.usage(), spec=spec)
         return views if user.admin else [_masked(view, user) for view in views]
 
@@ -344,7 +471,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         return node.model_copy(update={"usage": usage})
 
     @app.post(f"{api}/jobs/{{job_id}}/tensorboard")
-    def start_tensorboard(job_id: str, user: Caller = Depends(authenticate)) -> dict:
+    def start_tensorboard(job_id: str = JobId, user: Caller = Depends(authenticate)) -> dict:
         job = access.check(store.get(job_id), user, Op.tensorboard)
         if tensorboards is None:
             raise InvalidSpec("TensorBoard is not available in this service")
@@ -352,11 +479,24 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         return {"url": tensorboards.start(job_id, outputs)}
 
     @app.delete(f"{api}/jobs/{{job_id}}/tensorboard", status_code=204)
-    def stop_tensorboard(job_id: str, user: Caller = Depends(authenticate)) -> Response:
+    def stop_tensorboard(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Response:
         access.check(store.get(job_id), user, Op.tensorboard)
         if tensorboards is not None:
             tensorboards.stop(job_id)
         return Response(status_code=204)
+
+    # ------------------------------------------------------------------------- caches
+
+    @app.get(f"{api}/cache", response_model=list[CacheInfo])
+    def cache(all: bool = False, user: Caller = Depends(authenticate)) -> list[CacheInfo]:
+        # the size of the caller's cache; every user's for admins
+        if all and not user.admin:
+            raise Forbidden("only admins may see every user's cache; drop --all to see your own")
+        return supervisor.backend.caches(user.name, every_user=all)
+
+    @app.delete(f"{api}/cache", response_model=CacheInfo)
+    def clear_cache(user: Caller = Depends(authenticate)) -> CacheInfo:
+        return supervisor.clear_cache(user.name)
 
     # ------------------------------------------------------------------------- users
 
@@ -373,11 +513,11 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         return users.add(user, body.name, body.admin)
 
     @app.post(f"{api}/users/{{name}}/token", response_model=UserToken)
-    def new_token(name: str, user: Caller = Depends(authenticate)) -> UserToken:
+    def new_token(name: str = Path(max_length=MAX_ID), user: Caller = Depends(authenticate)) -> UserToken:
         return users.new_token(user, name)
 
     @app.delete(f"{api}/users/{{name}}", status_code=204)
-    def remove_user(name: str, user: Caller = Depends(authenticate)) -> Response:
+    def remove_user(name: str = Path(max_length=MAX_ID), user: Caller = Depends(authenticate)) -> Response:
         users.remove(user, name)
         return Response(status_code=204)
 

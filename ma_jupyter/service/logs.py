@@ -31,11 +31,9 @@ MAX_WAIT = 60.0
 
 
 def default_node(job: Job) -> str:
-    """The stream a reader gets without naming a node: the first primary node (worker-0)."""
-    for run in job.nodes:
-        if run.primary:
-            return run.name
-    return "worker-0"
+    """The stream a reader gets without naming a node (:attr:`Job.log_node`: the first primary
+    node, the chief when there is one, even while the job is queued)."""
+    return job.log_node
 
 
 def _whole_characters(data: bytes) -> bytes:

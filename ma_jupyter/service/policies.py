@@ -346,9 +346,15 @@ def record_updates(
     return updates
 
 
-def failure_reason(run: NodeRun, tail: Sequence[str], rank_failure: tuple[int, int] | str | None) -> str:
+def failure_reason(
+    run: NodeRun,
+    tail: Sequence[str],
+    rank_failure: tuple[int, int] | str | None,
+    hint: str | None = None,
+) -> str:
     """Why a node failed, in words: lost or its exit code, the rank its launcher reported failing
-    first (or what the job left instead of that report), then its last log lines."""
+    first (or what the job left instead of that report), the backend's explanation of its log
+    (a write to a read-only mount...) on the same first line, then its last log lines."""
     what = (
         "was lost (its process is gone and left no exit code)"
         if run.state == "lost"
@@ -359,6 +365,8 @@ def failure_reason(run: NodeRun, tail: Sequence[str], rank_failure: tuple[int, i
     else:
         rank = f" (rank {rank_failure[0]} exited with code {rank_failure[1]})" if rank_failure else ""
     reason = f"node {run.name} {what}{rank}"
+    if hint:
+        reason += f": {hint}"
     if tail:
         reason += "\nlast log lines:\n" + "\n".join(tail)
     return reason

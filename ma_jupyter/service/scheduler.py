@@ -99,7 +99,7 @@ class Scheduler:
         use = {n.name: NodeUse() for n in self.nodes()}
         for placement in placements:
             for task in placement.tasks:
-                flavor = self._flavor(placement.spec, task.role)
+                flavor = self.task_flavor(placement.spec, task.role)
                 held = use.setdefault(task.host, NodeUse())
                 held.cpus += flavor.cpus
                 held.memory_gb += flavor.memory_gb
@@ -107,7 +107,9 @@ class Scheduler:
                 held.usage += [f"{c}:{placement.job_id}" for c in task.devices] or [f"-:{placement.job_id}"]
         return use
 
-    def _flavor(self, spec: Spec, role: str) -> Spec:
+    def task_flavor(self, spec: Spec, role: str) -> Spec:
+        """The resources one task of ``role`` takes when its job runs with ``spec``: the spec
+        itself, but for a parameter server (the catalog's ``cpu.ps``, else :data:`PS_SPEC`)."""
         if role != "ps":
             return spec
         for s in self.cluster.specs:
@@ -179,7 +181,7 @@ class Scheduler:
         spread_taken: set[str] = set()
         chosen: list[tuple[str, int, Node, list[int]]] = []
         for role, index in roles:
-            task_flavor = self._flavor(flavor, role)
+            task_flavor = self.task_flavor(flavor, role)
             if role == "ps":
                 pool = [n for n in inventory if self.cluster.fits(task_flavor, n) and n.status != "down"]
                 # parameter servers prefer the least loaded node; they may share with workers
@@ -210,7 +212,7 @@ class Scheduler:
                 slots=flavor.slots if role != "ps" else 1,
                 host=node.name,
                 devices=tuple(cards),
-                cpu_request=self._flavor(flavor, role).cpus,
+                cpu_request=self.task_flavor(flavor, role).cpus,
             )
             for role, index, node, cards in chosen
         )

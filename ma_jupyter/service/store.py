@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -87,6 +87,16 @@ idempotency_table = Table(
     metadata,
     Column("key", String, primary_key=True),  # "<user>\0<client's Idempotency-Key>"
     Column("job_id", String, nullable=False, index=True),
+)
+
+
+#: The values of a job's ``secret_env``, apart from its JSON (whose spec shows them as ``***``):
+#: read only to launch the job's nodes, deleted with the job.  The database file is 0600.
+secrets_table = Table(
+    "secrets",
+    metadata,
+    Column("job_id", String, primary_key=True),
+    Column("env", Text, nullable=False),  # JSON object: name -> value
 )
 
 
@@ -224,11 +234,21 @@ class Store:
             "job": job.model_dump_json(),
         }
 
-    def insert(self, job: Job, first_event: Event, idempotency_key: str | None = None) -> str:
+    def insert(
+        self,
+        job: Job,
+        first_event: Event,
+        idempotency_key: str | None = None,
+        *,
+        notices: Sequence[Event] = (),
+        secrets: dict[str, str] | None = None,
+    ) -> str:
         """Create a job and its first event in one transaction (no half-created job).
 
         With ``idempotency_key``, the key is stored in the same transaction; when the key is
-        already taken nothing is created.
+        already taken nothing is created.  ``notices`` (warnings about the job) follow the first
+        event in the same transaction, and so do ``secrets`` (the values of the spec's
+        ``secret_env``, which ``job`` must show masked: see :meth:`secrets`).
 
         Returns:
             The id of the job stored under the key: ``job.id``, or the earlier job's id; None
@@ -239,7 +259,11 @@ class Store:
                 conn.execute(jobs_table.insert().values(**self._row(job)))
                 if idempotency_key is not None:
                     conn.execute(idempotency_table.insert().values(key=idempotency_key, job_id=job.id))
+                if secrets:
+                    conn.execute(secrets_table.insert().values(job_id=job.id, env=json.dumps(secrets)))
                 self._add_event(conn, first_event)
+                for notice in notices:
+                    self._add_event(conn, notice)
                 return job.id
         except IntegrityError:
             earlier = self.job_for_key(idempotency_key) if idempotency_key is not None else None
@@ -249,6 +273,12 @@ class Store:
                 if conn.execute(_STATUS_BY_ID, {"job_id": job.id}).first() is not None:
                     return None
             raise
+
+    def secrets(self, job_id: str) -> dict[str, str]:
+        """The secret variables of a job (name -> value), for its launch only; {} when none."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(secrets_table.c.env).where(secrets_table.c.job_id == job_id)).first()
+        return json.loads(row[0]) if row is not None else {}
 
     def job_for_key(self, idempotency_key: str) -> str | None:
         """The id of the job a submit with this idempotency key created, if any (and not deleted)."""
@@ -331,6 +361,7 @@ class Store:
             conn.execute(jobs_table.delete().where(jobs_table.c.id == job_id))
             conn.execute(events_table.delete().where(events_table.c.job_id == job_id))
             conn.execute(idempotency_table.delete().where(idempotency_table.c.job_id == job_id))
+            conn.execute(secrets_table.delete().where(secrets_table.c.job_id == job_id))
 
     def list(
         self,

@@ -56,8 +56,20 @@ from ..backends.base import Attempt, Backend
 from ..commands import parse_command
 from ..errors import BackendUnavailable, Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
 from ..jobdir import PLACEHOLDER
-from ..models import Event, Job, JobSpec, JobStatus, NodeLaunch, NodeRun, Plan, Priority, utcnow
-from ..modes import plan_job
+from ..models import (
+    SECRET_MASK,
+    CacheInfo,
+    Event,
+    Job,
+    JobSpec,
+    JobStatus,
+    NodeLaunch,
+    NodeRun,
+    Plan,
+    Priority,
+    utcnow,
+)
+from ..modes import plan_job, single_copy
 from ..modes.base import Placement
 from . import policies
 from .disk import SUBMIT_BELOW, full_folder
@@ -221,6 +233,15 @@ class Supervisor:
             DiskFull: the folder the job's files go to has no space left (HTTP 507).
         """
         spec = spec.model_copy(update={"creator": creator or spec.creator})
+        # the secret values go to their own table; the job (and all that shows it) has ***
+        secrets = dict(spec.secret_env)
+        if any(value == SECRET_MASK for value in secrets.values()):
+            raise InvalidSpec(
+                f"secret_env: a value is {SECRET_MASK}, the mask a job shows for its secrets: give the "
+                "secret's value again (a copied job does not carry its secrets)",
+                field="secret_env",
+            )
+        spec = spec.masked()
         key = f"{creator or ''}\0{idempotency_key}" if idempotency_key else None
         if key is not None:
             earlier = self.store.job_for_key(key)
@@ -233,6 +254,7 @@ class Supervisor:
         if full is not None:
             log.warning("refused a submit: %s", disk_full_message(full))
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
+        warning = self._single_copy_warning(spec)  # reads the job's code: before the lock
         # Under the lock, as every change of the queue: a stop of this job cannot come between
         # its row and its place in the queue index.
         with self._lock:
@@ -255,6 +277,10 @@ class Supervisor:
                         reason=f"submitted; {ahead} job(s) ahead in the queue",
                     ),
                     idempotency_key=key,
+                    secrets=secrets,
+                    notices=[Event(job_id=job.id, status=JobStatus.queued, reason=warning)]
+                    if warning
+                    else [],
                 )
             if stored != job.id:
                 return self.store.get(stored)  # a concurrent retry with the same key won
@@ -306,10 +332,13 @@ class Supervisor:
 
     def plan(self, spec: JobSpec) -> Plan:
         """What each node of the job would run (``--dry-run``): the launches the backend would
-        start, on the placeholder job folder; creates nothing."""
-        now, placement, launches = self._preflight(spec)
+        start, on the placeholder job folder; creates nothing.  Secret values show as ``***``."""
+        now, placement, launches = self._preflight(spec.masked())
         ahead = self.queue.ahead(spec.priority)
         notes = ["ports are allocated at launch (0 in this plan)"]
+        warning = self._single_copy_warning(spec)
+        if warning:
+            notes.append(warning)
         return Plan(
             spec=placement.spec.name,
             nodes=launches,
@@ -317,6 +346,17 @@ class Supervisor:
             queue_ahead=ahead,
             notes=notes,
         )
+
+    def _single_copy_warning(self, spec: JobSpec) -> str | None:
+        """The warning that each node would run its own copy of a single-process script
+        (:mod:`ma_jupyter.modes.single_copy`); advice only, so a failure to judge says nothing."""
+        if not single_copy.applies(spec):
+            return None
+        try:
+            return single_copy.warning(spec, self.backend.code_sources(spec))
+        except Exception:  # never refuse or fail a job over advice
+            log.exception("judging whether job %r is distributed failed", spec.name)
+            return None
 
     def request_stop(self, job_id: str) -> Job:
         """Stop a job: a queued one at once, a running one after its grace period."""
@@ -388,6 +428,29 @@ class Supervisor:
                 self._finish(job, attempt, End(JobStatus.error, reason, policies.WIND_DOWN_GRACE))
             elif action == "error":
                 self._transition(job, JobStatus.error, reason)
+
+    def clear_cache(self, user: str) -> CacheInfo:
+        """Empty ``user``'s persistent cache (the backend's), refused while a job of theirs runs;
+        what it held (measured before, outside the lock: a cache may hold many files).
+
+        Checked and done under the lock, so no job of the user is launched in between (one
+        launched after gets an empty cache).
+
+        Raises:
+            Conflict: a job of ``user`` is running (it may be writing to the cache).
+            InvalidSpec: the backend keeps no caches.
+        """
+        held = self.backend.caches(user)
+        with self._lock:
+            running = [j for j in self.store.by_status(JobStatus.running) if j.spec.creator == user]
+            if running:
+                names = ", ".join(j.id for j in running[:3]) + (" ..." if len(running) > 3 else "")
+                raise Conflict(
+                    f"{len(running)} job(s) of {user} are running and may be using the cache ({names}): "
+                    "clear it once they have ended (or stop them first: ma-jupyter stop JOB)"
+                )
+            self.backend.clear_cache(user)
+        return held[0] if held else CacheInfo(user=user, path="", bytes=0, files=0)
 
     def update(self, job_id: str, priority: Priority | None = None, duration: float | None = None) -> Job:
         """Change a queued job's priority or a running job's duration (without restarting it)."""
@@ -541,16 +604,17 @@ class Supervisor:
         return config.jobdir(job.id).prepared_dataset(dataset.source.value, dataset.name, version)
 
     def _effective_spec(self, job: Job) -> JobSpec:
-        """The spec the nodes run with: prepared datasets replace the originals.
+        """The spec the nodes run with: the secret values in, prepared datasets for the originals.
 
         The model only allows data preparation when every dataset is read-only.
         """
-        if not job.spec.data_preparation:
-            return job.spec
-        datasets = [
-            d.model_copy(update={"path": str(self._prepared_path(job, d))}) for d in job.spec.datasets
-        ]
-        return job.spec.model_copy(update={"datasets": datasets})
+        spec = job.spec
+        if spec.secret_env:  # the values, read at launch only (the stored spec has ***)
+            spec = spec.model_copy(update={"secret_env": self.store.secrets(job.id)})
+        if not spec.data_preparation:
+            return spec
+        datasets = [d.model_copy(update={"path": str(self._prepared_path(job, d))}) for d in spec.datasets]
+        return spec.model_copy(update={"datasets": datasets})
 
     def _prepare_data(self, job: Job) -> None:
         """Copy the datasets to node-local storage before the first attempt.
@@ -743,7 +807,8 @@ class Supervisor:
         """Why a node failed, with its last log lines; reads what the job could have written (through
         the backend), so it runs on the finishing thread, outside the supervisor lock."""
         lines = self._tail(attempt.job_id, run.name)
-        return policies.failure_reason(run, lines, self.backend.failure(attempt, run))
+        hint = self.backend.explain(attempt, run, lines)
+        return policies.failure_reason(run, lines, self.backend.failure(attempt, run), hint)
 
     def _finish(self, job: Job, attempt: Attempt, end: End) -> None:
         """End the attempt: stop what still runs (on a thread: it may take the grace period), then

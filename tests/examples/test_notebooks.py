@@ -33,6 +33,7 @@ EXPECTED = {
         "epoch 3/3",
         "training done",
         "saved checkpoint",
+        "scoring: 100%",  # tqdm's bar, redrawn with carriage returns, kept in its final state
         ": succeeded",
         "checkpoint accuracy",
     ],
@@ -140,6 +141,8 @@ def test_notebook_runs_and_keeps_job_logs(ma_papermill, path):
     if path.stem in ("quickstart", "tensorboard"):
         assert outputs_of(nb, "image/png"), "the inline TensorBoard plot is kept as a PNG"
     if path.stem == "quickstart":
+        # the bar's earlier frames were overwritten by later ones, as in a terminal
+        assert "scoring:   0%" not in text and "\r" not in text
         # the live log was saved as one final display, tagged with its job id
         metas = [
             out.get("metadata", {}).get("ma_jupyter")
@@ -160,3 +163,96 @@ def test_failing_notebook_makes_papermill_raise(ma_papermill):
     text = output_text(ma_papermill.output)
     assert "ended error" in text and "loading data" in text
     assert "not reached" not in text
+
+
+# A notebook whose job waits, after its first lines, for a file the test creates once it has
+# seen those lines in papermill's log: the job can only end if the lines arrived while it ran.
+GATED_NOTEBOOK = [
+    "%load_ext ma_jupyter",
+    "%%ma_train --name gated --dataset gate={gate}\n"
+    "import os, sys, time\n"
+    "print('epoch 1 of 2', flush=True)\n"
+    "for i in range(1, 401):\n"
+    "    sys.stderr.write(f'\\rtraining {i:3d}/400 |' + '#' * (i // 20) + ' ' * (20 - i // 20) + '|')\n"
+    "    sys.stderr.flush()\n"
+    "sys.stderr.write(' loss=0.0123\\n')\n"
+    "print('waiting for the gate', flush=True)\n"
+    "deadline = time.monotonic() + 300\n"
+    "while not os.path.exists('/workspace/dataset/private/gate/open'):\n"
+    "    if time.monotonic() > deadline:\n"
+    "        sys.exit('the gate never opened: the log did not reach papermill while the job ran')\n"
+    "    time.sleep(0.05)\n"
+    "print('epoch 2 of 2: done', flush=True)\n",
+]
+
+
+def test_papermill_log_output_shows_the_jobs_lines_while_it_runs(ma_home, tmp_path):
+    import subprocess
+    import sys
+    import threading
+
+    from tests.helpers import BAR_FINAL
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in GATED_NOTEBOOK]
+    nb.cells[1].source = nb.cells[1].source.replace("{gate}", str(gate))
+    source, out = tmp_path / "gated.ipynb", tmp_path / "gated.out.ipynb"
+    nbformat.write(nb, source)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "IPYTHONDIR": str(tmp_path / "ipython"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            "--log-output",
+            "--no-progress-bar",
+            "-k",
+            "python3",
+            str(source),
+            str(out),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen: list[str] = []
+
+    def read() -> None:
+        for line in proc.stdout:
+            seen.append(line)
+            if "waiting for the gate" in line:
+                (gate / "open").write_text("go")  # the job may finish now
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert proc.wait(timeout=400) == 0, "".join(seen)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=10)
+    log = "".join(seen)
+    # the lines reached papermill's log in order, the bar as its final state
+    order = [log.index(text) for text in ("epoch 1 of 2", BAR_FINAL, "waiting for the gate", "epoch 2 of 2")]
+    assert order == sorted(order), log
+    assert "\r" not in log
+    assert "gated" in log and ": succeeded" in log
+    # the saved notebook keeps each line once (printed), and the display keeps status and offsets
+    saved = nbformat.read(out, as_version=4)
+    text = output_text(saved)
+    for line in ("epoch 1 of 2", BAR_FINAL, "waiting for the gate", "epoch 2 of 2: done"):
+        assert text.count(line) == 1, text
+    displays = [o for o in saved.cells[1].outputs if o.get("metadata", {}).get("ma_jupyter")]
+    assert len(displays) == 1
+    assert displays[0]["metadata"]["ma_jupyter"]["offsets"]["worker-0"] > 0
+    assert ": succeeded" in displays[0]["data"]["text/plain"]
+    assert "log lines printed above" in displays[0]["data"]["text/plain"]

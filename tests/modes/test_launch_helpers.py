@@ -80,6 +80,98 @@ def test_rank_log_forwards_sigterm_and_reports_the_signal(tmp_path):
     assert not (tmp_path / "failure.json").exists()
 
 
+# Two ranks that share one node log: rank 0 prints half a line, rank 1 prints a whole line while
+# rank 0's line is unfinished, then rank 0 ends its line.  Each step waits for the previous one
+# to reach the rank's own file (which gets every byte at once).
+RANK_STEPS = """
+import os, pathlib, sys, time
+rank = int(sys.argv[1])
+folder = pathlib.Path(os.environ["MA_RANK_LOG_DIR"])
+def wait(name, text):
+    while text not in (folder / name).read_text() if (folder / name).exists() else True:
+        time.sleep(0.005)
+for step in range(20):
+    if rank == 0:
+        sys.stdout.write(f"r0-{step}-start "); sys.stdout.flush()
+        wait("rank-1.log", f"r1-{step}-whole")
+        sys.stdout.write(f"r0-{step}-end\\n"); sys.stdout.flush()
+    else:
+        wait("rank-0.log", f"r0-{step}-start")
+        sys.stdout.write(f"r1-{step}-whole\\n"); sys.stdout.flush()
+"""
+
+
+def _two_ranks(tmp_path, code: str, **env: str) -> str:
+    """Run ranks 0 and 1 of ``code`` (argv[1] is the rank) through rank_log into one node log."""
+    script = tmp_path / "rank.py"
+    script.write_text(code)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    node_log = tmp_path / "node.log"
+    with open(node_log, "ab") as out:  # as the backend opens it: appended to by every rank
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ma_jupyter.nodeside.rank_log",
+                    f"--rank={r}",
+                    "python",
+                    str(script),
+                    str(r),
+                ],
+                env=_env(MA_RANK_LOG_DIR=str(logs), **env),
+                stdout=out,
+            )
+            for r in (0, 1)
+        ]
+        assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    return node_log.read_bytes().decode()  # bytes: read_text would turn each \r into \n
+
+
+def test_two_ranks_printing_half_lines_never_share_a_line_of_the_node_log(tmp_path):
+    text = _two_ranks(tmp_path, RANK_STEPS)
+    assert text.endswith("\n")
+    rank0, rank1 = [], []
+    for line in text.splitlines():
+        # every line is one rank's, and holds only that rank's words
+        assert line.startswith(("[rank 0] ", "[rank 1] ")), line
+        words = line[len("[rank 0] ") :].split()
+        assert all(w.startswith(f"r{line[6]}-") for w in words), line
+        (rank0 if line[6] == "0" else rank1).extend(words)
+    assert rank1 == [f"r1-{s}-whole" for s in range(20)]
+    # rank 0's words all arrive, in order (a line held past HOLD may have been sent in two parts)
+    assert rank0 == [w for s in range(20) for w in (f"r0-{s}-start", f"r0-{s}-end")]
+    # the rank files keep exactly what each rank wrote
+    assert (tmp_path / "logs" / "rank-0.log").read_text() == "".join(
+        f"r0-{s}-start r0-{s}-end\n" for s in range(20)
+    )
+
+
+def test_an_unfinished_line_goes_out_alone_after_a_while_and_a_progress_bar_keeps_its_label(tmp_path):
+    code = """
+import os, pathlib, sys, time
+if sys.argv[1] == "1":
+    sys.exit(0)
+node_log = pathlib.Path(os.environ["NODE_LOG"])
+sys.stdout.write("waiting for data"); sys.stdout.flush()
+while "waiting for data" not in node_log.read_text():  # held back, then sent on its own
+    time.sleep(0.01)
+sys.stdout.write(" done\\n\\r 10%|#   |\\r 100%|####|\\r\\n")
+sys.stdout.write("no newline at the end")
+"""
+    text = _two_ranks(tmp_path, code, NODE_LOG=str(tmp_path / "node.log"))
+    assert text == (
+        "[rank 0] waiting for data\n"
+        "[rank 0]  done\n"
+        "[rank 0] \r[rank 0]  10%|#   |\r[rank 0]  100%|####|\r\n"
+        "[rank 0] no newline at the end\n"
+    )
+    assert (tmp_path / "logs" / "rank-0.log").read_bytes().decode() == (
+        "waiting for data done\n\r 10%|#   |\r 100%|####|\r\nno newline at the end"
+    )
+
+
 # ------------------------------------------------------------------------------ rsh_agent
 
 

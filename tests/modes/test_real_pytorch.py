@@ -99,6 +99,51 @@ def test_the_seeds_torchrun_command_on_2_nodes_with_2_cards_has_world_size_4(ma_
     assert {r["SLOTS"] for r in results} == {"2"}
 
 
+# Two ranks of one node: rank 0 prints half a line, rank 1 a whole line meanwhile, then rank 0
+# ends its line; each step waits for the previous one in the other rank's own log file.
+HALF_LINES = """
+import os, pathlib, sys, time
+rank = int(os.environ["RANK"])
+folder = pathlib.Path(os.environ["MA_RANK_LOG_DIR"])
+def wait(name, text):
+    path = folder / name
+    while not path.exists() or text not in path.read_text():
+        time.sleep(0.005)
+for step in range(10):
+    if rank == 0:
+        sys.stdout.write(f"r0-{step}-start "); sys.stdout.flush()
+        wait("rank-1.log", f"r1-{step}-whole")
+        sys.stdout.write(f"r0-{step}-end\\n"); sys.stdout.flush()
+    else:
+        wait("rank-0.log", f"r0-{step}-start")
+        sys.stdout.write(f"r1-{step}-whole\\n"); sys.stdout.flush()
+"""
+
+
+def test_two_ranks_of_one_node_printing_half_lines_never_share_a_line_of_its_log(ma_client, tmp_path):
+    job, seconds, logs = run_job(
+        ma_client,
+        name="half-lines",
+        mode="pytorch",
+        nodes=1,
+        specs=["gpu.emu-2"],
+        algorithm=str(algorithm(tmp_path / "algo", half=HALF_LINES)),
+        command="python /workspace/algorithm/half.py",
+    )
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    node_log = ma_client.read_log(job.id, node="worker-0", limit=1 << 20).data
+    words = {"0": [], "1": []}
+    for line in node_log.splitlines():
+        if not line.startswith("[rank "):
+            continue  # torchrun's own lines
+        rank = line[6]
+        assert line.startswith(f"[rank {rank}] r{rank}-"), line
+        assert all(w.startswith(f"r{rank}-") for w in line[9:].split()), line
+        words[rank] += line[9:].split()
+    assert words["1"] == [f"r1-{s}-whole" for s in range(10)]
+    assert words["0"] == [w for s in range(10) for w in (f"r0-{s}-start", f"r0-{s}-end")]
+
+
 FAIL = """
 import os, sys, time
 import torch.distributed as dist

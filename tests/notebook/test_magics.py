@@ -18,7 +18,7 @@ from ma_jupyter.client import JobHandle
 from ma_jupyter.frontends.notebook import live, session
 from ma_jupyter.frontends.notebook import record as notebook_record
 from ma_jupyter.models import JobStatus
-from tests.helpers import wait_for, writable_dir
+from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
 from tests.magic_shell import Run, one_line_error
 
 pytestmark = pytest.mark.timeout(180)
@@ -98,6 +98,47 @@ def test_failing_job_raises_one_line_error_with_last_lines(ma_shell):
     assert "error" in run.job_text().splitlines()[0]
 
 
+def test_a_shell_command_body_is_refused_with_the_command_to_use_which_then_works(
+    ma_shell, tmp_path, monkeypatch
+):
+    for body in ("python train.py --lr 0.1", "!python train.py --lr 0.1"):
+        run = Run(ma_shell, f"%%ma_train --name cmd\n{body}\n")
+        message = one_line_error(run)
+        assert "the cell body is a shell command, not Python" in message
+        assert '`%ma_train --command "python train.py --lr 0.1"`' in message
+    assert session.get_client().jobs() == []  # refused before anything was submitted
+    # the suggested line form runs the command, with the notebook's folder shipped
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("import sys\nprint('lr is', sys.argv[2], flush=True)\n")
+    monkeypatch.chdir(project)
+    run = Run(ma_shell, '%ma_train --name cmdline --command "python train.py --lr 0.1"')
+    assert run.error is None, run.stdout + run.stderr
+    assert "lr is 0.1" in run.job_text()
+    assert f"shipped {project}" in run.stdout
+
+
+def test_a_kernel_variable_used_in_the_cell_gets_a_hint_on_how_to_pass_it(ma_shell):
+    ma_shell.user_ns["learning_rate"] = 0.1
+    run = Run(ma_shell, "%%ma_train --name uses-var\nprint(learning_rate * 2)\n")
+    assert isinstance(run.error, live.JobFailed)
+    assert "NameError: name 'learning_rate' is not defined" in run.stdout
+    assert "hint: `learning_rate` is a variable of this notebook's kernel" in run.stdout
+    assert "--env LEARNING_RATE={learning_rate}" in run.stdout
+    # the hint's way works: the magic line expands {learning_rate}
+    run = Run(
+        ma_shell,
+        "%%ma_train --name passes-var --env LEARNING_RATE={learning_rate}\n"
+        "import os\nprint(float(os.environ['LEARNING_RATE']) * 2, flush=True)\n",
+    )
+    assert run.error is None, run.stdout + run.stderr
+    assert "0.2" in run.job_text().splitlines()
+    # a name the kernel does not have either: the plain error, no hint
+    run = Run(ma_shell, "%%ma_train --name typo\nprint(no_such_name)\n")
+    assert isinstance(run.error, live.JobFailed)
+    assert "NameError" in run.stdout and "hint:" not in run.stdout
+
+
 def test_no_follow_returns_at_once(ma_shell):
     run = Run(ma_shell, "%%ma_train --name sleeper --no-follow\nimport time\ntime.sleep(30)\n")
     assert run.error is None, run.stderr
@@ -117,6 +158,18 @@ def test_huge_log_keeps_newest_lines(ma_shell):
     rows = [line for line in text.splitlines() if line.startswith("row ")]
     assert rows == [f"row {i}" for i in range(4950, 5000)]
     assert "4950 earlier lines not shown" in text
+
+
+def test_a_progress_bar_shows_its_final_state_in_the_cell(ma_shell, ma_home):
+    run = Run(ma_shell, "%%ma_train --name bar --out bar\n" + PROGRESS_BAR)
+    assert run.error is None, run.stdout + run.stderr
+    lines = run.job_text().splitlines()
+    assert lines[1:] == [BAR_FINAL, "after the bar"]
+    # the log keeps the raw bytes: every redraw is still there
+    raw = (ma_home / "jobs" / ma_shell.user_ns["bar"].id / "logs" / "worker-0.log").read_bytes()
+    assert raw.count(b"\r") == 400 and len(raw) > 8000
+    run = Run(ma_shell, f"%ma_logs {ma_shell.user_ns['bar'].id}")
+    assert run.stdout.splitlines() == [BAR_FINAL, "after the bar"]
 
 
 def _interrupt_after(predicate, timeout=60):

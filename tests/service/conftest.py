@@ -128,3 +128,29 @@ def ma_service(ma_home):
                 svc.proc.wait(10)
             except subprocess.TimeoutExpired:
                 svc.proc.kill()
+
+
+#: the checkout the tests run from, put first on a subprocess's PYTHONPATH
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def ma_cli(ma_client, ma_home, tmp_path):
+    """Run ``ma-jupyter ARGS`` in a subprocess on the test's home; returns the CompletedProcess."""
+    env = {
+        **os.environ,
+        "MA_JUPYTER_HOME": str(ma_home),
+        "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+
+    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "ma_jupyter.frontends.cli", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run

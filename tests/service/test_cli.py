@@ -4,38 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
-import pytest
-
 from ma_jupyter.models import Job, Plan
-from tests.helpers import wait_for, writable_dir
+from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
 
 PY = sys.executable
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture
-def ma_cli(ma_client, ma_home, tmp_path):
-    """Run ``ma-jupyter ARGS`` in a subprocess on the test's home; returns the CompletedProcess."""
-    env = {
-        **os.environ,
-        "MA_JUPYTER_HOME": str(ma_home),
-        "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    }
-
-    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [PY, "-m", "ma_jupyter.frontends.cli", *args],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    return run
 
 
 def test_submit_wait_exit_codes(ma_cli):
@@ -249,6 +223,57 @@ def test_logs_of_every_node(ma_cli):
     assert ma_cli("logs", job.id, "--node", "worker-1").stdout == "rank 1\ndone 1\n"
     bad = ma_cli("logs", job.id, "--all", "--node", "worker-1")
     assert bad.returncode == 2 and "drop --node" in bad.stderr
+
+
+def test_a_progress_bar_prints_its_final_state(ma_cli, tmp_path):
+    """A tqdm-style bar (400 \\r redraws, about 14,000 characters on one line) prints as its last state."""
+    (tmp_path / "bar.py").write_text(PROGRESS_BAR)
+    followed = ma_cli("submit", "--follow", "--name", "bar", "--", "python", "bar.py")
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines()[:2] == [BAR_FINAL, "after the bar"]
+    assert ma_cli("logs", "bar").stdout == f"{BAR_FINAL}\nafter the bar\n"
+    assert ma_cli("logs", "bar", "--all").stdout == f"[worker-0] {BAR_FINAL}\n[worker-0] after the bar\n"
+
+
+def test_submit_follow_on_a_job_with_a_chief_follows_the_chief(ma_cli):
+    code = "import json, os; t = json.loads(os.environ['TF_CONFIG'])['task']; print('I am', t['type'])"
+    followed = ma_cli(
+        "submit", "--follow", "--mode", "tensorflow", "--chief", "--nodes", "2", "--", "python", "-c", code
+    )
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines()[0] == "I am chief"
+    assert "I am worker" not in followed.stdout
+    job_id = followed.stderr.split()[1]
+    assert ma_cli("logs", job_id).stdout == "I am chief\n"
+
+
+SINGLE_PROCESS = "import json\nprint(json.dumps({'trained': True}))\n"
+READS_RANK = "import os\nprint('rank', os.environ.get('RANK'), flush=True)\n"
+
+
+def test_a_single_process_script_on_two_nodes_is_warned_about_in_the_dry_run_and_the_events(ma_cli, tmp_path):
+    for folder, code in (("single", SINGLE_PROCESS), ("aware", READS_RANK)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "train.py").write_text(code)
+
+    def submit(*args: str, folder: str = "single", nodes: str = "2", mode: str = "pytorch"):
+        options = ["--code-dir", folder, "--mode", mode, "--nodes", nodes]
+        return ma_cli("submit", *args, *options, "--", "python", "train.py")
+
+    plan = submit("--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "note: warning: nothing in the job's code reads a variable of the distributed run" in plan.stdout
+    assert "each of the 2 nodes will run its own copy" in plan.stdout
+    aware = submit("--dry-run", folder="aware")
+    assert aware.returncode == 0 and "warning" not in aware.stdout
+    one = submit("--dry-run", nodes="1")
+    assert one.returncode == 0 and "warning" not in one.stdout
+    # the submitted job carries the warning in its events (tensorflow mode runs the command as written)
+    for folder, warned in (("single", True), ("aware", False)):
+        out = submit("--wait", folder=folder, mode="tensorflow")
+        assert out.returncode == 0, out.stderr + out.stdout
+        events = ma_cli("events", out.stdout.split(":")[0]).stdout
+        assert ("each of the 2 nodes will run its own copy" in events) is warned, events
 
 
 def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_cli, ma_home, tmp_path):

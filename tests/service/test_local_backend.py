@@ -132,11 +132,16 @@ def test_read_only_data_and_models_writable_outputs_and_volumes_even_for_root(
     assert run.state == "exited" and run.exit_code == 0, log
     assert (ma_folders["out"] / "sum.txt").read_text() == "10"
     assert (ma_folders["vol"] / "v.txt").read_text() == "vol"
-    for target in ("dataset/private/numbers/hack.txt", "model/pretrained/net/hack.txt", "algorithm/hack.py"):
+    for target in ("dataset/private/numbers/hack.txt", "model/pretrained/net/hack.txt"):
         assert f"read-only {target} EROFS" in log, log
-    assert "WRITABLE" not in log
+    # /workspace/algorithm is the node's own copy: written there, never in the user's folder
+    assert (
+        "WRITABLE algorithm/hack.py" in log and "WRITABLE dataset" not in log and "WRITABLE model" not in log
+    )
+    assert sorted(p.name for p in ma_folders["algo"].iterdir()) == ["train.py"]
+    assert (ma_folders["out"] / "workdir" / "hack.py").read_text() == "x"
     assert "remount exit 0" not in log and "still read-only after remount" in log
-    assert "uid 0 cwd /workspace/algorithm files ['train.py']" in log or os.getuid() != 0
+    assert "uid 0 cwd /workspace/algorithm files ['hack.py', 'train.py']" in log or os.getuid() != 0
     assert not (ma_folders["data"] / "hack.txt").exists()
     assert not (ma_folders["model"] / "hack.txt").exists()
 
@@ -364,8 +369,12 @@ def test_symlink_fallback(ma_home, ma_root_jobs, ma_folders, monkeypatch):
     assert run.exit_code == 0, log
     assert (ma_folders["out"] / "sum.txt").read_text() == "10"
     tree = attempt.job_dir / "nodes" / "worker-0" / "workspace"
-    # the working directory is the tree's algorithm link, which the kernel reports resolved
-    assert f"workspace {tree} cwd {ma_folders['algo'].resolve()}" in log
+    # the working directory is the tree's algorithm link to the node's working copy (the kernel
+    # reports it resolved), never the user's folder
+    assert f"workspace {tree} cwd {attempt.jobdir.workdir('worker-0')}" in log
+    assert (attempt.jobdir.workdir("worker-0") / "train.py").read_text() == (
+        ma_folders["algo"] / "train.py"
+    ).read_text()
 
 
 def test_a_planted_node_log_or_exit_code_is_never_followed_or_blocked_on(ma_home, tmp_path):

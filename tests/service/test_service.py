@@ -378,7 +378,7 @@ def test_dry_run_plan_shows_argv_env_and_mounts_and_creates_nothing(ma_service, 
     assert {"source": str(data), "target": "/workspace/dataset/private/d"}.items() <= {
         k: v for m in node["mounts"] for k, v in m.items() if m["target"].endswith("/d")
     }.items()
-    assert node["workdir"] == "/workspace"
+    assert node["workdir"] == "/workspace/algorithm"  # an empty working folder of the node's own
     assert plan["can_start_now"] is True
     assert ma_service.session().get(f"{ma_service.api}/jobs", timeout=5).json()["total"] == 0
 

@@ -25,7 +25,7 @@ import requests
 
 from ma_jupyter.client import Client
 from ma_jupyter.errors import Forbidden, NotFound, Unauthorized
-from ma_jupyter.models import Job, JobStatus
+from ma_jupyter.models import Job, JobStatus, clone_name
 from tests.conftest import SMALL_CLUSTER_TOML
 from tests.helpers import wait_for, writable_dir
 from tests.service.conftest import ServiceProcess, start_service
@@ -206,7 +206,7 @@ def test_clone(team, access):
         assert made.returncode == 0, made.stderr
         cli_copy = json.loads(made.stdout)
         assert cli_copy["spec"]["creator"] == "bob" and cli_copy["spec"]["env"] == {"SECRET": "s3cr3t"}
-        assert cli_copy["spec"]["name"].startswith(f"{job.spec.name}-clone-")
+        assert cli_copy["spec"]["name"] == clone_name(job.spec.name)
     else:
         with pytest.raises(NotFound):
             team.bob.clone(job.id)

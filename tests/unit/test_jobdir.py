@@ -42,6 +42,7 @@ def test_every_name_of_the_job_folder():
     assert rel(nd.view_record) == "nodes/worker-0/view.json"
     assert rel(nd.hosts) == "nodes/worker-0/hosts"
     assert rel(nd.hostname) == "nodes/worker-0/hostname"
+    assert rel(nd.workdir_record) == "nodes/worker-0/workdir.json"
     assert rel(nd.files) == "nodes/worker-0/view"
     assert rel(nd.tree) == "nodes/worker-0/workspace"
     assert rel(nd.home) == "nodes/worker-0/home"
@@ -49,6 +50,8 @@ def test_every_name_of_the_job_folder():
     assert NodeDir.STALE == ("exit_code", "failure.json")
     assert rel(jd.outputs) == "outputs"
     assert rel(jd.prepared) == "prepared"
+    assert rel(jd.workdirs) == "workdir"
+    assert rel(jd.workdir("worker-0")) == "workdir/worker-0"
     assert rel(jd.prepared_dataset("private", "mnist", "v1")) == "prepared/private-mnist-v1"
     assert rel(jd.prepared_dataset("private", "mnist", "")) == "prepared/private-mnist-"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ma_jupyter.backends.base import Attempt
+from ma_jupyter.backends.local.mounts import node_workdir
 from ma_jupyter.backends.local.sandbox import (
     EXEC_ENV,
     SYSTEM_PATH,
@@ -23,7 +24,6 @@ from ma_jupyter.backends.local.sandbox import (
     node_view,
     resolve_image,
     to_host,
-    workdir_for,
 )
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import DatasetMount, DatasetSource, Image, JobSpec, Spec
@@ -133,14 +133,15 @@ def test_overlapping_mounts_are_refused(ma_paths):
 
 
 def test_workdir(ma_paths):
-    assert workdir_for(JobSpec(name="j", command="python x.py")) == "/workspace"
-    assert workdir_for(full_spec(ma_paths)) == "/workspace/algorithm"
+    # a job without an algorithm works in an empty folder of its own at the same place
+    assert node_workdir(JobSpec(name="j", command="python x.py")) == "/workspace/algorithm"
+    assert node_workdir(full_spec(ma_paths)) == "/workspace/algorithm"
     assert (
-        workdir_for(JobSpec(name="j", command="python x.py", workdir="/workspace/outputs/"))
+        node_workdir(JobSpec(name="j", command="python x.py", workdir="/workspace/outputs/"))
         == "/workspace/outputs"
     )
     with pytest.raises(InvalidSpec):
-        workdir_for(JobSpec(name="j", command="python x.py", workdir="relative"))
+        node_workdir(JobSpec(name="j", command="python x.py", workdir="relative"))
 
 
 def test_images(tmp_path):
@@ -279,3 +280,128 @@ def test_the_dry_run_checks_image_and_workdir_too(ma_paths, tmp_path):
         validate(full_spec(ma_paths, image={"venv": str(tmp_path)}))
     with pytest.raises(InvalidSpec, match="workdir"):
         validate(full_spec(ma_paths, workdir="rel"))
+
+
+# ------------------------------------------------------------- working copy and cache
+
+
+def test_every_node_works_in_its_own_copy_of_the_algorithm(ma_paths, tmp_path):
+    attempt = _attempt(tmp_path, full_spec(ma_paths))
+    launches = node_launches(attempt, "bubblewrap")
+    for launch in launches:
+        [copy] = [m for m in launch.mounts if m.target == "/workspace/algorithm"]
+        assert copy.kind == "workdir" and not copy.read_only and copy.create
+        assert copy.copy_of == str(ma_paths["algo"].resolve())
+        assert copy.source == str(tmp_path / "jobs" / "job-1" / "workdir" / launch.name)
+        assert launch.workdir == "/workspace/algorithm"
+        # two nodes share the outputs folder: each keeps what it wrote under its own name
+        assert f"kept in /workspace/outputs/workdir/{launch.name}" in " ".join(launch.notes)
+    view = node_view(attempt, attempt.plans[0], "bubblewrap")
+    assert view.export_to == "/workspace/outputs/workdir/worker-0"
+    joined = " ".join(bwrap_argv(view, ["python", "x.py"]))
+    assert f"--bind {view.working_copy.source} /workspace/algorithm" in joined
+    assert str(ma_paths["algo"].resolve()) not in joined  # the original only while it is copied
+    first = bwrap_argv(view, ["python", "x.py"], copy=True)
+    assert f"--ro-bind {ma_paths['algo'].resolve()} /run/ma_jupyter/algorithm" in " ".join(first)
+    inner = first[first.index(EXEC_ENV) :]
+    limit = str(view.copy_limit)
+    assert inner[2:9] == [
+        "--copy",
+        "/run/ma_jupyter/algorithm",
+        "/workspace/algorithm",
+        limit,
+        "{copy-fd}",
+        "--",
+        "python",
+    ]
+
+
+def test_a_single_node_keeps_its_files_in_workdir(ma_paths, tmp_path):
+    attempt = _attempt(tmp_path, full_spec(ma_paths), tasks=1)
+    assert node_view(attempt, attempt.plans[0], "bubblewrap").export_to == "/workspace/outputs/workdir"
+
+
+def test_a_writable_or_too_large_algorithm_is_shown_itself(ma_paths, ma_home, tmp_path):
+    writable = [
+        m
+        for m in node_launches(
+            _attempt(tmp_path, full_spec(ma_paths, algorithm_read_only=False)), "bubblewrap"
+        )[0].mounts
+        if m.target == "/workspace/algorithm"
+    ]
+    assert [(m.kind, m.read_only, m.copy_of) for m in writable] == [("algorithm", False, None)]
+    (ma_paths["algo"] / "big.bin").write_bytes(b"x" * (2 << 20))
+    cluster = ma_home / "cluster.toml"
+    cluster.write_text(cluster.read_text().replace("[mounts]\n", "[mounts]\nworkdir_copy_mb = 1\n"))
+    [launch, _] = node_launches(_attempt(tmp_path, full_spec(ma_paths)), "bubblewrap")
+    [shown] = [m for m in launch.mounts if m.target == "/workspace/algorithm"]
+    assert (shown.kind, shown.read_only, shown.source) == ("algorithm", True, str(ma_paths["algo"].resolve()))
+    assert any("holds more than the 1 MB a working copy may take" in n for n in launch.notes)
+
+
+def test_the_users_cache_is_mounted_at_home_dot_cache(ma_paths, ma_home, tmp_path):
+    spec = full_spec(ma_paths).model_copy(update={"creator": "alice"})
+    attempt = _attempt(tmp_path, spec)
+    view = node_view(attempt, attempt.plans[0], "bubblewrap")
+    assert view.cache.source == str(ma_home / "caches" / "alice") and view.cache.target == "/tmp/.cache"
+    joined = " ".join(bwrap_argv(view, ["true"]))
+    assert f"--bind {ma_home / 'caches' / 'alice'} /tmp/.cache" in joined
+    env = node_env(view, {"XDG_CACHE_HOME": "/mine"}, "m")
+    assert env["XDG_CACHE_HOME"] == "/mine"  # the job's own variables win
+    assert env["TORCH_EXTENSIONS_DIR"].startswith("/tmp/.cache/torch_extensions/")
+    # a user name that is no folder name gets a folder of its own all the same
+    odd = _attempt(tmp_path, spec.model_copy(update={"creator": "../x y"}))
+    source = node_view(odd, odd.plans[0], "bubblewrap").cache.source
+    assert Path(source).parent == ma_home / "caches" and Path(source).name.startswith("user-")
+    symlink = node_view(attempt, attempt.plans[0], "symlink")
+    assert node_env(symlink, {}, "m")["XDG_CACHE_HOME"] == str(symlink.nd.home / ".cache")
+
+
+WS = "/workspace"
+
+
+def _hint_mounts():
+    from ma_jupyter.backends.local.mounts import Mount
+
+    return [
+        Mount("/h/copy", f"{WS}/algorithm", False, "workdir", True, "/h/algo"),
+        Mount("/h/d", f"{WS}/dataset/private/mnist", True, "dataset"),
+        Mount("/h/m", f"{WS}/model/pretrained/resnet/v1", True, "model"),
+        Mount("/h/o", f"{WS}/outputs", False, "outputs"),
+    ]
+
+
+def test_read_only_hints_name_the_mount_and_the_way_out():
+    from ma_jupyter.backends.local.mounts import Mount, read_only_hint
+
+    mounts = _hint_mounts()
+
+    def hint(*lines, workdir=f"{WS}/algorithm", extra=()):
+        return read_only_hint(list(lines), mounts + list(extra), workdir)
+
+    python = "OSError: [Errno 30] Read-only file system: '/workspace/dataset/private/mnist/cache.pt'"
+    text = hint("Traceback (most recent call last):", python)
+    assert text.startswith(
+        "/workspace/dataset/private/mnist/cache.pt is in /workspace/dataset/private/mnist, "
+    )
+    assert "the dataset mnist, mounted read-only" in text and "--dataset mnist=PATH:rw" in text
+    # torch names no path on its last line: the traceback's code line does
+    torch = [
+        '  File "/train.py", line 9, in <module>',
+        '    torch.save(model, "/workspace/model/pretrained/resnet/v1/best.pt")',
+        '  File "/usr/lib/python3/dist-packages/torch/serialization.py", line 828, in __init__',
+        "RuntimeError: [enforce fail at inline_container.cc:747] . open file failed with strerror: Read-only file system",
+    ]
+    assert "the model resnet, which is always read-only" in hint(*torch)
+    assert hint("touch: cannot touch '/etc/foo': Read-only file system").startswith(
+        "/etc/foo lies in the node's read-only system folders"
+    )
+    # a relative path is the working directory's; a read-only original names --code-writable
+    original = Mount("/h/algo", f"{WS}/algorithm", True, "algorithm")
+    only = [m for m in mounts if m.kind != "workdir"] + [original]
+    text = read_only_hint(["OSError: [Errno 30] Read-only file system: 'model.pt'"], only, f"{WS}/algorithm")
+    assert "the algorithm folder itself" in text and "--code-writable" in text
+    assert hint("bash: line 1: x: Read-only file system").startswith("a write to a read-only folder failed")
+    # writes that worked, or other errors, explain nothing
+    assert hint("OSError: [Errno 2] No such file or directory: '/workspace/dataset/private/mnist/x'") is None
+    assert hint("saved /workspace/outputs/m.pt") is None

@@ -192,3 +192,18 @@ def test_env_values_expand_in_order_from_the_platform_and_earlier_values():
     assert out["LITERAL"] == "cost $5, a$ and $-"
     assert out["AGAIN"] == "$RANK"  # one pass: what a value brings in is not expanded again
     assert expand_argv(["echo", "[$NOPE]"], {}) == ["echo", "[]"]
+
+
+def test_the_log_a_reader_gets_by_default_is_the_chiefs_even_before_the_launch():
+    from ma_jupyter.models import Job, NodeRun
+
+    chief = JobSpec(name="c", command="python x.py", mode=Mode.tensorflow, chief=True, nodes=2, ps=1)
+    assert Job(id="j", spec=chief).log_node == "chief-0"  # queued: no node launched yet
+    launched = [
+        NodeRun(name="ps-0", role="ps", primary=False),
+        NodeRun(name="chief-0", role="chief"),
+        NodeRun(name="worker-0", primary=False),
+    ]
+    assert Job(id="j", spec=chief, nodes=launched).log_node == "chief-0"
+    plain = JobSpec(name="p", command="python x.py", mode=Mode.tensorflow, nodes=2)
+    assert Job(id="j", spec=plain).log_node == "worker-0"

@@ -144,6 +144,7 @@ def test_batch_tasks(tmp_path):
         ("--volume a@1=/v", "expected NAME=PATH"),
         ("--env NOVALUE", "expected KEY=VALUE"),
         ("--env 1X=2", "env.1X"),
+        ("--secret-env KEY", "--secret-env 'KEY=...': expected KEY=VALUE"),
         ("--duration soon", "is not a duration"),
         ("--grace -3", "--grace: '-3' is not a duration"),
         ("--grace 0", "--grace: a duration must be positive"),
@@ -260,3 +261,12 @@ def test_absolute_paths_for_api_callers(tmp_path):
 def test_grace_takes_the_forms_duration_takes(grace, seconds):
     args = options.build_parser("t").parse_args(["--grace", grace])
     assert options.spec_from_args(args, command="python t.py")["grace_period"] == seconds
+
+
+def test_secret_env_and_the_secret_prefix_become_secret_env():
+    spec = parse_spec(spec_of("--env A=1 --env B=secret:two --secret-env TOKEN=t0ken"))
+    assert spec.env == {"A": "1"}
+    assert spec.secret_env == {"B": "two", "TOKEN": "t0ken"}
+    assert spec.masked().secret_env == {"B": "***", "TOKEN": "***"}
+    with pytest.raises(InvalidSpec, match="also in env"):
+        parse_spec(spec_of("--env A=1 --secret-env A=2"))

@@ -78,3 +78,28 @@ def test_cli_texts_and_badges():
     assert render.text_table([["id", "status"], ["a-1", "running"]]) == "id   status\na-1  running\n"
     badge = render.status_badge(JobStatus.error)
     assert "ma-status-error" in badge and ">error</span>" in badge
+
+
+def test_visible_line_applies_carriage_returns_and_backspaces_as_a_terminal_does():
+    visible = render.visible_line
+    assert visible("plain line") == "plain line"
+    # each \r redraw overwrites from the line start; the last state is what shows
+    assert visible("\r 10%|#   |\r 50%|##  |\r100%|####| done") == "100%|####| done"
+    # a shorter redraw leaves the tail of a longer one (as on a terminal); a trailing \r is nothing
+    assert visible("abcdef\rXY") == "XYcdef"
+    assert visible("text\r") == "text"
+    # Keras: backspaces over the previous bar, then \r and the new one
+    keras = "1/2 [==>...] loss: 0.9" + "\b" * 22 + "\r2/2 [=====] loss: 0.10"
+    assert visible(keras) == "2/2 [=====] loss: 0.10"
+    assert visible("abc\b\bX") == "aXc"
+    assert visible("\b\bab") == "ab"  # never before the line start
+    # a bar far longer than a cell keeps: what remains is its final state
+    bar = "".join(f"\rstep {i:5d}/20000 |{'#' * (i // 1000):20s}|" for i in range(1, 20001))
+    assert len(bar) > 8000 and visible(bar) == "step 20000/20000 |####################|"
+
+
+def test_log_lines_split_at_newlines_only():
+    text = "first\n\r 1%\r100% final\nlast without newline"
+    assert render.log_lines(text) == ["first", "100% final", "last without newline"]
+    assert render.log_lines("a\r\nb\n") == ["a", "b"]
+    assert render.log_lines("") == []

@@ -93,7 +93,7 @@ def test_a_folder_over_the_limit_is_refused_with_what_to_do(project):
     with open(project / "big.bin", "wb") as fh:
         fh.truncate(SHIP_LIMIT + 1)  # sparse: no disk used
     body = {"name": "t", "command": "python train.py"}
-    with pytest.raises(InvalidSpec, match="pass --algorithm") as caught:
+    with pytest.raises(InvalidSpec, match="pass --code-dir") as caught:
         ship_working_folder(body, project)
     assert caught.value.field == "algorithm" and "algorithm" not in body
     assert not os.path.exists(project.parent / "home" / "snapshots") or not any(

@@ -35,12 +35,15 @@ import ma_jupyter
 
 from ... import config
 from ...errors import BackendUnavailable, InvalidSpec, RefusedFile
-from ...models import Job, LogStream, NodeLaunch, NodeRun
+from ...models import CacheInfo, Job, JobSpec, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend
+from . import caches
 from . import logs as job_logs
 from . import sandbox as workspace
+from .code import python_sources
+from .mounts import read_only_hint
 from .processes import ExitWatcher, marked_processes, process_start_time, read_exit_code
 
 
@@ -248,15 +251,19 @@ class LocalBackend(Backend):
             for folder in (nd.home, nd.tmp):
                 folder.mkdir(exist_ok=True)
 
-        def wrap(command: list[str]) -> list[str]:
-            return workspace.sandbox_argv(view, command)
+        # the node's first phase fills its working copy first, at its first launch only
+        copy = workspace.copy_needed(view)
+        first = "on_start" if launch.on_start else "argv"
+
+        def wrap(command: list[str], phase: str = "") -> list[str]:
+            return workspace.sandbox_argv(view, command, copy=copy and phase == first)
 
         spec = {
             "node": launch.name,
             "node_dir": str(node_dir),
             "rank_log_dir": str(attempt.jobdir.rank_dir(launch.name)),
             "sandbox": view.sandbox,
-            "argv": wrap(launch.command),
+            "argv": wrap(launch.command, "argv"),
             # The environment the runner starts each phase with.  bubblewrap gets a fixed one (the
             # job's variables are applied inside, after the switch to the job's account); only
             # the symlink mode, which never runs as another account, hands the job's to it.
@@ -267,8 +274,14 @@ class LocalBackend(Backend):
             "job_env": env if view.sandbox == "bubblewrap" else None,
             "cwd": workspace.host_workdir(view),
             "cpus": list(view.cpus),
-            "on_start": wrap(launch.on_start) if launch.on_start else None,
+            "on_start": wrap(launch.on_start, "on_start") if launch.on_start else None,
             "on_stop": wrap(launch.on_stop) if launch.on_stop else None,
+            # the node's working copy: filled by its first phase (bubblewrap) or by the runner
+            # (symlink mode) at its first launch; what the job wrote there kept in its outputs
+            # after the last phase
+            "copy": workspace.copy_args(view) if copy and view.sandbox == "symlink" else None,
+            "export": workspace.export_argv(view),
+            "workdir": view.working_copy.source if view.working_copy else None,
         }
         spec_file = nd.runner_spec
         # it holds the job's variables: the service's user alone may read it
@@ -416,6 +429,10 @@ class LocalBackend(Backend):
 
     # ------------------------------------------------------------------------ logs
 
+    def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
+        """The algorithm folder's Python files (see :func:`.code.python_sources`)."""
+        return python_sources(Path(spec.algorithm)) if spec.algorithm else None
+
     def log_streams(self, job: Job) -> list[LogStream]:
         """The files below ``<job_dir>/logs``, looked at with ``lstat`` only."""
         return job_logs.log_streams(config.jobdir(job.id), [n.name for n in job.nodes])
@@ -427,6 +444,28 @@ class LocalBackend(Backend):
     def failure(self, attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
         """The report the node runner moved to ``nodes/<node>/failure.json`` (or its refusal)."""
         return job_logs.failure(attempt.jobdir, run.name)
+
+    def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
+        """A write to a read-only folder in ``lines``: which mount of the node's view it hit and
+        how to change it (:func:`.mounts.read_only_hint`), from the view the node ran in."""
+        try:
+            relative = attempt.jobdir.node(run.name).view_record.relative_to(attempt.jobdir.root)
+            view = json.loads(read_small(attempt.job_dir, str(relative), limit=4 << 20))
+            mounts = [workspace.Mount(**m) for m in view["mounts"]]
+            workdir = str(view["workdir"])
+        except (OSError, ValueError, TypeError, KeyError, RefusedFile):
+            return None
+        return read_only_hint(lines, mounts, workdir)
+
+    # ---------------------------------------------------------------------- caches
+
+    def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
+        """The size of ``user``'s cache (``every_user``: of every user's), see :mod:`.caches`."""
+        return caches.usage(user, every_user=every_user)
+
+    def clear_cache(self, user: str | None) -> None:
+        """Empty ``user``'s cache (the caller made sure no job of theirs runs)."""
+        caches.clear(user)
 
 
 def _refuse_unsandboxed(views: list[workspace.NodeView]) -> None:

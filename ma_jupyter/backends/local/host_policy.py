@@ -4,6 +4,7 @@ An admin sets both in ``$MA_JUPYTER_HOME/cluster.toml``::
 
     [mounts]
     allowed_roots = ["/data", "/srv/projects"]   # default: the user's home and the project folder
+    workdir_copy_mb = 512    # the most a node's working copy of the algorithm folder may take
 
     [users]
     allow_root = ["root"]    # users whose jobs may run as root (default: nobody's)
@@ -47,6 +48,7 @@ NEVER_INSIDE = ("/proc", "/sys", "/dev", "/etc", "/boot", "/run")
 #: folders a mount may lie inside (users' homes) but never contain whole
 NEVER_CONTAINING = ("/root", "/home")
 DEFAULT_JOB_ACCOUNT = "nobody"
+DEFAULT_WORKDIR_COPY_MB = 512
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class HostPolicy:
         service_home: ``$MA_JUPYTER_HOME``, resolved.
         project_dir: the project folder, resolved, or None.
         source: the file the rules came from, named in refusals.
+        workdir_copy_limit: the most bytes a node's working copy of the algorithm may take
+            (larger folders are shown read-only themselves, see :mod:`.mounts`).
     """
 
     allowed_roots: tuple[str, ...] | None
@@ -83,6 +87,7 @@ class HostPolicy:
     service_home: str
     project_dir: str | None
     source: str
+    workdir_copy_limit: int = DEFAULT_WORKDIR_COPY_MB << 20
 
     # ------------------------------------------------------------------------ mounts
 
@@ -206,6 +211,14 @@ class HostPolicy:
             )
 
 
+def service_user() -> str:
+    """The name of the account the service runs as."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
 def _account(name: str | None) -> pwd.struct_passwd | None:
     if not name:
         return None
@@ -246,6 +259,9 @@ def load_policy() -> HostPolicy:
         not isinstance(roots, list) or not all(isinstance(r, str) and os.path.isabs(r) for r in roots)
     ):
         raise InvalidSpec(f"{path}: [mounts] allowed_roots must be a list of absolute paths")
+    copy_mb = mounts.get("workdir_copy_mb", DEFAULT_WORKDIR_COPY_MB)
+    if isinstance(copy_mb, bool) or not isinstance(copy_mb, int | float) or copy_mb < 0:
+        raise InvalidSpec(f"{path}: [mounts] workdir_copy_mb must be a number of megabytes (0 or more)")
     allow_root = users.get("allow_root", [])
     if not isinstance(allow_root, list) or not all(isinstance(u, str) for u in allow_root):
         raise InvalidSpec(f"{path}: [users] allow_root must be a list of user names")
@@ -257,4 +273,5 @@ def load_policy() -> HostPolicy:
         service_home=str(config.home()),
         project_dir=os.path.realpath(project) if project else None,
         source=str(path),
+        workdir_copy_limit=int(copy_mb * (1 << 20)),
     )

@@ -1,20 +1,52 @@
-"""The mounts of a node's ``/workspace``: where each host folder appears, validated (pure)."""
+"""The mounts of a node's view: each folder of the ``/workspace`` layout
+(:mod:`ma_jupyter.workspace`) with its host path checked and resolved (pure: it only reads paths).
+
+Besides the user's folders, every node of the local backend gets two folders of the platform's:
+
+* its **working copy** at ``/workspace/algorithm`` (kind ``workdir``, the working directory): a
+  writable copy of the algorithm folder made at the node's first launch and kept across its
+  attempts (``<job>/workdir/<node>``), so code that writes next to itself (``torch.save("m.pt")``,
+  ``./runs``, ``lightning_logs/``) works and the user's folder is never written.  An empty one
+  when the job has no algorithm.  Not made when the user mounts the folder writable
+  (``algorithm_read_only=False``: it is then shown itself), nor when the folder holds more than
+  the admin's limit (``[mounts] workdir_copy_mb``, default 512): the folder itself is then shown
+  read-only, as the dry run says;
+* the user's **cache** at ``~/.cache`` (kind ``cache``, see :mod:`.caches`).
+"""
 
 from __future__ import annotations
 
 import os
 import posixpath
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...errors import InvalidSpec
 from ...jobdir import PLACEHOLDER, JobDir
 from ...models import JobSpec
+from ...workspace import VIEW_ROOT, check_subfolder, folders, target, workdir_for
 from .host_policy import HostPolicy, load_policy
 
-VIEW_ROOT = "/workspace"
-_SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+__all__ = [
+    "ALGORITHM_VIEW",
+    "CACHE_KIND",
+    "VIEW_ROOT",
+    "WORKDIR_KIND",
+    "Mount",
+    "check_outside_writable",
+    "mounts_for",
+    "node_workdir",
+    "read_only_hint",
+    "with_working_copy",
+]
+
+#: the working directory of every node unless the spec names one
+ALGORITHM_VIEW = target("algorithm")
+#: kinds of the platform's own folders in a node's view
+WORKDIR_KIND = "workdir"
+CACHE_KIND = "cache"
 
 
 @dataclass(frozen=True)
@@ -23,11 +55,14 @@ class Mount:
 
     Attributes:
         source: the host path (symlinks resolved).
-        target: where it appears, always below ``/workspace``.
+        target: where it appears: below ``/workspace``, except the user's cache (``~/.cache``).
         read_only: whether the node can write to it (enforced by bubblewrap only).
-        kind: ``algorithm``, ``dataset``, ``annotation``, ``model``, ``outputs`` or ``volume``.
-        create: the backend creates ``source`` at launch (an outputs folder of a batch task, or
-            the job's own outputs folder when the spec names none).
+        kind: ``algorithm``, ``dataset``, ``annotation``, ``model``, ``outputs``, ``volume``, or
+            the platform's ``workdir`` (the node's working copy) and ``cache``.
+        create: the backend creates ``source`` at launch (an outputs folder of a batch task, the
+            job's own outputs folder when the spec names none, a working copy, a cache).
+        copy_of: a working copy's original: the host folder copied into ``source`` before the
+            node's first phase (None: an empty working folder).
     """
 
     source: str
@@ -35,6 +70,7 @@ class Mount:
     read_only: bool
     kind: str
     create: bool = False
+    copy_of: str | None = None
 
 
 def _host_path(raw: str, what: str, field_name: str, *, directory: bool) -> str:
@@ -72,17 +108,6 @@ def _writable_path(raw: str, what: str, field_name: str) -> tuple[str, bool]:
     return _host_path(raw, what, field_name, directory=True), False
 
 
-def _target(*parts: str) -> str:
-    """An in-view path below /workspace; refuses anything that would leave it."""
-    for part in parts:
-        if not _SAFE_PART.match(part) or part in (".", ".."):
-            raise InvalidSpec(f"{part!r} cannot be used as a folder name inside /workspace")
-    target = posixpath.normpath(posixpath.join(VIEW_ROOT, *parts))
-    if not target.startswith(VIEW_ROOT + "/"):
-        raise InvalidSpec(f"{target} escapes {VIEW_ROOT}")
-    return target
-
-
 def mounts_for(
     spec: JobSpec,
     *,
@@ -117,7 +142,6 @@ def mounts_for(
     user = spec.creator
     run_as = policy.run_as(user)
     mounts: list[Mount] = []
-    algo = algorithm if algorithm is not None else spec.algorithm
 
     # the platform's own copies of this job's datasets (data preparation) live in its folder
     prepared = str(JobDir(Path(job_dir)).prepared) if job_dir is not None else None
@@ -131,45 +155,31 @@ def mounts_for(
             policy.check_writable(source, run_as, what, field_name)
         return source
 
-    if algo:
-        mounts.append(
-            Mount(
-                checked(
-                    algo, "algorithm", "algorithm", directory=True, writable=not spec.algorithm_read_only
-                ),
-                _target("algorithm"),
-                spec.algorithm_read_only,
-                "algorithm",
+    for folder in folders(spec, algorithm=algorithm):
+        if folder.kind == "outputs":
+            if folder.path:
+                source, create = _writable_path(folder.path, "outputs", "outputs")
+                policy.check_source(source, "outputs", "outputs", user)
+                policy.check_writable(source, run_as, "outputs", "outputs")
+            else:
+                jd = JobDir(Path(job_dir)) if job_dir is not None else PLACEHOLDER
+                source, create = str(jd.outputs), True
+            if outputs_subdir is not None:
+                source, create = str(Path(source) / check_subfolder(outputs_subdir)), True
+        elif folder.kind == "volume":
+            assert folder.path is not None
+            source, create = _writable_path(folder.path, folder.what, folder.field)
+            policy.check_source(source, folder.what, folder.field, user)
+            policy.check_writable(source, run_as, folder.what, folder.field)
+        else:
+            assert folder.path is not None
+            # the algorithm is a folder; a dataset, model or annotation may be a single file
+            directory = folder.kind == "algorithm"
+            source = checked(
+                folder.path, folder.what, folder.field, directory=directory, writable=not folder.read_only
             )
-        )
-    for a in spec.annotations:
-        src = checked(a.path, f"annotation {a.name}", "annotations", directory=False)
-        mounts.append(Mount(src, _target("anno_dataset", a.name, "annotation"), True, "annotation"))
-    for d in spec.datasets:
-        src = checked(d.path, f"dataset {d.name}", "datasets", directory=False, writable=not d.read_only)
-        parts = ["dataset", d.source.value, d.name] + ([d.version] if d.version else [])
-        mounts.append(Mount(src, _target(*parts), d.read_only, "dataset"))
-    for m in spec.models:
-        src = checked(m.path, f"model {m.name}", "models", directory=False)
-        parts = ["model", m.source.value, m.name] + ([m.version] if m.version else [])
-        mounts.append(Mount(src, _target(*parts), True, "model"))
-    if spec.outputs:
-        outputs, create = _writable_path(spec.outputs, "outputs", "outputs")
-        policy.check_source(outputs, "outputs", "outputs", user)
-        policy.check_writable(outputs, run_as, "outputs", "outputs")
-    else:
-        jd = JobDir(Path(job_dir)) if job_dir is not None else PLACEHOLDER
-        outputs, create = str(jd.outputs), True
-    if outputs_subdir is not None:
-        if not _SAFE_PART.match(outputs_subdir):
-            raise InvalidSpec(f"{outputs_subdir!r} cannot be an outputs subfolder", field="outputs")
-        outputs, create = str(Path(outputs) / outputs_subdir), True
-    mounts.append(Mount(outputs, _target("outputs"), False, "outputs", create=create))
-    for v in spec.volumes:
-        src, create = _writable_path(v.path, f"volume {v.name}", "volumes")
-        policy.check_source(src, f"volume {v.name}", "volumes", user)
-        policy.check_writable(src, run_as, f"volume {v.name}", "volumes")
-        mounts.append(Mount(src, _target("volume", v.name), False, "volume", create=create))
+            create = False
+        mounts.append(Mount(source, folder.target, folder.read_only, folder.kind, create=create))
     # A read-only source inside (or equal to) a writable one could be written through the writable
     # mount, so read-only would be a lie: refuse it.
     for ro in (m for m in mounts if m.read_only):
@@ -214,13 +224,148 @@ def check_outside_writable(mounts: list[Mount], sources: list[tuple[str, str]]) 
                 )
 
 
-def workdir_for(spec: JobSpec, algorithm: str | None = None) -> str:
-    """The node's working directory: ``spec.workdir``, else /workspace/algorithm, else /workspace."""
-    if spec.workdir:
-        if not posixpath.isabs(spec.workdir):
-            raise InvalidSpec(
-                f"workdir {spec.workdir!r} must be an absolute path inside the node, e.g. /workspace/algorithm",
-                field="workdir",
+def node_workdir(spec: JobSpec) -> str:
+    """A local node's working directory: ``spec.workdir``, else /workspace/algorithm, there
+    whether or not the job has an algorithm (its working copy, or the algorithm folder itself;
+    see the module docstring)."""
+    return workdir_for(spec) if spec.workdir else ALGORITHM_VIEW
+
+
+def folder_size_over(path: str, limit: int) -> bool:
+    """Whether the regular files below ``path`` add up to more than ``limit`` bytes (symbolic
+    links not followed; stops counting once over)."""
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            if not os.path.islink(os.path.join(folder, name)):
+                total += st.st_size
+                if total > limit:
+                    return True
+    return False
+
+
+def with_working_copy(
+    mounts: Sequence[Mount], *, job_dir: Path, node: str, limit: int, sizes: dict[str, bool] | None = None
+) -> tuple[list[Mount], str]:
+    """The node's mounts with its working copy at /workspace/algorithm, and a note saying what
+    the node works in (for the dry run); pure (it only reads sizes).
+
+    Args:
+        mounts: from :func:`mounts_for`.
+        job_dir: the job's folder (the placeholder in a dry run of a job not yet made).
+        node: the node's name: every node has a copy of its own.
+        limit: the most bytes a copy may take (the admin's ``[mounts] workdir_copy_mb``).
+        sizes: memo of :func:`folder_size_over` by folder, for the nodes of one job.
+    """
+    jd = JobDir(Path(job_dir))
+    copy = str(jd.workdir(node))
+    algorithm = next((m for m in mounts if m.kind == "algorithm"), None)
+    rest = [m for m in mounts if m is not algorithm]
+    if algorithm is None:
+        mount = Mount(copy, ALGORITHM_VIEW, False, WORKDIR_KIND, create=True)
+        return [mount, *rest], f"working directory {ALGORITHM_VIEW}: an empty writable folder of this node's"
+    if not algorithm.read_only:
+        return list(mounts), f"working directory {ALGORITHM_VIEW}: the algorithm folder itself, writable"
+    made = jd.node(node).workdir_record.exists()
+    if not made:
+        memo = sizes if sizes is not None else {}
+        if algorithm.source not in memo:
+            memo[algorithm.source] = folder_size_over(algorithm.source, limit)
+        if memo[algorithm.source]:
+            return list(mounts), (
+                f"working directory {ALGORITHM_VIEW}: the algorithm folder itself, read-only: it holds more "
+                f"than the {limit // (1 << 20)} MB a working copy may take (write under /workspace/outputs, "
+                "or mount it writable with --code-writable)"
             )
-        return posixpath.normpath(spec.workdir)
-    return _target("algorithm") if (algorithm or spec.algorithm) else VIEW_ROOT
+    mount = replace(
+        algorithm, source=copy, read_only=False, kind=WORKDIR_KIND, create=True, copy_of=algorithm.source
+    )
+    return [mount, *rest], (
+        f"working directory {ALGORITHM_VIEW}: a writable copy of {algorithm.source} made at this node's first "
+        "launch and kept across its attempts; what the job writes there is kept in its outputs' workdir/"
+    )
+
+
+# ------------------------------------------------------------------- read-only failures
+
+_READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")
+#: torch.save's words for a file it could not create (it names no errno)
+_CANNOT_OPEN = "cannot be opened"
+_QUOTED = re.compile(r"""['"]([^'"\n]+)['"]""")
+_ABSOLUTE = re.compile(r"""(?<![\w.~])(/[^\s'":,;()\[\]{}]+)""")
+_WRITABLE_ELSEWHERE = "write under /workspace/outputs (the --output folder) or the working directory"
+
+
+def read_only_hint(lines: Iterable[str], mounts: Sequence[Mount], workdir: str) -> str | None:
+    """One sentence naming the read-only folder a failed write hit, from a node's last log lines,
+    and how to change it; None when no line shows such a write.
+
+    1. The last line that says "Read-only file system" (errno 30, EROFS), or torch's "cannot be
+       opened", is the failed write.
+    2. A path it names (quoted, or absolute; a relative one is taken from ``workdir``) that lies
+       in a read-only mount names that mount; one in no mount at all (EROFS only) is in the
+       node's read-only system folders.
+    3. A line that names no such path (torch: "open file failed with strerror: Read-only file
+       system") is explained by the lines just before it (the traceback's own code line, e.g.
+       ``torch.save(model, "/workspace/model/...")``), where only a read-only mount counts.
+    4. Otherwise a read-only write that names nothing gets the general advice.
+    """
+    lines = list(lines)
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index]
+        erofs = bool(_READ_ONLY.search(line))
+        if not erofs and _CANNOT_OPEN not in line:
+            continue
+        for path in _paths(line, workdir):
+            mount = _mount_of(path, mounts)
+            if mount is not None and mount.read_only:
+                return _mount_hint(path, mount)
+            if mount is None and erofs and not path.startswith(("/tmp/", "/dev/")):
+                return f"{path} lies in the node's read-only system folders: {_WRITABLE_ELSEWHERE} ({workdir}), or /tmp"
+        for before in reversed(lines[max(0, index - 8) : index]):
+            for path in _paths(before, workdir):
+                mount = _mount_of(path, mounts)
+                if mount is not None and mount.read_only:
+                    return _mount_hint(path, mount)
+        if erofs:
+            return f"a write to a read-only folder failed: {_WRITABLE_ELSEWHERE} ({workdir}), or /tmp"
+        return None
+    return None
+
+
+def _paths(line: str, workdir: str) -> list[str]:
+    """The paths a log line names (quoted or absolute), normalised, relative ones from ``workdir``."""
+    raw = [*_QUOTED.findall(line), *_ABSOLUTE.findall(line)]
+    return [posixpath.normpath(posixpath.join(workdir, r.strip().rstrip("."))) for r in raw if r.strip()]
+
+
+def _mount_of(path: str, mounts: Sequence[Mount]) -> Mount | None:
+    """The mount holding the in-view ``path`` (the deepest one)."""
+    found = [m for m in mounts if path == m.target or path.startswith(m.target.rstrip("/") + "/")]
+    return max(found, key=lambda m: len(m.target), default=None)
+
+
+def _mount_hint(path: str, mount: Mount) -> str:
+    parts = mount.target.split("/")
+    name = parts[4] if len(parts) > 4 else parts[-1]
+    where = f"{path} is in {mount.target}" if path != mount.target else f"{path} is"
+    if mount.kind == "dataset":
+        return (
+            f"{where}, the dataset {name}, mounted read-only: {_WRITABLE_ELSEWHERE}, or mount the "
+            f"dataset writable (--dataset {name}=PATH:rw)"
+        )
+    if mount.kind == "model":
+        return f"{where}, the model {name}, which is always read-only: {_WRITABLE_ELSEWHERE}"
+    if mount.kind == "annotation":
+        name = parts[3] if len(parts) > 3 else name
+        return f"{where}, the annotation set {name}, which is always read-only: {_WRITABLE_ELSEWHERE}"
+    if mount.kind == "algorithm":
+        return (
+            f"{where}, the algorithm folder itself, read-only (it is larger than a working copy may "
+            "be): write under /workspace/outputs (the --output folder), or mount it writable (--code-writable)"
+        )
+    return f"{where}, mounted read-only ({mount.kind}): {_WRITABLE_ELSEWHERE}"

@@ -4,11 +4,17 @@ The local backend starts one runner per node, in its own session, with stdout/st
 pointing at the node's log file; the service is never in the log path.  The runner:
 
 1. pins itself to the task's cores (inherited by everything it starts);
-2. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
-   each already wrapped in the node's sandbox by the backend;
+2. at the node's first launch, has its working copy filled from the algorithm folder (see
+   :mod:`ma_jupyter.nodeside.workdir`): by the first phase itself in bubblewrap (as the job's
+   account, before the command; it reports the end on a pipe), by the runner in the symlink
+   mode; and records it complete in ``nodes/<node>/workdir.json``, so later attempts continue
+   in it; a copy that fails ends the node with its code (3 over the size limit);
+3. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
+   each already wrapped in the node's sandbox by the backend, then (``export``, when anything in
+   the working copy changed since the copy) keeps what the job wrote there in its outputs;
 3. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
    kill the node at once) so training code gets its chance to save a checkpoint;
-4. when the command ends, kills what it left behind (a bubblewrap pid namespace does this by
+4. when a phase ends, kills what it left behind (a bubblewrap pid namespace does this by
    itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
 5. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
    ``nodes/<node>/failure.json`` when it is a small regular file (see
@@ -30,7 +36,8 @@ import time
 from pathlib import Path
 
 from ...jobdir import NodeDir
-from ...nodeside.exec_env import ENV_FD, env_file_data
+from ...nodeside import workdir
+from ...nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
 from ...untrusted import collect_report
 
 PR_SET_PDEATHSIG = 1
@@ -131,6 +138,11 @@ class NodeRunner:
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
         env_fd = None
+        copy_r = copy_w = None
+        if COPY_FD in argv:
+            # the phase fills the working copy first and writes the time it was complete here
+            copy_r, copy_w = os.pipe()
+            argv = [str(copy_w) if a == COPY_FD else a for a in argv]
         if self.spec.get("job_env") is not None:
             # the job's variables reach the sandbox as a file (a command line is readable by
             # every user of the host); bubblewrap reads them from this descriptor
@@ -148,20 +160,40 @@ class NodeRunner:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a TERM to the runner's group must not hit bwrap
                 preexec_fn=_die_with_runner,
-                pass_fds=(env_fd,) if env_fd is not None else (),
+                pass_fds=tuple(fd for fd in (env_fd, copy_w) if fd is not None),
             )
         except OSError as exc:
+            if copy_r is not None:
+                os.close(copy_r)
             print(f"[ma_jupyter] cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
             return 127 if isinstance(exc, FileNotFoundError) else 126
         finally:
-            if env_fd is not None:
-                os.close(env_fd)
+            for fd in (env_fd, copy_w):
+                if fd is not None:
+                    os.close(fd)
+        if copy_r is not None:
+            self._record_copy(copy_r)
         status = self._wait(self.current.pid)
         self._kill_leftovers()
         self.current = None
         if os.WIFSIGNALED(status):
             return 128 + os.WTERMSIG(status)
         return os.WEXITSTATUS(status)
+
+    def _record_copy(self, fd: int) -> None:
+        """Wait for the phase to report its working copy complete (a line: the time), and record
+        it; nothing arrives when the copy failed (the phase ends, closing the pipe)."""
+        data = b""
+        try:
+            while not data.endswith(b"\n"):
+                chunk = os.read(fd, 64)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(fd)
+        if data.endswith(b"\n") and data.strip().isdigit():
+            write_record(NodeDir(Path(self.spec["node_dir"])).workdir_record, int(data))
 
     def _wait(self, pid: int) -> int:
         while True:
@@ -191,7 +223,8 @@ class NodeRunner:
             time.sleep(0.02)
 
     def run(self) -> int:
-        """Run on_start, the command, on_stop; record and return the node's exit code."""
+        """Run the copy, on_start, the command, on_stop and the export; record and return the
+        node's exit code."""
         spec = self.spec
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -201,8 +234,13 @@ class NodeRunner:
             usable = cpus & os.sched_getaffinity(0)
             if usable:
                 os.sched_setaffinity(0, usable)
+        node_dir = NodeDir(Path(spec["node_dir"]))
         code = 0
-        if spec.get("on_start"):
+        if spec.get("copy"):  # the symlink mode: the runner runs as the job's account
+            code = workdir.main(["copy", *spec["copy"]])
+            if code == 0:
+                write_record(node_dir.workdir_record, time.time_ns())
+        if code == 0 and spec.get("on_start"):  # nothing runs in an incomplete working copy
             code = self._run(spec["on_start"])
             if code != 0:
                 print(f"[ma_jupyter] lifecycle on_start exited with code {code}", file=sys.stderr, flush=True)
@@ -218,11 +256,46 @@ class NodeRunner:
                     file=sys.stderr,
                     flush=True,
                 )
-        node_dir = NodeDir(Path(spec["node_dir"]))
+        self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
         collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"))
         write_exit_code(node_dir.exit_code, code)
         return code
+
+    def _export(self, node_dir: NodeDir) -> None:
+        """Keep what the job wrote in its working copy, when anything changed since the copy (a
+        look at file times, following no link: most nodes write nothing there)."""
+        since = read_record(node_dir.workdir_record)
+        export, folder = self.spec.get("export"), self.spec.get("workdir")
+        if not export or since is None or not folder or not workdir.changed_since(folder, since):
+            return
+        code = self._run([*export, str(since)])
+        if code != 0:
+            print(
+                f"[ma_jupyter] keeping the working directory's files ended with code {code}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def write_record(path: Path, since: int) -> None:
+    """Record the node's working copy complete (atomically): ``{"since": ns}``."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump({"since": since}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_record(path: Path) -> int | None:
+    """The time a node's working copy was complete; None without a (readable) record."""
+    try:
+        with open(path, "rb") as fh:
+            since = json.loads(fh.read(4096))["since"]
+        return since if isinstance(since, int) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:

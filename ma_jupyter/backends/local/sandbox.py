@@ -2,7 +2,8 @@
 
 Every node of a job sees the platform's layout (seed 002)::
 
-    /workspace/algorithm                                   the code (read-only unless asked otherwise)
+    /workspace/algorithm                                   the node's writable copy of the code, its
+                                                           working directory (see :mod:`.mounts`)
     /workspace/anno_dataset/<name>/annotation              annotation sets (read-only)
     /workspace/dataset/{private,favorite}/<name>[/<ver>]   datasets (read-only unless read_only=False)
     /workspace/model/{pretrained,private,favorite}/<name>[/<ver>]   models (always read-only)
@@ -12,7 +13,13 @@ Every node of a job sees the platform's layout (seed 002)::
 plus the node's own ``/etc/hosts`` and ``/etc/hostname`` (every task of the job listed, so peers
 resolve each other by hostname), the files its distributed mode writes (``/job/hostfile``,
 ``/etc/mpi/hostfile``, ``/user/config/jobstart_hccl.json``...) and a writable per-rank log folder
-at ``/job/logs`` (``$MA_RANK_LOG_DIR``).
+at ``/job/logs`` (``$MA_RANK_LOG_DIR``), and its user's persistent cache at ``~/.cache``
+(:mod:`.caches`; ``XDG_CACHE_HOME`` and ``TORCH_EXTENSIONS_DIR`` point into it).
+
+A node's first phase at its first launch fills its working copy from the algorithm folder
+before its command runs (shown read-only at ``/run/ma_jupyter/algorithm`` for that phase only);
+after its last phase, the node runner keeps what the job wrote there in ``workdir/`` of its
+outputs (see :mod:`ma_jupyter.nodeside.workdir`); both in the node's sandbox, as the job's account.
 
 Two ways to build that view:
 
@@ -35,11 +42,13 @@ The functions here are pure where they can be (:func:`mounts_for`, :func:`node_v
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import posixpath
 import re
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,11 +60,22 @@ from ...commands import expand_argv, expand_env
 from ...errors import InvalidSpec
 from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
 from ...models import NodeLaunch
-from ...nodeside.exec_env import ENV_FD, ENV_FILE
+from ...nodeside.exec_env import COPY_FD, ENV_FD, ENV_FILE
 from ...untrusted import make_dirs, real_ancestor
+from . import caches
 from .host_policy import HostPolicy, RunAs, load_policy
 from .image import SYSTEM_DIRS, ImageEnv, resolve_image
-from .mounts import VIEW_ROOT, Mount, check_outside_writable, mounts_for, workdir_for
+from .mounts import (
+    CACHE_KIND,
+    VIEW_ROOT,
+    WORKDIR_KIND,
+    Mount,
+    check_outside_writable,
+    mounts_for,
+    node_workdir,
+    with_working_copy,
+)
+from .noderun import write_record
 
 if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
     from ...modes.base import NodePlan, TaskSlot
@@ -70,6 +90,12 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: this package, shown read-only in every sandbox: the modes' launchers run inside nodes as
 #: ``python -m ma_jupyter.nodeside....``
 PACKAGE_DIR = str(Path(ma_jupyter.__file__).resolve().parent)
+#: the helper that makes a node's working copy and keeps what the job wrote there
+WORKDIR_HELPER = str(Path(PACKAGE_DIR) / "nodeside" / "workdir.py")
+#: where the working copy's original is shown (read-only) while it is copied, and only then
+COPY_SOURCE_VIEW = "/run/ma_jupyter/algorithm"
+#: the folder of the job's outputs holding what its nodes wrote in their working copies
+KEPT_WORKDIR = "workdir"
 
 # ---------------------------------------------------------------------------- node view
 
@@ -91,6 +117,9 @@ class NodeView:
         cpus, devices: the cores and card indices of its task.
         run_as: the account its processes run as; None: the service's own
             (see :meth:`~ma_jupyter.backends.local.host_policy.HostPolicy.run_as`).
+        export_to: in-view folder where what the job wrote in its working copy is kept after
+            each attempt (None: it has no working copy).
+        copy_limit: the most bytes its working copy may take.
     """
 
     job_id: str
@@ -108,6 +137,8 @@ class NodeView:
     cpus: tuple[int, ...] = ()
     devices: tuple[int, ...] = ()
     run_as: RunAs | None = None
+    export_to: str | None = None
+    copy_limit: int = 0
 
     @property
     def nd(self) -> NodeDir:
@@ -122,6 +153,16 @@ class NodeView:
     def tree(self) -> Path:
         """The symlink tree standing in for /workspace in the symlink mode."""
         return self.nd.tree
+
+    @property
+    def working_copy(self) -> Mount | None:
+        """The node's working copy (a mount of kind ``workdir``), if it has one."""
+        return next((m for m in self.mounts if m.kind == WORKDIR_KIND), None)
+
+    @property
+    def cache(self) -> Mount | None:
+        """The user's cache, if the node shows one."""
+        return next((m for m in self.mounts if m.kind == CACHE_KIND), None)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -161,6 +202,35 @@ def default_sandbox() -> str:
     return "bubblewrap" if shutil.which("bwrap") else "symlink"
 
 
+def export_dir(attempt: Attempt, plan: NodePlan) -> str:
+    """The in-view folder keeping what a node wrote in its working copy: ``workdir/`` of its
+    outputs, or ``workdir/<node>/`` when other nodes write to the same outputs folder."""
+    base = f"{VIEW_ROOT}/outputs/{KEPT_WORKDIR}"
+    sharing = sum(1 for p in attempt.plans if p.outputs_subdir == plan.outputs_subdir)
+    return f"{base}/{plan.name}" if sharing > 1 else base
+
+
+def node_mounts(
+    attempt: Attempt,
+    plan: NodePlan,
+    mounts: list[Mount],
+    policy: HostPolicy,
+    sizes: dict[str, bool] | None = None,
+) -> tuple[list[Mount], list[str]]:
+    """A node's mounts: the workspace ``mounts`` (from :func:`mounts_for`) with the node's
+    working copy, plus its user's cache; and the notes saying so (for the dry run); pure."""
+    mounts, note = with_working_copy(
+        mounts, job_dir=attempt.jobdir.root, node=plan.name, limit=policy.workdir_copy_limit, sizes=sizes
+    )
+    notes = [note]
+    if any(m.kind == WORKDIR_KIND for m in mounts):
+        notes.append(f"what the job writes in its working directory is kept in {export_dir(attempt, plan)}")
+    cache = caches.cache_dir(attempt.spec.creator)
+    mounts.append(Mount(str(cache), caches.CACHE_VIEW, False, CACHE_KIND, create=True))
+    notes.append(f"~/.cache ({caches.CACHE_VIEW}) is {cache}: this user's cache, kept across their jobs")
+    return mounts, notes
+
+
 def node_view(
     attempt: Attempt,
     plan: NodePlan,
@@ -172,7 +242,8 @@ def node_view(
 ) -> NodeView:
     """The view of one node of an attempt; pure (validates, writes nothing).
 
-    ``mounts``, ``image`` and ``policy`` may be given when already resolved for this node.
+    ``mounts`` (the node's whole list, see :func:`node_mounts`), ``image`` and ``policy`` may be
+    given when already resolved for this node.
 
     Raises:
         InvalidSpec: from :func:`mounts_for`, :func:`resolve_image`, or a plan file outside the
@@ -182,15 +253,17 @@ def node_view(
     files = {_check_file_path(p): content for p, content in plan.files.items()}
     policy = policy or load_policy()
     if mounts is None:
-        mounts = mounts_for(
+        workspace = mounts_for(
             attempt.spec,
             job_dir=jd.root,
             outputs_subdir=plan.outputs_subdir,
             algorithm=plan.algorithm,
             policy=policy,
         )
+        mounts = node_mounts(attempt, plan, workspace, policy)[0]
     image = image or resolve_image(attempt.spec.image)
     check_outside_writable(mounts, [(root, "the image folder") for root in image.roots])
+    has_copy = any(m.kind == WORKDIR_KIND for m in mounts)
     return NodeView(
         job_id=attempt.job_id,
         node=plan.name,
@@ -199,7 +272,7 @@ def node_view(
         node_dir=str(jd.node(plan.name).root),
         rank_log_dir=str(jd.rank_dir(plan.name)),
         mounts=tuple(mounts),
-        workdir=workdir_for(attempt.spec, plan.algorithm),
+        workdir=node_workdir(attempt.spec),
         image=image,
         files=files,
         hosts=hosts_file(plan.task, [p.task for p in attempt.plans]),
@@ -207,6 +280,8 @@ def node_view(
         cpus=tuple(plan.task.cpus),
         devices=tuple(plan.task.devices),
         run_as=policy.run_as(attempt.spec.creator),
+        export_to=export_dir(attempt, plan) if has_copy else None,
+        copy_limit=policy.workdir_copy_limit,
     )
 
 
@@ -233,6 +308,7 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
         "on_stop": parse_command(lifecycle.on_stop, field="lifecycle") if lifecycle.on_stop else None,
     }
     mounts: dict[tuple[str | None, str | None], list[Mount]] = {}
+    sizes: dict[str, bool] = {}
     launches = []
     for plan in attempt.plans:
         key = (plan.algorithm, plan.outputs_subdir)
@@ -244,7 +320,8 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
                 algorithm=plan.algorithm,
                 policy=policy,
             )
-        view = node_view(attempt, plan, sandbox, mounts=mounts[key], image=image, policy=policy)
+        own, notes = node_mounts(attempt, plan, mounts[key], policy, sizes)
+        view = node_view(attempt, plan, sandbox, mounts=own, image=image, policy=policy)
         env = node_env(view, plan.env, "", plan.job_env)
         env.pop(NODE_MARKER, None)
         launches.append(
@@ -274,7 +351,7 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
                 else None,
                 on_start=command_argv(view, hooks["on_start"], env) if hooks["on_start"] else None,
                 on_stop=command_argv(view, hooks["on_stop"], env) if hooks["on_stop"] else None,
-                notes=list(plan.notes),
+                notes=list(plan.notes) + notes,
             )
         )
     return launches
@@ -288,6 +365,8 @@ def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
         raise InvalidSpec(f"the launch of {launch.name} names no image")
     tasks = [p.task for p in attempt.plans]
     own = next(t for t in tasks if t.role == launch.role and t.index == launch.index)
+    plan = next(p for p in attempt.plans if p.name == launch.name)
+    mounts = tuple(Mount(**m.model_dump()) for m in launch.mounts)
     return NodeView(
         job_id=attempt.job_id,
         node=launch.name,
@@ -295,7 +374,7 @@ def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
         address=launch.address,
         node_dir=str(jd.node(launch.name).root),
         rank_log_dir=str(jd.rank_dir(launch.name)),
-        mounts=tuple(Mount(**m.model_dump()) for m in launch.mounts),
+        mounts=mounts,
         workdir=launch.workdir,
         image=ImageEnv(
             python=image.python, bin_dir=image.bin_dir, roots=tuple(image.roots), env=dict(image.env)
@@ -308,6 +387,8 @@ def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
         run_as=RunAs(uid=launch.run_as.uid, gid=launch.run_as.gid, name=launch.run_as.name)
         if launch.run_as
         else None,
+        export_to=export_dir(attempt, plan) if any(m.kind == WORKDIR_KIND for m in mounts) else None,
+        copy_limit=load_policy().workdir_copy_limit,
     )
 
 
@@ -350,7 +431,11 @@ def prepare_node(view: NodeView) -> None:
         host.parent.mkdir(parents=True, exist_ok=True)
         host.write_text(content)
     for mount in view.mounts:
-        if mount.create:
+        if mount.kind == CACHE_KIND:
+            caches.ensure(Path(mount.source), owner)
+        elif mount.kind == WORKDIR_KIND:
+            _prepare_working_copy(view, mount, job_dir, owner)
+        elif mount.create:
             # A job may have planted a symlink where a task folder goes (shared outputs): create
             # it following none below the job's folder or the user's outputs folder, and give it
             # to the node's account through the folder's own descriptor.
@@ -362,11 +447,39 @@ def prepare_node(view: NodeView) -> None:
     view.nd.view_record.write_text(view.to_json())
 
 
+def working_copy_made(view: NodeView) -> bool:
+    """Whether the node's working copy is complete (the runner recorded it)."""
+    return view.nd.workdir_record.exists()
+
+
+def _prepare_working_copy(view: NodeView, mount: Mount, job_dir: Path, owner: tuple[int, int] | None) -> None:
+    """Keep a complete working copy as the earlier attempt left it; otherwise (first launch, or a
+    copy that did not finish) start from an empty folder for the runner to fill.  An empty
+    working folder (no algorithm) is complete as soon as it exists."""
+    source = Path(mount.source)
+    if working_copy_made(view):
+        if source.is_dir() and not source.is_symlink():
+            return
+        view.nd.workdir_record.unlink()  # recorded, but gone since: made again
+    if os.path.lexists(source):
+        shutil.rmtree(source)  # follows no symlink
+    make_dirs(source, trusted=job_dir, owner="a job", chown=owner)
+    if mount.copy_of is None:
+        # complete as it is: what changes in it from now on is the job's
+        write_record(view.nd.workdir_record, time.time_ns())
+
+
 def _build_tree(view: NodeView) -> None:
     if view.tree.exists():
         shutil.rmtree(view.tree)
     view.tree.mkdir(parents=True)
     for mount in view.mounts:
+        if mount.kind == CACHE_KIND:
+            home = view.nd.home
+            home.mkdir(exist_ok=True)
+            (home / ".cache").unlink(missing_ok=True)
+            (home / ".cache").symlink_to(mount.source)
+            continue
         link = view.tree / posixpath.relpath(mount.target, VIEW_ROOT)
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(mount.source)
@@ -380,6 +493,8 @@ def _rewrites(view: NodeView) -> dict[str, str]:
     mapping = {VIEW_ROOT: str(view.tree), RANK_LOG_VIEW: view.rank_log_dir}
     for root in _file_roots_used(view):
         mapping[root] = str(view.files_dir / root.lstrip("/"))
+    if view.cache is not None:
+        mapping[caches.CACHE_VIEW] = str(view.nd.home / ".cache")
     return mapping
 
 
@@ -400,10 +515,11 @@ def node_env(
     """The node's complete environment (the host's is not inherited).
 
     Layers, later ones winning: a clean base (PATH with the image's bin first, HOME=/tmp, LANG,
-    PYTHONUNBUFFERED=1 so prints reach the log at once), the image's activation variables,
-    card visibility from the task's devices, the plan's variables (mode + job env), then what
-    the platform guarantees: ``MA_WORKSPACE``, ``MA_RANK_LOG_DIR``, ``HOSTNAME`` and the
-    node-run marker used to find every process of the node again.
+    PYTHONUNBUFFERED=1 so prints reach the log at once, and the user's cache as
+    ``XDG_CACHE_HOME`` with ``TORCH_EXTENSIONS_DIR`` in it, one folder per image), the image's
+    activation variables, card visibility from the task's devices, the plan's variables (mode +
+    job env), then what the platform guarantees: ``MA_WORKSPACE``, ``MA_RANK_LOG_DIR``,
+    ``HOSTNAME`` and the node-run marker used to find every process of the node again.
 
     The job's own variables (``job_env``, the names in ``plan_env`` that are the job's ``--env``)
     are expanded like the command (:func:`ma_jupyter.commands.expand_env`): a value may name any
@@ -420,6 +536,11 @@ def node_env(
     if view.sandbox == "symlink":  # set before the job's variables may refer to them
         env["HOME"] = str(Path(view.node_dir) / "home")
         env["TMPDIR"] = str(Path(view.node_dir) / "tmp")
+    if view.cache is not None:
+        env["XDG_CACHE_HOME"] = caches.CACHE_VIEW
+        # extensions built against one image's torch must never load in another's
+        image_key = hashlib.sha256(view.image.python.encode()).hexdigest()[:12]
+        env["TORCH_EXTENSIONS_DIR"] = f"{caches.CACHE_VIEW}/torch_extensions/{image_key}"
     env.update(view.image.env)
     if view.devices:
         cards = ",".join(str(d) for d in view.devices)
@@ -464,10 +585,12 @@ def _host_program(name: str) -> str:
 EXEC_ENV = str(Path(PACKAGE_DIR) / "nodeside" / "exec_env.py")
 
 
-def enter_env_argv(view: NodeView, command: list[str]) -> list[str]:
+def enter_env_argv(view: NodeView, command: list[str], *, copy: bool = False) -> list[str]:
     """The command that, inside the sandbox, switches to the node's account and then (and only
     then) applies the job's environment: ``setpriv`` (as root only), then
-    :mod:`ma_jupyter.nodeside.exec_env` reading :data:`ENV_FILE`.
+    :mod:`ma_jupyter.nodeside.exec_env` reading :data:`ENV_FILE`; with ``copy``, exec_env first
+    fills the node's working copy from :data:`COPY_SOURCE_VIEW` and reports its end on the
+    descriptor the runner puts in place of :data:`COPY_FD`.
 
     The job's variables never reach a program running with privileges (``LD_PRELOAD`` or a
     ``PATH`` of the job's apply to the job's own command, after the switch), and never stand on
@@ -483,10 +606,21 @@ def enter_env_argv(view: NodeView, command: list[str]) -> list[str]:
             "--inh-caps=-all",
             "--",
         ]
-    return prefix + [view.image.python, "-I", "-S", EXEC_ENV, ENV_FILE, "--", *command]
+    fill: list[str] = []
+    if copy:
+        mount = view.working_copy
+        assert mount is not None
+        fill = ["--copy", COPY_SOURCE_VIEW, mount.target, str(view.copy_limit), COPY_FD]
+    return prefix + [view.image.python, "-I", "-S", EXEC_ENV, ENV_FILE, *fill, "--", *command]
 
 
-def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True) -> list[str]:
+def bwrap_argv(
+    view: NodeView,
+    command: list[str],
+    *,
+    pid_namespace: bool = True,
+    copy: bool = False,
+) -> list[str]:
     """The bubblewrap argv running ``command`` in the node's view, with the variables the runner
     hands over through :data:`ENV_FD`.
 
@@ -505,6 +639,9 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
         env: the node's environment (:func:`node_env`); None: none but a system PATH.
         pid_namespace: False to share the host's pid namespace (e.g. a helper that must see
             processes outside).
+        copy: the node's first phase at its first launch: it fills the working copy before
+            the command runs (:func:`enter_env_argv`), the original shown read-only at
+            :data:`COPY_SOURCE_VIEW` for this phase only.
     """
     args = [_host_program("bwrap"), "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc"]
     if pid_namespace:
@@ -524,7 +661,8 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
         args += _parents(PACKAGE_DIR) + ["--ro-bind", PACKAGE_DIR, PACKAGE_DIR]
     args += ["--perms", "0755", "--dir", VIEW_ROOT]
     for mount in view.mounts:
-        args += _parents(mount.target)
+        if not mount.target.startswith("/tmp/"):  # /tmp is there already (its tmpfs)
+            args += _parents(mount.target)
         args += ["--ro-bind" if mount.read_only else "--bind", mount.source, mount.target]
     for root in _file_roots_used(view):
         if root.startswith("/etc/"):
@@ -533,12 +671,14 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
     args += ["--bind", view.rank_log_dir, RANK_LOG_VIEW]
     args += ["--perms", "0755", "--dir", posixpath.dirname(ENV_FILE), "--perms", "0444"]
     args += ["--ro-bind-data", ENV_FD, ENV_FILE]
+    if copy and view.working_copy is not None and view.working_copy.copy_of:
+        args += ["--ro-bind", view.working_copy.copy_of, COPY_SOURCE_VIEW]
     args += ["--remount-ro", "/etc", "--chdir", view.workdir, "--clearenv", "--setenv", "PATH", SYSTEM_PATH]
     # no capability survives, but the two setpriv needs to switch to the node's account
     args += ["--cap-drop", "ALL"]
     if view.run_as is not None:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    return args + ["--"] + enter_env_argv(view, list(command))
+    return args + ["--"] + enter_env_argv(view, list(command), copy=copy)
 
 
 def _parents(target: str) -> list[str]:
@@ -585,14 +725,44 @@ def _etc_args(view: NodeView) -> list[str]:
     return args
 
 
-def sandbox_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True) -> list[str]:
+def sandbox_argv(
+    view: NodeView, command: list[str], *, pid_namespace: bool = True, copy: bool = False
+) -> list[str]:
     """``command`` wrapped to run in the node's view: bubblewrap (the runner hands the node's
-    variables over through :data:`ENV_FD`), or as is in the symlink mode (where the command's
-    paths were already rewritten by :func:`command_argv`, and the runner applies the variables
-    to the command alone)."""
+    variables over through :data:`ENV_FD`; ``copy``: see :func:`bwrap_argv`), or as is in the
+    symlink mode (where the command's paths were already rewritten by :func:`command_argv`, the
+    runner applies the variables to the command alone, and copies the working copy itself)."""
     if view.sandbox == "bubblewrap":
-        return bwrap_argv(view, command, pid_namespace=pid_namespace)
+        return bwrap_argv(view, command, pid_namespace=pid_namespace, copy=copy)
     return list(command)
+
+
+def copy_needed(view: NodeView) -> bool:
+    """Whether the node's working copy must be filled before its first phase (its first launch,
+    or a copy that did not finish)."""
+    mount = view.working_copy
+    return mount is not None and mount.copy_of is not None and not working_copy_made(view)
+
+
+def copy_args(view: NodeView) -> list[str]:
+    """Symlink mode: ``[original, working copy, limit]`` for the node runner, which copies itself
+    (it runs as the job's account there: the service's own)."""
+    mount = view.working_copy
+    assert mount is not None and mount.copy_of is not None
+    return [mount.copy_of, mount.source, str(view.copy_limit)]
+
+
+def export_argv(view: NodeView) -> list[str] | None:
+    """The phase that keeps what the job wrote in its working copy in :attr:`NodeView.export_to`
+    (run by the node runner after the node's last phase, in its sandbox); the runner appends the
+    time the copy was complete.  None without a working copy."""
+    mount = view.working_copy
+    if mount is None or view.export_to is None:
+        return None
+    helper = [view.image.python, "-I", "-S", WORKDIR_HELPER, "export", mount.target, view.export_to]
+    if view.sandbox == "bubblewrap":
+        return bwrap_argv(view, helper)
+    return [to_host(view, a) for a in helper[:-2]] + [mount.source, to_host(view, view.export_to)]
 
 
 def host_workdir(view: NodeView) -> str | None:

@@ -84,17 +84,21 @@ class NodeAgent:
     # ----------------------------------------------------------------------- nodes
 
     def launch(
-        self, attempt: Attempt, launch: NodeLaunch, job_secret: str, archive: bytes | None = None
+        self,
+        attempt: Attempt,
+        launch: NodeLaunch,
+        job_secret: str,
+        archive: bytes | None = None,
+        ship_to: str | None = None,
     ) -> NodeRun:
-        """Start one job node: unpack the shipped algorithm folder into the launch's algorithm
-        mount (when ``archive`` is given), then start the node as the local backend does.
+        """Start one job node: unpack the shipped algorithm folder into ``ship_to`` (when
+        ``archive`` is given: the folder the launch's mounts read the algorithm from), then start
+        the node as the local backend does.
 
         ``attempt`` names the job folder on this node.
         """
-        if archive is not None:
-            for mount in launch.mounts:
-                if mount.kind == "algorithm":
-                    ship.unpack(archive, mount.source)
+        if archive is not None and ship_to:
+            ship.unpack(archive, ship_to)
         return self._local.start_node(attempt, launch, job_secret)
 
     def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:

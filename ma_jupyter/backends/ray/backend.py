@@ -23,8 +23,9 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    sandbox on its Ray node, in the node's job folder on that machine (``node_root/<job id>``;
    ``node_root`` defaults to this service's ``jobs/`` folder, at the same path on every node).
    The algorithm folder is shipped (:mod:`.ship`): packed once per attempt into Ray's object
-   store and unpacked by each agent into the node's own folder, which ``/workspace/algorithm``
-   shows.  Every other mount (datasets, models, outputs, volumes) and the image (the Python
+   store and unpacked by each agent into the node's own folder (``nodes/<node>/algorithm``),
+   from which the node's working copy at ``/workspace/algorithm`` is made (or which it shows
+   itself, when the algorithm is mounted writable or is too big for a copy).  Every other mount (datasets, models, outputs, volumes) and the image (the Python
    environment, with this package) must exist at the same path on every Ray node;
 5. **logs** -- read through the agents (:mod:`.logs`); which Ray node holds a job node's files
    is kept in the service's job folder (``nodes/<node>/placed.json``), so a restarted service
@@ -59,7 +60,7 @@ from ...untrusted import read_small
 from ..base import Attempt, Backend
 from ..local import sandbox as workspace
 from ..local.host_policy import load_policy
-from ..local.mounts import mounts_for
+from ..local.mounts import WORKDIR_KIND, mounts_for
 from . import ship
 from .agent import NodeAgent
 from .inventory import RayNode, inventory, ray_nodes
@@ -362,14 +363,18 @@ class RayBackend(Backend):
         return launches
 
     def _shipped(self, on_nodes: Attempt, plan: NodePlan, launch: NodeLaunch) -> NodeLaunch:
-        """``launch`` with its algorithm mount moved to the node's own copy."""
+        """``launch`` reading the algorithm folder from the node's own shipped copy: the source of
+        an algorithm mount shown itself (writable, or too big for a working copy), or the
+        original a working copy is made from."""
         mounts = []
+        copy = str(_ship_target(on_nodes, launch.name))
         for mount in launch.mounts:
-            if mount.kind == "algorithm":
-                size = ship.folder_size(mount.source)
-                copy = on_nodes.jobdir.node(launch.name).root / ship.FOLDER
-                mount = Mount(**{**mount.model_dump(), "source": str(copy)})
-                note = f"algorithm folder ({size / 1e6:.1f} MB) shipped to Ray node {plan.task.host}"
+            original = _shipped_original(mount)
+            if original is not None:
+                size = ship.folder_size(original)
+                field = "source" if mount.kind == "algorithm" else "copy_of"
+                mount = Mount(**{**mount.model_dump(), field: copy})
+                note = f"algorithm folder ({size / 1e6:.1f} MB) shipped to Ray node {plan.task.host}: {copy}"
                 launch = launch.model_copy(update={"notes": [*launch.notes, note]})
             mounts.append(mount)
         return launch.model_copy(update={"mounts": mounts})
@@ -394,14 +399,15 @@ class RayBackend(Backend):
         calls = []
         for plan, launch in zip(attempt.plans, launches, strict=True):
             archive = None
-            if any(m.kind == "algorithm" for m in launch.mounts):
+            shipped = _ship_target(on_nodes, launch.name)
+            if any(m.source == str(shipped) or m.copy_of == str(shipped) for m in launch.mounts):
                 source = self._algorithm_source(on_nodes, plan)
                 if source is not None:
                     if source not in archives:  # packed once, fetched by each node from the object store
                         archives[source] = self._ray.put(ship.pack(source))
                     archive = archives[source]
             agent = self._agent_of(plan.task.host)
-            calls.append(agent.launch.remote(on_nodes, launch, job_secret, archive))
+            calls.append(agent.launch.remote(on_nodes, launch, job_secret, archive, str(shipped)))
         runs: list[NodeRun] = []
         error: BaseException | None = None
         for ref in calls:
@@ -569,6 +575,21 @@ class RayBackend(Backend):
             self._ray.shutdown()
         except Exception:
             log.warning("leaving the Ray cluster failed", exc_info=True)
+
+
+def _ship_target(on_nodes: Attempt, node: str) -> Path:
+    """Where a job node's copy of the algorithm folder goes on its Ray node."""
+    return on_nodes.jobdir.node(node).root / ship.FOLDER
+
+
+def _shipped_original(mount: Mount) -> str | None:
+    """The folder on this machine a launch's mount reads the algorithm from, or None: an
+    algorithm mount shown itself, or the original of a working copy."""
+    if mount.kind == "algorithm":
+        return mount.source
+    if mount.kind == WORKDIR_KIND and mount.copy_of:
+        return mount.copy_of
+    return None
 
 
 def _bundle(task: TaskSlot, node: RayNode) -> dict[str, float]:

@@ -10,19 +10,26 @@ was shown, so a later attach continues there instead of replaying.
 :func:`follow_job` ties both together for ``%%ma_train``, ``%ma_logs --follow`` and
 ``%ma_attach``: it returns when the job ends, raises :class:`JobFailed` when it ended in error,
 and turns a KeyboardInterrupt into a detach (the job keeps running) unless asked to stop it.
+
+Where no front end shows a display updated in place (:func:`live_display_shown`: a notebook
+run headless by papermill or ``nbconvert --execute``, a terminal IPython), the lines go to
+stdout as they arrive instead (``papermill --log-output`` prints them while the job runs), each
+once: the display then holds the status, the offsets and a count of the lines printed, never
+the lines a second time.
 """
 
 from __future__ import annotations
 
 import collections
+import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ...client.logs import LogStreams, StreamKey, stream_label
 from ...errors import BackendUnavailable, JobFailed
 from ...models import Job, JobStatus
-from ..render import status_line
+from ..render import status_line, visible_line
 
 if TYPE_CHECKING:
     from ...client import Client
@@ -35,8 +42,50 @@ STATUS_INTERVAL = 0.5  # seconds between job refreshes for the status line
 SERVICE_PATIENCE = 120.0  # seconds a follower waits for a job service that stopped answering
 
 
+def live_display_shown() -> bool:
+    """Whether the front end shows a display updated in place, decided in this order:
+
+    1. Outside IPython: no.
+    2. A terminal IPython: no (it prints every update of a display anew).
+    3. An IPython shell that is not a kernel (an embedding that captures the displays): yes.
+    4. A kernel: yes unless the request running the cell says the front end cannot answer
+       ``input()`` (``allow_stdin`` false), which is how headless runners (nbclient: papermill,
+       ``nbconvert --execute``) execute notebooks, while JupyterLab, Notebook and VS Code
+       send it true.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    if any(cls.__name__ == "TerminalInteractiveShell" for cls in type(shell).__mro__):
+        return False
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        return True
+    try:
+        parent = kernel.get_parent("shell") or {}
+    except Exception:  # an older or different kernel: keep the display
+        return True
+    return bool((parent.get("content") or {}).get("allow_stdin", True))
+
+
+def _cut(line: str) -> str:
+    """A line as shown: what a terminal shows of it, at most ``MAX_LINE_CHARS`` characters."""
+    line = visible_line(line)
+    if len(line) > MAX_LINE_CHARS:
+        line = line[:MAX_LINE_CHARS] + f" … ({len(line) - MAX_LINE_CHARS} more characters)"
+    return line
+
+
 class LogBuffer:
-    """The newest ``max_lines`` lines of a job and how many older ones were dropped."""
+    """The newest ``max_lines`` lines of a job and how many older ones were dropped.
+
+    Each line is kept as a terminal shows it (:func:`~ma_jupyter.frontends.render.visible_line`:
+    a progress bar's last state), then cut at ``MAX_LINE_CHARS``.
+    """
 
     def __init__(self, max_lines: int = DEFAULT_MAX_LINES):
         self.max_lines = max(1, max_lines)
@@ -47,9 +96,7 @@ class LogBuffer:
     def extend(self, items: Iterable[tuple[StreamKey, str]]) -> int:
         count = 0
         for key, line in items:
-            if len(line) > MAX_LINE_CHARS:
-                line = line[:MAX_LINE_CHARS] + f" … ({len(line) - MAX_LINE_CHARS} more characters)"
-            self.lines.append((key, line))
+            self.lines.append((key, _cut(line)))
             self.streams.add(key)
             count += 1
         self.total += count
@@ -76,6 +123,11 @@ class LiveLog:
         max_lines: how many of the newest lines the output keeps.
         display: IPython's ``display`` (injected for tests and non-notebook use).
         log_hint: where the full log lives, named when lines were skipped.
+        stream_to: print each line there as it arrives instead of keeping it in the display,
+            which then shows only the status and how many lines were printed (a front end
+            without a live display: see :func:`live_display_shown`).
+        several: prefix printed lines with their stream from the first one (the job has
+            several); the display decides from the streams it has seen.
     """
 
     def __init__(
@@ -86,6 +138,8 @@ class LiveLog:
         display: Callable[..., Any] | None = None,
         log_hint: str = "",
         note: str = "",
+        stream_to: TextIO | None = None,
+        several: bool = False,
     ):
         if display is None:
             from IPython.display import display
@@ -96,6 +150,8 @@ class LiveLog:
         self.footer = ""
         self.log_hint = log_hint
         self.offsets: dict[str, int] = {}
+        self.stream_to = stream_to
+        self.several = several
         self._dirty = True
         self._last_render = 0.0
         self._handle = display(self._bundle(), raw=True, metadata=self._metadata(), display_id=True)
@@ -103,14 +159,23 @@ class LiveLog:
     def _metadata(self) -> dict:
         return {"ma_jupyter": {"job_id": self.job_id, "offsets": dict(self.offsets)}}
 
+    @property
+    def streaming(self) -> bool:
+        """Whether lines are printed as they arrive rather than kept in the display."""
+        return self.stream_to is not None
+
     def text(self) -> str:
         parts = [self.status]
         if self.note:
             parts.append(self.note)
-        if self.buffer.skipped:
-            where = f" (full log: {self.log_hint})" if self.log_hint else ""
-            parts.append(f"… {self.buffer.skipped} earlier lines not shown{where}")
-        parts.extend(self.buffer.text_lines())
+        if self.streaming:
+            if self.buffer.total:
+                parts.append(f"({self.buffer.total} log lines printed above)")
+        else:
+            if self.buffer.skipped:
+                where = f" (full log: {self.log_hint})" if self.log_hint else ""
+                parts.append(f"… {self.buffer.skipped} earlier lines not shown{where}")
+            parts.extend(self.buffer.text_lines())
         if self.footer:
             parts.append(self.footer)
         return "\n".join(parts)
@@ -119,8 +184,25 @@ class LiveLog:
         return {"text/plain": self.text()}
 
     def add(self, items: list[tuple[StreamKey, str]]) -> None:
-        if self.buffer.extend(items):
+        if not self.buffer.extend(items):
+            return
+        if self.stream_to is None:
             self._dirty = True
+            return
+        prefix = self.several or len(self.buffer.streams) > 1
+        self.stream_to.write(
+            "".join(
+                f"[{stream_label(key)}] {_cut(line)}\n" if prefix else f"{_cut(line)}\n"
+                for key, line in items
+            )
+        )
+        self.stream_to.flush()
+
+    def say(self, line: str) -> None:
+        """Print a line (a status change) where the log lines go, when they are printed."""
+        if self.stream_to is not None:
+            self.stream_to.write(line + "\n")
+            self.stream_to.flush()
 
     def set_status(self, line: str) -> None:
         if line != self.status:
@@ -133,8 +215,9 @@ class LiveLog:
 
     @property
     def dirty(self) -> bool:
-        """Whether something changed since the last render."""
-        return self._dirty
+        """Whether something changed since the last render (never while streaming: the display
+        is updated only when forced, at the end)."""
+        return self._dirty and not self.streaming
 
     @property
     def next_render(self) -> float:
@@ -142,9 +225,10 @@ class LiveLog:
         return self._last_render + RENDER_INTERVAL
 
     def render(self, force: bool = False) -> None:
-        """Update the display if something changed (at most every RENDER_INTERVAL unless forced)."""
+        """Update the display if something changed (at most every RENDER_INTERVAL unless forced;
+        only when forced while streaming, since a terminal prints every update anew)."""
         now = time.monotonic()
-        if not (self._dirty or force) or (not force and now - self._last_render < RENDER_INTERVAL):
+        if not force and (not self.dirty or now - self._last_render < RENDER_INTERVAL):
             return
         self._dirty = False
         self._last_render = now
@@ -164,6 +248,7 @@ def follow_job(
     display: Callable[..., Any] | None = None,
     note: str = "",
     stream: StreamKey | None = None,
+    live_display: bool | None = None,
 ) -> Job:
     """Show a job's status and logs live in the current cell until it ends.
 
@@ -179,6 +264,9 @@ def follow_job(
         display: IPython's ``display`` replacement (tests).
         note: an extra line under the status line.
         stream: follow only this ``(node, rank)`` stream (default: every node's log).
+        live_display: whether the front end shows a display updated in place (default:
+            :func:`live_display_shown`); without one the lines and status changes are printed
+            to stdout as they come.
 
     Returns:
         The job as last seen (terminal unless the follow was interrupted).
@@ -188,18 +276,29 @@ def follow_job(
     """
     from ... import config
 
+    if live_display is None:
+        live_display = live_display_shown()
+    job = client.job(job_id).info
+    spec = job.spec
     live = LiveLog(
-        job_id, max_lines=max_lines, display=display, log_hint=str(config.jobdir(job_id).logs), note=note
+        job_id,
+        max_lines=max_lines,
+        display=display,
+        log_hint=str(config.jobdir(job_id).logs),
+        note=note,
+        stream_to=None if live_display else sys.stdout,
+        several=stream is None and (len(job.nodes) > 1 or spec.nodes > 1 or bool(spec.ps) or spec.chief),
     )
     live.offsets = dict(offsets or {})
     follower = LogStreams(client, job_id, offsets)
-    job = client.job(job_id).info
     live.set_status(status_line(job))
+    said = job.status
+    live.say(live.status)
     if stream is not None:
         follower.follow(stream)
     else:
         follower.discover(job, with_files=job.status.is_terminal())
-    live.render(force=True)
+    live.render(force=not live.streaming)
     last_refresh = time.monotonic()
     last_progress = last_refresh
     unavailable_since = 0.0
@@ -231,6 +330,9 @@ def follow_job(
                     if stream is None:
                         follower.discover(job, with_files=job.status.is_terminal())
             live.set_status(status_line(job))
+            if job.status is not said and not job.status.is_terminal():
+                said = job.status  # queued → running (the end is said once the last lines are out)
+                live.say(live.status)
             live.render()
             if on_progress and now - last_progress >= 1.0:
                 on_progress(dict(follower.offsets))
@@ -250,6 +352,7 @@ def follow_job(
                 f"detached: job {job_id} keeps running; `%ma_logs {job_id} --follow` or `%ma_attach` continues here"
             )
         live.set_status(status_line(job))
+        live.say(live.footer)
         live.render(force=True)
         if on_progress:
             on_progress(dict(follower.offsets))
@@ -260,6 +363,7 @@ def follow_job(
     if follower.errors:
         live.set_footer("log read problems: " + "; ".join(follower.errors))
     live.set_status(status_line(job))
+    live.say(live.status)
     live.render(force=True)
     if on_progress:
         on_progress(dict(follower.offsets))

@@ -26,10 +26,10 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from ...client.logs import fully_shown, node_streams, read_all, stream_label
 from ...client.snapshot import is_snapshot
-from ...errors import HelpShown, MaJupyterError, NotFound, OptionsExit
+from ...errors import HelpShown, JobFailed, MaJupyterError, NotFound, OptionsExit
 from ...models import NAME_PATTERN, Job, JobStatus, clone_name
 from .. import render
-from . import live
+from . import hints, live
 from . import record as notebook_record
 from .session import get_client
 from .snapshot import default_name, snapshot_algorithm
@@ -148,23 +148,32 @@ class MaJupyterMagics(Magics):
         stop_on_interrupt: bool,
         note: str = "",
         stream: tuple[str, int | None] | None = None,
+        kernel_hint: bool = False,
     ):
+        """Follow the job live in the cell; with ``kernel_hint`` (a job this cell submitted), a
+        failure on a NameError of a kernel variable says how to pass values in."""
         job_id = handle.id
         notebook_record.remember(job_id, handle.name, offsets)
 
         def progress(seen: dict[str, int]) -> None:
             notebook_record.remember(job_id, handle.name, seen)
 
-        live.follow_job(
-            get_client(),
-            job_id,
-            offsets=offsets,
-            max_lines=lines,
-            stop_on_interrupt=stop_on_interrupt,
-            on_progress=progress,
-            note=note,
-            stream=stream,
-        )
+        try:
+            live.follow_job(
+                get_client(),
+                job_id,
+                offsets=offsets,
+                max_lines=lines,
+                stop_on_interrupt=stop_on_interrupt,
+                on_progress=progress,
+                note=note,
+                stream=stream,
+            )
+        except JobFailed as exc:
+            hint = hints.kernel_variable_hint(exc.message, self.shell.user_ns) if kernel_hint else None
+            if hint is None:
+                raise
+            raise JobFailed(f"{exc.message}\n{hint}", job=exc.job) from None
         handle.refresh()
         return handle
 
@@ -185,6 +194,8 @@ class MaJupyterMagics(Magics):
             print(render.plan_summary(plan))
             return None
         handle = client.submit(spec)
+        if handle.shipped:
+            print(handle.shipped)
         notebook_record.remember(handle.id, handle.name)
         self._bind(args.out, handle)
         if args.no_follow:
@@ -199,7 +210,9 @@ class MaJupyterMagics(Magics):
                 metadata={"ma_jupyter": {"job_id": handle.id, "offsets": {}}},
             )
             return handle
-        return self._follow(handle, lines=args.lines, stop_on_interrupt=args.stop_on_interrupt)
+        return self._follow(
+            handle, lines=args.lines, stop_on_interrupt=args.stop_on_interrupt, kernel_hint=True
+        )
 
     # -- %%ma_train
 
@@ -210,9 +223,13 @@ class MaJupyterMagics(Magics):
         The body is saved as ``/workspace/algorithm/<name>.py`` and run with
         ``python /workspace/algorithm/<name>.py`` unless ``--command`` says otherwise; with
         ``--code-dir`` the folder is shipped too.  IPython refuses a cell magic with an empty
-        body, so a job made of ``--code-dir`` and ``--command`` alone is the line form
-        ``%ma_train --code-dir DIR --command "..."``.  ``--dry-run`` prints the per-node plan.
-        Returns the JobHandle.
+        body, so a job made of a command alone is the line form ``%ma_train --command "..."``
+        (with ``--code-dir DIR``, or else the current folder when the command names a file in
+        it, as ``ma-jupyter submit`` does).  ``--dry-run`` prints the per-node plan.
+
+        A body that is a shell command rather than Python is refused with the ``--command`` to
+        use, and a job that fails on a NameError of a kernel variable says how to pass values
+        in (:mod:`~ma_jupyter.frontends.notebook.hints`).  Returns the JobHandle.
         """
         from .. import options
 
@@ -226,15 +243,23 @@ class MaJupyterMagics(Magics):
             raise UsageError(f"--name {name!r}: use letters, digits, '-', '_' and '.' (at most 63)")
         args.name = name
         command = args.command
+        code_dir = getattr(args, "code_dir", None)
         if command is None:
             if body is None:
                 raise UsageError("%ma_train --code-dir without a cell body needs --command (what to run)")
+            # a body that is a shell command fails in the job with a bare SyntaxError: say it now
+            hint = hints.shell_command_hint(body)
+            if hint:
+                raise UsageError(hint)
             command = f"python /workspace/algorithm/{name}.py"
-        code_dir = getattr(args, "code_dir", None)
         try:
             spec = options.spec_from_args(args, command=command)
         except MaJupyterError as exc:
             raise UsageError(f"%%ma_train: {exc.message}") from None
+        if body is None and not code_dir:
+            # `%ma_train --command "python train.py"`: as with `ma-jupyter submit`, the client
+            # ships the current folder when the command names a file in it
+            return self._submit(spec, args)
         spec["algorithm"] = str(snapshot_algorithm(name, body, code_dir))
         return self._submit(spec, args)
 
@@ -377,8 +402,7 @@ class MaJupyterMagics(Magics):
         several = len(streams) > 1
         for node, rank in streams:
             label = stream_label((node, rank))
-            text = read_all(client, handle.id, node, rank)
-            lines = text.splitlines()
+            lines = render.log_lines(read_all(client, handle.id, node, rank))
             if args.tail is not None:
                 lines = lines[-args.tail :] if args.tail > 0 else []
             for entry in lines:

@@ -1,0 +1,142 @@
+"""Each user's persistent cache, shown at ``~/.cache`` in every node of their jobs.
+
+``$MA_JUPYTER_HOME/caches/<user>/`` keeps what frameworks cache between jobs (DeepSpeed's and
+torch's compiled extensions, Hugging Face downloads, pip wheels), so a user's next job starts
+warm.  Rules:
+
+1. One folder per user (the job's creator; a name that cannot be a folder name becomes
+   ``user-<hash>``), mode 0700, owned by the account that user's jobs run as: shared by all
+   their jobs, never seen by another user's (a node's view shows its own user's cache only).
+2. It is made at a node's launch; when the user's jobs now run as another account, the old
+   folder is thrown away and a new one made (a cache holds nothing that cannot be rebuilt).
+3. Clearing moves it aside at once and removes it on a thread; a job launched meanwhile gets an
+   empty one.  The caller (the supervisor) refuses to clear while a job of the user runs.
+4. Everything in it was written by jobs: sizes are read with ``lstat`` through folder
+   descriptors (no symlink followed), removal uses :func:`shutil.rmtree` (which follows none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import threading
+from pathlib import Path
+
+from ... import config
+from ...models import CacheInfo
+
+#: where the cache appears in a node: ``$HOME/.cache`` (HOME is /tmp inside a node)
+CACHE_VIEW = "/tmp/.cache"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def root() -> Path:
+    """The folder holding every user's cache."""
+    return config.home() / "caches"
+
+
+def folder_name(user: str | None) -> str:
+    """The name of ``user``'s cache folder (None: the service's own user)."""
+    if user is None:
+        from .host_policy import service_user
+
+        user = service_user()
+    if _NAME.match(user) and user not in (".", ".."):
+        return user
+    return "user-" + hashlib.sha256(user.encode()).hexdigest()[:16]
+
+
+def cache_dir(user: str | None) -> Path:
+    """The host folder of ``user``'s cache (not created)."""
+    return root() / folder_name(user)
+
+
+def ensure(path: Path, owner: tuple[int, int] | None) -> None:
+    """Make the cache folder ``path`` (rules 1 and 2), owned by ``owner`` (None: the service's
+    own user); changed through its descriptor, never by name."""
+    base = Path(path).parent
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            wanted = owner or (os.geteuid(), os.getegid())
+            if (st.st_uid, st.st_gid) == wanted or not _has_entries(fd):
+                if (st.st_uid, st.st_gid) != wanted:
+                    os.fchown(fd, *wanted)
+                os.fchmod(fd, 0o700)
+                return
+        finally:
+            os.close(fd)
+        _discard(Path(path))  # made for another account: start again (rule 2)
+
+
+def _has_entries(fd: int) -> bool:
+    with os.scandir(fd) as listing:
+        return any(True for _ in listing)
+
+
+def _discard(path: Path) -> None:
+    """Move ``path`` aside (atomic) and remove it on a thread."""
+    doomed = path.with_name(f".deleted-{path.name}-{os.urandom(3).hex()}")
+    try:
+        os.rename(path, doomed)
+    except FileNotFoundError:
+        return
+    threading.Thread(
+        target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
+    ).start()
+
+
+def _measure(path: Path) -> tuple[int, int]:
+    """(bytes, files) of the regular files below ``path``; (0, 0) when it does not exist."""
+    total = files = 0
+    try:
+        walker = os.fwalk(path, follow_symlinks=False)
+        for _folder, _dirs, names, dir_fd in walker:
+            for name in names:
+                try:
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+                    files += 1
+    except OSError:
+        pass
+    return total, files
+
+
+def usage(user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
+    """The size of ``user``'s cache, or (``every_user``) of every cache, by user name."""
+    if not every_user:
+        names = [folder_name(user)]
+    else:
+        try:
+            names = sorted(e.name for e in os.scandir(root()) if not e.name.startswith(".") and e.is_dir())
+        except FileNotFoundError:
+            names = []
+    found = []
+    for name in names:
+        path = root() / name
+        total, files = _measure(path)
+        found.append(CacheInfo(user=name, path=str(path), bytes=total, files=files))
+    return found
+
+
+def clear(user: str | None) -> None:
+    """Empty ``user``'s cache (rule 3), and remove what a service that stopped while removing an
+    earlier one left."""
+    if root().is_dir():
+        for leftover in root().glob(".deleted-*"):
+            threading.Thread(
+                target=shutil.rmtree, args=(leftover,), kwargs={"ignore_errors": True}, daemon=True
+            ).start()
+    _discard(cache_dir(user))

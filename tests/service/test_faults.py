@@ -1,0 +1,116 @@
+"""Faults with real processes (issue 13, item 2): a node's runner or the job's own process
+killed with ``kill -9``; a second service on the same home, a stale lock and runtime file, a
+corrupt or missing ``service.json``: one service wins, and the loser says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from tests.helpers import wait_for
+
+from .conftest import start_service
+from .test_service import full_log, pycmd, submit, wait_status
+
+
+def _events(svc, job_id) -> str:
+    reply = svc.session().get(f"{svc.api}/jobs/{job_id}/events", timeout=10)
+    return "\n".join(e["reason"] for e in reply.json())
+
+
+def _started(svc, marker: str) -> dict:
+    job = submit(
+        svc, name="victim", command=pycmd(f"import time; print('{marker}', flush=True); time.sleep(300)")
+    )
+    wait_for(lambda: marker in full_log(svc, job["id"]), timeout=60)
+    return svc.session().get(f"{svc.api}/jobs/{job['id']}", timeout=10).json()
+
+
+def test_kill_9_of_a_nodes_runner_ends_the_job_in_error_naming_it(ma_service):
+    job = _started(ma_service, "runner-victim")
+    runner = psutil.Process(job["nodes"][0]["pid"])
+    runner.send_signal(signal.SIGKILL)
+    ended = wait_status(ma_service, job["id"], {"error", "stopped", "succeeded", "expired"})
+    events = _events(ma_service, job["id"])
+    print(ended["status"], ended["reason"], events, sep="\n")
+    assert ended["status"] == "error"
+    assert ended["reason"].startswith("node worker-0 was lost (its process is gone"), ended["reason"]
+    assert "node worker-0 was lost" in events
+    # nothing of the node is left running
+    wait_for(lambda: not any("runner-victim" in " ".join(p.cmdline()) for p in _procs()), timeout=30)
+
+
+def test_kill_9_of_the_jobs_own_process_ends_the_job_in_error_naming_the_signal(ma_service):
+    job = _started(ma_service, "process-victim")
+    runner = psutil.Process(job["nodes"][0]["pid"])
+    own = [p for p in runner.children(recursive=True) if "process-victim" in " ".join(_cmdline(p))]
+    assert own
+    own[-1].send_signal(signal.SIGKILL)
+    ended = wait_status(ma_service, job["id"], {"error", "stopped", "succeeded", "expired"})
+    events = _events(ma_service, job["id"])
+    print(ended["status"], ended["reason"], ended["exit_code"], events, sep="\n")
+    assert ended["status"] == "error"
+    # 137 = 128 + 9: the node's shell convention for a process ended by SIGKILL
+    assert ended["exit_code"] == 137 and "node worker-0 exited with code 137" in ended["reason"]
+    assert "node worker-0 exited with code 137" in events
+
+
+def _cmdline(proc) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _procs():
+    return [p for p in psutil.process_iter() if _cmdline(p)]
+
+
+def _second_service(home):
+    env = {**os.environ, "MA_JUPYTER_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "ma_jupyter.service"], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_second_service_on_the_same_home_loses_and_says_so(ma_service, ma_home):
+    runtime = json.loads((ma_home / "service.json").read_text())
+    second = _second_service(ma_home)
+    assert second.returncode == 1
+    assert f"a job service already runs for {ma_home}" in second.stderr
+    # the first one still owns the home and answers
+    assert json.loads((ma_home / "service.json").read_text()) == runtime
+    assert ma_service.session().get(f"{ma_service.api}/health", timeout=10).json()["pid"] == runtime["pid"]
+    # also when its runtime file is gone: the lock decides, not the file
+    (ma_home / "service.json").unlink()
+    second = _second_service(ma_home)
+    assert second.returncode == 1 and "already runs" in second.stderr
+    assert ma_service.session().get(f"{ma_service.api}/health", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("runtime", ["stale", "corrupt", "missing"])
+def test_a_killed_services_lock_and_a_bad_runtime_file_do_not_block_the_next(ma_home, runtime):
+    first = start_service(ma_home)
+    first.proc.send_signal(signal.SIGKILL)  # leaves service.lock and service.json behind
+    first.proc.wait(10)
+    assert (ma_home / "service.lock").exists()
+    if runtime == "corrupt":
+        (ma_home / "service.json").write_text('{"url": "http://127.0.0.1:1", "tok')
+    elif runtime == "missing":
+        (ma_home / "service.json").unlink()
+    second = start_service(ma_home)
+    try:
+        data = json.loads((ma_home / "service.json").read_text())
+        assert data["pid"] == second.proc.pid != first.proc.pid
+        assert (ma_home / "service.json").stat().st_mode & 0o777 == 0o600
+        assert second.session().get(f"{second.api}/health", timeout=10).json()["ok"] is True
+    finally:
+        second.proc.send_signal(signal.SIGTERM)
+        second.proc.wait(30)
