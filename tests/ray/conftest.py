@@ -200,7 +200,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """Inside: a real Ray cluster of two nodes (2 CPUs each) on loopback; None outside."""
+    """Inside: a real Ray cluster of two nodes (2 CPUs and 2 emulated NPUs each) on loopback; None outside."""
     if not INSIDE:
         yield None
         return
@@ -211,25 +211,27 @@ def ray_cluster():
     os.environ["RAY_TMPDIR"] = folder
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     cluster = None
-    for attempt in range(3):
-        # A raylet must register within Ray's fixed 30 s: on a loaded machine it may not, then
-        # the whole cluster is started again.
-        cluster = Cluster()
-        try:
-            # two emulated Ascend cards per node (a Ray resource, no device): the scheduler and
-            # the mindspore-ascend mode place on them
-            cluster.add_node(num_cpus=2, resources={"NPU": 2}, include_dashboard=False)
-            cluster.add_node(num_cpus=2, resources={"NPU": 2})
-            cluster.wait_for_nodes()
-            break
-        except Exception:
-            cluster.shutdown()
-            if attempt == 2:
-                raise
     try:
+        for attempt in range(3):
+            # A raylet must register within Ray's fixed 30 s: on a loaded machine it may not, then
+            # the whole cluster is started again.
+            cluster = Cluster()
+            try:
+                # two emulated Ascend cards per node (a Ray resource, no device): the scheduler
+                # and the mindspore-ascend mode place on them
+                cluster.add_node(num_cpus=2, resources={"NPU": 2}, include_dashboard=False)
+                cluster.add_node(num_cpus=2, resources={"NPU": 2})
+                cluster.wait_for_nodes()
+                break
+            except Exception:
+                cluster.shutdown()
+                cluster = None
+                if attempt == 2:
+                    raise
         yield cluster
     finally:
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -4,6 +4,7 @@ job service at it and runs a 2-node DDP job with one job node on each Ray node."
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -39,6 +40,7 @@ def test_the_ray_notebook_runs_a_two_node_job_on_the_cluster_it_starts(tmp_path,
         )
     finally:
         text = output_text(nbformat.read(out, as_version=4)) if out.exists() else ""
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     for expected in (
         "Ray cluster at 127.0.0.1:",
         "2/2 nodes (ray-",
