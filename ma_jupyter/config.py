@@ -5,8 +5,12 @@ Everything lives under ``$MA_JUPYTER_HOME`` (default ``~/.ma_jupyter``)::
     jobs.db          SQLite (WAL): jobs, events, the queue
     service.json     url, owner's token, proxy token, pid of the running service (mode 0600)
     service.log      the service's own log
-    cluster.toml     optional: [[spec]] and [[node]] tables replacing the defaults
+    cluster.toml     optional: [[spec]] and [[node]] tables replacing the defaults, [backend]
     jobs/<id>/       one folder per job: logs/, nodes/<node>/ (per-node files)
+
+``[backend]`` chooses what runs the nodes (:func:`load_backend`): ``kind = "local"`` (the
+default: processes on this machine, the inventory from ``[[node]]``) or ``kind = "ray"`` with
+``address = "HOST:PORT"`` (an existing Ray cluster, whose nodes are the inventory).
 
 Without a ``cluster.toml`` the cluster is derived from this machine: a few simulated nodes that
 each see every core (the nodes are processes on one host), plus specs that declare emulated
@@ -179,3 +183,66 @@ def load_cluster(path: Path | None = None) -> Cluster:
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
     return Cluster(specs=specs, nodes=nodes)
+
+
+#: the backends ``[backend] kind`` may name
+BACKEND_KINDS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    """What runs the nodes of jobs: ``[backend]`` of ``cluster.toml``, or the service's options.
+
+    Attributes:
+        kind: ``local`` (processes on this machine) or ``ray`` (an existing Ray cluster).
+        address: the Ray cluster's address (``HOST:PORT`` of its GCS, or ``auto``); Ray only.
+        node_root: the folder holding the job folders on each Ray node (default: this service's
+            ``jobs/`` folder, at the same path on every node); Ray only.
+    """
+
+    kind: str = "local"
+    address: str | None = None
+    node_root: str | None = None
+
+
+def load_backend(path: Path | None = None) -> BackendConfig:
+    """The ``[backend]`` table of ``cluster.toml`` (the local backend without one).
+
+    Raises:
+        InvalidSpec: the table names an unknown kind, or ``ray`` without an address.
+    """
+    path = path or home() / "cluster.toml"
+    if not path.exists():
+        return BackendConfig()
+    try:
+        table = tomllib.loads(path.read_text()).get("backend", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+    if not isinstance(table, dict):
+        raise InvalidSpec(f"{path}: [backend] must be a table")
+    return backend_config(
+        str(table.get("kind", "local")),
+        table.get("address"),
+        table.get("node_root"),
+        source=f"{path} [backend]",
+    )
+
+
+def backend_config(
+    kind: str, address: str | None = None, node_root: str | None = None, *, source: str = "the options"
+) -> BackendConfig:
+    """A checked :class:`BackendConfig`.
+
+    Raises:
+        InvalidSpec: an unknown kind, ``ray`` without an address, a relative ``node_root``.
+    """
+    if kind not in BACKEND_KINDS:
+        raise InvalidSpec(f"{source}: unknown backend {kind!r}: choose one of {', '.join(BACKEND_KINDS)}")
+    if kind == "ray" and not address:
+        raise InvalidSpec(
+            f"{source}: the ray backend needs the cluster's address "
+            '(address = "HOST:PORT", or --ray-address HOST:PORT)'
+        )
+    if node_root is not None and not (isinstance(node_root, str) and os.path.isabs(node_root)):
+        raise InvalidSpec(f"{source}: node_root must be an absolute path")
+    return BackendConfig(kind=kind, address=str(address) if address else None, node_root=node_root)

@@ -11,6 +11,7 @@
     nodes/<node>/run.json           the NodeRun as launched
     nodes/<node>/node-run.json      the runner's instructions
     nodes/<node>/view.json          what the node runs (its view)
+    nodes/<node>/placed.json        where a remote backend runs the node (the Ray node), service side
     nodes/<node>/hosts, hostname    bound over /etc/hosts, /etc/hostname
     nodes/<node>/workdir.json       written by the node runner once the working copy is complete
     nodes/<node>/view/              in-view file roots (/job, /etc/mpi, /user/config)
@@ -126,6 +127,11 @@ class NodeDir(_Folder):
     @property
     def runner_spec(self) -> Path:
         return self.root / "node-run.json"
+
+    @property
+    def placed(self) -> Path:
+        """Where a backend that runs nodes on other machines placed this one (the Ray node)."""
+        return self.root / "placed.json"
 
     @property
     def view_record(self) -> Path:

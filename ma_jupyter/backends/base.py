@@ -23,7 +23,7 @@ from typing import Protocol
 
 from ..errors import InvalidSpec
 from ..jobdir import JobDir
-from ..models import CacheInfo, Job, JobSpec, LogStream, NodeLaunch, NodeRun
+from ..models import CacheInfo, Job, JobSpec, LogStream, Node, NodeLaunch, NodeRun
 from ..modes.base import NodePlan, Placement, RemoteShell
 
 
@@ -74,6 +74,15 @@ class Backend(ABC):
     6. A backend that learns of a node's end calls the ``wake`` given to :meth:`on_node_end`
        (from any thread); the service then polls at once instead of at its next tick.  It is a
        hint: the service still polls every job on its own schedule.
+    7. :meth:`inventory` is the nodes the backend runs on, live, or None when the admin's
+       ``cluster.toml`` inventory applies (the local backend's simulated nodes).  It is cheap
+       (the scheduler asks at every placement) and returns the very same list while nothing
+       changed, so the service notices a node joining or leaving by identity and tries the
+       queue again.
+    8. :meth:`bind` with ``reserve=True`` may give None when the backend cannot hold the
+       scheduler's nodes now (the Ray backend: its placement group cannot be reserved, other
+       users of the cluster hold the resources): nothing is held, the job waits in the queue
+       and the service tries again shortly.
     """
 
     #: short name stored on the job (``local``, ``ray``)
@@ -91,14 +100,19 @@ class Backend(ABC):
         running (the default holds nothing)."""
         return None
 
+    def inventory(self) -> list[Node] | None:
+        """The nodes jobs are placed on, now (rule 7); None: ``cluster.toml``'s (the default)."""
+        return None
+
     @abstractmethod
-    def bind(self, placement: Placement, *, reserve: bool) -> Placement:
+    def bind(self, placement: Placement, *, reserve: bool) -> Placement | None:
         """``placement`` with every task's hostname, address, ports and cores, and the backend's
-        remote shell.
+        remote shell; None when ``reserve`` is set and the nodes cannot be held now (rule 8).
 
         Args:
             placement: the scheduler's placement (inventory nodes, slots, cards).
-            reserve: reserve the ports until :meth:`release` (False for a dry run: ports 0).
+            reserve: reserve the ports (and whatever else the backend holds for an attempt)
+                until :meth:`release` (False for a dry run: ports 0, nothing held, never None).
         """
 
     @abstractmethod

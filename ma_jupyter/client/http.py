@@ -21,6 +21,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -84,6 +85,8 @@ class Client:
         retry_for: seconds a request is retried while the service is unreachable or drops the
             connection (a restart): every request of this client is safe to repeat (submits
             carry an idempotency key), so a retry never runs anything twice.
+        service_args: options given to a service this client starts (``--backend ray
+            --ray-address HOST:PORT``); without them it follows ``cluster.toml``.
 
     Nothing is contacted until the first call (or :meth:`connect`).
     """
@@ -97,6 +100,7 @@ class Client:
         timeout: float = 30.0,
         local_logs: bool = True,
         retry_for: float = RETRY_FOR,
+        service_args: Sequence[str] = (),
     ):
         url = url or os.environ.get(ENV_URL) or None
         self._fixed = url is not None
@@ -108,6 +112,7 @@ class Client:
         self.autostart = autostart and not self._fixed
         self.timeout = timeout
         self.retry_for = retry_for
+        self.service_args = tuple(service_args)
         self._sessions = threading.local()  # one HTTP session per thread (widgets poll from threads)
         self._all_sessions: list[requests.Session] = []
         self._lock = threading.RLock()
@@ -202,7 +207,7 @@ class Client:
 
     def _start_service(self) -> dict[str, Any]:
         """Start the service under the autostart lock (or find the one another client started)."""
-        return start_service(lambda url, token: self._probe(url, token, quiet=True))
+        return start_service(lambda url, token: self._probe(url, token, quiet=True), self.service_args)
 
     def auth_headers(self) -> dict[str, str]:
         """The headers of an authenticated request as this client's user (a proxy forwards them)."""
@@ -628,8 +633,8 @@ class Client:
         """Whether a service runs for this home, without starting one.
 
         Returns:
-            ``{"running", "home", "log", "url", "pid", "version"}`` (url/pid/version None when
-            nothing answers).
+            ``{"running", "home", "log", "url", "pid", "version", "backend"}`` (url, pid,
+            version and backend None when nothing answers).
         """
         status: dict[str, Any] = {
             "running": False,
@@ -638,13 +643,18 @@ class Client:
             "url": None,
             "pid": None,
             "version": None,
+            "backend": None,
         }
         runtime = read_runtime() if not self._fixed else {"url": self._url, "token": self._token}
         if runtime and runtime.get("token"):
             health = self._probe(runtime["url"], runtime["token"], quiet=True)
             if health:
                 status.update(
-                    running=True, url=runtime["url"], pid=health.get("pid"), version=health.get("version")
+                    running=True,
+                    url=runtime["url"],
+                    pid=health.get("pid"),
+                    version=health.get("version"),
+                    backend=health.get("backend"),
                 )
         return status
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +57,14 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def start_service(probe: Callable[[str, str], dict[str, Any] | None]) -> dict[str, Any]:
+def start_service(
+    probe: Callable[[str, str], dict[str, Any] | None], args: Sequence[str] = ()
+) -> dict[str, Any]:
     """Start the service under the autostart lock (or find the one another client started).
 
     Args:
         probe: ``probe(url, token)``, the service's /health answer or None.
+        args: options of ``python -m ma_jupyter.service`` (e.g. ``--backend ray --ray-address A``).
 
     Returns:
         The runtime record of the answering service (url, token, pid).
@@ -87,7 +90,7 @@ def start_service(probe: Callable[[str, str], dict[str, Any] | None]) -> dict[st
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
             with os.fdopen(log_fd, "ab") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "ma_jupyter.service"],
+                    [sys.executable, "-m", "ma_jupyter.service", *args],
                     env=env,
                     cwd=str(home),  # never pin (or depend on) the caller's working directory
                     stdin=subprocess.DEVNULL,

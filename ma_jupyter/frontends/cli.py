@@ -29,7 +29,7 @@ from .. import __version__
 from ..client import Client, JobHandle
 from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
-from ..errors import InvalidSpec, MaJupyterError
+from ..errors import Conflict, InvalidSpec, MaJupyterError
 from ..models import Job, JobStatus, clone_name
 from . import options, render
 
@@ -50,6 +50,12 @@ def build_cli() -> options.OptionsParser:
     service = commands.add_parser("service", help="start, stop or inspect the job service")
     service.add_argument("action", choices=["start", "stop", "status"])
     service.add_argument("--json", action="store_true", help="print JSON")
+    service.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        help="start: what runs job nodes (default: [backend] of cluster.toml, else local)",
+    )
+    service.add_argument("--ray-address", help="start: the Ray cluster to run jobs on, HOST:PORT")
 
     submit = commands.add_parser(
         "submit",
@@ -215,11 +221,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _service(args: argparse.Namespace) -> int:
-    client = Client(autostart=args.action == "start")
+    service_args: list[str] = []
+    if args.backend:
+        service_args += ["--backend", args.backend]
+    if args.ray_address:
+        service_args += ["--ray-address", args.ray_address]
+    client = Client(autostart=args.action == "start", service_args=service_args)
     if args.action == "start":
+        running = client.service_status()
+        wanted = args.backend or ("ray" if args.ray_address else None)
+        if running["running"] and wanted and running["backend"] != wanted:
+            raise Conflict(
+                f"a job service already runs for {running['home']} with the {running['backend']} backend: "
+                "stop it first (`ma-jupyter service stop`; its jobs keep running)"
+            )
         client.connect()
         status = client.service_status()
-        _out(status if args.json else f"job service running at {status['url']} (pid {status['pid']})", args)
+        text = f"job service running at {status['url']} (pid {status['pid']}, {status['backend']} backend)"
+        _out(status if args.json else text, args)
         return EXIT_OK
     if args.action == "stop":
         status = client.service_status()
@@ -235,7 +254,10 @@ def _service(args: argparse.Namespace) -> int:
     if args.json:
         _out(status, args)
     elif status["running"]:
-        print(f"running at {status['url']} (pid {status['pid']}, version {status['version']})")
+        print(
+            f"running at {status['url']} (pid {status['pid']}, version {status['version']}, "
+            f"{status['backend']} backend)"
+        )
         print(f"home {status['home']}, log {status['log']}")
     else:
         print(f"not running (home {status['home']}); `ma-jupyter service start` starts it")

@@ -83,13 +83,16 @@ class Placement:
     """All tasks of one attempt of a job, in launch order, and the spec they run with.
 
     ``remote_shell`` is set by the backend's ``bind`` (None: the backend offers none, and MPI
-    modes refuse the job).
+    modes refuse the job).  ``reservation`` is the backend's name for what its ``bind`` reserved
+    for the attempt (the Ray backend: its placement group), stored with the placement so that a
+    restarted service finds it again; empty when nothing was reserved.
     """
 
     job_id: str
     spec: Spec
     tasks: tuple[TaskSlot, ...]
     remote_shell: RemoteShell | None = None
+    reservation: str = ""
 
     @property
     def bound(self) -> bool:
@@ -103,6 +106,7 @@ class Placement:
             "spec": self.spec.model_dump(),
             "tasks": [asdict(t) for t in self.tasks],
             "remote_shell": asdict(self.remote_shell) if self.remote_shell else None,
+            "reservation": self.reservation,
         }
 
     @classmethod
@@ -125,6 +129,7 @@ class Placement:
             spec=Spec.model_validate(data["spec"]),
             tasks=tasks,
             remote_shell=RemoteShell(**{**shell, "serve": tuple(shell["serve"])}) if shell else None,
+            reservation=data.get("reservation", ""),
         )
 
     def role(self, role: str) -> list[TaskSlot]:

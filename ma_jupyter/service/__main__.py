@@ -5,6 +5,10 @@ pid; mode 0600) once it accepts connections, holds ``service.lock`` so one home 
 services, and leaves running jobs alone when it exits: they do not depend on it.  The account
 that starts it owns it: that user is an admin of the service (see :mod:`.users`), and the home
 is made private to it (mode 0700).
+
+The backend is the one place chosen here: ``--backend`` (with ``--ray-address``), else
+``[backend]`` of ``cluster.toml``, else the local backend.  A backend that cannot start (Ray
+missing, the cluster unreachable) ends the service with exit status 2 and one line saying why.
 """
 
 from __future__ import annotations
@@ -42,11 +46,38 @@ def owner_name() -> str:
         return str(os.geteuid())
 
 
+def make_backend(kind: str | None = None, ray_address: str | None = None):
+    """The backend the options (else ``cluster.toml``'s ``[backend]``) choose.
+
+    Raises:
+        InvalidSpec: a bad choice (``ray`` without an address, an unknown kind).
+        BackendUnavailable: the backend cannot run here (Ray missing, the cluster unreachable).
+    """
+    choice = config.load_backend()
+    if kind is not None or ray_address is not None:
+        kind = kind or ("ray" if ray_address else choice.kind)
+        address = ray_address or (choice.address if choice.kind == kind else None)
+        choice = config.backend_config(kind, address, choice.node_root)
+    if choice.kind == "ray":
+        from ..backends.ray import RayBackend
+
+        return RayBackend(choice.address or "", choice.node_root)
+    from ..backends.local import LocalBackend
+
+    return LocalBackend()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the service until SIGTERM; exit status 1 if another service already owns this home."""
     parser = argparse.ArgumentParser(prog="python -m ma_jupyter.service", description=__doc__)
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--backend",
+        choices=config.BACKEND_KINDS,
+        help="what runs job nodes (default: [backend] of cluster.toml, else local)",
+    )
+    parser.add_argument("--ray-address", help="the Ray cluster's address HOST:PORT (with --backend ray)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # The project folder jobs may mount from by default (host_policy): the one the client that
@@ -68,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from ..backends.local import LocalBackend
+    from ..errors import MaJupyterError
     from .app import create_app
     from .scheduler import Scheduler
     from .store import Store
@@ -76,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     from .tensorboard import TensorBoardManager
     from .users import Directory, new_token
 
+    try:
+        backend = make_backend(args.backend, args.ray_address)
+    except MaJupyterError as exc:
+        print(f"cannot start the job service: {exc.message}", file=sys.stderr)
+        return 2
     store = Store(config.db_path())
-    supervisor = Supervisor(store, Scheduler(config.load_cluster()), LocalBackend())
+    supervisor = Supervisor(store, Scheduler(config.load_cluster(), inventory=backend.inventory), backend)
     tensorboards = TensorBoardManager()
     supervisor.on_job_deleted.append(tensorboards.stop)
     token, proxy_token = new_token(), new_token()

@@ -1,7 +1,8 @@
 """Placement and queue order: where each task of a job runs, and whether it can start now.
 
-The cluster is the catalog of specs and the node inventory from :mod:`ma_jupyter.config`.  A
-job lists one or more equivalent specs; the first one whose tasks all fit right now wins.
+The cluster is the catalog of specs from :mod:`ma_jupyter.config` and the node inventory: the
+backend's own when it has one (the Ray backend: the Ray cluster's nodes, live), else the
+``[[node]]`` tables of ``cluster.toml``.  A job lists one or more equivalent specs; the first one whose tasks all fit right now wins.
 Workers (and the TensorFlow chief) are spread one per inventory node, like a STRICT_SPREAD
 placement group; parameter servers take the small ``cpu.ps`` resources and may share a node.
 The queue is ordered by priority (very-urgent, urgent, normal), then age (:mod:`.queue`); a job
@@ -10,7 +11,7 @@ that does not fit does not block smaller jobs behind it (backfill).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from ..config import Cluster
@@ -32,22 +33,38 @@ class NodeUse:
 
 
 class Scheduler:
-    """Pure placement logic over the cluster; the supervisor supplies what is in use."""
+    """Pure placement logic over the cluster; the supervisor supplies what is in use.
 
-    def __init__(self, cluster: Cluster):
+    Args:
+        cluster: the spec catalog (and the inventory when ``inventory`` gives None).
+        inventory: the backend's live inventory (:meth:`ma_jupyter.backends.base.Backend.inventory`);
+            asked at each placement, so nodes that join or leave count at once.
+    """
+
+    def __init__(self, cluster: Cluster, inventory: Callable[[], list[Node] | None] | None = None):
         self.cluster = cluster
+        self._inventory = inventory
+
+    def nodes(self) -> list[Node]:
+        """The inventory now: the backend's, else the cluster file's."""
+        if self._inventory is not None:
+            live = self._inventory()
+            if live is not None:
+                return live
+        return self.cluster.nodes
 
     # ------------------------------------------------------------------------ validation
 
     def check(self, spec: JobSpec) -> None:
         """Refuse a job that could never run on this cluster, saying why (before it is queued)."""
         specs = [self.cluster.spec(name) for name in spec.specs]  # unknown names raise
-        if spec.node_name and spec.node_name not in {n.name for n in self.cluster.nodes}:
-            known = ", ".join(n.name for n in self.cluster.nodes)
+        inventory = self.nodes()
+        if spec.node_name and spec.node_name not in {n.name for n in inventory}:
+            known = ", ".join(n.name for n in inventory)
             raise InvalidSpec(f"unknown node {spec.node_name!r}: choose one of {known}", field="node_name")
         reasons = []
         for s in specs:
-            candidates = self._candidates(spec, s)
+            candidates = self._candidates(spec, s, inventory)
             needed = spec.nodes if not spec.node_name and spec.type.value != "batch" else 1
             if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
                 needed = min(needed, spec.checkpoint_resume.elastic_min_nodes)
@@ -61,9 +78,9 @@ class Scheduler:
             field="specs",
         )
 
-    def _candidates(self, spec: JobSpec, flavor: Spec) -> list[Node]:
+    def _candidates(self, spec: JobSpec, flavor: Spec, inventory: list[Node]) -> list[Node]:
         nodes = []
-        for node in self.cluster.nodes:
+        for node in inventory:
             if node.status == "down" or not self.cluster.fits(flavor, node):
                 continue
             if spec.node_name and node.name != spec.node_name:
@@ -79,7 +96,7 @@ class Scheduler:
 
     def usage(self, placements: Iterable[Placement]) -> dict[str, NodeUse]:
         """Resources held on each inventory node by these (running) placements."""
-        use = {n.name: NodeUse() for n in self.cluster.nodes}
+        use = {n.name: NodeUse() for n in self.nodes()}
         for placement in placements:
             for task in placement.tasks:
                 flavor = self.task_flavor(placement.spec, task.role)
@@ -158,16 +175,15 @@ class Scheduler:
 
     def _place_with(self, job_id, spec: JobSpec, flavor: Spec, workers: int, use) -> Placement | None:
         trial = {k: NodeUse(v.cpus, v.memory_gb, set(v.cards)) for k, v in use.items()}
-        candidates = self._candidates(spec, flavor)
+        inventory = self.nodes()
+        candidates = self._candidates(spec, flavor, inventory)
         roles = task_roles(spec.model_copy(update={"nodes": workers}))
         spread_taken: set[str] = set()
         chosen: list[tuple[str, int, Node, list[int]]] = []
         for role, index in roles:
             task_flavor = self.task_flavor(flavor, role)
             if role == "ps":
-                pool = [
-                    n for n in self.cluster.nodes if self.cluster.fits(task_flavor, n) and n.status != "down"
-                ]
+                pool = [n for n in inventory if self.cluster.fits(task_flavor, n) and n.status != "down"]
                 # parameter servers prefer the least loaded node; they may share with workers
                 pool.sort(key=lambda n: trial.get(n.name, NodeUse()).cpus)
             elif role == "task":
@@ -208,7 +224,7 @@ class Scheduler:
         """The inventory with current use, optionally only nodes that fit ``spec``."""
         flavor = self.cluster.spec(spec) if spec else None
         views = []
-        for node in self.cluster.nodes:
+        for node in self.nodes():
             if flavor and not self.cluster.fits(flavor, node):
                 continue
             held = use.get(node.name, NodeUse())

@@ -54,7 +54,7 @@ from pathlib import Path
 from .. import config
 from ..backends.base import Attempt, Backend
 from ..commands import parse_command
-from ..errors import Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
+from ..errors import BackendUnavailable, Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
 from ..jobdir import PLACEHOLDER
 from ..models import (
     SECRET_MASK,
@@ -88,6 +88,9 @@ POLL_INTERVAL = 0.1
 TAIL_LINES = 15
 DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running job's folders
 RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
+# seconds before another admission pass when the backend could not hold the nodes the scheduler
+# chose (resources taken outside this service, e.g. by other users of a Ray cluster)
+BIND_RETRY = 1.0
 
 
 def new_job_id(name: str) -> str:
@@ -124,6 +127,7 @@ class Supervisor:
         self._admit_needed = threading.Event()  # set by what may let a queued job start
         self._admit_needed.set()
         self._admit_retry: float | None = None  # monotonic time to retry a job a full disk held
+        self._inventory = backend.inventory()  # a change (a node joined or left) asks for a pass
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -181,6 +185,7 @@ class Supervisor:
             # Those nodes may have started without the job being marked running: stop them (by
             # their markers) so the job starts once, cleanly, when it is admitted again.
             self.backend.stop(attempt, [NodeRun(name=p.name) for p in attempt.plans], 1.0)
+            self.backend.release(placement)  # what bind reserved (the Ray backend: a placement group)
             self.store.set_placement(job.id, None)
             self._notice(
                 job,
@@ -310,7 +315,13 @@ class Supervisor:
     ) -> Placement | None:
         """Where the job's tasks go now (the scheduler), bound by the backend; None if it does not fit."""
         placement = self.scheduler.place(job_id, spec, use)
-        return self.backend.bind(placement, reserve=reserve) if placement is not None else None
+        if placement is None:
+            return None
+        bound = self.backend.bind(placement, reserve=reserve)
+        if bound is None:  # the backend cannot hold those nodes now: no event will say when it can
+            retry = time.monotonic() + BIND_RETRY
+            self._admit_retry = min(self._admit_retry or float("inf"), retry)
+        return bound
 
     def _any_placement(self, spec: JobSpec) -> Placement:
         """A placement on an empty cluster (for planning a job that must wait)."""
@@ -476,6 +487,10 @@ class Supervisor:
         if time.monotonic() >= self._reserve_checked + 10.0:
             self._reserve_checked = time.monotonic()
             self.store.keep_reserve()  # given up when the disk filled; back once there is room
+        inventory = self.backend.inventory()
+        if inventory is not self._inventory:  # a node joined or left: queued jobs may fit now
+            self._inventory = inventory
+            self._admit_needed.set()
         for listed in self.store.by_status(JobStatus.running):
             with self._lock:
                 if listed.id in self._finishing:
@@ -783,7 +798,7 @@ class Supervisor:
                 return tail(source, TAIL_LINES)
             finally:
                 source.close()
-        except RefusedFile as exc:
+        except (RefusedFile, BackendUnavailable) as exc:  # planted by the job / gone with its node
             return [exc.message]
         except OSError:
             return []

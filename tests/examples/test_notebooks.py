@@ -3,7 +3,8 @@
 Each notebook executes in a fresh kernel on a temporary ``MA_JUPYTER_HOME`` and working folder;
 the saved notebook must contain the job's log lines and its final status (the live log display
 is kept as text), and ``failing_job.ipynb`` must make papermill raise.  The distributed-mode
-notebooks belong to the modes' own tests and are left out here.
+notebooks belong to the modes' own tests (``ray_cluster.ipynb`` to ``tests/ray``) and are left out
+here.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ pytestmark = [pytest.mark.notebook, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
-MODE_NOTEBOOKS = {"pytorch_ddp", "tensorflow_distributed", "mpi_allreduce"}
+# run by the modes' tests, and ray_cluster by tests/ray (it needs a private network namespace)
+MODE_NOTEBOOKS = {"pytorch_ddp", "tensorflow_distributed", "mpi_allreduce", "ray_cluster"}
 
 # What each notebook's saved outputs must show (log lines of its jobs and their final status).
 EXPECTED = {

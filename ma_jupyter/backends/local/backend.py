@@ -159,6 +159,20 @@ class LocalBackend(Backend):
                 ports.append(port)
         return tuple(ports)
 
+    def reserve_ports(self, count: int) -> tuple[int, ...]:
+        """``count`` ports reserved until :meth:`release_ports` (see :meth:`_ports`)."""
+        return self._ports(count)
+
+    def release_ports(self, ports: list[int] | tuple[int, ...]) -> None:
+        """Forget ports :meth:`reserve_ports` handed out."""
+        with self._ports_lock:
+            self._reserved_ports.difference_update(ports)
+
+    def hold_ports(self, ports: list[int] | tuple[int, ...]) -> None:
+        """Reserve ports again (a restarted process re-attaching)."""
+        with self._ports_lock:
+            self._reserved_ports.update(p for p in ports if p)
+
     def release(self, placement: Placement) -> None:
         with self._ports_lock:
             for task in placement.tasks:
@@ -188,15 +202,7 @@ class LocalBackend(Backend):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         # Build every node's view before starting anything.
         views = [(launch, workspace.launch_view(attempt, launch)) for launch in launches]
-        if any(view.sandbox == "symlink" and view.run_as is not None for _, view in views):
-            # Without a sandbox the node's interpreter and folders are host paths its account
-            # may not reach, and nothing would keep it from the rest of the host: refuse.
-            name = next(v.run_as.name for _, v in views if v.run_as is not None)
-            raise InvalidSpec(
-                "bubblewrap does not work on this machine, and jobs of a root service must run as "
-                f"{name} inside it: install bubblewrap (apt-get install bubblewrap), or "
-                "let this user's jobs run as root ([users] allow_root in cluster.toml)"
-            )
+        _refuse_unsandboxed([view for _, view in views])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
         # One secret per attempt, seen only by this attempt's nodes: peers of a job use it to
         # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
@@ -209,6 +215,22 @@ class LocalBackend(Backend):
             self.stop(attempt, runs, grace=1.0)
             raise
         return runs
+
+    def start_node(self, attempt: Attempt, launch: NodeLaunch, job_secret: str) -> NodeRun:
+        """Start one node of an attempt on this host, as :meth:`launch` starts each of its nodes.
+
+        For a backend that runs every node on another machine (the Ray backend's node agent):
+        the caller gives the attempt's shared secret and stops the nodes it started when a
+        later one fails.
+
+        Raises:
+            InvalidSpec: the node would run as another account without a sandbox.
+        """
+        view = workspace.launch_view(attempt, launch)
+        _refuse_unsandboxed([view])
+        attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
+        plan = next(p for p in attempt.plans if p.name == launch.name)
+        return self._launch_node(attempt, plan, launch, view, job_secret)
 
     def _launch_node(
         self,
@@ -444,6 +466,19 @@ class LocalBackend(Backend):
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s cache (the caller made sure no job of theirs runs)."""
         caches.clear(user)
+
+
+def _refuse_unsandboxed(views: list[workspace.NodeView]) -> None:
+    """Refuse nodes that would run as another account without bubblewrap: without a sandbox
+    the node's interpreter and folders are host paths its account may not reach, and nothing
+    would keep it from the rest of the host."""
+    for view in views:
+        if view.sandbox == "symlink" and view.run_as is not None:
+            raise InvalidSpec(
+                "bubblewrap does not work on this machine, and jobs of a root service must run as "
+                f"{view.run_as.name} inside it: install bubblewrap (apt-get install bubblewrap), or "
+                "let this user's jobs run as root ([users] allow_root in cluster.toml)"
+            )
 
 
 def _open_log(path: Path, node: str) -> int:

@@ -1,0 +1,163 @@
+"""The node agent: one long-lived Ray actor per Ray node that runs the job nodes placed there.
+
+The Ray backend creates one agent per Ray node (named ``agent-<node id>`` in the platform's
+namespace, detached, pinned to its node, taking no CPU), and every job node on that Ray node
+goes through it.  An agent is the local backend on its own machine: it starts each job node with
+the same node runner (:mod:`ma_jupyter.backends.local.noderun`) in the same sandbox (bubblewrap
+when the node has it), keeps the node's log and exit code in the node's job folder on that
+machine, and finds the node's processes again by their marker.  So:
+
+1. everything an agent knows lives on its node's disk (the job folders) and in the processes'
+   markers: an agent that was restarted, or a service that was restarted, finds every job node
+   again; the job nodes never depend on the agent process (they run in their own sessions);
+2. log reads go through the agent (:meth:`NodeAgent.read_log`), which opens the files as
+   untrusted exactly like the local backend; :meth:`NodeAgent.wait_log` and
+   :meth:`NodeAgent.wait_exit` block on the agent's side, so the service learns of new bytes and
+   of a node's end without polling over the network;
+3. the ports it hands out are free on its node and never handed out twice while reserved,
+   whichever job asks (one agent, one pool per Ray node).
+
+This module never imports Ray: the backend wraps :class:`NodeAgent` into an actor class, and the
+agent's methods run on the actor's threads (calls for different jobs run concurrently).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import ma_jupyter
+
+from ... import config
+from ...errors import RefusedFile
+from ...jobdir import JobDir
+from ...models import LogStream, NodeLaunch, NodeRun
+from ..base import Attempt
+from ..local import logs as job_logs
+from ..local.backend import LocalBackend
+from ..local.sandbox import PACKAGE_DIR
+from . import ship
+
+#: seconds between looks at a log's size or a node's exit while a wait call blocks
+WAIT_STEP = 0.02
+
+
+class NodeAgent:
+    """The platform's agent on one Ray node (see the module docstring).
+
+    Args:
+        node_id: the Ray node it is pinned to (reported back by :meth:`info`).
+    """
+
+    def __init__(self, node_id: str = ""):
+        self._node_id = node_id
+        # The agent's own state folder on its node (the node runners' compiled modules): never a
+        # service's home, which may not exist on this machine
+        os.environ[config.ENV_HOME] = os.path.join(tempfile.gettempdir(), f"ma_jupyter-agent-{os.getuid()}")
+        self._local = LocalBackend(inventory=[])
+
+    def info(self) -> dict:
+        """Who the agent is: its node, pid, the package version and folder, the node's isolation
+        (``bubblewrap`` when bubblewrap works on this node, else ``symlink``)."""
+        return {
+            "node_id": self._node_id,
+            "pid": os.getpid(),
+            "version": ma_jupyter.__version__,
+            "package": PACKAGE_DIR,
+            "isolation": self._local.isolation(),
+        }
+
+    # ------------------------------------------------------------------------- ports
+
+    def ports(self, count: int) -> tuple[int, ...]:
+        """``count`` ports free on every address of this node, reserved until released."""
+        return self._local.reserve_ports(count)
+
+    def release_ports(self, ports: list[int]) -> None:
+        self._local.release_ports(ports)
+
+    def hold_ports(self, ports: list[int]) -> None:
+        self._local.hold_ports(ports)
+
+    # ----------------------------------------------------------------------- nodes
+
+    def launch(
+        self,
+        attempt: Attempt,
+        launch: NodeLaunch,
+        job_secret: str,
+        archive: bytes | None = None,
+        ship_to: str | None = None,
+    ) -> NodeRun:
+        """Start one job node: unpack the shipped algorithm folder into ``ship_to`` (when
+        ``archive`` is given: the folder the launch's mounts read the algorithm from), then start
+        the node as the local backend does.
+
+        ``attempt`` names the job folder on this node.
+        """
+        if archive is not None and ship_to:
+            ship.unpack(archive, ship_to)
+        return self._local.start_node(attempt, launch, job_secret)
+
+    def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
+        return self._local.poll(attempt, run)
+
+    def stop(self, attempt: Attempt, runs: list[NodeRun], grace: float) -> None:
+        """TERM, wait up to ``grace``, KILL; returns once no process of these nodes is left here."""
+        self._local.stop(attempt, runs, grace)
+
+    def failure(self, attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
+        return self._local.failure(attempt, run)
+
+    def wait_exit(self, attempt: Attempt, run: NodeRun, timeout: float) -> bool:
+        """Block until the node is no longer running, at most ``timeout`` seconds; whether it ended."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._local.poll(attempt, run).state != "running":
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(WAIT_STEP * 5)
+
+    # ------------------------------------------------------------------------ logs
+
+    def log_streams(self, job_dir: str, nodes: list[str]) -> list[LogStream]:
+        """The job's log streams on this node (see :func:`ma_jupyter.backends.local.logs.log_streams`)."""
+        return job_logs.log_streams(JobDir(Path(job_dir)), nodes)
+
+    def read_log(self, job_dir: str, node: str, rank: int | None, offset: int, limit: int) -> tuple:
+        """At most ``limit`` bytes of one stream from ``offset``, read as untrusted:
+        ``("ok", data, size)``, ``("missing",)`` while it does not exist, or
+        ``("refused", message)`` when the job left something unreadable there."""
+        try:
+            source = job_logs.open_log(JobDir(Path(job_dir)), node, rank)
+        except RefusedFile as exc:
+            return ("refused", exc.message)
+        if source is None:
+            return ("missing",)
+        try:
+            data, size = source.read(offset, limit)
+        except RefusedFile as exc:
+            return ("refused", exc.message)
+        finally:
+            source.close()
+        return ("ok", data, size)
+
+    def wait_log(self, job_dir: str, node: str, rank: int | None, size: int, timeout: float) -> int:
+        """Block until the stream is bigger than ``size`` bytes, at most ``timeout`` seconds; its
+        size then (-1 while it does not exist or cannot be read)."""
+        deadline = time.monotonic() + timeout
+        jd = JobDir(Path(job_dir))
+        path = jd.root / jd.log_relative(node, rank)
+        now = -1
+        while True:
+            try:
+                st = os.lstat(path)  # looks only: the stream is opened as untrusted when read
+                now = st.st_size
+            except OSError:
+                now = -1
+            if now > size or time.monotonic() >= deadline:
+                return now
+            time.sleep(WAIT_STEP)

@@ -1,0 +1,670 @@
+"""The Ray backend: the same jobs, on the nodes of an existing Ray cluster.
+
+The service connects to the cluster as a Ray driver (``ray.init(address=...)``) and:
+
+1. **inventory** -- lists the cluster's live nodes every :data:`INVENTORY_EVERY` seconds
+   (:mod:`.inventory`); the scheduler places on them, so a node that joins or leaves counts
+   without a restart (contract rule 7);
+2. **agents** -- keeps one node agent per Ray node (:mod:`.agent`: a named, detached actor pinned
+   to its node that takes no CPU), created on first sight; every job node on that Ray node is
+   started, watched, stopped and read through it;
+3. **bind** -- for a real attempt, reserves the scheduler's nodes as one Ray placement group
+   named ``ma-<home tag>-<job id>-<nonce>`` (detached, so it outlives a service restart; the
+   tag keeps services of different homes apart; a group of the same job an earlier service
+   left unrecorded is removed first): one bundle per job node
+   (its CPUs and cards), each pinned to its inventory node by Ray's ``ray.io/node-id`` label,
+   ``STRICT_SPREAD`` when every job node has its own Ray node (workers and the chief always do;
+   parameter servers and batch tasks may share a node, then ``SPREAD``).  The group is created
+   only for a placement the scheduler found free, and is removed again when Ray cannot reserve
+   it within :data:`RESERVE_WAIT` seconds (other users of the cluster hold the resources): bind
+   then gives None and the job waits in the queue holding nothing (rule 8).  The agents hand
+   out ports free on their nodes; addresses are the Ray nodes' own;
+4. **dry run and launch** -- each job node runs the local backend's node runner in the same
+   sandbox on its Ray node, in the node's job folder on that machine (``node_root/<job id>``;
+   ``node_root`` defaults to this service's ``jobs/`` folder, at the same path on every node).
+   The algorithm folder is shipped (:mod:`.ship`): packed once per attempt into Ray's object
+   store and unpacked by each agent into the node's own folder (``nodes/<node>/algorithm``),
+   from which the node's working copy at ``/workspace/algorithm`` is made (or which it shows
+   itself, when the algorithm is mounted writable or is too big for a copy).  Every other mount (datasets, models, outputs, volumes) and the image (the Python
+   environment, with this package) must exist at the same path on every Ray node;
+5. **logs** -- read through the agents (:mod:`.logs`); which Ray node holds a job node's files
+   is kept in the service's job folder (``nodes/<node>/placed.json``), so a restarted service
+   still reads the logs of jobs that ended;
+6. **ends** -- one ``wait_exit`` call per running node blocks on its agent; its answer wakes
+   the service, so a node's end is handled at once (rule 6).
+
+Horovod/MPI has no remote shell here (``remote_shell`` None): mpirun could not start ranks on
+the other Ray nodes, and the horovod mode refuses the job at submit saying so.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import json
+import logging
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ... import config
+from ...errors import BackendUnavailable, MaJupyterError, RefusedFile
+from ...jobdir import PLACEHOLDER, JobDir, check_node_name
+from ...models import Job, LogStream, Mount, Node, NodeLaunch, NodeRun
+from ...modes.base import NodePlan, Placement, TaskSlot
+from ...untrusted import read_small
+from ..base import Attempt, Backend
+from ..local import sandbox as workspace
+from ..local.host_policy import load_policy
+from ..local.mounts import WORKDIR_KIND, mounts_for
+from . import ship
+from .agent import NodeAgent
+from .inventory import RayNode, inventory, ray_nodes
+from .logs import RayLogSource
+
+log = logging.getLogger("ma_jupyter.ray")
+
+#: the Ray namespace of the agents and placement groups
+NAMESPACE = "ma_jupyter"
+#: Ray's label naming a node by id (placement group bundles are pinned with it)
+NODE_LABEL = "ray.io/node-id"
+INVENTORY_EVERY = 1.0  # seconds between looks at the cluster's nodes
+RESERVE_WAIT = 2.0  # seconds a placement group may take to be reserved before the job waits
+AGENT_START = 120.0  # seconds an agent may take to start (a new worker process on its node)
+CALL_TIMEOUT = 30.0  # seconds for an ordinary agent call
+POLL_TIMEOUT = 3.0  # seconds for a poll (a node's state is kept when it does not answer)
+LAUNCH_TIMEOUT = 180.0  # seconds for an agent to unpack the algorithm and start a node
+EXIT_WAIT = 30.0  # seconds one wait_exit call blocks before it is made again
+AGENT_THREADS = 256  # concurrent calls per agent (waits for log growth and exits block a thread)
+
+RAY_MISSING = (
+    "the ray backend needs Ray, which is not installed here: pip install ma_jupyter[ray] "
+    "(or pip install 'ray[default]')"
+)
+
+
+class NodeGone(BackendUnavailable):
+    """The Ray node (or its agent) of a job node is gone."""
+
+
+def require_ray() -> Any:
+    """The ``ray`` module; BackendUnavailable naming the extra to install when it is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise BackendUnavailable(RAY_MISSING) from None
+    return ray
+
+
+class RayBackend(Backend):
+    """Runs each job node on a node of a Ray cluster (see the module docstring).
+
+    Args:
+        address: the cluster's address (``HOST:PORT`` of its GCS, or ``auto``).
+        node_root: the folder of job folders on every Ray node (default: this service's
+            ``jobs/`` folder path).
+
+    Raises:
+        BackendUnavailable: Ray is not installed, or the cluster does not answer.
+    """
+
+    name = "ray"
+    remote_shell = None
+
+    def __init__(self, address: str, node_root: str | None = None):
+        ray = require_ray()
+        self._ray = ray
+        try:
+            ray.init(
+                address=address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                configure_logging=False,
+            )
+        except Exception as exc:  # ConnectionError, RuntimeError, ValueError depending on the failure
+            raise BackendUnavailable(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
+        self._address = address
+        # names this service's placement groups apart from those of services of other homes
+        # sharing the cluster (job ids are unique per home only)
+        where = f"{socket.gethostname()}:{config.home()}"
+        self._tag = hashlib.sha256(where.encode()).hexdigest()[:6]
+        self._node_root = Path(node_root) if node_root else config.jobs_root()
+        self._agent_class = ray.remote(NodeAgent)
+        self._lock = threading.Lock()
+        self._agents: dict[str, Any] = {}  # node id -> actor handle
+        self._infos: dict[str, concurrent.futures.Future] = {}  # node id -> info()'s answer
+        self._by_name: dict[str, RayNode] = {}  # every Ray node seen, alive or not
+        self._nodes: list[Node] = []
+        self._placed: dict[tuple[str, str], dict] = {}  # (job id, node) -> placed.json
+        self._wake: Callable[[], None] | None = None
+        self._halt = threading.Event()
+        self._exits = _ExitWatch(self)
+        self._refresh()
+        self._thread = threading.Thread(target=self._watch_inventory, name="ma-ray-inventory", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------- inventory
+
+    def _refresh(self) -> None:
+        """Look at the cluster's nodes; a change replaces the inventory list and wakes the service."""
+        records = self._ray.nodes()
+        found = ray_nodes(records)
+        nodes = inventory(records)
+        with self._lock:
+            for node in found:
+                self._by_name[node.name] = node
+            changed = [n.model_dump() for n in nodes] != [n.model_dump() for n in self._nodes]
+            if changed:
+                self._nodes = nodes
+        for node in found:
+            if node.alive:
+                self._agent(node.node_id)  # started on first sight, so its first job need not wait
+        if changed and self._wake is not None:
+            self._wake()
+
+    def _watch_inventory(self) -> None:
+        while not self._halt.wait(INVENTORY_EVERY):
+            try:
+                self._refresh()
+            except Exception:  # the cluster is unreachable for a moment: keep the last inventory
+                log.warning("cannot list the Ray cluster's nodes", exc_info=True)
+
+    def inventory(self) -> list[Node]:
+        return self._nodes
+
+    def _node(self, name: str) -> RayNode:
+        """The Ray node of an inventory name.
+
+        Raises:
+            NodeGone: no such node, or it left the cluster.
+        """
+        node = self._by_name.get(name)
+        if node is None or not node.alive:
+            raise NodeGone(f"the Ray node {name} is not in the cluster (any more)")
+        return node
+
+    # ---------------------------------------------------------------------- agents
+
+    def _agent(self, node_id: str) -> Any:
+        """The agent of a Ray node, started on first use (one per node, shared by every job)."""
+        with self._lock:
+            agent = self._agents.get(node_id)
+            if agent is not None:
+                return agent
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            agent = self._agent_class.options(
+                name=f"agent-{node_id}",
+                namespace=NAMESPACE,
+                lifetime="detached",  # outlives this service: jobs are re-attached through it
+                get_if_exists=True,
+                num_cpus=0,
+                max_concurrency=AGENT_THREADS,
+                max_restarts=-1,  # an agent keeps nothing in memory that its node's disk lacks
+                max_task_retries=-1,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote(node_id)
+            self._agents[node_id] = agent
+            self._infos[node_id] = agent.info.remote().future()
+            return agent
+
+    def _agent_of(self, host: str) -> Any:
+        """The agent of the Ray node an inventory name means (NodeGone if it left)."""
+        return self._agent(self._node(host).node_id)
+
+    def _info(self, host: str) -> dict:
+        """What the agent of ``host`` reported (waits for its start)."""
+        node = self._node(host)
+        self._agent(node.node_id)
+        try:
+            return self._infos[node.node_id].result(timeout=AGENT_START)
+        except concurrent.futures.TimeoutError:
+            raise BackendUnavailable(
+                f"the platform's agent on Ray node {host} did not start within {AGENT_START:g} s"
+            ) from None
+        except Exception as exc:
+            with self._lock:  # ask again next time
+                self._agents.pop(node.node_id, None)
+                self._infos.pop(node.node_id, None)
+            raise BackendUnavailable(f"the platform's agent on Ray node {host} failed: {exc}") from exc
+
+    def _get(self, ref: Any, timeout: float = CALL_TIMEOUT) -> Any:
+        """The result of an agent call, with the errors of the contract.
+
+        Raises:
+            MaJupyterError: the agent's own (InvalidSpec, RefusedFile...), unchanged.
+            NodeGone: the agent or its node died.
+            BackendUnavailable: no answer within ``timeout``, or another Ray failure.
+        """
+        exceptions = self._ray.exceptions
+        try:
+            return self._ray.get(ref, timeout=timeout)
+        except exceptions.GetTimeoutError:
+            raise BackendUnavailable(f"a Ray node did not answer within {timeout:g} s") from None
+        except exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, MaJupyterError):
+                raise cause from None
+            raise BackendUnavailable(f"a Ray node failed: {cause or exc}") from exc
+        except (exceptions.RayActorError, exceptions.NodeDiedError) as exc:
+            raise NodeGone(f"a Ray node or its agent is gone: {exc}") from exc
+        except exceptions.RayError as exc:  # an object lost, a worker crashed...: not the job's fault
+            raise BackendUnavailable(f"a Ray call failed: {exc}") from exc
+
+    # ------------------------------------------------------------------------ bind
+
+    def bind(self, placement: Placement, *, reserve: bool) -> Placement | None:
+        """Each task at its Ray node's address, named ``<role>-<index>``; with ``reserve``, the
+        placement group holding the nodes and two ports per task from the nodes' agents."""
+        nodes = [self._node(task.host) for task in placement.tasks]
+        tasks = [
+            replace(task, hostname=task.name, address=node.address, ports=(0, 0), cpus=())
+            for task, node in zip(placement.tasks, nodes, strict=True)
+        ]
+        bound = replace(placement, tasks=tuple(tasks), remote_shell=None, reservation="")
+        if not reserve:
+            return bound
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        prefix = f"ma-{self._tag}-{placement.job_id}-"
+        self._remove_groups(prefix)
+        name = prefix + secrets.token_hex(4)
+        hosts = [t.host for t in tasks]
+        group = placement_group(
+            [_bundle(task, node) for task, node in zip(tasks, nodes, strict=True)],
+            strategy="STRICT_SPREAD" if len(set(hosts)) == len(hosts) else "SPREAD",
+            name=name,
+            lifetime="detached",  # a restarted service finds it by name (the stored reservation)
+            bundle_label_selector=[{NODE_LABEL: node.node_id} for node in nodes],
+        )
+        if not group.wait(RESERVE_WAIT):
+            remove_placement_group(group)  # never hold part of a job's nodes while it waits
+            log.info("job %s: Ray could not reserve %s now; it waits", placement.job_id, ", ".join(hosts))
+            return None
+        refs = [self._agent(node.node_id).ports.remote(2) for node in nodes]
+        try:
+            ports = [tuple(self._get(ref, AGENT_START)) for ref in refs]
+        except BaseException:
+            remove_placement_group(group)
+            raise
+        tasks = [replace(task, ports=p) for task, p in zip(tasks, ports, strict=True)]
+        return replace(bound, tasks=tuple(tasks), reservation=name)
+
+    def _remove_groups(self, prefix: str) -> None:
+        """Remove this home's placement groups of a job about to be bound: a job in the queue
+        holds none, so any found is what a service killed between reserving it and recording the
+        placement left behind."""
+        from ray.util import placement_group_table
+        from ray.util.placement_group import get_placement_group, remove_placement_group
+
+        for group in placement_group_table().values():
+            if group.get("name", "").startswith(prefix) and group.get("state") != "REMOVED":
+                try:
+                    remove_placement_group(get_placement_group(group["name"]))
+                    log.warning("removed the placement group %s left by an earlier service", group["name"])
+                except ValueError:
+                    pass
+
+    def release(self, placement: Placement) -> None:
+        """Give the ports back to the agents and remove the placement group."""
+        for task in placement.tasks:
+            if any(task.ports):
+                try:
+                    self._agent_of(task.host).release_ports.remote(list(task.ports))
+                except NodeGone:
+                    pass
+        if placement.reservation:
+            from ray.util.placement_group import get_placement_group, remove_placement_group
+
+            try:
+                remove_placement_group(get_placement_group(placement.reservation))
+            except ValueError:  # already gone
+                pass
+
+    def hold(self, placement: Placement) -> None:
+        """Declare the placement's ports to the agents again (its placement group is detached:
+        it still holds the nodes)."""
+        for task in placement.tasks:
+            try:
+                self._agent_of(task.host).hold_ports.remote(list(task.ports))
+            except NodeGone:
+                pass
+
+    # -------------------------------------------------------------- dry run, launch
+
+    def isolation(self) -> str:
+        """``bubblewrap`` when every known Ray node has it, else ``symlink``."""
+        kinds = set()
+        for future in list(self._infos.values()):
+            if future.done() and future.exception() is None:
+                kinds.add(future.result().get("isolation"))
+        return "symlink" if "symlink" in kinds else "bubblewrap"
+
+    def _on_nodes(self, attempt: Attempt) -> Attempt:
+        """The attempt with its job folder on the Ray nodes (``node_root/<job id>``)."""
+        if Path(attempt.job_dir) == PLACEHOLDER.root:
+            return attempt
+        return replace(attempt, job_dir=self._node_root / attempt.job_id)
+
+    def dryrun(self, attempt: Attempt) -> list[NodeLaunch]:
+        """The local backend's launches, each in its Ray node's isolation, with the job folder on
+        the nodes and the algorithm folder shipped into each node's own folder."""
+        on_nodes = self._on_nodes(attempt)
+        kinds = [self._info(plan.task.host).get("isolation", "bubblewrap") for plan in attempt.plans]
+        made = {kind: workspace.node_launches(on_nodes, kind) for kind in set(kinds)}
+        launches = []
+        for i, (plan, kind) in enumerate(zip(attempt.plans, kinds, strict=True)):
+            launches.append(self._shipped(on_nodes, plan, made[kind][i]))
+        return launches
+
+    def _shipped(self, on_nodes: Attempt, plan: NodePlan, launch: NodeLaunch) -> NodeLaunch:
+        """``launch`` reading the algorithm folder from the node's own shipped copy: the source of
+        an algorithm mount shown itself (writable, or too big for a working copy), or the
+        original a working copy is made from."""
+        mounts = []
+        copy = str(_ship_target(on_nodes, launch.name))
+        for mount in launch.mounts:
+            original = _shipped_original(mount)
+            if original is not None:
+                size = ship.folder_size(original)
+                field = "source" if mount.kind == "algorithm" else "copy_of"
+                mount = Mount(**{**mount.model_dump(), field: copy})
+                note = f"algorithm folder ({size / 1e6:.1f} MB) shipped to Ray node {plan.task.host}: {copy}"
+                launch = launch.model_copy(update={"notes": [*launch.notes, note]})
+            mounts.append(mount)
+        return launch.model_copy(update={"mounts": mounts})
+
+    def _algorithm_source(self, on_nodes: Attempt, plan: NodePlan) -> str | None:
+        """The folder on this machine that a node's algorithm mount ships (None: no such mount)."""
+        mounts = mounts_for(
+            on_nodes.spec,
+            job_dir=on_nodes.jobdir.root,
+            outputs_subdir=plan.outputs_subdir,
+            algorithm=plan.algorithm,
+            policy=load_policy(),
+        )
+        return next((m.source for m in mounts if m.kind == "algorithm"), None)
+
+    def launch(self, attempt: Attempt, launches: list[NodeLaunch]) -> list[NodeRun]:
+        if len(launches) != len(attempt.plans):
+            raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
+        on_nodes = self._on_nodes(attempt)
+        job_secret = secrets.token_hex(16)  # shared by this attempt's nodes only (see LocalBackend)
+        archives: dict[str, Any] = {}
+        calls = []
+        for plan, launch in zip(attempt.plans, launches, strict=True):
+            archive = None
+            shipped = _ship_target(on_nodes, launch.name)
+            if any(m.source == str(shipped) or m.copy_of == str(shipped) for m in launch.mounts):
+                source = self._algorithm_source(on_nodes, plan)
+                if source is not None:
+                    if source not in archives:  # packed once, fetched by each node from the object store
+                        archives[source] = self._ray.put(ship.pack(source))
+                    archive = archives[source]
+            agent = self._agent_of(plan.task.host)
+            calls.append(agent.launch.remote(on_nodes, launch, job_secret, archive, str(shipped)))
+        runs: list[NodeRun] = []
+        error: BaseException | None = None
+        for ref in calls:
+            try:
+                runs.append(self._get(ref, LAUNCH_TIMEOUT))
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            # all or nothing: stop every node of the attempt, by name (a launch whose answer was
+            # lost may still have started its node)
+            everyone = [NodeRun(name=p.name, host=p.task.host) for p in attempt.plans]
+            try:
+                self.stop(attempt, everyone, grace=1.0)
+            finally:
+                raise error
+        for run in runs:
+            self._record(attempt, run)
+            self._exits.watch(on_nodes, run)
+        return runs
+
+    def _record(self, attempt: Attempt, run: NodeRun) -> None:
+        """Note in the service's job folder which Ray node holds a node's files."""
+        node = self._node(run.host)
+        placed = {"host": run.host, "node_id": node.node_id, "job_dir": str(self._on_nodes(attempt).job_dir)}
+        path = attempt.jobdir.node(run.name).placed
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(placed))
+        self._placed[(attempt.job_id, run.name)] = placed
+
+    def _where(self, job_id: str, node: str) -> dict | None:
+        """``placed.json`` of a job node (None: never launched on this backend)."""
+        placed = self._placed.get((job_id, node))
+        if placed is not None:
+            return placed
+        jd = config.jobdir(job_id)
+        try:
+            raw = read_small(jd.root, f"nodes/{check_node_name(node)}/placed.json", limit=4096)
+            placed = json.loads(raw)
+        except (OSError, ValueError, RefusedFile):
+            return None
+        self._placed[(job_id, node)] = placed
+        return placed
+
+    def _agent_at(self, placed: dict) -> Any:
+        """The agent of the Ray node in ``placed`` (NodeGone if that node left)."""
+        node = self._by_name.get(placed.get("host", ""))
+        if node is None or not node.alive:
+            raise NodeGone(
+                f"the Ray node {placed.get('host')} that ran this job node has left the cluster: "
+                "its files (logs) went with it"
+            )
+        return self._agent(node.node_id)
+
+    # ------------------------------------------------------------------- observe
+
+    def _host(self, attempt: Attempt, run: NodeRun) -> str:
+        if run.host:
+            return run.host
+        return next((p.task.host for p in attempt.plans if p.name == run.name), "")
+
+    def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
+        on_nodes = self._on_nodes(attempt)
+        try:
+            agent = self._agent_of(self._host(attempt, run))
+            # short: the supervisor polls under its lock, and the agent of a node that just
+            # died answers nothing until the inventory says the node left
+            polled = self._get(agent.poll.remote(on_nodes, run), POLL_TIMEOUT)
+        except NodeGone:
+            if run.state == "exited":
+                return run
+            return run.model_copy(update={"state": "lost"})
+        except BackendUnavailable:  # no answer now: the node keeps its last known state
+            return run
+        if polled.state == "running":
+            self._exits.watch(on_nodes, run)  # also after a restart of the service
+        return polled
+
+    def stop(self, attempt: Attempt, runs: list[NodeRun], grace: float) -> None:
+        """Each Ray node's agent stops its job nodes (TERM, grace, KILL, nothing left), all at once."""
+        on_nodes = self._on_nodes(attempt)
+        groups: dict[str, list[NodeRun]] = {}
+        for run in runs:
+            groups.setdefault(self._host(attempt, run), []).append(run)
+        calls = []
+        for host, group in groups.items():
+            try:
+                calls.append(self._agent_of(host).stop.remote(on_nodes, group, grace))
+            except NodeGone:
+                continue  # its processes went with the node
+        error = None
+        for ref in calls:
+            try:
+                self._get(ref, grace + 90.0)
+            except NodeGone:
+                continue
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+
+    def failure(self, attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
+        try:
+            agent = self._agent_of(self._host(attempt, run))
+            answer = self._get(agent.failure.remote(self._on_nodes(attempt), run))
+        except NodeGone:
+            return f"the Ray node {run.host} of {run.name} left the cluster"
+        return tuple(answer) if isinstance(answer, list) else answer
+
+    # ------------------------------------------------------------------------ logs
+
+    def log_streams(self, job: Job) -> list[LogStream]:
+        """Each node's streams from the agent of its Ray node, in the job's node order; streams of
+        earlier attempts' nodes found there follow."""
+        names = [n.name for n in job.nodes]
+        places: dict[tuple[str, str], list[str]] = {}
+        for name in names:
+            placed = self._where(job.id, name)
+            if placed is not None:
+                places.setdefault((placed["host"], placed["job_dir"]), []).append(name)
+        found: dict[str, list[LogStream]] = {}
+        extra: list[LogStream] = []
+        for (host, job_dir), here in places.items():
+            try:
+                agent = self._agent_at({"host": host})
+                streams = self._get(agent.log_streams.remote(job_dir, here))
+            except NodeGone:
+                continue
+            for stream in streams:
+                if stream.node in here:
+                    found.setdefault(stream.node, []).append(stream)
+                elif stream.node not in names and all(
+                    s.node != stream.node or s.rank != stream.rank for s in extra
+                ):
+                    extra.append(stream)
+        ordered = [s for name in names for s in found.get(name, [])]
+        return ordered + sorted(extra, key=lambda s: (s.node, -1 if s.rank is None else s.rank))
+
+    def open_log(self, job_id: str, node: str, rank: int | None) -> RayLogSource | None:
+        """The stream read through the agent of the Ray node that ran ``node``; None while it
+        does not exist (or the node never ran on this backend)."""
+        JobDir(PLACEHOLDER.root).log_relative(node, rank)  # InvalidSpec for names that cannot be streams
+        placed = self._where(job_id, node)
+        if placed is None:
+            return None
+        agent = self._agent_at(placed)
+        answer = self._get(agent.read_log.remote(placed["job_dir"], node, rank, 0, 0))
+        if answer[0] == "refused":
+            raise RefusedFile(answer[1])
+        if answer[0] == "missing":
+            return None
+        return RayLogSource(agent, self._get, placed["job_dir"], node, rank, answer[2])
+
+    # ------------------------------------------------------------------- lifecycle
+
+    def on_node_end(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+
+    def close(self) -> None:
+        """Stop this process's threads and leave the cluster; agents, placement groups and job
+        nodes stay (a restarted service re-attaches to them)."""
+        self._halt.set()
+        self._exits.close()
+        self._thread.join(timeout=5)
+        try:
+            self._ray.shutdown()
+        except Exception:
+            log.warning("leaving the Ray cluster failed", exc_info=True)
+
+
+def _ship_target(on_nodes: Attempt, node: str) -> Path:
+    """Where a job node's copy of the algorithm folder goes on its Ray node."""
+    return on_nodes.jobdir.node(node).root / ship.FOLDER
+
+
+def _shipped_original(mount: Mount) -> str | None:
+    """The folder on this machine a launch's mount reads the algorithm from, or None: an
+    algorithm mount shown itself, or the original of a working copy."""
+    if mount.kind == "algorithm":
+        return mount.source
+    if mount.kind == WORKDIR_KIND and mount.copy_of:
+        return mount.copy_of
+    return None
+
+
+def _bundle(task: TaskSlot, node: RayNode) -> dict[str, float]:
+    """The resources of one job node in its placement group: its CPUs and cards."""
+    bundle = {"CPU": max(task.cpu_request, 0.01)}
+    if task.devices and node.accelerator:
+        bundle[node.accelerator] = float(len(task.devices))
+    return bundle
+
+
+class _ExitWatch:
+    """One pending ``wait_exit`` call per running job node; an answer that the node ended wakes
+    the service (contract rule 6).  A thread collects the answers, so no Ray call is made from
+    Ray's own callback threads."""
+
+    def __init__(self, backend: RayBackend):
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._pending: dict[concurrent.futures.Future, tuple[Attempt, NodeRun]] = {}
+        self._keys: set[tuple[str, int, str]] = set()
+        self._added = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="ma-ray-exits", daemon=True)
+        self._thread.start()
+
+    def watch(self, on_nodes: Attempt, run: NodeRun) -> None:
+        """Wait for the end of ``run`` (once per node of an attempt)."""
+        key = (on_nodes.job_id, on_nodes.number, run.name)
+        with self._lock:
+            if self._closed or key in self._keys:
+                return
+            self._keys.add(key)
+        self._arm(on_nodes, run)
+
+    def _arm(self, on_nodes: Attempt, run: NodeRun) -> None:
+        try:
+            agent = self._backend._agent_of(run.host)
+            future = agent.wait_exit.remote(on_nodes, run, EXIT_WAIT).future()
+        except Exception:  # the node is gone: the service's poll finds it lost
+            self._ended(on_nodes, run)
+            return
+        with self._lock:
+            self._pending[future] = (on_nodes, run)
+        self._added.set()
+
+    def _ended(self, on_nodes: Attempt, run: NodeRun) -> None:
+        with self._lock:
+            self._keys.discard((on_nodes.job_id, on_nodes.number, run.name))
+        wake = self._backend._wake
+        if wake is not None:
+            wake()
+
+    def _run(self) -> None:
+        while not self._closed:
+            with self._lock:
+                futures = list(self._pending)
+            if not futures:
+                self._added.wait(0.5)
+                self._added.clear()
+                continue
+            done, _ = concurrent.futures.wait(
+                futures, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            for future in done:
+                with self._lock:
+                    on_nodes, run = self._pending.pop(future)
+                try:
+                    ended = bool(future.result())
+                except Exception:
+                    ended = True  # the agent failed: let the poll decide
+                if ended:
+                    self._ended(on_nodes, run)
+                elif not self._closed:
+                    self._arm(on_nodes, run)
+
+    def close(self) -> None:
+        self._closed = True
+        self._added.set()

@@ -1,0 +1,404 @@
+"""Jobs on a real Ray cluster of two nodes: the same semantics as the local backend.
+
+Every test runs inside a private network namespace (see ``conftest.py``), with a real Ray
+cluster, a real job service on the Ray backend, and real node processes on the Ray nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import requests
+
+from ma_jupyter.client import Client
+from ma_jupyter.models import JobStatus
+from tests.helpers import wait_for, writable_dir
+from tests.modes.real import events_text, job_processes, node_logs
+
+pytestmark = [pytest.mark.ray]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+DDP = """
+import json, os, socket
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+info = {"rank": rank, "world": world, "sum": value.item(), "host": socket.gethostname(),
+        "master": os.environ["MASTER_ADDR"]}
+with open(f"/workspace/outputs/rank-{rank}.json", "w") as fh:
+    json.dump(info, fh)
+print(f"rank {rank}/{world} sum={value.item()}", flush=True)
+os._exit(0)  # the result is written: never depend on gloo's teardown (it may abort at exit)
+"""
+
+FAIL = """
+import sys, time
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    print("rank 1 gives up", flush=True)
+    sys.exit(3)
+time.sleep(600)  # only the failure of rank 1 can end this job quickly
+"""
+
+PS_WORKER = """
+import json
+import tensorflow as tf
+
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+cluster = resolver.cluster_spec().as_dict()
+if resolver.task_type == "ps":
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name="ps", task_index=resolver.task_id, protocol="grpc")
+    print("ps serving", flush=True)
+    server.join()  # never returns: the platform stops parameter servers
+own = tf.train.ClusterSpec({"ps": cluster["ps"], "worker": {resolver.task_id: cluster["worker"][resolver.task_id]}})
+tf.config.experimental_connect_to_cluster(own, job_name="worker", task_index=resolver.task_id)
+with tf.device("/job:ps/task:0"):
+    total = tf.Variable(0.0)
+total.assign_add(float(resolver.task_id + 1))
+print(f"worker {resolver.task_id} variable on {total.device}", flush=True)
+with open(f"/workspace/outputs/ps-worker-{resolver.task_id}.json", "w") as fh:
+    json.dump({"device": total.device}, fh)
+"""
+
+
+def _algorithm(folder, **scripts):
+    writable_dir(folder, parents=True)
+    for name, text in scripts.items():
+        (folder / f"{name}.py").write_text(textwrap.dedent(text))
+    return str(folder)
+
+
+def _cli(home, *args, timeout=120):
+    env = {**os.environ, "MA_JUPYTER_HOME": str(home), "PYTHONPATH": ROOT}
+    return subprocess.run(
+        [sys.executable, "-m", "ma_jupyter.frontends.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _placement_groups(part, states=("PENDING", "CREATED", "RESCHEDULING")):
+    """The platform's placement groups whose name holds ``part`` (``-<job id>-``) in one of
+    ``states`` (seen by the test's driver); only a ``CREATED`` group holds resources."""
+    import ray.util
+
+    return [
+        pg
+        for pg in ray.util.placement_group_table().values()
+        if pg["name"].startswith("ma-") and part in pg["name"] and pg["state"] in states
+    ]
+
+
+def test_two_node_gloo_ddp_has_one_job_node_on_each_ray_node(ray_service, ray_home, ray_driver, tmp_path):
+    # the job folders on the Ray nodes lie apart from the service's: logs are read through the agents
+    node_root = tmp_path / "on-ray-nodes"
+    toml = ray_home / "cluster.toml"
+    toml.write_text(toml.read_text() + f'node_root = "{node_root}"\n')
+    ray_service.proc.terminate()
+    ray_service.proc.wait(30)
+    svc = ray_service.restart()
+    outputs = writable_dir(tmp_path / "out")
+    client = Client(autostart=False)
+    handle = client.submit(
+        name="ddp",
+        mode="pytorch",
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=_algorithm(tmp_path / "algo", ddp=DDP),
+        outputs=str(outputs),
+        command="python /workspace/algorithm/ddp.py",
+    )
+    job = handle.wait(timeout=240)
+    assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
+    shown = json.loads(_cli(ray_home, "get", job.id, "--json").stdout)
+    ray_nodes = {n.name for n in client.nodes()}
+    hosts = [n["host"] for n in shown["nodes"]]
+    assert shown["backend"] == "ray"
+    assert len(set(hosts)) == 2 and set(hosts) == ray_nodes, hosts
+    results = [json.loads((outputs / f"rank-{r}.json").read_text()) for r in range(2)]
+    assert [(r["world"], r["sum"], r["host"]) for r in results] == [
+        (2, 3.0, "worker-0"),
+        (2, 3.0, "worker-1"),
+    ]
+    assert results[0]["master"] == "127.0.0.1"  # the Ray node's address
+    for rank, node in ((0, "worker-0"), (1, "worker-1")):
+        assert f"rank {rank}/2 sum=3.0" in client.read_log(job.id, node=node, rank=rank).data
+        assert f"rank {rank}/2" in client.read_log(job.id, node=node).data
+    # the code was shipped into each node's own folder on its Ray node, and the logs live there
+    for node in ("worker-0", "worker-1"):
+        assert (node_root / job.id / "nodes" / node / "algorithm" / "ddp.py").is_file()
+        assert (node_root / job.id / "logs" / f"{node}.log").is_file()
+        assert not (ray_home / "jobs" / job.id / "logs" / f"{node}.log").exists()
+    # the attempt's placement group is gone with it
+    assert _placement_groups(f"-{job.id}-") == []
+    assert svc.proc.poll() is None
+
+
+def test_a_live_log_is_followed_through_the_service_and_stop_leaves_no_process(
+    ray_service, ray_driver, tmp_path
+):
+    code = """
+    import os, subprocess, sys, time
+    # a child in its own session that ignores TERM: stop must still leave nothing
+    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+                     start_new_session=True)
+    for i in range(600):
+        print(f"tick {i}", flush=True)
+        time.sleep(0.2)
+    """
+    client = Client(autostart=False)
+    handle = client.submit(
+        name="live",
+        specs=["cpu.small"],
+        algorithm=_algorithm(tmp_path / "algo", live=code),
+        command="python live.py",
+        grace_period=2,
+    )
+    session = ray_service.session()
+    offset, seen = 0, ""
+    while "tick 3" not in seen:
+        chunk = session.get(
+            f"{ray_service.api}/jobs/{handle.id}/logs/read",
+            params={"node": "worker-0", "offset": offset, "wait": 10},
+            timeout=30,
+        ).json()
+        assert not chunk["eof"], seen
+        assert chunk["offset"] == offset
+        seen += chunk["data"]
+        offset = chunk["next_offset"]
+    assert client.get(handle.id).status is JobStatus.running  # followed while it runs
+    assert [line for line in seen.splitlines() if line.startswith("tick")][:4] == [
+        f"tick {i}" for i in range(4)
+    ]
+    assert job_processes(handle.id)
+    assert _placement_groups(f"-{handle.id}-", states=("CREATED",))  # held while it runs
+    handle.stop()
+    job = handle.wait(timeout=120)
+    assert job.status is JobStatus.stopped
+    assert job_processes(handle.id) == []
+    wait_for(lambda: _placement_groups(f"-{handle.id}-") == [], timeout=30)
+
+
+def test_tensorflow_ps_worker_ends_with_the_parameter_server_stopped(ray_service, tmp_path):
+    outputs = writable_dir(tmp_path / "out")
+    client = Client(autostart=False)
+    handle = client.submit(
+        name="ps-worker",
+        mode="tensorflow",
+        nodes=2,
+        ps=1,
+        specs=["cpu.small"],
+        algorithm=_algorithm(tmp_path / "algo", train=PS_WORKER),
+        outputs=str(outputs),
+        command="python /workspace/algorithm/train.py",
+    )
+    job = handle.wait(timeout=300)
+    assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
+    for index in range(2):
+        result = json.loads((outputs / f"ps-worker-{index}.json").read_text())
+        assert result["device"] == "/job:ps/replica:0/task:0/device:CPU:0"
+    workers = {n.host for n in job.nodes if n.role == "worker"}
+    assert len(workers) == 2  # workers spread, one per Ray node
+    ps = next(n for n in job.nodes if n.role == "ps")
+    # the parameter server never ends by itself: the service stopped it (TERM: exit code 143)
+    assert (ps.state, ps.exit_code) == ("exited", 143), ps
+    assert "ps serving" in client.read_log(job.id, node="ps-0").data
+    assert job_processes(job.id) == []
+
+
+def test_a_failed_rank_ends_the_job_in_error_with_no_process_left(ray_service, tmp_path):
+    client = Client(autostart=False)
+    handle = client.submit(
+        name="fail",
+        mode="pytorch",
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=_algorithm(tmp_path / "algo", fail=FAIL),
+        command="python /workspace/algorithm/fail.py",
+    )
+    job = handle.wait(timeout=240)
+    assert job.status is JobStatus.error, node_logs(client, job.id)
+    assert "rank 1 gives up" in client.read_log(job.id, node="worker-1", rank=1).data
+    assert "rank 1 exited with code 3" in events_text(client, job.id)
+    wait_for(lambda: job_processes(job.id) == [], timeout=30)
+
+
+def test_kill_9_of_the_service_mid_job_then_a_restart_ends_the_job_with_every_line(ray_service, tmp_path):
+    code = """
+    import time
+    for i in range(80):
+        print(f"line {i}", flush=True)
+        time.sleep(0.25)
+    """
+    client = Client(autostart=False)
+    handle = client.submit(
+        name="survive",
+        specs=["cpu.small"],
+        algorithm=_algorithm(tmp_path / "algo", count=code),
+        command="python count.py",
+    )
+    wait_for(lambda: "line 2" in client.read_log(handle.id, node="worker-0").data, timeout=120)
+    ray_service.proc.send_signal(signal.SIGKILL)
+    ray_service.proc.wait()
+    time.sleep(2)  # lines keep being written on the Ray node while no service runs
+    again = ray_service.restart()
+    client = Client(autostart=False)
+    job = client.get(handle.id)
+    assert job.status in (JobStatus.running, JobStatus.succeeded)
+    job = client.job(handle.id).wait(timeout=120)
+    assert job.status is JobStatus.succeeded, events_text(client, job.id)
+    lines = client.read_log(job.id, node="worker-0").data.splitlines()
+    assert [line for line in lines if line.startswith("line ")] == [f"line {i}" for i in range(80)]
+    assert "service restarted: re-attached to 1 running node(s) worker-0" in events_text(client, job.id)
+    assert again.proc.poll() is None
+
+
+def test_a_job_that_does_not_fit_waits_holding_nothing(ray_service, ray_driver, ray_cluster, tmp_path):
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    client = Client(autostart=False)
+    algo = _algorithm(tmp_path / "algo", wait="import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    # another user of the cluster holds every CPU of one node: our scheduler cannot see that
+    node = client.nodes()[0]
+    node_id = next(n["NodeID"] for n in ray.nodes() if n["NodeID"].startswith(node.name[4:]))
+    theirs = placement_group(
+        [{"CPU": 2}], name="someone-else", bundle_label_selector=[{"ray.io/node-id": node_id}]
+    )
+    assert theirs.wait(30)
+    try:
+        first = client.submit(
+            name="gang",
+            mode="pytorch",
+            nodes=2,
+            specs=["cpu.medium"],
+            algorithm=algo,
+            command="python wait.py",
+        )
+        wait_for(lambda: "waiting for resources" in events_text(client, first.id), timeout=60)
+        time.sleep(3)  # several tries: each one gives its placement group back
+        assert client.get(first.id).status is JobStatus.queued
+        assert _placement_groups(f"-{first.id}-", states=("CREATED",)) == []  # it holds no node
+        # a second job of the same size queues behind it
+        second = client.submit(
+            name="gang2",
+            mode="pytorch",
+            nodes=2,
+            specs=["cpu.medium"],
+            algorithm=algo,
+            command="python wait.py",
+        )
+    finally:
+        remove_placement_group(theirs)
+    wait_for(lambda: client.get(first.id).status is JobStatus.running, timeout=60)
+    assert len(_placement_groups(f"-{first.id}-")) == 1
+    time.sleep(2)
+    assert client.get(second.id).status is JobStatus.queued  # the first holds both nodes
+    assert _placement_groups(f"-{second.id}-", states=("CREATED",)) == []
+    client.stop(first.id)
+    wait_for(lambda: client.get(second.id).status is JobStatus.running, timeout=90)
+    client.stop(second.id)
+    assert client.wait_status(second.id, since="running", wait=60).status is JobStatus.stopped
+
+
+def test_the_inventory_follows_nodes_joining_and_leaving(ray_service, ray_cluster, tmp_path):
+    client = Client(autostart=False)
+    assert len(client.nodes()) == 2
+    # a spec no Ray node can hold is refused at submit, saying why
+    refused = ray_service.session().post(
+        f"{ray_service.api}/jobs",
+        json={"name": "huge", "command": "true", "nodes": 3, "mode": "pytorch", "specs": ["cpu.small"]},
+        timeout=30,
+    )
+    assert refused.status_code == 400 and "2 node(s) can hold it, 3 needed" in refused.json()["message"]
+    horovod = ray_service.session().post(
+        f"{ray_service.api}/jobs",
+        json={"name": "mpi", "command": "python x.py", "nodes": 2, "mode": "horovod", "specs": ["cpu.small"]},
+        timeout=30,
+    )
+    assert horovod.status_code == 400 and "remote shell" in horovod.json()["message"]
+    extra = ray_cluster.add_node(num_cpus=4)
+    try:
+        nodes = wait_for(lambda: [n for n in client.nodes() if n.cpus == 4], timeout=60)
+        assert len(client.nodes()) == 3 and nodes[0].name.startswith("ray-")
+        shown = _cli(ray_service.home, "nodes")
+        assert shown.returncode == 0 and nodes[0].name in shown.stdout
+    finally:
+        ray_cluster.remove_node(extra)
+    wait_for(lambda: len(client.nodes()) == 2, timeout=90)
+
+
+def test_service_start_with_backend_options(ma_home, ray_cluster):
+    started = _cli(
+        ma_home, "service", "start", "--backend", "ray", "--ray-address", ray_cluster.address, timeout=180
+    )
+    assert started.returncode == 0, started.stderr
+    assert "ray backend" in started.stdout
+    status = json.loads(_cli(ma_home, "service", "status", "--json").stdout)
+    assert status["backend"] == "ray"
+    conflict = _cli(ma_home, "service", "start", "--backend", "local")
+    assert conflict.returncode != 0 and "already runs" in conflict.stderr
+    assert _cli(ma_home, "service", "stop").returncode == 0
+    try:
+        requests.get(status["url"], timeout=2)
+        raise AssertionError("the service still answers")
+    except requests.ConnectionError:
+        pass
+
+
+def test_a_job_node_whose_ray_node_leaves_is_lost_and_the_job_ends_in_error(
+    ray_service, ray_cluster, tmp_path
+):
+    client = Client(autostart=False)
+    before = {n.name for n in client.nodes()}
+    extra = ray_cluster.add_node(num_cpus=2)
+    removed = False
+    try:
+        name = wait_for(lambda: ({n.name for n in client.nodes()} - before) or None, timeout=60).pop()
+        handle = client.submit(
+            name="doomed",
+            specs=["cpu.small"],
+            node_name=name,
+            algorithm=_algorithm(
+                tmp_path / "algo", wait="import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+            ),
+            command="python wait.py",
+        )
+        wait_for(lambda: "up" in client.read_log(handle.id, node="worker-0").data, timeout=120)
+        pids = job_processes(handle.id)
+        assert client.get(handle.id).nodes[0].host == name
+        ray_cluster.remove_node(extra)
+        removed = True
+        job = handle.wait(timeout=120)
+        assert job.status is JobStatus.error
+        assert job.nodes[0].state == "lost", events_text(client, job.id)
+        assert "node worker-0 was lost" in events_text(client, job.id)
+        assert "has left the cluster" in events_text(client, job.id)
+        wait_for(lambda: name not in {n.name for n in client.nodes()}, timeout=60)
+    finally:
+        if not removed:
+            ray_cluster.remove_node(extra)
+        # Here the machine of the removed Ray node lives on: its job processes do not die with it
+        # as they would with a real machine, so the test ends them itself.
+        for pid in job_processes(handle.id) if "handle" in locals() else []:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert pids

@@ -1,0 +1,98 @@
+"""The Ray backend's parts that need no cluster: the inventory from Ray's node records, and
+shipping the algorithm folder."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+
+import pytest
+
+from ma_jupyter.backends.ray import ship
+from ma_jupyter.backends.ray.inventory import inventory, node_name, ray_nodes
+from ma_jupyter.errors import InvalidSpec
+
+RECORDS = [
+    {
+        "NodeID": "09672a71811266e36453365e12ab7c8cc9121db7b7e18b03bf7513ca",
+        "Alive": True,
+        "NodeManagerAddress": "10.0.0.5",
+        "NodeManagerHostname": "head",
+        "Resources": {"CPU": 8.0, "memory": 32 * 2**30, "GPU": 2.0, "node:10.0.0.5": 1.0},
+    },
+    {
+        "NodeID": "98e7cb04d00c1fe43527733e7e9e3e7540c15e57ae487bd16f18cc1f",
+        "Alive": True,
+        "NodeManagerAddress": "10.0.0.6",
+        "NodeManagerHostname": "npu-box",
+        "Resources": {"CPU": 4.0, "memory": 8 * 2**30, "NPU": 8.0},
+    },
+    {
+        "NodeID": "5e5e5e5e00000000000000000000000000000000000000000000000",
+        "Alive": False,
+        "NodeManagerAddress": "10.0.0.7",
+        "Resources": {"CPU": 4.0, "memory": 2**30},
+    },
+]
+
+
+def test_live_ray_nodes_become_inventory_nodes_with_their_cards():
+    nodes = inventory(RECORDS)
+    assert [n.name for n in nodes] == ["ray-09672a71", "ray-98e7cb04"]
+    head, npu = nodes
+    assert (head.cpus, head.memory_gb, head.accelerators, head.accelerator_type) == (8.0, 32.0, 2, "gpu")
+    assert (npu.cpus, npu.memory_gb, npu.accelerators, npu.accelerator_type) == (4.0, 8.0, 8, "npu")
+    assert head.pools == ["default"]
+
+
+def test_every_ray_node_is_known_with_its_address_even_once_dead():
+    found = {n.name: n for n in ray_nodes(RECORDS)}
+    assert found[node_name(RECORDS[2]["NodeID"])].alive is False
+    assert (found["ray-98e7cb04"].address, found["ray-98e7cb04"].accelerator) == ("10.0.0.6", "NPU")
+    assert found["ray-09672a71"].accelerator == "GPU"
+
+
+def test_the_algorithm_folder_is_shipped_whole_and_replaces_an_earlier_copy(tmp_path):
+    source = tmp_path / "algo"
+    (source / "pkg").mkdir(parents=True)
+    (source / "train.py").write_text("print('hi')\n")
+    (source / "pkg" / "util.py").write_text("X = 1\n")
+    (source / "run.sh").write_text("#!/bin/sh\n")
+    (source / "run.sh").chmod(0o755)
+    os.symlink("train.py", source / "link.py")
+    target = tmp_path / "node" / "algorithm"
+    target.mkdir(parents=True)
+    (target / "stale.py").write_text("old attempt\n")
+    ship.unpack(ship.pack(source), target)
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == [
+        "link.py",
+        "pkg",
+        "pkg/util.py",
+        "run.sh",
+        "train.py",
+    ]
+    assert (target / "link.py").read_text() == "print('hi')\n"
+    assert os.access(target / "run.sh", os.X_OK)
+    assert not (tmp_path / "node" / "algorithm.partial").exists()
+
+
+def test_an_archive_reaching_out_of_its_folder_is_refused(tmp_path):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../escape.txt")
+        data = b"out"
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(tarfile.TarError):
+        ship.unpack(buffer.getvalue(), tmp_path / "node" / "algorithm")
+    assert not (tmp_path / "node" / "escape.txt").exists()
+    assert not (tmp_path / "node" / "algorithm.partial").exists()
+
+
+def test_a_folder_too_big_to_ship_is_refused_naming_the_field(tmp_path):
+    (tmp_path / "big.bin").write_bytes(b"x" * 2048)
+    assert ship.folder_size(tmp_path, limit=4096) == 2048
+    with pytest.raises(InvalidSpec) as caught:
+        ship.folder_size(tmp_path, limit=1024)
+    assert caught.value.field == "algorithm" and "dataset" in caught.value.message
