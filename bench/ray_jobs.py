@@ -37,8 +37,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# bench/queue.py would shadow the standard library's queue module that Ray's imports need
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(REPO))
 
 PY = sys.executable

@@ -1,6 +1,6 @@
 """The queue at depth: what thousands of queued jobs cost the job service.
 
-Run: ``.venv/bin/python bench/queue.py`` (``--depths 1000,10000``, ``--clients 4``, ``--idle 10``).
+Run: ``.venv/bin/python bench/queue_depth.py`` (``--depths 1000,10000``, ``--clients 4``, ``--idle 10``).
 It makes a temporary ``MA_JUPYTER_HOME`` with a one-node cluster, starts a job service there
 (loopback only), keeps a blocker job running that fills the node, and queues small jobs behind
 it up to each depth.  The head of the queue is the next blocker (urgent), so the queue never
