@@ -63,12 +63,7 @@ def build_cli() -> options.OptionsParser:
         description="Submit a job. Put the command after `--`: ma-jupyter submit --spec cpu.small -- python train.py",
     )
     options.build_parser(parser=submit)
-    submit.add_argument(
-        "--follow",
-        "-f",
-        action="store_true",
-        help="print the job's log as it is written, then wait for its end",
-    )
+    _follow_option(submit)
     _export_options(submit, dry_run=True)
     submit.add_argument("command", nargs="*", help="the run command (after --)")
 
@@ -80,12 +75,7 @@ def build_cli() -> options.OptionsParser:
     )
     clone.add_argument("job", metavar="JOB", help="job id (or the exact name of a single job)")
     options.build_parser(parser=clone)
-    clone.add_argument(
-        "--follow",
-        "-f",
-        action="store_true",
-        help="print the job's log as it is written, then wait for its end",
-    )
+    _follow_option(clone)
     _export_options(clone, dry_run=True)
     clone.add_argument("command", nargs="*", help="a new run command (after --); default the job's")
 
@@ -168,6 +158,16 @@ def build_cli() -> options.OptionsParser:
     cache.add_argument("--all", action="store_true", help="every user's (admins only)")
     cache.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def _follow_option(parser: argparse.ArgumentParser) -> None:
+    """``--follow``/``-f`` of the commands that start a job (submit, clone)."""
+    parser.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="print the job's log as it is written, then wait for its end",
+    )
 
 
 def _export_options(parser: argparse.ArgumentParser, *, dry_run: bool) -> None:
