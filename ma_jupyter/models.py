@@ -620,6 +620,8 @@ class Plan(Strict):
     nodes: list[NodeLaunch]
     can_start_now: bool = False
     queue_ahead: int = 0
+    #: when it would start by the queue's rules and running jobs' durations; None: unknown
+    estimated_start: datetime | None = None
     notes: list[str] = []
 
 

@@ -303,6 +303,7 @@ export interface Plan {
   nodes: Array<NodeLaunch>;
   can_start_now?: boolean;
   queue_ahead?: number;
+  estimated_start?: string | null;
   notes?: Array<string>;
 }
 

@@ -4,8 +4,10 @@ The cluster is the catalog of specs and the node inventory from :mod:`ma_jupyter
 job lists one or more equivalent specs; the first one whose tasks all fit right now wins.
 Workers (and the TensorFlow chief) are spread one per inventory node, like a STRICT_SPREAD
 placement group; parameter servers take the small ``cpu.ps`` resources and may share a node.
-The queue is ordered by priority (very-urgent, urgent, normal), then age (:mod:`.queue`); a job
-that does not fit does not block smaller jobs behind it (backfill).
+The queue is ordered by priority (very-urgent, urgent, normal), then age (:mod:`.queue`).  The
+first queued job that does not fit (the *head*) gets a :class:`Reservation`: the nodes it will
+take once enough running jobs end, by their durations.  A job behind it may start meanwhile
+(backfill) only if it cannot delay the head (EASY backfill, :meth:`Scheduler.backfill`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,28 @@ class NodeUse:
     memory_gb: float = 0.0
     cards: set[int] = field(default_factory=set)
     usage: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running job's placement and when it will end (``end``: epoch seconds, from its start
+    and duration; None when it has no duration, so it may run for ever)."""
+
+    placement: Placement
+    end: float | None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Where and from when the head of the queue will run.
+
+    ``start`` is the estimated start (epoch seconds; ``inf`` when running jobs without a
+    duration hold what it needs), ``placement`` the nodes and cards it will take then.
+    """
+
+    job_id: str
+    start: float
+    placement: Placement
 
 
 class Scheduler:
@@ -145,6 +169,10 @@ class Scheduler:
         and ``elastic_min_nodes``, fewer workers than asked (but at least the minimum) are
         accepted when resources are short.
         """
+        return self._fit(job_id, spec, use)
+
+    def _fit(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
+        """:meth:`place`'s work (reservations call it too: :meth:`place` is the admission's own)."""
         counts = [spec.nodes]
         if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
             counts = list(range(spec.nodes, spec.checkpoint_resume.elastic_min_nodes - 1, -1))
@@ -201,6 +229,53 @@ class Scheduler:
             for role, index, node, cards in chosen
         )
         return Placement(job_id=job_id, spec=flavor, tasks=tasks)
+
+    # ---------------------------------------------------------------- reservation (EASY)
+
+    def reserve(self, job_id: str, spec: JobSpec, running: list[Running], now: float) -> Reservation | None:
+        """When and where a job that does not fit now would run, if nothing else started.
+
+        Running jobs are taken away in the order they end (jobs without a duration last); the
+        first moment the job fits on what is left is its estimated start, and its placement
+        then is what it reserves.  None: it never fits (nodes down).
+        """
+        ordered = sorted(running, key=lambda r: (r.end is None, r.end or 0.0))
+        for cut in range(len(ordered) + 1):
+            left = [r.placement for r in ordered[cut:]]
+            placed = self._fit(job_id, spec, self.usage(left))
+            if placed is not None:
+                if cut == 0:
+                    return Reservation(job_id, now, placed)
+                end = ordered[cut - 1].end
+                return Reservation(job_id, float("inf") if end is None else max(end, now), placed)
+        return None
+
+    def backfill(
+        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], head: Reservation, now: float
+    ) -> Placement | None:
+        """A placement for a job behind the blocked head that cannot delay it, or None.
+
+        1. It fits in what is free now *and* not reserved for the head: the head's placement is
+           counted as held, so the job takes only resources the head will not use; or
+        2. it fits now and its duration ends it before the head's estimated start.
+        """
+        placed = self._fit(job_id, spec, self.with_held(use, head.placement))
+        if placed is not None:
+            return placed
+        if spec.duration is not None and now + spec.duration <= head.start:
+            return self._fit(job_id, spec, use)
+        return None
+
+    def with_held(self, use: dict[str, NodeUse], placement: Placement) -> dict[str, NodeUse]:
+        """``use`` plus what ``placement`` would hold (a copy)."""
+        extra = self.usage([placement])
+        out = {}
+        for name in set(use) | set(extra):
+            a, b = use.get(name, NodeUse()), extra.get(name, NodeUse())
+            out[name] = NodeUse(
+                a.cpus + b.cpus, a.memory_gb + b.memory_gb, a.cards | b.cards, a.usage + b.usage
+            )
+        return out
 
     # ------------------------------------------------------------------------ reporting
 
