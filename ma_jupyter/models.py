@@ -472,6 +472,9 @@ class NodeRun(Strict):
     state: Literal["pending", "running", "exited", "lost", "stopped"] = "pending"
     exit_code: int | None = None
     ranks: list[int] = []
+    log_start: int = Field(
+        default=0, description="Size of the node's log when this attempt started (the log spans attempts)."
+    )
 
 
 class Job(Strict):
@@ -525,6 +528,10 @@ class Event(Strict):
     node: str | None = None
     rank: int | None = None
     exit_code: int | None = None
+    alert: bool = Field(
+        default=False, description="Something the user should see at once (a performance alert)."
+    )
+    by: str | None = Field(default=None, description="The user who made this change (None: the platform).")
 
 
 class LogStream(Strict):

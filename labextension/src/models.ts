@@ -60,6 +60,10 @@ export interface Event {
   node?: string | null;
   rank?: number | null;
   exit_code?: number | null;
+  /** Something the user should see at once (a performance alert). */
+  alert?: boolean;
+  /** The user who made this change (None: the platform). */
+  by?: string | null;
 }
 
 /** Restart the whole job when it fails, at most `max_restarts` times. */
@@ -292,6 +296,8 @@ export interface NodeRun {
   state?: "pending" | "running" | "exited" | "lost" | "stopped";
   exit_code?: number | null;
   ranks?: Array<number>;
+  /** Size of the node's log when this attempt started (the log spans attempts). */
+  log_start?: number;
 }
 
 export type PerfPolicy = "alert" | "reschedule";

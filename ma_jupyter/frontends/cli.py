@@ -389,10 +389,13 @@ def _events(args: argparse.Namespace) -> int:
     if args.json:
         _out([e.model_dump(mode="json") for e in events], args)
         return EXIT_OK
-    rows = [["SEQ", "TIME", "STATUS", "WHERE", "REASON"]]
+    rows = [["SEQ", "TIME", "STATUS", "WHERE", "BY", "REASON"]]
     for e in events:
         where = (e.node or "") + (f"/rank-{e.rank}" if e.rank is not None else "")
-        rows.append([str(e.seq), render.clock(e.time), e.status.value, where, render.one_line(e.reason)])
+        reason = render.event_reason(e)
+        rows.append(
+            [str(e.seq), render.clock(e.time), e.status.value, where, e.by or "", render.one_line(reason)]
+        )
     print(render.text_table(rows), end="")
     return EXIT_OK
 

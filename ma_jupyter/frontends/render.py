@@ -28,6 +28,11 @@ def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
     return {"text/plain": text, "text/html": html}
 
 
+def event_reason(event) -> str:
+    """An event's reason as lists show it: an alert (performance) is marked ``ALERT:``."""
+    return f"ALERT: {event.reason}" if event.alert else event.reason
+
+
 def _eta(plan: Plan) -> str:
     """The estimated start of a job that would queue, as the dry run says it."""
     if plan.estimated_start is None:

@@ -664,7 +664,10 @@ class Supervisor:
             launches = self.backend.dryrun(attempt)
             # Durable before the processes exist: a crash right after launch can still find them.
             self.store.set_placement(job.id, placement.to_json())
+            # a node's log spans attempts: what this attempt writes starts at its size now
+            starts = {plan.name: self._log_size(job.id, plan.name) for plan in attempt.plans}
             runs = self.backend.launch(attempt, launches)
+            runs = [r.model_copy(update={"log_start": starts.get(r.name, 0)}) for r in runs]
         except Exception as exc:  # the job cannot start: it fails, the queue goes on
             self.backend.release(placement)
             self.store.set_placement(job.id, None)
@@ -767,7 +770,8 @@ class Supervisor:
             if not run.primary:
                 continue
             key = (job.id, job.attempt, run.name)
-            offset = self._perf_offsets.get(key, 0)
+            # only this attempt's lines: earlier attempts' slow samples were acted on already
+            offset = self._perf_offsets.get(key, run.log_start)
             # bounded, and no backend call blocks on a file the job controls: it may run in the loop
             data = self._read_log(job.id, run.name, offset, 1 << 20)
             complete = data[: data.rfind(b"\n") + 1]
@@ -778,7 +782,7 @@ class Supervisor:
                 return end
             if alert is not None:
                 self._perf_alerted.add(key)
-                self._notice(job, alert)
+                self._notice(job, alert, node=run.name, alert=True)
         return None
 
     def _read_log(self, job_id: str, node: str, offset: int, limit: int) -> bytes:
@@ -792,6 +796,19 @@ class Supervisor:
             return b""
         try:
             return source.read(offset, limit)[0]
+        finally:
+            source.close()
+
+    def _log_size(self, job_id: str, node: str) -> int:
+        """The size of a node's log now (0 while it does not exist or cannot be read)."""
+        try:
+            source = self.backend.open_log(job_id, node, None)
+        except (RefusedFile, OSError):
+            return 0
+        if source is None:
+            return 0
+        try:
+            return source.size()
         finally:
             source.close()
 
@@ -895,8 +912,8 @@ class Supervisor:
             self._queue_changed()  # a queued job stopped, deleted or failed
         return job
 
-    def _notice(self, job: Job, reason: str) -> None:
-        self.store.add_event(Event(job_id=job.id, status=job.status, reason=reason))
+    def _notice(self, job: Job, reason: str, *, node: str | None = None, alert: bool = False) -> None:
+        self.store.add_event(Event(job_id=job.id, status=job.status, reason=reason, node=node, alert=alert))
 
 
 def _call_reason(reason: str | Callable[[], str]) -> str:
