@@ -225,6 +225,7 @@ class Scheduler:
                 host=node.name,
                 devices=tuple(cards),
                 cpu_request=self.task_flavor(flavor, role).cpus,
+                memory_gb=self.task_flavor(flavor, role).memory_gb,
             )
             for role, index, node, cards in chosen
         )

@@ -3,7 +3,11 @@
 The local backend starts one runner per node, in its own session, with stdout/stderr already
 pointing at the node's log file; the service is never in the log path.  The runner:
 
-1. pins itself to the task's cores (inherited by everything it starts);
+1. pins itself to the task's cores (inherited by everything it starts), and watches the
+   node's memory: every ``MEMORY_SAMPLE`` seconds it sums the resident memory of every process
+   below it, and past the spec's ``memory_gb`` it kills them all and reports "exceeded its
+   memory limit of N GB on <node>" as the node's failure (this machine's cgroup v2 delegates
+   no memory controller, so no kernel limit is set);
 2. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
    each already wrapped in the node's sandbox by the backend;
 3. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
@@ -26,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +38,9 @@ from ...jobdir import NodeDir
 from ...nodeside.exec_env import ENV_FD, env_file_data
 from ...untrusted import collect_report
 
+#: seconds between two samples of a node's memory (a read of /proc per sample)
+MEMORY_SAMPLE = 0.2
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -73,6 +81,19 @@ def _descendants(root: int) -> list[tuple[int, int, str]]:
     return found
 
 
+def _rss(pid: int) -> int:
+    """Resident memory of one process in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _gb(value: float) -> str:
+    return f"{value:.3g} GB"
+
+
 def _signal(pid: int, signum: int) -> None:
     try:
         os.kill(pid, signum)
@@ -95,6 +116,14 @@ def write_exit_code(path: Path, code: int) -> None:
     os.replace(tmp, path)
 
 
+def write_report(path: Path, data: dict) -> None:
+    """Atomically write a small JSON report the runner itself makes."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
 class NodeRunner:
     """Runs the phases of one node and relays signals to them."""
 
@@ -102,6 +131,28 @@ class NodeRunner:
         self.spec = spec
         self.stopping = False
         self.current: subprocess.Popen | None = None
+        self.memory_exceeded: str | None = None  # the failure sentence, once the watchdog acted
+        self._ended = threading.Event()
+
+    def _watch_memory(self, limit_gb: float) -> None:
+        """The memory watchdog (rule 1): sum the RSS of the runner's descendants; past the limit,
+        say so in the node's log and kill them all (the phase then ends with 128+9)."""
+        limit = limit_gb * (1 << 30)
+        while not self._ended.wait(MEMORY_SAMPLE):
+            tree = [pid for pid, _, state in _descendants(os.getpid()) if state != "Z"]
+            used = sum(_rss(pid) for pid in tree)
+            if used <= limit:
+                continue
+            node = self.spec.get("node", "the node")
+            self.memory_exceeded = (
+                f"exceeded its memory limit of {_gb(limit_gb)} on {node} "
+                f"({_gb(used / (1 << 30))} resident): killed"
+            )
+            print(f"[ma_jupyter] the job {self.memory_exceeded}", file=sys.stderr, flush=True)
+            self.stopping = True  # no further phase but on_stop
+            for pid in tree:
+                _signal(pid, signal.SIGKILL)
+            return
 
     # the processes of the node a stop signal is meant for
     def _targets(self) -> list[int]:
@@ -201,6 +252,8 @@ class NodeRunner:
             usable = cpus & os.sched_getaffinity(0)
             if usable:
                 os.sched_setaffinity(0, usable)
+        if spec.get("memory_gb"):
+            threading.Thread(target=self._watch_memory, args=(float(spec["memory_gb"]),), daemon=True).start()
         code = 0
         if spec.get("on_start"):
             code = self._run(spec["on_start"])
@@ -218,9 +271,13 @@ class NodeRunner:
                     file=sys.stderr,
                     flush=True,
                 )
+        self._ended.set()
         node_dir = NodeDir(Path(spec["node_dir"]))
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
         collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"))
+        if self.memory_exceeded:  # the runner's own report wins over the launcher's
+            write_report(node_dir.failure, {"reason": f"the job {self.memory_exceeded}"})
+            code = code or 128 + signal.SIGKILL
         write_exit_code(node_dir.exit_code, code)
         return code
 
