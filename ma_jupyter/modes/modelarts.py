@@ -1,4 +1,4 @@
-"""ModelArts boot conventions for custom images (seed 000), shared by every mode.
+"""ModelArts boot conventions for custom images (seed 000), shared by every mode (single too).
 
 Each mode adds its own ModelArts arguments and variables (``--init_method`` for PyTorch-GPU,
 ``--task_index ...`` for TensorFlow-GPU, ``-x`` forwarding for MPI).  What all of them share is

@@ -63,6 +63,9 @@ if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cyc
 
 #: in-view folders a distributed mode may write files into
 FILE_ROOTS = ("/job", "/etc/mpi", "/user/config")
+#: file roots the node may write: the Ascend launcher flips ``/user/config/jobstart_hccl.json``
+#: to ``completed`` in place, so ``$RANK_TABLE_FILE`` stays ``/user/config`` (seed 000)
+WRITABLE_FILE_ROOTS = ("/user/config",)
 #: the environment variable marking every process of one node run (found again after a restart)
 NODE_MARKER = "MA_NODE_RUN"
 SANDBOX_ENV = "MA_JUPYTER_SANDBOX"
@@ -349,6 +352,12 @@ def prepare_node(view: NodeView) -> None:
         host = view.files_dir / path.lstrip("/")
         host.parent.mkdir(parents=True, exist_ok=True)
         host.write_text(content)
+    if owner is not None:  # freshly made above (the old tree removed without following links)
+        for root in _file_roots_used(view):
+            if root in WRITABLE_FILE_ROOTS:
+                folder = view.files_dir / root.lstrip("/")
+                for path in [folder, *folder.rglob("*")]:
+                    os.lchown(path, *owner)
     for mount in view.mounts:
         if mount.create:
             # A job may have planted a symlink where a task folder goes (shared outputs): create
@@ -493,7 +502,7 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
     A minimal root (never ``--dev-bind / /``): the system folders, ``/etc`` entry by entry (so
     the node's own hosts, hostname and ``/etc/mpi`` can take their places) and the image's
     installation, all read-only; fresh /proc, /dev, /tmp; the workspace mounts; the node's file
-    roots read-only and its rank-log folder writable at ``/job/logs``.  ``--cap-drop ALL`` keeps
+    roots read-only (but ``/user/config``) and its rank-log folder writable at ``/job/logs``.  ``--cap-drop ALL`` keeps
     root from remounting read-only binds; ``--unshare-pid`` + ``--die-with-parent`` make the
     node's processes die together when bwrap is killed, whatever sessions they made.
     ``--clearenv`` plus :func:`enter_env_argv`: bubblewrap runs with the caller's fixed
@@ -529,7 +538,8 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
     for root in _file_roots_used(view):
         if root.startswith("/etc/"):
             continue  # bound together with /etc, see _etc_args
-        args += _parents(root) + ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
+        bind = "--bind" if root in WRITABLE_FILE_ROOTS else "--ro-bind"
+        args += _parents(root) + [bind, str(view.files_dir / root.lstrip("/")), root]
     args += ["--bind", view.rank_log_dir, RANK_LOG_VIEW]
     args += ["--perms", "0755", "--dir", posixpath.dirname(ENV_FILE), "--perms", "0444"]
     args += ["--ro-bind-data", ENV_FD, ENV_FILE]
