@@ -516,6 +516,19 @@ class Job(Strict):
             return "chief-0"
         return "worker-0"
 
+    def rank_elsewhere(self, node: str, rank: int) -> str | None:
+        """When the launched ``node`` does not run ``rank`` but another node does, a sentence
+        saying where it runs (a reader asking for that rank's log on ``node`` would get
+        nothing); None otherwise (not launched yet, or no node reports its ranks)."""
+        here = next((run for run in self.nodes if run.name == node), None)
+        if here is None or not here.ranks or rank in here.ranks:
+            return None
+        owner = next((run.name for run in self.nodes if rank in run.ranks), None)
+        if owner is None:
+            ranks = sorted(r for run in self.nodes for r in run.ranks)
+            return f"job {self.id} has no rank {rank} (its ranks: {', '.join(map(str, ranks))})"
+        return f"rank {rank} of job {self.id} runs on {owner}, not {node}: use --node {owner}"
+
 
 class Event(Strict):
     """One change in a job's life: a status (or a notice while the status stays) with a reason."""

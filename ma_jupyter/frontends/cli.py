@@ -29,7 +29,7 @@ from .. import __version__
 from ..client import Client, JobHandle
 from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
-from ..errors import InvalidSpec, MaJupyterError
+from ..errors import InvalidSpec, MaJupyterError, NotFound
 from ..models import Job, JobStatus, clone_name
 from . import options, render
 
@@ -328,6 +328,10 @@ def _get(args: argparse.Namespace) -> int:
 
 def _logs(args: argparse.Namespace) -> int:
     handle = resolve_job(Client(), args.job)
+    if args.rank is not None and args.node:  # the log is read from the file when it is here
+        elsewhere = handle.info.rank_elsewhere(args.node, args.rank)
+        if elsewhere is not None:
+            raise NotFound(elsewhere)
     if not args.all:
         _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
         return EXIT_OK

@@ -66,6 +66,15 @@ class Scheduler:
     def check(self, spec: JobSpec) -> None:
         """Refuse a job that could never run on this cluster, saying why (before it is queued)."""
         specs = [self.cluster.spec(name) for name in spec.specs]  # unknown names raise
+        self._check_limits(spec)
+        if spec.driver_version:  # seed 002: a driver version is chosen for GPU and MLU specs only
+            other = [s.name for s in specs if s.accelerator_type not in ("gpu", "mlu")]
+            if other:
+                raise InvalidSpec(
+                    f"driver_version applies to GPU and MLU specs only; {', '.join(other)} "
+                    f"{'is' if len(other) == 1 else 'are'} not: drop driver_version or choose GPU/MLU specs",
+                    field="driver_version",
+                )
         if spec.node_name and spec.node_name not in {n.name for n in self.cluster.nodes}:
             known = ", ".join(n.name for n in self.cluster.nodes)
             raise InvalidSpec(f"unknown node {spec.node_name!r}: choose one of {known}", field="node_name")
@@ -84,6 +93,40 @@ class Scheduler:
             "choose other specs, fewer nodes, or drop node_name/driver_version/pool (see `ma-jupyter nodes`)",
             field="specs",
         )
+
+    def _check_limits(self, spec: JobSpec) -> None:
+        """Refuse what passes the admin's caps (``[limits]`` in ``cluster.toml``)."""
+        limits = self.cluster.limits
+        asked = [("grace_period", spec.grace_period, limits.max_grace_period, "max_grace_period")]
+        if spec.fault_restart:
+            asked.append(
+                (
+                    "fault_restart.max_restarts",
+                    spec.fault_restart.max_restarts,
+                    limits.max_restarts,
+                    "max_restarts",
+                )
+            )
+        if spec.checkpoint_resume:
+            resume = spec.checkpoint_resume
+            asked.append(
+                ("checkpoint_resume.max_resumes", resume.max_resumes, limits.max_resumes, "max_resumes")
+            )
+            asked.append(
+                (
+                    "checkpoint_resume.grace_period",
+                    resume.grace_period,
+                    limits.max_grace_period,
+                    "max_grace_period",
+                )
+            )
+        for name, value, cap, key in asked:
+            if value > cap:
+                raise InvalidSpec(
+                    f"{name} {value:g} is above this cluster's cap of {cap:g} ([limits] {key} in "
+                    f"cluster.toml): ask for at most {cap:g}",
+                    field=name,
+                )
 
     def _candidates(self, spec: JobSpec, flavor: Spec) -> list[Node]:
         nodes = []

@@ -365,19 +365,23 @@ class Supervisor:
             log.exception("judging whether job %r is distributed failed", spec.name)
             return None
 
-    def request_stop(self, job_id: str) -> Job:
-        """Stop a job: a queued one at once, a running one after its grace period."""
+    def request_stop(self, job_id: str, by: str | None = None) -> Job:
+        """Stop a job: a queued one at once, a running one after its grace period.  ``by``: the
+        user asking, named in the job's events."""
         with self._lock:
             job = self.store.get(job_id)
             action = policies.stop_action(job, self.store.desired(job_id))
             if action == "now":
-                return self._transition(job, JobStatus.stopped, "stopped by user while queued")
+                return self._transition(
+                    job, JobStatus.stopped, f"stopped by {by or 'user'} while queued", by=by
+                )
             if action == "request":
                 self.store.set_desired(job_id, "stop")
+                self._notice(job, f"stop requested by {by or 'a user'}", by=by)
                 self._wake.set()
             return job
 
-    def delete(self, job_id: str, force: bool = False) -> bool:
+    def delete(self, job_id: str, force: bool = False, by: str | None = None) -> bool:
         """Delete a finished job and its files; ``force`` stops a live one first.
 
         Never waits for a job to stop: a running job is marked to be deleted, and the supervisor
@@ -396,10 +400,13 @@ class Supervisor:
                 raise Conflict(f"job {job_id} is {job.status.value}: stop it first, or delete with force")
             if action == "mark":
                 self.store.set_desired(job_id, "delete")
+                self._notice(job, f"delete requested by {by or 'a user'}", by=by)
                 self._wake.set()
                 return False
             if action == "stop_then_remove":
-                self._transition(job, JobStatus.stopped, "stopped by user while queued, to delete it")
+                self._transition(
+                    job, JobStatus.stopped, f"stopped by {by or 'user'} while queued, to delete it", by=by
+                )
         self._remove(job_id)
         return True
 
@@ -436,13 +443,21 @@ class Supervisor:
             elif action == "error":
                 self._transition(job, JobStatus.error, reason)
 
-    def update(self, job_id: str, priority: Priority | None = None, duration: float | None = None) -> Job:
-        """Change a queued job's priority or a running job's duration (without restarting it)."""
+    def update(
+        self,
+        job_id: str,
+        priority: Priority | None = None,
+        duration: float | None = None,
+        by: str | None = None,
+    ) -> Job:
+        """Change a queued job's priority or a running job's duration (without restarting it);
+        ``by``: the user asking, named in the event."""
         with self._lock:
             job = self.store.get(job_id)
             spec, changes = policies.updated_spec(job, priority, duration)
             job = job.model_copy(update={"spec": spec})
-            self.store.save(job, Event(job_id=job_id, status=job.status, reason="; ".join(changes)))
+            reason = "; ".join(changes) + (f" by {by}" if by else "")
+            self.store.save(job, Event(job_id=job_id, status=job.status, reason=reason, by=by))
             if priority is not None:  # only a queued job's priority changes: it moves in the queue
                 self.queue.put(job)
                 self._queue_changed()
@@ -897,12 +912,13 @@ class Supervisor:
         *,
         node: str | None = None,
         exit_code: int | None = None,
+        by: str | None = None,
     ) -> Job:
         if job.status is not status and not job.status.can_become(status):
             raise Conflict(f"job {job.id} cannot go from {job.status.value} to {status.value}")
         job = job.model_copy(update={"status": status, "reason": reason.splitlines()[0] if reason else ""})
         self.store.save(
-            job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code)
+            job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code, by=by)
         )
         # the queue index follows the store: an attempt put back in the queue keeps its place
         if status is JobStatus.queued:
@@ -912,8 +928,12 @@ class Supervisor:
             self._queue_changed()  # a queued job stopped, deleted or failed
         return job
 
-    def _notice(self, job: Job, reason: str, *, node: str | None = None, alert: bool = False) -> None:
-        self.store.add_event(Event(job_id=job.id, status=job.status, reason=reason, node=node, alert=alert))
+    def _notice(
+        self, job: Job, reason: str, *, node: str | None = None, alert: bool = False, by: str | None = None
+    ) -> None:
+        self.store.add_event(
+            Event(job_id=job.id, status=job.status, reason=reason, node=node, alert=alert, by=by)
+        )
 
 
 def _call_reason(reason: str | Callable[[], str]) -> str:
