@@ -582,7 +582,9 @@ class Mount(Strict):
     source: str
     target: str
     read_only: bool
-    kind: str = Field(description="algorithm, dataset, annotation, model, outputs or volume")
+    kind: str = Field(
+        description="algorithm, dataset, annotation, model, outputs, volume, modelarts or cache"
+    )
     create: bool = Field(default=False, description="The backend creates source at launch.")
 
 

@@ -218,7 +218,7 @@ export interface Mount {
   source: string;
   target: string;
   read_only: boolean;
-  /** algorithm, dataset, annotation, model, outputs or volume */
+  /** algorithm, dataset, annotation, model, outputs, volume, modelarts or cache */
   kind: string;
   /** The backend creates source at launch. */
   create?: boolean;

@@ -67,3 +67,28 @@ def test_a_mindspore_job_finds_its_completed_rank_table_at_user_config(ma_servic
         if "table /user/config " in line
     )
     assert seen == ["0", "1", "2", "3"] and logs.count(" completed 1") == 4, logs
+
+
+LAYOUT = """
+import os
+print('cwd', os.getcwd())
+print('code', sorted(os.listdir('/home/ma-user/modelarts/user-job-dir/mycode')))
+for folder in ('/home/ma-user/modelarts', '/cache', '/dev/shm'):
+    with open(os.path.join(folder, 'probe'), 'w') as fh:
+        fh.write('x')
+    print('writable', folder)
+"""
+
+
+def test_a_modelarts_node_sees_the_container_layout(ma_service, tmp_path):
+    code = tmp_path / "mycode"
+    code.mkdir()
+    (code / "train.py").write_text(LAYOUT)
+    job = submit(ma_service, command="python train.py", algorithm=str(code), convention="modelarts")
+    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
+    log = full_log(ma_service, job["id"])
+    assert final["status"] == "succeeded", log
+    assert "cwd /home/ma-user/modelarts/user-job-dir/mycode\n" in log
+    assert "code ['train.py']\n" in log
+    for folder in ("/home/ma-user/modelarts", "/cache", "/dev/shm"):
+        assert f"writable {folder}\n" in log

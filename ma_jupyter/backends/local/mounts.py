@@ -23,7 +23,8 @@ class Mount:
 
     Attributes:
         source: the host path (symlinks resolved).
-        target: where it appears, always below ``/workspace``.
+        target: where it appears: below ``/workspace``, or (the ModelArts layout, added by
+            :func:`.sandbox.node_view`) ``/home/ma-user/modelarts`` and ``/cache``.
         read_only: whether the node can write to it (enforced by bubblewrap only).
         kind: ``algorithm``, ``dataset``, ``annotation``, ``model``, ``outputs`` or ``volume``.
         create: the backend creates ``source`` at launch (an outputs folder of a batch task, or

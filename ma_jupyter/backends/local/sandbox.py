@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 import ma_jupyter
 
-from ... import models
+from ... import models, workspace
 from ...commands import expand_argv, expand_env
 from ...errors import InvalidSpec
 from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
@@ -194,6 +194,15 @@ def node_view(
         )
     image = image or resolve_image(attempt.spec.image)
     check_outside_writable(mounts, [(root, "the image folder") for root in image.roots])
+    workdir = workdir_for(attempt.spec, plan.algorithm)
+    if workspace.modelarts_layout(attempt.spec):
+        if sandbox != "bubblewrap":
+            raise InvalidSpec(
+                "the ModelArts container layout (/home/ma-user/modelarts, /cache) needs bubblewrap: "
+                "install it (apt-get install bubblewrap), or submit without --convention modelarts",
+                field="convention",
+            )
+        mounts = [*mounts, *_modelarts_mounts(mounts, jd.node(plan.name).root)]
     return NodeView(
         job_id=attempt.job_id,
         node=plan.name,
@@ -202,7 +211,7 @@ def node_view(
         node_dir=str(jd.node(plan.name).root),
         rank_log_dir=str(jd.rank_dir(plan.name)),
         mounts=tuple(mounts),
-        workdir=workdir_for(attempt.spec, plan.algorithm),
+        workdir=workdir,
         image=image,
         files=files,
         hosts=hosts_file(plan.task, [p.task for p in attempt.plans]),
@@ -214,6 +223,19 @@ def node_view(
 
 
 # ------------------------------------------------------------------------- launches
+
+
+def _modelarts_mounts(mounts: list[Mount], node_dir: Path) -> list[Mount]:
+    """The ModelArts container layout (seed 000 table 2) beside ``/workspace``: the node's own
+    writable ``/home/ma-user/modelarts`` (empty at the first attempt) holding the algorithm at
+    ``user-job-dir/<its folder name>``, and the node's writable ``/cache``; both live in the
+    node's folder of the job.  ``/dev/shm`` is every node's (see :func:`bwrap_argv`)."""
+    extra = [Mount(str(node_dir / "modelarts"), workspace.MODELARTS_HOME, False, "modelarts", create=True)]
+    for m in mounts:
+        if m.kind == "algorithm":
+            extra.append(Mount(m.source, workspace.modelarts_code_dir(m.source), m.read_only, "algorithm"))
+    extra.append(Mount(str(node_dir / "cache"), workspace.MODELARTS_CACHE, False, "cache", create=True))
+    return extra
 
 
 def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
@@ -366,6 +388,15 @@ def prepare_node(view: NodeView) -> None:
             source = Path(mount.source)
             trusted = job_dir if source.is_relative_to(job_dir) else real_ancestor(source)
             make_dirs(source, trusted=trusted, owner="a job", chown=owner)
+            if mount.kind == "modelarts":
+                # the code folder's mount point: made fresh, by the service, so nothing an
+                # earlier attempt left there (a symlink) decides where the bind goes
+                jobs = Path(source) / "user-job-dir"
+                if jobs.is_symlink() or jobs.is_file():
+                    jobs.unlink()
+                elif jobs.is_dir():
+                    shutil.rmtree(jobs)
+                jobs.mkdir(mode=0o755)
     if view.sandbox == "symlink":
         _build_tree(view)
     view.nd.view_record.write_text(view.to_json())
@@ -526,6 +557,8 @@ def bwrap_argv(view: NodeView, command: list[str], *, pid_namespace: bool = True
             args += ["--ro-bind", path, path]
     # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    # shared memory every account may use (PyTorch's data loaders; seed 000 lists /dev/shm)
+    args += ["--perms", "1777", "--tmpfs", "/dev/shm"]
     args += _etc_args(view)
     for root in view.image.roots:
         args += _parents(root) + ["--ro-bind", root, root]
