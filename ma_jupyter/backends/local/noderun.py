@@ -5,7 +5,7 @@ pointing at the node's log file; the service is never in the log path.  The runn
 
 1. pins itself to the task's cores (inherited by everything it starts), and watches the
    node's memory: every ``MEMORY_SAMPLE`` seconds it sums the resident memory of every process
-   below it, and past the spec's ``memory_gb`` it kills them all and reports "exceeded its
+   below it (walking `/proc/<pid>/task/<tid>/children`), and past the spec's ``memory_gb`` it kills them all and reports "exceeded its
    memory limit of N GB on <node>" as the node's failure (this machine's cgroup v2 delegates
    no memory controller, so no kernel limit is set);
 2. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
@@ -81,6 +81,31 @@ def _descendants(root: int) -> list[tuple[int, int, str]]:
     return found
 
 
+def _tree(root: int) -> list[int]:
+    """Every process below ``root``, walked through ``/proc/<pid>/task/<tid>/children`` (it
+    reads only the tree, not all of ``/proc``: the memory watchdog samples it often); the whole
+    ``/proc`` scan of :func:`_descendants` where the kernel has no such files."""
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return [pid for pid, _, state in _descendants(root) if state != "Z"]
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # ended meanwhile
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                    children = [int(c) for c in fh.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
 def _rss(pid: int) -> int:
     """Resident memory of one process in bytes (0 once it is gone)."""
     try:
@@ -139,7 +164,7 @@ class NodeRunner:
         say so in the node's log and kill them all (the phase then ends with 128+9)."""
         limit = limit_gb * (1 << 30)
         while not self._ended.wait(MEMORY_SAMPLE):
-            tree = [pid for pid, _, state in _descendants(os.getpid()) if state != "Z"]
+            tree = _tree(os.getpid())
             used = sum(_rss(pid) for pid in tree)
             if used <= limit:
                 continue
