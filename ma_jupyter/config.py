@@ -145,12 +145,34 @@ def default_nodes(count: int = 4) -> list[Node]:
     ]
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The admin's caps on what a job may ask (``[limits]`` in ``cluster.toml``); the defaults
+    are the wire model's own bounds."""
+
+    max_restarts: int = 100  # fault_restart.max_restarts
+    max_resumes: int = 100  # checkpoint_resume.max_resumes
+    max_grace_period: float = 3600.0  # seconds: grace_period and checkpoint_resume.grace_period
+
+    @classmethod
+    def parse(cls, data: dict, path: Path) -> Limits:
+        """The ``[limits]`` table; InvalidSpec naming a key that is unknown or not a positive number."""
+        known = {"max_restarts": int, "max_resumes": int, "max_grace_period": (int, float)}
+        for key, value in data.items():
+            if key not in known:
+                raise InvalidSpec(f"{path}: [limits] has no key {key!r}: use {', '.join(known)}")
+            if isinstance(value, bool) or not isinstance(value, known[key]) or value <= 0:
+                raise InvalidSpec(f"{path}: [limits] {key} must be a positive number")
+        return cls(**data)
+
+
 @dataclass
 class Cluster:
-    """The spec catalog and the node inventory the scheduler places jobs on."""
+    """The spec catalog, the node inventory the scheduler places jobs on, and the admin's caps."""
 
     specs: list[Spec] = field(default_factory=default_specs)
     nodes: list[Node] = field(default_factory=default_nodes)
+    limits: Limits = field(default_factory=Limits)
 
     def spec(self, name: str) -> Spec:
         """The spec called ``name``; InvalidSpec naming the known ones otherwise."""
@@ -182,7 +204,7 @@ def load_cluster(path: Path | None = None) -> Cluster:
         nodes = [Node(**n) for n in data.get("node", [])] or default_nodes()
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
-    return Cluster(specs=specs, nodes=nodes)
+    return Cluster(specs=specs, nodes=nodes, limits=Limits.parse(data.get("limits", {}), path))
 
 
 #: the backends ``[backend] kind`` may name

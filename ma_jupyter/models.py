@@ -532,6 +532,9 @@ class NodeRun(Strict):
     state: Literal["pending", "running", "exited", "lost", "stopped"] = "pending"
     exit_code: int | None = None
     ranks: list[int] = []
+    log_start: int = Field(
+        default=0, description="Size of the node's log when this attempt started (the log spans attempts)."
+    )
 
 
 class Job(Strict):
@@ -573,6 +576,19 @@ class Job(Strict):
             return "chief-0"
         return "worker-0"
 
+    def rank_elsewhere(self, node: str, rank: int) -> str | None:
+        """When the launched ``node`` does not run ``rank`` but another node does, a sentence
+        saying where it runs (a reader asking for that rank's log on ``node`` would get
+        nothing); None otherwise (not launched yet, or no node reports its ranks)."""
+        here = next((run for run in self.nodes if run.name == node), None)
+        if here is None or not here.ranks or rank in here.ranks:
+            return None
+        owner = next((run.name for run in self.nodes if rank in run.ranks), None)
+        if owner is None:
+            ranks = sorted(r for run in self.nodes for r in run.ranks)
+            return f"job {self.id} has no rank {rank} (its ranks: {', '.join(map(str, ranks))})"
+        return f"rank {rank} of job {self.id} runs on {owner}, not {node}: use --node {owner}"
+
 
 class Event(Strict):
     """One change in a job's life: a status (or a notice while the status stays) with a reason."""
@@ -585,6 +601,10 @@ class Event(Strict):
     node: str | None = None
     rank: int | None = None
     exit_code: int | None = None
+    alert: bool = Field(
+        default=False, description="Something the user should see at once (a performance alert)."
+    )
+    by: str | None = Field(default=None, description="The user who made this change (None: the platform).")
 
 
 class LogStream(Strict):
@@ -623,7 +643,10 @@ class Mount(Strict):
     target: str
     read_only: bool
     kind: str = Field(
-        description="algorithm, dataset, annotation, model, outputs, volume, workdir (the node's working copy) or cache"
+        description=(
+            "algorithm, dataset, annotation, model, outputs, volume, workdir (the node's working copy), "
+            "cache (the user's) or modelarts (the ModelArts layout's folders)"
+        )
     )
     create: bool = Field(default=False, description="The backend creates source at launch.")
     copy_of: str | None = Field(
@@ -686,6 +709,8 @@ class Plan(Strict):
     nodes: list[NodeLaunch]
     can_start_now: bool = False
     queue_ahead: int = 0
+    #: when it would start by the queue's rules and running jobs' durations; None: unknown
+    estimated_start: datetime | None = None
     notes: list[str] = []
 
 

@@ -123,8 +123,28 @@ def check_subfolder(name: str) -> str:
     return name
 
 
+#: the ModelArts container layout (seed 000 table 2, seed 001): the user's writable folder, the
+#: code folder inside it, the node-local disk
+MODELARTS_HOME = "/home/ma-user/modelarts"
+MODELARTS_CACHE = "/cache"
+
+
+def modelarts_code_dir(algorithm: str) -> str:
+    """Where the ModelArts layout shows the algorithm folder: ``user-job-dir/<its name>``."""
+    name = posixpath.basename(algorithm.rstrip("/")) or "code"
+    if not _SAFE_PART.match(name):
+        name = "code"
+    return f"{MODELARTS_HOME}/user-job-dir/{name}"
+
+
+def modelarts_layout(spec: JobSpec) -> bool:
+    """Whether a node of this job gets the ModelArts container layout (``--convention modelarts``)."""
+    return spec.convention.value == "modelarts"
+
+
 def workdir_for(spec: JobSpec, algorithm: str | None = None) -> str:
-    """The node's working directory: ``spec.workdir``, else /workspace/algorithm, else /workspace."""
+    """The node's working directory: ``spec.workdir``, else (ModelArts layout) the code folder
+    under ``user-job-dir``, else /workspace/algorithm, else /workspace."""
     if spec.workdir:
         if not posixpath.isabs(spec.workdir):
             raise InvalidSpec(
@@ -132,4 +152,6 @@ def workdir_for(spec: JobSpec, algorithm: str | None = None) -> str:
                 field="workdir",
             )
         return posixpath.normpath(spec.workdir)
+    if modelarts_layout(spec) and (algorithm or spec.algorithm):
+        return modelarts_code_dir(algorithm or spec.algorithm or "")
     return target("algorithm") if (algorithm or spec.algorithm) else VIEW_ROOT

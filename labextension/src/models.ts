@@ -60,6 +60,10 @@ export interface Event {
   node?: string | null;
   rank?: number | null;
   exit_code?: number | null;
+  /** Something the user should see at once (a performance alert). */
+  alert?: boolean;
+  /** The user who made this change (None: the platform). */
+  by?: string | null;
 }
 
 /** Restart the whole job when it fails, at most `max_restarts` times. */
@@ -216,7 +220,7 @@ export interface Mount {
   source: string;
   target: string;
   read_only: boolean;
-  /** algorithm, dataset, annotation, model, outputs, volume, workdir (the node's working copy) or cache */
+  /** algorithm, dataset, annotation, model, outputs, volume, workdir (the node's working copy), cache (the user's) or modelarts (the ModelArts layout's folders) */
   kind: string;
   /** The backend creates source at launch. */
   create?: boolean;
@@ -296,6 +300,8 @@ export interface NodeRun {
   state?: "pending" | "running" | "exited" | "lost" | "stopped";
   exit_code?: number | null;
   ranks?: Array<number>;
+  /** Size of the node's log when this attempt started (the log spans attempts). */
+  log_start?: number;
 }
 
 export type PerfPolicy = "alert" | "reschedule";
@@ -307,6 +313,7 @@ export interface Plan {
   nodes: Array<NodeLaunch>;
   can_start_now?: boolean;
   queue_ahead?: number;
+  estimated_start?: string | null;
   notes?: Array<string>;
 }
 

@@ -29,7 +29,7 @@ from .. import __version__
 from ..client import Client, JobHandle
 from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
-from ..errors import Conflict, InvalidSpec, MaJupyterError
+from ..errors import Conflict, InvalidSpec, MaJupyterError, NotFound
 from ..models import Job, JobStatus, clone_name
 from . import options, render
 
@@ -359,6 +359,10 @@ def _get(args: argparse.Namespace) -> int:
 
 def _logs(args: argparse.Namespace) -> int:
     handle = resolve_job(Client(), args.job)
+    if args.rank is not None and args.node:  # the log is read from the file when it is here
+        elsewhere = handle.info.rank_elsewhere(args.node, args.rank)
+        if elsewhere is not None:
+            raise NotFound(elsewhere)
     if not args.all:
         _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
         return EXIT_OK
@@ -420,10 +424,13 @@ def _events(args: argparse.Namespace) -> int:
     if args.json:
         _out([e.model_dump(mode="json") for e in events], args)
         return EXIT_OK
-    rows = [["SEQ", "TIME", "STATUS", "WHERE", "REASON"]]
+    rows = [["SEQ", "TIME", "STATUS", "WHERE", "BY", "REASON"]]
     for e in events:
         where = (e.node or "") + (f"/rank-{e.rank}" if e.rank is not None else "")
-        rows.append([str(e.seq), render.clock(e.time), e.status.value, where, render.one_line(e.reason)])
+        reason = render.event_reason(e)
+        rows.append(
+            [str(e.seq), render.clock(e.time), e.status.value, where, e.by or "", render.one_line(reason)]
+        )
     print(render.text_table(rows), end="")
     return EXIT_OK
 

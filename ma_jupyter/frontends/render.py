@@ -28,10 +28,24 @@ def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
     return {"text/plain": text, "text/html": html}
 
 
+def event_reason(event) -> str:
+    """An event's reason as lists show it: an alert (performance) is marked ``ALERT:``."""
+    return f"ALERT: {event.reason}" if event.alert else event.reason
+
+
+def _eta(plan: Plan) -> str:
+    """The estimated start of a job that would queue, as the dry run says it."""
+    if plan.estimated_start is None:
+        return ", start time unknown"
+    return f", estimated start {plan.estimated_start:%Y-%m-%d %H:%M:%S} UTC"
+
+
 def plan_summary(plan: Plan) -> str:
     """The notebook's dry-run text (also the form's): per node its argv, environment, files and workspace mounts."""
     out = io.StringIO()
-    start = "can start now" if plan.can_start_now else f"would queue behind {plan.queue_ahead} job(s)"
+    start = (
+        "can start now" if plan.can_start_now else f"would queue behind {plan.queue_ahead} job(s){_eta(plan)}"
+    )
     print(
         f"plan on spec {plan.spec}: {len(plan.nodes)} node(s), {start} (dry run: nothing submitted)", file=out
     )
@@ -67,7 +81,11 @@ def plan_text(plan: Plan) -> str:
     """The CLI's dry-run text (``--dry-run``): per node its argv, env, files and mounts."""
     out = [
         f"spec {plan.spec}: "
-        + ("can start now" if plan.can_start_now else f"would queue ({plan.queue_ahead} job(s) ahead)")
+        + (
+            "can start now"
+            if plan.can_start_now
+            else f"would queue ({plan.queue_ahead} job(s) ahead){_eta(plan)}"
+        )
     ]
     out += [f"note: {note}" for note in plan.notes]
     for node in plan.nodes:

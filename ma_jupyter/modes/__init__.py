@@ -19,7 +19,7 @@ PlanFunction = Callable[[JobSpec, Placement, list[str]], list[NodePlan]]
 # Filled by the mode modules as they are added; a mode missing here is refused at submit time.
 # The distributed modes share the ModelArts conda rule (modes/modelarts.py).
 PLANNERS: dict[Mode, PlanFunction] = {
-    Mode.single: single.plan,
+    Mode.single: with_conventions(single.plan),
     Mode.pytorch: with_conventions(pytorch.plan),
     Mode.pytorch_deepspeed: with_conventions(deepspeed.plan),
     Mode.tensorflow: with_conventions(tensorflow.plan),

@@ -35,6 +35,7 @@ class TaskSlot:
         cpus: cores it may use (CPU affinity); empty = no pinning.
         devices: card indices (CUDA_VISIBLE_DEVICES / ASCEND_VISIBLE_DEVICES) when the spec has cards.
         cpu_request: the cores its spec asks for (the backend sizes the pinning from it).
+        memory_gb: the memory its spec gives it (the backend enforces it; 0: no limit).
     """
 
     role: str
@@ -47,6 +48,7 @@ class TaskSlot:
     cpus: tuple[int, ...] = ()
     devices: tuple[int, ...] = ()
     cpu_request: float = 0.0
+    memory_gb: float = 0.0
 
     @property
     def name(self) -> str:

@@ -1,4 +1,4 @@
-"""ModelArts boot conventions for custom images (seed 000), shared by every mode.
+"""ModelArts boot conventions for custom images (seed 000), shared by every mode (single too).
 
 Each mode adds its own ModelArts arguments and variables (``--init_method`` for PyTorch-GPU,
 ``--task_index ...`` for TensorFlow-GPU, ``-x`` forwarding for MPI).  What all of them share is
@@ -11,9 +11,9 @@ seed's fix for missing ``.so`` files).  The other ways need nothing from the pla
 absolute interpreter path, ``--env PATH=...`` or ``conda run -n <env> python ...`` as the
 command all run as written.
 
-The working directory is the job's ``workdir`` (``/workspace/algorithm`` unless set): the
-seed's ``/home/ma-user/...`` folders are the platform's own layout, and here the job names the
-folder it wants.
+The working directory is the job's ``workdir``, else the seed's
+``/home/ma-user/modelarts/user-job-dir/<code folder>`` (the backend shows the container
+layout, :func:`ma_jupyter.workspace.workdir_for`).
 """
 
 from __future__ import annotations

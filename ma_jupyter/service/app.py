@@ -344,10 +344,10 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
             and not user.admin
         )
         if not raising:
-            return supervisor.update(job_id, priority=priority, duration=duration)
+            return supervisor.update(job_id, priority=priority, duration=duration, by=user.name)
         with urgent_lock:
             urgent_quota(user, job.spec.creator or user.name, access.load_rules())
-            return supervisor.update(job_id, priority=priority, duration=duration)
+            return supervisor.update(job_id, priority=priority, duration=duration, by=user.name)
 
     @app.get(f"{api}/jobs/{{job_id}}/status", response_model=Job)
     async def wait_status(
@@ -367,7 +367,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     @app.post(f"{api}/jobs/{{job_id}}/stop", response_model=Job)
     def stop_job(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Job:
         access.check(store.get(job_id), user, Op.stop)
-        return supervisor.request_stop(job_id)
+        return supervisor.request_stop(job_id, by=user.name)
 
     @app.delete(f"{api}/jobs/{{job_id}}", status_code=204)
     async def delete_job(
@@ -375,7 +375,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     ) -> Response:
         def start() -> bool:
             access.check(store.get(job_id), user, Op.delete)
-            return supervisor.delete(job_id, force=force)
+            return supervisor.delete(job_id, force=force, by=user.name)
 
         if await run_in_threadpool(start):
             return Response(status_code=204)

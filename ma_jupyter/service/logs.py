@@ -169,7 +169,12 @@ async def read_chunk(
 
 
 def ensure_stream(job: Job, backend: Backend, node: str, rank: int | None) -> None:
-    """NotFound for a node the job does not have (a queued job's worker-0 is allowed: it will come)."""
+    """NotFound for a node the job does not have (a queued job's worker-0 is allowed: it will come),
+    or for a rank that runs on another node (saying which)."""
+    if rank is not None:
+        elsewhere = job.rank_elsewhere(node, rank)
+        if elsewhere is not None:
+            raise NotFound(elsewhere)
     if not job.nodes or any(n.name == node for n in job.nodes):
         return  # the common case, without listing the job's log folder
     known = {n.name for n in job.nodes} | {s.node for s in backend.log_streams(job)}

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -370,3 +370,39 @@ def failure_reason(
     if tail:
         reason += "\nlast log lines:\n" + "\n".join(tail)
     return reason
+
+
+def estimated_end(job: Job) -> float | None:
+    """When a running job will end at the latest (epoch seconds): its start plus its duration;
+    None when it has no duration."""
+    if job.spec.duration is None or job.started_at is None:
+        return None
+    return job.started_at.timestamp() + job.spec.duration
+
+
+def start_text(start: float | None) -> str:
+    """An estimated start as people read it: a UTC time, or why there is none."""
+    if start is None or start == float("inf"):
+        return "unknown (running jobs without a duration hold what it needs)"
+    return datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def waiting_reason(kind: str, head) -> str:
+    """Why a queued job waits (the event said once per kind): ``head``, the first job that does
+    not fit (``head`` is then its own reservation, or None if it can never be placed now);
+    ``blocked``, it does not fit; ``held``, it fits but would delay the head."""
+    if kind == "head":
+        if head is None:
+            return "waiting for resources: no spec of this job fits the cluster's nodes that are up"
+        nodes = ", ".join(dict.fromkeys(t.host for t in head.placement.tasks))
+        return (
+            f"waiting for resources, first in the queue: {nodes} reserved for it; "
+            f"estimated start {start_text(head.start)}"
+        )
+    if kind == "held":
+        return (
+            f"waiting: it fits now but would delay {head.job_id}, first in the queue, whose "
+            f"resources are reserved (estimated start {start_text(head.start)}); a duration that "
+            "ends it before then lets it pass"
+        )
+    return "waiting for resources: no spec of this job fits the free capacity now"

@@ -112,6 +112,11 @@ class QueueIndex:
             at = bisect_right(group, key)
             return group[at] if at < len(group) else None
 
+    def first(self) -> str | None:
+        """The id of the job considered first (None: the queue is empty)."""
+        with self._lock:
+            return self._order[0][2] if self._order else None
+
     def ids(self) -> list[str]:
         """Every queued job's id, in queue order."""
         with self._lock:

@@ -5,8 +5,10 @@ backend's own when it has one (the Ray backend: the Ray cluster's nodes, live), 
 ``[[node]]`` tables of ``cluster.toml``.  A job lists one or more equivalent specs; the first one whose tasks all fit right now wins.
 Workers (and the TensorFlow chief) are spread one per inventory node, like a STRICT_SPREAD
 placement group; parameter servers take the small ``cpu.ps`` resources and may share a node.
-The queue is ordered by priority (very-urgent, urgent, normal), then age (:mod:`.queue`); a job
-that does not fit does not block smaller jobs behind it (backfill).
+The queue is ordered by priority (very-urgent, urgent, normal), then age (:mod:`.queue`).  The
+first queued job that does not fit (the *head*) gets a :class:`Reservation`: the nodes it will
+take once enough running jobs end, by their durations.  A job behind it may start meanwhile
+(backfill) only if it cannot delay the head (EASY backfill, :meth:`Scheduler.backfill`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,28 @@ class NodeUse:
     memory_gb: float = 0.0
     cards: set[int] = field(default_factory=set)
     usage: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running job's placement and when it will end (``end``: epoch seconds, from its start
+    and duration; None when it has no duration, so it may run for ever)."""
+
+    placement: Placement
+    end: float | None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Where and from when the head of the queue will run.
+
+    ``start`` is the estimated start (epoch seconds; ``inf`` when running jobs without a
+    duration hold what it needs), ``placement`` the nodes and cards it will take then.
+    """
+
+    job_id: str
+    start: float
+    placement: Placement
 
 
 class Scheduler:
@@ -59,6 +83,15 @@ class Scheduler:
         """Refuse a job that could never run on this cluster, saying why (before it is queued)."""
         specs = [self.cluster.spec(name) for name in spec.specs]  # unknown names raise
         inventory = self.nodes()
+        self._check_limits(spec)
+        if spec.driver_version:  # seed 002: a driver version is chosen for GPU and MLU specs only
+            other = [s.name for s in specs if s.accelerator_type not in ("gpu", "mlu")]
+            if other:
+                raise InvalidSpec(
+                    f"driver_version applies to GPU and MLU specs only; {', '.join(other)} "
+                    f"{'is' if len(other) == 1 else 'are'} not: drop driver_version or choose GPU/MLU specs",
+                    field="driver_version",
+                )
         if spec.node_name and spec.node_name not in {n.name for n in inventory}:
             known = ", ".join(n.name for n in inventory)
             raise InvalidSpec(f"unknown node {spec.node_name!r}: choose one of {known}", field="node_name")
@@ -77,6 +110,40 @@ class Scheduler:
             "choose other specs, fewer nodes, or drop node_name/driver_version/pool (see `ma-jupyter nodes`)",
             field="specs",
         )
+
+    def _check_limits(self, spec: JobSpec) -> None:
+        """Refuse what passes the admin's caps (``[limits]`` in ``cluster.toml``)."""
+        limits = self.cluster.limits
+        asked = [("grace_period", spec.grace_period, limits.max_grace_period, "max_grace_period")]
+        if spec.fault_restart:
+            asked.append(
+                (
+                    "fault_restart.max_restarts",
+                    spec.fault_restart.max_restarts,
+                    limits.max_restarts,
+                    "max_restarts",
+                )
+            )
+        if spec.checkpoint_resume:
+            resume = spec.checkpoint_resume
+            asked.append(
+                ("checkpoint_resume.max_resumes", resume.max_resumes, limits.max_resumes, "max_resumes")
+            )
+            asked.append(
+                (
+                    "checkpoint_resume.grace_period",
+                    resume.grace_period,
+                    limits.max_grace_period,
+                    "max_grace_period",
+                )
+            )
+        for name, value, cap, key in asked:
+            if value > cap:
+                raise InvalidSpec(
+                    f"{name} {value:g} is above this cluster's cap of {cap:g} ([limits] {key} in "
+                    f"cluster.toml): ask for at most {cap:g}",
+                    field=name,
+                )
 
     def _candidates(self, spec: JobSpec, flavor: Spec, inventory: list[Node]) -> list[Node]:
         nodes = []
@@ -162,6 +229,10 @@ class Scheduler:
         and ``elastic_min_nodes``, fewer workers than asked (but at least the minimum) are
         accepted when resources are short.
         """
+        return self._fit(job_id, spec, use)
+
+    def _fit(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
+        """:meth:`place`'s work (reservations call it too: :meth:`place` is the admission's own)."""
         counts = [spec.nodes]
         if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
             counts = list(range(spec.nodes, spec.checkpoint_resume.elastic_min_nodes - 1, -1))
@@ -213,10 +284,58 @@ class Scheduler:
                 host=node.name,
                 devices=tuple(cards),
                 cpu_request=self.task_flavor(flavor, role).cpus,
+                memory_gb=self.task_flavor(flavor, role).memory_gb,
             )
             for role, index, node, cards in chosen
         )
         return Placement(job_id=job_id, spec=flavor, tasks=tasks)
+
+    # ---------------------------------------------------------------- reservation (EASY)
+
+    def reserve(self, job_id: str, spec: JobSpec, running: list[Running], now: float) -> Reservation | None:
+        """When and where a job that does not fit now would run, if nothing else started.
+
+        Running jobs are taken away in the order they end (jobs without a duration last); the
+        first moment the job fits on what is left is its estimated start, and its placement
+        then is what it reserves.  None: it never fits (nodes down).
+        """
+        ordered = sorted(running, key=lambda r: (r.end is None, r.end or 0.0))
+        for cut in range(len(ordered) + 1):
+            left = [r.placement for r in ordered[cut:]]
+            placed = self._fit(job_id, spec, self.usage(left))
+            if placed is not None:
+                if cut == 0:
+                    return Reservation(job_id, now, placed)
+                end = ordered[cut - 1].end
+                return Reservation(job_id, float("inf") if end is None else max(end, now), placed)
+        return None
+
+    def backfill(
+        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], head: Reservation, now: float
+    ) -> Placement | None:
+        """A placement for a job behind the blocked head that cannot delay it, or None.
+
+        1. It fits in what is free now *and* not reserved for the head: the head's placement is
+           counted as held, so the job takes only resources the head will not use; or
+        2. it fits now and its duration ends it before the head's estimated start.
+        """
+        placed = self._fit(job_id, spec, self.with_held(use, head.placement))
+        if placed is not None:
+            return placed
+        if spec.duration is not None and now + spec.duration <= head.start:
+            return self._fit(job_id, spec, use)
+        return None
+
+    def with_held(self, use: dict[str, NodeUse], placement: Placement) -> dict[str, NodeUse]:
+        """``use`` plus what ``placement`` would hold (a copy)."""
+        extra = self.usage([placement])
+        out = {}
+        for name in set(use) | set(extra):
+            a, b = use.get(name, NodeUse()), extra.get(name, NodeUse())
+            out[name] = NodeUse(
+                a.cpus + b.cpus, a.memory_gb + b.memory_gb, a.cards | b.cards, a.usage + b.usage
+            )
+        return out
 
     # ------------------------------------------------------------------------ reporting
 

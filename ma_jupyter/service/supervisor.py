@@ -24,10 +24,15 @@ rebuilt from the store when the supervisor is made.  A pass (:meth:`Supervisor.a
 4. if it does not fit, notes once on the job that it waits, and tries no other job of its shape
    in this pass: the pass only adds to what is in use, so none of them would fit either (what
    an attempt winding down frees meanwhile asks for another pass), while jobs of other shapes
-   behind it may still start (backfill).
+   behind it may still start (backfill);
+5. the first job that does not fit is the *head*: it reserves the nodes it will take once
+   enough running jobs end (:meth:`.scheduler.Scheduler.reserve`, from their durations), and
+   every later job starts only if it cannot delay it (:meth:`.scheduler.Scheduler.backfill`:
+   it fits beside the reservation, or its duration ends it before the head's estimated start).
+   A job that fits but is held for the head does not stop its shape's walk (durations differ).
 
-The outcome is that of trying every queued job in queue order (each one that fits starts, the
-others wait), at the cost of one placement per shape plus one per job started.
+The outcome is that of trying every queued job in queue order (each one that fits and may pass
+the head starts, the others wait), at the cost of one placement per shape plus one per job started.
 
 Every decision is derived from durable state (the store, the node exit-code files, pids with
 their start times), so a service killed with ``kill -9`` and started again re-attaches to the
@@ -49,6 +54,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import config
@@ -77,7 +83,7 @@ from .guard import disk_full_message
 from .logs import tail
 from .policies import End
 from .queue import QueueIndex
-from .scheduler import NodeUse, Scheduler
+from .scheduler import NodeUse, Reservation, Running, Scheduler
 from .store import Store
 
 log = logging.getLogger("ma_jupyter.supervisor")
@@ -112,7 +118,8 @@ class Supervisor:
         self._wake = threading.Event()
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
-        self._waiting_noted: set[str] = set()
+        self._waiting_noted: dict[str, str] = {}  # job id -> why it waits, as last said
+        self._pass_head: Reservation | None = None
         self.on_job_deleted = []  # callbacks(job_id), e.g. stop the job's TensorBoard
         self._perf_offsets: dict[tuple[str, int, str], int] = {}
         self._perf_alerted: set[tuple[str, int, str]] = set()
@@ -333,8 +340,9 @@ class Supervisor:
     def plan(self, spec: JobSpec) -> Plan:
         """What each node of the job would run (``--dry-run``): the launches the backend would
         start, on the placeholder job folder; creates nothing.  Secret values show as ``***``."""
-        now, placement, launches = self._preflight(spec.masked())
+        _, placement, launches = self._preflight(spec.masked())
         ahead = self.queue.ahead(spec.priority)
+        can_start, start = self._predict(spec)
         notes = ["ports are allocated at launch (0 in this plan)"]
         warning = self._single_copy_warning(spec)
         if warning:
@@ -342,10 +350,42 @@ class Supervisor:
         return Plan(
             spec=placement.spec.name,
             nodes=launches,
-            can_start_now=now is not None and ahead == 0,
+            can_start_now=can_start,
             queue_ahead=ahead,
+            estimated_start=None if start is None else datetime.fromtimestamp(start, UTC),
             notes=notes,
         )
+
+    def _predict(self, spec: JobSpec) -> tuple[bool, float | None]:
+        """Whether a job submitted now would start at once, and its estimated start (epoch
+        seconds; None: unknown), by the admission pass's own rules (step 5): it passes the
+        queue's first job only if it cannot delay it."""
+        with self._lock:
+            use, running, now = self.usage(), self._running(), time.time()
+            head = None
+            if self.queue.ahead(spec.priority):
+                first = self.queue.first()
+                try:
+                    head_job = self.store.get(first) if first else None
+                except NotFound:
+                    head_job = None
+                if head_job is not None:
+                    head = self.scheduler.reserve(head_job.id, head_job.spec, running, now)
+            if head is None:  # it would be first in the queue (or the first can never start)
+                if self.scheduler.place("dry-run", spec, use) is not None:
+                    return True, now
+                own = self.scheduler.reserve("dry-run", spec, running, now)
+                return False, None if own is None or own.start == float("inf") else own.start
+            if self.scheduler.backfill("dry-run", spec, use, head, now) is not None:
+                return True, now
+            if head.start == float("inf"):
+                return False, None
+            # it waits for the head: it starts beside it, or once enough jobs (the head too) end
+            head_end = head.start + head_job.spec.duration if head_job.spec.duration else None
+            own = self.scheduler.reserve(
+                "dry-run", spec, [*running, Running(head.placement, head_end)], head.start
+            )
+            return False, None if own is None or own.start == float("inf") else own.start
 
     def _single_copy_warning(self, spec: JobSpec) -> str | None:
         """The warning that each node would run its own copy of a single-process script
@@ -358,19 +398,23 @@ class Supervisor:
             log.exception("judging whether job %r is distributed failed", spec.name)
             return None
 
-    def request_stop(self, job_id: str) -> Job:
-        """Stop a job: a queued one at once, a running one after its grace period."""
+    def request_stop(self, job_id: str, by: str | None = None) -> Job:
+        """Stop a job: a queued one at once, a running one after its grace period.  ``by``: the
+        user asking, named in the job's events."""
         with self._lock:
             job = self.store.get(job_id)
             action = policies.stop_action(job, self.store.desired(job_id))
             if action == "now":
-                return self._transition(job, JobStatus.stopped, "stopped by user while queued")
+                return self._transition(
+                    job, JobStatus.stopped, f"stopped by {by or 'user'} while queued", by=by
+                )
             if action == "request":
                 self.store.set_desired(job_id, "stop")
+                self._notice(job, f"stop requested by {by or 'a user'}", by=by)
                 self._wake.set()
             return job
 
-    def delete(self, job_id: str, force: bool = False) -> bool:
+    def delete(self, job_id: str, force: bool = False, by: str | None = None) -> bool:
         """Delete a finished job and its files; ``force`` stops a live one first.
 
         Never waits for a job to stop: a running job is marked to be deleted, and the supervisor
@@ -389,10 +433,13 @@ class Supervisor:
                 raise Conflict(f"job {job_id} is {job.status.value}: stop it first, or delete with force")
             if action == "mark":
                 self.store.set_desired(job_id, "delete")
+                self._notice(job, f"delete requested by {by or 'a user'}", by=by)
                 self._wake.set()
                 return False
             if action == "stop_then_remove":
-                self._transition(job, JobStatus.stopped, "stopped by user while queued, to delete it")
+                self._transition(
+                    job, JobStatus.stopped, f"stopped by {by or 'user'} while queued, to delete it", by=by
+                )
         self._remove(job_id)
         return True
 
@@ -452,13 +499,21 @@ class Supervisor:
             self.backend.clear_cache(user)
         return held[0] if held else CacheInfo(user=user, path="", bytes=0, files=0)
 
-    def update(self, job_id: str, priority: Priority | None = None, duration: float | None = None) -> Job:
-        """Change a queued job's priority or a running job's duration (without restarting it)."""
+    def update(
+        self,
+        job_id: str,
+        priority: Priority | None = None,
+        duration: float | None = None,
+        by: str | None = None,
+    ) -> Job:
+        """Change a queued job's priority or a running job's duration (without restarting it);
+        ``by``: the user asking, named in the event."""
         with self._lock:
             job = self.store.get(job_id)
             spec, changes = policies.updated_spec(job, priority, duration)
             job = job.model_copy(update={"spec": spec})
-            self.store.save(job, Event(job_id=job_id, status=job.status, reason="; ".join(changes)))
+            reason = "; ".join(changes) + (f" by {by}" if by else "")
+            self.store.save(job, Event(job_id=job_id, status=job.status, reason=reason, by=by))
             if priority is not None:  # only a queued job's priority changes: it moves in the queue
                 self.queue.put(job)
                 self._queue_changed()
@@ -539,6 +594,7 @@ class Supervisor:
         self._admit_needed.clear()  # an event during the pass asks for another one
         self._admit_retry = None  # a job still held by a full disk sets it again
         started = 0
+        self._pass_head = None  # step 5: the first job that does not fit, and what it reserves
         todo = self.queue.heads()  # already in queue order: a valid heap
         while todo:
             key, shape = heapq.heappop(todo)
@@ -570,16 +626,44 @@ class Supervisor:
             return self._guarded(job, self._admit_one) or "skipped"
 
     def _admit_one(self, job: Job) -> str:
-        """Launch one queued job if the scheduler can place it now: ``started`` or ``blocked``."""
-        placement = self._place(job.id, job.spec, self.usage(), reserve=True)
+        """Launch one queued job if it may start now: ``started``, ``blocked`` (it does not fit)
+        or ``held`` (it fits, but would delay the head of the queue: step 5)."""
+        use, now = self.usage(), time.time()
+        head = self._pass_head
+        placement = self.scheduler.place(job.id, job.spec, use)
         if placement is None:
-            if job.id not in self._waiting_noted:
-                self._waiting_noted.add(job.id)
-                self._notice(job, "waiting for resources: no spec of this job fits the free capacity now")
+            if head is None:  # the first job that does not fit: it reserves what it will take
+                head = self._pass_head = self.scheduler.reserve(job.id, job.spec, self._running(), now)
+                self._note_waiting(job, "head", head)
+            else:
+                self._note_waiting(job, "blocked", head)
             return "blocked"
-        self._waiting_noted.discard(job.id)
-        self._launch(job, placement)
+        if head is not None:
+            placement = self.scheduler.backfill(job.id, job.spec, use, head, now)
+            if placement is None:
+                self._note_waiting(job, "held", head)
+                return "held"
+        self._waiting_noted.pop(job.id, None)
+        self._launch(job, self.backend.bind(placement, reserve=True))
         return "started"
+
+    def _running(self) -> list[Running]:
+        """Every running placement with its estimated end (its start plus its duration)."""
+        out = []
+        for job_id, placement in self._placements.items():
+            try:
+                job = self.store.get(job_id)
+            except NotFound:
+                continue
+            out.append(Running(placement, policies.estimated_end(job)))
+        return out
+
+    def _note_waiting(self, job: Job, kind: str, head: Reservation | None) -> None:
+        """Say once (per kind) why a queued job waits."""
+        if self._waiting_noted.get(job.id) == kind:
+            return
+        self._waiting_noted[job.id] = kind
+        self._notice(job, policies.waiting_reason(kind, head))
 
     def _attempt(self, job: Job, placement: Placement, *, dry: bool = False) -> Attempt:
         """The attempt to launch (``dry``: to dry-run, in the placeholder job folder, with the
@@ -656,7 +740,10 @@ class Supervisor:
             launches = self.backend.dryrun(attempt)
             # Durable before the processes exist: a crash right after launch can still find them.
             self.store.set_placement(job.id, placement.to_json())
+            # a node's log spans attempts: what this attempt writes starts at its size now
+            starts = {plan.name: self._log_size(job.id, plan.name) for plan in attempt.plans}
             runs = self.backend.launch(attempt, launches)
+            runs = [r.model_copy(update={"log_start": starts.get(r.name, 0)}) for r in runs]
         except Exception as exc:  # the job cannot start: it fails, the queue goes on
             self.backend.release(placement)
             self.store.set_placement(job.id, None)
@@ -744,7 +831,7 @@ class Supervisor:
 
     def _forget(self, job_id: str) -> None:
         """Drop the in-memory notes kept about a job's current attempt."""
-        self._waiting_noted.discard(job_id)
+        self._waiting_noted.pop(job_id, None)
         self._disk_checked.pop(job_id, None)
         self._pending_end.pop(job_id, None)
         self._retry_at.pop(job_id, None)
@@ -759,7 +846,8 @@ class Supervisor:
             if not run.primary:
                 continue
             key = (job.id, job.attempt, run.name)
-            offset = self._perf_offsets.get(key, 0)
+            # only this attempt's lines: earlier attempts' slow samples were acted on already
+            offset = self._perf_offsets.get(key, run.log_start)
             # bounded, and no backend call blocks on a file the job controls: it may run in the loop
             data = self._read_log(job.id, run.name, offset, 1 << 20)
             complete = data[: data.rfind(b"\n") + 1]
@@ -770,7 +858,7 @@ class Supervisor:
                 return end
             if alert is not None:
                 self._perf_alerted.add(key)
-                self._notice(job, alert)
+                self._notice(job, alert, node=run.name, alert=True)
         return None
 
     def _read_log(self, job_id: str, node: str, offset: int, limit: int) -> bytes:
@@ -784,6 +872,19 @@ class Supervisor:
             return b""
         try:
             return source.read(offset, limit)[0]
+        finally:
+            source.close()
+
+    def _log_size(self, job_id: str, node: str) -> int:
+        """The size of a node's log now (0 while it does not exist or cannot be read)."""
+        try:
+            source = self.backend.open_log(job_id, node, None)
+        except (RefusedFile, OSError):
+            return 0
+        if source is None:
+            return 0
+        try:
+            return source.size()
         finally:
             source.close()
 
@@ -873,12 +974,13 @@ class Supervisor:
         *,
         node: str | None = None,
         exit_code: int | None = None,
+        by: str | None = None,
     ) -> Job:
         if job.status is not status and not job.status.can_become(status):
             raise Conflict(f"job {job.id} cannot go from {job.status.value} to {status.value}")
         job = job.model_copy(update={"status": status, "reason": reason.splitlines()[0] if reason else ""})
         self.store.save(
-            job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code)
+            job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code, by=by)
         )
         # the queue index follows the store: an attempt put back in the queue keeps its place
         if status is JobStatus.queued:
@@ -888,8 +990,12 @@ class Supervisor:
             self._queue_changed()  # a queued job stopped, deleted or failed
         return job
 
-    def _notice(self, job: Job, reason: str) -> None:
-        self.store.add_event(Event(job_id=job.id, status=job.status, reason=reason))
+    def _notice(
+        self, job: Job, reason: str, *, node: str | None = None, alert: bool = False, by: str | None = None
+    ) -> None:
+        self.store.add_event(
+            Event(job_id=job.id, status=job.status, reason=reason, node=node, alert=alert, by=by)
+        )
 
 
 def _call_reason(reason: str | Callable[[], str]) -> str:

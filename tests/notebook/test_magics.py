@@ -456,3 +456,19 @@ def test_follow_survives_a_service_crash(ma_shell, ma_home):
     ticks = [line for line in run.job_text().splitlines() if line.startswith("tick ")]
     assert ticks == [f"tick {i}" for i in range(TICKS)]  # none lost, none twice
     assert "succeeded" in run.job_text().splitlines()[0]
+
+
+def test_a_performance_alert_shows_in_the_followed_cell_and_is_marked_in_events(ma_shell):
+    run = Run(
+        ma_shell,
+        "%%ma_train --name slowish --resume 1 --perf-threshold 0.5 --perf-policy alert --out job\n"
+        "import time\n"
+        "print('hardware time is 9 and e2e time is 10', flush=True)\n"
+        "time.sleep(1.5)\n",
+    )
+    assert run.error is None, run.stdout + run.stderr
+    text = run.job_text()
+    assert "ALERT" in text and "performance alert on worker-0" in text, text
+    handle = run.result.result
+    events = Run(ma_shell, f"%ma_events {handle.id}")
+    assert "ALERT: performance alert on worker-0" in events.text(), events.text()

@@ -51,8 +51,36 @@ def test_a_slow_node_is_reported_once_per_attempt(sup):
     job = sup.submit(spec, creator="me")
     final = tick_until_ended(sup, job.id)
     assert final.status is JobStatus.succeeded, final.reason
-    alerts = [e.reason for e in sup.store.events(job.id) if e.reason.startswith("performance alert")]
-    assert alerts == ["performance alert on worker-0: hardware/e2e time 0.900 exceeds the threshold 0.5"]
+    alerts = [e for e in sup.store.events(job.id) if e.reason.startswith("performance alert")]
+    assert [e.reason for e in alerts] == [
+        "performance alert on worker-0: hardware/e2e time 0.900 exceeds the threshold 0.5"
+    ]
+    assert alerts[0].alert and alerts[0].node == "worker-0"  # marked, for followers to show at once
+
+
+def test_an_earlier_attempts_slow_line_does_not_reschedule_the_next_attempts(sup):
+    """The node's log spans attempts: each attempt's scan starts where that attempt's lines do."""
+    script = (
+        "import os, time; "
+        'first = os.environ["MA_ATTEMPT"] == "0"; '
+        f'print("{SLOW}" if first else "resumed", flush=True); '
+        "time.sleep(60 if first else 2)"
+    )
+    spec = JobSpec(
+        name="once-slow",
+        command=f"{PY} -c '{script}'",
+        checkpoint_resume={
+            "max_resumes": 3,
+            "grace_period": 1,
+            "perf_threshold": 0.5,
+            "perf_policy": "reschedule",
+        },
+    )
+    job = sup.submit(spec, creator="me")
+    final = tick_until_ended(sup, job.id)
+    assert final.status is JobStatus.succeeded, final.reason
+    assert (final.attempt, final.restarts) == (1, 1)
+    assert final.nodes[0].log_start > 0  # the second attempt began after the first one's lines
 
 
 def test_a_slow_node_is_rescheduled_and_resumes(sup):

@@ -71,7 +71,9 @@ def test_jobs_that_can_never_fit_are_refused_up_front():
     with pytest.raises(InvalidSpec, match="unknown node"):
         sched.check(ma_spec(node_name="node-99"))
     with pytest.raises(InvalidSpec, match="can ever be placed"):
-        sched.check(ma_spec(driver_version="999"))
+        sched.check(ma_spec(specs=["gpu.emu-2"], driver_version="999"))
+    with pytest.raises(InvalidSpec, match="GPU and MLU specs only"):
+        sched.check(ma_spec(driver_version="535.0"))
 
 
 def test_elastic_resume_accepts_fewer_nodes_when_short():

@@ -274,6 +274,8 @@ class LocalBackend(Backend):
             "job_env": env if view.sandbox == "bubblewrap" else None,
             "cwd": workspace.host_workdir(view),
             "cpus": list(view.cpus),
+            # the spec's memory per node: the runner's watchdog ends the node past it
+            "memory_gb": plan.task.memory_gb or None,
             "on_start": wrap(launch.on_start, "on_start") if launch.on_start else None,
             "on_stop": wrap(launch.on_stop) if launch.on_stop else None,
             # the node's working copy: filled by its first phase (bubblewrap) or by the runner

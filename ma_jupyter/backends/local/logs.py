@@ -109,6 +109,8 @@ def failure(jd: JobDir, node: str) -> tuple[int, int] | str | None:
         data = json.loads(raw)
         if isinstance(data, dict) and isinstance(data.get("refused"), str):
             return data["refused"][:500]
+        if isinstance(data, dict) and isinstance(data.get("reason"), str):  # the runner's own (memory)
+            return data["reason"][:500]
         return int(data["rank"]), int(data["exit_code"])
     except (ValueError, KeyError, TypeError):
         return None

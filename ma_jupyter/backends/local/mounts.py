@@ -26,13 +26,14 @@ from pathlib import Path
 from ...errors import InvalidSpec
 from ...jobdir import PLACEHOLDER, JobDir
 from ...models import JobSpec
-from ...workspace import VIEW_ROOT, check_subfolder, folders, target, workdir_for
+from ...workspace import VIEW_ROOT, check_subfolder, folders, modelarts_layout, target, workdir_for
 from .host_policy import HostPolicy, load_policy
 
 __all__ = [
     "ALGORITHM_VIEW",
     "CACHE_KIND",
     "VIEW_ROOT",
+    "MODELARTS_KIND",
     "WORKDIR_KIND",
     "Mount",
     "check_outside_writable",
@@ -47,6 +48,8 @@ ALGORITHM_VIEW = target("algorithm")
 #: kinds of the platform's own folders in a node's view
 WORKDIR_KIND = "workdir"
 CACHE_KIND = "cache"
+#: the ModelArts container layout's own folders (``/home/ma-user/modelarts``, ``/cache``)
+MODELARTS_KIND = "modelarts"
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,13 @@ class Mount:
 
     Attributes:
         source: the host path (symlinks resolved).
-        target: where it appears: below ``/workspace``, except the user's cache (``~/.cache``).
+        target: where it appears: below ``/workspace``, except the user's cache (``~/.cache``)
+            and (the ModelArts layout, added by :func:`.sandbox.node_view`)
+            ``/home/ma-user/modelarts`` and ``/cache``.
         read_only: whether the node can write to it (enforced by bubblewrap only).
         kind: ``algorithm``, ``dataset``, ``annotation``, ``model``, ``outputs``, ``volume``, or
-            the platform's ``workdir`` (the node's working copy) and ``cache``.
+            the platform's ``workdir`` (the node's working copy), ``cache`` (the user's) and
+            ``modelarts`` (the ModelArts layout's folders).
         create: the backend creates ``source`` at launch (an outputs folder of a batch task, the
             job's own outputs folder when the spec names none, a working copy, a cache).
         copy_of: a working copy's original: the host folder copied into ``source`` before the
@@ -224,11 +230,14 @@ def check_outside_writable(mounts: list[Mount], sources: list[tuple[str, str]]) 
                 )
 
 
-def node_workdir(spec: JobSpec) -> str:
-    """A local node's working directory: ``spec.workdir``, else /workspace/algorithm, there
+def node_workdir(spec: JobSpec, algorithm: str | None = None) -> str:
+    """A local node's working directory: ``spec.workdir``, else (ModelArts layout, a job with
+    an algorithm) its code folder under ``user-job-dir``, else /workspace/algorithm, there
     whether or not the job has an algorithm (its working copy, or the algorithm folder itself;
     see the module docstring)."""
-    return workdir_for(spec) if spec.workdir else ALGORITHM_VIEW
+    if spec.workdir or (modelarts_layout(spec) and (algorithm or spec.algorithm)):
+        return workdir_for(spec, algorithm)
+    return ALGORITHM_VIEW
 
 
 def folder_size_over(path: str, limit: int) -> bool:

@@ -3,7 +3,11 @@
 The local backend starts one runner per node, in its own session, with stdout/stderr already
 pointing at the node's log file; the service is never in the log path.  The runner:
 
-1. pins itself to the task's cores (inherited by everything it starts);
+1. pins itself to the task's cores (inherited by everything it starts), and watches the
+   node's memory: every ``MEMORY_SAMPLE`` seconds it sums the resident memory of every process
+   below it (walking ``/proc/<pid>/task/<tid>/children``), and past the spec's ``memory_gb`` it
+   kills them all and reports "exceeded its memory limit of N GB on <node>" as the node's
+   failure (this machine's cgroup v2 delegates no memory controller, so no kernel limit is set);
 2. at the node's first launch, has its working copy filled from the algorithm folder (see
    :mod:`ma_jupyter.nodeside.workdir`): by the first phase itself in bubblewrap (as the job's
    account, before the command; it reports the end on a pipe), by the runner in the symlink
@@ -12,11 +16,11 @@ pointing at the node's log file; the service is never in the log path.  The runn
 3. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
    each already wrapped in the node's sandbox by the backend, then (``export``, when anything in
    the working copy changed since the copy) keeps what the job wrote there in its outputs;
-3. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
+4. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
    kill the node at once) so training code gets its chance to save a checkpoint;
-4. when a phase ends, kills what it left behind (a bubblewrap pid namespace does this by
+5. when a phase ends, kills what it left behind (a bubblewrap pid namespace does this by
    itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
-5. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
+6. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
    ``nodes/<node>/failure.json`` when it is a small regular file (see
    :func:`ma_jupyter.untrusted.collect_report`) and writes the exit code atomically to
    ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result.
@@ -32,6 +36,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,6 +45,9 @@ from ...nodeside import workdir
 from ...nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
 from ...untrusted import collect_report
 
+#: seconds between two samples of a node's memory (a read of /proc per sample)
+MEMORY_SAMPLE = 0.2
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -80,6 +88,44 @@ def _descendants(root: int) -> list[tuple[int, int, str]]:
     return found
 
 
+def _tree(root: int) -> list[int]:
+    """Every process below ``root``, walked through ``/proc/<pid>/task/<tid>/children`` (it
+    reads only the tree, not all of ``/proc``: the memory watchdog samples it often); the whole
+    ``/proc`` scan of :func:`_descendants` where the kernel has no such files."""
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return [pid for pid, _, state in _descendants(root) if state != "Z"]
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # ended meanwhile
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                    children = [int(c) for c in fh.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def _rss(pid: int) -> int:
+    """Resident memory of one process in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _gb(value: float) -> str:
+    return f"{value:.3g} GB"
+
+
 def _signal(pid: int, signum: int) -> None:
     try:
         os.kill(pid, signum)
@@ -102,6 +148,14 @@ def write_exit_code(path: Path, code: int) -> None:
     os.replace(tmp, path)
 
 
+def write_report(path: Path, data: dict) -> None:
+    """Atomically write a small JSON report the runner itself makes."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
 class NodeRunner:
     """Runs the phases of one node and relays signals to them."""
 
@@ -109,6 +163,28 @@ class NodeRunner:
         self.spec = spec
         self.stopping = False
         self.current: subprocess.Popen | None = None
+        self.memory_exceeded: str | None = None  # the failure sentence, once the watchdog acted
+        self._ended = threading.Event()
+
+    def _watch_memory(self, limit_gb: float) -> None:
+        """The memory watchdog (rule 1): sum the RSS of the runner's descendants; past the limit,
+        say so in the node's log and kill them all (the phase then ends with 128+9)."""
+        limit = limit_gb * (1 << 30)
+        while not self._ended.wait(MEMORY_SAMPLE):
+            tree = _tree(os.getpid())
+            used = sum(_rss(pid) for pid in tree)
+            if used <= limit:
+                continue
+            node = self.spec.get("node", "the node")
+            self.memory_exceeded = (
+                f"exceeded its memory limit of {_gb(limit_gb)} on {node} "
+                f"({_gb(used / (1 << 30))} resident): killed"
+            )
+            print(f"[ma_jupyter] the job {self.memory_exceeded}", file=sys.stderr, flush=True)
+            self.stopping = True  # no further phase but on_stop
+            for pid in tree:
+                _signal(pid, signal.SIGKILL)
+            return
 
     # the processes of the node a stop signal is meant for
     def _targets(self) -> list[int]:
@@ -235,6 +311,8 @@ class NodeRunner:
             if usable:
                 os.sched_setaffinity(0, usable)
         node_dir = NodeDir(Path(spec["node_dir"]))
+        if spec.get("memory_gb"):
+            threading.Thread(target=self._watch_memory, args=(float(spec["memory_gb"]),), daemon=True).start()
         code = 0
         if spec.get("copy"):  # the symlink mode: the runner runs as the job's account
             code = workdir.main(["copy", *spec["copy"]])
@@ -256,9 +334,13 @@ class NodeRunner:
                     file=sys.stderr,
                     flush=True,
                 )
+        self._ended.set()
         self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
         collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"))
+        if self.memory_exceeded:  # the runner's own report wins over the launcher's
+            write_report(node_dir.failure, {"reason": f"the job {self.memory_exceeded}"})
+            code = code or 128 + signal.SIGKILL
         write_exit_code(node_dir.exit_code, code)
         return code
 

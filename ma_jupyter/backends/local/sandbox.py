@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 
 import ma_jupyter
 
-from ... import models
+from ... import models, workspace
 from ...commands import expand_argv, expand_env
 from ...errors import InvalidSpec
 from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
@@ -67,6 +67,7 @@ from .host_policy import HostPolicy, RunAs, load_policy
 from .image import SYSTEM_DIRS, ImageEnv, resolve_image
 from .mounts import (
     CACHE_KIND,
+    MODELARTS_KIND,
     VIEW_ROOT,
     WORKDIR_KIND,
     Mount,
@@ -83,6 +84,9 @@ if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cyc
 
 #: in-view folders a distributed mode may write files into
 FILE_ROOTS = ("/job", "/etc/mpi", "/user/config")
+#: file roots the node may write: the Ascend launcher flips ``/user/config/jobstart_hccl.json``
+#: to ``completed`` in place, so ``$RANK_TABLE_FILE`` stays ``/user/config`` (seed 000)
+WRITABLE_FILE_ROOTS = ("/user/config",)
 #: the environment variable marking every process of one node run (found again after a restart)
 NODE_MARKER = "MA_NODE_RUN"
 SANDBOX_ENV = "MA_JUPYTER_SANDBOX"
@@ -253,16 +257,24 @@ def node_view(
     files = {_check_file_path(p): content for p, content in plan.files.items()}
     policy = policy or load_policy()
     if mounts is None:
-        workspace = mounts_for(
+        job_mounts = mounts_for(
             attempt.spec,
             job_dir=jd.root,
             outputs_subdir=plan.outputs_subdir,
             algorithm=plan.algorithm,
             policy=policy,
         )
-        mounts = node_mounts(attempt, plan, workspace, policy)[0]
+        mounts = node_mounts(attempt, plan, job_mounts, policy)[0]
     image = image or resolve_image(attempt.spec.image)
     check_outside_writable(mounts, [(root, "the image folder") for root in image.roots])
+    if workspace.modelarts_layout(attempt.spec):
+        if sandbox != "bubblewrap":
+            raise InvalidSpec(
+                "the ModelArts container layout (/home/ma-user/modelarts, /cache) needs bubblewrap: "
+                "install it (apt-get install bubblewrap), or submit without --convention modelarts",
+                field="convention",
+            )
+        mounts = [*mounts, *_modelarts_mounts(mounts, jd.node(plan.name).root)]
     has_copy = any(m.kind == WORKDIR_KIND for m in mounts)
     return NodeView(
         job_id=attempt.job_id,
@@ -272,7 +284,7 @@ def node_view(
         node_dir=str(jd.node(plan.name).root),
         rank_log_dir=str(jd.rank_dir(plan.name)),
         mounts=tuple(mounts),
-        workdir=node_workdir(attempt.spec),
+        workdir=node_workdir(attempt.spec, plan.algorithm),
         image=image,
         files=files,
         hosts=hosts_file(plan.task, [p.task for p in attempt.plans]),
@@ -286,6 +298,24 @@ def node_view(
 
 
 # ------------------------------------------------------------------------- launches
+
+
+def _modelarts_mounts(mounts: list[Mount], node_dir: Path) -> list[Mount]:
+    """The ModelArts container layout (seed 000 table 2) beside ``/workspace``: the node's own
+    writable ``/home/ma-user/modelarts`` (empty at the first attempt) holding the algorithm at
+    ``user-job-dir/<its folder name>``, and the node's writable ``/cache``; both live in the
+    node's folder of the job.  ``/dev/shm`` is every node's (see :func:`bwrap_argv`)."""
+    extra = [Mount(str(node_dir / "modelarts"), workspace.MODELARTS_HOME, False, MODELARTS_KIND, create=True)]
+    for m in mounts:
+        # the algorithm folder, or the node's working copy of it (the same folder as
+        # /workspace/algorithm, so both paths show what the job writes)
+        original = m.source if m.kind == "algorithm" else m.copy_of if m.kind == WORKDIR_KIND else None
+        if original:
+            extra.append(Mount(m.source, workspace.modelarts_code_dir(original), m.read_only, "algorithm"))
+    extra.append(
+        Mount(str(node_dir / "cache"), workspace.MODELARTS_CACHE, False, MODELARTS_KIND, create=True)
+    )
+    return extra
 
 
 def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
@@ -430,6 +460,12 @@ def prepare_node(view: NodeView) -> None:
         host = view.files_dir / path.lstrip("/")
         host.parent.mkdir(parents=True, exist_ok=True)
         host.write_text(content)
+    if owner is not None:  # freshly made above (the old tree removed without following links)
+        for root in _file_roots_used(view):
+            if root in WRITABLE_FILE_ROOTS:
+                folder = view.files_dir / root.lstrip("/")
+                for path in [folder, *folder.rglob("*")]:
+                    os.lchown(path, *owner)
     for mount in view.mounts:
         if mount.kind == CACHE_KIND:
             caches.ensure(Path(mount.source), owner)
@@ -442,6 +478,15 @@ def prepare_node(view: NodeView) -> None:
             source = Path(mount.source)
             trusted = job_dir if source.is_relative_to(job_dir) else real_ancestor(source)
             make_dirs(source, trusted=trusted, owner="a job", chown=owner)
+            if mount.target == workspace.MODELARTS_HOME:
+                # the code folder's mount point: made fresh, by the service, so nothing an
+                # earlier attempt left there (a symlink) decides where the bind goes
+                jobs = Path(source) / "user-job-dir"
+                if jobs.is_symlink() or jobs.is_file():
+                    jobs.unlink()
+                elif jobs.is_dir():
+                    shutil.rmtree(jobs)
+                jobs.mkdir(mode=0o755)
     if view.sandbox == "symlink":
         _build_tree(view)
     view.nd.view_record.write_text(view.to_json())
@@ -627,7 +672,7 @@ def bwrap_argv(
     A minimal root (never ``--dev-bind / /``): the system folders, ``/etc`` entry by entry (so
     the node's own hosts, hostname and ``/etc/mpi`` can take their places) and the image's
     installation, all read-only; fresh /proc, /dev, /tmp; the workspace mounts; the node's file
-    roots read-only and its rank-log folder writable at ``/job/logs``.  ``--cap-drop ALL`` keeps
+    roots read-only (but ``/user/config``) and its rank-log folder writable at ``/job/logs``.  ``--cap-drop ALL`` keeps
     root from remounting read-only binds; ``--unshare-pid`` + ``--die-with-parent`` make the
     node's processes die together when bwrap is killed, whatever sessions they made.
     ``--clearenv`` plus :func:`enter_env_argv`: bubblewrap runs with the caller's fixed
@@ -654,6 +699,8 @@ def bwrap_argv(
             args += ["--ro-bind", path, path]
     # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    # shared memory every account may use (PyTorch's data loaders; seed 000 lists /dev/shm)
+    args += ["--perms", "1777", "--tmpfs", "/dev/shm"]
     args += _etc_args(view)
     for root in view.image.roots:
         args += _parents(root) + ["--ro-bind", root, root]
@@ -667,7 +714,8 @@ def bwrap_argv(
     for root in _file_roots_used(view):
         if root.startswith("/etc/"):
             continue  # bound together with /etc, see _etc_args
-        args += _parents(root) + ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
+        bind = "--bind" if root in WRITABLE_FILE_ROOTS else "--ro-bind"
+        args += _parents(root) + [bind, str(view.files_dir / root.lstrip("/")), root]
     args += ["--bind", view.rank_log_dir, RANK_LOG_VIEW]
     args += ["--perms", "0755", "--dir", posixpath.dirname(ENV_FILE), "--perms", "0444"]
     args += ["--ro-bind-data", ENV_FD, ENV_FILE]

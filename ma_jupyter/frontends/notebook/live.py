@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ...client.logs import LogStreams, StreamKey, stream_label
 from ...errors import BackendUnavailable, JobFailed
 from ...models import Job, JobStatus
+from .. import render
 from ..render import status_line, visible_line
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ class LiveLog:
         self.buffer = LogBuffer(max_lines)
         self.status = f"job {job_id}"
         self.note = note
+        self.alerts: list[str] = []  # the job's alert events (performance), shown under the status
         self.footer = ""
         self.log_hint = log_hint
         self.offsets: dict[str, int] = {}
@@ -168,6 +170,7 @@ class LiveLog:
         parts = [self.status]
         if self.note:
             parts.append(self.note)
+        parts.extend(self.alerts)
         if self.streaming:
             if self.buffer.total:
                 parts.append(f"({self.buffer.total} log lines printed above)")
@@ -203,6 +206,12 @@ class LiveLog:
         if self.stream_to is not None:
             self.stream_to.write(line + "\n")
             self.stream_to.flush()
+
+    def alert(self, line: str) -> None:
+        """Show an alert under the status line (and print it where the log lines go)."""
+        self.alerts.append(line)
+        self._dirty = True
+        self.say(line)
 
     def set_status(self, line: str) -> None:
         if line != self.status:
@@ -294,6 +303,7 @@ def follow_job(
     live.set_status(status_line(job))
     said = job.status
     live.say(live.status)
+    events_seen = _show_alerts(client, job_id, live, 0)
     if stream is not None:
         follower.follow(stream)
     else:
@@ -329,6 +339,7 @@ def follow_job(
                         live.set_footer("")
                     if stream is None:
                         follower.discover(job, with_files=job.status.is_terminal())
+                    events_seen = _show_alerts(client, job_id, live, events_seen)
             live.set_status(status_line(job))
             if job.status is not said and not job.status.is_terminal():
                 said = job.status  # queued → running (the end is said once the last lines are out)
@@ -360,6 +371,7 @@ def follow_job(
     finally:
         follower.stop()
     live.offsets = dict(follower.offsets)
+    _show_alerts(client, job_id, live, events_seen)
     if follower.errors:
         live.set_footer("log read problems: " + "; ".join(follower.errors))
     live.set_status(status_line(job))
@@ -376,3 +388,21 @@ def follow_job(
             job=job,
         )
     return job
+
+
+def alert_line(event) -> str:
+    """How an alert event reads in a cell and a terminal."""
+    return f"ALERT {render.clock(event.time)}: {event.reason}"
+
+
+def _show_alerts(client: Client, job_id: str, live: LiveLog, after: int) -> int:
+    """Show the job's alert events after sequence number ``after``; the last number seen.  An
+    unreachable service shows nothing now (the next status refresh asks again)."""
+    try:
+        events = client.events(job_id, after=after)
+    except BackendUnavailable:
+        return after
+    for event in events:
+        if event.alert:
+            live.alert(alert_line(event))
+    return events[-1].seq if events else after

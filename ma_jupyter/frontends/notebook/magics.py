@@ -421,10 +421,12 @@ class MaJupyterMagics(Magics):
         rows = []
         for ev in client.events(handle.id):
             where = stream_label((ev.node, ev.rank)) if ev.node else ""
-            rows.append([ev.seq, render.clock(ev.time), ev.status.value, where, ev.reason])
+            rows.append(
+                [ev.seq, render.clock(ev.time), ev.status.value, where, ev.by or "", render.event_reason(ev)]
+            )
         from IPython.display import display
 
-        display(render.table_bundle(["seq", "time", "status", "node", "reason"], rows), raw=True)
+        display(render.table_bundle(["seq", "time", "status", "node", "by", "reason"], rows), raw=True)
         return None
 
     @line_magic
