@@ -86,8 +86,17 @@ def running_lab(tmp: Path, env: dict[str, str] | None = None) -> Iterator[dict]:
             {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
         )
     )
+    # this checkout's build of the extension wins over the one installed in the environment
+    # (JUPYTER_PATH comes first in the search path), so a worktree tests its own sidebar
+    built = REPO / "ma_jupyter" / "labextension"
+    jupyter_path = {}
+    if (built / "package.json").exists():
+        (tmp / "jupyter-path" / "labextensions").mkdir(parents=True)
+        (tmp / "jupyter-path" / "labextensions" / "ma_jupyter").symlink_to(built)
+        jupyter_path = {"JUPYTER_PATH": str(tmp / "jupyter-path")}
     env = {
         **os.environ,
+        **jupyter_path,
         "MA_JUPYTER_HOME": str(home),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "JUPYTER_CONFIG_DIR": str(tmp / "jupyter-config"),
