@@ -46,7 +46,7 @@ with open(f"/workspace/outputs/mwms-{task['index']}.json", "w") as fh:
 """
 
 PS_WORKER = """
-import json, os
+import json, os, time
 import tensorflow as tf
 
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
@@ -64,6 +64,13 @@ total.assign_add(float(resolver.task_id + 1))
 print(f"worker {resolver.task_id} variable on {total.device} = {float(total.numpy())}", flush=True)
 with open(f"/workspace/outputs/ps-worker-{resolver.task_id}.json", "w") as fh:
     json.dump({"device": total.device, "value": float(total.numpy())}, fh)
+# A worker whose eager context is torn down while another still registers functions on the
+# parameter server can make the server crash (SIGSEGV, seen under load): every worker waits
+# until all are done, then leaves without the teardown.
+open(f"/workspace/outputs/done-{resolver.task_id}", "w").close()
+while not all(os.path.exists(f"/workspace/outputs/done-{i}") for i in range(len(cluster["worker"]))):
+    time.sleep(0.05)
+os._exit(0)
 """
 
 PS_STRATEGY = """
