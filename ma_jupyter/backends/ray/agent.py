@@ -24,6 +24,7 @@ agent's methods run on the actor's threads (calls for different jobs run concurr
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ import ma_jupyter
 
 from ... import config
 from ...errors import RefusedFile
-from ...jobdir import JobDir
+from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
 from ..base import Attempt
 from ..local import logs as job_logs
@@ -120,6 +121,17 @@ class NodeAgent:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(WAIT_STEP * 5)
+
+    def remove_job(self, node_root: str, job_id: str) -> bool:
+        """Remove the job folder ``node_root/<job_id>`` on this node (a deleted job); whether
+        there was one.  Links are removed, never followed (``shutil.rmtree``); a job id that is
+        not a plain folder name is refused, so nothing outside ``node_root`` is touched."""
+        check_job_id(job_id)
+        folder = Path(node_root) / job_id
+        if not folder.is_dir() or folder.is_symlink():
+            return False
+        shutil.rmtree(folder, ignore_errors=True)
+        return True
 
     # ------------------------------------------------------------------------ logs
 

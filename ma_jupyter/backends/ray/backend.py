@@ -12,7 +12,7 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    named ``ma-<home tag>-<job id>-<nonce>`` (detached, so it outlives a service restart; the
    tag keeps services of different homes apart; a group of the same job an earlier service
    left unrecorded is removed first): one bundle per job node
-   (its CPUs and cards), each pinned to its inventory node by Ray's ``ray.io/node-id`` label,
+   (its CPUs, memory and cards), each pinned to its inventory node by Ray's ``ray.io/node-id`` label,
    ``STRICT_SPREAD`` when every job node has its own Ray node (workers and the chief always do;
    parameter servers and batch tasks may share a node, then ``SPREAD``).  The group is created
    only for a placement the scheduler found free, and is removed again when Ray cannot reserve
@@ -310,6 +310,16 @@ class RayBackend(Backend):
                 except ValueError:
                     pass
 
+    def forget(self, job_id: str) -> None:
+        """Ask every agent to remove the job's folder on its node (``node_root/<job id>``): a
+        job node's files stay on the Ray node that ran it, which is not this machine, or is
+        but with ``node_root`` apart from the service's job folders.  Fire and forget: an
+        agent that is gone has nothing left to remove that anyone reads."""
+        with self._lock:
+            agents = list(self._agents.values())
+        for agent in agents:
+            agent.remove_job.remote(str(self._node_root), job_id)
+
     def release(self, placement: Placement) -> None:
         """Give the ports back to the agents and remove the placement group."""
         for task in placement.tasks:
@@ -593,8 +603,11 @@ def _shipped_original(mount: Mount) -> str | None:
 
 
 def _bundle(task: TaskSlot, node: RayNode) -> dict[str, float]:
-    """The resources of one job node in its placement group: its CPUs and cards."""
+    """The resources of one job node in its placement group: its CPUs, memory and cards (so
+    Ray's own tasks cannot take the memory the scheduler counted as the job's)."""
     bundle = {"CPU": max(task.cpu_request, 0.01)}
+    if task.memory_gb > 0:
+        bundle["memory"] = float(int(task.memory_gb * 2**30))
     if task.devices and node.accelerator:
         bundle[node.accelerator] = float(len(task.devices))
     return bundle
