@@ -448,3 +448,32 @@ def test_tensorboard_serves_what_a_job_on_a_ray_node_wrote(ray_service, tmp_path
         assert [p[1] for p in points] == [0, 1, 2]
     finally:
         client.stop_tensorboard(job.id)
+
+
+def test_caches_on_the_ray_nodes_and_the_single_copy_warning(ray_service, tmp_path):
+    client = Client(autostart=False)
+    algo = _algorithm(
+        tmp_path / "algo",
+        fill="import os\n"
+        "folder = os.path.expanduser('~/.cache/models')\n"
+        "os.makedirs(folder, exist_ok=True)\n"
+        "open(os.path.join(folder, 'weights.bin'), 'wb').write(b'x' * 100_000)\n"
+        "print('cached', flush=True)\n",
+    )
+    # two nodes of a script that knows nothing of distribution: the warning reads the code here
+    plan = client.plan(
+        name="fill", mode="pytorch", nodes=2, specs=["cpu.small"], algorithm=algo, command="python fill.py"
+    )
+    assert any("its own copy of the whole training" in note for note in plan.notes), plan.notes
+    job = client.submit(
+        name="fill", mode="pytorch", nodes=2, specs=["cpu.small"], algorithm=algo, command="python fill.py"
+    ).wait(timeout=180)
+    assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
+    assert "its own copy of the whole training" in events_text(client, job.id)
+    # each machine keeps its copy of the user's ~/.cache (here both Ray nodes share one)
+    (held,) = client.cache()
+    assert held.bytes == 100_000 and held.files == 1, held
+    assert held.path.endswith("on 1 machine(s)")
+    cleared = client.clear_cache()
+    assert cleared.bytes == 100_000
+    assert all(c.bytes == 0 for c in client.cache())

@@ -36,6 +36,7 @@ from ...errors import RefusedFile
 from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
 from ..base import Attempt
+from ..local import caches
 from ..local import logs as job_logs
 from ..local.backend import LocalBackend
 from ..local.sandbox import PACKAGE_DIR
@@ -122,6 +123,17 @@ class NodeAgent:
                 return False
             time.sleep(WAIT_STEP * 5)
 
+    def caches(self, base: str, user: str | None, every_user: bool) -> tuple[str, list[dict]]:
+        """This machine's id (its boot id: two Ray nodes may share a machine, and its folders)
+        and the per-user caches below ``base`` (the service's folder of caches: the path the
+        nodes' launches mount)."""
+        found = caches.usage(user, every_user=every_user, base=Path(base))
+        return _machine_id(), [c.model_dump() for c in found]
+
+    def clear_cache(self, base: str, user: str | None) -> None:
+        """Empty ``user``'s cache below ``base`` on this node."""
+        caches.clear(user, base=Path(base))
+
     def remove_job(self, node_root: str, job_id: str) -> bool:
         """Remove the job folder ``node_root/<job_id>`` on this node (a deleted job); whether
         there was one.  Links are removed, never followed (``shutil.rmtree``); a job id that is
@@ -173,3 +185,12 @@ class NodeAgent:
             if now > size or time.monotonic() >= deadline:
                 return now
             time.sleep(WAIT_STEP)
+
+
+def _machine_id() -> str:
+    """This machine's boot id (the same for every Ray node on it), else its hostname."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return os.uname().nodename

@@ -54,11 +54,13 @@ from typing import Any
 from ... import config
 from ...errors import BackendUnavailable, MaJupyterError, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
-from ...models import Job, LogStream, Mount, Node, NodeLaunch, NodeRun
+from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...untrusted import read_small
 from ..base import Attempt, Backend
+from ..local import caches
 from ..local import sandbox as workspace
+from ..local.code import python_sources
 from ..local.host_policy import load_policy
 from ..local.mounts import WORKDIR_KIND, mounts_for
 from . import ship
@@ -309,6 +311,48 @@ class RayBackend(Backend):
                     log.warning("removed the placement group %s left by an earlier service", group["name"])
                 except ValueError:
                     pass
+
+    def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
+        """The algorithm folder's Python files, read here: the folder is shipped from this
+        machine, so what the nodes run is what is read (see :func:`..local.code.python_sources`)."""
+        return python_sources(Path(spec.algorithm)) if spec.algorithm else None
+
+    def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
+        """Each user's caches on the Ray nodes, added up per user: every machine keeps its own
+        copy (at this service's cache path, the one the launches mount), shared by the Ray
+        nodes on it; ``path`` says on how many machines it lies."""
+        with self._lock:
+            agents = list(self._agents.values())
+        base = str(caches.root())
+        found: dict[str, dict[str, CacheInfo]] = {}
+        for ref in [agent.caches.remote(base, user, every_user) for agent in agents]:
+            try:
+                machine, items = self._get(ref)
+            except (NodeGone, BackendUnavailable):
+                continue  # a node that left took its cache with it
+            for item in items:
+                info = CacheInfo.model_validate(item)
+                found.setdefault(info.user, {})[machine] = info
+        return [
+            CacheInfo(
+                user=name,
+                path=f"{next(iter(parts.values())).path} on {len(parts)} machine(s)",
+                bytes=sum(p.bytes for p in parts.values()),
+                files=sum(p.files for p in parts.values()),
+            )
+            for name, parts in sorted(found.items())
+        ]
+
+    def clear_cache(self, user: str | None) -> None:
+        """Empty ``user``'s cache on every Ray node the service knows."""
+        with self._lock:
+            agents = list(self._agents.values())
+        base = str(caches.root())
+        for ref in [agent.clear_cache.remote(base, user) for agent in agents]:
+            try:
+                self._get(ref)
+            except NodeGone:
+                continue
 
     def forget(self, job_id: str) -> None:
         """Ask every agent to remove the job's folder on its node (``node_root/<job id>``): a
