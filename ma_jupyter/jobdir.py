@@ -59,6 +59,14 @@ def rank_of(file_name: str) -> int | None:
         return None
 
 
+def check_job_id(job_id: str) -> str:
+    """``job_id`` when it names a folder directly inside a folder of job folders, else
+    InvalidSpec."""
+    if not job_id or "/" in job_id or job_id.startswith(".") or "\0" in job_id:
+        raise InvalidSpec(f"{job_id!r} is not a job id")
+    return job_id
+
+
 def check_node_name(node: str) -> str:
     """``node`` when it names a file inside the job folder, else InvalidSpec (field ``node``)."""
     if not node or "/" in node or node.startswith(".") or "\0" in node:

@@ -390,7 +390,8 @@ def start_text(start: float | None) -> str:
 def waiting_reason(kind: str, head) -> str:
     """Why a queued job waits (the event said once per kind): ``head``, the first job that does
     not fit (``head`` is then its own reservation, or None if it can never be placed now);
-    ``blocked``, it does not fit; ``held``, it fits but would delay the head."""
+    ``blocked``, it does not fit; ``held``, it fits but would delay the head; ``declined``, it
+    fits but the backend cannot hold its nodes now (resources in use outside this service)."""
     if kind == "head":
         if head is None:
             return "waiting for resources: no spec of this job fits the cluster's nodes that are up"
@@ -404,5 +405,10 @@ def waiting_reason(kind: str, head) -> str:
             f"waiting: it fits now but would delay {head.job_id}, first in the queue, whose "
             f"resources are reserved (estimated start {start_text(head.start)}); a duration that "
             "ends it before then lets it pass"
+        )
+    if kind == "declined":
+        return (
+            "waiting for resources: the backend cannot hold the nodes chosen for it now (the cluster's "
+            "resources are in use outside this service); trying again every few seconds"
         )
     return "waiting for resources: no spec of this job fits the free capacity now"

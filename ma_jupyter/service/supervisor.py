@@ -311,28 +311,21 @@ class Supervisor:
         self.scheduler.check(spec)
         if spec.type.value != "batch":
             parse_command(spec.command or "")
-        now = self._place("dry-run", spec, self.usage(), reserve=False)
+        now = self._place("dry-run", spec, self.usage())
         placement = now or self._any_placement(spec)
         # a mode or a backend that cannot run this job refuses it now, not at launch
         attempt = self._attempt(Job(id="<job-id>", spec=spec), placement, dry=True)
         return now, placement, self.backend.dryrun(attempt)
 
-    def _place(
-        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, reserve: bool
-    ) -> Placement | None:
-        """Where the job's tasks go now (the scheduler), bound by the backend; None if it does not fit."""
+    def _place(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
+        """Where the job's tasks would go (the scheduler), bound by the backend without reserving
+        anything (a dry run); None if it does not fit."""
         placement = self.scheduler.place(job_id, spec, use)
-        if placement is None:
-            return None
-        bound = self.backend.bind(placement, reserve=reserve)
-        if bound is None:  # the backend cannot hold those nodes now: no event will say when it can
-            retry = time.monotonic() + BIND_RETRY
-            self._admit_retry = min(self._admit_retry or float("inf"), retry)
-        return bound
+        return None if placement is None else self.backend.bind(placement, reserve=False)
 
     def _any_placement(self, spec: JobSpec) -> Placement:
         """A placement on an empty cluster (for planning a job that must wait)."""
-        placement = self._place("dry-run", spec, self.scheduler.usage([]), reserve=False)
+        placement = self._place("dry-run", spec, self.scheduler.usage([]))
         if placement is None:
             raise InvalidSpec("this job cannot be placed on this cluster", field="specs")
         return placement
@@ -450,6 +443,7 @@ class Supervisor:
             callback(job_id)
         self.store.delete(job_id)
         self.queue.discard(job_id)
+        self.backend.forget(job_id)  # what it keeps elsewhere (a Ray node's job folder)
         folder = config.jobdir(job_id).root
         doomed = config.jobdir(job_id).doomed()
         try:
@@ -643,8 +637,13 @@ class Supervisor:
             if placement is None:
                 self._note_waiting(job, "held", head)
                 return "held"
+        bound = self.backend.bind(placement, reserve=True)
+        if bound is None:  # the backend cannot hold those nodes now (contract rule 15): try again soon
+            self._admit_retry = min(self._admit_retry or float("inf"), time.monotonic() + BIND_RETRY)
+            self._note_waiting(job, "declined", head)
+            return "blocked"
         self._waiting_noted.pop(job.id, None)
-        self._launch(job, self.backend.bind(placement, reserve=True))
+        self._launch(job, bound)
         return "started"
 
     def _running(self) -> list[Running]:
