@@ -263,8 +263,11 @@ def main() -> int:
         client = Client(autostart=False, local_logs=False)
         ours = platform_runs(client, str(algo), args.reps)
         theirs = ray_jobs_runs(jobs, args.reps)
-        ddp = [platform_ddp(client, str(algo)) for _ in range(args.reps)]
-        hand = [by_hand_ddp(ray, str(algo)) for _ in range(args.reps)]
+        # alternated, so a change of the machine's load during the run weighs on both alike
+        ddp, hand = [], []
+        for _ in range(args.reps):
+            ddp.append(platform_ddp(client, str(algo)))
+            hand.append(by_hand_ddp(ray, str(algo)))
     finally:
         if service is not None:
             service.send_signal(signal.SIGTERM)
