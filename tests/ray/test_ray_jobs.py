@@ -415,7 +415,10 @@ def test_a_job_node_whose_ray_node_leaves_is_lost_and_the_job_ends_in_error(
 
 
 TENSORBOARD = """
+import os
 from torch.utils.tensorboard import SummaryWriter
+
+print(f"nice {os.nice(0)}", flush=True)
 
 writer = SummaryWriter("/workspace/outputs/train")
 for step in range(3):
@@ -439,6 +442,8 @@ def test_tensorboard_serves_what_a_job_on_a_ray_node_wrote(ray_service, tmp_path
     job = handle.wait(timeout=180)
     assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
     assert client.get(job.id).backend == "ray"
+    # Ray runs its workers at nice 15; the job's node runs at normal priority, as locally
+    assert "nice 0" in client.read_log(job.id, node="worker-0").data
     url = client.tensorboard(job.id)
     try:
         wait_for(lambda: requests.get(url + "data/runs", timeout=10).json() == ["train"], timeout=60)

@@ -55,6 +55,14 @@ class NodeAgent:
 
     def __init__(self, node_id: str = ""):
         self._node_id = node_id
+        # Ray starts its workers, this actor among them, at nice 15 (its worker_niceness), so
+        # they never starve the raylet; the job nodes started from here inherit the agent's
+        # priority and are the cluster's real work: run them at normal priority, as the local
+        # backend does (a service without the right to lower it keeps Ray's).
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        except OSError:
+            pass
         # The agent's own state folder on its node (the node runners' compiled modules): never a
         # service's home, which may not exist on this machine
         os.environ[config.ENV_HOME] = os.path.join(tempfile.gettempdir(), f"ma_jupyter-agent-{os.getuid()}")
