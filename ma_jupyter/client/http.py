@@ -614,6 +614,15 @@ class Client:
         source = self.get(job_id).spec.model_dump(mode="json", exclude={"creator"}, exclude_unset=True)
         return self.submit({**source, **fields})
 
+    def devenv(self, job_id: str) -> dict[str, Any]:
+        """The job as a notebook whose code cell submits it again (the seed's "create a
+        development environment from a job"): ``{"name": "<job name>-devenv.ipynb", "notebook":
+        <nbformat 4 JSON>}``; see :mod:`ma_jupyter.export.notebook` for what the cells hold.
+
+        Needs view access to the job, as cloning does.
+        """
+        return self._request("GET", f"/jobs/{_segment(job_id)}/devenv")
+
     # ------------------------------------------------------------------------ caches
 
     def cache(self, every_user: bool = False) -> list[CacheInfo]:

@@ -2,7 +2,7 @@
 
 Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
 [options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
-``export``, ``specs``, ``nodes``, ``tensorboard``, ``cache``, ``whoami``, ``users
+``devenv``, ``export``, ``specs``, ``nodes``, ``tensorboard``, ``cache``, ``whoami``, ``users
 list|add|remove|token``.  A JOB argument is a job id or the exact name of a single job.
 
 ``export JOB --format k8s`` prints what the job would be on a Kubernetes cluster (YAML for
@@ -14,6 +14,8 @@ is in the service's runtime file).
 
 Exit codes: 0 success; ``wait`` and ``submit --wait`` exit 1 unless the job succeeded; a user
 error prints one line ``error: <message>`` to stderr and exits 2; an interrupt exits 130.
+``delete A B C`` deletes each job it can, says on stderr why any other was not (one line per
+job, then ``error: N of M jobs not deleted``) and then exits 2.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .. import __version__
@@ -113,11 +116,28 @@ def build_cli() -> options.OptionsParser:
     wait = job_command("wait", "wait for a job to end (exit 0 if it succeeded)")
     wait.add_argument("--timeout", type=float, help="seconds to wait at most")
     job_command("stop", "stop a job")
-    delete = job_command("delete", "delete a finished job and its files", json_flag=False)
-    delete.add_argument("--force", action="store_true", help="stop it first if it still runs")
+    delete = commands.add_parser(
+        "delete",
+        help="delete finished jobs and their files: ma-jupyter delete JOB [JOB...]",
+        description="Delete jobs, each on its own: one that cannot be deleted is reported and the "
+        "others are still deleted; the exit code is 2 if any was not.",
+    )
+    delete.add_argument("jobs", nargs="+", metavar="JOB", help="job ids (or exact names of single jobs)")
+    delete.add_argument("--force", action="store_true", help="stop each first if it still runs")
     update = job_command("update", "change a queued job's priority or a running job's duration")
     update.add_argument("--priority", choices=["normal", "urgent", "very-urgent"])
     update.add_argument("--duration", help="seconds or 30m, 2h, 1d")
+    devenv = job_command(
+        "devenv",
+        "write a notebook that submits the job again (a development environment from the job)",
+        json_flag=False,
+    )
+    devenv.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the notebook to write (default <job name>-devenv.ipynb; - prints it)",
+    )
     exported = job_command(
         "export", "print what the job would be on another platform (Kubernetes)", json_flag=False
     )
@@ -448,10 +468,28 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    handle = resolve_job(Client(), args.job)
-    handle.delete(force=args.force)
-    print(f"deleted {handle.id}")
-    return EXIT_OK
+    client = Client()
+    refs = list(dict.fromkeys(args.jobs))  # a job named twice is deleted once
+    if len(refs) == 1:  # one job: its refusal is the usual one-line error
+        handle = resolve_job(client, refs[0])
+        handle.delete(force=args.force)
+        print(f"deleted {handle.id}")
+        return EXIT_OK
+    # Several (the seed's batch delete): each on its own, so a refusal is said for that job on
+    # stderr and the others are still deleted.
+    failed = 0
+    for ref in refs:
+        try:
+            handle = resolve_job(client, ref)
+            handle.delete(force=args.force)
+        except MaJupyterError as exc:
+            failed += 1
+            _err(f"{ref}: not deleted: {render.one_line(exc.message)}")
+            continue
+        print(f"deleted {handle.id}" + (f" ({ref})" if ref != handle.id else ""))
+    if failed:
+        _err(f"error: {failed} of {len(refs)} jobs not deleted")
+    return EXIT_USAGE if failed else EXIT_OK
 
 
 def _update(args: argparse.Namespace) -> int:
@@ -459,6 +497,22 @@ def _update(args: argparse.Namespace) -> int:
     handle = resolve_job(client, args.job)
     job = client.update(handle.id, priority=args.priority, duration=args.duration)
     _out(job.model_dump(mode="json") if args.json else render.format_job(job), args)
+    return EXIT_OK
+
+
+def _devenv(args: argparse.Namespace) -> int:
+    client = Client()
+    handle = resolve_job(client, args.job)
+    made = client.devenv(handle.id)
+    text = json.dumps(made["notebook"], indent=1, ensure_ascii=False) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+        return EXIT_OK
+    path = Path(args.output or made["name"])
+    if path.exists():
+        raise Conflict(f"{path} exists: remove it, or write elsewhere with -o FILE")
+    path.write_text(text)
+    print(f"wrote {path}: a notebook that submits job {handle.id} ({handle.name}) again; open it in Jupyter")
     return EXIT_OK
 
 
@@ -593,6 +647,7 @@ _COMMANDS = {
     "stop": _stop,
     "delete": _delete,
     "update": _update,
+    "devenv": _devenv,
     "export": _export,
     "tensorboard": _tensorboard,
     "specs": _specs,

@@ -7,7 +7,8 @@ terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events
 (streams), ``GET /jobs/{id}/logs/read`` (by node and rank from a byte offset, long-poll
 ``wait``), ``GET /specs``, ``GET /nodes``, ``POST|DELETE /jobs/{id}/tensorboard``; ``GET
 /jobs/{id}/export`` and ``POST /export`` (a job, or a spec not submitted, as another platform's
-manifests: ``format=k8s``, :mod:`ma_jupyter.export`); ``GET
+manifests: ``format=k8s``, :mod:`ma_jupyter.export`); ``GET /jobs/{id}/devenv`` (the job as a
+notebook that submits it again, :mod:`ma_jupyter.export.notebook`); ``GET
 /users/me``, and for admins ``GET|POST /users``, ``DELETE /users/{name}``, ``POST
 /users/{name}/token``; ``GET|DELETE /cache`` (the caller's persistent cache; every user's
 for admins).
@@ -42,6 +43,7 @@ from ..errors import (
     RefusedFile,
     Unauthorized,
 )
+from ..export import notebook as devenv_notebook
 from ..jobdir import PLACEHOLDER
 from ..models import (
     CacheInfo,
@@ -284,6 +286,22 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         job = access.check(store.get(job_id), user, Op.view)
         outputs = job.outputs_folder or job.spec.outputs or str(config.jobdir(job.id).outputs)
         return _export(job.spec, job.id, job.chosen_spec, outputs, fmt, image, mounts_as)
+
+    @app.get(f"{api}/jobs/{{job_id}}/devenv")
+    def devenv(job_id: str = JobId, user: Caller = Depends(authenticate)) -> dict:
+        # the seed's "create a development environment": it shows the job's spec and code, as
+        # cloning does, so viewing is enough; the code comes through the backend, never opened here
+        job = access.check(store.get(job_id), user, Op.view)
+        sources = None
+        if devenv_notebook.cell_script(job.spec) and job.spec.algorithm:
+            try:
+                sources = supervisor.backend.code_sources(job.spec)
+            except Exception:  # unreadable code: the notebook runs the job's command instead
+                sources = None
+        return {
+            "name": devenv_notebook.file_name(job),
+            "notebook": devenv_notebook.devenv_notebook(job, sources),
+        }
 
     @app.get(f"{api}/jobs", response_model=JobPage)
     def list_jobs(
