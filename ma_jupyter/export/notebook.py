@@ -28,9 +28,9 @@ Rules of the option line:
    ``--name`` and ``--spec`` always; submitting the line gives the job's spec again, but for
    the name's creation fields (creator, and the algorithm, which becomes a fresh snapshot of the
    same code).
-2. Values are quoted as a shell would (``shlex``), then ``$``, ``{`` and ``}`` are doubled:
-   IPython expands ``$name`` and ``{expression}`` in a magic's line, and the doubled forms are
-   its escapes, so ``${MASTER_PORT}`` reaches the job as written.
+2. Values are quoted as a shell would (``shlex``), then escaped for IPython, which expands
+   ``$name`` and ``{expression}`` in a magic's line (:func:`_escape`), so ``${MASTER_PORT}``
+   and ``$HOME`` reach the job as written.  A value with a line break cannot be carried (400).
 3. A secret is ``--secret-env {shlex.quote("NAME=" + SECRET_NAME)}``: the one expansion IPython
    is meant to make, from the parameters cell.
 4. ``--grace`` sets both the stop grace period and, with ``--resume``, the checkpoint's: when
@@ -43,6 +43,7 @@ import re
 import shlex
 from typing import Any
 
+from ..errors import InvalidSpec
 from ..models import (
     Access,
     CheckpointResume,
@@ -57,6 +58,8 @@ from ..models import (
 
 #: the folder name of a cell's code snapshot (``client/snapshot.py``'s ``new_snapshot``)
 _SNAPSHOT = r"-\d{8}-\d{6}-[0-9a-f]{6}$"
+#: a ``$`` IPython would read as the start of ``$name`` (or of its ``$$`` escape)
+_DOLLAR_NAME = re.compile(r"\$(?=[\w.$])")
 _DEFAULT = JobSpec(name="default", command="true")
 _DEFAULT_RESUME = CheckpointResume()
 
@@ -223,12 +226,29 @@ def _number(value: float) -> str:
 
 
 def _escape(text: str) -> str:
-    """Rule 2: IPython's escapes for ``$``, ``{`` and ``}`` in a magic's line."""
-    return text.replace("$", "$$").replace("{", "{{").replace("}", "}}")
+    """Rule 2: a quoted word as IPython must see it to hand the magic that word.
+
+    IPython formats a magic's line with ``str.format`` (``{expression}``) and its own ``$name``
+    (``$$`` is its escape, but not inside single quotes, where ``$name`` is left alone): a brace
+    is doubled, and a ``$`` that could start a ``$name`` becomes the expression ``{"$"}``, which
+    is the same everywhere.  ``${VAR}`` needs only its braces doubled: ``${{VAR}}``.
+    """
+    doubled = text.replace("{", "{{").replace("}", "}}")
+    return _DOLLAR_NAME.sub('{"$"}', doubled)
 
 
 def _line(words: list[str], spec: JobSpec) -> str:
-    """The option line: each word quoted and escaped (rule 2), then the secrets (rule 3)."""
+    """The option line: each word quoted and escaped (rule 2), then the secrets (rule 3).
+
+    Raises:
+        InvalidSpec: a value holds a line break, which a magic's line cannot carry.
+    """
+    for word in words:
+        if "\n" in word or "\r" in word:
+            raise InvalidSpec(
+                f"the job's {word.splitlines()[0][:60]!r}... spans several lines, which a notebook cell's option "
+                "line cannot carry: clone the job instead (ma-jupyter clone JOB)"
+            )
     line = " ".join(_escape(shlex.quote(w)) for w in words)
     for name in spec.secret_env:
         line += f' --secret-env {{shlex.quote("{name}=" + {_secret_variable(name)})}}'
