@@ -2,7 +2,7 @@
 
 Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
 [options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
-``devenv``, ``export``, ``specs``, ``nodes``, ``tensorboard``, ``cache``, ``whoami``, ``users
+``devenv``, ``export``, ``algorithms``, ``specs``, ``nodes``, ``tensorboard``, ``cache``, ``whoami``, ``users
 list|add|remove|token``.  A JOB argument is a job id or the exact name of a single job.
 
 ``export JOB --format k8s`` prints what the job would be on a Kubernetes cluster (YAML for
@@ -90,6 +90,12 @@ def build_cli() -> options.OptionsParser:
     jobs.add_argument("--creator", help="submitted by")
     jobs.add_argument("--spec", help="asked for this spec")
     jobs.add_argument("--outputs", help="outputs folder")
+    jobs.add_argument("--algorithm", metavar="FOLDER", help="running this algorithm folder")
+    jobs.add_argument(
+        "--favourites",
+        action="store_true",
+        help="running one of your favourite algorithms (see `algorithms`)",
+    )
     jobs.add_argument("--offset", type=int, default=0)
     jobs.add_argument("--limit", type=int, default=50)
     jobs.add_argument("--json", action="store_true", help="print JSON")
@@ -144,6 +150,18 @@ def build_cli() -> options.OptionsParser:
     _export_options(exported, dry_run=False)
     tensorboard = job_command("tensorboard", "open the job's TensorBoard (prints its URL)", json_flag=False)
     tensorboard.add_argument("--stop", action="store_true", help="stop it instead")
+
+    algorithms = commands.add_parser(
+        "algorithms",
+        help="your algorithm folders and favourites: ma-jupyter algorithms [favourite|unfavourite FOLDER]",
+        description="List the algorithm folders your jobs ran and the ones you marked favourite "
+        "(`ma-jupyter jobs --algorithm FOLDER` / `--favourites` lists their jobs), or mark and unmark one.",
+    )
+    algorithms.add_argument("action", nargs="?", choices=["list", "favourite", "unfavourite"], default="list")
+    algorithms.add_argument(
+        "folder", nargs="?", metavar="FOLDER", help="the algorithm folder to mark or unmark"
+    )
+    algorithms.add_argument("--json", action="store_true", help="print JSON")
 
     specs = commands.add_parser("specs", help="list the compute specs")
     specs.add_argument("--json", action="store_true", help="print JSON")
@@ -346,6 +364,8 @@ def _jobs(args: argparse.Namespace) -> int:
         outputs=args.outputs,
         offset=args.offset,
         limit=args.limit,
+        algorithm=args.algorithm,
+        favourites=args.favourites,
     )
     if args.json:
         _out(page.model_dump(mode="json"), args)
@@ -534,6 +554,30 @@ def _tensorboard(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _algorithms(args: argparse.Namespace) -> int:
+    client = Client()
+    if args.action != "list":
+        if not args.folder:
+            raise InvalidSpec(f"give the folder: ma-jupyter algorithms {args.action} FOLDER")
+        if args.action == "favourite":
+            marked = client.favourite(args.folder)
+            _out(marked.model_dump(mode="json") if args.json else f"favourite: {marked.path}", args)
+        else:
+            client.unfavourite(args.folder)
+            print(f"no longer a favourite: {args.folder}")
+        return EXIT_OK
+    if args.folder:
+        raise InvalidSpec("list takes no folder: ma-jupyter jobs --algorithm FOLDER lists a folder's jobs")
+    found = client.algorithms()
+    if args.json:
+        _out([a.model_dump(mode="json") for a in found], args)
+        return EXIT_OK
+    rows = [["FOLDER", "FAVOURITE", "YOUR JOBS"]]
+    rows += [[a.path, "yes" if a.favourite else "", str(a.jobs)] for a in found]
+    print(render.text_table(rows), end="")
+    return EXIT_OK
+
+
 def _specs(args: argparse.Namespace) -> int:
     specs = Client().specs()
     if args.json:
@@ -650,6 +694,7 @@ _COMMANDS = {
     "devenv": _devenv,
     "export": _export,
     "tensorboard": _tensorboard,
+    "algorithms": _algorithms,
     "specs": _specs,
     "nodes": _nodes,
     "cache": _cache,

@@ -296,18 +296,34 @@ class MaJupyterMagics(Magics):
 
     @line_magic
     def ma_jobs(self, line: str):
-        """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--limit N]``."""
+        """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--creator USER]
+        [--outputs TEXT] [--algorithm FOLDER] [--favourites] [--limit N]``."""
         parser = MagicParser(prog="%ma_jobs", description="List jobs, newest first.")
         parser.add_argument(
             "--status", action="append", choices=[s.value for s in JobStatus], help="repeatable filter"
         )
         parser.add_argument("--name", help="part of the job name")
         parser.add_argument("--spec", help="jobs asking for this spec")
+        parser.add_argument("--creator", help="jobs submitted by this user")
+        parser.add_argument("--outputs", help="jobs whose outputs folder contains this")
+        parser.add_argument("--algorithm", metavar="FOLDER", help="jobs running this algorithm folder")
+        parser.add_argument(
+            "--favourites", action="store_true", help="jobs running one of your favourite algorithms"
+        )
         parser.add_argument("--limit", type=int, default=50)
         args = _parse(parser, line)
         if args is None:
             return None
-        handles = get_client().jobs(name=args.name, status=args.status, spec=args.spec, limit=args.limit)
+        handles = get_client().jobs(
+            name=args.name,
+            status=args.status,
+            spec=args.spec,
+            creator=args.creator,
+            outputs=args.outputs,
+            limit=args.limit,
+            algorithm=args.algorithm,
+            favourites=args.favourites,
+        )
         rows = []
         for h in handles:
             job: Job = h.info
