@@ -11,6 +11,8 @@ LINE_MAGICS = [
     "ma_events",
     "ma_stop",
     "ma_delete",
+    "ma_update",
+    "ma_devenv",
     "ma_clone",
     "ma_specs",
     "ma_tensorboard",

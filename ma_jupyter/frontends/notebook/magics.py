@@ -480,6 +480,12 @@ class MaJupyterMagics(Magics):
             return None
         client = get_client()
         refs = list(dict.fromkeys(args.job))
+        if len(refs) == 1:  # one job: its refusal is the usual one-line typed error
+            handle = resolve_job(client, refs[0])
+            client.delete(handle.id, force=args.force)
+            notebook_record.forget(handle.id)
+            print(f"job {handle.id} ({handle.name}) deleted")
+            return None
         failed = []
         for ref in refs:
             try:
