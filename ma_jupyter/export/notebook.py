@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from decimal import Decimal
 from typing import Any
 
 from ..errors import InvalidSpec
@@ -222,7 +223,9 @@ def _suffix(path: str, writable: bool) -> str:
 
 def _number(value: float) -> str:
     """A number as the options read it: no exponent (``parse_duration`` takes digits only)."""
-    return str(int(value)) if float(value).is_integer() else format(value, "f").rstrip("0").rstrip(".")
+    if float(value).is_integer():
+        return str(int(value))
+    return format(Decimal(repr(float(value))), "f")  # the shortest exact digits, never 1e-07
 
 
 def _escape(text: str) -> str:

@@ -199,3 +199,20 @@ def test_cli_algorithms_and_jobs_filters(ma_cli, tmp_path):
     assert "fromfolder" not in ma_cli("jobs", "--favourites").stdout
     refused = ma_cli("algorithms", "favourite")
     assert refused.returncode == 2 and "give the folder" in refused.stderr
+
+
+def test_a_database_from_before_the_algorithm_filter_gets_its_jobs_folders(tmp_path):
+    from sqlalchemy import text
+
+    from ma_jupyter.models import Event, JobSpec, JobStatus
+    from ma_jupyter.service.store import Store
+
+    store = Store(tmp_path / "jobs.db")
+    spec = JobSpec(name="old", command="python x.py", algorithm="/data/algos/old/")
+    store.insert(Job(id="old-1", spec=spec), Event(job_id="old-1", status=JobStatus.queued, reason="queued"))
+    with store.engine.begin() as conn:  # the schema before the column existed
+        conn.execute(text("ALTER TABLE jobs DROP COLUMN algorithms"))
+    store.engine.dispose()
+    reopened = Store(tmp_path / "jobs.db")
+    assert [j.id for j in reopened.list(algorithms_in=["/data/algos/old"])[0]] == ["old-1"]
+    assert reopened.list(algorithms_in=["/data/algos"])[1] == 0
