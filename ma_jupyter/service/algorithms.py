@@ -96,10 +96,18 @@ class Favourites:
 
     def __init__(self, store: Store):
         self.store = store
-        favourites_table.create(store.engine, checkfirst=True)
+        self._made = False
+
+    def _table(self) -> None:
+        """Create the table at first use (an older database lacks it; an app built without a
+        store, to list its routes, never touches it)."""
+        if not self._made:
+            favourites_table.create(self.store.engine, checkfirst=True)
+            self._made = True
 
     def of(self, user: str) -> list[str]:
         """``user``'s favourites, oldest first."""
+        self._table()
         query = (
             select(favourites_table.c.path)
             .where(favourites_table.c.user == user)
@@ -116,6 +124,7 @@ class Favourites:
             Conflict: the user has :data:`MAX_FAVOURITES` already.
         """
         path = normalise(path, "path")
+        self._table()
         count = select(func.count()).select_from(favourites_table).where(favourites_table.c.user == user)
         with self.store._writing() as conn:  # the store's one writer (and its disk-full rule)
             exists = conn.execute(
@@ -139,6 +148,7 @@ class Favourites:
     def remove(self, user: str, path: str) -> bool:
         """Unmark ``path``; whether it was a favourite."""
         path = normalise(path, "path")
+        self._table()
         with self.store._writing() as conn:
             result = conn.execute(
                 delete(favourites_table).where(
