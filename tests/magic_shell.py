@@ -13,6 +13,7 @@ LINE_MAGICS = [
     "ma_delete",
     "ma_update",
     "ma_devenv",
+    "ma_algorithms",
     "ma_clone",
     "ma_specs",
     "ma_tensorboard",

@@ -109,7 +109,11 @@ def test_ma_jobs_filters_by_algorithm_favourites_creator_and_outputs(ma_shell, t
     text = Run(ma_shell, "%ma_jobs --algorithm {folder}").text()
     assert "mnist" in text and "resnet" not in text
     assert "no jobs match" in Run(ma_shell, "%ma_jobs --favourites").text()
-    client.favourite(str(tmp_path / "resnet"))
+    ma_shell.user_ns["other"] = str(tmp_path / "resnet")
+    marked = Run(ma_shell, "%ma_algorithms favourite {other}")
+    assert marked.error is None and marked.stdout.strip() == f"favourite: {tmp_path / 'resnet'}"
+    table = Run(ma_shell, "%ma_algorithms").text()
+    assert str(tmp_path / "resnet") in table and str(tmp_path / "mnist") in table
     text = Run(ma_shell, "%ma_jobs --favourites").text()
     assert "resnet" in text and "mnist" not in text
     me = client.whoami().name

@@ -4,7 +4,7 @@
 copy of ``--code-dir`` when given), submits the job with the options of ``ma-jupyter submit``
 (one parser: :mod:`ma_jupyter.frontends.options`), follows its logs live in the cell and returns a
 :class:`~ma_jupyter.client.JobHandle`.  The line magics ``%ma_jobs``, ``%ma_logs``,
-``%ma_events``, ``%ma_stop``, ``%ma_delete``, ``%ma_update``, ``%ma_clone``, ``%ma_devenv``, ``%ma_specs``,
+``%ma_events``, ``%ma_stop``, ``%ma_delete``, ``%ma_update``, ``%ma_clone``, ``%ma_devenv``, ``%ma_algorithms``, ``%ma_specs``,
 ``%ma_tensorboard`` and ``%ma_attach`` each take ``--help``.
 
 Bad arguments become one ``UsageError`` line, and the typed errors of :mod:`ma_jupyter.errors`
@@ -351,6 +351,39 @@ class MaJupyterMagics(Magics):
             render.table_bundle(["id", "name", "status", "mode", "nodes", "spec", "created", "reason"], rows),
             raw=True,
         )
+        return None
+
+    @line_magic
+    def ma_algorithms(self, line: str):
+        """Your algorithm folders and favourites: ``%ma_algorithms [favourite|unfavourite FOLDER]``.
+
+        Lists the folders your jobs ran and the ones you marked favourite (``%ma_jobs
+        --algorithm FOLDER`` / ``--favourites`` lists their jobs), or marks and unmarks one.
+        """
+        parser = MagicParser(prog="%ma_algorithms", description="Your algorithm folders and favourites.")
+        parser.add_argument("action", nargs="?", choices=["list", "favourite", "unfavourite"], default="list")
+        parser.add_argument("folder", nargs="?", metavar="FOLDER", help="the folder to mark or unmark")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        client = get_client()
+        if args.action != "list":
+            if not args.folder:
+                raise UsageError(f"%ma_algorithms {args.action} needs the FOLDER")
+            if args.action == "favourite":
+                print(f"favourite: {client.favourite(args.folder).path}")
+            else:
+                client.unfavourite(args.folder)
+                print(f"no longer a favourite: {args.folder}")
+            return None
+        found = client.algorithms()
+        if not found:
+            print("no algorithm folders yet: jobs with --code-dir (or a shipped folder) add theirs")
+            return None
+        from IPython.display import display
+
+        rows = [[a.path, "yes" if a.favourite else "", a.jobs] for a in found]
+        display(render.table_bundle(["folder", "favourite", "your jobs"], rows), raw=True)
         return None
 
     @line_magic
