@@ -39,6 +39,7 @@ Rules of the option line:
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from decimal import Decimal
@@ -92,9 +93,10 @@ def devenv_notebook(job: Job, sources: dict[str, str] | None) -> dict[str, Any]:
     script = cell_script(spec)
     body = (sources or {}).get(script) if script else None
     if body is not None:
-        own_snapshot = re.search(re.escape(spec.name) + _SNAPSHOT, spec.algorithm or "") and set(
-            sources or {}
-        ) == {script}
+        folder = posixpath.basename(posixpath.normpath(spec.algorithm or "/"))
+        own_snapshot = re.fullmatch(re.escape(spec.name) + _SNAPSHOT, folder) and set(sources or {}) == {
+            script
+        }
         if not own_snapshot and spec.algorithm:
             words += ["--code-dir", spec.algorithm]
         source = "%%ma_train " + _line(words, spec) + "\n" + body.rstrip("\n")

@@ -165,3 +165,25 @@ def test_devenv_magic_writes_the_notebook_and_links_it(ma_shell, tmp_path, monke
     assert second.result.result == str(tmp_path / "linked-devenv-2.ipynb")
     refused = Run(ma_shell, "%ma_devenv no-such-job")
     assert refused.error is not None and "no job" in refused.stdout + refused.stderr
+
+
+def test_a_cell_job_with_a_code_dir_keeps_its_folder(ma_shell, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "helper.py").write_text("WORD = 'from the helper'\n")
+    ma_shell.user_ns["code_dir"] = str(code)
+    first = Run(
+        ma_shell,
+        "%%ma_train --name withhelper --code-dir {code_dir} --out original\nimport helper\nprint(helper.WORD)\n",
+    )
+    assert first.error is None, first.stdout + first.stderr
+    original = ma_shell.user_ns["original"].info
+    client = session.get_client()
+    train = _cells(client.devenv(original.id)["notebook"])["train"]["source"]
+    # the snapshot holds more than the cell: it is the code folder of the new job too
+    assert f"--code-dir {original.spec.algorithm}" in train and train.endswith("print(helper.WORD)")
+    again = _run_cells(ma_shell, client.devenv(original.id)["notebook"])
+    assert again.error is None, again.stdout + again.stderr
+    assert "from the helper" in again.job_text()
+    resubmitted = next(h.info for h in client.jobs(name="withhelper") if h.id != original.id)
+    _same_job(original.spec, resubmitted.spec)
