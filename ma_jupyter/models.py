@@ -735,6 +735,21 @@ class UserToken(User):
     token: str
 
 
+class Algorithm(Strict):
+    """An algorithm folder of the caller's: one their jobs used (the seed's "my algorithm
+    volumes") or one they marked a favourite (its "favourite algorithms")."""
+
+    path: str = Field(description="The folder, an absolute normalised path.")
+    favourite: bool = False
+    jobs: int = Field(default=0, description="How many of the caller's jobs use it.")
+
+
+class FavouriteAlgorithm(Strict):
+    """``POST /algorithms/favourites``: the folder to mark."""
+
+    path: Path_ = Field(description="An absolute folder path.")
+
+
 class CacheInfo(Strict):
     """One user's persistent cache (``~/.cache`` in their jobs' nodes) and what it holds."""
 
