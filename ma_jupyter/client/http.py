@@ -37,6 +37,7 @@ from ..models import (
     JobPage,
     JobSpec,
     JobStatus,
+    JobType,
     LogChunk,
     LogStream,
     Node,
@@ -398,6 +399,8 @@ class Client:
         outputs: str | None = None,
         offset: int = 0,
         limit: int = 50,
+        *,
+        type: str | JobType | None = None,
     ) -> list[JobHandle]:
         """Jobs, newest first, filtered.
 
@@ -408,11 +411,12 @@ class Client:
             spec: a spec name the job asked for.
             outputs: its outputs folder.
             offset, limit: paging.
+            type: ``regular`` or ``batch`` jobs only.
 
         Returns:
             Handles of the matching jobs on this page (see :meth:`job_page` for the total).
         """
-        page = self.job_page(name, status, creator, spec, outputs, offset, limit)
+        page = self.job_page(name, status, creator, spec, outputs, offset, limit, type=type)
         return [JobHandle(self, job) for job in page.items]
 
     def job_page(
@@ -424,6 +428,8 @@ class Client:
         outputs: str | None = None,
         offset: int = 0,
         limit: int = 50,
+        *,
+        type: str | JobType | None = None,
     ) -> JobPage:
         """Like :meth:`jobs`, as the service's page (``items`` and ``total``)."""
         statuses = status if isinstance(status, list) else [status] if status else []
@@ -433,6 +439,7 @@ class Client:
             "creator": creator,
             "spec": spec,
             "outputs": outputs,
+            "type": JobType(type).value if type else None,
             "offset": offset,
             "limit": limit,
         }

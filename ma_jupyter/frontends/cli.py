@@ -30,7 +30,7 @@ from ..client import Client, JobHandle
 from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NotFound
-from ..models import Job, JobStatus, clone_name
+from ..models import Job, JobStatus, JobType, clone_name
 from . import options, render
 
 #: seconds between looks at a followed job's status (its nodes, its end)
@@ -87,6 +87,7 @@ def build_cli() -> options.OptionsParser:
     jobs.add_argument("--creator", help="submitted by")
     jobs.add_argument("--spec", help="asked for this spec")
     jobs.add_argument("--outputs", help="outputs folder")
+    jobs.add_argument("--type", choices=[t.value for t in JobType], help="regular or batch jobs only")
     jobs.add_argument("--offset", type=int, default=0)
     jobs.add_argument("--limit", type=int, default=50)
     jobs.add_argument("--json", action="store_true", help="print JSON")
@@ -326,6 +327,7 @@ def _jobs(args: argparse.Namespace) -> int:
         outputs=args.outputs,
         offset=args.offset,
         limit=args.limit,
+        type=args.type,
     )
     if args.json:
         _out(page.model_dump(mode="json"), args)

@@ -50,6 +50,7 @@ from ..models import (
     JobPage,
     JobSpec,
     JobStatus,
+    JobType,
     LogChunk,
     LogStream,
     NewUser,
@@ -294,6 +295,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         outputs: str | None = Query(default=None, max_length=MAX_TEXT),
         offset: int = Query(default=0, ge=0, le=MAX_OFFSET),
         limit: int = Query(default=50, ge=1, le=500),
+        type: JobType | None = Query(default=None),
         user: Caller = Depends(authenticate),
     ) -> JobPage:
         # the store filters what the caller may see, so pages and the total count only those
@@ -306,6 +308,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
             offset=offset,
             limit=limit,
             viewer=None if user.admin else user.name,
+            type=type.value if type else None,
         )
         return JobPage(
             items=[_with_queue_position(j) for j in items], total=total, offset=offset, limit=limit

@@ -374,6 +374,7 @@ class Store:
         offset: int = 0,
         limit: int = 50,
         viewer: str | None = None,
+        type: str | None = None,
     ) -> tuple[list[Job], int]:
         """Jobs newest first, filtered; returns (page, total matching).
 
@@ -404,6 +405,10 @@ class Store:
             conditions.append((" " + jobs_table.c.specs + " ").contains(f" {spec} ", autoescape=True))
         if outputs:
             conditions.append(jobs_table.c.outputs.contains(outputs, autoescape=True))
+        if type:  # read from the job's JSON: no column (and no migration) for a rare filter
+            conditions.append(
+                func.coalesce(func.json_extract(jobs_table.c.job, "$.spec.type"), "regular") == type
+            )
         for cond in conditions:
             page = page.where(cond)
             count = count.where(cond)

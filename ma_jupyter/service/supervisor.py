@@ -670,6 +670,10 @@ class Supervisor:
         datasets as given rather than their prepared copies)."""
         spec = job.spec if dry else self._effective_spec(job)
         plans = plan_job(spec, placement)
+        if spec.type.value == "batch" and job.attempt:
+            # a restarted batch job runs again only the tasks that did not succeed
+            done = {r.name for r in job.nodes if r.state == "exited" and r.exit_code == 0}
+            plans = [p for p in plans if p.name not in done]
         for node in plans:
             # A resumed or restarted attempt tells the training code so it can load its checkpoint.
             node.env.update(policies.attempt_env(job))
@@ -754,8 +758,11 @@ class Supervisor:
             return
         self._placements[job.id] = placement
         where = ", ".join(f"{r.name}@{r.host}" for r in runs)
+        # the batch tasks that succeeded earlier keep their record beside this attempt's
+        launched = {r.name for r in runs}
+        kept = [r for r in job.nodes if r.name not in launched] if job.spec.type.value == "batch" else []
         updates = {
-            "nodes": runs,
+            "nodes": sorted(kept + runs, key=lambda r: r.index) if kept else runs,
             "chosen_spec": placement.spec.name,
             "workspace_isolation": self.backend.isolation(),
         }
@@ -797,10 +804,21 @@ class Supervisor:
                 log.warning("job %s: %s", job.id, end.reason)
             self._finish(job, attempt, end)
             return
-        runs = [self.backend.poll(attempt, r) for r in job.nodes]
+        # a batch task that succeeded in an earlier attempt is not run again: its result stands
+        current = {plan.name for plan in attempt.plans}
+        runs = [self.backend.poll(attempt, r) if r.name in current else r for r in job.nodes]
         if runs != job.nodes:
             job = job.model_copy(update={"nodes": runs})
             self.store.save(job)
+        if job.spec.type.value == "batch":
+            end = policies.on_batch(job, runs, lambda run: self._failure_reason(attempt, run))
+            if end is not None:
+                if end.failed is not None:
+                    full = self._full_disk(job, attempt, now=True)
+                    if full is not None:
+                        end = policies.on_failure(job, end.failed, end.reason, full)
+                self._finish(job, attempt, end)
+            return
         failed = policies.first_failure(runs)
         if failed is not None:
 
@@ -927,7 +945,8 @@ class Supervisor:
                 live = policies.live_nodes(job.nodes)
                 if live:
                     self.backend.stop(attempt, live, end.grace)
-                polled = [self.backend.poll(attempt, r) for r in job.nodes]
+                current = {plan.name for plan in attempt.plans}
+                polled = [self.backend.poll(attempt, r) if r.name in current else r for r in job.nodes]
                 final = policies.final_node_states(polled, end.failed)
                 text = _call_reason(end.reason)
                 with self._lock:
