@@ -796,6 +796,19 @@ class CacheInfo(Strict):
     files: int = 0
 
 
+class PreparedData(Strict):
+    """One prepared copy of a dataset source, shared by the jobs that name that source."""
+
+    key: str = Field(description="Its store key (source path and contents, see service/prepared.py).")
+    source: str
+    path: str = Field(description="The copy on the service's machine.")
+    bytes: int = 0
+    files: int = 0
+    created: float = 0.0
+    last_used: float = Field(default=0.0, description="When a job last took or gave it back (epoch s).")
+    jobs: list[str] = Field(default=[], description="The queued or running jobs that use it.")
+
+
 def json_schemas() -> dict[str, Any]:
     """JSON schemas of the wire models, for the labextension's generated TypeScript types."""
     return {

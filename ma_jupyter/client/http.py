@@ -42,6 +42,7 @@ from ..models import (
     LogStream,
     Node,
     Plan,
+    PreparedData,
     Spec,
     User,
     UserToken,
@@ -633,6 +634,15 @@ class Client:
         """Empty the caller's persistent cache; what it held.  Refused (Conflict) while a job of
         the caller runs."""
         return CacheInfo.model_validate(self._request("DELETE", "/cache"))
+
+    def prepared_data(self) -> list[PreparedData]:
+        """Data preparation's shared copies that the caller's jobs took (every one for admins),
+        with their sizes and the jobs using them; expired ones are removed first."""
+        return [PreparedData.model_validate(d) for d in self._request("GET", "/data")]
+
+    def remove_prepared_data(self, key: str) -> PreparedData:
+        """Remove one prepared copy now; what it was.  Refused (Conflict) while a job uses it."""
+        return PreparedData.model_validate(self._request("DELETE", f"/data/{key}"))
 
     # ------------------------------------------------------------------------ service
 

@@ -10,7 +10,8 @@ terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events
 manifests: ``format=k8s``, :mod:`ma_jupyter.export`); ``GET
 /users/me``, and for admins ``GET|POST /users``, ``DELETE /users/{name}``, ``POST
 /users/{name}/token``; ``GET|DELETE /cache`` (the caller's persistent cache; every user's
-for admins).
+for admins); ``GET /data``, ``DELETE /data/{key}`` (data preparation's shared copies: those the
+caller's jobs took, every one for admins; removal refused while a job uses it).
 
 Errors are the typed errors of :mod:`ma_jupyter.errors` as ``{"error", "message", "field"}``
 bodies.  The caller is the user of the request's token (:mod:`.users`); what it may do with a
@@ -56,6 +57,7 @@ from ..models import (
     NewUser,
     Node,
     Plan,
+    PreparedData,
     Priority,
     Spec,
     User,
@@ -500,6 +502,19 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     @app.delete(f"{api}/cache", response_model=CacheInfo)
     def clear_cache(user: Caller = Depends(authenticate)) -> CacheInfo:
         return supervisor.clear_cache(user.name)
+
+    # ------------------------------------------------------------------ prepared data
+
+    @app.get(f"{api}/data", response_model=list[PreparedData])
+    def prepared_data(user: Caller = Depends(authenticate)) -> list[PreparedData]:
+        # the copies the caller's jobs took; every copy for admins
+        return supervisor.prepared_data(None if user.admin else user.name)
+
+    @app.delete(f"{api}/data/{{key}}", response_model=PreparedData)
+    def remove_prepared_data(
+        key: str = Path(pattern=r"^[0-9a-f]{1,64}$", max_length=64), user: Caller = Depends(authenticate)
+    ) -> PreparedData:
+        return supervisor.remove_prepared(key, None if user.admin else user.name)
 
     # ------------------------------------------------------------------------- users
 
