@@ -289,24 +289,30 @@ class MaJupyterMagics(Magics):
 
     @line_magic
     def ma_jobs(self, line: str):
-        """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--limit N]``."""
+        """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--type batch]
+        [--limit N]``; a batch job's status counts its tasks by status."""
         parser = MagicParser(prog="%ma_jobs", description="List jobs, newest first.")
         parser.add_argument(
             "--status", action="append", choices=[s.value for s in JobStatus], help="repeatable filter"
         )
         parser.add_argument("--name", help="part of the job name")
         parser.add_argument("--spec", help="jobs asking for this spec")
+        parser.add_argument("--type", choices=["regular", "batch"], help="regular or batch jobs only")
         parser.add_argument("--limit", type=int, default=50)
         args = _parse(parser, line)
         if args is None:
             return None
-        handles = get_client().jobs(name=args.name, status=args.status, spec=args.spec, limit=args.limit)
+        handles = get_client().jobs(
+            name=args.name, status=args.status, spec=args.spec, limit=args.limit, type=args.type
+        )
         rows = []
         for h in handles:
             job: Job = h.info
             status = job.status.value
             if job.status is JobStatus.queued and job.queue_position is not None:
                 status += f" (#{job.queue_position + 1})"
+            if job.tasks:
+                status += f"; tasks: {render.task_summary(job)}"
             rows.append(
                 [
                     job.id,
