@@ -172,11 +172,6 @@ class PreparedStore:
                     meta["last_used"] = time.time()
                     self._write_meta(entry, meta)
 
-    def contains(self, path: str) -> bool:
-        """Whether ``path`` (resolved) lies inside the store."""
-        root = str(self.root.resolve()) if self.root.exists() else str(self.root)
-        return path == root or path.startswith(root + "/")
-
     # ------------------------------------------------------------------------ admin
 
     def entries(self, live: Callable[[str], bool], user: str | None = None) -> list[PreparedData]:
