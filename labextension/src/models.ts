@@ -111,6 +111,7 @@ export interface Job {
   workspace_isolation?: "bubblewrap" | "symlink" | "none" | null;
   tensorboard_url?: string | null;
   outputs_folder?: string | null;
+  tasks?: Array<TaskState>;
 }
 
 /** One page of a job listing. */
@@ -339,6 +340,20 @@ export interface Spec {
   emulated?: boolean;
   driver_versions?: Array<string>;
   description?: string;
+}
+
+/**
+ * One task of a batch job as it stands: a task has its own status, so one failing task
+ * leaves the others running to their own end (the job fails once they all have).
+ */
+export interface TaskState {
+  /** The node that runs it, e.g. task-0. */
+  name: string;
+  index?: number;
+  /** Its subfolder of the job's outputs folder (<name>-<N>). */
+  outputs?: string;
+  status?: "queued" | "running" | "succeeded" | "failed" | "stopped";
+  exit_code?: number | null;
 }
 
 /** A writable storage volume shown at `/workspace/volume/<name>`. */

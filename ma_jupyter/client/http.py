@@ -38,10 +38,12 @@ from ..models import (
     JobPage,
     JobSpec,
     JobStatus,
+    JobType,
     LogChunk,
     LogStream,
     Node,
     Plan,
+    PreparedData,
     Spec,
     User,
     UserToken,
@@ -402,6 +404,7 @@ class Client:
         *,
         algorithm: str | None = None,
         favourites: bool = False,
+        type: str | JobType | None = None,
     ) -> list[JobHandle]:
         """Jobs, newest first, filtered.
 
@@ -414,12 +417,22 @@ class Client:
             offset, limit: paging.
             algorithm: the algorithm folder it runs (relative to the current directory).
             favourites: only jobs running one of this user's favourite algorithms.
+            type: ``regular`` or ``batch`` jobs only.
 
         Returns:
             Handles of the matching jobs on this page (see :meth:`job_page` for the total).
         """
         page = self.job_page(
-            name, status, creator, spec, outputs, offset, limit, algorithm=algorithm, favourites=favourites
+            name,
+            status,
+            creator,
+            spec,
+            outputs,
+            offset,
+            limit,
+            algorithm=algorithm,
+            favourites=favourites,
+            type=type,
         )
         return [JobHandle(self, job) for job in page.items]
 
@@ -435,6 +448,7 @@ class Client:
         *,
         algorithm: str | None = None,
         favourites: bool = False,
+        type: str | JobType | None = None,
     ) -> JobPage:
         """Like :meth:`jobs`, as the service's page (``items`` and ``total``)."""
         statuses = status if isinstance(status, list) else [status] if status else []
@@ -446,6 +460,7 @@ class Client:
             "outputs": outputs,
             "algorithm": host_path(algorithm, Path.cwd()) if algorithm else None,
             "favourites": "true" if favourites else None,
+            "type": JobType(type).value if type else None,
             "offset": offset,
             "limit": limit,
         }
@@ -668,6 +683,15 @@ class Client:
         """Empty the caller's persistent cache; what it held.  Refused (Conflict) while a job of
         the caller runs."""
         return CacheInfo.model_validate(self._request("DELETE", "/cache"))
+
+    def prepared_data(self) -> list[PreparedData]:
+        """Data preparation's shared copies that the caller's jobs took (every one for admins),
+        with their sizes and the jobs using them; expired ones are removed first."""
+        return [PreparedData.model_validate(d) for d in self._request("GET", "/data")]
+
+    def remove_prepared_data(self, key: str) -> PreparedData:
+        """Remove one prepared copy now; what it was.  Refused (Conflict) while a job uses it."""
+        return PreparedData.model_validate(self._request("DELETE", f"/data/{key}"))
 
     # ------------------------------------------------------------------------ service
 

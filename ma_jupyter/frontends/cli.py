@@ -2,7 +2,7 @@
 
 Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
 [options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
-``devenv``, ``export``, ``algorithms``, ``specs``, ``nodes``, ``tensorboard``, ``cache``, ``whoami``, ``users
+``devenv``, ``export``, ``algorithms``, ``specs``, ``nodes``, ``tensorboard``, ``cache``, ``data list|rm``, ``whoami``, ``users
 list|add|remove|token``.  A JOB argument is a job id or the exact name of a single job.
 
 ``export JOB --format k8s`` prints what the job would be on a Kubernetes cluster (YAML for
@@ -25,6 +25,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..client import Client, JobHandle
 from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NotFound
-from ..models import Job, JobStatus, clone_name
+from ..models import Job, JobStatus, JobType, clone_name
 from . import options, render
 
 #: seconds between looks at a followed job's status (its nodes, its end)
@@ -96,6 +97,7 @@ def build_cli() -> options.OptionsParser:
         action="store_true",
         help="running one of your favourite algorithms (see `algorithms`)",
     )
+    jobs.add_argument("--type", choices=[t.value for t in JobType], help="regular or batch jobs only")
     jobs.add_argument("--offset", type=int, default=0)
     jobs.add_argument("--limit", type=int, default=50)
     jobs.add_argument("--json", action="store_true", help="print JSON")
@@ -195,6 +197,19 @@ def build_cli() -> options.OptionsParser:
     cache.add_argument("--clear", action="store_true", help="empty it (refused while a job of yours runs)")
     cache.add_argument("--all", action="store_true", help="every user's (admins only)")
     cache.add_argument("--json", action="store_true", help="print JSON")
+    data = commands.add_parser(
+        "data",
+        help="list (or remove) prepared data, the dataset copies jobs with --data-preparation share",
+        description="Jobs with --data-preparation read copies of their datasets, shared by every job "
+        "naming the same unchanged source and removed after the retention an admin sets ([data] "
+        "retention in cluster.toml, default 7 days).",
+    )
+    data_actions = data.add_subparsers(dest="action", required=True)
+    data_list = data_actions.add_parser("list", help="the copies your jobs took (every one for admins)")
+    data_list.add_argument("--json", action="store_true", help="print JSON")
+    data_rm = data_actions.add_parser("rm", help="remove a copy now (refused while a job uses it)")
+    data_rm.add_argument("key", metavar="KEY", help="its key, from data list")
+    data_rm.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -366,6 +381,7 @@ def _jobs(args: argparse.Namespace) -> int:
         limit=args.limit,
         algorithm=args.algorithm,
         favourites=args.favourites,
+        type=args.type,
     )
     if args.json:
         _out(page.model_dump(mode="json"), args)
@@ -677,6 +693,27 @@ def _cache(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _data(args: argparse.Namespace) -> int:
+    client = Client()
+    if args.action == "rm":
+        gone = client.remove_prepared_data(args.key)
+        if args.json:
+            _out(gone.model_dump(mode="json"), args)
+        else:
+            print(f"removed prepared data {gone.key} ({render.size(gone.bytes)}, copy of {gone.source})")
+        return EXIT_OK
+    found = client.prepared_data()
+    if args.json:
+        _out([d.model_dump(mode="json") for d in found], args)
+        return EXIT_OK
+    rows = [["KEY", "SIZE", "FILES", "LAST USED", "JOBS", "SOURCE"]]
+    for d in found:
+        used = render.clock(datetime.fromtimestamp(d.last_used, UTC))
+        rows.append([d.key, render.size(d.bytes), str(d.files), used, ",".join(d.jobs) or "-", d.source])
+    print(render.text_table(rows), end="")
+    return EXIT_OK
+
+
 _COMMANDS = {
     "service": _service,
     "submit": _submit,
@@ -698,6 +735,7 @@ _COMMANDS = {
     "specs": _specs,
     "nodes": _nodes,
     "cache": _cache,
+    "data": _data,
 }
 
 

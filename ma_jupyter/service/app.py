@@ -13,7 +13,8 @@ manifests: ``format=k8s``, :mod:`ma_jupyter.export`); ``GET /jobs/{id}/devenv`` 
 notebook that submits it again, :mod:`ma_jupyter.export.notebook`); ``GET
 /users/me``, and for admins ``GET|POST /users``, ``DELETE /users/{name}``, ``POST
 /users/{name}/token``; ``GET|DELETE /cache`` (the caller's persistent cache; every user's
-for admins).
+for admins); ``GET /data``, ``DELETE /data/{key}`` (data preparation's shared copies: those the
+caller's jobs took, every one for admins; removal refused while a job uses it).
 
 Errors are the typed errors of :mod:`ma_jupyter.errors` as ``{"error", "message", "field"}``
 bodies.  The caller is the user of the request's token (:mod:`.users`); what it may do with a
@@ -56,11 +57,13 @@ from ..models import (
     JobPage,
     JobSpec,
     JobStatus,
+    JobType,
     LogChunk,
     LogStream,
     NewUser,
     Node,
     Plan,
+    PreparedData,
     Priority,
     Spec,
     User,
@@ -325,6 +328,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         ),
         offset: int = Query(default=0, ge=0, le=MAX_OFFSET),
         limit: int = Query(default=50, ge=1, le=500),
+        type: JobType | None = Query(default=None),
         user: Caller = Depends(authenticate),
     ) -> JobPage:
         # the store filters what the caller may see, so pages and the total count only those
@@ -338,6 +342,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
             offset=offset,
             limit=limit,
             viewer=None if user.admin else user.name,
+            type=type.value if type else None,
         )
         return JobPage(
             items=[_with_queue_position(j) for j in items], total=total, offset=offset, limit=limit
@@ -562,6 +567,19 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     @app.delete(f"{api}/cache", response_model=CacheInfo)
     def clear_cache(user: Caller = Depends(authenticate)) -> CacheInfo:
         return supervisor.clear_cache(user.name)
+
+    # ------------------------------------------------------------------ prepared data
+
+    @app.get(f"{api}/data", response_model=list[PreparedData])
+    def prepared_data(user: Caller = Depends(authenticate)) -> list[PreparedData]:
+        # the copies the caller's jobs took; every copy for admins
+        return supervisor.prepared_data(None if user.admin else user.name)
+
+    @app.delete(f"{api}/data/{{key}}", response_model=PreparedData)
+    def remove_prepared_data(
+        key: str = Path(pattern=r"^[0-9a-f]{1,64}$", max_length=64), user: Caller = Depends(authenticate)
+    ) -> PreparedData:
+        return supervisor.remove_prepared(key, None if user.admin else user.name)
 
     # ------------------------------------------------------------------------- users
 

@@ -24,6 +24,9 @@ then the nodes are polled, and:
 8. every primary node having exited with code 0 ends it as ``succeeded`` (other nodes, such as
    parameter servers, are stopped).
 
+A batch job's tasks are independent runs, so rules 6 and 8 become one (:func:`on_batch`): the
+job ends once every task has ended, failed if any task failed, naming them all.
+
 When an attempt has been wound down (:func:`settle`), a stop or delete requested meanwhile wins
 over putting the job back in the queue.
 """
@@ -294,6 +297,32 @@ def on_perf(
             return None, End(JobStatus.queued, reason, resume.grace_period, requeue=True)
         return (None if alerted else what), None
     return None, None
+
+
+def on_batch(job: Job, runs: Sequence[NodeRun], reason: Callable[[NodeRun], str]) -> End | None:
+    """Rules 6 and 8 for a batch job, whose tasks are independent runs: a failing task leaves its
+    siblings running, and the job ends once every task has ended (None while one still runs).
+
+    Every task succeeded: the job succeeded.  Otherwise the failure names every failed task
+    (``reason`` gives the first one's details); a fault restart or checkpoint resume left puts
+    the job back in the queue, where its next attempt runs the failed tasks only (the tasks that
+    succeeded keep their result); else the job ends in ``error`` with the first failed task's
+    exit code.
+    """
+    if any(r.state in ("running", "pending") for r in runs):
+        return None
+    failed = [r for r in runs if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)]
+    if not failed:
+        return on_success(runs)
+    names = ", ".join(r.name for r in failed)
+    first = failed[0]
+
+    def text() -> str:
+        done = len(runs) - len(failed)
+        head = f"{len(failed)} of {len(runs)} task(s) failed ({names}); {done} succeeded"
+        return f"{head}: {reason(first)}"
+
+    return on_failure(job, first, text)
 
 
 def on_success(runs: Sequence[NodeRun]) -> End | None:

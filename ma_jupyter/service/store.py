@@ -387,6 +387,7 @@ class Store:
         limit: int = 50,
         viewer: str | None = None,
         algorithms_in: Sequence[str] | None = None,
+        type: str | None = None,
     ) -> tuple[list[Job], int]:
         """Jobs newest first, filtered; returns (page, total matching).
 
@@ -422,6 +423,10 @@ class Store:
             conditions.append(jobs_table.c.outputs.contains(outputs, autoescape=True))
         if algorithms_in is not None:
             conditions.append(algorithms.matches(jobs_table.c.algorithms, algorithms_in))
+        if type:  # read from the job's JSON: no column (and no migration) for a rare filter
+            conditions.append(
+                func.coalesce(func.json_extract(jobs_table.c.job, "$.spec.type"), "regular") == type
+            )
         for cond in conditions:
             page = page.where(cond)
             count = count.where(cond)

@@ -297,7 +297,8 @@ class MaJupyterMagics(Magics):
     @line_magic
     def ma_jobs(self, line: str):
         """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--creator USER]
-        [--outputs TEXT] [--algorithm FOLDER] [--favourites] [--limit N]``."""
+        [--outputs TEXT] [--algorithm FOLDER] [--favourites] [--type batch] [--limit N]``; a batch
+        job's status counts its tasks by status."""
         parser = MagicParser(prog="%ma_jobs", description="List jobs, newest first.")
         parser.add_argument(
             "--status", action="append", choices=[s.value for s in JobStatus], help="repeatable filter"
@@ -310,6 +311,7 @@ class MaJupyterMagics(Magics):
         parser.add_argument(
             "--favourites", action="store_true", help="jobs running one of your favourite algorithms"
         )
+        parser.add_argument("--type", choices=["regular", "batch"], help="regular or batch jobs only")
         parser.add_argument("--limit", type=int, default=50)
         args = _parse(parser, line)
         if args is None:
@@ -323,6 +325,7 @@ class MaJupyterMagics(Magics):
             limit=args.limit,
             algorithm=args.algorithm,
             favourites=args.favourites,
+            type=args.type,
         )
         rows = []
         for h in handles:
@@ -330,6 +333,8 @@ class MaJupyterMagics(Magics):
             status = job.status.value
             if job.status is JobStatus.queued and job.queue_position is not None:
                 status += f" (#{job.queue_position + 1})"
+            if job.tasks:
+                status += f"; tasks: {render.task_summary(job)}"
             rows.append(
                 [
                     job.id,
