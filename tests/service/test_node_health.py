@@ -193,3 +193,18 @@ def test_an_elastic_job_scales_up_when_nodes_free(request, ma_home, tmp_path, in
     said = events(svc, job)
     assert any(r.startswith("elastic scale-up: 2 of 2 nodes fit now") for r in said)
     assert not any("started with" in r for r in said[said.index(next(r for r in said if "scale-up" in r)) :])
+
+
+def test_the_cli_drains_and_undrains_a_node(ma_cli):
+    drained = ma_cli("nodes", "drain", "node-1", "--reason", "disk check")
+    assert drained.returncode == 0, drained.stderr
+    said = drained.stdout.strip()
+    assert said.startswith("node-1: drained (drained by ") and said.endswith(": disk check)")
+    table = ma_cli("nodes").stdout
+    row = next(line for line in table.splitlines() if line.startswith("node-1"))
+    assert "drained" in row and ": disk check" in table
+    assert ma_cli("nodes", "drain").returncode == 2  # no node named
+    missing = ma_cli("nodes", "drain", "node-99")
+    assert missing.returncode != 0 and "no node 'node-99'" in missing.stderr
+    back = ma_cli("nodes", "undrain", "node-1")
+    assert back.returncode == 0 and back.stdout.strip() == "node-1: idle"
