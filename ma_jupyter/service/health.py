@@ -78,11 +78,16 @@ class NodeHealth:
                 self._save()
             return mark
 
+    def snapshot(self) -> dict[str, Mark]:
+        """The marks now (a copy: a drain or undrain may come while the caller reads it)."""
+        with self._lock:
+            return dict(self.marks)
+
     def annotate(self, views: list[Node]) -> list[Node]:
         """The node views with the reason of each mark in ``health``."""
+        marks = self.snapshot()
         return [
-            v.model_copy(update={"health": self.marks[v.name].reason}) if v.name in self.marks else v
-            for v in views
+            v.model_copy(update={"health": marks[v.name].reason}) if v.name in marks else v for v in views
         ]
 
     def _save(self) -> None:

@@ -251,17 +251,22 @@ class Scheduler:
             resume.elastic_min_nodes if resume else None,
         )
 
-    def place(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
+    def place(
+        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, anywhere: bool = False
+    ) -> Placement | None:
         """The placement of one attempt with the first spec that fits now, or None.
 
         The placement names inventory nodes, slots and cards only: a backend binds it
         (hostnames, addresses, ports, cores) before anything is planned.  With checkpoint resume
         and ``elastic_min_nodes``, fewer workers than asked (but at least the minimum) are
-        accepted when resources are short.
+        accepted when resources are short.  ``anywhere``: drained and faulty nodes count too
+        (planning a job that must wait, never launching one).
         """
-        return self._fit(job_id, spec, use)
+        return self._fit(job_id, spec, use, anywhere=anywhere)
 
-    def _fit(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
+    def _fit(
+        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, anywhere: bool = False
+    ) -> Placement | None:
         """:meth:`place`'s work (reservations call it too: :meth:`place` is the admission's own)."""
         counts = [spec.nodes]
         if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
@@ -269,28 +274,25 @@ class Scheduler:
         for name in spec.specs:
             flavor = self.cluster.spec(name)
             for count in counts:
-                placed = self._place_with(job_id, spec, flavor, count, use)
+                placed = self._place_with(job_id, spec, flavor, count, use, anywhere)
                 if placed is not None:
                     return placed
         return None
 
-    def _place_with(self, job_id, spec: JobSpec, flavor: Spec, workers: int, use) -> Placement | None:
+    def _place_with(
+        self, job_id, spec: JobSpec, flavor: Spec, workers: int, use, anywhere: bool = False
+    ) -> Placement | None:
         trial = {k: NodeUse(v.cpus, v.memory_gb, set(v.cards)) for k, v in use.items()}
-        inventory = self.nodes()
-        candidates = self._candidates(spec, flavor, inventory)
+        unusable = {} if anywhere else dict(self.unusable)  # one read: a drain may come meanwhile
+        inventory = [n for n in self.nodes() if n.name not in unusable]
+        candidates = self._candidates(spec, flavor, inventory, usable_only=False)
         roles = task_roles(spec.model_copy(update={"nodes": workers}))
         spread_taken: set[str] = set()
         chosen: list[tuple[str, int, Node, list[int]]] = []
         for role, index in roles:
             task_flavor = self.task_flavor(flavor, role)
             if role == "ps":
-                pool = [
-                    n
-                    for n in inventory
-                    if self.cluster.fits(task_flavor, n)
-                    and n.status != "down"
-                    and n.name not in self.unusable
-                ]
+                pool = [n for n in inventory if self.cluster.fits(task_flavor, n) and n.status != "down"]
                 # parameter servers prefer the least loaded node; they may share with workers
                 pool.sort(key=lambda n: trial.get(n.name, NodeUse()).cpus)
             elif role == "task":
@@ -386,8 +388,8 @@ class Scheduler:
             fitting = [s.name for s in self.cluster.specs if self.cluster.fits(s, node)]
             if node.status == "down":
                 status = "down"
-            elif node.name in self.unusable:
-                status = self.unusable[node.name]
+            elif mark := self.unusable.get(node.name):  # one read: an undrain may come meanwhile
+                status = mark
             elif flavor is not None:
                 status = "idle" if self._free(node, held, flavor) is not None else "busy"
             else:

@@ -149,6 +149,7 @@ class Supervisor:
         scheduler.unusable = self.health.statuses
         self._health_noted: set[tuple[str, int, str]] = set()  # (job, attempt, node) said to stay
         self._inspected = 0.0
+        self._inspected_wall = 0.0  # time.time() of the last inspection (counts a suspend)
         self._shrunk_since: dict[str, float] = {}  # elastic job id -> monotonic start shrunk
 
     # -------------------------------------------------------------------- lifecycle
@@ -343,7 +344,9 @@ class Supervisor:
 
     def _any_placement(self, spec: JobSpec) -> Placement:
         """A placement on an empty cluster (for planning a job that must wait)."""
-        placement = self._place("dry-run", spec, self.scheduler.usage([]))
+        # drained and faulty nodes count: they are only out for now
+        placement = self.scheduler.place("dry-run", spec, self.scheduler.usage([]), anywhere=True)
+        placement = placement and self.backend.bind(placement, reserve=False)
         if placement is None:
             raise InvalidSpec("this job cannot be placed on this cluster", field="specs")
         return placement
@@ -555,8 +558,13 @@ class Supervisor:
             self._reserve_checked = time.monotonic()
             self.store.keep_reserve()  # given up when the disk filled; back once there is room
         if time.monotonic() >= self._inspected + HEALTH_EVERY:
-            self._inspected = time.monotonic()
-            self._inspect()
+            # A service that was itself frozen or suspended for a while (its last inspection
+            # long ago by the wall clock) sees every heartbeat as old: it judges none this time.
+            wall = time.time()
+            timeout = self.scheduler.cluster.limits.heartbeat_timeout
+            judge = wall - self._inspected_wall < timeout / 2
+            self._inspected, self._inspected_wall = time.monotonic(), wall
+            self._inspect(judge)
         inventory = self.backend.inventory()
         if inventory is not self._inventory:  # a node joined or left: queued jobs may fit now
             self._inventory = inventory
@@ -857,7 +865,7 @@ class Supervisor:
 
     def _on_unhealthy(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> bool:
         """Rule 5a (:func:`.policies.on_unhealthy`): True when the attempt is being ended."""
-        marks = {name: (m.status, m.reason) for name, m in self.health.marks.items()}
+        marks = {name: (m.status, m.reason) for name, m in self.health.snapshot().items()}
         notice, end = policies.on_unhealthy(job, runs, marks)
         if notice is None and end is None:
             return False
@@ -903,8 +911,9 @@ class Supervisor:
         if node not in names:
             raise NotFound(f"no node {node!r}: the nodes are {', '.join(names)} (see `ma-jupyter nodes`)")
 
-    def _inspect(self) -> None:
-        """The periodic node inspection: heartbeats, then elastic scale-up (module docstring)."""
+    def _inspect(self, judge: bool) -> None:
+        """The periodic node inspection: heartbeats (only when ``judge``), then elastic
+        scale-up (module docstring)."""
         timeout = self.scheduler.cluster.limits.heartbeat_timeout
         interval = self.scheduler.cluster.limits.elastic_scale_up_interval
         now = time.time()
@@ -918,7 +927,7 @@ class Supervisor:
                     if run.state != "running" or run.host in self.health.marks:
                         continue
                     beat = self.backend.heartbeat(attempt, run)
-                    if beat is not None and now - beat > timeout:
+                    if judge and beat is not None and now - beat > timeout:
                         why = (
                             f"the runner of {job.id}'s node {run.name} has not beaten for "
                             f"{now - beat:.0f} s (more than {timeout:g} s)"
@@ -953,7 +962,7 @@ class Supervisor:
                 "is missing or unreadable"
             )
         hosts = ", ".join(dict.fromkeys(t.host for t in placement.tasks))
-        avoided = ", ".join(f"{n} ({s})" for n, s in self.health.statuses.items())
+        avoided = ", ".join(f"{n} ({m.status})" for n, m in self.health.snapshot().items())
         self._notice(
             job,
             f"pre-check before resume passed: checkpoint folder {folder} readable; placed on {hosts}"

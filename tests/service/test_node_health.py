@@ -96,6 +96,10 @@ def test_a_drained_node_moves_a_resumable_job_away_from_its_checkpoint(request, 
         assert reply.json()["status"] == "drained"
     view = node_view(svc, host)
     assert view["status"] == "drained" and "maintenance" in view["health"]
+    # a job needing every node is still accepted (it waits): drained nodes are only out for now
+    whole = {"name": "whole", "command": SLEEP, "mode": "pytorch", "nodes": 3, "specs": ["cpu.node"]}
+    planned = svc.session().post(f"{svc.api}/plan", json=whole, timeout=30)
+    assert planned.status_code == 200 and planned.json()["can_start_now"] is False, planned.text
 
     # SIGTERM, the checkpoint, the pre-check, then the next attempt on the node left
     resumed = wait_for(
