@@ -251,18 +251,20 @@ class Scheduler:
             resume.elastic_min_nodes if resume else None,
         )
 
-    def place(
-        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, anywhere: bool = False
-    ) -> Placement | None:
+    def place(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
         """The placement of one attempt with the first spec that fits now, or None.
 
         The placement names inventory nodes, slots and cards only: a backend binds it
         (hostnames, addresses, ports, cores) before anything is planned.  With checkpoint resume
         and ``elastic_min_nodes``, fewer workers than asked (but at least the minimum) are
-        accepted when resources are short.  ``anywhere``: drained and faulty nodes count too
-        (planning a job that must wait, never launching one).
+        accepted when resources are short.
         """
-        return self._fit(job_id, spec, use, anywhere=anywhere)
+        return self._fit(job_id, spec, use)
+
+    def place_anywhere(self, job_id: str, spec: JobSpec) -> Placement | None:
+        """A placement on the empty cluster, drained and faulty nodes counted (they are only
+        out for now): how a job that must wait is planned, never how one is launched."""
+        return self._fit(job_id, spec, self.usage([]), anywhere=True)
 
     def _fit(
         self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, anywhere: bool = False

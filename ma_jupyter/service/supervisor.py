@@ -345,7 +345,7 @@ class Supervisor:
     def _any_placement(self, spec: JobSpec) -> Placement:
         """A placement on an empty cluster (for planning a job that must wait)."""
         # drained and faulty nodes count: they are only out for now
-        placement = self.scheduler.place("dry-run", spec, self.scheduler.usage([]), anywhere=True)
+        placement = self.scheduler.place_anywhere("dry-run", spec)
         placement = placement and self.backend.bind(placement, reserve=False)
         if placement is None:
             raise InvalidSpec("this job cannot be placed on this cluster", field="specs")

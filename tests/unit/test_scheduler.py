@@ -110,7 +110,7 @@ def test_drained_or_faulty_nodes_take_no_new_placement_but_still_count_at_submit
     assert {t.host for t in placed.tasks} == {"node-2", "node-3"}
     assert sched.place("j2", ma_spec(mode="pytorch", nodes=3), sched.usage([])) is None
     sched.check(ma_spec(mode="pytorch", nodes=4))  # only out for now: never refused for it
-    planned = sched.place("j3", ma_spec(mode="pytorch", nodes=4), sched.usage([]), anywhere=True)
+    planned = sched.place_anywhere("j3", ma_spec(mode="pytorch", nodes=4))
     assert len({t.host for t in planned.tasks}) == 4  # how a job that must wait is planned
     views = {v.name: v.status for v in sched.node_views(sched.usage([]))}
     assert (views["node-0"], views["node-1"], views["node-2"]) == ("drained", "faulty", "idle")
