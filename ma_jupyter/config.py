@@ -151,11 +151,21 @@ class Limits:
     max_restarts: int = 100  # fault_restart.max_restarts
     max_resumes: int = 100  # checkpoint_resume.max_resumes
     max_grace_period: float = 3600.0  # seconds: grace_period and checkpoint_resume.grace_period
+    # seconds without a heartbeat from a node's runner before its node is marked faulty
+    heartbeat_timeout: float = 10.0
+    # seconds an elastic job runs on fewer nodes than asked before it may scale up again
+    elastic_scale_up_interval: float = 300.0
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
         """The ``[limits]`` table; InvalidSpec naming a key that is unknown or not a positive number."""
-        known = {"max_restarts": int, "max_resumes": int, "max_grace_period": (int, float)}
+        known = {
+            "max_restarts": int,
+            "max_resumes": int,
+            "max_grace_period": (int, float),
+            "heartbeat_timeout": (int, float),
+            "elastic_scale_up_interval": (int, float),
+        }
         for key, value in data.items():
             if key not in known:
                 raise InvalidSpec(f"{path}: [limits] has no key {key!r}: use {', '.join(known)}")
@@ -171,6 +181,9 @@ class Cluster:
     specs: list[Spec] = field(default_factory=default_specs)
     nodes: list[Node] = field(default_factory=default_nodes)
     limits: Limits = field(default_factory=Limits)
+    #: the resource pools ``[[pool]]`` tables define (name -> dedicated); empty: the cluster
+    #: defines none, and checkpoint resume needs no pool
+    pools: dict[str, bool] = field(default_factory=dict)
 
     def spec(self, name: str) -> Spec:
         """The spec called ``name``; InvalidSpec naming the known ones otherwise."""
@@ -202,7 +215,32 @@ def load_cluster(path: Path | None = None) -> Cluster:
         nodes = [Node(**n) for n in data.get("node", [])] or default_nodes()
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
-    return Cluster(specs=specs, nodes=nodes, limits=Limits.parse(data.get("limits", {}), path))
+    return Cluster(
+        specs=specs,
+        nodes=nodes,
+        limits=Limits.parse(data.get("limits", {}), path),
+        pools=_pools(data.get("pool", []), path),
+    )
+
+
+def _pools(tables, path: Path) -> dict[str, bool]:
+    """The ``[[pool]]`` tables (``name``, ``dedicated``) as name -> dedicated; InvalidSpec
+    naming what is wrong."""
+    if not isinstance(tables, list):
+        raise InvalidSpec(f"{path}: pools are [[pool]] tables with a name and dedicated = true/false")
+    pools = {}
+    for table in tables:
+        if (
+            not isinstance(table, dict)
+            or not isinstance(table.get("name"), str)
+            or set(table) - {"name", "dedicated"}
+        ):
+            raise InvalidSpec(f"{path}: each [[pool]] has a name and an optional dedicated = true/false")
+        dedicated = table.get("dedicated", False)
+        if not isinstance(dedicated, bool):
+            raise InvalidSpec(f"{path}: [[pool]] {table['name']}: dedicated must be true or false")
+        pools[table["name"]] = dedicated
+    return pools
 
 
 #: the backends ``[backend] kind`` may name

@@ -114,7 +114,7 @@ class NodeDir(_Folder):
     __slots__ = ()
 
     #: files removed before each attempt
-    STALE = ("exit_code", FAILURE_REPORT)
+    STALE = ("exit_code", FAILURE_REPORT, "heartbeat")
 
     @property
     def exit_code(self) -> Path:
@@ -127,6 +127,11 @@ class NodeDir(_Folder):
     @property
     def marker(self) -> Path:
         return self.root / "marker"
+
+    @property
+    def heartbeat(self) -> Path:
+        """The file whose time the node runner refreshes while it runs (its heartbeat)."""
+        return self.root / "heartbeat"
 
     @property
     def run_record(self) -> Path:

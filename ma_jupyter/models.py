@@ -498,7 +498,11 @@ class Node(Strict):
     """One compute node of the cluster and what is in use on it now."""
 
     name: str
-    status: Literal["idle", "busy", "full", "down"] = "idle"
+    status: Literal["idle", "busy", "full", "down", "drained", "faulty"] = Field(
+        default="idle",
+        description="drained (an admin's) and faulty (its runners stopped beating) take no new placements.",
+    )
+    health: str = Field(default="", description="Why the node is drained or faulty, and by whom.")
     os: str = ""
     kernel: str = ""
     cpus: float
@@ -512,6 +516,12 @@ class Node(Strict):
     pools: list[str] = []
     specs: list[str] = Field(default=[], description="Specs that fit this node.")
     usage: list[str] = Field(default=[], description="'card:job-name' entries for what runs here.")
+
+
+class NodeDrain(Strict):
+    """The body of ``POST /nodes/{name}/drain``: why the admin takes the node out of placement."""
+
+    reason: str | None = Field(default=None, max_length=256)
 
 
 # ---------------------------------------------------------------------------- job and state

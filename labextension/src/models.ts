@@ -232,7 +232,10 @@ export interface Mount {
 /** One compute node of the cluster and what is in use on it now. */
 export interface Node {
   name: string;
-  status?: "idle" | "busy" | "full" | "down";
+  /** drained (an admin's) and faulty (its runners stopped beating) take no new placements. */
+  status?: "idle" | "busy" | "full" | "down" | "drained" | "faulty";
+  /** Why the node is drained or faulty, and by whom. */
+  health?: string;
   os?: string;
   kernel?: string;
   cpus: number;

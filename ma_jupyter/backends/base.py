@@ -177,6 +177,13 @@ class Backend(ABC):
         Returns only when no process of these nodes is left (no orphans, whatever the job's
         processes did with their own sessions)."""
 
+    def heartbeat(self, attempt: Attempt, run: NodeRun) -> float | None:
+        """When the running node ``run`` last gave a sign of life (epoch seconds), for the
+        service's node inspection; None when it is not known (the default: the backend has no
+        heartbeat, and nodes are judged by ``poll`` only).  Cheap; never blocks on the job."""
+        del attempt, run
+        return None
+
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
         """The Python files of the job's algorithm folder (path below it → text), read for
         advice only (the warning of :mod:`ma_jupyter.modes.single_copy`); None when the backend

@@ -599,6 +599,16 @@ class Client:
         """The node inventory with what is in use now; ``spec``: only nodes that fit it."""
         return [Node.model_validate(n) for n in self._request("GET", "/nodes", params={"spec": spec})]
 
+    def drain_node(self, name: str, reason: str | None = None) -> Node:
+        """Take a node out of placement (admins only): no new job goes there, and jobs with
+        checkpoint resume running there checkpoint and resume elsewhere."""
+        body = {"reason": reason} if reason else None
+        return Node.model_validate(self._request("POST", f"/nodes/{_segment(name)}/drain", json_body=body))
+
+    def undrain_node(self, name: str) -> Node:
+        """Put a drained or faulty node back into placement (admins only)."""
+        return Node.model_validate(self._request("POST", f"/nodes/{_segment(name)}/undrain"))
+
     # -------------------------------------------------------------------------- users
 
     def whoami(self) -> User:

@@ -167,7 +167,16 @@ def build_cli() -> options.OptionsParser:
 
     specs = commands.add_parser("specs", help="list the compute specs")
     specs.add_argument("--json", action="store_true", help="print JSON")
-    nodes = commands.add_parser("nodes", help="list the nodes and what is in use")
+    nodes = commands.add_parser(
+        "nodes",
+        help="list the nodes and what is in use; admins: drain/undrain NODE",
+        description="`nodes` lists the nodes; `nodes drain NODE [--reason TEXT]` (admins) takes a node "
+        "out of placement (jobs with checkpoint resume there checkpoint and resume elsewhere); "
+        "`nodes undrain NODE` puts a drained or faulty node back.",
+    )
+    nodes.add_argument("action", nargs="?", choices=["drain", "undrain"], help="drain or undrain NODE")
+    nodes.add_argument("node", nargs="?", help="the node to drain or undrain")
+    nodes.add_argument("--reason", help="drain: why (shown in `nodes` and the jobs' events)")
     nodes.add_argument("--spec", help="only nodes that fit this spec")
     nodes.add_argument("--json", action="store_true", help="print JSON")
 
@@ -612,6 +621,19 @@ def _specs(args: argparse.Namespace) -> int:
 
 
 def _nodes(args: argparse.Namespace) -> int:
+    if args.action:
+        if not args.node:
+            print(
+                f"ma-jupyter nodes {args.action} needs a node name (see `ma-jupyter nodes`)", file=sys.stderr
+            )
+            return EXIT_USAGE
+        client = Client()
+        if args.action == "drain":
+            node = client.drain_node(args.node, args.reason)
+        else:
+            node = client.undrain_node(args.node)
+        print(f"{node.name}: {node.status}" + (f" ({node.health})" if node.health else ""))
+        return EXIT_OK
     nodes = Client().nodes(spec=args.spec)
     if args.json:
         _out([n.model_dump(mode="json") for n in nodes], args)
@@ -630,6 +652,8 @@ def _nodes(args: argparse.Namespace) -> int:
                 ", ".join(n.usage) or "-",
             ]
         )
+        if n.health:  # why it takes no new jobs, under its row
+            rows.append(["", f"  {n.health}", "", "", "", "", ""])
     print(render.text_table(rows), end="")
     return EXIT_OK
 

@@ -27,6 +27,9 @@ Priorities and sharing, in the order a submit (or a PATCH) meets them:
    than ``[users] urgent_quota`` (default :data:`DEFAULT_URGENT_QUOTA`) is refused with a 403
    naming the cap.  The user is the job's creator; admins are not capped.
 
+Nodes: only admins drain or undrain a node (``POST /nodes/{name}/drain|undrain``; 403
+otherwise, :func:`check_node_admin`).
+
 The rules are re-read from ``cluster.toml`` when it changes: an admin's edit applies to the
 next request without a restart.
 """
@@ -48,6 +51,16 @@ from .users import Caller
 DEFAULT_URGENT_QUOTA = 2
 #: the statuses whose urgent jobs count against the cap
 URGENT_COUNTED = (JobStatus.queued, JobStatus.running)
+
+
+def check_node_admin(caller: Caller, what: str) -> None:
+    """Only admins drain or undrain nodes (they move every user's jobs).
+
+    Raises:
+        Forbidden: the caller is not an admin.
+    """
+    if not caller.admin:
+        raise Forbidden(f"only admins may {what} a node; ask an admin ({caller.name} is not one)")
 
 
 class Op(str, Enum):

@@ -62,6 +62,7 @@ from ..models import (
     LogStream,
     NewUser,
     Node,
+    NodeDrain,
     Plan,
     PreparedData,
     Priority,
@@ -524,8 +525,29 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     def nodes(
         spec: str | None = Query(default=None, max_length=MAX_ID), user: Caller = Depends(authenticate)
     ) -> list[Node]:
-        views = supervisor.scheduler.node_views(supervisor.usage(), spec=spec)
+        views = supervisor.health.annotate(supervisor.scheduler.node_views(supervisor.usage(), spec=spec))
         return views if user.admin else [_masked(view, user) for view in views]
+
+    def _node_view(name: str) -> Node:
+        views = supervisor.health.annotate(supervisor.scheduler.node_views(supervisor.usage()))
+        return next(v for v in views if v.name == name)
+
+    @app.post(f"{api}/nodes/{{name}}/drain", response_model=Node)
+    def drain_node(
+        name: str = Path(max_length=MAX_ID),
+        body: NodeDrain | None = Body(default=None),
+        user: Caller = Depends(authenticate),
+    ) -> Node:
+        # no new placement there; jobs with checkpoint resume are moved away (admins only)
+        access.check_node_admin(user, "drain")
+        supervisor.drain(name, body.reason if body else None, by=user.name)
+        return _node_view(name)
+
+    @app.post(f"{api}/nodes/{{name}}/undrain", response_model=Node)
+    def undrain_node(name: str = Path(max_length=MAX_ID), user: Caller = Depends(authenticate)) -> Node:
+        access.check_node_admin(user, "undrain")
+        supervisor.undrain(name)
+        return _node_view(name)
 
     def _masked(node: Node, user: Caller) -> Node:
         # A node's usage names the jobs on it ("<card>:<job id>"): a job hidden from the

@@ -16,6 +16,13 @@ The order of the checks is itself a decision.  Each poll of a running job:
 
 then the nodes are polled, and:
 
+5a. a node running on an inventory node that is drained or faulty (:mod:`.health`) moves the
+   job away (:func:`on_unhealthy`): with checkpoint resume left the platform sends SIGTERM,
+   waits the resume's grace period for the checkpoint and puts the job back in the queue (a
+   pre-check runs before it starts again, and placement avoids the node); on a faulty node
+   without it, a fault restart left does the same, else the job ends in ``error`` naming the
+   node; on a drained node without it, the job keeps running (a drain only stops new
+   placements);
 6. the first failed node (lost, or exited with a code other than 0) fails the job: it is put
    back in the queue while fault restarts or checkpoint resumes remain, else it ends in
    ``error``; a full folder at that moment is named as the likely cause instead;
@@ -66,6 +73,8 @@ class End:
         requeue: the job goes back to the queue for another attempt.
         failed: the node whose failure ended the attempt (its final state stays ``lost``).
         pending: the disk is full: keep the reason in memory until it could be recorded.
+        counted: a requeue that uses one of the job's restarts or resumes (an elastic scale-up
+            does not).
     """
 
     status: JobStatus
@@ -75,6 +84,7 @@ class End:
     requeue: bool = False
     failed: NodeRun | None = None
     pending: bool = False
+    counted: bool = True
 
 
 @dataclass(frozen=True)
@@ -261,6 +271,76 @@ def on_failure(job: Job, run: NodeRun, reason: Reason, disk_full: Path | None = 
     return End(JobStatus.error, reason, WIND_DOWN_GRACE, exit_code=run.exit_code, failed=run)
 
 
+def on_unhealthy(
+    job: Job, runs: Sequence[NodeRun], marks: dict[str, tuple[str, str]]
+) -> tuple[str | None, End | None]:
+    """Rule 5a: a live node of the job runs on an inventory node marked drained or faulty
+    (``marks``: node name -> (status, why)).  Returns (the event saying what the platform does,
+    the end of the attempt); (None, None) when no live node is on a marked one.
+
+    1. checkpoint resume with resumes left: SIGTERM, the resume's grace period for the
+       checkpoint, back to the queue (the next placement avoids the node);
+    2. faulty, fault restart left: back to the queue after the job's grace period;
+    3. faulty: the job ends in ``error`` naming the node;
+    4. drained: the job keeps running (the event only, which the caller says once).
+    """
+    bad = [r for r in runs if r.state in ("running", "pending") and r.host in marks]
+    if not bad:
+        return None, None
+    run = bad[0]
+    status, why = marks[run.host]
+    what = f"node {run.host} is {status} ({why})"
+    spec = job.spec
+    resume = spec.checkpoint_resume
+    if resume and job.restarts < resume.max_resumes:
+        notice = (
+            f"{what}: the platform sends SIGTERM to the job and waits up to {resume.grace_period:g} s "
+            f"for its checkpoint, then resumes it away from {run.host}"
+        )
+        reason = (
+            f"checkpoint resume {job.restarts + 1} of {resume.max_resumes}: {what}; the job was sent "
+            f"SIGTERM and given {resume.grace_period:g} s to save its checkpoint; it waits to resume "
+            f"on other nodes"
+        )
+        return notice, End(JobStatus.queued, reason, resume.grace_period, requeue=True)
+    if status == "faulty":
+        if spec.fault_restart and job.restarts < spec.fault_restart.max_restarts:
+            reason = f"fault restart {job.restarts + 1} of {spec.fault_restart.max_restarts}: {what}"
+            return None, End(JobStatus.queued, reason, spec.grace_period, requeue=True)
+        reason = f"{what}: its node {run.name} ran there; the job was stopped (no checkpoint resume left)"
+        return None, End(JobStatus.error, reason, WIND_DOWN_GRACE)
+    return f"{what}: this job keeps running there; only new placements avoid the node", None
+
+
+def workers(tasks) -> int:
+    """How many worker tasks a placement has (an elastic job's size)."""
+    return sum(1 for t in tasks if t.role == "worker")
+
+
+def on_scale_up(
+    job: Job, running: int, possible: int, shrunk_for: float, interval: float, queued: int
+) -> End | None:
+    """An elastic job running on ``running`` of its ``nodes`` workers could have ``possible``
+    now: it scales up the seed's way (SIGTERM, the resume's grace period for the checkpoint,
+    back to the queue, resumed with more nodes; the requeue uses none of its resumes) when
+
+    1. more workers fit now than it has;
+    2. it has run shrunk for at least ``interval`` seconds (the admin's bound: no flapping);
+    3. no job waits in the queue (``queued``): freed nodes go to waiting jobs first.
+    """
+    resume = job.spec.checkpoint_resume
+    if not resume or not resume.elastic_min_nodes or running >= job.spec.nodes:
+        return None
+    if possible <= running or shrunk_for < interval or queued:
+        return None
+    reason = (
+        f"elastic scale-up: {possible} of {job.spec.nodes} nodes fit now (it ran on {running}); the "
+        f"job was sent SIGTERM and given {resume.grace_period:g} s to save its checkpoint, and "
+        "resumes with more nodes"
+    )
+    return End(JobStatus.queued, reason, resume.grace_period, requeue=True, counted=False)
+
+
 def _prefixed(prefix: str, reason: Reason) -> Reason:
     if callable(reason):
         return lambda: prefix + reason()
@@ -363,13 +443,18 @@ def settle(end: End, reason_text: str, desired: str | None) -> Settled:
 
 
 def record_updates(
-    current: Job, settled: Settled, nodes: list[NodeRun], exit_code: int | None, now: datetime
+    current: Job,
+    settled: Settled,
+    nodes: list[NodeRun],
+    exit_code: int | None,
+    now: datetime,
+    counted: bool = True,
 ) -> dict:
     """The job's fields to update with the settled end: its nodes, and either the next attempt
-    (one more restart) or its exit code and end time."""
+    (one more restart, unless not ``counted``) or its exit code and end time."""
     updates: dict = {"nodes": nodes}
     if settled.requeue:
-        updates.update(attempt=current.attempt + 1, restarts=current.restarts + 1)
+        updates.update(attempt=current.attempt + 1, restarts=current.restarts + int(counted))
     else:
         updates.update(exit_code=exit_code, finished_at=now)
     return updates

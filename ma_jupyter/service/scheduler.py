@@ -9,6 +9,9 @@ The queue is ordered by priority (very-urgent, urgent, normal), then age (:mod:`
 first queued job that does not fit (the *head*) gets a :class:`Reservation`: the nodes it will
 take once enough running jobs end, by their durations.  A job behind it may start meanwhile
 (backfill) only if it cannot delay the head (EASY backfill, :meth:`Scheduler.backfill`).
+Nodes the service's inspection marks drained or faulty (:attr:`Scheduler.unusable`, kept by
+:mod:`.health`) take no new placement; they still count as nodes that exist, so a job is never
+refused at submit for a node that is only out for now.
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ class Scheduler:
     def __init__(self, cluster: Cluster, inventory: Callable[[], list[Node] | None] | None = None):
         self.cluster = cluster
         self._inventory = inventory
+        #: node name -> ``drained`` or ``faulty``: no new placement goes there (the supervisor
+        #: hands in its :class:`.health.NodeHealth`'s live mapping)
+        self.unusable: dict[str, str] = {}
 
     def nodes(self) -> list[Node]:
         """The inventory now: the backend's, else the cluster file's."""
@@ -92,12 +98,13 @@ class Scheduler:
                     f"{'is' if len(other) == 1 else 'are'} not: drop driver_version or choose GPU/MLU specs",
                     field="driver_version",
                 )
+        self._check_pool(spec)
         if spec.node_name and spec.node_name not in {n.name for n in inventory}:
             known = ", ".join(n.name for n in inventory)
             raise InvalidSpec(f"unknown node {spec.node_name!r}: choose one of {known}", field="node_name")
         reasons = []
         for s in specs:
-            candidates = self._candidates(spec, s, inventory)
+            candidates = self._candidates(spec, s, inventory, usable_only=False)
             needed = spec.nodes if not spec.node_name and spec.type.value != "batch" else 1
             if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
                 needed = min(needed, spec.checkpoint_resume.elastic_min_nodes)
@@ -145,10 +152,33 @@ class Scheduler:
                     field=name,
                 )
 
-    def _candidates(self, spec: JobSpec, flavor: Spec, inventory: list[Node]) -> list[Node]:
+    def _check_pool(self, spec: JobSpec) -> None:
+        """Seed 002: where the cluster defines pools, checkpoint resume runs in a dedicated one."""
+        pools = self.cluster.pools
+        if not pools or not spec.checkpoint_resume:
+            return
+        dedicated = sorted(name for name, flag in pools.items() if flag)
+        if spec.pool and pools.get(spec.pool):
+            return
+        what = f"pool {spec.pool!r} is not a dedicated pool" if spec.pool else "no pool is chosen"
+        choice = (
+            f"choose one with --pool ({', '.join(dedicated)})"
+            if dedicated
+            else "this cluster has none ([[pool]] dedicated = true in cluster.toml), so drop checkpoint resume"
+        )
+        raise InvalidSpec(
+            f"checkpoint resume needs a dedicated resource pool on this cluster and {what}: {choice}",
+            field="pool",
+        )
+
+    def _candidates(
+        self, spec: JobSpec, flavor: Spec, inventory: list[Node], *, usable_only: bool = True
+    ) -> list[Node]:
         nodes = []
         for node in inventory:
             if node.status == "down" or not self.cluster.fits(flavor, node):
+                continue
+            if usable_only and node.name in self.unusable:
                 continue
             if spec.node_name and node.name != spec.node_name:
                 continue
@@ -231,7 +261,14 @@ class Scheduler:
         """
         return self._fit(job_id, spec, use)
 
-    def _fit(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
+    def place_anywhere(self, job_id: str, spec: JobSpec) -> Placement | None:
+        """A placement on the empty cluster, drained and faulty nodes counted (they are only
+        out for now): how a job that must wait is planned, never how one is launched."""
+        return self._fit(job_id, spec, self.usage([]), anywhere=True)
+
+    def _fit(
+        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, anywhere: bool = False
+    ) -> Placement | None:
         """:meth:`place`'s work (reservations call it too: :meth:`place` is the admission's own)."""
         counts = [spec.nodes]
         if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
@@ -239,15 +276,18 @@ class Scheduler:
         for name in spec.specs:
             flavor = self.cluster.spec(name)
             for count in counts:
-                placed = self._place_with(job_id, spec, flavor, count, use)
+                placed = self._place_with(job_id, spec, flavor, count, use, anywhere)
                 if placed is not None:
                     return placed
         return None
 
-    def _place_with(self, job_id, spec: JobSpec, flavor: Spec, workers: int, use) -> Placement | None:
+    def _place_with(
+        self, job_id, spec: JobSpec, flavor: Spec, workers: int, use, anywhere: bool = False
+    ) -> Placement | None:
         trial = {k: NodeUse(v.cpus, v.memory_gb, set(v.cards)) for k, v in use.items()}
-        inventory = self.nodes()
-        candidates = self._candidates(spec, flavor, inventory)
+        unusable = {} if anywhere else dict(self.unusable)  # one read: a drain may come meanwhile
+        inventory = [n for n in self.nodes() if n.name not in unusable]
+        candidates = self._candidates(spec, flavor, inventory, usable_only=False)
         roles = task_roles(spec.model_copy(update={"nodes": workers}))
         spread_taken: set[str] = set()
         chosen: list[tuple[str, int, Node, list[int]]] = []
@@ -350,6 +390,8 @@ class Scheduler:
             fitting = [s.name for s in self.cluster.specs if self.cluster.fits(s, node)]
             if node.status == "down":
                 status = "down"
+            elif mark := self.unusable.get(node.name):  # one read: an undrain may come meanwhile
+                status = mark
             elif flavor is not None:
                 status = "idle" if self._free(node, held, flavor) is not None else "busy"
             else:

@@ -31,6 +31,13 @@ rebuilt from the store when the supervisor is made.  A pass (:meth:`Supervisor.a
    it fits beside the reservation, or its duration ends it before the head's estimated start).
    A job that fits but is held for the head does not stop its shape's walk (durations differ).
 
+Every ``HEALTH_EVERY`` seconds the loop also inspects nodes (:mod:`.health`): a running node
+whose runner stopped beating marks its inventory node faulty, and an elastic job running on
+fewer nodes than asked is scaled up when they are free (:func:`.policies.on_scale_up`).  A job
+on a drained or faulty node is moved away by the watch (:func:`.policies.on_unhealthy`), and a
+checkpoint-resume attempt after the first passes a pre-check before it is launched
+(:meth:`Supervisor._precheck`).
+
 The outcome is that of trying every queued job in queue order (each one that fits and may pass
 the head starts, the others wait), at the cost of one placement per shape plus one per job started.
 
@@ -81,6 +88,7 @@ from ..modes.base import Placement
 from . import policies
 from .disk import SUBMIT_BELOW, full_folder
 from .guard import disk_full_message
+from .health import NodeHealth
 from .logs import tail
 from .policies import End
 from .prepared import PreparedStore
@@ -100,6 +108,7 @@ RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after t
 # chose (resources taken outside this service, e.g. by other users of a Ray cluster)
 BIND_RETRY = 1.0
 PREPARED_SWEEP_EVERY = 30.0  # seconds between sweeps of prepared data past its retention
+HEALTH_EVERY = 1.0  # seconds between two node inspections (heartbeats, elastic scale-up)
 
 
 def new_job_id(name: str) -> str:
@@ -140,6 +149,13 @@ class Supervisor:
         self._inventory = backend.inventory()  # a change (a node joined or left) asks for a pass
         self.prepared = PreparedStore()  # data preparation's copies, shared between jobs
         self._swept = 0.0  # monotonic time of the last sweep of expired prepared data
+        # drained and faulty nodes; the scheduler places nothing new on them
+        self.health = NodeHealth(config.home() / "node_health.json")
+        scheduler.unusable = self.health.statuses
+        self._health_noted: set[tuple[str, int, str]] = set()  # (job, attempt, node) said to stay
+        self._inspected = 0.0
+        self._inspected_wall = 0.0  # time.time() of the last inspection (counts a suspend)
+        self._shrunk_since: dict[str, float] = {}  # elastic job id -> monotonic start shrunk
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -213,6 +229,9 @@ class Supervisor:
             placement = Placement.from_json(data)
             self._placements[job.id] = placement
             self.backend.hold(placement)
+            resume = job.spec.checkpoint_resume
+            if resume and resume.elastic_min_nodes and policies.workers(placement.tasks) < job.spec.nodes:
+                self._shrunk_since[job.id] = time.monotonic()  # the interval counts from now
             attempt = self._attempt(job, placement)
             alive = [r.name for r in job.nodes if self.backend.poll(attempt, r).state == "running"]
             self._notice(
@@ -332,7 +351,9 @@ class Supervisor:
 
     def _any_placement(self, spec: JobSpec) -> Placement:
         """A placement on an empty cluster (for planning a job that must wait)."""
-        placement = self._place("dry-run", spec, self.scheduler.usage([]))
+        # drained and faulty nodes count: they are only out for now
+        placement = self.scheduler.place_anywhere("dry-run", spec)
+        placement = placement and self.backend.bind(placement, reserve=False)
         if placement is None:
             raise InvalidSpec("this job cannot be placed on this cluster", field="specs")
         return placement
@@ -543,6 +564,14 @@ class Supervisor:
         if time.monotonic() >= self._reserve_checked + 10.0:
             self._reserve_checked = time.monotonic()
             self.store.keep_reserve()  # given up when the disk filled; back once there is room
+        if time.monotonic() >= self._inspected + HEALTH_EVERY:
+            # A service that was itself frozen or suspended for a while (its last inspection
+            # long ago by the wall clock) sees every heartbeat as old: it judges none this time.
+            wall = time.time()
+            timeout = self.scheduler.cluster.limits.heartbeat_timeout
+            judge = wall - self._inspected_wall < timeout / 2
+            self._inspected, self._inspected_wall = time.monotonic(), wall
+            self._inspect(judge)
         inventory = self.backend.inventory()
         if inventory is not self._inventory:  # a node joined or left: queued jobs may fit now
             self._inventory = inventory
@@ -650,6 +679,12 @@ class Supervisor:
             self._note_waiting(job, "declined", head)
             return "blocked"
         self._waiting_noted.pop(job.id, None)
+        if job.spec.checkpoint_resume and job.attempt:
+            failed = self._precheck(job, bound)
+            if failed is not None:
+                self.backend.release(bound)
+                self._transition(job, JobStatus.error, failed)
+                return "skipped"  # it left the queue: the pass goes on with its shape
         self._launch(job, bound)
         return "started"
 
@@ -806,6 +841,14 @@ class Supervisor:
         job = job.model_copy(update=updates)
         resumed = f" (attempt {job.attempt + 1})" if job.attempt else ""
         self._transition(job, JobStatus.running, f"running on spec {placement.spec.name}{resumed}: {where}")
+        running, elastic = policies.workers(placement.tasks), job.spec.checkpoint_resume
+        if elastic and elastic.elastic_min_nodes and running < job.spec.nodes:
+            self._shrunk_since[job.id] = time.monotonic()
+            self._notice(
+                job,
+                f"started with {running} of {job.spec.nodes} nodes (elastic, at least "
+                f"{elastic.elastic_min_nodes}): it scales up when nodes free",
+            )
         if self.backend.isolation() == "symlink":
             self._notice(
                 job,
@@ -845,6 +888,8 @@ class Supervisor:
         if runs != job.nodes:
             job = job.model_copy(update={"nodes": runs})
             self.store.save(job)
+        if self.health.marks and self._on_unhealthy(job, attempt, runs):
+            return
         if job.spec.type.value == "batch":
             end = policies.on_batch(job, runs, lambda run: self._failure_reason(attempt, run))
             if end is not None:
@@ -872,6 +917,113 @@ class Supervisor:
         if end is not None:
             self._finish(job, attempt, end)
 
+    def _on_unhealthy(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> bool:
+        """Rule 5a (:func:`.policies.on_unhealthy`): True when the attempt is being ended."""
+        marks = {name: (m.status, m.reason) for name, m in self.health.snapshot().items()}
+        notice, end = policies.on_unhealthy(job, runs, marks)
+        if notice is None and end is None:
+            return False
+        if end is None:
+            bad = next(r.host for r in runs if r.host in marks)
+            key = (job.id, job.attempt, bad)
+            if notice and key not in self._health_noted:
+                self._health_noted.add(key)
+                self._notice(job, notice)
+            return False
+        if notice:
+            self._notice(job, notice)
+        self._finish(job, attempt, end)
+        return True
+
+    # ------------------------------------------------------------------ node health
+
+    def drain(self, node: str, reason: str | None = None, by: str | None = None) -> None:
+        """Take ``node`` out of placement (an admin's drain); a job with checkpoint resume running
+        there is moved away by the next watch.
+
+        Raises:
+            NotFound: no node of the inventory has that name.
+        """
+        self._known_node(node)
+        why = f"drained by {by or 'an admin'}" + (f": {reason}" if reason else "")
+        if self.health.mark(node, "drained", why):
+            log.warning("node %s %s", node, why)
+        self._wake.set()
+
+    def undrain(self, node: str) -> None:
+        """Put a drained or faulty ``node`` back into placement (queued jobs may fit now).
+
+        Raises:
+            NotFound: no node of the inventory has that name.
+        """
+        self._known_node(node)
+        if self.health.clear(node) is not None:
+            self._queue_changed()
+
+    def _known_node(self, node: str) -> None:
+        names = [n.name for n in self.scheduler.nodes()]
+        if node not in names:
+            raise NotFound(f"no node {node!r}: the nodes are {', '.join(names)} (see `ma-jupyter nodes`)")
+
+    def _inspect(self, judge: bool) -> None:
+        """The periodic node inspection: heartbeats (only when ``judge``), then elastic
+        scale-up (module docstring)."""
+        timeout = self.scheduler.cluster.limits.heartbeat_timeout
+        interval = self.scheduler.cluster.limits.elastic_scale_up_interval
+        now = time.time()
+        for job in self.store.by_status(JobStatus.running):
+            with self._lock:
+                placement = self._placements.get(job.id)
+                if placement is None or job.id in self._finishing:
+                    continue
+                attempt = self._attempt(job, placement)
+                for run in job.nodes:
+                    if run.state != "running" or run.host in self.health.marks:
+                        continue
+                    beat = self.backend.heartbeat(attempt, run)
+                    if judge and beat is not None and now - beat > timeout:
+                        why = (
+                            f"the runner of {job.id}'s node {run.name} has not beaten for "
+                            f"{now - beat:.0f} s (more than {timeout:g} s)"
+                        )
+                        if self.health.mark(run.host, "faulty", why):
+                            log.warning("node %s is faulty: %s", run.host, why)
+                since = self._shrunk_since.get(job.id)
+                if since is None:
+                    continue
+                use = self.scheduler.usage(p for j, p in self._placements.items() if j != job.id)
+                possible = self.scheduler.place(job.id, job.spec, use)
+                end = policies.on_scale_up(
+                    job,
+                    policies.workers(placement.tasks),
+                    policies.workers(possible.tasks) if possible else 0,
+                    time.monotonic() - since,
+                    interval,
+                    len(self.queue),
+                )
+                if end is not None:
+                    self._notice(job, end.reason.split(";")[0] + ": checkpointing to scale up")
+                    self._finish(job, attempt, end)
+
+    def _precheck(self, job: Job, placement: Placement) -> str | None:
+        """The pre-check before a checkpoint-resume attempt (seed 002), said as an event: the
+        checkpoint's folder (the job's outputs) is there and readable, and the attempt is placed
+        on usable nodes.  The reason it fails, or None.  Looks at the folder's metadata only."""
+        folder = job.outputs_folder
+        if not folder or not os.path.isdir(folder) or not os.access(folder, os.R_OK | os.X_OK):
+            return (
+                f"pre-check before resume failed: the checkpoint folder {folder} (the job's outputs) "
+                "is missing or unreadable"
+            )
+        hosts = ", ".join(dict.fromkeys(t.host for t in placement.tasks))
+        avoided = ", ".join(f"{n} ({m.status})" for n, m in self.health.snapshot().items())
+        self._notice(
+            job,
+            f"pre-check before resume passed: checkpoint folder {folder} readable; placed on {hosts}"
+            + (f", avoiding {avoided}" if avoided else ""),
+        )
+        return None
+
     def _full_disk(self, job: Job, attempt: Attempt, *, now: bool = False) -> Path | None:
         """The first full folder among those the job writes to (its job folder, outputs and
         volumes); looked at every ``DISK_CHECK_EVERY`` seconds unless ``now``."""
@@ -888,6 +1040,8 @@ class Supervisor:
         self._disk_checked.pop(job_id, None)
         self._pending_end.pop(job_id, None)
         self._retry_at.pop(job_id, None)
+        self._shrunk_since.pop(job_id, None)
+        self._health_noted = {k for k in self._health_noted if k[0] != job_id}
         for key in [k for k in self._perf_offsets if k[0] == job_id]:
             del self._perf_offsets[key]
         self._perf_alerted = {k for k in self._perf_alerted if k[0] != job_id}
@@ -996,7 +1150,9 @@ class Supervisor:
                     if not settled.remove:  # kept until the job is gone: a crash before that leaves it marked
                         self.store.set_desired(job.id, None)
                     current = self.store.get(job.id)
-                    updates = policies.record_updates(current, settled, final, end.exit_code, utcnow())
+                    updates = policies.record_updates(
+                        current, settled, final, end.exit_code, utcnow(), counted=end.counted
+                    )
                     self._transition(
                         current.model_copy(update=updates),
                         settled.status,

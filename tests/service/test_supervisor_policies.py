@@ -104,7 +104,10 @@ def test_a_slow_node_is_rescheduled_and_resumes(sup):
     final = tick_until_ended(sup, job.id)
     assert final.status is JobStatus.succeeded, final.reason
     assert (final.attempt, final.restarts, final.exit_code) == (1, 1, 0)
-    reasons = [e.reason for e in sup.store.events(job.id) if e.status is JobStatus.queued]
+    said = [e.reason for e in sup.store.events(job.id) if e.status is JobStatus.queued]
+    # the pre-check runs before the resumed attempt starts, and is said last while it is queued
+    assert said[-1].startswith("pre-check before resume passed: checkpoint folder ")
+    reasons = [r for r in said if not r.startswith("pre-check")]
     assert reasons[-1] == (
         "checkpoint resume 1 of 1: performance alert on worker-0: hardware/e2e time 0.900 exceeds "
         "the threshold 0.5; rescheduling"

@@ -404,6 +404,62 @@ def test_record_updates_start_the_next_attempt_or_record_the_end():
     }
 
 
+def test_an_elastic_scale_up_starts_the_next_attempt_without_using_a_resume():
+    requeued = Settled(JobStatus.queued, "again", requeue=True, remove=False)
+    updates = policies.record_updates(job(attempt=1, restarts=1), requeued, [], None, T0, counted=False)
+    assert (updates["attempt"], updates["restarts"]) == (2, 1)
+
+
+# --------------------------------------------------------------------------- node health
+
+MARKS = {"n1": ("drained", "drained by admin: maintenance"), "n2": ("faulty", "no heartbeat for 12 s")}
+
+
+def on(host: str, state: str = "running") -> NodeRun:
+    return NodeRun(name="worker-0", host=host, state=state)
+
+
+def test_a_job_on_healthy_nodes_or_ended_on_a_marked_one_is_left_alone():
+    assert policies.on_unhealthy(job(), [on("n3")], MARKS) == (None, None)
+    assert policies.on_unhealthy(job(), [on("n1", "exited")], MARKS) == (None, None)
+
+
+def test_checkpoint_resume_checkpoints_away_from_a_drained_or_faulty_node_while_resumes_last():
+    j = job(checkpoint_resume={"max_resumes": 2, "grace_period": 30})
+    for host, status in (("n1", "drained"), ("n2", "faulty")):
+        notice, end = policies.on_unhealthy(j, [on(host)], MARKS)
+        assert "sends SIGTERM" in notice and "30 s" in notice and f"away from {host}" in notice
+        assert end.status is JobStatus.queued and end.requeue and end.grace == 30.0 and end.counted
+        assert end.reason.startswith(f"checkpoint resume 1 of 2: node {host} is {status}")
+    # no resume left: a drained node keeps it, a faulty one ends it in error
+    spent = j.model_copy(update={"restarts": 2})
+    assert policies.on_unhealthy(spent, [on("n1")], MARKS)[1] is None
+    assert policies.on_unhealthy(spent, [on("n2")], MARKS)[1].status is JobStatus.error
+
+
+def test_without_resume_a_drain_keeps_the_job_and_a_fault_restarts_or_ends_it():
+    notice, end = policies.on_unhealthy(job(), [on("n1")], MARKS)
+    assert end is None and "keeps running" in notice
+    _, end = policies.on_unhealthy(job(), [on("n2")], MARKS)
+    assert end.status is JobStatus.error and "node n2 is faulty (no heartbeat for 12 s)" in end.reason
+    _, end = policies.on_unhealthy(job(fault_restart={"max_restarts": 1}, grace_period=4), [on("n2")], MARKS)
+    assert (
+        end.status is JobStatus.queued and end.grace == 4.0 and end.reason.startswith("fault restart 1 of 1")
+    )
+
+
+def test_an_elastic_job_scales_up_only_when_more_fit_it_waited_and_no_job_is_queued():
+    elastic = job(mode="pytorch", nodes=3, checkpoint_resume={"elastic_min_nodes": 1, "grace_period": 9})
+    end = policies.on_scale_up(elastic, 1, 3, shrunk_for=60, interval=60, queued=0)
+    assert end.requeue and not end.counted and end.grace == 9.0
+    assert end.reason.startswith("elastic scale-up: 3 of 3 nodes fit now (it ran on 1)")
+    assert policies.on_scale_up(elastic, 1, 1, 60, 60, 0) is None  # nothing more fits
+    assert policies.on_scale_up(elastic, 1, 3, 59, 60, 0) is None  # not flapping
+    assert policies.on_scale_up(elastic, 1, 3, 60, 60, 1) is None  # a waiting job comes first
+    assert policies.on_scale_up(elastic, 3, 3, 60, 60, 0) is None  # already whole
+    assert policies.on_scale_up(job(nodes=1), 0, 1, 60, 60, 0) is None  # not elastic
+
+
 def test_record_updates_count_from_the_fresh_copy():
     # an update (e.g. a new duration) made while the attempt wound down is on the fresh copy;
     # only the listed fields are replaced, so the rest of it is kept

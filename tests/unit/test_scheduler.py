@@ -101,3 +101,29 @@ def test_node_views_report_use():
     assert all(v.status == "idle" for k, v in views.items() if k != host)
     only_npu = sched.node_views(sched.usage([]), spec="npu.emu-2")
     assert {n.accelerator_type for n in only_npu} == {"npu"}
+
+
+def test_drained_or_faulty_nodes_take_no_new_placement_but_still_count_at_submit():
+    sched = Scheduler(Cluster())
+    sched.unusable.update({"node-0": "drained", "node-1": "faulty"})
+    placed = sched.place("j1", ma_spec(mode="pytorch", nodes=2), sched.usage([]))
+    assert {t.host for t in placed.tasks} == {"node-2", "node-3"}
+    assert sched.place("j2", ma_spec(mode="pytorch", nodes=3), sched.usage([])) is None
+    sched.check(ma_spec(mode="pytorch", nodes=4))  # only out for now: never refused for it
+    planned = sched.place_anywhere("j3", ma_spec(mode="pytorch", nodes=4))
+    assert len({t.host for t in planned.tasks}) == 4  # how a job that must wait is planned
+    views = {v.name: v.status for v in sched.node_views(sched.usage([]))}
+    assert (views["node-0"], views["node-1"], views["node-2"]) == ("drained", "faulty", "idle")
+
+
+def test_checkpoint_resume_needs_a_dedicated_pool_only_where_pools_are_defined():
+    resumable = {"checkpoint_resume": {}}
+    Scheduler(Cluster()).check(ma_spec(**resumable))  # no [[pool]]: no rule
+    nodes = [n.model_copy(update={"pools": ["mine"]}) for n in default_nodes()]
+    sched = Scheduler(Cluster(nodes=nodes, pools={"mine": True, "shared": False}))
+    for pool in (None, "shared"):
+        with pytest.raises(InvalidSpec, match="dedicated resource pool") as err:
+            sched.check(ma_spec(pool=pool, **resumable))
+        assert err.value.field == "pool" and "--pool (mine)" in err.value.message
+    sched.check(ma_spec(pool="mine", **resumable))
+    sched.check(ma_spec())  # without checkpoint resume no pool is needed

@@ -374,6 +374,15 @@ class LocalBackend(Backend):
             return run.model_copy(update={"state": "exited", "exit_code": code})
         return run.model_copy(update={"state": "lost"})
 
+    def heartbeat(self, attempt: Attempt, run: NodeRun) -> float | None:
+        """The time of the node runner's heartbeat file (it refreshes it every second), a stat
+        that follows no link; before its first beat, the runner's start (one that froze before
+        beating is judged from then); None when neither is known."""
+        try:
+            return os.lstat(attempt.jobdir.node(run.name).heartbeat).st_mtime
+        except OSError:
+            return run.start_time
+
     # ------------------------------------------------------------------------ stop
 
     def _marker(self, attempt: Attempt, run: NodeRun) -> str | None:

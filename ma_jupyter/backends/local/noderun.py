@@ -23,7 +23,10 @@ pointing at the node's log file; the service is never in the log path.  The runn
 6. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
    ``nodes/<node>/failure.json`` when it is a small regular file (see
    :func:`ma_jupyter.untrusted.collect_report`) and writes the exit code atomically to
-   ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result.
+   ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result;
+7. beats: every ``HEARTBEAT_EVERY`` seconds, while it runs, it sets the time of
+   ``nodes/<node>/heartbeat`` to now (one ``utime``), so the service's node inspection sees a
+   runner that stopped (frozen, or its machine gone) by the file's age.
 
 Exit codes follow the shell: a command killed by signal N ends with 128+N.
 """
@@ -47,6 +50,8 @@ from ...untrusted import collect_report
 
 #: seconds between two samples of a node's memory (a read of /proc per sample)
 MEMORY_SAMPLE = 0.2
+#: seconds between two heartbeats (rule 7); the service's faulty threshold is several of them
+HEARTBEAT_EVERY = 1.0
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -186,6 +191,15 @@ class NodeRunner:
                 _signal(pid, signal.SIGKILL)
             return
 
+    def _beat(self, path: Path) -> None:
+        """Rule 7: refresh the heartbeat file's time until the node ends."""
+        try:
+            path.touch()
+            while not self._ended.wait(HEARTBEAT_EVERY):
+                os.utime(path)
+        except OSError:  # the node's folder is gone (the job was deleted): nothing to say
+            return
+
     # the processes of the node a stop signal is meant for
     def _targets(self) -> list[int]:
         current = self.current
@@ -311,6 +325,7 @@ class NodeRunner:
             if usable:
                 os.sched_setaffinity(0, usable)
         node_dir = NodeDir(Path(spec["node_dir"]))
+        threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
         if spec.get("memory_gb"):
             threading.Thread(target=self._watch_memory, args=(float(spec["memory_gb"]),), daemon=True).start()
         code = 0

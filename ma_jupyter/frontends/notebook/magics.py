@@ -713,7 +713,7 @@ class MaJupyterMagics(Magics):
 
 
 def _fits_now(spec: Any, node: Any) -> bool:
-    if node.status == "down":
+    if node.status in ("down", "drained", "faulty"):  # drained and faulty nodes take no new job
         return False
     if spec.cpus > node.cpus - node.cpus_used or spec.memory_gb > node.memory_gb - node.memory_used_gb:
         return False

@@ -1,0 +1,51 @@
+"""The node health marks (service/health.py) and the cluster file's pools and inspection limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from ma_jupyter.config import Cluster, load_cluster
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.models import Node
+from ma_jupyter.service.health import NodeHealth
+
+
+def test_marks_persist_keep_their_first_reason_and_clear(tmp_path):
+    path = tmp_path / "node_health.json"
+    health = NodeHealth(path)
+    statuses = health.statuses  # the scheduler holds this very object
+    assert health.mark("n1", "drained", "drained by admin: disk")
+    assert not health.mark("n1", "faulty", "no heartbeat")  # the first reason stays
+    assert health.mark("n2", "faulty", "no heartbeat for 12 s")
+    assert statuses == {"n1": "drained", "n2": "faulty"}
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+    again = NodeHealth(path)  # a restarted service keeps them
+    assert again.statuses == {"n1": "drained", "n2": "faulty"}
+    assert again.snapshot()["n1"].reason == "drained by admin: disk"
+    views = again.annotate([Node(name="n1", cpus=1, memory_gb=1), Node(name="n3", cpus=1, memory_gb=1)])
+    assert [v.health for v in views] == ["drained by admin: disk", ""]
+    assert again.clear("n1").status == "drained" and again.clear("n1") is None
+    assert NodeHealth(path).statuses == {"n2": "faulty"}
+
+
+def test_an_unreadable_marks_file_is_ignored(tmp_path):
+    path = tmp_path / "node_health.json"
+    path.write_text("{not json")
+    assert NodeHealth(path).statuses == {}
+
+
+def test_the_cluster_file_defines_pools_and_the_inspection_limits(tmp_path):
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        '[[pool]]\nname = "mine"\ndedicated = true\n\n[[pool]]\nname = "shared"\n\n'
+        "[limits]\nheartbeat_timeout = 4\nelastic_scale_up_interval = 60\n"
+    )
+    cluster = load_cluster(path)
+    assert cluster.pools == {"mine": True, "shared": False}
+    assert (cluster.limits.heartbeat_timeout, cluster.limits.elastic_scale_up_interval) == (4, 60)
+    assert Cluster().pools == {}  # no [[pool]]: no pool rule
+    for bad in ("[[pool]]\ndedicated = true\n", '[[pool]]\nname = "p"\ndedicated = "yes"\n', "pool = 3\n"):
+        path.write_text(bad)
+        with pytest.raises(InvalidSpec, match=r"\[\[pool\]\]"):
+            load_cluster(path)
