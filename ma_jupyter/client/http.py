@@ -32,6 +32,7 @@ from .. import config
 from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
 from ..models import (
     CacheInfo,
+    ClusterView,
     Event,
     Job,
     JobPage,
@@ -570,6 +571,13 @@ class Client:
     def nodes(self, spec: str | None = None) -> list[Node]:
         """The node inventory with what is in use now; ``spec``: only nodes that fit it."""
         return [Node.model_validate(n) for n in self._request("GET", "/nodes", params={"spec": spec})]
+
+    def cluster(self, specs: list[str] | None = None, models: list[str] | None = None) -> ClusterView:
+        """The cluster view: nodes and their use (cards as ``1(0):job``), how many more of each
+        spec could start now, the queue and card demand per board model; ``specs``/``models``
+        filter it."""
+        params = {"spec": list(specs or []), "model": list(models or [])}
+        return ClusterView.model_validate(self._request("GET", "/cluster", params=params))
 
     # -------------------------------------------------------------------------- users
 

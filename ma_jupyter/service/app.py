@@ -45,6 +45,7 @@ from ..errors import (
 from ..jobdir import PLACEHOLDER
 from ..models import (
     CacheInfo,
+    ClusterView,
     Event,
     Job,
     JobPage,
@@ -63,6 +64,7 @@ from ..models import (
     parse_spec,
 )
 from . import access, logs
+from . import cluster as cluster_view
 from .access import Op
 from .guard import MAX_BODY, GuardMiddleware
 from .supervisor import Supervisor
@@ -456,6 +458,24 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     ) -> list[Node]:
         views = supervisor.scheduler.node_views(supervisor.usage(), spec=spec)
         return views if user.admin else [_masked(view, user) for view in views]
+
+    @app.get(f"{api}/cluster", response_model=ClusterView)
+    def cluster(
+        spec: list[str] = Query(
+            default=[], max_length=MAX_ID, description="Only nodes that fit these specs."
+        ),
+        model: list[str] = Query(default=[], max_length=MAX_ID, description="Only these board models."),
+        user: Caller = Depends(authenticate),
+    ) -> ClusterView:
+        def visible(job_id: str) -> Job | None:
+            try:
+                job = store.get(job_id)
+            except NotFound:
+                return None
+            return job if access.can_see(job, user) else None
+
+        queued = cluster_view.queued_jobs(supervisor.queue.ids(), store.get)
+        return cluster_view.view(supervisor.scheduler, supervisor.usage(), queued, visible, spec, model)
 
     def _masked(node: Node, user: Caller) -> Node:
         # A node's usage names the jobs on it ("<card>:<job id>"): a job hidden from the
