@@ -210,7 +210,17 @@ export class ClusterWidget extends Widget {
         'div',
         { class: 'ma-node-head' },
         h('b', {}, n.name),
-        h('span', { class: `ma-node-state ma-node-${state}` }, state),
+        h(
+          'span',
+          {
+            class: `ma-node-state ma-node-${state}`,
+            title:
+              state === 'down'
+                ? 'the node is down'
+                : `${state}: one node of ${this.specs.size ? 'a chosen spec' : 'some spec'} ${state === 'idle' ? 'fits' : 'does not fit'} here now`
+          },
+          state
+        ),
         h('span', { class: 'ma-field-hint' }, [entry.model, n.driver_version ? `driver ${n.driver_version}` : '', n.os].filter(Boolean).join(' · '))
       ),
       bar('Cores', n.cpus_used ?? 0, n.cpus),

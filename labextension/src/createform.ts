@@ -9,6 +9,8 @@
  * 3. An accepted spec shows the queue prediction ("Can start now" / "Would wait behind N jobs",
  *    with the plan's estimated start) and the per-node dry run (node, host, cards, command).
  * 4. "Submit" sends the same spec to `POST /jobs`.
+ * 5. While nothing is typed the dry run is asked again every few seconds, so the prediction
+ *    follows jobs that start and end.
  *
  * Folder fields have a "Browse…" button (Lab's contents, see folderpicker.ts).  Specs are
  * checkboxes (several may be chosen: the first that fits starts), filtered by board model, with
@@ -71,16 +73,16 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
         key: 'command',
         label: 'Command',
         kind: 'area',
-        placeholder: 'python /workspace/algorithm/train.py --lr 0.1',
+        placeholder: 'e.g. python train.py --lr 0.1',
         hint: 'starts with an executable; use bash -c "…" for several statements'
       },
       {
         key: 'tasks',
         label: 'Batch tasks (one per line: command, or algorithm folder :: command)',
         kind: 'tasks',
-        placeholder: '/data/a :: python train.py'
+        placeholder: 'e.g. /data/a :: python train.py'
       },
-      { key: 'workdir', label: 'Working directory in the node', kind: 'text', placeholder: '/workspace/algorithm' },
+      { key: 'workdir', label: 'Working directory in the node', kind: 'text', placeholder: 'default: /workspace/algorithm' },
       { key: 'image.python', label: 'Image: Python interpreter', kind: 'text' },
       { key: 'image.venv', label: 'Image: virtualenv folder', kind: 'path' },
       { key: 'image.conda_env', label: 'Image: conda environment', kind: 'text' },
@@ -93,7 +95,7 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
     title: 'Data and mounts',
     fields: [
       { key: 'outputs', label: 'Outputs folder (/workspace/outputs)', kind: 'path' },
-      { key: 'datasets', label: 'Datasets (name /path [rw] per line)', kind: 'mounts', placeholder: 'mnist /data/mnist' },
+      { key: 'datasets', label: 'Datasets (name /path [rw] per line)', kind: 'mounts', placeholder: 'e.g. mnist /data/mnist' },
       { key: 'models', label: 'Models (name /path per line)', kind: 'mounts' },
       { key: 'volumes', label: 'Volumes (name /path per line)', kind: 'mounts' },
       { key: 'annotations', label: 'Annotations (name /path per line)', kind: 'mounts' },
@@ -118,7 +120,7 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
     id: 'lifecycle',
     title: 'Lifecycle and reliability',
     fields: [
-      { key: 'duration', label: 'Duration', kind: 'text', placeholder: '30m, 2h, 1d', hint: 'empty: no limit' },
+      { key: 'duration', label: 'Duration', kind: 'text', placeholder: 'e.g. 30m, 2h, 1d', hint: 'empty: no limit' },
       { key: 'grace_period', label: 'Grace period on stop (s)', kind: 'number' },
       { key: 'lifecycle.on_start', label: 'On start (each node)', kind: 'text' },
       { key: 'lifecycle.on_stop', label: 'On stop (each node)', kind: 'text' },
@@ -167,6 +169,8 @@ const DEFAULTS: Record<string, string | boolean> = {
 
 /** Debounce of the dry run while typing (ms). */
 const PLAN_DELAY = 400;
+/** The prediction is asked again this often while nothing is typed (ms): jobs start and end. */
+const REPLAN = 5000;
 
 type Control = HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement;
 
@@ -294,7 +298,11 @@ export class CreateFormWidget extends Widget {
       this.value('outputs', prefill.outputs);
     }
     this.node.addEventListener('input', () => this.schedulePlan());
-    this.node.addEventListener('change', () => this.schedulePlan());
+    this.node.addEventListener('change', () => {
+      this.showRelevant();
+      this.schedulePlan();
+    });
+    this.showRelevant();
     void this.loadCatalog();
   }
 
@@ -308,6 +316,33 @@ export class CreateFormWidget extends Widget {
       control.checked = Boolean(value);
     } else {
       control.value = String(value);
+    }
+  }
+
+  /**
+   * Show only the fields that apply: tasks for batch jobs (command otherwise), parameter
+   * servers and chief for TensorFlow, the restart and resume settings once they are enabled.
+   */
+  private showRelevant(): void {
+    const get = (key: string) => this.controls.get(key)!;
+    const on = (key: string) => (get(key) as HTMLInputElement).checked;
+    const batch = get('type').value === 'batch';
+    const tensorflow = get('mode').value === 'tensorflow';
+    const shown: Record<string, boolean> = {
+      tasks: batch,
+      command: !batch,
+      ps: tensorflow,
+      chief: tensorflow
+    };
+    for (const key of this.fields.keys()) {
+      if (key.startsWith('fault_restart.')) {
+        shown[key] = on('fault_restart');
+      } else if (key.startsWith('checkpoint_resume.')) {
+        shown[key] = on('checkpoint_resume');
+      }
+    }
+    for (const [key, visible] of Object.entries(shown)) {
+      this.fields.get(key)?.classList.toggle('ma-hidden', !visible);
     }
   }
 
@@ -367,7 +402,7 @@ export class CreateFormWidget extends Widget {
     const node = h(
       'label',
       {
-        class: `ma-field ${check ? 'ma-field-check' : ''} ${def.kind === 'area' || def.kind === 'tasks' ? 'ma-field-wide' : ''}`,
+        class: `ma-field ${check ? 'ma-field-check' : ''} ${['area', 'tasks', 'path'].includes(def.kind) ? 'ma-field-wide' : ''}`,
         'data-field': def.key
       },
       check ? control : null,
@@ -451,6 +486,9 @@ export class CreateFormWidget extends Widget {
     for (const group of GROUPS) {
       for (const def of group.fields) {
         const control = this.controls.get(def.key)!;
+        if (this.fields.get(def.key)?.classList.contains('ma-hidden')) {
+          continue; // does not apply (e.g. tasks of a regular job)
+        }
         const top = def.key.split('.')[0];
         if ((top === 'fault_restart' || top === 'checkpoint_resume') && def.key !== top) {
           if (!enabled(top)) {
@@ -552,6 +590,25 @@ export class CreateFormWidget extends Widget {
 
   private async plan(): Promise<void> {
     const asked = ++this.asked;
+    try {
+      await this.planOnce(asked);
+    } finally {
+      if (asked === this.asked && !this.isDisposed) {
+        this.schedulePlan(REPLAN);
+      }
+    }
+  }
+
+  private async planOnce(asked: number): Promise<void> {
+    // the spec counts and queued demand change as jobs start and end: refresh them alongside
+    fetchCluster()
+      .then(cluster => {
+        if (!this.isDisposed) {
+          this.cluster = cluster;
+          this.renderSpecs();
+        }
+      })
+      .catch(() => undefined); // the dry run below reports an unreachable service
     let plan: Plan;
     try {
       plan = await api.plan(this.spec());
@@ -560,7 +617,14 @@ export class CreateFormWidget extends Widget {
         return;
       }
       this.showError(error);
-      this.prediction.textContent = 'Fix the marked field to see the prediction.';
+      // the field may be scrolled away: say which one, and take the user there on a click
+      const name = error instanceof ApiError ? error.field : null;
+      this.prediction.replaceChildren(
+        h('div', {}, name ? `Fix ${name} to see the prediction:` : 'Fix the form to see the prediction:'),
+        h('div', { class: 'ma-prediction-error' }, errorText(error))
+      );
+      this.prediction.onclick = () =>
+        this.node.querySelector('.ma-field-invalid, .ma-message.ma-error')?.scrollIntoView({ block: 'center' });
       this.prediction.setAttribute('data-state', 'invalid');
       this.dryRun.replaceChildren();
       return;

@@ -76,14 +76,23 @@ async function runCell(app: JupyterFrontEnd): Promise<void> {
     Notification.warning('The cell is empty: write the training code first.', { autoClose: 6000 });
     return;
   }
+  // the magic's extension, loaded as `%load_ext ma_jupyter` would (a no-op when it is loaded)
+  await found.kernel.requestExecute({
+    code: "get_ipython().extension_manager.load_extension('ma_jupyter')",
+    silent: true,
+    store_history: false
+  }).done;
   const out: string[] = [];
+  let jobId = '';
   const future = found.kernel.requestExecute({ code, silent: false, store_history: false });
   future.onIOPub = (msg: any) => {
     const kind = msg.header.msg_type;
     if (kind === 'stream') {
       out.push(msg.content.text);
-    } else if (kind === 'execute_result' || kind === 'display_data') {
-      out.push(msg.content.data?.['text/plain'] ?? '');
+    } else if (kind === 'execute_result') {
+      // the magic returns the JobHandle: `<JobHandle id=… name=… status=…>`
+      const id = /\bid=(\S+)/.exec(msg.content.data?.['text/plain'] ?? '');
+      jobId = id ? id[1] : jobId;
     } else if (kind === 'error') {
       out.push(`${msg.content.ename}: ${msg.content.evalue}`);
     }
@@ -91,7 +100,10 @@ async function runCell(app: JupyterFrontEnd): Promise<void> {
   const reply = await future.done;
   const text = out.join('').trim().split('\n').slice(-6).join('\n');
   if (reply.content.status === 'ok') {
-    Notification.success(`Training job submitted from the cell.\n${text}`, { autoClose: 10000 });
+    Notification.success(
+      `Training job ${jobId ? `${jobId} ` : ''}submitted from the cell (see the Training jobs sidebar).${text ? `\n${text}` : ''}`,
+      { autoClose: 10000 }
+    );
   } else {
     Notification.error(text || 'The cell could not be submitted.', { autoClose: false });
   }
