@@ -13,6 +13,7 @@ LINE_MAGICS = [
     "ma_delete",
     "ma_clone",
     "ma_specs",
+    "ma_cluster",
     "ma_tensorboard",
     "ma_attach",
 ]
