@@ -245,13 +245,30 @@ def test_right_click_a_python_file_submits_it(lab, page):
     expect(form.locator('[data-ma-input="algorithm"]')).to_have_value(str(folder))
     expect(form.locator("[data-ma-prediction]")).to_have_attribute("data-state", "now", timeout=60_000)
     page.screenshot(path=str(SHOTS / "form-from-file.png"))
+    # the outputs folder through the folder picker (Lab's contents): results/run1
+    out = lab["root"] / "results" / "run1"
+    out.mkdir(parents=True)
+    out.chmod(0o777)  # the job runs as another account: it must be able to write there
+    form.locator('[data-ma-browse="outputs"]').click()
+    picker = page.locator('[data-ma-view="folder-picker"]')
+    picker.locator('.ma-folder[data-path="results"]').click()
+    picker.locator('.ma-folder[data-path="results/run1"]').click()
+    expect(picker.locator(".ma-folder-where")).to_have_text(str(out))
+    page.screenshot(path=str(SHOTS / "folder-picker.png"))
+    page.locator('.jp-Dialog button:has-text("Choose this folder")').click()
+    expect(form.locator('[data-ma-input="outputs"]')).to_have_value(str(out))
+    page.screenshot(path=str(SHOTS / "form-outputs-chosen.png"))
     form.locator('[data-ma-action="submit"]').click()
     submitted = form.locator("[data-ma-submitted]")
-    expect(submitted).to_be_visible(timeout=30_000)
+    try:
+        expect(submitted).to_be_visible(timeout=30_000)
+    except AssertionError:  # say what the form showed instead
+        raise AssertionError(form.locator(".ma-field-invalid, .ma-message").all_inner_texts()) from None
     job_id = submitted.get_attribute("data-job-id")
     job = wait_job(lab, job_id, {"succeeded", "error"})
     assert job["status"] == "succeeded", log_of(lab, job_id)
     assert job["spec"]["algorithm"] == str(folder) and job["spec"]["command"] == "python train.py"
+    assert job["spec"]["outputs"] == str(out)
     assert "file job in" in log_of(lab, job_id)
 
 
