@@ -219,7 +219,8 @@ export class CreateFormWidget extends Widget {
   ) {
     super();
     this.id = `ma-create-form-${Date.now()}`;
-    this.title.label = 'New training job';
+    // several forms may be open (one per file submitted): the tab names the file's job
+    this.title.label = prefill.name ? `New job: ${prefill.name}` : 'New training job';
     this.title.closable = true;
     this.addClass('ma-main');
     this.addClass('ma-create');

@@ -70,7 +70,7 @@ class FolderList extends Widget {
     const items: HTMLElement[] = [];
     if (path) {
       items.push(
-        h('li', { class: 'ma-folder', onclick: () => void this.open(PathExt.dirname(path)) }, '⬑ ..')
+        h('li', { class: 'ma-folder', onclick: () => void this.open(PathExt.dirname(path)) }, '↑ .. (parent folder)')
       );
     }
     for (const folder of folders) {
