@@ -13,7 +13,9 @@ measures side by side:
 (c) job ends -> follow returns: from the job's last line to the end of the follow;
 (d) stop -> stopped: from asking to stop a running job to its status saying stopped;
 (e) a 2x1 gloo DDP job's wall time: the pytorch mode on two Ray nodes against the same script
-    started by hand with torchrun on the two Ray nodes (one Ray task pinned to each node).
+    started by hand with torchrun on the two Ray nodes (one Ray task pinned to each node).  The
+    platform's nodes run at normal priority; Ray's tasks at Ray's worker niceness (15), which
+    only matters when something else competes for the cores.
 
 The platform's follower reads through the service only (``Client(local_logs=False)``), as a
 client on another machine would, so every byte comes from the Ray node's agent.  Medians over
@@ -47,6 +49,8 @@ TICKS = "import time\nfor i in range(30):\n    print(repr(time.time()), flush=Tr
 SLEEP = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
 DDP = textwrap.dedent(
     """
+    import time
+    print(f"start {time.time()!r}", flush=True)
     import os, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     value = torch.tensor([float(dist.get_rank() + 1)])
@@ -171,12 +175,19 @@ def platform_ddp(client, algo: str) -> float:
     assert done.status.value == "succeeded", done.reason
     events = client.events(job.id)
     running = next(e.time for e in events if e.status.value == "running").timestamp()
+    starts = [_script_start(client.read_log(job.id, node=f"worker-{r}", rank=r).data) for r in range(2)]
     print(
-        f"  ddp on the platform: submit -> running {running - t0:.2f} s, running -> succeeded "
+        f"  ddp on the platform: submit -> running {running - t0:.2f} s, submit -> script starts "
+        f"{min(starts) - t0:.2f}/{max(starts) - t0:.2f} s, running -> succeeded "
         f"{events[-1].time.timestamp() - running:.2f} s, wall {wall:.2f} s",
         flush=True,
     )
     return wall
+
+
+def _script_start(text: str) -> float:
+    """The time the DDP script printed when it started."""
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("start ")))
 
 
 def by_hand_ddp(ray, algo: str) -> float:
@@ -190,10 +201,11 @@ def by_hand_ddp(ray, algo: str) -> float:
         port = sock.getsockname()[1]
 
     @ray.remote(num_cpus=1)
-    def run(rank: int) -> int:
+    def run(rank: int) -> tuple[int, str]:
         argv = [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1"]
         argv += ["--node_rank", str(rank), "--master_addr", "127.0.0.1", "--master_port", str(port)]
-        return subprocess.call([*argv, os.path.join(algo, "ddp.py")])
+        done = subprocess.run([*argv, os.path.join(algo, "ddp.py")], capture_output=True, text=True)
+        return done.returncode, done.stdout
 
     nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]][:2]
     t0 = time.time()
@@ -201,9 +213,16 @@ def by_hand_ddp(ray, algo: str) -> float:
         run.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(rank)
         for rank, node in enumerate(nodes)
     ]
-    codes = ray.get(refs)
-    assert codes == [0, 0], codes
-    return time.time() - t0
+    results = ray.get(refs)
+    wall = time.time() - t0
+    assert [code for code, _ in results] == [0, 0], results
+    starts = [_script_start(out) for _, out in results]
+    print(
+        f"  ddp by hand: start -> script starts {min(starts) - t0:.2f}/{max(starts) - t0:.2f} s, "
+        f"wall {wall:.2f} s",
+        flush=True,
+    )
+    return wall
 
 
 # ------------------------------------------------------------------------------- main
@@ -263,8 +282,11 @@ def main() -> int:
         client = Client(autostart=False, local_logs=False)
         ours = platform_runs(client, str(algo), args.reps)
         theirs = ray_jobs_runs(jobs, args.reps)
-        ddp = [platform_ddp(client, str(algo)) for _ in range(args.reps)]
-        hand = [by_hand_ddp(ray, str(algo)) for _ in range(args.reps)]
+        # alternated, so a change of the machine's load during the run weighs on both alike
+        ddp, hand = [], []
+        for _ in range(args.reps):
+            ddp.append(platform_ddp(client, str(algo)))
+            hand.append(by_hand_ddp(ray, str(algo)))
     finally:
         if service is not None:
             service.send_signal(signal.SIGTERM)

@@ -18,6 +18,7 @@ written (``$5``, ``a$``, ``$-``).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 
 from .errors import InvalidSpec
@@ -31,9 +32,32 @@ _DOUBLE_ESCAPE = re.compile(r'\\([\\"])')
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
+#: a whole word that is one shell operator in quotes (``'&&'``): how ``shlex.join`` writes an
+#: argv's ``&&`` (``ma-jupyter submit -- a '&&' b``), meant for a shell once the user wraps it
+_QUOTED_OPERATOR = re.compile(r"""(?<!\S)(['"])(&&|\|\||;|\||&|>>?|<|2>&1|2>>?|&>)\1(?!\S)""")
+#: what a double-quoted word still lets the user's own shell change
+_DOUBLE_QUOTE_ACTIVE = re.compile(r'["\\$`!]')
+
+
+def shell_wrapper(command: str) -> str:
+    """The ``bash -c ...`` command that runs ``command`` as a shell line, quoted so that typing it
+    (after ``ma-jupyter submit --``, or as ``--command`` text) hands bash exactly that line.
+
+    1. A whole word that is a quoted shell operator (``'&&'``, ``';'``, ``'|'``) becomes the
+       operator: that is how an argv's ``&&`` reads once joined, and a shell line is what the
+       user asked for by wrapping it.
+    2. The line goes in double quotes when nothing in it is special there (``"``, ``\\``,
+       ``$``, backquote, ``!``), else in single quotes (``shlex.quote``), so the user's own
+       shell expands nothing: ``${VAR}`` reaches the job's bash, which expands it on the node.
+    """
+    line = _QUOTED_OPERATOR.sub(lambda m: m.group(2), command.strip())
+    if not _DOUBLE_QUOTE_ACTIVE.search(line):
+        return f'bash -c "{line}"'
+    return f"bash -c {shlex.quote(line)}"
+
+
 def _wrap_hint(command: str) -> str:
-    inner = command.replace('"', '\\"')
-    return f'wrap it in a shell yourself: bash -c "{inner}"'
+    return f"wrap it in a shell yourself: {shell_wrapper(command)}"
 
 
 def is_shell_wrapper(argv: list[str]) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InvalidSpec
-from .jobdir import JobDir
+from .jobdir import JobDir, check_job_id
 from .models import Node, Spec
 
 ENV_HOME = "MA_JUPYTER_HOME"
@@ -79,9 +79,7 @@ def jobs_root() -> Path:
 
 def jobdir(job_id: str) -> JobDir:
     """The folder of one job (logs, per-node files); never outside :func:`jobs_root`."""
-    if not job_id or "/" in job_id or job_id.startswith("."):
-        raise InvalidSpec(f"{job_id!r} is not a job id")
-    return JobDir(jobs_root() / job_id)
+    return JobDir(jobs_root() / check_job_id(job_id))
 
 
 def _memory_gb() -> float:

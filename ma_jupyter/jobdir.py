@@ -18,7 +18,7 @@
     nodes/<node>/workspace/, home/, tmp/   symlink mode only
     outputs/                        the default outputs folder
     workdir/<node>/                 the node's working copy, its /workspace/algorithm (kept across attempts)
-    prepared/<source>-<name>-<ver>  data preparation copies
+    prepared/<source>-<name>-<ver>  data preparation: a link to the copy in <home>/prepared/
 
 A new service reads these files from jobs an older one launched (re-attach): the names are an
 on-disk format (``tests/unit/test_jobdir.py`` pins them). Standard library and
@@ -57,6 +57,14 @@ def rank_of(file_name: str) -> int | None:
         return int(file_name[len(_RANK_PREFIX) : -len(_LOG_SUFFIX)])
     except ValueError:
         return None
+
+
+def check_job_id(job_id: str) -> str:
+    """``job_id`` when it names a folder directly inside a folder of job folders, else
+    InvalidSpec."""
+    if not job_id or "/" in job_id or job_id.startswith(".") or "\0" in job_id:
+        raise InvalidSpec(f"{job_id!r} is not a job id")
+    return job_id
 
 
 def check_node_name(node: str) -> str:
@@ -259,7 +267,7 @@ class JobDir(_Folder):
         return self.workdirs / check_node_name(node)
 
     def prepared_dataset(self, source: str, name: str, version: str | None) -> Path:
-        """The copy data preparation makes of one dataset version."""
+        """The link to the prepared copy of one dataset version (see service/prepared.py)."""
         return self.prepared / f"{source}-{name}-{version}"
 
     def doomed(self) -> Path:

@@ -599,6 +599,50 @@ class NodeRun(Strict):
     )
 
 
+class TaskState(Strict):
+    """One task of a batch job as it stands: a task has its own status, so one failing task
+    leaves the others running to their own end (the job fails once they all have)."""
+
+    name: str = Field(description="The node that runs it, e.g. task-0.")
+    index: int = 0
+    outputs: str = Field(default="", description="Its subfolder of the job's outputs folder (<name>-<N>).")
+    status: Literal["queued", "running", "succeeded", "failed", "stopped"] = "queued"
+    exit_code: int | None = None
+
+
+def task_states(spec: JobSpec, nodes: list[NodeRun]) -> list[TaskState]:
+    """The state of each task of a batch job from its nodes (empty for a regular job): a task
+    whose node has not been launched is ``queued``; one that exited 0 ``succeeded``; one that
+    exited otherwise or was lost ``failed``."""
+    if spec.type is not JobType.batch:
+        return []
+    by_name = {n.name: n for n in nodes}
+    out = []
+    for index in range(len(spec.tasks)):
+        name = f"task-{index}"
+        run = by_name.get(name)
+        status = "queued"
+        if run is not None:
+            if run.state == "exited":
+                status = "succeeded" if run.exit_code == 0 else "failed"
+            elif run.state == "lost":
+                status = "failed"
+            elif run.state == "stopped":
+                status = "stopped"
+            else:
+                status = "running"
+        out.append(
+            TaskState(
+                name=name,
+                index=index,
+                outputs=f"{spec.name}-{index}",
+                status=status,
+                exit_code=run.exit_code if run is not None else None,
+            )
+        )
+    return out
+
+
 class Job(Strict):
     """A submitted job as the service reports it."""
 
@@ -621,6 +665,14 @@ class Job(Strict):
     #: the job's outputs folder on the service's machine: the spec's ``outputs``, or the folder
     #: made for a job that names none (TensorBoard and the scalar plots read it)
     outputs_folder: str | None = None
+    #: a batch job's tasks, each with its own status; derived from ``nodes`` whenever a job is
+    #: read (any value given is replaced), empty for a regular job
+    tasks: list[TaskState] = []
+
+    @model_validator(mode="after")
+    def _derive_tasks(self) -> Job:
+        self.tasks = task_states(self.spec, self.nodes)
+        return self
 
     @property
     def name(self) -> str:
@@ -797,6 +849,21 @@ class UserToken(User):
     token: str
 
 
+class Algorithm(Strict):
+    """An algorithm folder of the caller's: one their jobs used (the seed's "my algorithm
+    volumes") or one they marked a favourite (its "favourite algorithms")."""
+
+    path: str = Field(description="The folder, an absolute normalised path.")
+    favourite: bool = False
+    jobs: int = Field(default=0, description="How many of the caller's jobs use it.")
+
+
+class FavouriteAlgorithm(Strict):
+    """``POST /algorithms/favourites``: the folder to mark."""
+
+    path: Path_ = Field(description="An absolute folder path.")
+
+
 class CacheInfo(Strict):
     """One user's persistent cache (``~/.cache`` in their jobs' nodes) and what it holds."""
 
@@ -804,6 +871,19 @@ class CacheInfo(Strict):
     path: str = Field(description="Its host folder.")
     bytes: int = 0
     files: int = 0
+
+
+class PreparedData(Strict):
+    """One prepared copy of a dataset source, shared by the jobs that name that source."""
+
+    key: str = Field(description="Its store key (source path and contents, see service/prepared.py).")
+    source: str
+    path: str = Field(description="The copy on the service's machine.")
+    bytes: int = 0
+    files: int = 0
+    created: float = 0.0
+    last_used: float = Field(default=0.0, description="When a job last took or gave it back (epoch s).")
+    jobs: list[str] = Field(default=[], description="The queued or running jobs that use it.")
 
 
 def json_schemas() -> dict[str, Any]:

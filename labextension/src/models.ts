@@ -138,6 +138,7 @@ export interface Job {
   workspace_isolation?: "bubblewrap" | "symlink" | "none" | null;
   tensorboard_url?: string | null;
   outputs_folder?: string | null;
+  tasks?: Array<TaskState>;
 }
 
 /** One page of a job listing. */
@@ -396,6 +397,20 @@ export interface SpecRoom {
   nodes?: number;
   /** How many more one-node jobs of it the scheduler would place now, one after another. */
   can_start?: number;
+}
+
+/**
+ * One task of a batch job as it stands: a task has its own status, so one failing task
+ * leaves the others running to their own end (the job fails once they all have).
+ */
+export interface TaskState {
+  /** The node that runs it, e.g. task-0. */
+  name: string;
+  index?: number;
+  /** Its subfolder of the job's outputs folder (<name>-<N>). */
+  outputs?: string;
+  status?: "queued" | "running" | "succeeded" | "failed" | "stopped";
+  exit_code?: number | null;
 }
 
 /** A writable storage volume shown at `/workspace/volume/<name>`. */

@@ -83,6 +83,8 @@ class Backend(ABC):
        scheduler's nodes now (the Ray backend: its placement group cannot be reserved, other
        users of the cluster hold the resources): nothing is held, the job waits in the queue
        and the service tries again shortly.
+    9. :meth:`forget` is called once per deleted job, after it ended, and returns without
+       waiting on remote work.
     """
 
     #: short name stored on the job (``local``, ``ray``)
@@ -99,6 +101,12 @@ class Backend(ABC):
         """Release what the backend holds in this process (threads, descriptors); nodes keep
         running (the default holds nothing)."""
         return None
+
+    def forget(self, job_id: str) -> None:
+        """Remove what the backend keeps of a deleted, ended job outside the service's own job
+        folder (which the service removes): its files on other machines.  Must not block the
+        caller on remote work (start it and return); the default keeps nothing else."""
+        del job_id
 
     def inventory(self) -> list[Node] | None:
         """The nodes jobs are placed on, now (rule 7); None: ``cluster.toml``'s (the default)."""

@@ -31,6 +31,7 @@ import requests
 from .. import config
 from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
 from ..models import (
+    Algorithm,
     CacheInfo,
     ClusterView,
     Event,
@@ -38,10 +39,12 @@ from ..models import (
     JobPage,
     JobSpec,
     JobStatus,
+    JobType,
     LogChunk,
     LogStream,
     Node,
     Plan,
+    PreparedData,
     Spec,
     User,
     UserToken,
@@ -49,7 +52,7 @@ from ..models import (
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .service import read_runtime, start_service, stop_service_process
 from .snapshot import names_local_file, ship_working_folder
-from .spec import spec_body
+from .spec import host_path, spec_body
 
 API_PREFIX = "/api/v1"
 #: the token a client acts with when none is passed (a user's own, from an admin)
@@ -399,6 +402,10 @@ class Client:
         outputs: str | None = None,
         offset: int = 0,
         limit: int = 50,
+        *,
+        algorithm: str | None = None,
+        favourites: bool = False,
+        type: str | JobType | None = None,
     ) -> list[JobHandle]:
         """Jobs, newest first, filtered.
 
@@ -409,11 +416,25 @@ class Client:
             spec: a spec name the job asked for.
             outputs: its outputs folder.
             offset, limit: paging.
+            algorithm: the algorithm folder it runs (relative to the current directory).
+            favourites: only jobs running one of this user's favourite algorithms.
+            type: ``regular`` or ``batch`` jobs only.
 
         Returns:
             Handles of the matching jobs on this page (see :meth:`job_page` for the total).
         """
-        page = self.job_page(name, status, creator, spec, outputs, offset, limit)
+        page = self.job_page(
+            name,
+            status,
+            creator,
+            spec,
+            outputs,
+            offset,
+            limit,
+            algorithm=algorithm,
+            favourites=favourites,
+            type=type,
+        )
         return [JobHandle(self, job) for job in page.items]
 
     def job_page(
@@ -425,6 +446,10 @@ class Client:
         outputs: str | None = None,
         offset: int = 0,
         limit: int = 50,
+        *,
+        algorithm: str | None = None,
+        favourites: bool = False,
+        type: str | JobType | None = None,
     ) -> JobPage:
         """Like :meth:`jobs`, as the service's page (``items`` and ``total``)."""
         statuses = status if isinstance(status, list) else [status] if status else []
@@ -434,6 +459,9 @@ class Client:
             "creator": creator,
             "spec": spec,
             "outputs": outputs,
+            "algorithm": host_path(algorithm, Path.cwd()) if algorithm else None,
+            "favourites": "true" if favourites else None,
+            "type": JobType(type).value if type else None,
             "offset": offset,
             "limit": limit,
         }
@@ -622,6 +650,35 @@ class Client:
         source = self.get(job_id).spec.model_dump(mode="json", exclude={"creator"}, exclude_unset=True)
         return self.submit({**source, **fields})
 
+    def devenv(self, job_id: str) -> dict[str, Any]:
+        """The job as a notebook whose code cell submits it again (the seed's "create a
+        development environment from a job"): ``{"name": "<job name>-devenv.ipynb", "notebook":
+        <nbformat 4 JSON>}``; see :mod:`ma_jupyter.export.notebook` for what the cells hold.
+
+        Needs view access to the job, as cloning does.
+        """
+        return self._request("GET", f"/jobs/{_segment(job_id)}/devenv")
+
+    # -------------------------------------------------------------------- algorithms
+
+    def algorithms(self) -> list[Algorithm]:
+        """This user's algorithm folders: their favourites first, then the folders their own
+        jobs ran, each with how many of their jobs used it."""
+        return [Algorithm.model_validate(a) for a in self._request("GET", "/algorithms")]
+
+    def favourite(self, path: str) -> Algorithm:
+        """Mark an algorithm folder (relative to the current directory) a favourite of this user."""
+        body = {"path": host_path(path, Path.cwd())}
+        return Algorithm.model_validate(self._request("POST", "/algorithms/favourites", json_body=body))
+
+    def unfavourite(self, path: str) -> None:
+        """Unmark a favourite algorithm folder.
+
+        Raises:
+            NotFound: it was not a favourite.
+        """
+        self._request("DELETE", "/algorithms/favourites", params={"path": host_path(path, Path.cwd())})
+
     # ------------------------------------------------------------------------ caches
 
     def cache(self, every_user: bool = False) -> list[CacheInfo]:
@@ -634,6 +691,15 @@ class Client:
         """Empty the caller's persistent cache; what it held.  Refused (Conflict) while a job of
         the caller runs."""
         return CacheInfo.model_validate(self._request("DELETE", "/cache"))
+
+    def prepared_data(self) -> list[PreparedData]:
+        """Data preparation's shared copies that the caller's jobs took (every one for admins),
+        with their sizes and the jobs using them; expired ones are removed first."""
+        return [PreparedData.model_validate(d) for d in self._request("GET", "/data")]
+
+    def remove_prepared_data(self, key: str) -> PreparedData:
+        """Remove one prepared copy now; what it was.  Refused (Conflict) while a job uses it."""
+        return PreparedData.model_validate(self._request("DELETE", f"/data/{key}"))
 
     # ------------------------------------------------------------------------ service
 

@@ -6,6 +6,9 @@ Kubernetes schemas offline (``kubernetes-validate``, strict).
 
 Documents, in apply order:
 
+0. PriorityClass ``ma-jupyter-<priority>`` (cluster-wide, the same for every export, so applying
+   it again changes nothing): the job's queue priority as a pod priority (:data:`PRIORITY_VALUES`;
+   ``preemptionPolicy: Never``, since this platform never preempts a running job either).
 1. ConfigMap ``<base>-files``: the files the mode writes (DeepSpeed's ``/job/hostfile``, MPI
    hostfiles, Ascend rank tables), each mounted read-only at its path (``subPath``).
 2. ConfigMap ``<base>-nodeside``: the platform's node-side helpers (standard library only), when
@@ -71,12 +74,26 @@ How the job is planned (the same planners as every backend):
 8. **Image.** ``image``, else :data:`MODE_IMAGES` for the mode, else :data:`DEFAULT_IMAGE`.
    ``python`` in a command is the image's; the spec's Python environment (``image`` of the
    spec) names folders of this machine and is not exported.
+9. **Priority** is the pod's ``priorityClassName`` (document 0): the Kubernetes scheduler
+   places pending pods of a higher class first, as this platform's queue starts jobs.
+10. **Node choice** is a ``nodeSelector``: ``node_name`` selects ``kubernetes.io/hostname``;
+    ``pool`` and ``driver_version`` select the node labels :data:`POOL_LABEL` and
+    :data:`DRIVER_LABEL`, which the cluster's administrator puts on the nodes of a pool and on
+    nodes by their accelerator driver.
+11. **Data preparation** (``data_preparation``): each dataset is copied, before the job's
+    command, by an init container ``prepare-<n>`` (``cp -a``, the image's) from its volume into
+    an ``emptyDir`` on the pod's node, which the job then sees read-only at the dataset's path,
+    as the platform copies datasets to a node before a job starts.  Datasets must be folders
+    here (a claim always is; a ``hostPath`` single-file dataset is mounted as it is, unprepared).
+12. **Who.** The creator and the others' access (``access``) are the annotations
+    ``ma-jupyter/creator`` and ``ma-jupyter/access``: Kubernetes access is the namespace's RBAC,
+    which the administrator grants; the annotations say what the platform allowed.
 
 What Kubernetes does not do here: Jobs of different roles are not a gang (a failed worker Job
 leaves the parameter servers running, and they serve until deleted: ``kubectl delete -f``, as
-the ``ma-jupyter/primary: "false"`` annotation says), nothing orders the queue, and priority,
-others' access, node choice (``node_name``, ``pool``, ``driver_version``), data preparation and
-the debug terminal are this platform's and are not exported.  The horovod mode is refused:
+the ``ma-jupyter/primary: "false"`` annotation says), the queue is the Kubernetes scheduler's
+(priorities, no backfill reservation), others' access is the namespace's RBAC, and the debug
+terminal is this platform's and is not exported.  The horovod mode is refused:
 mpirun reaches the other nodes through a remote shell, which an Indexed Job does not provide.
 """
 
@@ -95,7 +112,7 @@ import yaml
 from ..commands import is_shell_wrapper, parse_command, substitute
 from ..errors import InvalidSpec
 from ..jobdir import RANK_LOG_ENV, RANK_LOG_VIEW
-from ..models import JobSpec, Mode, Spec
+from ..models import JobSpec, Mode, Priority, Spec
 from ..modes import NodePlan, Placement, TaskSlot, plan_job, task_roles
 from ..workspace import VIEW_ROOT, folders, workdir_for
 
@@ -120,6 +137,13 @@ SERVES_UNTIL_DELETED = (
     "serves until deleted: Kubernetes does not stop it when the other roles finish "
     "(kubectl delete -f the export once they did)"
 )
+#: the pod priority of each queue priority (PriorityClass ``ma-jupyter-<priority>``)
+PRIORITY_VALUES = {Priority.normal: 1000, Priority.urgent: 2000, Priority.very_urgent: 3000}
+#: node labels the administrator sets: the node's dedicated pool, its accelerator driver version
+POOL_LABEL = "ma-jupyter/pool"
+DRIVER_LABEL = "ma-jupyter/driver-version"
+#: where a prepared dataset's source volume is mounted in its init container
+PREPARE_SOURCE = "/prepare/source"
 LABEL_JOB = "ma-jupyter/job"
 LABEL_ROLE = "ma-jupyter/role"
 _LABELS = {"app.kubernetes.io/name": "ma-jupyter", "app.kubernetes.io/managed-by": "ma-jupyter"}
@@ -396,13 +420,36 @@ def manifests(
     if claims:
         for job in jobs:
             job["metadata"]["annotations"]["ma-jupyter/claims"] = json.dumps(claims, sort_keys=True)
-    documents: list[dict[str, Any]] = []
+    documents: list[dict[str, Any]] = [_priority_class(spec.priority)]
     if files.data:
         documents.append(_config_map(f"{base}-files", base, files.data))
     if helpers:
         documents.append(_config_map(f"{base}-nodeside", base, _helper_files()))
     documents.append(_service(base))
     return documents + jobs
+
+
+def _priority_class(priority: Priority) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": f"ma-jupyter-{priority.value}", "labels": dict(_LABELS)},
+        "value": PRIORITY_VALUES[priority],
+        "globalDefault": False,
+        "preemptionPolicy": "Never",
+        "description": f"ma_jupyter training jobs of priority {priority.value}",
+    }
+
+
+def _node_selector(spec: JobSpec) -> dict[str, str]:
+    selector = {}
+    if spec.node_name:
+        selector["kubernetes.io/hostname"] = spec.node_name
+    if spec.pool:
+        selector[POOL_LABEL] = spec.pool
+    if spec.driver_version:
+        selector[DRIVER_LABEL] = spec.driver_version
+    return selector
 
 
 def _config_map(name: str, base: str, data: dict[str, str]) -> dict[str, Any]:
@@ -483,13 +530,27 @@ class _Volumes:
     ):
         self.volumes: list[dict[str, Any]] = []
         self.mounts: list[dict[str, Any]] = []
+        #: per prepared dataset: its source's mount and its copy's mount, in the init container
+        self.prepare: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for n, folder in enumerate(folders(spec, algorithm=plan.algorithm)):
             name = f"ws-{n}-{folder.kind}"
             host = folder.path if folder.path is not None else outputs
             mount: dict[str, Any] = {"name": name, "mountPath": folder.target, "readOnly": folder.read_only}
             if folder.kind == "outputs" and plan.outputs_subdir:
                 mount["subPath"] = plan.outputs_subdir
-            self.mounts.append(mount)
+            if spec.data_preparation and folder.kind == "dataset":
+                # the job reads the node's copy; the source is mounted only in the init container
+                prepared = f"prepared-{n}"
+                self.volumes.append({"name": prepared, "emptyDir": {}})
+                self.mounts.append({"name": prepared, "mountPath": folder.target, "readOnly": True})
+                self.prepare.append(
+                    (
+                        {"name": name, "mountPath": f"{PREPARE_SOURCE}-{n}", "readOnly": True},
+                        {"name": prepared, "mountPath": folder.target},
+                    )
+                )
+            else:
+                self.mounts.append(mount)
             if mounts_as == "hostpath":
                 if not host:
                     raise InvalidSpec(
@@ -661,8 +722,19 @@ def _job(
         "containers": [main],
         "volumes": volumes.volumes,
     }
+    init: list[dict[str, Any]] = []
+    for n, (source, copy) in enumerate(volumes.prepare):
+        init.append(
+            {
+                "name": f"prepare-{n}",
+                "image": image,
+                # argv, no shell: "<source>/." copies the folder's content, hidden files too
+                "command": ["cp", "-a", f"{source['mountPath']}/.", copy["mountPath"]],
+                "volumeMounts": [source, copy],
+            }
+        )
     if spec.lifecycle.on_start:
-        pod["initContainers"] = [
+        init.append(
             {
                 "name": "on-start",
                 "image": image,
@@ -671,7 +743,13 @@ def _job(
                 "env": env,
                 "volumeMounts": volumes.mounts,
             }
-        ]
+        )
+    if init:
+        pod["initContainers"] = init
+    pod["priorityClassName"] = f"ma-jupyter-{spec.priority.value}"
+    selector = _node_selector(spec)
+    if selector:
+        pod["nodeSelector"] = selector
     job_spec: dict[str, Any] = {}
     if container.indexed:
         name = f"{base}-{role}"
@@ -691,6 +769,8 @@ def _job(
         "ma-jupyter/mode": spec.mode.value,
         "ma-jupyter/spec": flavor.name,
         "ma-jupyter/primary": "true" if plan.primary else "false",
+        "ma-jupyter/creator": spec.creator or "",
+        "ma-jupyter/access": spec.access.value,
     }
     # the supervisor stops a job's serving tasks once the others finished; nothing does here
     notes = plan.notes if plan.primary else [SERVES_UNTIL_DELETED]

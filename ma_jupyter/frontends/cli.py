@@ -2,7 +2,7 @@
 
 Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
 [options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
-``export``, ``specs``, ``nodes``, ``cluster``, ``tensorboard``, ``cache``, ``whoami``, ``users
+``devenv``, ``export``, ``algorithms``, ``specs``, ``nodes``, ``cluster``, ``tensorboard``, ``cache``, ``data list|rm``, ``whoami``, ``users
 list|add|remove|token``.  A JOB argument is a job id or the exact name of a single job.
 
 ``export JOB --format k8s`` prints what the job would be on a Kubernetes cluster (YAML for
@@ -14,6 +14,8 @@ is in the service's runtime file).
 
 Exit codes: 0 success; ``wait`` and ``submit --wait`` exit 1 unless the job succeeded; a user
 error prints one line ``error: <message>`` to stderr and exits 2; an interrupt exits 130.
+``delete A B C`` deletes each job it can, says on stderr why any other was not (one line per
+job, then ``error: N of M jobs not deleted``) and then exits 2.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from .. import __version__
@@ -30,7 +34,7 @@ from ..client import Client, JobHandle
 from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NotFound
-from ..models import Job, JobStatus, clone_name
+from ..models import Job, JobStatus, JobType, clone_name
 from . import options, render
 from .clusterview import cluster_text
 
@@ -88,6 +92,13 @@ def build_cli() -> options.OptionsParser:
     jobs.add_argument("--creator", help="submitted by")
     jobs.add_argument("--spec", help="asked for this spec")
     jobs.add_argument("--outputs", help="outputs folder")
+    jobs.add_argument("--algorithm", metavar="FOLDER", help="running this algorithm folder")
+    jobs.add_argument(
+        "--favourites",
+        action="store_true",
+        help="running one of your favourite algorithms (see `algorithms`)",
+    )
+    jobs.add_argument("--type", choices=[t.value for t in JobType], help="regular or batch jobs only")
     jobs.add_argument("--offset", type=int, default=0)
     jobs.add_argument("--limit", type=int, default=50)
     jobs.add_argument("--json", action="store_true", help="print JSON")
@@ -114,17 +125,46 @@ def build_cli() -> options.OptionsParser:
     wait = job_command("wait", "wait for a job to end (exit 0 if it succeeded)")
     wait.add_argument("--timeout", type=float, help="seconds to wait at most")
     job_command("stop", "stop a job")
-    delete = job_command("delete", "delete a finished job and its files", json_flag=False)
-    delete.add_argument("--force", action="store_true", help="stop it first if it still runs")
+    delete = commands.add_parser(
+        "delete",
+        help="delete finished jobs and their files: ma-jupyter delete JOB [JOB...]",
+        description="Delete jobs, each on its own: one that cannot be deleted is reported and the "
+        "others are still deleted; the exit code is 2 if any was not.",
+    )
+    delete.add_argument("jobs", nargs="+", metavar="JOB", help="job ids (or exact names of single jobs)")
+    delete.add_argument("--force", action="store_true", help="stop each first if it still runs")
     update = job_command("update", "change a queued job's priority or a running job's duration")
     update.add_argument("--priority", choices=["normal", "urgent", "very-urgent"])
     update.add_argument("--duration", help="seconds or 30m, 2h, 1d")
+    devenv = job_command(
+        "devenv",
+        "write a notebook that submits the job again (a development environment from the job)",
+        json_flag=False,
+    )
+    devenv.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="the notebook to write (default <job name>-devenv.ipynb; - prints it)",
+    )
     exported = job_command(
         "export", "print what the job would be on another platform (Kubernetes)", json_flag=False
     )
     _export_options(exported, dry_run=False)
     tensorboard = job_command("tensorboard", "open the job's TensorBoard (prints its URL)", json_flag=False)
     tensorboard.add_argument("--stop", action="store_true", help="stop it instead")
+
+    algorithms = commands.add_parser(
+        "algorithms",
+        help="your algorithm folders and favourites: ma-jupyter algorithms [favourite|unfavourite FOLDER]",
+        description="List the algorithm folders your jobs ran and the ones you marked favourite "
+        "(`ma-jupyter jobs --algorithm FOLDER` / `--favourites` lists their jobs), or mark and unmark one.",
+    )
+    algorithms.add_argument("action", nargs="?", choices=["list", "favourite", "unfavourite"], default="list")
+    algorithms.add_argument(
+        "folder", nargs="?", metavar="FOLDER", help="the algorithm folder to mark or unmark"
+    )
+    algorithms.add_argument("--json", action="store_true", help="print JSON")
 
     specs = commands.add_parser("specs", help="list the compute specs")
     specs.add_argument("--json", action="store_true", help="print JSON")
@@ -164,6 +204,19 @@ def build_cli() -> options.OptionsParser:
     cache.add_argument("--clear", action="store_true", help="empty it (refused while a job of yours runs)")
     cache.add_argument("--all", action="store_true", help="every user's (admins only)")
     cache.add_argument("--json", action="store_true", help="print JSON")
+    data = commands.add_parser(
+        "data",
+        help="list (or remove) prepared data, the dataset copies jobs with --data-preparation share",
+        description="Jobs with --data-preparation read copies of their datasets, shared by every job "
+        "naming the same unchanged source and removed after the retention an admin sets ([data] "
+        "retention in cluster.toml, default 7 days).",
+    )
+    data_actions = data.add_subparsers(dest="action", required=True)
+    data_list = data_actions.add_parser("list", help="the copies your jobs took (every one for admins)")
+    data_list.add_argument("--json", action="store_true", help="print JSON")
+    data_rm = data_actions.add_parser("rm", help="remove a copy now (refused while a job uses it)")
+    data_rm.add_argument("key", metavar="KEY", help="its key, from data list")
+    data_rm.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -333,6 +386,9 @@ def _jobs(args: argparse.Namespace) -> int:
         outputs=args.outputs,
         offset=args.offset,
         limit=args.limit,
+        algorithm=args.algorithm,
+        favourites=args.favourites,
+        type=args.type,
     )
     if args.json:
         _out(page.model_dump(mode="json"), args)
@@ -455,10 +511,28 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    handle = resolve_job(Client(), args.job)
-    handle.delete(force=args.force)
-    print(f"deleted {handle.id}")
-    return EXIT_OK
+    client = Client()
+    refs = list(dict.fromkeys(args.jobs))  # a job named twice is deleted once
+    if len(refs) == 1:  # one job: its refusal is the usual one-line error
+        handle = resolve_job(client, refs[0])
+        handle.delete(force=args.force)
+        print(f"deleted {handle.id}")
+        return EXIT_OK
+    # Several (the seed's batch delete): each on its own, so a refusal is said for that job on
+    # stderr and the others are still deleted.
+    failed = 0
+    for ref in refs:
+        try:
+            handle = resolve_job(client, ref)
+            handle.delete(force=args.force)
+        except MaJupyterError as exc:
+            failed += 1
+            _err(f"{ref}: not deleted: {render.one_line(exc.message)}")
+            continue
+        print(f"deleted {handle.id}" + (f" ({ref})" if ref != handle.id else ""))
+    if failed:
+        _err(f"error: {failed} of {len(refs)} jobs not deleted")
+    return EXIT_USAGE if failed else EXIT_OK
 
 
 def _update(args: argparse.Namespace) -> int:
@@ -466,6 +540,22 @@ def _update(args: argparse.Namespace) -> int:
     handle = resolve_job(client, args.job)
     job = client.update(handle.id, priority=args.priority, duration=args.duration)
     _out(job.model_dump(mode="json") if args.json else render.format_job(job), args)
+    return EXIT_OK
+
+
+def _devenv(args: argparse.Namespace) -> int:
+    client = Client()
+    handle = resolve_job(client, args.job)
+    made = client.devenv(handle.id)
+    text = json.dumps(made["notebook"], indent=1, ensure_ascii=False) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+        return EXIT_OK
+    path = Path(args.output or made["name"])
+    if path.exists():
+        raise Conflict(f"{path} exists: remove it, or write elsewhere with -o FILE")
+    path.write_text(text)
+    print(f"wrote {path}: a notebook that submits job {handle.id} ({handle.name}) again; open it in Jupyter")
     return EXIT_OK
 
 
@@ -484,6 +574,30 @@ def _tensorboard(args: argparse.Namespace) -> int:
         print(f"stopped the TensorBoard of {handle.id}")
     else:
         print(client.tensorboard(handle.id))
+    return EXIT_OK
+
+
+def _algorithms(args: argparse.Namespace) -> int:
+    client = Client()
+    if args.action != "list":
+        if not args.folder:
+            raise InvalidSpec(f"give the folder: ma-jupyter algorithms {args.action} FOLDER")
+        if args.action == "favourite":
+            marked = client.favourite(args.folder)
+            _out(marked.model_dump(mode="json") if args.json else f"favourite: {marked.path}", args)
+        else:
+            client.unfavourite(args.folder)
+            print(f"no longer a favourite: {args.folder}")
+        return EXIT_OK
+    if args.folder:
+        raise InvalidSpec("list takes no folder: ma-jupyter jobs --algorithm FOLDER lists a folder's jobs")
+    found = client.algorithms()
+    if args.json:
+        _out([a.model_dump(mode="json") for a in found], args)
+        return EXIT_OK
+    rows = [["FOLDER", "FAVOURITE", "YOUR JOBS"]]
+    rows += [[a.path, "yes" if a.favourite else "", str(a.jobs)] for a in found]
+    print(render.text_table(rows), end="")
     return EXIT_OK
 
 
@@ -595,6 +709,27 @@ def _cache(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _data(args: argparse.Namespace) -> int:
+    client = Client()
+    if args.action == "rm":
+        gone = client.remove_prepared_data(args.key)
+        if args.json:
+            _out(gone.model_dump(mode="json"), args)
+        else:
+            print(f"removed prepared data {gone.key} ({render.size(gone.bytes)}, copy of {gone.source})")
+        return EXIT_OK
+    found = client.prepared_data()
+    if args.json:
+        _out([d.model_dump(mode="json") for d in found], args)
+        return EXIT_OK
+    rows = [["KEY", "SIZE", "FILES", "LAST USED", "JOBS", "SOURCE"]]
+    for d in found:
+        used = render.clock(datetime.fromtimestamp(d.last_used, UTC))
+        rows.append([d.key, render.size(d.bytes), str(d.files), used, ",".join(d.jobs) or "-", d.source])
+    print(render.text_table(rows), end="")
+    return EXIT_OK
+
+
 _COMMANDS = {
     "service": _service,
     "submit": _submit,
@@ -609,12 +744,15 @@ _COMMANDS = {
     "stop": _stop,
     "delete": _delete,
     "update": _update,
+    "devenv": _devenv,
     "export": _export,
     "tensorboard": _tensorboard,
+    "algorithms": _algorithms,
     "specs": _specs,
     "nodes": _nodes,
     "cluster": _cluster,
     "cache": _cache,
+    "data": _data,
 }
 
 

@@ -208,9 +208,27 @@ def status_line(job: Job, now: datetime | None = None) -> str:
             )
         if job.exit_code is not None:
             head += f", exit code {job.exit_code}"
+    if job.tasks:
+        head += f"; tasks: {task_summary(job)}"
     if job.reason and status is not JobStatus.running:
         head += f" — {job.reason}"
     return head
+
+
+def task_summary(job: Job) -> str:
+    """A batch job's tasks counted by status, e.g. ``1 succeeded, 1 failed (task-1)``; the
+    failed ones are named."""
+    counts: dict[str, int] = {}
+    for task in job.tasks:
+        counts[task.status] = counts.get(task.status, 0) + 1
+    parts = []
+    for status in ("running", "queued", "succeeded", "failed", "stopped"):
+        if counts.get(status):
+            part = f"{counts[status]} {status}"
+            if status == "failed":
+                part += f" ({', '.join(t.name for t in job.tasks if t.status == 'failed')})"
+            parts.append(part)
+    return ", ".join(parts)
 
 
 # ------------------------------------------------------------------ the CLI's texts
@@ -243,6 +261,9 @@ def format_job(job: Job) -> str:
         lines.append(f"attempt:   {job.attempt} (restarts {job.restarts})")
     if spec.outputs:
         lines.append(f"outputs:   {spec.outputs}")
+    for task in job.tasks:
+        code = f", exit {task.exit_code}" if task.exit_code is not None else ""
+        lines.append(f"task:      {task.name} ({task.status}{code}; outputs {task.outputs}/)")
     for run in job.nodes:
         detail = (
             f"{run.state}"

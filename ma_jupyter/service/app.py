@@ -1,16 +1,20 @@
 """The job service's REST API (FastAPI), under ``/api/v1``, every route behind the token.
 
 Routes: ``GET /health``; ``POST /jobs`` (submit), ``POST /plan`` (dry run), ``GET /jobs``
-(filter by name substring, status, creator, spec, outputs; paged), ``GET|PATCH|DELETE
+(filter by name substring, status, creator, spec, outputs, algorithm folder, the caller's
+favourite algorithms; paged), ``GET /algorithms`` and ``POST|DELETE /algorithms/favourites``
+(the caller's algorithm folders and favourites, :mod:`.algorithms`), ``GET|PATCH|DELETE
 /jobs/{id}``, ``GET /jobs/{id}/status`` (the job once its status differs from ``since`` or is
 terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET /jobs/{id}/events``, ``GET /jobs/{id}/logs``
 (streams), ``GET /jobs/{id}/logs/read`` (by node and rank from a byte offset, long-poll
 ``wait``), ``GET /specs``, ``GET /nodes``, ``POST|DELETE /jobs/{id}/tensorboard``; ``GET
 /jobs/{id}/export`` and ``POST /export`` (a job, or a spec not submitted, as another platform's
-manifests: ``format=k8s``, :mod:`ma_jupyter.export`); ``GET
+manifests: ``format=k8s``, :mod:`ma_jupyter.export`); ``GET /jobs/{id}/devenv`` (the job as a
+notebook that submits it again, :mod:`ma_jupyter.export.notebook`); ``GET
 /users/me``, and for admins ``GET|POST /users``, ``DELETE /users/{name}``, ``POST
 /users/{name}/token``; ``GET|DELETE /cache`` (the caller's persistent cache; every user's
-for admins).
+for admins); ``GET /data``, ``DELETE /data/{key}`` (data preparation's shared copies: those the
+caller's jobs took, every one for admins; removal refused while a job uses it).
 
 Errors are the typed errors of :mod:`ma_jupyter.errors` as ``{"error", "message", "field"}``
 bodies.  The caller is the user of the request's token (:mod:`.users`); what it may do with a
@@ -42,20 +46,25 @@ from ..errors import (
     RefusedFile,
     Unauthorized,
 )
+from ..export import notebook as devenv_notebook
 from ..jobdir import PLACEHOLDER
 from ..models import (
+    Algorithm,
     CacheInfo,
     ClusterView,
     Event,
+    FavouriteAlgorithm,
     Job,
     JobPage,
     JobSpec,
     JobStatus,
+    JobType,
     LogChunk,
     LogStream,
     NewUser,
     Node,
     Plan,
+    PreparedData,
     Priority,
     Spec,
     User,
@@ -63,7 +72,7 @@ from ..models import (
     parse_duration,
     parse_spec,
 )
-from . import access, logs
+from . import access, algorithms, logs
 from . import cluster as cluster_view
 from .access import Op
 from .guard import MAX_BODY, GuardMiddleware
@@ -148,6 +157,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         title="ma_jupyter job service", version=__version__, openapi_url=None, docs_url=None, redoc_url=None
     )
     store = supervisor.store
+    favourite_store = algorithms.Favourites(store)
     app.add_middleware(GuardMiddleware, max_body=MAX_BODY, home=str(config.home()))
 
     def authenticate(request: Request) -> Caller:
@@ -287,6 +297,22 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         outputs = job.outputs_folder or job.spec.outputs or str(config.jobdir(job.id).outputs)
         return _export(job.spec, job.id, job.chosen_spec, outputs, fmt, image, mounts_as)
 
+    @app.get(f"{api}/jobs/{{job_id}}/devenv")
+    def devenv(job_id: str = JobId, user: Caller = Depends(authenticate)) -> dict:
+        # the seed's "create a development environment": it shows the job's spec and code, as
+        # cloning does, so viewing is enough; the code comes through the backend, never opened here
+        job = access.check(store.get(job_id), user, Op.view)
+        sources = None
+        if devenv_notebook.cell_script(job.spec) and job.spec.algorithm:
+            try:
+                sources = supervisor.backend.code_sources(job.spec)
+            except Exception:  # unreadable code: the notebook runs the job's command instead
+                sources = None
+        return {
+            "name": devenv_notebook.file_name(job),
+            "notebook": devenv_notebook.devenv_notebook(job, sources),
+        }
+
     @app.get(f"{api}/jobs", response_model=JobPage)
     def list_jobs(
         name: str | None = Query(default=None, max_length=MAX_ID),
@@ -294,12 +320,22 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         creator: str | None = Query(default=None, max_length=MAX_ID),
         spec: str | None = Query(default=None, max_length=MAX_ID),
         outputs: str | None = Query(default=None, max_length=MAX_TEXT),
+        algorithm: str | None = Query(
+            default=None,
+            max_length=MAX_TEXT,
+            description="Jobs running this algorithm folder (an absolute path).",
+        ),
+        favourites: bool = Query(
+            default=False, description="Jobs running one of the caller's favourite algorithms."
+        ),
         offset: int = Query(default=0, ge=0, le=MAX_OFFSET),
         limit: int = Query(default=50, ge=1, le=500),
+        type: JobType | None = Query(default=None),
         user: Caller = Depends(authenticate),
     ) -> JobPage:
         # the store filters what the caller may see, so pages and the total count only those
         items, total = store.list(
+            algorithms_in=algorithm_filter(user, algorithm, favourites),
             name=name,
             statuses=[s.value for s in status],
             creator=creator,
@@ -308,10 +344,44 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
             offset=offset,
             limit=limit,
             viewer=None if user.admin else user.name,
+            type=type.value if type else None,
         )
         return JobPage(
             items=[_with_queue_position(j) for j in items], total=total, offset=offset, limit=limit
         )
+
+    def algorithm_filter(user: Caller, algorithm: str | None, favourite_only: bool) -> list[str] | None:
+        # algorithms.py's rule 2: one folder, the caller's favourites, or the folder if a favourite
+        wanted = [algorithms.normalise(algorithm)] if algorithm else None
+        if not favourite_only:
+            return wanted
+        marked = favourite_store.of(user.name)
+        return marked if wanted is None else [p for p in wanted if p in marked]
+
+    @app.get(f"{api}/algorithms", response_model=list[Algorithm])
+    def list_algorithms(user: Caller = Depends(authenticate)) -> list[Algorithm]:
+        # the caller's favourites first (oldest first), then the folders of their own jobs
+        used = algorithms.used_by(store, user.name)
+        marked = favourite_store.of(user.name)
+        found = [Algorithm(path=p, favourite=True, jobs=used.get(p, 0)) for p in marked]
+        found += [Algorithm(path=p, jobs=n) for p, n in used.items() if p not in marked]
+        return found
+
+    @app.post(f"{api}/algorithms/favourites", status_code=201, response_model=Algorithm)
+    def add_favourite(body: FavouriteAlgorithm, user: Caller = Depends(authenticate)) -> Algorithm:
+        path = favourite_store.add(user.name, body.path)
+        return Algorithm(path=path, favourite=True, jobs=algorithms.used_by(store, user.name).get(path, 0))
+
+    @app.delete(f"{api}/algorithms/favourites", status_code=204)
+    def remove_favourite(
+        path: str = Query(max_length=MAX_TEXT, description="The folder to unmark."),
+        user: Caller = Depends(authenticate),
+    ) -> Response:
+        if not favourite_store.remove(user.name, path):
+            raise NotFound(
+                f"{path!r} is not one of your favourite algorithms: `ma-jupyter algorithms` lists them"
+            )
+        return Response(status_code=204)
 
     def _with_queue_position(job: Job) -> Job:
         # from the supervisor's queue index: exact, and without reading the queue
@@ -517,6 +587,19 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     @app.delete(f"{api}/cache", response_model=CacheInfo)
     def clear_cache(user: Caller = Depends(authenticate)) -> CacheInfo:
         return supervisor.clear_cache(user.name)
+
+    # ------------------------------------------------------------------ prepared data
+
+    @app.get(f"{api}/data", response_model=list[PreparedData])
+    def prepared_data(user: Caller = Depends(authenticate)) -> list[PreparedData]:
+        # the copies the caller's jobs took; every copy for admins
+        return supervisor.prepared_data(None if user.admin else user.name)
+
+    @app.delete(f"{api}/data/{{key}}", response_model=PreparedData)
+    def remove_prepared_data(
+        key: str = Path(pattern=r"^[0-9a-f]{1,64}$", max_length=64), user: Caller = Depends(authenticate)
+    ) -> PreparedData:
+        return supervisor.remove_prepared(key, None if user.admin else user.name)
 
     # ------------------------------------------------------------------------- users
 

@@ -24,6 +24,9 @@ then the nodes are polled, and:
 8. every primary node having exited with code 0 ends it as ``succeeded`` (other nodes, such as
    parameter servers, are stopped).
 
+A batch job's tasks are independent runs, so rules 6 and 8 become one (:func:`on_batch`): the
+job ends once every task has ended, failed if any task failed, naming them all.
+
 When an attempt has been wound down (:func:`settle`), a stop or delete requested meanwhile wins
 over putting the job back in the queue.
 """
@@ -296,6 +299,32 @@ def on_perf(
     return None, None
 
 
+def on_batch(job: Job, runs: Sequence[NodeRun], reason: Callable[[NodeRun], str]) -> End | None:
+    """Rules 6 and 8 for a batch job, whose tasks are independent runs: a failing task leaves its
+    siblings running, and the job ends once every task has ended (None while one still runs).
+
+    Every task succeeded: the job succeeded.  Otherwise the failure names every failed task
+    (``reason`` gives the first one's details); a fault restart or checkpoint resume left puts
+    the job back in the queue, where its next attempt runs the failed tasks only (the tasks that
+    succeeded keep their result); else the job ends in ``error`` with the first failed task's
+    exit code.
+    """
+    if any(r.state in ("running", "pending") for r in runs):
+        return None
+    failed = [r for r in runs if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)]
+    if not failed:
+        return on_success(runs)
+    names = ", ".join(r.name for r in failed)
+    first = failed[0]
+
+    def text() -> str:
+        done = len(runs) - len(failed)
+        head = f"{len(failed)} of {len(runs)} task(s) failed ({names}); {done} succeeded"
+        return f"{head}: {reason(first)}"
+
+    return on_failure(job, first, text)
+
+
 def on_success(runs: Sequence[NodeRun]) -> End | None:
     """Every primary node exited with code 0 (rule 8): the job succeeded, its other nodes are
     stopped.  None while a primary node has not, or when there is no primary node."""
@@ -390,7 +419,8 @@ def start_text(start: float | None) -> str:
 def waiting_reason(kind: str, head) -> str:
     """Why a queued job waits (the event said once per kind): ``head``, the first job that does
     not fit (``head`` is then its own reservation, or None if it can never be placed now);
-    ``blocked``, it does not fit; ``held``, it fits but would delay the head."""
+    ``blocked``, it does not fit; ``held``, it fits but would delay the head; ``declined``, it
+    fits but the backend cannot hold its nodes now (resources in use outside this service)."""
     if kind == "head":
         if head is None:
             return "waiting for resources: no spec of this job fits the cluster's nodes that are up"
@@ -404,5 +434,10 @@ def waiting_reason(kind: str, head) -> str:
             f"waiting: it fits now but would delay {head.job_id}, first in the queue, whose "
             f"resources are reserved (estimated start {start_text(head.start)}); a duration that "
             "ends it before then lets it pass"
+        )
+    if kind == "declined":
+        return (
+            "waiting for resources: the backend cannot hold the nodes chosen for it now (the cluster's "
+            "resources are in use outside this service); trying again every few seconds"
         )
     return "waiting for resources: no spec of this job fits the free capacity now"

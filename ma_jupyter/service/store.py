@@ -45,6 +45,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from ..errors import Conflict, DiskFull, NotFound
 from ..models import Access, Event, Job, JobStatus, User
+from . import algorithms
 from .disk import free_bytes, full_folder
 
 RESERVE_NAME = "disk-reserve"
@@ -68,6 +69,7 @@ jobs_table = Table(
     Column("created", Float, nullable=False),
     Column("specs", String, nullable=False),  # space-separated, for the spec filter
     Column("outputs", String),
+    Column("algorithms", Text),  # the job's algorithm folders, for the algorithm filter (algorithms.py)
     Column("desired", String),  # a pending "stop" the supervisor must carry out, survives restarts
     Column("placement", Text),  # JSON of the current attempt's placement
     Column("job", Text, nullable=False),
@@ -179,6 +181,15 @@ class Store:
             with self.engine.begin() as conn:
                 conn.execute(text("ALTER TABLE jobs ADD COLUMN access VARCHAR"))
                 conn.execute(text("UPDATE jobs SET access = json_extract(job, '$.spec.access')"))
+        if "algorithms" not in columns:
+            with self.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE jobs ADD COLUMN algorithms TEXT"))
+                rows = conn.execute(select(jobs_table.c.id, jobs_table.c.job)).all()
+                for job_id, data in rows:
+                    value = algorithms.column(Job.model_validate_json(data).spec)
+                    conn.execute(
+                        jobs_table.update().where(jobs_table.c.id == job_id).values(algorithms=value)
+                    )
 
     def keep_reserve(self) -> None:
         """Make sure the disk reserve exists (when there is room for it).
@@ -231,6 +242,7 @@ class Store:
             "created": job.created_at.timestamp(),
             "specs": " ".join(job.spec.specs),
             "outputs": job.spec.outputs,
+            "algorithms": algorithms.column(job.spec),
             "job": job.model_dump_json(),
         }
 
@@ -374,8 +386,13 @@ class Store:
         offset: int = 0,
         limit: int = 50,
         viewer: str | None = None,
+        algorithms_in: Sequence[str] | None = None,
+        type: str | None = None,
     ) -> tuple[list[Job], int]:
         """Jobs newest first, filtered; returns (page, total matching).
+
+        ``algorithms_in``: only jobs with one of these algorithm folders (normalised absolute
+        paths, :mod:`.algorithms`); an empty list matches nothing, None does not filter.
 
         The page's ids come from an index (newest first, then by id), and only those rows'
         JSON is read: a page costs the same however many jobs match.  ``viewer``: only the jobs
@@ -404,6 +421,12 @@ class Store:
             conditions.append((" " + jobs_table.c.specs + " ").contains(f" {spec} ", autoescape=True))
         if outputs:
             conditions.append(jobs_table.c.outputs.contains(outputs, autoescape=True))
+        if algorithms_in is not None:
+            conditions.append(algorithms.matches(jobs_table.c.algorithms, algorithms_in))
+        if type:  # read from the job's JSON: no column (and no migration) for a rare filter
+            conditions.append(
+                func.coalesce(func.json_extract(jobs_table.c.job, "$.spec.type"), "regular") == type
+            )
         for cond in conditions:
             page = page.where(cond)
             count = count.where(cond)

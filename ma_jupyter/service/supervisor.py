@@ -72,6 +72,7 @@ from ..models import (
     NodeLaunch,
     NodeRun,
     Plan,
+    PreparedData,
     Priority,
     utcnow,
 )
@@ -82,6 +83,7 @@ from .disk import SUBMIT_BELOW, full_folder
 from .guard import disk_full_message
 from .logs import tail
 from .policies import End
+from .prepared import PreparedStore
 from .queue import QueueIndex
 from .scheduler import NodeUse, Reservation, Running, Scheduler
 from .store import Store
@@ -97,6 +99,7 @@ RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after t
 # seconds before another admission pass when the backend could not hold the nodes the scheduler
 # chose (resources taken outside this service, e.g. by other users of a Ray cluster)
 BIND_RETRY = 1.0
+PREPARED_SWEEP_EVERY = 30.0  # seconds between sweeps of prepared data past its retention
 
 
 def new_job_id(name: str) -> str:
@@ -135,6 +138,8 @@ class Supervisor:
         self._admit_needed.set()
         self._admit_retry: float | None = None  # monotonic time to retry a job a full disk held
         self._inventory = backend.inventory()  # a change (a node joined or left) asks for a pass
+        self.prepared = PreparedStore()  # data preparation's copies, shared between jobs
+        self._swept = 0.0  # monotonic time of the last sweep of expired prepared data
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -166,6 +171,8 @@ class Supervisor:
                 self.tick()
             except Exception:  # a bug in one tick must not end supervision of every job
                 log.exception("supervisor tick failed")
+            if time.monotonic() - self._swept >= PREPARED_SWEEP_EVERY:
+                self.sweep_prepared()
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Wait until no attempt is being wound down (every finishing thread has recorded its
@@ -311,28 +318,21 @@ class Supervisor:
         self.scheduler.check(spec)
         if spec.type.value != "batch":
             parse_command(spec.command or "")
-        now = self._place("dry-run", spec, self.usage(), reserve=False)
+        now = self._place("dry-run", spec, self.usage())
         placement = now or self._any_placement(spec)
         # a mode or a backend that cannot run this job refuses it now, not at launch
         attempt = self._attempt(Job(id="<job-id>", spec=spec), placement, dry=True)
         return now, placement, self.backend.dryrun(attempt)
 
-    def _place(
-        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, reserve: bool
-    ) -> Placement | None:
-        """Where the job's tasks go now (the scheduler), bound by the backend; None if it does not fit."""
+    def _place(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
+        """Where the job's tasks would go (the scheduler), bound by the backend without reserving
+        anything (a dry run); None if it does not fit."""
         placement = self.scheduler.place(job_id, spec, use)
-        if placement is None:
-            return None
-        bound = self.backend.bind(placement, reserve=reserve)
-        if bound is None:  # the backend cannot hold those nodes now: no event will say when it can
-            retry = time.monotonic() + BIND_RETRY
-            self._admit_retry = min(self._admit_retry or float("inf"), retry)
-        return bound
+        return None if placement is None else self.backend.bind(placement, reserve=False)
 
     def _any_placement(self, spec: JobSpec) -> Placement:
         """A placement on an empty cluster (for planning a job that must wait)."""
-        placement = self._place("dry-run", spec, self.scheduler.usage([]), reserve=False)
+        placement = self._place("dry-run", spec, self.scheduler.usage([]))
         if placement is None:
             raise InvalidSpec("this job cannot be placed on this cluster", field="specs")
         return placement
@@ -450,6 +450,7 @@ class Supervisor:
             callback(job_id)
         self.store.delete(job_id)
         self.queue.discard(job_id)
+        self.backend.forget(job_id)  # what it keeps elsewhere (a Ray node's job folder)
         folder = config.jobdir(job_id).root
         doomed = config.jobdir(job_id).doomed()
         try:
@@ -643,8 +644,13 @@ class Supervisor:
             if placement is None:
                 self._note_waiting(job, "held", head)
                 return "held"
+        bound = self.backend.bind(placement, reserve=True)
+        if bound is None:  # the backend cannot hold those nodes now (contract rule 15): try again soon
+            self._admit_retry = min(self._admit_retry or float("inf"), time.monotonic() + BIND_RETRY)
+            self._note_waiting(job, "declined", head)
+            return "blocked"
         self._waiting_noted.pop(job.id, None)
-        self._launch(job, self.backend.bind(placement, reserve=True))
+        self._launch(job, bound)
         return "started"
 
     def _running(self) -> list[Running]:
@@ -670,6 +676,10 @@ class Supervisor:
         datasets as given rather than their prepared copies)."""
         spec = job.spec if dry else self._effective_spec(job)
         plans = plan_job(spec, placement)
+        if spec.type.value == "batch" and job.attempt:
+            # a restarted batch job runs again only the tasks that did not succeed
+            done = {r.name for r in job.nodes if r.state == "exited" and r.exit_code == 0}
+            plans = [p for p in plans if p.name not in done]
         for node in plans:
             # A resumed or restarted attempt tells the training code so it can load its checkpoint.
             node.env.update(policies.attempt_env(job))
@@ -700,42 +710,71 @@ class Supervisor:
         datasets = [d.model_copy(update={"path": str(self._prepared_path(job, d))}) for d in spec.datasets]
         return spec.model_copy(update={"datasets": datasets})
 
-    def _prepare_data(self, job: Job) -> None:
-        """Copy the datasets to node-local storage before the first attempt.
+    def _prepare_data(self, job: Job, placement: Placement) -> None:
+        """Give each dataset of the job its prepared copy from the store (:mod:`.prepared`),
+        reused when the source has not changed since a job last copied it, before each attempt.
 
-        Each copy is made beside its final place and renamed when complete, so a crash in the
-        middle never leaves a half copy that a later attempt would take for a prepared one.
+        The job's own mount rules are checked on the sources first (the dry run of its spec as
+        given): a copy shared with other jobs is handed only to a job that may mount its source.
+        The job's folder gets a symlink per dataset to the copy, which its nodes mount read-only.
         """
-        started = time.monotonic()
-        total = copied = 0
+        self.backend.dryrun(self._attempt(job, placement, dry=True))
         for d in job.spec.datasets:
-            target = self._prepared_path(job, d)
-            if target.exists():
-                continue
-            partial = target.with_name(target.name + ".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            if os.path.isdir(d.path):
-                shutil.copytree(d.path, partial, symlinks=False)
-                total += sum(p.stat().st_size for p in partial.rglob("*") if p.is_file())
-            else:
-                shutil.copy2(d.path, partial)
-                total += partial.stat().st_size
-            os.replace(partial, target)
-            copied += 1
-        if copied:
+            got = self.prepared.acquire(job.id, d.path, job.spec.creator)
+            link = self._prepared_path(job, d)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(got.path)
+            size = f"{got.bytes / 1e6:.1f} MB"
             self._notice(
                 job,
-                f"data preparation: copied {copied} dataset(s), {total / 1e6:.1f} MB "
-                f"in {time.monotonic() - started:.2f} s to node-local storage",
+                f"dataset {d.name}: prepared data reused ({size})"
+                if got.reused
+                else f"dataset {d.name}: prepared {size} in {got.seconds:.2f} s",
             )
+
+    def _prepared_live(self, job_id: str) -> bool:
+        """Whether a job still holds its prepared data (it is queued or running)."""
+        try:
+            return self.store.get(job_id).status in (JobStatus.queued, JobStatus.running)
+        except NotFound:
+            return False
+
+    def sweep_prepared(self) -> list[str]:
+        """Remove the prepared data unused for longer than the retention; the keys removed."""
+        self._swept = time.monotonic()
+        try:
+            return self.prepared.sweep(self._prepared_live)
+        except Exception:  # a bad [data] table or an unreadable entry must not stop supervision
+            log.exception("sweeping prepared data failed")
+            return []
+
+    def prepared_data(self, user: str | None) -> list[PreparedData]:
+        """The prepared copies (``user``: only those a job of theirs took), after a sweep.
+
+        Raises:
+            InvalidSpec: ``[data] retention`` of ``cluster.toml`` is not a duration.
+        """
+        self._swept = time.monotonic()
+        self.prepared.sweep(self._prepared_live)
+        return self.prepared.entries(self._prepared_live, user)
+
+    def remove_prepared(self, key: str, user: str | None) -> PreparedData:
+        """Remove one prepared copy now (``user``: only one a job of theirs took).
+
+        Raises:
+            NotFound: no such copy (for this user).
+            Conflict: a queued or running job uses it.
+        """
+        return self.prepared.remove(key, self._prepared_live, user)
 
     def _launch(self, job: Job, placement: Placement) -> None:
         job_dir = config.jobdir(job.id).root
         config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
         try:
             if job.spec.data_preparation:
-                self._prepare_data(job)
+                self._prepare_data(job, placement)
             attempt = self._attempt(job, placement)
             launches = self.backend.dryrun(attempt)
             # Durable before the processes exist: a crash right after launch can still find them.
@@ -754,8 +793,11 @@ class Supervisor:
             return
         self._placements[job.id] = placement
         where = ", ".join(f"{r.name}@{r.host}" for r in runs)
+        # the batch tasks that succeeded earlier keep their record beside this attempt's
+        launched = {r.name for r in runs}
+        kept = [r for r in job.nodes if r.name not in launched] if job.spec.type.value == "batch" else []
         updates = {
-            "nodes": runs,
+            "nodes": sorted(kept + runs, key=lambda r: r.index) if kept else runs,
             "chosen_spec": placement.spec.name,
             "workspace_isolation": self.backend.isolation(),
         }
@@ -797,10 +839,21 @@ class Supervisor:
                 log.warning("job %s: %s", job.id, end.reason)
             self._finish(job, attempt, end)
             return
-        runs = [self.backend.poll(attempt, r) for r in job.nodes]
+        # a batch task that succeeded in an earlier attempt is not run again: its result stands
+        current = {plan.name for plan in attempt.plans}
+        runs = [self.backend.poll(attempt, r) if r.name in current else r for r in job.nodes]
         if runs != job.nodes:
             job = job.model_copy(update={"nodes": runs})
             self.store.save(job)
+        if job.spec.type.value == "batch":
+            end = policies.on_batch(job, runs, lambda run: self._failure_reason(attempt, run))
+            if end is not None:
+                if end.failed is not None:
+                    full = self._full_disk(job, attempt, now=True)
+                    if full is not None:
+                        end = policies.on_failure(job, end.failed, end.reason, full)
+                self._finish(job, attempt, end)
+            return
         failed = policies.first_failure(runs)
         if failed is not None:
 
@@ -927,7 +980,8 @@ class Supervisor:
                 live = policies.live_nodes(job.nodes)
                 if live:
                     self.backend.stop(attempt, live, end.grace)
-                polled = [self.backend.poll(attempt, r) for r in job.nodes]
+                current = {plan.name for plan in attempt.plans}
+                polled = [self.backend.poll(attempt, r) if r.name in current else r for r in job.nodes]
                 final = policies.final_node_states(polled, end.failed)
                 text = _call_reason(end.reason)
                 with self._lock:
@@ -982,6 +1036,8 @@ class Supervisor:
         self.store.save(
             job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code, by=by)
         )
+        if status.is_terminal() and job.spec.data_preparation:
+            self.prepared.release(job.id)  # its retention starts now
         # the queue index follows the store: an attempt put back in the queue keeps its place
         if status is JobStatus.queued:
             self.queue.put(job)

@@ -147,6 +147,10 @@ def test_two_node_gloo_ddp_has_one_job_node_on_each_ray_node(ray_service, ray_ho
         assert not (ray_home / "jobs" / job.id / "logs" / f"{node}.log").exists()
     # the attempt's placement group is gone with it
     assert _placement_groups(f"-{job.id}-") == []
+    # deleting the job removes its folders on the Ray nodes too
+    client.delete(job.id)
+    wait_for(lambda: not (node_root / job.id).exists(), timeout=30)
+    assert node_root.is_dir()  # only the job's own folder went
     assert svc.proc.poll() is None
 
 
@@ -291,7 +295,10 @@ def test_a_job_that_does_not_fit_waits_holding_nothing(ray_service, ray_driver, 
             algorithm=algo,
             command="python wait.py",
         )
-        wait_for(lambda: "waiting for resources" in events_text(client, first.id), timeout=60)
+        try:
+            wait_for(lambda: "waiting for resources" in events_text(client, first.id), timeout=60)
+        except AssertionError:
+            raise AssertionError(events_text(client, first.id) + str(client.get(first.id))) from None
         time.sleep(3)  # several tries: each one gives its placement group back
         assert client.get(first.id).status is JobStatus.queued
         assert _placement_groups(f"-{first.id}-", states=("CREATED",)) == []  # it holds no node
@@ -307,7 +314,10 @@ def test_a_job_that_does_not_fit_waits_holding_nothing(ray_service, ray_driver, 
     finally:
         remove_placement_group(theirs)
     wait_for(lambda: client.get(first.id).status is JobStatus.running, timeout=60)
-    assert len(_placement_groups(f"-{first.id}-")) == 1
+    (group,) = _placement_groups(f"-{first.id}-")
+    # each bundle holds the spec's cores and memory (cpu.medium: 2 cores, 4 GB)
+    bundles = list(group["bundles"].values())
+    assert [(b["CPU"], b.get("memory")) for b in bundles] == [(2.0, 4.0 * 2**30)] * 2, bundles
     time.sleep(2)
     assert client.get(second.id).status is JobStatus.queued  # the first holds both nodes
     assert _placement_groups(f"-{second.id}-", states=("CREATED",)) == []
@@ -402,3 +412,73 @@ def test_a_job_node_whose_ray_node_leaves_is_lost_and_the_job_ends_in_error(
             except ProcessLookupError:
                 pass
     assert pids
+
+
+TENSORBOARD = """
+import os
+from torch.utils.tensorboard import SummaryWriter
+
+print(f"nice {os.nice(0)}", flush=True)
+
+writer = SummaryWriter("/workspace/outputs/train")
+for step in range(3):
+    writer.add_scalar("loss", 1.0 / (step + 1), step)
+writer.close()
+print("scalars written", flush=True)
+"""
+
+
+def test_tensorboard_serves_what_a_job_on_a_ray_node_wrote(ray_service, tmp_path):
+    # the outputs folder is at the same path on every Ray node (the docs' rule for outputs)
+    outputs = writable_dir(tmp_path / "out")
+    client = Client(autostart=False)
+    handle = client.submit(
+        name="tb",
+        specs=["cpu.small"],
+        algorithm=_algorithm(tmp_path / "algo", tb=TENSORBOARD),
+        outputs=str(outputs),
+        command="python /workspace/algorithm/tb.py",
+    )
+    job = handle.wait(timeout=180)
+    assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
+    assert client.get(job.id).backend == "ray"
+    # Ray runs its workers at nice 15; the job's node runs at normal priority, as locally
+    assert "nice 0" in client.read_log(job.id, node="worker-0").data
+    url = client.tensorboard(job.id)
+    try:
+        wait_for(lambda: requests.get(url + "data/runs", timeout=10).json() == ["train"], timeout=60)
+        points = requests.get(
+            url + "data/plugin/scalars/scalars", params={"run": "train", "tag": "loss"}, timeout=10
+        ).json()
+        assert [p[1] for p in points] == [0, 1, 2]
+    finally:
+        client.stop_tensorboard(job.id)
+
+
+def test_caches_on_the_ray_nodes_and_the_single_copy_warning(ray_service, tmp_path):
+    client = Client(autostart=False)
+    algo = _algorithm(
+        tmp_path / "algo",
+        fill="import os\n"
+        "folder = os.path.expanduser('~/.cache/models')\n"
+        "os.makedirs(folder, exist_ok=True)\n"
+        "open(os.path.join(folder, 'weights.bin'), 'wb').write(b'x' * 100_000)\n"
+        "print('cached', flush=True)\n",
+    )
+    # two nodes of a script that knows nothing of distribution: the warning reads the code here
+    plan = client.plan(
+        name="fill", mode="pytorch", nodes=2, specs=["cpu.small"], algorithm=algo, command="python fill.py"
+    )
+    assert any("its own copy of the whole training" in note for note in plan.notes), plan.notes
+    job = client.submit(
+        name="fill", mode="pytorch", nodes=2, specs=["cpu.small"], algorithm=algo, command="python fill.py"
+    ).wait(timeout=180)
+    assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
+    assert "its own copy of the whole training" in events_text(client, job.id)
+    # each machine keeps its copy of the user's ~/.cache (here both Ray nodes share one)
+    (held,) = client.cache()
+    assert held.bytes == 100_000 and held.files == 1, held
+    assert held.path.endswith("on 1 machine(s)")
+    cleared = client.clear_cache()
+    assert cleared.bytes == 100_000
+    assert all(c.bytes == 0 for c in client.cache())

@@ -39,7 +39,10 @@ def test_mindspore_ascend_runs_one_process_per_card_on_each_ray_node(ray_service
         algorithm=_algorithm(tmp_path / "algo", boot=BOOT),
         command="python boot.py",
     )
-    job = handle.wait(timeout=180)
+    try:
+        job = handle.wait(timeout=180)
+    except TimeoutError:
+        raise AssertionError(node_logs(client, handle.id) + events_text(client, handle.id)) from None
     assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
     assert len({n.host for n in job.nodes}) == 2
     lines = []

@@ -59,6 +59,7 @@ def test_dry_run_export_of_a_pytorch_job_submits_nothing(ma_cli, tmp_path):
     assert out.returncode == 0, out.stderr
     docs = validated(out.stdout)
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("PriorityClass", "ma-jupyter-normal"),
         ("ConfigMap", "ddp-nodeside"),
         ("Service", "ddp"),
         ("Job", "ddp-worker"),

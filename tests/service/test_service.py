@@ -400,4 +400,5 @@ def test_data_preparation_copies_datasets_before_the_run(ma_service, tmp_path):
     assert final["status"] == "succeeded", final["reason"]
     assert "prepared a,b" in full_log(ma_service, job["id"])
     events = ma_service.session().get(f"{ma_service.api}/jobs/{job['id']}/events", timeout=5).json()
-    assert any("data preparation: copied 2 dataset(s)" in e["reason"] for e in events)
+    assert any("dataset d: prepared 0.0 MB in" in e["reason"] for e in events)
+    assert any("dataset f: prepared 0.0 MB in" in e["reason"] for e in events)

@@ -155,11 +155,12 @@ TF_PS = {
 def test_pytorch_two_nodes_is_one_indexed_job_with_a_headless_service():
     docs = export(PYTORCH)
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("PriorityClass", "ma-jupyter-normal"),
         ("ConfigMap", "ddp-nodeside"),
         ("Service", "ddp"),
         ("Job", "ddp-worker"),
     ]
-    service = docs[1]["spec"]
+    service = docs[2]["spec"]
     assert service["clusterIP"] == "None" and service["publishNotReadyAddresses"] is True
     job = jobs(docs)["ddp-worker"]
     spec = job["spec"]
@@ -409,7 +410,7 @@ def test_the_shipped_helpers_run_in_a_bare_python(tmp_path):
     """The node-side ConfigMap, laid out as the pod sees it, runs the rank-log helper without
     this checkout or an installed ma_jupyter."""
     docs = export(PYTORCH)
-    helpers = docs[0]
+    helpers = docs[1]
     job = jobs(docs)["ddp-worker"]
     (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "nodeside"]
     root = tmp_path / "opt"
@@ -485,3 +486,76 @@ def test_yaml_has_no_aliases_and_keeps_sources_readable():
     assert "&id" not in text and "*id" not in text
     assert "  ma_jupyter.jobdir.py: |" in text  # a source file as a block, line by line
     assert Path(k8s.__file__).name == "k8s.py"
+
+
+def test_priority_node_choice_and_who_are_exported():
+    docs = export(
+        {
+            "name": "urgent",
+            "command": "python a.py",
+            "priority": "urgent",
+            "node_name": "gpu-node-3",
+            "access": "none",
+            "creator": "alice",
+        }
+    )
+    (priority,) = [d for d in docs if d["kind"] == "PriorityClass"]
+    assert docs[0] is priority  # cluster-wide, applied before the pods that name it
+    assert priority["metadata"]["name"] == "ma-jupyter-urgent"
+    assert priority["value"] > k8s.PRIORITY_VALUES[k8s.Priority.normal]
+    assert priority["preemptionPolicy"] == "Never"
+    job = jobs(docs)["urgent-worker"]
+    template = job["spec"]["template"]["spec"]
+    assert template["priorityClassName"] == "ma-jupyter-urgent"
+    assert template["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-3"}
+    annotations = job["metadata"]["annotations"]
+    assert annotations["ma-jupyter/creator"] == "alice"
+    assert annotations["ma-jupyter/access"] == "none"
+    pooled = jobs(
+        export({"name": "p", "command": "python a.py", "pool": "pool-a", "priority": "very-urgent"})
+    )["p-worker"]["spec"]["template"]["spec"]
+    assert pooled["nodeSelector"] == {k8s.POOL_LABEL: "pool-a"}
+    assert pooled["priorityClassName"] == "ma-jupyter-very-urgent"
+    plain = jobs(export({"name": "n", "command": "python a.py"}))["n-worker"]["spec"]["template"]["spec"]
+    assert "nodeSelector" not in plain and plain["priorityClassName"] == "ma-jupyter-normal"
+
+
+def test_data_preparation_copies_each_dataset_to_the_node_before_the_command(tmp_path):
+    data = {
+        "name": "prep",
+        "command": "python a.py",
+        "data_preparation": True,
+        "datasets": [{"name": "mnist", "path": "/data/mnist"}, {"name": "coco", "path": "/data/coco"}],
+        "lifecycle": {"on_start": "python setup.py"},
+    }
+    job = jobs(export(data))["prep-worker"]
+    template = job["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in template["volumes"]}
+    init = template["initContainers"]
+    # the copies first, then the user's on_start, which may read the prepared data
+    assert [c["name"] for c in init] == ["prepare-0", "prepare-1", "on-start"]
+    mounts = {m["mountPath"]: m for m in container(job)["volumeMounts"]}
+    for target in ("/workspace/dataset/private/mnist", "/workspace/dataset/private/coco"):
+        # the job reads the node's copy (an emptyDir), read-only; the source is not mounted in it
+        assert mounts[target]["readOnly"] is True
+        assert volumes[mounts[target]["name"]] == {"name": mounts[target]["name"], "emptyDir": {}}
+    prepare = init[0]
+    source, copy = prepare["volumeMounts"]
+    assert source["readOnly"] is True and "persistentVolumeClaim" in volumes[source["name"]]
+    assert volumes[copy["name"]] == {"name": copy["name"], "emptyDir": {}}
+    assert prepare["command"][:2] == ["cp", "-a"]
+    # the argv does what it says: the folder's whole content, hidden files too
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "sub").mkdir(parents=True)
+    (src / ".hidden").write_text("h")
+    (src / "sub" / "x.bin").write_text("x")
+    dst.mkdir()
+    argv = [prepare["command"][0], prepare["command"][1], f"{src}/.", str(dst)]
+    subprocess.run(argv, check=True)
+    assert (dst / ".hidden").read_text() == "h" and (dst / "sub" / "x.bin").read_text() == "x"
+    assert prepare["command"][2] == f"{source['mountPath']}/." and prepare["command"][3] == copy["mountPath"]
+    # without preparation the dataset is the claim itself
+    plain = jobs(export({**data, "data_preparation": False}))["prep-worker"]
+    plain_mounts = {m["mountPath"]: m for m in container(plain)["volumeMounts"]}
+    assert plain_mounts["/workspace/dataset/private/mnist"]["name"].startswith("ws-")
+    assert [c["name"] for c in plain["spec"]["template"]["spec"]["initContainers"]] == ["on-start"]

@@ -114,29 +114,32 @@ def _measure(path: Path) -> tuple[int, int]:
     return total, files
 
 
-def usage(user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
-    """The size of ``user``'s cache, or (``every_user``) of every cache, by user name."""
+def usage(user: str | None, *, every_user: bool = False, base: Path | None = None) -> list[CacheInfo]:
+    """The size of ``user``'s cache, or (``every_user``) of every cache, by user name;
+    ``base``: the folder of caches (default :func:`root`; a Ray node's is its service's)."""
+    base = base or root()
     if not every_user:
         names = [folder_name(user)]
     else:
         try:
-            names = sorted(e.name for e in os.scandir(root()) if not e.name.startswith(".") and e.is_dir())
+            names = sorted(e.name for e in os.scandir(base) if not e.name.startswith(".") and e.is_dir())
         except FileNotFoundError:
             names = []
     found = []
     for name in names:
-        path = root() / name
+        path = base / name
         total, files = _measure(path)
         found.append(CacheInfo(user=name, path=str(path), bytes=total, files=files))
     return found
 
 
-def clear(user: str | None) -> None:
+def clear(user: str | None, *, base: Path | None = None) -> None:
     """Empty ``user``'s cache (rule 3), and remove what a service that stopped while removing an
-    earlier one left."""
-    if root().is_dir():
-        for leftover in root().glob(".deleted-*"):
+    earlier one left; ``base`` as for :func:`usage`."""
+    base = base or root()
+    if base.is_dir():
+        for leftover in base.glob(".deleted-*"):
             threading.Thread(
                 target=shutil.rmtree, args=(leftover,), kwargs={"ignore_errors": True}, daemon=True
             ).start()
-    _discard(cache_dir(user))
+    _discard(base / folder_name(user))

@@ -23,11 +23,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ... import config
 from ...errors import InvalidSpec
 from ...jobdir import PLACEHOLDER, JobDir
 from ...models import JobSpec
 from ...workspace import VIEW_ROOT, check_subfolder, folders, modelarts_layout, target, workdir_for
-from .host_policy import HostPolicy, load_policy
+from .host_policy import HostPolicy, _inside, load_policy
 
 __all__ = [
     "ALGORITHM_VIEW",
@@ -149,12 +150,21 @@ def mounts_for(
     run_as = policy.run_as(user)
     mounts: list[Mount] = []
 
-    # the platform's own copies of this job's datasets (data preparation) live in its folder
+    # Data preparation's copies: the job's folder links each dataset to its copy in the shared
+    # store.  Only a path the platform put there (given inside the job's folder, resolving into
+    # the store) skips the rules; the supervisor checked them on the original source.  A path
+    # naming the store directly is checked like any other (and refused: it is in the home).
     prepared = str(JobDir(Path(job_dir)).prepared) if job_dir is not None else None
+    store = os.path.realpath(config.home() / "prepared")
+
+    def platform_copy(raw: str, source: str) -> bool:
+        if prepared is None or not _inside(os.path.normpath(raw), prepared):
+            return False
+        return _inside(source, os.path.realpath(prepared)) or _inside(source, store)
 
     def checked(raw: str, what: str, field_name: str, *, directory: bool, writable: bool = False) -> str:
         source = _host_path(raw, what, field_name, directory=directory)
-        if prepared is None or not (source + "/").startswith(prepared + "/"):
+        if not platform_copy(raw, source):
             snapshot_ok = field_name == "algorithm" and not writable
             policy.check_source(source, what, field_name, user, snapshot_ok=snapshot_ok)
         if writable:

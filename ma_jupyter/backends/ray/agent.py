@@ -24,6 +24,7 @@ agent's methods run on the actor's threads (calls for different jobs run concurr
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -32,9 +33,10 @@ import ma_jupyter
 
 from ... import config
 from ...errors import RefusedFile
-from ...jobdir import JobDir
+from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
 from ..base import Attempt
+from ..local import caches
 from ..local import logs as job_logs
 from ..local.backend import LocalBackend
 from ..local.sandbox import PACKAGE_DIR
@@ -53,6 +55,14 @@ class NodeAgent:
 
     def __init__(self, node_id: str = ""):
         self._node_id = node_id
+        # Ray starts its workers, this actor among them, at nice 15 (its worker_niceness), so
+        # they never starve the raylet; the job nodes started from here inherit the agent's
+        # priority and are the cluster's real work: run them at normal priority, as the local
+        # backend does (a service without the right to lower it keeps Ray's).
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        except OSError:
+            pass
         # The agent's own state folder on its node (the node runners' compiled modules): never a
         # service's home, which may not exist on this machine
         os.environ[config.ENV_HOME] = os.path.join(tempfile.gettempdir(), f"ma_jupyter-agent-{os.getuid()}")
@@ -121,6 +131,28 @@ class NodeAgent:
                 return False
             time.sleep(WAIT_STEP * 5)
 
+    def caches(self, base: str, user: str | None, every_user: bool) -> tuple[str, list[dict]]:
+        """This machine's id (its boot id: two Ray nodes may share a machine, and its folders)
+        and the per-user caches below ``base`` (the service's folder of caches: the path the
+        nodes' launches mount)."""
+        found = caches.usage(user, every_user=every_user, base=Path(base))
+        return _machine_id(), [c.model_dump() for c in found]
+
+    def clear_cache(self, base: str, user: str | None) -> None:
+        """Empty ``user``'s cache below ``base`` on this node."""
+        caches.clear(user, base=Path(base))
+
+    def remove_job(self, node_root: str, job_id: str) -> bool:
+        """Remove the job folder ``node_root/<job_id>`` on this node (a deleted job); whether
+        there was one.  Links are removed, never followed (``shutil.rmtree``); a job id that is
+        not a plain folder name is refused, so nothing outside ``node_root`` is touched."""
+        check_job_id(job_id)
+        folder = Path(node_root) / job_id
+        if not folder.is_dir() or folder.is_symlink():
+            return False
+        shutil.rmtree(folder, ignore_errors=True)
+        return True
+
     # ------------------------------------------------------------------------ logs
 
     def log_streams(self, job_dir: str, nodes: list[str]) -> list[LogStream]:
@@ -161,3 +193,12 @@ class NodeAgent:
             if now > size or time.monotonic() >= deadline:
                 return now
             time.sleep(WAIT_STEP)
+
+
+def _machine_id() -> str:
+    """This machine's boot id (the same for every Ray node on it), else its hostname."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return os.uname().nodename

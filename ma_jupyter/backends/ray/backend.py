@@ -12,7 +12,7 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    named ``ma-<home tag>-<job id>-<nonce>`` (detached, so it outlives a service restart; the
    tag keeps services of different homes apart; a group of the same job an earlier service
    left unrecorded is removed first): one bundle per job node
-   (its CPUs and cards), each pinned to its inventory node by Ray's ``ray.io/node-id`` label,
+   (its CPUs, memory and cards), each pinned to its inventory node by Ray's ``ray.io/node-id`` label,
    ``STRICT_SPREAD`` when every job node has its own Ray node (workers and the chief always do;
    parameter servers and batch tasks may share a node, then ``SPREAD``).  The group is created
    only for a placement the scheduler found free, and is removed again when Ray cannot reserve
@@ -54,11 +54,13 @@ from typing import Any
 from ... import config
 from ...errors import BackendUnavailable, MaJupyterError, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
-from ...models import Job, LogStream, Mount, Node, NodeLaunch, NodeRun
+from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...untrusted import read_small
 from ..base import Attempt, Backend
+from ..local import caches
 from ..local import sandbox as workspace
+from ..local.code import python_sources
 from ..local.host_policy import load_policy
 from ..local.mounts import WORKDIR_KIND, mounts_for
 from . import ship
@@ -309,6 +311,58 @@ class RayBackend(Backend):
                     log.warning("removed the placement group %s left by an earlier service", group["name"])
                 except ValueError:
                     pass
+
+    def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
+        """The algorithm folder's Python files, read here: the folder is shipped from this
+        machine, so what the nodes run is what is read (see :func:`..local.code.python_sources`)."""
+        return python_sources(Path(spec.algorithm)) if spec.algorithm else None
+
+    def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
+        """Each user's caches on the Ray nodes, added up per user: every machine keeps its own
+        copy (at this service's cache path, the one the launches mount), shared by the Ray
+        nodes on it; ``path`` says on how many machines it lies."""
+        with self._lock:
+            agents = list(self._agents.values())
+        base = str(caches.root())
+        found: dict[str, dict[str, CacheInfo]] = {}
+        for ref in [agent.caches.remote(base, user, every_user) for agent in agents]:
+            try:
+                machine, items = self._get(ref)
+            except (NodeGone, BackendUnavailable):
+                continue  # a node that left took its cache with it
+            for item in items:
+                info = CacheInfo.model_validate(item)
+                found.setdefault(info.user, {})[machine] = info
+        return [
+            CacheInfo(
+                user=name,
+                path=f"{next(iter(parts.values())).path} on {len(parts)} machine(s)",
+                bytes=sum(p.bytes for p in parts.values()),
+                files=sum(p.files for p in parts.values()),
+            )
+            for name, parts in sorted(found.items())
+        ]
+
+    def clear_cache(self, user: str | None) -> None:
+        """Empty ``user``'s cache on every Ray node the service knows."""
+        with self._lock:
+            agents = list(self._agents.values())
+        base = str(caches.root())
+        for ref in [agent.clear_cache.remote(base, user) for agent in agents]:
+            try:
+                self._get(ref)
+            except NodeGone:
+                continue
+
+    def forget(self, job_id: str) -> None:
+        """Ask every agent to remove the job's folder on its node (``node_root/<job id>``): a
+        job node's files stay on the Ray node that ran it, which is not this machine, or is
+        but with ``node_root`` apart from the service's job folders.  Fire and forget: an
+        agent that is gone has nothing left to remove that anyone reads."""
+        with self._lock:
+            agents = list(self._agents.values())
+        for agent in agents:
+            agent.remove_job.remote(str(self._node_root), job_id)
 
     def release(self, placement: Placement) -> None:
         """Give the ports back to the agents and remove the placement group."""
@@ -593,8 +647,11 @@ def _shipped_original(mount: Mount) -> str | None:
 
 
 def _bundle(task: TaskSlot, node: RayNode) -> dict[str, float]:
-    """The resources of one job node in its placement group: its CPUs and cards."""
+    """The resources of one job node in its placement group: its CPUs, memory and cards (so
+    Ray's own tasks cannot take the memory the scheduler counted as the job's)."""
     bundle = {"CPU": max(task.cpu_request, 0.01)}
+    if task.memory_gb > 0:
+        bundle["memory"] = float(int(task.memory_gb * 2**30))
     if task.devices and node.accelerator:
         bundle[node.accelerator] = float(len(task.devices))
     return bundle

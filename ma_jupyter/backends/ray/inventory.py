@@ -9,6 +9,7 @@ use on that node; the scheduler checks specs against it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ...models import Node
@@ -75,7 +76,8 @@ def inventory(records: list[dict]) -> list[Node]:
             Node(
                 name=node_name(record["NodeID"]),
                 cpus=float(resources.get("CPU", 0.0)),
-                memory_gb=round(float(resources.get("memory", 0.0)) / 2**30, 1),
+                # rounded down: a spec the scheduler fits here must fit Ray's bundle too
+                memory_gb=math.floor(float(resources.get("memory", 0.0)) / 2**30 * 10) / 10,
                 accelerators=int(resources.get(accelerator, 0)) if accelerator else 0,
                 accelerator_type=ACCELERATORS[accelerator] if accelerator else "none",
                 pools=[POOL],

@@ -4,7 +4,7 @@
 copy of ``--code-dir`` when given), submits the job with the options of ``ma-jupyter submit``
 (one parser: :mod:`ma_jupyter.frontends.options`), follows its logs live in the cell and returns a
 :class:`~ma_jupyter.client.JobHandle`.  The line magics ``%ma_jobs``, ``%ma_logs``,
-``%ma_events``, ``%ma_stop``, ``%ma_delete``, ``%ma_clone``, ``%ma_specs``, ``%ma_cluster``,
+``%ma_events``, ``%ma_stop``, ``%ma_delete``, ``%ma_update``, ``%ma_clone``, ``%ma_devenv``, ``%ma_algorithms``, ``%ma_specs``, ``%ma_cluster``,
 ``%ma_tensorboard`` and ``%ma_attach`` each take ``--help``.
 
 Bad arguments become one ``UsageError`` line, and the typed errors of :mod:`ma_jupyter.errors`
@@ -27,7 +27,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from ...client.logs import fully_shown, node_streams, read_all, stream_label
 from ...client.snapshot import is_snapshot
 from ...errors import HelpShown, JobFailed, MaJupyterError, NotFound, OptionsExit
-from ...models import NAME_PATTERN, Job, JobStatus, clone_name
+from ...models import NAME_PATTERN, Job, JobStatus, Priority, clone_name
 from .. import render
 from ..clusterview import cluster_text
 from . import hints, live
@@ -245,6 +245,13 @@ class MaJupyterMagics(Magics):
         args.name = name
         command = args.command
         code_dir = getattr(args, "code_dir", None)
+        if getattr(args, "task", None) and body is None and command is None:
+            # a batch job: each --task names its own folder and command, as with `ma-jupyter submit`
+            try:
+                spec = options.spec_from_args(args)
+            except MaJupyterError as exc:
+                raise UsageError(f"%%ma_train: {exc.message}") from None
+            return self._submit(spec, args)
         if command is None:
             if body is None:
                 raise UsageError("%ma_train --code-dir without a cell body needs --command (what to run)")
@@ -290,24 +297,45 @@ class MaJupyterMagics(Magics):
 
     @line_magic
     def ma_jobs(self, line: str):
-        """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--limit N]``."""
+        """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--creator USER]
+        [--outputs TEXT] [--algorithm FOLDER] [--favourites] [--type batch] [--limit N]``; a batch
+        job's status counts its tasks by status."""
         parser = MagicParser(prog="%ma_jobs", description="List jobs, newest first.")
         parser.add_argument(
             "--status", action="append", choices=[s.value for s in JobStatus], help="repeatable filter"
         )
         parser.add_argument("--name", help="part of the job name")
         parser.add_argument("--spec", help="jobs asking for this spec")
+        parser.add_argument("--creator", help="jobs submitted by this user")
+        parser.add_argument("--outputs", help="jobs whose outputs folder contains this")
+        parser.add_argument("--algorithm", metavar="FOLDER", help="jobs running this algorithm folder")
+        parser.add_argument(
+            "--favourites", action="store_true", help="jobs running one of your favourite algorithms"
+        )
+        parser.add_argument("--type", choices=["regular", "batch"], help="regular or batch jobs only")
         parser.add_argument("--limit", type=int, default=50)
         args = _parse(parser, line)
         if args is None:
             return None
-        handles = get_client().jobs(name=args.name, status=args.status, spec=args.spec, limit=args.limit)
+        handles = get_client().jobs(
+            name=args.name,
+            status=args.status,
+            spec=args.spec,
+            creator=args.creator,
+            outputs=args.outputs,
+            limit=args.limit,
+            algorithm=args.algorithm,
+            favourites=args.favourites,
+            type=args.type,
+        )
         rows = []
         for h in handles:
             job: Job = h.info
             status = job.status.value
             if job.status is JobStatus.queued and job.queue_position is not None:
                 status += f" (#{job.queue_position + 1})"
+            if job.tasks:
+                status += f"; tasks: {render.task_summary(job)}"
             rows.append(
                 [
                     job.id,
@@ -329,6 +357,39 @@ class MaJupyterMagics(Magics):
             render.table_bundle(["id", "name", "status", "mode", "nodes", "spec", "created", "reason"], rows),
             raw=True,
         )
+        return None
+
+    @line_magic
+    def ma_algorithms(self, line: str):
+        """Your algorithm folders and favourites: ``%ma_algorithms [favourite|unfavourite FOLDER]``.
+
+        Lists the folders your jobs ran and the ones you marked favourite (``%ma_jobs
+        --algorithm FOLDER`` / ``--favourites`` lists their jobs), or marks and unmarks one.
+        """
+        parser = MagicParser(prog="%ma_algorithms", description="Your algorithm folders and favourites.")
+        parser.add_argument("action", nargs="?", choices=["list", "favourite", "unfavourite"], default="list")
+        parser.add_argument("folder", nargs="?", metavar="FOLDER", help="the folder to mark or unmark")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        client = get_client()
+        if args.action != "list":
+            if not args.folder:
+                raise UsageError(f"%ma_algorithms {args.action} needs the FOLDER")
+            if args.action == "favourite":
+                print(f"favourite: {client.favourite(args.folder).path}")
+            else:
+                client.unfavourite(args.folder)
+                print(f"no longer a favourite: {args.folder}")
+            return None
+        found = client.algorithms()
+        if not found:
+            print("no algorithm folders yet: jobs with --code-dir (or a shipped folder) add theirs")
+            return None
+        from IPython.display import display
+
+        rows = [[a.path, "yes" if a.favourite else "", a.jobs] for a in found]
+        display(render.table_bundle(["folder", "favourite", "your jobs"], rows), raw=True)
         return None
 
     @line_magic
@@ -460,19 +521,113 @@ class MaJupyterMagics(Magics):
 
     @line_magic
     def ma_delete(self, line: str):
-        """Delete finished jobs (``--force`` stops a running one first): ``%ma_delete JOB [--force]``."""
+        """Delete finished jobs (``--force`` stops a running one first): ``%ma_delete JOB [JOB ...] [--force]``.
+
+        Each job on its own: one that cannot be deleted is reported, the others are still
+        deleted, and then the cell fails naming how many were not.
+        """
         parser = _job_parser("%ma_delete", "Delete jobs and their records.", job="many")
         parser.add_argument("--force", action="store_true", help="stop the job first if it still runs")
         args = _parse(parser, line)
         if args is None:
             return None
         client = get_client()
-        for ref in args.job:
-            handle = resolve_job(client, ref)
+        refs = list(dict.fromkeys(args.job))
+        if len(refs) == 1:  # one job: its refusal is the usual one-line typed error
+            handle = resolve_job(client, refs[0])
             client.delete(handle.id, force=args.force)
             notebook_record.forget(handle.id)
             print(f"job {handle.id} ({handle.name}) deleted")
+            return None
+        failed = []
+        for ref in refs:
+            try:
+                handle = resolve_job(client, ref)
+                client.delete(handle.id, force=args.force)
+            except MaJupyterError as exc:
+                failed.append(ref)
+                print(f"job {ref}: not deleted: {render.one_line(exc.message)}")
+                continue
+            notebook_record.forget(handle.id)
+            print(f"job {handle.id} ({handle.name}) deleted")
+        if failed:
+            raise UsageError(
+                f"%ma_delete: {len(failed)} of {len(refs)} jobs not deleted: {', '.join(failed)}"
+            )
         return None
+
+    @line_magic
+    def ma_update(self, line: str):
+        """Change a queued job's priority or a job's duration: ``%ma_update JOB --priority urgent``,
+        ``%ma_update JOB --duration 2h``."""
+        parser = _job_parser(
+            "%ma_update", "Change a queued job's priority or a queued or running job's duration."
+        )
+        parser.add_argument("--priority", choices=[p.value for p in Priority], help="queued jobs")
+        parser.add_argument(
+            "--duration", metavar="TIME", help="seconds or 30m, 2h, 1d (queued or running jobs)"
+        )
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        if args.priority is None and args.duration is None:
+            raise UsageError(
+                "%ma_update: give --priority (queued jobs) or --duration (queued or running jobs)"
+            )
+        client = get_client()
+        handle = resolve_job(client, args.job)
+        job = client.update(handle.id, priority=args.priority, duration=args.duration)
+        handle.info = job
+        changed = []
+        if args.priority is not None:
+            changed.append(f"priority {job.spec.priority.value}")
+        if args.duration is not None:
+            shown = render.format_seconds(job.spec.duration) if job.spec.duration else "none"
+            changed.append(f"duration {shown}")
+        print(f"job {job.id} ({job.spec.name}): {', '.join(changed)}; now {job.status.value}")
+        return handle
+
+    @line_magic
+    def ma_devenv(self, line: str):
+        """Write a notebook that submits a job again, next to this one: ``%ma_devenv JOB``.
+
+        The seed's "create a development environment from a job": its first code cell is the
+        ``%%ma_train`` cell with the job's options and code (see
+        :mod:`ma_jupyter.export.notebook`).  The file is ``<job name>-devenv.ipynb`` in this
+        notebook's folder (``-2``, ``-3``... when taken); a link to it is shown.  Returns its path.
+        """
+        parser = _job_parser("%ma_devenv", "Write a notebook that submits the job again.")
+        parser.add_argument("--to", metavar="FOLDER", help="write it there (default: this notebook's folder)")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        import json
+        import os
+        from pathlib import Path
+
+        client = get_client()
+        handle = resolve_job(client, args.job)
+        made = client.devenv(handle.id)
+        here = notebook_record.notebook_path()
+        folder = Path(args.to) if args.to else (here.parent if here is not None else Path.cwd())
+        if not folder.is_dir():
+            raise UsageError(f"%ma_devenv: --to {folder}: not a folder")
+        stem = Path(made["name"]).stem
+        path = folder / made["name"]
+        number = 1
+        while path.exists():
+            number += 1
+            path = folder / f"{stem}-{number}.ipynb"
+        path.write_text(json.dumps(made["notebook"], indent=1, ensure_ascii=False) + "\n")
+        from IPython.display import FileLink, display
+
+        try:
+            shown = os.path.relpath(path)
+        except ValueError:
+            shown = str(path)
+        print(f"wrote {path}: a notebook that submits job {handle.id} ({handle.name}) again")
+        display(FileLink(shown))
+        return str(path)
 
     @line_magic
     def ma_attach(self, line: str):

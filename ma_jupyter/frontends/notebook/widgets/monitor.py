@@ -3,7 +3,8 @@
 A background thread does all the work (refreshing the job, long-polling every log stream,
 reading new events) and only sets widget values, so the notebook stays usable while logs
 stream.  Buttons stop the job, open a pre-filled form to clone it, and show its TensorBoard
-(an IFrame on the per-job TensorBoard, or its scalars drawn as a PNG).
+(an IFrame on the per-job TensorBoard, or its scalars drawn as a PNG); :class:`.JobActions`
+changes its priority and duration.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ....errors import MaJupyterError
 from ....models import Job, clone_name
 from ...render import events_html, status_badge, status_line
 from .. import live
+from .actions import JobActions
 
 if TYPE_CHECKING:
     from ....client import Client, JobHandle
@@ -90,6 +92,7 @@ class JobMonitor(W.VBox):
         self.tb_button.add_class("ma-monitor-tensorboard")
         self.plot_button = W.Button(description="Plot scalars", icon="image")
         self.extra = W.VBox([])
+        self.actions = JobActions(client, self.job, on_change=self._apply_job, on_message=self._show_message)
         self.stop_button.on_click(lambda _b: self.stop())
         self.clone_button.on_click(lambda _b: self.clone())
         self.tb_button.on_click(lambda _b: self.open_tensorboard())
@@ -100,6 +103,7 @@ class JobMonitor(W.VBox):
                 W.HBox([self.badge, self.title]),
                 self.info,
                 W.HBox([self.stop_button, self.clone_button, self.tb_button, self.plot_button]),
+                self.actions,
                 self.message,
                 self.tabs,
                 events_box,
@@ -207,6 +211,7 @@ class JobMonitor(W.VBox):
         self.badge.value = status_badge(job.status)
         self.info.value = escape(status_line(job))
         self.stop_button.disabled = job.status.is_terminal()
+        self.actions.show(job)
         if job.status.is_terminal() and self.message.value.startswith("stop requested"):
             self.message.value = ""
 
@@ -224,6 +229,9 @@ class JobMonitor(W.VBox):
         return "\n".join(line for _k, line in buf.lines) if buf else ""
 
     # ----------------------------------------------------------------------------- actions
+
+    def _show_message(self, html: str) -> None:
+        self.message.value = html
 
     def stop(self) -> None:
         """Ask the service to stop the job."""

@@ -1,0 +1,78 @@
+"""The prepared-data key (what makes two source states the same) and the batch end rule."""
+
+from __future__ import annotations
+
+import os
+
+from ma_jupyter.models import Job, JobSpec, JobStatus, NodeRun
+from ma_jupyter.service import policies, prepared
+
+
+def _touch_same(path, text):
+    st = path.stat()
+    path.write_text(text)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime
+
+
+def test_small_trees_are_keyed_by_content_large_ones_by_metadata(tmp_path, monkeypatch):
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "a.txt").write_text("one")
+    key, size, files = prepared.source_key(str(data))
+    assert (size, files) == (3, 1)
+    assert prepared.source_key(str(data))[0] == key  # stable
+    _touch_same(data / "a.txt", "two")
+    small = prepared.source_key(str(data))[0]
+    assert small != key  # contents read: an edit within one mtime tick is seen
+    monkeypatch.setattr(prepared, "CONTENT_HASH_LIMIT", 0)
+    large = prepared.source_key(str(data))[0]
+    _touch_same(data / "a.txt", "six")
+    assert prepared.source_key(str(data))[0] == large  # metadata only
+    (data / "b.txt").write_text("new")
+    assert prepared.source_key(str(data))[0] != large  # a file added is a new state
+    other = tmp_path / "e"
+    os.rename(data, other)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in other.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+        os.utime(copy / f.name, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns))
+    # the same files at another path are another source: never shared across paths
+    assert prepared.source_key(str(copy))[0] != prepared.source_key(str(other))[0]
+
+
+def _batch(**extra) -> Job:
+    spec = JobSpec(name="s", type="batch", tasks=[{"command": "true"}] * 3, **extra)
+    return Job(id="j", spec=spec, status=JobStatus.running)
+
+
+def _run(i, state, code=None) -> NodeRun:
+    return NodeRun(name=f"task-{i}", index=i, state=state, exit_code=code)
+
+
+def test_batch_waits_for_every_task_and_names_the_failed_ones():
+    job = _batch()
+    why = lambda r: f"node {r.name} exited with code {r.exit_code}"  # noqa: E731
+    assert (
+        policies.on_batch(job, [_run(0, "exited", 1), _run(1, "running"), _run(2, "exited", 0)], why) is None
+    )
+    end = policies.on_batch(job, [_run(0, "exited", 1), _run(1, "lost"), _run(2, "exited", 0)], why)
+    assert end.status is JobStatus.error and end.exit_code == 1 and end.failed.name == "task-0"
+    assert (
+        end.reason() == "2 of 3 task(s) failed (task-0, task-1); 1 succeeded: node task-0 exited with code 1"
+    )
+    ok = policies.on_batch(job, [_run(i, "exited", 0) for i in range(3)], why)
+    assert ok.status is JobStatus.succeeded
+    again = policies.on_batch(_batch(fault_restart={"max_restarts": 1}), [_run(0, "exited", 3)], why)
+    assert again.requeue and again.status is JobStatus.queued
+
+
+def test_task_states_follow_the_nodes():
+    job = _batch().model_copy(update={"nodes": [_run(0, "exited", 0), _run(1, "stopped")]})
+    job = Job.model_validate(job.model_dump())
+    assert [(t.name, t.status, t.outputs) for t in job.tasks] == [
+        ("task-0", "succeeded", "s-0"),
+        ("task-1", "stopped", "s-1"),
+        ("task-2", "queued", "s-2"),
+    ]
+    assert Job(id="r", spec=JobSpec(name="r", command="true")).tasks == []
