@@ -200,6 +200,8 @@ class Cluster:
         if spec.cpus > node.cpus or spec.memory_gb > node.memory_gb:
             return False
         if spec.accelerators:
+            if spec.accelerator_model and node.accelerator_model != spec.accelerator_model:
+                return False
             return node.accelerator_type == spec.accelerator_type and node.accelerators >= spec.accelerators
         return True
 

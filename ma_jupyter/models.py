@@ -482,6 +482,9 @@ class Spec(Strict):
     memory_gb: float = Field(gt=0)
     accelerators: int = Field(default=0, ge=0)
     accelerator_type: Literal["none", "gpu", "mlu", "npu"] = "none"
+    accelerator_model: str = Field(
+        default="", description="Board model the cards must be (e.g. MLU370); empty: any of the type."
+    )
     emulated: bool = Field(
         default=False, description="Cards are indices only (no device): for scheduling and SLOTS logic."
     )
@@ -511,6 +514,7 @@ class Node(Strict):
     memory_used_gb: float = 0
     accelerators: int = 0
     accelerator_type: Literal["none", "gpu", "mlu", "npu"] = "none"
+    accelerator_model: str = Field(default="", description="Board model of the cards (e.g. MLU370).")
     accelerators_used: list[int] = []
     driver_version: str | None = None
     pools: list[str] = []
@@ -522,6 +526,64 @@ class NodeDrain(Strict):
     """The body of ``POST /nodes/{name}/drain``: why the admin takes the node out of placement."""
 
     reason: str | None = Field(default=None, max_length=256)
+
+
+class ClusterNode(Strict):
+    """One node in the cluster view: the node with its use, and what holds its cards."""
+
+    node: Node
+    model: str = Field(
+        default="", description="Board model: the node's accelerator_model, else its card type."
+    )
+    cards: list[str] = Field(
+        default=[],
+        description="Cards in use as 'card(virtual):application' (seed notation, e.g. 1(0):train-a): the "
+        "board's index on the node, the virtual card cut from it (0: the whole board) and the job's name.",
+    )
+    jobs: list[str] = Field(default=[], description="Ids of the visible jobs running here.")
+    fits: bool = Field(
+        default=True, description="Whether one node of a chosen spec fits here now (idle vs tight)."
+    )
+
+
+class SpecRoom(Strict):
+    """One spec in the cluster view and how many more job nodes of it could start now."""
+
+    spec: Spec
+    models: list[str] = Field(
+        default=[], description="Board models it can run on (its own, else its nodes')."
+    )
+    nodes: int = Field(default=0, description="Nodes it fits on at all (up ones).")
+    can_start: int = Field(
+        default=0,
+        description="How many more one-node jobs of it the scheduler would place now, one after another.",
+    )
+
+
+class QueuedJob(Strict):
+    """One queued job in the cluster view, in the scheduler's order."""
+
+    position: int
+    job_id: str | None = Field(
+        default=None, description="None for another user's job the caller may not see."
+    )
+    name: str
+    priority: Priority
+    specs: list[str] = []
+    nodes: int = 1
+    cards: int = Field(default=0, description="Cards it asks for in all (first spec with cards x nodes).")
+    model: str = Field(default="", description="Board model of those cards.")
+
+
+class ClusterView(Strict):
+    """The cluster's resources now (seed 002 cluster resources): nodes and their use, how many
+    more of each spec could start, the queue by priority and queued card demand per board model."""
+
+    nodes: list[ClusterNode] = []
+    specs: list[SpecRoom] = []
+    queue: list[QueuedJob] = []
+    demand: dict[str, int] = Field(default={}, description="Cards queued jobs ask for, per board model.")
+    models: list[str] = Field(default=[], description="Every board model of the inventory (for the filter).")
 
 
 # ---------------------------------------------------------------------------- job and state
@@ -838,7 +900,7 @@ def json_schemas() -> dict[str, Any]:
     """JSON schemas of the wire models, for the labextension's generated TypeScript types."""
     return {
         m.__name__: m.model_json_schema()
-        for m in (JobSpec, Job, Event, LogChunk, LogStream, Spec, Node, JobPage, Plan)
+        for m in (JobSpec, Job, Event, LogChunk, LogStream, Spec, Node, JobPage, Plan, ClusterView)
     }
 
 

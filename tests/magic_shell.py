@@ -16,6 +16,7 @@ LINE_MAGICS = [
     "ma_algorithms",
     "ma_clone",
     "ma_specs",
+    "ma_cluster",
     "ma_tensorboard",
     "ma_attach",
 ]

@@ -7,6 +7,7 @@ import { ICommandPalette } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { JobsSidebar } from './sidebar';
+import { mainAreaPlugin } from './submitfrom';
 
 const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">
   <g class="jp-icon3" fill="#616161">
@@ -42,4 +43,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, mainAreaPlugin];

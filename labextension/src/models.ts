@@ -33,6 +33,33 @@ export interface CheckpointResume {
   perf_policy?: PerfPolicy;
 }
 
+/** One node in the cluster view: the node with its use, and what holds its cards. */
+export interface ClusterNode {
+  node: Node;
+  /** Board model: the node's accelerator_model, else its card type. */
+  model?: string;
+  /** Cards in use as 'card(virtual):application' (seed notation, e.g. 1(0):train-a): the board's index on the node, the virtual card cut from it (0: the whole board) and the job's name. */
+  cards?: Array<string>;
+  /** Ids of the visible jobs running here. */
+  jobs?: Array<string>;
+  /** Whether one node of a chosen spec fits here now (idle vs tight). */
+  fits?: boolean;
+}
+
+/**
+ * The cluster's resources now (seed 002 cluster resources): nodes and their use, how many
+ * more of each spec could start, the queue by priority and queued card demand per board model.
+ */
+export interface ClusterView {
+  nodes?: Array<ClusterNode>;
+  specs?: Array<SpecRoom>;
+  queue?: Array<QueuedJob>;
+  /** Cards queued jobs ask for, per board model. */
+  demand?: Record<string, number>;
+  /** Every board model of the inventory (for the filter). */
+  models?: Array<string>;
+}
+
 /** Which platform's launch conventions the modes follow (extra args and variables). */
 export type Convention = "platform" | "modelarts";
 export const CONVENTION_VALUES: ReadonlyArray<Convention> = ["platform", "modelarts"];
@@ -244,6 +271,8 @@ export interface Node {
   memory_used_gb?: number;
   accelerators?: number;
   accelerator_type?: "none" | "gpu" | "mlu" | "npu";
+  /** Board model of the cards (e.g. MLU370). */
+  accelerator_model?: string;
   accelerators_used?: Array<number>;
   driver_version?: string | null;
   pools?: Array<string>;
@@ -325,6 +354,21 @@ export interface Plan {
 export type Priority = "normal" | "urgent" | "very-urgent";
 export const PRIORITY_VALUES: ReadonlyArray<Priority> = ["normal", "urgent", "very-urgent"];
 
+/** One queued job in the cluster view, in the scheduler's order. */
+export interface QueuedJob {
+  position: number;
+  /** None for another user's job the caller may not see. */
+  job_id?: string | null;
+  name: string;
+  priority: Priority;
+  specs?: Array<string>;
+  nodes?: number;
+  /** Cards it asks for in all (first spec with cards x nodes). */
+  cards?: number;
+  /** Board model of those cards. */
+  model?: string;
+}
+
 /** The Unix account a node's processes run as. */
 export interface RunAs {
   name: string;
@@ -339,10 +383,23 @@ export interface Spec {
   memory_gb: number;
   accelerators?: number;
   accelerator_type?: "none" | "gpu" | "mlu" | "npu";
+  /** Board model the cards must be (e.g. MLU370); empty: any of the type. */
+  accelerator_model?: string;
   /** Cards are indices only (no device): for scheduling and SLOTS logic. */
   emulated?: boolean;
   driver_versions?: Array<string>;
   description?: string;
+}
+
+/** One spec in the cluster view and how many more job nodes of it could start now. */
+export interface SpecRoom {
+  spec: Spec;
+  /** Board models it can run on (its own, else its nodes'). */
+  models?: Array<string>;
+  /** Nodes it fits on at all (up ones). */
+  nodes?: number;
+  /** How many more one-node jobs of it the scheduler would place now, one after another. */
+  can_start?: number;
 }
 
 /**

@@ -33,6 +33,7 @@ from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from
 from ..models import (
     Algorithm,
     CacheInfo,
+    ClusterView,
     Event,
     Job,
     JobPage,
@@ -608,6 +609,13 @@ class Client:
     def undrain_node(self, name: str) -> Node:
         """Put a drained or faulty node back into placement (admins only)."""
         return Node.model_validate(self._request("POST", f"/nodes/{_segment(name)}/undrain"))
+
+    def cluster(self, specs: list[str] | None = None, models: list[str] | None = None) -> ClusterView:
+        """The cluster view: nodes and their use (cards as ``1(0):job``), how many more of each
+        spec could start now, the queue and card demand per board model; ``specs``/``models``
+        filter it."""
+        params = {"spec": list(specs or []), "model": list(models or [])}
+        return ClusterView.model_validate(self._request("GET", "/cluster", params=params))
 
     # -------------------------------------------------------------------------- users
 

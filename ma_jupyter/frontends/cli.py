@@ -2,7 +2,7 @@
 
 Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
 [options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
-``devenv``, ``export``, ``algorithms``, ``specs``, ``nodes``, ``tensorboard``, ``cache``, ``data list|rm``, ``whoami``, ``users
+``devenv``, ``export``, ``algorithms``, ``specs``, ``nodes``, ``cluster``, ``tensorboard``, ``cache``, ``data list|rm``, ``whoami``, ``users
 list|add|remove|token``.  A JOB argument is a job id or the exact name of a single job.
 
 ``export JOB --format k8s`` prints what the job would be on a Kubernetes cluster (YAML for
@@ -36,6 +36,7 @@ from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NotFound
 from ..models import Job, JobStatus, JobType, clone_name
 from . import options, render
+from .clusterview import cluster_text
 
 #: seconds between looks at a followed job's status (its nodes, its end)
 STATUS_INTERVAL = 0.5
@@ -179,6 +180,12 @@ def build_cli() -> options.OptionsParser:
     nodes.add_argument("--reason", help="drain: why (shown in `nodes` and the jobs' events)")
     nodes.add_argument("--spec", help="only nodes that fit this spec")
     nodes.add_argument("--json", action="store_true", help="print JSON")
+    cluster = commands.add_parser(
+        "cluster", help="the cluster's resources: nodes, how many more of each spec can start, the queue"
+    )
+    cluster.add_argument("--spec", action="append", default=[], help="only nodes that fit this spec (repeat)")
+    cluster.add_argument("--model", action="append", default=[], help="only this board model (repeat)")
+    cluster.add_argument("--json", action="store_true", help="print JSON")
 
     whoami = commands.add_parser("whoami", help="the user you act as (from your token)")
     whoami.add_argument("--json", action="store_true", help="print JSON")
@@ -658,6 +665,15 @@ def _nodes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    view = Client().cluster(specs=args.spec, models=args.model)
+    if args.json:
+        _out(view.model_dump(mode="json"), args)
+        return EXIT_OK
+    print(cluster_text(view), end="")
+    return EXIT_OK
+
+
 def _whoami(args: argparse.Namespace) -> int:
     user = Client().whoami()
     _out(user.model_dump(mode="json") if args.json else user.name + (" (admin)" if user.admin else ""), args)
@@ -758,6 +774,7 @@ _COMMANDS = {
     "algorithms": _algorithms,
     "specs": _specs,
     "nodes": _nodes,
+    "cluster": _cluster,
     "cache": _cache,
     "data": _data,
 }

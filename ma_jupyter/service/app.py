@@ -51,6 +51,7 @@ from ..jobdir import PLACEHOLDER
 from ..models import (
     Algorithm,
     CacheInfo,
+    ClusterView,
     Event,
     FavouriteAlgorithm,
     Job,
@@ -73,6 +74,7 @@ from ..models import (
     parse_spec,
 )
 from . import access, algorithms, logs
+from . import cluster as cluster_view
 from .access import Op
 from .guard import MAX_BODY, GuardMiddleware
 from .supervisor import Supervisor
@@ -548,6 +550,24 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         access.check_node_admin(user, "undrain")
         supervisor.undrain(name)
         return _node_view(name)
+
+    @app.get(f"{api}/cluster", response_model=ClusterView)
+    def cluster(
+        spec: list[str] = Query(
+            default=[], max_length=MAX_ID, description="Only nodes that fit these specs."
+        ),
+        model: list[str] = Query(default=[], max_length=MAX_ID, description="Only these board models."),
+        user: Caller = Depends(authenticate),
+    ) -> ClusterView:
+        def visible(job_id: str) -> Job | None:
+            try:
+                job = store.get(job_id)
+            except NotFound:
+                return None
+            return job if access.can_see(job, user) else None
+
+        queued = cluster_view.queued_jobs(supervisor.queue.ids(), store.get)
+        return cluster_view.view(supervisor.scheduler, supervisor.usage(), queued, visible, spec, model)
 
     def _masked(node: Node, user: Caller) -> Node:
         # A node's usage names the jobs on it ("<card>:<job id>"): a job hidden from the

@@ -214,6 +214,10 @@ class Scheduler:
                 return s
         return PS_SPEC
 
+    def fits_now(self, node: Node, held: NodeUse, flavor: Spec) -> bool:
+        """Whether one task of ``flavor`` fits on ``node`` beside what ``held`` says is in use."""
+        return node.status != "down" and self._free(node, held, flavor) is not None
+
     def _free(self, node: Node, held: NodeUse, flavor: Spec) -> list[int] | None:
         """Card indices for one task of ``flavor`` on ``node`` (``[]`` for CPU), or None if it does not fit."""
         if (

@@ -292,6 +292,14 @@ def test_specs_table_shows_free_capacity(ma_shell):
     assert "cpu.small" in text and "free now" in text and "nodes" in text
 
 
+def test_cluster_shows_nodes_specs_queue_and_demand(ma_shell):
+    run = Run(ma_shell, "%ma_cluster --spec cpu.small")
+    assert run.error is None, run.stderr
+    assert "CAN START NOW" in run.stdout and "cpu.small" in run.stdout
+    assert "gpu.emu-2" not in run.stdout  # the spec filter keeps the chosen spec only
+    assert "queue: empty" in run.stdout and "queued card demand: none" in run.stdout
+
+
 @pytest.mark.parametrize("own_outputs", [True, False], ids=["--output", "default-outputs"])
 def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path, own_outputs):
     out = tmp_path / "outputs"

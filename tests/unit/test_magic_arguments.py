@@ -53,6 +53,7 @@ def test_every_magic_has_help(ma_shell, name):
         ("%ma_delete", "required: job"),
         ("%ma_clone", "required: job"),
         ("%ma_specs extra", "unrecognized arguments"),
+        ("%ma_cluster extra", "unrecognized arguments"),
         ("%ma_tensorboard", "required: job"),
         ("%ma_attach a b", "unrecognized arguments"),
         ("%ma_logs 'unbalanced", "quotes"),

@@ -4,7 +4,7 @@
 copy of ``--code-dir`` when given), submits the job with the options of ``ma-jupyter submit``
 (one parser: :mod:`ma_jupyter.frontends.options`), follows its logs live in the cell and returns a
 :class:`~ma_jupyter.client.JobHandle`.  The line magics ``%ma_jobs``, ``%ma_logs``,
-``%ma_events``, ``%ma_stop``, ``%ma_delete``, ``%ma_update``, ``%ma_clone``, ``%ma_devenv``, ``%ma_algorithms``, ``%ma_specs``,
+``%ma_events``, ``%ma_stop``, ``%ma_delete``, ``%ma_update``, ``%ma_clone``, ``%ma_devenv``, ``%ma_algorithms``, ``%ma_specs``, ``%ma_cluster``,
 ``%ma_tensorboard`` and ``%ma_attach`` each take ``--help``.
 
 Bad arguments become one ``UsageError`` line, and the typed errors of :mod:`ma_jupyter.errors`
@@ -29,6 +29,7 @@ from ...client.snapshot import is_snapshot
 from ...errors import HelpShown, JobFailed, MaJupyterError, NotFound, OptionsExit
 from ...models import NAME_PATTERN, Job, JobStatus, Priority, clone_name
 from .. import render
+from ..clusterview import cluster_text
 from . import hints, live
 from . import record as notebook_record
 from .session import get_client
@@ -420,6 +421,20 @@ class MaJupyterMagics(Magics):
             render.table_bundle(["spec", "cpus", "memory", "cards", "free now", "description"], rows),
             raw=True,
         )
+        return None
+
+    @line_magic
+    def ma_cluster(self, line: str):
+        """The cluster's resources: ``%ma_cluster [--spec S ...] [--model M ...]``: nodes and their
+        use (cards as ``card(virtual):job``), how many more of each spec could start now, the
+        queue by priority and queued card demand per board model."""
+        parser = MagicParser(prog="%ma_cluster", description="Nodes, specs that can start, the queue.")
+        parser.add_argument("--spec", action="append", default=[], help="only nodes that fit this spec")
+        parser.add_argument("--model", action="append", default=[], help="only this board model")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        print(cluster_text(get_client().cluster(specs=args.spec, models=args.model)), end="")
         return None
 
     # -- one job

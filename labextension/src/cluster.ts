@@ -1,0 +1,244 @@
+/**
+ * The cluster view in the main area (`data-ma-view="cluster"`), the seed's cluster resources
+ * page: each node with usage bars (cores, memory, cards), its cards as `card(virtual):job` and
+ * the jobs on it; each spec with how many more could start now; the queue by priority; the
+ * cards queued jobs ask for per board model.  Spec and board-model filters are the service's
+ * (`GET /cluster?spec=…&model=…`); it refreshes every few seconds while open.
+ */
+import { Widget } from '@lumino/widgets';
+
+import { requestAPI } from './api';
+import { errorText, h } from './dom';
+import type { ClusterView as WireClusterView } from './models';
+
+/** A wire model with every defaulted field present (the service's JSON always carries them). */
+type Filled<T> = {
+  [K in keyof T]-?: NonNullable<T[K]> extends Array<infer U>
+    ? Array<Filled<U>>
+    : NonNullable<T[K]> extends object
+      ? Filled<NonNullable<T[K]>>
+      : T[K];
+};
+export type ClusterView = Filled<WireClusterView>;
+type ClusterNode = ClusterView['nodes'][number];
+
+/** Seconds between refreshes while the view is open. */
+const REFRESH = 3000;
+
+/** The cluster view from the service, filtered by specs and board models. */
+export function fetchCluster(specs: string[] = [], models: string[] = []): Promise<ClusterView> {
+  const search = new URLSearchParams();
+  specs.forEach(s => search.append('spec', s));
+  models.forEach(m => search.append('model', m));
+  const text = search.toString();
+  return requestAPI<ClusterView>(`api/v1/cluster${text ? `?${text}` : ''}`);
+}
+
+function bar(label: string, used: number, total: number, unit = ''): HTMLElement {
+  const share = total > 0 ? Math.min(1, used / total) : 0;
+  const level = share >= 0.9 ? 'high' : share >= 0.6 ? 'mid' : 'low';
+  return h(
+    'div',
+    { class: 'ma-bar', 'data-bar': label.toLowerCase() },
+    h('span', { class: 'ma-bar-label' }, label),
+    h(
+      'span',
+      { class: 'ma-bar-track' },
+      h('span', { class: `ma-bar-fill ma-bar-${level}`, style: `width: ${(share * 100).toFixed(1)}%` })
+    ),
+    h('span', { class: 'ma-bar-value' }, `${+used.toFixed(2)} / ${+total.toFixed(2)}${unit}`)
+  );
+}
+
+export class ClusterWidget extends Widget {
+  private body: HTMLElement;
+  private filters: HTMLElement;
+  private specs = new Set<string>();
+  private models = new Set<string>();
+  private timer: number | undefined;
+  private view: ClusterView | null = null;
+  private catalog: string[] = [];
+
+  constructor() {
+    super();
+    this.id = 'ma-cluster';
+    this.title.label = 'Cluster resources';
+    this.title.closable = true;
+    this.addClass('ma-main');
+    this.addClass('ma-cluster');
+    this.node.setAttribute('data-ma-view', 'cluster');
+    this.filters = h('div', { class: 'ma-cluster-filters' });
+    this.body = h('div', { class: 'ma-cluster-body' }, 'Loading…');
+    this.node.append(
+      h(
+        'div',
+        { class: 'ma-header' },
+        h('h2', { class: 'ma-view-title' }, 'Cluster resources'),
+        h('button', { class: 'jp-mod-styled', 'data-ma-action': 'refresh', onclick: () => void this.refresh() }, 'Refresh')
+      ),
+      this.filters,
+      this.body
+    );
+    void this.refresh();
+  }
+
+  dispose(): void {
+    window.clearTimeout(this.timer);
+    super.dispose();
+  }
+
+  async refresh(): Promise<void> {
+    window.clearTimeout(this.timer);
+    try {
+      this.view = await fetchCluster([...this.specs], [...this.models]);
+      if (!this.specs.size && !this.models.size) {
+        this.catalog = this.view.specs.map(r => r.spec.name);
+      }
+      this.render();
+    } catch (error) {
+      this.body.replaceChildren(h('div', { class: 'ma-error' }, errorText(error)));
+    }
+    if (!this.isDisposed) {
+      this.timer = window.setTimeout(() => void this.refresh(), REFRESH);
+    }
+  }
+
+  private chip(set: Set<string>, value: string, label: string, hook: string): HTMLElement {
+    return h(
+      'label',
+      { class: 'ma-chip', [hook]: value },
+      h('input', {
+        type: 'checkbox',
+        checked: set.has(value),
+        onchange: (e: Event) => {
+          (e.target as HTMLInputElement).checked ? set.add(value) : set.delete(value);
+          void this.refresh();
+        }
+      }),
+      label
+    );
+  }
+
+  private render(): void {
+    const view = this.view!;
+    this.filters.replaceChildren(
+      h('span', { class: 'ma-field-label' }, 'Specs:'),
+      ...this.catalog.map(name => this.chip(this.specs, name, name, 'data-spec')),
+      ...(view.models.length ? [h('span', { class: 'ma-field-label' }, 'Board model:')] : []),
+      ...view.models.map(model =>
+        this.chip(this.models, model, `${model} (${view.demand[model] ?? 0} queued)`, 'data-model')
+      )
+    );
+    this.body.replaceChildren(
+      h('h3', {}, 'Nodes'),
+      h('div', { class: 'ma-node-cards' }, ...view.nodes.map(entry => this.nodeCard(entry))),
+      h('h3', {}, 'Specs: how many more can start now'),
+      h(
+        'table',
+        { class: 'ma-table', 'data-ma-specs': '' },
+        h(
+          'thead',
+          {},
+          h('tr', {}, ...['spec', 'cores', 'memory', 'cards', 'board models', 'nodes', 'can start now'].map(t => h('th', {}, t)))
+        ),
+        h(
+          'tbody',
+          {},
+          ...view.specs.map(room =>
+            h(
+              'tr',
+              { 'data-spec': room.spec.name },
+              h('td', {}, room.spec.name),
+              h('td', {}, String(room.spec.cpus)),
+              h('td', {}, `${room.spec.memory_gb} GB`),
+              h('td', {}, room.spec.accelerators ? `${room.spec.accelerators} ${room.spec.accelerator_type}` : '–'),
+              h('td', {}, room.models.join(', ') || '–'),
+              h('td', {}, String(room.nodes)),
+              h('td', { class: 'ma-can-start', 'data-can-start': String(room.can_start) }, String(room.can_start))
+            )
+          )
+        )
+      ),
+      h('h3', {}, `Queue (${view.queue.length})`),
+      view.queue.length
+        ? h(
+            'table',
+            { class: 'ma-table', 'data-ma-queue': '' },
+            h('thead', {}, h('tr', {}, ...['#', 'priority', 'job', 'specs', 'nodes', 'cards'].map(t => h('th', {}, t)))),
+            h(
+              'tbody',
+              {},
+              ...view.queue.map(q =>
+                h(
+                  'tr',
+                  q.job_id ? { 'data-job-id': q.job_id } : {},
+                  h('td', {}, String(q.position + 1)),
+                  h('td', {}, q.priority),
+                  h('td', {}, q.job_id ? `${q.name} (${q.job_id})` : q.name),
+                  h('td', {}, q.specs.join(', ')),
+                  h('td', {}, String(q.nodes)),
+                  h('td', {}, q.cards ? `${q.cards} ${q.model}` : '–')
+                )
+              )
+            )
+          )
+        : h('div', { class: 'ma-field-hint' }, 'No job is waiting.'),
+      h('h3', {}, 'Cards queued jobs ask for, per board model'),
+      h(
+        'div',
+        { 'data-ma-demand': '' },
+        Object.keys(view.demand).length
+          ? Object.entries(view.demand)
+              .map(([model, cards]) => `${model}: ${cards}`)
+              .join(' · ')
+          : 'none'
+      )
+    );
+  }
+
+  private nodeCard(entry: ClusterNode): HTMLElement {
+    const n = entry.node;
+    const cards = entry.cards ?? [];
+    const jobs = entry.jobs ?? [];
+    const usage = n.usage ?? [];
+    const used = n.accelerators_used ?? [];
+    const state = n.status === 'down' ? 'down' : entry.fits ? 'idle' : 'tight';
+    return h(
+      'div',
+      { class: 'ma-node-card', 'data-node': n.name, 'data-state': state },
+      h(
+        'div',
+        { class: 'ma-node-head' },
+        h('b', {}, n.name),
+        h(
+          'span',
+          {
+            class: `ma-node-state ma-node-${state}`,
+            title:
+              state === 'down'
+                ? 'the node is down'
+                : `${state}: one node of ${this.specs.size ? 'a chosen spec' : 'some spec'} ${state === 'idle' ? 'fits' : 'does not fit'} here now`
+          },
+          state
+        ),
+        h('span', { class: 'ma-field-hint' }, [entry.model, n.driver_version ? `driver ${n.driver_version}` : '', n.os].filter(Boolean).join(' · '))
+      ),
+      bar('Cores', n.cpus_used ?? 0, n.cpus),
+      bar('Memory', n.memory_used_gb ?? 0, n.memory_gb, ' GB'),
+      n.accelerators ? bar('Cards', used.length, n.accelerators) : null,
+      h(
+        'div',
+        { class: 'ma-node-use' },
+        cards.length ? h('div', {}, 'Cards: ', ...cards.map(c => h('code', { class: 'ma-card-use' }, c))) : null,
+        h(
+          'div',
+          {},
+          'Jobs: ',
+          ...(jobs.length
+            ? jobs.map(id => h('span', { class: 'ma-node-job', 'data-job-id': id }, id))
+            : [usage.length ? "another user's" : 'none'])
+        )
+      )
+    );
+  }
+}

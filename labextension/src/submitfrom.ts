@@ -1,0 +1,188 @@
+/**
+ * Main-area commands: the create form, the cluster view, and submitting from anywhere.
+ *
+ * - `ma-jupyter:create-job` opens the create form (args `algorithm`, `command`, `name` prefill it).
+ * - `ma-jupyter:submit-file` ("Submit as training job", on `.py` files in the file browser's
+ *   context menu) opens the form with algorithm = the file's folder and command = `python <file>`.
+ * - `ma-jupyter:run-cell` ("Run cell as training job", also a notebook toolbar button through
+ *   this plugin's `jupyter.lab.toolbars` setting) runs the active cell as `%%ma_train` in the
+ *   notebook's own kernel, so the job is exactly the magic's; a cell that already starts with
+ *   `%%ma_train` runs as written.  What the magic prints is shown in a notification.
+ * - `ma-jupyter:open-cluster` opens the cluster view.
+ *
+ * The file browser and notebook are reached through the shell's widgets (duck-typed), so the
+ * extension needs no package beyond the ones it builds with.
+ */
+import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { ICommandPalette, MainAreaWidget, Notification } from '@jupyterlab/apputils';
+import { PathExt } from '@jupyterlab/coreutils';
+import type { Widget } from '@lumino/widgets';
+
+import { ClusterWidget } from './cluster';
+import { CreateFormWidget, type FormPrefill } from './createform';
+import { hostPath } from './folderpicker';
+
+export const CREATE_JOB = 'ma-jupyter:create-job';
+export const SUBMIT_FILE = 'ma-jupyter:submit-file';
+export const RUN_CELL = 'ma-jupyter:run-cell';
+export const OPEN_CLUSTER = 'ma-jupyter:open-cluster';
+
+/** The Lab path of the `.py` file selected in the file browser, if any. */
+function selectedPythonFile(app: JupyterFrontEnd): string | null {
+  for (const widget of app.shell.widgets('left')) {
+    const browser = widget as any;
+    if (typeof browser.selectedItems !== 'function') {
+      continue;
+    }
+    for (const item of browser.selectedItems()) {
+      if (item?.type === 'file' && String(item.path).endsWith('.py')) {
+        return item.path as string;
+      }
+    }
+  }
+  return null;
+}
+
+/** The current notebook's active cell source and kernel, or null with the reason. */
+function activeCell(app: JupyterFrontEnd): { source: string; kernel: any } | string {
+  const panel = app.shell.currentWidget as any;
+  const cell = panel?.content?.activeCell;
+  if (!cell || !panel?.sessionContext) {
+    return 'Open a notebook and select the cell to run as a training job.';
+  }
+  if (cell.model?.type !== 'code') {
+    return 'Select a code cell: only code runs as a training job.';
+  }
+  const kernel = panel.sessionContext.session?.kernel;
+  if (!kernel) {
+    return 'The notebook has no running kernel: start one, then try again.';
+  }
+  return { source: cell.model.sharedModel.getSource() as string, kernel };
+}
+
+/** The `%%ma_train` cell the active cell becomes. */
+export function asTrainCell(source: string): string {
+  return source.trimStart().startsWith('%%ma_train') ? source : `%%ma_train\n${source}`;
+}
+
+async function runCell(app: JupyterFrontEnd): Promise<void> {
+  const found = activeCell(app);
+  if (typeof found === 'string') {
+    Notification.warning(found, { autoClose: 6000 });
+    return;
+  }
+  const code = asTrainCell(found.source);
+  if (!code.replace(/^%%ma_train.*\n?/, '').trim()) {
+    Notification.warning('The cell is empty: write the training code first.', { autoClose: 6000 });
+    return;
+  }
+  // the magic's extension, loaded as `%load_ext ma_jupyter` would (a no-op when it is loaded)
+  await found.kernel.requestExecute({
+    code: "get_ipython().extension_manager.load_extension('ma_jupyter')",
+    silent: true,
+    store_history: false
+  }).done;
+  const out: string[] = [];
+  let jobId = '';
+  const future = found.kernel.requestExecute({ code, silent: false, store_history: false });
+  future.onIOPub = (msg: any) => {
+    const kind = msg.header.msg_type;
+    if (kind === 'stream') {
+      out.push(msg.content.text);
+    } else if (kind === 'execute_result') {
+      // the magic returns the JobHandle: `<JobHandle id=… name=… status=…>`
+      const id = /\bid=(\S+)/.exec(msg.content.data?.['text/plain'] ?? '');
+      jobId = id ? id[1] : jobId;
+    } else if (kind === 'error') {
+      out.push(`${msg.content.ename}: ${msg.content.evalue}`);
+    }
+  };
+  const reply = await future.done;
+  const text = out.join('').trim().split('\n').slice(-6).join('\n');
+  if (reply.content.status === 'ok') {
+    Notification.success(
+      `Training job ${jobId ? `${jobId} ` : ''}submitted from the cell (see the Training jobs sidebar).${text ? `\n${text}` : ''}`,
+      { autoClose: 10000 }
+    );
+  } else {
+    Notification.error(text || 'The cell could not be submitted.', { autoClose: false });
+  }
+}
+
+export const mainAreaPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'ma_jupyter:main-area',
+  description: 'Training jobs in the main area: the create form, the cluster view, submit from files and cells.',
+  autoStart: true,
+  optional: [ICommandPalette],
+  activate: (app: JupyterFrontEnd, palette: ICommandPalette | null) => {
+    const openForm = (prefill: FormPrefill): Widget => {
+      const content = new CreateFormWidget(app, prefill);
+      const widget = new MainAreaWidget({ content });
+      widget.id = content.id;
+      widget.title.label = content.title.label;
+      widget.title.closable = true;
+      app.shell.add(widget, 'main');
+      app.shell.activateById(widget.id);
+      return widget;
+    };
+    let cluster: MainAreaWidget<ClusterWidget> | null = null;
+
+    app.commands.addCommand(CREATE_JOB, {
+      label: 'New Training Job',
+      caption: 'Create a training job (every field, checked as you type)',
+      execute: args =>
+        openForm({
+          name: args.name as string | undefined,
+          algorithm: args.algorithm as string | undefined,
+          command: args.command as string | undefined
+        })
+    });
+    app.commands.addCommand(SUBMIT_FILE, {
+      label: 'Submit as Training Job',
+      caption: 'Open the create form for this file: its folder as the algorithm, python <file> as the command',
+      isVisible: () => selectedPythonFile(app) !== null,
+      execute: args => {
+        const path = (args.path as string | undefined) ?? selectedPythonFile(app);
+        if (!path) {
+          Notification.warning('Select a .py file in the file browser first.', { autoClose: 6000 });
+          return;
+        }
+        const base = PathExt.basename(path);
+        return openForm({
+          name: base.replace(/\.py$/, '').replace(/[^A-Za-z0-9_.-]/g, '-').replace(/^[^A-Za-z0-9]+/, '') || undefined,
+          algorithm: hostPath(PathExt.dirname(path)),
+          command: `python ${base}`
+        });
+      }
+    });
+    app.commands.addCommand(RUN_CELL, {
+      label: 'Run Cell as Training Job',
+      caption: 'Submit the active cell as %%ma_train does, in this notebook’s kernel',
+      iconClass: 'ma-run-cell-icon',
+      execute: () => runCell(app)
+    });
+    app.commands.addCommand(OPEN_CLUSTER, {
+      label: 'Cluster Resources',
+      caption: 'Nodes and their use, how many more of each spec can start, the queue',
+      execute: () => {
+        if (!cluster || cluster.isDisposed) {
+          cluster = new MainAreaWidget({ content: new ClusterWidget() });
+          cluster.id = 'ma-cluster-view';
+          cluster.title.label = 'Cluster resources';
+          cluster.title.closable = true;
+          app.shell.add(cluster, 'main');
+        }
+        app.shell.activateById(cluster.id);
+      }
+    });
+    app.contextMenu.addItem({
+      command: SUBMIT_FILE,
+      selector: '.jp-DirListing-item[data-file-type="python"]',
+      rank: 3
+    });
+    app.contextMenu.addItem({ command: RUN_CELL, selector: '.jp-Notebook .jp-CodeCell', rank: 30 });
+    for (const command of [CREATE_JOB, OPEN_CLUSTER, RUN_CELL]) {
+      palette?.addItem({ command, category: 'Training jobs' });
+    }
+  }
+};
