@@ -99,7 +99,8 @@ def test_log_long_poll_does_not_block_the_jupyter_server(ma_lab):
         assert r.status_code == 200, r.text
         return r.json()
 
-    first = wait_for(lambda: (c := read(0, 5)) and "started" in c["data"] and c, timeout=60)
+    # print() writes the text and its newline apart when stdout is unbuffered: wait for both
+    first = wait_for(lambda: (c := read(0, 5)) and "started\n" in c["data"] and c, timeout=60)
     assert first["next_offset"] == len("started\n") and not first["eof"]
 
     # a long-poll past the end waits for bytes that never come...
