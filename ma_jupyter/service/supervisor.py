@@ -83,6 +83,7 @@ from .guard import disk_full_message
 from .logs import tail
 from .policies import End
 from .queue import QueueIndex
+from .resources import ResourceSampler
 from .scheduler import NodeUse, Reservation, Running, Scheduler
 from .store import Store
 
@@ -135,6 +136,7 @@ class Supervisor:
         self._admit_needed.set()
         self._admit_retry: float | None = None  # monotonic time to retry a job a full disk held
         self._inventory = backend.inventory()  # a change (a node joined or left) asks for a pass
+        self.resources = ResourceSampler(store, backend)  # its own thread: never slows a tick
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -149,11 +151,13 @@ class Supervisor:
             ).start()
         self._thread = threading.Thread(target=self._loop, name="ma-supervisor", daemon=True)
         self._thread.start()
+        self.resources.start()
 
     def shutdown(self) -> None:
         """Stop the loop; running jobs keep running (they do not depend on the service)."""
         self._halt.set()
         self._wake.set()
+        self.resources.stop()
         if self._thread:
             self._thread.join(timeout=5)
         self.backend.close()
