@@ -21,6 +21,7 @@ const LAUNCHER_TOKEN = '@jupyterlab/launcher:ILauncher';
 export class MainArea {
   private table: JobsTableWidget | null = null;
   private pages = new Map<string, JobPageWidget>();
+  private icon: LabIcon | null = null;
 
   constructor(
     private readonly app: JupyterFrontEnd,
@@ -29,6 +30,7 @@ export class MainArea {
 
   private add(widget: Widget): void {
     if (!widget.isAttached) {
+      widget.title.icon = this.icon ?? undefined;
       this.app.shell.add(widget, 'main');
     }
     this.app.shell.activateById(widget.id);
@@ -55,6 +57,7 @@ export class MainArea {
 
   /** Register the commands, the palette items and the Launcher card. */
   register(palette: ICommandPalette | null, icon: LabIcon): void {
+    this.icon = icon;
     this.app.commands.addCommand(OPEN_JOBS, {
       label: args => (args.launcher ? 'Training jobs' : 'Open jobs'),
       caption: 'The training jobs table in the main area',
