@@ -209,13 +209,13 @@ export class JobsTableWidget extends Widget {
         this.statusSelect,
         this.inputs.creator,
         this.inputs.spec,
-        this.inputs.outputs,
-        h('button', { class: 'jp-Button jp-mod-styled ma-refresh', onclick: () => void this.refresh() }, 'Refresh')
+        this.inputs.outputs
       ),
       h(
         'div',
         { class: 'ma-toolbar ma-toolbar-second' },
         this.deleteButton,
+        h('button', { class: 'jp-Button jp-mod-styled ma-refresh', onclick: () => void this.refresh() }, 'Refresh'),
         this.summary,
         h('span', { class: 'ma-spacer' }),
         this.prevButton,

@@ -47,6 +47,7 @@ export class JobListView implements View {
     this.node = h(
       'div',
       { class: 'ma-list' },
+      this.counts,
       h(
         'div',
         { class: 'ma-filters' },

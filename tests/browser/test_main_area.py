@@ -271,6 +271,12 @@ def test_priority_change_on_a_queued_job_reorders_the_queue(ma_lab, browser_page
             "#2", timeout=30_000
         )
         page.screenshot(path=str(SHOTS / "jobs-queue.png"))
+        # the sidebar's compact list counts the jobs of each status
+        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="ma-jupyter-sidebar"]').click()
+        counts = page.locator("#ma-jupyter-sidebar .ma-status-counts")
+        expect(counts.locator('[data-status="running"]')).to_have_text("running 4", timeout=30_000)
+        expect(counts.locator('[data-status="queued"]')).to_have_text("queued 2")
+        page.screenshot(path=str(SHOTS / "sidebar-counts.png"))
     finally:
         for job in (*blockers, first, second):
             requests.post(f"{api.base}/jobs/{job['id']}/stop", headers=api.headers, timeout=60)

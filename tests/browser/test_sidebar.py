@@ -316,14 +316,15 @@ def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
             expect(page.frame_locator("iframe.ma-tensorboard").locator("body")).not_to_be_empty(
                 timeout=60_000
             )
-            (OUTPUT / "screenshots").mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(OUTPUT / "screenshots" / "job-tensorboard.png"))
             with page.expect_popup(timeout=120_000) as popup_info:
                 detail.locator(".ma-tb-link").click()
             board = popup_info.value
             board.wait_for_load_state()
             assert f"/ma-jupyter/tensorboard/{job_id}/" in board.url
             expect(board).to_have_title("TensorBoard", timeout=60_000)
+            board.close()
+            (OUTPUT / "screenshots").mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(OUTPUT / "screenshots" / "job-tensorboard.png"))
         finally:
             browser.close()
 
