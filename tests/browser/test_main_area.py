@@ -103,6 +103,12 @@ def test_jobs_table_sort_filter_paging_and_multi_delete(ma_lab, browser_page):
     assert first.locator(".ma-col-creator").inner_text() == me
     page.screenshot(path=str(SHOTS / "jobs-table.png"))
 
+    # a live refresh keeps the scroll position
+    scroller = table.locator(".ma-table-scroll")
+    scroller.evaluate("e => { e.scrollTop = 400; }")
+    time.sleep(2.5)
+    assert scroller.evaluate("e => e.scrollTop") == 400
+
     table.locator(".ma-page-next").click()
     expect(table.locator(".ma-page-label")).to_have_text("101–103 of 103", timeout=30_000)
     expect(rows).to_have_count(3)
