@@ -273,6 +273,12 @@ def test_job_detail_logs_resources_priority_stop_delete(ma_lab, browser_page):
     burn.locator('.ma-tab[data-tab="outputs"]').click()
     expect(burn.locator('[data-section="outputs"]')).to_contain_text("Outputs folder", timeout=30_000)
     page.screenshot(path=str(SHOTS / "job-outputs.png"))
+    # a running job's duration changes through the dialog
+    burn.locator(".ma-op-duration").click()
+    page.locator(".jp-Dialog .ma-duration-input").fill("2h")
+    page.locator(".jp-Dialog button.jp-mod-accept").click()
+    expect(burn.locator(".ma-message")).to_contain_text("Duration set to 2h 00m", timeout=30_000)
+    assert api("GET", f"jobs/{burner['id']}")["spec"]["duration"] == 7200
     api("POST", f"jobs/{burner['id']}/stop")
 
     # delete with the confirmation closes the tab; the job is gone

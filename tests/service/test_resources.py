@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ma_jupyter.errors import NotFound
+from ma_jupyter.errors import InvalidSpec, NotFound
 from ma_jupyter.models import ResourceSample
 from ma_jupyter.service.store import Store
 from tests.helpers import wait_for
@@ -64,6 +64,14 @@ def test_a_running_job_is_sampled_and_its_samples_go_with_it(fast_sampling, ma_c
     header, row = top.stdout.splitlines()[:2]
     assert header.split()[:3] == ["NODE", "SAMPLES", "CPU%"]
     assert row.split()[0] == "worker-0" and int(row.split()[1]) >= 3
+
+    # bad input is a 400 naming the parameter; an unknown job a 404
+    for bad in ("-1", "nan", "inf", "soon"):
+        with pytest.raises(InvalidSpec) as exc:
+            ma_client._request("GET", f"/jobs/{handle.id}/resources", params={"since": bad})
+        assert exc.value.field == "since", (bad, exc.value)
+    with pytest.raises(NotFound):
+        ma_client.resources("no-such-job")
 
     handle.stop()
     handle.wait(timeout=120)
