@@ -68,6 +68,12 @@ export function statusText(job: Job): string {
     : status;
 }
 
+/** A long folder as its last two parts (`…/name-abc123/outputs`): the end tells jobs apart. */
+export function shortPath(path: string): string {
+  const parts = path.split('/').filter(Boolean);
+  return path.length > 40 && parts.length > 2 ? `…/${parts.slice(-2).join('/')}` : path;
+}
+
 interface Column {
   key: string;
   label: string;
@@ -99,7 +105,12 @@ const COLUMNS: Column[] = [
           new Date(j.started_at).getTime()
         : -1
   },
-  { key: 'outputs', label: 'Outputs', value: j => j.outputs_folder ?? j.spec.outputs ?? '' }
+  {
+    key: 'outputs',
+    label: 'Outputs',
+    value: j => shortPath(j.outputs_folder ?? j.spec.outputs ?? ''),
+    sortValue: j => j.outputs_folder ?? j.spec.outputs ?? ''
+  }
 ];
 
 export class JobsTableWidget extends Widget {
@@ -356,7 +367,10 @@ export class JobsTableWidget extends Widget {
           row.append(
             h(
               'td',
-              { class: `ma-col-${column.key}`, title: text },
+              {
+                class: `ma-col-${column.key}`,
+                title: column.key === 'outputs' ? (job.outputs_folder ?? job.spec.outputs ?? '') : text
+              },
               column.key === 'status' ? statusBadge(job.status) : text,
               column.key === 'status' && text !== (job.status ?? 'queued')
                 ? h('span', { class: 'ma-queue-pos' }, ` #${(job.queue_position ?? 0) + 1}`)
