@@ -896,11 +896,57 @@ class PreparedData(Strict):
     jobs: list[str] = Field(default=[], description="The queued or running jobs that use it.")
 
 
+class ResourceSample(Strict):
+    """One node's use at one moment, as the service sampled it while the job ran."""
+
+    t: float = Field(description="Unix time of the sample.")
+    node: str
+    cpu_percent: float = Field(description="CPU use since the previous sample; 100 is one core busy.")
+    memory_mb: float = Field(description="Resident memory of the node's processes.")
+    card_percent: float | None = Field(
+        default=None, description="Emulated cards' use, when the node has cards."
+    )
+
+
+class NodeLimits(Strict):
+    """What one node of a job may use (from its spec), to read its samples against."""
+
+    node: str
+    cpus: float | None = None
+    memory_mb: float | None = None
+    cards: int = 0
+
+
+class ResourceUsage(Strict):
+    """A job's resource samples, oldest first (``GET /jobs/{id}/resources``).
+
+    Samples are taken every ``interval`` seconds while the job runs; older ones are thinned out
+    (every other one dropped, repeatedly) so a long job keeps a bounded number per node.
+    """
+
+    job_id: str
+    interval: float
+    nodes: list[NodeLimits] = []
+    samples: list[ResourceSample] = []
+
+
 def json_schemas() -> dict[str, Any]:
     """JSON schemas of the wire models, for the labextension's generated TypeScript types."""
     return {
         m.__name__: m.model_json_schema()
-        for m in (JobSpec, Job, Event, LogChunk, LogStream, Spec, Node, JobPage, Plan, ClusterView)
+        for m in (
+            JobSpec,
+            Job,
+            Event,
+            LogChunk,
+            LogStream,
+            Spec,
+            Node,
+            JobPage,
+            Plan,
+            ClusterView,
+            ResourceUsage,
+        )
     }
 
 

@@ -9,6 +9,7 @@ LINE_MAGICS = [
     "ma_jobs",
     "ma_logs",
     "ma_events",
+    "ma_top",
     "ma_stop",
     "ma_delete",
     "ma_update",

@@ -17,6 +17,7 @@ import type {
   LogStream,
   Node,
   Plan,
+  ResourceUsage,
   Spec
 } from './models';
 
@@ -47,6 +48,9 @@ export interface ServiceStatus {
 export interface JobQuery {
   name?: string;
   status?: JobStatus[];
+  creator?: string;
+  spec?: string;
+  outputs?: string;
   offset?: number;
   limit?: number;
 }
@@ -141,7 +145,15 @@ export const api = {
   jobs: (q: JobQuery = {}): Promise<JobPage> =>
     requestAPI<JobPage>(
       service('jobs') +
-        query({ name: q.name, status: q.status, offset: q.offset, limit: q.limit })
+        query({
+          name: q.name,
+          status: q.status,
+          creator: q.creator,
+          spec: q.spec,
+          outputs: q.outputs,
+          offset: q.offset,
+          limit: q.limit
+        })
     ),
   job: (id: string): Promise<Job> => requestAPI<Job>(job(id)),
   submit: (spec: Partial<JobSpec>): Promise<Job> =>
@@ -174,6 +186,17 @@ export const api = {
     const started = await requestAPI<{ url: string }>(job(id, '/tensorboard'), send('POST'));
     return { url: tensorboardUrl(id), direct_url: started.url };
   },
+  /** Change a queued job's priority and/or a queued or running job's duration (seconds or 30m). */
+  update: (
+    id: string,
+    change: { priority?: string; duration?: string | number }
+  ): Promise<Job> => requestAPI<Job>(job(id), send('PATCH', change)),
+  /** The job's resource samples (after `since`, a Unix time) and its nodes' limits. */
+  resources: (id: string, since?: number): Promise<ResourceUsage> =>
+    requestAPI<ResourceUsage>(job(id, '/resources') + query({ since })),
+  /** A notebook reproducing the job as a `%%ma_train` cell: `{name, notebook}`. */
+  devenv: (id: string): Promise<{ name: string; notebook: any }> =>
+    requestAPI<{ name: string; notebook: any }>(job(id, '/devenv')),
   specs: (): Promise<Spec[]> => requestAPI<Spec[]>(service('specs')),
   nodes: (spec?: string): Promise<Node[]> =>
     requestAPI<Node[]>(service('nodes') + query({ spec }))

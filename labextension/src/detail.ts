@@ -56,7 +56,7 @@ export function visibleLine(line: string): string {
 }
 
 /** Follows one log stream into a <pre> until the job ends or it is cancelled. */
-class LogFollower {
+export class LogFollower {
   private controller = new AbortController();
   private offset = 0;
   private stopped = false;
@@ -69,9 +69,15 @@ class LogFollower {
     private readonly jobId: string,
     private readonly stream: { node: string; rank: number | null },
     private readonly pre: HTMLElement,
-    private readonly onProblem: (text: string) => void
+    private readonly onProblem: (text: string) => void,
+    private readonly onUpdate: (() => void) | null = null
   ) {
     void this.run();
+  }
+
+  /** The text shown so far (its newest `LOG_KEEP_CHARS` characters). */
+  text(): string {
+    return this.shown + visibleLine(this.partial);
   }
 
   private append(text: string): void {
@@ -93,6 +99,7 @@ class LogFollower {
     if (stick) {
       this.pre.scrollTop = this.pre.scrollHeight;
     }
+    this.onUpdate?.();
   }
 
   private async run(): Promise<void> {

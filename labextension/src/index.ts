@@ -6,6 +6,7 @@ import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyte
 import { ICommandPalette } from '@jupyterlab/apputils';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { MainArea } from './mainarea';
 import { JobsSidebar } from './sidebar';
 import { mainAreaPlugin } from './submitfrom';
 
@@ -19,7 +20,7 @@ const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16"
 
 export const jobsIcon = new LabIcon({ name: 'ma_jupyter:jobs', svgstr: ICON_SVG });
 
-const OPEN_COMMAND = 'ma-jupyter:open-jobs';
+const SIDEBAR_COMMAND = 'ma-jupyter:show-sidebar';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'ma_jupyter:sidebar',
@@ -31,15 +32,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null
   ) => {
-    const sidebar = new JobsSidebar();
+    // the sidebar's list opens jobs in the main area; its own detail stays for the form's submit
+    const sidebar = new JobsSidebar(
+      job => main.openJob(job),
+      () => main.openJobs()
+    );
+    const main = new MainArea(app, spec => {
+      app.shell.activateById(sidebar.id);
+      sidebar.showForm(spec);
+    });
     sidebar.title.icon = jobsIcon;
     app.shell.add(sidebar, 'left', { rank: 650 });
     restorer?.add(sidebar, sidebar.id);
-    app.commands.addCommand(OPEN_COMMAND, {
-      label: 'Show Training Jobs',
+    app.commands.addCommand(SIDEBAR_COMMAND, {
+      label: 'Show the training jobs sidebar',
       execute: () => app.shell.activateById(sidebar.id)
     });
-    palette?.addItem({ command: OPEN_COMMAND, category: 'Training jobs' });
+    palette?.addItem({ command: SIDEBAR_COMMAND, category: 'Training jobs' });
+    main.register(palette, jobsIcon);
   }
 };
 

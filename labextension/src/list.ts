@@ -13,6 +13,7 @@ export class JobListView implements View {
   private live: HTMLInputElement;
   private body: HTMLElement;
   private summary: HTMLElement;
+  private counts: HTMLElement;
   private timer: number | null = null;
   private debounce: number | null = null;
   private inFlight = false;
@@ -42,9 +43,11 @@ export class JobListView implements View {
     });
     this.body = h('ul', { class: 'ma-jobs' });
     this.summary = h('div', { class: 'ma-list-summary' });
+    this.counts = h('div', { class: 'ma-status-counts' });
     this.node = h(
       'div',
       { class: 'ma-list' },
+      this.counts,
       h(
         'div',
         { class: 'ma-filters' },
@@ -107,12 +110,29 @@ export class JobListView implements View {
         limit: 100
       });
       this.render(page.items, page.total);
+      await this.countStatuses();
     } catch (error) {
       this.summary.textContent = `Cannot list jobs: ${errorText(error)}`;
       this.summary.classList.add('ma-error');
     } finally {
       this.inFlight = false;
     }
+  }
+
+  /** How many jobs have each status (the service's totals, one cheap indexed count each). */
+  private async countStatuses(): Promise<void> {
+    const totals = await Promise.all(
+      JOB_STATUS_VALUES.map(status => api.jobs({ status: [status], limit: 1 }).then(p => p.total))
+    );
+    this.counts.replaceChildren(
+      ...JOB_STATUS_VALUES.filter((_, i) => totals[i] > 0).map(status =>
+        h(
+          'span',
+          { class: `ma-count ma-status-${status}`, 'data-status': status },
+          `${status} ${totals[JOB_STATUS_VALUES.indexOf(status)]}`
+        )
+      )
+    );
   }
 
   private render(jobs: Job[], total: number): void {

@@ -314,6 +314,14 @@ export interface NodeLaunch {
   notes?: Array<string>;
 }
 
+/** What one node of a job may use (from its spec), to read its samples against. */
+export interface NodeLimits {
+  node: string;
+  cpus?: number | null;
+  memory_mb?: number | null;
+  cards?: number;
+}
+
 /** One launched node (task) of one attempt of a job. */
 export interface NodeRun {
   /** e.g. worker-0, ps-0, chief-0 */
@@ -367,6 +375,32 @@ export interface QueuedJob {
   cards?: number;
   /** Board model of those cards. */
   model?: string;
+}
+
+/** One node's use at one moment, as the service sampled it while the job ran. */
+export interface ResourceSample {
+  /** Unix time of the sample. */
+  t: number;
+  node: string;
+  /** CPU use since the previous sample; 100 is one core busy. */
+  cpu_percent: number;
+  /** Resident memory of the node's processes. */
+  memory_mb: number;
+  /** Emulated cards' use, when the node has cards. */
+  card_percent?: number | null;
+}
+
+/**
+ * A job's resource samples, oldest first (`GET /jobs/{id}/resources`).
+ *
+ * Samples are taken every `interval` seconds while the job runs; older ones are thinned out
+ * (every other one dropped, repeatedly) so a long job keeps a bounded number per node.
+ */
+export interface ResourceUsage {
+  job_id: string;
+  interval: number;
+  nodes?: Array<NodeLimits>;
+  samples?: Array<ResourceSample>;
 }
 
 /** The Unix account a node's processes run as. */

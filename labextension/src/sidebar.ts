@@ -15,7 +15,14 @@ export class JobsSidebar extends Widget {
   private body: HTMLElement;
   private serviceLine: HTMLElement;
 
-  constructor() {
+  /**
+   * `openJob`: where a click on a listed job goes (the main-area detail); without it the
+   * sidebar shows the job itself. `openJobs`: the "All jobs" button (the main-area table).
+   */
+  constructor(
+    private readonly openJob: ((job: Job) => void) | null = null,
+    private readonly openJobs: (() => void) | null = null
+  ) {
     super();
     this.id = 'ma-jupyter-sidebar';
     this.addClass('ma-sidebar');
@@ -27,6 +34,17 @@ export class JobsSidebar extends Widget {
         'div',
         { class: 'ma-header' },
         h('h1', { class: 'ma-title' }, 'Training jobs'),
+        this.openJobs
+          ? h(
+              'button',
+              {
+                class: 'jp-Button jp-mod-styled ma-open-jobs',
+                title: 'The jobs table in the main area',
+                onclick: () => this.openJobs?.()
+              },
+              'All jobs'
+            )
+          : null,
         h(
           'button',
           { class: 'jp-Button jp-mod-styled jp-mod-accept ma-new-job', onclick: () => this.showForm() },
@@ -71,7 +89,7 @@ export class JobsSidebar extends Widget {
 
   /** The job list with its filters. */
   showList(): void {
-    this.showView(new JobListView(job => this.showJob(job)));
+    this.showView(new JobListView(job => (this.openJob ? this.openJob(job) : this.showJob(job))));
   }
 
   /** One job's detail with its live logs. */

@@ -56,6 +56,24 @@ JOB_SECRET_ENV = "MA_JOB_SECRET"
 LAUNCH_ENV = ("MA_NODE_RUN", JOB_SECRET_ENV)
 
 
+@dataclass(frozen=True)
+class NodeUsage:
+    """What one running node uses now (see :meth:`Backend.usage`).
+
+    Attributes:
+        node: the node's name (``worker-0``).
+        cpu_seconds: CPU time its processes used since the node started, cumulative (it never
+            shrinks while the node runs: the sampler turns two readings into a percentage).
+        memory_bytes: resident memory of its processes now.
+        card_percent: use of its cards now, 0..100, or None when the backend cannot tell.
+    """
+
+    node: str
+    cpu_seconds: float
+    memory_bytes: int
+    card_percent: float | None = None
+
+
 class Backend(ABC):
     """Binds placements, and starts, observes and stops the node processes of job attempts.
 
@@ -219,6 +237,21 @@ class Backend(ABC):
         the backend's view, e.g. a write to a read-only folder: which mount it was and how to
         change it; None when nothing is recognised (the default)."""
         del attempt, run, lines
+        return None
+
+    def usage(self, job_id: str, runs: list[NodeRun]) -> list[NodeUsage] | None:
+        """What each running node of ``runs`` (one attempt of job ``job_id``) uses now, for the
+        service's resource sampler (``GET /jobs/{id}/resources``).
+
+        1. Cheap and non-blocking: it is called every few seconds for every running job (the
+           local backend reads ``/proc`` for each node's process tree, as the memory watchdog).
+        2. A node that is gone or not started yet is left out; it never raises for one.
+        3. Works from the persisted ``NodeRun`` records (pid and start time), in a fresh
+           service process too.
+        4. None (the default) means the backend cannot sample: the Ray backend, whose nodes run
+           on other machines, returns None, and its jobs have no resource samples.
+        """
+        del job_id, runs
         return None
 
     def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:

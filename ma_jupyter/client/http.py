@@ -45,6 +45,7 @@ from ..models import (
     Node,
     Plan,
     PreparedData,
+    ResourceUsage,
     Spec,
     User,
     UserToken,
@@ -530,6 +531,11 @@ class Client:
         data = self._request("GET", f"/jobs/{_segment(job_id)}/events", params={"after": after})
         return [Event.model_validate(e) for e in data]
 
+    def resources(self, job_id: str, since: float | None = None) -> ResourceUsage:
+        """The job's resource samples (taken after ``since``, a Unix time) and node limits."""
+        data = self._request("GET", f"/jobs/{_segment(job_id)}/resources", params={"since": since})
+        return ResourceUsage.model_validate(data)
+
     def log_streams(self, job_id: str) -> list[LogStream]:
         """The job's log streams: each node's combined log (rank None), then per-rank logs."""
         data = self._request("GET", f"/jobs/{_segment(job_id)}/logs")
@@ -833,6 +839,10 @@ class JobHandle:
     def delete(self, force: bool = False) -> None:
         """Delete the job (``force``: stop it first if it still runs)."""
         self.client.delete(self.id, force=force)
+
+    def resources(self, since: float | None = None) -> ResourceUsage:
+        """The job's resource samples (see :meth:`Client.resources`)."""
+        return self.client.resources(self.id, since=since)
 
     def events(self, after: int = 0) -> list[Event]:
         """The job's events after sequence number ``after``."""

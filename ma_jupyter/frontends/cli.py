@@ -35,7 +35,7 @@ from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NotFound
 from ..models import Job, JobStatus, JobType, clone_name
-from . import options, render
+from . import options, render, usage
 from .clusterview import cluster_text
 
 #: seconds between looks at a followed job's status (its nodes, its end)
@@ -122,6 +122,8 @@ def build_cli() -> options.OptionsParser:
         help="every node's log, each line prefixed with [node] (not with --node)",
     )
     job_command("events", "print a job's events")
+    top = job_command("top", "print a job's CPU and memory per node (now, mean, peak, limit)")
+    top.add_argument("--follow", "-f", action="store_true", help="refresh until the job ends")
     wait = job_command("wait", "wait for a job to end (exit 0 if it succeeded)")
     wait.add_argument("--timeout", type=float, help="seconds to wait at most")
     job_command("stop", "stop a job")
@@ -507,6 +509,23 @@ def _events(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _top(args: argparse.Namespace) -> int:
+    handle = resolve_job(Client(), args.job)
+    while True:
+        used = handle.resources()
+        if args.json:
+            _out(used.model_dump(mode="json"), args)
+            return EXIT_OK
+        if args.follow and sys.stdout.isatty():
+            print("\x1b[H\x1b[2J", end="")  # redraw in place, as top does
+        print(render.text_table([usage.HEADERS, *usage.rows(used)]), end="")
+        if usage.note(used):
+            print(usage.note(used))
+        if not args.follow or handle.refresh().status.is_terminal():
+            return EXIT_OK
+        time.sleep(used.interval)
+
+
 def _wait(args: argparse.Namespace) -> int:
     handle = resolve_job(Client(), args.job)
     return _finished(handle.wait(timeout=args.timeout), args)
@@ -764,6 +783,7 @@ _COMMANDS = {
     "get": _get,
     "logs": _logs,
     "events": _events,
+    "top": _top,
     "wait": _wait,
     "stop": _stop,
     "delete": _delete,

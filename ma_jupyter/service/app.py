@@ -67,6 +67,7 @@ from ..models import (
     Plan,
     PreparedData,
     Priority,
+    ResourceUsage,
     Spec,
     User,
     UserToken,
@@ -478,6 +479,15 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     ) -> list[Event]:
         access.check(store.get(job_id), user, Op.view)
         return store.events(job_id, after=after)
+
+    @app.get(f"{api}/jobs/{{job_id}}/resources", response_model=ResourceUsage)
+    def resources(
+        job_id: str = JobId,
+        since: float | None = Query(default=None, ge=0, le=MAX_BYTE_OFFSET),
+        user: Caller = Depends(authenticate),
+    ) -> ResourceUsage:
+        job = access.check(store.get(job_id), user, Op.view)  # as reading its logs
+        return supervisor.resources.report(job, supervisor.scheduler, since)
 
     @app.get(f"{api}/jobs/{{job_id}}/logs", response_model=list[LogStream])
     def log_streams(job_id: str = JobId, user: Caller = Depends(authenticate)) -> list[LogStream]:

@@ -44,7 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from ..errors import Conflict, DiskFull, NotFound
-from ..models import Access, Event, Job, JobStatus, User
+from ..models import Access, Event, Job, JobStatus, ResourceSample, User
 from . import algorithms
 from .disk import free_bytes, full_folder
 
@@ -99,6 +99,21 @@ secrets_table = Table(
     metadata,
     Column("job_id", String, primary_key=True),
     Column("env", Text, nullable=False),  # JSON object: name -> value
+)
+
+
+#: Resource samples of running jobs (``service/resources.py`` takes and thins them), deleted
+#: with the job.
+samples_table = Table(
+    "resource_samples",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String, nullable=False, index=True),
+    Column("node", String, nullable=False),
+    Column("t", Float, nullable=False),
+    Column("cpu", Float, nullable=False),
+    Column("memory_mb", Float, nullable=False),
+    Column("card", Float),
 )
 
 
@@ -374,6 +389,7 @@ class Store:
             conn.execute(events_table.delete().where(events_table.c.job_id == job_id))
             conn.execute(idempotency_table.delete().where(idempotency_table.c.job_id == job_id))
             conn.execute(secrets_table.delete().where(secrets_table.c.job_id == job_id))
+            conn.execute(samples_table.delete().where(samples_table.c.job_id == job_id))
 
     def list(
         self,
@@ -510,6 +526,50 @@ class Store:
         )
         with self.engine.connect() as conn:
             return [Event.model_validate_json(r[0]) for r in conn.execute(query).all()]
+
+    # ------------------------------------------------------------------ resource samples
+
+    def add_samples(self, job_id: str, samples: Iterable[ResourceSample]) -> None:
+        """Keep samples of a job (one transaction)."""
+        rows = [
+            {
+                "job_id": job_id,
+                "node": s.node,
+                "t": s.t,
+                "cpu": s.cpu_percent,
+                "memory_mb": s.memory_mb,
+                "card": s.card_percent,
+            }
+            for s in samples
+        ]
+        if rows:
+            with self._writing() as conn:
+                conn.execute(samples_table.insert(), rows)
+
+    def samples(self, job_id: str, since: float | None = None) -> list[ResourceSample]:
+        """A job's samples taken after ``since`` (all without it), oldest first."""
+        c = samples_table.c
+        query = select(c.t, c.node, c.cpu, c.memory_mb, c.card).where(c.job_id == job_id)
+        if since is not None:
+            query = query.where(c.t > since)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(c.seq)).all()
+        return [
+            ResourceSample(t=t, node=node, cpu_percent=cpu, memory_mb=mem, card_percent=card)
+            for t, node, cpu, mem, card in rows
+        ]
+
+    def thin_samples(self, job_id: str, node: str, keep: int) -> None:
+        """When a node of a job has more than ``keep`` samples, drop every other one of its
+        older half (the newest half keeps its full resolution)."""
+        c = samples_table.c
+        mine = (c.job_id == job_id) & (c.node == node)
+        with self._writing() as conn:
+            seqs = [r[0] for r in conn.execute(select(c.seq).where(mine).order_by(c.seq)).all()]
+            if len(seqs) <= keep:
+                return
+            doomed = seqs[: len(seqs) // 2][1::2]
+            conn.execute(samples_table.delete().where(c.seq.in_(doomed)))
 
     # ----------------------------------------------------------------------------- users
 

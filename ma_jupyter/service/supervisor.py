@@ -93,6 +93,7 @@ from .logs import tail
 from .policies import End
 from .prepared import PreparedStore
 from .queue import QueueIndex
+from .resources import ResourceSampler
 from .scheduler import NodeUse, Reservation, Running, Scheduler
 from .store import Store
 
@@ -156,6 +157,7 @@ class Supervisor:
         self._inspected = 0.0
         self._inspected_wall = 0.0  # time.time() of the last inspection (counts a suspend)
         self._shrunk_since: dict[str, float] = {}  # elastic job id -> monotonic start shrunk
+        self.resources = ResourceSampler(store, backend)  # its own thread: never slows a tick
 
     # -------------------------------------------------------------------- lifecycle
 
@@ -170,11 +172,13 @@ class Supervisor:
             ).start()
         self._thread = threading.Thread(target=self._loop, name="ma-supervisor", daemon=True)
         self._thread.start()
+        self.resources.start()
 
     def shutdown(self) -> None:
         """Stop the loop; running jobs keep running (they do not depend on the service)."""
         self._halt.set()
         self._wake.set()
+        self.resources.stop()
         if self._thread:
             self._thread.join(timeout=5)
         self.backend.close()

@@ -203,19 +203,23 @@ def test_sidebar_create_follow_stop(ma_lab):
             expect(row).to_have_count(1, timeout=10_000)
             page.screenshot(path=str(OUTPUT / "sidebar-list.png"))
 
-            # clone opens the form filled from the job
+            # a click on a listed job opens its detail in the main area; its clone fills the form
+            job_id = row.get_attribute("data-job-id")
             row.click()
-            sidebar.locator(".ma-detail .ma-clone").click()
+            job_page = page.locator(f'[data-ma-view="job"][data-job-id="{job_id}"]')
+            expect(job_page).to_be_visible(timeout=30_000)
+            job_page.locator(".ma-op-clone").click()
             expect(sidebar.locator(".ma-field-name input")).to_have_value(f"{name}-copy")
             expect(sidebar.locator(".ma-field-command textarea")).to_have_value(
                 "python /workspace/algorithm/train.py"
             )
             sidebar.locator(".ma-form .ma-cancel").click()
 
-            # delete asks first, then the job leaves the list
+            # delete asks first, then the job's tab closes and the job leaves the list
             row.click()
-            sidebar.locator(".ma-detail .ma-delete").click()
+            job_page.locator(".ma-op-delete").click()
             page.locator(".jp-Dialog button.jp-mod-warn").click()
+            expect(job_page).to_have_count(0, timeout=30_000)
             expect(sidebar.locator(".ma-list")).to_be_visible()
             expect(sidebar.locator(f'.ma-job-row[data-job-name="{name}"]')).to_have_count(0, timeout=10_000)
         finally:
@@ -263,19 +267,21 @@ def test_sidebar_streams_each_rank_of_a_distributed_job(ma_lab):
             page.locator('.jp-SideBar .lm-TabBar-tab[data-id="ma-jupyter-sidebar"]').click()
             sidebar = page.locator("#ma-jupyter-sidebar")
             sidebar.locator(f'.ma-job-row[data-job-id="{job_id}"]').click()
-            detail = sidebar.locator(".ma-detail")
+            detail = page.locator(f'[data-ma-view="job"][data-job-id="{job_id}"]')
+            detail.locator('.ma-tab[data-tab="logs"]').click()
             streams = detail.locator(".ma-log-stream")
             # one combined log per node, and one per rank
             expect(streams.locator('option[value="worker-1/rank-1"]')).to_be_attached(timeout=90_000)
             expect(streams.locator('option[value="worker-0"]')).to_be_attached()
-            log = detail.locator(".ma-log")
+            log = detail.locator(".ma-log-main")
             expect(log).to_contain_text("rank 0 line 2", timeout=60_000)
             streams.select_option("worker-1/rank-1")
             expect(log).to_contain_text("rank 1 line 2", timeout=60_000)
             expect(log).not_to_contain_text("rank 0 line")
             page.screenshot(path=str(OUTPUT / "sidebar-ranks.png"))
-            detail.locator(".ma-stop").click()
-            expect(detail.locator(".ma-detail-header .ma-status-stopped")).to_be_visible(timeout=60_000)
+            detail.locator(".ma-op-stop").click()
+            page.locator(".jp-Dialog button.jp-mod-warn").click()
+            expect(detail.locator(".ma-job-head .ma-status-stopped")).to_be_visible(timeout=60_000)
         finally:
             browser.close()
 
@@ -300,15 +306,26 @@ def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
             page.locator('.jp-SideBar .lm-TabBar-tab[data-id="ma-jupyter-sidebar"]').click()
             sidebar = page.locator("#ma-jupyter-sidebar")
             sidebar.locator(f'.ma-job-row[data-job-id="{job_id}"]').click()
-            detail = sidebar.locator(".ma-detail")
-            expect(detail.locator(".ma-detail-header .ma-status-succeeded")).to_be_visible(timeout=60_000)
+            detail = page.locator(f'[data-ma-view="job"][data-job-id="{job_id}"]')
+            expect(detail.locator(".ma-job-head .ma-status-succeeded")).to_be_visible(timeout=60_000)
+            # the detail embeds the board through the Jupyter proxy, and links to it
+            detail.locator(".ma-op-tensorboard").click()
+            frame = detail.locator("iframe.ma-tensorboard")
+            expect(frame).to_have_attribute(
+                "src", re.compile(f"/ma-jupyter/tensorboard/{job_id}/"), timeout=120_000
+            )
+            expect(page.frame_locator("iframe.ma-tensorboard").locator("body")).not_to_be_empty(
+                timeout=60_000
+            )
             with page.expect_popup(timeout=120_000) as popup_info:
-                detail.locator(".ma-tensorboard").click()
+                detail.locator(".ma-tb-link").click()
             board = popup_info.value
             board.wait_for_load_state()
             assert f"/ma-jupyter/tensorboard/{job_id}/" in board.url
             expect(board).to_have_title("TensorBoard", timeout=60_000)
-            expect(detail.locator(".ma-message a")).to_have_attribute("href", re.compile(job_id))
+            board.close()
+            (OUTPUT / "screenshots").mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(OUTPUT / "screenshots" / "job-tensorboard.png"))
         finally:
             browser.close()
 

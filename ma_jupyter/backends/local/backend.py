@@ -38,8 +38,8 @@ from ...errors import BackendUnavailable, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
-from ..base import JOB_SECRET_ENV, Attempt, Backend
-from . import caches
+from ..base import JOB_SECRET_ENV, Attempt, Backend, NodeUsage
+from . import caches, noderun
 from . import logs as job_logs
 from . import sandbox as workspace
 from .code import python_sources
@@ -469,6 +469,19 @@ class LocalBackend(Backend):
         return read_only_hint(lines, mounts, workdir)
 
     # ---------------------------------------------------------------------- caches
+
+    def usage(self, job_id: str, runs: list[NodeRun]) -> list[NodeUsage] | None:
+        """Each running node's process tree read from ``/proc`` (``noderun.tree_usage``, the
+        memory watchdog's walk); a runner whose pid now belongs to another process is skipped."""
+        del job_id
+        found: list[NodeUsage] = []
+        for run in runs:
+            if run.state != "running" or run.pid is None or not self._alive(run):
+                continue
+            used = noderun.tree_usage(run.pid)
+            if used is not None:
+                found.append(NodeUsage(run.name, used[0], used[1]))
+        return found
 
     def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
         """The size of ``user``'s cache (``every_user``: of every user's), see :mod:`.caches`."""

@@ -127,6 +127,32 @@ def _rss(pid: int) -> int:
         return 0
 
 
+def tree_usage(root: int) -> tuple[float, int] | None:
+    """What the node below runner ``root`` uses now: ``(cpu seconds, resident bytes)``, or None
+    once ``root`` is gone.
+
+    The service's resource sampler calls it (through the local backend) with the tree walk the
+    memory watchdog uses.  The CPU seconds are cumulative and never shrink while the runner
+    lives: each process counts its own time and that of the children it reaped (``utime``,
+    ``stime``, ``cutime``, ``cstime``), so a child's time moves to its parent when it ends.
+    The memory is that of the processes below the runner (the watchdog's sum).
+    """
+    ticks = 0
+    for pid in (root, *_tree(root)):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            if pid == root:
+                return None
+            continue  # ended meanwhile: its time is in its parent's once reaped
+        # fields after "pid (comm)": state is [0], utime [11], stime [12], cutime [13], cstime [14]
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        ticks += sum(int(f) for f in fields[11:15])
+    used = sum(_rss(pid) for pid in _tree(root))
+    return ticks / os.sysconf("SC_CLK_TCK"), used
+
+
 def _gb(value: float) -> str:
     return f"{value:.3g} GB"
 

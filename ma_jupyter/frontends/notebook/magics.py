@@ -4,7 +4,7 @@
 copy of ``--code-dir`` when given), submits the job with the options of ``ma-jupyter submit``
 (one parser: :mod:`ma_jupyter.frontends.options`), follows its logs live in the cell and returns a
 :class:`~ma_jupyter.client.JobHandle`.  The line magics ``%ma_jobs``, ``%ma_logs``,
-``%ma_events``, ``%ma_stop``, ``%ma_delete``, ``%ma_update``, ``%ma_clone``, ``%ma_devenv``, ``%ma_algorithms``, ``%ma_specs``, ``%ma_cluster``,
+``%ma_events``, ``%ma_top``, ``%ma_stop``, ``%ma_delete``, ``%ma_update``, ``%ma_clone``, ``%ma_devenv``, ``%ma_algorithms``, ``%ma_specs``, ``%ma_cluster``,
 ``%ma_tensorboard`` and ``%ma_attach`` each take ``--help``.
 
 Bad arguments become one ``UsageError`` line, and the typed errors of :mod:`ma_jupyter.errors`
@@ -28,7 +28,7 @@ from ...client.logs import fully_shown, node_streams, read_all, stream_label
 from ...client.snapshot import is_snapshot
 from ...errors import HelpShown, JobFailed, MaJupyterError, NotFound, OptionsExit
 from ...models import NAME_PATTERN, Job, JobStatus, Priority, clone_name
-from .. import render
+from .. import render, usage
 from ..clusterview import cluster_text
 from . import hints, live
 from . import record as notebook_record
@@ -503,6 +503,27 @@ class MaJupyterMagics(Magics):
         from IPython.display import display
 
         display(render.table_bundle(["seq", "time", "status", "node", "by", "reason"], rows), raw=True)
+        return None
+
+    @line_magic
+    def ma_top(self, line: str):
+        """A job's CPU and memory per node: ``%ma_top JOB`` (a table: now, mean, peak, limit);
+        ``--inline`` draws them over time as a PNG."""
+        parser = _job_parser("%ma_top", "Show a job's CPU and memory use per node.")
+        parser.add_argument("--inline", action="store_true", help="draw CPU and memory over time (PNG)")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        client = get_client()
+        used = client.resources(resolve_job(client, args.job).id)
+        from IPython.display import Image, display
+
+        if args.inline:
+            display(Image(data=usage.png(used), format="png"))
+        else:
+            display(render.table_bundle([h.lower() for h in usage.HEADERS], usage.rows(used)), raw=True)
+        if usage.note(used):
+            print(usage.note(used))
         return None
 
     @line_magic

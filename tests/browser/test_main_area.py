@@ -1,0 +1,333 @@
+"""The main-area jobs table and job detail in a real JupyterLab, against a real job service and
+real jobs (Debian's chromium through Python Playwright; see tests/browser/lab.py).
+
+Screenshots of every view go to ``test-output/screenshots/``; the delay between a job printing
+a line and the detail's log pane showing it goes to ``test-output/log_latency.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.browser.lab import CHROMIUM, CHROMIUM_ARGS, REPO, running_lab
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
+
+OUTPUT = REPO / "test-output"
+SHOTS = OUTPUT / "screenshots"
+DATE_TIME = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$")
+
+
+@pytest.fixture(scope="module")
+def ma_lab(tmp_path_factory):
+    with running_lab(tmp_path_factory.mktemp("lab")) as lab:
+        yield lab
+
+
+class Api:
+    """The job service through the Lab's proxy, as the Jupyter user."""
+
+    def __init__(self, lab):
+        self.base = f"{lab['url']}/ma-jupyter/api/v1"
+        self.headers = {"Authorization": f"token {lab['token']}"}
+
+    def __call__(self, method: str, path: str, **kw):
+        r = requests.request(method, f"{self.base}/{path}", headers=self.headers, timeout=120, **kw)
+        assert r.status_code < 300, f"{method} {path}: {r.status_code} {r.text}"
+        return r.json() if r.content else None
+
+    def submit(self, **spec) -> dict:
+        return self("POST", "jobs", json=spec)
+
+
+@pytest.fixture
+def browser_page(ma_lab):
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 950})
+            page.goto(f"{ma_lab['url']}/lab?reset&token={ma_lab['token']}")
+            yield page
+        finally:
+            browser.close()
+
+
+def _open_table(page):
+    from playwright.sync_api import expect
+
+    # the Launcher's card opens the jobs table in the main area
+    card = page.locator(".jp-LauncherCard", has_text="Training jobs")
+    expect(card).to_be_visible(timeout=90_000)
+    card.click()
+    table = page.locator('[data-ma-view="jobs"]')
+    expect(table).to_be_visible(timeout=30_000)
+    return table
+
+
+def test_jobs_table_sort_filter_paging_and_multi_delete(ma_lab, browser_page):
+    from playwright.sync_api import expect
+
+    api, page = Api(ma_lab), browser_page
+    api.submit(name="alpha-table", command="true")
+    api.submit(name="zeta-table", command="true")
+    # more than one page (100) of small jobs, submitted in parallel through the proxy
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda i: api.submit(name=f"bulk-{i:03d}", command="true"), range(101)))
+    wait_for(
+        lambda: api("GET", "jobs", params={"status": "succeeded", "limit": 1})["total"] == 103,
+        timeout=600,
+        interval=2,
+    )
+
+    table = _open_table(page)
+    rows = table.locator("tr.ma-jobs-row")
+    expect(rows).to_have_count(100, timeout=30_000)
+    expect(table.locator(".ma-page-label")).to_have_text("1–100 of 103")
+    first = rows.first
+    assert first.get_attribute("data-job-id")
+    assert DATE_TIME.match(first.locator(".ma-col-created").inner_text()), first.inner_text()
+    me = api("GET", "users/me")["name"]
+    assert first.locator(".ma-col-creator").inner_text() == me
+    page.screenshot(path=str(SHOTS / "jobs-table.png"))
+
+    # a live refresh keeps the scroll position
+    scroller = table.locator(".ma-table-scroll")
+    scroller.evaluate("e => { e.scrollTop = 400; }")
+    time.sleep(2.5)
+    assert scroller.evaluate("e => e.scrollTop") == 400
+
+    table.locator(".ma-page-next").click()
+    expect(table.locator(".ma-page-label")).to_have_text("101–103 of 103", timeout=30_000)
+    expect(rows).to_have_count(3)
+    table.locator(".ma-page-prev").click()
+    expect(rows).to_have_count(100, timeout=30_000)
+
+    # the name filter is the service's: one job matches
+    table.locator(".ma-filter-name").fill("-table")
+    expect(rows).to_have_count(2, timeout=30_000)
+    table.locator('th[data-sort="name"]').click()  # ascending
+    expect(rows.first.locator(".ma-col-name")).to_have_text("alpha-table")
+    table.locator('th[data-sort="name"]').click()  # descending
+    expect(rows.first.locator(".ma-col-name")).to_have_text("zeta-table")
+    table.locator(".ma-filter-status").select_option("running")
+    expect(rows).to_have_count(0, timeout=30_000)
+    table.locator(".ma-filter-status").select_option("")
+    table.locator(".ma-filter-creator").fill("nobody-else")
+    expect(rows).to_have_count(0, timeout=30_000)
+    table.locator(".ma-filter-creator").fill(me)
+    expect(rows).to_have_count(2, timeout=30_000)
+    page.screenshot(path=str(SHOTS / "jobs-table-filtered.png"))
+
+    # select three bulk jobs and delete them after the confirmation
+    table.locator(".ma-filter-name").fill("bulk-00")
+    expect(rows).to_have_count(10, timeout=30_000)
+    doomed = [rows.nth(i).get_attribute("data-job-id") for i in range(3)]
+    for job_id in doomed:
+        table.locator(f'tr[data-job-id="{job_id}"] .ma-row-select').check()
+    time.sleep(2.5)  # one live refresh passes: the checks stay
+    for job_id in doomed:
+        expect(table.locator(f'tr[data-job-id="{job_id}"] .ma-row-select')).to_be_checked()
+    table.locator(".ma-delete-selected").click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Delete 3 jobs?")
+    page.screenshot(path=str(SHOTS / "jobs-delete-confirm.png"))
+    dialog.locator("button.jp-mod-warn").click()
+    expect(rows).to_have_count(7, timeout=60_000)
+    assert api("GET", "jobs", params={"name": "bulk-00", "limit": 50})["total"] == 7
+    for job_id in doomed:
+        r = requests.get(f"{api.base}/jobs/{job_id}", headers=api.headers, timeout=30)
+        assert r.status_code == 404
+
+
+PRINTER = """import time
+open("/workspace/outputs/metrics.txt", "w").write("loss 0.1\\n")
+print("ready", flush=True)
+for i in range(600):
+    time.sleep(0.5)
+    print(f"tick {i} at {time.time():.3f}", flush=True)
+"""
+# records, for each tick line, when the job printed it and when the log pane first showed it
+WATCH_TICKS = """(pre) => {
+  window.maSeen = {};
+  const note = () => {
+    for (const m of pre.textContent.matchAll(/tick (\\d+) at (\\d+\\.\\d+)/g)) {
+      if (!(m[1] in window.maSeen)) window.maSeen[m[1]] = [parseFloat(m[2]), Date.now() / 1000];
+    }
+  };
+  note();
+  window.maBefore = Object.keys(window.maSeen);
+  new MutationObserver(note).observe(pre, {childList: true, characterData: true, subtree: true});
+}"""
+BURNER = """import time
+blocks, end = [], time.time() + 300
+while time.time() < end:
+    t = time.time() + 0.3
+    while time.time() < t:
+        pass
+    if len(blocks) < 8:
+        blocks.append(b'x' * (16 << 20))
+"""
+
+
+def test_job_detail_logs_resources_priority_stop_delete(ma_lab, browser_page):
+    from playwright.sync_api import expect
+
+    api, page = Api(ma_lab), browser_page
+    work = ma_lab["work"]
+    (work / "printer").mkdir(exist_ok=True)
+    (work / "printer" / "p.py").write_text(PRINTER)
+    (work / "burner").mkdir(exist_ok=True)
+    (work / "burner" / "b.py").write_text(BURNER)
+    printer = api.submit(
+        name="printer",
+        command="python /workspace/algorithm/p.py",
+        algorithm=str(work / "printer"),
+        outputs=str(ma_lab["root"] / "printer-out"),  # under the Lab root: Lab lists and opens it
+    )
+    burner = api.submit(
+        name="burner", command="python /workspace/algorithm/b.py", algorithm=str(work / "burner")
+    )
+
+    table = _open_table(page)
+    table.locator(f'tr[data-job-id="{printer["id"]}"]').click()
+    detail = page.locator(f'[data-ma-view="job"][data-job-id="{printer["id"]}"]')
+    expect(detail).to_be_visible(timeout=30_000)
+    expect(detail.locator(".ma-overview")).to_contain_text("worker-0", timeout=60_000)
+    page.screenshot(path=str(SHOTS / "job-overview.png"))
+
+    # the printed line shows while the job still runs
+    detail.locator('.ma-tab[data-tab="logs"]').click()
+    log = detail.locator(".ma-log-main")
+    expect(log).to_contain_text("ready", timeout=120_000)
+    # lines printed while the pane is open show while the job still runs
+    log.evaluate(WATCH_TICKS)
+    wait_for(
+        lambda: page.evaluate("Object.keys(window.maSeen).length - window.maBefore.length") >= 8, timeout=120
+    )
+    assert api("GET", f"jobs/{printer['id']}")["status"] == "running"
+    seen = page.evaluate("Object.entries(window.maSeen).filter(([k]) => !window.maBefore.includes(k))")
+    delays = sorted(round(shown - printed, 3) for _, (printed, shown) in seen)
+    OUTPUT.mkdir(exist_ok=True)
+    (OUTPUT / "log_latency.json").write_text(
+        json.dumps(
+            {
+                "lines": len(delays),
+                "median_s": delays[len(delays) // 2],
+                "max_s": delays[-1],
+                "delays_s": delays,
+            }
+        )
+    )
+    page.screenshot(path=str(SHOTS / "job-logs.png"))
+    detail.locator(".ma-log-search-input").fill("no such text")
+    expect(detail.locator(".ma-log-search")).to_contain_text("no line contains")
+    detail.locator(".ma-log-search-input").fill("")
+
+    # the outputs folder lies under the Lab root: its files are listed and open in Lab
+    detail.locator('.ma-tab[data-tab="outputs"]').click()
+    outputs = detail.locator('[data-section="outputs"]')
+    expect(outputs.locator('tr[data-path="printer-out/metrics.txt"]')).to_be_visible(timeout=30_000)
+    page.screenshot(path=str(SHOTS / "job-outputs-in-lab.png"))
+    outputs.locator('tr[data-path="printer-out/metrics.txt"] a').click()
+    expect(page.locator('.lm-TabBar-tab:has-text("metrics.txt")')).to_be_visible(timeout=30_000)
+    page.locator(f'.lm-TabBar-tab[data-id="ma-jupyter-job-{printer["id"]}"]').click()
+
+    # create dev environment: the route may not exist in this service yet: the error shows
+    detail.locator(".ma-op-devenv").click()
+    expect(detail.locator(".ma-message")).not_to_be_empty(timeout=30_000)
+
+    # stop with the confirmation
+    expect(detail.locator(".ma-op-priority")).to_be_disabled()
+    assert "queued" in detail.locator(".ma-op-priority").get_attribute("title")
+    detail.locator(".ma-op-stop").click()
+    page.locator(".jp-Dialog button.jp-mod-warn").click()
+    expect(detail.locator(".ma-job-head .ma-status-stopped")).to_be_visible(timeout=120_000)
+    expect(detail.locator(".ma-op-stop")).to_be_disabled()
+
+    # the burner's resources: at least three samples drawn
+    table_tab = page.locator('.lm-TabBar-tab[data-id="ma-jupyter-jobs"]')
+    table_tab.click()
+    table.locator(f'tr[data-job-id="{burner["id"]}"]').click()
+    burn = page.locator(f'[data-ma-view="job"][data-job-id="{burner["id"]}"]')
+    burn.locator('.ma-tab[data-tab="resources"]').click()
+    section = burn.locator('[data-section="resources"]')
+    wait_for(lambda: int(section.get_attribute("data-samples") or 0) >= 3, timeout=120, interval=1)
+    expect(section.locator("svg.ma-chart polyline").first).to_be_attached()
+    page.screenshot(path=str(SHOTS / "job-resources.png"))
+    burn.locator('.ma-tab[data-tab="events"]').click()
+    expect(burn.locator(".ma-events-table")).to_contain_text("running")
+    page.screenshot(path=str(SHOTS / "job-events.png"))
+    burn.locator('.ma-tab[data-tab="outputs"]').click()
+    expect(burn.locator('[data-section="outputs"]')).to_contain_text("Outputs folder", timeout=30_000)
+    page.screenshot(path=str(SHOTS / "job-outputs.png"))
+    # a running job's duration changes through the dialog
+    burn.locator(".ma-op-duration").click()
+    page.locator(".jp-Dialog .ma-duration-input").fill("2h")
+    page.locator(".jp-Dialog button.jp-mod-accept").click()
+    expect(burn.locator(".ma-message")).to_contain_text("Duration set to 2h 00m", timeout=30_000)
+    assert api("GET", f"jobs/{burner['id']}")["spec"]["duration"] == 7200
+    api("POST", f"jobs/{burner['id']}/stop")
+
+    # delete with the confirmation closes the tab; the job is gone
+    page.locator(f'.lm-TabBar-tab[data-id="ma-jupyter-job-{printer["id"]}"]').click()
+    detail.locator(".ma-op-delete").click()
+    page.locator(".jp-Dialog button.jp-mod-warn").click()
+    expect(detail).to_have_count(0, timeout=60_000)
+    r = requests.get(f"{api.base}/jobs/{printer['id']}", headers=api.headers, timeout=30)
+    assert r.status_code == 404
+
+
+def test_priority_change_on_a_queued_job_reorders_the_queue(ma_lab, browser_page):
+    from playwright.sync_api import expect
+
+    api, page = Api(ma_lab), browser_page
+    # the default cluster has 4 GPU cards on each of 2 nodes: four 2-card jobs take them all
+    blockers = [api.submit(name=f"blocker-{i}", command="sleep 300", specs=["gpu.emu-2"]) for i in range(4)]
+    wait_for(
+        lambda: all(api("GET", f"jobs/{b['id']}")["status"] == "running" for b in blockers),
+        timeout=180,
+        interval=1,
+    )
+    first = api.submit(name="waits-first", command="true", specs=["gpu.emu-2"])
+    second = api.submit(name="waits-second", command="true", specs=["gpu.emu-2"])
+    assert api("GET", f"jobs/{second['id']}")["queue_position"] == 1
+    try:
+        table = _open_table(page)
+        table.locator(f'tr[data-job-id="{second["id"]}"]').click()
+        detail = page.locator(f'[data-ma-view="job"][data-job-id="{second["id"]}"]')
+        expect(detail.locator(".ma-overview")).to_contain_text("Queue position", timeout=30_000)
+        expect(detail.locator(".ma-op-priority")).to_be_enabled()
+        detail.locator(".ma-op-priority").click()
+        page.locator(".jp-Dialog .ma-priority-select").select_option("urgent")
+        page.screenshot(path=str(SHOTS / "job-priority-dialog.png"))
+        page.locator(".jp-Dialog button.jp-mod-accept").click()
+        expect(detail.locator(".ma-message")).to_contain_text("queue position 1", timeout=30_000)
+        assert api("GET", f"jobs/{second['id']}")["queue_position"] == 0
+        assert api("GET", f"jobs/{first['id']}")["queue_position"] == 1
+        page.locator('.lm-TabBar-tab[data-id="ma-jupyter-jobs"]').click()
+        expect(table.locator(f'tr[data-job-id="{first["id"]}"] .ma-col-status')).to_contain_text(
+            "#2", timeout=30_000
+        )
+        page.screenshot(path=str(SHOTS / "jobs-queue.png"))
+        # the sidebar's compact list counts the jobs of each status
+        page.locator('.jp-SideBar .lm-TabBar-tab[data-id="ma-jupyter-sidebar"]').click()
+        counts = page.locator("#ma-jupyter-sidebar .ma-status-counts")
+        expect(counts.locator('[data-status="running"]')).to_have_text("running 4", timeout=30_000)
+        expect(counts.locator('[data-status="queued"]')).to_have_text("queued 2")
+        page.screenshot(path=str(SHOTS / "sidebar-counts.png"))
+    finally:
+        for job in (*blockers, first, second):
+            requests.post(f"{api.base}/jobs/{job['id']}/stop", headers=api.headers, timeout=60)
