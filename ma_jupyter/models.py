@@ -78,6 +78,25 @@ class Strict(BaseModel):
     )
 
 
+class JobSort(str, Enum):
+    """How a job listing is ordered: a column, ``-`` first for descending (ties: newest first)."""
+
+    oldest = "created"
+    newest = "-created"
+    name_asc = "name"
+    name_desc = "-name"
+    id_asc = "id"
+    id_desc = "-id"
+    status_asc = "status"
+    status_desc = "-status"
+    creator_asc = "creator"
+    creator_desc = "-creator"
+    outputs_asc = "outputs"
+    outputs_desc = "-outputs"
+    priority_asc = "priority"
+    priority_desc = "-priority"
+
+
 class JobType(str, Enum):
     regular = "regular"
     batch = "batch"

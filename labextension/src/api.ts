@@ -51,6 +51,8 @@ export interface JobQuery {
   creator?: string;
   spec?: string;
   outputs?: string;
+  /** a column the service sorts by (`JobSort`), `-` first for descending */
+  sort?: string;
   offset?: number;
   limit?: number;
 }
@@ -151,6 +153,7 @@ export const api = {
           creator: q.creator,
           spec: q.spec,
           outputs: q.outputs,
+          sort: q.sort,
           offset: q.offset,
           limit: q.limit
         })

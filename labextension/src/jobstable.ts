@@ -5,8 +5,10 @@
  *
  * 1. Filters (name, status, creator, spec, outputs folder) are the service's list filters, so
  *    totals and pages count every matching job, not just the loaded page.
- * 2. Pages of `PAGE_SIZE` jobs, newest first (the service's order); a click on a column header
- *    sorts the rows of the page shown.
+ * 2. Pages of `PAGE_SIZE` jobs in the service's order: a click on the header of a column the
+ *    service sorts by (`SERVICE_SORT`: name, id, status, creator, created, outputs) orders every
+ *    matching job, page by page; the other columns (mode × nodes, spec, elapsed) sort the rows
+ *    of the page shown.
  * 3. Live refresh every `REFRESH_MS` while the table is visible redraws the rows only: the
  *    scroll position and the checked rows (by job id) stay.
  * 4. Checked rows can be deleted together after one confirmation; a running job is stopped
@@ -81,6 +83,9 @@ interface Column {
   /** what the column sorts by (the shown text otherwise) */
   sortValue?: (job: Job) => string | number;
 }
+
+/** columns the service itself sorts by (`GET /jobs?sort=`), across every page */
+const SERVICE_SORT = new Set(['name', 'id', 'status', 'creator', 'created', 'outputs']);
 
 const COLUMNS: Column[] = [
   { key: 'name', label: 'Name', value: j => j.spec.name },
@@ -263,7 +268,20 @@ export class JobsTableWidget extends Widget {
   private sortBy(key: string): void {
     this.sortDescending = this.sortKey === key ? !this.sortDescending : false;
     this.sortKey = key;
-    this.render();
+    if (SERVICE_SORT.has(key)) {
+      this.offset = 0; // a new order starts at its first page
+      void this.refresh();
+    } else {
+      this.render();
+    }
+  }
+
+  /** The service's order for the current sort (newest first when a page-only column sorts). */
+  private serviceSort(): string {
+    if (!SERVICE_SORT.has(this.sortKey)) {
+      return '-created';
+    }
+    return `${this.sortDescending ? '-' : ''}${this.sortKey}`;
   }
 
   private selectAll(on: boolean): void {
@@ -292,6 +310,7 @@ export class JobsTableWidget extends Widget {
         spec: value(this.inputs.spec),
         outputs: value(this.inputs.outputs),
         status: status ? [status] : [],
+        sort: this.serviceSort(),
         offset: this.offset,
         limit: PAGE_SIZE
       });
@@ -314,6 +333,9 @@ export class JobsTableWidget extends Widget {
   }
 
   private sorted(): Job[] {
+    if (SERVICE_SORT.has(this.sortKey)) {
+      return [...this.jobs]; // already in the service's order, which holds across pages
+    }
     const column = COLUMNS.find(c => c.key === this.sortKey) ?? COLUMNS[6];
     const key = column.sortValue ?? column.value;
     const rows = [...this.jobs];

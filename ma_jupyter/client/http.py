@@ -37,6 +37,7 @@ from ..models import (
     Event,
     Job,
     JobPage,
+    JobSort,
     JobSpec,
     JobStatus,
     JobType,
@@ -451,8 +452,11 @@ class Client:
         algorithm: str | None = None,
         favourites: bool = False,
         type: str | JobType | None = None,
+        sort: str | JobSort = JobSort.newest,
     ) -> JobPage:
-        """Like :meth:`jobs`, as the service's page (``items`` and ``total``)."""
+        """Like :meth:`jobs`, as the service's page (``items`` and ``total``); ``sort``: a
+        column (``created``, ``name``, ``id``, ``status``, ``creator``, ``outputs``,
+        ``priority``), ``-`` first for descending."""
         statuses = status if isinstance(status, list) else [status] if status else []
         params = {
             "name": name,
@@ -463,6 +467,7 @@ class Client:
             "algorithm": host_path(algorithm, Path.cwd()) if algorithm else None,
             "favourites": "true" if favourites else None,
             "type": JobType(type).value if type else None,
+            "sort": JobSort(sort).value,
             "offset": offset,
             "limit": limit,
         }

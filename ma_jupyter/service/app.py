@@ -56,6 +56,7 @@ from ..models import (
     FavouriteAlgorithm,
     Job,
     JobPage,
+    JobSort,
     JobSpec,
     JobStatus,
     JobType,
@@ -333,6 +334,11 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         offset: int = Query(default=0, ge=0, le=MAX_OFFSET),
         limit: int = Query(default=50, ge=1, le=500),
         type: JobType | None = Query(default=None),
+        sort: JobSort = Query(
+            default=JobSort.newest,
+            description="Order: a column (created, name, id, status, creator, outputs, priority), "
+            "'-' first for descending; ties newest first.",
+        ),
         user: Caller = Depends(authenticate),
     ) -> JobPage:
         # the store filters what the caller may see, so pages and the total count only those
@@ -347,6 +353,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
             limit=limit,
             viewer=None if user.admin else user.name,
             type=type.value if type else None,
+            sort=sort.value,
         )
         return JobPage(
             items=[_with_queue_position(j) for j in items], total=total, offset=offset, limit=limit

@@ -75,6 +75,21 @@ jobs_table = Table(
     Column("job", Text, nullable=False),
 )
 
+#: what a listing may be sorted by (``GET /jobs?sort=``): the job table's own columns
+SORT_KEYS = ("created", "name", "id", "status", "creator", "outputs", "priority")
+
+
+def _order(sort: str) -> tuple:
+    """The ORDER BY of a listing: ``sort`` (a :data:`SORT_KEYS` name, ``-`` for descending),
+    then newest first and by id, so pages never overlap."""
+    key = sort.removeprefix("-")
+    if key not in SORT_KEYS:
+        raise ValueError(f"unknown sort key {sort!r}")
+    column = jobs_table.c[key]
+    first = column.desc() if sort.startswith("-") else column.asc()
+    return (first, jobs_table.c.created.desc(), jobs_table.c.id.desc())
+
+
 events_table = Table(
     "events",
     metadata,
@@ -404,8 +419,11 @@ class Store:
         viewer: str | None = None,
         algorithms_in: Sequence[str] | None = None,
         type: str | None = None,
+        sort: str = "-created",
     ) -> tuple[list[Job], int]:
-        """Jobs newest first, filtered; returns (page, total matching).
+        """Jobs in ``sort`` order (default newest first), filtered; returns (page, total matching).
+
+        ``sort``: one of :data:`SORT_KEYS`, ``-`` first for descending; ties go newest first.
 
         ``algorithms_in``: only jobs with one of these algorithm folders (normalised absolute
         paths, :mod:`.algorithms`); an empty list matches nothing, None does not filter.
@@ -446,13 +464,9 @@ class Store:
         for cond in conditions:
             page = page.where(cond)
             count = count.where(cond)
-        newest_first = (jobs_table.c.created.desc(), jobs_table.c.id.desc())
-        page = page.order_by(*newest_first).offset(offset).limit(limit)
-        query = (
-            select(jobs_table.c.job)
-            .where(jobs_table.c.id.in_(page.scalar_subquery()))
-            .order_by(*newest_first)
-        )
+        order = _order(sort)
+        page = page.order_by(*order).offset(offset).limit(limit)
+        query = select(jobs_table.c.job).where(jobs_table.c.id.in_(page.scalar_subquery())).order_by(*order)
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
             total = conn.execute(count).scalar_one()

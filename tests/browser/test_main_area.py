@@ -114,6 +114,12 @@ def test_jobs_table_sort_filter_paging_and_multi_delete(ma_lab, browser_page):
     expect(rows).to_have_count(3)
     table.locator(".ma-page-prev").click()
     expect(rows).to_have_count(100, timeout=30_000)
+    # a column the service sorts by orders every job: the two oldest jobs were on page 2
+    table.locator('th[data-sort="name"]').click()  # ascending
+    expect(rows.first.locator(".ma-col-name")).to_have_text("alpha-table", timeout=30_000)
+    table.locator('th[data-sort="name"]').click()  # descending
+    expect(rows.first.locator(".ma-col-name")).to_have_text("zeta-table", timeout=30_000)
+    expect(rows.nth(1).locator(".ma-col-name")).to_have_text("bulk-100")
 
     # the name filter is the service's: one job matches
     table.locator(".ma-filter-name").fill("-table")
