@@ -268,7 +268,7 @@ def attach(job_id: str, node: str, secret: str) -> int:
     code = 255
     try:
         if is_tty:
-            tty.setraw(stdin)
+            tty.setraw(stdin, termios.TCSADRAIN)  # TCSAFLUSH would drop what was typed already
             signal.signal(signal.SIGWINCH, resized)
         while True:
             ready, _, _ = select.select([conn, stdin], [], [])
