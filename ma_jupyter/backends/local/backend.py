@@ -284,6 +284,14 @@ class LocalBackend(Backend):
             "copy": workspace.copy_args(view) if copy and view.sandbox == "symlink" else None,
             "export": workspace.export_argv(view),
             "workdir": view.working_copy.source if view.working_copy else None,
+            # --debug-terminal: the shell agent, wrapped like the phases (same view, same account);
+            # only in a sandbox: a debug shell never runs in the host's own view
+            "shell_agent": wrap(
+                [view.image.python, "-m", "ma_jupyter.backends.local.shell_agent"]
+                + ["--serve", "--job", attempt.job_id, "--node", launch.name]
+            )
+            if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
+            else None,
         }
         spec_file = nd.runner_spec
         # it holds the job's variables: the service's user alone may read it

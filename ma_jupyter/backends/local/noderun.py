@@ -194,6 +194,7 @@ class NodeRunner:
         self.spec = spec
         self.stopping = False
         self.current: subprocess.Popen | None = None
+        self.agent: subprocess.Popen | None = None  # the debug terminal's shell agent
         self.memory_exceeded: str | None = None  # the failure sentence, once the watchdog acted
         self._ended = threading.Event()
 
@@ -246,6 +247,56 @@ class NodeRunner:
     def _on_signal(self, signum, _frame) -> None:
         self.stopping = True
         self._signal_all(signal.SIGTERM if signum == signal.SIGTERM else signum)
+
+    def _start_agent(self) -> None:
+        """--debug-terminal: start the shell agent (shell_agent) in the node's view, beside the
+        phases; it is spared by the leftover sweep and ended by :meth:`_stop_agent`."""
+        argv = self.spec["shell_agent"]
+        env_fd = None
+        if self.spec.get("job_env") is not None:  # the variables as a file, as for the phases
+            env_fd = os.memfd_create("ma-job-env")
+            data = env_file_data(self.spec["job_env"])
+            while data:
+                data = data[os.write(env_fd, data) :]
+            os.lseek(env_fd, 0, os.SEEK_SET)
+            argv = [str(env_fd) if a == ENV_FD else a for a in argv]
+        cwd = self.spec.get("cwd")
+        if cwd:
+            Path(cwd).mkdir(parents=True, exist_ok=True)
+        try:
+            self.agent = subprocess.Popen(
+                argv,
+                env=self.spec["env"],
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_runner,
+                pass_fds=(env_fd,) if env_fd is not None else (),
+            )
+        except OSError as exc:
+            print(f"[ma_jupyter] cannot start the debug terminal: {exc}", file=sys.stderr, flush=True)
+        finally:
+            if env_fd is not None:
+                os.close(env_fd)
+
+    def _agent_pids(self) -> set[int]:
+        if self.agent is None:
+            return set()
+        return {self.agent.pid, *_tree(self.agent.pid)}
+
+    def _stop_agent(self) -> None:
+        """End the shell agent and every shell it serves (TERM, then KILL after 5 s)."""
+        if self.agent is None:
+            return
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            for pid in sorted(self._agent_pids()):
+                _signal(pid, signum)
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and self.agent.poll() is None:
+                time.sleep(0.05)
+            if self.agent.poll() is not None:
+                break
+        self.agent = None
 
     def _run(self, argv: list[str]) -> int:
         """Run one phase to its end, reaping adopted orphans meanwhile; its exit code."""
@@ -324,7 +375,8 @@ class NodeRunner:
     def _kill_leftovers(self) -> None:
         """Kill what the finished command left running (background children, setsid'd ones)."""
         for _ in range(50):
-            left = [pid for pid, _, state in _descendants(os.getpid()) if state != "Z"]
+            spared = self._agent_pids()  # the debug terminal lives as long as the node
+            left = [pid for pid, _, state in _descendants(os.getpid()) if state != "Z" and pid not in spared]
             for pid in left:
                 _signal(pid, signal.SIGKILL)
             while True:
@@ -355,6 +407,8 @@ class NodeRunner:
         if spec.get("memory_gb"):
             threading.Thread(target=self._watch_memory, args=(float(spec["memory_gb"]),), daemon=True).start()
         code = 0
+        if spec.get("shell_agent"):
+            self._start_agent()
         if spec.get("copy"):  # the symlink mode: the runner runs as the job's account
             code = workdir.main(["copy", *spec["copy"]])
             if code == 0:
@@ -375,6 +429,7 @@ class NodeRunner:
                     file=sys.stderr,
                     flush=True,
                 )
+        self._stop_agent()
         self._ended.set()
         self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here

@@ -1,0 +1,310 @@
+"""The debug terminal's agent: an interactive shell on a PTY, served from inside a node's sandbox.
+
+``python -m ma_jupyter.backends.local.shell_agent --serve --job JOB --node NODE`` is meant to run
+*inside* the node's sandbox (wrapped like the node's own phases, so it has the node's mounts,
+account and environment).  It listens on the abstract Unix socket
+``ma_jupyter-shell/<JOB>/<NODE>``; every accepted connection gets one shell on a fresh PTY.  The
+shell is therefore found in the sandbox's own view of the filesystem, never the host's.
+
+Wire protocol (rules, in order):
+
+1. The client sends one JSON line ``{"secret": S, "rows": R, "cols": C}``.  ``S`` must equal the
+   attempt's secret (``$MA_JOB_SECRET``, backends.base) and the peer's uid (``SO_PEERCRED``) must
+   be the agent's own; otherwise the agent sends an ``EXIT`` frame with ``255`` and closes.
+2. Then both sides exchange frames ``!BI`` (channel, length) + payload: ``DATA`` (1) carries PTY
+   bytes in both directions; ``RESIZE`` (4, client to agent) carries JSON ``{"rows", "cols"}``;
+   ``EXIT`` (3, agent to client) carries the shell's exit status as ASCII and is the last frame.
+3. The client closing the connection hangs the shell up (its process group gets SIGHUP, then
+   SIGKILL): no shell outlives its terminal.
+
+``python -m ma_jupyter.backends.local.shell_agent --attach --job JOB --node NODE`` (secret in
+``$MA_JOB_SECRET``) connects the calling terminal to such a shell (``attach``).
+
+``find_shell`` picks the shell: ``$SHELL`` if it is an executable file in this view, else the
+first of ``/bin/bash``, ``/usr/bin/bash``, ``/bin/sh``, ``/usr/bin/sh``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hmac
+import json
+import os
+import pty
+import signal
+import socket
+import struct
+import sys
+import termios
+import threading
+import time
+
+DATA, EXIT, RESIZE = 1, 3, 4
+JOB_SECRET_ENV = "MA_JOB_SECRET"  # same name as backends.base (kept import-free: runs in a node)
+MAX_REQUEST = 4096
+SHELLS = ("/bin/bash", "/usr/bin/bash", "/bin/sh", "/usr/bin/sh")
+_HEADER = struct.Struct("!BI")
+
+
+def socket_name(job_id: str, node: str) -> bytes:
+    """The abstract socket address of one node's shell agent (leading NUL = abstract namespace)."""
+    return f"\0ma_jupyter-shell/{job_id}/{node}".encode()
+
+
+def find_shell(environ: dict | None = None) -> str:
+    """The shell to run in this filesystem view (see the module docstring).
+
+    Raises:
+        FileNotFoundError: the view has no shell at all.
+    """
+    environ = os.environ if environ is None else environ
+    candidates = [environ.get("SHELL", ""), *SHELLS]
+    for path in candidates:
+        if path and os.path.isabs(path) and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError("no shell in this image: install bash or sh")
+
+
+def send_frame(conn: socket.socket, channel: int, data: bytes, lock: threading.Lock | None = None) -> None:
+    """Send one frame (rule 2); ``lock`` serialises writers sharing the socket."""
+    frame = _HEADER.pack(channel, len(data)) + data
+    if lock is None:
+        conn.sendall(frame)
+    else:
+        with lock:
+            conn.sendall(frame)
+
+
+def recv_frame(conn: socket.socket) -> tuple[int, bytes]:
+    """Receive one frame (rule 2).
+
+    Raises:
+        EOFError: the peer closed the connection.
+    """
+    channel, size = _HEADER.unpack(_recv_exact(conn, _HEADER.size))
+    return channel, _recv_exact(conn, size)
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        data = conn.recv(size - len(chunks))
+        if not data:
+            raise EOFError("connection closed")
+        chunks += data
+    return bytes(chunks)
+
+
+def set_winsize(fd: int, rows: int, cols: int) -> None:
+    """Give the terminal ``fd`` a size (the shell gets SIGWINCH from the kernel)."""
+    rows = max(1, min(int(rows), 1000))
+    cols = max(1, min(int(cols), 1000))
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+class Server:
+    """Serves shells for one node (see the module docstring)."""
+
+    def __init__(self, job_id: str, node: str):
+        self.address = socket_name(job_id, node)
+        self.secret = os.environ.get(JOB_SECRET_ENV, "")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.lock = threading.Lock()
+        self.shells: set[int] = set()  # pids of the running shells (their process groups)
+
+    def serve_forever(self) -> None:
+        """Accept connections until the process is told to stop."""
+        self.sock.bind(self.address)
+        self.sock.listen(16)
+        print(f"[shell_agent] debug terminal ready on {self.address[1:].decode()}", flush=True)
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _allowed(self, conn: socket.socket, given: str) -> bool:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        if uid != os.getuid() or not self.secret:
+            return False
+        return hmac.compare_digest(given.encode(), self.secret.encode())
+
+    def _handle(self, conn: socket.socket) -> None:
+        lock = threading.Lock()
+        with conn:
+            try:
+                line = b""
+                while not line.endswith(b"\n"):
+                    data = conn.recv(MAX_REQUEST)
+                    if not data or len(line) > MAX_REQUEST:
+                        return
+                    line += data
+                request = json.loads(line)
+                given = str(request.get("secret", ""))
+                rows, cols = int(request.get("rows", 24)), int(request.get("cols", 80))
+            except (ValueError, OSError, AttributeError):
+                return
+            if not self._allowed(conn, given):
+                send_frame(conn, DATA, b"shell_agent: refused: not this job's service\r\n", lock)
+                send_frame(conn, EXIT, b"255", lock)
+                return
+            try:
+                shell = find_shell()
+            except FileNotFoundError as exc:
+                send_frame(conn, DATA, f"shell_agent: {exc}\r\n".encode(), lock)
+                send_frame(conn, EXIT, b"127", lock)
+                return
+            # fork-then-exec at once: the child touches no lock the other threads may hold
+            pid, master = pty.fork()
+            if pid == 0:  # the child: a session leader whose controlling terminal is the PTY
+                try:
+                    os.execv(shell, [shell])
+                finally:
+                    os._exit(127)
+            with self.lock:
+                self.shells.add(pid)
+            try:
+                set_winsize(master, rows, cols)
+                threading.Thread(target=self._pump_in, args=(conn, master, pid), daemon=True).start()
+                while True:
+                    try:
+                        data = os.read(master, 65536)
+                    except OSError:  # EIO: the shell and everything on its terminal ended
+                        break
+                    if not data:
+                        break
+                    send_frame(conn, DATA, data, lock)
+                _, status = os.waitpid(pid, 0)
+                code = os.waitstatus_to_exitcode(status)
+                send_frame(conn, EXIT, str(code if code >= 0 else 128 - code).encode(), lock)
+            except OSError:
+                _hang_up(pid)
+            finally:
+                os.close(master)
+                with self.lock:
+                    self.shells.discard(pid)
+
+    @staticmethod
+    def _pump_in(conn: socket.socket, master: int, pid: int) -> None:
+        """Client to shell: keystrokes and resizes; the client gone hangs the shell up (rule 3)."""
+        try:
+            while True:
+                channel, payload = recv_frame(conn)
+                if channel == DATA:
+                    os.write(master, payload)
+                elif channel == RESIZE:
+                    size = json.loads(payload)
+                    set_winsize(master, size["rows"], size["cols"])
+        except (EOFError, OSError, ValueError, KeyError, TypeError):
+            pass
+        _hang_up(pid)
+
+    def stop(self) -> None:
+        """Hang up every shell (the node is being stopped)."""
+        with self.lock:
+            pids = list(self.shells)
+        for pid in pids:
+            _hang_up(pid)
+
+
+def _hang_up(pid: int) -> None:
+    for sig in (signal.SIGHUP, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.05)
+
+
+def serve(job_id: str, node: str) -> int:
+    """Run the server until SIGTERM/SIGINT; returns 0."""
+    server = Server(job_id, node)
+
+    def stop(_signum, _frame):
+        server.stop()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, stop)
+    try:
+        server.serve_forever()
+    except SystemExit:
+        pass
+    return 0
+
+
+def attach(job_id: str, node: str, secret: str) -> int:
+    """Connect this process's terminal to a node's shell; return the shell's exit status.
+
+    Rules: stdin goes to raw mode while attached (restored after); SIGWINCH sends the new size;
+    the return value is the shell's exit status, 255 when the agent refused or is unreachable.
+    """
+    import select
+    import tty
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(socket_name(job_id, node))
+    except OSError as exc:
+        print(f"ma-jupyter shell: no debug terminal on {node} of {job_id}: {exc}", file=sys.stderr)
+        return 255
+    stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+    is_tty = os.isatty(stdin)
+    cols, rows = os.get_terminal_size(stdin) if is_tty else (80, 24)
+    conn.sendall(json.dumps({"secret": secret, "rows": rows, "cols": cols}).encode() + b"\n")
+    lock = threading.Lock()
+
+    def resized(_signum, _frame):
+        size = os.get_terminal_size(stdin)
+        send_frame(conn, RESIZE, json.dumps({"rows": size.lines, "cols": size.columns}).encode(), lock)
+
+    saved = termios.tcgetattr(stdin) if is_tty else None
+    code = 255
+    try:
+        if is_tty:
+            tty.setraw(stdin, termios.TCSADRAIN)  # TCSAFLUSH would drop what was typed already
+            signal.signal(signal.SIGWINCH, resized)
+        while True:
+            ready, _, _ = select.select([conn, stdin], [], [])
+            if stdin in ready:
+                data = os.read(stdin, 65536)
+                if data:
+                    send_frame(conn, DATA, data, lock)
+            if conn in ready:
+                try:
+                    channel, payload = recv_frame(conn)
+                except EOFError:
+                    break
+                if channel == DATA:
+                    os.write(stdout, payload)
+                elif channel == EXIT:
+                    code = int(payload)
+                    break
+    finally:
+        if saved is not None:
+            termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        conn.close()
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 5 and argv[0] == "--serve" and argv[1] == "--job" and argv[3] == "--node":
+        return serve(argv[2], argv[4])
+    if len(argv) == 5 and argv[0] == "--attach" and argv[1] == "--job" and argv[3] == "--node":
+        return attach(argv[2], argv[4], os.environ.get(JOB_SECRET_ENV, ""))
+    print(
+        "usage: python -m ma_jupyter.backends.local.shell_agent --serve --job JOB --node NODE",
+        file=sys.stderr,
+    )
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

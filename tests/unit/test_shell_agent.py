@@ -1,0 +1,99 @@
+"""The debug terminal's agent, driven through a real PTY: a shell, its answers, resize, exit code,
+and refusal without the attempt's secret."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from ma_jupyter.backends.local import shell_agent
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture()
+def agent(tmp_path):
+    job = f"job-{secrets.token_hex(4)}"
+    secret = secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "MA_JOB_SECRET": secret,
+        "PYTHONPATH": str(ROOT),
+        "MA_JOB_ID": job,
+        "SHELL": "/bin/sh",
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ma_jupyter.backends.local.shell_agent",
+            "--serve",
+            "--job",
+            job,
+            "--node",
+            "worker-0",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert "debug terminal ready" in proc.stdout.readline()
+    yield job, secret, tmp_path
+    proc.terminate()
+    proc.wait(timeout=60)
+
+
+def _attach(job, secret, extra_env=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MA_JOB_SECRET": secret, **(extra_env or {})}
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "ma_jupyter.backends.local.shell_agent", "--attach", "--job", job, "--node", "worker-0"],
+        env=env,
+        timeout=120,
+        dimensions=(30, 100),
+    )
+
+
+def test_shell_answers_resizes_and_returns_exit_code(agent):
+    job, secret, workdir = agent
+    (workdir / "left-by-job.txt").write_text("x")
+    child = _attach(job, secret)
+    child.sendline("pwd; echo MARK-$MA_JOB_ID; ls; stty size")
+    child.expect(str(workdir.resolve()))  # the shell starts where the agent runs
+    child.expect(f"MARK-{job}")
+    child.expect("left-by-job.txt")
+    child.expect("30 100")
+    child.setwinsize(40, 120)  # SIGWINCH on the client's terminal is relayed to the shell's PTY
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        child.sendline("stty size")
+        if child.expect(["40 120", pexpect.TIMEOUT], timeout=5) == 0:
+            break
+    else:
+        pytest.fail("the resize never reached the shell")
+    child.sendline("exit 7")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 7
+
+
+def test_wrong_secret_is_refused(agent):
+    job, _secret, _ = agent
+    child = _attach(job, "not-the-secret")
+    child.expect("refused")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 255
+
+
+def test_find_shell_prefers_executable_shell_env(tmp_path):
+    assert shell_agent.find_shell({"SHELL": "/bin/sh"}) == "/bin/sh"
+    assert shell_agent.find_shell({"SHELL": str(tmp_path / "missing")}) in shell_agent.SHELLS
