@@ -337,3 +337,60 @@ def test_priority_change_on_a_queued_job_reorders_the_queue(ma_lab, browser_page
     finally:
         for job in (*blockers, first, second):
             requests.post(f"{api.base}/jobs/{job['id']}/stop", headers=api.headers, timeout=60)
+
+
+def test_create_dev_environment_opens_a_notebook_whose_cell_runs_the_job_again(ma_lab, browser_page):
+    from playwright.sync_api import expect
+
+    api, page = Api(ma_lab), browser_page
+    work = ma_lab["work"]
+    (work / "devenv").mkdir(exist_ok=True)
+    (work / "devenv" / "train.py").write_text("print('devenv job ran', 6 * 7, flush=True)\n")
+    first = api.submit(
+        name="devenv-src",
+        command="python /workspace/algorithm/train.py",
+        algorithm=str(work / "devenv"),
+        env={"MODE": "again"},
+    )
+    wait_for(lambda: api("GET", f"jobs/{first['id']}")["status"] == "succeeded", timeout=180, interval=0.5)
+
+    table = _open_table(page)
+    table.locator(f'tr[data-job-id="{first["id"]}"]').click()
+    detail = page.locator(f'[data-ma-view="job"][data-job-id="{first["id"]}"]')
+    expect(detail).to_be_visible(timeout=30_000)
+    detail.locator(".ma-op-devenv").click()
+    expect(detail.locator(".ma-message")).to_contain_text("Saved and opened", timeout=60_000)
+    saved = re.search(r"Saved and opened (\S+\.ipynb)", detail.locator(".ma-message").inner_text()).group(1)
+    notebook = json.loads((ma_lab["root"] / saved).read_text())
+    assert any("%ma_train" in "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+    panel = page.locator(".jp-NotebookPanel").last
+    expect(panel).to_be_visible(timeout=60_000)
+    page.screenshot(path=str(SHOTS / "job-devenv-notebook.png"))
+
+    def kernel_idle() -> bool:
+        kernels = requests.get(
+            f"{ma_lab['url']}/api/kernels", params={"token": ma_lab["token"]}, timeout=30
+        ).json()
+        return any(k["execution_state"] == "idle" for k in kernels)
+
+    wait_for(kernel_idle, timeout=180, interval=0.5)
+    # run every cell, as a user does from the Run menu
+    panel.locator(".jp-Cell").first.click()
+    page.keyboard.press("Control+Shift+C")
+    page.locator(".lm-CommandPalette-input").fill("Run All Cells")
+    page.locator('.lm-CommandPalette-item:has-text("Run All Cells")').first.click()
+
+    def again() -> list[dict]:
+        items = api("GET", "jobs", params={"name": "devenv-src", "limit": 50})["items"]
+        return [j for j in items if j["id"] != first["id"]]
+
+    (job,) = wait_for(again, timeout=180, interval=1)
+    wait_for(
+        lambda: api("GET", f"jobs/{job['id']}")["status"] in ("succeeded", "error"), timeout=180, interval=0.5
+    )
+    job = api("GET", f"jobs/{job['id']}")
+    assert job["status"] == "succeeded", job
+    assert job["spec"]["env"] == {"MODE": "again"} and job["spec"]["command"] == first["spec"]["command"]
+    log = api("GET", f"jobs/{job['id']}/logs/read", params={"node": "worker-0", "offset": 0})
+    assert "devenv job ran 42" in log["data"]
+    page.screenshot(path=str(SHOTS / "job-devenv-ran.png"))
