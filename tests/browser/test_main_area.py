@@ -251,9 +251,10 @@ def test_job_detail_logs_resources_priority_stop_delete(ma_lab, browser_page):
     expect(page.locator('.lm-TabBar-tab:has-text("metrics.txt")')).to_be_visible(timeout=30_000)
     page.locator(f'.lm-TabBar-tab[data-id="ma-jupyter-job-{printer["id"]}"]').click()
 
-    # create dev environment: the route may not exist in this service yet: the error shows
+    # create dev environment saves the job as a notebook and opens it (see the devenv test below)
     detail.locator(".ma-op-devenv").click()
-    expect(detail.locator(".ma-message")).not_to_be_empty(timeout=30_000)
+    expect(detail.locator(".ma-message")).to_contain_text("Saved and opened", timeout=60_000)
+    page.locator(f'.lm-TabBar-tab[data-id="ma-jupyter-job-{printer["id"]}"]').click()
 
     # stop with the confirmation
     expect(detail.locator(".ma-op-priority")).to_be_disabled()
