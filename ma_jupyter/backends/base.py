@@ -103,6 +103,11 @@ class Backend(ABC):
        and the service tries again shortly.
     9. :meth:`forget` is called once per deleted job, after it ended, and returns without
        waiting on remote work.
+    10. :meth:`heartbeat` and :meth:`usage` are cheap, never block on a job's files or
+        processes, and answer None for what the backend does not know (the node is then judged
+        by :meth:`poll` only, and keeps no resource samples).
+
+    (``docs/architecture.md`` states the same contract at more length, numbered its own way.)
     """
 
     #: short name stored on the job (``local``, ``ray``)

@@ -549,7 +549,10 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
 
     def _node_view(name: str) -> Node:
         views = supervisor.health.annotate(supervisor.scheduler.node_views(supervisor.usage()))
-        return next(v for v in views if v.name == name)
+        view = next((v for v in views if v.name == name), None)
+        if view is None:  # it left the inventory meanwhile (a Ray node)
+            raise NotFound(f"no node {name!r} (any more): see `ma-jupyter nodes`")
+        return view
 
     @app.post(f"{api}/nodes/{{name}}/drain", response_model=Node)
     def drain_node(
@@ -631,8 +634,18 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
 
     @app.get(f"{api}/data", response_model=list[PreparedData])
     def prepared_data(user: Caller = Depends(authenticate)) -> list[PreparedData]:
-        # the copies the caller's jobs took; every copy for admins
-        return supervisor.prepared_data(None if user.admin else user.name)
+        # the copies the caller's jobs took; every copy for admins.  A copy may be shared with
+        # other users' jobs: only the jobs the caller may see are named
+        found = supervisor.prepared_data(None if user.admin else user.name)
+        if user.admin:
+            return found
+        return [d.model_copy(update={"jobs": [j for j in d.jobs if _visible(j, user)]}) for d in found]
+
+    def _visible(job_id: str, user: Caller) -> bool:
+        try:
+            return access.can_see(store.get(job_id), user)
+        except NotFound:
+            return False
 
     @app.delete(f"{api}/data/{{key}}", response_model=PreparedData)
     def remove_prepared_data(

@@ -129,7 +129,11 @@ def view(
         SpecRoom(
             spec=s,
             models=spec_models(s, inventory, scheduler),
-            nodes=sum(1 for n in inventory if n.status != "down" and scheduler.cluster.fits(s, n)),
+            nodes=sum(
+                1
+                for n in inventory
+                if n.status != "down" and n.name not in scheduler.unusable and scheduler.cluster.fits(s, n)
+            ),
             can_start=can_start(scheduler, s, use),
         )
         for s in catalog

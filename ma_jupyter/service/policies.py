@@ -516,7 +516,7 @@ def waiting_reason(kind: str, head) -> str:
         )
     if kind == "held":
         return (
-            f"waiting: it fits now but would delay {head.job_id}, first in the queue, whose "
+            "waiting: it fits now but would delay the first job in the queue, whose "
             f"resources are reserved (estimated start {start_text(head.start)}); a duration that "
             "ends it before then lets it pass"
         )

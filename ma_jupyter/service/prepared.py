@@ -46,6 +46,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import threading
 import time
 import tomllib
@@ -88,19 +89,29 @@ def retention(path: Path | None = None) -> float:
 def source_key(source: str) -> tuple[str, int, int]:
     """The store key of a source as it is now, with its size in bytes and its file count."""
     root = Path(source).resolve(strict=True)
+    # Links inside the tree are never followed (the copy keeps them as links): a link's key
+    # is its target's text, so data behind it is neither read with the service's rights nor
+    # hashed.
     files: list[tuple[str, os.stat_result, Path]] = []
+    links: list[tuple[str, str]] = []
     if root.is_dir():
-        for folder, dirs, names in os.walk(root):
+        for folder, dirs, names in os.walk(root):  # does not descend into linked folders
             dirs.sort()
-            for name in sorted(names):
+            for name in sorted(names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
                 p = Path(folder, name)
-                files.append((str(p.relative_to(root)), p.stat(), p))
+                st = p.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    links.append((str(p.relative_to(root)), os.readlink(p)))
+                elif stat.S_ISREG(st.st_mode):
+                    files.append((str(p.relative_to(root)), st, p))
     else:
         files.append(("", root.stat(), root))
     total = sum(st.st_size for _, st, _ in files)
     digest = hashlib.sha256(str(root).encode())
     for rel, st, _ in files:
         digest.update(f"\0{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}".encode())
+    for rel, target in links:
+        digest.update(f"\0{rel}\0->{target}".encode())
     if total <= CONTENT_HASH_LIMIT:
         for _, _, p in files:
             with open(p, "rb") as fh:
@@ -132,7 +143,8 @@ class PreparedStore:
         """Hold the copy of ``source``'s current state for ``job_id`` (submitted by ``user``),
         copying it first when no complete copy exists (rule 1)."""
         started = time.monotonic()
-        key, total, count = source_key(source)
+        root = Path(source).resolve(strict=True)  # resolved once: the key and the copy read it
+        key, total, count = source_key(str(root))
         entry = self.root / key
         with self._lock:  # one copy per key, and no sweep between the hold and the check
             (entry / "holds").mkdir(parents=True, exist_ok=True)
@@ -141,13 +153,14 @@ class PreparedStore:
             if not reused:
                 partial = entry / "data.partial"
                 shutil.rmtree(partial, ignore_errors=True)
-                if os.path.isdir(source):
-                    shutil.copytree(source, partial, symlinks=False)
+                if root.is_dir():
+                    # links stay links: what they point to is the job's to reach, in its sandbox
+                    shutil.copytree(root, partial, symlinks=True)
                 else:
-                    shutil.copy2(source, partial)
+                    shutil.copy2(root, partial)
                 os.replace(partial, entry / "data")
                 meta = {
-                    "source": str(Path(source).resolve()),
+                    "source": str(root),
                     "bytes": total,
                     "files": count,
                     "created": time.time(),

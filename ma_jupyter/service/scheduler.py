@@ -216,7 +216,11 @@ class Scheduler:
 
     def fits_now(self, node: Node, held: NodeUse, flavor: Spec) -> bool:
         """Whether one task of ``flavor`` fits on ``node`` beside what ``held`` says is in use."""
-        return node.status != "down" and self._free(node, held, flavor) is not None
+        return (
+            node.status != "down"
+            and node.name not in self.unusable  # drained or faulty: nothing new goes there
+            and self._free(node, held, flavor) is not None
+        )
 
     def _free(self, node: Node, held: NodeUse, flavor: Spec) -> list[int] | None:
         """Card indices for one task of ``flavor`` on ``node`` (``[]`` for CPU), or None if it does not fit."""

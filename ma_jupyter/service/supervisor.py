@@ -678,7 +678,9 @@ class Supervisor:
                 self._note_waiting(job, "held", head)
                 return "held"
         bound = self.backend.bind(placement, reserve=True)
-        if bound is None:  # the backend cannot hold those nodes now (contract rule 15): try again soon
+        if (
+            bound is None
+        ):  # the backend cannot hold those nodes now (rule 8 of backends/base.py): try again soon
             self._admit_retry = min(self._admit_retry or float("inf"), time.monotonic() + BIND_RETRY)
             self._note_waiting(job, "declined", head)
             return "blocked"
@@ -975,6 +977,10 @@ class Supervisor:
         timeout = self.scheduler.cluster.limits.heartbeat_timeout
         interval = self.scheduler.cluster.limits.elastic_scale_up_interval
         now = time.time()
+        # the age of each running runner's last beat, by inventory node: a node is faulty only
+        # when every runner on it is silent (one job stopping its own runner, or loading it,
+        # must not end the other users' jobs there)
+        ages: dict[str, list[float]] = {}
         for job in self.store.by_status(JobStatus.running):
             with self._lock:
                 placement = self._placements.get(job.id)
@@ -985,13 +991,8 @@ class Supervisor:
                     if run.state != "running" or run.host in self.health.marks:
                         continue
                     beat = self.backend.heartbeat(attempt, run)
-                    if judge and beat is not None and now - beat > timeout:
-                        why = (
-                            f"the runner of {job.id}'s node {run.name} has not beaten for "
-                            f"{now - beat:.0f} s (more than {timeout:g} s)"
-                        )
-                        if self.health.mark(run.host, "faulty", why):
-                            log.warning("node %s is faulty: %s", run.host, why)
+                    if beat is not None:
+                        ages.setdefault(run.host, []).append(now - beat)
                 since = self._shrunk_since.get(job.id)
                 if since is None:
                     continue
@@ -1008,6 +1009,17 @@ class Supervisor:
                 if end is not None:
                     self._notice(job, end.reason.split(";")[0] + ": checkpointing to scale up")
                     self._finish(job, attempt, end)
+        if not judge:
+            return
+        for host, silent in ages.items():
+            if min(silent) > timeout:
+                why = (
+                    f"no node runner there has beaten for {min(silent):.0f} s (more than {timeout:g} s; "
+                    f"{len(silent)} running)"
+                )
+                with self._lock:
+                    if self.health.mark(host, "faulty", why):
+                        log.warning("node %s is faulty: %s", host, why)
 
     def _precheck(self, job: Job, placement: Placement) -> str | None:
         """The pre-check before a checkpoint-resume attempt (seed 002), said as an event: the

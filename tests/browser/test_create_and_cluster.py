@@ -216,8 +216,10 @@ def test_form_validates_as_you_type_predicts_the_queue_and_submits(lab, page):
     expect(prediction).to_have_attribute("data-state", "now", timeout=30_000)
     form.locator('[data-ma-action="submit"]').click()
     submitted = form.locator("[data-ma-submitted]")
-    expect(submitted).to_be_visible(timeout=30_000)
+    expect(submitted).to_be_attached(timeout=30_000)
     job_id = submitted.get_attribute("data-job-id")
+    # the new job's page opens in the main area
+    expect(page.locator(f'[data-ma-view="job"][data-job-id="{job_id}"]')).to_be_visible(timeout=30_000)
     job = wait_job(lab, job_id, {"succeeded", "error"})
     assert job["status"] == "succeeded"
     assert job["spec"]["duration"] == 3600 and job["spec"]["specs"] == ["gpu.one"]
@@ -261,10 +263,11 @@ def test_right_click_a_python_file_submits_it(lab, page):
     form.locator('[data-ma-action="submit"]').click()
     submitted = form.locator("[data-ma-submitted]")
     try:
-        expect(submitted).to_be_visible(timeout=30_000)
+        expect(submitted).to_be_attached(timeout=30_000)
     except AssertionError:  # say what the form showed instead
         raise AssertionError(form.locator(".ma-field-invalid, .ma-message").all_inner_texts()) from None
     job_id = submitted.get_attribute("data-job-id")
+    expect(page.locator(f'[data-ma-view="job"][data-job-id="{job_id}"]')).to_be_visible(timeout=30_000)
     job = wait_job(lab, job_id, {"succeeded", "error"})
     assert job["status"] == "succeeded", log_of(lab, job_id)
     assert job["spec"]["algorithm"] == str(folder) and job["spec"]["command"] == "python train.py"

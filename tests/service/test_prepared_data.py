@@ -120,3 +120,31 @@ def test_a_bad_retention_is_named(ma_home, ma_service, tmp_path):
     cluster.write_text(cluster.read_text() + '\n[data]\nretention = "soon"\n')
     r = ma_service.session().get(f"{ma_service.api}/data", timeout=10)
     assert r.status_code == 400 and "[data] retention" in r.text
+
+
+def test_a_link_inside_a_dataset_is_copied_as_a_link_never_followed(tmp_path):
+    from ma_jupyter.service.prepared import PreparedStore, source_key
+
+    secret = tmp_path / "private" / "notes.txt"
+    secret.parent.mkdir()
+    secret.write_text("not for the job")
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "sub" / "a.bin").write_bytes(b"a" * 10)
+    (data / "x").symlink_to(secret)
+    (data / "linked-dir").symlink_to(secret.parent)
+    store = PreparedStore(tmp_path / "store")
+    got = store.acquire("job-1", str(data), "bob")
+    copy = got.path
+    assert (copy / "sub" / "a.bin").read_bytes() == b"a" * 10
+    # the links are links in the copy: nothing behind them was read with the service's rights
+    assert (copy / "x").is_symlink() and os.readlink(copy / "x") == str(secret)
+    assert (copy / "linked-dir").is_symlink()
+    assert got.bytes == 10
+    # what a link points to changes the key; what lies behind it does not
+    before = source_key(str(data))[0]
+    secret.write_text("changed behind the link")
+    assert source_key(str(data))[0] == before
+    (data / "x").unlink()
+    (data / "x").symlink_to(tmp_path / "elsewhere")
+    assert source_key(str(data))[0] != before

@@ -31,8 +31,8 @@ def python_sources(root: Path) -> dict[str, str] | None:
     found: dict[str, str] = {}
     total = 0
     try:
-        if not root.is_dir():
-            return None
+        if root.is_symlink() or not root.is_dir():
+            return None  # a folder swapped for a link since the submit: not read through it
         for folder, dirs, files in os.walk(root, onerror=unreadable):  # symlinked folders not entered
             dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
             for name in files:

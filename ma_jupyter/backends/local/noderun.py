@@ -220,12 +220,14 @@ class NodeRunner:
 
     def _beat(self, path: Path) -> None:
         """Rule 7: refresh the heartbeat file's time until the node ends."""
-        try:
-            path.touch()
-            while not self._ended.wait(HEARTBEAT_EVERY):
-                os.utime(path)
-        except OSError:  # the node's folder is gone (the job was deleted): nothing to say
-            return
+        while not self._ended.is_set():
+            try:
+                path.touch()  # an existing file: its time only
+            except OSError:
+                if not path.parent.is_dir():
+                    return  # the node's folder is gone (the job was deleted): nothing to say
+                # else transient (a full disk, an interrupted call): beat again next time
+            self._ended.wait(HEARTBEAT_EVERY)
 
     # the processes of the node a stop signal is meant for
     def _targets(self) -> list[int]:
