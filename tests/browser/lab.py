@@ -150,3 +150,22 @@ def running_lab(tmp: Path, env: dict[str, str] | None = None) -> Iterator[dict]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         stop_service(home)
+
+
+@contextmanager
+def lab_page(lab: dict, *, height: int = 950) -> Iterator:
+    """A headless chromium page on ``lab``'s JupyterLab (from :func:`running_lab`), closed
+    afterwards; the calling test is skipped where chromium is not installed."""
+    import pytest
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": height})
+            page.goto(f"{lab['url']}/lab?reset&token={lab['token']}")
+            yield page
+        finally:
+            browser.close()

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import requests
 
-from tests.browser.lab import CHROMIUM, CHROMIUM_ARGS, REPO, running_lab
+from tests.browser.lab import REPO, lab_page, running_lab
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -64,21 +63,11 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(lab):
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (apt-get install chromium)")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1000})
-            page.goto(f"{lab['url']}/lab?reset&token={lab['token']}")
-            page.locator(".jp-LabShell").wait_for(timeout=90_000)
-            page.locator(".jp-DirListing-content").wait_for(timeout=60_000)
-            yield page
-        finally:
-            browser.close()
+    with lab_page(lab, height=1000) as page:
+        page.locator(".jp-LabShell").wait_for(timeout=90_000)
+        page.locator(".jp-DirListing-content").wait_for(timeout=60_000)
+        yield page
 
 
 def api(lab, method: str, path: str, **kwargs):

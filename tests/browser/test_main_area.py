@@ -11,12 +11,11 @@ import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
 
-from tests.browser.lab import CHROMIUM, CHROMIUM_ARGS, REPO, running_lab
+from tests.browser.lab import REPO, lab_page, running_lab
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
@@ -50,19 +49,9 @@ class Api:
 
 @pytest.fixture
 def browser_page(ma_lab):
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (apt-get install chromium)")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 950})
-            page.goto(f"{ma_lab['url']}/lab?reset&token={ma_lab['token']}")
-            yield page
-        finally:
-            browser.close()
+    with lab_page(ma_lab) as page:
+        yield page
 
 
 def _open_table(page):
