@@ -55,7 +55,11 @@ if resolver.task_type == "ps":
     server = tf.distribute.Server(resolver.cluster_spec(), job_name="ps", task_index=resolver.task_id, protocol="grpc")
     print("ps serving", flush=True)
     server.join()  # never returns: the platform stops parameter servers
-# this worker serves as itself and sees only the parameter servers: workers never wait on each other
+# The parameter server's eager service can crash (SIGSEGV, seen under load) when two workers
+# create their contexts on it at once: each worker connects once the one before it is done.
+while resolver.task_id and not os.path.exists(f"/workspace/outputs/done-{resolver.task_id - 1}"):
+    time.sleep(0.05)
+# this worker serves as itself and sees only the parameter servers
 own = tf.train.ClusterSpec({"ps": cluster["ps"], "worker": {resolver.task_id: cluster["worker"][resolver.task_id]}})
 tf.config.experimental_connect_to_cluster(own, job_name="worker", task_index=resolver.task_id)
 with tf.device("/job:ps/task:0"):
@@ -64,9 +68,8 @@ total.assign_add(float(resolver.task_id + 1))
 print(f"worker {resolver.task_id} variable on {total.device} = {float(total.numpy())}", flush=True)
 with open(f"/workspace/outputs/ps-worker-{resolver.task_id}.json", "w") as fh:
     json.dump({"device": total.device, "value": float(total.numpy())}, fh)
-# A worker whose eager context is torn down while another still registers functions on the
-# parameter server can make the server crash (SIGSEGV, seen under load): every worker waits
-# until all are done, then leaves without the teardown.
+# Likewise a worker's eager context torn down while another still uses the server: every
+# worker waits until all are done, then leaves without the teardown.
 open(f"/workspace/outputs/done-{resolver.task_id}", "w").close()
 while not all(os.path.exists(f"/workspace/outputs/done-{i}") for i in range(len(cluster["worker"]))):
     time.sleep(0.05)
