@@ -10,12 +10,14 @@ Starts CMD ``S`` times (seed 000: the boot file runs once per card), process ``k
 and, prefixed with ``[rank r]``, to the node log.
 
 The rank table arrives (as a plan file) with ``status`` ``initializing``.  The launcher
-listens on ``--listen`` and connects to every peer node's launcher; once all of them answered,
-it replaces the table with ``status`` ``completed`` (in place when its folder is writable,
-otherwise in a private copy that ``RANK_TABLE_FILE`` then points at).  The boot files are
-started before that, as on the platform, so they must wait for the status themselves
-(:func:`ma_jupyter.nodeside.rank_table.wait_completed`).  The listener stays open while the
-node's processes run, so a peer that starts later still finds it.
+listens on ``--listen``, connects to every peer node's launcher and says who it is (its first
+rank).  Once it has reached every peer *and* every peer has reached it, it replaces the table
+with ``status`` ``completed`` (in place when its folder is writable, otherwise in a private copy
+that ``RANK_TABLE_FILE`` then points at).  Both halves matter: a node that completed on reaching
+its peers alone could finish and close its listener before a slower peer ever reached it, and
+that peer would wait for the table forever.  The boot files are started before that, as on the
+platform, so they must wait for the status themselves
+(:func:`ma_jupyter.nodeside.rank_table.wait_completed`).
 
 Exit status: 0 when every process succeeded; otherwise the first failing process's code (128 +
 signal number if it was killed), after the other processes were stopped; that rank and code go
@@ -79,12 +81,19 @@ def rank_env(
 
 
 class Barrier:
-    """Listens for peers and flips the rank table to ``completed`` once every peer answered."""
+    """Flips the rank table to ``completed`` once this node and every peer have reached each other.
 
-    def __init__(self, listen: str, peers: list[str], table_dir: Path, timeout: float):
+    Each connection to a peer carries this node's identity (its first rank) on one line; the
+    identities heard on the listener tell which peers have reached this node.
+    """
+
+    def __init__(self, listen: str, peers: list[str], table_dir: Path, timeout: float, identity: str):
         self.peers = peers
         self.table_dir = table_dir
         self.timeout = timeout
+        self.identity = identity
+        self.heard: set[str] = set()
+        self.heard_changed = threading.Condition()
         self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.server.bind(_endpoint(listen))
@@ -101,25 +110,47 @@ class Barrier:
                 conn, _ = self.server.accept()
             except OSError:
                 return
-            conn.close()
+            threading.Thread(target=self._hear, args=(conn,), daemon=True).start()
 
-    def _wait_peers(self) -> None:
-        deadline = time.monotonic() + self.timeout
+    def _hear(self, conn: socket.socket) -> None:
+        # the peer may already have closed: what it sent stays readable
+        with conn:
+            conn.settimeout(10.0)
+            try:
+                identity = conn.recv(64).decode("ascii", "replace").strip()
+            except OSError:
+                return
+        if identity:
+            with self.heard_changed:
+                self.heard.add(identity)
+                self.heard_changed.notify_all()
+
+    def _reach(self, deadline: float) -> list[str]:
+        """Say who we are to every peer; the peers not reached by ``deadline``."""
         pending = list(self.peers)
         while pending and time.monotonic() < deadline:
             for peer in list(pending):
                 try:
-                    with socket.create_connection(_endpoint(peer), timeout=1.0):
-                        pending.remove(peer)
+                    with socket.create_connection(_endpoint(peer), timeout=1.0) as conn:
+                        conn.sendall(f"{self.identity}\n".encode("ascii"))
+                    pending.remove(peer)
                 except OSError:
                     pass
             if pending:
                 time.sleep(0.1)
-        if pending:
-            print(
-                f"[ascend_launch] peers {', '.join(pending)} never came up; rank table stays initializing",
-                flush=True,
+        return pending
+
+    def _wait_peers(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        pending = self._reach(deadline)
+        with self.heard_changed:
+            self.heard_changed.wait_for(
+                lambda: len(self.heard) >= len(self.peers), timeout=max(0.0, deadline - time.monotonic())
             )
+            unheard = len(self.peers) - len(self.heard)
+        if pending or unheard > 0:
+            missing = ", ".join(pending) if pending else f"{unheard} peer(s) that never reached this node"
+            print(f"[ascend_launch] peers {missing} never came up; rank table stays initializing", flush=True)
             return
         path = self.table_dir / rank_table.FILE_NAME
         table = rank_table.read(path)
@@ -171,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     peers = [p for p in options.get("peers", "").split(",") if p]
     table_dir = writable_table_dir(Path(os.environ.get("RANK_TABLE_FILE", "/user/config")))
-    barrier = Barrier(listen, peers, table_dir, float(options.get("barrier-timeout", "300")))
+    barrier = Barrier(listen, peers, table_dir, float(options.get("barrier-timeout", "300")), str(first_rank))
     barrier.start()
 
     command = resolve(command)

@@ -56,3 +56,36 @@ def job_processes(job_id: str) -> list[int]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+# The parameter-server / worker script both backends run (tests/modes and tests/ray).
+PS_WORKER = """
+import json, os, time
+import tensorflow as tf
+
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+cluster = resolver.cluster_spec().as_dict()
+if resolver.task_type == "ps":
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name="ps", task_index=resolver.task_id, protocol="grpc")
+    print("ps serving", flush=True)
+    server.join()  # never returns: the platform stops parameter servers
+# The parameter server's eager service can crash (SIGSEGV, seen under load) when two workers
+# create their contexts on it at once: each worker connects once the one before it is done.
+while resolver.task_id and not os.path.exists(f"/workspace/outputs/done-{resolver.task_id - 1}"):
+    time.sleep(0.05)
+# this worker serves as itself and sees only the parameter servers
+own = tf.train.ClusterSpec({"ps": cluster["ps"], "worker": {resolver.task_id: cluster["worker"][resolver.task_id]}})
+tf.config.experimental_connect_to_cluster(own, job_name="worker", task_index=resolver.task_id)
+with tf.device("/job:ps/task:0"):
+    total = tf.Variable(0.0)
+total.assign_add(float(resolver.task_id + 1))
+print(f"worker {resolver.task_id} variable on {total.device} = {float(total.numpy())}", flush=True)
+with open(f"/workspace/outputs/ps-worker-{resolver.task_id}.json", "w") as fh:
+    json.dump({"device": total.device, "value": float(total.numpy())}, fh)
+# Likewise a worker's eager context torn down while another still uses the server: every
+# worker waits until all are done, then leaves without the teardown.
+open(f"/workspace/outputs/done-{resolver.task_id}", "w").close()
+while not all(os.path.exists(f"/workspace/outputs/done-{i}") for i in range(len(cluster["worker"]))):
+    time.sleep(0.05)
+os._exit(0)
+"""

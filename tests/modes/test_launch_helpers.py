@@ -321,7 +321,7 @@ import json, os, sys, time
 from ma_jupyter.nodeside import rank_table
 if os.environ.get("FAIL_RANK") == os.environ["RANK_ID"]:
     sys.exit(4)
-table = rank_table.wait_completed(os.environ["RANK_TABLE_FILE"], timeout=30)
+table = rank_table.wait_completed(os.environ["RANK_TABLE_FILE"], timeout=float(os.environ.get("TABLE_WAIT", "30")))
 names = ("ASCEND_DEVICE_ID", "DEVICE_ID", "RANK_ID", "RANK_SIZE")
 print(json.dumps({k: os.environ[k] for k in names}), table["status"])
 """
@@ -335,7 +335,9 @@ def _table_dir(tmp_path: Path, name: str) -> Path:
     return folder
 
 
-def _launch(tmp_path: Path, node: str, listen: int, peer: int, first_rank: int, **env) -> subprocess.Popen:
+def _launch(
+    tmp_path: Path, node: str, listen: int, peer: int, first_rank: int, *options: str, **env
+) -> subprocess.Popen:
     boot = tmp_path / "boot.py"
     boot.write_text(BOOT)
     logs = tmp_path / f"logs-{node}"
@@ -349,12 +351,14 @@ def _launch(tmp_path: Path, node: str, listen: int, peer: int, first_rank: int, 
             "--rank-size=4",
             f"--listen=127.0.0.1:{listen}",
             f"--peers=127.0.0.1:{peer}",
+            *options,
             "--",
             "python",
             str(boot),
         ],
         env=_env(RANK_TABLE_FILE=str(_table_dir(tmp_path, node)), MA_RANK_LOG_DIR=str(logs), **env),
         stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # the launcher's own errors (its barrier thread's) show in a failure
     )
 
 
@@ -365,7 +369,8 @@ def test_ascend_launcher_runs_the_boot_file_once_per_card_and_completes_the_tabl
     node_b = _launch(tmp_path, "b", port_b, port_a, 2)
     out_a, _ = node_a.communicate(timeout=60)
     out_b, _ = node_b.communicate(timeout=60)
-    assert node_a.returncode == 0 and node_b.returncode == 0, out_a + out_b
+    # decoded: a failure shows each rank's traceback line by line
+    assert node_a.returncode == 0 and node_b.returncode == 0, (out_a + out_b).decode(errors="replace")
     for node, ranks in (("b", (2, 3)), ("a", (0, 1))):
         for local, rank in enumerate(ranks):
             line = (tmp_path / f"logs-{node}" / f"rank-{rank}.log").read_text().strip()
@@ -380,6 +385,26 @@ def test_ascend_launcher_runs_the_boot_file_once_per_card_and_completes_the_tabl
             assert status == "completed"
         assert json.loads((tmp_path / node / rank_table.FILE_NAME).read_text())["status"] == "completed"
     assert "[rank 1] " in out_a.decode() and "[rank 3] " in out_b.decode()
+
+
+def test_a_node_completes_its_table_only_once_every_peer_has_reached_it(tmp_path):
+    # The peer here only listens: it hears the node but never connects back.  Completing on
+    # "reached every peer" alone would let this node finish and close its listener while the
+    # peer still waited to reach it (seen: the peer's boot files waited for the table forever).
+    with socket.socket() as peer:
+        peer.bind(("127.0.0.1", 0))
+        peer.listen(1)
+        node = _launch(
+            tmp_path, "b", _free_port(), peer.getsockname()[1], 2, "--barrier-timeout=2", TABLE_WAIT="4"
+        )
+        conn, _ = peer.accept()
+        with conn:
+            conn.settimeout(10)
+            assert conn.recv(64) == b"2\n"  # the node says who it is: its first rank
+        out, _ = node.communicate(timeout=60)
+    assert node.returncode == 1, out.decode(errors="replace")
+    assert "1 peer(s) that never reached this node never came up" in out.decode()
+    assert json.loads((tmp_path / "b" / rank_table.FILE_NAME).read_text())["status"] == "initializing"
 
 
 def test_ascend_launcher_fails_with_the_failing_ranks_code(tmp_path):

@@ -20,7 +20,7 @@ import requests
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
 from tests.helpers import wait_for, writable_dir
-from tests.modes.real import events_text, job_processes, node_logs
+from tests.modes.real import PS_WORKER, events_text, job_processes, node_logs
 
 pytestmark = [pytest.mark.ray]
 
@@ -52,26 +52,6 @@ if dist.get_rank() == 1:
     print("rank 1 gives up", flush=True)
     sys.exit(3)
 time.sleep(600)  # only the failure of rank 1 can end this job quickly
-"""
-
-PS_WORKER = """
-import json
-import tensorflow as tf
-
-resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-cluster = resolver.cluster_spec().as_dict()
-if resolver.task_type == "ps":
-    server = tf.distribute.Server(resolver.cluster_spec(), job_name="ps", task_index=resolver.task_id, protocol="grpc")
-    print("ps serving", flush=True)
-    server.join()  # never returns: the platform stops parameter servers
-own = tf.train.ClusterSpec({"ps": cluster["ps"], "worker": {resolver.task_id: cluster["worker"][resolver.task_id]}})
-tf.config.experimental_connect_to_cluster(own, job_name="worker", task_index=resolver.task_id)
-with tf.device("/job:ps/task:0"):
-    total = tf.Variable(0.0)
-total.assign_add(float(resolver.task_id + 1))
-print(f"worker {resolver.task_id} variable on {total.device}", flush=True)
-with open(f"/workspace/outputs/ps-worker-{resolver.task_id}.json", "w") as fh:
-    json.dump({"device": total.device}, fh)
 """
 
 
