@@ -15,13 +15,14 @@ and an exit-code file the node's runner writes), never from in-memory child hand
 
 from __future__ import annotations
 
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import InvalidSpec
+from ..errors import Conflict, InvalidSpec
 from ..jobdir import JobDir
 from ..models import CacheInfo, Job, JobSpec, LogStream, Node, NodeLaunch, NodeRun
 from ..modes.base import NodePlan, Placement, RemoteShell
@@ -106,6 +107,8 @@ class Backend(ABC):
     10. :meth:`heartbeat` and :meth:`usage` are cheap, never block on a job's files or
         processes, and answer None for what the backend does not know (the node is then judged
         by :meth:`poll` only, and keeps no resource samples).
+    11. :meth:`open_shell` reaches a shell *inside* the node's own sandbox (its mounts, account
+        and environment), never one in the host's view; a backend that cannot refuses it.
 
     (``docs/architecture.md`` states the same contract at more length, numbered its own way.)
     """
@@ -258,6 +261,23 @@ class Backend(ABC):
         """
         del job_id, runs
         return None
+
+    def open_shell(
+        self, job: Job, node: str, rows: int, cols: int, command: list[str] | None = None
+    ) -> socket.socket:
+        """A connection to the debug terminal of ``node`` of the running ``job`` (submitted with
+        ``debug_terminal``), speaking the shell agent's frames (``backends.local.shell_agent``,
+        its request already sent): an interactive shell, or ``command`` on the terminal.
+
+        Raises:
+            Conflict: the backend offers no debug terminal (the default), or the node's is not
+                up (not started yet, or ended); the message says what to do.
+        """
+        del job, node, rows, cols, command
+        raise Conflict(
+            f"the {self.name} backend offers no debug terminal: run the job on the local backend "
+            "(ma-jupyter service start --backend local)"
+        )
 
     def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
         """The persistent cache of ``user`` (``every_user``: of every user) that the backend keeps

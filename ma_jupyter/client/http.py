@@ -53,6 +53,7 @@ from ..models import (
 )
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .service import read_runtime, start_service, stop_service_process
+from .shell import ShellSession, open_session
 from .snapshot import names_local_file, ship_working_folder
 from .spec import host_path, spec_body
 
@@ -517,6 +518,36 @@ class Client:
     def stop(self, job_id: str) -> Job:
         """Ask the service to stop the job (SIGTERM, then SIGKILL after its grace period)."""
         return Job.model_validate(self._request("POST", f"/jobs/{_segment(job_id)}/stop"))
+
+    def shell(
+        self,
+        job_id: str,
+        node: str | None = None,
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        command: Sequence[str] | None = None,
+    ) -> ShellSession:
+        """Open the debug terminal of a node of a running job submitted with ``debug_terminal``:
+        an interactive shell inside the node's sandbox, or ``command`` run on that terminal.
+
+        Args:
+            node: the node (default: the job's first).
+
+        The service's refusals (no debug terminal, job not running, another user's job) come
+        from the session's first :meth:`ShellSession.receive`.
+        """
+        import json
+        from urllib.parse import urlencode
+
+        self.connect()
+        query = {"rows": rows, "cols": cols}
+        if node:
+            query["node"] = node
+        if command:
+            query["command"] = json.dumps(list(command))
+        url = f"{self._url}{API_PREFIX}/jobs/{_segment(job_id)}/shell?{urlencode(query)}"
+        return open_session(url, self.auth_headers(), self.timeout)
 
     def delete(self, job_id: str, force: bool = False) -> None:
         """Delete a finished job and its files.

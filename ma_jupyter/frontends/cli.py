@@ -2,7 +2,7 @@
 
 Commands: ``service start|stop|status``, ``submit [options] -- COMMAND...``, ``clone JOB
 [options]``, ``jobs``, ``get``, ``logs``, ``events``, ``wait``, ``stop``, ``delete``, ``update``,
-``devenv``, ``export``, ``algorithms``, ``specs``, ``nodes``, ``cluster``, ``tensorboard``, ``cache``, ``data list|rm``, ``whoami``, ``users
+``devenv``, ``export``, ``algorithms``, ``specs``, ``nodes``, ``cluster``, ``tensorboard``, ``shell JOB [--node N] [-- CMD]``, ``cache``, ``data list|rm``, ``whoami``, ``users
 list|add|remove|token``.  A JOB argument is a job id or the exact name of a single job.
 
 ``export JOB --format k8s`` prints what the job would be on a Kubernetes cluster (YAML for
@@ -15,13 +15,15 @@ is in the service's runtime file).
 Exit codes: 0 success; ``wait`` and ``submit --wait`` exit 1 unless the job succeeded; a user
 error prints one line ``error: <message>`` to stderr and exits 2; an interrupt exits 130.
 ``delete A B C`` deletes each job it can, says on stderr why any other was not (one line per
-job, then ``error: N of M jobs not deleted``) and then exits 2.
+job, then ``error: N of M jobs not deleted``) and then exits 2.  ``shell`` exits with the
+status of the node's shell (or of its command), as ``ssh`` does.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -153,6 +155,18 @@ def build_cli() -> options.OptionsParser:
         "export", "print what the job would be on another platform (Kubernetes)", json_flag=False
     )
     _export_options(exported, dry_run=False)
+    shell = job_command(
+        "shell",
+        "open a terminal inside a running node's sandbox (jobs submitted with --debug-terminal)",
+        json_flag=False,
+    )
+    shell.add_argument("--node", help="node (worker-0, ps-0...); default the job's first")
+    shell.add_argument(
+        "command",
+        nargs="*",
+        metavar="-- CMD",
+        help="run this command on the node's terminal instead of a shell: ma-jupyter shell JOB -- ls /workspace",
+    )
     tensorboard = job_command("tensorboard", "open the job's TensorBoard (prints its URL)", json_flag=False)
     tensorboard.add_argument("--stop", action="store_true", help="stop it instead")
 
@@ -538,6 +552,20 @@ def _stop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _shell(args: argparse.Namespace) -> int:
+    from ..client.shell import interact
+
+    handle = resolve_job(Client(), args.job)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    try:
+        size = os.get_terminal_size(sys.stdin.fileno())
+        rows, cols = size.lines, size.columns
+    except OSError:
+        rows, cols = 24, 80
+    # the shell's exit status is the command's, as with ssh or docker exec
+    return interact(handle.client.shell(handle.id, args.node, rows=rows, cols=cols, command=command or None))
+
+
 def _delete(args: argparse.Namespace) -> int:
     client = Client()
     refs = list(dict.fromkeys(args.jobs))  # a job named twice is deleted once
@@ -791,6 +819,7 @@ _COMMANDS = {
     "devenv": _devenv,
     "export": _export,
     "tensorboard": _tensorboard,
+    "shell": _shell,
     "algorithms": _algorithms,
     "specs": _specs,
     "nodes": _nodes,

@@ -72,11 +72,13 @@ class Op(str, Enum):
     priority = "priority"
     stop = "stop"
     delete = "delete"
+    shell = "shell"
 
 
-#: what others may do, by the job's others' access
+#: what others may do, by the job's others' access; a debug terminal never (it runs as the job's
+#: account, with its secret variables in reach): the owner's or an admin's alone
 OTHERS: dict[Access, frozenset[Op]] = {
-    Access.rw: frozenset(Op),
+    Access.rw: frozenset(Op) - {Op.shell},
     Access.ro: frozenset({Op.view, Op.tensorboard}),
     Access.none: frozenset(),
 }
@@ -88,6 +90,7 @@ _VERBS = {
     Op.priority: "change the priority of",
     Op.stop: "stop",
     Op.delete: "delete",
+    Op.shell: "open a debug terminal on",
 }
 
 

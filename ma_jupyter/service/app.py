@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
+from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
@@ -75,7 +75,7 @@ from ..models import (
     parse_duration,
     parse_spec,
 )
-from . import access, algorithms, logs
+from . import access, algorithms, logs, shell
 from . import cluster as cluster_view
 from .access import Op
 from .guard import MAX_BODY, GuardMiddleware
@@ -449,6 +449,56 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     def stop_job(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Job:
         access.check(store.get(job_id), user, Op.stop)
         return supervisor.request_stop(job_id, by=user.name)
+
+    @app.websocket(f"{api}/jobs/{{job_id}}/shell")
+    async def job_shell(
+        websocket: WebSocket,
+        job_id: str = JobId,
+        node: str | None = Query(default=None, max_length=MAX_ID),
+        rows: int = Query(default=24, ge=1, le=1000),
+        cols: int = Query(default=80, ge=1, le=1000),
+        command: str | None = Query(default=None, max_length=MAX_TEXT),
+    ) -> None:
+        """The debug terminal of one node (shell.py's protocol)."""
+
+        def open_agent():
+            user = users.authenticate(
+                websocket.headers.get("authorization", ""), websocket.headers.get(FORWARDED_USER_HEADER)
+            )
+            job = access.check(store.get(job_id), user, Op.shell)
+            try:
+                argv = shell.parse_argv(command)
+            except ValueError as exc:
+                raise InvalidSpec(str(exc), field="command") from None
+            names = [n.name for n in job.nodes]
+            target = node or (names[0] if names else "worker-0")
+            if not job.spec.debug_terminal:
+                raise Conflict(
+                    f"job {job_id} has no debug terminal: submit it with --debug-terminal "
+                    "(debug_terminal=True), or clone it with that option"
+                )
+            if job.status is not JobStatus.running:
+                raise Conflict(
+                    f"job {job_id} is {job.status.value}: a debug terminal is open while the job runs"
+                )
+            if target not in names:
+                raise NotFound(
+                    f"job {job_id} has no node {target!r}; its nodes: {', '.join(names)}", field="node"
+                )
+            conn = supervisor.backend.open_shell(job, target, rows, cols, argv)
+            what = "a command" if argv else "a debug terminal"
+            store.add_event(
+                Event(
+                    job_id=job_id,
+                    status=job.status,
+                    reason=f"{what} opened on {target}",
+                    node=target,
+                    by=user.name,
+                )
+            )
+            return conn
+
+        await shell.serve(websocket, lambda: run_in_threadpool(open_agent))
 
     @app.delete(f"{api}/jobs/{{job_id}}", status_code=204)
     async def delete_job(

@@ -95,3 +95,104 @@ def test_no_debug_terminal_without_a_sandbox(ma_home, ma_root_jobs):
     spec = json.loads(attempt.jobdir.node("worker-0").runner_spec.read_text())
     assert spec["shell_agent"] is None
     assert "debug terminal ready" not in log_of(attempt)
+
+
+# ------------------------------------------------------- through the service: /jobs/{id}/shell
+
+WAITS_FOR_A_SHELL = (
+    "import time; open('left-by-job.txt', 'w').write('x'); print('job running', flush=True); time.sleep(600)"
+)
+
+
+def _running_debug_job(client, **fields):
+    handle = client.submit(
+        name="dbg",
+        command=f'{sys.executable} -c "{WAITS_FOR_A_SHELL}"',
+        debug_terminal=True,
+        grace_period=1,
+        **fields,
+    )
+    wait_for(
+        lambda: (
+            "job running" in client.read_log(handle.id).data
+            and "debug terminal ready" in client.read_log(handle.id).data
+        ),
+        timeout=120,
+    )
+    return handle
+
+
+def test_a_command_runs_on_the_nodes_terminal_and_the_opening_is_an_event(ma_service):
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    handle = _running_debug_job(client)
+    session = client.shell(handle.id, command=["sh", "-c", "echo IN-$MA_JOB_ID; ls; id -u; exit 3"])
+    out, code = run_command(session, timeout=60)
+    assert code == 3, out
+    assert f"IN-{handle.id}" in out  # the node's own environment
+    assert "left-by-job.txt" in out  # its working directory, with what the job wrote
+    if os.geteuid() == 0:  # root's jobs run as the job account: so does the terminal
+        assert "\n0\n" not in f"\n{out}"
+    opened = [e for e in client.events(handle.id) if "opened on worker-0" in e.reason]
+    assert opened and opened[0].by == "root" if os.geteuid() == 0 else opened, client.events(handle.id)
+
+
+def test_cli_shell_is_a_real_terminal_that_follows_resizes(ma_service):
+    from ma_jupyter.client import Client
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    handle = _running_debug_job(client)
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "ma_jupyter.frontends.cli", "shell", handle.id],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MA_JUPYTER_HOME": str(ma_service.home)},
+        timeout=120,
+        dimensions=(30, 100),
+    )
+    try:
+        child.expect(r"[#$] ")  # the prompt of a shell that reads a terminal
+        child.sendline("stty size; tty; echo END-$((2+3))")
+        child.expect("END-5")  # typed as END-$((2+3)): never matches the echoed command line
+        first = child.before.decode(errors="replace")
+        child.setwinsize(40, 120)  # the CLI gets SIGWINCH and passes the new size on
+        wait_for(lambda: _size_seen(child, "40 120"), timeout=60)
+        child.sendline("exit 4")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert "30 100" in first, first
+    assert "/dev/pts/" in first  # a real PTY inside the sandbox
+    assert child.exitstatus == 4  # the shell's exit status is the CLI's
+
+
+def _size_seen(child, size: str) -> bool:
+    child.sendline("echo SIZE-$(stty size | tr ' ' x)-END")
+    child.expect(r"SIZE-(\d+x\d+)-END")
+    return child.match.group(1).decode() == size.replace(" ", "x")
+
+
+def test_the_terminal_is_refused_clearly(ma_service):
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+    from ma_jupyter.errors import Conflict, Forbidden, NotFound
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    bob = Client(url=ma_service.url, token=ma_service.user_token("bob"), timeout=30)
+    handle = _running_debug_job(client, access="rw")  # others may stop it, never open its shell
+    with pytest.raises(Forbidden, match="ask its owner to open a debug terminal on it"):
+        run_command(bob.shell(handle.id, command=["true"]), timeout=60)
+    with pytest.raises(NotFound, match="no node 'worker-9'"):
+        run_command(client.shell(handle.id, "worker-9"), timeout=60)
+    plain = client.submit(
+        name="plain", command=f'{sys.executable} -c "import time; time.sleep(600)"', grace_period=1
+    )
+    wait_for(lambda: plain.status.value == "running", timeout=120)
+    with pytest.raises(Conflict, match="--debug-terminal"):
+        run_command(client.shell(plain.id), timeout=60)
+    handle.stop()
+    handle.wait(timeout=120)
+    with pytest.raises(Conflict, match="a debug terminal is open while the job runs"):
+        run_command(client.shell(handle.id), timeout=60)
+    assert not [e for e in client.events(handle.id) if e.by == "bob"]  # a refusal changes nothing

@@ -34,12 +34,12 @@ import psutil
 import ma_jupyter
 
 from ... import config
-from ...errors import BackendUnavailable, InvalidSpec, RefusedFile
+from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, NodeUsage
-from . import caches, noderun
+from . import caches, noderun, shell_agent
 from . import logs as job_logs
 from . import sandbox as workspace
 from .code import python_sources
@@ -490,6 +490,33 @@ class LocalBackend(Backend):
             if used is not None:
                 found.append(NodeUsage(run.name, used[0], used[1]))
         return found
+
+    def open_shell(
+        self, job: Job, node: str, rows: int, cols: int, command: list[str] | None = None
+    ) -> socket.socket:
+        """The node's shell agent (:func:`.shell_agent.connect`), found by the job's id and
+        reached with the attempt's secret kept in the node's runner spec."""
+        jd = config.jobdir(job.id)
+        try:
+            relative = jd.node(node).runner_spec.relative_to(jd.root)
+            spec = json.loads(read_small(jd.root, str(relative), limit=16 << 20))
+            secret = str((spec.get("job_env") or spec.get("env") or {}).get(JOB_SECRET_ENV, ""))
+        except (OSError, ValueError, RefusedFile, AttributeError):
+            raise Conflict(
+                f"node {node} of job {job.id} has not started yet: try again in a moment"
+            ) from None
+        if not spec.get("shell_agent"):
+            raise Conflict(
+                f"node {node} of job {job.id} runs without a sandbox, and a debug terminal never opens "
+                "in the host's own view: install bubblewrap (apt-get install bubblewrap)"
+            )
+        try:
+            return shell_agent.connect(job.id, node, secret, rows, cols, command)
+        except OSError:
+            raise Conflict(
+                f"the debug terminal of node {node} of job {job.id} is not up: the node is starting "
+                "(try again in a moment) or has ended"
+            ) from None
 
     def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
         """The size of ``user``'s cache (``every_user``: of every user's), see :mod:`.caches`."""

@@ -8,9 +8,12 @@ shell is therefore found in the sandbox's own view of the filesystem, never the 
 
 Wire protocol (rules, in order):
 
-1. The client sends one JSON line ``{"secret": S, "rows": R, "cols": C}``.  ``S`` must equal the
-   attempt's secret (``$MA_JOB_SECRET``, backends.base) and the peer's uid (``SO_PEERCRED``) must
-   be the agent's own; otherwise the agent sends an ``EXIT`` frame with ``255`` and closes.
+1. The client sends one JSON line ``{"secret": S, "rows": R, "cols": C}``, optionally with
+   ``"command": [argv...]``.  ``S`` must equal the attempt's secret (``$MA_JOB_SECRET``,
+   backends.base) and the peer's uid (``SO_PEERCRED``) must be the agent's own or root's (the
+   service, which may run the node as another account); otherwise the agent sends an ``EXIT``
+   frame with ``255`` and closes.  Without ``command`` the PTY runs an interactive shell,
+   with it that argv (looked up on the sandbox's ``PATH``), as the shell would.
 2. Then both sides exchange frames ``!BI`` (channel, length) + payload: ``DATA`` (1) carries PTY
    bytes in both directions; ``RESIZE`` (4, client to agent) carries JSON ``{"rows", "cols"}``;
    ``EXIT`` (3, agent to client) carries the shell's exit status as ASCII and is the last frame.
@@ -18,7 +21,9 @@ Wire protocol (rules, in order):
    SIGKILL): no shell outlives its terminal.
 
 ``python -m ma_jupyter.backends.local.shell_agent --attach --job JOB --node NODE`` (secret in
-``$MA_JOB_SECRET``) connects the calling terminal to such a shell (``attach``).
+``$MA_JOB_SECRET``) connects the calling terminal to such a shell (``attach``); the service
+opens its connections with :func:`connect` (the ``/jobs/{id}/shell`` route bridges them to a
+WebSocket).
 
 ``find_shell`` picks the shell: ``$SHELL`` if it is an executable file in this view, else the
 first of ``/bin/bash``, ``/usr/bin/bash``, ``/bin/sh``, ``/usr/bin/sh``.
@@ -124,7 +129,7 @@ class Server:
     def _allowed(self, conn: socket.socket, given: str) -> bool:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _pid, uid, _gid = struct.unpack("3i", creds)
-        if uid != os.getuid() or not self.secret:
+        if uid not in (os.getuid(), 0) or not self.secret:
             return False
         return hmac.compare_digest(given.encode(), self.secret.encode())
 
@@ -141,6 +146,11 @@ class Server:
                 request = json.loads(line)
                 given = str(request.get("secret", ""))
                 rows, cols = int(request.get("rows", 24)), int(request.get("cols", 80))
+                command = request.get("command") or None
+                if command is not None and not (
+                    isinstance(command, list) and all(isinstance(a, str) and "\0" not in a for a in command)
+                ):
+                    return
             except (ValueError, OSError, AttributeError):
                 return
             if not self._allowed(conn, given):
@@ -148,7 +158,7 @@ class Server:
                 send_frame(conn, EXIT, b"255", lock)
                 return
             try:
-                shell = find_shell()
+                argv = command or [find_shell()]
             except FileNotFoundError as exc:
                 send_frame(conn, DATA, f"shell_agent: {exc}\r\n".encode(), lock)
                 send_frame(conn, EXIT, b"127", lock)
@@ -157,7 +167,9 @@ class Server:
             pid, master = pty.fork()
             if pid == 0:  # the child: a session leader whose controlling terminal is the PTY
                 try:
-                    os.execv(shell, [shell])
+                    os.execvp(argv[0], argv)
+                except OSError as exc:
+                    os.write(2, f"{argv[0]}: {exc.strerror}\r\n".encode())
                 finally:
                     os._exit(127)
             with self.lock:
@@ -239,6 +251,27 @@ def serve(job_id: str, node: str) -> int:
     return 0
 
 
+def connect(
+    job_id: str, node: str, secret: str, rows: int, cols: int, command: list[str] | None = None
+) -> socket.socket:
+    """A connection to one node's shell agent, its request sent (rule 1); frames follow.
+
+    Raises:
+        OSError: no agent listens for that node (the node does not run, or has no debug terminal).
+    """
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(socket_name(job_id, node))
+        request = {"secret": secret, "rows": rows, "cols": cols}
+        if command:
+            request["command"] = command
+        conn.sendall(json.dumps(request).encode() + b"\n")
+    except OSError:
+        conn.close()
+        raise
+    return conn
+
+
 def attach(job_id: str, node: str, secret: str) -> int:
     """Connect this process's terminal to a node's shell; return the shell's exit status.
 
@@ -248,16 +281,14 @@ def attach(job_id: str, node: str, secret: str) -> int:
     import select
     import tty
 
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(socket_name(job_id, node))
-    except OSError as exc:
-        print(f"ma-jupyter shell: no debug terminal on {node} of {job_id}: {exc}", file=sys.stderr)
-        return 255
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     is_tty = os.isatty(stdin)
     cols, rows = os.get_terminal_size(stdin) if is_tty else (80, 24)
-    conn.sendall(json.dumps({"secret": secret, "rows": rows, "cols": cols}).encode() + b"\n")
+    try:
+        conn = connect(job_id, node, secret, rows, cols)
+    except OSError as exc:
+        print(f"ma-jupyter shell: no debug terminal on {node} of {job_id}: {exc}", file=sys.stderr)
+        return 255
     lock = threading.Lock()
 
     def resized(_signum, _frame):
