@@ -19,6 +19,7 @@ LINE_MAGICS = [
     "ma_specs",
     "ma_cluster",
     "ma_tensorboard",
+    "ma_shell",
     "ma_attach",
 ]
 

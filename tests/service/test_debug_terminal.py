@@ -196,3 +196,22 @@ def test_the_terminal_is_refused_clearly(ma_service):
     with pytest.raises(Conflict, match="a debug terminal is open while the job runs"):
         run_command(client.shell(handle.id), timeout=60)
     assert not [e for e in client.events(handle.id) if e.by == "bob"]  # a refusal changes nothing
+
+
+def test_ma_shell_runs_a_command_or_offers_the_terminal(ma_shell):
+    from ma_jupyter.frontends.notebook import session
+    from ma_jupyter.frontends.notebook.magics import SHELL_MIME
+    from tests.magic_shell import Run
+
+    client = session.get_client()
+    handle = _running_debug_job(client)
+    run = Run(ma_shell, f"%ma_shell {handle.id} -- sh -c 'ls; echo FROM-$MA_JOB_ID; exit 2'")
+    assert run.error is None, run.stderr
+    assert "left-by-job.txt" in run.stdout and f"FROM-{handle.id}" in run.stdout
+    assert "[exit status 2]" in run.stdout
+    run = Run(ma_shell, f"%ma_shell {handle.id}")
+    assert run.error is None, run.stderr
+    offered = [o.data for o in run.outputs if SHELL_MIME in o.data]
+    assert offered and offered[0][SHELL_MIME] == {"job": handle.id, "node": "worker-0"}
+    assert f"ma-jupyter shell {handle.id} --node worker-0" in offered[0]["text/plain"]
+    handle.stop()

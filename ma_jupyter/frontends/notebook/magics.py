@@ -5,7 +5,7 @@ copy of ``--code-dir`` when given), submits the job with the options of ``ma-jup
 (one parser: :mod:`ma_jupyter.frontends.options`), follows its logs live in the cell and returns a
 :class:`~ma_jupyter.client.JobHandle`.  The line magics ``%ma_jobs``, ``%ma_logs``,
 ``%ma_events``, ``%ma_top``, ``%ma_stop``, ``%ma_delete``, ``%ma_update``, ``%ma_clone``, ``%ma_devenv``, ``%ma_algorithms``, ``%ma_specs``, ``%ma_cluster``,
-``%ma_tensorboard`` and ``%ma_attach`` each take ``--help``.
+``%ma_tensorboard``, ``%ma_shell`` and ``%ma_attach`` each take ``--help``.
 
 Bad arguments become one ``UsageError`` line, and the typed errors of :mod:`ma_jupyter.errors`
 print as one line too (a custom exception handler registered by :func:`register`), while the
@@ -37,6 +37,9 @@ from .snapshot import default_name, snapshot_algorithm
 
 if TYPE_CHECKING:
     from ...client import Client, JobHandle
+
+#: the output JupyterLab's extension turns into a button opening the node's terminal in a tab
+SHELL_MIME = "application/vnd.ma-jupyter.shell+json"
 
 
 # ------------------------------------------------------------------------------ arguments
@@ -524,6 +527,44 @@ class MaJupyterMagics(Magics):
             display(render.table_bundle([h.lower() for h in usage.HEADERS], usage.rows(used)), raw=True)
         if usage.note(used):
             print(usage.note(used))
+        return None
+
+    @line_magic
+    def ma_shell(self, line: str):
+        """A terminal inside a running node's sandbox (jobs submitted with ``--debug-terminal``).
+
+        ``%ma_shell JOB [--node N] -- CMD ...`` runs CMD on the node's terminal and prints what
+        it printed (and its exit status unless 0); ``%ma_shell JOB [--node N]`` offers the
+        interactive shell: JupyterLab shows a button that opens it in a terminal tab, elsewhere
+        the line to run in a terminal.
+        """
+        parser = _job_parser("%ma_shell", "Open a terminal inside a running node's sandbox.")
+        parser.add_argument("--node", help="node (worker-0, ps-0...); default the job's first")
+        parser.add_argument("command", nargs="*", help="after --: a command to run there")
+        args = _parse(parser, line)
+        if args is None:
+            return None
+        client = get_client()
+        handle = resolve_job(client, args.job)
+        node = args.node or (handle.info.nodes[0].name if handle.info.nodes else "worker-0")
+        if args.command:
+            from ...client.shell import run_command
+
+            out, code = run_command(client.shell(handle.id, node, command=args.command), timeout=None)
+            print(out, end="" if out.endswith("\n") or not out else "\n")
+            if code:
+                print(f"[exit status {code}]")
+            return None
+        from IPython.display import display
+
+        command = f"ma-jupyter shell {shlex.quote(handle.id)} --node {shlex.quote(node)}"
+        display(
+            {
+                SHELL_MIME: {"job": handle.id, "node": node},
+                "text/plain": f"debug terminal of {node}: run `{command}` in a terminal",
+            },
+            raw=True,
+        )
         return None
 
     @line_magic
