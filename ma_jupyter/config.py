@@ -155,6 +155,9 @@ class Limits:
     heartbeat_timeout: float = 10.0
     # seconds an elastic job runs on fewer nodes than asked before it may scale up again
     elastic_scale_up_interval: float = 300.0
+    # hours a node of a --debug-terminal job whose command failed keeps its sandbox for the
+    # debug terminal (its processes stopped, its files and mounts kept)
+    debug_keep_hours: float = 4.0
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
@@ -165,6 +168,7 @@ class Limits:
             "max_grace_period": (int, float),
             "heartbeat_timeout": (int, float),
             "elastic_scale_up_interval": (int, float),
+            "debug_keep_hours": (int, float),
         }
         for key, value in data.items():
             if key not in known:

@@ -114,11 +114,16 @@ class NodeDir(_Folder):
     __slots__ = ()
 
     #: files removed before each attempt
-    STALE = ("exit_code", FAILURE_REPORT, "heartbeat")
+    STALE = ("exit_code", FAILURE_REPORT, "heartbeat", "kept.json")
 
     @property
     def exit_code(self) -> Path:
         return self.root / "exit_code"
+
+    @property
+    def kept(self) -> Path:
+        """``{"until": unix time}``: the failed node's sandbox stays for its debug terminal."""
+        return self.root / "kept.json"
 
     @property
     def failure(self) -> Path:

@@ -53,6 +53,11 @@ class Attempt:
 
 #: variable holding a secret shared by the nodes of one attempt and by nothing else
 JOB_SECRET_ENV = "MA_JOB_SECRET"
+#: the debug terminal's frames on an :meth:`Backend.open_shell` connection: a ``!BI`` header
+#: (channel, payload length), then the payload; channels: terminal bytes (both ways), the exit
+#: status as ASCII (last, from the node), a JSON ``{"rows", "cols"}`` resize (to the node)
+SHELL_FRAME_HEADER = "!BI"
+SHELL_DATA, SHELL_EXIT, SHELL_RESIZE = 1, 3, 4
 #: the only variables :meth:`Backend.launch` may add to a :class:`NodeLaunch`'s ``env``
 LAUNCH_ENV = ("MA_NODE_RUN", JOB_SECRET_ENV)
 
@@ -108,7 +113,9 @@ class Backend(ABC):
         processes, and answer None for what the backend does not know (the node is then judged
         by :meth:`poll` only, and keeps no resource samples).
     11. :meth:`open_shell` reaches a shell *inside* the node's own sandbox (its mounts, account
-        and environment), never one in the host's view; a backend that cannot refuses it.
+        and environment), never one in the host's view; a backend that cannot refuses it.  A
+        failed node may keep its sandbox for that shell (:meth:`kept_until`); :meth:`forget`
+        and the next attempt's :meth:`launch` end it.
 
     (``docs/architecture.md`` states the same contract at more length, numbered its own way.)
     """
@@ -278,6 +285,13 @@ class Backend(ABC):
             f"the {self.name} backend offers no debug terminal: run the job on the local backend "
             "(ma-jupyter service start --backend local)"
         )
+
+    def kept_until(self, attempt: Attempt, run: NodeRun) -> float | None:
+        """When the failed node ``run`` of a ``debug_terminal`` job stops keeping its sandbox for
+        the debug terminal (a Unix time), or None when it keeps none (the default).  Deleting
+        the job ends it sooner (:meth:`forget`)."""
+        del attempt, run
+        return None
 
     def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
         """The persistent cache of ``user`` (``every_user``: of every user) that the backend keeps

@@ -477,7 +477,8 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
                     f"job {job_id} has no debug terminal: submit it with --debug-terminal "
                     "(debug_terminal=True), or clone it with that option"
                 )
-            if job.status is not JobStatus.running:
+            # a failed job's nodes may keep their sandboxes for a while: the backend knows
+            if job.status not in (JobStatus.running, JobStatus.error):
                 raise Conflict(
                     f"job {job_id} is {job.status.value}: a debug terminal is open while the job runs"
                 )

@@ -30,12 +30,14 @@ from collections.abc import Awaitable, Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..backends.local.shell_agent import DATA, EXIT, RESIZE
+from ..backends.base import SHELL_DATA as DATA
+from ..backends.base import SHELL_EXIT as EXIT
+from ..backends.base import SHELL_FRAME_HEADER
+from ..backends.base import SHELL_RESIZE as RESIZE
 
 #: the largest client message accepted (one paste into the terminal)
 MAX_MESSAGE = 1 << 20
-#: the frame header of the shell agent's protocol (channel, length)
-_HEADER = struct.Struct("!BI")
+_HEADER = struct.Struct(SHELL_FRAME_HEADER)
 
 
 def parse_argv(text: str | None) -> list[str] | None:

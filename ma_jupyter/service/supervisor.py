@@ -1176,6 +1176,8 @@ class Supervisor:
                         node=end.failed.name if end.failed else None,
                         exit_code=end.failed.exit_code if end.failed else end.exit_code,
                     )
+                    if settled.status is JobStatus.error and job.spec.debug_terminal:
+                        self._tell_kept(job, attempt, polled)
                 if settled.remove:
                     self._remove(job.id)
             except DiskFull as exc:
@@ -1189,6 +1191,24 @@ class Supervisor:
                 self._wake.set()
 
         threading.Thread(target=run, name=f"finish-{job.id}", daemon=True).start()
+
+    def _tell_kept(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> None:
+        """An event per failed node that keeps its sandbox for the debug terminal, with until
+        when and how to reach it (called under the lock, after the job's end was recorded)."""
+        for run in runs:
+            until = self.backend.kept_until(attempt, run)
+            if until is None:
+                continue
+            stamp = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%d %H:%M UTC")
+            self.store.add_event(
+                Event(
+                    job_id=job.id,
+                    status=JobStatus.error,
+                    node=run.name,
+                    reason=f"the sandbox of {run.name} is kept for the debug terminal until {stamp}: "
+                    f"ma-jupyter shell {job.id} --node {run.name}; deleting the job ends it sooner",
+                )
+            )
 
     # ----------------------------------------------------------------------- events
 

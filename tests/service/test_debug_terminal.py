@@ -215,3 +215,55 @@ def test_ma_shell_runs_a_command_or_offers_the_terminal(ma_shell):
     assert offered and offered[0][SHELL_MIME] == {"job": handle.id, "node": "worker-0"}
     assert f"ma-jupyter shell {handle.id} --node worker-0" in offered[0]["text/plain"]
     handle.stop()
+
+
+def test_a_failed_node_keeps_its_sandbox_for_the_terminal_until_the_job_is_deleted(ma_service):
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+    from ma_jupyter.errors import NotFound
+    from tests.modes.real import job_processes
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    fails = "open('state.txt', 'w').write('what the job left'); raise SystemExit(3)"
+    handle = client.submit(
+        name="dbg-fail", command=f'{sys.executable} -c "{fails}"', debug_terminal=True, grace_period=1
+    )
+    job = handle.wait(timeout=180)
+    assert job.status.value == "error" and job.exit_code == 3, job.reason
+    kept = [e for e in client.events(handle.id) if "is kept for the debug terminal until" in e.reason]
+    assert kept and kept[0].node == "worker-0", [e.reason for e in client.events(handle.id)]
+    assert f"ma-jupyter shell {handle.id} --node worker-0" in kept[0].reason
+    # the default retention is 4 hours: the sandbox is still there, its files with it
+    out, code = run_command(client.shell(handle.id, command=["cat", "state.txt"]), timeout=60)
+    assert (out.strip(), code) == ("what the job left", 0)
+    assert job_processes(handle.id)  # the agent (and its sandbox) run on
+    client.delete(handle.id)
+    wait_for(lambda: not job_processes(handle.id), timeout=60)  # deleting ends it sooner
+    with pytest.raises(NotFound):
+        client.get(handle.id)
+
+
+def test_an_admin_sets_the_retention_and_a_stopped_job_keeps_nothing(ma_home):
+    from ma_jupyter.client import Client
+    from tests.modes.real import job_processes
+    from tests.service.conftest import start_service
+
+    cluster = ma_home / "cluster.toml"
+    cluster.write_text(cluster.read_text() + "[limits]\ndebug_keep_hours = 0.001\n")  # 3.6 s
+    svc = start_service(ma_home)
+    try:
+        client = Client(url=svc.url, token=svc.token, timeout=30)
+        failed = client.submit(
+            name="f", command=f'{sys.executable} -c "raise SystemExit(1)"', debug_terminal=True
+        ).wait(timeout=180)
+        assert failed.status.value == "error"
+        assert any("kept for the debug terminal until" in e.reason for e in client.events(failed.id))
+        wait_for(lambda: not job_processes(failed.id), timeout=60)  # its retention ran out
+        handle = _running_debug_job(client)
+        handle.stop()
+        assert handle.wait(timeout=120).status.value == "stopped"
+        assert not any("kept" in e.reason for e in client.events(handle.id))
+        wait_for(lambda: not job_processes(handle.id), timeout=60)
+    finally:
+        svc.proc.terminate()
+        svc.proc.wait(30)

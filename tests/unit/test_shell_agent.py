@@ -97,3 +97,16 @@ def test_wrong_secret_is_refused(agent):
 def test_find_shell_prefers_executable_shell_env(tmp_path):
     assert shell_agent.find_shell({"SHELL": "/bin/sh"}) == "/bin/sh"
     assert shell_agent.find_shell({"SHELL": str(tmp_path / "missing")}) in shell_agent.SHELLS
+
+
+def test_the_agents_frames_are_the_backend_contracts():
+    from ma_jupyter.backends import base
+    from ma_jupyter.backends.local import shell_agent
+
+    assert (shell_agent.DATA, shell_agent.EXIT, shell_agent.RESIZE) == (
+        base.SHELL_DATA,
+        base.SHELL_EXIT,
+        base.SHELL_RESIZE,
+    )
+    assert shell_agent._HEADER.format == base.SHELL_FRAME_HEADER
+    assert shell_agent.JOB_SECRET_ENV == base.JOB_SECRET_ENV

@@ -240,8 +240,9 @@ class LocalBackend(Backend):
         view: workspace.NodeView,
         job_secret: str,
     ) -> NodeRun:
-        workspace.prepare_node(view)
         nd = attempt.jobdir.node(launch.name)
+        _end_kept(nd)  # an earlier attempt's kept sandbox holds the node's debug terminal
+        workspace.prepare_node(view)
         node_dir = nd.root
         marker = f"{attempt.job_id}/{attempt.number}/{launch.name}/{secrets.token_hex(4)}"
         nd.marker.write_text(marker + "\n")
@@ -292,6 +293,10 @@ class LocalBackend(Backend):
             )
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else None,
+            # a failed command keeps the sandbox for the debug terminal this long ([limits])
+            "keep_failed_seconds": config.load_cluster().limits.debug_keep_hours * 3600.0
+            if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
+            else 0,
         }
         spec_file = nd.runner_spec
         # it holds the job's variables: the service's user alone may read it
@@ -518,6 +523,31 @@ class LocalBackend(Backend):
                 "(try again in a moment) or has ended"
             ) from None
 
+    def kept_until(self, attempt: Attempt, run: NodeRun) -> float | None:
+        """The time the failed node's runner keeps its sandbox until (its ``kept.json``)."""
+        nd = attempt.jobdir.node(run.name)
+        try:
+            data = json.loads(
+                read_small(attempt.job_dir, str(nd.kept.relative_to(attempt.jobdir.root)), limit=4096)
+            )
+            return float(data["until"])
+        except (OSError, ValueError, KeyError, TypeError, RefusedFile):
+            return None
+
+    def forget(self, job_id: str) -> None:
+        """End the sandboxes a failed debug-terminal job keeps (deleting it ends them early)."""
+        jd = config.jobdir(job_id)
+        try:
+            nodes = [
+                jd.node(entry.name)
+                for entry in os.scandir(jd.root / "nodes")
+                if entry.is_dir(follow_symlinks=False)
+            ]
+        except OSError:
+            return
+        for nd in nodes:
+            _end_kept(nd)
+
     def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
         """The size of ``user``'s cache (``every_user``: of every user's), see :mod:`.caches`."""
         return caches.usage(user, every_user=every_user)
@@ -525,6 +555,30 @@ class LocalBackend(Backend):
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s cache (the caller made sure no job of theirs runs)."""
         caches.clear(user)
+
+
+def _end_kept(nd) -> None:
+    """End what still runs of an earlier attempt of this node (a sandbox kept for the debug
+    terminal): every process carrying its marker, TERM then KILL.  Only a runner that kept its
+    sandbox leaves ``kept.json``: without it there is nothing to look for (a scan of every
+    process's environment is not free)."""
+    if not os.path.lexists(nd.kept):
+        return
+    try:
+        marker = nd.marker.read_text().strip() if not nd.marker.is_symlink() else ""
+    except OSError:
+        return
+    if not marker:
+        return
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        left = marked_processes(marker)
+        for proc in left:
+            try:
+                proc.send_signal(signum)
+            except psutil.Error:
+                pass
+        if left:
+            psutil.wait_procs(left, timeout=5.0)
 
 
 def _refuse_unsandboxed(views: list[workspace.NodeView]) -> None:

@@ -431,7 +431,17 @@ class NodeRunner:
                     file=sys.stderr,
                     flush=True,
                 )
-        self._stop_agent()
+        keep = float(spec.get("keep_failed_seconds") or 0)
+        # a failed command (not a stop) keeps the sandbox for its debug terminal
+        kept = (
+            code != 0
+            and not self.stopping
+            and keep > 0
+            and self.agent is not None
+            and self.agent.poll() is None
+        )
+        if not kept:
+            self._stop_agent()
         self._ended.set()
         self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
@@ -439,8 +449,26 @@ class NodeRunner:
         if self.memory_exceeded:  # the runner's own report wins over the launcher's
             write_report(node_dir.failure, {"reason": f"the job {self.memory_exceeded}"})
             code = code or 128 + signal.SIGKILL
+        if kept:  # recorded before the exit code, which ends the job: its events can say so
+            until = time.time() + keep
+            write_report(node_dir.kept, {"until": until})
         write_exit_code(node_dir.exit_code, code)
+        if kept:
+            self._keep_for_debugging(until)
         return code
+
+    def _keep_for_debugging(self, until: float) -> None:
+        """Keep the shell agent (and so the sandbox: its mounts and files) until ``until``, a
+        stop signal (the job deleted, or a new attempt) or the agent's own end; then end it."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(until))
+        print(
+            f"[ma_jupyter] the command failed: this node's sandbox stays for the debug terminal until {stamp}",
+            file=sys.stderr,
+            flush=True,
+        )
+        while time.time() < until and not self.stopping and self.agent.poll() is None:
+            time.sleep(0.5)
+        self._stop_agent()
 
     def _export(self, node_dir: NodeDir) -> None:
         """Keep what the job wrote in its working copy, when anything changed since the copy (a

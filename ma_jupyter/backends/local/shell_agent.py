@@ -44,11 +44,13 @@ import termios
 import threading
 import time
 
+# backends.base's SHELL_DATA, SHELL_EXIT, SHELL_RESIZE and SHELL_FRAME_HEADER (kept import-free:
+# runs in a node; tests/unit/test_shell_agent.py checks they agree)
 DATA, EXIT, RESIZE = 1, 3, 4
 JOB_SECRET_ENV = "MA_JOB_SECRET"  # same name as backends.base (kept import-free: runs in a node)
 MAX_REQUEST = 4096
 SHELLS = ("/bin/bash", "/usr/bin/bash", "/bin/sh", "/usr/bin/sh")
-_HEADER = struct.Struct("!BI")
+_HEADER = struct.Struct("!BI")  # SHELL_FRAME_HEADER
 
 
 def socket_name(job_id: str, node: str) -> bytes:
