@@ -557,6 +557,9 @@ def _shell(args: argparse.Namespace) -> int:
 
     handle = resolve_job(Client(), args.job)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command and not sys.stdin.isatty():
+        # no terminal to type on: what comes on stdin is a script for the node's sh, as with ssh
+        command = ["sh", "-c", sys.stdin.read()]
     try:
         size = os.get_terminal_size(sys.stdin.fileno())
         rows, cols = size.lines, size.columns

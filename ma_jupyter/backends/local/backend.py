@@ -35,7 +35,7 @@ import ma_jupyter
 
 from ... import config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
-from ...models import CacheInfo, Job, JobSpec, LogStream, NodeLaunch, NodeRun
+from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, NodeUsage
@@ -45,6 +45,9 @@ from . import sandbox as workspace
 from .code import python_sources
 from .mounts import read_only_hint
 from .processes import ExitWatcher, marked_processes, process_start_time, read_exit_code
+
+#: seconds a debug terminal waits for the shell agent of a running node that is still starting
+AGENT_START_WAIT = 30.0
 
 
 class LocalBackend(Backend):
@@ -515,13 +518,19 @@ class LocalBackend(Backend):
                 f"node {node} of job {job.id} runs without a sandbox, and a debug terminal never opens "
                 "in the host's own view: install bubblewrap (apt-get install bubblewrap)"
             )
-        try:
-            return shell_agent.connect(job.id, node, secret, rows, cols, command)
-        except OSError:
-            raise Conflict(
-                f"the debug terminal of node {node} of job {job.id} is not up: the node is starting "
-                "(try again in a moment) or has ended"
-            ) from None
+        # a node that just started may not listen yet: wait a little for a running job's agent
+        deadline = time.monotonic() + (AGENT_START_WAIT if job.status is JobStatus.running else 0.0)
+        while True:
+            try:
+                return shell_agent.connect(job.id, node, secret, rows, cols, command)
+            except OSError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.1)
+        raise Conflict(
+            f"the debug terminal of node {node} of job {job.id} is not up: the node is starting "
+            "(try again in a moment) or has ended"
+        )
 
     def kept_until(self, attempt: Attempt, run: NodeRun) -> float | None:
         """The time the failed node's runner keeps its sandbox until (its ``kept.json``)."""
