@@ -250,18 +250,27 @@ class NodeRunner:
         self.stopping = True
         self._signal_all(signal.SIGTERM if signum == signal.SIGTERM else signum)
 
+    def _with_env_fd(self, argv: list[str]) -> tuple[list[str], int | None]:
+        """``argv`` reading the job's variables from a fresh descriptor (bubblewrap), and that
+        descriptor (the caller passes it on and closes it); unchanged and None without them.
+
+        The variables reach the sandbox as a file: a command line is readable by every user of
+        the host; bubblewrap reads them from this descriptor.
+        """
+        if self.spec.get("job_env") is None:
+            return argv, None
+        env_fd = os.memfd_create("ma-job-env")
+        data = env_file_data(self.spec["job_env"])
+        while data:
+            data = data[os.write(env_fd, data) :]
+        os.lseek(env_fd, 0, os.SEEK_SET)
+        return [str(env_fd) if a == ENV_FD else a for a in argv], env_fd
+
     def _start_agent(self) -> None:
         """--debug-terminal: start the shell agent (shell_agent) in the node's view, beside the
         phases; it is spared by the leftover sweep and ended by :meth:`_stop_agent`."""
         argv = self.spec["shell_agent"]
-        env_fd = None
-        if self.spec.get("job_env") is not None:  # the variables as a file, as for the phases
-            env_fd = os.memfd_create("ma-job-env")
-            data = env_file_data(self.spec["job_env"])
-            while data:
-                data = data[os.write(env_fd, data) :]
-            os.lseek(env_fd, 0, os.SEEK_SET)
-            argv = [str(env_fd) if a == ENV_FD else a for a in argv]
+        argv, env_fd = self._with_env_fd(argv)  # the variables as a file, as for the phases
         cwd = self.spec.get("cwd")
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
@@ -306,21 +315,12 @@ class NodeRunner:
         cwd = self.spec.get("cwd")
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
-        env_fd = None
         copy_r = copy_w = None
         if COPY_FD in argv:
             # the phase fills the working copy first and writes the time it was complete here
             copy_r, copy_w = os.pipe()
             argv = [str(copy_w) if a == COPY_FD else a for a in argv]
-        if self.spec.get("job_env") is not None:
-            # the job's variables reach the sandbox as a file (a command line is readable by
-            # every user of the host); bubblewrap reads them from this descriptor
-            env_fd = os.memfd_create("ma-job-env")
-            data = env_file_data(self.spec["job_env"])
-            while data:
-                data = data[os.write(env_fd, data) :]
-            os.lseek(env_fd, 0, os.SEEK_SET)
-            argv = [str(env_fd) if a == ENV_FD else a for a in argv]
+        argv, env_fd = self._with_env_fd(argv)
         try:
             self.current = subprocess.Popen(
                 argv,
