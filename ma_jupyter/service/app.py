@@ -641,17 +641,13 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         return cluster_view.view(supervisor.scheduler, supervisor.usage(), queued, visible, spec, model)
 
     def _masked(node: Node, user: Caller) -> Node:
-        # A node's usage names the jobs on it ("<card>:<job id>"): a job hidden from the
-        # caller shows as another user's, without its id.
-        usage = []
-        for entry in node.usage:
-            card, _, job_id = entry.partition(":")
+        def seen(job_id: str) -> bool:
             try:
-                seen = access.can_see(store.get(job_id), user)
+                return access.can_see(store.get(job_id), user)
             except NotFound:
-                seen = False
-            usage.append(entry if seen else f"{card}:(another user's job)")
-        return node.model_copy(update={"usage": usage})
+                return False
+
+        return cluster_view.masked(node, seen)
 
     @app.post(f"{api}/jobs/{{job_id}}/tensorboard")
     def start_tensorboard(job_id: str = JobId, user: Caller = Depends(authenticate)) -> dict:

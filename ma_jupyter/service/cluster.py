@@ -28,6 +28,17 @@ MAX_PROBES = 64
 HIDDEN = "(another user's job)"
 
 
+def masked(node: Node, seen: Callable[[str], bool]) -> Node:
+    """``node`` with each usage entry (``<card>:<job id>``) of a job the caller may not see
+    (``seen(job_id)`` false) shown as another user's, without its id."""
+
+    def entry(text: str) -> str:
+        card, _, job_id = text.partition(":")
+        return text if seen(job_id) else f"{card}:{HIDDEN}"
+
+    return node.model_copy(update={"usage": [entry(e) for e in node.usage]})
+
+
 def board_model(node: Node) -> str:
     """A node's board model: its ``accelerator_model``, else its card type; "" for a CPU node."""
     if not node.accelerators:
@@ -114,16 +125,9 @@ def view(
             if card != "-":
                 # boards are not cut into virtual cards here: each is its own virtual card 0
                 cards.append(f"{card}(0):{name}")
-        masked = node.model_copy(
-            update={
-                "usage": [
-                    e if shown(e.partition(":")[2]) != HIDDEN else f"{e.partition(':')[0]}:{HIDDEN}"
-                    for e in node.usage
-                ]
-            }
-        )
+        hidden = masked(node, lambda job_id: shown(job_id) != HIDDEN)
         fits = any(scheduler.fits_now(node, held, s) for s in catalog if scheduler.cluster.fits(s, node))
-        nodes.append(ClusterNode(node=masked, model=model, cards=cards, jobs=jobs, fits=fits))
+        nodes.append(ClusterNode(node=hidden, model=model, cards=cards, jobs=jobs, fits=fits))
 
     rooms = [
         SpecRoom(
