@@ -24,6 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .commands import parse_command
 
+#: the REST API's path prefix and the header naming the user a forwarding proxy acts for: the
+#: wire's names, shared by the service and its clients
+API_PREFIX = "/api/v1"
+FORWARDED_USER_HEADER = "X-MA-Forwarded-User"
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 #: Size bounds of the spec's free fields (rule: every string and list a request carries is
 #: bounded, so a hostile body is a 400 naming the field, never a 500 or a huge row):

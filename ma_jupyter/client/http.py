@@ -31,6 +31,7 @@ import requests
 from .. import config
 from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
 from ..models import (
+    API_PREFIX,
     Algorithm,
     CacheInfo,
     ClusterView,
@@ -57,15 +58,11 @@ from .shell import ShellSession, open_session
 from .snapshot import names_local_file, ship_working_folder
 from .spec import host_path, spec_body
 
-API_PREFIX = "/api/v1"
 #: the token a client acts with when none is passed (a user's own, from an admin)
 ENV_TOKEN = "MA_JUPYTER_TOKEN"
 #: the service's URL when it is not this home's (e.g. for a user who cannot read its runtime file)
 ENV_URL = "MA_JUPYTER_URL"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-#: the header a forwarding proxy (the Jupyter server extension) names its user in; the service
-#: heeds it only together with the proxy token of its runtime file
-FORWARDED_USER_HEADER = "X-MA-Forwarded-User"
 RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
 
 

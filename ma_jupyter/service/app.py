@@ -49,6 +49,8 @@ from ..errors import (
 from ..export import notebook as devenv_notebook
 from ..jobdir import PLACEHOLDER
 from ..models import (
+    API_PREFIX,
+    FORWARDED_USER_HEADER,
     Algorithm,
     CacheInfo,
     ClusterView,
@@ -80,7 +82,7 @@ from . import cluster as cluster_view
 from .access import Op
 from .guard import MAX_BODY, GuardMiddleware
 from .supervisor import Supervisor
-from .users import FORWARDED_USER_HEADER, Caller, Directory
+from .users import Caller, Directory
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: Bounds of every query and path parameter (rule: nothing unbounded reaches SQLite or a file
@@ -202,7 +204,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         field = fields.pop() if len(fields) == 1 else None
         return JSONResponse(status_code=400, content=InvalidSpec(problems, field=field).to_body())
 
-    api = "/api/v1"
+    api = API_PREFIX
     auth = [Depends(authenticate)]
 
     @app.get(f"{api}/openapi.json", dependencies=auth, include_in_schema=False)

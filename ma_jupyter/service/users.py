@@ -27,11 +27,9 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import Conflict, Forbidden, InvalidSpec, Unauthorized
-from ..models import USER_PATTERN, User, UserToken
+from ..models import FORWARDED_USER_HEADER, USER_PATTERN, User, UserToken
 from .store import Store
 
-#: the header a forwarding proxy names its user in (accepted only with the proxy token)
-FORWARDED_USER_HEADER = "X-MA-Forwarded-User"
 TOKEN_BYTES = 32
 _USER_NAME = re.compile(USER_PATTERN)
 
