@@ -101,12 +101,12 @@ def test_find_shell_prefers_executable_shell_env(tmp_path):
 
 def test_the_agents_frames_are_the_backend_contracts():
     from ma_jupyter.backends import base
-    from ma_jupyter.backends.local import shell_agent
+    from ma_jupyter.backends.local import agent_wire, shell_agent
 
     assert (shell_agent.DATA, shell_agent.EXIT, shell_agent.RESIZE) == (
         base.SHELL_DATA,
         base.SHELL_EXIT,
         base.SHELL_RESIZE,
     )
-    assert shell_agent._HEADER.format == base.SHELL_FRAME_HEADER
-    assert shell_agent.JOB_SECRET_ENV == base.JOB_SECRET_ENV
+    assert agent_wire.HEADER.format == base.SHELL_FRAME_HEADER
+    assert agent_wire.JOB_SECRET_ENV == base.JOB_SECRET_ENV

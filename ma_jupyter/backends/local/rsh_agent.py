@@ -26,21 +26,19 @@ Open MPI's daemons do not read it (mpirun forwards stdin to rank 0, which runs o
 
 from __future__ import annotations
 
-import hmac
 import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
 
+from .agent_wire import JOB_SECRET_ENV, abstract_name, peer_allowed, recv_frame, secret_matches, send_frame
+
 STDOUT, STDERR, EXIT = 1, 2, 3
 MAX_REQUEST = 1 << 20  # bytes of one command request
-JOB_SECRET_ENV = "MA_JOB_SECRET"  # set by the backend for the nodes of one attempt (backends.base)
-_HEADER = struct.Struct("!BI")
 USAGE = (
     "usage: python -m ma_jupyter.backends.local.rsh_agent --serve --job JOB --host HOST\n"
     "       python -m ma_jupyter.backends.local.rsh_agent [ssh options] HOST CMD ..."
@@ -48,23 +46,8 @@ USAGE = (
 
 
 def socket_name(job_id: str, host: str) -> bytes:
-    """The abstract socket address of one node's server (leading NUL = abstract namespace)."""
-    return f"\0ma_jupyter-rsh/{job_id}/{host}".encode()
-
-
-def _send(conn: socket.socket, channel: int, data: bytes, lock: threading.Lock) -> None:
-    with lock:
-        conn.sendall(_HEADER.pack(channel, len(data)) + data)
-
-
-def _recv_exact(conn: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        data = conn.recv(size - len(chunks))
-        if not data:
-            raise EOFError("connection closed")
-        chunks += data
-    return bytes(chunks)
+    """The abstract socket address of one node's server."""
+    return abstract_name("rsh", job_id, host)
 
 
 # -------------------------------------------------------------------------------- server
@@ -90,17 +73,12 @@ class Server:
             conn, _ = self.sock.accept()
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
-    def _peer_allowed(self, conn: socket.socket) -> bool:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, _gid = struct.unpack("3i", creds)
-        return uid == os.getuid()
-
     def _handle(self, conn: socket.socket) -> None:
         send_lock = threading.Lock()
         with conn:
-            if not self._peer_allowed(conn):
-                _send(conn, STDERR, b"rsh_agent: refused: not the node's user\n", send_lock)
-                _send(conn, EXIT, b"255", send_lock)
+            if not peer_allowed(conn):
+                send_frame(conn, STDERR, b"rsh_agent: refused: not the node's user\n", send_lock)
+                send_frame(conn, EXIT, b"255", send_lock)
                 return
             try:
                 line = b""
@@ -116,9 +94,9 @@ class Server:
                 return
             # Every job runs as the same user, so the uid alone does not tell this job's mpirun
             # from another job's process: the attempt's secret does.
-            if not self.secret or not hmac.compare_digest(given.encode(), self.secret.encode()):
-                _send(conn, STDERR, b"rsh_agent: refused: not a node of this job\n", send_lock)
-                _send(conn, EXIT, b"255", send_lock)
+            if not secret_matches(given, self.secret):
+                send_frame(conn, STDERR, b"rsh_agent: refused: not a node of this job\n", send_lock)
+                send_frame(conn, EXIT, b"255", send_lock)
                 return
             child = subprocess.Popen(
                 ["sh", "-c", command],
@@ -147,7 +125,7 @@ class Server:
             with self.lock:
                 self.children.discard(child)
             try:
-                _send(conn, EXIT, str(code if code >= 0 else 128 - code).encode(), send_lock)
+                send_frame(conn, EXIT, str(code if code >= 0 else 128 - code).encode(), send_lock)
             except OSError:
                 pass
 
@@ -158,7 +136,7 @@ class Server:
                 data = os.read(stream.fileno(), 65536)
                 if not data:
                     break
-                _send(conn, channel, data, send_lock)
+                send_frame(conn, channel, data, send_lock)
         except OSError:
             pass
 
@@ -262,8 +240,7 @@ def run_remote(job_id: str, host: str, command: str, timeout: float = 60.0) -> i
     with sock:
         try:
             while True:
-                channel, size = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
-                data = _recv_exact(sock, size)
+                channel, data = recv_frame(sock)
                 if channel == EXIT:
                     return int(data)
                 outputs[channel].write(data)

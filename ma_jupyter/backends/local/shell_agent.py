@@ -32,7 +32,6 @@ first of ``/bin/bash``, ``/usr/bin/bash``, ``/bin/sh``, ``/usr/bin/sh``.
 from __future__ import annotations
 
 import fcntl
-import hmac
 import json
 import os
 import pty
@@ -44,18 +43,18 @@ import termios
 import threading
 import time
 
-# backends.base's SHELL_DATA, SHELL_EXIT, SHELL_RESIZE and SHELL_FRAME_HEADER (kept import-free:
-# runs in a node; tests/unit/test_shell_agent.py checks they agree)
+from .agent_wire import JOB_SECRET_ENV, abstract_name, peer_allowed, recv_frame, secret_matches, send_frame
+
+# backends.base's SHELL_DATA, SHELL_EXIT, SHELL_RESIZE (kept import-free: runs in a node;
+# tests/unit/test_shell_agent.py checks they agree, and agent_wire's HEADER with its header)
 DATA, EXIT, RESIZE = 1, 3, 4
-JOB_SECRET_ENV = "MA_JOB_SECRET"  # same name as backends.base (kept import-free: runs in a node)
 MAX_REQUEST = 4096
 SHELLS = ("/bin/bash", "/usr/bin/bash", "/bin/sh", "/usr/bin/sh")
-_HEADER = struct.Struct("!BI")  # SHELL_FRAME_HEADER
 
 
 def socket_name(job_id: str, node: str) -> bytes:
-    """The abstract socket address of one node's shell agent (leading NUL = abstract namespace)."""
-    return f"\0ma_jupyter-shell/{job_id}/{node}".encode()
+    """The abstract socket address of one node's shell agent."""
+    return abstract_name("shell", job_id, node)
 
 
 def find_shell(environ: dict | None = None) -> str:
@@ -70,36 +69,6 @@ def find_shell(environ: dict | None = None) -> str:
         if path and os.path.isabs(path) and os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     raise FileNotFoundError("no shell in this image: install bash or sh")
-
-
-def send_frame(conn: socket.socket, channel: int, data: bytes, lock: threading.Lock | None = None) -> None:
-    """Send one frame (rule 2); ``lock`` serialises writers sharing the socket."""
-    frame = _HEADER.pack(channel, len(data)) + data
-    if lock is None:
-        conn.sendall(frame)
-    else:
-        with lock:
-            conn.sendall(frame)
-
-
-def recv_frame(conn: socket.socket) -> tuple[int, bytes]:
-    """Receive one frame (rule 2).
-
-    Raises:
-        EOFError: the peer closed the connection.
-    """
-    channel, size = _HEADER.unpack(_recv_exact(conn, _HEADER.size))
-    return channel, _recv_exact(conn, size)
-
-
-def _recv_exact(conn: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        data = conn.recv(size - len(chunks))
-        if not data:
-            raise EOFError("connection closed")
-        chunks += data
-    return bytes(chunks)
 
 
 def set_winsize(fd: int, rows: int, cols: int) -> None:
@@ -129,11 +98,8 @@ class Server:
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _allowed(self, conn: socket.socket, given: str) -> bool:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, _gid = struct.unpack("3i", creds)
-        if uid not in (os.getuid(), 0) or not self.secret:
-            return False
-        return hmac.compare_digest(given.encode(), self.secret.encode())
+        # the service (root) opens the terminal for a node that runs as the job's account
+        return peer_allowed(conn, root_too=True) and secret_matches(given, self.secret)
 
     def _handle(self, conn: socket.socket) -> None:
         lock = threading.Lock()
