@@ -267,3 +267,56 @@ def test_an_admin_sets_the_retention_and_a_stopped_job_keeps_nothing(ma_home):
     finally:
         svc.proc.terminate()
         svc.proc.wait(30)
+
+
+@pytest.mark.small_cluster
+def test_a_process_squatting_the_terminals_name_never_gets_the_secret(ma_service):
+    import socket
+    import threading
+
+    from ma_jupyter.backends.local.shell_agent import socket_name
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+    from ma_jupyter.errors import Conflict
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    sleeper = f'{sys.executable} -c "import time; time.sleep(600)"'
+    blocker = client.submit(
+        name="blocker", command=sleeper, specs=["cpu.medium"], node_name="tiny", grace_period=1
+    )
+    wait_for(lambda: blocker.status.value == "running", timeout=120)
+    victim = client.submit(
+        name="victim",
+        command=sleeper,
+        specs=["cpu.medium"],
+        node_name="tiny",
+        debug_terminal=True,
+        grace_period=1,
+    )
+    assert victim.status.value == "queued"
+    # another process of the host takes the victim's terminal name before its node starts
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    squatter.bind(socket_name(victim.id, "worker-0"))
+    squatter.listen(4)
+    heard = []
+
+    def listen() -> None:
+        conn, _ = squatter.accept()
+        with conn:
+            conn.settimeout(20)
+            try:
+                heard.append(conn.recv(4096))
+            except OSError:
+                heard.append(b"")
+
+    threading.Thread(target=listen, daemon=True).start()
+    try:
+        blocker.stop()
+        wait_for(lambda: victim.status.value == "running", timeout=120)
+        with pytest.raises(Conflict, match="is not the node's"):
+            run_command(client.shell(victim.id, command=["true"]), timeout=60)
+        wait_for(lambda: heard, timeout=30)
+        assert heard == [b""]  # it was reached, and told nothing: no secret
+    finally:
+        squatter.close()
+        victim.stop()

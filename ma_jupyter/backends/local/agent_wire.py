@@ -71,10 +71,17 @@ def recv_frame(conn: socket.socket) -> tuple[int, bytes]:
     return channel, recv_exact(conn, size)
 
 
+def peer_credentials(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the other end of ``conn``, as the kernel saw them (a client's at connect, a
+    server's at listen), the pid in this process's pid namespace."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
+
+
 def peer_allowed(conn: socket.socket, *, root_too: bool = False) -> bool:
     """Rule 1 for the connected peer of ``conn``."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
+    uid = peer_credentials(conn)[1]
     return uid == os.getuid() or (root_too and uid == 0)
 
 

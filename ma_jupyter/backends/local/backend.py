@@ -44,7 +44,7 @@ from . import logs as job_logs
 from . import sandbox as workspace
 from .code import python_sources
 from .mounts import read_only_hint
-from .processes import ExitWatcher, marked_processes, process_start_time, read_exit_code
+from .processes import ExitWatcher, is_marked, marked_processes, process_start_time, read_exit_code
 
 #: seconds a debug terminal waits for the shell agent of a running node that is still starting
 AGENT_START_WAIT = 30.0
@@ -402,9 +402,14 @@ class LocalBackend(Backend):
     # ------------------------------------------------------------------------ stop
 
     def _marker(self, attempt: Attempt, run: NodeRun) -> str | None:
+        return self._read_marker(attempt.jobdir, run.name)
+
+    @staticmethod
+    def _read_marker(jd, node: str) -> str | None:
+        """The marker the node's processes carry in their environment (its ``marker`` file)."""
         try:
-            relative = attempt.jobdir.node(run.name).marker.relative_to(attempt.jobdir.root)
-            return read_small(attempt.job_dir, str(relative), limit=4096).decode().strip()
+            relative = jd.node(node).marker.relative_to(jd.root)
+            return read_small(jd.root, str(relative), limit=4096).decode().strip()
         except (OSError, ValueError, RefusedFile):
             return None
 
@@ -518,11 +523,18 @@ class LocalBackend(Backend):
                 f"node {node} of job {job.id} runs without a sandbox, and a debug terminal never opens "
                 "in the host's own view: install bubblewrap (apt-get install bubblewrap)"
             )
+        marker = self._read_marker(jd, node)
+
+        def the_nodes(pid: int) -> bool:  # the agent the node's runner started, nobody else
+            return bool(marker) and is_marked(pid, marker)
+
         # a node that just started may not listen yet: wait a little for a running job's agent
         deadline = time.monotonic() + (AGENT_START_WAIT if job.status is JobStatus.running else 0.0)
         while True:
             try:
-                return shell_agent.connect(job.id, node, secret, rows, cols, command)
+                return shell_agent.connect(job.id, node, secret, rows, cols, command, trust=the_nodes)
+            except PermissionError as exc:
+                raise Conflict(f"{exc}: the debug terminal of job {job.id} stays closed") from None
             except OSError:
                 if time.monotonic() >= deadline:
                     break

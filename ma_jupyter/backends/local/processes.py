@@ -56,20 +56,26 @@ def read_exit_code(path: Path) -> int | None:
         return None
 
 
+def is_marked(pid: int, marker: str) -> bool:
+    """Whether process ``pid``'s environment carries ``MA_NODE_RUN=<marker>``."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return f"{NODE_MARKER}={marker}".encode() in fh.read().split(b"\0")
+    except OSError:
+        return False
+
+
 def marked_processes(marker: str) -> list[psutil.Process]:
     """Every live process whose environment carries ``MA_NODE_RUN=<marker>``."""
     found = []
-    needle = f"{NODE_MARKER}={marker}".encode()
     for pid in psutil.pids():
-        if pid == os.getpid():
+        if pid == os.getpid() or not is_marked(pid, marker):
             continue
         try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if needle in fh.read().split(b"\0"):
-                    proc = psutil.Process(pid)
-                    if proc.status() != psutil.STATUS_ZOMBIE:
-                        found.append(proc)
-        except (OSError, psutil.Error):
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
             continue
     return found
 

@@ -42,8 +42,17 @@ import sys
 import termios
 import threading
 import time
+from collections.abc import Callable
 
-from .agent_wire import JOB_SECRET_ENV, abstract_name, peer_allowed, recv_frame, secret_matches, send_frame
+from .agent_wire import (
+    JOB_SECRET_ENV,
+    abstract_name,
+    peer_allowed,
+    peer_credentials,
+    recv_frame,
+    secret_matches,
+    send_frame,
+)
 
 # backends.base's SHELL_DATA, SHELL_EXIT, SHELL_RESIZE (kept import-free: runs in a node;
 # tests/unit/test_shell_agent.py checks they agree, and agent_wire's HEADER with its header)
@@ -220,16 +229,29 @@ def serve(job_id: str, node: str) -> int:
 
 
 def connect(
-    job_id: str, node: str, secret: str, rows: int, cols: int, command: list[str] | None = None
+    job_id: str,
+    node: str,
+    secret: str,
+    rows: int,
+    cols: int,
+    command: list[str] | None = None,
+    trust: Callable[[int], bool] | None = None,
 ) -> socket.socket:
     """A connection to one node's shell agent, its request sent (rule 1); frames follow.
 
+    ``trust(pid)`` checks the listening process before the secret goes out: an abstract name
+    can be taken by any process of the host, and one that took this node's name first would
+    otherwise learn the attempt's secret.
+
     Raises:
-        OSError: no agent listens for that node (the node does not run, or has no debug terminal).
+        OSError: no agent listens for that node (the node does not run, or has no debug
+            terminal); PermissionError: ``trust`` refused the process listening there.
     """
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(socket_name(job_id, node))
+        if trust is not None and not trust(peer_credentials(conn)[0]):
+            raise PermissionError(f"the process listening as {node}'s debug terminal is not the node's")
         request = {"secret": secret, "rows": rows, "cols": cols}
         if command:
             request["command"] = command
