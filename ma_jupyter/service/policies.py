@@ -41,6 +41,7 @@ over putting the job back in the queue.
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -460,6 +461,24 @@ def record_updates(
     return updates
 
 
+def exit_text(code: int | None) -> str:
+    """How a process ended, in words: ``exited with code 3``; a death by a signal names it,
+    whether it comes as a negative code (Python's) or as 128 + N (a shell's, a launcher's):
+    ``exited with code 137: killed by signal 9 (SIGKILL)``, ``was killed by signal 15 (SIGTERM)``."""
+    if code is None:
+        return "exited without an exit code"
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        name = signal.Signals(number).name if number else ""
+    except ValueError:
+        name = ""
+    if not name:
+        return f"exited with code {code}"
+    if code < 0:
+        return f"was killed by signal {number} ({name})"
+    return f"exited with code {code}: killed by signal {number} ({name})"
+
+
 def failure_reason(
     run: NodeRun,
     tail: Sequence[str],
@@ -472,12 +491,12 @@ def failure_reason(
     what = (
         "was lost (its process is gone and left no exit code)"
         if run.state == "lost"
-        else f"exited with code {run.exit_code}"
+        else exit_text(run.exit_code)
     )
     if isinstance(rank_failure, str):
         rank = f"; {rank_failure}"
     else:
-        rank = f" (rank {rank_failure[0]} exited with code {rank_failure[1]})" if rank_failure else ""
+        rank = f" (rank {rank_failure[0]} {exit_text(rank_failure[1])})" if rank_failure else ""
     reason = f"node {run.name} {what}{rank}"
     if hint:
         reason += f": {hint}"

@@ -496,9 +496,32 @@ def test_policies_read_no_store_backend_clock_or_file():
             imported |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or ""))
-    allowed = {"__future__", "re", "errno", "collections.abc", "dataclasses", "datetime", "pathlib", "typing"}
+    allowed = {
+        "__future__",
+        "re",
+        "errno",
+        "collections.abc",
+        "dataclasses",
+        "datetime",
+        "pathlib",
+        "typing",
+        "signal",
+    }  # signal: its names only
     assert imported <= allowed | {"..errors", "..models", ".guard"}, imported - allowed
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert not names & {"open", "time", "os", "utcnow"}, names & {"open", "time", "os", "utcnow"}
     assert not attributes & {"now", "utcnow", "exists", "is_dir", "read_text", "stat"}
+
+
+def test_exit_texts_name_the_signal_that_ended_a_process():
+    assert policies.exit_text(3) == "exited with code 3"
+    assert policies.exit_text(137) == "exited with code 137: killed by signal 9 (SIGKILL)"
+    assert policies.exit_text(-15) == "was killed by signal 15 (SIGTERM)"
+    assert policies.exit_text(128 + 99) == "exited with code 227"  # no such signal: just the code
+    assert policies.exit_text(None) == "exited without an exit code"
+    run = NodeRun(name="worker-0", state="exited", exit_code=139)
+    assert policies.failure_reason(run, [], (1, 134)) == (
+        "node worker-0 exited with code 139: killed by signal 11 (SIGSEGV) "
+        "(rank 1 exited with code 134: killed by signal 6 (SIGABRT))"
+    )
