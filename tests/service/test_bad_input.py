@@ -1,7 +1,7 @@
 """Bad input through the REST API (issue 13, item 4), on a real service: each is a 400 naming
 the field and telling what to do, and nothing is half-made (no job, no database row, no
-folder).  A dataset may be a single file (data preparation copies it), so a file is refused
-where a folder is needed: the algorithm.  A job's ``LD_PRELOAD`` is allowed, but reaches the job's own command only.
+folder).  A dataset or a model may be a single file (data preparation copies it), so a file is
+refused where a folder is needed: the algorithm, the outputs, a volume.  A job's ``LD_PRELOAD`` is allowed, but reaches the job's own command only.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ def _cases(tmp_path):
         "env value with NUL": ({"env": {"A": "x\x00y"}}, "env", "NUL byte"),
         # a dataset may be one file (data preparation copies it); the algorithm is a folder
         "algorithm path a file": ({"algorithm": str(a_file)}, "algorithm", "not a folder"),
+        "outputs a file": ({"outputs": str(a_file)}, "outputs", "not a folder"),
+        "volume a file": ({"volumes": [{"name": "v", "path": str(a_file)}]}, "volumes", "not a folder"),
         "dataset path missing": (
             {"datasets": [{"name": "d", "path": str(tmp_path / "nowhere")}]},
             "datasets",
@@ -68,6 +70,8 @@ CASES = [
     "env name with =",
     "env value with NUL",
     "algorithm path a file",
+    "outputs a file",
+    "volume a file",
     "dataset path missing",
     "dataset path with NUL",
     "duplicate mount names",
