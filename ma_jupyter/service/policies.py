@@ -48,7 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from ..errors import Conflict, InvalidSpec
+from ..errors import Conflict, DiskFull, InvalidSpec
 from ..models import Job, JobSpec, JobStatus, NodeRun, Priority
 from .guard import disk_full_message
 
@@ -187,11 +187,16 @@ def on_supervise_error(job: Job, finishing: bool, has_placement: bool) -> Litera
     return "none"
 
 
-def launch_failure(exc: BaseException, job_dir: Path) -> str:
-    """Why a job could not start, from the error its launch raised."""
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether an error says the disk (or the user's quota) is full."""
     from errno import EDQUOT, ENOSPC
 
-    if isinstance(exc, OSError) and exc.errno in (ENOSPC, EDQUOT):
+    return isinstance(exc, DiskFull) or (isinstance(exc, OSError) and exc.errno in (ENOSPC, EDQUOT))
+
+
+def launch_failure(exc: BaseException, job_dir: Path) -> str:
+    """Why a job could not start, from the error its launch raised."""
+    if isinstance(exc, OSError) and is_disk_full(exc):
         return disk_full_message(Path(exc.filename).parent if exc.filename else job_dir)
     return exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
 

@@ -812,8 +812,13 @@ class Supervisor:
 
     def _launch(self, job: Job, placement: Placement) -> None:
         job_dir = config.jobdir(job.id).root
-        config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
+        # as a submit is refused: a job started on a full disk could not keep its log
+        full = full_folder([config.jobs_root(), config.home()], below=SUBMIT_BELOW)
+        if full is not None:
+            self.backend.release(placement)
+            self._hold_for_space(job, disk_full_message(full))
         try:
+            config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
             if job.spec.data_preparation:
                 self._prepare_data(job, placement)
             attempt = self._attempt(job, placement)
@@ -826,9 +831,11 @@ class Supervisor:
             runs = [r.model_copy(update={"log_start": starts.get(r.name, 0)}) for r in runs]
         except Exception as exc:  # the job cannot start: it fails, the queue goes on
             self.backend.release(placement)
+            message = policies.launch_failure(exc, job_dir)
+            if policies.is_disk_full(exc):
+                self._hold_for_space(job, message)  # raises DiskFull: it stays queued
             self.store.set_placement(job.id, None)
             self._queue_changed()
-            message = policies.launch_failure(exc, job_dir)
             log.warning("job %s failed to launch: %s", job.id, message)
             self._transition(job, JobStatus.error, f"could not start: {message}")
             return
@@ -861,6 +868,20 @@ class Supervisor:
                 "bubblewrap is missing: /workspace is a symlink tree at $MA_WORKSPACE; "
                 "read-only mounts are not enforced (install bubblewrap for real isolation)",
             )
+
+    def _hold_for_space(self, job: Job, message: str) -> None:
+        """A launch that met a full disk: the job keeps its place in the queue, says why once
+        (when the store can still record it), and admission tries it again later (DiskFull goes
+        to :meth:`_guarded`)."""
+        try:
+            self.store.set_placement(job.id, None)
+            if self._waiting_noted.get(job.id) != "disk_full":
+                self._notice(job, f"waiting: {message}; it starts once there is space again")
+                self._waiting_noted[job.id] = "disk_full"
+        except DiskFull:
+            pass  # the store's own disk is full: nothing can be said now
+        self._queue_changed()
+        raise DiskFull(message)
 
     def _watch(self, job: Job) -> None:
         job = self.store.get(job.id)  # never act on a stale copy: it may have finished meanwhile

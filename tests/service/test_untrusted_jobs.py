@@ -183,7 +183,9 @@ def small_disk(request, ma_home):
         pytest.skip("mounting a tmpfs needs root")
     folder = ma_home / "jobs" if request.param == "jobs" else ma_home
     folder.mkdir(exist_ok=True)
+    cluster = (ma_home / "cluster.toml").read_text()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(folder)], check=True)
+    (ma_home / "cluster.toml").write_text(cluster)  # the admin's file, on the small disk too
     try:
         yield folder
     finally:
@@ -230,6 +232,49 @@ def test_disk_full_ends_the_job_in_error_and_submit_answers_507(small_disk, ma_s
     ok = submit(ma_service, command=f"{PY} -c \"print('space again')\"")
     assert wait_status(ma_service, ok["id"], {"succeeded", "error"})["status"] == "succeeded"
     assert job_of(ma_service, job["id"])["status"] == "error"
+
+
+@pytest.mark.small_cluster
+@pytest.mark.timeout(300)
+def test_a_queued_job_waits_out_a_full_disk_and_the_database_stays_whole(small_disk, ma_service):
+    """The queued job is neither lost nor failed while the disk is full: it starts once, after
+    space returns; the database passes SQLite's integrity check."""
+    import sqlite3
+
+    printer = submit(
+        ma_service,
+        command=bash("while true; do echo line; sleep 0.05; done"),
+        specs=["cpu.medium"],
+        node_name="tiny",
+        grace_period=1,
+    )
+    wait_status(ma_service, printer["id"], {"running"}, timeout=60)
+    queued = submit(
+        ma_service, command=f"{PY} -c \"print('my turn')\"", specs=["cpu.medium"], node_name="tiny"
+    )
+    assert queued["status"] == "queued"
+    filler = fill(small_disk)
+    s = ma_service.session()
+
+    def said(job_id: str, words: str) -> bool:
+        events = s.get(f"{ma_service.api}/jobs/{job_id}/events", timeout=10).json()
+        return any(words in e["reason"] for e in events)
+
+    if small_disk != ma_service.home:  # the store can still record: the waiting job says why
+        wait_for(lambda: said(queued["id"], "waiting: disk full under"), timeout=90)
+    else:  # nothing can be recorded: the printer's end and the admission's try take a moment
+        time.sleep(5)
+    assert job_of(ma_service, queued["id"])["status"] == "queued"
+    assert health_ok(ma_service)
+    os.unlink(filler)
+    ended = wait_status(ma_service, printer["id"], {"error", "succeeded", "stopped"}, timeout=90)
+    assert ended["status"] == "error" and ended["reason"].startswith("disk full under"), ended["reason"]
+    done = wait_status(ma_service, queued["id"], {"succeeded", "error", "stopped"}, timeout=120)
+    assert done["status"] == "succeeded", done["reason"]
+    events = s.get(f"{ma_service.api}/jobs/{queued['id']}/events", timeout=10).json()
+    assert [e["status"] for e in events].count("running") == 1  # started once
+    with sqlite3.connect(f"file:{ma_service.home / 'jobs.db'}?mode=ro", uri=True) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
 def test_a_follower_on_this_machine_never_blocks_on_a_fifo(ma_client):
