@@ -110,3 +110,21 @@ def test_the_agents_frames_are_the_backend_contracts():
     )
     assert agent_wire.HEADER.format == base.SHELL_FRAME_HEADER
     assert agent_wire.JOB_SECRET_ENV == base.JOB_SECRET_ENV
+
+
+def test_keystrokes_sent_with_the_request_are_not_lost(agent):
+    from ma_jupyter.backends.local.agent_wire import recv_frame, send_frame
+
+    job, secret, _ = agent
+    conn = shell_agent.connect(job, "worker-0", secret, 24, 80)
+    # the first keystrokes right behind the request, in one go (a fast client, a paste)
+    send_frame(conn, shell_agent.DATA, b"echo TYPED-$((6*7)); exit 7\n")
+    seen, code = b"", None
+    with conn:
+        while code is None:
+            channel, payload = recv_frame(conn)
+            if channel == shell_agent.DATA:
+                seen += payload
+            elif channel == shell_agent.EXIT:
+                code = int(payload)
+    assert b"TYPED-42" in seen and code == 7

@@ -114,9 +114,11 @@ class Server:
         lock = threading.Lock()
         with conn:
             try:
-                line = b""
+                # byte by byte: the client's first frames may follow its request at once, and
+                # must stay in the socket for the frame reader
+                line = bytearray()
                 while not line.endswith(b"\n"):
-                    data = conn.recv(MAX_REQUEST)
+                    data = conn.recv(1)
                     if not data or len(line) > MAX_REQUEST:
                         return
                     line += data
