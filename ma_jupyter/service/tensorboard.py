@@ -1,9 +1,13 @@
-"""One TensorBoard per job, over the job's outputs folder, served under ``/tb/<job_id>``.
+"""One TensorBoard per job, over the job's outputs folder, served under ``/tb/<job_id>/<secret>``.
 
 The service calls :class:`TensorBoardManager`: ``start`` launches (or reuses) the job's
-TensorBoard on a free loopback port with ``--path_prefix /tb/<job_id>`` and returns its URL once
-it answers; ``stop`` ends it when the job is deleted; a reaper thread ends the ones nobody has
-used for ``idle_timeout`` seconds; ``shutdown`` ends them all when the service exits.
+TensorBoard on a free loopback port and returns its URL once it answers; ``stop`` ends it when
+the job is deleted; a reaper thread ends the ones nobody has used for ``idle_timeout`` seconds;
+``shutdown`` ends them all when the service exits.
+
+Jobs share the host's loopback, so any of them could reach a board's port: the path's secret,
+fresh per board and never on a command line, answers that.  Without it a board answers 404; the
+URL is a capability the service hands out only after its access check (``Op.tensorboard``).
 
 Each TensorBoard runs in its own process group and is stopped with TERM, then INT, then KILL:
 TensorBoard has been seen ignoring SIGTERM for several seconds, and its helper processes must
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -35,9 +40,14 @@ START_TIMEOUT = 90.0
 # TensorBoard imports TensorFlow when it is installed, which costs seconds (up to ~20 s on a
 # busy 2-core machine) before the first page; its TensorFlow stub reads local event files just
 # as well, and TensorBoard picks it when a module ``tensorboard.compat.notf`` exists.
-STUB_BOOTSTRAP = (
-    "import sys, types; "
-    "sys.modules['tensorboard.compat.notf'] = types.ModuleType('tensorboard.compat.notf'); "
+STUB = "sys.modules['tensorboard.compat.notf'] = types.ModuleType('tensorboard.compat.notf'); "
+#: the TensorBoard's path prefix, which holds its secret, comes in this variable: a command line
+#: is readable by every user of the host (jobs included), a process's environment by its own
+#: account only
+PREFIX_ENV = "MA_TENSORBOARD_PREFIX"
+BOOTSTRAP = (
+    "import os, sys, types; {stub}"
+    f"sys.argv += ['--path_prefix', os.environ.pop('{PREFIX_ENV}')]; "
     "from tensorboard.main import run_main; run_main()"
 )
 DEFAULT_IDLE_TIMEOUT = 3600.0
@@ -57,12 +67,14 @@ class _Board:
     logdir: str
     port: int
     proc: subprocess.Popen
+    #: the secret part of its path: without it the board answers 404 to everything
+    secret: str
     log_path: Path | None = None
     last_used: float = field(default_factory=time.monotonic)
 
     @property
     def prefix(self) -> str:
-        return f"/tb/{self.job_id}"
+        return f"/tb/{self.job_id}/{self.secret}"
 
     @property
     def url(self) -> str:
@@ -189,25 +201,27 @@ class TensorBoardManager:
 
     def _launch(self, job_id: str, logdir: str) -> _Board:
         port = _free_port()
-        entry = ["-m", "tensorboard.main"] if self.use_tensorflow else ["-c", STUB_BOOTSTRAP]
+        # A job shares the host's loopback: it could reach this port, but not guess the path
+        # (a fresh secret per board, handed out only to callers the service lets open it).
+        secret = secrets.token_urlsafe(24)
+        bootstrap = BOOTSTRAP.format(stub="" if self.use_tensorflow else STUB)
         argv = [
             self.python,
-            *entry,
+            "-c",
+            bootstrap,
             "--logdir",
             logdir,
             "--host",
             "127.0.0.1",
             "--port",
             str(port),
-            "--path_prefix",
-            f"/tb/{job_id}",
             "--reload_interval",
             "2",
         ]
         log_path = self.log_dir / f"tensorboard-{job_id}.log" if self.log_dir else None
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL
         # TensorBoard checks for updates and phones nowhere else, but keep TF quiet and local.
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", PREFIX_ENV: f"/tb/{job_id}/{secret}"}
         try:
             proc = subprocess.Popen(
                 argv,
@@ -220,7 +234,7 @@ class TensorBoardManager:
         finally:
             if log_path:
                 out.close()
-        board = _Board(job_id=job_id, logdir=logdir, port=port, proc=proc, log_path=log_path)
+        board = _Board(job_id=job_id, logdir=logdir, port=port, proc=proc, secret=secret, log_path=log_path)
         deadline = time.monotonic() + START_TIMEOUT
         probe = f"http://127.0.0.1:{port}{board.prefix}/data/runs"
         while time.monotonic() < deadline:

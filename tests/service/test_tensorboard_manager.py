@@ -52,8 +52,16 @@ def test_start_serves_runs_under_prefix_and_stop_ends_group(tmp_path, ma_manager
     outputs = tmp_path / "outputs"
     write_scalars(outputs / "train")
     url = ma_manager.start("job1", str(outputs))
-    assert url.startswith("http://127.0.0.1:") and url.endswith("/tb/job1/")
+    assert url.startswith("http://127.0.0.1:") and "/tb/job1/" in url
     assert requests.get(url + "data/runs", timeout=10).json() == ["train"]
+    # without the path's secret the board serves nothing, whatever the path
+    board = url.split("/tb/")[0]
+    for guess in ("/", "/tb/job1/", "/tb/job1/data/runs", "/data/runs"):
+        assert requests.get(board + guess, timeout=10).status_code == 404, guess
+    # and the secret is on no command line (every local user reads those)
+    secret = url.rstrip("/").rsplit("/", 1)[1]
+    assert len(secret) >= 24
+    assert secret not in " ".join(psutil.Process(ma_manager._boards["job1"].proc.pid).cmdline())
     tags = requests.get(url + "data/plugin/scalars/tags", timeout=10).json()
     assert "loss" in tags["train"]
     points = requests.get(
