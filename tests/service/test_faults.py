@@ -115,3 +115,104 @@ def test_a_killed_services_lock_and_a_bad_runtime_file_do_not_block_the_next(ma_
     finally:
         second.proc.send_signal(signal.SIGTERM)
         second.proc.wait(30)
+
+
+# ------------------------------------------------ kill -9 of the service in the middle of an end
+
+NUMBERED = """
+import signal, sys, time
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(time.monotonic()))
+i = 0
+while not stopping or time.monotonic() - stopping[0] < 4:
+    print(f"n {i}" + (" winding down" if stopping else ""), flush=True)
+    i += 1
+    time.sleep(0.02)
+print("done", i, flush=True)
+"""
+
+
+def _numbered_lines_complete(text: str) -> bool:
+    numbers = [int(line.split()[1]) for line in text.splitlines() if line.startswith("n ")]
+    return bool(numbers) and numbers == list(range(len(numbers)))
+
+
+@pytest.mark.small_cluster
+@pytest.mark.timeout(300)
+def test_kill_9_of_the_service_during_a_stops_grace_loses_nothing(ma_service):
+    from tests.modes.real import job_processes
+
+    job = submit(
+        ma_service,
+        name="slow-stop",
+        command=pycmd(NUMBERED),
+        specs=["cpu.medium"],
+        node_name="tiny",
+        grace_period=30,
+    )
+    wait_for(lambda: "n 20" in full_log(ma_service, job["id"]), timeout=60)
+    behind = submit(
+        ma_service, name="behind", command=pycmd("print('my turn')"), specs=["cpu.medium"], node_name="tiny"
+    )
+    assert behind["status"] == "queued"
+    ma_service.session().post(f"{ma_service.api}/jobs/{job['id']}/stop", timeout=10)
+    wait_for(lambda: "winding down" in full_log(ma_service, job["id"]), timeout=60)
+    os.kill(ma_service.proc.pid, signal.SIGKILL)  # mid-grace: the job still prints
+    ma_service.proc.wait(10)
+    svc = ma_service.restart()
+    ended = wait_status(svc, job["id"], {"stopped", "error", "succeeded"}, timeout=120)
+    assert ended["status"] == "stopped", ended["reason"]
+    log = full_log(svc, job["id"])
+    assert "done" in log and _numbered_lines_complete(log), log[-2000:]
+    wait_for(lambda: not job_processes(job["id"]), timeout=60)  # no orphan
+    finished = wait_status(svc, behind["id"], {"succeeded", "error", "stopped"}, timeout=120)
+    assert finished["status"] == "succeeded" and "my turn" in full_log(svc, behind["id"])
+    events = svc.session().get(f"{svc.api}/jobs/{behind['id']}/events", timeout=10).json()
+    launches = [e for e in events if e["reason"].startswith("running on spec")]
+    assert len(launches) == 1  # kept in the queue, started once
+
+
+WINDS_DOWN = (
+    """
+import json, os, signal, sys, time
+index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+if os.environ["MA_ATTEMPT"] != "0":
+    print(f"attempt {os.environ['MA_ATTEMPT']} node {index} fine", flush=True)
+    sys.exit(0)
+if index == 1:
+    time.sleep(1)
+    sys.exit(3)  # the fault
+"""
+    + NUMBERED
+)
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_the_service_during_a_restarts_wind_down_starts_the_job_once(ma_service):
+    from tests.modes.real import job_processes
+
+    job = submit(
+        ma_service,
+        name="restarts",
+        mode="tensorflow",
+        nodes=2,
+        command=pycmd(WINDS_DOWN),
+        fault_restart={"max_restarts": 3},
+        grace_period=30,
+    )
+    # worker-1 failed, and worker-0 is being wound down for the restart
+    wait_for(lambda: "winding down" in full_log(ma_service, job["id"]), timeout=120)
+    os.kill(ma_service.proc.pid, signal.SIGKILL)
+    ma_service.proc.wait(10)
+    svc = ma_service.restart()
+    ended = wait_status(svc, job["id"], {"succeeded", "error", "stopped"}, timeout=180)
+    events = svc.session().get(f"{svc.api}/jobs/{job['id']}/events", timeout=10).json()
+    assert ended["status"] == "succeeded", (ended["reason"], [e["reason"] for e in events])
+    assert ended["restarts"] == 1 and ended["attempt"] == 1, ended
+    launches = [e for e in events if e["reason"].startswith("running on spec")]
+    assert len(launches) == 2, [e["reason"] for e in events]  # the first attempt and one restart
+    log = full_log(svc, job["id"])
+    assert "attempt 1 node 0 fine" in log
+    first = log.split("attempt 1")[0]
+    assert "done" in first and _numbered_lines_complete(first), first[-2000:]  # the wind-down's lines
+    wait_for(lambda: not job_processes(job["id"]), timeout=60)
