@@ -4,8 +4,10 @@
  */
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { shellOfferFactory } from './debugterminal';
 import { MainArea } from './mainarea';
 import { JobsSidebar } from './sidebar';
 import { mainAreaPlugin } from './submitfrom';
@@ -53,4 +55,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [plugin, mainAreaPlugin];
+/** `%ma_shell JOB` in a notebook: a button that opens the node's terminal in a tab. */
+const shellOfferPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'ma_jupyter:shell-offer',
+  description: 'Renders %ma_shell output as a button opening the debug terminal in a tab.',
+  autoStart: true,
+  requires: [IRenderMimeRegistry],
+  activate: (app: JupyterFrontEnd, rendermime: IRenderMimeRegistry) => {
+    rendermime.addFactory(shellOfferFactory(app));
+  }
+};
+
+export default [plugin, mainAreaPlugin, shellOfferPlugin];

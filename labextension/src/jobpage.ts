@@ -11,14 +11,17 @@
  * 3. Resources reads the service's samples (`GET /jobs/{id}/resources`), newer ones only after
  *    the first read, and draws CPU and memory per node as SVG.
  * 4. TensorBoard is embedded through the Jupyter server's proxy, as the sidebar opens it.
+ * 5. Terminal (a job submitted with a debug terminal, running or failed) opens a JupyterLab
+ *    terminal tab inside a node's sandbox (debugterminal.ts).
  */
 import type { JupyterFrontEnd } from '@jupyterlab/application';
-import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Dialog, InputDialog, showDialog } from '@jupyterlab/apputils';
 import { PageConfig } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { ApiError, api } from './api';
 import { lineChart } from './chart';
+import { openDebugTerminal } from './debugterminal';
 import { LogFollower, isTerminal } from './detail';
 import { errorText, h, statusBadge } from './dom';
 import { dateTime, elapsed, span, statusText } from './jobstable';
@@ -121,7 +124,8 @@ export class JobPageWidget extends Widget {
       op('priority', 'Change priority', () => this.changePriority()),
       op('duration', 'Change duration', () => this.changeDuration()),
       op('devenv', 'Create dev environment', () => this.devenv()),
-      op('tensorboard', 'Open TensorBoard', async () => this.showTab('tensorboard'))
+      op('tensorboard', 'Open TensorBoard', async () => this.showTab('tensorboard')),
+      op('terminal', 'Terminal', () => this.terminal())
     );
     const tabs = h('div', { class: 'ma-tabs', role: 'tablist' });
     for (const tab of TABS) {
@@ -276,6 +280,14 @@ export class JobPageWidget extends Widget {
     disable('duration', ended ? 'only a queued or running job’s duration can change' : null);
     disable('devenv', null);
     disable('tensorboard', job.outputs_folder || job.spec.outputs ? null : 'the job has no outputs folder');
+    disable(
+      'terminal',
+      !job.spec.debug_terminal
+        ? 'the job was submitted without a debug terminal (--debug-terminal)'
+        : status === 'running' || status === 'error'
+          ? null
+          : 'a debug terminal opens while the job runs (or while a failed node keeps its sandbox)'
+    );
     this.buttons.delete.title = ended ? '' : 'Stops the job first, then deletes it';
     this.renderOverview();
     this.renderEvents();
@@ -678,6 +690,21 @@ export class JobPageWidget extends Widget {
       this.render();
       this.message.textContent = `Duration set to ${span(this.job.spec.duration ?? 0)}.`;
     }
+  }
+
+  /** A terminal tab inside a node's sandbox (the node asked for when the job has several). */
+  private async terminal(): Promise<void> {
+    const nodes = (this.job.nodes ?? []).map(n => n.name);
+    let node = nodes[0] ?? 'worker-0';
+    if (nodes.length > 1) {
+      const picked = await InputDialog.getItem({ title: 'Debug terminal of node', items: nodes, current: 0 });
+      if (!picked.button.accept || !picked.value) {
+        return;
+      }
+      node = picked.value;
+    }
+    await openDebugTerminal(this.host.app, this.job.id, node);
+    this.message.textContent = `Opened the debug terminal of ${node} in a tab.`;
   }
 
   /** Ask the service for the job as a notebook, save it at the Lab root and open it. */

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote, unquote
@@ -323,7 +324,8 @@ class ServiceStatusHandler(APIHandler):
         status = await asyncio.get_running_loop().run_in_executor(
             _EXECUTOR, lambda: _client().service_status()
         )
-        self.finish(json.dumps(status))
+        # a debug terminal tab runs `python -m ma_jupyter.frontends.cli shell` with this interpreter
+        self.finish(json.dumps({**status, "python": sys.executable}))
 
 
 class TensorBoardProxyHandler(ProxyMixin):

@@ -1,0 +1,81 @@
+"""The debug terminal from JupyterLab: the job page's Terminal button opens a JupyterLab terminal
+tab inside the node's sandbox (a real PTY, real xterm, the real service), in Debian's chromium."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from tests.browser.lab import REPO, lab_page, running_lab
+from tests.helpers import wait_for, writable_dir
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
+
+SHOTS = REPO / "test-output" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def ma_lab(tmp_path_factory):
+    with running_lab(tmp_path_factory.mktemp("lab")) as lab:
+        yield lab
+
+
+def test_the_terminal_button_opens_a_shell_inside_the_node(ma_lab):
+    from playwright.sync_api import expect
+
+    base = f"{ma_lab['url']}/ma-jupyter/api/v1"
+    headers = {"Authorization": f"token {ma_lab['token']}"}
+
+    def api(method, path, **kw):
+        r = requests.request(method, f"{base}/{path}", headers=headers, timeout=120, **kw)
+        assert r.status_code < 300, r.text
+        return r.json() if r.content else None
+
+    outputs = writable_dir(ma_lab["work"] / "terminal-out")
+    job = api(
+        "POST",
+        "jobs",
+        json={
+            "name": "dbg-lab",
+            "command": "python -c \"import time; print('job running', flush=True); time.sleep(600)\"",
+            "outputs": str(outputs),
+            "debug_terminal": True,
+            "grace_period": 1,
+        },
+    )
+
+    def log() -> str:
+        return api("GET", f"jobs/{job['id']}/logs/read", params={"node": "worker-0", "offset": 0})["data"]
+
+    wait_for(lambda: "job running" in log() and "debug terminal ready" in log(), timeout=120, interval=0.5)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with lab_page(ma_lab) as page:
+        card = page.locator(".jp-LauncherCard", has_text="Training jobs")
+        expect(card).to_be_visible(timeout=90_000)
+        card.click()
+        page.locator(f'[data-ma-view="jobs"] tr[data-job-id="{job["id"]}"]').click()
+        detail = page.locator(f'[data-ma-view="job"][data-job-id="{job["id"]}"]')
+        expect(detail.locator(".ma-op-terminal")).to_be_enabled(timeout=30_000)
+        detail.locator(".ma-op-terminal").click()
+        terminal = page.locator(f'[data-ma-debug-terminal="{job["id"]}/worker-0"]')
+        expect(terminal).to_be_visible(timeout=60_000)
+        expect(
+            page.locator(".lm-TabBar-tab", has_text=f"Debug terminal: {job['id']}/worker-0")
+        ).to_be_visible()
+
+        def opened() -> bool:
+            events = api("GET", f"jobs/{job['id']}/events")
+            return any("a debug terminal opened on worker-0" in e["reason"] for e in events)
+
+        wait_for(opened, timeout=60, interval=0.5)  # the tab's CLI reached the node
+        terminal.locator(".xterm").click()
+        page.keyboard.type("echo ok-$((6*7)) > /workspace/outputs/from-terminal.txt; exit 5\n")
+        wait_for(lambda: (outputs / "from-terminal.txt").exists(), timeout=60, interval=0.5)
+        # the tab keeps the node's name (the terminal renames itself once connected)
+        expect(
+            page.locator(".lm-TabBar-tab", has_text=f"Debug terminal: {job['id']}/worker-0")
+        ).to_be_visible()
+        page.screenshot(path=str(SHOTS / "debug-terminal-tab.png"))
+    assert (outputs / "from-terminal.txt").read_text() == "ok-42\n"  # written inside the sandbox
+    assert api("GET", f"jobs/{job['id']}")["status"] == "running"  # the shell's exit ends no job
+    api("POST", f"jobs/{job['id']}/stop")
