@@ -79,3 +79,55 @@ def test_the_terminal_button_opens_a_shell_inside_the_node(ma_lab):
     assert (outputs / "from-terminal.txt").read_text() == "ok-42\n"  # written inside the sandbox
     assert api("GET", f"jobs/{job['id']}")["status"] == "running"  # the shell's exit ends no job
     api("POST", f"jobs/{job['id']}/stop")
+
+
+def test_ma_shell_in_a_notebook_offers_a_button_that_opens_the_terminal(ma_lab):
+    import nbformat
+    from playwright.sync_api import expect
+
+    base = f"{ma_lab['url']}/ma-jupyter/api/v1"
+    headers = {"Authorization": f"token {ma_lab['token']}"}
+    job = requests.post(
+        f"{base}/jobs",
+        headers=headers,
+        timeout=60,
+        json={
+            "name": "dbg-nb",
+            "command": "python -c \"import time; print('job running', flush=True); time.sleep(600)\"",
+            "debug_terminal": True,
+            "grace_period": 1,
+        },
+    ).json()
+
+    def events() -> list[str]:
+        got = requests.get(f"{base}/jobs/{job['id']}/events", headers=headers, timeout=60).json()
+        return [e["reason"] for e in got]
+
+    wait_for(lambda: any(r.startswith("running on spec") for r in events()), timeout=120, interval=0.5)
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook.cells = [nbformat.v4.new_code_cell(f"%load_ext ma_jupyter\n%ma_shell {job['id']}")]
+    nbformat.write(notebook, ma_lab["root"] / "shell.ipynb")
+    with lab_page(ma_lab) as page:
+        page.goto(f"{ma_lab['url']}/lab/tree/shell.ipynb?token={ma_lab['token']}")
+        panel = page.locator(".jp-NotebookPanel").last
+        expect(panel).to_be_visible(timeout=90_000)
+
+        def kernel_idle() -> bool:
+            kernels = requests.get(
+                f"{ma_lab['url']}/api/kernels", params={"token": ma_lab["token"]}, timeout=30
+            )
+            return any(k["execution_state"] == "idle" for k in kernels.json())
+
+        wait_for(kernel_idle, timeout=180, interval=0.5)
+        panel.locator(".jp-Cell").first.click()
+        page.keyboard.press("Control+Shift+C")
+        page.locator(".lm-CommandPalette-input").fill("Run All Cells")
+        page.locator('.lm-CommandPalette-item:has-text("Run All Cells")').first.click()
+        button = panel.locator(".ma-shell-open")
+        expect(button).to_have_text(f"Open the debug terminal of worker-0 ({job['id']})", timeout=120_000)
+        button.click()
+        expect(page.locator(f'[data-ma-debug-terminal="{job["id"]}/worker-0"]')).to_be_visible(timeout=60_000)
+        wait_for(lambda: any("a debug terminal opened on worker-0" in r for r in events()), timeout=60)
+        page.screenshot(path=str(SHOTS / "debug-terminal-from-notebook.png"))
+    requests.post(f"{base}/jobs/{job['id']}/stop", headers=headers, timeout=60)
