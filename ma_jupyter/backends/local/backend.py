@@ -556,7 +556,10 @@ class LocalBackend(Backend):
             return None
 
     def forget(self, job_id: str) -> None:
-        """End the sandboxes a failed debug-terminal job keeps (deleting it ends them early)."""
+        """End the sandboxes a failed debug-terminal job keeps (deleting it ends them early).
+
+        The markers are read now (the job's folder goes next); the processes are ended on a
+        thread, so the caller never waits for them (rule 9)."""
         jd = config.jobdir(job_id)
         try:
             nodes = [
@@ -566,8 +569,11 @@ class LocalBackend(Backend):
             ]
         except OSError:
             return
-        for nd in nodes:
-            _end_kept(nd)
+        markers = [m for m in map(_kept_marker, nodes) if m]
+        if markers:
+            threading.Thread(
+                target=lambda: [_end_marked(m) for m in markers], name=f"forget-{job_id}", daemon=True
+            ).start()
 
     def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
         """The size of ``user``'s cache (``every_user``: of every user's), see :mod:`.caches`."""
@@ -578,19 +584,20 @@ class LocalBackend(Backend):
         caches.clear(user)
 
 
-def _end_kept(nd) -> None:
-    """End what still runs of an earlier attempt of this node (a sandbox kept for the debug
-    terminal): every process carrying its marker, TERM then KILL.  Only a runner that kept its
-    sandbox leaves ``kept.json``: without it there is nothing to look for (a scan of every
-    process's environment is not free)."""
+def _kept_marker(nd) -> str | None:
+    """The marker of a node whose runner kept its sandbox for the debug terminal (it leaves
+    ``kept.json``: without it there is nothing to look for, and a scan of every process's
+    environment is not free); None otherwise."""
     if not os.path.lexists(nd.kept):
-        return
+        return None
     try:
-        marker = nd.marker.read_text().strip() if not nd.marker.is_symlink() else ""
+        return (nd.marker.read_text().strip() if not nd.marker.is_symlink() else "") or None
     except OSError:
-        return
-    if not marker:
-        return
+        return None
+
+
+def _end_marked(marker: str) -> None:
+    """End every process carrying ``marker``: TERM, then KILL what is left after 5 s."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
         left = marked_processes(marker)
         for proc in left:
@@ -600,6 +607,14 @@ def _end_kept(nd) -> None:
                 pass
         if left:
             psutil.wait_procs(left, timeout=5.0)
+
+
+def _end_kept(nd) -> None:
+    """End what still runs of an earlier attempt of this node (a sandbox kept for the debug
+    terminal), before the node starts again."""
+    marker = _kept_marker(nd)
+    if marker:
+        _end_marked(marker)
 
 
 def _refuse_unsandboxed(views: list[workspace.NodeView]) -> None:
