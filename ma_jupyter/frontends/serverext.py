@@ -67,7 +67,7 @@ _CLIENT: Client | None = None
 _SERVICE: Upstream | None = None
 _HTTP: tuple[Any, AsyncHTTPClient] | None = None
 # (forwarded user or None, job id) -> the direct URL of its TensorBoard
-# (``http://127.0.0.1:PORT/tb/<id>/``): a user reaches a board the service once let it open
+# (``http://127.0.0.1:PORT/tb/<id>/<secret>/``): a user reaches a board the service once let it open
 _BOARDS: dict[tuple[str | None, str], str] = {}
 
 # Hop-by-hop headers and those tornado sets itself are not copied through the proxy.
@@ -332,7 +332,7 @@ class TensorBoardProxyHandler(ProxyMixin):
     """``<base_url>/ma-jupyter/tensorboard/<id>/<path>`` -> the job's TensorBoard.
 
     TensorBoard's pages use relative URLs (``tb-relative-root``), so they work under this prefix
-    while TensorBoard itself keeps its ``/tb/<id>`` path prefix.  The board is started (or
+    while TensorBoard itself keeps its ``/tb/<id>/<secret>`` path prefix.  The board is started (or
     found) through the job service on first use, and again if it was reaped as idle.
     """
 
