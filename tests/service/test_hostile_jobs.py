@@ -1,9 +1,10 @@
 """A hostile job against its neighbours and the service, on a real root service (issue 13, item 3).
 
 One job probes what a job shares the host with: another running job's TensorBoard on loopback,
-that job's processes and the service's (signals), and the files of that job and of the service
-(its log, outputs, node folder with the job's variables, the service's home, runtime file with
-its token, database).  Every probe must fail; the test prints what each got.
+that job's processes and the service's (signals), the files of that job and of the service (its
+log, outputs, node folder with the job's variables, the service's home, runtime file with its
+token, database), and the way out of its mounts (``..``, ``/proc/self/root``, a bind mount).
+Every probe must fail; the test prints what each got.
 """
 
 from __future__ import annotations
@@ -55,6 +56,19 @@ for path in targets["files"]:
                 found[path] = f"read {len(fh.read(100))}"
     except OSError as exc:
         found[path] = errno.errorcode[exc.errno]
+# out of the mounts: through "..", through /proc/self/root, with a bind mount of the host's root
+for path in ("/workspace/outputs/../../../etc/escaped", "/proc/self/root/etc/escaped", "/proc/1/root/escaped"):
+    try:
+        with open(path, "w") as fh:
+            fh.write("x")
+        found[f"write {path}"] = "wrote"
+    except OSError as exc:
+        found[f"write {path}"] = errno.errorcode[exc.errno]
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+MS_BIND = 4096
+done = libc.mount(b"/", b"/tmp", None, MS_BIND, None)
+found["bind mount of /"] = "mounted" if done == 0 else errno.errorcode[ctypes.get_errno()]
 print("PROBES " + json.dumps(found), flush=True)
 """
 
@@ -111,10 +125,12 @@ def test_a_job_reaches_nothing_of_another_job_nor_of_the_service(ma_client, ma_h
     found = json.loads(log.split("PROBES ", 1)[1].splitlines()[0])
     print(json.dumps(found, indent=1))
     got_through = {
-        k: v for k, v in found.items() if v == 200 or v == "sent" or str(v).startswith(("read", "listed"))
+        k: v
+        for k, v in found.items()
+        if v in (200, "sent", "wrote", "mounted") or str(v).startswith(("read", "listed"))
     }
     assert got_through == {}, got_through
-    assert len(found) == 3 + 6 + 7
+    assert len(found) == 3 + 6 + 7 + 4
     # the other job runs on, untouched
     assert victim.status is JobStatus.running
     assert "hunter2" not in log
