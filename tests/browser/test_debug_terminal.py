@@ -68,14 +68,16 @@ def test_the_terminal_button_opens_a_shell_inside_the_node(ma_lab):
             return any("a debug terminal opened on worker-0" in e["reason"] for e in events)
 
         wait_for(opened, timeout=60, interval=0.5)  # the tab's CLI reached the node
-        terminal.locator(".xterm").click()
-        page.keyboard.type("echo ok-$((6*7)) > /workspace/outputs/from-terminal.txt; exit 5\n")
-        wait_for(lambda: (outputs / "from-terminal.txt").exists(), timeout=60, interval=0.5)
         # the tab keeps the node's name (the terminal renames itself once connected)
-        expect(
-            page.locator(".lm-TabBar-tab", has_text=f"Debug terminal: {job['id']}/worker-0")
-        ).to_be_visible()
+        tab = page.locator(".lm-TabBar-tab", has_text=f"Debug terminal: {job['id']}/worker-0")
+        expect(tab).to_be_visible(timeout=30_000)
+        terminal.locator(".xterm").click()
+        page.keyboard.type("echo ok-$((6*7)) > /workspace/outputs/from-terminal.txt\n")
+        wait_for(lambda: (outputs / "from-terminal.txt").exists(), timeout=60, interval=0.5)
         page.screenshot(path=str(SHOTS / "debug-terminal-tab.png"))
+        page.keyboard.type("exit 5\n")
+        # the node's shell ended: so does the tab's terminal (it ran the CLI under exec)
+        expect(terminal).to_have_count(0, timeout=60_000)
     assert (outputs / "from-terminal.txt").read_text() == "ok-42\n"  # written inside the sandbox
     assert api("GET", f"jobs/{job['id']}")["status"] == "running"  # the shell's exit ends no job
     api("POST", f"jobs/{job['id']}/stop")

@@ -56,13 +56,16 @@ def _direct(lab, path: str, **kwargs) -> requests.Response:
 
 
 def _board_processes(job_id: str) -> list[psutil.Process]:
+    """The job's TensorBoard processes: their path (``/tb/<job>/<secret>``) is in their
+    environment, which this (root) test may read; never on a command line."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
             cmdline = " ".join(proc.info["cmdline"] or [])
+            prefix = proc.environ().get("MA_TENSORBOARD_PREFIX", "") if "tensorboard" in cmdline else ""
         except psutil.Error:
             continue
-        if "tensorboard" in cmdline and job_id in cmdline:
+        if prefix.startswith(f"/tb/{job_id}/"):
             found.append(proc)
     return found
 
