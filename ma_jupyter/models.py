@@ -702,6 +702,10 @@ class Job(Strict):
     #: a batch job's tasks, each with its own status; derived from ``nodes`` whenever a job is
     #: read (any value given is replaced), empty for a regular job
     tasks: list[TaskState] = []
+    #: what the caller of the request may do with the job (the access rules' operations:
+    #: view, tensorboard, duration, priority, stop, delete, shell), as the service answers it;
+    #: front ends disable what is missing, the service still checks each request
+    allowed: list[str] = []
 
     @model_validator(mode="after")
     def _derive_tasks(self) -> Job:

@@ -33,12 +33,48 @@ import {
 } from './models';
 import type { ClusterView, Job, JobSpec, Plan, Spec } from './models';
 
-/** Values the form starts from (submit-from-file fills algorithm and command). */
+/**
+ * Values the form starts from: submit-from-file fills algorithm and command; a clone gives the
+ * whole spec of the job it copies (every field filled, the name made a clone's name).
+ */
 export interface FormPrefill {
   name?: string;
   algorithm?: string;
   command?: string;
   outputs?: string;
+  spec?: JobSpec;
+}
+
+/** The name a clone gets, as `ma_jupyter.models.clone_name` makes it: x, x-copy, x-copy-2... */
+export function cloneName(name: string): string {
+  const match = /-copy(?:-(\d+))?$/.exec(name);
+  const base = match ? name.slice(0, match.index) : name;
+  const number = match ? Number(match[1] ?? 1) + 1 : 1;
+  const suffix = number === 1 ? '-copy' : `-copy-${number}`;
+  return base.slice(0, 63 - suffix.length) + suffix;
+}
+
+function getPath(source: Record<string, any>, key: string): unknown {
+  let at: any = source;
+  for (const part of key.split('.')) {
+    at = at === null || at === undefined ? undefined : at[part];
+  }
+  return at;
+}
+
+/** One mount as a line of a mounts field: `name /path [rw] [source=S] [version=V]`. */
+function mountLine(mount: Record<string, any>): string {
+  const parts = [mount.name, mount.path];
+  if (mount.read_only === false) {
+    parts.push('rw');
+  }
+  if (mount.source) {
+    parts.push(`source=${mount.source}`);
+  }
+  if (mount.version) {
+    parts.push(`version=${mount.version}`);
+  }
+  return parts.join(' ');
 }
 
 type Kind = 'text' | 'number' | 'select' | 'check' | 'area' | 'path' | 'env' | 'mounts' | 'tasks';
@@ -95,8 +131,17 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
     title: 'Data and mounts',
     fields: [
       { key: 'outputs', label: 'Outputs folder (/workspace/outputs)', kind: 'path' },
-      { key: 'datasets', label: 'Datasets (name /path [rw] per line)', kind: 'mounts', placeholder: 'e.g. mnist /data/mnist' },
-      { key: 'models', label: 'Models (name /path per line)', kind: 'mounts' },
+      {
+        key: 'datasets',
+        label: 'Datasets (name /path [rw] [source=private|favorite] [version=V] per line)',
+        kind: 'mounts',
+        placeholder: 'e.g. mnist /data/mnist version=v2'
+      },
+      {
+        key: 'models',
+        label: 'Models (name /path [source=pretrained|private|favorite] [version=V] per line)',
+        kind: 'mounts'
+      },
       { key: 'volumes', label: 'Volumes (name /path per line)', kind: 'mounts' },
       { key: 'annotations', label: 'Annotations (name /path per line)', kind: 'mounts' },
       { key: 'data_preparation', label: 'Prepare data before training (datasets read-only)', kind: 'check' }
@@ -219,8 +264,12 @@ export class CreateFormWidget extends Widget {
   ) {
     super();
     this.id = `ma-create-form-${Date.now()}`;
-    // several forms may be open (one per file submitted): the tab names the file's job
-    this.title.label = prefill.name ? `New job: ${prefill.name}` : 'New training job';
+    // several forms may be open (one per file submitted or job cloned): the tab names the job
+    this.title.label = prefill.spec
+      ? `Clone of ${prefill.spec.name}`
+      : prefill.name
+        ? `New job: ${prefill.name}`
+        : 'New training job';
     this.title.closable = true;
     this.addClass('ma-main');
     this.addClass('ma-create');
@@ -276,7 +325,7 @@ export class CreateFormWidget extends Widget {
         h(
           'div',
           { class: 'ma-create-main' },
-          h('h2', { class: 'ma-view-title' }, 'New training job'),
+          h('h2', { class: 'ma-view-title' }, prefill.spec ? `Clone of ${prefill.spec.name}` : 'New training job'),
           ...groups,
           this.message,
           h('div', { class: 'ma-buttons' }, this.submitButton)
@@ -298,6 +347,9 @@ export class CreateFormWidget extends Widget {
     if (prefill.outputs) {
       this.value('outputs', prefill.outputs);
     }
+    if (prefill.spec) {
+      this.fill(prefill.spec);
+    }
     this.node.addEventListener('input', () => this.schedulePlan());
     this.node.addEventListener('change', () => {
       this.showRelevant();
@@ -317,6 +369,53 @@ export class CreateFormWidget extends Widget {
       control.checked = Boolean(value);
     } else {
       control.value = String(value);
+    }
+  }
+
+  /**
+   * Fill every field from a job's spec (a clone). Secret values come back from the service as
+   * `***`: they stay so, and the dry run asks for the real values at their field.
+   */
+  private fill(spec: JobSpec): void {
+    const source = spec as unknown as Record<string, any>;
+    this.value('name', cloneName(spec.name));
+    this.chosenSpecs = new Set(spec.specs?.length ? spec.specs : ['cpu.small']);
+    for (const group of GROUPS) {
+      for (const def of group.fields) {
+        if (def.key === 'name') {
+          continue;
+        }
+        const value = getPath(source, def.key);
+        switch (def.kind) {
+          case 'check':
+            // fault_restart / checkpoint_resume are objects when enabled
+            this.value(def.key, typeof value === 'boolean' ? value : value !== null && value !== undefined);
+            break;
+          case 'env':
+            this.value(
+              def.key,
+              Object.entries((value as Record<string, string>) ?? {})
+                .map(([k, v]) => `${k}=${v}`)
+                .join('\n')
+            );
+            break;
+          case 'mounts':
+            this.value(def.key, ((value as any[]) ?? []).map(mountLine).join('\n'));
+            break;
+          case 'tasks':
+            this.value(
+              def.key,
+              ((value as any[]) ?? [])
+                .map(t => (t.algorithm ? `${t.algorithm} :: ${t.command}` : t.command))
+                .join('\n')
+            );
+            break;
+          default:
+            if (value !== null && value !== undefined) {
+              this.value(def.key, String(value));
+            }
+        }
+      }
     }
   }
 
@@ -526,10 +625,20 @@ export class CreateFormWidget extends Widget {
           }
           case 'mounts':
             out[def.key] = lines(text).map(line => {
-              const [name, path, flag] = line.split(/\s+/);
+              const [name, path, ...flags] = line.split(/\s+/);
               const mount: Record<string, unknown> = { name, path: path ?? '' };
-              if (def.key === 'datasets' && flag === 'rw') {
-                mount.read_only = false;
+              for (const flag of flags) {
+                const at = flag.indexOf('=');
+                if (at > 0) {
+                  // source=… / version=…: a wrong key or value is the service's 400 at the field
+                  mount[flag.slice(0, at)] = flag.slice(at + 1);
+                } else if (flag === 'rw') {
+                  mount.read_only = false;
+                } else if (flag === 'ro') {
+                  mount.read_only = true;
+                } else {
+                  mount[flag] = true; // unknown: the service names it
+                }
               }
               return mount;
             });

@@ -1,6 +1,7 @@
 /**
- * ma_jupyter's JupyterLab plugin: a left-sidebar panel to list, follow, stop and create
- * training jobs of the local job service (through the ma_jupyter server extension).
+ * ma_jupyter's JupyterLab plugins: the left-sidebar job list and the main-area views (jobs
+ * table, one tab per job, create form, cluster view) over the job service, reached through
+ * the ma_jupyter server extension.
  */
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette } from '@jupyterlab/apputils';
@@ -10,7 +11,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { shellOfferFactory } from './debugterminal';
 import { MainArea } from './mainarea';
 import { JobsSidebar } from './sidebar';
-import { mainAreaPlugin } from './submitfrom';
+import { CREATE_JOB, mainAreaPlugin } from './submitfrom';
 
 const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">
   <g class="jp-icon3" fill="#616161">
@@ -26,7 +27,7 @@ const SIDEBAR_COMMAND = 'ma-jupyter:show-sidebar';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'ma_jupyter:sidebar',
-  description: 'Training jobs sidebar: list, follow, stop and create jobs of the local job service.',
+  description: 'Training jobs: a sidebar list and the main-area jobs table and job pages.',
   autoStart: true,
   optional: [ILayoutRestorer, ICommandPalette],
   activate: (
@@ -34,14 +35,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null
   ) => {
-    // the sidebar's list opens jobs in the main area; its own detail stays for the form's submit
-    const sidebar = new JobsSidebar(
-      job => main.openJob(job),
-      () => main.openJobs()
-    );
-    const main = new MainArea(app, spec => {
-      app.shell.activateById(sidebar.id);
-      sidebar.showForm(spec);
+    // a clone opens the main-area create form filled with the whole job
+    const main = new MainArea(app, spec => void app.commands.execute(CREATE_JOB, { spec: spec as any }));
+    const sidebar = new JobsSidebar({
+      openJob: job => main.openJob(job),
+      openJobs: () => main.openJobs(),
+      newJob: () => void app.commands.execute(CREATE_JOB)
     });
     sidebar.title.icon = jobsIcon;
     app.shell.add(sidebar, 'left', { rank: 650 });

@@ -3,11 +3,13 @@
  * operations bar, then the Overview, Logs, Events, Resources, TensorBoard and Outputs sections.
  *
  * 1. The job and its new events are polled every `POLL_MS` until it ends; each operation's
- *    button is disabled, with the reason as its tooltip, when the job's state does not allow it
- *    (the service still checks the caller's access: its refusal is shown as the message).
- * 2. Logs follow one stream (node, or node and rank) by byte offset with the sidebar's
- *    `LogFollower`, which keeps only the newest part of a large log in the page; search shows
- *    the matching lines of what is kept; download saves the whole stream.
+ *    button is disabled, with the reason as its tooltip, when the caller's access (the job's
+ *    `allowed`, as the service answers it) or the job's state does not allow it; the service
+ *    still checks each request, and a refusal is shown as the message.
+ * 2. Logs follow one stream (node, or node and rank) by byte offset (logfollower.ts): a large
+ *    log from its last `LOG_TAIL_BYTES`, only the newest part kept in the page, scrolled to
+ *    the newest line while "follow" is ticked; search shows the matching lines of what is
+ *    kept; Download saves the whole stream.
  * 3. Resources reads the service's samples (`GET /jobs/{id}/resources`), newer ones only after
  *    the first read, and draws CPU and memory per node as SVG.
  * 4. TensorBoard is embedded through the Jupyter server's proxy, as the sidebar opens it.
@@ -22,9 +24,9 @@ import { Widget } from '@lumino/widgets';
 import { ApiError, api } from './api';
 import { lineChart } from './chart';
 import { openDebugTerminal } from './debugterminal';
-import { LogFollower, isTerminal } from './detail';
 import { errorText, h, statusBadge } from './dom';
 import { dateTime, elapsed, span, statusText } from './jobstable';
+import { LOG_TAIL_BYTES, LogFollower, isTerminal } from './logfollower';
 import type { Event, Job, JobSpec, LogStream, ResourceSample, ResourceUsage } from './models';
 
 const POLL_MS = 1500;
@@ -58,6 +60,10 @@ export function underLabRoot(folder: string): string | null {
   return clean.startsWith(root + '/') ? clean.slice(root.length + 1) : null;
 }
 
+function megabytes(bytes: number): string {
+  return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
+}
+
 export class JobPageWidget extends Widget {
   job: Job;
   private bar: HTMLElement;
@@ -75,6 +81,7 @@ export class JobPageWidget extends Widget {
   private logPre: HTMLElement;
   private searchPre: HTMLElement;
   private logNote: HTMLElement;
+  private tailNote: HTMLElement;
   private search: HTMLInputElement;
   private wrap: HTMLInputElement;
   private followBox: HTMLInputElement;
@@ -147,6 +154,7 @@ export class JobPageWidget extends Widget {
     this.logPre = h('pre', { class: 'ma-log ma-log-main' });
     this.searchPre = h('pre', { class: 'ma-log ma-log-search', hidden: true });
     this.logNote = h('span', { class: 'ma-log-note' });
+    this.tailNote = h('span', { class: 'ma-log-note ma-log-tail-note' });
     this.search = h('input', {
       type: 'search',
       class: 'jp-mod-styled ma-log-search-input',
@@ -154,7 +162,16 @@ export class JobPageWidget extends Widget {
       oninput: () => this.applySearch()
     });
     this.wrap = h('input', { type: 'checkbox', class: 'ma-log-wrap', onchange: () => this.applyWrap() });
-    this.followBox = h('input', { type: 'checkbox', class: 'ma-log-follow', checked: true });
+    this.followBox = h('input', {
+      type: 'checkbox',
+      class: 'ma-log-follow',
+      checked: true,
+      onchange: () => {
+        if (this.followBox.checked) {
+          this.logPre.scrollTop = this.logPre.scrollHeight;
+        }
+      }
+    });
     this.sections.get('logs')!.append(
       h(
         'div',
@@ -164,7 +181,8 @@ export class JobPageWidget extends Widget {
         h('label', { title: 'Keep the newest line in view' }, this.followBox, 'follow'),
         h('label', { title: 'Wrap long lines' }, this.wrap, 'wrap'),
         h('button', { class: 'jp-Button jp-mod-styled ma-log-download', onclick: () => void this.act(() => this.download()) }, 'Download'),
-        this.logNote
+        this.logNote,
+        this.tailNote
       ),
       this.logPre,
       this.searchPre
@@ -268,17 +286,26 @@ export class JobPageWidget extends Widget {
       h('span', { class: 'ma-job-id' }, job.id),
       h('span', { class: 'ma-job-when' }, elapsed(job) ? `ran ${elapsed(job)}` : statusText(job))
     );
-    const disable = (key: string, reason: string | null) => {
+    // the caller's access first (the service says what it may do), then the job's state
+    const allowed = new Set(job.allowed ?? []);
+    const owner = job.spec.creator ? `${job.spec.creator}’s` : 'another user’s';
+    const disable = (key: string, reason: string | null, op: string | null = key) => {
+      if (op !== null && job.allowed?.length && !allowed.has(op)) {
+        reason =
+          op === 'shell'
+            ? `a debug terminal is for the job’s owner or an admin (this is ${owner} job)`
+            : `this is ${owner} job and it allows others ${job.spec.access ?? 'ro'} access: ask its owner`;
+      }
       this.buttons[key].disabled = reason !== null;
       this.buttons[key].title = reason ?? '';
     };
     const ended = isTerminal(job);
     disable('stop', ended ? `the job has ended (${status})` : null);
     disable('delete', null);
-    disable('clone', null);
+    disable('clone', null, 'view');
     disable('priority', status === 'queued' ? null : 'only a queued job’s priority can change');
     disable('duration', ended ? 'only a queued or running job’s duration can change' : null);
-    disable('devenv', null);
+    disable('devenv', null, 'view');
     disable('tensorboard', job.outputs_folder || job.spec.outputs ? null : 'the job has no outputs folder');
     disable(
       'terminal',
@@ -286,9 +313,12 @@ export class JobPageWidget extends Widget {
         ? 'the job was submitted without a debug terminal (--debug-terminal)'
         : status === 'running' || status === 'error'
           ? null
-          : 'a debug terminal opens while the job runs (or while a failed node keeps its sandbox)'
+          : 'a debug terminal opens while the job runs (or while a failed node keeps its sandbox)',
+      'shell'
     );
-    this.buttons.delete.title = ended ? '' : 'Stops the job first, then deletes it';
+    if (!this.buttons.delete.disabled) {
+      this.buttons.delete.title = ended ? '' : 'Stops the job first, then deletes it';
+    }
     this.renderOverview();
     this.renderEvents();
   }
@@ -394,6 +424,10 @@ export class JobPageWidget extends Widget {
 
   // --------------------------------------------------------------------------------- logs
 
+  private streamKey(s: LogStream): string {
+    return s.rank === null || s.rank === undefined ? s.node : `${s.node}/rank-${s.rank}`;
+  }
+
   private async updateStreams(): Promise<void> {
     let streams: LogStream[];
     try {
@@ -401,7 +435,7 @@ export class JobPageWidget extends Widget {
     } catch {
       return;
     }
-    const key = (s: LogStream) => (s.rank === null || s.rank === undefined ? s.node : `${s.node}/rank-${s.rank}`);
+    const key = (s: LogStream) => this.streamKey(s);
     const keys = streams.map(key);
     if (keys.join('|') !== this.streams.map(key).join('|')) {
       this.streams = streams;
@@ -427,20 +461,28 @@ export class JobPageWidget extends Widget {
     const [node, rank] = key.split('/rank-');
     this.logPre.textContent = '';
     this.logPre.dataset.stream = key;
+    delete this.logPre.dataset.eof;
+    // a large log starts at its tail: the page stays responsive, Download has the rest
+    const size = this.streams.find(s => this.streamKey(s) === key)?.size ?? 0;
+    const startAt = size > LOG_TAIL_BYTES ? size - LOG_TAIL_BYTES : 0;
+    this.logPre.dataset.startAt = String(startAt);
+    this.tailNote.textContent = startAt
+      ? `showing the end of a ${megabytes(size)} log: Download saves all of it`
+      : '';
     this.follower = new LogFollower(
       this.job.id,
       { node, rank: rank === undefined ? null : Number(rank) },
       this.logPre,
-      text => {
-        this.logNote.textContent = text;
-      },
-      () => {
-        if (!this.followBox.checked) {
-          return;
-        }
-        this.logPre.scrollTop = this.logPre.scrollHeight;
-        if (this.search.value) {
-          this.applySearch();
+      {
+        startAt,
+        stick: () => this.followBox.checked,
+        onProblem: text => {
+          this.logNote.textContent = text;
+        },
+        onUpdate: () => {
+          if (this.search.value) {
+            this.applySearch();
+          }
         }
       }
     );

@@ -2,11 +2,10 @@
 import { api } from './api';
 import { errorText, h, shortTime, statusBadge } from './dom';
 import { JOB_STATUS_VALUES, Job, JobStatus } from './models';
-import type { View } from './view';
 
 const REFRESH_MS = 2000;
 
-export class JobListView implements View {
+export class JobListView {
   readonly node: HTMLElement;
   private nameInput: HTMLInputElement;
   private statusBoxes = new Map<JobStatus, HTMLInputElement>();

@@ -139,6 +139,7 @@ export interface Job {
   tensorboard_url?: string | null;
   outputs_folder?: string | null;
   tasks?: Array<TaskState>;
+  allowed?: Array<string>;
 }
 
 /** One page of a job listing. */

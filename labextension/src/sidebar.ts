@@ -1,28 +1,33 @@
-/** The left-sidebar panel: a header with the service state, and one view (list, job, form). */
+/**
+ * The left-sidebar panel: a compact live list of jobs with status counts. A click on a job opens
+ * its detail in the main area; "All jobs" opens the main-area table and "New job" the main-area
+ * create form.
+ */
 import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { api } from './api';
-import { JobDetailView } from './detail';
 import { errorText, h } from './dom';
-import { JobFormView } from './form';
 import { JobListView } from './list';
-import type { Job, JobSpec } from './models';
-import type { View } from './view';
+import type { Job } from './models';
+
+/** How often the service line is read again (ms). */
+const SERVICE_CHECK_MS = 5000;
+
+/** Where the sidebar's buttons and rows lead (the main-area views). */
+export interface SidebarActions {
+  openJob: (job: Job) => void;
+  openJobs: () => void;
+  newJob: () => void;
+}
 
 export class JobsSidebar extends Widget {
-  private view: View | null = null;
+  private list: JobListView | null = null;
+  private serviceTimer: number | null = null;
   private body: HTMLElement;
   private serviceLine: HTMLElement;
 
-  /**
-   * `openJob`: where a click on a listed job goes (the main-area detail); without it the
-   * sidebar shows the job itself. `openJobs`: the "All jobs" button (the main-area table).
-   */
-  constructor(
-    private readonly openJob: ((job: Job) => void) | null = null,
-    private readonly openJobs: (() => void) | null = null
-  ) {
+  constructor(private readonly actions: SidebarActions) {
     super();
     this.id = 'ma-jupyter-sidebar';
     this.addClass('ma-sidebar');
@@ -34,20 +39,22 @@ export class JobsSidebar extends Widget {
         'div',
         { class: 'ma-header' },
         h('h1', { class: 'ma-title' }, 'Training jobs'),
-        this.openJobs
-          ? h(
-              'button',
-              {
-                class: 'jp-Button jp-mod-styled ma-open-jobs',
-                title: 'The jobs table in the main area',
-                onclick: () => this.openJobs?.()
-              },
-              'All jobs'
-            )
-          : null,
         h(
           'button',
-          { class: 'jp-Button jp-mod-styled jp-mod-accept ma-new-job', onclick: () => this.showForm() },
+          {
+            class: 'jp-Button jp-mod-styled ma-open-jobs',
+            title: 'The jobs table in the main area',
+            onclick: () => this.actions.openJobs()
+          },
+          'All jobs'
+        ),
+        h(
+          'button',
+          {
+            class: 'jp-Button jp-mod-styled jp-mod-accept ma-new-job',
+            title: 'The create form in the main area',
+            onclick: () => this.actions.newJob()
+          },
           'New job'
         )
       ),
@@ -62,12 +69,19 @@ export class JobsSidebar extends Widget {
    */
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
-    if (this.view === null) {
-      this.showList();
+    if (this.list === null) {
+      this.list = new JobListView(job => this.actions.openJob(job));
+      this.body.replaceChildren(this.list.node);
+      // the list's first read starts the service: say so once it runs, and if it goes away
+      void this.checkService();
+      this.serviceTimer = window.setInterval(() => void this.checkService(), SERVICE_CHECK_MS);
     }
   }
 
   private async checkService(): Promise<void> {
+    if (!this.isVisible) {
+      return;
+    }
     try {
       const status = await api.service();
       this.serviceLine.textContent = status.running
@@ -80,43 +94,12 @@ export class JobsSidebar extends Widget {
     }
   }
 
-  private showView(view: View): void {
-    this.view?.dispose();
-    this.view = view;
-    this.body.replaceChildren(view.node);
-    void this.checkService();
-  }
-
-  /** The job list with its filters. */
-  showList(): void {
-    this.showView(new JobListView(job => (this.openJob ? this.openJob(job) : this.showJob(job))));
-  }
-
-  /** One job's detail with its live logs. */
-  showJob(job: Job): void {
-    this.showView(
-      new JobDetailView(
-        job,
-        () => this.showList(),
-        spec => this.showForm(spec)
-      )
-    );
-  }
-
-  /** The create form, empty or filled from a job to clone. */
-  showForm(template?: JobSpec): void {
-    this.showView(
-      new JobFormView(
-        job => this.showJob(job),
-        () => this.showList(),
-        template
-      )
-    );
-  }
-
   dispose(): void {
-    this.view?.dispose();
-    this.view = null;
+    if (this.serviceTimer !== null) {
+      window.clearInterval(this.serviceTimer);
+    }
+    this.list?.dispose();
+    this.list = null;
     super.dispose();
   }
 }

@@ -1,7 +1,8 @@
 /**
  * Main-area commands: the create form, the cluster view, and submitting from anywhere.
  *
- * - `ma-jupyter:create-job` opens the create form (args `algorithm`, `command`, `name` prefill it).
+ * - `ma-jupyter:create-job` opens the create form (args `algorithm`, `command`, `name` prefill
+ *   it; `spec`, a job's whole spec, fills every field as a clone).
  * - `ma-jupyter:submit-file` ("Submit as training job", on `.py` files in the file browser's
  *   context menu) opens the form with algorithm = the file's folder and command = `python <file>`.
  * - `ma-jupyter:run-cell` ("Run cell as training job", also a notebook toolbar button through
@@ -21,6 +22,7 @@ import type { Widget } from '@lumino/widgets';
 import { ClusterWidget } from './cluster';
 import { CreateFormWidget, type FormPrefill } from './createform';
 import { hostPath } from './folderpicker';
+import type { JobSpec } from './models';
 
 export const CREATE_JOB = 'ma-jupyter:create-job';
 export const SUBMIT_FILE = 'ma-jupyter:submit-file';
@@ -100,10 +102,18 @@ async function runCell(app: JupyterFrontEnd): Promise<void> {
   const reply = await future.done;
   const text = out.join('').trim().split('\n').slice(-6).join('\n');
   if (reply.content.status === 'ok') {
-    Notification.success(
-      `Training job ${jobId ? `${jobId} ` : ''}submitted from the cell (see the Training jobs sidebar).${text ? `\n${text}` : ''}`,
-      { autoClose: 10000 }
-    );
+    Notification.success(`Training job ${jobId ? `${jobId} ` : ''}submitted from the cell.${text ? `\n${text}` : ''}`, {
+      autoClose: 10000,
+      actions: jobId
+        ? [
+            {
+              label: 'Open job',
+              caption: 'The job’s page: logs, events, resources',
+              callback: () => void app.commands.execute('ma-jupyter:open-job', { id: jobId })
+            }
+          ]
+        : []
+    });
   } else {
     Notification.error(text || 'The cell could not be submitted.', { autoClose: false });
   }
@@ -134,7 +144,8 @@ export const mainAreaPlugin: JupyterFrontEndPlugin<void> = {
         openForm({
           name: args.name as string | undefined,
           algorithm: args.algorithm as string | undefined,
-          command: args.command as string | undefined
+          command: args.command as string | undefined,
+          spec: args.spec as unknown as JobSpec | undefined
         })
     });
     app.commands.addCommand(SUBMIT_FILE, {

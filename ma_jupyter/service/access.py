@@ -105,6 +105,13 @@ def can_see(job: Job, caller: Caller) -> bool:
     return is_own(job, caller) or job.spec.access is not Access.none
 
 
+def allowed(job: Job, caller: Caller) -> list[Op]:
+    """Every operation the caller may do with the job (what :func:`check` lets through)."""
+    if is_own(job, caller):
+        return list(Op)
+    return [op for op in Op if op in OTHERS[job.spec.access]]
+
+
 def check(job: Job, caller: Caller, op: Op) -> Job:
     """The job, if the caller may do ``op`` with it.
 

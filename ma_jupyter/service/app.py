@@ -238,7 +238,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
                     idempotency_key=idempotency_key,
                     admit=lambda: urgent_quota(user, user.name, rules),
                 )
-        return _with_queue_position(job)
+        return _as_seen(job, user)
 
     @app.post(f"{api}/plan", response_model=Plan, openapi_extra=SPEC_BODY)
     def plan(body: dict = Body(...), user: Caller = Depends(authenticate)) -> Plan:
@@ -357,9 +357,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
             type=type.value if type else None,
             sort=sort.value,
         )
-        return JobPage(
-            items=[_with_queue_position(j) for j in items], total=total, offset=offset, limit=limit
-        )
+        return JobPage(items=[_as_seen(j, user) for j in items], total=total, offset=offset, limit=limit)
 
     def algorithm_filter(user: Caller, algorithm: str | None, favourite_only: bool) -> list[str] | None:
         # algorithms.py's rule 2: one folder, the caller's favourites, or the folder if a favourite
@@ -394,15 +392,17 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
             )
         return Response(status_code=204)
 
-    def _with_queue_position(job: Job) -> Job:
-        # from the supervisor's queue index: exact, and without reading the queue
-        if job.status is not JobStatus.queued:
-            return job
-        return job.model_copy(update={"queue_position": supervisor.queue_position(job.id)})
+    def _as_seen(job: Job, user: Caller) -> Job:
+        # what the caller may do with it, and its queue position from the supervisor's queue
+        # index: exact, and without reading the queue
+        update: dict = {"allowed": [op.value for op in access.allowed(job, user)]}
+        if job.status is JobStatus.queued:
+            update["queue_position"] = supervisor.queue_position(job.id)
+        return job.model_copy(update=update)
 
     @app.get(f"{api}/jobs/{{job_id}}", response_model=Job)
     def get_job(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Job:
-        return _with_queue_position(access.check(store.get(job_id), user, Op.view))
+        return _as_seen(access.check(store.get(job_id), user, Op.view), user)
 
     @app.patch(f"{api}/jobs/{{job_id}}", response_model=Job, openapi_extra=UPDATE_BODY)
     def update_job(job_id: str = JobId, body: dict = Body(...), user: Caller = Depends(authenticate)) -> Job:
@@ -427,10 +427,13 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
             and not user.admin
         )
         if not raising:
-            return supervisor.update(job_id, priority=priority, duration=duration, by=user.name)
+            return _as_seen(
+                supervisor.update(job_id, priority=priority, duration=duration, by=user.name), user
+            )
         with urgent_lock:
             urgent_quota(user, job.spec.creator or user.name, access.load_rules())
-            return supervisor.update(job_id, priority=priority, duration=duration, by=user.name)
+            changed = supervisor.update(job_id, priority=priority, duration=duration, by=user.name)
+        return _as_seen(changed, user)
 
     @app.get(f"{api}/jobs/{{job_id}}/status", response_model=Job)
     async def wait_status(
@@ -443,14 +446,12 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         # terminal) or after ``wait`` seconds, with the job as GET /jobs/{id} gives it.
         await run_in_threadpool(lambda: access.check(store.get(job_id), user, Op.view))
         await store.wait_status(job_id, since, wait)
-        return await run_in_threadpool(
-            lambda: _with_queue_position(access.check(store.get(job_id), user, Op.view))
-        )
+        return await run_in_threadpool(lambda: _as_seen(access.check(store.get(job_id), user, Op.view), user))
 
     @app.post(f"{api}/jobs/{{job_id}}/stop", response_model=Job)
     def stop_job(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Job:
         access.check(store.get(job_id), user, Op.stop)
-        return supervisor.request_stop(job_id, by=user.name)
+        return _as_seen(supervisor.request_stop(job_id, by=user.name), user)
 
     @app.websocket(f"{api}/jobs/{{job_id}}/shell")
     async def job_shell(

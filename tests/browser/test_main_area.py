@@ -11,6 +11,7 @@ import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -286,6 +287,72 @@ def test_job_detail_logs_resources_priority_stop_delete(ma_lab, browser_page):
     assert r.status_code == 404
 
 
+LOUD = """import time
+for i in range(30000):
+    print(f"line {i:06d} " + "x" * 88)
+print("bulk done", flush=True)
+for i in range(600):
+    time.sleep(0.3)
+    print(f"after {i}", flush=True)
+"""
+AT_BOTTOM = "pre => pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4"
+
+
+def test_a_large_log_opens_at_its_tail_follows_wraps_and_downloads_whole(ma_lab, browser_page):
+    from playwright.sync_api import expect
+
+    api, page = Api(ma_lab), browser_page
+    (ma_lab["work"] / "loud").mkdir(exist_ok=True)
+    (ma_lab["work"] / "loud" / "loud.py").write_text(LOUD)
+    job = api.submit(
+        name="loud", command="python /workspace/algorithm/loud.py", algorithm=str(ma_lab["work"] / "loud")
+    )
+    path = ma_lab["home"] / "jobs" / job["id"] / "logs" / "worker-0.log"
+    wait_for(lambda: path.exists() and b"after 2" in path.read_bytes(), timeout=180, interval=0.5)
+    assert path.stat().st_size > 2_000_000
+
+    table = _open_table(page)
+    table.locator(f'tr[data-job-id="{job["id"]}"]').click()
+    detail = page.locator(f'[data-ma-view="job"][data-job-id="{job["id"]}"]')
+    detail.locator('.ma-tab[data-tab="logs"]').click()
+    log = detail.locator(".ma-log-main")
+    # only the tail is read and rendered: the newest lines, not the first ones
+    expect(log).to_contain_text("line 029999", timeout=60_000)
+    expect(log).to_contain_text("after 3", timeout=60_000)
+    assert "line 000000" not in log.text_content()
+    assert int(log.get_attribute("data-start-at")) > 1_500_000
+    expect(detail.locator(".ma-log-tail-note")).to_contain_text("Download saves all of it")
+    # follow keeps the newest line in view
+    wait_for(lambda: log.evaluate(AT_BOTTOM), timeout=30, interval=0.2)
+    page.screenshot(path=str(SHOTS / "job-logs-large.png"))
+
+    # follow off: new lines arrive, and the place the user scrolled to stays
+    detail.locator(".ma-log-follow").uncheck()
+    log.evaluate("pre => { pre.scrollTop = 0; }")
+    shown = log.text_content().count("after ")
+    wait_for(lambda: log.text_content().count("after ") >= shown + 3, timeout=60, interval=0.3)
+    assert log.evaluate("pre => pre.scrollTop") == 0
+    # follow on again: back at the newest line
+    detail.locator(".ma-log-follow").check()
+    wait_for(lambda: log.evaluate(AT_BOTTOM), timeout=30, interval=0.2)
+
+    # wrap: long lines break at the pane's width instead of scrolling sideways
+    assert log.evaluate("pre => getComputedStyle(pre).whiteSpace") == "pre"
+    detail.locator(".ma-log-wrap").check()
+    assert log.evaluate("pre => getComputedStyle(pre).whiteSpace") == "pre-wrap"
+    page.screenshot(path=str(SHOTS / "job-logs-wrapped.png"))
+
+    # Download saves the whole stream, from its first byte
+    with page.expect_download(timeout=120_000) as download_info:
+        detail.locator(".ma-log-download").click()
+    download = download_info.value
+    assert download.suggested_filename == f"{job['id']}-worker-0.log"
+    saved = Path(download.path()).read_bytes()
+    assert saved.startswith(b"line 000000 ") and b"line 029999" in saved and b"bulk done" in saved
+    assert saved == path.read_bytes()[: len(saved)]
+    api("POST", f"jobs/{job['id']}/stop")
+
+
 def test_priority_change_on_a_queued_job_reorders_the_queue(ma_lab, browser_page):
     from playwright.sync_api import expect
 
@@ -335,10 +402,11 @@ def test_create_dev_environment_opens_a_notebook_whose_cell_runs_the_job_again(m
     api, page = Api(ma_lab), browser_page
     work = ma_lab["work"]
     (work / "devenv").mkdir(exist_ok=True)
-    (work / "devenv" / "train.py").write_text("print('devenv job ran', 6 * 7, flush=True)\n")
+    # a job as a %%ma_train cell makes it: its code is <name>.py in its algorithm folder
+    (work / "devenv" / "devenv-src.py").write_text("print('devenv job ran', 6 * 7, flush=True)\n")
     first = api.submit(
         name="devenv-src",
-        command="python /workspace/algorithm/train.py",
+        command="python /workspace/algorithm/devenv-src.py",
         algorithm=str(work / "devenv"),
         env={"MODE": "again"},
     )
@@ -352,7 +420,11 @@ def test_create_dev_environment_opens_a_notebook_whose_cell_runs_the_job_again(m
     expect(detail.locator(".ma-message")).to_contain_text("Saved and opened", timeout=60_000)
     saved = re.search(r"Saved and opened (\S+\.ipynb)", detail.locator(".ma-message").inner_text()).group(1)
     notebook = json.loads((ma_lab["root"] / saved).read_text())
-    assert any("%ma_train" in "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+    # after the header and the cell loading the magics, the job's own %%ma_train cell with its code
+    code = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+    assert code[0].startswith("%load_ext ma_jupyter"), code
+    assert code[1].startswith("%%ma_train --name devenv-src "), code
+    assert "--env MODE=again" in code[1] and code[1].endswith("print('devenv job ran', 6 * 7, flush=True)")
     panel = page.locator(".jp-NotebookPanel").last
     expect(panel).to_be_visible(timeout=60_000)
     page.screenshot(path=str(SHOTS / "job-devenv-notebook.png"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.browser.lab import CHROMIUM, CHROMIUM_ARGS, running_lab
+from tests.browser.lab import CHROMIUM, CHROMIUM_ARGS, REPO, running_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -54,12 +54,12 @@ def accept_kernel_dialog(page, timeout: float) -> None:
         pass
 
 
-def test_panel_submit_follow_stop(ma_lab, tmp_path):
+def test_panel_submit_follow_stop(ma_lab):
     from playwright.sync_api import expect, sync_playwright
 
     write_panel_notebook(ma_lab["root"] / "panel.ipynb")
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
+    shots = REPO / "test-output" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -94,7 +94,7 @@ def test_panel_submit_follow_stop(ma_lab, tmp_path):
             expect(notebook.locator(".ma-panel-jobs .ma-status-stopped").first).to_be_visible(timeout=30_000)
             page.screenshot(path=str(shots / "panel-stopped.png"), full_page=True)
         except Exception:
-            page.screenshot(path=str(shots / "failure.png"), full_page=True)
+            page.screenshot(path=str(shots / "panel-failure.png"), full_page=True)
             raise
         finally:
             browser.close()

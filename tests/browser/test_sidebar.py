@@ -21,7 +21,7 @@ from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-OUTPUT = REPO / "test-output"
+OUTPUT = REPO / "test-output" / "screenshots"
 INSTALLED = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "ma_jupyter" / "package.json"
 
 TRAIN = """import time
@@ -128,7 +128,7 @@ def test_sidebar_create_follow_stop(ma_lab):
     algorithm = ma_lab["work"] / "algo"
     algorithm.mkdir()
     (algorithm / "train.py").write_text(TRAIN)
-    OUTPUT.mkdir(exist_ok=True)
+    OUTPUT.mkdir(parents=True, exist_ok=True)
     name = "sidebar-job"
 
     with sync_playwright() as pw:
@@ -145,49 +145,58 @@ def test_sidebar_create_follow_stop(ma_lab):
                 re.compile(r"\bjobs\b"), timeout=30_000
             )
 
+            # "New job" opens the create form in the main area
             sidebar.locator(".ma-new-job").click()
-            form = sidebar.locator(".ma-form")
-            expect(form.locator(".ma-specs option").first).to_be_attached(timeout=30_000)
-            form.locator(".ma-field-name input").fill(name)
-            form.locator(".ma-field-command textarea").fill("python /workspace/algorithm/train.py")
-            form.locator(".ma-field-algorithm input").fill(str(algorithm))
-            # ps is for TensorFlow only: the form enables it only there
-            expect(form.locator(".ma-field-ps input")).to_be_disabled()
-            form.locator(".ma-field-mode select").select_option("tensorflow")
-            expect(form.locator(".ma-field-ps input")).to_be_enabled()
-            form.locator(".ma-field-mode select").select_option("single")
-            # a typed error from the service lands next to the form, naming the field
-            form.locator(".ma-field-duration input").fill("soon")
-            form.locator(".ma-submit").click()
-            expect(form.locator(".ma-form-message.ma-error")).to_contain_text("duration", timeout=30_000)
-            expect(form.locator(".ma-field-duration.ma-field-invalid")).to_be_visible()
-            form.locator(".ma-field-duration input").fill("1h")
+            form = page.locator('[data-ma-view="form"]').last
+            expect(form).to_be_visible(timeout=30_000)
+            expect(form.locator('[data-spec="cpu.small"] input')).to_be_attached(timeout=60_000)
+            form.locator('[data-ma-input="name"]').fill(name)
+            form.locator('[data-ma-input="command"]').fill("python /workspace/algorithm/train.py")
+            form.locator('[data-ma-input="algorithm"]').fill(str(algorithm))
+            form.locator('[data-ma-input="env"]').fill("GREETING=hello")
+            # ps is for TensorFlow only: the form shows it only there
+            expect(form.locator('.ma-field[data-field="ps"]')).to_be_hidden()
+            form.locator('[data-ma-input="mode"]').select_option("tensorflow")
+            expect(form.locator('.ma-field[data-field="ps"]')).to_be_visible()
+            form.locator('[data-ma-input="mode"]').select_option("single")
+            # a typed error from the service shows at the field it names
+            form.locator('[data-ma-input="duration"]').fill("soon")
+            duration = form.locator('.ma-field[data-field="duration"]')
+            expect(duration).to_have_class(re.compile("ma-field-invalid"), timeout=30_000)
+            expect(duration.locator(".ma-field-error")).to_contain_text("duration")
+            form.locator('[data-ma-input="duration"]').fill("1h")
+            expect(duration).not_to_have_class(re.compile("ma-field-invalid"), timeout=30_000)
             page.screenshot(path=str(OUTPUT / "sidebar-form.png"))
-            form.locator(".ma-submit").click()
+            form.locator('[data-ma-action="submit"]').click()
+            submitted = form.locator("[data-ma-submitted]")
+            expect(submitted).to_be_attached(timeout=30_000)
+            job_id = submitted.get_attribute("data-job-id")
 
-            detail = sidebar.locator(".ma-detail")
-            expect(detail).to_be_visible(timeout=30_000)
-            expect(detail.locator(".ma-detail-name")).to_have_text(name)
-            log = detail.locator(".ma-log")
+            # the job's page opens in the main area and follows its log
+            job_page = page.locator(f'[data-ma-view="job"][data-job-id="{job_id}"]')
+            expect(job_page).to_be_visible(timeout=30_000)
+            expect(job_page.locator(".ma-job-title")).to_have_text(name)
+            job_page.locator('.ma-tab[data-tab="logs"]').click()
+            log = job_page.locator(".ma-log-main")
             expect(log).to_contain_text("sidebar line 3", timeout=90_000)
-            expect(detail.locator(".ma-detail-header .ma-status-running")).to_be_visible(timeout=30_000)
+            expect(job_page.locator(".ma-job-head .ma-status-running")).to_be_visible(timeout=30_000)
             # the log keeps streaming while the job runs
             expect(log).to_contain_text("sidebar line 8", timeout=30_000)
-            expect(detail.locator(".ma-events")).to_contain_text("running", timeout=30_000)
             page.screenshot(path=str(OUTPUT / "sidebar-running.png"))
+            job_page.locator('.ma-tab[data-tab="events"]').click()
+            expect(job_page.locator(".ma-events-table")).to_contain_text("running", timeout=30_000)
 
-            detail.locator(".ma-stop").click()
-            expect(detail.locator(".ma-detail-header .ma-status-stopped")).to_be_visible(timeout=60_000)
-            expect(detail.locator(".ma-stop")).to_be_disabled()
+            job_page.locator(".ma-op-stop").click()
+            page.locator(".jp-Dialog button.jp-mod-warn").click()
+            expect(job_page.locator(".ma-job-head .ma-status-stopped")).to_be_visible(timeout=60_000)
+            expect(job_page.locator(".ma-op-stop")).to_be_disabled()
             expect(log).to_have_attribute("data-eof", "true", timeout=30_000)
             # the streamed log is exactly what the job wrote: nothing lost, nothing repeated
-            job_id = detail.get_attribute("data-job-id")
             written = (ma_lab["home"] / "jobs" / job_id / "logs" / "worker-0.log").read_text()
             assert "sidebar line 8" in written
             assert log.text_content() == written
             page.screenshot(path=str(OUTPUT / "sidebar-stopped.png"))
 
-            detail.locator(".ma-back").click()
             row = sidebar.locator(f'.ma-job-row[data-job-name="{name}"]')
             expect(row.locator(".ma-status-stopped")).to_be_visible(timeout=30_000)
             # status filter: only running jobs hides it, stopped shows it again
@@ -203,24 +212,30 @@ def test_sidebar_create_follow_stop(ma_lab):
             expect(row).to_have_count(1, timeout=10_000)
             page.screenshot(path=str(OUTPUT / "sidebar-list.png"))
 
-            # a click on a listed job opens its detail in the main area; its clone fills the form
-            job_id = row.get_attribute("data-job-id")
+            # a click on a listed job brings its page to the front; Clone opens the main-area
+            # form filled with the whole job
             row.click()
-            job_page = page.locator(f'[data-ma-view="job"][data-job-id="{job_id}"]')
             expect(job_page).to_be_visible(timeout=30_000)
             job_page.locator(".ma-op-clone").click()
-            expect(sidebar.locator(".ma-field-name input")).to_have_value(f"{name}-copy")
-            expect(sidebar.locator(".ma-field-command textarea")).to_have_value(
+            clone = page.locator('[data-ma-view="form"]').last
+            expect(clone.locator('[data-ma-input="name"]')).to_have_value(f"{name}-copy", timeout=30_000)
+            expect(clone.locator('[data-ma-input="command"]')).to_have_value(
                 "python /workspace/algorithm/train.py"
             )
-            sidebar.locator(".ma-form .ma-cancel").click()
+            expect(clone.locator('[data-ma-input="algorithm"]')).to_have_value(str(algorithm))
+            expect(clone.locator('[data-ma-input="env"]')).to_have_value("GREETING=hello")
+            expect(clone.locator('[data-ma-input="duration"]')).to_have_value("3600")
+            expect(clone.locator("[data-ma-prediction]")).to_have_attribute(
+                "data-state", "now", timeout=60_000
+            )
+            page.screenshot(path=str(OUTPUT / "sidebar-clone-form.png"))
 
             # delete asks first, then the job's tab closes and the job leaves the list
             row.click()
+            expect(job_page).to_be_visible(timeout=30_000)
             job_page.locator(".ma-op-delete").click()
             page.locator(".jp-Dialog button.jp-mod-warn").click()
             expect(job_page).to_have_count(0, timeout=30_000)
-            expect(sidebar.locator(".ma-list")).to_be_visible()
             expect(sidebar.locator(f'.ma-job-row[data-job-name="{name}"]')).to_have_count(0, timeout=10_000)
         finally:
             browser.close()
@@ -324,8 +339,8 @@ def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
             assert f"/ma-jupyter/tensorboard/{job_id}/" in board.url
             expect(board).to_have_title("TensorBoard", timeout=60_000)
             board.close()
-            (OUTPUT / "screenshots").mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(OUTPUT / "screenshots" / "job-tensorboard.png"))
+            OUTPUT.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(OUTPUT / "job-tensorboard.png"))
         finally:
             browser.close()
 

@@ -165,6 +165,11 @@ def test_view(team, access):
     if "view" in ALLOWED[access]:
         seen = team.bob.get(job.id)
         assert seen.spec.creator == "alice" and seen.spec.env == {"SECRET": "s3cr3t"}
+        # the job says what bob may do with it (front ends disable the rest), the owner may do all
+        may = {"view", "tensorboard", "duration", "priority", "stop", "delete"}
+        assert set(seen.allowed) == may & ALLOWED[access]
+        assert "shell" in team.alice.get(job.id).allowed and "shell" not in seen.allowed
+        assert set(team.bob.job_page(name=job.spec.name).items[0].allowed) == set(seen.allowed)
         assert "submitted" in team.bob.events(job.id)[0].reason
         assert team.bob.wait_status(job.id, since="running").status is JobStatus.queued
         shown = team.cli("bob", "get", job.id, "--json")

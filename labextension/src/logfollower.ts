@@ -1,0 +1,163 @@
+/**
+ * Follows one log stream (a node, or a node and rank) of a job into a <pre>, by byte offset over
+ * the service's long-poll (`GET /jobs/{id}/logs/read?wait=`), so nothing is lost or repeated.
+ *
+ * 1. It starts at `startAt` (0: the whole log). A start past 0 is the tail of a large log: the
+ *    partial line it lands in is dropped, and everything before it is left to Download.
+ * 2. Only the newest `LOG_KEEP_CHARS` characters stay in the page, so a long run never makes
+ *    the page slower with every line.
+ * 3. Each line is shown as a terminal shows it (`visibleLine`: a progress bar's last state).
+ * 4. After each append the <pre> is scrolled to the newest line only while `stick()` says so
+ *    (the page's follow checkbox).
+ * 5. It ends at the stream's end (`eof`, set as `data-eof` on the <pre>) or on `cancel()`.
+ */
+import { ApiError, api } from './api';
+import { errorText } from './dom';
+import type { Job } from './models';
+
+/** How long one long-poll read waits for new bytes (s). */
+const LOG_WAIT_S = 10;
+/** The newest characters a page keeps of a log. */
+export const LOG_KEEP_CHARS = 400_000;
+/** Of a log larger than this, a page starts at its last this many bytes. */
+export const LOG_TAIL_BYTES = 256 * 1024;
+
+const TERMINAL = new Set(['error', 'stopped', 'expired', 'succeeded']);
+
+/** Whether a job's status can change no more. */
+export function isTerminal(job: Job): boolean {
+  return TERMINAL.has(job.status ?? 'queued');
+}
+
+/**
+ * What a terminal shows of one log line, the rule of `render.visible_line` in Python: `\r`
+ * goes back to the line start and `\b` one character back, and what follows overwrites (a
+ * progress bar shows its last state).
+ */
+export function visibleLine(line: string): string {
+  if (!line.includes('\r') && !line.includes('\b')) {
+    return line;
+  }
+  const chars: string[] = [];
+  let column = 0;
+  for (const char of line) {
+    if (char === '\r') {
+      column = 0;
+    } else if (char === '\b') {
+      column = Math.max(0, column - 1);
+    } else {
+      if (column < chars.length) {
+        chars[column] = char;
+      } else {
+        chars.push(char);
+      }
+      column += 1;
+    }
+  }
+  return chars.join('');
+}
+
+export interface LogFollowerOptions {
+  /** byte offset to start at (rule 1) */
+  startAt?: number;
+  /** whether to keep the newest line in view (rule 4) */
+  stick?: () => boolean;
+  /** a problem to show (empty: none) */
+  onProblem?: (text: string) => void;
+  /** called after each append */
+  onUpdate?: () => void;
+}
+
+export class LogFollower {
+  private controller = new AbortController();
+  private offset: number;
+  private stopped = false;
+  /** a start in the middle of the log: drop up to its first newline */
+  private skipPartial: boolean;
+  /** the finished lines shown, each as `visibleLine` made it */
+  private shown = '';
+  /** the raw text after the last newline (a progress bar being drawn) */
+  private partial = '';
+
+  constructor(
+    private readonly jobId: string,
+    private readonly stream: { node: string; rank: number | null },
+    private readonly pre: HTMLElement,
+    private readonly options: LogFollowerOptions = {}
+  ) {
+    this.offset = options.startAt ?? 0;
+    this.skipPartial = this.offset > 0;
+    void this.run();
+  }
+
+  /** The text shown so far (its newest `LOG_KEEP_CHARS` characters). */
+  text(): string {
+    return this.shown + visibleLine(this.partial);
+  }
+
+  private append(text: string): void {
+    if (this.skipPartial) {
+      const newline = text.indexOf('\n');
+      if (newline < 0) {
+        return;
+      }
+      text = text.slice(newline + 1);
+      this.skipPartial = false;
+    }
+    const raw = this.partial + text;
+    const cut = raw.lastIndexOf('\n');
+    if (cut >= 0) {
+      this.shown += raw
+        .slice(0, cut)
+        .split('\n')
+        .map(line => visibleLine(line) + '\n')
+        .join('');
+      if (this.shown.length > LOG_KEEP_CHARS) {
+        this.shown = this.shown.slice(this.shown.length - LOG_KEEP_CHARS);
+      }
+    }
+    this.partial = raw.slice(cut + 1);
+    this.pre.textContent = this.shown + visibleLine(this.partial);
+    if (this.options.stick?.() ?? true) {
+      this.pre.scrollTop = this.pre.scrollHeight;
+    }
+    this.options.onUpdate?.();
+  }
+
+  private async run(): Promise<void> {
+    const problem = this.options.onProblem ?? (() => undefined);
+    while (!this.stopped) {
+      try {
+        const chunk = await api.readLog(this.jobId, this.stream, this.offset, LOG_WAIT_S, this.controller.signal);
+        if (this.stopped) {
+          return;
+        }
+        if (chunk.data) {
+          this.append(chunk.data);
+        }
+        this.offset = chunk.next_offset;
+        problem('');
+        if (chunk.eof) {
+          this.pre.dataset.eof = 'true';
+          return;
+        }
+      } catch (error) {
+        if (this.stopped) {
+          return;
+        }
+        // a node that has not started has no log yet: say so and try again shortly
+        problem(
+          error instanceof ApiError && error.kind === 'not_found'
+            ? 'waiting for the log to appear…'
+            : `log: ${errorText(error)}`
+        );
+        await new Promise(resolve => window.setTimeout(resolve, 1000));
+      }
+    }
+  }
+
+  cancel(): void {
+    this.stopped = true;
+    this.controller.abort();
+  }
+}
