@@ -59,7 +59,8 @@ export class ClusterWidget extends Widget {
   private view: ClusterView | null = null;
   private catalog: string[] = [];
 
-  constructor() {
+  /** `openJob`: where a click on a job (on a node, or in the queue) goes: its main-area tab. */
+  constructor(private readonly openJob: (id: string) => void = () => undefined) {
     super();
     this.id = 'ma-cluster';
     this.title.label = 'Cluster resources';
@@ -171,7 +172,9 @@ export class ClusterWidget extends Widget {
               ...view.queue.map(q =>
                 h(
                   'tr',
-                  q.job_id ? { 'data-job-id': q.job_id } : {},
+                  q.job_id
+                    ? { 'data-job-id': q.job_id, class: 'ma-clickable', title: 'Open the job', onclick: () => this.openJob(q.job_id!) }
+                    : {},
                   h('td', {}, String(q.position + 1)),
                   h('td', {}, q.priority),
                   h('td', {}, q.job_id ? `${q.name} (${q.job_id})` : q.name),
@@ -235,7 +238,16 @@ export class ClusterWidget extends Widget {
           {},
           'Jobs: ',
           ...(jobs.length
-            ? jobs.map(id => h('span', { class: 'ma-node-job', 'data-job-id': id }, id))
+            ? jobs.map(id =>
+                h(
+                  'a',
+                  { class: 'ma-node-job', 'data-job-id': id, href: '#', title: 'Open the job', onclick: (e: Event) => {
+                    e.preventDefault();
+                    this.openJob(id);
+                  } },
+                  id
+                )
+              )
             : [usage.length ? "another user's" : 'none'])
         )
       )

@@ -11,7 +11,8 @@
  *    the newest line while "follow" is ticked; search shows the matching lines of what is
  *    kept; Download saves the whole stream.
  * 3. Resources reads the service's samples (`GET /jobs/{id}/resources`), newer ones only after
- *    the first read, and draws CPU and memory per node as SVG.
+ *    the first read, and draws CPU and memory per node as SVG (and cards' use when the backend
+ *    reads it; cards it cannot read are listed as held).
  * 4. TensorBoard is embedded through the Jupyter server's proxy, as the sidebar opens it.
  * 5. Terminal (a job submitted with a debug terminal, running or failed) opens a JupyterLab
  *    terminal tab inside a node's sandbox (debugterminal.ts).
@@ -556,8 +557,21 @@ export class JobPageWidget extends Widget {
         ? 'No samples: the job did not run long enough, or its backend cannot sample (Ray).'
         : `No samples yet: the service samples running jobs every ${usage.interval} s.`;
     const cards = this.samples.some(s => s.card_percent !== null && s.card_percent !== undefined);
+    const held = limits.filter(l => l.cards);
+    // cards whose use the backend cannot read (emulated ones: no device behind them) are listed
+    // as held, never drawn as a flat 0 %
+    const cardNote =
+      held.length && !cards
+        ? h(
+            'p',
+            { class: 'ma-muted ma-cards-note' },
+            `Cards held: ${held.map(l => `${l.node} ${l.cards}`).join(', ')}. Their use is not sampled: ` +
+              'the cards of this cluster are emulated, with no device to read.'
+          )
+        : null;
     section.replaceChildren(
       h('p', { class: 'ma-muted ma-resources-note' }, note),
+      ...(cardNote ? [cardNote] : []),
       lineChart('CPU per node (100% = one core)', '%', this.samples, s => s.cpu_percent, cpuLimit, width),
       lineChart('Resident memory per node', 'MB', this.samples, s => s.memory_mb, memLimit, width),
       ...(cards ? [lineChart('Cards per node', '%', this.samples, s => s.card_percent ?? 0, 100, width)] : [])

@@ -177,7 +177,8 @@ export const mainAreaPlugin: JupyterFrontEndPlugin<void> = {
       caption: 'Nodes and their use, how many more of each spec can start, the queue',
       execute: () => {
         if (!cluster || cluster.isDisposed) {
-          cluster = new MainAreaWidget({ content: new ClusterWidget() });
+          const openJob = (id: string) => void app.commands.execute('ma-jupyter:open-job', { id });
+          cluster = new MainAreaWidget({ content: new ClusterWidget(openJob) });
           cluster.id = 'ma-cluster-view';
           cluster.title.label = 'Cluster resources';
           cluster.title.closable = true;

@@ -172,6 +172,19 @@ def test_form_validates_as_you_type_predicts_the_queue_and_submits(lab, page):
     )
     expect(prediction).to_contain_text("Would wait behind 1 job", timeout=30_000)
     page.screenshot(path=str(SHOTS / "form-waiting.png"))
+    # an urgent job submitted later goes ahead of it in the queue
+    urgent = api(
+        lab,
+        "POST",
+        "jobs",
+        json={
+            "name": "queued-urgent",
+            "command": SLEEP,
+            "specs": ["gpu.one"],
+            "priority": "urgent",
+            "grace_period": 1,
+        },
+    )
 
     # the cluster view: both cards held, by the blockers, and no gpu.one can start now
     palette(page, "Cluster Resources")
@@ -184,8 +197,17 @@ def test_form_validates_as_you_type_predicts_the_queue_and_submits(lab, page):
     expect(n1).to_have_attribute("data-state", "idle")  # a cpu.small still fits there
     expect(cluster.locator('tr[data-spec="gpu.one"] .ma-can-start')).to_have_text("0")
     expect(cluster.locator('tr[data-spec="cpu.small"] .ma-can-start')).to_have_text("6")
-    expect(cluster.locator(f'[data-ma-queue] tr[data-job-id="{waiting["id"]}"]')).to_be_visible()
-    expect(cluster.locator("[data-ma-demand]")).to_contain_text("A100: 1")
+    # the queue by priority: the urgent job first, though submitted after
+    queue_rows = cluster.locator("[data-ma-queue] tbody tr")
+    expect(queue_rows).to_have_count(2, timeout=30_000)
+    expect(queue_rows.nth(0)).to_have_attribute("data-job-id", urgent["id"])
+    expect(queue_rows.nth(0)).to_contain_text("urgent")
+    expect(queue_rows.nth(1)).to_have_attribute("data-job-id", waiting["id"])
+    # usage bars: both cards of n1 held, its cores partly
+    expect(n1.locator('[data-bar="cards"] .ma-bar-value')).to_have_text("2 / 2")
+    expect(n1.locator('[data-bar="cards"] .ma-bar-fill')).to_have_class(re.compile("ma-bar-high"))
+    assert n1.locator('[data-bar="cores"] .ma-bar-value').inner_text().startswith("2 / ")
+    expect(cluster.locator("[data-ma-demand]")).to_contain_text("A100: 2")  # one card each
     page.screenshot(path=str(SHOTS / "cluster.png"))
     # the spec filter: n1 is tight for gpu.one, and n2 (no cards) is not listed
     cluster.locator('.ma-cluster-filters [data-spec="gpu.one"] input').check()
@@ -198,6 +220,13 @@ def test_form_validates_as_you_type_predicts_the_queue_and_submits(lab, page):
     expect(cluster.locator('[data-node="n2"]')).to_have_count(0, timeout=30_000)
     expect(cluster.locator('[data-node="n1"]')).to_be_visible()
     page.screenshot(path=str(SHOTS / "cluster-a100.png"))
+    # a job on a node opens its page; its emulated card is listed as held, its use not drawn
+    n1.locator(f'.ma-node-job[data-job-id="{blockers[0]["id"]}"]').click()
+    blocker_page = page.locator(f'[data-ma-view="job"][data-job-id="{blockers[0]["id"]}"]')
+    expect(blocker_page).to_be_visible(timeout=30_000)
+    blocker_page.locator('.ma-tab[data-tab="resources"]').click()
+    expect(blocker_page.locator(".ma-cards-note")).to_contain_text("Cards held: worker-0 1", timeout=30_000)
+    page.screenshot(path=str(SHOTS / "job-resources-cards.png"))
 
     # back on the form: stop the jobs, the prediction says it can start again, and submit
     stop_all(lab)
