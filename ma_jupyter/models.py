@@ -100,6 +100,12 @@ class JobSort(str, Enum):
     outputs_desc = "-outputs"
     priority_asc = "priority"
     priority_desc = "-priority"
+    mode_asc = "mode"
+    mode_desc = "-mode"
+    spec_asc = "spec"
+    spec_desc = "-spec"
+    elapsed_asc = "elapsed"
+    elapsed_desc = "-elapsed"
 
 
 class JobType(str, Enum):

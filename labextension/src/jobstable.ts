@@ -5,10 +5,9 @@
  *
  * 1. Filters (name, status, creator, spec, outputs folder) are the service's list filters, so
  *    totals and pages count every matching job, not just the loaded page.
- * 2. Pages of `PAGE_SIZE` jobs in the service's order: a click on the header of a column the
- *    service sorts by (`SERVICE_SORT`: name, id, status, creator, created, outputs) orders every
- *    matching job, page by page; the other columns (mode × nodes, spec, elapsed) sort the rows
- *    of the page shown.
+ * 2. Pages of `PAGE_SIZE` jobs in the service's order: a click on a column's header asks the
+ *    service to sort by it (`GET /jobs?sort=`), so the order holds across every matching job,
+ *    page by page.
  * 3. Live refresh every `REFRESH_MS` while the table is visible redraws the rows only: the
  *    scroll position and the checked rows (by job id) stay.
  * 4. Checked rows can be deleted together after one confirmation; a running job is stopped
@@ -80,12 +79,7 @@ interface Column {
   key: string;
   label: string;
   value: (job: Job) => string;
-  /** what the column sorts by (the shown text otherwise) */
-  sortValue?: (job: Job) => string | number;
 }
-
-/** columns the service itself sorts by (`GET /jobs?sort=`), across every page */
-const SERVICE_SORT = new Set(['name', 'id', 'status', 'creator', 'created', 'outputs']);
 
 const COLUMNS: Column[] = [
   { key: 'name', label: 'Name', value: j => j.spec.name },
@@ -97,24 +91,17 @@ const COLUMNS: Column[] = [
   {
     key: 'created',
     label: 'Created',
-    value: j => dateTime(j.created_at),
-    sortValue: j => j.created_at ?? ''
+    value: j => dateTime(j.created_at)
   },
   {
     key: 'elapsed',
     label: 'Elapsed / duration',
-    value: elapsed,
-    sortValue: j =>
-      j.started_at
-        ? (j.finished_at ? new Date(j.finished_at).getTime() : Date.now()) -
-          new Date(j.started_at).getTime()
-        : -1
+    value: elapsed
   },
   {
     key: 'outputs',
     label: 'Outputs',
-    value: j => shortPath(j.outputs_folder ?? j.spec.outputs ?? ''),
-    sortValue: j => j.outputs_folder ?? j.spec.outputs ?? ''
+    value: j => shortPath(j.outputs_folder ?? j.spec.outputs ?? '')
   }
 ];
 
@@ -141,7 +128,14 @@ export class JobsTableWidget extends Widget {
   private debounce: number | null = null;
   private inFlight = false;
 
-  constructor(private readonly open: (job: Job) => void) {
+  /**
+   * `open`: a click on a row (the job's tab); `go`: the toolbar's "New job" and "Cluster"
+   * buttons (the main-area create form and cluster view).
+   */
+  constructor(
+    private readonly open: (job: Job) => void,
+    go: { newJob: () => void; cluster: () => void }
+  ) {
     super();
     this.id = 'ma-jupyter-jobs';
     this.title.label = 'Training jobs';
@@ -201,12 +195,12 @@ export class JobsTableWidget extends Widget {
     this.prevButton = h(
       'button',
       { class: 'jp-Button jp-mod-styled ma-page-prev', onclick: () => this.page(-1) },
-      '← Newer'
+      '← Previous'
     );
     this.nextButton = h(
       'button',
       { class: 'jp-Button jp-mod-styled ma-page-next', onclick: () => this.page(1) },
-      'Older →'
+      'Next →'
     );
     this.deleteButton = h(
       'button',
@@ -230,6 +224,12 @@ export class JobsTableWidget extends Widget {
       h(
         'div',
         { class: 'ma-toolbar ma-toolbar-second' },
+        h('button', { class: 'jp-Button jp-mod-styled jp-mod-accept ma-table-new-job', onclick: () => go.newJob() }, 'New job'),
+        h(
+          'button',
+          { class: 'jp-Button jp-mod-styled ma-table-cluster', title: 'Nodes, their use and the queue', onclick: () => go.cluster() },
+          'Cluster'
+        ),
         this.deleteButton,
         h('button', { class: 'jp-Button jp-mod-styled ma-refresh', onclick: () => void this.refresh() }, 'Refresh'),
         this.summary,
@@ -268,19 +268,12 @@ export class JobsTableWidget extends Widget {
   private sortBy(key: string): void {
     this.sortDescending = this.sortKey === key ? !this.sortDescending : false;
     this.sortKey = key;
-    if (SERVICE_SORT.has(key)) {
-      this.offset = 0; // a new order starts at its first page
-      void this.refresh();
-    } else {
-      this.render();
-    }
+    this.offset = 0; // a new order starts at its first page
+    void this.refresh();
   }
 
-  /** The service's order for the current sort (newest first when a page-only column sorts). */
+  /** The service's order for the current sort (`-` first: descending). */
   private serviceSort(): string {
-    if (!SERVICE_SORT.has(this.sortKey)) {
-      return '-created';
-    }
     return `${this.sortDescending ? '-' : ''}${this.sortKey}`;
   }
 
@@ -332,22 +325,6 @@ export class JobsTableWidget extends Widget {
     }
   }
 
-  private sorted(): Job[] {
-    if (SERVICE_SORT.has(this.sortKey)) {
-      return [...this.jobs]; // already in the service's order, which holds across pages
-    }
-    const column = COLUMNS.find(c => c.key === this.sortKey) ?? COLUMNS[6];
-    const key = column.sortValue ?? column.value;
-    const rows = [...this.jobs];
-    rows.sort((a, b) => {
-      const x = key(a);
-      const y = key(b);
-      const order = typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y));
-      return this.sortDescending ? -order : order;
-    });
-    return rows;
-  }
-
   private render(): void {
     const scroll = this.scroller.scrollTop;
     const ids = new Set(this.jobs.map(j => j.id));
@@ -357,7 +334,7 @@ export class JobsTableWidget extends Widget {
       }
     }
     this.tbody.replaceChildren(
-      ...this.sorted().map(job => {
+      ...this.jobs.map(job => {
         const box = h('input', {
           type: 'checkbox',
           class: 'ma-row-select',

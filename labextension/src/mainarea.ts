@@ -1,6 +1,7 @@
 /**
  * The main-area views: the jobs table (command `ma-jupyter:open-jobs`, "Training jobs: Open
- * jobs", also a Launcher card and a sidebar button) and one detail tab per job
+ * jobs", also a Launcher card and a sidebar button; the Launcher's "Training jobs" section also
+ * has cards for the create form and the cluster view) and one detail tab per job
  * (`ma-jupyter:open-job` with `{id}`). Opening a view that is open already activates its tab.
  */
 import type { JupyterFrontEnd } from '@jupyterlab/application';
@@ -13,6 +14,7 @@ import { api } from './api';
 import { JobPageWidget } from './jobpage';
 import { JobsTableWidget } from './jobstable';
 import type { Job, JobSpec } from './models';
+import { CREATE_JOB, OPEN_CLUSTER } from './submitfrom';
 
 export const OPEN_JOBS = 'ma-jupyter:open-jobs';
 export const OPEN_JOB = 'ma-jupyter:open-job';
@@ -39,7 +41,10 @@ export class MainArea {
   /** The jobs table, opened or brought to the front. */
   openJobs(): void {
     if (this.table === null || this.table.isDisposed) {
-      this.table = new JobsTableWidget(job => this.openJob(job));
+      this.table = new JobsTableWidget(job => this.openJob(job), {
+        newJob: () => void this.app.commands.execute(CREATE_JOB),
+        cluster: () => void this.app.commands.execute(OPEN_CLUSTER)
+      });
     }
     this.add(this.table);
   }
@@ -87,7 +92,9 @@ export class MainArea {
         return;
       }
       const launcher: any = await this.app.resolveOptionalService(token);
-      launcher?.add({ command: OPEN_JOBS, category: 'Other', rank: 1, args: { launcher: true } });
+      launcher?.add({ command: OPEN_JOBS, category: 'Training jobs', rank: 1, args: { launcher: true } });
+      launcher?.add({ command: CREATE_JOB, category: 'Training jobs', rank: 2 });
+      launcher?.add({ command: OPEN_CLUSTER, category: 'Training jobs', rank: 3 });
     } catch {
       // no launcher in this Lab: the command palette and the sidebar still open the table
     }

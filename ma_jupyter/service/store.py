@@ -75,8 +75,26 @@ jobs_table = Table(
     Column("job", Text, nullable=False),
 )
 
-#: what a listing may be sorted by (``GET /jobs?sort=``): the job table's own columns
-SORT_KEYS = ("created", "name", "id", "status", "creator", "outputs", "priority")
+#: what a listing may be sorted by (``GET /jobs?sort=``): the job table's own columns, then
+#: the jobs table view's other columns, read from the job's JSON (no column, no migration;
+#: a full scan of the matching rows, which only a listing sorted by them pays)
+SORT_KEYS = ("created", "name", "id", "status", "creator", "outputs", "priority", "mode", "spec", "elapsed")
+
+
+def _from_json(path: str):
+    return func.json_extract(jobs_table.c.job, path)
+
+
+def _sort_columns(key: str) -> tuple:
+    """What ``key`` orders by, most significant first."""
+    if key == "mode":  # mode, then nodes
+        return (_from_json("$.spec.mode"), _from_json("$.spec.nodes"))
+    if key == "spec":  # the spec the job runs on, else the ones it asked for
+        return (func.coalesce(_from_json("$.chosen_spec"), jobs_table.c.specs),)
+    if key == "elapsed":  # ran so far, or in all; a job that never started sorts as 0
+        ended = func.coalesce(func.julianday(_from_json("$.finished_at")), func.julianday("now"))
+        return (func.coalesce(ended - func.julianday(_from_json("$.started_at")), 0),)
+    return (jobs_table.c[key],)
 
 
 def _order(sort: str) -> tuple:
@@ -85,9 +103,9 @@ def _order(sort: str) -> tuple:
     key = sort.removeprefix("-")
     if key not in SORT_KEYS:
         raise ValueError(f"unknown sort key {sort!r}")
-    column = jobs_table.c[key]
-    first = column.desc() if sort.startswith("-") else column.asc()
-    return (first, jobs_table.c.created.desc(), jobs_table.c.id.desc())
+    columns = _sort_columns(key)
+    first = tuple(c.desc() if sort.startswith("-") else c.asc() for c in columns)
+    return (*first, jobs_table.c.created.desc(), jobs_table.c.id.desc())
 
 
 events_table = Table(

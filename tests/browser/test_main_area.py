@@ -71,8 +71,8 @@ def test_jobs_table_sort_filter_paging_and_multi_delete(ma_lab, browser_page):
     from playwright.sync_api import expect
 
     api, page = Api(ma_lab), browser_page
-    api.submit(name="alpha-table", command="true")
-    api.submit(name="zeta-table", command="true")
+    api.submit(name="alpha-table", command="true", outputs=str(ma_lab["root"] / "alpha-out"))
+    api.submit(name="zeta-table", command="sleep 1")
     # more than one page (100) of small jobs, submitted in parallel through the proxy
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(lambda i: api.submit(name=f"bulk-{i:03d}", command="true"), range(101)))
@@ -125,6 +125,31 @@ def test_jobs_table_sort_filter_paging_and_multi_delete(ma_lab, browser_page):
     expect(rows).to_have_count(0, timeout=30_000)
     table.locator(".ma-filter-creator").fill(me)
     expect(rows).to_have_count(2, timeout=30_000)
+    # what each row says of its job
+    zeta = table.locator("tr.ma-jobs-row", has_text="zeta-table")
+    expect(zeta.locator(".ma-col-mode")).to_have_text("single × 1")
+    expect(zeta.locator(".ma-col-spec")).to_have_text("cpu.small")
+    expect(zeta.locator(".ma-col-status")).to_contain_text("succeeded")
+    assert re.search(r"\d+(\.\d+)?s|\dm", zeta.locator(".ma-col-elapsed").inner_text())
+    expect(
+        table.locator("tr.ma-jobs-row", has_text="alpha-table").locator(".ma-col-outputs")
+    ).to_contain_text("alpha-out")
+    # columns of the view the service sorts by as well: the job that slept ran longer
+    table.locator('th[data-sort="elapsed"]').click()  # ascending
+    expect(rows.first.locator(".ma-col-name")).to_have_text("alpha-table", timeout=30_000)
+    table.locator('th[data-sort="elapsed"]').click()  # descending
+    expect(rows.first.locator(".ma-col-name")).to_have_text("zeta-table", timeout=30_000)
+    # the spec and outputs filters are the service's too
+    table.locator(".ma-filter-spec").fill("cpu.medium")
+    expect(rows).to_have_count(0, timeout=30_000)
+    table.locator(".ma-filter-spec").fill("cpu.small")
+    expect(rows).to_have_count(2, timeout=30_000)
+    table.locator(".ma-filter-outputs").fill("alpha-out")
+    expect(rows).to_have_count(1, timeout=30_000)
+    expect(rows.first.locator(".ma-col-name")).to_have_text("alpha-table")
+    table.locator(".ma-filter-outputs").fill("")
+    table.locator(".ma-filter-spec").fill("")
+    expect(rows).to_have_count(2, timeout=30_000)
     page.screenshot(path=str(SHOTS / "jobs-table-filtered.png"))
 
     # select three bulk jobs and delete them after the confirmation
@@ -146,6 +171,15 @@ def test_jobs_table_sort_filter_paging_and_multi_delete(ma_lab, browser_page):
     for job_id in doomed:
         r = requests.get(f"{api.base}/jobs/{job_id}", headers=api.headers, timeout=30)
         assert r.status_code == 404
+
+    # the table's toolbar opens the create form and the cluster view; the Launcher has both too
+    table.locator(".ma-table-new-job").click()
+    expect(page.locator('[data-ma-view="form"]')).to_be_visible(timeout=30_000)
+    page.locator('.lm-TabBar-tab[data-id="ma-jupyter-jobs"]').click()
+    table.locator(".ma-table-cluster").click()
+    expect(page.locator('[data-ma-view="cluster"]')).to_be_visible(timeout=30_000)
+    page.locator(".jp-LauncherCard", has_text="Cluster Resources").wait_for(state="attached", timeout=30_000)
+    page.locator(".jp-LauncherCard", has_text="New Training Job").wait_for(state="attached", timeout=30_000)
 
 
 PRINTER = """import time

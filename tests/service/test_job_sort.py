@@ -23,7 +23,18 @@ def test_listing_sorts_every_job_by_a_column_across_pages(ma_client):
     assert same == ids[::-1]  # one creator: newest first
     assert sorted(j.value for j in JobSort) == sorted(
         f"{sign}{key}"
-        for key in ("created", "name", "id", "status", "creator", "outputs", "priority")
+        for key in (
+            "created",
+            "name",
+            "id",
+            "status",
+            "creator",
+            "outputs",
+            "priority",
+            "mode",
+            "spec",
+            "elapsed",
+        )
         for sign in ("", "-")
     )
 
@@ -37,3 +48,29 @@ def test_an_unknown_sort_key_is_a_400_naming_the_choices(ma_client):
     )
     assert reply.status_code == 400, reply.text
     assert "sort" in reply.text and "-name" in reply.text
+
+
+def test_the_table_view_columns_sort_in_the_service_too(ma_client):
+    """Mode × nodes, spec and elapsed are read from each job's JSON, across pages as well."""
+    slow = ma_client.submit(
+        name="slow", command='python -c "import time; time.sleep(1.5)"', specs=["cpu.small"]
+    )
+    quick = ma_client.submit(name="quick", command="true", specs=["cpu.medium"])
+    pair = ma_client.submit(name="pair", mode="tensorflow", nodes=2, command="true", specs=["cpu.small"])
+    jobs = (slow, quick, pair)
+    for job in jobs:
+        job.wait(timeout=120)
+
+    def order(sort: str) -> list[str]:
+        names = []
+        for offset in range(0, 3, 2):  # pages of two
+            names += [j.spec.name for j in ma_client.job_page(sort=sort, offset=offset, limit=2).items]
+        return names
+
+    # single before tensorflow; two single jobs of one node each: newest first
+    assert order("mode") == ["quick", "slow", "pair"]
+    assert order("-mode") == ["pair", "quick", "slow"]
+    # the spec each ran on
+    assert order("spec")[0] == "quick" and order("-spec")[-1] == "quick"  # cpu.medium < cpu.small
+    # how long each ran: the sleeping job the longest
+    assert order("-elapsed")[0] == "slow" and order("elapsed")[-1] == "slow"
