@@ -708,6 +708,8 @@ class Job(Strict):
     #: a batch job's tasks, each with its own status; derived from ``nodes`` whenever a job is
     #: read (any value given is replaced), empty for a regular job
     tasks: list[TaskState] = []
+    #: a queued job's estimated start, when the service can tell (``GET /jobs/{id}`` only)
+    estimated_start: datetime | None = None
     #: what the caller of the request may do with the job (the access rules' operations:
     #: view, tensorboard, duration, priority, stop, delete, shell), as the service answers it;
     #: front ends disable what is missing, the service still checks each request

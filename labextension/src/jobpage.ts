@@ -61,6 +61,16 @@ export function underLabRoot(folder: string): string | null {
   return clean.startsWith(root + '/') ? clean.slice(root.length + 1) : null;
 }
 
+/** A queued job's estimated start as the service predicts it, or why there is none. */
+function estimate(job: Job): string {
+  if (!job.estimated_start) {
+    return 'unknown: a job it waits for has no duration (or it is far back in the queue)';
+  }
+  const at = new Date(job.estimated_start);
+  const minutes = Math.max(0, Math.round((at.getTime() - Date.now()) / 60000));
+  return `${dateTime(job.estimated_start)} (in about ${minutes < 1 ? 'a minute' : span(minutes * 60)})`;
+}
+
 function megabytes(bytes: number): string {
   return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
 }
@@ -340,7 +350,8 @@ export class JobPageWidget extends Widget {
       row('Status', statusText(job)),
       row('Reason', job.reason),
       job.status === 'queued' ? row('Queue position', (job.queue_position ?? 0) + 1) : null,
-      job.status === 'queued' ? row('Prediction', this.prediction || 'waiting for the next admission pass') : null,
+      job.status === 'queued' ? row('Estimated start', estimate(job)) : null,
+      job.status === 'queued' ? row('Why it waits', this.prediction || 'waiting for the next admission pass') : null,
       row('Created', dateTime(job.created_at)),
       row('Started', dateTime(job.started_at)),
       row('Finished', dateTime(job.finished_at)),

@@ -139,6 +139,7 @@ export interface Job {
   tensorboard_url?: string | null;
   outputs_folder?: string | null;
   tasks?: Array<TaskState>;
+  estimated_start?: string | null;
   allowed?: Array<string>;
 }
 

@@ -249,7 +249,14 @@ def format_job(job: Job) -> str:
         f"created:   {clock(job.created_at)}" + (f" by {spec.creator}" if spec.creator else ""),
     ]
     if job.queue_position is not None:
-        lines.append(f"queue:     position {job.queue_position + 1}")
+        lines.append(
+            f"queue:     position {job.queue_position + 1}"
+            + (
+                f", estimated start {job.estimated_start:%Y-%m-%d %H:%M:%S} UTC"
+                if job.estimated_start
+                else ", start time unknown (a job it waits for has no duration)"
+            )
+        )
     if job.started_at:
         lines.append(f"started:   {clock(job.started_at)}")
     if job.finished_at:

@@ -392,17 +392,20 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
             )
         return Response(status_code=204)
 
-    def _as_seen(job: Job, user: Caller) -> Job:
+    def _as_seen(job: Job, user: Caller, estimate: bool = False) -> Job:
         # what the caller may do with it, and its queue position from the supervisor's queue
-        # index: exact, and without reading the queue
+        # index: exact, and without reading the queue; the estimated start (one reservation per
+        # job ahead) for a single job's read only, never for each row of a listing
         update: dict = {"allowed": [op.value for op in access.allowed(job, user)]}
         if job.status is JobStatus.queued:
             update["queue_position"] = supervisor.queue_position(job.id)
+            if estimate:
+                update["estimated_start"] = supervisor.estimated_start(job.id)
         return job.model_copy(update=update)
 
     @app.get(f"{api}/jobs/{{job_id}}", response_model=Job)
     def get_job(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Job:
-        return _as_seen(access.check(store.get(job_id), user, Op.view), user)
+        return _as_seen(access.check(store.get(job_id), user, Op.view), user, estimate=True)
 
     @app.patch(f"{api}/jobs/{{job_id}}", response_model=Job, openapi_extra=UPDATE_BODY)
     def update_job(job_id: str = JobId, body: dict = Body(...), user: Caller = Depends(authenticate)) -> Job:

@@ -550,6 +550,37 @@ class Supervisor:
         """How many queued jobs the scheduler considers before this one; None if it is not queued."""
         return self.queue.position(job_id)
 
+    #: a queued job further back than this gets no estimate (each job ahead costs a reservation)
+    ESTIMATE_DEPTH = 50
+
+    def estimated_start(self, job_id: str) -> datetime | None:
+        """When a queued job should start if the jobs ahead of it start in queue order and every
+        job ends at its duration; None: not queued, too far back (:attr:`ESTIMATE_DEPTH`), or a
+        job it waits for has no duration (or can never be placed).
+
+        Each job ahead, in queue order, is given its own reservation (``Scheduler.reserve``) and
+        then counts as running from that start to its start plus its duration; the job's own
+        reservation on top of them is the estimate.  Backfill can only make a job start sooner.
+        """
+        position = self.queue.position(job_id)
+        if position is None or position >= self.ESTIMATE_DEPTH:
+            return None
+        with self._lock:
+            running, now = self._running(), time.time()
+            for ahead_id in self.queue.ids()[: position + 1]:
+                try:
+                    job = self.store.get(ahead_id)
+                except NotFound:
+                    continue
+                reservation = self.scheduler.reserve(job.id, job.spec, running, now)
+                if reservation is None or reservation.start == float("inf"):
+                    return None
+                if job.id == job_id:
+                    return datetime.fromtimestamp(reservation.start, UTC)
+                end = reservation.start + job.spec.duration if job.spec.duration else None
+                running.append(Running(reservation.placement, end))
+        return None
+
     def _queue_changed(self) -> None:
         """Something happened that may let a queued job start: run an admission pass soon."""
         self._admit_needed.set()

@@ -11,6 +11,7 @@ import json
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -392,7 +393,10 @@ def test_priority_change_on_a_queued_job_reorders_the_queue(ma_lab, browser_page
 
     api, page = Api(ma_lab), browser_page
     # the default cluster has 4 GPU cards on each of 2 nodes: four 2-card jobs take them all
-    blockers = [api.submit(name=f"blocker-{i}", command="sleep 300", specs=["gpu.emu-2"]) for i in range(4)]
+    blockers = [
+        api.submit(name=f"blocker-{i}", command="sleep 300", specs=["gpu.emu-2"], duration=3600)
+        for i in range(4)
+    ]
     wait_for(
         lambda: all(api("GET", f"jobs/{b['id']}")["status"] == "running" for b in blockers),
         timeout=180,
@@ -406,6 +410,15 @@ def test_priority_change_on_a_queued_job_reorders_the_queue(ma_lab, browser_page
         table.locator(f'tr[data-job-id="{second["id"]}"]').click()
         detail = page.locator(f'[data-ma-view="job"][data-job-id="{second["id"]}"]')
         expect(detail.locator(".ma-overview")).to_contain_text("Queue position", timeout=30_000)
+        # the blockers end at their duration (an hour): then both waiting jobs fit, side by side
+        expect(detail.locator(".ma-overview")).to_contain_text(
+            re.compile(r"Estimated start\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(in about (1h 00m|59m)")
+        )
+        starts = [
+            datetime.fromisoformat(api("GET", f"jobs/{j['id']}")["estimated_start"]).timestamp()
+            for j in (first, second)
+        ]
+        assert abs(starts[0] - starts[1]) < 10  # each as a blocker's hour ends
         expect(detail.locator(".ma-op-priority")).to_be_enabled()
         detail.locator(".ma-op-priority").click()
         page.locator(".jp-Dialog .ma-priority-select").select_option("urgent")

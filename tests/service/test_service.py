@@ -9,6 +9,7 @@ import signal
 import sys
 import textwrap
 import time
+from datetime import datetime
 from types import SimpleNamespace
 
 import psutil
@@ -324,6 +325,32 @@ def test_queued_priority_can_change_and_queued_jobs_stop_at_once(ma_service, pri
     assert s.post(f"{ma_service.api}/jobs/{waiting['id']}/stop", timeout=5).json()["status"] == "stopped"
     assert s.delete(f"{ma_service.api}/jobs/{waiting['id']}", timeout=5).status_code == 204
     assert s.get(f"{ma_service.api}/jobs/{waiting['id']}", timeout=5).status_code == 404
+
+
+@pytest.mark.small_cluster
+def test_a_queued_job_gets_an_estimated_start_from_the_jobs_ahead_of_it(ma_service):
+    """Each job ahead starts at its own estimate and ends at its duration: the blocker ends in
+    about 10 minutes, the first waiting job runs 5 minutes after it, the second starts then."""
+    sleep = f'{PY} -c "import time; time.sleep(600)"'
+    blocker = submit(
+        ma_service, name="blocker", command=sleep, specs=["cpu.medium"], node_name="tiny", duration=600
+    )
+    wait_status(ma_service, blocker["id"], {"running"})
+    started = datetime.fromisoformat(job_of(ma_service, blocker["id"])["started_at"]).timestamp()
+    first = submit(
+        ma_service, name="first", command=sleep, specs=["cpu.medium"], node_name="tiny", duration=300
+    )
+    second = submit(ma_service, name="second", command=sleep, specs=["cpu.medium"], node_name="tiny")
+    third = submit(ma_service, name="third", command=sleep, specs=["cpu.medium"], node_name="tiny")
+    at = {job["id"]: job_of(ma_service, job["id"])["estimated_start"] for job in (first, second, third)}
+    assert datetime.fromisoformat(at[first["id"]]).timestamp() == pytest.approx(started + 600, abs=2)
+    assert datetime.fromisoformat(at[second["id"]]).timestamp() == pytest.approx(started + 900, abs=2)
+    assert at[third["id"]] is None  # the second has no duration: nobody can tell when it ends
+    # a listing does not estimate (one reservation per job ahead, for every row)
+    listed = ma_service.session().get(f"{ma_service.api}/jobs", params={"status": "queued"}, timeout=5).json()
+    assert {j["estimated_start"] for j in listed["items"]} == {None}
+    for job in (third, second, first, blocker):
+        ma_service.session().post(f"{ma_service.api}/jobs/{job['id']}/stop", timeout=5)
 
 
 def test_batch_job_runs_each_task_with_its_algorithm_and_outputs_subfolder(ma_service, tmp_path):

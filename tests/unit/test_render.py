@@ -15,6 +15,9 @@ def test_status_line_covers_every_state():
     now = datetime.now(UTC)
     queued = Job(id="j", spec=spec, status=JobStatus.queued, queue_position=1)
     assert "position 2 in the queue" in render.status_line(queued, now)
+    assert "queue:     position 2, start time unknown" in render.format_job(queued)
+    known = queued.model_copy(update={"estimated_start": datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)})
+    assert "queue:     position 2, estimated start 2026-01-02 03:04:05 UTC" in render.format_job(known)
     running = Job(id="j", spec=spec, status=JobStatus.running, started_at=now - timedelta(seconds=65))
     line = render.status_line(running, now)
     assert "0:01:05 elapsed" in line and "0:08:55 left" in line
