@@ -346,6 +346,24 @@ def test_run_cell_as_training_job_from_the_notebook_toolbar(lab, page):
     job = wait_job(lab, jobs[0]["id"], {"succeeded", "error"})
     assert job["status"] == "succeeded"
     assert "cell job says 42" in log_of(lab, job["id"])
+    # the notification's "Open job" opens the job's page
+    toast.locator("button", has_text="Open job").click()
+    expect(page.locator(f'[data-ma-view="job"][data-job-id="{job["id"]}"]')).to_be_visible(timeout=30_000)
+
+    # the same from the command palette, on the notebook's active cell
+    page.locator(".lm-TabBar-tab", has_text="cell.ipynb").click()
+    panel.locator(".jp-CodeCell .jp-InputArea-editor").first.click()
+    palette(page, "Run Cell as Training Job")
+    again = wait_for(
+        lambda: [
+            j
+            for j in api(lab, "GET", "jobs", params={"limit": 500})["items"]
+            if j["id"] != job["id"] and "cell job says" in full_log(lab, j)
+        ],
+        timeout=180,
+        interval=1,
+    )
+    assert len(again) == 1
 
 
 def full_log(lab, job: dict) -> str:

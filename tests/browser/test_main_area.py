@@ -275,6 +275,12 @@ def test_job_detail_logs_resources_priority_stop_delete(ma_lab, browser_page):
     outputs.locator('tr[data-path="printer-out/metrics.txt"] a').click()
     expect(page.locator('.lm-TabBar-tab:has-text("metrics.txt")')).to_be_visible(timeout=30_000)
     page.locator(f'.lm-TabBar-tab[data-id="ma-jupyter-job-{printer["id"]}"]').click()
+    # and the folder shows in Lab's file browser
+    outputs.locator(".ma-open-folder").click()
+    expect(page.locator("#filebrowser .jp-BreadCrumbs")).to_contain_text("printer-out", timeout=30_000)
+    expect(page.locator('#filebrowser .jp-DirListing-item[title*="metrics.txt"]')).to_be_visible(
+        timeout=30_000
+    )
 
     # create dev environment saves the job as a notebook and opens it (see the devenv test below)
     detail.locator(".ma-op-devenv").click()

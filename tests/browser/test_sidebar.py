@@ -341,6 +341,25 @@ def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
             board.close()
             OUTPUT.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(OUTPUT / "job-tensorboard.png"))
+
+            # a job that names no outputs folder gets one made for it, and its board too
+            plain = requests.post(
+                _api(ma_lab, "jobs"),
+                json={"name": "board-default", "command": "python -V"},
+                headers=headers,
+                timeout=30,
+            ).json()
+            sidebar.locator(f'.ma-job-row[data-job-id="{plain["id"]}"]').click()
+            detail = page.locator(f'[data-ma-view="job"][data-job-id="{plain["id"]}"]')
+            expect(detail.locator(".ma-job-head .ma-status-succeeded")).to_be_visible(timeout=60_000)
+            expect(detail.locator(".ma-op-tensorboard")).to_be_enabled()
+            detail.locator(".ma-op-tensorboard").click()
+            expect(detail.locator("iframe.ma-tensorboard")).to_have_attribute(
+                "src", re.compile(f"/ma-jupyter/tensorboard/{plain['id']}/"), timeout=120_000
+            )
+            expect(detail.locator('[data-section="tensorboard"]')).to_contain_text(
+                f"/jobs/{plain['id']}/outputs"
+            )
         finally:
             browser.close()
 
