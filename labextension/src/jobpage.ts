@@ -379,8 +379,14 @@ export class JobPageWidget extends Widget {
         )
       )
     );
+    // a field left at nothing (null, [], {}, an object of nulls) says nothing: not shown
+    const empty = (v: unknown): boolean =>
+      v === null ||
+      v === undefined ||
+      (Array.isArray(v) && v.length === 0) ||
+      (typeof v === 'object' && !Array.isArray(v) && Object.values(v as object).every(empty));
     const specRows = Object.entries(spec)
-      .filter(([, v]) => v !== null && v !== undefined && !(Array.isArray(v) && v.length === 0))
+      .filter(([, v]) => !empty(v))
       .map(([key, value]) =>
         h(
           'tr',
