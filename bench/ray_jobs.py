@@ -110,20 +110,21 @@ def ray_jobs_runs(jobs, reps: int) -> dict:
         seen: list[float] = []
         asyncio.run(_ray_follow(jobs, job_id, _first_into(seen)))
         first.append(seen[0] - t0)
-    job_id = jobs.submit_job(entrypoint=_py(TICKS))
-    arrivals: list[tuple[float, float]] = []
+    for _ in range(reps):  # each run gives 30 print -> seen delays and one end -> follow returns
+        job_id = jobs.submit_job(entrypoint=_py(TICKS))
+        arrivals: list[tuple[float, float]] = []
 
-    def note(line: str, now: float) -> bool:
-        try:
-            arrivals.append((float(line), now))
-        except ValueError:
-            pass
-        return False
+        def note(line: str, now: float, arrivals=arrivals) -> bool:
+            try:
+                arrivals.append((float(line), now))
+            except ValueError:
+                pass
+            return False
 
-    asyncio.run(_ray_follow(jobs, job_id, note))
-    ended = time.time()
-    latencies = [now - printed for printed, now in arrivals]
-    end_gaps.append(ended - arrivals[-1][0])
+        asyncio.run(_ray_follow(jobs, job_id, note))
+        ended = time.time()
+        latencies += [now - printed for printed, now in arrivals]
+        end_gaps.append(ended - arrivals[-1][0])
     for _ in range(reps):
         job_id = jobs.submit_job(entrypoint=_py(SLEEP))
         asyncio.run(_ray_follow(jobs, job_id, lambda line, now: line == "up"))
@@ -147,13 +148,15 @@ def platform_runs(client, algo: str, reps: int) -> dict:
         first.append(time.time() - t0)
         assert float(seen) >= t0
         job.wait(timeout=120)
-    job = client.submit(name="ticks", command=_py(TICKS), specs=["cpu.small"])
-    arrivals = []
-    for line in job.logs(follow=True):
-        arrivals.append((float(line), time.time()))
-    ended = time.time()
-    latencies = [now - printed for printed, now in arrivals]
-    end_gaps.append(ended - arrivals[-1][0])
+    latencies = []
+    for i in range(reps):  # each run gives 30 print -> seen delays and one end -> follow returns
+        job = client.submit(name=f"ticks-{i}", command=_py(TICKS), specs=["cpu.small"])
+        arrivals = []
+        for line in job.logs(follow=True):
+            arrivals.append((float(line), time.time()))
+        ended = time.time()
+        latencies += [now - printed for printed, now in arrivals]
+        end_gaps.append(ended - arrivals[-1][0])
     for i in range(reps):
         job = client.submit(name=f"sleep-{i}", command=_py(SLEEP), specs=["cpu.small"], grace_period=3)
         next(iter(job.logs(follow=True)))
