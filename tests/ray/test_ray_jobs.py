@@ -298,6 +298,7 @@ def test_a_job_that_does_not_fit_waits_holding_nothing(ray_service, ray_driver, 
     # each bundle holds the spec's cores and memory (cpu.medium: 2 cores, 4 GB)
     bundles = list(group["bundles"].values())
     assert [(b["CPU"], b.get("memory")) for b in bundles] == [(2.0, 4.0 * 2**30)] * 2, bundles
+    assert group["strategy"] == "STRICT_SPREAD", group  # its two workers never share a Ray node
     time.sleep(2)
     assert client.get(second.id).status is JobStatus.queued  # the first holds both nodes
     assert _placement_groups(f"-{second.id}-", states=("CREATED",)) == []

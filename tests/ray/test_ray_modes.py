@@ -113,3 +113,36 @@ def test_a_fault_restart_runs_a_new_attempt_and_a_duration_expires(ray_service, 
     ).wait(timeout=120)
     assert expiring.status is JobStatus.expired
     wait_for(lambda: job_processes(expiring.id) == [], timeout=30)
+
+
+CHECKPOINTED = """import os, sys, time
+out = "/workspace/outputs/step.txt"
+if os.environ["MA_RESUME"] == "1":
+    print("resumed at step", open(out).read(), "on attempt", os.environ["MA_ATTEMPT"], flush=True)
+    sys.exit(0)
+open(out, "w").write("7")
+print("saved step 7", flush=True)
+time.sleep(0.5)
+sys.exit(4)  # a fault after the checkpoint
+"""
+
+
+def test_a_checkpoint_resume_reschedules_and_the_next_attempt_loads_the_checkpoint(ray_service, tmp_path):
+    """The outputs folder is shared by the Ray nodes (one machine here): the second attempt,
+    in a new placement group, finds what the first saved."""
+    client = Client(autostart=False)
+    outputs = writable_dir(tmp_path / "out")
+    job = client.submit(
+        name="resumed",
+        specs=["cpu.small"],
+        algorithm=_algorithm(tmp_path / "algo", ckpt=CHECKPOINTED),
+        outputs=str(outputs),
+        command="python /workspace/algorithm/ckpt.py",
+        checkpoint_resume={"max_resumes": 1, "grace_period": 5},
+    ).wait(timeout=240)
+    assert job.status is JobStatus.succeeded, events_text(client, job.id) + node_logs(client, job.id)
+    assert job.attempt == 1 and job.restarts == 1
+    log = client.read_log(job.id, node="worker-0").data
+    assert "saved step 7" in log and "resumed at step 7 on attempt 1" in log, log
+    assert "resum" in events_text(client, job.id)
+    assert job.backend == "ray"
