@@ -374,7 +374,8 @@ export class CreateFormWidget extends Widget {
 
   /**
    * Fill every field from a job's spec (a clone). Secret values come back from the service as
-   * `***`: they stay so, and the dry run asks for the real values at their field.
+   * `***`: they stay so, and the dry run (as the submit) refuses them at their field until the
+   * real values are typed in.
    */
   private fill(spec: JobSpec): void {
     const source = spec as unknown as Record<string, any>;

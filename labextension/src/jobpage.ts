@@ -13,7 +13,7 @@
  * 3. Resources reads the service's samples (`GET /jobs/{id}/resources`), newer ones only after
  *    the first read, and draws CPU and memory per node as SVG (and cards' use when the backend
  *    reads it; cards it cannot read are listed as held).
- * 4. TensorBoard is embedded through the Jupyter server's proxy, as the sidebar opens it.
+ * 4. TensorBoard is embedded through the Jupyter server's proxy (`/ma-jupyter/tensorboard/<id>/`).
  * 5. Terminal (a job submitted with a debug terminal, running or failed) opens a JupyterLab
  *    terminal tab inside a node's sandbox (debugterminal.ts).
  */
@@ -455,8 +455,9 @@ export class JobPageWidget extends Widget {
     }
     const key = (s: LogStream) => this.streamKey(s);
     const keys = streams.map(key);
-    if (keys.join('|') !== this.streams.map(key).join('|')) {
-      this.streams = streams;
+    const changed = keys.join('|') !== this.streams.map(key).join('|');
+    this.streams = streams; // their sizes too: a stream chosen later starts at its tail
+    if (changed) {
       const chosen = this.streamSelect.value;
       this.streamSelect.replaceChildren(
         ...streams.map(s =>

@@ -72,6 +72,7 @@ export class LogFollower {
   private controller = new AbortController();
   private offset: number;
   private stopped = false;
+  private problemShown = false;
   /** a start in the middle of the log: drop up to its first newline */
   private skipPartial: boolean;
   /** the finished lines shown, each as `visibleLine` made it */
@@ -136,7 +137,10 @@ export class LogFollower {
           this.append(chunk.data);
         }
         this.offset = chunk.next_offset;
-        problem('');
+        if (this.problemShown) {
+          problem(''); // only a problem of ours is cleared: the page's own note stays
+          this.problemShown = false;
+        }
         if (chunk.eof) {
           this.pre.dataset.eof = 'true';
           return;
@@ -146,6 +150,7 @@ export class LogFollower {
           return;
         }
         // a node that has not started has no log yet: say so and try again shortly
+        this.problemShown = true;
         problem(
           error instanceof ApiError && error.kind === 'not_found'
             ? 'waiting for the log to appear…'

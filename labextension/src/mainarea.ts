@@ -60,7 +60,7 @@ export class MainArea {
     this.add(page);
   }
 
-  /** Register the commands, the palette items and the Launcher card. */
+  /** Register the commands, the palette items and the Launcher cards. */
   register(palette: ICommandPalette | null, icon: LabIcon): void {
     this.icon = icon;
     this.app.commands.addCommand(OPEN_JOBS, {
@@ -74,15 +74,16 @@ export class MainArea {
       execute: async args => this.openJob(await api.job(String(args.id)))
     });
     palette?.addItem({ command: OPEN_JOBS, category: 'Training jobs' });
-    void this.addLauncherCard();
+    void this.addLauncherCards();
   }
 
   /**
-   * A "Training jobs" card in the Launcher. The launcher's package is not among this
-   * extension's build dependencies, so its service is looked up by its token's name in the
-   * application's plugin registry; without a launcher nothing is added.
+   * The Launcher's "Training jobs" cards: the jobs table, the create form, the cluster view.
+   * The launcher's package is not among this extension's build dependencies, so its service is
+   * looked up by its token's name in the application's plugin registry; without a launcher
+   * nothing is added.
    */
-  private async addLauncherCard(): Promise<void> {
+  private async addLauncherCards(): Promise<void> {
     try {
       await this.app.started;
       const registry = (this.app as any).pluginRegistry ?? (this.app as any)._pluginRegistry;

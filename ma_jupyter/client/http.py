@@ -454,7 +454,7 @@ class Client:
     ) -> JobPage:
         """Like :meth:`jobs`, as the service's page (``items`` and ``total``); ``sort``: a
         column (``created``, ``name``, ``id``, ``status``, ``creator``, ``outputs``,
-        ``priority``), ``-`` first for descending."""
+        ``priority``, ``mode``, ``spec``, ``elapsed``), ``-`` first for descending."""
         statuses = status if isinstance(status, list) else [status] if status else []
         params = {
             "name": name,

@@ -21,7 +21,7 @@ def resolve_job(client: Client, ref: str, *, hint: str = "`ma-jupyter jobs`") ->
     except NotFound:
         matches = [h for h in client.jobs(name=ref, limit=500) if h.name == ref]
         if len(matches) == 1:
-            return matches[0]
+            return client.job(matches[0].id)  # the job's own read: a listing row has no estimate
         if matches:
             matches.sort(key=lambda h: h.info.created_at, reverse=True)
             ids = ", ".join(h.id for h in matches[:10])

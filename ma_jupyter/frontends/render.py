@@ -128,7 +128,7 @@ def visible_line(line: str) -> str:
     3. Every other character is written at the current position, which then moves on.
 
     The log files keep the raw bytes; readers apply this per line before cutting a long one.
-    The sidebar's ``visibleLine`` (``labextension/src/detail.ts``) is the same rule.
+    The job page's ``visibleLine`` (``labextension/src/logfollower.ts``) is the same rule.
     """
     if "\r" not in line and "\b" not in line:
         return line

@@ -338,8 +338,8 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         type: JobType | None = Query(default=None),
         sort: JobSort = Query(
             default=JobSort.newest,
-            description="Order: a column (created, name, id, status, creator, outputs, priority), "
-            "'-' first for descending; ties newest first.",
+            description="Order: a column (created, name, id, status, creator, outputs, priority, mode, "
+            "spec, elapsed), '-' first for descending; ties newest first.",
         ),
         user: Caller = Depends(authenticate),
     ) -> JobPage:
@@ -436,7 +436,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         with urgent_lock:
             urgent_quota(user, job.spec.creator or user.name, access.load_rules())
             changed = supervisor.update(job_id, priority=priority, duration=duration, by=user.name)
-        return _as_seen(changed, user)
+        return _as_seen(changed, user, estimate=True)
 
     @app.get(f"{api}/jobs/{{job_id}}/status", response_model=Job)
     async def wait_status(
@@ -446,7 +446,8 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         user: Caller = Depends(authenticate),
     ) -> Job:
         # Long-poll: answers once the status differs from ``since`` (without it: once the job is
-        # terminal) or after ``wait`` seconds, with the job as GET /jobs/{id} gives it.
+        # terminal) or after ``wait`` seconds, with the job as GET /jobs/{id} gives it (without
+        # the estimated start, which only a job's own read computes).
         await run_in_threadpool(lambda: access.check(store.get(job_id), user, Op.view))
         await store.wait_status(job_id, since, wait)
         return await run_in_threadpool(lambda: _as_seen(access.check(store.get(job_id), user, Op.view), user))
@@ -454,7 +455,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     @app.post(f"{api}/jobs/{{job_id}}/stop", response_model=Job)
     def stop_job(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Job:
         access.check(store.get(job_id), user, Op.stop)
-        return _as_seen(supervisor.request_stop(job_id, by=user.name), user)
+        return _as_seen(supervisor.request_stop(job_id, by=user.name), user, estimate=True)
 
     @app.websocket(f"{api}/jobs/{{job_id}}/shell")
     async def job_shell(

@@ -118,6 +118,20 @@ def new_job_id(name: str) -> str:
     return f"{stem}-{secrets.token_hex(3)}"
 
 
+def _refuse_masked_secrets(spec: JobSpec) -> None:
+    """A secret whose value is the mask came from a copied job, which never carries its secrets.
+
+    Raises:
+        InvalidSpec: naming ``secret_env`` and what to do.
+    """
+    if any(value == SECRET_MASK for value in spec.secret_env.values()):
+        raise InvalidSpec(
+            f"secret_env: a value is {SECRET_MASK}, the mask a job shows for its secrets: give the "
+            "secret's value again (a copied job does not carry its secrets)",
+            field="secret_env",
+        )
+
+
 class Supervisor:
     """Owns job state transitions; the REST app calls it, and it calls the backend."""
 
@@ -272,12 +286,7 @@ class Supervisor:
         spec = spec.model_copy(update={"creator": creator or spec.creator})
         # the secret values go to their own table; the job (and all that shows it) has ***
         secrets = dict(spec.secret_env)
-        if any(value == SECRET_MASK for value in secrets.values()):
-            raise InvalidSpec(
-                f"secret_env: a value is {SECRET_MASK}, the mask a job shows for its secrets: give the "
-                "secret's value again (a copied job does not carry its secrets)",
-                field="secret_env",
-            )
+        _refuse_masked_secrets(spec)
         spec = spec.masked()
         key = f"{creator or ''}\0{idempotency_key}" if idempotency_key else None
         if key is not None:
@@ -365,6 +374,7 @@ class Supervisor:
     def plan(self, spec: JobSpec) -> Plan:
         """What each node of the job would run (``--dry-run``): the launches the backend would
         start, on the placeholder job folder; creates nothing.  Secret values show as ``***``."""
+        _refuse_masked_secrets(spec)  # as the submit would: a form shows it as you type
         _, placement, launches = self._preflight(spec.masked())
         ahead = self.queue.ahead(spec.priority)
         can_start, start = self._predict(spec)
@@ -562,23 +572,25 @@ class Supervisor:
         then counts as running from that start to its start plus its duration; the job's own
         reservation on top of them is the estimate.  Backfill can only make a job start sooner.
         """
-        position = self.queue.position(job_id)
-        if position is None or position >= self.ESTIMATE_DEPTH:
-            return None
+        # what the estimate reads is taken under the lock; the reservations (inventory reads,
+        # a Ray call on the Ray backend) run outside it, so admission passes never wait on them
         with self._lock:
+            ids = self.queue.ids()
+            if job_id not in ids or ids.index(job_id) >= self.ESTIMATE_DEPTH:
+                return None
             running, now = self._running(), time.time()
-            for ahead_id in self.queue.ids()[: position + 1]:
-                try:
-                    job = self.store.get(ahead_id)
-                except NotFound:
-                    continue
-                reservation = self.scheduler.reserve(job.id, job.spec, running, now)
-                if reservation is None or reservation.start == float("inf"):
-                    return None
-                if job.id == job_id:
-                    return datetime.fromtimestamp(reservation.start, UTC)
-                end = reservation.start + job.spec.duration if job.spec.duration else None
-                running.append(Running(reservation.placement, end))
+        for ahead_id in ids[: ids.index(job_id) + 1]:
+            try:
+                job = self.store.get(ahead_id)
+            except NotFound:
+                continue  # it left the queue meanwhile
+            reservation = self.scheduler.reserve(job.id, job.spec, running, now)
+            if reservation is None or reservation.start == float("inf"):
+                return None
+            if job.id == job_id:
+                return datetime.fromtimestamp(reservation.start, UTC)
+            end = reservation.start + job.spec.duration if job.spec.duration else None
+            running.append(Running(reservation.placement, end))
         return None
 
     def _queue_changed(self) -> None:

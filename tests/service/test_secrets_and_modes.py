@@ -81,6 +81,9 @@ def test_a_secret_reaches_the_job_and_nothing_that_shows_it(ma_service, ma_home)
     clone = s.post(f"{ma_service.api}/jobs", json={**job["spec"], "name": "copy"}, timeout=30)
     assert clone.status_code == 400 and clone.json()["field"] == "secret_env", clone.text
     assert "give the secret's value again" in clone.json()["message"]
+    # the dry run says the same (a form checking a clone as you type shows it at the field)
+    planned = s.post(f"{ma_service.api}/plan", json={**job["spec"], "name": "copy"}, timeout=30)
+    assert planned.status_code == 400 and planned.json()["field"] == "secret_env", planned.text
     # deleting the job deletes its secrets
     assert s.delete(f"{ma_service.api}/jobs/{job['id']}", timeout=30).status_code == 204
     with sqlite3.connect(ma_home / "jobs.db") as db:
