@@ -169,3 +169,34 @@ def lab_page(lab: dict, *, height: int = 950) -> Iterator:
             yield page
         finally:
             browser.close()
+
+
+def palette(page, label: str) -> None:
+    """Run a command by its label from the command palette, as a user does.
+
+    The palette is a modal that closes when it loses focus: call this when no widget is still
+    loading (a notebook that connects its kernel takes the focus; see :func:`run_all_cells`).
+    """
+    page.keyboard.press("Control+Shift+C")
+    search = page.locator(".lm-CommandPalette-input")
+    search.wait_for(timeout=30_000)
+    search.fill(label)
+    page.locator(f'.lm-CommandPalette-item:has-text("{label}")').first.click()
+
+
+def wait_notebook_ready(panel) -> None:
+    """Until the notebook shows its kernel idle: before that it is still connecting, and it moves
+    the focus to its cell when it is done (which would close a palette opened meanwhile)."""
+    from playwright.sync_api import expect
+
+    expect(panel.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')).to_be_attached(
+        timeout=180_000
+    )
+
+
+def run_all_cells(page, panel) -> None:
+    """Run every cell of a notebook from the Run menu, as a user does, once it is ready."""
+    wait_notebook_ready(panel)
+    panel.locator(".jp-Cell").first.click()
+    page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+    page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()

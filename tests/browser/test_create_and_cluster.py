@@ -13,7 +13,7 @@ import re
 import pytest
 import requests
 
-from tests.browser.lab import REPO, lab_page, running_lab
+from tests.browser.lab import REPO, lab_page, palette, running_lab, wait_notebook_ready
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -77,15 +77,6 @@ def api(lab, method: str, path: str, **kwargs):
     )
     assert reply.ok, reply.text
     return reply.json() if reply.text else None
-
-
-def palette(page, label: str) -> None:
-    """Run a command by its label from the command palette, as a user does."""
-    page.keyboard.press("Control+Shift+C")
-    search = page.locator(".lm-CommandPalette-input")
-    search.wait_for(timeout=30_000)
-    search.fill(label)
-    page.locator(f'.lm-CommandPalette-item:has-text("{label}")').first.click()
 
 
 def show_files(page) -> None:
@@ -317,11 +308,7 @@ def test_run_cell_as_training_job_from_the_notebook_toolbar(lab, page):
     panel = page.locator(".jp-NotebookPanel").last
     expect(panel).to_be_visible(timeout=60_000)
 
-    def kernel_idle() -> bool:
-        kernels = requests.get(f"{lab['url']}/api/kernels", params={"token": lab["token"]}, timeout=30).json()
-        return any(k["execution_state"] == "idle" for k in kernels)
-
-    wait_for(kernel_idle, timeout=180, interval=0.5)
+    wait_notebook_ready(panel)
     panel.locator(".jp-CodeCell .jp-InputArea-editor").first.click()
     button = panel.locator(
         '.jp-Toolbar-item[data-jp-item-name="ma-run-cell"] button, [data-command="ma-jupyter:run-cell"]'
@@ -350,10 +337,10 @@ def test_run_cell_as_training_job_from_the_notebook_toolbar(lab, page):
     toast.locator("button", has_text="Open job").click()
     expect(page.locator(f'[data-ma-view="job"][data-job-id="{job["id"]}"]')).to_be_visible(timeout=30_000)
 
-    # the same from the command palette, on the notebook's active cell
+    # the same from the cell's context menu
     page.locator(".lm-TabBar-tab", has_text="cell.ipynb").click()
-    panel.locator(".jp-CodeCell .jp-InputArea-editor").first.click()
-    palette(page, "Run Cell as Training Job")
+    panel.locator(".jp-CodeCell .jp-InputArea-editor").first.click(button="right")
+    page.locator(".lm-Menu-item", has_text="Run Cell as Training Job").first.click()
     again = wait_for(
         lambda: [
             j

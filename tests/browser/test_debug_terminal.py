@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.browser.lab import REPO, lab_page, running_lab
+from tests.browser.lab import REPO, lab_page, run_all_cells, running_lab
 from tests.helpers import wait_for, writable_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -115,17 +115,7 @@ def test_ma_shell_in_a_notebook_offers_a_button_that_opens_the_terminal(ma_lab):
         panel = page.locator(".jp-NotebookPanel").last
         expect(panel).to_be_visible(timeout=90_000)
 
-        def kernel_idle() -> bool:
-            kernels = requests.get(
-                f"{ma_lab['url']}/api/kernels", params={"token": ma_lab["token"]}, timeout=30
-            )
-            return any(k["execution_state"] == "idle" for k in kernels.json())
-
-        wait_for(kernel_idle, timeout=180, interval=0.5)
-        panel.locator(".jp-Cell").first.click()
-        page.keyboard.press("Control+Shift+C")
-        page.locator(".lm-CommandPalette-input").fill("Run All Cells")
-        page.locator('.lm-CommandPalette-item:has-text("Run All Cells")').first.click()
+        run_all_cells(page, panel)
         button = panel.locator(".ma-shell-open")
         expect(button).to_have_text(f"Open the debug terminal of worker-0 ({job['id']})", timeout=120_000)
         button.click()

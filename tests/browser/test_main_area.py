@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.browser.lab import REPO, lab_page, running_lab
+from tests.browser.lab import REPO, lab_page, run_all_cells, running_lab
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
@@ -482,18 +482,8 @@ def test_create_dev_environment_opens_a_notebook_whose_cell_runs_the_job_again(m
     expect(panel).to_be_visible(timeout=60_000)
     page.screenshot(path=str(SHOTS / "job-devenv-notebook.png"))
 
-    def kernel_idle() -> bool:
-        kernels = requests.get(
-            f"{ma_lab['url']}/api/kernels", params={"token": ma_lab["token"]}, timeout=30
-        ).json()
-        return any(k["execution_state"] == "idle" for k in kernels)
-
-    wait_for(kernel_idle, timeout=180, interval=0.5)
     # run every cell, as a user does from the Run menu
-    panel.locator(".jp-Cell").first.click()
-    page.keyboard.press("Control+Shift+C")
-    page.locator(".lm-CommandPalette-input").fill("Run All Cells")
-    page.locator('.lm-CommandPalette-item:has-text("Run All Cells")').first.click()
+    run_all_cells(page, panel)
 
     def again() -> list[dict]:
         items = api("GET", "jobs", params={"name": "devenv-src", "limit": 50})["items"]
