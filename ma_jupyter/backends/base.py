@@ -97,7 +97,9 @@ class Backend(ABC):
     5. :meth:`poll` and :meth:`stop` may be called concurrently for different jobs.
     6. A backend that learns of a node's end calls the ``wake`` given to :meth:`on_node_end`
        (from any thread); the service then polls at once instead of at its next tick.  It is a
-       hint: the service still polls every job on its own schedule.
+       hint: the service still polls every running node at least every :attr:`poll_every`
+       seconds (a backend whose polls are remote calls and that pushes ends sets it higher:
+       the polls are then a safety net, not the way ends are found).
     7. :meth:`inventory` is the nodes the backend runs on, live, or None when the admin's
        ``cluster.toml`` inventory applies (the local backend's simulated nodes).  It is cheap
        (the scheduler asks at every placement) and returns the very same list while nothing
@@ -124,6 +126,8 @@ class Backend(ABC):
     name: str = "base"
     #: how MPI's launcher reaches the other nodes of a job; None: MPI jobs are refused
     remote_shell: RemoteShell | None = None
+    #: the longest the service waits between two polls of a running node (rule 6)
+    poll_every: float = 0.1
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Call ``wake`` whenever a node this backend launched may have ended (rule 6); the

@@ -155,6 +155,11 @@ class Supervisor:
         self._pending_end: dict[str, str] = {}
         self._retry_at: dict[str, float] = {}
         self._reserve_checked = 0.0
+        # polls of running nodes: when each job was last polled, and whether a backend's push of
+        # a node's end asks this tick to poll every job (Backend rule 6, poll_every)
+        self._polled_at: dict[str, float] = {}
+        self._end_hinted = threading.Event()
+        self._poll_all = True
         # The queued jobs in queue order (the store's, read once here: a restart loses none).
         self.queue = QueueIndex(scheduler.shape)
         self.queue.load(store.by_status(JobStatus.queued))
@@ -177,7 +182,7 @@ class Supervisor:
 
     def start(self) -> None:
         """Re-attach to jobs left running by a previous service, then run the loop."""
-        self.backend.on_node_end(self._wake.set)  # a node's end is handled at once, not next tick
+        self.backend.on_node_end(self._node_ended)  # a node's end is handled at once, not next tick
         self.recover()
         # folders of deleted jobs a previous service had not finished removing
         for doomed in config.jobs_root().glob(".deleted-*"):
@@ -196,6 +201,11 @@ class Supervisor:
         if self._thread:
             self._thread.join(timeout=5)
         self.backend.close()
+
+    def _node_ended(self) -> None:
+        """The backend's hint that a node may have ended: poll every running node now."""
+        self._end_hinted.set()
+        self._wake.set()
 
     def _loop(self) -> None:
         while not self._halt.is_set():
@@ -623,6 +633,10 @@ class Supervisor:
         if inventory is not self._inventory:  # a node joined or left: queued jobs may fit now
             self._inventory = inventory
             self._admit_needed.set()
+        # a node's end was pushed (poll every running node now), or only those whose last poll
+        # is older than the backend's poll_every
+        self._poll_all = self._end_hinted.is_set()
+        self._end_hinted.clear()
         for listed in self.store.by_status(JobStatus.running):
             with self._lock:
                 if listed.id in self._finishing:
@@ -952,6 +966,10 @@ class Supervisor:
                 log.warning("job %s: %s", job.id, end.reason)
             self._finish(job, attempt, end)
             return
+        now = time.monotonic()
+        if not self._poll_all and now - self._polled_at.get(job.id, 0.0) < self.backend.poll_every:
+            return  # polled recently, and no end was pushed since
+        self._polled_at[job.id] = now
         # a batch task that succeeded in an earlier attempt is not run again: its result stands
         current = {plan.name for plan in attempt.plans}
         runs = [self.backend.poll(attempt, r) if r.name in current else r for r in job.nodes]
@@ -1120,6 +1138,7 @@ class Supervisor:
         self._disk_checked.pop(job_id, None)
         self._pending_end.pop(job_id, None)
         self._retry_at.pop(job_id, None)
+        self._polled_at.pop(job_id, None)
         self._shrunk_since.pop(job_id, None)
         self._health_noted = {k for k in self._health_noted if k[0] != job_id}
         for key in [k for k in self._perf_offsets if k[0] == job_id]:

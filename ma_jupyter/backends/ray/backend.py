@@ -115,6 +115,10 @@ class RayBackend(Backend):
     """
 
     name = "ray"
+    # a poll is a call to the node's agent; ends are pushed by the pending wait_exit calls
+    # (rule 6), so polls are a safety net: one a second per node, not ten (a cluster running
+    # a thousand job nodes would otherwise take ten thousand agent calls a second)
+    poll_every = 1.0
     remote_shell = None
 
     def __init__(self, address: str, node_root: str | None = None):
