@@ -42,6 +42,9 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
         ``MA_JOB_NAME``, ``MA_TASK_NAME``, ``MA_TASK_INDEX``, ``MA_NUM_NODES`` and the job's
         own ``env`` (which the mode's variables override, since the launch depends on them);
         ``job_env`` names the job's variables that survived, for the backend to expand.
+        ``OMP_NUM_THREADS`` is the spec's cores shared by the node's processes (at least 1),
+        unless the job sets it: OpenMP, MKL and torch would otherwise start a thread per core
+        of the whole machine on a backend that does not pin a node to its cores (Ray).
         ``docs/variables.md`` lists every variable per mode.
     """
     if not placement.bound:
@@ -67,7 +70,9 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
         }
         platform = {**common, **node.env}
         job_env = {**spec.env, **spec.secret_env}
-        node.env = {**job_env, **platform}
+        threads = max(1, int(placement.spec.cpus // max(1, node.task.slots)))
+        defaults = {"OMP_NUM_THREADS": str(threads)}
+        node.env = {**defaults, **job_env, **platform}
         node.job_env = tuple(k for k in job_env if k not in platform)
     return plans
 

@@ -184,3 +184,16 @@ def test_job_env_is_kept_but_cannot_override_the_mode_variables():
     assert plans[1].env["RANK"] == "1"
     assert plans[1].env["MA_NUM_NODES"] == "2"
     assert plans[1].env["MA_TASK_NAME"] == "worker"
+
+
+def test_omp_threads_are_the_specs_cores_shared_by_the_nodes_processes():
+    spec = _job("python train.py")
+    eight_cores = SPECS["gpu.emu-2"].model_copy(update={"name": "gpu.emu-4", "accelerators": 4, "cpus": 8})
+    assert {p.env["OMP_NUM_THREADS"] for p in plan_job(spec, placement_for(spec, eight_cores))} == {"2"}
+    one_core = SPECS["cpu.small"].model_copy(update={"cpus": 1})
+    assert plan_job(spec, placement_for(spec, one_core))[0].env["OMP_NUM_THREADS"] == "1"
+    half_core = SPECS["cpu.small"].model_copy(update={"cpus": 0.5})
+    assert plan_job(spec, placement_for(spec, half_core))[0].env["OMP_NUM_THREADS"] == "1"
+    # the job's own value wins
+    mine = _job("python train.py", env={"OMP_NUM_THREADS": "6"})
+    assert plan_job(mine, placement_for(mine, one_core))[0].env["OMP_NUM_THREADS"] == "6"
