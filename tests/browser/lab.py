@@ -195,8 +195,15 @@ def wait_notebook_ready(panel) -> None:
 
 
 def run_all_cells(page, panel) -> None:
-    """Run every cell of a notebook from the Run menu, as a user does, once it is ready."""
+    """Run every cell of a notebook from the Run menu, as a user does, once it is ready and is
+    the current widget (the Run menu acts on the current one)."""
+    from playwright.sync_api import expect
+
     wait_notebook_ready(panel)
     panel.locator(".jp-Cell").first.click()
+    panel_id = panel.get_attribute("id")
+    expect(
+        page.locator(f'.lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current[data-id="{panel_id}"]')
+    ).to_be_attached(timeout=30_000)
     page.locator(".lm-MenuBar-item", has_text="Run").first.click()
     page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()

@@ -111,7 +111,9 @@ def test_ma_shell_in_a_notebook_offers_a_button_that_opens_the_terminal(ma_lab):
     notebook.cells = [nbformat.v4.new_code_cell(f"%load_ext ma_jupyter\n%ma_shell {job['id']}")]
     nbformat.write(notebook, ma_lab["root"] / "shell.ipynb")
     with lab_page(ma_lab) as page:
-        page.goto(f"{ma_lab['url']}/lab/tree/shell.ipynb?token={ma_lab['token']}")
+        # reset: the workspace the test before saved has a terminal tab, which would be restored
+        # and could become the current widget after the notebook (the Run menu acts on that one)
+        page.goto(f"{ma_lab['url']}/lab/tree/shell.ipynb?reset&token={ma_lab['token']}")
         panel = page.locator(".jp-NotebookPanel").last
         expect(panel).to_be_visible(timeout=90_000)
 
