@@ -21,8 +21,9 @@
     prepared/<source>-<name>-<ver>  data preparation: a link to the copy in <home>/prepared/
 
 A new service reads these files from jobs an older one launched (re-attach): the names are an
-on-disk format (``tests/unit/test_jobdir.py`` pins them). Standard library and
-:mod:`ma_jupyter.errors` only: code that runs inside a node imports this module.
+on-disk format (``tests/unit/test_jobdir.py`` pins them). Standard library,
+:mod:`ma_jupyter.errors` and the rank folder's names from :mod:`ma_jupyter.nodeside.rank_log`
+only: the node runner imports this module.
 """
 
 from __future__ import annotations
@@ -33,30 +34,14 @@ from pathlib import Path
 
 from .errors import InvalidSpec
 
+# The names inside a node's rank folder are spelled by the program that writes them, the rank
+# log splitter, which must start each rank before importing this module (see its docstring).
+from .nodeside.rank_log import FAILURE_REPORT, RANK_LOG_ENV, rank_log_name, rank_of
+
 #: in-view folder of a node's per-rank logs, backed by ``logs/<node>/``
 RANK_LOG_VIEW = "/job/logs"
-#: variable naming that folder inside a node
-RANK_LOG_ENV = "MA_RANK_LOG_DIR"
-#: a launcher's report of the first failed rank (``{"rank", "exit_code"}``)
-FAILURE_REPORT = "failure.json"
-
-_RANK_PREFIX = "rank-"
+#: a node's combined log is ``logs/<node>.log``
 _LOG_SUFFIX = ".log"
-
-
-def rank_log_name(rank: int) -> str:
-    """The file name of one rank's log: ``rank-<r>.log``."""
-    return f"{_RANK_PREFIX}{rank}{_LOG_SUFFIX}"
-
-
-def rank_of(file_name: str) -> int | None:
-    """The rank of a ``rank-<r>.log`` file name; None for any other name."""
-    if not (file_name.startswith(_RANK_PREFIX) and file_name.endswith(_LOG_SUFFIX)):
-        return None
-    try:
-        return int(file_name[len(_RANK_PREFIX) : -len(_LOG_SUFFIX)])
-    except ValueError:
-        return None
 
 
 def check_job_id(job_id: str) -> str:
@@ -238,7 +223,7 @@ class JobDir(_Folder):
         if not _is_folder(folder):
             return []
         found = []
-        for path in folder.glob(f"{_RANK_PREFIX}*{_LOG_SUFFIX}"):
+        for path in folder.iterdir():
             rank = rank_of(path.name)
             if rank is not None:
                 found.append((rank, path))

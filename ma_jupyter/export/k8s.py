@@ -153,9 +153,8 @@ _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_KEY = re.compile(r"[^-._a-zA-Z0-9]+")
 #: the longest DNS label: a pod's hostname, a Service's name
 DNS_LABEL = 63
-#: the node-side helpers' package, and the modules they import outside it
+#: the node-side helpers' package (they import nothing of it outside ``nodeside/``)
 _PACKAGE = Path(__file__).resolve().parents[1]
-_HELPER_MODULES = ("errors.py", "jobdir.py")
 _HELPER_INIT = '"""The node-side helpers of ma_jupyter, shipped by its Kubernetes export."""\n'
 
 
@@ -482,8 +481,6 @@ def _service(base: str) -> dict[str, Any]:
 def _helper_files() -> dict[str, str]:
     """The node-side helpers as ConfigMap data: key -> source (see :func:`_helper_items`)."""
     data = {"ma_jupyter.__init__.py": _HELPER_INIT}
-    for name in _HELPER_MODULES:
-        data[f"ma_jupyter.{name}"] = (_PACKAGE / name).read_text(encoding="utf-8")
     for path in sorted((_PACKAGE / "nodeside").glob("*.py")):
         data[f"ma_jupyter.nodeside.{path.name}"] = path.read_text(encoding="utf-8")
     return data

@@ -37,9 +37,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..jobdir import RANK_LOG_ENV
 from . import rank_table
-from .rank_log import Copier, open_rank_log, report_failure, resolve
+from .rank_log import RANK_LOG_ENV, Copier, open_rank_log, report_failure, resolve
 
 USAGE = (
     "usage: python -m ma_jupyter.nodeside.ascend_launch --slots=S --first-rank=R --rank-size=N "

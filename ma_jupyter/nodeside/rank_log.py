@@ -20,22 +20,47 @@ launchers export (``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``RANK_ID``, ``RANK``)
 
 A leading ``python``/``python3`` in CMD is the interpreter running this program, because the
 node's image interpreter is the one the launcher used to start it.
+
+Every rank of a distributed job waits for this program before its own command starts, so it
+starts CMD before anything it can do without: it imports only built-in modules and
+:mod:`threading` (no ``subprocess``, ``json`` or ``re``, no :mod:`ma_jupyter.jobdir`), and spawns
+CMD before it opens the rank file.  The names of the files it writes are spelled here and
+re-exported by :mod:`ma_jupyter.jobdir`, which places the folder.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import select
 import signal
-import subprocess
 import sys
 import threading
 import time
 
-from ..jobdir import FAILURE_REPORT, RANK_LOG_ENV, rank_log_name
 from .argv import is_python
+
+#: variable naming the folder of a node's per-rank logs inside the node
+RANK_LOG_ENV = "MA_RANK_LOG_DIR"
+#: a launcher's report of the first failed rank (``{"rank", "exit_code"}``)
+FAILURE_REPORT = "failure.json"
+_RANK_PREFIX = "rank-"
+_LOG_SUFFIX = ".log"
+
+
+def rank_log_name(rank: int) -> str:
+    """The file name of one rank's log: ``rank-<r>.log``."""
+    return f"{_RANK_PREFIX}{rank}{_LOG_SUFFIX}"
+
+
+def rank_of(file_name: str) -> int | None:
+    """The rank of a ``rank-<r>.log`` file name; None for any other name."""
+    if not (file_name.startswith(_RANK_PREFIX) and file_name.endswith(_LOG_SUFFIX)):
+        return None
+    try:
+        return int(file_name[len(_RANK_PREFIX) : -len(_LOG_SUFFIX)])
+    except ValueError:
+        return None
+
 
 #: rank logs and failure reports: the job's account and its group, never other accounts
 LOG_MODE = 0o640
@@ -77,6 +102,8 @@ def open_rank_log(folder: str, rank: int):
 
 def report_failure(folder: str, rank: int, code: int) -> None:
     """Record the node's first failed rank in ``<folder>/failure.json`` (the first report wins)."""
+    import json  # only a failing rank needs it (see the module docstring)
+
     try:
         fd = os.open(os.path.join(folder, FAILURE_REPORT), os.O_WRONLY | os.O_CREAT | os.O_EXCL, LOG_MODE)
     except OSError:
@@ -140,14 +167,16 @@ class Copier:
         self.pending_since = 0.0
         self.lock = lock or threading.Lock()  # the reading thread and finish() both write
         self.closed = False
-        self._cr = re.compile(rb"\r(?!\n)")
 
     def format(self, text: bytes) -> bytes:
         """Whole lines (``text`` ends with a newline) with the prefix put in (rule 2)."""
         if not self.prefix:
             return text
-        if b"\r" in text:
-            text = self._cr.sub(lambda _match: b"\r" + self.prefix, text)
+        if b"\r" in text:  # a prefix after each \r that does not end a line
+            pieces = text.split(b"\r")
+            text = pieces[0] + b"".join(
+                b"\r" + (piece if piece.startswith(b"\n") else self.prefix + piece) for piece in pieces[1:]
+            )
         # text ends with a newline: a prefix after every newline but that last one
         return self.prefix + text[:-1].replace(b"\n", b"\n" + self.prefix) + b"\n"
 
@@ -217,8 +246,27 @@ class Copier:
             self.closed = True
 
 
+def spawn(command: list[str], output: int) -> int:
+    """Start ``command`` with stdout and stderr on ``output``; its pid.
+
+    ``posix_spawnp`` rather than :mod:`subprocess`, whose import alone takes longer than the
+    spawn: this process holds no descriptor a child could inherit (Python opens every one
+    close-on-exec), so nothing needs closing in between.
+
+    Raises:
+        OSError: CMD cannot be started (not found, not executable).
+    """
+    actions = [(os.POSIX_SPAWN_DUP2, output, 1), (os.POSIX_SPAWN_DUP2, output, 2)]
+    return os.posix_spawnp(command[0], command, os.environ, file_actions=actions)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run CMD as one rank; returns CMD's exit status (see the module docstring)."""
+    """Run CMD as one rank; returns CMD's exit status (see the module docstring).
+
+    The order matters: 1. signal forwarding is armed before CMD exists (a TERM that comes
+    first is passed on once it does); 2. CMD starts; 3. the rank file opens and the copy
+    begins (CMD's first bytes wait in the pipe meanwhile).
+    """
     options, command = parse(list(sys.argv[1:] if argv is None else argv))
     if not command:
         print(USAGE, file=sys.stderr)
@@ -228,36 +276,40 @@ def main(argv: list[str] | None = None) -> int:
     folder = os.environ.get(RANK_LOG_ENV, "")
     if rank is None or not folder:
         os.execvp(command[0], command)
-    os.makedirs(folder, exist_ok=True)
-    prefix = b"" if "no-prefix" in options else f"[rank {rank}] ".encode()
-    with open_rank_log(folder, rank) as rank_file:
-        read_end, write_end = os.pipe()
-        try:
-            child = subprocess.Popen(command, stdout=write_end, stderr=write_end)
-        except OSError as exc:
-            print(f"[rank {rank}] cannot start {command[0]}: {exc}", file=sys.stderr)
-            return 127
-        finally:
-            os.close(write_end)
+    child: list[int] = []
+    stopped: list[int] = []
 
-        stopped = []
-
-        def forward(signum, _frame):
-            stopped.append(signum)
+    def forward(signum, _frame):
+        stopped.append(signum)
+        if child:
             try:
-                child.send_signal(signum)
+                os.kill(child[0], signum)
             except ProcessLookupError:
                 pass
 
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, forward)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    read_end, write_end = os.pipe()
+    try:
+        child.append(spawn(command, write_end))
+    except OSError as exc:
+        print(f"[rank {rank}] cannot start {command[0]}: {exc}", file=sys.stderr)
+        return 127
+    finally:
+        os.close(write_end)
+    for signum in stopped:  # came before CMD existed
+        forward(signum, None)
+    os.makedirs(folder, exist_ok=True)
+    prefix = b"" if "no-prefix" in options else f"[rank {rank}] ".encode()
+    with open_rank_log(folder, rank) as rank_file:
         copier = Copier(read_end, rank_file, prefix)
         thread = threading.Thread(target=copier.run, daemon=True)
         thread.start()
-        code = child.wait()
+        _, status = os.waitpid(child[0], 0)
         # A background process the rank left behind may keep the pipe open: do not wait for it.
         thread.join(timeout=2.0)
         copier.finish()
+    code = os.waitstatus_to_exitcode(status)
     status = code if code >= 0 else 128 - code
     if status and not stopped:
         report_failure(folder, rank, status)

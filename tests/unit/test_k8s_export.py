@@ -484,7 +484,7 @@ def test_yaml_has_no_aliases_and_keeps_sources_readable():
     flavor = SCHEDULER.cluster.spec("cpu.medium")
     text = render("k8s", spec, job_id="j", flavor_of=lambda role: flavor, outputs="/o")
     assert "&id" not in text and "*id" not in text
-    assert "  ma_jupyter.jobdir.py: |" in text  # a source file as a block, line by line
+    assert "  ma_jupyter.nodeside.rank_log.py: |" in text  # a source file as a block, line by line
     assert Path(k8s.__file__).name == "k8s.py"
 
 

@@ -39,10 +39,13 @@ LAYER_OF = {
 
 ALLOWED = {
     "errors": set(),
-    "jobdir": {"errors"},
+    # the names inside a rank folder are spelled by the splitter that writes them (it starts
+    # each rank before importing anything it can do without, jobdir included)
+    "jobdir": {"errors", "nodeside"},
     "untrusted": {"errors", "jobdir"},
     "commands": {"errors", "jobdir"},
-    "nodeside": {"nodeside", "jobdir", "errors"},
+    # runs inside a job's node, under the job's interpreter: nothing of the package beyond itself
+    "nodeside": {"nodeside"},
     "models": {"commands", "errors"},
     "config": {"models", "errors", "jobdir"},
     "tsgen": {"models"},

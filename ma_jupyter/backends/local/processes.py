@@ -80,6 +80,15 @@ def marked_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
+def process_fd(pid: int) -> int | None:
+    """A descriptor that becomes readable when process ``pid`` ends (``pidfd_open``); None when
+    there is no such process, or no pidfds here (Linux before 5.3).  The caller closes it."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 class ExitWatcher:
     """Calls ``wake`` (on its own thread) when a watched process ends.
 
@@ -99,9 +108,8 @@ class ExitWatcher:
 
     def add(self, pid: int) -> None:
         """Watch ``pid`` (a process that already ended wakes at once)."""
-        try:
-            fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):  # gone already (the poll sees it), or no pidfds here
+        fd = process_fd(pid)
+        if fd is None:  # gone already (the poll sees it), or no pidfds here
             self._wake()
             return
         with self._lock:

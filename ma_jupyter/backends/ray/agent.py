@@ -24,6 +24,7 @@ agent's methods run on the actor's threads (calls for different jobs run concurr
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import tempfile
 import time
@@ -39,11 +40,17 @@ from ..base import Attempt
 from ..local import caches
 from ..local import logs as job_logs
 from ..local.backend import LocalBackend
+from ..local.processes import process_fd
 from ..local.sandbox import PACKAGE_DIR
 from . import ship
 
-#: seconds between looks at a log's size or a node's exit while a wait call blocks
+#: seconds between looks at a log's size while a wait call blocks
 WAIT_STEP = 0.02
+#: seconds between looks at a node's exit where the runner's end cannot wake the agent itself
+EXIT_STEP = 0.1
+#: seconds between looks at a node's exit while the runner's end would wake the agent (a safety
+#: net only: the runner writes its exit code before it ends)
+EXIT_RECHECK = 5.0
 
 
 class NodeAgent:
@@ -122,14 +129,33 @@ class NodeAgent:
         return self._local.failure(attempt, run)
 
     def wait_exit(self, attempt: Attempt, run: NodeRun, timeout: float) -> bool:
-        """Block until the node is no longer running, at most ``timeout`` seconds; whether it ended."""
+        """Block until the node is no longer running, at most ``timeout`` seconds; whether it ended.
+
+        The runner's end wakes it at once through a descriptor of the runner process
+        (``pidfd_open``), so a job's end reaches the service without a polling delay and a
+        waiting agent costs no CPU; where the kernel has no such descriptors it looks every
+        :data:`EXIT_STEP` seconds.  The descriptor is opened before the first look, so it can
+        only name the runner that look found running (a pid reused later is never watched).
+        """
         deadline = time.monotonic() + timeout
-        while True:
-            if self._local.poll(attempt, run).state != "running":
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(WAIT_STEP * 5)
+        watch = process_fd(run.pid) if run.pid is not None else None
+        try:
+            while True:
+                if self._local.poll(attempt, run).state != "running":
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if watch is None:
+                    time.sleep(min(left, EXIT_STEP))
+                    continue
+                ready, _, _ = select.select([watch], [], [], min(left, EXIT_RECHECK))
+                if ready:  # ended: the next look says so; it never fires twice
+                    os.close(watch)
+                    watch = None
+        finally:
+            if watch is not None:
+                os.close(watch)
 
     def caches(self, base: str, user: str | None, every_user: bool) -> tuple[str, list[dict]]:
         """This machine's id (its boot id: two Ray nodes may share a machine, and its folders)
