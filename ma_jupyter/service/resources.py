@@ -59,6 +59,7 @@ class ResourceSampler:
         # (job id, node) -> (monotonic time, cpu seconds) of the previous reading
         self._last: dict[tuple[str, str], tuple[float, float]] = {}
         self._counts: dict[tuple[str, str], int] = {}
+        self._cannot_sample = False  # the backend said so (see sample_once)
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -79,15 +80,24 @@ class ResourceSampler:
                 log.exception("resource sampling failed")
 
     def sample_once(self) -> int:
-        """Read every running job's nodes once; returns how many samples were kept."""
+        """Read every running job's nodes once; returns how many samples were kept.
+
+        A backend that answers None cannot sample at all (:meth:`Backend.usage`, rule 4): from
+        then on the running jobs are not even listed, which would cost the service CPU every
+        interval for nothing."""
         kept = 0
         seen: set[tuple[str, str]] = set()
+        if self._cannot_sample:
+            return kept
         for job in self.store.by_status(JobStatus.running):
             try:
                 usage = self.backend.usage(job.id, job.nodes)
             except Exception:
                 log.exception("job %s: resource sampling failed", job.id)
                 continue
+            if usage is None:
+                self._cannot_sample = True
+                return kept
             if not usage:
                 continue
             now, wall = time.monotonic(), time.time()

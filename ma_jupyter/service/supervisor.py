@@ -2,7 +2,7 @@
 
 One loop thread (woken at once by a submission, a stop request, a change of the queue or a
 node's end pushed by the backend, otherwise every ``POLL_INTERVAL``, or every ``poll_every`` of
-a backend that polls less often) does two things:
+a backend that polls less often, at most ``TICK_MAX``) does two things:
 
 * **watch running jobs**, on every tick: poll their nodes through the backend; any node failing
   (non-zero exit, or lost) fails the job, every primary node succeeding finishes it (non-primary
@@ -102,9 +102,11 @@ log = logging.getLogger("ma_jupyter.supervisor")
 
 # How often running jobs are polled when nothing woke the loop: a node that ended by itself is
 # noticed within it.  Everything else (a submit, a stop, a change of the queue) wakes the loop.
-# A backend that pushes its nodes' ends and polls less often (Ray: 1 s) sets the pace instead:
-# ticking faster would re-read every running job for nothing, CPU taken from the jobs.
+# A backend that pushes its nodes' ends and polls less often (Ray) slows the pace, to at most
+# TICK_MAX: ticking faster would re-read every running job for nothing, CPU taken from the
+# jobs, while expiry, grace periods and retries are still checked at every tick.
 POLL_INTERVAL = 0.1
+TICK_MAX = 1.0
 TAIL_LINES = 15
 DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running job's folders
 RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
@@ -212,7 +214,7 @@ class Supervisor:
 
     def _loop(self) -> None:
         while not self._halt.is_set():
-            self._wake.wait(max(POLL_INTERVAL, self.backend.poll_every))
+            self._wake.wait(min(max(POLL_INTERVAL, self.backend.poll_every), TICK_MAX))
             self._wake.clear()
             try:
                 self.tick()

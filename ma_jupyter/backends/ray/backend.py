@@ -116,9 +116,11 @@ class RayBackend(Backend):
 
     name = "ray"
     # a poll is a call to the node's agent; ends are pushed by the pending wait_exit calls
-    # (rule 6), so polls are a safety net: one a second per node, not ten (a cluster running
-    # a thousand job nodes would otherwise take ten thousand agent calls a second)
-    poll_every = 1.0
+    # (rule 6), which also answer when a node or its agent dies, so polls are a safety net:
+    # one per node every 5 s.  Each call costs the service and the agent a few ms of CPU (Ray's
+    # actor call path), taken from the jobs on the same machines; a cluster running a thousand
+    # job nodes would take ten thousand calls a second at the local backend's pace.
+    poll_every = 5.0
     remote_shell = None
 
     def __init__(self, address: str, node_root: str | None = None):
