@@ -223,7 +223,11 @@ class JobDir(_Folder):
         if not _is_folder(folder):
             return []
         found = []
-        for path in folder.iterdir():
+        try:
+            paths = list(folder.iterdir())
+        except OSError:  # not readable (the job changed its mode): no rank logs to show
+            return []
+        for path in paths:
             rank = rank_of(path.name)
             if rank is not None:
                 found.append((rank, path))

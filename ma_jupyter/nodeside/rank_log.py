@@ -22,10 +22,11 @@ A leading ``python``/``python3`` in CMD is the interpreter running this program,
 node's image interpreter is the one the launcher used to start it.
 
 Every rank of a distributed job waits for this program before its own command starts, so it
-starts CMD before anything it can do without: it imports only built-in modules and
-:mod:`threading` (no ``subprocess``, ``json`` or ``re``, no :mod:`ma_jupyter.jobdir`), and spawns
-CMD before it opens the rank file.  The names of the files it writes are spelled here and
-re-exported by :mod:`ma_jupyter.jobdir`, which places the folder.
+imports only the few standard modules it needs before CMD starts (no ``subprocess``, ``json`` or
+``re``, no :mod:`ma_jupyter.jobdir`).  The names of the files it writes are spelled here and
+re-exported by :mod:`ma_jupyter.jobdir`, which places the folder.  CMD gets the launcher's
+signal dispositions and descriptors, as if the launcher had started it (MPICH's ``PMI_FD``
+must reach the rank); this program's own descriptors are close-on-exec.
 """
 
 from __future__ import annotations
@@ -246,26 +247,54 @@ class Copier:
             self.closed = True
 
 
+#: the signals passed on to CMD
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: dispositions Python's start changed (it ignores these), set back to default for CMD
+RESTORED = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name))
+
+
 def spawn(command: list[str], output: int) -> int:
     """Start ``command`` with stdout and stderr on ``output``; its pid.
 
     ``posix_spawnp`` rather than :mod:`subprocess`, whose import alone takes longer than the
-    spawn: this process holds no descriptor a child could inherit (Python opens every one
-    close-on-exec), so nothing needs closing in between.
+    spawn; :mod:`subprocess` only on a Python without it (before 3.8).  The child starts with no
+    signal blocked and SIGPIPE and SIGXFSZ at their defaults, as ``Popen`` would start it.
 
     Raises:
         OSError: CMD cannot be started (not found, not executable).
     """
+    if not hasattr(os, "posix_spawnp"):
+        import subprocess
+
+        def unblock() -> None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+        popen = subprocess.Popen(command, stdout=output, stderr=output, close_fds=False, preexec_fn=unblock)
+        return popen.pid
     actions = [(os.POSIX_SPAWN_DUP2, output, 1), (os.POSIX_SPAWN_DUP2, output, 2)]
-    return os.posix_spawnp(command[0], command, os.environ, file_actions=actions)
+    return os.posix_spawnp(
+        command[0], command, os.environ, file_actions=actions, setsigmask=(), setsigdef=RESTORED
+    )
+
+
+def exit_status(status: int) -> int:
+    """A ``waitpid`` status as the shell reports it: the exit code, or 128+N after signal N."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run CMD as one rank; returns CMD's exit status (see the module docstring).
 
-    The order matters: 1. signal forwarding is armed before CMD exists (a TERM that comes
-    first is passed on once it does); 2. CMD starts; 3. the rank file opens and the copy
-    begins (CMD's first bytes wait in the pipe meanwhile).
+    The order matters:
+
+    1. the rank file opens first: a folder it cannot use fails this rank before CMD exists;
+    2. the forwarded signals are blocked, CMD starts (with none blocked and the launcher's
+       dispositions), the handlers are set, the signals unblocked: a signal that came meanwhile
+       is delivered once, to a handler that knows CMD;
+    3. the copy begins (CMD's first bytes wait in the pipe meanwhile);
+    4. once CMD is reaped nothing is forwarded any more (its pid may be reused).
     """
     options, command = parse(list(sys.argv[1:] if argv is None else argv))
     if not command:
@@ -276,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = os.environ.get(RANK_LOG_ENV, "")
     if rank is None or not folder:
         os.execvp(command[0], command)
+    os.makedirs(folder, exist_ok=True)
+    prefix = b"" if "no-prefix" in options else f"[rank {rank}] ".encode()
     child: list[int] = []
     stopped: list[int] = []
 
@@ -287,30 +318,28 @@ def main(argv: list[str] | None = None) -> int:
             except ProcessLookupError:
                 pass
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
-    read_end, write_end = os.pipe()
-    try:
-        child.append(spawn(command, write_end))
-    except OSError as exc:
-        print(f"[rank {rank}] cannot start {command[0]}: {exc}", file=sys.stderr)
-        return 127
-    finally:
-        os.close(write_end)
-    for signum in stopped:  # came before CMD existed
-        forward(signum, None)
-    os.makedirs(folder, exist_ok=True)
-    prefix = b"" if "no-prefix" in options else f"[rank {rank}] ".encode()
     with open_rank_log(folder, rank) as rank_file:
+        read_end, write_end = os.pipe()
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        try:
+            child.append(spawn(command, write_end))
+        except OSError as exc:
+            print(f"[rank {rank}] cannot start {command[0]}: {exc}", file=sys.stderr)
+            return 127
+        finally:
+            os.close(write_end)
+            for sig in FORWARDED:
+                signal.signal(sig, forward)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         copier = Copier(read_end, rank_file, prefix)
         thread = threading.Thread(target=copier.run, daemon=True)
         thread.start()
         _, status = os.waitpid(child[0], 0)
+        child.clear()
         # A background process the rank left behind may keep the pipe open: do not wait for it.
         thread.join(timeout=2.0)
         copier.finish()
-    code = os.waitstatus_to_exitcode(status)
-    status = code if code >= 0 else 128 - code
+    status = exit_status(status)
     if status and not stopped:
         report_failure(folder, rank, status)
     return status

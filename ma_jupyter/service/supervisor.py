@@ -100,8 +100,8 @@ from .store import Store
 
 log = logging.getLogger("ma_jupyter.supervisor")
 
-# How often running jobs are polled when nothing woke the loop: a node that ended by itself is
-# noticed within it.  Everything else (a submit, a stop, a change of the queue) wakes the loop.
+# How often running jobs are polled when nothing woke the loop: on the local backend a node that
+# ended by itself is noticed within it.  Everything else (a submit, a stop, a change of the queue) wakes the loop.
 # A backend that pushes its nodes' ends and polls less often (Ray) slows the pace, to at most
 # TICK_MAX: ticking faster would re-read every running job for nothing, CPU taken from the
 # jobs, while expiry, grace periods and retries are still checked at every tick.

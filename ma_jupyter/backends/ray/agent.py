@@ -49,7 +49,7 @@ WAIT_STEP = 0.02
 #: seconds between looks at a node's exit where the runner's end cannot wake the agent itself
 EXIT_STEP = 0.1
 #: seconds between looks at a node's exit while the runner's end would wake the agent (a safety
-#: net only: the runner writes its exit code before it ends)
+#: net: the runner writes its exit code before it ends, but for a debug terminal's kept sandbox)
 EXIT_RECHECK = 5.0
 
 
@@ -139,6 +139,12 @@ class NodeAgent:
         """
         deadline = time.monotonic() + timeout
         watch = process_fd(run.pid) if run.pid is not None else None
+        # a failed node with a debug terminal writes its exit code and keeps its runner (and
+        # sandbox) alive: its end is the exit code, which only a look finds
+        recheck = EXIT_STEP if attempt.spec.debug_terminal else EXIT_RECHECK
+        ended = select.poll()  # not select.select: Ray raises the descriptor limit past 1024
+        if watch is not None:
+            ended.register(watch, select.POLLIN)
         try:
             while True:
                 if self._local.poll(attempt, run).state != "running":
@@ -149,10 +155,10 @@ class NodeAgent:
                 if watch is None:
                     time.sleep(min(left, EXIT_STEP))
                     continue
-                ready, _, _ = select.select([watch], [], [], min(left, EXIT_RECHECK))
-                if ready:  # ended: the next look says so; it never fires twice
+                if ended.poll(min(left, recheck) * 1000):  # ended: the next look says so
+                    ended.unregister(watch)
                     os.close(watch)
-                    watch = None
+                    watch = None  # it never fires twice
         finally:
             if watch is not None:
                 os.close(watch)
