@@ -80,6 +80,37 @@ def test_rank_log_forwards_sigterm_and_reports_the_signal(tmp_path):
     assert not (tmp_path / "failure.json").exists()
 
 
+def _running_with(argument: str) -> list[int]:
+    """Pids of the live processes with ``argument`` on their command line."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and argument.encode() in Path(f"/proc/{entry}/cmdline").read_bytes().split(
+                b"\0"
+            ):
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1])
+def test_rank_log_stopped_while_it_starts_ends_with_its_rank(tmp_path, delay):
+    """A TERM at any moment of the splitter's start (before the rank exists, while it is being
+    spawned, once it runs) ends the splitter and leaves no rank behind: killed by the TERM
+    itself before it handles signals (the rank does not exist yet), else with the rank's
+    128+15."""
+    tag = f"{uuid.uuid4().int % 10**6}.{uuid.uuid4().int % 10**6}"  # a sleep length no one else uses
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ma_jupyter.nodeside.rank_log", "--rank=0", "sleep", tag],
+        env=_env(MA_RANK_LOG_DIR=str(tmp_path)),
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) in (-signal.SIGTERM, 128 + signal.SIGTERM)
+    wait_for(lambda: not _running_with(tag), timeout=20)
+
+
 # Two ranks that share one node log: rank 0 prints half a line, rank 1 prints a whole line while
 # rank 0's line is unfinished, then rank 0 ends its line.  Each step waits for the previous one
 # to reach the rank's own file (which gets every byte at once).
