@@ -1,4 +1,5 @@
-"""The job folder, ``<home>/jobs/<id>/``: the only module that spells its layout.
+"""The job folder, ``<home>/jobs/<id>/``: the only module that spells its layout (the names inside
+a rank folder come from :mod:`ma_jupyter.nodeside.rank_log`, which writes them; re-exported here).
 
 ::
 
