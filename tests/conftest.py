@@ -104,18 +104,22 @@ def ma_client(ma_home):
 
 def _leftover_node_runners(since: float, under: str) -> list:
     """Node runners of this test session (their job folders lie under ``under``, the session's
-    temporary folder) that are still alive: never another session's, running beside this one."""
+    temporary folder) that are still alive: never another session's, running beside this one.
+    A runner started as a process of its own names its spec file; one forked by the fork server
+    carries the runner's name and works in its node folder."""
     import psutil
 
+    from ma_jupyter.backends.local.forkserver import RUNNER_NAME
+
     found = []
-    for proc in psutil.process_iter(["cmdline", "create_time"]):
+    for proc in psutil.process_iter(["cmdline", "create_time", "name"]):
         try:
             cmdline = proc.info["cmdline"] or []
-            if (
-                "ma_jupyter.backends.local.noderun" in cmdline
-                and proc.info["create_time"] >= since
-                and cmdline[-1].startswith(under + os.sep)
-            ):
+            if proc.info["create_time"] < since:
+                continue
+            if "ma_jupyter.backends.local.noderun" in cmdline and cmdline[-1].startswith(under + os.sep):
+                found.append(proc)
+            elif proc.info["name"] == RUNNER_NAME and proc.cwd().startswith(under + os.sep):
                 found.append(proc)
         except psutil.Error:
             continue

@@ -43,6 +43,7 @@ from . import caches, noderun, shell_agent
 from . import logs as job_logs
 from . import sandbox as workspace
 from .code import python_sources
+from .forkserver import RunnerForkServer, ServerUnavailable
 from .mounts import read_only_hint
 from .processes import ExitWatcher, is_marked, marked_processes, process_start_time, read_exit_code
 
@@ -92,12 +93,24 @@ class LocalBackend(Backend):
         self._reserved_ports: set[int] = set()
         self._ports_lock = threading.Lock()
         self._exits: ExitWatcher | None = None
+        # started on the first node (or by prestart_runners), and kept for the next ones
+        self._forks = RunnerForkServer(runner_env)
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Wake the service when a runner this process started ends (a pidfd per runner)."""
         self._exits = ExitWatcher(wake)
 
+    def prestart_runners(self) -> None:
+        """Start the node runners' fork server now rather than at the first node (a Ray node's
+        agent, whose first job should not wait for it); where it cannot start, runners start
+        the slow way."""
+        try:
+            self._forks.start()
+        except ServerUnavailable as exc:
+            print(f"[ma_jupyter] {exc}: node runners start without it", file=sys.stderr, flush=True)
+
     def close(self) -> None:
+        self._forks.close()
         if self._exits is not None:
             self._exits.close()
 
@@ -307,40 +320,13 @@ class LocalBackend(Backend):
         os.fchmod(fd, 0o600)  # also when an earlier attempt left the file
         with os.fdopen(fd, "w") as fh:
             fh.write(json.dumps(spec, indent=1))
-        log_path = attempt.jobdir.node_log(plan.name)
-        runner_env = dict(os.environ)
-        # the runner must import this package even when the service runs from a source tree
-        package_root = str(Path(ma_jupyter.__file__).resolve().parents[1])
-        runner_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (package_root, runner_env.get("PYTHONPATH", "")) if p
-        )
-        runner_env[workspace.NODE_MARKER] = marker
-        runner_env["PYTHONUNBUFFERED"] = "1"
-        # The runner is the platform's own helper: it keeps its compiled modules in the service
-        # home (never next to the sources), also where the environment turns bytecode files off
-        # (container images often do); compiling them again at each node start costs ~40 ms.
-        runner_env.pop("PYTHONDONTWRITEBYTECODE", None)
-        runner_env["PYTHONPYCACHEPREFIX"] = str(config.bytecode_cache())
-        fd = _open_log(log_path, plan.name)
+        fd = _open_log(attempt.jobdir.node_log(plan.name), plan.name)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "ma_jupyter.backends.local.noderun", str(spec_file)],
-                stdin=subprocess.DEVNULL,
-                stdout=fd,
-                stderr=fd,
-                env=runner_env,
-                cwd=str(node_dir),
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot start the node runner: {exc}") from exc
+            pid, started = self._start_runner(spec_file, node_dir, fd)
         finally:
             os.close(fd)
-        self._children[proc.pid] = proc
         if self._exits is not None:
-            self._exits.add(proc.pid)
-        started = process_start_time(proc.pid)
+            self._exits.add(pid)
         run = NodeRun(
             name=plan.name,
             role=plan.task.role,
@@ -348,7 +334,7 @@ class LocalBackend(Backend):
             host=plan.task.host,
             hostname=view.hostname,
             address=plan.task.address,
-            pid=proc.pid,
+            pid=pid,
             start_time=started,
             primary=plan.primary,
             state="running",
@@ -359,6 +345,34 @@ class LocalBackend(Backend):
         )
         nd.run_record.write_text(run.model_dump_json())
         return run
+
+    def _start_runner(self, spec_file: Path, node_dir: Path, log_fd: int) -> tuple[int, float | None]:
+        """Start a node's runner with its stdout and stderr on ``log_fd``: forked by the fork
+        server (:mod:`.forkserver`), or started as a process of its own where the server cannot
+        be; its pid and start time."""
+        try:
+            return self._forks.fork_runner(str(spec_file), str(node_dir), log_fd)
+        except ServerUnavailable as exc:
+            print(f"[ma_jupyter] {exc}: node runners start without it", file=sys.stderr, flush=True)
+        except (OSError, RuntimeError) as exc:
+            # the server took the request and gave no answer: a runner may run without a record
+            _end_runner_in(node_dir)
+            raise BackendUnavailable(f"cannot start the node runner: {exc}") from exc
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "ma_jupyter.backends.local.noderun", str(spec_file)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                env=runner_env(),
+                cwd=str(node_dir),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot start the node runner: {exc}") from exc
+        self._children[proc.pid] = proc
+        return proc.pid, process_start_time(proc.pid)
 
     # ------------------------------------------------------------------------ poll
 
@@ -582,6 +596,38 @@ class LocalBackend(Backend):
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s cache (the caller made sure no job of theirs runs)."""
         caches.clear(user)
+
+
+def runner_env() -> dict[str, str]:
+    """The environment of the node runners (the fork server's, or a runner's of its own): this
+    process's, with the package importable and the runner's bytecode cache.
+
+    It names no node: a runner is found again by its pid and start time, and the processes of
+    its node by the marker the node's phases carry (``MA_NODE_RUN``).
+    """
+    env = dict(os.environ)
+    # the runner must import this package even when the service runs from a source tree
+    package_root = str(Path(ma_jupyter.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env.pop(workspace.NODE_MARKER, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    # The runner is the platform's own helper: it keeps its compiled modules in the service
+    # home (never next to the sources), also where the environment turns bytecode files off
+    # (container images often do); compiling them again at each node start costs ~40 ms.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(config.bytecode_cache())
+    return env
+
+
+def _end_runner_in(node_dir: Path) -> None:
+    """Kill a runner working in ``node_dir`` that no record names (the fork server took its
+    request and gave no answer); bubblewrap and the phases die with it (``--die-with-parent``)."""
+    for proc in psutil.process_iter(["cwd"]):
+        try:
+            if proc.info["cwd"] == str(node_dir) and proc.pid != os.getpid():
+                os.killpg(proc.pid, signal.SIGKILL)
+        except (psutil.Error, OSError):
+            continue
 
 
 def _kept_marker(nd) -> str | None:

@@ -74,6 +74,7 @@ class NodeAgent:
         # service's home, which may not exist on this machine
         os.environ[config.ENV_HOME] = os.path.join(tempfile.gettempdir(), f"ma_jupyter-agent-{os.getuid()}")
         self._local = LocalBackend(inventory=[])
+        self._local.prestart_runners()  # the first job's nodes need not wait for it
 
     def info(self) -> dict:
         """Who the agent is: its node, pid, the package version and folder, the node's isolation
