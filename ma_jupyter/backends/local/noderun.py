@@ -517,4 +517,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # the exit code is on disk: end now rather than after the interpreter's teardown (its daemon
+    # threads and modules), which would only delay the node's end
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,125 @@
+"""The node runners' fork server (``backends/local/forkserver.py``) with real runners running real
+nodes: what a forked runner is, the server's own end, and the slow way where it cannot start."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.backends.local.backend import runner_env
+from ma_jupyter.backends.local.forkserver import RUNNER_NAME, RunnerForkServer, ServerUnavailable
+from tests.helpers import wait_for
+from tests.service.test_local_backend import log_of, make_attempt, run_to_end, start
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
+
+SLEEPER = "import time; print('up', flush=True); time.sleep(120)"
+
+
+def _server(backend: LocalBackend) -> psutil.Process:
+    proc = backend._forks._proc
+    assert proc is not None and proc.poll() is None
+    return psutil.Process(proc.pid)
+
+
+def test_a_forked_runner_is_a_session_of_its_own_writing_to_its_log_with_nothing_of_the_server(
+    ma_home, ma_root_jobs
+):
+    backend = LocalBackend()
+    attempt = make_attempt(ma_home, "forked-1", SLEEPER)
+    [run] = start(backend, attempt)
+    try:
+        wait_for(lambda: "up" in log_of(attempt), timeout=30)
+        runner = psutil.Process(run.pid)
+        server = _server(backend)
+        assert runner.ppid() == server.pid and runner.name() == RUNNER_NAME
+        assert os.getsid(run.pid) == run.pid and os.getpgid(run.pid) == run.pid
+        assert runner.cwd() == str(attempt.jobdir.node("worker-0").root)
+        assert abs(runner.create_time() - run.start_time) < 0.05
+        fds = {int(fd): os.readlink(f"/proc/{run.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{run.pid}/fd")}
+        assert fds[0] == "/dev/null"
+        assert fds[1] == fds[2] == str(attempt.jobdir.node_log("worker-0"))
+        # the server's socket (and anything else it held) stayed behind
+        assert not [target for target in fds.values() if target.startswith("socket:")], fds
+        with open(f"/proc/{run.pid}/status") as fh:
+            status = dict(line.split(":", 1) for line in fh if ":" in line)
+        # nothing blocked; neither the server's ignored Ctrl-C nor its reaping of children
+        ignored = int(status["SigIgn"], 16)
+        assert int(status["SigBlk"], 16) == 0, status
+        assert not ignored & (1 << (signal.SIGINT - 1)) and not ignored & (1 << (signal.SIGCHLD - 1)), status
+    finally:
+        backend.stop(attempt, [run], grace=1.0)
+        backend.close()
+
+
+def test_an_ended_runner_is_reaped_at_once_and_its_node_ends_right(ma_home, ma_root_jobs):
+    backend = LocalBackend()
+    try:
+        attempt = make_attempt(ma_home, "forked-2", "import sys; print('bye', flush=True); sys.exit(3)")
+        [run] = run_to_end(backend, attempt)
+        assert run.state == "exited" and run.exit_code == 3, log_of(attempt)
+        # no zombie is left that looks alive to a poll by pid
+        wait_for(lambda: not psutil.pid_exists(run.pid), timeout=5)
+        assert "bye" in log_of(attempt)
+    finally:
+        backend.close()
+
+
+def test_the_server_ends_with_its_backend_and_the_runners_go_on(ma_home, ma_root_jobs):
+    backend = LocalBackend()
+    attempt = make_attempt(ma_home, "forked-3", SLEEPER)
+    [run] = start(backend, attempt)
+    try:
+        wait_for(lambda: "up" in log_of(attempt), timeout=30)
+        server = _server(backend)
+        backend.close()
+        assert backend._forks._proc is None and not server.is_running()
+        assert psutil.Process(run.pid).status() != psutil.STATUS_ZOMBIE
+        assert backend.poll(attempt, run).state == "running"
+    finally:
+        backend.stop(attempt, [run], grace=1.0)
+    assert backend.poll(attempt, run).state == "exited"
+
+
+def test_a_server_killed_between_two_nodes_is_started_again(ma_home, ma_root_jobs):
+    backend = LocalBackend()
+    try:
+        first = make_attempt(ma_home, "forked-4", "print('first', flush=True)")
+        [run] = run_to_end(backend, first)
+        assert run.exit_code == 0
+        killed = _server(backend)
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=10)
+        second = make_attempt(ma_home, "forked-5", "print('second', flush=True)")
+        [run] = run_to_end(backend, second)
+        assert run.exit_code == 0 and "second" in log_of(second)
+        assert _server(backend).pid != killed.pid
+    finally:
+        backend.close()
+
+
+def test_a_server_that_cannot_start_says_so_and_nodes_start_the_slow_way(ma_home, ma_root_jobs):
+    def broken() -> dict[str, str]:  # an interpreter that cannot find its standard library
+        return {**runner_env(), "PYTHONHOME": "/nonexistent"}
+
+    forks = RunnerForkServer(broken)
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable, match="fork server did not start"):
+        forks.start()
+    assert time.monotonic() - started < 30
+    forks.close()
+
+    backend = LocalBackend()
+    backend._forks = RunnerForkServer(broken)
+    try:
+        attempt = make_attempt(ma_home, "forked-6", "print('slow way', flush=True)")
+        [run] = run_to_end(backend, attempt)
+        assert run.exit_code == 0 and "slow way" in log_of(attempt)
+        assert backend._forks._proc is None  # no server runs: the runner was a process of its own
+    finally:
+        backend.close()
