@@ -1,10 +1,10 @@
 """The Ray backend against Ray Jobs on the same Ray cluster, same commands, in one run.
 
-Run: ``.venv/bin/python bench/ray_jobs.py`` (``--reps N``, default 3).  It re-executes itself inside a
-private network namespace with only loopback (``unshare --net``, so Ray binds to 127.0.0.1; it
-needs root or user namespaces), starts a two-node Ray cluster (2 CPUs each, with the dashboard
-that serves Ray Jobs), a job service on the Ray backend on a temporary ``MA_JUPYTER_HOME``, and
-measures side by side:
+Run: ``.venv/bin/python bench/ray_jobs.py`` (``--reps N``, default 3; ``--ddp-reps N`` for (e),
+default 10).  It re-executes itself inside a private network namespace with only loopback
+(``unshare --net``, so Ray binds to 127.0.0.1; it needs root or user namespaces), starts a
+two-node Ray cluster (2 CPUs each, with the dashboard that serves Ray Jobs), a job service on
+the Ray backend on a temporary ``MA_JUPYTER_HOME``, and measures side by side:
 
 (a) submit -> first line seen by a follower: ``Client.submit`` + ``logs(follow=True)`` against
     ``JobSubmissionClient.submit_job`` + ``tail_job_logs``;
@@ -257,6 +257,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--ddp-only", action="store_true", help="only (e), the DDP wall time")
+    parser.add_argument(
+        "--ddp-reps",
+        type=int,
+        default=10,
+        help="repetitions of (e) (default 10: one run swings by a second either way)",
+    )
     args = parser.parse_args()
     if not _inside():
         return _reexec()
@@ -295,7 +301,7 @@ def main() -> int:
             theirs = ray_jobs_runs(jobs, args.reps)
         # alternated, so a change of the machine's load during the run weighs on both alike
         ddp, hand = [], []
-        for _ in range(args.reps):
+        for _ in range(args.ddp_reps):
             ddp.append(platform_ddp(client, str(algo)))
             hand.append(by_hand_ddp(ray, str(algo)))
     finally:
@@ -318,6 +324,12 @@ def main() -> int:
     print(f"{'measure':42} {'ma_jupyter':>11} {'Ray Jobs':>9} {'ratio':>6}")
     for name, a, b in rows:
         print(f"{name:42} {a:10.3f}s {b:8.3f}s {a / b:6.2f}")
+    quartiles = [statistics.quantiles(runs, n=4) for runs in (ddp, hand)] if len(ddp) > 1 else []
+    if quartiles:
+        (a1, _, a3), (b1, _, b3) = quartiles
+        print(
+            f"(e) quartiles: ma_jupyter {a1:.2f}-{a3:.2f} s, by hand {b1:.2f}-{b3:.2f} s ({len(ddp)} runs each)"
+        )
     if ours is not None:
         latency = med(ours["latency"])
         verdict = "meets" if latency < TARGETS["log_latency"] else "misses"

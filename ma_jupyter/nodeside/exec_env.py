@@ -47,15 +47,13 @@ def which(name: str, path: str) -> str | None:
 
 def _copy(src: str, dst: str, limit: str, fd: str) -> int:
     """The working copy (see the module docstring); 0 when it is complete."""
-    import importlib.util
     import time
 
-    # -I leaves this folder off sys.path: load the sibling helper by its path
-    spec = importlib.util.spec_from_file_location(
-        "_ma_workdir", os.path.join(os.path.dirname(__file__), "workdir.py")
-    )
-    workdir = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(workdir)
+    # -I leaves this folder off sys.path: put it first (the job's folders never are) and import
+    # the sibling helper; not importlib.util, whose own imports cost more (8 ms) than the copy
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import workdir
+
     code = workdir.main(["copy", src, dst, limit])
     if code == 0:
         os.write(int(fd), f"{time.time_ns()}\n".encode())

@@ -1238,8 +1238,12 @@ class Supervisor:
                 live = policies.live_nodes(job.nodes)
                 if live:
                     self.backend.stop(attempt, live, end.grace)
-                current = {plan.name for plan in attempt.plans}
-                polled = [self.backend.poll(attempt, r) if r.name in current else r for r in job.nodes]
+                # the nodes just stopped, and any lost one (its exit code may have come since):
+                # a node already seen exited keeps that state and code (a call per node on Ray)
+                again = {plan.name for plan in attempt.plans} - {
+                    r.name for r in job.nodes if r.state == "exited"
+                }
+                polled = [self.backend.poll(attempt, r) if r.name in again else r for r in job.nodes]
                 final = policies.final_node_states(polled, end.failed)
                 text = _call_reason(end.reason)
                 with self._lock:

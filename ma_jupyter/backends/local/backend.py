@@ -95,6 +95,7 @@ class LocalBackend(Backend):
         self._exits: ExitWatcher | None = None
         # started on the first node (or by prestart_runners), and kept for the next ones
         self._forks = RunnerForkServer(runner_env)
+        self._helpers_compiled = False
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Wake the service when a runner this process started ends (a pidfd per runner)."""
@@ -104,10 +105,18 @@ class LocalBackend(Backend):
         """Start the node runners' fork server now rather than at the first node (a Ray node's
         agent, whose first job should not wait for it); where it cannot start, runners start
         the slow way."""
+        self._compile_helpers()
         try:
             self._forks.start()
         except ServerUnavailable as exc:
             print(f"[ma_jupyter] {exc}: node runners start without it", file=sys.stderr, flush=True)
+
+    def _compile_helpers(self) -> None:
+        """Once per backend: the compiled modules of what the nodes run from this package
+        (:func:`.sandbox.compile_node_helpers`)."""
+        if not self._helpers_compiled:
+            self._helpers_compiled = True
+            workspace.compile_node_helpers()
 
     def close(self) -> None:
         self._forks.close()
@@ -350,6 +359,7 @@ class LocalBackend(Backend):
         """Start a node's runner with its stdout and stderr on ``log_fd``: forked by the fork
         server (:mod:`.forkserver`), or started as a process of its own where the server cannot
         be; its pid and start time."""
+        self._compile_helpers()
         try:
             return self._forks.fork_runner(str(spec_file), str(node_dir), log_fd)
         except ServerUnavailable as exc:

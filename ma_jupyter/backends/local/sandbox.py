@@ -617,6 +617,26 @@ def command_argv(view: NodeView, argv: list[str], env: dict[str, str]) -> list[s
     return [to_host(view, a) for a in command]
 
 
+def compile_node_helpers() -> None:
+    """Write the compiled modules of what a node runs from this package (its ``__init__`` and
+    ``nodeside/``) next to their sources, where they are missing or older than the sources.
+
+    Inside a sandbox the package is read-only, so no interpreter there can write them: where they
+    were never written (a source tree run with ``PYTHONDONTWRITEBYTECODE``, which container
+    images often set) every rank's log splitter compiled them again, about 10 ms of each rank's
+    start.  A package folder this account cannot write is left as it is (an installed package
+    has them from its installation).
+    """
+    import compileall
+
+    package = Path(PACKAGE_DIR)
+    try:
+        compileall.compile_file(str(package / "__init__.py"), quiet=2)
+        compileall.compile_dir(str(package / "nodeside"), maxlevels=0, quiet=2)
+    except OSError:
+        pass
+
+
 def _host_program(name: str) -> str:
     """The absolute path of a system program the platform runs (never looked up on a job's PATH)."""
     found = shutil.which(name, path=SYSTEM_PATH)

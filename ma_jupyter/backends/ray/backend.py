@@ -82,6 +82,9 @@ POLL_TIMEOUT = 3.0  # seconds for a poll (a node's state is kept when it does no
 LAUNCH_TIMEOUT = 180.0  # seconds for an agent to unpack the algorithm and start a node
 EXIT_WAIT = 30.0  # seconds one wait_exit call blocks before it is made again
 AGENT_THREADS = 256  # concurrent calls per agent (waits for log growth and exits block a thread)
+#: bytes up to which the shipped algorithm folder travels inside the launch calls (below Ray's
+#: limit for arguments it inlines, 100 KiB)
+INLINE_ARCHIVE = 64 << 10
 
 RAY_MISSING = (
     "the ray backend needs Ray, which is not installed here: pip install ma_jupyter[ray] "
@@ -463,8 +466,13 @@ class RayBackend(Backend):
             if any(m.source == str(shipped) or m.copy_of == str(shipped) for m in launch.mounts):
                 source = self._algorithm_source(on_nodes, plan)
                 if source is not None:
-                    if source not in archives:  # packed once, fetched by each node from the object store
-                        archives[source] = self._ray.put(ship.pack(source))
+                    if source not in archives:
+                        packed = ship.pack(source)
+                        # A small archive travels inside each call (Ray inlines small arguments):
+                        # fetching an object from another node's store costs a round trip of
+                        # ~15 ms, on the start of every node but the first.  A big one is put in
+                        # the object store once and fetched by each node.
+                        archives[source] = packed if len(packed) <= INLINE_ARCHIVE else self._ray.put(packed)
                     archive = archives[source]
             agent = self._agent_of(plan.task.host)
             calls.append(agent.launch.remote(on_nodes, launch, job_secret, archive, str(shipped)))
