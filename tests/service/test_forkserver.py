@@ -13,6 +13,8 @@ import pytest
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.backends.local.backend import runner_env
 from ma_jupyter.backends.local.forkserver import RUNNER_NAME, RunnerForkServer, ServerUnavailable
+from ma_jupyter.backends.local.procfs import is_marked
+from ma_jupyter.models import NodeRun
 from tests.helpers import wait_for
 from tests.service.test_local_backend import log_of, make_attempt, run_to_end, start
 
@@ -41,6 +43,9 @@ def test_a_forked_runner_is_a_session_of_its_own_writing_to_its_log_with_nothing
         assert os.getsid(run.pid) == run.pid and os.getpgid(run.pid) == run.pid
         assert runner.cwd() == str(attempt.jobdir.node("worker-0").root)
         assert abs(runner.create_time() - run.start_time) < 0.05
+        # it carries its node's marker, as every process of the node does (stop and re-attach)
+        marker = attempt.jobdir.node("worker-0").marker.read_text().strip()
+        assert is_marked(run.pid, marker) and not is_marked(server.pid, marker)
         fds = {int(fd): os.readlink(f"/proc/{run.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{run.pid}/fd")}
         assert fds[0] == "/dev/null"
         assert fds[1] == fds[2] == str(attempt.jobdir.node_log("worker-0"))
@@ -48,10 +53,11 @@ def test_a_forked_runner_is_a_session_of_its_own_writing_to_its_log_with_nothing
         assert not [target for target in fds.values() if target.startswith("socket:")], fds
         with open(f"/proc/{run.pid}/status") as fh:
             status = dict(line.split(":", 1) for line in fh if ":" in line)
-        # nothing blocked; neither the server's ignored Ctrl-C nor its reaping of children
-        ignored = int(status["SigIgn"], 16)
+        # nothing blocked; neither the server's ignored Ctrl-C nor its handler reaping children
+        bit = {signum: 1 << (signum - 1) for signum in (signal.SIGINT, signal.SIGCHLD)}
         assert int(status["SigBlk"], 16) == 0, status
-        assert not ignored & (1 << (signal.SIGINT - 1)) and not ignored & (1 << (signal.SIGCHLD - 1)), status
+        assert not int(status["SigIgn"], 16) & bit[signal.SIGINT], status
+        assert not int(status["SigCgt"], 16) & bit[signal.SIGCHLD], status
     finally:
         backend.stop(attempt, [run], grace=1.0)
         backend.close()
@@ -63,6 +69,7 @@ def test_an_ended_runner_is_reaped_at_once_and_its_node_ends_right(ma_home, ma_r
         attempt = make_attempt(ma_home, "forked-2", "import sys; print('bye', flush=True); sys.exit(3)")
         [run] = run_to_end(backend, attempt)
         assert run.state == "exited" and run.exit_code == 3, log_of(attempt)
+        assert backend._forks._proc is not None  # forked, not started the slow way
         # no zombie is left that looks alive to a poll by pid
         wait_for(lambda: not psutil.pid_exists(run.pid), timeout=5)
         assert "bye" in log_of(attempt)
@@ -84,6 +91,27 @@ def test_the_server_ends_with_its_backend_and_the_runners_go_on(ma_home, ma_root
     finally:
         backend.stop(attempt, [run], grace=1.0)
     assert backend.poll(attempt, run).state == "exited"
+
+
+def test_a_stop_by_name_alone_ends_a_forked_runner_before_its_command_starts(ma_home, ma_root_jobs, tmp_path):
+    """A crash recovery, or a launch on Ray whose answer was lost, knows a node by its name only:
+    its marker must find the runner too, or a runner still copying the algorithm folder (it does
+    that itself in the symlink mode, with no other process of the node yet) would run the
+    node's command after the stop."""
+    algo = tmp_path / "algo"
+    algo.mkdir()
+    for i in range(4):  # 160 MB: the copy takes a while
+        (algo / f"blob{i}.bin").write_bytes(os.urandom(40 << 20))
+    backend = LocalBackend(sandbox="symlink")
+    attempt = make_attempt(ma_home, "forked-7", "print('the command ran', flush=True)", algorithm=str(algo))
+    try:
+        [run] = start(backend, attempt)
+        backend.stop(attempt, [NodeRun(name="worker-0")], grace=1.0)
+        assert not psutil.pid_exists(run.pid) or psutil.Process(run.pid).status() == psutil.STATUS_ZOMBIE
+        time.sleep(3)  # the copy's end and the command's start, had the runner survived the stop
+        assert "the command ran" not in log_of(attempt)
+    finally:
+        backend.close()
 
 
 def test_a_server_killed_between_two_nodes_is_started_again(ma_home, ma_root_jobs):
@@ -112,6 +140,9 @@ def test_a_server_that_cannot_start_says_so_and_nodes_start_the_slow_way(ma_home
     with pytest.raises(ServerUnavailable, match="fork server did not start"):
         forks.start()
     assert time.monotonic() - started < 30
+    # and it is not tried again at every node meanwhile
+    with pytest.raises(ServerUnavailable, match="failed to start a moment ago"):
+        forks.start()
     forks.close()
 
     backend = LocalBackend()

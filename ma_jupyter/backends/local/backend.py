@@ -45,7 +45,8 @@ from . import sandbox as workspace
 from .code import python_sources
 from .forkserver import RunnerForkServer, ServerUnavailable
 from .mounts import read_only_hint
-from .processes import ExitWatcher, is_marked, marked_processes, process_start_time, read_exit_code
+from .processes import ExitWatcher, marked_processes, read_exit_code
+from .procfs import is_marked, process_start_time
 
 #: seconds a debug terminal waits for the shell agent of a running node that is still starting
 AGENT_START_WAIT = 30.0
@@ -115,8 +116,8 @@ class LocalBackend(Backend):
         """Once per backend: the compiled modules of what the nodes run from this package
         (:func:`.sandbox.compile_node_helpers`)."""
         if not self._helpers_compiled:
-            self._helpers_compiled = True
             workspace.compile_node_helpers()
+            self._helpers_compiled = True
 
     def close(self) -> None:
         self._forks.close()
@@ -237,7 +238,10 @@ class LocalBackend(Backend):
             for (launch, view), plan in zip(views, attempt.plans, strict=True):
                 runs.append(self._launch_node(attempt, plan, launch, view, job_secret))
         except BaseException:
-            self.stop(attempt, runs, grace=1.0)
+            # every node of the attempt, by its marker: the one that failed may have a runner
+            started = {r.name for r in runs}
+            rest = [NodeRun(name=p.name, host=p.task.host) for p in attempt.plans if p.name not in started]
+            self.stop(attempt, runs + rest, grace=1.0)
             raise
         return runs
 
@@ -331,7 +335,7 @@ class LocalBackend(Backend):
             fh.write(json.dumps(spec, indent=1))
         fd = _open_log(attempt.jobdir.node_log(plan.name), plan.name)
         try:
-            pid, started = self._start_runner(spec_file, node_dir, fd)
+            pid, started = self._start_runner(spec_file, node_dir, marker, fd)
         finally:
             os.close(fd)
         if self._exits is not None:
@@ -355,18 +359,22 @@ class LocalBackend(Backend):
         nd.run_record.write_text(run.model_dump_json())
         return run
 
-    def _start_runner(self, spec_file: Path, node_dir: Path, log_fd: int) -> tuple[int, float | None]:
-        """Start a node's runner with its stdout and stderr on ``log_fd``: forked by the fork
-        server (:mod:`.forkserver`), or started as a process of its own where the server cannot
-        be; its pid and start time."""
+    def _start_runner(
+        self, spec_file: Path, node_dir: Path, marker: str, log_fd: int
+    ) -> tuple[int, float | None]:
+        """Start a node's runner with its stdout and stderr on ``log_fd`` and ``marker`` in its
+        environment: forked by the fork server (:mod:`.forkserver`), or started as a process of
+        its own where the server cannot fork it; its pid and start time."""
         self._compile_helpers()
         try:
-            return self._forks.fork_runner(str(spec_file), str(node_dir), log_fd)
+            return self._forks.fork_runner(str(spec_file), str(node_dir), marker, log_fd)
         except ServerUnavailable as exc:
-            print(f"[ma_jupyter] {exc}: node runners start without it", file=sys.stderr, flush=True)
-        except (OSError, RuntimeError) as exc:
-            # the server took the request and gave no answer: a runner may run without a record
-            _end_runner_in(node_dir)
+            print(f"[ma_jupyter] {exc}: this node runner starts without it", file=sys.stderr, flush=True)
+        except OSError as exc:
+            # the server took the request and gave no answer (it is killed now): a runner it
+            # forked meanwhile carries the marker, written first thing after the fork
+            time.sleep(0.05)
+            _end_marked(marker)
             raise BackendUnavailable(f"cannot start the node runner: {exc}") from exc
         try:
             proc = subprocess.Popen(
@@ -374,7 +382,7 @@ class LocalBackend(Backend):
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
-                env=runner_env(),
+                env={**runner_env(), workspace.NODE_MARKER: marker},
                 cwd=str(node_dir),
                 start_new_session=True,
                 close_fds=True,
@@ -610,10 +618,8 @@ class LocalBackend(Backend):
 
 def runner_env() -> dict[str, str]:
     """The environment of the node runners (the fork server's, or a runner's of its own): this
-    process's, with the package importable and the runner's bytecode cache.
-
-    It names no node: a runner is found again by its pid and start time, and the processes of
-    its node by the marker the node's phases carry (``MA_NODE_RUN``).
+    process's, with the package importable and the runner's bytecode cache; each runner adds
+    its node's marker (``MA_NODE_RUN``), as every process of the node carries it.
     """
     env = dict(os.environ)
     # the runner must import this package even when the service runs from a source tree
@@ -627,17 +633,6 @@ def runner_env() -> dict[str, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(config.bytecode_cache())
     return env
-
-
-def _end_runner_in(node_dir: Path) -> None:
-    """Kill a runner working in ``node_dir`` that no record names (the fork server took its
-    request and gave no answer); bubblewrap and the phases die with it (``--die-with-parent``)."""
-    for proc in psutil.process_iter(["cwd"]):
-        try:
-            if proc.info["cwd"] == str(node_dir) and proc.pid != os.getpid():
-                os.killpg(proc.pid, signal.SIGKILL)
-        except (psutil.Error, OSError):
-            continue
 
 
 def _kept_marker(nd) -> str | None:

@@ -7,29 +7,31 @@ job); a fork of a process that has them costs about a millisecond.  This is what
 its prestarted workers, and :mod:`multiprocessing`'s forkserver for its children.
 
 The contract between :class:`RunnerForkServer` (in the service, or a Ray node's agent) and the
-server process (``python -m ma_jupyter.backends.local.forkserver FD``):
+server process (``python -m ma_jupyter.backends.local.forkserver FD NICE``):
 
-1. the backend starts the server with one end of a ``SOCK_SEQPACKET`` socket pair as descriptor
-   FD, with the environment a runner needs (the package importable, its bytecode cache); the
-   server imports the node runner, says ``ready``, then answers requests one at a time; a
-   server that cannot start or be reached forks nothing, and the backend starts the runner as
+1. the backend starts the server in a session of its own with one end of a ``SOCK_SEQPACKET``
+   socket pair as descriptor FD, the environment a runner needs (the package importable, its
+   bytecode cache) and :data:`MARKER_ROOM` bytes reserved for the node marker; the server takes
+   the niceness NICE (the backend's), imports the node runner, checks that it can write a
+   marker into a process's own environment, says ``ready``, and answers requests one at a time;
+   a server that cannot start or be reached forks nothing, and the backend starts the runner as
    a process of its own (``python -m ma_jupyter.backends.local.noderun``) instead;
-2. a request is one message: JSON ``{"spec": <node-run.json>, "cwd": <node folder>}`` with the
-   node's log descriptor attached (``SCM_RIGHTS``); the answer is one message, JSON ``{"pid": N,
-   "start": <its start time>}``, or ``{"error": "..."}`` when no runner was forked;
-3. the forked runner is what ``Popen`` started before: its own session, stdin ``/dev/null``,
-   stdout and stderr the log, the node folder as working directory, no other descriptor, every
-   signal at its default and none blocked, named :data:`RUNNER_NAME`; it runs
+2. a request is one message: JSON ``{"spec": <node-run.json>, "cwd": <node folder>, "marker":
+   <the node's marker>}`` with the node's log descriptor attached (``SCM_RIGHTS``); the answer
+   is one message, JSON ``{"pid": N, "start": <its start time>}``, or ``{"error": "..."}`` when
+   no runner was forked (a marker too long for the room);
+3. the forked runner first writes its node's marker into its own initial environment (what
+   ``/proc/<pid>/environ`` shows, so stop and re-attach find it among the node's processes as
+   they find a runner started as a process of its own), then is what ``Popen`` made of it
+   before: its own session, stdin ``/dev/null``, stdout and stderr the log, the node folder as
+   working directory, no other descriptor, nothing blocked and the two signals the server
+   changes (``SIGCHLD``, ``SIGINT``) back at their defaults, named :data:`RUNNER_NAME`; it runs
    :func:`noderun.main` and ends with its exit code without the interpreter's teardown
    (``os._exit``);
-4. the server reaps each runner as soon as it ends (``SIGCHLD``), so an ended runner never
-   lingers as a zombie; the start time in the answer is read before the runner can be reaped
-   (``SIGCHLD`` is blocked meanwhile), so it names that process even if it ended already;
+4. the server reaps each runner as soon as it ends (``SIGCHLD``); the start time in the answer
+   is read while ``SIGCHLD`` is blocked, so it names that process even if it ended already;
 5. the server ends when the backend's end of the socket closes (the service or the agent ended,
    or closed it); the runners it forked go on, each in its own session, as they did before.
-
-A runner is found again by its pid and start time (the run record), and its phases by the marker
-in their environment; the runner's own environment is the server's (see ``LocalBackend``).
 """
 
 from __future__ import annotations
@@ -41,8 +43,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
+
+from .procfs import NODE_MARKER
 
 #: bytes a request or an answer may take (both are a few hundred)
 MESSAGE_LIMIT = 1 << 16
@@ -50,15 +55,19 @@ MESSAGE_LIMIT = 1 << 16
 ANSWER_TIMEOUT = 30.0
 #: seconds a starting server may take to import the node runner and say it is ready
 START_TIMEOUT = 60.0
-#: the name of a forked runner (its command line stays the server's)
-RUNNER_NAME = "ma-noderun"
+#: seconds after a server failed to start before the next try (runners start the slow way)
+RETRY_AFTER = 60.0
 #: the server's first message: its imports are done
 READY = b"ready"
+#: the name of a forked runner (its command line stays the server's)
+RUNNER_NAME = "ma-noderun"
+#: bytes of the server's environment kept for a runner's marker (job id, attempt, node, nonce)
+MARKER_ROOM = 200
 
 
 class ServerUnavailable(OSError):
-    """The fork server cannot be started or reached; no runner was forked (the caller may start
-    one the slow way)."""
+    """No runner was forked and none will be: the server cannot be started or reached, or said
+    it cannot fork this one (the caller starts the runner the slow way)."""
 
 
 class RunnerForkServer:
@@ -71,9 +80,13 @@ class RunnerForkServer:
 
     def __init__(self, env: Callable[[], dict[str, str]]):
         self._env = env
+        # the niceness of the thread that made the backend (on Linux each thread has its own):
+        # a server started later from another thread still gives it to its runners
+        self._nice = os.getpriority(os.PRIO_PROCESS, 0)
         self._lock = threading.Lock()  # one request at a time: an answer belongs to its request
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen | None = None
+        self._failed_at: float | None = None
 
     def start(self) -> None:
         """Start the server now, if it is not running (its imports then happen off the launch path).
@@ -88,17 +101,24 @@ class RunnerForkServer:
         if self._sock is not None and self._proc is not None and self._proc.poll() is None:
             return self._sock
         self._shut()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        if self._failed_at is not None and time.monotonic() < self._failed_at + RETRY_AFTER:
+            raise ServerUnavailable("the node runners' fork server failed to start a moment ago")
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError as exc:
+            raise ServerUnavailable(f"cannot start the node runners' fork server: {exc}") from exc
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(theirs.fileno())],
+                [sys.executable, "-m", __name__, str(theirs.fileno()), str(self._nice)],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
-                env=self._env(),
+                env={**self._env(), NODE_MARKER: "_" * MARKER_ROOM},
                 cwd="/",
+                start_new_session=True,  # a Ctrl-C or Ctrl-Z meant for the service is not for it
             )
         except OSError as exc:
             ours.close()
+            self._failed_at = time.monotonic()
             raise ServerUnavailable(f"cannot start the node runners' fork server: {exc}") from exc
         finally:
             theirs.close()
@@ -109,23 +129,25 @@ class RunnerForkServer:
         except OSError:
             ready = b""
         if ready != READY:
-            self._shut()
+            self._shut(kill=True)
+            self._failed_at = time.monotonic()
             raise ServerUnavailable("the node runners' fork server did not start (its error is in this log)")
+        self._failed_at = None
         ours.settimeout(ANSWER_TIMEOUT)
         return ours
 
-    def fork_runner(self, spec_file: str, cwd: str, log_fd: int) -> tuple[int, float | None]:
+    def fork_runner(self, spec_file: str, cwd: str, marker: str, log_fd: int) -> tuple[int, float | None]:
         """Fork a runner for the node described by ``spec_file``; its pid and start time.
 
         A server that ended since the last request is started again, once.
 
         Raises:
-            ServerUnavailable: the server cannot be started or reached; no runner was forked.
-            OSError: the server took the request and gave no answer: a runner may have been
-                forked (the caller stops the node by its marker).
-            RuntimeError: the server answered that it could not fork.
+            ServerUnavailable: no runner was forked (see the class).
+            OSError: the server took the request and gave no answer; it is killed, so nothing
+                forks later, but a runner may have been forked: the caller ends the processes
+                carrying the node's marker.
         """
-        request = json.dumps({"spec": spec_file, "cwd": cwd}).encode()
+        request = json.dumps({"spec": spec_file, "cwd": cwd, "marker": marker}).encode()
         with self._lock:
             for last in (False, True):
                 sock = self._ensure()
@@ -138,23 +160,26 @@ class RunnerForkServer:
                     continue
                 try:
                     answer = sock.recv(MESSAGE_LIMIT)
-                except OSError:
-                    self._shut()
+                    if not answer:
+                        raise ConnectionResetError("the node runners' fork server ended before it answered")
+                    reply = json.loads(answer)
+                    if "error" in reply:
+                        raise ServerUnavailable(reply["error"])
+                    return int(reply["pid"]), reply.get("start")
+                except ServerUnavailable:
                     raise
-                if not answer:
-                    self._shut()
-                    raise ConnectionResetError("the node runners' fork server ended before it answered")
-                reply = json.loads(answer)
-                if "error" in reply:
-                    raise RuntimeError(reply["error"])
-                return int(reply["pid"]), reply.get("start")
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    self._shut(kill=True)
+                    raise OSError(f"the node runners' fork server gave no answer: {exc}") from exc
         raise AssertionError("unreachable")
 
-    def _shut(self) -> None:
+    def _shut(self, kill: bool = False) -> None:
         if self._sock is not None:
             self._sock.close()  # the server reads the end of its socket and ends
             self._sock = None
         if self._proc is not None:
+            if kill:
+                self._proc.kill()
             try:
                 self._proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -171,6 +196,36 @@ class RunnerForkServer:
 # ------------------------------------------------------------------------ the server
 
 
+def write_marker(marker: str) -> bool:
+    """Write ``marker`` into this process's initial environment, in place of the value
+    :class:`RunnerForkServer` reserved for it; whether it fits and was written.
+
+    ``/proc/<pid>/environ`` shows the environment a process started with, a block of memory in
+    the process itself (``os.environ`` is a copy): only writing there, as ``setproctitle`` does
+    for the command line, makes a forked process show its own marker.  The block keeps its
+    size: the marker's entry ends early, and the rest of the room becomes an entry without
+    ``=``, which readers of that file skip.
+    """
+    import ctypes
+
+    data = marker.encode()
+    if len(data) > MARKER_ROOM - 2:
+        return False
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_void_p
+    getenv.argtypes = [ctypes.c_char_p]
+    address = getenv(NODE_MARKER.encode())
+    if not address:
+        return False
+    ctypes.memmove(address, data + b"\0" + b"_" * (MARKER_ROOM - len(data) - 1), MARKER_ROOM)
+    return True
+
+
+def _marker_shows(marker: str) -> bool:
+    with open("/proc/self/environ", "rb") as fh:
+        return f"{NODE_MARKER}={marker}".encode() in fh.read().split(b"\0")
+
+
 def _name(name: str) -> None:
     """Give this process the name ``ps``, ``top`` and psutil show (a fork keeps the server's
     command line)."""
@@ -179,6 +234,18 @@ def _name(name: str) -> None:
             fh.write(name)
     except OSError:
         pass
+
+
+def _close_descriptors_from(low: int) -> None:
+    """Close every descriptor from ``low`` up, as ``Popen(close_fds=True)`` does: the ones open
+    (listed in ``/proc/self/fd``), not every number below the limit (Ray raises it past 10^6)."""
+    for entry in os.listdir("/proc/self/fd"):
+        fd = int(entry)
+        if fd >= low:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed already
 
 
 def _reap(_signum=None, _frame=None) -> None:
@@ -191,25 +258,25 @@ def _reap(_signum=None, _frame=None) -> None:
             return
 
 
-def _runner(request: dict, log_fd: int, sock: socket.socket) -> None:
+def _runner(request: dict, log_fd: int) -> None:
     """The forked child (rule 3); never returns."""
     code = 1
     try:
-        sock.close()
+        write_marker(request["marker"])  # first: from here on, a stop by marker finds it
+        os.setsid()  # before the signals: a Ctrl-C for the server's old group no longer reaches it
         for signum in (signal.SIGCHLD, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
-        os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+        _close_descriptors_from(3)
         os.chdir(request["cwd"])
         _name(RUNNER_NAME)
         code = noderun.main([request["spec"]])
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     except BaseException:
         traceback.print_exc()
     finally:
@@ -224,8 +291,7 @@ def serve(fd: int) -> None:
     """Answer requests on descriptor ``fd`` until the backend closes its end (rules 2, 4, 5)."""
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGCHLD, _reap)
-    # a Ctrl-C meant for a service in a terminal: the server ends with its socket instead
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # it ends with its socket
     sock.send(READY)
     while True:
         try:
@@ -238,31 +304,54 @@ def serve(fd: int) -> None:
             return
         try:
             request = json.loads(data)
-            if (
-                len(fds) != 1
-                or not isinstance(request.get("spec"), str)
-                or not isinstance(request.get("cwd"), str)
-            ):
-                raise ValueError("a request names a spec file and a folder and brings one log descriptor")
+            if len(fds) != 1 or not all(isinstance(request.get(k), str) for k in ("spec", "cwd", "marker")):
+                raise ValueError(
+                    "a request names a spec file, a folder and a marker and brings one log descriptor"
+                )
+            if len(request["marker"].encode()) > MARKER_ROOM - 2:
+                raise ValueError(f"the node's marker is longer than the {MARKER_ROOM - 2} bytes kept for it")
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
             try:
                 pid = os.fork()
                 if pid == 0:
-                    _runner(request, fds[0], sock)
-                reply = {"pid": pid, "start": process_start_time(pid)}
+                    sock.close()
+                    _runner(request, fds[0])
+                reply = {"pid": pid, "start": process_start_time(pid, ended=True)}
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         except (OSError, ValueError) as exc:
-            reply = {"error": f"cannot start the node runner: {exc}"}
+            reply = {"error": f"cannot fork the node runner: {exc}"}
         finally:
             for extra in fds:
                 os.close(extra)
         sock.send(json.dumps(reply).encode())
 
 
-if __name__ == "__main__":
-    # imported here, not above: the backend's side needs neither, the server forks runners that do
-    from . import noderun
-    from .processes import process_start_time
+def main(argv: list[str]) -> int:
+    """Rule 1: take the niceness, import, check the marker can be written, serve."""
+    fd, nice = int(argv[0]), int(argv[1])
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError:
+        pass  # lowering it needs a privilege: keep what the process got
+    probe = "probe"
+    if not write_marker(probe) or not _marker_shows(probe) or not write_marker("_" * (MARKER_ROOM - 2)):
+        print(
+            "[ma_jupyter] the node runners' fork server cannot write a marker into its environment",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    import gc
 
-    serve(int(sys.argv[1]))
+    gc.freeze()  # what the server holds stays shared with its runners (no collection copies it)
+    serve(fd)
+    return 0
+
+
+if __name__ == "__main__":
+    # imported here, not above: the backend's side needs neither, the runners the server forks do
+    from . import noderun
+    from .procfs import process_start_time
+
+    sys.exit(main(sys.argv[1:]))

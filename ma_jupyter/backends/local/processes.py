@@ -1,5 +1,5 @@
-"""The processes of a node on this host: start times, exit-code files, the marker variable, and
-the watcher that notices a runner's end."""
+"""The processes of a node on this host: exit-code files, the processes carrying a node's marker,
+and the watcher that notices a runner's end (a process's start time and marker: :mod:`.procfs`)."""
 
 from __future__ import annotations
 
@@ -13,38 +13,7 @@ import psutil
 
 from ...errors import RefusedFile
 from ...untrusted import read_small
-from .sandbox import NODE_MARKER
-
-
-def process_start_time(pid: int) -> float | None:
-    """When ``pid`` started, in seconds since the epoch (from ``/proc/<pid>/stat``); None if it
-    does not exist or is a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    ticks = int(fields[19])
-    return round(_boot_time() + ticks / os.sysconf("SC_CLK_TCK"), 2)
-
-
-_BOOT_TIME: float | None = None
-
-
-def _boot_time() -> float:
-    global _BOOT_TIME
-    if _BOOT_TIME is None:
-        with open("/proc/stat") as fh:
-            for line in fh:
-                if line.startswith("btime"):
-                    _BOOT_TIME = float(line.split()[1])
-                    break
-            else:
-                _BOOT_TIME = 0.0
-    return _BOOT_TIME
+from .procfs import is_marked
 
 
 def read_exit_code(path: Path) -> int | None:
@@ -54,15 +23,6 @@ def read_exit_code(path: Path) -> int | None:
         return int(read_small(path.parent, path.name, limit=64).strip())
     except (OSError, ValueError, RefusedFile):
         return None
-
-
-def is_marked(pid: int, marker: str) -> bool:
-    """Whether process ``pid``'s environment carries ``MA_NODE_RUN=<marker>``."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return f"{NODE_MARKER}={marker}".encode() in fh.read().split(b"\0")
-    except OSError:
-        return False
 
 
 def marked_processes(marker: str) -> list[psutil.Process]:

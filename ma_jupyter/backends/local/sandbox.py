@@ -77,6 +77,7 @@ from .mounts import (
     with_working_copy,
 )
 from .noderun import write_record
+from .procfs import NODE_MARKER
 
 if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
     from ...modes.base import NodePlan, TaskSlot
@@ -87,8 +88,6 @@ FILE_ROOTS = ("/job", "/etc/mpi", "/user/config")
 #: file roots the node may write: the Ascend launcher flips ``/user/config/jobstart_hccl.json``
 #: to ``completed`` in place, so ``$RANK_TABLE_FILE`` stays ``/user/config`` (seed 000)
 WRITABLE_FILE_ROOTS = ("/user/config",)
-#: the environment variable marking every process of one node run (found again after a restart)
-NODE_MARKER = "MA_NODE_RUN"
 SANDBOX_ENV = "MA_JUPYTER_SANDBOX"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: this package, shown read-only in every sandbox: the modes' launchers run inside nodes as

@@ -484,9 +484,11 @@ class RayBackend(Backend):
             except Exception as exc:
                 error = error or exc
         if error is not None:
-            # all or nothing: stop every node of the attempt, by name (a launch whose answer was
-            # lost may still have started its node)
-            everyone = [NodeRun(name=p.name, host=p.task.host) for p in attempt.plans]
+            # all or nothing: stop every node of the attempt, those that answered by their pids
+            # too, the others by name (a launch whose answer was lost may still have started
+            # its node: its processes carry its marker)
+            arrived = {run.name: run for run in runs}
+            everyone = [arrived.get(p.name) or NodeRun(name=p.name, host=p.task.host) for p in attempt.plans]
             try:
                 self.stop(attempt, everyone, grace=1.0)
             finally:
