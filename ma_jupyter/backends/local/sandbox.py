@@ -624,7 +624,8 @@ def compile_node_helpers() -> None:
     were never written (a source tree run with ``PYTHONDONTWRITEBYTECODE``, which container
     images often set) every rank's log splitter compiled them again, about 10 ms of each rank's
     start.  A package folder this account cannot write is left as it is (an installed package
-    has them from its installation).
+    has them from its installation); they serve the nodes whose interpreter is this one's
+    version (another version compiles its own, as before).
     """
     import compileall
 
