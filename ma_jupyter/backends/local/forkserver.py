@@ -22,12 +22,12 @@ server process (``python -m ma_jupyter.backends.local.forkserver FD NICE``):
    no runner was forked (a marker too long for the room);
 3. the forked runner first writes its node's marker into its own initial environment (what
    ``/proc/<pid>/environ`` shows, so stop and re-attach find it among the node's processes as
-   they find a runner started as a process of its own), then is what ``Popen`` made of it
-   before: its own session, stdin ``/dev/null``, stdout and stderr the log, the node folder as
-   working directory, no other descriptor, nothing blocked and the two signals the server
-   changes (``SIGCHLD``, ``SIGINT``) back at their defaults, named :data:`RUNNER_NAME`; it runs
-   :func:`noderun.main` and ends with its exit code without the interpreter's teardown
-   (``os._exit``);
+   they find a runner started as a process of its own), and the server answers only once it
+   has; then the runner is what ``Popen`` made of it before: its own session, stdin
+   ``/dev/null``, stdout and stderr the log, the node folder as working directory, no other
+   descriptor, nothing blocked and the two signals the server changes (``SIGCHLD``,
+   ``SIGINT``) back at their defaults, named :data:`RUNNER_NAME`; it runs :func:`noderun.main`
+   and ends with its exit code without the interpreter's teardown (``os._exit``);
 4. the server reaps each runner as soon as it ends (``SIGCHLD``); the start time in the answer
    is read while ``SIGCHLD`` is blocked, so it names that process even if it ended already;
 5. the server ends when the backend's end of the socket closes (the service or the agent ended,
@@ -249,20 +249,17 @@ def _close_descriptors_from(low: int) -> None:
 
 
 def _reap(_signum=None, _frame=None) -> None:
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    noderun.reap_ended()
 
 
-def _runner(request: dict, log_fd: int) -> None:
-    """The forked child (rule 3); never returns."""
+def _runner(request: dict, log_fd: int, marked_fd: int) -> None:
+    """The forked child (rule 3); never returns.  It closes ``marked_fd`` once its marker is
+    written, which the server waits for before it answers."""
     code = 1
     try:
         write_marker(request["marker"])  # first: from here on, a stop by marker finds it
+        os.write(marked_fd, b"m")
+        os.close(marked_fd)
         os.setsid()  # before the signals: a Ctrl-C for the server's old group no longer reaches it
         for signum in (signal.SIGCHLD, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
@@ -310,12 +307,18 @@ def serve(fd: int) -> None:
                 )
             if len(request["marker"].encode()) > MARKER_ROOM - 2:
                 raise ValueError(f"the node's marker is longer than the {MARKER_ROOM - 2} bytes kept for it")
+            marked_r, marked_w = os.pipe()
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
             try:
                 pid = os.fork()
                 if pid == 0:
                     sock.close()
-                    _runner(request, fds[0])
+                    os.close(marked_r)
+                    _runner(request, fds[0], marked_w)
+                os.close(marked_w)
+                # the answer waits for the marker: a stop by marker right after it finds the runner
+                os.read(marked_r, 1)  # empty if the runner ended first
+                os.close(marked_r)
                 reply = {"pid": pid, "start": process_start_time(pid, ended=True)}
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})

@@ -169,6 +169,17 @@ def _die_with_runner() -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def reap_ended() -> None:
+    """Collect every child process that has ended, without waiting for the others."""
+    while True:
+        try:
+            done, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done == 0:
+            return
+
+
 def write_exit_code(path: Path, code: int) -> None:
     """Atomically write ``code`` to ``path`` (tmp file + fsync + rename)."""
     tmp = path.with_name(path.name + ".tmp")
@@ -381,13 +392,7 @@ class NodeRunner:
             left = [pid for pid, _, state in _descendants(os.getpid()) if state != "Z" and pid not in spared]
             for pid in left:
                 _signal(pid, signal.SIGKILL)
-            while True:
-                try:
-                    done, _ = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if done == 0:
-                    break
+            reap_ended()
             if not left:
                 return
             time.sleep(0.02)
