@@ -23,6 +23,14 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="ne
 SLEEPER = "import time; print('up', flush=True); time.sleep(120)"
 
 
+@pytest.fixture
+def backend():
+    """A local backend (bubblewrap) whose fork server ends with the test."""
+    made = LocalBackend()
+    yield made
+    made.close()
+
+
 def _server(backend: LocalBackend) -> psutil.Process:
     proc = backend._forks._proc
     assert proc is not None and proc.poll() is None
@@ -30,9 +38,8 @@ def _server(backend: LocalBackend) -> psutil.Process:
 
 
 def test_a_forked_runner_is_a_session_of_its_own_writing_to_its_log_with_nothing_of_the_server(
-    ma_home, ma_root_jobs
+    ma_home, ma_root_jobs, backend
 ):
-    backend = LocalBackend()
     attempt = make_attempt(ma_home, "forked-1", SLEEPER)
     [run] = start(backend, attempt)
     try:
@@ -60,21 +67,16 @@ def test_a_forked_runner_is_a_session_of_its_own_writing_to_its_log_with_nothing
         assert not int(status["SigCgt"], 16) & bit[signal.SIGCHLD], status
     finally:
         backend.stop(attempt, [run], grace=1.0)
-        backend.close()
 
 
-def test_an_ended_runner_is_reaped_at_once_and_its_node_ends_right(ma_home, ma_root_jobs):
-    backend = LocalBackend()
-    try:
-        attempt = make_attempt(ma_home, "forked-2", "import sys; print('bye', flush=True); sys.exit(3)")
-        [run] = run_to_end(backend, attempt)
-        assert run.state == "exited" and run.exit_code == 3, log_of(attempt)
-        assert backend._forks._proc is not None  # forked, not started the slow way
-        # no zombie is left that looks alive to a poll by pid
-        wait_for(lambda: not psutil.pid_exists(run.pid), timeout=5)
-        assert "bye" in log_of(attempt)
-    finally:
-        backend.close()
+def test_an_ended_runner_is_reaped_at_once_and_its_node_ends_right(ma_home, ma_root_jobs, backend):
+    attempt = make_attempt(ma_home, "forked-2", "import sys; print('bye', flush=True); sys.exit(3)")
+    [run] = run_to_end(backend, attempt)
+    assert run.state == "exited" and run.exit_code == 3, log_of(attempt)
+    assert backend._forks._proc is not None  # forked, not started the slow way
+    # no zombie is left that looks alive to a poll by pid
+    wait_for(lambda: not psutil.pid_exists(run.pid), timeout=5)
+    assert "bye" in log_of(attempt)
 
 
 def test_the_server_ends_with_its_backend_and_the_runners_go_on(ma_home, ma_root_jobs):
@@ -114,21 +116,17 @@ def test_a_stop_by_name_alone_ends_a_forked_runner_before_its_command_starts(ma_
         backend.close()
 
 
-def test_a_server_killed_between_two_nodes_is_started_again(ma_home, ma_root_jobs):
-    backend = LocalBackend()
-    try:
-        first = make_attempt(ma_home, "forked-4", "print('first', flush=True)")
-        [run] = run_to_end(backend, first)
-        assert run.exit_code == 0
-        killed = _server(backend)
-        killed.send_signal(signal.SIGKILL)
-        killed.wait(timeout=10)
-        second = make_attempt(ma_home, "forked-5", "print('second', flush=True)")
-        [run] = run_to_end(backend, second)
-        assert run.exit_code == 0 and "second" in log_of(second)
-        assert _server(backend).pid != killed.pid
-    finally:
-        backend.close()
+def test_a_server_killed_between_two_nodes_is_started_again(ma_home, ma_root_jobs, backend):
+    first = make_attempt(ma_home, "forked-4", "print('first', flush=True)")
+    [run] = run_to_end(backend, first)
+    assert run.exit_code == 0
+    killed = _server(backend)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=10)
+    second = make_attempt(ma_home, "forked-5", "print('second', flush=True)")
+    [run] = run_to_end(backend, second)
+    assert run.exit_code == 0 and "second" in log_of(second)
+    assert _server(backend).pid != killed.pid
 
 
 def test_a_server_that_cannot_start_says_so_and_nodes_start_the_slow_way(ma_home, ma_root_jobs):
