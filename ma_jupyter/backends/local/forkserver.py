@@ -310,7 +310,12 @@ def serve(fd: int) -> None:
             marked_r, marked_w = os.pipe()
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
             try:
-                pid = os.fork()
+                try:
+                    pid = os.fork()
+                except OSError:
+                    os.close(marked_r)  # no runner: the pipe would stay open in the server
+                    os.close(marked_w)
+                    raise
                 if pid == 0:
                     sock.close()
                     os.close(marked_r)
