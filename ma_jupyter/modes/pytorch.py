@@ -11,10 +11,12 @@ the job (:func:`ma_jupyter.modes.common.distributed_env`; ``docs/variables.md`` 
 The command:
 
 * starts with ``python``/``python3`` (and is not ``python -m torch.distributed.launch|run``):
-  wrapped in ``python -m torch.distributed.run --nnodes=N --nproc_per_node=SLOTS
-  --node_rank=RANK --master_addr=... --master_port=... --rdzv_backend=static``.  The static
-  rendezvous keys nodes by rank, not by (hostname, pid), so simulated nodes with private pid
-  namespaces never wait on each other forever.  Each rank runs the user's command verbatim
+  wrapped in torch's launcher with ``--nnodes=N --nproc_per_node=SLOTS --node_rank=RANK
+  --master_addr=... --master_port=... --rdzv_backend=static``, started through
+  :mod:`ma_jupyter.nodeside.torch_run` (``python -m torch.distributed.run`` whose nodes other
+  than 0 join once node 0's store listens, so no node waits out the store client's backoff).
+  The static rendezvous keys nodes by rank, not by (hostname, pid), so simulated nodes with
+  private pid namespaces never wait on each other forever.  Each rank runs the user's command verbatim
   (interpreter flags included) through :mod:`ma_jupyter.nodeside.rank_log`, which writes
   ``$MA_RANK_LOG_DIR/rank-<global rank>.log`` and a ``[rank r]``-prefixed copy into the node log.
   torchrun exits non-zero as soon as any rank fails (it stops the other ranks), so the node's
@@ -36,7 +38,9 @@ from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, TaskSlot
 from .common import distributed_env, is_python, master, program, python_module, with_rank_log
 
-LAUNCHER_MODULES = ("torch.distributed.launch", "torch.distributed.run")
+#: torch's launcher, joining node 0's store only once it listens (see its docstring)
+TORCH_RUN_MODULE = "ma_jupyter.nodeside.torch_run"
+LAUNCHER_MODULES = ("torch.distributed.launch", "torch.distributed.run", TORCH_RUN_MODULE)
 LAUNCHER_PROGRAMS = ("torchrun",)
 
 
@@ -46,12 +50,12 @@ def is_launcher(argv: list[str]) -> bool:
 
 
 def launcher_argv(placement: Placement, task: TaskSlot, argv: list[str]) -> list[str]:
-    """``python -m torch.distributed.run`` (static rendezvous) running ``argv`` once per slot."""
+    """torch's launcher (static rendezvous, :data:`TORCH_RUN_MODULE`) running ``argv`` once per slot."""
     head = master(placement)
     return [
         "python",
         "-m",
-        "torch.distributed.run",
+        TORCH_RUN_MODULE,
         f"--nnodes={len(placement.workers)}",
         f"--nproc_per_node={task.slots}",
         f"--node_rank={task.index}",
@@ -90,7 +94,10 @@ def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
             argv=launcher_argv(placement, task, argv),
             env=env,
             rank_logs=True,
-            notes=[f"command wrapped in torch.distributed.run ({task.slots} process(es) on this node)"],
+            notes=[
+                f"command wrapped in torch.distributed.run ({task.slots} process(es) on this node), "
+                f"started by {TORCH_RUN_MODULE}: nodes other than 0 join once node 0's store listens"
+            ],
         )
     why = "already a distributed launcher" if is_launcher(argv) else "does not start with python"
     return NodePlan(task=task, argv=list(argv), env=env, notes=[f"command runs as written ({why})"])

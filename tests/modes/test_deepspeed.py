@@ -26,5 +26,5 @@ def test_cpu_spec_hostfile_has_one_slot_and_python_is_wrapped():
     spec = JobSpec(name="ds", mode="pytorch-deepspeed", nodes=3, command="python train.py")
     plans = plan_job(spec, placement_for(spec, SPECS["cpu.small"]))
     assert plans[2].files["/job/hostfile"] == "worker-0 slots=1\nworker-1 slots=1\nworker-2 slots=1\n"
-    assert plans[2].argv[:3] == ["python", "-m", "torch.distributed.run"]
+    assert plans[2].argv[:3] == ["python", "-m", "ma_jupyter.nodeside.torch_run"]
     assert "--node_rank=2" in plans[2].argv

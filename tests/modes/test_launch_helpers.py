@@ -459,3 +459,70 @@ def test_rank_table_cli_converts_once_completed(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "t1.json").read_text())["server_list"][0]["device"][0]["rank_id"] == "0"
+
+
+# ------------------------------------------------------------------------------ torch_run
+
+
+def test_waiting_for_a_listener_gives_up_at_its_deadline_when_nothing_listens():
+    from ma_jupyter.nodeside.torch_run import wait_for_listener
+
+    with socket.socket() as bound:  # bound, never listening: every probe is refused
+        bound.bind(("127.0.0.1", 0))
+        assert wait_for_listener("127.0.0.1", bound.getsockname()[1], timeout=0.3) is False
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("options", "waits"),
+    [
+        (["--node_rank=1"], True),
+        (["--node_rank=0"], False),  # node 0's own launcher hosts the store
+        (["--node_rank=1", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400"], False),
+        (["--node_rank=0", "--nnodes=1"], False),
+    ],
+)
+def test_only_nodes_other_than_0_of_a_static_rendezvous_wait(options, waits):
+    from torch.distributed import run
+
+    from ma_jupyter.nodeside.torch_run import store_to_wait_for
+
+    argv = ["--nnodes=2", "--master_addr=127.0.0.9", "--master_port=29511", *options, "train.py"]
+    expected = ("127.0.0.9", 29511) if waits else None
+    assert store_to_wait_for(run.parse_args(argv)) == expected
+
+
+@pytest.mark.torch
+def test_a_node_other_than_0_probes_node_0s_port_before_its_store_client_connects(tmp_path):
+    """By hand, the launcher's store client connects first (and backs off when refused).
+
+    Through ``torch_run`` the first connection node 0's port ever sees is the silent probe;
+    the store client's (which speaks at once) only follows it.
+    """
+    port = _free_port()
+    argv = [sys.executable, "-m", "ma_jupyter.nodeside.torch_run", "--nnodes=2", "--nproc_per_node=1"]
+    argv += ["--node_rank=1", "--master_addr=127.0.0.1", f"--master_port={port}", "--rdzv_backend=static"]
+    node = subprocess.Popen(
+        [*argv, "--max_restarts=0", str(tmp_path / "never_runs.py")],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        with socket.socket() as listener:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", port))
+            listener.listen(4)
+            listener.settimeout(60)
+            first, _ = listener.accept()
+            with first:
+                first.settimeout(60)
+                assert first.recv(64) == b""  # the probe: closed without a word
+            second, _ = listener.accept()
+            with second:
+                second.settimeout(60)
+                assert second.recv(64) != b""  # the store client, validating itself
+    finally:
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait()

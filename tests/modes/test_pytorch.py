@@ -78,7 +78,7 @@ def test_python_command_is_wrapped_in_the_static_launcher():
         assert node.argv == [
             "python",
             "-m",
-            "torch.distributed.run",
+            "ma_jupyter.nodeside.torch_run",
             "--nnodes=2",
             "--nproc_per_node=4",
             f"--node_rank={index}",
@@ -100,7 +100,7 @@ def test_python_command_is_wrapped_in_the_static_launcher():
 def test_python3_with_interpreter_flags_is_passed_to_each_rank_verbatim():
     spec = _job("python3 -u -X dev train.py")
     node = plan_job(spec, placement_for(spec))[0]
-    assert node.argv[:3] == ["python", "-m", "torch.distributed.run"]
+    assert node.argv[:3] == ["python", "-m", "ma_jupyter.nodeside.torch_run"]
     assert node.argv[node.argv.index("--rank-var=RANK") + 1 :] == ["python3", "-u", "-X", "dev", "train.py"]
 
 
@@ -174,7 +174,11 @@ def test_modelarts_conda_env_rule_for_custom_images():
     assert node.env["LD_LIBRARY_PATH"] == "/home/ma-user/anaconda3/envs/python-3.7.10/lib"
     # without the convention the command is the platform's
     plain = _job("python train.py", nodes=1, env=dict(spec.env))
-    assert plan_job(plain, placement_for(plain))[0].argv[:3] == ["python", "-m", "torch.distributed.run"]
+    assert plan_job(plain, placement_for(plain))[0].argv[:3] == [
+        "python",
+        "-m",
+        "ma_jupyter.nodeside.torch_run",
+    ]
 
 
 def test_job_env_is_kept_but_cannot_override_the_mode_variables():

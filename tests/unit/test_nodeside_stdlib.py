@@ -22,6 +22,7 @@ NODE_SIDE = [
     "ma_jupyter.nodeside.ascend_launch",
     "ma_jupyter.nodeside.rank_table",
     "ma_jupyter.nodeside.argv",
+    "ma_jupyter.nodeside.torch_run",
     "ma_jupyter.backends.local.rsh_agent",
     "ma_jupyter.backends.local.shell_agent",
     "ma_jupyter.backends.local.agent_wire",
