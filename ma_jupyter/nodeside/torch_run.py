@@ -10,6 +10,11 @@ exit status.  The pytorch modes wrap a ``python`` command in it.  One thing diff
    10 ms, closed at once, for at most the static rendezvous's own timeout (600 s).  Node 0
    does not wait: its launcher hosts the store.
 3. The launcher runs as ``python -m torch.distributed.run`` would have.
+4. When it succeeds, the process flushes its output and ends at once (``os._exit(0)``): an
+   interpreter that has imported torch takes about half a second to tear itself down, and
+   nothing is left to do by then (the workers are reaped; the exit barrier, the last thing any
+   node's launcher asks of the store, is passed).  A failure ends as it would have: the
+   launcher's traceback and status 1.
 
 Why: the launcher's store client that finds nothing listening backs off before it tries again,
 longer the earlier it came (with torch 2.13: a refusal 50 ms early costs 0.5 s, one 2 s early
@@ -22,6 +27,8 @@ applies its own timeouts.
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import sys
 import time
@@ -64,7 +71,11 @@ def main(argv: list[str]) -> None:
     store = store_to_wait_for(run.parse_args(argv))
     if store is not None:
         wait_for_listener(*store, timeout=WAIT_SECONDS)
-    run.main(argv)
+    run.main(argv)  # a failure raises: the interpreter reports it (rule 4)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

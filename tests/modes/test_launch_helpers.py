@@ -526,3 +526,24 @@ def test_a_node_other_than_0_probes_node_0s_port_before_its_store_client_connect
     finally:
         os.killpg(node.pid, signal.SIGKILL)
         node.wait()
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("script_exit", "expected"), [(0, 0), (3, 1)])
+def test_torch_run_ends_with_the_launchers_status_and_all_its_output(tmp_path, script_exit, expected):
+    """Success ends the process at once, its output flushed; a failure as the launcher's own."""
+    script = tmp_path / "train.py"
+    script.write_text(f"import sys\nprint('rank says hello', flush=True)\nsys.exit({script_exit})\n")
+    argv = ["--nnodes=1", "--nproc_per_node=1", "--node_rank=0", "--master_addr=127.0.0.1"]
+    argv += [f"--master_port={_free_port()}", "--rdzv_backend=static", "--max_restarts=0", str(script)]
+    result = subprocess.run(
+        [sys.executable, "-m", "ma_jupyter.nodeside.torch_run", *argv],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == expected, result.stderr
+    assert "rank says hello" in result.stdout
+    if expected:
+        assert "ChildFailedError" in result.stderr
