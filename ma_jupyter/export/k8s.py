@@ -12,8 +12,8 @@ Documents, in apply order:
 1. ConfigMap ``<base>-files``: the files the mode writes (DeepSpeed's ``/job/hostfile``, MPI
    hostfiles, Ascend rank tables), each mounted read-only at its path (``subPath``).
 2. ConfigMap ``<base>-nodeside``: the platform's node-side helpers (standard library only), when
-   a command runs one (``python -m ma_jupyter.nodeside.rank_log`` wraps each PyTorch rank,
-   ``ascend_launch`` starts MindSpore's), mounted at ``/opt/ma_jupyter`` and put on
+   a command runs one (``python -m ma_jupyter.nodeside.torch_run`` starts torch's launcher on
+   each PyTorch node, ``rank_log`` wraps each rank, ``ascend_launch`` starts MindSpore's), mounted at ``/opt/ma_jupyter`` and put on
    ``PYTHONPATH`` after the job's own: any image with Python runs them, ma_jupyter installed or not.
 3. Service ``<base>``: headless (``clusterIP: None``, ``publishNotReadyAddresses``) over every
    pod of the job.  Each pod names it as its ``subdomain``, so pod ``<base>-<role>-<index>`` is

@@ -10,18 +10,19 @@ the job (:func:`ma_jupyter.modes.common.distributed_env`; ``docs/variables.md`` 
 
 The command:
 
-* starts with ``python``/``python3`` (and is not ``python -m torch.distributed.launch|run``):
+* starts with ``python``/``python3`` (and is not ``python -m`` one of :data:`LAUNCHER_MODULES`):
   wrapped in torch's launcher with ``--nnodes=N --nproc_per_node=SLOTS --node_rank=RANK
   --master_addr=... --master_port=... --rdzv_backend=static``, started through
   :mod:`ma_jupyter.nodeside.torch_run` (``python -m torch.distributed.run`` whose nodes other
-  than 0 join once node 0's store listens, so no node waits out the store client's backoff).
+  than 0 join once node 0's store listens, so no node waits out the store client's backoff,
+  and that ends as soon as it succeeded).
   The static rendezvous keys nodes by rank, not by (hostname, pid), so simulated nodes with
   private pid namespaces never wait on each other forever.  Each rank runs the user's command verbatim
   (interpreter flags included) through :mod:`ma_jupyter.nodeside.rank_log`, which writes
   ``$MA_RANK_LOG_DIR/rank-<global rank>.log`` and a ``[rank r]``-prefixed copy into the node log.
   torchrun exits non-zero as soon as any rank fails (it stops the other ranks), so the node's
   exit code reports the failure.
-* is already a launcher (``torchrun``, ``python -m torch.distributed.launch|run``) or does not
+* is already a launcher (``torchrun``, ``python -m`` one of :data:`LAUNCHER_MODULES`) or does not
   start with python: runs untouched on every node; ``${VAR}`` in it is expanded from the node's
   env at launch, so the seed's ``torchrun --nnodes ${WORLD_SIZE} --nproc_per_node ${SLOTS}
   --node_rank ${RANK} --master_addr ${MASTER_ADDR} --master_port ${MASTER_PORT} train.py`` runs

@@ -1,77 +1,103 @@
-"""``torch.distributed.run`` whose nodes other than node 0 join once node 0's store listens.
+"""``torchrun`` whose nodes other than node 0 join once node 0's store listens.
 
-``python -m ma_jupyter.nodeside.torch_run ARGS`` is ``python -m torch.distributed.run ARGS``:
-the same arguments (torch's own parser reads them, ``PET_*`` defaults included), output and
-exit status.  The pytorch modes wrap a ``python`` command in it.  One thing differs, in order:
+``python -m ma_jupyter.nodeside.torch_run ARGS`` is ``python -m torch.distributed.run ARGS``
+(``torchrun ARGS``): the same arguments (torch's own parser reads them, ``PET_*`` defaults
+included), output and exit status.  The pytorch modes wrap a ``python`` command in it.  What it
+adds, in order:
 
 1. torch's launcher is imported first.  That takes seconds, and every node does it at once.
-2. With the static rendezvous and more than one node, a node whose ``--node_rank`` is not 0
-   then waits until ``--master_addr``:``--master_port`` accepts a TCP connection: a probe every
-   10 ms, closed at once, for at most the static rendezvous's own timeout (600 s).  Node 0
-   does not wait: its launcher hosts the store.
-3. The launcher runs as ``python -m torch.distributed.run`` would have.
-4. When it succeeds, the process flushes its output and ends at once (``os._exit(0)``): an
-   interpreter that has imported torch takes about half a second to tear itself down, and
-   nothing is left to do by then (the workers are reaped; the exit barrier, the last thing any
-   node's launcher asks of the store, is passed).  A failure ends as it would have: the
-   launcher's traceback and status 1.
+2. With the static rendezvous on more than one node, a node whose ``--node_rank`` is not 0
+   then waits until node 0's store (``--rdzv_endpoint``, else ``--master_addr``:``--master_port``)
+   accepts a TCP connection: a probe every 10 ms while the connection is refused (every 0.5 s
+   while the name does not resolve or the host does not answer), closed at once, for at most
+   60 s or the rendezvous's own ``timeout``, whichever is shorter.  Node 0 does not wait: its
+   launcher hosts the store.  Nothing else waits (``--standalone``, other backends, one node,
+   arguments the launcher will refuse).
+3. The launcher runs as ``torchrun`` would have.  After a wait that gave up it applies its own
+   timeouts, which count from then.
+4. When it succeeds with a command as entrypoint (not ``--run-path``), the process flushes its
+   output and ends at once (``os._exit(0)``): an interpreter that has imported torch takes
+   about half a second to tear itself down, and nothing is left to do by then.  The workers
+   are reaped, and node 0's store is already closed: the launcher drops it with its agent
+   before it returns, so ending sooner cuts no other node off.  A failure ends as it would
+   have: the launcher's traceback and status 1.
 
 Why: the launcher's store client that finds nothing listening backs off before it tries again,
 longer the earlier it came (with torch 2.13: a refusal 50 ms early costs 0.5 s, one 2 s early
 1.8 s).  Nodes importing torch side by side finish in any order, so by hand a node 0 that is
 ready second is common, and the whole job waits out the backoff.  The probe costs the store one
 connection that it accepts and sees closed; the store counts its workers by their keys, not by
-connections.  A probe that never succeeds changes nothing: after the wait the launcher runs and
-applies its own timeouts.
+connections.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
 import sys
 import time
 
-#: the static rendezvous's default timeout (``torch.distributed.elastic.rendezvous.
-#: static_tcp_rendezvous``): waiting longer than the launcher itself would cannot help
-WAIT_SECONDS = 600.0
+#: the longest wait of rule 2: past it the launcher's own backoff costs little against the wait
+WAIT_SECONDS = 60.0
+#: between probes that were refused (node 0 is up, its store not yet)
 PROBE_INTERVAL = 0.01
+#: between probes that failed otherwise (a name not resolving yet: no resolver flood)
+SLOW_PROBE_INTERVAL = 0.5
 
 
-def wait_for_listener(host: str, port: int, timeout: float, interval: float = PROBE_INTERVAL) -> bool:
+def wait_for_listener(host: str, port: int, timeout: float) -> bool:
     """Whether ``host:port`` accepted a TCP connection within ``timeout`` seconds.
 
-    Each probe connects and closes at once; a refusal, an unreachable host or a name that does
-    not resolve yet is tried again ``interval`` seconds later.
+    Each probe connects and closes at once; it is tried again :data:`PROBE_INTERVAL` seconds
+    after a refusal, :data:`SLOW_PROBE_INTERVAL` after any other failure.
     """
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with socket.create_connection((host, port), timeout=max(interval, 1.0)):
+            with socket.create_connection((host, port), timeout=1.0):
                 return True
-        except OSError:
-            pass
+        except OSError as error:
+            interval = PROBE_INTERVAL if error.errno == errno.ECONNREFUSED else SLOW_PROBE_INTERVAL
+        except (ValueError, OverflowError):  # not an address: the launcher says what is wrong
+            return False
         if time.monotonic() + interval > deadline:
             return False
         time.sleep(interval)
 
 
-def store_to_wait_for(args) -> tuple[str, int] | None:
-    """Node 0's store address when this node must wait for it (rule 2), else None."""
-    single_node = str(args.nnodes) in ("1", "1:1")
-    if args.rdzv_backend != "static" or single_node or int(args.node_rank) == 0 or args.master_port is None:
+def store_to_wait_for(args) -> tuple[str, int, float] | None:
+    """Node 0's store and how long to wait for it, when this node must (rule 2); else None."""
+    from torch.distributed import run
+    from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config, parse_rendezvous_endpoint
+
+    try:
+        if args.standalone or args.rdzv_backend != "static" or int(args.node_rank) == 0:
+            return None
+        if run.parse_min_max_nnodes(args.nnodes)[1] == 1:
+            return None
+        # the launcher's own defaulting (torch.distributed.run.run, get_rdzv_endpoint)
+        port = 29500 if args.master_port is None else args.master_port
+        host, port = parse_rendezvous_endpoint(args.rdzv_endpoint or f"{args.master_addr}:{port}", -1)
+        timeout = float(_parse_rendezvous_config(args.rdzv_conf).get("timeout", WAIT_SECONDS))
+    except Exception:  # arguments the launcher refuses: it says why, without a wait
         return None
-    return args.master_addr, int(args.master_port)
+    return (host, port, min(timeout, WAIT_SECONDS)) if port > 0 else None
 
 
 def main(argv: list[str]) -> None:
     from torch.distributed import run
 
-    store = store_to_wait_for(run.parse_args(argv))
+    sys.argv[0] = run.__file__  # usage and errors name the launcher, as under ``-m``
+    args = run.parse_args(argv)
+    store = store_to_wait_for(args)
     if store is not None:
-        wait_for_listener(*store, timeout=WAIT_SECONDS)
+        host, port, timeout = store
+        wait_for_listener(host, port, timeout)
     run.main(argv)  # a failure raises: the interpreter reports it (rule 4)
+    if args.run_path:  # a function entrypoint: multiprocessing's exit handlers have work
+        return
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

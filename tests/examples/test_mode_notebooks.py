@@ -14,7 +14,7 @@ CASES = {
     "pytorch_ddp": (
         pytest.mark.torch,
         [
-            "torch.distributed.run",
+            "ma_jupyter.nodeside.torch_run",
             "MASTER_ADDR",
             "[rank 0] step 4 loss",
             "rank 1 of 2 on worker-1",

@@ -472,24 +472,61 @@ def test_waiting_for_a_listener_gives_up_at_its_deadline_when_nothing_listens():
         assert wait_for_listener("127.0.0.1", bound.getsockname()[1], timeout=0.3) is False
 
 
+def test_waiting_for_a_listener_ends_with_its_first_accepted_probe():
+    from ma_jupyter.nodeside.torch_run import wait_for_listener
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        assert wait_for_listener("127.0.0.1", listener.getsockname()[1], timeout=30) is True
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize(
-    ("options", "waits"),
+    ("options", "expected"),
     [
-        (["--node_rank=1"], True),
-        (["--node_rank=0"], False),  # node 0's own launcher hosts the store
-        (["--node_rank=1", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400"], False),
-        (["--node_rank=0", "--nnodes=1"], False),
+        (
+            ["--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.9", "--master_port=29511"],
+            ("127.0.0.9", 29511, 60.0),
+        ),
+        # node 0's own launcher hosts the store
+        (["--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.9", "--master_port=29511"], None),
+        (["--nnodes=1", "--node_rank=0"], None),
+        (["--nnodes=1:2", "--node_rank=1"], ("127.0.0.1", 29500, 60.0)),  # torch's default port
+        (["--nnodes=2", "--node_rank=1", "--master_addr=[::1]", "--master_port=29511"], ("::1", 29511, 60.0)),
+        # the static rendezvous's endpoint wins over master_addr/port; its timeout caps the wait
+        (
+            ["--nnodes=2", "--node_rank=1", "--rdzv_endpoint=node0:29600", "--rdzv_conf=timeout=5"],
+            ("node0", 29600, 5.0),
+        ),
+        (["--nnodes=2", "--node_rank=1", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400"], None),
+        (["--standalone", "--nnodes=2", "--node_rank=1"], None),
+        (["--nnodes=2", "--node_rank=1", "--rdzv_conf=timeout=soon"], None),  # the launcher refuses it
     ],
 )
-def test_only_nodes_other_than_0_of_a_static_rendezvous_wait(options, waits):
+def test_only_nodes_other_than_0_of_a_static_rendezvous_wait_for_node_0s_store(options, expected):
     from torch.distributed import run
 
     from ma_jupyter.nodeside.torch_run import store_to_wait_for
 
-    argv = ["--nnodes=2", "--master_addr=127.0.0.9", "--master_port=29511", *options, "train.py"]
-    expected = ("127.0.0.9", 29511) if waits else None
-    assert store_to_wait_for(run.parse_args(argv)) == expected
+    assert store_to_wait_for(run.parse_args([*options, "train.py"])) == expected
+
+
+@pytest.mark.torch
+def test_pet_variables_alone_say_which_node_waits(monkeypatch):
+    from torch.distributed import run
+
+    from ma_jupyter.nodeside.torch_run import store_to_wait_for
+
+    for name, value in {
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_MASTER_ADDR": "127.0.0.8",
+        "PET_MASTER_PORT": "29512",
+        "PET_RDZV_BACKEND": "static",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert store_to_wait_for(run.parse_args(["train.py"])) == ("127.0.0.8", 29512, 60.0)
 
 
 @pytest.mark.torch
@@ -528,16 +565,23 @@ def test_a_node_other_than_0_probes_node_0s_port_before_its_store_client_connect
         node.wait()
 
 
+# a driver whose interpreter teardown shows itself: atexit handlers run only in a normal exit
+_TEARDOWN_DRIVER = (
+    "import atexit, sys; from ma_jupyter.nodeside import torch_run; "
+    "atexit.register(lambda: print('interpreter teardown', flush=True)); torch_run.main(sys.argv[1:])"
+)
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize(("script_exit", "expected"), [(0, 0), (3, 1)])
-def test_torch_run_ends_with_the_launchers_status_and_all_its_output(tmp_path, script_exit, expected):
-    """Success ends the process at once, its output flushed; a failure as the launcher's own."""
+def test_torch_run_skips_the_teardown_only_after_a_success(tmp_path, script_exit, expected):
+    """Success ends the process at once (no interpreter teardown); a failure as the launcher's own."""
     script = tmp_path / "train.py"
     script.write_text(f"import sys\nprint('rank says hello', flush=True)\nsys.exit({script_exit})\n")
     argv = ["--nnodes=1", "--nproc_per_node=1", "--node_rank=0", "--master_addr=127.0.0.1"]
     argv += [f"--master_port={_free_port()}", "--rdzv_backend=static", "--max_restarts=0", str(script)]
     result = subprocess.run(
-        [sys.executable, "-m", "ma_jupyter.nodeside.torch_run", *argv],
+        [sys.executable, "-c", _TEARDOWN_DRIVER, *argv],
         env=_env(),
         capture_output=True,
         text=True,
@@ -545,5 +589,6 @@ def test_torch_run_ends_with_the_launchers_status_and_all_its_output(tmp_path, s
     )
     assert result.returncode == expected, result.stderr
     assert "rank says hello" in result.stdout
+    assert ("interpreter teardown" in result.stdout) is bool(expected)
     if expected:
         assert "ChildFailedError" in result.stderr
