@@ -11,7 +11,8 @@ Documents, in apply order:
    ``preemptionPolicy: Never``, since this platform never preempts a running job either).
 1. ConfigMap ``<base>-files``: the files the mode writes (DeepSpeed's ``/job/hostfile``, MPI
    hostfiles, Ascend rank tables), each mounted read-only at its path (``subPath``).
-2. ConfigMap ``<base>-nodeside``: the platform's node-side helpers (standard library only), when
+2. ConfigMap ``<base>-nodeside``: the platform's node-side helpers (standard library only, and
+   the torch that ``torch_run`` launches with), when
    a command runs one (``python -m ma_jupyter.nodeside.torch_run`` starts torch's launcher on
    each PyTorch node, ``rank_log`` wraps each rank, ``ascend_launch`` starts MindSpore's), mounted at ``/opt/ma_jupyter`` and put on
    ``PYTHONPATH`` after the job's own: any image with Python runs them, ma_jupyter installed or not.

@@ -8,11 +8,13 @@ adds, in order:
 1. torch's launcher is imported first.  That takes seconds, and every node does it at once.
 2. With the static rendezvous on more than one node, a node whose ``--node_rank`` is not 0
    then waits until node 0's store (``--rdzv_endpoint``, else ``--master_addr``:``--master_port``)
-   accepts a TCP connection: a probe every 10 ms while the connection is refused (every 0.5 s
-   while the name does not resolve or the host does not answer), closed at once, for at most
-   60 s or the rendezvous's own ``timeout``, whichever is shorter.  Node 0 does not wait: its
-   launcher hosts the store.  Nothing else waits (``--standalone``, other backends, one node,
-   arguments the launcher will refuse).
+   accepts a TCP connection: a probe every 10 ms while the connection is refused (0.5 s after
+   any other failure: a name that does not resolve yet, a host that does not answer within the
+   time left), closed at once, for at most 60 s or the rendezvous's own ``timeout``, whichever
+   is shorter (a name lookup itself is not bounded).  Node 0 does not wait: its launcher hosts
+   the store.  Nothing else waits (``--standalone``, other backends, one node, a rendezvous
+   option the launcher cannot read; values it refuses only later, such as ``--nnodes=0:2``,
+   do make the node wait, as node 0 fails the same way).
 3. The launcher runs as ``torchrun`` would have.  After a wait that gave up it applies its own
    timeouts, which count from then.
 4. When it succeeds with a command as entrypoint (not ``--run-path``), the process flushes its
@@ -56,7 +58,8 @@ def wait_for_listener(host: str, port: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with socket.create_connection((host, port), timeout=1.0):
+            left = deadline - time.monotonic()
+            with socket.create_connection((host, port), timeout=max(PROBE_INTERVAL, min(1.0, left))):
                 return True
         except OSError as error:
             interval = PROBE_INTERVAL if error.errno == errno.ECONNREFUSED else SLOW_PROBE_INTERVAL
@@ -80,10 +83,11 @@ def store_to_wait_for(args) -> tuple[str, int, float] | None:
         # the launcher's own defaulting (torch.distributed.run.run, get_rdzv_endpoint)
         port = 29500 if args.master_port is None else args.master_port
         host, port = parse_rendezvous_endpoint(args.rdzv_endpoint or f"{args.master_addr}:{port}", -1)
-        timeout = float(_parse_rendezvous_config(args.rdzv_conf).get("timeout", WAIT_SECONDS))
+        # read as the static rendezvous reads it (an int), so a value it refuses waits for nothing
+        timeout = int(_parse_rendezvous_config(args.rdzv_conf).get("timeout", WAIT_SECONDS))
     except Exception:  # arguments the launcher refuses: it says why, without a wait
         return None
-    return (host, port, min(timeout, WAIT_SECONDS)) if port > 0 else None
+    return (host, port, float(min(timeout, WAIT_SECONDS))) if port > 0 else None
 
 
 def main(argv: list[str]) -> None:

@@ -469,7 +469,9 @@ def test_waiting_for_a_listener_gives_up_at_its_deadline_when_nothing_listens():
 
     with socket.socket() as bound:  # bound, never listening: every probe is refused
         bound.bind(("127.0.0.1", 0))
+        started = time.monotonic()
         assert wait_for_listener("127.0.0.1", bound.getsockname()[1], timeout=0.3) is False
+        assert time.monotonic() - started >= 0.25  # it kept probing until about its deadline
 
 
 def test_waiting_for_a_listener_ends_with_its_first_accepted_probe():
@@ -502,12 +504,18 @@ def test_waiting_for_a_listener_ends_with_its_first_accepted_probe():
         (["--nnodes=2", "--node_rank=1", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:29400"], None),
         (["--standalone", "--nnodes=2", "--node_rank=1"], None),
         (["--nnodes=2", "--node_rank=1", "--rdzv_conf=timeout=soon"], None),  # the launcher refuses it
+        (["--nnodes=2", "--node_rank=1", "--rdzv_conf=timeout=nan"], None),
     ],
 )
-def test_only_nodes_other_than_0_of_a_static_rendezvous_wait_for_node_0s_store(options, expected):
+def test_only_nodes_other_than_0_of_a_static_rendezvous_wait_for_node_0s_store(
+    options, expected, monkeypatch
+):
     from torch.distributed import run
 
     from ma_jupyter.nodeside.torch_run import store_to_wait_for
+
+    for name in [n for n in os.environ if n.startswith("PET_")]:  # a platform node sets them
+        monkeypatch.delenv(name)
 
     assert store_to_wait_for(run.parse_args([*options, "train.py"])) == expected
 
@@ -518,6 +526,8 @@ def test_pet_variables_alone_say_which_node_waits(monkeypatch):
 
     from ma_jupyter.nodeside.torch_run import store_to_wait_for
 
+    for name in [n for n in os.environ if n.startswith("PET_")]:
+        monkeypatch.delenv(name)
     for name, value in {
         "PET_NNODES": "2",
         "PET_NODE_RANK": "1",
