@@ -119,7 +119,17 @@ def test_ma_shell_in_a_notebook_offers_a_button_that_opens_the_terminal(ma_lab):
 
         run_all_cells(page, panel)
         button = panel.locator(".ma-shell-open")
-        expect(button).to_have_text(f"Open the debug terminal of worker-0 ({job['id']})", timeout=120_000)
+        try:
+            expect(button).to_have_text(f"Open the debug terminal of worker-0 ({job['id']})", timeout=120_000)
+        except AssertionError as missing:
+            # what the notebook showed: whether the cell ran, is running, or never started
+            page.screenshot(path=str(SHOTS / "debug-terminal-from-notebook-failed.png"))
+            prompt = panel.locator(".jp-InputPrompt").first.inner_text()
+            kernel = panel.locator(".jp-Notebook-ExecutionIndicator").first.get_attribute("data-status")
+            outputs = panel.locator(".jp-OutputArea").first.inner_text()
+            raise AssertionError(
+                f"no button: prompt {prompt!r}, kernel {kernel!r}, outputs {outputs!r}"
+            ) from missing
         button.click()
         expect(page.locator(f'[data-ma-debug-terminal="{job["id"]}/worker-0"]')).to_be_visible(timeout=60_000)
         wait_for(lambda: any("a debug terminal opened on worker-0" in r for r in events()), timeout=60)
