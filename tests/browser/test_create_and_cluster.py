@@ -317,7 +317,13 @@ def test_run_cell_as_training_job_from_the_notebook_toolbar(lab, page):
     page.screenshot(path=str(SHOTS / "notebook-run-cell.png"))
     button.click()
     toast = page.locator(".Toastify__toast").filter(has_text="submitted from the cell")
-    expect(toast).to_be_visible(timeout=120_000)
+    try:
+        expect(toast).to_be_visible(timeout=120_000)
+    except AssertionError as missing:
+        # what the Lab said instead: an error notification names the magic's failure
+        page.screenshot(path=str(SHOTS / "notebook-run-cell-failed.png"))
+        said = page.locator(".Toastify__toast").all_inner_texts()
+        raise AssertionError(f"no 'submitted' notification; notifications: {said!r}") from missing
     page.screenshot(path=str(SHOTS / "notebook-run-cell-submitted.png"))
 
     jobs = wait_for(
