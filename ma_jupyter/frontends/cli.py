@@ -13,7 +13,9 @@ Every command acts as the user of ``$MA_JUPYTER_TOKEN``, else as the service own
 is in the service's runtime file).
 
 Exit codes: 0 success; ``wait`` and ``submit --wait`` exit 1 unless the job succeeded; a user
-error prints one line ``error: <message>`` to stderr and exits 2; an interrupt exits 130.
+error prints one line ``error: <message>`` to stderr and exits 2; an interrupt exits 130; any
+other failure (a file the command cannot read, a broken connection, a bug) prints one line
+``error: <what>: <message>`` and exits 1, never a traceback (``MA_JUPYTER_DEBUG=1`` shows it).
 ``delete A B C`` deletes each job it can, says on stderr why any other was not (one line per
 job, then ``error: N of M jobs not deleted``) and then exits 2.  ``shell`` exits with the
 status of the node's shell (or of its command), as ``ssh`` does.
@@ -300,6 +302,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `ma-jupyter logs JOB | head`: the reader left; nothing more to say
         sys.stderr.close()
         return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - a command line answers in one line, whatever failed
+        if os.environ.get("MA_JUPYTER_DEBUG") == "1":
+            raise
+        _err(
+            f"error: {type(exc).__name__}: {render.one_line(str(exc)) or 'no message'} (MA_JUPYTER_DEBUG=1 shows where)"
+        )
+        return EXIT_FAILED
 
 
 # --------------------------------------------------------------------------- commands

@@ -462,8 +462,9 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         websocket: WebSocket,
         job_id: str = JobId,
         node: str | None = Query(default=None, max_length=MAX_ID),
-        rows: int = Query(default=24, ge=1, le=1000),
-        cols: int = Query(default=80, ge=1, le=1000),
+        # 0: the client does not know its size (the node's terminal is then 24 x 80)
+        rows: int = Query(default=24, ge=0, le=1000),
+        cols: int = Query(default=80, ge=0, le=1000),
         command: str | None = Query(default=None, max_length=MAX_TEXT),
     ) -> None:
         """The debug terminal of one node (shell.py's protocol)."""
