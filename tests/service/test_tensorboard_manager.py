@@ -4,6 +4,7 @@ local backend in its sandbox, stopped for good."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 import psutil
@@ -16,6 +17,7 @@ from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.errors import InvalidSpec, RefusedFile
 from ma_jupyter.models import Job, JobSpec
 from ma_jupyter.service.tensorboard import TensorBoardManager
+from tests.helpers import wait_for
 
 
 def write_scalars(folder, tag="loss", steps=3):
@@ -101,6 +103,14 @@ def test_stop_idle_stops_unused_only(tmp_path, ma_manager):
     ma_manager._boards["a"].last_used -= 100
     assert ma_manager.stop_idle(50) == ["a"]
     assert set(ma_manager.running()) == {"b"}
+    # an open connection (a browser's) counts as use: it is held by TensorBoard inside the
+    # sandbox, not by the sandbox's leader the manager started
+    board = ma_manager._boards["b"]
+    with socket.create_connection(("127.0.0.1", board.port), timeout=10):
+        wait_for(board.has_clients, timeout=30)
+        board.last_used -= 100
+        assert ma_manager.stop_idle(50) == []
+    assert ma_manager.stop_idle(0) == ["b"]
 
 
 def test_missing_logdir_is_a_typed_error(tmp_path, ma_manager):
