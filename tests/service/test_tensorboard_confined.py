@@ -90,6 +90,14 @@ while time.monotonic() < end:
 """
 
 
+def _gone(pid: int) -> bool:
+    """Whether the process ``pid`` has ended (a zombie waiting for its reaper has)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _tensorboard_pid(port: int) -> int:
     """The process listening on the board's port (TensorBoard itself, inside its sandbox)."""
     for conn in psutil.net_connections(kind="tcp"):
@@ -193,7 +201,7 @@ def test_a_jobs_tensorboard_reads_only_that_jobs_outputs_as_its_account(ma_servi
 
     hostile.stop()
     attacker.stop_tensorboard(hostile.id)
-    wait_for(lambda: not psutil.pid_exists(pid), timeout=30)
+    wait_for(lambda: _gone(pid), timeout=30)
 
 
 def test_the_job_account_reads_what_the_job_wrote_and_its_board_is_reaped(ma_service, tmp_path):
@@ -216,7 +224,7 @@ def test_the_job_account_reads_what_the_job_wrote_and_its_board_is_reaped(ma_ser
     other = Client(url=ma_service.url, token=ma_service.user_token("carol"), timeout=30)
     assert other.tensorboard(job.id) == url
     alice.stop_tensorboard(job.id)
-    wait_for(lambda: not psutil.pid_exists(pid), timeout=30)
+    wait_for(lambda: _gone(pid), timeout=30)
     # started again on the next use
     again = alice.tensorboard(job.id)
     assert requests.get(again + "data/runs", timeout=30).json() == ["train"]
