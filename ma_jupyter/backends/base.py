@@ -316,8 +316,9 @@ class Backend(ABC):
         4. Its network is the caller's: it may listen on the service's loopback, for the
            service's proxy.
         5. It leads a process group of its own: ``os.killpg(proc.pid, sig)`` reaches every
-           process of it.  It is not durable: the caller stops it (a restarted service knows
-           nothing of it).
+           process of it.  It is not durable, and ends with the thread that started it (a
+           parent-death signal follows the thread): the caller starts it from a thread that
+           lives as long as the program should, so a service that dies takes it along.
 
         Raises:
             InvalidSpec: the outputs folder does not exist yet, is no longer the job's (a spec's

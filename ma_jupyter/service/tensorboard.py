@@ -23,6 +23,7 @@ go with it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import secrets
@@ -164,6 +165,12 @@ class TensorBoardManager:
         self._lock = threading.Lock()
         self._job_locks: dict[str, threading.Lock] = {}
         self._closed = threading.Event()
+        # Boards end with the thread that started them (a parent-death signal follows the
+        # thread): request threads come and go, so one thread of the manager's own starts them
+        # all and lives as long as the service; a service that dies takes its boards along.
+        self._starter = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="tensorboard-start"
+        )
         self._reaper: threading.Thread | None = None
         if idle_timeout is not None:
             self._reaper = threading.Thread(target=self._reap, name="tensorboard-reaper", daemon=True)
@@ -230,6 +237,7 @@ class TensorBoardManager:
         self._closed.set()
         for job_id in list(self._boards):
             self.stop(job_id)
+        self._starter.shutdown(wait=False)
 
     # ------------------------------------------------------------------------- internals
 
@@ -263,7 +271,9 @@ class TensorBoardManager:
         # secret in the environment, which only its own account reads
         env = {"TF_CPP_MIN_LOG_LEVEL": "3", PREFIX_ENV: f"/tb/{job_id}/{secret}"}
         try:
-            proc = self.start_reader(job, argv, env, out.fileno() if out else None)
+            proc = self._starter.submit(
+                self.start_reader, job, argv, env, out.fileno() if out else None
+            ).result()
         finally:
             if out:
                 out.close()

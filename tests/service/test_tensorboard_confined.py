@@ -15,6 +15,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import time
 
 import psutil
@@ -206,7 +207,8 @@ def test_a_jobs_tensorboard_reads_only_that_jobs_outputs_as_its_account(ma_servi
 
 def test_the_job_account_reads_what_the_job_wrote_and_its_board_is_reaped(ma_service, tmp_path):
     """The ordinary case, end to end: a job that wrote scalars as ``nobody``; its owner's board
-    serves them, runs as ``nobody`` too, and is gone when stopped (the reaper's path)."""
+    serves them, runs as ``nobody`` too, is gone when stopped (the reaper's path), started again
+    on the next use, and gone with a service that is killed."""
     alice = Client(url=ma_service.url, token=ma_service.user_token("alice"), timeout=30)
     algo = writable_dir(tmp_path / "algo")
     (algo / "events.py").write_text(EVENTS)
@@ -229,4 +231,8 @@ def test_the_job_account_reads_what_the_job_wrote_and_its_board_is_reaped(ma_ser
     again = alice.tensorboard(job.id)
     assert requests.get(again + "data/runs", timeout=30).json() == ["train"]
     assert again != url  # a fresh board: a fresh secret
-    alice.stop_tensorboard(job.id)
+    # a service killed outright takes its boards along (they end with the thread that started them)
+    pid = _tensorboard_pid(int(again.split(":")[2].split("/")[0]))
+    ma_service.proc.send_signal(signal.SIGKILL)
+    ma_service.proc.wait(30)
+    wait_for(lambda: _gone(pid), timeout=30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 
 import psutil
@@ -154,3 +155,19 @@ def test_without_a_sandbox_a_board_runs_only_as_the_services_own_account(ma_root
         assert board.processes()[0].exe() != "/usr/bin/bwrap"
     finally:
         manager.shutdown()
+
+
+def test_a_board_outlives_the_request_thread_that_asked_for_it(tmp_path, ma_manager):
+    """Boards end with the thread that started them (bubblewrap's --die-with-parent): the
+    manager starts them from a thread of its own, never from the request's, which ends."""
+    outputs = tmp_path / "outputs"
+    write_scalars(outputs / "run")
+    urls = []
+    request = threading.Thread(target=lambda: urls.append(ma_manager.start(job_over(outputs))))
+    request.start()
+    request.join(120)
+    assert urls, "the board did not start"
+    for _ in range(3):  # the parent-death signal comes at once when it comes
+        assert requests.get(urls[0] + "data/runs", timeout=10).json() == ["run"]
+        assert ma_manager._boards["job1"].alive()
+        time.sleep(0.3)

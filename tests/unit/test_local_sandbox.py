@@ -419,8 +419,8 @@ def test_a_readers_sandbox_shows_one_folder_by_descriptor_read_only(ma_home):
     assert " --bind " not in joined and "--dev-bind" not in joined  # nothing writable but /tmp
     assert str(ma_home) not in joined  # no path of the service's home at all
     assert argv[argv.index("--cap-drop") + 1] == "ALL" and "--unshare-pid" in argv
-    # no parent-death signal tied to the starting thread, no session of its own (one killpg)
-    assert "--die-with-parent" not in argv and "--new-session" not in argv
+    # it ends with the thread that started it; no session of its own (one killpg ends it all)
+    assert "--die-with-parent" in argv and "--new-session" not in argv
     inner = argv[argv.index("--") + 1 :]
     assert inner[0].endswith("setpriv") and "--reuid=65534" in inner
     assert inner[inner.index(EXEC_ENV) + 1] == ENV_FILE and f"--ro-bind-data {ENV_FD} {ENV_FILE}" in joined

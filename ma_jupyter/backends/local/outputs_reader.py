@@ -131,7 +131,9 @@ def start(
                 "a symlink in them is followed (the job's own nodes run the same way)",
                 job.id,
             )
-            command = [folder + a[len(OUTPUTS_VIEW) :] if _in_view(a) else a for a in argv]
+            command = views.unsandboxed_reader_argv(
+                [folder + a[len(OUTPUTS_VIEW) :] if _in_view(a) else a for a in argv]
+            )
             return subprocess.Popen(
                 command,
                 env=variables,

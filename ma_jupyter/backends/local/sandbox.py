@@ -857,12 +857,14 @@ def reader_argv(image: ImageEnv, run_as: RunAs | None, shown: str, command: list
     writable but its ``/tmp``.  The network is the caller's (the service's, whose proxy reaches
     the program on loopback).
 
-    No ``--die-with-parent``: its parent-death signal follows the *thread* that started bwrap,
-    and the service starts readers from short-lived request threads.  No ``--new-session``: the
-    reader stays in the process group the caller made, so one ``killpg`` ends all of it (its
-    stdin is not a terminal, so a new session keeps nothing from it).
+    ``--die-with-parent``: it ends with the *thread* that started bwrap (a parent-death signal
+    follows the thread, not the process), so the caller starts it from one that lives as long as
+    the reader should.  No ``--new-session``: the reader stays in the process group the caller
+    made, so one ``killpg`` ends all of it (its stdin is not a terminal, so a new session keeps
+    nothing from it).
     """
-    args = [_host_program("bwrap"), "--unshare-uts", "--unshare-ipc", "--unshare-pid", "--hostname", "reader"]
+    args = [_host_program("bwrap"), "--die-with-parent", "--unshare-uts", "--unshare-ipc", "--unshare-pid"]
+    args += ["--hostname", "reader"]
     args += _system_args()
     args += ["--ro-bind", "/etc", "/etc"]
     args += _python_args(image.roots)
@@ -871,6 +873,12 @@ def reader_argv(image: ImageEnv, run_as: RunAs | None, shown: str, command: list
     args += ["--chdir", "/", "--clearenv", "--setenv", "PATH", SYSTEM_PATH]
     args += _capability_args(run_as)
     return args + ["--"] + _enter_argv(run_as, image.python, list(command))
+
+
+def unsandboxed_reader_argv(command: list[str]) -> list[str]:
+    """The symlink mode's :func:`reader_argv`: ``command`` as it is, on the host, ending with
+    the thread that started it as bubblewrap's ``--die-with-parent`` would make it."""
+    return [_host_program("setpriv"), "--pdeathsig", "KILL", "--", *command]
 
 
 def copy_needed(view: NodeView) -> bool:
