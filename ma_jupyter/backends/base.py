@@ -16,6 +16,7 @@ and an exit-code file the node's runner writes), never from in-memory child hand
 from __future__ import annotations
 
 import socket
+import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,6 +61,9 @@ SHELL_FRAME_HEADER = "!BI"
 SHELL_DATA, SHELL_EXIT, SHELL_RESIZE = 1, 3, 4
 #: the only variables :meth:`Backend.launch` may add to a :class:`NodeLaunch`'s ``env``
 LAUNCH_ENV = ("MA_NODE_RUN", JOB_SECRET_ENV)
+#: where a process of :meth:`Backend.start_outputs_reader` finds the job's outputs folder (the
+#: path the job's own nodes write it at)
+OUTPUTS_VIEW = "/workspace/outputs"
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,9 @@ class Backend(ABC):
         and environment), never one in the host's view; a backend that cannot refuses it.  A
         failed node may keep its sandbox for that shell (:meth:`kept_until`); :meth:`forget`
         and the next attempt's :meth:`launch` end it.
+    12. :meth:`start_outputs_reader` runs a program of the platform's own over a job's outputs
+        (its TensorBoard) so that it reads nothing the job's own nodes could not: as the job's
+        account, seeing that folder read-only and nothing else of the service or other jobs.
 
     (``docs/architecture.md`` states the same contract at more length, numbered its own way.)
     """
@@ -289,6 +296,38 @@ class Backend(ABC):
             f"the {self.name} backend offers no debug terminal: run the job on the local backend "
             "(ma-jupyter service start --backend local)"
         )
+
+    def start_outputs_reader(
+        self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
+    ) -> subprocess.Popen:
+        """Start ``argv``, a Python program of the platform's own that reads the job's outputs
+        on a user's behalf (its TensorBoard), so that it reads nothing the job itself could not
+        (rule 12); ``argv[0]`` is the interpreter, whose installation it is shown.
+
+        1. It runs as the job's account, the one the job's nodes run as.
+        2. It sees the job's outputs folder (``job.outputs_folder``: the spec's ``outputs``, or
+           the one made for the job) read-only at :data:`OUTPUTS_VIEW`, the system and its
+           Python installation read-only, and nothing else of the host: no service home, no
+           other job's folder, so a symlink or a folder swapped under it by the job resolves
+           inside that view.  The folder is opened once and checked to be the job's own (a
+           spec's folder must still pass the mount rules), whatever lies on its path.
+        3. ``env`` are its only variables (never on a command line: every user of the host
+           reads those); ``output`` receives its stdout and stderr (None: discarded).
+        4. Its network is the caller's: it may listen on the service's loopback, for the
+           service's proxy.
+        5. It leads a process group of its own: ``os.killpg(proc.pid, sig)`` reaches every
+           process of it.  It is not durable, and ends with the thread that started it (a
+           parent-death signal follows the thread): the caller starts it from a thread that
+           lives as long as the program should, so a service that dies takes it along.
+
+        Raises:
+            InvalidSpec: the outputs folder does not exist yet, is no longer the job's (a spec's
+                folder that now resolves outside the mount rules), or the job's account needs a
+                sandbox this machine cannot make.
+            Conflict: the backend cannot run such a program (the default).
+        """
+        del job, argv, env, output
+        raise Conflict(f"the {self.name} backend cannot run a program over a job's outputs")
 
     def kept_until(self, attempt: Attempt, run: NodeRun) -> float | None:
         """When the failed node ``run`` of a ``debug_terminal`` job stops keeping its sandbox for

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ma_jupyter.backends.base import Attempt
+from ma_jupyter.backends.base import OUTPUTS_VIEW, Attempt
+from ma_jupyter.backends.local.host_policy import RunAs
 from ma_jupyter.backends.local.mounts import node_workdir
 from ma_jupyter.backends.local.sandbox import (
     EXEC_ENV,
+    SHOWN_FD,
     SYSTEM_PATH,
     bwrap_argv,
     command_argv,
@@ -22,6 +24,7 @@ from ma_jupyter.backends.local.sandbox import (
     node_env,
     node_launches,
     node_view,
+    reader_argv,
     resolve_image,
     to_host,
 )
@@ -405,3 +408,19 @@ def test_read_only_hints_name_the_mount_and_the_way_out():
     # writes that worked, or other errors, explain nothing
     assert hint("OSError: [Errno 2] No such file or directory: '/workspace/dataset/private/mnist/x'") is None
     assert hint("saved /workspace/outputs/m.pt") is None
+
+
+def test_a_readers_sandbox_shows_one_folder_by_descriptor_read_only(ma_home):
+    image = resolve_image(Image())
+    argv = reader_argv(image, RunAs(65534, 65534, "nobody"), OUTPUTS_VIEW, ["python", "-c", "pass"])
+    joined = " ".join(argv)
+    # the folder comes from the descriptor the caller opened and checked, never a path
+    assert argv[argv.index("--ro-bind-fd") + 1 : argv.index("--ro-bind-fd") + 3] == [SHOWN_FD, OUTPUTS_VIEW]
+    assert " --bind " not in joined and "--dev-bind" not in joined  # nothing writable but /tmp
+    assert str(ma_home) not in joined  # no path of the service's home at all
+    assert argv[argv.index("--cap-drop") + 1] == "ALL" and "--unshare-pid" in argv
+    # it ends with the thread that started it; no session of its own (one killpg ends it all)
+    assert "--die-with-parent" in argv and "--new-session" not in argv
+    inner = argv[argv.index("--") + 1 :]
+    assert inner[0].endswith("setpriv") and "--reuid=65534" in inner
+    assert inner[inner.index(EXEC_ENV) + 1] == ENV_FILE and f"--ro-bind-data {ENV_FD} {ENV_FILE}" in joined

@@ -39,7 +39,7 @@ from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch,
 from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, NodeUsage
-from . import caches, noderun, shell_agent
+from . import caches, noderun, outputs_reader, shell_agent
 from . import logs as job_logs
 from . import sandbox as workspace
 from .code import python_sources
@@ -575,6 +575,14 @@ class LocalBackend(Backend):
             f"the debug terminal of node {node} of job {job.id} is not up: the node is starting "
             "(try again in a moment) or has ended"
         )
+
+    def start_outputs_reader(
+        self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
+    ) -> subprocess.Popen:
+        """The program as the job's account, in a bubblewrap sandbox showing only the job's
+        outputs, read-only (see :mod:`.outputs_reader`, which also says what the symlink mode
+        does)."""
+        return outputs_reader.start(job, argv, env, output, self.isolation())
 
     def kept_until(self, attempt: Attempt, run: NodeRun) -> float | None:
         """The time the failed node's runner keeps its sandbox until (its ``kept.json``)."""

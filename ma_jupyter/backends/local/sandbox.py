@@ -661,22 +661,30 @@ def enter_env_argv(view: NodeView, command: list[str], *, copy: bool = False) ->
     ``PATH`` of the job's apply to the job's own command, after the switch), and never stand on
     a command line, which every user of the host can read.
     """
-    prefix: list[str] = []
-    if view.run_as is not None:
-        prefix = [
-            _host_program("setpriv"),
-            f"--reuid={view.run_as.uid}",
-            f"--regid={view.run_as.gid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--",
-        ]
     fill: list[str] = []
     if copy:
         mount = view.working_copy
         assert mount is not None
         fill = ["--copy", COPY_SOURCE_VIEW, mount.target, str(view.copy_limit), COPY_FD]
-    return prefix + [view.image.python, "-I", "-S", EXEC_ENV, ENV_FILE, *fill, "--", *command]
+    return _enter_argv(view.run_as, view.image.python, command, fill)
+
+
+def _enter_argv(
+    run_as: RunAs | None, python: str, command: list[str], fill: list[str] | None = None
+) -> list[str]:
+    """``setpriv`` to ``run_as`` (none: no switch), then ``exec_env`` under ``python`` applying
+    :data:`ENV_FILE`, then ``command`` (see :func:`enter_env_argv`)."""
+    prefix: list[str] = []
+    if run_as is not None:
+        prefix = [
+            _host_program("setpriv"),
+            f"--reuid={run_as.uid}",
+            f"--regid={run_as.gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ]
+    return prefix + [python, "-I", "-S", EXEC_ENV, ENV_FILE, *(fill or []), "--", *command]
 
 
 def bwrap_argv(
@@ -712,20 +720,9 @@ def bwrap_argv(
     if pid_namespace:
         args.append("--unshare-pid")
     args += ["--hostname", view.hostname]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
-    # shared memory every account may use (PyTorch's data loaders; seed 000 lists /dev/shm)
-    args += ["--perms", "1777", "--tmpfs", "/dev/shm"]
+    args += _system_args()
     args += _etc_args(view)
-    for root in view.image.roots:
-        args += _parents(root) + ["--ro-bind", root, root]
-    if not any(PACKAGE_DIR == r or PACKAGE_DIR.startswith(r + "/") for r in view.image.roots):
-        args += _parents(PACKAGE_DIR) + ["--ro-bind", PACKAGE_DIR, PACKAGE_DIR]
+    args += _python_args(view.image.roots)
     args += ["--perms", "0755", "--dir", VIEW_ROOT]
     for mount in view.mounts:
         if not mount.target.startswith("/tmp/"):  # /tmp is there already (its tmpfs)
@@ -737,16 +734,52 @@ def bwrap_argv(
         bind = "--bind" if root in WRITABLE_FILE_ROOTS else "--ro-bind"
         args += _parents(root) + [bind, str(view.files_dir / root.lstrip("/")), root]
     args += ["--bind", view.rank_log_dir, RANK_LOG_VIEW]
-    args += ["--perms", "0755", "--dir", posixpath.dirname(ENV_FILE), "--perms", "0444"]
-    args += ["--ro-bind-data", ENV_FD, ENV_FILE]
+    args += _env_file_args()
     if copy and view.working_copy is not None and view.working_copy.copy_of:
         args += ["--ro-bind", view.working_copy.copy_of, COPY_SOURCE_VIEW]
     args += ["--remount-ro", "/etc", "--chdir", view.workdir, "--clearenv", "--setenv", "PATH", SYSTEM_PATH]
-    # no capability survives, but the two setpriv needs to switch to the node's account
-    args += ["--cap-drop", "ALL"]
-    if view.run_as is not None:
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    args += _capability_args(view.run_as)
     return args + ["--"] + enter_env_argv(view, list(command), copy=copy)
+
+
+def _system_args() -> list[str]:
+    """The system folders read-only, fresh ``/proc`` and ``/dev``, and empty ``/tmp``, ``/run``
+    and ``/dev/shm``: the base of every sandbox."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    # shared memory every account may use (PyTorch's data loaders; seed 000 lists /dev/shm)
+    args += ["--perms", "1777", "--tmpfs", "/dev/shm"]
+    return args
+
+
+def _python_args(roots: tuple[str, ...] | list[str]) -> list[str]:
+    """The Python installation's folders ``roots`` and this package, read-only."""
+    args: list[str] = []
+    for root in roots:
+        args += _parents(root) + ["--ro-bind", root, root]
+    if not any(PACKAGE_DIR == r or PACKAGE_DIR.startswith(r + "/") for r in roots):
+        args += _parents(PACKAGE_DIR) + ["--ro-bind", PACKAGE_DIR, PACKAGE_DIR]
+    return args
+
+
+def _env_file_args() -> list[str]:
+    """:data:`ENV_FILE`, read-only, from the descriptor the runner puts in place of :data:`ENV_FD`."""
+    folder = ["--perms", "0755", "--dir", posixpath.dirname(ENV_FILE)]
+    return folder + ["--perms", "0444", "--ro-bind-data", ENV_FD, ENV_FILE]
+
+
+def _capability_args(run_as: RunAs | None) -> list[str]:
+    """No capability survives, but the two setpriv needs to switch to ``run_as``."""
+    args = ["--cap-drop", "ALL"]
+    if run_as is not None:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return args
 
 
 def _parents(target: str) -> list[str]:
@@ -803,6 +836,49 @@ def sandbox_argv(
     if view.sandbox == "bubblewrap":
         return bwrap_argv(view, command, pid_namespace=pid_namespace, copy=copy)
     return list(command)
+
+
+#: a reader's argv holds this argument where the runner puts the descriptor of the folder the
+#: reader is shown (:func:`reader_argv`)
+SHOWN_FD = "{shown-fd}"
+
+
+def reader_argv(image: ImageEnv, run_as: RunAs | None, shown: str, command: list[str]) -> list[str]:
+    """The bubblewrap argv running ``command``, a program of the platform's own that reads one
+    folder of a job's for the service (its TensorBoard over the outputs), as ``run_as``.
+
+    The same minimal root as a node's (:func:`bwrap_argv`): the system folders, ``/etc``, the
+    image (``image``: the interpreter that runs ``command``) and this package, all read-only;
+    fresh ``/proc``, ``/dev`` and ``/tmp``; its own pid, UTS and IPC namespaces; no capability
+    but the two ``setpriv`` needs; the variables from :data:`ENV_FD` applied after the switch
+    (:func:`enter_env_argv`).  Then the folder, read-only at ``shown``, bound from the
+    descriptor the caller puts in place of :data:`SHOWN_FD` (the folder it opened and checked,
+    never a path resolved again), and nothing else: no job folder, no service home, nothing
+    writable but its ``/tmp``.  The network is the caller's (the service's, whose proxy reaches
+    the program on loopback).
+
+    ``--die-with-parent``: it ends with the *thread* that started bwrap (a parent-death signal
+    follows the thread, not the process), so the caller starts it from one that lives as long as
+    the reader should.  No ``--new-session``: the reader stays in the process group the caller
+    made, so one ``killpg`` ends all of it (its stdin is not a terminal, so a new session keeps
+    nothing from it).
+    """
+    args = [_host_program("bwrap"), "--die-with-parent", "--unshare-uts", "--unshare-ipc", "--unshare-pid"]
+    args += ["--hostname", "reader"]
+    args += _system_args()
+    args += ["--ro-bind", "/etc", "/etc"]
+    args += _python_args(image.roots)
+    args += _parents(shown) + ["--ro-bind-fd", SHOWN_FD, shown]
+    args += _env_file_args()
+    args += ["--chdir", "/", "--clearenv", "--setenv", "PATH", SYSTEM_PATH]
+    args += _capability_args(run_as)
+    return args + ["--"] + _enter_argv(run_as, image.python, list(command))
+
+
+def unsandboxed_reader_argv(command: list[str]) -> list[str]:
+    """The symlink mode's :func:`reader_argv`: ``command`` as it is, on the host, ending with
+    the thread that started it as bubblewrap's ``--die-with-parent`` would make it."""
+    return [_host_program("setpriv"), "--pdeathsig", "KILL", "--", *command]
 
 
 def copy_needed(view: NodeView) -> bool:

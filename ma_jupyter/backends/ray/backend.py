@@ -45,6 +45,7 @@ import json
 import logging
 import secrets
 import socket
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -60,6 +61,7 @@ from ...untrusted import read_small
 from ..base import Attempt, Backend
 from ..local import caches
 from ..local import sandbox as workspace
+from ..local.backend import LocalBackend
 from ..local.code import python_sources
 from ..local.host_policy import load_policy
 from ..local.mounts import WORKDIR_KIND, mounts_for
@@ -148,6 +150,8 @@ class RayBackend(Backend):
         self._agent_class = ray.remote(NodeAgent)
         self._lock = threading.Lock()
         self._agents: dict[str, Any] = {}  # node id -> actor handle
+        # runs the jobs' TensorBoards on this machine (start_outputs_reader); made on first use
+        self._here: LocalBackend | None = None
         self._infos: dict[str, concurrent.futures.Future] = {}  # node id -> info()'s answer
         self._by_name: dict[str, RayNode] = {}  # every Ray node seen, alive or not
         self._nodes: list[Node] = []
@@ -362,6 +366,18 @@ class RayBackend(Backend):
                 self._get(ref)
             except NodeGone:
                 continue
+
+    def start_outputs_reader(
+        self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
+    ) -> subprocess.Popen:
+        """On the service's machine, over the job's outputs folder there (the path every Ray node
+        writes at), exactly as the local backend runs it: the job's account, a sandbox showing
+        only that folder, read-only."""
+        with self._lock:
+            if self._here is None:
+                self._here = LocalBackend(inventory=[])
+            here = self._here
+        return here.start_outputs_reader(job, argv, env, output)
 
     def forget(self, job_id: str) -> None:
         """Ask every agent to remove the job's folder on its node (``node_root/<job id>``): a
