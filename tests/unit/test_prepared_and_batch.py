@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import pwd
 
+from ma_jupyter.backends.local import datacopy
 from ma_jupyter.models import Job, JobSpec, JobStatus, NodeRun
-from ma_jupyter.service import policies, prepared
+from ma_jupyter.service import policies
+from ma_jupyter.untrusted import DatasetWalk, open_dataset
 
 
 def _touch_same(path, text):
@@ -14,31 +17,52 @@ def _touch_same(path, text):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime
 
 
-def test_small_trees_are_keyed_by_content_large_ones_by_metadata(tmp_path, monkeypatch):
+def _digest(path, limit=datacopy.CONTENT_HASH_LIMIT) -> tuple[str, int, int]:
+    fd = open_dataset(path)
+    try:
+        walk = DatasetWalk(str(path), limit).run(fd)
+    finally:
+        os.close(fd)
+    return walk.digest(), walk.bytes, walk.files
+
+
+def test_small_trees_are_keyed_by_content_large_ones_by_metadata(tmp_path):
     data = tmp_path / "d"
     data.mkdir()
     (data / "a.txt").write_text("one")
-    key, size, files = prepared.source_key(str(data))
+    key, size, files = _digest(data)
     assert (size, files) == (3, 1)
-    assert prepared.source_key(str(data))[0] == key  # stable
+    assert _digest(data)[0] == key  # stable
     _touch_same(data / "a.txt", "two")
-    small = prepared.source_key(str(data))[0]
+    small = _digest(data)[0]
     assert small != key  # contents read: an edit within one mtime tick is seen
-    monkeypatch.setattr(prepared, "CONTENT_HASH_LIMIT", 0)
-    large = prepared.source_key(str(data))[0]
+    large = _digest(data, limit=0)[0]
     _touch_same(data / "a.txt", "six")
-    assert prepared.source_key(str(data))[0] == large  # metadata only
+    assert _digest(data, limit=0)[0] == large  # metadata only
     (data / "b.txt").write_text("new")
-    assert prepared.source_key(str(data))[0] != large  # a file added is a new state
+    assert _digest(data, limit=0)[0] != large  # a file added is a new state
+    changed = _digest(data, limit=0)[0]
+    (data / "b.txt").chmod(0o755)
+    assert _digest(data, limit=0)[0] != changed  # so is a change of its permissions
     other = tmp_path / "e"
     os.rename(data, other)
     copy = tmp_path / "copy"
     copy.mkdir()
     for f in other.iterdir():
         (copy / f.name).write_bytes(f.read_bytes())
+        (copy / f.name).chmod(f.stat().st_mode)
         os.utime(copy / f.name, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns))
     # the same files at another path are another source: never shared across paths
-    assert prepared.source_key(str(copy))[0] != prepared.source_key(str(other))[0]
+    assert _digest(copy)[0] == _digest(other)[0]
+    assert datacopy.look(str(copy), None)[0] != datacopy.look(str(other), None)[0]
+    # nor across accounts: a copy holds what its account could read
+    nobody = pwd.getpwnam("nobody")
+    account = datacopy.Account(nobody.pw_uid, nobody.pw_gid)
+    assert datacopy.look(str(other), account)[0] != datacopy.look(str(other), None)[0]
+    # a copy's state is its source's: the next look at an unchanged source finds it
+    made = datacopy.copy(str(other), None, tmp_path / "into")
+    assert made == datacopy.look(str(other), None)
+    assert sorted(p.name for p in (tmp_path / "into" / "data").iterdir()) == ["a.txt", "b.txt"]
 
 
 def _batch(**extra) -> Job:
