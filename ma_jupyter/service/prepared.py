@@ -40,7 +40,8 @@ Rules, in order:
 1. :meth:`PreparedStore.acquire` computes the key, holds the entry for the job, and copies only
    when no complete entry exists (the copy is made in ``<key>/copying-<random>/`` and renamed
    to ``<key>/data`` when complete, so a crash never leaves a half copy that would be taken
-   for a prepared one; the sweep removes what a crash left);
+   for a prepared one; the sweep removes what a crash left); what is removed is first set
+   aside (``.removed-*``) under the lock and deleted outside it;
 2. :meth:`PreparedStore.release` drops a job's holds when it ends; the retention counts from
    then (``last_used``);
 3. :meth:`PreparedStore.sweep` removes the entries that nobody holds and that were last used
@@ -217,6 +218,8 @@ class PreparedStore:
         if not self.root.is_dir():
             return out
         for entry in sorted(self.root.iterdir()):
+            if entry.name.startswith("."):
+                continue  # being removed
             meta = self._meta(entry)
             if not meta or not (entry / "data").exists():
                 continue
@@ -244,11 +247,15 @@ class PreparedStore:
         retention) ago (rule 3); the keys removed."""
         keep = retention() if keep is None else keep
         now = time.time() if now is None else now
-        removed = []
+        removed: list[str] = []
+        doomed: list[Path] = []
         if not self.root.is_dir():
             return removed
         with self._lock:
             for entry in self.root.iterdir():
+                if entry.name.startswith(".removed-"):
+                    doomed.append(entry)  # set aside by a service that stopped before removing it
+                    continue
                 if entry.name in self._copying:
                     continue  # its copy is being made (held by a job that may just have ended)
                 holds = entry / "holds"
@@ -256,14 +263,16 @@ class PreparedStore:
                     if not live(hold.name):  # the job ended while no one could release it
                         hold.unlink(missing_ok=True)
                 for left in entry.glob(f"{COPYING_PREFIX}*"):  # a copy a stopped service left
-                    shutil.rmtree(left, ignore_errors=True)
+                    doomed.append(self._set_aside(left))
                 meta = self._meta(entry)
                 if holds.is_dir() and any(holds.iterdir()):
                     continue
                 if meta and now - meta.get("last_used", 0.0) <= keep:
                     continue
-                shutil.rmtree(entry, ignore_errors=True)
+                doomed.append(self._set_aside(entry))
                 removed.append(entry.name)
+        for path in doomed:  # outside the lock: a big copy takes a while to remove
+            shutil.rmtree(path, ignore_errors=True)
         return removed
 
     def remove(self, key: str, live: Callable[[str], bool], user: str | None = None) -> PreparedData:
@@ -283,10 +292,21 @@ class PreparedStore:
                     f"prepared data {key} is in use by job(s) {', '.join(found.jobs)}; "
                     "remove it once they have ended"
                 )
-            shutil.rmtree(self.root / key, ignore_errors=True)
+            doomed = self._set_aside(self.root / key)
+        shutil.rmtree(doomed, ignore_errors=True)
         return found
 
     # ------------------------------------------------------------------------ files
+
+    def _set_aside(self, path: Path) -> Path:
+        """Move ``path`` (an entry, or a copy left in one) out of every listing, under the lock;
+        the caller removes what it returns once the lock is released."""
+        aside = self.root / f".removed-{path.name}-{secrets.token_hex(4)}"
+        try:
+            os.rename(path, aside)
+        except OSError:
+            return path
+        return aside
 
     @staticmethod
     def _meta(entry: Path) -> dict:

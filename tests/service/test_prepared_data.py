@@ -342,3 +342,26 @@ def test_a_copy_in_progress_holds_no_lock_and_a_stop_cancels_it(ma_home, tmp_pat
     finally:
         sup.backend.gate.set()
         stop_every_job(sup)
+
+
+def test_a_copy_cut_short_by_a_crash_is_never_taken_for_a_prepared_one(ma_home, tmp_path):
+    from ma_jupyter.backends.local import prepare
+    from ma_jupyter.service.prepared import COPYING_PREFIX, PreparedStore
+
+    data = _dataset(tmp_path, size=100)
+    store = PreparedStore(tmp_path / "store")
+    key = prepare.look_at_dataset("bob", str(data.resolve())).key
+    # what a service killed mid-copy leaves: the entry, a hold, a partial copy
+    half = store.root / key / f"{COPYING_PREFIX}dead" / "data"
+    half.mkdir(parents=True)
+    (half / "x.txt").write_text("hel")
+    (store.root / key / "holds").mkdir()
+    (store.root / key / "holds" / "job-gone").touch()
+    assert store.entries(lambda _id: True) == []  # not listed: there is no complete copy
+    got = store.acquire("job-2", str(data), "bob", prepare)  # the next job copies afresh
+    assert not got.reused and (got.path / "x.txt").read_text() == "hello"
+    assert got.path == store.root / key / "data"
+    store.release("job-2")
+    store.sweep(lambda _id: False, keep=3600)  # the partial copy goes; the kept one stays
+    assert not list(store.root.glob(f"*/{COPYING_PREFIX}*")) and not list(store.root.glob(".removed-*"))
+    assert (got.path / "x.txt").read_text() == "hello"

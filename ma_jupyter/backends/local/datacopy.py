@@ -143,7 +143,7 @@ def _run(
     if "refused" in answer:
         raise RefusedFile(answer["refused"])
     if "error" in answer:
-        raise RefusedFile(f"data preparation could not read {source}: {answer['error']}")
+        raise RefusedFile(f"data preparation could not copy {source}: {answer['error']}")
     digest = hashlib.sha256(f"{source}\0{account}\0{answer['digest']}".encode("utf-8", "surrogateescape"))
     return digest.hexdigest()[:32], int(answer["bytes"]), int(answer["files"])
 
