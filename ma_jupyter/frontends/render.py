@@ -16,7 +16,8 @@ from ..models import Event, Job, JobStatus, Mount, Plan
 def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
     """A text + HTML table bundle for ``display(..., raw=True)``."""
     cells = [[("" if v is None else str(v)) for v in row] for row in rows]
-    text = text_table([headers, *cells]).rstrip("\n")
+    # a terminal IPython prints the text: a job's reason or command never acts on it
+    text = terminal_text(text_table([headers, *cells]).rstrip("\n"), keep_sgr=True)
     from html import escape
 
     html = (

@@ -514,3 +514,5 @@ def test_job_text_never_drives_a_terminal_and_its_html_is_escaped(ma_shell):
     events = Run(ma_shell, f"%ma_events {handle.id}")
     html = "".join(o.data.get("text/html", "") for o in events.outputs)
     assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html, html
+    plain = "".join(o.data.get("text/plain", "") for o in events.outputs)  # a terminal IPython's
+    assert "^[[2J^[[1;1H" in plain and inert(plain), plain

@@ -186,7 +186,8 @@ class LiveLog:
         return "\n".join(parts)
 
     def _bundle(self) -> dict:
-        return {"text/plain": self.text()}
+        # the status line and alerts carry job-made text too; a terminal IPython prints the text
+        return {"text/plain": render.terminal_text(self.text(), keep_sgr=True)}
 
     def add(self, items: list[tuple[StreamKey, str]]) -> None:
         if not self.buffer.extend(items):
