@@ -6,6 +6,7 @@ import os
 import pwd
 
 from ma_jupyter.backends.local import datacopy
+from ma_jupyter.errors import RefusedFile
 from ma_jupyter.models import Job, JobSpec, JobStatus, NodeRun
 from ma_jupyter.service import policies
 from ma_jupyter.untrusted import DatasetWalk, open_dataset
@@ -100,3 +101,28 @@ def test_task_states_follow_the_nodes():
         ("task-2", "queued", "s-2"),
     ]
     assert Job(id="r", spec=JobSpec(name="r", command="true")).tasks == []
+
+
+def test_a_dataset_the_account_cannot_read_is_refused_though_the_service_could(tmp_path):
+    nobody = pwd.getpwnam("nobody")
+    account = datacopy.Account(nobody.pw_uid, nobody.pw_gid)
+    data = tmp_path / "private"  # tmp_path's parents are the service's own (0700): never walked
+    data.mkdir()
+    (data / "a.txt").write_text("root only")
+    data.chmod(0o700)
+    assert datacopy.look(str(data), None)[1:] == (9, 1)  # the service's account reads it
+    try:
+        datacopy.look(str(data), account)
+    except RefusedFile as exc:
+        assert f"{data} cannot be read by the account the job runs as" in exc.message
+    else:
+        raise AssertionError("nobody read a folder only root may read")
+    data.chmod(0o755)
+    (data / "a.txt").chmod(0o600)
+    try:
+        datacopy.copy(str(data), account, tmp_path / "into")
+    except RefusedFile as exc:
+        assert f"{data}/a.txt cannot be read by the account the job runs as" in exc.message
+    else:
+        raise AssertionError("nobody copied a file only root may read")
+    assert not (tmp_path / "into").exists()  # nothing half made

@@ -158,7 +158,16 @@ def main(argv: list[str]) -> int:
         os.setresuid(uid, uid, uid)
     os.umask(0o077)  # the walk sets each copied entry's own mode
     try:
-        walk = DatasetWalk(shown, CONTENT_HASH_LIMIT).run(src_fd, None if into_fd < 0 else into_fd)
+        # opened again with the account's own rights: the root must be readable to it too, as
+        # through the bind mount the job would otherwise get (the service's descriptor is not)
+        mine = os.open(f"/proc/self/fd/{src_fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except PermissionError:
+        refused = f"{shown} cannot be read by the account the job runs as: make it readable to that account"
+        print(json.dumps({"refused": refused}), flush=True)
+        return 2
+    os.close(src_fd)
+    try:
+        walk = DatasetWalk(shown, CONTENT_HASH_LIMIT).run(mine, None if into_fd < 0 else into_fd)
     except RefusedFile as exc:
         print(json.dumps({"refused": str(exc)}), flush=True)
         return 2
