@@ -8,7 +8,8 @@ secrets), so the service neither reads nor copies it with its own rights.  For e
    never opened to block), as bubblewrap would bind it for the job;
 2. a copy process, ``python -m ma_jupyter.backends.local.datacopy``, gets that descriptor (and,
    for a copy, a folder's), drops to the job's account (no supplementary groups) before it
-   reads anything, and walks the dataset with :class:`ma_jupyter.untrusted.DatasetWalk`: it
+   reads anything, opens the root again with that account's rights (a root it may not read
+   is refused, as its bind mount would be), and walks the dataset with :class:`ma_jupyter.untrusted.DatasetWalk`: it
    sees only what the job's account may read below the root, and every file it writes is the
    account's, without setuid, setgid or sticky bits;
 3. it prints one JSON line: the dataset's digest, size and file count (or what it refused);
