@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,22 @@ from ..errors import Conflict, InvalidSpec
 from ..jobdir import JobDir
 from ..models import CacheInfo, Job, JobSpec, LogStream, Node, NodeLaunch, NodeRun
 from ..modes.base import NodePlan, Placement, RemoteShell
+
+
+@dataclass(frozen=True)
+class DatasetState:
+    """A dataset as a job's account sees it now (:meth:`Backend.look_at_dataset`).
+
+    Attributes:
+        key: the prepared-data store's key of this state: the same for the same dataset path,
+            account and contents (see ``service/prepared.py``), different after any change.
+        bytes: the size of its regular files.
+        files: how many regular files it holds.
+    """
+
+    key: str
+    bytes: int
+    files: int
 
 
 @dataclass(frozen=True)
@@ -125,6 +142,9 @@ class Backend(ABC):
     12. :meth:`start_outputs_reader` runs a program of the platform's own over a job's outputs
         (its TensorBoard) so that it reads nothing the job's own nodes could not: as the job's
         account, seeing that folder read-only and nothing else of the service or other jobs.
+    13. :meth:`look_at_dataset` and :meth:`copy_dataset` read a dataset as the job's account by
+        the untrusted-file rules (never blocking on a FIFO, never following a link out); the
+        copy may take long, so the service calls it off its lock.
 
     (``docs/architecture.md`` states the same contract at more length, numbered its own way.)
     """
@@ -341,6 +361,41 @@ class Backend(ABC):
         between their jobs; the default keeps none."""
         del user, every_user
         return []
+
+    def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
+        """The state of the dataset at ``source`` (a resolved path the job's mount rules
+        allowed) as the account of ``user``'s jobs reads it, for data preparation.
+
+        Rules every backend keeps (they are the untrusted-file rules of
+        :mod:`ma_jupyter.untrusted`, since a job may have written the dataset):
+
+        1. read with the job's account, never the service's rights;
+        2. never blocks on what a job left (a FIFO is refused, not opened to wait);
+        3. refuses anything but regular files, folders and symbolic links (never followed),
+           naming what it refused.
+
+        Raises:
+            RefusedFile: the dataset holds a FIFO, socket or device, or is unreadable.
+            InvalidSpec: the backend does not prepare data (the default).
+        """
+        del user, source
+        raise InvalidSpec(f"the {self.name} backend does not prepare data", field="data_preparation")
+
+    def copy_dataset(
+        self, user: str | None, source: str, into: Path, cancel: threading.Event | None = None
+    ) -> DatasetState:
+        """Copy the dataset at ``source`` to ``into/data`` (``into`` must not exist) by the rules
+        of :meth:`look_at_dataset`, as the account of ``user``'s jobs, which owns the copy; no
+        setuid, setgid or sticky bit survives, links stay links.  Blocks while copying (call it
+        off every lock); ``cancel`` set ends it early.  Nothing is left at ``into`` when it
+        raises.  Returns the state of what it copied.
+
+        Raises:
+            RefusedFile: as :meth:`look_at_dataset`.
+            InvalidSpec: the backend does not prepare data (the default).
+        """
+        del user, source, into, cancel
+        raise InvalidSpec(f"the {self.name} backend does not prepare data", field="data_preparation")
 
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s persistent cache, at once (whatever removing its files takes happens

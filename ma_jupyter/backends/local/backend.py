@@ -38,8 +38,8 @@ from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell
 from ...untrusted import read_small
-from ..base import JOB_SECRET_ENV, Attempt, Backend, NodeUsage
-from . import caches, noderun, outputs_reader, shell_agent
+from ..base import JOB_SECRET_ENV, Attempt, Backend, DatasetState, NodeUsage
+from . import caches, noderun, outputs_reader, prepare, shell_agent
 from . import logs as job_logs
 from . import sandbox as workspace
 from .code import python_sources
@@ -622,6 +622,16 @@ class LocalBackend(Backend):
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s cache (the caller made sure no job of theirs runs)."""
         caches.clear(user)
+
+    def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
+        """The dataset's state read as the job's account on this machine (:mod:`.prepare`)."""
+        return prepare.look_at_dataset(user, source)
+
+    def copy_dataset(
+        self, user: str | None, source: str, into: Path, cancel: threading.Event | None = None
+    ) -> DatasetState:
+        """The copy made as the job's account on this machine (:mod:`.prepare`)."""
+        return prepare.copy_dataset(user, source, into, cancel)
 
 
 def runner_env() -> dict[str, str]:

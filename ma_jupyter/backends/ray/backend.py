@@ -58,8 +58,8 @@ from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...untrusted import read_small
-from ..base import Attempt, Backend
-from ..local import caches
+from ..base import Attempt, Backend, DatasetState
+from ..local import caches, prepare
 from ..local import sandbox as workspace
 from ..local.backend import LocalBackend
 from ..local.code import python_sources
@@ -378,6 +378,17 @@ class RayBackend(Backend):
                 self._here = LocalBackend(inventory=[])
             here = self._here
         return here.start_outputs_reader(job, argv, env, output)
+
+    def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
+        """The dataset's state read as the job's account on the service's machine, where the
+        copies are made (see ``service/prepared.py``)."""
+        return prepare.look_at_dataset(user, source)
+
+    def copy_dataset(
+        self, user: str | None, source: str, into: Path, cancel: threading.Event | None = None
+    ) -> DatasetState:
+        """The copy made as the job's account on the service's machine."""
+        return prepare.copy_dataset(user, source, into, cancel)
 
     def forget(self, job_id: str) -> None:
         """Ask every agent to remove the job's folder on its node (``node_root/<job id>``): a

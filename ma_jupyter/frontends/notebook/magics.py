@@ -485,6 +485,8 @@ class MaJupyterMagics(Magics):
             if args.tail is not None:
                 lines = lines[-args.tail :] if args.tail > 0 else []
             for entry in lines:
+                # shown, never acting on the terminal (SGR colours stay: the output area shows them)
+                entry = render.terminal_text(entry, keep_sgr=True)
                 print(f"[{label}] {entry}" if several else entry)
         return None
 
