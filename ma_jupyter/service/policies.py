@@ -34,6 +34,14 @@ then the nodes are polled, and:
 A batch job's tasks are independent runs, so rules 6 and 8 become one (:func:`on_batch`): the
 job ends once every task has ended, failed if any task failed, naming them all.
 
+Across running jobs, once a second while the jobs folder's disk has less than twice the reserve
+(``[limits] disk_reserve_mb``) free, the supervisor measures what each running job holds there
+(its job folder, its outputs and volumes on that disk); under the reserve, the job that grew
+the most since the previous look, at :data:`FLOOD_RATE` or more, ends in ``error``
+(:func:`on_reserve`): one job's writing ends that job, before the disk is full for every job
+and every submit.  A job writing slower, or none writing, ends nobody: the reserve only spares
+the jobs that are not filling it.
+
 When an attempt has been wound down (:func:`settle`), a stop or delete requested meanwhile wins
 over putting the job back in the queue.
 """
@@ -211,6 +219,31 @@ def attempt_env(job: Job) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------ each poll
+
+#: bytes per second a job must be writing on the jobs folder's disk, under the reserve, to be
+#: the one ended for it (a job printing a few lines is never ended for another's flood)
+FLOOD_RATE = 1 << 20
+
+
+def reserve_offender(grown: dict[str, int], seconds: float) -> str | None:
+    """The job to end for the disk reserve: the one that wrote the most (``grown``: job id ->
+    bytes its folders grew by in the last ``seconds``), if it wrote at :data:`FLOOD_RATE` or more."""
+    if not grown or seconds <= 0:
+        return None
+    job_id = max(grown, key=lambda j: grown[j])
+    return job_id if grown[job_id] / seconds >= FLOOD_RATE else None
+
+
+def on_reserve(path: Path, free: int, reserve: int, grown: int, seconds: float) -> End:
+    """End the job writing the most while the disk of ``path`` (the jobs folder) has less than
+    ``reserve`` bytes ``free``; the reason names the disk, the reserve and what the job wrote."""
+    mb = 1 << 20
+    reason = (
+        f"disk nearly full under {path}: {free / mb:.0f} MB free, under the reserve of {reserve / mb:.0f} MB "
+        f"([limits] disk_reserve_mb); this job wrote the most there ({grown / mb:.1f} MB in the last "
+        f"{seconds:.1f} s) and was stopped so that the other jobs keep their room"
+    )
+    return End(JobStatus.error, reason, WIND_DOWN_GRACE, pending=True)
 
 
 def disk_folders(spec: JobSpec, job_dir: Path, default_outputs: Path) -> list[Path]:

@@ -87,7 +87,7 @@ from ..models import (
 from ..modes import plan_job, single_copy
 from ..modes.base import Placement
 from . import policies
-from .disk import SUBMIT_BELOW, full_folder
+from .disk import SUBMIT_BELOW, disk_use, free_bytes, full_folder
 from .guard import disk_full_message
 from .health import NodeHealth
 from .logs import tail
@@ -160,6 +160,10 @@ class Supervisor:
         self._pending_end: dict[str, str] = {}
         self._retry_at: dict[str, float] = {}
         self._reserve_checked = 0.0
+        # the disk reserve (policies, "across running jobs"): when it was last looked at, and what
+        # each running job held on the jobs folder's disk then (only while it is nearly full)
+        self._reserve_watched = 0.0
+        self._held: dict[str, int] = {}
         # polls of running nodes: when each job was last polled, and whether a backend's push of
         # a node's end asks this tick to poll every job (Backend rule 6, poll_every)
         self._polled_at: dict[str, float] = {}
@@ -626,6 +630,11 @@ class Supervisor:
         if time.monotonic() >= self._reserve_checked + 10.0:
             self._reserve_checked = time.monotonic()
             self.store.keep_reserve()  # given up when the disk filled; back once there is room
+        if time.monotonic() >= self._reserve_watched + DISK_CHECK_EVERY:
+            try:
+                self._watch_reserve()
+            except Exception:  # the next look tries again; the jobs' own disk checks still run
+                log.exception("keeping the disk reserve failed")
         if time.monotonic() >= self._inspected + HEALTH_EVERY:
             # A service that was itself frozen or suspended for a while (its last inspection
             # long ago by the wall clock) sees every heartbeat as old: it judges none this time.
@@ -1126,6 +1135,44 @@ class Supervisor:
             + (f", avoiding {avoided}" if avoided else ""),
         )
         return None
+
+    def _watch_reserve(self) -> None:
+        """Keep the jobs folder's disk reserve (:mod:`.policies`, "across running jobs"): under
+        twice the reserve, measure what each running job holds there; under the reserve, end
+        the one writing the most (:func:`.policies.on_reserve`)."""
+        now = time.monotonic()
+        seconds, self._reserve_watched = now - self._reserve_watched, now
+        reserve = int(self.scheduler.cluster.limits.disk_reserve_mb * (1 << 20))
+        root = config.jobs_root()
+        free = free_bytes(root)
+        if free is None or free >= 2 * reserve:
+            self._held = {}
+            return
+        device = os.stat(root).st_dev
+        held: dict[str, int] = {}
+        attempts: dict[str, Attempt] = {}
+        for job in self.store.by_status(JobStatus.running):
+            with self._lock:
+                placement = self._placements.get(job.id)
+                if placement is None or job.id in self._finishing:
+                    continue
+                attempts[job.id] = attempt = self._attempt(job, placement)
+            folders = policies.disk_folders(attempt.spec, attempt.jobdir.root, attempt.jobdir.outputs)
+            held[job.id] = disk_use(folders, device)
+        before, self._held = self._held, held
+        if free >= reserve:
+            return
+        grown = {j: held[j] - before[j] for j in held if j in before}
+        victim = policies.reserve_offender(grown, seconds)
+        if victim is None:
+            return
+        end = policies.on_reserve(root, free, reserve, grown[victim], seconds)
+        with self._lock:
+            job = self.store.get(victim)
+            if job.status is JobStatus.running and victim not in self._finishing:
+                log.warning("job %s: %s", victim, end.reason)
+                self._held.pop(victim, None)
+                self._finish(job, attempts[victim], end)
 
     def _full_disk(self, job: Job, attempt: Attempt, *, now: bool = False) -> Path | None:
         """The first full folder among those the job writes to (its job folder, outputs and

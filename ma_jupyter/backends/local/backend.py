@@ -288,6 +288,7 @@ class LocalBackend(Backend):
         def wrap(command: list[str], phase: str = "") -> list[str]:
             return workspace.sandbox_argv(view, command, copy=copy and phase == first)
 
+        limits = config.load_cluster().limits
         spec = {
             "node": launch.name,
             "node_dir": str(node_dir),
@@ -304,8 +305,12 @@ class LocalBackend(Backend):
             "job_env": env if view.sandbox == "bubblewrap" else None,
             "cwd": workspace.host_workdir(view),
             "cpus": list(view.cpus),
-            # the spec's memory per node: the runner's watchdog ends the node past it
+            # the spec's memory per node (its tmpfs included): the runner's watchdog ends the node
+            # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
             "memory_gb": plan.task.memory_gb or None,
+            "max_processes": limits.max_node_processes,
+            "max_log_bytes": int(limits.max_log_mb * (1 << 20)),
+            "logs_dir": str(attempt.jobdir.logs),
             "on_start": wrap(launch.on_start, "on_start") if launch.on_start else None,
             "on_stop": wrap(launch.on_stop) if launch.on_stop else None,
             # the node's working copy: filled by its first phase (bubblewrap) or by the runner
@@ -323,7 +328,7 @@ class LocalBackend(Backend):
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else None,
             # a failed command keeps the sandbox for the debug terminal this long ([limits])
-            "keep_failed_seconds": config.load_cluster().limits.debug_keep_hours * 3600.0
+            "keep_failed_seconds": limits.debug_keep_hours * 3600.0
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else 0,
         }

@@ -123,6 +123,9 @@ class NodeView:
         export_to: in-view folder where what the job wrote in its working copy is kept after
             each attempt (None: it has no working copy).
         copy_limit: the most bytes its working copy may take.
+        tmpfs_limit: the most bytes each of its memory-backed folders (``/tmp``, ``/dev/shm``,
+            ``/run``) may hold: its spec's memory, which their use counts in too (see
+            :mod:`.noderun` rule 1); 0: no cap.
     """
 
     job_id: str
@@ -142,6 +145,7 @@ class NodeView:
     run_as: RunAs | None = None
     export_to: str | None = None
     copy_limit: int = 0
+    tmpfs_limit: int = 0
 
     @property
     def nd(self) -> NodeDir:
@@ -293,6 +297,7 @@ def node_view(
         run_as=policy.run_as(attempt.spec.creator),
         export_to=export_dir(attempt, plan) if has_copy else None,
         copy_limit=policy.workdir_copy_limit,
+        tmpfs_limit=int((plan.task.memory_gb or 0) * (1 << 30)),
     )
 
 
@@ -418,6 +423,7 @@ def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
         else None,
         export_to=export_dir(attempt, plan) if any(m.kind == WORKDIR_KIND for m in mounts) else None,
         copy_limit=load_policy().workdir_copy_limit,
+        tmpfs_limit=int((plan.task.memory_gb or 0) * (1 << 30)),
     )
 
 
@@ -718,9 +724,18 @@ def bwrap_argv(
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    args += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        *_tmpfs(view, "/tmp"),
+        *_tmpfs(view, "/run"),
+    ]
     # shared memory every account may use (PyTorch's data loaders; seed 000 lists /dev/shm)
-    args += ["--perms", "1777", "--tmpfs", "/dev/shm"]
+    args += ["--perms", "1777", *_tmpfs(view, "/dev/shm")]
     args += _etc_args(view)
     for root in view.image.roots:
         args += _parents(root) + ["--ro-bind", root, root]
@@ -747,6 +762,14 @@ def bwrap_argv(
     if view.run_as is not None:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     return args + ["--"] + enter_env_argv(view, list(command), copy=copy)
+
+
+def _tmpfs(view: NodeView, path: str) -> list[str]:
+    """A memory-backed folder of the node, no larger than its memory (:attr:`NodeView.tmpfs_limit`;
+    its use counts in the node's memory too): without a cap each would take up to half the
+    host's memory, outside the node's limit."""
+    size = ["--size", str(view.tmpfs_limit)] if view.tmpfs_limit > 0 else []
+    return [*size, "--tmpfs", path]
 
 
 def _parents(target: str) -> list[str]:
