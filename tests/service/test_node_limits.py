@@ -160,6 +160,7 @@ def test_a_fork_bomb_meets_its_node_limit_while_another_users_job_starts_process
     bomb = submit_as(quarter, "alice", FORK_BOMB)
     wait_status(quarter, bomb["id"], {"running"}, timeout=60)
     said = wait_for(lambda: re.search(r"started (\d+), then (\w+)", full_log(quarter, bomb["id"])), 60)
+    print(said.group(0))
     assert said.group(2) == "EAGAIN", said.group(0)
     assert int(said.group(1)) < 64, said.group(0)
     # the bomb still holds its processes: another user's job, the same account, starts its own
@@ -257,3 +258,27 @@ def test_a_disk_flood_ends_that_job_for_the_reserve_while_others_run_and_submit(
     time.sleep(3)  # a few more looks at the disk: the printer is not the one writing the most
     assert job_of(svc, other["id"])["status"] == "running"
     stop(svc, other["id"])
+
+
+def test_without_a_sandbox_the_watchdog_ends_a_node_past_its_process_limit(
+    ma_home, ma_root_jobs, monkeypatch
+):
+    """The symlink mode makes no user namespace (nothing bounds the count in the kernel there):
+    the runner's watchdog is the bound, and the job ends with the reason."""
+    monkeypatch.setenv("MA_JUPYTER_SANDBOX", "none")
+    limits(ma_home, max_node_processes=32)
+    from tests.service.conftest import start_service
+
+    svc = start_service(ma_home)
+    try:
+        body = {"name": "bomb", "command": shlex.join([PY, "-c", FORK_BOMB]), "specs": ["cpu.quarter"]}
+        reply = svc.session().post(f"{svc.api}/jobs", json={**body, "grace_period": 1}, timeout=30)
+        assert reply.status_code == 201, reply.text
+        final = wait_status(svc, reply.json()["id"], ENDED, timeout=120)
+        assert final["status"] == "error", final
+        assert "exceeded its limit of 32 processes and threads on worker-0" in final["reason"], final[
+            "reason"
+        ]
+    finally:
+        svc.proc.terminate()
+        svc.proc.wait(30)

@@ -181,6 +181,39 @@ def test_disk_folders_with_and_without_outputs():
     assert policies.disk_folders(spec, root, root / "outputs") == [root, Path("/data/out"), Path("/data/vol")]
 
 
+def test_the_reserve_ends_the_job_writing_the_most_and_only_a_flood():
+    mb = 1 << 20
+    assert policies.reserve_offender({"a": 3 * mb, "b": 40 * mb, "c": 0}, 2.0) == "b"
+    # writing slower than FLOOD_RATE (a job printing lines), or nothing, ends nobody
+    assert policies.reserve_offender({"a": mb // 2, "b": 100}, 1.0) is None
+    assert policies.reserve_offender({"a": -5 * mb}, 1.0) is None
+    assert policies.reserve_offender({}, 1.0) is None
+    end = policies.on_reserve(Path("/srv/ma/jobs"), 20 * mb, 256 * mb, 12 * mb, 1.0)
+    assert end.status is JobStatus.error and end.pending and not end.requeue
+    assert end.reason.startswith(
+        "disk nearly full under /srv/ma/jobs: 20 MB free, under the reserve of 256 MB"
+    )
+    assert "[limits] disk_reserve_mb" in end.reason and "wrote the most there (12.0 MB" in end.reason
+
+
+def test_disk_use_counts_each_file_once_on_its_own_disk(tmp_path):
+    import os
+
+    from ma_jupyter.service.disk import disk_use
+
+    job = tmp_path / "job"
+    (job / "outputs").mkdir(parents=True)
+    (job / "outputs" / "a.bin").write_bytes(b"x" * (1 << 20))
+    (job / "log").write_bytes(b"y" * (1 << 20))
+    (job / "elsewhere").symlink_to("/usr")  # never followed
+    device = os.stat(tmp_path).st_dev
+    once = disk_use([job], device)
+    assert 2 << 20 <= once < 3 << 20
+    assert disk_use([job, job / "outputs"], device) == once  # the outputs inside the job folder
+    assert disk_use([job], device + 1) == 0  # another disk: nothing counted
+    assert disk_use([tmp_path / "missing"], device) == 0
+
+
 # ---------------------------------------------------------------------------- each poll
 
 
