@@ -39,6 +39,10 @@ on a drained or faulty node is moved away by the watch (:func:`.policies.on_unhe
 checkpoint-resume attempt after the first passes a pre-check before it is launched
 (:meth:`Supervisor._precheck`).
 
+A thread of its own keeps the jobs folder's disk reserve (:mod:`.policies`, "across running
+jobs"): once a second it looks at the disk's free space and, when it is nearly full, ends the
+job writing the most there (:meth:`Supervisor._watch_reserve`).
+
 The outcome is that of trying every queued job in queue order (each one that fits and may pass
 the head starts, the others wait), at the cost of one placement per shape plus one per job started.
 
@@ -201,6 +205,9 @@ class Supervisor:
         self._thread = threading.Thread(target=self._loop, name="ma-supervisor", daemon=True)
         self._thread.start()
         self.resources.start()
+        # its own thread: measuring what jobs hold on a nearly full disk may take a while, and
+        # must never slow a tick
+        threading.Thread(target=self._reserve_loop, name="ma-disk-reserve", daemon=True).start()
 
     def shutdown(self) -> None:
         """Stop the loop; running jobs keep running (they do not depend on the service)."""
@@ -630,11 +637,6 @@ class Supervisor:
         if time.monotonic() >= self._reserve_checked + 10.0:
             self._reserve_checked = time.monotonic()
             self.store.keep_reserve()  # given up when the disk filled; back once there is room
-        if time.monotonic() >= self._reserve_watched + DISK_CHECK_EVERY:
-            try:
-                self._watch_reserve()
-            except Exception:  # the next look tries again; the jobs' own disk checks still run
-                log.exception("keeping the disk reserve failed")
         if time.monotonic() >= self._inspected + HEALTH_EVERY:
             # A service that was itself frozen or suspended for a while (its last inspection
             # long ago by the wall clock) sees every heartbeat as old: it judges none this time.
@@ -1135,6 +1137,13 @@ class Supervisor:
             + (f", avoiding {avoided}" if avoided else ""),
         )
         return None
+
+    def _reserve_loop(self) -> None:
+        while not self._halt.wait(DISK_CHECK_EVERY):
+            try:
+                self._watch_reserve()
+            except Exception:  # the next look tries again; the jobs' own disk checks still run
+                log.exception("keeping the disk reserve failed")
 
     def _watch_reserve(self) -> None:
         """Keep the jobs folder's disk reserve (:mod:`.policies`, "across running jobs"): under
