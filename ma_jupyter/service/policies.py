@@ -37,10 +37,11 @@ job ends once every task has ended, failed if any task failed, naming them all.
 Across running jobs, once a second while the jobs folder's disk has less than twice the reserve
 (``[limits] disk_reserve_mb``) free, the supervisor measures what each running job holds there
 (its job folder, its outputs and volumes on that disk); under the reserve, the job that grew
-the most since the previous look, at :data:`FLOOD_RATE` or more, ends in ``error``
-(:func:`on_reserve`): one job's writing ends that job, before the disk is full for every job
-and every submit.  A job writing slower, or none writing, ends nobody: the reserve only spares
-the jobs that are not filling it.
+the most since the previous look ends in ``error`` (:func:`on_reserve`) if it wrote fast enough
+(:func:`reserve_offender`: :data:`FLOOD_RATE` just under the reserve, less the fuller the
+disk): one job's writing ends that job, before the disk is full for every job and every
+submit.  None writing ends nobody (a disk full of finished jobs' files is not a running job's
+doing), nor does a disk already full (rule 4 ends each job writing there).
 
 When an attempt has been wound down (:func:`settle`), a stop or delete requested meanwhile wins
 over putting the job back in the queue.
@@ -220,18 +221,24 @@ def attempt_env(job: Job) -> dict[str, str]:
 
 # ------------------------------------------------------------------------ each poll
 
-#: bytes per second a job must be writing on the jobs folder's disk, under the reserve, to be
-#: the one ended for it (a job printing a few lines is never ended for another's flood)
+#: bytes per second a job must be writing on the jobs folder's disk, as it falls under the
+#: reserve, to be the one ended for it (a job printing a few lines is not ended for another's flood)
 FLOOD_RATE = 1 << 20
 
 
-def reserve_offender(grown: dict[str, int], seconds: float) -> str | None:
+def reserve_offender(grown: dict[str, int], seconds: float, free: int, reserve: int) -> str | None:
     """The job to end for the disk reserve: the one that wrote the most (``grown``: job id ->
-    bytes its folders grew by in the last ``seconds``), if it wrote at :data:`FLOOD_RATE` or more."""
-    if not grown or seconds <= 0:
+    bytes its folders grew by in the last ``seconds``), if it wrote fast enough.
+
+    Fast enough is :data:`FLOOD_RATE` just under the reserve, less the deeper the disk is into
+    it (``FLOOD_RATE * free / reserve``): a slow flood is ended too before the disk is full,
+    and only once it is nearly full is a job writing a little the one ended.
+    """
+    if not grown or seconds <= 0 or reserve <= 0:
         return None
     job_id = max(grown, key=lambda j: grown[j])
-    return job_id if grown[job_id] / seconds >= FLOOD_RATE else None
+    rate = grown[job_id] / seconds
+    return job_id if rate > 0 and rate >= FLOOD_RATE * max(free, 0) / reserve else None
 
 
 def on_reserve(path: Path, free: int, reserve: int, grown: int, seconds: float) -> End:

@@ -91,7 +91,7 @@ from ..models import (
 from ..modes import plan_job, single_copy
 from ..modes.base import Placement
 from . import policies
-from .disk import SUBMIT_BELOW, disk_use, free_bytes, full_folder
+from .disk import FULL_BELOW, SUBMIT_BELOW, disk_use, free_bytes, full_folder
 from .guard import disk_full_message
 from .health import NodeHealth
 from .logs import tail
@@ -1169,10 +1169,10 @@ class Supervisor:
             folders = policies.disk_folders(attempt.spec, attempt.jobdir.root, attempt.jobdir.outputs)
             held[job.id] = disk_use(folders, device)
         before, self._held = self._held, held
-        if free >= reserve:
-            return
+        if free >= reserve or free < FULL_BELOW:
+            return  # outside the reserve; or full, where each job writing there ends ("disk full")
         grown = {j: held[j] - before[j] for j in held if j in before}
-        victim = policies.reserve_offender(grown, seconds)
+        victim = policies.reserve_offender(grown, seconds, free, reserve)
         if victim is None:
             return
         end = policies.on_reserve(root, free, reserve, grown[victim], seconds)

@@ -183,11 +183,16 @@ def test_disk_folders_with_and_without_outputs():
 
 def test_the_reserve_ends_the_job_writing_the_most_and_only_a_flood():
     mb = 1 << 20
-    assert policies.reserve_offender({"a": 3 * mb, "b": 40 * mb, "c": 0}, 2.0) == "b"
-    # writing slower than FLOOD_RATE (a job printing lines), or nothing, ends nobody
-    assert policies.reserve_offender({"a": mb // 2, "b": 100}, 1.0) is None
-    assert policies.reserve_offender({"a": -5 * mb}, 1.0) is None
-    assert policies.reserve_offender({}, 1.0) is None
+    reserve = 256 * mb
+    assert policies.reserve_offender({"a": 3 * mb, "b": 40 * mb, "c": 0}, 2.0, 250 * mb, reserve) == "b"
+    # just under the reserve, writing slower than FLOOD_RATE (a job printing lines) ends nobody
+    assert policies.reserve_offender({"a": mb // 2, "b": 100}, 1.0, 250 * mb, reserve) is None
+    # deeper into it, a slower writer is ended; near full, whoever writes the most
+    assert policies.reserve_offender({"a": mb // 2, "b": 100}, 1.0, 100 * mb, reserve) == "a"
+    assert policies.reserve_offender({"a": 0, "b": 100}, 1.0, 0, reserve) == "b"
+    # nothing written (or files removed) ends nobody, however full the disk
+    assert policies.reserve_offender({"a": -5 * mb, "b": 0}, 1.0, 0, reserve) is None
+    assert policies.reserve_offender({}, 1.0, 0, reserve) is None
     end = policies.on_reserve(Path("/srv/ma/jobs"), 20 * mb, 256 * mb, 12 * mb, 1.0)
     assert end.status is JobStatus.error and end.pending and not end.requeue
     assert end.reason.startswith(

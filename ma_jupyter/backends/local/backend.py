@@ -309,6 +309,8 @@ class LocalBackend(Backend):
             # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
             "memory_gb": plan.task.memory_gb or None,
             "max_processes": limits.max_node_processes,
+            # the account the node's processes run as (the kernel's process limit spares root)
+            "account_uid": view.run_as.uid if view.run_as else os.geteuid(),
             "max_log_bytes": int(limits.max_log_mb * (1 << 20)),
             "logs_dir": str(attempt.jobdir.logs),
             "on_start": wrap(launch.on_start, "on_start") if launch.on_start else None,

@@ -20,7 +20,8 @@ pointing at the node's log file; the service is never in the log path.  The runn
       limit per (user namespace, uid) since Linux 5.14, so the node's count is its own, not
       that of every job running as the same account (``nobody``).  Reaching it, a fork fails
       with ``EAGAIN`` in the job and the node's log says so once.  Where no such namespace can
-      be made (not root, the symlink mode) the watchdog kills the node past it instead;
+      be made (not root, the symlink mode), or the node runs as root (an admin's
+      ``allow_root``), the watchdog kills the node past it instead;
    c. logs: sums the sizes of every file in the job's ``logs/`` folder (all its nodes on this
       machine); past ``max_log_bytes`` (``[limits] max_log_mb``) it kills the node and reports
       "logs exceeded ... max_log_mb": the job ends in error with that reason (the node log is
@@ -379,6 +380,11 @@ class NodeRunner:
     def _preexec(self) -> Callable[[], None]:
         return _enter_node(self.userns, self.max_processes)
 
+    def _kernel_bound(self) -> bool:
+        """Whether the kernel bounds the node's processes (rule 1b): in its own user namespace,
+        as an account other than root (``RLIMIT_NPROC`` never applies to root)."""
+        return self.userns is not None and self.spec.get("account_uid") != 0
+
     def _watch(self) -> None:
         """The watchdog (rule 1): past a limit, say so in the node's log and kill every process
         of the node (the phase then ends with 128+9)."""
@@ -400,7 +406,7 @@ class NodeRunner:
                     f"{_gb(held / (1 << 30))} in /tmp, /dev/shm and /run): killed"
                 )
             elif self.max_processes and tasks >= self.max_processes:
-                if self.userns is None:  # no kernel bound here: the watchdog is the bound
+                if not self._kernel_bound():  # the watchdog is the bound
                     exceeded = (
                         f"the job exceeded its limit of {self.max_processes} processes and threads on {node} "
                         f"([limits] max_node_processes; {tasks} running): killed"
