@@ -193,14 +193,20 @@ PRINTER = "import time\nfor i in range(3000):\n    print('line', i, flush=True);
 def test_a_log_flood_ends_that_job_while_another_users_job_runs_on(quarter):
     other = submit_as(quarter, "bob", PRINTER)
     wait_status(quarter, other["id"], {"running"}, timeout=60)
-    flood = submit_as(quarter, "alice", LOG_FLOOD)
+    # its on_stop floods too: the phases after the kill are held to the cap as well
+    flood_again = {"on_stop": shlex.join([PY, "-c", LOG_FLOOD])}
+    flood = submit_as(quarter, "alice", LOG_FLOOD, lifecycle=flood_again)
     final = wait_status(quarter, flood["id"], ENDED, timeout=120)
     assert final["status"] == "error", final
     assert "logs exceeded [limits] max_log_mb of 4 MB" in final["reason"], final["reason"]
-    size = (quarter.home / "jobs" / flood["id"] / "logs" / "worker-0.log").stat().st_size
+    log = quarter.home / "jobs" / flood["id"] / "logs" / "worker-0.log"
+    size = log.stat().st_size
     print(f"the flood's log ended at {size / (1 << 20):.1f} MB (max_log_mb 4)")
     assert size < 100 << 20
-    assert "flood done" not in full_log(quarter, flood["id"])
+    with open(log, "rb") as fh:
+        fh.seek(-min(size, 1 << 16), os.SEEK_END)
+        end = fh.read()
+    assert b"flood done" not in end and b"lifecycle on_stop exited with code 137" in end, end[-500:]
     assert job_of(quarter, other["id"])["status"] == "running"
     after = submit_as(quarter, "carol", "print('accepted')")
     assert wait_status(quarter, after["id"], ENDED)["status"] == "succeeded"

@@ -74,6 +74,8 @@ MEMORY_SAMPLE = 0.2
 #: the node's memory-backed folders (bubblewrap's tmpfs), counted in its memory
 TMPFS_FOLDERS = ("/tmp", "/dev/shm", "/run")
 CLONE_NEWUSER = 0x10000000
+#: bytes the job's logs may still grow by after its node was killed for them (on_stop's lines)
+LOG_SLACK = 1 << 20
 #: seconds between two heartbeats (rule 7); the service's faulty threshold is several of them
 HEARTBEAT_EVERY = 1.0
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -321,12 +323,14 @@ def _enter_node(userns: int | None, max_processes: int) -> Callable[[], None]:
     """What each phase's first process runs before its program: die with the runner, and (with
     the node's user namespace) enter it with the node's process limit (rule 1b)."""
 
+    # looked up here, not in the forked child (where another thread may have held a lock)
+    setns = ctypes.CDLL(None, use_errno=True).setns if userns is not None else None
+
     def enter() -> None:
         _die_with_runner()
-        if userns is None:
+        if setns is None:
             return
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(userns, CLONE_NEWUSER) != 0:
+        if setns(userns, CLONE_NEWUSER) != 0:
             os.write(2, b"[ma_jupyter] cannot enter the node's user namespace\n")
             os._exit(126)
         resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
@@ -387,12 +391,18 @@ class NodeRunner:
 
     def _watch(self) -> None:
         """The watchdog (rule 1): past a limit, say so in the node's log and kill every process
-        of the node (the phase then ends with 128+9)."""
+        of the node (the phase then ends with 128+9).
+
+        It watches until the node ends, so the phases after a kill (``on_stop``, the export)
+        are held to the same limits; the first reason is the node's.  After a kill for its
+        logs, they may grow by :data:`LOG_SLACK` more (what those phases print).
+        """
         node = self.spec.get("node", "the node")
         limit_gb = float(self.spec.get("memory_gb") or 0)
         memory = limit_gb * (1 << 30)
         max_logs = int(self.spec.get("max_log_bytes") or 0)
         logs_dir = self.spec.get("logs_dir")
+        log_cap = max_logs
         said_processes = False
         while not self._ended.wait(MEMORY_SAMPLE):
             tree = _tree(os.getpid())
@@ -417,21 +427,22 @@ class NodeRunner:
                         f"{node} reached its limit of {self.max_processes} processes and threads "
                         "([limits] max_node_processes): starting more fails until some end"
                     )
-            if exceeded is None and max_logs and logs_dir:
+            if exceeded is None and log_cap and logs_dir:
                 size = logs_size(logs_dir)
-                if size > max_logs:
+                if size > log_cap:
                     exceeded = (
                         f"the job's logs exceeded [limits] max_log_mb of {max_logs / (1 << 20):g} MB "
                         f"(all its nodes together: {size / (1 << 20):.1f} MB); {node} was killed"
                     )
+                    log_cap = size + LOG_SLACK
             if exceeded is None:
                 continue
-            self.exceeded = exceeded
-            self._say(exceeded)
+            if self.exceeded is None:
+                self.exceeded = exceeded
+                self._say(exceeded)
             self.stopping = True  # no further phase but on_stop
             for pid in tree:
                 _signal(pid, signal.SIGKILL)
-            return
 
     @staticmethod
     def _say(text: str) -> None:
