@@ -393,7 +393,7 @@ class NodeRunner:
         """The watchdog (rule 1): past a limit, say so in the node's log and kill every process
         of the node (the phase then ends with 128+9).
 
-        It watches until the node ends, so the phases after a kill (``on_stop``, the export)
+        It watches until the job's last phase (``on_stop``) ends, so the phases after a kill
         are held to the same limits; the first reason is the node's.  After a kill for its
         logs, they may grow by :data:`LOG_SLACK` more (what those phases print).
         """
