@@ -214,6 +214,19 @@ def test_a_log_flood_ends_that_job_while_another_users_job_runs_on(quarter):
     stop(quarter, other["id"])
 
 
+def test_a_job_making_files_without_end_in_its_logs_folder_is_ended(quarter):
+    """Counting the logs reads every entry of the folder: a job cannot make that slow without end."""
+    code = (
+        "import os, time\n"
+        "for i in range(12000): open(f'/job/logs/f{i}', 'w').close()\n"
+        "print('made them all', flush=True); time.sleep(60)\n"
+    )
+    job = submit_as(quarter, "alice", code)
+    final = wait_status(quarter, job["id"], ENDED, timeout=120)
+    assert final["status"] == "error", final
+    assert "logs folder holds more than 10000 files and folders" in final["reason"], final["reason"]
+
+
 # --------------------------------------------------------------------------------- disk
 
 # 1 MiB every 250 ms into the outputs (on the jobs folder's disk), 200 MiB at most

@@ -26,7 +26,7 @@ pointing at the node's log file; the service is never in the log path.  The runn
       machine); past ``max_log_bytes`` (``[limits] max_log_mb``) it kills the node and reports
       "logs exceeded ... max_log_mb": the job ends in error with that reason (the node log is
       written by the job's processes directly, so the cap ends the writer rather than cutting
-      what it writes);
+      what it writes); a folder of more than ``MAX_LOG_ENTRIES`` entries ends it too;
 2. at the node's first launch, has its working copy filled from the algorithm folder (see
    :mod:`ma_jupyter.nodeside.workdir`): by the first phase itself in bubblewrap (as the job's
    account, before the command; it reports the end on a pipe), by the runner in the symlink
@@ -76,6 +76,8 @@ TMPFS_FOLDERS = ("/tmp", "/dev/shm", "/run")
 CLONE_NEWUSER = 0x10000000
 #: bytes the job's logs may still grow by after its node was killed for them (on_stop's lines)
 LOG_SLACK = 1 << 20
+#: files and folders the job's logs folder may hold (a node log, per-rank logs and reports)
+MAX_LOG_ENTRIES = 10000
 #: seconds between two heartbeats (rule 7); the service's faulty threshold is several of them
 HEARTBEAT_EVERY = 1.0
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -211,14 +213,19 @@ def tmpfs_held(tree: list[int]) -> int:
     return held
 
 
-def logs_size(folder: str) -> int:
-    """Bytes of every regular file below ``folder`` (the job's logs), following no link."""
-    total = 0
+def logs_size(folder: str) -> int | None:
+    """Bytes of every regular file below ``folder`` (the job's logs), following no link; None
+    when it holds more than :data:`MAX_LOG_ENTRIES` entries (a job making files there without
+    end would make every sample slower)."""
+    total = entries_seen = 0
     todo = [folder]
     while todo:
         try:
             with os.scandir(todo.pop()) as entries:
                 for entry in entries:
+                    entries_seen += 1
+                    if entries_seen > MAX_LOG_ENTRIES:
+                        return None
                     try:
                         if entry.is_dir(follow_symlinks=False):
                             todo.append(entry.path)
@@ -429,7 +436,12 @@ class NodeRunner:
                     )
             if exceeded is None and log_cap and logs_dir:
                 size = logs_size(logs_dir)
-                if size > log_cap:
+                if size is None:
+                    exceeded = (
+                        f"the job's logs folder holds more than {MAX_LOG_ENTRIES} files and folders "
+                        f"(all its nodes together); {node} was killed"
+                    )
+                elif size > log_cap:
                     exceeded = (
                         f"the job's logs exceeded [limits] max_log_mb of {max_logs / (1 << 20):g} MB "
                         f"(all its nodes together: {size / (1 << 20):.1f} MB); {node} was killed"
