@@ -143,6 +143,12 @@ def default_nodes(count: int = 4) -> list[Node]:
     ]
 
 
+#: bytes per second a job must be writing on the jobs folder's disk, as it falls under
+#: ``[limits] disk_reserve_mb``, to be ended for it; proportionally less the fuller the disk
+#: (the supervisor's look and the node runner's, see :mod:`ma_jupyter.service.policies`)
+DISK_FLOOD_RATE = 1 << 20
+
+
 @dataclass(frozen=True)
 class Limits:
     """The admin's caps on what a job may ask (``[limits]`` in ``cluster.toml``); the defaults

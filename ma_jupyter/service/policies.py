@@ -38,10 +38,11 @@ Across running jobs, once a second while the jobs folder's disk has less than tw
 (``[limits] disk_reserve_mb``) free, the supervisor measures what each running job holds there
 (its job folder, its outputs and volumes on that disk); under the reserve, the job that grew
 the most since the previous look ends in ``error`` (:func:`on_reserve`) if it wrote fast enough
-(:func:`reserve_offender`: :data:`FLOOD_RATE` just under the reserve, less the fuller the
-disk): one job's writing ends that job, before the disk is full for every job and every
+(:func:`reserve_offender`: 1 MB/s just under the reserve, less the fuller the disk): one job's writing ends that job, before the disk is full for every job and every
 submit.  None writing ends nobody (a disk full of finished jobs' files is not a running job's
-doing), nor does a disk already full (rule 4 ends each job writing there).
+doing), nor does a disk already full (rule 4 ends each job writing there).  The node runner
+applies the same rate to the job's logs at each of its samples (every 0.2 s), so a log flood
+is ended sooner than the supervisor's look would.
 
 When an attempt has been wound down (:func:`settle`), a stop or delete requested meanwhile wins
 over putting the job back in the queue.
@@ -221,24 +222,24 @@ def attempt_env(job: Job) -> dict[str, str]:
 
 # ------------------------------------------------------------------------ each poll
 
-#: bytes per second a job must be writing on the jobs folder's disk, as it falls under the
-#: reserve, to be the one ended for it (a job printing a few lines is not ended for another's flood)
-FLOOD_RATE = 1 << 20
 
-
-def reserve_offender(grown: dict[str, int], seconds: float, free: int, reserve: int) -> str | None:
+def reserve_offender(
+    grown: dict[str, int], seconds: float, free: int, reserve: int, flood_rate: float
+) -> str | None:
     """The job to end for the disk reserve: the one that wrote the most (``grown``: job id ->
     bytes its folders grew by in the last ``seconds``), if it wrote fast enough.
 
-    Fast enough is :data:`FLOOD_RATE` just under the reserve, less the deeper the disk is into
-    it (``FLOOD_RATE * free / reserve``): a slow flood is ended too before the disk is full,
-    and only once it is nearly full is a job writing a little the one ended.
+    Fast enough is ``flood_rate`` (bytes per second, :data:`ma_jupyter.config.DISK_FLOOD_RATE`)
+    just under the reserve, less the deeper the disk is into it (``flood_rate * free /
+    reserve``): a slow flood is ended too before the disk is full, and only once it is nearly
+    full is a job writing a little the one ended (a job printing lines is not ended for
+    another's flood).
     """
     if not grown or seconds <= 0 or reserve <= 0:
         return None
     job_id = max(grown, key=lambda j: grown[j])
     rate = grown[job_id] / seconds
-    return job_id if rate > 0 and rate >= FLOOD_RATE * max(free, 0) / reserve else None
+    return job_id if rate > 0 and rate >= flood_rate * max(free, 0) / reserve else None
 
 
 def on_reserve(path: Path, free: int, reserve: int, grown: int, seconds: float) -> End:
@@ -246,7 +247,7 @@ def on_reserve(path: Path, free: int, reserve: int, grown: int, seconds: float) 
     ``reserve`` bytes ``free``; the reason names the disk, the reserve and what the job wrote."""
     mb = 1 << 20
     reason = (
-        f"disk nearly full under {path}: {free / mb:.0f} MB free, under the reserve of {reserve / mb:.0f} MB "
+        f"disk nearly full under {path}: {free / mb:.1f} MB free, under the reserve of {reserve / mb:g} MB "
         f"([limits] disk_reserve_mb); this job wrote the most there ({grown / mb:.1f} MB in the last "
         f"{seconds:.1f} s) and was stopped so that the other jobs keep their room"
     )

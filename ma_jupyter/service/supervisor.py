@@ -1172,7 +1172,7 @@ class Supervisor:
         if free >= reserve or free < FULL_BELOW:
             return  # outside the reserve; or full, where each job writing there ends ("disk full")
         grown = {j: held[j] - before[j] for j in held if j in before}
-        victim = policies.reserve_offender(grown, seconds, free, reserve)
+        victim = policies.reserve_offender(grown, seconds, free, reserve, config.DISK_FLOOD_RATE)
         if victim is None:
             return
         end = policies.on_reserve(root, free, reserve, grown[victim], seconds)

@@ -259,16 +259,33 @@ def small_jobs_disk(ma_home):
             subprocess.run(["umount", "-l", str(folder)])
 
 
-def test_a_disk_flood_ends_that_job_for_the_reserve_while_others_run_and_submit(small_jobs_disk, request):
+# the issue's flood: its log, 1 MiB every 100 ms, 200 MiB at most (past the 64 MiB disk)
+LOG_DISK_FLOOD = r"""
+import sys, time
+chunk = ("flood " * 170 + "\n") * 1028
+for i in range(200):
+    sys.stdout.write(chunk)
+    sys.stdout.flush()
+    time.sleep(0.1)
+print("disk flood done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("flood", [DISK_FLOOD, LOG_DISK_FLOOD], ids=["outputs", "log"])
+def test_a_disk_flood_ends_that_job_for_the_reserve_while_others_run_and_submit(
+    small_jobs_disk, request, flood
+):
+    """Before, the flood filled the disk: another user's job ended "disk full" and every submit
+    was refused until the flooding job was deleted (max_log_mb is left at its default here)."""
     svc = request.getfixturevalue("ma_service")
     other = submit_as(svc, "bob", PRINTER)
     wait_status(svc, other["id"], {"running"}, timeout=60)
-    flood = submit_as(svc, "alice", DISK_FLOOD)
+    flood = submit_as(svc, "alice", flood)
     final = wait_status(svc, flood["id"], ENDED, timeout=180)
     assert final["status"] == "error", final
-    print(final["reason"])
-    assert final["reason"].startswith(f"disk nearly full under {small_jobs_disk}"), final["reason"]
-    assert "this job wrote the most there" in final["reason"], final["reason"]
+    print(final["reason"].splitlines()[0])
+    assert f"disk nearly full under {small_jobs_disk}" in final["reason"], final["reason"]
+    assert "under the reserve of 24 MB ([limits] disk_reserve_mb)" in final["reason"], final["reason"]
     free = os.statvfs(small_jobs_disk).f_bavail * os.statvfs(small_jobs_disk).f_frsize
     print(f"free after the flood ended: {free / (1 << 20):.1f} MB of 64 (reserve 24)")
     assert job_of(svc, other["id"])["status"] == "running"

@@ -184,19 +184,23 @@ def test_disk_folders_with_and_without_outputs():
 def test_the_reserve_ends_the_job_writing_the_most_and_only_a_flood():
     mb = 1 << 20
     reserve = 256 * mb
-    assert policies.reserve_offender({"a": 3 * mb, "b": 40 * mb, "c": 0}, 2.0, 250 * mb, reserve) == "b"
-    # just under the reserve, writing slower than FLOOD_RATE (a job printing lines) ends nobody
-    assert policies.reserve_offender({"a": mb // 2, "b": 100}, 1.0, 250 * mb, reserve) is None
+
+    def offender(grown, seconds, free):
+        return policies.reserve_offender(grown, seconds, free, reserve, mb)  # 1 MB/s
+
+    assert offender({"a": 3 * mb, "b": 40 * mb, "c": 0}, 2.0, 250 * mb) == "b"
+    # just under the reserve, writing slower than the flood rate (a job printing lines) ends nobody
+    assert offender({"a": mb // 2, "b": 100}, 1.0, 250 * mb) is None
     # deeper into it, a slower writer is ended; near full, whoever writes the most
-    assert policies.reserve_offender({"a": mb // 2, "b": 100}, 1.0, 100 * mb, reserve) == "a"
-    assert policies.reserve_offender({"a": 0, "b": 100}, 1.0, 0, reserve) == "b"
+    assert offender({"a": mb // 2, "b": 100}, 1.0, 100 * mb) == "a"
+    assert offender({"a": 0, "b": 100}, 1.0, 0) == "b"
     # nothing written (or files removed) ends nobody, however full the disk
-    assert policies.reserve_offender({"a": -5 * mb, "b": 0}, 1.0, 0, reserve) is None
-    assert policies.reserve_offender({}, 1.0, 0, reserve) is None
+    assert offender({"a": -5 * mb, "b": 0}, 1.0, 0) is None
+    assert offender({}, 1.0, 0) is None
     end = policies.on_reserve(Path("/srv/ma/jobs"), 20 * mb, 256 * mb, 12 * mb, 1.0)
     assert end.status is JobStatus.error and end.pending and not end.requeue
     assert end.reason.startswith(
-        "disk nearly full under /srv/ma/jobs: 20 MB free, under the reserve of 256 MB"
+        "disk nearly full under /srv/ma/jobs: 20.0 MB free, under the reserve of 256 MB"
     )
     assert "[limits] disk_reserve_mb" in end.reason and "wrote the most there (12.0 MB" in end.reason
 

@@ -313,6 +313,9 @@ class LocalBackend(Backend):
             "account_uid": view.run_as.uid if view.run_as else os.geteuid(),
             "max_log_bytes": int(limits.max_log_mb * (1 << 20)),
             "logs_dir": str(attempt.jobdir.logs),
+            # the jobs folder's disk reserve: a log flood under it ends the job at the runner's pace
+            "disk_reserve_bytes": int(limits.disk_reserve_mb * (1 << 20)),
+            "disk_flood_rate": config.DISK_FLOOD_RATE,
             "on_start": wrap(launch.on_start, "on_start") if launch.on_start else None,
             "on_stop": wrap(launch.on_stop) if launch.on_stop else None,
             # the node's working copy: filled by its first phase (bubblewrap) or by the runner

@@ -26,7 +26,10 @@ pointing at the node's log file; the service is never in the log path.  The runn
       machine); past ``max_log_bytes`` (``[limits] max_log_mb``) it kills the node and reports
       "logs exceeded ... max_log_mb": the job ends in error with that reason (the node log is
       written by the job's processes directly, so the cap ends the writer rather than cutting
-      what it writes); a folder of more than ``MAX_LOG_ENTRIES`` entries ends it too;
+      what it writes); a folder of more than ``MAX_LOG_ENTRIES`` entries ends it too; and
+      while the logs' disk has less than ``disk_reserve_bytes`` free, logs growing at
+      ``disk_flood_rate`` or more (less the fuller the disk: the supervisor's rule, see
+      :mod:`ma_jupyter.service.policies`) end it with "disk nearly full under <logs>";
 2. at the node's first launch, has its working copy filled from the algorithm folder (see
    :mod:`ma_jupyter.nodeside.workdir`): by the first phase itself in bubblewrap (as the job's
    account, before the command; it reports the end on a pipe), by the runner in the symlink
@@ -78,6 +81,9 @@ CLONE_NEWUSER = 0x10000000
 LOG_SLACK = 1 << 20
 #: files and folders the job's logs folder may hold (a node log, per-rank logs and reports)
 MAX_LOG_ENTRIES = 10000
+#: a disk with less free space counts as full (``ma_jupyter.service.disk.FULL_BELOW``): each
+#: job writing there ends "disk full", the reserve's rule stands aside
+FULL_BELOW = 256 << 10
 #: seconds between two heartbeats (rule 7); the service's faulty threshold is several of them
 HEARTBEAT_EVERY = 1.0
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -236,6 +242,26 @@ def logs_size(folder: str) -> int | None:
         except OSError:  # gone, or not a folder
             continue
     return total
+
+
+def _log_flood(folder: str, grown: int, seconds: float, reserve: int, flood_rate: float) -> str | None:
+    """Why the job's logs are ended for the disk reserve, or None: its disk has less than
+    ``reserve`` bytes free (but is not full, where every writer ends "disk full") and they grew
+    by ``grown`` bytes in ``seconds``, at ``flood_rate`` or more, less the fuller the disk."""
+    if grown <= 0 or seconds <= 0:
+        return None
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    free = fs.f_bavail * fs.f_frsize
+    if free >= reserve or free < FULL_BELOW or grown / seconds < flood_rate * free / reserve:
+        return None
+    mb = 1 << 20
+    return (
+        f"disk nearly full under {folder}: {free / mb:.1f} MB free, under the reserve of {reserve / mb:g} MB "
+        f"([limits] disk_reserve_mb); the job's logs grew by {grown / mb:.1f} MB in the last {seconds:.1f} s"
+    )
 
 
 def node_user_namespace() -> int | None:
@@ -410,6 +436,9 @@ class NodeRunner:
         max_logs = int(self.spec.get("max_log_bytes") or 0)
         logs_dir = self.spec.get("logs_dir")
         log_cap = max_logs
+        reserve = int(self.spec.get("disk_reserve_bytes") or 0)
+        flood_rate = float(self.spec.get("disk_flood_rate") or 0)
+        last_size, last_time = None, time.monotonic()
         said_processes = False
         while not self._ended.wait(MEMORY_SAMPLE):
             tree = _tree(os.getpid())
@@ -447,6 +476,15 @@ class NodeRunner:
                         f"(all its nodes together: {size / (1 << 20):.1f} MB); {node} was killed"
                     )
                     log_cap = size + LOG_SLACK
+                else:
+                    now = time.monotonic()
+                    if last_size is not None and reserve and flood_rate:
+                        exceeded = _log_flood(
+                            logs_dir, size - last_size, now - last_time, reserve, flood_rate
+                        )
+                        if exceeded:
+                            exceeded += f"; {node} was killed"
+                    last_size, last_time = size, now
             if exceeded is None:
                 continue
             if self.exceeded is None:
