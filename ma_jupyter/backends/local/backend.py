@@ -18,6 +18,7 @@ import json
 import math
 import os
 import secrets
+import shutil
 import signal
 import socket
 import stat
@@ -107,6 +108,8 @@ class LocalBackend(Backend):
         agent, whose first job should not wait for it); where it cannot start, runners start
         the slow way."""
         self._compile_helpers()
+        if self.isolation() == "bubblewrap":
+            _user_namespace_works()  # checked now rather than at the first node
         try:
             self._forks.start()
         except ServerUnavailable as exc:
@@ -309,6 +312,8 @@ class LocalBackend(Backend):
             # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
             "memory_gb": plan.task.memory_gb or None,
             "max_processes": limits.max_node_processes,
+            # the node in a user namespace of its own, where its process limit is its own count
+            "own_user_namespace": view.sandbox == "bubblewrap" and _user_namespace_works(),
             # the account the node's processes run as (the kernel's process limit spares root)
             "account_uid": view.run_as.uid if view.run_as else os.geteuid(),
             "max_log_bytes": int(limits.max_log_mb * (1 << 20)),
@@ -748,6 +753,25 @@ def _kernel_port() -> int:
 
 
 _BWRAP_OK: bool | None = None
+_USERNS_OK: bool | None = None
+
+
+def _user_namespace_works() -> bool:
+    """Whether nodes can run in user namespaces of their own here (noderun rule 1b), checked once
+    per process by the runner's own code in a process of its own (it forks)."""
+    global _USERNS_OK
+    if _USERNS_OK is None:
+        if os.geteuid() != 0 or not shutil.which("bwrap", path=workspace.SYSTEM_PATH):
+            _USERNS_OK = False
+        else:
+            argv = [sys.executable, "-m", "ma_jupyter.backends.local.noderun", noderun.CHECK_USER_NAMESPACE]
+            argv.append(shutil.which("bwrap", path=workspace.SYSTEM_PATH))
+            try:
+                done = subprocess.run(argv, capture_output=True, timeout=30, env=runner_env())
+                _USERNS_OK = done.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                _USERNS_OK = False
+    return _USERNS_OK
 
 
 def _bwrap_works() -> bool:

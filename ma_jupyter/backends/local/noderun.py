@@ -14,7 +14,8 @@ pointing at the node's log file; the service is never in the log path.  The runn
       on <node>" as the node's failure (no kernel memory limit is set: a watchdog works
       wherever the platform does, cgroup or not);
    b. processes: the node's tasks (processes and threads) are bounded by the kernel at
-      ``max_processes`` (``[limits] max_node_processes``): as root, in bubblewrap, the runner
+      ``max_processes`` (``[limits] max_node_processes``): as root, in bubblewrap (where the
+      backend found it works, ``own_user_namespace``: :func:`check_user_namespace`), the runner
       makes the node a user namespace of its own, mapping every id to itself (files keep their
       owners), and starts each phase in it with that ``RLIMIT_NPROC``; the kernel counts a
       limit per (user namespace, uid) since Linux 5.14, so the node's count is its own, not
@@ -683,11 +684,16 @@ class NodeRunner:
             if usable:
                 os.sched_setaffinity(0, usable)
         node_dir = NodeDir(Path(spec["node_dir"]))
-        if self.max_processes and spec.get("sandbox") == "bubblewrap":
+        if self.max_processes and spec.get("own_user_namespace"):
             # made before any thread starts: it forks a helper
             self.userns = node_user_namespace()
-            if self.userns is None and os.geteuid() == 0:
-                self._say("no user namespace for this node: its process limit is the watchdog's")
+        if (
+            self.max_processes
+            and spec.get("sandbox") == "bubblewrap"
+            and self.userns is None
+            and os.geteuid() == 0
+        ):
+            self._say("no user namespace of its own for this node here: its process limit is the watchdog's")
         threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
         if spec.get("memory_gb") or self.max_processes or spec.get("max_log_bytes"):
             threading.Thread(target=self._watch, daemon=True).start()
@@ -789,9 +795,32 @@ def read_record(path: Path) -> int | None:
         return None
 
 
+#: the argument that asks :func:`main` whether nodes can have user namespaces of their own
+CHECK_USER_NAMESPACE = "--check-user-namespace"
+
+
+def check_user_namespace(bwrap: str) -> int:
+    """0 when a sandbox can start in a user namespace of its own here (rule 1b): one is made and
+    ``bwrap`` mounts a fresh ``/proc`` and ``/dev`` in it (a host whose ``/proc`` has covered
+    paths, as some containers have, refuses that in a user namespace); 1 otherwise."""
+    userns = node_user_namespace()
+    if userns is None:
+        return 1
+    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
+    argv += ["--cap-drop", "ALL", "--", "true"]
+    try:
+        done = subprocess.run(argv, preexec_fn=_enter_node(userns, 64), capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 1
+    return 0 if done.returncode == 0 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the node described by the JSON file named in ``argv``."""
+    """Entry point: run the node described by the JSON file named in ``argv``
+    (``--check-user-namespace BWRAP``: :func:`check_user_namespace`)."""
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == CHECK_USER_NAMESPACE:
+        return check_user_namespace(args[1])
     if len(args) != 1:
         print("usage: python -m ma_jupyter.backends.local.noderun <node-run.json>", file=sys.stderr)
         return 2
