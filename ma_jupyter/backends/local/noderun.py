@@ -355,7 +355,10 @@ def _die_with_runner() -> None:
 
 def _enter_node(userns: int | None, max_processes: int) -> Callable[[], None]:
     """What each phase's first process runs before its program: die with the runner, and (with
-    the node's user namespace) enter it with the node's process limit (rule 1b)."""
+    the node's user namespace) enter it with the node's process limit (rule 1b).
+
+    Any namespace the host owns (one made outside the node) must be joined before that
+    ``setns``: inside the node's user namespace no process can join one."""
 
     # looked up here, not in the forked child (where another thread may have held a lock)
     setns = ctypes.CDLL(None, use_errno=True).setns if userns is not None else None
