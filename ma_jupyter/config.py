@@ -143,6 +143,12 @@ def default_nodes(count: int = 4) -> list[Node]:
     ]
 
 
+#: bytes per second a job must be writing on the jobs folder's disk, as it falls under
+#: ``[limits] disk_reserve_mb``, to be ended for it; proportionally less the fuller the disk
+#: (the supervisor's look and the node runner's, see :mod:`ma_jupyter.service.policies`)
+DISK_FLOOD_RATE = 1 << 20
+
+
 @dataclass(frozen=True)
 class Limits:
     """The admin's caps on what a job may ask (``[limits]`` in ``cluster.toml``); the defaults
@@ -158,6 +164,14 @@ class Limits:
     # hours a node of a --debug-terminal job whose command failed keeps its sandbox for the
     # debug terminal (its processes stopped, its files and mounts kept)
     debug_keep_hours: float = 4.0
+    # processes and threads one node may have at once (its own count, not its account's: see
+    # the node runner's rule 1)
+    max_node_processes: int = 4096
+    # megabytes a job's logs may take, all its nodes together; past it the job ends in error
+    max_log_mb: float = 1024.0
+    # megabytes kept free on the jobs folder's disk: under it, the job writing the most there is
+    # ended, so one job's writing never ends another user's job or stops every submit
+    disk_reserve_mb: float = 256.0
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
@@ -169,6 +183,9 @@ class Limits:
             "heartbeat_timeout": (int, float),
             "elastic_scale_up_interval": (int, float),
             "debug_keep_hours": (int, float),
+            "max_node_processes": int,
+            "max_log_mb": (int, float),
+            "disk_reserve_mb": (int, float),
         }
         for key, value in data.items():
             if key not in known:

@@ -91,7 +91,8 @@ class NodeUsage:
         node: the node's name (``worker-0``).
         cpu_seconds: CPU time its processes used since the node started, cumulative (it never
             shrinks while the node runs: the sampler turns two readings into a percentage).
-        memory_bytes: resident memory of its processes now.
+        memory_bytes: memory it holds now: its processes' resident memory, plus (local backend)
+            what it keeps in its memory-backed folders (``/tmp``, ``/dev/shm``), as its limit counts it.
         card_percent: use of its cards now, 0..100, or None when the backend cannot tell.
     """
 

@@ -39,6 +39,10 @@ on a drained or faulty node is moved away by the watch (:func:`.policies.on_unhe
 checkpoint-resume attempt after the first passes a pre-check before it is launched
 (:meth:`Supervisor._precheck`).
 
+A thread of its own keeps the jobs folder's disk reserve (:mod:`.policies`, "across running
+jobs"): once a second it looks at the disk's free space and, when it is nearly full, ends the
+job writing the most there (:meth:`Supervisor._watch_reserve`).
+
 The outcome is that of trying every queued job in queue order (each one that fits and may pass
 the head starts, the others wait), at the cost of one placement per shape plus one per job started.
 
@@ -88,7 +92,7 @@ from ..models import (
 from ..modes import plan_job, single_copy
 from ..modes.base import Placement
 from . import policies
-from .disk import SUBMIT_BELOW, full_folder
+from .disk import FULL_BELOW, SUBMIT_BELOW, disk_use, free_bytes, full_folder
 from .guard import disk_full_message
 from .health import NodeHealth
 from .logs import tail
@@ -170,6 +174,10 @@ class Supervisor:
         self._pending_end: dict[str, str] = {}
         self._retry_at: dict[str, float] = {}
         self._reserve_checked = 0.0
+        # the disk reserve (policies, "across running jobs"): when it was last looked at, and what
+        # each running job held on the jobs folder's disk then (only while it is nearly full)
+        self._reserve_watched = 0.0
+        self._held: dict[str, int] = {}
         # polls of running nodes: when each job was last polled, and whether a backend's push of
         # a node's end asks this tick to poll every job (Backend rule 6, poll_every)
         self._polled_at: dict[str, float] = {}
@@ -209,6 +217,9 @@ class Supervisor:
         self._thread = threading.Thread(target=self._loop, name="ma-supervisor", daemon=True)
         self._thread.start()
         self.resources.start()
+        # its own thread: measuring what jobs hold on a nearly full disk may take a while, and
+        # must never slow a tick
+        threading.Thread(target=self._reserve_loop, name="ma-disk-reserve", daemon=True).start()
 
     def shutdown(self) -> None:
         """Stop the loop; running jobs keep running (they do not depend on the service)."""
@@ -1198,6 +1209,51 @@ class Supervisor:
             + (f", avoiding {avoided}" if avoided else ""),
         )
         return None
+
+    def _reserve_loop(self) -> None:
+        while not self._halt.wait(DISK_CHECK_EVERY):
+            try:
+                self._watch_reserve()
+            except Exception:  # the next look tries again; the jobs' own disk checks still run
+                log.exception("keeping the disk reserve failed")
+
+    def _watch_reserve(self) -> None:
+        """Keep the jobs folder's disk reserve (:mod:`.policies`, "across running jobs"): under
+        twice the reserve, measure what each running job holds there; under the reserve, end
+        the one writing the most (:func:`.policies.on_reserve`)."""
+        now = time.monotonic()
+        seconds, self._reserve_watched = now - self._reserve_watched, now
+        reserve = int(self.scheduler.cluster.limits.disk_reserve_mb * (1 << 20))
+        root = config.jobs_root()
+        free = free_bytes(root)
+        if free is None or free >= 2 * reserve:
+            self._held = {}
+            return
+        device = os.stat(root).st_dev
+        held: dict[str, int] = {}
+        attempts: dict[str, Attempt] = {}
+        for job in self.store.by_status(JobStatus.running):
+            with self._lock:
+                placement = self._placements.get(job.id)
+                if placement is None or job.id in self._finishing:
+                    continue
+                attempts[job.id] = attempt = self._attempt(job, placement)
+            folders = policies.disk_folders(attempt.spec, attempt.jobdir.root, attempt.jobdir.outputs)
+            held[job.id] = disk_use(folders, device)
+        before, self._held = self._held, held
+        if free >= reserve or free < FULL_BELOW:
+            return  # outside the reserve; or full, where each job writing there ends ("disk full")
+        grown = {j: held[j] - before[j] for j in held if j in before}
+        victim = policies.reserve_offender(grown, seconds, free, reserve, config.DISK_FLOOD_RATE)
+        if victim is None:
+            return
+        end = policies.on_reserve(root, free, reserve, grown[victim], seconds)
+        with self._lock:
+            job = self.store.get(victim)
+            if job.status is JobStatus.running and victim not in self._finishing:
+                log.warning("job %s: %s", victim, end.reason)
+                self._held.pop(victim, None)
+                self._finish(job, attempts[victim], end)
 
     def _full_disk(self, job: Job, attempt: Attempt, *, now: bool = False) -> Path | None:
         """The first full folder among those the job writes to (its job folder, outputs and

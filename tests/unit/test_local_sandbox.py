@@ -424,3 +424,22 @@ def test_a_readers_sandbox_shows_one_folder_by_descriptor_read_only(ma_home):
     inner = argv[argv.index("--") + 1 :]
     assert inner[0].endswith("setpriv") and "--reuid=65534" in inner
     assert inner[inner.index(EXEC_ENV) + 1] == ENV_FILE and f"--ro-bind-data {ENV_FD} {ENV_FILE}" in joined
+
+
+def test_the_memory_backed_folders_are_no_larger_than_the_nodes_memory(ma_paths, tmp_path):
+    """/tmp, /run and /dev/shm are tmpfs: uncapped, each could take half the host's memory, outside
+    the node's limit (issue 24, item 5); bubblewrap's --size caps each at the spec's memory."""
+    import dataclasses
+
+    spec = full_spec(ma_paths)
+    task = TaskSlot("worker", 0, "worker-0", "127.0.1.1", (0,), memory_gb=1.0)
+    placement = Placement("job-1", Spec(name="s", cpus=1, memory_gb=1), (task,))
+    attempt = Attempt("job-1", spec, 0, tmp_path / "jobs" / "job-1", tuple(plan_job(spec, placement, ["x"])))
+    view = node_view(attempt, attempt.plans[0], "bubblewrap")
+    assert view.tmpfs_limit == 1 << 30  # the task's memory_gb
+    argv = bwrap_argv(view, ["python", "x.py"])
+    for folder in ("/tmp", "/run", "/dev/shm"):
+        at = argv.index(folder, argv.index("--dev"))
+        assert argv[at - 3 : at] == ["--size", str(1 << 30), "--tmpfs"], folder
+    uncapped = dataclasses.replace(view, tmpfs_limit=0)
+    assert "--size" not in bwrap_argv(uncapped, ["python", "x.py"])

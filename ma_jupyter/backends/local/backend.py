@@ -18,6 +18,7 @@ import json
 import math
 import os
 import secrets
+import shutil
 import signal
 import socket
 import stat
@@ -107,6 +108,8 @@ class LocalBackend(Backend):
         agent, whose first job should not wait for it); where it cannot start, runners start
         the slow way."""
         self._compile_helpers()
+        if self.isolation() == "bubblewrap":
+            _user_namespace_works()  # checked now rather than at the first node
         try:
             self._forks.start()
         except ServerUnavailable as exc:
@@ -288,6 +291,7 @@ class LocalBackend(Backend):
         def wrap(command: list[str], phase: str = "") -> list[str]:
             return workspace.sandbox_argv(view, command, copy=copy and phase == first)
 
+        limits = config.load_cluster().limits
         spec = {
             "node": launch.name,
             "node_dir": str(node_dir),
@@ -304,8 +308,19 @@ class LocalBackend(Backend):
             "job_env": env if view.sandbox == "bubblewrap" else None,
             "cwd": workspace.host_workdir(view),
             "cpus": list(view.cpus),
-            # the spec's memory per node: the runner's watchdog ends the node past it
+            # the spec's memory per node (its tmpfs included): the runner's watchdog ends the node
+            # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
             "memory_gb": plan.task.memory_gb or None,
+            "max_processes": limits.max_node_processes,
+            # the node in a user namespace of its own, where its process limit is its own count
+            "own_user_namespace": view.sandbox == "bubblewrap" and _user_namespace_works(),
+            # the account the node's processes run as (the kernel's process limit spares root)
+            "account_uid": view.run_as.uid if view.run_as else os.geteuid(),
+            "max_log_bytes": int(limits.max_log_mb * (1 << 20)),
+            "logs_dir": str(attempt.jobdir.logs),
+            # the jobs folder's disk reserve: a log flood under it ends the job at the runner's pace
+            "disk_reserve_bytes": int(limits.disk_reserve_mb * (1 << 20)),
+            "disk_flood_rate": config.DISK_FLOOD_RATE,
             "on_start": wrap(launch.on_start, "on_start") if launch.on_start else None,
             "on_stop": wrap(launch.on_stop) if launch.on_stop else None,
             # the node's working copy: filled by its first phase (bubblewrap) or by the runner
@@ -323,7 +338,7 @@ class LocalBackend(Backend):
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else None,
             # a failed command keeps the sandbox for the debug terminal this long ([limits])
-            "keep_failed_seconds": config.load_cluster().limits.debug_keep_hours * 3600.0
+            "keep_failed_seconds": limits.debug_keep_hours * 3600.0
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else 0,
         }
@@ -756,6 +771,25 @@ def _kernel_port() -> int:
 
 
 _BWRAP_OK: bool | None = None
+_USERNS_OK: bool | None = None
+
+
+def _user_namespace_works() -> bool:
+    """Whether nodes can run in user namespaces of their own here (noderun rule 1b), checked once
+    per process by the runner's own code in a process of its own (it forks)."""
+    global _USERNS_OK
+    if _USERNS_OK is None:
+        if os.geteuid() != 0 or not shutil.which("bwrap", path=workspace.SYSTEM_PATH):
+            _USERNS_OK = False
+        else:
+            argv = [sys.executable, "-m", "ma_jupyter.backends.local.noderun", noderun.CHECK_USER_NAMESPACE]
+            argv.append(shutil.which("bwrap", path=workspace.SYSTEM_PATH))
+            try:
+                done = subprocess.run(argv, capture_output=True, timeout=30, env=runner_env())
+                _USERNS_OK = done.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                _USERNS_OK = False
+    return _USERNS_OK
 
 
 def _bwrap_works() -> bool:

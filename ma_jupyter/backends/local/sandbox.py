@@ -123,6 +123,9 @@ class NodeView:
         export_to: in-view folder where what the job wrote in its working copy is kept after
             each attempt (None: it has no working copy).
         copy_limit: the most bytes its working copy may take.
+        tmpfs_limit: the most bytes each of its memory-backed folders (``/tmp``, ``/dev/shm``,
+            ``/run``) may hold: its spec's memory, which their use counts in too (see
+            :mod:`.noderun` rule 1); 0: no cap.
     """
 
     job_id: str
@@ -142,6 +145,7 @@ class NodeView:
     run_as: RunAs | None = None
     export_to: str | None = None
     copy_limit: int = 0
+    tmpfs_limit: int = 0
 
     @property
     def nd(self) -> NodeDir:
@@ -293,6 +297,7 @@ def node_view(
         run_as=policy.run_as(attempt.spec.creator),
         export_to=export_dir(attempt, plan) if has_copy else None,
         copy_limit=policy.workdir_copy_limit,
+        tmpfs_limit=int((plan.task.memory_gb or 0) * (1 << 30)),
     )
 
 
@@ -418,6 +423,7 @@ def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
         else None,
         export_to=export_dir(attempt, plan) if any(m.kind == WORKDIR_KIND for m in mounts) else None,
         copy_limit=load_policy().workdir_copy_limit,
+        tmpfs_limit=int((plan.task.memory_gb or 0) * (1 << 30)),
     )
 
 
@@ -720,7 +726,7 @@ def bwrap_argv(
     if pid_namespace:
         args.append("--unshare-pid")
     args += ["--hostname", view.hostname]
-    args += _system_args()
+    args += _system_args(view.tmpfs_limit)
     args += _etc_args(view)
     args += _python_args(view.image.roots)
     args += ["--perms", "0755", "--dir", VIEW_ROOT]
@@ -742,9 +748,10 @@ def bwrap_argv(
     return args + ["--"] + enter_env_argv(view, list(command), copy=copy)
 
 
-def _system_args() -> list[str]:
+def _system_args(tmpfs_limit: int = 0) -> list[str]:
     """The system folders read-only, fresh ``/proc`` and ``/dev``, and empty ``/tmp``, ``/run``
-    and ``/dev/shm``: the base of every sandbox."""
+    and ``/dev/shm`` (each at most ``tmpfs_limit`` bytes when it is positive): the base of every
+    sandbox."""
     args: list[str] = []
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
@@ -752,10 +759,19 @@ def _system_args() -> list[str]:
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
+    args += [*_tmpfs(tmpfs_limit, "/tmp"), *_tmpfs(tmpfs_limit, "/run")]
     # shared memory every account may use (PyTorch's data loaders; seed 000 lists /dev/shm)
-    args += ["--perms", "1777", "--tmpfs", "/dev/shm"]
+    args += ["--perms", "1777", *_tmpfs(tmpfs_limit, "/dev/shm")]
     return args
+
+
+def _tmpfs(limit: int, path: str) -> list[str]:
+    """A memory-backed folder no larger than ``limit`` bytes (a node's memory,
+    :attr:`NodeView.tmpfs_limit`, where its use counts too): without a cap each would take up to
+    half the host's memory, outside the node's limit."""
+    size = ["--size", str(limit)] if limit > 0 else []
+    return [*size, "--tmpfs", path]
 
 
 def _python_args(roots: tuple[str, ...] | list[str]) -> list[str]:
