@@ -448,14 +448,10 @@ class NodeRunner:
             tree = _tree(os.getpid())
             resident, tasks = _stats(tree)
             exceeded = None
-            held = tmpfs_held(tree) if memory else 0
-            if memory and resident + held > memory:
-                exceeded = (
-                    f"the job exceeded its memory limit of {_gb(limit_gb)} on {node} "
-                    f"({_gb((resident + held) / (1 << 30))}: {_gb(resident / (1 << 30))} resident, "
-                    f"{_gb(held / (1 << 30))} in /tmp, /dev/shm and /run): killed"
-                )
-            elif self.max_processes and tasks >= self.max_processes:
+            # The process count first: the children a fork bomb has not exec'd yet each count
+            # the parent's resident pages again (shared, copy-on-write), so the memory sum
+            # passes its limit too, and would name the wrong cause.
+            if self.max_processes and tasks >= self.max_processes:
                 if not self._kernel_bound():  # the watchdog is the bound
                     exceeded = (
                         f"the job exceeded its limit of {self.max_processes} processes and threads on {node} "
@@ -467,6 +463,13 @@ class NodeRunner:
                         f"{node} reached its limit of {self.max_processes} processes and threads "
                         "([limits] max_node_processes): starting more fails until some end"
                     )
+            held = tmpfs_held(tree) if memory and exceeded is None else 0
+            if exceeded is None and memory and resident + held > memory:
+                exceeded = (
+                    f"the job exceeded its memory limit of {_gb(limit_gb)} on {node} "
+                    f"({_gb((resident + held) / (1 << 30))}: {_gb(resident / (1 << 30))} resident, "
+                    f"{_gb(held / (1 << 30))} in /tmp, /dev/shm and /run): killed"
+                )
             if exceeded is None and log_cap and logs_dir:
                 size = logs_size(logs_dir)
                 if size is None:
