@@ -275,6 +275,12 @@ export interface Node {
   accelerator_type?: "none" | "gpu" | "mlu" | "npu";
   /** Board model of the cards (e.g. MLU370). */
   accelerator_model?: string;
+  /** Memory of one card (0: unknown). */
+  accelerator_memory_gb?: number;
+  /** The machine's indices of its cards (nvidia-smi's, /dev/nvidia<N>); empty: 0 to accelerators-1. Real cards listed by several nodes of one machine go to one node at a time. */
+  devices?: Array<number>;
+  /** True: its cards are indices only; False: real cards, their device nodes bound into the sandbox of the job node holding them. Unset in cluster.toml: real when this machine shows the type's device nodes. */
+  emulated?: boolean | null;
   accelerators_used?: Array<number>;
   driver_version?: string | null;
   pools?: Array<string>;
@@ -298,7 +304,10 @@ export interface NodeLaunch {
   address?: string;
   ports?: Array<number>;
   cpus?: Array<number>;
+  /** The machine's indices of the node's cards. */
   devices?: Array<number>;
+  /** Device nodes bound into its sandbox: its real cards' and their driver's. */
+  device_nodes?: Array<string>;
   /** The command as planned (${VAR} unexpanded, python as written). */
   argv: Array<string>;
   /** What the node execs: ${VAR} expanded, the interpreter resolved. */

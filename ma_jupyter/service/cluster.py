@@ -126,7 +126,7 @@ def view(
                 # boards are not cut into virtual cards here: each is its own virtual card 0
                 cards.append(f"{card}(0):{name}")
         hidden = masked(node, lambda job_id: shown(job_id) != HIDDEN)
-        fits = any(scheduler.fits_now(node, held, s) for s in catalog if scheduler.cluster.fits(s, node))
+        fits = any(scheduler.fits_now(node, held, s, use) for s in catalog if scheduler.cluster.fits(s, node))
         nodes.append(ClusterNode(node=hidden, model=model, cards=cards, jobs=jobs, fits=fits))
 
     rooms = [
