@@ -48,7 +48,8 @@ from dataclasses import dataclass
 DEV = "/dev"
 #: the longest a detection tool may run before the machine is taken to have no cards of its type
 TOOL_TIMEOUT = 10.0
-#: ``MA_JUPYTER_CARDS=none`` turns detection off (the default cluster then has emulated cards)
+#: ``MA_JUPYTER_CARDS=none``: take this machine as one without cards (no detection, every card
+#: of cluster.toml emulated unless it says otherwise): the default cluster then has emulated cards
 ENV_CARDS = "MA_JUPYTER_CARDS"
 
 
@@ -253,7 +254,7 @@ def detect(kind: str) -> list[Card]:
     """This machine's cards of type ``kind`` (rule 1); [] for a type the table does not know, or
     with ``MA_JUPYTER_CARDS=none``."""
     card_type = TYPES.get(kind)
-    if card_type is None or os.environ.get(ENV_CARDS, "").lower() == "none":
+    if card_type is None or cards_turned_off():
         return []
     with _lock:
         if kind not in _detected:
@@ -293,8 +294,14 @@ def card_indices_present(kind: str) -> list[int]:
 
 
 def has_device_nodes(kind: str) -> bool:
-    """Rule 2: whether this machine shows card nodes of ``kind``."""
-    return bool(card_indices_present(kind))
+    """Rule 2: whether this machine shows card nodes of ``kind`` (never with
+    ``MA_JUPYTER_CARDS=none``: the machine is then taken to have no cards at all)."""
+    return not cards_turned_off() and bool(card_indices_present(kind))
+
+
+def cards_turned_off() -> bool:
+    """Whether ``MA_JUPYTER_CARDS=none`` says to take this machine as one without cards."""
+    return os.environ.get(ENV_CARDS, "").lower() == "none"
 
 
 def device_paths(kind: str, indices: list[int] | tuple[int, ...]) -> list[str]:

@@ -164,7 +164,12 @@ def default_specs() -> list[Spec]:
         for kind, cards in found.items():
             specs += card_specs(cards, emulated=not accelerators.has_device_nodes(kind))
         return specs
-    return cpu_specs() + [
+    return cpu_specs() + emulated_specs()
+
+
+def emulated_specs() -> list[Spec]:
+    """The emulated card specs of a default cluster on a machine without cards."""
+    return [
         Spec(
             name="gpu.emu-2",
             cpus=1,

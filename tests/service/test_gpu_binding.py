@@ -88,6 +88,7 @@ def gpu_service(ma_home, tmp_path):
     state = fakes.write_state(tmp_path / "gpus.json", 2, util=37, used_mb=1234)
     wrap = ["unshare", "--mount", "--propagation", "private", PY, str(fakes.FAKE_DEV), "2", "--"]
     env = {
+        "MA_JUPYTER_CARDS": "",  # this service's machine has (fake) cards
         fakes.STATE_ENV: str(state),
         "PYTHONPATH": os.pathsep.join([str(fakes.NVML_DIR), os.environ.get("PYTHONPATH", "")]),
     }
@@ -161,6 +162,8 @@ def test_a_two_card_job_gets_both_and_the_dry_run_names_them(gpu_service, tmp_pa
     assert node["devices"] == [0, 1]
     assert node["device_nodes"][:2] == ["/dev/nvidia0", "/dev/nvidia1"]
     assert set(node["device_nodes"]) == {"/dev/nvidia0", "/dev/nvidia1", *(f"/dev/{n}" for n in CONTROL)}
+    assert node["env"]["MA_NUM_GPUS"] == "2" and node["env"]["NCCL_SOCKET_IFNAME"] == "lo"
+    assert "NCCL_DEBUG" not in node["env"]
     # compiled kernels live in the user's persistent cache, so a second run does not compile again
     for name in ("CUDA_CACHE_PATH", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         assert node["env"][name].startswith("/tmp/.cache/"), name

@@ -133,6 +133,7 @@ def test_default_cluster_without_cards_keeps_the_emulated_ones(fake_cards, monke
 
 
 def test_cluster_file_emulated_flag(tmp_path, monkeypatch):
+    monkeypatch.delenv(accelerators.ENV_CARDS, raising=False)
     monkeypatch.setattr(accelerators, "DEV", str(tmp_path / "dev"))
     (tmp_path / "dev").mkdir()
     path = tmp_path / "cluster.toml"
@@ -148,6 +149,9 @@ def test_cluster_file_emulated_flag(tmp_path, monkeypatch):
     assert nodes["c"].emulated is None  # no cards: nothing to decide
     (tmp_path / "dev" / "nvidia0").write_text("")
     assert {n.name: n.emulated for n in load_cluster(path).nodes}["a"] is False
+    # MA_JUPYTER_CARDS=none: the machine is taken to have no cards
+    monkeypatch.setenv(accelerators.ENV_CARDS, "none")
+    assert {n.name: n.emulated for n in load_cluster(path).nodes}["a"] is True
 
 
 def test_cluster_file_devices_must_match_the_card_count(tmp_path):

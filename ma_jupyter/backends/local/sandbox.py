@@ -655,19 +655,26 @@ def card_env(view: NodeView) -> dict[str, str]:
     ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA's numbering nvidia-smi's order.
     ``ASCEND_VISIBLE_DEVICES`` keeps the machine's indices (the Ascend container runtime's
     meaning), as does ``MA_CARD_INDICES``, for logs and for tools that ask NVML about the card.
+    ``NCCL_SOCKET_IFNAME=lo`` on a node reached over loopback; ``NCCL_DEBUG`` is the job's.
+    A job's own ``--env`` wins over each of them.
     """
     if not view.devices:
         return {}
     sandboxed = bool(view.device_nodes) and view.sandbox == "bubblewrap"
     visible = ",".join(str(i) for i in accelerators.visible_indices(view.devices, sandboxed))
     machine = ",".join(str(d) for d in view.devices)
-    return {
+    env = {
         "CUDA_VISIBLE_DEVICES": visible,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "ASCEND_RT_VISIBLE_DEVICES": visible,
         "ASCEND_VISIBLE_DEVICES": machine,
         "MA_CARD_INDICES": machine,
     }
+    if view.address.startswith("127.") or view.address == "::1":
+        # simulated nodes talk over loopback aliases: NCCL would look for a network interface
+        # and, on a machine whose only other one is down or firewalled, hang at its first call
+        env["NCCL_SOCKET_IFNAME"] = "lo"
+    return env
 
 
 def command_argv(view: NodeView, argv: list[str], env: dict[str, str]) -> list[str]:
