@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -183,3 +184,36 @@ def test_a_gpu_spec_no_node_can_hold_is_refused_naming_the_cards(gpu_service, tm
     assert reply.status_code in (400, 422), reply.text
     text = reply.text
     assert "needs 4 real gpu cards and the machine has 2" in text and "gpu.1, gpu.2" in text
+
+
+def _events(svc, job_id) -> list[str]:
+    return [e["reason"] for e in svc.session().get(f"{svc.api}/jobs/{job_id}/events", timeout=10).json()]
+
+
+def _box(svc) -> dict:
+    return next(n for n in svc.session().get(f"{svc.api}/nodes", timeout=10).json() if n["name"] == "box")
+
+
+def test_a_card_that_fails_marks_its_node_faulty(gpu_service, tmp_path):
+    algo = _algorithm(tmp_path)
+    job = submit(gpu_service, name="a", command=f"{PY} probe.py hold", specs=["gpu.1"], algorithm=algo)["id"]
+    card = int(probe(gpu_service, job)["indices"])
+    # the driver loses the card (NVML answers "GPU is lost" for it)
+    fakes.write_state(gpu_service.state, 2, failed=[card])
+    box = wait_for(lambda: (b := _box(gpu_service))["status"] == "faulty" and b, timeout=60)
+    assert f"card {card} fails" in box["health"] and "GPU is lost" in box["health"]
+    assert any(f"node box is faulty: NVIDIA card {card} fails" in e for e in _events(gpu_service, job))
+    # the job on the faulty node is ended (no fault restart), naming the node
+    assert wait_status(gpu_service, job, {"failed", "error"}, timeout=90)
+
+    # back in placement; then the card's device node disappears under a running job
+    fakes.write_state(gpu_service.state, 2)
+    undrain = gpu_service.session().post(f"{gpu_service.api}/nodes/box/undrain", timeout=10)
+    assert undrain.status_code == 200, undrain.text
+    job = submit(gpu_service, name="b", command=f"{PY} probe.py hold", specs=["gpu.1"], algorithm=algo)["id"]
+    card = int(probe(gpu_service, job)["indices"])
+    nsenter = ["nsenter", "--target", str(gpu_service.proc.pid), "--mount", "rm", f"/dev/nvidia{card}"]
+    subprocess.run(nsenter, check=True)
+    box = wait_for(lambda: (b := _box(gpu_service))["status"] == "faulty" and b, timeout=60)
+    assert f"/dev/nvidia{card} is gone" in box["health"]
+    assert any(f"/dev/nvidia{card} is gone" in e for e in _events(gpu_service, job))

@@ -3,6 +3,7 @@ driven by a fake NVML and a fake nvidia-smi (tests/fakes): no card is needed."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -19,7 +20,7 @@ from tests import fakes
 def fake_cards(tmp_path, monkeypatch):
     """Fake cards seen through ``nvidia-smi`` only (no NVML module importable); returns a
     function setting how many there are (and their state)."""
-    monkeypatch.setenv("PATH", f"{fakes.BIN_DIR}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{fakes.BIN_DIR}:{os.environ['PATH']}")
     monkeypatch.delenv(accelerators.ENV_CARDS, raising=False)
     state = tmp_path / "gpus.json"
     monkeypatch.setenv(fakes.STATE_ENV, str(state))

@@ -33,10 +33,10 @@ import psutil
 
 import ma_jupyter
 
-from ... import config
+from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
-from ...modes.base import NodePlan, Placement, RemoteShell
+from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, NodeUsage
 from . import caches, noderun, shell_agent
@@ -430,6 +430,17 @@ class LocalBackend(Backend):
             return os.lstat(attempt.jobdir.node(run.name).heartbeat).st_mtime
         except OSError:
             return run.start_time
+
+    def card_fault(self, task: TaskSlot) -> str | None:
+        """The first of the task's real cards that this machine no longer shows, or that NVML
+        reports lost (:func:`ma_jupyter.accelerators.card_fault`)."""
+        if not task.card_type:
+            return None
+        for index in task.devices:
+            reason = accelerators.card_fault(task.card_type, index)
+            if reason is not None:
+                return reason
+        return None
 
     # ------------------------------------------------------------------------ stop
 
