@@ -379,9 +379,11 @@ def card_fault(kind: str, index: int) -> str | None:
     return None
 
 
-def sample(kind: str, indices: list[int] | tuple[int, ...]) -> CardUse | None:
-    """Rule 5: the utilization (mean of the cards) and memory in use (sum) of cards ``indices``
-    of ``kind``, through NVML; None when it cannot tell (no NVML, another type, no card)."""
+def sample(kind: str, indices: list[int] | tuple[int, ...], pids: set[int] | None = None) -> CardUse | None:
+    """Rule 5: the utilization (mean of the cards) and the card memory in use on cards
+    ``indices`` of ``kind``, through NVML: with ``pids``, the memory held by those processes
+    only (a node's own, where the driver lists them), else all of the cards' used memory; None
+    when it cannot tell (no NVML, another type, no card)."""
     if kind != "gpu" or not indices:
         return None
     with _nvml_session() as nvml:
@@ -392,7 +394,21 @@ def sample(kind: str, indices: list[int] | tuple[int, ...]) -> CardUse | None:
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 percents.append(float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
-                memory += nvml.nvmlDeviceGetMemoryInfo(handle).used / (1 << 20)
+                if pids is None:
+                    memory += nvml.nvmlDeviceGetMemoryInfo(handle).used / (1 << 20)
+                else:
+                    for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                        if process.pid in pids and process.usedGpuMemory:  # None: not allowed to read
+                            memory += process.usedGpuMemory / (1 << 20)
             except Exception:
                 return None
         return CardUse(round(sum(percents) / len(percents), 1), round(memory, 1))
+
+
+def card_type_of(paths: list[str] | tuple[str, ...]) -> str:
+    """The card type whose card nodes are among device node ``paths`` ("" when none is)."""
+    for kind, card_type in TYPES.items():
+        pattern = card_type.card_pattern()
+        if any(pattern.match(os.path.basename(p)) for p in paths):
+            return kind
+    return ""

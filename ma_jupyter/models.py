@@ -599,6 +599,9 @@ class ClusterNode(Strict):
         "board's index on the node, the virtual card cut from it (0: the whole board) and the job's name.",
     )
     jobs: list[str] = Field(default=[], description="Ids of the visible jobs running here.")
+    card_percent: float | None = Field(
+        default=None, description="Mean use of its cards in use now (real cards the driver reads), 0..100."
+    )
     fits: bool = Field(
         default=True, description="Whether one node of a chosen spec fits here now (idle vs tight)."
     )
@@ -971,7 +974,10 @@ class ResourceSample(Strict):
     cpu_percent: float = Field(description="CPU use since the previous sample; 100 is one core busy.")
     memory_mb: float = Field(description="Resident memory of the node's processes.")
     card_percent: float | None = Field(
-        default=None, description="Emulated cards' use, when the node has cards."
+        default=None, description="Use of the node's cards (0..100), when it has real cards the driver reads."
+    )
+    card_memory_mb: float | None = Field(
+        default=None, description="Card memory the node's processes hold, when it has real cards."
     )
 
 

@@ -42,6 +42,8 @@ export interface ClusterNode {
   cards?: Array<string>;
   /** Ids of the visible jobs running here. */
   jobs?: Array<string>;
+  /** Mean use of its cards in use now (real cards the driver reads), 0..100. */
+  card_percent?: number | null;
   /** Whether one node of a chosen spec fits here now (idle vs tight). */
   fits?: boolean;
 }
@@ -397,8 +399,10 @@ export interface ResourceSample {
   cpu_percent: number;
   /** Resident memory of the node's processes. */
   memory_mb: number;
-  /** Emulated cards' use, when the node has cards. */
+  /** Use of the node's cards (0..100), when it has real cards the driver reads. */
   card_percent?: number | null;
+  /** Card memory the node's processes hold, when it has real cards. */
+  card_memory_mb?: number | null;
 }
 
 /**

@@ -72,12 +72,14 @@ class NodeUsage:
             shrinks while the node runs: the sampler turns two readings into a percentage).
         memory_bytes: resident memory of its processes now.
         card_percent: use of its cards now, 0..100, or None when the backend cannot tell.
+        card_memory_mb: card memory its processes hold now (MiB), or None when it cannot tell.
     """
 
     node: str
     cpu_seconds: float
     memory_bytes: int
     card_percent: float | None = None
+    card_memory_mb: float | None = None
 
 
 class Backend(ABC):

@@ -217,3 +217,40 @@ def test_a_card_that_fails_marks_its_node_faulty(gpu_service, tmp_path):
     box = wait_for(lambda: (b := _box(gpu_service))["status"] == "faulty" and b, timeout=60)
     assert f"/dev/nvidia{card} is gone" in box["health"]
     assert any(f"/dev/nvidia{card} is gone" in e for e in _events(gpu_service, job))
+
+
+def test_top_shows_the_cards_use_and_the_nodes_card_memory(gpu_service, tmp_path, ma_home):
+    fakes.write_state(gpu_service.state, 2, util=37, process_match="probe.py", process_mb=1234)
+    algo = _algorithm(tmp_path)
+    job = submit(gpu_service, name="a", command=f"{PY} probe.py hold", specs=["gpu.1"], algorithm=algo)["id"]
+    probe(gpu_service, job)
+
+    def sampled():
+        usage = gpu_service.session().get(f"{gpu_service.api}/jobs/{job}/resources", timeout=10).json()
+        return next((s for s in usage["samples"] if s["card_percent"] is not None), None)
+
+    sample = wait_for(sampled, timeout=60, interval=0.5)
+    assert sample["card_percent"] == 37.0
+    # the driver lists the node's probe process (and its python -c parent, the rank splitter's
+    # child, whichever hold it): at least its own 1234 MiB, all of them the node's processes
+    assert sample["card_memory_mb"] >= 1234 and sample["card_memory_mb"] % 1234 == 0
+    env = {**os.environ, "MA_JUPYTER_HOME": str(ma_home), "MA_JUPYTER_URL": gpu_service.url}
+    env["MA_JUPYTER_TOKEN"] = gpu_service.token
+    top = subprocess.run(
+        [PY, "-m", "ma_jupyter.frontends.cli", "top", job],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert top.returncode == 0, top.stderr
+    header, row = top.stdout.splitlines()[0], top.stdout.splitlines()[-1]
+    assert "CARD% NOW" in header and "CARD MB NOW" in header
+    assert "37" in row.split()
+    # the cluster view: cards in use, with their use
+    cluster = subprocess.run(
+        [PY, "-m", "ma_jupyter.frontends.cli", "cluster"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert cluster.returncode == 0, cluster.stderr
+    box = next(line for line in cluster.stdout.splitlines() if line.startswith("box"))
+    assert "1/2 (37%)" in box and "(emulated)" not in box

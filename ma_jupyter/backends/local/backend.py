@@ -536,16 +536,41 @@ class LocalBackend(Backend):
 
     def usage(self, job_id: str, runs: list[NodeRun]) -> list[NodeUsage] | None:
         """Each running node's process tree read from ``/proc`` (``noderun.tree_usage``, the
-        memory watchdog's walk); a runner whose pid now belongs to another process is skipped."""
-        del job_id
+        memory watchdog's walk), with its real cards' use and its processes' card memory (NVML);
+        a runner whose pid now belongs to another process is skipped."""
         found: list[NodeUsage] = []
         for run in runs:
             if run.state != "running" or run.pid is None or not self._alive(run):
                 continue
             used = noderun.tree_usage(run.pid)
             if used is not None:
-                found.append(NodeUsage(run.name, used[0], used[1]))
+                cards = self._card_use(job_id, run)
+                found.append(
+                    NodeUsage(
+                        run.name,
+                        used[0],
+                        used[1],
+                        cards.percent if cards else None,
+                        cards.memory_mb if cards else None,
+                    )
+                )
         return found
+
+    @staticmethod
+    def _card_use(job_id: str, run: NodeRun) -> accelerators.CardUse | None:
+        """The use of the node's real cards (named in its ``view.json``) and the card memory of
+        its processes, through NVML; None for a node without real cards or without NVML."""
+        jd = config.jobdir(job_id)
+        try:
+            relative = jd.node(run.name).view_record.relative_to(jd.root)
+            view = json.loads(read_small(jd.root, str(relative), limit=16 << 20))
+            devices, paths = list(view.get("devices") or []), list(view.get("device_nodes") or [])
+        except (OSError, ValueError, RefusedFile, AttributeError, TypeError):
+            return None
+        kind = accelerators.card_type_of(paths)
+        if not kind or run.pid is None:
+            return None
+        return accelerators.sample(kind, devices, noderun.tree_pids(run.pid))
 
     def open_shell(
         self, job: Job, node: str, rows: int, cols: int, command: list[str] | None = None

@@ -55,3 +55,22 @@ def nvmlDeviceGetMemoryInfo(handle):
 
 def nvmlDeviceGetUtilizationRates(handle):
     return SimpleNamespace(gpu=int(_state().get("util", 0)), memory=0)
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle):
+    """The processes "using" the card: those whose command line names the state's
+    ``process_match``, each holding ``process_mb`` MiB."""
+    state = _state()
+    match, held = state.get("process_match"), int(state.get("process_mb", 0)) << 20
+    found = []
+    if match:
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    if match.encode() in fh.read():
+                        found.append(SimpleNamespace(pid=int(name), usedGpuMemory=held))
+            except OSError:
+                continue
+    return found
