@@ -252,3 +252,52 @@ def test_refused_at_submit_naming_what_the_cluster_offers():
     with pytest.raises(InvalidSpec) as info:
         Scheduler(cpu_only).check(_job("gpu.1"))
     assert "no node has gpu cards" in str(info.value) and "CPU specs only" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- Ray
+
+
+def test_ray_inventory_names_the_model_ray_reports():
+    from ma_jupyter.backends.ray.inventory import inventory
+
+    record = {
+        "NodeID": "ab" * 28,
+        "Alive": True,
+        "Resources": {"CPU": 16.0, "memory": 64 * 2**30, "GPU": 2.0, "accelerator_type:H100": 1.0},
+    }
+    (node,) = inventory([record])
+    assert (node.accelerators, node.accelerator_type, node.accelerator_model) == (2, "gpu", "H100")
+    record["Resources"] = {"CPU": 4.0, "memory": 2**30}
+    assert inventory([record])[0].accelerator_model == ""
+
+
+def test_a_launch_planned_elsewhere_binds_this_machines_cards(tmp_path, monkeypatch):
+    from ma_jupyter.backends.local.sandbox import with_machine_cards
+    from ma_jupyter.models import NodeLaunch
+
+    monkeypatch.delenv(accelerators.ENV_CARDS, raising=False)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    monkeypatch.setattr(accelerators, "DEV", str(dev))
+    env = {"CUDA_VISIBLE_DEVICES": "2,3", "ASCEND_RT_VISIBLE_DEVICES": "2,3", "MA_CARD_INDICES": "2,3"}
+    launch = NodeLaunch(
+        name="worker-0",
+        role="worker",
+        index=0,
+        hostname="worker-0",
+        argv=["x"],
+        env=env,
+        isolation="bubblewrap",
+    )
+    launch = launch.model_copy(update={"devices": [2, 3]})
+    assert with_machine_cards(launch) == launch  # no card node here: nothing to bind
+    for name in ("nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm"):
+        (dev / name).write_text("")
+    bound = with_machine_cards(launch)
+    assert bound.device_nodes == [str(dev / n) for n in ("nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm")]
+    assert bound.env["CUDA_VISIBLE_DEVICES"] == "0,1" and bound.env["MA_CARD_INDICES"] == "2,3"
+    # a value the job set itself is kept; no sandbox: nothing changes
+    own = launch.model_copy(update={"env": {**env, "CUDA_VISIBLE_DEVICES": "1"}})
+    assert with_machine_cards(own).env["CUDA_VISIBLE_DEVICES"] == "1"
+    bare = launch.model_copy(update={"isolation": "symlink"})
+    assert with_machine_cards(bare) == bare

@@ -324,6 +324,27 @@ def card_device_nodes(task: TaskSlot, sandbox: str) -> list[str]:
     return accelerators.device_paths(task.card_type, task.devices)
 
 
+def with_machine_cards(launch: NodeLaunch) -> NodeLaunch:
+    """A launch planned on another machine (the Ray backend's service), with the real cards of
+    the machine it starts on: where the launch holds cards (``devices``, Ray's ids), names no
+    device node yet, runs in bubblewrap, and this machine shows a card node for each of them,
+    their device nodes are bound, and the card variables the plan set from the machine's
+    indices become the numbers the node can open (a value the job set itself is kept)."""
+    if not launch.devices or launch.device_nodes or launch.isolation != "bubblewrap":
+        return launch
+    kind = next((k for k in accelerators.TYPES if not accelerators.missing_cards(k, launch.devices)), None)
+    if kind is None or accelerators.cards_turned_off():
+        return launch
+    paths = accelerators.device_paths(kind, launch.devices)
+    machine = ",".join(str(d) for d in launch.devices)
+    visible = ",".join(str(i) for i in accelerators.visible_indices(launch.devices, sandboxed=True))
+    env = dict(launch.env)
+    for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"):
+        if env.get(name) == machine:
+            env[name] = visible
+    return launch.model_copy(update={"device_nodes": paths, "env": env})
+
+
 def card_device_args(view: NodeView) -> list[str]:
     """The bubblewrap options giving the node its cards: ``--dev-bind`` of each of
     :attr:`NodeView.device_nodes` (nothing for a node without real cards)."""
