@@ -12,7 +12,7 @@ Everything lives under ``$MA_JUPYTER_HOME`` (default ``~/.ma_jupyter``)::
 default: processes on this machine, the inventory from ``[[node]]``) or ``kind = "ray"`` with
 ``address = "HOST:PORT"`` (an existing Ray cluster, whose nodes are the inventory).
 
-Without a ``cluster.toml`` the cluster is derived from this machine (:func:`default_cluster`):
+Without a ``cluster.toml`` the cluster is derived from this machine (:func:`default_nodes`, :func:`default_specs`):
 a few simulated nodes that each see every core (the nodes are processes on one host).  Where the
 machine has cards (:mod:`ma_jupyter.accelerators`: NVML / ``nvidia-smi``, ``npu-smi``), every
 simulated node lists all of them with their model, memory and driver version, and the specs are
