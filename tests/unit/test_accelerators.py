@@ -301,3 +301,21 @@ def test_a_launch_planned_elsewhere_binds_this_machines_cards(tmp_path, monkeypa
     assert with_machine_cards(own).env["CUDA_VISIBLE_DEVICES"] == "1"
     bare = launch.model_copy(update={"isolation": "symlink"})
     assert with_machine_cards(bare) == bare
+
+
+def test_ma_specs_counts_a_real_card_held_by_another_node_as_taken():
+    from ma_jupyter.frontends.notebook.magics import _fits_now, _real_cards_held
+
+    cluster = _machine(2, nodes=2)
+    scheduler = Scheduler(cluster)
+    placed = scheduler.place("a", _job("gpu.2"), scheduler.usage([]))
+    views = scheduler.node_views(scheduler.usage([placed]))
+    held = _real_cards_held(views)
+    gpu1 = cluster.spec("gpu.1")
+    assert held == {("gpu", 0), ("gpu", 1)}
+    assert not any(_fits_now(gpu1, n, held) for n in views)
+    # the scheduler's own view says the same
+    assert [n.status for n in scheduler.node_views(scheduler.usage([placed]), spec="gpu.1")] == [
+        "busy",
+        "busy",
+    ]
