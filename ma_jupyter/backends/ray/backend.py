@@ -306,7 +306,7 @@ class RayBackend(Backend):
             remove_placement_group(group)
             raise
         tasks = [
-            replace(task, ports=p, devices=ids if ids is not None else task.devices)
+            replace(task, ports=p, devices=ids or task.devices)
             for task, p, ids in zip(tasks, ports, cards, strict=True)
         ]
         return replace(bound, tasks=tuple(tasks), reservation=name)
@@ -315,7 +315,8 @@ class RayBackend(Backend):
         self, group: Any, tasks: list[TaskSlot], nodes: list[RayNode]
     ) -> list[tuple[int, ...] | None]:
         """The cards Ray assigned to each task's bundle (its GPU/NPU ids on the Ray node), read by
-        a task that asks for all of the bundle's cards inside it; None for a task without cards.
+        a task that asks for all of the bundle's cards inside it; None for a task without cards
+        (and an empty tuple where Ray keeps no ids for the resource: the scheduler's stay).
 
         The job node then gets exactly those cards, never indices chosen apart from Ray, so it
         cannot collide with other Ray work on the same machine (Ray gives each bundle's card
