@@ -35,13 +35,13 @@ the service all read cards through it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 #: the folder holding device nodes (a test's private mount namespace puts fake ones there)
@@ -114,17 +114,31 @@ class CardType:
 NVIDIA_QUERY = "--query-gpu=index,name,memory.total,driver_version"
 
 
+#: seconds before NVML is tried again after it could not be loaded or initialised
+NVML_RETRY = 60.0
+_nvml_lock = threading.Lock()
+_nvml_module: list = []  # the initialised pynvml module, once it is
+_nvml_failed: list[float] = []  # when it last failed (monotonic)
+
+
 def _nvml():
-    """The ``pynvml`` module, initialised; None when it is missing or NVML does not answer."""
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded...: no NVML on this machine
-        return None
-    return pynvml
+    """The ``pynvml`` module, initialised once for the process (``nvmlInit`` can take a good part
+    of a second: the node inspection and the resource sampler ask every second or two); None when
+    it is missing or NVML does not answer (tried again after :data:`NVML_RETRY` seconds)."""
+    with _nvml_lock:
+        if _nvml_module:
+            return _nvml_module[0]
+        if _nvml_failed and time.monotonic() - _nvml_failed[0] < NVML_RETRY:
+            return None
+        try:
+            import pynvml  # nvidia-ml-py
+
+            pynvml.nvmlInit()
+        except Exception:  # ImportError, NVMLError_LibraryNotFound, DriverNotLoaded...: no NVML here
+            _nvml_failed[:] = [time.monotonic()]
+            return None
+        _nvml_module[:] = [pynvml]
+        return pynvml
 
 
 def _text(value) -> str:
@@ -146,9 +160,6 @@ def _nvidia_by_nvml() -> list[Card] | None:
         return cards
     except Exception:
         return None
-    finally:
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
 
 
 def _run_tool(argv: list[str]) -> str | None:
@@ -272,9 +283,12 @@ def detect_all() -> dict[str, list[Card]]:
 
 
 def forget() -> None:
-    """Drop what :func:`detect` remembers (cards added or removed; tests)."""
+    """Drop what :func:`detect` remembers, and NVML's state (cards added or removed; tests)."""
     with _lock:
         _detected.clear()
+    with _nvml_lock:
+        _nvml_module.clear()
+        _nvml_failed.clear()
 
 
 # ------------------------------------------------------------------------ device nodes
@@ -346,17 +360,6 @@ def visible_indices(indices: list[int] | tuple[int, ...], sandboxed: bool) -> li
 # ------------------------------------------------------------------------- while jobs run
 
 
-@contextlib.contextmanager
-def _nvml_session() -> Iterator[object | None]:
-    nvml = _nvml()
-    try:
-        yield nvml
-    finally:
-        if nvml is not None:
-            with contextlib.suppress(Exception):
-                nvml.nvmlShutdown()
-
-
 def card_fault(kind: str, index: int) -> str | None:
     """Rule 5: why card ``index`` of ``kind`` can no longer be used, or None while it looks
     healthy: its device node is gone, or NVML fails to read it (a card that fell off the bus)."""
@@ -368,14 +371,14 @@ def card_fault(kind: str, index: int) -> str | None:
         return f"{card_type.vendor} card {index} disappeared: {path} is gone"
     if kind != "gpu":
         return None
-    with _nvml_session() as nvml:
-        if nvml is None:
-            return None
-        try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            nvml.nvmlDeviceGetMemoryInfo(handle)
-        except Exception as exc:
-            return f"{card_type.vendor} card {index} fails: NVML says {_text(exc) or type(exc).__name__}"
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        nvml.nvmlDeviceGetMemoryInfo(handle)
+    except Exception as exc:
+        return f"{card_type.vendor} card {index} fails: NVML says {_text(exc) or type(exc).__name__}"
     return None
 
 
@@ -386,23 +389,23 @@ def sample(kind: str, indices: list[int] | tuple[int, ...], pids: set[int] | Non
     when it cannot tell (no NVML, another type, no card)."""
     if kind != "gpu" or not indices:
         return None
-    with _nvml_session() as nvml:
-        if nvml is None:
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    percents, memory = [], 0.0
+    for index in indices:
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            percents.append(float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+            if pids is None:
+                memory += nvml.nvmlDeviceGetMemoryInfo(handle).used / (1 << 20)
+            else:
+                for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if process.pid in pids and process.usedGpuMemory:  # None: not allowed to read
+                        memory += process.usedGpuMemory / (1 << 20)
+        except Exception:
             return None
-        percents, memory = [], 0.0
-        for index in indices:
-            try:
-                handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                percents.append(float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
-                if pids is None:
-                    memory += nvml.nvmlDeviceGetMemoryInfo(handle).used / (1 << 20)
-                else:
-                    for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                        if process.pid in pids and process.usedGpuMemory:  # None: not allowed to read
-                            memory += process.usedGpuMemory / (1 << 20)
-            except Exception:
-                return None
-        return CardUse(round(sum(percents) / len(percents), 1), round(memory, 1))
+    return CardUse(round(sum(percents) / len(percents), 1), round(memory, 1))
 
 
 def card_type_of(paths: list[str] | tuple[str, ...]) -> str:

@@ -87,7 +87,7 @@ from ..models import (
     utcnow,
 )
 from ..modes import plan_job, single_copy
-from ..modes.base import Placement
+from ..modes.base import Placement, TaskSlot
 from . import policies
 from .disk import SUBMIT_BELOW, full_folder
 from .guard import disk_full_message
@@ -1070,9 +1070,8 @@ class Supervisor:
         # when every runner on it is silent (one job stopping its own runner, or loading it,
         # must not end the other users' jobs there)
         ages: dict[str, list[float]] = {}
-        # inventory node -> why one of its real cards failed, and the running jobs holding cards there
-        cards_failed: dict[str, str] = {}
-        card_jobs: dict[str, list[Job]] = {}
+        # inventory node -> the running jobs' tasks holding real cards there (asked outside the lock)
+        card_tasks: dict[str, list[tuple[Job, TaskSlot]]] = {}
         for job in self.store.by_status(JobStatus.running):
             with self._lock:
                 placement = self._placements.get(job.id)
@@ -1082,11 +1081,7 @@ class Supervisor:
                 if judge:
                     for task in placement.tasks:
                         if task.card_type and task.host not in self.health.marks:
-                            card_jobs.setdefault(task.host, []).append(job)
-                            if task.host not in cards_failed:
-                                why = self.backend.card_fault(task)
-                                if why is not None:
-                                    cards_failed[task.host] = why
+                            card_tasks.setdefault(task.host, []).append((job, task))
                 for run in job.nodes:
                     if run.state != "running" or run.host in self.health.marks:
                         continue
@@ -1111,11 +1106,15 @@ class Supervisor:
                     self._finish(job, attempt, end)
         if not judge:
             return
-        for host, why in cards_failed.items():
+        for host, held in card_tasks.items():
+            # the driver may take a while to answer (NVML): the supervisor's lock is not held
+            why = next((w for w in (self.backend.card_fault(task) for _, task in held) if w), None)
+            if why is None:
+                continue
             with self._lock:
                 if self.health.mark(host, "faulty", why):
                     log.warning("node %s is faulty: %s", host, why)
-                    for job in {j.id: j for j in card_jobs.get(host, [])}.values():
+                    for job in {j.id: j for j, _ in held}.values():
                         self._notice(job, f"node {host} is faulty: {why}", alert=True)
         for host, silent in ages.items():
             if min(silent) > timeout:
