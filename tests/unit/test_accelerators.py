@@ -319,3 +319,35 @@ def test_ma_specs_counts_a_real_card_held_by_another_node_as_taken():
         "busy",
         "busy",
     ]
+
+
+# -------------------------------------------------------------------------- usage
+
+
+def test_top_rows_and_picture_show_the_cards_where_sampled():
+    from ma_jupyter.frontends import usage
+    from ma_jupyter.models import NodeLimits, ResourceSample, ResourceUsage
+
+    samples = [
+        ResourceSample(
+            t=1.0 + i, node="worker-0", cpu_percent=90, memory_mb=2000, card_percent=p, card_memory_mb=m
+        )
+        for i, (p, m) in enumerate([(30.0, 2500.0), (80.0, 2756.0)])
+    ] + [ResourceSample(t=1.5, node="worker-1", cpu_percent=10, memory_mb=100)]
+    used = ResourceUsage(
+        job_id="j",
+        interval=2,
+        nodes=[NodeLimits(node="worker-0", cards=1), NodeLimits(node="worker-1")],
+        samples=samples,
+    )
+    header = usage.HEADERS
+    rows = {r[0]: dict(zip(header, r, strict=True)) for r in usage.rows(used)}
+    assert len(header) == len(usage.rows(used)[0])
+    zero = rows["worker-0"]
+    assert zero["CARD% NOW"] == "80" and zero["CARD MB NOW"] == "2756"
+    assert usage.rows(used)[0][-3] == "80" and usage.rows(used)[0][-1] == "2756"  # the peaks
+    assert rows["worker-1"]["CARD% NOW"] == "-"  # no card there
+    png = usage.png(used)
+    assert png.startswith(b"\x89PNG")
+    no_cards = used.model_copy(update={"samples": [samples[-1]]})
+    assert len(usage.png(no_cards)) < len(png)  # two charts instead of four
