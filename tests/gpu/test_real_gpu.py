@@ -184,7 +184,7 @@ def test_top_shows_the_cards_use_and_memory(service, ma_home):
 def test_gpu_quickstart_notebook_runs_under_papermill(ma_papermill):  # noqa: F811
     notebook = os.path.join(REPO, "notebooks", "gpu_quickstart.ipynb")
     text = output_text(ma_papermill(Path(notebook), steps=100))
-    for expected in ("cards visible: 1", "images/s", "training done", ": succeeded", "CARD% NOW"):
+    for expected in ("cards visible: 1", "images/s", "training done", ": succeeded", "card% now"):
         assert expected in text, f"{expected!r} missing from the saved outputs:\n{text[-4000:]}"
 
 
