@@ -290,17 +290,28 @@ def test_a_launch_planned_elsewhere_binds_this_machines_cards(tmp_path, monkeypa
         isolation="bubblewrap",
     )
     launch = launch.model_copy(update={"devices": [2, 3]})
-    assert with_machine_cards(launch) == launch  # no card node here: nothing to bind
+    # a Ray node whose machine shows no card node: its cards are emulated, nothing to bind
+    assert with_machine_cards(launch, "gpu", planned_elsewhere=True) == launch
+    # a node the cluster says is real refuses to start without its cards' nodes
+    with pytest.raises(InvalidSpec, match="card.s. 2, 3 have no device node"):
+        with_machine_cards(launch, "gpu")
     for name in ("nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm"):
         (dev / name).write_text("")
-    bound = with_machine_cards(launch)
+    bound = with_machine_cards(launch, "gpu", planned_elsewhere=True)
     assert bound.device_nodes == [str(dev / n) for n in ("nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm")]
     assert bound.env["CUDA_VISIBLE_DEVICES"] == "0,1" and bound.env["MA_CARD_INDICES"] == "2,3"
-    # a value the job set itself is kept; no sandbox: nothing changes
+    assert with_machine_cards(bound, "gpu") == bound  # planned here: nothing changes
+    # one card gone since the plan: refused, whoever planned it
+    (dev / "nvidia3").unlink()
+    with pytest.raises(InvalidSpec, match="card.s. 3 have no device node"):
+        with_machine_cards(launch, "gpu", planned_elsewhere=True)
+    (dev / "nvidia3").write_text("")
+    # a value the job set itself is kept; no sandbox, or no real cards: nothing changes
     own = launch.model_copy(update={"env": {**env, "CUDA_VISIBLE_DEVICES": "1"}})
-    assert with_machine_cards(own).env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert with_machine_cards(own, "gpu").env["CUDA_VISIBLE_DEVICES"] == "1"
     bare = launch.model_copy(update={"isolation": "symlink"})
-    assert with_machine_cards(bare) == bare
+    assert with_machine_cards(bare, "gpu") == bare
+    assert with_machine_cards(launch, "") == launch
 
 
 def test_ma_specs_counts_a_real_card_held_by_another_node_as_taken():

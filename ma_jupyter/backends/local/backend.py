@@ -227,6 +227,11 @@ class LocalBackend(Backend):
         if len(launches) != len(attempt.plans):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         # Build every node's view before starting anything.
+        # the cards as this machine shows them now (a card node gone since the plan refuses)
+        launches = [
+            workspace.with_machine_cards(launch, plan.task.card_type)
+            for launch, plan in zip(launches, attempt.plans, strict=True)
+        ]
         views = [(launch, workspace.launch_view(attempt, launch)) for launch in launches]
         _refuse_unsandboxed([view for _, view in views])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
@@ -255,10 +260,12 @@ class LocalBackend(Backend):
         Raises:
             InvalidSpec: the node would run as another account without a sandbox.
         """
+        plan = next(p for p in attempt.plans if p.name == launch.name)
+        # planned on another machine: the cards are bound as this one shows them
+        launch = workspace.with_machine_cards(launch, plan.task.card_type, planned_elsewhere=True)
         view = workspace.launch_view(attempt, launch)
         _refuse_unsandboxed([view])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
-        plan = next(p for p in attempt.plans if p.name == launch.name)
         return self._launch_node(attempt, plan, launch, view, job_secret)
 
     def _launch_node(

@@ -304,43 +304,51 @@ def node_view(
 
 
 def card_device_nodes(task: TaskSlot, sandbox: str) -> list[str]:
-    """The device nodes of ``task``'s real cards and their driver (:func:`accelerators.device_paths`)
-    for a bubblewrap sandbox; [] for emulated cards, a CPU task or the symlink mode.
-
-    Raises:
-        InvalidSpec: a card of the task has no device node on this machine any more (the launch
-            must not start a node that would silently see fewer cards than it holds).
-    """
+    """The device nodes of ``task``'s real cards and their driver that this machine shows
+    (:func:`accelerators.device_paths`), for a bubblewrap sandbox; [] for emulated cards, a CPU
+    task or the symlink mode.  Where the node starts on another machine (Ray), what that
+    machine shows is bound there (:func:`with_machine_cards`)."""
     if not task.card_type or not task.devices or sandbox != "bubblewrap":
         return []
-    gone = accelerators.missing_cards(task.card_type, task.devices)
-    if gone:
-        card_type = accelerators.TYPES[task.card_type]
-        raise InvalidSpec(
-            f"{task.host}: {card_type.vendor} card(s) {', '.join(map(str, gone))} have no device node "
-            f"({', '.join(card_type.card_path(i) for i in gone)}) on this machine: check the driver "
-            f"({card_type.tool}), or mark the node emulated = true in cluster.toml"
-        )
     return accelerators.device_paths(task.card_type, task.devices)
 
 
-def with_machine_cards(launch: NodeLaunch) -> NodeLaunch:
-    """A launch planned on another machine (the Ray backend's service), with the real cards of
-    the machine it starts on: where the launch holds cards (``devices``, Ray's ids), names no
-    device node yet, runs in bubblewrap, and this machine shows a card node for each of them,
-    their device nodes are bound, and the card variables the plan set from the machine's
-    indices become the numbers the node can open (a value the job set itself is kept)."""
-    if not launch.devices or launch.device_nodes or launch.isolation != "bubblewrap":
+def with_machine_cards(launch: NodeLaunch, card_type: str, *, planned_elsewhere: bool = False) -> NodeLaunch:
+    """The launch with the device nodes of its real cards (``card_type``: its task's) as the
+    machine it starts on shows them, where that differs from what its plan saw: a launch planned
+    by a service on another machine (the Ray backend's), or a card whose node appeared or went
+    since.  The card variables the plan set from the machine's indices then become the numbers
+    the node can open (a value the job set itself is kept).  Called by the backend just before
+    a node starts, on the node's machine; a launch without real cards, or outside bubblewrap, is
+    returned as it is, and so is one ``planned_elsewhere`` on a machine that shows no card node
+    of its type at all (a Ray node whose cards are a resource without devices: emulated).
+
+    Raises:
+        InvalidSpec: a card of the launch has no device node on this machine (the node must not
+            start seeing fewer cards than it holds).
+    """
+    if not card_type or not launch.devices or launch.isolation != "bubblewrap":
         return launch
-    kind = next((k for k in accelerators.TYPES if not accelerators.missing_cards(k, launch.devices)), None)
-    if kind is None or accelerators.cards_turned_off():
+    known = accelerators.TYPES.get(card_type)
+    if known is None or accelerators.cards_turned_off():
         return launch
-    paths = accelerators.device_paths(kind, launch.devices)
-    machine = ",".join(str(d) for d in launch.devices)
+    if planned_elsewhere and not accelerators.has_device_nodes(card_type):
+        return launch
+    gone = accelerators.missing_cards(card_type, launch.devices)
+    if gone:
+        raise InvalidSpec(
+            f"{launch.host or launch.name}: {known.vendor} card(s) {', '.join(map(str, gone))} have no device "
+            f"node ({', '.join(known.card_path(i) for i in gone)}) on this machine: check the driver "
+            f"({known.tool}), or mark the node emulated = true in cluster.toml"
+        )
+    paths = accelerators.device_paths(card_type, launch.devices)
+    if paths == list(launch.device_nodes):
+        return launch
+    planned = ",".join(map(str, accelerators.visible_indices(launch.devices, bool(launch.device_nodes))))
     visible = ",".join(str(i) for i in accelerators.visible_indices(launch.devices, sandboxed=True))
     env = dict(launch.env)
     for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"):
-        if env.get(name) == machine:
+        if env.get(name) == planned:
             env[name] = visible
     return launch.model_copy(update={"device_nodes": paths, "env": env})
 

@@ -41,7 +41,7 @@ from ..local import caches
 from ..local import logs as job_logs
 from ..local.backend import LocalBackend
 from ..local.processes import process_fd
-from ..local.sandbox import PACKAGE_DIR, with_machine_cards
+from ..local.sandbox import PACKAGE_DIR
 from . import ship
 
 #: seconds between looks at a log's size while a wait call blocks
@@ -117,8 +117,8 @@ class NodeAgent:
         """
         if archive is not None and ship_to:
             ship.unpack(archive, ship_to)
-        # the cards Ray gave the node's bundle are this machine's: bound here, not where planned
-        return self._local.start_node(attempt, with_machine_cards(launch), job_secret)
+        # the cards Ray gave the node's bundle are bound by start_node, as this machine shows them
+        return self._local.start_node(attempt, launch, job_secret)
 
     def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
         return self._local.poll(attempt, run)

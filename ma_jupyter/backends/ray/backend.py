@@ -65,7 +65,7 @@ from ..local.host_policy import load_policy
 from ..local.mounts import WORKDIR_KIND, mounts_for
 from . import ship
 from .agent import NodeAgent
-from .inventory import RayNode, inventory, ray_nodes
+from .inventory import ACCELERATORS, RayNode, inventory, ray_nodes
 from .logs import RayLogSource
 
 log = logging.getLogger("ma_jupyter.ray")
@@ -306,8 +306,15 @@ class RayBackend(Backend):
             remove_placement_group(group)
             raise
         tasks = [
-            replace(task, ports=p, devices=ids or task.devices)
-            for task, p, ids in zip(tasks, ports, cards, strict=True)
+            replace(
+                task,
+                ports=p,
+                devices=ids or task.devices,
+                # real cards of the Ray node's machine where it shows their device nodes: bound
+                # there by the agent's start (sandbox.with_machine_cards)
+                card_type=ACCELERATORS.get(node.accelerator or "", "") if task.devices else "",
+            )
+            for task, node, p, ids in zip(tasks, nodes, ports, cards, strict=True)
         ]
         return replace(bound, tasks=tuple(tasks), reservation=name)
 
