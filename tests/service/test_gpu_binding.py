@@ -42,10 +42,15 @@ for name in nodes:
         opened.append(name)
     except OSError:
         pass
-# a hostile job looks for the other cards of the machine too
+# a hostile job looks for the other cards of the machine too, and tries to make their nodes
 others = [i for i in range(4) if os.path.exists(f"/dev/nvidia{i}")]
+try:
+    os.mknod("/dev/nvidia9", 0o20666, os.makedev(195, 9))  # NVIDIA's major
+    made = True
+except OSError:
+    made = False
 print("PROBE " + json.dumps({
-    "nodes": nodes, "opened": opened, "others": others, "uid": os.getuid(),
+    "nodes": nodes, "opened": opened, "others": others, "uid": os.getuid(), "made": made,
     "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "indices": os.environ.get("MA_CARD_INDICES"),
     "order": os.environ.get("CUDA_DEVICE_ORDER"),
 }), flush=True)
@@ -139,7 +144,7 @@ def test_each_job_sees_exactly_its_own_cards(gpu_service, tmp_path):
         cards.add(card)
         assert got["nodes"] == sorted([f"nvidia{card}", *CONTROL])
         assert got["opened"] == sorted([f"nvidia{card}", "nvidia-uvm", "nvidia-uvm-tools", "nvidiactl"])
-        assert got["others"] == [card]
+        assert got["others"] == [card] and got["made"] is False
         # CUDA numbers the one card it can open 0, in nvidia-smi's order
         assert got["cuda"] == "0" and got["order"] == "PCI_BUS_ID"
         assert got["uid"] != 0
@@ -254,3 +259,62 @@ def test_top_shows_the_cards_use_and_the_nodes_card_memory(gpu_service, tmp_path
     assert cluster.returncode == 0, cluster.stderr
     box = next(line for line in cluster.stdout.splitlines() if line.startswith("box"))
     assert "1/2 (37%)" in box and "(emulated)" not in box
+
+
+@pytest.fixture
+def default_gpu_service(ma_home, tmp_path):
+    """A service on the default cluster (no [[spec]]/[[node]]) of a machine with four fake cards,
+    detected through the fake nvidia-smi (no NVML module there)."""
+    state = fakes.write_state(tmp_path / "gpus.json", 4)
+    wrap = ["unshare", "--mount", "--propagation", "private", PY, str(fakes.FAKE_DEV), "4", "--"]
+    env = {
+        "MA_JUPYTER_CARDS": "",
+        fakes.STATE_ENV: str(state),
+        "PATH": f"{fakes.BIN_DIR}:{os.environ['PATH']}",
+    }
+    services = [start_service(ma_home, wrap=wrap, env=env)]
+    yield services[0]
+    stop_services(services)
+
+
+def test_the_default_cluster_is_built_from_the_cards_and_its_nodes_split_them(default_gpu_service, tmp_path):
+    svc = default_gpu_service
+    specs = {s["name"]: s for s in svc.session().get(f"{svc.api}/specs", timeout=10).json()}
+    assert {"gpu.1", "gpu.2", "gpu.4"} <= set(specs) and "gpu.emu-2" not in specs
+    assert specs["gpu.4"]["driver_versions"] == [fakes.DRIVER] and specs["gpu.4"]["emulated"] is False
+    nodes = svc.session().get(f"{svc.api}/nodes", timeout=10).json()
+    assert len(nodes) == 4
+    assert all(n["devices"] == [0, 1, 2, 3] and n["accelerator_model"] == fakes.MODEL for n in nodes)
+    algo = _algorithm(tmp_path)
+    # two nodes of two cards each on four cards: each node gets its own two
+    job = submit(
+        svc,
+        name="split",
+        mode="tensorflow",
+        nodes=2,
+        command=f"{PY} probe.py",
+        specs=["gpu.2"],
+        algorithm=algo,
+    )["id"]
+    seen = []
+    for node in ("worker-0", "worker-1"):
+
+        def found(node=node):
+            for line in full_log(svc, job, node).splitlines():
+                if line.startswith("PROBE "):
+                    return json.loads(line[6:])
+            return None
+
+        seen.append(wait_for(found, timeout=90, interval=0.2))
+    cards = [sorted(int(i) for i in got["indices"].split(",")) for got in seen]
+    assert sorted(c for pair in cards for c in pair) == [0, 1, 2, 3]
+    for got, pair in zip(seen, cards, strict=True):
+        assert got["nodes"] == sorted([*(f"nvidia{c}" for c in pair), *CONTROL])
+        assert got["cuda"] == "0,1"
+    # more cards than the machine has, on the nodes asked: refused naming what it offers
+    reply = svc.session().post(
+        f"{svc.api}/jobs",
+        json={"name": "x", "command": "true", "specs": ["gpu.4"], "nodes": 2, "mode": "tensorflow"},
+        timeout=10,
+    )
+    assert reply.status_code in (400, 422) and "needs 8 real gpu cards and the machine has 4" in reply.text
