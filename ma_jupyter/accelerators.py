@@ -3,9 +3,11 @@ cards are detected, read, and checked while jobs run.
 
 :data:`TYPES` is the only place that knows a card type's device nodes.  For each type:
 
-* **card nodes**: one per card, named by the card's index on the machine (``/dev/nvidia<N>``,
-  ``/dev/davinci<N>``): the index ``nvidia-smi`` / ``npu-smi`` show, which is also the index
-  the scheduler hands out (``TaskSlot.devices``) and the cluster view lists;
+* **card nodes**: one per card (``/dev/nvidia<N>``, ``/dev/davinci<N>``), ``N`` the card's
+  device minor number; a card is otherwise known by its index on the machine, the one
+  ``nvidia-smi`` / ``npu-smi`` show, which the scheduler hands out (``TaskSlot.devices``) and the
+  cluster view lists.  The two are the same on most machines; where NVML says otherwise
+  (``nvmlDeviceGetMinorNumber``), :func:`card_node` maps one to the other;
 * **shared nodes**: the driver's control nodes every process using a card needs
   (``nvidiactl``, ``nvidia-uvm``...), bound into every node that has a card of that type;
 * **detection**: NVIDIA through NVML (the ``pynvml`` module of ``nvidia-ml-py``) when it is
@@ -63,6 +65,8 @@ class Card:
         model: the board model (``NVIDIA H100 80GB HBM3``).
         memory_mb: the card's memory in MiB (0: unknown).
         driver_version: the driver's version (``580.159.04``; "" unknown).
+        minor: the N of its device node when NVML says it differs from ``index`` (None: the
+            same).
     """
 
     type: str
@@ -70,6 +74,7 @@ class Card:
     model: str
     memory_mb: int = 0
     driver_version: str = ""
+    minor: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,14 @@ def _nvidia_by_nvml() -> list[Card] | None:
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle).total
-            cards.append(Card("gpu", index, _text(nvml.nvmlDeviceGetName(handle)), int(memory >> 20), driver))
+            try:
+                minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
+            except Exception:  # not supported on this platform: the index names the node
+                minor = index
+            name = _text(nvml.nvmlDeviceGetName(handle))
+            cards.append(
+                Card("gpu", index, name, int(memory >> 20), driver, None if minor == index else minor)
+            )
         return cards
     except Exception:
         return None
@@ -318,6 +330,14 @@ def cards_turned_off() -> bool:
     return os.environ.get(ENV_CARDS, "").lower() == "none"
 
 
+def card_node(kind: str, index: int) -> str:
+    """The device node of card ``index`` (the machine's index) of ``kind``: ``/dev/nvidia<minor>``
+    with the minor number NVML reported for it, else the index itself."""
+    card_type = TYPES[kind]
+    minor = next((c.minor for c in detect(kind) if c.index == index and c.minor is not None), index)
+    return card_type.card_path(minor)
+
+
 def device_paths(kind: str, indices: list[int] | tuple[int, ...]) -> list[str]:
     """Rule 3: the device nodes a node holding cards ``indices`` of ``kind`` needs and this
     machine has: each card's node, then the shared nodes that exist; [] for an unknown type
@@ -326,7 +346,7 @@ def device_paths(kind: str, indices: list[int] | tuple[int, ...]) -> list[str]:
     card_type = TYPES.get(kind)
     if card_type is None or not indices:
         return []
-    paths = [card_type.card_path(i) for i in indices if os.path.exists(card_type.card_path(i))]
+    paths = [p for p in (card_node(kind, i) for i in indices) if os.path.exists(p)]
     if not paths:
         return []
     paths += [p for p in (os.path.join(DEV, n) for n in card_type.shared_nodes) if os.path.exists(p)]
@@ -338,7 +358,7 @@ def missing_cards(kind: str, indices: list[int] | tuple[int, ...]) -> list[int]:
     card_type = TYPES.get(kind)
     if card_type is None:
         return []
-    return [i for i in indices if not os.path.exists(card_type.card_path(i))]
+    return [i for i in indices if not os.path.exists(card_node(kind, i))]
 
 
 def bwrap_args(paths: list[str] | tuple[str, ...]) -> list[str]:
@@ -366,7 +386,7 @@ def card_fault(kind: str, index: int) -> str | None:
     card_type = TYPES.get(kind)
     if card_type is None:
         return None
-    path = card_type.card_path(index)
+    path = card_node(kind, index)
     if not os.path.exists(path):
         return f"{card_type.vendor} card {index} disappeared: {path} is gone"
     if kind != "gpu":

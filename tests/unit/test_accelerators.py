@@ -79,6 +79,21 @@ def test_detection_through_nvml_first(fake_nvml, monkeypatch):
     assert accelerators.sample("gpu", [0, 1]) == accelerators.CardUse(0.0, 0.0)
 
 
+def test_a_card_whose_minor_number_differs_is_bound_by_its_node(fake_nvml, tmp_path, monkeypatch):
+    fake_nvml(2, minors={"0": 1, "1": 0})
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidia1", "nvidiactl"):
+        (dev / name).write_text("")
+    monkeypatch.setattr(accelerators, "DEV", str(dev))
+    assert [c.minor for c in accelerators.detect("gpu")] == [1, 0]
+    # nvidia-smi's card 0 is /dev/nvidia1
+    assert accelerators.device_paths("gpu", [0]) == [str(dev / "nvidia1"), str(dev / "nvidiactl")]
+    (dev / "nvidia1").unlink()
+    assert accelerators.missing_cards("gpu", [0, 1]) == [0]
+    assert "nvidia1 is gone" in accelerators.card_fault("gpu", 0)
+
+
 def test_no_cards_without_the_tools_or_when_turned_off(fake_cards, monkeypatch):
     fake_cards(2)
     monkeypatch.setenv(accelerators.ENV_CARDS, "none")

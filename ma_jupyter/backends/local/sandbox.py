@@ -338,7 +338,7 @@ def with_machine_cards(launch: NodeLaunch, card_type: str, *, planned_elsewhere:
     if gone:
         raise InvalidSpec(
             f"{launch.host or launch.name}: {known.vendor} card(s) {', '.join(map(str, gone))} have no device "
-            f"node ({', '.join(known.card_path(i) for i in gone)}) on this machine: check the driver "
+            f"node ({', '.join(accelerators.card_node(card_type, i) for i in gone)}) on this machine: check the driver "
             f"({known.tool}), or mark the node emulated = true in cluster.toml"
         )
     paths = accelerators.device_paths(card_type, launch.devices)

@@ -42,6 +42,11 @@ def nvmlDeviceGetHandleByIndex(index):
     return index
 
 
+def nvmlDeviceGetMinorNumber(handle):
+    """The N of /dev/nvidia<N>: the state's ``minors`` (index -> minor), else the index."""
+    return int(_state().get("minors", {}).get(str(handle), handle))
+
+
 def nvmlDeviceGetName(handle):
     return _state()["model"]
 
