@@ -27,7 +27,7 @@ from typing import Protocol
 from ..errors import Conflict, InvalidSpec
 from ..jobdir import JobDir
 from ..models import CacheInfo, Job, JobSpec, LogStream, Node, NodeLaunch, NodeRun
-from ..modes.base import NodePlan, Placement, RemoteShell
+from ..modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 
 
 @dataclass(frozen=True)
@@ -94,12 +94,14 @@ class NodeUsage:
         memory_bytes: memory it holds now: its processes' resident memory, plus (local backend)
             what it keeps in its memory-backed folders (``/tmp``, ``/dev/shm``), as its limit counts it.
         card_percent: use of its cards now, 0..100, or None when the backend cannot tell.
+        card_memory_mb: card memory its processes hold now (MiB), or None when it cannot tell.
     """
 
     node: str
     cpu_seconds: float
     memory_bytes: int
     card_percent: float | None = None
+    card_memory_mb: float | None = None
 
 
 class Backend(ABC):
@@ -247,6 +249,14 @@ class Backend(ABC):
         service's node inspection; None when it is not known (the default: the backend has no
         heartbeat, and nodes are judged by ``poll`` only).  Cheap; never blocks on the job."""
         del attempt, run
+        return None
+
+    def card_fault(self, task: TaskSlot) -> str | None:
+        """Why a real card of the running ``task`` (its ``devices`` of ``card_type``) can no
+        longer be used (its device node is gone, the driver reports it lost), for the service's
+        node inspection; None while its cards look healthy, and for tasks without real cards.
+        The default knows of no cards.  Cheap; never blocks on the job."""
+        del task
         return None
 
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:

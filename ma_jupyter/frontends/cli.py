@@ -723,7 +723,10 @@ def _nodes(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = [["NAME", "STATUS", "CPUS USED", "MEMORY USED", "CARDS USED", "POOLS", "RUNNING"]]
     for n in nodes:
-        cards = f"{len(n.accelerators_used)}/{n.accelerators} {n.accelerator_type}" if n.accelerators else "-"
+        cards = "-"
+        if n.accelerators:
+            cards = f"{len(n.accelerators_used)}/{n.accelerators} {n.accelerator_model or n.accelerator_type}"
+            cards += " (emulated)" if n.emulated else ""
         rows.append(
             [
                 n.name,

@@ -33,7 +33,9 @@ rebuilt from the store when the supervisor is made.  A pass (:meth:`Supervisor.a
    A job that fits but is held for the head does not stop its shape's walk (durations differ).
 
 Every ``HEALTH_EVERY`` seconds the loop also inspects nodes (:mod:`.health`): a running node
-whose runner stopped beating marks its inventory node faulty, and an elastic job running on
+whose runner stopped beating, or a real card of a running node that failed (its device node
+gone, NVML reporting it lost: :meth:`Backend.card_fault`, said in the events of the jobs holding
+cards there), marks its inventory node faulty, and an elastic job running on
 fewer nodes than asked is scaled up when they are free (:func:`.policies.on_scale_up`).  A job
 on a drained or faulty node is moved away by the watch (:func:`.policies.on_unhealthy`), and a
 checkpoint-resume attempt after the first passes a pre-check before it is launched
@@ -90,7 +92,7 @@ from ..models import (
     utcnow,
 )
 from ..modes import plan_job, single_copy
-from ..modes.base import Placement
+from ..modes.base import Placement, TaskSlot
 from . import policies
 from .disk import FULL_BELOW, SUBMIT_BELOW, disk_use, free_bytes, full_folder
 from .guard import disk_full_message
@@ -1151,12 +1153,18 @@ class Supervisor:
         # when every runner on it is silent (one job stopping its own runner, or loading it,
         # must not end the other users' jobs there)
         ages: dict[str, list[float]] = {}
+        # inventory node -> the running jobs' tasks holding real cards there (asked outside the lock)
+        card_tasks: dict[str, list[tuple[Job, TaskSlot]]] = {}
         for job in self.store.by_status(JobStatus.running):
             with self._lock:
                 placement = self._placements.get(job.id)
                 if placement is None or job.id in self._finishing:
                     continue
                 attempt = self._attempt(job, placement)
+                if judge:
+                    for task in placement.tasks:
+                        if task.card_type and task.host not in self.health.marks:
+                            card_tasks.setdefault(task.host, []).append((job, task))
                 for run in job.nodes:
                     if run.state != "running" or run.host in self.health.marks:
                         continue
@@ -1181,6 +1189,16 @@ class Supervisor:
                     self._finish(job, attempt, end)
         if not judge:
             return
+        for host, held in card_tasks.items():
+            # the driver may take a while to answer (NVML): the supervisor's lock is not held
+            why = next((w for w in (self.backend.card_fault(task) for _, task in held) if w), None)
+            if why is None:
+                continue
+            with self._lock:
+                if self.health.mark(host, "faulty", why):
+                    log.warning("node %s is faulty: %s", host, why)
+                    for job in {j.id: j for j, _ in held}.values():
+                        self._notice(job, f"node {host} is faulty: {why}", alert=True)
         for host, silent in ages.items():
             if min(silent) > timeout:
                 why = (

@@ -34,10 +34,10 @@ import psutil
 
 import ma_jupyter
 
-from ... import config
+from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
-from ...modes.base import NodePlan, Placement, RemoteShell
+from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, DatasetState, NodeUsage
 from . import caches, noderun, outputs_reader, prepare, shell_agent
@@ -230,6 +230,11 @@ class LocalBackend(Backend):
         if len(launches) != len(attempt.plans):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         # Build every node's view before starting anything.
+        # the cards as this machine shows them now (a card node gone since the plan refuses)
+        launches = [
+            workspace.with_machine_cards(launch, plan.task.card_type)
+            for launch, plan in zip(launches, attempt.plans, strict=True)
+        ]
         views = [(launch, workspace.launch_view(attempt, launch)) for launch in launches]
         _refuse_unsandboxed([view for _, view in views])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
@@ -258,10 +263,12 @@ class LocalBackend(Backend):
         Raises:
             InvalidSpec: the node would run as another account without a sandbox.
         """
+        plan = next(p for p in attempt.plans if p.name == launch.name)
+        # planned on another machine: the cards are bound as this one shows them
+        launch = workspace.with_machine_cards(launch, plan.task.card_type, planned_elsewhere=True)
         view = workspace.launch_view(attempt, launch)
         _refuse_unsandboxed([view])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
-        plan = next(p for p in attempt.plans if p.name == launch.name)
         return self._launch_node(attempt, plan, launch, view, job_secret)
 
     def _launch_node(
@@ -446,6 +453,17 @@ class LocalBackend(Backend):
         except OSError:
             return run.start_time
 
+    def card_fault(self, task: TaskSlot) -> str | None:
+        """The first of the task's real cards that this machine no longer shows, or that NVML
+        reports lost (:func:`ma_jupyter.accelerators.card_fault`)."""
+        if not task.card_type:
+            return None
+        for index in task.devices:
+            reason = accelerators.card_fault(task.card_type, index)
+            if reason is not None:
+                return reason
+        return None
+
     # ------------------------------------------------------------------------ stop
 
     def _marker(self, attempt: Attempt, run: NodeRun) -> str | None:
@@ -540,16 +558,41 @@ class LocalBackend(Backend):
 
     def usage(self, job_id: str, runs: list[NodeRun]) -> list[NodeUsage] | None:
         """Each running node's process tree read from ``/proc`` (``noderun.tree_usage``, the
-        memory watchdog's walk); a runner whose pid now belongs to another process is skipped."""
-        del job_id
+        memory watchdog's walk), with its real cards' use and its processes' card memory (NVML);
+        a runner whose pid now belongs to another process is skipped."""
         found: list[NodeUsage] = []
         for run in runs:
             if run.state != "running" or run.pid is None or not self._alive(run):
                 continue
             used = noderun.tree_usage(run.pid)
             if used is not None:
-                found.append(NodeUsage(run.name, used[0], used[1]))
+                cards = self._card_use(job_id, run)
+                found.append(
+                    NodeUsage(
+                        run.name,
+                        used[0],
+                        used[1],
+                        cards.percent if cards else None,
+                        cards.memory_mb if cards else None,
+                    )
+                )
         return found
+
+    @staticmethod
+    def _card_use(job_id: str, run: NodeRun) -> accelerators.CardUse | None:
+        """The use of the node's real cards (named in its ``view.json``) and the card memory of
+        its processes, through NVML; None for a node without real cards or without NVML."""
+        jd = config.jobdir(job_id)
+        try:
+            relative = jd.node(run.name).view_record.relative_to(jd.root)
+            view = json.loads(read_small(jd.root, str(relative), limit=16 << 20))
+            devices, paths = list(view.get("devices") or []), list(view.get("device_nodes") or [])
+        except (OSError, ValueError, RefusedFile, AttributeError, TypeError):
+            return None
+        kind = accelerators.card_type_of(paths)
+        if not kind or run.pid is None:
+            return None
+        return accelerators.sample(kind, devices, noderun.tree_pids(run.pid))
 
     def open_shell(
         self, job: Job, node: str, rows: int, cols: int, command: list[str] | None = None

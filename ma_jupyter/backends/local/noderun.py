@@ -337,6 +337,11 @@ def tree_usage(root: int) -> tuple[float, int] | None:
     return ticks / os.sysconf("SC_CLK_TCK"), used
 
 
+def tree_pids(root: int) -> set[int]:
+    """``root`` and every process below it now (whose card memory is the node's)."""
+    return {root, *_tree(root)}
+
+
 def _gb(value: float) -> str:
     return f"{value:.3g} GB"
 

@@ -24,7 +24,9 @@ outputs (see :mod:`ma_jupyter.nodeside.workdir`); both in the node's sandbox, as
 Two ways to build that view:
 
 * **bubblewrap** (the normal case): a minimal root made of read-only binds of the system and of
-  the Python installation, fresh ``/proc``, ``/dev`` and ``/tmp``, its own pid, UTS and IPC
+  the Python installation, fresh ``/proc``, ``/dev`` and ``/tmp`` (``/dev`` holding the device
+  nodes of the node's own real cards and their driver's, nothing of other cards:
+  :func:`card_device_args`), its own pid, UTS and IPC
   namespaces, and no capabilities (``--cap-drop ALL``), so that even root cannot remount a
   read-only bind writable.  The network namespace is shared: the service hands each node its
   own loopback address and ports.
@@ -55,7 +57,7 @@ from typing import TYPE_CHECKING
 
 import ma_jupyter
 
-from ... import models, workspace
+from ... import accelerators, models, workspace
 from ...commands import expand_argv, expand_env
 from ...errors import InvalidSpec
 from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
@@ -117,7 +119,10 @@ class NodeView:
         files: in-view path -> content written before launch (the mode's hostfiles...).
         hosts: content of its ``/etc/hosts``.
         sandbox: ``bubblewrap`` or ``symlink``.
-        cpus, devices: the cores and card indices of its task.
+        cpus, devices: the cores and the machine's card indices of its task.
+        device_nodes: the host's device nodes bound into its sandbox (its real cards' and their
+            driver's control nodes, see :mod:`ma_jupyter.accelerators`); empty for emulated
+            cards, a CPU task, and the symlink mode (which shows the host's whole /dev).
         run_as: the account its processes run as; None: the service's own
             (see :meth:`~ma_jupyter.backends.local.host_policy.HostPolicy.run_as`).
         export_to: in-view folder where what the job wrote in its working copy is kept after
@@ -142,6 +147,7 @@ class NodeView:
     sandbox: str
     cpus: tuple[int, ...] = ()
     devices: tuple[int, ...] = ()
+    device_nodes: tuple[str, ...] = ()
     run_as: RunAs | None = None
     export_to: str | None = None
     copy_limit: int = 0
@@ -294,11 +300,68 @@ def node_view(
         sandbox=sandbox,
         cpus=tuple(plan.task.cpus),
         devices=tuple(plan.task.devices),
+        device_nodes=tuple(card_device_nodes(plan.task, sandbox)),
         run_as=policy.run_as(attempt.spec.creator),
         export_to=export_dir(attempt, plan) if has_copy else None,
         copy_limit=policy.workdir_copy_limit,
         tmpfs_limit=int((plan.task.memory_gb or 0) * (1 << 30)),
     )
+
+
+def card_device_nodes(task: TaskSlot, sandbox: str) -> list[str]:
+    """The device nodes of ``task``'s real cards and their driver that this machine shows
+    (:func:`accelerators.device_paths`), for a bubblewrap sandbox; [] for emulated cards, a CPU
+    task or the symlink mode.  Where the node starts on another machine (Ray), what that
+    machine shows is bound there (:func:`with_machine_cards`)."""
+    if not task.card_type or not task.devices or sandbox != "bubblewrap":
+        return []
+    return accelerators.device_paths(task.card_type, task.devices)
+
+
+def with_machine_cards(launch: NodeLaunch, card_type: str, *, planned_elsewhere: bool = False) -> NodeLaunch:
+    """The launch with the device nodes of its real cards (``card_type``: its task's) as the
+    machine it starts on shows them, where that differs from what its plan saw: a launch planned
+    by a service on another machine (the Ray backend's), or a card whose node appeared or went
+    since.  The card variables the plan set from the machine's indices then become the numbers
+    the node can open (a value the job set itself is kept).  Called by the backend just before
+    a node starts, on the node's machine; a launch without real cards, or outside bubblewrap, is
+    returned as it is, and so is one ``planned_elsewhere`` on a machine that shows no card node
+    of its type at all (a Ray node whose cards are a resource without devices: emulated).
+
+    Raises:
+        InvalidSpec: a card of the launch has no device node on this machine (the node must not
+            start seeing fewer cards than it holds).
+    """
+    if not card_type or not launch.devices or launch.isolation != "bubblewrap":
+        return launch
+    known = accelerators.TYPES.get(card_type)
+    if known is None or accelerators.cards_turned_off():
+        return launch
+    if planned_elsewhere and not accelerators.has_device_nodes(card_type):
+        return launch
+    gone = accelerators.missing_cards(card_type, launch.devices)
+    if gone:
+        raise InvalidSpec(
+            f"{launch.host or launch.name}: {known.vendor} card(s) {', '.join(map(str, gone))} have no device "
+            f"node ({', '.join(accelerators.card_node(card_type, i) for i in gone)}) on this machine: check the driver "
+            f"({known.tool}), or mark the node emulated = true in cluster.toml"
+        )
+    paths = accelerators.device_paths(card_type, launch.devices)
+    if paths == list(launch.device_nodes):
+        return launch
+    planned = ",".join(map(str, accelerators.visible_indices(launch.devices, bool(launch.device_nodes))))
+    visible = ",".join(str(i) for i in accelerators.visible_indices(launch.devices, sandboxed=True))
+    env = dict(launch.env)
+    for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"):
+        if env.get(name) == planned:
+            env[name] = visible
+    return launch.model_copy(update={"device_nodes": paths, "env": env})
+
+
+def card_device_args(view: NodeView) -> list[str]:
+    """The bubblewrap options giving the node its cards: ``--dev-bind`` of each of
+    :attr:`NodeView.device_nodes` (nothing for a node without real cards)."""
+    return accelerators.bwrap_args(view.device_nodes)
 
 
 # ------------------------------------------------------------------------- launches
@@ -370,6 +433,7 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
                 ports=list(plan.task.ports),
                 cpus=list(view.cpus),
                 devices=list(view.devices),
+                device_nodes=list(view.device_nodes),
                 argv=list(plan.argv),
                 command=command_argv(view, plan.argv, env),
                 env=env,
@@ -418,6 +482,7 @@ def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
         sandbox=launch.isolation,
         cpus=tuple(launch.cpus),
         devices=tuple(launch.devices),
+        device_nodes=tuple(launch.device_nodes),
         run_as=RunAs(uid=launch.run_as.uid, gid=launch.run_as.gid, name=launch.run_as.name)
         if launch.run_as
         else None,
@@ -591,11 +656,13 @@ def node_env(
         # extensions built against one image's torch must never load in another's
         image_key = hashlib.sha256(view.image.python.encode()).hexdigest()[:12]
         env["TORCH_EXTENSIONS_DIR"] = f"{caches.CACHE_VIEW}/torch_extensions/{image_key}"
+        # compiled kernels kept across the user's jobs: CUDA's own (keyed by the driver inside),
+        # Triton's and torch inductor's (keyed by the image, like the extensions above)
+        env["CUDA_CACHE_PATH"] = f"{caches.CACHE_VIEW}/nv/ComputeCache"
+        env["TRITON_CACHE_DIR"] = f"{caches.CACHE_VIEW}/triton/{image_key}"
+        env["TORCHINDUCTOR_CACHE_DIR"] = f"{caches.CACHE_VIEW}/torchinductor/{image_key}"
     env.update(view.image.env)
-    if view.devices:
-        cards = ",".join(str(d) for d in view.devices)
-        env["CUDA_VISIBLE_DEVICES"] = cards
-        env["ASCEND_VISIBLE_DEVICES"] = cards
+    env.update(card_env(view))
     guaranteed = {"MA_WORKSPACE": VIEW_ROOT, RANK_LOG_ENV: RANK_LOG_VIEW, "HOSTNAME": view.hostname}
     own = {k: plan_env[k] for k in job_env if k in plan_env}
     platform = {**env, **{k: v for k, v in plan_env.items() if k not in own}, **guaranteed}
@@ -610,6 +677,38 @@ def node_env(
         env = {k: to_host(view, v) for k, v in env.items()}
         env["HOME"] = str(Path(view.node_dir) / "home")
         env["TMPDIR"] = str(Path(view.node_dir) / "tmp")
+    return env
+
+
+def card_env(view: NodeView) -> dict[str, str]:
+    """The card variables of a node with cards (none without).
+
+    ``CUDA_VISIBLE_DEVICES`` / ``ASCEND_RT_VISIBLE_DEVICES`` hold the card numbers the node's
+    processes can open (:func:`accelerators.visible_indices`): in a bubblewrap sandbox showing
+    only the node's real cards, CUDA numbers them 0..k-1, so the machine's indices would name
+    cards that do not exist there; emulated cards and the symlink mode keep the machine's.
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA's numbering nvidia-smi's order.
+    ``ASCEND_VISIBLE_DEVICES`` keeps the machine's indices (the Ascend container runtime's
+    meaning), as does ``MA_CARD_INDICES``, for logs and for tools that ask NVML about the card.
+    ``NCCL_SOCKET_IFNAME=lo`` on a node reached over loopback; ``NCCL_DEBUG`` is the job's.
+    A job's own ``--env`` wins over each of them.
+    """
+    if not view.devices:
+        return {}
+    sandboxed = bool(view.device_nodes) and view.sandbox == "bubblewrap"
+    visible = ",".join(str(i) for i in accelerators.visible_indices(view.devices, sandboxed))
+    machine = ",".join(str(d) for d in view.devices)
+    env = {
+        "CUDA_VISIBLE_DEVICES": visible,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "ASCEND_RT_VISIBLE_DEVICES": visible,
+        "ASCEND_VISIBLE_DEVICES": machine,
+        "MA_CARD_INDICES": machine,
+    }
+    if view.address.startswith("127.") or view.address == "::1":
+        # simulated nodes talk over loopback aliases: NCCL would look for a network interface
+        # and, on a machine whose only other one is down or firewalled, hang at its first call
+        env["NCCL_SOCKET_IFNAME"] = "lo"
     return env
 
 
@@ -727,6 +826,7 @@ def bwrap_argv(
         args.append("--unshare-pid")
     args += ["--hostname", view.hostname]
     args += _system_args(view.tmpfs_limit)
+    args += card_device_args(view)
     args += _etc_args(view)
     args += _python_args(view.image.roots)
     args += ["--perms", "0755", "--dir", VIEW_ROOT]

@@ -117,6 +117,7 @@ class NodeAgent:
         """
         if archive is not None and ship_to:
             ship.unpack(archive, ship_to)
+        # the cards Ray gave the node's bundle are bound by start_node, as this machine shows them
         return self._local.start_node(attempt, launch, job_secret)
 
     def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
