@@ -55,7 +55,7 @@ from ..models import (
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .service import read_runtime, start_service, stop_service_process
 from .shell import ShellSession, open_session
-from .snapshot import names_local_file, ship_working_folder
+from .snapshot import is_snapshot, names_local_file, ship_working_folder
 from .spec import host_path, spec_body
 
 #: the token a client acts with when none is passed (a user's own, from an admin)
@@ -315,7 +315,7 @@ class Client:
         try:
             job = Job.model_validate(self._request("POST", "/jobs", json_body=body, headers=key))
         except BaseException:
-            if shipped:
+            if shipped and is_snapshot(body["algorithm"]):
                 shutil.rmtree(body["algorithm"], ignore_errors=True)  # no job will run it
             raise
         handle = JobHandle(self, job)
@@ -336,10 +336,12 @@ class Client:
         try:
             plan = Plan.model_validate(self._request("POST", "/plan", json_body=body))
         finally:
-            if shipped:
+            if shipped and is_snapshot(body["algorithm"]):
                 shutil.rmtree(body["algorithm"], ignore_errors=True)  # a dry run leaves nothing
         if shipped:
-            plan.notes.append(shipped.replace("shipped ", "would ship ", 1))
+            plan.notes.append(
+                shipped.replace("shipped ", "would ship ", 1).replace("mounted ", "would mount ", 1)
+            )
         return plan
 
     def export(
