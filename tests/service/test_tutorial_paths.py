@@ -94,7 +94,9 @@ TF_PS_STYLE = """
 
 def test_a_checkpoint_another_node_wrote_in_its_own_tmp_gets_the_per_node_hint(ma_client, tmp_path):
     algo = algorithm(tmp_path / "algo", train=TF_PS_STYLE)
-    job, _, logs = run_job(ma_client, command="python train.py", algorithm=str(algo), mode="tensorflow", nodes=2)
+    job, _, logs = run_job(
+        ma_client, command="python train.py", algorithm=str(algo), mode="tensorflow", nodes=2
+    )
     assert job.status.value == "error", logs
     assert "chief saved" in logs
     first = job.reason.splitlines()[0]
@@ -171,6 +173,37 @@ def test_a_keras_cache_in_home_is_kept_for_the_users_next_job_and_no_one_elses(m
     assert "cached: []" in logs["other"]
     kept = ma_home / "caches" / alice / "home" / ".keras" / "datasets" / "mnist.npz"
     assert kept.read_text() == "downloaded"
+
+
+def test_a_job_that_turns_its_cache_folders_into_links_gets_nothing_made_through_them(
+    ma_service, ma_home, tmp_path
+):
+    """A hostile job replaces ``~/.cache/home`` and ``~/.cache/home/.keras`` with links to a folder
+    of the host; the next launch makes the cache's folders without following them."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    plant = algorithm(
+        tmp_path / "plant",
+        plant=f"""
+            import os, shutil
+            cache = os.path.expanduser("~/.cache")
+            shutil.rmtree(os.path.join(cache, "home", ".keras"))
+            os.symlink({str(victim)!r}, os.path.join(cache, "home", ".keras"))
+            os.rename(os.path.join(cache, "home"), os.path.join(cache, "old-home"))
+            os.symlink({str(victim)!r}, os.path.join(cache, "home"))
+        """,
+        keras=KERAS_STYLE,
+    )
+    user = f"mallory-{secrets.token_hex(3)}"
+    for command in ("python plant.py", "python keras.py download"):
+        job = submit(ma_service, user, command=command, algorithm=str(plant))
+        final = finished(ma_service, job["id"])
+        log = log_of(ma_service, job["id"])
+        if command.startswith("python plant"):
+            assert final["status"] == "succeeded", (final["reason"], log)
+    assert list(victim.iterdir()) == []  # nothing made or written through the links
+    cache = ma_home / "caches" / user
+    assert (cache / "home").is_symlink() and (cache / "old-home" / ".keras").is_symlink()
 
 
 def test_home_caches_are_kept_in_the_symlink_mode_too(ma_home, ma_root_jobs, monkeypatch, request, tmp_path):
