@@ -108,7 +108,8 @@ SHELLS = ("bash", "sh", "dash", "zsh", "ksh")
 def names_local_file(command: str | Sequence[str] | None, cwd: Path) -> bool:
     """Whether the command names a file of ``cwd`` by a relative path (``python train.py``,
     ``bash run.sh``, ``./train``, ``python -m pkg.train`` with ``pkg/`` here), also inside the
-    script of a shell's ``-c`` (``bash -c "python train.py | tee log"``, ``sh -ec "..."``)."""
+    script of a shell's ``-c`` (``bash -c "python train.py | tee log"``, ``sh -ec "..."``), where
+    a folder of ``cwd`` the script enters counts too (``bash -c "cd src && make"``)."""
     if not command:
         return False
     try:
@@ -118,8 +119,24 @@ def names_local_file(command: str | Sequence[str] | None, cwd: Path) -> bool:
     root = cwd.resolve()
     script = _shell_script(argv)
     if script is not None:
-        return _names_local_file(_script_words(script), root)
+        words = _script_words(script)
+        # `bash -c "cd src && python train.py"`: the folder the script enters is the current one's
+        entered = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "cd"]
+        if any(_local_folder(root, folder) for folder in entered):
+            return True
+        return _names_local_file(words, root)
     return _names_local_file(argv, root)
+
+
+def _local_folder(root: Path, name: str) -> bool:
+    """Whether the relative ``name`` is a folder below ``root``."""
+    if not name or os.path.isabs(name) or "$" in name or name.startswith(("-", "~")):
+        return False
+    try:
+        folder = (root / name).resolve()
+        return folder != root and folder.is_relative_to(root) and folder.is_dir()
+    except OSError:
+        return False
 
 
 def _shell_script(argv: list[str]) -> str | None:

@@ -135,6 +135,17 @@ def test_bash_c_with_a_pipe_ships_the_folder_as_python_does(ma_client, project):
     assert not (project / "train.log").exists()  # the job wrote its working copy, not the folder
 
 
+def test_a_command_whose_file_is_not_here_ships_nothing_and_its_failure_says_why(ma_client, project):
+    handle = ma_client.submit(
+        name="t", command='bash -c "set -o pipefail; python elsewhere/train.py | tee log"'
+    )
+    assert handle.shipped is None
+    job = handle.wait(timeout=120)
+    first = job.reason.splitlines()[0]
+    assert "/workspace/algorithm/elsewhere/train.py is missing: the job has no algorithm folder" in first
+    assert "--code-dir DIR" in first
+
+
 def test_code_writable_with_automatic_shipping_shows_the_folder_itself(ma_root_jobs, ma_client, project):
     (project / "train.py").write_text('open("result.txt", "w").write("written by the job")\n')
     handle = ma_client.submit(name="t", command="python train.py", algorithm_read_only=False)

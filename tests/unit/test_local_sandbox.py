@@ -436,6 +436,13 @@ def test_path_hints_name_the_mount_and_the_way_out():
         ["FileNotFoundError: [Errno 2] No such file: 'data/MNIST/raw'"], mounts, f"{WS}/algorithm", nodes=2
     )
     assert "own working copy" in text and "--code-writable" in text
+    # a file the command names, missing because no folder was shipped
+    empty = [Mount("/h/copy", f"{WS}/algorithm", False, "workdir", True)] + mounts[1:]
+    missing = "python: can't open file '/workspace/algorithm/train.py': [Errno 2] No such file or directory"
+    text = path_hint([missing], empty, f"{WS}/algorithm")
+    assert text.startswith("/workspace/algorithm/train.py is missing: the job has no algorithm folder")
+    assert "--code-dir DIR" in text
+    assert hint(missing) is None  # with an algorithm folder it is only a missing file
     # writes that worked, or other errors, explain nothing
     assert hint("OSError: [Errno 2] No such file or directory: '/workspace/dataset/private/mnist/x'") is None
     assert hint("saved /workspace/outputs/m.pt") is None

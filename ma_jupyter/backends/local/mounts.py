@@ -321,7 +321,8 @@ _CANNOT_OPEN = "cannot be opened"
 _MISSING = re.compile(
     r"No such file or directory|\[Errno 2\]|ENOENT|NotFoundError|Failed to find any matching files|does not exist"
 )
-_QUOTED = re.compile(r"""['"\u2018\u201c]([^'"\u2018\u2019\u201c\u201d\n]+)['"\u2019\u201d]""")
+#: a quoted path: the quote opens after no letter (the apostrophe of "can't" opens nothing)
+_QUOTED = re.compile(r"""(?<!\w)['"\u2018\u201c]([^'"\u2018\u2019\u201c\u201d\n]+)['"\u2019\u201d]""")
 _ABSOLUTE = re.compile(r"""(?<![\w.~])(/[^\s'"\u2018\u2019\u201c\u201d:,;()\[\]{}]+)""")
 _WRITABLE_ELSEWHERE = "write under /workspace/outputs (the --output folder) or the working directory"
 #: where a node's own ``/tmp`` is (the cache below it is the user's, shared by every node)
@@ -347,6 +348,10 @@ def path_hint(lines: Iterable[str], mounts: Sequence[Mount], workdir: str, nodes
     5. Without such a write, on a job of several ``nodes``: the last line saying a file is
        missing that names a path in the node's own ``/tmp`` or its own working copy gets the
        advice that nodes do not share those (another node may have written it there).
+    6. Without such a write, on a job with no algorithm folder (its working copy started
+       empty): the last line saying a file is missing that names a path in the working copy
+       gets the advice to ship the folder holding it (``bash -c "cd elsewhere && ..."`` ships
+       nothing when the current folder holds none of the files the command names).
     """
     lines = list(lines)
     for index in range(len(lines) - 1, -1, -1):
@@ -376,7 +381,28 @@ def path_hint(lines: Iterable[str], mounts: Sequence[Mount], workdir: str, nodes
         if erofs:
             return f"a write to a read-only folder failed: {_WRITABLE_ELSEWHERE} ({workdir}), or /tmp"
         return None
-    return _per_node_hint(lines, mounts, workdir) if nodes > 1 else None
+    return _empty_workdir_hint(lines, mounts, workdir) or (
+        _per_node_hint(lines, mounts, workdir) if nodes > 1 else None
+    )
+
+
+def _empty_workdir_hint(lines: list[str], mounts: Sequence[Mount], workdir: str) -> str | None:
+    """Rule 6 of :func:`path_hint`."""
+    copy = next((m for m in mounts if m.kind == WORKDIR_KIND), None)
+    if copy is None or copy.copy_of is not None:
+        return None
+    for line in reversed(lines):
+        if not _MISSING.search(line):
+            continue
+        for _raw, path in _named_paths(line, workdir):
+            if _mount_of(path, mounts) is copy and path != copy.target:
+                return (
+                    f"{path} is missing: the job has no algorithm folder, so its working directory "
+                    f"{copy.target} started empty; submit from the folder holding the file (a command "
+                    "naming a file of the current folder ships that folder), or pass --code-dir DIR"
+                )
+        return None
+    return None
 
 
 def _workspace_hint(path: str, raw: str) -> str:
