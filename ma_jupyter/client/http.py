@@ -295,9 +295,10 @@ class Client:
                 outputs, mounts, image) are taken from the current directory.
 
         A spec without ``algorithm`` whose command names a file of the current folder
-        (``python train.py``) ships a read-only copy of that folder as ``/workspace/algorithm``,
-        the job's working directory (:func:`ma_jupyter.client.snapshot.ship_working_folder`;
-        the handle's ``shipped`` says so).
+        (``python train.py``, ``bash -c "python train.py | tee log"``) ships a read-only copy of
+        that folder as ``/workspace/algorithm``, the job's working directory; with
+        ``algorithm_read_only=False`` the folder itself, writable
+        (:func:`ma_jupyter.client.snapshot.ship_working_folder`; the handle's ``shipped`` says so).
 
         Returns:
             A :class:`JobHandle` of the new job (usually queued or running).
