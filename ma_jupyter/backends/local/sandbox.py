@@ -532,8 +532,11 @@ def _build_tree(view: NodeView) -> None:
             home = view.nd.home
             home.mkdir(exist_ok=True)
             for link, target in [(".cache", mount.source), *caches.home_links(".", mount.source)]:
-                (home / link).unlink(missing_ok=True)
-                (home / link).symlink_to(target)
+                path = home / link
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)  # an earlier attempt replaced the link with a folder
+                path.unlink(missing_ok=True)
+                path.symlink_to(target)
             continue
         link = view.tree / posixpath.relpath(mount.target, VIEW_ROOT)
         link.parent.mkdir(parents=True, exist_ok=True)
