@@ -45,7 +45,7 @@ from . import logs as job_logs
 from . import sandbox as workspace
 from .code import python_sources
 from .forkserver import RunnerForkServer, ServerUnavailable
-from .mounts import read_only_hint
+from .mounts import path_hint
 from .processes import ExitWatcher, marked_processes, read_exit_code
 from .procfs import is_marked, process_start_time
 
@@ -543,8 +543,9 @@ class LocalBackend(Backend):
         return job_logs.failure(attempt.jobdir, run.name)
 
     def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
-        """A write to a read-only folder in ``lines``: which mount of the node's view it hit and
-        how to change it (:func:`.mounts.read_only_hint`), from the view the node ran in."""
+        """A refused write in ``lines`` (which mount of the node's view it hit, why, and how to
+        change it), or a file missing from what each node of a multi-node job has of its own
+        (its ``/tmp``, its working copy): :func:`.mounts.path_hint`, from the view the node ran in."""
         try:
             relative = attempt.jobdir.node(run.name).view_record.relative_to(attempt.jobdir.root)
             view = json.loads(read_small(attempt.job_dir, str(relative), limit=4 << 20))
@@ -552,7 +553,7 @@ class LocalBackend(Backend):
             workdir = str(view["workdir"])
         except (OSError, ValueError, TypeError, KeyError, RefusedFile):
             return None
-        return read_only_hint(lines, mounts, workdir)
+        return path_hint(lines, mounts, workdir, nodes=attempt.spec.nodes)
 
     # ---------------------------------------------------------------------- caches
 

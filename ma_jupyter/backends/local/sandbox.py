@@ -95,6 +95,10 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: this package, shown read-only in every sandbox: the modes' launchers run inside nodes as
 #: ``python -m ma_jupyter.nodeside....``
 PACKAGE_DIR = str(Path(ma_jupyter.__file__).resolve().parent)
+#: the folder on every node's PYTHONPATH (bubblewrap): it holds a link to this package and
+#: nothing else, so the modes' launchers import it while a job sees nothing more of the folder
+#: the package lies in (an editable install's repository: its tests/, bench/...)
+HELPERS_VIEW = "/run/ma_jupyter/python"
 #: the helper that makes a node's working copy and keeps what the job wrote there
 WORKDIR_HELPER = str(Path(PACKAGE_DIR) / "nodeside" / "workdir.py")
 #: where the working copy's original is shown (read-only) while it is copied, and only then
@@ -588,12 +592,22 @@ def _build_tree(view: NodeView) -> None:
     if view.tree.exists():
         shutil.rmtree(view.tree)
     view.tree.mkdir(parents=True)
+    helpers = view.nd.python
+    if helpers.is_symlink() or helpers.is_file():
+        helpers.unlink()
+    helpers.mkdir(exist_ok=True)
+    (helpers / "ma_jupyter").unlink(missing_ok=True)
+    (helpers / "ma_jupyter").symlink_to(PACKAGE_DIR)
     for mount in view.mounts:
         if mount.kind == CACHE_KIND:
             home = view.nd.home
             home.mkdir(exist_ok=True)
-            (home / ".cache").unlink(missing_ok=True)
-            (home / ".cache").symlink_to(mount.source)
+            for link, target in [(".cache", mount.source), *caches.home_links(".", mount.source)]:
+                path = home / link
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)  # an earlier attempt replaced the link with a folder
+                path.unlink(missing_ok=True)
+                path.symlink_to(target)
             continue
         link = view.tree / posixpath.relpath(mount.target, VIEW_ROOT)
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -643,6 +657,8 @@ def node_env(
     env = {
         "PATH": f"{view.image.bin_dir}:{SYSTEM_PATH}",
         "HOME": "/tmp",
+        # a login's shell: Open MPI's remote start asks for it (a warning on every MPI job without)
+        "SHELL": "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
@@ -669,9 +685,9 @@ def node_env(
     expanded = expand_env(own, platform)
     plan_env = {k: expanded.get(k, v) for k, v in plan_env.items()}
     env.update(plan_env)
-    package_parent = str(Path(PACKAGE_DIR).parent)
+    helpers = str(view.nd.python) if view.sandbox == "symlink" else HELPERS_VIEW
     # the job's own PYTHONPATH first: its modules win over ours
-    env["PYTHONPATH"] = ":".join(p for p in (plan_env.get("PYTHONPATH", ""), package_parent) if p)
+    env["PYTHONPATH"] = ":".join(p for p in (plan_env.get("PYTHONPATH", ""), helpers) if p)
     env.update({**guaranteed, NODE_MARKER: marker})
     if view.sandbox == "symlink":
         env = {k: to_host(view, v) for k, v in env.items()}
@@ -828,7 +844,7 @@ def bwrap_argv(
     args += _system_args(view.tmpfs_limit)
     args += card_device_args(view)
     args += _etc_args(view)
-    args += _python_args(view.image.roots)
+    args += _python_args(view.image.roots) + _helpers_args(view)
     args += ["--perms", "0755", "--dir", VIEW_ROOT]
     for mount in view.mounts:
         if not mount.target.startswith("/tmp/"):  # /tmp is there already (its tmpfs)
@@ -881,6 +897,18 @@ def _python_args(roots: tuple[str, ...] | list[str]) -> list[str]:
         args += _parents(root) + ["--ro-bind", root, root]
     if not any(PACKAGE_DIR == r or PACKAGE_DIR.startswith(r + "/") for r in roots):
         args += _parents(PACKAGE_DIR) + ["--ro-bind", PACKAGE_DIR, PACKAGE_DIR]
+    return args
+
+
+def _helpers_args(view: NodeView) -> list[str]:
+    """:data:`HELPERS_VIEW` holding a link to this package, and (with the user's cache) the links
+    of the folders frameworks keep in HOME to theirs in the cache (:func:`.caches.home_links`)."""
+    args = _parents(HELPERS_VIEW) + ["--perms", "0755", "--dir", HELPERS_VIEW]
+    args += ["--symlink", PACKAGE_DIR, f"{HELPERS_VIEW}/ma_jupyter"]
+    if view.cache is not None:
+        home = posixpath.dirname(caches.CACHE_VIEW)
+        for link, target in caches.home_links(home, caches.CACHE_VIEW):
+            args += ["--symlink", posixpath.relpath(target, home), link]
     return args
 
 

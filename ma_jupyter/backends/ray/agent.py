@@ -130,6 +130,10 @@ class NodeAgent:
     def failure(self, attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
         return self._local.failure(attempt, run)
 
+    def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
+        """The local backend's explanation, from the view the node ran in here."""
+        return self._local.explain(attempt, run, lines)
+
     def wait_exit(self, attempt: Attempt, run: NodeRun, timeout: float) -> bool:
         """Block until the node is no longer running, at most ``timeout`` seconds; whether it ended.
 

@@ -653,6 +653,15 @@ class RayBackend(Backend):
             return f"the Ray node {run.host} of {run.name} left the cluster"
         return tuple(answer) if isinstance(answer, list) else answer
 
+    def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
+        """The local backend's explanation (a refused write, a file missing from what each node
+        has of its own), made by the agent of the Ray node from the view the node ran in there."""
+        try:
+            agent = self._agent_of(self._host(attempt, run))
+            return self._get(agent.explain.remote(self._on_nodes(attempt), run, list(lines)))
+        except MaJupyterError:  # the node left, or did not answer: the reason goes without it
+            return None
+
     # ------------------------------------------------------------------------ logs
 
     def log_streams(self, job: Job) -> list[LogStream]:
