@@ -414,7 +414,17 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
     if args.follow and not args.json:
         _print_lines(handle.logs(follow=True))
     final = handle.wait()
+    if not args.json:
+        _print_alerts(handle)
     return _finished(final, args)
+
+
+def _print_alerts(handle: JobHandle) -> None:
+    """The job's alert events (performance, a multi-node job that did not run distributed), one
+    line each on stderr, before the final status line: the job's success does not show them."""
+    for event in handle.events():
+        if event.alert:
+            _err(f"ALERT{f' ({event.node})' if event.node else ''}: {render.one_line(event.reason)}")
 
 
 def _clone(args: argparse.Namespace) -> int:

@@ -1318,6 +1318,7 @@ class Supervisor:
                 polled = [self.backend.poll(attempt, r) if r.name in again else r for r in job.nodes]
                 final = policies.final_node_states(polled, end.failed)
                 text = _call_reason(end.reason)
+                solo = self._not_distributed(job, attempt)
                 with self._lock:
                     placement = self._placements.pop(job.id, None)
                     if placement:
@@ -1330,6 +1331,8 @@ class Supervisor:
                     if not settled.remove:  # kept until the job is gone: a crash before that leaves it marked
                         self.store.set_desired(job.id, None)
                     current = self.store.get(job.id)
+                    if solo is not None:  # before the end: a follower that sees the end finds it
+                        self._notice(current, solo[1], node=solo[0], alert=True)
                     updates = policies.record_updates(
                         current, settled, final, end.exit_code, utcnow(), counted=end.counted
                     )
@@ -1355,6 +1358,21 @@ class Supervisor:
                 self._wake.set()
 
         threading.Thread(target=run, name=f"finish-{job.id}", daemon=True).start()
+
+    def _not_distributed(self, job: Job, attempt: Attempt) -> tuple[str, str] | None:
+        """(node, alert) when a node's launcher found that no rank of this multi-node attempt
+        joined a process group; reads what the job could have written, so outside the lock."""
+        if len(attempt.plans) < 2:
+            return None
+        for run in job.nodes:
+            try:
+                nodes = self.backend.not_distributed(attempt, run)
+            except Exception:  # a node gone, a backend away: say nothing rather than guess
+                log.debug("job %s: no not-distributed report from %s", job.id, run.name, exc_info=True)
+                continue
+            if nodes is not None:
+                return run.name, policies.not_distributed_alert(nodes, job.spec.mode.value)
+        return None
 
     def _tell_kept(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> None:
         """An event per failed node that keeps its sandbox for the debug terminal, with until

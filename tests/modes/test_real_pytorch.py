@@ -77,6 +77,46 @@ def test_wrapped_python_command_2_nodes_ranks_end_with_identical_parameters(ma_c
     rank1 = ma_client.read_log(job.id, node="worker-1", rank=1).data
     assert "rank 1/2 done" in rank1
     assert "[rank 0] rank 0/2 done" in logs
+    # the ranks formed a process group: no not-distributed alert
+    assert [e.reason for e in ma_client.events(job.id) if e.alert] == []
+
+
+# What Lightning's Trainer() with its defaults or a script that finds too few GPUs does: trains
+# (here: computes) on each node alone and succeeds, never joining the job's process group.
+ALONE = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(5):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(f"trained alone, loss={loss.item():.4f}", flush=True)
+"""
+
+
+def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_alert(ma_client, tmp_path):
+    job, seconds, logs = run_job(
+        ma_client,
+        name="alone-2x1",
+        mode="pytorch",
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=str(algorithm(tmp_path / "algo", alone=ALONE)),
+        command="python /workspace/algorithm/alone.py",
+    )
+    print(f"pytorch 2x1 without a process group: {seconds:.1f} s")
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert logs.count("trained alone") == 2
+    alerts = [e for e in ma_client.events(job.id) if e.alert]
+    assert len(alerts) == 1, events_text(ma_client, job.id)
+    assert alerts[0].node == "worker-0"
+    assert alerts[0].reason.startswith("not distributed: no rank of the 2 nodes joined a process group")
+    # recorded before the end, so a follower that sees the job end also sees the alert
+    events = ma_client.events(job.id)
+    assert events.index(alerts[0]) < [e.status for e in events].index(JobStatus.succeeded)
 
 
 def test_the_seeds_torchrun_command_on_2_nodes_with_2_cards_has_world_size_4(ma_client, tmp_path):

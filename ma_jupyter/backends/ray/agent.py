@@ -129,6 +129,9 @@ class NodeAgent:
     def failure(self, attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
         return self._local.failure(attempt, run)
 
+    def not_distributed(self, attempt: Attempt, run: NodeRun) -> int | None:
+        return self._local.not_distributed(attempt, run)
+
     def wait_exit(self, attempt: Attempt, run: NodeRun, timeout: float) -> bool:
         """Block until the node is no longer running, at most ``timeout`` seconds; whether it ended.
 

@@ -613,6 +613,13 @@ class RayBackend(Backend):
             return f"the Ray node {run.host} of {run.name} left the cluster"
         return tuple(answer) if isinstance(answer, list) else answer
 
+    def not_distributed(self, attempt: Attempt, run: NodeRun) -> int | None:
+        try:
+            agent = self._agent_of(self._host(attempt, run))
+            return self._get(agent.not_distributed.remote(self._on_nodes(attempt), run))
+        except NodeGone:  # gone with its node: nothing is known
+            return None
+
     # ------------------------------------------------------------------------ logs
 
     def log_streams(self, job: Job) -> list[LogStream]:
