@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import time
 
 import pytest
 
 from ma_jupyter.models import JobStatus
 
 from ..helpers import wait_for, writable_dir
-from .real import algorithm, events_text, job_processes, run_job
+from .real import algorithm, events_text, job_processes, node_logs, run_job
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = [pytest.mark.torch]
 
@@ -98,18 +105,25 @@ print(f"trained alone, loss={loss.item():.4f}", flush=True)
 
 
 def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_alert(ma_client, tmp_path):
-    job, seconds, logs = run_job(
-        ma_client,
-        name="alone-2x1",
-        mode="pytorch",
-        nodes=2,
-        specs=["cpu.small"],
-        algorithm=str(algorithm(tmp_path / "algo", alone=ALONE)),
-        command="python /workspace/algorithm/alone.py",
+    """As a user submits it: ``ma-jupyter submit --follow`` prints the alert before the end."""
+    algo = algorithm(tmp_path / "algo", alone=ALONE)
+    started = time.monotonic()
+    argv = ["submit", "--name", "alone-2x1", "--mode", "pytorch", "--nodes", "2", "--spec", "cpu.small"]
+    argv += ["--code-dir", str(algo), "--follow", "--", "python", "/workspace/algorithm/alone.py"]
+    cli = subprocess.run(
+        [sys.executable, "-m", "ma_jupyter.frontends.cli", *argv],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
-    print(f"pytorch 2x1 without a process group: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
-    assert logs.count("trained alone") == 2
+    print(f"pytorch 2x1 without a process group, submit --follow: {time.monotonic() - started:.1f} s")
+    job = ma_client.get(re.search(r"submitted (\S+) ", cli.stderr).group(1))
+    assert job.status is JobStatus.succeeded, cli.stdout + cli.stderr + events_text(ma_client, job.id)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.count("trained alone") >= 1  # the follower's node (all nodes: logs --all)
+    assert "ALERT (worker-0): not distributed: no rank of the 2 nodes joined a process group" in cli.stderr
     alerts = [e for e in ma_client.events(job.id) if e.alert]
     assert len(alerts) == 1, events_text(ma_client, job.id)
     assert alerts[0].node == "worker-0"
@@ -117,6 +131,8 @@ def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_al
     # recorded before the end, so a follower that sees the job end also sees the alert
     events = ma_client.events(job.id)
     assert events.index(alerts[0]) < [e.status for e in events].index(JobStatus.succeeded)
+    logs = node_logs(ma_client, job.id)
+    assert logs.count("trained alone") == 2, logs
 
 
 def test_the_seeds_torchrun_command_on_2_nodes_with_2_cards_has_world_size_4(ma_client, tmp_path):
