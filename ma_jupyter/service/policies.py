@@ -550,17 +550,3 @@ def waiting_reason(kind: str, head) -> str:
             "resources are in use outside this service); trying again every few seconds"
         )
     return "waiting for resources: no spec of this job fits the free capacity now"
-
-
-def not_distributed_alert(nodes: int, mode: str) -> str:
-    """The alert for a job whose ranks never joined a process group on its ``nodes`` nodes (the
-    launcher's finding, see :meth:`ma_jupyter.backends.base.Backend.not_distributed`): each node
-    ran the command on its own, which the job's success does not show."""
-    return (
-        f"not distributed: no rank of the {nodes} nodes joined a process group, so each node ran "
-        f"the command on its own (node 0's rendezvous store saw no rank). The {mode} mode starts the "
-        "command on every node with the job's MASTER_ADDR, RANK and WORLD_SIZE; the script itself must "
-        "call torch.distributed.init_process_group() or have its framework do it (Lightning: "
-        f"Trainer(num_nodes={nodes}, strategy='ddp'), accelerate: Accelerator()); a script that checks "
-        "for GPUs may have skipped it. With one node the job runs the same without the warning."
-    )

@@ -78,6 +78,7 @@ from ..models import (
     Job,
     JobSpec,
     JobStatus,
+    Mode,
     NodeLaunch,
     NodeRun,
     Plan,
@@ -87,7 +88,7 @@ from ..models import (
 )
 from ..modes import plan_job, single_copy
 from ..modes.base import Placement
-from . import policies
+from . import distributed_check, policies
 from .disk import SUBMIT_BELOW, full_folder
 from .guard import disk_full_message
 from .health import NodeHealth
@@ -1359,10 +1360,22 @@ class Supervisor:
 
         threading.Thread(target=run, name=f"finish-{job.id}", daemon=True).start()
 
-    def _not_distributed(self, job: Job, attempt: Attempt) -> tuple[str, str] | None:
-        """(node, alert) when a node's launcher found that no rank of this multi-node attempt
-        joined a process group; reads what the job could have written, so outside the lock."""
+    def _not_distributed(self, job: Job, attempt: Attempt) -> tuple[str | None, str] | None:
+        """(node, alert) when this multi-node attempt did not run distributed (see
+        :mod:`.distributed_check`); reads what the job could have written, so outside the lock."""
         if len(attempt.plans) < 2:
+            return None
+        if job.spec.mode is Mode.tensorflow:
+            heads = []
+            for run in job.nodes:
+                try:
+                    heads.append(
+                        self._read_log(job.id, run.name, run.log_start, distributed_check.HEAD_BYTES)
+                    )
+                except Exception:  # replaced by the job, gone with its node: not judged
+                    heads.append(None)
+            if distributed_check.tensorflow_alone(heads):
+                return None, distributed_check.tensorflow_alert(len(heads))
             return None
         for run in job.nodes:
             try:
@@ -1371,7 +1384,7 @@ class Supervisor:
                 log.debug("job %s: no not-distributed report from %s", job.id, run.name, exc_info=True)
                 continue
             if nodes is not None:
-                return run.name, policies.not_distributed_alert(nodes, job.spec.mode.value)
+                return run.name, distributed_check.torch_alert(nodes, job.spec.mode.value)
         return None
 
     def _tell_kept(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> None:
