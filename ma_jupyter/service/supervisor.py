@@ -1319,7 +1319,9 @@ class Supervisor:
                 polled = [self.backend.poll(attempt, r) if r.name in again else r for r in job.nodes]
                 final = policies.final_node_states(polled, end.failed)
                 text = _call_reason(end.reason)
-                solo = self._not_distributed(job, attempt)
+                # said of a success only: a failure or a stop is its own news, and an early stop
+                # leaves no trace of a strategy that had no time to form
+                solo = self._not_distributed(job, attempt) if end.status is JobStatus.succeeded else None
                 with self._lock:
                     placement = self._placements.pop(job.id, None)
                     if placement:
