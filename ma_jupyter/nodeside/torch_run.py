@@ -36,7 +36,9 @@ adds, in order:
    torch without ``list_keys`` or without the launcher's exit barrier, a listing that failed,
    a barrier that did not complete, a failure of the launcher.  (A rank whose backend
    initialises lazily, e.g. NCCL, writes its keys at its first collective: a rank that never
-   communicated counts as one that never joined.)
+   communicated counts as one that never joined.  Under torchrun ``env://`` and ``tcp://``
+   both reach node 0's store; a group formed through a store of the script's own, such as
+   ``file://`` on a shared folder, is not seen and gets the report.)
 
 Why: the launcher's store client that finds nothing listening backs off before it tries again,
 longer the earlier it came (with torch 2.13: a refusal 50 ms early costs 0.5 s, one 2 s early
