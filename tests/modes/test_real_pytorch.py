@@ -344,3 +344,36 @@ def test_a_bare_torchrun_reads_nodes_rank_and_rendezvous_from_pet_variables(ma_c
         ("worker-1", "1"),
         ("worker-1", "1"),
     ]
+
+
+# The launch style of pytorch/examples' distributed scripts: a GPU check before anything else,
+# which prints and exits 0 where the GPUs are missing (this machine has none).
+GPU_CHECKED = """
+import sys
+import torch
+
+min_gpus = 2
+if torch.cuda.device_count() < min_gpus:
+    print(f"Unable to locate sufficient {min_gpus} gpus to run this example. Exiting.", flush=True)
+    sys.exit()
+import torch.distributed as dist
+dist.init_process_group("nccl")
+"""
+
+
+def test_an_example_that_exits_for_want_of_gpus_on_2_nodes_gets_the_alert(ma_client, tmp_path):
+    job, _seconds, logs = run_job(
+        ma_client,
+        name="gpu-checked",
+        mode="pytorch",
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=str(algorithm(tmp_path / "algo", example=GPU_CHECKED)),
+        command="python /workspace/algorithm/example.py",
+    )
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert logs.count("Unable to locate sufficient 2 gpus") == 2, logs
+    alerts = [e.reason for e in ma_client.events(job.id) if e.alert]
+    assert [a.split(",")[0] for a in alerts] == [
+        "not distributed: no rank of the 2 nodes joined a process group"
+    ]
