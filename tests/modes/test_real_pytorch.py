@@ -133,6 +133,17 @@ def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_al
     assert events.index(alerts[0]) < [e.status for e in events].index(JobStatus.succeeded)
     logs = node_logs(ma_client, job.id)
     assert logs.count("trained alone") == 2, logs
+    # the other commands that wait for the end say it too; a plain read of the log does not
+    for command, alerted in (["wait"], True), (["logs", "--follow"], True), (["logs"], False):
+        later = subprocess.run(
+            [sys.executable, "-m", "ma_jupyter.frontends.cli", command[0], job.id, *command[1:]],
+            env={**os.environ, "PYTHONPATH": ROOT},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert later.returncode == 0, later.stderr
+        assert ("ALERT (worker-0): not distributed" in later.stderr) is alerted, (command, later.stderr)
 
 
 def test_the_seeds_torchrun_command_on_2_nodes_with_2_cards_has_world_size_4(ma_client, tmp_path):
