@@ -6,8 +6,10 @@ a rank folder come from :mod:`ma_jupyter.nodeside.rank_log`, which writes them; 
     logs/<node>.log                 a node's stdout+stderr (written by the node, never the service)
     logs/<node>/rank-<r>.log        per-rank logs; logs/<node>/ is the node's /job/logs ($MA_RANK_LOG_DIR)
     logs/<node>/failure.json        a launcher's report of the first failed rank (job-writable)
+    logs/<node>/not-distributed.json  node 0's launcher: no rank joined a process group (job-writable)
     nodes/<node>/exit_code          written atomically by the node runner when the node ends
     nodes/<node>/failure.json       the report handed over by the runner, or {"refused": "..."}
+    nodes/<node>/not-distributed.json  the same hand-over for the launcher's not-distributed report
     nodes/<node>/marker             MA_NODE_RUN value of this node's processes
     nodes/<node>/run.json           the NodeRun as launched
     nodes/<node>/node-run.json      the runner's instructions
@@ -38,7 +40,7 @@ from .errors import InvalidSpec
 
 # The names inside a node's rank folder are spelled by the program that writes them, the rank
 # log splitter, which must start each rank before importing this module (see its docstring).
-from .nodeside.rank_log import FAILURE_REPORT, RANK_LOG_ENV, rank_log_name, rank_of
+from .nodeside.rank_log import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, RANK_LOG_ENV, rank_log_name, rank_of
 
 #: in-view folder of a node's per-rank logs, backed by ``logs/<node>/``
 RANK_LOG_VIEW = "/job/logs"
@@ -101,7 +103,7 @@ class NodeDir(_Folder):
     __slots__ = ()
 
     #: files removed before each attempt
-    STALE = ("exit_code", FAILURE_REPORT, "heartbeat", "kept.json")
+    STALE = ("exit_code", FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, "heartbeat", "kept.json")
 
     @property
     def exit_code(self) -> Path:
@@ -115,6 +117,11 @@ class NodeDir(_Folder):
     @property
     def failure(self) -> Path:
         return self.root / FAILURE_REPORT
+
+    @property
+    def not_distributed(self) -> Path:
+        """``{"nodes": N}``: node 0's launcher found that no rank joined a process group."""
+        return self.root / NOT_DISTRIBUTED_REPORT
 
     @property
     def marker(self) -> Path:
@@ -253,6 +260,10 @@ class JobDir(_Folder):
         """The path of a node's failure report relative to the job folder."""
         return f"nodes/{node}/{FAILURE_REPORT}"
 
+    def not_distributed_relative(self, node: str) -> str:
+        """The path of a node's not-distributed report relative to the job folder."""
+        return f"nodes/{node}/{NOT_DISTRIBUTED_REPORT}"
+
     # ---------------------------------------------------------------- data
 
     @property
@@ -286,6 +297,7 @@ PLACEHOLDER = JobDir(Path("<jobs>") / "<job-id>")
 
 __all__ = [
     "FAILURE_REPORT",
+    "NOT_DISTRIBUTED_REPORT",
     "PLACEHOLDER",
     "RANK_LOG_ENV",
     "RANK_LOG_VIEW",

@@ -266,20 +266,22 @@ def real_ancestor(path: Path) -> Path:
 
 
 def collect_report(
-    rank_log_dir: Path, node_dir: Path, node: str, shown: str = "/job/logs/failure.json"
+    rank_log_dir: Path, node_dir: Path, node: str, name: str = FAILURE_REPORT, shown: str = "/job/logs"
 ) -> None:
-    """Hand a launcher's ``failure.json`` from the job-writable rank-log folder to the node folder.
+    """Hand a launcher's report ``name`` (``failure.json``, ``not-distributed.json``) from the
+    job-writable rank-log folder to the node folder.
 
     Only a small regular file with one name is moved (``rename`` never follows a symlink);
-    anything else stays where it is and ``node_dir/failure.json`` records what the job left
+    anything else stays where it is and ``node_dir/<name>`` records what the job left
     (``{"refused": "worker-0 left a FIFO at /job/logs/failure.json ..."}``).
     """
-    report = Path(rank_log_dir) / FAILURE_REPORT
+    report = Path(rank_log_dir) / name
+    shown = f"{shown}/{name}"
     try:
         st = os.lstat(report)
     except OSError:
         return
-    target = Path(node_dir) / FAILURE_REPORT
+    target = Path(node_dir) / name
     if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= MAX_REPORT:
         try:
             os.replace(report, target)

@@ -289,6 +289,16 @@ class Backend(ABC):
 
         Works in a fresh service process; never blocks on a file the job controls."""
 
+    def not_distributed(self, attempt: Attempt, run: NodeRun) -> int | None:
+        """The number of nodes of the job when ``run``'s launcher found that no rank of any node
+        joined a process group (torch's launcher on node 0 tells, see
+        :mod:`ma_jupyter.nodeside.torch_run` rule 5): the nodes ran side by side, not together.
+        None when the node did not say so, or the backend cannot tell (the default).
+
+        Works in a fresh service process; never blocks on a file the job controls."""
+        del attempt, run
+        return None
+
     def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
         """One sentence explaining the failed node ``run`` from its last log ``lines`` in terms of
         the backend's view, e.g. a write to a read-only folder: which mount it was and how to

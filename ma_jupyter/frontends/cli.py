@@ -414,7 +414,18 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
     if args.follow and not args.json:
         _print_lines(handle.logs(follow=True))
     final = handle.wait()
+    if not args.json:
+        _print_alerts(handle)
     return _finished(final, args)
+
+
+def _print_alerts(handle: JobHandle) -> None:
+    """The job's alert events (performance, a multi-node job that did not run distributed), one
+    line each on stderr, once the job has ended (``submit``/``clone`` with ``--follow`` or
+    ``--wait``, ``logs --follow``, ``wait``): the job's success does not show them."""
+    for event in handle.events():
+        if event.alert:
+            _err(f"ALERT{f' ({event.node})' if event.node else ''}: {render.one_line(event.reason)}")
 
 
 def _clone(args: argparse.Namespace) -> int:
@@ -478,10 +489,12 @@ def _logs(args: argparse.Namespace) -> int:
             raise NotFound(elsewhere)
     if not args.all:
         _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
-        return EXIT_OK
-    if args.node or args.offset:
+    elif args.node or args.offset:
         raise InvalidSpec("--all reads every node from its start: drop --node and --offset")
-    _print_all_nodes(handle, follow=args.follow, rank=args.rank)
+    else:
+        _print_all_nodes(handle, follow=args.follow, rank=args.rank)
+    if args.follow:  # the job has ended: what its success does not show
+        _print_alerts(handle)
     return EXIT_OK
 
 
@@ -567,7 +580,10 @@ def _top(args: argparse.Namespace) -> int:
 
 def _wait(args: argparse.Namespace) -> int:
     handle = resolve_job(Client(), args.job)
-    return _finished(handle.wait(timeout=args.timeout), args)
+    final = handle.wait(timeout=args.timeout)
+    if not args.json and final.status.is_terminal():
+        _print_alerts(handle)
+    return _finished(final, args)
 
 
 def _stop(args: argparse.Namespace) -> int:

@@ -44,6 +44,9 @@ from .argv import is_python
 RANK_LOG_ENV = "MA_RANK_LOG_DIR"
 #: a launcher's report of the first failed rank (``{"rank", "exit_code"}``)
 FAILURE_REPORT = "failure.json"
+#: node 0's launcher's finding that no rank of a multi-node job joined a process group
+#: (``{"nodes"}``: see :mod:`ma_jupyter.nodeside.torch_run`, rule 5)
+NOT_DISTRIBUTED_REPORT = "not-distributed.json"
 _RANK_PREFIX = "rank-"
 _LOG_SUFFIX = ".log"
 

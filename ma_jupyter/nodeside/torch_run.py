@@ -23,6 +23,22 @@ adds, in order:
    are reaped, and node 0's store is already closed: the launcher drops it with its agent
    before it returns, so ending sooner cuts no other node off.  A failure ends as it would
    have: the launcher's traceback and status 1.
+5. On node 0 of a job with more than one node (static rendezvous, not ``--standalone``), once
+   the launcher's exit barrier has passed (every node's workers have ended, and node 0's store
+   still listens), it lists the store's keys from a client connection.  Each rank that joins a
+   process group through it (``init_process_group`` with ``env://``: torchrun points ranks at
+   node 0's store) writes keys there; the launcher's own are under ``<rdzv_id>/``.  When the
+   listing worked, shows that every node reached the barrier (its ``last_member`` key), and
+   holds no other key, and the launcher succeeded, it writes ``{"nodes": N}`` to
+   ``$MA_RANK_LOG_DIR/not-distributed.json``: the job ran on several nodes, but no rank took
+   part in a process group, so each node trained on its own.  The node runner hands the file
+   to the service, which tells the user with an alert.  Anything uncertain writes nothing: a
+   torch without ``list_keys`` or without the launcher's exit barrier, a listing that failed,
+   a barrier that did not complete, a failure of the launcher.  (A rank whose backend
+   initialises lazily, e.g. NCCL, writes its keys at its first collective: a rank that never
+   communicated counts as one that never joined.  Under torchrun ``env://`` and ``tcp://``
+   both reach node 0's store; a group formed through a store of the script's own, such as
+   ``file://`` on a shared folder, is not seen and gets the report.)
 
 Why: the launcher's store client that finds nothing listening backs off before it tries again,
 longer the earlier it came (with torch 2.13: a refusal 50 ms early costs 0.5 s, one 2 s early
@@ -35,11 +51,15 @@ connections.
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import socket
 import sys
 import time
+from datetime import timedelta
+
+from .rank_log import LOG_MODE, NOT_DISTRIBUTED_REPORT, RANK_LOG_ENV
 
 #: the longest wait of rule 2: past it the launcher's own backoff costs little against the wait
 WAIT_SECONDS = 60.0
@@ -47,6 +67,10 @@ WAIT_SECONDS = 60.0
 PROBE_INTERVAL = 0.01
 #: between probes that failed otherwise (a name not resolving yet: no resolver flood)
 SLOW_PROBE_INTERVAL = 0.5
+#: how long rule 5's connection and listing may take before the check gives up (writes nothing)
+LOOK_TIMEOUT = 10.0
+#: the key the launcher's exit barrier sets once every node reached it (torch's store utilities)
+BARRIER_DONE = "torchelastic/agent/terminal_state/last_member"
 
 
 def wait_for_listener(host: str, port: int, timeout: float) -> bool:
@@ -90,6 +114,72 @@ def store_to_wait_for(args) -> tuple[str, int, float] | None:
     return (host, port, float(min(timeout, WAIT_SECONDS))) if port > 0 else None
 
 
+class ProcessGroupCheck:
+    """Rule 5: whether the ranks of a multi-node job left any key in node 0's store.
+
+    :meth:`look` runs once, in the launcher's thread, right after its exit barrier;
+    :attr:`alone` is then True only when the look proved that no rank wrote to the store.
+    """
+
+    def __init__(self, host: str, port: int, run_id: str, nodes: int) -> None:
+        self.host, self.port, self.run_id, self.nodes = host, port, run_id, nodes
+        self.alone = False
+
+    def look(self) -> None:
+        try:
+            from torch.distributed import TCPStore
+
+            client = TCPStore(
+                self.host, self.port, is_master=False, wait_for_workers=False,
+                timeout=timedelta(seconds=LOOK_TIMEOUT),
+            )  # fmt: skip
+            keys = list(client.list_keys())
+        except Exception:  # an older torch, a store gone: unsure, so nothing is said
+            return
+        own = f"{self.run_id}/"
+        self.alone = own + BARRIER_DONE in keys and all(key.startswith(own) for key in keys)
+
+    def report(self, folder: str | None) -> None:
+        """Write ``not-distributed.json`` in ``folder`` when :meth:`look` found no rank's key."""
+        if not (self.alone and folder):
+            return
+        try:
+            fd = os.open(
+                os.path.join(folder, NOT_DISTRIBUTED_REPORT), os.O_WRONLY | os.O_CREAT | os.O_EXCL, LOG_MODE
+            )
+        except OSError:  # there already (a job's own file): the runner judges what it finds
+            return
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"nodes": self.nodes}, fh)
+
+
+def process_group_check(args) -> ProcessGroupCheck | None:
+    """Rule 5's check, hooked after the launcher's exit barrier, when this node must make it."""
+    from torch.distributed import run
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+    try:
+        if args.standalone or args.rdzv_backend != "static" or int(args.node_rank) != 0:
+            return None
+        nodes = run.parse_min_max_nnodes(args.nnodes)[1]
+        port = 29500 if args.master_port is None else args.master_port
+        host, port = parse_rendezvous_endpoint(args.rdzv_endpoint or f"{args.master_addr}:{port}", -1)
+    except Exception:  # arguments the launcher refuses: it says why
+        return None
+    barrier = SimpleElasticAgent.__dict__.get("_exit_barrier")
+    if nodes < 2 or barrier is None:
+        return None
+    check = ProcessGroupCheck(host, int(port), str(args.rdzv_id), nodes)
+
+    def exit_barrier(agent):  # the store is still up: node 0's agent closes it after this
+        barrier(agent)
+        check.look()
+
+    SimpleElasticAgent._exit_barrier = exit_barrier
+    return check
+
+
 def main(argv: list[str]) -> None:
     from torch.distributed import run
 
@@ -99,7 +189,10 @@ def main(argv: list[str]) -> None:
     if store is not None:
         host, port, timeout = store
         wait_for_listener(host, port, timeout)
+    check = process_group_check(args)
     run.main(argv)  # a failure raises: the interpreter reports it (rule 4)
+    if check is not None:
+        check.report(os.environ.get(RANK_LOG_ENV))
     if args.run_path:  # a function entrypoint: multiprocessing's exit handlers have work
         return
     logging.shutdown()

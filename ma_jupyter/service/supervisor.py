@@ -84,6 +84,7 @@ from ..models import (
     Job,
     JobSpec,
     JobStatus,
+    Mode,
     NodeLaunch,
     NodeRun,
     Plan,
@@ -93,7 +94,7 @@ from ..models import (
 )
 from ..modes import plan_job, single_copy
 from ..modes.base import Placement, TaskSlot
-from . import policies
+from . import distributed_check, policies
 from .disk import FULL_BELOW, SUBMIT_BELOW, disk_use, free_bytes, full_folder
 from .guard import disk_full_message
 from .health import NodeHealth
@@ -1392,6 +1393,9 @@ class Supervisor:
                 polled = [self.backend.poll(attempt, r) if r.name in again else r for r in job.nodes]
                 final = policies.final_node_states(polled, end.failed)
                 text = _call_reason(end.reason)
+                # said of a success only: a failure or a stop is its own news, and an early stop
+                # leaves no trace of a strategy that had no time to form
+                solo = self._not_distributed(job, attempt) if end.status is JobStatus.succeeded else None
                 with self._lock:
                     placement = self._placements.pop(job.id, None)
                     if placement:
@@ -1404,6 +1408,8 @@ class Supervisor:
                     if not settled.remove:  # kept until the job is gone: a crash before that leaves it marked
                         self.store.set_desired(job.id, None)
                     current = self.store.get(job.id)
+                    if solo is not None:  # before the end: a follower that sees the end finds it
+                        self._notice(current, solo[1], node=solo[0], alert=True)
                     updates = policies.record_updates(
                         current, settled, final, end.exit_code, utcnow(), counted=end.counted
                     )
@@ -1429,6 +1435,33 @@ class Supervisor:
                 self._wake.set()
 
         threading.Thread(target=run, name=f"finish-{job.id}", daemon=True).start()
+
+    def _not_distributed(self, job: Job, attempt: Attempt) -> tuple[str | None, str] | None:
+        """(node, alert) when this multi-node attempt did not run distributed (see
+        :mod:`.distributed_check`); reads what the job could have written, so outside the lock."""
+        if len(attempt.plans) < 2:
+            return None
+        if job.spec.mode is Mode.tensorflow:
+            heads = []
+            for run in job.nodes:
+                try:
+                    heads.append(
+                        self._read_log(job.id, run.name, run.log_start, distributed_check.HEAD_BYTES)
+                    )
+                except Exception:  # replaced by the job, gone with its node: not judged
+                    heads.append(None)
+            if distributed_check.tensorflow_alone(heads):
+                return None, distributed_check.tensorflow_alert(len(heads))
+            return None
+        for run in job.nodes:
+            try:
+                nodes = self.backend.not_distributed(attempt, run)
+            except Exception:  # a node gone, a backend away: say nothing rather than guess
+                log.debug("job %s: no not-distributed report from %s", job.id, run.name, exc_info=True)
+                continue
+            if nodes is not None:
+                return run.name, distributed_check.torch_alert(nodes, job.spec.mode.value)
+        return None
 
     def _tell_kept(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> None:
         """An event per failed node that keeps its sandbox for the debug terminal, with until

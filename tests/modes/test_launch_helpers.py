@@ -602,3 +602,70 @@ def test_torch_run_skips_the_teardown_only_after_a_success(tmp_path, script_exit
     assert ("interpreter teardown" in result.stdout) is bool(expected)
     if expected:
         assert "ChildFailedError" in result.stderr
+
+
+_ALONE = "import time\nprint('trained alone', flush=True)\n"
+_TOGETHER = (
+    "import torch, torch.distributed as dist\n"
+    "dist.init_process_group('gloo')\n"
+    "t = torch.ones(1)\n"
+    "dist.all_reduce(t)\n"
+    "print('sum', int(t.item()), flush=True)\n"
+    "import os; os._exit(0)  # gloo's teardown aborts now and then (machine facts)\n"
+)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    ("script", "reported"),
+    [
+        (_ALONE, True),  # each node ran on its own
+        (_TOGETHER, False),  # a process group formed
+        (_ALONE + "import sys; sys.exit(3)\n", False),  # a failure says enough, and the check is unsure
+    ],
+    ids=["alone", "process-group", "failed"],
+)
+def test_node_0_reports_a_multi_node_run_whose_ranks_never_joined_a_process_group(tmp_path, script, reported):
+    """Rule 5 of torch_run, with two real launchers on loopback, each with its rank-log folder."""
+    (tmp_path / "train.py").write_text(script)
+    port = _free_port()
+    nodes = []
+    for rank in (0, 1):
+        folder = tmp_path / f"logs-{rank}"
+        folder.mkdir()
+        argv = [sys.executable, "-m", "ma_jupyter.nodeside.torch_run", "--nnodes=2", "--nproc_per_node=1"]
+        argv += [f"--node_rank={rank}", "--master_addr=127.0.0.1", f"--master_port={port}"]
+        argv += ["--rdzv_backend=static", "--max_restarts=0", str(tmp_path / "train.py")]
+        nodes.append(
+            subprocess.Popen(
+                argv,
+                env=_env(MA_RANK_LOG_DIR=str(folder)),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = [node.communicate(timeout=180)[0] for node in nodes]
+    codes = [node.returncode for node in nodes]
+    assert codes == ([1, 1] if "exit(3)" in script else [0, 0]), outputs
+    if script is _TOGETHER:
+        assert all("sum 2" in out for out in outputs), outputs
+    report = tmp_path / "logs-0" / "not-distributed.json"
+    assert report.exists() is reported, outputs
+    if reported:
+        assert json.loads(report.read_text()) == {"nodes": 2}
+    assert os.listdir(tmp_path / "logs-1") == []  # only node 0 looks (its launcher hosts the store)
+
+
+@pytest.mark.torch
+def test_a_single_node_run_is_never_reported(tmp_path):
+    (tmp_path / "train.py").write_text(_ALONE)
+    argv = [sys.executable, "-m", "ma_jupyter.nodeside.torch_run", "--nnodes=1", "--nproc_per_node=2"]
+    argv += ["--node_rank=0", "--master_addr=127.0.0.1", f"--master_port={_free_port()}"]
+    argv += ["--rdzv_backend=static", "--max_restarts=0", str(tmp_path / "train.py")]
+    result = subprocess.run(
+        argv, env=_env(MA_RANK_LOG_DIR=str(tmp_path)), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("trained alone") == 2
+    assert not (tmp_path / "not-distributed.json").exists()

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import time
 
 import pytest
 
 from ma_jupyter.models import JobStatus
 
 from ..helpers import wait_for, writable_dir
-from .real import algorithm, events_text, job_processes, run_job
+from .real import algorithm, events_text, job_processes, node_logs, run_job
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = [pytest.mark.torch]
 
@@ -77,6 +84,66 @@ def test_wrapped_python_command_2_nodes_ranks_end_with_identical_parameters(ma_c
     rank1 = ma_client.read_log(job.id, node="worker-1", rank=1).data
     assert "rank 1/2 done" in rank1
     assert "[rank 0] rank 0/2 done" in logs
+    # the ranks formed a process group: no not-distributed alert
+    assert [e.reason for e in ma_client.events(job.id) if e.alert] == []
+
+
+# What Lightning's Trainer() with its defaults or a script that finds too few GPUs does: trains
+# (here: computes) on each node alone and succeeds, never joining the job's process group.
+ALONE = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(5):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(f"trained alone, loss={loss.item():.4f}", flush=True)
+"""
+
+
+def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_alert(ma_client, tmp_path):
+    """As a user submits it: ``ma-jupyter submit --follow`` prints the alert before the end."""
+    algo = algorithm(tmp_path / "algo", alone=ALONE)
+    started = time.monotonic()
+    argv = ["submit", "--name", "alone-2x1", "--mode", "pytorch", "--nodes", "2", "--spec", "cpu.small"]
+    argv += ["--code-dir", str(algo), "--follow", "--", "python", "/workspace/algorithm/alone.py"]
+    cli = subprocess.run(
+        [sys.executable, "-m", "ma_jupyter.frontends.cli", *argv],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    print(f"pytorch 2x1 without a process group, submit --follow: {time.monotonic() - started:.1f} s")
+    job = ma_client.get(re.search(r"submitted (\S+) ", cli.stderr).group(1))
+    assert job.status is JobStatus.succeeded, cli.stdout + cli.stderr + events_text(ma_client, job.id)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.count("trained alone") >= 1  # the follower's node (all nodes: logs --all)
+    assert "ALERT (worker-0): not distributed: no rank of the 2 nodes joined a process group" in cli.stderr
+    alerts = [e for e in ma_client.events(job.id) if e.alert]
+    assert len(alerts) == 1, events_text(ma_client, job.id)
+    assert alerts[0].node == "worker-0"
+    assert alerts[0].reason.startswith("not distributed: no rank of the 2 nodes joined a process group")
+    # recorded before the end, so a follower that sees the job end also sees the alert
+    events = ma_client.events(job.id)
+    assert events.index(alerts[0]) < [e.status for e in events].index(JobStatus.succeeded)
+    logs = node_logs(ma_client, job.id)
+    assert logs.count("trained alone") == 2, logs
+    # the other commands that wait for the end say it too; a plain read of the log does not
+    for command, alerted in (["wait"], True), (["logs", "--follow"], True), (["logs"], False):
+        later = subprocess.run(
+            [sys.executable, "-m", "ma_jupyter.frontends.cli", command[0], job.id, *command[1:]],
+            env={**os.environ, "PYTHONPATH": ROOT},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert later.returncode == 0, later.stderr
+        assert ("ALERT (worker-0): not distributed" in later.stderr) is alerted, (command, later.stderr)
 
 
 def test_the_seeds_torchrun_command_on_2_nodes_with_2_cards_has_world_size_4(ma_client, tmp_path):
@@ -287,4 +354,37 @@ def test_a_bare_torchrun_reads_nodes_rank_and_rendezvous_from_pet_variables(ma_c
         ("worker-0", "0"),
         ("worker-1", "1"),
         ("worker-1", "1"),
+    ]
+
+
+# The launch style of pytorch/examples' distributed scripts: a GPU check before anything else,
+# which prints and exits 0 where the GPUs are missing (this machine has none).
+GPU_CHECKED = """
+import sys
+import torch
+
+min_gpus = 2
+if torch.cuda.device_count() < min_gpus:
+    print(f"Unable to locate sufficient {min_gpus} gpus to run this example. Exiting.", flush=True)
+    sys.exit()
+import torch.distributed as dist
+dist.init_process_group("nccl")
+"""
+
+
+def test_an_example_that_exits_for_want_of_gpus_on_2_nodes_gets_the_alert(ma_client, tmp_path):
+    job, _seconds, logs = run_job(
+        ma_client,
+        name="gpu-checked",
+        mode="pytorch",
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=str(algorithm(tmp_path / "algo", example=GPU_CHECKED)),
+        command="python /workspace/algorithm/example.py",
+    )
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert logs.count("Unable to locate sufficient 2 gpus") == 2, logs
+    alerts = [e.reason for e in ma_client.events(job.id) if e.alert]
+    assert [a.split(",")[0] for a in alerts] == [
+        "not distributed: no rank of the 2 nodes joined a process group"
     ]

@@ -97,6 +97,8 @@ def _run(client, tmp_path, name, script, **fields):
     )
     print(f"tensorflow {name}: {seconds:.1f} s")
     assert job.status is JobStatus.succeeded, logs + events_text(client, job.id)
+    # every task started its server: the job ran distributed, and no alert says otherwise
+    assert [e.reason for e in client.events(job.id) if e.alert] == [], logs
     return job, outputs
 
 
@@ -123,3 +125,59 @@ def test_chief_with_parameter_server_strategy_trains(ma_client, tmp_path):
     assert result["device"].startswith("/job:ps/")
     assert result["last"] < result["first"]
     wait_for(lambda: not job_processes(job.id), timeout=30)
+
+
+# A script that ignores TF_CONFIG: each worker trains its own model and succeeds.
+ALONE = """
+import tensorflow as tf
+
+w = tf.Variable(tf.zeros([4, 1]))
+for i in range(5):
+    x = tf.random.stateless_normal([8, 4], seed=[i, 0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((tf.matmul(x, w) - tf.reduce_sum(x, axis=1, keepdims=True)) ** 2)
+    w.assign_sub(0.1 * tape.gradient(loss, w))
+print(f"trained alone, loss={float(loss):.4f}", flush=True)
+"""
+
+
+def test_two_workers_that_never_build_a_strategy_succeed_with_an_alert(ma_client, tmp_path):
+    job, seconds, logs = run_job(
+        ma_client,
+        timeout=240,
+        name="tf-alone",
+        mode="tensorflow",
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=str(algorithm(tmp_path / "algo", train=ALONE)),
+        command="python /workspace/algorithm/train.py",
+    )
+    print(f"tensorflow 2 workers without a strategy: {seconds:.1f} s")
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert logs.count("trained alone") == 2, logs
+    alerts = [e.reason for e in ma_client.events(job.id) if e.alert]
+    assert len(alerts) == 1, events_text(ma_client, job.id) + logs
+    assert alerts[0].startswith("not distributed: none of the 2 nodes started a TensorFlow server")
+
+
+def test_a_script_that_quiets_tensorflow_is_not_judged(ma_client, tmp_path):
+    """With TF_CPP_MIN_LOG_LEVEL=1 TensorFlow prints only oneDNN's line (before it reads the level),
+    none of its later INFO lines, and no 'Started server' even where a server starts: the logs
+    cannot tell, so nothing is said."""
+    job, _seconds, logs = run_job(
+        ma_client,
+        timeout=240,
+        name="tf-quiet",
+        mode="tensorflow",
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=str(
+            algorithm(
+                tmp_path / "algo", train="import os\nos.environ['TF_CPP_MIN_LOG_LEVEL'] = '1'\n" + ALONE
+            )
+        ),
+        command="python /workspace/algorithm/train.py",
+    )
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert logs.count("trained alone") == 2, logs
+    assert [e.reason for e in ma_client.events(job.id) if e.alert] == [], logs

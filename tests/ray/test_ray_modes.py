@@ -99,6 +99,11 @@ def test_a_fault_restart_runs_a_new_attempt_and_a_duration_expires(ray_service, 
     assert job.status is JobStatus.succeeded, events_text(client, job.id)
     assert (job.attempt, job.restarts) == (1, 1)
     assert "attempt 1" in client.read_log(job.id, node="worker-1").data
+    # its ranks never joined a process group: node 0's launcher said so from its Ray node
+    alerts = [e for e in client.events(job.id) if e.alert]
+    assert [(e.node, e.reason.split(",")[0]) for e in alerts] == [
+        ("worker-0", "not distributed: no rank of the 2 nodes joined a process group")
+    ], events_text(client, job.id)
     # each attempt had its own placement group, and both are gone
     groups = [g for g in ray.util.placement_group_table().values() if f"-{job.id}-" in g["name"]]
     assert len(groups) == 2 and {g["state"] for g in groups} == {"REMOVED"}, groups

@@ -138,6 +138,32 @@ def test_the_failure_report(ma_home, tmp_path):
     assert isinstance(found, str) and "worker-0 left a symbolic link" in found
 
 
+def test_the_not_distributed_report_counts_only_when_it_names_several_nodes(ma_home, tmp_path):
+    jd = config.jobdir("j-1")
+    report = jd.node("worker-0").not_distributed
+    report.parent.mkdir(parents=True)
+    attempt = Attempt("j-1", JobSpec(name="j", command="python x.py"), 0, jd.root, ())
+    backend = LocalBackend()
+    run = NodeRun(name="worker-0")
+    assert backend.not_distributed(attempt, run) is None
+    report.write_text(json.dumps({"nodes": 2}))
+    assert backend.not_distributed(attempt, run) == 2
+    # a refusal, one node, a wrong type, no JSON: nothing is said
+    for text in (
+        '{"refused": "worker-0 left a FIFO"}',
+        '{"nodes": 1}',
+        '{"nodes": "2"}',
+        '{"nodes": true}',
+        "x",
+    ):
+        report.write_text(text)
+        assert backend.not_distributed(attempt, run) is None, text
+    report.unlink()
+    report.symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"nodes": 2}))
+    assert no_block(backend.not_distributed, attempt, run) is None
+
+
 # ------------------------------------------------------------ the service over any LogSource
 
 

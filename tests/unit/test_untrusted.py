@@ -14,6 +14,7 @@ import pytest
 
 from ma_jupyter.commands import parse_command, split_command
 from ma_jupyter.errors import DiskFull, MaJupyterError, RefusedFile
+from ma_jupyter.jobdir import NOT_DISTRIBUTED_REPORT
 from ma_jupyter.service.guard import as_typed
 from ma_jupyter.untrusted import collect_report, make_dirs, open_file, read_small, read_tail
 
@@ -101,6 +102,20 @@ def test_the_runner_hands_over_only_a_regular_report(tmp_path):
     refused = json.loads((node / "failure.json").read_text())["refused"]
     assert refused.startswith("worker-0 left a FIFO at /job/logs/failure.json")
     assert os.path.exists(logs / "failure.json")  # left where the job put it
+
+
+def test_the_runner_hands_over_the_not_distributed_report_by_the_same_rules(tmp_path):
+    logs, node = tmp_path / "logs", tmp_path / "node"
+    logs.mkdir()
+    node.mkdir()
+    (logs / NOT_DISTRIBUTED_REPORT).write_text('{"nodes": 2}')
+    collect_report(logs, node, "worker-0", NOT_DISTRIBUTED_REPORT)
+    assert json.loads((node / NOT_DISTRIBUTED_REPORT).read_text()) == {"nodes": 2}
+    assert not (node / "failure.json").exists()
+    (logs / NOT_DISTRIBUTED_REPORT).symlink_to("/etc/passwd")
+    collect_report(logs, node, "worker-0", NOT_DISTRIBUTED_REPORT)
+    refused = json.loads((node / NOT_DISTRIBUTED_REPORT).read_text())["refused"]
+    assert refused.startswith("worker-0 left a symbolic link at /job/logs/not-distributed.json")
 
 
 def test_split_command_matches_shlex_on_random_input():

@@ -542,6 +542,10 @@ class LocalBackend(Backend):
         """The report the node runner moved to ``nodes/<node>/failure.json`` (or its refusal)."""
         return job_logs.failure(attempt.jobdir, run.name)
 
+    def not_distributed(self, attempt: Attempt, run: NodeRun) -> int | None:
+        """The report the node runner moved to ``nodes/<node>/not-distributed.json``."""
+        return job_logs.not_distributed(attempt.jobdir, run.name)
+
     def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
         """A refused write in ``lines`` (which mount of the node's view it hit, why, and how to
         change it), or a file missing from what each node of a multi-node job has of its own

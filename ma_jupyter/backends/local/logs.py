@@ -96,6 +96,19 @@ def open_log(jd: JobDir, node: str, rank: int | None) -> LocalLogSource | None:
     return LocalLogSource(fd)
 
 
+def not_distributed(jd: JobDir, node: str) -> int | None:
+    """The number of nodes when the node's launcher reported that no rank joined a process group
+    (``nodes/<node>/not-distributed.json``); None without a readable report."""
+    try:
+        raw = read_small(
+            jd.root, jd.not_distributed_relative(node), owner=node, shown=str(jd.node(node).not_distributed)
+        )
+        nodes = json.loads(raw)["nodes"]
+    except (OSError, RefusedFile, ValueError, KeyError, TypeError):
+        return None
+    return nodes if type(nodes) is int and nodes > 1 else None
+
+
 def failure(jd: JobDir, node: str) -> tuple[int, int] | str | None:
     """(rank, exit code) when the node's launcher recorded which rank failed first; a sentence
     when the job left something that is not a readable report there; else None."""

@@ -44,7 +44,8 @@ pointing at the node's log file; the service is never in the log path.  The runn
 5. when a phase ends, kills what it left behind (a bubblewrap pid namespace does this by
    itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
 6. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
-   ``nodes/<node>/failure.json`` when it is a small regular file (see
+   ``nodes/<node>/failure.json``, and ``not-distributed.json`` (torch's launcher on node 0: no
+   rank joined a process group) to ``nodes/<node>/``, each when it is a small regular file (see
    :func:`ma_jupyter.untrusted.collect_report`) and writes the exit code atomically to
    ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result;
 7. beats: every ``HEARTBEAT_EVERY`` seconds, while it runs, it sets the time of
@@ -68,7 +69,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...jobdir import NodeDir
+from ...jobdir import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, NodeDir
 from ...nodeside import workdir
 from ...nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
 from ...untrusted import collect_report
@@ -745,7 +746,8 @@ class NodeRunner:
         self._ended.set()
         self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
-        collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"))
+        for report in (FAILURE_REPORT, NOT_DISTRIBUTED_REPORT):
+            collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"), report)
         if self.exceeded:  # the runner's own report wins over the launcher's
             write_report(node_dir.failure, {"reason": self.exceeded})
             code = code or 128 + signal.SIGKILL

@@ -134,6 +134,9 @@ class NodeAgent:
         """The local backend's explanation, from the view the node ran in here."""
         return self._local.explain(attempt, run, lines)
 
+    def not_distributed(self, attempt: Attempt, run: NodeRun) -> int | None:
+        return self._local.not_distributed(attempt, run)
+
     def wait_exit(self, attempt: Attempt, run: NodeRun, timeout: float) -> bool:
         """Block until the node is no longer running, at most ``timeout`` seconds; whether it ended.
 

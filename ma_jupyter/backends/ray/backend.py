@@ -662,6 +662,13 @@ class RayBackend(Backend):
         except MaJupyterError:  # the node left, or did not answer: the reason goes without it
             return None
 
+    def not_distributed(self, attempt: Attempt, run: NodeRun) -> int | None:
+        try:
+            agent = self._agent_of(self._host(attempt, run))
+            return self._get(agent.not_distributed.remote(self._on_nodes(attempt), run))
+        except NodeGone:  # gone with its node: nothing is known
+            return None
+
     # ------------------------------------------------------------------------ logs
 
     def log_streams(self, job: Job) -> list[LogStream]:
