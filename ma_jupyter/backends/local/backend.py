@@ -97,6 +97,9 @@ class LocalBackend(Backend):
         # started on the first node (or by prestart_runners), and kept for the next ones
         self._forks = RunnerForkServer(runner_env)
         self._helpers_compiled = False
+        #: the process whose end ends every node started from now on (``end_with`` of
+        #: :mod:`.hostwatch`: a Ray node's raylet, set by its agent); None: none
+        self.end_with: dict | None = None
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Wake the service when a runner this process started ends (a pidfd per runner)."""
@@ -323,6 +326,7 @@ class LocalBackend(Backend):
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else None,
             # a failed command keeps the sandbox for the debug terminal this long ([limits])
+            "end_with": self.end_with,
             "keep_failed_seconds": config.load_cluster().limits.debug_keep_hours * 3600.0
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else 0,
