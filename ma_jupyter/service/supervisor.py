@@ -68,7 +68,7 @@ from pathlib import Path
 from .. import config
 from ..backends.base import Attempt, Backend
 from ..commands import parse_command
-from ..errors import BackendUnavailable, Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
+from ..errors import BackendUnavailable, Conflict, DiskFull, InvalidSpec, NodeLost, NotFound, RefusedFile
 from ..jobdir import PLACEHOLDER
 from ..models import (
     SECRET_MASK,
@@ -1178,7 +1178,10 @@ class Supervisor:
         Raises:
             RefusedFile: the job replaced its log with something unreadable.
         """
-        source = self.backend.open_log(job_id, node, None)
+        try:
+            source = self.backend.open_log(job_id, node, None)
+        except NodeLost:  # gone with its Ray node: the poll finds the node lost
+            return b""
         if source is None:
             return b""
         try:
@@ -1190,7 +1193,7 @@ class Supervisor:
         """The size of a node's log now (0 while it does not exist or cannot be read)."""
         try:
             source = self.backend.open_log(job_id, node, None)
-        except (RefusedFile, OSError):
+        except (RefusedFile, NodeLost, OSError):
             return 0
         if source is None:
             return 0
@@ -1210,7 +1213,7 @@ class Supervisor:
                 return tail(source, TAIL_LINES)
             finally:
                 source.close()
-        except (RefusedFile, BackendUnavailable) as exc:  # planted by the job / gone with its node
+        except (RefusedFile, BackendUnavailable, NodeLost) as exc:  # planted by the job / gone with its node
             return [exc.message]
         except OSError:
             return []

@@ -29,9 +29,18 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    environment, with this package) must exist at the same path on every Ray node;
 5. **logs** -- read through the agents (:mod:`.logs`); which Ray node holds a job node's files
    is kept in the service's job folder (``nodes/<node>/placed.json``), so a restarted service
-   still reads the logs of jobs that ended;
+   still reads the logs of jobs that ended.  Once that Ray node is gone, its files are read
+   from this machine where they are readable here at the same path (shared storage: the node's
+   ``marker`` file there names that very launch), else a read raises :class:`NodeLost`
+   (``node_lost``, never retried) naming the node and why;
 6. **ends** -- one ``wait_exit`` call per running node blocks on its agent; its answer wakes
-   the service, so a node's end is handled at once (rule 6).
+   the service, so a node's end is handled at once (rule 6);
+7. **a lost Ray node** -- a job node's processes never outlive the Ray node that hosts them:
+   its runner watches that node's raylet and ends the node (TERM, then KILL) within seconds of
+   the raylet's end, writing what it ended as the node's failure report; an agent, at its start
+   and before it takes work, kills what runners of dead raylets left on its machine (see
+   :mod:`.leftovers`).  The node is ``lost`` to the service, and its failure says what was
+   ended where that report is readable here (shared storage).
 
 Horovod/MPI has no remote shell here (``remote_shell`` None): mpirun could not start ranks on
 the other Ray nodes, and the horovod mode refuses the job at submit saying so.
@@ -52,13 +61,14 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...errors import BackendUnavailable, MaJupyterError, RefusedFile
+from ...errors import BackendUnavailable, MaJupyterError, NodeLost, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...untrusted import read_small
 from ..base import Attempt, Backend
 from ..local import caches
+from ..local import logs as local_logs
 from ..local import sandbox as workspace
 from ..local.code import python_sources
 from ..local.host_policy import load_policy
@@ -501,7 +511,12 @@ class RayBackend(Backend):
     def _record(self, attempt: Attempt, run: NodeRun) -> None:
         """Note in the service's job folder which Ray node holds a node's files."""
         node = self._node(run.host)
-        placed = {"host": run.host, "node_id": node.node_id, "job_dir": str(self._on_nodes(attempt).job_dir)}
+        placed = {
+            "host": run.host,
+            "node_id": node.node_id,
+            "job_dir": str(self._on_nodes(attempt).job_dir),
+            "attempt": attempt.number,  # names the launch whose files a shared copy must hold
+        }
         path = attempt.jobdir.node(run.name).placed
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(placed))
@@ -520,6 +535,34 @@ class RayBackend(Backend):
             return None
         self._placed[(job_id, node)] = placed
         return placed
+
+    def _shared(self, job_id: str, node: str, placed: dict) -> JobDir | None:
+        """The job folder of ``placed`` as this machine sees it, when the files of that very
+        launch of ``node`` are readable here at the same path (shared storage, or the Ray node
+        ran on this machine); None otherwise.
+
+        Its ``marker`` file names the launch (``<job>/<attempt>/<node>/<nonce>``): a folder of
+        the same path on this machine that an earlier attempt (or nothing) wrote is not it.
+        """
+        attempt = placed.get("attempt")
+        if not isinstance(attempt, int) or not placed.get("job_dir"):
+            return None  # recorded before launches named their attempt
+        jd = JobDir(Path(placed["job_dir"]))
+        try:
+            relative = jd.node(check_node_name(node)).marker.relative_to(jd.root)
+            marker = read_small(jd.root, str(relative), limit=512).decode("utf-8", "replace")
+        except (OSError, ValueError, RefusedFile, MaJupyterError):
+            return None
+        return jd if marker.startswith(f"{job_id}/{attempt}/{node}/") else None
+
+    def _lost(self, node: str, placed: dict) -> NodeLost:
+        """The error of a read of ``node``'s files whose Ray node is gone and whose files are
+        not readable here."""
+        return NodeLost(
+            f"the logs of {node} are unavailable: the Ray node {placed.get('host')} that ran it left "
+            f"the cluster, and its job folder ({placed.get('job_dir')}) is not on storage this "
+            "service can read (put node_root on shared storage to keep them)"
+        )
 
     def _agent_at(self, placed: dict) -> Any:
         """The agent of the Ray node in ``placed`` (NodeGone if that node left)."""
@@ -566,7 +609,9 @@ class RayBackend(Backend):
             try:
                 calls.append(self._agent_of(host).stop.remote(on_nodes, group, grace))
             except NodeGone:
-                continue  # its processes went with the node
+                # its runner ends its processes when it sees its raylet gone (rule 7), and the
+                # host's next agent kills any it left
+                continue
         error = None
         for ref in calls:
             try:
@@ -583,7 +628,12 @@ class RayBackend(Backend):
             agent = self._agent_of(self._host(attempt, run))
             answer = self._get(agent.failure.remote(self._on_nodes(attempt), run))
         except NodeGone:
-            return f"the Ray node {run.host} of {run.name} left the cluster"
+            left = f"the Ray node {run.host} of {run.name} left the cluster"
+            placed = self._where(attempt.job_id, run.name)
+            shared = self._shared(attempt.job_id, run.name, placed) if placed else None
+            report = local_logs.failure(shared, run.name) if shared is not None else None
+            # the runner's own report says what it ended when it saw its raylet gone
+            return f"{left}; {report}" if isinstance(report, str) else left
         return tuple(answer) if isinstance(answer, list) else answer
 
     # ------------------------------------------------------------------------ logs
@@ -604,7 +654,12 @@ class RayBackend(Backend):
                 agent = self._agent_at({"host": host})
                 streams = self._get(agent.log_streams.remote(job_dir, here))
             except NodeGone:
-                continue
+                # gone with its Ray node, unless its files are readable here (shared storage)
+                shared = [n for n in here if self._shared(job.id, n, self._where(job.id, n) or {})]
+                if not shared:
+                    continue
+                streams = local_logs.log_streams(JobDir(Path(job_dir)), shared)
+                here = shared
             for stream in streams:
                 if stream.node in here:
                     found.setdefault(stream.node, []).append(stream)
@@ -617,12 +672,20 @@ class RayBackend(Backend):
 
     def open_log(self, job_id: str, node: str, rank: int | None) -> RayLogSource | None:
         """The stream read through the agent of the Ray node that ran ``node``; None while it
-        does not exist (or the node never ran on this backend)."""
+        does not exist (or the node never ran on this backend).  Once that Ray node is gone: the
+        file read here when this machine sees the node's job folder (shared storage), else
+        :class:`NodeLost`."""
         JobDir(PLACEHOLDER.root).log_relative(node, rank)  # InvalidSpec for names that cannot be streams
         placed = self._where(job_id, node)
         if placed is None:
             return None
-        agent = self._agent_at(placed)
+        try:
+            agent = self._agent_at(placed)
+        except NodeGone:
+            shared = self._shared(job_id, node, placed)
+            if shared is None:
+                raise self._lost(node, placed) from None
+            return local_logs.open_log(shared, node, rank)
         answer = self._get(agent.read_log.remote(placed["job_dir"], node, rank, 0, 0))
         if answer[0] == "refused":
             raise RefusedFile(answer[1])
