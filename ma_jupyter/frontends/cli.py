@@ -387,7 +387,11 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
     if not args.json:
         _err(_submitted(handle))
     if args.follow and not args.json:
-        _print_lines(handle.logs(follow=True))
+        try:
+            _print_lines(handle.logs(follow=True))
+        except NodeLost as exc:  # the rest of the log is gone with its node: the end still shows
+            sys.stdout.flush()
+            _err(render.one_line(exc.message))
     final = handle.wait()
     return _finished(final, args)
 
