@@ -188,6 +188,7 @@ class Supervisor:
     def start(self) -> None:
         """Re-attach to jobs left running by a previous service, then run the loop."""
         self.backend.on_node_end(self._node_ended)  # a node's end is handled at once, not next tick
+        self.backend.on_notice(self._backend_notice)
         self.recover()
         # folders of deleted jobs a previous service had not finished removing
         for doomed in config.jobs_root().glob(".deleted-*"):
@@ -1332,6 +1333,18 @@ class Supervisor:
         elif self.queue.discard(job.id) and status is not JobStatus.running:
             self._queue_changed()  # a queued job stopped, deleted or failed
         return job
+
+    def _backend_notice(self, job_id: str, node: str | None, reason: str) -> None:
+        """An event for what the backend learned by itself about a job (from a backend thread);
+        a job that is gone (deleted) gets none."""
+        try:
+            job = self.store.get(job_id)
+        except NotFound:
+            return
+        try:
+            self._notice(job, reason, node=node)
+        except DiskFull:
+            log.warning("job %s: cannot record %r: the disk is full", job_id, reason)
 
     def _notice(
         self, job: Job, reason: str, *, node: str | None = None, alert: bool = False, by: str | None = None

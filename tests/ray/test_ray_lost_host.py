@@ -574,3 +574,6 @@ def test_without_shared_storage_followers_end_naming_the_lost_node_across_a_serv
         lambda: not _marked(f"{mark}-{on_b.name}") and not two_hosts.on_b(mark) and not _alive(on_b.pid),
         timeout=120,
     )
+    # and the job's events say so
+    swept = f"{on_b.name}'s processes left running after its Ray node ended were ended by the agent"
+    wait_for(lambda: swept in events_text(client, handle.id), timeout=60, interval=0.5)

@@ -75,7 +75,7 @@ from ..local.host_policy import load_policy
 from ..local.mounts import WORKDIR_KIND, mounts_for
 from . import ship
 from .agent import NodeAgent
-from .inventory import RayNode, inventory, ray_nodes
+from .inventory import RayNode, inventory, node_name, ray_nodes
 from .logs import RayLogSource
 
 log = logging.getLogger("ma_jupyter.ray")
@@ -163,6 +163,8 @@ class RayBackend(Backend):
         self._nodes: list[Node] = []
         self._placed: dict[tuple[str, str], dict] = {}  # (job id, node) -> placed.json
         self._wake: Callable[[], None] | None = None
+        self._notice: Callable[[str, str | None, str], None] | None = None
+        self._swept: set[str] = set()  # Ray nodes whose agent's sweep was reported
         self._halt = threading.Event()
         self._exits = _ExitWatch(self)
         self._refresh()
@@ -185,6 +187,10 @@ class RayBackend(Backend):
         for node in found:
             if node.alive:
                 self._agent(node.node_id)  # started on first sight, so its first job need not wait
+        for node_id, future in list(self._infos.items()):
+            if node_id not in self._swept and future.done():
+                self._swept.add(node_id)
+                self._report_sweep(node_id, future)
         if changed and self._wake is not None:
             self._wake()
 
@@ -197,6 +203,28 @@ class RayBackend(Backend):
 
     def inventory(self) -> list[Node]:
         return self._nodes
+
+    def _report_sweep(self, node_id: str, info: concurrent.futures.Future) -> None:
+        """An event for each job node of this service whose leftovers the new agent of
+        ``node_id`` ended on its machine (rule 7); the agent names each by its marker and folder,
+        and only folders below this service's ``node_root`` are its jobs' (job ids are unique
+        per home only)."""
+        if info.exception() is not None:
+            return
+        for entry in info.result().get("leftovers_ended") or []:
+            parts = str(entry.get("marker", "")).split("/")
+            folder = Path(str(entry.get("node_dir", "")))
+            ours = {self._node_root, self._node_root.resolve()}
+            if len(parts) < 4 or len(folder.parents) < 3 or folder.parents[2] not in ours:
+                continue
+            reason = (
+                f"{parts[2]}'s processes left running after its Ray node ended were ended by the agent "
+                f"of Ray node {node_name(node_id)} on that machine (pids "
+                f"{', '.join(str(p) for p in entry.get('pids', [])[:8])})"
+            )
+            log.warning("job %s: %s", parts[0], reason)
+            if self._notice is not None:
+                self._notice(parts[0], parts[2], reason)
 
     def _node(self, name: str) -> RayNode:
         """The Ray node of an inventory name.
@@ -697,6 +725,9 @@ class RayBackend(Backend):
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         self._wake = wake
+
+    def on_notice(self, notice: Callable[[str, str | None, str], None]) -> None:
+        self._notice = notice
 
     def close(self) -> None:
         """Stop this process's threads and leave the cluster; agents, placement groups and job

@@ -15,8 +15,9 @@ takes work, calls :func:`end_leftovers`:
    nodes on the same machine, and runners of the local backend (no ``end_with``), are never
    touched;
 3. every process carrying a left-over runner's marker is killed (SIGKILL: its job is over), and
-   the node's failure report says what was ended (unless the runner wrote its own), so the
-   job's events say it where the service reads the node's folder.
+   the node's failure report says what was ended (unless the runner wrote its own); the agent
+   reports each node ended (:meth:`~.agent.NodeAgent.info`), which the service makes an event
+   of the job.
 """
 
 from __future__ import annotations
