@@ -325,8 +325,9 @@ class LocalBackend(Backend):
             )
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else None,
-            # a failed command keeps the sandbox for the debug terminal this long ([limits])
+            # the process whose end ends the node (noderun rule 8): a Ray node's raylet
             "end_with": self.end_with,
+            # a failed command keeps the sandbox for the debug terminal this long ([limits])
             "keep_failed_seconds": config.load_cluster().limits.debug_keep_hours * 3600.0
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else 0,
