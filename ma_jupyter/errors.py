@@ -73,6 +73,17 @@ class BackendUnavailable(MaJupyterError):
     status = 503
 
 
+class NodeLost(MaJupyterError):
+    """The machine (e.g. the Ray node) that ran a job node is gone, and what is asked for (its
+    log) went with it.  Never retried: unlike :class:`BackendUnavailable` it does not pass when
+    the service comes back.  The message names the node and says why, e.g. "the logs of
+    worker-1 are unavailable: the Ray node ray-3f2a1c0e that ran it left the cluster".
+    """
+
+    kind = "node_lost"
+    status = 410
+
+
 class RefusedFile(MaJupyterError):
     """A file a job could write is not what the service may read (a FIFO, a symlink, too big...).
 
@@ -118,6 +129,7 @@ ERRORS_BY_KIND: dict[str, type[MaJupyterError]] = {
         NotFound,
         Conflict,
         BackendUnavailable,
+        NodeLost,
         RefusedFile,
         PayloadTooLarge,
         DiskFull,

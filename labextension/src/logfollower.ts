@@ -9,7 +9,9 @@
  * 3. Each line is shown as a terminal shows it (`visibleLine`: a progress bar's last state).
  * 4. After each append the <pre> is scrolled to the newest line only while `stick()` says so
  *    (the page's follow checkbox).
- * 5. It ends at the stream's end (`eof`, set as `data-eof` on the <pre>) or on `cancel()`.
+ * 5. It ends at the stream's end (`eof`, set as `data-eof` on the <pre>), on `cancel()`, or
+ *    when the service answers `node_lost` (the node's machine is gone with its log: the
+ *    message is shown as the problem and `data-lost` set on the <pre>).
  */
 import { ApiError, api } from './api';
 import { errorText } from './dom';
@@ -147,6 +149,12 @@ export class LogFollower {
         }
       } catch (error) {
         if (this.stopped) {
+          return;
+        }
+        if (error instanceof ApiError && error.kind === 'node_lost') {
+          // the machine that ran this node is gone with its log: asking again cannot help
+          problem(error.message);
+          this.pre.dataset.lost = 'true';
           return;
         }
         // a node that has not started has no log yet: say so and try again shortly

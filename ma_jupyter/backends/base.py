@@ -164,6 +164,12 @@ class Backend(ABC):
         default never does."""
         del wake
 
+    def on_notice(self, notice: Callable[[str, str | None, str], None]) -> None:
+        """Call ``notice(job_id, node, reason)`` for what the backend learns by itself about a
+        job's node (the Ray backend: what the next agent on a lost node's machine ended there);
+        the service makes it an event of the job.  The default never does."""
+        del notice
+
     def close(self) -> None:
         """Release what the backend holds in this process (threads, descriptors); nodes keep
         running (the default holds nothing)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from ..errors import BackendUnavailable, MaJupyterError, NotFound, RefusedFile
+from ..errors import BackendUnavailable, MaJupyterError, NodeLost, NotFound, RefusedFile
 from ..untrusted import open_file
 
 if TYPE_CHECKING:
@@ -247,6 +247,10 @@ class LogStreams:
     stream, the byte offset just after the last line handed out, so a later follower started
     from these offsets continues without replaying or skipping anything.
 
+    A stream whose node's machine is gone with its log (the service answers ``node_lost``) ends
+    at once, as finished, with the service's sentence in :attr:`unavailable`; any other error is
+    retried (the service may be restarting) and noted in :attr:`errors`.
+
     Args:
         client: a :class:`ma_jupyter.client.Client` (``read_log``, ``job``, ``log_streams``).
         job_id: the job to follow.
@@ -266,6 +270,8 @@ class LogStreams:
         self._finished: set[StreamKey] = set()
         self._stop = threading.Event()
         self.errors: list[str] = []
+        #: per stream label, why its log cannot be read (its node's machine is gone)
+        self.unavailable: dict[str, str] = {}
 
     # -- streams
 
@@ -338,6 +344,11 @@ class LogStreams:
                     if self._stop.is_set():
                         return
                 # the reader ends at the end of the job's log
+                self._queue.put((key, None, reader.offset))
+                return
+            except NodeLost as exc:
+                # nothing more will come: what was read stays shown, and the stream says why
+                self.unavailable[label] = exc.message
                 self._queue.put((key, None, reader.offset))
                 return
             except NotFound:

@@ -43,7 +43,7 @@ from .. import __version__
 from ..client import Client, JobHandle
 from ..client.logs import LogStreams, stream_label
 from ..client.resolve import resolve_job
-from ..errors import Conflict, InvalidSpec, MaJupyterError, NotFound
+from ..errors import Conflict, InvalidSpec, MaJupyterError, NodeLost, NotFound
 from ..models import Job, JobStatus, JobType, clone_name
 from . import options, render, usage
 from .clusterview import cluster_text
@@ -412,7 +412,11 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
     if not args.json:
         _err(_submitted(handle))
     if args.follow and not args.json:
-        _print_lines(handle.logs(follow=True))
+        try:
+            _print_lines(handle.logs(follow=True))
+        except NodeLost as exc:  # the rest of the log is gone with its node: the end still shows
+            sys.stdout.flush()
+            _err(render.one_line(exc.message))
     final = handle.wait()
     if not args.json:
         _print_alerts(handle)
@@ -488,28 +492,42 @@ def _logs(args: argparse.Namespace) -> int:
         if elsewhere is not None:
             raise NotFound(elsewhere)
     if not args.all:
-        _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
-    elif args.node or args.offset:
+        try:
+            _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
+        except NodeLost as exc:  # what could be read is printed; then why the rest cannot be
+            sys.stdout.flush()
+            _err(render.one_line(exc.message))
+            return EXIT_FAILED
+        if args.follow:  # the job has ended: what its success does not show
+            _print_alerts(handle)
+        return EXIT_OK
+    if args.node or args.offset:
         raise InvalidSpec("--all reads every node from its start: drop --node and --offset")
-    else:
-        _print_all_nodes(handle, follow=args.follow, rank=args.rank)
-    if args.follow:  # the job has ended: what its success does not show
+    lost = _print_all_nodes(handle, follow=args.follow, rank=args.rank)
+    if args.follow:
         _print_alerts(handle)
-    return EXIT_OK
+    return EXIT_FAILED if lost else EXIT_OK
 
 
-def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> None:
-    """Every node's log, lines prefixed with ``[node]`` (``[node/rank-r]`` with ``--rank``).
+def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> list[str]:
+    """Every node's log, lines prefixed with ``[node]`` (``[node/rank-r]`` with ``--rank``);
+    the streams whose log is gone with their node's machine, each named on stderr with why.
 
     Without ``--follow``: what is written now, node after node.  With it: one
     :class:`~ma_jupyter.client.logs.LogStreams` (the readers the notebook uses), lines printed as
     they arrive, until the job ended and every log was read.
     """
+    lost: list[str] = []
     if not follow:
         for node in _node_names(handle):
-            for line in handle.logs(follow=False, node=node, rank=rank):
-                print(f"[{node}] {render.visible_line(line)}")
-        return
+            try:
+                for line in handle.logs(follow=False, node=node, rank=rank):
+                    print(f"[{node}] {render.visible_line(line)}")
+            except NodeLost as exc:  # the other nodes are still read
+                sys.stdout.flush()
+                _err(f"[{node}] {render.one_line(exc.message)}")
+                lost.append(node)
+        return lost
     streams = LogStreams(handle.client, handle.id)
     looked = 0.0
     try:
@@ -532,8 +550,12 @@ def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> No
                 break
     finally:
         streams.stop()
+    sys.stdout.flush()
+    for label, why in streams.unavailable.items():
+        _err(f"[{label}] {render.one_line(why)}")
     if streams.errors:
         print("log read problems: " + "; ".join(streams.errors), file=sys.stderr)
+    return list(streams.unavailable)
 
 
 def _node_names(handle: JobHandle) -> list[str]:

@@ -75,7 +75,7 @@ from pathlib import Path
 from .. import config
 from ..backends.base import Attempt, Backend
 from ..commands import parse_command
-from ..errors import BackendUnavailable, Conflict, DiskFull, InvalidSpec, NotFound, RefusedFile
+from ..errors import BackendUnavailable, Conflict, DiskFull, InvalidSpec, NodeLost, NotFound, RefusedFile
 from ..jobdir import PLACEHOLDER
 from ..models import (
     SECRET_MASK,
@@ -211,6 +211,7 @@ class Supervisor:
     def start(self) -> None:
         """Re-attach to jobs left running by a previous service, then run the loop."""
         self.backend.on_node_end(self._node_ended)  # a node's end is handled at once, not next tick
+        self.backend.on_notice(self._backend_notice)
         self.recover()
         # folders of deleted jobs a previous service had not finished removing
         for doomed in config.jobs_root().glob(".deleted-*"):
@@ -1325,7 +1326,10 @@ class Supervisor:
         Raises:
             RefusedFile: the job replaced its log with something unreadable.
         """
-        source = self.backend.open_log(job_id, node, None)
+        try:
+            source = self.backend.open_log(job_id, node, None)
+        except NodeLost:  # gone with its Ray node: the poll finds the node lost
+            return b""
         if source is None:
             return b""
         try:
@@ -1337,7 +1341,7 @@ class Supervisor:
         """The size of a node's log now (0 while it does not exist or cannot be read)."""
         try:
             source = self.backend.open_log(job_id, node, None)
-        except (RefusedFile, OSError):
+        except (RefusedFile, NodeLost, OSError):
             return 0
         if source is None:
             return 0
@@ -1357,7 +1361,7 @@ class Supervisor:
                 return tail(source, TAIL_LINES)
             finally:
                 source.close()
-        except (RefusedFile, BackendUnavailable) as exc:  # planted by the job / gone with its node
+        except (RefusedFile, BackendUnavailable, NodeLost) as exc:  # planted by the job / gone with its node
             return [exc.message]
         except OSError:
             return []
@@ -1511,6 +1515,18 @@ class Supervisor:
         elif self.queue.discard(job.id) and status is not JobStatus.running:
             self._queue_changed()  # a queued job stopped, deleted or failed
         return job
+
+    def _backend_notice(self, job_id: str, node: str | None, reason: str) -> None:
+        """An event for what the backend learned by itself about a job (from a backend thread);
+        a job that is gone (deleted) gets none."""
+        try:
+            job = self.store.get(job_id)
+        except NotFound:
+            return
+        try:
+            self._notice(job, reason, node=node)
+        except DiskFull:
+            log.warning("job %s: cannot record %r: the disk is full", job_id, reason)
 
     def _notice(
         self, job: Job, reason: str, *, node: str | None = None, alert: bool = False, by: str | None = None

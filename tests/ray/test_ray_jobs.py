@@ -394,13 +394,14 @@ def test_a_job_node_whose_ray_node_leaves_is_lost_and_the_job_ends_in_error(
         assert job.status is JobStatus.error
         assert job.nodes[0].state == "lost", events_text(client, job.id)
         assert "node worker-0 was lost" in events_text(client, job.id)
-        assert "has left the cluster" in events_text(client, job.id)
+        assert "left the cluster" in events_text(client, job.id)
         wait_for(lambda: name not in {n.name for n in client.nodes()}, timeout=60)
+        # the machine of the removed Ray node lives on: its runner ended the node with its raylet
+        wait_for(lambda: job_processes(handle.id) == [], timeout=30)
+        assert "ended with it" in events_text(client, job.id)
     finally:
         if not removed:
             ray_cluster.remove_node(extra)
-        # Here the machine of the removed Ray node lives on: its job processes do not die with it
-        # as they would with a real machine, so the test ends them itself.
         for pid in job_processes(handle.id) if "handle" in locals() else []:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -98,6 +98,9 @@ class LocalBackend(Backend):
         # started on the first node (or by prestart_runners), and kept for the next ones
         self._forks = RunnerForkServer(runner_env)
         self._helpers_compiled = False
+        #: the process whose end ends every node started from now on (``end_with`` of
+        #: :mod:`.hostwatch`: a Ray node's raylet, set by its agent); None: none
+        self.end_with: dict | None = None
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Wake the service when a runner this process started ends (a pidfd per runner)."""
@@ -344,6 +347,8 @@ class LocalBackend(Backend):
             )
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else None,
+            # the process whose end ends the node (noderun rule 8): a Ray node's raylet
+            "end_with": self.end_with,
             # a failed command keeps the sandbox for the debug terminal this long ([limits])
             "keep_failed_seconds": limits.debug_keep_hours * 3600.0
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"

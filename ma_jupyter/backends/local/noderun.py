@@ -50,7 +50,12 @@ pointing at the node's log file; the service is never in the log path.  The runn
    ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result;
 7. beats: every ``HEARTBEAT_EVERY`` seconds, while it runs, it sets the time of
    ``nodes/<node>/heartbeat`` to now (one ``utime``), so the service's node inspection sees a
-   runner that stopped (frozen, or its machine gone) by the file's age.
+   runner that stopped (frozen, or its machine gone) by the file's age;
+8. ends with its host: where the spec names the process hosting the node (``end_with``: a Ray
+   node's raylet, see :mod:`.hostwatch`), the end of that process ends the node as a stop
+   would, but within ``HOST_GRACE`` seconds: TERM to its processes, then KILL to every process
+   below the runner until it ends (``on_stop`` included); what was ended is said in the log and
+   written as the node's failure report.
 
 Exit codes follow the shell: a command killed by signal N ends with 128+N.
 """
@@ -73,6 +78,7 @@ from ...jobdir import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, NodeDir
 from ...nodeside import workdir
 from ...nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
 from ...untrusted import collect_report
+from . import hostwatch
 
 #: seconds between two samples of a node's limits (a read of /proc per sample)
 MEMORY_SAMPLE = 0.2
@@ -89,6 +95,8 @@ FULL_BELOW = 256 << 10
 #: seconds between two heartbeats (rule 7); the service's faulty threshold is several of them
 HEARTBEAT_EVERY = 1.0
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+#: seconds the processes of a node whose host process ended get between TERM and KILL (rule 8)
+HOST_GRACE = 3.0
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -354,6 +362,15 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
+def _comm(pid: int) -> str:
+    """A process's command name (``?`` once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "?"
+
+
 def _die_with_runner() -> None:
     """In the sandbox's first process: SIGKILL it if the runner dies (no orphaned node)."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -419,6 +436,7 @@ class NodeRunner:
         self.current: subprocess.Popen | None = None
         self.agent: subprocess.Popen | None = None  # the debug terminal's shell agent
         self.exceeded: str | None = None  # the failure sentence, once the watchdog acted
+        self.host_gone: str | None = None  # the failure sentence, once the host process ended
         self._ended = threading.Event()
         # rule 1b: the node's own user namespace (a descriptor), where one could be made
         self.userns: int | None = None
@@ -525,6 +543,26 @@ class NodeRunner:
                     return  # the node's folder is gone (the job was deleted): nothing to say
                 # else transient (a full disk, an interrupted call): beat again next time
             self._ended.wait(HEARTBEAT_EVERY)
+
+    def _end_with_host(self, what: str) -> None:
+        """Rule 8: ``what`` (the process hosting the node) ended: end every process of the node."""
+        node = self.spec.get("node", "the node")
+        below = _tree(os.getpid())
+        names = ", ".join(f"{_comm(pid)} ({pid})" for pid in below[:8]) + (", ..." if len(below) > 8 else "")
+        self.host_gone = (
+            f"{what} ended: the processes of {node} on that machine were ended with it "
+            f"(TERM, KILL after {HOST_GRACE:g} s): {names or 'none left'}"
+        )
+        print(f"[ma_jupyter] {self.host_gone}", file=sys.stderr, flush=True)
+        self.stopping = True  # no further phase
+        self._signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + HOST_GRACE
+        while time.monotonic() < deadline and _tree(os.getpid()) and not self._ended.wait(0.1):
+            pass
+        while not self._ended.is_set():  # what is left, and on_stop: nothing outlives the host
+            for pid in _tree(os.getpid()):
+                _signal(pid, signal.SIGKILL)
+            self._ended.wait(0.2)
 
     # the processes of the node a stop signal is meant for
     def _targets(self) -> list[int]:
@@ -709,6 +747,8 @@ class NodeRunner:
         threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
         if spec.get("memory_gb") or self.max_processes or spec.get("max_log_bytes"):
             threading.Thread(target=self._watch, daemon=True).start()
+        if spec.get("end_with"):
+            hostwatch.watch(spec["end_with"], self._end_with_host)
         code = 0
         if spec.get("shell_agent"):
             self._start_agent()
@@ -751,6 +791,9 @@ class NodeRunner:
         if self.exceeded:  # the runner's own report wins over the launcher's
             write_report(node_dir.failure, {"reason": self.exceeded})
             code = code or 128 + signal.SIGKILL
+        if self.host_gone:
+            write_report(node_dir.failure, {"reason": self.host_gone})
+            code = code or 128 + signal.SIGTERM
         if kept:  # recorded before the exit code, which ends the job: its events can say so
             until = time.time() + keep
             write_report(node_dir.kept, {"until": until})

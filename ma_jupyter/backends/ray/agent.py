@@ -15,7 +15,11 @@ machine, and finds the node's processes again by their marker.  So:
    :meth:`NodeAgent.wait_exit` block on the agent's side, so the service learns of new bytes and
    of a node's end without polling over the network;
 3. the ports it hands out are free on its node and never handed out twice while reserved,
-   whichever job asks (one agent, one pool per Ray node).
+   whichever job asks (one agent, one pool per Ray node);
+4. the job nodes end with their Ray node: each runner it starts watches this node's raylet
+   (``end_with``, :mod:`ma_jupyter.backends.local.hostwatch`) and ends its node within seconds
+   of the raylet's end; and an agent, before it takes work, kills what runners of ended raylets
+   left on its machine (:mod:`.leftovers`; :meth:`NodeAgent.info` reports them).
 
 This module never imports Ray: the backend wraps :class:`NodeAgent` into an actor class, and the
 agent's methods run on the actor's threads (calls for different jobs run concurrently).
@@ -37,12 +41,13 @@ from ...errors import RefusedFile
 from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
 from ..base import Attempt
-from ..local import caches
+from ..local import caches, hostwatch
 from ..local import logs as job_logs
 from ..local.backend import LocalBackend
 from ..local.processes import process_fd
 from ..local.sandbox import PACKAGE_DIR
-from . import ship
+from . import leftovers, ship
+from .inventory import node_name
 
 #: seconds between looks at a log's size while a wait call blocks
 WAIT_STEP = 0.02
@@ -74,6 +79,8 @@ class NodeAgent:
         # service's home, which may not exist on this machine
         os.environ[config.ENV_HOME] = os.path.join(tempfile.gettempdir(), f"ma_jupyter-agent-{os.getuid()}")
         self._local = LocalBackend(inventory=[])
+        self._local.end_with = _raylet(node_id)  # rule 4: its nodes end with this Ray node
+        self._ended = leftovers.end_leftovers()  # before any work: nothing of a dead node runs on
         self._local.prestart_runners()  # the first job's nodes need not wait for it
 
     def info(self) -> dict:
@@ -85,6 +92,7 @@ class NodeAgent:
             "version": ma_jupyter.__version__,
             "package": PACKAGE_DIR,
             "isolation": self._local.isolation(),
+            "leftovers_ended": self._ended,
         }
 
     # ------------------------------------------------------------------------- ports
@@ -234,6 +242,23 @@ class NodeAgent:
             if now > size or time.monotonic() >= deadline:
                 return now
             time.sleep(WAIT_STEP)
+
+
+def _raylet(node_id: str) -> dict | None:
+    """The ``end_with`` entry of this node's raylet: the process Ray names as the one that started
+    this worker (``RAY_RAYLET_PID``), else this worker's parent when that is a raylet; None when
+    neither is known (the nodes then do not watch it)."""
+    pid = os.environ.get("RAY_RAYLET_PID", "")
+    if not pid.isdigit():
+        parent = os.getppid()
+        try:
+            with open(f"/proc/{parent}/comm") as fh:
+                pid = str(parent) if fh.read().strip() == "raylet" else ""
+        except OSError:
+            pid = ""
+    if not pid:
+        return None
+    return hostwatch.host_process(int(pid), f"the raylet (pid {pid}) of Ray node {node_name(node_id)}")
 
 
 def _machine_id() -> str:

@@ -29,9 +29,18 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    environment, with this package) must exist at the same path on every Ray node;
 5. **logs** -- read through the agents (:mod:`.logs`); which Ray node holds a job node's files
    is kept in the service's job folder (``nodes/<node>/placed.json``), so a restarted service
-   still reads the logs of jobs that ended;
+   still reads the logs of jobs that ended.  Once that Ray node is gone, its files are read
+   from this machine where they are readable here at the same path (shared storage: the node's
+   ``marker`` file there names that very launch), else a read raises :class:`NodeLost`
+   (``node_lost``, never retried) naming the node and why;
 6. **ends** -- one ``wait_exit`` call per running node blocks on its agent; its answer wakes
-   the service, so a node's end is handled at once (rule 6).
+   the service, so a node's end is handled at once (rule 6);
+7. **a lost Ray node** -- a job node's processes never outlive the Ray node that hosts them:
+   its runner watches that node's raylet and ends the node (TERM, then KILL) within seconds of
+   the raylet's end, writing what it ended as the node's failure report; an agent, at its start
+   and before it takes work, kills what runners of dead raylets left on its machine (see
+   :mod:`.leftovers`).  The node is ``lost`` to the service, and its failure says what was
+   ended where that report is readable here (shared storage).
 
 Horovod/MPI has no remote shell here (``remote_shell`` None): mpirun could not start ranks on
 the other Ray nodes, and the horovod mode refuses the job at submit saying so.
@@ -53,13 +62,14 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...errors import BackendUnavailable, MaJupyterError, RefusedFile
+from ...errors import BackendUnavailable, MaJupyterError, NodeLost, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...untrusted import read_small
 from ..base import Attempt, Backend, DatasetState
 from ..local import caches, prepare
+from ..local import logs as local_logs
 from ..local import sandbox as workspace
 from ..local.backend import LocalBackend
 from ..local.code import python_sources
@@ -67,7 +77,7 @@ from ..local.host_policy import load_policy
 from ..local.mounts import WORKDIR_KIND, mounts_for
 from . import ship
 from .agent import NodeAgent
-from .inventory import ACCELERATORS, RayNode, inventory, ray_nodes
+from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
 from .logs import RayLogSource
 
 log = logging.getLogger("ma_jupyter.ray")
@@ -158,6 +168,8 @@ class RayBackend(Backend):
         self._nodes: list[Node] = []
         self._placed: dict[tuple[str, str], dict] = {}  # (job id, node) -> placed.json
         self._wake: Callable[[], None] | None = None
+        self._notice: Callable[[str, str | None, str], None] | None = None
+        self._swept: set[str] = set()  # Ray nodes whose agent's sweep was reported
         self._halt = threading.Event()
         self._exits = _ExitWatch(self)
         self._refresh()
@@ -180,6 +192,10 @@ class RayBackend(Backend):
         for node in found:
             if node.alive:
                 self._agent(node.node_id)  # started on first sight, so its first job need not wait
+        for node_id, future in list(self._infos.items()):
+            if node_id not in self._swept and future.done():
+                self._swept.add(node_id)
+                self._report_sweep(node_id, future)
         if changed and self._wake is not None:
             self._wake()
 
@@ -192,6 +208,28 @@ class RayBackend(Backend):
 
     def inventory(self) -> list[Node]:
         return self._nodes
+
+    def _report_sweep(self, node_id: str, info: concurrent.futures.Future) -> None:
+        """An event for each job node of this service whose leftovers the new agent of
+        ``node_id`` ended on its machine (rule 7); the agent names each by its marker and folder,
+        and only folders below this service's ``node_root`` are its jobs' (job ids are unique
+        per home only)."""
+        if info.exception() is not None:
+            return
+        for entry in info.result().get("leftovers_ended") or []:
+            parts = str(entry.get("marker", "")).split("/")
+            folder = Path(str(entry.get("node_dir", "")))
+            ours = {self._node_root, self._node_root.resolve()}
+            if len(parts) < 4 or len(folder.parents) < 3 or folder.parents[2] not in ours:
+                continue
+            reason = (
+                f"{parts[2]}'s processes left running after its Ray node ended were ended by the agent "
+                f"of Ray node {node_name(node_id)} on that machine (pids "
+                f"{', '.join(str(p) for p in entry.get('pids', [])[:8])})"
+            )
+            log.warning("job %s: %s", parts[0], reason)
+            if self._notice is not None:
+                self._notice(parts[0], parts[2], reason)
 
     def _node(self, name: str) -> RayNode:
         """The Ray node of an inventory name.
@@ -568,7 +606,12 @@ class RayBackend(Backend):
     def _record(self, attempt: Attempt, run: NodeRun) -> None:
         """Note in the service's job folder which Ray node holds a node's files."""
         node = self._node(run.host)
-        placed = {"host": run.host, "node_id": node.node_id, "job_dir": str(self._on_nodes(attempt).job_dir)}
+        placed = {
+            "host": run.host,
+            "node_id": node.node_id,
+            "job_dir": str(self._on_nodes(attempt).job_dir),
+            "attempt": attempt.number,  # names the launch whose files a shared copy must hold
+        }
         path = attempt.jobdir.node(run.name).placed
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(placed))
@@ -587,6 +630,34 @@ class RayBackend(Backend):
             return None
         self._placed[(job_id, node)] = placed
         return placed
+
+    def _shared(self, job_id: str, node: str, placed: dict) -> JobDir | None:
+        """The job folder of ``placed`` as this machine sees it, when the files of that very
+        launch of ``node`` are readable here at the same path (shared storage, or the Ray node
+        ran on this machine); None otherwise.
+
+        Its ``marker`` file names the launch (``<job>/<attempt>/<node>/<nonce>``): a folder of
+        the same path on this machine that an earlier attempt (or nothing) wrote is not it.
+        """
+        attempt = placed.get("attempt")
+        if not isinstance(attempt, int) or not placed.get("job_dir"):
+            return None  # recorded before launches named their attempt
+        jd = JobDir(Path(placed["job_dir"]))
+        try:
+            relative = jd.node(check_node_name(node)).marker.relative_to(jd.root)
+            marker = read_small(jd.root, str(relative), limit=512).decode("utf-8", "replace")
+        except (OSError, ValueError, RefusedFile, MaJupyterError):
+            return None
+        return jd if marker.startswith(f"{job_id}/{attempt}/{node}/") else None
+
+    def _lost(self, node: str, placed: dict) -> NodeLost:
+        """The error of a read of ``node``'s files whose Ray node is gone and whose files are
+        not readable here."""
+        return NodeLost(
+            f"the logs of {node} are unavailable: the Ray node {placed.get('host')} that ran it left "
+            f"the cluster, and its job folder ({placed.get('job_dir')}) is not on storage this "
+            "service can read (put node_root on shared storage to keep them)"
+        )
 
     def _agent_at(self, placed: dict) -> Any:
         """The agent of the Ray node in ``placed`` (NodeGone if that node left)."""
@@ -633,7 +704,9 @@ class RayBackend(Backend):
             try:
                 calls.append(self._agent_of(host).stop.remote(on_nodes, group, grace))
             except NodeGone:
-                continue  # its processes went with the node
+                # its runner ends its processes when it sees its raylet gone (rule 7), and the
+                # host's next agent kills any it left
+                continue
         error = None
         for ref in calls:
             try:
@@ -650,7 +723,12 @@ class RayBackend(Backend):
             agent = self._agent_of(self._host(attempt, run))
             answer = self._get(agent.failure.remote(self._on_nodes(attempt), run))
         except NodeGone:
-            return f"the Ray node {run.host} of {run.name} left the cluster"
+            left = f"the Ray node {run.host} of {run.name} left the cluster"
+            placed = self._where(attempt.job_id, run.name)
+            shared = self._shared(attempt.job_id, run.name, placed) if placed else None
+            report = local_logs.failure(shared, run.name) if shared is not None else None
+            # the runner's own report says what it ended when it saw its raylet gone
+            return f"{left}; {report}" if isinstance(report, str) else left
         return tuple(answer) if isinstance(answer, list) else answer
 
     def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
@@ -687,7 +765,12 @@ class RayBackend(Backend):
                 agent = self._agent_at({"host": host})
                 streams = self._get(agent.log_streams.remote(job_dir, here))
             except NodeGone:
-                continue
+                # gone with its Ray node, unless its files are readable here (shared storage)
+                shared = [n for n in here if self._shared(job.id, n, self._where(job.id, n) or {})]
+                if not shared:
+                    continue
+                streams = local_logs.log_streams(JobDir(Path(job_dir)), shared)
+                here = shared
             for stream in streams:
                 if stream.node in here:
                     found.setdefault(stream.node, []).append(stream)
@@ -700,12 +783,20 @@ class RayBackend(Backend):
 
     def open_log(self, job_id: str, node: str, rank: int | None) -> RayLogSource | None:
         """The stream read through the agent of the Ray node that ran ``node``; None while it
-        does not exist (or the node never ran on this backend)."""
+        does not exist (or the node never ran on this backend).  Once that Ray node is gone: the
+        file read here when this machine sees the node's job folder (shared storage), else
+        :class:`NodeLost`."""
         JobDir(PLACEHOLDER.root).log_relative(node, rank)  # InvalidSpec for names that cannot be streams
         placed = self._where(job_id, node)
         if placed is None:
             return None
-        agent = self._agent_at(placed)
+        try:
+            agent = self._agent_at(placed)
+        except NodeGone:
+            shared = self._shared(job_id, node, placed)
+            if shared is None:
+                raise self._lost(node, placed) from None
+            return local_logs.open_log(shared, node, rank)
         answer = self._get(agent.read_log.remote(placed["job_dir"], node, rank, 0, 0))
         if answer[0] == "refused":
             raise RefusedFile(answer[1])
@@ -717,6 +808,9 @@ class RayBackend(Backend):
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         self._wake = wake
+
+    def on_notice(self, notice: Callable[[str, str | None, str], None]) -> None:
+        self._notice = notice
 
     def close(self) -> None:
         """Stop this process's threads and leave the cluster; agents, placement groups and job

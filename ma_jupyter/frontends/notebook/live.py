@@ -384,6 +384,8 @@ def follow_job(
         follower.stop()
     live.offsets = dict(follower.offsets)
     _show_alerts(client, job_id, live, events_seen)
+    for why in follower.unavailable.values():  # one line per stream whose node took its log
+        live.alert(why)
     if follower.errors:
         live.set_footer("log read problems: " + "; ".join(follower.errors))
     live.set_status(status_line(job))

@@ -26,7 +26,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from ...client.logs import fully_shown, node_streams, read_all, stream_label
 from ...client.snapshot import is_snapshot
-from ...errors import HelpShown, JobFailed, MaJupyterError, NotFound, OptionsExit
+from ...errors import HelpShown, JobFailed, MaJupyterError, NodeLost, NotFound, OptionsExit
 from ...models import NAME_PATTERN, Job, JobStatus, Priority, clone_name
 from .. import render, usage
 from ..clusterview import cluster_text
@@ -482,7 +482,11 @@ class MaJupyterMagics(Magics):
         several = len(streams) > 1
         for node, rank in streams:
             label = stream_label((node, rank))
-            lines = render.log_lines(read_all(client, handle.id, node, rank))
+            try:
+                lines = render.log_lines(read_all(client, handle.id, node, rank))
+            except NodeLost as exc:  # gone with its node's machine: the other nodes still show
+                print(f"[{label}] {exc.message}" if several else exc.message)
+                continue
             if args.tail is not None:
                 lines = lines[-args.tail :] if args.tail > 0 else []
             for entry in lines:
