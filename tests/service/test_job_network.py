@@ -1,0 +1,230 @@
+"""A hostile job against the network it shares with the service and other jobs (issue 24, items
+1 and 7), on a real root service with the local backend.
+
+The job does what the reproduction did: it reads ``/proc/net/tcp`` and ``/proc/net/unix`` for
+listeners, then tries to connect to the service's port, to another (``--access none``) job's
+listening port on every address that job could be reached at, and to that job's abstract
+debug-terminal socket.  Each must fail, while the test shows from outside that every target is
+real (the service answers on the host, the other job's port answers inside its namespace, its
+abstract socket is listed there); and the nodes of one job still reach each other (a 2-node
+job over TCP by hostname, and a 2-node MPI allreduce through mpirun's agent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from urllib.parse import urlparse
+
+import psutil
+import pytest
+
+from ma_jupyter.models import JobStatus
+from tests.helpers import wait_for, writable_dir
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="a job's network namespace needs a root service"),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+    pytest.mark.timeout(300),
+]
+
+#: the victim: listens on every address of its namespace, then sleeps
+LISTENER = r"""
+import socket, sys, time
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("0.0.0.0", int(sys.argv[1])))
+server.listen(8)
+print("victim listening", flush=True)
+while True:
+    conn, _ = server.accept()
+    conn.sendall(b"victim-data")
+    conn.close()
+"""
+
+#: the prober: what a hostile job reads and tries (stdlib only; prints one JSON line)
+PROBE = r"""
+import errno, json, socket
+
+targets = json.load(open("/workspace/algorithm/targets.json"))
+found = {}
+
+def listening(path):
+    ports = set()
+    try:
+        lines = open(path).read().splitlines()[1:]
+    except OSError:
+        return ports
+    for line in lines:
+        fields = line.split()
+        if fields[3] == "0A":  # LISTEN
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+found["listening"] = sorted(listening("/proc/net/tcp") | listening("/proc/net/tcp6"))
+found["unix"] = open("/proc/net/unix").read()
+found["devices"] = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:])
+for host, port in targets["tcp"]:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    try:
+        sock.connect((host, port))
+        found[f"tcp {host}:{port}"] = "connected " + sock.recv(64).decode(errors="replace")
+    except OSError as exc:
+        found[f"tcp {host}:{port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        sock.close()
+for name in targets["abstract"]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(b"\0" + name.encode())
+        found[f"abstract {name}"] = "connected"
+    except OSError as exc:
+        found[f"abstract {name}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        sock.close()
+print("PROBES " + json.dumps(found), flush=True)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return sock.getsockname()[1]
+
+
+def _host_addresses() -> list[str]:
+    """Every IPv4 address of the host's interfaces (loopback included)."""
+    return sorted(
+        {a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET}
+    )
+
+
+def _inside(pid: int, code: str) -> subprocess.CompletedProcess:
+    """Run Python ``code`` in the network namespace of process ``pid`` (the test's own look)."""
+    return subprocess.run(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_job_reaches_neither_the_service_nor_another_jobs_port_nor_its_abstract_sockets(
+    ma_client, tmp_path
+):
+    service_port = urlparse(ma_client.url).port
+    victim_port = _free_port()
+    victim_algo = writable_dir(tmp_path / "victim")
+    (victim_algo / "listen.py").write_text(LISTENER)
+    victim = ma_client.submit(
+        name="victim",
+        algorithm=str(victim_algo),
+        command=f"python /workspace/algorithm/listen.py {victim_port}",
+        access="none",
+        debug_terminal=True,
+        grace_period=1,
+    )
+    wait_for(lambda: "victim listening" in ma_client.read_log(victim.id).data, timeout=120)
+    runner = ma_client.get(victim.id).nodes[0].pid
+    shell_name = f"ma_jupyter-shell/{victim.id}/worker-0"
+    # the targets are real: the victim's port answers and its terminal is listed in its own
+    # namespace, and the service answers on the host
+    wait_for(lambda: shell_name in _inside(runner, "print(open('/proc/net/unix').read())").stdout, timeout=60)
+    answer = _inside(
+        runner,
+        f"import socket; s = socket.create_connection(('127.0.0.1', {victim_port})); print(s.recv(64))",
+    )
+    assert "victim-data" in answer.stdout, answer.stderr
+    socket.create_connection(("127.0.0.1", service_port), timeout=10).close()
+
+    victim_addresses = ["127.0.0.1", "127.0.1.1", "10.254.0.1", *_host_addresses()]
+    tcp = {("127.0.0.1", service_port), ("::1", service_port)}
+    tcp |= {(address, victim_port) for address in victim_addresses}
+    tcp |= {(address, service_port) for address in _host_addresses()}
+    targets = {
+        "tcp": sorted(tcp),
+        "abstract": [shell_name, f"ma_jupyter-rsh/{victim.id}/worker-0"],
+    }
+    algo = writable_dir(tmp_path / "prober")
+    (algo / "probe.py").write_text(PROBE)
+    (algo / "targets.json").write_text(json.dumps(targets))
+    prober = ma_client.submit(
+        name="prober", algorithm=str(algo), command="python /workspace/algorithm/probe.py"
+    )
+    job = prober.wait(timeout=180)
+    log = ma_client.read_log(prober.id).data
+    assert job.status is JobStatus.succeeded, log
+    found = json.loads(log.split("PROBES ", 1)[1].splitlines()[0])
+    unix = found.pop("unix")
+    print(json.dumps(found, indent=1))
+    assert victim.id not in unix  # item 7: no other job's id in /proc/net/unix
+    assert "ma_jupyter-" not in unix  # nor any other node's agent name
+    assert found.pop("listening") == []  # nothing of the host listens where the job looks
+    assert found.pop("devices") == ["lo", "ma0", "ma1"]  # no device that leads out
+    reached = {k: v for k, v in found.items() if str(v).startswith("connected")}
+    assert reached == {}, reached
+    assert len(found) == len(targets["tcp"]) + len(targets["abstract"])
+    assert ma_client.get(victim.id).status is JobStatus.running  # untouched
+    victim.stop()
+
+
+PEERS = r"""
+import os, socket, sys, time
+me = socket.gethostname()
+port = int(sys.argv[1])
+if me == "worker-0":
+    server = socket.socket()
+    server.bind(("0.0.0.0", port))
+    server.listen(1)
+    conn, peer = server.accept()
+    print("worker-0 heard:", conn.recv(64).decode(), flush=True)
+else:
+    deadline = time.time() + 60
+    while True:
+        try:
+            sock = socket.create_connection(("worker-0", port), timeout=5)
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    sock.sendall(b"hello from " + me.encode())
+    print("worker-1 sent", flush=True)
+"""
+
+
+def test_the_nodes_of_one_job_still_reach_each_other_by_hostname_and_through_mpirun(ma_client, tmp_path):
+    from tests.modes.real import algorithm, node_logs
+    from tests.modes.test_real_mpi import ALLREDUCE
+
+    algo = writable_dir(tmp_path / "peers")
+    (algo / "peers.py").write_text(PEERS)
+    job = ma_client.submit(
+        name="peers",
+        mode="tensorflow",  # runs the command as it is on each node, TF_CONFIG beside it
+        algorithm=str(algo),
+        nodes=2,
+        command=f"python /workspace/algorithm/peers.py {_free_port()}",
+    ).wait(timeout=180)
+    logs = node_logs(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs
+    assert "worker-0 heard: hello from worker-1" in logs
+    outputs = writable_dir(tmp_path / "out")
+    mpi = ma_client.submit(
+        name="mpi-2x2",
+        mode="horovod",
+        nodes=2,
+        specs=["gpu.emu-2"],
+        algorithm=str(algorithm(tmp_path / "algo", allreduce=ALLREDUCE)),
+        outputs=str(outputs),
+        command="python /workspace/algorithm/allreduce.py",
+    ).wait(timeout=180)
+    assert mpi.status is JobStatus.succeeded, node_logs(ma_client, mpi.id)
+    result = json.loads((outputs / "result.json").read_text())
+    assert result["size"] == 4 and result["sum"] == 10
