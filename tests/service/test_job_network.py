@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
+from ma_jupyter.backends.local import network
 from ma_jupyter.models import JobStatus
 from tests.helpers import wait_for, writable_dir
 
@@ -228,3 +229,64 @@ def test_the_nodes_of_one_job_still_reach_each_other_by_hostname_and_through_mpi
     assert mpi.status is JobStatus.succeeded, node_logs(ma_client, mpi.id)
     result = json.loads((outputs / "result.json").read_text())
     assert result["size"] == 4 and result["sum"] == 10
+
+
+FENCED = r"""
+import ctypes, errno, json, socket, sys
+from ma_jupyter.backends.local import network
+
+denied, allowed, abstract = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+network.fence([[denied, denied]])
+found = {}
+for name, port, proto in (("denied", denied, 0), ("allowed", allowed, 0), ("mptcp", denied, 262)):
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+        sock.connect(("127.0.0.1", port))
+        found[name] = "connected"
+    except OSError as exc:
+        found[name] = errno.errorcode[exc.errno]
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(b"\0" + abstract.encode())
+    found["abstract"] = "connected"
+except OSError as exc:
+    found["abstract"] = errno.errorcode[exc.errno]
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)
+found["io_uring"] = "made" if libc.syscall(425, 4, params) >= 0 else errno.errorcode[ctypes.get_errno()]
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.skipif(network.landlock_abi() < 6, reason="the fence needs Landlock ABI 6 (Linux 6.12)")
+def test_the_fence_of_a_node_on_a_shared_network_refuses_what_it_must_and_nothing_else(tmp_path):
+    """The Ray nodes' fence (``network.fence``) in a process of its own: a denied port refused
+    (EACCES), another one reached, no MPTCP socket, no abstract socket of outside, no io_uring."""
+    listeners = [socket.socket() for _ in range(2)]
+    for sock in listeners:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(4)
+    name = f"ma-fence-test-{tmp_path.name}"
+    outside = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    outside.bind(b"\0" + name.encode())
+    outside.listen(4)
+    try:
+        denied, allowed = (s.getsockname()[1] for s in listeners)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        done = subprocess.run(
+            [sys.executable, "-c", FENCED, str(denied), str(allowed), name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": root},
+        )
+    finally:
+        for sock in (*listeners, outside):
+            sock.close()
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "denied": "EACCES",
+        "allowed": "connected",
+        "mptcp": "EPERM",
+        "abstract": "EPERM",
+        "io_uring": "ENOSYS",
+    }
