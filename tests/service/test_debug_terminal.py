@@ -260,7 +260,11 @@ def test_an_admin_sets_the_retention_and_a_stopped_job_keeps_nothing(ma_home):
             name="f", command=f'{sys.executable} -c "raise SystemExit(1)"', debug_terminal=True
         ).wait(timeout=180)
         assert failed.status.value == "error"
-        assert any("kept for the debug terminal until" in e.reason for e in client.events(failed.id))
+        # the event follows the job's end, recorded just after it
+        wait_for(
+            lambda: any("kept for the debug terminal until" in e.reason for e in client.events(failed.id)),
+            timeout=30,
+        )
         wait_for(lambda: not job_processes(failed.id), timeout=60)  # its retention ran out
         handle = _running_debug_job(client)
         handle.stop()
