@@ -290,3 +290,43 @@ def test_the_fence_of_a_node_on_a_shared_network_refuses_what_it_must_and_nothin
         "abstract": "EPERM",
         "io_uring": "ENOSYS",
     }
+
+
+def test_after_a_service_crash_the_terminal_still_enters_the_jobs_namespace_and_leftovers_go(ma_home):
+    """kill -9 of the service while a job runs: the namespace lives on with the job's processes
+    (nothing of it was the service's), a new service opens the node's terminal inside it, and a
+    namespace file a service left mid-launch is removed at the next launch."""
+    import signal
+
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+    from tests.service.conftest import start_service
+
+    left = ma_home / "netns" / "left-by-a-crash"
+    network.make_namespace(left)  # what a service killed between make and drop leaves
+    svc = start_service(ma_home)
+    job_id = None
+    try:
+        client = Client(url=svc.url, token=svc.token, timeout=30)
+        handle = client.submit(
+            name="lives-on",
+            command=f"{sys.executable} -c \"import time; print('up', flush=True); time.sleep(600)\"",
+            debug_terminal=True,
+            grace_period=1,
+        )
+        job_id = handle.id
+        wait_for(lambda: "up" in client.read_log(job_id).data, timeout=120)
+        assert not left.exists()  # swept at the launch
+        # and the job's own file dropped once its runner entered
+        wait_for(lambda: list((ma_home / "netns").iterdir()) == [], timeout=30)
+        svc.proc.send_signal(signal.SIGKILL)
+        svc.proc.wait(30)
+        svc = start_service(ma_home, tokens=svc.tokens)
+        client = Client(url=svc.url, token=svc.token, timeout=30)
+        wait_for(lambda: client.get(job_id).status is JobStatus.running, timeout=60)
+        output, code = run_command(client.shell(job_id, command=["cat", "/proc/net/dev"]), timeout=60)
+        assert code == 0 and "ma0" in output and "eth" not in output, output
+        client.stop(job_id)
+    finally:
+        svc.proc.terminate()
+        svc.proc.wait(30)
