@@ -11,7 +11,9 @@ as they go), so each node is fenced instead of isolated: the deny list is
    (dashboard 8265, client server 10001, dashboard agent 52365) -- :func:`cluster_ports`, on
    the service's side;
 2. the worker port range of this machine's raylet (read from its command line; Ray's default
-   10002-19999 where it cannot be read) and every port something other than this attempt's own
+   10002-19999 where it cannot be read, or where the raylet picks workers' ports at random,
+   ``--min-worker-port 0`` as ``ray.cluster_utils`` does: then a worker started after the node
+   listens where the fence does not know) and every port something other than this attempt's own
    nodes listens on on this machine when the node starts (the service, other jobs, any daemon)
    -- :func:`node_deny_list`, on the node's agent;
 3. minus the attempt's own reserved ports (its nodes' rendezvous ports may be listening already).
@@ -39,6 +41,7 @@ RAYLET_PORT_FLAGS = (
     "--node_manager_port",
     "--object_manager_port",
     "--metrics_agent_port",
+    "--metrics-agent-port",
     "--metrics_export_port",
     "--runtime_env_agent_port",
     "--dashboard_agent_listen_port",
