@@ -4,7 +4,7 @@ The reproduction: a job reads ``/proc/net/tcp``, finds the Ray GCS (unauthentica
 runs ``ray start --address <GCS>``, then ``ray.init`` and a task that would run with the
 raylet's account outside every sandbox and write a file on the host.  Here a job of two nodes
 (one on each Ray node) does all of that, and also tries every port listening on its machine over
-TCP and Multipath TCP, and an abstract Unix socket of the host: everything must fail, while the
+TCP, Multipath TCP and TCP Fast Open, and an abstract Unix socket of the host: everything must fail, while the
 test shows from outside that the targets are real (the GCS answers, the socket listens).  The
 fence decides by port at connect time, so Ray's own authentication plays no part.
 """
@@ -55,6 +55,14 @@ for port in ports:
             found[f"{name} {port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
         finally:
             sock.close()
+    sock = socket.socket()
+    try:  # TCP Fast Open: the connect made by the first send
+        sock.sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", port))
+        found[f"fastopen {port}"] = "connected"
+    except OSError as exc:
+        found[f"fastopen {port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        sock.close()
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     sock.connect(b"\0" + targets["abstract"].encode())
@@ -143,6 +151,7 @@ def test_a_job_on_ray_reaches_no_port_of_the_cluster_and_never_runs_as_the_rayle
         reached = {k: v for k, v in found.items() if v == "connected"}
         assert reached == {}, reached
         assert all(found[f"mptcp {p}"].startswith("socket ") for p in found["listening"])
+        assert all(found[f"fastopen {p}"] == "EPERM" for p in found["listening"])
         assert found["abstract"] == "EPERM"
         assert found["ray start"]["code"] != 0, found["ray start"]  # 0: a raylet of the job joined
         assert found["ray.init"]["code"] != 0, found["ray.init"]

@@ -242,9 +242,16 @@ for name, port, proto in (("denied", denied, 0), ("allowed", allowed, 0), ("mptc
     try:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
         sock.connect(("127.0.0.1", port))
+        sock.sendall(b"ping")  # an ordinary send passes the filter
         found[name] = "connected"
     except OSError as exc:
         found[name] = errno.errorcode[exc.errno]
+sock = socket.socket()
+try:  # TCP Fast Open: a connect made by the first send
+    sock.sendto(b"hello", socket.MSG_FASTOPEN, ("127.0.0.1", denied))
+    found["fastopen"] = "connected"
+except OSError as exc:
+    found["fastopen"] = errno.errorcode[exc.errno]
 try:
     socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(b"\0" + abstract.encode())
     found["abstract"] = "connected"
@@ -260,7 +267,8 @@ print(json.dumps(found))
 @pytest.mark.skipif(network.landlock_abi() < 6, reason="the fence needs Landlock ABI 6 (Linux 6.12)")
 def test_the_fence_of_a_node_on_a_shared_network_refuses_what_it_must_and_nothing_else(tmp_path):
     """The Ray nodes' fence (``network.fence``) in a process of its own: a denied port refused
-    (EACCES), another one reached, no MPTCP socket, no abstract socket of outside, no io_uring."""
+    (EACCES), another one reached, no MPTCP socket, no TCP Fast Open send, no abstract socket of
+    outside, no io_uring."""
     listeners = [socket.socket() for _ in range(2)]
     for sock in listeners:
         sock.bind(("127.0.0.1", 0))
@@ -287,6 +295,7 @@ def test_the_fence_of_a_node_on_a_shared_network_refuses_what_it_must_and_nothin
         "denied": "EACCES",
         "allowed": "connected",
         "mptcp": "EPERM",
+        "fastopen": "EPERM",
         "abstract": "EPERM",
         "io_uring": "ENOSYS",
     }

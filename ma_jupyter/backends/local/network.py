@@ -1,10 +1,11 @@
 """What a job's processes may reach on the network.
 
-Two mechanisms, one per kind of host (docs/architecture.md, "Network isolation"):
+Two mechanisms, one per kind of host (docs/architecture.md, "A job's network"):
 
 * **a network namespace per attempt** (the local backend, where every node of a job is on this
-  machine): the service makes a namespace holding only ``lo`` (up, so the whole of
-  ``127.0.0.0/8`` and the nodes' ``127.0.1.k`` addresses work), keeps it for a moment as a
+  machine): the service makes a namespace holding ``lo`` (up, so the whole of ``127.0.0.0/8``
+  and the nodes' ``127.0.1.k`` addresses work) and a veth pair that leads nowhere but into it
+  (for Open MPI's daemons, see :func:`make_namespace`), keeps it for a moment as a
   bind-mounted file under ``<home>/netns/<job>`` (as ``ip netns add`` does), and each node's
   runner enters it (:func:`enter`) before it starts anything.  Once every runner is in, the file
   is removed (:func:`remove_namespace`): the namespace then lives exactly as long as a process of
@@ -25,8 +26,10 @@ Two mechanisms, one per kind of host (docs/architecture.md, "Network isolation")
      jobs, any daemon);
   2. Landlock scoping (ABI 6): no connection to an abstract Unix socket made outside the node;
   3. seccomp: no Multipath TCP socket (this kernel's Landlock does not check MPTCP connects,
-     and an MPTCP connect falls back to TCP against any listener) and no io_uring (its
-     operations create sockets without the ``socket`` system call).
+     and an MPTCP connect falls back to TCP against any listener), no send with
+     ``MSG_FASTOPEN`` (TCP Fast Open connects from ``sendto``/``sendmsg``, which Landlock does
+     not check either), and no io_uring (its operations create sockets and send without these
+     system calls).
 
 Standard library only (psutil is imported only by :func:`listening_ports`): the node runner
 imports this module, and its start time counts in every node's.
@@ -257,10 +260,29 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 IPPROTO_MPTCP = 262
-#: (audit arch, socket, io_uring_setup, io_uring_enter, io_uring_register) per machine
+MSG_FASTOPEN = 0x20000000
+#: the system call numbers the seccomp filter looks at, per machine
 SECCOMP_ARCH = {
-    "x86_64": (0xC000003E, 41, 425, 426, 427),
-    "aarch64": (0xC00000B7, 198, 425, 426, 427),
+    "x86_64": {
+        "arch": 0xC000003E,
+        "socket": 41,
+        "sendto": 44,
+        "sendmsg": 46,
+        "sendmmsg": 307,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+    },
+    "aarch64": {
+        "arch": 0xC00000B7,
+        "socket": 198,
+        "sendto": 206,
+        "sendmsg": 211,
+        "sendmmsg": 269,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+    },
 }
 
 
@@ -298,31 +320,49 @@ class _SockFprog(ctypes.Structure):
 
 
 def _seccomp_program() -> list[tuple[int, int, int, int]]:
-    """The seccomp filter of rule 3: ``socket(*, *, IPPROTO_MPTCP)`` fails with EPERM, the
-    io_uring calls and any other architecture's calls (x32, 32-bit) with ENOSYS."""
+    """The seccomp filter of rule 3: ``socket(*, *, IPPROTO_MPTCP)`` and any send with
+    ``MSG_FASTOPEN`` fail with EPERM; the io_uring calls and any other architecture's calls
+    (x32, 32-bit) with ENOSYS."""
     machine = platform.machine()
     if machine not in SECCOMP_ARCH:
         raise OSError(errno.ENOSYS, f"no seccomp filter for {machine} machines")
-    arch, sys_socket, *uring = SECCOMP_ARCH[machine]
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    calls = SECCOMP_ARCH[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
-    return [
-        (ld, 0, 0, 4),  # 0: the calling convention
-        (jeq, 1, 0, arch),  # 1: native -> 3
-        (ret, 0, 0, enosys),  # 2
-        (ld, 0, 0, 0),  # 3: the system call number
-        (jge, 0, 1, 0x40000000),  # 4: an x32 call -> 5, else -> 6
-        (ret, 0, 0, enosys),  # 5
-        (jeq, 3, 0, uring[0]),  # 6: io_uring_setup -> 10
-        (jeq, 2, 0, uring[1]),  # 7: io_uring_enter -> 10
-        (jeq, 1, 0, uring[2]),  # 8: io_uring_register -> 10
-        (jeq, 1, 4, sys_socket),  # 9: socket -> 11, else -> 14
-        (ret, 0, 0, enosys),  # 10
-        (ld, 0, 0, 32),  # 11: socket's protocol (args[2], its low word)
-        (jeq, 0, 1, IPPROTO_MPTCP),  # 12: MPTCP -> 13, else -> 14
-        (ret, 0, 0, eperm),  # 13
-        (ret, 0, 0, allow),  # 14
+
+    def arg(n: int) -> int:  # offset of the low 32 bits of argument n in struct seccomp_data
+        return 16 + 8 * n
+
+    # (opcode, jump-if-true label, jump-if-false label, k); labels resolved below
+    code: list[tuple] = [
+        ("start", ld, None, None, 4),  # the calling convention
+        (None, jeq, "native", "nosys", calls["arch"]),
+        ("native", ld, None, None, 0),  # the system call number
+        (None, jge, "nosys", None, 0x40000000),  # an x32 call
+        (None, jeq, "nosys", None, calls["io_uring_setup"]),
+        (None, jeq, "nosys", None, calls["io_uring_enter"]),
+        (None, jeq, "nosys", None, calls["io_uring_register"]),
+        (None, jeq, "socket", None, calls["socket"]),
+        (None, jeq, "flags3", None, calls["sendto"]),
+        (None, jeq, "flags3", None, calls["sendmmsg"]),
+        (None, jeq, "flags2", None, calls["sendmsg"]),
+        (None, ret, None, None, allow),
+        ("socket", ld, None, None, arg(2)),  # the protocol
+        (None, jeq, "perm", "allow", IPPROTO_MPTCP),
+        ("flags3", ld, None, None, arg(3)),
+        (None, jset, "perm", "allow", MSG_FASTOPEN),
+        ("flags2", ld, None, None, arg(2)),
+        (None, jset, "perm", "allow", MSG_FASTOPEN),
+        ("perm", ret, None, None, eperm),
+        ("nosys", ret, None, None, enosys),
+        ("allow", ret, None, None, allow),
     ]
+    where = {label: i for i, (label, *_rest) in enumerate(code) if label}
+
+    def jump(i: int, label: str | None) -> int:
+        return 0 if label is None else where[label] - i - 1
+
+    return [(op, jump(i, jt), jump(i, jf), k) for i, (_label, op, jt, jf, k) in enumerate(code)]
 
 
 def fence(deny: Iterable[Iterable[int]]) -> None:
