@@ -12,9 +12,19 @@ Everything lives under ``$MA_JUPYTER_HOME`` (default ``~/.ma_jupyter``)::
 default: processes on this machine, the inventory from ``[[node]]``) or ``kind = "ray"`` with
 ``address = "HOST:PORT"`` (an existing Ray cluster, whose nodes are the inventory).
 
-Without a ``cluster.toml`` the cluster is derived from this machine: a few simulated nodes that
-each see every core (the nodes are processes on one host), plus specs that declare emulated
-cards (indices only, no device) so the scheduler and the SLOTS logic work without hardware.
+Without a ``cluster.toml`` the cluster is derived from this machine (:func:`default_nodes`, :func:`default_specs`):
+a few simulated nodes that each see every core (the nodes are processes on one host).  Where the
+machine has cards (:mod:`ma_jupyter.accelerators`: NVML / ``nvidia-smi``, ``npu-smi``), every
+simulated node lists all of them with their model, memory and driver version, and the specs are
+``gpu.1``, ``gpu.2``, ``gpu.4``... up to the machine's count; the scheduler gives each real card to
+one node at a time, so the nodes split the cards between them (``--nodes 2 --spec gpu.4`` on
+eight cards: two nodes of four).  Without cards, the specs declare emulated cards (indices
+only, no device) so the scheduler and the SLOTS logic work without hardware.
+
+A ``[[node]]`` of ``cluster.toml`` may say ``emulated = true`` (indices only) or ``false`` (real
+cards: their device nodes are bound into the sandbox); without it, its cards are real when this
+machine shows that type's device nodes.  ``devices = [2, 3]`` names the machine's cards it has
+(default ``0..accelerators-1``).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import accelerators
 from .errors import InvalidSpec
 from .jobdir import JobDir, check_job_id
 from .models import Node, Spec
@@ -93,12 +104,72 @@ def _memory_gb() -> float:
     return 8.0
 
 
-def default_specs() -> list[Spec]:
-    """Specs every default cluster offers."""
+#: simulated nodes of the default cluster
+DEFAULT_NODES = 4
+
+
+def card_counts(total: int) -> list[int]:
+    """The card counts the default specs offer on a machine of ``total`` cards: 1, 2, 4...
+    below it, and ``total`` itself (8 cards: 1, 2, 4, 8; 6 cards: 1, 2, 4, 6)."""
+    counts, k = [], 1
+    while k < total:
+        counts.append(k)
+        k *= 2
+    return [*counts, total] if total else []
+
+
+def card_specs(cards: list[accelerators.Card], emulated: bool, count: int = DEFAULT_NODES) -> list[Spec]:
+    """One spec per count of :func:`card_counts` for the machine's ``cards`` of one type: its
+    share of the cores and of a simulated node's memory (at least 8 GB where the node has it: a
+    CUDA process alone holds a few GB), the driver version the cards run."""
+    first = cards[0]
+    cores = os.cpu_count() or 1
+    node_memory = round(_memory_gb() / count, 1)
+    specs = []
+    for k in card_counts(len(cards)):
+        cpus = max(1, cores * k // len(cards))
+        memory = round(min(node_memory, max(8.0, node_memory * k / len(cards))), 1)
+        what = f"{k} × {first.model}" + (f" ({first.memory_mb / 1024:.0f} GB)" if first.memory_mb else "")
+        specs.append(
+            Spec(
+                name=f"{first.type}.{k}",
+                cpus=cpus,
+                memory_gb=memory,
+                accelerators=k,
+                accelerator_type=first.type,  # type: ignore[arg-type]
+                emulated=emulated,
+                driver_versions=[first.driver_version] if first.driver_version else [],
+                description=f"{what}{' emulated' if emulated else ''}, {cpus} cores, {memory:g} GB",
+            )
+        )
+    return specs
+
+
+def cpu_specs() -> list[Spec]:
+    """The CPU specs of every default cluster."""
     return [
         Spec(name="cpu.small", cpus=1, memory_gb=2, description="1 core, 2 GB"),
         Spec(name="cpu.medium", cpus=2, memory_gb=4, description="2 cores, 4 GB"),
         Spec(name="cpu.ps", cpus=1, memory_gb=1, description="parameter server: 1 core, 1 GB"),
+    ]
+
+
+def default_specs() -> list[Spec]:
+    """Specs of the default cluster: the CPU specs, plus one spec per card count of each card
+    type this machine has (:func:`card_specs`), or the emulated ``gpu.emu-2``/``npu.emu-2``
+    where it has none."""
+    found = accelerators.detect_all()
+    if found:
+        specs = cpu_specs()
+        for kind, cards in found.items():
+            specs += card_specs(cards, emulated=not accelerators.has_device_nodes(kind))
+        return specs
+    return cpu_specs() + emulated_specs()
+
+
+def emulated_specs() -> list[Spec]:
+    """The emulated card specs of a default cluster on a machine without cards."""
+    return [
         Spec(
             name="gpu.emu-2",
             cpus=1,
@@ -121,10 +192,37 @@ def default_specs() -> list[Spec]:
     ]
 
 
-def default_nodes(count: int = 4) -> list[Node]:
-    """Simulated nodes of this machine: each sees every core and 4 emulated cards."""
+def default_nodes(count: int = DEFAULT_NODES) -> list[Node]:
+    """Simulated nodes of this machine: each sees every core and a share of the memory; every
+    one lists all of the machine's cards of one type (types taken in turn), or 4 emulated cards
+    (GPU and NPU in turn) where it has none."""
     cores = float(os.cpu_count() or 1)
     memory = _memory_gb()
+    found = accelerators.detect_all()
+    if found:
+        kinds = sorted(found)
+        nodes = []
+        for i in range(count):
+            cards = found[kinds[i % len(kinds)]]
+            first = cards[0]
+            nodes.append(
+                Node(
+                    name=f"node-{i}",
+                    os=platform.system(),
+                    kernel=platform.release(),
+                    cpus=max(cores, 4.0),
+                    memory_gb=round(memory / count, 1),
+                    accelerators=len(cards),
+                    accelerator_type=first.type,  # type: ignore[arg-type]
+                    accelerator_model=first.model,
+                    accelerator_memory_gb=round(first.memory_mb / 1024, 1),
+                    devices=[c.index for c in cards],
+                    driver_version=first.driver_version or None,
+                    emulated=not accelerators.has_device_nodes(first.type),
+                    pools=["default"],
+                )
+            )
+        return nodes
     # Simulated nodes share one host: oversubscribe cores so multi-node jobs fit on 2 cores,
     # but keep memory honest by splitting it.
     return [
@@ -137,10 +235,17 @@ def default_nodes(count: int = 4) -> list[Node]:
             accelerators=4,
             accelerator_type="gpu" if i % 2 == 0 else "npu",
             driver_version="535.0" if i % 2 == 0 else None,
+            emulated=True,
             pools=["default"],
         )
         for i in range(count)
     ]
+
+
+#: bytes per second a job must be writing on the jobs folder's disk, as it falls under
+#: ``[limits] disk_reserve_mb``, to be ended for it; proportionally less the fuller the disk
+#: (the supervisor's look and the node runner's, see :mod:`ma_jupyter.service.policies`)
+DISK_FLOOD_RATE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -158,6 +263,14 @@ class Limits:
     # hours a node of a --debug-terminal job whose command failed keeps its sandbox for the
     # debug terminal (its processes stopped, its files and mounts kept)
     debug_keep_hours: float = 4.0
+    # processes and threads one node may have at once (its own count, not its account's: see
+    # the node runner's rule 1)
+    max_node_processes: int = 4096
+    # megabytes a job's logs may take, all its nodes together; past it the job ends in error
+    max_log_mb: float = 1024.0
+    # megabytes kept free on the jobs folder's disk: under it, the job writing the most there is
+    # ended, so one job's writing never ends another user's job or stops every submit
+    disk_reserve_mb: float = 256.0
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
@@ -169,6 +282,9 @@ class Limits:
             "heartbeat_timeout": (int, float),
             "elastic_scale_up_interval": (int, float),
             "debug_keep_hours": (int, float),
+            "max_node_processes": int,
+            "max_log_mb": (int, float),
+            "disk_reserve_mb": (int, float),
         }
         for key, value in data.items():
             if key not in known:
@@ -218,7 +334,7 @@ def load_cluster(path: Path | None = None) -> Cluster:
     try:
         data = tomllib.loads(path.read_text())
         specs = [Spec(**s) for s in data.get("spec", [])] or default_specs()
-        nodes = [Node(**n) for n in data.get("node", [])] or default_nodes()
+        nodes = [resolve_emulated(Node(**n)) for n in data.get("node", [])] or default_nodes()
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
     return Cluster(
@@ -227,6 +343,14 @@ def load_cluster(path: Path | None = None) -> Cluster:
         limits=Limits.parse(data.get("limits", {}), path),
         pools=_pools(data.get("pool", []), path),
     )
+
+
+def resolve_emulated(node: Node) -> Node:
+    """``node`` with ``emulated`` decided: as the file says, else real when this machine shows
+    device nodes of its card type (a node without cards: None, nothing to decide)."""
+    if not node.accelerators or node.emulated is not None:
+        return node
+    return node.model_copy(update={"emulated": not accelerators.has_device_nodes(node.accelerator_type)})
 
 
 def _pools(tables, path: Path) -> dict[str, bool]:

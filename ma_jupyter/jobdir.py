@@ -17,6 +17,7 @@ a rank folder come from :mod:`ma_jupyter.nodeside.rank_log`, which writes them; 
     nodes/<node>/workdir.json       written by the node runner once the working copy is complete
     nodes/<node>/view/              in-view file roots (/job, /etc/mpi, /user/config)
     nodes/<node>/workspace/, home/, tmp/   symlink mode only
+    nodes/<node>/python/            symlink mode only: the node's PYTHONPATH folder (a link to the package)
     outputs/                        the default outputs folder
     workdir/<node>/                 the node's working copy, its /workspace/algorithm (kept across attempts)
     prepared/<source>-<name>-<ver>  data preparation: a link to the copy in <home>/prepared/
@@ -171,6 +172,11 @@ class NodeDir(_Folder):
     @property
     def tmp(self) -> Path:
         return self.root / "tmp"
+
+    @property
+    def python(self) -> Path:
+        """The folder on the node's PYTHONPATH holding only a link to the package (symlink mode)."""
+        return self.root / "python"
 
 
 class JobDir(_Folder):

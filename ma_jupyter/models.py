@@ -545,11 +545,39 @@ class Node(Strict):
     accelerators: int = 0
     accelerator_type: Literal["none", "gpu", "mlu", "npu"] = "none"
     accelerator_model: str = Field(default="", description="Board model of the cards (e.g. MLU370).")
+    accelerator_memory_gb: float = Field(default=0, ge=0, description="Memory of one card (0: unknown).")
+    devices: list[int] = Field(
+        default=[],
+        description="The machine's indices of its cards (nvidia-smi's, /dev/nvidia<N>); empty: 0 to "
+        "accelerators-1. Real cards listed by several nodes of one machine go to one node at a time.",
+    )
+    emulated: bool | None = Field(
+        default=None,
+        description="True: its cards are indices only; False: real cards, their device nodes bound into "
+        "the sandbox of the job node holding them. Unset in cluster.toml: real when this machine shows "
+        "the type's device nodes.",
+    )
     accelerators_used: list[int] = []
     driver_version: str | None = None
     pools: list[str] = []
     specs: list[str] = Field(default=[], description="Specs that fit this node.")
     usage: list[str] = Field(default=[], description="'card:job-name' entries for what runs here.")
+
+    @model_validator(mode="after")
+    def _devices_match(self) -> Node:
+        if self.devices and (
+            len(self.devices) != self.accelerators or len(set(self.devices)) != len(self.devices)
+        ):
+            raise ValueError(
+                f"node {self.name}: devices must list {self.accelerators} distinct card indices "
+                f"(one per card of accelerators = {self.accelerators}), not {self.devices}"
+            )
+        return self
+
+    @property
+    def card_indices(self) -> list[int]:
+        """The machine's indices of its cards: ``devices``, else 0..accelerators-1."""
+        return list(self.devices) if self.devices else list(range(self.accelerators))
 
 
 class NodeDrain(Strict):
@@ -571,6 +599,9 @@ class ClusterNode(Strict):
         "board's index on the node, the virtual card cut from it (0: the whole board) and the job's name.",
     )
     jobs: list[str] = Field(default=[], description="Ids of the visible jobs running here.")
+    card_percent: float | None = Field(
+        default=None, description="Mean use of its cards in use now (real cards the driver reads), 0..100."
+    )
     fits: bool = Field(
         default=True, description="Whether one node of a chosen spec fits here now (idle vs tight)."
     )
@@ -845,7 +876,10 @@ class NodeLaunch(Strict):
     address: str = ""
     ports: list[int] = []
     cpus: list[int] = []
-    devices: list[int] = []
+    devices: list[int] = Field(default=[], description="The machine's indices of the node's cards.")
+    device_nodes: list[str] = Field(
+        default=[], description="Device nodes bound into its sandbox: its real cards' and their driver's."
+    )
     argv: list[str] = Field(description="The command as planned (${VAR} unexpanded, python as written).")
     command: list[str] = Field(
         default=[], description="What the node execs: ${VAR} expanded, the interpreter resolved."
@@ -940,7 +974,10 @@ class ResourceSample(Strict):
     cpu_percent: float = Field(description="CPU use since the previous sample; 100 is one core busy.")
     memory_mb: float = Field(description="Resident memory of the node's processes.")
     card_percent: float | None = Field(
-        default=None, description="Emulated cards' use, when the node has cards."
+        default=None, description="Use of the node's cards (0..100), when it has real cards the driver reads."
+    )
+    card_memory_mb: float | None = Field(
+        default=None, description="Card memory the node's processes hold, when it has real cards."
     )
 
 

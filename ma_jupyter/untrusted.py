@@ -22,6 +22,7 @@ service's event loop run them on a thread).
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -298,3 +299,213 @@ def collect_report(
         os.replace(tmp, target)
     except OSError:
         pass
+
+
+# ---------------------------------------------------------------------------- datasets
+#
+# Data preparation copies a dataset that jobs may have written (a writable volume of another
+# job, a folder a user fills).  The walk below is what the copy process runs, after it switched
+# to the job's account (``backends/local/datacopy.py``); it follows the same rules as above:
+# only regular files, folders and symbolic links (copied as links, never followed), every
+# entry opened relative to its folder's descriptor with ``O_NOFOLLOW | O_NONBLOCK`` and
+# checked with ``fstat`` after the open.
+
+#: the kinds a dataset may hold; anything else is refused (see :func:`open_dataset`)
+DATASET_KINDS = "regular files, folders and symbolic links"
+
+
+def _dataset_refusal(shown: str, mode: int) -> RefusedFile:
+    return RefusedFile(
+        f"{shown} is {describe(mode)}: data preparation copies only {DATASET_KINDS} "
+        "(kept as links); remove it from the dataset, or submit without data preparation"
+    )
+
+
+def open_dataset(path: str | os.PathLike) -> int:
+    """Open the root of a dataset, a folder or a regular file, without blocking on it.
+
+    ``path`` is resolved already (its last component is not followed if it became a symlink
+    since).  A FIFO, socket or device is refused before it is opened (opening a device may
+    act); the open itself uses ``O_NONBLOCK`` and its ``fstat`` must match the look.
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        RefusedFile: it is neither a folder nor a regular file (the message names it).
+    """
+    before = os.lstat(path)
+    if not (stat.S_ISDIR(before.st_mode) or stat.S_ISREG(before.st_mode)):
+        raise _dataset_refusal(str(path), before.st_mode)
+    try:
+        fd = os.open(path, _FILE_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _dataset_refusal(str(path), stat.S_IFLNK) from None
+        raise
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) or not (
+        stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)
+    ):
+        os.close(fd)
+        raise _dataset_refusal(str(path), st.st_mode)
+    return fd
+
+
+class DatasetWalk:
+    """One walk of a dataset from its open root (:func:`open_dataset`): its digest, size and
+    file count, and, with ``dest_fd``, its copy.
+
+    The digest covers, in sorted order, every entry's path below the root, kind, size,
+    modification time and permission bits (a link: its target's text), and the files'
+    contents as long as the bytes seen so far are at most ``content_limit`` (it is used only
+    when the whole dataset is that small: see ``service/prepared.py``).  A copy and a look at
+    the same unchanged dataset give the same digest.
+
+    The copy (rules):
+
+    1. is created as ``name`` in the folder ``dest_fd`` with ``O_CREAT | O_EXCL`` (never
+       through an existing entry) by the process's own account, which owns every file of it;
+    2. keeps the permission bits but never the setuid, setgid and sticky bits;
+    3. copies a symbolic link as a link with the same target, never what it points to;
+    4. refuses FIFOs, sockets and devices anywhere (:class:`RefusedFile` naming the path),
+       as an entry that changed between its look and its open;
+    5. keeps modification times (folders' once their entries are written).
+    """
+
+    def __init__(self, shown: str, content_limit: int):
+        self.shown = shown.rstrip("/") or "/"
+        self.content_limit = content_limit
+        self.bytes = 0
+        self.files = 0
+        self._meta = hashlib.sha256()
+        self._content = hashlib.sha256()
+
+    def digest(self) -> str:
+        """The dataset's digest (see the class docstring)."""
+        whole = self._meta.copy()
+        if self.bytes <= self.content_limit:
+            whole.update(b"\0contents\0" + self._content.digest())
+        return whole.hexdigest()
+
+    def run(self, src_fd: int, dest_fd: int | None = None, name: str = "data") -> DatasetWalk:
+        """Walk (and copy) the dataset whose root ``src_fd`` is open; returns itself."""
+        st = os.fstat(src_fd)
+        if stat.S_ISDIR(st.st_mode):
+            self._folder(src_fd, st, "", dest_fd, name)
+        else:
+            self._file(src_fd, st, "", dest_fd, name)
+        return self
+
+    def _note(self, rel: str, st: os.stat_result, extra: str = "") -> None:
+        kind = "d" if stat.S_ISDIR(st.st_mode) else "l" if stat.S_ISLNK(st.st_mode) else "f"
+        size = st.st_size if kind == "f" else 0
+        self._meta.update(
+            f"\0{rel}\0{kind}\0{size}\0{st.st_mtime_ns}\0{stat.S_IMODE(st.st_mode) & 0o777:o}{extra}".encode(
+                "utf-8", "surrogateescape"
+            )
+        )
+
+    def _folder(self, fd: int, st: os.stat_result, rel: str, dest_fd: int | None, name: str) -> None:
+        out = None
+        if dest_fd is not None:
+            os.mkdir(name, 0o700, dir_fd=dest_fd)
+            out = os.open(name, _DIR_FLAGS, dir_fd=dest_fd)
+        try:
+            for entry in sorted(os.listdir(fd)):
+                self._entry(fd, entry, f"{rel}/{entry}" if rel else entry, out)
+            if out is not None:
+                os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)  # after its entries: 0o555 too
+                os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            if out is not None:
+                os.close(out)
+
+    def _entry(self, parent: int, entry: str, rel: str, out: int | None) -> None:
+        shown = f"{self.shown}/{rel}"
+        try:
+            self._copy_entry(parent, entry, rel, out, shown)
+        except PermissionError as exc:
+            if exc.filename not in (entry, None):
+                raise  # an entry further down already named itself
+            raise RefusedFile(
+                f"{shown} cannot be read by the account the job runs as ({exc.strerror}): make it "
+                "readable to that account, or leave it out of the dataset"
+            ) from None
+
+    def _copy_entry(self, parent: int, entry: str, rel: str, out: int | None, shown: str) -> None:
+        st = os.stat(entry, dir_fd=parent, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(entry, dir_fd=parent)
+            self._note(rel, st, f"\0->{target}")
+            if out is not None:
+                os.symlink(target, entry, dir_fd=out)
+            return
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            raise _dataset_refusal(shown, st.st_mode)  # looked at first: opening a device may act
+        try:
+            fd = os.open(entry, _DIR_FLAGS if stat.S_ISDIR(st.st_mode) else _FILE_FLAGS, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped since the look
+                raise _dataset_refusal(
+                    shown, os.stat(entry, dir_fd=parent, follow_symlinks=False).st_mode
+                ) from None
+            raise
+        try:
+            now = os.fstat(fd)
+            if not (stat.S_ISDIR(now.st_mode) or stat.S_ISREG(now.st_mode)):
+                raise _dataset_refusal(shown, now.st_mode)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                raise RefusedFile(f"{shown} was replaced while data preparation read it: submit again")
+            if stat.S_ISDIR(now.st_mode):
+                self._note(rel, now)
+                self._folder(fd, now, rel, out, entry)
+            else:
+                self._file(fd, now, rel, out, entry)
+        finally:
+            os.close(fd)
+
+    def _file(self, fd: int, st: os.stat_result, rel: str, dest_fd: int | None, name: str) -> None:
+        self._note(rel, st)
+        self.files += 1
+        out = None
+        if dest_fd is not None:
+            out = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dest_fd,
+            )
+        try:
+            offset, fast = 0, hasattr(os, "copy_file_range")
+            while True:
+                hashing = self.bytes + (st.st_size - offset) <= self.content_limit
+                if out is None and not hashing:
+                    self.bytes += st.st_size - offset
+                    break
+                if out is not None and not hashing and fast:
+                    try:  # in the kernel, without the bytes passing through this process
+                        done = os.copy_file_range(fd, out, 64 << 20, offset, offset)
+                    except OSError:
+                        fast = False  # a file system or kernel without it: read and write
+                        continue
+                    if not done:
+                        break
+                    offset += done
+                    self.bytes += done
+                    continue
+                data = os.pread(fd, 1 << 20, offset)
+                if not data:
+                    break
+                if hashing:
+                    self._content.update(data)
+                if out is not None:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(out, view) :]
+                offset += len(data)
+                self.bytes += len(data)
+            if out is not None:
+                os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)  # rule 2: no setuid, setgid, sticky
+                os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            if out is not None:
+                os.close(out)

@@ -47,6 +47,15 @@ def _stop_jobs_and_service(client) -> int | None:
     return status["pid"]
 
 
+@pytest.fixture(autouse=True)
+def ma_no_real_cards(request, monkeypatch):
+    """Every test runs as if the machine had no accelerator cards (the default cluster's emulated
+    cards, nothing bound into sandboxes), so the suite means the same on a GPU machine; tests
+    marked ``real_cards`` (tests/gpu) see the machine's own."""
+    if not request.node.get_closest_marker("real_cards"):
+        monkeypatch.setenv("MA_JUPYTER_CARDS", "none")
+
+
 @pytest.fixture
 def ma_home(request, tmp_path, monkeypatch):
     """A fresh ``MA_JUPYTER_HOME`` (set in the environment) for one test, whose jobs may mount

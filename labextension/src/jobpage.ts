@@ -575,6 +575,7 @@ export class JobPageWidget extends Widget {
         ? 'No samples: the job did not run long enough, or its backend cannot sample (Ray).'
         : `No samples yet: the service samples running jobs every ${usage.interval} s.`;
     const cards = this.samples.some(s => s.card_percent !== null && s.card_percent !== undefined);
+    const cardMemory = this.samples.some(s => s.card_memory_mb !== null && s.card_memory_mb !== undefined);
     const held = limits.filter(l => l.cards);
     // cards whose use the backend cannot read (emulated ones: no device behind them) are listed
     // as held, never drawn as a flat 0 %
@@ -592,7 +593,10 @@ export class JobPageWidget extends Widget {
       ...(cardNote ? [cardNote] : []),
       lineChart('CPU per node (100% = one core)', '%', this.samples, s => s.cpu_percent, cpuLimit, width),
       lineChart('Resident memory per node', 'MB', this.samples, s => s.memory_mb, memLimit, width),
-      ...(cards ? [lineChart('Cards per node', '%', this.samples, s => s.card_percent ?? 0, 100, width)] : [])
+      ...(cards ? [lineChart('Cards per node', '%', this.samples, s => s.card_percent ?? 0, 100, width)] : []),
+      ...(cardMemory
+        ? [lineChart('Card memory per node', 'MB', this.samples, s => s.card_memory_mb ?? 0, null, width)]
+        : [])
     );
     section.dataset.samples = String(this.samples.length);
   }

@@ -42,6 +42,8 @@ export interface ClusterNode {
   cards?: Array<string>;
   /** Ids of the visible jobs running here. */
   jobs?: Array<string>;
+  /** Mean use of its cards in use now (real cards the driver reads), 0..100. */
+  card_percent?: number | null;
   /** Whether one node of a chosen spec fits here now (idle vs tight). */
   fits?: boolean;
 }
@@ -275,6 +277,12 @@ export interface Node {
   accelerator_type?: "none" | "gpu" | "mlu" | "npu";
   /** Board model of the cards (e.g. MLU370). */
   accelerator_model?: string;
+  /** Memory of one card (0: unknown). */
+  accelerator_memory_gb?: number;
+  /** The machine's indices of its cards (nvidia-smi's, /dev/nvidia<N>); empty: 0 to accelerators-1. Real cards listed by several nodes of one machine go to one node at a time. */
+  devices?: Array<number>;
+  /** True: its cards are indices only; False: real cards, their device nodes bound into the sandbox of the job node holding them. Unset in cluster.toml: real when this machine shows the type's device nodes. */
+  emulated?: boolean | null;
   accelerators_used?: Array<number>;
   driver_version?: string | null;
   pools?: Array<string>;
@@ -298,7 +306,10 @@ export interface NodeLaunch {
   address?: string;
   ports?: Array<number>;
   cpus?: Array<number>;
+  /** The machine's indices of the node's cards. */
   devices?: Array<number>;
+  /** Device nodes bound into its sandbox: its real cards' and their driver's. */
+  device_nodes?: Array<string>;
   /** The command as planned (${VAR} unexpanded, python as written). */
   argv: Array<string>;
   /** What the node execs: ${VAR} expanded, the interpreter resolved. */
@@ -388,8 +399,10 @@ export interface ResourceSample {
   cpu_percent: number;
   /** Resident memory of the node's processes. */
   memory_mb: number;
-  /** Emulated cards' use, when the node has cards. */
+  /** Use of the node's cards (0..100), when it has real cards the driver reads. */
   card_percent?: number | null;
+  /** Card memory the node's processes hold, when it has real cards. */
+  card_memory_mb?: number | null;
 }
 
 /**

@@ -6,8 +6,9 @@
  * - `ma-jupyter:submit-file` ("Submit as training job", on `.py` files in the file browser's
  *   context menu) opens the form with algorithm = the file's folder and command = `python <file>`.
  * - `ma-jupyter:run-cell` ("Run cell as training job", also a notebook toolbar button through
- *   this plugin's `jupyter.lab.toolbars` setting) runs the active cell as `%%ma_train` in the
- *   notebook's own kernel, so the job is exactly the magic's; a cell that already starts with
+ *   this plugin's `jupyter.lab.toolbars` setting) runs the active cell of the current notebook
+ *   (else of the notebook that was current last) as `%%ma_train` in the notebook's own kernel,
+ *   once that kernel is connected, so the job is exactly the magic's; a cell that already starts with
  *   `%%ma_train` runs as written.  What the magic prints is shown in a notification.
  * - `ma-jupyter:open-cluster` opens the cluster view.
  *
@@ -45,15 +46,44 @@ function selectedPythonFile(app: JupyterFrontEnd): string | null {
   return null;
 }
 
-/** The current notebook's active cell source and kernel, or null with the reason. */
-function activeCell(app: JupyterFrontEnd): { source: string; kernel: any } | string {
-  const panel = app.shell.currentWidget as any;
+/** Whether a shell widget is a notebook panel (duck-typed: its cells and its kernel session). */
+function isNotebookPanel(widget: any): boolean {
+  return !!widget && !widget.isDisposed && !!widget.sessionContext && !!widget.content && 'activeCell' in widget.content;
+}
+
+/**
+ * The notebook the user worked in last.  A toolbar button's command runs with no widget of its
+ * own, and by the time it runs the shell's current widget may be another tab (a restored
+ * workspace, a notification's focus), so the last notebook that was current stands in for it.
+ */
+let lastNotebook: any = null;
+
+function targetNotebook(app: JupyterFrontEnd): any {
+  const current = app.shell.currentWidget as any;
+  if (isNotebookPanel(current)) {
+    return current;
+  }
+  return isNotebookPanel(lastNotebook) ? lastNotebook : null;
+}
+
+/** Seconds a command waits for a notebook's kernel that is still starting or connecting. */
+const KERNEL_WAIT_S = 60;
+
+/** The target notebook's active cell source and kernel, or the reason there is none. */
+async function activeCell(app: JupyterFrontEnd): Promise<{ source: string; kernel: any } | string> {
+  const panel = targetNotebook(app);
   const cell = panel?.content?.activeCell;
-  if (!cell || !panel?.sessionContext) {
+  if (!cell) {
     return 'Open a notebook and select the cell to run as a training job.';
   }
   if (cell.model?.type !== 'code') {
     return 'Select a code cell: only code runs as a training job.';
+  }
+  if (!panel.sessionContext.session?.kernel) {
+    // a notebook that was just opened is still starting or connecting its kernel: wait for it
+    // rather than refuse a click the user made on a notebook that looks ready
+    const timeout = new Promise(resolve => setTimeout(resolve, KERNEL_WAIT_S * 1000));
+    await Promise.race([panel.sessionContext.ready, timeout]);
   }
   const kernel = panel.sessionContext.session?.kernel;
   if (!kernel) {
@@ -68,7 +98,7 @@ export function asTrainCell(source: string): string {
 }
 
 async function runCell(app: JupyterFrontEnd): Promise<void> {
-  const found = activeCell(app);
+  const found = await activeCell(app);
   if (typeof found === 'string') {
     Notification.warning(found, { autoClose: 6000 });
     return;
@@ -136,6 +166,11 @@ export const mainAreaPlugin: JupyterFrontEndPlugin<void> = {
       return widget;
     };
     let cluster: MainAreaWidget<ClusterWidget> | null = null;
+    (app.shell as any).currentChanged?.connect((_: unknown, change: { newValue: unknown }) => {
+      if (isNotebookPanel(change.newValue)) {
+        lastNotebook = change.newValue;
+      }
+    });
 
     app.commands.addCommand(CREATE_JOB, {
       label: 'New Training Job',

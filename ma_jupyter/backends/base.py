@@ -16,6 +16,8 @@ and an exit-code file the node's runner writes), never from in-memory child hand
 from __future__ import annotations
 
 import socket
+import subprocess
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +27,23 @@ from typing import Protocol
 from ..errors import Conflict, InvalidSpec
 from ..jobdir import JobDir
 from ..models import CacheInfo, Job, JobSpec, LogStream, Node, NodeLaunch, NodeRun
-from ..modes.base import NodePlan, Placement, RemoteShell
+from ..modes.base import NodePlan, Placement, RemoteShell, TaskSlot
+
+
+@dataclass(frozen=True)
+class DatasetState:
+    """A dataset as a job's account sees it now (:meth:`Backend.look_at_dataset`).
+
+    Attributes:
+        key: the prepared-data store's key of this state: the same for the same dataset path,
+            account and contents (see ``service/prepared.py``), different after any change.
+        bytes: the size of its regular files.
+        files: how many regular files it holds.
+    """
+
+    key: str
+    bytes: int
+    files: int
 
 
 @dataclass(frozen=True)
@@ -60,6 +78,9 @@ SHELL_FRAME_HEADER = "!BI"
 SHELL_DATA, SHELL_EXIT, SHELL_RESIZE = 1, 3, 4
 #: the only variables :meth:`Backend.launch` may add to a :class:`NodeLaunch`'s ``env``
 LAUNCH_ENV = ("MA_NODE_RUN", JOB_SECRET_ENV)
+#: where a process of :meth:`Backend.start_outputs_reader` finds the job's outputs folder (the
+#: path the job's own nodes write it at)
+OUTPUTS_VIEW = "/workspace/outputs"
 
 
 @dataclass(frozen=True)
@@ -70,14 +91,17 @@ class NodeUsage:
         node: the node's name (``worker-0``).
         cpu_seconds: CPU time its processes used since the node started, cumulative (it never
             shrinks while the node runs: the sampler turns two readings into a percentage).
-        memory_bytes: resident memory of its processes now.
+        memory_bytes: memory it holds now: its processes' resident memory, plus (local backend)
+            what it keeps in its memory-backed folders (``/tmp``, ``/dev/shm``), as its limit counts it.
         card_percent: use of its cards now, 0..100, or None when the backend cannot tell.
+        card_memory_mb: card memory its processes hold now (MiB), or None when it cannot tell.
     """
 
     node: str
     cpu_seconds: float
     memory_bytes: int
     card_percent: float | None = None
+    card_memory_mb: float | None = None
 
 
 class Backend(ABC):
@@ -118,6 +142,12 @@ class Backend(ABC):
         and environment), never one in the host's view; a backend that cannot refuses it.  A
         failed node may keep its sandbox for that shell (:meth:`kept_until`); :meth:`forget`
         and the next attempt's :meth:`launch` end it.
+    12. :meth:`start_outputs_reader` runs a program of the platform's own over a job's outputs
+        (its TensorBoard) so that it reads nothing the job's own nodes could not: as the job's
+        account, seeing that folder read-only and nothing else of the service or other jobs.
+    13. :meth:`look_at_dataset` and :meth:`copy_dataset` read a dataset as the job's account by
+        the untrusted-file rules (never blocking on a FIFO, never following a link out); the
+        copy may take long, so the service calls it off its lock.
 
     (``docs/architecture.md`` states the same contract at more length, numbered its own way.)
     """
@@ -221,6 +251,14 @@ class Backend(ABC):
         del attempt, run
         return None
 
+    def card_fault(self, task: TaskSlot) -> str | None:
+        """Why a real card of the running ``task`` (its ``devices`` of ``card_type``) can no
+        longer be used (its device node is gone, the driver reports it lost), for the service's
+        node inspection; None while its cards look healthy, and for tasks without real cards.
+        The default knows of no cards.  Cheap; never blocks on the job."""
+        del task
+        return None
+
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
         """The Python files of the job's algorithm folder (path below it → text), read for
         advice only (the warning of :mod:`ma_jupyter.modes.single_copy`); None when the backend
@@ -290,6 +328,38 @@ class Backend(ABC):
             "(ma-jupyter service start --backend local)"
         )
 
+    def start_outputs_reader(
+        self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
+    ) -> subprocess.Popen:
+        """Start ``argv``, a Python program of the platform's own that reads the job's outputs
+        on a user's behalf (its TensorBoard), so that it reads nothing the job itself could not
+        (rule 12); ``argv[0]`` is the interpreter, whose installation it is shown.
+
+        1. It runs as the job's account, the one the job's nodes run as.
+        2. It sees the job's outputs folder (``job.outputs_folder``: the spec's ``outputs``, or
+           the one made for the job) read-only at :data:`OUTPUTS_VIEW`, the system and its
+           Python installation read-only, and nothing else of the host: no service home, no
+           other job's folder, so a symlink or a folder swapped under it by the job resolves
+           inside that view.  The folder is opened once and checked to be the job's own (a
+           spec's folder must still pass the mount rules), whatever lies on its path.
+        3. ``env`` are its only variables (never on a command line: every user of the host
+           reads those); ``output`` receives its stdout and stderr (None: discarded).
+        4. Its network is the caller's: it may listen on the service's loopback, for the
+           service's proxy.
+        5. It leads a process group of its own: ``os.killpg(proc.pid, sig)`` reaches every
+           process of it.  It is not durable, and ends with the thread that started it (a
+           parent-death signal follows the thread): the caller starts it from a thread that
+           lives as long as the program should, so a service that dies takes it along.
+
+        Raises:
+            InvalidSpec: the outputs folder does not exist yet, is no longer the job's (a spec's
+                folder that now resolves outside the mount rules), or the job's account needs a
+                sandbox this machine cannot make.
+            Conflict: the backend cannot run such a program (the default).
+        """
+        del job, argv, env, output
+        raise Conflict(f"the {self.name} backend cannot run a program over a job's outputs")
+
     def kept_until(self, attempt: Attempt, run: NodeRun) -> float | None:
         """When the failed node ``run`` of a ``debug_terminal`` job stops keeping its sandbox for
         the debug terminal (a Unix time), or None when it keeps none (the default).  Deleting
@@ -302,6 +372,41 @@ class Backend(ABC):
         between their jobs; the default keeps none."""
         del user, every_user
         return []
+
+    def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
+        """The state of the dataset at ``source`` (a resolved path the job's mount rules
+        allowed) as the account of ``user``'s jobs reads it, for data preparation.
+
+        Rules every backend keeps (they are the untrusted-file rules of
+        :mod:`ma_jupyter.untrusted`, since a job may have written the dataset):
+
+        1. read with the job's account, never the service's rights;
+        2. never blocks on what a job left (a FIFO is refused, not opened to wait);
+        3. refuses anything but regular files, folders and symbolic links (never followed),
+           naming what it refused.
+
+        Raises:
+            RefusedFile: the dataset holds a FIFO, socket or device, or is unreadable.
+            InvalidSpec: the backend does not prepare data (the default).
+        """
+        del user, source
+        raise InvalidSpec(f"the {self.name} backend does not prepare data", field="data_preparation")
+
+    def copy_dataset(
+        self, user: str | None, source: str, into: Path, cancel: threading.Event | None = None
+    ) -> DatasetState:
+        """Copy the dataset at ``source`` to ``into/data`` (``into`` must not exist) by the rules
+        of :meth:`look_at_dataset`, as the account of ``user``'s jobs, which owns the copy; no
+        setuid, setgid or sticky bit survives, links stay links.  Blocks while copying (call it
+        off every lock); ``cancel`` set ends it early.  Nothing is left at ``into`` when it
+        raises.  Returns the state of what it copied.
+
+        Raises:
+            RefusedFile: as :meth:`look_at_dataset`.
+            InvalidSpec: the backend does not prepare data (the default).
+        """
+        del user, source, into, cancel
+        raise InvalidSpec(f"the {self.name} backend does not prepare data", field="data_preparation")
 
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s persistent cache, at once (whatever removing its files takes happens

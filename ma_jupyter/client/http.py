@@ -55,7 +55,7 @@ from ..models import (
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .service import read_runtime, start_service, stop_service_process
 from .shell import ShellSession, open_session
-from .snapshot import names_local_file, ship_working_folder
+from .snapshot import is_snapshot, names_local_file, ship_working_folder
 from .spec import host_path, spec_body
 
 #: the token a client acts with when none is passed (a user's own, from an admin)
@@ -295,9 +295,10 @@ class Client:
                 outputs, mounts, image) are taken from the current directory.
 
         A spec without ``algorithm`` whose command names a file of the current folder
-        (``python train.py``) ships a read-only copy of that folder as ``/workspace/algorithm``,
-        the job's working directory (:func:`ma_jupyter.client.snapshot.ship_working_folder`;
-        the handle's ``shipped`` says so).
+        (``python train.py``, ``bash -c "python train.py | tee log"``) ships a read-only copy of
+        that folder as ``/workspace/algorithm``, the job's working directory; with
+        ``algorithm_read_only=False`` the folder itself, writable
+        (:func:`ma_jupyter.client.snapshot.ship_working_folder`; the handle's ``shipped`` says so).
 
         Returns:
             A :class:`JobHandle` of the new job (usually queued or running).
@@ -315,7 +316,7 @@ class Client:
         try:
             job = Job.model_validate(self._request("POST", "/jobs", json_body=body, headers=key))
         except BaseException:
-            if shipped:
+            if shipped and is_snapshot(body["algorithm"]):
                 shutil.rmtree(body["algorithm"], ignore_errors=True)  # no job will run it
             raise
         handle = JobHandle(self, job)
@@ -336,10 +337,12 @@ class Client:
         try:
             plan = Plan.model_validate(self._request("POST", "/plan", json_body=body))
         finally:
-            if shipped:
+            if shipped and is_snapshot(body["algorithm"]):
                 shutil.rmtree(body["algorithm"], ignore_errors=True)  # a dry run leaves nothing
         if shipped:
-            plan.notes.append(shipped.replace("shipped ", "would ship ", 1))
+            plan.notes.append(
+                shipped.replace("shipped ", "would ship ", 1).replace("mounted ", "would mount ", 1)
+            )
         return plan
 
     def export(

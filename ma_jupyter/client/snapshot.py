@@ -101,13 +101,68 @@ def copy_folder(source: Path, target: Path) -> None:
                 os.chmod(path, stat.S_IMODE(mode) | 0o444 | (0o111 if mode & stat.S_IXUSR else 0))
 
 
+#: shells whose ``-c`` script is read for the files it names (``bash -c "python train.py | tee x"``)
+SHELLS = ("bash", "sh", "dash", "zsh", "ksh")
+
+
 def names_local_file(command: str | Sequence[str] | None, cwd: Path) -> bool:
     """Whether the command names a file of ``cwd`` by a relative path (``python train.py``,
-    ``bash run.sh``, ``./train``, ``python -m pkg.train`` with ``pkg/`` here)."""
+    ``bash run.sh``, ``./train``, ``python -m pkg.train`` with ``pkg/`` here), also inside the
+    script of a shell's ``-c`` (``bash -c "python train.py | tee log"``, ``sh -ec "..."``), where
+    a folder of ``cwd`` the script enters counts too (``bash -c "cd src && make"``)."""
     if not command:
         return False
-    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    try:
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+    except ValueError:
+        return False
     root = cwd.resolve()
+    script = _shell_script(argv)
+    if script is not None:
+        words = _script_words(script)
+        # `bash -c "cd src && python train.py"`: the folder the script enters is the current one's
+        entered = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "cd"]
+        if any(_local_folder(root, folder) for folder in entered):
+            return True
+        return _names_local_file(words, root)
+    return _names_local_file(argv, root)
+
+
+def _local_folder(root: Path, name: str) -> bool:
+    """Whether the relative ``name`` is a folder below ``root``."""
+    if not name or os.path.isabs(name) or "$" in name or name.startswith(("-", "~")):
+        return False
+    try:
+        folder = (root / name).resolve()
+        return folder != root and folder.is_relative_to(root) and folder.is_dir()
+    except OSError:
+        return False
+
+
+def _shell_script(argv: list[str]) -> str | None:
+    """The script of ``SHELL [options] -c SCRIPT ...`` (None: not such a command)."""
+    if not argv or os.path.basename(argv[0]) not in SHELLS:
+        return None
+    for index, arg in enumerate(argv[1:], start=1):
+        if not arg.startswith("-") or arg == "--":
+            return None  # a script file (bash run.sh) or the end of the options: no -c
+        if "c" in arg[1:] and not arg.startswith("--"):
+            return argv[index + 1] if index + 1 < len(argv) else None
+    return None
+
+
+def _script_words(script: str) -> list[str]:
+    """The words of a shell script, its operators (``|``, ``&&``, ``;``, ``>``...) split off;
+    a script shlex cannot read (an unclosed quote) gives its blank-separated words."""
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:
+        return script.split()
+
+
+def _names_local_file(argv: list[str], root: Path) -> bool:
     after_m = False
     for arg in argv:
         if after_m:
@@ -125,16 +180,20 @@ def names_local_file(command: str | Sequence[str] | None, cwd: Path) -> bool:
         try:
             if candidate.is_file() and candidate.resolve().is_relative_to(root):
                 return True
-        except OSError:
+        except (OSError, ValueError):
             continue
     return False
 
 
 def ship_working_folder(body: dict, cwd: Path | None = None) -> str | None:
     """Ship the current folder as the job's algorithm when the spec names none and its command
-    names a file in the folder: ``body["algorithm"]`` becomes a fresh snapshot (read-only at
-    ``/workspace/algorithm``, the working directory).  Returns a sentence saying so, or None
-    when nothing is shipped.
+    names a file in the folder (:func:`names_local_file`): ``body["algorithm"]`` becomes a fresh
+    snapshot (read-only at ``/workspace/algorithm``, the working directory); with
+    ``algorithm_read_only`` false (``--code-writable``) it is the folder itself, shown writable
+    and shared by the job's nodes, as ``--code-dir . --code-writable`` would (no copy, so no
+    size limit; the service's mount rules apply to it).  Returns a sentence saying so, or None
+    when nothing is shipped.  Only a snapshot is the caller's to remove if the submit fails
+    (:func:`is_snapshot`).
 
     Raises:
         InvalidSpec: the folder holds more than :data:`SHIP_LIMIT` bytes (what to do instead is
@@ -143,12 +202,19 @@ def ship_working_folder(body: dict, cwd: Path | None = None) -> str | None:
     cwd = Path.cwd() if cwd is None else cwd
     if body.get("algorithm") or not names_local_file(body.get("command"), cwd):
         return None
+    if body.get("algorithm_read_only") is False:
+        body["algorithm"] = os.path.normpath(cwd.resolve())
+        return (
+            f"mounted {body['algorithm']} itself as /workspace/algorithm, writable (--code-writable): "
+            "what the job writes there lands in your folder, shared by its nodes"
+        )
     files, size = folder_size(cwd, SHIP_LIMIT)
     if size > SHIP_LIMIT:
         raise InvalidSpec(
             f"the command names a file in {cwd}, which is shipped to the job when no --code-dir is "
             f"given, but the folder holds more than {SHIP_LIMIT >> 20} MB: pass --code-dir with a "
-            "folder holding only the code, and mount data with --dataset",
+            "folder holding only the code, and mount data with --dataset (or mount the folder "
+            "itself with --code-writable)",
             field="algorithm",
         )
     target = new_snapshot(str(body.get("name") or "job"))

@@ -13,10 +13,18 @@ Every command acts as the user of ``$MA_JUPYTER_TOKEN``, else as the service own
 is in the service's runtime file).
 
 Exit codes: 0 success; ``wait`` and ``submit --wait`` exit 1 unless the job succeeded; a user
-error prints one line ``error: <message>`` to stderr and exits 2; an interrupt exits 130.
+error prints one line ``error: <message>`` to stderr and exits 2; an interrupt exits 130; any
+other failure (a file the command cannot read, a broken connection, a bug) prints one line
+``error: <what>: <message>`` and exits 1, never a traceback (``MA_JUPYTER_DEBUG=1`` shows it).
 ``delete A B C`` deletes each job it can, says on stderr why any other was not (one line per
 job, then ``error: N of M jobs not deleted``) and then exits 2.  ``shell`` exits with the
 status of the node's shell (or of its command), as ``ssh`` does.
+
+Everything a command prints goes through :class:`~ma_jupyter.frontends.render.TerminalSafe`
+(stdout and stderr): a job's logs, names, reasons, commands and events never drive the
+reader's terminal; their control characters are shown (``^[``, ``\\x9b``: see
+:func:`~ma_jupyter.frontends.render.terminal_text`), SGR colours kept on a terminal only.
+The debug terminal (``shell``) is the one raw path: it is a terminal session by request.
 """
 
 from __future__ import annotations
@@ -276,6 +284,16 @@ def _export_options(parser: argparse.ArgumentParser, *, dry_run: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``ma-jupyter`` command; returns the exit code (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    stdout, stderr = sys.stdout, sys.stderr
+    # every print of this command, job-made text included, is shown without driving the terminal
+    sys.stdout, sys.stderr = render.TerminalSafe(stdout), render.TerminalSafe(stderr)
+    try:
+        return _command(argv)
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _command(argv: list[str]) -> int:
     try:
         try:
             args = build_cli().parse_args(argv)
@@ -298,8 +316,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # `ma-jupyter logs JOB | head`: the reader left; nothing more to say
-        sys.stderr.close()
+        getattr(sys.stderr, "stream", sys.stderr).close()
         return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - a command line answers in one line, whatever failed
+        if os.environ.get("MA_JUPYTER_DEBUG") == "1":
+            raise
+        _err(
+            f"error: {type(exc).__name__}: {render.one_line(str(exc)) or 'no message'} (MA_JUPYTER_DEBUG=1 shows where)"
+        )
+        return EXIT_FAILED
 
 
 # --------------------------------------------------------------------------- commands
@@ -531,7 +556,7 @@ def _top(args: argparse.Namespace) -> int:
             _out(used.model_dump(mode="json"), args)
             return EXIT_OK
         if args.follow and sys.stdout.isatty():
-            print("\x1b[H\x1b[2J", end="")  # redraw in place, as top does
+            _control("\x1b[H\x1b[2J")  # redraw in place, as top does
         print(render.text_table([usage.HEADERS, *usage.rows(used)]), end="")
         if usage.note(used):
             print(usage.note(used))
@@ -608,7 +633,8 @@ def _devenv(args: argparse.Namespace) -> int:
     made = client.devenv(handle.id)
     text = json.dumps(made["notebook"], indent=1, ensure_ascii=False) + "\n"
     if args.output == "-":
-        sys.stdout.write(text)
+        # escaped (the same JSON): nothing of the job's text reaches a terminal raw
+        sys.stdout.write(json.dumps(made["notebook"], indent=1) + "\n")
         return EXIT_OK
     path = Path(args.output or made["name"])
     if path.exists():
@@ -697,7 +723,10 @@ def _nodes(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = [["NAME", "STATUS", "CPUS USED", "MEMORY USED", "CARDS USED", "POOLS", "RUNNING"]]
     for n in nodes:
-        cards = f"{len(n.accelerators_used)}/{n.accelerators} {n.accelerator_type}" if n.accelerators else "-"
+        cards = "-"
+        if n.accelerators:
+            cards = f"{len(n.accelerators_used)}/{n.accelerators} {n.accelerator_model or n.accelerator_type}"
+            cards += " (emulated)" if n.emulated else ""
         rows.append(
             [
                 n.name,
@@ -867,6 +896,15 @@ def _out(value: Any, args: argparse.Namespace) -> None:
         print(value)
     else:
         print(json.dumps(value, indent=2 if sys.stdout.isatty() else None, default=str))
+
+
+def _control(sequence: str) -> None:
+    """Write the CLI's own terminal control (never job-made text) past the neutralising."""
+    stream = sys.stdout
+    if isinstance(stream, render.TerminalSafe):
+        stream.control(sequence)
+    else:
+        stream.write(sequence)
 
 
 def _err(text: str) -> None:

@@ -7,13 +7,16 @@ from .render import text_table
 
 
 def cluster_text(view: ClusterView) -> str:
-    """Four tables: nodes (used/total, cards as ``card(virtual):job``), specs with how many more
+    """Four tables: nodes (used/total cards with the use of those in use, cards as
+    ``card(virtual):job``, emulated ones said so), specs with how many more
     could start now, the queue by priority, and the cards queued jobs ask for per board model."""
     out = []
     rows = [["NODE", "STATUS", "CPUS", "MEMORY", "CARDS", "MODEL", "IN USE"]]
     for entry in view.nodes:
         n = entry.node
         cards = f"{len(n.accelerators_used)}/{n.accelerators}" if n.accelerators else "-"
+        if entry.card_percent is not None:
+            cards += f" ({entry.card_percent:.0f}%)"  # the use of those in use
         rows.append(
             [
                 n.name,
@@ -21,7 +24,7 @@ def cluster_text(view: ClusterView) -> str:
                 f"{n.cpus_used:g}/{n.cpus:g}",
                 f"{n.memory_used_gb:g}/{n.memory_gb:g} GB",
                 cards,
-                entry.model or "-",
+                (entry.model or "-") + (" (emulated)" if n.accelerators and n.emulated else ""),
                 ", ".join(entry.cards or entry.jobs) or "-",
             ]
         )
@@ -34,7 +37,9 @@ def cluster_text(view: ClusterView) -> str:
                 s.name,
                 f"{s.cpus:g}",
                 f"{s.memory_gb:g} GB",
-                f"{s.accelerators} {s.accelerator_type}" if s.accelerators else "-",
+                (f"{s.accelerators} {s.accelerator_type}" + (" (emulated)" if s.emulated else ""))
+                if s.accelerators
+                else "-",
                 ",".join(room.models) or "-",
                 str(room.nodes),
                 str(room.can_start),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import shlex
 from datetime import UTC, datetime
 from html import escape
@@ -15,7 +16,8 @@ from ..models import Event, Job, JobStatus, Mount, Plan
 def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
     """A text + HTML table bundle for ``display(..., raw=True)``."""
     cells = [[("" if v is None else str(v)) for v in row] for row in rows]
-    text = text_table([headers, *cells]).rstrip("\n")
+    # a terminal IPython prints the text: a job's reason or command never acts on it
+    text = terminal_text(text_table([headers, *cells]).rstrip("\n"), keep_sgr=True)
     from html import escape
 
     html = (
@@ -154,6 +156,90 @@ def visible_line(line: str) -> str:
                 chars.append(char)
             column += 1
     return "".join(chars)
+
+
+# An SGR sequence (ESC [ params m): colours and bold, the only escape sequence kept, and only
+# where a terminal shows it; any other ESC, C0 or C1 character is shown (terminal_text).
+_SGR_OR_CONTROL = re.compile(r"(\x1b\[[0-9;:]{0,64}m)|([\x00-\x08\x0b-\x1f\x7f-\x9f])")
+_ANY_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def shown_control(char: str) -> str:
+    """How :func:`terminal_text` shows one control character: a C0 one and DEL in caret
+    notation (``^[`` for ESC, ``^G`` for BEL, ``^M`` for a carriage return, ``^?`` for DEL), a
+    C1 one as a hex escape (``\\x9b`` for the one-byte CSI)."""
+    code = ord(char)
+    return f"^{chr(code ^ 0x40)}" if code < 0x20 or code == 0x7F else f"\\x{code:02x}"
+
+
+def terminal_text(text: str, *, keep_sgr: bool = False) -> str:
+    """Text a job or a user made (a log line, a name, a reason, a command), safe to print where
+    a terminal reads it: no control character reaches the reader's terminal to act there (OSC 52
+    writing the clipboard, OSC 0 the window title, clearing the screen, moving the cursor to
+    forge other lines).
+
+    Rules:
+
+    1. Tab and newline stay.
+    2. With ``keep_sgr`` (the output is a terminal, or a notebook's output area, which shows
+       colours the same way), an SGR sequence ``ESC [ params m`` (colours, bold) stays whole;
+       otherwise it is dropped.
+    3. Every other C0 control character and DEL is shown in caret notation (``^[`` for ESC,
+       ``^G``, ``^M``...), every C1 control character (U+0080 to U+009F, e.g. the one-byte CSI)
+       as ``\\x9b``: what follows an ESC stays as plain text (``^[]52;c;...^G``).
+
+    A log line goes through :func:`visible_line` first (carriage returns and backspaces then
+    already did what a terminal does with them).  Idempotent, apart from rule 2's dropping.
+    """
+    if not _ANY_CONTROL.search(text):
+        return text
+
+    def replace(match: re.Match) -> str:
+        if match.group(1) is not None:
+            return match.group(1) if keep_sgr else ""
+        return shown_control(match.group(2))
+
+    return _SGR_OR_CONTROL.sub(replace, text)
+
+
+class TerminalSafe(io.TextIOBase):
+    """A text stream that writes everything through :func:`terminal_text` to ``stream`` (the
+    CLI's stdout and stderr): SGR colours kept when ``stream`` is a terminal.
+
+    A sequence cut across two writes is shown, never passed (each write is handled alone).
+    The CLI's own terminal control (a screen redrawn in place) goes through :meth:`control`.
+    """
+
+    def __init__(self, stream):
+        self.stream = stream
+        try:
+            self.keep_sgr = bool(stream.isatty())
+        except (AttributeError, ValueError):
+            self.keep_sgr = False
+
+    def write(self, text: str) -> int:
+        self.stream.write(terminal_text(text, keep_sgr=self.keep_sgr))
+        return len(text)
+
+    def control(self, sequence: str) -> None:
+        """Write the CLI's own control ``sequence`` as it is (never job-made text)."""
+        self.stream.write(sequence)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.keep_sgr
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self):  # type: ignore[override]
+        return getattr(self.stream, "encoding", "utf-8")
 
 
 def log_lines(text: str) -> list[str]:

@@ -1,8 +1,11 @@
 """How a job's resource samples are shown: ``ma-jupyter top JOB`` and ``%ma_top JOB``.
 
 The text form is one row per node: CPU and memory now (the newest sample), their mean and peak
-over the samples kept, and the node's limit from the spec it runs with.  The picture
-(``%ma_top --inline``) is a PNG of CPU and memory per node over time, drawn with matplotlib.
+over the samples kept, and the node's limit from the spec it runs with; for a node with real
+cards, their use now and at its peak, and the card memory its processes hold now and at its peak
+(``-`` where the node has no card the driver reads).  The picture (``%ma_top --inline``) is a PNG
+of CPU and memory per node over time, and of card use and card memory when a node has them,
+drawn with matplotlib.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ HEADERS = [
     "MEAN",
     "PEAK",
     "MEM LIMIT",
+    "CARD% NOW",
+    "PEAK",
+    "CARD MB NOW",
+    "PEAK",
 ]
 
 
@@ -42,6 +49,8 @@ def rows(usage: ResourceUsage) -> list[list[str]]:
         limit = limits.get(name)
         cpu_limit = f"{limit.cpus * 100:.0f}%" if limit and limit.cpus else "-"
         mem_limit = f"{limit.memory_mb:.0f}" if limit and limit.memory_mb else "-"
+        card = [s.card_percent for s in mine if s.card_percent is not None]
+        card_mem = [s.card_memory_mb for s in mine if s.card_memory_mb is not None]
         out.append(
             [
                 name,
@@ -54,6 +63,10 @@ def rows(usage: ResourceUsage) -> list[list[str]]:
                 _num(sum(mem) / len(mem) if mem else None),
                 _num(max(mem) if mem else None),
                 mem_limit,
+                _num(card[-1] if card else None),
+                _num(max(card) if card else None),
+                _num(card_mem[-1] if card_mem else None),
+                _num(max(card_mem) if card_mem else None),
             ]
         )
     return out
@@ -76,17 +89,27 @@ def png(usage: ResourceUsage) -> bytes:
     matplotlib.use("Agg")  # no display: the picture goes to a notebook or a file
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8, 4.5), dpi=100)
-    cpu_ax, mem_ax = fig.subplots(2, 1, sharex=True)
+    cards = any(s.card_percent is not None or s.card_memory_mb is not None for s in usage.samples)
+    fig = Figure(figsize=(8, 7.5 if cards else 4.5), dpi=100)
+    axes = fig.subplots(4 if cards else 2, 1, sharex=True)
+    cpu_ax, mem_ax = axes[0], axes[1]
     start = usage.samples[0].t if usage.samples else 0.0
     for name in dict.fromkeys(s.node for s in usage.samples):
         mine = [s for s in usage.samples if s.node == name]
         xs = [s.t - start for s in mine]
         cpu_ax.plot(xs, [s.cpu_percent for s in mine], label=name)
         mem_ax.plot(xs, [s.memory_mb for s in mine], label=name)
+        if cards:
+            with_card = [s for s in mine if s.card_percent is not None]
+            axes[2].plot([s.t - start for s in with_card], [s.card_percent for s in with_card], label=name)
+            with_mem = [s for s in mine if s.card_memory_mb is not None]
+            axes[3].plot([s.t - start for s in with_mem], [s.card_memory_mb for s in with_mem], label=name)
     cpu_ax.set_ylabel("CPU %")
     mem_ax.set_ylabel("memory MB")
-    mem_ax.set_xlabel("seconds since the first sample")
+    if cards:
+        axes[2].set_ylabel("card %")
+        axes[3].set_ylabel("card MB")
+    axes[-1].set_xlabel("seconds since the first sample")
     cpu_ax.set_title(f"{usage.job_id}: resource use")
     if usage.samples:
         cpu_ax.legend(loc="upper left", fontsize="small")

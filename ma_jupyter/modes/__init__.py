@@ -68,6 +68,8 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
             "MA_NUM_NODES": str(len(placement.workers)),
             "MA_SPEC": placement.spec.name,
         }
+        if node.task.devices:  # the seeds' card count of the node (Horovod's MY_MPI_SLOTS default)
+            common["MA_NUM_GPUS"] = str(len(node.task.devices))
         platform = {**common, **node.env}
         job_env = {**spec.env, **spec.secret_env}
         threads = max(1, int(placement.spec.cpus // max(1, node.task.slots)))

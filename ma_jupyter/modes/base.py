@@ -33,7 +33,10 @@ class TaskSlot:
         slots: processes per node: the spec's card count, or 1 for a CPU spec.
         host: the inventory node it is placed on.
         cpus: cores it may use (CPU affinity); empty = no pinning.
-        devices: card indices (CUDA_VISIBLE_DEVICES / ASCEND_VISIBLE_DEVICES) when the spec has cards.
+        devices: the machine's indices of its cards when the spec has cards (the backend makes
+            CUDA_VISIBLE_DEVICES / ASCEND_VISIBLE_DEVICES from them).
+        card_type: the cards' type (``gpu``, ``npu``) when they are real cards of the node's
+            machine, whose device nodes the backend binds into the node; "" when emulated or none.
         cpu_request: the cores its spec asks for (the backend sizes the pinning from it).
         memory_gb: the memory its spec gives it (the backend enforces it; 0: no limit).
     """
@@ -47,6 +50,7 @@ class TaskSlot:
     host: str = ""
     cpus: tuple[int, ...] = ()
     devices: tuple[int, ...] = ()
+    card_type: str = ""
     cpu_request: float = 0.0
     memory_gb: float = 0.0
 

@@ -2,10 +2,13 @@
 
 Every node gets (seed 002):
 
-* ``/etc/mpi/hostfile`` (Open MPI: ``<hostname> slots=<cores>`` per node) and
-  ``/etc/mpi/mpich_hostfile`` (MPICH: ``<hostname>:<cores>``), where ``cores`` is the number
-  of cores the backend pinned the node to (at least SLOTS): MPI counts one slot per core, and
-  ``MPI_Comm_spawn`` (mpi4py.futures) starts its processes in the slots the ranks left free;
+* ``/etc/mpi/hostfile`` (Open MPI: ``<hostname> slots=<n>`` per node) and
+  ``/etc/mpi/mpich_hostfile`` (MPICH: ``<hostname>:<n>``), where ``n`` is the node's cards on a
+  spec with cards (seed 003: a rank per card), else the number of cores the backend pinned the
+  node to (at least SLOTS): MPI counts one slot per core, and ``MPI_Comm_spawn``
+  (mpi4py.futures) starts its processes in the slots the ranks left free;
+* ``OPENMPI_NP`` (seed 003): the job's processes, cards x nodes (nodes on a CPU spec), and
+  ``OPENMPI_HOST_FILE_PATH``, the Open MPI hostfile, for boot files written for ModelArts;
 * ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` as the seed sets it (Open MPI 4), and
   ``PRTE_MCA_prte_default_hostfile`` with the same value, the name Open MPI 5 reads;
 * ``HYDRA_HOST_FILE=/etc/mpi/mpich_hostfile`` and ``HYDRA_IFACE=lo`` (the seed's ``eth0`` is the
@@ -21,7 +24,7 @@ mpirun runs on worker-0 only.  A command without ``mpirun`` gets the seed's pref
 
     mpirun --allow-run-as-root --oversubscribe -np <nodes x SLOTS> --bind-to none
            --map-by ppr:<SLOTS>:node --stdin none
-           -x NCCL_DEBUG=INFO [-x LD_LIBRARY_PATH] -x PATH -mca pml ob1 -mca btl ^openib
+           [-x NCCL_DEBUG] [-x LD_LIBRARY_PATH] -x PATH -mca pml ob1 -mca btl ^openib
 
 and each rank runs through :mod:`ma_jupyter.nodeside.rank_log` (``rank-<OMPI_COMM_WORLD_RANK>.log``
 in the rank's own node's ``$MA_RANK_LOG_DIR``).  Where it differs from the seed's, and why:
@@ -37,6 +40,9 @@ in the rank's own node's ``$MA_RANK_LOG_DIR``).  Where it differs from the seed'
 4. ``-x LD_LIBRARY_PATH`` only when the job sets it (its ``env``, or the ModelArts conda rule):
    mpirun prints a warning banner for a variable that is not set, and the backends set none.
 5. ``--oversubscribe``: simulated nodes may declare more slots than this machine has cores.
+6. ``-x NCCL_DEBUG`` (forwarding the job's value) only when the job sets it, instead of the
+   seed's ``NCCL_DEBUG=INFO``: on real cards INFO prints dozens of lines per rank at every
+   start, and the level is the job's to choose.
 
 A command that contains ``mpirun`` is left exactly as written: the variables above give it the
 hostfile and the agent (its ``-np`` ranks fill each node's slots before the next, MPI's rule).
@@ -98,16 +104,15 @@ def mpirun_prefix(np: int, per_node: int, forward: list[str]) -> list[str]:
     variables ``forward`` (see the module docstring for each difference from the seed's)."""
     command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
     command += ["--bind-to", "none", "--map-by", f"ppr:{per_node}:node", "--stdin", "none"]
-    command += ["-x", "NCCL_DEBUG=INFO"]
     for name in forward:
         command += ["-x", name]
     return command + ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
 
 
 def forwarded(spec: JobSpec) -> list[str]:
-    """The seed's forwarded variables that the node has: ``LD_LIBRARY_PATH`` when the job sets
-    it, ``PATH`` always (every backend sets it)."""
-    return [name for name in ("LD_LIBRARY_PATH",) if name in spec.env] + ["PATH"]
+    """The seed's forwarded variables that the node has: ``NCCL_DEBUG`` and ``LD_LIBRARY_PATH``
+    when the job sets them, ``PATH`` always (every backend sets it)."""
+    return [name for name in ("NCCL_DEBUG", "LD_LIBRARY_PATH") if name in spec.env] + ["PATH"]
 
 
 def modelarts_forwarded(spec: JobSpec) -> list[str]:
@@ -160,5 +165,7 @@ def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]
     for node in plans:
         node.env.update(mpi_env(shell))
         node.env["SLOTS"] = str(node.task.slots)
+        node.env["OPENMPI_NP"] = str(total_slots(workers))
+        node.env["OPENMPI_HOST_FILE_PATH"] = HOSTFILE
         node.files.update(files)
     return plans

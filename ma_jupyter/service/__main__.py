@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     store = Store(config.db_path())
     supervisor = Supervisor(store, Scheduler(config.load_cluster(), inventory=backend.inventory), backend)
-    tensorboards = TensorBoardManager()
+    tensorboards = TensorBoardManager(backend.start_outputs_reader)
     supervisor.on_job_deleted.append(tensorboards.stop)
     token, proxy_token = new_token(), new_token()
     app = create_app(supervisor, Directory(store, owner_name(), token, proxy_token), tensorboards)

@@ -462,8 +462,9 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         websocket: WebSocket,
         job_id: str = JobId,
         node: str | None = Query(default=None, max_length=MAX_ID),
-        rows: int = Query(default=24, ge=1, le=1000),
-        cols: int = Query(default=80, ge=1, le=1000),
+        # 0: the client does not know its size (the node's terminal is then 24 x 80)
+        rows: int = Query(default=24, ge=0, le=1000),
+        cols: int = Query(default=80, ge=0, le=1000),
         command: str | None = Query(default=None, max_length=MAX_TEXT),
     ) -> None:
         """The debug terminal of one node (shell.py's protocol)."""
@@ -661,8 +662,8 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
         job = access.check(store.get(job_id), user, Op.tensorboard)
         if tensorboards is None:
             raise InvalidSpec("TensorBoard is not available in this service")
-        outputs = job.outputs_folder or job.spec.outputs or str(config.jobdir(job_id).outputs)
-        return {"url": tensorboards.start(job_id, outputs)}
+        # the backend starts it confined to the job's outputs, as the job's account
+        return {"url": tensorboards.start(job)}
 
     @app.delete(f"{api}/jobs/{{job_id}}/tensorboard", status_code=204)
     def stop_tensorboard(job_id: str = JobId, user: Caller = Depends(authenticate)) -> Response:

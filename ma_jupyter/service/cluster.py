@@ -9,7 +9,8 @@ Everything is read from the scheduler and the supervisor's own state, never re-d
    :data:`MAX_PROBES`).  It counts free resources only: queued jobs may take them first.
 3. A node is ``fits`` (the seed's idle) when one node of any chosen spec fits on it now, else
    tight; with no spec chosen, when anything of the catalog fits.
-4. The queue is the scheduler's order (priority, then age); demand per board model sums each
+4. A node's real cards in use show their mean use now (NVML, read at each view).
+5. The queue is the scheduler's order (priority, then age); demand per board model sums each
    queued job's cards: its first spec with cards, times its nodes.
 
 Jobs the caller may not see show as another user's, without id or name (the ``/nodes`` rule).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .. import accelerators
 from ..errors import InvalidSpec, NotFound
 from ..models import ClusterNode, ClusterView, Job, JobSpec, Node, QueuedJob, Spec, SpecRoom
 from .scheduler import NodeUse, Scheduler
@@ -126,8 +128,14 @@ def view(
                 # boards are not cut into virtual cards here: each is its own virtual card 0
                 cards.append(f"{card}(0):{name}")
         hidden = masked(node, lambda job_id: shown(job_id) != HIDDEN)
-        fits = any(scheduler.fits_now(node, held, s) for s in catalog if scheduler.cluster.fits(s, node))
-        nodes.append(ClusterNode(node=hidden, model=model, cards=cards, jobs=jobs, fits=fits))
+        fits = any(scheduler.fits_now(node, held, s, use) for s in catalog if scheduler.cluster.fits(s, node))
+        percent = None
+        if node.emulated is False and node.accelerators_used:
+            sampled = accelerators.sample(node.accelerator_type, node.accelerators_used)
+            percent = sampled.percent if sampled else None
+        nodes.append(
+            ClusterNode(node=hidden, model=model, cards=cards, jobs=jobs, card_percent=percent, fits=fits)
+        )
 
     rooms = [
         SpecRoom(
@@ -165,7 +173,7 @@ def view(
 
 
 def _cards(spec: JobSpec, scheduler: Scheduler, inventory: list[Node]) -> tuple[int, str]:
-    """Rule 4: the cards a queued job asks for and their board model (0, "" for a CPU job)."""
+    """Rule 5: the cards a queued job asks for and their board model (0, "" for a CPU job)."""
     for name in spec.specs:
         try:
             flavor = scheduler.cluster.spec(name)

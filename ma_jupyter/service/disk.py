@@ -4,6 +4,11 @@ A job whose disk fills up fails in many ways (a Python traceback, a lost node ru
 not write its exit code, SQLite refusing a write); the one thing they share is a file system
 with (almost) no space left.  The supervisor asks :func:`full_folder` about the folders a job
 writes to, and reports the first full one.
+
+Before it comes to that, the supervisor keeps a reserve on the jobs folder's disk
+(``[limits] disk_reserve_mb``): :func:`disk_use` measures what each running job holds there, so
+the one writing the most can be ended while the others still have room (see
+:func:`ma_jupyter.service.policies.on_reserve`).
 """
 
 from __future__ import annotations
@@ -36,3 +41,36 @@ def full_folder(paths: Iterable[str | os.PathLike], below: int = FULL_BELOW) -> 
         if free is not None and free < below:
             return Path(path)
     return None
+
+
+def disk_use(folders: Iterable[str | os.PathLike], device: int) -> int:
+    """Bytes the files below ``folders`` take on the file system ``device`` (its ``st_dev``):
+    following no link, never crossing into another file system, each folder counted once (a
+    job's default outputs lie inside its job folder)."""
+    total = 0
+    seen: set[int] = set()
+    todo = [os.fspath(f) for f in folders]
+    while todo:
+        folder = todo.pop()
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            continue
+        if st.st_dev != device or st.st_ino in seen or not os.path.isdir(folder) or os.path.islink(folder):
+            continue
+        seen.add(st.st_ino)
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            todo.append(entry.path)
+                        else:
+                            found = entry.stat(follow_symlinks=False)
+                            if found.st_dev == device:
+                                total += found.st_blocks * 512
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total

@@ -5,7 +5,8 @@ A node leaves placement in one of two ways:
 1. **drained**: an admin ran ``ma-jupyter nodes drain NODE`` (``POST /nodes/{name}/drain``);
 2. **faulty**: the service's periodic inspection found a runner on it that stopped beating
    (its heartbeat, :meth:`ma_jupyter.backends.base.Backend.heartbeat`, older than ``[limits]
-   heartbeat_timeout``).
+   heartbeat_timeout``), or a real card a running job holds there that failed (its device
+   node gone, or NVML reporting it lost: :meth:`ma_jupyter.backends.base.Backend.card_fault`).
 
 Either mark stays until an admin runs ``ma-jupyter nodes undrain NODE``: a node that froze once
 is not trusted again by itself.  The marks are kept in ``$MA_JUPYTER_HOME/node_health.json``

@@ -34,6 +34,16 @@ then the nodes are polled, and:
 A batch job's tasks are independent runs, so rules 6 and 8 become one (:func:`on_batch`): the
 job ends once every task has ended, failed if any task failed, naming them all.
 
+Across running jobs, once a second while the jobs folder's disk has less than twice the reserve
+(``[limits] disk_reserve_mb``) free, the supervisor measures what each running job holds there
+(its job folder, its outputs and volumes on that disk); under the reserve, the job that grew
+the most since the previous look ends in ``error`` (:func:`on_reserve`) if it wrote fast enough
+(:func:`reserve_offender`: 1 MB/s just under the reserve, less the fuller the disk): one job's writing ends that job, before the disk is full for every job and every
+submit.  None writing ends nobody (a disk full of finished jobs' files is not a running job's
+doing), nor does a disk already full (rule 4 ends each job writing there).  The node runner
+applies the same rate to the job's logs at each of its samples (every 0.2 s), so a log flood
+is ended sooner than the supervisor's look would.
+
 When an attempt has been wound down (:func:`settle`), a stop or delete requested meanwhile wins
 over putting the job back in the queue.
 """
@@ -211,6 +221,37 @@ def attempt_env(job: Job) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------ each poll
+
+
+def reserve_offender(
+    grown: dict[str, int], seconds: float, free: int, reserve: int, flood_rate: float
+) -> str | None:
+    """The job to end for the disk reserve: the one that wrote the most (``grown``: job id ->
+    bytes its folders grew by in the last ``seconds``), if it wrote fast enough.
+
+    Fast enough is ``flood_rate`` (bytes per second, :data:`ma_jupyter.config.DISK_FLOOD_RATE`)
+    just under the reserve, less the deeper the disk is into it (``flood_rate * free /
+    reserve``): a slow flood is ended too before the disk is full, and only once it is nearly
+    full is a job writing a little the one ended (a job printing lines is not ended for
+    another's flood).
+    """
+    if not grown or seconds <= 0 or reserve <= 0:
+        return None
+    job_id = max(grown, key=lambda j: grown[j])
+    rate = grown[job_id] / seconds
+    return job_id if rate > 0 and rate >= flood_rate * max(free, 0) / reserve else None
+
+
+def on_reserve(path: Path, free: int, reserve: int, grown: int, seconds: float) -> End:
+    """End the job writing the most while the disk of ``path`` (the jobs folder) has less than
+    ``reserve`` bytes ``free``; the reason names the disk, the reserve and what the job wrote."""
+    mb = 1 << 20
+    reason = (
+        f"disk nearly full under {path}: {free / mb:.1f} MB free, under the reserve of {reserve / mb:g} MB "
+        f"([limits] disk_reserve_mb); this job wrote the most there ({grown / mb:.1f} MB in the last "
+        f"{seconds:.1f} s) and was stopped so that the other jobs keep their room"
+    )
+    return End(JobStatus.error, reason, WIND_DOWN_GRACE, pending=True)
 
 
 def disk_folders(spec: JobSpec, job_dir: Path, default_outputs: Path) -> list[Path]:

@@ -8,25 +8,40 @@ per source state::
     <home>/prepared/<key>/entry.json  its source, size, file count, creation and last use
     <home>/prepared/<key>/holds/<id>  one empty file per queued or running job that uses it
 
-**The key** is a SHA-256 over the source's resolved path and its manifest: every file's relative
-path, size, modification time (ns) and mode.  For trees of at most ``CONTENT_HASH_LIMIT`` bytes
-the files' contents go in too, since a small file rewritten within one mtime tick at the same
-size would otherwise keep its old key; larger trees are keyed by metadata only, because reading
-gigabytes to learn that nothing changed would cost what the copy saves.  A change to the source
-(a file added, removed, resized or touched) so gives a new key and a fresh copy.
+**The key** (the backend's, :meth:`~ma_jupyter.backends.base.Backend.look_at_dataset`) is a
+SHA-256 over the source's resolved path, the job's account and the source's manifest: every
+entry's relative path, kind, size, modification time (ns) and permission bits (a link: its
+target's text).  For trees of at most 64 MB the files' contents go in too, since a small file
+rewritten within one mtime tick at the same size would otherwise keep its old key; larger
+trees are keyed by metadata only, because reading gigabytes to learn that nothing changed
+would cost what the copy saves.  A change to the source (a file added, removed, resized or
+touched) so gives a new key and a fresh copy.
 
-**Access.**  The source path is part of the key: two jobs share a copy only when they name the
-same source, and every job's own mount rules are checked on that source before it gets the
-copy (the supervisor dry-runs the job's spec as given, so ``host_policy`` decides for each user
-as if the source itself were mounted).  The copy keeps the files' mode bits and belongs to the
-service's account, so a job's account reads from it at most what "others" may read of the
-source: nothing one user may not read reaches another's job through a shared copy.
+**Untrusted files.**  A dataset may hold what a job wrote, so the backend looks at it and copies
+it by the untrusted-file rules (:mod:`ma_jupyter.untrusted`, done in
+``backends/local/datacopy.py``): with the job's account, never the service's rights; regular
+files, folders and symbolic links only (a FIFO, socket or device is refused with a message
+naming it, never opened to block); links copied as links, never followed; no setuid, setgid
+or sticky bit in the copy, whose files belong to the job's account.
+
+**Access.**  The source path and the account are part of the key: two jobs share a copy only
+when they name the same source and run as the same account, and every job's own mount rules
+are checked on that source before it gets the copy (the supervisor dry-runs the job's spec as
+given, so ``host_policy`` decides for each user as if the source itself were mounted).  What
+the copy holds is what that account could read of the source.
+
+**Off every lock.**  Looking and copying take as long as the dataset does: :meth:`acquire` holds
+the store's lock only for its bookkeeping, and the supervisor calls it on a thread of its own
+while the job's nodes are reserved (see ``supervisor.py``), so no submit, stop or request
+waits for a copy.
 
 Rules, in order:
 
 1. :meth:`PreparedStore.acquire` computes the key, holds the entry for the job, and copies only
-   when no complete entry exists (the copy is made beside its place and renamed when complete,
-   so a crash never leaves a half copy that would be taken for a prepared one);
+   when no complete entry exists (the copy is made in ``<key>/copying-<random>/`` and renamed
+   to ``<key>/data`` when complete, so a crash never leaves a half copy that would be taken
+   for a prepared one; the sweep removes what a crash left); what is removed is first set
+   aside (``.removed-*``) under the lock and deleted outside it;
 2. :meth:`PreparedStore.release` drops a job's holds when it ends; the retention counts from
    then (``last_used``);
 3. :meth:`PreparedStore.sweep` removes the entries that nobody holds and that were last used
@@ -42,11 +57,10 @@ system (it never copies to a remote node).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import secrets
 import shutil
-import stat
 import threading
 import time
 import tomllib
@@ -55,11 +69,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
+from ..backends.base import Backend
 from ..errors import Conflict, InvalidSpec, NotFound
 from ..models import PreparedData, parse_duration
 
-#: trees up to this size are keyed by their contents too (see the module docstring)
-CONTENT_HASH_LIMIT = 64 << 20
+#: the folder a copy is made in, inside its entry, until it is complete
+COPYING_PREFIX = "copying-"
 DEFAULT_RETENTION = 7 * 86400.0
 
 
@@ -86,40 +101,6 @@ def retention(path: Path | None = None) -> float:
         raise InvalidSpec(f"{path}: [data] retention: {exc}") from None
 
 
-def source_key(source: str) -> tuple[str, int, int]:
-    """The store key of a source as it is now, with its size in bytes and its file count."""
-    root = Path(source).resolve(strict=True)
-    # Links inside the tree are never followed (the copy keeps them as links): a link's key
-    # is its target's text, so data behind it is neither read with the service's rights nor
-    # hashed.
-    files: list[tuple[str, os.stat_result, Path]] = []
-    links: list[tuple[str, str]] = []
-    if root.is_dir():
-        for folder, dirs, names in os.walk(root):  # does not descend into linked folders
-            dirs.sort()
-            for name in sorted(names + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
-                p = Path(folder, name)
-                st = p.lstat()
-                if stat.S_ISLNK(st.st_mode):
-                    links.append((str(p.relative_to(root)), os.readlink(p)))
-                elif stat.S_ISREG(st.st_mode):
-                    files.append((str(p.relative_to(root)), st, p))
-    else:
-        files.append(("", root.stat(), root))
-    total = sum(st.st_size for _, st, _ in files)
-    digest = hashlib.sha256(str(root).encode())
-    for rel, st, _ in files:
-        digest.update(f"\0{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}".encode())
-    for rel, target in links:
-        digest.update(f"\0{rel}\0->{target}".encode())
-    if total <= CONTENT_HASH_LIMIT:
-        for _, _, p in files:
-            with open(p, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(chunk)
-    return digest.hexdigest()[:32], total, len(files)
-
-
 @dataclass(frozen=True)
 class Acquired:
     """What :meth:`PreparedStore.acquire` gave a job: the copy's path and how it came about."""
@@ -136,41 +117,83 @@ class PreparedStore:
     def __init__(self, root: Path | None = None):
         self.root = root or config.home() / "prepared"
         self._lock = threading.Lock()
+        self._copying: dict[str, threading.Event] = {}  # key -> set when its copy has ended
 
     # ------------------------------------------------------------------------ jobs
 
-    def acquire(self, job_id: str, source: str, user: str | None) -> Acquired:
+    def acquire(
+        self,
+        job_id: str,
+        source: str,
+        user: str | None,
+        backend: Backend,
+        cancel: threading.Event | None = None,
+    ) -> Acquired:
         """Hold the copy of ``source``'s current state for ``job_id`` (submitted by ``user``),
-        copying it first when no complete copy exists (rule 1)."""
+        copying it first when no complete copy exists (rule 1).
+
+        Blocks while the backend looks at and copies the dataset (the store's lock is held only
+        for the bookkeeping around them): call it off every lock the service's requests need.
+        A second job wanting the same state while it is copied waits for that copy.
+
+        Raises:
+            RefusedFile: the dataset holds what data preparation refuses (a FIFO, a device...).
+            Conflict: ``cancel`` was set while another job's copy was awaited (the backend's
+                own error when it was set during this job's copy).
+        """
         started = time.monotonic()
-        root = Path(source).resolve(strict=True)  # resolved once: the key and the copy read it
-        key, total, count = source_key(str(root))
-        entry = self.root / key
-        with self._lock:  # one copy per key, and no sweep between the hold and the check
-            (entry / "holds").mkdir(parents=True, exist_ok=True)
-            (entry / "holds" / job_id).touch()
-            reused = (entry / "data").exists()
-            if not reused:
-                partial = entry / "data.partial"
-                shutil.rmtree(partial, ignore_errors=True)
-                if root.is_dir():
-                    # links stay links: what they point to is the job's to reach, in its sandbox
-                    shutil.copytree(root, partial, symlinks=True)
+        root = str(Path(source).resolve(strict=True))  # resolved once: the look and the copy read it
+        state = backend.look_at_dataset(user, root)
+        entry = self.root / state.key
+        while True:
+            with self._lock:  # no sweep between the hold and the check
+                self._hold(entry, job_id)
+                if (entry / "data").exists():
+                    self._used(entry, user)
+                    return Acquired(entry / "data", state.bytes, True, time.monotonic() - started)
+                copying = self._copying.get(state.key)
+                if copying is None:  # this job copies it
+                    copying = self._copying[state.key] = threading.Event()
+                    break
+            while not copying.wait(0.1):  # another job copies this state: its copy will do
+                if cancel is not None and cancel.is_set():
+                    raise Conflict(f"job {job_id} ended while its data was being prepared")
+        try:
+            into = entry / f"{COPYING_PREFIX}{secrets.token_hex(4)}"
+            copied = backend.copy_dataset(user, root, into, cancel)
+            with self._lock:
+                # the dataset may have changed since the look: the copy is filed under its own state
+                final = self.root / copied.key
+                if final != entry:
+                    (entry / "holds" / job_id).unlink(missing_ok=True)
+                    self._hold(final, job_id)
+                if (final / "data").exists():  # the same state, copied meanwhile by another job
+                    shutil.rmtree(into, ignore_errors=True)
                 else:
-                    shutil.copy2(root, partial)
-                os.replace(partial, entry / "data")
-                meta = {
-                    "source": str(root),
-                    "bytes": total,
-                    "files": count,
-                    "created": time.time(),
-                }
-            else:
-                meta = self._meta(entry)
-            meta["last_used"] = time.time()
-            meta["users"] = sorted(set(meta.get("users", [])) | {user or ""})
-            self._write_meta(entry, meta)
-        return Acquired(entry / "data", total, reused, time.monotonic() - started)
+                    os.replace(into / "data", final / "data")  # complete: only now is it "data"
+                    os.rmdir(into)
+                    meta = {
+                        "source": root,
+                        "bytes": copied.bytes,
+                        "files": copied.files,
+                        "created": time.time(),
+                    }
+                    self._write_meta(final, meta)
+                self._used(final, user)
+        finally:
+            with self._lock:
+                self._copying.pop(state.key).set()
+        return Acquired(final / "data", copied.bytes, False, time.monotonic() - started)
+
+    def _hold(self, entry: Path, job_id: str) -> None:
+        (entry / "holds").mkdir(parents=True, exist_ok=True)
+        (entry / "holds" / job_id).touch()
+
+    def _used(self, entry: Path, user: str | None) -> None:
+        meta = self._meta(entry)
+        meta["last_used"] = time.time()
+        meta["users"] = sorted(set(meta.get("users", [])) | {user or ""})
+        self._write_meta(entry, meta)
 
     def release(self, job_id: str) -> None:
         """Drop ``job_id``'s holds; the retention of what it held counts from now (rule 2)."""
@@ -195,6 +218,8 @@ class PreparedStore:
         if not self.root.is_dir():
             return out
         for entry in sorted(self.root.iterdir()):
+            if entry.name.startswith("."):
+                continue  # being removed
             meta = self._meta(entry)
             if not meta or not (entry / "data").exists():
                 continue
@@ -222,22 +247,32 @@ class PreparedStore:
         retention) ago (rule 3); the keys removed."""
         keep = retention() if keep is None else keep
         now = time.time() if now is None else now
-        removed = []
+        removed: list[str] = []
+        doomed: list[Path] = []
         if not self.root.is_dir():
             return removed
         with self._lock:
             for entry in self.root.iterdir():
+                if entry.name.startswith(".removed-"):
+                    doomed.append(entry)  # set aside by a service that stopped before removing it
+                    continue
+                if entry.name in self._copying:
+                    continue  # its copy is being made (held by a job that may just have ended)
                 holds = entry / "holds"
                 for hold in list(holds.glob("*")) if holds.is_dir() else []:
                     if not live(hold.name):  # the job ended while no one could release it
                         hold.unlink(missing_ok=True)
+                for left in entry.glob(f"{COPYING_PREFIX}*"):  # a copy a stopped service left
+                    doomed.append(self._set_aside(left))
                 meta = self._meta(entry)
                 if holds.is_dir() and any(holds.iterdir()):
                     continue
                 if meta and now - meta.get("last_used", 0.0) <= keep:
                     continue
-                shutil.rmtree(entry, ignore_errors=True)
+                doomed.append(self._set_aside(entry))
                 removed.append(entry.name)
+        for path in doomed:  # outside the lock: a big copy takes a while to remove
+            shutil.rmtree(path, ignore_errors=True)
         return removed
 
     def remove(self, key: str, live: Callable[[str], bool], user: str | None = None) -> PreparedData:
@@ -257,10 +292,21 @@ class PreparedStore:
                     f"prepared data {key} is in use by job(s) {', '.join(found.jobs)}; "
                     "remove it once they have ended"
                 )
-            shutil.rmtree(self.root / key, ignore_errors=True)
+            doomed = self._set_aside(self.root / key)
+        shutil.rmtree(doomed, ignore_errors=True)
         return found
 
     # ------------------------------------------------------------------------ files
+
+    def _set_aside(self, path: Path) -> Path:
+        """Move ``path`` (an entry, or a copy left in one) out of every listing, under the lock;
+        the caller removes what it returns once the lock is released."""
+        aside = self.root / f".removed-{path.name}-{secrets.token_hex(4)}"
+        try:
+            os.rename(path, aside)
+        except OSError:
+            return path
+        return aside
 
     @staticmethod
     def _meta(entry: Path) -> dict:

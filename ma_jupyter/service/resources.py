@@ -4,7 +4,8 @@ A :class:`ResourceSampler` thread of the service:
 
 1. every ``interval`` seconds (``[resources] sample_interval`` in ``cluster.toml``, default
    ``DEFAULT_INTERVAL``) asks the backend (:meth:`Backend.usage`) what each node of every running
-   job uses: cumulative CPU seconds and resident memory;
+   job uses: cumulative CPU seconds and resident memory, and the use and memory of the node's
+   real cards where the backend reads them (NVML);
 2. turns two consecutive readings of a node into its CPU percentage over that interval (100 is
    one core busy), so a node's first sample comes one interval after it is first seen;
 3. keeps the samples in the store, with the job, deleted with it;
@@ -117,6 +118,7 @@ class ResourceSampler:
                         cpu_percent=round(cpu, 1),
                         memory_mb=round(node.memory_bytes / (1 << 20), 1),
                         card_percent=node.card_percent,
+                        card_memory_mb=node.card_memory_mb,
                     )
                 )
             self.store.add_samples(job.id, samples)

@@ -9,6 +9,9 @@ The queue is ordered by priority (very-urgent, urgent, normal), then age (:mod:`
 first queued job that does not fit (the *head*) gets a :class:`Reservation`: the nodes it will
 take once enough running jobs end, by their durations.  A job behind it may start meanwhile
 (backfill) only if it cannot delay the head (EASY backfill, :meth:`Scheduler.backfill`).
+Real cards (a node with ``emulated = false``) are the machine's: nodes listing the same card
+index of one type share that card, and it goes to one node at a time (:meth:`Scheduler.pooled`),
+so simulated nodes of one machine split its cards between the jobs that run.
 Nodes the service's inspection marks drained or faulty (:attr:`Scheduler.unusable`, kept by
 :mod:`.health`) take no new placement; they still count as nodes that exist, so a job is never
 refused at submit for a node that is only out for now.
@@ -109,14 +112,63 @@ class Scheduler:
             if spec.checkpoint_resume and spec.checkpoint_resume.elastic_min_nodes:
                 needed = min(needed, spec.checkpoint_resume.elastic_min_nodes)
             needed += 1 if spec.mode is Mode.tensorflow and spec.chief else 0
-            if len(candidates) >= needed:
+            card_reason = self._cards_reason(s, inventory, candidates, needed)
+            if len(candidates) >= needed and card_reason is None:
                 return
-            reasons.append(f"{s.name}: {len(candidates)} node(s) can hold it, {needed} needed")
+            reasons.append(card_reason or f"{s.name}: {len(candidates)} node(s) can hold it, {needed} needed")
+        offer = self.card_offer(inventory)
         raise InvalidSpec(
             "no spec of this job can ever be placed on this cluster (" + "; ".join(reasons) + "): "
-            "choose other specs, fewer nodes, or drop node_name/driver_version/pool (see `ma-jupyter nodes`)",
+            "choose other specs, fewer nodes, or drop node_name/driver_version/pool (see `ma-jupyter nodes`)"
+            + (f"; this cluster offers {offer}" if offer else ""),
             field="specs",
         )
+
+    def _cards_reason(
+        self, flavor: Spec, inventory: list[Node], candidates: list[Node], needed: int
+    ) -> str | None:
+        """Why a spec with cards can never run ``needed`` nodes here, naming the cards there are
+        (None: the cards are no obstacle)."""
+        if not flavor.accelerators:
+            return None
+        kind = flavor.accelerator_type
+        of_type = [
+            n for n in inventory if n.accelerator_type == kind and n.accelerators and n.status != "down"
+        ]
+        if not of_type:
+            return f"{flavor.name} asks for {flavor.accelerators} {kind} card(s) per node and no node has {kind} cards"
+        most = max(of_type, key=lambda n: n.accelerators)
+        if most.accelerators < flavor.accelerators:
+            return (
+                f"{flavor.name} asks for {flavor.accelerators} {kind} cards per node and the most any node "
+                f"has is {most.accelerators} ({most.name}: {describe_cards(most)})"
+            )
+        pooled = {(n.accelerator_type, i) for n in candidates if n.emulated is False for i in n.card_indices}
+        if (
+            pooled
+            and all(n.emulated is False for n in candidates)
+            and needed * flavor.accelerators > len(pooled)
+        ):
+            return (
+                f"{flavor.name} on {needed} node(s) needs {needed * flavor.accelerators} real {kind} cards "
+                f"and the machine has {len(pooled)}, each on one node at a time"
+            )
+        return None
+
+    def card_offer(self, inventory: list[Node] | None = None) -> str:
+        """What the cluster offers in cards, for messages: each spec with cards that fits some
+        node, and the cards of the nodes (\"gpu.1 (1 card); nodes: node-0..: 1 × NVIDIA H100 80GB
+        HBM3\"); "" when nothing has cards."""
+        inventory = self.nodes() if inventory is None else inventory
+        specs = [
+            s.name
+            for s in self.cluster.specs
+            if s.accelerators and any(self.cluster.fits(s, n) for n in inventory)
+        ]
+        cards = sorted({describe_cards(n) for n in inventory if n.accelerators})
+        if not cards:
+            return "no node with cards (CPU specs only)"
+        return f"specs {', '.join(specs) or '(none that fits)'} on nodes with {'; '.join(cards)}"
 
     def _check_limits(self, spec: JobSpec) -> None:
         """Refuse what passes the admin's caps (``[limits]`` in ``cluster.toml``)."""
@@ -214,16 +266,28 @@ class Scheduler:
                 return s
         return PS_SPEC
 
-    def fits_now(self, node: Node, held: NodeUse, flavor: Spec) -> bool:
-        """Whether one task of ``flavor`` fits on ``node`` beside what ``held`` says is in use."""
+    def fits_now(
+        self, node: Node, held: NodeUse, flavor: Spec, use: dict[str, NodeUse] | None = None
+    ) -> bool:
+        """Whether one task of ``flavor`` fits on ``node`` beside what ``held`` says is in use
+        (and, for real cards, what ``use`` says other nodes hold of them)."""
         return (
             node.status != "down"
             and node.name not in self.unusable  # drained or faulty: nothing new goes there
-            and self._free(node, held, flavor) is not None
+            and self._free(node, held, flavor, self.pooled(use) if use else None) is not None
         )
 
-    def _free(self, node: Node, held: NodeUse, flavor: Spec) -> list[int] | None:
-        """Card indices for one task of ``flavor`` on ``node`` (``[]`` for CPU), or None if it does not fit."""
+    def pooled(self, use: dict[str, NodeUse]) -> set[tuple[str, int]]:
+        """The real cards held on any node, as (type, index): a real card is the machine's, and
+        goes to one node at a time whichever nodes list it."""
+        real = {n.name: n.accelerator_type for n in self.nodes() if n.emulated is False and n.accelerators}
+        return {(real[name], card) for name, held in use.items() if name in real for card in held.cards}
+
+    def _free(
+        self, node: Node, held: NodeUse, flavor: Spec, taken: set[tuple[str, int]] | None = None
+    ) -> list[int] | None:
+        """The machine's card indices for one task of ``flavor`` on ``node`` (``[]`` for CPU),
+        or None if it does not fit; a real card in ``taken`` (held by another node) is not free."""
         if (
             held.cpus + flavor.cpus > node.cpus + 1e-9
             or held.memory_gb + flavor.memory_gb > node.memory_gb + 1e-9
@@ -231,7 +295,10 @@ class Scheduler:
             return None
         if not flavor.accelerators:
             return []
-        free = [i for i in range(node.accelerators) if i not in held.cards]
+        shared = taken if node.emulated is False and taken else set()
+        free = [
+            i for i in node.card_indices if i not in held.cards and (node.accelerator_type, i) not in shared
+        ]
         return free[: flavor.accelerators] if len(free) >= flavor.accelerators else None
 
     @staticmethod
@@ -310,9 +377,10 @@ class Scheduler:
                 pool = sorted(candidates, key=lambda n: trial.get(n.name, NodeUse()).cpus)
             else:
                 pool = [n for n in candidates if n.name not in spread_taken or spec.node_name]
+            taken = self.pooled(trial)
             for node in pool:
                 held = trial.setdefault(node.name, NodeUse())
-                cards = self._free(node, held, task_flavor)
+                cards = self._free(node, held, task_flavor, taken)
                 if cards is None:
                     continue
                 held.cpus += task_flavor.cpus
@@ -324,6 +392,7 @@ class Scheduler:
                 break
             else:
                 return None
+        real = not flavor.emulated
         tasks = tuple(
             TaskSlot(
                 role=role,
@@ -331,6 +400,8 @@ class Scheduler:
                 slots=flavor.slots if role != "ps" else 1,
                 host=node.name,
                 devices=tuple(cards),
+                # bound into the node's sandbox: real cards of a real node, for a spec not emulated
+                card_type=node.accelerator_type if cards and real and node.emulated is False else "",
                 cpu_request=self.task_flavor(flavor, role).cpus,
                 memory_gb=self.task_flavor(flavor, role).memory_gb,
             )
@@ -391,6 +462,7 @@ class Scheduler:
         """The inventory with current use, optionally only nodes that fit ``spec``."""
         flavor = self.cluster.spec(spec) if spec else None
         views = []
+        taken = self.pooled(use)
         for node in self.nodes():
             if flavor and not self.cluster.fits(flavor, node):
                 continue
@@ -401,7 +473,7 @@ class Scheduler:
             elif mark := self.unusable.get(node.name):  # one read: an undrain may come meanwhile
                 status = mark
             elif flavor is not None:
-                status = "idle" if self._free(node, held, flavor) is not None else "busy"
+                status = "idle" if self._free(node, held, flavor, taken) is not None else "busy"
             else:
                 status = "idle" if held.cpus == 0 else ("full" if held.cpus >= node.cpus else "busy")
             views.append(
@@ -417,3 +489,15 @@ class Scheduler:
                 )
             )
         return views
+
+
+def describe_cards(node: Node) -> str:
+    """A node's cards in words: ``4 × NVIDIA H100 80GB HBM3 (80 GB, driver 580.159.04)``,
+    ``4 × gpu (emulated)``."""
+    what = f"{node.accelerators} × {node.accelerator_model or node.accelerator_type}"
+    details = [f"{node.accelerator_memory_gb:g} GB"] if node.accelerator_memory_gb else []
+    if node.driver_version:
+        details.append(f"driver {node.driver_version}")
+    if node.emulated:
+        details.append("emulated")
+    return what + (f" ({', '.join(details)})" if details else "")

@@ -7,7 +7,8 @@ so that a browser terminal, the CLI and the notebook magic speak one protocol.
 
 Protocol (rules, in order):
 
-1. The client opens ``/api/v1/jobs/{id}/shell?node=N&rows=R&cols=C`` with its token in the
+1. The client opens ``/api/v1/jobs/{id}/shell?node=N&rows=R&cols=C`` (0: the size is not
+   known, and the terminal gets 24 rows or 80 columns) with its token in the
    ``Authorization`` header, and optionally ``command=<JSON argv>`` to run one program on the
    terminal instead of an interactive shell.
 2. The service accepts the WebSocket, then checks the caller (the job's owner or an admin:

@@ -147,6 +147,7 @@ samples_table = Table(
     Column("cpu", Float, nullable=False),
     Column("memory_mb", Float, nullable=False),
     Column("card", Float),
+    Column("card_memory_mb", Float),
 )
 
 
@@ -224,6 +225,10 @@ class Store:
 
     def _migrate(self) -> None:
         """Bring a database made by an earlier version up to this schema (columns added since)."""
+        sample_columns = {c["name"] for c in inspect(self.engine).get_columns("resource_samples")}
+        if "card_memory_mb" not in sample_columns:
+            with self.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE resource_samples ADD COLUMN card_memory_mb FLOAT"))
         columns = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
         if "access" not in columns:
             with self.engine.begin() as conn:
@@ -571,6 +576,7 @@ class Store:
                 "cpu": s.cpu_percent,
                 "memory_mb": s.memory_mb,
                 "card": s.card_percent,
+                "card_memory_mb": s.card_memory_mb,
             }
             for s in samples
         ]
@@ -581,14 +587,16 @@ class Store:
     def samples(self, job_id: str, since: float | None = None) -> list[ResourceSample]:
         """A job's samples taken after ``since`` (all without it), oldest first."""
         c = samples_table.c
-        query = select(c.t, c.node, c.cpu, c.memory_mb, c.card).where(c.job_id == job_id)
+        query = select(c.t, c.node, c.cpu, c.memory_mb, c.card, c.card_memory_mb).where(c.job_id == job_id)
         if since is not None:
             query = query.where(c.t > since)
         with self.engine.connect() as conn:
             rows = conn.execute(query.order_by(c.seq)).all()
         return [
-            ResourceSample(t=t, node=node, cpu_percent=cpu, memory_mb=mem, card_percent=card)
-            for t, node, cpu, mem, card in rows
+            ResourceSample(
+                t=t, node=node, cpu_percent=cpu, memory_mb=mem, card_percent=card, card_memory_mb=card_mem
+            )
+            for t, node, cpu, mem, card, card_mem in rows
         ]
 
     def thin_samples(self, job_id: str, node: str, keep: int) -> None:

@@ -33,11 +33,17 @@ rebuilt from the store when the supervisor is made.  A pass (:meth:`Supervisor.a
    A job that fits but is held for the head does not stop its shape's walk (durations differ).
 
 Every ``HEALTH_EVERY`` seconds the loop also inspects nodes (:mod:`.health`): a running node
-whose runner stopped beating marks its inventory node faulty, and an elastic job running on
+whose runner stopped beating, or a real card of a running node that failed (its device node
+gone, NVML reporting it lost: :meth:`Backend.card_fault`, said in the events of the jobs holding
+cards there), marks its inventory node faulty, and an elastic job running on
 fewer nodes than asked is scaled up when they are free (:func:`.policies.on_scale_up`).  A job
 on a drained or faulty node is moved away by the watch (:func:`.policies.on_unhealthy`), and a
 checkpoint-resume attempt after the first passes a pre-check before it is launched
 (:meth:`Supervisor._precheck`).
+
+A thread of its own keeps the jobs folder's disk reserve (:mod:`.policies`, "across running
+jobs"): once a second it looks at the disk's free space and, when it is nearly full, ends the
+job writing the most there (:meth:`Supervisor._watch_reserve`).
 
 The outcome is that of trying every queued job in queue order (each one that fits and may pass
 the head starts, the others wait), at the cost of one placement per shape plus one per job started.
@@ -62,6 +68,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -85,14 +92,14 @@ from ..models import (
     utcnow,
 )
 from ..modes import plan_job, single_copy
-from ..modes.base import Placement
+from ..modes.base import Placement, TaskSlot
 from . import policies
-from .disk import SUBMIT_BELOW, full_folder
+from .disk import FULL_BELOW, SUBMIT_BELOW, disk_use, free_bytes, full_folder
 from .guard import disk_full_message
 from .health import NodeHealth
 from .logs import tail
 from .policies import End
-from .prepared import PreparedStore
+from .prepared import Acquired, PreparedStore
 from .queue import QueueIndex
 from .resources import ResourceSampler
 from .scheduler import NodeUse, Reservation, Running, Scheduler
@@ -115,6 +122,15 @@ RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after t
 BIND_RETRY = 1.0
 PREPARED_SWEEP_EVERY = 30.0  # seconds between sweeps of prepared data past its retention
 HEALTH_EVERY = 1.0  # seconds between two node inspections (heartbeats, elastic scale-up)
+
+
+@dataclass(frozen=True)
+class _Preparing:
+    """A queued job whose data is being copied: its reserved nodes, and what cancels the copy."""
+
+    placement: Placement
+    spec: JobSpec
+    cancel: threading.Event
 
 
 def new_job_id(name: str) -> str:
@@ -160,6 +176,10 @@ class Supervisor:
         self._pending_end: dict[str, str] = {}
         self._retry_at: dict[str, float] = {}
         self._reserve_checked = 0.0
+        # the disk reserve (policies, "across running jobs"): when it was last looked at, and what
+        # each running job held on the jobs folder's disk then (only while it is nearly full)
+        self._reserve_watched = 0.0
+        self._held: dict[str, int] = {}
         # polls of running nodes: when each job was last polled, and whether a backend's push of
         # a node's end asks this tick to poll every job (Backend rule 6, poll_every)
         self._polled_at: dict[str, float] = {}
@@ -173,6 +193,8 @@ class Supervisor:
         self._admit_retry: float | None = None  # monotonic time to retry a job a full disk held
         self._inventory = backend.inventory()  # a change (a node joined or left) asks for a pass
         self.prepared = PreparedStore()  # data preparation's copies, shared between jobs
+        # queued jobs whose data is being prepared on a thread, their nodes reserved meanwhile
+        self._preparing: dict[str, _Preparing] = {}
         self._swept = 0.0  # monotonic time of the last sweep of expired prepared data
         # drained and faulty nodes; the scheduler places nothing new on them
         self.health = NodeHealth(config.home() / "node_health.json")
@@ -197,11 +219,16 @@ class Supervisor:
         self._thread = threading.Thread(target=self._loop, name="ma-supervisor", daemon=True)
         self._thread.start()
         self.resources.start()
+        # its own thread: measuring what jobs hold on a nearly full disk may take a while, and
+        # must never slow a tick
+        threading.Thread(target=self._reserve_loop, name="ma-disk-reserve", daemon=True).start()
 
     def shutdown(self) -> None:
         """Stop the loop; running jobs keep running (they do not depend on the service)."""
         self._halt.set()
         self._wake.set()
+        for prep in list(self._preparing.values()):
+            prep.cancel.set()  # no copy goes on without its service (the sweep removes it)
         self.resources.stop()
         if self._thread:
             self._thread.join(timeout=5)
@@ -682,7 +709,8 @@ class Supervisor:
     def usage(self):
         """What the jobs this service runs take of the cluster now (the scheduler's usage)."""
         with self._lock:
-            return self.scheduler.usage(list(self._placements.values()))
+            preparing = [p.placement for p in self._preparing.values()]
+            return self.scheduler.usage(list(self._placements.values()) + preparing)
 
     def admit(self) -> int:
         """One admission pass, in the numbered steps of the module docstring; the number of jobs
@@ -707,6 +735,8 @@ class Supervisor:
         """Steps 2-4 for one job: ``started`` (or failed to launch, releasing what it took),
         ``blocked`` (it does not fit now) or ``skipped``."""
         with self._lock:
+            if job_id in self._preparing:
+                return "skipped"  # its nodes are reserved; it starts once its data is copied
             try:
                 job = self.store.get(job_id)  # fresh: a PATCH may have changed it since the listing
             except NotFound:
@@ -765,6 +795,10 @@ class Supervisor:
             except NotFound:
                 continue
             out.append(Running(placement, policies.estimated_end(job)))
+        for prep in self._preparing.values():  # they start once their data is copied
+            out.append(
+                Running(prep.placement, time.time() + prep.spec.duration if prep.spec.duration else None)
+            )
         return out
 
     def _note_waiting(self, job: Job, kind: str, head: Reservation | None) -> None:
@@ -795,10 +829,10 @@ class Supervisor:
         )
 
     @staticmethod
-    def _prepared_path(job: Job, dataset) -> Path:
+    def _prepared_path(job_id: str, dataset) -> Path:
         """Where data preparation keeps its copy of one dataset of a job."""
         version = dataset.version or ""
-        return config.jobdir(job.id).prepared_dataset(dataset.source.value, dataset.name, version)
+        return config.jobdir(job_id).prepared_dataset(dataset.source.value, dataset.name, version)
 
     def _effective_spec(self, job: Job) -> JobSpec:
         """The spec the nodes run with: the secret values in, prepared datasets for the originals.
@@ -810,31 +844,71 @@ class Supervisor:
             spec = spec.model_copy(update={"secret_env": self.store.secrets(job.id)})
         if not spec.data_preparation:
             return spec
-        datasets = [d.model_copy(update={"path": str(self._prepared_path(job, d))}) for d in spec.datasets]
+        datasets = [d.model_copy(update={"path": str(self._prepared_path(job.id, d))}) for d in spec.datasets]
         return spec.model_copy(update={"datasets": datasets})
 
-    def _prepare_data(self, job: Job, placement: Placement) -> None:
-        """Give each dataset of the job its prepared copy from the store (:mod:`.prepared`),
-        reused when the source has not changed since a job last copied it, before each attempt.
+    def _start_preparing(self, job: Job, placement: Placement) -> None:
+        """Step one of a data-preparation job's launch, under the lock: check the job's own
+        mount rules on its sources (the dry run of its spec as given: a copy shared with other
+        jobs is handed only to a job that may mount its source), then reserve its nodes and
+        copy on a thread of its own (:meth:`_prepare_then_launch`).
 
-        The job's own mount rules are checked on the sources first (the dry run of its spec as
-        given): a copy shared with other jobs is handed only to a job that may mount its source.
-        The job's folder gets a symlink per dataset to the copy, which its nodes mount read-only.
+        The job stays queued meanwhile (admission passes it by, its nodes count as used), so
+        no submit, stop or request waits for a copy; a stop or delete cancels the copy.
+        Raises what the dry run raises (the caller fails the launch).
         """
         self.backend.dryrun(self._attempt(job, placement, dry=True))
-        for d in job.spec.datasets:
-            got = self.prepared.acquire(job.id, d.path, job.spec.creator)
-            link = self._prepared_path(job, d)
+        names = ", ".join(d.name for d in job.spec.datasets)
+        self._notice(job, f"preparing data ({names}): it starts once the data is copied")
+        prep = _Preparing(placement, job.spec, threading.Event())
+        self._preparing[job.id] = prep
+        threading.Thread(
+            target=self._prepare_then_launch, args=(job.id, prep), name=f"ma-prepare-{job.id}", daemon=True
+        ).start()
+
+    def _prepare_then_launch(self, job_id: str, prep: _Preparing) -> None:
+        """Step two, on its own thread: give each dataset its copy from the store
+        (:mod:`.prepared`, reused when the source has not changed since a job last copied it),
+        outside the lock; then, under it, launch the job if it is still queued, or free what it
+        reserved (it was stopped or deleted meanwhile), or fail it with what the copy refused."""
+        got: list[tuple[str, Path, Acquired]] = []
+        error: Exception | None = None
+        try:
+            for d in prep.spec.datasets:
+                acquired = self.prepared.acquire(job_id, d.path, prep.spec.creator, self.backend, prep.cancel)
+                got.append((d.name, self._prepared_path(job_id, d), acquired))
+        except Exception as exc:
+            error = exc
+        with self._lock:
+            self._preparing.pop(job_id, None)
+            try:
+                job = self.store.get(job_id)
+            except NotFound:
+                job = None
+            if job is None or job.status is not JobStatus.queued or prep.cancel.is_set():
+                self.backend.release(prep.placement)
+                self.prepared.release(job_id)
+                self._queue_changed()
+                return
+            if error is not None:
+                prefix = f"dataset {prep.spec.datasets[len(got)].name}: "
+                self._launch_failed(job, prep.placement, error, prefix)
+                return
+            self._guarded(job, lambda current: self._launch(current, prep.placement, prepared=got))
+
+    def _link_prepared(self, job: Job, got: list[tuple[str, Path, Acquired]]) -> None:
+        """The job's folder gets a symlink per dataset to its copy, which its nodes mount read-only."""
+        for name, link, acquired in got:
             link.parent.mkdir(parents=True, exist_ok=True)
             if link.is_symlink() or link.exists():
                 link.unlink()
-            link.symlink_to(got.path)
-            size = f"{got.bytes / 1e6:.1f} MB"
+            link.symlink_to(acquired.path)
+            size = f"{acquired.bytes / 1e6:.1f} MB"
             self._notice(
                 job,
-                f"dataset {d.name}: prepared data reused ({size})"
-                if got.reused
-                else f"dataset {d.name}: prepared {size} in {got.seconds:.2f} s",
+                f"dataset {name}: prepared data reused ({size})"
+                if acquired.reused
+                else f"dataset {name}: prepared {size} in {acquired.seconds:.2f} s",
             )
 
     def _prepared_live(self, job_id: str) -> bool:
@@ -872,8 +946,11 @@ class Supervisor:
         """
         return self.prepared.remove(key, self._prepared_live, user)
 
-    def _launch(self, job: Job, placement: Placement) -> None:
-        job_dir = config.jobdir(job.id).root
+    def _launch(
+        self, job: Job, placement: Placement, *, prepared: list[tuple[str, Path, Acquired]] | None = None
+    ) -> None:
+        """Start the job's nodes on ``placement`` (a data-preparation job: first its data, see
+        :meth:`_start_preparing`; ``prepared``: what that gave, the data is ready)."""
         # as a submit is refused: a job started on a full disk could not keep its log
         full = full_folder([config.jobs_root(), config.home()], below=SUBMIT_BELOW)
         if full is not None:
@@ -881,8 +958,11 @@ class Supervisor:
             self._hold_for_space(job, disk_full_message(full))
         try:
             config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
-            if job.spec.data_preparation:
-                self._prepare_data(job, placement)
+            if job.spec.data_preparation and prepared is None:
+                self._start_preparing(job, placement)
+                return
+            if prepared is not None:
+                self._link_prepared(job, prepared)
             attempt = self._attempt(job, placement)
             launches = self.backend.dryrun(attempt)
             # Durable before the processes exist: a crash right after launch can still find them.
@@ -892,14 +972,7 @@ class Supervisor:
             runs = self.backend.launch(attempt, launches)
             runs = [r.model_copy(update={"log_start": starts.get(r.name, 0)}) for r in runs]
         except Exception as exc:  # the job cannot start: it fails, the queue goes on
-            self.backend.release(placement)
-            message = policies.launch_failure(exc, job_dir)
-            if policies.is_disk_full(exc):
-                self._hold_for_space(job, message)  # raises DiskFull: it stays queued
-            self.store.set_placement(job.id, None)
-            self._queue_changed()
-            log.warning("job %s failed to launch: %s", job.id, message)
-            self._transition(job, JobStatus.error, f"could not start: {message}")
+            self._launch_failed(job, placement, exc)
             return
         self._placements[job.id] = placement
         where = ", ".join(f"{r.name}@{r.host}" for r in runs)
@@ -930,6 +1003,18 @@ class Supervisor:
                 "bubblewrap is missing: /workspace is a symlink tree at $MA_WORKSPACE; "
                 "read-only mounts are not enforced (install bubblewrap for real isolation)",
             )
+
+    def _launch_failed(self, job: Job, placement: Placement, exc: Exception, prefix: str = "") -> None:
+        """A launch that raised: free what it reserved; the job fails with the reason (or, on a
+        full disk, keeps its place in the queue: :meth:`_hold_for_space` raises DiskFull)."""
+        self.backend.release(placement)
+        message = prefix + policies.launch_failure(exc, config.jobdir(job.id).root)
+        if policies.is_disk_full(exc):
+            self._hold_for_space(job, message)  # raises DiskFull: it stays queued
+        self.store.set_placement(job.id, None)
+        self._queue_changed()
+        log.warning("job %s failed to launch: %s", job.id, message)
+        self._transition(job, JobStatus.error, f"could not start: {message}")
 
     def _hold_for_space(self, job: Job, message: str) -> None:
         """A launch that met a full disk: the job keeps its place in the queue, says why once
@@ -1068,12 +1153,18 @@ class Supervisor:
         # when every runner on it is silent (one job stopping its own runner, or loading it,
         # must not end the other users' jobs there)
         ages: dict[str, list[float]] = {}
+        # inventory node -> the running jobs' tasks holding real cards there (asked outside the lock)
+        card_tasks: dict[str, list[tuple[Job, TaskSlot]]] = {}
         for job in self.store.by_status(JobStatus.running):
             with self._lock:
                 placement = self._placements.get(job.id)
                 if placement is None or job.id in self._finishing:
                     continue
                 attempt = self._attempt(job, placement)
+                if judge:
+                    for task in placement.tasks:
+                        if task.card_type and task.host not in self.health.marks:
+                            card_tasks.setdefault(task.host, []).append((job, task))
                 for run in job.nodes:
                     if run.state != "running" or run.host in self.health.marks:
                         continue
@@ -1098,6 +1189,16 @@ class Supervisor:
                     self._finish(job, attempt, end)
         if not judge:
             return
+        for host, held in card_tasks.items():
+            # the driver may take a while to answer (NVML): the supervisor's lock is not held
+            why = next((w for w in (self.backend.card_fault(task) for _, task in held) if w), None)
+            if why is None:
+                continue
+            with self._lock:
+                if self.health.mark(host, "faulty", why):
+                    log.warning("node %s is faulty: %s", host, why)
+                    for job in {j.id: j for j, _ in held}.values():
+                        self._notice(job, f"node {host} is faulty: {why}", alert=True)
         for host, silent in ages.items():
             if min(silent) > timeout:
                 why = (
@@ -1126,6 +1227,51 @@ class Supervisor:
             + (f", avoiding {avoided}" if avoided else ""),
         )
         return None
+
+    def _reserve_loop(self) -> None:
+        while not self._halt.wait(DISK_CHECK_EVERY):
+            try:
+                self._watch_reserve()
+            except Exception:  # the next look tries again; the jobs' own disk checks still run
+                log.exception("keeping the disk reserve failed")
+
+    def _watch_reserve(self) -> None:
+        """Keep the jobs folder's disk reserve (:mod:`.policies`, "across running jobs"): under
+        twice the reserve, measure what each running job holds there; under the reserve, end
+        the one writing the most (:func:`.policies.on_reserve`)."""
+        now = time.monotonic()
+        seconds, self._reserve_watched = now - self._reserve_watched, now
+        reserve = int(self.scheduler.cluster.limits.disk_reserve_mb * (1 << 20))
+        root = config.jobs_root()
+        free = free_bytes(root)
+        if free is None or free >= 2 * reserve:
+            self._held = {}
+            return
+        device = os.stat(root).st_dev
+        held: dict[str, int] = {}
+        attempts: dict[str, Attempt] = {}
+        for job in self.store.by_status(JobStatus.running):
+            with self._lock:
+                placement = self._placements.get(job.id)
+                if placement is None or job.id in self._finishing:
+                    continue
+                attempts[job.id] = attempt = self._attempt(job, placement)
+            folders = policies.disk_folders(attempt.spec, attempt.jobdir.root, attempt.jobdir.outputs)
+            held[job.id] = disk_use(folders, device)
+        before, self._held = self._held, held
+        if free >= reserve or free < FULL_BELOW:
+            return  # outside the reserve; or full, where each job writing there ends ("disk full")
+        grown = {j: held[j] - before[j] for j in held if j in before}
+        victim = policies.reserve_offender(grown, seconds, free, reserve, config.DISK_FLOOD_RATE)
+        if victim is None:
+            return
+        end = policies.on_reserve(root, free, reserve, grown[victim], seconds)
+        with self._lock:
+            job = self.store.get(victim)
+            if job.status is JobStatus.running and victim not in self._finishing:
+                log.warning("job %s: %s", victim, end.reason)
+                self._held.pop(victim, None)
+                self._finish(job, attempts[victim], end)
 
     def _full_disk(self, job: Job, attempt: Attempt, *, now: bool = False) -> Path | None:
         """The first full folder among those the job writes to (its job folder, outputs and
@@ -1321,6 +1467,9 @@ class Supervisor:
             job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code, by=by)
         )
         if status.is_terminal() and job.spec.data_preparation:
+            preparing = self._preparing.get(job.id)
+            if preparing is not None:
+                preparing.cancel.set()  # its copy ends; the thread then frees its nodes
             self.prepared.release(job.id)  # its retention starts now
         # the queue index follows the store: an attempt put back in the queue keeps its place
         if status is JobStatus.queued:

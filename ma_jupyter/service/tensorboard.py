@@ -5,9 +5,16 @@ TensorBoard on a free loopback port and returns its URL once it answers; ``stop`
 the job is deleted; a reaper thread ends the ones nobody has used for ``idle_timeout`` seconds;
 ``shutdown`` ends them all when the service exits.
 
-Jobs share the host's loopback, so any of them could reach a board's port: the path's secret,
-fresh per board and never on a command line, answers that.  Without it a board answers 404; the
-URL is a capability the service hands out only after its access check (``Op.tensorboard``).
+TensorBoard reads what the job wrote, symlinks and swapped folders included, so it never runs
+with the service's account over the host's view: the backend starts it
+(:meth:`~ma_jupyter.backends.base.Backend.start_outputs_reader`) as the job's account, in a
+sandbox that shows the job's outputs folder alone, read-only, at
+:data:`~ma_jupyter.backends.base.OUTPUTS_VIEW`.  This module decides what runs (TensorBoard,
+its port, its secret) and when; the backend decides how it is confined.
+
+A board listens on the service's loopback, which jobs may share: the path's secret, fresh per
+board and never on a command line, answers that.  Without it a board answers 404; the URL is a
+capability the service hands out only after its access check (``Op.tensorboard``).
 
 Each TensorBoard runs in its own process group and is stopped with TERM, then INT, then KILL:
 TensorBoard has been seen ignoring SIGTERM for several seconds, and its helper processes must
@@ -16,6 +23,7 @@ go with it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import secrets
@@ -25,13 +33,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import requests
 
-from ..errors import BackendUnavailable, InvalidSpec
+from ..backends.base import OUTPUTS_VIEW
+from ..errors import BackendUnavailable
+from ..models import Job
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +62,20 @@ BOOTSTRAP = (
     "from tensorboard.main import run_main; run_main()"
 )
 DEFAULT_IDLE_TIMEOUT = 3600.0
+#: seconds a stopped board's processes get to be gone after the last KILL
+GONE_WAIT = 5.0
+
+#: starts a program over a job's outputs: ``(job, argv, env, output fd or None) -> process``,
+#: with the contract of :meth:`~ma_jupyter.backends.base.Backend.start_outputs_reader`
+ReaderStart = Callable[[Job, list[str], dict[str, str], int | None], subprocess.Popen]
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Whether ``process`` still runs (a zombie waiting for its reaper does not)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _free_port() -> int:
@@ -64,7 +89,6 @@ class _Board:
     """One running TensorBoard and when it was last used."""
 
     job_id: str
-    logdir: str
     port: int
     proc: subprocess.Popen
     #: the secret part of its path: without it the board answers 404 to everything
@@ -83,37 +107,54 @@ class _Board:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def has_clients(self) -> bool:
-        """Whether a browser (or anything) holds a connection to it right now."""
+    def processes(self) -> list[psutil.Process]:
+        """The board's processes: its sandbox's leader and everything below it."""
         try:
-            conns = psutil.Process(self.proc.pid).net_connections(kind="tcp")
-        except (psutil.Error, OSError):
-            return False
-        return any(
-            c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == self.port for c in conns
-        )
+            leader = psutil.Process(self.proc.pid)
+            return [leader, *leader.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def has_clients(self) -> bool:
+        """Whether a browser (or anything) holds a connection to it right now (TensorBoard
+        itself runs below the sandbox's leader, which holds no socket)."""
+        for process in self.processes():
+            try:
+                conns = process.net_connections(kind="tcp")
+            except (psutil.Error, OSError):
+                continue
+            if any(
+                c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == self.port for c in conns
+            ):
+                return True
+        return False
 
 
 class TensorBoardManager:
     """Starts, reuses and stops the per-job TensorBoards of one service.
 
     Args:
+        start_reader: starts TensorBoard confined to the job's outputs, as the job's account
+            (the service passes its backend's ``start_outputs_reader``).
         idle_timeout: seconds without use (no ``start`` call and no open connection) after
             which the reaper stops a TensorBoard; ``None`` disables the reaper thread.
         log_dir: folder for each TensorBoard's own output (``tensorboard-<job>.log``); none
             discards it.
-        python: interpreter that runs TensorBoard (default: this one).
+        python: interpreter that runs TensorBoard (default: this one); the sandbox shows its
+            installation, read-only.
         use_tensorflow: let TensorBoard import TensorFlow (slow start); by default it reads the
             job's local event files with its own TensorFlow stub.
     """
 
     def __init__(
         self,
+        start_reader: ReaderStart,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         log_dir: Path | None = None,
         python: str | None = None,
         use_tensorflow: bool = False,
     ):
+        self.start_reader = start_reader
         self.idle_timeout = idle_timeout
         self.use_tensorflow = use_tensorflow
         self.log_dir = log_dir
@@ -124,6 +165,12 @@ class TensorBoardManager:
         self._lock = threading.Lock()
         self._job_locks: dict[str, threading.Lock] = {}
         self._closed = threading.Event()
+        # Boards end with the thread that started them (a parent-death signal follows the
+        # thread): request threads come and go, so one thread of the manager's own starts them
+        # all and lives as long as the service; a service that dies takes its boards along.
+        self._starter = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="tensorboard-start"
+        )
         self._reaper: threading.Thread | None = None
         if idle_timeout is not None:
             self._reaper = threading.Thread(target=self._reap, name="tensorboard-reaper", daemon=True)
@@ -131,29 +178,27 @@ class TensorBoardManager:
 
     # ------------------------------------------------------------------------- public API
 
-    def start(self, job_id: str, logdir: str) -> str:
-        """The URL of the job's TensorBoard over ``logdir``, started now if it is not running.
+    def start(self, job: Job) -> str:
+        """The URL of the job's TensorBoard over its outputs folder, started now if it is not
+        running.
 
         Blocks until TensorBoard answers (``/data/runs`` returns 200), so the URL works at once.
 
         Raises:
-            InvalidSpec: ``logdir`` is not an existing folder.
+            InvalidSpec: the outputs folder does not exist yet, or cannot be read safely (from
+                the backend, whose message says why).
             BackendUnavailable: TensorBoard exited or did not answer in time (its output is
                 in the message).
         """
-        if not Path(logdir).is_dir():
-            raise InvalidSpec(
-                f"{logdir} is not a folder: TensorBoard needs the job's outputs folder to exist"
-            )
-        with self._lock_for(job_id):
-            board = self._boards.get(job_id)
-            if board and board.alive() and board.logdir == str(logdir):
+        with self._lock_for(job.id):
+            board = self._boards.get(job.id)
+            if board and board.alive():
                 board.last_used = time.monotonic()
                 return board.url
             if board:
                 self._terminate(board)
-            board = self._launch(job_id, str(logdir))
-            self._boards[job_id] = board
+            board = self._launch(job)
+            self._boards[job.id] = board
             return board.url
 
     def stop(self, job_id: str) -> bool:
@@ -192,6 +237,7 @@ class TensorBoardManager:
         self._closed.set()
         for job_id in list(self._boards):
             self.stop(job_id)
+        self._starter.shutdown(wait=False)
 
     # ------------------------------------------------------------------------- internals
 
@@ -199,10 +245,11 @@ class TensorBoardManager:
         with self._lock:
             return self._job_locks.setdefault(job_id, threading.Lock())
 
-    def _launch(self, job_id: str, logdir: str) -> _Board:
+    def _launch(self, job: Job) -> _Board:
+        job_id = job.id
         port = _free_port()
-        # A job shares the host's loopback: it could reach this port, but not guess the path
-        # (a fresh secret per board, handed out only to callers the service lets open it).
+        # A job may share the service's loopback: it could reach this port, but not guess the
+        # path (a fresh secret per board, handed out only to callers the service lets open it).
         secret = secrets.token_urlsafe(24)
         bootstrap = BOOTSTRAP.format(stub="" if self.use_tensorflow else STUB)
         argv = [
@@ -210,7 +257,7 @@ class TensorBoardManager:
             "-c",
             bootstrap,
             "--logdir",
-            logdir,
+            OUTPUTS_VIEW,
             "--host",
             "127.0.0.1",
             "--port",
@@ -219,22 +266,18 @@ class TensorBoardManager:
             "2",
         ]
         log_path = self.log_dir / f"tensorboard-{job_id}.log" if self.log_dir else None
-        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        # TensorBoard checks for updates and phones nowhere else, but keep TF quiet and local.
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", PREFIX_ENV: f"/tb/{job_id}/{secret}"}
+        out = open(log_path, "ab") if log_path else None
+        # its only variables (the service's own are not its business): keep TF quiet, and the
+        # secret in the environment, which only its own account reads
+        env = {"TF_CPP_MIN_LOG_LEVEL": "3", PREFIX_ENV: f"/tb/{job_id}/{secret}"}
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
+            proc = self._starter.submit(
+                self.start_reader, job, argv, env, out.fileno() if out else None
+            ).result()
         finally:
-            if log_path:
+            if out:
                 out.close()
-        board = _Board(job_id=job_id, logdir=logdir, port=port, proc=proc, secret=secret, log_path=log_path)
+        board = _Board(job_id=job_id, port=port, proc=proc, secret=secret, log_path=log_path)
         deadline = time.monotonic() + START_TIMEOUT
         probe = f"http://127.0.0.1:{port}{board.prefix}/data/runs"
         while time.monotonic() < deadline:
@@ -256,7 +299,11 @@ class TensorBoardManager:
 
     @staticmethod
     def _terminate(board: _Board) -> None:
-        """TERM, then INT, then KILL the TensorBoard's process group, waiting between steps."""
+        """TERM, then INT, then KILL the TensorBoard's process group, waiting between steps;
+        returns once none of its processes is left (or :data:`GONE_WAIT` seconds after the
+        last KILL)."""
+        # taken now: once the sandbox's leader is gone, its processes are no longer below it
+        members = board.processes()
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGINT, 3.0), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(board.proc.pid, sig)
@@ -266,12 +313,16 @@ class TensorBoardManager:
                 board.proc.wait(wait)
             except subprocess.TimeoutExpired:
                 continue
-            # The leader is gone; make sure no helper of its group stays behind.
-            try:
-                os.killpg(board.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            return
+            break
+        # The leader is gone; make sure nothing of its group stays behind (TensorBoard, below
+        # the sandbox's leader, may outlive it for a moment), and wait until it is all gone.
+        try:
+            os.killpg(board.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        deadline = time.monotonic() + GONE_WAIT
+        while any(_alive(p) for p in members) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _reap(self) -> None:
         assert self.idle_timeout is not None

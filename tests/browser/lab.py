@@ -196,7 +196,12 @@ def wait_notebook_ready(panel) -> None:
 
 def run_all_cells(page, panel) -> None:
     """Run every cell of a notebook from the Run menu, as a user does, once it is ready and is
-    the current widget (the Run menu acts on the current one)."""
+    the current widget (the Run menu acts on the current one).
+
+    Lumino decides a menu item's enabled state when the menu opens: a Run menu opened while the
+    notebook's kernel was still connecting shows "Run All Cells" disabled, and a click on it does
+    nothing.  So the menu is opened (again) until the item is enabled, and the first cell must
+    then show that it runs or ran (its prompt leaves ``[ ]``)."""
     from playwright.sync_api import expect
 
     wait_notebook_ready(panel)
@@ -205,5 +210,17 @@ def run_all_cells(page, panel) -> None:
     expect(
         page.locator(f'.lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current[data-id="{panel_id}"]')
     ).to_be_attached(timeout=30_000)
-    page.locator(".lm-MenuBar-item", has_text="Run").first.click()
-    page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
+
+    def open_enabled_item() -> bool:
+        page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+        item = page.locator(".lm-Menu-item", has_text="Run All Cells").first
+        item.wait_for(state="visible", timeout=30_000)
+        if "lm-mod-disabled" in (item.get_attribute("class") or ""):
+            page.keyboard.press("Escape")
+            return False
+        item.click()
+        return True
+
+    wait_for(open_enabled_item, timeout=120, interval=0.5)
+    prompt = panel.locator(".jp-Cell .jp-InputPrompt").first
+    wait_for(lambda: prompt.inner_text().strip() not in ("[ ]:", "[ ]", ""), timeout=60, interval=0.2)

@@ -499,3 +499,34 @@ def test_create_dev_environment_opens_a_notebook_whose_cell_runs_the_job_again(m
     log = api("GET", f"jobs/{job['id']}/logs/read", params={"node": "worker-0", "offset": 0})
     assert "devenv job ran 42" in log["data"]
     page.screenshot(path=str(SHOTS / "job-devenv-ran.png"))
+
+
+def test_html_in_a_jobs_command_env_log_and_events_shows_as_text(ma_lab, browser_page):
+    """A hostile job's HTML (in its command, environment, log and, through the log's tail, its
+    failure event) is shown as text in the job page's overview, log pane and events: no element
+    is made of it and no handler of it runs."""
+    import shlex
+
+    from playwright.sync_api import expect
+
+    api, page = Api(ma_lab), browser_page
+    payload = '<img src=x onerror="window.maXss=1"><b class="ma-xss">bold</b>'
+    script = f"import sys\nprint({payload!r}, flush=True)\nsys.exit(3)\n"
+    job = api.submit(
+        name="html-job", command=f"python -c {shlex.quote(script)} {shlex.quote(payload)}", env={"X": payload}
+    )
+    wait_for(lambda: api("GET", f"jobs/{job['id']}")["status"] == "error", timeout=120)
+
+    table = _open_table(page)
+    table.locator(f'tr[data-job-id="{job["id"]}"]').click()
+    detail = page.locator(f'[data-ma-view="job"][data-job-id="{job["id"]}"]')
+    expect(detail).to_be_visible(timeout=30_000)
+    expect(detail.locator(".ma-overview")).to_contain_text(payload, timeout=60_000)  # command, env
+    detail.locator('.ma-tab[data-tab="logs"]').click()
+    expect(detail.locator(".ma-log-main")).to_contain_text(payload, timeout=60_000)
+    detail.locator('.ma-tab[data-tab="events"]').click()
+    expect(detail.locator(".ma-events-table")).to_contain_text(payload, timeout=60_000)
+    page.screenshot(path=str(SHOTS / "job-html-as-text.png"))
+    assert page.locator('img[src="x"]').count() == 0
+    assert page.locator("b.ma-xss").count() == 0
+    assert page.evaluate("window.maXss") is None

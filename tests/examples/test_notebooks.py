@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.notebook, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
-# run by the modes' tests, and ray_cluster by tests/ray (it needs a private network namespace)
-MODE_NOTEBOOKS = {"pytorch_ddp", "tensorflow_distributed", "mpi_allreduce", "ray_cluster"}
+# run by the modes' tests, ray_cluster by tests/ray (it needs a private network namespace) and
+# gpu_quickstart by tests/gpu (it needs a card)
+MODE_NOTEBOOKS = {"pytorch_ddp", "tensorflow_distributed", "mpi_allreduce", "ray_cluster", "gpu_quickstart"}
 
 # What each notebook's saved outputs must show (log lines of its jobs and their final status).
 EXPECTED = {

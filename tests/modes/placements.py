@@ -8,11 +8,12 @@ ports ``20000 + 10 k`` and ``20001 + 10 k``, so expected values can be written d
 from __future__ import annotations
 
 from ma_jupyter.backends.local import LocalBackend
-from ma_jupyter.config import default_specs
+from ma_jupyter.config import cpu_specs, emulated_specs
 from ma_jupyter.models import JobSpec
 from ma_jupyter.modes.base import Placement, TaskSlot, task_roles
 
-SPECS = {s.name: s for s in default_specs()}
+#: the default cluster's specs on a machine without cards, whatever this machine has
+SPECS = {s.name: s for s in cpu_specs() + emulated_specs()}
 
 
 def card_spec(cards: int):

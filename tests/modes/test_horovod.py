@@ -25,8 +25,6 @@ SEED_PREFIX = [
     "--stdin",
     "none",
     "-x",
-    "NCCL_DEBUG=INFO",
-    "-x",
     "PATH",
     "-mca",
     "pml",
@@ -56,6 +54,9 @@ def test_hostfiles_and_variables_2_nodes_4_cards():
         assert node.env["OMPI_MCA_plm_rsh_agent"] == "python -m ma_jupyter.backends.local.rsh_agent"
         assert node.env["PRTE_MCA_plm_ssh_agent"] == "python -m ma_jupyter.backends.local.rsh_agent"
         assert node.env["SLOTS"] == "4"
+        # seed 003: cards x nodes processes; seed 004's MY_MPI_SLOTS defaults to MA_NUM_GPUS
+        assert node.env["OPENMPI_NP"] == "8" and node.env["MA_NUM_GPUS"] == "4"
+        assert node.env["OPENMPI_HOST_FILE_PATH"] == "/etc/mpi/hostfile"
 
 
 def test_command_without_mpirun_gets_the_seed_prefix_on_worker_0():
@@ -119,8 +120,8 @@ def test_modelarts_convention_forwards_the_platform_variables():
     )
     head = plan_job(spec, placement_for(spec, card_spec(4)))[0]
     forwarded = [head.argv[i + 1] for i, a in enumerate(head.argv) if a == "-x"]
-    assert forwarded[:2] == ["NCCL_DEBUG=INFO", "PATH"]
-    assert set(forwarded[2:]) == {
+    assert forwarded[:1] == ["PATH"]
+    assert set(forwarded[1:]) == {
         "CRED_FILE",
         "MA_JOB_ID",
         "MA_JOB_NAME",
@@ -142,7 +143,6 @@ def _forwarded(argv: list[str]) -> list[str]:
 def test_ld_library_path_is_forwarded_only_when_the_node_has_it():
     spec = _mpi(env={"LD_LIBRARY_PATH": "/opt/lib"})
     assert _forwarded(plan_job(spec, placement_for(spec, card_spec(4)))[0].argv) == [
-        "NCCL_DEBUG=INFO",
         "LD_LIBRARY_PATH",
         "PATH",
     ]
@@ -180,3 +180,26 @@ def test_a_backend_without_a_remote_shell_cannot_plan_mpi_jobs():
     with pytest.raises(InvalidSpec, match="no remote shell for MPI") as refused:
         plan_job(spec, replace(placement_for(spec, card_spec(4)), remote_shell=None))
     assert refused.value.field == "mode"
+
+
+def test_nccl_debug_is_the_jobs_to_set():
+    spec = _mpi()
+    assert "NCCL_DEBUG" not in " ".join(plan_job(spec, placement_for(spec, card_spec(4)))[0].argv)
+    spec = _mpi(env={"NCCL_DEBUG": "WARN"})
+    head = plan_job(spec, placement_for(spec, card_spec(4)))[0]
+    assert _forwarded(head.argv) == ["NCCL_DEBUG", "PATH"] and head.env["NCCL_DEBUG"] == "WARN"
+
+
+def test_hostfile_slots_are_the_cards_where_the_spec_has_cards():
+    spec = _mpi(nodes=2)
+    placement = placement_for(spec, card_spec(2))
+    placement = replace(placement, tasks=tuple(replace(t, cpus=(0, 1, 2, 3)) for t in placement.tasks))
+    head = plan_job(spec, placement)[0]
+    assert head.files["/etc/mpi/hostfile"] == "worker-0 slots=2\nworker-1 slots=2\n"
+    assert head.env["OPENMPI_NP"] == "4"
+
+
+def test_a_cpu_job_has_no_card_count():
+    spec = _mpi(nodes=2)
+    head = plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))[0]
+    assert "MA_NUM_GPUS" not in head.env and head.env["OPENMPI_NP"] == "2"

@@ -480,3 +480,39 @@ def test_a_performance_alert_shows_in_the_followed_cell_and_is_marked_in_events(
     handle = run.result.result
     events = Run(ma_shell, f"%ma_events {handle.id}")
     assert "ALERT: performance alert on worker-0" in events.text(), events.text()
+
+
+def test_job_text_never_drives_a_terminal_and_its_html_is_escaped(ma_shell):
+    hostile = (
+        "print('clip \\x1b]52;c;ZWNobyBwd25lZA==\\x07 title \\x1b]0;t\\x07 \\x1b[2J\\x1b[1;1H c1 \\x9b2J', flush=True)\n"
+        "print('\\x1b[32mgreen\\x1b[0m <img src=x onerror=alert(1)>', flush=True)\n"
+        "raise SystemExit(3)\n"
+    )
+    run = Run(ma_shell, "%%ma_train --name ctl --out c\n" + hostile)
+    handle = ma_shell.user_ns.get("c") or session.get_client().jobs(name="ctl")[0]
+    shown = "clip ^[]52;c;ZWNobyBwd25lZA==^G title ^[]0;t^G ^[[2J^[[1;1H c1 \\x9b2J"
+
+    def inert(text: str) -> bool:
+        bare = re.sub(r"\x1b\[[0-9;]*m", "", text)  # colours may stay: an output area shows them
+        return not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", bare)
+
+    # the followed cell
+    assert shown in run.job_text() and inert(run.job_text()), run.job_text()
+    # %ma_logs
+    logs = Run(ma_shell, f"%ma_logs {handle.id}")
+    assert shown in logs.stdout and "\x1b[32mgreen\x1b[0m" in logs.stdout and inert(logs.stdout), logs.stdout
+    # the plain stream (papermill, a terminal IPython) of the live log: colours only on a terminal
+    import io
+
+    plain = io.StringIO()
+    printed = live.LiveLog(handle.id, display=lambda *a, **k: None, stream_to=plain)
+    printed.add([(("worker-0", None), line) for line in handle.logs(follow=False)])
+    printed.say("status of \x1b]0;job\x07")
+    assert shown in plain.getvalue() and "green" in plain.getvalue() and "\x1b" not in plain.getvalue()
+    assert "status of ^[]0;job^G" in plain.getvalue()
+    # %ma_events as HTML: the reason (the log's tail) escaped
+    events = Run(ma_shell, f"%ma_events {handle.id}")
+    html = "".join(o.data.get("text/html", "") for o in events.outputs)
+    assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html, html
+    plain = "".join(o.data.get("text/plain", "") for o in events.outputs)  # a terminal IPython's
+    assert "^[[2J^[[1;1H" in plain and inert(plain), plain

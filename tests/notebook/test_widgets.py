@@ -164,3 +164,50 @@ def test_monitor_has_a_tab_per_rank(ma_widget_client):
         assert "hello from rank 1" in monitor.log_text("worker-0")
     finally:
         monitor.close_monitor()
+
+
+# what a hostile job puts where the widgets show it: HTML in its log, its command and (through
+# the log's tail) its reason, and terminal control characters
+HTML_PAYLOAD = "<img src=x onerror=alert(1)><script>alert(2)</script>"
+HOSTILE_JOB = (
+    "import sys\n"
+    f"print({HTML_PAYLOAD!r}, flush=True)\n"
+    "print('osc \\x1b]52;c;ZWNobyBwd25lZA==\\x07 \\x9b2J \\x1b[31mred\\x1b[0m', flush=True)\n"
+    "sys.exit(3)\n"
+)
+
+
+def test_the_monitor_escapes_html_in_the_jobs_log_command_reason_and_events(ma_widget_client):
+    import shlex
+
+    handle = ma_widget_client.submit(
+        name="html-job", command=f"python -c {shlex.quote(HOSTILE_JOB)} '<b>bold</b>'", env={"X": "<i>x</i>"}
+    )
+    monitor = JobMonitor(handle, client=ma_widget_client)
+    try:
+        wait_for(lambda: not monitor.following, timeout=120)
+        wait_for(lambda: "ma-status-error" in monitor.badge.value, timeout=30)
+        job = handle.refresh()
+        # the failure's event holds the log's tail: the payload
+        assert any("<img src=x" in e.reason for e in ma_widget_client.events(handle.id))
+        widgets = {
+            "log": monitor._log_widgets[("worker-0", None)].value,
+            "events": monitor.events.value,
+            "info": monitor.info.value,
+            "title": monitor.title.value,
+        }
+        for where, value in widgets.items():
+            for raw in ("<img", "<script", "<b>bold", "<i>x"):
+                assert raw not in value, (where, raw, value)
+        assert "&lt;img src=x onerror=alert(1)&gt;&lt;script&gt;" in widgets["log"]
+        assert "&lt;img src=x onerror=alert(1)&gt;" in widgets["events"]
+        # terminal controls are shown, colours kept (the log pane escapes them as text)
+        assert "osc ^[]52;c;ZWNobyBwd25lZA==^G \\x9b2J \x1b[31mred\x1b[0m" in monitor.log_text()
+        # the tables of jobs (%ma_jobs, the panel) escape every cell
+        from ma_jupyter.frontends import render
+
+        bundle = render.table_bundle(["command", "env"], [[job.spec.command, job.spec.env["X"]]])
+        assert "<img" not in bundle["text/html"] and "&lt;b&gt;bold&lt;/b&gt;" in bundle["text/html"]
+        assert "<i>" not in bundle["text/html"] and "&lt;i&gt;x" in bundle["text/html"]
+    finally:
+        monitor.close_monitor()

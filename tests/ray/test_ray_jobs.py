@@ -223,6 +223,20 @@ def test_a_failed_rank_ends_the_job_in_error_with_no_process_left(ray_service, t
     wait_for(lambda: job_processes(job.id) == [], timeout=30)
 
 
+def test_a_write_above_the_working_directory_on_a_ray_node_names_the_mount_and_the_fix(ray_service, tmp_path):
+    client = Client(autostart=False)
+    handle = client.submit(
+        name="mnist-data",
+        algorithm=_algorithm(tmp_path / "algo", train="import os\nos.makedirs('../data', exist_ok=True)\n"),
+        command="python train.py",
+    )
+    job = handle.wait(timeout=240)
+    assert job.status is JobStatus.error, node_logs(client, job.id)
+    first = job.reason.splitlines()[0]
+    assert "/workspace/data (written ../data) is in /workspace itself" in first, first
+    assert "/workspace/outputs" in first and "--volume NAME=PATH" in first
+
+
 def test_kill_9_of_the_service_mid_job_then_a_restart_ends_the_job_with_every_line(ray_service, tmp_path):
     code = """
     import time

@@ -53,13 +53,27 @@ class ServiceProcess:
         return self.session(self.user_token(name))
 
 
-def start_service(home: Path, timeout: float = 20.0, tokens: dict[str, str] | None = None) -> ServiceProcess:
-    """Start the service for ``home`` and wait until its runtime file names it."""
+def start_service(
+    home: Path,
+    timeout: float = 20.0,
+    tokens: dict[str, str] | None = None,
+    wrap: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> ServiceProcess:
+    """Start the service for ``home`` and wait until its runtime file names it.
+
+    ``wrap``: a command that execs the service after setting something up (it must exec, so the
+    service keeps the pid the runtime file names); ``env``: variables added to the service's.
+    """
     runtime = home / "service.json"
-    env = {**os.environ, "MA_JUPYTER_HOME": str(home)}
+    env = {**os.environ, "MA_JUPYTER_HOME": str(home), **(env or {})}
     log = open(home / "service.log", "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ma_jupyter.service"], env=env, stdout=log, stderr=log, start_new_session=True
+        [*(wrap or []), sys.executable, "-m", "ma_jupyter.service"],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -106,6 +120,11 @@ def ma_service(ma_home):
 
     services[0].restart = restart  # type: ignore[attr-defined]
     yield services[0]
+    stop_services(services)
+
+
+def stop_services(services: list[ServiceProcess]) -> None:
+    """Stop the jobs of the last of ``services`` (waiting until they ended), then every one."""
     last = services[-1]
     if last.proc.poll() is None:
         # Jobs outlive the service by design: stop them, and wait until the service has carried

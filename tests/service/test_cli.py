@@ -293,3 +293,15 @@ def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_
     assert len(snapshots) == 1 and "edited" not in (snapshots[0] / "train.py").read_text()
     # the service home inside the shipped folder is never copied (its tokens, jobs, snapshots)
     assert not (snapshots[0] / ma_home.name).exists()
+
+
+def test_a_failure_that_is_not_a_user_error_is_one_line_without_a_traceback(ma_cli, tmp_path):
+    job = ma_cli("submit", "--wait", "--name", "one-line", "--", PY, "-c", "print('fine')")
+    assert job.returncode == 0, job.stderr
+    missing = tmp_path / "no-such-folder" / "devenv.ipynb"
+    out = ma_cli("devenv", "one-line", "-o", str(missing))
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"error: FileNotFoundError: [Errno 2] No such file or directory: '{missing}' (MA_JUPYTER_DEBUG=1 shows where)"
+    ]

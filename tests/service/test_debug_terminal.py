@@ -125,6 +125,21 @@ def _running_debug_job(client, **fields):
     return handle
 
 
+def test_a_terminal_of_unknown_size_is_24_by_80(ma_service):
+    """A client that reports 0 rows and 0 columns (no tty, a browser terminal not laid out yet)
+    gets a usable terminal, not a refusal or a 1 x 1 one."""
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    handle = _running_debug_job(client)
+    session = client.shell(handle.id, rows=0, cols=0, command=["stty", "size"])
+    out, code = run_command(session, timeout=60)
+    assert code == 0, out
+    assert out.split() == ["24", "80"], out
+    client.stop(handle.id)
+
+
 def test_a_command_runs_on_the_nodes_terminal_and_the_opening_is_an_event(ma_service):
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command

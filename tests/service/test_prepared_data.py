@@ -6,9 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import stat
+import threading
 import time
 
-from tests.helpers import wait_for
+from ma_jupyter import config
+from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.models import JobSpec, JobStatus
+from ma_jupyter.service.scheduler import Scheduler
+from ma_jupyter.service.store import Store
+from ma_jupyter.service.supervisor import Supervisor
+from tests.helpers import stop_every_job, wait_for
 from tests.service.test_service import full_log, pycmd, submit, wait_status
 
 READ = "print('read', open('/workspace/dataset/private/d/x.txt').read(), flush=True)"
@@ -122,8 +131,9 @@ def test_a_bad_retention_is_named(ma_home, ma_service, tmp_path):
     assert r.status_code == 400 and "[data] retention" in r.text
 
 
-def test_a_link_inside_a_dataset_is_copied_as_a_link_never_followed(tmp_path):
-    from ma_jupyter.service.prepared import PreparedStore, source_key
+def test_a_link_inside_a_dataset_is_copied_as_a_link_never_followed(ma_home, tmp_path):
+    from ma_jupyter.backends.local import prepare
+    from ma_jupyter.service.prepared import PreparedStore
 
     secret = tmp_path / "private" / "notes.txt"
     secret.parent.mkdir()
@@ -134,17 +144,224 @@ def test_a_link_inside_a_dataset_is_copied_as_a_link_never_followed(tmp_path):
     (data / "x").symlink_to(secret)
     (data / "linked-dir").symlink_to(secret.parent)
     store = PreparedStore(tmp_path / "store")
-    got = store.acquire("job-1", str(data), "bob")
+    got = store.acquire("job-1", str(data), "bob", prepare)
     copy = got.path
     assert (copy / "sub" / "a.bin").read_bytes() == b"a" * 10
     # the links are links in the copy: nothing behind them was read with the service's rights
     assert (copy / "x").is_symlink() and os.readlink(copy / "x") == str(secret)
     assert (copy / "linked-dir").is_symlink()
     assert got.bytes == 10
+
     # what a link points to changes the key; what lies behind it does not
-    before = source_key(str(data))[0]
+    def key() -> str:
+        return prepare.look_at_dataset("bob", str(data)).key
+
+    before = key()
     secret.write_text("changed behind the link")
-    assert source_key(str(data))[0] == before
+    assert key() == before
     (data / "x").unlink()
     (data / "x").symlink_to(tmp_path / "elsewhere")
-    assert source_key(str(data))[0] != before
+    assert key() != before
+
+
+# ------------------------------------------------------------------ hostile datasets
+#
+# A dataset may hold what a job wrote (any job can fill a writable volume): data preparation
+# reads it as the job's account, by the untrusted-file rules, off every lock.
+
+
+def _quick(call, what: str, limit: float = 10.0):
+    """``call()``'s result, asserting it answered within ``limit`` seconds (a stalled service
+    makes the request time out, which fails the test as well)."""
+    started = time.monotonic()
+    result = call()
+    assert time.monotonic() - started < limit, f"{what} took {time.monotonic() - started:.1f} s"
+    return result
+
+
+def test_a_fifo_socket_or_device_dataset_is_refused_by_name_and_blocks_nobody(ma_service, tmp_path):
+    import socket
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # the reproduction: a dataset that is a FIFO nobody writes to
+    inner = tmp_path / "vol"
+    (inner / "sub").mkdir(parents=True)
+    (inner / "ok.txt").write_text("fine")
+    os.mkfifo(inner / "sub" / "wait.fifo")
+    sock_dir = tmp_path / "sockvol"
+    sock_dir.mkdir()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(sock_dir / "agent.sock"))
+    dev_dir = tmp_path / "devvol"
+    dev_dir.mkdir()
+    os.mknod(dev_dir / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+
+    mallory = ma_service.user_session("mallory")
+    bob = ma_service.user_session("bob")
+    hostile = {}
+    for name, path, shown in [
+        ("fifo", fifo, f"{fifo} is a FIFO"),
+        ("inner", inner, f"{inner}/sub/wait.fifo is a FIFO"),
+        ("socket", sock_dir, f"{sock_dir}/agent.sock is a socket"),
+        ("device", dev_dir, f"{dev_dir}/null is a device file"),
+    ]:
+        body = {
+            "name": name,
+            "command": pycmd("print('ran')"),
+            "data_preparation": True,
+            "datasets": [{"name": "d", "path": str(path)}],
+        }
+        r = _quick(
+            lambda body=body: mallory.post(f"{ma_service.api}/jobs", json=body, timeout=30), "a submit"
+        )
+        if r.status_code == 201:
+            hostile[r.json()["id"]] = shown
+        else:  # refused at once is as good, if it names what it refused
+            assert r.status_code == 400 and shown in r.text, r.text
+
+    # meanwhile another user's submit and the admin's stop answer at once
+    queued = {"name": "other", "command": pycmd("import time; time.sleep(60)")}
+    other = _quick(lambda: bob.post(f"{ma_service.api}/jobs", json=queued, timeout=30), "bob's submit")
+    assert other.status_code == 201, other.text
+    stop = _quick(
+        lambda: ma_service.session().post(f"{ma_service.api}/jobs/{other.json()['id']}/stop", timeout=30),
+        "the admin's stop",
+    )
+    assert stop.status_code == 200, stop.text
+
+    for job_id, shown in hostile.items():
+        final = wait_status(ma_service, job_id, {"succeeded", "error"}, timeout=60)
+        assert final["status"] == "error" and shown in final["reason"], (shown, final["reason"])
+        assert "dataset d:" in final["reason"] and "ran" not in full_log(ma_service, job_id)
+    # nothing half made: no complete copy, and no copy in progress left behind
+    assert _data(ma_service) == []
+    store = ma_service.home / "prepared"
+    assert not list(store.glob("*/data")) and not list(store.glob("*/copying-*"))
+    listener.close()
+
+
+def test_a_setuid_file_arrives_without_its_bits_owned_by_the_job_account(ma_service, tmp_path):
+    data = tmp_path / "data"
+    (data / "shared").mkdir(parents=True)
+    tool = data / "tool"
+    tool.write_text("#!/bin/sh\nid\n")
+    tool.chmod(0o4755)  # what a job's `chmod 4755` left in a writable volume
+    (data / "group-tool").write_text("x")
+    (data / "group-tool").chmod(0o2755)
+    (data / "shared").chmod(0o3777)  # setgid and sticky folder
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the service's secret")
+    secret.chmod(0o600)
+    (data / "escape").symlink_to(secret)  # a link out of the dataset
+    (data / "unreadable.txt").write_text("root only")
+    (data / "unreadable.txt").chmod(0o600)
+
+    script = (
+        "import os, stat\n"
+        "base = '/workspace/dataset/private/d/'\n"
+        "st = os.stat(base + 'tool')\n"
+        "print('mode', oct(stat.S_IMODE(st.st_mode)), 'uid', st.st_uid, 'me', os.getuid(), flush=True)\n"
+        "try:\n"
+        "    print('escaped', open(base + 'escape').read(), flush=True)\n"
+        "except OSError as exc:\n"
+        "    print('no escape', type(exc).__name__, flush=True)\n"
+    )
+    # the file the account cannot read is refused with a message saying so
+    refused = _run(ma_service, data, script=script)
+    final = wait_status(ma_service, refused["id"], {"succeeded", "error"}, timeout=120)
+    assert final["status"] == "error" and "unreadable.txt" in final["reason"], final["reason"]
+    assert "cannot be read by the account the job runs as" in final["reason"], final["reason"]
+    (data / "unreadable.txt").unlink()
+
+    job = _run(ma_service, data, script=script)
+    final = wait_status(ma_service, job["id"], {"succeeded", "error"}, timeout=120)
+    assert final["status"] == "succeeded", final["reason"]
+    log = full_log(ma_service, job["id"])
+    assert "mode 0o755" in log and "no escape" in log and "the service's secret" not in log, log
+    [entry] = _data(ma_service)
+    copy = entry["path"]
+    nobody = pwd.getpwnam("nobody").pw_uid
+    for name, mode in [("tool", 0o755), ("group-tool", 0o755), ("shared", 0o777)]:
+        st = os.lstat(os.path.join(copy, name))
+        assert stat.S_IMODE(st.st_mode) == mode, (name, oct(st.st_mode))
+        assert st.st_uid == nobody != 0, (name, st.st_uid)  # the job's account made it, not root
+    assert os.readlink(os.path.join(copy, "escape")) == str(secret)  # a link, never followed
+
+
+class GatedCopyBackend(LocalBackend):
+    """The local backend whose dataset copies wait for the test's ``gate`` first: a copy that
+    takes as long as the test wants (a huge dataset, a slow disk)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = threading.Event()
+        self.copying = threading.Event()
+
+    def copy_dataset(self, user, source, into, cancel=None):
+        self.copying.set()
+        while not self.gate.wait(0.05):
+            if cancel is not None and cancel.is_set():
+                break
+        return super().copy_dataset(user, source, into, cancel)
+
+
+def test_a_copy_in_progress_holds_no_lock_and_a_stop_cancels_it(ma_home, tmp_path):
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), GatedCopyBackend())
+    data = _dataset(tmp_path, size=1000)
+
+    def spec(name, script, **extra):
+        return JobSpec.model_validate(
+            {"name": name, "command": pycmd(script), "specs": ["cpu.small"], **extra}
+        )
+
+    try:
+        prep_spec = spec("prep", READ, data_preparation=True, datasets=[{"name": "d", "path": str(data)}])
+        slow = sup.submit(prep_spec, "mallory")
+        _quick(sup.tick, "the tick that starts the copy")
+        wait_for(sup.backend.copying.is_set, timeout=30)
+        assert sup.store.get(slow.id).status is JobStatus.queued  # preparing: queued, nodes reserved
+        # while it copies, another user's job is submitted and started, and the admin stops it
+        other = _quick(lambda: sup.submit(spec("other", "import time; time.sleep(60)"), "bob"), "a submit")
+        _quick(sup.tick, "a tick")
+        assert sup.store.get(other.id).status is JobStatus.running
+        _quick(lambda: sup.request_stop(slow.id, by="admin"), "the stop of the copying job")
+        assert sup.store.get(slow.id).status is JobStatus.stopped
+        # the copy is cancelled: no copy in progress left, none taken for complete
+        store = sup.prepared.root
+        wait_for(lambda: slow.id not in sup._preparing, timeout=30)
+        assert not list(store.glob("*/data")) and not list(store.glob("*/copying-*"))
+        assert not (config.jobdir(slow.id).logs / "worker-0.log").exists()  # it never ran
+
+        # the same data again, the gate open: copied, then launched by the copying thread
+        sup.backend.gate.set()
+        again = sup.submit(prep_spec, "mallory")
+        sup.tick()
+        wait_for(lambda: sup.store.get(again.id).status is JobStatus.running, timeout=60)
+        [entry] = sup.prepared.entries(lambda _id: True)
+        assert entry.jobs == [again.id] and os.path.isdir(entry.path)
+    finally:
+        sup.backend.gate.set()
+        stop_every_job(sup)
+
+
+def test_a_copy_cut_short_by_a_crash_is_never_taken_for_a_prepared_one(ma_home, tmp_path):
+    from ma_jupyter.backends.local import prepare
+    from ma_jupyter.service.prepared import COPYING_PREFIX, PreparedStore
+
+    data = _dataset(tmp_path, size=100)
+    store = PreparedStore(tmp_path / "store")
+    key = prepare.look_at_dataset("bob", str(data.resolve())).key
+    # what a service killed mid-copy leaves: the entry, a hold, a partial copy
+    half = store.root / key / f"{COPYING_PREFIX}dead" / "data"
+    half.mkdir(parents=True)
+    (half / "x.txt").write_text("hel")
+    (store.root / key / "holds").mkdir()
+    (store.root / key / "holds" / "job-gone").touch()
+    assert store.entries(lambda _id: True) == []  # not listed: there is no complete copy
+    got = store.acquire("job-2", str(data), "bob", prepare)  # the next job copies afresh
+    assert not got.reused and (got.path / "x.txt").read_text() == "hello"
+    assert got.path == store.root / key / "data"
+    store.release("job-2")
+    store.sweep(lambda _id: False, keep=3600)  # the partial copy goes; the kept one stays
+    assert not list(store.root.glob(f"*/{COPYING_PREFIX}*")) and not list(store.root.glob(".removed-*"))
+    assert (got.path / "x.txt").read_text() == "hello"

@@ -22,6 +22,7 @@ LAYER_OF = {
     "ma_jupyter.nodeside": "nodeside",
     "ma_jupyter.models": "models",
     "ma_jupyter.config": "config",
+    "ma_jupyter.accelerators": "accelerators",
     "ma_jupyter.tsgen": "tsgen",
     "ma_jupyter.workspace": "workspace",
     "ma_jupyter.modes": "modes",
@@ -47,15 +48,18 @@ ALLOWED = {
     # runs inside a job's node, under the job's interpreter: nothing of the package beyond itself
     "nodeside": {"nodeside"},
     "models": {"commands", "errors"},
-    "config": {"models", "errors", "jobdir"},
+    # this machine's cards: detection and device nodes, nothing of the package
+    "accelerators": set(),
+    "config": {"models", "errors", "jobdir", "accelerators"},
     "tsgen": {"models"},
     "workspace": {"models", "errors"},
     "modes": {"modes", "models", "commands", "errors", "nodeside"},
     # the Kubernetes export plans a job with the modes, as a backend would, and runs nothing
     "export": {"export", "modes", "workspace", "models", "commands", "jobdir", "errors"},
-    "backends.base": {"modes", "models", "config", "jobdir", "errors"},
+    "backends.base": {"accelerators", "modes", "models", "config", "jobdir", "errors"},
     "backends.local": {
         "backends.local",
+        "accelerators",
         "backends.base",
         "modes",
         "workspace",
@@ -70,6 +74,7 @@ ALLOWED = {
     # the Ray backend runs the local backend's node runner and sandbox on each Ray node
     "backends.ray": {
         "backends.ray",
+        "accelerators",
         "backends.local",
         "backends.base",
         "modes",
@@ -84,6 +89,7 @@ ALLOWED = {
     # no "untrusted": the service reads what a job wrote only through its backend
     "service": {
         "service",
+        "accelerators",
         "backends.base",
         "export",
         "modes",

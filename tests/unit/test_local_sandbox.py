@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ma_jupyter.backends.base import Attempt
+from ma_jupyter.backends.base import OUTPUTS_VIEW, Attempt
+from ma_jupyter.backends.local.host_policy import RunAs
 from ma_jupyter.backends.local.mounts import node_workdir
 from ma_jupyter.backends.local.sandbox import (
     EXEC_ENV,
+    SHOWN_FD,
     SYSTEM_PATH,
     bwrap_argv,
     command_argv,
@@ -22,6 +24,7 @@ from ma_jupyter.backends.local.sandbox import (
     node_env,
     node_launches,
     node_view,
+    reader_argv,
     resolve_image,
     to_host,
 )
@@ -371,13 +374,13 @@ def _hint_mounts():
     ]
 
 
-def test_read_only_hints_name_the_mount_and_the_way_out():
-    from ma_jupyter.backends.local.mounts import Mount, read_only_hint
+def test_path_hints_name_the_mount_and_the_way_out():
+    from ma_jupyter.backends.local.mounts import Mount, path_hint
 
     mounts = _hint_mounts()
 
     def hint(*lines, workdir=f"{WS}/algorithm", extra=()):
-        return read_only_hint(list(lines), mounts + list(extra), workdir)
+        return path_hint(list(lines), mounts + list(extra), workdir)
 
     python = "OSError: [Errno 30] Read-only file system: '/workspace/dataset/private/mnist/cache.pt'"
     text = hint("Traceback (most recent call last):", python)
@@ -399,9 +402,82 @@ def test_read_only_hints_name_the_mount_and_the_way_out():
     # a relative path is the working directory's; a read-only original names --code-writable
     original = Mount("/h/algo", f"{WS}/algorithm", True, "algorithm")
     only = [m for m in mounts if m.kind != "workdir"] + [original]
-    text = read_only_hint(["OSError: [Errno 30] Read-only file system: 'model.pt'"], only, f"{WS}/algorithm")
+    text = path_hint(["OSError: [Errno 30] Read-only file system: 'model.pt'"], only, f"{WS}/algorithm")
     assert "the algorithm folder itself" in text and "--code-writable" in text
     assert hint("bash: line 1: x: Read-only file system").startswith("a write to a read-only folder failed")
+    # /workspace itself and the root are read-only: a tutorial's ../data and ../../Datasets
+    text = hint("PermissionError: [Errno 13] Permission denied: '../data'")
+    assert text.startswith("/workspace/data (written ../data) is in /workspace itself")
+    assert "read-only" in text and "/workspace/outputs" in text and "--volume NAME=PATH" in text
+    assert "./data instead of ../data" in text
+    coreutils = "mkdir: cannot create directory \u2018/workspace/dataset/new\u2019: Permission denied"
+    assert hint(coreutils).startswith("/workspace/dataset/new is in /workspace itself")
+    text = hint("PermissionError: [Errno 13] Permission denied: '../../Datasets'")
+    assert text.startswith("/Datasets lies in the node's read-only system folders (written ../../Datasets)")
+    # a denied read elsewhere, or a script that is not executable, says nothing of the view
+    assert hint("PermissionError: [Errno 13] Permission denied: '/root/.netrc'") is None
+    assert hint("bash: ./run.sh: Permission denied") is None
+    # a file missing from what a node has of its own: only on a job of several nodes
+    tmp = "FileNotFoundError: [Errno 2] No such file or directory: '/tmp/ps/ckpt-1.index'"
+    cache = "FileNotFoundError: [Errno 2] No such file or directory: '/tmp/.cache/x'"
+    assert hint(tmp) is None
+    text = path_hint(
+        [tmp], mounts + [Mount("/h/c", "/tmp/.cache", False, "cache")], f"{WS}/algorithm", nodes=2
+    )
+    assert text.startswith("/tmp/ps/ckpt-1.index is missing in this node's own /tmp")
+    assert "/workspace/outputs" in text
+    assert (
+        path_hint(
+            [cache], mounts + [Mount("/h/c", "/tmp/.cache", False, "cache")], f"{WS}/algorithm", nodes=2
+        )
+        is None
+    )
+    text = path_hint(
+        ["FileNotFoundError: [Errno 2] No such file: 'data/MNIST/raw'"], mounts, f"{WS}/algorithm", nodes=2
+    )
+    assert "own working copy" in text and "--code-writable" in text
+    # a file the command names, missing because no folder was shipped
+    empty = [Mount("/h/copy", f"{WS}/algorithm", False, "workdir", True)] + mounts[1:]
+    missing = "python: can't open file '/workspace/algorithm/train.py': [Errno 2] No such file or directory"
+    text = path_hint([missing], empty, f"{WS}/algorithm")
+    assert text.startswith("/workspace/algorithm/train.py is missing: the job has no algorithm folder")
+    assert "--code-dir DIR" in text
+    assert hint(missing) is None  # with an algorithm folder it is only a missing file
     # writes that worked, or other errors, explain nothing
     assert hint("OSError: [Errno 2] No such file or directory: '/workspace/dataset/private/mnist/x'") is None
     assert hint("saved /workspace/outputs/m.pt") is None
+
+
+def test_a_readers_sandbox_shows_one_folder_by_descriptor_read_only(ma_home):
+    image = resolve_image(Image())
+    argv = reader_argv(image, RunAs(65534, 65534, "nobody"), OUTPUTS_VIEW, ["python", "-c", "pass"])
+    joined = " ".join(argv)
+    # the folder comes from the descriptor the caller opened and checked, never a path
+    assert argv[argv.index("--ro-bind-fd") + 1 : argv.index("--ro-bind-fd") + 3] == [SHOWN_FD, OUTPUTS_VIEW]
+    assert " --bind " not in joined and "--dev-bind" not in joined  # nothing writable but /tmp
+    assert str(ma_home) not in joined  # no path of the service's home at all
+    assert argv[argv.index("--cap-drop") + 1] == "ALL" and "--unshare-pid" in argv
+    # it ends with the thread that started it; no session of its own (one killpg ends it all)
+    assert "--die-with-parent" in argv and "--new-session" not in argv
+    inner = argv[argv.index("--") + 1 :]
+    assert inner[0].endswith("setpriv") and "--reuid=65534" in inner
+    assert inner[inner.index(EXEC_ENV) + 1] == ENV_FILE and f"--ro-bind-data {ENV_FD} {ENV_FILE}" in joined
+
+
+def test_the_memory_backed_folders_are_no_larger_than_the_nodes_memory(ma_paths, tmp_path):
+    """/tmp, /run and /dev/shm are tmpfs: uncapped, each could take half the host's memory, outside
+    the node's limit (issue 24, item 5); bubblewrap's --size caps each at the spec's memory."""
+    import dataclasses
+
+    spec = full_spec(ma_paths)
+    task = TaskSlot("worker", 0, "worker-0", "127.0.1.1", (0,), memory_gb=1.0)
+    placement = Placement("job-1", Spec(name="s", cpus=1, memory_gb=1), (task,))
+    attempt = Attempt("job-1", spec, 0, tmp_path / "jobs" / "job-1", tuple(plan_job(spec, placement, ["x"])))
+    view = node_view(attempt, attempt.plans[0], "bubblewrap")
+    assert view.tmpfs_limit == 1 << 30  # the task's memory_gb
+    argv = bwrap_argv(view, ["python", "x.py"])
+    for folder in ("/tmp", "/run", "/dev/shm"):
+        at = argv.index(folder, argv.index("--dev"))
+        assert argv[at - 3 : at] == ["--size", str(1 << 30), "--tmpfs"], folder
+    uncapped = dataclasses.replace(view, tmpfs_limit=0)
+    assert "--size" not in bwrap_argv(uncapped, ["python", "x.py"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ma_jupyter.config import Cluster, load_cluster
+from ma_jupyter.config import Cluster, Limits, load_cluster
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import Node
 from ma_jupyter.service.health import NodeHealth
@@ -48,4 +48,16 @@ def test_the_cluster_file_defines_pools_and_the_inspection_limits(tmp_path):
     for bad in ("[[pool]]\ndedicated = true\n", '[[pool]]\nname = "p"\ndedicated = "yes"\n', "pool = 3\n"):
         path.write_text(bad)
         with pytest.raises(InvalidSpec, match=r"\[\[pool\]\]"):
+            load_cluster(path)
+
+
+def test_the_cluster_file_sets_the_node_and_disk_limits(tmp_path):
+    path = tmp_path / "cluster.toml"
+    assert (Limits().max_node_processes, Limits().max_log_mb, Limits().disk_reserve_mb) == (4096, 1024, 256)
+    path.write_text("[limits]\nmax_node_processes = 64\nmax_log_mb = 2.5\ndisk_reserve_mb = 16\n")
+    limits = load_cluster(path).limits
+    assert (limits.max_node_processes, limits.max_log_mb, limits.disk_reserve_mb) == (64, 2.5, 16)
+    for bad in ("max_node_processes = 1.5", "max_log_mb = 0", "disk_reserve_mb = -1", 'max_log_mb = "1G"'):
+        path.write_text(f"[limits]\n{bad}\n")
+        with pytest.raises(InvalidSpec, match=rf"\[limits\] {bad.split()[0]} must be a positive number"):
             load_cluster(path)

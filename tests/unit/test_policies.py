@@ -181,6 +181,48 @@ def test_disk_folders_with_and_without_outputs():
     assert policies.disk_folders(spec, root, root / "outputs") == [root, Path("/data/out"), Path("/data/vol")]
 
 
+def test_the_reserve_ends_the_job_writing_the_most_and_only_a_flood():
+    mb = 1 << 20
+    reserve = 256 * mb
+
+    def offender(grown, seconds, free):
+        return policies.reserve_offender(grown, seconds, free, reserve, mb)  # 1 MB/s
+
+    assert offender({"a": 3 * mb, "b": 40 * mb, "c": 0}, 2.0, 250 * mb) == "b"
+    # just under the reserve, writing slower than the flood rate (a job printing lines) ends nobody
+    assert offender({"a": mb // 2, "b": 100}, 1.0, 250 * mb) is None
+    # deeper into it, a slower writer is ended; near full, whoever writes the most
+    assert offender({"a": mb // 2, "b": 100}, 1.0, 100 * mb) == "a"
+    assert offender({"a": 0, "b": 100}, 1.0, 0) == "b"
+    # nothing written (or files removed) ends nobody, however full the disk
+    assert offender({"a": -5 * mb, "b": 0}, 1.0, 0) is None
+    assert offender({}, 1.0, 0) is None
+    end = policies.on_reserve(Path("/srv/ma/jobs"), 20 * mb, 256 * mb, 12 * mb, 1.0)
+    assert end.status is JobStatus.error and end.pending and not end.requeue
+    assert end.reason.startswith(
+        "disk nearly full under /srv/ma/jobs: 20.0 MB free, under the reserve of 256 MB"
+    )
+    assert "[limits] disk_reserve_mb" in end.reason and "wrote the most there (12.0 MB" in end.reason
+
+
+def test_disk_use_counts_each_file_once_on_its_own_disk(tmp_path):
+    import os
+
+    from ma_jupyter.service.disk import disk_use
+
+    job = tmp_path / "job"
+    (job / "outputs").mkdir(parents=True)
+    (job / "outputs" / "a.bin").write_bytes(b"x" * (1 << 20))
+    (job / "log").write_bytes(b"y" * (1 << 20))
+    (job / "elsewhere").symlink_to("/usr")  # never followed
+    device = os.stat(tmp_path).st_dev
+    once = disk_use([job], device)
+    assert 2 << 20 <= once < 3 << 20
+    assert disk_use([job, job / "outputs"], device) == once  # the outputs inside the job folder
+    assert disk_use([job], device + 1) == 0  # another disk: nothing counted
+    assert disk_use([tmp_path / "missing"], device) == 0
+
+
 # ---------------------------------------------------------------------------- each poll
 
 

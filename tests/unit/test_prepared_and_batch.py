@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import pwd
 
+from ma_jupyter.backends.local import datacopy
+from ma_jupyter.errors import RefusedFile
 from ma_jupyter.models import Job, JobSpec, JobStatus, NodeRun
-from ma_jupyter.service import policies, prepared
+from ma_jupyter.service import policies
+from ma_jupyter.untrusted import DatasetWalk, open_dataset
 
 
 def _touch_same(path, text):
@@ -14,31 +18,52 @@ def _touch_same(path, text):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime
 
 
-def test_small_trees_are_keyed_by_content_large_ones_by_metadata(tmp_path, monkeypatch):
+def _digest(path, limit=datacopy.CONTENT_HASH_LIMIT) -> tuple[str, int, int]:
+    fd = open_dataset(path)
+    try:
+        walk = DatasetWalk(str(path), limit).run(fd)
+    finally:
+        os.close(fd)
+    return walk.digest(), walk.bytes, walk.files
+
+
+def test_small_trees_are_keyed_by_content_large_ones_by_metadata(tmp_path):
     data = tmp_path / "d"
     data.mkdir()
     (data / "a.txt").write_text("one")
-    key, size, files = prepared.source_key(str(data))
+    key, size, files = _digest(data)
     assert (size, files) == (3, 1)
-    assert prepared.source_key(str(data))[0] == key  # stable
+    assert _digest(data)[0] == key  # stable
     _touch_same(data / "a.txt", "two")
-    small = prepared.source_key(str(data))[0]
+    small = _digest(data)[0]
     assert small != key  # contents read: an edit within one mtime tick is seen
-    monkeypatch.setattr(prepared, "CONTENT_HASH_LIMIT", 0)
-    large = prepared.source_key(str(data))[0]
+    large = _digest(data, limit=0)[0]
     _touch_same(data / "a.txt", "six")
-    assert prepared.source_key(str(data))[0] == large  # metadata only
+    assert _digest(data, limit=0)[0] == large  # metadata only
     (data / "b.txt").write_text("new")
-    assert prepared.source_key(str(data))[0] != large  # a file added is a new state
+    assert _digest(data, limit=0)[0] != large  # a file added is a new state
+    changed = _digest(data, limit=0)[0]
+    (data / "b.txt").chmod(0o755)
+    assert _digest(data, limit=0)[0] != changed  # so is a change of its permissions
     other = tmp_path / "e"
     os.rename(data, other)
     copy = tmp_path / "copy"
     copy.mkdir()
     for f in other.iterdir():
         (copy / f.name).write_bytes(f.read_bytes())
+        (copy / f.name).chmod(f.stat().st_mode)
         os.utime(copy / f.name, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns))
     # the same files at another path are another source: never shared across paths
-    assert prepared.source_key(str(copy))[0] != prepared.source_key(str(other))[0]
+    assert _digest(copy)[0] == _digest(other)[0]
+    assert datacopy.look(str(copy), None)[0] != datacopy.look(str(other), None)[0]
+    # nor across accounts: a copy holds what its account could read
+    nobody = pwd.getpwnam("nobody")
+    account = datacopy.Account(nobody.pw_uid, nobody.pw_gid)
+    assert datacopy.look(str(other), account)[0] != datacopy.look(str(other), None)[0]
+    # a copy's state is its source's: the next look at an unchanged source finds it
+    made = datacopy.copy(str(other), None, tmp_path / "into")
+    assert made == datacopy.look(str(other), None)
+    assert sorted(p.name for p in (tmp_path / "into" / "data").iterdir()) == ["a.txt", "b.txt"]
 
 
 def _batch(**extra) -> Job:
@@ -76,3 +101,28 @@ def test_task_states_follow_the_nodes():
         ("task-2", "queued", "s-2"),
     ]
     assert Job(id="r", spec=JobSpec(name="r", command="true")).tasks == []
+
+
+def test_a_dataset_the_account_cannot_read_is_refused_though_the_service_could(tmp_path):
+    nobody = pwd.getpwnam("nobody")
+    account = datacopy.Account(nobody.pw_uid, nobody.pw_gid)
+    data = tmp_path / "private"  # tmp_path's parents are the service's own (0700): never walked
+    data.mkdir()
+    (data / "a.txt").write_text("root only")
+    data.chmod(0o700)
+    assert datacopy.look(str(data), None)[1:] == (9, 1)  # the service's account reads it
+    try:
+        datacopy.look(str(data), account)
+    except RefusedFile as exc:
+        assert f"{data} cannot be read by the account the job runs as" in exc.message
+    else:
+        raise AssertionError("nobody read a folder only root may read")
+    data.chmod(0o755)
+    (data / "a.txt").chmod(0o600)
+    try:
+        datacopy.copy(str(data), account, tmp_path / "into")
+    except RefusedFile as exc:
+        assert f"{data}/a.txt cannot be read by the account the job runs as" in exc.message
+    else:
+        raise AssertionError("nobody copied a file only root may read")
+    assert not (tmp_path / "into").exists()  # nothing half made

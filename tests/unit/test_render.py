@@ -106,3 +106,40 @@ def test_log_lines_split_at_newlines_only():
     assert render.log_lines(text) == ["first", "100% final", "last without newline"]
     assert render.log_lines("a\r\nb\n") == ["a", "b"]
     assert render.log_lines("") == []
+
+
+def test_terminal_text_shows_every_control_character_and_keeps_colours_only_on_request():
+    hostile = (
+        "clip \x1b]52;c;ZWNobyBwd25lZA==\x07 title \x1b]0;root\x1b\\ \x1b[2J\x1b[1;1H\x1b[3A"
+        " c1 \x9b2J \x9d0;t\x9c \x1b[31mred\x1b[0m\ttab \r\b\x00\x7f"
+    )
+    shown = render.terminal_text(hostile)
+    assert shown == (
+        "clip ^[]52;c;ZWNobyBwd25lZA==^G title ^[]0;root^[\\ ^[[2J^[[1;1H^[[3A"
+        " c1 \\x9b2J \\x9d0;t\\x9c red\ttab ^M^H^@^?"
+    )
+    # nothing a terminal would act on is left, but tab
+    assert not [c for c in shown if (ord(c) < 0x20 and c != "\t") or 0x7F <= ord(c) <= 0x9F]
+    kept = render.terminal_text(hostile, keep_sgr=True)
+    assert "\x1b[31mred\x1b[0m" in kept and kept.count("\x1b") == 2  # colours only
+    assert render.terminal_text(shown) == shown  # idempotent
+    assert render.terminal_text("line\n\ttabbed") == "line\n\ttabbed"
+    # an SGR cut by a write, or an escape that only looks like one, is shown, never passed
+    assert render.terminal_text("\x1b[31", keep_sgr=True) == "^[[31"
+    assert render.terminal_text("\x1b[31;1H", keep_sgr=True) == "^[[31;1H"
+
+
+def test_a_terminal_safe_stream_neutralises_every_write():
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    plain, tty = io.StringIO(), Tty()
+    for target in (plain, tty):
+        stream = render.TerminalSafe(target)
+        print("\x1b]52;c;eA==\x07 \x1b[32mok\x1b[0m", file=stream)
+        stream.control("\x1b[H")  # the CLI's own redraw passes as it is
+    assert plain.getvalue() == "^[]52;c;eA==^G ok\n\x1b[H"
+    assert tty.getvalue() == "^[]52;c;eA==^G \x1b[32mok\x1b[0m\n\x1b[H"

@@ -128,3 +128,29 @@ def test_keystrokes_sent_with_the_request_are_not_lost(agent):
             elif channel == shell_agent.EXIT:
                 code = int(payload)
     assert b"TYPED-42" in seen and code == 7
+
+
+def test_an_unknown_terminal_size_becomes_24_by_80():
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    try:
+
+        def size() -> tuple[int, int]:
+            rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(slave, termios.TIOCGWINSZ, bytes(8)))
+            return rows, cols
+
+        shell_agent.set_winsize(master, 0, 0)
+        assert size() == (24, 80)
+        shell_agent.set_winsize(master, 50, 0)
+        assert size() == (50, 80)
+        shell_agent.set_winsize(master, -1, 132)
+        assert size() == (24, 132)
+        shell_agent.set_winsize(master, 5000, 5000)
+        assert size() == (1000, 1000)
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -47,7 +47,18 @@ def project(tmp_path, monkeypatch):
         ("python train.py --lr 0.1", True),
         (["python", "train.py"], True),
         ("python -m pkg.train", True),
-        ("bash -c 'python train.py'", False),  # a shell's script text is not a path
+        # a shell's -c script is read for the files it names (the README's way to pipe)
+        ("bash -c 'python train.py | tee log.txt'", True),
+        ("sh -ec 'cd . && python -m pkg.train > out.txt'", True),
+        ("bash --norc -c 'python train.py'", True),
+        ("bash -c 'echo train.py'", True),
+        ("bash -c 'python missing.py | tee x'", False),
+        ("bash -c 'python \"unclosed'", False),
+        ("bash -c", False),
+        ("bash -c 'cd pkg && ls'", True),
+        ("bash -c 'cd /tmp && ls'", False),
+        ("bash -c 'cd .. && ls'", False),
+        ("bash train.py", True),
         ("python -c 'print(1)'", False),
         ("python missing.py", False),
         ("python ../project/train.py", True),
@@ -80,6 +91,14 @@ def test_the_current_folder_is_shipped_as_a_copy_without_caches(project):
     assert (shipped / "pkg" / "__init__.py").exists()
     assert not (shipped / ".git").exists() and not (shipped / "__pycache__").exists()
     assert _tree_hash(project) == before  # the user's folder is untouched
+
+
+def test_code_writable_mounts_the_folder_itself_instead_of_a_copy(project):
+    body = {"name": "t", "command": "bash -c 'python train.py | tee log'", "algorithm_read_only": False}
+    note = ship_working_folder(body, project)
+    assert body["algorithm"] == str(project.resolve()) and not is_snapshot(body["algorithm"])
+    assert note and "itself" in note and "writable (--code-writable)" in note
+    assert not (project.parent / "home" / "snapshots").exists()  # nothing copied
 
 
 def test_nothing_is_shipped_when_the_spec_names_an_algorithm_or_no_local_file(project):

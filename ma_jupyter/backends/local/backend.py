@@ -18,6 +18,7 @@ import json
 import math
 import os
 import secrets
+import shutil
 import signal
 import socket
 import stat
@@ -33,19 +34,19 @@ import psutil
 
 import ma_jupyter
 
-from ... import config
+from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
-from ...modes.base import NodePlan, Placement, RemoteShell
+from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...untrusted import read_small
-from ..base import JOB_SECRET_ENV, Attempt, Backend, NodeUsage
-from . import caches, noderun, shell_agent
+from ..base import JOB_SECRET_ENV, Attempt, Backend, DatasetState, NodeUsage
+from . import caches, noderun, outputs_reader, prepare, shell_agent
 from . import logs as job_logs
 from . import network as network_ns
 from . import sandbox as workspace
 from .code import python_sources
 from .forkserver import RunnerForkServer, ServerUnavailable
-from .mounts import read_only_hint
+from .mounts import path_hint
 from .processes import ExitWatcher, marked_processes, read_exit_code
 from .procfs import is_marked, process_start_time
 
@@ -109,6 +110,8 @@ class LocalBackend(Backend):
         agent, whose first job should not wait for it); where it cannot start, runners start
         the slow way."""
         self._compile_helpers()
+        if self.isolation() == "bubblewrap":
+            _user_namespace_works()  # checked now rather than at the first node
         try:
             self._forks.start()
         except ServerUnavailable as exc:
@@ -229,6 +232,11 @@ class LocalBackend(Backend):
         if len(launches) != len(attempt.plans):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         # Build every node's view before starting anything.
+        # the cards as this machine shows them now (a card node gone since the plan refuses)
+        launches = [
+            workspace.with_machine_cards(launch, plan.task.card_type)
+            for launch, plan in zip(launches, attempt.plans, strict=True)
+        ]
         views = [(launch, workspace.launch_view(attempt, launch)) for launch in launches]
         _refuse_unsandboxed([view for _, view in views])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
@@ -283,6 +291,9 @@ class LocalBackend(Backend):
         Raises:
             InvalidSpec: the node would run as another account without a sandbox.
         """
+        plan = next(p for p in attempt.plans if p.name == launch.name)
+        # planned on another machine: the cards are bound as this one shows them
+        launch = workspace.with_machine_cards(launch, plan.task.card_type, planned_elsewhere=True)
         view = workspace.launch_view(attempt, launch)
         _refuse_unsandboxed([view])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
@@ -318,6 +329,7 @@ class LocalBackend(Backend):
         def wrap(command: list[str], phase: str = "") -> list[str]:
             return workspace.sandbox_argv(view, command, copy=copy and phase == first)
 
+        limits = config.load_cluster().limits
         spec = {
             "node": launch.name,
             "node_dir": str(node_dir),
@@ -334,8 +346,19 @@ class LocalBackend(Backend):
             "job_env": env if view.sandbox == "bubblewrap" else None,
             "cwd": workspace.host_workdir(view),
             "cpus": list(view.cpus),
-            # the spec's memory per node: the runner's watchdog ends the node past it
+            # the spec's memory per node (its tmpfs included): the runner's watchdog ends the node
+            # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
             "memory_gb": plan.task.memory_gb or None,
+            "max_processes": limits.max_node_processes,
+            # the node in a user namespace of its own, where its process limit is its own count
+            "own_user_namespace": view.sandbox == "bubblewrap" and _user_namespace_works(),
+            # the account the node's processes run as (the kernel's process limit spares root)
+            "account_uid": view.run_as.uid if view.run_as else os.geteuid(),
+            "max_log_bytes": int(limits.max_log_mb * (1 << 20)),
+            "logs_dir": str(attempt.jobdir.logs),
+            # the jobs folder's disk reserve: a log flood under it ends the job at the runner's pace
+            "disk_reserve_bytes": int(limits.disk_reserve_mb * (1 << 20)),
+            "disk_flood_rate": config.DISK_FLOOD_RATE,
             "on_start": wrap(launch.on_start, "on_start") if launch.on_start else None,
             "on_stop": wrap(launch.on_stop) if launch.on_stop else None,
             # the node's working copy: filled by its first phase (bubblewrap) or by the runner
@@ -353,7 +376,7 @@ class LocalBackend(Backend):
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else None,
             # a failed command keeps the sandbox for the debug terminal this long ([limits])
-            "keep_failed_seconds": config.load_cluster().limits.debug_keep_hours * 3600.0
+            "keep_failed_seconds": limits.debug_keep_hours * 3600.0
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else 0,
             # where its network rules hold: the attempt's namespace, or a fence (see .network)
@@ -463,6 +486,17 @@ class LocalBackend(Backend):
         except OSError:
             return run.start_time
 
+    def card_fault(self, task: TaskSlot) -> str | None:
+        """The first of the task's real cards that this machine no longer shows, or that NVML
+        reports lost (:func:`ma_jupyter.accelerators.card_fault`)."""
+        if not task.card_type:
+            return None
+        for index in task.devices:
+            reason = accelerators.card_fault(task.card_type, index)
+            if reason is not None:
+                return reason
+        return None
+
     # ------------------------------------------------------------------------ stop
 
     def _marker(self, attempt: Attempt, run: NodeRun) -> str | None:
@@ -542,8 +576,9 @@ class LocalBackend(Backend):
         return job_logs.failure(attempt.jobdir, run.name)
 
     def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
-        """A write to a read-only folder in ``lines``: which mount of the node's view it hit and
-        how to change it (:func:`.mounts.read_only_hint`), from the view the node ran in."""
+        """A refused write in ``lines`` (which mount of the node's view it hit, why, and how to
+        change it), or a file missing from what each node of a multi-node job has of its own
+        (its ``/tmp``, its working copy): :func:`.mounts.path_hint`, from the view the node ran in."""
         try:
             relative = attempt.jobdir.node(run.name).view_record.relative_to(attempt.jobdir.root)
             view = json.loads(read_small(attempt.job_dir, str(relative), limit=4 << 20))
@@ -551,22 +586,47 @@ class LocalBackend(Backend):
             workdir = str(view["workdir"])
         except (OSError, ValueError, TypeError, KeyError, RefusedFile):
             return None
-        return read_only_hint(lines, mounts, workdir)
+        return path_hint(lines, mounts, workdir, nodes=attempt.spec.nodes)
 
     # ---------------------------------------------------------------------- caches
 
     def usage(self, job_id: str, runs: list[NodeRun]) -> list[NodeUsage] | None:
         """Each running node's process tree read from ``/proc`` (``noderun.tree_usage``, the
-        memory watchdog's walk); a runner whose pid now belongs to another process is skipped."""
-        del job_id
+        memory watchdog's walk), with its real cards' use and its processes' card memory (NVML);
+        a runner whose pid now belongs to another process is skipped."""
         found: list[NodeUsage] = []
         for run in runs:
             if run.state != "running" or run.pid is None or not self._alive(run):
                 continue
             used = noderun.tree_usage(run.pid)
             if used is not None:
-                found.append(NodeUsage(run.name, used[0], used[1]))
+                cards = self._card_use(job_id, run)
+                found.append(
+                    NodeUsage(
+                        run.name,
+                        used[0],
+                        used[1],
+                        cards.percent if cards else None,
+                        cards.memory_mb if cards else None,
+                    )
+                )
         return found
+
+    @staticmethod
+    def _card_use(job_id: str, run: NodeRun) -> accelerators.CardUse | None:
+        """The use of the node's real cards (named in its ``view.json``) and the card memory of
+        its processes, through NVML; None for a node without real cards or without NVML."""
+        jd = config.jobdir(job_id)
+        try:
+            relative = jd.node(run.name).view_record.relative_to(jd.root)
+            view = json.loads(read_small(jd.root, str(relative), limit=16 << 20))
+            devices, paths = list(view.get("devices") or []), list(view.get("device_nodes") or [])
+        except (OSError, ValueError, RefusedFile, AttributeError, TypeError):
+            return None
+        kind = accelerators.card_type_of(paths)
+        if not kind or run.pid is None:
+            return None
+        return accelerators.sample(kind, devices, noderun.tree_pids(run.pid))
 
     def open_shell(
         self, job: Job, node: str, rows: int, cols: int, command: list[str] | None = None
@@ -628,6 +688,14 @@ class LocalBackend(Backend):
 
         return opener
 
+    def start_outputs_reader(
+        self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
+    ) -> subprocess.Popen:
+        """The program as the job's account, in a bubblewrap sandbox showing only the job's
+        outputs, read-only (see :mod:`.outputs_reader`, which also says what the symlink mode
+        does)."""
+        return outputs_reader.start(job, argv, env, output, self.isolation())
+
     def kept_until(self, attempt: Attempt, run: NodeRun) -> float | None:
         """The time the failed node's runner keeps its sandbox until (its ``kept.json``)."""
         nd = attempt.jobdir.node(run.name)
@@ -666,6 +734,16 @@ class LocalBackend(Backend):
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s cache (the caller made sure no job of theirs runs)."""
         caches.clear(user)
+
+    def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
+        """The dataset's state read as the job's account on this machine (:mod:`.prepare`)."""
+        return prepare.look_at_dataset(user, source)
+
+    def copy_dataset(
+        self, user: str | None, source: str, into: Path, cancel: threading.Event | None = None
+    ) -> DatasetState:
+        """The copy made as the job's account on this machine (:mod:`.prepare`)."""
+        return prepare.copy_dataset(user, source, into, cancel)
 
 
 def runner_env() -> dict[str, str]:
@@ -813,6 +891,25 @@ def _kernel_port() -> int:
 
 
 _BWRAP_OK: bool | None = None
+_USERNS_OK: bool | None = None
+
+
+def _user_namespace_works() -> bool:
+    """Whether nodes can run in user namespaces of their own here (noderun rule 1b), checked once
+    per process by the runner's own code in a process of its own (it forks)."""
+    global _USERNS_OK
+    if _USERNS_OK is None:
+        if os.geteuid() != 0 or not shutil.which("bwrap", path=workspace.SYSTEM_PATH):
+            _USERNS_OK = False
+        else:
+            argv = [sys.executable, "-m", "ma_jupyter.backends.local.noderun", noderun.CHECK_USER_NAMESPACE]
+            argv.append(shutil.which("bwrap", path=workspace.SYSTEM_PATH))
+            try:
+                done = subprocess.run(argv, capture_output=True, timeout=30, env=runner_env())
+                _USERNS_OK = done.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                _USERNS_OK = False
+    return _USERNS_OK
 
 
 def _bwrap_works() -> bool:

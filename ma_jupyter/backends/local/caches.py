@@ -13,6 +13,11 @@ warm.  Rules:
    empty one.  The caller (the supervisor) refuses to clear while a job of the user runs.
 4. Everything in it was written by jobs: sizes are read with ``lstat`` through folder
    descriptors (no symlink followed), removal uses :func:`shutil.rmtree` (which follows none).
+5. The folders frameworks keep in ``HOME`` itself instead of ``~/.cache`` (:data:`HOME_CACHES`:
+   ``~/.keras``, ``~/.torch``...) are kept in it too, at ``home/<name>``: each node's ``~/<name>``
+   is a link there (:func:`home_links`).  They are made at each launch (through the cache's
+   descriptor, never following a link the job left); a name the job replaced with something
+   else is left as it is, since a link inside the cache resolves in the node's view only.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ from ...models import CacheInfo
 
 #: where the cache appears in a node: ``$HOME/.cache`` (HOME is /tmp inside a node)
 CACHE_VIEW = "/tmp/.cache"
+#: folders frameworks keep in HOME rather than in ``~/.cache`` (rule 5): Keras's datasets and
+#: models, torch's and torchvision's older ones, CUDA's compiled kernels, Triton's, MXNet's, CuPy's
+HOME_CACHES = (".keras", ".torch", ".nv", ".triton", ".mxnet", ".cupy")
+#: the folder of the cache holding them: ``~/.keras`` is ``~/.cache/home/.keras``
+HOME_FOLDER = "home"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -54,9 +64,16 @@ def cache_dir(user: str | None) -> Path:
     return root() / folder_name(user)
 
 
+def home_links(home: str, cache: str) -> list[tuple[str, str]]:
+    """``(link, target)`` for each of :data:`HOME_CACHES`: the link in the node's ``home`` and
+    the folder of the cache ``cache`` it leads to (rule 5)."""
+    return [(f"{home}/{name}", f"{cache}/{HOME_FOLDER}/{name}") for name in HOME_CACHES]
+
+
 def ensure(path: Path, owner: tuple[int, int] | None) -> None:
-    """Make the cache folder ``path`` (rules 1 and 2), owned by ``owner`` (None: the service's
-    own user); changed through its descriptor, never by name."""
+    """Make the cache folder ``path`` (rules 1 and 2) and its :data:`HOME_CACHES` folders (rule
+    5), owned by ``owner`` (None: the service's own user); changed through descriptors, never
+    by name."""
     base = Path(path).parent
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
     for _ in range(2):
@@ -72,10 +89,43 @@ def ensure(path: Path, owner: tuple[int, int] | None) -> None:
                 if (st.st_uid, st.st_gid) != wanted:
                     os.fchown(fd, *wanted)
                 os.fchmod(fd, 0o700)
+                _ensure_home_folders(fd, wanted)
                 return
         finally:
             os.close(fd)
         _discard(Path(path))  # made for another account: start again (rule 2)
+
+
+def _ensure_home_folders(cache_fd: int, owner: tuple[int, int]) -> None:
+    """``home/<name>`` for each of :data:`HOME_CACHES` below the cache open at ``cache_fd``,
+    owned by ``owner``; a name that is already something other than a folder is left alone."""
+    folder = _own_folder(cache_fd, HOME_FOLDER, owner)
+    if folder is None:
+        return
+    try:
+        for name in HOME_CACHES:
+            made = _own_folder(folder, name, owner)
+            if made is not None:
+                os.close(made)
+    finally:
+        os.close(folder)
+
+
+def _own_folder(parent_fd: int, name: str, owner: tuple[int, int]) -> int | None:
+    """The folder ``name`` below ``parent_fd`` (made if missing, given to ``owner`` when this
+    made it), opened without following a link; None where the job left something else."""
+    try:
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+        made = True
+    except FileExistsError:
+        made = False
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    except OSError:
+        return None
+    if made and (os.fstat(fd).st_uid, os.fstat(fd).st_gid) != owner:
+        os.fchown(fd, *owner)
+    return fd
 
 
 def _has_entries(fd: int) -> bool:

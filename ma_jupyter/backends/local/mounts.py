@@ -40,7 +40,7 @@ __all__ = [
     "check_outside_writable",
     "mounts_for",
     "node_workdir",
-    "read_only_hint",
+    "path_hint",
     "with_working_copy",
 ]
 
@@ -309,57 +309,147 @@ def with_working_copy(
     )
 
 
-# ------------------------------------------------------------------- read-only failures
+# ------------------------------------------------------------------- path failures
 
 _READ_ONLY = re.compile(r"Read-only file system|EROFS|\[Errno 30\]")
+#: a refused write the job's account may not make: ``os.makedirs("../data")`` under the
+#: read-only ``/workspace`` (its folders are the platform's, not the job account's)
+_DENIED = re.compile(r"Permission denied|EACCES|\[Errno 13\]")
 #: torch.save's words for a file it could not create (it names no errno)
 _CANNOT_OPEN = "cannot be opened"
-_QUOTED = re.compile(r"""['"]([^'"\n]+)['"]""")
-_ABSOLUTE = re.compile(r"""(?<![\w.~])(/[^\s'":,;()\[\]{}]+)""")
+#: a file that is not there (Python, the shell, TensorFlow's checkpoint readers)
+_MISSING = re.compile(
+    r"No such file or directory|\[Errno 2\]|ENOENT|NotFoundError|Failed to find any matching files|does not exist"
+)
+#: a quoted path: the quote opens after no letter (the apostrophe of "can't" opens nothing)
+_QUOTED = re.compile(r"""(?<!\w)['"\u2018\u201c]([^'"\u2018\u2019\u201c\u201d\n]+)['"\u2019\u201d]""")
+_ABSOLUTE = re.compile(r"""(?<![\w.~])(/[^\s'"\u2018\u2019\u201c\u201d:,;()\[\]{}]+)""")
 _WRITABLE_ELSEWHERE = "write under /workspace/outputs (the --output folder) or the working directory"
+#: where a node's own ``/tmp`` is (the cache below it is the user's, shared by every node)
+_NODE_TMP = "/tmp/"
 
 
-def read_only_hint(lines: Iterable[str], mounts: Sequence[Mount], workdir: str) -> str | None:
-    """One sentence naming the read-only folder a failed write hit, from a node's last log lines,
-    and how to change it; None when no line shows such a write.
+def path_hint(lines: Iterable[str], mounts: Sequence[Mount], workdir: str, nodes: int = 1) -> str | None:
+    """One sentence explaining a failed node from its last log lines in terms of its view: which
+    mount a refused write hit, why, and how to change it; None when no line shows such a failure.
 
-    1. The last line that says "Read-only file system" (errno 30, EROFS), or torch's "cannot be
-       opened", is the failed write.
+    1. The last line that says "Read-only file system" (errno 30, EROFS), "Permission denied"
+       (errno 13, EACCES), or torch's "cannot be opened", is the failed write.
     2. A path it names (quoted, or absolute; a relative one is taken from ``workdir``) that lies
-       in a read-only mount names that mount; one in no mount at all (EROFS only) is in the
-       node's read-only system folders.
+       in a read-only mount names that mount.  One in no mount at all is in ``/workspace``
+       itself (read-only, the working directory's parent: a tutorial's ``../data``) or in the
+       node's read-only system folders; for "Permission denied" only where that is sure: a path
+       in ``/workspace``, directly under ``/``, or spelled ``../`` (a denied read of a file
+       elsewhere says nothing about the view).
     3. A line that names no such path (torch: "open file failed with strerror: Read-only file
        system") is explained by the lines just before it (the traceback's own code line, e.g.
        ``torch.save(model, "/workspace/model/...")``), where only a read-only mount counts.
     4. Otherwise a read-only write that names nothing gets the general advice.
+    5. Without such a write, on a job of several ``nodes``: the last line saying a file is
+       missing that names a path in the node's own ``/tmp`` or its own working copy gets the
+       advice that nodes do not share those (another node may have written it there).
+    6. Without such a write, on a job with no algorithm folder (its working copy started
+       empty): the last line saying a file is missing that names a path in the working copy
+       gets the advice to ship the folder holding it (``bash -c "cd elsewhere && ..."`` ships
+       nothing when the current folder holds none of the files the command names).
     """
     lines = list(lines)
     for index in range(len(lines) - 1, -1, -1):
         line = lines[index]
         erofs = bool(_READ_ONLY.search(line))
-        if not erofs and _CANNOT_OPEN not in line:
+        denied = not erofs and bool(_DENIED.search(line))
+        if not erofs and not denied and _CANNOT_OPEN not in line:
             continue
-        for path in _paths(line, workdir):
+        for raw, path in _named_paths(line, workdir):
             mount = _mount_of(path, mounts)
             if mount is not None and mount.read_only:
                 return _mount_hint(path, mount)
-            if mount is None and erofs and not path.startswith(("/tmp/", "/dev/")):
-                return f"{path} lies in the node's read-only system folders: {_WRITABLE_ELSEWHERE} ({workdir}), or /tmp"
+            if mount is not None or path.startswith(("/tmp/", "/dev/")):
+                continue
+            if _inside(path, VIEW_ROOT):
+                return _workspace_hint(path, raw)
+            if erofs or (denied and (path.count("/") == 1 or raw.startswith("../"))):
+                return (
+                    f"{path} lies in the node's read-only system folders{_spelled(path, raw)}: "
+                    f"{_WRITABLE_ELSEWHERE} ({workdir}), or /tmp"
+                )
         for before in reversed(lines[max(0, index - 8) : index]):
-            for path in _paths(before, workdir):
+            for _raw, path in _named_paths(before, workdir):
                 mount = _mount_of(path, mounts)
                 if mount is not None and mount.read_only:
                     return _mount_hint(path, mount)
         if erofs:
             return f"a write to a read-only folder failed: {_WRITABLE_ELSEWHERE} ({workdir}), or /tmp"
         return None
+    return _empty_workdir_hint(lines, mounts, workdir) or (
+        _per_node_hint(lines, mounts, workdir) if nodes > 1 else None
+    )
+
+
+def _empty_workdir_hint(lines: list[str], mounts: Sequence[Mount], workdir: str) -> str | None:
+    """Rule 6 of :func:`path_hint`."""
+    copy = next((m for m in mounts if m.kind == WORKDIR_KIND), None)
+    if copy is None or copy.copy_of is not None:
+        return None
+    for line in reversed(lines):
+        if not _MISSING.search(line):
+            continue
+        for _raw, path in _named_paths(line, workdir):
+            if _mount_of(path, mounts) is copy and path != copy.target:
+                return (
+                    f"{path} is missing: the job has no algorithm folder, so its working directory "
+                    f"{copy.target} started empty; submit from the folder holding the file (a command "
+                    "naming a file of the current folder ships that folder), or pass --code-dir DIR"
+                )
+        return None
     return None
 
 
-def _paths(line: str, workdir: str) -> list[str]:
-    """The paths a log line names (quoted or absolute), normalised, relative ones from ``workdir``."""
-    raw = [*_QUOTED.findall(line), *_ABSOLUTE.findall(line)]
-    return [posixpath.normpath(posixpath.join(workdir, r.strip().rstrip("."))) for r in raw if r.strip()]
+def _workspace_hint(path: str, raw: str) -> str:
+    where = "/workspace itself" if path != VIEW_ROOT else "/workspace"
+    local = f" ({raw[1:]} instead of {raw})" if raw.startswith("../") and not raw.startswith("../../") else ""
+    return (
+        f"{path}{_spelled(path, raw)} is in {where}, which holds only the platform's mounts and is "
+        "read-only (it is the working directory's parent): write under /workspace/outputs (the "
+        f"--output folder) or in the working directory{local}, or mount a folder of yours "
+        "writable with --volume NAME=PATH (at /workspace/volume/NAME)"
+    )
+
+
+def _spelled(path: str, raw: str) -> str:
+    """`` (written ../data)`` where the log named ``path`` relatively."""
+    return f" (written {raw})" if raw != path and not raw.startswith("/") else ""
+
+
+def _per_node_hint(lines: list[str], mounts: Sequence[Mount], workdir: str) -> str | None:
+    """Rule 5 of :func:`path_hint`: a missing file in what each node has of its own."""
+    for line in reversed(lines):
+        if not _MISSING.search(line):
+            continue
+        for _raw, path in _named_paths(line, workdir):
+            mount = _mount_of(path, mounts)
+            if mount is not None and mount.kind == WORKDIR_KIND:
+                return (
+                    f"{path} is missing in this node's own working copy ({mount.target}): each node of "
+                    "the job works in a copy of its own, so a file another node wrote there is not "
+                    "seen here; write what nodes share under /workspace/outputs (or a --volume), or "
+                    "share the folder itself with --code-writable"
+                )
+            if mount is None and path.startswith(_NODE_TMP):
+                return (
+                    f"{path} is missing in this node's own /tmp: each node of the job has a /tmp of "
+                    "its own, so a file another node wrote there is not seen here; write what nodes "
+                    "share (checkpoints, downloads) under /workspace/outputs, or a --volume"
+                )
+        return None
+    return None
+
+
+def _named_paths(line: str, workdir: str) -> list[tuple[str, str]]:
+    """``(as written, normalised)`` for each path a log line names (quoted or absolute),
+    relative ones from ``workdir``."""
+    raw = [r.strip().rstrip(".") for r in (*_QUOTED.findall(line), *_ABSOLUTE.findall(line)) if r.strip()]
+    return [(r, posixpath.normpath(posixpath.join(workdir, r))) for r in raw if r]
 
 
 def _mount_of(path: str, mounts: Sequence[Mount]) -> Mount | None:

@@ -4,10 +4,33 @@ The local backend starts one runner per node, in its own session, with stdout/st
 pointing at the node's log file; the service is never in the log path.  The runner:
 
 1. pins itself to the task's cores (inherited by everything it starts), and watches the
-   node's memory: every ``MEMORY_SAMPLE`` seconds it sums the resident memory of every process
-   below it (walking ``/proc/<pid>/task/<tid>/children``), and past the spec's ``memory_gb`` it
-   kills them all and reports "exceeded its memory limit of N GB on <node>" as the node's
-   failure (this machine's cgroup v2 delegates no memory controller, so no kernel limit is set);
+   node's limits: every ``MEMORY_SAMPLE`` seconds it walks every process below it (through
+   ``/proc/<pid>/task/<tid>/children``) and
+
+   a. memory: sums their resident memory and what the node's sandboxes hold in their
+      memory-backed folders (``/tmp``, ``/dev/shm``, ``/run``: tmpfs, each capped at the
+      node's memory by bubblewrap, read with ``statvfs`` through ``/proc/<pid>/root``); past
+      the spec's ``memory_gb`` it kills them all and reports "exceeded its memory limit of N GB
+      on <node>" as the node's failure (no kernel memory limit is set: a watchdog works
+      wherever the platform does, cgroup or not);
+   b. processes: the node's tasks (processes and threads) are bounded by the kernel at
+      ``max_processes`` (``[limits] max_node_processes``): as root, in bubblewrap (where the
+      backend found it works, ``own_user_namespace``: :func:`check_user_namespace`), the runner
+      makes the node a user namespace of its own, mapping every id to itself (files keep their
+      owners), and starts each phase in it with that ``RLIMIT_NPROC``; the kernel counts a
+      limit per (user namespace, uid) since Linux 5.14, so the node's count is its own, not
+      that of every job running as the same account (``nobody``).  Reaching it, a fork fails
+      with ``EAGAIN`` in the job and the node's log says so once.  Where no such namespace can
+      be made (not root, the symlink mode), or the node runs as root (an admin's
+      ``allow_root``), the watchdog kills the node past it instead;
+   c. logs: sums the sizes of every file in the job's ``logs/`` folder (all its nodes on this
+      machine); past ``max_log_bytes`` (``[limits] max_log_mb``) it kills the node and reports
+      "logs exceeded ... max_log_mb": the job ends in error with that reason (the node log is
+      written by the job's processes directly, so the cap ends the writer rather than cutting
+      what it writes); a folder of more than ``MAX_LOG_ENTRIES`` entries ends it too; and
+      while the logs' disk has less than ``disk_reserve_bytes`` free, logs growing at
+      ``disk_flood_rate`` or more (less the fuller the disk: the supervisor's rule, see
+      :mod:`ma_jupyter.service.policies`) end it with "disk nearly full under <logs>";
 2. at the node's first launch, has its working copy filled from the algorithm folder (see
    :mod:`ma_jupyter.nodeside.workdir`): by the first phase itself in bubblewrap (as the job's
    account, before the command; it reports the end on a pipe), by the runner in the symlink
@@ -36,11 +59,13 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ...jobdir import NodeDir
@@ -48,8 +73,18 @@ from ...nodeside import workdir
 from ...nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
 from ...untrusted import collect_report
 
-#: seconds between two samples of a node's memory (a read of /proc per sample)
+#: seconds between two samples of a node's limits (a read of /proc per sample)
 MEMORY_SAMPLE = 0.2
+#: the node's memory-backed folders (bubblewrap's tmpfs), counted in its memory
+TMPFS_FOLDERS = ("/tmp", "/dev/shm", "/run")
+CLONE_NEWUSER = 0x10000000
+#: bytes the job's logs may still grow by after its node was killed for them (on_stop's lines)
+LOG_SLACK = 1 << 20
+#: files and folders the job's logs folder may hold (a node log, per-rank logs and reports)
+MAX_LOG_ENTRIES = 10000
+#: a disk with less free space counts as full (``ma_jupyter.service.disk.FULL_BELOW``): each
+#: job writing there ends "disk full", the reserve's rule stands aside
+FULL_BELOW = 256 << 10
 #: seconds between two heartbeats (rule 7); the service's faulty threshold is several of them
 HEARTBEAT_EVERY = 1.0
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -127,6 +162,153 @@ def _rss(pid: int) -> int:
         return 0
 
 
+def _stats(tree: list[int]) -> tuple[int, int]:
+    """``(resident bytes, tasks)`` of the processes ``tree``: one read of ``/proc/<pid>/stat``
+    each (tasks: processes and their threads, what ``RLIMIT_NPROC`` counts)."""
+    resident = tasks = 0
+    for pid in tree:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:  # ended meanwhile
+            continue
+        # fields after "pid (comm)": num_threads is [17], rss (pages) [21]
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        try:
+            tasks += int(fields[17])
+            resident += int(fields[21]) * PAGE
+        except (ValueError, IndexError):
+            continue
+    return resident, tasks
+
+
+def tmpfs_held(tree: list[int]) -> int:
+    """Bytes the sandboxes of the processes ``tree`` hold in their memory-backed folders
+    (:data:`TMPFS_FOLDERS`), each file system counted once.
+
+    A process whose root is the runner's own (the outer bubblewrap, the symlink mode) has none;
+    the others are seen through ``/proc/<pid>/root``, one process per distinct root.  The folders
+    are mount points the job cannot replace (their parents belong to root), so a ``statvfs``
+    there is the tmpfs's own: files deleted but still open count too.
+    """
+    try:
+        own = os.stat("/")
+    except OSError:
+        return 0
+    roots: set[tuple[int, int]] = {(own.st_dev, own.st_ino)}
+    seen: set[int] = set()
+    held = 0
+    for pid in tree:
+        try:
+            root = os.stat(f"/proc/{pid}/root")
+        except OSError:
+            continue
+        if (root.st_dev, root.st_ino) in roots:
+            continue
+        roots.add((root.st_dev, root.st_ino))
+        for folder in TMPFS_FOLDERS:
+            path = f"/proc/{pid}/root{folder}"
+            try:
+                dev = os.stat(path).st_dev
+                if dev in seen or dev == root.st_dev:
+                    continue  # counted already, or not a file system of its own
+                fs = os.statvfs(path)
+            except OSError:
+                continue
+            seen.add(dev)
+            held += (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+    return held
+
+
+def logs_size(folder: str) -> int | None:
+    """Bytes of every regular file below ``folder`` (the job's logs), following no link; None
+    when it holds more than :data:`MAX_LOG_ENTRIES` entries (a job making files there without
+    end would make every sample slower)."""
+    total = entries_seen = 0
+    todo = [folder]
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    entries_seen += 1
+                    if entries_seen > MAX_LOG_ENTRIES:
+                        return None
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            todo.append(entry.path)
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        except OSError:  # gone, or not a folder
+            continue
+    return total
+
+
+def _log_flood(folder: str, grown: int, seconds: float, reserve: int, flood_rate: float) -> str | None:
+    """Why the job's logs are ended for the disk reserve, or None: its disk has less than
+    ``reserve`` bytes free (but is not full, where every writer ends "disk full") and they grew
+    by ``grown`` bytes in ``seconds``, at ``flood_rate`` or more, less the fuller the disk."""
+    if grown <= 0 or seconds <= 0:
+        return None
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    free = fs.f_bavail * fs.f_frsize
+    if free >= reserve or free < FULL_BELOW or grown / seconds < flood_rate * free / reserve:
+        return None
+    mb = 1 << 20
+    return (
+        f"disk nearly full under {folder}: {free / mb:.1f} MB free, under the reserve of {reserve / mb:g} MB "
+        f"([limits] disk_reserve_mb); the job's logs grew by {grown / mb:.1f} MB in the last {seconds:.1f} s"
+    )
+
+
+def node_user_namespace() -> int | None:
+    """A new user namespace mapping every uid and gid to itself, as a descriptor to ``setns``
+    into; None where none can be made (not root, or the kernel refuses).
+
+    A helper process unshares it and waits while this (privileged) process writes its maps; the
+    namespace outlives the helper through the descriptor.  Ids mapped to themselves keep every
+    file's owner and the account's permissions as they are; only the kernel's per-user counts
+    (``RLIMIT_NPROC``) start from zero in it.
+    """
+    if os.geteuid() != 0:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the helper: unshare, say so, wait until the maps are written
+        try:
+            os.close(ready_r)
+            os.close(done_w)
+            os.write(ready_w, b"1" if libc.unshare(CLONE_NEWUSER) == 0 else b"0")
+            os.read(done_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(done_r)
+    fd = None
+    try:
+        if os.read(ready_r, 1) == b"1":
+            for name in ("uid_map", "gid_map"):
+                with open(f"/proc/{pid}/{name}", "w") as fh:
+                    fh.write("0 0 4294967295\n")
+            fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    finally:
+        os.close(done_w)
+        os.close(ready_r)
+        os.waitpid(pid, 0)
+    return fd
+
+
 def tree_usage(root: int) -> tuple[float, int] | None:
     """What the node below runner ``root`` uses now: ``(cpu seconds, resident bytes)``, or None
     once ``root`` is gone.
@@ -135,7 +317,8 @@ def tree_usage(root: int) -> tuple[float, int] | None:
     memory watchdog uses.  The CPU seconds are cumulative and never shrink while the runner
     lives: each process counts its own time and that of the children it reaped (``utime``,
     ``stime``, ``cutime``, ``cstime``), so a child's time moves to its parent when it ends.
-    The memory is that of the processes below the runner (the watchdog's sum).
+    The memory is that of the processes below the runner and their memory-backed folders (the
+    watchdog's sum, rule 1a).
     """
     ticks = 0
     for pid in (root, *_tree(root)):
@@ -149,8 +332,14 @@ def tree_usage(root: int) -> tuple[float, int] | None:
         # fields after "pid (comm)": state is [0], utime [11], stime [12], cutime [13], cstime [14]
         fields = stat[stat.rfind(b")") + 2 :].split()
         ticks += sum(int(f) for f in fields[11:15])
-    used = sum(_rss(pid) for pid in _tree(root))
+    tree = _tree(root)
+    used = sum(_rss(pid) for pid in tree) + tmpfs_held(tree)
     return ticks / os.sysconf("SC_CLK_TCK"), used
+
+
+def tree_pids(root: int) -> set[int]:
+    """``root`` and every process below it now (whose card memory is the node's)."""
+    return {root, *_tree(root)}
 
 
 def _gb(value: float) -> str:
@@ -167,6 +356,28 @@ def _signal(pid: int, signum: int) -> None:
 def _die_with_runner() -> None:
     """In the sandbox's first process: SIGKILL it if the runner dies (no orphaned node)."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _enter_node(userns: int | None, max_processes: int) -> Callable[[], None]:
+    """What each phase's first process runs before its program: die with the runner, and (with
+    the node's user namespace) enter it with the node's process limit (rule 1b).
+
+    Any namespace the host owns (one made outside the node) must be joined before that
+    ``setns``: inside the node's user namespace no process can join one."""
+
+    # looked up here, not in the forked child (where another thread may have held a lock)
+    setns = ctypes.CDLL(None, use_errno=True).setns if userns is not None else None
+
+    def enter() -> None:
+        _die_with_runner()
+        if setns is None:
+            return
+        if setns(userns, CLONE_NEWUSER) != 0:
+            os.write(2, b"[ma_jupyter] cannot enter the node's user namespace\n")
+            os._exit(126)
+        resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+
+    return enter
 
 
 def reap_ended() -> None:
@@ -206,28 +417,102 @@ class NodeRunner:
         self.stopping = False
         self.current: subprocess.Popen | None = None
         self.agent: subprocess.Popen | None = None  # the debug terminal's shell agent
-        self.memory_exceeded: str | None = None  # the failure sentence, once the watchdog acted
+        self.exceeded: str | None = None  # the failure sentence, once the watchdog acted
         self._ended = threading.Event()
+        # rule 1b: the node's own user namespace (a descriptor), where one could be made
+        self.userns: int | None = None
+        self.max_processes = int(spec.get("max_processes") or 0)
 
-    def _watch_memory(self, limit_gb: float) -> None:
-        """The memory watchdog (rule 1): sum the RSS of the runner's descendants; past the limit,
-        say so in the node's log and kill them all (the phase then ends with 128+9)."""
-        limit = limit_gb * (1 << 30)
+    def _preexec(self) -> Callable[[], None]:
+        return _enter_node(self.userns, self.max_processes)
+
+    def _kernel_bound(self) -> bool:
+        """Whether the kernel bounds the node's processes (rule 1b): in its own user namespace,
+        as an account other than root (``RLIMIT_NPROC`` never applies to root)."""
+        return self.userns is not None and self.spec.get("account_uid") != 0
+
+    def _watch(self) -> None:
+        """The watchdog (rule 1): past a limit, say so in the node's log and kill every process
+        of the node (the phase then ends with 128+9).
+
+        It watches until the job's last phase (``on_stop``) ends, so the phases after a kill
+        are held to the same limits; the first reason is the node's.  After a kill for its
+        logs, they may grow by :data:`LOG_SLACK` more (what those phases print).
+        """
+        node = self.spec.get("node", "the node")
+        limit_gb = float(self.spec.get("memory_gb") or 0)
+        memory = limit_gb * (1 << 30)
+        max_logs = int(self.spec.get("max_log_bytes") or 0)
+        logs_dir = self.spec.get("logs_dir")
+        log_cap = max_logs
+        reserve = int(self.spec.get("disk_reserve_bytes") or 0)
+        flood_rate = float(self.spec.get("disk_flood_rate") or 0)
+        last_size, last_time = None, time.monotonic()
+        said_processes = False
         while not self._ended.wait(MEMORY_SAMPLE):
             tree = _tree(os.getpid())
-            used = sum(_rss(pid) for pid in tree)
-            if used <= limit:
+            resident, tasks = _stats(tree)
+            exceeded = None
+            # The process count first: the children a fork bomb has not exec'd yet each count
+            # the parent's resident pages again (shared, copy-on-write), so the memory sum
+            # passes its limit too, and would name the wrong cause.
+            if self.max_processes and tasks >= self.max_processes:
+                if not self._kernel_bound():  # the watchdog is the bound
+                    exceeded = (
+                        f"the job exceeded its limit of {self.max_processes} processes and threads on {node} "
+                        f"([limits] max_node_processes; {tasks} running): killed"
+                    )
+                elif not said_processes:
+                    said_processes = True
+                    self._say(
+                        f"{node} reached its limit of {self.max_processes} processes and threads "
+                        "([limits] max_node_processes): starting more fails until some end"
+                    )
+            held = tmpfs_held(tree) if memory and exceeded is None else 0
+            if exceeded is None and memory and resident + held > memory:
+                exceeded = (
+                    f"the job exceeded its memory limit of {_gb(limit_gb)} on {node} "
+                    f"({_gb((resident + held) / (1 << 30))}: {_gb(resident / (1 << 30))} resident, "
+                    f"{_gb(held / (1 << 30))} in /tmp, /dev/shm and /run): killed"
+                )
+            if exceeded is None and log_cap and logs_dir:
+                size = logs_size(logs_dir)
+                if size is None:
+                    exceeded = (
+                        f"the job's logs folder holds more than {MAX_LOG_ENTRIES} files and folders "
+                        f"(all its nodes together); {node} was killed"
+                    )
+                elif size > log_cap:
+                    exceeded = (
+                        f"the job's logs exceeded [limits] max_log_mb of {max_logs / (1 << 20):g} MB "
+                        f"(all its nodes together: {size / (1 << 20):.1f} MB); {node} was killed"
+                    )
+                    log_cap = size + LOG_SLACK
+                else:
+                    now = time.monotonic()
+                    if last_size is not None and reserve and flood_rate:
+                        exceeded = _log_flood(
+                            logs_dir, size - last_size, now - last_time, reserve, flood_rate
+                        )
+                        if exceeded:
+                            exceeded += f"; {node} was killed"
+                    last_size, last_time = size, now
+            if exceeded is None:
                 continue
-            node = self.spec.get("node", "the node")
-            self.memory_exceeded = (
-                f"exceeded its memory limit of {_gb(limit_gb)} on {node} "
-                f"({_gb(used / (1 << 30))} resident): killed"
-            )
-            print(f"[ma_jupyter] the job {self.memory_exceeded}", file=sys.stderr, flush=True)
+            if self.exceeded is None:
+                self.exceeded = exceeded
+                self._say(exceeded)
             self.stopping = True  # no further phase but on_stop
             for pid in tree:
                 _signal(pid, signal.SIGKILL)
-            return
+
+    @staticmethod
+    def _say(text: str) -> None:
+        """A line of the platform's in the node's log (never fatal: the disk may be full)."""
+        try:
+            print(f"[ma_jupyter] {text}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
 
     def _beat(self, path: Path) -> None:
         """Rule 7: refresh the heartbeat file's time until the node ends."""
@@ -292,7 +577,7 @@ class NodeRunner:
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_runner,
+                preexec_fn=self._preexec(),
                 pass_fds=(env_fd,) if env_fd is not None else (),
             )
         except OSError as exc:
@@ -339,7 +624,7 @@ class NodeRunner:
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a TERM to the runner's group must not hit bwrap
-                preexec_fn=_die_with_runner,
+                preexec_fn=self._preexec(),
                 pass_fds=tuple(fd for fd in (env_fd, copy_w) if fd is not None),
             )
         except OSError as exc:
@@ -417,9 +702,19 @@ class NodeRunner:
             if usable:
                 os.sched_setaffinity(0, usable)
         node_dir = NodeDir(Path(spec["node_dir"]))
+        if self.max_processes and spec.get("own_user_namespace"):
+            # made before any thread starts: it forks a helper
+            self.userns = node_user_namespace()
+        if (
+            self.max_processes
+            and spec.get("sandbox") == "bubblewrap"
+            and self.userns is None
+            and os.geteuid() == 0
+        ):
+            self._say("no user namespace of its own for this node here: its process limit is the watchdog's")
         threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
-        if spec.get("memory_gb"):
-            threading.Thread(target=self._watch_memory, args=(float(spec["memory_gb"]),), daemon=True).start()
+        if spec.get("memory_gb") or self.max_processes or spec.get("max_log_bytes"):
+            threading.Thread(target=self._watch, daemon=True).start()
         code = 0
         if spec.get("shell_agent"):
             self._start_agent()
@@ -458,8 +753,8 @@ class NodeRunner:
         self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
         collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"))
-        if self.memory_exceeded:  # the runner's own report wins over the launcher's
-            write_report(node_dir.failure, {"reason": f"the job {self.memory_exceeded}"})
+        if self.exceeded:  # the runner's own report wins over the launcher's
+            write_report(node_dir.failure, {"reason": self.exceeded})
             code = code or 128 + signal.SIGKILL
         if kept:  # recorded before the exit code, which ends the job: its events can say so
             until = time.time() + keep
@@ -537,9 +832,32 @@ def read_record(path: Path) -> int | None:
         return None
 
 
+#: the argument that asks :func:`main` whether nodes can have user namespaces of their own
+CHECK_USER_NAMESPACE = "--check-user-namespace"
+
+
+def check_user_namespace(bwrap: str) -> int:
+    """0 when a sandbox can start in a user namespace of its own here (rule 1b): one is made and
+    ``bwrap`` mounts a fresh ``/proc`` and ``/dev`` in it (a host whose ``/proc`` has covered
+    paths, as some containers have, refuses that in a user namespace); 1 otherwise."""
+    userns = node_user_namespace()
+    if userns is None:
+        return 1
+    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
+    argv += ["--cap-drop", "ALL", "--", "true"]
+    try:
+        done = subprocess.run(argv, preexec_fn=_enter_node(userns, 64), capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 1
+    return 0 if done.returncode == 0 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the node described by the JSON file named in ``argv``."""
+    """Entry point: run the node described by the JSON file named in ``argv``
+    (``--check-user-namespace BWRAP``: :func:`check_user_namespace`)."""
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == CHECK_USER_NAMESPACE:
+        return check_user_namespace(args[1])
     if len(args) != 1:
         print("usage: python -m ma_jupyter.backends.local.noderun <node-run.json>", file=sys.stderr)
         return 2

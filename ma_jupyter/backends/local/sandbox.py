@@ -24,7 +24,9 @@ outputs (see :mod:`ma_jupyter.nodeside.workdir`); both in the node's sandbox, as
 Two ways to build that view:
 
 * **bubblewrap** (the normal case): a minimal root made of read-only binds of the system and of
-  the Python installation, fresh ``/proc``, ``/dev`` and ``/tmp``, its own pid, UTS and IPC
+  the Python installation, fresh ``/proc``, ``/dev`` and ``/tmp`` (``/dev`` holding the device
+  nodes of the node's own real cards and their driver's, nothing of other cards:
+  :func:`card_device_args`), its own pid, UTS and IPC
   namespaces, and no capabilities (``--cap-drop ALL``), so that even root cannot remount a
   read-only bind writable.  The network is the attempt's, not the sandbox's: every node of a
   job runs in the job's own network namespace (its runner enters it before starting
@@ -57,7 +59,7 @@ from typing import TYPE_CHECKING
 
 import ma_jupyter
 
-from ... import models, workspace
+from ... import accelerators, models, workspace
 from ...commands import expand_argv, expand_env
 from ...errors import InvalidSpec
 from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
@@ -95,6 +97,10 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: this package, shown read-only in every sandbox: the modes' launchers run inside nodes as
 #: ``python -m ma_jupyter.nodeside....``
 PACKAGE_DIR = str(Path(ma_jupyter.__file__).resolve().parent)
+#: the folder on every node's PYTHONPATH (bubblewrap): it holds a link to this package and
+#: nothing else, so the modes' launchers import it while a job sees nothing more of the folder
+#: the package lies in (an editable install's repository: its tests/, bench/...)
+HELPERS_VIEW = "/run/ma_jupyter/python"
 #: the helper that makes a node's working copy and keeps what the job wrote there
 WORKDIR_HELPER = str(Path(PACKAGE_DIR) / "nodeside" / "workdir.py")
 #: where the working copy's original is shown (read-only) while it is copied, and only then
@@ -119,12 +125,18 @@ class NodeView:
         files: in-view path -> content written before launch (the mode's hostfiles...).
         hosts: content of its ``/etc/hosts``.
         sandbox: ``bubblewrap`` or ``symlink``.
-        cpus, devices: the cores and card indices of its task.
+        cpus, devices: the cores and the machine's card indices of its task.
+        device_nodes: the host's device nodes bound into its sandbox (its real cards' and their
+            driver's control nodes, see :mod:`ma_jupyter.accelerators`); empty for emulated
+            cards, a CPU task, and the symlink mode (which shows the host's whole /dev).
         run_as: the account its processes run as; None: the service's own
             (see :meth:`~ma_jupyter.backends.local.host_policy.HostPolicy.run_as`).
         export_to: in-view folder where what the job wrote in its working copy is kept after
             each attempt (None: it has no working copy).
         copy_limit: the most bytes its working copy may take.
+        tmpfs_limit: the most bytes each of its memory-backed folders (``/tmp``, ``/dev/shm``,
+            ``/run``) may hold: its spec's memory, which their use counts in too (see
+            :mod:`.noderun` rule 1); 0: no cap.
     """
 
     job_id: str
@@ -141,9 +153,11 @@ class NodeView:
     sandbox: str
     cpus: tuple[int, ...] = ()
     devices: tuple[int, ...] = ()
+    device_nodes: tuple[str, ...] = ()
     run_as: RunAs | None = None
     export_to: str | None = None
     copy_limit: int = 0
+    tmpfs_limit: int = 0
 
     @property
     def nd(self) -> NodeDir:
@@ -292,10 +306,68 @@ def node_view(
         sandbox=sandbox,
         cpus=tuple(plan.task.cpus),
         devices=tuple(plan.task.devices),
+        device_nodes=tuple(card_device_nodes(plan.task, sandbox)),
         run_as=policy.run_as(attempt.spec.creator),
         export_to=export_dir(attempt, plan) if has_copy else None,
         copy_limit=policy.workdir_copy_limit,
+        tmpfs_limit=int((plan.task.memory_gb or 0) * (1 << 30)),
     )
+
+
+def card_device_nodes(task: TaskSlot, sandbox: str) -> list[str]:
+    """The device nodes of ``task``'s real cards and their driver that this machine shows
+    (:func:`accelerators.device_paths`), for a bubblewrap sandbox; [] for emulated cards, a CPU
+    task or the symlink mode.  Where the node starts on another machine (Ray), what that
+    machine shows is bound there (:func:`with_machine_cards`)."""
+    if not task.card_type or not task.devices or sandbox != "bubblewrap":
+        return []
+    return accelerators.device_paths(task.card_type, task.devices)
+
+
+def with_machine_cards(launch: NodeLaunch, card_type: str, *, planned_elsewhere: bool = False) -> NodeLaunch:
+    """The launch with the device nodes of its real cards (``card_type``: its task's) as the
+    machine it starts on shows them, where that differs from what its plan saw: a launch planned
+    by a service on another machine (the Ray backend's), or a card whose node appeared or went
+    since.  The card variables the plan set from the machine's indices then become the numbers
+    the node can open (a value the job set itself is kept).  Called by the backend just before
+    a node starts, on the node's machine; a launch without real cards, or outside bubblewrap, is
+    returned as it is, and so is one ``planned_elsewhere`` on a machine that shows no card node
+    of its type at all (a Ray node whose cards are a resource without devices: emulated).
+
+    Raises:
+        InvalidSpec: a card of the launch has no device node on this machine (the node must not
+            start seeing fewer cards than it holds).
+    """
+    if not card_type or not launch.devices or launch.isolation != "bubblewrap":
+        return launch
+    known = accelerators.TYPES.get(card_type)
+    if known is None or accelerators.cards_turned_off():
+        return launch
+    if planned_elsewhere and not accelerators.has_device_nodes(card_type):
+        return launch
+    gone = accelerators.missing_cards(card_type, launch.devices)
+    if gone:
+        raise InvalidSpec(
+            f"{launch.host or launch.name}: {known.vendor} card(s) {', '.join(map(str, gone))} have no device "
+            f"node ({', '.join(accelerators.card_node(card_type, i) for i in gone)}) on this machine: check the driver "
+            f"({known.tool}), or mark the node emulated = true in cluster.toml"
+        )
+    paths = accelerators.device_paths(card_type, launch.devices)
+    if paths == list(launch.device_nodes):
+        return launch
+    planned = ",".join(map(str, accelerators.visible_indices(launch.devices, bool(launch.device_nodes))))
+    visible = ",".join(str(i) for i in accelerators.visible_indices(launch.devices, sandboxed=True))
+    env = dict(launch.env)
+    for name in ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"):
+        if env.get(name) == planned:
+            env[name] = visible
+    return launch.model_copy(update={"device_nodes": paths, "env": env})
+
+
+def card_device_args(view: NodeView) -> list[str]:
+    """The bubblewrap options giving the node its cards: ``--dev-bind`` of each of
+    :attr:`NodeView.device_nodes` (nothing for a node without real cards)."""
+    return accelerators.bwrap_args(view.device_nodes)
 
 
 # ------------------------------------------------------------------------- launches
@@ -367,6 +439,7 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
                 ports=list(plan.task.ports),
                 cpus=list(view.cpus),
                 devices=list(view.devices),
+                device_nodes=list(view.device_nodes),
                 argv=list(plan.argv),
                 command=command_argv(view, plan.argv, env),
                 env=env,
@@ -415,11 +488,13 @@ def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
         sandbox=launch.isolation,
         cpus=tuple(launch.cpus),
         devices=tuple(launch.devices),
+        device_nodes=tuple(launch.device_nodes),
         run_as=RunAs(uid=launch.run_as.uid, gid=launch.run_as.gid, name=launch.run_as.name)
         if launch.run_as
         else None,
         export_to=export_dir(attempt, plan) if any(m.kind == WORKDIR_KIND for m in mounts) else None,
         copy_limit=load_policy().workdir_copy_limit,
+        tmpfs_limit=int((plan.task.memory_gb or 0) * (1 << 30)),
     )
 
 
@@ -519,12 +594,22 @@ def _build_tree(view: NodeView) -> None:
     if view.tree.exists():
         shutil.rmtree(view.tree)
     view.tree.mkdir(parents=True)
+    helpers = view.nd.python
+    if helpers.is_symlink() or helpers.is_file():
+        helpers.unlink()
+    helpers.mkdir(exist_ok=True)
+    (helpers / "ma_jupyter").unlink(missing_ok=True)
+    (helpers / "ma_jupyter").symlink_to(PACKAGE_DIR)
     for mount in view.mounts:
         if mount.kind == CACHE_KIND:
             home = view.nd.home
             home.mkdir(exist_ok=True)
-            (home / ".cache").unlink(missing_ok=True)
-            (home / ".cache").symlink_to(mount.source)
+            for link, target in [(".cache", mount.source), *caches.home_links(".", mount.source)]:
+                path = home / link
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)  # an earlier attempt replaced the link with a folder
+                path.unlink(missing_ok=True)
+                path.symlink_to(target)
             continue
         link = view.tree / posixpath.relpath(mount.target, VIEW_ROOT)
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -574,6 +659,8 @@ def node_env(
     env = {
         "PATH": f"{view.image.bin_dir}:{SYSTEM_PATH}",
         "HOME": "/tmp",
+        # a login's shell: Open MPI's remote start asks for it (a warning on every MPI job without)
+        "SHELL": "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh",
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
@@ -587,25 +674,59 @@ def node_env(
         # extensions built against one image's torch must never load in another's
         image_key = hashlib.sha256(view.image.python.encode()).hexdigest()[:12]
         env["TORCH_EXTENSIONS_DIR"] = f"{caches.CACHE_VIEW}/torch_extensions/{image_key}"
+        # compiled kernels kept across the user's jobs: CUDA's own (keyed by the driver inside),
+        # Triton's and torch inductor's (keyed by the image, like the extensions above)
+        env["CUDA_CACHE_PATH"] = f"{caches.CACHE_VIEW}/nv/ComputeCache"
+        env["TRITON_CACHE_DIR"] = f"{caches.CACHE_VIEW}/triton/{image_key}"
+        env["TORCHINDUCTOR_CACHE_DIR"] = f"{caches.CACHE_VIEW}/torchinductor/{image_key}"
     env.update(view.image.env)
-    if view.devices:
-        cards = ",".join(str(d) for d in view.devices)
-        env["CUDA_VISIBLE_DEVICES"] = cards
-        env["ASCEND_VISIBLE_DEVICES"] = cards
+    env.update(card_env(view))
     guaranteed = {"MA_WORKSPACE": VIEW_ROOT, RANK_LOG_ENV: RANK_LOG_VIEW, "HOSTNAME": view.hostname}
     own = {k: plan_env[k] for k in job_env if k in plan_env}
     platform = {**env, **{k: v for k, v in plan_env.items() if k not in own}, **guaranteed}
     expanded = expand_env(own, platform)
     plan_env = {k: expanded.get(k, v) for k, v in plan_env.items()}
     env.update(plan_env)
-    package_parent = str(Path(PACKAGE_DIR).parent)
+    helpers = str(view.nd.python) if view.sandbox == "symlink" else HELPERS_VIEW
     # the job's own PYTHONPATH first: its modules win over ours
-    env["PYTHONPATH"] = ":".join(p for p in (plan_env.get("PYTHONPATH", ""), package_parent) if p)
+    env["PYTHONPATH"] = ":".join(p for p in (plan_env.get("PYTHONPATH", ""), helpers) if p)
     env.update({**guaranteed, NODE_MARKER: marker})
     if view.sandbox == "symlink":
         env = {k: to_host(view, v) for k, v in env.items()}
         env["HOME"] = str(Path(view.node_dir) / "home")
         env["TMPDIR"] = str(Path(view.node_dir) / "tmp")
+    return env
+
+
+def card_env(view: NodeView) -> dict[str, str]:
+    """The card variables of a node with cards (none without).
+
+    ``CUDA_VISIBLE_DEVICES`` / ``ASCEND_RT_VISIBLE_DEVICES`` hold the card numbers the node's
+    processes can open (:func:`accelerators.visible_indices`): in a bubblewrap sandbox showing
+    only the node's real cards, CUDA numbers them 0..k-1, so the machine's indices would name
+    cards that do not exist there; emulated cards and the symlink mode keep the machine's.
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA's numbering nvidia-smi's order.
+    ``ASCEND_VISIBLE_DEVICES`` keeps the machine's indices (the Ascend container runtime's
+    meaning), as does ``MA_CARD_INDICES``, for logs and for tools that ask NVML about the card.
+    ``NCCL_SOCKET_IFNAME=lo`` on a node reached over loopback; ``NCCL_DEBUG`` is the job's.
+    A job's own ``--env`` wins over each of them.
+    """
+    if not view.devices:
+        return {}
+    sandboxed = bool(view.device_nodes) and view.sandbox == "bubblewrap"
+    visible = ",".join(str(i) for i in accelerators.visible_indices(view.devices, sandboxed))
+    machine = ",".join(str(d) for d in view.devices)
+    env = {
+        "CUDA_VISIBLE_DEVICES": visible,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "ASCEND_RT_VISIBLE_DEVICES": visible,
+        "ASCEND_VISIBLE_DEVICES": machine,
+        "MA_CARD_INDICES": machine,
+    }
+    if view.address.startswith("127.") or view.address == "::1":
+        # simulated nodes talk over loopback aliases: NCCL would look for a network interface
+        # and, on a machine whose only other one is down or firewalled, hang at its first call
+        env["NCCL_SOCKET_IFNAME"] = "lo"
     return env
 
 
@@ -663,22 +784,30 @@ def enter_env_argv(view: NodeView, command: list[str], *, copy: bool = False) ->
     ``PATH`` of the job's apply to the job's own command, after the switch), and never stand on
     a command line, which every user of the host can read.
     """
-    prefix: list[str] = []
-    if view.run_as is not None:
-        prefix = [
-            _host_program("setpriv"),
-            f"--reuid={view.run_as.uid}",
-            f"--regid={view.run_as.gid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--",
-        ]
     fill: list[str] = []
     if copy:
         mount = view.working_copy
         assert mount is not None
         fill = ["--copy", COPY_SOURCE_VIEW, mount.target, str(view.copy_limit), COPY_FD]
-    return prefix + [view.image.python, "-I", "-S", EXEC_ENV, ENV_FILE, *fill, "--", *command]
+    return _enter_argv(view.run_as, view.image.python, command, fill)
+
+
+def _enter_argv(
+    run_as: RunAs | None, python: str, command: list[str], fill: list[str] | None = None
+) -> list[str]:
+    """``setpriv`` to ``run_as`` (none: no switch), then ``exec_env`` under ``python`` applying
+    :data:`ENV_FILE`, then ``command`` (see :func:`enter_env_argv`)."""
+    prefix: list[str] = []
+    if run_as is not None:
+        prefix = [
+            _host_program("setpriv"),
+            f"--reuid={run_as.uid}",
+            f"--regid={run_as.gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ]
+    return prefix + [python, "-I", "-S", EXEC_ENV, ENV_FILE, *(fill or []), "--", *command]
 
 
 def bwrap_argv(
@@ -714,20 +843,10 @@ def bwrap_argv(
     if pid_namespace:
         args.append("--unshare-pid")
     args += ["--hostname", view.hostname]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
-    # shared memory every account may use (PyTorch's data loaders; seed 000 lists /dev/shm)
-    args += ["--perms", "1777", "--tmpfs", "/dev/shm"]
+    args += _system_args(view.tmpfs_limit)
+    args += card_device_args(view)
     args += _etc_args(view)
-    for root in view.image.roots:
-        args += _parents(root) + ["--ro-bind", root, root]
-    if not any(PACKAGE_DIR == r or PACKAGE_DIR.startswith(r + "/") for r in view.image.roots):
-        args += _parents(PACKAGE_DIR) + ["--ro-bind", PACKAGE_DIR, PACKAGE_DIR]
+    args += _python_args(view.image.roots) + _helpers_args(view)
     args += ["--perms", "0755", "--dir", VIEW_ROOT]
     for mount in view.mounts:
         if not mount.target.startswith("/tmp/"):  # /tmp is there already (its tmpfs)
@@ -739,16 +858,74 @@ def bwrap_argv(
         bind = "--bind" if root in WRITABLE_FILE_ROOTS else "--ro-bind"
         args += _parents(root) + [bind, str(view.files_dir / root.lstrip("/")), root]
     args += ["--bind", view.rank_log_dir, RANK_LOG_VIEW]
-    args += ["--perms", "0755", "--dir", posixpath.dirname(ENV_FILE), "--perms", "0444"]
-    args += ["--ro-bind-data", ENV_FD, ENV_FILE]
+    args += _env_file_args()
     if copy and view.working_copy is not None and view.working_copy.copy_of:
         args += ["--ro-bind", view.working_copy.copy_of, COPY_SOURCE_VIEW]
     args += ["--remount-ro", "/etc", "--chdir", view.workdir, "--clearenv", "--setenv", "PATH", SYSTEM_PATH]
-    # no capability survives, but the two setpriv needs to switch to the node's account
-    args += ["--cap-drop", "ALL"]
-    if view.run_as is not None:
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    args += _capability_args(view.run_as)
     return args + ["--"] + enter_env_argv(view, list(command), copy=copy)
+
+
+def _system_args(tmpfs_limit: int = 0) -> list[str]:
+    """The system folders read-only, fresh ``/proc`` and ``/dev``, and empty ``/tmp``, ``/run``
+    and ``/dev/shm`` (each at most ``tmpfs_limit`` bytes when it is positive): the base of every
+    sandbox."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
+    args += [*_tmpfs(tmpfs_limit, "/tmp"), *_tmpfs(tmpfs_limit, "/run")]
+    # shared memory every account may use (PyTorch's data loaders; seed 000 lists /dev/shm)
+    args += ["--perms", "1777", *_tmpfs(tmpfs_limit, "/dev/shm")]
+    return args
+
+
+def _tmpfs(limit: int, path: str) -> list[str]:
+    """A memory-backed folder no larger than ``limit`` bytes (a node's memory,
+    :attr:`NodeView.tmpfs_limit`, where its use counts too): without a cap each would take up to
+    half the host's memory, outside the node's limit."""
+    size = ["--size", str(limit)] if limit > 0 else []
+    return [*size, "--tmpfs", path]
+
+
+def _python_args(roots: tuple[str, ...] | list[str]) -> list[str]:
+    """The Python installation's folders ``roots`` and this package, read-only."""
+    args: list[str] = []
+    for root in roots:
+        args += _parents(root) + ["--ro-bind", root, root]
+    if not any(PACKAGE_DIR == r or PACKAGE_DIR.startswith(r + "/") for r in roots):
+        args += _parents(PACKAGE_DIR) + ["--ro-bind", PACKAGE_DIR, PACKAGE_DIR]
+    return args
+
+
+def _helpers_args(view: NodeView) -> list[str]:
+    """:data:`HELPERS_VIEW` holding a link to this package, and (with the user's cache) the links
+    of the folders frameworks keep in HOME to theirs in the cache (:func:`.caches.home_links`)."""
+    args = _parents(HELPERS_VIEW) + ["--perms", "0755", "--dir", HELPERS_VIEW]
+    args += ["--symlink", PACKAGE_DIR, f"{HELPERS_VIEW}/ma_jupyter"]
+    if view.cache is not None:
+        home = posixpath.dirname(caches.CACHE_VIEW)
+        for link, target in caches.home_links(home, caches.CACHE_VIEW):
+            args += ["--symlink", posixpath.relpath(target, home), link]
+    return args
+
+
+def _env_file_args() -> list[str]:
+    """:data:`ENV_FILE`, read-only, from the descriptor the runner puts in place of :data:`ENV_FD`."""
+    folder = ["--perms", "0755", "--dir", posixpath.dirname(ENV_FILE)]
+    return folder + ["--perms", "0444", "--ro-bind-data", ENV_FD, ENV_FILE]
+
+
+def _capability_args(run_as: RunAs | None) -> list[str]:
+    """No capability survives, but the two setpriv needs to switch to ``run_as``."""
+    args = ["--cap-drop", "ALL"]
+    if run_as is not None:
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return args
 
 
 def _parents(target: str) -> list[str]:
@@ -805,6 +982,49 @@ def sandbox_argv(
     if view.sandbox == "bubblewrap":
         return bwrap_argv(view, command, pid_namespace=pid_namespace, copy=copy)
     return list(command)
+
+
+#: a reader's argv holds this argument where the runner puts the descriptor of the folder the
+#: reader is shown (:func:`reader_argv`)
+SHOWN_FD = "{shown-fd}"
+
+
+def reader_argv(image: ImageEnv, run_as: RunAs | None, shown: str, command: list[str]) -> list[str]:
+    """The bubblewrap argv running ``command``, a program of the platform's own that reads one
+    folder of a job's for the service (its TensorBoard over the outputs), as ``run_as``.
+
+    The same minimal root as a node's (:func:`bwrap_argv`): the system folders, ``/etc``, the
+    image (``image``: the interpreter that runs ``command``) and this package, all read-only;
+    fresh ``/proc``, ``/dev`` and ``/tmp``; its own pid, UTS and IPC namespaces; no capability
+    but the two ``setpriv`` needs; the variables from :data:`ENV_FD` applied after the switch
+    (:func:`enter_env_argv`).  Then the folder, read-only at ``shown``, bound from the
+    descriptor the caller puts in place of :data:`SHOWN_FD` (the folder it opened and checked,
+    never a path resolved again), and nothing else: no job folder, no service home, nothing
+    writable but its ``/tmp``.  The network is the caller's (the service's, whose proxy reaches
+    the program on loopback).
+
+    ``--die-with-parent``: it ends with the *thread* that started bwrap (a parent-death signal
+    follows the thread, not the process), so the caller starts it from one that lives as long as
+    the reader should.  No ``--new-session``: the reader stays in the process group the caller
+    made, so one ``killpg`` ends all of it (its stdin is not a terminal, so a new session keeps
+    nothing from it).
+    """
+    args = [_host_program("bwrap"), "--die-with-parent", "--unshare-uts", "--unshare-ipc", "--unshare-pid"]
+    args += ["--hostname", "reader"]
+    args += _system_args()
+    args += ["--ro-bind", "/etc", "/etc"]
+    args += _python_args(image.roots)
+    args += _parents(shown) + ["--ro-bind-fd", SHOWN_FD, shown]
+    args += _env_file_args()
+    args += ["--chdir", "/", "--clearenv", "--setenv", "PATH", SYSTEM_PATH]
+    args += _capability_args(run_as)
+    return args + ["--"] + _enter_argv(run_as, image.python, list(command))
+
+
+def unsandboxed_reader_argv(command: list[str]) -> list[str]:
+    """The symlink mode's :func:`reader_argv`: ``command`` as it is, on the host, ending with
+    the thread that started it as bubblewrap's ``--die-with-parent`` would make it."""
+    return [_host_program("setpriv"), "--pdeathsig", "KILL", "--", *command]
 
 
 def copy_needed(view: NodeView) -> bool:

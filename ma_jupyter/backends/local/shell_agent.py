@@ -81,10 +81,19 @@ def find_shell(environ: dict | None = None) -> str:
     raise FileNotFoundError("no shell in this image: install bash or sh")
 
 
+#: the size a terminal gets when its client reports none (0 or less: "unknown"), as xterm's
+DEFAULT_ROWS, DEFAULT_COLS = 24, 80
+
+
 def set_winsize(fd: int, rows: int, cols: int) -> None:
-    """Give the terminal ``fd`` a size (the shell gets SIGWINCH from the kernel)."""
-    rows = max(1, min(int(rows), 1000))
-    cols = max(1, min(int(cols), 1000))
+    """Give the terminal ``fd`` a size (the shell gets SIGWINCH from the kernel).
+
+    A dimension of 0 or less means the client does not know it (a terminal that is not a tty, a
+    browser terminal not laid out yet): it becomes 24 rows or 80 columns, never a 1-wide
+    terminal that wraps every character.
+    """
+    rows = min(int(rows), 1000) if int(rows) > 0 else DEFAULT_ROWS
+    cols = min(int(cols), 1000) if int(cols) > 0 else DEFAULT_COLS
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 

@@ -120,6 +120,7 @@ class NodeAgent:
         if archive is not None and ship_to:
             ship.unpack(archive, ship_to)
         deny = fence.node_deny_list(cluster_ports or [], attempt)
+        # the cards Ray gave the node's bundle are bound by start_node, as this machine shows them
         return self._local.start_node(attempt, launch, job_secret, deny_tcp=deny)
 
     def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
@@ -131,6 +132,10 @@ class NodeAgent:
 
     def failure(self, attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
         return self._local.failure(attempt, run)
+
+    def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
+        """The local backend's explanation, from the view the node ran in here."""
+        return self._local.explain(attempt, run, lines)
 
     def wait_exit(self, attempt: Attempt, run: NodeRun, timeout: float) -> bool:
         """Block until the node is no longer running, at most ``timeout`` seconds; whether it ended.

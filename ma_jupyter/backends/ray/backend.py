@@ -45,6 +45,7 @@ import json
 import logging
 import secrets
 import socket
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -57,15 +58,16 @@ from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...untrusted import read_small
-from ..base import Attempt, Backend
-from ..local import caches
+from ..base import Attempt, Backend, DatasetState
+from ..local import caches, prepare
 from ..local import sandbox as workspace
+from ..local.backend import LocalBackend
 from ..local.code import python_sources
 from ..local.host_policy import load_policy
 from ..local.mounts import WORKDIR_KIND, mounts_for
 from . import fence, ship
 from .agent import NodeAgent
-from .inventory import RayNode, inventory, ray_nodes
+from .inventory import ACCELERATORS, RayNode, inventory, ray_nodes
 from .logs import RayLogSource
 
 log = logging.getLogger("ma_jupyter.ray")
@@ -148,8 +150,11 @@ class RayBackend(Backend):
         self._agent_class = ray.remote(NodeAgent)
         self._lock = threading.Lock()
         self._agents: dict[str, Any] = {}  # node id -> actor handle
+        # runs the jobs' TensorBoards on this machine (start_outputs_reader); made on first use
+        self._here: LocalBackend | None = None
         self._infos: dict[str, concurrent.futures.Future] = {}  # node id -> info()'s answer
         self._by_name: dict[str, RayNode] = {}  # every Ray node seen, alive or not
+        self._cards_task: Any = None  # the remote function reading a bundle's card ids
         self._nodes: list[Node] = []
         self._placed: dict[tuple[str, str], dict] = {}  # (job id, node) -> placed.json
         self._wake: Callable[[], None] | None = None
@@ -300,11 +305,50 @@ class RayBackend(Backend):
         refs = [self._agent(node.node_id).ports.remote(2) for node in nodes]
         try:
             ports = [tuple(self._get(ref, AGENT_START)) for ref in refs]
+            cards = self._card_ids(group, tasks, nodes)
         except BaseException:
             remove_placement_group(group)
             raise
-        tasks = [replace(task, ports=p) for task, p in zip(tasks, ports, strict=True)]
+        tasks = [
+            replace(
+                task,
+                ports=p,
+                devices=ids or task.devices,
+                # real cards of the Ray node's machine where it shows their device nodes: bound
+                # there by the agent's start (sandbox.with_machine_cards)
+                card_type=ACCELERATORS.get(node.accelerator or "", "") if task.devices else "",
+            )
+            for task, node, p, ids in zip(tasks, nodes, ports, cards, strict=True)
+        ]
         return replace(bound, tasks=tuple(tasks), reservation=name)
+
+    def _card_ids(
+        self, group: Any, tasks: list[TaskSlot], nodes: list[RayNode]
+    ) -> list[tuple[int, ...] | None]:
+        """The cards Ray assigned to each task's bundle (its GPU/NPU ids on the Ray node), read by
+        a task that asks for all of the bundle's cards inside it; None for a task without cards
+        (and an empty tuple where Ray keeps no ids for the resource: the scheduler's stay).
+
+        The job node then gets exactly those cards, never indices chosen apart from Ray, so it
+        cannot collide with other Ray work on the same machine (Ray gives each bundle's card
+        instances to one holder at a time)."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        refs: list[Any] = []
+        for index, (task, node) in enumerate(zip(tasks, nodes, strict=True)):
+            if not task.devices or not node.accelerator:
+                refs.append(None)
+                continue
+            strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+            options = {"num_cpus": 0, "resources": {node.accelerator: float(len(task.devices))}}
+            if node.accelerator == "GPU":
+                options = {"num_cpus": 0, "num_gpus": float(len(task.devices))}
+            if self._cards_task is None:
+                self._cards_task = self._ray.remote(_assigned_cards)
+            refs.append(
+                self._cards_task.options(scheduling_strategy=strategy, **options).remote(node.accelerator)
+            )
+        return [None if ref is None else tuple(self._get(ref, AGENT_START)) for ref in refs]
 
     def _remove_groups(self, prefix: str) -> None:
         """Remove this home's placement groups of a job about to be bound: a job in the queue
@@ -362,6 +406,29 @@ class RayBackend(Backend):
                 self._get(ref)
             except NodeGone:
                 continue
+
+    def start_outputs_reader(
+        self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
+    ) -> subprocess.Popen:
+        """On the service's machine, over the job's outputs folder there (the path every Ray node
+        writes at), exactly as the local backend runs it: the job's account, a sandbox showing
+        only that folder, read-only."""
+        with self._lock:
+            if self._here is None:
+                self._here = LocalBackend(inventory=[])
+            here = self._here
+        return here.start_outputs_reader(job, argv, env, output)
+
+    def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
+        """The dataset's state read as the job's account on the service's machine, where the
+        copies are made (see ``service/prepared.py``)."""
+        return prepare.look_at_dataset(user, source)
+
+    def copy_dataset(
+        self, user: str | None, source: str, into: Path, cancel: threading.Event | None = None
+    ) -> DatasetState:
+        """The copy made as the job's account on the service's machine."""
+        return prepare.copy_dataset(user, source, into, cancel)
 
     def forget(self, job_id: str) -> None:
         """Ask every agent to remove the job's folder on its node (``node_root/<job id>``): a
@@ -590,6 +657,15 @@ class RayBackend(Backend):
             return f"the Ray node {run.host} of {run.name} left the cluster"
         return tuple(answer) if isinstance(answer, list) else answer
 
+    def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
+        """The local backend's explanation (a refused write, a file missing from what each node
+        has of its own), made by the agent of the Ray node from the view the node ran in there."""
+        try:
+            agent = self._agent_of(self._host(attempt, run))
+            return self._get(agent.explain.remote(self._on_nodes(attempt), run, list(lines)))
+        except MaJupyterError:  # the node left, or did not answer: the reason goes without it
+            return None
+
     # ------------------------------------------------------------------------ logs
 
     def log_streams(self, job: Job) -> list[LogStream]:
@@ -664,6 +740,14 @@ def _shipped_original(mount: Mount) -> str | None:
     if mount.kind == WORKDIR_KIND and mount.copy_of:
         return mount.copy_of
     return None
+
+
+def _assigned_cards(resource: str) -> list[int]:
+    """Runs as a Ray task inside a bundle: the ids of the cards of ``resource`` Ray gave it."""
+    import ray
+
+    ids = ray.get_runtime_context().get_accelerator_ids().get(resource, [])
+    return sorted(int(i) for i in ids)
 
 
 def _bundle(task: TaskSlot, node: RayNode) -> dict[str, float]:

@@ -3,8 +3,10 @@
 Each live Ray node is one inventory node named ``ray-<first 8 hex digits of its node id>``
 (unique and stable for the node's life; two Ray nodes on one machine get different names),
 with the CPUs, memory and accelerators Ray reports as its total resources: ``GPU``, ``NPU`` or
-``MLU`` become the node's cards of that type.  Ray's ``memory`` resource is what Ray lets tasks
-use on that node; the scheduler checks specs against it.
+``MLU`` become the node's cards of that type, and the ``accelerator_type:<model>`` resource Ray
+reports for them (``accelerator_type:H100``) their board model.  Ray's ``memory`` resource is
+what Ray lets tasks use on that node; the scheduler checks specs against it.  The cards a job node
+gets are those Ray assigns to its bundle (the backend's ``bind``), not indices of the inventory.
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ def ray_nodes(records: list[dict]) -> list[RayNode]:
     return found
 
 
+def model_of(resources: dict) -> str:
+    """The board model Ray reports for a node's cards (its ``accelerator_type:<model>``
+    resource), "" when it reports none."""
+    prefix = "accelerator_type:"
+    return next((key[len(prefix) :] for key in sorted(resources) if key.startswith(prefix)), "")
+
+
 def inventory(records: list[dict]) -> list[Node]:
     """The live Ray nodes as inventory nodes, sorted by name."""
     nodes = []
@@ -80,6 +89,7 @@ def inventory(records: list[dict]) -> list[Node]:
                 memory_gb=math.floor(float(resources.get("memory", 0.0)) / 2**30 * 10) / 10,
                 accelerators=int(resources.get(accelerator, 0)) if accelerator else 0,
                 accelerator_type=ACCELERATORS[accelerator] if accelerator else "none",
+                accelerator_model=model_of(resources) if accelerator else "",
                 pools=[POOL],
             )
         )

@@ -74,8 +74,10 @@ def live_display_shown() -> bool:
 
 
 def _cut(line: str) -> str:
-    """A line as shown: what a terminal shows of it, at most ``MAX_LINE_CHARS`` characters."""
-    line = visible_line(line)
+    """A line as shown: what a terminal shows of it (its control characters shown, SGR colours
+    kept: a notebook's output shows them as a terminal does), at most ``MAX_LINE_CHARS``
+    characters."""
+    line = render.terminal_text(visible_line(line), keep_sgr=True)
     if len(line) > MAX_LINE_CHARS:
         line = line[:MAX_LINE_CHARS] + f" … ({len(line) - MAX_LINE_CHARS} more characters)"
     return line
@@ -184,7 +186,8 @@ class LiveLog:
         return "\n".join(parts)
 
     def _bundle(self) -> dict:
-        return {"text/plain": self.text()}
+        # the status line and alerts carry job-made text too; a terminal IPython prints the text
+        return {"text/plain": render.terminal_text(self.text(), keep_sgr=True)}
 
     def add(self, items: list[tuple[StreamKey, str]]) -> None:
         if not self.buffer.extend(items):
@@ -193,19 +196,28 @@ class LiveLog:
             self._dirty = True
             return
         prefix = self.several or len(self.buffer.streams) > 1
-        self.stream_to.write(
+        self._write(
             "".join(
                 f"[{stream_label(key)}] {_cut(line)}\n" if prefix else f"{_cut(line)}\n"
                 for key, line in items
             )
         )
+
+    def _write(self, text: str) -> None:
+        """Print job-made ``text`` on the plain stream (papermill's, a terminal IPython's) by
+        :func:`~ma_jupyter.frontends.render.terminal_text`: SGR colours only on a terminal."""
+        assert self.stream_to is not None
+        try:
+            tty = bool(self.stream_to.isatty())
+        except (AttributeError, ValueError):
+            tty = False
+        self.stream_to.write(render.terminal_text(text, keep_sgr=tty))
         self.stream_to.flush()
 
     def say(self, line: str) -> None:
         """Print a line (a status change) where the log lines go, when they are printed."""
         if self.stream_to is not None:
-            self.stream_to.write(line + "\n")
-            self.stream_to.flush()
+            self._write(line + "\n")
 
     def alert(self, line: str) -> None:
         """Show an alert under the status line (and print it where the log lines go)."""

@@ -404,8 +404,9 @@ class MaJupyterMagics(Magics):
         client = get_client()
         nodes = client.nodes()
         rows = []
+        held = _real_cards_held(nodes)
         for spec in client.specs():
-            fit = [n for n in nodes if _fits_now(spec, n)]
+            fit = [n for n in nodes if _fits_now(spec, n, held)]
             cards = f"{spec.accelerators} {spec.accelerator_type}" if spec.accelerators else "-"
             rows.append(
                 [
@@ -485,6 +486,8 @@ class MaJupyterMagics(Magics):
             if args.tail is not None:
                 lines = lines[-args.tail :] if args.tail > 0 else []
             for entry in lines:
+                # shown, never acting on the terminal (SGR colours stay: the output area shows them)
+                entry = render.terminal_text(entry, keep_sgr=True)
                 print(f"[{label}] {entry}" if several else entry)
         return None
 
@@ -789,13 +792,23 @@ class MaJupyterMagics(Magics):
 # ------------------------------------------------------------------------------ helpers
 
 
-def _fits_now(spec: Any, node: Any) -> bool:
+def _real_cards_held(nodes: list) -> set[tuple[str, int]]:
+    """The real cards held on any node, as (type, machine index): such a card is held for every
+    node that lists it (the scheduler gives it to one node at a time)."""
+    return {(n.accelerator_type, c) for n in nodes if n.emulated is False for c in n.accelerators_used}
+
+
+def _fits_now(spec: Any, node: Any, held: set[tuple[str, int]] = frozenset()) -> bool:
     if node.status in ("down", "drained", "faulty"):  # drained and faulty nodes take no new job
         return False
     if spec.cpus > node.cpus - node.cpus_used or spec.memory_gb > node.memory_gb - node.memory_used_gb:
         return False
     if spec.accelerators:
-        free = node.accelerators - len(node.accelerators_used)
+        if node.emulated is False:
+            indices = node.devices or list(range(node.accelerators))
+            free = sum(1 for i in indices if (node.accelerator_type, i) not in held)
+        else:
+            free = node.accelerators - len(node.accelerators_used)
         return node.accelerator_type == spec.accelerator_type and free >= spec.accelerators
     return True
 

@@ -1,0 +1,29 @@
+"""Data preparation for the backends that copy on the service's machine (local and Ray): the
+job's account from the host policy, the look and the copy from :mod:`.datacopy`."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from ..base import DatasetState
+from . import datacopy
+from .host_policy import load_policy
+
+
+def _account(user: str | None) -> datacopy.Account | None:
+    """The account ``user``'s jobs run as (None: the service's own, no switch)."""
+    run_as = load_policy().run_as(user)
+    return None if run_as is None else datacopy.Account(run_as.uid, run_as.gid)
+
+
+def look_at_dataset(user: str | None, source: str) -> DatasetState:
+    """:meth:`ma_jupyter.backends.base.Backend.look_at_dataset` on this machine."""
+    return DatasetState(*datacopy.look(source, _account(user)))
+
+
+def copy_dataset(
+    user: str | None, source: str, into: Path, cancel: threading.Event | None = None
+) -> DatasetState:
+    """:meth:`ma_jupyter.backends.base.Backend.copy_dataset` on this machine."""
+    return DatasetState(*datacopy.copy(source, _account(user), into, cancel))
