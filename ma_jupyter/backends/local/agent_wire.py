@@ -2,7 +2,8 @@
 
 Both :mod:`.rsh_agent` (mpirun's "ssh" between simulated nodes) and :mod:`.shell_agent` (the
 debug terminal) listen on an abstract Unix socket ``ma_jupyter-<kind>/<job>/<node>``: the nodes
-share the host's network namespace, so its abstract names, but not their filesystems.  The kernel
+of a job share its network namespace (see :mod:`.network`), so its abstract names, but not
+their filesystems; the service connects from inside that namespace.  The kernel
 tells a server the connecting process's uid (``SO_PEERCRED``), and the attempt's secret
 (``$MA_JOB_SECRET``, backends.base) tells one job's processes from another job's of the same
 account.

@@ -42,6 +42,7 @@ from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, DatasetState, NodeUsage
 from . import caches, noderun, outputs_reader, prepare, shell_agent
 from . import logs as job_logs
+from . import network as network_ns
 from . import sandbox as workspace
 from .code import python_sources
 from .forkserver import RunnerForkServer, ServerUnavailable
@@ -101,6 +102,7 @@ class LocalBackend(Backend):
         #: the process whose end ends every node started from now on (``end_with`` of
         #: :mod:`.hostwatch`: a Ray node's raylet, set by its agent); None: none
         self.end_with: dict | None = None
+        self._namespaces_swept = False
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Wake the service when a runner this process started ends (a pidfd per runner)."""
@@ -245,23 +247,49 @@ class LocalBackend(Backend):
         # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
         job_secret = secrets.token_hex(16)
         runs: list[NodeRun] = []
+        namespace = self._job_namespace(attempt.job_id)
         try:
+            network = {"netns": str(namespace[0])} if namespace else {}
             for (launch, view), plan in zip(views, attempt.plans, strict=True):
-                runs.append(self._launch_node(attempt, plan, launch, view, job_secret))
+                runs.append(self._launch_node(attempt, plan, launch, view, job_secret, network))
+            if namespace:
+                _await_joined(runs, namespace[1], self._alive)
         except BaseException:
             # every node of the attempt, by its marker: the one that failed may have a runner
             started = {r.name for r in runs}
             rest = [NodeRun(name=p.name, host=p.task.host) for p in attempt.plans if p.name not in started]
             self.stop(attempt, runs + rest, grace=1.0)
             raise
+        finally:
+            if namespace:  # it lives on while a process of the job is in it
+                network_ns.remove_namespace(namespace[0])
         return runs
 
-    def start_node(self, attempt: Attempt, launch: NodeLaunch, job_secret: str) -> NodeRun:
+    def _job_namespace(self, job_id: str) -> tuple[Path, int] | None:
+        """A fresh network namespace for an attempt of ``job_id`` (see :mod:`.network`), kept at
+        ``<home>/netns/<job>`` until its runners are in: its file and inode; None where this
+        service may not make one (not root: the nodes then share the host's network)."""
+        if not network_ns.namespaces_supported():
+            return None
+        folder = config.home() / "netns"
+        if not self._namespaces_swept:  # what a service that ended while launching left
+            network_ns.sweep(folder)
+            self._namespaces_swept = True
+        path = folder / job_id
+        try:
+            return path, network_ns.make_namespace(path)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot make the job's network namespace: {exc}") from exc
+
+    def start_node(
+        self, attempt: Attempt, launch: NodeLaunch, job_secret: str, deny_tcp: list[list[int]] | None = None
+    ) -> NodeRun:
         """Start one node of an attempt on this host, as :meth:`launch` starts each of its nodes.
 
         For a backend that runs every node on another machine (the Ray backend's node agent):
         the caller gives the attempt's shared secret and stops the nodes it started when a
-        later one fails.
+        later one fails.  The node shares the host's network: ``deny_tcp`` (``[low, high]``
+        port ranges) fences it (:func:`.network.fence`), None leaves it unfenced.
 
         Raises:
             InvalidSpec: the node would run as another account without a sandbox.
@@ -272,7 +300,9 @@ class LocalBackend(Backend):
         view = workspace.launch_view(attempt, launch)
         _refuse_unsandboxed([view])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
-        return self._launch_node(attempt, plan, launch, view, job_secret)
+        plan = next(p for p in attempt.plans if p.name == launch.name)
+        network = {"deny_tcp": deny_tcp} if deny_tcp is not None else {}
+        return self._launch_node(attempt, plan, launch, view, job_secret, network)
 
     def _launch_node(
         self,
@@ -281,6 +311,7 @@ class LocalBackend(Backend):
         launch: NodeLaunch,
         view: workspace.NodeView,
         job_secret: str,
+        network: dict | None = None,
     ) -> NodeRun:
         nd = attempt.jobdir.node(launch.name)
         _end_kept(nd)  # an earlier attempt's kept sandbox holds the node's debug terminal
@@ -353,6 +384,8 @@ class LocalBackend(Backend):
             "keep_failed_seconds": limits.debug_keep_hours * 3600.0
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
             else 0,
+            # where its network rules hold: the attempt's namespace, or a fence (see .network)
+            **(network or {}),
         }
         spec_file = nd.runner_spec
         # it holds the job's variables: the service's user alone may read it
@@ -624,6 +657,7 @@ class LocalBackend(Backend):
                 "in the host's own view: install bubblewrap (apt-get install bubblewrap)"
             )
         marker = self._read_marker(jd, node)
+        opener = self._opener_into(jd, node) if spec.get("netns") else None
 
         def the_nodes(pid: int) -> bool:  # the agent the node's runner started, nobody else
             return bool(marker) and is_marked(pid, marker)
@@ -632,7 +666,9 @@ class LocalBackend(Backend):
         deadline = time.monotonic() + (AGENT_START_WAIT if job.status is JobStatus.running else 0.0)
         while True:
             try:
-                return shell_agent.connect(job.id, node, secret, rows, cols, command, trust=the_nodes)
+                return shell_agent.connect(
+                    job.id, node, secret, rows, cols, command, trust=the_nodes, opener=opener
+                )
             except PermissionError as exc:
                 raise Conflict(f"{exc}: the debug terminal of job {job.id} stays closed") from None
             except OSError:
@@ -643,6 +679,23 @@ class LocalBackend(Backend):
             f"the debug terminal of node {node} of job {job.id} is not up: the node is starting "
             "(try again in a moment) or has ended"
         )
+
+    def _opener_into(self, jd, node: str) -> Callable[[bytes], socket.socket]:
+        """What connects to an abstract socket of ``node``, which lives in its attempt's network
+        namespace: a connection made from inside the namespace of the node's runner (checked to
+        be the runner that was launched)."""
+        try:
+            relative = jd.node(node).run_record.relative_to(jd.root)
+            run = NodeRun.model_validate_json(read_small(jd.root, str(relative), limit=1 << 20))
+        except (OSError, ValueError, RefusedFile):
+            run = None
+
+        def opener(address: bytes) -> socket.socket:
+            if run is None or run.pid is None or not self._alive(run):
+                raise ConnectionRefusedError(f"the runner of node {node} does not run")
+            return network_ns.connect_in(run.pid, address)
+
+        return opener
 
     def start_outputs_reader(
         self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
@@ -765,6 +818,29 @@ def _refuse_unsandboxed(views: list[workspace.NodeView]) -> None:
                 f"{view.run_as.name} inside it: install bubblewrap (apt-get install bubblewrap), or "
                 "let this user's jobs run as root ([users] allow_root in cluster.toml)"
             )
+
+
+#: seconds an attempt's runners may take to enter its network namespace
+NAMESPACE_JOIN_WAIT = 60.0
+
+
+def _await_joined(runs: list[NodeRun], inode: int, alive: Callable[[NodeRun], bool]) -> None:
+    """Return once every runner of ``runs`` is in the namespace ``inode`` (the first thing a
+    runner does) or has ended (one that could not enter ends at once, saying why).
+
+    Raises:
+        BackendUnavailable: a runner neither entered nor ended in :data:`NAMESPACE_JOIN_WAIT`.
+    """
+    deadline = time.monotonic() + NAMESPACE_JOIN_WAIT
+    waiting = [run for run in runs if run.pid is not None]
+    while True:
+        waiting = [r for r in waiting if network_ns.namespace_of(r.pid) != inode and alive(r)]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(r.name for r in waiting)
+            raise BackendUnavailable(f"the runners of {names} did not enter the job's network namespace")
+        time.sleep(0.005)
 
 
 def _open_log(path: Path, node: str) -> int:

@@ -725,6 +725,13 @@ class NodeRunner:
         """Run the copy, on_start, the command, on_stop and the export; record and return the
         node's exit code."""
         spec = self.spec
+        refused = isolate_network(spec)  # first: before any thread, and before anything starts
+        if refused:
+            print(f"[ma_jupyter] {refused}", file=sys.stderr, flush=True)
+            node_dir = NodeDir(Path(spec["node_dir"]))
+            write_report(node_dir.failure, {"reason": refused})
+            write_exit_code(node_dir.exit_code, 126)
+            return 126
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
@@ -829,6 +836,25 @@ class NodeRunner:
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def isolate_network(spec: dict) -> str | None:
+    """Put the runner, and so everything it starts, where the node's network rules hold (see
+    :mod:`.network`): into the attempt's namespace (``netns``: its file), or behind the fence
+    (``deny_tcp``: the ports it may not connect to); None when done, else why not (the node then
+    runs nothing: never on a network it should not have)."""
+    if not spec.get("netns") and spec.get("deny_tcp") is None:
+        return None
+    from . import network
+
+    try:
+        if spec.get("netns"):
+            network.enter(spec["netns"])
+        if spec.get("deny_tcp") is not None:
+            network.fence(spec["deny_tcp"])
+    except OSError as exc:
+        return f"the node's network cannot be isolated: {exc.strerror or exc}"
+    return None
 
 
 def write_record(path: Path, since: int) -> None:

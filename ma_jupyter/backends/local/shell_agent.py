@@ -21,9 +21,10 @@ Wire protocol (rules, in order):
    SIGKILL): no shell outlives its terminal.
 
 ``python -m ma_jupyter.backends.local.shell_agent --attach --job JOB --node NODE`` (secret in
-``$MA_JOB_SECRET``) connects the calling terminal to such a shell (``attach``); the service
-opens its connections with :func:`connect` (the ``/jobs/{id}/shell`` route bridges them to a
-WebSocket).
+``$MA_JOB_SECRET``) connects the calling terminal to such a shell (``attach``), from the node's
+network namespace where it has one (``nsenter --net=/proc/<runner pid>/ns/net ...``: abstract
+socket names are per namespace); the service opens its connections with :func:`connect` (the
+``/jobs/{id}/shell`` route bridges them to a WebSocket), from inside that namespace.
 
 ``find_shell`` picks the shell: ``$SHELL`` if it is an executable file in this view, else the
 first of ``/bin/bash``, ``/usr/bin/bash``, ``/bin/sh``, ``/usr/bin/sh``.
@@ -247,8 +248,12 @@ def connect(
     cols: int,
     command: list[str] | None = None,
     trust: Callable[[int], bool] | None = None,
+    opener: Callable[[bytes], socket.socket] | None = None,
 ) -> socket.socket:
     """A connection to one node's shell agent, its request sent (rule 1); frames follow.
+
+    ``opener(address)`` makes the connection where the node's abstract names are not this
+    process's (a node in a network namespace of its own: :func:`.network.connect_in`).
 
     ``trust(pid)`` checks the listening process before the secret goes out: an abstract name
     can be taken by any process of the host, and one that took this node's name first would
@@ -258,9 +263,13 @@ def connect(
         OSError: no agent listens for that node (the node does not run, or has no debug
             terminal); PermissionError: ``trust`` refused the process listening there.
     """
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if opener is not None:
+        conn = opener(socket_name(job_id, node))
+    else:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(socket_name(job_id, node))
+        if opener is None:
+            conn.connect(socket_name(job_id, node))
         if trust is not None and not trust(peer_credentials(conn)[0]):
             raise PermissionError(f"the process listening as {node}'s debug terminal is not the node's")
         request = {"secret": secret, "rows": rows, "cols": cols}

@@ -46,7 +46,7 @@ from ..local import logs as job_logs
 from ..local.backend import LocalBackend
 from ..local.processes import process_fd
 from ..local.sandbox import PACKAGE_DIR
-from . import leftovers, ship
+from . import fence, leftovers, ship
 from .inventory import node_name
 
 #: seconds between looks at a log's size while a wait call blocks
@@ -116,17 +116,20 @@ class NodeAgent:
         job_secret: str,
         archive: bytes | None = None,
         ship_to: str | None = None,
+        cluster_ports: list[int] | None = None,
     ) -> NodeRun:
         """Start one job node: unpack the shipped algorithm folder into ``ship_to`` (when
         ``archive`` is given: the folder the launch's mounts read the algorithm from), then start
-        the node as the local backend does.
+        the node as the local backend does, fenced off the Ray cluster's ports
+        (``cluster_ports``) and what else listens on this machine (:mod:`.fence`).
 
         ``attempt`` names the job folder on this node.
         """
         if archive is not None and ship_to:
             ship.unpack(archive, ship_to)
+        deny = fence.node_deny_list(cluster_ports or [], attempt)
         # the cards Ray gave the node's bundle are bound by start_node, as this machine shows them
-        return self._local.start_node(attempt, launch, job_secret)
+        return self._local.start_node(attempt, launch, job_secret, deny_tcp=deny)
 
     def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
         return self._local.poll(attempt, run)

@@ -75,7 +75,7 @@ from ..local.backend import LocalBackend
 from ..local.code import python_sources
 from ..local.host_policy import load_policy
 from ..local.mounts import WORKDIR_KIND, mounts_for
-from . import ship
+from . import fence, ship
 from .agent import NodeAgent
 from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
 from .logs import RayLogSource
@@ -563,6 +563,8 @@ class RayBackend(Backend):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         on_nodes = self._on_nodes(attempt)
         job_secret = secrets.token_hex(16)  # shared by this attempt's nodes only (see LocalBackend)
+        # every node is fenced off the cluster's ports (see .fence): read once per attempt
+        cluster_ports = fence.cluster_ports(self._ray)
         archives: dict[str, Any] = {}
         calls = []
         for plan, launch in zip(attempt.plans, launches, strict=True):
@@ -580,7 +582,9 @@ class RayBackend(Backend):
                         archives[source] = packed if len(packed) <= INLINE_ARCHIVE else self._ray.put(packed)
                     archive = archives[source]
             agent = self._agent_of(plan.task.host)
-            calls.append(agent.launch.remote(on_nodes, launch, job_secret, archive, str(shipped)))
+            calls.append(
+                agent.launch.remote(on_nodes, launch, job_secret, archive, str(shipped), cluster_ports)
+            )
         runs: list[NodeRun] = []
         error: BaseException | None = None
         for ref in calls:

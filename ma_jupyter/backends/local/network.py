@@ -1,0 +1,445 @@
+"""What a job's processes may reach on the network.
+
+Two mechanisms, one per kind of host (docs/architecture.md, "A job's network"):
+
+* **a network namespace per attempt** (the local backend, where every node of a job is on this
+  machine): the service makes a namespace holding ``lo`` (up, so the whole of ``127.0.0.0/8``
+  and the nodes' ``127.0.1.k`` addresses work) and a veth pair that leads nowhere but into it
+  (for Open MPI's daemons, see :func:`make_namespace`), keeps it for a moment as a
+  bind-mounted file under ``<home>/netns/<job>`` (as ``ip netns add`` does), and each node's
+  runner enters it (:func:`enter`) before it starts anything.  Once every runner is in, the file
+  is removed (:func:`remove_namespace`): the namespace then lives exactly as long as a process of
+  the job does, and a service that crashed has nothing to clean but a leftover file, removed at
+  the next start (:func:`sweep`).  Nothing of the host's network is there: no service port, no
+  other job's port, no Ray port, no interface to the outside, and abstract Unix sockets (which
+  the kernel keeps per network namespace) are the job's own, so ``/proc/net/unix`` lists only
+  them.  The service reaches a node's abstract sockets (the debug terminal) from a short thread
+  that enters the namespace of the node's runner first (:func:`connect_in`).
+* **a fence** (a Ray node's agent, where a job's nodes on different machines must reach each
+  other over the real network): each node's runner restricts itself, and so everything it
+  starts, before it starts anything (:func:`fence`):
+
+  1. Landlock (``connect`` over TCP, ABI 4): a connection to any port in the deny list is
+     refused with EACCES; the list is every port of the Ray cluster (from its node table, the
+     GCS, the worker port range, the dashboard and client ports) and every port something other
+     than the job itself listens on on this machine when the node starts (the service, other
+     jobs, any daemon);
+  2. Landlock scoping (ABI 6): no connection to an abstract Unix socket made outside the node;
+  3. seccomp: no Multipath TCP socket (this kernel's Landlock does not check MPTCP connects,
+     and an MPTCP connect falls back to TCP against any listener), no send with
+     ``MSG_FASTOPEN`` (TCP Fast Open connects from ``sendto``/``sendmsg``, which Landlock does
+     not check either), and no io_uring (its operations create sockets and send without these
+     system calls).
+
+Standard library only (psutil is imported only by :func:`listening_ports`): the node runner
+imports this module, and its start time counts in every node's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import platform
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+CLONE_NEWNET = 0x40000000
+MS_BIND = 0x1000
+MNT_DETACH = 2
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+SIOCSIFADDR = 0x8916
+SIOCSIFNETMASK = 0x891C
+IFF_UP = 0x1
+RTM_NEWLINK = 16
+NLMSG_ERROR = 2
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
+IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER = 3, 18, 1, 2, 1
+#: the namespace's one device besides ``lo`` (see :func:`make_namespace`), its peer, its address
+INNER_LINK, INNER_PEER, INNER_ADDRESS = "ma0", "ma1", "10.254.0.1"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> int:
+    if result == -1:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+    return result
+
+
+# ------------------------------------------------------------------- namespaces
+
+
+def namespaces_supported() -> bool:
+    """Whether this process may make and enter network namespaces (it needs CAP_SYS_ADMIN:
+    the service runs as root, as it does when jobs run as their users' accounts)."""
+    return os.geteuid() == 0 and os.path.exists("/proc/self/ns/net")
+
+
+def _attr(kind: int, data: bytes) -> bytes:
+    """One rtnetlink attribute, padded to 4 bytes."""
+    head = struct.pack("HH", 4 + len(data), kind)
+    return head + data + b"\0" * (-len(data) % 4)
+
+
+def _add_veth(name: str, peer: str) -> None:
+    """Make a veth pair ``name`` <-> ``peer`` in the calling thread's network namespace (one
+    RTM_NEWLINK request over rtnetlink, so no ``ip`` program is needed)."""
+    ifinfo = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
+    peer_info = _attr(VETH_INFO_PEER, ifinfo + _attr(IFLA_IFNAME, peer.encode() + b"\0"))
+    linkinfo = _attr(IFLA_INFO_KIND, b"veth") + _attr(IFLA_INFO_DATA, peer_info)
+    body = ifinfo + _attr(IFLA_IFNAME, name.encode() + b"\0") + _attr(IFLA_LINKINFO, linkinfo)
+    flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    message = struct.pack("IHHII", 16 + len(body), RTM_NEWLINK, flags, 1, 0) + body
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as nl:
+        nl.bind((0, 0))
+        nl.sendall(message)
+        answer = nl.recv(65536)
+    kind = struct.unpack_from("H", answer, 4)[0]
+    code = -struct.unpack_from("i", answer, 16)[0] if kind == NLMSG_ERROR else 0
+    if code:
+        raise OSError(code, f"cannot make the veth pair {name}/{peer}: {os.strerror(code)}")
+
+
+def _set_up(name: str, address: str | None = None) -> None:
+    """Bring interface ``name`` up, with the IPv4 ``address`` (a /32) where one is given."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        ifname = name.encode()
+        if address is not None:
+            inet = struct.pack("H2s4s8x", socket.AF_INET, b"\0\0", socket.inet_aton(address))
+            fcntl.ioctl(sock.fileno(), SIOCSIFADDR, struct.pack("16s16s", ifname, inet))
+            mask = struct.pack("H2s4s8x", socket.AF_INET, b"\0\0", socket.inet_aton("255.255.255.255"))
+            fcntl.ioctl(sock.fileno(), SIOCSIFNETMASK, struct.pack("16s16s", ifname, mask))
+        request = struct.pack("16sH14x", ifname, 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", ifname, flags | IFF_UP))
+
+
+def _in_thread(fn: Callable[[], T]) -> T:
+    """Run ``fn`` on a thread of its own and return its result (or raise its exception): a
+    thread that changes its network namespace never serves anything else afterwards."""
+    box: list = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed to the caller
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="netns", daemon=True)
+    thread.start()
+    thread.join()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def make_namespace(path: Path) -> int:
+    """Make a network namespace holding ``lo`` and a veth pair whose both ends stay inside (up,
+    ``ma0`` at 10.254.0.1/32: see below), and keep it at ``path`` (a bind mount of its nsfs
+    file, replacing whatever ``path`` was); its inode number.  Nothing in it leads out.
+
+    Raises:
+        OSError: the namespace cannot be made (no CAP_SYS_ADMIN).
+    """
+    remove_namespace(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+
+    def make() -> int:
+        # unshare(CLONE_NEWNET) moves only the calling thread: the service stays where it is
+        _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        _set_up("lo")
+        # Open MPI's daemons never talk over a loopback device (PRRTE skips it, as it cannot
+        # reach another machine): a veth pair whose two ends stay here gives them one, an
+        # address that leads nowhere but into this namespace
+        _add_veth(INNER_LINK, INNER_PEER)
+        _set_up(INNER_PEER)
+        _set_up(INNER_LINK, INNER_ADDRESS)
+        own = f"/proc/self/task/{threading.get_native_id()}/ns/net"
+        _check(
+            _libc.mount(own.encode(), os.fsencode(path), None, MS_BIND, None),
+            f"mount --bind {own} {path}",
+        )
+        return os.stat(own).st_ino
+
+    try:
+        return _in_thread(make)
+    except BaseException:
+        remove_namespace(path)
+        raise
+
+
+def remove_namespace(path: Path) -> None:
+    """Forget the namespace kept at ``path`` (it lives on while a process is in it); nothing
+    happens when there is none."""
+    _libc.umount2(os.fsencode(path), MNT_DETACH)  # fails harmlessly where nothing is mounted
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def sweep(folder: Path) -> None:
+    """Remove every namespace file left in ``folder`` (by a service that ended while launching)."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        remove_namespace(entry)
+
+
+def namespace_of(pid: int) -> int | None:
+    """The inode of process ``pid``'s network namespace (None: it is gone)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def enter(path: str) -> None:
+    """Move the calling thread (the node runner's only one, before it starts any) into the
+    network namespace kept at ``path``.
+
+    Raises:
+        OSError: it cannot (the caller must then run nothing of the job).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_libc.setns(fd, CLONE_NEWNET), f"setns({path})")
+    finally:
+        os.close(fd)
+
+
+def connect_in(pid: int, address: bytes, timeout: float | None = None) -> socket.socket:
+    """A Unix stream socket connected to ``address`` in process ``pid``'s network namespace
+    (where abstract socket names live), from a short thread that enters it first.
+
+    Raises:
+        OSError: cannot enter it, or cannot connect.
+    """
+
+    def connect() -> socket.socket:
+        fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _check(_libc.setns(fd, CLONE_NEWNET), f"setns(network namespace of {pid})")
+        finally:
+            os.close(fd)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    return _in_thread(connect)
+
+
+# ------------------------------------------------------------------------ fence
+
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_ACCESS_NET_CONNECT_TCP = 2
+LANDLOCK_RULE_NET_PORT = 2
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
+#: Landlock's system call numbers (the same on every architecture)
+SYS_LANDLOCK = {"create": 444, "add": 445, "restrict": 446}
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+IPPROTO_MPTCP = 262
+MSG_FASTOPEN = 0x20000000
+#: the system call numbers the seccomp filter looks at, per machine
+SECCOMP_ARCH = {
+    "x86_64": {
+        "arch": 0xC000003E,
+        "socket": 41,
+        "sendto": 44,
+        "sendmsg": 46,
+        "sendmmsg": 307,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+    },
+    "aarch64": {
+        "arch": 0xC00000B7,
+        "socket": 198,
+        "sendto": 206,
+        "sendmsg": 211,
+        "sendmmsg": 269,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+    },
+}
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version of this kernel (0: none)."""
+    version = _libc.syscall(SYS_LANDLOCK["create"], None, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    return max(version, 0)
+
+
+def _ranges_to_set(deny: Iterable[Iterable[int]]) -> set[int]:
+    ports: set[int] = set()
+    for low, high in deny:
+        ports.update(range(max(int(low), 1), min(int(high), 65535) + 1))
+    return ports
+
+
+class _NetPortRule(ctypes.Structure):
+    """``struct landlock_net_port_attr`` (packed: two 64-bit fields)."""
+
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _seccomp_program() -> list[tuple[int, int, int, int]]:
+    """The seccomp filter of rule 3: ``socket(*, *, IPPROTO_MPTCP)`` and any send with
+    ``MSG_FASTOPEN`` fail with EPERM; the io_uring calls and any other architecture's calls
+    (x32, 32-bit) with ENOSYS."""
+    machine = platform.machine()
+    if machine not in SECCOMP_ARCH:
+        raise OSError(errno.ENOSYS, f"no seccomp filter for {machine} machines")
+    calls = SECCOMP_ARCH[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+
+    def arg(n: int) -> int:  # offset of the low 32 bits of argument n in struct seccomp_data
+        return 16 + 8 * n
+
+    # (opcode, jump-if-true label, jump-if-false label, k); labels resolved below
+    code: list[tuple] = [
+        ("start", ld, None, None, 4),  # the calling convention
+        (None, jeq, "native", "nosys", calls["arch"]),
+        ("native", ld, None, None, 0),  # the system call number
+        (None, jge, "nosys", None, 0x40000000),  # an x32 call
+        (None, jeq, "nosys", None, calls["io_uring_setup"]),
+        (None, jeq, "nosys", None, calls["io_uring_enter"]),
+        (None, jeq, "nosys", None, calls["io_uring_register"]),
+        (None, jeq, "socket", None, calls["socket"]),
+        (None, jeq, "flags3", None, calls["sendto"]),
+        (None, jeq, "flags3", None, calls["sendmmsg"]),
+        (None, jeq, "flags2", None, calls["sendmsg"]),
+        (None, ret, None, None, allow),
+        ("socket", ld, None, None, arg(2)),  # the protocol
+        (None, jeq, "perm", "allow", IPPROTO_MPTCP),
+        ("flags3", ld, None, None, arg(3)),
+        (None, jset, "perm", "allow", MSG_FASTOPEN),
+        ("flags2", ld, None, None, arg(2)),
+        (None, jset, "perm", "allow", MSG_FASTOPEN),
+        ("perm", ret, None, None, eperm),
+        ("nosys", ret, None, None, enosys),
+        ("allow", ret, None, None, allow),
+    ]
+    where = {label: i for i, (label, *_rest) in enumerate(code) if label}
+
+    def jump(i: int, label: str | None) -> int:
+        return 0 if label is None else where[label] - i - 1
+
+    return [(op, jump(i, jt), jump(i, jf), k) for i, (_label, op, jt, jf, k) in enumerate(code)]
+
+
+def fence(deny: Iterable[Iterable[int]]) -> None:
+    """Restrict the calling process, and all it starts from now on, as the module docstring's
+    rules say: no TCP connection to a port of ``deny`` (``[low, high]`` ranges), no abstract
+    Unix socket made outside, no MPTCP, no io_uring.
+
+    Raises:
+        OSError: the kernel cannot enforce it (no Landlock ABI 4, i.e. Linux before 6.7): the
+            caller must then run nothing of the job.
+    """
+    abi = landlock_abi()
+    if abi < 4:
+        raise OSError(
+            errno.ENOSYS,
+            f"this kernel's Landlock (ABI {abi}) cannot restrict TCP connections; jobs on Ray need "
+            "Linux 6.7 or later (Landlock enabled: lsm=...,landlock on the kernel command line)",
+        )
+    denied = _ranges_to_set(deny)
+    scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
+    attr = struct.pack("QQQ", 0, LANDLOCK_ACCESS_NET_CONNECT_TCP, scoped)
+    size = len(attr) if abi >= 6 else 16
+    ruleset = _check(
+        _libc.syscall(SYS_LANDLOCK["create"], ctypes.create_string_buffer(attr[:size]), size, 0),
+        "landlock_create_ruleset",
+    )
+    try:
+        # one rule per allowed port (~65,000 calls): a structure updated in place and passed by
+        # reference costs less than half of packing a buffer each time
+        rule = _NetPortRule(LANDLOCK_ACCESS_NET_CONNECT_TCP, 0)
+        ref, add, syscall = ctypes.byref(rule), SYS_LANDLOCK["add"], _libc.syscall
+        for port in range(0, 65536):
+            if port in denied:
+                continue
+            rule.port = port
+            if syscall(add, ruleset, LANDLOCK_RULE_NET_PORT, ref, 0) == -1:
+                _check(-1, "landlock_add_rule")
+        if os.geteuid() != 0:  # without CAP_SYS_ADMIN both need no_new_privs
+            _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        program = _seccomp_program()
+        filters = (_SockFilter * len(program))(*program)
+        prog = _SockFprog(len(program), filters)
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp filter")
+        _check(_libc.syscall(SYS_LANDLOCK["restrict"], ruleset, 0), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+def listening_ports(except_marker: str = "") -> set[int]:
+    """Every TCP port something listens on on this machine now, but those of processes whose
+    node marker starts with ``except_marker`` (a job's own nodes)."""
+    import psutil
+
+    from .procfs import NODE_MARKER
+
+    found: set[int] = set()
+    own = f"{NODE_MARKER}={except_marker}".encode()
+    for conn in psutil.net_connections("tcp"):
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr:
+            continue
+        if except_marker and conn.pid:
+            try:
+                with open(f"/proc/{conn.pid}/environ", "rb") as fh:
+                    if any(e.startswith(own) for e in fh.read().split(b"\0")):
+                        continue
+            except OSError:
+                pass
+        found.add(conn.laddr.port)
+    return found
+
+
+def as_ranges(ports: Iterable[int]) -> list[list[int]]:
+    """``ports`` as sorted ``[low, high]`` ranges (the runner spec's form)."""
+    ranges: list[list[int]] = []
+    for port in sorted(set(ports)):
+        if ranges and port == ranges[-1][1] + 1:
+            ranges[-1][1] = port
+        else:
+            ranges.append([port, port])
+    return ranges

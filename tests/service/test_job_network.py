@@ -1,0 +1,341 @@
+"""A hostile job against the network it shares with the service and other jobs (issue 24, items
+1 and 7), on a real root service with the local backend.
+
+The job does what the reproduction did: it reads ``/proc/net/tcp`` and ``/proc/net/unix`` for
+listeners, then tries to connect to the service's port, to another (``--access none``) job's
+listening port on every address that job could be reached at, and to that job's abstract
+debug-terminal socket.  Each must fail, while the test shows from outside that every target is
+real (the service answers on the host, the other job's port answers inside its namespace, its
+abstract socket is listed there); and the nodes of one job still reach each other (a 2-node
+job over TCP by hostname, and a 2-node MPI allreduce through mpirun's agent).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from urllib.parse import urlparse
+
+import psutil
+import pytest
+
+from ma_jupyter.backends.local import network
+from ma_jupyter.models import JobStatus
+from tests.helpers import wait_for, writable_dir
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="a job's network namespace needs a root service"),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+    pytest.mark.timeout(300),
+]
+
+#: the victim: listens on every address of its namespace, then sleeps
+LISTENER = r"""
+import socket, sys, time
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("0.0.0.0", int(sys.argv[1])))
+server.listen(8)
+print("victim listening", flush=True)
+while True:
+    conn, _ = server.accept()
+    conn.sendall(b"victim-data")
+    conn.close()
+"""
+
+#: the prober: what a hostile job reads and tries (stdlib only; prints one JSON line)
+PROBE = r"""
+import errno, json, socket
+
+targets = json.load(open("/workspace/algorithm/targets.json"))
+found = {}
+
+def listening(path):
+    ports = set()
+    try:
+        lines = open(path).read().splitlines()[1:]
+    except OSError:
+        return ports
+    for line in lines:
+        fields = line.split()
+        if fields[3] == "0A":  # LISTEN
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+found["listening"] = sorted(listening("/proc/net/tcp") | listening("/proc/net/tcp6"))
+found["unix"] = open("/proc/net/unix").read()
+found["devices"] = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:])
+for host, port in targets["tcp"]:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    try:
+        sock.connect((host, port))
+        found[f"tcp {host}:{port}"] = "connected " + sock.recv(64).decode(errors="replace")
+    except OSError as exc:
+        found[f"tcp {host}:{port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        sock.close()
+for name in targets["abstract"]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(b"\0" + name.encode())
+        found[f"abstract {name}"] = "connected"
+    except OSError as exc:
+        found[f"abstract {name}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        sock.close()
+print("PROBES " + json.dumps(found), flush=True)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return sock.getsockname()[1]
+
+
+def _host_addresses() -> list[str]:
+    """Every IPv4 address of the host's interfaces (loopback included)."""
+    return sorted(
+        {a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET}
+    )
+
+
+def _inside(pid: int, code: str) -> subprocess.CompletedProcess:
+    """Run Python ``code`` in the network namespace of process ``pid`` (the test's own look)."""
+    return subprocess.run(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_job_reaches_neither_the_service_nor_another_jobs_port_nor_its_abstract_sockets(
+    ma_client, tmp_path
+):
+    service_port = urlparse(ma_client.url).port
+    victim_port = _free_port()
+    victim_algo = writable_dir(tmp_path / "victim")
+    (victim_algo / "listen.py").write_text(LISTENER)
+    victim = ma_client.submit(
+        name="victim",
+        algorithm=str(victim_algo),
+        command=f"python /workspace/algorithm/listen.py {victim_port}",
+        access="none",
+        debug_terminal=True,
+        grace_period=1,
+    )
+    wait_for(lambda: "victim listening" in ma_client.read_log(victim.id).data, timeout=120)
+    runner = ma_client.get(victim.id).nodes[0].pid
+    shell_name = f"ma_jupyter-shell/{victim.id}/worker-0"
+    # the targets are real: the victim's port answers and its terminal is listed in its own
+    # namespace, and the service answers on the host
+    wait_for(lambda: shell_name in _inside(runner, "print(open('/proc/net/unix').read())").stdout, timeout=60)
+    answer = _inside(
+        runner,
+        f"import socket; s = socket.create_connection(('127.0.0.1', {victim_port})); print(s.recv(64))",
+    )
+    assert "victim-data" in answer.stdout, answer.stderr
+    socket.create_connection(("127.0.0.1", service_port), timeout=10).close()
+
+    victim_addresses = ["127.0.0.1", "127.0.1.1", "10.254.0.1", *_host_addresses()]
+    tcp = {("127.0.0.1", service_port), ("::1", service_port)}
+    tcp |= {(address, victim_port) for address in victim_addresses}
+    tcp |= {(address, service_port) for address in _host_addresses()}
+    targets = {
+        "tcp": sorted(tcp),
+        "abstract": [shell_name, f"ma_jupyter-rsh/{victim.id}/worker-0"],
+    }
+    algo = writable_dir(tmp_path / "prober")
+    (algo / "probe.py").write_text(PROBE)
+    (algo / "targets.json").write_text(json.dumps(targets))
+    prober = ma_client.submit(
+        name="prober", algorithm=str(algo), command="python /workspace/algorithm/probe.py"
+    )
+    job = prober.wait(timeout=180)
+    log = ma_client.read_log(prober.id).data
+    assert job.status is JobStatus.succeeded, log
+    found = json.loads(log.split("PROBES ", 1)[1].splitlines()[0])
+    unix = found.pop("unix")
+    print(json.dumps(found, indent=1))
+    assert victim.id not in unix  # item 7: no other job's id in /proc/net/unix
+    assert "ma_jupyter-" not in unix  # nor any other node's agent name
+    assert found.pop("listening") == []  # nothing of the host listens where the job looks
+    assert found.pop("devices") == ["lo", "ma0", "ma1"]  # no device that leads out
+    reached = {k: v for k, v in found.items() if str(v).startswith("connected")}
+    assert reached == {}, reached
+    assert len(found) == len(targets["tcp"]) + len(targets["abstract"])
+    assert ma_client.get(victim.id).status is JobStatus.running  # untouched
+    victim.stop()
+
+
+PEERS = r"""
+import os, socket, sys, time
+me = socket.gethostname()
+port = int(sys.argv[1])
+if me == "worker-0":
+    server = socket.socket()
+    server.bind(("0.0.0.0", port))
+    server.listen(1)
+    conn, peer = server.accept()
+    print("worker-0 heard:", conn.recv(64).decode(), flush=True)
+else:
+    deadline = time.time() + 60
+    while True:
+        try:
+            sock = socket.create_connection(("worker-0", port), timeout=5)
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    sock.sendall(b"hello from " + me.encode())
+    print("worker-1 sent", flush=True)
+"""
+
+
+def test_the_nodes_of_one_job_still_reach_each_other_by_hostname_and_through_mpirun(ma_client, tmp_path):
+    from tests.modes.real import algorithm, node_logs
+    from tests.modes.test_real_mpi import ALLREDUCE
+
+    algo = writable_dir(tmp_path / "peers")
+    (algo / "peers.py").write_text(PEERS)
+    job = ma_client.submit(
+        name="peers",
+        mode="tensorflow",  # runs the command as it is on each node, TF_CONFIG beside it
+        algorithm=str(algo),
+        nodes=2,
+        command=f"python /workspace/algorithm/peers.py {_free_port()}",
+    ).wait(timeout=180)
+    logs = node_logs(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs
+    assert "worker-0 heard: hello from worker-1" in logs
+    outputs = writable_dir(tmp_path / "out")
+    mpi = ma_client.submit(
+        name="mpi-2x2",
+        mode="horovod",
+        nodes=2,
+        specs=["gpu.emu-2"],
+        algorithm=str(algorithm(tmp_path / "algo", allreduce=ALLREDUCE)),
+        outputs=str(outputs),
+        command="python /workspace/algorithm/allreduce.py",
+    ).wait(timeout=180)
+    assert mpi.status is JobStatus.succeeded, node_logs(ma_client, mpi.id)
+    result = json.loads((outputs / "result.json").read_text())
+    assert result["size"] == 4 and result["sum"] == 10
+
+
+FENCED = r"""
+import ctypes, errno, json, socket, sys
+from ma_jupyter.backends.local import network
+
+denied, allowed, abstract = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+network.fence([[denied, denied]])
+found = {}
+for name, port, proto in (("denied", denied, 0), ("allowed", allowed, 0), ("mptcp", denied, 262)):
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(b"ping")  # an ordinary send passes the filter
+        found[name] = "connected"
+    except OSError as exc:
+        found[name] = errno.errorcode[exc.errno]
+sock = socket.socket()
+try:  # TCP Fast Open: a connect made by the first send
+    sock.sendto(b"hello", socket.MSG_FASTOPEN, ("127.0.0.1", denied))
+    found["fastopen"] = "connected"
+except OSError as exc:
+    found["fastopen"] = errno.errorcode[exc.errno]
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(b"\0" + abstract.encode())
+    found["abstract"] = "connected"
+except OSError as exc:
+    found["abstract"] = errno.errorcode[exc.errno]
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)
+found["io_uring"] = "made" if libc.syscall(425, 4, params) >= 0 else errno.errorcode[ctypes.get_errno()]
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.skipif(network.landlock_abi() < 6, reason="the fence needs Landlock ABI 6 (Linux 6.12)")
+def test_the_fence_of_a_node_on_a_shared_network_refuses_what_it_must_and_nothing_else(tmp_path):
+    """The Ray nodes' fence (``network.fence``) in a process of its own: a denied port refused
+    (EACCES), another one reached, no MPTCP socket, no TCP Fast Open send, no abstract socket of
+    outside, no io_uring."""
+    listeners = [socket.socket() for _ in range(2)]
+    for sock in listeners:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(4)
+    name = f"ma-fence-test-{tmp_path.name}"
+    outside = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    outside.bind(b"\0" + name.encode())
+    outside.listen(4)
+    try:
+        denied, allowed = (s.getsockname()[1] for s in listeners)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        done = subprocess.run(
+            [sys.executable, "-c", FENCED, str(denied), str(allowed), name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": root},
+        )
+    finally:
+        for sock in (*listeners, outside):
+            sock.close()
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "denied": "EACCES",
+        "allowed": "connected",
+        "mptcp": "EPERM",
+        "fastopen": "EPERM",
+        "abstract": "EPERM",
+        "io_uring": "ENOSYS",
+    }
+
+
+def test_after_a_service_crash_the_terminal_still_enters_the_jobs_namespace_and_leftovers_go(ma_home):
+    """kill -9 of the service while a job runs: the namespace lives on with the job's processes
+    (nothing of it was the service's), a new service opens the node's terminal inside it, and a
+    namespace file a service left mid-launch is removed at the next launch."""
+    import signal
+
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+    from tests.service.conftest import start_service
+
+    left = ma_home / "netns" / "left-by-a-crash"
+    network.make_namespace(left)  # what a service killed between make and drop leaves
+    svc = start_service(ma_home)
+    job_id = None
+    try:
+        client = Client(url=svc.url, token=svc.token, timeout=30)
+        handle = client.submit(
+            name="lives-on",
+            command=f"{sys.executable} -c \"import time; print('up', flush=True); time.sleep(600)\"",
+            debug_terminal=True,
+            grace_period=1,
+        )
+        job_id = handle.id
+        wait_for(lambda: "up" in client.read_log(job_id).data, timeout=120)
+        assert not left.exists()  # swept at the launch
+        # and the job's own file dropped once its runner entered
+        wait_for(lambda: list((ma_home / "netns").iterdir()) == [], timeout=30)
+        svc.proc.send_signal(signal.SIGKILL)
+        svc.proc.wait(30)
+        svc = start_service(ma_home, tokens=svc.tokens)
+        client = Client(url=svc.url, token=svc.token, timeout=30)
+        wait_for(lambda: client.get(job_id).status is JobStatus.running, timeout=60)
+        output, code = run_command(client.shell(job_id, command=["cat", "/proc/net/dev"]), timeout=60)
+        assert code == 0 and "ma0" in output and "eth" not in output, output
+        client.stop(job_id)
+    finally:
+        svc.proc.terminate()
+        svc.proc.wait(30)
