@@ -198,6 +198,19 @@ def default_nodes(count: int = DEFAULT_NODES) -> list[Node]:
     (GPU and NPU in turn) where it has none."""
     cores = float(os.cpu_count() or 1)
     memory = _memory_gb()
+
+    def simulated(i: int) -> dict:
+        # Simulated nodes share one host: oversubscribe cores so multi-node jobs fit on 2
+        # cores, but keep memory honest by splitting it.
+        return {
+            "name": f"node-{i}",
+            "os": platform.system(),
+            "kernel": platform.release(),
+            "cpus": max(cores, 4.0),
+            "memory_gb": round(memory / count, 1),
+            "pools": ["default"],
+        }
+
     found = accelerators.detect_all()
     if found:
         kinds = sorted(found)
@@ -207,11 +220,7 @@ def default_nodes(count: int = DEFAULT_NODES) -> list[Node]:
             first = cards[0]
             nodes.append(
                 Node(
-                    name=f"node-{i}",
-                    os=platform.system(),
-                    kernel=platform.release(),
-                    cpus=max(cores, 4.0),
-                    memory_gb=round(memory / count, 1),
+                    **simulated(i),
                     accelerators=len(cards),
                     accelerator_type=first.type,  # type: ignore[arg-type]
                     accelerator_model=first.model,
@@ -219,24 +228,16 @@ def default_nodes(count: int = DEFAULT_NODES) -> list[Node]:
                     devices=[c.index for c in cards],
                     driver_version=first.driver_version or None,
                     emulated=not accelerators.has_device_nodes(first.type),
-                    pools=["default"],
                 )
             )
         return nodes
-    # Simulated nodes share one host: oversubscribe cores so multi-node jobs fit on 2 cores,
-    # but keep memory honest by splitting it.
     return [
         Node(
-            name=f"node-{i}",
-            os=platform.system(),
-            kernel=platform.release(),
-            cpus=max(cores, 4.0),
-            memory_gb=round(memory / count, 1),
+            **simulated(i),
             accelerators=4,
             accelerator_type="gpu" if i % 2 == 0 else "npu",
             driver_version="535.0" if i % 2 == 0 else None,
             emulated=True,
-            pools=["default"],
         )
         for i in range(count)
     ]
