@@ -389,6 +389,9 @@ def test_several_nodes_prefix_each_line(ma_shell):
     lines = run.job_text().splitlines()
     assert "[worker-0] I am worker 0" in lines
     assert "[worker-1] I am worker 1" in lines
+    # the cell's metadata keeps how far each node's log was shown: %ma_attach continues there
+    offsets = run.job_metadata()["offsets"]
+    assert set(offsets) == {"worker-0", "worker-1"} and all(offsets.values()), offsets
     # --follow-node narrows the cell to one node, its lines as the node printed them
     narrowed = Run(
         ma_shell,
