@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import BackendUnavailable, MaJupyterError, NodeLost, NotFound, RefusedFile
+from ..models import JobStatus
 from ..untrusted import open_file
 
 if TYPE_CHECKING:
@@ -482,10 +483,11 @@ class JobFollower:
             self.several = True  # more attempts' or nodes' logs than the spec said
 
     def refresh_due(self) -> bool:
-        """Whether it is time to look at the job again: every ``STATUS_INTERVAL``, more often
-        while no stream is known yet (the first lines should not wait), at once when every
-        stream ended before the job did."""
-        interval = STATUS_INTERVAL if self.logs.streams else STATUS_INTERVAL / 10
+        """Whether it is time to look at the job again: every ``STATUS_INTERVAL``, ten times as
+        often while it runs with no stream known yet (its first lines should not wait), at
+        once when every stream ended before the job did."""
+        starting = not self.logs.streams and self.job.status is not JobStatus.queued
+        interval = STATUS_INTERVAL / 10 if starting else STATUS_INTERVAL
         if self.logs.finished() and not self.job.status.is_terminal():
             return True
         return time.monotonic() - self._looked >= interval
