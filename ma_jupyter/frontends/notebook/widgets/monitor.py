@@ -1,4 +1,5 @@
-"""``JobMonitor``: one job live in widgets — status, logs per node and per rank, events, actions.
+"""``JobMonitor``: one job live in widgets — status, logs (a multi-node job's "all nodes" tab
+first, then per node and per rank), events, actions.
 
 A background thread does all the work (refreshing the job, long-polling every log stream,
 reading new events) and only sets widget values, so the notebook stays usable while logs
