@@ -444,6 +444,7 @@ class JobFollower:
         self.rank = rank
         self.several = prefixed or rank is not None or (stream is None and several_nodes(job))
         self.logs = LogStreams(client, job.id, offsets)
+        self._stopped = False
         self._looked = time.monotonic()
         self._discover()
 
@@ -510,6 +511,8 @@ class JobFollower:
         return self.job.status.is_terminal() and (self.logs.finished() or not self.logs.streams)
 
     def stop(self) -> None:
+        """Stop following (:meth:`lines` returns after its current wait)."""
+        self._stopped = True
         self.logs.stop()
 
     def lines(self, *, patience: float = FOLLOW_PATIENCE) -> Iterator[tuple[StreamKey, str]]:
@@ -517,7 +520,7 @@ class JobFollower:
         stays away longer than ``patience`` seconds raises :class:`BackendUnavailable`."""
         away_since = 0.0
         try:
-            while True:
+            while not self._stopped:
                 yield from self.drain(timeout=0.2)
                 if self.refresh_due():
                     try:
