@@ -6,10 +6,12 @@
  *    button is disabled, with the reason as its tooltip, when the caller's access (the job's
  *    `allowed`, as the service answers it) or the job's state does not allow it; the service
  *    still checks each request, and a refusal is shown as the message.
- * 2. Logs follow one stream (node, or node and rank) by byte offset (logfollower.ts): a large
- *    log from its last `LOG_TAIL_BYTES`, only the newest part kept in the page, scrolled to
- *    the newest line while "follow" is ticked; search shows the matching lines of what is
- *    kept; Download saves the whole stream.
+ * 2. Logs follow one stream (node, or node and rank) by byte offset (logfollower.ts), or, as
+ *    the default of a multi-node job, "All nodes": every node's log, lines in arrival order,
+ *    each prefixed `[node] `, nodes that appear later included; a large log from its last
+ *    `LOG_TAIL_BYTES`, only the newest part kept in the page, scrolled to the newest line
+ *    while "follow" is ticked; search shows the matching lines of what is kept; Download
+ *    saves the whole stream (all nodes: each node's log in turn, prefixed).
  * 3. Resources reads the service's samples (`GET /jobs/{id}/resources`), newer ones only after
  *    the first read, and draws CPU and memory per node as SVG (and cards' use when the backend
  *    reads it; cards it cannot read are listed as held).
@@ -27,8 +29,11 @@ import { lineChart } from './chart';
 import { openDebugTerminal } from './debugterminal';
 import { errorText, h, statusBadge } from './dom';
 import { dateTime, elapsed, span, statusText } from './jobstable';
-import { LOG_TAIL_BYTES, LogFollower, isTerminal } from './logfollower';
+import { AllNodesFollower, LOG_TAIL_BYTES, LogFollower, isTerminal } from './logfollower';
 import type { Event, Job, JobSpec, LogStream, ResourceSample, ResourceUsage } from './models';
+
+/** The log pane's choice of every node's lines, each prefixed with its node. */
+const ALL_NODES = '*';
 
 const POLL_MS = 1500;
 const RESOURCES_MS = 2000;
@@ -97,7 +102,7 @@ export class JobPageWidget extends Widget {
   private wrap: HTMLInputElement;
   private followBox: HTMLInputElement;
   private streams: LogStream[] = [];
-  private follower: LogFollower | null = null;
+  private follower: LogFollower | AllNodesFollower | null = null;
   // resources
   private samples: ResourceSample[] = [];
   private usage: ResourceUsage | null = null;
@@ -446,6 +451,11 @@ export class JobPageWidget extends Widget {
     return s.rank === null || s.rank === undefined ? s.node : `${s.node}/rank-${s.rank}`;
   }
 
+  /** The node logs of the streams (rank null), in the service's order. */
+  private nodeNames(): string[] {
+    return this.streams.filter(s => s.rank === null || s.rank === undefined).map(s => s.node);
+  }
+
   private async updateStreams(): Promise<void> {
     let streams: LogStream[];
     try {
@@ -457,33 +467,68 @@ export class JobPageWidget extends Widget {
     const keys = streams.map(key);
     const changed = keys.join('|') !== this.streams.map(key).join('|');
     this.streams = streams; // their sizes too: a stream chosen later starts at its tail
+    // a job of several nodes opens on every node's lines, each prefixed with its node
+    const several = this.nodeNames().length > 1 || (this.job.nodes ?? []).length > 1;
+    const options = several ? [ALL_NODES, ...keys] : keys;
     if (changed) {
       const chosen = this.streamSelect.value;
       this.streamSelect.replaceChildren(
+        ...(several ? [h('option', { value: ALL_NODES }, 'All nodes')] : []),
         ...streams.map(s =>
           h('option', { value: key(s) }, s.rank === null || s.rank === undefined ? `${s.node} (all ranks)` : `${s.node} · rank ${s.rank}`)
         )
       );
-      if (keys.includes(chosen)) {
+      if (options.includes(chosen)) {
         this.streamSelect.value = chosen;
       }
     }
-    if (this.follower === null && keys.length) {
-      this.follow(this.streamSelect.value || keys[0]);
-    } else if (!keys.length) {
+    if (this.follower instanceof AllNodesFollower) {
+      for (const node of this.nodeNames()) {
+        this.follower.addNode(node); // a node that appeared later, from its start
+      }
+    }
+    if (this.follower === null && options.length) {
+      this.follow(this.streamSelect.value || options[0]);
+    } else if (!options.length) {
       this.logNote.textContent = 'no log yet: the job has not started';
     }
   }
 
+  /** Where a stream of the page starts: a large log at its tail (Download has the rest). */
+  private startAt(key: string): number {
+    const size = this.streams.find(s => this.streamKey(s) === key)?.size ?? 0;
+    return size > LOG_TAIL_BYTES ? size - LOG_TAIL_BYTES : 0;
+  }
+
   private follow(key: string): void {
     this.follower?.cancel();
-    const [node, rank] = key.split('/rank-');
     this.logPre.textContent = '';
     this.logPre.dataset.stream = key;
     delete this.logPre.dataset.eof;
+    const options = {
+      stick: () => this.followBox.checked,
+      onProblem: (text: string) => {
+        this.logNote.textContent = text;
+      },
+      onUpdate: () => {
+        if (this.search.value) {
+          this.applySearch();
+        }
+      }
+    };
+    if (key === ALL_NODES) {
+      const nodes = this.nodeNames().map(node => ({ node, startAt: this.startAt(node) }));
+      this.logPre.dataset.startAt = String(Math.max(0, ...nodes.map(n => n.startAt)));
+      this.tailNote.textContent = nodes.some(n => n.startAt)
+        ? 'showing the end of large logs: Download saves all of a node\'s log'
+        : '';
+      this.follower = new AllNodesFollower(this.job.id, nodes, this.logPre, options);
+      return;
+    }
+    const [node, rank] = key.split('/rank-');
     // a large log starts at its tail: the page stays responsive, Download has the rest
     const size = this.streams.find(s => this.streamKey(s) === key)?.size ?? 0;
-    const startAt = size > LOG_TAIL_BYTES ? size - LOG_TAIL_BYTES : 0;
+    const startAt = this.startAt(key);
     this.logPre.dataset.startAt = String(startAt);
     this.tailNote.textContent = startAt
       ? `showing the end of a ${megabytes(size)} log: Download saves all of it`
@@ -492,18 +537,7 @@ export class JobPageWidget extends Widget {
       this.job.id,
       { node, rank: rank === undefined ? null : Number(rank) },
       this.logPre,
-      {
-        startAt,
-        stick: () => this.followBox.checked,
-        onProblem: text => {
-          this.logNote.textContent = text;
-        },
-        onUpdate: () => {
-          if (this.search.value) {
-            this.applySearch();
-          }
-        }
-      }
+      { startAt, ...options }
     );
   }
 
@@ -532,20 +566,25 @@ export class JobPageWidget extends Widget {
     if (!key) {
       throw new Error('no log to download yet');
     }
-    const [node, rank] = key.split('/rank-');
     const parts: string[] = [];
-    let offset = 0;
-    for (;;) {
-      const chunk = await api.readLog(this.job.id, { node, rank: rank === undefined ? null : Number(rank) }, offset, 0);
-      parts.push(chunk.data ?? '');
-      if (chunk.next_offset === offset || !chunk.data) {
-        break;
+    // "All nodes": each node's whole log in turn, every line prefixed with its node
+    for (const stream of key === ALL_NODES ? this.nodeNames() : [key]) {
+      const [node, rank] = stream.split('/rank-');
+      const text: string[] = [];
+      let offset = 0;
+      for (;;) {
+        const chunk = await api.readLog(this.job.id, { node, rank: rank === undefined ? null : Number(rank) }, offset, 0);
+        text.push(chunk.data ?? '');
+        if (chunk.next_offset === offset || !chunk.data) {
+          break;
+        }
+        offset = chunk.next_offset;
       }
-      offset = chunk.next_offset;
+      parts.push(key === ALL_NODES ? text.join('').replace(/^(?=.)/gm, `[${node}] `) : text.join(''));
     }
     const link = h('a', {
       href: URL.createObjectURL(new Blob(parts, { type: 'text/plain' })),
-      download: `${this.job.id}-${key.replace('/', '-')}.log`
+      download: `${this.job.id}-${key === ALL_NODES ? 'all-nodes' : key.replace('/', '-')}.log`
     });
     link.click();
     URL.revokeObjectURL(link.href);

@@ -68,6 +68,10 @@ export interface LogFollowerOptions {
   onProblem?: (text: string) => void;
   /** called after each append */
   onUpdate?: () => void;
+  /** called with the finished lines of each append, each as `visibleLine` made it */
+  onLines?: (lines: string[]) => void;
+  /** called once the stream has ended (eof, or its node's machine gone) */
+  onEnd?: () => void;
 }
 
 export class LogFollower {
@@ -110,11 +114,9 @@ export class LogFollower {
     const raw = this.partial + text;
     const cut = raw.lastIndexOf('\n');
     if (cut >= 0) {
-      this.shown += raw
-        .slice(0, cut)
-        .split('\n')
-        .map(line => visibleLine(line) + '\n')
-        .join('');
+      const lines = raw.slice(0, cut).split('\n').map(visibleLine);
+      this.options.onLines?.(lines);
+      this.shown += lines.map(line => line + '\n').join('');
       if (this.shown.length > LOG_KEEP_CHARS) {
         this.shown = this.shown.slice(this.shown.length - LOG_KEEP_CHARS);
       }
@@ -144,7 +146,11 @@ export class LogFollower {
           this.problemShown = false;
         }
         if (chunk.eof) {
+          if (this.partial) {
+            this.options.onLines?.([visibleLine(this.partial)]); // the job ended mid-line
+          }
           this.pre.dataset.eof = 'true';
+          this.options.onEnd?.();
           return;
         }
       } catch (error) {
@@ -155,6 +161,7 @@ export class LogFollower {
           // the machine that ran this node is gone with its log: asking again cannot help
           problem(error.message);
           this.pre.dataset.lost = 'true';
+          this.options.onEnd?.();
           return;
         }
         // a node that has not started has no log yet: say so and try again shortly
@@ -172,5 +179,75 @@ export class LogFollower {
   cancel(): void {
     this.stopped = true;
     this.controller.abort();
+  }
+}
+
+/**
+ * Follows every node's own log of a job into one <pre> (the log pane's "All nodes" choice, the
+ * default of a multi-node job), as the CLI's `--follow` and the notebook do:
+ *
+ * 1. One `LogFollower` per node, each into a detached <pre>; their finished lines come here in
+ *    arrival order, each prefixed with `[node] ` (a rank splitter's `[rank r]` follows it).
+ * 2. `addNode` follows a node that appeared later (a restart's new attempt, a scale-up).
+ * 3. The newest `LOG_KEEP_CHARS` characters stay; `data-eof` is set once every node's log ended.
+ */
+export class AllNodesFollower {
+  private followers = new Map<string, LogFollower>();
+  private ended = new Set<string>();
+  private shown = '';
+
+  constructor(
+    private readonly jobId: string,
+    nodes: { node: string; startAt: number }[],
+    private readonly pre: HTMLElement,
+    private readonly options: LogFollowerOptions = {}
+  ) {
+    for (const { node, startAt } of nodes) {
+      this.addNode(node, startAt);
+    }
+  }
+
+  /** Follow one more node (rule 2); false if it is followed already. */
+  addNode(node: string, startAt = 0): boolean {
+    if (this.followers.has(node)) {
+      return false;
+    }
+    delete this.pre.dataset.eof;
+    const follower = new LogFollower(this.jobId, { node, rank: null }, document.createElement('pre'), {
+      startAt,
+      onProblem: text => this.options.onProblem?.(text ? `${node}: ${text}` : ''),
+      onLines: lines => this.add(node, lines),
+      onEnd: () => {
+        this.ended.add(node);
+        if (this.ended.size === this.followers.size) {
+          this.pre.dataset.eof = 'true';
+        }
+      }
+    });
+    this.followers.set(node, follower);
+    return true;
+  }
+
+  private add(node: string, lines: string[]): void {
+    this.shown += lines.map(line => `[${node}] ${line}\n`).join('');
+    if (this.shown.length > LOG_KEEP_CHARS) {
+      this.shown = this.shown.slice(this.shown.length - LOG_KEEP_CHARS);
+    }
+    this.pre.textContent = this.shown;
+    if (this.options.stick?.() ?? true) {
+      this.pre.scrollTop = this.pre.scrollHeight;
+    }
+    this.options.onUpdate?.();
+  }
+
+  /** The text shown so far. */
+  text(): string {
+    return this.shown;
+  }
+
+  cancel(): void {
+    for (const follower of this.followers.values()) {
+      follower.cancel();
+    }
   }
 }

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import BackendUnavailable, MaJupyterError, NodeLost, NotFound, RefusedFile
+from ..models import JobStatus
 from ..untrusted import open_file
 
 if TYPE_CHECKING:
@@ -384,3 +385,153 @@ class LogStreams:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return out
+
+
+STATUS_INTERVAL = 0.5  # seconds between looks at a followed job (its nodes, its end)
+
+
+def several_nodes(job: Job) -> bool:
+    """Whether ``job`` has (or will have) more than one node: its followers prefix each line
+    with the node that printed it."""
+    spec = job.spec
+    return len(job.nodes) > 1 or spec.nodes > 1 or bool(spec.ps) or bool(spec.chief)
+
+
+class JobFollower:
+    """The one follower of a job's log that every front end uses (``submit``/``clone``/``logs
+    --follow``, ``%%ma_train``, ``%ma_logs --follow``, ``%ma_attach``): every node's log by
+    default, or one stream.
+
+    Rules:
+
+    1. Without ``stream`` it follows every node of the job: the launched ones, and the ones
+       that appear later (a restart's new attempt, an elastic scale-up) at the next look at
+       the job; once the job has ended, also the nodes with a log on disk (earlier attempts).
+    2. Lines come out in arrival order across nodes (:meth:`drain`, :meth:`lines`);
+       :meth:`prefix` is ``"[worker-1] "`` when the job has several nodes (the rank splitter
+       already put ``[rank r]`` in the node's log: ``[worker-1] [rank 1] ...``), empty for a
+       single-node job or a narrowed follow.
+    3. ``stream=(node, rank)`` narrows to that one stream (rank None: the node's own log);
+       ``rank`` alone follows that rank's log on every node (prefixed ``[node/rank-r]``).
+    4. :attr:`offsets` (per :func:`stream_label`) say how far each stream was handed out: a
+       follower started from them continues without repeating or skipping a line.
+    5. It has ended (:attr:`ended`) once the job is terminal and every followed stream was
+       read to its end (or none exists); a stream gone with its node's machine ends with its
+       reason in :attr:`unavailable`.
+
+    Args:
+        client: the :class:`~ma_jupyter.client.Client`.
+        job: the job as last seen.
+        stream: follow only this stream (rule 3).
+        rank: follow this rank's log on every node (rule 3).
+        offsets: per-stream byte offsets to continue from (rule 4).
+        prefixed: prefix every line with its stream, also for a single node.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        job: Job,
+        *,
+        stream: StreamKey | None = None,
+        rank: int | None = None,
+        offsets: dict[str, int] | None = None,
+        prefixed: bool = False,
+    ):
+        self.client = client
+        self.job = job
+        self.stream = stream
+        self.rank = rank
+        self.several = prefixed or rank is not None or (stream is None and several_nodes(job))
+        self.logs = LogStreams(client, job.id, offsets)
+        self._stopped = False
+        self._looked = time.monotonic()
+        self._discover()
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        return self.logs.offsets
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        return self.logs.unavailable
+
+    @property
+    def errors(self) -> list[str]:
+        return self.logs.errors
+
+    @property
+    def streams(self) -> list[StreamKey]:
+        return self.logs.streams
+
+    def prefix(self, key: StreamKey) -> str:
+        """What goes before a line of ``key`` (rule 2)."""
+        return f"[{stream_label(key)}] " if self.several else ""
+
+    def _discover(self) -> None:
+        if self.stream is not None:
+            self.logs.follow(self.stream)
+            return
+        if self.rank is not None:
+            names = [run.name for run in self.job.nodes]
+            if not names and self.job.status.is_terminal():
+                names = sorted({s.node for s in self.client.log_streams(self.job.id) if s.rank is None})
+            for name in names:
+                self.logs.follow((name, self.rank))
+            return
+        self.logs.discover(self.job, with_files=self.job.status.is_terminal())
+        if len(self.logs.streams) > 1:
+            self.several = True  # more attempts' or nodes' logs than the spec said
+
+    def refresh_due(self) -> bool:
+        """Whether it is time to look at the job again: every ``STATUS_INTERVAL``, ten times as
+        often while it runs with no stream known yet (its first lines should not wait), at
+        once when every stream ended before the job did."""
+        starting = not self.logs.streams and self.job.status is not JobStatus.queued
+        interval = STATUS_INTERVAL / 10 if starting else STATUS_INTERVAL
+        if self.logs.finished() and not self.job.status.is_terminal():
+            return True
+        return time.monotonic() - self._looked >= interval
+
+    def refresh(self) -> Job:
+        """Look at the job (its status, new nodes) and follow what appeared; the job.
+        Raises what the client raises (:class:`BackendUnavailable` while the service restarts)."""
+        self._looked = time.monotonic()
+        self.job = self.client.job(self.job.id).info
+        self._discover()
+        return self.job
+
+    def drain(self, timeout: float = 0.0) -> list[tuple[StreamKey, str]]:
+        """The lines that arrived since the last call; waits up to ``timeout`` for the first."""
+        return self.logs.drain(timeout)
+
+    @property
+    def ended(self) -> bool:
+        """Rule 5 (call :meth:`drain` once more after it turns true: the last lines)."""
+        return self.job.status.is_terminal() and (self.logs.finished() or not self.logs.streams)
+
+    def stop(self) -> None:
+        """Stop following (:meth:`lines` returns after its current wait)."""
+        self._stopped = True
+        self.logs.stop()
+
+    def lines(self, *, patience: float = FOLLOW_PATIENCE) -> Iterator[tuple[StreamKey, str]]:
+        """Every line until the job has ended and all was read (the CLI's loop); a service that
+        stays away longer than ``patience`` seconds raises :class:`BackendUnavailable`."""
+        away_since = 0.0
+        try:
+            while not self._stopped:
+                yield from self.drain(timeout=0.2)
+                if self.refresh_due():
+                    try:
+                        self.refresh()
+                        away_since = 0.0
+                    except BackendUnavailable:
+                        away_since = away_since or time.monotonic()
+                        if time.monotonic() - away_since > patience:
+                            raise
+                if self.ended:
+                    yield from self.drain()
+                    return
+        finally:
+            self.stop()

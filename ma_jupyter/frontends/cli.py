@@ -41,15 +41,12 @@ from typing import Any
 
 from .. import __version__
 from ..client import Client, JobHandle
-from ..client.logs import LogStreams, stream_label
+from ..client.logs import JobFollower, several_nodes, stream_label
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NodeLost, NotFound
 from ..models import Job, JobStatus, JobType, clone_name
 from . import options, render, usage
 from .clusterview import cluster_text
-
-#: seconds between looks at a followed job's status (its nodes, its end)
-STATUS_INTERVAL = 0.5
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -123,13 +120,14 @@ def build_cli() -> options.OptionsParser:
     job_command("get", "show a job")
     logs = job_command("logs", "print a job's log", json_flag=False)
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
-    logs.add_argument("--node", help="node (worker-0, ps-0...); default the first primary node")
+    logs.add_argument("--node", help="only this node's log (worker-1, ps-0...); default every node's")
     logs.add_argument("--rank", type=int, help="a rank's own log")
     logs.add_argument("--offset", type=int, default=0, help="byte offset to start at")
     logs.add_argument(
         "--all",
         action="store_true",
-        help="every node's log, each line prefixed with [node] (not with --node)",
+        help="every node's log, each line prefixed with [node], also for one node (the default "
+        "without --node; with --rank: that rank on every node)",
     )
     job_command("events", "print a job's events")
     top = job_command("top", "print a job's CPU and memory per node (now, mean, peak, limit)")
@@ -259,7 +257,13 @@ def _follow_option(parser: argparse.ArgumentParser) -> None:
         "--follow",
         "-f",
         action="store_true",
-        help="print the job's log as it is written, then wait for its end",
+        help="print the job's log as it is written, then wait for its end: every node's lines, "
+        "each prefixed with [node] when the job has several",
+    )
+    parser.add_argument(
+        "--follow-node",
+        metavar="NODE",
+        help="with --follow: only this node's log (worker-1, ps-0...), without the prefix",
     )
 
 
@@ -403,6 +407,8 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
         else:
             print(render.plan_text(plan), end="")
         return EXIT_OK
+    if args.follow_node and not args.follow:
+        raise InvalidSpec("--follow-node narrows what --follow prints: add --follow")
     handle = client.submit(spec)
     if handle.shipped:
         _err(handle.shipped)
@@ -412,11 +418,8 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
     if not args.json:
         _err(_submitted(handle))
     if args.follow and not args.json:
-        try:
-            _print_lines(handle.logs(follow=True))
-        except NodeLost as exc:  # the rest of the log is gone with its node: the end still shows
-            sys.stdout.flush()
-            _err(render.one_line(exc.message))
+        stream = (args.follow_node, None) if args.follow_node else None
+        _follow_nodes(handle, stream=stream)
     final = handle.wait()
     if not args.json:
         _print_alerts(handle)
@@ -491,7 +494,12 @@ def _logs(args: argparse.Namespace) -> int:
         elsewhere = handle.info.rank_elsewhere(args.node, args.rank)
         if elsewhere is not None:
             raise NotFound(elsewhere)
-    if not args.all:
+    if args.all and (args.node or args.offset):
+        raise InvalidSpec("--all reads every node from its start: drop --node and --offset")
+    # one stream when one is named (a node, a rank, an offset within a stream); otherwise
+    # every node's log, each line prefixed with its node when the job has several
+    one_stream = bool(args.node or args.offset or (args.rank is not None and not args.all))
+    if one_stream:
         try:
             _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
         except NodeLost as exc:  # what could be read is printed; then why the rest cannot be
@@ -501,61 +509,56 @@ def _logs(args: argparse.Namespace) -> int:
         if args.follow:  # the job has ended: what its success does not show
             _print_alerts(handle)
         return EXIT_OK
-    if args.node or args.offset:
-        raise InvalidSpec("--all reads every node from its start: drop --node and --offset")
-    lost = _print_all_nodes(handle, follow=args.follow, rank=args.rank)
     if args.follow:
+        lost = _follow_nodes(handle, rank=args.rank, prefixed=args.all)
         _print_alerts(handle)
+    else:
+        lost = _print_all_nodes(handle, rank=args.rank, prefixed=args.all)
     return EXIT_FAILED if lost else EXIT_OK
 
 
-def _print_all_nodes(handle: JobHandle, *, follow: bool, rank: int | None) -> list[str]:
-    """Every node's log, lines prefixed with ``[node]`` (``[node/rank-r]`` with ``--rank``);
-    the streams whose log is gone with their node's machine, each named on stderr with why.
-
-    Without ``--follow``: what is written now, node after node.  With it: one
-    :class:`~ma_jupyter.client.logs.LogStreams` (the readers the notebook uses), lines printed as
-    they arrive, until the job ended and every log was read.
-    """
+def _print_all_nodes(handle: JobHandle, *, rank: int | None, prefixed: bool) -> list[str]:
+    """What every node's log holds now, node after node, lines prefixed with ``[node]``
+    (``[node/rank-r]`` with ``--rank``) when the job has several nodes (or ``--rank``); the
+    streams whose log is gone with their node's machine, each named on stderr with why."""
     lost: list[str] = []
-    if not follow:
-        for node in _node_names(handle):
-            try:
-                for line in handle.logs(follow=False, node=node, rank=rank):
-                    print(f"[{node}] {render.visible_line(line)}")
-            except NodeLost as exc:  # the other nodes are still read
-                sys.stdout.flush()
-                _err(f"[{node}] {render.one_line(exc.message)}")
-                lost.append(node)
-        return lost
-    streams = LogStreams(handle.client, handle.id)
-    looked = 0.0
-    try:
-        while True:
-            if time.monotonic() - looked >= STATUS_INTERVAL:  # new nodes (a restart), the end
-                looked = time.monotonic()
-                job = handle.refresh()
-                for run in job.nodes:
-                    streams.follow((run.name, rank))
-                ended = job.status.is_terminal()
-                if ended and not streams.streams:
-                    for node in _node_names(handle):  # nodes of earlier attempts only
-                        streams.follow((node, rank))
-            for key, line in streams.drain(timeout=0.2):
-                sys.stdout.write(f"[{stream_label(key)}] {render.visible_line(line)}\n")
+    nodes = _node_names(handle) or [handle.info.log_node]  # not launched: what the service says
+    prefixed = prefixed or rank is not None or len(nodes) > 1 or several_nodes(handle.info)
+    for node in nodes:
+        label = stream_label((node, rank))
+        try:
+            for line in handle.logs(follow=False, node=node, rank=rank):
+                print(f"[{label}] {render.visible_line(line)}" if prefixed else render.visible_line(line))
+        except NodeLost as exc:  # the other nodes are still read
             sys.stdout.flush()
-            if ended and (streams.finished() or not streams.streams):
-                for key, line in streams.drain():
-                    sys.stdout.write(f"[{stream_label(key)}] {render.visible_line(line)}\n")
-                break
-    finally:
-        streams.stop()
+            _err(f"[{label}] {render.one_line(exc.message)}" if prefixed else render.one_line(exc.message))
+            lost.append(label)
+    return lost
+
+
+def _follow_nodes(
+    handle: JobHandle,
+    *,
+    stream: tuple[str, int | None] | None = None,
+    rank: int | None = None,
+    prefixed: bool = False,
+) -> list[str]:
+    """Print a job's log as it is written until the job has ended, through the front ends'
+    one :class:`~ma_jupyter.client.logs.JobFollower`: every node's lines in arrival order,
+    each prefixed with ``[node]`` when the job has several or ``prefixed`` (or only ``stream``;
+    with ``rank`` that rank's log on every node, ``[node/rank-r]``).  Then each stream whose log is gone
+    with its node's machine is named on stderr with why; returns those streams."""
+    follower = JobFollower(handle.client, handle.info, stream=stream, rank=rank, prefixed=prefixed)
+    write, visible = sys.stdout.write, render.visible_line
+    for key, line in follower.lines():
+        write(f"{follower.prefix(key)}{visible(line)}\n")
+        sys.stdout.flush()  # a follower sees each line as soon as the job prints it
     sys.stdout.flush()
-    for label, why in streams.unavailable.items():
-        _err(f"[{label}] {render.one_line(why)}")
-    if streams.errors:
-        print("log read problems: " + "; ".join(streams.errors), file=sys.stderr)
-    return list(streams.unavailable)
+    for label, why in follower.unavailable.items():
+        _err(f"[{label}] {render.one_line(why)}" if follower.several else render.one_line(why))
+    if follower.errors:
+        print("log read problems: " + "; ".join(follower.errors), file=sys.stderr)
+    return list(follower.unavailable)
 
 
 def _node_names(handle: JobHandle) -> list[str]:

@@ -289,7 +289,11 @@ def test_sidebar_streams_each_rank_of_a_distributed_job(ma_lab):
             expect(streams.locator('option[value="worker-1/rank-1"]')).to_be_attached(timeout=90_000)
             expect(streams.locator('option[value="worker-0"]')).to_be_attached()
             log = detail.locator(".ma-log-main")
-            expect(log).to_contain_text("rank 0 line 2", timeout=60_000)
+            # a job of several nodes opens on every node's lines, each prefixed with its node
+            expect(streams.locator("option").first).to_have_attribute("value", "*")
+            expect(streams).to_have_value("*")
+            expect(log).to_contain_text("[worker-0] [rank 0] rank 0 line 2", timeout=60_000)
+            expect(log).to_contain_text("[worker-1] [rank 1] rank 1 line 2", timeout=60_000)
             streams.select_option("worker-1/rank-1")
             expect(log).to_contain_text("rank 1 line 2", timeout=60_000)
             expect(log).not_to_contain_text("rank 0 line")

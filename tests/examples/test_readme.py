@@ -1,22 +1,29 @@
-"""The README's shell and Python examples, pasted as written into a fresh folder (as root too).
+"""The README's shell and Python examples, pasted as written into a fresh folder: as root, and
+as a user without privileges in a folder of their own outside the project.
 
 Each ```bash block that runs ``ma-jupyter`` and each ```python block that uses the Client runs
 in order in one new folder, with a fresh ``MA_JUPYTER_HOME`` and the project's virtual
-environment first on ``PATH`` (as after ``source .venv/bin/activate``).  The notebook examples
-run in the notebooks under ``notebooks/`` (tests/examples/test_notebooks.py).
+environment first on ``PATH`` (as after ``source .venv/bin/activate``); the package is this
+checkout's.  As the user (``nobody``, its ``HOME`` a fresh folder it owns), every block runs
+through ``setpriv`` with that user's ids, so the service the first command starts runs as that
+user too.  The notebook examples run in the notebooks under ``notebooks/``
+(tests/examples/test_notebooks.py).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(900)
 
 REPO = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^```(bash|python)\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -38,32 +45,117 @@ def test_the_readme_has_examples_to_run():
     assert "bash" in kinds and "python" in kinds
 
 
-def test_every_readme_example_works_as_pasted(tmp_path):
-    folder = tmp_path / "fresh"
-    folder.mkdir()
-    venv_bin = str(Path(sys.executable).parent)
+def _run_every_example(
+    folder: Path, home: Path, *, as_user: list[str], env: dict[str, str], venv_bin: Path
+) -> None:
+    """Run the README's blocks in ``folder`` on the service of ``home`` with the virtual
+    environment ``venv_bin`` first on PATH; ``as_user`` is the argv prefix that drops to the
+    user (empty: root); the service is stopped at the end."""
     env = {
-        **os.environ,
-        "MA_JUPYTER_HOME": str(tmp_path / "home"),
-        "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
+        **env,
+        "MA_JUPYTER_HOME": str(home),
+        "PATH": str(venv_bin) + os.pathsep + env.get("PATH", os.defpath),
+        # this checkout's package, as the project's own `.venv` gives it to its user
+        "PYTHONPATH": str(REPO),
     }
-    env.pop("PYTHONPATH", None)  # the installed package, as a user has it
     try:
         for language, code in readme_examples():
             argv = (
                 ["bash", "-euo", "pipefail", "-c", code]
                 if language == "bash"
-                else [sys.executable, "-c", code]
+                else [str(venv_bin / "python"), "-c", code]
             )
-            done = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                [*as_user, *argv], cwd=folder, env=env, capture_output=True, text=True, timeout=300
+            )
             assert done.returncode == 0, f"{language} example failed:\n{code}\n{done.stdout}\n{done.stderr}"
             if "--name hello" in code:
                 assert "hello" in done.stdout.splitlines()
             if "--name ranks" in code:
-                # --follow shows the first node; `logs --all` every node, each line labelled
-                assert "rank 0 of 2" in done.stdout and "rank 1 of 2" in done.stdout, done.stdout
+                # --follow prints every node's lines, each prefixed with its node
+                lines = done.stdout.splitlines()
+                # (and the rank splitter's [rank r] within each node's log)
+                for node, rank in (("worker-0", 0), ("worker-1", 1)):
+                    assert f"[{node}] [rank {rank}] rank {rank} of 2" in lines, done.stdout
+                # `logs --node` one node's, as it printed them
+                assert "[rank 1] rank 1 of 2" in lines, done.stdout
                 assert "deleted ranks" in done.stdout
     finally:
         subprocess.run(
-            ["ma-jupyter", "service", "stop"], cwd=folder, env=env, capture_output=True, timeout=60
+            [*as_user, "ma-jupyter", "service", "stop"], cwd=folder, env=env, capture_output=True, timeout=60
         )
+
+
+def test_every_readme_example_works_as_pasted(tmp_path):
+    folder = tmp_path / "fresh"
+    folder.mkdir()
+    venv_bin = Path(sys.executable).parent
+    _run_every_example(folder, tmp_path / "home", as_user=[], env=dict(os.environ), venv_bin=venv_bin)
+
+
+def _user_venv(folder: Path, as_user: list[str]) -> Path:
+    """A virtual environment the user made (``python3 -m venv``, as after their own
+    ``./dev setup``) on the system's Python, holding the project environment's packages (hard
+    links: that environment's interpreter may lie where the user cannot go, and a job's sandbox
+    shows only the service's own environment), with the ``ma-jupyter`` command; its ``bin``."""
+    subprocess.run(
+        [*as_user, "/usr/bin/python3", "-m", "venv", "--without-pip", str(folder)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    python = folder / "bin" / "python"
+    version = subprocess.run(
+        [str(python), "-c", "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    project_packages = Path(sys.executable).parent.parent / "lib" / version / "site-packages"
+    if not project_packages.is_dir():
+        pytest.skip(f"the system's {version} is not the project environment's Python")
+    packages = folder / "lib" / version / "site-packages"
+    linked = subprocess.run(
+        ["cp", "-al", f"{project_packages}/.", str(packages)], capture_output=True, text=True, timeout=600
+    )
+    if linked.returncode != 0:  # /tmp on another file system than the project's environment
+        pytest.skip(f"cannot hard-link the project's packages for the user: {linked.stderr.strip()}")
+    command = folder / "bin" / "ma-jupyter"
+    command.write_text(
+        f"#!{python}\nimport sys\nfrom ma_jupyter.frontends.cli import main\nsys.exit(main())\n"
+    )
+    command.chmod(0o755)
+    return folder / "bin"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
+def test_every_readme_example_works_as_a_user_in_a_folder_of_their_own():
+    """As ``nobody``: its own HOME and ``MA_JUPYTER_HOME``, a fresh folder outside the project,
+    the service it starts running as that user."""
+    user = pwd.getpwnam("nobody")
+    # under /tmp itself: pytest's own temporary folders are root's alone (mode 0700)
+    root = Path(tempfile.mkdtemp(prefix="ma-readme-user-", dir="/tmp"))
+    try:
+        root.chmod(0o755)
+        home = root / "home"
+        folder = home / "fresh"
+        folder.mkdir(parents=True)
+        for path in (home, folder):
+            os.chown(path, user.pw_uid, user.pw_gid)
+        as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
+        env = {
+            "HOME": str(home),
+            "USER": user.pw_name,
+            "LOGNAME": user.pw_name,
+            "PATH": os.environ.get("PATH", os.defpath),
+            "LANG": "C.UTF-8",
+        }
+        if not Path("/usr/bin/python3").exists():
+            pytest.skip("no system Python for the user's own virtual environment")
+        venv_bin = _user_venv(home / ".venv", as_user)
+        _run_every_example(folder, home / ".ma-jupyter", as_user=as_user, env=env, venv_bin=venv_bin)
+        # the service (and the jobs it ran) wrote the user's home as that user
+        owners = {p.lstat().st_uid for p in (home / ".ma-jupyter").rglob("*")}
+        assert owners == {user.pw_uid}, f"owners of the files in the user's MA_JUPYTER_HOME: {owners}"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

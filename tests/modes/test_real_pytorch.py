@@ -122,7 +122,9 @@ def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_al
     job = ma_client.get(re.search(r"submitted (\S+) ", cli.stderr).group(1))
     assert job.status is JobStatus.succeeded, cli.stdout + cli.stderr + events_text(ma_client, job.id)
     assert cli.returncode == 0, cli.stderr
-    assert cli.stdout.count("trained alone") >= 1  # the follower's node (all nodes: logs --all)
+    # the follower prints every node's lines, each with its node
+    for node in ("worker-0", "worker-1"):
+        assert re.search(rf"^\[{node}\] (\[rank \d\] )?trained alone", cli.stdout, re.MULTILINE), cli.stdout
     assert "ALERT (worker-0): not distributed: no rank of the 2 nodes joined a process group" in cli.stderr
     alerts = [e for e in ma_client.events(job.id) if e.alert]
     assert len(alerts) == 1, events_text(ma_client, job.id)
@@ -388,3 +390,60 @@ def test_an_example_that_exits_for_want_of_gpus_on_2_nodes_gets_the_alert(ma_cli
     assert [a.split(",")[0] for a in alerts] == [
         "not distributed: no rank of the 2 nodes joined a process group"
     ]
+
+
+# The DDP tutorial series' script shape: init_process_group from the environment torchrun sets,
+# a collective, one line per rank.
+RANKS_JOINED = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([float(rank + 1)])
+dist.all_reduce(total)
+print(f"rank {rank} of {world} joined, sum {total.item():.0f}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def _rank_line(output: str, node: str, rank: int) -> bool:
+    """Whether ``output`` has rank ``rank``'s line prefixed with its node (the rank splitter may
+    add ``[rank r]`` after it)."""
+    pattern = rf"^\[{node}\] (\[rank {rank}\] )?rank {rank} of 2 joined, sum 3$"
+    return re.search(pattern, output, re.MULTILINE) is not None
+
+
+def test_submit_follow_and_ma_train_show_both_nodes_of_a_torchrun_job(ma_client, ma_shell, tmp_path):
+    """Issue 27, item 1, with the tutorial's own launch (``torchrun script.py`` on each node):
+    the followers print every node's lines, each with its node, the launcher's lines too."""
+    from tests.magic_shell import Run
+
+    algo = algorithm(tmp_path / "algo", ddp=RANKS_JOINED)
+    argv = ["submit", "--name", "ddp-follow", "--mode", "pytorch", "--nodes", "2", "--spec", "cpu.small"]
+    argv += ["--code-dir", str(algo), "--follow", "--", "torchrun", "/workspace/algorithm/ddp.py"]
+    started = time.monotonic()
+    cli = subprocess.run(
+        [sys.executable, "-m", "ma_jupyter.frontends.cli", *argv],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    print(f"pytorch torchrun 2x1, submit --follow: {time.monotonic() - started:.1f} s")
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert _rank_line(cli.stdout, "worker-0", 0) and _rank_line(cli.stdout, "worker-1", 1), cli.stdout
+    # every log line names its node (the launcher's and torchrun's own too); then the CLI's end line
+    *log, end = cli.stdout.splitlines()
+    assert all(re.match(r"\[worker-[01]\] ", line) for line in log), cli.stdout
+    assert end.startswith("ddp-follow-") and "succeeded" in end
+
+    started = time.monotonic()
+    run = Run(
+        ma_shell, "%%ma_train --name ddp-cell --mode pytorch --nodes 2 --spec cpu.small\n" + RANKS_JOINED
+    )
+    print(f"pytorch 2x1, %%ma_train: {time.monotonic() - started:.1f} s")
+    assert run.error is None, run.stdout + run.stderr
+    text = run.job_text()
+    assert _rank_line(text, "worker-0", 0) and _rank_line(text, "worker-1", 1), text

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -10,6 +14,8 @@ from ma_jupyter.models import JobStatus
 
 from ..helpers import wait_for, writable_dir
 from .real import PS_WORKER, algorithm, events_text, job_processes, run_job
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = [pytest.mark.tensorflow]
 
@@ -125,6 +131,20 @@ def test_chief_with_parameter_server_strategy_trains(ma_client, tmp_path):
     assert result["device"].startswith("/job:ps/")
     assert result["last"] < result["first"]
     wait_for(lambda: not job_processes(job.id), timeout=30)
+    # the CLI's follower shows every task's own "Started server" line, each with its node
+    followed = subprocess.run(
+        [sys.executable, "-m", "ma_jupyter.frontends.cli", "logs", job.id, "--follow"],
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert followed.returncode == 0, followed.stderr
+    for node in ("chief-0", "worker-0", "worker-1", "ps-0"):
+        assert re.search(rf"^\[{node}\] .*Started server", followed.stdout, re.MULTILINE), (
+            node,
+            followed.stdout,
+        )
 
 
 # A script that ignores TF_CONFIG: each worker trains its own model and succeeds.

@@ -389,6 +389,20 @@ def test_several_nodes_prefix_each_line(ma_shell):
     lines = run.job_text().splitlines()
     assert "[worker-0] I am worker 0" in lines
     assert "[worker-1] I am worker 1" in lines
+    # the cell's metadata keeps how far each node's log was shown: %ma_attach continues there
+    offsets = run.job_metadata()["offsets"]
+    assert set(offsets) == {"worker-0", "worker-1"} and all(offsets.values()), offsets
+    # --follow-node narrows the cell to one node, its lines as the node printed them
+    narrowed = Run(
+        ma_shell,
+        "%%ma_train --name onenode --mode tensorflow --nodes 2 --follow-node worker-1\n"
+        "import json, os\n"
+        "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
+        "print(f\"I am {task['type']} {task['index']}\", flush=True)\n",
+    )
+    assert narrowed.error is None, narrowed.stdout + narrowed.stderr
+    shown = narrowed.job_text().splitlines()
+    assert "I am worker 1" in shown and not any("worker 0" in line for line in shown), shown
 
 
 @pytest.mark.small_cluster

@@ -166,6 +166,25 @@ def test_monitor_has_a_tab_per_rank(ma_widget_client):
         monitor.close_monitor()
 
 
+def test_the_monitor_of_a_multi_node_job_opens_on_every_nodes_lines(ma_widget_client):
+    handle = ma_widget_client.submit(
+        name="two-node-monitor",
+        mode="tensorflow",
+        nodes=2,
+        command="python -c \"import json, os; t = json.loads(os.environ['TF_CONFIG'])['task']; "
+        "print('I am', t['type'], t['index'], flush=True)\"",
+    )
+    monitor = JobMonitor(handle, client=ma_widget_client)
+    try:
+        wait_for(lambda: not monitor.following, timeout=120)
+        assert monitor.tabs.titles[0] == "all nodes", monitor.tabs.titles
+        every = monitor.log_text("").splitlines()
+        assert sorted(every) == ["[worker-0] I am worker 0", "[worker-1] I am worker 1"], every
+        assert monitor.log_text("worker-1") == "I am worker 1"
+    finally:
+        monitor.close_monitor()
+
+
 # what a hostile job puts where the widgets show it: HTML in its log, its command and (through
 # the log's tail) its reason, and terminal control characters
 HTML_PAYLOAD = "<img src=x onerror=alert(1)><script>alert(2)</script>"

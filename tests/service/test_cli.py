@@ -209,18 +209,19 @@ def test_logs_of_every_node(ma_cli):
     )
     assert out.returncode == 0, out.stderr
     job = Job.model_validate_json(out.stdout)
-    followed = ma_cli("logs", job.id, "--all", "--follow")
-    assert followed.returncode == 0, followed.stderr
-    assert sorted(followed.stdout.splitlines()) == [
-        "[worker-0] done 0",
-        "[worker-0] rank 0",
-        "[worker-1] done 1",
-        "[worker-1] rank 1",
-    ]
-    # each node's lines keep their order
-    assert followed.stdout.index("[worker-1] rank 1") < followed.stdout.index("[worker-1] done 1")
+    every_line = ["[worker-0] done 0", "[worker-0] rank 0", "[worker-1] done 1", "[worker-1] rank 1"]
+    # every node by default, each line labelled with its node; --all says the same
+    for argv in (["--follow"], ["--all", "--follow"]):
+        followed = ma_cli("logs", job.id, *argv)
+        assert followed.returncode == 0, followed.stderr
+        assert sorted(followed.stdout.splitlines()) == every_line
+        # each node's lines keep their order
+        assert followed.stdout.index("[worker-1] rank 1") < followed.stdout.index("[worker-1] done 1")
+    assert sorted(ma_cli("logs", job.id).stdout.splitlines()) == every_line
     assert ma_cli("logs", job.id, "--all").stdout.count("\n") == 4
+    # one flag narrows to a node, its lines as the node printed them
     assert ma_cli("logs", job.id, "--node", "worker-1").stdout == "rank 1\ndone 1\n"
+    assert ma_cli("logs", job.id, "--node", "worker-1", "--follow").stdout == "rank 1\ndone 1\n"
     bad = ma_cli("logs", job.id, "--all", "--node", "worker-1")
     assert bad.returncode == 2 and "drop --node" in bad.stderr
 
@@ -235,16 +236,22 @@ def test_a_progress_bar_prints_its_final_state(ma_cli, tmp_path):
     assert ma_cli("logs", "bar", "--all").stdout == f"[worker-0] {BAR_FINAL}\n[worker-0] after the bar\n"
 
 
-def test_submit_follow_on_a_job_with_a_chief_follows_the_chief(ma_cli):
-    code = "import json, os; t = json.loads(os.environ['TF_CONFIG'])['task']; print('I am', t['type'])"
-    followed = ma_cli(
-        "submit", "--follow", "--mode", "tensorflow", "--chief", "--nodes", "2", "--", "python", "-c", code
-    )
+def test_submit_follow_shows_every_node_of_a_job_with_a_chief(ma_cli):
+    code = "import json, os; t = json.loads(os.environ['TF_CONFIG'])['task']; print('I am', t['type'], t['index'])"
+    tf = ["--mode", "tensorflow", "--chief", "--nodes", "2", "--", "python", "-c", code]
+    followed = ma_cli("submit", "--follow", *tf)
     assert followed.returncode == 0, followed.stderr
-    assert followed.stdout.splitlines()[0] == "I am chief"
-    assert "I am worker" not in followed.stdout
+    lines = followed.stdout.splitlines()
+    assert "[chief-0] I am chief 0" in lines and "[worker-0] I am worker 0" in lines, followed.stdout
     job_id = followed.stderr.split()[1]
-    assert ma_cli("logs", job_id).stdout == "I am chief\n"
+    assert ma_cli("logs", job_id, "--node", "chief-0").stdout == "I am chief 0\n"
+    # --follow-node narrows to one node, without the prefix
+    narrowed = ma_cli("submit", "--follow", "--follow-node", "chief-0", *tf)
+    assert narrowed.returncode == 0, narrowed.stderr
+    assert narrowed.stdout.splitlines()[0] == "I am chief 0"
+    assert "worker" not in narrowed.stdout
+    refused = ma_cli("submit", "--follow-node", "chief-0", *tf)
+    assert refused.returncode == 2 and "add --follow" in refused.stderr
 
 
 SINGLE_PROCESS = "import json\nprint(json.dumps({'trained': True}))\n"

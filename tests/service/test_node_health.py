@@ -12,9 +12,12 @@ import json
 import os
 import signal
 import sys
+import threading
 
 import pytest
 
+from ma_jupyter.client import Client
+from ma_jupyter.client.logs import JobFollower
 from tests.helpers import wait_for
 from tests.service.test_service import full_log, job_of, submit, wait_status
 
@@ -181,6 +184,16 @@ def test_an_elastic_job_scales_up_when_nodes_free(request, ma_home, tmp_path, in
         checkpoint_resume={"grace_period": 20, "elastic_min_nodes": 1},
         **trainer(tmp_path),
     )["id"]
+    # the followers' one follower, started while the job has one node, picks up the second
+    client = Client(autostart=False)
+    follower = JobFollower(client, client.job(job).info)
+    followed: list[str] = []
+
+    def follow() -> None:
+        for key, line in follower.lines():
+            followed.append(follower.prefix(key) + line)
+
+    threading.Thread(target=follow, daemon=True).start()
     started = wait_status(svc, job, {"running"}, timeout=120)
     assert len(started["nodes"]) == 1
     wait_for(lambda: any("started with 1 of 2 nodes (elastic" in r for r in events(svc, job)), timeout=30)
@@ -196,6 +209,11 @@ def test_an_elastic_job_scales_up_when_nodes_free(request, ma_home, tmp_path, in
     wait_for(lambda: f"resumed from {checkpoint['step']} attempt 1" in full_log(svc, job), timeout=120)
     said = events(svc, job)
     assert any(r.startswith("elastic scale-up: 2 of 2 nodes fit now") for r in said)
+    try:
+        wait_for(lambda: any(line.startswith("[worker-1] resumed from") for line in followed), timeout=120)
+        assert any(line.startswith("[worker-0] step 20") for line in followed), followed[-20:]
+    finally:
+        follower.stop()
     assert not any("started with" in r for r in said[said.index(next(r for r in said if "scale-up" in r)) :])
 
 

@@ -1,8 +1,9 @@
 """Live job logs in a notebook cell: follow every node's log and render it in one display.
 
-:class:`~ma_jupyter.client.logs.LogStreams` reads a job's log streams from byte offsets in background threads (one
-long-poll per stream), so a line printed by a node reaches the kernel as soon as the service
-sees it.  :class:`LiveLog` renders a status line and the newest lines into one display handle
+:class:`~ma_jupyter.client.logs.JobFollower` (the follower the CLI's ``--follow`` uses too)
+reads every node's log from byte offsets in background threads (one long-poll per stream) and
+picks up nodes that appear later, so a line printed by any node reaches the kernel as soon as
+the service sees it, prefixed ``[node]`` when the job has several.  :class:`LiveLog` renders a status line and the newest lines into one display handle
 updated in place: the notebook keeps the final text (papermill, nbconvert) and its metadata
 ``{"ma_jupyter": {"job_id", "offsets"}}`` says which job the output belongs to and how far it
 was shown, so a later attach continues there instead of replaying.
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ...client.logs import LogStreams, StreamKey, stream_label
+from ...client.logs import JobFollower, StreamKey, stream_label
 from ...errors import BackendUnavailable, JobFailed
 from ...models import Job, JobStatus
 from .. import render
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 DEFAULT_MAX_LINES = 200
 MAX_LINE_CHARS = 4000
 RENDER_INTERVAL = 0.05  # seconds between display updates while lines arrive
-STATUS_INTERVAL = 0.5  # seconds between job refreshes for the status line
 SERVICE_PATIENCE = 120.0  # seconds a follower waits for a job service that stopped answering
 
 
@@ -109,13 +109,14 @@ class LogBuffer:
     def skipped(self) -> int:
         return self.total - len(self.lines)
 
-    def text_lines(self) -> list[str]:
-        """The kept lines, each prefixed by its stream when the job has several."""
-        prefix = len(self.streams) > 1
+    def text_lines(self, several: bool = False) -> list[str]:
+        """The kept lines, each prefixed by its stream when the job has ``several`` (or the
+        buffer holds lines of more than one)."""
+        prefix = several or len(self.streams) > 1
         return [f"[{stream_label(key)}] {line}" if prefix else line for key, line in self.lines]
 
-    def tail(self, count: int) -> list[str]:
-        return self.text_lines()[-count:]
+    def tail(self, count: int, several: bool = False) -> list[str]:
+        return self.text_lines(several)[-count:]
 
 
 class LiveLog:
@@ -180,7 +181,7 @@ class LiveLog:
             if self.buffer.skipped:
                 where = f" (full log: {self.log_hint})" if self.log_hint else ""
                 parts.append(f"… {self.buffer.skipped} earlier lines not shown{where}")
-            parts.extend(self.buffer.text_lines())
+            parts.extend(self.buffer.text_lines(self.several))
         if self.footer:
             parts.append(self.footer)
         return "\n".join(parts)
@@ -300,7 +301,7 @@ def follow_job(
     if live_display is None:
         live_display = live_display_shown()
     job = client.job(job_id).info
-    spec = job.spec
+    follower = JobFollower(client, job, stream=stream, offsets=offsets)
     live = LiveLog(
         job_id,
         max_lines=max_lines,
@@ -308,36 +309,28 @@ def follow_job(
         log_hint=str(config.jobdir(job_id).logs),
         note=note,
         stream_to=None if live_display else sys.stdout,
-        several=stream is None and (len(job.nodes) > 1 or spec.nodes > 1 or bool(spec.ps) or spec.chief),
+        several=follower.several,
     )
     live.offsets = dict(offsets or {})
-    follower = LogStreams(client, job_id, offsets)
     live.set_status(status_line(job))
     said = job.status
     live.say(live.status)
     events_seen = _show_alerts(client, job_id, live, 0)
-    if stream is not None:
-        follower.follow(stream)
-    else:
-        follower.discover(job, with_files=job.status.is_terminal())
     live.render(force=not live.streaming)
-    last_refresh = time.monotonic()
-    last_progress = last_refresh
+    last_progress = time.monotonic()
     unavailable_since = 0.0
     try:
         while True:
             # wait for lines, but never past the moment a pending render is due
             wait = RENDER_INTERVAL if not live.dirty else live.next_render - time.monotonic()
             items = follower.drain(timeout=max(0.0, min(RENDER_INTERVAL, wait)))
+            live.several = follower.several
             live.add(items)
             live.offsets = dict(follower.offsets)
             now = time.monotonic()
-            # until the nodes are known, look often: their first lines should not wait
-            interval = STATUS_INTERVAL if follower.streams else RENDER_INTERVAL
-            if now - last_refresh >= interval or (follower.finished() and not job.status.is_terminal()):
-                last_refresh = now
+            if follower.refresh_due():
                 try:
-                    job = client.job(job_id).info
+                    job = follower.refresh()
                 except BackendUnavailable as exc:
                     # the service is restarting (jobs run on without it): keep waiting, say so,
                     # and give up only when it stays away
@@ -349,8 +342,6 @@ def follow_job(
                     if unavailable_since:
                         unavailable_since = 0.0
                         live.set_footer("")
-                    if stream is None:
-                        follower.discover(job, with_files=job.status.is_terminal())
                     events_seen = _show_alerts(client, job_id, live, events_seen)
             live.set_status(status_line(job))
             if job.status is not said and not job.status.is_terminal():
@@ -360,7 +351,7 @@ def follow_job(
             if on_progress and now - last_progress >= 1.0:
                 on_progress(dict(follower.offsets))
                 last_progress = now
-            if job.status.is_terminal() and (follower.finished() or not follower.streams):
+            if follower.ended:
                 live.add(follower.drain())
                 break
     except KeyboardInterrupt:
@@ -394,7 +385,7 @@ def follow_job(
     if on_progress:
         on_progress(dict(follower.offsets))
     if raise_on_error and job.status in (JobStatus.error, JobStatus.expired):
-        tail = "\n".join(live.buffer.tail(20)) or "(the job printed nothing)"
+        tail = "\n".join(live.buffer.tail(20, live.several)) or "(the job printed nothing)"
         raise JobFailed(
             f"job {job.id} ({job.spec.name}) ended {job.status.value}"
             + (f": {job.reason}" if job.reason else "")

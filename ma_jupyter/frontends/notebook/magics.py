@@ -111,6 +111,12 @@ def _spec_parser(prog: str, *, clone: bool = False) -> argparse.ArgumentParser:
         "--no-follow", action="store_true", help="return at once instead of following the logs"
     )
     group.add_argument(
+        "--follow-node",
+        metavar="NODE",
+        help="follow only this node's log (worker-1, ps-0...); default every node's, each line "
+        "prefixed with [node] when the job has several",
+    )
+    group.add_argument(
         "--stop-on-interrupt",
         action="store_true",
         help="interrupting the kernel stops the job (default: only detach from it)",
@@ -214,8 +220,13 @@ class MaJupyterMagics(Magics):
                 metadata={"ma_jupyter": {"job_id": handle.id, "offsets": {}}},
             )
             return handle
+        follow_node = getattr(args, "follow_node", None)
         return self._follow(
-            handle, lines=args.lines, stop_on_interrupt=args.stop_on_interrupt, kernel_hint=True
+            handle,
+            lines=args.lines,
+            stop_on_interrupt=args.stop_on_interrupt,
+            kernel_hint=True,
+            stream=(follow_node, None) if follow_node else None,
         )
 
     # -- %%ma_train

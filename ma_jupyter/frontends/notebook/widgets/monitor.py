@@ -1,4 +1,5 @@
-"""``JobMonitor``: one job live in widgets — status, logs per node and per rank, events, actions.
+"""``JobMonitor``: one job live in widgets — status, logs (a multi-node job's "all nodes" tab
+first, then per node and per rank), events, actions.
 
 A background thread does all the work (refreshing the job, long-polling every log stream,
 reading new events) and only sets widget values, so the notebook stays usable while logs
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
-from ....client.logs import LogStreams, stream_label
+from ....client.logs import LogStreams, several_nodes, stream_label
 from ....errors import MaJupyterError
 from ....models import Job, clone_name
 from ...render import events_html, status_badge, status_line
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 
 REFRESH = 0.5  # seconds between job refreshes
+#: the "all nodes" tab of a multi-node job: every node's lines in arrival order, "[node] "-prefixed
+ALL_NODES: live.StreamKey = ("", None)
 LOG_RENDER = 0.1  # seconds between log widget updates per stream
 
 
@@ -157,9 +160,7 @@ class JobMonitor(W.VBox):
                 self.message.value = f"<span style='color:#b00020'>{escape(exc.message)}</span>"
             except Exception as exc:  # the service may be restarting: say so, keep going
                 self.message.value = f"<span style='color:#b00020'>{escape(str(exc))}</span>"
-            for key, line in self.follower.drain(timeout=0.05):
-                self._buffer(key).extend([(key, line)])
-                self._dirty.add(key)
+            self._add(self.follower.drain(timeout=0.05))
             if self._dirty and time.monotonic() - last_render >= LOG_RENDER:
                 self._render_logs()
                 last_render = time.monotonic()
@@ -174,15 +175,24 @@ class JobMonitor(W.VBox):
                     self._read_events()
                 except Exception:
                     pass
-                for key, line in self.follower.drain():
-                    self._buffer(key).extend([(key, line)])
-                    self._dirty.add(key)
+                self._add(self.follower.drain())
                 self._render_logs()
                 self._apply_job(self.job)
                 break
         self.follower.stop()
 
     # ----------------------------------------------------------------------------- rendering
+
+    def _add(self, items: list[tuple[live.StreamKey, str]]) -> None:
+        """Each line to its stream's tab; a node's own lines also to the "all nodes" tab (the
+        first one) when the job has several nodes."""
+        several = several_nodes(self.job)
+        for key, line in items:
+            self._buffer(key).extend([(key, line)])
+            self._dirty.add(key)
+            if several and key[1] is None:
+                self._buffer(ALL_NODES).extend([(key, line)])
+                self._dirty.add(ALL_NODES)
 
     def _buffer(self, key: live.StreamKey) -> live.LogBuffer:
         buf = self._buffers.get(key)
@@ -193,14 +203,15 @@ class JobMonitor(W.VBox):
             self._log_widgets[key] = html
             keys = sorted(self._log_widgets, key=lambda k: (k[0], -1 if k[1] is None else k[1]))
             self.tabs.children = [self._log_widgets[k] for k in keys]
-            self.tabs.titles = tuple(stream_label(k) for k in keys)
+            self.tabs.titles = tuple("all nodes" if k == ALL_NODES else stream_label(k) for k in keys)
         return buf
 
     def _render_logs(self) -> None:
         for key in list(self._dirty):
             buf = self._buffers[key]
             skipped = f"… {buf.skipped} earlier lines not shown\n" if buf.skipped else ""
-            text = skipped + "\n".join(line for _k, line in buf.lines)
+            lines = buf.text_lines(several=True) if key == ALL_NODES else [line for _k, line in buf.lines]
+            text = skipped + "\n".join(lines)
             self._log_widgets[key].value = (
                 "<pre class='ma-log-text' style='max-height:360px;overflow:auto;margin:0'>"
                 f"{escape(text)}</pre>"
@@ -224,9 +235,14 @@ class JobMonitor(W.VBox):
         self.events.value = events_html(self._events)
 
     def log_text(self, node: str = "worker-0", rank: int | None = None) -> str:
-        """The lines a log tab shows now (for scripts and tests)."""
+        """The lines a log tab shows now (for scripts and tests); ``node=""``: the "all nodes"
+        tab of a multi-node job."""
         buf = self._buffers.get((node, rank))
-        return "\n".join(line for _k, line in buf.lines) if buf else ""
+        if buf is None:
+            return ""
+        if (node, rank) == ALL_NODES:
+            return "\n".join(buf.text_lines(several=True))
+        return "\n".join(line for _k, line in buf.lines)
 
     # ----------------------------------------------------------------------------- actions
 
