@@ -436,6 +436,11 @@ def test_path_hints_name_the_mount_and_the_way_out():
         ["FileNotFoundError: [Errno 2] No such file: 'data/MNIST/raw'"], mounts, f"{WS}/algorithm", nodes=2
     )
     assert "own working copy" in text and "--code-writable" in text
+    # a module that is not installed is no missing file of the working copy
+    assert (
+        path_hint(["ModuleNotFoundError: No module named 'torch'"], mounts, f"{WS}/algorithm", nodes=2)
+        is None
+    )
     # a file the command names, missing because no folder was shipped
     empty = [Mount("/h/copy", f"{WS}/algorithm", False, "workdir", True)] + mounts[1:]
     missing = "python: can't open file '/workspace/algorithm/train.py': [Errno 2] No such file or directory"

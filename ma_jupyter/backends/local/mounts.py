@@ -318,8 +318,10 @@ _DENIED = re.compile(r"Permission denied|EACCES|\[Errno 13\]")
 #: torch.save's words for a file it could not create (it names no errno)
 _CANNOT_OPEN = "cannot be opened"
 #: a file that is not there (Python, the shell, TensorFlow's checkpoint readers)
+#: (a module not found is no file: ``ModuleNotFoundError: No module named 'torch'``)
 _MISSING = re.compile(
-    r"No such file or directory|\[Errno 2\]|ENOENT|NotFoundError|Failed to find any matching files|does not exist"
+    r"No such file or directory|\[Errno 2\]|ENOENT|(?<!Module)NotFoundError(?!: No module named)"
+    r"|Failed to find any matching files|does not exist"
 )
 #: a quoted path: the quote opens after no letter (the apostrophe of "can't" opens nothing)
 _QUOTED = re.compile(r"""(?<!\w)['"\u2018\u201c]([^'"\u2018\u2019\u201c\u201d\n]+)['"\u2019\u201d]""")
