@@ -71,6 +71,18 @@ function estimate(job: Job): string {
   return `${dateTime(job.estimated_start)} (in about ${minutes < 1 ? 'a minute' : span(minutes * 60)})`;
 }
 
+/**
+ * A node's exit code as the overview shows it: an auxiliary node (a parameter server, which
+ * never ends by itself) stopped once the job succeeded has its stop's code (143), said so.
+ */
+function exitText(job: Job, node: NonNullable<Job['nodes']>[number]): string | null | undefined {
+  const code = node.exit_code;
+  if (job.status === 'succeeded' && node.primary === false && code !== null && code !== undefined && code !== 0) {
+    return `${code} (stopped when the primary nodes had succeeded)`;
+  }
+  return code === null || code === undefined ? code : String(code);
+}
+
 function megabytes(bytes: number): string {
   return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
 }
@@ -373,7 +385,7 @@ export class JobPageWidget extends Widget {
         h(
           'tr',
           { 'data-node': n.name },
-          ...[n.name, n.host, n.hostname, n.address, n.state, n.exit_code, (n.ranks ?? []).join(', ')].map(v =>
+          ...[n.name, n.host, n.hostname, n.address, n.state, exitText(job, n), (n.ranks ?? []).join(', ')].map(v =>
             h('td', {}, v === null || v === undefined || v === '' ? '—' : String(v))
           )
         )

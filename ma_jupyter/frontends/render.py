@@ -455,7 +455,7 @@ def status_badge(status: JobStatus) -> str:
 def events_html(events: list[Event]) -> str:
     """A job's events as an HTML table (the job monitor's events tab)."""
     rows = "".join(
-        f"<tr><td>{e.seq}</td><td>{e.time.astimezone().strftime('%H:%M:%S')}</td><td>{e.status.value}</td>"
+        f"<tr><td>{e.seq}</td><td>{clock(e.time)}</td><td>{e.status.value}</td>"
         f"<td>{escape(stream_label((e.node, e.rank)) if e.node else '')}</td><td>{escape(e.reason)}</td></tr>"
         for e in events
     )

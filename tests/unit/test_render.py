@@ -67,6 +67,22 @@ def test_reasons_in_lists_and_status_lines_say_only_what_the_status_does_not():
     assert "worker-0 (exited, exit 0)" in text
 
 
+def test_event_times_carry_their_date():
+    from datetime import UTC, datetime
+
+    from ma_jupyter.models import Event
+
+    event = Event(
+        seq=1,
+        job_id="j",
+        time=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        status=JobStatus.running,
+        reason="r",
+    )
+    assert f"<td>{render.clock(event.time)}</td>" in render.events_html([event])
+    assert render.clock(event.time).startswith("2026-01-0")
+
+
 def test_top_says_a_finished_job_will_have_no_samples():
     from ma_jupyter.frontends import usage
     from ma_jupyter.models import ResourceUsage
