@@ -413,7 +413,7 @@ def follow_job(
         last = next((line for line in reversed(tail) if line.strip()), "")
         raise JobFailed(
             f"job {job.id} ({job.spec.name}) ended {job.status.value}"
-            + (f": {render.one_line(job.reason)}" if job.reason else "")
+            + (f": {render.reason_summary(job)}" if render.reason_summary(job) else "")
             + (f"; last log line: {last.strip()}" if last else "; the job printed nothing"),
             job=job,
             log_tail="\n".join(tail),
