@@ -109,14 +109,20 @@ class DiskFull(MaJupyterError):
 
 
 class JobFailed(MaJupyterError):
-    """A followed job ended in error (or expired); the message carries its last log lines."""
+    """A followed job ended in error (or expired).
+
+    The message is what the user reads under the job's output: the status, the reason and the
+    log's last line (the follower showed the log already, so it is not repeated); ``log_tail``
+    keeps the last lines for whoever inspects them (a hint on a ``NameError``).
+    """
 
     kind = "job_failed"
     status = 500
 
-    def __init__(self, message: str, *, job: Job | None = None):
+    def __init__(self, message: str, *, job: Job | None = None, log_tail: str = ""):
         super().__init__(message)
         self.job = job
+        self.log_tail = log_tail
 
 
 ERRORS_BY_KIND: dict[str, type[MaJupyterError]] = {

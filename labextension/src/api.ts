@@ -135,6 +135,23 @@ const service = (path: string): string => `${SERVICE_API}/${path}`;
 const job = (id: string, rest = ''): string => service(`jobs/${encodeURIComponent(id)}${rest}`);
 
 /** The job's TensorBoard through the Jupyter server (an absolute path on this server). */
+/**
+ * The runs the job's TensorBoard found (its `data/runs`, read as the job's account through the
+ * proxy): empty while the outputs hold no event files; null when the board could not be asked.
+ */
+export async function tensorboardRuns(
+  id: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<string[] | null> {
+  const url = URLExt.join(settings.baseUrl, NAMESPACE, 'tensorboard', encodeURIComponent(id), 'data', 'runs');
+  try {
+    const response = await ServerConnection.makeRequest(url, {}, settings);
+    return response.ok ? ((await response.json()) as string[]) : null;
+  } catch {
+    return null;
+  }
+}
+
 export function tensorboardUrl(
   id: string,
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()

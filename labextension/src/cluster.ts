@@ -205,7 +205,17 @@ export class ClusterWidget extends Widget {
     const jobs = entry.jobs ?? [];
     const usage = n.usage ?? [];
     const used = n.accelerators_used ?? [];
-    const state = n.status === 'down' ? 'down' : entry.fits ? 'idle' : 'tight';
+    // the badge, first that applies: down; tight (nothing more of the chosen or any spec fits);
+    // busy (jobs run on it, and more still fits); idle (nothing runs on it)
+    const running = jobs.length > 0 || usage.length > 0 || (n.cpus_used ?? 0) > 0 || used.length > 0;
+    const state = n.status === 'down' ? 'down' : !entry.fits ? 'tight' : running ? 'busy' : 'idle';
+    const what = this.specs.size ? 'a chosen spec' : 'some spec';
+    const why: Record<string, string> = {
+      down: 'the node is down',
+      tight: `tight: jobs hold it so that no node of ${what} fits here now`,
+      busy: `busy: jobs run here, and one node of ${what} still fits`,
+      idle: 'idle: no job runs here'
+    };
     return h(
       'div',
       { class: 'ma-node-card', 'data-node': n.name, 'data-state': state },
@@ -217,10 +227,7 @@ export class ClusterWidget extends Widget {
           'span',
           {
             class: `ma-node-state ma-node-${state}`,
-            title:
-              state === 'down'
-                ? 'the node is down'
-                : `${state}: one node of ${this.specs.size ? 'a chosen spec' : 'some spec'} ${state === 'idle' ? 'fits' : 'does not fit'} here now`
+            title: why[state]
           },
           state
         ),

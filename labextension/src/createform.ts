@@ -9,8 +9,12 @@
  * 3. An accepted spec shows the queue prediction ("Can start now" / "Would wait behind N jobs",
  *    with the plan's estimated start) and the per-node dry run (node, host, cards, command).
  * 4. "Submit" sends the same spec to `POST /jobs`.
- * 5. While nothing is typed the dry run is asked again every few seconds, so the prediction
- *    follows jobs that start and end.
+ * 5. While nothing is typed the dry run of an accepted spec is asked again every few seconds,
+ *    so the prediction follows jobs that start and end; a refused one waits for the next edit
+ *    (asking again could only be refused again).
+ * 6. The form is quiet until it has something to check: an empty form (no command, no tasks,
+ *    nothing prefilled) that the user has not edited asks no dry run and shows no error, only
+ *    what to fill in.
  *
  * Folder fields have a "Browse…" button (Lab's contents, see folderpicker.ts).  Specs are
  * checkboxes (several may be chosen: the first that fits starts), filtered by board model, with
@@ -21,7 +25,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ApiError, api } from './api';
 import { fetchCluster } from './cluster';
-import { errorText, h } from './dom';
+import { count, dateTime, errorText, h } from './dom';
 import { pickFolder } from './folderpicker';
 import {
   ACCESS_VALUES,
@@ -257,6 +261,10 @@ export class CreateFormWidget extends Widget {
   private submitButton: HTMLButtonElement;
   private timer: number | undefined;
   private asked = 0;
+  /** Whether the user changed a field (rule 6). */
+  private edited = false;
+  /** Whether the newest dry run accepted the spec (rule 5). */
+  private accepted = false;
 
   constructor(
     private app: JupyterFrontEnd,
@@ -350,8 +358,12 @@ export class CreateFormWidget extends Widget {
     if (prefill.spec) {
       this.fill(prefill.spec);
     }
-    this.node.addEventListener('input', () => this.schedulePlan());
+    this.node.addEventListener('input', () => {
+      this.edited = true;
+      this.schedulePlan();
+    });
     this.node.addEventListener('change', () => {
+      this.edited = true;
       this.showRelevant();
       this.schedulePlan();
     });
@@ -545,7 +557,7 @@ export class CreateFormWidget extends Widget {
               this.renderSpecs();
             }
           }),
-          `${model} · ${demand[model] ?? 0} card(s) queued`
+          `${model} · ${count(demand[model] ?? 0, 'card')} queued`
         )
       )
     );
@@ -573,7 +585,7 @@ export class CreateFormWidget extends Widget {
             }
           }),
           h('b', {}, spec.name),
-          ` ${spec.cpus} cores · ${spec.memory_gb} GB${cards}`,
+          ` ${count(spec.cpus, 'core')} · ${spec.memory_gb} GB${cards}`,
           h('span', { class: 'ma-field-hint' }, r ? ` · ${r.can_start} more can start now` : '')
         );
       })
@@ -704,7 +716,7 @@ export class CreateFormWidget extends Widget {
     try {
       await this.planOnce(asked);
     } finally {
-      if (asked === this.asked && !this.isDisposed) {
+      if (asked === this.asked && !this.isDisposed && this.accepted) {
         this.schedulePlan(REPLAN);
       }
     }
@@ -720,13 +732,27 @@ export class CreateFormWidget extends Widget {
         }
       })
       .catch(() => undefined); // the dry run below reports an unreachable service
+    const spec = this.spec();
+    if (!this.edited && !spec.command && !(spec.tasks ?? []).length) {
+      // rule 6: nothing to check yet; say what to fill in, no error and no request
+      this.accepted = false;
+      this.showError(null);
+      this.prediction.replaceChildren(
+        h('div', {}, 'Type the command to run (or the tasks of a batch job) to see where and when the job would start.')
+      );
+      this.prediction.onclick = null;
+      this.prediction.setAttribute('data-state', 'empty');
+      this.dryRun.replaceChildren();
+      return;
+    }
     let plan: Plan;
     try {
-      plan = await api.plan(this.spec());
+      plan = await api.plan(spec);
     } catch (error) {
       if (asked !== this.asked) {
         return;
       }
+      this.accepted = false;
       this.showError(error);
       // the field may be scrolled away: say which one, and take the user there on a click
       const name = error instanceof ApiError ? error.field : null;
@@ -743,12 +769,13 @@ export class CreateFormWidget extends Widget {
     if (asked !== this.asked) {
       return; // a newer question was asked meanwhile
     }
+    this.accepted = true;
     this.showError(null);
     this.renderPlan(plan);
   }
 
   private renderPlan(plan: Plan): void {
-    const when = plan.estimated_start ? new Date(plan.estimated_start).toLocaleString() : null;
+    const when = plan.estimated_start ? dateTime(plan.estimated_start) : null;
     let text: string;
     if (plan.can_start_now) {
       text = `Can start now (spec ${plan.spec})`;
@@ -756,7 +783,7 @@ export class CreateFormWidget extends Widget {
     } else {
       text =
         (plan.queue_ahead ?? 0) > 0
-          ? `Would wait behind ${plan.queue_ahead} job(s)`
+          ? `Would wait behind ${count(plan.queue_ahead ?? 0, 'job')}`
           : 'Would wait for running jobs to free resources';
       text += when ? ` · estimated start ${when}` : ' · start unknown (running jobs have no duration)';
       this.prediction.setAttribute('data-state', 'wait');

@@ -40,8 +40,12 @@ export function statusBadge(status: string | undefined): HTMLSpanElement {
   return h('span', { class: `ma-status ma-status-${value}`, 'data-status': value }, value);
 }
 
-/** `2026-11-22T07:00:00Z` -> local `07:00:00` today, or the date and time otherwise. */
-export function shortTime(iso: string | null | undefined): string {
+/**
+ * `2026-11-22 07:00:05` in local time: the date and the 24-hour time, always (never the
+ * browser's locale format, 12-hour in some, nor a time without its date), as the CLI and the
+ * notebook show times. Every view formats its times here.
+ */
+export function dateTime(iso: string | null | undefined): string {
   if (!iso) {
     return '';
   }
@@ -49,10 +53,16 @@ export function shortTime(iso: string | null | undefined): string {
   if (Number.isNaN(when.getTime())) {
     return iso;
   }
-  const now = new Date();
-  return when.toDateString() === now.toDateString()
-    ? when.toLocaleTimeString()
-    : when.toLocaleString();
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return (
+    `${when.getFullYear()}-${pad(when.getMonth() + 1)}-${pad(when.getDate())} ` +
+    `${pad(when.getHours())}:${pad(when.getMinutes())}:${pad(when.getSeconds())}`
+  );
+}
+
+/** `1 core`, `2 cores`: a count with its noun, singular for one. */
+export function count(n: number, noun: string, plural = `${noun}s`): string {
+  return `${n} ${n === 1 ? noun : plural}`;
 }
 
 /** The readable text of any thrown value. */

@@ -24,11 +24,11 @@ import { Dialog, InputDialog, showDialog } from '@jupyterlab/apputils';
 import { PageConfig } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
-import { ApiError, api } from './api';
+import { ApiError, api, tensorboardRuns } from './api';
 import { lineChart } from './chart';
 import { openDebugTerminal } from './debugterminal';
-import { errorText, h, statusBadge } from './dom';
-import { dateTime, elapsed, span, statusText } from './jobstable';
+import { dateTime, errorText, h, statusBadge } from './dom';
+import { elapsed, span, statusText } from './jobstable';
 import { AllNodesFollower, LOG_TAIL_BYTES, LogFollower, isTerminal } from './logfollower';
 import type { Event, Job, JobSpec, LogStream, ResourceSample, ResourceUsage } from './models';
 
@@ -74,6 +74,18 @@ function estimate(job: Job): string {
   const at = new Date(job.estimated_start);
   const minutes = Math.max(0, Math.round((at.getTime() - Date.now()) / 60000));
   return `${dateTime(job.estimated_start)} (in about ${minutes < 1 ? 'a minute' : span(minutes * 60)})`;
+}
+
+/**
+ * A node's exit code as the overview shows it: an auxiliary node (a parameter server, which
+ * never ends by itself) stopped once the job succeeded has its stop's code (143), said so.
+ */
+function exitText(job: Job, node: NonNullable<Job['nodes']>[number]): string | null | undefined {
+  const code = node.exit_code;
+  if (job.status === 'succeeded' && node.primary === false && code !== null && code !== undefined && code !== 0) {
+    return `${code} (stopped when the primary nodes had succeeded)`;
+  }
+  return code === null || code === undefined ? code : String(code);
 }
 
 function megabytes(bytes: number): string {
@@ -378,7 +390,7 @@ export class JobPageWidget extends Widget {
         h(
           'tr',
           { 'data-node': n.name },
-          ...[n.name, n.host, n.hostname, n.address, n.state, n.exit_code, (n.ranks ?? []).join(', ')].map(v =>
+          ...[n.name, n.host, n.hostname, n.address, n.state, exitText(job, n), (n.ranks ?? []).join(', ')].map(v =>
             h('td', {}, v === null || v === undefined || v === '' ? '—' : String(v))
           )
         )
@@ -654,6 +666,44 @@ export class JobPageWidget extends Widget {
     section.replaceChildren(h('p', { class: 'ma-muted' }, 'Starting TensorBoard…'));
     const { url } = await api.tensorboard(this.job.id);
     this.tensorboardLoaded = true;
+    const folder = this.job.outputs_folder ?? this.job.spec.outputs;
+    // TensorBoard shows a blank page over a folder without event files: say so instead, and
+    // show the board once the job writes some (asked again while the tab is open)
+    // a board just started may not have read the folder yet: ask a few times before saying so
+    let runs = await tensorboardRuns(this.job.id);
+    for (let i = 0; i < 4 && runs !== null && runs.length === 0; i++) {
+      await new Promise(resolve => window.setTimeout(resolve, 1500));
+      runs = await tensorboardRuns(this.job.id);
+    }
+    if (runs !== null && runs.length === 0) {
+      this.tensorboardLoaded = false; // opening the tab again asks again
+      section.replaceChildren(
+        h(
+          'div',
+          { class: 'ma-tb-empty', 'data-ma-tb-empty': '' },
+          h('p', {}, `No TensorBoard event files in ${folder}${isTerminal(this.job) ? '' : ' yet'}.`),
+          h(
+            'p',
+            { class: 'ma-muted' },
+            'TensorBoard draws what a job logs with tf.summary, torch.utils.tensorboard.SummaryWriter, ' +
+              "Keras' TensorBoard callback or Lightning's TensorBoardLogger, written under /workspace/outputs " +
+              '(the job\'s outputs folder). ' +
+              (isTerminal(this.job)
+                ? 'This job ended without writing any there.'
+                : 'This page shows the board as soon as the job writes some.')
+          ),
+          h('a', { href: url, target: '_blank', rel: 'noopener', class: 'ma-tb-link' }, 'Open TensorBoard anyway')
+        )
+      );
+      if (!isTerminal(this.job)) {
+        window.setTimeout(() => {
+          if (!this.isDisposed && section.isConnected && section.querySelector('[data-ma-tb-empty]')) {
+            void this.loadTensorboard();
+          }
+        }, 10000);
+      }
+      return;
+    }
     section.replaceChildren(
       h(
         'div',

@@ -17,27 +17,11 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { api } from './api';
-import { errorText, h, statusBadge } from './dom';
+import { dateTime, errorText, h, statusBadge } from './dom';
 import { JOB_STATUS_VALUES, Job, JobStatus } from './models';
 
 const REFRESH_MS = 2000;
 export const PAGE_SIZE = 100;
-
-/** `2026-11-22 07:00:05` in local time: date and time, always. */
-export function dateTime(iso: string | null | undefined): string {
-  if (!iso) {
-    return '';
-  }
-  const when = new Date(iso);
-  if (Number.isNaN(when.getTime())) {
-    return iso;
-  }
-  const pad = (n: number) => String(n).padStart(2, '0');
-  return (
-    `${when.getFullYear()}-${pad(when.getMonth() + 1)}-${pad(when.getDate())} ` +
-    `${pad(when.getHours())}:${pad(when.getMinutes())}:${pad(when.getSeconds())}`
-  );
-}
 
 /** `1h 02m`, `3m 05s`, `12s`. */
 export function span(seconds: number): string {

@@ -1,6 +1,6 @@
 /** The job list: filters by name and status, live refresh, a click opens the job. */
 import { api } from './api';
-import { errorText, h, shortTime, statusBadge } from './dom';
+import { dateTime, errorText, h, statusBadge } from './dom';
 import { JOB_STATUS_VALUES, Job, JobStatus } from './models';
 
 const REFRESH_MS = 2000;
@@ -158,7 +158,7 @@ export class JobListView {
             [
               `${job.spec.mode ?? 'single'}×${job.spec.nodes ?? 1}`,
               job.chosen_spec ?? (job.spec.specs ?? []).join(', '),
-              shortTime(job.created_at)
+              dateTime(job.created_at)
             ].join(' · ')
           )
         )

@@ -84,9 +84,13 @@ export class JobsSidebar extends Widget {
     }
     try {
       const status = await api.service();
+      // the address is for whoever debugs the service: in the tooltip, not in the user's way
       this.serviceLine.textContent = status.running
-        ? `service ${status.url} (pid ${status.pid})`
-        : `no service for ${status.home} yet: it starts on first use`;
+        ? `Job service running (pid ${status.pid})`
+        : 'Job service not started yet: it starts on first use';
+      this.serviceLine.title = status.running
+        ? `${status.url}, home ${status.home}`
+        : `its home: ${status.home}`;
       this.serviceLine.classList.remove('ma-error');
     } catch (error) {
       this.serviceLine.textContent = `server extension unavailable: ${errorText(error)}`;

@@ -596,9 +596,10 @@ def _top(args: argparse.Namespace) -> int:
         if args.follow and sys.stdout.isatty():
             _control("\x1b[H\x1b[2J")  # redraw in place, as top does
         print(render.text_table([usage.HEADERS, *usage.rows(used)]), end="")
-        if usage.note(used):
-            print(usage.note(used))
-        if not args.follow or handle.refresh().status.is_terminal():
+        ended = handle.refresh().status.is_terminal()
+        if usage.note(used, ended=ended):
+            print(usage.note(used, ended=ended))
+        if not args.follow or ended:
             return EXIT_OK
         time.sleep(used.interval)
 

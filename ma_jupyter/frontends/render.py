@@ -296,9 +296,34 @@ def status_line(job: Job, now: datetime | None = None) -> str:
             head += f", exit code {job.exit_code}"
     if job.tasks:
         head += f"; tasks: {task_summary(job)}"
-    if job.reason and status is not JobStatus.running:
-        head += f" — {job.reason}"
+    reason = reason_summary(job)
+    if reason and status is not JobStatus.running:
+        head += f" — {reason}"
     return head
+
+
+# The plain success every job without a story ends with: lists leave it out (it says nothing
+# the status does not), and a job's own page keeps it.
+PLAIN_SUCCESS = "every node exited with code 0"
+LOG_TAIL_MARK = "\nlast log lines:\n"
+
+
+def reason_summary(job: Job) -> str:
+    """A job's reason as one line for where its log is shown too (a cell's status line) or many
+    jobs are listed (``%ma_jobs``), decided in this order:
+
+    1. No reason: empty.
+    2. A success whose reason is only the plain "every node exited with code 0": empty (the
+       status says it).
+    3. Otherwise the reason up to the failure's "last log lines" (the follower showed those
+       lines already), as one line.
+    """
+    reason = job.reason or ""
+    if not reason:
+        return ""
+    if job.status is JobStatus.succeeded and reason == PLAIN_SUCCESS:
+        return ""
+    return one_line(reason.split(LOG_TAIL_MARK, 1)[0])
 
 
 def task_summary(job: Job) -> str:
@@ -365,8 +390,17 @@ def format_job(job: Job) -> str:
         )
         if run.exit_code is not None:
             detail += f", exit {run.exit_code}"
+            if stopped_after_success(job, run):
+                detail += ", stopped when the primary nodes had succeeded"
         lines.append(f"node:      {run.name} ({detail})")
     return "\n".join(lines)
+
+
+def stopped_after_success(job: Job, run) -> bool:
+    """Whether ``run`` is an auxiliary node (a parameter server, which never ends by itself) that
+    the platform stopped once the job's primary nodes had succeeded: its exit code (143 for
+    SIGTERM) is the stop's, not a failure."""
+    return job.status is JobStatus.succeeded and not run.primary and run.exit_code not in (None, 0)
 
 
 def one_line(text: str) -> str:
@@ -421,7 +455,7 @@ def status_badge(status: JobStatus) -> str:
 def events_html(events: list[Event]) -> str:
     """A job's events as an HTML table (the job monitor's events tab)."""
     rows = "".join(
-        f"<tr><td>{e.seq}</td><td>{e.time.astimezone().strftime('%H:%M:%S')}</td><td>{e.status.value}</td>"
+        f"<tr><td>{e.seq}</td><td>{clock(e.time)}</td><td>{e.status.value}</td>"
         f"<td>{escape(stream_label((e.node, e.rank)) if e.node else '')}</td><td>{escape(e.reason)}</td></tr>"
         for e in events
     )

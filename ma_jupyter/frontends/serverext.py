@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -202,6 +203,45 @@ class _Relay:
         self.handler.flush()
 
 
+class _PageRelay(_Relay):
+    """A relay that holds TensorBoard's page whole and makes its root-absolute asset URLs relative.
+
+    TensorBoard's ``index.html`` inlines its fonts' ``@font-face`` rules with URLs such as
+    ``url(/font-roboto/x.woff2)``: root-absolute, so behind this proxy they would leave it for
+    the Jupyter server's root (404) whatever TensorBoard's ``--path_prefix``.  Made relative
+    (``url(font-roboto/x.woff2)``) they resolve under the page's own URL, through the proxy.
+    The page is small and asked uncompressed, so holding it costs nothing.
+    """
+
+    def __init__(self, handler: ProxyMixin):
+        super().__init__(handler)
+        self.body = bytearray()
+
+    def body_chunk(self, chunk: bytes) -> None:
+        self.body += chunk
+
+    def start(self) -> None:
+        # the body changes length (and so its tag): the upstream's values would be wrong
+        for name in ("Content-Length", "ETag"):
+            if name in self.headers:
+                del self.headers[name]
+        super().start()
+
+    def finish_page(self) -> None:
+        """Send the held page, its root-absolute ``url(/...)`` references made relative."""
+        self.start()
+        if self.handler.gone:
+            return
+        body = bytes(self.body)
+        if "html" in self.headers.get("Content-Type", ""):
+            body = _ROOT_URL.sub(rb"\1", body)
+        self.handler.write(body)
+
+
+# ``url(/x`` and ``url('/x`` (not ``url(//host``): a root-absolute URL in a style rule
+_ROOT_URL = re.compile(rb"(url\(\s*['\"]?)/(?!/)")
+
+
 class ProxyMixin(JupyterHandler):
     """Forwarding of one request to an upstream URL, relaying its answer."""
 
@@ -211,9 +251,10 @@ class ProxyMixin(JupyterHandler):
         self.gone = True  # the browser left (e.g. an aborted long-poll): drop what still comes
 
     async def relay(
-        self, url: str, headers: dict[str, str], timeout: float
+        self, url: str, headers: dict[str, str], timeout: float, relay: _Relay | None = None
     ) -> tuple[_Relay, Exception | None]:
-        """Send this request's method and body to ``url``; the answer is relayed while it arrives.
+        """Send this request's method and body to ``url``; the answer is relayed while it arrives
+        (by ``relay``, default a plain :class:`_Relay`).
 
         Returns:
             The relay (``started`` once anything was sent back) and the error that ended the
@@ -221,7 +262,7 @@ class ProxyMixin(JupyterHandler):
         """
         method = self.request.method or "GET"
         body = (self.request.body or b"") if method in _BODY_METHODS else None
-        relay = _Relay(self)
+        relay = relay or _Relay(self)
         request = HTTPRequest(
             url,
             method=method,
@@ -332,7 +373,8 @@ class TensorBoardProxyHandler(ProxyMixin):
     """``<base_url>/ma-jupyter/tensorboard/<id>/<path>`` -> the job's TensorBoard.
 
     TensorBoard's pages use relative URLs (``tb-relative-root``), so they work under this prefix
-    while TensorBoard itself keeps its ``/tb/<id>/<secret>`` path prefix.  The board is started (or
+    while TensorBoard itself keeps its ``/tb/<id>/<secret>`` path prefix; the few root-absolute
+    ones of its page (the fonts) are made relative on the way (:class:`_PageRelay`).  The board is started (or
     found) through the job service on first use, and again if it was reaped as idle.
     """
 
@@ -366,6 +408,11 @@ class TensorBoardProxyHandler(ProxyMixin):
 
     async def _proxy(self, job_id: str, path: str) -> None:
         headers = self.forwarded_headers(_BOARD_REQUEST_HEADERS)
+        page = path in ("", "index.html")
+        if page:  # held and rewritten (_PageRelay): asked uncompressed
+            headers = {
+                k: v for k, v in headers.items() if k.lower() not in ("accept-encoding", "if-none-match")
+            }
         query = f"?{self.request.query}" if self.request.query else ""
         for fresh in (False, True):
             try:
@@ -373,7 +420,9 @@ class TensorBoardProxyHandler(ProxyMixin):
             except MaJupyterError as exc:
                 _error(self, exc)
                 return
-            relay, error = await self.relay(target + path + query, headers, TENSORBOARD_TIMEOUT)
+            relay, error = await self.relay(
+                target + path + query, headers, TENSORBOARD_TIMEOUT, _PageRelay(self) if page else None
+            )
             if relay.started or error is None:  # otherwise no answer at all, e.g. a board reaped as idle
                 break
         if error is not None:
@@ -381,6 +430,8 @@ class TensorBoardProxyHandler(ProxyMixin):
                 relay, BackendUnavailable(f"the TensorBoard of job {job_id} does not answer: {error}")
             )
             return
+        if isinstance(relay, _PageRelay):
+            relay.finish_page()
         relay.start()
         self.finish()
 

@@ -72,14 +72,18 @@ def rows(usage: ResourceUsage) -> list[list[str]]:
     return out
 
 
-def note(usage: ResourceUsage) -> str:
-    """One line under the table when there is nothing to show yet."""
+def note(usage: ResourceUsage, *, ended: bool = False) -> str:
+    """One line under the table when there is nothing to show: not yet for a job that may still
+    be sampled, none at all for one that ``ended`` (it will never have any)."""
     if usage.samples:
         return ""
-    return (
-        f"no samples of {usage.job_id} yet (the service samples running jobs every "
-        f"{usage.interval:g} s; a backend that cannot sample, such as Ray, keeps none)"
+    why = (
+        f"the service samples running jobs every {usage.interval:g} s; "
+        "a backend that cannot sample, such as Ray, keeps none"
     )
+    if ended:
+        return f"no samples of {usage.job_id}: it ended before the first sample was taken ({why})"
+    return f"no samples of {usage.job_id} yet ({why})"
 
 
 def png(usage: ResourceUsage) -> bytes:

@@ -459,8 +459,15 @@ def on_success(runs: Sequence[NodeRun]) -> End | None:
     if not primaries or not all(r.state == "exited" and r.exit_code == 0 for r in primaries):
         return None
     others = [r.name for r in runs if not r.primary]
-    extra = f"; stopped {', '.join(others)}" if others else ""
-    return End(JobStatus.succeeded, f"every node exited with code 0{extra}", WIND_DOWN_GRACE, exit_code=0)
+    if not others:
+        return End(JobStatus.succeeded, "every node exited with code 0", WIND_DOWN_GRACE, exit_code=0)
+    # a parameter server never ends by itself: its exit code after this stop (143) is no failure
+    names = ", ".join(r.name for r in primaries)
+    reason = (
+        f"every primary node ({names}) exited with code 0; then stopped {', '.join(others)}, "
+        "which run until stopped (their exit code is the stop's)"
+    )
+    return End(JobStatus.succeeded, reason, WIND_DOWN_GRACE, exit_code=0)
 
 
 # ---------------------------------------------------------------------- winding down

@@ -200,7 +200,7 @@ def run_all_cells(page, panel) -> None:
 
     Lumino decides a menu item's enabled state when the menu opens: a Run menu opened while the
     notebook's kernel was still connecting shows "Run All Cells" disabled, and a click on it does
-    nothing.  So the menu is opened (again) until the item is enabled, and the first cell must
+    nothing.  So the menu is opened (again) until the item is enabled, and the first code cell must
     then show that it runs or ran (its prompt leaves ``[ ]``)."""
     from playwright.sync_api import expect
 
@@ -222,5 +222,5 @@ def run_all_cells(page, panel) -> None:
         return True
 
     wait_for(open_enabled_item, timeout=120, interval=0.5)
-    prompt = panel.locator(".jp-Cell .jp-InputPrompt").first
+    prompt = panel.locator(".jp-CodeCell .jp-InputPrompt").first
     wait_for(lambda: prompt.inner_text().strip() not in ("[ ]:", "[ ]", ""), timeout=60, interval=0.2)

@@ -185,7 +185,10 @@ def test_form_validates_as_you_type_predicts_the_queue_and_submits(lab, page):
     expect(n1.locator(".ma-card-use")).to_have_count(2, timeout=30_000)
     expect(n1).to_contain_text("blocker-0")
     expect(n1.locator(f'[data-job-id="{blockers[0]["id"]}"]')).to_be_visible()
-    expect(n1).to_have_attribute("data-state", "idle")  # a cpu.small still fits there
+    # jobs run on n1, where a cpu.small still fits: busy, never "idle"; n2 runs nothing
+    expect(n1).to_have_attribute("data-state", "busy")
+    expect(n1.locator(".ma-node-state")).to_have_text("busy")
+    expect(cluster.locator('[data-node="n2"]')).to_have_attribute("data-state", "idle")
     expect(cluster.locator('tr[data-spec="gpu.one"] .ma-can-start')).to_have_text("0")
     expect(cluster.locator('tr[data-spec="cpu.small"] .ma-can-start')).to_have_text("6")
     # the queue by priority: the urgent job first, though submitted after

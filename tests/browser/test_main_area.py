@@ -213,6 +213,14 @@ while time.time() < end:
 """
 
 
+def _round_steps(step: float) -> set[float]:
+    """The round grid steps (1, 2, 2.5 or 5 times a power of ten) of ``step``'s power of ten."""
+    import math
+
+    power = 10 ** math.floor(math.log10(step))
+    return {round(m * power, 9) for m in (1, 2, 2.5, 5, 10)}
+
+
 def test_job_detail_logs_resources_priority_stop_delete(ma_lab, browser_page):
     from playwright.sync_api import expect
 
@@ -304,6 +312,23 @@ def test_job_detail_logs_resources_priority_stop_delete(ma_lab, browser_page):
     section = burn.locator('[data-section="resources"]')
     wait_for(lambda: int(section.get_attribute("data-samples") or 0) >= 3, timeout=120, interval=1)
     expect(section.locator("svg.ma-chart polyline").first).to_be_attached()
+    # each chart is scaled to what was used, with round ticks, and says now / mean / peak
+    for chart in section.locator("svg.ma-chart").all():
+        peak = float(chart.locator(".ma-chart-figures").first.get_attribute("data-peak"))
+        top = float(chart.get_attribute("data-max"))
+        assert peak <= top <= 1.6 * peak + 1, (peak, top)
+        ticks = [
+            float(t) for t in chart.locator("text.ma-chart-tick[text-anchor=end]").all_text_contents()[:-1]
+        ]
+        step = ticks[1] - ticks[0]
+        assert all(round(t / step, 6).is_integer() for t in ticks), ticks
+        assert round(step, 9) in _round_steps(step), ticks  # 0/5/10/15, never 28/55/83/110
+        figures = chart.locator(".ma-chart-figures").first.text_content()
+        assert re.match(r"now [\d.]+ · mean [\d.]+ · peak [\d.]+ ", figures), figures
+    memory = section.locator("svg.ma-chart").nth(1)
+    limit = memory.locator(".ma-chart-limit-text")
+    if float(limit.get_attribute("data-limit")) > float(memory.get_attribute("data-max")):
+        expect(limit).to_contain_text("off the scale")
     page.screenshot(path=str(SHOTS / "job-resources.png"))
     burn.locator('.ma-tab[data-tab="events"]').click()
     expect(burn.locator(".ma-events-table")).to_contain_text("running")

@@ -9,6 +9,7 @@ job service is started by the server extension on first use, on a temporary
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -150,6 +151,17 @@ def test_sidebar_create_follow_stop(ma_lab):
             form = page.locator('[data-ma-view="form"]').last
             expect(form).to_be_visible(timeout=30_000)
             expect(form.locator('[data-spec="cpu.small"] input')).to_be_attached(timeout=60_000)
+            # the empty form is quiet: no error, no dry run asked (not even after its 5 s re-ask)
+            plans: list[str] = []
+            page.on("request", lambda r: plans.append(r.url) if "/plan" in r.url else None)
+            prediction = form.locator("[data-ma-prediction]")
+            expect(prediction).to_have_attribute("data-state", "empty", timeout=30_000)
+            expect(prediction).to_contain_text("Type the command to run")
+            page.wait_for_timeout(6_000)
+            assert plans == [], plans
+            expect(
+                form.locator(".ma-field-invalid, .ma-message.ma-error, .ma-prediction-error")
+            ).to_have_count(0)
             form.locator('[data-ma-input="name"]').fill(name)
             form.locator('[data-ma-input="command"]').fill("python /workspace/algorithm/train.py")
             form.locator('[data-ma-input="algorithm"]').fill(str(algorithm))
@@ -171,6 +183,14 @@ def test_sidebar_create_follow_stop(ma_lab):
             submitted = form.locator("[data-ma-submitted]")
             expect(submitted).to_be_attached(timeout=30_000)
             job_id = submitted.get_attribute("data-job-id")
+            assert plans, "the edited form asks the dry run"
+            # the sidebar's times carry their date, 24-hour; its service line no raw address
+            meta = sidebar.locator(f'.ma-job-row[data-job-id="{job_id}"] .ma-job-meta')
+            expect(meta).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"), timeout=30_000)
+            expect(meta).not_to_contain_text(re.compile("AM|PM"))
+            service = sidebar.locator(".ma-service")
+            expect(service).to_contain_text("Job service running (pid", timeout=30_000)
+            expect(service).not_to_contain_text("http")
 
             # the job's page opens in the main area and follows its log
             job_page = page.locator(f'[data-ma-view="job"][data-job-id="{job_id}"]')
@@ -305,6 +325,19 @@ def test_sidebar_streams_each_rank_of_a_distributed_job(ma_lab):
             browser.close()
 
 
+# a job's TensorBoard event file with one scalar, written as SummaryWriter does
+WRITES_EVENTS = (
+    "import sys, time, types\n"
+    "sys.modules['tensorboard.compat.notf'] = types.ModuleType('tensorboard.compat.notf')  # no TensorFlow\n"
+    "from tensorboard.compat.proto.event_pb2 import Event\n"
+    "from tensorboard.compat.proto.summary_pb2 import Summary\n"
+    "from tensorboard.summary.writer.event_file_writer import EventFileWriter\n"
+    "w = EventFileWriter('/workspace/outputs')\n"
+    "w.add_event(Event(wall_time=time.time(), step=1, summary=Summary(value=[Summary.Value(tag='loss', simple_value=0.5)])))\n"
+    "w.close()\n"
+)
+
+
 def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
     from playwright.sync_api import expect, sync_playwright
 
@@ -312,7 +345,11 @@ def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
         pytest.skip("chromium is not installed (apt-get install chromium)")
     outputs = ma_lab["work"] / "board-outputs"  # made for the job, owned by the account it runs as
     headers = {"Authorization": f"token {ma_lab['token']}"}
-    spec = {"name": "board-job", "command": "python -V", "outputs": str(outputs)}
+    spec = {
+        "name": "board-job",
+        "command": f"python -c {shlex.quote(WRITES_EVENTS)}",
+        "outputs": str(outputs),
+    }
     created = requests.post(_api(ma_lab, "jobs"), json=spec, headers=headers, timeout=30)
     assert created.status_code == 201, created.text
     job_id = created.json()["id"]
@@ -358,12 +395,15 @@ def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
             expect(detail.locator(".ma-job-head .ma-status-succeeded")).to_be_visible(timeout=60_000)
             expect(detail.locator(".ma-op-tensorboard")).to_be_enabled()
             detail.locator(".ma-op-tensorboard").click()
-            expect(detail.locator("iframe.ma-tensorboard")).to_have_attribute(
-                "src", re.compile(f"/ma-jupyter/tensorboard/{plain['id']}/"), timeout=120_000
+            # it wrote no event files: a note says so (never TensorBoard's blank page), with a link
+            empty = detail.locator("[data-ma-tb-empty]")
+            expect(empty).to_contain_text("No TensorBoard event files in ", timeout=120_000)
+            expect(empty).to_contain_text(f"/jobs/{plain['id']}/outputs.")
+            expect(empty).to_contain_text("This job ended without writing any there")
+            expect(empty.locator(".ma-tb-link")).to_have_attribute(
+                "href", re.compile(f"/ma-jupyter/tensorboard/{plain['id']}/")
             )
-            expect(detail.locator('[data-section="tensorboard"]')).to_contain_text(
-                f"/jobs/{plain['id']}/outputs"
-            )
+            expect(detail.locator("iframe.ma-tensorboard")).to_have_count(0)
         finally:
             browser.close()
 
@@ -379,7 +419,13 @@ def test_sidebar_tensorboard_button_opens_the_proxied_board(ma_lab):
     assert page.status_code == 200 and "<title>TensorBoard</title>" in page.text
     assert page.headers["Content-Type"].startswith("text/html")
     runs = requests.get(ma_lab["url"] + proxy + "data/runs", headers=headers, timeout=60)
-    assert runs.status_code == 200 and runs.json() == []
+    assert runs.status_code == 200 and runs.json() == ["."]
+    # its assets stay under the proxy: the fonts' root-absolute URLs were made relative, and load
+    assert "url(/" not in page.text
+    fonts = re.findall(r"url\((font-roboto/[^)]+\.woff2)\)", page.text)
+    assert fonts, page.text[:2000]
+    font = requests.get(ma_lab["url"] + proxy + fonts[0], headers=headers, timeout=60)
+    assert font.status_code == 200 and len(font.content) > 100, font.status_code
     stopped = requests.delete(_api(ma_lab, f"jobs/{job_id}/tensorboard"), headers=headers, timeout=60)
     assert stopped.status_code == 204
 

@@ -257,3 +257,8 @@ def test_papermill_log_output_shows_the_jobs_lines_while_it_runs(ma_home, tmp_pa
     assert displays[0]["metadata"]["ma_jupyter"]["offsets"]["worker-0"] > 0
     assert ": succeeded" in displays[0]["data"]["text/plain"]
     assert "log lines printed above" in displays[0]["data"]["text/plain"]
+    # ... and comes last (before the cell's value), under the lines it counts; the final status
+    # is said once
+    shown = [o for o in saved.cells[1].outputs if o.output_type != "execute_result"]
+    assert shown[-1] == displays[0], shown
+    assert output_text(saved).count(": succeeded") == 1, output_text(saved)

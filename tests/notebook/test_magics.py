@@ -98,6 +98,54 @@ def test_failing_job_raises_one_line_error_with_last_lines(ma_shell):
     assert "error" in run.job_text().splitlines()[0]
 
 
+def test_a_failed_cell_shows_the_jobs_traceback_once(ma_shell):
+    run = Run(ma_shell, "%%ma_train --name twice\nraise ValueError('broken input')\n")
+    assert isinstance(run.error, live.JobFailed)
+    shown = run.job_text() + run.stdout + run.stderr
+    assert shown.count("Traceback (most recent call last)") == 1, shown
+    assert shown.count("ValueError: broken input") == 2, shown  # in the log, and named by the error
+    assert "last log line: ValueError: broken input" in run.stdout
+    assert "\n" not in run.job_text().splitlines()[0] and "last log lines" not in run.job_text()
+
+
+def test_printed_lines_come_before_the_one_final_status(ma_shell, capsys):
+    """Without a live display (papermill) the lines are printed as they come, and the display
+    with the final status goes under them, the final status said there only."""
+    run = Run(
+        ma_shell,
+        "%%ma_train --name order --no-follow --out order_job\nfor i in range(3): print('line', i, flush=True)\n",
+    )
+    assert run.error is None, run.stdout + run.stderr
+    handle = ma_shell.user_ns["order_job"]
+    printed: list[str] = []
+    seen: list[tuple[int, dict]] = []
+
+    class Out:
+        def write(self, text):
+            printed.append(text)
+
+        def flush(self):
+            pass
+
+    def display(bundle, **kwargs):
+        seen.append((len(printed), bundle))
+
+    import contextlib
+
+    with contextlib.redirect_stdout(Out()):
+        live.follow_job(session.get_client(), handle.id, display=display, live_display=False)
+    text = "".join(printed)
+    assert [f"line {i}" in text for i in range(3)] == [True] * 3, text
+    assert len(seen) == 1, seen
+    at, bundle = seen[0]
+    assert at == len(printed), "the display comes after every printed line"
+    assert ": succeeded" in bundle["text/plain"] and "3 log lines printed above" in bundle["text/plain"]
+    assert ": succeeded" not in text  # the final status is the display's, not printed as well
+    # %ma_jobs leaves out the plain success reason that would repeat on every row
+    jobs = Run(ma_shell, "%ma_jobs --name order")
+    assert "succeeded" in jobs.text() and "every node exited" not in jobs.text(), jobs.text()
+
+
 def test_a_shell_command_body_is_refused_with_the_command_to_use_which_then_works(
     ma_shell, tmp_path, monkeypatch
 ):

@@ -312,3 +312,31 @@ def test_a_failure_that_is_not_a_user_error_is_one_line_without_a_traceback(ma_c
     assert out.stderr.strip().splitlines() == [
         f"error: FileNotFoundError: [Errno 2] No such file or directory: '{missing}' (MA_JUPYTER_DEBUG=1 shows where)"
     ]
+
+
+# a TensorFlow job whose parameter server serves until stopped, as TF's ParameterServerStrategy does
+PS_SERVES = (
+    "import json, os, time\n"
+    "if json.loads(os.environ['TF_CONFIG'])['task']['type'] == 'ps':\n"
+    "    time.sleep(600)\n"
+    "print('worker done', flush=True)\n"
+)
+
+
+def test_a_stopped_parameter_server_is_not_read_as_a_failure(ma_cli):
+    done = ma_cli(
+        "submit", "--wait", "--name", "ps-job", "--mode", "tensorflow", "--ps", "1", "--", PY, "-c", PS_SERVES
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    job_id = done.stdout.split(":")[0]
+    shown = ma_cli("get", job_id)
+    assert shown.returncode == 0, shown.stderr
+    # the reason names the nodes that succeeded and why ps-0 was stopped, not "every node exited with code 0"
+    assert "every node exited with code 0" not in shown.stdout, shown.stdout
+    assert "every primary node (worker-0) exited with code 0; then stopped ps-0" in shown.stdout, shown.stdout
+    ps = next(line for line in shown.stdout.splitlines() if line.startswith("node:      ps-0"))
+    assert "stopped when the primary nodes had succeeded" in ps, ps
+    # top on the finished job: it will never have samples if it had none, and never says "yet"
+    top = ma_cli("top", job_id)
+    assert top.returncode == 0, top.stderr
+    assert "yet" not in top.stdout, top.stdout

@@ -376,7 +376,10 @@ def test_success_needs_every_primary_node_exited_with_zero():
 
 def test_success_names_the_other_nodes_it_stops():
     end = policies.on_success([run("worker-0", "exited", 0), run("ps-0", primary=False)])
-    assert end.reason == "every node exited with code 0; stopped ps-0"
+    assert end.reason == (
+        "every primary node (worker-0) exited with code 0; then stopped ps-0, "
+        "which run until stopped (their exit code is the stop's)"
+    )
 
 
 def test_a_finished_job_can_change_no_more():

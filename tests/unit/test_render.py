@@ -34,6 +34,65 @@ def test_status_line_covers_every_state():
     assert "error after 0:00:10" in line and "exit code 3" in line and "worker-0 exited" in line
 
 
+def test_reasons_in_lists_and_status_lines_say_only_what_the_status_does_not():
+    from ma_jupyter.models import Job, JobSpec, NodeRun
+
+    spec = JobSpec(name="s", command="python x.py")
+    plain = Job(id="j", spec=spec, status=JobStatus.succeeded, reason="every node exited with code 0")
+    assert render.reason_summary(plain) == ""
+    assert "every node exited" not in render.status_line(plain)
+    assert "every node exited with code 0" in render.format_job(plain)  # the job's own page keeps it
+    # a failure's log tail is shown by the follower: the status line stays one line without it
+    failed = Job(
+        id="j",
+        spec=spec,
+        status=JobStatus.error,
+        reason="node worker-0 exited with code 1\nlast log lines:\nTraceback (most recent call last):\nValueError: x",
+    )
+    assert render.reason_summary(failed) == "node worker-0 exited with code 1"
+    assert "\n" not in render.status_line(failed) and "Traceback" not in render.status_line(failed)
+    # a parameter server stopped once the workers succeeded: its 143 is the stop's, said so
+    ps = Job(
+        id="j",
+        spec=JobSpec(name="s", command="python x.py", mode="tensorflow", ps=1),
+        status=JobStatus.succeeded,
+        exit_code=0,
+        nodes=[
+            NodeRun(name="worker-0", state="exited", exit_code=0),
+            NodeRun(name="ps-0", role="ps", primary=False, state="exited", exit_code=143),
+        ],
+    )
+    text = render.format_job(ps)
+    assert "node:      ps-0 (exited, exit 143, stopped when the primary nodes had succeeded)" in text
+    assert "worker-0 (exited, exit 0)" in text
+
+
+def test_event_times_carry_their_date():
+    from datetime import UTC, datetime
+
+    from ma_jupyter.models import Event
+
+    event = Event(
+        seq=1,
+        job_id="j",
+        time=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        status=JobStatus.running,
+        reason="r",
+    )
+    assert f"<td>{render.clock(event.time)}</td>" in render.events_html([event])
+    assert render.clock(event.time).startswith("2026-01-0")
+
+
+def test_top_says_a_finished_job_will_have_no_samples():
+    from ma_jupyter.frontends import usage
+    from ma_jupyter.models import ResourceUsage
+
+    empty = ResourceUsage(job_id="j", interval=2.0)
+    assert "no samples of j yet" in usage.note(empty)
+    ended = usage.note(empty, ended=True)
+    assert "yet" not in ended and "it ended before the first sample was taken" in ended
+
+
 def _plan():
     from ma_jupyter.models import Mount, NodeLaunch, Plan
 

@@ -15,8 +15,9 @@ and turns a KeyboardInterrupt into a detach (the job keeps running) unless asked
 Where no front end shows a display updated in place (:func:`live_display_shown`: a notebook
 run headless by papermill or ``nbconvert --execute``, a terminal IPython), the lines go to
 stdout as they arrive instead (``papermill --log-output`` prints them while the job runs), each
-once: the display then holds the status, the offsets and a count of the lines printed, never
-the lines a second time.
+once: the display is then made once the job ended, under the printed lines, and holds the final
+status, the offsets and a count of the lines printed above it, never the lines a second time
+(nor the final status printed as well).
 """
 
 from __future__ import annotations
@@ -159,7 +160,13 @@ class LiveLog:
         self.several = several
         self._dirty = True
         self._last_render = 0.0
-        self._handle = display(self._bundle(), raw=True, metadata=self._metadata(), display_id=True)
+        self._display = display
+        # printed lines come first: the display goes under them, once they are all out (finish)
+        self._handle = (
+            None
+            if self.streaming
+            else display(self._bundle(), raw=True, metadata=self._metadata(), display_id=True)
+        )
 
     def _metadata(self) -> dict:
         return {"ma_jupyter": {"job_id": self.job_id, "offsets": dict(self.offsets)}}
@@ -257,6 +264,16 @@ class LiveLog:
         if self._handle is not None:
             self._handle.update(self._bundle(), raw=True, metadata=self._metadata())
 
+    def finish(self) -> None:
+        """Show the final state: the display updated in place, or, while streaming, made now
+        under the printed lines (the final status and footer are said there, not printed)."""
+        if self.streaming and self._handle is None:
+            self._last_render = time.monotonic()
+            self._dirty = False
+            self._handle = self._display(self._bundle(), raw=True, metadata=self._metadata(), display_id=True)
+        else:
+            self.render(force=True)
+
 
 def follow_job(
     client: Client,
@@ -314,7 +331,8 @@ def follow_job(
     live.offsets = dict(offsets or {})
     live.set_status(status_line(job))
     said = job.status
-    live.say(live.status)
+    if not job.status.is_terminal():  # an ended job's status is said once, at the end
+        live.say(live.status)
     events_seen = _show_alerts(client, job_id, live, 0)
     live.render(force=not live.streaming)
     last_progress = time.monotonic()
@@ -366,8 +384,7 @@ def follow_job(
                 f"detached: job {job_id} keeps running; `%ma_logs {job_id} --follow` or `%ma_attach` continues here"
             )
         live.set_status(status_line(job))
-        live.say(live.footer)
-        live.render(force=True)
+        live.finish()
         if on_progress:
             on_progress(dict(follower.offsets))
         return job
@@ -380,17 +397,19 @@ def follow_job(
     if follower.errors:
         live.set_footer("log read problems: " + "; ".join(follower.errors))
     live.set_status(status_line(job))
-    live.say(live.status)
-    live.render(force=True)
+    live.finish()
     if on_progress:
         on_progress(dict(follower.offsets))
     if raise_on_error and job.status in (JobStatus.error, JobStatus.expired):
-        tail = "\n".join(live.buffer.tail(20, live.several)) or "(the job printed nothing)"
+        # the log is in the cell already: the error names its last line, never repeats it
+        tail = live.buffer.tail(20, live.several)
+        last = next((line for line in reversed(tail) if line.strip()), "")
         raise JobFailed(
             f"job {job.id} ({job.spec.name}) ended {job.status.value}"
-            + (f": {job.reason}" if job.reason else "")
-            + f"\nlast log lines:\n{tail}",
+            + (f": {render.reason_summary(job)}" if render.reason_summary(job) else "")
+            + (f"; last log line: {last.strip()}" if last else "; the job printed nothing"),
             job=job,
+            log_tail="\n".join(tail),
         )
     return job
 

@@ -180,10 +180,10 @@ class MaJupyterMagics(Magics):
                 stream=stream,
             )
         except JobFailed as exc:
-            hint = hints.kernel_variable_hint(exc.message, self.shell.user_ns) if kernel_hint else None
+            hint = hints.kernel_variable_hint(exc.log_tail, self.shell.user_ns) if kernel_hint else None
             if hint is None:
                 raise
-            raise JobFailed(f"{exc.message}\n{hint}", job=exc.job) from None
+            raise JobFailed(f"{exc.message}\n{hint}", job=exc.job, log_tail=exc.log_tail) from None
         handle.refresh()
         return handle
 
@@ -359,7 +359,7 @@ class MaJupyterMagics(Magics):
                     job.spec.nodes,
                     job.chosen_spec or ",".join(job.spec.specs),
                     render.clock(job.created_at),
-                    job.reason,
+                    render.reason_summary(job),
                 ]
             )
         from IPython.display import display
@@ -536,15 +536,17 @@ class MaJupyterMagics(Magics):
         if args is None:
             return None
         client = get_client()
-        used = client.resources(resolve_job(client, args.job).id)
+        handle = resolve_job(client, args.job)
+        used = client.resources(handle.id)
+        ended = handle.refresh().status.is_terminal()
         from IPython.display import Image, display
 
         if args.inline:
             display(Image(data=usage.png(used), format="png"))
         else:
             display(render.table_bundle([h.lower() for h in usage.HEADERS], usage.rows(used)), raw=True)
-        if usage.note(used):
-            print(usage.note(used))
+        if usage.note(used, ended=ended):
+            print(usage.note(used, ended=ended))
         return None
 
     @line_magic
