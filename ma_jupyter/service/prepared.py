@@ -27,7 +27,9 @@ or sticky bit in the copy, whose files belong to the job's account.
 **Access.**  The source path and the account are part of the key: two jobs share a copy only
 when they name the same source and run as the same account, and every job's own mount rules
 are checked on that source before it gets the copy (the supervisor dry-runs the job's spec as
-given, so ``host_policy`` decides for each user as if the source itself were mounted).  What
+given, so ``host_policy`` decides for each user as if the source itself were mounted), and
+checked again by the backend on the root its look and its copy opened, since a folder on the
+path may have been swapped for a symlink since (``backends/local/datacopy.py`` rule 1).  What
 the copy holds is what that account could read of the source.
 
 **Off every lock.**  Looking and copying take as long as the dataset does: :meth:`acquire` holds

@@ -365,3 +365,58 @@ def test_a_copy_cut_short_by_a_crash_is_never_taken_for_a_prepared_one(ma_home, 
     store.sweep(lambda _id: False, keep=3600)  # the partial copy goes; the kept one stays
     assert not list(store.root.glob(f"*/{COPYING_PREFIX}*")) and not list(store.root.glob(".removed-*"))
     assert (got.path / "x.txt").read_text() == "hello"
+
+
+def _tree_text(root) -> str:
+    """Every regular file's content below ``root`` (links not followed), for a leak check."""
+    out = []
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                out.append(open(path, errors="replace").read())
+    return "\n".join(out)
+
+
+def test_a_dataset_folder_swapped_for_a_link_into_another_job_after_the_check_is_refused(ma_home, tmp_path):
+    """The hostile user submits a dataset of their own, and once the mount rules were checked
+    (under the lock) and while the copy is pending, replaces a folder on its path by a symlink
+    into another job's outputs (an ``--access none`` job's files, the shared nobody account's):
+    the copy checks the root it opened, refuses it by name, and nothing of the victim's lands in
+    the store."""
+    nobody = pwd.getpwnam("nobody")
+    victim = config.jobs_root() / "victim-job" / "outputs"
+    (victim / "inner").mkdir(parents=True)
+    (victim / "inner" / "results.txt").write_text("the victim's results")
+    for path in (victim, victim / "inner", victim / "inner" / "results.txt"):
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    mine = tmp_path / "mine"
+    (mine / "d" / "inner").mkdir(parents=True)
+    (mine / "d" / "inner" / "x.txt").write_text("mine")
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), GatedCopyBackend())
+    try:
+        spec = JobSpec.model_validate(
+            {
+                "name": "swap",
+                "command": pycmd("print('ran', flush=True)"),
+                "specs": ["cpu.small"],
+                "data_preparation": True,
+                "datasets": [{"name": "d", "path": str(mine / "d" / "inner")}],
+            }
+        )
+        job = sup.submit(spec, "mallory")
+        sup.tick()  # checks the rules on the path as given, then copies on its own thread
+        wait_for(sup.backend.copying.is_set, timeout=30)
+        os.rename(mine / "d", mine / "d.mine")
+        os.symlink(victim, mine / "d")
+        sup.backend.gate.set()
+        wait_for(lambda: sup.store.get(job.id).status is not JobStatus.queued, timeout=60)
+        done = sup.store.get(job.id)
+        reasons = " ".join(e.reason for e in sup.store.events(job.id))
+        assert done.status is JobStatus.error, (done.status, reasons)
+        assert "dataset d" in reasons and "job service's home" in reasons, reasons
+        assert "the victim's results" not in _tree_text(sup.prepared.root)
+        assert not (config.jobdir(job.id).logs / "worker-0.log").exists()  # it never ran
+    finally:
+        sup.backend.gate.set()
+        stop_every_job(sup)
