@@ -872,7 +872,11 @@ class Supervisor:
         """Step two, on its own thread: give each dataset its copy from the store
         (:mod:`.prepared`, reused when the source has not changed since a job last copied it),
         outside the lock; then, under it, launch the job if it is still queued, or free what it
-        reserved (it was stopped or deleted meanwhile), or fail it with what the copy refused."""
+        reserved (it was stopped or deleted meanwhile), or fail it with what the copy refused.
+
+        A copy that met a full disk holds the job in the queue like any launch on a full disk
+        (admission tries it again later); whatever else goes wrong here frees the reserved
+        nodes, since this thread is the only one that still knows of them."""
         got: list[tuple[str, Path, Acquired]] = []
         error: Exception | None = None
         try:
@@ -883,20 +887,32 @@ class Supervisor:
             error = exc
         with self._lock:
             self._preparing.pop(job_id, None)
+            handed = False  # whether the placement went to a step that releases it itself
             try:
-                job = self.store.get(job_id)
-            except NotFound:
-                job = None
-            if job is None or job.status is not JobStatus.queued or prep.cancel.is_set():
-                self.backend.release(prep.placement)
-                self.prepared.release(job_id)
-                self._queue_changed()
-                return
-            if error is not None:
-                prefix = f"dataset {prep.spec.datasets[len(got)].name}: "
-                self._launch_failed(job, prep.placement, error, prefix)
-                return
-            self._guarded(job, lambda current: self._launch(current, prep.placement, prepared=got))
+                try:
+                    job = self.store.get(job_id)
+                except NotFound:
+                    job = None
+                if job is None or job.status is not JobStatus.queued or prep.cancel.is_set():
+                    self.prepared.release(job_id)
+                    return
+                handed = True
+                if error is not None:
+                    prefix = f"dataset {prep.spec.datasets[len(got)].name}: "
+                    # which releases the placement first; DiskFull (a full disk) goes to _guarded
+                    self._guarded(
+                        job, lambda current: self._launch_failed(current, prep.placement, error, prefix)
+                    )
+                    return
+                self._guarded(job, lambda current: self._launch(current, prep.placement, prepared=got))
+            except Exception:  # the store could not be read: admission tries the job again later
+                log.exception("job %s: ending its data preparation failed", job_id)
+                self._retry_at[job_id] = time.monotonic() + RECORD_RETRY
+                self._admit_retry = min(self._admit_retry or float("inf"), self._retry_at[job_id])
+            finally:
+                if not handed:
+                    self.backend.release(prep.placement)
+                    self._queue_changed()
 
     def _link_prepared(self, job: Job, got: list[tuple[str, Path, Acquired]]) -> None:
         """The job's folder gets a symlink per dataset to its copy, which its nodes mount read-only."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import sqlite3
 import stat
+import subprocess
 import threading
 import time
 
@@ -419,4 +421,84 @@ def test_a_dataset_folder_swapped_for_a_link_into_another_job_after_the_check_is
         assert not (config.jobdir(job.id).logs / "worker-0.log").exists()  # it never ran
     finally:
         sup.backend.gate.set()
+        stop_every_job(sup)
+
+
+def test_a_copy_that_fills_the_disk_waits_for_space_and_then_starts(ma_home, tmp_path):
+    """The store's disk (a 256 kB tmpfs here) fills during the copy: the job keeps its place in
+    the queue and says it waits for space, its nodes are freed, admission does not prepare it
+    again at once; once there is space it is copied and starts."""
+    from ma_jupyter.service.prepared import PreparedStore
+
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], check=True)
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
+    try:
+        sup.prepared = PreparedStore(small)
+        data = _dataset(tmp_path, size=1_000_000)
+        spec = JobSpec.model_validate(
+            {
+                "name": "full",
+                "command": pycmd(READ),
+                "specs": ["cpu.small"],
+                "data_preparation": True,
+                "datasets": [{"name": "d", "path": str(data)}],
+            }
+        )
+        job = sup.submit(spec, "mallory")
+        sup.tick()
+        wait_for(lambda: job.id not in sup._preparing, timeout=60)
+        reasons = " ".join(e.reason for e in sup.store.events(job.id))
+        assert sup.store.get(job.id).status is JobStatus.queued, reasons
+        assert "waiting: dataset d: disk full under" in reasons, reasons
+        assert job.id in sup._retry_at and sup._admit_retry is not None  # tried again later, not now
+        assert not sup.backend._reserved_ports  # its nodes were freed
+        assert not list(small.glob("*/copying-*"))  # nothing half copied is left
+        sup.tick()  # before the retry time: not prepared again in a loop
+        assert job.id not in sup._preparing
+        sup.prepared = PreparedStore(tmp_path / "roomy")  # space again
+        wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=60)
+    finally:
+        stop_every_job(sup)
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+class StoreFailingOnce(Store):
+    """A store whose read of one job fails once on the data-preparation thread (a database
+    that cannot be read for a moment)."""
+
+    failing: str | None = None
+
+    def get(self, job_id):
+        if job_id == self.failing and threading.current_thread().name.startswith("ma-prepare-"):
+            self.failing = None
+            raise sqlite3.OperationalError("disk I/O error")
+        return super().get(job_id)
+
+
+def test_a_store_error_after_the_copy_frees_the_nodes_and_the_job_is_tried_again(ma_home, tmp_path):
+    store = StoreFailingOnce(config.db_path())
+    sup = Supervisor(store, Scheduler(config.load_cluster()), LocalBackend())
+    try:
+        data = _dataset(tmp_path, size=1000)
+        spec = JobSpec.model_validate(
+            {
+                "name": "flaky",
+                "command": pycmd(READ),
+                "specs": ["cpu.small"],
+                "data_preparation": True,
+                "datasets": [{"name": "d", "path": str(data)}],
+            }
+        )
+        job = sup.submit(spec, "mallory")
+        store.failing = job.id
+        sup.tick()
+        wait_for(lambda: job.id not in sup._preparing, timeout=60)
+        assert store.failing is None  # the failure happened
+        assert sup.store.get(job.id).status is JobStatus.queued
+        assert not sup.backend._reserved_ports  # its nodes were freed
+        assert job.id in sup._retry_at
+        wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=60)
+    finally:
         stop_every_job(sup)
