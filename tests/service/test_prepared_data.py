@@ -425,17 +425,17 @@ def test_a_dataset_folder_swapped_for_a_link_into_another_job_after_the_check_is
 
 
 def test_a_copy_that_fills_the_disk_waits_for_space_and_then_starts(ma_home, tmp_path):
-    """The store's disk (a 256 kB tmpfs here) fills during the copy: the job keeps its place in
-    the queue and says it waits for space, its nodes are freed, admission does not prepare it
+    """The store's disk (a 2 MB tmpfs here) fills while the copy runs: the job keeps its place
+    in the queue and says it waits for space, its nodes are freed, admission does not prepare it
     again at once; once there is space it is copied and starts."""
     from ma_jupyter.service.prepared import PreparedStore
 
     small = tmp_path / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)], check=True)
-    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), GatedCopyBackend())
     try:
-        sup.prepared = PreparedStore(small)
+        sup.prepared = PreparedStore(small / "prepared")
         data = _dataset(tmp_path, size=1_000_000)
         spec = JobSpec.model_validate(
             {
@@ -448,18 +448,24 @@ def test_a_copy_that_fills_the_disk_waits_for_space_and_then_starts(ma_home, tmp
         )
         job = sup.submit(spec, "mallory")
         sup.tick()
+        wait_for(sup.backend.copying.is_set, timeout=30)  # room was found for it, then
+        (small / "ballast").write_bytes(b"x" * 1_500_000)  # something else fills the disk
+        sup.backend.gate.set()
         wait_for(lambda: job.id not in sup._preparing, timeout=60)
+        with sup._lock:  # the thread's last step, which took it out of _preparing, is over
+            pass
         reasons = " ".join(e.reason for e in sup.store.events(job.id))
         assert sup.store.get(job.id).status is JobStatus.queued, reasons
         assert "waiting: dataset d: disk full under" in reasons, reasons
         assert job.id in sup._retry_at and sup._admit_retry is not None  # tried again later, not now
         assert not sup.backend._reserved_ports  # its nodes were freed
-        assert not list(small.glob("*/copying-*"))  # nothing half copied is left
+        assert not list(sup.prepared.root.glob("*/copying-*"))  # nothing half copied is left
         sup.tick()  # before the retry time: not prepared again in a loop
         assert job.id not in sup._preparing
-        sup.prepared = PreparedStore(tmp_path / "roomy")  # space again
-        wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=60)
+        (small / "ballast").unlink()  # space again
+        wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=90)
     finally:
+        sup.backend.gate.set()
         stop_every_job(sup)
         subprocess.run(["umount", "-l", str(small)], check=False)
 
@@ -495,6 +501,8 @@ def test_a_store_error_after_the_copy_frees_the_nodes_and_the_job_is_tried_again
         store.failing = job.id
         sup.tick()
         wait_for(lambda: job.id not in sup._preparing, timeout=60)
+        with sup._lock:  # the thread's last step, which took it out of _preparing, is over
+            pass
         assert store.failing is None  # the failure happened
         assert sup.store.get(job.id).status is JobStatus.queued
         assert not sup.backend._reserved_ports  # its nodes were freed
@@ -502,3 +510,62 @@ def test_a_store_error_after_the_copy_frees_the_nodes_and_the_job_is_tried_again
         wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=60)
     finally:
         stop_every_job(sup)
+
+
+def test_a_copy_that_would_cross_the_disk_reserve_waits_and_one_too_big_is_refused(ma_home, tmp_path):
+    """The home (its jobs folder and the store) on a 24 MB disk keeping a 6 MB reserve: a copy
+    of 8 MB while 12 MB are taken would leave less than the reserve, which the reserve's watch
+    would take out on a running job: it waits instead, saying so, and is copied and started once
+    there is room.  A dataset larger than the disk could ever take is refused by name."""
+    cluster = (ma_home / "cluster.toml").read_text()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(ma_home)], check=True)
+    try:
+        (ma_home / "cluster.toml").write_text(cluster + "[limits]\ndisk_reserve_mb = 6\n")
+        (ma_home / "ballast").write_bytes(b"x" * (12 << 20))
+        sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
+        try:
+            big = tmp_path / "big"
+            big.mkdir()
+            (big / "blob.bin").write_bytes(os.urandom(8 << 20))
+            (big / "x.txt").write_text("hello")
+            huge = tmp_path / "huge"
+            huge.mkdir()
+            (huge / "blob.bin").write_bytes(b"\0" * (30 << 20))
+
+            def spec(data):
+                return JobSpec.model_validate(
+                    {
+                        "name": "reserve",
+                        "command": pycmd(
+                            "print('read', open('/workspace/dataset/d/x.txt').read(), flush=True)"
+                        ),
+                        "specs": ["cpu.small"],
+                        "data_preparation": True,
+                        "datasets": [{"name": "d", "path": str(data)}],
+                    }
+                )
+
+            job = sup.submit(spec(big), "mallory")
+            sup.tick()
+            wait_for(lambda: job.id not in sup._preparing, timeout=60)
+            with sup._lock:  # the preparing thread's last step is over
+                pass
+            reasons = " ".join(e.reason for e in sup.store.events(job.id))
+            assert sup.store.get(job.id).status is JobStatus.queued, reasons
+            assert "would leave less than the disk reserve (6 MB" in reasons, reasons
+            assert not list(sup.prepared.root.glob("*/data"))  # nothing was copied
+            (ma_home / "ballast").unlink()
+            wait_for(lambda: sup.tick() or sup.store.get(job.id).status is not JobStatus.queued, timeout=90)
+            assert sup.store.get(job.id).status in (JobStatus.running, JobStatus.succeeded)
+
+            too_big = sup.submit(spec(huge), "mallory")
+            wait_for(
+                lambda: sup.tick() or sup.store.get(too_big.id).status is not JobStatus.queued, timeout=60
+            )
+            reasons = " ".join(e.reason for e in sup.store.events(too_big.id))
+            assert sup.store.get(too_big.id).status is JobStatus.error, reasons
+            assert "run the job without data_preparation" in reasons, reasons
+        finally:
+            stop_every_job(sup)
+    finally:
+        subprocess.run(["umount", "-l", str(ma_home)], check=False)
