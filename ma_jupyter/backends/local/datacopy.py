@@ -13,7 +13,9 @@ secrets), so the service neither reads nor copies it with its own rights.  For e
 2. a copy process, ``python -m ma_jupyter.backends.local.datacopy``, gets that descriptor (and,
    for a copy, a folder's), drops to the job's account (no supplementary groups) before it
    reads anything, opens the root again with that account's rights (a root it may not read
-   is refused, as its bind mount would be), and walks the dataset with :class:`ma_jupyter.untrusted.DatasetWalk`: it
+   is refused, as its bind mount would be; the open goes through ``/proc/self/fd``, which
+   checks the root's own permissions and not its parents', as bubblewrap's bind, made by root,
+   does not either: which folders may be reached at all is rule 1's check), and walks the dataset with :class:`ma_jupyter.untrusted.DatasetWalk`: it
    sees only what the job's account may read below the root, and every file it writes is the
    account's, without setuid, setgid or sticky bits;
 3. it prints one JSON line: the dataset's digest, size and file count (or what it refused);
