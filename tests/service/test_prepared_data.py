@@ -13,6 +13,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from ma_jupyter import config
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import JobSpec, JobStatus
@@ -569,3 +571,27 @@ def test_a_copy_that_would_cross_the_disk_reserve_waits_and_one_too_big_is_refus
             stop_every_job(sup)
     finally:
         subprocess.run(["umount", "-l", str(ma_home)], check=False)
+
+
+def test_the_look_refuses_a_path_that_now_leads_into_the_service_home_or_elsewhere(ma_home, tmp_path):
+    """The look (which gives the key and the size) checks the root it opened as the copy does:
+    a folder on the resolved path swapped for a symlink into the jobs folder is refused by the
+    mount rules, one swapped to another allowed folder is refused as changed."""
+    from ma_jupyter.backends.local import prepare
+    from ma_jupyter.errors import InvalidSpec, RefusedFile
+
+    victim = config.jobs_root() / "victim-job" / "outputs" / "inner"
+    victim.mkdir(parents=True)
+    (victim / "results.txt").write_text("the victim's results")
+    (tmp_path / "mine" / "d" / "inner").mkdir(parents=True)
+    (tmp_path / "other" / "inner").mkdir(parents=True)
+    source = str((tmp_path / "mine" / "d" / "inner").resolve())
+    assert prepare.look_at_dataset("mallory", source).files == 0  # as submitted: allowed
+    os.rename(tmp_path / "mine" / "d", tmp_path / "mine" / "d.mine")
+    os.symlink(victim.parent, tmp_path / "mine" / "d")
+    with pytest.raises(InvalidSpec, match="job service's home"):
+        prepare.look_at_dataset("mallory", source)
+    os.unlink(tmp_path / "mine" / "d")
+    os.symlink(tmp_path / "other", tmp_path / "mine" / "d")
+    with pytest.raises(RefusedFile, match="now leads to .*other/inner"):
+        prepare.look_at_dataset("mallory", source)
