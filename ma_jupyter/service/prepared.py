@@ -27,8 +27,17 @@ or sticky bit in the copy, whose files belong to the job's account.
 **Access.**  The source path and the account are part of the key: two jobs share a copy only
 when they name the same source and run as the same account, and every job's own mount rules
 are checked on that source before it gets the copy (the supervisor dry-runs the job's spec as
-given, so ``host_policy`` decides for each user as if the source itself were mounted).  What
+given, so ``host_policy`` decides for each user as if the source itself were mounted), and
+checked again by the backend on the root its look and its copy opened, since a folder on the
+path may have been swapped for a symlink since (``backends/local/datacopy.py`` rule 1).  What
 the copy holds is what that account could read of the source.
+
+**Disk reserve.**  The store lies in the service's home, usually on the jobs folder's disk,
+whose reserve (``[limits] disk_reserve_mb``) the supervisor keeps by ending the running job
+that writes the most.  A copy is no running job's doing, so it must not eat into the reserve:
+before copying, :meth:`acquire` asks the supervisor (``room``) with the size the look found
+and the copies already in progress; a copy that would leave less than the reserve free waits
+(the job stays queued and says so), one larger than the disk could ever take is refused.
 
 **Off every lock.**  Looking and copying take as long as the dataset does: :meth:`acquire` holds
 the store's lock only for its bookkeeping, and the supervisor calls it on a thread of its own
@@ -118,6 +127,7 @@ class PreparedStore:
         self.root = root or config.home() / "prepared"
         self._lock = threading.Lock()
         self._copying: dict[str, threading.Event] = {}  # key -> set when its copy has ended
+        self._copy_bytes: dict[str, int] = {}  # key -> the size of its copy in progress
 
     # ------------------------------------------------------------------------ jobs
 
@@ -128,9 +138,14 @@ class PreparedStore:
         user: str | None,
         backend: Backend,
         cancel: threading.Event | None = None,
+        room: Callable[[int, int], None] | None = None,
     ) -> Acquired:
         """Hold the copy of ``source``'s current state for ``job_id`` (submitted by ``user``),
         copying it first when no complete copy exists (rule 1).
+
+        ``room(bytes, copying)``, called before this job copies (``bytes``: the size the look
+        found; ``copying``: the bytes of the other copies in progress), raises when the disk
+        cannot take the copy now (the supervisor's disk reserve); nothing is held then.
 
         Blocks while the backend looks at and copies the dataset (the store's lock is held only
         for the bookkeeping around them): call it off every lock the service's requests need.
@@ -140,6 +155,7 @@ class PreparedStore:
             RefusedFile: the dataset holds what data preparation refuses (a FIFO, a device...).
             Conflict: ``cancel`` was set while another job's copy was awaited (the backend's
                 own error when it was set during this job's copy).
+            DiskFull, InvalidSpec: what ``room`` raised.
         """
         started = time.monotonic()
         root = str(Path(source).resolve(strict=True))  # resolved once: the look and the copy read it
@@ -147,6 +163,8 @@ class PreparedStore:
         entry = self.root / state.key
         while True:
             with self._lock:  # no sweep between the hold and the check
+                if not (entry / "data").exists() and state.key not in self._copying and room is not None:
+                    room(state.bytes, sum(self._copy_bytes.values()))  # this job would copy it
                 self._hold(entry, job_id)
                 if (entry / "data").exists():
                     self._used(entry, user)
@@ -154,6 +172,7 @@ class PreparedStore:
                 copying = self._copying.get(state.key)
                 if copying is None:  # this job copies it
                     copying = self._copying[state.key] = threading.Event()
+                    self._copy_bytes[state.key] = state.bytes
                     break
             while not copying.wait(0.1):  # another job copies this state: its copy will do
                 if cancel is not None and cancel.is_set():
@@ -182,6 +201,7 @@ class PreparedStore:
                 self._used(final, user)
         finally:
             with self._lock:
+                self._copy_bytes.pop(state.key, None)
                 self._copying.pop(state.key).set()
         return Acquired(final / "data", copied.bytes, False, time.monotonic() - started)
 

@@ -117,6 +117,8 @@ POLL_INTERVAL = 0.1
 TICK_MAX = 1.0
 TAIL_LINES = 15
 DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running job's folders
+#: seconds before a job whose data could not be copied for lack of space is prepared again
+PREPARE_SPACE_RETRY = 10.0
 RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
 # seconds before another admission pass when the backend could not hold the nodes the scheduler
 # chose (resources taken outside this service, e.g. by other users of a Ray cluster)
@@ -872,31 +874,86 @@ class Supervisor:
         """Step two, on its own thread: give each dataset its copy from the store
         (:mod:`.prepared`, reused when the source has not changed since a job last copied it),
         outside the lock; then, under it, launch the job if it is still queued, or free what it
-        reserved (it was stopped or deleted meanwhile), or fail it with what the copy refused."""
+        reserved (it was stopped or deleted meanwhile), or fail it with what the copy refused.
+
+        A copy that met a full disk holds the job in the queue like any launch on a full disk
+        (admission tries it again later); whatever else goes wrong here frees the reserved
+        nodes, since this thread is the only one that still knows of them."""
         got: list[tuple[str, Path, Acquired]] = []
         error: Exception | None = None
         try:
             for d in prep.spec.datasets:
-                acquired = self.prepared.acquire(job_id, d.path, prep.spec.creator, self.backend, prep.cancel)
+                acquired = self.prepared.acquire(
+                    job_id, d.path, prep.spec.creator, self.backend, prep.cancel, self._room_for_copy
+                )
                 got.append((d.name, self._prepared_path(job_id, d), acquired))
         except Exception as exc:
             error = exc
         with self._lock:
             self._preparing.pop(job_id, None)
+            handed = False  # whether the placement went to a step that releases it itself
             try:
-                job = self.store.get(job_id)
-            except NotFound:
-                job = None
-            if job is None or job.status is not JobStatus.queued or prep.cancel.is_set():
-                self.backend.release(prep.placement)
-                self.prepared.release(job_id)
-                self._queue_changed()
-                return
-            if error is not None:
-                prefix = f"dataset {prep.spec.datasets[len(got)].name}: "
-                self._launch_failed(job, prep.placement, error, prefix)
-                return
-            self._guarded(job, lambda current: self._launch(current, prep.placement, prepared=got))
+                try:
+                    job = self.store.get(job_id)
+                except NotFound:
+                    job = None
+                if job is None or job.status is not JobStatus.queued or prep.cancel.is_set():
+                    self.prepared.release(job_id)
+                    return
+                handed = True
+                if error is not None:
+                    prefix = f"dataset {prep.spec.datasets[len(got)].name}: "
+                    # which releases the placement first; DiskFull (a full disk) goes to _guarded
+                    self._guarded(
+                        job, lambda current: self._launch_failed(current, prep.placement, error, prefix)
+                    )
+                    if policies.is_disk_full(error) and job_id in self._retry_at:
+                        # a look at the whole dataset each time: not every few seconds
+                        self._retry_at[job_id] = time.monotonic() + PREPARE_SPACE_RETRY
+                        self._admit_retry = min(self._admit_retry or float("inf"), self._retry_at[job_id])
+                    return
+                self._guarded(job, lambda current: self._launch(current, prep.placement, prepared=got))
+            except Exception:  # the store could not be read: admission tries the job again later
+                log.exception("job %s: ending its data preparation failed", job_id)
+                self._retry_at[job_id] = time.monotonic() + RECORD_RETRY
+                self._admit_retry = min(self._admit_retry or float("inf"), self._retry_at[job_id])
+            finally:
+                if not handed:
+                    self.backend.release(prep.placement)
+                    self._queue_changed()
+
+    def _room_for_copy(self, size: int, copying: int) -> None:
+        """Whether the prepared store's disk can take a copy of ``size`` bytes now, besides the
+        ``copying`` bytes of the copies in progress: on the jobs folder's disk, the copy must
+        leave the disk reserve free (the reserve's watch ends only running jobs, never a copy).
+
+        Raises:
+            DiskFull: not now (the job waits in the queue, :meth:`_hold_for_space`).
+            InvalidSpec: never: the disk, even empty, could not take it above the reserve.
+        """
+        store = self.prepared.root if self.prepared.root.is_dir() else self.prepared.root.parent
+        jobs = config.jobs_root()
+        try:
+            usage = shutil.disk_usage(store)
+            same = os.stat(store).st_dev == os.stat(jobs).st_dev if jobs.is_dir() else True
+        except OSError:
+            return  # unknown: the copy's own ENOSPC still holds the job
+        reserve = int(self.scheduler.cluster.limits.disk_reserve_mb * (1 << 20)) if same else 0
+        mb = 1 << 20
+        if size > usage.total - reserve:
+            raise InvalidSpec(
+                f"it holds {size / mb:.1f} MB, more than the disk of the prepared data ({store}, "
+                f"{usage.total / mb:.0f} MB, {reserve / mb:.0f} MB of it kept free) can take: "
+                "run the job without data_preparation",
+                field="data_preparation",
+            )
+        free = free_bytes(store)
+        if free is not None and free - copying - size < reserve:
+            raise DiskFull(
+                f"its copy ({size / mb:.1f} MB) would leave less than the disk reserve "
+                f"({reserve / mb:.0f} MB, [limits] disk_reserve_mb) free under {store} "
+                f"({free / mb:.1f} MB free, {copying / mb:.1f} MB being copied for other jobs)"
+            )
 
     def _link_prepared(self, job: Job, got: list[tuple[str, Path, Acquired]]) -> None:
         """The job's folder gets a symlink per dataset to its copy, which its nodes mount read-only."""

@@ -13,12 +13,15 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import psutil
 import pytest
 
+from ma_jupyter import config
 from ma_jupyter.backends.local import LocalBackend, hostwatch, noderun
+from ma_jupyter.backends.local.procfs import NODE_MARKER
 from ma_jupyter.backends.ray import leftovers
 from tests.helpers import wait_for
 from tests.service.test_local_backend import _tree_script, log_of, make_attempt, marked, start
@@ -124,7 +127,7 @@ def test_the_next_agent_ends_what_a_runner_of_a_dead_host_left(ma_home):
         _kill(dead_host)
         time.sleep(noderun.HOST_GRACE + 1)  # long past the time it would have acted
         assert marked(dead_marker), "a stopped runner ended its node: the sweep is not what is tested"
-        ended = leftovers.end_leftovers()
+        ended = leftovers.end_leftovers(config.jobs_root())
         [ours] = [e for e in ended if e["node_dir"] == str(left.jobdir.node("worker-0").root)]
         assert runs[0][1].pid in ours["pids"]
         wait_for(lambda: marked(dead_marker) == [], timeout=10)
@@ -139,3 +142,53 @@ def test_the_next_agent_ends_what_a_runner_of_a_dead_host_left(ma_home):
                 _kill(host)
         for attempt, run in runs:
             backend.stop(attempt, [run], 0.5)
+
+
+def _marked_process(cwd, marker: str) -> subprocess.Popen:
+    """A process carrying a node marker, as every process of a job inherits it, in ``cwd``."""
+    env = {**os.environ, NODE_MARKER: marker}
+    return subprocess.Popen(["sleep", "600"], cwd=cwd, env=env, start_new_session=True)
+
+
+def test_the_sweep_opens_nothing_a_job_planted_and_looks_only_below_node_root(ma_home, tmp_path):
+    """A job's process (it inherits the node marker) moves to a folder it can write and plants
+    FIFOs named ``marker`` and ``node-run.json`` there: an agent starting on that machine must
+    neither block on them nor read them.  The same plant inside a job's node folder is refused
+    without blocking; a folder outside ``node_root`` with a forged runner is left alone."""
+    dead, dead_entry = _host()
+    _kill(dead)
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    for name in ("marker", "node-run.json"):
+        os.mkfifo(planted / name)
+    inside = config.jobs_root() / "job-x" / "nodes" / "worker-0"
+    inside.mkdir(parents=True)
+    os.mkfifo(inside / "node-run.json")
+    (inside / "marker").write_text("m-inside")
+    forged = tmp_path / "j" / "nodes" / "worker-0"  # elsewhere, with what a real runner has
+    forged.mkdir(parents=True)
+    (forged / "marker").write_text("m-forged")
+    (forged / "node-run.json").write_text(json.dumps({"end_with": dead_entry}))
+    procs = [
+        _marked_process(planted, "m-planted"),
+        _marked_process(inside, "m-inside"),
+        _marked_process(forged, "m-forged"),
+    ]
+    result: list = []
+    sweep = threading.Thread(
+        target=lambda: result.append(leftovers.end_leftovers(config.jobs_root())), daemon=True
+    )
+    try:
+        sweep.start()
+        sweep.join(timeout=60)
+        assert not sweep.is_alive(), "the agent's sweep blocked on a FIFO a job planted"
+        assert result == [[]], result
+        assert all(p.poll() is None for p in procs), "a process was ended on what a job planted"
+    finally:
+        for fifo in (planted / "marker", planted / "node-run.json", inside / "node-run.json"):
+            try:  # a sweep blocked on it reads an end of file and goes on
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        for p in procs:
+            _kill(p)

@@ -7,9 +7,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import sqlite3
 import stat
+import subprocess
 import threading
 import time
+
+import pytest
 
 from ma_jupyter import config
 from ma_jupyter.backends.local import LocalBackend
@@ -365,3 +369,229 @@ def test_a_copy_cut_short_by_a_crash_is_never_taken_for_a_prepared_one(ma_home, 
     store.sweep(lambda _id: False, keep=3600)  # the partial copy goes; the kept one stays
     assert not list(store.root.glob(f"*/{COPYING_PREFIX}*")) and not list(store.root.glob(".removed-*"))
     assert (got.path / "x.txt").read_text() == "hello"
+
+
+def _tree_text(root) -> str:
+    """Every regular file's content below ``root`` (links not followed), for a leak check."""
+    out = []
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                out.append(open(path, errors="replace").read())
+    return "\n".join(out)
+
+
+def test_a_dataset_folder_swapped_for_a_link_into_another_job_after_the_check_is_refused(ma_home, tmp_path):
+    """The hostile user submits a dataset of their own, and once the mount rules were checked
+    (under the lock) and while the copy is pending, replaces a folder on its path by a symlink
+    into another job's outputs (an ``--access none`` job's files, the shared nobody account's):
+    the copy checks the root it opened, refuses it by name, and nothing of the victim's lands in
+    the store."""
+    nobody = pwd.getpwnam("nobody")
+    victim = config.jobs_root() / "victim-job" / "outputs"
+    (victim / "inner").mkdir(parents=True)
+    (victim / "inner" / "results.txt").write_text("the victim's results")
+    for path in (victim, victim / "inner", victim / "inner" / "results.txt"):
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    mine = tmp_path / "mine"
+    (mine / "d" / "inner").mkdir(parents=True)
+    (mine / "d" / "inner" / "x.txt").write_text("mine")
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), GatedCopyBackend())
+    try:
+        spec = JobSpec.model_validate(
+            {
+                "name": "swap",
+                "command": pycmd("print('ran', flush=True)"),
+                "specs": ["cpu.small"],
+                "data_preparation": True,
+                "datasets": [{"name": "d", "path": str(mine / "d" / "inner")}],
+            }
+        )
+        job = sup.submit(spec, "mallory")
+        sup.tick()  # checks the rules on the path as given, then copies on its own thread
+        wait_for(sup.backend.copying.is_set, timeout=30)
+        os.rename(mine / "d", mine / "d.mine")
+        os.symlink(victim, mine / "d")
+        sup.backend.gate.set()
+        wait_for(lambda: sup.store.get(job.id).status is not JobStatus.queued, timeout=60)
+        done = sup.store.get(job.id)
+        reasons = " ".join(e.reason for e in sup.store.events(job.id))
+        assert done.status is JobStatus.error, (done.status, reasons)
+        assert "dataset d" in reasons and "job service's home" in reasons, reasons
+        assert "the victim's results" not in _tree_text(sup.prepared.root)
+        assert not (config.jobdir(job.id).logs / "worker-0.log").exists()  # it never ran
+    finally:
+        sup.backend.gate.set()
+        stop_every_job(sup)
+
+
+def test_a_copy_that_fills_the_disk_waits_for_space_and_then_starts(ma_home, tmp_path):
+    """The store's disk (a 2 MB tmpfs here) fills while the copy runs: the job keeps its place
+    in the queue and says it waits for space, its nodes are freed, admission does not prepare it
+    again at once; once there is space it is copied and starts."""
+    from ma_jupyter.service.prepared import PreparedStore
+
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), GatedCopyBackend())
+    try:
+        sup.prepared = PreparedStore(small / "prepared")
+        data = _dataset(tmp_path, size=1_000_000)
+        spec = JobSpec.model_validate(
+            {
+                "name": "full",
+                "command": pycmd(READ),
+                "specs": ["cpu.small"],
+                "data_preparation": True,
+                "datasets": [{"name": "d", "path": str(data)}],
+            }
+        )
+        job = sup.submit(spec, "mallory")
+        sup.tick()
+        wait_for(sup.backend.copying.is_set, timeout=30)  # room was found for it, then
+        (small / "ballast").write_bytes(b"x" * 1_500_000)  # something else fills the disk
+        sup.backend.gate.set()
+        wait_for(lambda: job.id not in sup._preparing, timeout=60)
+        with sup._lock:  # the thread's last step, which took it out of _preparing, is over
+            pass
+        reasons = " ".join(e.reason for e in sup.store.events(job.id))
+        assert sup.store.get(job.id).status is JobStatus.queued, reasons
+        assert "waiting: dataset d: disk full under" in reasons, reasons
+        assert job.id in sup._retry_at and sup._admit_retry is not None  # tried again later, not now
+        assert not sup.backend._reserved_ports  # its nodes were freed
+        assert not list(sup.prepared.root.glob("*/copying-*"))  # nothing half copied is left
+        sup.tick()  # before the retry time: not prepared again in a loop
+        assert job.id not in sup._preparing
+        (small / "ballast").unlink()  # space again
+        wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=90)
+    finally:
+        sup.backend.gate.set()
+        stop_every_job(sup)
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+class StoreFailingOnce(Store):
+    """A store whose read of one job fails once on the data-preparation thread (a database
+    that cannot be read for a moment)."""
+
+    failing: str | None = None
+
+    def get(self, job_id):
+        if job_id == self.failing and threading.current_thread().name.startswith("ma-prepare-"):
+            self.failing = None
+            raise sqlite3.OperationalError("disk I/O error")
+        return super().get(job_id)
+
+
+def test_a_store_error_after_the_copy_frees_the_nodes_and_the_job_is_tried_again(ma_home, tmp_path):
+    store = StoreFailingOnce(config.db_path())
+    sup = Supervisor(store, Scheduler(config.load_cluster()), LocalBackend())
+    try:
+        data = _dataset(tmp_path, size=1000)
+        spec = JobSpec.model_validate(
+            {
+                "name": "flaky",
+                "command": pycmd(READ),
+                "specs": ["cpu.small"],
+                "data_preparation": True,
+                "datasets": [{"name": "d", "path": str(data)}],
+            }
+        )
+        job = sup.submit(spec, "mallory")
+        store.failing = job.id
+        sup.tick()
+        wait_for(lambda: job.id not in sup._preparing, timeout=60)
+        with sup._lock:  # the thread's last step, which took it out of _preparing, is over
+            pass
+        assert store.failing is None  # the failure happened
+        assert sup.store.get(job.id).status is JobStatus.queued
+        assert not sup.backend._reserved_ports  # its nodes were freed
+        assert job.id in sup._retry_at
+        wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=60)
+    finally:
+        stop_every_job(sup)
+
+
+def test_a_copy_that_would_cross_the_disk_reserve_waits_and_one_too_big_is_refused(ma_home, tmp_path):
+    """The home (its jobs folder and the store) on a 24 MB disk keeping a 6 MB reserve: a copy
+    of 8 MB while 12 MB are taken would leave less than the reserve, which the reserve's watch
+    would take out on a running job: it waits instead, saying so, and is copied and started once
+    there is room.  A dataset larger than the disk could ever take is refused by name."""
+    cluster = (ma_home / "cluster.toml").read_text()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(ma_home)], check=True)
+    try:
+        (ma_home / "cluster.toml").write_text(cluster + "[limits]\ndisk_reserve_mb = 6\n")
+        (ma_home / "ballast").write_bytes(b"x" * (12 << 20))
+        sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
+        try:
+            big = tmp_path / "big"
+            big.mkdir()
+            (big / "blob.bin").write_bytes(os.urandom(8 << 20))
+            (big / "x.txt").write_text("hello")
+            huge = tmp_path / "huge"
+            huge.mkdir()
+            (huge / "blob.bin").write_bytes(b"\0" * (30 << 20))
+
+            def spec(data):
+                return JobSpec.model_validate(
+                    {
+                        "name": "reserve",
+                        "command": pycmd(
+                            "print('read', open('/workspace/dataset/d/x.txt').read(), flush=True)"
+                        ),
+                        "specs": ["cpu.small"],
+                        "data_preparation": True,
+                        "datasets": [{"name": "d", "path": str(data)}],
+                    }
+                )
+
+            job = sup.submit(spec(big), "mallory")
+            sup.tick()
+            wait_for(lambda: job.id not in sup._preparing, timeout=60)
+            with sup._lock:  # the preparing thread's last step is over
+                pass
+            reasons = " ".join(e.reason for e in sup.store.events(job.id))
+            assert sup.store.get(job.id).status is JobStatus.queued, reasons
+            assert "would leave less than the disk reserve (6 MB" in reasons, reasons
+            assert not list(sup.prepared.root.glob("*/data"))  # nothing was copied
+            (ma_home / "ballast").unlink()
+            wait_for(lambda: sup.tick() or sup.store.get(job.id).status is not JobStatus.queued, timeout=90)
+            assert sup.store.get(job.id).status in (JobStatus.running, JobStatus.succeeded)
+
+            too_big = sup.submit(spec(huge), "mallory")
+            wait_for(
+                lambda: sup.tick() or sup.store.get(too_big.id).status is not JobStatus.queued, timeout=60
+            )
+            reasons = " ".join(e.reason for e in sup.store.events(too_big.id))
+            assert sup.store.get(too_big.id).status is JobStatus.error, reasons
+            assert "run the job without data_preparation" in reasons, reasons
+        finally:
+            stop_every_job(sup)
+    finally:
+        subprocess.run(["umount", "-l", str(ma_home)], check=False)
+
+
+def test_the_look_refuses_a_path_that_now_leads_into_the_service_home_or_elsewhere(ma_home, tmp_path):
+    """The look (which gives the key and the size) checks the root it opened as the copy does:
+    a folder on the resolved path swapped for a symlink into the jobs folder is refused by the
+    mount rules, one swapped to another allowed folder is refused as changed."""
+    from ma_jupyter.backends.local import prepare
+    from ma_jupyter.errors import InvalidSpec, RefusedFile
+
+    victim = config.jobs_root() / "victim-job" / "outputs" / "inner"
+    victim.mkdir(parents=True)
+    (victim / "results.txt").write_text("the victim's results")
+    (tmp_path / "mine" / "d" / "inner").mkdir(parents=True)
+    (tmp_path / "other" / "inner").mkdir(parents=True)
+    source = str((tmp_path / "mine" / "d" / "inner").resolve())
+    assert prepare.look_at_dataset("mallory", source).files == 0  # as submitted: allowed
+    os.rename(tmp_path / "mine" / "d", tmp_path / "mine" / "d.mine")
+    os.symlink(victim.parent, tmp_path / "mine" / "d")
+    with pytest.raises(InvalidSpec, match="job service's home"):
+        prepare.look_at_dataset("mallory", source)
+    os.unlink(tmp_path / "mine" / "d")
+    os.symlink(tmp_path / "other", tmp_path / "mine" / "d")
+    with pytest.raises(RefusedFile, match="now leads to .*other/inner"):
+        prepare.look_at_dataset("mallory", source)

@@ -1,5 +1,9 @@
 """Data preparation for the backends that copy on the service's machine (local and Ray): the
-job's account from the host policy, the look and the copy from :mod:`.datacopy`."""
+job's account and mount rules from the host policy, the look and the copy from :mod:`.datacopy`.
+
+The supervisor checked the job's mount rules on each dataset's path when it reserved the job's
+nodes; the look and the copy come later, on another thread, and the path may lead elsewhere by
+then.  So both check the rules again on the root they actually opened (datacopy rule 1)."""
 
 from __future__ import annotations
 
@@ -17,13 +21,23 @@ def _account(user: str | None) -> datacopy.Account | None:
     return None if run_as is None else datacopy.Account(run_as.uid, run_as.gid)
 
 
+def _mount_rules(user: str | None, source: str) -> datacopy.Check:
+    """The mount rules of ``user``'s jobs, for the root data preparation opened of ``source``."""
+    policy = load_policy()
+
+    def check(opened: str) -> None:
+        policy.check_source(opened, f"the dataset {source}", "datasets", user)
+
+    return check
+
+
 def look_at_dataset(user: str | None, source: str) -> DatasetState:
     """:meth:`ma_jupyter.backends.base.Backend.look_at_dataset` on this machine."""
-    return DatasetState(*datacopy.look(source, _account(user)))
+    return DatasetState(*datacopy.look(source, _account(user), _mount_rules(user, source)))
 
 
 def copy_dataset(
     user: str | None, source: str, into: Path, cancel: threading.Event | None = None
 ) -> DatasetState:
     """:meth:`ma_jupyter.backends.base.Backend.copy_dataset` on this machine."""
-    return DatasetState(*datacopy.copy(source, _account(user), into, cancel))
+    return DatasetState(*datacopy.copy(source, _account(user), into, cancel, _mount_rules(user, source)))

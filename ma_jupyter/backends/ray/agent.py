@@ -63,9 +63,11 @@ class NodeAgent:
 
     Args:
         node_id: the Ray node it is pinned to (reported back by :meth:`info`).
+        node_root: the folder of job folders on this node (the service's ``node_root``): the
+            sweep of what dead nodes left (:mod:`.leftovers`) looks only below it.
     """
 
-    def __init__(self, node_id: str = ""):
+    def __init__(self, node_id: str = "", node_root: str = ""):
         self._node_id = node_id
         # Ray starts its workers, this actor among them, at nice 15 (its worker_niceness), so
         # they never starve the raylet; the job nodes started from here inherit the agent's
@@ -80,7 +82,8 @@ class NodeAgent:
         os.environ[config.ENV_HOME] = os.path.join(tempfile.gettempdir(), f"ma_jupyter-agent-{os.getuid()}")
         self._local = LocalBackend(inventory=[])
         self._local.end_with = _raylet(node_id)  # rule 4: its nodes end with this Ray node
-        self._ended = leftovers.end_leftovers()  # before any work: nothing of a dead node runs on
+        # before any work: nothing of a dead node runs on
+        self._ended = leftovers.end_leftovers(node_root) if node_root else []
         self._local.prestart_runners()  # the first job's nodes need not wait for it
 
     def info(self) -> dict:

@@ -262,7 +262,7 @@ class RayBackend(Backend):
                 max_restarts=-1,  # an agent keeps nothing in memory that its node's disk lacks
                 max_task_retries=-1,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(node_id)
+            ).remote(node_id, str(self._node_root))
             self._agents[node_id] = agent
             self._infos[node_id] = agent.info.remote().future()
             return agent

@@ -8,12 +8,16 @@ running there any more must have nothing left there.  So an agent, when it start
 takes work, calls :func:`end_leftovers`:
 
 1. a node runner is a process whose environment carries a node marker (``MA_NODE_RUN``) and
-   whose working directory is the folder of that node (its ``marker`` file holds the same
-   marker, its ``node-run.json`` the runner's instructions);
+   whose working directory is the folder of that node, ``<node_root>/<job>/nodes/<node>`` (its
+   ``node-run.json`` holds the runner's instructions, its ``marker`` file the same marker).
+   Every process of a job inherits the marker, and a job chooses its working directory: so
+   only folders below the agent's ``node_root`` are considered, and both files are read by the
+   untrusted-file rules (:func:`ma_jupyter.untrusted.read_small`: no symbolic link followed,
+   a FIFO or device refused, never opened to block the agent);
 2. a runner is left over when its instructions name a host process (``end_with``) that is no
-   longer running (:func:`ma_jupyter.backends.local.hostwatch.alive`): the nodes of live Ray
-   nodes on the same machine, and runners of the local backend (no ``end_with``), are never
-   touched;
+   longer running (:func:`ma_jupyter.backends.local.hostwatch.alive`, checked before the
+   marker is read): the nodes of live Ray nodes on the same machine, and runners of the local
+   backend (no ``end_with``), are never touched;
 3. every process carrying a left-over runner's marker is killed (SIGKILL: its job is over), and
    the node's failure report says what was ended (unless the runner wrote its own); the agent
    reports each node ended (:meth:`~.agent.NodeAgent.info`), which the service makes an event
@@ -30,7 +34,9 @@ from pathlib import Path
 
 import psutil
 
+from ...errors import RefusedFile
 from ...jobdir import NodeDir
+from ...untrusted import read_small
 from ..local import hostwatch
 from ..local.procfs import NODE_MARKER
 
@@ -47,28 +53,35 @@ def _marker(proc: psutil.Process) -> str | None:
         return None
 
 
-def _left_over(proc: psutil.Process, marker: str) -> NodeDir | None:
-    """The node folder of ``proc`` when it is a runner whose host process is gone (rules 1-2)."""
+def _left_over(proc: psutil.Process, marker: str, roots: set[Path]) -> NodeDir | None:
+    """The node folder of ``proc`` when it is a runner whose host process is gone (rules 1-2);
+    ``roots``: the agent's ``node_root`` (as given and resolved)."""
     try:
-        folder = Path(proc.cwd())
+        folder = Path(proc.cwd())  # the kernel's name for it: nothing is opened
     except (psutil.Error, OSError):
         return None
+    if len(folder.parents) < 3 or folder.parents[2] not in roots or folder.parent.name != "nodes":
+        return None  # a job's own working directory elsewhere: none of the agent's business
+    root = folder.parents[2]
     node_dir = NodeDir(folder)
+    relative = folder.relative_to(root)
     try:
-        if node_dir.marker.read_text(errors="replace").strip() != marker:
+        spec = read_small(root, relative / node_dir.runner_spec.name, owner="a job node", limit=SPEC_LIMIT)
+        end_with = json.loads(spec).get("end_with")
+        if not isinstance(end_with, dict) or hostwatch.alive(end_with):
             return None
-        with open(node_dir.runner_spec, "rb") as fh:
-            end_with = json.loads(fh.read(SPEC_LIMIT)).get("end_with")
-    except (OSError, ValueError, AttributeError):
+        written = read_small(root, relative / node_dir.marker.name, owner="a job node")
+    except (OSError, ValueError, AttributeError, RefusedFile):
         return None
-    if not isinstance(end_with, dict) or hostwatch.alive(end_with):
+    if written.decode(errors="replace").strip() != marker:
         return None
     return node_dir
 
 
-def end_leftovers() -> list[dict]:
-    """Kill what runners of ended host processes left on this machine (rules 1-3); one entry
-    per node ended: ``{"marker", "node_dir", "pids"}``."""
+def end_leftovers(node_root: str | os.PathLike) -> list[dict]:
+    """Kill what runners of ended host processes left on this machine below ``node_root``
+    (rules 1-3); one entry per node ended: ``{"marker", "node_dir", "pids"}``."""
+    roots = {Path(node_root), Path(node_root).resolve()}
     groups: dict[str, list[psutil.Process]] = {}
     for proc in psutil.process_iter():
         if proc.pid == os.getpid():
@@ -78,7 +91,7 @@ def end_leftovers() -> list[dict]:
             groups.setdefault(marker, []).append(proc)
     ended = []
     for marker, procs in groups.items():
-        node_dir = next((d for d in (_left_over(p, marker) for p in procs) if d is not None), None)
+        node_dir = next((d for d in (_left_over(p, marker, roots) for p in procs) if d is not None), None)
         if node_dir is None:
             continue
         names = []
