@@ -16,7 +16,11 @@ as they go), so each node is fenced instead of isolated: the deny list is
    listens where the fence does not know) and every port something other than this attempt's own
    nodes listens on on this machine when the node starts (the service, other jobs, any daemon)
    -- :func:`node_deny_list`, on the node's agent;
-3. minus the attempt's own reserved ports (its nodes' rendezvous ports may be listening already).
+3. minus the attempt's own reserved ports (its nodes' rendezvous ports may be listening already)
+   from the ports of rule 2 only: a port of rule 1 stays denied even where it is one of the
+   job's own numbers, since the rule holds on every address and a cluster port of another
+   machine with that number must stay out of reach (the job's peer on such a port is refused
+   too: a rendezvous must not be planned on a cluster port).
 
 The rule is by port, on every address: a peer of the job on another machine that happens to
 listen on a port of the list cannot be reached either (its rendezvous ports are reserved apart
@@ -91,9 +95,10 @@ def _raylet_ports() -> tuple[set[int], tuple[int, int]]:
 
 
 def node_deny_list(cluster: list[int], attempt: Attempt) -> list[list[int]]:
-    """Rules 1-3 for a node of ``attempt`` starting on this machine, as ``[low, high]`` ranges."""
+    """Rules 1-3 for a node of ``attempt`` starting on this machine, as ``[low, high]`` ranges:
+    ``(this machine's ports - the attempt's own) | the cluster's ports``."""
     own_ports = {p for plan in attempt.plans for p in plan.task.ports if p}
     raylet, (low, high) = _raylet_ports()
-    denied = set(cluster) | raylet | set(range(low, high + 1))
-    denied |= network.listening_ports(except_marker=f"{attempt.job_id}/{attempt.number}/")
-    return network.as_ranges(denied - own_ports)
+    local = raylet | set(range(low, high + 1))
+    local |= network.listening_ports(except_marker=f"{attempt.job_id}/{attempt.number}/")
+    return network.as_ranges((local - own_ports) | set(cluster))
