@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import os
 import socket
+import subprocess
+import sys
 import tarfile
 from types import SimpleNamespace
 
@@ -119,3 +121,20 @@ def test_a_jobs_own_port_leaves_the_deny_list_only_where_it_is_no_cluster_port()
     assert _denied(ranges, cluster_port) and _denied(ranges, 8265)
     assert not _denied(ranges, local)
     assert _denied(ranges, 10002) and _denied(ranges, 19999)  # Ray's default worker ports
+
+
+def test_every_raylet_of_the_machine_gives_its_worker_range_to_the_deny_list(tmp_path):
+    """Two raylets on one machine (``ray.cluster_utils`` runs them so): a worker either starts
+    later listens in its raylet's range, so a node's fence denies both ranges, not only its own
+    raylet's."""
+    raylet = tmp_path / "raylet"  # a process the kernel names "raylet", with a raylet's flags
+    raylet.symlink_to(sys.executable)  # the kernel names a process after the path it ran
+    args = ["-c", "import time; time.sleep(60)", "--min_worker_port=30100", "--max_worker_port=30199"]
+    proc = subprocess.Popen([str(raylet), *args])
+    try:
+        attempt = SimpleNamespace(job_id="fence-test", number=0, plans=[])
+        ranges = fence.node_deny_list([], attempt)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _denied(ranges, 30100) and _denied(ranges, 30150) and _denied(ranges, 30199)
