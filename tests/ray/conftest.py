@@ -12,9 +12,10 @@ must live where only ``lo`` does.  This plugin makes that true for every test of
    counts and failures read as if the tests ran here.  Without ``unshare`` rights or without
    Ray every test is skipped, saying why.
 2. **inside** (``MA_RAY_NETNS=1``): the tests run for real.  The session starts one Ray cluster
-   of two nodes with 2 CPUs and 2 ``NPU`` each (``ray.cluster_utils.Cluster``, ``RAY_TMPDIR`` in a folder of
-   the session), and each test gets a fresh job service on its own home whose ``cluster.toml``
-   points the service at that cluster (``[backend] kind = "ray"``).  The cluster is shut down
+   of two nodes with 2 CPUs and 2 ``NPU`` each (``ray.cluster_utils.Cluster``, ``RAY_TMPDIR``
+   in a folder of the session, worker ports pinned: :data:`WORKER_PORTS`), and each test gets
+   a fresh job service on its own home whose ``cluster.toml`` points the service at that
+   cluster (``[backend] kind = "ray"``).  The cluster is shut down
    at the end (only this session's own Ray processes: never ``ray stop``).
 """
 
@@ -38,6 +39,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 #: seconds an outer test waits for its inner result after the inner run ended
 SETTLE = 5.0
+#: each Ray node's worker port range (two raylets on one machine: one range each, so that their
+#: workers never race for a port)
+WORKER_PORTS = {
+    "head": {"min_worker_port": 20000, "max_worker_port": 20499},
+    "worker": {"min_worker_port": 20500, "max_worker_port": 20999},
+}
 
 
 def _ours(item: pytest.Item) -> bool:
@@ -219,8 +226,12 @@ def ray_cluster():
             try:
                 # two emulated Ascend cards per node (a Ray resource, no device): the scheduler
                 # and the mindspore-ascend mode place on them
-                cluster.add_node(num_cpus=2, resources={"NPU": 2}, include_dashboard=False)
-                cluster.add_node(num_cpus=2, resources={"NPU": 2})
+                # pinned worker ports (``Cluster`` picks them at random by default): the fence
+                # denies a raylet's range, so a worker started after a job node is out of reach too
+                cluster.add_node(
+                    num_cpus=2, resources={"NPU": 2}, include_dashboard=False, **WORKER_PORTS["head"]
+                )
+                cluster.add_node(num_cpus=2, resources={"NPU": 2}, **WORKER_PORTS["worker"])
                 cluster.wait_for_nodes()
                 break
             except Exception:

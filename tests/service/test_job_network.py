@@ -235,9 +235,15 @@ FENCED = r"""
 import ctypes, errno, json, socket, sys
 from ma_jupyter.backends.local import network
 
-denied, allowed, abstract = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-network.fence([[denied, denied]])
+denied, allowed, abstract, free = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+network.fence([[denied, denied], [free, free]])
 found = {}
+for name, port in (("bind denied", free), ("bind any", 0)):
+    try:  # a job holding the ports Ray starts its workers on would starve the raylet
+        socket.socket().bind(("0.0.0.0", port))
+        found[name] = "bound"
+    except OSError as exc:
+        found[name] = errno.errorcode[exc.errno]
 for name, port, proto in (("denied", denied, 0), ("allowed", allowed, 0), ("mptcp", denied, 262)):
     try:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
@@ -267,7 +273,7 @@ print(json.dumps(found))
 @pytest.mark.skipif(network.landlock_abi() < 6, reason="the fence needs Landlock ABI 6 (Linux 6.12)")
 def test_the_fence_of_a_node_on_a_shared_network_refuses_what_it_must_and_nothing_else(tmp_path):
     """The Ray nodes' fence (``network.fence``) in a process of its own: a denied port refused
-    (EACCES), another one reached, no MPTCP socket, no TCP Fast Open send, no abstract socket of
+    (EACCES), another one reached, no bind on a denied port (free, but Ray's), no MPTCP socket, no TCP Fast Open send, no abstract socket of
     outside, no io_uring."""
     listeners = [socket.socket() for _ in range(2)]
     for sock in listeners:
@@ -277,11 +283,14 @@ def test_the_fence_of_a_node_on_a_shared_network_refuses_what_it_must_and_nothin
     outside = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     outside.bind(b"\0" + name.encode())
     outside.listen(4)
+    with socket.socket() as probe:  # a port nothing holds, denied like a Ray worker port
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
     try:
         denied, allowed = (s.getsockname()[1] for s in listeners)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         done = subprocess.run(
-            [sys.executable, "-c", FENCED, str(denied), str(allowed), name],
+            [sys.executable, "-c", FENCED, str(denied), str(allowed), name, str(free)],
             capture_output=True,
             text=True,
             timeout=60,
@@ -292,6 +301,8 @@ def test_the_fence_of_a_node_on_a_shared_network_refuses_what_it_must_and_nothin
             sock.close()
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
+        "bind denied": "EACCES",
+        "bind any": "bound",
         "denied": "EACCES",
         "allowed": "connected",
         "mptcp": "EPERM",

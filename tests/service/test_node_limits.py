@@ -3,6 +3,8 @@ real root service whose jobs run as ``nobody`` in bubblewrap:
 
 * a job holding its memory in ``/tmp`` and ``/dev/shm`` rather than in its processes is ended
   with the memory reason (before, a 1 GB job held 1.47 GB there and succeeded);
+* a job cannot make a user namespace of its own (where it would be root and could mount a tmpfs
+  the watchdog never counts);
 * a job starting processes without end meets its node's own process limit, while another user's
   job, running as the same ``nobody``, still starts its processes;
 * a job flooding its log past ``[limits] max_log_mb`` is ended with that reason, while another
@@ -122,6 +124,34 @@ def test_a_tmpfs_write_past_the_memory_fails_in_the_job(quarter):
     final = wait_status(quarter, job["id"], ENDED, timeout=120)
     assert final["status"] == "error"
     assert "exceeded its memory limit of 0.25 GB" in final["reason"], final["reason"]
+
+
+# A job that makes a user namespace of its own is root there and may mount a tmpfs anywhere:
+# the watchdog reads only the sandbox's /tmp, /run and /dev/shm, so 10 GB there would be the
+# host's memory, not the node's.  Both ways in are tried: the system call and unshare(1).
+NESTED_NAMESPACE = r"""
+import ctypes, errno, os, subprocess
+print("uid", os.getuid(), flush=True)
+script = "mkdir -p /tmp/big && mount -t tmpfs -o size=10g none /tmp/big && echo MOUNTED"
+done = subprocess.run(["unshare", "-Urm", "sh", "-c", script], capture_output=True, text=True)
+print("unshare -Urm:", done.returncode, done.stdout.strip(), done.stderr.strip(), flush=True)
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+    print("unshare refused", errno.errorcode[ctypes.get_errno()], flush=True)
+else:
+    print("unshare allowed", flush=True)
+"""
+
+
+def test_a_job_cannot_make_a_user_namespace_to_mount_a_tmpfs_outside_its_memory(quarter):
+    job = submit_as(quarter, "alice", NESTED_NAMESPACE)
+    final = wait_status(quarter, job["id"], ENDED, timeout=120)
+    log = full_log(quarter, job["id"])
+    assert final["status"] == "succeeded", (final, log)
+    assert "uid 65534" in log, log  # the job runs as nobody
+    assert re.search(r"unshare refused (ENOSPC|EPERM)", log), log
+    assert "unshare -Urm: 1 " in log, log
+    assert "MOUNTED" not in log, log
 
 
 # ---------------------------------------------------------------------------- processes

@@ -486,3 +486,40 @@ def test_the_memory_backed_folders_are_no_larger_than_the_nodes_memory(ma_paths,
         assert argv[at - 3 : at] == ["--size", str(1 << 30), "--tmpfs"], folder
     uncapped = dataclasses.replace(view, tmpfs_limit=0)
     assert "--size" not in bwrap_argv(uncapped, ["python", "x.py"])
+
+
+OLD_BWRAP = """#!/bin/sh
+# bubblewrap before 0.7: no --size option
+for arg in "$@"; do
+    if [ "$arg" = "--size" ]; then echo "bwrap: Unknown option --size" >&2; exit 1; fi
+done
+exec {bwrap} "$@"
+"""
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_a_bubblewrap_that_cannot_cap_a_tmpfs_leaves_it_uncapped_with_one_warning(
+    ma_paths, tmp_path, monkeypatch, caplog
+):
+    """``--size`` exists since bubblewrap 0.7 and a setuid install refuses it: the probe finds out
+    (this machine's bubblewrap, then one that refuses the option), the service log says so, and
+    the sandbox starts with uncapped folders rather than not at all."""
+    import logging
+
+    from ma_jupyter.backends.local import sandbox
+
+    assert sandbox.tmpfs_size_works(shutil.which("bwrap"))  # bubblewrap 0.8 here
+    old = tmp_path / "bwrap"
+    old.write_text(OLD_BWRAP.format(bwrap=shutil.which("bwrap")))
+    old.chmod(0o755)
+    with caplog.at_level(logging.WARNING, logger=sandbox.__name__):
+        assert not sandbox.tmpfs_size_works(str(old))
+    warned = [r.getMessage() for r in caplog.records if "cannot cap a tmpfs" in r.getMessage()]
+    assert len(warned) == 1 and "bubblewrap 0.7" in warned[0] and "Unknown option --size" in warned[0]
+    monkeypatch.setattr(sandbox, "_TMPFS_SIZE_OK", False)  # what the probe remembers on such a host
+    spec = full_spec(ma_paths)
+    task = TaskSlot("worker", 0, "worker-0", "127.0.1.1", (0,), memory_gb=1.0)
+    placement = Placement("job-1", Spec(name="s", cpus=1, memory_gb=1), (task,))
+    attempt = Attempt("job-1", spec, 0, tmp_path / "jobs" / "job-1", tuple(plan_job(spec, placement, ["x"])))
+    argv = bwrap_argv(node_view(attempt, attempt.plans[0], "bubblewrap"), ["python", "x.py"])
+    assert "--size" not in argv and argv.count("--tmpfs") == 3

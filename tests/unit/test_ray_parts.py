@@ -1,15 +1,19 @@
-"""The Ray backend's parts that need no cluster: the inventory from Ray's node records, and
-shipping the algorithm folder."""
+"""The Ray backend's parts that need no cluster: the inventory from Ray's node records,
+shipping the algorithm folder, and a node's fence deny list."""
 
 from __future__ import annotations
 
 import io
 import os
+import socket
+import subprocess
+import sys
 import tarfile
+from types import SimpleNamespace
 
 import pytest
 
-from ma_jupyter.backends.ray import ship
+from ma_jupyter.backends.ray import fence, ship
 from ma_jupyter.backends.ray.inventory import inventory, node_name, ray_nodes
 from ma_jupyter.errors import InvalidSpec
 
@@ -96,3 +100,41 @@ def test_a_folder_too_big_to_ship_is_refused_naming_the_field(tmp_path):
     with pytest.raises(InvalidSpec) as caught:
         ship.folder_size(tmp_path, limit=1024)
     assert caught.value.field == "algorithm" and "dataset" in caught.value.message
+
+
+def _denied(ranges: list[list[int]], port: int) -> bool:
+    return any(low <= port <= high for low, high in ranges)
+
+
+def test_a_jobs_own_port_leaves_the_deny_list_only_where_it_is_no_cluster_port():
+    """The fence's rule is by port on every address: a job's own (reserved) port that is also a
+    port of the cluster (some other machine's raylet, say) stays denied; one that only this
+    machine's listeners hold is the job's to reach."""
+    with socket.socket() as listener:  # listening here now: denied unless it is the job's own
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        local = listener.getsockname()[1]
+        cluster_port = 6379 if local != 6379 else 6380
+        task = SimpleNamespace(ports=[local, cluster_port])
+        attempt = SimpleNamespace(job_id="fence-test", number=0, plans=[SimpleNamespace(task=task)])
+        ranges = fence.node_deny_list([cluster_port, 8265], attempt)
+    assert _denied(ranges, cluster_port) and _denied(ranges, 8265)
+    assert not _denied(ranges, local)
+    assert _denied(ranges, 10002) and _denied(ranges, 19999)  # Ray's default worker ports
+
+
+def test_every_raylet_of_the_machine_gives_its_worker_range_to_the_deny_list(tmp_path):
+    """Two raylets on one machine (``ray.cluster_utils`` runs them so): a worker either starts
+    later listens in its raylet's range, so a node's fence denies both ranges, not only its own
+    raylet's."""
+    raylet = tmp_path / "raylet"  # a process the kernel names "raylet", with a raylet's flags
+    raylet.symlink_to(sys.executable)  # the kernel names a process after the path it ran
+    args = ["-c", "import time; time.sleep(60)", "--min_worker_port=30100", "--max_worker_port=30199"]
+    proc = subprocess.Popen([str(raylet), *args])
+    try:
+        attempt = SimpleNamespace(job_id="fence-test", number=0, plans=[])
+        ranges = fence.node_deny_list([], attempt)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _denied(ranges, 30100) and _denied(ranges, 30150) and _denied(ranges, 30199)

@@ -19,11 +19,13 @@ Two mechanisms, one per kind of host (docs/architecture.md, "A job's network"):
   other over the real network): each node's runner restricts itself, and so everything it
   starts, before it starts anything (:func:`fence`):
 
-  1. Landlock (``connect`` over TCP, ABI 4): a connection to any port in the deny list is
-     refused with EACCES; the list is every port of the Ray cluster (from its node table, the
-     GCS, the worker port range, the dashboard and client ports) and every port something other
-     than the job itself listens on on this machine when the node starts (the service, other
-     jobs, any daemon);
+  1. Landlock (``connect`` and ``bind`` over TCP, ABI 4): a connection to any port in the
+     deny list, and a bind to one, is refused with EACCES; the list is every port of the Ray
+     cluster (from its node table, the GCS, the worker port range, the dashboard and client
+     ports) and every port something other than the job itself listens on on this machine when
+     the node starts (the service, other jobs, any daemon).  The bind rule keeps a job from
+     holding the ports Ray starts its workers on (the raylet would find none free); a bind to
+     port 0 (the kernel picks) stays allowed;
   2. Landlock scoping (ABI 6): no connection to an abstract Unix socket made outside the node;
   3. seccomp: no Multipath TCP socket (this kernel's Landlock does not check MPTCP connects,
      and an MPTCP connect falls back to TCP against any listener), no send with
@@ -252,6 +254,9 @@ def connect_in(pid: int, address: bytes, timeout: float | None = None) -> socket
 
 LANDLOCK_CREATE_RULESET_VERSION = 1
 LANDLOCK_ACCESS_NET_CONNECT_TCP = 2
+LANDLOCK_ACCESS_NET_BIND_TCP = 1
+#: what the fence restricts per port: both, with one deny list
+FENCED_NET_ACCESS = LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP
 LANDLOCK_RULE_NET_PORT = 2
 LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
 #: Landlock's system call numbers (the same on every architecture)
@@ -367,7 +372,7 @@ def _seccomp_program() -> list[tuple[int, int, int, int]]:
 
 def fence(deny: Iterable[Iterable[int]]) -> None:
     """Restrict the calling process, and all it starts from now on, as the module docstring's
-    rules say: no TCP connection to a port of ``deny`` (``[low, high]`` ranges), no abstract
+    rules say: no TCP connection to, nor bind on, a port of ``deny`` (``[low, high]`` ranges), no abstract
     Unix socket made outside, no MPTCP, no io_uring.
 
     Raises:
@@ -383,7 +388,7 @@ def fence(deny: Iterable[Iterable[int]]) -> None:
         )
     denied = _ranges_to_set(deny)
     scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET if abi >= 6 else 0
-    attr = struct.pack("QQQ", 0, LANDLOCK_ACCESS_NET_CONNECT_TCP, scoped)
+    attr = struct.pack("QQQ", 0, FENCED_NET_ACCESS, scoped)
     size = len(attr) if abi >= 6 else 16
     ruleset = _check(
         _libc.syscall(SYS_LANDLOCK["create"], ctypes.create_string_buffer(attr[:size]), size, 0),
@@ -392,7 +397,7 @@ def fence(deny: Iterable[Iterable[int]]) -> None:
     try:
         # one rule per allowed port (~65,000 calls): a structure updated in place and passed by
         # reference costs less than half of packing a buffer each time
-        rule = _NetPortRule(LANDLOCK_ACCESS_NET_CONNECT_TCP, 0)
+        rule = _NetPortRule(FENCED_NET_ACCESS, 0)
         ref, add, syscall = ctypes.byref(rule), SYS_LANDLOCK["add"], _libc.syscall
         for port in range(0, 65536):
             if port in denied:

@@ -85,6 +85,8 @@ MEMORY_SAMPLE = 0.2
 #: the node's memory-backed folders (bubblewrap's tmpfs), counted in its memory
 TMPFS_FOLDERS = ("/tmp", "/dev/shm", "/run")
 CLONE_NEWUSER = 0x10000000
+#: the user namespaces a process's own user namespace may still hold (a per-namespace count)
+USERNS_LIMIT = "/proc/sys/user/max_user_namespaces"
 #: bytes the job's logs may still grow by after its node was killed for them (on_stop's lines)
 LOG_SLACK = 1 << 20
 #: files and folders the job's logs folder may hold (a node log, per-rank logs and reports)
@@ -196,9 +198,17 @@ def tmpfs_held(tree: list[int]) -> int:
     (:data:`TMPFS_FOLDERS`), each file system counted once.
 
     A process whose root is the runner's own (the outer bubblewrap, the symlink mode) has none;
-    the others are seen through ``/proc/<pid>/root``, one process per distinct root.  The folders
-    are mount points the job cannot replace (their parents belong to root), so a ``statvfs``
-    there is the tmpfs's own: files deleted but still open count too.
+    the others are seen through ``/proc/<pid>/root``, one process per distinct root, and a
+    ``statvfs`` of each folder there is the tmpfs's own: files deleted but still open count too.
+
+    Only those folders are counted: a tmpfs mounted anywhere else, or in a mount namespace of
+    its own, is not seen.  Mounting one takes CAP_SYS_ADMIN in a user namespace, which no process
+    of the node has: the sandbox drops every capability (``--cap-drop ALL``, ``setpriv``,
+    no-new-privileges) and the node's own user namespace may hold no other
+    (:func:`node_user_namespace`), so the job can neither mount over these folders nor make a
+    namespace of its own to mount in.  A node without a user namespace of its own (no root, or
+    the kernel refuses one) has no such bar: where the host lets any account make user
+    namespaces, a job can mount a tmpfs there whose memory only the host's limits bound.
     """
     try:
         own = os.stat("/")
@@ -282,6 +292,14 @@ def node_user_namespace() -> int | None:
     namespace outlives the helper through the descriptor.  Ids mapped to themselves keep every
     file's owner and the account's permissions as they are; only the kernel's per-user counts
     (``RLIMIT_NPROC``) start from zero in it.
+
+    Once the maps are written the helper (root of the new namespace, with every capability in
+    it) sets the namespace's own ``/proc/sys/user/max_user_namespaces`` to 0: no process of the
+    node can then make a user namespace (``unshare -U`` fails with ENOSPC), in which it would be
+    root and could mount a tmpfs the node's memory watchdog never sees (:func:`tmpfs_held`).  No
+    one in the node can raise it again: that takes CAP_SYS_RESOURCE in the namespace, which
+    ``--cap-drop ALL`` and ``setpriv`` take from every process there.  A namespace whose limit
+    cannot be set is not used (None).
     """
     if os.geteuid() != 0:
         return None
@@ -292,12 +310,17 @@ def node_user_namespace() -> int | None:
     ready_r, ready_w = os.pipe()
     done_r, done_w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the helper: unshare, say so, wait until the maps are written
+    if pid == 0:  # the helper: unshare, say so, wait until the maps are written, close the door
         try:
             os.close(ready_r)
             os.close(done_w)
             os.write(ready_w, b"1" if libc.unshare(CLONE_NEWUSER) == 0 else b"0")
-            os.read(done_r, 1)
+            if os.read(done_r, 1) == b"1":
+                # the sysctl a process reads and writes is its own user namespace's; root of the
+                # host (mapped now) passes /proc/sys's owner check, the namespace's caps the rest
+                with open(USERNS_LIMIT, "w") as fh:
+                    fh.write("0\n")
+                os.write(ready_w, b"1")
         finally:
             os._exit(0)
     os.close(ready_w)
@@ -309,7 +332,13 @@ def node_user_namespace() -> int | None:
                 with open(f"/proc/{pid}/{name}", "w") as fh:
                     fh.write("0 0 4294967295\n")
             fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+            os.write(done_w, b"1")
+            if os.read(ready_r, 1) != b"1":  # the limit is not set: the namespace is no barrier
+                os.close(fd)
+                fd = None
     except OSError:
+        if fd is not None:
+            os.close(fd)
         fd = None
     finally:
         os.close(done_w)

@@ -48,10 +48,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import posixpath
 import re
 import shutil
+import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -884,11 +887,48 @@ def _system_args(tmpfs_limit: int = 0) -> list[str]:
     return args
 
 
+log = logging.getLogger(__name__)
+_TMPFS_SIZE_LOCK = threading.Lock()
+_TMPFS_SIZE_OK: bool | None = None
+
+
+def tmpfs_size_works(bwrap: str | None = None) -> bool:
+    """Whether bubblewrap caps a tmpfs here (``--size``: bubblewrap 0.7 and later, and refused
+    by a setuid install), tried once per process with a real 4 KiB tmpfs (``bwrap`` names
+    another program than the machine's, for a test: then nothing is remembered).  When it cannot,
+    the service log says so once and the memory-backed folders stay uncapped: the node's memory
+    watchdog still counts what they hold, but one of them may take up to half the host's memory
+    before a sample sees it."""
+    global _TMPFS_SIZE_OK
+    with _TMPFS_SIZE_LOCK:
+        if _TMPFS_SIZE_OK is not None and bwrap is None:
+            return _TMPFS_SIZE_OK
+        argv = [bwrap or _host_program("bwrap"), "--ro-bind", "/", "/", "--size", "4096", "--tmpfs", "/tmp"]
+        argv += ["--", "true"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+            works = done.returncode == 0
+            why = done.stderr.strip()[:300] or f"exit code {done.returncode}"
+        except (OSError, subprocess.SubprocessError) as exc:
+            works, why = False, str(exc)
+        if not works:
+            log.warning(
+                "bubblewrap cannot cap a tmpfs here (--size needs bubblewrap 0.7 or later, not "
+                "installed setuid: %s): the nodes' /tmp, /run and /dev/shm are uncapped, their use "
+                "still counts in each node's memory",
+                why,
+            )
+        if bwrap is None:
+            _TMPFS_SIZE_OK = works
+        return works
+
+
 def _tmpfs(limit: int, path: str) -> list[str]:
     """A memory-backed folder no larger than ``limit`` bytes (a node's memory,
     :attr:`NodeView.tmpfs_limit`, where its use counts too): without a cap each would take up to
-    half the host's memory, outside the node's limit."""
-    size = ["--size", str(limit)] if limit > 0 else []
+    half the host's memory, outside the node's limit.  Uncapped where bubblewrap cannot cap it
+    (:func:`tmpfs_size_works`)."""
+    size = ["--size", str(limit)] if limit > 0 and tmpfs_size_works() else []
     return [*size, "--tmpfs", path]
 
 

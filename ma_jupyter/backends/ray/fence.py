@@ -10,13 +10,18 @@ as they go), so each node is fenced instead of isolated: the deny list is
    agents...: each ``*Port`` field of ``ray.nodes()``), the GCS's, and Ray's fixed defaults
    (dashboard 8265, client server 10001, dashboard agent 52365) -- :func:`cluster_ports`, on
    the service's side;
-2. the worker port range of this machine's raylet (read from its command line; Ray's default
-   10002-19999 where it cannot be read, or where the raylet picks workers' ports at random,
-   ``--min-worker-port 0`` as ``ray.cluster_utils`` does: then a worker started after the node
-   listens where the fence does not know) and every port something other than this attempt's own
+2. the ports and worker port range of each raylet on this machine (read from their command
+   lines; Ray's default 10002-19999 where one cannot be read, or where a raylet picks workers'
+   ports at random, ``--min-worker-port 0`` as ``ray.cluster_utils`` does unless told a range:
+   then a worker started after the node listens where the fence does not know; a cluster must
+   pin its worker ports, ``ray start --min-worker-port/--max-worker-port``) and every port something other than this attempt's own
    nodes listens on on this machine when the node starts (the service, other jobs, any daemon)
    -- :func:`node_deny_list`, on the node's agent;
-3. minus the attempt's own reserved ports (its nodes' rendezvous ports may be listening already).
+3. minus the attempt's own reserved ports (its nodes' rendezvous ports may be listening already)
+   from the ports of rule 2 only: a port of rule 1 stays denied even where it is one of the
+   job's own numbers, since the rule holds on every address and a cluster port of another
+   machine with that number must stay out of reach (the job's peer on such a port is refused
+   too: a rendezvous must not be planned on a cluster port).
 
 The rule is by port, on every address: a peer of the job on another machine that happens to
 listen on a port of the list cannot be reached either (its rendezvous ports are reserved apart
@@ -65,35 +70,53 @@ def cluster_ports(ray: Any) -> list[int]:
     return sorted(ports)
 
 
-def _raylet_ports() -> tuple[set[int], tuple[int, int]]:
-    """The ports this machine's raylet was started with and its worker port range, read from the
-    command line of this process's parent (a Ray worker's is its raylet); the defaults where it
-    cannot be read."""
-    low, high = RAY_WORKER_PORTS
-    ports: set[int] = set()
+def _raylet_ports() -> tuple[set[int], list[tuple[int, int]]]:
+    """The ports the raylets on this machine were started with and their worker port ranges,
+    read from their command lines: this process's parent (a Ray worker's is its raylet) and every
+    other process named ``raylet`` (a machine may run several, as ``ray.cluster_utils`` does, and
+    a later worker of any of them listens in its range); Ray's default range where a raylet picks
+    its workers' ports at random or none can be read."""
+    pids = {os.getppid()}
     try:
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
-            args = fh.read().decode(errors="replace").split("\0")
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    with open(f"/proc/{entry.name}/comm", "rb") as fh:
+                        if fh.read().strip() == b"raylet":
+                            pids.add(int(entry.name))
+                except OSError:
+                    continue  # ended meanwhile
     except OSError:
-        return ports, (low, high)
-    for arg in args:
-        flag, _, value = arg.partition("=")
-        value = value.rsplit(":", 1)[-1]
-        if not value.isdigit():
+        pass
+    ports: set[int] = set()
+    ranges: list[tuple[int, int]] = []
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                args = fh.read().decode(errors="replace").split("\0")
+        except OSError:
             continue
-        if flag in ("--min_worker_port", "--min-worker-port") and int(value):
-            low = int(value)
-        elif flag in ("--max_worker_port", "--max-worker-port") and int(value):
-            high = int(value)
-        elif flag in RAYLET_PORT_FLAGS:
-            ports.add(int(value))
-    return ports, (low, high)
+        low, high = RAY_WORKER_PORTS
+        for arg in args:
+            flag, _, value = arg.partition("=")
+            value = value.rsplit(":", 1)[-1]
+            if not value.isdigit():
+                continue
+            if flag in ("--min_worker_port", "--min-worker-port") and int(value):
+                low = int(value)
+            elif flag in ("--max_worker_port", "--max-worker-port") and int(value):
+                high = int(value)
+            elif flag in RAYLET_PORT_FLAGS:
+                ports.add(int(value))
+        ranges.append((low, high))
+    return ports, ranges or [RAY_WORKER_PORTS]
 
 
 def node_deny_list(cluster: list[int], attempt: Attempt) -> list[list[int]]:
-    """Rules 1-3 for a node of ``attempt`` starting on this machine, as ``[low, high]`` ranges."""
+    """Rules 1-3 for a node of ``attempt`` starting on this machine, as ``[low, high]`` ranges:
+    ``(this machine's ports - the attempt's own) | the cluster's ports``."""
     own_ports = {p for plan in attempt.plans for p in plan.task.ports if p}
-    raylet, (low, high) = _raylet_ports()
-    denied = set(cluster) | raylet | set(range(low, high + 1))
-    denied |= network.listening_ports(except_marker=f"{attempt.job_id}/{attempt.number}/")
-    return network.as_ranges(denied - own_ports)
+    raylet, ranges = _raylet_ports()
+    local = raylet.union(*(range(low, high + 1) for low, high in ranges))
+    local |= network.listening_ports(except_marker=f"{attempt.job_id}/{attempt.number}/")
+    return network.as_ranges((local - own_ports) | set(cluster))
