@@ -10,6 +10,7 @@ a rank folder come from :mod:`ma_jupyter.nodeside.rank_log`, which writes them; 
     nodes/<node>/exit_code          written atomically by the node runner when the node ends
     nodes/<node>/failure.json       the report handed over by the runner, or {"refused": "..."}
     nodes/<node>/not-distributed.json  the same hand-over for the launcher's not-distributed report
+    nodes/<node>/nsswitch.conf      its /etc/nsswitch.conf in its job's own network namespace
     nodes/<node>/marker             MA_NODE_RUN value of this node's processes
     nodes/<node>/run.json           the NodeRun as launched
     nodes/<node>/node-run.json      the runner's instructions
@@ -161,6 +162,11 @@ class NodeDir(_Folder):
     @property
     def hostname(self) -> Path:
         return self.root / "hostname"
+
+    @property
+    def nsswitch(self) -> Path:
+        """Its ``/etc/nsswitch.conf`` where it runs in its job's own network namespace."""
+        return self.root / "nsswitch.conf"
 
     @property
     def files(self) -> Path:

@@ -523,3 +523,14 @@ def test_a_bubblewrap_that_cannot_cap_a_tmpfs_leaves_it_uncapped_with_one_warnin
     attempt = Attempt("job-1", spec, 0, tmp_path / "jobs" / "job-1", tuple(plan_job(spec, placement, ["x"])))
     argv = bwrap_argv(node_view(attempt, attempt.plans[0], "bubblewrap"), ["python", "x.py"])
     assert "--size" not in argv and argv.count("--tmpfs") == 3
+
+
+def test_a_node_in_its_own_network_looks_host_names_up_in_its_hosts_file_only():
+    """No name server is reachable from a job's own network namespace: glibc would answer an
+    address /etc/hosts does not hold with a temporary failure (torch's store warned for every
+    client), so the node's nsswitch.conf keeps the host's lines but for hosts."""
+    from ma_jupyter.backends.local.sandbox import nsswitch_conf
+
+    host = "passwd:         files systemd\nhosts:          files mdns4_minimal [NOTFOUND=return] dns\n"
+    assert nsswitch_conf(host) == "passwd:         files systemd\nhosts: files\n"
+    assert nsswitch_conf(None) == "hosts: files\n"

@@ -13,6 +13,7 @@ so a service started after a crash still finds a node's processes, whatever sess
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import math
@@ -248,6 +249,8 @@ class LocalBackend(Backend):
         job_secret = secrets.token_hex(16)
         runs: list[NodeRun] = []
         namespace = self._job_namespace(attempt.job_id)
+        if namespace:  # no name server there: the nodes resolve names from /etc/hosts only
+            views = [(launch, dataclasses.replace(view, private_network=True)) for launch, view in views]
         try:
             network = {"netns": str(namespace[0])} if namespace else {}
             for (launch, view), plan in zip(views, attempt.plans, strict=True):

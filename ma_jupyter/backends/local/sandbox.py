@@ -140,6 +140,9 @@ class NodeView:
         tmpfs_limit: the most bytes each of its memory-backed folders (``/tmp``, ``/dev/shm``,
             ``/run``) may hold: its spec's memory, which their use counts in too (see
             :mod:`.noderun` rule 1); 0: no cap.
+        private_network: it runs in its job's own network namespace (:mod:`.network`), where
+            no name server can be reached: its ``/etc/nsswitch.conf`` looks host names up in
+            ``/etc/hosts`` only (:func:`nsswitch_conf`).
     """
 
     job_id: str
@@ -161,6 +164,7 @@ class NodeView:
     export_to: str | None = None
     copy_limit: int = 0
     tmpfs_limit: int = 0
+    private_network: bool = False
 
     @property
     def nd(self) -> NodeDir:
@@ -188,6 +192,20 @@ class NodeView:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
+
+
+def nsswitch_conf(host: str | None) -> str:
+    """The ``/etc/nsswitch.conf`` of a node in a network namespace of its own: the host's (else
+    an empty one) with host names looked up in ``/etc/hosts`` only.
+
+    No name server is reachable there, and glibc answers a name service it cannot reach with a
+    temporary failure (``EAI_AGAIN``) instead of the numeric address: torch's store warned "The
+    hostname of the client socket cannot be retrieved" for every client, whose IPv4-mapped
+    address ``/etc/hosts`` never holds.  With ``files`` alone an address it does not name reads
+    as itself.
+    """
+    lines = [line for line in (host or "").splitlines() if not line.strip().startswith("hosts:")]
+    return "\n".join([*lines, "hosts: files"]) + "\n"
 
 
 def hosts_file(own: TaskSlot, tasks: list[TaskSlot] | tuple[TaskSlot, ...]) -> str:
@@ -524,6 +542,12 @@ def prepare_node(view: NodeView) -> None:
         (node_dir / stale).unlink(missing_ok=True)
     view.nd.hosts.write_text(view.hosts)
     view.nd.hostname.write_text(view.hostname + "\n")
+    if view.private_network:
+        try:
+            host = Path("/etc/nsswitch.conf").read_text()
+        except OSError:
+            host = None
+        view.nd.nsswitch.write_text(nsswitch_conf(host))
     # the job writes its per-rank logs here (as its own account); a job of an earlier attempt may
     # have left anything in it, so it is made and given away without following symlinks
     make_dirs(
@@ -979,14 +1003,17 @@ def _parents(target: str) -> list[str]:
 
 def _etc_args(view: NodeView) -> list[str]:
     """/etc as a tmpfs holding the host's entries read-only, except the ones the node owns."""
-    owned = {"hosts", "hostname"} | {r.split("/")[2] for r in _file_roots_used(view) if r.startswith("/etc/")}
+    own_files = {"hosts": view.nd.hosts, "hostname": view.nd.hostname}
+    if view.private_network:
+        own_files["nsswitch.conf"] = view.nd.nsswitch
+    owned = set(own_files) | {r.split("/")[2] for r in _file_roots_used(view) if r.startswith("/etc/")}
     if all(os.path.isfile(f"/etc/{name}") and not os.path.islink(f"/etc/{name}") for name in owned):
         # Every entry the node owns already exists as a file on the host: bind /etc whole and lay the
         # node's files over them (binding over an existing file creates nothing on the host, and one
         # bind instead of one per entry makes the sandbox start much faster).
         args = ["--ro-bind", "/etc", "/etc"]
-        args += ["--ro-bind", str(view.nd.hosts), "/etc/hosts"]
-        args += ["--ro-bind", str(view.nd.hostname), "/etc/hostname"]
+        for name, path in own_files.items():
+            args += ["--ro-bind", str(path), f"/etc/{name}"]
         for root in _file_roots_used(view):
             if root.startswith("/etc/"):
                 args += ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
@@ -1004,8 +1031,8 @@ def _etc_args(view: NodeView) -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.exists(path):
             args += ["--ro-bind", path, path]
-    args += ["--ro-bind", str(view.nd.hosts), "/etc/hosts"]
-    args += ["--ro-bind", str(view.nd.hostname), "/etc/hostname"]
+    for name, path in own_files.items():
+        args += ["--ro-bind", str(path), f"/etc/{name}"]
     for root in _file_roots_used(view):
         if root.startswith("/etc/"):
             args += ["--ro-bind", str(view.files_dir / root.lstrip("/")), root]
