@@ -307,7 +307,7 @@ def collect_report(
 #
 # Data preparation copies a dataset that jobs may have written (a writable volume of another
 # job, a folder a user fills).  The walk below is what the copy process runs, after it switched
-# to the job's account (``backends/local/datacopy.py``); it follows the same rules as above:
+# to the job's account (``nodehost/datacopy.py``); it follows the same rules as above:
 # only regular files, folders and symbolic links (copied as links, never followed), every
 # entry opened relative to its folder's descriptor with ``O_NOFOLLOW | O_NONBLOCK`` and
 # checked with ``fstat`` after the open.

@@ -30,8 +30,8 @@ import stat
 import threading
 from pathlib import Path
 
-from ... import config
-from ...models import CacheInfo
+from .. import config
+from ..models import CacheInfo
 
 #: where the cache appears in a node: ``$HOME/.cache`` (HOME is /tmp inside a node)
 CACHE_VIEW = "/tmp/.cache"

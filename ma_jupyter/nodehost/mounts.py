@@ -23,11 +23,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ... import config
-from ...errors import InvalidSpec
-from ...jobdir import PLACEHOLDER, JobDir
-from ...models import JobSpec
-from ...workspace import VIEW_ROOT, check_subfolder, folders, modelarts_layout, target, workdir_for
+from .. import config
+from ..errors import InvalidSpec
+from ..jobdir import PLACEHOLDER, JobDir
+from ..models import JobSpec
+from ..workspace import VIEW_ROOT, check_subfolder, folders, modelarts_layout, target, workdir_for
 from .host_policy import HostPolicy, _inside, load_policy
 
 __all__ = [
@@ -132,8 +132,8 @@ def mounts_for(
         outputs_subdir: for a batch task, the subfolder of the outputs folder it writes into
             (``<name>-<N>``), which the backend creates.
         algorithm: a batch task's own algorithm folder instead of ``spec.algorithm``.
-        policy: the admin's host rules (default: :func:`~ma_jupyter.backends.local.host_policy.load_policy`);
-            every source must pass :meth:`~ma_jupyter.backends.local.host_policy.HostPolicy.check_source`
+        policy: the admin's host rules (default: :func:`~ma_jupyter.nodehost.host_policy.load_policy`);
+            every source must pass :meth:`~ma_jupyter.nodehost.host_policy.HostPolicy.check_source`
             and every writable one must be writable by the account the job runs as.
 
     Returns:

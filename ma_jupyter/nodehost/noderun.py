@@ -1,4 +1,4 @@
-"""The per-node runner: ``python -m ma_jupyter.backends.local.noderun <node-run.json>``.
+"""The per-node runner: ``python -m ma_jupyter.nodehost.noderun <node-run.json>``.
 
 The local backend starts one runner per node, in its own session, with stdout/stderr already
 pointing at the node's log file; the service is never in the log path.  The runner:
@@ -74,10 +74,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...jobdir import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, NodeDir
-from ...nodeside import workdir
-from ...nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
-from ...untrusted import collect_report
+from ..jobdir import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, NodeDir
+from ..nodeside import workdir
+from ..nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
+from ..untrusted import collect_report
 from . import hostwatch
 
 #: seconds between two samples of a node's limits (a read of /proc per sample)
@@ -933,7 +933,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) == 2 and args[0] == CHECK_USER_NAMESPACE:
         return check_user_namespace(args[1])
     if len(args) != 1:
-        print("usage: python -m ma_jupyter.backends.local.noderun <node-run.json>", file=sys.stderr)
+        print("usage: python -m ma_jupyter.nodehost.noderun <node-run.json>", file=sys.stderr)
         return 2
     spec = json.loads(Path(args[0]).read_text())
     return NodeRunner(spec).run()

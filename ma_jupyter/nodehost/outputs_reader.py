@@ -31,11 +31,11 @@ import logging
 import os
 import subprocess
 
-from ... import config
-from ...errors import InvalidSpec, RefusedFile
-from ...models import Image, Job
-from ...nodeside.exec_env import ENV_FD, env_file_data
-from ..base import OUTPUTS_VIEW
+from .. import config
+from ..backends.base import OUTPUTS_VIEW
+from ..errors import InvalidSpec, RefusedFile
+from ..models import Image, Job
+from ..nodeside.exec_env import ENV_FD, env_file_data
 from . import sandbox as views
 from .host_policy import HostPolicy, load_policy
 from .image import resolve_image

@@ -4,12 +4,12 @@ On a real cluster mpirun on worker-0 reaches the other nodes through ssh, and th
 nothing but sshd until it does.  Simulated nodes are sandboxes on one host, so this module plays
 both parts:
 
-* ``python -m ma_jupyter.backends.local.rsh_agent --serve --job JOB --host worker-1`` is what the waiting
+* ``python -m ma_jupyter.nodehost.rsh_agent --serve --job JOB --host worker-1`` is what the waiting
   nodes (worker-1 ... worker-N-1) run: a small server that listens on the abstract Unix socket
   ``ma_jupyter-rsh/<JOB>/<host>`` and runs each command it receives with ``sh -c`` *inside its
   own sandbox* (its hostname, its mounts, its env), streaming stdout/stderr back and finally the
   exit status.  It serves until the node is stopped.
-* ``python -m ma_jupyter.backends.local.rsh_agent [ssh options] HOST CMD ...`` is the agent mpirun calls
+* ``python -m ma_jupyter.nodehost.rsh_agent [ssh options] HOST CMD ...`` is the agent mpirun calls
   (``plm_rsh_agent``) like ``ssh HOST CMD``: it connects to HOST's server of the same job
   (``$MA_JOB_ID``), waiting up to ``MA_RSH_CONNECT_TIMEOUT`` seconds (default 60) for it to come
   up, relays the output and exits with the remote command's status.  Closing the connection (the
@@ -40,8 +40,8 @@ from .agent_wire import JOB_SECRET_ENV, abstract_name, peer_allowed, recv_frame,
 STDOUT, STDERR, EXIT = 1, 2, 3
 MAX_REQUEST = 1 << 20  # bytes of one command request
 USAGE = (
-    "usage: python -m ma_jupyter.backends.local.rsh_agent --serve --job JOB --host HOST\n"
-    "       python -m ma_jupyter.backends.local.rsh_agent [ssh options] HOST CMD ..."
+    "usage: python -m ma_jupyter.nodehost.rsh_agent --serve --job JOB --host HOST\n"
+    "       python -m ma_jupyter.nodehost.rsh_agent [ssh options] HOST CMD ..."
 )
 
 

@@ -62,13 +62,13 @@ from typing import TYPE_CHECKING
 
 import ma_jupyter
 
-from ... import accelerators, models, workspace
-from ...commands import expand_argv, expand_env
-from ...errors import InvalidSpec
-from ...jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
-from ...models import NodeLaunch
-from ...nodeside.exec_env import COPY_FD, ENV_FD, ENV_FILE
-from ...untrusted import make_dirs, real_ancestor
+from .. import accelerators, models, workspace
+from ..commands import expand_argv, expand_env
+from ..errors import InvalidSpec
+from ..jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
+from ..models import NodeLaunch
+from ..nodeside.exec_env import COPY_FD, ENV_FD, ENV_FILE
+from ..untrusted import make_dirs, real_ancestor
 from . import caches
 from .host_policy import HostPolicy, RunAs, load_policy
 from .image import SYSTEM_DIRS, ImageEnv, resolve_image
@@ -87,8 +87,8 @@ from .noderun import write_record
 from .procfs import NODE_MARKER
 
 if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
-    from ...modes.base import NodePlan, TaskSlot
-    from ..base import Attempt
+    from ..backends.base import Attempt
+    from ..modes.base import NodePlan, TaskSlot
 
 #: in-view folders a distributed mode may write files into
 FILE_ROOTS = ("/job", "/etc/mpi", "/user/config")
@@ -133,7 +133,7 @@ class NodeView:
             driver's control nodes, see :mod:`ma_jupyter.accelerators`); empty for emulated
             cards, a CPU task, and the symlink mode (which shows the host's whole /dev).
         run_as: the account its processes run as; None: the service's own
-            (see :meth:`~ma_jupyter.backends.local.host_policy.HostPolicy.run_as`).
+            (see :meth:`~ma_jupyter.nodehost.host_policy.HostPolicy.run_as`).
         export_to: in-view folder where what the job wrote in its working copy is kept after
             each attempt (None: it has no working copy).
         copy_limit: the most bytes its working copy may take.
@@ -422,7 +422,7 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
     Raises:
         InvalidSpec: from :func:`node_view`, or an unusable lifecycle command.
     """
-    from ...commands import parse_command
+    from ..commands import parse_command
 
     policy = load_policy()
     image = resolve_image(attempt.spec.image)

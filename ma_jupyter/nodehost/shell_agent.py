@@ -1,6 +1,6 @@
 """The debug terminal's agent: an interactive shell on a PTY, served from inside a node's sandbox.
 
-``python -m ma_jupyter.backends.local.shell_agent --serve --job JOB --node NODE`` is meant to run
+``python -m ma_jupyter.nodehost.shell_agent --serve --job JOB --node NODE`` is meant to run
 *inside* the node's sandbox (wrapped like the node's own phases, so it has the node's mounts,
 account and environment).  It listens on the abstract Unix socket
 ``ma_jupyter-shell/<JOB>/<NODE>``; every accepted connection gets one shell on a fresh PTY.  The
@@ -20,7 +20,7 @@ Wire protocol (rules, in order):
 3. The client closing the connection hangs the shell up (its process group gets SIGHUP, then
    SIGKILL): no shell outlives its terminal.
 
-``python -m ma_jupyter.backends.local.shell_agent --attach --job JOB --node NODE`` (secret in
+``python -m ma_jupyter.nodehost.shell_agent --attach --job JOB --node NODE`` (secret in
 ``$MA_JOB_SECRET``) connects the calling terminal to such a shell (``attach``), from the node's
 network namespace where it has one (``nsenter --net=/proc/<runner pid>/ns/net ...``: abstract
 socket names are per namespace); the service opens its connections with :func:`connect` (the
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) == 5 and argv[0] == "--attach" and argv[1] == "--job" and argv[3] == "--node":
         return attach(argv[2], argv[4], os.environ.get(JOB_SECRET_ENV, ""))
     print(
-        "usage: python -m ma_jupyter.backends.local.shell_agent --serve --job JOB --node NODE",
+        "usage: python -m ma_jupyter.nodehost.shell_agent --serve --job JOB --node NODE",
         file=sys.stderr,
     )
     return 2

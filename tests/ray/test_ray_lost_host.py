@@ -28,9 +28,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ma_jupyter.backends.local import noderun
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
+from ma_jupyter.nodehost import noderun
 from tests.helpers import wait_for, writable_dir
 from tests.modes.real import events_text
 

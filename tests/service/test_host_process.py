@@ -1,5 +1,5 @@
 """A node ends with the process hosting it (a Ray node's raylet): the runner's watch
-(``noderun`` rule 8, :mod:`ma_jupyter.backends.local.hostwatch`) and the next agent's sweep of
+(``noderun`` rule 8, :mod:`ma_jupyter.nodehost.hostwatch`) and the next agent's sweep of
 what runners of dead hosts left (:mod:`ma_jupyter.backends.ray.leftovers`).
 
 The host is a real process this test starts and kills with SIGKILL, as a crash or the OOM
@@ -20,9 +20,10 @@ import psutil
 import pytest
 
 from ma_jupyter import config
-from ma_jupyter.backends.local import LocalBackend, hostwatch, noderun
-from ma_jupyter.backends.local.procfs import NODE_MARKER
+from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.backends.ray import leftovers
+from ma_jupyter.nodehost import hostwatch, noderun
+from ma_jupyter.nodehost.procfs import NODE_MARKER
 from tests.helpers import wait_for
 from tests.service.test_local_backend import _tree_script, log_of, make_attempt, marked, start
 

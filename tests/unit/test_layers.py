@@ -30,6 +30,7 @@ LAYER_OF = {
     "ma_jupyter.backends": "backends.base",
     "ma_jupyter.backends.base": "backends.base",
     "ma_jupyter.backends.local": "backends.local",
+    "ma_jupyter.nodehost": "nodehost",
     "ma_jupyter.backends.ray": "backends.ray",
     "ma_jupyter.service": "service",
     "ma_jupyter.service.__main__": "root",
@@ -57,8 +58,10 @@ ALLOWED = {
     # the Kubernetes export plans a job with the modes, as a backend would, and runs nothing
     "export": {"export", "modes", "workspace", "models", "commands", "jobdir", "errors"},
     "backends.base": {"accelerators", "modes", "models", "config", "jobdir", "errors"},
-    "backends.local": {
-        "backends.local",
+    # the machinery that hosts one node on one machine (view, sandbox, runner, agents), run by
+    # both backends; what of it runs inside a node is checked apart (rsh_agent below)
+    "nodehost": {
+        "nodehost",
         "accelerators",
         "backends.base",
         "modes",
@@ -71,11 +74,27 @@ ALLOWED = {
         "errors",
         "nodeside",
     },
-    # the Ray backend runs the local backend's node runner and sandbox on each Ray node
+    "backends.local": {
+        "backends.local",
+        "nodehost",
+        "accelerators",
+        "backends.base",
+        "modes",
+        "workspace",
+        "models",
+        "config",
+        "jobdir",
+        "untrusted",
+        "commands",
+        "errors",
+        "nodeside",
+    },
+    # the Ray backend runs the node machinery (and the local backend) on each Ray node
     "backends.ray": {
         "backends.ray",
         "accelerators",
         "backends.local",
+        "nodehost",
         "backends.base",
         "modes",
         "models",
@@ -195,11 +214,11 @@ def _violations() -> set[tuple[str, str]]:
                 ):
                     bad.add((module, target))
         # Code that runs inside a node: `python -m <module>` imports its parent packages too.
-        if layer == "nodeside" or module == "ma_jupyter.backends.local.rsh_agent":
+        if layer == "nodeside" or module == "ma_jupyter.nodehost.rsh_agent":
             parts = module.split(".")
             for n in range(2, len(parts)):
                 parent = ".".join(parts[:n])
-                if layer_of(parent) not in {"nodeside", "backends.base", "backends.local"}:
+                if layer_of(parent) not in {"nodeside", "backends.base", "nodehost"}:
                     bad.add((module, parent))
     return bad
 

@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from ma_jupyter.backends.base import OUTPUTS_VIEW, Attempt
-from ma_jupyter.backends.local.host_policy import RunAs
-from ma_jupyter.backends.local.mounts import node_workdir
-from ma_jupyter.backends.local.sandbox import (
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.models import DatasetMount, DatasetSource, Image, JobSpec, Spec
+from ma_jupyter.modes import Placement, TaskSlot, plan_job
+from ma_jupyter.nodehost.host_policy import RunAs
+from ma_jupyter.nodehost.mounts import node_workdir
+from ma_jupyter.nodehost.sandbox import (
     EXEC_ENV,
     SHOWN_FD,
     SYSTEM_PATH,
@@ -28,9 +31,6 @@ from ma_jupyter.backends.local.sandbox import (
     resolve_image,
     to_host,
 )
-from ma_jupyter.errors import InvalidSpec
-from ma_jupyter.models import DatasetMount, DatasetSource, Image, JobSpec, Spec
-from ma_jupyter.modes import Placement, TaskSlot, plan_job
 from ma_jupyter.nodeside.exec_env import ENV_FD, ENV_FILE
 from tests.helpers import writable_dir
 
@@ -364,7 +364,7 @@ WS = "/workspace"
 
 
 def _hint_mounts():
-    from ma_jupyter.backends.local.mounts import Mount
+    from ma_jupyter.nodehost.mounts import Mount
 
     return [
         Mount("/h/copy", f"{WS}/algorithm", False, "workdir", True, "/h/algo"),
@@ -375,7 +375,7 @@ def _hint_mounts():
 
 
 def test_path_hints_name_the_mount_and_the_way_out():
-    from ma_jupyter.backends.local.mounts import Mount, path_hint
+    from ma_jupyter.nodehost.mounts import Mount, path_hint
 
     mounts = _hint_mounts()
 
@@ -506,7 +506,7 @@ def test_a_bubblewrap_that_cannot_cap_a_tmpfs_leaves_it_uncapped_with_one_warnin
     the sandbox starts with uncapped folders rather than not at all."""
     import logging
 
-    from ma_jupyter.backends.local import sandbox
+    from ma_jupyter.nodehost import sandbox
 
     assert sandbox.tmpfs_size_works(shutil.which("bwrap"))  # bubblewrap 0.8 here
     old = tmp_path / "bwrap"
@@ -529,7 +529,7 @@ def test_a_node_in_its_own_network_looks_host_names_up_in_its_hosts_file_only():
     """No name server is reachable from a job's own network namespace: glibc would answer an
     address /etc/hosts does not hold with a temporary failure (torch's store warned for every
     client), so the node's nsswitch.conf keeps the host's lines but for hosts."""
-    from ma_jupyter.backends.local.sandbox import nsswitch_conf
+    from ma_jupyter.nodehost.sandbox import nsswitch_conf
 
     host = "passwd:         files systemd\nhosts:          files mdns4_minimal [NOTFOUND=return] dns\n"
     assert nsswitch_conf(host) == "passwd:         files systemd\nhosts: files\n"

@@ -1,8 +1,8 @@
 """The local backend: each node of a job is a process tree on this machine, in its own sandbox.
 
-``launch`` starts one :mod:`ma_jupyter.backends.local.noderun` runner per node, in its own session, with the
+``launch`` starts one :mod:`ma_jupyter.nodehost.noderun` runner per node, in its own session, with the
 node's stdout/stderr going straight to ``<job_dir>/logs/<node>.log``; the runner starts the
-node's command inside bubblewrap (see :mod:`ma_jupyter.backends.local.sandbox`) and writes the exit code to
+node's command inside bubblewrap (see :mod:`ma_jupyter.nodehost.sandbox`) and writes the exit code to
 ``<job_dir>/nodes/<node>/exit_code``.
 
 Everything ``poll`` and ``stop`` need is durable: the runner's pid and start time (stored in the
@@ -39,17 +39,17 @@ from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
+from ...nodehost import caches, noderun, outputs_reader, prepare, shell_agent
+from ...nodehost import logs as job_logs
+from ...nodehost import network as network_ns
+from ...nodehost import sandbox as workspace
+from ...nodehost.code import python_sources
+from ...nodehost.forkserver import RunnerForkServer, ServerUnavailable
+from ...nodehost.mounts import path_hint
+from ...nodehost.processes import ExitWatcher, marked_processes, read_exit_code
+from ...nodehost.procfs import is_marked, process_start_time
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, DatasetState, NodeUsage
-from . import caches, noderun, outputs_reader, prepare, shell_agent
-from . import logs as job_logs
-from . import network as network_ns
-from . import sandbox as workspace
-from .code import python_sources
-from .forkserver import RunnerForkServer, ServerUnavailable
-from .mounts import path_hint
-from .processes import ExitWatcher, marked_processes, read_exit_code
-from .procfs import is_marked, process_start_time
 
 #: seconds a debug terminal waits for the shell agent of a running node that is still starting
 AGENT_START_WAIT = 30.0
@@ -66,11 +66,11 @@ class LocalBackend(Backend):
     name = "local"
     #: mpirun reaches the other simulated nodes through an agent that enters their sandboxes
     remote_shell = RemoteShell(
-        agent="python -m ma_jupyter.backends.local.rsh_agent",
+        agent="python -m ma_jupyter.nodehost.rsh_agent",
         serve=(
             "python",
             "-m",
-            "ma_jupyter.backends.local.rsh_agent",
+            "ma_jupyter.nodehost.rsh_agent",
             "--serve",
             "--job",
             "{job}",
@@ -376,7 +376,7 @@ class LocalBackend(Backend):
             # --debug-terminal: the shell agent, wrapped like the phases (same view, same account);
             # only in a sandbox: a debug shell never runs in the host's own view
             "shell_agent": wrap(
-                [view.image.python, "-m", "ma_jupyter.backends.local.shell_agent"]
+                [view.image.python, "-m", "ma_jupyter.nodehost.shell_agent"]
                 + ["--serve", "--job", attempt.job_id, "--node", launch.name]
             )
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
@@ -441,7 +441,7 @@ class LocalBackend(Backend):
             raise BackendUnavailable(f"cannot start the node runner: {exc}") from exc
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "ma_jupyter.backends.local.noderun", str(spec_file)],
+                [sys.executable, "-m", "ma_jupyter.nodehost.noderun", str(spec_file)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
@@ -914,7 +914,7 @@ def _user_namespace_works() -> bool:
         if os.geteuid() != 0 or not shutil.which("bwrap", path=workspace.SYSTEM_PATH):
             _USERNS_OK = False
         else:
-            argv = [sys.executable, "-m", "ma_jupyter.backends.local.noderun", noderun.CHECK_USER_NAMESPACE]
+            argv = [sys.executable, "-m", "ma_jupyter.nodehost.noderun", noderun.CHECK_USER_NAMESPACE]
             argv.append(shutil.which("bwrap", path=workspace.SYSTEM_PATH))
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=30, env=runner_env())

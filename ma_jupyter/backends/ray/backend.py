@@ -66,15 +66,15 @@ from ...errors import BackendUnavailable, MaJupyterError, NodeLost, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, TaskSlot
+from ...nodehost import caches, prepare
+from ...nodehost import logs as local_logs
+from ...nodehost import sandbox as workspace
+from ...nodehost.code import python_sources
+from ...nodehost.host_policy import load_policy
+from ...nodehost.mounts import WORKDIR_KIND, mounts_for
 from ...untrusted import read_small
 from ..base import Attempt, Backend, DatasetState
-from ..local import caches, prepare
-from ..local import logs as local_logs
-from ..local import sandbox as workspace
 from ..local.backend import LocalBackend
-from ..local.code import python_sources
-from ..local.host_policy import load_policy
-from ..local.mounts import WORKDIR_KIND, mounts_for
 from . import fence, ship
 from .agent import NodeAgent
 from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
