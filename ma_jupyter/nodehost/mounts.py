@@ -60,7 +60,7 @@ class Mount:
     Attributes:
         source: the host path (symlinks resolved).
         target: where it appears: below ``/workspace``, except the user's cache (``~/.cache``)
-            and (the ModelArts layout, added by :func:`.sandbox.node_view`)
+            and (the ModelArts layout, added by :func:`.view.node_view`)
             ``/home/ma-user/modelarts`` and ``/cache``.
         read_only: whether the node can write to it (enforced by bubblewrap only).
         kind: ``algorithm``, ``dataset``, ``annotation``, ``model``, ``outputs``, ``volume``, or

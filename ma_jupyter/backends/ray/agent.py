@@ -43,7 +43,7 @@ from ...models import LogStream, NodeLaunch, NodeRun
 from ...nodehost import caches, hostwatch
 from ...nodehost import logs as job_logs
 from ...nodehost.processes import process_fd
-from ...nodehost.sandbox import PACKAGE_DIR
+from ...nodehost.view import PACKAGE_DIR
 from ..base import Attempt
 from ..local.backend import LocalBackend
 from . import fence, leftovers, ship
