@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import InvalidSpec
+from ..foldersize import folder_size
 from ..jobdir import PLACEHOLDER, JobDir
 from ..models import JobSpec
 from ..workspace import VIEW_ROOT, check_subfolder, folders, modelarts_layout, target, workdir_for
@@ -253,18 +254,7 @@ def node_workdir(spec: JobSpec, algorithm: str | None = None) -> str:
 def folder_size_over(path: str, limit: int) -> bool:
     """Whether the regular files below ``path`` add up to more than ``limit`` bytes (symbolic
     links not followed; stops counting once over)."""
-    total = 0
-    for folder, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue
-            if not os.path.islink(os.path.join(folder, name)):
-                total += st.st_size
-                if total > limit:
-                    return True
-    return False
+    return folder_size([path], limit=limit).bytes > limit
 
 
 def with_working_copy(

@@ -16,6 +16,7 @@ ROOT = "ma_jupyter"
 # Module (or package) prefix -> layer; the longest prefix wins.
 LAYER_OF = {
     "ma_jupyter.errors": "errors",
+    "ma_jupyter.foldersize": "foldersize",
     "ma_jupyter.jobdir": "jobdir",
     "ma_jupyter.untrusted": "untrusted",
     "ma_jupyter.commands": "commands",
@@ -41,6 +42,8 @@ LAYER_OF = {
 
 ALLOWED = {
     "errors": set(),
+    # the one folder-size walk: the standard library only, for every layer that measures a folder
+    "foldersize": set(),
     # the names inside a rank folder are spelled by the splitter that writes them (it starts
     # each rank before importing anything it can do without, jobdir included)
     "jobdir": {"errors", "nodeside"},
@@ -62,6 +65,7 @@ ALLOWED = {
     # both backends; what of it runs inside a node is checked apart (rsh_agent below)
     "nodehost": {
         "nodehost",
+        "foldersize",
         "accelerators",
         "backends.base",
         "modes",
@@ -92,6 +96,7 @@ ALLOWED = {
     # the Ray backend runs the node machinery (and the local backend) on each Ray node
     "backends.ray": {
         "backends.ray",
+        "foldersize",
         "accelerators",
         "backends.local",
         "nodehost",
@@ -108,6 +113,7 @@ ALLOWED = {
     # no "untrusted": the service reads what a job wrote only through its backend
     "service": {
         "service",
+        "foldersize",
         "accelerators",
         "backends.base",
         "export",

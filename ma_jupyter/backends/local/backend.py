@@ -39,7 +39,7 @@ from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
-from ...nodehost import caches, noderun, outputs_reader, prepare, shell_agent
+from ...nodehost import caches, outputs_reader, prepare, shell_agent, userns, watchdog
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
 from ...nodehost.bwrap import sandbox_argv
@@ -606,14 +606,14 @@ class LocalBackend(Backend):
     # ---------------------------------------------------------------------- caches
 
     def usage(self, job_id: str, runs: list[NodeRun]) -> list[NodeUsage] | None:
-        """Each running node's process tree read from ``/proc`` (``noderun.tree_usage``, the
+        """Each running node's process tree read from ``/proc`` (``watchdog.tree_usage``, the
         memory watchdog's walk), with its real cards' use and its processes' card memory (NVML);
         a runner whose pid now belongs to another process is skipped."""
         found: list[NodeUsage] = []
         for run in runs:
             if run.state != "running" or run.pid is None or not self._alive(run):
                 continue
-            used = noderun.tree_usage(run.pid)
+            used = watchdog.tree_usage(run.pid)
             if used is not None:
                 cards = self._card_use(job_id, run)
                 found.append(
@@ -641,7 +641,7 @@ class LocalBackend(Backend):
         kind = accelerators.card_type_of(paths)
         if not kind or run.pid is None:
             return None
-        return accelerators.sample(kind, devices, noderun.tree_pids(run.pid))
+        return accelerators.sample(kind, devices, watchdog.tree_pids(run.pid))
 
     def open_shell(
         self, job: Job, node: str, rows: int, cols: int, command: list[str] | None = None
@@ -917,7 +917,7 @@ def _user_namespace_works() -> bool:
         if os.geteuid() != 0 or not shutil.which("bwrap", path=SYSTEM_PATH):
             _USERNS_OK = False
         else:
-            argv = [sys.executable, "-m", "ma_jupyter.nodehost.noderun", noderun.CHECK_USER_NAMESPACE]
+            argv = [sys.executable, "-m", "ma_jupyter.nodehost.noderun", userns.CHECK_USER_NAMESPACE]
             argv.append(shutil.which("bwrap", path=SYSTEM_PATH))
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=30, env=runner_env())
