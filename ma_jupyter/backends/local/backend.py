@@ -730,9 +730,7 @@ class LocalBackend(Backend):
         jd = config.jobdir(job_id)
         try:
             nodes = [
-                jd.node(entry.name)
-                for entry in os.scandir(jd.root / "nodes")
-                if entry.is_dir(follow_symlinks=False)
+                jd.node(entry.name) for entry in os.scandir(jd.nodes) if entry.is_dir(follow_symlinks=False)
             ]
         except OSError:
             return

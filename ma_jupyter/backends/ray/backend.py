@@ -628,7 +628,8 @@ class RayBackend(Backend):
             return placed
         jd = config.jobdir(job_id)
         try:
-            raw = read_small(jd.root, f"nodes/{check_node_name(node)}/placed.json", limit=4096)
+            placed_file = jd.node(check_node_name(node)).placed.relative_to(jd.root)
+            raw = read_small(jd.root, placed_file, limit=4096)
             placed = json.loads(raw)
         except (OSError, ValueError, RefusedFile):
             return None

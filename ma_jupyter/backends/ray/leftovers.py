@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 
 from ...errors import RefusedFile
-from ...jobdir import NodeDir
+from ...jobdir import JobDir, NodeDir
 from ...nodehost import hostwatch
 from ...nodehost.procfs import NODE_MARKER
 from ...untrusted import read_small
@@ -60,7 +60,11 @@ def _left_over(proc: psutil.Process, marker: str, roots: set[Path]) -> NodeDir |
         folder = Path(proc.cwd())  # the kernel's name for it: nothing is opened
     except (psutil.Error, OSError):
         return None
-    if len(folder.parents) < 3 or folder.parents[2] not in roots or folder.parent.name != "nodes":
+    if (
+        len(folder.parents) < 3
+        or folder.parents[2] not in roots
+        or folder.parent != JobDir(folder.parents[1]).nodes
+    ):
         return None  # a job's own working directory elsewhere: none of the agent's business
     root = folder.parents[2]
     node_dir = NodeDir(folder)
