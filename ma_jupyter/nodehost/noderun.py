@@ -160,7 +160,7 @@ class NodeRunner:
                 _say(reason)
             self.stopping = True  # no further phase but on_stop
 
-        limits = watchdog.Limits.of(self.spec, kernel_bound=self._kernel_bound())
+        limits = watchdog.Limits(self.spec, kernel_bound=self._kernel_bound())
         watchdog.watch(limits, self._ended, _say, exceeded)
 
     def _beat(self, path: Path) -> None:
@@ -373,7 +373,7 @@ class NodeRunner:
         ):
             _say("no user namespace of its own for this node here: its process limit is the watchdog's")
         threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
-        if watchdog.Limits.of(spec, kernel_bound=False).watched():
+        if watchdog.Limits(spec, kernel_bound=False).watched():
             threading.Thread(target=self._watch, daemon=True).start()
         if spec.get("end_with"):
             hostwatch.watch(spec["end_with"], self._end_with_host)
