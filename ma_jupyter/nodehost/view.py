@@ -357,7 +357,7 @@ def _modelarts_mounts(mounts: list[Mount], node_dir: Path) -> list[Mount]:
     """The ModelArts container layout (seed 000 table 2) beside ``/workspace``: the node's own
     writable ``/home/ma-user/modelarts`` (empty at the first attempt) holding the algorithm at
     ``user-job-dir/<its folder name>``, and the node's writable ``/cache``; both live in the
-    node's folder of the job.  ``/dev/shm`` is every node's (see :func:`bwrap_argv`)."""
+    node's folder of the job.  ``/dev/shm`` is every node's (see :func:`.bwrap.bwrap_argv`)."""
     extra = [Mount(str(node_dir / "modelarts"), workspace.MODELARTS_HOME, False, MODELARTS_KIND, create=True)]
     for m in mounts:
         # the algorithm folder, or the node's working copy of it (the same folder as
