@@ -78,20 +78,18 @@ ALLOWED = {
         "errors",
         "nodeside",
     },
+    # the local backend itself: it runs the node machinery (nodehost) on this machine
     "backends.local": {
         "backends.local",
         "nodehost",
         "accelerators",
         "backends.base",
         "modes",
-        "workspace",
         "models",
         "config",
         "jobdir",
         "untrusted",
-        "commands",
         "errors",
-        "nodeside",
     },
     # the Ray backend runs the node machinery (and the local backend) on each Ray node
     "backends.ray": {
