@@ -22,8 +22,15 @@ Priorities and sharing, in the order a submit (or a PATCH) meets them:
 1. The creator is the caller (its token), whatever the body says.
 2. With ``[users] sharing = false`` in ``cluster.toml`` every new job's others' access is ``none``
    (the administrator turned sharing off).
-3. Only admins may choose ``very-urgent`` (403 otherwise).
-4. A non-admin's submit or PATCH that would give a user more urgent jobs (running + queued)
+3. A job's others' access may not exceed what its resources allow others (the seed: "the
+   application's access may not be higher than the resources' access"): each dataset,
+   annotation set, model and volume folder allows others ``rw`` when other users may write it,
+   ``ro`` when they may read it, else ``none`` (its own mode bits, :func:`resource_access`;
+   ACLs are not read).  A higher access is refused (400, field ``access``) naming the folder.
+   The supervisor applies it after the mount rules (:func:`check_resource_access`): a folder
+   no job may mount is refused for that first, and a missing one is left to them.
+4. Only admins may choose ``very-urgent`` (403 otherwise).
+5. A non-admin's submit or PATCH that would give a user more urgent jobs (running + queued)
    than ``[users] urgent_quota`` (default :data:`DEFAULT_URGENT_QUOTA`) is refused with a 403
    naming the cap.  The user is the job's creator; admins are not capped.
 
@@ -37,6 +44,7 @@ next request without a restart.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import tomllib
 from dataclasses import dataclass
@@ -184,8 +192,54 @@ def new_job_spec(spec: JobSpec, caller: Caller, rules: Rules) -> JobSpec:
     return spec.model_copy(update=update)
 
 
+#: how much each access gives others, to compare them (rule 3)
+_RANK = {Access.none: 0, Access.ro: 1, Access.rw: 2}
+
+
+def resource_access(path: str) -> Access | None:
+    """What a resource folder (or file) allows other users by its own mode bits: ``rw`` when
+    they may write it, ``ro`` when they may read it (a folder: read and enter), else ``none``;
+    None when it cannot be looked at (missing: the mount rules judge it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    readable = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+    if st.st_mode & readable != readable:
+        return Access.none
+    return Access.rw if st.st_mode & stat.S_IWOTH else Access.ro
+
+
+def check_resource_access(spec: JobSpec) -> None:
+    """Rule 3: refuse others' access above what any of the job's resources allows.
+
+    Raises:
+        InvalidSpec: naming the first such resource, its mode and the two ways out.
+    """
+    if spec.access is Access.none:
+        return
+    resources = [
+        *(("dataset", m.name, m.path) for m in spec.datasets),
+        *(("annotation set", m.name, m.path) for m in spec.annotations),
+        *(("model", m.name, m.path) for m in spec.models),
+        *(("volume", m.name, m.path) for m in spec.volumes),
+    ]
+    for kind, name, path in resources:
+        allows = resource_access(path)
+        if allows is None or _RANK[allows] >= _RANK[spec.access]:
+            continue
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        opening = "o+w" if spec.access is Access.rw else "o+rx"
+        raise InvalidSpec(
+            f"others' access {spec.access.value} is more than {kind} {name} allows: {path} "
+            f"(mode {mode:o}) gives other users {allows.value} access. Choose --access "
+            f"{allows.value}, or open the folder to others (chmod {opening} {path})",
+            field="access",
+        )
+
+
 def check_priority(caller: Caller, priority: Priority | None) -> None:
-    """Rule 3: only admins choose very-urgent.
+    """Rule 4: only admins choose very-urgent.
 
     Raises:
         Forbidden: naming the priorities the caller may choose.
@@ -198,7 +252,7 @@ def check_priority(caller: Caller, priority: Priority | None) -> None:
 
 
 def check_urgent_quota(caller: Caller, creator: str, held: int, rules: Rules) -> None:
-    """Rule 4: one more urgent job for ``creator``, who holds ``held`` now.
+    """Rule 5: one more urgent job for ``creator``, who holds ``held`` now.
 
     Raises:
         Forbidden: naming the cap, the setting and what to do.

@@ -7,7 +7,7 @@ import pytest
 
 from ma_jupyter.errors import BackendUnavailable, Forbidden, InvalidSpec, NotFound
 from ma_jupyter.frontends.serverext import Upstream, forwarded_user
-from ma_jupyter.models import Job, JobSpec, Priority
+from ma_jupyter.models import Access, Job, JobSpec, Priority
 from ma_jupyter.service import access
 from ma_jupyter.service.access import Op
 from ma_jupyter.service.users import Caller
@@ -82,3 +82,34 @@ def test_whom_the_server_extension_acts_as():
     assert upstream.headers("bob") == {"Authorization": "Bearer proxy", "X-MA-Forwarded-User": "bob"}
     with pytest.raises(BackendUnavailable, match="no proxy token"):
         Upstream("http://127.0.0.1:1", {}, None).headers("bob")
+
+
+def test_others_access_stays_within_what_the_resources_allow(tmp_path):
+    """Rule 3 (the seed): a job's others' access is no more than its datasets', models' and
+    volumes' folders give other users."""
+    private, shared, open_ = (tmp_path / n for n in ("private", "shared", "open"))
+    for folder, mode in ((private, 0o700), (shared, 0o755), (open_, 0o777)):
+        folder.mkdir()
+        folder.chmod(mode)  # chmod: the mode is exact whatever the umask
+    assert [access.resource_access(str(f)) for f in (private, shared, open_)] == [
+        Access.none,
+        Access.ro,
+        Access.rw,
+    ]
+    assert access.resource_access(str(tmp_path / "missing")) is None
+
+    def submit(access_: str, **mounts) -> JobSpec:
+        spec = JobSpec(name="j", command="python x.py", access=access_, **mounts)
+        access.check_resource_access(spec)
+        return spec
+
+    with pytest.raises(InvalidSpec, match=r"others' access ro is more than dataset d allows") as refused:
+        submit("ro", datasets=[{"name": "d", "path": str(private)}])
+    assert refused.value.field == "access"
+    assert "(mode 700) gives other users none access" in str(refused.value)
+    assert "--access none" in str(refused.value) and f"chmod o+rx {private}" in str(refused.value)
+    with pytest.raises(InvalidSpec, match=f"more than volume v allows.*chmod o\\+w {shared}"):
+        submit("rw", volumes=[{"name": "v", "path": str(shared)}])
+    assert submit("none", models=[{"name": "m", "path": str(private)}]).access is Access.none
+    assert submit("ro", datasets=[{"name": "d", "path": str(shared)}]).access is Access.ro
+    assert submit("rw", volumes=[{"name": "v", "path": str(open_)}]).access is Access.rw
