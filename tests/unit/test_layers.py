@@ -34,6 +34,7 @@ LAYER_OF = {
     "ma_jupyter.config": "config",
     "ma_jupyter.accelerators": "accelerators",
     "ma_jupyter.tsgen": "tsgen",
+    "ma_jupyter.spectext": "spectext",
     "ma_jupyter.workspace": "workspace",
     "ma_jupyter.modes": "modes",
     "ma_jupyter.export": "export",
@@ -61,7 +62,10 @@ ALLOWED = {
     # this machine's cards: detection and device nodes, nothing of the package
     "accelerators": set(),
     "config": {"models", "errors", "jobdir", "accelerators"},
-    "tsgen": {"models"},
+    # the text formats of tasks, images and mounts: pure string rules, for every front end
+    "spectext": set(),
+    # the TypeScript types, and the text formats the create form mirrors
+    "tsgen": {"models", "spectext"},
     "workspace": {"models", "errors"},
     "modes": {"modes", "models", "commands", "errors", "nodeside"},
     # the Kubernetes export plans a job with the modes, as a backend would, and runs nothing
@@ -110,7 +114,7 @@ ALLOWED = {
         "errors",
     },
     "client": {"client", "models", "config", "jobdir", "untrusted", "errors"},
-    "frontends": {"frontends", "client", "models", "config", "errors"},
+    "frontends": {"frontends", "client", "models", "config", "spectext", "errors"},
 }
 
 # Edges that break a rule beyond the layer table: notebook widgets reach the shared client
