@@ -7,6 +7,10 @@ Everything lives under ``$MA_JUPYTER_HOME`` (default ``~/.ma_jupyter``)::
     service.log      the service's own log
     cluster.toml     optional: [[spec]] and [[node]] tables replacing the defaults, [backend]
     jobs/<id>/       one folder per job: logs/, nodes/<node>/ (per-node files)
+    prepared/        data preparation's copies of datasets (:func:`prepared_root`)
+
+``cluster.toml`` is read by :func:`read_cluster_file` only; each room that applies one of its
+tables (``[users]``, ``[mounts]``, ``[data]``, ``[resources]``...) asks it for the file's tables.
 
 ``[backend]`` chooses what runs the nodes (:func:`load_backend`): ``kind = "local"`` (the
 default: processes on this machine, the inventory from ``[[node]]``) or ``kind = "ray"`` with
@@ -91,6 +95,43 @@ def jobs_root() -> Path:
 def jobdir(job_id: str) -> JobDir:
     """The folder of one job (logs, per-node files); never outside :func:`jobs_root`."""
     return JobDir(jobs_root() / check_job_id(job_id))
+
+
+def outputs_folder(job_id: str, outputs: str | None) -> str:
+    """The host folder a job shows at ``/workspace/outputs``: its spec's ``outputs``, else the
+    default, ``outputs/`` of its job folder (:attr:`JobDir.outputs`)."""
+    return outputs or str(jobdir(job_id).outputs)
+
+
+def prepared_root() -> Path:
+    """The store of data preparation's copies (``service/prepared.py`` owns what is inside)."""
+    return home() / "prepared"
+
+
+#: the admin's file of this home (see the module docstring)
+CLUSTER_FILE = "cluster.toml"
+
+
+def cluster_file() -> Path:
+    """This home's ``cluster.toml`` (it need not exist)."""
+    return home() / CLUSTER_FILE
+
+
+def read_cluster_file(path: Path | None = None) -> dict:
+    """The tables of ``cluster.toml`` (default :func:`cluster_file`), read afresh on each call so
+    an admin's edit applies without a restart; ``{}`` when there is no file.
+
+    Raises:
+        InvalidSpec: the file cannot be read or is not TOML ("<path> is not a valid cluster
+            file: ..."); each caller checks its own table's keys and values.
+    """
+    path = path or cluster_file()
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
 
 
 def _memory_gb() -> float:
@@ -329,14 +370,14 @@ class Cluster:
 
 def load_cluster(path: Path | None = None) -> Cluster:
     """The cluster from ``cluster.toml`` if present, else the defaults derived from this machine."""
-    path = path or home() / "cluster.toml"
+    path = path or cluster_file()
     if not path.exists():
         return Cluster()
+    data = read_cluster_file(path)
     try:
-        data = tomllib.loads(path.read_text())
         specs = [Spec(**s) for s in data.get("spec", [])] or default_specs()
         nodes = [resolve_emulated(Node(**n)) for n in data.get("node", [])] or default_nodes()
-    except (tomllib.TOMLDecodeError, ValueError) as exc:
+    except ValueError as exc:
         raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
     return Cluster(
         specs=specs,
@@ -400,13 +441,10 @@ def load_backend(path: Path | None = None) -> BackendConfig:
     Raises:
         InvalidSpec: the table names an unknown kind, or ``ray`` without an address.
     """
-    path = path or home() / "cluster.toml"
+    path = path or cluster_file()
     if not path.exists():
         return BackendConfig()
-    try:
-        table = tomllib.loads(path.read_text()).get("backend", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+    table = read_cluster_file(path).get("backend", {})
     if not isinstance(table, dict):
         raise InvalidSpec(f"{path}: [backend] must be a table")
     return backend_config(

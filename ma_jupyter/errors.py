@@ -7,12 +7,8 @@ into the same exception class, so a magic or the CLI can print one readable line
 
 from __future__ import annotations
 
-# not typing's: importing typing costs 11 ms, and every node runner imports this module (type
-# checkers read a module-level TYPE_CHECKING = False as true)
-TYPE_CHECKING = False
-
-if TYPE_CHECKING:
-    from .models import Job
+# The bottom room: this module imports nothing of the package, not even for type hints (a
+# type-only import of the models would close the circle errors -> models -> commands -> errors).
 
 
 class MaJupyterError(Exception):
@@ -113,13 +109,14 @@ class JobFailed(MaJupyterError):
 
     The message is what the user reads under the job's output: the status, the reason and the
     log's last line (the follower showed the log already, so it is not repeated); ``log_tail``
-    keeps the last lines for whoever inspects them (a hint on a ``NameError``).
+    keeps the last lines for whoever inspects them (a hint on a ``NameError``); ``job`` is the
+    ended :class:`~ma_jupyter.models.Job` (typed ``object`` here: see the imports above).
     """
 
     kind = "job_failed"
     status = 500
 
-    def __init__(self, message: str, *, job: Job | None = None, log_tail: str = ""):
+    def __init__(self, message: str, *, job: object | None = None, log_tail: str = ""):
         super().__init__(message)
         self.job = job
         self.log_tail = log_tail

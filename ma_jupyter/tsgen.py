@@ -11,6 +11,10 @@ Mapping: an object schema becomes an ``interface`` (fields not in ``required`` a
 because the service fills in their defaults), a string enum becomes a union of literals plus a
 ``const`` array of its values (for menus and filters), ``anyOf`` becomes a union, ``null`` stays
 ``null``, a dict becomes ``Record<string, T>`` and a date-time is an ISO ``string``.
+
+The file ends with the text formats of :mod:`ma_jupyter.spectext` (the separator of a task line,
+the conda prefix of an image, the pattern of a mount line as a JavaScript ``RegExp``), so the
+create form reads and writes the lines the CLI and the notebook take.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import re
 import sys
 from typing import Any
 
+from . import spectext
 from .models import json_schemas
 
 HEADER = """\
@@ -144,6 +149,39 @@ def collect_definitions(schemas: dict[str, dict[str, Any]]) -> dict[str, dict[st
     return found
 
 
+def js_pattern(pattern: re.Pattern[str]) -> str:
+    """A Python regular expression as JavaScript source: named groups ``(?P<name>`` become
+    ``(?<name>``.
+
+    Raises:
+        ValueError: the pattern uses Python syntax JavaScript lacks (a back-reference by name).
+    """
+    source = pattern.pattern.replace("(?P<", "(?<")
+    if "(?P" in source:
+        raise ValueError(f"{pattern.pattern!r}: no JavaScript spelling for a named back-reference")
+    return source
+
+
+def _formats() -> list[str]:
+    """The declarations of spectext's formats."""
+    constants = [
+        ("TASK_SEPARATOR", spectext.TASK_SEPARATOR, "Between a task's algorithm folder and its command."),
+        ("TASK_EXAMPLE", spectext.TASK_EXAMPLE, "A task line as typed."),
+        ("CONDA_PREFIX", spectext.CONDA_PREFIX, "An image naming a conda environment: `conda:<env>`."),
+        ("MOUNT_FORMAT", spectext.MOUNT_FORMAT, "A mount line, as help texts spell it."),
+        ("READ_WRITE", spectext.READ_WRITE, "A writable dataset's path ends with this."),
+        ("READ_ONLY", spectext.READ_ONLY, "A read-only dataset's path may end with this (the default)."),
+    ]
+    out = ["// The text formats of ma_jupyter/spectext.py: the lines the CLI and the notebook take."]
+    for name, value, doc in constants:
+        out += [*_doc(doc), f"export const {name} = {json.dumps(value)};"]
+    out += [
+        *_doc("A mount line: `[SOURCE/]NAME[@VERSION]=PATH`, groups source, name, version, path."),
+        f"export const MOUNT_LINE = new RegExp({json.dumps(js_pattern(spectext.MOUNT_LINE))});",
+    ]
+    return out
+
+
 def generate(schemas: dict[str, dict[str, Any]] | None = None) -> str:
     """The full text of ``models.ts`` for the given schemas (default: the wire model's).
 
@@ -158,6 +196,7 @@ def generate(schemas: dict[str, dict[str, Any]] | None = None) -> str:
     blocks = [HEADER.rstrip("\n")]
     for name in sorted(definitions):
         blocks.append("\n".join(_emit_definition(name, definitions[name])))
+    blocks.append("\n".join(_formats()))
     return "\n\n".join(blocks) + "\n"
 
 

@@ -34,7 +34,12 @@ import {
   JOB_TYPE_VALUES,
   MODE_VALUES,
   PERF_POLICY_VALUES,
-  PRIORITY_VALUES
+  PRIORITY_VALUES,
+  MOUNT_FORMAT,
+  MOUNT_LINE,
+  READ_ONLY,
+  READ_WRITE,
+  TASK_SEPARATOR
 } from './models';
 import type { ClusterView, Job, JobSpec, Plan, Spec } from './models';
 
@@ -67,19 +72,46 @@ function getPath(source: Record<string, any>, key: string): unknown {
   return at;
 }
 
-/** One mount as a line of a mounts field: `name /path [rw] [source=S] [version=V]`. */
-function mountLine(mount: Record<string, any>): string {
-  const parts = [mount.name, mount.path];
-  if (mount.read_only === false) {
-    parts.push('rw');
+/**
+ * One mount as a line of a mounts field, in the CLI's and the notebook's format (generated from
+ * ma_jupyter/spectext.py): `[SOURCE/]NAME[@VERSION]=PATH`, a writable dataset's path ending in `:rw`.
+ */
+function mountLine(mount: Record<string, any>, key: string): string {
+  const source = mount.source ? `${mount.source}/` : '';
+  const version = mount.version ? `@${mount.version}` : '';
+  const suffix = key === 'datasets' && mount.read_only === false ? READ_WRITE : '';
+  return `${source}${mount.name}${version}=${mount.path}${suffix}`;
+}
+
+/** The mount a line of the `key` field (datasets, models...) describes: `mountLine` read back. */
+function parseMount(line: string, key: string): Record<string, unknown> {
+  const groups = MOUNT_LINE.exec(line)?.groups;
+  if (!groups) {
+    // not a mount line: the service's answer names the field, whose label shows the format
+    return { name: line, path: '' };
   }
-  if (mount.source) {
-    parts.push(`source=${mount.source}`);
+  let path = groups.path;
+  const mount: Record<string, unknown> = { name: groups.name };
+  const suffix = [READ_WRITE, READ_ONLY].find(s => path.endsWith(s));
+  if (key === 'datasets' && suffix) {
+    mount.read_only = suffix === READ_ONLY;
+    path = path.slice(0, -suffix.length);
+  } else if (key === 'models' && path.endsWith(READ_ONLY)) {
+    path = path.slice(0, -READ_ONLY.length); // models are read-only anyway
   }
-  if (mount.version) {
-    parts.push(`version=${mount.version}`);
+  mount.path = path;
+  if (groups.source) {
+    mount.source = groups.source; // a wrong one is the service's 400 at the field
   }
-  return parts.join(' ');
+  if (groups.version) {
+    mount.version = groups.version;
+  }
+  return mount;
+}
+
+/** A task as a line of the tasks field: `ALGO_DIR::COMMAND`, or the bare command. */
+function taskLine(task: Record<string, any>): string {
+  return task.algorithm ? `${task.algorithm}${TASK_SEPARATOR}${task.command}` : task.command;
 }
 
 type Kind = 'text' | 'number' | 'select' | 'check' | 'area' | 'path' | 'env' | 'mounts' | 'tasks';
@@ -119,9 +151,9 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
       },
       {
         key: 'tasks',
-        label: 'Batch tasks (one per line: command, or algorithm folder :: command)',
+        label: `Batch tasks (one per line: command, or ALGO_DIR${TASK_SEPARATOR}COMMAND)`,
         kind: 'tasks',
-        placeholder: 'e.g. /data/a :: python train.py'
+        placeholder: `e.g. /data/a${TASK_SEPARATOR}python train.py`
       },
       { key: 'workdir', label: 'Working directory in the node', kind: 'text', placeholder: 'default: /workspace/algorithm' },
       { key: 'image.python', label: 'Image: Python interpreter', kind: 'text' },
@@ -138,17 +170,17 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
       { key: 'outputs', label: 'Outputs folder (/workspace/outputs)', kind: 'path' },
       {
         key: 'datasets',
-        label: 'Datasets (name /path [rw] [source=private|favorite] [version=V] per line)',
+        label: `Datasets (${MOUNT_FORMAT}[${READ_WRITE}] per line; SOURCE private|favorite)`,
         kind: 'mounts',
-        placeholder: 'e.g. mnist /data/mnist version=v2'
+        placeholder: 'e.g. mnist@v2=/data/mnist'
       },
       {
         key: 'models',
-        label: 'Models (name /path [source=pretrained|private|favorite] [version=V] per line)',
+        label: `Models (${MOUNT_FORMAT} per line; SOURCE pretrained|private|favorite)`,
         kind: 'mounts'
       },
-      { key: 'volumes', label: 'Volumes (name /path per line)', kind: 'mounts' },
-      { key: 'annotations', label: 'Annotations (name /path per line)', kind: 'mounts' },
+      { key: 'volumes', label: 'Volumes (NAME=PATH per line)', kind: 'mounts' },
+      { key: 'annotations', label: 'Annotations (NAME=PATH per line)', kind: 'mounts' },
       { key: 'data_preparation', label: 'Prepare data before training (datasets read-only)', kind: 'check' }
     ]
   },
@@ -414,14 +446,12 @@ export class CreateFormWidget extends Widget {
             );
             break;
           case 'mounts':
-            this.value(def.key, ((value as any[]) ?? []).map(mountLine).join('\n'));
+            this.value(def.key, ((value as any[]) ?? []).map(m => mountLine(m, def.key)).join('\n'));
             break;
           case 'tasks':
             this.value(
               def.key,
-              ((value as any[]) ?? [])
-                .map(t => (t.algorithm ? `${t.algorithm} :: ${t.command}` : t.command))
-                .join('\n')
+              ((value as any[]) ?? []).map(taskLine).join('\n')
             );
             break;
           default:
@@ -638,31 +668,17 @@ export class CreateFormWidget extends Widget {
             break;
           }
           case 'mounts':
-            out[def.key] = lines(text).map(line => {
-              const [name, path, ...flags] = line.split(/\s+/);
-              const mount: Record<string, unknown> = { name, path: path ?? '' };
-              for (const flag of flags) {
-                const at = flag.indexOf('=');
-                if (at > 0) {
-                  // source=… / version=…: a wrong key or value is the service's 400 at the field
-                  mount[flag.slice(0, at)] = flag.slice(at + 1);
-                } else if (flag === 'rw') {
-                  mount.read_only = false;
-                } else if (flag === 'ro') {
-                  mount.read_only = true;
-                } else {
-                  mount[flag] = true; // unknown: the service names it
-                }
-              }
-              return mount;
-            });
+            out[def.key] = lines(text).map(line => parseMount(line, def.key));
             break;
           case 'tasks':
             out.tasks = lines(text).map(line => {
-              const at = line.indexOf('::');
+              const at = line.indexOf(TASK_SEPARATOR);
               return at < 0
                 ? { command: line }
-                : { algorithm: line.slice(0, at).trim(), command: line.slice(at + 2).trim() };
+                : {
+                    algorithm: line.slice(0, at).trim(),
+                    command: line.slice(at + TASK_SEPARATOR.length).trim()
+                  };
             });
             break;
           default:

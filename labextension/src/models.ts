@@ -472,3 +472,19 @@ export interface VolumeMount {
   name: string;
   path: string;
 }
+
+// The text formats of ma_jupyter/spectext.py: the lines the CLI and the notebook take.
+/** Between a task's algorithm folder and its command. */
+export const TASK_SEPARATOR = "::";
+/** A task line as typed. */
+export const TASK_EXAMPLE = "./algo::python train.py";
+/** An image naming a conda environment: `conda:<env>`. */
+export const CONDA_PREFIX = "conda:";
+/** A mount line, as help texts spell it. */
+export const MOUNT_FORMAT = "[SOURCE/]NAME[@VERSION]=PATH";
+/** A writable dataset's path ends with this. */
+export const READ_WRITE = ":rw";
+/** A read-only dataset's path may end with this (the default). */
+export const READ_ONLY = ":ro";
+/** A mount line: `[SOURCE/]NAME[@VERSION]=PATH`, groups source, name, version, path. */
+export const MOUNT_LINE = new RegExp("^(?:(?<source>[A-Za-z]+)/)?(?<name>[^=/@]+)(?:@(?<version>[^=/]+))?=(?<path>.+)$");

@@ -41,14 +41,17 @@ from typing import Any
 
 from .. import __version__
 from ..client import Client, JobHandle
-from ..client.logs import JobFollower, several_nodes, stream_label
+from ..client.logs import JobFollower, several_nodes
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NodeLost, NotFound
-from ..models import Job, JobStatus, JobType, clone_name
-from . import options, render, usage
+from ..models import Job, JobStatus, clone_name
+from . import jobactions, options, render, usage
 from .clusterview import cluster_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+#: where a NotFound tells the user to look for their jobs
+_JOBS_HINT = "`ma-jupyter jobs`"
 
 
 def build_cli() -> options.OptionsParser:
@@ -92,22 +95,8 @@ def build_cli() -> options.OptionsParser:
     clone.add_argument("command", nargs="*", help="a new run command (after --); default the job's")
 
     jobs = commands.add_parser("jobs", help="list jobs")
-    jobs.add_argument("--name", help="name contains")
-    jobs.add_argument(
-        "--status", action="append", choices=[s.value for s in JobStatus], help="status (repeatable)"
-    )
-    jobs.add_argument("--creator", help="submitted by")
-    jobs.add_argument("--spec", help="asked for this spec")
-    jobs.add_argument("--outputs", help="outputs folder")
-    jobs.add_argument("--algorithm", metavar="FOLDER", help="running this algorithm folder")
-    jobs.add_argument(
-        "--favourites",
-        action="store_true",
-        help="running one of your favourite algorithms (see `algorithms`)",
-    )
-    jobs.add_argument("--type", choices=[t.value for t in JobType], help="regular or batch jobs only")
+    jobactions.add_list_filters(jobs)
     jobs.add_argument("--offset", type=int, default=0)
-    jobs.add_argument("--limit", type=int, default=50)
     jobs.add_argument("--json", action="store_true", help="print JSON")
 
     def job_command(name: str, help_text: str, json_flag: bool = True) -> argparse.ArgumentParser:
@@ -446,18 +435,7 @@ def _clone(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    page = Client().job_page(
-        name=args.name,
-        status=args.status,
-        creator=args.creator,
-        spec=args.spec,
-        outputs=args.outputs,
-        offset=args.offset,
-        limit=args.limit,
-        algorithm=args.algorithm,
-        favourites=args.favourites,
-        type=args.type,
-    )
+    page = Client().job_page(offset=args.offset, **jobactions.list_filters(args))
     if args.json:
         _out(page.model_dump(mode="json"), args)
         return EXIT_OK
@@ -522,17 +500,15 @@ def _print_all_nodes(handle: JobHandle, *, rank: int | None, prefixed: bool) -> 
     (``[node/rank-r]`` with ``--rank``) when the job has several nodes (or ``--rank``); the
     streams whose log is gone with their node's machine, each named on stderr with why."""
     lost: list[str] = []
-    nodes = _node_names(handle) or [handle.info.log_node]  # not launched: what the service says
+    nodes = jobactions.every_node(handle)
     prefixed = prefixed or rank is not None or len(nodes) > 1 or several_nodes(handle.info)
-    for node in nodes:
-        label = stream_label((node, rank))
-        try:
-            for line in handle.logs(follow=False, node=node, rank=rank):
-                print(f"[{label}] {render.visible_line(line)}" if prefixed else render.visible_line(line))
-        except NodeLost as exc:  # the other nodes are still read
+    for log in jobactions.node_logs(handle, nodes, rank):
+        for line in log:
+            print(f"[{log.label}] {render.visible_line(line)}" if prefixed else render.visible_line(line))
+        if log.lost is not None:  # the other nodes are still read
             sys.stdout.flush()
-            _err(f"[{label}] {render.one_line(exc.message)}" if prefixed else render.one_line(exc.message))
-            lost.append(label)
+            _err(f"[{log.label}] {render.one_line(log.lost)}" if prefixed else render.one_line(log.lost))
+            lost.append(log.label)
     return lost
 
 
@@ -559,13 +535,6 @@ def _follow_nodes(
     if follower.errors:
         print("log read problems: " + "; ".join(follower.errors), file=sys.stderr)
     return list(follower.unavailable)
-
-
-def _node_names(handle: JobHandle) -> list[str]:
-    """The job's nodes in launch order, or the nodes with a log on disk."""
-    return [n.name for n in handle.info.nodes] or sorted(
-        {s.node for s in handle.client.log_streams(handle.id) if s.rank is None}
-    )
 
 
 def _events(args: argparse.Namespace) -> int:
@@ -637,27 +606,22 @@ def _shell(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    client = Client()
-    refs = list(dict.fromkeys(args.jobs))  # a job named twice is deleted once
-    if len(refs) == 1:  # one job: its refusal is the usual one-line error
-        handle = resolve_job(client, refs[0])
-        handle.delete(force=args.force)
-        print(f"deleted {handle.id}")
-        return EXIT_OK
-    # Several (the seed's batch delete): each on its own, so a refusal is said for that job on
-    # stderr and the others are still deleted.
-    failed = 0
-    for ref in refs:
-        try:
-            handle = resolve_job(client, ref)
-            handle.delete(force=args.force)
-        except MaJupyterError as exc:
-            failed += 1
-            _err(f"{ref}: not deleted: {render.one_line(exc.message)}")
-            continue
-        print(f"deleted {handle.id}" + (f" ({ref})" if ref != handle.id else ""))
+    outcomes = []
+    several = len(set(args.jobs)) > 1  # then each line names the job as it was given too
+    # several jobs (the seed's batch delete): each on its own, a refusal said for that job on
+    # stderr and the others still deleted; one job: its refusal is the usual one-line error
+    for done in jobactions.delete_jobs(Client(), args.jobs, force=args.force, hint=_JOBS_HINT):
+        outcomes.append(done)
+        if done.error is not None:
+            _err(f"{done.ref}: not deleted: {render.one_line(done.error.message)}")
+        else:
+            print(
+                f"deleted {done.handle.id}"
+                + (f" ({done.ref})" if several and done.ref != done.handle.id else "")
+            )
+    failed = jobactions.not_done(outcomes)
     if failed:
-        _err(f"error: {failed} of {len(refs)} jobs not deleted")
+        _err(f"error: {len(failed)} of {len(outcomes)} jobs not deleted")
     return EXIT_USAGE if failed else EXIT_OK
 
 

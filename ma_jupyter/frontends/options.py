@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .. import spectext
 from ..client.spec import check, host_path
 from ..errors import InvalidSpec, OptionsExit
 from ..models import (
@@ -38,7 +39,6 @@ from ..models import (
 
 # Namespace attributes that steer a front end and are not part of the job.
 
-_MOUNT = re.compile(r"^(?:(?P<source>[A-Za-z]+)/)?(?P<name>[^=/@]+)(?:@(?P<version>[^=/]+))?=(?P<path>.+)$")
 _INVALID_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -447,17 +447,20 @@ def _command_text(command: str | Sequence[str] | None) -> str | None:
 
 
 def _split_mount(text: str, option: str, example: str) -> re.Match[str]:
-    match = _MOUNT.match(text or "")
-    if not match:
+    match = spectext.split_mount(text)
+    if match is None:
         raise InvalidSpec(f"{option} {text!r}: expected {example}", field=option.lstrip("-") + "s")
     return match
 
 
 def _dataset(text: str, root: Path) -> dict[str, Any]:
-    example = "[SOURCE/]NAME[@VERSION]=PATH[:rw], e.g. --dataset mnist=./data or --dataset favorite/mnist@v2=/data:rw"
+    example = (
+        f"{spectext.MOUNT_FORMAT}[{spectext.READ_WRITE}], e.g. --dataset mnist=./data or "
+        "--dataset favorite/mnist@v2=/data:rw"
+    )
     match = _split_mount(text, "--dataset", example)
     path, read_only = match["path"], True
-    for suffix, ro in ((":rw", False), (":ro", True)):
+    for suffix, ro in ((spectext.READ_WRITE, False), (spectext.READ_ONLY, True)):
         if path.endswith(suffix):
             path, read_only = path[: -len(suffix)], ro
     mount: dict[str, Any] = {"name": match["name"], "path": host_path(path, root), "read_only": read_only}
@@ -470,11 +473,11 @@ def _dataset(text: str, root: Path) -> dict[str, Any]:
 
 def _model(text: str, root: Path) -> dict[str, Any]:
     example = (
-        "[SOURCE/]NAME[@VERSION]=PATH, e.g. --model resnet=./weights or --model pretrained/bert=/models/bert"
+        f"{spectext.MOUNT_FORMAT}, e.g. --model resnet=./weights or --model pretrained/bert=/models/bert"
     )
     match = _split_mount(text, "--model", example)
-    path = match["path"].removesuffix(":ro")
-    if path.endswith(":rw"):
+    path = match["path"].removesuffix(spectext.READ_ONLY)
+    if path.endswith(spectext.READ_WRITE):
         raise InvalidSpec(
             "--model mounts are always read-only: drop ':rw' (use --volume for writable storage)"
         )
@@ -513,38 +516,41 @@ def _merge_mounts(existing: list[dict[str, Any]] | None, new: list[dict[str, Any
 
 
 def _image(text: str, root: Path) -> dict[str, str]:
-    if text.startswith("conda:"):
-        env = text[len("conda:") :]
-        if not env:
+    if text.startswith(spectext.CONDA_PREFIX):
+        image = spectext.image_from_text(text, os.path.isdir)
+        if not image["conda_env"]:
             raise InvalidSpec("--image conda: needs an env name, e.g. --image conda:torch", field="image")
-        return {"conda_env": env}
+        return image
     path = Path(host_path(text, root))
-    if path.is_dir():
+    image = spectext.image_from_text(str(path), os.path.isdir)
+    if "venv" in image:
         if not (path / "bin" / "python").exists():
             raise InvalidSpec(
                 f"--image {text!r} is a folder without bin/python: give a virtualenv folder, an interpreter "
                 "path or conda:<env>",
                 field="image",
             )
-        return {"venv": str(path)}
+        return image
     if not path.exists():
         raise InvalidSpec(
             f"--image {text!r} does not exist: give an interpreter (e.g. /usr/bin/python3), a virtualenv "
             "folder or conda:<env>",
             field="image",
         )
-    return {"python": str(path)}
+    return image
 
 
 def _task(text: str, root: Path) -> dict[str, Any]:
-    algo, sep, command = text.partition("::")
-    if not sep or not command.strip():
+    parts = spectext.split_task(text)
+    if parts is None or not parts[1]:
         raise InvalidSpec(
-            f"--task {text!r}: expected ALGO_DIR::COMMAND, e.g. --task ./algo::'python train.py' "
-            "(ALGO_DIR may be empty: ::COMMAND)",
+            f"--task {text!r}: expected ALGO_DIR{spectext.TASK_SEPARATOR}COMMAND, e.g. --task "
+            f"./algo{spectext.TASK_SEPARATOR}'python train.py' (ALGO_DIR may be empty: "
+            f"{spectext.TASK_SEPARATOR}COMMAND)",
             field="tasks",
         )
-    task: dict[str, Any] = {"command": command.strip()}
-    if algo.strip():
-        task["algorithm"] = host_path(algo.strip(), root)
+    algorithm, command = parts
+    task: dict[str, Any] = {"command": command}
+    if algorithm:
+        task["algorithm"] = host_path(algorithm, root)
     return task

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -245,13 +244,8 @@ def load_policy() -> HostPolicy:
     Raises:
         InvalidSpec: the ``[mounts]`` or ``[users]`` table is malformed.
     """
-    path = config.home() / "cluster.toml"
-    data: dict = {}
-    if path.exists():
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+    path = config.cluster_file()
+    data = config.read_cluster_file(path)
     mounts = data.get("mounts", {})
     users = data.get("users", {})
     roots = mounts.get("allowed_roots")

@@ -156,7 +156,7 @@ def mounts_for(
     # the store) skips the rules; the supervisor checked them on the original source.  A path
     # naming the store directly is checked like any other (and refused: it is in the home).
     prepared = str(JobDir(Path(job_dir)).prepared) if job_dir is not None else None
-    store = os.path.realpath(config.home() / "prepared")
+    store = os.path.realpath(config.prepared_root())
 
     def platform_copy(raw: str, source: str) -> bool:
         if prepared is None or not _inside(os.path.normpath(raw), prepared):

@@ -46,7 +46,6 @@ from __future__ import annotations
 import os
 import stat
 import threading
-import tomllib
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -157,7 +156,7 @@ def load_rules(path: Path | None = None) -> Rules:
         InvalidSpec: ``sharing`` is not a boolean or ``urgent_quota`` not a whole number >= 0.
     """
     global _RULES
-    path = path or config.home() / "cluster.toml"
+    path = path or config.cluster_file()
     try:
         st = os.stat(path)
         stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
@@ -168,10 +167,7 @@ def load_rules(path: Path | None = None) -> Rules:
             return _RULES[1]
     users: dict = {}
     if stamp is not None:
-        try:
-            users = tomllib.loads(path.read_text()).get("users", {})
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+        users = config.read_cluster_file(path).get("users", {})
     sharing = users.get("sharing", True)
     quota = users.get("urgent_quota", DEFAULT_URGENT_QUOTA)
     if not isinstance(sharing, bool):

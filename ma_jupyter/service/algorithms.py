@@ -5,9 +5,8 @@ algorithms" (算法收藏).  Here an algorithm is a host folder a job shows at
 ``/workspace/algorithm`` (a regular job's ``algorithm``, each batch task's), named by its
 normalised absolute path:
 
-1. :func:`column` is what the jobs table keeps per job for the filter: the job's folders, each
-   between line breaks (``"\\n/a\\n/b\\n"``), so :func:`matches` finds a folder by an exact,
-   escaped substring test, never by a prefix of a longer path.
+1. The jobs table keeps each job's folders in a column for the filter; its format is
+   :mod:`.algorithm_folders`' (below the store and this module alike).
 2. ``GET /jobs?algorithm=PATH`` lists the jobs of one folder; ``favourites=true`` the jobs of
    the caller's favourite folders (both: the folder, if it is a favourite).
 3. Favourites are per user, kept in the service's database (:class:`Favourites`, the table
@@ -22,17 +21,14 @@ from __future__ import annotations
 
 import posixpath
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Column, Float, MetaData, String, Table, delete, false, func, or_, select
+from sqlalchemy import Column, Float, MetaData, String, Table, delete, func, select
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict, InvalidSpec
-from ..models import MAX_PATH, JobSpec
-
-if TYPE_CHECKING:
-    from .store import Store
+from ..models import MAX_PATH
+from . import algorithm_folders
+from .store import Store, jobs_table
 
 #: the most favourite algorithms one user keeps
 MAX_FAVOURITES = 200
@@ -64,31 +60,6 @@ def normalise(path: str, field: str = "algorithm") -> str:
             field=field,
         )
     return posixpath.normpath(path).replace("//", "/")
-
-
-def folders(spec: JobSpec) -> list[str]:
-    """The job's algorithm folders, normalised, in order, each once."""
-    found = [spec.algorithm] + [task.algorithm for task in spec.tasks]
-    out: list[str] = []
-    for path in found:
-        if path and path.startswith("/") and "\n" not in path and "\r" not in path:
-            normal = posixpath.normpath(path)
-            if normal not in out:
-                out.append(normal)
-    return out
-
-
-def column(spec: JobSpec) -> str | None:
-    """Rule 1: the jobs table's ``algorithms`` value for ``spec`` (None: no algorithm)."""
-    paths = folders(spec)
-    return "\n" + "\n".join(paths) + "\n" if paths else None
-
-
-def matches(column_value: Any, paths: Sequence[str]) -> Any:
-    """The SQL condition: the job has one of ``paths`` (normalised) among its folders."""
-    if not paths:
-        return false()
-    return or_(*(column_value.contains(f"\n{path}\n", autoescape=True) for path in paths))
 
 
 class Favourites:
@@ -126,7 +97,7 @@ class Favourites:
         path = normalise(path, "path")
         self._table()
         count = select(func.count()).select_from(favourites_table).where(favourites_table.c.user == user)
-        with self.store._writing() as conn:  # the store's one writer (and its disk-full rule)
+        with self.store.writing() as conn:  # the store's one writer (and its disk-full rule)
             exists = conn.execute(
                 select(favourites_table.c.path).where(
                     favourites_table.c.user == user, favourites_table.c.path == path
@@ -149,7 +120,7 @@ class Favourites:
         """Unmark ``path``; whether it was a favourite."""
         path = normalise(path, "path")
         self._table()
-        with self.store._writing() as conn:
+        with self.store.writing() as conn:
             result = conn.execute(
                 delete(favourites_table).where(
                     favourites_table.c.user == user, favourites_table.c.path == path
@@ -161,8 +132,6 @@ class Favourites:
 def used_by(store: Store, user: str, limit: int = 500) -> dict[str, int]:
     """The algorithm folders of ``user``'s own jobs (the seed's "my algorithm volumes") with how
     many of their jobs use each; the ``limit`` most recently used groups are read."""
-    from .store import jobs_table
-
     query = (
         select(jobs_table.c.algorithms, func.count(), func.max(jobs_table.c.created))
         .where(jobs_table.c.creator == user, jobs_table.c.algorithms.is_not(None))
@@ -173,6 +142,6 @@ def used_by(store: Store, user: str, limit: int = 500) -> dict[str, int]:
     counts: dict[str, int] = {}
     with store.engine.connect() as conn:
         for value, count, _last in conn.execute(query).all():
-            for path in value.strip("\n").split("\n"):
+            for path in algorithm_folders.split(value):
                 counts[path] = counts.get(path, 0) + int(count)
     return counts

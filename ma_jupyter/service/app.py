@@ -299,7 +299,7 @@ def create_app(supervisor: Supervisor, users: Directory, tensorboards: Any = Non
     ) -> Response:
         # exporting shows the job's spec, as cloning does: viewing is enough
         job = access.check(store.get(job_id), user, Op.view)
-        outputs = job.outputs_folder or job.spec.outputs or str(config.jobdir(job.id).outputs)
+        outputs = job.outputs_folder or config.outputs_folder(job.id, job.spec.outputs)
         return _export(job.spec, job.id, job.chosen_spec, outputs, fmt, image, mounts_as)
 
     @app.get(f"{api}/jobs/{{job_id}}/devenv")

@@ -72,7 +72,6 @@ import secrets
 import shutil
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,11 +93,8 @@ def retention(path: Path | None = None) -> float:
     Raises:
         InvalidSpec: the value is not a duration (the message names the file and the key).
     """
-    path = path or config.home() / "cluster.toml"
-    try:
-        table = tomllib.loads(path.read_text()).get("data", {}) if path.exists() else {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+    path = path or config.cluster_file()
+    table = config.read_cluster_file(path).get("data", {})
     unknown = set(table) - {"retention"}
     if unknown:
         raise InvalidSpec(f"{path}: [data] has no key {sorted(unknown)[0]!r}: use retention")
@@ -124,7 +120,7 @@ class PreparedStore:
     """The store of prepared copies (see the module docstring for its rules)."""
 
     def __init__(self, root: Path | None = None):
-        self.root = root or config.home() / "prepared"
+        self.root = root or config.prepared_root()
         self._lock = threading.Lock()
         self._copying: dict[str, threading.Event] = {}  # key -> set when its copy has ended
         self._copy_bytes: dict[str, int] = {}  # key -> the size of its copy in progress

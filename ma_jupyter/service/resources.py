@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import tomllib
 
 from .. import config
 from ..backends.base import Backend
@@ -41,9 +40,9 @@ def load_interval() -> float:
     """``[resources] sample_interval`` of ``cluster.toml`` (seconds), bounded; the default when
     the file or the key is missing or unreadable."""
     try:
-        data = tomllib.loads((config.home() / "cluster.toml").read_text())
+        data = config.read_cluster_file()
         value = float(data.get("resources", {}).get("sample_interval", DEFAULT_INTERVAL))
-    except (OSError, tomllib.TOMLDecodeError, TypeError, ValueError):
+    except (InvalidSpec, AttributeError, TypeError, ValueError):
         return DEFAULT_INTERVAL
     if not value == value:  # NaN
         return DEFAULT_INTERVAL

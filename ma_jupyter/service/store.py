@@ -45,7 +45,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from ..errors import Conflict, DiskFull, NotFound
 from ..models import Access, Event, Job, JobStatus, ResourceSample, User
-from . import algorithms
+from . import algorithm_folders
 from .disk import free_bytes, full_folder
 
 RESERVE_NAME = "disk-reserve"
@@ -69,7 +69,7 @@ jobs_table = Table(
     Column("created", Float, nullable=False),
     Column("specs", String, nullable=False),  # space-separated, for the spec filter
     Column("outputs", String),
-    Column("algorithms", Text),  # the job's algorithm folders, for the algorithm filter (algorithms.py)
+    Column("algorithms", Text),  # the job's algorithm folders, for its filter (algorithm_folders.py)
     Column("desired", String),  # a pending "stop" the supervisor must carry out, survives restarts
     Column("placement", Text),  # JSON of the current attempt's placement
     Column("job", Text, nullable=False),
@@ -239,7 +239,7 @@ class Store:
                 conn.execute(text("ALTER TABLE jobs ADD COLUMN algorithms TEXT"))
                 rows = conn.execute(select(jobs_table.c.id, jobs_table.c.job)).all()
                 for job_id, data in rows:
-                    value = algorithms.column(Job.model_validate_json(data).spec)
+                    value = algorithm_folders.column(Job.model_validate_json(data).spec)
                     conn.execute(
                         jobs_table.update().where(jobs_table.c.id == job_id).values(algorithms=value)
                     )
@@ -267,8 +267,18 @@ class Store:
             tmp.unlink(missing_ok=True)
 
     @contextmanager
-    def _writing(self) -> Iterator[Any]:
-        """One write transaction; a full disk becomes :class:`DiskFull` naming the store's folder."""
+    def writing(self) -> Iterator[Any]:
+        """One write transaction on the store's database, the one way to write to it.
+
+        1. Writers in this process take turns (SQLite allows one writer; waiting here avoids
+           "database is locked").
+        2. The transaction commits when the block ends, and rolls back if it raises.
+        3. A full disk becomes :class:`DiskFull` naming the store's folder, after giving up the
+           disk reserve (see :meth:`keep_reserve`).
+
+        Tables kept beside the jobs (favourite algorithms) write through it too, so they share
+        these rules.
+        """
         try:
             with self._write_lock, self.engine.begin() as conn:
                 yield conn
@@ -295,7 +305,7 @@ class Store:
             "created": job.created_at.timestamp(),
             "specs": " ".join(job.spec.specs),
             "outputs": job.spec.outputs,
-            "algorithms": algorithms.column(job.spec),
+            "algorithms": algorithm_folders.column(job.spec),
             "job": job.model_dump_json(),
         }
 
@@ -320,7 +330,7 @@ class Store:
             when another job already has ``job.id`` (nothing is created: choose another id).
         """
         try:
-            with self._writing() as conn:
+            with self.writing() as conn:
                 conn.execute(jobs_table.insert().values(**self._row(job)))
                 if idempotency_key is not None:
                     conn.execute(idempotency_table.insert().values(key=idempotency_key, job_id=job.id))
@@ -355,7 +365,7 @@ class Store:
 
     def save(self, job: Job, event: Event | None = None) -> Event | None:
         """Persist the job (and an event with it, atomically)."""
-        with self._writing() as conn:
+        with self.writing() as conn:
             conn.execute(jobs_table.update().where(jobs_table.c.id == job.id).values(**self._row(job)))
             stored = self._add_event(conn, event) if event else None
         self.changes.notify()
@@ -363,7 +373,7 @@ class Store:
 
     def add_event(self, event: Event) -> Event:
         """Record an event that comes without a status change; returns it with its sequence number."""
-        with self._writing() as conn:
+        with self.writing() as conn:
             return self._add_event(conn, event)
 
     @staticmethod
@@ -422,7 +432,7 @@ class Store:
 
     def delete(self, job_id: str) -> None:
         """Remove a job and its events in one transaction."""
-        with self._writing() as conn:
+        with self.writing() as conn:
             conn.execute(jobs_table.delete().where(jobs_table.c.id == job_id))
             conn.execute(events_table.delete().where(events_table.c.job_id == job_id))
             conn.execute(idempotency_table.delete().where(idempotency_table.c.job_id == job_id))
@@ -449,7 +459,7 @@ class Store:
         ``sort``: one of :data:`SORT_KEYS`, ``-`` first for descending; ties go newest first.
 
         ``algorithms_in``: only jobs with one of these algorithm folders (normalised absolute
-        paths, :mod:`.algorithms`); an empty list matches nothing, None does not filter.
+        paths, :mod:`.algorithm_folders`); an empty list matches nothing, None does not filter.
 
         The page's ids come from an index (newest first, then by id), and only those rows'
         JSON is read: a page costs the same however many jobs match.  ``viewer``: only the jobs
@@ -479,7 +489,7 @@ class Store:
         if outputs:
             conditions.append(jobs_table.c.outputs.contains(outputs, autoescape=True))
         if algorithms_in is not None:
-            conditions.append(algorithms.matches(jobs_table.c.algorithms, algorithms_in))
+            conditions.append(algorithm_folders.matches(jobs_table.c.algorithms, algorithms_in))
         if type:  # read from the job's JSON: no column (and no migration) for a rare filter
             conditions.append(
                 func.coalesce(func.json_extract(jobs_table.c.job, "$.spec.type"), "regular") == type
@@ -528,7 +538,7 @@ class Store:
 
     def set_desired(self, job_id: str, desired: str | None) -> None:
         """Record (or clear, with None) a request the supervisor must carry out, e.g. ``"stop"``."""
-        with self._writing() as conn:
+        with self.writing() as conn:
             conn.execute(jobs_table.update().where(jobs_table.c.id == job_id).values(desired=desired))
 
     def desired(self, job_id: str) -> str | None:
@@ -539,7 +549,7 @@ class Store:
 
     def set_placement(self, job_id: str, placement: dict | None) -> None:
         """Store (or clear) the placement of the job's current attempt."""
-        with self._writing() as conn:
+        with self.writing() as conn:
             conn.execute(
                 jobs_table.update()
                 .where(jobs_table.c.id == job_id)
@@ -581,7 +591,7 @@ class Store:
             for s in samples
         ]
         if rows:
-            with self._writing() as conn:
+            with self.writing() as conn:
                 conn.execute(samples_table.insert(), rows)
 
     def samples(self, job_id: str, since: float | None = None) -> list[ResourceSample]:
@@ -604,7 +614,7 @@ class Store:
         older half (the newest half keeps its full resolution)."""
         c = samples_table.c
         mine = (c.job_id == job_id) & (c.node == node)
-        with self._writing() as conn:
+        with self.writing() as conn:
             seqs = [r[0] for r in conn.execute(select(c.seq).where(mine).order_by(c.seq)).all()]
             if len(seqs) <= keep:
                 return
@@ -620,7 +630,7 @@ class Store:
             Conflict: a user of that name exists.
         """
         try:
-            with self._writing() as conn:
+            with self.writing() as conn:
                 conn.execute(
                     users_table.insert().values(
                         name=name, admin=admin, created=time.time(), token_hash=token_hash
@@ -634,7 +644,7 @@ class Store:
 
     def ensure_user(self, name: str) -> User:
         """The user ``name``, created as a non-admin without a token if it does not exist."""
-        with self._writing() as conn:
+        with self.writing() as conn:
             conn.execute(
                 users_table.insert()
                 .prefix_with("OR IGNORE")
@@ -644,7 +654,7 @@ class Store:
 
     def set_owner(self, name: str, token_hash: str) -> User:
         """Make ``name`` an admin whose token is now ``token_hash`` (the service owner at each start)."""
-        with self._writing() as conn:
+        with self.writing() as conn:
             conn.execute(
                 users_table.insert()
                 .prefix_with("OR IGNORE")
@@ -663,7 +673,7 @@ class Store:
         Raises:
             NotFound: no such user.
         """
-        with self._writing() as conn:
+        with self.writing() as conn:
             done = conn.execute(
                 users_table.update().where(users_table.c.name == name).values(token_hash=token_hash)
             ).rowcount
@@ -677,7 +687,7 @@ class Store:
         Raises:
             NotFound: no such user.
         """
-        with self._writing() as conn:
+        with self.writing() as conn:
             done = conn.execute(users_table.delete().where(users_table.c.name == name)).rowcount
         if not done:
             raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")

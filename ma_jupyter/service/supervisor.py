@@ -359,7 +359,7 @@ class Supervisor:
                     spec=spec,
                     status=JobStatus.queued,
                     backend=self.backend.name,
-                    outputs_folder=spec.outputs or str(config.jobdir(job_id).outputs),
+                    outputs_folder=config.outputs_folder(job_id, spec.outputs),
                 )
                 stored = self.store.insert(
                     job,

@@ -226,6 +226,11 @@ def test_form_validates_as_you_type_predicts_the_queue_and_submits(lab, page):
     stop_all(lab)
     page.locator('.lm-TabBar-tab:has-text("New training job")').first.click()
     expect(prediction).to_have_attribute("data-state", "now", timeout=30_000)
+    # a dataset typed as the CLI takes it (the format of spectext.py, exported into models.ts)
+    digits = lab["work"] / "digits"
+    digits.mkdir(exist_ok=True)
+    form.locator('[data-ma-input="datasets"]').fill(f"favorite/digits@v2={digits}:ro")
+    expect(prediction).to_have_attribute("data-state", "now", timeout=30_000)
     form.locator('[data-ma-action="submit"]').click()
     submitted = form.locator("[data-ma-submitted]")
     expect(submitted).to_be_attached(timeout=30_000)
@@ -235,6 +240,9 @@ def test_form_validates_as_you_type_predicts_the_queue_and_submits(lab, page):
     job = wait_job(lab, job_id, {"succeeded", "error"})
     assert job["status"] == "succeeded"
     assert job["spec"]["duration"] == 3600 and job["spec"]["specs"] == ["gpu.one"]
+    assert [
+        (d["source"], d["name"], d["version"], d["path"], d["read_only"]) for d in job["spec"]["datasets"]
+    ] == [("favorite", "digits", "v2", str(digits), True)]
     assert "from the form" in log_of(lab, job_id)
     page.screenshot(path=str(SHOTS / "form-submitted.png"))
 

@@ -17,23 +17,17 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import shutil
 import sys
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
-from ...client.logs import fully_shown, node_streams, read_all, stream_label
-from ...client.snapshot import is_snapshot
-from ...errors import HelpShown, JobFailed, MaJupyterError, NodeLost, NotFound, OptionsExit
-from ...models import NAME_PATTERN, Job, JobStatus, Priority, clone_name
-from .. import render, usage
-from ..clusterview import cluster_text
-from . import hints, live
-from . import record as notebook_record
-from .session import get_client
-from .snapshot import default_name, snapshot_algorithm
+# Light imports only: `%load_ext ma_jupyter` must not load the client, pydantic or requests
+# (the models, the session and the renderers all do), so each magic imports what it needs when
+# it first runs; up here are the standard library, IPython and the errors.
+from ...errors import HelpShown, JobFailed, MaJupyterError, NotFound, OptionsExit
+from . import hints
 
 if TYPE_CHECKING:
     from ...client import Client, JobHandle
@@ -85,16 +79,21 @@ def _job_parser(prog: str, description: str, *, job: str = "one", **kw) -> Magic
     return parser
 
 
+#: where a NotFound tells the user to look for their jobs
+_JOBS_HINT = "`%ma_jobs`"
+
+
 def resolve_job(client: Client, ref: str) -> JobHandle:
     """The job ``ref`` names (see :func:`ma_jupyter.client.resolve.resolve_job`)."""
-    from ...client.resolve import resolve_job as resolve  # requests loads on first use
+    from ...client.resolve import resolve_job as resolve
 
-    return resolve(client, ref, hint="`%ma_jobs`")
+    return resolve(client, ref, hint=_JOBS_HINT)
 
 
 def _spec_parser(prog: str, *, clone: bool = False) -> argparse.ArgumentParser:
     """The shared job-options parser plus the options only a notebook has."""
     from .. import options
+    from . import live
 
     parser = options.build_parser(prog)
     group = parser.add_argument_group("notebook")
@@ -162,6 +161,10 @@ class MaJupyterMagics(Magics):
     ):
         """Follow the job live in the cell; with ``kernel_hint`` (a job this cell submitted), a
         failure on a NameError of a kernel variable says how to pass values in."""
+        from . import live
+        from . import record as notebook_record
+        from .session import get_client
+
         job_id = handle.id
         notebook_record.remember(job_id, handle.name, offsets)
 
@@ -192,6 +195,13 @@ class MaJupyterMagics(Magics):
             self.shell.user_ns[var] = value
 
     def _submit(self, spec: dict, args: argparse.Namespace) -> Any:
+        import shutil
+
+        from ...client.snapshot import is_snapshot
+        from .. import render
+        from . import record as notebook_record
+        from .session import get_client
+
         if args.out and not args.out.isidentifier():
             raise UsageError(f"--out {args.out}: not a Python variable name")
         client = get_client()
@@ -246,7 +256,9 @@ class MaJupyterMagics(Magics):
         use, and a job that fails on a NameError of a kernel variable says how to pass values
         in (:mod:`~ma_jupyter.frontends.notebook.hints`).  Returns the JobHandle.
         """
+        from ...models import NAME_PATTERN
         from .. import options
+        from .snapshot import default_name, snapshot_algorithm
 
         parser = _spec_parser("%%ma_train")
         args = _parse_spec_line(parser, line)
@@ -290,7 +302,9 @@ class MaJupyterMagics(Magics):
     @line_magic
     def ma_clone(self, line: str):
         """Submit a copy of a job, with options overriding its fields: ``%ma_clone JOB --spec cpu.medium``."""
+        from ...models import clone_name
         from .. import options
+        from .session import get_client
 
         parser = _spec_parser("%ma_clone", clone=True)
         args = _parse_spec_line(parser, line)
@@ -314,37 +328,19 @@ class MaJupyterMagics(Magics):
         """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--creator USER]
         [--outputs TEXT] [--algorithm FOLDER] [--favourites] [--type batch] [--limit N]``; a batch
         job's status counts its tasks by status."""
+        from ...models import JobStatus
+        from .. import jobactions, render
+        from .session import get_client
+
         parser = MagicParser(prog="%ma_jobs", description="List jobs, newest first.")
-        parser.add_argument(
-            "--status", action="append", choices=[s.value for s in JobStatus], help="repeatable filter"
-        )
-        parser.add_argument("--name", help="part of the job name")
-        parser.add_argument("--spec", help="jobs asking for this spec")
-        parser.add_argument("--creator", help="jobs submitted by this user")
-        parser.add_argument("--outputs", help="jobs whose outputs folder contains this")
-        parser.add_argument("--algorithm", metavar="FOLDER", help="jobs running this algorithm folder")
-        parser.add_argument(
-            "--favourites", action="store_true", help="jobs running one of your favourite algorithms"
-        )
-        parser.add_argument("--type", choices=["regular", "batch"], help="regular or batch jobs only")
-        parser.add_argument("--limit", type=int, default=50)
+        jobactions.add_list_filters(parser)
         args = _parse(parser, line)
         if args is None:
             return None
-        handles = get_client().jobs(
-            name=args.name,
-            status=args.status,
-            spec=args.spec,
-            creator=args.creator,
-            outputs=args.outputs,
-            limit=args.limit,
-            algorithm=args.algorithm,
-            favourites=args.favourites,
-            type=args.type,
-        )
+        handles = get_client().jobs(**jobactions.list_filters(args))
         rows = []
         for h in handles:
-            job: Job = h.info
+            job = h.info
             status = job.status.value
             if job.status is JobStatus.queued and job.queue_position is not None:
                 status += f" (#{job.queue_position + 1})"
@@ -380,6 +376,9 @@ class MaJupyterMagics(Magics):
         Lists the folders your jobs ran and the ones you marked favourite (``%ma_jobs
         --algorithm FOLDER`` / ``--favourites`` lists their jobs), or marks and unmarks one.
         """
+        from .. import render
+        from .session import get_client
+
         parser = MagicParser(prog="%ma_algorithms", description="Your algorithm folders and favourites.")
         parser.add_argument("action", nargs="?", choices=["list", "favourite", "unfavourite"], default="list")
         parser.add_argument("folder", nargs="?", metavar="FOLDER", help="the folder to mark or unmark")
@@ -409,6 +408,9 @@ class MaJupyterMagics(Magics):
     @line_magic
     def ma_specs(self, line: str):
         """The specs and how many nodes could take one more job node of each right now."""
+        from .. import render
+        from .session import get_client
+
         parser = MagicParser(prog="%ma_specs", description="Specs (flavors) and what is free now.")
         if _parse(parser, line) is None:
             return None
@@ -443,6 +445,9 @@ class MaJupyterMagics(Magics):
         """The cluster's resources: ``%ma_cluster [--spec S ...] [--model M ...]``: nodes and their
         use (cards as ``card(virtual):job``), how many more of each spec could start now, the
         queue by priority and queued card demand per board model."""
+        from ..clusterview import cluster_text
+        from .session import get_client
+
         parser = MagicParser(prog="%ma_cluster", description="Nodes, specs that can start, the queue.")
         parser.add_argument("--spec", action="append", default=[], help="only nodes that fit this spec")
         parser.add_argument("--model", action="append", default=[], help="only this board model")
@@ -461,6 +466,12 @@ class MaJupyterMagics(Magics):
         ``--follow`` continues live from where this notebook last showed the log (nothing is
         shown twice) until the job ends; ``--from-start`` replays it all.
         """
+        from ...client.logs import stream_label
+        from .. import jobactions, render
+        from . import live
+        from . import record as notebook_record
+        from .session import get_client
+
         parser = _job_parser("%ma_logs", "Print or follow a job's log.")
         parser.add_argument("--follow", "-f", action="store_true", help="follow live until the job ends")
         parser.add_argument("--node", help="node, e.g. worker-0 (default: every node)")
@@ -489,26 +500,28 @@ class MaJupyterMagics(Magics):
                 handle, offsets=offsets, lines=args.lines, stop_on_interrupt=False, note=note, stream=stream
             )
             return None
-        streams = [(args.node, args.rank)] if args.node else node_streams(client, handle.info)
-        several = len(streams) > 1
-        for node, rank in streams:
-            label = stream_label((node, rank))
-            try:
-                lines = render.log_lines(read_all(client, handle.id, node, rank))
-            except NodeLost as exc:  # gone with its node's machine: the other nodes still show
-                print(f"[{label}] {exc.message}" if several else exc.message)
+        nodes = [args.node] if args.node else jobactions.every_node(handle)
+        several = len(nodes) > 1
+        for log in jobactions.node_logs(handle, nodes, args.rank):
+            lines = [render.visible_line(entry) for entry in log]
+            if log.lost is not None:  # gone with its node's machine: the other nodes still show
+                print(f"[{log.label}] {log.lost}" if several else log.lost)
                 continue
             if args.tail is not None:
                 lines = lines[-args.tail :] if args.tail > 0 else []
             for entry in lines:
                 # shown, never acting on the terminal (SGR colours stay: the output area shows them)
                 entry = render.terminal_text(entry, keep_sgr=True)
-                print(f"[{label}] {entry}" if several else entry)
+                print(f"[{log.label}] {entry}" if several else entry)
         return None
 
     @line_magic
     def ma_events(self, line: str):
         """A job's events (status changes and notices with their reasons): ``%ma_events JOB``."""
+        from ...client.logs import stream_label
+        from .. import render
+        from .session import get_client
+
         parser = _job_parser("%ma_events", "Show a job's events.")
         args = _parse(parser, line)
         if args is None:
@@ -530,6 +543,9 @@ class MaJupyterMagics(Magics):
     def ma_top(self, line: str):
         """A job's CPU and memory per node: ``%ma_top JOB`` (a table: now, mean, peak, limit);
         ``--inline`` draws them over time as a PNG."""
+        from .. import render, usage
+        from .session import get_client
+
         parser = _job_parser("%ma_top", "Show a job's CPU and memory use per node.")
         parser.add_argument("--inline", action="store_true", help="draw CPU and memory over time (PNG)")
         args = _parse(parser, line)
@@ -558,6 +574,8 @@ class MaJupyterMagics(Magics):
         interactive shell: JupyterLab shows a button that opens it in a terminal tab, elsewhere
         the line to run in a terminal.
         """
+        from .session import get_client
+
         parser = _job_parser("%ma_shell", "Open a terminal inside a running node's sandbox.")
         parser.add_argument("--node", help="node (worker-0, ps-0...); default the job's first")
         parser.add_argument("command", nargs="*", help="after --: a command to run there")
@@ -590,15 +608,19 @@ class MaJupyterMagics(Magics):
     @line_magic
     def ma_stop(self, line: str):
         """Stop jobs: ``%ma_stop JOB [JOB ...]``."""
+        from .. import jobactions
+        from .session import get_client
+
         parser = _job_parser("%ma_stop", "Stop running or queued jobs.", job="many")
         args = _parse(parser, line)
         if args is None:
             return None
-        client = get_client()
-        for ref in args.job:
-            handle = resolve_job(client, ref)
-            job = client.stop(handle.id)
-            print(f"job {handle.id} ({handle.name}): stop requested, now {job.status.value}")
+        for done in jobactions.stop_jobs(get_client(), args.job, hint=_JOBS_HINT):
+            if done.error is not None:
+                raise done.error
+            print(
+                f"job {done.handle.id} ({done.handle.name}): stop requested, now {done.result.status.value}"
+            )
         return None
 
     @line_magic
@@ -608,33 +630,27 @@ class MaJupyterMagics(Magics):
         Each job on its own: one that cannot be deleted is reported, the others are still
         deleted, and then the cell fails naming how many were not.
         """
+        from .. import jobactions, render
+        from . import record as notebook_record
+        from .session import get_client
+
         parser = _job_parser("%ma_delete", "Delete jobs and their records.", job="many")
         parser.add_argument("--force", action="store_true", help="stop the job first if it still runs")
         args = _parse(parser, line)
         if args is None:
             return None
-        client = get_client()
-        refs = list(dict.fromkeys(args.job))
-        if len(refs) == 1:  # one job: its refusal is the usual one-line typed error
-            handle = resolve_job(client, refs[0])
-            client.delete(handle.id, force=args.force)
-            notebook_record.forget(handle.id)
-            print(f"job {handle.id} ({handle.name}) deleted")
-            return None
-        failed = []
-        for ref in refs:
-            try:
-                handle = resolve_job(client, ref)
-                client.delete(handle.id, force=args.force)
-            except MaJupyterError as exc:
-                failed.append(ref)
-                print(f"job {ref}: not deleted: {render.one_line(exc.message)}")
+        outcomes = []
+        for done in jobactions.delete_jobs(get_client(), args.job, force=args.force, hint=_JOBS_HINT):
+            outcomes.append(done)
+            if done.error is not None:
+                print(f"job {done.ref}: not deleted: {render.one_line(done.error.message)}")
                 continue
-            notebook_record.forget(handle.id)
-            print(f"job {handle.id} ({handle.name}) deleted")
+            notebook_record.forget(done.handle.id)
+            print(f"job {done.handle.id} ({done.handle.name}) deleted")
+        failed = jobactions.not_done(outcomes)
         if failed:
             raise UsageError(
-                f"%ma_delete: {len(failed)} of {len(refs)} jobs not deleted: {', '.join(failed)}"
+                f"%ma_delete: {len(failed)} of {len(outcomes)} jobs not deleted: {', '.join(failed)}"
             )
         return None
 
@@ -642,6 +658,10 @@ class MaJupyterMagics(Magics):
     def ma_update(self, line: str):
         """Change a queued job's priority or a job's duration: ``%ma_update JOB --priority urgent``,
         ``%ma_update JOB --duration 2h``."""
+        from ...models import Priority
+        from .. import render
+        from .session import get_client
+
         parser = _job_parser(
             "%ma_update", "Change a queued job's priority or a queued or running job's duration."
         )
@@ -678,6 +698,9 @@ class MaJupyterMagics(Magics):
         :mod:`ma_jupyter.export.notebook`).  The file is ``<job name>-devenv.ipynb`` in this
         notebook's folder (``-2``, ``-3``... when taken); a link to it is shown.  Returns its path.
         """
+        from . import record as notebook_record
+        from .session import get_client
+
         parser = _job_parser("%ma_devenv", "Write a notebook that submits the job again.")
         parser.add_argument("--to", metavar="FOLDER", help="write it there (default: this notebook's folder)")
         args = _parse(parser, line)
@@ -718,6 +741,12 @@ class MaJupyterMagics(Magics):
         Without a job: every job this notebook started that is still going (or whose log was
         not fully shown), each continuing where the notebook left off.
         """
+        from ...client.logs import fully_shown
+        from .. import render
+        from . import live
+        from . import record as notebook_record
+        from .session import get_client
+
         parser = _job_parser("%ma_attach", "Re-attach to this notebook's jobs.", job="optional")
         parser.add_argument("--lines", type=int, default=live.DEFAULT_MAX_LINES)
         parser.add_argument("--stop-on-interrupt", action="store_true")
@@ -762,6 +791,8 @@ class MaJupyterMagics(Magics):
         Shows the job's TensorBoard in an IFrame; ``--inline`` draws the job's scalars as a PNG
         instead (kept in the saved notebook).
         """
+        from .session import get_client
+
         parser = _job_parser("%ma_tensorboard", "Open a job's TensorBoard, or plot its scalars inline.")
         parser.add_argument("--inline", action="store_true", help="plot the scalars as a PNG (no server)")
         parser.add_argument("--height", type=int, default=600, help="IFrame height in pixels")

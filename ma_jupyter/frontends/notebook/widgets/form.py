@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
+from .... import spectext
 from ....client.spec import check
 from ....errors import MaJupyterError
 from ....models import (
@@ -52,21 +53,12 @@ def _text(description: str, value: str = "", placeholder: str = "", **kw) -> W.T
 
 
 def image_from_text(text: str) -> dict:
-    """The ``image`` field from what a user types: a python path, a venv folder, or ``conda:<env>``."""
-    text = text.strip()
-    if not text:
-        return {}
-    if text.startswith("conda:"):
-        return {"conda_env": text[6:]}
-    if Path(text).is_dir():
-        return {"venv": text}
-    return {"python": text}
+    """The ``image`` field from what a user types (:mod:`ma_jupyter.spectext`, rule 2)."""
+    return spectext.image_from_text(text, lambda path: Path(path).is_dir())
 
 
 def image_to_text(image: dict) -> str:
-    if image.get("conda_env"):
-        return "conda:" + image["conda_env"]
-    return image.get("venv") or image.get("python") or ""
+    return spectext.image_text(image)
 
 
 SOURCES = {
@@ -246,7 +238,7 @@ class JobForm(W.VBox):
         self.on_stop = _text("on stop", "", "lifecycle command run on every node at the end")
         self.tasks = W.Textarea(
             value="",
-            placeholder="batch tasks, one per line: ALGORITHM_FOLDER::COMMAND",
+            placeholder=f"batch tasks, one per line: ALGORITHM_FOLDER{spectext.TASK_SEPARATOR}COMMAND",
             description="tasks",
             style=_LAYOUT,
             layout=W.Layout(width="95%", height="60px"),
@@ -458,11 +450,12 @@ class JobForm(W.VBox):
             tasks = []
             for line in self.tasks.value.splitlines():
                 if line.strip():
-                    algo, sep, command = line.partition("::")
+                    # a form's task line may be a bare command (spectext rule 1)
+                    parts = spectext.split_task(line)
                     tasks.append(
-                        {"algorithm": algo.strip() or None, "command": command.strip()}
-                        if sep
-                        else {"command": line.strip()}
+                        {"command": line.strip()}
+                        if parts is None
+                        else {"algorithm": parts[0], "command": parts[1]}
                     )
             spec["tasks"] = tasks
         else:
@@ -582,7 +575,7 @@ class JobForm(W.VBox):
             self.debug_terminal.value = spec.debug_terminal
             self.on_start.value = spec.lifecycle.on_start or ""
             self.on_stop.value = spec.lifecycle.on_stop or ""
-            self.tasks.value = "\n".join(f"{t.algorithm or ''}::{t.command}" for t in spec.tasks)
+            self.tasks.value = "\n".join(spectext.task_text(t.algorithm, t.command) for t in spec.tasks)
             self.mount_rows.children = ()
             for kind, items in (
                 ("dataset", spec.datasets),
