@@ -212,6 +212,7 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
       { key: 'checkpoint_resume.max_resumes', label: 'Max resumes', kind: 'number' },
       { key: 'checkpoint_resume.grace_period', label: 'Resume grace period (s)', kind: 'number' },
       { key: 'checkpoint_resume.elastic_min_nodes', label: 'Elastic: fewest nodes', kind: 'number' },
+      { key: 'checkpoint_resume.allow_scale_up', label: 'Elastic: allow scale-up', kind: 'check' },
       { key: 'checkpoint_resume.perf_threshold', label: 'Performance threshold', kind: 'number' },
       { key: 'checkpoint_resume.perf_policy', label: 'Performance policy', kind: 'select', values: PERF_POLICY_VALUES },
       { key: 'debug_terminal', label: 'Keep a debug terminal', kind: 'check' }

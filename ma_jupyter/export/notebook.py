@@ -154,6 +154,8 @@ def _options(spec: JobSpec, notes: list[str]) -> list[str]:
         words += ["--resume", str(resume.max_resumes)]
         if resume.elastic_min_nodes is not None:
             words += ["--elastic-min-nodes", str(resume.elastic_min_nodes)]
+        if resume.allow_scale_up:
+            words.append("--allow-scale-up")
         if resume.perf_threshold is not None:
             words += ["--perf-threshold", _number(resume.perf_threshold)]
         if resume.perf_policy is not PerfPolicy.alert:

@@ -108,6 +108,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     job.add_argument(
         "--elastic-min-nodes", type=_count("--elastic-min-nodes", 1), metavar="N", help="with --resume"
     )
+    job.add_argument(
+        "--allow-scale-up",
+        action="store_true",
+        default=None,
+        help="with --elastic-min-nodes: grow back to --nodes when nodes free up",
+    )
     job.add_argument("--perf-threshold", metavar="RATIO", help="with --resume: hardware/e2e time limit")
     job.add_argument("--perf-policy", choices=[p.value for p in PerfPolicy], help="with --perf-threshold")
 
@@ -310,6 +316,8 @@ def spec_from_args(
         resume_fields["max_resumes"] = get("resume")
     if get("elastic_min_nodes") is not None:
         resume_fields["elastic_min_nodes"] = get("elastic_min_nodes")
+    if get("allow_scale_up"):
+        resume_fields["allow_scale_up"] = True
     threshold = _positive_float(get("perf_threshold"), "--perf-threshold", "a ratio, e.g. 1.5")
     if threshold is not None:
         resume_fields["perf_threshold"] = threshold
@@ -318,7 +326,7 @@ def spec_from_args(
     if resume_fields or (grace is not None and spec.get("checkpoint_resume")):
         if get("resume") is None and not spec.get("checkpoint_resume"):
             raise InvalidSpec(
-                "--elastic-min-nodes, --perf-threshold and --perf-policy need --resume N",
+                "--elastic-min-nodes, --allow-scale-up, --perf-threshold and --perf-policy need --resume N",
                 field="checkpoint_resume",
             )
         resume = {**(spec.get("checkpoint_resume") or {}), **resume_fields}

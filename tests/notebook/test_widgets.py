@@ -51,6 +51,11 @@ def test_form_rules_and_inline_validation(ma_widget_client):
         "max_resumes": 3,
         "grace_period": 30.0,
     }
+    form.elastic_min_nodes.value = 1
+    form.allow_scale_up.value = True
+    assert form.spec_dict()["checkpoint_resume"]["allow_scale_up"] is True
+    form.elastic_min_nodes.value = 0  # back to a fixed size: the switch goes with it
+    assert "allow_scale_up" not in form.spec_dict()["checkpoint_resume"]
     # inline messages come from the wire model
     form.mode.value = "single"
     form.name.value = "no spaces allowed"

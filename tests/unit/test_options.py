@@ -26,7 +26,7 @@ def test_every_option_reaches_its_field(tmp_path):
     line = (
         "--name exp.1 --mode tensorflow --spec cpu.small --spec cpu.medium,gpu.emu-2 --nodes 2 --ps 1 --chief "
         "--priority urgent --access none --convention modelarts --duration 1h30m --resume 2 --grace 45s "
-        "--elastic-min-nodes 1 --perf-threshold 1.5 --perf-policy reschedule "
+        "--elastic-min-nodes 1 --allow-scale-up --perf-threshold 1.5 --perf-policy reschedule "
         f"--code-dir {tmp_path}/algo --code-writable --dataset favorite/mnist@v2={tmp_path}/d:rw "
         f"--dataset plain={tmp_path}/p --annotation boxes={tmp_path}/a --model pretrained/bert={tmp_path}/m "
         f"--volume cache={tmp_path}/c --output {tmp_path}/out --workdir /workspace/outputs --env LR=0.1 "
@@ -50,6 +50,7 @@ def test_every_option_reaches_its_field(tmp_path):
             "max_resumes": 2,
             "grace_period": 45.0,
             "elastic_min_nodes": 1,
+            "allow_scale_up": True,
             "perf_threshold": 1.5,
             "perf_policy": "reschedule",
         },

@@ -225,6 +225,7 @@ class JobForm(W.VBox):
         self.elastic_min_nodes = W.BoundedIntText(
             value=0, min=0, max=64, description="elastic min nodes", style=_LAYOUT
         )
+        self.allow_scale_up = W.Checkbox(value=False, description="allow scale-up", indent=False)
         self.perf_threshold = W.BoundedFloatText(
             value=0.0, min=0.0, max=1000, description="perf threshold", style=_LAYOUT
         )
@@ -262,7 +263,7 @@ class JobForm(W.VBox):
         self.resume_options = W.VBox(
             [
                 W.HBox([self.max_resumes, self.resume_grace]),
-                W.HBox([self.elastic_min_nodes, self.perf_threshold, self.perf_policy]),
+                W.HBox([self.elastic_min_nodes, self.allow_scale_up, self.perf_threshold, self.perf_policy]),
             ]
         )
         self.resume_box = W.VBox([self.checkpoint_resume, self.resume_options])
@@ -367,6 +368,7 @@ class JobForm(W.VBox):
             self.max_resumes,
             self.resume_grace,
             self.elastic_min_nodes,
+            self.allow_scale_up,
             self.perf_threshold,
             self.perf_policy,
             self.algorithm_writable,
@@ -502,6 +504,7 @@ class JobForm(W.VBox):
             }
             if self.elastic_min_nodes.value:
                 resume["elastic_min_nodes"] = self.elastic_min_nodes.value
+                resume["allow_scale_up"] = self.allow_scale_up.value
             if self.perf_threshold.value:
                 resume["perf_threshold"] = self.perf_threshold.value
                 resume["perf_policy"] = self.perf_policy.value
@@ -568,6 +571,7 @@ class JobForm(W.VBox):
                 self.max_resumes.value = resume.max_resumes
                 self.resume_grace.value = resume.grace_period
                 self.elastic_min_nodes.value = resume.elastic_min_nodes or 0
+                self.allow_scale_up.value = resume.allow_scale_up
                 self.perf_threshold.value = resume.perf_threshold or 0.0
                 self.perf_policy.value = resume.perf_policy.value
             self.algorithm_writable.value = not spec.algorithm_read_only
