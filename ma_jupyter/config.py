@@ -233,6 +233,10 @@ def emulated_specs() -> list[Spec]:
     ]
 
 
+#: the pool of a cluster that defines no ``[[pool]]`` tables: all of its nodes, dedicated
+DEFAULT_POOL = "default"
+
+
 def default_nodes(count: int = DEFAULT_NODES) -> list[Node]:
     """Simulated nodes of this machine: each sees every core and a share of the memory; every
     one lists all of the machine's cards of one type (types taken in turn), or 4 emulated cards
@@ -249,7 +253,7 @@ def default_nodes(count: int = DEFAULT_NODES) -> list[Node]:
             "kernel": platform.release(),
             "cpus": max(cores, 4.0),
             "memory_gb": round(memory / count, 1),
-            "pools": ["default"],
+            "pools": [DEFAULT_POOL],
         }
 
     found = accelerators.detect_all()
@@ -343,9 +347,11 @@ class Cluster:
     specs: list[Spec] = field(default_factory=default_specs)
     nodes: list[Node] = field(default_factory=default_nodes)
     limits: Limits = field(default_factory=Limits)
-    #: the resource pools ``[[pool]]`` tables define (name -> dedicated); empty: the cluster
-    #: defines none, and checkpoint resume needs no pool
-    pools: dict[str, bool] = field(default_factory=dict)
+    #: the resource pools (name -> dedicated): the ``[[pool]]`` tables; a cluster without them
+    #: (this machine's default cluster too) is one organisation's own machines, one dedicated
+    #: pool :data:`DEFAULT_POOL` holding every node (seed 002: checkpoint resume runs in a
+    #: dedicated pool, :meth:`.scheduler.Scheduler.check`)
+    pools: dict[str, bool] = field(default_factory=lambda: {DEFAULT_POOL: True})
 
     def spec(self, name: str) -> Spec:
         """The spec called ``name``; InvalidSpec naming the known ones otherwise."""
@@ -379,12 +385,11 @@ def load_cluster(path: Path | None = None) -> Cluster:
         nodes = [resolve_emulated(Node(**n)) for n in data.get("node", [])] or default_nodes()
     except ValueError as exc:
         raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
-    return Cluster(
-        specs=specs,
-        nodes=nodes,
-        limits=Limits.parse(data.get("limits", {}), path),
-        pools=_pools(data.get("pool", []), path),
-    )
+    pools = _pools(data.get("pool", []), path)
+    if not pools:  # no [[pool]]: every node is in the one dedicated pool
+        pools = {DEFAULT_POOL: True}
+        nodes = [n if n.pools else n.model_copy(update={"pools": [DEFAULT_POOL]}) for n in nodes]
+    return Cluster(specs=specs, nodes=nodes, limits=Limits.parse(data.get("limits", {}), path), pools=pools)
 
 
 def resolve_emulated(node: Node) -> Node:

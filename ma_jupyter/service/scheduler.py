@@ -205,13 +205,17 @@ class Scheduler:
                 )
 
     def _check_pool(self, spec: JobSpec) -> None:
-        """Seed 002: where the cluster defines pools, checkpoint resume runs in a dedicated one."""
+        """Seed 002: checkpoint resume runs in a dedicated pool.  A job that names none may run
+        where the cluster is one pool and it is dedicated (a cluster without ``[[pool]]`` tables:
+        :data:`.config.DEFAULT_POOL`); elsewhere it names one with ``--pool``."""
         pools = self.cluster.pools
-        if not pools or not spec.checkpoint_resume:
+        if not spec.checkpoint_resume:
             return
         dedicated = sorted(name for name, flag in pools.items() if flag)
         if spec.pool and pools.get(spec.pool):
             return
+        if not spec.pool and len(pools) == 1 and dedicated:
+            return  # no choice to make: the cluster is the user's dedicated pool
         what = f"pool {spec.pool!r} is not a dedicated pool" if spec.pool else "no pool is chosen"
         choice = (
             f"choose one with --pool ({', '.join(dedicated)})"

@@ -44,7 +44,10 @@ def test_the_cluster_file_defines_pools_and_the_inspection_limits(tmp_path):
     cluster = load_cluster(path)
     assert cluster.pools == {"mine": True, "shared": False}
     assert (cluster.limits.heartbeat_timeout, cluster.limits.elastic_scale_up_interval) == (4, 60)
-    assert Cluster().pools == {}  # no [[pool]]: no pool rule
+    assert Cluster().pools == {"default": True}  # this machine's cluster: one dedicated pool
+    path.write_text('[[node]]\nname = "a"\ncpus = 2\nmemory_gb = 2\n')  # no [[pool]] tables
+    plain = load_cluster(path)
+    assert plain.pools == {"default": True} and plain.nodes[0].pools == ["default"]
     for bad in ("[[pool]]\ndedicated = true\n", '[[pool]]\nname = "p"\ndedicated = "yes"\n', "pool = 3\n"):
         path.write_text(bad)
         with pytest.raises(InvalidSpec, match=r"\[\[pool\]\]"):

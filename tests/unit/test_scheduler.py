@@ -116,9 +116,14 @@ def test_drained_or_faulty_nodes_take_no_new_placement_but_still_count_at_submit
     assert (views["node-0"], views["node-1"], views["node-2"]) == ("drained", "faulty", "idle")
 
 
-def test_checkpoint_resume_needs_a_dedicated_pool_only_where_pools_are_defined():
+def test_checkpoint_resume_runs_in_a_dedicated_pool():
     resumable = {"checkpoint_resume": {}}
-    Scheduler(Cluster()).check(ma_spec(**resumable))  # no [[pool]]: no rule
+    Scheduler(Cluster()).check(ma_spec(**resumable))  # the default cluster is one dedicated pool
+    Scheduler(Cluster()).check(ma_spec(pool="default", **resumable))
+    shared = Scheduler(Cluster(pools={"default": False}))  # an admin made the machines shared
+    with pytest.raises(InvalidSpec, match="this cluster has none") as err:
+        shared.check(ma_spec(**resumable))
+    assert "so drop checkpoint resume" in err.value.message
     nodes = [n.model_copy(update={"pools": ["mine"]}) for n in default_nodes()]
     sched = Scheduler(Cluster(nodes=nodes, pools={"mine": True, "shared": False}))
     for pool in (None, "shared"):
