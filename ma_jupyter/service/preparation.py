@@ -19,11 +19,11 @@ Rules, in order:
    disk reserve waits (:meth:`Preparation.room_for_copy`).
 3. **Under the supervisor's lock again**, the thread forgets the job and, in this order:
    a job gone, no longer queued, or whose copy was cancelled lets go of its copies and frees its
-   nodes; a copy that failed is handed to :meth:`Launcher.prepared_failed` (a full disk holds the
+   nodes; a copy that failed is handed to :meth:`Handback.prepared_failed` (a full disk holds the
    job in the queue, anything else fails it); otherwise the job is handed to
-   :meth:`Launcher.launch_prepared`.  If that step itself fails (the store cannot be read),
-   the nodes are freed unless the launcher already took them, and admission tries the job
-   again later (:meth:`Launcher.retry_later`).
+   :meth:`Handback.launch_prepared`.  If that step itself fails (the store cannot be read),
+   the nodes are freed unless the launch already took them, and admission tries the job
+   again later (:meth:`Handback.retry_later`).
 4. A terminal transition of the job (:meth:`Preparation.ended`: stopped or deleted while copying)
    cancels its copy, and its copies' retention starts; a service shutting down cancels every
    copy (:meth:`Preparation.cancel_all`; the sweep removes what is left).
@@ -67,7 +67,7 @@ def prepared_path(job_id: str, dataset) -> Path:
     return config.jobdir(job_id).prepared_dataset(dataset.source.value, dataset.name, version)
 
 
-class Launcher(Protocol):
+class Handback(Protocol):
     """What a preparation hands its job back to (rule 3), always under the supervisor's lock."""
 
     def launch_prepared(self, job: Job, placement: Placement, prepared: Prepared) -> None:
@@ -110,7 +110,7 @@ class Preparation:
 
     # ------------------------------------------------------------ the jobs being prepared
 
-    def start(self, job: Job, placement: Placement, launcher: Launcher) -> None:
+    def start(self, job: Job, placement: Placement, handback: Handback) -> None:
         """Rule 1, after the caller's dry run: say so, keep the placement, copy on a thread."""
         names = ", ".join(d.name for d in job.spec.datasets)
         self._store.add_event(
@@ -124,7 +124,7 @@ class Preparation:
         self._preparing[job.id] = prep
         threading.Thread(
             target=self._copy_then_launch,
-            args=(job.id, prep, launcher),
+            args=(job.id, prep, handback),
             name=f"ma-prepare-{job.id}",
             daemon=True,
         ).start()
@@ -159,7 +159,7 @@ class Preparation:
         for prep in list(self._preparing.values()):
             prep.cancel.set()
 
-    def _copy_then_launch(self, job_id: str, prep: _Preparing, launcher: Launcher) -> None:
+    def _copy_then_launch(self, job_id: str, prep: _Preparing, handback: Handback) -> None:
         """Rules 2 and 3, on the job's own thread."""
         got: Prepared = []
         error: Exception | None = None
@@ -185,15 +185,15 @@ class Preparation:
                 handed = True
                 if error is not None:
                     prefix = f"dataset {prep.spec.datasets[len(got)].name}: "
-                    launcher.prepared_failed(job, prep.placement, error, prefix)
+                    handback.prepared_failed(job, prep.placement, error, prefix)
                     return
-                launcher.launch_prepared(job, prep.placement, got)
+                handback.launch_prepared(job, prep.placement, got)
             except Exception:  # the store could not be read: admission tries the job again later
                 log.exception("job %s: ending its data preparation failed", job_id)
-                launcher.retry_later(job_id)
+                handback.retry_later(job_id)
             finally:
                 if not handed:
-                    launcher.free(prep.placement)
+                    handback.free(prep.placement)
 
     def room_for_copy(self, size: int, copying: int) -> None:
         """Whether the prepared store's disk can take a copy of ``size`` bytes now, besides the

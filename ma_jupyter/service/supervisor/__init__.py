@@ -52,7 +52,7 @@ from .admission import Admission
 from .forecast import Forecast
 from .inspection import Inspection
 from .journal import Journal
-from .launch import Launch
+from .launch import Launcher
 from .ledger import Ledger
 from .loop import Loop
 from .watching import Watching
@@ -88,7 +88,7 @@ class Supervisor:
         self.inspection = Inspection(
             store, scheduler, backend, self.health, self.queue, self.ledger, self.journal, self.watching
         )
-        self.launch = Launch(store, backend, self.ledger, self.journal, self.watching, self.preparation)
+        self.launcher = Launcher(store, backend, self.ledger, self.journal, self.watching, self.preparation)
         self.admission = Admission(
             store,
             scheduler,
@@ -99,7 +99,7 @@ class Supervisor:
             self.preparation,
             self.watching,
             self.inspection,
-            self.launch,
+            self.launcher,
         )
         self.forecast = Forecast(store, scheduler, backend, self.queue, self.ledger, self.admission)
         self.actions = Actions(

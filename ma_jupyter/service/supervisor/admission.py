@@ -43,7 +43,7 @@ from ..scheduler import NodeUse, Reservation, Running, Scheduler
 from ..store import Store
 from .inspection import Inspection
 from .journal import Journal
-from .launch import Launch
+from .launch import Launcher
 from .ledger import Ledger
 from .watching import Watching
 
@@ -66,7 +66,7 @@ class Admission:
         preparation: Preparation,
         watching: Watching,
         inspection: Inspection,
-        launch: Launch,
+        launcher: Launcher,
     ):
         self._store = store
         self._scheduler = scheduler
@@ -77,7 +77,7 @@ class Admission:
         self._preparation = preparation
         self._watching = watching
         self._inspection = inspection
-        self._launch = launch
+        self._launcher = launcher
         self._pass_head: Reservation | None = None
 
     def usage(self) -> dict[str, NodeUse]:
@@ -176,7 +176,7 @@ class Admission:
                 self._backend.release(bound)
                 self._journal.transition(job, JobStatus.error, failed)
                 return "skipped"  # it left the queue: the pass goes on with its shape
-        self._launch.launch(job, bound)
+        self._launcher.launch(job, bound)
         return "started"
 
     def _note_waiting(self, job: Job, kind: str, head: Reservation | None) -> None:

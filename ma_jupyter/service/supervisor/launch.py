@@ -1,12 +1,12 @@
 """Launching an admitted job on its bound placement (under the supervisor's lock).
 
-:meth:`Launch.launch`, in this order:
+:meth:`Launcher.launch`, in this order:
 
 1. with the jobs folder or the home nearly full (as a submit is refused), the placement is
-   released and the job keeps its place in the queue (:meth:`Launch.hold_for_space`);
+   released and the job keeps its place in the queue (:meth:`Launcher.hold_for_space`);
 2. the job's log folder is made; a data-preparation job whose data is not ready is handed to
    :mod:`..preparation` instead (its spec as given dry-run first: its mount rules on the
-   sources), which gives it back through :meth:`Launch.launch_prepared` once the data is copied;
+   sources), which gives it back through :meth:`Launcher.launch_prepared` once the data is copied;
    a job whose data is ready first gets its dataset links;
 3. the attempt is dry-run, the placement stored (durable before the processes exist: a crash
    right after launch can still find them), and exactly the dry run's launches are started;
@@ -15,8 +15,8 @@
    job started on fewer nodes than it asked says so, and is watched for scale-up from now.
 
 A launch that raises frees its placement and fails the job with the reason
-(:meth:`Launch.failed`), except on a full disk, where the job keeps its place in the queue,
-says so once, and admission tries it again later (:meth:`Launch.hold_for_space` raises
+(:meth:`Launcher.failed`), except on a full disk, where the job keeps its place in the queue,
+says so once, and admission tries it again later (:meth:`Launcher.hold_for_space` raises
 ``DiskFull`` for :meth:`.watching.Watching.guarded`).
 """
 
@@ -47,8 +47,8 @@ log = logging.getLogger("ma_jupyter.supervisor")
 PREPARE_SPACE_RETRY = 10.0
 
 
-class Launch:
-    """Starts admitted jobs' nodes; data preparation's :class:`..preparation.Launcher`."""
+class Launcher:
+    """Starts admitted jobs' nodes; data preparation's :class:`..preparation.Handback`."""
 
     def __init__(
         self,
