@@ -31,7 +31,7 @@ def effective_spec(store: Store, job: Job) -> JobSpec:
     The model only allows data preparation when every dataset is read-only.
     """
     spec = job.spec
-    if spec.secret_env:
+    if spec.secret_env:  # the values, read at launch only (the stored spec has ***)
         spec = spec.model_copy(update={"secret_env": store.secrets(job.id)})
     if not spec.data_preparation:
         return spec
@@ -43,10 +43,10 @@ def attempt_for(store: Store, job: Job, placement: Placement, *, dry: bool = Fal
     """The attempt of ``job`` on ``placement`` (rules 1 to 4)."""
     spec = job.spec if dry else effective_spec(store, job)
     plans = plan_job(spec, placement)
-    if spec.type.value == "batch" and job.attempt:
+    if spec.type.value == "batch" and job.attempt:  # rule 3
         done = {r.name for r in job.nodes if r.state == "exited" and r.exit_code == 0}
         plans = [p for p in plans if p.name not in done]
-    for node in plans:
+    for node in plans:  # rule 4
         node.env.update(policies.attempt_env(job))
     return Attempt(
         job_id=job.id,

@@ -96,6 +96,7 @@ class Loop:
         self._backend.on_node_end(self._watching.node_ended)  # a node's end is handled at once
         self._backend.on_notice(self._journal.backend_notice)
         self.recover()
+        # folders of deleted jobs a previous service had not finished removing
         for doomed in config.jobs_root().glob(".deleted-*"):
             threading.Thread(
                 target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
@@ -103,13 +104,15 @@ class Loop:
         self._thread = threading.Thread(target=self._run, name="ma-supervisor", daemon=True)
         self._thread.start()
         self._resources.start()
+        # its own thread: measuring what jobs hold on a nearly full disk may take a while, and
+        # must never slow a tick
         threading.Thread(target=self._inspection.reserve_loop, name="ma-disk-reserve", daemon=True).start()
 
     def shutdown(self) -> None:
         """Stop the loop; running jobs keep running (they do not depend on the service)."""
         self._ledger.halt.set()
         self._ledger.wake.set()
-        self._preparation.cancel_all()
+        self._preparation.cancel_all()  # no copy goes on without its service (the sweep removes it)
         self._resources.stop()
         if self._thread:
             self._thread.join(timeout=5)
