@@ -183,23 +183,6 @@ def read_small(
         os.close(fd)
 
 
-def read_tail(root: Path, relative: str | os.PathLike, max_bytes: int, **names: str) -> bytes:
-    """The last ``max_bytes`` of a file a job could have written; b"" when it does not exist.
-
-    Raises:
-        RefusedFile: as :func:`open_file`.
-    """
-    try:
-        fd = open_file(root, relative, **names)
-    except FileNotFoundError:
-        return b""
-    try:
-        size = os.fstat(fd).st_size
-        return pread_range(fd, max(0, size - max_bytes), max_bytes)[0]
-    finally:
-        os.close(fd)
-
-
 def make_dirs(
     path: Path,
     *,

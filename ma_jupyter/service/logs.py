@@ -6,6 +6,11 @@ this module only decides what a reader gets.  A reader asks for bytes from an of
 them with the next offset, so a follower that reconnects (a restarted kernel, a new browser tab)
 continues exactly where it stopped: nothing is replayed, nothing is skipped.  A chunk never ends
 inside a UTF-8 character.
+
+The supervisor's own reads of a node's log (a failure's last lines, performance samples, the
+size a new attempt's part starts at) are the byte-reading functions at the end of this module
+(:func:`read_log`, :func:`log_size`, :func:`last_lines`): each opens the stream through the
+backend, reads, and closes it, and says what it gives when the log is missing or gone.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..backends.base import Backend, LogSource
-from ..errors import BackendUnavailable, InvalidSpec, NotFound
+from ..errors import BackendUnavailable, InvalidSpec, NodeLost, NotFound, RefusedFile
 from ..jobdir import check_node_name
 from ..models import Job, LogChunk
 from .store import ChangeSignal
@@ -180,3 +185,57 @@ def ensure_stream(job: Job, backend: Backend, node: str, rank: int | None) -> No
     known = {n.name for n in job.nodes} | {s.node for s in backend.log_streams(job)}
     if node not in known:
         raise NotFound(f"job {job.id} has no node {node!r}: its nodes are {', '.join(sorted(known))}")
+
+
+# ------------------------------------------------------------------ the supervisor's reads
+
+
+def read_log(backend: Backend, job_id: str, node: str, offset: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of a node's log from ``offset`` (none while it does not exist, or
+    once it is gone with its Ray node: the supervisor's poll then finds the node lost).
+
+    Raises:
+        RefusedFile: the job replaced its log with something unreadable.
+    """
+    try:
+        source = backend.open_log(job_id, node, None)
+    except NodeLost:
+        return b""
+    if source is None:
+        return b""
+    try:
+        return source.read(offset, limit)[0]
+    finally:
+        source.close()
+
+
+def log_size(backend: Backend, job_id: str, node: str) -> int:
+    """The size of a node's log now (0 while it does not exist or cannot be read)."""
+    try:
+        source = backend.open_log(job_id, node, None)
+    except (RefusedFile, NodeLost, OSError):
+        return 0
+    if source is None:
+        return 0
+    try:
+        return source.size()
+    finally:
+        source.close()
+
+
+def last_lines(backend: Backend, job_id: str, node: str, lines: int) -> list[str]:
+    """The last ``lines`` lines of a node's log (empty if it does not exist or cannot be read); a
+    log the job replaced with something unreadable, or one gone with its node, gives one line
+    saying so."""
+    try:
+        source = backend.open_log(job_id, node, None)
+        if source is None:
+            return []
+        try:
+            return tail(source, lines)
+        finally:
+            source.close()
+    except (RefusedFile, BackendUnavailable, NodeLost) as exc:  # planted by the job / gone with its node
+        return [exc.message]
+    except OSError:
+        return []

@@ -35,13 +35,13 @@ the copy holds is what that account could read of the source.
 **Disk reserve.**  The store lies in the service's home, usually on the jobs folder's disk,
 whose reserve (``[limits] disk_reserve_mb``) the supervisor keeps by ending the running job
 that writes the most.  A copy is no running job's doing, so it must not eat into the reserve:
-before copying, :meth:`acquire` asks the supervisor (``room``) with the size the look found
+before copying, :meth:`acquire` asks data preparation (``room``) with the size the look found
 and the copies already in progress; a copy that would leave less than the reserve free waits
 (the job stays queued and says so), one larger than the disk could ever take is refused.
 
 **Off every lock.**  Looking and copying take as long as the dataset does: :meth:`acquire` holds
-the store's lock only for its bookkeeping, and the supervisor calls it on a thread of its own
-while the job's nodes are reserved (see ``supervisor.py``), so no submit, stop or request
+the store's lock only for its bookkeeping, and data preparation (``preparation.py``) calls it
+on a thread of its own while the job's nodes are reserved, so no submit, stop or request
 waits for a copy.
 
 Rules, in order:

@@ -331,8 +331,8 @@ def test_a_copy_in_progress_holds_no_lock_and_a_stop_cancels_it(ma_home, tmp_pat
         _quick(lambda: sup.request_stop(slow.id, by="admin"), "the stop of the copying job")
         assert sup.store.get(slow.id).status is JobStatus.stopped
         # the copy is cancelled: no copy in progress left, none taken for complete
-        store = sup.prepared.root
-        wait_for(lambda: slow.id not in sup._preparing, timeout=30)
+        store = sup.preparation.copies.root
+        wait_for(lambda: not sup.preparation.is_preparing(slow.id), timeout=30)
         assert not list(store.glob("*/data")) and not list(store.glob("*/copying-*"))
         assert not (config.jobdir(slow.id).logs / "worker-0.log").exists()  # it never ran
 
@@ -341,7 +341,7 @@ def test_a_copy_in_progress_holds_no_lock_and_a_stop_cancels_it(ma_home, tmp_pat
         again = sup.submit(prep_spec, "mallory")
         sup.tick()
         wait_for(lambda: sup.store.get(again.id).status is JobStatus.running, timeout=60)
-        [entry] = sup.prepared.entries(lambda _id: True)
+        [entry] = sup.preparation.copies.entries(lambda _id: True)
         assert entry.jobs == [again.id] and os.path.isdir(entry.path)
     finally:
         sup.backend.gate.set()
@@ -419,7 +419,7 @@ def test_a_dataset_folder_swapped_for_a_link_into_another_job_after_the_check_is
         reasons = " ".join(e.reason for e in sup.store.events(job.id))
         assert done.status is JobStatus.error, (done.status, reasons)
         assert "dataset d" in reasons and "job service's home" in reasons, reasons
-        assert "the victim's results" not in _tree_text(sup.prepared.root)
+        assert "the victim's results" not in _tree_text(sup.preparation.copies.root)
         assert not (config.jobdir(job.id).logs / "worker-0.log").exists()  # it never ran
     finally:
         sup.backend.gate.set()
@@ -437,7 +437,7 @@ def test_a_copy_that_fills_the_disk_waits_for_space_and_then_starts(ma_home, tmp
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], check=True)
     sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), GatedCopyBackend())
     try:
-        sup.prepared = PreparedStore(small / "prepared")
+        sup.preparation.copies = PreparedStore(small / "prepared")
         data = _dataset(tmp_path, size=1_000_000)
         spec = JobSpec.model_validate(
             {
@@ -453,17 +453,19 @@ def test_a_copy_that_fills_the_disk_waits_for_space_and_then_starts(ma_home, tmp
         wait_for(sup.backend.copying.is_set, timeout=30)  # room was found for it, then
         (small / "ballast").write_bytes(b"x" * 1_500_000)  # something else fills the disk
         sup.backend.gate.set()
-        wait_for(lambda: job.id not in sup._preparing, timeout=60)
-        with sup._lock:  # the thread's last step, which took it out of _preparing, is over
+        wait_for(lambda: not sup.preparation.is_preparing(job.id), timeout=60)
+        with sup.ledger.lock:  # the thread's last step, which took it out of preparation, is over
             pass
         reasons = " ".join(e.reason for e in sup.store.events(job.id))
         assert sup.store.get(job.id).status is JobStatus.queued, reasons
         assert "waiting: dataset d: disk full under" in reasons, reasons
-        assert job.id in sup._retry_at and sup._admit_retry is not None  # tried again later, not now
+        assert (
+            job.id in sup.ledger.retry_at and sup.ledger.admit_retry is not None
+        )  # tried again later, not now
         assert not sup.backend._reserved_ports  # its nodes were freed
-        assert not list(sup.prepared.root.glob("*/copying-*"))  # nothing half copied is left
+        assert not list(sup.preparation.copies.root.glob("*/copying-*"))  # nothing half copied is left
         sup.tick()  # before the retry time: not prepared again in a loop
-        assert job.id not in sup._preparing
+        assert not sup.preparation.is_preparing(job.id)
         (small / "ballast").unlink()  # space again
         wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=90)
     finally:
@@ -502,13 +504,13 @@ def test_a_store_error_after_the_copy_frees_the_nodes_and_the_job_is_tried_again
         job = sup.submit(spec, "mallory")
         store.failing = job.id
         sup.tick()
-        wait_for(lambda: job.id not in sup._preparing, timeout=60)
-        with sup._lock:  # the thread's last step, which took it out of _preparing, is over
+        wait_for(lambda: not sup.preparation.is_preparing(job.id), timeout=60)
+        with sup.ledger.lock:  # the thread's last step, which took it out of preparation, is over
             pass
         assert store.failing is None  # the failure happened
         assert sup.store.get(job.id).status is JobStatus.queued
         assert not sup.backend._reserved_ports  # its nodes were freed
-        assert job.id in sup._retry_at
+        assert job.id in sup.ledger.retry_at
         wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=60)
     finally:
         stop_every_job(sup)
@@ -549,13 +551,13 @@ def test_a_copy_that_would_cross_the_disk_reserve_waits_and_one_too_big_is_refus
 
             job = sup.submit(spec(big), "mallory")
             sup.tick()
-            wait_for(lambda: job.id not in sup._preparing, timeout=60)
-            with sup._lock:  # the preparing thread's last step is over
+            wait_for(lambda: not sup.preparation.is_preparing(job.id), timeout=60)
+            with sup.ledger.lock:  # the preparing thread's last step is over
                 pass
             reasons = " ".join(e.reason for e in sup.store.events(job.id))
             assert sup.store.get(job.id).status is JobStatus.queued, reasons
             assert "would leave less than the disk reserve (6 MB" in reasons, reasons
-            assert not list(sup.prepared.root.glob("*/data"))  # nothing was copied
+            assert not list(sup.preparation.copies.root.glob("*/data"))  # nothing was copied
             (ma_home / "ballast").unlink()
             wait_for(lambda: sup.tick() or sup.store.get(job.id).status is not JobStatus.queued, timeout=90)
             assert sup.store.get(job.id).status in (JobStatus.running, JobStatus.succeeded)

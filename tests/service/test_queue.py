@@ -15,10 +15,10 @@ import pytest
 from ma_jupyter import config
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import JobSpec, JobStatus, Priority
-from ma_jupyter.service import supervisor as supervisor_module
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
+from ma_jupyter.service.supervisor import actions as supervisor_actions
 from tests.helpers import stop_every_job
 from tests.service.test_service import job_of, submit, wait_status
 
@@ -162,7 +162,7 @@ def test_a_submit_whose_random_id_is_taken_gets_another(driven, monkeypatch):
     sup = driven
     first = sup.submit(spec("same"), creator="me")
     ids = iter([first.id, "same-000001"])  # the random id comes out the same once
-    monkeypatch.setattr(supervisor_module, "new_job_id", lambda name: next(ids))
+    monkeypatch.setattr(supervisor_actions, "new_job_id", lambda name: next(ids))
     second = sup.submit(spec("same"), creator="me")
     assert second.id == "same-000001" and sup.queue.ids() == [first.id, second.id]
     assert sup.store.get(first.id).created_at == first.created_at

@@ -1,0 +1,286 @@
+"""Data preparation of a job's launch: its datasets copied into the prepared store first.
+
+A job with ``data_preparation`` reads its (read-only) datasets from copies kept by
+:class:`~.prepared.PreparedStore` (``service/prepared.py``: keys, reuse, retention, removal).
+This module is the supervisor's side of it: when such a job is admitted, its launch has two
+steps, and :class:`Preparation` owns the jobs between them.
+
+Rules, in order:
+
+1. **Under the supervisor's lock** (the caller holds it), the launch dry-runs the job's spec as
+   given (its own mount rules on the sources: a copy shared with other jobs is handed only to
+   a job that may mount its source) and calls :meth:`Preparation.start`, which notes that the
+   data is being prepared, keeps the job's reserved placement and starts a thread.
+2. **Off every lock**, on that thread (``ma-prepare-<job id>``), each dataset gets its copy
+   from the store (reused when the source has not changed since a job last copied it).  The
+   job stays queued meanwhile: admission passes it by (:meth:`Preparation.is_preparing`), its
+   nodes count as used (:meth:`Preparation.placements`, :meth:`Preparation.reserved`), so no
+   submit, stop or request waits for a copy.  A copy that would eat into the jobs folder's
+   disk reserve waits (:meth:`Preparation.room_for_copy`).
+3. **Under the supervisor's lock again**, the thread forgets the job and, in this order:
+   a job gone, no longer queued, or whose copy was cancelled lets go of its copies and frees its
+   nodes; a copy that failed is handed to :meth:`Handback.prepared_failed` (a full disk holds the
+   job in the queue, anything else fails it); otherwise the job is handed to
+   :meth:`Handback.launch_prepared`.  If that step itself fails (the store cannot be read),
+   the nodes are freed unless the launch already took them, and admission tries the job
+   again later (:meth:`Handback.retry_later`).
+4. A terminal transition of the job (:meth:`Preparation.ended`: stopped or deleted while copying)
+   cancels its copy, and its copies' retention starts; a service shutting down cancels every
+   copy (:meth:`Preparation.cancel_all`; the sweep removes what is left).
+5. The launch links each dataset of the job's folder to its copy (:meth:`Preparation.link`),
+   which the nodes mount read-only (the local backend's mount rules let only such a link skip
+   the checks that rule 1 ran on the source).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .. import config
+from ..backends.base import Backend
+from ..errors import DiskFull, InvalidSpec, NotFound
+from ..models import Event, Job, JobSpec, JobStatus, PreparedData
+from ..modes.base import Placement
+from .disk import free_bytes
+from .prepared import Acquired, PreparedStore
+from .scheduler import Running, Scheduler
+from .store import Store
+
+log = logging.getLogger("ma_jupyter.supervisor")
+
+PREPARED_SWEEP_EVERY = 30.0  # seconds between sweeps of prepared data past its retention
+
+#: what a job's copies are: (dataset name, the link in its job folder, what the store gave)
+Prepared = list[tuple[str, Path, Acquired]]
+
+
+def prepared_path(job_id: str, dataset) -> Path:
+    """Where a job's folder links one of its datasets to its prepared copy."""
+    version = dataset.version or ""
+    return config.jobdir(job_id).prepared_dataset(dataset.source.value, dataset.name, version)
+
+
+class Handback(Protocol):
+    """What a preparation hands its job back to (rule 3), always under the supervisor's lock."""
+
+    def launch_prepared(self, job: Job, placement: Placement, prepared: Prepared) -> None:
+        """Launch the job, its data ready; the launch now owns ``placement``."""
+
+    def prepared_failed(self, job: Job, placement: Placement, error: Exception, prefix: str) -> None:
+        """A copy failed: free ``placement``; the job fails, or waits for space (a full disk)."""
+
+    def retry_later(self, job_id: str) -> None:
+        """Ending the preparation failed: admission tries the job again later."""
+
+    def free(self, placement: Placement) -> None:
+        """Release the nodes reserved for the job (the queue may move)."""
+
+
+@dataclass(frozen=True)
+class _Preparing:
+    """A queued job whose data is being copied: its reserved nodes, and what cancels the copy."""
+
+    placement: Placement
+    spec: JobSpec
+    cancel: threading.Event
+
+
+class Preparation:
+    """The jobs whose data is being copied, and the prepared store they copy into.
+
+    ``lock`` is the supervisor's: the calls that change what is being prepared (:meth:`start`,
+    :meth:`ended`) come under it, and rule 3 takes it; the copies never run under it.
+    """
+
+    def __init__(self, store: Store, backend: Backend, scheduler: Scheduler, lock: threading.RLock):
+        self._store = store
+        self._backend = backend
+        self._scheduler = scheduler  # its cluster's [limits] disk_reserve_mb, read at each copy
+        self._lock = lock
+        self.copies = PreparedStore()  # data preparation's copies, shared between jobs
+        self._preparing: dict[str, _Preparing] = {}
+        self._swept = 0.0  # monotonic time of the last sweep of expired prepared data
+
+    # ------------------------------------------------------------ the jobs being prepared
+
+    def start(self, job: Job, placement: Placement, handback: Handback) -> None:
+        """Rule 1, after the caller's dry run: say so, keep the placement, copy on a thread."""
+        names = ", ".join(d.name for d in job.spec.datasets)
+        self._store.add_event(
+            Event(
+                job_id=job.id,
+                status=job.status,
+                reason=f"preparing data ({names}): it starts once the data is copied",
+            )
+        )
+        prep = _Preparing(placement, job.spec, threading.Event())
+        self._preparing[job.id] = prep
+        threading.Thread(
+            target=self._copy_then_launch,
+            args=(job.id, prep, handback),
+            name=f"ma-prepare-{job.id}",
+            daemon=True,
+        ).start()
+
+    def is_preparing(self, job_id: str) -> bool:
+        """Whether the job's data is being copied (its nodes reserved, admission passes it by)."""
+        return job_id in self._preparing
+
+    def placements(self) -> list[Placement]:
+        """The nodes reserved for the jobs being prepared: they count as used."""
+        return [p.placement for p in self._preparing.values()]
+
+    def reserved(self) -> list[Running]:
+        """The jobs being prepared as running ones, each ending at now plus its duration (they
+        start once their data is copied)."""
+        return [
+            Running(prep.placement, time.time() + prep.spec.duration if prep.spec.duration else None)
+            for prep in self._preparing.values()
+        ]
+
+    def ended(self, job: Job) -> None:
+        """Rule 4: a data-preparation job's terminal transition was recorded (under the lock)."""
+        if not job.spec.data_preparation:
+            return
+        preparing = self._preparing.get(job.id)
+        if preparing is not None:
+            preparing.cancel.set()  # its copy ends; the thread then frees its nodes
+        self.copies.release(job.id)  # its retention starts now
+
+    def cancel_all(self) -> None:
+        """Rule 4: no copy goes on without its service (the sweep removes what it left)."""
+        for prep in list(self._preparing.values()):
+            prep.cancel.set()
+
+    def _copy_then_launch(self, job_id: str, prep: _Preparing, handback: Handback) -> None:
+        """Rules 2 and 3, on the job's own thread."""
+        got: Prepared = []
+        error: Exception | None = None
+        try:
+            for d in prep.spec.datasets:
+                acquired = self.copies.acquire(
+                    job_id, d.path, prep.spec.creator, self._backend, prep.cancel, self.room_for_copy
+                )
+                got.append((d.name, prepared_path(job_id, d), acquired))
+        except Exception as exc:
+            error = exc
+        with self._lock:
+            self._preparing.pop(job_id, None)
+            handed = False  # whether the placement went to a step that releases it itself
+            try:
+                try:
+                    job = self._store.get(job_id)
+                except NotFound:
+                    job = None
+                if job is None or job.status is not JobStatus.queued or prep.cancel.is_set():
+                    self.copies.release(job_id)
+                    return
+                handed = True
+                if error is not None:
+                    prefix = f"dataset {prep.spec.datasets[len(got)].name}: "
+                    handback.prepared_failed(job, prep.placement, error, prefix)
+                    return
+                handback.launch_prepared(job, prep.placement, got)
+            except Exception:  # the store could not be read: admission tries the job again later
+                log.exception("job %s: ending its data preparation failed", job_id)
+                handback.retry_later(job_id)
+            finally:
+                if not handed:
+                    handback.free(prep.placement)
+
+    def room_for_copy(self, size: int, copying: int) -> None:
+        """Whether the prepared store's disk can take a copy of ``size`` bytes now, besides the
+        ``copying`` bytes of the copies in progress: on the jobs folder's disk, the copy must
+        leave the disk reserve free (the reserve's watch ends only running jobs, never a copy).
+
+        Raises:
+            DiskFull: not now (the job waits in the queue, as a launch on a full disk).
+            InvalidSpec: never: the disk, even empty, could not take it above the reserve.
+        """
+        store = self.copies.root if self.copies.root.is_dir() else self.copies.root.parent
+        jobs = config.jobs_root()
+        try:
+            usage = shutil.disk_usage(store)
+            same = os.stat(store).st_dev == os.stat(jobs).st_dev if jobs.is_dir() else True
+        except OSError:
+            return  # unknown: the copy's own ENOSPC still holds the job
+        reserve = int(self._scheduler.cluster.limits.disk_reserve_mb * (1 << 20)) if same else 0
+        mb = 1 << 20
+        if size > usage.total - reserve:
+            raise InvalidSpec(
+                f"it holds {size / mb:.1f} MB, more than the disk of the prepared data ({store}, "
+                f"{usage.total / mb:.0f} MB, {reserve / mb:.0f} MB of it kept free) can take: "
+                "run the job without data_preparation",
+                field="data_preparation",
+            )
+        free = free_bytes(store)
+        if free is not None and free - copying - size < reserve:
+            raise DiskFull(
+                f"its copy ({size / mb:.1f} MB) would leave less than the disk reserve "
+                f"({reserve / mb:.0f} MB, [limits] disk_reserve_mb) free under {store} "
+                f"({free / mb:.1f} MB free, {copying / mb:.1f} MB being copied for other jobs)"
+            )
+
+    def link(self, job: Job, prepared: Prepared) -> None:
+        """Rule 5: the job's folder gets a symlink per dataset to its copy, each said as an event."""
+        for name, link, acquired in prepared:
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(acquired.path)
+            size = f"{acquired.bytes / 1e6:.1f} MB"
+            reason = (
+                f"dataset {name}: prepared data reused ({size})"
+                if acquired.reused
+                else f"dataset {name}: prepared {size} in {acquired.seconds:.2f} s"
+            )
+            self._store.add_event(Event(job_id=job.id, status=job.status, reason=reason))
+
+    # --------------------------------------------------------------- the prepared copies
+
+    def _live(self, job_id: str) -> bool:
+        """Whether a job still holds its prepared data (it is queued or running)."""
+        try:
+            return self._store.get(job_id).status in (JobStatus.queued, JobStatus.running)
+        except NotFound:
+            return False
+
+    def sweep_if_due(self) -> None:
+        """A sweep (:meth:`sweep`) when the last one is ``PREPARED_SWEEP_EVERY`` seconds old."""
+        if time.monotonic() - self._swept >= PREPARED_SWEEP_EVERY:
+            self.sweep()
+
+    def sweep(self) -> list[str]:
+        """Remove the prepared data unused for longer than the retention; the keys removed."""
+        self._swept = time.monotonic()
+        try:
+            return self.copies.sweep(self._live)
+        except Exception:  # a bad [data] table or an unreadable entry must not stop supervision
+            log.exception("sweeping prepared data failed")
+            return []
+
+    def entries(self, user: str | None) -> list[PreparedData]:
+        """The prepared copies (``user``: only those a job of theirs took), after a sweep.
+
+        Raises:
+            InvalidSpec: ``[data] retention`` of ``cluster.toml`` is not a duration.
+        """
+        self._swept = time.monotonic()
+        self.copies.sweep(self._live)
+        return self.copies.entries(self._live, user)
+
+    def remove(self, key: str, user: str | None) -> PreparedData:
+        """Remove one prepared copy now (``user``: only one a job of theirs took).
+
+        Raises:
+            NotFound: no such copy (for this user).
+            Conflict: a queued or running job uses it.
+        """
+        return self.copies.remove(key, self._live, user)

@@ -1,0 +1,187 @@
+"""Admission: which queued jobs start, in queue order, with backfill behind the head.
+
+Admission works on the queue index (:mod:`..queue`), the queued jobs in memory in queue order,
+rebuilt from the store when the supervisor is made.  The loop runs a pass only after an event
+that can change what starts (:meth:`.ledger.Ledger.queue_changed`), or when a job a full disk
+held is due.  A pass (:meth:`Admission.admit`):
+
+1. walks the jobs in queue order, one shape at a time (:meth:`..scheduler.Scheduler.shape`):
+   it starts from the first job of every shape and always takes the earliest job still to try;
+2. reads that job fresh from the store (skipping it if it left the queue meanwhile, its data
+   is being prepared, or it waits to retry after a full disk) and asks the scheduler to place it;
+3. launches it if it fits, and goes on with the next job of its shape;
+4. if it does not fit, notes once on the job that it waits, and tries no other job of its shape
+   in this pass: the pass only adds to what is in use, so none of them would fit either (what
+   an attempt winding down frees meanwhile asks for another pass), while jobs of other shapes
+   behind it may still start (backfill);
+5. the first job that does not fit is the *head*: it reserves the nodes it will take once
+   enough running jobs end (:meth:`..scheduler.Scheduler.reserve`, from their durations), and
+   every later job starts only if it cannot delay it (:meth:`..scheduler.Scheduler.backfill`:
+   it fits beside the reservation, or its duration ends it before the head's estimated start).
+   A job that fits but is held for the head does not stop its shape's walk (durations differ).
+
+A job that fits is bound by the backend (which may decline: the pass tries again within
+``BIND_RETRY``); a checkpoint-resume attempt after the first passes the pre-check
+(:meth:`.inspection.Inspection.precheck`) before it is launched (:mod:`.launch`).
+
+The outcome is that of trying every queued job in queue order (each one that fits and may pass
+the head starts, the others wait), at the cost of one placement per shape plus one per job started.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+from ...backends.base import Backend
+from ...errors import NotFound
+from ...models import Job, JobStatus
+from .. import policies
+from ..preparation import Preparation
+from ..queue import QueueIndex
+from ..scheduler import NodeUse, Reservation, Running, Scheduler
+from ..store import Store
+from .inspection import Inspection
+from .journal import Journal
+from .launch import Launcher
+from .ledger import Ledger
+from .watching import Watching
+
+# seconds before another admission pass when the backend could not hold the nodes the scheduler
+# chose (resources taken outside this service, e.g. by other users of a Ray cluster)
+BIND_RETRY = 1.0
+
+
+class Admission:
+    """Admission passes (the module's steps) and what the jobs this service runs take."""
+
+    def __init__(
+        self,
+        store: Store,
+        scheduler: Scheduler,
+        backend: Backend,
+        queue: QueueIndex,
+        ledger: Ledger,
+        journal: Journal,
+        preparation: Preparation,
+        watching: Watching,
+        inspection: Inspection,
+        launcher: Launcher,
+    ):
+        self._store = store
+        self._scheduler = scheduler
+        self._backend = backend
+        self._queue = queue
+        self._ledger = ledger
+        self._journal = journal
+        self._preparation = preparation
+        self._watching = watching
+        self._inspection = inspection
+        self._launcher = launcher
+        self._pass_head: Reservation | None = None
+
+    def usage(self) -> dict[str, NodeUse]:
+        """What the jobs this service runs take of the cluster now (the scheduler's usage): the
+        running jobs' placements and the nodes reserved for jobs being prepared."""
+        with self._ledger.lock:
+            placements = list(self._ledger.placements.values()) + self._preparation.placements()
+            return self._scheduler.usage(placements)
+
+    def running(self) -> list[Running]:
+        """Every running placement with its estimated end (its start plus its duration), and the
+        jobs being prepared (they start once their data is copied)."""
+        out = []
+        for job_id, placement in self._ledger.placements.items():
+            try:
+                job = self._store.get(job_id)
+            except NotFound:
+                continue
+            out.append(Running(placement, policies.estimated_end(job)))
+        out.extend(self._preparation.reserved())
+        return out
+
+    def due(self) -> bool:
+        """Whether an event asked for a pass, or a job a full disk held is due for another try."""
+        retry = self._ledger.admit_retry
+        return self._ledger.admit_needed.is_set() or (retry is not None and time.monotonic() >= retry)
+
+    def admit(self) -> int:
+        """One admission pass, in the numbered steps of the module docstring; the number of jobs
+        it started."""
+        self._ledger.admit_needed.clear()  # an event during the pass asks for another one
+        self._ledger.admit_retry = None  # a job still held by a full disk sets it again
+        started = 0
+        self._pass_head = None  # step 5: the first job that does not fit, and what it reserves
+        todo = self._queue.heads()  # already in queue order: a valid heap
+        while todo:
+            key, shape = heapq.heappop(todo)
+            outcome = self._admit_job(key[2])
+            if outcome == "blocked":
+                continue  # step 4: the rest of this shape waits
+            started += outcome == "started"
+            after = self._queue.next_of(shape, key)
+            if after is not None:
+                heapq.heappush(todo, (after, shape))
+        return started
+
+    def _admit_job(self, job_id: str) -> str:
+        """Steps 2-4 for one job: ``started`` (or failed to launch, releasing what it took),
+        ``blocked`` (it does not fit now) or ``skipped``."""
+        with self._ledger.lock:
+            if self._preparation.is_preparing(job_id):
+                return "skipped"  # its nodes are reserved; it starts once its data is copied
+            try:
+                job = self._store.get(job_id)  # fresh: a PATCH may have changed it since the listing
+            except NotFound:
+                self._queue.discard(job_id)
+                return "skipped"
+            if job.status is not JobStatus.queued:
+                self._queue.discard(job_id)  # left the queue through another service on this store
+                return "skipped"
+            retry = self._ledger.retry_at.get(job.id, 0.0)
+            if retry > time.monotonic():
+                self._ledger.retry_admission(retry)
+                return "skipped"
+            return self._watching.guarded(job, self._admit_one) or "skipped"
+
+    def _admit_one(self, job: Job) -> str:
+        """Launch one queued job if it may start now: ``started``, ``blocked`` (it does not fit)
+        or ``held`` (it fits, but would delay the head of the queue: step 5)."""
+        use, now = self.usage(), time.time()
+        head = self._pass_head
+        placement = self._scheduler.place(job.id, job.spec, use)
+        if placement is None:
+            if head is None:  # the first job that does not fit: it reserves what it will take
+                head = self._pass_head = self._scheduler.reserve(job.id, job.spec, self.running(), now)
+                self._note_waiting(job, "head", head)
+            else:
+                self._note_waiting(job, "blocked", head)
+            return "blocked"
+        if head is not None:
+            placement = self._scheduler.backfill(job.id, job.spec, use, head, now)
+            if placement is None:
+                self._note_waiting(job, "held", head)
+                return "held"
+        bound = self._backend.bind(placement, reserve=True)
+        if (
+            bound is None
+        ):  # the backend cannot hold those nodes now (rule 8 of backends/base.py): try again soon
+            self._ledger.retry_admission(time.monotonic() + BIND_RETRY)
+            self._note_waiting(job, "declined", head)
+            return "blocked"
+        self._ledger.waiting_noted.pop(job.id, None)
+        if job.spec.checkpoint_resume and job.attempt:
+            failed = self._inspection.precheck(job, bound)
+            if failed is not None:
+                self._backend.release(bound)
+                self._journal.transition(job, JobStatus.error, failed)
+                return "skipped"  # it left the queue: the pass goes on with its shape
+        self._launcher.launch(job, bound)
+        return "started"
+
+    def _note_waiting(self, job: Job, kind: str, head: Reservation | None) -> None:
+        """Say once (per kind) why a queued job waits."""
+        if self._ledger.waiting_noted.get(job.id) == kind:
+            return
+        self._ledger.waiting_noted[job.id] = kind
+        self._journal.notice(job, policies.waiting_reason(kind, head))

@@ -1,0 +1,258 @@
+"""Node health and the looks at running jobs beside the watch: drains, inspections, the disk reserve.
+
+* **Drain and undrain** (an admin's): a drained node takes no new placement (:mod:`..health`);
+  a job with checkpoint resume running there is moved away by the next watch.  Undraining a
+  drained or faulty node asks for an admission pass.
+* **The node inspection**, every ``HEALTH_EVERY`` seconds from the loop
+  (:meth:`Inspection.inspect_if_due`), in this order:
+
+  1. a service that was itself frozen or suspended (its last inspection long ago by the wall
+     clock) sees every heartbeat as old: it judges none this time;
+  2. for each running job, under the lock: each running runner's heartbeat age by inventory
+     node, the tasks holding real cards, and an elastic job running shrunk is checkpointed to
+     scale up once the nodes it lacks are free for long enough (:func:`..policies.on_scale_up`);
+  3. outside the lock (the driver may take a while to answer), each card is asked whether it
+     failed (:meth:`Backend.card_fault`): its node is marked faulty, said to the jobs there;
+  4. a node where every running runner has been silent longer than ``heartbeat_timeout`` is
+     marked faulty (one job stopping or loading its own runner must not end the others there).
+
+* **The pre-check** before a checkpoint-resume attempt (seed 002): the checkpoint folder is
+  there and readable, and the attempt avoids marked nodes (:meth:`Inspection.precheck`).
+* **The disk reserve** (:mod:`..policies`, "across running jobs"), on a thread of its own once
+  a second (:meth:`Inspection.reserve_loop`): under twice the reserve, what each running job
+  holds on the jobs folder's disk is measured (outside the lock: it may take a while); under the
+  reserve, the job writing the most is ended (:func:`..policies.on_reserve`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from ... import config
+from ...backends.base import Attempt, Backend
+from ...errors import NotFound
+from ...models import Job, JobStatus
+from ...modes.base import Placement, TaskSlot
+from .. import policies
+from ..disk import FULL_BELOW, disk_use, free_bytes
+from ..health import NodeHealth
+from ..queue import QueueIndex
+from ..scheduler import Scheduler
+from ..store import Store
+from .attempts import attempt_for
+from .journal import Journal
+from .ledger import Ledger
+from .watching import DISK_CHECK_EVERY, Watching
+
+log = logging.getLogger("ma_jupyter.supervisor")
+
+HEALTH_EVERY = 1.0  # seconds between two node inspections (heartbeats, elastic scale-up)
+
+
+class Inspection:
+    """Drains, node inspections, the resume pre-check and the disk reserve (module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        scheduler: Scheduler,
+        backend: Backend,
+        health: NodeHealth,
+        queue: QueueIndex,
+        ledger: Ledger,
+        journal: Journal,
+        watching: Watching,
+    ):
+        self._store = store
+        self._scheduler = scheduler
+        self._backend = backend
+        self._health = health
+        self._queue = queue
+        self._ledger = ledger
+        self._journal = journal
+        self._watching = watching
+        self._inspected = 0.0
+        self._inspected_wall = 0.0  # time.time() of the last inspection (counts a suspend)
+        # the disk reserve: when it was last looked at, and what each running job held on the
+        # jobs folder's disk then (only while it is nearly full)
+        self._reserve_watched = 0.0
+        self._held: dict[str, int] = {}
+
+    # --------------------------------------------------------------------- drains
+
+    def drain(self, node: str, reason: str | None = None, by: str | None = None) -> None:
+        """Take ``node`` out of placement (an admin's drain); a job with checkpoint resume running
+        there is moved away by the next watch.
+
+        Raises:
+            NotFound: no node of the inventory has that name.
+        """
+        self._known_node(node)
+        why = f"drained by {by or 'an admin'}" + (f": {reason}" if reason else "")
+        if self._health.mark(node, "drained", why):
+            log.warning("node %s %s", node, why)
+        self._ledger.wake.set()
+
+    def undrain(self, node: str) -> None:
+        """Put a drained or faulty ``node`` back into placement (queued jobs may fit now).
+
+        Raises:
+            NotFound: no node of the inventory has that name.
+        """
+        self._known_node(node)
+        if self._health.clear(node) is not None:
+            self._ledger.queue_changed()
+
+    def _known_node(self, node: str) -> None:
+        names = [n.name for n in self._scheduler.nodes()]
+        if node not in names:
+            raise NotFound(f"no node {node!r}: the nodes are {', '.join(names)} (see `ma-jupyter nodes`)")
+
+    # ----------------------------------------------------------- the node inspection
+
+    def inspect_if_due(self) -> None:
+        """An inspection when the last one is ``HEALTH_EVERY`` seconds old (rule 1 decides
+        whether it judges heartbeats and cards)."""
+        if time.monotonic() < self._inspected + HEALTH_EVERY:
+            return
+        wall = time.time()
+        timeout = self._scheduler.cluster.limits.heartbeat_timeout
+        judge = wall - self._inspected_wall < timeout / 2
+        self._inspected, self._inspected_wall = time.monotonic(), wall
+        self.inspect(judge)
+
+    def inspect(self, judge: bool) -> None:
+        """Rules 2 to 4 (3 and 4 only when ``judge``)."""
+        ledger, health, backend, scheduler = self._ledger, self._health, self._backend, self._scheduler
+        timeout = scheduler.cluster.limits.heartbeat_timeout
+        interval = scheduler.cluster.limits.elastic_scale_up_interval
+        now = time.time()
+        # the age of each running runner's last beat, by inventory node: a node is faulty only
+        # when every runner on it is silent (one job stopping its own runner, or loading it,
+        # must not end the other users' jobs there)
+        ages: dict[str, list[float]] = {}
+        # inventory node -> the running jobs' tasks holding real cards there (asked outside the lock)
+        card_tasks: dict[str, list[tuple[Job, TaskSlot]]] = {}
+        for job in self._store.by_status(JobStatus.running):
+            with ledger.lock:
+                placement = ledger.placements.get(job.id)
+                if placement is None or job.id in ledger.finishing:
+                    continue
+                attempt = attempt_for(self._store, job, placement)
+                if judge:
+                    for task in placement.tasks:
+                        if task.card_type and task.host not in health.marks:
+                            card_tasks.setdefault(task.host, []).append((job, task))
+                for run in job.nodes:
+                    if run.state != "running" or run.host in health.marks:
+                        continue
+                    beat = backend.heartbeat(attempt, run)
+                    if beat is not None:
+                        ages.setdefault(run.host, []).append(now - beat)
+                since = ledger.shrunk_since.get(job.id)
+                if since is None:
+                    continue
+                use = scheduler.usage(p for j, p in ledger.placements.items() if j != job.id)
+                possible = scheduler.place(job.id, job.spec, use)
+                end = policies.on_scale_up(
+                    job,
+                    policies.workers(placement.tasks),
+                    policies.workers(possible.tasks) if possible else 0,
+                    time.monotonic() - since,
+                    interval,
+                    len(self._queue),
+                )
+                if end is not None:
+                    self._journal.notice(job, end.reason.split(";")[0] + ": checkpointing to scale up")
+                    self._watching.finish(job, attempt, end)
+        if not judge:
+            return
+        for host, held in card_tasks.items():
+            # the driver may take a while to answer (NVML): the supervisor's lock is not held
+            why = next((w for w in (backend.card_fault(task) for _, task in held) if w), None)
+            if why is None:
+                continue
+            with ledger.lock:
+                if health.mark(host, "faulty", why):
+                    log.warning("node %s is faulty: %s", host, why)
+                    for job in {j.id: j for j, _ in held}.values():
+                        self._journal.notice(job, f"node {host} is faulty: {why}", alert=True)
+        for host, silent in ages.items():
+            if min(silent) > timeout:
+                why = (
+                    f"no node runner there has beaten for {min(silent):.0f} s (more than {timeout:g} s; "
+                    f"{len(silent)} running)"
+                )
+                with ledger.lock:
+                    if health.mark(host, "faulty", why):
+                        log.warning("node %s is faulty: %s", host, why)
+
+    def precheck(self, job: Job, placement: Placement) -> str | None:
+        """The pre-check before a checkpoint-resume attempt (seed 002), said as an event: the
+        checkpoint's folder (the job's outputs) is there and readable, and the attempt is placed
+        on usable nodes.  The reason it fails, or None.  Looks at the folder's metadata only."""
+        folder = job.outputs_folder
+        if not folder or not os.path.isdir(folder) or not os.access(folder, os.R_OK | os.X_OK):
+            return (
+                f"pre-check before resume failed: the checkpoint folder {folder} (the job's outputs) "
+                "is missing or unreadable"
+            )
+        hosts = ", ".join(dict.fromkeys(t.host for t in placement.tasks))
+        avoided = ", ".join(f"{n} ({m.status})" for n, m in self._health.snapshot().items())
+        self._journal.notice(
+            job,
+            f"pre-check before resume passed: checkpoint folder {folder} readable; placed on {hosts}"
+            + (f", avoiding {avoided}" if avoided else ""),
+        )
+        return None
+
+    # ----------------------------------------------------------------- the disk reserve
+
+    def reserve_loop(self) -> None:
+        """The disk reserve's thread: a look every ``DISK_CHECK_EVERY`` seconds until the halt."""
+        while not self._ledger.halt.wait(DISK_CHECK_EVERY):
+            try:
+                self.watch_reserve()
+            except Exception:  # the next look tries again; the jobs' own disk checks still run
+                log.exception("keeping the disk reserve failed")
+
+    def watch_reserve(self) -> None:
+        """Keep the jobs folder's disk reserve (:mod:`..policies`, "across running jobs"): under
+        twice the reserve, measure what each running job holds there; under the reserve, end
+        the one writing the most (:func:`..policies.on_reserve`)."""
+        ledger = self._ledger
+        now = time.monotonic()
+        seconds, self._reserve_watched = now - self._reserve_watched, now
+        reserve = int(self._scheduler.cluster.limits.disk_reserve_mb * (1 << 20))
+        root = config.jobs_root()
+        free = free_bytes(root)
+        if free is None or free >= 2 * reserve:
+            self._held = {}
+            return
+        device = os.stat(root).st_dev
+        held: dict[str, int] = {}
+        attempts: dict[str, Attempt] = {}
+        for job in self._store.by_status(JobStatus.running):
+            with ledger.lock:
+                placement = ledger.placements.get(job.id)
+                if placement is None or job.id in ledger.finishing:
+                    continue
+                attempts[job.id] = attempt = attempt_for(self._store, job, placement)
+            folders = policies.disk_folders(attempt.spec, attempt.jobdir.root, attempt.jobdir.outputs)
+            held[job.id] = disk_use(folders, device)
+        before, self._held = self._held, held
+        if free >= reserve or free < FULL_BELOW:
+            return  # outside the reserve; or full, where each job writing there ends ("disk full")
+        grown = {j: held[j] - before[j] for j in held if j in before}
+        victim = policies.reserve_offender(grown, seconds, free, reserve, config.DISK_FLOOD_RATE)
+        if victim is None:
+            return
+        end = policies.on_reserve(root, free, reserve, grown[victim], seconds)
+        with ledger.lock:
+            job = self._store.get(victim)
+            if job.status is JobStatus.running and victim not in ledger.finishing:
+                log.warning("job %s: %s", victim, end.reason)
+                self._held.pop(victim, None)
+                self._watching.finish(job, attempts[victim], end)

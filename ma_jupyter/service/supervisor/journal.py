@@ -1,0 +1,124 @@
+"""Every recorded change of a job: a transition, a notice, its removal.
+
+Rules:
+
+1. :meth:`Journal.transition` refuses a status change the model forbids (``Conflict``), then,
+   in this order: saves the job with its event; lets data preparation go of a job that ended
+   (its copy cancelled, its retention started); keeps the queue index in step with the store
+   (an attempt put back in the queue keeps its place; a queued job stopped, deleted or failed
+   leaves it), asking for an admission pass when the queue changed.
+2. :meth:`Journal.notice` adds an event without changing the status; :meth:`Journal.backend_notice`
+   is the backend's way to it, from any thread (a deleted job gets none; a full disk loses it
+   with a warning in the service's log).
+3. :meth:`Journal.remove` forgets a terminal job: the ``on_job_deleted`` callbacks first (e.g. its
+   TensorBoard), then its rows, its place in the queue, what the backend keeps, and its folder
+   (moved aside at once, deleted on a thread: a big folder takes a while).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable
+
+from ... import config
+from ...backends.base import Backend
+from ...errors import Conflict, DiskFull, NotFound
+from ...models import Event, Job, JobStatus
+from ..preparation import Preparation
+from ..queue import QueueIndex
+from ..store import Store
+from .ledger import Ledger
+
+log = logging.getLogger("ma_jupyter.supervisor")
+
+
+class Journal:
+    """Writes a job's changes to the store (callers hold the ledger's lock, but for rule 2's
+    backend notices)."""
+
+    def __init__(
+        self, store: Store, queue: QueueIndex, backend: Backend, ledger: Ledger, preparation: Preparation
+    ):
+        self._store = store
+        self._queue = queue
+        self._backend = backend
+        self._ledger = ledger
+        self._preparation = preparation
+        self.on_job_deleted: list[Callable[[str], None]] = []  # callbacks(job_id), rule 3
+
+    def transition(
+        self,
+        job: Job,
+        status: JobStatus,
+        reason: str,
+        *,
+        node: str | None = None,
+        exit_code: int | None = None,
+        by: str | None = None,
+    ) -> Job:
+        """Rule 1; the job as saved."""
+        if job.status is not status and not job.status.can_become(status):
+            raise Conflict(f"job {job.id} cannot go from {job.status.value} to {status.value}")
+        job = job.model_copy(update={"status": status, "reason": reason.splitlines()[0] if reason else ""})
+        self._store.save(
+            job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code, by=by)
+        )
+        if status.is_terminal():
+            self._preparation.ended(job)
+        if status is JobStatus.queued:
+            self._queue.put(job)
+            self._ledger.queue_changed()
+        elif self._queue.discard(job.id) and status is not JobStatus.running:
+            self._ledger.queue_changed()  # a queued job stopped, deleted or failed
+        return job
+
+    def notice(
+        self, job: Job, reason: str, *, node: str | None = None, alert: bool = False, by: str | None = None
+    ) -> None:
+        """Rule 2: an event of ``job`` in its current status."""
+        self._store.add_event(
+            Event(job_id=job.id, status=job.status, reason=reason, node=node, alert=alert, by=by)
+        )
+
+    def backend_notice(self, job_id: str, node: str | None, reason: str) -> None:
+        """Rule 2: an event for what the backend learned by itself about a job (from a backend
+        thread)."""
+        try:
+            job = self._store.get(job_id)
+        except NotFound:
+            return
+        try:
+            self.notice(job, reason, node=node)
+        except DiskFull:
+            log.warning("job %s: cannot record %r: the disk is full", job_id, reason)
+
+    def remove(self, job_id: str) -> None:
+        """Rule 3."""
+        for callback in self.on_job_deleted:
+            callback(job_id)
+        self._store.delete(job_id)
+        self._queue.discard(job_id)
+        self._backend.forget(job_id)  # what it keeps elsewhere (a Ray node's job folder)
+        folder = config.jobdir(job_id).root
+        doomed = config.jobdir(job_id).doomed()
+        try:
+            os.rename(folder, doomed)
+        except OSError:
+            doomed = folder
+        threading.Thread(
+            target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
+        ).start()
+
+
+def call_reason(reason: str | Callable[[], str]) -> str:
+    """The text of a reason given as text or as a function (whose failure must not lose the event)."""
+    if not callable(reason):
+        return reason
+    try:
+        return reason()
+    except Exception as exc:  # reading the job's files failed: still record why the job ended
+        log.exception("building a job's reason failed")
+        return f"(the reason could not be read: {type(exc).__name__}: {exc})"
