@@ -283,6 +283,52 @@ def test_a_single_process_script_on_two_nodes_is_warned_about_in_the_dry_run_and
         assert ("each of the 2 nodes will run its own copy" in events) is warned, events
 
 
+SAVES_AND_LOADS = (
+    "import os, signal, sys\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "print('resumed' if os.environ.get('MA_RESUME') == '1' else 'fresh')\n"
+)
+
+
+def test_a_resumable_job_whose_code_cannot_resume_is_told_so_by_the_dry_run_and_the_events(ma_cli, tmp_path):
+    """The readiness check no other platform has: --resume on code without a SIGTERM handler
+    that never reads MA_RESUME says so before the first fault."""
+    for folder, code in (("plain", SINGLE_PROCESS), ("ready", SAVES_AND_LOADS)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "train.py").write_text(code)
+
+    def submit(*args: str, folder: str):
+        return ma_cli("submit", *args, "--code-dir", folder, "--resume", "3", "--", "python", "train.py")
+
+    plan = submit("--dry-run", folder="plain")
+    assert plan.returncode == 0, plan.stderr
+    assert (
+        "note: warning: this job asks for 3 resumes but its code neither handles SIGTERM nor reads MA_RESUME"
+        in plan.stdout
+    )
+    ready = submit("--dry-run", folder="ready")
+    assert ready.returncode == 0 and "warning" not in ready.stdout, ready.stdout
+    out = submit("--wait", folder="plain")
+    assert out.returncode == 0, out.stderr + out.stdout
+    events = ma_cli("events", out.stdout.split(":")[0]).stdout
+    assert "asks for 3 resumes but its code neither handles SIGTERM" in events, events
+
+
+def test_others_access_above_what_a_dataset_allows_is_refused(ma_cli, tmp_path):
+    """Seed 002: the job's others' access may not exceed its resources' access."""
+    private = tmp_path / "private-data"
+    private.mkdir()
+    private.chmod(0o700)
+    (tmp_path / "train.py").write_text(SINGLE_PROCESS)
+    dataset = ["--dataset", f"d={private}", "--", "python", "train.py"]
+    refused = ma_cli("submit", "--dry-run", *dataset)
+    assert refused.returncode != 0
+    assert "others' access ro is more than dataset d allows" in refused.stderr, refused.stderr
+    assert "--access none" in refused.stderr
+    allowed = ma_cli("submit", "--dry-run", "--access", "none", *dataset)
+    assert allowed.returncode == 0, allowed.stderr
+
+
 def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_cli, ma_home, tmp_path):
     """The README's first example, run in a fresh folder: `python train.py` finds its file."""
     (tmp_path / "train.py").write_text("import helper\nprint('trained with', helper.VALUE)\n")

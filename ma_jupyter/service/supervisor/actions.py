@@ -111,7 +111,7 @@ class Actions:
         if full is not None:
             log.warning("refused a submit: %s", disk_full_message(full))
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
-        warning = self._forecast.single_copy_warning(spec)  # reads the job's code: before the lock
+        advice = self._forecast.advice(spec)  # reads the job's code: before the lock
         # Under the lock, as every change of the queue: a stop of this job cannot come between
         # its row and its place in the queue index.
         with self._ledger.lock:
@@ -124,7 +124,7 @@ class Actions:
                     spec=spec,
                     status=JobStatus.queued,
                     backend=self._backend.name,
-                    outputs_folder=spec.outputs or str(config.jobdir(job_id).outputs),
+                    outputs_folder=config.outputs_folder(job_id, spec.outputs),
                 )
                 stored = self._store.insert(
                     job,
@@ -135,9 +135,7 @@ class Actions:
                     ),
                     idempotency_key=key,
                     secrets=secret_values,
-                    notices=[Event(job_id=job.id, status=JobStatus.queued, reason=warning)]
-                    if warning
-                    else [],
+                    notices=[Event(job_id=job.id, status=JobStatus.queued, reason=text) for text in advice],
                 )
             if stored != job.id:
                 return self._store.get(stored)  # a concurrent retry with the same key won

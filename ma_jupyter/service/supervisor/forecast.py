@@ -6,7 +6,10 @@ Rules:
    cluster can ever hold the job (:meth:`..scheduler.Scheduler.check`), its command parses, it
    is placed now (or, when it must wait, on an empty cluster: drained and faulty nodes count,
    they are only out for now), bound with nothing reserved (port 0), planned and dry-run by the
-   backend on the placeholder job folder.  The first problem found is raised (``InvalidSpec``).
+   backend on the placeholder job folder (which applies the mount rules), and its others' access
+   is within what its resources allow (:func:`..access.check_resource_access`, after the mount
+   rules: a folder no job may mount is refused for that).  The first problem found is raised
+   (``InvalidSpec``).
 2. **The plan** (``--dry-run``) is the preflight's launches with the queue ahead, whether it
    would start now and its estimated start (rule 3), and notes; secret values show as ``***``.
 3. **Whether a job submitted now would start at once** follows the admission pass's own rules
@@ -17,8 +20,11 @@ Rules:
    past ``ESTIMATE_DEPTH`` jobs ahead, nor behind a job without a duration).  What it reads is
    taken under the lock; the reservations (inventory reads, a Ray call) run outside it, so
    admission passes never wait on them.
-5. **Advice**: a job whose every node would run its own copy of a single-process script gets a
-   warning (:mod:`...modes.single_copy`); a failure to judge says nothing.
+5. **Advice** (:meth:`Forecast.advice`): a job whose every node would run its own copy of a
+   single-process script gets a warning (:mod:`...modes.single_copy`), and so does a job asking
+   for checkpoint resume whose code would not save on SIGTERM or load its checkpoint
+   (:mod:`...modes.resume_readiness`); the dry run shows them as notes, the submit records them
+   as events.  A failure to judge says nothing.
 """
 
 from __future__ import annotations
@@ -31,8 +37,9 @@ from ...backends.base import Backend
 from ...commands import parse_command
 from ...errors import InvalidSpec, NotFound
 from ...models import SECRET_MASK, Job, JobSpec, NodeLaunch, Plan
-from ...modes import single_copy
+from ...modes import resume_readiness, single_copy
 from ...modes.base import Placement
+from ..access import check_resource_access
 from ..queue import QueueIndex
 from ..scheduler import NodeUse, Running, Scheduler
 from ..store import Store
@@ -92,7 +99,9 @@ class Forecast:
         placement = now or self._any_placement(spec)
         # a mode or a backend that cannot run this job refuses it now, not at launch
         attempt = attempt_for(self._store, Job(id="<job-id>", spec=spec), placement, dry=True)
-        return now, placement, self._backend.dryrun(attempt)
+        launches = self._backend.dryrun(attempt)
+        check_resource_access(spec)
+        return now, placement, launches
 
     def _place(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
         """Where the job's tasks would go (the scheduler), bound by the backend without reserving
@@ -119,10 +128,7 @@ class Forecast:
         _, placement, launches = self.preflight(spec.masked())
         ahead = self._queue.ahead(spec.priority)
         can_start, start = self._predict(spec)
-        notes = ["ports are allocated at launch (0 in this plan)"]
-        warning = self.single_copy_warning(spec)
-        if warning:
-            notes.append(warning)
+        notes = ["ports are allocated at launch (0 in this plan)", *self.advice(spec)]
         return Plan(
             spec=placement.spec.name,
             nodes=launches,
@@ -163,16 +169,19 @@ class Forecast:
             )
             return False, None if own is None or own.start == float("inf") else own.start
 
-    def single_copy_warning(self, spec: JobSpec) -> str | None:
-        """Rule 5: the warning that each node would run its own copy of a single-process script;
-        advice only, so a failure to judge says nothing."""
-        if not single_copy.applies(spec):
-            return None
+    def advice(self, spec: JobSpec) -> list[str]:
+        """Rule 5: the warnings about the job's code (it reads the algorithm folder: call it
+        outside the lock); advice only, so a failure to judge says nothing."""
+        judges = [judge for judge in (single_copy, resume_readiness) if judge.applies(spec)]
+        if not judges:
+            return []
         try:
-            return single_copy.warning(spec, self._backend.code_sources(spec))
+            sources = self._backend.code_sources(spec)
+            found = [judge.warning(spec, sources) for judge in judges]
         except Exception:  # never refuse or fail a job over advice
-            log.exception("judging whether job %r is distributed failed", spec.name)
-            return None
+            log.exception("judging the code of job %r failed", spec.name)
+            return []
+        return [warning for warning in found if warning]
 
     def queue_position(self, job_id: str) -> int | None:
         """How many queued jobs the scheduler considers before this one; None if it is not queued."""
