@@ -355,6 +355,14 @@ class JobSpec(Strict):
     volumes: list[VolumeMount] = Field(default=[], max_length=MAX_MOUNTS)
     algorithm: Path_ | None = Field(default=None, description="Host folder shown at /workspace/algorithm.")
     algorithm_read_only: bool = True
+    algorithm_origin: Path_ | None = Field(
+        default=None,
+        description=(
+            "The folder the algorithm was shipped from, when ``algorithm`` is a snapshot of it "
+            "(the client fills it in): search by algorithm finds the job under it, and the "
+            "ModelArts layout names the code folder after it."
+        ),
+    )
     outputs: Path_ | None = Field(
         default=None, description="Host folder shown at /workspace/outputs (writable)."
     )

@@ -129,12 +129,24 @@ MODELARTS_HOME = "/home/ma-user/modelarts"
 MODELARTS_CACHE = "/cache"
 
 
-def modelarts_code_dir(algorithm: str) -> str:
-    """Where the ModelArts layout shows the algorithm folder: ``user-job-dir/<its name>``."""
-    name = posixpath.basename(algorithm.rstrip("/")) or "code"
+def modelarts_code_dir(algorithm: str, origin: str | None = None) -> str:
+    """Where the ModelArts layout shows the algorithm folder: ``user-job-dir/<its name>``, the
+    name of the folder it was shipped from (``origin``) when it is a snapshot: the name its
+    user knows and writes in commands (``python /home/ma-user/modelarts/user-job-dir/mnist/train.py``)."""
+    name = posixpath.basename((origin or algorithm).rstrip("/")) or "code"
     if not _SAFE_PART.match(name):
         name = "code"
     return f"{MODELARTS_HOME}/user-job-dir/{name}"
+
+
+def origin_of(spec: JobSpec, algorithm: str | None = None) -> str | None:
+    """The folder ``algorithm`` (default: the job's own) was shipped from, when it is the job's
+    snapshot (``algorithm_origin``); None for a batch task's folder or a folder used as is."""
+    if not spec.algorithm_origin or not spec.algorithm:
+        return None
+    if algorithm and posixpath.normpath(algorithm) != posixpath.normpath(spec.algorithm):
+        return None
+    return spec.algorithm_origin
 
 
 def modelarts_layout(spec: JobSpec) -> bool:
@@ -153,5 +165,5 @@ def workdir_for(spec: JobSpec, algorithm: str | None = None) -> str:
             )
         return posixpath.normpath(spec.workdir)
     if modelarts_layout(spec) and (algorithm or spec.algorithm):
-        return modelarts_code_dir(algorithm or spec.algorithm or "")
+        return modelarts_code_dir(algorithm or spec.algorithm or "", origin_of(spec, algorithm))
     return target("algorithm") if (algorithm or spec.algorithm) else VIEW_ROOT

@@ -171,6 +171,8 @@ export interface JobSpec {
   /** Host folder shown at /workspace/algorithm. */
   algorithm?: string | null;
   algorithm_read_only?: boolean;
+  /** The folder the algorithm was shipped from, when `algorithm` is a snapshot of it (the client fills it in): search by algorithm finds the job under it, and the ModelArts layout names the code folder after it. */
+  algorithm_origin?: string | null;
   /** Host folder shown at /workspace/outputs (writable). */
   outputs?: string | null;
   mode?: Mode;

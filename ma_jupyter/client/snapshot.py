@@ -185,10 +185,45 @@ def _names_local_file(argv: list[str], root: Path) -> bool:
     return False
 
 
+#: where the ModelArts container layout shows the code folder (seed 000: user-job-dir/<folder>)
+MODELARTS_CODE_ROOT = "/home/ma-user/modelarts/user-job-dir/"
+
+
+def modelarts_code_folder(command: str | Sequence[str] | None, cwd: Path) -> Path | None:
+    """The local folder a ModelArts-style command means (``python
+    /home/ma-user/modelarts/user-job-dir/mnist/train.py``, also inside a shell's ``-c`` script):
+    the current folder when it is named ``mnist``, else its subfolder ``mnist``; None when the
+    command names no such path or neither folder exists."""
+    if not command:
+        return None
+    try:
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+    except ValueError:
+        return None
+    script = _shell_script(argv)
+    words = _script_words(script) if script is not None else argv
+    root = cwd.resolve()
+    for word in words:
+        if not word.startswith(MODELARTS_CODE_ROOT):
+            continue
+        name = word[len(MODELARTS_CODE_ROOT) :].split("/")[0]
+        if not name or name in (".", "..") or "$" in name:
+            continue
+        if root.name == name:
+            return root
+        if (root / name).is_dir() and not (root / name).is_symlink():
+            return root / name
+    return None
+
+
 def ship_working_folder(body: dict, cwd: Path | None = None) -> str | None:
     """Ship the current folder as the job's algorithm when the spec names none and its command
-    names a file in the folder (:func:`names_local_file`): ``body["algorithm"]`` becomes a fresh
-    snapshot (read-only at ``/workspace/algorithm``, the working directory); with
+    names a file in the folder (:func:`names_local_file`), or, under the ModelArts convention,
+    the folder a ``/home/ma-user/modelarts/user-job-dir/<folder>/...`` path means
+    (:func:`modelarts_code_folder`): ``body["algorithm"]`` becomes a fresh snapshot (read-only at
+    ``/workspace/algorithm``, the working directory; the ModelArts layout shows it at
+    ``user-job-dir/<folder>``) and ``body["algorithm_origin"]`` the folder it was copied from
+    (search by algorithm finds the job under it); with
     ``algorithm_read_only`` false (``--code-writable``) it is the folder itself, shown writable
     and shared by the job's nodes, as ``--code-dir . --code-writable`` would (no copy, so no
     size limit; the service's mount rules apply to it).  Returns a sentence saying so, or None
@@ -200,7 +235,11 @@ def ship_working_folder(body: dict, cwd: Path | None = None) -> str | None:
             in the message).
     """
     cwd = Path.cwd() if cwd is None else cwd
-    if body.get("algorithm") or not names_local_file(body.get("command"), cwd):
+    if body.get("algorithm"):
+        return None
+    if body.get("convention") == "modelarts" and (named := modelarts_code_folder(body.get("command"), cwd)):
+        cwd = named
+    elif not names_local_file(body.get("command"), cwd):
         return None
     if body.get("algorithm_read_only") is False:
         body["algorithm"] = os.path.normpath(cwd.resolve())
@@ -220,6 +259,7 @@ def ship_working_folder(body: dict, cwd: Path | None = None) -> str | None:
     target = new_snapshot(str(body.get("name") or "job"))
     copy_folder(cwd, target)
     body["algorithm"] = str(target)
+    body["algorithm_origin"] = os.path.normpath(cwd.resolve())
     return (
         f"shipped {cwd} ({files} files, {size / (1 << 20):.1f} MB) as /workspace/algorithm, "
         "a read-only copy: later edits do not reach the job"

@@ -66,7 +66,7 @@ from .. import accelerators, workspace
 from ..commands import expand_env
 from ..errors import InvalidSpec
 from ..jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
-from ..models import NodeLaunch
+from ..models import JobSpec, NodeLaunch
 from . import caches
 from .host_policy import HostPolicy, RunAs, load_policy
 from .image import ImageEnv, resolve_image
@@ -318,7 +318,7 @@ def node_view(
                 "install it (apt-get install bubblewrap), or submit without --convention modelarts",
                 field="convention",
             )
-        mounts = [*mounts, *_modelarts_mounts(mounts, jd.node(plan.name).root)]
+        mounts = [*mounts, *_modelarts_mounts(mounts, jd.node(plan.name).root, attempt.spec)]
     has_copy = any(m.kind == WORKDIR_KIND for m in mounts)
     return NodeView(
         job_id=attempt.job_id,
@@ -353,7 +353,7 @@ def card_device_nodes(task: TaskSlot, sandbox: str) -> list[str]:
     return accelerators.device_paths(task.card_type, task.devices)
 
 
-def _modelarts_mounts(mounts: list[Mount], node_dir: Path) -> list[Mount]:
+def _modelarts_mounts(mounts: list[Mount], node_dir: Path, spec: JobSpec) -> list[Mount]:
     """The ModelArts container layout (seed 000 table 2) beside ``/workspace``: the node's own
     writable ``/home/ma-user/modelarts`` (empty at the first attempt) holding the algorithm at
     ``user-job-dir/<its folder name>``, and the node's writable ``/cache``; both live in the
@@ -364,7 +364,10 @@ def _modelarts_mounts(mounts: list[Mount], node_dir: Path) -> list[Mount]:
         # /workspace/algorithm, so both paths show what the job writes)
         original = m.source if m.kind == "algorithm" else m.copy_of if m.kind == WORKDIR_KIND else None
         if original:
-            extra.append(Mount(m.source, workspace.modelarts_code_dir(original), m.read_only, "algorithm"))
+            origin = workspace.origin_of(spec, original)
+            extra.append(
+                Mount(m.source, workspace.modelarts_code_dir(original, origin), m.read_only, "algorithm")
+            )
     extra.append(
         Mount(str(node_dir / "cache"), workspace.MODELARTS_CACHE, False, MODELARTS_KIND, create=True)
     )

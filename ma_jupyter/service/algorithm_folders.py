@@ -21,9 +21,10 @@ from ..models import JobSpec
 
 
 def folders(spec: JobSpec) -> list[str]:
-    """The job's algorithm folders (a regular job's ``algorithm``, each batch task's),
-    normalised, in order, each once."""
-    found = [spec.algorithm] + [task.algorithm for task in spec.tasks]
+    """The job's algorithm folders as its user knows them (a regular job's ``algorithm``, or
+    the folder it was shipped from when it runs a snapshot: ``algorithm_origin``; each batch
+    task's), normalised, in order, each once."""
+    found = [spec.algorithm_origin or spec.algorithm] + [task.algorithm for task in spec.tasks]
     out: list[str] = []
     for path in found:
         if path and path.startswith("/") and "\n" not in path and "\r" not in path:

@@ -13,8 +13,10 @@ normalised absolute path:
    ``favourite_algorithms``); at most :data:`MAX_FAVOURITES` per user.  A favourite is a name
    for a folder: it need not exist (a folder on another machine of the cluster), and marking
    one twice is the same as once.
-4. A job made from a notebook cell runs a snapshot of its code (a fresh folder per submit), so
-   it is found under that snapshot's folder, not under the folder its ``--code-dir`` named.
+4. A job that runs a snapshot (a fresh copy per submit: the folder the command line shipped,
+   a notebook cell with its ``--code-dir``) is found under the folder it was shipped from
+   (``algorithm_origin``), so every job of one folder is found by it, however many snapshots
+   they ran; a cell without ``--code-dir`` has no such folder and is found under its snapshot.
 """
 
 from __future__ import annotations

@@ -19,14 +19,18 @@ from tests.magic_shell import Run
 
 pytestmark = pytest.mark.timeout(300)
 
-#: fields a resubmitted job may differ in: who made it, and its algorithm folder (a fresh copy)
-CREATION = {"creator", "algorithm"}
+#: fields a resubmitted job may differ in: who made it, and its algorithm folder (a fresh copy,
+#: which records the folder it was copied from)
+CREATION = {"creator", "algorithm", "algorithm_origin"}
 
 
 def _same_job(original: JobSpec, again: JobSpec) -> None:
     assert again.model_dump(mode="json", exclude=CREATION) == original.model_dump(
         mode="json", exclude=CREATION
     )
+    # the copy is found under the folder the original ran (its own, or the one it came from)
+    if again.algorithm_origin:
+        assert again.algorithm_origin in (original.algorithm, original.algorithm_origin)
 
 
 def _cells(notebook: dict) -> dict[str, dict]:

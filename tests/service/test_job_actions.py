@@ -201,6 +201,35 @@ def test_cli_algorithms_and_jobs_filters(ma_cli, tmp_path):
     assert refused.returncode == 2 and "give the folder" in refused.stderr
 
 
+def test_jobs_shipped_from_one_folder_are_found_by_it_and_the_modelarts_path_ships_it(ma_cli, tmp_path):
+    """Every job shipped from one folder is one algorithm (each ran its own snapshot), and a
+    ModelArts-style command naming user-job-dir/<folder> ships that folder and runs there."""
+    folder = tmp_path  # the folder the user works in (ma_cli runs there)
+    (folder / "train.py").write_text("import os\nprint('ran in', os.getcwd())\n")
+    for name in ("first", "second"):
+        out = ma_cli("submit", "--wait", "--name", name, "--", "python", "train.py")
+        assert out.returncode == 0, out.stderr + out.stdout
+    code_dir = f"/home/ma-user/modelarts/user-job-dir/{folder.name}"
+    modelarts = ma_cli(
+        "submit",
+        "--follow",
+        "--name",
+        "ma",
+        "--convention",
+        "modelarts",
+        "--",
+        "python",
+        f"{code_dir}/train.py",
+    )
+    assert modelarts.returncode == 0, modelarts.stderr + modelarts.stdout
+    assert f"ran in {code_dir}" in modelarts.stdout  # named as the user knows it, not the snapshot
+    assert f"shipped {folder}" in modelarts.stderr
+    listed = ma_cli("jobs", "--algorithm", ".").stdout
+    assert all(name in listed for name in ("first", "second", "ma")), listed
+    table = ma_cli("algorithms").stdout.splitlines()
+    assert [str(folder), "3"] in [row.split() for row in table[1:]], table  # not a favourite: blank
+
+
 def test_a_database_from_before_the_algorithm_filter_gets_its_jobs_folders(tmp_path):
     from sqlalchemy import text
 

@@ -8,9 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from ma_jupyter.client.snapshot import SHIP_LIMIT, is_snapshot, names_local_file, ship_working_folder
+from ma_jupyter import workspace
+from ma_jupyter.client.snapshot import (
+    SHIP_LIMIT,
+    is_snapshot,
+    modelarts_code_folder,
+    names_local_file,
+    ship_working_folder,
+)
 from ma_jupyter.errors import InvalidSpec
-from ma_jupyter.models import clone_name
+from ma_jupyter.models import JobSpec, clone_name
+from ma_jupyter.service import algorithm_folders
 
 
 @pytest.mark.parametrize(
@@ -91,6 +99,7 @@ def test_the_current_folder_is_shipped_as_a_copy_without_caches(project):
     assert (shipped / "pkg" / "__init__.py").exists()
     assert not (shipped / ".git").exists() and not (shipped / "__pycache__").exists()
     assert _tree_hash(project) == before  # the user's folder is untouched
+    assert body["algorithm_origin"] == str(project.resolve())  # where the copy came from
 
 
 def test_code_writable_mounts_the_folder_itself_instead_of_a_copy(project):
@@ -118,3 +127,31 @@ def test_a_folder_over_the_limit_is_refused_with_what_to_do(project):
     assert not os.path.exists(project.parent / "home" / "snapshots") or not any(
         (project.parent / "home" / "snapshots").iterdir()
     )
+
+
+def test_a_modelarts_command_ships_the_folder_it_names(project):
+    """``python /home/ma-user/modelarts/user-job-dir/<folder>/train.py`` means the current
+    folder when it has that name, else its subfolder of that name."""
+    root = "/home/ma-user/modelarts/user-job-dir"
+    assert modelarts_code_folder(f"python {root}/project/train.py", project) == project.resolve()
+    assert modelarts_code_folder(f"bash -c 'python {root}/pkg/x.py | tee l'", project) == project / "pkg"
+    assert modelarts_code_folder(f"python {root}/missing/train.py", project) is None
+    assert modelarts_code_folder("python train.py", project) is None
+    body = {"name": "t", "command": f"python {root}/pkg/run.py", "convention": "modelarts"}
+    note = ship_working_folder(body, project)
+    assert note and str(project / "pkg") in note
+    assert body["algorithm_origin"] == str((project / "pkg").resolve())
+    assert (Path(body["algorithm"]) / "__init__.py").exists()
+    # only under the ModelArts convention: the platform's own layout has no such path
+    assert ship_working_folder({"name": "t", "command": f"python {root}/pkg/run.py"}, project) is None
+
+
+def test_a_snapshot_is_known_by_the_folder_it_came_from():
+    snapshot = "/home/u/.ma_jupyter/snapshots/t-20260101-000000-abcdef"
+    spec = JobSpec(name="t", command="python train.py", algorithm=snapshot, algorithm_origin="/home/u/mnist/")
+    assert algorithm_folders.folders(spec) == ["/home/u/mnist"]  # searched by the user's folder
+    layout = "/home/ma-user/modelarts/user-job-dir/mnist"
+    assert workspace.modelarts_code_dir(snapshot, workspace.origin_of(spec)) == layout
+    assert workspace.origin_of(spec, "/other/task-folder") is None  # a batch task's own folder
+    plain = JobSpec(name="t", command="python train.py", algorithm="/home/u/bert")
+    assert algorithm_folders.folders(plain) == ["/home/u/bert"] and workspace.origin_of(plain) is None

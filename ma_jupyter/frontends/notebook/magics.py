@@ -15,6 +15,7 @@ cell still counts as failed, so papermill stops on them.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import sys
@@ -295,6 +296,8 @@ class MaJupyterMagics(Magics):
             # ships the current folder when the command names a file in it
             return self._submit(spec, args)
         spec["algorithm"] = str(snapshot_algorithm(name, body, code_dir))
+        if code_dir:  # the folder the job's code comes from: search by algorithm finds it there
+            spec["algorithm_origin"] = os.path.normpath(os.path.abspath(code_dir))
         return self._submit(spec, args)
 
     # -- %ma_clone
