@@ -919,8 +919,12 @@ class Plan(Strict):
     nodes: list[NodeLaunch]
     can_start_now: bool = False
     queue_ahead: int = 0
-    #: when it would start by the queue's rules and running jobs' durations; None: unknown
+    #: when it would start by the queue's rules and running jobs' durations (or, for running
+    #: jobs without one, how long similar jobs ran); None: unknown
     estimated_start: datetime | None = None
+    #: how far to trust ``estimated_start``: ``high`` when it rests on durations alone, else the
+    #: weakest confidence of the history it took running jobs' ends from; None: no estimate
+    estimate_confidence: Literal["high", "medium", "low"] | None = None
     notes: list[str] = []
 
 

@@ -372,6 +372,7 @@ export interface Plan {
   can_start_now?: boolean;
   queue_ahead?: number;
   estimated_start?: string | null;
+  estimate_confidence?: "high" | "medium" | "low" | null;
   notes?: Array<string>;
 }
 

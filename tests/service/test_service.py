@@ -353,6 +353,39 @@ def test_a_queued_job_gets_an_estimated_start_from_the_jobs_ahead_of_it(ma_servi
         ma_service.session().post(f"{ma_service.api}/jobs/{job['id']}/stop", timeout=5)
 
 
+@pytest.mark.small_cluster
+def test_the_prediction_learns_how_long_a_job_without_a_duration_runs_from_its_earlier_runs(ma_service):
+    """Seed 002's queue prediction when the running job has no --duration: "start unknown"
+    until similar jobs (same name, same user) have run, then their median, with a confidence."""
+    api, s = ma_service.api, ma_service.session()
+    waiter = {"name": "next", "command": f"{PY} -c pass", "specs": ["cpu.medium"], "node_name": "tiny"}
+
+    def run_exp(seconds: float, wait: bool) -> dict:
+        code = f'{PY} -c "import time; time.sleep({seconds})"'
+        job = submit(
+            ma_service, name="exp", command=code, specs=["cpu.medium"], node_name="tiny", grace_period=1
+        )
+        return wait_status(ma_service, job["id"], {"succeeded"} if wait else {"running"}, timeout=120)
+
+    blocker = run_exp(600, wait=False)
+    unknown = s.post(f"{api}/plan", json=waiter, timeout=30).json()
+    assert unknown["estimated_start"] is None and unknown["estimate_confidence"] is None
+    s.post(f"{api}/jobs/{blocker['id']}/stop", timeout=5)
+    wait_status(ma_service, blocker["id"], {"stopped"}, timeout=60)
+    for seconds in (1, 1.2, 1.4):
+        run_exp(seconds, wait=True)
+    running = run_exp(600, wait=False)
+    started = datetime.fromisoformat(running["started_at"]).timestamp()
+    plan = s.post(f"{api}/plan", json=waiter, timeout=30).json()
+    assert plan["can_start_now"] is False
+    # the median of the three earlier runs (each a little longer than its sleep), from its start
+    estimate = datetime.fromisoformat(plan["estimated_start"]).timestamp()
+    assert started + 1.2 <= estimate <= started + 30, (started, plan)
+    assert plan["estimate_confidence"] in ("medium", "low")
+    assert any("exp typically runs" in note and "median of 3 runs" in note for note in plan["notes"]), plan
+    s.post(f"{api}/jobs/{running['id']}/stop", timeout=5)
+
+
 def test_batch_job_runs_each_task_with_its_algorithm_and_outputs_subfolder(ma_service, tmp_path):
     out = tmp_path / "out"
     writable_dir(out)

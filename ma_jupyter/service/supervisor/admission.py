@@ -90,14 +90,18 @@ class Admission:
     def running(self) -> list[Running]:
         """Every running placement with its estimated end (its start plus its duration), and the
         jobs being prepared (they start once their data is copied)."""
-        out = []
+        return [running for _, running in self.running_jobs()]
+
+    def running_jobs(self) -> list[tuple[Job | None, Running]]:
+        """:meth:`running` with the job of each (None for a job being prepared)."""
+        out: list[tuple[Job | None, Running]] = []
         for job_id, placement in self._ledger.placements.items():
             try:
                 job = self._store.get(job_id)
             except NotFound:
                 continue
-            out.append(Running(placement, policies.estimated_end(job)))
-        out.extend(self._preparation.reserved())
+            out.append((job, Running(placement, policies.estimated_end(job))))
+        out.extend((None, running) for running in self._preparation.reserved())
         return out
 
     def due(self) -> bool:

@@ -14,10 +14,14 @@ Rules:
    would start now and its estimated start (rule 3), and notes; secret values show as ``***``.
 3. **Whether a job submitted now would start at once** follows the admission pass's own rules
    (:mod:`.admission`, step 5): it passes the queue's first job only if it cannot delay it.
+   A running job without a duration is taken to end when similar jobs did
+   (:mod:`..history`): the plan says so, with the estimate's confidence (the weakest of the
+   guessed ends that come before it).  Admission itself never uses these guesses.
 4. **A queued job's estimated start** (:meth:`Forecast.estimated_start`): each job ahead, in
    queue order, is given its own reservation and then counts as running from that start to its
    start plus its duration; the job's own reservation on top of them is the estimate (none
-   past ``ESTIMATE_DEPTH`` jobs ahead, nor behind a job without a duration).  What it reads is
+   past ``ESTIMATE_DEPTH`` jobs ahead, nor behind a queued job without a duration; a running
+   one is taken to end as in rule 3).  What it reads is
    taken under the lock; the reservations (inventory reads, a Ray call) run outside it, so
    admission passes never wait on them.
 5. **Advice** (:meth:`Forecast.advice`): a job whose every node would run its own copy of a
@@ -39,6 +43,7 @@ from ...errors import InvalidSpec, NotFound
 from ...models import SECRET_MASK, Job, JobSpec, NodeLaunch, Plan
 from ...modes import resume_readiness, single_copy
 from ...modes.base import Placement
+from .. import history
 from ..access import check_resource_access
 from ..queue import QueueIndex
 from ..scheduler import NodeUse, Running, Scheduler
@@ -127,47 +132,86 @@ class Forecast:
         refuse_masked_secrets(spec)
         _, placement, launches = self.preflight(spec.masked())
         ahead = self._queue.ahead(spec.priority)
-        can_start, start = self._predict(spec)
+        can_start, start, guessed = self._predict(spec)
         notes = ["ports are allocated at launch (0 in this plan)", *self.advice(spec)]
+        confidence = None
+        if not can_start and start is not None:
+            # the guessed ends the estimate rests on: those at or before it
+            used = [(job, runtime) for job, end, runtime in guessed if end <= start]
+            confidence = history.weakest([runtime.confidence for _, runtime in used])
+            if used:
+                basis = ", ".join(f"{job.spec.name} typically runs {runtime.text()}" for job, runtime in used)
+                notes.append(
+                    f"the estimated start takes running jobs without a duration to end as similar "
+                    f"jobs did ({basis}); confidence {confidence}"
+                )
         return Plan(
             spec=placement.spec.name,
             nodes=launches,
             can_start_now=can_start,
             queue_ahead=ahead,
             estimated_start=None if start is None else datetime.fromtimestamp(start, UTC),
+            estimate_confidence=confidence,
             notes=notes,
         )
 
-    def _predict(self, spec: JobSpec) -> tuple[bool, float | None]:
-        """Rule 3: whether a job submitted now would start at once, and its estimated start
-        (epoch seconds; None: unknown)."""
-        scheduler = self._scheduler
+    def _running(self, now: float) -> tuple[list[Running], list[tuple[Job, float, history.Runtime]]]:
+        """The running placements with their ends, those without a duration taken to end as
+        similar jobs did (rule 3), and which ends were guessed so (job, end, runtime)."""
+        out: list[Running] = []
+        guessed: list[tuple[Job, float, history.Runtime]] = []
+        for job, running in self._admission.running_jobs():
+            if running.end is None and job is not None:
+                found = history.estimated_end(self._store, job, now)
+                if found is not None:
+                    running = Running(running.placement, found[0])
+                    guessed.append((job, found[0], found[1]))
+            out.append(running)
+        return out, guessed
+
+    def _predict(self, spec: JobSpec) -> tuple[bool, float | None, list[tuple[Job, float, history.Runtime]]]:
+        """Rule 3: whether a job submitted now would start at once (by durations alone, as
+        admission decides), its estimated start (epoch seconds; None: unknown), and the running
+        jobs' ends guessed from history where durations alone leave the start unknown."""
         with self._ledger.lock:
-            use, running, now = self._admission.usage(), self._admission.running(), time.time()
-            head = None
-            if self._queue.ahead(spec.priority):
-                first = self._queue.first()
-                try:
-                    head_job = self._store.get(first) if first else None
-                except NotFound:
-                    head_job = None
-                if head_job is not None:
-                    head = scheduler.reserve(head_job.id, head_job.spec, running, now)
-            if head is None:  # it would be first in the queue (or the first can never start)
-                if scheduler.place("dry-run", spec, use) is not None:
-                    return True, now
-                own = scheduler.reserve("dry-run", spec, running, now)
-                return False, None if own is None or own.start == float("inf") else own.start
-            if scheduler.backfill("dry-run", spec, use, head, now) is not None:
+            now = time.time()
+            use = self._admission.usage()
+            can_start, start = self._start(spec, use, self._admission.running(), now)
+            if can_start or start is not None:
+                return can_start, start, []
+            running, guessed = self._running(now)
+            if not guessed:
+                return False, None, []
+            _, start = self._start(spec, use, running, now)
+            return False, start, guessed
+
+    def _start(
+        self, spec: JobSpec, use: dict[str, NodeUse], running: list[Running], now: float
+    ) -> tuple[bool, float | None]:
+        """Rule 3 on the given running jobs and their ends (called under the lock)."""
+        scheduler = self._scheduler
+        head = None
+        if self._queue.ahead(spec.priority):
+            first = self._queue.first()
+            try:
+                head_job = self._store.get(first) if first else None
+            except NotFound:
+                head_job = None
+            if head_job is not None:
+                head = scheduler.reserve(head_job.id, head_job.spec, running, now)
+        if head is None:  # it would be first in the queue (or the first can never start)
+            if scheduler.place("dry-run", spec, use) is not None:
                 return True, now
-            if head.start == float("inf"):
-                return False, None
-            # it waits for the head: it starts beside it, or once enough jobs (the head too) end
-            head_end = head.start + head_job.spec.duration if head_job.spec.duration else None
-            own = scheduler.reserve(
-                "dry-run", spec, [*running, Running(head.placement, head_end)], head.start
-            )
+            own = scheduler.reserve("dry-run", spec, running, now)
             return False, None if own is None or own.start == float("inf") else own.start
+        if scheduler.backfill("dry-run", spec, use, head, now) is not None:
+            return True, now
+        if head.start == float("inf"):
+            return False, None
+        # it waits for the head: it starts beside it, or once enough jobs (the head too) end
+        head_end = head.start + head_job.spec.duration if head_job.spec.duration else None
+        own = scheduler.reserve("dry-run", spec, [*running, Running(head.placement, head_end)], head.start)
+        return False, None if own is None or own.start == float("inf") else own.start
 
     def advice(self, spec: JobSpec) -> list[str]:
         """Rule 5: the warnings about the job's code (it reads the algorithm folder: call it
@@ -196,7 +240,8 @@ class Forecast:
             ids = self._queue.ids()
             if job_id not in ids or ids.index(job_id) >= self.ESTIMATE_DEPTH:
                 return None
-            running, now = self._admission.running(), time.time()
+            now = time.time()
+            running = self._running(now)[0]
         for ahead_id in ids[: ids.index(job_id) + 1]:
             try:
                 job = self._store.get(ahead_id)
