@@ -67,9 +67,11 @@ class NodeHealth:
 
     def mark(self, node: str, status: str, reason: str, source: str = "admin") -> bool:
         """Mark ``node`` drained or faulty; False when it already was (a drain is not turned
-        into a fault, nor the other way: the first reason stays)."""
+        into a fault, nor the other way: the first reason stays), but for an admin's drain of
+        a node a check marked: the drain replaces it, so the node stays out once it passes."""
         with self._lock:
-            if node in self.marks:
+            held = self.marks.get(node)
+            if held is not None and not (source == "admin" and held.source == "check"):
                 return False
             self.marks[node] = Mark(status, reason, source)
             self.statuses[node] = status
