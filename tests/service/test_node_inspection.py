@@ -8,6 +8,7 @@ a Python script appending what it reads on its standard input to a file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,7 +17,13 @@ import time
 
 import pytest
 
-from tests.helpers import wait_for
+from ma_jupyter import config
+from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.models import JobSpec, JobStatus
+from ma_jupyter.service.scheduler import Scheduler
+from ma_jupyter.service.store import Store
+from ma_jupyter.service.supervisor import Supervisor
+from tests.helpers import stop_every_job, wait_for
 from tests.service.test_node_health import events, node_view, nodes_toml, service_with
 from tests.service.test_service import job_of, submit, wait_status
 
@@ -173,3 +180,39 @@ def test_a_slow_node_is_rescheduled_onto_the_other_node_and_the_hook_is_told(req
     assert [e["kind"] for e in got] == ["alert", "ended"]
     assert f"rescheduled away from {first}" in got[0]["reason"] and got[0]["node"] == "worker-0"
     assert got[1]["status"] == "succeeded" and got[1]["user"] and got[1]["time"]
+
+
+def test_a_node_failing_the_pre_check_is_marked_and_the_job_waits_then_starts(ma_home):
+    """The pre-check's node checks run at the placement itself (before the periodic ones saw the
+    node): the threshold is set above the disk's free space, so the placed node fails."""
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
+    try:
+        cluster = sup.scheduler.cluster
+        free_mb = os.statvfs(config.jobs_root()).f_bavail * os.statvfs(config.jobs_root()).f_frsize / MIB
+        cluster.limits = dataclasses.replace(cluster.limits, node_disk_free_mb=free_mb * 4)
+        spec = JobSpec(name="resumable", command=f"{PY} -c 'print(1)'", checkpoint_resume={"grace_period": 1})
+        job = sup.submit(spec, creator="me")
+        assert sup.admit() == 0  # the pass itself, before any periodic node check
+        said = [e.reason for e in sup.store.events(job.id)]
+        failed = next(r for r in said if r.startswith("pre-check before the first placement failed on "))
+        node = failed.split("failed on ")[1].split(":")[0]
+        assert "under [limits] node_disk_free_mb" in failed and failed.endswith("placing the job elsewhere")
+        assert sup.health.statuses[node] == "faulty" and sup.health.snapshot()[node].source == "check"
+        assert sup.store.get(job.id).status is JobStatus.queued
+
+        cluster.limits = dataclasses.replace(cluster.limits, node_disk_free_mb=1)  # space is enough now
+
+        def done():
+            sup.tick()
+            sup.wait_idle()
+            return sup.store.status(job.id).is_terminal()
+
+        wait_for(done, timeout=60)
+        assert sup.store.get(job.id).status is JobStatus.succeeded
+        assert node not in sup.health.statuses  # the next node check put it back
+        assert any(
+            r.startswith("pre-check before the first placement passed")
+            for r in (e.reason for e in sup.store.events(job.id))
+        )
+    finally:
+        stop_every_job(sup)
