@@ -227,7 +227,7 @@ class Inspection:
 
     def precheck(self, job: Job, placement: Placement, excluded: tuple[str, ...] = ()) -> Precheck:
         """The pre-check before every placement of a checkpoint-resume job (its first one too;
-        seed 002), said as an event of the job (rule 6).  Looks at the folder's metadata, the
+        seed 002), rules 6 to 8: said as an event of the job.  Looks at the folder's metadata, the
         disk's free space and the real cards' state only (it runs under the lock)."""
         first = job.attempt == 0
         prefix = "pre-check before the first placement" if first else "pre-check before resume"
