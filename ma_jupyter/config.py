@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -317,6 +318,9 @@ class Limits:
     # megabytes kept free on the jobs folder's disk: under it, the job writing the most there is
     # ended, so one job's writing never ends another user's job or stops every submit
     disk_reserve_mb: float = 256.0
+    # megabytes a node's job folders' disk must have free for the node to take jobs: under it
+    # the node inspection marks the node faulty, and clears the mark once space returns
+    node_disk_free_mb: float = 4.0
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
@@ -331,6 +335,7 @@ class Limits:
             "max_node_processes": int,
             "max_log_mb": (int, float),
             "disk_reserve_mb": (int, float),
+            "node_disk_free_mb": (int, float),
         }
         for key, value in data.items():
             if key not in known:
@@ -438,6 +443,33 @@ class BackendConfig:
     kind: str = "local"
     address: str | None = None
     node_root: str | None = None
+
+
+def load_notify(path: Path | None = None) -> str | None:
+    """The command of ``[notify]`` in ``cluster.toml`` (run for alerts and jobs' terminal
+    states, :mod:`ma_jupyter.service.notify`), or None without one.
+
+    Raises:
+        InvalidSpec: ``[notify]`` is not a table with one non-empty string ``command``.
+    """
+    path = path or cluster_file()
+    table = read_cluster_file(path).get("notify")
+    if table is None:
+        return None
+    if (
+        not isinstance(table, dict)
+        or set(table) != {"command"}
+        or not isinstance(table["command"], str)
+        or not table["command"].strip()
+    ):
+        raise InvalidSpec(
+            f'{path}: [notify] takes one key, command = "PROGRAM ARGS..." (run without a shell)'
+        )
+    try:
+        shlex.split(table["command"])
+    except ValueError as exc:
+        raise InvalidSpec(f"{path}: [notify] command cannot be split into words: {exc}") from exc
+    return table["command"]
 
 
 def load_backend(path: Path | None = None) -> BackendConfig:

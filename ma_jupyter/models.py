@@ -745,6 +745,9 @@ class Job(Strict):
     backend: str = "local"
     attempt: int = 0
     restarts: int = 0
+    #: inventory nodes this job's next placements avoid: a node performance detection found
+    #: slow (``perf_policy = reschedule``); kept with the job, so a restarted service honours it
+    excluded_nodes: list[str] = []
     queue_position: int | None = None
     nodes: list[NodeRun] = []
     workspace_isolation: Literal["bubblewrap", "symlink", "none"] | None = None

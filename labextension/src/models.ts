@@ -137,6 +137,7 @@ export interface Job {
   backend?: string;
   attempt?: number;
   restarts?: number;
+  excluded_nodes?: Array<string>;
   queue_position?: number | null;
   nodes?: Array<NodeRun>;
   workspace_isolation?: "bubblewrap" | "symlink" | "none" | null;

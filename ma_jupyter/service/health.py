@@ -5,11 +5,14 @@ A node leaves placement in one of two ways:
 1. **drained**: an admin ran ``ma-jupyter nodes drain NODE`` (``POST /nodes/{name}/drain``);
 2. **faulty**: the service's periodic inspection found a runner on it that stopped beating
    (its heartbeat, :meth:`ma_jupyter.backends.base.Backend.heartbeat`, older than ``[limits]
-   heartbeat_timeout``), or a real card a running job holds there that failed (its device
-   node gone, or NVML reporting it lost: :meth:`ma_jupyter.backends.base.Backend.card_fault`).
+   heartbeat_timeout``), or one of its checks failed: the free space of its job folders' disk
+   (under ``[limits] node_disk_free_mb``), or one of its real cards (its device node gone, or
+   NVML reporting it lost: :meth:`ma_jupyter.backends.base.Backend.card_fault`).
 
-Either mark stays until an admin runs ``ma-jupyter nodes undrain NODE``: a node that froze once
-is not trusted again by itself.  The marks are kept in ``$MA_JUPYTER_HOME/node_health.json``
+Each mark records its :attr:`Mark.source`.  A mark of a node check (``check``) is cleared by
+the inspection itself once the node passes its checks again (space freed, the card back).  A
+drain (``admin``) and a heartbeat fault (``heartbeat``) stay until an admin runs ``ma-jupyter
+nodes undrain NODE``: a node that froze once is not trusted again by itself.  The marks are kept in ``$MA_JUPYTER_HOME/node_health.json``
 (written whole and renamed into place), so a restarted service keeps them.  What a mark means
 for the jobs running there is :func:`.policies.on_unhealthy`'s decision; the scheduler only
 reads :attr:`NodeHealth.statuses` (no new placement on a marked node).
@@ -31,10 +34,13 @@ log = logging.getLogger("ma_jupyter.health")
 
 @dataclass(frozen=True)
 class Mark:
-    """Why a node takes no new placements: ``status`` drained or faulty, the sentence why."""
+    """Why a node takes no new placements: ``status`` drained or faulty, the sentence why, and
+    what set it (``source``: ``admin``, ``heartbeat`` or ``check``; "" in a file written before
+    sources were recorded, kept like a drain)."""
 
     status: str
     reason: str
+    source: str = ""
 
 
 class NodeHealth:
@@ -52,20 +58,22 @@ class NodeHealth:
         try:
             data = json.loads(path.read_text())
             for name, mark in data.items():
-                self.marks[name] = Mark(str(mark["status"]), str(mark["reason"]))
+                self.marks[name] = Mark(str(mark["status"]), str(mark["reason"]), str(mark.get("source", "")))
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             log.warning("ignoring the unreadable node health file %s", path)
         self.statuses.update({name: mark.status for name, mark in self.marks.items()})
 
-    def mark(self, node: str, status: str, reason: str) -> bool:
+    def mark(self, node: str, status: str, reason: str, source: str = "admin") -> bool:
         """Mark ``node`` drained or faulty; False when it already was (a drain is not turned
-        into a fault, nor the other way: the first reason stays)."""
+        into a fault, nor the other way: the first reason stays), but for an admin's drain of
+        a node a check marked: the drain replaces it, so the node stays out once it passes."""
         with self._lock:
-            if node in self.marks:
+            held = self.marks.get(node)
+            if held is not None and not (source == "admin" and held.source == "check"):
                 return False
-            self.marks[node] = Mark(status, reason)
+            self.marks[node] = Mark(status, reason, source)
             self.statuses[node] = status
             self._save()
             return True
@@ -77,6 +85,18 @@ class NodeHealth:
             self.statuses.pop(node, None)
             if mark is not None:
                 self._save()
+            return mark
+
+    def clear_checked(self, node: str) -> Mark | None:
+        """Clear ``node``'s mark if a node check set it (it passes again); the mark cleared, or
+        None (no mark, or one an admin or a heartbeat set: those stay)."""
+        with self._lock:
+            mark = self.marks.get(node)
+            if mark is None or mark.source != "check":
+                return None
+            del self.marks[node]
+            self.statuses.pop(node, None)
+            self._save()
             return mark
 
     def snapshot(self) -> dict[str, Mark]:

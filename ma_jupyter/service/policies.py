@@ -27,7 +27,8 @@ then the nodes are polled, and:
    back in the queue while fault restarts or checkpoint resumes remain, else it ends in
    ``error``; a full folder at that moment is named as the likely cause instead;
 7. a performance sample over the checkpoint-resume threshold reschedules the job (policy
-   ``reschedule`` with resumes left), otherwise it is reported once per node and attempt;
+   ``reschedule`` with resumes left) away from the slow node, otherwise it is reported once
+   per node and attempt;
 8. every primary node having exited with code 0 ends it as ``succeeded`` (other nodes, such as
    parameter servers, are stopped).
 
@@ -86,6 +87,7 @@ class End:
         pending: the disk is full: keep the reason in memory until it could be recorded.
         counted: a requeue that uses one of the job's restarts or resumes (an elastic scale-up
             does not).
+        exclude: inventory nodes the job's next placements avoid (a slow node, rule 7).
     """
 
     status: JobStatus
@@ -96,6 +98,7 @@ class End:
     failed: NodeRun | None = None
     pending: bool = False
     counted: bool = True
+    exclude: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -403,13 +406,15 @@ def perf_samples(text: str) -> list[tuple[float, float]]:
 
 
 def on_perf(
-    job: Job, node: str, samples: Sequence[tuple[float, float]], alerted: bool
+    job: Job, node: str, samples: Sequence[tuple[float, float]], alerted: bool, host: str | None = None
 ) -> tuple[str | None, End | None]:
     """Performance detection on one node's new samples (rule 7): (alert text, reschedule).
 
     The first sample whose hardware/e2e ratio exceeds the threshold decides: with the
     ``reschedule`` policy and resumes left the job goes back to the queue (the resume's grace
-    period); otherwise the alert is reported, once (``alerted``: it already was for this node and
+    period) and its next placements avoid ``host``, the inventory node the slow ``node`` ran
+    on (:attr:`End.exclude`; the scheduler lifts it only when no other node could ever hold the
+    job); otherwise the alert is reported, once (``alerted``: it already was for this node and
     attempt).  (None, None) when no sample exceeds the threshold or there is no threshold.
     """
     resume = job.spec.checkpoint_resume
@@ -423,8 +428,13 @@ def on_perf(
             f"exceeds the threshold {resume.perf_threshold:g}"
         )
         if resume.perf_policy.value == "reschedule" and job.restarts < resume.max_resumes:
-            reason = f"checkpoint resume {job.restarts + 1} of {resume.max_resumes}: {what}; rescheduling"
-            return None, End(JobStatus.queued, reason, resume.grace_period, requeue=True)
+            head = f"checkpoint resume {job.restarts + 1} of {resume.max_resumes}: "
+            if host is None:
+                return None, End(
+                    JobStatus.queued, f"{head}{what}; rescheduling", resume.grace_period, requeue=True
+                )
+            reason = f"{head}rescheduled away from {host}: {what}"
+            return None, End(JobStatus.queued, reason, resume.grace_period, requeue=True, exclude=(host,))
         return (None if alerted else what), None
     return None, None
 
@@ -506,12 +516,16 @@ def record_updates(
     exit_code: int | None,
     now: datetime,
     counted: bool = True,
+    exclude: Sequence[str] = (),
 ) -> dict:
     """The job's fields to update with the settled end: its nodes, and either the next attempt
-    (one more restart, unless not ``counted``) or its exit code and end time."""
+    (one more restart, unless not ``counted``; the nodes in ``exclude`` added to those its
+    placements avoid) or its exit code and end time."""
     updates: dict = {"nodes": nodes}
     if settled.requeue:
         updates.update(attempt=current.attempt + 1, restarts=current.restarts + int(counted))
+        if exclude:
+            updates["excluded_nodes"] = list(dict.fromkeys([*current.excluded_nodes, *exclude]))
     else:
         updates.update(exit_code=exit_code, finished_at=now)
     return updates

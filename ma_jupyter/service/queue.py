@@ -7,9 +7,10 @@ without reading the store or walking the queue:
 
 * the exact position of a queued job, and how many queued jobs a new job of a given priority
   would have ahead of it (a binary search each);
-* the first job of each *shape* (jobs the scheduler places alike, see
-  :meth:`.scheduler.Scheduler.shape`) and the next job of a shape after a given one: an
-  admission pass walks these instead of every queued job.
+* the first job of each *shape* (jobs the scheduler places alike: the same
+  :meth:`.scheduler.Scheduler.shape` of their spec and the same
+  :attr:`~ma_jupyter.models.Job.excluded_nodes`) and the next job of a shape after a given one:
+  an admission pass walks these instead of every queued job.
 
 The queue order, a total order that is the same after a restart:
 
@@ -48,9 +49,15 @@ class QueueIndex:
         self._shapes: dict[Hashable, list[Key]] = {}  # shape -> its jobs, sorted
         self._where: dict[str, tuple[Key, Hashable]] = {}  # job id -> (key, shape)
 
+    def _shape(self, job: Job) -> Hashable:
+        """The job's shape: its spec's, and the nodes it avoids (a job avoiding a node may wait
+        while others of its spec shape fit there); a job avoiding none has its spec's shape."""
+        shape = self._shape_of(job.spec)
+        return (shape, "excluding", tuple(job.excluded_nodes)) if job.excluded_nodes else shape
+
     def load(self, jobs: Iterable[Job]) -> None:
         """Replace the contents with ``jobs`` (the queued jobs of the store)."""
-        entries = {job.id: (queue_key(job), self._shape_of(job.spec)) for job in jobs}
+        entries = {job.id: (queue_key(job), self._shape(job)) for job in jobs}
         with self._lock:
             self._where = entries
             self._order = sorted(key for key, _ in entries.values())
@@ -60,7 +67,7 @@ class QueueIndex:
 
     def put(self, job: Job) -> None:
         """Add a queued job, or move it to the place its priority now gives it."""
-        key, shape = queue_key(job), self._shape_of(job.spec)
+        key, shape = queue_key(job), self._shape(job)
         with self._lock:
             self._remove(job.id)
             self._where[job.id] = (key, shape)

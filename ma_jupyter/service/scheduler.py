@@ -330,23 +330,41 @@ class Scheduler:
             resume.elastic_min_nodes if resume else None,
         )
 
-    def place(self, job_id: str, spec: JobSpec, use: dict[str, NodeUse]) -> Placement | None:
+    def place(
+        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], exclude: Iterable[str] = ()
+    ) -> Placement | None:
         """The placement of one attempt with the first spec that fits now, or None.
 
         The placement names inventory nodes, slots and cards only: a backend binds it
         (hostnames, addresses, ports, cores) before anything is planned.  With checkpoint resume
         and ``elastic_min_nodes``, fewer workers than asked (but at least the minimum) are
-        accepted when resources are short.
+        accepted when resources are short.  No task goes to a node in ``exclude`` (the job's own
+        :attr:`~ma_jupyter.models.Job.excluded_nodes`).
         """
-        return self._fit(job_id, spec, use)
+        return self._fit(job_id, spec, use, exclude=exclude)
 
-    def place_anywhere(self, job_id: str, spec: JobSpec) -> Placement | None:
+    def place_anywhere(self, job_id: str, spec: JobSpec, exclude: Iterable[str] = ()) -> Placement | None:
         """A placement on the empty cluster, drained and faulty nodes counted (they are only
         out for now): how a job that must wait is planned, never how one is launched."""
-        return self._fit(job_id, spec, self.usage([]), anywhere=True)
+        return self._fit(job_id, spec, self.usage([]), anywhere=True, exclude=exclude)
+
+    def exclusions(self, job_id: str, spec: JobSpec, excluded: Iterable[str]) -> tuple[str, ...]:
+        """The nodes of ``excluded`` a job's placement honours: all of them, unless without them
+        no node could ever hold the job (then none: a job must never wait for ever on a cluster
+        whose only fitting node it was told to avoid)."""
+        excluded = tuple(excluded)
+        if excluded and self.place_anywhere(job_id, spec, excluded) is None:
+            return ()
+        return excluded
 
     def _fit(
-        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], *, anywhere: bool = False
+        self,
+        job_id: str,
+        spec: JobSpec,
+        use: dict[str, NodeUse],
+        *,
+        anywhere: bool = False,
+        exclude: Iterable[str] = (),
     ) -> Placement | None:
         """:meth:`place`'s work (reservations call it too: :meth:`place` is the admission's own)."""
         counts = [spec.nodes]
@@ -355,16 +373,24 @@ class Scheduler:
         for name in spec.specs:
             flavor = self.cluster.spec(name)
             for count in counts:
-                placed = self._place_with(job_id, spec, flavor, count, use, anywhere)
+                placed = self._place_with(job_id, spec, flavor, count, use, anywhere, exclude)
                 if placed is not None:
                     return placed
         return None
 
     def _place_with(
-        self, job_id, spec: JobSpec, flavor: Spec, workers: int, use, anywhere: bool = False
+        self,
+        job_id,
+        spec: JobSpec,
+        flavor: Spec,
+        workers: int,
+        use,
+        anywhere: bool = False,
+        exclude: Iterable[str] = (),
     ) -> Placement | None:
         trial = {k: NodeUse(v.cpus, v.memory_gb, set(v.cards)) for k, v in use.items()}
         unusable = {} if anywhere else dict(self.unusable)  # one read: a drain may come meanwhile
+        unusable.update(dict.fromkeys(exclude, "excluded"))
         inventory = [n for n in self.nodes() if n.name not in unusable]
         candidates = self._candidates(spec, flavor, inventory, usable_only=False)
         roles = task_roles(spec.model_copy(update={"nodes": workers}))
@@ -415,7 +441,9 @@ class Scheduler:
 
     # ---------------------------------------------------------------- reservation (EASY)
 
-    def reserve(self, job_id: str, spec: JobSpec, running: list[Running], now: float) -> Reservation | None:
+    def reserve(
+        self, job_id: str, spec: JobSpec, running: list[Running], now: float, exclude: Iterable[str] = ()
+    ) -> Reservation | None:
         """When and where a job that does not fit now would run, if nothing else started.
 
         Running jobs are taken away in the order they end (jobs without a duration last); the
@@ -425,7 +453,7 @@ class Scheduler:
         ordered = sorted(running, key=lambda r: (r.end is None, r.end or 0.0))
         for cut in range(len(ordered) + 1):
             left = [r.placement for r in ordered[cut:]]
-            placed = self._fit(job_id, spec, self.usage(left))
+            placed = self._fit(job_id, spec, self.usage(left), exclude=exclude)
             if placed is not None:
                 if cut == 0:
                     return Reservation(job_id, now, placed)
@@ -434,7 +462,13 @@ class Scheduler:
         return None
 
     def backfill(
-        self, job_id: str, spec: JobSpec, use: dict[str, NodeUse], head: Reservation, now: float
+        self,
+        job_id: str,
+        spec: JobSpec,
+        use: dict[str, NodeUse],
+        head: Reservation,
+        now: float,
+        exclude: Iterable[str] = (),
     ) -> Placement | None:
         """A placement for a job behind the blocked head that cannot delay it, or None.
 
@@ -442,11 +476,11 @@ class Scheduler:
            counted as held, so the job takes only resources the head will not use; or
         2. it fits now and its duration ends it before the head's estimated start.
         """
-        placed = self._fit(job_id, spec, self.with_held(use, head.placement))
+        placed = self._fit(job_id, spec, self.with_held(use, head.placement), exclude=exclude)
         if placed is not None:
             return placed
         if spec.duration is not None and now + spec.duration <= head.start:
-            return self._fit(job_id, spec, use)
+            return self._fit(job_id, spec, use, exclude=exclude)
         return None
 
     def with_held(self, use: dict[str, NodeUse], placement: Placement) -> dict[str, NodeUse]:

@@ -105,13 +105,18 @@ def test_a_slow_node_is_rescheduled_and_resumes(sup):
     assert final.status is JobStatus.succeeded, final.reason
     assert (final.attempt, final.restarts, final.exit_code) == (1, 1, 0)
     said = [e.reason for e in sup.store.events(job.id) if e.status is JobStatus.queued]
-    # the pre-check runs before the resumed attempt starts, and is said last while it is queued
+    # the pre-check runs before each placement (the first one too), and is said last while queued
+    first = next(r for r in said if r.startswith("pre-check before the first placement passed"))
+    slow = first.split("placed on ")[1].split(",")[0]
     assert said[-1].startswith("pre-check before resume passed: checkpoint folder ")
     reasons = [r for r in said if not r.startswith("pre-check")]
     assert reasons[-1] == (
-        "checkpoint resume 1 of 1: performance alert on worker-0: hardware/e2e time 0.900 exceeds "
-        "the threshold 0.5; rescheduling"
+        f"checkpoint resume 1 of 1: rescheduled away from {slow}: performance alert on worker-0: "
+        "hardware/e2e time 0.900 exceeds the threshold 0.5"
     )
+    # the next attempt avoided the slow node (this machine's default cluster has several)
+    assert final.excluded_nodes == [slow] and final.nodes[0].host != slow
+    assert f"{slow} (slow for this job)" in said[-1]
 
 
 def test_a_fault_restart_starts_the_next_attempt_then_ends_in_error(sup):

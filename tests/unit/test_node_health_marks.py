@@ -64,3 +64,50 @@ def test_the_cluster_file_sets_the_node_and_disk_limits(tmp_path):
         path.write_text(f"[limits]\n{bad}\n")
         with pytest.raises(InvalidSpec, match=rf"\[limits\] {bad.split()[0]} must be a positive number"):
             load_cluster(path)
+
+
+def test_a_checks_mark_clears_when_it_passes_while_drains_and_heartbeat_faults_stay(tmp_path):
+    path = tmp_path / "node_health.json"
+    health = NodeHealth(path)
+    assert health.mark("n1", "faulty", "the job folders' disk is nearly full", source="check")
+    assert health.mark("n2", "faulty", "no node runner there has beaten", source="heartbeat")
+    assert health.mark("n3", "drained", "drained by admin")
+    assert NodeHealth(path).snapshot()["n1"].source == "check"  # kept across a restart
+    assert health.clear_checked("n2") is None and health.clear_checked("n3") is None
+    assert health.clear_checked("n1").reason == "the job folders' disk is nearly full"
+    assert health.statuses == {"n2": "faulty", "n3": "drained"}
+    # an admin's drain replaces a check's mark (the node stays out once it passes), not the reverse
+    assert health.mark("n4", "faulty", "card 0 is gone", source="check")
+    assert health.mark("n4", "drained", "drained by admin: repair")
+    assert not health.mark("n4", "faulty", "card 0 is gone", source="check")
+    assert health.clear_checked("n4") is None and health.statuses["n4"] == "drained"
+    # a file written before marks had a source: kept like a drain
+    path.write_text('{"n5": {"status": "faulty", "reason": "old"}}')
+    old = NodeHealth(path)
+    assert old.snapshot()["n5"].source == "" and old.clear_checked("n5") is None
+
+
+def test_the_cluster_file_sets_the_node_disk_check_and_the_notify_command(tmp_path):
+    from ma_jupyter.config import load_notify
+
+    path = tmp_path / "cluster.toml"
+    assert Limits().node_disk_free_mb == 4
+    path.write_text('[limits]\nnode_disk_free_mb = 512\n\n[notify]\ncommand = "/usr/bin/tee -a /tmp/x"\n')
+    assert load_cluster(path).limits.node_disk_free_mb == 512
+    assert load_notify(path) == "/usr/bin/tee -a /tmp/x"
+    path.write_text("[limits]\nnode_disk_free_mb = 0\n")
+    with pytest.raises(InvalidSpec, match="node_disk_free_mb must be a positive number"):
+        load_cluster(path)
+    assert load_notify(path) is None  # no [notify]: nothing is told
+    for bad in (
+        '[notify]\ncommand = ""\n',
+        "[notify]\ncommand = 3\n",
+        '[notify]\ncmd = "x"\n',
+        "notify = 1\n",
+    ):
+        path.write_text(bad)
+        with pytest.raises(InvalidSpec, match=r"\[notify\] takes one key"):
+            load_notify(path)
+    path.write_text('[notify]\ncommand = "notify \'unclosed"\n')
+    with pytest.raises(InvalidSpec, match="cannot be split into words"):
+        load_notify(path)

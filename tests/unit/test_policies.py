@@ -348,15 +348,22 @@ def test_samples_at_or_under_the_threshold_or_without_e2e_are_ignored():
 
 
 def test_the_reschedule_policy_requeues_while_resumes_are_left_then_alerts():
-    alert, end = policies.on_perf(perf_job("reschedule", restarts=1), "worker-0", [(9, 10)], alerted=True)
+    slow = perf_job("reschedule", restarts=1)
+    alert, end = policies.on_perf(slow, "worker-0", [(9, 10)], alerted=True, host="node-0")
     assert alert is None
     assert end == End(
         JobStatus.queued,
-        "checkpoint resume 2 of 2: performance alert on worker-0: hardware/e2e time 0.900 exceeds "
-        "the threshold 0.5; rescheduling",
+        "checkpoint resume 2 of 2: rescheduled away from node-0: performance alert on worker-0: "
+        "hardware/e2e time 0.900 exceeds the threshold 0.5",
         20.0,
         requeue=True,
+        exclude=("node-0",),
     )
+    # the next attempt's record carries the exclusion, added to the ones before
+    settled = policies.settle(end, "x", None)
+    before = slow.model_copy(update={"excluded_nodes": ["node-2"]})
+    updates = policies.record_updates(before, settled, [], None, T0, exclude=end.exclude)
+    assert updates["excluded_nodes"] == ["node-2", "node-0"]
     alert, end = policies.on_perf(perf_job("reschedule", restarts=2), "worker-0", [(9, 10)], alerted=False)
     assert end is None and alert.startswith("performance alert on worker-0")
 

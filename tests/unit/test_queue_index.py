@@ -174,3 +174,13 @@ def test_an_insert_under_a_taken_id_creates_nothing_and_says_so(tmp_path):
     assert store.insert(other, Event(job_id="j-1", status=JobStatus.queued, reason="second"), "k") is None
     assert store.get("j-1").spec.priority is Priority.normal
     assert [e.reason for e in store.events("j-1")] == ["first"] and store.job_for_key("k") is None
+
+
+def test_a_job_avoiding_nodes_is_a_shape_of_its_own():
+    """A job rescheduled away from a node may wait while jobs of its spec's shape fit there: it
+    must not hold them back in an admission pass."""
+    index = QueueIndex(by_node)
+    avoiding = job("a0", age=0, node_name="big").model_copy(update={"excluded_nodes": ["n1"]})
+    index.load([avoiding, job("b1", age=1, node_name="big")])
+    shapes = [shape for _, shape in index.heads()]
+    assert len(shapes) == 2 and "big" in shapes and ("big", "excluding", ("n1",)) in shapes

@@ -116,6 +116,19 @@ def test_drained_or_faulty_nodes_take_no_new_placement_but_still_count_at_submit
     assert (views["node-0"], views["node-1"], views["node-2"]) == ("drained", "faulty", "idle")
 
 
+def test_a_jobs_excluded_nodes_take_none_of_its_tasks_unless_no_other_node_could_ever():
+    sched = Scheduler(Cluster(nodes=default_nodes(4)))
+    spec = ma_spec(mode="pytorch", nodes=2)
+    placed = sched.place("j", spec, sched.usage([]), exclude=("node-0",))
+    assert "node-0" not in {t.host for t in placed.tasks}
+    assert sched.place("j", ma_spec(mode="pytorch", nodes=4), sched.usage([]), exclude=("node-0",)) is None
+    assert sched.exclusions("j", spec, ["node-0"]) == ("node-0",)
+    # a job needing every node can never run without the one it avoids: the exclusion is lifted
+    assert sched.exclusions("j", ma_spec(mode="pytorch", nodes=4), ["node-0"]) == ()
+    head = sched.reserve("j", spec, [], 0.0, exclude=("node-1",))
+    assert "node-1" not in {t.host for t in head.placement.tasks}
+
+
 def test_checkpoint_resume_runs_in_a_dedicated_pool():
     resumable = {"checkpoint_resume": {}}
     Scheduler(Cluster()).check(ma_spec(**resumable))  # the default cluster is one dedicated pool

@@ -42,6 +42,7 @@ from ... import config
 from ...backends.base import Backend
 from ...models import CacheInfo, Job, JobSpec, JobStatus, Plan, PreparedData, Priority
 from ..health import NodeHealth
+from ..notify import Notifier
 from ..preparation import Preparation
 from ..queue import QueueIndex
 from ..resources import ResourceSampler
@@ -82,7 +83,10 @@ class Supervisor:
         self.health = NodeHealth(config.home() / "node_health.json")
         scheduler.unusable = self.health.statuses
         self.resources = ResourceSampler(store, backend)  # its own thread: never slows a tick
-        self.journal = Journal(store, self.queue, backend, self.ledger, self.preparation)
+        # the administrator's notification hook ([notify] command of cluster.toml), told by
+        # the journal of alerts and terminal states; closed at shutdown
+        self.notifier = Notifier(config.load_notify(), str(config.home()))
+        self.journal = Journal(store, self.queue, backend, self.ledger, self.preparation, self.notifier)
         self.on_job_deleted: list[Callable[[str], None]] = self.journal.on_job_deleted
         self.watching = Watching(store, backend, self.health, self.ledger, self.journal)
         self.inspection = Inspection(
@@ -124,8 +128,10 @@ class Supervisor:
         self.loop.start()
 
     def shutdown(self) -> None:
-        """Stop the loop; running jobs keep running (they do not depend on the service)."""
+        """Stop the loop, then deliver the notifications still waiting (a few seconds at most);
+        running jobs keep running (they do not depend on the service)."""
         self.loop.shutdown()
+        self.notifier.close()
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """True once no attempt is being wound down, within ``timeout`` seconds."""

@@ -20,9 +20,13 @@ held is due.  A pass (:meth:`Admission.admit`):
    it fits beside the reservation, or its duration ends it before the head's estimated start).
    A job that fits but is held for the head does not stop its shape's walk (durations differ).
 
-A job that fits is bound by the backend (which may decline: the pass tries again within
-``BIND_RETRY``); a checkpoint-resume attempt after the first passes the pre-check
-(:meth:`.inspection.Inspection.precheck`) before it is launched (:mod:`.launch`).
+Every placement avoids the nodes the job was rescheduled away from (its ``excluded_nodes``,
+unless no other node could ever hold it: :meth:`..scheduler.Scheduler.exclusions`).  A job that
+fits is bound by the backend (which may decline: the pass tries again within ``BIND_RETRY``);
+every attempt of a checkpoint-resume job, its first one too, passes the pre-check
+(:meth:`.inspection.Inspection.precheck`) before it is launched (:mod:`.launch`): a node failing
+it is marked faulty and the job waits for the next pass; a checkpoint folder it cannot read
+ends it in error.
 
 The outcome is that of trying every queued job in queue order (each one that fits and may pass
 the head starts, the others wait), at the cost of one placement per shape plus one per job started.
@@ -153,16 +157,19 @@ class Admission:
         or ``held`` (it fits, but would delay the head of the queue: step 5)."""
         use, now = self.usage(), time.time()
         head = self._pass_head
-        placement = self._scheduler.place(job.id, job.spec, use)
+        exclude = self._scheduler.exclusions(job.id, job.spec, job.excluded_nodes)
+        placement = self._scheduler.place(job.id, job.spec, use, exclude)
         if placement is None:
             if head is None:  # the first job that does not fit: it reserves what it will take
-                head = self._pass_head = self._scheduler.reserve(job.id, job.spec, self.running(), now)
+                head = self._pass_head = self._scheduler.reserve(
+                    job.id, job.spec, self.running(), now, exclude
+                )
                 self._note_waiting(job, "head", head)
             else:
                 self._note_waiting(job, "blocked", head)
             return "blocked"
         if head is not None:
-            placement = self._scheduler.backfill(job.id, job.spec, use, head, now)
+            placement = self._scheduler.backfill(job.id, job.spec, use, head, now, exclude)
             if placement is None:
                 self._note_waiting(job, "held", head)
                 return "held"
@@ -174,12 +181,16 @@ class Admission:
             self._note_waiting(job, "declined", head)
             return "blocked"
         self._ledger.waiting_noted.pop(job.id, None)
-        if job.spec.checkpoint_resume and job.attempt:
-            failed = self._inspection.precheck(job, bound)
-            if failed is not None:
+        if job.spec.checkpoint_resume:
+            check = self._inspection.precheck(job, bound, exclude)
+            if not check.passed:
                 self._backend.release(bound)
-                self._journal.transition(job, JobStatus.error, failed)
-                return "skipped"  # it left the queue: the pass goes on with its shape
+                if check.fatal:
+                    self._journal.transition(job, JobStatus.error, check.reason)
+                else:  # a node failed its checks and is marked now: the next pass avoids it
+                    self._journal.notice(job, check.reason)
+                    self._ledger.queue_changed()
+                return "skipped"  # the pass goes on with its shape
         self._launcher.launch(job, bound)
         return "started"
 

@@ -247,7 +247,8 @@ class Forecast:
                 job = self._store.get(ahead_id)
             except NotFound:
                 continue  # it left the queue meanwhile
-            reservation = self._scheduler.reserve(job.id, job.spec, running, now)
+            exclude = self._scheduler.exclusions(job.id, job.spec, job.excluded_nodes)
+            reservation = self._scheduler.reserve(job.id, job.spec, running, now, exclude)
             if reservation is None or reservation.start == float("inf"):
                 return None
             if job.id == job_id:

@@ -16,8 +16,21 @@
   4. a node where every running runner has been silent longer than ``heartbeat_timeout`` is
      marked faulty (one job stopping or loading its own runner must not end the others there).
 
-* **The pre-check** before a checkpoint-resume attempt (seed 002): the checkpoint folder is
-  there and readable, and the attempt avoids marked nodes (:meth:`Inspection.precheck`).
+  5. every ``NODE_CHECK_EVERY`` seconds, each node of the inventory, idle ones too, is checked
+     for what breaks training (:meth:`Inspection.node_checks`: its job folders' disk free
+     space, its real cards): a failing check marks it faulty with the reason (an alert to the
+     jobs running there and to the notification hook); a node whose mark a check set and that
+     passes again is put back into placement (an admin's drain and a heartbeat fault stay).
+
+* **The pre-check** (seed 002) before every placement of a checkpoint-resume job, its first one
+  too (:meth:`Inspection.precheck`), in this order:
+
+  6. the checkpoint folder (the job's outputs) is there and readable (at the first placement it
+     may not be made yet); otherwise the job ends in error;
+  7. each node of the placement passes its checks (rule 5), now: a node failing one is marked
+     faulty and the job waits for the next placement (which avoids it);
+  8. the result, with where the job is placed and which nodes it avoids (marked nodes, and the
+     nodes it was rescheduled away from), is an event of the job.
 * **The disk reserve** (:mod:`..policies`, "across running jobs"), on a thread of its own once
   a second (:meth:`Inspection.reserve_loop`): under twice the reserve, what each running job
   holds on the jobs folder's disk is measured (outside the lock: it may take a while); under the
@@ -29,11 +42,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from ... import config
 from ...backends.base import Attempt, Backend
 from ...errors import NotFound
-from ...models import Job, JobStatus
+from ...models import Job, JobStatus, Node
 from ...modes.base import Placement, TaskSlot
 from .. import policies
 from ..disk import FULL_BELOW, disk_use, free_bytes
@@ -49,6 +64,19 @@ from .watching import DISK_CHECK_EVERY, Watching
 log = logging.getLogger("ma_jupyter.supervisor")
 
 HEALTH_EVERY = 1.0  # seconds between two node inspections (heartbeats, elastic scale-up)
+NODE_CHECK_EVERY = 5.0  # seconds between two checks of every node (disk, cards)
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Precheck:
+    """The pre-check's outcome: ``passed``; ``reason`` (the event's text); ``fatal``: the job
+    cannot run anywhere (its checkpoint folder), so it ends in error, else a node failed its
+    checks (it is marked faulty now) and the job waits for another placement."""
+
+    passed: bool
+    reason: str
+    fatal: bool = False
 
 
 class Inspection:
@@ -75,6 +103,8 @@ class Inspection:
         self._watching = watching
         self._inspected = 0.0
         self._inspected_wall = 0.0  # time.time() of the last inspection (counts a suspend)
+        self._nodes_checked = float("-inf")  # monotonic time of the last node checks
+        self._local_nodes: bool | None = None  # whether the nodes are this machine's (asked once)
         # the disk reserve: when it was last looked at, and what each running job held on the
         # jobs folder's disk then (only while it is nearly full)
         self._reserve_watched = 0.0
@@ -91,7 +121,7 @@ class Inspection:
         """
         self._known_node(node)
         why = f"drained by {by or 'an admin'}" + (f": {reason}" if reason else "")
-        if self._health.mark(node, "drained", why):
+        if self._health.mark(node, "drained", why, source="admin"):
             log.warning("node %s %s", node, why)
         self._ledger.wake.set()
 
@@ -122,6 +152,9 @@ class Inspection:
         judge = wall - self._inspected_wall < timeout / 2
         self._inspected, self._inspected_wall = time.monotonic(), wall
         self.inspect(judge)
+        if self._inspected >= self._nodes_checked + NODE_CHECK_EVERY:
+            self._nodes_checked = self._inspected
+            self.check_nodes()
 
     def inspect(self, judge: bool) -> None:
         """Rules 2 to 4 (3 and 4 only when ``judge``)."""
@@ -155,7 +188,8 @@ class Inspection:
                 if since is None:
                     continue
                 use = scheduler.usage(p for j, p in ledger.placements.items() if j != job.id)
-                possible = scheduler.place(job.id, job.spec, use)
+                exclude = scheduler.exclusions(job.id, job.spec, job.excluded_nodes)
+                possible = scheduler.place(job.id, job.spec, use, exclude)
                 end = policies.on_scale_up(
                     job,
                     policies.workers(placement.tasks),
@@ -175,8 +209,9 @@ class Inspection:
             if why is None:
                 continue
             with ledger.lock:
-                if health.mark(host, "faulty", why):
+                if health.mark(host, "faulty", why, source="check"):
                     log.warning("node %s is faulty: %s", host, why)
+                    self._journal.node_alert(host, why)
                     for job in {j.id: j for j, _ in held}.values():
                         self._journal.notice(job, f"node {host} is faulty: {why}", alert=True)
         for host, silent in ages.items():
@@ -186,27 +221,128 @@ class Inspection:
                     f"{len(silent)} running)"
                 )
                 with ledger.lock:
-                    if health.mark(host, "faulty", why):
+                    if health.mark(host, "faulty", why, source="heartbeat"):
                         log.warning("node %s is faulty: %s", host, why)
+                        self._journal.node_alert(host, why)
 
-    def precheck(self, job: Job, placement: Placement) -> str | None:
-        """The pre-check before a checkpoint-resume attempt (seed 002), said as an event: the
-        checkpoint's folder (the job's outputs) is there and readable, and the attempt is placed
-        on usable nodes.  The reason it fails, or None.  Looks at the folder's metadata only."""
+    def precheck(self, job: Job, placement: Placement, excluded: tuple[str, ...] = ()) -> Precheck:
+        """The pre-check before every placement of a checkpoint-resume job (its first one too;
+        seed 002), rules 6 to 8: said as an event of the job.  Looks at the folder's metadata, the
+        disk's free space and the real cards' state only (it runs under the lock)."""
+        first = job.attempt == 0
+        prefix = "pre-check before the first placement" if first else "pre-check before resume"
         folder = job.outputs_folder
-        if not folder or not os.path.isdir(folder) or not os.access(folder, os.R_OK | os.X_OK):
-            return (
-                f"pre-check before resume failed: the checkpoint folder {folder} (the job's outputs) "
-                "is missing or unreadable"
+        readable = bool(folder) and os.path.isdir(folder) and os.access(folder, os.R_OK | os.X_OK)
+        if not readable and not (first and folder and not os.path.lexists(folder)):
+            return Precheck(
+                False,
+                f"{prefix} failed: the checkpoint folder {folder} (the job's outputs) is missing or unreadable",
+                fatal=True,
             )
+        said = [f"checkpoint folder {folder} " + ("readable" if readable else "not made yet (first attempt)")]
+        nodes = {n.name: n for n in self._scheduler.nodes()}
+        for host in dict.fromkeys(t.host for t in placement.tasks):
+            node = nodes.get(host)
+            if node is None:
+                continue
+            failed, passed = self.node_checks(node)
+            if failed is not None:
+                self._judge_node(host, failed)
+                return Precheck(False, f"{prefix} failed on {host}: {failed}; placing the job elsewhere")
+            said.append(f"{host}: " + (", ".join(passed) or "nothing to check"))
         hosts = ", ".join(dict.fromkeys(t.host for t in placement.tasks))
-        avoided = ", ".join(f"{n} ({m.status})" for n, m in self._health.snapshot().items())
-        self._journal.notice(
-            job,
-            f"pre-check before resume passed: checkpoint folder {folder} readable; placed on {hosts}"
-            + (f", avoiding {avoided}" if avoided else ""),
+        avoided = [f"{n} ({m.status})" for n, m in self._health.snapshot().items()]
+        avoided += [f"{n} (slow for this job)" for n in excluded if n not in self._health.statuses]
+        reason = f"{prefix} passed: {'; '.join(said)}; placed on {hosts}" + (
+            f", avoiding {', '.join(avoided)}" if avoided else ""
         )
-        return None
+        if job.excluded_nodes and not excluded:
+            reason += (
+                f" (no other node can ever hold this job: {', '.join(job.excluded_nodes)}, "
+                "which it was rescheduled away from, is not avoided)"
+            )
+        self._journal.notice(job, reason)
+        return Precheck(True, reason)
+
+    # ------------------------------------------------------------------ node checks
+
+    def check_nodes(self) -> None:
+        """Rule 5: every inventory node's checks, idle nodes too (a node marked by an admin or
+        by its heartbeats is looked at as well, but its mark stays)."""
+        for node in self._scheduler.nodes():
+            if node.status == "down":
+                continue
+            failed, _ = self.node_checks(node)
+            self._judge_node(node.name, failed)
+
+    def node_checks(self, node: Node) -> tuple[str | None, list[str]]:
+        """(why ``node`` cannot run training now, or None; what passed, in words).
+
+        1. the free space of the disk of its job folders (the folders every job there writes:
+           logs, node files, default outputs) against ``[limits] node_disk_free_mb``; only
+           where the nodes are this machine's (an inventory of ``cluster.toml``);
+        2. its real cards, every one of them (:meth:`Backend.card_fault`): the device node is
+           there and the driver does not report it lost; emulated cards have nothing to check.
+        """
+        passed: list[str] = []
+        root = self._job_folders_root()
+        if root is not None:
+            free = free_bytes(root)
+            floor = self._scheduler.cluster.limits.node_disk_free_mb
+            if free is not None:
+                if free < floor * MIB:
+                    return (
+                        f"the job folders' disk ({root}) has {free / MIB:.1f} MB free, under "
+                        f"[limits] node_disk_free_mb = {floor:g}",
+                        passed,
+                    )
+                passed.append(f"job folders' disk {free / MIB:.0f} MB free (at least {floor:g})")
+        if node.emulated is False and node.accelerators:
+            cards = tuple(node.card_indices)
+            task = TaskSlot(
+                role="worker", index=0, host=node.name, devices=cards, card_type=node.accelerator_type
+            )
+            why = self._backend.card_fault(task)
+            if why is not None:
+                return f"card check: {why}", passed
+            passed.append(f"{len(cards)} {node.accelerator_type} card(s) answering")
+        return None, passed
+
+    def _job_folders_root(self) -> Path | None:
+        """The job folders' root when the nodes are this machine's (the backend has no inventory
+        of its own), else None: a remote node's disk is not this service's to look at."""
+        if self._local_nodes is None:
+            try:
+                self._local_nodes = self._backend.inventory() is None
+            except Exception:  # a backend away: asked again at the next check
+                log.debug("the backend's inventory could not be read", exc_info=True)
+                return None
+        return config.jobs_root() if self._local_nodes else None
+
+    def _judge_node(self, name: str, failed: str | None) -> None:
+        """Mark ``name`` faulty for ``failed`` (an alert to the jobs running there and to the
+        notification hook), or clear the mark a node check set once it passes."""
+        with self._ledger.lock:
+            if failed is None:
+                if self._health.clear_checked(name) is not None:
+                    log.warning("node %s passes its checks again: back in placement", name)
+                    self._ledger.queue_changed()
+                return
+            if not self._health.mark(name, "faulty", failed, source="check"):
+                return
+            log.warning("node %s is faulty: %s", name, failed)
+            there = [
+                job_id
+                for job_id, p in self._ledger.placements.items()
+                if any(t.host == name for t in p.tasks)
+            ]
+            self._journal.node_alert(name, failed)
+            for job_id in there:
+                try:
+                    job = self._store.get(job_id)
+                except NotFound:
+                    continue
+                self._journal.notice(job, f"node {name} is faulty: {failed}", alert=True)
 
     # ----------------------------------------------------------------- the disk reserve
 

@@ -10,7 +10,11 @@ Rules:
 2. :meth:`Journal.notice` adds an event without changing the status; :meth:`Journal.backend_notice`
    is the backend's way to it, from any thread (a deleted job gets none; a full disk loses it
    with a warning in the service's log).
-3. :meth:`Journal.remove` forgets a terminal job: the ``on_job_deleted`` callbacks first (e.g. its
+3. What is worth telling goes to the administrator's notification hook (:mod:`..notify`), after
+   it was recorded: every terminal state a transition records (``ended``); every notice that
+   is an alert, a job rescheduled for its performance (:meth:`Journal.tell_alert`) and a node
+   marked faulty (:meth:`Journal.node_alert`) (``alert``).
+4. :meth:`Journal.remove` forgets a terminal job: the ``on_job_deleted`` callbacks first (e.g. its
    TensorBoard), then its rows, its place in the queue, what the backend keeps, and its folder
    (moved aside at once, deleted on a thread: a big folder takes a while).
 """
@@ -27,6 +31,7 @@ from ... import config
 from ...backends.base import Backend
 from ...errors import Conflict, DiskFull, NotFound
 from ...models import Event, Job, JobStatus
+from ..notify import Notifier
 from ..preparation import Preparation
 from ..queue import QueueIndex
 from ..store import Store
@@ -40,14 +45,22 @@ class Journal:
     backend notices)."""
 
     def __init__(
-        self, store: Store, queue: QueueIndex, backend: Backend, ledger: Ledger, preparation: Preparation
+        self,
+        store: Store,
+        queue: QueueIndex,
+        backend: Backend,
+        ledger: Ledger,
+        preparation: Preparation,
+        notifier: Notifier | None = None,
     ):
         self._store = store
         self._queue = queue
         self._backend = backend
         self._ledger = ledger
         self._preparation = preparation
-        self.on_job_deleted: list[Callable[[str], None]] = []  # callbacks(job_id), rule 3
+        #: the administrator's notification hook (rule 3); one without a command tells nothing
+        self.notifier = notifier or Notifier(None, str(config.home()))
+        self.on_job_deleted: list[Callable[[str], None]] = []  # callbacks(job_id), rule 4
 
     def transition(
         self,
@@ -68,6 +81,7 @@ class Journal:
         )
         if status.is_terminal():
             self._preparation.ended(job)
+            self._tell("ended", job, status, reason, node)
         if status is JobStatus.queued:
             self._queue.put(job)
             self._ledger.queue_changed()
@@ -78,9 +92,31 @@ class Journal:
     def notice(
         self, job: Job, reason: str, *, node: str | None = None, alert: bool = False, by: str | None = None
     ) -> None:
-        """Rule 2: an event of ``job`` in its current status."""
+        """Rule 2: an event of ``job`` in its current status (an alert is told, rule 3)."""
         self._store.add_event(
             Event(job_id=job.id, status=job.status, reason=reason, node=node, alert=alert, by=by)
+        )
+        if alert:
+            self._tell("alert", job, job.status, reason, node)
+
+    def tell_alert(self, job: Job, reason: str, node: str | None = None) -> None:
+        """Rule 3 for an alert whose record is a transition of its own (a job rescheduled away
+        from a slow node): told, with no event of its own."""
+        self._tell("alert", job, job.status, reason, node)
+
+    def node_alert(self, node: str, reason: str) -> None:
+        """Rule 3: a node was marked faulty (told with no job: ``job`` and ``name`` empty)."""
+        self.notifier.notify("alert", job="", name="", user=None, status="faulty", reason=reason, node=node)
+
+    def _tell(self, kind: str, job: Job, status: JobStatus, reason: str, node: str | None) -> None:
+        self.notifier.notify(
+            kind,
+            job=job.id,
+            name=job.spec.name,
+            user=job.spec.creator,
+            status=status.value,
+            reason=reason,
+            node=node,
         )
 
     def backend_notice(self, job_id: str, node: str | None, reason: str) -> None:
@@ -96,7 +132,7 @@ class Journal:
             log.warning("job %s: cannot record %r: the disk is full", job_id, reason)
 
     def remove(self, job_id: str) -> None:
-        """Rule 3."""
+        """Rule 4."""
         for callback in self.on_job_deleted:
             callback(job_id)
         self._store.delete(job_id)

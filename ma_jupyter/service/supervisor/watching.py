@@ -231,8 +231,9 @@ class Watching:
             complete = data[: data.rfind(b"\n") + 1]
             self._perf_offsets[key] = offset + len(complete)
             samples = policies.perf_samples(complete.decode("utf-8", "replace"))
-            alert, end = policies.on_perf(job, run.name, samples, key in self._perf_alerted)
+            alert, end = policies.on_perf(job, run.name, samples, key in self._perf_alerted, run.host)
             if end is not None:
+                self._journal.tell_alert(job, call_reason(end.reason), node=run.name)
                 return end
             if alert is not None:
                 self._perf_alerted.add(key)
@@ -300,7 +301,13 @@ class Watching:
                     if solo is not None:  # before the end: a follower that sees the end finds it
                         journal.notice(current, solo[1], node=solo[0], alert=True)
                     updates = policies.record_updates(
-                        current, settled, final, end.exit_code, utcnow(), counted=end.counted
+                        current,
+                        settled,
+                        final,
+                        end.exit_code,
+                        utcnow(),
+                        counted=end.counted,
+                        exclude=end.exclude,
                     )
                     journal.transition(
                         current.model_copy(update=updates),
