@@ -31,7 +31,9 @@ pointing at the node's log file; the service is never in the log path.  The runn
    each already wrapped in the node's sandbox by the backend, then (``export``, when anything in
    the working copy changed since the copy) keeps what the job wrote there in its outputs;
 4. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
-   kill the node at once) so training code gets its chance to save a checkpoint;
+   kill the node at once) so training code gets its chance to save a checkpoint, once it has
+   claimed the stop's relay (:mod:`.stopping`: a backend that saw no claim in time delivered the
+   signal itself, and the runner then sends nothing more);
 5. when a phase ends, kills what it left behind (a bubblewrap pid namespace does this by
    itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
 6. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
@@ -67,7 +69,7 @@ from ..jobdir import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, NodeDir
 from ..nodeside import workdir
 from ..nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
 from ..untrusted import collect_report
-from . import hostwatch, watchdog
+from . import hostwatch, stopping, watchdog
 from .procfs import descendants, process_tree
 from .userns import (
     CHECK_USER_NAMESPACE,
@@ -185,26 +187,22 @@ class NodeRunner:
         node = self.spec.get("node", "the node")
         hostwatch.end_node(node, what, self._ended, gone, lambda: self._signal_all(signal.SIGTERM))
 
-    # the processes of the node a stop signal is meant for
+    # the processes of the node a stop signal is meant for (never bubblewrap itself)
     def _targets(self) -> list[int]:
-        current = self.current
-        if current is None:
+        if self.current is None:
             return []
-        top = current.pid
-        below = descendants(top)
-        if self.spec.get("sandbox") == "bubblewrap":
-            # bwrap (outer) -> bwrap (pid 1 of the namespace) -> the command...: signal the
-            # command's processes only; killing bwrap would end the node without a grace period
-            return [pid for pid, parent, _ in below if parent != top]
-        return [top, *(pid for pid, _, _ in below)]
+        return stopping.targets(os.getpid(), self.spec.get("sandbox", ""))
 
     def _signal_all(self, signum: int) -> None:
         for pid in self._targets():
             _signal(pid, signum)
 
     def _on_signal(self, signum, _frame) -> None:
+        """Rule 4: relay a stop to the node's processes, unless the backend already did (it
+        does when this runner did not answer in time: :mod:`.stopping`)."""
         self.stopping = True
-        self._signal_all(signal.SIGTERM if signum == signal.SIGTERM else signum)
+        if stopping.claim(NodeDir(Path(self.spec["node_dir"])).stop_claim, stopping.RUNNER):
+            self._signal_all(signal.SIGTERM if signum == signal.SIGTERM else signum)
 
     def _with_env_fd(self, argv: list[str]) -> tuple[list[str], int | None]:
         """``argv`` reading the job's variables from a fresh descriptor (bubblewrap), and that

@@ -39,7 +39,7 @@ from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
-from ...nodehost import caches, outputs_reader, prepare, shell_agent, userns, watchdog
+from ...nodehost import caches, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
 from ...nodehost.bwrap import sandbox_argv
@@ -535,8 +535,10 @@ class LocalBackend(Backend):
         return list(found.values())
 
     def stop(self, attempt: Attempt, runs: list[NodeRun], grace: float) -> None:
-        """TERM each node's runner (it relays the signal to the node's processes), wait up to
-        ``grace`` seconds, then KILL every process carrying the node's marker; return once none
+        """TERM each node's runner (it relays the signal to the node's processes); where a runner
+        has not claimed the relay within :data:`.stopping.RELAY_WAIT` seconds (frozen), TERM the
+        node's processes here instead (:mod:`.stopping`: never twice, never bubblewrap); wait up
+        to ``grace`` seconds, then KILL every process carrying the node's marker; return once none
         is left."""
         for run in runs:
             if self._alive(run):
@@ -544,8 +546,26 @@ class LocalBackend(Backend):
                     os.killpg(run.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        deadline = time.monotonic() + max(grace, 0.0)
-        while time.monotonic() < deadline and any(self._alive(r) for r in runs):
+        start = time.monotonic()
+        deadline = start + max(grace, 0.0)
+        relay_by = start + min(stopping.RELAY_WAIT, max(grace, 0.0))
+        unrelayed = [r for r in runs if self._alive(r)]
+        signalled: list[psutil.Process] = []  # what this backend TERMed itself
+        while time.monotonic() < deadline:
+            unrelayed = [r for r in unrelayed if self._alive(r) and not self._relayed(attempt, r)]
+            if unrelayed and time.monotonic() >= relay_by:
+                for run in unrelayed:
+                    signalled += self._relay_stop(attempt, run)
+                unrelayed = []
+            live = [r for r in runs if self._alive(r)]
+            if not live:
+                break
+            if signalled and not unrelayed and all(_ended(p) for p in signalled):
+                # the frozen runners' processes saved and ended: the runners cannot end by
+                # themselves, nothing is left to wait for
+                frozen = {r.name for r in runs if self._relayed_by_backend(attempt, r)}
+                if all(r.name in frozen for r in live):
+                    break
             time.sleep(0.05)
         deadline = time.monotonic() + 30.0
         while True:
@@ -567,6 +587,40 @@ class LocalBackend(Backend):
                 names = ", ".join(f"{p.pid}" for p in left)
                 raise BackendUnavailable(f"processes {names} of job {attempt.job_id} survive SIGKILL")
             time.sleep(0.05)
+
+    def _relayed(self, attempt: Attempt, run: NodeRun) -> bool:
+        """Whether the stop's relay of ``run`` is claimed (by its runner, or already here)."""
+        return stopping.holder(attempt.jobdir.node(run.name).stop_claim) is not None
+
+    def _relayed_by_backend(self, attempt: Attempt, run: NodeRun) -> bool:
+        return stopping.holder(attempt.jobdir.node(run.name).stop_claim) == stopping.BACKEND
+
+    def _relay_stop(self, attempt: Attempt, run: NodeRun) -> list[psutil.Process]:
+        """Deliver the stop's SIGTERM to the node's processes for a runner that did not (rule 2
+        of :mod:`.stopping`), when this backend wins the claim; the processes signalled."""
+        nd = attempt.jobdir.node(run.name)
+        if run.pid is None or not stopping.claim(nd.stop_claim, stopping.BACKEND):
+            return []
+        try:
+            relative = nd.runner_spec.relative_to(attempt.jobdir.root)
+            sandbox = json.loads(read_small(attempt.jobdir.root, str(relative), limit=16 << 20))["sandbox"]
+        except (OSError, ValueError, KeyError, TypeError, RefusedFile):
+            sandbox = "bubblewrap"  # the safe reading: bubblewrap's own processes are spared
+        signalled = []
+        for pid in stopping.targets(run.pid, sandbox):
+            try:
+                proc = psutil.Process(pid)
+                proc.send_signal(signal.SIGTERM)
+                signalled.append(proc)
+            except psutil.Error:
+                pass
+        print(
+            f"[ma_jupyter] the runner of {run.name} did not relay the stop within "
+            f"{stopping.RELAY_WAIT:g} s: SIGTERM sent to its {len(signalled)} process(es) directly",
+            file=sys.stderr,
+            flush=True,
+        )
+        return signalled
 
     # ------------------------------------------------------------------------ logs
 
@@ -809,6 +863,14 @@ def _end_kept(nd) -> None:
     marker = _kept_marker(nd)
     if marker:
         _end_marked(marker)
+
+
+def _ended(proc: psutil.Process) -> bool:
+    """Whether ``proc`` has ended (gone, or a zombie its frozen parent cannot reap)."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
 
 
 def _refuse_unsandboxed(views: list[NodeView]) -> None:
