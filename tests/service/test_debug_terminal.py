@@ -342,3 +342,64 @@ def test_a_process_squatting_the_terminals_name_on_the_host_is_never_reached(ma_
     finally:
         squatter.close()
         victim.stop()
+
+
+# ------------------------------------------ the terminal is in the node's own namespaces
+
+SCRATCH = (
+    "import time; open('/tmp/scratch.txt', 'w').write('scratch of the job'); "
+    "open('/dev/shm/shm.txt', 'w').write('shm of the job'); "
+    "print('job running', flush=True); time.sleep(600)"
+)
+LOOK = ["sh", "-c", "cat /tmp/scratch.txt; echo; cat /dev/shm/shm.txt; echo; ps -e -o pid=,args=; hostname"]
+
+
+def test_the_terminal_joins_the_running_nodes_processes_tmp_and_shm(ma_service):
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    handle = client.submit(
+        name="dbg-ns", command=f'{sys.executable} -c "{SCRATCH}"', debug_terminal=True, grace_period=1
+    )
+    try:
+        wait_for(
+            lambda: (
+                "job running" in (log := client.read_log(handle.id).data) and "debug terminal ready" in log
+            ),
+            timeout=120,
+        )
+        out, code = run_command(client.shell(handle.id, command=LOOK), timeout=60)
+        assert code == 0, out
+        lines = out.replace("\r", "").splitlines()
+        assert "scratch of the job" in lines and "shm of the job" in lines, out  # its /tmp, /dev/shm
+        # its processes: the job's command runs beside the shell, in the same pid namespace
+        # (small numbers: the namespace's own), and no process of the host is seen
+        job_lines = [line for line in lines if "/tmp/scratch.txt" in line and "ps -e" not in line]
+        assert job_lines, out
+        assert int(job_lines[0].split()[0]) < 100, out
+        assert not any("pytest" in line for line in lines), out
+        assert lines[-1] == client.get(handle.id).nodes[0].hostname, out  # its hostname
+        if os.geteuid() == 0:  # as the job's account, never root
+            out, code = run_command(client.shell(handle.id, command=["id", "-u"]), timeout=60)
+            assert code == 0 and out.strip() != "0", out
+    finally:
+        client.stop(handle.id)
+
+
+def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service):
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+    from tests.modes.real import job_processes
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    fails = "open('/tmp/scratch.txt', 'w').write('left in tmp'); raise SystemExit(5)"
+    handle = client.submit(
+        name="dbg-ns-fail", command=f'{sys.executable} -c "{fails}"', debug_terminal=True, grace_period=1
+    )
+    job = handle.wait(timeout=180)
+    assert job.status.value == "error" and job.exit_code == 5, job.reason
+    out, code = run_command(client.shell(handle.id, command=["cat", "/tmp/scratch.txt"]), timeout=60)
+    assert (out.strip(), code) == ("left in tmp", 0)
+    client.delete(handle.id)
+    wait_for(lambda: not job_processes(handle.id), timeout=60)  # deleting ends the kept sandbox

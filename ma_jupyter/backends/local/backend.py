@@ -42,6 +42,7 @@ from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...nodehost import caches, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
+from ...nodehost.agent_wire import RELEASE_FD, STATUS_FD
 from ...nodehost.bwrap import sandbox_argv
 from ...nodehost.code import python_sources
 from ...nodehost.forkserver import RunnerForkServer, ServerUnavailable
@@ -339,12 +340,21 @@ class LocalBackend(Backend):
             return sandbox_argv(view, command, copy=copy and phase == first)
 
         limits = config.load_cluster().limits
+        # --debug-terminal: the node's command runs under the shell agent, which serves the
+        # terminal from inside the command's own sandbox (see .shell_agent); only in a sandbox:
+        # a debug shell never runs in the host's own view
+        terminal = attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
+        command = launch.command
+        if terminal:
+            command = [view.image.python, "-m", "ma_jupyter.nodehost.shell_agent", "--serve"]
+            command += ["--job", attempt.job_id, "--node", launch.name]
+            command += ["--status", STATUS_FD, "--release", RELEASE_FD, "--", *launch.command]
         spec = {
             "node": launch.name,
             "node_dir": str(node_dir),
             "rank_log_dir": str(attempt.jobdir.rank_dir(launch.name)),
             "sandbox": view.sandbox,
-            "argv": wrap(launch.command, "argv"),
+            "argv": wrap(command, "argv"),
             # The environment the runner starts each phase with.  bubblewrap gets a fixed one (the
             # job's variables are applied inside, after the switch to the job's account); only
             # the symlink mode, which never runs as another account, hands the job's to it.
@@ -376,20 +386,12 @@ class LocalBackend(Backend):
             "copy": copy_args(view) if copy and view.sandbox == "symlink" else None,
             "export": export_argv(view),
             "workdir": view.working_copy.source if view.working_copy else None,
-            # --debug-terminal: the shell agent, wrapped like the phases (same view, same account);
-            # only in a sandbox: a debug shell never runs in the host's own view
-            "shell_agent": wrap(
-                [view.image.python, "-m", "ma_jupyter.nodehost.shell_agent"]
-                + ["--serve", "--job", attempt.job_id, "--node", launch.name]
-            )
-            if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
-            else None,
+            # the command runs under the debug terminal's agent (the terminal can be opened)
+            "shell_agent": True if terminal else None,
             # the process whose end ends the node (noderun rule 8): a Ray node's raylet
             "end_with": self.end_with,
             # a failed command keeps the sandbox for the debug terminal this long ([limits])
-            "keep_failed_seconds": limits.debug_keep_hours * 3600.0
-            if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
-            else 0,
+            "keep_failed_seconds": limits.debug_keep_hours * 3600.0 if terminal else 0,
             # where its network rules hold: the attempt's namespace, or a fence (see .network)
             **(network or {}),
         }
