@@ -29,7 +29,10 @@ pointing at the node's log file; the service is never in the log path.  The runn
    in it; a copy that fails ends the node with its code (3 over the size limit);
 3. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
    each already wrapped in the node's sandbox by the backend, then (``export``, when anything in
-   the working copy changed since the copy) keeps what the job wrote there in its outputs;
+   the working copy changed since the copy) keeps what the job wrote there in its outputs; with
+   a debug terminal the command runs under the shell agent (:mod:`.shell_agent`), which reports
+   its exit code on a pipe and, for a failed command, keeps the command's sandbox for the
+   terminal until the runner releases it (at the end of ``keep_failed_seconds``, or a stop);
 4. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
    kill the node at once) so training code gets its chance to save a checkpoint, once it has
    claimed the stop's relay (:mod:`.stopping`: a backend that saw no claim in time delivered the

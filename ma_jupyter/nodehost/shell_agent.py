@@ -7,7 +7,8 @@ variables).  It starts COMMAND as its child and listens on the abstract Unix soc
 ``ma_jupyter-shell/<JOB>/<NODE>``; every accepted connection gets one shell on a fresh PTY.  The
 shells are therefore in the node's own namespaces, the very ones its command runs in: its
 processes (``ps``), its ``/tmp``, ``/dev/shm`` and System V IPC, its hostname, its network and
-mounts, as its account and with its variables, never more.
+mounts, as its account and with its variables, never more.  Without ``--status ... -- COMMAND``
+the agent only serves, until SIGTERM, SIGINT or SIGHUP.
 
 The node's command (rules, in order):
 

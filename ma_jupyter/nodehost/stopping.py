@@ -45,8 +45,8 @@ RUNNER, BACKEND = "runner", "backend"
 def claim(path: Path, who: str) -> bool:
     """Claim the stop's relay for ``who`` (:data:`RUNNER` or :data:`BACKEND`): True when this
     call made the claim, or ``who`` made it before (a repeated signal to the runner); False
-    when the other side holds it, and on an error (a full disk: the runner then relays as it
-    always did, and the backend leaves the relay to it).
+    when the other side holds it.  On an error (a full disk, an unreadable claim) the runner
+    relays as it always did and the backend leaves the relay to it.
 
     The claim appears whole: written to a file of the caller's own first, then linked to its
     name, which fails when the name exists (never an empty claim the other side could misread).
@@ -60,7 +60,10 @@ def claim(path: Path, who: str) -> bool:
             os.close(fd)
         os.link(own, path)
     except FileExistsError:
-        return holder(path) == who
+        held = holder(path)
+        # a claim that cannot be read (not a regular file of ours) leaves the relay to the
+        # runner, as before there were claims
+        return held == who or (held is None and who == RUNNER)
     except OSError:
         return who == RUNNER
     finally:
