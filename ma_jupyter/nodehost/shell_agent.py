@@ -240,7 +240,11 @@ def _start_command(command: list[str]) -> subprocess.Popen | int:
         )
         return 127
     try:
-        return subprocess.Popen(command, executable=program, stdin=subprocess.DEVNULL, close_fds=True)
+        # a session of its own, as the command has without a terminal (bubblewrap's
+        # --new-session): what it does to its process group never reaches the agent
+        return subprocess.Popen(
+            command, executable=program, stdin=subprocess.DEVNULL, close_fds=True, start_new_session=True
+        )
     except OSError as exc:
         print(f"[ma_jupyter] cannot start {command[0]}: {exc}", file=sys.stderr, flush=True)
         return 127 if isinstance(exc, FileNotFoundError) else 126
