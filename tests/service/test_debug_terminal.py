@@ -380,9 +380,20 @@ def test_the_terminal_joins_the_running_nodes_processes_tmp_and_shm(ma_service):
         assert int(job_lines[0].split()[0]) < 100, out
         assert not any("pytest" in line for line in lines), out
         assert lines[-1] == client.get(handle.id).nodes[0].hostname, out  # its hostname
-        if os.geteuid() == 0:  # as the job's account, never root
-            out, code = run_command(client.shell(handle.id, command=["id", "-u"]), timeout=60)
-            assert code == 0 and out.strip() != "0", out
+        # never more rights than the job: no capability (as the job's account when root runs it)
+        out, code = run_command(
+            client.shell(
+                handle.id,
+                command=["sh", "-c", "id -u; grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status"],
+            ),
+            timeout=60,
+        )
+        assert code == 0, out
+        said = out.replace("\r", "").split("\n")
+        assert [line.split()[1] for line in said if line.startswith("Cap")] == ["0000000000000000"] * 2, out
+        assert "NoNewPrivs:\t1" in said, out  # no setuid program gives any back
+        if os.geteuid() == 0:
+            assert said[0] != "0", out
     finally:
         client.stop(handle.id)
 
