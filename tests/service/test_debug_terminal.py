@@ -375,7 +375,11 @@ def test_the_terminal_joins_the_running_nodes_processes_tmp_and_shm(ma_service):
         assert "scratch of the job" in lines and "shm of the job" in lines, out  # its /tmp, /dev/shm
         # its processes: the job's command runs beside the shell, in the same pid namespace
         # (small numbers: the namespace's own), and no process of the host is seen
-        job_lines = [line for line in lines if "/tmp/scratch.txt" in line and "ps -e" not in line]
+        job_lines = [
+            line
+            for line in lines
+            if "/tmp/scratch.txt" in line and "ps -e" not in line and "shell_agent" not in line
+        ]
         assert job_lines, out
         assert int(job_lines[0].split()[0]) < 100, out
         assert not any("pytest" in line for line in lines), out
