@@ -69,7 +69,16 @@ import time
 from collections.abc import Callable
 
 from ..nodeside.exec_env import which
-from .agent_wire import JOB_SECRET_ENV, AgentServer, abstract_name, peer_credentials, recv_frame, send_frame
+from .agent_wire import (
+    JOB_SECRET_ENV,
+    RELEASE_FD,
+    STATUS_FD,
+    AgentServer,
+    abstract_name,
+    peer_credentials,
+    recv_frame,
+    send_frame,
+)
 
 # backends.base's SHELL_DATA, SHELL_EXIT, SHELL_RESIZE (kept import-free: runs in a node;
 # tests/unit/test_shell_agent.py checks they agree, and agent_wire's HEADER with its header)
@@ -221,6 +230,29 @@ def _hang_up(pid: int) -> None:
             except (ProcessLookupError, PermissionError):
                 return
             time.sleep(0.05)
+
+
+def command_argv(python: str, helpers: str, job_id: str, node: str, command: list[str]) -> list[str]:
+    """The argv running the node's ``command`` under this agent (rules a to e), with the node's
+    interpreter ``python`` and this package found in ``helpers`` (the folder holding a link to
+    it); the runner puts descriptors in place of :data:`STATUS_FD` and :data:`RELEASE_FD`.
+
+    Isolated (``-I -S``): neither the job's ``PYTHONPATH``, its working folder nor its site
+    packages can shadow a module the agent imports, so a job's own ``signal.py`` or
+    ``socket.py`` never keeps its command from starting; the variables still reach the command
+    and the shells unchanged."""
+    boot = (
+        f"import sys; sys.path.insert(0, {helpers!r}); "
+        "from ma_jupyter.nodehost.shell_agent import main; sys.exit(main())"
+    )
+    return [python, "-I", "-S", "-c", boot, "--serve", "--job", job_id, "--node", node] + [
+        "--status",
+        STATUS_FD,
+        "--release",
+        RELEASE_FD,
+        "--",
+        *command,
+    ]
 
 
 def serve(job_id: str, node: str) -> int:

@@ -402,15 +402,24 @@ def test_the_terminal_joins_the_running_nodes_processes_tmp_and_shm(ma_service):
         client.stop(handle.id)
 
 
-def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service):
+def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service, tmp_path):
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
     from tests.modes.real import job_processes
 
     client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    # the job's working folder holds modules named as the agent's own: they shadow nothing of it
+    code = tmp_path / "code"
+    code.mkdir()
+    for name in ("socket", "signal", "subprocess", "threading", "json"):
+        (code / f"{name}.py").write_text("raise SystemExit('shadowed by the job')\n")
     fails = "open('/tmp/scratch.txt', 'w').write('left in tmp'); raise SystemExit(5)"
     handle = client.submit(
-        name="dbg-ns-fail", command=f'{sys.executable} -c "{fails}"', debug_terminal=True, grace_period=1
+        name="dbg-ns-fail",
+        command=f'{sys.executable} -I -c "{fails}"',
+        algorithm=str(code),
+        debug_terminal=True,
+        grace_period=1,
     )
     job = handle.wait(timeout=180)
     assert job.status.value == "error" and job.exit_code == 5, job.reason

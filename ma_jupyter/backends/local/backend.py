@@ -42,7 +42,6 @@ from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...nodehost import caches, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
-from ...nodehost.agent_wire import RELEASE_FD, STATUS_FD
 from ...nodehost.bwrap import sandbox_argv
 from ...nodehost.code import python_sources
 from ...nodehost.forkserver import RunnerForkServer, ServerUnavailable
@@ -50,7 +49,7 @@ from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node
 from ...nodehost.mounts import Mount, path_hint
 from ...nodehost.processes import ExitWatcher, marked_processes, read_exit_code
 from ...nodehost.procfs import NODE_MARKER, is_marked, process_start_time
-from ...nodehost.view import SYSTEM_PATH, NodeView, default_sandbox, host_workdir, launch_view
+from ...nodehost.view import HELPERS_VIEW, SYSTEM_PATH, NodeView, default_sandbox, host_workdir, launch_view
 from ...nodehost.workcopy import copy_args, copy_needed, export_argv
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, DatasetState, NodeUsage
@@ -346,9 +345,9 @@ class LocalBackend(Backend):
         terminal = attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
         command = launch.command
         if terminal:
-            command = [view.image.python, "-m", "ma_jupyter.nodehost.shell_agent", "--serve"]
-            command += ["--job", attempt.job_id, "--node", launch.name]
-            command += ["--status", STATUS_FD, "--release", RELEASE_FD, "--", *launch.command]
+            command = shell_agent.command_argv(
+                view.image.python, HELPERS_VIEW, attempt.job_id, launch.name, launch.command
+            )
         spec = {
             "node": launch.name,
             "node_dir": str(node_dir),
