@@ -232,6 +232,10 @@ def _hang_up(pid: int) -> None:
             time.sleep(0.05)
 
 
+#: this module, as ``python -m`` names it (the name stands in the agent's command line)
+MODULE = "ma_jupyter.nodehost.shell_agent"
+
+
 def command_argv(python: str, helpers: str, job_id: str, node: str, command: list[str]) -> list[str]:
     """The argv running the node's ``command`` under this agent (rules a to e), with the node's
     interpreter ``python`` and this package found in ``helpers`` (the folder holding a link to
@@ -242,17 +246,11 @@ def command_argv(python: str, helpers: str, job_id: str, node: str, command: lis
     ``socket.py`` never keeps its command from starting; the variables still reach the command
     and the shells unchanged."""
     boot = (
-        f"import sys; sys.path.insert(0, {helpers!r}); "
-        "from ma_jupyter.nodehost.shell_agent import main; sys.exit(main())"
+        f"import runpy, sys; sys.path.insert(0, {helpers!r}); "
+        "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
     )
-    return [python, "-I", "-S", "-c", boot, "--serve", "--job", job_id, "--node", node] + [
-        "--status",
-        STATUS_FD,
-        "--release",
-        RELEASE_FD,
-        "--",
-        *command,
-    ]
+    node_args = ["--job", job_id, "--node", node, "--status", STATUS_FD, "--release", RELEASE_FD]
+    return [python, "-I", "-S", "-c", boot, MODULE, "--serve", *node_args, "--", *command]
 
 
 def serve(job_id: str, node: str) -> int:
