@@ -14,8 +14,9 @@ Rules, in order:
    maker of the claim sends SIGTERM to the node's processes; the other sends nothing, so no
    process gets the stop's SIGTERM twice.  The claim is removed before each attempt (it is one of
    :attr:`NodeDir.STALE <ma_jupyter.jobdir.NodeDir.STALE>`).
-2. The backend TERMs the runner's process group, then waits up to :data:`RELAY_WAIT` seconds for
-   the runner's claim (or the runner's end); past that it claims the stop itself and TERMs
+2. The backend TERMs the runner's process group, then waits up to :data:`RELAY_WAIT` seconds (half
+   the grace period when that is shorter) for the runner's claim (or the runner's end); past
+   that it claims the stop itself and TERMs
    :func:`targets`, then waits the grace period as usual (ending early once none of them is
    left), then KILLs everything of the node as before.
 3. :func:`targets`: every process below the runner but, in a bubblewrap node, the sandbox's own

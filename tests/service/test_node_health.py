@@ -200,6 +200,7 @@ def test_a_frozen_runners_job_still_saves_its_checkpoint_and_resumes_elsewhere(r
     assert checkpoint["signal"] == signal.SIGTERM and checkpoint["step"] >= 20, checkpoint
     assert checkpoint["terms"] == 1, checkpoint
     wait_for(lambda: f"resumed from {checkpoint['step']} attempt 1" in full_log(svc, job), timeout=120)
+    assert "the platform sent SIGTERM to the node's" in full_log(svc, job)
     assert any(r.startswith("checkpoint resume 1 of") and "is faulty" in r for r in events(svc, job))
 
 

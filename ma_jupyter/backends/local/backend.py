@@ -549,7 +549,8 @@ class LocalBackend(Backend):
                     pass
         start = time.monotonic()
         deadline = start + max(grace, 0.0)
-        relay_by = start + min(stopping.RELAY_WAIT, max(grace, 0.0))
+        # a short grace period leaves half of it to the processes signalled here
+        relay_by = start + min(stopping.RELAY_WAIT, max(grace, 0.0) / 2)
         unrelayed = [r for r in runs if self._alive(r)]
         signalled: list[psutil.Process] = []  # what this backend TERMed itself
         while time.monotonic() < deadline:
@@ -615,12 +616,19 @@ class LocalBackend(Backend):
                 signalled.append(proc)
             except psutil.Error:
                 pass
-        print(
-            f"[ma_jupyter] the runner of {run.name} did not relay the stop within "
-            f"{stopping.RELAY_WAIT:g} s: SIGTERM sent to its {len(signalled)} process(es) directly",
-            file=sys.stderr,
-            flush=True,
+        said = (
+            f"[ma_jupyter] the node runner of {run.name} did not relay the stop (it does not answer): "
+            f"the platform sent SIGTERM to the node's {len(signalled)} process(es) itself\n"
         )
+        print(said, end="", file=sys.stderr, flush=True)
+        try:  # said in the node's log too, where the user looks for the missing save
+            fd = _open_log(attempt.jobdir.node_log(run.name), run.name)
+            try:
+                os.write(fd, said.encode())
+            finally:
+                os.close(fd)
+        except (OSError, RefusedFile):
+            pass
         return signalled
 
     # ------------------------------------------------------------------------ logs
