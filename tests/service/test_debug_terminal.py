@@ -427,3 +427,35 @@ def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service, tmp_pat
     assert (out.strip(), code) == ("left in tmp", 0)
     client.delete(handle.id)
     wait_for(lambda: not job_processes(handle.id), timeout=60)  # deleting ends the kept sandbox
+
+
+def test_a_frozen_runners_stop_reaches_the_command_under_the_terminals_agent(ma_home, ma_root_jobs):
+    import signal
+
+    script = """
+        import signal, sys, time
+        def save(signum, frame):
+            print('checkpoint saved', flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, save)
+        print('job running', flush=True)
+        time.sleep(600)
+    """
+    job_id = f"dbg-frozen-{os.getpid()}-{time.time_ns() % 100000}"
+    attempt = make_attempt(ma_home, job_id, script, debug_terminal=True)
+    backend = LocalBackend(sandbox="bubblewrap")
+    runs = start(backend, attempt)
+    wait_for(
+        lambda: "job running" in log_of(attempt) and "debug terminal ready" in log_of(attempt), timeout=120
+    )
+    os.kill(runs[0].pid, signal.SIGSTOP)  # its runner relays nothing now
+    began = time.monotonic()
+    backend.stop(attempt, runs, 60.0)
+    took = time.monotonic() - began
+    log = log_of(attempt)
+    assert log.count("checkpoint saved") == 1, log  # the command got the stop, once
+    assert "the platform sent SIGTERM to the node's" in log, log
+    # the agent ignores the signal (it reports the command's end): once the command has saved,
+    # nothing is left to wait for, far from the 60 s grace period
+    assert took < 30, took
+    wait_for(lambda: not marked(job_id), timeout=60)

@@ -599,7 +599,8 @@ class LocalBackend(Backend):
 
     def _relay_stop(self, attempt: Attempt, run: NodeRun) -> list[psutil.Process]:
         """Deliver the stop's SIGTERM to the node's processes for a runner that did not (rule 2
-        of :mod:`.stopping`), when this backend wins the claim; the processes signalled."""
+        of :mod:`.stopping`), when this backend wins the claim; the processes signalled that the
+        signal can end (not those ignoring it, whose end :meth:`stop` would wait for in vain)."""
         nd = attempt.jobdir.node(run.name)
         if run.pid is None or not stopping.claim(nd.stop_claim, stopping.BACKEND):
             return []
@@ -608,17 +609,19 @@ class LocalBackend(Backend):
             sandbox = json.loads(read_small(attempt.jobdir.root, str(relative), limit=16 << 20))["sandbox"]
         except (OSError, ValueError, KeyError, TypeError, RefusedFile):
             sandbox = "bubblewrap"  # the safe reading: bubblewrap's own processes are spared
-        signalled = []
+        signalled = []  # those the signal can end: waited for (but no longer than the grace)
         for pid in stopping.targets(run.pid, sandbox):
             try:
                 proc = psutil.Process(pid)
+                ignores = _ignores_term(pid)
                 proc.send_signal(signal.SIGTERM)
-                signalled.append(proc)
+                if not ignores:
+                    signalled.append(proc)
             except psutil.Error:
                 pass
         said = (
             f"[ma_jupyter] the node runner of {run.name} did not relay the stop (it does not answer): "
-            f"the platform sent SIGTERM to the node's {len(signalled)} process(es) itself\n"
+            f"the platform sent SIGTERM to the node's processes itself\n"
         )
         print(said, end="", file=sys.stderr, flush=True)
         try:  # said in the node's log too, where the user looks for the missing save
@@ -880,6 +883,19 @@ def _ended(proc: psutil.Process) -> bool:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
         return True
+
+
+def _ignores_term(pid: int) -> bool:
+    """Whether ``pid`` ignores SIGTERM now (the kernel discards one sent to it): the debug
+    terminal's agent while the node's command runs, an interactive shell."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def _refuse_unsandboxed(views: list[NodeView]) -> None:
