@@ -104,7 +104,7 @@ class NodeDir(_Folder):
     __slots__ = ()
 
     #: files removed before each attempt
-    STALE = ("exit_code", FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, "heartbeat", "kept.json")
+    STALE = ("exit_code", FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, "heartbeat", "kept.json", "stop-claim")
 
     @property
     def exit_code(self) -> Path:
@@ -118,6 +118,12 @@ class NodeDir(_Folder):
     @property
     def failure(self) -> Path:
         return self.root / FAILURE_REPORT
+
+    @property
+    def stop_claim(self) -> Path:
+        """Who relays a stop's SIGTERM to the node's processes (``runner`` or ``backend``), made by
+        the first of them (see :mod:`ma_jupyter.nodehost.stopping`)."""
+        return self.root / "stop-claim"
 
     @property
     def not_distributed(self) -> Path:

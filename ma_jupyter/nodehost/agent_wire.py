@@ -30,6 +30,10 @@ import threading
 
 #: set by the backend for the nodes of one attempt (backends.base.JOB_SECRET_ENV)
 JOB_SECRET_ENV = "MA_JOB_SECRET"
+#: the node runner replaces these arguments of a shell agent's argv with the descriptors the
+#: agent reports its node command's exit code on, and learns on when to end (see
+#: :mod:`.shell_agent`, "the node's command")
+STATUS_FD, RELEASE_FD = "{status-fd}", "{release-fd}"
 #: every frame: channel (1 byte), payload length (4 bytes), payload
 HEADER = struct.Struct("!BI")
 

@@ -29,9 +29,14 @@ pointing at the node's log file; the service is never in the log path.  The runn
    in it; a copy that fails ends the node with its code (3 over the size limit);
 3. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
    each already wrapped in the node's sandbox by the backend, then (``export``, when anything in
-   the working copy changed since the copy) keeps what the job wrote there in its outputs;
+   the working copy changed since the copy) keeps what the job wrote there in its outputs; with
+   a debug terminal the command runs under the shell agent (:mod:`.shell_agent`), which reports
+   its exit code on a pipe and, for a failed command, keeps the command's sandbox for the
+   terminal until the runner releases it (at the end of ``keep_failed_seconds``, or a stop);
 4. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
-   kill the node at once) so training code gets its chance to save a checkpoint;
+   kill the node at once) so training code gets its chance to save a checkpoint, once it has
+   claimed the stop's relay (:mod:`.stopping`: a backend that saw no claim in time delivered the
+   signal itself, and the runner then sends nothing more);
 5. when a phase ends, kills what it left behind (a bubblewrap pid namespace does this by
    itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
 6. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
@@ -67,7 +72,8 @@ from ..jobdir import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, NodeDir
 from ..nodeside import workdir
 from ..nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
 from ..untrusted import collect_report
-from . import hostwatch, watchdog
+from . import hostwatch, stopping, watchdog
+from .agent_wire import RELEASE_FD, STATUS_FD
 from .procfs import descendants, process_tree
 from .userns import (
     CHECK_USER_NAMESPACE,
@@ -133,7 +139,10 @@ class NodeRunner:
         self.spec = spec
         self.stopping = False
         self.current: subprocess.Popen | None = None
-        self.agent: subprocess.Popen | None = None  # the debug terminal's shell agent
+        # a failed command's phase kept for the debug terminal (its shell agent), and the
+        # descriptor whose close ends it
+        self.agent: subprocess.Popen | None = None
+        self.release: int | None = None
         self.exceeded: str | None = None  # the failure sentence, once the watchdog acted
         self.host_gone: str | None = None  # the failure sentence, once the host process ended
         self._ended = threading.Event()
@@ -185,26 +194,22 @@ class NodeRunner:
         node = self.spec.get("node", "the node")
         hostwatch.end_node(node, what, self._ended, gone, lambda: self._signal_all(signal.SIGTERM))
 
-    # the processes of the node a stop signal is meant for
+    # the processes of the node a stop signal is meant for (never bubblewrap itself)
     def _targets(self) -> list[int]:
-        current = self.current
-        if current is None:
+        if self.current is None:
             return []
-        top = current.pid
-        below = descendants(top)
-        if self.spec.get("sandbox") == "bubblewrap":
-            # bwrap (outer) -> bwrap (pid 1 of the namespace) -> the command...: signal the
-            # command's processes only; killing bwrap would end the node without a grace period
-            return [pid for pid, parent, _ in below if parent != top]
-        return [top, *(pid for pid, _, _ in below)]
+        return stopping.targets(os.getpid(), self.spec.get("sandbox", ""))
 
     def _signal_all(self, signum: int) -> None:
         for pid in self._targets():
             _signal(pid, signum)
 
     def _on_signal(self, signum, _frame) -> None:
+        """Rule 4: relay a stop to the node's processes, unless the backend already did (it
+        does when this runner did not answer in time: :mod:`.stopping`)."""
         self.stopping = True
-        self._signal_all(signal.SIGTERM if signum == signal.SIGTERM else signum)
+        if stopping.claim(NodeDir(Path(self.spec["node_dir"])).stop_claim, stopping.RUNNER):
+            self._signal_all(signal.SIGTERM if signum == signal.SIGTERM else signum)
 
     def _with_env_fd(self, argv: list[str]) -> tuple[list[str], int | None]:
         """``argv`` reading the job's variables from a fresh descriptor (bubblewrap), and that
@@ -222,42 +227,23 @@ class NodeRunner:
         os.lseek(env_fd, 0, os.SEEK_SET)
         return [str(env_fd) if a == ENV_FD else a for a in argv], env_fd
 
-    def _start_agent(self) -> None:
-        """--debug-terminal: start the shell agent (shell_agent) in the node's view, beside the
-        phases; it is spared by the leftover sweep and ended by :meth:`_stop_agent`."""
-        argv = self.spec["shell_agent"]
-        argv, env_fd = self._with_env_fd(argv)  # the variables as a file, as for the phases
-        cwd = self.spec.get("cwd")
-        if cwd:
-            Path(cwd).mkdir(parents=True, exist_ok=True)
-        try:
-            self.agent = subprocess.Popen(
-                argv,
-                env=self.spec["env"],
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=self._preexec(),
-                pass_fds=(env_fd,) if env_fd is not None else (),
-            )
-        except OSError as exc:
-            print(f"[ma_jupyter] cannot start the debug terminal: {exc}", file=sys.stderr, flush=True)
-        finally:
-            if env_fd is not None:
-                os.close(env_fd)
-
     def _agent_pids(self) -> set[int]:
         if self.agent is None:
             return set()
         return {self.agent.pid, *process_tree(self.agent.pid)}
 
     def _stop_agent(self) -> None:
-        """End the shell agent and every shell it serves (TERM, then KILL after 5 s)."""
+        """End the kept command phase, its shell agent and every shell it serves: the release
+        descriptor closed (the agent ends), then TERM and KILL after 5 s each."""
+        if self.release is not None:
+            os.close(self.release)
+            self.release = None
         if self.agent is None:
             return
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            for pid in sorted(self._agent_pids()):
-                _signal(pid, signum)
+        for signum in (None, signal.SIGTERM, signal.SIGKILL):
+            if signum is not None:
+                for pid in sorted(self._agent_pids()):
+                    _signal(pid, signum)
             deadline = time.monotonic() + 5.0
             while time.monotonic() < deadline and self.agent.poll() is None:
                 time.sleep(0.05)
@@ -266,7 +252,12 @@ class NodeRunner:
         self.agent = None
 
     def _run(self, argv: list[str]) -> int:
-        """Run one phase to its end, reaping adopted orphans meanwhile; its exit code."""
+        """Run one phase to its end, reaping adopted orphans meanwhile; its exit code.
+
+        The command phase of a ``--debug-terminal`` node is the shell agent running the command
+        (:mod:`.shell_agent`): its code comes from the agent's status descriptor, and a failed
+        command's phase is kept alive (:attr:`agent`, :attr:`release`) for the terminal instead
+        of being waited for (rule 3; :meth:`_keep_for_debugging`)."""
         env = self.spec["env"]
         cwd = self.spec.get("cwd")
         if cwd:
@@ -276,7 +267,15 @@ class NodeRunner:
             # the phase fills the working copy first and writes the time it was complete here
             copy_r, copy_w = os.pipe()
             argv = [str(copy_w) if a == COPY_FD else a for a in argv]
+        status_r = status_w = release_r = release_w = None
+        if STATUS_FD in argv:
+            # the agent reports the command's code here, and ends when release_w is closed
+            status_r, status_w = os.pipe()
+            release_r, release_w = os.pipe()
+            fds = {STATUS_FD: str(status_w), RELEASE_FD: str(release_r)}
+            argv = [fds.get(a, a) for a in argv]
         argv, env_fd = self._with_env_fd(argv)
+        passed = tuple(fd for fd in (env_fd, copy_w, status_w, release_r) if fd is not None)
         try:
             self.current = subprocess.Popen(
                 argv,
@@ -285,25 +284,38 @@ class NodeRunner:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a TERM to the runner's group must not hit bwrap
                 preexec_fn=self._preexec(),
-                pass_fds=tuple(fd for fd in (env_fd, copy_w) if fd is not None),
+                pass_fds=passed,
             )
         except OSError as exc:
-            if copy_r is not None:
-                os.close(copy_r)
+            for fd in (copy_r, status_r, release_w):
+                if fd is not None:
+                    os.close(fd)
             print(f"[ma_jupyter] cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
             return 127 if isinstance(exc, FileNotFoundError) else 126
         finally:
-            for fd in (env_fd, copy_w):
-                if fd is not None:
-                    os.close(fd)
+            for fd in passed:
+                os.close(fd)
         if copy_r is not None:
             self._record_copy(copy_r)
+        if status_r is not None:
+            reported = _read_status(status_r)
+            if reported is not None and reported != 0 and self._keeps():
+                self.agent, self.release = self.current, release_w  # kept: see run()
+                self.current = None
+                return reported
+            os.close(release_w)  # the agent ends now
         status = self._wait(self.current.pid)
         self._kill_leftovers()
         self.current = None
+        if status_r is not None and reported is not None:
+            return reported
         if os.WIFSIGNALED(status):
             return 128 + os.WTERMSIG(status)
         return os.WEXITSTATUS(status)
+
+    def _keeps(self) -> bool:
+        """Whether a failed command keeps its sandbox for the debug terminal (not after a stop)."""
+        return not self.stopping and float(self.spec.get("keep_failed_seconds") or 0) > 0
 
     def _record_copy(self, fd: int) -> None:
         """Wait for the phase to report its working copy complete (a line: the time), and record
@@ -378,8 +390,6 @@ class NodeRunner:
         if spec.get("end_with"):
             hostwatch.watch(spec["end_with"], self._end_with_host)
         code = 0
-        if spec.get("shell_agent"):
-            self._start_agent()
         if spec.get("copy"):  # the symlink mode: the runner runs as the job's account
             code = workdir.main(["copy", *spec["copy"]])
             if code == 0:
@@ -401,14 +411,8 @@ class NodeRunner:
                     flush=True,
                 )
         keep = float(spec.get("keep_failed_seconds") or 0)
-        # a failed command (not a stop) keeps the sandbox for its debug terminal
-        kept = (
-            code != 0
-            and not self.stopping
-            and keep > 0
-            and self.agent is not None
-            and self.agent.poll() is None
-        )
+        # a failed command (not a stop) keeps its sandbox for the debug terminal (see _run)
+        kept = code != 0 and self._keeps() and self.agent is not None and self.agent.poll() is None
         if not kept:
             self._stop_agent()
         self._ended.set()
@@ -431,8 +435,10 @@ class NodeRunner:
         return code
 
     def _keep_for_debugging(self, until: float) -> None:
-        """Keep the shell agent (and so the sandbox: its mounts and files) until ``until``, a
-        stop signal (the job deleted, or a new attempt) or the agent's own end; then end it."""
+        """Keep the failed command's phase, its shell agent serving the terminal in the node's
+        own sandbox (its processes' namespaces, ``/tmp``, ``/dev/shm``, mounts), until
+        ``until``, a stop signal (the job deleted, or a new attempt) or the agent's own end;
+        then end it."""
         stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(until))
         print(
             f"[ma_jupyter] the command failed: this node's sandbox stays for the debug terminal until {stamp}",
@@ -476,6 +482,26 @@ def isolate_network(spec: dict) -> str | None:
     except OSError as exc:
         return f"the node's network cannot be isolated: {exc.strerror or exc}"
     return None
+
+
+def _read_status(fd: int) -> int | None:
+    """The exit code the shell agent reports on ``fd`` (one line), which is then closed; None
+    when the agent ended without one (killed: the phase's own status tells)."""
+    data = b""
+    try:
+        while not data.endswith(b"\n") and len(data) < 64:
+            chunk = os.read(fd, 64)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        data = b""
+    finally:
+        os.close(fd)
+    try:
+        return int(data) if data.endswith(b"\n") else None
+    except ValueError:
+        return None
 
 
 def write_record(path: Path, since: int) -> None:

@@ -1,10 +1,32 @@
 """The debug terminal's agent: an interactive shell on a PTY, served from inside a node's sandbox.
 
-``python -m ma_jupyter.nodehost.shell_agent --serve --job JOB --node NODE`` is meant to run
-*inside* the node's sandbox (wrapped like the node's own phases, so it has the node's mounts,
-account and environment).  It listens on the abstract Unix socket
+``python -m ma_jupyter.nodehost.shell_agent --serve --job JOB --node NODE --status FD
+--release FD -- COMMAND...`` is the node's command phase itself, as the node runner starts it
+for a ``--debug-terminal`` job (wrapped like any phase: the node's sandbox, account, limits and
+variables).  It starts COMMAND as its child and listens on the abstract Unix socket
 ``ma_jupyter-shell/<JOB>/<NODE>``; every accepted connection gets one shell on a fresh PTY.  The
-shell is therefore found in the sandbox's own view of the filesystem, never the host's.
+shells are therefore in the node's own namespaces, the very ones its command runs in: its
+processes (``ps``), its ``/tmp``, ``/dev/shm`` and System V IPC, its hostname, its network and
+mounts, as its account and with its variables, never more.  Without ``--status ... -- COMMAND``
+the agent only serves, until SIGTERM, SIGINT or SIGHUP.
+
+The node's command (rules, in order):
+
+a. COMMAND is looked up on the job's ``PATH`` and started with this process's variables, working
+   folder and standard streams (the node's log); 127 when it is not found, 126 when it cannot
+   start.
+b. While it runs, SIGTERM and SIGINT are not the agent's: a stop delivers them to the node's
+   processes, COMMAND's among them (:mod:`.stopping`), and the agent must outlive COMMAND to
+   report its end; they are ignored until then.
+c. When COMMAND ends, its exit code (128+N for signal N) is written as one line to the
+   ``--status`` descriptor, which is then closed; the runner records it as the node's.
+d. The agent then serves on until the runner closes the ``--release`` descriptor's other end:
+   at once for a success or a stop, at the end of the keep period (``[limits]
+   debug_keep_hours``) for a failed command, so the failed node's sandbox, with its ``/tmp`` and
+   everything its command left, stays for the terminal; deleting the job or its next attempt
+   ends it sooner (the runner is then ended, which also closes the descriptor).  Then every
+   shell is hung up and the agent exits with COMMAND's code (which ends the sandbox).
+e. After COMMAND's end, SIGTERM, SIGINT and SIGHUP end the agent as in (d).
 
 Wire protocol (rules, in order):
 
@@ -39,13 +61,24 @@ import pty
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import termios
 import threading
 import time
 from collections.abc import Callable
 
-from .agent_wire import JOB_SECRET_ENV, AgentServer, abstract_name, peer_credentials, recv_frame, send_frame
+from ..nodeside.exec_env import which
+from .agent_wire import (
+    JOB_SECRET_ENV,
+    RELEASE_FD,
+    STATUS_FD,
+    AgentServer,
+    abstract_name,
+    peer_credentials,
+    recv_frame,
+    send_frame,
+)
 
 # backends.base's SHELL_DATA, SHELL_EXIT, SHELL_RESIZE (kept import-free: runs in a node;
 # tests/unit/test_shell_agent.py checks they agree, and agent_wire's HEADER with its header)
@@ -199,9 +232,103 @@ def _hang_up(pid: int) -> None:
             time.sleep(0.05)
 
 
+#: this module, as ``python -m`` names it (the name stands in the agent's command line)
+MODULE = "ma_jupyter.nodehost.shell_agent"
+
+
+def command_argv(python: str, helpers: str, job_id: str, node: str, command: list[str]) -> list[str]:
+    """The argv running the node's ``command`` under this agent (rules a to e), with the node's
+    interpreter ``python`` and this package found in ``helpers`` (the folder holding a link to
+    it); the runner puts descriptors in place of :data:`STATUS_FD` and :data:`RELEASE_FD`.
+
+    Isolated (``-I -S``): neither the job's ``PYTHONPATH``, its working folder nor its site
+    packages can shadow a module the agent imports, so a job's own ``signal.py`` or
+    ``socket.py`` never keeps its command from starting; the variables still reach the command
+    and the shells unchanged."""
+    boot = (
+        f"import runpy, sys; sys.path.insert(0, {helpers!r}); "
+        "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+    )
+    node_args = ["--job", job_id, "--node", node, "--status", STATUS_FD, "--release", RELEASE_FD]
+    return [python, "-I", "-S", "-c", boot, MODULE, "--serve", *node_args, "--", *command]
+
+
 def serve(job_id: str, node: str) -> int:
     """Run the server until SIGTERM/SIGINT/SIGHUP; returns 0."""
     return Server(job_id, node).run()
+
+
+def _start_command(command: list[str]) -> subprocess.Popen | int:
+    """Rule (a): COMMAND started as this process's child; its exit code when it cannot start."""
+    path = os.environ.get("PATH", os.defpath)
+    program = command[0] if "/" in command[0] else which(command[0], path)
+    if program is None:
+        print(
+            f"[ma_jupyter] cannot start {command[0]}: not found on the job's PATH",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 127
+    try:
+        # a session of its own, as the command has without a terminal (bubblewrap's
+        # --new-session): what it does to its process group never reaches the agent
+        return subprocess.Popen(
+            command, executable=program, stdin=subprocess.DEVNULL, close_fds=True, start_new_session=True
+        )
+    except OSError as exc:
+        print(f"[ma_jupyter] cannot start {command[0]}: {exc}", file=sys.stderr, flush=True)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+
+
+def _report(fd: int, code: int) -> None:
+    """Rule (c): the exit code on the status descriptor (never fatal: the runner may be gone)."""
+    try:
+        os.write(fd, f"{code}\n".encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def serve_command(job_id: str, node: str, status_fd: int, release_fd: int, command: list[str]) -> int:
+    """The node's command with its terminal (the module docstring's rules a to e); its exit code."""
+    started = _start_command(command)
+    # rule b: set after the start, so the command keeps the default handlers
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+    server = Server(job_id, node)
+    released = threading.Event()
+
+    def serve() -> None:
+        try:
+            server.serve_forever()
+        except OSError as exc:  # the name is taken: the command runs on, without a terminal
+            print(f"[ma_jupyter] the debug terminal cannot listen: {exc}", file=sys.stderr, flush=True)
+
+    threading.Thread(target=serve, daemon=True).start()
+    if isinstance(started, int):
+        code = started
+    else:
+        status = started.wait()
+        code = status if status >= 0 else 128 - status
+    _report(status_fd, code)
+    # rule e: from now on a stop signal ends the agent
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda _s, _f: released.set())
+
+    def wait_release() -> None:
+        try:
+            while os.read(release_fd, 64):
+                pass
+        except OSError:
+            pass
+        released.set()
+
+    threading.Thread(target=wait_release, daemon=True).start()
+    while not released.wait(0.5):
+        pass
+    server.stop()
+    return code
 
 
 def connect(
@@ -300,12 +427,25 @@ def attach(job_id: str, node: str, secret: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 5 and argv[0] == "--serve" and argv[1] == "--job" and argv[3] == "--node":
+    named = len(argv) >= 5 and argv[1] == "--job" and argv[3] == "--node"
+    if named and argv[0] == "--serve" and len(argv) == 5:
         return serve(argv[2], argv[4])
-    if len(argv) == 5 and argv[0] == "--attach" and argv[1] == "--job" and argv[3] == "--node":
+    if (
+        named
+        and argv[0] == "--serve"
+        and len(argv) > 10
+        and argv[5] == "--status"
+        and argv[7] == "--release"
+        and argv[9] == "--"
+        and argv[6].isdigit()
+        and argv[8].isdigit()
+    ):
+        return serve_command(argv[2], argv[4], int(argv[6]), int(argv[8]), argv[10:])
+    if named and argv[0] == "--attach" and len(argv) == 5:
         return attach(argv[2], argv[4], os.environ.get(JOB_SECRET_ENV, ""))
     print(
-        "usage: python -m ma_jupyter.nodehost.shell_agent --serve --job JOB --node NODE",
+        "usage: python -m ma_jupyter.nodehost.shell_agent --serve --job JOB --node NODE "
+        "[--status FD --release FD -- COMMAND...]",
         file=sys.stderr,
     )
     return 2

@@ -342,3 +342,120 @@ def test_a_process_squatting_the_terminals_name_on_the_host_is_never_reached(ma_
     finally:
         squatter.close()
         victim.stop()
+
+
+# ------------------------------------------ the terminal is in the node's own namespaces
+
+SCRATCH = (
+    "import time; open('/tmp/scratch.txt', 'w').write('scratch of the job'); "
+    "open('/dev/shm/shm.txt', 'w').write('shm of the job'); "
+    "print('job running', flush=True); time.sleep(600)"
+)
+LOOK = ["sh", "-c", "cat /tmp/scratch.txt; echo; cat /dev/shm/shm.txt; echo; ps -e -o pid=,args=; hostname"]
+
+
+def test_the_terminal_joins_the_running_nodes_processes_tmp_and_shm(ma_service):
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    handle = client.submit(
+        name="dbg-ns", command=f'{sys.executable} -c "{SCRATCH}"', debug_terminal=True, grace_period=1
+    )
+    try:
+        wait_for(
+            lambda: (
+                "job running" in (log := client.read_log(handle.id).data) and "debug terminal ready" in log
+            ),
+            timeout=120,
+        )
+        out, code = run_command(client.shell(handle.id, command=LOOK), timeout=60)
+        assert code == 0, out
+        lines = out.replace("\r", "").splitlines()
+        assert "scratch of the job" in lines and "shm of the job" in lines, out  # its /tmp, /dev/shm
+        # its processes: the job's command runs beside the shell, in the same pid namespace
+        # (small numbers: the namespace's own), and no process of the host is seen
+        job_lines = [
+            line
+            for line in lines
+            if "/tmp/scratch.txt" in line and "ps -e" not in line and "shell_agent" not in line
+        ]
+        assert job_lines, out
+        assert int(job_lines[0].split()[0]) < 100, out
+        assert not any("pytest" in line for line in lines), out
+        assert lines[-1] == client.get(handle.id).nodes[0].hostname, out  # its hostname
+        # never more rights than the job: no capability (as the job's account when root runs it)
+        out, code = run_command(
+            client.shell(
+                handle.id,
+                command=["sh", "-c", "id -u; grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status"],
+            ),
+            timeout=60,
+        )
+        assert code == 0, out
+        said = out.replace("\r", "").split("\n")
+        assert [line.split()[1] for line in said if line.startswith("Cap")] == ["0000000000000000"] * 2, out
+        assert "NoNewPrivs:\t1" in said, out  # no setuid program gives any back
+        if os.geteuid() == 0:
+            assert said[0] != "0", out
+    finally:
+        client.stop(handle.id)
+
+
+def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service, tmp_path):
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+    from tests.modes.real import job_processes
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    # the job's working folder holds modules named as the agent's own: they shadow nothing of it
+    code = tmp_path / "code"
+    code.mkdir()
+    for name in ("socket", "signal", "subprocess", "threading", "json"):
+        (code / f"{name}.py").write_text("raise SystemExit('shadowed by the job')\n")
+    fails = "open('/tmp/scratch.txt', 'w').write('left in tmp'); raise SystemExit(5)"
+    handle = client.submit(
+        name="dbg-ns-fail",
+        command=f'{sys.executable} -I -c "{fails}"',
+        algorithm=str(code),
+        debug_terminal=True,
+        grace_period=1,
+    )
+    job = handle.wait(timeout=180)
+    assert job.status.value == "error" and job.exit_code == 5, job.reason
+    out, code = run_command(client.shell(handle.id, command=["cat", "/tmp/scratch.txt"]), timeout=60)
+    assert (out.strip(), code) == ("left in tmp", 0)
+    client.delete(handle.id)
+    wait_for(lambda: not job_processes(handle.id), timeout=60)  # deleting ends the kept sandbox
+
+
+def test_a_frozen_runners_stop_reaches_the_command_under_the_terminals_agent(ma_home, ma_root_jobs):
+    import signal
+
+    script = """
+        import signal, sys, time
+        def save(signum, frame):
+            print('checkpoint saved', flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, save)
+        print('job running', flush=True)
+        time.sleep(600)
+    """
+    job_id = f"dbg-frozen-{os.getpid()}-{time.time_ns() % 100000}"
+    attempt = make_attempt(ma_home, job_id, script, debug_terminal=True)
+    backend = LocalBackend(sandbox="bubblewrap")
+    runs = start(backend, attempt)
+    wait_for(
+        lambda: "job running" in log_of(attempt) and "debug terminal ready" in log_of(attempt), timeout=120
+    )
+    os.kill(runs[0].pid, signal.SIGSTOP)  # its runner relays nothing now
+    began = time.monotonic()
+    backend.stop(attempt, runs, 60.0)
+    took = time.monotonic() - began
+    log = log_of(attempt)
+    assert log.count("checkpoint saved") == 1, log  # the command got the stop, once
+    assert "the platform sent SIGTERM to the node's" in log, log
+    # the agent ignores the signal (it reports the command's end): once the command has saved,
+    # nothing is left to wait for, far from the 60 s grace period
+    assert took < 30, took
+    wait_for(lambda: not marked(job_id), timeout=60)

@@ -150,6 +150,60 @@ def test_a_runner_that_stops_beating_makes_its_node_faulty(request, ma_home):
     assert wait_status(svc, again, {"running"}, timeout=120)["nodes"][0]["host"] != run["host"]
 
 
+# counts the stop signals it gets, and lingers a moment after saving so a second one would be seen
+TRAIN_COUNTING = TRAIN.replace(
+    """def save(signum, frame):
+    with open(ckpt, "w") as fh:
+        json.dump({"step": step, "signal": signum}, fh)
+    print("checkpoint at", step, flush=True)
+    sys.exit(0)
+""",
+    """terms = 0
+def save(signum, frame):
+    global terms
+    terms += 1
+    with open(ckpt, "w") as fh:
+        json.dump({"step": step, "signal": signum, "terms": terms}, fh)
+    print("checkpoint at", step, flush=True)
+    if terms == 1:
+        time.sleep(1.5)
+        sys.exit(0)
+""",
+)
+
+
+def test_a_frozen_runners_job_still_saves_its_checkpoint_and_resumes_elsewhere(request, ma_home, tmp_path):
+    svc = service_with(request, ma_home, nodes_toml(2, "heartbeat_timeout = 3"))
+    spec = trainer(tmp_path)
+    (tmp_path / "algo" / "train.py").write_text(TRAIN_COUNTING)
+    job = submit(
+        svc, name="frozen-resumable", command=f"{PY} train.py", checkpoint_resume={"grace_period": 20}, **spec
+    )["id"]
+    run = wait_status(svc, job, {"running"}, timeout=120)["nodes"][0]
+    wait_for(lambda: "step 20" in full_log(svc, job), timeout=120)
+    runner = run["pid"]
+    os.kill(runner, signal.SIGSTOP)  # the runner relays nothing now: the backend must deliver the stop
+    try:
+        view = wait_for(lambda: (v := node_view(svc, run["host"]))["status"] == "faulty" and v, timeout=60)
+        assert "no node runner there has beaten" in view["health"]
+        resumed = wait_for(
+            lambda: (j := job_of(svc, job))["attempt"] == 1 and j["status"] == "running" and j, 120
+        )
+    finally:
+        try:
+            os.kill(runner, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert resumed["nodes"][0]["host"] != run["host"]
+    checkpoint = json.loads((tmp_path / "out" / "ckpt-0.json").read_text())
+    # saved on the stop's SIGTERM, delivered once, by the training process itself
+    assert checkpoint["signal"] == signal.SIGTERM and checkpoint["step"] >= 20, checkpoint
+    assert checkpoint["terms"] == 1, checkpoint
+    wait_for(lambda: f"resumed from {checkpoint['step']} attempt 1" in full_log(svc, job), timeout=120)
+    assert "the platform sent SIGTERM to the node's" in full_log(svc, job)
+    assert any(r.startswith("checkpoint resume 1 of") and "is faulty" in r for r in events(svc, job))
+
+
 POOLS = '\n[[pool]]\nname = "shared"\n\n[[pool]]\nname = "mine"\ndedicated = true\n'
 
 

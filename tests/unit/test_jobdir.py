@@ -49,7 +49,15 @@ def test_every_name_of_the_job_folder():
     assert rel(nd.tmp) == "nodes/worker-0/tmp"
     assert rel(nd.heartbeat) == "nodes/worker-0/heartbeat"
     assert rel(nd.kept) == "nodes/worker-0/kept.json"
-    assert NodeDir.STALE == ("exit_code", "failure.json", "not-distributed.json", "heartbeat", "kept.json")
+    assert rel(nd.stop_claim) == "nodes/worker-0/stop-claim"
+    assert NodeDir.STALE == (
+        "exit_code",
+        "failure.json",
+        "not-distributed.json",
+        "heartbeat",
+        "kept.json",
+        "stop-claim",
+    )
     assert rel(jd.outputs) == "outputs"
     assert rel(jd.prepared) == "prepared"
     assert rel(jd.workdirs) == "workdir"

@@ -39,7 +39,7 @@ from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
-from ...nodehost import caches, outputs_reader, prepare, shell_agent, userns, watchdog
+from ...nodehost import caches, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
 from ...nodehost.bwrap import sandbox_argv
@@ -49,7 +49,7 @@ from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node
 from ...nodehost.mounts import Mount, path_hint
 from ...nodehost.processes import ExitWatcher, marked_processes, read_exit_code
 from ...nodehost.procfs import NODE_MARKER, is_marked, process_start_time
-from ...nodehost.view import SYSTEM_PATH, NodeView, default_sandbox, host_workdir, launch_view
+from ...nodehost.view import HELPERS_VIEW, SYSTEM_PATH, NodeView, default_sandbox, host_workdir, launch_view
 from ...nodehost.workcopy import copy_args, copy_needed, export_argv
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, DatasetState, NodeUsage
@@ -339,12 +339,21 @@ class LocalBackend(Backend):
             return sandbox_argv(view, command, copy=copy and phase == first)
 
         limits = config.load_cluster().limits
+        # --debug-terminal: the node's command runs under the shell agent, which serves the
+        # terminal from inside the command's own sandbox (see .shell_agent); only in a sandbox:
+        # a debug shell never runs in the host's own view
+        terminal = attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
+        command = launch.command
+        if terminal:
+            command = shell_agent.command_argv(
+                view.image.python, HELPERS_VIEW, attempt.job_id, launch.name, launch.command
+            )
         spec = {
             "node": launch.name,
             "node_dir": str(node_dir),
             "rank_log_dir": str(attempt.jobdir.rank_dir(launch.name)),
             "sandbox": view.sandbox,
-            "argv": wrap(launch.command, "argv"),
+            "argv": wrap(command, "argv"),
             # The environment the runner starts each phase with.  bubblewrap gets a fixed one (the
             # job's variables are applied inside, after the switch to the job's account); only
             # the symlink mode, which never runs as another account, hands the job's to it.
@@ -376,20 +385,12 @@ class LocalBackend(Backend):
             "copy": copy_args(view) if copy and view.sandbox == "symlink" else None,
             "export": export_argv(view),
             "workdir": view.working_copy.source if view.working_copy else None,
-            # --debug-terminal: the shell agent, wrapped like the phases (same view, same account);
-            # only in a sandbox: a debug shell never runs in the host's own view
-            "shell_agent": wrap(
-                [view.image.python, "-m", "ma_jupyter.nodehost.shell_agent"]
-                + ["--serve", "--job", attempt.job_id, "--node", launch.name]
-            )
-            if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
-            else None,
+            # the command runs under the debug terminal's agent (the terminal can be opened)
+            "shell_agent": True if terminal else None,
             # the process whose end ends the node (noderun rule 8): a Ray node's raylet
             "end_with": self.end_with,
             # a failed command keeps the sandbox for the debug terminal this long ([limits])
-            "keep_failed_seconds": limits.debug_keep_hours * 3600.0
-            if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
-            else 0,
+            "keep_failed_seconds": limits.debug_keep_hours * 3600.0 if terminal else 0,
             # where its network rules hold: the attempt's namespace, or a fence (see .network)
             **(network or {}),
         }
@@ -535,8 +536,10 @@ class LocalBackend(Backend):
         return list(found.values())
 
     def stop(self, attempt: Attempt, runs: list[NodeRun], grace: float) -> None:
-        """TERM each node's runner (it relays the signal to the node's processes), wait up to
-        ``grace`` seconds, then KILL every process carrying the node's marker; return once none
+        """TERM each node's runner (it relays the signal to the node's processes); where a runner
+        has not claimed the relay within :data:`.stopping.RELAY_WAIT` seconds (frozen), TERM the
+        node's processes here instead (:mod:`.stopping`: never twice, never bubblewrap); wait up
+        to ``grace`` seconds, then KILL every process carrying the node's marker; return once none
         is left."""
         for run in runs:
             if self._alive(run):
@@ -544,8 +547,27 @@ class LocalBackend(Backend):
                     os.killpg(run.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
-        deadline = time.monotonic() + max(grace, 0.0)
-        while time.monotonic() < deadline and any(self._alive(r) for r in runs):
+        start = time.monotonic()
+        deadline = start + max(grace, 0.0)
+        # a short grace period leaves half of it to the processes signalled here
+        relay_by = start + min(stopping.RELAY_WAIT, max(grace, 0.0) / 2)
+        unrelayed = [r for r in runs if self._alive(r)]
+        signalled: list[psutil.Process] = []  # what this backend TERMed itself
+        while time.monotonic() < deadline:
+            unrelayed = [r for r in unrelayed if self._alive(r) and not self._relayed(attempt, r)]
+            if unrelayed and time.monotonic() >= relay_by:
+                for run in unrelayed:
+                    signalled += self._relay_stop(attempt, run)
+                unrelayed = []
+            live = [r for r in runs if self._alive(r)]
+            if not live:
+                break
+            if signalled and not unrelayed and all(_ended(p) for p in signalled):
+                # the frozen runners' processes saved and ended: the runners cannot end by
+                # themselves, nothing is left to wait for
+                frozen = {r.name for r in runs if self._relayed_by_backend(attempt, r)}
+                if all(r.name in frozen for r in live):
+                    break
             time.sleep(0.05)
         deadline = time.monotonic() + 30.0
         while True:
@@ -567,6 +589,50 @@ class LocalBackend(Backend):
                 names = ", ".join(f"{p.pid}" for p in left)
                 raise BackendUnavailable(f"processes {names} of job {attempt.job_id} survive SIGKILL")
             time.sleep(0.05)
+
+    def _relayed(self, attempt: Attempt, run: NodeRun) -> bool:
+        """Whether the stop's relay of ``run`` is claimed (by its runner, or already here)."""
+        return stopping.holder(attempt.jobdir.node(run.name).stop_claim) is not None
+
+    def _relayed_by_backend(self, attempt: Attempt, run: NodeRun) -> bool:
+        return stopping.holder(attempt.jobdir.node(run.name).stop_claim) == stopping.BACKEND
+
+    def _relay_stop(self, attempt: Attempt, run: NodeRun) -> list[psutil.Process]:
+        """Deliver the stop's SIGTERM to the node's processes for a runner that did not (rule 2
+        of :mod:`.stopping`), when this backend wins the claim; the processes signalled that the
+        signal can end (not those ignoring it, whose end :meth:`stop` would wait for in vain)."""
+        nd = attempt.jobdir.node(run.name)
+        if run.pid is None or not stopping.claim(nd.stop_claim, stopping.BACKEND):
+            return []
+        try:
+            relative = nd.runner_spec.relative_to(attempt.jobdir.root)
+            sandbox = json.loads(read_small(attempt.jobdir.root, str(relative), limit=16 << 20))["sandbox"]
+        except (OSError, ValueError, KeyError, TypeError, RefusedFile):
+            sandbox = "bubblewrap"  # the safe reading: bubblewrap's own processes are spared
+        signalled = []  # those the signal can end: waited for (but no longer than the grace)
+        for pid in stopping.targets(run.pid, sandbox):
+            try:
+                proc = psutil.Process(pid)
+                ignores = _ignores_term(pid)
+                proc.send_signal(signal.SIGTERM)
+                if not ignores:
+                    signalled.append(proc)
+            except psutil.Error:
+                pass
+        said = (
+            f"[ma_jupyter] the node runner of {run.name} did not relay the stop (it does not answer): "
+            f"the platform sent SIGTERM to the node's processes itself\n"
+        )
+        print(said, end="", file=sys.stderr, flush=True)
+        try:  # said in the node's log too, where the user looks for the missing save
+            fd = _open_log(attempt.jobdir.node_log(run.name), run.name)
+            try:
+                os.write(fd, said.encode())
+            finally:
+                os.close(fd)
+        except (OSError, RefusedFile):
+            pass
+        return signalled
 
     # ------------------------------------------------------------------------ logs
 
@@ -809,6 +875,27 @@ def _end_kept(nd) -> None:
     marker = _kept_marker(nd)
     if marker:
         _end_marked(marker)
+
+
+def _ended(proc: psutil.Process) -> bool:
+    """Whether ``proc`` has ended (gone, or a zombie its frozen parent cannot reap)."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _ignores_term(pid: int) -> bool:
+    """Whether ``pid`` ignores SIGTERM now (the kernel discards one sent to it): the debug
+    terminal's agent while the node's command runs, an interactive shell."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def _refuse_unsandboxed(views: list[NodeView]) -> None:
