@@ -219,8 +219,11 @@ class LogLines(Iterator[str]):
         done = chunk.eof or (not self.follow and chunk.next_offset == chunk.offset)
         if self._unlocated and chunk.data and not done:
             # rule 2: the stream exists and goes on (a log read whole in one answer never asks)
-            self._unlocated = False
-            self._local = self.client.local_log_file(self.job_id, chunk.node, self.rank)
+            try:
+                self._local = self.client.local_log_file(self.job_id, chunk.node, self.rank)
+                self._unlocated = False
+            except MaJupyterError:
+                pass  # the service went away meanwhile: asked again after its next bytes
         return chunk.data.encode("utf-8"), done, chunk.eof
 
     def _read_local(self) -> bytes:
