@@ -20,15 +20,12 @@ from .. import __version__, config
 from ..errors import Conflict, Forbidden, InvalidSpec, MaJupyterError, NotFound, PayloadTooLarge, Unauthorized
 from .api import ROUTERS
 from .api.deps import Services
-from .api.schema import published_schema
 from .guard import MAX_BODY, GuardMiddleware
 from .tensorboard import TensorBoardManager
 from .users import Directory
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
-
-__all__ = ["create_app", "published_schema"]
 
 _ERRORS_BY_STATUS = {
     400: InvalidSpec,
