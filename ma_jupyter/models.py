@@ -817,12 +817,28 @@ class Event(Strict):
     by: str | None = Field(default=None, description="The user who made this change (None: the platform).")
 
 
+class LogFile(Strict):
+    """Where a reader on the service's machine may read a log stream itself: the file its node
+    writes, whose bytes at each offset are the ones ``GET /jobs/{id}/logs/read`` answers."""
+
+    root: str = Field(
+        description="A folder the job cannot replace (its job folder): open the file from here, "
+        "following no symbolic link on the way (the job controls everything below it)."
+    )
+    path: str = Field(description="The stream's file, relative to root.")
+
+
 class LogStream(Strict):
     """One log file of a job: per node, and per rank where the launcher allows."""
 
     node: str
     rank: int | None = None
     size: int = 0
+    file: LogFile | None = Field(
+        default=None,
+        description="Where a client on the service's machine may read this stream directly "
+        "(only the backend knows); None: through the service only (the file is on another machine).",
+    )
 
 
 class LogChunk(Strict):

@@ -231,11 +231,24 @@ export interface LogChunk {
   eof: boolean;
 }
 
+/**
+ * Where a reader on the service's machine may read a log stream itself: the file its node
+ * writes, whose bytes at each offset are the ones `GET /jobs/{id}/logs/read` answers.
+ */
+export interface LogFile {
+  /** A folder the job cannot replace (its job folder): open the file from here, following no symbolic link on the way (the job controls everything below it). */
+  root: string;
+  /** The stream's file, relative to root. */
+  path: string;
+}
+
 /** One log file of a job: per node, and per rank where the launcher allows. */
 export interface LogStream {
   node: string;
   rank?: number | null;
   size?: number;
+  /** Where a client on the service's machine may read this stream directly (only the backend knows); None: through the service only (the file is on another machine). */
+  file?: LogFile | null;
 }
 
 export type Mode = "single" | "pytorch" | "pytorch-deepspeed" | "tensorflow" | "horovod" | "mindspore-ascend";

@@ -275,7 +275,12 @@ class Backend(ABC):
     def log_streams(self, job: Job) -> list[LogStream]:
         """Every log stream of ``job``: each node's combined log (rank None), then its per-rank
         logs, with their sizes now.  Looks only: a stream the job replaced with something
-        unreadable is listed (size 0) and refused when opened."""
+        unreadable is listed (size 0) and refused when opened.
+
+        Only the backend knows where a log lives: a stream's ``file`` says where a client on the
+        service's machine may read it itself (the file the node writes, on a disk this machine
+        sees, opened below ``root`` following no link), None when only :meth:`open_log` can read
+        it (the file is on another machine)."""
 
     @abstractmethod
     def open_log(self, job_id: str, node: str, rank: int | None) -> LogSource | None:

@@ -43,6 +43,7 @@ from ..models import (
     JobStatus,
     JobType,
     LogChunk,
+    LogFile,
     LogStream,
     Node,
     Plan,
@@ -84,8 +85,9 @@ class Client:
             the service owner's from the runtime file.  The service knows the user by it alone.
         autostart: start the service when none answers (only without an explicit ``url``).
         timeout: seconds for one ordinary request (a long-poll adds its wait to it).
-        local_logs: read log bytes straight from the job's files when they are on this machine
-            (see :class:`LogLines`); the service still decides what may be read and when a log ends.
+        local_logs: read log bytes straight from the job's files where the service says they
+            are on this machine (see :class:`LogLines`); the service still decides what may be
+            read and when a log ends.
         retry_for: seconds a request is retried while the service is unreachable or drops the
             connection (a restart): every request of this client is safe to repeat (submits
             carry an idempotency key), so a retry never runs anything twice.
@@ -606,23 +608,28 @@ class Client:
         )
         return LogChunk.model_validate(data)
 
-    def local_log_path(self, job_id: str, node: str, rank: int | None = None) -> Path | None:
-        """The file of a log stream when this client can read it directly, else None.
+    def local_log_file(self, job_id: str, node: str, rank: int | None = None) -> LogFile | None:
+        """Where this client may read a log stream's file itself, else None.
 
-        Only for the service of this machine's ``$MA_JUPYTER_HOME`` (whose job folders are the
-        files the nodes write) and only when ``local_logs`` is on.
+        Only the backend knows where a log lives: the answer is the service's description of
+        the stream (:meth:`log_streams`, its ``file``), asked for only when ``local_logs`` is on
+        and this client talks to the service of this machine's ``$MA_JUPYTER_HOME`` (the files
+        a service describes are on its own machine).  Whether the file is readable shows when
+        the reader opens it.
         """
-        if not self.local_logs or not node or "/" in node or node.startswith("."):
+        if not self.local_logs or not self._serves_this_home():
             return None
-        if self._fixed:
-            runtime = read_runtime()
-            if not runtime or runtime["url"].rstrip("/") != self._url:
-                return None
-        try:
-            jd = config.jobdir(job_id)
-        except MaJupyterError:
-            return None
-        return jd.log(node, rank) if jd.logs.is_dir() else None
+        for stream in self.log_streams(job_id):
+            if stream.node == node and stream.rank == rank:
+                return stream.file
+        return None
+
+    def _serves_this_home(self) -> bool:
+        """Whether this client's service is the one of this machine's ``$MA_JUPYTER_HOME``."""
+        if not self._fixed:
+            return True  # found through this home's runtime file
+        runtime = read_runtime()
+        return bool(runtime) and runtime["url"].rstrip("/") == self._url
 
     def tensorboard(self, job_id: str) -> str:
         """Start (or reuse) the job's TensorBoard over its outputs; returns its URL."""

@@ -16,16 +16,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .. import config
 from ..errors import BackendUnavailable, MaJupyterError, NodeLost, NotFound, RefusedFile
-from ..models import JobStatus
+from ..models import Job, JobStatus, LogChunk, LogFile, LogStream
 from ..untrusted import open_file
-
-if TYPE_CHECKING:
-    from ..models import Job
-    from .http import Client
 
 FOLLOW_WAIT = 10.0  # long-poll seconds per log read while following
 READ_LIMIT = 1 << 20
@@ -40,6 +35,30 @@ LONG_POLL = 2.0  # seconds each read of LogStreams may wait on the service
 StreamKey = tuple[str, int | None]
 
 
+class LogClient(Protocol):
+    """What the readers of this module need of a client: :class:`ma_jupyter.client.Client` is
+    one (this module does not import it: the HTTP client builds on the readers, not both ways)."""
+
+    #: whether a reader may read a stream's file itself where the service says it may
+    local_logs: bool
+
+    def read_log(
+        self,
+        job_id: str,
+        node: str | None = None,
+        rank: int | None = None,
+        offset: int = 0,
+        wait: float = 0,
+        limit: int = READ_LIMIT,
+    ) -> LogChunk: ...
+
+    def log_streams(self, job_id: str) -> list[LogStream]: ...
+
+    def local_log_file(self, job_id: str, node: str, rank: int | None = None) -> LogFile | None: ...
+
+    def get(self, job_id: str) -> Job: ...
+
+
 def stream_label(key: StreamKey) -> str:
     """``worker-0`` or ``worker-0/rank-1``: notebook records and cell metadata keep offsets under it."""
     node, rank = key
@@ -49,12 +68,19 @@ def stream_label(key: StreamKey) -> str:
 class LogLines(Iterator[str]):
     """Lines of one log stream read by byte offset, optionally following it to the job's end.
 
-    The first read goes through the service (it checks access and names the stream's node).
-    After that, when the log file is on this machine (the client talks to the service of
-    ``$MA_JUPYTER_HOME``), bytes are read straight from the file while there are any, and the
-    service is asked only at the end of what is written: its long-poll says when more bytes
-    arrive and when the job has ended (``eof``).  Every read starts at the byte offset where the
-    previous one stopped, whichever path served it, so no line is lost or repeated.
+    Rules:
+
+    1. The first read goes through the service: it checks access and names the stream's node.
+    2. Once a read through the service brought bytes and the stream goes on, the reader asks
+       where the stream's file is (:meth:`LogClient.local_log_file`: the service's description of
+       the stream, which only the backend knows).  When it is on this machine and readable,
+       bytes come straight from the file while there are any, and the service is asked only at
+       the end of what is written: its long-poll says when more bytes arrive and when the job
+       has ended (``eof``).
+    3. Every read starts at the byte offset where the previous one stopped, whichever path
+       served it, so no line is lost or repeated.
+    4. A file that is not what the job should have left there (a symlink, a FIFO) is never
+       followed nor waited on: the reader goes on through the service, which says what the job did.
 
     Attributes:
         node: the stream's node (resolved from the service's first answer when not given).
@@ -63,7 +89,7 @@ class LogLines(Iterator[str]):
 
     def __init__(
         self,
-        client: Client,
+        client: LogClient,
         job_id: str,
         *,
         follow: bool,
@@ -79,7 +105,8 @@ class LogLines(Iterator[str]):
         self.rank = rank
         self._read_offset = offset
         self._wait = wait
-        self._local: Path | None = None
+        self._local: LogFile | None = None
+        self._unlocated = client.local_logs  # rule 2's question is still to ask
         self._file: Any = None
         # The lines of the chunk being consumed, and where its bytes start and end: the
         # consumer pulls lines through itertools.chain at C speed, and :attr:`offset` is worked
@@ -187,24 +214,28 @@ class LogLines(Iterator[str]):
                 if not self.follow or now - away_since > FOLLOW_PATIENCE:
                     raise
                 time.sleep(0.5)
-        if first:
-            self._local = self.client.local_log_path(self.job_id, chunk.node, self.rank)
         self.node = chunk.node  # pin the stream so every offset refers to the same file
         self._read_offset = chunk.next_offset
         done = chunk.eof or (not self.follow and chunk.next_offset == chunk.offset)
+        if self._unlocated and chunk.data and not done:
+            # rule 2: the stream exists and goes on (a log read whole in one answer never asks)
+            try:
+                self._local = self.client.local_log_file(self.job_id, chunk.node, self.rank)
+                self._unlocated = False
+            except MaJupyterError:
+                pass  # the service went away meanwhile: asked again after its next bytes
         return chunk.data.encode("utf-8"), done, chunk.eof
 
     def _read_local(self) -> bytes:
         try:
             if self._file is None:
                 # The job wrote this file: never follow a symlink or block on a FIFO it left there.
-                root = config.jobdir(self.job_id).root
-                fd = open_file(root, self._local.relative_to(root))
+                fd = open_file(Path(self._local.root), self._local.path)
                 self._file = os.fdopen(fd, "rb")  # kept open while following
             self._file.seek(self._read_offset)
             data = self._file.read(LOCAL_READ)
         except RefusedFile:
-            self._local = None  # read through the service from now on; it says what the job did
+            self._local = None  # rule 4: through the service from now on
             return b""
         except (OSError, ValueError):
             return b""  # not there (yet, or any more): the service will say which
@@ -212,7 +243,7 @@ class LogLines(Iterator[str]):
         return data
 
 
-def read_all(client: Client, job_id: str, node: str, rank: int | None) -> str:
+def read_all(client: LogClient, job_id: str, node: str, rank: int | None) -> str:
     """A whole stream as it stands now."""
     parts, offset = [], 0
     while True:
@@ -223,14 +254,14 @@ def read_all(client: Client, job_id: str, node: str, rank: int | None) -> str:
             return "".join(parts)
 
 
-def node_streams(client: Client, job: Job) -> list[StreamKey]:
+def node_streams(client: LogClient, job: Job) -> list[StreamKey]:
     """The node logs of a job (not the per-rank ones); its first node (:attr:`Job.log_node`)
     before any exists."""
     streams = [(s.node, s.rank) for s in client.log_streams(job.id) if s.rank is None]
     return streams or [(n.name, None) for n in job.nodes] or [(job.log_node, None)]
 
 
-def fully_shown(client: Client, job_id: str, offsets: dict[str, int]) -> bool:
+def fully_shown(client: LogClient, job_id: str, offsets: dict[str, int]) -> bool:
     """Whether ``offsets`` (by :func:`stream_label`) reach the end of every node log of the job."""
     try:
         streams = client.log_streams(job_id)
@@ -253,14 +284,14 @@ class LogStreams:
     retried (the service may be restarting) and noted in :attr:`errors`.
 
     Args:
-        client: a :class:`ma_jupyter.client.Client` (``read_log``, ``job``, ``log_streams``).
+        client: a :class:`LogClient` (a :class:`ma_jupyter.client.Client`).
         job_id: the job to follow.
         offsets: per-stream start offsets (``{"worker-0": 1234}``, or ``"worker-0/rank-1"``).
         ranks: follow per-rank streams instead of each node's combined log.
     """
 
     def __init__(
-        self, client: Client, job_id: str, offsets: dict[str, int] | None = None, *, ranks: bool = False
+        self, client: LogClient, job_id: str, offsets: dict[str, int] | None = None, *, ranks: bool = False
     ):
         self.client = client
         self.job_id = job_id
@@ -430,7 +461,7 @@ class JobFollower:
 
     def __init__(
         self,
-        client: Client,
+        client: LogClient,
         job: Job,
         *,
         stream: StreamKey | None = None,
@@ -497,7 +528,7 @@ class JobFollower:
         """Look at the job (its status, new nodes) and follow what appeared; the job.
         Raises what the client raises (:class:`BackendUnavailable` while the service restarts)."""
         self._looked = time.monotonic()
-        self.job = self.client.job(self.job.id).info
+        self.job = self.client.get(self.job.id)
         self._discover()
         return self.job
 

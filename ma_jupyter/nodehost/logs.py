@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import RefusedFile
 from ..jobdir import RANK_LOG_VIEW, JobDir, rank_log_name
-from ..models import LogStream
+from ..models import LogFile, LogStream
 from ..untrusted import open_file, pread_range, read_small
 
 
@@ -31,8 +31,15 @@ def _regular_size(path: Path) -> int:
     return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
+def log_file(jd: JobDir, node: str, rank: int | None) -> LogFile:
+    """Where a reader on this machine opens one stream of the job folder ``jd`` itself (as
+    :func:`open_log` does: below the job folder, following no link)."""
+    return LogFile(root=str(jd.root), path=jd.log_relative(node, rank))
+
+
 def log_streams(jd: JobDir, nodes: list[str]) -> list[LogStream]:
-    """Every log stream of a job: each node's combined log, then its per-rank logs.
+    """Every log stream of a job: each node's combined log, then its per-rank logs, each with
+    its :func:`log_file` on this machine.
 
     ``nodes`` are the job's node names (in launch order); a log found for another name (an earlier
     attempt's node) follows them.  Only looks (``lstat``), never opens or follows: a stream that
@@ -44,9 +51,11 @@ def log_streams(jd: JobDir, nodes: list[str]) -> list[LogStream]:
             names.append(extra)
     found: list[LogStream] = []
     for name in names:
-        found.append(LogStream(node=name, rank=None, size=_regular_size(jd.node_log(name))))
+        size = _regular_size(jd.node_log(name))
+        found.append(LogStream(node=name, rank=None, size=size, file=log_file(jd, name, None)))
         for rank, rank_file in jd.rank_logs(name):
-            found.append(LogStream(node=name, rank=rank, size=_regular_size(rank_file)))
+            file = log_file(jd, name, rank)
+            found.append(LogStream(node=name, rank=rank, size=_regular_size(rank_file), file=file))
     return found
 
 

@@ -455,6 +455,9 @@ def test_a_killed_raylet_ends_its_nodes_and_their_logs_are_read_from_shared_stor
     every = _Cli(tmp_path, "logs", handle.id, "--all", "--follow")
     # both have read B's node before it goes
     wait_for(lambda: f"{on_b.name} tick 3" in one.out() and _shows(every.out(), on_b.name), timeout=60)
+    # every node's files are on storage this machine sees: the service says where to read them
+    streams = [s for s in client.log_streams(handle.id) if s.rank is None]
+    assert len(streams) == 2 and all(s.file is not None for s in streams), streams
 
     assert len(two_hosts.on_b(mark)) >= 3  # bubblewrap, the launcher, the script, its child
     raylet = two_hosts.kill_raylet_b()
@@ -531,6 +534,11 @@ def test_without_shared_storage_followers_end_naming_the_lost_node_across_a_serv
         ),
         timeout=60,
     )
+
+    # B's files are on B's own disk: only its agent reads them; the other node's are on this machine's
+    files = {s.node: s.file for s in client.log_streams(handle.id) if s.rank is None}
+    assert files[on_b.name] is None, files
+    assert files["worker-1" if on_b.name == "worker-0" else "worker-0"] is not None, files
 
     # the runner cannot act (stopped): only the next agent on B can end what it leaves
     os.kill(on_b.pid, signal.SIGSTOP)

@@ -21,7 +21,7 @@ from ma_jupyter import config
 from ma_jupyter.backends.base import Attempt
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.errors import InvalidSpec, RefusedFile
-from ma_jupyter.models import Job, JobSpec, JobStatus, LogStream, NodeRun
+from ma_jupyter.models import Job, JobSpec, JobStatus, LogFile, LogStream, NodeRun
 from ma_jupyter.service import logs
 
 
@@ -74,10 +74,12 @@ def test_rank_streams_are_listed_and_read(job_dir):
     append(job_dir.rank_log("worker-0", 1), b"rank one\n")
     append(job_dir.rank_log("worker-0", 0), b"r0\n")
     job = Job(id="j-1", spec=JobSpec(name="j", command="python x.py"), status=JobStatus.running)
+    # each with the file a reader on this machine may open itself, below the job folder
+    root = str(job_dir.root)
     assert backend.log_streams(job) == [
-        LogStream(node="worker-0", rank=None, size=5),
-        LogStream(node="worker-0", rank=0, size=3),
-        LogStream(node="worker-0", rank=1, size=9),
+        LogStream(node="worker-0", rank=None, size=5, file=LogFile(root=root, path="logs/worker-0.log")),
+        LogStream(node="worker-0", rank=0, size=3, file=LogFile(root=root, path="logs/worker-0/rank-0.log")),
+        LogStream(node="worker-0", rank=1, size=9, file=LogFile(root=root, path="logs/worker-0/rank-1.log")),
     ]
     source = backend.open_log("j-1", "worker-0", 1)
     try:
@@ -97,7 +99,9 @@ def test_a_fifo_planted_as_the_node_log_is_refused_without_blocking(job_dir):
     with pytest.raises(RefusedFile, match="worker-0 left a FIFO at .*worker-0.log"):
         no_block(backend.open_log, "j-1", "worker-0", None)
     job = Job(id="j-1", spec=JobSpec(name="j", command="python x.py"), status=JobStatus.running)
-    assert no_block(backend.log_streams, job) == [LogStream(node="worker-0", rank=None, size=0)]
+    # listed where the node writes it; a reader opening it there is refused as the service is
+    file = LogFile(root=str(job_dir.root), path="logs/worker-0.log")
+    assert no_block(backend.log_streams, job) == [LogStream(node="worker-0", rank=None, size=0, file=file)]
 
 
 def test_a_symlink_planted_as_a_rank_log_or_its_folder_is_refused(job_dir, tmp_path):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 import requests
@@ -16,6 +17,7 @@ from ma_jupyter.client import Client, JobHandle
 from ma_jupyter.client.service import pid_alive
 from ma_jupyter.errors import BackendUnavailable, Conflict, Forbidden, InvalidSpec, NotFound, Unauthorized
 from ma_jupyter.models import JobSpec, JobStatus
+from ma_jupyter.untrusted import open_file
 from tests.helpers import wait_for, writable_dir
 
 PY = sys.executable
@@ -104,6 +106,42 @@ def test_follow_from_an_offset_continues_without_replay(ma_client, local_logs):
     assert list(second) == expected[10:]
     assert first.node == second.node == "worker-0"
     assert second.offset == ma_client.log_streams(job.id)[0].size
+
+
+def test_a_follower_reads_the_file_the_service_describes_from_each_offset(ma_client, monkeypatch):
+    # about 3 MB of log: through the service alone that takes 3 answers of at most 1 MB
+    code = """
+        import sys
+        for i in range(60000):
+            sys.stdout.write(f"{i:08d} " + "x" * 41 + "\\n")
+    """
+    expected = [f"{i:08d} " + "x" * 41 for i in range(60000)]
+    job = ma_client.submit(name="big", command=py_command(code))
+    assert job.wait(timeout=60).status is JobStatus.succeeded
+    [stream] = ma_client.log_streams(job.id)
+    # only the backend knows where the log lives: the service's description says it, and the
+    # file there holds the bytes the service's reads answer
+    assert stream.size == 60000 * 51 and stream.file is not None
+    assert ma_client.local_log_file(job.id, "worker-0") == stream.file
+    with os.fdopen(open_file(Path(stream.file.root), stream.file.path), "rb") as fh:
+        assert fh.read(1000).decode() == ma_client.read_log(job.id, limit=1000).data
+    asked: list[int] = []
+    through_service = ma_client.read_log
+
+    def counted(*args, **kwargs):
+        asked.append(kwargs["offset"])
+        return through_service(*args, **kwargs)
+
+    monkeypatch.setattr(ma_client, "read_log", counted)
+    reader = job.logs(follow=True)
+    assert list(reader) == expected and reader.offset == stream.size
+    # the service answered the first read (it names the node) and the last (the end of the
+    # job's log); every byte between came from the file, each read from where the last stopped
+    assert asked == [0, stream.size]
+    asked.clear()
+    ma_client.local_logs = False
+    assert list(job.logs(follow=True)) == expected
+    assert asked == [0, 1 << 20, 2 << 20]  # answers of 1 MB, the last with the end
 
 
 def test_wait_times_out_and_stop_ends_the_job(ma_client):

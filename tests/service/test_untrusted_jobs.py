@@ -97,7 +97,9 @@ def test_a_fifo_rank_log_is_refused_and_the_api_keeps_answering(ma_service):
     final = wait_status(ma_service, job["id"], {"error", "succeeded", "stopped"}, timeout=60)
     assert final["status"] == "error" and "left a FIFO" in final["reason"]
     streams = s.get(f"{ma_service.api}/jobs/{job['id']}/logs", timeout=10).json()
-    assert {"node": "worker-0", "rank": 0, "size": 0} in streams
+    # listed with size 0, where the node writes it: a reader opening it there is refused too
+    file = {"root": str(ma_service.home / "jobs" / job["id"]), "path": "logs/worker-0/rank-0.log"}
+    assert {"node": "worker-0", "rank": 0, "size": 0, "file": file} in streams
 
 
 def test_a_rank_log_symlinked_to_the_token_file_is_refused(ma_service):

@@ -147,11 +147,7 @@ FORBIDDEN = [
 ]
 
 # (importer, imported) edges still to be removed. Each step of the layout deletes its entries.
-KNOWN_VIOLATIONS: set[tuple[str, str]] = {
-    # client/logs.py names client/http.py's Client in its type hints while http.py imports the
-    # log readers: the log readers' rework (the backend says where a log lives) removes it.
-    ("ma_jupyter.client.logs", "ma_jupyter.client.http"),
-}
+KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:

@@ -641,7 +641,8 @@ class LocalBackend(Backend):
         return python_sources(Path(spec.algorithm)) if spec.algorithm else None
 
     def log_streams(self, job: Job) -> list[LogStream]:
-        """The files below ``<job_dir>/logs``, looked at with ``lstat`` only."""
+        """The files below ``<job_dir>/logs``, looked at with ``lstat`` only; every one readable
+        directly on this machine (the job folder's own path)."""
         return job_logs.log_streams(config.jobdir(job.id), [n.name for n in job.nodes])
 
     def open_log(self, job_id: str, node: str, rank: int | None) -> job_logs.LocalLogSource | None:

@@ -211,7 +211,8 @@ class NodeAgent:
     # ------------------------------------------------------------------------ logs
 
     def log_streams(self, job_dir: str, nodes: list[str]) -> list[LogStream]:
-        """The job's log streams on this node (see :func:`ma_jupyter.nodehost.logs.log_streams`)."""
+        """The job's log streams on this node (see :func:`ma_jupyter.nodehost.logs.log_streams`),
+        their ``file`` as this node sees it (the service keeps it only where its machine sees it too)."""
         return job_logs.log_streams(JobDir(Path(job_dir)), nodes)
 
     def read_log(self, job_dir: str, node: str, rank: int | None, offset: int, limit: int) -> tuple:

@@ -756,7 +756,9 @@ class RayBackend(Backend):
 
     def log_streams(self, job: Job) -> list[LogStream]:
         """Each node's streams from the agent of its Ray node, in the job's node order; streams of
-        earlier attempts' nodes found there follow."""
+        earlier attempts' nodes found there follow.  A stream's ``file`` is kept only where this
+        machine sees that very launch's job folder (shared storage, or the Ray node is this
+        machine): elsewhere the file is on the Ray node, read through its agent."""
         names = [n.name for n in job.nodes]
         places: dict[tuple[str, str], list[str]] = {}
         for name in names:
@@ -766,12 +768,14 @@ class RayBackend(Backend):
         found: dict[str, list[LogStream]] = {}
         extra: list[LogStream] = []
         for (host, job_dir), here in places.items():
+            # the nodes whose files of that very launch this machine sees at the same path
+            shared = [n for n in here if self._shared(job.id, n, self._where(job.id, n) or {})]
             try:
                 agent = self._agent_at({"host": host})
                 streams = self._get(agent.log_streams.remote(job_dir, here))
+                streams = [s if s.node in shared else s.model_copy(update={"file": None}) for s in streams]
             except NodeGone:
                 # gone with its Ray node, unless its files are readable here (shared storage)
-                shared = [n for n in here if self._shared(job.id, n, self._where(job.id, n) or {})]
                 if not shared:
                     continue
                 streams = local_logs.log_streams(JobDir(Path(job_dir)), shared)

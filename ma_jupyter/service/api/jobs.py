@@ -1,0 +1,278 @@
+"""Jobs: ``POST /jobs`` (submit), ``POST /plan`` (dry run), ``GET /jobs`` (filter by name
+substring, status, creator, spec, outputs, algorithm folder, the caller's favourite algorithms;
+paged), ``GET|PATCH|DELETE /jobs/{id}``, ``GET /jobs/{id}/status`` (the job once its status
+differs from ``since`` or is terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET
+/jobs/{id}/events``, ``GET /jobs/{id}/resources``.
+
+Every job the caller gets is :func:`as_seen`: with what the caller may do with it and, while
+queued, its queue position.  What the caller may do is :mod:`..access`'s matrix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter, Body, Header, Query
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from ...errors import InvalidSpec, NotFound
+from ...models import (
+    API_PREFIX,
+    Event,
+    Job,
+    JobPage,
+    JobSort,
+    JobStatus,
+    JobType,
+    Plan,
+    Priority,
+    ResourceUsage,
+    parse_duration,
+    parse_spec,
+)
+from .. import access, algorithms
+from ..access import Op
+from ..logs import MAX_WAIT
+from ..users import Caller
+from .deps import (
+    IDEMPOTENCY_HEADER,
+    MAX_BYTE_OFFSET,
+    MAX_ID,
+    MAX_OFFSET,
+    MAX_STATUSES,
+    MAX_TEXT,
+    CallerDep,
+    JobId,
+    Services,
+    ServicesDep,
+)
+from .schema import SPEC_BODY, UPDATE_BODY
+
+router = APIRouter(prefix=API_PREFIX)
+
+#: seconds a force-delete answer waits (asynchronously) for the job to stop before answering 202
+FORCE_DELETE_WAIT = 10.0
+
+
+def as_seen(services: Services, job: Job, user: Caller, estimate: bool = False) -> Job:
+    """``job`` as ``user`` gets it: what the caller may do with it, and its queue position from
+    the supervisor's queue index (exact, and without reading the queue); the estimated start
+    (one reservation per job ahead) only with ``estimate``: a single job's read, never each row
+    of a listing."""
+    update: dict = {"allowed": [op.value for op in access.allowed(job, user)]}
+    if job.status is JobStatus.queued:
+        update["queue_position"] = services.supervisor.queue_position(job.id)
+        if estimate:
+            update["estimated_start"] = services.supervisor.estimated_start(job.id)
+    return job.model_copy(update=update)
+
+
+def _urgent_quota(services: Services, caller: Caller, creator: str, rules: access.Rules) -> None:
+    """The creator's urgent jobs counted against the cap; called under ``services.urgent_lock``."""
+    held = services.store.count_jobs(creator, access.URGENT_COUNTED, Priority.urgent.rank)
+    access.check_urgent_quota(caller, creator, held, rules)
+
+
+@router.post("/jobs", status_code=201, response_model=Job, openapi_extra=SPEC_BODY)
+def submit(
+    services: ServicesDep,
+    user: CallerDep,
+    body: dict = Body(...),
+    idempotency_key: str | None = Header(default=None, alias=IDEMPOTENCY_HEADER, max_length=200),
+) -> Job:
+    # access.py's rules 1, 2, 4 and 5, in order (rule 3 comes with the preflight, after the
+    # mount rules); a retried submit (same key, same user) gets the job the first one created,
+    # also when the cap was reached since.
+    rules = access.load_rules()
+    spec = access.new_job_spec(parse_spec(body), user, rules)
+    access.check_priority(user, spec.priority)
+    supervisor = services.supervisor
+    if spec.priority is not Priority.urgent or user.admin:
+        job = supervisor.submit(spec, creator=user.name, idempotency_key=idempotency_key)
+    else:
+        with services.urgent_lock:
+            job = supervisor.submit(
+                spec,
+                creator=user.name,
+                idempotency_key=idempotency_key,
+                admit=lambda: _urgent_quota(services, user, user.name, rules),
+            )
+    return as_seen(services, job, user)
+
+
+@router.post("/plan", response_model=Plan, openapi_extra=SPEC_BODY)
+def plan(services: ServicesDep, user: CallerDep, body: dict = Body(...)) -> Plan:
+    spec = access.new_job_spec(parse_spec(body), user, access.load_rules())
+    access.check_priority(user, spec.priority)
+    return services.supervisor.plan(spec)
+
+
+@router.get("/jobs", response_model=JobPage)
+def list_jobs(
+    services: ServicesDep,
+    user: CallerDep,
+    name: str | None = Query(default=None, max_length=MAX_ID),
+    status: list[JobStatus] = Query(default=[], max_length=MAX_STATUSES),
+    creator: str | None = Query(default=None, max_length=MAX_ID),
+    spec: str | None = Query(default=None, max_length=MAX_ID),
+    outputs: str | None = Query(default=None, max_length=MAX_TEXT),
+    algorithm: str | None = Query(
+        default=None,
+        max_length=MAX_TEXT,
+        description="Jobs running this algorithm folder (an absolute path).",
+    ),
+    favourites: bool = Query(
+        default=False, description="Jobs running one of the caller's favourite algorithms."
+    ),
+    offset: int = Query(default=0, ge=0, le=MAX_OFFSET),
+    limit: int = Query(default=50, ge=1, le=500),
+    type: JobType | None = Query(default=None),
+    sort: JobSort = Query(
+        default=JobSort.newest,
+        description="Order: a column (created, name, id, status, creator, outputs, priority, mode, "
+        "spec, elapsed), '-' first for descending; ties newest first.",
+    ),
+) -> JobPage:
+    # the store filters what the caller may see, so pages and the total count only those
+    items, total = services.store.list(
+        algorithms_in=_algorithm_filter(services, user, algorithm, favourites),
+        name=name,
+        statuses=[s.value for s in status],
+        creator=creator,
+        spec=spec,
+        outputs=outputs,
+        offset=offset,
+        limit=limit,
+        viewer=None if user.admin else user.name,
+        type=type.value if type else None,
+        sort=sort.value,
+    )
+    return JobPage(items=[as_seen(services, j, user) for j in items], total=total, offset=offset, limit=limit)
+
+
+def _algorithm_filter(
+    services: Services, user: Caller, algorithm: str | None, favourite_only: bool
+) -> list[str] | None:
+    # algorithms.py's rule 2: one folder, the caller's favourites, or the folder if a favourite
+    wanted = [algorithms.normalise(algorithm)] if algorithm else None
+    if not favourite_only:
+        return wanted
+    marked = services.favourites.of(user.name)
+    return marked if wanted is None else [p for p in wanted if p in marked]
+
+
+@router.get("/jobs/{job_id}", response_model=Job)
+def get_job(services: ServicesDep, user: CallerDep, job_id: str = JobId) -> Job:
+    return as_seen(services, access.check(services.store.get(job_id), user, Op.view), user, estimate=True)
+
+
+@router.patch("/jobs/{job_id}", response_model=Job, openapi_extra=UPDATE_BODY)
+def update_job(services: ServicesDep, user: CallerDep, job_id: str = JobId, body: dict = Body(...)) -> Job:
+    supervisor = services.supervisor
+    job = access.check(services.store.get(job_id), user, Op.view)
+    unknown = set(body) - {"priority", "duration"}
+    if unknown:
+        raise InvalidSpec(f"only priority and duration can change, not {', '.join(sorted(unknown))}")
+    try:
+        priority = Priority(body["priority"]) if body.get("priority") is not None else None
+        duration = parse_duration(body.get("duration"))
+    except ValueError as exc:
+        raise InvalidSpec(str(exc)) from exc
+    if priority is not None:
+        access.check(job, user, Op.priority)
+        access.check_priority(user, priority)
+    if duration is not None:
+        access.check(job, user, Op.duration)
+    raising = (
+        priority is Priority.urgent
+        and job.spec.priority is not Priority.urgent
+        and job.status is JobStatus.queued
+        and not user.admin
+    )
+    if not raising:
+        changed = supervisor.update(job_id, priority=priority, duration=duration, by=user.name)
+        return as_seen(services, changed, user)
+    with services.urgent_lock:
+        _urgent_quota(services, user, job.spec.creator or user.name, access.load_rules())
+        changed = supervisor.update(job_id, priority=priority, duration=duration, by=user.name)
+    return as_seen(services, changed, user, estimate=True)
+
+
+@router.get("/jobs/{job_id}/status", response_model=Job)
+async def wait_status(
+    services: ServicesDep,
+    user: CallerDep,
+    job_id: str = JobId,
+    since: JobStatus | None = None,
+    wait: float = Query(default=0.0, ge=0, le=MAX_WAIT),
+) -> Job:
+    # Long-poll: answers once the status differs from ``since`` (without it: once the job is
+    # terminal) or after ``wait`` seconds, with the job as GET /jobs/{id} gives it (without
+    # the estimated start, which only a job's own read computes).
+    store = services.store
+    await run_in_threadpool(lambda: access.check(store.get(job_id), user, Op.view))
+    await store.wait_status(job_id, since, wait)
+    return await run_in_threadpool(
+        lambda: as_seen(services, access.check(store.get(job_id), user, Op.view), user)
+    )
+
+
+@router.post("/jobs/{job_id}/stop", response_model=Job)
+def stop_job(services: ServicesDep, user: CallerDep, job_id: str = JobId) -> Job:
+    access.check(services.store.get(job_id), user, Op.stop)
+    return as_seen(services, services.supervisor.request_stop(job_id, by=user.name), user, estimate=True)
+
+
+@router.delete("/jobs/{job_id}", status_code=204)
+async def delete_job(
+    services: ServicesDep, user: CallerDep, job_id: str = JobId, force: bool = False
+) -> Response:
+    store = services.store
+
+    def start() -> bool:
+        access.check(store.get(job_id), user, Op.delete)
+        return services.supervisor.delete(job_id, force=force, by=user.name)
+
+    if await run_in_threadpool(start):
+        return Response(status_code=204)
+    # A live job stops within its grace period (maybe an hour): wait a little without holding
+    # a thread, then leave the deletion to the supervisor.
+    deadline = time.monotonic() + FORCE_DELETE_WAIT
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        try:
+            await run_in_threadpool(store.status, job_id)
+        except NotFound:
+            return Response(status_code=204)
+    return JSONResponse(
+        status_code=202,
+        content={
+            "id": job_id,
+            "deleting": True,
+            "message": f"job {job_id} is stopping; the service deletes it once it has stopped",
+        },
+    )
+
+
+@router.get("/jobs/{job_id}/events", response_model=list[Event])
+def events(
+    services: ServicesDep,
+    user: CallerDep,
+    job_id: str = JobId,
+    after: int = Query(default=0, ge=0, le=MAX_BYTE_OFFSET),
+) -> list[Event]:
+    access.check(services.store.get(job_id), user, Op.view)
+    return services.store.events(job_id, after=after)
+
+
+@router.get("/jobs/{job_id}/resources", response_model=ResourceUsage)
+def resources(
+    services: ServicesDep,
+    user: CallerDep,
+    job_id: str = JobId,
+    since: float | None = Query(default=None, ge=0, le=MAX_BYTE_OFFSET),
+) -> ResourceUsage:
+    job = access.check(services.store.get(job_id), user, Op.view)  # as reading its logs
+    return services.resources.report(job, services.scheduler, since)

@@ -1,0 +1,38 @@
+"""Users (:mod:`..users`): ``GET /users/me``, and for admins ``GET|POST /users``, ``DELETE
+/users/{name}``, ``POST /users/{name}/token`` (a new token, shown once)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path
+from fastapi.responses import Response
+
+from ...models import API_PREFIX, NewUser, User, UserToken
+from .deps import MAX_ID, CallerDep, ServicesDep
+
+router = APIRouter(prefix=API_PREFIX)
+
+
+@router.get("/users/me", response_model=User)
+def whoami(services: ServicesDep, user: CallerDep) -> User:
+    return services.store.user(user.name)
+
+
+@router.get("/users", response_model=list[User])
+def list_users(services: ServicesDep, user: CallerDep) -> list[User]:
+    return services.users.list(user)
+
+
+@router.post("/users", status_code=201, response_model=UserToken)
+def add_user(services: ServicesDep, user: CallerDep, body: NewUser) -> UserToken:
+    return services.users.add(user, body.name, body.admin)
+
+
+@router.post("/users/{name}/token", response_model=UserToken)
+def new_token(services: ServicesDep, user: CallerDep, name: str = Path(max_length=MAX_ID)) -> UserToken:
+    return services.users.new_token(user, name)
+
+
+@router.delete("/users/{name}", status_code=204)
+def remove_user(services: ServicesDep, user: CallerDep, name: str = Path(max_length=MAX_ID)) -> Response:
+    services.users.remove(user, name)
+    return Response(status_code=204)
