@@ -127,7 +127,7 @@ class LiveLog:
         job_id: the job shown (goes into the output's metadata).
         max_lines: how many of the newest lines the output keeps.
         display: IPython's ``display`` (injected for tests and non-notebook use).
-        log_hint: where the full log lives, named when lines were skipped.
+        log_hint: how to read the full log, named when lines were skipped.
         stream_to: print each line there as it arrives instead of keeping it in the display,
             which then shows only the status and how many lines were printed (a front end
             without a live display: see :func:`live_display_shown`).
@@ -186,7 +186,7 @@ class LiveLog:
                 parts.append(f"({self.buffer.total} log lines printed above)")
         else:
             if self.buffer.skipped:
-                where = f" (full log: {self.log_hint})" if self.log_hint else ""
+                where = f" (the full log: {self.log_hint})" if self.log_hint else ""
                 parts.append(f"… {self.buffer.skipped} earlier lines not shown{where}")
             parts.extend(self.buffer.text_lines(self.several))
         if self.footer:
@@ -313,8 +313,6 @@ def follow_job(
     Raises:
         JobFailed: the job ended in error or expired (its message shows the last lines).
     """
-    from ... import config
-
     if live_display is None:
         live_display = live_display_shown()
     job = client.job(job_id).info
@@ -323,7 +321,7 @@ def follow_job(
         job_id,
         max_lines=max_lines,
         display=display,
-        log_hint=str(config.jobdir(job_id).logs),
+        log_hint=f"%ma_logs {job_id}",  # where a log lives is the backend's to say, not a path here
         note=note,
         stream_to=None if live_display else sys.stdout,
         several=follower.several,
