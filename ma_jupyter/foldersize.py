@@ -18,6 +18,8 @@ each running job holds on a nearly full disk.  Its rules, whatever the caller:
    and no more); ``max_entries``: None as soon as more entries than that were seen (a job making
    files without end would make every look slower).
 6. What cannot be read (gone meanwhile, no permission) counts as nothing; it never raises.
+7. ``ignore(folder, names)`` (``shutil.copytree``'s shape: the folder's path, its entries' names)
+   returns the names left out there, folders not entered: the size a filtered copy would have.
 
 Standard library only: every node runner imports it.
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 class FolderSize:
@@ -54,6 +56,7 @@ def folder_size(
     device: int | None = None,
     allocated: bool = False,
     follow_top: bool = True,
+    ignore: Callable[[str, list[str]], set[str]] | None = None,
 ) -> FolderSize | None:
     """The bytes and files below ``folders`` (the module's rules); None only past ``max_entries``."""
     total = files = entries = 0
@@ -70,12 +73,15 @@ def folder_size(
                 continue
             seen.add((st.st_dev, st.st_ino))
             # fwalk opens each folder below through its parent's descriptor, never through a link
-            for _path, dirs, names, dir_fd in os.fwalk(".", dir_fd=top_fd, follow_symlinks=False):
+            for path, dirs, names, dir_fd in os.fwalk(".", dir_fd=top_fd, follow_symlinks=False):
                 entries += len(dirs) + len(names)
                 if max_entries is not None and entries > max_entries:
                     return None
+                skipped = ignore(os.path.normpath(os.path.join(top, path)), dirs + names) if ignore else ()
                 kept = []
                 for name in dirs + names:
+                    if name in skipped:
+                        continue
                     try:
                         found = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                     except OSError:

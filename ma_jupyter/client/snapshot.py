@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import InvalidSpec
+from ..foldersize import folder_size as measure
 
 #: never shipped: version control, caches, environments, notebooks' checkpoints
 IGNORED = (
@@ -68,23 +69,11 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
 
 
 def folder_size(source: Path, limit: int | None = None) -> tuple[int, int]:
-    """``(files, bytes)`` a copy of ``source`` would hold (ignored entries skipped); counting stops
-    once ``limit`` bytes are passed."""
-    files = size = 0
-    for folder, dirs, names in os.walk(source):
-        skipped = _ignore(folder, dirs + names)
-        dirs[:] = [d for d in dirs if d not in skipped]
-        for name in names:
-            if name in skipped:
-                continue
-            try:
-                size += os.lstat(os.path.join(folder, name)).st_size
-            except OSError:
-                continue
-            files += 1
-            if limit is not None and size > limit:
-                return files, size
-    return files, size
+    """``(files, bytes)`` a copy of ``source`` would hold (ignored entries skipped, regular files
+    counted: :func:`ma_jupyter.foldersize.folder_size`); counting stops once ``limit`` bytes are
+    passed."""
+    found = measure([source], limit=limit, ignore=_ignore)
+    return (found.files, found.bytes) if found is not None else (0, 0)
 
 
 def copy_folder(source: Path, target: Path) -> None:

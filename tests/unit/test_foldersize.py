@@ -79,3 +79,17 @@ def test_what_cannot_be_read_counts_as_nothing(tmp_path):
     plain = tmp_path / "file"
     plain.write_text("not a folder")
     assert folder_size([plain]).bytes == 0
+
+
+def test_ignored_entries_are_left_out_as_a_filtered_copy_would(tmp_path):
+    """Rule 7: ``ignore`` sees each folder's path and its names, as shutil.copytree's does."""
+    tree = _tree(tmp_path / "t")
+    seen = []
+
+    def ignore(folder, names):
+        seen.append((folder, sorted(names)))
+        return {"b"} if folder.endswith("/a") else set()
+
+    found = folder_size([tree], ignore=ignore)
+    assert (found.bytes, found.files) == (1000, 1)  # the folder b and its file are not entered
+    assert (str(tree / "a"), ["b", "one"]) in seen
