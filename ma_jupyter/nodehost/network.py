@@ -1,6 +1,6 @@
 """What a job's processes may reach on the network.
 
-Two mechanisms, one per kind of host (docs/architecture.md, "A job's network"):
+Two mechanisms, one per kind of host (docs/network.md):
 
 * **a network namespace per attempt** (the local backend, where every node of a job is on this
   machine): the service makes a namespace holding ``lo`` (up, so the whole of ``127.0.0.0/8``
