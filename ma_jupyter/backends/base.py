@@ -245,10 +245,13 @@ class Backend(ABC):
 
     @abstractmethod
     def stop(self, attempt: Attempt, runs: list[NodeRun], grace: float) -> None:
-        """SIGTERM every node's process group, wait up to ``grace`` seconds, then SIGKILL.
+        """SIGTERM every node's training processes, wait up to ``grace`` seconds, then SIGKILL.
 
-        Returns only when no process of these nodes is left (no orphans, whatever the job's
-        processes did with their own sessions)."""
+        The SIGTERM (the checkpoint signal) reaches the node's own processes exactly once, also
+        when the node's runner cannot relay it (frozen, on a faulty node): the runner or the
+        backend claims the stop, never both (:mod:`ma_jupyter.nodehost.stopping`).  Returns only
+        when no process of these nodes is left (no orphans, whatever the job's processes did
+        with their own sessions)."""
 
     def heartbeat(self, attempt: Attempt, run: NodeRun) -> float | None:
         """When the running node ``run`` last gave a sign of life (epoch seconds), for the

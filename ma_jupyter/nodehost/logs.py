@@ -1,4 +1,5 @@
-"""The local backend's logs and failure reports: files in the job folder, read as untrusted.
+"""A node's logs and failure reports as files in its job folder (both backends read them on the
+machine that holds the folder), read as untrusted.
 
 A node writes its own log files (``logs/<node>.log``, ``logs/<node>/rank-<r>.log``) and its
 launcher may leave a failure report; the job can put anything at those paths (a FIFO, a symlink
