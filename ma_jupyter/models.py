@@ -304,13 +304,15 @@ class CheckpointResume(Strict):
     checkpoint, and is scheduled again (at most ``max_resumes`` times), continuing from it.
 
     ``elastic_min_nodes`` lets it start or resume on fewer nodes than asked when resources are
-    short.  ``perf_threshold`` watches the log for ``hardware time is X and e2e time is Y`` lines
+    short; ``allow_scale_up`` (the seed's "allow scale-up") lets such a shrunk job grow back when
+    nodes free up (saved, requeued and resumed with more nodes).  ``perf_threshold`` watches the log for ``hardware time is X and e2e time is Y`` lines
     and applies ``perf_policy`` when hardware/e2e exceeds it.
     """
 
     max_resumes: int = Field(default=3, ge=1, le=100)
     grace_period: float = Field(default=30.0, gt=0, le=3600)
     elastic_min_nodes: int | None = Field(default=None, ge=1, le=64)
+    allow_scale_up: bool = False
     perf_threshold: float | None = Field(default=None, gt=0, le=1e6)
     perf_policy: PerfPolicy = PerfPolicy.alert
 
@@ -479,6 +481,12 @@ class JobSpec(Strict):
             if self.mode is not Mode.single or self.nodes != 1:
                 raise ValueError(
                     "a batch job runs each task on one node in the single mode: set mode=single, nodes=1"
+                )
+        if self.checkpoint_resume and self.checkpoint_resume.allow_scale_up:
+            if not self.checkpoint_resume.elastic_min_nodes:
+                raise ValueError(
+                    "checkpoint_resume.allow_scale_up grows a job that started on fewer nodes: "
+                    "it needs elastic_min_nodes too"
                 )
         if self.checkpoint_resume and self.checkpoint_resume.elastic_min_nodes:
             if self.checkpoint_resume.elastic_min_nodes > self.nodes:

@@ -29,7 +29,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from .errors import RefusedFile
-from .jobdir import FAILURE_REPORT
+from .jobdir import FAILURE_REPORT, RANK_LOG_VIEW
 
 #: largest small report (``failure.json``) read whole
 MAX_REPORT = 64 << 10
@@ -266,7 +266,7 @@ def real_ancestor(path: Path) -> Path:
 
 
 def collect_report(
-    rank_log_dir: Path, node_dir: Path, node: str, name: str = FAILURE_REPORT, shown: str = "/job/logs"
+    rank_log_dir: Path, node_dir: Path, node: str, name: str = FAILURE_REPORT, shown: str = RANK_LOG_VIEW
 ) -> None:
     """Hand a launcher's report ``name`` (``failure.json``, ``not-distributed.json``) from the
     job-writable rank-log folder to the node folder.
@@ -307,7 +307,7 @@ def collect_report(
 #
 # Data preparation copies a dataset that jobs may have written (a writable volume of another
 # job, a folder a user fills).  The walk below is what the copy process runs, after it switched
-# to the job's account (``backends/local/datacopy.py``); it follows the same rules as above:
+# to the job's account (``nodehost/datacopy.py``); it follows the same rules as above:
 # only regular files, folders and symbolic links (copied as links, never followed), every
 # entry opened relative to its folder's descriptor with ``O_NOFOLLOW | O_NONBLOCK`` and
 # checked with ``fstat`` after the open.

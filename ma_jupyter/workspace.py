@@ -11,7 +11,7 @@ Every node of a job sees the platform's layout (seed 002), whatever runs it::
 
 :func:`folders` lists a spec's folders in that order (the order they are bound: parents before
 children) with the host path the spec names; it reads no file.  A backend checks and resolves
-the host paths (the local backend: ``backends/local/mounts.py``, which shows each node its own
+the host paths (the local backend: ``nodehost/mounts.py``, which shows each node its own
 writable copy of the algorithm folder there, its working directory); the Kubernetes export turns
 each folder into a volume (``export/k8s.py``).
 """

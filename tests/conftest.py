@@ -118,7 +118,7 @@ def _leftover_node_runners(since: float, under: str) -> list:
     carries the runner's name and works in its node folder."""
     import psutil
 
-    from ma_jupyter.backends.local.forkserver import RUNNER_NAME
+    from ma_jupyter.nodehost.forkserver import RUNNER_NAME
 
     found = []
     for proc in psutil.process_iter(["cmdline", "create_time", "name"]):
@@ -126,7 +126,7 @@ def _leftover_node_runners(since: float, under: str) -> list:
             cmdline = proc.info["cmdline"] or []
             if proc.info["create_time"] < since:
                 continue
-            if "ma_jupyter.backends.local.noderun" in cmdline and cmdline[-1].startswith(under + os.sep):
+            if "ma_jupyter.nodehost.noderun" in cmdline and cmdline[-1].startswith(under + os.sep):
                 found.append(proc)
             elif proc.info["name"] == RUNNER_NAME and proc.cwd().startswith(under + os.sep):
                 found.append(proc)

@@ -8,7 +8,8 @@
 import { Widget } from '@lumino/widgets';
 
 import { requestAPI } from './api';
-import { errorText, h } from './dom';
+import { h } from './dom';
+import { errorText } from './format';
 import type { ClusterView as WireClusterView } from './models';
 
 /** A wire model with every defaulted field present (the service's JSON always carries them). */

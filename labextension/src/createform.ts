@@ -25,8 +25,9 @@ import { Widget } from '@lumino/widgets';
 
 import { ApiError, api } from './api';
 import { fetchCluster } from './cluster';
-import { count, dateTime, errorText, h } from './dom';
+import { h } from './dom';
 import { pickFolder } from './folderpicker';
+import { count, dateTime, errorText } from './format';
 import {
   ACCESS_VALUES,
   CONVENTION_VALUES,

@@ -13,6 +13,7 @@ import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Widget } from '@lumino/widgets';
 
 import { api } from './api';
+import { LAB } from './commands';
 
 export const SHELL_MIME = 'application/vnd.ma-jupyter.shell+json';
 
@@ -26,7 +27,7 @@ export async function openDebugTerminal(app: JupyterFrontEnd, jobId: string, nod
   const status = await api.service();
   const python = status.python || 'python3';
   // @jupyterlab/terminal's types are not a dependency: its widget is used through its commands
-  const widget: any = await app.commands.execute('terminal:create-new');
+  const widget: any = await app.commands.execute(LAB.newTerminal);
   const session: any = widget.content.session;
   // the terminal names itself once connected ("Terminal 1"): keep the node's name on the tab
   const label = `Debug terminal: ${jobId}/${node}`;

@@ -4,35 +4,13 @@
  * host path (Lab's `serverRoot` joined with the Lab path), which is what the job service mounts.
  */
 import { Dialog, showDialog } from '@jupyterlab/apputils';
-import { PageConfig, PathExt } from '@jupyterlab/coreutils';
+import { PathExt } from '@jupyterlab/coreutils';
 import type { Contents } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
-import { errorText, h } from './dom';
-
-/** The Lab root on the host (`/home/me/project`), from the page config. */
-export function serverRoot(): string {
-  return PageConfig.getOption('serverRoot') || '';
-}
-
-/** A Lab path (`data/train.py`) as a host path (`/home/me/project/data/train.py`). */
-export function hostPath(labPath: string): string {
-  const root = serverRoot().replace(/\/+$/, '');
-  return labPath ? `${root}/${labPath.replace(/^\/+/, '')}` : root;
-}
-
-/** A host path under the Lab root as a Lab path; null when it lies outside the root. */
-export function labPath(host: string): string | null {
-  const root = serverRoot().replace(/\/+$/, '');
-  if (!root || !host.startsWith(root)) {
-    return null;
-  }
-  const rest = host.slice(root.length);
-  if (rest && !rest.startsWith('/')) {
-    return null;
-  }
-  return rest.replace(/^\/+/, '');
-}
+import { h } from './dom';
+import { errorText } from './format';
+import { hostPath, labPath } from './labpaths';
 
 class FolderList extends Widget {
   path: string;

@@ -8,10 +8,11 @@ import { ICommandPalette } from '@jupyterlab/apputils';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { CREATE_JOB, SHOW_SIDEBAR } from './commands';
 import { shellOfferFactory } from './debugterminal';
 import { MainArea } from './mainarea';
 import { JobsSidebar } from './sidebar';
-import { CREATE_JOB, mainAreaPlugin } from './submitfrom';
+import { mainAreaPlugin } from './submitfrom';
 
 const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">
   <g class="jp-icon3" fill="#616161">
@@ -22,8 +23,6 @@ const ICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16"
 </svg>`;
 
 export const jobsIcon = new LabIcon({ name: 'ma_jupyter:jobs', svgstr: ICON_SVG });
-
-const SIDEBAR_COMMAND = 'ma-jupyter:show-sidebar';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'ma_jupyter:sidebar',
@@ -45,11 +44,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     sidebar.title.icon = jobsIcon;
     app.shell.add(sidebar, 'left', { rank: 650 });
     restorer?.add(sidebar, sidebar.id);
-    app.commands.addCommand(SIDEBAR_COMMAND, {
+    app.commands.addCommand(SHOW_SIDEBAR, {
       label: 'Show the training jobs sidebar',
       execute: () => app.shell.activateById(sidebar.id)
     });
-    palette?.addItem({ command: SIDEBAR_COMMAND, category: 'Training jobs' });
+    palette?.addItem({ command: SHOW_SIDEBAR, category: 'Training jobs' });
     main.register(palette, jobsIcon);
   }
 };

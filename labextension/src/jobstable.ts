@@ -17,47 +17,13 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { api } from './api';
-import { dateTime, errorText, h, statusBadge } from './dom';
+import { h, statusBadge } from './dom';
+import { dateTime, errorText, shortPath } from './format';
+import { elapsed, statusText } from './jobstate';
 import { JOB_STATUS_VALUES, Job, JobStatus } from './models';
 
 const REFRESH_MS = 2000;
 export const PAGE_SIZE = 100;
-
-/** `1h 02m`, `3m 05s`, `12s`. */
-export function span(seconds: number): string {
-  const s = Math.max(0, Math.round(seconds));
-  const pad = (n: number) => String(n).padStart(2, '0');
-  if (s >= 3600) {
-    return `${Math.floor(s / 3600)}h ${pad(Math.floor((s % 3600) / 60))}m`;
-  }
-  if (s >= 60) {
-    return `${Math.floor(s / 60)}m ${pad(s % 60)}s`;
-  }
-  return `${s}s`;
-}
-
-/** How long the job ran (ended), has run (running), or '' (queued). */
-export function elapsed(job: Job): string {
-  if (!job.started_at) {
-    return '';
-  }
-  const start = new Date(job.started_at).getTime();
-  const end = job.finished_at ? new Date(job.finished_at).getTime() : Date.now();
-  return span((end - start) / 1000);
-}
-
-export function statusText(job: Job): string {
-  const status = job.status ?? 'queued';
-  return status === 'queued' && job.queue_position !== null && job.queue_position !== undefined
-    ? `queued #${job.queue_position + 1}`
-    : status;
-}
-
-/** A long folder as its last two parts (`…/name-abc123/outputs`): the end tells jobs apart. */
-export function shortPath(path: string): string {
-  const parts = path.split('/').filter(Boolean);
-  return path.length > 40 && parts.length > 2 ? `…/${parts.slice(-2).join('/')}` : path;
-}
 
 interface Column {
   key: string;

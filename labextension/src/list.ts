@@ -1,6 +1,7 @@
 /** The job list: filters by name and status, live refresh, a click opens the job. */
 import { api } from './api';
-import { dateTime, errorText, h, statusBadge } from './dom';
+import { h, statusBadge } from './dom';
+import { dateTime, errorText } from './format';
 import { JOB_STATUS_VALUES, Job, JobStatus } from './models';
 
 const REFRESH_MS = 2000;

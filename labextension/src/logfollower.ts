@@ -14,8 +14,7 @@
  *    message is shown as the problem and `data-lost` set on the <pre>).
  */
 import { ApiError, api } from './api';
-import { errorText } from './dom';
-import type { Job } from './models';
+import { errorText } from './format';
 
 /** How long one long-poll read waits for new bytes (s). */
 const LOG_WAIT_S = 10;
@@ -23,13 +22,6 @@ const LOG_WAIT_S = 10;
 export const LOG_KEEP_CHARS = 400_000;
 /** Of a log larger than this, a page starts at its last this many bytes. */
 export const LOG_TAIL_BYTES = 256 * 1024;
-
-const TERMINAL = new Set(['error', 'stopped', 'expired', 'succeeded']);
-
-/** Whether a job's status can change no more. */
-export function isTerminal(job: Job): boolean {
-  return TERMINAL.has(job.status ?? 'queued');
-}
 
 /**
  * What a terminal shows of one log line, the rule of `render.visible_line` in Python: `\r`

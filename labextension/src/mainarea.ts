@@ -11,13 +11,11 @@ import type { Token } from '@lumino/coreutils';
 import type { Widget } from '@lumino/widgets';
 
 import { api } from './api';
+import { CREATE_JOB, OPEN_CLUSTER, OPEN_JOB, OPEN_JOBS } from './commands';
 import { JobPageWidget } from './jobpage';
 import { JobsTableWidget } from './jobstable';
 import type { Job, JobSpec } from './models';
-import { CREATE_JOB, OPEN_CLUSTER } from './submitfrom';
 
-export const OPEN_JOBS = 'ma-jupyter:open-jobs';
-export const OPEN_JOB = 'ma-jupyter:open-job';
 const LAUNCHER_TOKEN = '@jupyterlab/launcher:ILauncher';
 
 export class MainArea {

@@ -22,13 +22,15 @@ export interface BatchTask {
  * checkpoint, and is scheduled again (at most `max_resumes` times), continuing from it.
  *
  * `elastic_min_nodes` lets it start or resume on fewer nodes than asked when resources are
- * short.  `perf_threshold` watches the log for `hardware time is X and e2e time is Y` lines
+ * short; `allow_scale_up` (the seed's "allow scale-up") lets such a shrunk job grow back when
+ * nodes free up (saved, requeued and resumed with more nodes).  `perf_threshold` watches the log for `hardware time is X and e2e time is Y` lines
  * and applies `perf_policy` when hardware/e2e exceeds it.
  */
 export interface CheckpointResume {
   max_resumes?: number;
   grace_period?: number;
   elastic_min_nodes?: number | null;
+  allow_scale_up?: boolean;
   perf_threshold?: number | null;
   perf_policy?: PerfPolicy;
 }

@@ -7,7 +7,8 @@ import type { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { api } from './api';
-import { errorText, h } from './dom';
+import { h } from './dom';
+import { errorText } from './format';
 import { JobListView } from './list';
 import type { Job } from './models';
 

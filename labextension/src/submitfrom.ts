@@ -21,14 +21,10 @@ import { PathExt } from '@jupyterlab/coreutils';
 import type { Widget } from '@lumino/widgets';
 
 import { ClusterWidget } from './cluster';
+import { CREATE_JOB, OPEN_CLUSTER, OPEN_JOB, RUN_CELL, SUBMIT_FILE } from './commands';
 import { CreateFormWidget, type FormPrefill } from './createform';
-import { hostPath } from './folderpicker';
+import { hostPath } from './labpaths';
 import type { JobSpec } from './models';
-
-export const CREATE_JOB = 'ma-jupyter:create-job';
-export const SUBMIT_FILE = 'ma-jupyter:submit-file';
-export const RUN_CELL = 'ma-jupyter:run-cell';
-export const OPEN_CLUSTER = 'ma-jupyter:open-cluster';
 
 /** The Lab path of the `.py` file selected in the file browser, if any. */
 function selectedPythonFile(app: JupyterFrontEnd): string | null {
@@ -139,7 +135,7 @@ async function runCell(app: JupyterFrontEnd): Promise<void> {
             {
               label: 'Open job',
               caption: 'The job’s page: logs, events, resources',
-              callback: () => void app.commands.execute('ma-jupyter:open-job', { id: jobId })
+              callback: () => void app.commands.execute(OPEN_JOB, { id: jobId })
             }
           ]
         : []
@@ -212,7 +208,7 @@ export const mainAreaPlugin: JupyterFrontEndPlugin<void> = {
       caption: 'Nodes and their use, how many more of each spec can start, the queue',
       execute: () => {
         if (!cluster || cluster.isDisposed) {
-          const openJob = (id: string) => void app.commands.execute('ma-jupyter:open-job', { id });
+          const openJob = (id: string) => void app.commands.execute(OPEN_JOB, { id });
           cluster = new MainAreaWidget({ content: new ClusterWidget(openJob) });
           cluster.id = 'ma-cluster-view';
           cluster.title.label = 'Cluster resources';

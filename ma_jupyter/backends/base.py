@@ -336,7 +336,7 @@ class Backend(ABC):
         self, job: Job, node: str, rows: int, cols: int, command: list[str] | None = None
     ) -> socket.socket:
         """A connection to the debug terminal of ``node`` of the running ``job`` (submitted with
-        ``debug_terminal``), speaking the shell agent's frames (``backends.local.shell_agent``,
+        ``debug_terminal``), speaking the shell agent's frames (``nodehost.shell_agent``,
         its request already sent): an interactive shell, or ``command`` on the terminal.
 
         Raises:

@@ -20,26 +20,21 @@ The test is a heuristic on the code's text that says nothing unless it is sure. 
    unknown: no warning.
 4. Any :data:`MARKERS` word in the command's code or any of the algorithm's Python files
    (comments included: the script may import the others) means distributed.
-5. Code that starts other programs or imports code dynamically (:data:`DYNAMIC`), that does not
-   parse, or that imports a package that is neither the standard library, one of the
-   algorithm's own modules nor one of :data:`SINGLE_PROCESS_LIBRARIES` is unknown (such a
+5. Code that starts other programs or imports code dynamically (:data:`.code_text.DYNAMIC`),
+   that does not parse, or that imports a package that is neither the standard library, one of
+   the algorithm's own modules nor one of :data:`SINGLE_PROCESS_LIBRARIES` is unknown (such a
    package may set up the distributed run itself).
 6. What is left is a single-process script: warn.
 """
 
 from __future__ import annotations
 
-import ast
-import posixpath
 import re
-import shlex
-import sys
 from collections.abc import Mapping
 
 from ..models import JobSpec, Mode
-from ..nodeside.argv import is_python
+from .code_text import beyond_text, command_texts
 
-ALGORITHM = "/workspace/algorithm"
 MODES = (Mode.pytorch, Mode.horovod, Mode.tensorflow)
 
 #: words whose presence means the code knows it runs distributed (rule 4)
@@ -48,10 +43,6 @@ MARKERS = re.compile(
     r"|\brank\b|get_rank|world_size|local_rank|task_index|ps_hosts|worker_hosts|init_method"
     r"|distribute|Distributed|Strategy|init_process_group|horovod|hvd\b|mpi4py|\bMPI\b"
     r"|lightning|Lightning|accelerate|Accelerator|deepspeed|DeepSpeed|\bray\b|torchrun|mpirun|mpiexec"
-)
-#: what makes the code's behaviour depend on more than its text (rule 5)
-DYNAMIC = re.compile(
-    r"subprocess|os\.system|os\.exec|os\.spawn|popen|Popen|\bexec\(|\beval\(|importlib|__import__|runpy"
 )
 #: libraries that never set up a distributed run by themselves (their distributed parts are
 #: reached through names MARKERS finds: torch.distributed, tf.distribute...)
@@ -80,7 +71,6 @@ SINGLE_PROCESS_LIBRARIES = frozenset(
         "requests",
     }
 )
-_PYTHON_OPTIONS_WITH_VALUE = {"-W", "-X"}
 
 
 def applies(spec: JobSpec) -> bool:
@@ -120,73 +110,11 @@ def is_distributed(spec: JobSpec, sources: Mapping[str, str] | None) -> bool | N
     command = spec.command or ""
     if MARKERS.search(command):
         return True
-    argv = shlex.split(command)
-    if not is_python(argv):
+    texts = command_texts(spec, sources)
+    if texts is None:
         return None
-    target = _python_target(argv[1:])
-    if target is None:
-        return None
-    kind, value = target
-    if spec.algorithm and sources is None:
-        return None  # the algorithm's code could not be read
-    sources = sources or {}
-    if kind != "code" and _in_algorithm(kind, value, spec.workdir or ALGORITHM, sources) is None:
-        return None
-    texts = [value] if kind == "code" else []
-    texts += sources.values()
     if any(MARKERS.search(text) for text in texts):
         return True
-    local = {path.split("/")[0].removesuffix(".py") for path in sources}
-    for text in texts:
-        if DYNAMIC.search(text):
-            return None
-        for module in _imports(text):
-            if module not in sys.stdlib_module_names and module not in local:
-                if module not in SINGLE_PROCESS_LIBRARIES:
-                    return None
-    return False
-
-
-def _python_target(args: list[str]) -> tuple[str, str] | None:
-    """What ``python ARGS`` runs: ("script", path), ("module", name) or ("code", text)."""
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in ("-m", "-c"):
-            return ("module" if arg == "-m" else "code", args[i + 1]) if i + 1 < len(args) else None
-        if arg in _PYTHON_OPTIONS_WITH_VALUE:
-            i += 2
-        elif arg.startswith("-"):
-            if arg[1:2] in ("m", "c") and len(arg) > 2:
-                return ("module" if arg[1] == "m" else "code", arg[2:])
-            i += 1
-        else:
-            return "script", arg
-    return None
-
-
-def _in_algorithm(kind: str, value: str, workdir: str, sources: Mapping[str, str]) -> str | None:
-    """The path below the algorithm folder of the script or module run, if it is one of its files."""
-    if "$" in value:
+    if beyond_text(texts, sources or {}, SINGLE_PROCESS_LIBRARIES):
         return None
-    if kind == "module":
-        base = posixpath.join(workdir, *value.split("."))
-        candidates = [base + ".py", posixpath.join(base, "__main__.py")]
-    else:
-        candidates = [posixpath.join(workdir, value)]
-    for path in candidates:
-        path = posixpath.normpath(path)
-        if path.startswith(ALGORITHM + "/") and path[len(ALGORITHM) + 1 :] in sources:
-            return path[len(ALGORITHM) + 1 :]
-    return None
-
-
-def _imports(text: str) -> set[str]:
-    """Top-level modules the code imports (absolute imports only)."""
-    found = set()
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-    return found
+    return False

@@ -17,6 +17,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..foldersize import folder_size
+
 #: a file system with less free space than this counts as full
 FULL_BELOW = 256 << 10
 #: submits are refused while the jobs folder has less free space than this (more than the
@@ -47,30 +49,5 @@ def disk_use(folders: Iterable[str | os.PathLike], device: int) -> int:
     """Bytes the files below ``folders`` take on the file system ``device`` (its ``st_dev``):
     following no link, never crossing into another file system, each folder counted once (a
     job's default outputs lie inside its job folder)."""
-    total = 0
-    seen: set[int] = set()
-    todo = [os.fspath(f) for f in folders]
-    while todo:
-        folder = todo.pop()
-        try:
-            st = os.lstat(folder)
-        except OSError:
-            continue
-        if st.st_dev != device or st.st_ino in seen or not os.path.isdir(folder) or os.path.islink(folder):
-            continue
-        seen.add(st.st_ino)
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            todo.append(entry.path)
-                        else:
-                            found = entry.stat(follow_symlinks=False)
-                            if found.st_dev == device:
-                                total += found.st_blocks * 512
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-    return total
+    found = folder_size(folders, device=device, allocated=True, follow_top=False)
+    return found.bytes if found is not None else 0

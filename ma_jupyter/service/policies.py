@@ -371,12 +371,15 @@ def on_scale_up(
     now: it scales up the seed's way (SIGTERM, the resume's grace period for the checkpoint,
     back to the queue, resumed with more nodes; the requeue uses none of its resumes) when
 
+    0. it allows scale-up (``checkpoint_resume.allow_scale_up``, the seed's switch);
     1. more workers fit now than it has;
     2. it has run shrunk for at least ``interval`` seconds (the admin's bound: no flapping);
     3. no job waits in the queue (``queued``): freed nodes go to waiting jobs first.
     """
     resume = job.spec.checkpoint_resume
-    if not resume or not resume.elastic_min_nodes or running >= job.spec.nodes:
+    if not resume or not resume.elastic_min_nodes or not resume.allow_scale_up:
+        return None
+    if running >= job.spec.nodes:
         return None
     if possible <= running or shrunk_for < interval or queued:
         return None

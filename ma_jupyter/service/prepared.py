@@ -19,7 +19,7 @@ touched) so gives a new key and a fresh copy.
 
 **Untrusted files.**  A dataset may hold what a job wrote, so the backend looks at it and copies
 it by the untrusted-file rules (:mod:`ma_jupyter.untrusted`, done in
-``backends/local/datacopy.py``): with the job's account, never the service's rights; regular
+``nodehost/datacopy.py``): with the job's account, never the service's rights; regular
 files, folders and symbolic links only (a FIFO, socket or device is refused with a message
 naming it, never opened to block); links copied as links, never followed; no setuid, setgid
 or sticky bit in the copy, whose files belong to the job's account.
@@ -29,7 +29,7 @@ when they name the same source and run as the same account, and every job's own 
 are checked on that source before it gets the copy (the supervisor dry-runs the job's spec as
 given, so ``host_policy`` decides for each user as if the source itself were mounted), and
 checked again by the backend on the root its look and its copy opened, since a folder on the
-path may have been swapped for a symlink since (``backends/local/datacopy.py`` rule 1).  What
+path may have been swapped for a symlink since (``nodehost/datacopy.py`` rule 1).  What
 the copy holds is what that account could read of the source.
 
 **Disk reserve.**  The store lies in the service's home, usually on the jobs folder's disk,

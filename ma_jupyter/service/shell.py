@@ -1,7 +1,7 @@
 """The debug terminal's WebSocket: ``/api/v1/jobs/{id}/shell`` bridged to a node's shell agent.
 
 A job submitted with ``--debug-terminal`` runs a shell agent inside each node's sandbox
-(``backends.local.shell_agent``); :meth:`Backend.open_shell` connects to it.  This module carries
+(``nodehost.shell_agent``); :meth:`Backend.open_shell` connects to it.  This module carries
 that connection over a WebSocket, in the message format of JupyterLab's terminals (terminado),
 so that a browser terminal, the CLI and the notebook magic speak one protocol.
 

@@ -51,8 +51,8 @@ def test_hostfiles_and_variables_2_nodes_4_cards():
         assert node.env["PRTE_MCA_prte_default_hostfile"] == "/etc/mpi/hostfile"
         assert node.env["HYDRA_HOST_FILE"] == "/etc/mpi/mpich_hostfile"
         assert node.env["HYDRA_IFACE"] == "lo"
-        assert node.env["OMPI_MCA_plm_rsh_agent"] == "python -m ma_jupyter.backends.local.rsh_agent"
-        assert node.env["PRTE_MCA_plm_ssh_agent"] == "python -m ma_jupyter.backends.local.rsh_agent"
+        assert node.env["OMPI_MCA_plm_rsh_agent"] == "python -m ma_jupyter.nodehost.rsh_agent"
+        assert node.env["PRTE_MCA_plm_ssh_agent"] == "python -m ma_jupyter.nodehost.rsh_agent"
         assert node.env["SLOTS"] == "4"
         # seed 003: cards x nodes processes; seed 004's MY_MPI_SLOTS defaults to MA_NUM_GPUS
         assert node.env["OPENMPI_NP"] == "8" and node.env["MA_NUM_GPUS"] == "4"
@@ -75,7 +75,7 @@ def test_command_without_mpirun_gets_the_seed_prefix_on_worker_0():
     assert other.argv == [
         "python",
         "-m",
-        "ma_jupyter.backends.local.rsh_agent",
+        "ma_jupyter.nodehost.rsh_agent",
         "--serve",
         "--job",
         "job-1",

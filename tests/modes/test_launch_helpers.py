@@ -217,7 +217,7 @@ def ma_rsh_server(tmp_path):
         [
             sys.executable,
             "-m",
-            "ma_jupyter.backends.local.rsh_agent",
+            "ma_jupyter.nodehost.rsh_agent",
             "--serve",
             "--job",
             job,
@@ -237,7 +237,7 @@ def test_rsh_agent_runs_the_command_on_the_named_node_and_returns_its_status(ma_
     job, _server = ma_rsh_server
     # ssh options before the host are skipped, the command words are joined like ssh does
     result = _module(
-        "ma_jupyter.backends.local.rsh_agent",
+        "ma_jupyter.nodehost.rsh_agent",
         "-x",
         "-p",
         "22",
@@ -255,7 +255,7 @@ def test_rsh_agent_refuses_a_caller_without_the_jobs_secret(ma_rsh_server, tmp_p
     marker = tmp_path / "ran"
     for secret in ("wrong", ""):
         result = _module(
-            "ma_jupyter.backends.local.rsh_agent",
+            "ma_jupyter.nodehost.rsh_agent",
             "worker-1",
             f"touch {marker}",
             env=_env(MA_JOB_ID=job, MA_JOB_SECRET=secret),
@@ -267,7 +267,7 @@ def test_rsh_agent_refuses_a_caller_without_the_jobs_secret(ma_rsh_server, tmp_p
 
 def test_rsh_agent_runs_commands_for_its_own_node_in_place():
     result = _module(
-        "ma_jupyter.backends.local.rsh_agent",
+        "ma_jupyter.nodehost.rsh_agent",
         "worker-0",
         "echo",
         "here",
@@ -280,7 +280,7 @@ def test_rsh_agent_runs_commands_for_its_own_node_in_place():
 def test_rsh_agent_waits_for_a_node_that_is_not_up_yet(tmp_path):
     job = f"test-{uuid.uuid4().hex[:8]}"
     agent = subprocess.Popen(
-        [sys.executable, "-m", "ma_jupyter.backends.local.rsh_agent", "worker-2", "echo", "late"],
+        [sys.executable, "-m", "ma_jupyter.nodehost.rsh_agent", "worker-2", "echo", "late"],
         env=_env(MA_JOB_ID=job, MA_JOB_SECRET=SECRET),
         stdout=subprocess.PIPE,
     )
@@ -289,7 +289,7 @@ def test_rsh_agent_waits_for_a_node_that_is_not_up_yet(tmp_path):
         [
             sys.executable,
             "-m",
-            "ma_jupyter.backends.local.rsh_agent",
+            "ma_jupyter.nodehost.rsh_agent",
             "--serve",
             "--job",
             job,
@@ -310,7 +310,7 @@ def test_rsh_agent_waits_for_a_node_that_is_not_up_yet(tmp_path):
 
 def test_rsh_agent_gives_up_on_a_node_that_never_comes(tmp_path):
     result = _module(
-        "ma_jupyter.backends.local.rsh_agent",
+        "ma_jupyter.nodehost.rsh_agent",
         "nowhere",
         "true",
         env=_env(MA_JOB_ID=f"test-{uuid.uuid4().hex[:8]}", MA_RSH_CONNECT_TIMEOUT="0.5"),
@@ -326,7 +326,7 @@ def test_killing_the_agent_kills_the_remote_command(ma_rsh_server, tmp_path):
         [
             sys.executable,
             "-m",
-            "ma_jupyter.backends.local.rsh_agent",
+            "ma_jupyter.nodehost.rsh_agent",
             "worker-1",
             f"echo $$ > {pid_file}; exec sleep 60",
         ],

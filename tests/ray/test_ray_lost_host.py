@@ -28,9 +28,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ma_jupyter.backends.local import noderun
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
+from ma_jupyter.nodehost import hostwatch
 from tests.helpers import wait_for, writable_dir
 from tests.modes.real import events_text
 
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 A, B = "10.77.0.1", "10.77.0.2"
 RAY = str(Path(sys.executable).parent / "ray")
 #: seconds within which a lost node's processes must be gone (its runner's grace, and load)
-ENDS_WITHIN = noderun.HOST_GRACE + 12
+ENDS_WITHIN = hostwatch.HOST_GRACE + 12
 
 #: (mark, runner pid on B) of each job started: ended by the test's teardown if still there
 _JOBS: list[tuple[str, int | None]] = []

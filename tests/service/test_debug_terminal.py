@@ -27,7 +27,7 @@ def _secret(attempt, node: str = "worker-0") -> str:
 
 def _agents(job_id: str) -> list:
     """The live shell agents (and the bwrap wrapping them) of one job."""
-    return [p for p in marked(job_id) if "ma_jupyter.backends.local.shell_agent" in p.cmdline()]
+    return [p for p in marked(job_id) if "ma_jupyter.nodehost.shell_agent" in p.cmdline()]
 
 
 def _attach(job_id: str, secret: str, runner: int, node: str = "worker-0") -> pexpect.spawn:
@@ -36,7 +36,7 @@ def _attach(job_id: str, secret: str, runner: int, node: str = "worker-0") -> pe
     return pexpect.spawn(
         "nsenter",
         [f"--net=/proc/{runner}/ns/net", sys.executable]
-        + ["-m", "ma_jupyter.backends.local.shell_agent", "--attach", "--job", job_id, "--node", node],
+        + ["-m", "ma_jupyter.nodehost.shell_agent", "--attach", "--job", job_id, "--node", node],
         env={**os.environ, "PYTHONPATH": str(ROOT), "MA_JOB_SECRET": secret},
         timeout=120,
         dimensions=(30, 100),
@@ -296,9 +296,9 @@ def test_a_process_squatting_the_terminals_name_on_the_host_is_never_reached(ma_
     import socket
     import threading
 
-    from ma_jupyter.backends.local.shell_agent import socket_name
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
+    from ma_jupyter.nodehost.shell_agent import socket_name
 
     client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
     sleeper = f'{sys.executable} -c "import time; time.sleep(600)"'

@@ -1,4 +1,4 @@
-"""The node runners' fork server (``backends/local/forkserver.py``) with real runners running real
+"""The node runners' fork server (``nodehost/forkserver.py``) with real runners running real
 nodes: what a forked runner is, the server's own end, and the slow way where it cannot start."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.backends.local.backend import runner_env
-from ma_jupyter.backends.local.forkserver import RUNNER_NAME, RunnerForkServer, ServerUnavailable
-from ma_jupyter.backends.local.procfs import is_marked
 from ma_jupyter.models import NodeRun
+from ma_jupyter.nodehost.forkserver import RUNNER_NAME, RunnerForkServer, ServerUnavailable
+from ma_jupyter.nodehost.procfs import is_marked
 from tests.helpers import wait_for
 from tests.service.test_local_backend import log_of, make_attempt, run_to_end, start
 

@@ -1,5 +1,5 @@
 """A node ends with the process hosting it (a Ray node's raylet): the runner's watch
-(``noderun`` rule 8, :mod:`ma_jupyter.backends.local.hostwatch`) and the next agent's sweep of
+(``noderun`` rule 8, :mod:`ma_jupyter.nodehost.hostwatch`) and the next agent's sweep of
 what runners of dead hosts left (:mod:`ma_jupyter.backends.ray.leftovers`).
 
 The host is a real process this test starts and kills with SIGKILL, as a crash or the OOM
@@ -20,9 +20,10 @@ import psutil
 import pytest
 
 from ma_jupyter import config
-from ma_jupyter.backends.local import LocalBackend, hostwatch, noderun
-from ma_jupyter.backends.local.procfs import NODE_MARKER
+from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.backends.ray import leftovers
+from ma_jupyter.nodehost import hostwatch
+from ma_jupyter.nodehost.procfs import NODE_MARKER
 from tests.helpers import wait_for
 from tests.service.test_local_backend import _tree_script, log_of, make_attempt, marked, start
 
@@ -66,14 +67,14 @@ def test_the_node_ends_within_seconds_of_its_host_and_says_what_it_ended(ma_home
         wait_for(lambda: len(marked(marker)) >= 3, timeout=10)
         _kill(host)
         killed_at = time.monotonic()
-        wait_for(lambda: marked(marker) == [], timeout=noderun.HOST_GRACE + 20)
+        wait_for(lambda: marked(marker) == [], timeout=hostwatch.HOST_GRACE + 20)
         took = time.monotonic() - killed_at
         done = wait_for(lambda: (r := backend.poll(attempt, run)).state != "running" and r, timeout=20)
     finally:
         if host.poll() is None:
             _kill(host)
         backend.stop(attempt, [run], 0.5) if "run" in locals() else None
-    assert took < noderun.HOST_GRACE + 8, took  # "within a few seconds" even on a loaded machine
+    assert took < hostwatch.HOST_GRACE + 8, took  # "within a few seconds" even on a loaded machine
     assert done.state == "exited"
     assert done.exit_code != 0  # never a success
     log = log_of(attempt)
@@ -125,7 +126,7 @@ def test_the_next_agent_ends_what_a_runner_of_a_dead_host_left(ma_home):
         wait_for(lambda: marked(dead_marker) and marked(live_marker), timeout=10)
         os.kill(runs[0][1].pid, signal.SIGSTOP)  # frozen: it cannot see its host end
         _kill(dead_host)
-        time.sleep(noderun.HOST_GRACE + 1)  # long past the time it would have acted
+        time.sleep(hostwatch.HOST_GRACE + 1)  # long past the time it would have acted
         assert marked(dead_marker), "a stopped runner ended its node: the sweep is not what is tested"
         ended = leftovers.end_leftovers(config.jobs_root())
         [ours] = [e for e in ended if e["node_dir"] == str(left.jobdir.node("worker-0").root)]

@@ -23,8 +23,8 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-from ma_jupyter.backends.local import network
 from ma_jupyter.models import JobStatus
+from ma_jupyter.nodehost import network
 from tests.helpers import wait_for, writable_dir
 
 pytestmark = [
@@ -233,7 +233,7 @@ def test_the_nodes_of_one_job_still_reach_each_other_by_hostname_and_through_mpi
 
 FENCED = r"""
 import ctypes, errno, json, socket, sys
-from ma_jupyter.backends.local import network
+from ma_jupyter.nodehost import network
 
 denied, allowed, abstract, free = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 network.fence([[denied, denied], [free, free]])

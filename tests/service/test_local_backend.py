@@ -379,8 +379,8 @@ def test_symlink_fallback(ma_home, ma_root_jobs, ma_folders, monkeypatch):
 
 def test_a_planted_node_log_or_exit_code_is_never_followed_or_blocked_on(ma_home, tmp_path):
     """A later attempt reuses the node's files; in the symlink mode a job could replace them."""
-    from ma_jupyter.backends.local.processes import read_exit_code
     from ma_jupyter.errors import RefusedFile
+    from ma_jupyter.nodehost.processes import read_exit_code
 
     attempt = make_attempt(ma_home, "planted-1", "print('hi')")
     (attempt.job_dir / "logs").mkdir(parents=True)

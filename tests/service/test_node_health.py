@@ -181,7 +181,7 @@ def test_an_elastic_job_scales_up_when_nodes_free(request, ma_home, tmp_path, in
         mode="pytorch",
         nodes=2,
         command=f"env {PY} train.py",  # not a python command: each node runs it untouched
-        checkpoint_resume={"grace_period": 20, "elastic_min_nodes": 1},
+        checkpoint_resume={"grace_period": 20, "elastic_min_nodes": 1, "allow_scale_up": True},
         **trainer(tmp_path),
     )["id"]
     # the followers' one follower, started while the job has one node, picks up the second

@@ -136,7 +136,7 @@ def test_a_bad_retention_is_named(ma_home, ma_service, tmp_path):
 
 
 def test_a_link_inside_a_dataset_is_copied_as_a_link_never_followed(ma_home, tmp_path):
-    from ma_jupyter.backends.local import prepare
+    from ma_jupyter.nodehost import prepare
     from ma_jupyter.service.prepared import PreparedStore
 
     secret = tmp_path / "private" / "notes.txt"
@@ -349,7 +349,7 @@ def test_a_copy_in_progress_holds_no_lock_and_a_stop_cancels_it(ma_home, tmp_pat
 
 
 def test_a_copy_cut_short_by_a_crash_is_never_taken_for_a_prepared_one(ma_home, tmp_path):
-    from ma_jupyter.backends.local import prepare
+    from ma_jupyter.nodehost import prepare
     from ma_jupyter.service.prepared import COPYING_PREFIX, PreparedStore
 
     data = _dataset(tmp_path, size=100)
@@ -577,8 +577,8 @@ def test_the_look_refuses_a_path_that_now_leads_into_the_service_home_or_elsewhe
     """The look (which gives the key and the size) checks the root it opened as the copy does:
     a folder on the resolved path swapped for a symlink into the jobs folder is refused by the
     mount rules, one swapped to another allowed folder is refused as changed."""
-    from ma_jupyter.backends.local import prepare
     from ma_jupyter.errors import InvalidSpec, RefusedFile
+    from ma_jupyter.nodehost import prepare
 
     victim = config.jobs_root() / "victim-job" / "outputs" / "inner"
     victim.mkdir(parents=True)

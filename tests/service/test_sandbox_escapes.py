@@ -138,8 +138,8 @@ def test_mount_sources_outside_the_allowed_roots_are_refused(ma_client, ma_home,
 def test_default_roots_are_the_users_home_and_the_project_folder(ma_home, tmp_path, monkeypatch):
     """Without ``[mounts] allowed_roots`` a job may mount from the user's home and the folder the
     service was started for, and nothing else."""
-    from ma_jupyter.backends.local.host_policy import load_policy
     from ma_jupyter.config import ENV_PROJECT_DIR
+    from ma_jupyter.nodehost.host_policy import load_policy
 
     (ma_home / "cluster.toml").write_text("")
     project = tmp_path / "project"
@@ -285,7 +285,7 @@ def ma_client_home():
 
 
 def test_the_snapshot_exception_is_for_a_read_only_algorithm_only(ma_home):
-    from ma_jupyter.backends.local.host_policy import load_policy
+    from ma_jupyter.nodehost.host_policy import load_policy
 
     snapshot = ma_home / "snapshots" / "train-1"
     snapshot.mkdir(parents=True)
@@ -298,8 +298,8 @@ def test_the_snapshot_exception_is_for_a_read_only_algorithm_only(ma_home):
 def test_a_venvs_own_pyvenv_cfg_never_widens_what_the_sandbox_shows(ma_home, tmp_path):
     """The base installation of a venv is where its interpreter resolves to; the ``home`` its
     (user-written) pyvenv.cfg names is not bound."""
-    from ma_jupyter.backends.local.image import resolve_image
     from ma_jupyter.models import Image
+    from ma_jupyter.nodehost.image import resolve_image
 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)

@@ -312,7 +312,7 @@ def test_a_two_node_mpi_job_prints_no_open_mpi_warning(ma_client, tmp_path):
 
 
 def test_the_home_cache_names_are_documented():
-    from ma_jupyter.backends.local.caches import HOME_CACHES
+    from ma_jupyter.nodehost.caches import HOME_CACHES
 
     readme = (REPO / "README.md").read_text()
     assert [name for name in HOME_CACHES if f"`~/{name}`" not in readme] == []

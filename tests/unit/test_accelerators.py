@@ -287,8 +287,8 @@ def test_ray_inventory_names_the_model_ray_reports():
 
 
 def test_a_launch_planned_elsewhere_binds_this_machines_cards(tmp_path, monkeypatch):
-    from ma_jupyter.backends.local.sandbox import with_machine_cards
     from ma_jupyter.models import NodeLaunch
+    from ma_jupyter.nodehost.launch import with_machine_cards
 
     monkeypatch.delenv(accelerators.ENV_CARDS, raising=False)
     dev = tmp_path / "dev"

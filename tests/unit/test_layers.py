@@ -16,6 +16,7 @@ ROOT = "ma_jupyter"
 # Module (or package) prefix -> layer; the longest prefix wins.
 LAYER_OF = {
     "ma_jupyter.errors": "errors",
+    "ma_jupyter.foldersize": "foldersize",
     "ma_jupyter.jobdir": "jobdir",
     "ma_jupyter.untrusted": "untrusted",
     "ma_jupyter.commands": "commands",
@@ -30,6 +31,7 @@ LAYER_OF = {
     "ma_jupyter.backends": "backends.base",
     "ma_jupyter.backends.base": "backends.base",
     "ma_jupyter.backends.local": "backends.local",
+    "ma_jupyter.nodehost": "nodehost",
     "ma_jupyter.backends.ray": "backends.ray",
     "ma_jupyter.service": "service",
     "ma_jupyter.service.__main__": "root",
@@ -40,6 +42,8 @@ LAYER_OF = {
 
 ALLOWED = {
     "errors": set(),
+    # the one folder-size walk: the standard library only, for every layer that measures a folder
+    "foldersize": set(),
     # the names inside a rank folder are spelled by the splitter that writes them (it starts
     # each rank before importing anything it can do without, jobdir included)
     "jobdir": {"errors", "nodeside"},
@@ -57,8 +61,11 @@ ALLOWED = {
     # the Kubernetes export plans a job with the modes, as a backend would, and runs nothing
     "export": {"export", "modes", "workspace", "models", "commands", "jobdir", "errors"},
     "backends.base": {"accelerators", "modes", "models", "config", "jobdir", "errors"},
-    "backends.local": {
-        "backends.local",
+    # the machinery that hosts one node on one machine (view, sandbox, runner, agents), run by
+    # both backends; what of it runs inside a node is checked apart (rsh_agent below)
+    "nodehost": {
+        "nodehost",
+        "foldersize",
         "accelerators",
         "backends.base",
         "modes",
@@ -71,11 +78,26 @@ ALLOWED = {
         "errors",
         "nodeside",
     },
-    # the Ray backend runs the local backend's node runner and sandbox on each Ray node
+    # the local backend itself: it runs the node machinery (nodehost) on this machine
+    "backends.local": {
+        "backends.local",
+        "nodehost",
+        "accelerators",
+        "backends.base",
+        "modes",
+        "models",
+        "config",
+        "jobdir",
+        "untrusted",
+        "errors",
+    },
+    # the Ray backend runs the node machinery (and the local backend) on each Ray node
     "backends.ray": {
         "backends.ray",
+        "foldersize",
         "accelerators",
         "backends.local",
+        "nodehost",
         "backends.base",
         "modes",
         "models",
@@ -89,6 +111,7 @@ ALLOWED = {
     # no "untrusted": the service reads what a job wrote only through its backend
     "service": {
         "service",
+        "foldersize",
         "accelerators",
         "backends.base",
         "export",
@@ -195,11 +218,11 @@ def _violations() -> set[tuple[str, str]]:
                 ):
                     bad.add((module, target))
         # Code that runs inside a node: `python -m <module>` imports its parent packages too.
-        if layer == "nodeside" or module == "ma_jupyter.backends.local.rsh_agent":
+        if layer == "nodeside" or module == "ma_jupyter.nodehost.rsh_agent":
             parts = module.split(".")
             for n in range(2, len(parts)):
                 parent = ".".join(parts[:n])
-                if layer_of(parent) not in {"nodeside", "backends.base", "backends.local"}:
+                if layer_of(parent) not in {"nodeside", "backends.base", "nodehost"}:
                     bad.add((module, parent))
     return bad
 

@@ -11,26 +11,15 @@ from pathlib import Path
 import pytest
 
 from ma_jupyter.backends.base import OUTPUTS_VIEW, Attempt
-from ma_jupyter.backends.local.host_policy import RunAs
-from ma_jupyter.backends.local.mounts import node_workdir
-from ma_jupyter.backends.local.sandbox import (
-    EXEC_ENV,
-    SHOWN_FD,
-    SYSTEM_PATH,
-    bwrap_argv,
-    command_argv,
-    hosts_file,
-    mounts_for,
-    node_env,
-    node_launches,
-    node_view,
-    reader_argv,
-    resolve_image,
-    to_host,
-)
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import DatasetMount, DatasetSource, Image, JobSpec, Spec
 from ma_jupyter.modes import Placement, TaskSlot, plan_job
+from ma_jupyter.nodehost.bwrap import SHOWN_FD, bwrap_argv, reader_argv
+from ma_jupyter.nodehost.host_policy import RunAs
+from ma_jupyter.nodehost.image import resolve_image
+from ma_jupyter.nodehost.launch import command_argv, node_launches
+from ma_jupyter.nodehost.mounts import mounts_for, node_workdir
+from ma_jupyter.nodehost.view import EXEC_ENV, SYSTEM_PATH, hosts_file, node_env, node_view, to_host
 from ma_jupyter.nodeside.exec_env import ENV_FD, ENV_FILE
 from tests.helpers import writable_dir
 
@@ -364,7 +353,7 @@ WS = "/workspace"
 
 
 def _hint_mounts():
-    from ma_jupyter.backends.local.mounts import Mount
+    from ma_jupyter.nodehost.mounts import Mount
 
     return [
         Mount("/h/copy", f"{WS}/algorithm", False, "workdir", True, "/h/algo"),
@@ -375,7 +364,7 @@ def _hint_mounts():
 
 
 def test_path_hints_name_the_mount_and_the_way_out():
-    from ma_jupyter.backends.local.mounts import Mount, path_hint
+    from ma_jupyter.nodehost.mounts import Mount, path_hint
 
     mounts = _hint_mounts()
 
@@ -506,17 +495,17 @@ def test_a_bubblewrap_that_cannot_cap_a_tmpfs_leaves_it_uncapped_with_one_warnin
     the sandbox starts with uncapped folders rather than not at all."""
     import logging
 
-    from ma_jupyter.backends.local import sandbox
+    from ma_jupyter.nodehost import bwrap
 
-    assert sandbox.tmpfs_size_works(shutil.which("bwrap"))  # bubblewrap 0.8 here
+    assert bwrap.tmpfs_size_works(shutil.which("bwrap"))  # bubblewrap 0.8 here
     old = tmp_path / "bwrap"
     old.write_text(OLD_BWRAP.format(bwrap=shutil.which("bwrap")))
     old.chmod(0o755)
-    with caplog.at_level(logging.WARNING, logger=sandbox.__name__):
-        assert not sandbox.tmpfs_size_works(str(old))
+    with caplog.at_level(logging.WARNING, logger=bwrap.__name__):
+        assert not bwrap.tmpfs_size_works(str(old))
     warned = [r.getMessage() for r in caplog.records if "cannot cap a tmpfs" in r.getMessage()]
     assert len(warned) == 1 and "bubblewrap 0.7" in warned[0] and "Unknown option --size" in warned[0]
-    monkeypatch.setattr(sandbox, "_TMPFS_SIZE_OK", False)  # what the probe remembers on such a host
+    monkeypatch.setattr(bwrap, "_TMPFS_SIZE_OK", False)  # what the probe remembers on such a host
     spec = full_spec(ma_paths)
     task = TaskSlot("worker", 0, "worker-0", "127.0.1.1", (0,), memory_gb=1.0)
     placement = Placement("job-1", Spec(name="s", cpus=1, memory_gb=1), (task,))
@@ -529,7 +518,7 @@ def test_a_node_in_its_own_network_looks_host_names_up_in_its_hosts_file_only():
     """No name server is reachable from a job's own network namespace: glibc would answer an
     address /etc/hosts does not hold with a temporary failure (torch's store warned for every
     client), so the node's nsswitch.conf keeps the host's lines but for hosts."""
-    from ma_jupyter.backends.local.sandbox import nsswitch_conf
+    from ma_jupyter.nodehost.view import nsswitch_conf
 
     host = "passwd:         files systemd\nhosts:          files mdns4_minimal [NOTFOUND=return] dns\n"
     assert nsswitch_conf(host) == "passwd:         files systemd\nhosts: files\n"

@@ -110,6 +110,7 @@ def test_unknown_fields_are_rejected_with_a_readable_message():
             {"checkpoint_resume": {"elastic_min_nodes": 3}, "mode": "pytorch", "nodes": 2},
             "cannot exceed nodes",
         ),
+        ({"checkpoint_resume": {"allow_scale_up": True}}, "allow_scale_up .* needs elastic_min_nodes"),
     ],
 )
 def test_cross_field_rules(fields, message):

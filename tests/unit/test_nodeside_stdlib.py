@@ -23,9 +23,9 @@ NODE_SIDE = [
     "ma_jupyter.nodeside.rank_table",
     "ma_jupyter.nodeside.argv",
     "ma_jupyter.nodeside.torch_run",
-    "ma_jupyter.backends.local.rsh_agent",
-    "ma_jupyter.backends.local.shell_agent",
-    "ma_jupyter.backends.local.agent_wire",
+    "ma_jupyter.nodehost.rsh_agent",
+    "ma_jupyter.nodehost.shell_agent",
+    "ma_jupyter.nodehost.agent_wire",
 ]
 
 

@@ -494,7 +494,8 @@ def test_without_resume_a_drain_keeps_the_job_and_a_fault_restarts_or_ends_it():
 
 
 def test_an_elastic_job_scales_up_only_when_more_fit_it_waited_and_no_job_is_queued():
-    elastic = job(mode="pytorch", nodes=3, checkpoint_resume={"elastic_min_nodes": 1, "grace_period": 9})
+    resume = {"elastic_min_nodes": 1, "grace_period": 9, "allow_scale_up": True}
+    elastic = job(mode="pytorch", nodes=3, checkpoint_resume=resume)
     end = policies.on_scale_up(elastic, 1, 3, shrunk_for=60, interval=60, queued=0)
     assert end.requeue and not end.counted and end.grace == 9.0
     assert end.reason.startswith("elastic scale-up: 3 of 3 nodes fit now (it ran on 1)")
@@ -503,6 +504,9 @@ def test_an_elastic_job_scales_up_only_when_more_fit_it_waited_and_no_job_is_que
     assert policies.on_scale_up(elastic, 1, 3, 60, 60, 1) is None  # a waiting job comes first
     assert policies.on_scale_up(elastic, 3, 3, 60, 60, 0) is None  # already whole
     assert policies.on_scale_up(job(nodes=1), 0, 1, 60, 60, 0) is None  # not elastic
+    # the switch off (the default): an elastic job keeps the nodes it started with
+    fixed = job(mode="pytorch", nodes=3, checkpoint_resume={**resume, "allow_scale_up": False})
+    assert policies.on_scale_up(fixed, 1, 3, 60, 60, 0) is None
 
 
 def test_record_updates_count_from_the_fresh_copy():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import pwd
 
-from ma_jupyter.backends.local import datacopy
 from ma_jupyter.errors import RefusedFile
 from ma_jupyter.models import Job, JobSpec, JobStatus, NodeRun
+from ma_jupyter.nodehost import datacopy
 from ma_jupyter.service import policies
 from ma_jupyter.untrusted import DatasetWalk, open_dataset
 

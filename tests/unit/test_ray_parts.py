@@ -129,12 +129,17 @@ def test_every_raylet_of_the_machine_gives_its_worker_range_to_the_deny_list(tmp
     raylet's."""
     raylet = tmp_path / "raylet"  # a process the kernel names "raylet", with a raylet's flags
     raylet.symlink_to(sys.executable)  # the kernel names a process after the path it ran
-    args = ["-c", "import time; time.sleep(60)", "--min_worker_port=30100", "--max_worker_port=30199"]
-    proc = subprocess.Popen([str(raylet), *args])
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    args = ["-c", code, "--min_worker_port=30100", "--max_worker_port=30199"]
+    proc = subprocess.Popen([str(raylet), *args], stdout=subprocess.PIPE)
     try:
+        # its own first line, not Popen's return, proves the exec is complete: until then the
+        # kernel may still show the child under its parent's name (seen under load)
+        assert proc.stdout.readline() == b"ready\n"
         attempt = SimpleNamespace(job_id="fence-test", number=0, plans=[])
         ranges = fence.node_deny_list([], attempt)
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
     assert _denied(ranges, 30100) and _denied(ranges, 30150) and _denied(ranges, 30199)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from ma_jupyter.backends.local import shell_agent
+from ma_jupyter.nodehost import shell_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def agent(tmp_path):
         [
             sys.executable,
             "-m",
-            "ma_jupyter.backends.local.shell_agent",
+            "ma_jupyter.nodehost.shell_agent",
             "--serve",
             "--job",
             job,
@@ -55,7 +55,7 @@ def _attach(job, secret, extra_env=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MA_JOB_SECRET": secret, **(extra_env or {})}
     return pexpect.spawn(
         sys.executable,
-        ["-m", "ma_jupyter.backends.local.shell_agent", "--attach", "--job", job, "--node", "worker-0"],
+        ["-m", "ma_jupyter.nodehost.shell_agent", "--attach", "--job", job, "--node", "worker-0"],
         env=env,
         timeout=120,
         dimensions=(30, 100),
@@ -101,7 +101,7 @@ def test_find_shell_prefers_executable_shell_env(tmp_path):
 
 def test_the_agents_frames_are_the_backend_contracts():
     from ma_jupyter.backends import base
-    from ma_jupyter.backends.local import agent_wire, shell_agent
+    from ma_jupyter.nodehost import agent_wire, shell_agent
 
     assert (shell_agent.DATA, shell_agent.EXIT, shell_agent.RESIZE) == (
         base.SHELL_DATA,
@@ -113,7 +113,7 @@ def test_the_agents_frames_are_the_backend_contracts():
 
 
 def test_keystrokes_sent_with_the_request_are_not_lost(agent):
-    from ma_jupyter.backends.local.agent_wire import recv_frame, send_frame
+    from ma_jupyter.nodehost.agent_wire import recv_frame, send_frame
 
     job, secret, _ = agent
     conn = shell_agent.connect(job, "worker-0", secret, 24, 80)

@@ -1,7 +1,7 @@
 """The local backend: each node of a job is a sandboxed process tree on this machine.
 
-Import-free on purpose: ``python -m ma_jupyter.backends.local.rsh_agent`` runs inside a node
-under the job's own interpreter, which may lack everything but the standard library.
+Import-free on purpose (the backend is loaded on first use of :class:`LocalBackend`): the
+service's start and the other backends pay nothing for it until then.
 """
 
 from __future__ import annotations

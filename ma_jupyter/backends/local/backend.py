@@ -1,8 +1,8 @@
 """The local backend: each node of a job is a process tree on this machine, in its own sandbox.
 
-``launch`` starts one :mod:`ma_jupyter.backends.local.noderun` runner per node, in its own session, with the
+``launch`` starts one :mod:`ma_jupyter.nodehost.noderun` runner per node, in its own session, with the
 node's stdout/stderr going straight to ``<job_dir>/logs/<node>.log``; the runner starts the
-node's command inside bubblewrap (see :mod:`ma_jupyter.backends.local.sandbox`) and writes the exit code to
+node's command inside bubblewrap (see :mod:`ma_jupyter.nodehost.bwrap`) and writes the exit code to
 ``<job_dir>/nodes/<node>/exit_code``.
 
 Everything ``poll`` and ``stop`` need is durable: the runner's pid and start time (stored in the
@@ -39,17 +39,20 @@ from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
+from ...nodehost import caches, outputs_reader, prepare, shell_agent, userns, watchdog
+from ...nodehost import logs as job_logs
+from ...nodehost import network as network_ns
+from ...nodehost.bwrap import sandbox_argv
+from ...nodehost.code import python_sources
+from ...nodehost.forkserver import RunnerForkServer, ServerUnavailable
+from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node, with_machine_cards
+from ...nodehost.mounts import Mount, path_hint
+from ...nodehost.processes import ExitWatcher, marked_processes, read_exit_code
+from ...nodehost.procfs import NODE_MARKER, is_marked, process_start_time
+from ...nodehost.view import SYSTEM_PATH, NodeView, default_sandbox, host_workdir, launch_view
+from ...nodehost.workcopy import copy_args, copy_needed, export_argv
 from ...untrusted import read_small
 from ..base import JOB_SECRET_ENV, Attempt, Backend, DatasetState, NodeUsage
-from . import caches, noderun, outputs_reader, prepare, shell_agent
-from . import logs as job_logs
-from . import network as network_ns
-from . import sandbox as workspace
-from .code import python_sources
-from .forkserver import RunnerForkServer, ServerUnavailable
-from .mounts import path_hint
-from .processes import ExitWatcher, marked_processes, read_exit_code
-from .procfs import is_marked, process_start_time
 
 #: seconds a debug terminal waits for the shell agent of a running node that is still starting
 AGENT_START_WAIT = 30.0
@@ -66,11 +69,11 @@ class LocalBackend(Backend):
     name = "local"
     #: mpirun reaches the other simulated nodes through an agent that enters their sandboxes
     remote_shell = RemoteShell(
-        agent="python -m ma_jupyter.backends.local.rsh_agent",
+        agent="python -m ma_jupyter.nodehost.rsh_agent",
         serve=(
             "python",
             "-m",
-            "ma_jupyter.backends.local.rsh_agent",
+            "ma_jupyter.nodehost.rsh_agent",
             "--serve",
             "--job",
             "{job}",
@@ -123,9 +126,9 @@ class LocalBackend(Backend):
 
     def _compile_helpers(self) -> None:
         """Once per backend: the compiled modules of what the nodes run from this package
-        (:func:`.sandbox.compile_node_helpers`)."""
+        (:func:`.launch.compile_node_helpers`)."""
         if not self._helpers_compiled:
-            workspace.compile_node_helpers()
+            compile_node_helpers()
             self._helpers_compiled = True
 
     def close(self) -> None:
@@ -222,7 +225,7 @@ class LocalBackend(Backend):
 
     def isolation(self) -> str:
         if self._sandbox is None:
-            self._sandbox = workspace.default_sandbox()
+            self._sandbox = default_sandbox()
             if self._sandbox == "bubblewrap" and not _bwrap_works():
                 self._sandbox = "symlink"
         return self._sandbox
@@ -230,7 +233,7 @@ class LocalBackend(Backend):
     # ---------------------------------------------------------------------- launch
 
     def dryrun(self, attempt: Attempt) -> list[NodeLaunch]:
-        return workspace.node_launches(attempt, self.isolation())
+        return node_launches(attempt, self.isolation())
 
     def launch(self, attempt: Attempt, launches: list[NodeLaunch]) -> list[NodeRun]:
         if len(launches) != len(attempt.plans):
@@ -238,10 +241,10 @@ class LocalBackend(Backend):
         # Build every node's view before starting anything.
         # the cards as this machine shows them now (a card node gone since the plan refuses)
         launches = [
-            workspace.with_machine_cards(launch, plan.task.card_type)
+            with_machine_cards(launch, plan.task.card_type)
             for launch, plan in zip(launches, attempt.plans, strict=True)
         ]
-        views = [(launch, workspace.launch_view(attempt, launch)) for launch in launches]
+        views = [(launch, launch_view(attempt, launch)) for launch in launches]
         _refuse_unsandboxed([view for _, view in views])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
         # One secret per attempt, seen only by this attempt's nodes: peers of a job use it to
@@ -299,8 +302,8 @@ class LocalBackend(Backend):
         """
         plan = next(p for p in attempt.plans if p.name == launch.name)
         # planned on another machine: the cards are bound as this one shows them
-        launch = workspace.with_machine_cards(launch, plan.task.card_type, planned_elsewhere=True)
-        view = workspace.launch_view(attempt, launch)
+        launch = with_machine_cards(launch, plan.task.card_type, planned_elsewhere=True)
+        view = launch_view(attempt, launch)
         _refuse_unsandboxed([view])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
         plan = next(p for p in attempt.plans if p.name == launch.name)
@@ -312,28 +315,28 @@ class LocalBackend(Backend):
         attempt: Attempt,
         plan: NodePlan,
         launch: NodeLaunch,
-        view: workspace.NodeView,
+        view: NodeView,
         job_secret: str,
         network: dict | None = None,
     ) -> NodeRun:
         nd = attempt.jobdir.node(launch.name)
         _end_kept(nd)  # an earlier attempt's kept sandbox holds the node's debug terminal
-        workspace.prepare_node(view)
+        prepare_node(view)
         node_dir = nd.root
         marker = f"{attempt.job_id}/{attempt.number}/{launch.name}/{secrets.token_hex(4)}"
         nd.marker.write_text(marker + "\n")
         # the dry run's environment plus only the launch-only variables (LAUNCH_ENV)
-        env = {**launch.env, workspace.NODE_MARKER: marker, JOB_SECRET_ENV: job_secret}
+        env = {**launch.env, NODE_MARKER: marker, JOB_SECRET_ENV: job_secret}
         if view.sandbox == "symlink":
             for folder in (nd.home, nd.tmp):
                 folder.mkdir(exist_ok=True)
 
         # the node's first phase fills its working copy first, at its first launch only
-        copy = workspace.copy_needed(view)
+        copy = copy_needed(view)
         first = "on_start" if launch.on_start else "argv"
 
         def wrap(command: list[str], phase: str = "") -> list[str]:
-            return workspace.sandbox_argv(view, command, copy=copy and phase == first)
+            return sandbox_argv(view, command, copy=copy and phase == first)
 
         limits = config.load_cluster().limits
         spec = {
@@ -347,10 +350,10 @@ class LocalBackend(Backend):
             # the symlink mode, which never runs as another account, hands the job's to it.
             "env": env
             if view.sandbox == "symlink"
-            else {"PATH": workspace.SYSTEM_PATH, "LANG": "C.UTF-8", workspace.NODE_MARKER: marker},
+            else {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", NODE_MARKER: marker},
             # bubblewrap: the variables the runner hands to the sandbox as a file (never argv)
             "job_env": env if view.sandbox == "bubblewrap" else None,
-            "cwd": workspace.host_workdir(view),
+            "cwd": host_workdir(view),
             "cpus": list(view.cpus),
             # the spec's memory per node (its tmpfs included): the runner's watchdog ends the node
             # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
@@ -370,13 +373,13 @@ class LocalBackend(Backend):
             # the node's working copy: filled by its first phase (bubblewrap) or by the runner
             # (symlink mode) at its first launch; what the job wrote there kept in its outputs
             # after the last phase
-            "copy": workspace.copy_args(view) if copy and view.sandbox == "symlink" else None,
-            "export": workspace.export_argv(view),
+            "copy": copy_args(view) if copy and view.sandbox == "symlink" else None,
+            "export": export_argv(view),
             "workdir": view.working_copy.source if view.working_copy else None,
             # --debug-terminal: the shell agent, wrapped like the phases (same view, same account);
             # only in a sandbox: a debug shell never runs in the host's own view
             "shell_agent": wrap(
-                [view.image.python, "-m", "ma_jupyter.backends.local.shell_agent"]
+                [view.image.python, "-m", "ma_jupyter.nodehost.shell_agent"]
                 + ["--serve", "--job", attempt.job_id, "--node", launch.name]
             )
             if attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
@@ -441,11 +444,11 @@ class LocalBackend(Backend):
             raise BackendUnavailable(f"cannot start the node runner: {exc}") from exc
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "ma_jupyter.backends.local.noderun", str(spec_file)],
+                [sys.executable, "-m", "ma_jupyter.nodehost.noderun", str(spec_file)],
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
-                env={**runner_env(), workspace.NODE_MARKER: marker},
+                env={**runner_env(), NODE_MARKER: marker},
                 cwd=str(node_dir),
                 start_new_session=True,
                 close_fds=True,
@@ -595,7 +598,7 @@ class LocalBackend(Backend):
         try:
             relative = attempt.jobdir.node(run.name).view_record.relative_to(attempt.jobdir.root)
             view = json.loads(read_small(attempt.job_dir, str(relative), limit=4 << 20))
-            mounts = [workspace.Mount(**m) for m in view["mounts"]]
+            mounts = [Mount(**m) for m in view["mounts"]]
             workdir = str(view["workdir"])
         except (OSError, ValueError, TypeError, KeyError, RefusedFile):
             return None
@@ -604,14 +607,14 @@ class LocalBackend(Backend):
     # ---------------------------------------------------------------------- caches
 
     def usage(self, job_id: str, runs: list[NodeRun]) -> list[NodeUsage] | None:
-        """Each running node's process tree read from ``/proc`` (``noderun.tree_usage``, the
+        """Each running node's process tree read from ``/proc`` (``watchdog.tree_usage``, the
         memory watchdog's walk), with its real cards' use and its processes' card memory (NVML);
         a runner whose pid now belongs to another process is skipped."""
         found: list[NodeUsage] = []
         for run in runs:
             if run.state != "running" or run.pid is None or not self._alive(run):
                 continue
-            used = noderun.tree_usage(run.pid)
+            used = watchdog.tree_usage(run.pid)
             if used is not None:
                 cards = self._card_use(job_id, run)
                 found.append(
@@ -639,7 +642,7 @@ class LocalBackend(Backend):
         kind = accelerators.card_type_of(paths)
         if not kind or run.pid is None:
             return None
-        return accelerators.sample(kind, devices, noderun.tree_pids(run.pid))
+        return accelerators.sample(kind, devices, watchdog.tree_pids(run.pid))
 
     def open_shell(
         self, job: Job, node: str, rows: int, cols: int, command: list[str] | None = None
@@ -728,9 +731,7 @@ class LocalBackend(Backend):
         jd = config.jobdir(job_id)
         try:
             nodes = [
-                jd.node(entry.name)
-                for entry in os.scandir(jd.root / "nodes")
-                if entry.is_dir(follow_symlinks=False)
+                jd.node(entry.name) for entry in os.scandir(jd.nodes) if entry.is_dir(follow_symlinks=False)
             ]
         except OSError:
             return
@@ -768,7 +769,7 @@ def runner_env() -> dict[str, str]:
     # the runner must import this package even when the service runs from a source tree
     package_root = str(Path(ma_jupyter.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    env.pop(workspace.NODE_MARKER, None)
+    env.pop(NODE_MARKER, None)
     env["PYTHONUNBUFFERED"] = "1"
     # The runner is the platform's own helper: it keeps its compiled modules in the service
     # home (never next to the sources), also where the environment turns bytecode files off
@@ -811,7 +812,7 @@ def _end_kept(nd) -> None:
         _end_marked(marker)
 
 
-def _refuse_unsandboxed(views: list[workspace.NodeView]) -> None:
+def _refuse_unsandboxed(views: list[NodeView]) -> None:
     """Refuse nodes that would run as another account without bubblewrap: without a sandbox
     the node's interpreter and folders are host paths its account may not reach, and nothing
     would keep it from the rest of the host."""
@@ -912,11 +913,11 @@ def _user_namespace_works() -> bool:
     per process by the runner's own code in a process of its own (it forks)."""
     global _USERNS_OK
     if _USERNS_OK is None:
-        if os.geteuid() != 0 or not shutil.which("bwrap", path=workspace.SYSTEM_PATH):
+        if os.geteuid() != 0 or not shutil.which("bwrap", path=SYSTEM_PATH):
             _USERNS_OK = False
         else:
-            argv = [sys.executable, "-m", "ma_jupyter.backends.local.noderun", noderun.CHECK_USER_NAMESPACE]
-            argv.append(shutil.which("bwrap", path=workspace.SYSTEM_PATH))
+            argv = [sys.executable, "-m", "ma_jupyter.nodehost.noderun", userns.CHECK_USER_NAMESPACE]
+            argv.append(shutil.which("bwrap", path=SYSTEM_PATH))
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=30, env=runner_env())
                 _USERNS_OK = done.returncode == 0

@@ -3,7 +3,7 @@
 The Ray backend creates one agent per Ray node (named ``agent-<node id>`` in the platform's
 namespace, detached, pinned to its node, taking no CPU), and every job node on that Ray node
 goes through it.  An agent is the local backend on its own machine: it starts each job node with
-the same node runner (:mod:`ma_jupyter.backends.local.noderun`) in the same sandbox (bubblewrap
+the same node runner (:mod:`ma_jupyter.nodehost.noderun`) in the same sandbox (bubblewrap
 when the node has it), keeps the node's log and exit code in the node's job folder on that
 machine, and finds the node's processes again by their marker.  So:
 
@@ -17,7 +17,7 @@ machine, and finds the node's processes again by their marker.  So:
 3. the ports it hands out are free on its node and never handed out twice while reserved,
    whichever job asks (one agent, one pool per Ray node);
 4. the job nodes end with their Ray node: each runner it starts watches this node's raylet
-   (``end_with``, :mod:`ma_jupyter.backends.local.hostwatch`) and ends its node within seconds
+   (``end_with``, :mod:`ma_jupyter.nodehost.hostwatch`) and ends its node within seconds
    of the raylet's end; and an agent, before it takes work, kills what runners of ended raylets
    left on its machine (:mod:`.leftovers`; :meth:`NodeAgent.info` reports them).
 
@@ -40,12 +40,12 @@ from ... import config
 from ...errors import RefusedFile
 from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
+from ...nodehost import caches, hostwatch
+from ...nodehost import logs as job_logs
+from ...nodehost.processes import process_fd
+from ...nodehost.view import PACKAGE_DIR
 from ..base import Attempt
-from ..local import caches, hostwatch
-from ..local import logs as job_logs
 from ..local.backend import LocalBackend
-from ..local.processes import process_fd
-from ..local.sandbox import PACKAGE_DIR
 from . import fence, leftovers, ship
 from .inventory import node_name
 
@@ -211,7 +211,7 @@ class NodeAgent:
     # ------------------------------------------------------------------------ logs
 
     def log_streams(self, job_dir: str, nodes: list[str]) -> list[LogStream]:
-        """The job's log streams on this node (see :func:`ma_jupyter.backends.local.logs.log_streams`),
+        """The job's log streams on this node (see :func:`ma_jupyter.nodehost.logs.log_streams`),
         their ``file`` as this node sees it (the service keeps it only where its machine sees it too)."""
         return job_logs.log_streams(JobDir(Path(job_dir)), nodes)
 

@@ -66,15 +66,15 @@ from ...errors import BackendUnavailable, MaJupyterError, NodeLost, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, TaskSlot
+from ...nodehost import caches, prepare
+from ...nodehost import logs as local_logs
+from ...nodehost.code import python_sources
+from ...nodehost.host_policy import load_policy
+from ...nodehost.launch import node_launches
+from ...nodehost.mounts import WORKDIR_KIND, mounts_for
 from ...untrusted import read_small
 from ..base import Attempt, Backend, DatasetState
-from ..local import caches, prepare
-from ..local import logs as local_logs
-from ..local import sandbox as workspace
 from ..local.backend import LocalBackend
-from ..local.code import python_sources
-from ..local.host_policy import load_policy
-from ..local.mounts import WORKDIR_KIND, mounts_for
 from . import fence, ship
 from .agent import NodeAgent
 from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
@@ -353,7 +353,7 @@ class RayBackend(Backend):
                 ports=p,
                 devices=ids or task.devices,
                 # real cards of the Ray node's machine where it shows their device nodes: bound
-                # there by the agent's start (sandbox.with_machine_cards)
+                # there by the agent's start (launch.with_machine_cards)
                 card_type=ACCELERATORS.get(node.accelerator or "", "") if task.devices else "",
             )
             for task, node, p, ids in zip(tasks, nodes, ports, cards, strict=True)
@@ -524,7 +524,7 @@ class RayBackend(Backend):
         the nodes and the algorithm folder shipped into each node's own folder."""
         on_nodes = self._on_nodes(attempt)
         kinds = [self._info(plan.task.host).get("isolation", "bubblewrap") for plan in attempt.plans]
-        made = {kind: workspace.node_launches(on_nodes, kind) for kind in set(kinds)}
+        made = {kind: node_launches(on_nodes, kind) for kind in set(kinds)}
         launches = []
         for i, (plan, kind) in enumerate(zip(attempt.plans, kinds, strict=True)):
             launches.append(self._shipped(on_nodes, plan, made[kind][i]))
@@ -628,7 +628,8 @@ class RayBackend(Backend):
             return placed
         jd = config.jobdir(job_id)
         try:
-            raw = read_small(jd.root, f"nodes/{check_node_name(node)}/placed.json", limit=4096)
+            placed_file = jd.node(check_node_name(node)).placed.relative_to(jd.root)
+            raw = read_small(jd.root, placed_file, limit=4096)
             placed = json.loads(raw)
         except (OSError, ValueError, RefusedFile):
             return None

@@ -34,8 +34,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ...nodehost import network
 from ..base import Attempt
-from ..local import network
 
 #: Ray's fixed default ports: dashboard, client server, dashboard agent's HTTP server
 RAY_DEFAULT_PORTS = (8265, 10001, 52365)

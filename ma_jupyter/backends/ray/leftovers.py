@@ -1,7 +1,7 @@
 """What job nodes of a dead Ray node left on its machine, found and ended by the next agent there.
 
 A job node's runner ends its node when the raylet hosting it ends
-(:mod:`ma_jupyter.backends.local.noderun` rule 8).  A runner that could not (frozen, stopped
+(:mod:`ma_jupyter.nodehost.noderun` rule 8).  A runner that could not (frozen, stopped
 with SIGSTOP, started before it watched its raylet) would keep the node's processes running
 after its Ray node is gone, and no service or agent would ever stop them: a job that is not
 running there any more must have nothing left there.  So an agent, when it starts and before it
@@ -15,7 +15,7 @@ takes work, calls :func:`end_leftovers`:
    untrusted-file rules (:func:`ma_jupyter.untrusted.read_small`: no symbolic link followed,
    a FIFO or device refused, never opened to block the agent);
 2. a runner is left over when its instructions name a host process (``end_with``) that is no
-   longer running (:func:`ma_jupyter.backends.local.hostwatch.alive`, checked before the
+   longer running (:func:`ma_jupyter.nodehost.hostwatch.alive`, checked before the
    marker is read): the nodes of live Ray nodes on the same machine, and runners of the local
    backend (no ``end_with``), are never touched;
 3. every process carrying a left-over runner's marker is killed (SIGKILL: its job is over), and
@@ -35,10 +35,10 @@ from pathlib import Path
 import psutil
 
 from ...errors import RefusedFile
-from ...jobdir import NodeDir
+from ...jobdir import JobDir, NodeDir
+from ...nodehost import hostwatch
+from ...nodehost.procfs import NODE_MARKER
 from ...untrusted import read_small
-from ..local import hostwatch
-from ..local.procfs import NODE_MARKER
 
 log = logging.getLogger("ma_jupyter.ray")
 
@@ -60,7 +60,11 @@ def _left_over(proc: psutil.Process, marker: str, roots: set[Path]) -> NodeDir |
         folder = Path(proc.cwd())  # the kernel's name for it: nothing is opened
     except (psutil.Error, OSError):
         return None
-    if len(folder.parents) < 3 or folder.parents[2] not in roots or folder.parent.name != "nodes":
+    if (
+        len(folder.parents) < 3
+        or folder.parents[2] not in roots
+        or folder.parent != JobDir(folder.parents[1]).nodes
+    ):
         return None  # a job's own working directory elsewhere: none of the agent's business
     root = folder.parents[2]
     node_dir = NodeDir(folder)

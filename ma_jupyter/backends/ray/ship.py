@@ -17,6 +17,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from ... import foldersize
 from ...errors import InvalidSpec
 
 #: the largest algorithm folder shipped with a job; bigger data belongs in a dataset on storage
@@ -32,21 +33,14 @@ def folder_size(folder: str | Path, limit: int = MAX_BYTES) -> int:
     Raises:
         InvalidSpec: the folder is bigger than ``limit``: it is not shipped.
     """
-    total = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            total += st.st_size
-            if total > limit:
-                raise InvalidSpec(
-                    f"the algorithm folder {folder} holds more than {limit // (1024 * 1024)} MB: the "
-                    "Ray backend ships it to every node; keep code there and put data in a dataset "
-                    "on storage every Ray node mounts",
-                    field="algorithm",
-                )
+    total = foldersize.folder_size([folder], limit=limit).bytes
+    if total > limit:
+        raise InvalidSpec(
+            f"the algorithm folder {folder} holds more than {limit // (1024 * 1024)} MB: the "
+            "Ray backend ships it to every node; keep code there and put data in a dataset "
+            "on storage every Ray node mounts",
+            field="algorithm",
+        )
     return total
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...errors import RefusedFile
-from ...untrusted import read_small
+from ..errors import RefusedFile
+from ..untrusted import read_small
 
 MAX_FILES = 300
 MAX_FILE_BYTES = 2 << 20

@@ -10,7 +10,7 @@ secrets), so the service neither reads nor copies it with its own rights.  For e
    (a folder on the way swapped for a symlink since is refused) and pass the job's mount rules
    (the caller's ``check``, :meth:`.HostPolicy.check_source`: never the service's home, never a
    system folder, inside the allowed roots), whatever was checked on the path before;
-2. a copy process, ``python -m ma_jupyter.backends.local.datacopy``, gets that descriptor (and,
+2. a copy process, ``python -m ma_jupyter.nodehost.datacopy``, gets that descriptor (and,
    for a copy, a folder's), drops to the job's account (no supplementary groups) before it
    reads anything, opens the root again with that account's rights (a root it may not read
    is refused, as its bind mount would be; the open goes through ``/proc/self/fd``, which
@@ -45,8 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import BackendUnavailable, RefusedFile
-from ...untrusted import DatasetWalk, open_dataset
+from ..errors import BackendUnavailable, RefusedFile
+from ..untrusted import DatasetWalk, open_dataset
 
 #: trees up to this size are keyed by their contents too (see ``service/prepared.py``)
 CONTENT_HASH_LIMIT = 64 << 20
@@ -133,7 +133,7 @@ def _run(
         argv = [sys.executable, "-m", __name__, str(src_fd), str(-1 if into_fd is None else into_fd), source]
         if account is not None:
             argv += [str(account.uid), str(account.gid)]
-        package_root = str(Path(__file__).resolve().parents[3])
+        package_root = str(Path(__file__).resolve().parents[2])  # <root>/ma_jupyter/nodehost/datacopy.py
         env = {"PATH": os.defpath, "PYTHONPATH": package_root, "PYTHONDONTWRITEBYTECODE": "1"}
         try:
             proc = subprocess.Popen(

@@ -40,8 +40,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ... import config
-from ...errors import InvalidSpec
+from .. import config
+from ..errors import InvalidSpec
 
 #: system folders no job may see, nor anything inside them
 NEVER_INSIDE = ("/proc", "/sys", "/dev", "/etc", "/boot", "/run")

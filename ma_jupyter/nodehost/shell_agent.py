@@ -1,6 +1,6 @@
 """The debug terminal's agent: an interactive shell on a PTY, served from inside a node's sandbox.
 
-``python -m ma_jupyter.backends.local.shell_agent --serve --job JOB --node NODE`` is meant to run
+``python -m ma_jupyter.nodehost.shell_agent --serve --job JOB --node NODE`` is meant to run
 *inside* the node's sandbox (wrapped like the node's own phases, so it has the node's mounts,
 account and environment).  It listens on the abstract Unix socket
 ``ma_jupyter-shell/<JOB>/<NODE>``; every accepted connection gets one shell on a fresh PTY.  The
@@ -20,7 +20,7 @@ Wire protocol (rules, in order):
 3. The client closing the connection hangs the shell up (its process group gets SIGHUP, then
    SIGKILL): no shell outlives its terminal.
 
-``python -m ma_jupyter.backends.local.shell_agent --attach --job JOB --node NODE`` (secret in
+``python -m ma_jupyter.nodehost.shell_agent --attach --job JOB --node NODE`` (secret in
 ``$MA_JOB_SECRET``) connects the calling terminal to such a shell (``attach``), from the node's
 network namespace where it has one (``nsenter --net=/proc/<runner pid>/ns/net ...``: abstract
 socket names are per namespace); the service opens its connections with :func:`connect` (the
@@ -45,15 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .agent_wire import (
-    JOB_SECRET_ENV,
-    abstract_name,
-    peer_allowed,
-    peer_credentials,
-    recv_frame,
-    secret_matches,
-    send_frame,
-)
+from .agent_wire import JOB_SECRET_ENV, AgentServer, abstract_name, peer_credentials, recv_frame, send_frame
 
 # backends.base's SHELL_DATA, SHELL_EXIT, SHELL_RESIZE (kept import-free: runs in a node;
 # tests/unit/test_shell_agent.py checks they agree, and agent_wire's HEADER with its header)
@@ -97,92 +89,77 @@ def set_winsize(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
-class Server:
-    """Serves shells for one node (see the module docstring)."""
+class Server(AgentServer):
+    """Serves shells for one node (see the module docstring); the serving loop is
+    :class:`.agent_wire.AgentServer`'s."""
+
+    KIND = "shell"
+    READY = "[shell_agent] debug terminal ready on {address}"
+    MAX_REQUEST = MAX_REQUEST
+    # byte by byte: the client's first frames may follow its request at once, and must stay in
+    # the socket for the frame reader
+    REQUEST_CHUNK = 1
+    # the service (root) opens the terminal for a node that runs as the job's account
+    ROOT_TOO = True
+    REFUSAL_CHANNEL = DATA
+    EXIT_CHANNEL = EXIT
+    REFUSED_PEER = REFUSED_SECRET = b"shell_agent: refused: not this job's service\r\n"
+    STOP_SIGNALS = (signal.SIGHUP,)
 
     def __init__(self, job_id: str, node: str):
-        self.address = socket_name(job_id, node)
-        self.secret = os.environ.get(JOB_SECRET_ENV, "")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.lock = threading.Lock()
+        super().__init__(job_id, node)
         self.shells: set[int] = set()  # pids of the running shells (their process groups)
 
-    def serve_forever(self) -> None:
-        """Accept connections until the process is told to stop."""
-        self.sock.bind(self.address)
-        self.sock.listen(16)
-        print(f"[shell_agent] debug terminal ready on {self.address[1:].decode()}", flush=True)
-        while True:
-            conn, _ = self.sock.accept()
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+    def parse(self, request: dict) -> tuple[int, int, list[str] | None]:
+        rows, cols = int(request.get("rows", 24)), int(request.get("cols", 80))
+        command = request.get("command") or None
+        if command is not None and not (
+            isinstance(command, list) and all(isinstance(a, str) and "\0" not in a for a in command)
+        ):
+            raise ValueError("command: not a list of strings")
+        return rows, cols, command
 
-    def _allowed(self, conn: socket.socket, given: str) -> bool:
-        # the service (root) opens the terminal for a node that runs as the job's account
-        return peer_allowed(conn, root_too=True) and secret_matches(given, self.secret)
-
-    def _handle(self, conn: socket.socket) -> None:
-        lock = threading.Lock()
-        with conn:
+    def serve_one(
+        self, conn: socket.socket, parsed: tuple[int, int, list[str] | None], lock: threading.Lock
+    ) -> None:
+        rows, cols, command = parsed
+        try:
+            argv = command or [find_shell()]
+        except FileNotFoundError as exc:
+            send_frame(conn, DATA, f"shell_agent: {exc}\r\n".encode(), lock)
+            send_frame(conn, EXIT, b"127", lock)
+            return
+        # fork-then-exec at once: the child touches no lock the other threads may hold
+        pid, master = pty.fork()
+        if pid == 0:  # the child: a session leader whose controlling terminal is the PTY
             try:
-                # byte by byte: the client's first frames may follow its request at once, and
-                # must stay in the socket for the frame reader
-                line = bytearray()
-                while not line.endswith(b"\n"):
-                    data = conn.recv(1)
-                    if not data or len(line) > MAX_REQUEST:
-                        return
-                    line += data
-                request = json.loads(line)
-                given = str(request.get("secret", ""))
-                rows, cols = int(request.get("rows", 24)), int(request.get("cols", 80))
-                command = request.get("command") or None
-                if command is not None and not (
-                    isinstance(command, list) and all(isinstance(a, str) and "\0" not in a for a in command)
-                ):
-                    return
-            except (ValueError, OSError, AttributeError):
-                return
-            if not self._allowed(conn, given):
-                send_frame(conn, DATA, b"shell_agent: refused: not this job's service\r\n", lock)
-                send_frame(conn, EXIT, b"255", lock)
-                return
-            try:
-                argv = command or [find_shell()]
-            except FileNotFoundError as exc:
-                send_frame(conn, DATA, f"shell_agent: {exc}\r\n".encode(), lock)
-                send_frame(conn, EXIT, b"127", lock)
-                return
-            # fork-then-exec at once: the child touches no lock the other threads may hold
-            pid, master = pty.fork()
-            if pid == 0:  # the child: a session leader whose controlling terminal is the PTY
-                try:
-                    os.execvp(argv[0], argv)
-                except OSError as exc:
-                    os.write(2, f"{argv[0]}: {exc.strerror}\r\n".encode())
-                finally:
-                    os._exit(127)
-            with self.lock:
-                self.shells.add(pid)
-            try:
-                set_winsize(master, rows, cols)
-                threading.Thread(target=self._pump_in, args=(conn, master, pid), daemon=True).start()
-                while True:
-                    try:
-                        data = os.read(master, 65536)
-                    except OSError:  # EIO: the shell and everything on its terminal ended
-                        break
-                    if not data:
-                        break
-                    send_frame(conn, DATA, data, lock)
-                _, status = os.waitpid(pid, 0)
-                code = os.waitstatus_to_exitcode(status)
-                send_frame(conn, EXIT, str(code if code >= 0 else 128 - code).encode(), lock)
-            except OSError:
-                _hang_up(pid)
+                os.execvp(argv[0], argv)
+            except OSError as exc:
+                os.write(2, f"{argv[0]}: {exc.strerror}\r\n".encode())
             finally:
-                os.close(master)
-                with self.lock:
-                    self.shells.discard(pid)
+                os._exit(127)
+        with self.lock:
+            self.shells.add(pid)
+        try:
+            set_winsize(master, rows, cols)
+            threading.Thread(target=self._pump_in, args=(conn, master, pid), daemon=True).start()
+            while True:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: the shell and everything on its terminal ended
+                    break
+                if not data:
+                    break
+                send_frame(conn, DATA, data, lock)
+            _, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            send_frame(conn, EXIT, str(code if code >= 0 else 128 - code).encode(), lock)
+        except OSError:
+            _hang_up(pid)
+        finally:
+            os.close(master)
+            with self.lock:
+                self.shells.discard(pid)
 
     @staticmethod
     def _pump_in(conn: socket.socket, master: int, pid: int) -> None:
@@ -223,21 +200,8 @@ def _hang_up(pid: int) -> None:
 
 
 def serve(job_id: str, node: str) -> int:
-    """Run the server until SIGTERM/SIGINT; returns 0."""
-    server = Server(job_id, node)
-
-    def stop(_signum, _frame):
-        server.stop()
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGHUP, stop)
-    try:
-        server.serve_forever()
-    except SystemExit:
-        pass
-    return 0
+    """Run the server until SIGTERM/SIGINT/SIGHUP; returns 0."""
+    return Server(job_id, node).run()
 
 
 def connect(
@@ -341,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) == 5 and argv[0] == "--attach" and argv[1] == "--job" and argv[3] == "--node":
         return attach(argv[2], argv[4], os.environ.get(JOB_SECRET_ENV, ""))
     print(
-        "usage: python -m ma_jupyter.backends.local.shell_agent --serve --job JOB --node NODE",
+        "usage: python -m ma_jupyter.nodehost.shell_agent --serve --job JOB --node NODE",
         file=sys.stderr,
     )
     return 2

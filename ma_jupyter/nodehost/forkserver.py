@@ -1,13 +1,13 @@
 """The node runners' fork server: a process that has already imported the node runner and forks
 one for each node the local backend starts.
 
-Started as ``python -m ma_jupyter.backends.local.noderun``, every node runner paid for an
+Started as ``python -m ma_jupyter.nodehost.noderun``, every node runner paid for an
 interpreter and its imports (about 60 ms of CPU and of the node's start, on every node of every
 job); a fork of a process that has them costs about a millisecond.  This is what Ray does with
 its prestarted workers, and :mod:`multiprocessing`'s forkserver for its children.
 
 The contract between :class:`RunnerForkServer` (in the service, or a Ray node's agent) and the
-server process (``python -m ma_jupyter.backends.local.forkserver FD NICE``):
+server process (``python -m ma_jupyter.nodehost.forkserver FD NICE``):
 
 1. the backend starts the server in a session of its own with one end of a ``SOCK_SEQPACKET``
    socket pair as descriptor FD, the environment a runner needs (the package importable, its
@@ -15,7 +15,7 @@ server process (``python -m ma_jupyter.backends.local.forkserver FD NICE``):
    the niceness NICE (the backend's), imports the node runner, checks that it can write a
    marker into a process's own environment, says ``ready``, and answers requests one at a time;
    a server that cannot start or be reached forks nothing, and the backend starts the runner as
-   a process of its own (``python -m ma_jupyter.backends.local.noderun``) instead;
+   a process of its own (``python -m ma_jupyter.nodehost.noderun``) instead;
 2. a request is one message: JSON ``{"spec": <node-run.json>, "cwd": <node folder>, "marker":
    <the node's marker>}`` with the node's log descriptor attached (``SCM_RIGHTS``); the answer
    is one message, JSON ``{"pid": N, "start": <its start time>}``, or ``{"error": "..."}`` when

@@ -4,12 +4,12 @@ On a real cluster mpirun on worker-0 reaches the other nodes through ssh, and th
 nothing but sshd until it does.  Simulated nodes are sandboxes on one host, so this module plays
 both parts:
 
-* ``python -m ma_jupyter.backends.local.rsh_agent --serve --job JOB --host worker-1`` is what the waiting
+* ``python -m ma_jupyter.nodehost.rsh_agent --serve --job JOB --host worker-1`` is what the waiting
   nodes (worker-1 ... worker-N-1) run: a small server that listens on the abstract Unix socket
   ``ma_jupyter-rsh/<JOB>/<host>`` and runs each command it receives with ``sh -c`` *inside its
   own sandbox* (its hostname, its mounts, its env), streaming stdout/stderr back and finally the
   exit status.  It serves until the node is stopped.
-* ``python -m ma_jupyter.backends.local.rsh_agent [ssh options] HOST CMD ...`` is the agent mpirun calls
+* ``python -m ma_jupyter.nodehost.rsh_agent [ssh options] HOST CMD ...`` is the agent mpirun calls
   (``plm_rsh_agent``) like ``ssh HOST CMD``: it connects to HOST's server of the same job
   (``$MA_JOB_ID``), waiting up to ``MA_RSH_CONNECT_TIMEOUT`` seconds (default 60) for it to come
   up, relays the output and exits with the remote command's status.  Closing the connection (the
@@ -35,13 +35,13 @@ import sys
 import threading
 import time
 
-from .agent_wire import JOB_SECRET_ENV, abstract_name, peer_allowed, recv_frame, secret_matches, send_frame
+from .agent_wire import JOB_SECRET_ENV, AgentServer, abstract_name, recv_frame, send_frame
 
 STDOUT, STDERR, EXIT = 1, 2, 3
 MAX_REQUEST = 1 << 20  # bytes of one command request
 USAGE = (
-    "usage: python -m ma_jupyter.backends.local.rsh_agent --serve --job JOB --host HOST\n"
-    "       python -m ma_jupyter.backends.local.rsh_agent [ssh options] HOST CMD ..."
+    "usage: python -m ma_jupyter.nodehost.rsh_agent --serve --job JOB --host HOST\n"
+    "       python -m ma_jupyter.nodehost.rsh_agent [ssh options] HOST CMD ..."
 )
 
 
@@ -53,81 +53,57 @@ def socket_name(job_id: str, host: str) -> bytes:
 # -------------------------------------------------------------------------------- server
 
 
-class Server:
-    """Runs commands for the agent inside this node (see the module docstring)."""
+class Server(AgentServer):
+    """Runs commands for the agent inside this node (see the module docstring); the serving loop
+    is :class:`.agent_wire.AgentServer`'s, the peer checked before anything is read."""
+
+    KIND = "rsh"
+    READY = "[rsh_agent] {node} waiting for mpirun"
+    BACKLOG = 64
+    MAX_REQUEST = MAX_REQUEST
+    CHECK_PEER_FIRST = True
+    REFUSAL_CHANNEL = STDERR
+    EXIT_CHANNEL = EXIT
+    REFUSED_PEER = b"rsh_agent: refused: not the node's user\n"
+    # Every job runs as the same user, so the uid alone does not tell this job's mpirun from
+    # another job's process: the attempt's secret does.
+    REFUSED_SECRET = b"rsh_agent: refused: not a node of this job\n"
 
     def __init__(self, job_id: str, host: str):
-        self.address = socket_name(job_id, host)
+        super().__init__(job_id, host)
         self.host = host
         self.children: set[subprocess.Popen] = set()
-        self.secret = os.environ.get(JOB_SECRET_ENV, "")
-        self.lock = threading.Lock()
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
-    def serve_forever(self) -> None:
-        """Accept connections until the process is told to stop."""
-        self.sock.bind(self.address)
-        self.sock.listen(64)
-        print(f"[rsh_agent] {self.host} waiting for mpirun", flush=True)
-        while True:
-            conn, _ = self.sock.accept()
-            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+    def parse(self, request: dict) -> str:
+        return str(request["command"])
 
-    def _handle(self, conn: socket.socket) -> None:
-        send_lock = threading.Lock()
-        with conn:
-            if not peer_allowed(conn):
-                send_frame(conn, STDERR, b"rsh_agent: refused: not the node's user\n", send_lock)
-                send_frame(conn, EXIT, b"255", send_lock)
-                return
-            try:
-                line = b""
-                while not line.endswith(b"\n"):
-                    data = conn.recv(4096)
-                    if not data or len(line) > MAX_REQUEST:
-                        return
-                    line += data
-                request = json.loads(line)
-                command = str(request["command"])
-                given = str(request.get("secret", ""))
-            except (ValueError, KeyError, OSError):
-                return
-            # Every job runs as the same user, so the uid alone does not tell this job's mpirun
-            # from another job's process: the attempt's secret does.
-            if not secret_matches(given, self.secret):
-                send_frame(conn, STDERR, b"rsh_agent: refused: not a node of this job\n", send_lock)
-                send_frame(conn, EXIT, b"255", send_lock)
-                return
-            child = subprocess.Popen(
-                ["sh", "-c", command],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-            with self.lock:
-                self.children.add(child)
-            pumps = [
-                threading.Thread(
-                    target=self._pump, args=(child.stdout, STDOUT, conn, send_lock), daemon=True
-                ),
-                threading.Thread(
-                    target=self._pump, args=(child.stderr, STDERR, conn, send_lock), daemon=True
-                ),
-            ]
-            for pump in pumps:
-                pump.start()
-            # The agent closing its end (mpirun gone) means the command must go too.
-            threading.Thread(target=self._watch_hangup, args=(conn, child), daemon=True).start()
-            code = child.wait()
-            for pump in pumps:
-                pump.join(timeout=2.0)
-            with self.lock:
-                self.children.discard(child)
-            try:
-                send_frame(conn, EXIT, str(code if code >= 0 else 128 - code).encode(), send_lock)
-            except OSError:
-                pass
+    def serve_one(self, conn: socket.socket, command: str, send_lock: threading.Lock) -> None:
+        child = subprocess.Popen(
+            ["sh", "-c", command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        with self.lock:
+            self.children.add(child)
+        pumps = [
+            threading.Thread(target=self._pump, args=(child.stdout, STDOUT, conn, send_lock), daemon=True),
+            threading.Thread(target=self._pump, args=(child.stderr, STDERR, conn, send_lock), daemon=True),
+        ]
+        for pump in pumps:
+            pump.start()
+        # The agent closing its end (mpirun gone) means the command must go too.
+        threading.Thread(target=self._watch_hangup, args=(conn, child), daemon=True).start()
+        code = child.wait()
+        for pump in pumps:
+            pump.join(timeout=2.0)
+        with self.lock:
+            self.children.discard(child)
+        try:
+            send_frame(conn, EXIT, str(code if code >= 0 else 128 - code).encode(), send_lock)
+        except OSError:
+            pass
 
     @staticmethod
     def _pump(stream, channel: int, conn: socket.socket, send_lock: threading.Lock) -> None:
@@ -173,16 +149,7 @@ def _kill_group(child: subprocess.Popen, grace: float) -> None:
 
 def serve(job_id: str, host: str) -> int:
     """Run the server until SIGTERM/SIGINT; returns 0."""
-    server = Server(job_id, host)
-
-    def stop(_signum, _frame):
-        server.stop()
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    server.serve_forever()
-    return 0
+    return Server(job_id, host).run()
 
 
 # -------------------------------------------------------------------------------- agent

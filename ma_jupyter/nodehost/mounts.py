@@ -23,11 +23,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ... import config
-from ...errors import InvalidSpec
-from ...jobdir import PLACEHOLDER, JobDir
-from ...models import JobSpec
-from ...workspace import VIEW_ROOT, check_subfolder, folders, modelarts_layout, target, workdir_for
+from .. import config
+from ..errors import InvalidSpec
+from ..foldersize import folder_size
+from ..jobdir import PLACEHOLDER, JobDir
+from ..models import JobSpec
+from ..workspace import VIEW_ROOT, check_subfolder, folders, modelarts_layout, target, workdir_for
 from .host_policy import HostPolicy, _inside, load_policy
 
 __all__ = [
@@ -60,7 +61,7 @@ class Mount:
     Attributes:
         source: the host path (symlinks resolved).
         target: where it appears: below ``/workspace``, except the user's cache (``~/.cache``)
-            and (the ModelArts layout, added by :func:`.sandbox.node_view`)
+            and (the ModelArts layout, added by :func:`.view.node_view`)
             ``/home/ma-user/modelarts`` and ``/cache``.
         read_only: whether the node can write to it (enforced by bubblewrap only).
         kind: ``algorithm``, ``dataset``, ``annotation``, ``model``, ``outputs``, ``volume``, or
@@ -132,8 +133,8 @@ def mounts_for(
         outputs_subdir: for a batch task, the subfolder of the outputs folder it writes into
             (``<name>-<N>``), which the backend creates.
         algorithm: a batch task's own algorithm folder instead of ``spec.algorithm``.
-        policy: the admin's host rules (default: :func:`~ma_jupyter.backends.local.host_policy.load_policy`);
-            every source must pass :meth:`~ma_jupyter.backends.local.host_policy.HostPolicy.check_source`
+        policy: the admin's host rules (default: :func:`~ma_jupyter.nodehost.host_policy.load_policy`);
+            every source must pass :meth:`~ma_jupyter.nodehost.host_policy.HostPolicy.check_source`
             and every writable one must be writable by the account the job runs as.
 
     Returns:
@@ -253,18 +254,7 @@ def node_workdir(spec: JobSpec, algorithm: str | None = None) -> str:
 def folder_size_over(path: str, limit: int) -> bool:
     """Whether the regular files below ``path`` add up to more than ``limit`` bytes (symbolic
     links not followed; stops counting once over)."""
-    total = 0
-    for folder, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue
-            if not os.path.islink(os.path.join(folder, name)):
-                total += st.st_size
-                if total > limit:
-                    return True
-    return False
+    return folder_size([path], limit=limit).bytes > limit
 
 
 def with_working_copy(

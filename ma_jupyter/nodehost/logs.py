@@ -16,10 +16,10 @@ import os
 import stat
 from pathlib import Path
 
-from ...errors import RefusedFile
-from ...jobdir import RANK_LOG_VIEW, JobDir, rank_log_name
-from ...models import LogFile, LogStream
-from ...untrusted import open_file, pread_range, read_small
+from ..errors import RefusedFile
+from ..jobdir import RANK_LOG_VIEW, JobDir, rank_log_name
+from ..models import LogFile, LogStream
+from ..untrusted import open_file, pread_range, read_small
 
 
 def _regular_size(path: Path) -> int:

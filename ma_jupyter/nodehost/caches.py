@@ -26,12 +26,12 @@ import hashlib
 import os
 import re
 import shutil
-import stat
 import threading
 from pathlib import Path
 
-from ... import config
-from ...models import CacheInfo
+from .. import config
+from ..foldersize import folder_size
+from ..models import CacheInfo
 
 #: where the cache appears in a node: ``$HOME/.cache`` (HOME is /tmp inside a node)
 CACHE_VIEW = "/tmp/.cache"
@@ -146,22 +146,10 @@ def _discard(path: Path) -> None:
 
 
 def _measure(path: Path) -> tuple[int, int]:
-    """(bytes, files) of the regular files below ``path``; (0, 0) when it does not exist."""
-    total = files = 0
-    try:
-        walker = os.fwalk(path, follow_symlinks=False)
-        for _folder, _dirs, names, dir_fd in walker:
-            for name in names:
-                try:
-                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    total += st.st_size
-                    files += 1
-    except OSError:
-        pass
-    return total, files
+    """(bytes, files) of the regular files below ``path``; (0, 0) when it does not exist (or is
+    a link: a cache folder is never measured through one)."""
+    found = folder_size([path], follow_top=False)
+    return (found.bytes, found.files) if found is not None else (0, 0)
 
 
 def usage(user: str | None, *, every_user: bool = False, base: Path | None = None) -> list[CacheInfo]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ..base import DatasetState
+from ..backends.base import DatasetState
 from . import datacopy
 from .host_policy import load_policy
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import psutil
 
-from ...errors import RefusedFile
-from ...untrusted import read_small
+from ..errors import RefusedFile
+from ..untrusted import read_small
 from .procfs import is_marked
 
 

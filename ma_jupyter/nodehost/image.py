@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import InvalidSpec
-from ...models import Image
+from ..errors import InvalidSpec
+from ..models import Image
 from .host_policy import load_policy
 
 # Folders of the host's system that every sandbox sees read-only (when they exist).  /usr covers

@@ -14,7 +14,12 @@ runner's instructions (``end_with`` in ``node-run.json``, made by :func:`host_pr
 3. the process counts as gone when its pid is gone, is a zombie, or names another process (its
    start time is not ``start``: the pid was reused); that is checked after the descriptor is
    opened, so a descriptor never watches a reused pid;
-4. once it is gone, ``on_gone(what)`` runs once, on the watch's thread.
+4. once it is gone, ``on_gone(what)`` runs once, on the watch's thread;
+5. the runner then ends its node with :func:`end_node`: the node's failure sentence (naming what
+   ended and the processes it ends) is said in the node's log and handed to the runner first
+   (which starts no further phase), then TERM to the node's processes, and after
+   :data:`HOST_GRACE` seconds KILL to every process below the runner until the node has ended
+   (``on_stop`` included: nothing outlives the host).
 
 Standard library only: every node runner imports it.
 """
@@ -23,15 +28,20 @@ from __future__ import annotations
 
 import os
 import select
+import signal
+import sys
 import threading
+import time
 from collections.abc import Callable
 
-from .procfs import process_start_time
+from .procfs import command_name, process_start_time, process_tree
 
 #: seconds between looks at the host process where no process descriptor can be opened
 LOOK_EVERY = 0.5
 #: seconds between looks even with a descriptor (a safety net: its wake-up is what counts)
 RECHECK = 5.0
+#: seconds the processes of a node whose host process ended get between TERM and KILL (rule 5)
+HOST_GRACE = 3.0
 
 
 def host_process(pid: int, what: str) -> dict | None:
@@ -81,3 +91,40 @@ def watch(end_with: dict, on_gone: Callable[[str], None]) -> threading.Thread:
     thread = threading.Thread(target=run, name="ma-host-watch", daemon=True)
     thread.start()
     return thread
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # ended meanwhile (its pid not reused yet)
+        pass
+
+
+def end_node(
+    node: str,
+    what: str,
+    ended: threading.Event,
+    on_ending: Callable[[str], None],
+    terminate: Callable[[], None],
+) -> None:
+    """Rule 5: ``what`` (the process hosting ``node``) ended; end every process below this one
+    (the node's runner) until ``ended`` is set.  ``on_ending(sentence)`` records the node's
+    failure before any signal; ``terminate()`` sends TERM to the node's processes."""
+    below = process_tree(os.getpid())
+    names = ", ".join(f"{command_name(pid)} ({pid})" for pid in below[:8]) + (
+        ", ..." if len(below) > 8 else ""
+    )
+    sentence = (
+        f"{what} ended: the processes of {node} on that machine were ended with it "
+        f"(TERM, KILL after {HOST_GRACE:g} s): {names or 'none left'}"
+    )
+    print(f"[ma_jupyter] {sentence}", file=sys.stderr, flush=True)
+    on_ending(sentence)
+    terminate()
+    deadline = time.monotonic() + HOST_GRACE
+    while time.monotonic() < deadline and process_tree(os.getpid()) and not ended.wait(0.1):
+        pass
+    while not ended.is_set():  # what is left, and on_stop: nothing outlives the host
+        for pid in process_tree(os.getpid()):
+            _kill(pid)
+        ended.wait(0.2)

@@ -13,11 +13,11 @@ the service's token.  So, in order:
    is opened the way its mount was made and must still pass the mount rules
    (:meth:`.HostPolicy.check_source`: never the service's home, never a system folder, inside
    the allowed roots), whatever a job did to its path since.
-3. With bubblewrap (:func:`.sandbox.reader_argv`) the program sees that folder, through its
+3. With bubblewrap (:func:`.bwrap.reader_argv`) the program sees that folder, through its
    descriptor, read-only at :data:`~ma_jupyter.backends.base.OUTPUTS_VIEW`, the system and its
    Python installation read-only, and nothing else: a symlink in the outputs resolves inside
    this view, where no service home and no other job exists.  Its variables travel as a file
-   (:data:`.sandbox.ENV_FD`), never on a command line.
+   (:data:`.bwrap.ENV_FD`), never on a command line.
 4. Without bubblewrap (the symlink mode) the program runs on the host as the service's account
    over the folder's host path, the guarantee the job's own nodes have in that mode: none (they
    run unsandboxed as that same account, and could read the token themselves).  When the job's
@@ -31,20 +31,21 @@ import logging
 import os
 import subprocess
 
-from ... import config
-from ...errors import InvalidSpec, RefusedFile
-from ...models import Image, Job
-from ...nodeside.exec_env import ENV_FD, env_file_data
-from ..base import OUTPUTS_VIEW
-from . import sandbox as views
+from .. import config
+from ..backends.base import OUTPUTS_VIEW
+from ..errors import InvalidSpec, RefusedFile
+from ..models import Image, Job
+from ..nodeside.exec_env import ENV_FD, env_file_data
+from .bwrap import SHOWN_FD, reader_argv, unsandboxed_reader_argv
 from .host_policy import HostPolicy, load_policy
 from .image import resolve_image
+from .view import SYSTEM_PATH
 
 log = logging.getLogger(__name__)
 
 #: the variables every reader starts from (the host's are not inherited); the caller's win
 BASE_ENV = {
-    "PATH": views.SYSTEM_PATH,
+    "PATH": SYSTEM_PATH,
     "HOME": "/tmp",
     "TMPDIR": "/tmp",
     "LANG": "C.UTF-8",
@@ -131,7 +132,7 @@ def start(
                 "a symlink in them is followed (the job's own nodes run the same way)",
                 job.id,
             )
-            command = views.unsandboxed_reader_argv(
+            command = unsandboxed_reader_argv(
                 [folder + a[len(OUTPUTS_VIEW) :] if _in_view(a) else a for a in argv]
             )
             return subprocess.Popen(
@@ -149,11 +150,11 @@ def start(
         while data:
             data = data[os.write(env_fd, data) :]
         os.lseek(env_fd, 0, os.SEEK_SET)
-        holes = {views.SHOWN_FD: str(fd), ENV_FD: str(env_fd)}
-        command = [holes.get(a, a) for a in views.reader_argv(image, run_as, OUTPUTS_VIEW, argv)]
+        holes = {SHOWN_FD: str(fd), ENV_FD: str(env_fd)}
+        command = [holes.get(a, a) for a in reader_argv(image, run_as, OUTPUTS_VIEW, argv)]
         return subprocess.Popen(
             command,
-            env={"PATH": views.SYSTEM_PATH},
+            env={"PATH": SYSTEM_PATH},
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,

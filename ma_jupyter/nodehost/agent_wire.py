@@ -1,0 +1,218 @@
+"""What the agents inside nodes share: their abstract socket names, their frames, who may connect.
+
+Both :mod:`.rsh_agent` (mpirun's "ssh" between simulated nodes) and :mod:`.shell_agent` (the
+debug terminal) listen on an abstract Unix socket ``ma_jupyter-<kind>/<job>/<node>``: the nodes
+of a job share its network namespace (see :mod:`.network`), so its abstract names, but not
+their filesystems; the service connects from inside that namespace.  The kernel
+tells a server the connecting process's uid (``SO_PEERCRED``), and the attempt's secret
+(``$MA_JOB_SECRET``, backends.base) tells one job's processes from another job's of the same
+account.
+
+Rules (in order) for a server deciding whether to serve a connection:
+
+1. The peer's uid is the server's own, or root's where the agent allows it (the service, which
+   may run the node as another account).
+2. The request's secret equals the server's (compared in constant time); a server without one
+   serves nobody.
+
+Standard library only: it runs inside a node, under the job's own interpreter.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import signal
+import socket
+import struct
+import threading
+
+#: set by the backend for the nodes of one attempt (backends.base.JOB_SECRET_ENV)
+JOB_SECRET_ENV = "MA_JOB_SECRET"
+#: every frame: channel (1 byte), payload length (4 bytes), payload
+HEADER = struct.Struct("!BI")
+
+
+def abstract_name(kind: str, job_id: str, node: str) -> bytes:
+    """The abstract socket address of one node's ``kind`` agent (leading NUL: abstract)."""
+    return f"\0ma_jupyter-{kind}/{job_id}/{node}".encode()
+
+
+def send_frame(conn: socket.socket, channel: int, data: bytes, lock: threading.Lock | None = None) -> None:
+    """Send one frame; ``lock`` serialises writers sharing the socket."""
+    frame = HEADER.pack(channel, len(data)) + data
+    if lock is None:
+        conn.sendall(frame)
+    else:
+        with lock:
+            conn.sendall(frame)
+
+
+def recv_exact(conn: socket.socket, size: int) -> bytes:
+    """Exactly ``size`` bytes.
+
+    Raises:
+        EOFError: the peer closed the connection first.
+    """
+    chunks = bytearray()
+    while len(chunks) < size:
+        data = conn.recv(size - len(chunks))
+        if not data:
+            raise EOFError("connection closed")
+        chunks += data
+    return bytes(chunks)
+
+
+def recv_frame(conn: socket.socket) -> tuple[int, bytes]:
+    """One frame: (channel, payload).
+
+    Raises:
+        EOFError: the peer closed the connection.
+    """
+    channel, size = HEADER.unpack(recv_exact(conn, HEADER.size))
+    return channel, recv_exact(conn, size)
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the other end of ``conn``, as the kernel saw them (a client's at connect, a
+    server's at listen), the pid in this process's pid namespace."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
+
+
+def peer_allowed(conn: socket.socket, *, root_too: bool = False) -> bool:
+    """Rule 1 for the connected peer of ``conn``."""
+    uid = peer_credentials(conn)[1]
+    return uid == os.getuid() or (root_too and uid == 0)
+
+
+def secret_matches(given: str, secret: str) -> bool:
+    """Rule 2: the request's secret against the server's."""
+    return bool(secret) and hmac.compare_digest(given.encode(), secret.encode())
+
+
+def read_request(conn: socket.socket, limit: int, *, chunk: int = 4096) -> dict | None:
+    """The client's request: one JSON object on one line; None when the client closed first,
+    sent more than ``limit`` bytes without a line's end, or sent no JSON object.
+
+    ``chunk`` 1 reads it byte by byte, for a protocol whose frames may follow the request at
+    once and must stay in the socket for the frame reader.
+    """
+    line = bytearray()
+    try:
+        while not line.endswith(b"\n"):
+            data = conn.recv(chunk)
+            if not data or len(line) > limit:
+                return None
+            line += data
+        request = json.loads(line)
+    except (ValueError, OSError):
+        return None
+    return request if isinstance(request, dict) else None
+
+
+class AgentServer:
+    """The serving loop both agents run, on ``ma_jupyter-<KIND>/<job>/<node>``.
+
+    For each connection, on a thread of its own, in order:
+
+    1. :attr:`CHECK_PEER_FIRST`: the peer's uid is checked (rule 1) before anything is read;
+    2. the request line is read (:func:`read_request`, :attr:`MAX_REQUEST`,
+       :attr:`REQUEST_CHUNK`) and parsed by :meth:`parse`; a connection that sends no valid
+       request is closed without an answer;
+    3. the peer (rule 1, root too with :attr:`ROOT_TOO`) and the request's secret (rule 2) are
+       checked: a refused connection gets ``REFUSED_PEER`` or ``REFUSED_SECRET`` on
+       :attr:`REFUSAL_CHANNEL`, then :attr:`EXIT_CHANNEL` with ``255``, and is closed;
+    4. :meth:`serve_one` serves it; the connection is closed when it returns.
+
+    :meth:`stop` ends what the agent started (on SIGTERM, SIGINT and :attr:`STOP_SIGNALS`).
+    """
+
+    KIND = ""
+    #: the line printed once the agent listens (``{address}`` filled in)
+    READY = ""
+    BACKLOG = 16
+    MAX_REQUEST = 4096
+    REQUEST_CHUNK = 4096
+    CHECK_PEER_FIRST = False
+    ROOT_TOO = False
+    REFUSAL_CHANNEL = 2
+    EXIT_CHANNEL = 3
+    REFUSED_PEER = b"refused\n"
+    REFUSED_SECRET = b"refused\n"
+    STOP_SIGNALS: tuple[int, ...] = ()
+
+    def __init__(self, job_id: str, node: str):
+        self.address = abstract_name(self.KIND, job_id, node)
+        self.node = node
+        self.secret = os.environ.get(JOB_SECRET_ENV, "")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.lock = threading.Lock()
+
+    def parse(self, request: dict) -> object:
+        """What :meth:`serve_one` needs from the request.
+
+        Raises:
+            ValueError, KeyError, TypeError, AttributeError: not a valid request.
+        """
+        raise NotImplementedError
+
+    def serve_one(self, conn: socket.socket, parsed: object, send_lock: threading.Lock) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """End everything this agent started (the node is being stopped)."""
+
+    def serve_forever(self) -> None:
+        """Accept connections until the process is told to stop."""
+        self.sock.bind(self.address)
+        self.sock.listen(self.BACKLOG)
+        print(self.READY.format(node=self.node, address=self.address[1:].decode()), flush=True)
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _refuse(self, conn: socket.socket, why: bytes, send_lock: threading.Lock) -> None:
+        send_frame(conn, self.REFUSAL_CHANNEL, why, send_lock)
+        send_frame(conn, self.EXIT_CHANNEL, b"255", send_lock)
+
+    def _handle(self, conn: socket.socket) -> None:
+        send_lock = threading.Lock()
+        with conn:
+            if self.CHECK_PEER_FIRST and not peer_allowed(conn, root_too=self.ROOT_TOO):
+                self._refuse(conn, self.REFUSED_PEER, send_lock)
+                return
+            request = read_request(conn, self.MAX_REQUEST, chunk=self.REQUEST_CHUNK)
+            if request is None:
+                return
+            try:
+                parsed = self.parse(request)
+                given = str(request.get("secret", ""))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return
+            if not peer_allowed(conn, root_too=self.ROOT_TOO):
+                self._refuse(conn, self.REFUSED_PEER, send_lock)
+                return
+            # one account may run many jobs' nodes: the attempt's secret tells this job's
+            # processes from another job's
+            if not secret_matches(given, self.secret):
+                self._refuse(conn, self.REFUSED_SECRET, send_lock)
+                return
+            self.serve_one(conn, parsed, send_lock)
+
+    def run(self) -> int:
+        """Serve until SIGTERM, SIGINT or one of :attr:`STOP_SIGNALS`; then :meth:`stop`; 0."""
+
+        def stop(_signum, _frame):
+            self.stop()
+            raise SystemExit(0)
+
+        for signum in (signal.SIGTERM, signal.SIGINT, *self.STOP_SIGNALS):
+            signal.signal(signum, stop)
+        try:
+            self.serve_forever()
+        except SystemExit:
+            pass
+        return 0

@@ -1,0 +1,520 @@
+"""The per-node runner: ``python -m ma_jupyter.nodehost.noderun <node-run.json>``.
+
+The local backend starts one runner per node, in its own session, with stdout/stderr already
+pointing at the node's log file; the service is never in the log path.  The runner:
+
+1. pins itself to the task's cores (inherited by everything it starts), and watches the
+   node's limits (:mod:`.watchdog`): every ``MEMORY_SAMPLE`` seconds it walks every process
+   below it and
+
+   a. memory: past the spec's ``memory_gb`` (resident memory plus what the node's sandboxes hold
+      in ``/tmp``, ``/dev/shm`` and ``/run``) it kills them all and reports "exceeded its memory
+      limit of N GB on <node>" as the node's failure;
+   b. processes: the node's tasks (processes and threads) are bounded by the kernel at
+      ``max_processes`` (``[limits] max_node_processes``): as root, in bubblewrap (where the
+      backend found it works, ``own_user_namespace``), the runner makes the node a user
+      namespace of its own and starts each phase in it with that ``RLIMIT_NPROC``
+      (:mod:`.userns`).  Reaching it, a fork fails with ``EAGAIN`` in the job and the node's log
+      says so once.  Where no such namespace can be made (not root, the symlink mode), or the
+      node runs as root (an admin's ``allow_root``), the watchdog kills the node past it instead;
+   c. logs: past ``max_log_bytes`` (``[limits] max_log_mb``, all the job's logs on this machine)
+      it kills the node and reports "logs exceeded ... max_log_mb" (the node log is written by
+      the job's processes directly, so the cap ends the writer rather than cutting what it
+      writes); so does a logs folder of too many entries, or logs flooding a nearly full disk
+      ("disk nearly full under <logs>");
+2. at the node's first launch, has its working copy filled from the algorithm folder (see
+   :mod:`ma_jupyter.nodeside.workdir`): by the first phase itself in bubblewrap (as the job's
+   account, before the command; it reports the end on a pipe), by the runner in the symlink
+   mode; and records it complete in ``nodes/<node>/workdir.json``, so later attempts continue
+   in it; a copy that fails ends the node with its code (3 over the size limit);
+3. runs the optional lifecycle ``on_start`` command, then the node's command, then ``on_stop``,
+   each already wrapped in the node's sandbox by the backend, then (``export``, when anything in
+   the working copy changed since the copy) keeps what the job wrote there in its outputs;
+4. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
+   kill the node at once) so training code gets its chance to save a checkpoint;
+5. when a phase ends, kills what it left behind (a bubblewrap pid namespace does this by
+   itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
+6. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
+   ``nodes/<node>/failure.json``, and ``not-distributed.json`` (torch's launcher on node 0: no
+   rank joined a process group) to ``nodes/<node>/``, each when it is a small regular file (see
+   :func:`ma_jupyter.untrusted.collect_report`) and writes the exit code atomically to
+   ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result;
+7. beats: every ``HEARTBEAT_EVERY`` seconds, while it runs, it sets the time of
+   ``nodes/<node>/heartbeat`` to now (one ``utime``), so the service's node inspection sees a
+   runner that stopped (frozen, or its machine gone) by the file's age;
+8. ends with its host: where the spec names the process hosting the node (``end_with``: a Ray
+   node's raylet, see :mod:`.hostwatch`), the end of that process ends the node as a stop
+   would, but within ``hostwatch.HOST_GRACE`` seconds: TERM to its processes, then KILL to every process
+   below the runner until it ends (``on_stop`` included); what was ended is said in the log and
+   written as the node's failure report.
+
+Exit codes follow the shell: a command killed by signal N ends with 128+N.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..jobdir import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, NodeDir
+from ..nodeside import workdir
+from ..nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
+from ..untrusted import collect_report
+from . import hostwatch, watchdog
+from .procfs import descendants, process_tree
+from .userns import (
+    CHECK_USER_NAMESPACE,
+    PR_SET_CHILD_SUBREAPER,
+    check_user_namespace,
+    enter_node,
+    node_user_namespace,
+    prctl,
+)
+
+#: seconds between two heartbeats (rule 7); the service's faulty threshold is several of them
+HEARTBEAT_EVERY = 1.0
+
+
+def _say(text: str) -> None:
+    """A line of the platform's in the node's log (never fatal: the disk may be full)."""
+    try:
+        print(f"[ma_jupyter] {text}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):  # ended meanwhile (its pid not reused yet)
+        pass
+
+
+def reap_ended() -> None:
+    """Collect every child process that has ended, without waiting for the others."""
+    while True:
+        try:
+            done, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done == 0:
+            return
+
+
+def write_exit_code(path: Path, code: int) -> None:
+    """Atomically write ``code`` to ``path`` (tmp file + fsync + rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(f"{code}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_report(path: Path, data: dict) -> None:
+    """Atomically write a small JSON report the runner itself makes."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+class NodeRunner:
+    """Runs the phases of one node and relays signals to them."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.stopping = False
+        self.current: subprocess.Popen | None = None
+        self.agent: subprocess.Popen | None = None  # the debug terminal's shell agent
+        self.exceeded: str | None = None  # the failure sentence, once the watchdog acted
+        self.host_gone: str | None = None  # the failure sentence, once the host process ended
+        self._ended = threading.Event()
+        # rule 1b: the node's own user namespace (a descriptor), where one could be made
+        self.userns: int | None = None
+        self.max_processes = int(spec.get("max_processes") or 0)
+
+    def _preexec(self) -> Callable[[], None]:
+        return enter_node(self.userns, self.max_processes)
+
+    def _kernel_bound(self) -> bool:
+        """Whether the kernel bounds the node's processes (rule 1b): in its own user namespace,
+        as an account other than root (``RLIMIT_NPROC`` never applies to root)."""
+        return self.userns is not None and self.spec.get("account_uid") != 0
+
+    def _watch(self) -> None:
+        """The watchdog (rule 1, :mod:`.watchdog`): past a limit, the first reason is the node's,
+        said in its log, no further phase but ``on_stop`` starts, and every process of the node
+        is killed (the phase then ends with 128+9)."""
+
+        def exceeded(reason: str) -> None:
+            if self.exceeded is None:
+                self.exceeded = reason
+                _say(reason)
+            self.stopping = True  # no further phase but on_stop
+
+        limits = watchdog.Limits(self.spec, kernel_bound=self._kernel_bound())
+        watchdog.watch(limits, self._ended, _say, exceeded)
+
+    def _beat(self, path: Path) -> None:
+        """Rule 7: refresh the heartbeat file's time until the node ends."""
+        while not self._ended.is_set():
+            try:
+                path.touch()  # an existing file: its time only
+            except OSError:
+                if not path.parent.is_dir():
+                    return  # the node's folder is gone (the job was deleted): nothing to say
+                # else transient (a full disk, an interrupted call): beat again next time
+            self._ended.wait(HEARTBEAT_EVERY)
+
+    def _end_with_host(self, what: str) -> None:
+        """Rule 8: ``what`` (the process hosting the node) ended: end every process of the node
+        (:func:`.hostwatch.end_node`)."""
+
+        def gone(sentence: str) -> None:
+            self.host_gone = sentence
+            self.stopping = True  # no further phase
+
+        node = self.spec.get("node", "the node")
+        hostwatch.end_node(node, what, self._ended, gone, lambda: self._signal_all(signal.SIGTERM))
+
+    # the processes of the node a stop signal is meant for
+    def _targets(self) -> list[int]:
+        current = self.current
+        if current is None:
+            return []
+        top = current.pid
+        below = descendants(top)
+        if self.spec.get("sandbox") == "bubblewrap":
+            # bwrap (outer) -> bwrap (pid 1 of the namespace) -> the command...: signal the
+            # command's processes only; killing bwrap would end the node without a grace period
+            return [pid for pid, parent, _ in below if parent != top]
+        return [top, *(pid for pid, _, _ in below)]
+
+    def _signal_all(self, signum: int) -> None:
+        for pid in self._targets():
+            _signal(pid, signum)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stopping = True
+        self._signal_all(signal.SIGTERM if signum == signal.SIGTERM else signum)
+
+    def _with_env_fd(self, argv: list[str]) -> tuple[list[str], int | None]:
+        """``argv`` reading the job's variables from a fresh descriptor (bubblewrap), and that
+        descriptor (the caller passes it on and closes it); unchanged and None without them.
+
+        The variables reach the sandbox as a file: a command line is readable by every user of
+        the host; bubblewrap reads them from this descriptor.
+        """
+        if self.spec.get("job_env") is None:
+            return argv, None
+        env_fd = os.memfd_create("ma-job-env")
+        data = env_file_data(self.spec["job_env"])
+        while data:
+            data = data[os.write(env_fd, data) :]
+        os.lseek(env_fd, 0, os.SEEK_SET)
+        return [str(env_fd) if a == ENV_FD else a for a in argv], env_fd
+
+    def _start_agent(self) -> None:
+        """--debug-terminal: start the shell agent (shell_agent) in the node's view, beside the
+        phases; it is spared by the leftover sweep and ended by :meth:`_stop_agent`."""
+        argv = self.spec["shell_agent"]
+        argv, env_fd = self._with_env_fd(argv)  # the variables as a file, as for the phases
+        cwd = self.spec.get("cwd")
+        if cwd:
+            Path(cwd).mkdir(parents=True, exist_ok=True)
+        try:
+            self.agent = subprocess.Popen(
+                argv,
+                env=self.spec["env"],
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=self._preexec(),
+                pass_fds=(env_fd,) if env_fd is not None else (),
+            )
+        except OSError as exc:
+            print(f"[ma_jupyter] cannot start the debug terminal: {exc}", file=sys.stderr, flush=True)
+        finally:
+            if env_fd is not None:
+                os.close(env_fd)
+
+    def _agent_pids(self) -> set[int]:
+        if self.agent is None:
+            return set()
+        return {self.agent.pid, *process_tree(self.agent.pid)}
+
+    def _stop_agent(self) -> None:
+        """End the shell agent and every shell it serves (TERM, then KILL after 5 s)."""
+        if self.agent is None:
+            return
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            for pid in sorted(self._agent_pids()):
+                _signal(pid, signum)
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline and self.agent.poll() is None:
+                time.sleep(0.05)
+            if self.agent.poll() is not None:
+                break
+        self.agent = None
+
+    def _run(self, argv: list[str]) -> int:
+        """Run one phase to its end, reaping adopted orphans meanwhile; its exit code."""
+        env = self.spec["env"]
+        cwd = self.spec.get("cwd")
+        if cwd:
+            Path(cwd).mkdir(parents=True, exist_ok=True)
+        copy_r = copy_w = None
+        if COPY_FD in argv:
+            # the phase fills the working copy first and writes the time it was complete here
+            copy_r, copy_w = os.pipe()
+            argv = [str(copy_w) if a == COPY_FD else a for a in argv]
+        argv, env_fd = self._with_env_fd(argv)
+        try:
+            self.current = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a TERM to the runner's group must not hit bwrap
+                preexec_fn=self._preexec(),
+                pass_fds=tuple(fd for fd in (env_fd, copy_w) if fd is not None),
+            )
+        except OSError as exc:
+            if copy_r is not None:
+                os.close(copy_r)
+            print(f"[ma_jupyter] cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
+            return 127 if isinstance(exc, FileNotFoundError) else 126
+        finally:
+            for fd in (env_fd, copy_w):
+                if fd is not None:
+                    os.close(fd)
+        if copy_r is not None:
+            self._record_copy(copy_r)
+        status = self._wait(self.current.pid)
+        self._kill_leftovers()
+        self.current = None
+        if os.WIFSIGNALED(status):
+            return 128 + os.WTERMSIG(status)
+        return os.WEXITSTATUS(status)
+
+    def _record_copy(self, fd: int) -> None:
+        """Wait for the phase to report its working copy complete (a line: the time), and record
+        it; nothing arrives when the copy failed (the phase ends, closing the pipe)."""
+        data = b""
+        try:
+            while not data.endswith(b"\n"):
+                chunk = os.read(fd, 64)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(fd)
+        if data.endswith(b"\n") and data.strip().isdigit():
+            write_record(NodeDir(Path(self.spec["node_dir"])).workdir_record, int(data))
+
+    def _wait(self, pid: int) -> int:
+        while True:
+            try:
+                done, status = os.waitpid(-1, 0)  # also reaps orphans adopted as subreaper
+            except ChildProcessError:
+                # the child is gone without a status we could collect: report a failure, never success
+                return 255 << 8
+            if done == pid:
+                return status
+
+    def _kill_leftovers(self) -> None:
+        """Kill what the finished command left running (background children, setsid'd ones)."""
+        for _ in range(50):
+            spared = self._agent_pids()  # the debug terminal lives as long as the node
+            left = [pid for pid, _, state in descendants(os.getpid()) if state != "Z" and pid not in spared]
+            for pid in left:
+                _signal(pid, signal.SIGKILL)
+            reap_ended()
+            if not left:
+                return
+            time.sleep(0.02)
+
+    def run(self) -> int:
+        """Run the copy, on_start, the command, on_stop and the export; record and return the
+        node's exit code."""
+        spec = self.spec
+        refused = isolate_network(spec)  # first: before any thread, and before anything starts
+        if refused:
+            print(f"[ma_jupyter] {refused}", file=sys.stderr, flush=True)
+            node_dir = NodeDir(Path(spec["node_dir"]))
+            write_report(node_dir.failure, {"reason": refused})
+            write_exit_code(node_dir.exit_code, 126)
+            return 126
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        cpus = set(spec.get("cpus") or ())
+        if cpus and hasattr(os, "sched_setaffinity"):
+            usable = cpus & os.sched_getaffinity(0)
+            if usable:
+                os.sched_setaffinity(0, usable)
+        node_dir = NodeDir(Path(spec["node_dir"]))
+        if self.max_processes and spec.get("own_user_namespace"):
+            # made before any thread starts: it forks a helper
+            self.userns = node_user_namespace()
+        if (
+            self.max_processes
+            and spec.get("sandbox") == "bubblewrap"
+            and self.userns is None
+            and os.geteuid() == 0
+        ):
+            _say("no user namespace of its own for this node here: its process limit is the watchdog's")
+        threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
+        if watchdog.Limits(spec, kernel_bound=False).watched():
+            threading.Thread(target=self._watch, daemon=True).start()
+        if spec.get("end_with"):
+            hostwatch.watch(spec["end_with"], self._end_with_host)
+        code = 0
+        if spec.get("shell_agent"):
+            self._start_agent()
+        if spec.get("copy"):  # the symlink mode: the runner runs as the job's account
+            code = workdir.main(["copy", *spec["copy"]])
+            if code == 0:
+                write_record(node_dir.workdir_record, time.time_ns())
+        if code == 0 and spec.get("on_start"):  # nothing runs in an incomplete working copy
+            code = self._run(spec["on_start"])
+            if code != 0:
+                print(f"[ma_jupyter] lifecycle on_start exited with code {code}", file=sys.stderr, flush=True)
+        if code == 0 and not self.stopping:
+            code = self._run(spec["argv"])
+        elif self.stopping:
+            code = 128 + signal.SIGTERM
+        if spec.get("on_stop"):
+            stop_code = self._run(spec["on_stop"])
+            if stop_code != 0:
+                print(
+                    f"[ma_jupyter] lifecycle on_stop exited with code {stop_code}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        keep = float(spec.get("keep_failed_seconds") or 0)
+        # a failed command (not a stop) keeps the sandbox for its debug terminal
+        kept = (
+            code != 0
+            and not self.stopping
+            and keep > 0
+            and self.agent is not None
+            and self.agent.poll() is None
+        )
+        if not kept:
+            self._stop_agent()
+        self._ended.set()
+        self._export(node_dir)
+        # the job could leave anything there (a FIFO, a symlink): never follow or read it here
+        for report in (FAILURE_REPORT, NOT_DISTRIBUTED_REPORT):
+            collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"), report)
+        if self.exceeded:  # the runner's own report wins over the launcher's
+            write_report(node_dir.failure, {"reason": self.exceeded})
+            code = code or 128 + signal.SIGKILL
+        if self.host_gone:
+            write_report(node_dir.failure, {"reason": self.host_gone})
+            code = code or 128 + signal.SIGTERM
+        if kept:  # recorded before the exit code, which ends the job: its events can say so
+            until = time.time() + keep
+            write_report(node_dir.kept, {"until": until})
+        write_exit_code(node_dir.exit_code, code)
+        if kept:
+            self._keep_for_debugging(until)
+        return code
+
+    def _keep_for_debugging(self, until: float) -> None:
+        """Keep the shell agent (and so the sandbox: its mounts and files) until ``until``, a
+        stop signal (the job deleted, or a new attempt) or the agent's own end; then end it."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(until))
+        print(
+            f"[ma_jupyter] the command failed: this node's sandbox stays for the debug terminal until {stamp}",
+            file=sys.stderr,
+            flush=True,
+        )
+        while time.time() < until and not self.stopping and self.agent.poll() is None:
+            time.sleep(0.5)
+        self._stop_agent()
+
+    def _export(self, node_dir: NodeDir) -> None:
+        """Keep what the job wrote in its working copy, when anything changed since the copy (a
+        look at file times, following no link: most nodes write nothing there)."""
+        since = read_record(node_dir.workdir_record)
+        export, folder = self.spec.get("export"), self.spec.get("workdir")
+        if not export or since is None or not folder or not workdir.changed_since(folder, since):
+            return
+        code = self._run([*export, str(since)])
+        if code != 0:
+            print(
+                f"[ma_jupyter] keeping the working directory's files ended with code {code}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def isolate_network(spec: dict) -> str | None:
+    """Put the runner, and so everything it starts, where the node's network rules hold (see
+    :mod:`.network`): into the attempt's namespace (``netns``: its file), or behind the fence
+    (``deny_tcp``: the ports it may not connect to); None when done, else why not (the node then
+    runs nothing: never on a network it should not have)."""
+    if not spec.get("netns") and spec.get("deny_tcp") is None:
+        return None
+    from . import network
+
+    try:
+        if spec.get("netns"):
+            network.enter(spec["netns"])
+        if spec.get("deny_tcp") is not None:
+            network.fence(spec["deny_tcp"])
+    except OSError as exc:
+        return f"the node's network cannot be isolated: {exc.strerror or exc}"
+    return None
+
+
+def write_record(path: Path, since: int) -> None:
+    """Record the node's working copy complete (atomically): ``{"since": ns}``."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump({"since": since}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_record(path: Path) -> int | None:
+    """The time a node's working copy was complete; None without a (readable) record."""
+    try:
+        with open(path, "rb") as fh:
+            since = json.loads(fh.read(4096))["since"]
+        return since if isinstance(since, int) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the node described by the JSON file named in ``argv``
+    (``--check-user-namespace BWRAP``: :func:`check_user_namespace`)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == CHECK_USER_NAMESPACE:
+        return check_user_namespace(args[1])
+    if len(args) != 1:
+        print("usage: python -m ma_jupyter.nodehost.noderun <node-run.json>", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(args[0]).read_text())
+    return NodeRunner(spec).run()
+
+
+if __name__ == "__main__":
+    code = main()
+    # the exit code is on disk: end now rather than after the interpreter's teardown (its daemon
+    # threads and modules), which would only delay the node's end
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,136 @@
+"""What ``/proc`` says about processes: one process's status fields, start time, resident
+memory, name and node marker, and the tree of processes below one.
+
+The package's reader of ``/proc/<pid>/stat`` on the node's host (:func:`stat_fields`): the
+runner, its watchdog, the resource sampler and the host watch all read it through here.
+Every function here is a look, never a change: it answers None, 0 or an empty list for a process
+that ended meanwhile (or never was), and raises nothing.
+
+Read from ``/proc`` directly rather than with psutil: its import (15 ms) would delay every node's
+start, and the runner needs nothing else from it.  Standard library only: the node runners' fork
+server imports it (see :mod:`.forkserver`), and every module imported there is paid for once per
+server and shared by every runner it forks.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: the environment variable marking every process of one node run (found again after a restart)
+NODE_MARKER = "MA_NODE_RUN"
+
+_BOOT_TIME: float | None = None
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+#: indexes in :func:`stat_fields` (``proc(5)``'s field numbers less 3: counted after "pid (comm)")
+STATE, PPID, UTIME, CSTIME, NUM_THREADS, STARTTIME, RSS = 0, 1, 11, 14, 17, 19, 21
+
+
+def stat_fields(pid: int | str) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after "pid (comm)" (so :data:`STATE` is ``[0]``); None
+    once the process is gone.  The name may hold spaces and parentheses: the fields are split
+    after its last ``)``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:  # ended meanwhile
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def process_start_time(pid: int, *, ended: bool = False) -> float | None:
+    """When ``pid`` started, in seconds since the epoch (from ``/proc/<pid>/stat``); None if it
+    does not exist, or (unless ``ended``) has ended and waits to be reaped (a zombie)."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    if fields[STATE] in (b"Z", b"X") and not ended:
+        return None
+    ticks = int(fields[STARTTIME])
+    return round(_boot_time() + ticks / os.sysconf("SC_CLK_TCK"), 2)
+
+
+def descendants(root: int) -> list[tuple[int, int, str]]:
+    """``(pid, parent pid, state)`` of every process below ``root``, parents before children
+    (a scan of all of ``/proc``)."""
+    table: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = stat_fields(entry)
+        if fields is None:
+            continue
+        table.setdefault(int(fields[PPID]), []).append((int(entry), fields[STATE].decode()))
+    found: list[tuple[int, int, str]] = []
+    parents = [root]
+    while parents:
+        parent = parents.pop(0)
+        for pid, state in table.get(parent, ()):
+            found.append((pid, parent, state))
+            parents.append(pid)
+    return found
+
+
+def process_tree(root: int) -> list[int]:
+    """Every process below ``root``, walked through ``/proc/<pid>/task/<tid>/children`` (it
+    reads only the tree, not all of ``/proc``: the memory watchdog samples it often); the whole
+    ``/proc`` scan of :func:`descendants` where the kernel has no such files."""
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return [pid for pid, _, state in descendants(root) if state != "Z"]
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # ended meanwhile
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                    children = [int(c) for c in fh.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def resident(pid: int) -> int:
+    """Resident memory of one process in bytes (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def command_name(pid: int) -> str:
+    """A process's command name (``?`` once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "?"
+
+
+def _boot_time() -> float:
+    global _BOOT_TIME
+    if _BOOT_TIME is None:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime"):
+                    _BOOT_TIME = float(line.split()[1])
+                    break
+            else:
+                _BOOT_TIME = 0.0
+    return _BOOT_TIME
+
+
+def is_marked(pid: int, marker: str) -> bool:
+    """Whether process ``pid``'s environment carries ``MA_NODE_RUN=<marker>``."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return f"{NODE_MARKER}={marker}".encode() in fh.read().split(b"\0")
+    except OSError:
+        return False
