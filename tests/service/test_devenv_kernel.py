@@ -1,0 +1,114 @@
+"""A dev environment as a Jupyter kernel: the job's own node, reached from a notebook.
+
+A real service runs a 2-node PyTorch job's dev environment for its ``worker-1``; Jupyter starts
+the kernelspec the client installed (``KernelManager``, in the test's own ``JUPYTER_DATA_DIR``),
+and the code it runs sees the job's dataset, its env, secret env and node 1's ``RANK``, and
+writes the job's outputs folder.  Shutting the kernel down ends the dev environment.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from jupyter_client import KernelManager
+
+from ma_jupyter.client import Client
+from ma_jupyter.client.kernelspec import install_devenv_kernel
+from ma_jupyter.errors import Forbidden
+from ma_jupyter.models import JobStatus
+from tests.helpers import writable_dir
+
+pytestmark = pytest.mark.timeout(400)
+
+CODE = """
+import os
+print('data:', open('/workspace/dataset/private/corpus/only-here.txt').read())
+print('env:', os.environ['GREETING'], os.environ['TOKEN'], 'rank', os.environ['RANK'], os.environ['WORLD_SIZE'])
+print('of:', os.environ['MA_DEVENV_OF'])
+open('/workspace/outputs/from-kernel.txt', 'w').write('written in the node')
+"""
+
+
+def _source_job(client: Client, tmp_path, access: str = "ro"):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "only-here.txt").write_text("only in the dataset")
+    outputs = writable_dir(tmp_path / "out")
+    return client.submit(
+        name="trainer",
+        mode="pytorch",
+        nodes=2,
+        command="sleep 600",
+        access=access,
+        datasets=[{"name": "corpus", "path": str(data)}],
+        outputs=str(outputs),
+        env={"GREETING": "hello", "TOKEN": "secret:s3cret"},
+    )
+
+
+def _wait_terminal(client: Client, job_id: str, within: float = 120) -> JobStatus:
+    deadline = time.monotonic() + within
+    job = client.get(job_id)
+    while not job.status.is_terminal():
+        assert time.monotonic() < deadline, f"dev environment {job_id} still {job.status.value}"
+        job = client.wait_status(job_id, since=job.status, wait=10)
+    return job.status
+
+
+def test_a_notebook_kernel_runs_in_the_jobs_node(ma_client, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    source = _source_job(ma_client, tmp_path)
+    made = ma_client.create_devenv(source.id, 1)
+    origin = made.info.spec.devenv_of
+    assert origin is not None and origin.job_id == source.id and origin.node == "worker-1"
+    assert made.info.spec.name == "trainer-devenv" and made.info.spec.nodes == 1
+    assert made.info.spec.secret_env == {"TOKEN": "***"}  # masked as every job's
+
+    name, _ = install_devenv_kernel(ma_client.get(source.id), "worker-1", made.info)
+    manager = KernelManager(kernel_name=name)
+    manager.start_kernel()
+    kernel = manager.client()
+    kernel.start_channels()
+    try:
+        kernel.wait_for_ready(timeout=240)
+        out: list[str] = []
+
+        def collect(msg):
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                out.append("\n".join(msg["content"]["traceback"]))
+
+        reply = kernel.execute_interactive(CODE, timeout=60, output_hook=collect)
+        text = "".join(out)
+        assert reply["content"]["status"] == "ok", text
+        assert "data: only in the dataset" in text
+        assert "env: hello s3cret rank 1 2" in text
+        assert f"of: {source.id}" in text
+        assert (tmp_path / "out" / "from-kernel.txt").read_text() == "written in the node"
+        assert ma_client.get(made.id).status is JobStatus.running
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel()
+    assert _wait_terminal(ma_client, made.id) in (JobStatus.succeeded, JobStatus.stopped)
+
+
+def test_a_viewer_may_not_open_the_owners_environment(ma_client, tmp_path):
+    source = _source_job(ma_client, tmp_path, access="rw")
+    token = ma_client.add_user("viewer").token
+    viewer = Client(url=ma_client.url, token=token)
+    try:
+        assert viewer.get(source.id).id == source.id  # the viewer sees it...
+        with pytest.raises(Forbidden, match="only its owner"):
+            viewer.create_devenv(source.id, 1)  # ...but never runs with its secrets
+        assert all(j.info.spec.devenv_of is None for j in ma_client.jobs())  # nothing half-made
+    finally:
+        viewer.close()
+
+
+def test_a_submit_may_not_claim_to_be_a_dev_environment(ma_client):
+    from ma_jupyter.errors import InvalidSpec
+
+    with pytest.raises(InvalidSpec, match="set by the service"):
+        ma_client.submit(name="fake", command="sleep 1", devenv_of={"job_id": "x", "node": "worker-0"})
