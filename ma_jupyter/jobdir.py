@@ -46,6 +46,7 @@ from .nodeside.devenv_kernel import (  # the dev environment's kernel folder, fo
     CONNECTION_FILE,
     KERNEL_FOLDER,
     KERNEL_VIEW,
+    NO_IPYKERNEL_SAYS,
     SOCKET_PREFIX,
 )
 from .nodeside.rank_log import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, RANK_LOG_ENV, rank_log_name, rank_of
@@ -320,6 +321,7 @@ __all__ = [
     "FAILURE_REPORT",
     "KERNEL_FOLDER",
     "KERNEL_VIEW",
+    "NO_IPYKERNEL_SAYS",
     "NOT_DISTRIBUTED_REPORT",
     "PLACEHOLDER",
     "RANK_LOG_ENV",

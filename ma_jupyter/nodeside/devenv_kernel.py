@@ -36,14 +36,15 @@ SOCKET_PREFIX = "k"
 CHANNEL_PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 
 NO_IPYKERNEL = 3
+#: what the line saying so holds (the backend makes it the failed job's reason)
+NO_IPYKERNEL_SAYS = "has no ipykernel, which a dev environment's kernel runs on"
 
 
 def main() -> int:
     folder = os.environ.get("MA_DEVENV_KERNEL_DIR", KERNEL_VIEW)
     if importlib.util.find_spec("ipykernel") is None:
         print(
-            f"this job's interpreter ({sys.executable}) has no ipykernel, which a dev environment's "
-            f"kernel runs on: install it in the job's image (e.g. `{sys.executable} -m pip install ipykernel`), "
+            f"this job's interpreter ({sys.executable}) {NO_IPYKERNEL_SAYS}: install it in the job's image (e.g. `{sys.executable} -m pip install ipykernel`), "
             "then create the dev environment again",
             file=sys.stderr,
             flush=True,

@@ -112,3 +112,67 @@ def test_a_submit_may_not_claim_to_be_a_dev_environment(ma_client):
 
     with pytest.raises(InvalidSpec, match="set by the service"):
         ma_client.submit(name="fake", command="sleep 1", devenv_of={"job_id": "x", "node": "worker-0"})
+
+
+@pytest.fixture
+def jupyter_data(tmp_path, monkeypatch):
+    """A kernelspec folder of the test's own (set before the CLI's environment is taken)."""
+    folder = tmp_path / "jupyter"
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(folder))
+    return folder
+
+
+def test_the_cli_installs_the_kernel_and_papermill_runs_a_notebook_there(
+    jupyter_data, ma_cli, ma_client, tmp_path
+):
+    import json
+
+    import nbformat
+    import papermill
+
+    source = _source_job(ma_client, tmp_path)
+    done = ma_cli("devenv", source.id, "--kernel", "--node", "1")
+    assert done.returncode == 0, done.stderr
+    assert "installed kernel 'ma_jupyter-trainer-worker-1'" in done.stdout
+    spec = json.loads((jupyter_data / "kernels" / "ma_jupyter-trainer-worker-1" / "kernel.json").read_text())
+    assert spec["display_name"] == "ma_jupyter: trainer (worker-1)"
+    assert spec["interrupt_mode"] == "message"
+    assert not any("token" in key.lower() for key in spec["env"])  # no credential on disk
+    devenv = next(j.info for j in ma_client.jobs() if j.info.spec.devenv_of is not None)
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("import os\nrank = os.environ['RANK']\nprint('rank', rank)"),
+        nbformat.v4.new_code_cell("print(open('/workspace/dataset/private/corpus/only-here.txt').read())"),
+    ]
+    written = tmp_path / "in.ipynb"
+    nbformat.write(notebook, written)
+    ran = papermill.execute_notebook(
+        str(written),
+        str(tmp_path / "out.ipynb"),
+        kernel_name="ma_jupyter-trainer-worker-1",
+        progress_bar=False,
+    )
+    texts = ["".join(o.get("text", "")) for cell in ran["cells"] for o in cell["outputs"]]
+    assert texts == ["rank 1\n", "only in the dataset\n"]
+    # papermill shut the kernel down: the dev environment it attached to ended
+    assert _wait_terminal(ma_client, devenv.id) in (JobStatus.succeeded, JobStatus.stopped)
+
+
+def test_an_image_without_ipykernel_fails_saying_what_to_install(ma_client, tmp_path):
+    import shutil
+    import subprocess
+
+    python = shutil.which("python3", path="/usr/bin")
+    if (
+        python is None
+        or subprocess.run([python, "-c", "import ipykernel"], capture_output=True).returncode == 0
+    ):
+        pytest.skip("no interpreter without ipykernel on this machine")
+    data = tmp_path / "data"
+    data.mkdir()
+    source = ma_client.submit(name="plain", command="sleep 600", image={"python": python})
+    made = ma_client.create_devenv(source.id)
+    assert _wait_terminal(ma_client, made.id) is JobStatus.error
+    reason = ma_client.get(made.id).reason
+    assert "has no ipykernel" in reason and "pip install ipykernel" in reason, reason
