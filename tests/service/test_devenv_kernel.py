@@ -176,3 +176,41 @@ def test_an_image_without_ipykernel_fails_saying_what_to_install(ma_client, tmp_
     assert _wait_terminal(ma_client, made.id) is JobStatus.error
     reason = ma_client.get(made.id).reason
     assert "has no ipykernel" in reason and "pip install ipykernel" in reason, reason
+
+
+@pytest.mark.small_cluster
+def test_it_queues_while_the_cluster_is_full_and_the_kernel_waits_for_it(ma_client, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    # a 2-node job and three single ones fill both machines (8 + 2 cores) with 2-core nodes
+    full = ma_client.submit(name="pair", mode="pytorch", nodes=2, specs=["cpu.medium"], command="sleep 600")
+    fillers = [ma_client.submit(name=f"fill{i}", specs=["cpu.medium"], command="sleep 600") for i in range(3)]
+    deadline = time.monotonic() + 120
+    while any(ma_client.get(j.id).status is not JobStatus.running for j in [full, *fillers]):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    made = ma_client.create_devenv(full.id, "worker-1")
+    queued = ma_client.get(made.id)
+    assert queued.status is JobStatus.queued and queued.queue_position is not None
+    assert queued.spec.specs == ["cpu.medium"]  # the spec the job runs with
+
+    name, _ = install_devenv_kernel(ma_client.get(full.id), "worker-1", made.info)
+    manager = KernelManager(kernel_name=name)
+    manager.start_kernel()
+    kernel = manager.client()
+    kernel.start_channels()
+    try:
+        assert ma_client.get(made.id).status is JobStatus.queued  # the kernel waits for it
+        ma_client.stop(fillers[0].id)  # its cores free: the dev environment starts, the kernel with it
+        kernel.wait_for_ready(timeout=240)
+        out: list[str] = []
+        reply = kernel.execute_interactive(
+            "import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'])",
+            timeout=60,
+            output_hook=lambda m: out.append(m["content"].get("text", "")),
+        )
+        assert reply["content"]["status"] == "ok"
+        assert "".join(out) == "1 2\n"
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel()
+    assert _wait_terminal(ma_client, made.id) in (JobStatus.succeeded, JobStatus.stopped)
