@@ -11,15 +11,16 @@ port Jupyter chose for it.  Messages pass through unchanged (they stay signed wi
 Contract, in order:
 
 1. bind Jupyter's five TCP ports at once (what Jupyter sends before the kernel runs waits there);
-2. attach to the dev environment ``--devenv`` while it is queued or running, else start a new one
-   of job ``--job``'s node ``--node`` (:meth:`~ma_jupyter.client.http.Client.create_devenv`: it
+2. attach to the dev environment ``--devenv`` while it is queued or running and holds no kernel
+   yet, else start a new one of job ``--job``'s node ``--node`` (:meth:`~ma_jupyter.client.http.Client.create_devenv`: it
    queues like any job) and wait until it runs; a dev environment that ends before that ends
    this process with its reason;
 3. find its kernel folder through the service (the job folder a log stream's ``file`` names:
    only the backend knows where a node's files are, and a node on another machine has none
    here: then stop it and say so);
 4. write the kernel's connection file there (``ipc`` transport, sockets ``k-1`` ... ``k-5``,
-   Jupyter's key and signature scheme), through a rename, and connect to the sockets by their
+   Jupyter's key and signature scheme), whole, never over one a bridge wrote before (a second
+   notebook on the same kernelspec gets a dev environment of its own), and connect to the sockets by their
    relative names from inside the folder (a Unix socket's path is at most 107 bytes);
 5. relay: ROUTER (Jupyter's side) to DEALER (the kernel's) for shell, control, stdin and
    heartbeat; XPUB to XSUB for iopub (subscriptions forwarded).  The shell and stdin DEALERs
@@ -97,8 +98,9 @@ def _kernel_folder(client: Client, job: Job) -> Path:
     return Path(where.root) / "nodes" / node / KERNEL_FOLDER
 
 
-def _write_connection(folder: Path, conn: dict) -> None:
-    """Rule 4's connection file, whole or not at all."""
+def _write_connection(folder: Path, conn: dict) -> bool:
+    """Rule 4's connection file, whole or not at all; False when the folder has one already
+    (another notebook's kernel runs there: its key is not this one's)."""
     kernel = {
         **CHANNEL_PORTS,
         "transport": "ipc",
@@ -109,7 +111,13 @@ def _write_connection(folder: Path, conn: dict) -> None:
     }
     temporary = folder / f".{CONNECTION_FILE}.{os.getpid()}"
     temporary.write_text(json.dumps(kernel))
-    os.replace(temporary, folder / CONNECTION_FILE)
+    try:
+        os.link(temporary, folder / CONNECTION_FILE)  # never replaces one: the first bridge wins
+    except FileExistsError:
+        return False
+    finally:
+        temporary.unlink()
+    return True
 
 
 def _relay(front: zmq.Socket, back: zmq.Socket) -> None:
@@ -145,15 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts come as messages (interrupt_mode)
     try:
         job = _attach(client, args)
-        _say(f"dev environment {job.id} ({job.name}) of job {args.job}")
-        job = _wait_running(client, job)
-        folder = _kernel_folder(client, job)
-        deadline = time.monotonic() + 60
-        while not folder.is_dir():
-            if time.monotonic() > deadline:
-                raise LookupError(f"the kernel folder {folder} did not appear")
-            time.sleep(0.1)
-        _write_connection(folder, conn)
+        while True:
+            _say(f"dev environment {job.id} ({job.name}) of job {args.job}")
+            job = _wait_running(client, job)
+            folder = _kernel_folder(client, job)
+            deadline = time.monotonic() + 60
+            while not folder.is_dir():
+                if time.monotonic() > deadline:
+                    raise LookupError(f"the kernel folder {folder} did not appear")
+                time.sleep(0.1)
+            if _write_connection(folder, conn):
+                break
+            # a dev environment holds one kernel: this notebook gets one of its own
+            _say(f"dev environment {job.id} already runs another notebook's kernel: starting a new one")
+            job = None  # the other notebook's: never stopped by this bridge
+            job = client.create_devenv(args.job, args.node).info
         os.chdir(folder)
         identity = f"bridge-{uuid.uuid4().hex}".encode()
         backs: dict[str, zmq.Socket] = {}

@@ -214,3 +214,42 @@ def test_it_queues_while_the_cluster_is_full_and_the_kernel_waits_for_it(ma_clie
         kernel.stop_channels()
         manager.shutdown_kernel()
     assert _wait_terminal(ma_client, made.id) in (JobStatus.succeeded, JobStatus.stopped)
+
+
+def test_a_second_notebook_on_the_same_kernel_gets_an_environment_of_its_own(
+    ma_client, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    source = _source_job(ma_client, tmp_path)
+    made = ma_client.create_devenv(source.id)
+    name, _ = install_devenv_kernel(ma_client.get(source.id), "worker-0", made.info)
+    managers = [KernelManager(kernel_name=name) for _ in range(2)]
+    clients = []
+    ids: list[str] = []
+    try:
+        for manager in managers:
+            manager.start_kernel()
+            kernel = manager.client()
+            kernel.start_channels()
+            clients.append(kernel)
+            kernel.wait_for_ready(timeout=240)
+        for kernel in clients:
+            out: list[str] = []
+            reply = kernel.execute_interactive(
+                "import os; print(os.environ['MA_JOB_ID'])",
+                timeout=60,
+                output_hook=lambda m, out=out: out.append(m["content"].get("text", "")),
+            )
+            assert reply["content"]["status"] == "ok"
+            ids.append("".join(out).strip())
+        assert ids[0] == made.id and ids[1] != made.id  # each notebook its own kernel and job
+        devenvs = {j.id for j in ma_client.jobs() if j.info.spec.devenv_of is not None}
+        assert devenvs == set(ids)
+    finally:
+        for kernel in clients:
+            kernel.stop_channels()
+        for manager in managers:
+            if manager.has_kernel:
+                manager.shutdown_kernel()
+    for job_id in ids:
+        assert _wait_terminal(ma_client, job_id) in (JobStatus.succeeded, JobStatus.stopped)
