@@ -139,6 +139,8 @@ def test_the_cli_installs_the_kernel_and_papermill_runs_a_notebook_there(
     assert spec["interrupt_mode"] == "message"
     assert not any("token" in key.lower() for key in spec["env"])  # no credential on disk
     devenv = next(j.info for j in ma_client.jobs() if j.info.spec.devenv_of is not None)
+    shown = ma_cli("get", devenv.id)
+    assert f"devenv of: job {source.id}, node worker-1" in shown.stdout, shown.stderr
 
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
