@@ -60,6 +60,11 @@ def _say(text: str) -> None:
 def _bind(ctx: zmq.Context, kind: int, conn: dict, key: str) -> zmq.Socket:
     sock = ctx.socket(kind)
     sock.linger = 0
+    if kind == zmq.ROUTER:
+        # as ipykernel's own: a peer reconnecting with an identity already known (Jupyter's
+        # kernel manager and its client share one session, so one identity) takes it over
+        # instead of being ignored
+        sock.router_handover = 1
     sock.bind(f"{conn.get('transport', 'tcp')}://{conn['ip']}:{conn[key]}")
     return sock
 

@@ -255,3 +255,52 @@ def test_a_second_notebook_on_the_same_kernel_gets_an_environment_of_its_own(
                 manager.shutdown_kernel()
     for job_id in ids:
         assert _wait_terminal(ma_client, job_id) in (JobStatus.succeeded, JobStatus.stopped)
+
+
+def _reply(kernel, msg_id: str) -> dict:
+    """The shell reply to ``msg_id`` (the replies to the kernel-info requests Jupyter repeated
+    while the dev environment was starting come first)."""
+    while True:
+        reply = kernel.get_shell_msg(timeout=60)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
+
+
+def test_interrupt_and_input_reach_the_kernel_through_the_bridge(ma_client, tmp_path, monkeypatch):
+    import queue
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    source = _source_job(ma_client, tmp_path)
+    made = ma_client.create_devenv(source.id)
+    name, _ = install_devenv_kernel(ma_client.get(source.id), "worker-0", made.info)
+    manager = KernelManager(kernel_name=name)
+    manager.start_kernel()
+    kernel = manager.client()
+    kernel.start_channels()
+    try:
+        kernel.wait_for_ready(timeout=240)
+        # input(): the kernel's request comes back on stdin (the shell and stdin identities match)
+        msg_id = kernel.execute("answer = input('say: '); print('got', answer)", allow_stdin=True)
+        request = kernel.get_stdin_msg(timeout=60)
+        assert request["content"]["prompt"] == "say: "
+        kernel.input("forty-two")
+        assert _reply(kernel, msg_id)["content"]["status"] == "ok"
+        # an interrupt is a message on the control channel (interrupt_mode: message)
+        msg_id = kernel.execute("import time; print('sleeping', flush=True); time.sleep(600)")
+        deadline = time.monotonic() + 60
+        while True:  # until the cell's code runs (ipykernel ignores SIGINT outside user code)
+            try:
+                msg = kernel.get_iopub_msg(timeout=1)
+            except queue.Empty:
+                msg = None
+            if msg and msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
+                assert "sleeping" in msg["content"]["text"]
+                break
+            assert time.monotonic() < deadline
+        manager.interrupt_kernel()
+        reply = _reply(kernel, msg_id)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel()
+    assert _wait_terminal(ma_client, made.id) in (JobStatus.succeeded, JobStatus.stopped)
