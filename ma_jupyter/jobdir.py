@@ -41,6 +41,14 @@ from .errors import InvalidSpec
 
 # The names inside a node's rank folder are spelled by the program that writes them, the rank
 # log splitter, which must start each rank before importing this module (see its docstring).
+from .nodeside.devenv_kernel import (  # the dev environment's kernel folder, for both sides
+    CHANNEL_PORTS,
+    CONNECTION_FILE,
+    KERNEL_FOLDER,
+    KERNEL_VIEW,
+    NO_IPYKERNEL_SAYS,
+    SOCKET_PREFIX,
+)
 from .nodeside.rank_log import FAILURE_REPORT, NOT_DISTRIBUTED_REPORT, RANK_LOG_ENV, rank_log_name, rank_of
 
 #: in-view folder of a node's per-rank logs, backed by ``logs/<node>/``
@@ -197,6 +205,12 @@ class NodeDir(_Folder):
         """The folder on the node's PYTHONPATH holding only a link to the package (symlink mode)."""
         return self.root / "python"
 
+    @property
+    def kernel(self) -> Path:
+        """A dev environment's kernel folder: its connection file and the kernel's ZMQ sockets,
+        shown writable in the node at :data:`~ma_jupyter.nodeside.devenv_kernel.KERNEL_VIEW`."""
+        return self.root / KERNEL_FOLDER
+
 
 class JobDir(_Folder):
     """``<home>/jobs/<id>``: one job's folder."""
@@ -308,11 +322,17 @@ class JobDir(_Folder):
 PLACEHOLDER = JobDir(Path("<jobs>") / "<job-id>")
 
 __all__ = [
+    "CHANNEL_PORTS",
+    "CONNECTION_FILE",
     "FAILURE_REPORT",
+    "KERNEL_FOLDER",
+    "KERNEL_VIEW",
+    "NO_IPYKERNEL_SAYS",
     "NOT_DISTRIBUTED_REPORT",
     "PLACEHOLDER",
     "RANK_LOG_ENV",
     "RANK_LOG_VIEW",
+    "SOCKET_PREFIX",
     "JobDir",
     "NodeDir",
     "check_node_name",

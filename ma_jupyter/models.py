@@ -341,6 +341,20 @@ SECRET_MASK = "***"
 SECRET_PREFIX = "secret:"
 
 
+class DevEnvOrigin(Strict):
+    """What a dev environment (``POST /jobs/{id}/devenv``) was made from; set by the service
+    only (a submit naming it is refused)."""
+
+    job_id: str = Field(max_length=128, description="The job whose node's sandbox it is.")
+    node: Short = Field(description="That job's node whose view and variables it has, e.g. worker-1.")
+    variables: dict[EnvName, EnvValue] = Field(
+        default={},
+        max_length=MAX_ENV,
+        description="The platform's variables of that node as the job's plan gives them (RANK, "
+        "WORLD_SIZE, MA_TASK_INDEX...); they win over the dev environment's own.",
+    )
+
+
 class JobSpec(Strict):
     """Everything a user says about a job; what the service stores and the backends run."""
 
@@ -398,6 +412,11 @@ class JobSpec(Strict):
     )
     grace_period: float = Field(
         default=10.0, gt=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."
+    )
+    devenv_of: DevEnvOrigin | None = Field(
+        default=None,
+        description="Set on a dev environment only: the job and node it is the environment of "
+        "(its command is a Jupyter kernel).",
     )
 
     @model_validator(mode="before")

@@ -9,13 +9,17 @@
  *    closes the page.
  * 3. Terminal (a job submitted with a debug terminal, running or failed) opens a JupyterLab
  *    terminal tab inside a node's sandbox (debugterminal.ts), asking which node when several.
- * 4. Create dev environment saves the job as a notebook at the Lab root under a name no
- *    notebook has yet, and opens it.
+ * 4. Create dev environment offers two things: the job's own environment (a dev environment job
+ *    with the sandbox of the node chosen, running a Jupyter kernel: the server extension starts
+ *    it and installs its kernelspec, and a new notebook opens on that kernel; the job's owner or
+ *    an admin only, as it runs with the job's secrets), or a notebook that submits the job again,
+ *    saved at the Lab root under a name no notebook has yet, and opened.
+ * 5. A dev environment's page names the job and node it is the environment of.
  */
 import { Dialog, InputDialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { ApiError, api } from './api';
+import { ApiError, api, requestAPI } from './api';
 import { LAB } from './commands';
 import { openDebugTerminal } from './debugterminal';
 import { h } from './dom';
@@ -190,8 +194,76 @@ export class Operations {
     this.page.say(`Opened the debug terminal of ${node} in a tab.`);
   }
 
-  /** Ask the service for the job as a notebook, save it at the Lab root and open it. */
+  /** The nodes a dev environment may be made of: the launched ones, else those the spec asks for. */
+  private nodeNames(): string[] {
+    const job = this.page.job;
+    if (job.nodes?.length) {
+      return job.nodes.map(n => n.name);
+    }
+    if (job.spec.type === 'batch') {
+      return (job.spec.tasks ?? []).map((_t, i) => `task-${i}`);
+    }
+    const names: string[] = [];
+    if (job.spec.mode === 'tensorflow') {
+      for (let i = 0; i < (job.spec.ps ?? 0); i++) names.push(`ps-${i}`);
+      if (job.spec.chief) names.push('chief-0');
+    }
+    for (let i = 0; i < (job.spec.nodes ?? 1); i++) names.push(`worker-${i}`);
+    return names;
+  }
+
+  /** Rule 4: the job's own environment as a kernel, or the re-submit notebook. */
   private async devenv(): Promise<void> {
+    const job = this.page.job;
+    const own = !job.allowed?.length || job.allowed.includes('shell');
+    const names = this.nodeNames();
+    const select = h(
+      'select',
+      { class: 'ma-devenv-node' },
+      ...names.filter(n => !n.startsWith('ps-')).map(n => h('option', { value: n }, n))
+    ) as HTMLSelectElement;
+    const body = new Widget({
+      node: h(
+        'div',
+        { class: 'ma-devenv-choice' },
+        h(
+          'p',
+          {},
+          own
+            ? 'Open a notebook whose kernel runs inside a sandbox built as this job’s node (its image, mounts, env, spec and working copy), as a job of its own; or save a notebook that submits the job again.'
+            : 'The job’s own environment runs with its secret variables: only its owner or an admin may open it. You may save a notebook that submits the job again as your own job.'
+        ),
+        own ? h('label', {}, 'Node: ', select) : h('span', {})
+      )
+    });
+    const buttons = [Dialog.cancelButton(), Dialog.okButton({ label: 'Re-submit notebook', className: 'ma-devenv-notebook' })];
+    if (own) {
+      buttons.push(Dialog.okButton({ label: 'Kernel in the job’s node', className: 'ma-devenv-kernel' }));
+    }
+    const answer = await showDialog({ title: `Create dev environment of ${job.spec.name}`, body, buttons });
+    if (!answer.button.accept) {
+      return;
+    }
+    if (answer.button.label === 'Re-submit notebook') {
+      await this.resubmitNotebook();
+      return;
+    }
+    const made = await requestAPI<{ kernel_name: string; display_name: string; devenv: Job }>('devenv-kernel', {
+      method: 'POST',
+      body: JSON.stringify({ job: job.id, node: select.value }),
+      headers: { 'Content-Type': 'application/json' }
+    });
+    const app = this.page.host.app;
+    await app.serviceManager.kernelspecs.refreshSpecs();
+    await app.commands.execute('notebook:create-new', { kernelName: made.kernel_name });
+    this.page.say(
+      `Started dev environment ${made.devenv.id} (${made.devenv.status}); opened a notebook on ${made.display_name}. ` +
+        'Shutting its kernel down stops it.'
+    );
+  }
+
+  /** Ask the service for the job as a notebook, save it at the Lab root and open it. */
+  private async resubmitNotebook(): Promise<void> {
     const jobId = this.page.job.id;
     let answer: { name: string; notebook: any };
     try {

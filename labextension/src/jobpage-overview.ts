@@ -63,6 +63,7 @@ export class OverviewTab extends JobTab {
       { class: 'ma-facts ma-overview-facts' },
       row('Status', statusText(job)),
       row('Reason', job.reason),
+      spec.devenv_of ? row('Dev environment of', `job ${spec.devenv_of.job_id}, node ${spec.devenv_of.node}`) : null,
       job.status === 'queued' ? row('Queue position', (job.queue_position ?? 0) + 1) : null,
       job.status === 'queued' ? row('Estimated start', estimate(job)) : null,
       job.status === 'queued' ? row('Why it waits', this.page.prediction || 'waiting for the next admission pass') : null,

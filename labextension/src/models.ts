@@ -81,6 +81,19 @@ export interface DatasetMount {
 export type DatasetSource = "private" | "favorite";
 export const DATASET_SOURCE_VALUES: ReadonlyArray<DatasetSource> = ["private", "favorite"];
 
+/**
+ * What a dev environment (`POST /jobs/{id}/devenv`) was made from; set by the service
+ * only (a submit naming it is refused).
+ */
+export interface DevEnvOrigin {
+  /** The job whose node's sandbox it is. */
+  job_id: string;
+  /** That job's node whose view and variables it has, e.g. worker-1. */
+  node: string;
+  /** The platform's variables of that node as the job's plan gives them (RANK, WORLD_SIZE, MA_TASK_INDEX...); they win over the dev environment's own. */
+  variables?: Record<string, string>;
+}
+
 /** One change in a job's life: a status (or a notice while the status stays) with a reason. */
 export interface Event {
   seq?: number;
@@ -204,6 +217,8 @@ export interface JobSpec {
   workdir?: string | null;
   /** Seconds between SIGTERM and SIGKILL on stop. */
   grace_period?: number;
+  /** Set on a dev environment only: the job and node it is the environment of (its command is a Jupyter kernel). */
+  devenv_of?: DevEnvOrigin | null;
 }
 
 /** The platform's statuses.  `expired`: the job ran past its duration. */

@@ -718,6 +718,20 @@ class Client:
         """
         return self._request("GET", f"/jobs/{_segment(job_id)}/devenv")
 
+    def create_devenv(self, job_id: str, node: str | int | None = None) -> JobHandle:
+        """Start a dev environment of one of the job's nodes (default its first): a job of this
+        client's user with that node's sandbox and a Jupyter kernel as its command
+        (``POST /jobs/{id}/devenv``; only the job's owner or an admin may).  Attach a notebook
+        with the kernelspec :func:`ma_jupyter.frontends.kernelspec.install_devenv_kernel` installs."""
+        body = {} if node is None else {"node": node}
+        data = self._request(
+            "POST",
+            f"/jobs/{_segment(job_id)}/devenv",
+            json_body=body,
+            headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex},
+        )
+        return JobHandle(self, Job.model_validate(data))
+
     # -------------------------------------------------------------------- algorithms
 
     def algorithms(self) -> list[Algorithm]:

@@ -41,6 +41,7 @@ from typing import Any
 
 from .. import __version__
 from ..client import Client, JobHandle
+from ..client.kernelspec import install_devenv_kernel
 from ..client.logs import JobFollower, several_nodes
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NodeLost, NotFound
@@ -146,6 +147,13 @@ def build_cli() -> options.OptionsParser:
         metavar="FILE",
         help="the notebook to write (default <job name>-devenv.ipynb; - prints it)",
     )
+    devenv.add_argument(
+        "--kernel",
+        action="store_true",
+        help="start the job's own environment instead: a dev environment job running a Jupyter kernel in a "
+        "sandbox built as the job's node, and install its kernelspec for you",
+    )
+    devenv.add_argument("--node", help="with --kernel: the job's node (worker-1, or 1); default its first")
     exported = job_command(
         "export", "print what the job would be on another platform (Kubernetes)", json_flag=False
     )
@@ -636,6 +644,10 @@ def _update(args: argparse.Namespace) -> int:
 def _devenv(args: argparse.Namespace) -> int:
     client = Client()
     handle = resolve_job(client, args.job)
+    if args.kernel:
+        return _devenv_kernel(client, handle.id, args.node)
+    if args.node:
+        raise InvalidSpec("--node chooses the node of a dev environment's kernel: add --kernel")
     made = client.devenv(handle.id)
     text = json.dumps(made["notebook"], indent=1, ensure_ascii=False) + "\n"
     if args.output == "-":
@@ -647,6 +659,19 @@ def _devenv(args: argparse.Namespace) -> int:
         raise Conflict(f"{path} exists: remove it, or write elsewhere with -o FILE")
     path.write_text(text)
     print(f"wrote {path}: a notebook that submits job {handle.id} ({handle.name}) again; open it in Jupyter")
+    return EXIT_OK
+
+
+def _devenv_kernel(client: Client, job_id: str, node: str | None) -> int:
+    made = client.create_devenv(job_id, node)
+    origin = made.info.spec.devenv_of
+    assert origin is not None
+    name, folder = install_devenv_kernel(client.get(job_id), origin.node, made.info)
+    print(
+        f"started dev environment {made.id} ({made.name}, {made.info.status.value}): job {job_id}'s "
+        f"{origin.node} with a Jupyter kernel\ninstalled kernel {name!r} ({folder}): open a notebook with "
+        f"it to run code there; stop it with `ma-jupyter stop {made.id}`"
+    )
     return EXIT_OK
 
 

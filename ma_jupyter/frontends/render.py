@@ -359,6 +359,10 @@ def format_job(job: Job) -> str:
         f"command:   {spec.command or '; '.join(t.command for t in spec.tasks)}",
         f"created:   {clock(job.created_at)}" + (f" by {spec.creator}" if spec.creator else ""),
     ]
+    if spec.devenv_of is not None:
+        lines.insert(
+            2, f"devenv of: job {spec.devenv_of.job_id}, node {spec.devenv_of.node} (a Jupyter kernel)"
+        )
     if job.queue_position is not None:
         lines.append(
             f"queue:     position {job.queue_position + 1}"

@@ -13,6 +13,9 @@ is one reverse proxy behind Jupyter's own authentication, and TensorBoard:
 ``<base_url>/ma-jupyter/service``
     Whether a job service runs for this home (``running``, ``url``, ``pid``, ``home``...), from
     :meth:`ma_jupyter.client.Client.service_status`; it starts none.
+``<base_url>/ma-jupyter/devenv-kernel``
+    ``POST {"job", "node"}``: start the job's dev environment and install its kernelspec for this
+    server's account (:class:`DevEnvKernelHandler`), so Lab can open a notebook on it.
 ``<base_url>/ma-jupyter/tensorboard/<id>/<path>``
     The job's TensorBoard (which listens on loopback only), started through the service on
     first use and again if it was reaped as idle.
@@ -369,6 +372,61 @@ class ServiceStatusHandler(APIHandler):
         self.finish(json.dumps({**status, "python": sys.executable}))
 
 
+class DevEnvKernelHandler(APIHandler):
+    """``POST <base_url>/ma-jupyter/devenv-kernel`` ``{"job": ID, "node": N}``: start the job's
+    dev environment and install its kernelspec for this server's account
+    (:mod:`ma_jupyter.client.kernelspec`); answers ``{"kernel_name", "display_name", "devenv"}``.
+
+    The kernel runs as this server's account and the dev environment as the service owner, so
+    only the server's own user (users rules 1 and 2) may: a forwarded hub user gets a 403 that
+    says to start it from their own server (``%ma_devenv JOB --kernel``)."""
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        if forwarded_user(_user_name(self.current_user), os.environ.get("JUPYTERHUB_USER")) is not None:
+            self.set_status(403)
+            self.finish(
+                json.dumps(
+                    {
+                        "error": "forbidden",
+                        "message": "a dev environment's kernel runs as this server's account: start it from "
+                        "your own Jupyter server (%ma_devenv JOB --kernel)",
+                    }
+                )
+            )
+            return
+        try:
+            body = json.loads(self.request.body or b"{}")
+            job_id, node = str(body["job"]), body.get("node")
+        except (ValueError, KeyError, TypeError):
+            self.set_status(400)
+            self.finish(json.dumps({"error": "invalid", "message": 'give {"job": ID, "node": N}'}))
+            return
+
+        def start() -> dict[str, Any]:
+            from ..client.kernelspec import install_devenv_kernel
+
+            client = _client()
+            made = client.create_devenv(job_id, node)
+            origin = made.info.spec.devenv_of
+            assert origin is not None
+            source = client.get(job_id)
+            name, _ = install_devenv_kernel(source, origin.node, made.info)
+            return {
+                "kernel_name": name,
+                "display_name": f"ma_jupyter: {source.name} ({origin.node})",
+                "devenv": made.info.model_dump(mode="json"),
+            }
+
+        try:
+            answer = await asyncio.get_running_loop().run_in_executor(_EXECUTOR, start)
+        except MaJupyterError as exc:
+            _error(self, exc)
+            return
+        self.set_status(201)
+        self.finish(json.dumps(answer))
+
+
 class TensorBoardProxyHandler(ProxyMixin):
     """``<base_url>/ma-jupyter/tensorboard/<id>/<path>`` -> the job's TensorBoard.
 
@@ -491,6 +549,7 @@ def setup_handlers(web_app: Any) -> None:
         [
             (url_path_join(base, "api", "v1") + "/(?P<path>.*)$", ServiceProxyHandler),
             (url_path_join(base, "service") + "/?$", ServiceStatusHandler),
+            (url_path_join(base, "devenv-kernel") + "/?$", DevEnvKernelHandler),
             (
                 url_path_join(base, "tensorboard", r"(?P<job_id>[^/]+)") + r"/(?P<path>.*)$",
                 TensorBoardProxyHandler,

@@ -45,7 +45,9 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
         ``OMP_NUM_THREADS`` is the spec's cores shared by the node's processes (at least 1),
         unless the job sets it: OpenMP, MKL and torch would otherwise start a thread per core
         of the whole machine on a backend that does not pin a node to its cores (Ray).
-        ``docs/variables.md`` lists every variable per mode.
+        ``docs/variables.md`` lists every variable per mode.  A dev environment
+        (``spec.devenv_of``) gets its source node's platform variables over its own, and
+        ``MA_DEVENV_OF`` (the source job's id).
     """
     if not placement.bound:
         raise ValueError("plan_job needs a placement bound by a backend (hostnames, addresses, ports)")
@@ -71,6 +73,11 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
         if node.task.devices:  # the seeds' card count of the node (Horovod's MY_MPI_SLOTS default)
             common["MA_NUM_GPUS"] = str(len(node.task.devices))
         platform = {**common, **node.env}
+        if spec.devenv_of is not None:
+            # a dev environment is the source job's node: that node's platform variables (its
+            # RANK, WORLD_SIZE, MA_TASK_INDEX...), its own identity kept (MA_JOB_ID, MA_JOB_NAME)
+            platform.update(spec.devenv_of.variables)
+            platform["MA_DEVENV_OF"] = spec.devenv_of.job_id
         job_env = {**spec.env, **spec.secret_env}
         threads = max(1, int(placement.spec.cpus // max(1, node.task.slots)))
         defaults = {"OMP_NUM_THREADS": str(threads)}

@@ -67,6 +67,7 @@ from ..commands import expand_env
 from ..errors import InvalidSpec
 from ..jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
 from ..models import JobSpec, NodeLaunch
+from ..nodeside.devenv_kernel import KERNEL_VIEW
 from . import caches
 from .host_policy import HostPolicy, RunAs, load_policy
 from .image import ImageEnv, resolve_image
@@ -86,6 +87,10 @@ from .procfs import NODE_MARKER
 if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
     from ..backends.base import Attempt
     from ..modes.base import NodePlan, TaskSlot
+
+
+#: the mount kind of a dev environment's kernel folder (its connection file and ZMQ sockets)
+DEVENV_KIND = "devenv"
 
 
 #: in-view folders a distributed mode may write files into
@@ -319,6 +324,15 @@ def node_view(
                 field="convention",
             )
         mounts = [*mounts, *_modelarts_mounts(mounts, jd.node(plan.name).root, attempt.spec)]
+    if attempt.spec.devenv_of is not None:
+        if sandbox != "bubblewrap":
+            raise InvalidSpec(
+                "a dev environment's kernel needs bubblewrap (its sockets are shown at "
+                f"{KERNEL_VIEW}): install it (apt-get install bubblewrap)",
+                field="devenv_of",
+            )
+        kernel = str(jd.node(plan.name).kernel)
+        mounts = [*mounts, Mount(kernel, KERNEL_VIEW, False, DEVENV_KIND, create=True)]
     has_copy = any(m.kind == WORKDIR_KIND for m in mounts)
     return NodeView(
         job_id=attempt.job_id,

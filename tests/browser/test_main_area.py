@@ -292,6 +292,7 @@ def test_job_detail_logs_resources_priority_stop_delete(ma_lab, browser_page):
 
     # create dev environment saves the job as a notebook and opens it (see the devenv test below)
     detail.locator(".ma-op-devenv").click()
+    page.locator(".jp-Dialog .ma-devenv-notebook").click()  # the other choice: the job's own kernel
     expect(detail.locator(".ma-message")).to_contain_text("Saved and opened", timeout=60_000)
     page.locator(f'.lm-TabBar-tab[data-id="ma-jupyter-job-{printer["id"]}"]').click()
 
@@ -495,6 +496,7 @@ def test_create_dev_environment_opens_a_notebook_whose_cell_runs_the_job_again(m
     detail = page.locator(f'[data-ma-view="job"][data-job-id="{first["id"]}"]')
     expect(detail).to_be_visible(timeout=30_000)
     detail.locator(".ma-op-devenv").click()
+    page.locator(".jp-Dialog .ma-devenv-notebook").click()  # the other choice: the job's own kernel
     expect(detail.locator(".ma-message")).to_contain_text("Saved and opened", timeout=60_000)
     saved = re.search(r"Saved and opened (\S+\.ipynb)", detail.locator(".ma-message").inner_text()).group(1)
     notebook = json.loads((ma_lab["root"] / saved).read_text())

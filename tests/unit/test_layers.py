@@ -136,7 +136,7 @@ ALLOWED = {
         "commands",
         "errors",
     },
-    "client": {"client", "models", "config", "untrusted", "errors", "foldersize"},
+    "client": {"client", "models", "config", "jobdir", "untrusted", "errors", "foldersize"},
     "frontends": {"frontends", "client", "models", "config", "spectext", "errors"},
 }
 

@@ -37,6 +37,7 @@ import ma_jupyter
 
 from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
+from ...jobdir import NO_IPYKERNEL_SAYS
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...nodehost import caches, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
@@ -660,7 +661,12 @@ class LocalBackend(Backend):
     def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
         """A refused write in ``lines`` (which mount of the node's view it hit, why, and how to
         change it), or a file missing from what each node of a multi-node job has of its own
-        (its ``/tmp``, its working copy): :func:`.mounts.path_hint`, from the view the node ran in."""
+        (its ``/tmp``, its working copy): :func:`.mounts.path_hint`, from the view the node ran in;
+        a dev environment's interpreter without ipykernel: the line saying what to install."""
+        if attempt.spec.devenv_of is not None:
+            said = next((line for line in reversed(lines) if NO_IPYKERNEL_SAYS in line), None)
+            if said is not None:
+                return said.strip()
         try:
             relative = attempt.jobdir.node(run.name).view_record.relative_to(attempt.jobdir.root)
             view = json.loads(read_small(attempt.job_dir, str(relative), limit=4 << 20))

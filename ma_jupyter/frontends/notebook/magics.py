@@ -84,6 +84,25 @@ def _job_parser(prog: str, description: str, *, job: str = "one", **kw) -> Magic
 _JOBS_HINT = "`%ma_jobs`"
 
 
+def _devenv_kernel(ref: str, node: str | None) -> JobHandle:
+    """``%ma_devenv JOB --kernel``: start the dev environment and install its kernelspec."""
+    from ...client.kernelspec import install_devenv_kernel
+    from .session import get_client
+
+    client = get_client()
+    handle = resolve_job(client, ref)
+    made = client.create_devenv(handle.id, node)
+    origin = made.info.spec.devenv_of
+    assert origin is not None
+    name, _ = install_devenv_kernel(handle.info, origin.node, made.info)
+    print(
+        f"started dev environment {made.id} ({made.info.status.value}): job {handle.id}'s {origin.node} "
+        f"with a Jupyter kernel; open a notebook with the kernel 'ma_jupyter: {handle.name} ({origin.node})' "
+        f"({name}) to run code there; `%ma_stop {made.id}` ends it"
+    )
+    return made
+
+
 def resolve_job(client: Client, ref: str) -> JobHandle:
     """The job ``ref`` names (see :func:`ma_jupyter.client.resolve.resolve_job`)."""
     from ...client.resolve import resolve_job as resolve
@@ -700,15 +719,34 @@ class MaJupyterMagics(Magics):
         ``%%ma_train`` cell with the job's options and code (see
         :mod:`ma_jupyter.export.notebook`).  The file is ``<job name>-devenv.ipynb`` in this
         notebook's folder (``-2``, ``-3``... when taken); a link to it is shown.  Returns its path.
+
+        ``%ma_devenv JOB --kernel [--node N]`` starts the job's own environment instead: a dev
+        environment job with the sandbox of the job's node N (default its first) running a
+        Jupyter kernel, and installs its kernelspec (``ma_jupyter: <job name> (<node>)``) for
+        this account; a notebook opened with it runs there.  Returns the dev environment's handle.
         """
         from . import record as notebook_record
         from .session import get_client
 
         parser = _job_parser("%ma_devenv", "Write a notebook that submits the job again.")
         parser.add_argument("--to", metavar="FOLDER", help="write it there (default: this notebook's folder)")
+        parser.add_argument(
+            "--kernel",
+            action="store_true",
+            help="start the job's own environment as a Jupyter kernel instead",
+        )
+        parser.add_argument(
+            "--node", help="with --kernel: the job's node (worker-1, or 1); default its first"
+        )
         args = _parse(parser, line)
         if args is None:
             return None
+        if args.kernel:
+            return _devenv_kernel(args.job, args.node)
+        if args.node:
+            raise UsageError(
+                "%ma_devenv: --node chooses the node of a dev environment's kernel: add --kernel"
+            )
         import json
         import os
         from pathlib import Path

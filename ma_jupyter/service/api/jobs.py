@@ -2,7 +2,8 @@
 substring, status, creator, spec, outputs, algorithm folder, the caller's favourite algorithms;
 paged), ``GET|PATCH|DELETE /jobs/{id}``, ``GET /jobs/{id}/status`` (the job once its status
 differs from ``since`` or is terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET
-/jobs/{id}/events``, ``GET /jobs/{id}/resources``.
+/jobs/{id}/events``, ``GET /jobs/{id}/resources``, ``POST /jobs/{id}/devenv`` (a dev environment
+of one of the job's nodes: :mod:`..devenv`).
 
 Every job the caller gets is :func:`as_seen`: with what the caller may do with it and, while
 queued, its queue position.  What the caller may do is :mod:`..access`'s matrix.
@@ -24,6 +25,7 @@ from ...models import (
     Job,
     JobPage,
     JobSort,
+    JobSpec,
     JobStatus,
     JobType,
     Plan,
@@ -32,7 +34,7 @@ from ...models import (
     parse_duration,
     parse_spec,
 )
-from .. import access, algorithms
+from .. import access, algorithms, devenv
 from ..access import Op
 from ..logs import MAX_WAIT
 from ..users import Caller
@@ -82,11 +84,22 @@ def submit(
     body: dict = Body(...),
     idempotency_key: str | None = Header(default=None, alias=IDEMPOTENCY_HEADER, max_length=200),
 ) -> Job:
+    spec = parse_spec(body)
+    if spec.devenv_of is not None:
+        raise InvalidSpec(
+            "devenv_of is set by the service: create a dev environment with POST /jobs/{id}/devenv "
+            "(ma-jupyter devenv JOB --kernel)",
+            field="devenv_of",
+        )
+    return _submit(services, user, spec, idempotency_key)
+
+
+def _submit(services: Services, user: Caller, spec: JobSpec, idempotency_key: str | None) -> Job:
     # access.py's rules 1, 2, 4 and 5, in order (rule 3 comes with the preflight, after the
     # mount rules); a retried submit (same key, same user) gets the job the first one created,
     # also when the cap was reached since.
     rules = access.load_rules()
-    spec = access.new_job_spec(parse_spec(body), user, rules)
+    spec = access.new_job_spec(spec, user, rules)
     access.check_priority(user, spec.priority)
     supervisor = services.supervisor
     if spec.priority is not Priority.urgent or user.admin:
@@ -100,6 +113,29 @@ def submit(
                 admit=lambda: _urgent_quota(services, user, user.name, rules),
             )
     return as_seen(services, job, user)
+
+
+@router.post("/jobs/{job_id}/devenv", status_code=201, response_model=Job)
+def create_devenv(
+    services: ServicesDep,
+    user: CallerDep,
+    job_id: str = JobId,
+    body: dict = Body(default={}),
+    idempotency_key: str | None = Header(default=None, alias=IDEMPOTENCY_HEADER, max_length=200),
+) -> Job:
+    """A dev environment of the job's node ``{"node": "worker-1"}`` (or ``1``; default its
+    first): a job of the caller's own, see :mod:`..devenv` for what it is made of."""
+    job = access.check(services.store.get(job_id), user, Op.view)
+    devenv.check_may_create(job, user)
+    node = body.get("node") if isinstance(body, dict) else None
+    if node is not None and not isinstance(node, (str, int)) or isinstance(node, bool):
+        raise InvalidSpec("node: a node name (worker-1) or index (1)", field="node")
+    name = devenv.pick_node(job.spec, node)
+    secrets = services.store.secrets(job.id)
+    # the source's own plan gives the node's variables (its secrets as the launch has them)
+    plan = services.supervisor.plan(job.spec.model_copy(update={"secret_env": secrets}))
+    variables = devenv.node_variables(plan, job.spec, name)
+    return _submit(services, user, devenv.devenv_spec(job, name, variables, secrets), idempotency_key)
 
 
 @router.post("/plan", response_model=Plan, openapi_extra=SPEC_BODY)

@@ -1,0 +1,306 @@
+"""A dev environment as a Jupyter kernel: the job's own node, reached from a notebook.
+
+A real service runs a 2-node PyTorch job's dev environment for its ``worker-1``; Jupyter starts
+the kernelspec the client installed (``KernelManager``, in the test's own ``JUPYTER_DATA_DIR``),
+and the code it runs sees the job's dataset, its env, secret env and node 1's ``RANK``, and
+writes the job's outputs folder.  Shutting the kernel down ends the dev environment.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from jupyter_client import KernelManager
+
+from ma_jupyter.client import Client
+from ma_jupyter.client.kernelspec import install_devenv_kernel
+from ma_jupyter.errors import Forbidden
+from ma_jupyter.models import JobStatus
+from tests.helpers import writable_dir
+
+pytestmark = pytest.mark.timeout(400)
+
+CODE = """
+import os
+print('data:', open('/workspace/dataset/private/corpus/only-here.txt').read())
+print('env:', os.environ['GREETING'], os.environ['TOKEN'], 'rank', os.environ['RANK'], os.environ['WORLD_SIZE'])
+print('of:', os.environ['MA_DEVENV_OF'])
+open('/workspace/outputs/from-kernel.txt', 'w').write('written in the node')
+"""
+
+
+def _source_job(client: Client, tmp_path, access: str = "ro"):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "only-here.txt").write_text("only in the dataset")
+    outputs = writable_dir(tmp_path / "out")
+    return client.submit(
+        name="trainer",
+        mode="pytorch",
+        nodes=2,
+        command="sleep 600",
+        access=access,
+        datasets=[{"name": "corpus", "path": str(data)}],
+        outputs=str(outputs),
+        env={"GREETING": "hello", "TOKEN": "secret:s3cret"},
+    )
+
+
+def _wait_terminal(client: Client, job_id: str, within: float = 120) -> JobStatus:
+    deadline = time.monotonic() + within
+    job = client.get(job_id)
+    while not job.status.is_terminal():
+        assert time.monotonic() < deadline, f"dev environment {job_id} still {job.status.value}"
+        job = client.wait_status(job_id, since=job.status, wait=10)
+    return job.status
+
+
+def test_a_notebook_kernel_runs_in_the_jobs_node(ma_client, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    source = _source_job(ma_client, tmp_path)
+    made = ma_client.create_devenv(source.id, 1)
+    origin = made.info.spec.devenv_of
+    assert origin is not None and origin.job_id == source.id and origin.node == "worker-1"
+    assert made.info.spec.name == "trainer-devenv" and made.info.spec.nodes == 1
+    assert made.info.spec.secret_env == {"TOKEN": "***"}  # masked as every job's
+
+    name, _ = install_devenv_kernel(ma_client.get(source.id), "worker-1", made.info)
+    manager = KernelManager(kernel_name=name)
+    manager.start_kernel()
+    kernel = manager.client()
+    kernel.start_channels()
+    try:
+        kernel.wait_for_ready(timeout=240)
+        out: list[str] = []
+
+        def collect(msg):
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                out.append("\n".join(msg["content"]["traceback"]))
+
+        reply = kernel.execute_interactive(CODE, timeout=60, output_hook=collect)
+        text = "".join(out)
+        assert reply["content"]["status"] == "ok", text
+        assert "data: only in the dataset" in text
+        assert "env: hello s3cret rank 1 2" in text
+        assert f"of: {source.id}" in text
+        assert (tmp_path / "out" / "from-kernel.txt").read_text() == "written in the node"
+        assert ma_client.get(made.id).status is JobStatus.running
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel()
+    assert _wait_terminal(ma_client, made.id) in (JobStatus.succeeded, JobStatus.stopped)
+
+
+def test_a_viewer_may_not_open_the_owners_environment(ma_client, tmp_path):
+    source = _source_job(ma_client, tmp_path, access="rw")
+    token = ma_client.add_user("viewer").token
+    viewer = Client(url=ma_client.url, token=token)
+    try:
+        assert viewer.get(source.id).id == source.id  # the viewer sees it...
+        with pytest.raises(Forbidden, match="only its owner"):
+            viewer.create_devenv(source.id, 1)  # ...but never runs with its secrets
+        assert all(j.info.spec.devenv_of is None for j in ma_client.jobs())  # nothing half-made
+    finally:
+        viewer.close()
+
+
+def test_a_submit_may_not_claim_to_be_a_dev_environment(ma_client):
+    from ma_jupyter.errors import InvalidSpec
+
+    with pytest.raises(InvalidSpec, match="set by the service"):
+        ma_client.submit(name="fake", command="sleep 1", devenv_of={"job_id": "x", "node": "worker-0"})
+
+
+@pytest.fixture
+def jupyter_data(tmp_path, monkeypatch):
+    """A kernelspec folder of the test's own (set before the CLI's environment is taken)."""
+    folder = tmp_path / "jupyter"
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(folder))
+    return folder
+
+
+def test_the_cli_installs_the_kernel_and_papermill_runs_a_notebook_there(
+    jupyter_data, ma_cli, ma_client, tmp_path
+):
+    import json
+
+    import nbformat
+    import papermill
+
+    source = _source_job(ma_client, tmp_path)
+    done = ma_cli("devenv", source.id, "--kernel", "--node", "1")
+    assert done.returncode == 0, done.stderr
+    assert "installed kernel 'ma_jupyter-trainer-worker-1'" in done.stdout
+    spec = json.loads((jupyter_data / "kernels" / "ma_jupyter-trainer-worker-1" / "kernel.json").read_text())
+    assert spec["display_name"] == "ma_jupyter: trainer (worker-1)"
+    assert spec["interrupt_mode"] == "message"
+    assert not any("token" in key.lower() for key in spec["env"])  # no credential on disk
+    devenv = next(j.info for j in ma_client.jobs() if j.info.spec.devenv_of is not None)
+    shown = ma_cli("get", devenv.id)
+    assert f"devenv of: job {source.id}, node worker-1" in shown.stdout, shown.stderr
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("import os\nrank = os.environ['RANK']\nprint('rank', rank)"),
+        nbformat.v4.new_code_cell("print(open('/workspace/dataset/private/corpus/only-here.txt').read())"),
+    ]
+    written = tmp_path / "in.ipynb"
+    nbformat.write(notebook, written)
+    ran = papermill.execute_notebook(
+        str(written),
+        str(tmp_path / "out.ipynb"),
+        kernel_name="ma_jupyter-trainer-worker-1",
+        progress_bar=False,
+    )
+    texts = ["".join(o.get("text", "")) for cell in ran["cells"] for o in cell["outputs"]]
+    assert texts == ["rank 1\n", "only in the dataset\n"]
+    # papermill shut the kernel down: the dev environment it attached to ended
+    assert _wait_terminal(ma_client, devenv.id) in (JobStatus.succeeded, JobStatus.stopped)
+
+
+def test_an_image_without_ipykernel_fails_saying_what_to_install(ma_client, tmp_path):
+    import shutil
+    import subprocess
+
+    python = shutil.which("python3", path="/usr/bin")
+    if (
+        python is None
+        or subprocess.run([python, "-c", "import ipykernel"], capture_output=True).returncode == 0
+    ):
+        pytest.skip("no interpreter without ipykernel on this machine")
+    data = tmp_path / "data"
+    data.mkdir()
+    source = ma_client.submit(name="plain", command="sleep 600", image={"python": python})
+    made = ma_client.create_devenv(source.id)
+    assert _wait_terminal(ma_client, made.id) is JobStatus.error
+    reason = ma_client.get(made.id).reason
+    assert "has no ipykernel" in reason and "pip install ipykernel" in reason, reason
+
+
+@pytest.mark.small_cluster
+def test_it_queues_while_the_cluster_is_full_and_the_kernel_waits_for_it(ma_client, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    # a 2-node job and three single ones fill both machines (8 + 2 cores) with 2-core nodes
+    full = ma_client.submit(name="pair", mode="pytorch", nodes=2, specs=["cpu.medium"], command="sleep 600")
+    fillers = [ma_client.submit(name=f"fill{i}", specs=["cpu.medium"], command="sleep 600") for i in range(3)]
+    deadline = time.monotonic() + 120
+    while any(ma_client.get(j.id).status is not JobStatus.running for j in [full, *fillers]):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    made = ma_client.create_devenv(full.id, "worker-1")
+    queued = ma_client.get(made.id)
+    assert queued.status is JobStatus.queued and queued.queue_position is not None
+    assert queued.spec.specs == ["cpu.medium"]  # the spec the job runs with
+
+    name, _ = install_devenv_kernel(ma_client.get(full.id), "worker-1", made.info)
+    manager = KernelManager(kernel_name=name)
+    manager.start_kernel()
+    kernel = manager.client()
+    kernel.start_channels()
+    try:
+        assert ma_client.get(made.id).status is JobStatus.queued  # the kernel waits for it
+        ma_client.stop(fillers[0].id)  # its cores free: the dev environment starts, the kernel with it
+        kernel.wait_for_ready(timeout=240)
+        out: list[str] = []
+        reply = kernel.execute_interactive(
+            "import os; print(os.environ['RANK'], os.environ['WORLD_SIZE'])",
+            timeout=60,
+            output_hook=lambda m: out.append(m["content"].get("text", "")),
+        )
+        assert reply["content"]["status"] == "ok"
+        assert "".join(out) == "1 2\n"
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel()
+    assert _wait_terminal(ma_client, made.id) in (JobStatus.succeeded, JobStatus.stopped)
+
+
+def test_a_second_notebook_on_the_same_kernel_gets_an_environment_of_its_own(
+    ma_client, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    source = _source_job(ma_client, tmp_path)
+    made = ma_client.create_devenv(source.id)
+    name, _ = install_devenv_kernel(ma_client.get(source.id), "worker-0", made.info)
+    managers = [KernelManager(kernel_name=name) for _ in range(2)]
+    clients = []
+    ids: list[str] = []
+    try:
+        for manager in managers:
+            manager.start_kernel()
+            kernel = manager.client()
+            kernel.start_channels()
+            clients.append(kernel)
+            kernel.wait_for_ready(timeout=240)
+        for kernel in clients:
+            out: list[str] = []
+            reply = kernel.execute_interactive(
+                "import os; print(os.environ['MA_JOB_ID'])",
+                timeout=60,
+                output_hook=lambda m, out=out: out.append(m["content"].get("text", "")),
+            )
+            assert reply["content"]["status"] == "ok"
+            ids.append("".join(out).strip())
+        assert ids[0] == made.id and ids[1] != made.id  # each notebook its own kernel and job
+        devenvs = {j.id for j in ma_client.jobs() if j.info.spec.devenv_of is not None}
+        assert devenvs == set(ids)
+    finally:
+        for kernel in clients:
+            kernel.stop_channels()
+        for manager in managers:
+            if manager.has_kernel:
+                manager.shutdown_kernel()
+    for job_id in ids:
+        assert _wait_terminal(ma_client, job_id) in (JobStatus.succeeded, JobStatus.stopped)
+
+
+def _reply(kernel, msg_id: str) -> dict:
+    """The shell reply to ``msg_id`` (the replies to the kernel-info requests Jupyter repeated
+    while the dev environment was starting come first)."""
+    while True:
+        reply = kernel.get_shell_msg(timeout=60)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
+
+
+def test_interrupt_and_input_reach_the_kernel_through_the_bridge(ma_client, tmp_path, monkeypatch):
+    import queue
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    source = _source_job(ma_client, tmp_path)
+    made = ma_client.create_devenv(source.id)
+    name, _ = install_devenv_kernel(ma_client.get(source.id), "worker-0", made.info)
+    manager = KernelManager(kernel_name=name)
+    manager.start_kernel()
+    kernel = manager.client()
+    kernel.start_channels()
+    try:
+        kernel.wait_for_ready(timeout=240)
+        # input(): the kernel's request comes back on stdin (the shell and stdin identities match)
+        msg_id = kernel.execute("answer = input('say: '); print('got', answer)", allow_stdin=True)
+        request = kernel.get_stdin_msg(timeout=60)
+        assert request["content"]["prompt"] == "say: "
+        kernel.input("forty-two")
+        assert _reply(kernel, msg_id)["content"]["status"] == "ok"
+        # an interrupt is a message on the control channel (interrupt_mode: message)
+        msg_id = kernel.execute("import time; print('sleeping', flush=True); time.sleep(600)")
+        deadline = time.monotonic() + 60
+        while True:  # until the cell's code runs (ipykernel ignores SIGINT outside user code)
+            try:
+                msg = kernel.get_iopub_msg(timeout=1)
+            except queue.Empty:
+                msg = None
+            if msg and msg["msg_type"] == "stream" and msg["parent_header"].get("msg_id") == msg_id:
+                assert "sleeping" in msg["content"]["text"]
+                break
+            assert time.monotonic() < deadline
+        manager.interrupt_kernel()
+        reply = _reply(kernel, msg_id)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel()
+    assert _wait_terminal(ma_client, made.id) in (JobStatus.succeeded, JobStatus.stopped)
