@@ -722,7 +722,7 @@ class Client:
         """Start a dev environment of one of the job's nodes (default its first): a job of this
         client's user with that node's sandbox and a Jupyter kernel as its command
         (``POST /jobs/{id}/devenv``; only the job's owner or an admin may).  Attach a notebook
-        with the kernelspec :func:`ma_jupyter.frontends.kernelspec.install_devenv_kernel` installs."""
+        with the kernelspec :func:`ma_jupyter.client.kernelspec.install_devenv_kernel` installs."""
         body = {} if node is None else {"node": node}
         data = self._request(
             "POST",

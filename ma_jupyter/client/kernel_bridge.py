@@ -20,8 +20,14 @@ Contract, in order:
    here: then stop it and say so);
 4. write the kernel's connection file there (``ipc`` transport, sockets ``k-1`` ... ``k-5``,
    Jupyter's key and signature scheme), whole, never over one a bridge wrote before (a second
-   notebook on the same kernelspec gets a dev environment of its own), and connect to the sockets by their
-   relative names from inside the folder (a Unix socket's path is at most 107 bytes);
+   notebook on the same kernelspec gets a dev environment of its own).  The folder's contents
+   are the job's (its processes write there), so nothing in it is trusted: the folder is opened
+   without following a link and every name is used through its descriptor; the file is created
+   under a fresh random name that must not exist (``O_EXCL``: a planted link is never followed)
+   and then linked to its name, never replacing one; each socket is opened as the very inode it
+   is (``O_PATH | O_NOFOLLOW``, refused unless a socket) and connected through that descriptor
+   (``/proc/self/fd/N``), so a socket swapped for a link to anything else on this machine is
+   never reached, and the path stays short (a Unix socket's is at most 107 bytes);
 5. relay: ROUTER (Jupyter's side) to DEALER (the kernel's) for shell, control, stdin and
    heartbeat; XPUB to XSUB for iopub (subscriptions forwarded).  The shell and stdin DEALERs
    share one identity, as a Jupyter client's do, so the kernel's input requests come back;
@@ -36,6 +42,7 @@ import argparse
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -103,7 +110,12 @@ def _kernel_folder(client: Client, job: Job) -> Path:
     return Path(where.root) / "nodes" / node / KERNEL_FOLDER
 
 
-def _write_connection(folder: Path, conn: dict) -> bool:
+def _open_folder(folder: Path) -> int:
+    """The kernel folder's descriptor (rule 4: never through a link)."""
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def _write_connection(folder_fd: int, conn: dict) -> bool:
     """Rule 4's connection file, whole or not at all; False when the folder has one already
     (another notebook's kernel runs there: its key is not this one's)."""
     kernel = {
@@ -114,15 +126,50 @@ def _write_connection(folder: Path, conn: dict) -> bool:
         "signature_scheme": conn.get("signature_scheme", "hmac-sha256"),
         "kernel_name": "",
     }
-    temporary = folder / f".{CONNECTION_FILE}.{os.getpid()}"
-    temporary.write_text(json.dumps(kernel))
+    temporary = f".{CONNECTION_FILE}.{uuid.uuid4().hex}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    # readable by the job's account (its kernel reads it); the key is this dev environment's own
+    fd = os.open(temporary, flags, 0o644, dir_fd=folder_fd)
     try:
-        os.link(temporary, folder / CONNECTION_FILE)  # never replaces one: the first bridge wins
+        data = json.dumps(kernel).encode()
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+    try:
+        # never replaces one: the first bridge wins
+        os.link(temporary, CONNECTION_FILE, src_dir_fd=folder_fd, dst_dir_fd=folder_fd, follow_symlinks=False)
     except FileExistsError:
         return False
     finally:
-        temporary.unlink()
+        os.unlink(temporary, dir_fd=folder_fd)
     return True
+
+
+def _socket_endpoint(folder_fd: int, name: str, deadline: float) -> str:
+    """Rule 4: the ``ipc://`` endpoint of the kernel's socket ``name``, through a descriptor of
+    that very socket (kept open for the bridge's life: ZMQ reconnects through it), once the
+    kernel made it.
+
+    Raises:
+        LookupError: it did not appear by ``deadline``, or the job put something else there.
+    """
+    while True:
+        try:
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder_fd)
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise LookupError(
+                    f"the kernel did not make its socket {name}: see the dev environment's log"
+                ) from None
+            time.sleep(0.05)
+            continue
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise LookupError(
+                f"{name} in the kernel folder is not the kernel's socket: refusing to connect to it"
+            )
+        return f"ipc:///proc/self/fd/{fd}"
 
 
 def _relay(front: zmq.Socket, back: zmq.Socket) -> None:
@@ -167,13 +214,15 @@ def main(argv: list[str] | None = None) -> int:
                 if time.monotonic() > deadline:
                     raise LookupError(f"the kernel folder {folder} did not appear")
                 time.sleep(0.1)
-            if _write_connection(folder, conn):
+            folder_fd = _open_folder(folder)
+            if _write_connection(folder_fd, conn):
                 break
+            os.close(folder_fd)
             # a dev environment holds one kernel: this notebook gets one of its own
             _say(f"dev environment {job.id} already runs another notebook's kernel: starting a new one")
             job = None  # the other notebook's: never stopped by this bridge
             job = client.create_devenv(args.job, args.node).info
-        os.chdir(folder)
+        deadline = time.monotonic() + 120  # the kernel starts once it reads the connection file
         identity = f"bridge-{uuid.uuid4().hex}".encode()
         backs: dict[str, zmq.Socket] = {}
         for key in _ROUTED:
@@ -181,11 +230,11 @@ def main(argv: list[str] | None = None) -> int:
             sock.linger = 0
             if key in ("shell_port", "stdin_port"):
                 sock.setsockopt(zmq.IDENTITY, identity)
-            sock.connect(f"ipc://{SOCKET_PREFIX}-{CHANNEL_PORTS[key]}")
+            sock.connect(_socket_endpoint(folder_fd, f"{SOCKET_PREFIX}-{CHANNEL_PORTS[key]}", deadline))
             backs[key] = sock
         iopub = ctx.socket(zmq.XSUB)
         iopub.linger = 0
-        iopub.connect(f"ipc://{SOCKET_PREFIX}-{CHANNEL_PORTS['iopub_port']}")
+        iopub.connect(_socket_endpoint(folder_fd, f"{SOCKET_PREFIX}-{CHANNEL_PORTS['iopub_port']}", deadline))
         backs["iopub_port"] = iopub
         for key, front in fronts.items():
             threading.Thread(target=_relay, args=(front, backs[key]), daemon=True, name=key).start()

@@ -41,7 +41,7 @@ from typing import Any
 
 from .. import __version__
 from ..client import Client, JobHandle
-from ..client.kernelspec import install_devenv_kernel
+from ..client.kernelspec import start_devenv_kernel
 from ..client.logs import JobFollower, several_nodes
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NodeLost, NotFound
@@ -663,14 +663,13 @@ def _devenv(args: argparse.Namespace) -> int:
 
 
 def _devenv_kernel(client: Client, job_id: str, node: str | None) -> int:
-    made = client.create_devenv(job_id, node)
-    origin = made.info.spec.devenv_of
-    assert origin is not None
-    name, folder = install_devenv_kernel(client.get(job_id), origin.node, made.info)
+    started = start_devenv_kernel(client, job_id, node)
+    made = started.devenv
     print(
         f"started dev environment {made.id} ({made.name}, {made.info.status.value}): job {job_id}'s "
-        f"{origin.node} with a Jupyter kernel\ninstalled kernel {name!r} ({folder}): open a notebook with "
-        f"it to run code there; stop it with `ma-jupyter stop {made.id}`"
+        f"{started.node} with a Jupyter kernel\ninstalled kernel {started.kernel_name!r} ({started.folder}): "
+        f"open a notebook with it ({started.display_name!r}) to run code there; stop it with "
+        f"`ma-jupyter stop {made.id}`"
     )
     return EXIT_OK
 

@@ -404,18 +404,13 @@ class DevEnvKernelHandler(APIHandler):
             return
 
         def start() -> dict[str, Any]:
-            from ..client.kernelspec import install_devenv_kernel
+            from ..client.kernelspec import start_devenv_kernel
 
-            client = _client()
-            made = client.create_devenv(job_id, node)
-            origin = made.info.spec.devenv_of
-            assert origin is not None
-            source = client.get(job_id)
-            name, _ = install_devenv_kernel(source, origin.node, made.info)
+            started = start_devenv_kernel(_client(), job_id, node)
             return {
-                "kernel_name": name,
-                "display_name": f"ma_jupyter: {source.name} ({origin.node})",
-                "devenv": made.info.model_dump(mode="json"),
+                "kernel_name": started.kernel_name,
+                "display_name": started.display_name,
+                "devenv": started.devenv.info.model_dump(mode="json"),
             }
 
         try:

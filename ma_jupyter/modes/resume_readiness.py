@@ -4,9 +4,9 @@ the create forms and the submit.
 Checkpoint resume (``--resume N``) sends the training processes SIGTERM on a fault, waits the
 grace period for them to save, and schedules the job again with ``MA_RESUME=1``.  That only helps
 code that saves on SIGTERM and loads what it saved: Python's default for SIGTERM ends the process
-at once, and code that never loads a checkpoint starts each resume from the beginning.  No other
-platform tells the user before the first fault; the dry run shows :func:`warning` as a note and
-the submit records it as an event.
+at once, and code that never loads a checkpoint starts each resume from the beginning.  The
+user learns it before the first fault: the dry run shows :func:`warning` as a note and the
+submit records it as an event.
 
 Like :mod:`.single_copy` it is a heuristic on the code's text that says nothing unless it is sure.
 In order:

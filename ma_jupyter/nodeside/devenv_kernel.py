@@ -3,7 +3,7 @@ library only), run inside the node's sandbox by the job's own interpreter.
 
 The node shows its kernel folder, ``<job folder>/nodes/<node>/kernel`` on the host, writable at
 :data:`KERNEL_VIEW`; nothing else of the node reaches the Jupyter server (the node has its own
-network namespace).  The host's kernel bridge (:mod:`ma_jupyter.frontends.kernel_bridge`) writes
+network namespace).  The host's kernel bridge (:mod:`ma_jupyter.client.kernel_bridge`) writes
 the kernel's connection file there once the job runs, and relays Jupyter's TCP ports to the
 kernel's ZMQ ``ipc://`` sockets in the same folder.
 
@@ -11,7 +11,7 @@ Contract, in order:
 
 1. without ``ipykernel`` importable by this interpreter: one line saying so and what to install,
    exit 3 (the job fails with that line in its reason);
-2. wait for :data:`CONNECTION_FILE` (written whole through a rename by the bridge), as long as
+2. wait for :data:`CONNECTION_FILE` (written whole by the bridge: made under a temporary name, then linked to its own), as long as
    the job runs: a dev environment made before its notebook opens waits for it;
 3. exec ``ipykernel_launcher -f <connection file>``: the kernel binds ``ipc://<KERNEL_VIEW>/k-<N>``
    and runs until Jupyter shuts it down (then the job ends) or the job is stopped.

@@ -10,7 +10,9 @@ Contract:
    node that is not a parameter server): the same image, mounts (datasets, annotations, models,
    volumes, outputs folder, with their read-only flags), working copy of the algorithm (a batch
    task's own), env and secret env, spec (the one the job ran with, else its list) and cards,
-   workdir, pool, node or driver choice, others' access and priority; that node's platform
+   workdir, pool, node or driver choice; never others' access (it is ``none``: the kernel holds
+   the owner's secrets, so nobody else may see, attach to or stop it) nor the job's priority
+   (it is ``normal``: an interactive session takes no urgent slot); that node's platform
    variables as the job's plan gives them (``RANK``, ``WORLD_SIZE``, ``MA_TASK_INDEX``...) in
    ``devenv_of.variables``, which win over the dev environment's own (:func:`ma_jupyter.modes.plan_job`).
    It is a single-node regular job named ``<job name>-devenv``, with no restart policy, no
@@ -24,9 +26,8 @@ Contract:
 from __future__ import annotations
 
 from ..errors import Forbidden, InvalidSpec
-from ..models import DevEnvOrigin, Job, JobSpec, JobType, Lifecycle, Mode, Plan
+from ..models import Access, DevEnvOrigin, Job, JobSpec, JobType, Lifecycle, Mode, Plan, Priority
 from ..modes import task_roles
-from .access import is_own
 from .users import Caller
 
 #: the dev environment's command (``python`` is the job's interpreter at launch)
@@ -71,10 +72,11 @@ def check_may_create(job: Job, caller: Caller) -> None:
     Raises:
         Forbidden: the caller is not the job's owner nor an admin; the message says what to do.
     """
-    if is_own(job, caller):
-        return
+    if caller.admin or (job.spec.creator is not None and job.spec.creator == caller.name):
+        return  # a job with no creator (from before users existed) is no one's to copy secrets from
     raise Forbidden(
-        f"job {job.id} belongs to {job.spec.creator}: a dev environment runs with the job's secret "
+        f"job {job.id} belongs to {job.spec.creator or 'no user (it predates users)'}: a dev "
+        "environment runs with the job's secret "
         "variables, so only its owner (or an admin) may create one; clone the job instead "
         "(`ma-jupyter devenv JOB` without --kernel writes a notebook that submits it as your own job)"
     )
@@ -154,6 +156,8 @@ def devenv_spec(job: Job, node: str, variables: dict[str, str], secrets: dict[st
         duration=None,
         lifecycle=Lifecycle(),
         secret_env=dict(secrets),
+        access=Access.none,
+        priority=Priority.normal,
         devenv_of=DevEnvOrigin(job_id=job.id, node=node, variables=variables),
     )
     return JobSpec.model_validate(data)

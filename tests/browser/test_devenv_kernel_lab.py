@@ -44,17 +44,16 @@ def test_the_lab_starts_the_jobs_own_kernel_and_deleting_it_ends_the_environment
         )
         assert made.status_code == 201, made.text
         answer = made.json()
-        assert answer["kernel_name"] == "ma_jupyter-labjob-worker-1"
+        name = f"ma_jupyter-{source_id}-worker-1".lower()  # by the job's id, not its name
+        assert answer["kernel_name"] == name
         assert answer["display_name"] == "ma_jupyter: labjob (worker-1)"
         devenv_id = answer["devenv"]["id"]
         assert answer["devenv"]["spec"]["devenv_of"]["node"] == "worker-1"
 
         specs = requests.get(f"{lab['url']}/api/kernelspecs", headers=auth, timeout=30).json()["kernelspecs"]
-        assert specs["ma_jupyter-labjob-worker-1"]["spec"]["display_name"] == "ma_jupyter: labjob (worker-1)"
+        assert specs[name]["spec"]["display_name"] == "ma_jupyter: labjob (worker-1)"
 
-        kernel = requests.post(
-            f"{lab['url']}/api/kernels", json={"name": "ma_jupyter-labjob-worker-1"}, headers=auth, timeout=60
-        )
+        kernel = requests.post(f"{lab['url']}/api/kernels", json={"name": name}, headers=auth, timeout=60)
         assert kernel.status_code == 201, kernel.text
 
         def job() -> dict:

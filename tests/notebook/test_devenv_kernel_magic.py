@@ -29,7 +29,9 @@ def test_the_magic_starts_node_1s_environment_and_installs_its_kernel(ma_shell, 
     assert origin.job_id == source.id and origin.node == "worker-1" and origin.variables["RANK"] == "1"
     assert "ma_jupyter: magicjob (worker-1)" in run.stdout
     spec = json.loads(
-        (tmp_path / "jupyter" / "kernels" / "ma_jupyter-magicjob-worker-1" / "kernel.json").read_text()
+        (
+            tmp_path / "jupyter" / "kernels" / f"ma_jupyter-{source.id}-worker-1".lower() / "kernel.json"
+        ).read_text()
     )
     assert spec["argv"][1:3] == ["-m", "ma_jupyter.client.kernel_bridge"] and made.id in spec["argv"]
     made.stop()

@@ -14,7 +14,7 @@ import pytest
 from jupyter_client import KernelManager
 
 from ma_jupyter.client import Client
-from ma_jupyter.client.kernelspec import install_devenv_kernel
+from ma_jupyter.client.kernelspec import install_devenv_kernel, kernel_name
 from ma_jupyter.errors import Forbidden
 from ma_jupyter.models import JobStatus
 from tests.helpers import writable_dir
@@ -64,6 +64,8 @@ def test_a_notebook_kernel_runs_in_the_jobs_node(ma_client, tmp_path, monkeypatc
     assert origin is not None and origin.job_id == source.id and origin.node == "worker-1"
     assert made.info.spec.name == "trainer-devenv" and made.info.spec.nodes == 1
     assert made.info.spec.secret_env == {"TOKEN": "***"}  # masked as every job's
+    # it holds the owner's secrets: nobody else sees it, and it takes no urgent slot
+    assert made.info.spec.access.value == "none" and made.info.spec.priority.value == "normal"
 
     name, _ = install_devenv_kernel(ma_client.get(source.id), "worker-1", made.info)
     manager = KernelManager(kernel_name=name)
@@ -95,7 +97,7 @@ def test_a_notebook_kernel_runs_in_the_jobs_node(ma_client, tmp_path, monkeypatc
 
 
 def test_a_viewer_may_not_open_the_owners_environment(ma_client, tmp_path):
-    source = _source_job(ma_client, tmp_path, access="rw")
+    source = _source_job(ma_client, tmp_path, access="ro")  # its dataset allows others ro
     token = ma_client.add_user("viewer").token
     viewer = Client(url=ma_client.url, token=token)
     try:
@@ -133,8 +135,10 @@ def test_the_cli_installs_the_kernel_and_papermill_runs_a_notebook_there(
     source = _source_job(ma_client, tmp_path)
     done = ma_cli("devenv", source.id, "--kernel", "--node", "1")
     assert done.returncode == 0, done.stderr
-    assert "installed kernel 'ma_jupyter-trainer-worker-1'" in done.stdout
-    spec = json.loads((jupyter_data / "kernels" / "ma_jupyter-trainer-worker-1" / "kernel.json").read_text())
+    name = kernel_name(ma_client.job(source.id).info, "worker-1")
+    assert name == f"ma_jupyter-{source.id}-worker-1".lower()  # by id: two jobs named alike differ
+    assert f"installed kernel '{name}'" in done.stdout
+    spec = json.loads((jupyter_data / "kernels" / name / "kernel.json").read_text())
     assert spec["display_name"] == "ma_jupyter: trainer (worker-1)"
     assert spec["interrupt_mode"] == "message"
     assert not any("token" in key.lower() for key in spec["env"])  # no credential on disk
@@ -152,7 +156,7 @@ def test_the_cli_installs_the_kernel_and_papermill_runs_a_notebook_there(
     ran = papermill.execute_notebook(
         str(written),
         str(tmp_path / "out.ipynb"),
-        kernel_name="ma_jupyter-trainer-worker-1",
+        kernel_name=name,
         progress_bar=False,
     )
     texts = ["".join(o.get("text", "")) for cell in ran["cells"] for o in cell["outputs"]]

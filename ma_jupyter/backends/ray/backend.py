@@ -405,7 +405,7 @@ class RayBackend(Backend):
 
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
         """The algorithm folder's Python files, read here: the folder is shipped from this
-        machine, so what the nodes run is what is read (see :func:`..local.code.python_sources`)."""
+        machine, so what the nodes run is what is read (see :func:`ma_jupyter.nodehost.code.python_sources`)."""
         return python_sources(Path(spec.algorithm)) if spec.algorithm else None
 
     def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:

@@ -1,4 +1,4 @@
-"""The ports a job node on a Ray node may not connect to (see :func:`..local.network.fence`).
+"""The ports a job node on a Ray node may not connect to (see :func:`ma_jupyter.nodehost.network.fence`).
 
 A Ray cluster accepts any client that reaches its ports (most run without Ray's own token
 authentication), and its tasks run with the account of its raylets, outside every sandbox: a job

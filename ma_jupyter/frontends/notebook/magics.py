@@ -86,19 +86,16 @@ _JOBS_HINT = "`%ma_jobs`"
 
 def _devenv_kernel(ref: str, node: str | None) -> JobHandle:
     """``%ma_devenv JOB --kernel``: start the dev environment and install its kernelspec."""
-    from ...client.kernelspec import install_devenv_kernel
+    from ...client.kernelspec import start_devenv_kernel
     from .session import get_client
 
     client = get_client()
-    handle = resolve_job(client, ref)
-    made = client.create_devenv(handle.id, node)
-    origin = made.info.spec.devenv_of
-    assert origin is not None
-    name, _ = install_devenv_kernel(handle.info, origin.node, made.info)
+    started = start_devenv_kernel(client, resolve_job(client, ref).id, node)
+    made = started.devenv
     print(
-        f"started dev environment {made.id} ({made.info.status.value}): job {handle.id}'s {origin.node} "
-        f"with a Jupyter kernel; open a notebook with the kernel 'ma_jupyter: {handle.name} ({origin.node})' "
-        f"({name}) to run code there; `%ma_stop {made.id}` ends it"
+        f"started dev environment {made.id} ({made.info.status.value}): job {started.source.id}'s "
+        f"{started.node} with a Jupyter kernel; open a notebook with the kernel "
+        f"'{started.display_name}' ({started.kernel_name}) to run code there; `%ma_stop {made.id}` ends it"
     )
     return made
 

@@ -1,0 +1,82 @@
+"""The kernel bridge trusts nothing in the kernel folder (the job's processes write there): rule 4
+of client/kernel_bridge.py, as a hostile job would plant files, on real files and sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import pytest
+import zmq
+
+from ma_jupyter.client import kernel_bridge
+from ma_jupyter.jobdir import CONNECTION_FILE
+
+CONN = {"key": "k3y", "signature_scheme": "hmac-sha256"}
+
+
+def test_a_planted_link_is_never_written_through(tmp_path):
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    target = tmp_path / "precious"
+    target.write_text("the user's file\n")
+    (folder / CONNECTION_FILE).symlink_to(target)  # the job's link where the file goes
+    fd = kernel_bridge._open_folder(folder)
+    try:
+        assert kernel_bridge._write_connection(fd, CONN) is False  # refused, as an existing file
+    finally:
+        os.close(fd)
+    assert target.read_text() == "the user's file\n"
+    assert sorted(p.name for p in folder.iterdir()) == [CONNECTION_FILE]  # no temporary left
+    # a folder swapped for a link is not entered
+    (tmp_path / "linked").symlink_to(folder)
+    with pytest.raises(OSError):
+        kernel_bridge._open_folder(tmp_path / "linked")
+
+
+def test_the_connection_file_is_written_whole_once(tmp_path):
+    fd = kernel_bridge._open_folder(tmp_path)
+    try:
+        assert kernel_bridge._write_connection(fd, CONN) is True
+        assert kernel_bridge._write_connection(fd, {**CONN, "key": "other"}) is False  # never replaced
+    finally:
+        os.close(fd)
+    written = json.loads((tmp_path / CONNECTION_FILE).read_text())
+    assert written["key"] == "k3y" and written["transport"] == "ipc"
+
+
+def test_sockets_are_reached_as_the_inodes_they_are_never_through_a_planted_link(tmp_path):
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    elsewhere = tmp_path / "someone-elses.sock"
+    other = socket.socket(socket.AF_UNIX)
+    other.bind(str(elsewhere))
+    (folder / "k-1").symlink_to(elsewhere)  # the job points the bridge at another socket
+    (folder / "k-2").write_text("not a socket")
+    ctx = zmq.Context()
+    kernel = ctx.socket(zmq.REP)
+    kernel.bind(f"ipc://{folder}/k-3")  # the kernel's own socket
+    fd = kernel_bridge._open_folder(folder)
+    deadline = time.monotonic() + 5
+    try:
+        for name in ("k-1", "k-2"):
+            with pytest.raises(LookupError, match="not the kernel's socket"):
+                kernel_bridge._socket_endpoint(fd, name, deadline)
+        with pytest.raises(LookupError, match="did not make its socket k-9"):
+            kernel_bridge._socket_endpoint(fd, "k-9", time.monotonic() + 0.2)
+        endpoint = kernel_bridge._socket_endpoint(fd, "k-3", deadline)
+        assert endpoint.startswith("ipc:///proc/self/fd/")
+        client = ctx.socket(zmq.REQ)
+        client.connect(endpoint)
+        client.send(b"ping")
+        assert kernel.poll(10_000) and kernel.recv() == b"ping"
+        kernel.send(b"pong")
+        assert client.recv() == b"pong"
+        client.close(0)
+    finally:
+        os.close(fd)
+        kernel.close(0)
+        ctx.term()
+        other.close()
