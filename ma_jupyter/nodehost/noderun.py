@@ -191,8 +191,13 @@ class NodeRunner:
             self.host_gone = sentence
             self.stopping = True  # no further phase
 
+        def terminate() -> None:
+            # the stop's one SIGTERM, as rule 4: a backend stopping the node meanwhile sends none
+            if stopping.claim(NodeDir(Path(self.spec["node_dir"])).stop_claim, stopping.RUNNER):
+                self._signal_all(signal.SIGTERM)
+
         node = self.spec.get("node", "the node")
-        hostwatch.end_node(node, what, self._ended, gone, lambda: self._signal_all(signal.SIGTERM))
+        hostwatch.end_node(node, what, self._ended, gone, terminate)
 
     # the processes of the node a stop signal is meant for (never bubblewrap itself)
     def _targets(self) -> list[int]:

@@ -52,9 +52,10 @@ def claim(path: Path, who: str) -> bool:
     The claim appears whole: written to a file of the caller's own first, then linked to its
     name, which fails when the name exists (never an empty claim the other side could misread).
     """
-    own = path.with_name(f"{path.name}.{who}.{os.getpid()}")
+    # a fresh name, made only if it does not exist (O_EXCL): nothing planted there is written
+    own = path.with_name(f"{path.name}.{who}.{os.getpid()}.{os.urandom(4).hex()}")
     try:
-        fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             os.write(fd, who.encode())
         finally:

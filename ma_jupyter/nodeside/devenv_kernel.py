@@ -11,8 +11,10 @@ Contract, in order:
 
 1. without ``ipykernel`` importable by this interpreter: one line saying so and what to install,
    exit 3 (the job fails with that line in its reason);
-2. wait for :data:`CONNECTION_FILE` (written whole by the bridge: made under a temporary name, then linked to its own), as long as
-   the job runs: a dev environment made before its notebook opens waits for it;
+2. wait for :data:`CONNECTION_FILE` (written whole by the bridge: made under a temporary name,
+   then linked to its own), at most :data:`ATTACH_TIMEOUT` seconds: a dev environment made
+   before its notebook opens waits for it, and one nobody opens ends (exit 0, saying so) instead
+   of holding its node and cards for ever;
 3. exec ``ipykernel_launcher -f <connection file>``: the kernel binds ``ipc://<KERNEL_VIEW>/k-<N>``
    and runs until Jupyter shuts it down (then the job ends) or the job is stopped.
 """
@@ -35,6 +37,9 @@ SOCKET_PREFIX = "k"
 #: the five channels' socket numbers (``k-<N>``) in the connection file
 CHANNEL_PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
 
+#: seconds a dev environment waits for its first notebook before it ends (rule 2)
+ATTACH_TIMEOUT = 3600
+
 NO_IPYKERNEL = 3
 #: what the line saying so holds (the backend makes it the failed job's reason)
 NO_IPYKERNEL_SAYS = "has no ipykernel, which a dev environment's kernel runs on"
@@ -52,7 +57,15 @@ def main() -> int:
         return NO_IPYKERNEL
     path = os.path.join(folder, CONNECTION_FILE)
     print(f"dev environment: waiting for a notebook to attach ({path})", flush=True)
+    deadline = time.monotonic() + ATTACH_TIMEOUT
     while not os.path.exists(path):
+        if time.monotonic() > deadline:  # rule 2: what it holds is freed for others
+            print(
+                f"dev environment: no notebook attached within {ATTACH_TIMEOUT // 60} minutes: ending it to "
+                "free its node (opening a notebook with its kernel starts a new one)",
+                flush=True,
+            )
+            return 0
         time.sleep(0.1)
     print("dev environment: a notebook attached, starting the kernel", flush=True)
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", path]
