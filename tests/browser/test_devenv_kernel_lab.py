@@ -88,7 +88,9 @@ def test_the_job_pages_kernel_choice_opens_a_notebook_running_in_the_node(tmp_pa
             "command": "sleep 600",
             "env": {"WHO": "page"},
         }
-        source = requests.post(f"{api}/jobs", json=body, headers=auth, timeout=60).json()
+        reply = requests.post(f"{api}/jobs", json=body, headers=auth, timeout=60)
+        assert reply.status_code == 201, reply.text
+        source = reply.json()
 
         card = page.locator(".jp-LauncherCard", has_text="Training jobs")
         expect(card).to_be_visible(timeout=90_000)
