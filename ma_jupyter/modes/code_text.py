@@ -27,6 +27,36 @@ DYNAMIC = re.compile(
 )
 
 
+#: the common numeric and training libraries: none of them starts a distributed run or installs
+#: a SIGTERM handler by itself (their distributed and checkpoint parts are reached through names
+#: the judges look for in the job's own code: torch.distributed, tf.distribute, torch.load...)
+PLAIN_LIBRARIES = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "numpy",
+        "pandas",
+        "scipy",
+        "sklearn",
+        "tensorflow",
+        "keras",
+        "tf_keras",
+        "PIL",
+        "matplotlib",
+        "seaborn",
+        "tqdm",
+        "yaml",
+        "h5py",
+        "cv2",
+        "tensorboard",
+        "tensorboardX",
+        "requests",
+    }
+)
+
+
 def command_texts(spec: JobSpec, sources: Mapping[str, str] | None) -> list[str] | None:
     """The code texts a job's ``python`` command runs: the ``-c`` code and every Python file of the
     algorithm folder (the script may import the others); None when the command is not ``python

@@ -34,6 +34,7 @@ import re
 from collections.abc import Mapping
 
 from ..models import JobSpec
+from . import code_text
 from .code_text import beyond_text, command_texts
 
 #: rule 4: a SIGTERM handler (by name, or by number in a ``signal(...)`` call)
@@ -45,32 +46,7 @@ RESUMES = re.compile(
 )
 #: libraries that neither install a SIGTERM handler nor resume by themselves (their checkpoint
 #: calls are found by RESUMES in the job's own code)
-PLAIN_LIBRARIES = frozenset(
-    {
-        "torch",
-        "torchvision",
-        "torchaudio",
-        "torchtext",
-        "numpy",
-        "pandas",
-        "scipy",
-        "sklearn",
-        "tensorflow",
-        "keras",
-        "tf_keras",
-        "PIL",
-        "matplotlib",
-        "seaborn",
-        "tqdm",
-        "yaml",
-        "h5py",
-        "cv2",
-        "tensorboard",
-        "tensorboardX",
-        "requests",
-        "mindspore",
-    }
-)
+PLAIN_LIBRARIES = code_text.PLAIN_LIBRARIES | {"mindspore"}
 
 
 def applies(spec: JobSpec) -> bool:

@@ -33,6 +33,7 @@ import re
 from collections.abc import Mapping
 
 from ..models import JobSpec, Mode
+from . import code_text
 from .code_text import beyond_text, command_texts
 
 MODES = (Mode.pytorch, Mode.horovod, Mode.tensorflow)
@@ -46,31 +47,7 @@ MARKERS = re.compile(
 )
 #: libraries that never set up a distributed run by themselves (their distributed parts are
 #: reached through names MARKERS finds: torch.distributed, tf.distribute...)
-SINGLE_PROCESS_LIBRARIES = frozenset(
-    {
-        "torch",
-        "torchvision",
-        "torchaudio",
-        "torchtext",
-        "numpy",
-        "pandas",
-        "scipy",
-        "sklearn",
-        "tensorflow",
-        "keras",
-        "tf_keras",
-        "PIL",
-        "matplotlib",
-        "seaborn",
-        "tqdm",
-        "yaml",
-        "h5py",
-        "cv2",
-        "tensorboard",
-        "tensorboardX",
-        "requests",
-    }
-)
+SINGLE_PROCESS_LIBRARIES = code_text.PLAIN_LIBRARIES
 
 
 def applies(spec: JobSpec) -> bool:
