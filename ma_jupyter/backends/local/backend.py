@@ -39,7 +39,7 @@ from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
-from ...nodehost import caches, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
+from ...nodehost import caches, cgroup, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
 from ...nodehost.bwrap import sandbox_argv
@@ -368,6 +368,9 @@ class LocalBackend(Backend):
             # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
             "memory_gb": plan.task.memory_gb or None,
             "max_processes": limits.max_node_processes,
+            # the node's own cgroup (memory, tmpfs included, and processes bounded by the kernel,
+            # see .cgroup), where one can be made here; None: the watchdog bounds its memory
+            "cgroup": _node_cgroup(attempt.job_id, attempt.number, launch.name),
             # the node in a user namespace of its own, where its process limit is its own count
             "own_user_namespace": view.sandbox == "bubblewrap" and _user_namespace_works(),
             # the account the node's processes run as (the kernel's process limit spares root)
@@ -993,6 +996,30 @@ def _kernel_port() -> int:
 
 _BWRAP_OK: bool | None = None
 _USERNS_OK: bool | None = None
+_CGROUP_SAID = False
+
+
+def _node_cgroup(job_id: str, attempt: int, node: str) -> dict | None:
+    """Where the node's runner makes the node's cgroup (:mod:`.cgroup`), or None where no memory
+    cgroup can be made here: then the service log says why, once, and the node's memory is the
+    watchdog's to bound.  The first call also removes what crashed runners left."""
+    global _CGROUP_SAID
+    where, why = cgroup.detect()
+    if not _CGROUP_SAID:
+        _CGROUP_SAID = True
+        if where is None:
+            print(
+                f"[ma_jupyter] no memory cgroup for the nodes here ({why}): each node's memory is "
+                "bounded by its runner's watchdog, which does not see memory a job holds unmapped "
+                "(a memfd, System V shared memory)",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            cgroup.sweep(where)
+    if where is None:
+        return None
+    return {**where, "name": cgroup.node_name(job_id, attempt, node)}
 
 
 def _user_namespace_works() -> bool:
