@@ -22,7 +22,8 @@ pointing at the node's log file; the service is never in the log path.  The runn
       namespace of its own and starts each phase in it with that ``RLIMIT_NPROC``
       (:mod:`.userns`).  Reaching it, a fork fails with ``EAGAIN`` in the job and the node's log
       says so once.  Where no such namespace can be made (not root, the symlink mode), or the
-      node runs as root (an admin's ``allow_root``), the watchdog kills the node past it instead;
+      node runs as root (an admin's ``allow_root``), the watchdog kills the node past it instead
+      (the ``pids`` limit of the node's cgroup, where it has one, is the kernel's backstop);
    c. logs: past ``max_log_bytes`` (``[limits] max_log_mb``, all the job's logs on this machine)
       it kills the node and reports "logs exceeded ... max_log_mb" (the node log is written by
       the job's processes directly, so the cap ends the writer rather than cutting what it
@@ -171,18 +172,21 @@ class NodeRunner:
 
         return preexec
 
-    def _make_cgroup(self) -> None:
-        """Rule 1a: make (or make again, between phases) the node's cgroup with its limits; where
-        it cannot, say so and leave the node's memory to the watchdog."""
+    def _make_cgroup(self, *, first: bool) -> None:
+        """Rule 1a: make the node's cgroup with its limits before the first phase; where it cannot,
+        say so and leave the node's memory to the watchdog.  Before each later phase, make it
+        again (a sweep may have removed it while empty); failing then, the phase's child cannot
+        enter it and exits 126: the bound chosen for the node never silently changes."""
         if self.cgroup is None:
             return
         try:
             memory = int(float(self.spec.get("memory_gb") or 0) * (1 << 30))
             self.cgroup.create(memory, self.max_processes)
         except OSError as exc:
-            _say(f"no cgroup of its own for this node ({exc}): its memory limit is the watchdog's")
-            self.cgroup.remove(wait=0)
-            self.cgroup = None
+            if first:
+                _say(f"no cgroup of its own for this node ({exc}): its memory limit is the watchdog's")
+                self.cgroup.remove(wait=0)
+                self.cgroup = None
 
     def _check_oom(self) -> None:
         """Rule 1a: a phase ended: a process the kernel killed for memory is the node's failure
@@ -198,10 +202,9 @@ class NodeRunner:
 
     def _kernel_bound(self) -> bool:
         """Whether the kernel bounds the node's processes (rule 1b): in its own user namespace,
-        as an account other than root (``RLIMIT_NPROC`` never applies to root), or in its own
-        cgroup with a ``pids`` limit (root included)."""
-        if self.cgroup is not None and self.cgroup.pids is not None:
-            return True
+        as an account other than root (``RLIMIT_NPROC`` never applies to root).  A ``pids``
+        limit of the node's cgroup (rule 1a) is the kernel's backstop, root's nodes included, but
+        the watchdog still ends those past the limit: the sentence says what happened."""
         return self.userns is not None and self.spec.get("account_uid") != 0
 
     def _watch(self) -> None:
@@ -321,8 +324,7 @@ class NodeRunner:
             fds = {STATUS_FD: str(status_w), RELEASE_FD: str(release_r)}
             argv = [fds.get(a, a) for a in argv]
         argv, env_fd = self._with_env_fd(argv)
-        if self.cgroup is not None:
-            self._make_cgroup()  # again: a sweep may have removed it while empty
+        self._make_cgroup(first=False)
         passed = tuple(fd for fd in (env_fd, copy_w, status_w, release_r) if fd is not None)
         try:
             self.current = subprocess.Popen(
@@ -433,7 +435,7 @@ class NodeRunner:
             and os.geteuid() == 0
         ):
             _say("no user namespace of its own for this node here: its process limit is the watchdog's")
-        self._make_cgroup()  # before any phase starts (rule 1a)
+        self._make_cgroup(first=True)  # before any phase starts, and the watchdog (rule 1a)
         threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
         if watchdog.Limits(spec, kernel_bound=False).watched():
             threading.Thread(target=self._watch, daemon=True).start()

@@ -194,8 +194,9 @@ def memory_reason(limits: Limits, oom_kills: int, peak: int) -> str:
     (rule 2), the same sentence's head as the watchdog's own."""
     return (
         f"the job exceeded its memory limit of {_gb(limits.memory_gb)} on {limits.node} "
-        f"(the kernel's bound, tmpfs and shared memory included: {oom_kills} process"
-        f"{'es' if oom_kills != 1 else ''} killed for memory, peak {_gb(peak / (1 << 30))}): killed"
+        f"(all it held, resident, in /tmp, /dev/shm and /run, and shared memory: peak "
+        f"{_gb(peak / (1 << 30))}; the kernel killed {oom_kills} process"
+        f"{'es' if oom_kills != 1 else ''} for memory): killed"
     )
 
 
