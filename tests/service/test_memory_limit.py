@@ -117,3 +117,21 @@ def test_a_job_within_its_limit_runs_in_its_own_cgroup_gone_after(quarter):
     assert final["status"] == "succeeded", final["reason"]
     assert f"{cgroup.PREFIX}{job['id']}." in full_log(quarter, job["id"])
     assert wait_for(lambda: not _node_cgroups(job["id"]), timeout=30), _node_cgroups(job["id"])
+
+
+@needs_cgroup
+def test_a_killed_runners_cgroup_is_removed_by_the_stop_that_follows(ma_home):
+    import signal
+
+    from ma_jupyter.backends.local import LocalBackend
+    from tests.service.test_local_backend import log_of, make_attempt, start
+
+    attempt = make_attempt(ma_home, "cg-lost-1", "import time; print('up', flush=True); time.sleep(600)")
+    backend = LocalBackend()
+    [run] = start(backend, attempt)
+    wait_for(lambda: "up" in log_of(attempt), timeout=30)
+    assert _node_cgroups("cg-lost-1"), "the node runs in a cgroup of its own"
+    os.kill(run.pid, signal.SIGKILL)  # the runner cannot remove it
+    wait_for(lambda: backend.poll(attempt, run).state == "lost", timeout=10)
+    backend.stop(attempt, [run], 0)
+    assert not _node_cgroups("cg-lost-1")

@@ -576,6 +576,7 @@ class LocalBackend(Backend):
         while True:
             left = self._leftovers(attempt, runs)
             if not left:
+                _remove_node_cgroups(attempt, runs)  # a runner killed here could not
                 return
             for run in runs:
                 if self._alive(run):
@@ -996,6 +997,20 @@ def _kernel_port() -> int:
 
 _BWRAP_OK: bool | None = None
 _USERNS_OK: bool | None = None
+
+
+def _remove_node_cgroups(attempt: Attempt, runs: list[NodeRun]) -> None:
+    """Remove the cgroups of ``runs`` (:mod:`.cgroup`) that their runners left (killed): only
+    empty ones go, a live node's stays."""
+    where, _ = cgroup.detect()
+    if where is None:
+        return
+    for run in runs:
+        cgroup.NodeCgroup(
+            {**where, "name": cgroup.node_name(attempt.job_id, attempt.number, run.name)}
+        ).remove(wait=0)
+
+
 _CGROUP_SAID = False
 
 
