@@ -10,7 +10,8 @@ touch, tmpfs and shared memory included, so where one can be made the kernel is 
    enabled for its children) where a child can be made (a probe child made and removed); the
    ``pids`` controller likewise, optional.  Where no memory cgroup can be made the service log
    says why, once, and the watchdog stays the memory bound (nothing is lost silently);
-2. name: one cgroup per node, ``ma-node.<job>.<attempt>.<node>`` (:func:`node_name`), directly
+2. name: one cgroup per node, ``ma-node.<service>.<job>.<attempt>.<node>`` (:func:`node_name`;
+   ``<service>`` a digest of the service's home), directly
    below the service's own cgroup in each hierarchy, so it is unique and found by its name;
 3. the runner makes it (:meth:`NodeCgroup.create`) before any phase starts: ``memory`` limited to
    the node's ``memory_gb`` (swap included where the kernel counts it), ``pids`` to
@@ -144,9 +145,10 @@ def _detect() -> tuple[dict | None, str]:
     return None, "no memory cgroup controller is mounted here"
 
 
-def node_name(job_id: str, attempt: int | str, node: str) -> str:
-    """Rule 2: the node's cgroup name (only name-safe characters kept)."""
-    return PREFIX + _safe(job_id, attempt, node)
+def node_name(job_id: str, attempt: int | str, node: str, scope: str = "") -> str:
+    """Rule 2: the node's cgroup name (only name-safe characters kept); ``scope`` tells apart
+    services of one host (their job ids may repeat; a v1 ``pids`` hierarchy may be shared)."""
+    return PREFIX + _safe(*([scope] if scope else []), job_id, attempt, node)
 
 
 def _safe(*parts: object) -> str:

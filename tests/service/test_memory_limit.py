@@ -4,6 +4,7 @@ job ends in error saying which limit on which node; a job within it runs to its 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 
@@ -94,7 +95,7 @@ POSIX_SHM = (
 
 
 def _node_cgroups(job_id):
-    return [n for n in os.listdir(_WHERE["memory"]) if n.startswith(cgroup.PREFIX + job_id + ".")]
+    return [n for n in os.listdir(_WHERE["memory"]) if n.startswith(cgroup.PREFIX) and f".{job_id}." in n]
 
 
 @needs_cgroup
@@ -115,7 +116,9 @@ def test_a_job_within_its_limit_runs_in_its_own_cgroup_gone_after(quarter):
     job = submit(quarter, command=shlex.join([PY, "-c", code]), specs=["cpu.quarter"])
     final = wait_status(quarter, job["id"], {"error", "succeeded", "stopped"})
     assert final["status"] == "succeeded", final["reason"]
-    assert f"{cgroup.PREFIX}{job['id']}." in full_log(quarter, job["id"])
+    assert re.search(
+        rf"{re.escape(cgroup.PREFIX)}\w+\.{job['id']}\.0\.worker-0", full_log(quarter, job["id"])
+    )
     assert wait_for(lambda: not _node_cgroups(job["id"]), timeout=30), _node_cgroups(job["id"])
 
 

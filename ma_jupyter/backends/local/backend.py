@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import json
 import math
 import os
@@ -999,6 +1000,12 @@ _BWRAP_OK: bool | None = None
 _USERNS_OK: bool | None = None
 
 
+def _cgroup_scope() -> str:
+    """This service's part of its nodes' cgroup names (:func:`.cgroup.node_name`): its home's
+    digest, as two services' job ids may repeat."""
+    return hashlib.sha256(str(config.home()).encode()).hexdigest()[:8]
+
+
 def _remove_node_cgroups(attempt: Attempt, runs: list[NodeRun]) -> None:
     """Remove the cgroups of ``runs`` (:mod:`.cgroup`) that their runners left (killed): only
     empty ones go, a live node's stays."""
@@ -1007,7 +1014,7 @@ def _remove_node_cgroups(attempt: Attempt, runs: list[NodeRun]) -> None:
         return
     for run in runs:
         cgroup.NodeCgroup(
-            {**where, "name": cgroup.node_name(attempt.job_id, attempt.number, run.name)}
+            {**where, "name": cgroup.node_name(attempt.job_id, attempt.number, run.name, _cgroup_scope())}
         ).remove(wait=0)
 
 
@@ -1034,7 +1041,7 @@ def _node_cgroup(job_id: str, attempt: int, node: str) -> dict | None:
             cgroup.sweep(where)
     if where is None:
         return None
-    return {**where, "name": cgroup.node_name(job_id, attempt, node)}
+    return {**where, "name": cgroup.node_name(job_id, attempt, node, _cgroup_scope())}
 
 
 def _user_namespace_works() -> bool:
