@@ -7,16 +7,23 @@ pointing at the node's log file; the service is never in the log path.  The runn
    node's limits (:mod:`.watchdog`): every ``MEMORY_SAMPLE`` seconds it walks every process
    below it and
 
-   a. memory: past the spec's ``memory_gb`` (resident memory plus what the node's sandboxes hold
-      in ``/tmp``, ``/dev/shm`` and ``/run``) it kills them all and reports "exceeded its memory
-      limit of N GB on <node>" as the node's failure;
+   a. memory: where the backend found a writable memory cgroup (``cgroup``), the runner makes the
+      node's own (:mod:`.cgroup`) before any phase, limited to ``memory_gb`` (and its tasks to
+      ``max_processes``), and every phase's first process moves itself in before it executes
+      (the runner stays outside: a job's OOM never kills it); a process the kernel kills there
+      for memory ends the node: the watchdog kills the rest and reports "exceeded its memory
+      limit of N GB on <node>" as the node's failure; the cgroup is removed when the node ends.
+      Without one (or where the runner cannot make it: it says so in the node's log), the
+      watchdog's sum bounds it: past ``memory_gb`` (resident memory plus what the node's
+      sandboxes hold in ``/tmp``, ``/dev/shm`` and ``/run``) it kills them all, same report;
    b. processes: the node's tasks (processes and threads) are bounded by the kernel at
       ``max_processes`` (``[limits] max_node_processes``): as root, in bubblewrap (where the
       backend found it works, ``own_user_namespace``), the runner makes the node a user
       namespace of its own and starts each phase in it with that ``RLIMIT_NPROC``
       (:mod:`.userns`).  Reaching it, a fork fails with ``EAGAIN`` in the job and the node's log
       says so once.  Where no such namespace can be made (not root, the symlink mode), or the
-      node runs as root (an admin's ``allow_root``), the watchdog kills the node past it instead;
+      node runs as root (an admin's ``allow_root``), the watchdog kills the node past it instead
+      (the ``pids`` limit of the node's cgroup, where it has one, is the kernel's backstop);
    c. logs: past ``max_log_bytes`` (``[limits] max_log_mb``, all the job's logs on this machine)
       it kills the node and reports "logs exceeded ... max_log_mb" (the node log is written by
       the job's processes directly, so the cap ends the writer rather than cutting what it
@@ -74,6 +81,7 @@ from ..nodeside.exec_env import COPY_FD, ENV_FD, env_file_data
 from ..untrusted import collect_report
 from . import hostwatch, stopping, watchdog
 from .agent_wire import RELEASE_FD, STATUS_FD
+from .cgroup import NodeCgroup
 from .procfs import descendants, process_tree
 from .userns import (
     CHECK_USER_NAMESPACE,
@@ -149,13 +157,54 @@ class NodeRunner:
         # rule 1b: the node's own user namespace (a descriptor), where one could be made
         self.userns: int | None = None
         self.max_processes = int(spec.get("max_processes") or 0)
+        # rule 1a: the node's own cgroup, where the backend found one can be made (made in run())
+        self.cgroup: NodeCgroup | None = NodeCgroup(spec["cgroup"]) if spec.get("cgroup") else None
 
     def _preexec(self) -> Callable[[], None]:
-        return enter_node(self.userns, self.max_processes)
+        enter = enter_node(self.userns, self.max_processes)
+        node_cgroup = self.cgroup
+        if node_cgroup is None:
+            return enter
+
+        def preexec() -> None:
+            node_cgroup.enter()  # first: in the node's user namespace the cgroup is not writable
+            enter()
+
+        return preexec
+
+    def _make_cgroup(self, *, first: bool) -> None:
+        """Rule 1a: make the node's cgroup with its limits before the first phase; where it cannot,
+        say so and leave the node's memory to the watchdog.  Before each later phase, make it
+        again (a sweep may have removed it while empty); failing then, the phase's child cannot
+        enter it and exits 126: the bound chosen for the node never silently changes."""
+        if self.cgroup is None:
+            return
+        try:
+            memory = int(float(self.spec.get("memory_gb") or 0) * (1 << 30))
+            self.cgroup.create(memory, self.max_processes)
+        except OSError as exc:
+            if first:
+                _say(f"no cgroup of its own for this node ({exc}): its memory limit is the watchdog's")
+                self.cgroup.remove(wait=0)
+                self.cgroup = None
+
+    def _check_oom(self) -> None:
+        """Rule 1a: a phase ended: a process the kernel killed for memory is the node's failure
+        (the watchdog may not have sampled since)."""
+        if self.cgroup is None or self.exceeded is not None or not self.spec.get("memory_gb"):
+            return
+        kills = self.cgroup.oom_kills()
+        if kills:
+            limits = watchdog.Limits(self.spec, kernel_bound=True)
+            self.exceeded = watchdog.memory_reason(limits, kills, self.cgroup.peak_bytes())
+            _say(self.exceeded)
+            self.stopping = True
 
     def _kernel_bound(self) -> bool:
         """Whether the kernel bounds the node's processes (rule 1b): in its own user namespace,
-        as an account other than root (``RLIMIT_NPROC`` never applies to root)."""
+        as an account other than root (``RLIMIT_NPROC`` never applies to root).  A ``pids``
+        limit of the node's cgroup (rule 1a) is the kernel's backstop, root's nodes included, but
+        the watchdog still ends those past the limit: the sentence says what happened."""
         return self.userns is not None and self.spec.get("account_uid") != 0
 
     def _watch(self) -> None:
@@ -170,7 +219,7 @@ class NodeRunner:
             self.stopping = True  # no further phase but on_stop
 
         limits = watchdog.Limits(self.spec, kernel_bound=self._kernel_bound())
-        watchdog.watch(limits, self._ended, _say, exceeded)
+        watchdog.watch(limits, self._ended, _say, exceeded, memory_cgroup=self.cgroup)
 
     def _beat(self, path: Path) -> None:
         """Rule 7: refresh the heartbeat file's time until the node ends."""
@@ -280,6 +329,7 @@ class NodeRunner:
             fds = {STATUS_FD: str(status_w), RELEASE_FD: str(release_r)}
             argv = [fds.get(a, a) for a in argv]
         argv, env_fd = self._with_env_fd(argv)
+        self._make_cgroup(first=False)
         passed = tuple(fd for fd in (env_fd, copy_w, status_w, release_r) if fd is not None)
         try:
             self.current = subprocess.Popen(
@@ -312,6 +362,7 @@ class NodeRunner:
         status = self._wait(self.current.pid)
         self._kill_leftovers()
         self.current = None
+        self._check_oom()
         if status_r is not None and reported is not None:
             return reported
         if os.WIFSIGNALED(status):
@@ -389,6 +440,7 @@ class NodeRunner:
             and os.geteuid() == 0
         ):
             _say("no user namespace of its own for this node here: its process limit is the watchdog's")
+        self._make_cgroup(first=True)  # before any phase starts, and the watchdog (rule 1a)
         threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
         if watchdog.Limits(spec, kernel_bound=False).watched():
             threading.Thread(target=self._watch, daemon=True).start()
@@ -434,10 +486,17 @@ class NodeRunner:
         if kept:  # recorded before the exit code, which ends the job: its events can say so
             until = time.time() + keep
             write_report(node_dir.kept, {"until": until})
+        if not kept:
+            self._remove_cgroup()  # before the exit code: the job's end finds it gone
         write_exit_code(node_dir.exit_code, code)
         if kept:
             self._keep_for_debugging(until)
+            self._remove_cgroup()
         return code
+
+    def _remove_cgroup(self) -> None:
+        if self.cgroup is not None and not self.cgroup.remove():
+            _say(f"the node's cgroup {self.cgroup.memory} still holds processes: left for the next sweep")
 
     def _keep_for_debugging(self, until: float) -> None:
         """Keep the failed command's phase, its shell agent serving the terminal in the node's

@@ -8,9 +8,12 @@ Every :data:`MEMORY_SAMPLE` seconds :func:`watch` walks every process below the 
    :mod:`.userns`), where it only says once that the limit was reached.  The count comes first:
    the children a fork bomb has not exec'd yet each count the parent's resident pages again, so
    the memory sum passes its limit too, and would name the wrong cause;
-2. memory: the resident memory of those processes plus what their sandboxes hold in their
-   memory-backed folders (:func:`tmpfs_held`); past ``memory_gb`` it kills the node (no kernel
-   memory limit is set: a watchdog works wherever the platform does, cgroup or not);
+2. memory: where the node has a cgroup of its own (:mod:`.cgroup`), the kernel bounds every
+   page the node holds (tmpfs, memfd and System V shared memory included) and the watchdog only
+   reads its OOM kills: one ends the node with the memory reason (:func:`memory_reason`).
+   Elsewhere (no writable memory cgroup: the fallback), the resident memory of those processes
+   plus what their sandboxes hold in their memory-backed folders (:func:`tmpfs_held`); past
+   ``memory_gb`` it kills the node (memory a job holds unmapped escapes this sum);
 3. logs: the size of every file in the job's ``logs/`` folder (all its nodes on this machine,
    :func:`ma_jupyter.foldersize.folder_size`); past ``max_log_bytes`` it kills the node, and the
    logs may then grow by :data:`LOG_SLACK` more (what the later phases print); a folder of
@@ -186,15 +189,28 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
+def memory_reason(limits: Limits, oom_kills: int, peak: int) -> str:
+    """The node's failure when the kernel killed ``oom_kills`` of its processes in its cgroup
+    (rule 2), the same sentence's head as the watchdog's own."""
+    return (
+        f"the job exceeded its memory limit of {_gb(limits.memory_gb)} on {limits.node} "
+        f"(all it held, resident, in /tmp, /dev/shm and /run, and shared memory: peak "
+        f"{_gb(peak / (1 << 30))}; the kernel killed {oom_kills} process"
+        f"{'es' if oom_kills != 1 else ''} for memory): killed"
+    )
+
+
 def watch(
     limits: Limits,
     ended: threading.Event,
     say: Callable[[str], None],
     on_exceeded: Callable[[str], None],
+    memory_cgroup=None,
 ) -> None:
     """Watch the processes below this one against ``limits`` until ``ended`` is set (the module's
     rules 1-3); ``say`` writes a line in the node's log, ``on_exceeded(reason)`` runs before each
-    kill.  Runs on the caller's thread."""
+    kill; ``memory_cgroup`` (a :class:`.cgroup.NodeCgroup`): the kernel bounds the node's memory
+    there (rule 2).  Runs on the caller's thread."""
     node = limits.node
     memory = limits.memory_gb * (1 << 30)
     log_cap = limits.max_log_bytes
@@ -217,7 +233,13 @@ def watch(
                     f"{node} reached its limit of {limits.max_processes} processes and threads "
                     "([limits] max_node_processes): starting more fails until some end"
                 )
-        held = tmpfs_held(tree) if memory and exceeded is None else 0
+        if memory_cgroup is not None:
+            kills = memory_cgroup.oom_kills() if memory and exceeded is None else 0
+            if kills:
+                exceeded = memory_reason(limits, kills, memory_cgroup.peak_bytes())
+            held = used = 0  # the kernel's bound, not this sum
+        else:
+            held = tmpfs_held(tree) if memory and exceeded is None else 0
         if exceeded is None and memory and used + held > memory:
             exceeded = (
                 f"the job exceeded its memory limit of {_gb(limits.memory_gb)} on {node} "

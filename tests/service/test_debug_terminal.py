@@ -13,6 +13,7 @@ import pexpect
 import pytest
 
 from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.nodehost import cgroup
 from tests.helpers import wait_for
 from tests.service.test_local_backend import log_of, make_attempt, marked, start
 
@@ -425,8 +426,15 @@ def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service, tmp_pat
     assert job.status.value == "error" and job.exit_code == 5, job.reason
     out, code = run_command(client.shell(handle.id, command=["cat", "/tmp/scratch.txt"]), timeout=60)
     assert (out.strip(), code) == ("left in tmp", 0)
+    where, _ = cgroup.detect()
+    mine = f".{handle.id}.0.worker-0"
+    if where is not None:  # the terminal's shell is in the node's cgroup, bounded as the node is
+        out, code = run_command(client.shell(handle.id, command=["cat", "/proc/self/cgroup"]), timeout=60)
+        assert code == 0 and mine in out, out
     client.delete(handle.id)
     wait_for(lambda: not job_processes(handle.id), timeout=60)  # deleting ends the kept sandbox
+    if where is not None:  # and the node's cgroup with it
+        wait_for(lambda: not [n for n in os.listdir(where["memory"]) if n.endswith(mine)], timeout=30)
 
 
 def test_a_frozen_runners_stop_reaches_the_command_under_the_terminals_agent(ma_home, ma_root_jobs):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import json
 import math
 import os
@@ -40,7 +41,7 @@ from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...jobdir import NO_IPYKERNEL_SAYS
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
-from ...nodehost import caches, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
+from ...nodehost import caches, cgroup, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
 from ...nodehost.bwrap import sandbox_argv
@@ -369,6 +370,9 @@ class LocalBackend(Backend):
             # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
             "memory_gb": plan.task.memory_gb or None,
             "max_processes": limits.max_node_processes,
+            # the node's own cgroup (memory, tmpfs included, and processes bounded by the kernel,
+            # see .cgroup), where one can be made here; None: the watchdog bounds its memory
+            "cgroup": _node_cgroup(attempt.job_id, attempt.number, launch.name),
             # the node in a user namespace of its own, where its process limit is its own count
             "own_user_namespace": view.sandbox == "bubblewrap" and _user_namespace_works(),
             # the account the node's processes run as (the kernel's process limit spares root)
@@ -574,6 +578,7 @@ class LocalBackend(Backend):
         while True:
             left = self._leftovers(attempt, runs)
             if not left:
+                _remove_node_cgroups(attempt, runs)  # a runner killed here could not
                 return
             for run in runs:
                 if self._alive(run):
@@ -999,6 +1004,50 @@ def _kernel_port() -> int:
 
 _BWRAP_OK: bool | None = None
 _USERNS_OK: bool | None = None
+
+
+def _cgroup_scope() -> str:
+    """This service's part of its nodes' cgroup names (:func:`.cgroup.node_name`): its home's
+    digest, as two services' job ids may repeat."""
+    return hashlib.sha256(str(config.home()).encode()).hexdigest()[:8]
+
+
+def _remove_node_cgroups(attempt: Attempt, runs: list[NodeRun]) -> None:
+    """Remove the cgroups of ``runs`` (:mod:`.cgroup`) that their runners left (killed): only
+    empty ones go, a live node's stays."""
+    where, _ = cgroup.detect()
+    if where is None:
+        return
+    for run in runs:
+        cgroup.NodeCgroup(
+            {**where, "name": cgroup.node_name(attempt.job_id, attempt.number, run.name, _cgroup_scope())}
+        ).remove(wait=0)
+
+
+_CGROUP_SAID = False
+
+
+def _node_cgroup(job_id: str, attempt: int, node: str) -> dict | None:
+    """Where the node's runner makes the node's cgroup (:mod:`.cgroup`), or None where no memory
+    cgroup can be made here: then the service log says why, once, and the node's memory is the
+    watchdog's to bound.  The first call also removes what crashed runners left."""
+    global _CGROUP_SAID
+    where, why = cgroup.detect()
+    if not _CGROUP_SAID:
+        _CGROUP_SAID = True
+        if where is None:
+            print(
+                f"[ma_jupyter] no memory cgroup for the nodes here ({why}): each node's memory is "
+                "bounded by its runner's watchdog, which does not see memory a job holds unmapped "
+                "(a memfd, System V shared memory)",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            cgroup.sweep(where)
+    if where is None:
+        return None
+    return {**where, "name": cgroup.node_name(job_id, attempt, node, _cgroup_scope())}
 
 
 def _user_namespace_works() -> bool:
