@@ -116,7 +116,8 @@ def test_the_job_pages_kernel_choice_opens_a_notebook_running_in_the_node(tmp_pa
         expect(panel.locator(".jp-OutputArea-output").first).to_have_text("page 1", timeout=60_000)
 
         kernels = requests.get(f"{lab['url']}/api/kernels", headers=auth, timeout=30).json()
-        (kernel,) = [k for k in kernels if k["name"] == "ma_jupyter-pagejob-worker-1"]
+        name = f"ma_jupyter-{source['id']}-worker-1".lower()  # by the job's id, not its name
+        (kernel,) = [k for k in kernels if k["name"] == name]
         requests.delete(f"{lab['url']}/api/kernels/{kernel['id']}", headers=auth, timeout=60)
         jobs = requests.get(f"{api}/jobs", headers=auth, timeout=30).json()["items"]
         (devenv,) = [j for j in jobs if j["spec"].get("devenv_of")]
