@@ -159,6 +159,7 @@ def ma_shell(ma_home):
     from IPython.core.interactiveshell import InteractiveShell
 
     import ma_jupyter
+    from ma_jupyter.errors import MaJupyterError
     from ma_jupyter.frontends.notebook import session
 
     shell = InteractiveShell.instance()
@@ -169,8 +170,16 @@ def ma_shell(ma_home):
     client = session._clients.pop(str(ma_home), None)
     if client is not None:
         try:
-            for handle in client.jobs(status=["running", "queued"]):
+            left = client.jobs(status=["running", "queued"])
+            for handle in left:
                 handle.stop()
+            # the service's end leaves running jobs running (they outlive it by design): wait
+            # for the stops, so no test leaves its nodes' processes behind
+            for handle in left:
+                try:
+                    handle.wait(timeout=90)
+                except (TimeoutError, MaJupyterError):
+                    pass
         finally:
             client.shutdown_service()
     session._clients.clear()
