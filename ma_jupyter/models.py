@@ -870,6 +870,11 @@ class LogChunk(Strict):
     next_offset: int
     data: str
     eof: bool = Field(description="True when the job is terminal and nothing more will be written.")
+    file: LogFile | None = Field(
+        default=None,
+        description="On a read from offset 0: where a reader on the service's machine may read the "
+        "stream's file itself (as GET /jobs/{id}/logs describes it), so it need not ask apart.",
+    )
 
 
 class JobPage(Strict):

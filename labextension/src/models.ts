@@ -244,6 +244,8 @@ export interface LogChunk {
   data: string;
   /** True when the job is terminal and nothing more will be written. */
   eof: boolean;
+  /** On a read from offset 0: where a reader on the service's machine may read the stream's file itself (as GET /jobs/{id}/logs describes it), so it need not ask apart. */
+  file?: LogFile | null;
 }
 
 /**

@@ -617,12 +617,18 @@ class Client:
         a service describes are on its own machine).  Whether the file is readable shows when
         the reader opens it.
         """
-        if not self.local_logs or not self._serves_this_home():
+        if not self.reads_local_files():
             return None
         for stream in self.log_streams(job_id):
             if stream.node == node and stream.rank == rank:
                 return stream.file
         return None
+
+    def reads_local_files(self) -> bool:
+        """Whether this client may read a stream's file itself where the service describes one:
+        ``local_logs`` is on and its service is this machine's (the files a service describes
+        are on its own machine)."""
+        return self.local_logs and self._serves_this_home()
 
     def _serves_this_home(self) -> bool:
         """Whether this client's service is the one of this machine's ``$MA_JUPYTER_HOME``."""

@@ -56,6 +56,8 @@ class LogClient(Protocol):
 
     def local_log_file(self, job_id: str, node: str, rank: int | None = None) -> LogFile | None: ...
 
+    def reads_local_files(self) -> bool: ...
+
     def get(self, job_id: str) -> Job: ...
 
 
@@ -71,9 +73,9 @@ class LogLines(Iterator[str]):
     Rules:
 
     1. The first read goes through the service: it checks access and names the stream's node.
-    2. Once a read through the service brought bytes and the stream goes on, the reader asks
-       where the stream's file is (:meth:`LogClient.local_log_file`: the service's description of
-       the stream, which only the backend knows).  When it is on this machine and readable,
+    2. Where the stream's file is comes from the service (only the backend knows): with the
+       answer to a read from offset 0 (its ``file``), else, once a read brought bytes and the
+       stream goes on, by asking (:meth:`LogClient.local_log_file`).  When it is on this machine and readable,
        bytes come straight from the file while there are any, and the service is asked only at
        the end of what is written: its long-poll says when more bytes arrive and when the job
        has ended (``eof``).
@@ -217,7 +219,11 @@ class LogLines(Iterator[str]):
         self.node = chunk.node  # pin the stream so every offset refers to the same file
         self._read_offset = chunk.next_offset
         done = chunk.eof or (not self.follow and chunk.next_offset == chunk.offset)
-        if self._unlocated and chunk.data and not done:
+        if self._unlocated and chunk.file is not None:
+            # the first answer said where the file is: taken as asked for, without asking apart
+            self._local = chunk.file if self.client.reads_local_files() else None
+            self._unlocated = False
+        elif self._unlocated and chunk.data and not done:
             # rule 2: the stream exists and goes on (a log read whole in one answer never asks)
             try:
                 self._local = self.client.local_log_file(self.job_id, chunk.node, self.rank)

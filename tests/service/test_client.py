@@ -133,11 +133,18 @@ def test_a_follower_reads_the_file_the_service_describes_from_each_offset(ma_cli
         return through_service(*args, **kwargs)
 
     monkeypatch.setattr(ma_client, "read_log", counted)
+    listed: list[str] = []
+    listing = ma_client.log_streams
+    monkeypatch.setattr(ma_client, "log_streams", lambda job_id: listed.append(job_id) or listing(job_id))
+    assert ma_client.read_log(job.id, offset=0, limit=10).file == stream.file  # a first read says where
+    asked.clear()
     reader = job.logs(follow=True)
     assert list(reader) == expected and reader.offset == stream.size
-    # the service answered the first read (it names the node) and the last (the end of the
-    # job's log); every byte between came from the file, each read from where the last stopped
-    assert asked == [0, stream.size]
+    # the service answered the first read (it names the node, and where the file is: no request
+    # apart for it) and the last (the end of the job's log); every byte between came from the
+    # file, each read from where the last stopped
+    assert asked == [0, stream.size] and listed == []
+    assert ma_client.read_log(job.id, offset=10, limit=10).file is None  # only the first read
     asked.clear()
     ma_client.local_logs = False
     assert list(job.logs(follow=True)) == expected

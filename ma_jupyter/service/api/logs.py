@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from ...errors import RefusedFile
-from ...models import API_PREFIX, LogChunk, LogStream
+from ...models import API_PREFIX, LogChunk, LogFile, LogStream
 from .. import access
 from ..access import Op
 from ..logs import MAX_WAIT, default_node, ensure_stream, read_chunk
@@ -35,15 +35,19 @@ async def read_log(
     wait: float = Query(default=0.0, ge=0, le=MAX_WAIT),
 ) -> LogChunk:
     store, backend = services.store, services.backend
+    located: list[LogFile | None] = [None]
 
     def check() -> str:  # on the reading thread (the store and the streams, never in the loop)
         job = access.check(store.get(job_id), user, Op.view)
         chosen = node or default_node(job)
         ensure_stream(job, backend, chosen, rank)
+        if offset == 0:  # the first read also says where the file is: no second request for it
+            found = (s.file for s in backend.log_streams(job) if s.node == chosen and s.rank == rank)
+            located[0] = next(found, None)
         return chosen
 
     try:
-        return await read_chunk(
+        chunk = await read_chunk(
             backend,
             job_id,
             check,
@@ -54,6 +58,7 @@ async def read_log(
             lambda: store.status(job_id).is_terminal(),
             changes=store.changes,
         )
+        return chunk if located[0] is None else chunk.model_copy(update={"file": located[0]})
     except RefusedFile as exc:
         # The job planted something the service will not read: that ends the job.
         await run_in_threadpool(services.supervisor.fail_job, job_id, exc.message)
