@@ -323,7 +323,10 @@ def test_a_process_squatting_the_terminals_name_on_the_host_is_never_reached(ma_
     heard = []
 
     def listen() -> None:
-        conn, _ = squatter.accept()
+        try:
+            conn, _ = squatter.accept()
+        except OSError:
+            return  # closed at the test's end: nobody came
         with conn:
             conn.settimeout(20)
             try:

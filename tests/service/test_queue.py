@@ -108,10 +108,10 @@ class CountingScheduler(Scheduler):
         super().__init__(cluster)
         self.tried: list[str] = []
 
-    def place(self, job_id, spec, use):
+    def place(self, job_id, spec, use, exclude=()):
         if job_id != "dry-run":
             self.tried.append(spec.name)
-        return super().place(job_id, spec, use)
+        return super().place(job_id, spec, use, exclude)
 
 
 @pytest.fixture
