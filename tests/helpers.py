@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -64,3 +67,21 @@ PROGRESS_BAR = (
     "print('after the bar', flush=True)\n"
 )
 BAR_FINAL = "training 400/400 |####################| loss=0.0123"
+
+
+@contextmanager
+def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``16m``) mounted at ``folder`` (made if missing), as a small disk the
+    test fills; unmounted at the end, once what used it (a service stopped first) let go of it,
+    lazily after 10 s.  Needs root (the callers skip without it)."""
+    folder.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        for _ in range(50):
+            if subprocess.run(["umount", str(folder)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.2)
+        else:
+            subprocess.run(["umount", "-l", str(folder)])

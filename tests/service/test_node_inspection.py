@@ -23,7 +23,7 @@ from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
-from tests.helpers import stop_every_job, wait_for
+from tests.helpers import small_tmpfs, stop_every_job, wait_for
 from tests.service.test_node_health import events, node_view, nodes_toml, service_with
 from tests.service.test_service import job_of, submit, wait_status
 
@@ -56,17 +56,8 @@ def small_jobs_disk(ma_home):
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     folder = ma_home / "jobs"
-    folder.mkdir(exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(folder)], check=True)
-    try:
+    with small_tmpfs(folder, "16m"):
         yield folder
-    finally:
-        for _ in range(50):
-            if subprocess.run(["umount", str(folder)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.2)
-        else:
-            subprocess.run(["umount", "-l", str(folder)])
 
 
 @pytest.mark.timeout(300)

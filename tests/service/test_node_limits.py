@@ -22,13 +22,12 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import small_tmpfs, wait_for
 from tests.service.test_service import full_log, job_of, wait_status
 
 pytestmark = [
@@ -276,17 +275,8 @@ def small_jobs_disk(ma_home):
     """A 64 MiB tmpfs at ``<home>/jobs`` with a 24 MB reserve; unmounted afterwards."""
     limits(ma_home, disk_reserve_mb=24)
     folder = ma_home / "jobs"
-    folder.mkdir(exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0755", "tmpfs", str(folder)], check=True)
-    try:
+    with small_tmpfs(folder, "64m"):
         yield folder
-    finally:
-        for _ in range(50):
-            if subprocess.run(["umount", str(folder)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.2)
-        else:
-            subprocess.run(["umount", "-l", str(folder)])
 
 
 # the issue's flood: its log, 1 MiB every 100 ms, 200 MiB at most (past the 64 MiB disk)

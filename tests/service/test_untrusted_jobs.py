@@ -11,14 +11,13 @@ import concurrent.futures
 import os
 import shlex
 import stat
-import subprocess
 import sys
 import time
 
 import pytest
 import requests
 
-from tests.helpers import wait_for, writable_dir
+from tests.helpers import small_tmpfs, wait_for, writable_dir
 
 from .test_local_backend import marked
 from .test_service import job_of, submit, wait_status
@@ -185,19 +184,10 @@ def small_disk(request, ma_home):
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     folder = ma_home / "jobs" if request.param == "jobs" else ma_home
-    folder.mkdir(exist_ok=True)
     cluster = (ma_home / "cluster.toml").read_text()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(folder)], check=True)
-    (ma_home / "cluster.toml").write_text(cluster)  # the admin's file, on the small disk too
-    try:
+    with small_tmpfs(folder, "16m"):
+        (ma_home / "cluster.toml").write_text(cluster)  # the admin's file, on the small disk too
         yield folder
-    finally:
-        for _ in range(50):
-            if subprocess.run(["umount", str(folder)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.2)
-        else:
-            subprocess.run(["umount", "-l", str(folder)])
 
 
 def fill(folder) -> os.PathLike:
