@@ -87,46 +87,57 @@ def namespaces_supported() -> bool:
     return os.geteuid() == 0 and os.path.exists("/proc/self/ns/net")
 
 
-def _attr(kind: int, data: bytes) -> bytes:
+def rt_attr(kind: int, data: bytes) -> bytes:
     """One rtnetlink attribute, padded to 4 bytes."""
     head = struct.pack("HH", 4 + len(data), kind)
     return head + data + b"\0" * (-len(data) % 4)
 
 
-def _add_veth(name: str, peer: str) -> None:
-    """Make a veth pair ``name`` <-> ``peer`` in the calling thread's network namespace (one
-    RTM_NEWLINK request over rtnetlink, so no ``ip`` program is needed)."""
-    ifinfo = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
-    peer_info = _attr(VETH_INFO_PEER, ifinfo + _attr(IFLA_IFNAME, peer.encode() + b"\0"))
-    linkinfo = _attr(IFLA_INFO_KIND, b"veth") + _attr(IFLA_INFO_DATA, peer_info)
-    body = ifinfo + _attr(IFLA_IFNAME, name.encode() + b"\0") + _attr(IFLA_LINKINFO, linkinfo)
-    flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
-    message = struct.pack("IHHII", 16 + len(body), RTM_NEWLINK, flags, 1, 0) + body
+def netlink_request(kind: int, flags: int, body: bytes, what: str) -> None:
+    """Send one rtnetlink request (``NLM_F_REQUEST | NLM_F_ACK`` added) from the calling thread's
+    network namespace and wait for its answer (so no ``ip`` program is needed).
+
+    Raises:
+        OSError: the kernel refused it; the message starts with ``what``.
+    """
+    flags |= NLM_F_REQUEST | NLM_F_ACK
+    message = struct.pack("IHHII", 16 + len(body), kind, flags, 1, 0) + body
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as nl:
         nl.bind((0, 0))
         nl.sendall(message)
         answer = nl.recv(65536)
-    kind = struct.unpack_from("H", answer, 4)[0]
-    code = -struct.unpack_from("i", answer, 16)[0] if kind == NLMSG_ERROR else 0
+    answer_kind = struct.unpack_from("H", answer, 4)[0]
+    code = -struct.unpack_from("i", answer, 16)[0] if answer_kind == NLMSG_ERROR else 0
     if code:
-        raise OSError(code, f"cannot make the veth pair {name}/{peer}: {os.strerror(code)}")
+        raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def _set_up(name: str, address: str | None = None) -> None:
-    """Bring interface ``name`` up, with the IPv4 ``address`` (a /32) where one is given."""
+def _add_veth(name: str, peer: str) -> None:
+    """Make a veth pair ``name`` <-> ``peer`` in the calling thread's network namespace."""
+    ifinfo = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
+    peer_info = rt_attr(VETH_INFO_PEER, ifinfo + rt_attr(IFLA_IFNAME, peer.encode() + b"\0"))
+    linkinfo = rt_attr(IFLA_INFO_KIND, b"veth") + rt_attr(IFLA_INFO_DATA, peer_info)
+    body = ifinfo + rt_attr(IFLA_IFNAME, name.encode() + b"\0") + rt_attr(IFLA_LINKINFO, linkinfo)
+    netlink_request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, f"cannot make the veth pair {name}/{peer}")
+
+
+def set_up(name: str, address: str | None = None, prefix: int = 32) -> None:
+    """Bring interface ``name`` (of the calling thread's namespace) up, with the IPv4
+    ``address``/``prefix`` where one is given."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         ifname = name.encode()
         if address is not None:
             inet = struct.pack("H2s4s8x", socket.AF_INET, b"\0\0", socket.inet_aton(address))
             fcntl.ioctl(sock.fileno(), SIOCSIFADDR, struct.pack("16s16s", ifname, inet))
-            mask = struct.pack("H2s4s8x", socket.AF_INET, b"\0\0", socket.inet_aton("255.255.255.255"))
+            netmask = struct.pack("!I", (0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF)
+            mask = struct.pack("H2s4s8x", socket.AF_INET, b"\0\0", netmask)
             fcntl.ioctl(sock.fileno(), SIOCSIFNETMASK, struct.pack("16s16s", ifname, mask))
         request = struct.pack("16sH14x", ifname, 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", ifname, flags | IFF_UP))
 
 
-def _in_thread(fn: Callable[[], T]) -> T:
+def in_thread(fn: Callable[[], T]) -> T:
     """Run ``fn`` on a thread of its own and return its result (or raise its exception): a
     thread that changes its network namespace never serves anything else afterwards."""
     box: list = []
@@ -146,10 +157,17 @@ def _in_thread(fn: Callable[[], T]) -> T:
     return value
 
 
-def make_namespace(path: Path) -> int:
-    """Make a network namespace holding ``lo`` and a veth pair whose both ends stay inside (up,
-    ``ma0`` at 10.254.0.1/32: see below), and keep it at ``path`` (a bind mount of its nsfs
-    file, replacing whatever ``path`` was); its inode number.  Nothing in it leads out.
+def unshare_network() -> None:
+    """Move the calling thread into a new network namespace (``unshare(CLONE_NEWNET)`` moves
+    only the calling thread: the process's other threads stay where they are)."""
+    _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+
+
+def make_namespace(path: Path, inner_link: bool = True) -> int:
+    """Make a network namespace holding ``lo`` and (with ``inner_link``) a veth pair whose both
+    ends stay inside (up, ``ma0`` at 10.254.0.1/32: see below), and keep it at ``path`` (a bind
+    mount of its nsfs file, replacing whatever ``path`` was); its inode number.  Nothing in it
+    leads out.
 
     Raises:
         OSError: the namespace cannot be made (no CAP_SYS_ADMIN).
@@ -159,15 +177,15 @@ def make_namespace(path: Path) -> int:
     path.touch(mode=0o600)
 
     def make() -> int:
-        # unshare(CLONE_NEWNET) moves only the calling thread: the service stays where it is
-        _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
-        _set_up("lo")
+        unshare_network()
+        set_up("lo")
         # Open MPI's daemons never talk over a loopback device (PRRTE skips it, as it cannot
         # reach another machine): a veth pair whose two ends stay here gives them one, an
         # address that leads nowhere but into this namespace
-        _add_veth(INNER_LINK, INNER_PEER)
-        _set_up(INNER_PEER)
-        _set_up(INNER_LINK, INNER_ADDRESS)
+        if inner_link:
+            _add_veth(INNER_LINK, INNER_PEER)
+            set_up(INNER_PEER)
+            set_up(INNER_LINK, INNER_ADDRESS)
         own = f"/proc/self/task/{threading.get_native_id()}/ns/net"
         _check(
             _libc.mount(own.encode(), os.fsencode(path), None, MS_BIND, None),
@@ -176,7 +194,7 @@ def make_namespace(path: Path) -> int:
         return os.stat(own).st_ino
 
     try:
-        return _in_thread(make)
+        return in_thread(make)
     except BaseException:
         remove_namespace(path)
         raise
@@ -247,7 +265,7 @@ def connect_in(pid: int, address: bytes, timeout: float | None = None) -> socket
             raise
         return sock
 
-    return _in_thread(connect)
+    return in_thread(connect)
 
 
 # ------------------------------------------------------------------------ fence

@@ -116,7 +116,7 @@ def test_two_node_gloo_ddp_has_one_job_node_on_each_ray_node(ray_service, ray_ho
         (2, 3.0, "worker-0"),
         (2, 3.0, "worker-1"),
     ]
-    assert results[0]["master"] == "127.0.0.1"  # the Ray node's address
+    assert results[0]["master"] == "10.253.0.1"  # its machine on the job's overlay (docs/network.md)
     for rank, node in ((0, "worker-0"), (1, "worker-1")):
         assert f"rank {rank}/2 sum=3.0" in client.read_log(job.id, node=node, rank=rank).data
         assert f"rank {rank}/2" in client.read_log(job.id, node=node).data

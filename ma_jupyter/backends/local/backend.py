@@ -44,11 +44,13 @@ from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...nodehost import caches, cgroup, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
+from ...nodehost import overlay as job_overlay
 from ...nodehost.bwrap import sandbox_argv
 from ...nodehost.code import python_sources
 from ...nodehost.forkserver import RunnerForkServer, ServerUnavailable
 from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node, with_machine_cards
 from ...nodehost.mounts import Mount, path_hint
+from ...nodehost.overlay import Overlay
 from ...nodehost.processes import ExitWatcher, marked_processes, read_exit_code
 from ...nodehost.procfs import NODE_MARKER, is_marked, process_start_time
 from ...nodehost.view import HELPERS_VIEW, SYSTEM_PATH, NodeView, default_sandbox, host_workdir, launch_view
@@ -109,6 +111,9 @@ class LocalBackend(Backend):
         #: :mod:`.hostwatch`: a Ray node's raylet, set by its agent); None: none
         self.end_with: dict | None = None
         self._namespaces_swept = False
+        #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
+        #: names its own, since two agents of one machine share a home
+        self.namespace_folder: Path | None = None
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Wake the service when a runner this process started ends (a pidfd per runner)."""
@@ -273,44 +278,93 @@ class LocalBackend(Backend):
                 network_ns.remove_namespace(namespace[0])
         return runs
 
-    def _job_namespace(self, job_id: str) -> tuple[Path, int] | None:
-        """A fresh network namespace for an attempt of ``job_id`` (see :mod:`.network`), kept at
-        ``<home>/netns/<job>`` until its runners are in: its file and inode; None where this
-        service may not make one (not root: the nodes then share the host's network)."""
+    def _job_namespace(self, key: str, overlay: Overlay | None = None) -> tuple[Path, int] | None:
+        """A fresh network namespace for an attempt (see :mod:`.network`), kept at
+        ``<namespace folder>/<key>`` until its runners are in: its file and inode; None where
+        this service may not make one (not root: the nodes then share the host's network).
+        With ``overlay``, the namespace is this machine's part of the attempt's overlay
+        (:mod:`.overlay`) instead of a closed one.
+
+        Raises:
+            BackendUnavailable: it cannot be made.
+        """
         if not network_ns.namespaces_supported():
+            if overlay is not None:
+                raise BackendUnavailable("cannot make the job's network namespace: not root here")
             return None
-        folder = config.home() / "netns"
+        folder = self.namespace_folder or config.home() / "netns"
         if not self._namespaces_swept:  # what a service that ended while launching left
             network_ns.sweep(folder)
             self._namespaces_swept = True
-        path = folder / job_id
+        path = folder / key
         try:
+            if overlay is not None:
+                return path, job_overlay.make(path, overlay)
             return path, network_ns.make_namespace(path)
         except OSError as exc:
             raise BackendUnavailable(f"cannot make the job's network namespace: {exc}") from exc
 
-    def start_node(
-        self, attempt: Attempt, launch: NodeLaunch, job_secret: str, deny_tcp: list[list[int]] | None = None
-    ) -> NodeRun:
-        """Start one node of an attempt on this host, as :meth:`launch` starts each of its nodes.
+    def start_nodes(
+        self,
+        attempt: Attempt,
+        launches: list[NodeLaunch],
+        job_secret: str,
+        *,
+        deny_tcp: list[list[int]] | None = None,
+        overlay: Overlay | None = None,
+    ) -> list[NodeRun]:
+        """Start the nodes of an attempt that run on this host, as :meth:`launch` starts each of
+        its nodes.
 
-        For a backend that runs every node on another machine (the Ray backend's node agent):
-        the caller gives the attempt's shared secret and stops the nodes it started when a
-        later one fails.  The node shares the host's network: ``deny_tcp`` (``[low, high]``
-        port ranges) fences it (:func:`.network.fence`), None leaves it unfenced.
+        For a backend that runs the other nodes on other machines (the Ray backend's node
+        agent): the caller gives the attempt's shared secret and stops the nodes it started
+        when another machine's fail.  The nodes' network (see :mod:`.network`):
+
+        1. ``overlay``: one namespace for these nodes, this machine's part of the attempt's
+           overlay (:mod:`.overlay`), entered by every runner before it starts anything, its
+           file dropped once they are in (as :meth:`launch` does);
+        2. else ``deny_tcp`` (``[low, high]`` port ranges): the nodes share the host's network,
+           each fenced (:func:`.network.fence`);
+        3. else the host's network, unfenced.
+
+        All or nothing: when one node cannot start, the ones started are stopped.
 
         Raises:
-            InvalidSpec: the node would run as another account without a sandbox.
+            InvalidSpec: a node would run as another account without a sandbox.
+            BackendUnavailable: the namespace cannot be made, or a runner did not enter it.
         """
-        plan = next(p for p in attempt.plans if p.name == launch.name)
-        # planned on another machine: the cards are bound as this one shows them
-        launch = with_machine_cards(launch, plan.task.card_type, planned_elsewhere=True)
-        view = launch_view(attempt, launch)
-        _refuse_unsandboxed([view])
+        prepared = []
+        for launch in launches:
+            plan = next(p for p in attempt.plans if p.name == launch.name)
+            # planned on another machine: the cards are bound as this one shows them
+            launch = with_machine_cards(launch, plan.task.card_type, planned_elsewhere=True)
+            view = launch_view(attempt, launch)
+            if overlay is not None:  # no name server there: names come from /etc/hosts only
+                view = dataclasses.replace(view, private_network=True)
+            prepared.append((plan, launch, view))
+        _refuse_unsandboxed([view for _, _, view in prepared])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
-        plan = next(p for p in attempt.plans if p.name == launch.name)
-        network = {"deny_tcp": deny_tcp} if deny_tcp is not None else {}
-        return self._launch_node(attempt, plan, launch, view, job_secret, network)
+        namespace = None
+        if overlay is not None:
+            namespace = self._job_namespace(f"{attempt.job_id}-{attempt.number}", overlay)
+        network: dict = {"deny_tcp": deny_tcp} if deny_tcp is not None else {}
+        if namespace:
+            network = {"netns": str(namespace[0])}
+        runs: list[NodeRun] = []
+        try:
+            for plan, launch, view in prepared:
+                runs.append(self._launch_node(attempt, plan, launch, view, job_secret, network))
+            if namespace:
+                _await_joined(runs, namespace[1], self._alive)
+        except BaseException:
+            started = {r.name for r in runs}
+            rest = [NodeRun(name=p.name, host=p.task.host) for p, _, _ in prepared if p.name not in started]
+            self.stop(attempt, runs + rest, grace=1.0)
+            raise
+        finally:
+            if namespace:  # it lives on while a process of the job is in it
+                network_ns.remove_namespace(namespace[0])
+        return runs
 
     def _launch_node(
         self,

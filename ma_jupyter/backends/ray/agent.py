@@ -42,6 +42,8 @@ from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
 from ...nodehost import caches, hostwatch
 from ...nodehost import logs as job_logs
+from ...nodehost import overlay as job_overlay
+from ...nodehost.overlay import Overlay
 from ...nodehost.processes import process_fd
 from ...nodehost.view import PACKAGE_DIR
 from ..base import Attempt
@@ -81,6 +83,10 @@ class NodeAgent:
         # service's home, which may not exist on this machine
         os.environ[config.ENV_HOME] = os.path.join(tempfile.gettempdir(), f"ma_jupyter-agent-{os.getuid()}")
         self._local = LocalBackend(inventory=[])
+        # two Ray nodes of one machine share the agents' home: each keeps its namespaces apart
+        self._local.namespace_folder = config.home() / "netns" / (node_id or "node")
+        #: why this node cannot hold jobs' overlays (None: it can; docs/network.md)
+        self._overlay_problem = job_overlay.supported()
         self._local.end_with = _raylet(node_id)  # rule 4: its nodes end with this Ray node
         # before any work: nothing of a dead node runs on
         self._ended = leftovers.end_leftovers(node_root) if node_root else []
@@ -88,13 +94,17 @@ class NodeAgent:
 
     def info(self) -> dict:
         """Who the agent is: its node, pid, the package version and folder, the node's isolation
-        (``bubblewrap`` when bubblewrap works on this node, else ``symlink``)."""
+        (``bubblewrap`` when bubblewrap works on this node, else ``symlink``), its jobs' network
+        (``namespace``: each attempt's nodes here in a namespace of its overlay; ``fence``: on
+        the machine's network, fenced, with ``network_why`` saying why)."""
         return {
             "node_id": self._node_id,
             "pid": os.getpid(),
             "version": ma_jupyter.__version__,
             "package": PACKAGE_DIR,
             "isolation": self._local.isolation(),
+            "network": "fence" if self._overlay_problem else "namespace",
+            "network_why": self._overlay_problem or "",
             "leftovers_ended": self._ended,
         }
 
@@ -115,24 +125,33 @@ class NodeAgent:
     def launch(
         self,
         attempt: Attempt,
-        launch: NodeLaunch,
+        launches: list[NodeLaunch],
         job_secret: str,
-        archive: bytes | None = None,
-        ship_to: str | None = None,
-        cluster_ports: list[int] | None = None,
-    ) -> NodeRun:
-        """Start one job node: unpack the shipped algorithm folder into ``ship_to`` (when
-        ``archive`` is given: the folder the launch's mounts read the algorithm from), then start
-        the node as the local backend does, fenced off the Ray cluster's ports
-        (``cluster_ports``) and what else listens on this machine (:mod:`.fence`).
+        shipping: list[tuple[int | None, str]],
+        cluster_ports: list[int] | None,
+        overlay: Overlay | None,
+        *archives: bytes,
+    ) -> list[NodeRun]:
+        """Start the attempt's nodes placed on this Ray node, all or none.
+
+        1. each launch's ``shipping`` entry ``(archive, folder)``: where ``archive`` is not
+           None, ``archives[archive]`` (the shipped algorithm folder, packed) is unpacked into
+           ``folder``, the folder the launch's mounts read the algorithm from;
+        2. the network (docs/network.md): with ``overlay``, the nodes share one network
+           namespace, this machine's part of the attempt's overlay (:mod:`ma_jupyter.nodehost.overlay`);
+           without, each is fenced off the Ray cluster's ports (``cluster_ports``) and what
+           else listens on this machine (:mod:`.fence`);
+        3. the cards Ray gave each node's bundle are bound as this machine shows them.
 
         ``attempt`` names the job folder on this node.
         """
-        if archive is not None and ship_to:
-            ship.unpack(archive, ship_to)
+        for archive, folder in shipping:
+            if archive is not None and folder:
+                ship.unpack(archives[archive], folder)
+        if overlay is not None:
+            return self._local.start_nodes(attempt, launches, job_secret, overlay=overlay)
         deny = fence.node_deny_list(cluster_ports or [], attempt)
-        # the cards Ray gave the node's bundle are bound by start_node, as this machine shows them
-        return self._local.start_node(attempt, launch, job_secret, deny_tcp=deny)
+        return self._local.start_nodes(attempt, launches, job_secret, deny_tcp=deny)
 
     def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
         return self._local.poll(attempt, run)

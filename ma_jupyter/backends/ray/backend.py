@@ -68,10 +68,12 @@ from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunc
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...nodehost import caches, prepare
 from ...nodehost import logs as local_logs
+from ...nodehost import overlay as job_overlay
 from ...nodehost.code import python_sources
 from ...nodehost.host_policy import load_policy
 from ...nodehost.launch import node_launches
 from ...nodehost.mounts import WORKDIR_KIND, mounts_for
+from ...nodehost.overlay import Overlay
 from ...untrusted import read_small
 from ..base import Attempt, Backend, DatasetState
 from ..local.backend import LocalBackend
@@ -316,9 +318,17 @@ class RayBackend(Backend):
         """Each task at its Ray node's address, named ``<role>-<index>``; with ``reserve``, the
         placement group holding the nodes and two ports per task from the nodes' agents."""
         nodes = [self._node(task.host) for task in placement.tasks]
+        # the tasks' addresses: on an overlay, one per machine of the attempt (the Ray nodes'
+        # own addresses are not reachable from inside the job's namespaces); else the Ray node's
+        hosts = [task.host for task in placement.tasks]
+        if self._job_network(hosts):
+            machines = list(dict.fromkeys(hosts))
+            addresses = [job_overlay.overlay_address(machines.index(host)) for host in hosts]
+        else:
+            addresses = [node.address for node in nodes]
         tasks = [
-            replace(task, hostname=task.name, address=node.address, ports=(0, 0), cpus=())
-            for task, node in zip(placement.tasks, nodes, strict=True)
+            replace(task, hostname=task.name, address=address, ports=(0, 0), cpus=())
+            for task, address in zip(placement.tasks, addresses, strict=True)
         ]
         bound = replace(placement, tasks=tuple(tasks), remote_shell=None, reservation="")
         if not reserve:
@@ -563,12 +573,15 @@ class RayBackend(Backend):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         on_nodes = self._on_nodes(attempt)
         job_secret = secrets.token_hex(16)  # shared by this attempt's nodes only (see LocalBackend)
-        # every node is fenced off the cluster's ports (see .fence): read once per attempt
-        cluster_ports = fence.cluster_ports(self._ray)
-        archives: dict[str, Any] = {}
-        calls = []
+        # the network (docs/network.md): bind gave overlay addresses where every machine of the
+        # attempt can hold its namespace; else each node is fenced off the cluster's ports
+        # (see .fence), read once per attempt
+        overlays = self._overlays(attempt)
+        cluster_ports = None if overlays else fence.cluster_ports(self._ray)
+        archives: dict[str, Any] = {}  # one packed folder per algorithm source
+        by_host: dict[str, list[tuple[NodeLaunch, int | None, str]]] = {}
         for plan, launch in zip(attempt.plans, launches, strict=True):
-            archive = None
+            index = None
             shipped = _ship_target(on_nodes, launch.name)
             if any(m.source == str(shipped) or m.copy_of == str(shipped) for m in launch.mounts):
                 source = self._algorithm_source(on_nodes, plan)
@@ -580,16 +593,27 @@ class RayBackend(Backend):
                         # ~15 ms, on the start of every node but the first.  A big one is put in
                         # the object store once and fetched by each node.
                         archives[source] = packed if len(packed) <= INLINE_ARCHIVE else self._ray.put(packed)
-                    archive = archives[source]
-            agent = self._agent_of(plan.task.host)
+                    index = list(archives).index(source)
+            by_host.setdefault(plan.task.host, []).append((launch, index, str(shipped)))
+        packed_archives = list(archives.values())  # top-level arguments: Ray resolves them
+        calls = []
+        for host, items in by_host.items():
             calls.append(
-                agent.launch.remote(on_nodes, launch, job_secret, archive, str(shipped), cluster_ports)
+                self._agent_of(host).launch.remote(
+                    on_nodes,
+                    [launch for launch, _, _ in items],
+                    job_secret,
+                    [(index, folder) for _, index, folder in items],
+                    cluster_ports,
+                    overlays[host] if overlays else None,
+                    *packed_archives,
+                )
             )
         runs: list[NodeRun] = []
         error: BaseException | None = None
         for ref in calls:
             try:
-                runs.append(self._get(ref, LAUNCH_TIMEOUT))
+                runs.extend(self._get(ref, LAUNCH_TIMEOUT))
             except Exception as exc:
                 error = error or exc
         if error is not None:
@@ -602,10 +626,47 @@ class RayBackend(Backend):
                 self.stop(attempt, everyone, grace=1.0)
             finally:
                 raise error
+        order = {p.name: i for i, p in enumerate(attempt.plans)}
+        runs.sort(key=lambda run: order[run.name])
         for run in runs:
             self._record(attempt, run)
             self._exits.watch(on_nodes, run)
         return runs
+
+    def _job_network(self, hosts: list[str]) -> bool:
+        """Whether an attempt on ``hosts`` gets an overlay (docs/network.md): every host's agent
+        can make one and every host has an IPv4 address; else its nodes are fenced."""
+        for host in dict.fromkeys(hosts):
+            info = self._info(host)
+            if info.get("network") != "namespace" or not job_overlay.is_ipv4(self._node(host).address):
+                return False
+        return True
+
+    def _overlays(self, attempt: Attempt) -> dict[str, Overlay] | None:
+        """Each machine's part of the attempt's overlay (:mod:`ma_jupyter.nodehost.overlay`,
+        rule 1), where bind gave the tasks overlay addresses; None where it did not.
+
+        A machine's segment: the Ray node's address, the first port reserved for the attempt's
+        first node there (no other attempt on that machine holds it meanwhile), a VXLAN id
+        drawn for this attempt, the address bind gave the machine's tasks."""
+        firsts: dict[str, TaskSlot] = {}
+        for plan in attempt.plans:
+            firsts.setdefault(plan.task.host, plan.task)
+        if not all(job_overlay.is_overlay_address(task.address) for task in firsts.values()):
+            return None
+        vnis: list[int] = []
+        while len(vnis) < len(firsts):
+            vni = 1 + secrets.randbelow((1 << 24) - 1)
+            if vni not in vnis:
+                vnis.append(vni)
+        segments = {
+            host: job_overlay.Segment(self._node(host).address, task.ports[0], vni, task.address)
+            for (host, task), vni in zip(firsts.items(), vnis, strict=True)
+        }
+        return {
+            host: Overlay(own, tuple(peer for other, peer in segments.items() if other != host))
+            for host, own in segments.items()
+        }
 
     def _record(self, attempt: Attempt, run: NodeRun) -> None:
         """Note in the service's job folder which Ray node holds a node's files."""
