@@ -427,6 +427,8 @@ def _pools(tables, path: Path) -> dict[str, bool]:
 
 #: the backends ``[backend] kind`` may name
 BACKEND_KINDS = ("local", "ray")
+#: what ``[backend] network`` may name (Ray's jobs' network)
+RAY_NETWORKS = ("auto", "fence")
 
 
 @dataclass(frozen=True)
@@ -438,11 +440,16 @@ class BackendConfig:
         address: the Ray cluster's address (``HOST:PORT`` of its GCS, or ``auto``); Ray only.
         node_root: the folder holding the job folders on each Ray node (default: this service's
             ``jobs/`` folder, at the same path on every node); Ray only.
+        network: a job's network on Ray (docs/network.md): ``auto`` (a namespace per machine
+            joined by the attempt's overlay, where every machine of the attempt can make one,
+            else the fence) or ``fence`` (always the fence: jobs keep the machines' outbound
+            network, with the fence's gaps); Ray only.
     """
 
     kind: str = "local"
     address: str | None = None
     node_root: str | None = None
+    network: str = "auto"
 
 
 def load_notify(path: Path | None = None) -> str | None:
@@ -488,17 +495,24 @@ def load_backend(path: Path | None = None) -> BackendConfig:
         str(table.get("kind", "local")),
         table.get("address"),
         table.get("node_root"),
+        table.get("network", "auto"),
         source=f"{path} [backend]",
     )
 
 
 def backend_config(
-    kind: str, address: str | None = None, node_root: str | None = None, *, source: str = "the options"
+    kind: str,
+    address: str | None = None,
+    node_root: str | None = None,
+    network: str = "auto",
+    *,
+    source: str = "the options",
 ) -> BackendConfig:
     """A checked :class:`BackendConfig`.
 
     Raises:
-        InvalidSpec: an unknown kind, ``ray`` without an address, a relative ``node_root``.
+        InvalidSpec: an unknown kind, ``ray`` without an address, a relative ``node_root``, an
+            unknown ``network``.
     """
     if kind not in BACKEND_KINDS:
         raise InvalidSpec(f"{source}: unknown backend {kind!r}: choose one of {', '.join(BACKEND_KINDS)}")
@@ -509,4 +523,8 @@ def backend_config(
         )
     if node_root is not None and not (isinstance(node_root, str) and os.path.isabs(node_root)):
         raise InvalidSpec(f"{source}: node_root must be an absolute path")
-    return BackendConfig(kind=kind, address=str(address) if address else None, node_root=node_root)
+    if network not in RAY_NETWORKS:
+        raise InvalidSpec(f"{source}: unknown network {network!r}: choose one of {', '.join(RAY_NETWORKS)}")
+    return BackendConfig(
+        kind=kind, address=str(address) if address else None, node_root=node_root, network=network
+    )

@@ -57,11 +57,11 @@ def make_backend(kind: str | None = None, ray_address: str | None = None):
     if kind is not None or ray_address is not None:
         kind = kind or ("ray" if ray_address else choice.kind)
         address = ray_address or (choice.address if choice.kind == kind else None)
-        choice = config.backend_config(kind, address, choice.node_root)
+        choice = config.backend_config(kind, address, choice.node_root, choice.network)
     if choice.kind == "ray":
         from ..backends.ray import RayBackend
 
-        return RayBackend(choice.address or "", choice.node_root)
+        return RayBackend(choice.address or "", choice.node_root, network=choice.network)
     from ..backends.local import LocalBackend
 
     return LocalBackend()

@@ -279,6 +279,11 @@ def ray_home(ma_home, ray_cluster):
 def ray_service(ray_home):
     """Inside: a job service on ``ray_home`` (so on the Ray backend); its jobs are stopped and it
     is shut down after the test.  ``restart()`` starts another one on the same home."""
+    yield from serve(ray_home)
+
+
+def serve(ray_home):
+    """The body of :func:`ray_service`, for fixtures that change ``ray_home`` first."""
     if not INSIDE:
         yield None
         return

@@ -1,18 +1,24 @@
-"""A hostile job on the Ray backend tries to become the cluster (issue 24, item 1).
+"""A hostile job on the Ray backend tries to become the cluster and to reach other jobs (issue 24, item 1).
 
 The reproduction: a job reads ``/proc/net/tcp``, finds the Ray GCS (unauthenticated gRPC),
 runs ``ray start --address <GCS>``, then ``ray.init`` and a task that would run with the
 raylet's account outside every sandbox and write a file on the host.  Here a job of two nodes
-(one on each Ray node) does all of that, and also tries every port listening on its machine over
-TCP, Multipath TCP and TCP Fast Open, and an abstract Unix socket of the host: everything must fail, while the
-test shows from outside that the targets are real (the GCS answers, the socket listens).  The
-fence decides by port at connect time, so Ray's own authentication plays no part.
+(one on each Ray node) does all of that, and also tries every port listening on its machine,
+another user's job that starts listening after it (TCP and UDP) and an abstract Unix socket of
+the host: everything must fail, while the test shows from outside that the targets are real (the
+GCS answers, the socket listens, the other job's ports answer on its own side), and the job's
+two nodes still reach each other by name.
+
+Twice: with each attempt in namespaces of its own joined by its overlay (the default, where the
+agents can make them), and fenced (``[backend] network = "fence"``), where the rule is by port
+at connect time; neither depends on Ray's own authentication.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 
@@ -20,15 +26,23 @@ from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
 from tests.helpers import writable_dir
 from tests.modes.real import events_text, node_logs
+from tests.ray.conftest import serve
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
 PROBE = r"""
 import errno, json, os, socket, subprocess, sys
 
+import time
+
 targets = json.load(open("/workspace/algorithm/targets.json"))
 me = socket.gethostname()
 found = {}
+if targets.get("go"):  # the test says when the other job listens, and what
+    deadline = time.monotonic() + 300
+    while not os.path.exists(targets["go"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    targets.update(json.load(open(targets["go"])))
 
 def listening(path):
     ports = set()
@@ -38,8 +52,9 @@ def listening(path):
             ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
 
-ports = sorted(listening("/proc/net/tcp") | listening("/proc/net/tcp6"))
-found["listening"] = ports
+found["listening"] = sorted(listening("/proc/net/tcp") | listening("/proc/net/tcp6"))
+# what listens on the machine, as seen from outside the job (an attacker would scan for it)
+ports = sorted(set(found["listening"]) | set(targets.get("host_ports", [])))
 for port in ports:
     for proto, name in ((0, "tcp"), (262, "mptcp")):
         try:
@@ -70,6 +85,55 @@ try:
 except OSError as exc:
     found["abstract"] = errno.errorcode.get(exc.errno, type(exc).__name__)
 sock.close()
+found["unix lists the host's socket"] = targets["abstract"] in open("/proc/net/unix").read()
+
+victim = targets.get("victim")
+if victim:  # another user's job that started listening after this job's nodes
+    for address in ("127.0.0.1", "10.253.0.1", "10.253.0.2"):
+        sock = socket.socket()
+        sock.settimeout(5)
+        try:
+            sock.connect((address, victim))
+            found[f"victim tcp {address}"] = "connected"
+        except OSError as exc:
+            found[f"victim tcp {address}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+        finally:
+            sock.close()
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(3):
+            try:
+                udp.sendto(b"from the attacker " + me.encode(), (address, victim))
+            except OSError:
+                pass
+        udp.close()
+
+# the job's own two nodes still reach each other by name
+PEER_PORT = 47123
+if me == "worker-0":
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", PEER_PORT))
+    server.listen(1)
+    server.settimeout(120)
+    try:
+        conn, _ = server.accept()
+        found["peer"] = conn.recv(100).decode()
+        conn.close()
+    except OSError as exc:
+        found["peer"] = "nothing: " + str(exc)
+else:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with socket.create_connection(("worker-0", PEER_PORT), timeout=5) as conn:
+                conn.sendall(b"hello from " + me.encode())
+            found["peer"] = "sent"
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                found["peer"] = "cannot: " + str(exc)
+                break
+            time.sleep(0.2)
 
 def attempt(argv):
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -108,52 +172,195 @@ print("PROBES " + json.dumps(found), flush=True)
 """
 
 
-def test_a_job_on_ray_reaches_no_port_of_the_cluster_and_never_runs_as_the_raylet(
-    ray_service, ray_cluster, tmp_path
-):
-    gcs_port = int(ray_cluster.address.rsplit(":", 1)[1])
-    # the targets are real: the GCS answers here (outside every job), and so does this socket
-    socket.create_connection(("127.0.0.1", gcs_port), timeout=10).close()
-    host_socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    name = f"ma-test-host-socket-{tmp_path.name}"
-    host_socket.bind(b"\0" + name.encode())
-    host_socket.listen(4)
+VICTIM = r"""
+import json, os, socket, threading, time
+
+tcp = socket.socket()
+tcp.bind(("0.0.0.0", 0))
+tcp.listen(8)
+port = tcp.getsockname()[1]
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(("0.0.0.0", port))
+
+def accept():
+    while True:
+        conn, peer = tcp.accept()
+        print("RECEIVED a connection from", peer, flush=True)
+        conn.close()
+
+def receive():
+    while True:
+        data, peer = udp.recvfrom(200)
+        print("RECEIVED", data, "from", peer, flush=True)
+
+threading.Thread(target=accept, daemon=True).start()
+threading.Thread(target=receive, daemon=True).start()
+with open("/workspace/outputs/victim.tmp", "w") as fh:
+    json.dump({"port": port}, fh)
+os.rename("/workspace/outputs/victim.tmp", "/workspace/outputs/victim.json")
+print("LISTENING on", port, flush=True)
+deadline = time.monotonic() + 400
+while not os.path.exists("/workspace/outputs/done") and time.monotonic() < deadline:
+    time.sleep(0.2)
+print("DONE", flush=True)
+"""
+
+
+def _host_ports() -> list[int]:
+    """The TCP ports listening on this machine (the test's network namespace: the Ray nodes')."""
+    ports = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(path).read().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return sorted(ports)
+
+
+def _wait_for(path, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.2)
+
+
+def _probe_job(client, ray_cluster, tmp_path, name: str, *, go=None):
+    """Submit the probing job (two nodes, one per Ray node); its handle, outputs and targets."""
     outputs = writable_dir(tmp_path / "out")
     marker = str(outputs / "escaped")
     algo = writable_dir(tmp_path / "algo")
     (algo / "probe.py").write_text(PROBE)
     (algo / "targets.json").write_text(
-        json.dumps({"gcs": ray_cluster.address, "marker": marker, "abstract": name})
+        json.dumps(
+            {
+                "gcs": ray_cluster.address,
+                "marker": marker,
+                "abstract": name,
+                "host_ports": _host_ports(),
+                "go": f"/workspace/outputs/{go.name}" if go else None,
+            }
+        )
     )
+    handle = client.submit(
+        name="escape",
+        mode="tensorflow",  # the command as it is, on each node
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=str(algo),
+        outputs=str(outputs),
+        command="python /workspace/algorithm/probe.py",
+    )
+    return handle, outputs
+
+
+def _probes(client, job) -> dict[str, dict]:
+    found = {}
+    for node in ("worker-0", "worker-1"):
+        log = client.read_log(job.id, node=node).data
+        found[node] = json.loads(log.split("PROBES ", 1)[1].splitlines()[0])
+        print(node, json.dumps(found[node], indent=1))
+    return found
+
+
+def _host_socket(tmp_path) -> tuple[socket.socket, str]:
+    host_socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = f"ma-test-host-socket-{tmp_path.name}"
+    host_socket.bind(b"\0" + name.encode())
+    host_socket.listen(4)
+    return host_socket, name
+
+
+def _assert_not_the_cluster(found: dict, gcs_port: int) -> None:
+    """What holds on either network: nothing of the machine or the cluster answered, nothing ran
+    as the raylet, and the job's two nodes talked."""
+    reached = {k: v for k, v in found.items() if v == "connected"}
+    assert reached == {}, reached
+    assert found["ray start"]["code"] != 0, found["ray start"]  # 0: a raylet of the job joined
+    assert found["ray.init"]["code"] != 0, found["ray.init"]
+    assert "RAN AS" not in found["ray.init"].get("tail", "")
+    assert found["peer"] in ("sent", "hello from worker-1"), found["peer"]
+
+
+def test_a_job_on_ray_in_its_own_namespaces_reaches_nothing_but_its_own_nodes(
+    ray_service, ray_cluster, tmp_path
+):
+    """The default network: each machine's part of the attempt in a namespace of its own."""
+    gcs_port = int(ray_cluster.address.rsplit(":", 1)[1])
+    socket.create_connection(("127.0.0.1", gcs_port), timeout=10).close()  # the GCS is real
+    host_socket, name = _host_socket(tmp_path)
+    client = Client(autostart=False)
+    go = tmp_path / "out" / "go.json"
+    try:
+        handle, outputs = _probe_job(client, ray_cluster, tmp_path, name, go=go)
+        deadline = time.monotonic() + 240
+        while client.get(handle.id).status is not JobStatus.running:
+            assert time.monotonic() < deadline, events_text(client, handle.id)
+            time.sleep(0.2)
+        # another job starts listening after the probing job's nodes started (TCP and UDP)
+        victim_out = writable_dir(tmp_path / "victim-out")
+        victim_algo = writable_dir(tmp_path / "victim")
+        (victim_algo / "victim.py").write_text(VICTIM)
+        victim = client.submit(
+            name="victim",
+            specs=["cpu.small"],
+            algorithm=str(victim_algo),
+            outputs=str(victim_out),
+            command="python /workspace/algorithm/victim.py",
+            access="none",
+        )
+        _wait_for(victim_out / "victim.json")
+        port = json.loads((victim_out / "victim.json").read_text())["port"]
+        go.write_text(json.dumps({"victim": port}))
+        job = handle.wait(timeout=400)
+    finally:
+        host_socket.close()
+    (victim_out / "done").write_text("")
+    victim_job = victim.wait(timeout=120)
+    logs = node_logs(client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(client, job.id)
+    assert len({n.host for n in client.get(job.id).nodes}) == 2  # one node on each Ray node
+    victim_log = client.read_log(victim_job.id, node="worker-0").data
+    assert f"LISTENING on {port}" in victim_log and "DONE" in victim_log, victim_log
+    assert "RECEIVED" not in victim_log, victim_log  # neither a connection nor a datagram
+    for found in _probes(client, job).values():
+        assert gcs_port not in found["listening"]  # nothing of the machine's network is there
+        assert found[f"tcp {gcs_port}"] == "ECONNREFUSED"
+        assert found["abstract"] == "ECONNREFUSED"  # the host's abstract names are not its own
+        assert not found["unix lists the host's socket"]
+        assert all(found[f"victim tcp {a}"] != "connected" for a in ("127.0.0.1", "10.253.0.1", "10.253.0.2"))
+        _assert_not_the_cluster(found, gcs_port)
+    assert not any(p.name.startswith("escaped") for p in outputs.iterdir())
+
+
+@pytest.fixture
+def fenced_service(ray_home):
+    """A service whose Ray jobs are fenced rather than in namespaces (``network = "fence"``)."""
+    toml = ray_home / "cluster.toml"
+    toml.write_text(toml.read_text() + 'network = "fence"\n')
+    yield from serve(ray_home)
+
+
+def test_a_fenced_job_on_ray_reaches_no_port_of_the_cluster_and_never_runs_as_the_raylet(
+    fenced_service, ray_cluster, tmp_path
+):
+    """The fence: the job shares its machine's network, every port of the cluster refused."""
+    gcs_port = int(ray_cluster.address.rsplit(":", 1)[1])
+    socket.create_connection(("127.0.0.1", gcs_port), timeout=10).close()
+    host_socket, name = _host_socket(tmp_path)
     client = Client(autostart=False)
     try:
-        job = client.submit(
-            name="escape",
-            mode="tensorflow",  # the command as it is, on each node
-            nodes=2,
-            specs=["cpu.small"],
-            algorithm=str(algo),
-            outputs=str(outputs),
-            command="python /workspace/algorithm/probe.py",
-        ).wait(timeout=400)
+        handle, outputs = _probe_job(client, ray_cluster, tmp_path, name)
+        job = handle.wait(timeout=400)
     finally:
         host_socket.close()
     logs = node_logs(client, job.id)
     assert job.status is JobStatus.succeeded, logs + events_text(client, job.id)
-    hosts = {n.host for n in client.get(job.id).nodes}
-    assert len(hosts) == 2  # one node on each Ray node
-    for node in ("worker-0", "worker-1"):
-        log = client.read_log(job.id, node=node).data
-        found = json.loads(log.split("PROBES ", 1)[1].splitlines()[0])
-        print(node, json.dumps(found, indent=1))
+    assert len({n.host for n in client.get(job.id).nodes}) == 2
+    for found in _probes(client, job).values():
         assert gcs_port in found["listening"]  # the job sees the GCS: the host's network
         assert found[f"tcp {gcs_port}"] == "EACCES"  # and the fence refuses it
-        reached = {k: v for k, v in found.items() if v == "connected"}
-        assert reached == {}, reached
         assert all(found[f"mptcp {p}"].startswith("socket ") for p in found["listening"])
         assert all(found[f"fastopen {p}"] == "EPERM" for p in found["listening"])
-        assert found["abstract"] == "EPERM"
-        assert found["ray start"]["code"] != 0, found["ray start"]  # 0: a raylet of the job joined
-        assert found["ray.init"]["code"] != 0, found["ray.init"]
-        assert "RAN AS" not in found["ray.init"].get("tail", "")
+        assert found["abstract"] == "EPERM"  # listed (the host's network), but refused
+        _assert_not_the_cluster(found, gcs_port)
     assert not any(p.name.startswith("escaped") for p in outputs.iterdir())

@@ -126,6 +126,8 @@ class RayBackend(Backend):
         address: the cluster's address (``HOST:PORT`` of its GCS, or ``auto``).
         node_root: the folder of job folders on every Ray node (default: this service's
             ``jobs/`` folder path).
+        network: ``auto`` (each attempt on an overlay of namespaces where its machines can
+            make them, else fenced) or ``fence`` (always fenced): docs/network.md.
 
     Raises:
         BackendUnavailable: Ray is not installed, or the cluster does not answer.
@@ -140,7 +142,7 @@ class RayBackend(Backend):
     poll_every = 5.0
     remote_shell = None
 
-    def __init__(self, address: str, node_root: str | None = None):
+    def __init__(self, address: str, node_root: str | None = None, network: str = "auto"):
         ray = require_ray()
         self._ray = ray
         try:
@@ -154,6 +156,8 @@ class RayBackend(Backend):
         except Exception as exc:  # ConnectionError, RuntimeError, ValueError depending on the failure
             raise BackendUnavailable(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
         self._address = address
+        self._network = network
+        self._fenced_hosts: set[str] = set()  # hosts whose fallback to the fence was logged
         # names this service's placement groups apart from those of services of other homes
         # sharing the cluster (job ids are unique per home only)
         where = f"{socket.gethostname()}:{config.home()}"
@@ -635,11 +639,21 @@ class RayBackend(Backend):
 
     def _job_network(self, hosts: list[str]) -> bool:
         """Whether an attempt on ``hosts`` gets an overlay (docs/network.md): every host's agent
-        can make one and every host has an IPv4 address; else its nodes are fenced."""
+        can make one and every host has an IPv4 address; else its nodes are fenced (logged once
+        per host, with the agent's reason)."""
+        if self._network == "fence":
+            return False
         for host in dict.fromkeys(hosts):
             info = self._info(host)
-            if info.get("network") != "namespace" or not job_overlay.is_ipv4(self._node(host).address):
-                return False
+            why = info.get("network_why") or "its agent cannot make network namespaces"
+            if info.get("network") == "namespace" and not job_overlay.is_ipv4(self._node(host).address):
+                why = f"its address {self._node(host).address} is not IPv4"
+            elif info.get("network") == "namespace":
+                continue
+            if host not in self._fenced_hosts:
+                self._fenced_hosts.add(host)
+                log.warning("jobs on Ray node %s are fenced, not in namespaces of their own: %s", host, why)
+            return False
         return True
 
     def _overlays(self, attempt: Attempt) -> dict[str, Overlay] | None:
