@@ -27,6 +27,11 @@ same algorithm; one edit makes a new version of it.  This module owns both halve
    or the folder holds more than :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes (what the
    snapshot's default ship limit allows, four times over: a bigger folder is data, and reading
    it would make a submit slow).
+5. **Files read once.** A file's hash is remembered by what changes whenever its contents do
+   (device, inode, size, modification and change times: the change time no user can set back),
+   so a folder used as is, submitted again unchanged, costs a walk and no read.  A file changed
+   within :data:`RACY_SECONDS` is never remembered (two writes within one tick of the file
+   system's clock could leave those times equal); at most :data:`REMEMBERED` files are.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ import hashlib
 import os
 import shutil
 import stat
+import threading
+import time
+from collections import OrderedDict
 from pathlib import Path
 
 from . import config
@@ -68,6 +76,18 @@ PREFIX = "sha256:"
 _FORMAT = b"ma-jupyter algorithm content 1\0"
 _CHUNK = 1 << 20
 
+#: how many file hashes are remembered (rule 5), the least recently used forgotten first
+REMEMBERED = 50_000
+#: a file changed this recently is hashed every time (rule 5)
+RACY_SECONDS = 2.0
+_remembered: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+_remembered_lock = threading.Lock()
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What changes whenever a file's contents do (rule 5)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
 
 def ignore(folder: str, names: list[str]) -> set[str]:
     """The names left out of ``folder``'s entries ``names`` (rule 1): :data:`IGNORED`, and the
@@ -89,8 +109,15 @@ def _refuse(exc: OSError) -> None:
 
 
 def _file_hash(name: str, dir_fd: int, listed: os.stat_result) -> bytes:
-    """The SHA-256 of the regular file ``name`` in the folder ``dir_fd``, opened without following
-    a link and without blocking (a FIFO swapped in is refused, never waited on)."""
+    """The SHA-256 of the regular file ``name`` in the folder ``dir_fd`` (remembered: rule 5),
+    opened without following a link and without blocking (a FIFO swapped in is refused, never
+    waited on)."""
+    key = _identity(listed)
+    with _remembered_lock:
+        known = _remembered.get(key)
+        if known is not None:
+            _remembered.move_to_end(key)
+            return known
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
@@ -98,19 +125,24 @@ def _file_hash(name: str, dir_fd: int, listed: os.stat_result) -> bytes:
         raise _Unknown(f"{name}: {exc.strerror}") from exc
     try:
         opened = os.fstat(fd)
-        same = (opened.st_dev, opened.st_ino) == (listed.st_dev, listed.st_ino)
-        if not stat.S_ISREG(opened.st_mode) or not same:
-            raise _Unknown(f"{name} was replaced while it was read")
+        if not stat.S_ISREG(opened.st_mode) or _identity(opened) != key:
+            raise _Unknown(f"{name} was replaced or changed since it was listed")
         found = hashlib.sha256()
         while chunk := os.read(fd, _CHUNK):
             found.update(chunk)
-        if os.fstat(fd).st_size != opened.st_size:
+        if _identity(os.fstat(fd)) != key:
             raise _Unknown(f"{name} changed while it was read")
-        return found.digest()
     except OSError as exc:
         raise _Unknown(f"{name}: {exc.strerror}") from exc
     finally:
         os.close(fd)
+    value = found.digest()
+    if time.time_ns() - listed.st_ctime_ns > RACY_SECONDS * 1e9:
+        with _remembered_lock:
+            _remembered[key] = value
+            while len(_remembered) > REMEMBERED:
+                _remembered.popitem(last=False)
+    return value
 
 
 def digest(folder: str | os.PathLike[str]) -> str | None:

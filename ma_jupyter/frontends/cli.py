@@ -176,8 +176,9 @@ def build_cli() -> options.OptionsParser:
     algorithms = commands.add_parser(
         "algorithms",
         help="your algorithm folders and favourites: ma-jupyter algorithms [favourite|unfavourite FOLDER]",
-        description="List the algorithm folders your jobs ran and the ones you marked favourite "
-        "(`ma-jupyter jobs --algorithm FOLDER` / `--favourites` lists their jobs), or mark and unmark one.",
+        description="List the algorithm folders your jobs ran, each with how many versions (contents) "
+        "they ran, and the ones you marked favourite (`ma-jupyter jobs --algorithm FOLDER` / "
+        "`--favourites` lists their jobs), or mark and unmark one.",
     )
     algorithms.add_argument("action", nargs="?", choices=["list", "favourite", "unfavourite"], default="list")
     algorithms.add_argument(

@@ -124,3 +124,20 @@ def test_the_top_may_be_a_link_to_the_folder(algo, tmp_path):
     link = tmp_path / "latest"
     link.symlink_to(algo)  # a --code-dir given through a link is the folder it names
     assert digest(link) == digest(algo)
+
+
+def test_a_files_hash_is_remembered_until_it_changes(algo, monkeypatch):
+    monkeypatch.setattr(algorithm_content, "_remembered", type(algorithm_content._remembered)())
+    first = digest(algo)  # every file was written just now: none is remembered (rule 5)
+    assert len(algorithm_content._remembered) == 0
+    monkeypatch.setattr(algorithm_content, "RACY_SECONDS", -1.0)  # as if written long ago
+    assert digest(algo) == first
+    assert len(algorithm_content._remembered) == 3
+    assert digest(algo) == first  # from what was remembered
+    (algo / "pkg" / "model.py").write_text("W = 22\n")  # another size, times and change time
+    changed = digest(algo)
+    assert changed != first and len(algorithm_content._remembered) == 4
+    monkeypatch.setattr(algorithm_content, "REMEMBERED", 2)
+    (algo / "pkg" / "model.py").write_text("W = 333\n")
+    assert digest(algo) not in (first, changed)
+    assert len(algorithm_content._remembered) == 2  # the least recently used forgotten
