@@ -26,7 +26,7 @@ same algorithm; one edit makes a new version of it.  This module owns both halve
    missing or not a folder, something below cannot be read, a file changed while it was read,
    or the folder holds more than :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes (what the
    snapshot's default ship limit allows, four times over: a bigger folder is data, and reading
-   it would make a submit slow).
+   it would make a submit slow); those bounds are checked on the sizes first, reading nothing.
 5. **Files read once.** A file's hash is remembered by what changes whenever its contents do
    (device, inode, size, modification and change times: the change time no user can set back),
    so a folder used as is, submitted again unchanged, costs a walk and no read.  A file changed
@@ -46,7 +46,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from . import config
-from .foldersize import TooManyEntries, walk
+from .foldersize import TooManyEntries, folder_size, walk
 
 #: never shipped: version control, caches, environments, notebooks' checkpoints
 IGNORED = (
@@ -152,6 +152,10 @@ def digest(folder: str | os.PathLike[str]) -> str | None:
         if not stat.S_ISDIR(os.stat(folder).st_mode):
             return None
     except OSError:
+        return None
+    # a folder past the bounds is told by its sizes alone, before a byte of it is read
+    sizes = folder_size([folder], limit=MAX_BYTES, max_entries=4 * MAX_FILES, ignore=ignore)
+    if sizes is None or sizes.bytes > MAX_BYTES or sizes.files > MAX_FILES:
         return None
     records: list[tuple[bytes, bytes, bytes]] = []
     size = 0

@@ -141,3 +141,14 @@ def test_a_files_hash_is_remembered_until_it_changes(algo, monkeypatch):
     (algo / "pkg" / "model.py").write_text("W = 333\n")
     assert digest(algo) not in (first, changed)
     assert len(algorithm_content._remembered) == 2  # the least recently used forgotten
+
+
+def test_a_folder_past_the_bounds_is_told_by_its_sizes_without_reading_it(algo, monkeypatch):
+    with open(algo / "data.bin", "wb") as sparse:  # a data file far past the bound, holding nothing
+        sparse.truncate(algorithm_content.MAX_BYTES + 1)
+
+    def never(*_args):
+        raise AssertionError("a file was read")
+
+    monkeypatch.setattr(algorithm_content, "_file_hash", never)
+    assert digest(algo) is None
