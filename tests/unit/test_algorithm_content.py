@@ -152,3 +152,32 @@ def test_a_folder_past_the_bounds_is_told_by_its_sizes_without_reading_it(algo, 
 
     monkeypatch.setattr(algorithm_content, "_file_hash", never)
     assert digest(algo) is None
+
+
+def test_the_jobs_table_keeps_each_folder_with_its_content():
+    from ma_jupyter.models import JobSpec
+    from ma_jupyter.service import algorithm_folders
+
+    one, two = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    spec = JobSpec(
+        name="sweep",
+        type="batch",
+        tasks=[
+            {"algorithm": "/a/mnist/", "command": "python t.py", "algorithm_digest": one},
+            {"algorithm": "/a/bert", "command": "python t.py"},  # content not known
+            {"algorithm": "/a/mnist", "command": "python u.py", "algorithm_digest": one},
+        ],
+    )
+    value = algorithm_folders.column(spec)
+    assert value == f"\n/a/mnist\n{one}\n/a/bert\n"
+    assert algorithm_folders.split(value) == [("/a/mnist", one), ("/a/bert", None)]
+    shipped = JobSpec(
+        name="t",
+        command="python t.py",
+        algorithm="/h/snapshots/t-1",
+        algorithm_origin="/a/mnist",
+        algorithm_digest=two,
+    )
+    assert algorithm_folders.split(algorithm_folders.column(shipped)) == [("/a/mnist", two)]
+    with pytest.raises(ValueError):
+        JobSpec(name="t", command="python t.py", algorithm="/a", algorithm_digest="md5:1234")
