@@ -285,8 +285,9 @@ class BatchTask(Strict):
     command: Command
     algorithm_digest: Digest | None = Field(
         default=None,
-        description="The content of the task's algorithm folder when the job was accepted "
-        "(sha256 over its files); set by the service, a value sent is replaced.",
+        description="The content the task ran from its algorithm folder (sha256 over its files, "
+        "read when the job was accepted and again when it first started); set by the service, a "
+        "value sent is replaced.",
     )
 
     @field_validator("command")
@@ -389,9 +390,9 @@ class JobSpec(Strict):
         default=None,
         description=(
             "The content the job runs from ``algorithm`` (sha256 over its files, as the service "
-            "read them when it accepted the job; None: it could not be read whole).  Set by the "
-            "service, a value sent is replaced: search by algorithm finds the job under it, "
-            "wherever the same code lies."
+            "read them when it accepted the job, and for a folder used as is again when the job "
+            "first started; None: it could not be read whole).  Set by the service, a value sent "
+            "is replaced: search by algorithm finds the job under it, wherever the same code lies."
         ),
     )
     outputs: Path_ | None = Field(

@@ -21,8 +21,10 @@ normalised absolute path:
    :mod:`ma_jupyter.algorithm_content`), which the service reads itself when it accepts the job
    (:func:`identified`), after the backend's dry run has let the caller mount the folder: the
    folder is on this machine for every backend (the Ray backend ships it from here), and a
-   snapshot never changes, so what is read is what the nodes run.  A folder used as is is read
-   at submit: an edit before the job starts is not seen.  A digest the caller sent is replaced.
+   snapshot never changes, so what is read is what the nodes run.  A folder used as is (a
+   ``--code-dir`` of the command line, a batch task's folder) is read again when the job first
+   starts (:func:`at_start`): an edit made while it was queued is the content it ran, and its
+   events say so.  A digest the caller sent is replaced.
 6. ``GET /jobs?algorithm=PATH&algorithm_digest=D`` lists the jobs of the folder or of the
    content ``D`` (the folder's current content as the caller read it: a search never makes the
    service read a folder the caller names, whose digest would tell of files the caller may not
@@ -110,6 +112,34 @@ def identified(spec: JobSpec) -> JobSpec:
 
     tasks = [task.model_copy(update={"algorithm_digest": content(task.algorithm)}) for task in spec.tasks]
     return spec.model_copy(update={"algorithm_digest": content(spec.algorithm), "tasks": tasks})
+
+
+def at_start(spec: JobSpec) -> tuple[JobSpec, list[str]]:
+    """Rule 5 when a job first starts: ``spec`` with the content of each folder it uses as is
+    read again (a shipped snapshot, ``algorithm_origin`` set, never changes and is not), and
+    the folders whose recorded content changed since the submit.  Unchanged files are
+    remembered (:mod:`ma_jupyter.algorithm_content` rule 5): an unchanged folder costs a walk."""
+    read: dict[str, str | None] = {}
+    changed: list[str] = []
+
+    def content(folder: str | None, recorded: str | None) -> str | None:
+        if not folder:
+            return None
+        if folder not in read:
+            read[folder] = algorithm_content.digest(folder)
+            if recorded is not None and read[folder] != recorded:
+                changed.append(folder)
+        return read[folder]
+
+    update: dict = {}
+    if spec.algorithm and not spec.algorithm_origin:
+        update["algorithm_digest"] = content(spec.algorithm, spec.algorithm_digest)
+    if spec.tasks:
+        update["tasks"] = [
+            t.model_copy(update={"algorithm_digest": content(t.algorithm, t.algorithm_digest)})
+            for t in spec.tasks
+        ]
+    return spec.model_copy(update=update), changed
 
 
 class Favourites:

@@ -10,8 +10,12 @@ import json
 import shutil
 import sys
 
+import pytest
+
 from ma_jupyter.algorithm_content import digest
 from ma_jupyter.client.snapshot import copy_folder
+from ma_jupyter.models import JobStatus
+from tests.helpers import wait_for
 
 PY = sys.executable
 CODE_ROOT = "/home/ma-user/modelarts/user-job-dir"
@@ -150,3 +154,36 @@ def test_the_service_records_the_content_it_reads_not_what_the_client_says(ma_se
     assert [t["algorithm_digest"] for t in batch.json()["spec"]["tasks"]] == [recorded, recorded]
     found = {j["id"] for j in listing(algorithm_digest=recorded)["items"]}
     assert found == {job["id"], batch.json()["id"]}
+
+
+@pytest.mark.small_cluster
+def test_a_folder_used_as_is_edited_while_its_job_queued_is_recorded_as_it_ran(ma_client, tmp_path):
+    folder = tmp_path / "algo"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('first version')\n")
+    # a cpu.medium job fills the node "tiny", so the next job pinned there queues
+    blocker = ma_client.submit(
+        name="blocker",
+        command=f"{PY} -c 'import time; time.sleep(300)'",
+        specs=["cpu.medium"],
+        node_name="tiny",
+    )
+    wait_for(lambda: blocker.status is JobStatus.running, timeout=60)
+    queued = ma_client.submit(
+        name="queued", algorithm=str(folder), command="python train.py", node_name="tiny"
+    )
+    assert queued.status is JobStatus.queued
+    at_submit = queued.info.spec.algorithm_digest
+    assert at_submit == digest(folder)
+    (folder / "train.py").write_text("print('second version')\n")  # edited while it waits
+    blocker.stop()
+    assert queued.wait(timeout=120).status is JobStatus.succeeded
+    assert "second version" in "\n".join(queued.logs())
+    ran = queued.info.spec.algorithm_digest
+    assert ran == digest(folder) != at_submit
+    said = [e.reason for e in queued.events()]
+    assert any(f"algorithm folder {folder} changed since the submit" in r for r in said), said
+    found = [h.id for h in ma_client.jobs(algorithm=str(folder))]
+    assert queued.id in found
+    page = ma_client.job_page(algorithm_digest=at_submit)
+    assert queued.id not in [j.id for j in page.items]  # the version it did not run
