@@ -48,6 +48,9 @@ NO_NUL = r"^[^\x00]*$"
 Path_ = Annotated[str, Field(max_length=MAX_PATH, pattern=NO_NUL)]
 Short = Annotated[str, Field(max_length=MAX_SHORT, pattern=NO_NUL)]
 Command = Annotated[str, Field(max_length=MAX_COMMAND, pattern=NO_NUL)]
+#: an algorithm folder's content identity (:mod:`ma_jupyter.algorithm_content`)
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+Digest = Annotated[str, Field(pattern=DIGEST_PATTERN)]
 _COPY_SUFFIX = re.compile(r"-copy(?:-(\d+))?$")
 
 
@@ -280,6 +283,12 @@ class BatchTask(Strict):
 
     algorithm: Path_ | None = None
     command: Command
+    algorithm_digest: Digest | None = Field(
+        default=None,
+        description="The content the task ran from its algorithm folder (sha256 over its files, "
+        "read when the job was accepted and again when it first started); set by the service, a "
+        "value sent is replaced.",
+    )
 
     @field_validator("command")
     @classmethod
@@ -375,6 +384,15 @@ class JobSpec(Strict):
             "The folder the algorithm was shipped from, when ``algorithm`` is a snapshot of it "
             "(the client fills it in): search by algorithm finds the job under it, and the "
             "ModelArts layout names the code folder after it."
+        ),
+    )
+    algorithm_digest: Digest | None = Field(
+        default=None,
+        description=(
+            "The content the job runs from ``algorithm`` (sha256 over its files, as the service "
+            "read them when it accepted the job, and for a folder used as is again when the job "
+            "first started; None: it could not be read whole).  Set by the service, a value sent "
+            "is replaced: search by algorithm finds the job under it, wherever the same code lies."
         ),
     )
     outputs: Path_ | None = Field(
@@ -884,6 +902,12 @@ class JobPage(Strict):
     total: int
     offset: int = 0
     limit: int = 50
+    algorithm_digest: Digest | None = Field(
+        default=None,
+        description="The content the listing was searched by (the algorithm folder's current "
+        "content, as the caller read it): the jobs whose algorithm_digest equals it ran that "
+        "content, the others of the folder another version.",
+    )
 
 
 class Mount(Strict):
@@ -992,6 +1016,14 @@ class UserToken(User):
     token: str
 
 
+class AlgorithmVersion(Strict):
+    """One content an algorithm folder's jobs ran (a version of the folder)."""
+
+    digest: Digest | None = Field(description="sha256 over its files; None: jobs whose content is not known.")
+    jobs: int = Field(description="How many of the caller's jobs ran it.")
+    last_used: datetime = Field(description="When the newest of them was submitted.")
+
+
 class Algorithm(Strict):
     """An algorithm folder of the caller's: one their jobs used (the seed's "my algorithm
     volumes") or one they marked a favourite (its "favourite algorithms")."""
@@ -999,6 +1031,10 @@ class Algorithm(Strict):
     path: str = Field(description="The folder, an absolute normalised path.")
     favourite: bool = False
     jobs: int = Field(default=0, description="How many of the caller's jobs use it.")
+    versions: list[AlgorithmVersion] = Field(
+        default=[],
+        description="The contents those jobs ran, one per version, the most recently used first.",
+    )
 
 
 class FavouriteAlgorithm(Strict):

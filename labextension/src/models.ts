@@ -15,6 +15,8 @@ export interface AnnotationMount {
 export interface BatchTask {
   algorithm?: string | null;
   command: string;
+  /** The content the task ran from its algorithm folder (sha256 over its files, read when the job was accepted and again when it first started); set by the service, a value sent is replaced. */
+  algorithm_digest?: string | null;
 }
 
 /**
@@ -167,6 +169,8 @@ export interface JobPage {
   total: number;
   offset?: number;
   limit?: number;
+  /** The content the listing was searched by (the algorithm folder's current content, as the caller read it): the jobs whose algorithm_digest equals it ran that content, the others of the folder another version. */
+  algorithm_digest?: string | null;
 }
 
 /** Everything a user says about a job; what the service stores and the backends run. */
@@ -187,6 +191,8 @@ export interface JobSpec {
   algorithm_read_only?: boolean;
   /** The folder the algorithm was shipped from, when `algorithm` is a snapshot of it (the client fills it in): search by algorithm finds the job under it, and the ModelArts layout names the code folder after it. */
   algorithm_origin?: string | null;
+  /** The content the job runs from `algorithm` (sha256 over its files, as the service read them when it accepted the job, and for a folder used as is again when the job first started; None: it could not be read whole).  Set by the service, a value sent is replaced: search by algorithm finds the job under it, wherever the same code lies. */
+  algorithm_digest?: string | null;
   /** Host folder shown at /workspace/outputs (writable). */
   outputs?: string | null;
   mode?: Mode;

@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 import requests
 
-from .. import config
+from .. import algorithm_content, config
 from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
 from ..models import (
     API_PREFIX,
@@ -409,6 +409,7 @@ class Client:
         limit: int = 50,
         *,
         algorithm: str | None = None,
+        algorithm_digest: str | None = None,
         favourites: bool = False,
         type: str | JobType | None = None,
     ) -> list[JobHandle]:
@@ -421,7 +422,11 @@ class Client:
             spec: a spec name the job asked for.
             outputs: its outputs folder.
             offset, limit: paging.
-            algorithm: the algorithm folder it runs (relative to the current directory).
+            algorithm: the algorithm folder it runs (relative to the current directory): the jobs
+                shipped from it or using it, and the jobs that ran its current content
+                wherever that lay (see :meth:`job_page`).
+            algorithm_digest: also (or, without ``algorithm``, only) the jobs that ran this
+                content (``sha256:...``, a job's ``spec.algorithm_digest``).
             favourites: only jobs running one of this user's favourite algorithms.
             type: ``regular`` or ``batch`` jobs only.
 
@@ -437,6 +442,7 @@ class Client:
             offset,
             limit,
             algorithm=algorithm,
+            algorithm_digest=algorithm_digest,
             favourites=favourites,
             type=type,
         )
@@ -453,21 +459,32 @@ class Client:
         limit: int = 50,
         *,
         algorithm: str | None = None,
+        algorithm_digest: str | None = None,
         favourites: bool = False,
         type: str | JobType | None = None,
         sort: str | JobSort = JobSort.newest,
     ) -> JobPage:
         """Like :meth:`jobs`, as the service's page (``items`` and ``total``); ``sort``: a
         column (``created``, ``name``, ``id``, ``status``, ``creator``, ``outputs``,
-        ``priority``, ``mode``, ``spec``, ``elapsed``), ``-`` first for descending."""
+        ``priority``, ``mode``, ``spec``, ``elapsed``), ``-`` first for descending.
+
+        With ``algorithm`` and no ``algorithm_digest``, the folder's current content is read
+        here, with this user's own rights (the service never reads a folder a search names), and
+        searched for too: the page's ``algorithm_digest`` is that content (None when the folder
+        cannot be read whole), so a job whose ``spec.algorithm_digest`` equals it ran the
+        folder's current code, another of the folder's jobs an older version."""
         statuses = status if isinstance(status, list) else [status] if status else []
+        folder = host_path(algorithm, Path.cwd()) if algorithm else None
+        if folder is not None and algorithm_digest is None:
+            algorithm_digest = algorithm_content.digest(folder)
         params = {
             "name": name,
             "status": [JobStatus(s).value for s in statuses] or None,
             "creator": creator,
             "spec": spec,
             "outputs": outputs,
-            "algorithm": host_path(algorithm, Path.cwd()) if algorithm else None,
+            "algorithm": folder,
+            "algorithm_digest": algorithm_digest,
             "favourites": "true" if favourites else None,
             "type": JobType(type).value if type else None,
             "sort": JobSort(sort).value,

@@ -18,25 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import config
+from ..algorithm_content import ignore
 from ..errors import InvalidSpec
 from ..foldersize import folder_size as measure
 
-#: never shipped: version control, caches, environments, notebooks' checkpoints
-IGNORED = (
-    ".git",
-    ".hg",
-    ".svn",
-    "__pycache__",
-    ".ipynb_checkpoints",
-    "*.pyc",
-    ".venv",
-    "venv",
-    "node_modules",
-    ".mypy_cache",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".tox",
-)
 #: the most a folder shipped by default may hold (bytes)
 SHIP_LIMIT = 100 << 20
 
@@ -58,29 +43,21 @@ def is_snapshot(path: str | os.PathLike[str]) -> bool:
     return Path(path).parent == snapshots_root()
 
 
-def _ignore(folder: str, names: list[str]) -> set[str]:
-    """What a copy leaves out: :data:`IGNORED`, and the service home when it lies inside (its
-    tokens, database and jobs are never code, and snapshots are written there)."""
-    skipped = set(shutil.ignore_patterns(*IGNORED)(folder, names))
-    home = config.home()
-    if home.parent == Path(folder).resolve() and home.name in names:
-        skipped.add(home.name)
-    return skipped
-
-
 def folder_size(source: Path, limit: int | None = None) -> tuple[int, int]:
-    """``(files, bytes)`` a copy of ``source`` would hold (ignored entries skipped, regular files
-    counted: :func:`ma_jupyter.foldersize.folder_size`); counting stops once ``limit`` bytes are
-    passed."""
-    found = measure([source], limit=limit, ignore=_ignore)
+    """``(files, bytes)`` a copy of ``source`` would hold (what
+    :func:`ma_jupyter.algorithm_content.ignore` leaves out skipped, regular files counted:
+    :func:`ma_jupyter.foldersize.folder_size`); counting stops once ``limit`` bytes are passed."""
+    found = measure([source], limit=limit, ignore=ignore)
     return (found.files, found.bytes) if found is not None else (0, 0)
 
 
 def copy_folder(source: Path, target: Path) -> None:
-    """Copy ``source`` into ``target`` (symlinks kept as links, ignored entries skipped), readable
-    by every account: a job may run as another account than its submitter (``nobody`` for root's
-    jobs), and the snapshot sits in the 0700 service home, which no other user can enter."""
-    shutil.copytree(source, target, ignore=_ignore, symlinks=True, dirs_exist_ok=True)
+    """Copy ``source`` into ``target`` (symlinks kept as links, what
+    :func:`ma_jupyter.algorithm_content.ignore` leaves out skipped: the copy has the source's
+    digest), readable by every account: a job may run as another account than its submitter
+    (``nobody`` for root's jobs), and the snapshot sits in the 0700 service home, which no other
+    user can enter."""
+    shutil.copytree(source, target, ignore=ignore, symlinks=True, dirs_exist_ok=True)
     for folder, _dirs, names in os.walk(target):
         os.chmod(folder, 0o755)
         for name in names:

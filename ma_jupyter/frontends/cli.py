@@ -176,12 +176,16 @@ def build_cli() -> options.OptionsParser:
     algorithms = commands.add_parser(
         "algorithms",
         help="your algorithm folders and favourites: ma-jupyter algorithms [favourite|unfavourite FOLDER]",
-        description="List the algorithm folders your jobs ran and the ones you marked favourite "
-        "(`ma-jupyter jobs --algorithm FOLDER` / `--favourites` lists their jobs), or mark and unmark one.",
+        description="List the algorithm folders your jobs ran, each with how many versions (contents) "
+        "they ran, and the ones you marked favourite (`ma-jupyter jobs --algorithm FOLDER` / "
+        "`--favourites` lists their jobs), or mark and unmark one.",
     )
     algorithms.add_argument("action", nargs="?", choices=["list", "favourite", "unfavourite"], default="list")
     algorithms.add_argument(
         "folder", nargs="?", metavar="FOLDER", help="the algorithm folder to mark or unmark"
+    )
+    algorithms.add_argument(
+        "--versions", action="store_true", help="list each folder's versions (the contents its jobs ran)"
     )
     algorithms.add_argument("--json", action="store_true", help="print JSON")
 
@@ -447,7 +451,9 @@ def _jobs(args: argparse.Namespace) -> int:
     if args.json:
         _out(page.model_dump(mode="json"), args)
         return EXIT_OK
+    by_algorithm = bool(args.algorithm)  # then a column says which ran its current content
     rows = [["ID", "NAME", "STATUS", "SPEC", "NODES", "CREATED", "ELAPSED"]]
+    rows[0] += ["CODE"] if by_algorithm else []
     for job in page.items:
         status = job.status.value + (f" #{job.queue_position + 1}" if job.queue_position is not None else "")
         rows.append(
@@ -460,6 +466,7 @@ def _jobs(args: argparse.Namespace) -> int:
                 render.clock(job.created_at),
                 render.elapsed(job),
             ]
+            + ([jobactions.code_version(job, page)] if by_algorithm else [])
         )
     print(render.text_table(rows), end="")
     shown = len(page.items)
@@ -710,8 +717,19 @@ def _algorithms(args: argparse.Namespace) -> int:
     if args.json:
         _out([a.model_dump(mode="json") for a in found], args)
         return EXIT_OK
-    rows = [["FOLDER", "FAVOURITE", "YOUR JOBS"]]
-    rows += [[a.path, "yes" if a.favourite else "", str(a.jobs)] for a in found]
+    rows = [["FOLDER", "FAVOURITE", "YOUR JOBS", "VERSIONS"]]
+    for a in found:
+        rows.append([a.path, "yes" if a.favourite else "", str(a.jobs), str(len(a.versions))])
+        if args.versions:  # each content the folder's jobs ran, the most recently used first
+            for v in a.versions:
+                rows.append(
+                    [
+                        f"  version {jobactions.short_digest(v.digest)}",
+                        "",
+                        str(v.jobs),
+                        render.clock(v.last_used),
+                    ]
+                )
     print(render.text_table(rows), end="")
     return EXIT_OK
 

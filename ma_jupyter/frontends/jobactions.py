@@ -14,7 +14,10 @@ listing's filters.  A front end parses its line, calls one of these, and only pr
    :class:`~ma_jupyter.client.logs.JobFollower`.
 3. :func:`add_list_filters` puts the listing's filters on a parser (``ma-jupyter jobs``,
    ``%ma_jobs``); :func:`list_filters` turns the parsed options into the keyword arguments of
-   :meth:`Client.jobs <ma_jupyter.client.Client.jobs>` and ``job_page``.
+   :meth:`Client.jobs <ma_jupyter.client.Client.jobs>` and ``job_page``.  A listing searched by
+   algorithm has a column :func:`code_version`: ``current`` for a job that ran the folder's
+   current content (wherever that code lay), ``older`` for one that ran another version, ``-``
+   where either content is not known.
 
 The JupyterLab sidebar sends these requests itself, through the server extension's proxy: the
 service's REST API is its command layer.
@@ -31,7 +34,7 @@ from ..client import Client, JobHandle
 from ..client.logs import stream_label
 from ..client.resolve import resolve_job
 from ..errors import MaJupyterError, NodeLost
-from ..models import JobStatus, JobType
+from ..models import Job, JobPage, JobStatus, JobType
 
 # ------------------------------------------------------------------------- several jobs
 
@@ -136,7 +139,12 @@ def add_list_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec", help="asked for this spec")
     parser.add_argument("--creator", help="submitted by")
     parser.add_argument("--outputs", help="outputs folder contains")
-    parser.add_argument("--algorithm", metavar="FOLDER", help="running this algorithm folder")
+    parser.add_argument(
+        "--algorithm",
+        metavar="FOLDER",
+        help="running this algorithm folder: shipped from it, using it, or a copy of its current "
+        "content anywhere (the CODE column says which ran its current content)",
+    )
     parser.add_argument("--favourites", action="store_true", help="running one of your favourite algorithms")
     parser.add_argument("--type", choices=[t.value for t in JobType], help="regular or batch jobs only")
     parser.add_argument("--limit", type=int, default=50)
@@ -155,3 +163,17 @@ def list_filters(args: argparse.Namespace) -> dict[str, Any]:
         "favourites": args.favourites,
         "type": args.type,
     }
+
+
+def code_version(job: Job, page: JobPage) -> str:
+    """Rule 3: ``current`` when ``job`` ran the content the listing was searched by (the
+    folder's current content), ``older`` when it ran another, ``-`` when either is unknown."""
+    ran = {job.spec.algorithm_digest, *(task.algorithm_digest for task in job.spec.tasks)} - {None}
+    if page.algorithm_digest is None or not ran:
+        return "-"
+    return "current" if page.algorithm_digest in ran else "older"
+
+
+def short_digest(value: str | None) -> str:
+    """How a listing shows a content digest: its first 12 hex digits (``-`` for none)."""
+    return value.removeprefix("sha256:")[:12] if value else "-"

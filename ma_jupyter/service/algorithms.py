@@ -17,18 +17,35 @@ normalised absolute path:
    a notebook cell with its ``--code-dir``) is found under the folder it was shipped from
    (``algorithm_origin``), so every job of one folder is found by it, however many snapshots
    they ran; a cell without ``--code-dir`` has no such folder and is found under its snapshot.
+5. A job is also known by the content it runs (``algorithm_digest``, each batch task's:
+   :mod:`ma_jupyter.algorithm_content`), which the service reads itself when it accepts the job
+   (:func:`identified`), after the backend's dry run has let the caller mount the folder: the
+   folder is on this machine for every backend (the Ray backend ships it from here), and a
+   snapshot never changes, so what is read is what the nodes run.  A folder used as is (a
+   ``--code-dir`` of the command line, a batch task's folder) is read again when the job first
+   starts (:func:`at_start`): an edit made while it was queued is the content it ran, and its
+   events say so.  A digest the caller sent is replaced.
+6. ``GET /jobs?algorithm=PATH&algorithm_digest=D`` lists the jobs of the folder or of the
+   content ``D`` (the folder's current content as the caller read it: a search never makes the
+   service read a folder the caller names, whose digest would tell of files the caller may not
+   read), and the page says ``D`` back, so a listing marks which jobs ran the current content
+   and which another version; ``algorithm_digest`` alone lists the jobs of that content.
+7. :func:`used_by` groups each folder's jobs by the content they ran (its versions).
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
 import time
+from dataclasses import dataclass
 
 from sqlalchemy import Column, Float, MetaData, String, Table, delete, func, select
 from sqlalchemy.exc import IntegrityError
 
+from .. import algorithm_content
 from ..errors import Conflict, InvalidSpec
-from ..models import MAX_PATH
+from ..models import DIGEST_PATTERN, MAX_PATH, JobSpec
 from . import algorithm_folders
 from .store import Store, jobs_table
 
@@ -62,6 +79,67 @@ def normalise(path: str, field: str = "algorithm") -> str:
             field=field,
         )
     return posixpath.normpath(path).replace("//", "/")
+
+
+def check_digest(value: str, field: str = "algorithm_digest") -> str:
+    """``value`` when it is a content digest (``sha256:`` and 64 lowercase hex digits).
+
+    Raises:
+        InvalidSpec: anything else, naming ``field``.
+    """
+    if not re.match(DIGEST_PATTERN, value):
+        raise InvalidSpec(
+            f"{field} {value[:80]!r}: give an algorithm content as sha256: and 64 hex digits, as a "
+            "job's algorithm_digest shows it",
+            field=field,
+        )
+    return value
+
+
+def identified(spec: JobSpec) -> JobSpec:
+    """``spec`` with the content of each algorithm folder it runs, read here (rule 5); whatever
+    digests it came with are replaced (None where a folder cannot be read whole).  Call it
+    once the backend's dry run has accepted the spec's folders, outside any lock (it reads
+    files: a snapshot at the ship limit takes about a tenth of a second)."""
+    read: dict[str, str | None] = {}
+
+    def content(folder: str | None) -> str | None:
+        if not folder:
+            return None
+        if folder not in read:  # batch tasks often share one folder
+            read[folder] = algorithm_content.digest(folder)
+        return read[folder]
+
+    tasks = [task.model_copy(update={"algorithm_digest": content(task.algorithm)}) for task in spec.tasks]
+    return spec.model_copy(update={"algorithm_digest": content(spec.algorithm), "tasks": tasks})
+
+
+def at_start(spec: JobSpec) -> tuple[JobSpec, list[str]]:
+    """Rule 5 when a job first starts: ``spec`` with the content of each folder it uses as is
+    read again (a shipped snapshot, ``algorithm_origin`` set, never changes and is not), and
+    the folders whose recorded content changed since the submit.  Unchanged files are
+    remembered (:mod:`ma_jupyter.algorithm_content` rule 5): an unchanged folder costs a walk."""
+    read: dict[str, str | None] = {}
+    changed: list[str] = []
+
+    def content(folder: str | None, recorded: str | None) -> str | None:
+        if not folder:
+            return None
+        if folder not in read:
+            read[folder] = algorithm_content.digest(folder)
+            if recorded is not None and read[folder] != recorded:
+                changed.append(folder)
+        return read[folder]
+
+    update: dict = {}
+    if spec.algorithm and not spec.algorithm_origin:
+        update["algorithm_digest"] = content(spec.algorithm, spec.algorithm_digest)
+    if spec.tasks:
+        update["tasks"] = [
+            t.model_copy(update={"algorithm_digest": content(t.algorithm, t.algorithm_digest)})
+            for t in spec.tasks
+        ]
+    return spec.model_copy(update=update), changed
 
 
 class Favourites:
@@ -131,9 +209,20 @@ class Favourites:
         return bool(result.rowcount)
 
 
-def used_by(store: Store, user: str, limit: int = 500) -> dict[str, int]:
-    """The algorithm folders of ``user``'s own jobs (the seed's "my algorithm volumes") with how
-    many of their jobs use each; the ``limit`` most recently used groups are read."""
+@dataclass
+class Version:
+    """One content a folder's jobs ran (rule 7): how many of them, and the newest one's submit
+    time (epoch seconds)."""
+
+    digest: str | None
+    jobs: int
+    last_used: float
+
+
+def used_by(store: Store, user: str, limit: int = 500) -> dict[str, list[Version]]:
+    """The algorithm folders of ``user``'s own jobs (the seed's "my algorithm volumes"), each with
+    the contents its jobs ran, the most recently used first (rule 7); the ``limit`` most recently
+    used groups are read."""
     query = (
         select(jobs_table.c.algorithms, func.count(), func.max(jobs_table.c.created))
         .where(jobs_table.c.creator == user, jobs_table.c.algorithms.is_not(None))
@@ -141,9 +230,20 @@ def used_by(store: Store, user: str, limit: int = 500) -> dict[str, int]:
         .order_by(func.max(jobs_table.c.created).desc())
         .limit(limit)
     )
-    counts: dict[str, int] = {}
+    found: dict[str, dict[str | None, Version]] = {}
     with store.engine.connect() as conn:
-        for value, count, _last in conn.execute(query).all():
-            for path in algorithm_folders.split(value):
-                counts[path] = counts.get(path, 0) + int(count)
-    return counts
+        for value, count, last in conn.execute(query).all():
+            for path, digest in algorithm_folders.split(value):
+                versions = found.setdefault(path, {})
+                version = versions.setdefault(digest, Version(digest, 0, last))
+                version.jobs += int(count)
+                version.last_used = max(version.last_used, last)
+    return {
+        path: sorted(versions.values(), key=lambda v: v.last_used, reverse=True)
+        for path, versions in found.items()
+    }
+
+
+def jobs_of(versions: list[Version]) -> int:
+    """How many jobs ran these versions of a folder."""
+    return sum(v.jobs for v in versions)

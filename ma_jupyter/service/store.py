@@ -488,7 +488,8 @@ class Store:
         ``sort``: one of :data:`SORT_KEYS`, ``-`` first for descending; ties go newest first.
 
         ``algorithms_in``: only jobs with one of these algorithm folders (normalised absolute
-        paths, :mod:`.algorithm_folders`); an empty list matches nothing, None does not filter.
+        paths) or contents (``sha256:...``), :mod:`.algorithm_folders`; an empty list matches
+        nothing, None does not filter.
 
         The page's ids come from an index (newest first, then by id), and only those rows'
         JSON is read: a page costs the same however many jobs match.  ``viewer``: only the jobs

@@ -103,11 +103,13 @@ def test_ma_jobs_filters_by_algorithm_favourites_creator_and_outputs(ma_shell, t
     client = session.get_client()
     for name in ("mnist", "resnet"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "train.py").write_text("print('ok')\n")
+        # two algorithms: another code each (the same code in two folders is one algorithm)
+        (tmp_path / name / "train.py").write_text(f"print('{name} ok')\n")
         client.submit(name=name, algorithm=str(tmp_path / name), command="python train.py").wait(timeout=120)
     ma_shell.user_ns["folder"] = str(tmp_path / "mnist")
     text = Run(ma_shell, "%ma_jobs --algorithm {folder}").text()
     assert "mnist" in text and "resnet" not in text
+    assert text.splitlines()[-1].split()[-1] == "current"  # it ran the folder's current content
     assert "no jobs match" in Run(ma_shell, "%ma_jobs --favourites").text()
     ma_shell.user_ns["other"] = str(tmp_path / "resnet")
     marked = Run(ma_shell, "%ma_algorithms favourite {other}")

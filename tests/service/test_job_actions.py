@@ -153,7 +153,8 @@ def test_search_by_algorithm_and_favourites_per_user(ma_service, tmp_path):
     # favourites are each user's own
     assert ids(alice, favourites="true") == set()
     marked = alice.post(f"{api}/algorithms/favourites", json={"path": f"{folders['bert']}/"}, timeout=30)
-    assert marked.status_code == 201 and marked.json() == {
+    assert marked.status_code == 201
+    assert {k: v for k, v in marked.json().items() if k != "versions"} == {
         "path": str(folders["bert"]),
         "favourite": True,
         "jobs": 1,
@@ -162,12 +163,19 @@ def test_search_by_algorithm_and_favourites_per_user(ma_service, tmp_path):
     assert ids(alice, favourites="true", creator="alice") == {made["bert"]}
     assert ids(alice, favourites="true", algorithm=str(folders["mnist"])) == set()
     assert ids(bob, favourites="true") == set()
+
+    def without_versions(found: list[dict]) -> list[dict]:
+        return [{k: v for k, v in a.items() if k != "versions"} for a in found]
+
     listed = alice.get(f"{api}/algorithms", timeout=30).json()
-    assert listed == [
+    assert without_versions(listed) == [
         {"path": str(folders["bert"]), "favourite": True, "jobs": 1},
         {"path": str(folders["mnist"]), "favourite": False, "jobs": 2},
     ]
-    assert bob.get(f"{api}/algorithms", timeout=30).json() == [
+    # the two empty folders hold one content: each folder's jobs ran one version of it
+    assert [[v["jobs"] for v in a["versions"]] for a in listed] == [[1], [2]]
+    assert listed[0]["versions"][0]["digest"] == listed[1]["versions"][0]["digest"]
+    assert without_versions(bob.get(f"{api}/algorithms", timeout=30).json()) == [
         {"path": str(folders["bert"]), "favourite": False, "jobs": 1}
     ]
     gone = alice.delete(f"{api}/algorithms/favourites", params={"path": str(folders["bert"])}, timeout=30)
@@ -191,8 +199,8 @@ def test_cli_algorithms_and_jobs_filters(ma_cli, tmp_path):
     assert "fromfolder" in listed.stdout and "other" not in listed.stdout
     assert ma_cli("algorithms", "favourite", "algo").stdout.strip() == f"favourite: {algo}"
     table = ma_cli("algorithms").stdout.splitlines()
-    assert table[0].split() == ["FOLDER", "FAVOURITE", "YOUR", "JOBS"]
-    assert table[1].split() == [str(algo), "yes", "1"]
+    assert table[0].split() == ["FOLDER", "FAVOURITE", "YOUR", "JOBS", "VERSIONS"]
+    assert table[1].split() == [str(algo), "yes", "1", "1"]
     favourites = ma_cli("jobs", "--favourites")
     assert "fromfolder" in favourites.stdout and "other" not in favourites.stdout
     assert ma_cli("algorithms", "unfavourite", "algo").returncode == 0
@@ -227,7 +235,8 @@ def test_jobs_shipped_from_one_folder_are_found_by_it_and_the_modelarts_path_shi
     listed = ma_cli("jobs", "--algorithm", ".").stdout
     assert all(name in listed for name in ("first", "second", "ma")), listed
     table = ma_cli("algorithms").stdout.splitlines()
-    assert [str(folder), "3"] in [row.split() for row in table[1:]], table  # not a favourite: blank
+    # not a favourite (blank); one version: the folder did not change between the three
+    assert [str(folder), "3", "1"] in [row.split() for row in table[1:]], table
 
 
 def test_a_database_from_before_the_algorithm_filter_gets_its_jobs_folders(tmp_path):

@@ -27,6 +27,7 @@ ROOT = "ma_jupyter"
 LAYER_OF = {
     "ma_jupyter.errors": "errors",
     "ma_jupyter.foldersize": "foldersize",
+    "ma_jupyter.algorithm_content": "algorithm_content",
     "ma_jupyter.jobdir": "jobdir",
     "ma_jupyter.untrusted": "untrusted",
     "ma_jupyter.commands": "commands",
@@ -66,6 +67,8 @@ ALLOWED = {
     # this machine's cards: detection and device nodes, nothing of the package
     "accelerators": set(),
     "config": {"models", "errors", "jobdir", "accelerators"},
+    # what of an algorithm folder is shipped, and its digest: the folder walk and the home
+    "algorithm_content": {"foldersize", "config"},
     # the text formats of tasks, images and mounts: pure string rules, for every front end
     "spectext": set(),
     # the TypeScript types, and the text formats the create form mirrors
@@ -126,6 +129,7 @@ ALLOWED = {
     "service": {
         "service",
         "foldersize",
+        "algorithm_content",
         "accelerators",
         "backends.base",
         "export",
@@ -136,7 +140,16 @@ ALLOWED = {
         "commands",
         "errors",
     },
-    "client": {"client", "models", "config", "jobdir", "untrusted", "errors", "foldersize"},
+    "client": {
+        "client",
+        "models",
+        "config",
+        "jobdir",
+        "untrusted",
+        "errors",
+        "foldersize",
+        "algorithm_content",
+    },
     "frontends": {"frontends", "client", "models", "config", "spectext", "errors"},
 }
 

@@ -346,7 +346,8 @@ class MaJupyterMagics(Magics):
     def ma_jobs(self, line: str):
         """A table of jobs: ``%ma_jobs [--status running ...] [--name TEXT] [--spec SPEC] [--creator USER]
         [--outputs TEXT] [--algorithm FOLDER] [--favourites] [--type batch] [--limit N]``; a batch
-        job's status counts its tasks by status."""
+        job's status counts its tasks by status; searched by ``--algorithm``, a ``code`` column says
+        which jobs ran the folder's current content (``current``) and which another version."""
         from ...models import JobStatus
         from .. import jobactions, render
         from .session import get_client
@@ -356,10 +357,9 @@ class MaJupyterMagics(Magics):
         args = _parse(parser, line)
         if args is None:
             return None
-        handles = get_client().jobs(**jobactions.list_filters(args))
+        page = get_client().job_page(**jobactions.list_filters(args))
         rows = []
-        for h in handles:
-            job = h.info
+        for job in page.items:
             status = job.status.value
             if job.status is JobStatus.queued and job.queue_position is not None:
                 status += f" (#{job.queue_position + 1})"
@@ -376,16 +376,16 @@ class MaJupyterMagics(Magics):
                     render.clock(job.created_at),
                     render.reason_summary(job),
                 ]
+                # searched by algorithm: whether it ran the folder's current content
+                + ([jobactions.code_version(job, page)] if args.algorithm else [])
             )
         from IPython.display import display
 
         if not rows:
             print("no jobs match")
             return None
-        display(
-            render.table_bundle(["id", "name", "status", "mode", "nodes", "spec", "created", "reason"], rows),
-            raw=True,
-        )
+        columns = ["id", "name", "status", "mode", "nodes", "spec", "created", "reason"]
+        display(render.table_bundle(columns + (["code"] if args.algorithm else []), rows), raw=True)
         return None
 
     @line_magic
@@ -420,8 +420,19 @@ class MaJupyterMagics(Magics):
             return None
         from IPython.display import display
 
-        rows = [[a.path, "yes" if a.favourite else "", a.jobs] for a in found]
-        display(render.table_bundle(["folder", "favourite", "your jobs"], rows), raw=True)
+        from .. import jobactions
+
+        # each folder with its versions (the contents its jobs ran, the most recent first)
+        rows = [
+            [
+                a.path,
+                "yes" if a.favourite else "",
+                a.jobs,
+                ", ".join(f"{jobactions.short_digest(v.digest)} ({v.jobs})" for v in a.versions),
+            ]
+            for a in found
+        ]
+        display(render.table_bundle(["folder", "favourite", "your jobs", "versions"], rows), raw=True)
         return None
 
     @line_magic

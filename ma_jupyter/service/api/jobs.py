@@ -1,6 +1,6 @@
 """Jobs: ``POST /jobs`` (submit), ``POST /plan`` (dry run), ``GET /jobs`` (filter by name
-substring, status, creator, spec, outputs, algorithm folder, the caller's favourite algorithms;
-paged), ``GET|PATCH|DELETE /jobs/{id}``, ``GET /jobs/{id}/status`` (the job once its status
+substring, status, creator, spec, outputs, algorithm folder or content, the caller's favourite
+algorithms; paged), ``GET|PATCH|DELETE /jobs/{id}``, ``GET /jobs/{id}/status`` (the job once its status
 differs from ``since`` or is terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET
 /jobs/{id}/events``, ``GET /jobs/{id}/resources``, ``POST /jobs/{id}/devenv`` (a dev environment
 of one of the job's nodes: :mod:`..devenv`).
@@ -159,6 +159,12 @@ def list_jobs(
         max_length=MAX_TEXT,
         description="Jobs running this algorithm folder (an absolute path).",
     ),
+    algorithm_digest: str | None = Query(
+        default=None,
+        max_length=MAX_TEXT,
+        description="Also the jobs that ran this content (sha256:...; with algorithm: that "
+        "folder's current content as the caller read it), said back in the page.",
+    ),
     favourites: bool = Query(
         default=False, description="Jobs running one of the caller's favourite algorithms."
     ),
@@ -172,8 +178,10 @@ def list_jobs(
     ),
 ) -> JobPage:
     # the store filters what the caller may see, so pages and the total count only those
+    if algorithm_digest is not None:
+        algorithms.check_digest(algorithm_digest)
     items, total = services.store.list(
-        algorithms_in=_algorithm_filter(services, user, algorithm, favourites),
+        algorithms_in=_algorithm_filter(services, user, algorithm, algorithm_digest, favourites),
         name=name,
         statuses=[s.value for s in status],
         creator=creator,
@@ -185,18 +193,27 @@ def list_jobs(
         type=type.value if type else None,
         sort=sort.value,
     )
-    return JobPage(items=[as_seen(services, j, user) for j in items], total=total, offset=offset, limit=limit)
+    return JobPage(
+        items=[as_seen(services, j, user) for j in items],
+        total=total,
+        offset=offset,
+        limit=limit,
+        algorithm_digest=algorithm_digest,
+    )
 
 
 def _algorithm_filter(
-    services: Services, user: Caller, algorithm: str | None, favourite_only: bool
+    services: Services, user: Caller, algorithm: str | None, digest: str | None, favourite_only: bool
 ) -> list[str] | None:
-    # algorithms.py's rule 2: one folder, the caller's favourites, or the folder if a favourite
+    # algorithms.py's rule 2: one folder, the caller's favourites, or the folder if a favourite;
+    # rule 6: and the jobs of the content (of the folder, when the folder is searched)
     wanted = [algorithms.normalise(algorithm)] if algorithm else None
-    if not favourite_only:
-        return wanted
-    marked = services.favourites.of(user.name)
-    return marked if wanted is None else [p for p in wanted if p in marked]
+    if favourite_only:
+        marked = services.favourites.of(user.name)
+        wanted = marked if wanted is None else [p for p in wanted if p in marked]
+    if digest is not None and (wanted is None or (algorithm and wanted)):
+        wanted = [*(wanted or []), digest]
+    return wanted
 
 
 @router.get("/jobs/{job_id}", response_model=Job)

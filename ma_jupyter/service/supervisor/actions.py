@@ -12,7 +12,9 @@ Rules of a submit (:meth:`Actions.submit`), in this order:
 2. a repeated idempotency key of the same user returns the job the first submit made;
 3. the caller's own check (a quota) runs, then the preflight (:mod:`.forecast`), then the
    jobs folder's free space is checked (``DiskFull``, HTTP 507);
-4. the single-copy advice is judged (it reads the job's code: before the lock);
+4. the single-copy advice is judged and the content of the job's algorithm folders is read
+   (``algorithm_digest``, :func:`..algorithms.identified`: whatever the caller sent is replaced);
+   both read the job's code: before the lock;
 5. under the lock, the job is stored queued with its event (a random id already taken gets
    another) and put in the queue index, so a stop cannot come between its row and its place.
 
@@ -29,7 +31,7 @@ from ... import config
 from ...backends.base import Backend
 from ...errors import Conflict, DiskFull
 from ...models import CacheInfo, Event, Job, JobSpec, JobStatus, Priority
-from .. import policies
+from .. import algorithms, policies
 from ..disk import SUBMIT_BELOW, full_folder
 from ..guard import disk_full_message
 from ..policies import End
@@ -112,6 +114,8 @@ class Actions:
             log.warning("refused a submit: %s", disk_full_message(full))
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
         advice = self._forecast.advice(spec)  # reads the job's code: before the lock
+        # the content the job runs, read once its folders are accepted (algorithms.py rule 5)
+        spec = algorithms.identified(spec)
         # Under the lock, as every change of the queue: a stop of this job cannot come between
         # its row and its place in the queue index.
         with self._ledger.lock:

@@ -11,8 +11,10 @@
 3. the attempt is dry-run, the placement stored (durable before the processes exist: a crash
    right after launch can still find them), and exactly the dry run's launches are started;
    each node's log keeps its earlier attempts, so a run records the size its part starts at;
-4. the job becomes ``running``, with its nodes, its spec and its workspace isolation; an elastic
-   job started on fewer nodes than it asked says so, and is watched for scale-up from now.
+4. the job becomes ``running``, with its nodes, its spec and its workspace isolation (at its
+   first start, the content of each algorithm folder it uses as is read again: an edit made
+   while it was queued is what it runs, and an event says so); an elastic job started on fewer
+   nodes than it asked says so, and is watched for scale-up from now.
 
 A launch that raises frees its placement and fails the job with the reason
 (:meth:`Launcher.failed`), except on a full disk, where the job keeps its place in the queue,
@@ -30,7 +32,7 @@ from ...backends.base import Backend
 from ...errors import DiskFull
 from ...models import Job, JobStatus, utcnow
 from ...modes.base import Placement
-from .. import policies
+from .. import algorithms, policies
 from ..disk import SUBMIT_BELOW, full_folder
 from ..guard import disk_full_message
 from ..logs import log_size
@@ -74,6 +76,7 @@ class Launcher:
         if full is not None:
             self._backend.release(placement)
             self.hold_for_space(job, disk_full_message(full))
+        changed: list[str] = []
         try:
             config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
             if job.spec.data_preparation and prepared is None:
@@ -83,6 +86,9 @@ class Launcher:
                 return
             if prepared is not None:
                 self._preparation.link(job, prepared)
+            if job.started_at is None:  # before its processes exist, which may write to it
+                spec, changed = algorithms.at_start(job.spec)
+                job = job.model_copy(update={"spec": spec})
             attempt = attempt_for(self._store, job, placement)
             launches = self._backend.dryrun(attempt)
             # Durable before the processes exist: a crash right after launch can still find them.
@@ -111,6 +117,12 @@ class Launcher:
         self._journal.transition(
             job, JobStatus.running, f"running on spec {placement.spec.name}{resumed}: {where}"
         )
+        for folder in changed:
+            self._journal.notice(
+                job,
+                f"the algorithm folder {folder} changed since the submit: the job runs what it holds "
+                "now (search by algorithm finds it under that content)",
+            )
         running, elastic = policies.workers(placement.tasks), job.spec.checkpoint_resume
         if elastic and elastic.elastic_min_nodes and running < job.spec.nodes:
             self._ledger.shrunk_since[job.id] = time.monotonic()
