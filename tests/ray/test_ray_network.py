@@ -44,6 +44,40 @@ if targets.get("go"):  # the test says when the other job listens, and what
         time.sleep(0.2)
     targets.update(json.load(open(targets["go"])))
 
+# the job's own two nodes still reach each other by name (first: the listener is closed
+# before the scan below, which on a fenced job's shared network would find it)
+PEER_PORT = 47123
+if me == "worker-0":
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", PEER_PORT))
+    server.listen(1)
+    server.settimeout(120)
+    try:
+        conn, _ = server.accept()
+        server.close()  # closed before the peer scans (it waits for the answer)
+        conn.settimeout(60)
+        found["peer"] = conn.recv(100).decode()
+        conn.sendall(b"closed")
+        conn.close()
+    except OSError as exc:
+        found["peer"] = "nothing: " + str(exc)
+    server.close()
+else:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with socket.create_connection(("worker-0", PEER_PORT), timeout=5) as conn:
+                conn.settimeout(60)
+                conn.sendall(b"hello from " + me.encode())
+                found["peer"] = "sent" if conn.recv(100) == b"closed" else "no answer"
+            break
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                found["peer"] = "cannot: " + str(exc)
+                break
+            time.sleep(0.2)
+
 def listening(path):
     ports = set()
     for line in open(path).read().splitlines()[1:]:
@@ -106,34 +140,6 @@ if victim:  # another user's job that started listening after this job's nodes
             except OSError:
                 pass
         udp.close()
-
-# the job's own two nodes still reach each other by name
-PEER_PORT = 47123
-if me == "worker-0":
-    server = socket.socket()
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("0.0.0.0", PEER_PORT))
-    server.listen(1)
-    server.settimeout(120)
-    try:
-        conn, _ = server.accept()
-        found["peer"] = conn.recv(100).decode()
-        conn.close()
-    except OSError as exc:
-        found["peer"] = "nothing: " + str(exc)
-else:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with socket.create_connection(("worker-0", PEER_PORT), timeout=5) as conn:
-                conn.sendall(b"hello from " + me.encode())
-            found["peer"] = "sent"
-            break
-        except OSError as exc:
-            if time.monotonic() > deadline:
-                found["peer"] = "cannot: " + str(exc)
-                break
-            time.sleep(0.2)
 
 def attempt(argv):
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

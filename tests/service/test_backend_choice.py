@@ -58,6 +58,10 @@ def test_an_autostarted_service_follows_cluster_toml_and_says_why_it_cannot_star
         ('kind = "ray"\n', "needs the cluster's address"),
         ('kind = "cloud"\n', "unknown backend 'cloud'"),
         ('kind = "ray"\naddress = "x:1"\nnode_root = "relative"\n', "node_root must be an absolute path"),
+        (
+            'kind = "ray"\naddress = "x:1"\nnetwork = "open"\n',
+            "unknown network 'open': choose one of auto, fence",
+        ),
     ],
 )
 def test_a_bad_backend_table_stops_the_service_with_one_line(ma_home, table, says):
@@ -70,6 +74,6 @@ def test_a_bad_backend_table_stops_the_service_with_one_line(ma_home, table, say
 
 
 def test_local_stays_the_default(ma_home):
-    assert config.load_backend() == config.BackendConfig(kind="local")
+    assert config.load_backend() == config.BackendConfig(kind="local", network="auto")
     run = _service(ma_home, "--backend", "ray")
     assert run.returncode == 2 and "needs the cluster's address" in run.stderr
