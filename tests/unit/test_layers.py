@@ -29,6 +29,7 @@ LAYER_OF = {
     "ma_jupyter.foldersize": "foldersize",
     "ma_jupyter.jobdir": "jobdir",
     "ma_jupyter.untrusted": "untrusted",
+    "ma_jupyter.kernel_access": "kernel_access",
     "ma_jupyter.commands": "commands",
     "ma_jupyter.nodeside": "nodeside",
     "ma_jupyter.models": "models",
@@ -59,6 +60,9 @@ ALLOWED = {
     # each rank before importing anything it can do without, jobdir included)
     "jobdir": {"errors", "nodeside"},
     "untrusted": {"errors", "jobdir"},
+    # a dev environment's kernel folder used as untrusted, and the relay's wire: for the kernel
+    # bridge (client) and the relay on a Ray node (backends.ray) alike
+    "kernel_access": {"jobdir"},
     "commands": {"errors", "jobdir"},
     # runs inside a job's node, under the job's interpreter: nothing of the package beyond itself
     "nodeside": {"nodeside"},
@@ -108,6 +112,7 @@ ALLOWED = {
     # the Ray backend runs the node machinery (and the local backend) on each Ray node
     "backends.ray": {
         "backends.ray",
+        "kernel_access",
         "foldersize",
         "accelerators",
         "backends.local",
@@ -136,7 +141,7 @@ ALLOWED = {
         "commands",
         "errors",
     },
-    "client": {"client", "models", "config", "jobdir", "untrusted", "errors", "foldersize"},
+    "client": {"client", "models", "config", "jobdir", "untrusted", "kernel_access", "errors", "foldersize"},
     "frontends": {"frontends", "client", "models", "config", "spectext", "errors"},
 }
 
