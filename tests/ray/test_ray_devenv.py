@@ -25,6 +25,7 @@ from ma_jupyter.client import Client
 from ma_jupyter.client.kernelspec import install_devenv_kernel
 from ma_jupyter.models import JobStatus
 from tests.helpers import writable_dir
+from tests.ray.test_ray_lost_host import B, service_on, two_hosts  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 
@@ -224,3 +225,69 @@ def test_a_kernel_runs_in_the_ray_jobs_node_through_the_relay(ray_service, ray_d
         manager.shutdown_kernel(now=True)
         if short is not None:
             os.unlink(short)
+
+
+def test_a_kernel_on_another_host(two_hosts, service_on, tmp_path, monkeypatch):  # noqa: F811
+    """The dev environment runs on host B (its own network namespace, 10.77.0.2) with its job
+    folder on B's own disk: this machine sees neither its sockets nor its files, and the kernel
+    is reached through B's relay over the veth pair (``test_ray_lost_host.py``'s two hosts)."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+    service_on(two_hosts.private)  # job folders on B lie on B's own disk
+    client = Client(autostart=False)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "only-here.txt").write_text("seen on B")
+    # which inventory node B is: a 2-node job has one node there
+    probe = client.submit(name="probe", mode="pytorch", nodes=2, specs=["cpu.small"], command="sleep 600")
+    job = probe.info
+    while job.status is not JobStatus.running:
+        assert not job.status.is_terminal(), job.reason
+        job = client.wait_status(probe.id, since=job.status, wait=10)
+    [on_b] = [n.host for n in job.nodes if n.address == B]
+    client.stop(probe.id)
+    source = client.submit(
+        name="on-b",
+        specs=["cpu.small"],
+        node_name=on_b,
+        command="sleep 600",
+        datasets=[{"name": "corpus", "path": str(data)}],
+        env={"GREETING": "hi-b"},
+    )
+    made = client.create_devenv(source.id)
+    name, _ = install_devenv_kernel(client.get(source.id), "worker-0", made.info)
+    manager = KernelManager(kernel_name=name)
+    manager.start_kernel()
+    kernel = manager.client()
+    kernel.start_channels()
+    try:
+        kernel.wait_for_ready(timeout=300)
+        devenv = client.get(made.id)
+        assert devenv.nodes[0].host == on_b and devenv.nodes[0].address == B
+        assert client.local_log_file(made.id, "worker-0") is None  # its files are not here
+        route = client.kernel_route(made.id)
+        assert route.relay is not None and route.relay.host == B
+        out: list[str] = []
+        reply = kernel.execute_interactive(
+            "import os, socket\n"
+            "print(open('/workspace/dataset/private/corpus/only-here.txt').read(), os.environ['GREETING'])\n"
+            "print(os.path.realpath('/run/ma_jupyter/kernel') == '/run/ma_jupyter/kernel')\n",
+            timeout=60,
+            output_hook=lambda m: out.append(m["content"].get("text", "")),
+        )
+        assert reply["content"]["status"] == "ok", out
+        assert "".join(out) == "seen on B hi-b\nTrue\n"
+        assert _answer(B, route.relay.port, kernel_access.hello("0" * 64, channel="k-1")) == b""
+    finally:
+        kernel.stop_channels()
+        manager.shutdown_kernel()  # Jupyter's shutdown request: the kernel, then the dev environment end
+    deadline = time.monotonic() + 120
+    while not client.get(made.id).status.is_terminal():
+        assert time.monotonic() < deadline, "the dev environment still runs after its kernel shut down"
+        time.sleep(0.5)
+    while True:
+        try:
+            socket.create_connection((B, route.relay.port), timeout=10).close()
+        except ConnectionRefusedError:
+            break
+        assert time.monotonic() < deadline, "B's relay still listens after its dev environment ended"
+        time.sleep(0.2)

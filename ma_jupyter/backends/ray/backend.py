@@ -41,6 +41,9 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    and before it takes work, kills what runners of dead raylets left on its machine (see
    :mod:`.leftovers`).  The node is ``lost`` to the service, and its failure says what was
    ended where that report is readable here (shared storage).
+8. **dev environments** -- a dev environment's kernel is reached through a relay that the agent
+   of its Ray node starts for it and closes with its node (:meth:`RayBackend.kernel_route`,
+   :mod:`.kernel_relay`): a Unix socket connects processes of one machine only.
 
 Horovod/MPI has no remote shell here (``remote_shell`` None): mpirun could not start ranks on
 the other Ray nodes, and the horovod mode refuses the job at submit saying so.
