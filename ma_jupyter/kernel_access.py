@@ -147,14 +147,19 @@ def hello(secret: str, **request: object) -> bytes:
     return line
 
 
-def read_hello(conn: socket.socket) -> dict | None:
+def read_hello(conn: socket.socket, wait: float = HELLO_WAIT) -> dict | None:
     """Wire rule 1, on the relay's side: the first line as a dict, or None when the peer sent
-    more than :data:`HELLO_LIMIT` bytes without a line break, closed, or sent no JSON object
-    (``conn``'s timeout bounds the wait).  Reads byte by byte up to the line's end, so nothing of
-    what follows it is taken."""
+    more than :data:`HELLO_LIMIT` bytes without a line break, closed, sent no JSON object, or
+    took more than ``wait`` seconds in all (a peer trickling bytes holds nothing longer).  Reads
+    byte by byte up to the line's end, so nothing of what follows it is taken."""
+    deadline = time.monotonic() + wait
     line = bytearray()
     while len(line) <= HELLO_LIMIT:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
         try:
+            conn.settimeout(left)
             byte = conn.recv(1)
         except OSError:
             return None

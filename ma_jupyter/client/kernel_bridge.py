@@ -76,6 +76,9 @@ _ROUTED = ("shell_port", "control_port", "stdin_port", "hb_port")
 #: a kernel socket to appear)
 RELAY_CONNECT = 10.0
 RELAY_ANSWER = 150.0
+#: ms between ZMQ's tries to connect again, doubling up to this: a relay that is gone is asked
+#: for again through the service on each try, which must not become a storm
+_RECONNECT_MAX = 2000
 
 
 def _say(text: str) -> None:
@@ -367,12 +370,14 @@ def main(argv: list[str] | None = None) -> int:
         for key in _ROUTED:
             sock = ctx.socket(zmq.DEALER)
             sock.linger = 0
+            sock.reconnect_ivl_max = _RECONNECT_MAX
             if key in ("shell_port", "stdin_port"):
                 sock.setsockopt(zmq.IDENTITY, identity)
             sock.connect(door.endpoint(CHANNELS[key], deadline))
             backs[key] = sock
         iopub = ctx.socket(zmq.XSUB)
         iopub.linger = 0
+        iopub.reconnect_ivl_max = _RECONNECT_MAX
         iopub.connect(door.endpoint(CHANNELS["iopub_port"], deadline))
         backs["iopub_port"] = iopub
         for key, front in fronts.items():

@@ -185,3 +185,25 @@ def test_closing_ends_the_listener_the_connections_and_the_threads(kernel, relay
     conn.close()
     idle.close()
     assert not [t for t in threading.enumerate() if t.name.startswith(f"kernel-relay-{relay.port}-")]
+
+
+def test_a_peer_trickling_its_first_line_is_cut_off():
+    ours, theirs = socket.socketpair()
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.wait(0.05):
+            try:
+                theirs.send(b"x")
+            except OSError:
+                return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    try:
+        assert kernel_access.read_hello(ours, wait=0.5) is None
+        assert time.monotonic() - started < 5  # the whole line's wait, not one byte's
+    finally:
+        stop.set()
+        ours.close()
+        theirs.close()

@@ -146,7 +146,6 @@ class KernelRelay:
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            conn.settimeout(kernel_access.HELLO_WAIT)
             request = kernel_access.read_hello(conn)
         finally:
             with self._lock:
