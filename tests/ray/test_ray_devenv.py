@@ -29,6 +29,24 @@ from tests.ray.test_ray_lost_host import B, service_on, two_hosts  # noqa: F401 
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 
+#: what the job's own code tries (in its kernel): find the relay's secret in what it sees (its
+#: variables, its kernel folder), and guess at the relay
+JOB_PROBE = """
+import json, os, socket
+seen = ' '.join(f'{k}={v}' for k, v in os.environ.items())
+for name in os.listdir('/run/ma_jupyter/kernel'):
+    path = os.path.join('/run/ma_jupyter/kernel', name)
+    if os.path.isfile(path) and not os.path.islink(path):
+        seen += open(path, errors='replace').read()
+try:
+    conn = socket.create_connection((HOST, PORT), timeout=10)
+    conn.sendall(json.dumps({"secret": "0" * 64, "channel": "k-1"}).encode() + b"\\n")
+    conn.settimeout(30)
+    print('relay answered', repr(conn.recv(100)))
+except OSError as exc:
+    print('relay unreachable', type(exc).__name__)
+print('seen', seen)
+"""
 #: executions of ``1+1`` timed each way (direct ``ipc`` and through the bridge and the relay)
 ROUND_TRIPS = 50
 
@@ -157,6 +175,19 @@ def test_a_kernel_runs_in_the_ray_jobs_node_through_the_relay(ray_service, ray_d
         assert "".join(out) == "ray dataset hi-ray 1\n"
         assert (outputs / "ray-kernel.txt").read_text() == "ok"
         assert client.kernel_route(made.id).relay == route.relay  # the same relay while it lives
+
+        # the job itself (its kernel's code) finds no secret in what it sees, and a guess at
+        # the relay (started after the node, so not fenced off it) gets nothing
+        out = []
+        reply = kernel.execute_interactive(
+            f"HOST, PORT = {host!r}, {port}\n{JOB_PROBE}",
+            timeout=90,
+            output_hook=lambda m: out.append(m["content"].get("text", "")),
+        )
+        text = "".join(out)
+        assert reply["content"]["status"] == "ok", text
+        assert "relay answered b''" in text or "relay unreachable" in text, text[:2000]
+        assert secret not in text and "seen " in text
 
         # the cost of the relay: execute_request round trips through it against the kernel's
         # own ipc sockets (this machine sees them; a short link keeps the paths short)
