@@ -26,7 +26,7 @@ from typing import Protocol
 
 from ..errors import Conflict, InvalidSpec
 from ..jobdir import JobDir
-from ..models import CacheInfo, Job, JobSpec, LogStream, Node, NodeLaunch, NodeRun
+from ..models import CacheInfo, Job, JobSpec, KernelRoute, LogStream, Node, NodeLaunch, NodeRun
 from ..modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 
 
@@ -350,6 +350,27 @@ class Backend(ABC):
         raise Conflict(
             f"the {self.name} backend offers no debug terminal: run the job on the local backend "
             "(ma-jupyter service start --backend local)"
+        )
+
+    def kernel_route(self, job: Job, node: str) -> KernelRoute:
+        """How a client on the service's machine reaches the kernel of ``node`` of the running dev
+        environment ``job`` (the service checked who asks and that it is one).
+
+        The default: its kernel folder, where the node's combined log stream's ``file`` says this
+        machine sees the node's job folder (the local backend).  A backend whose nodes run on
+        other machines answers a relay there instead (Ray: ``backends/ray/kernel_relay.py``).
+
+        Raises:
+            Conflict: the node's folder is not visible here; the message says what to do.
+        """
+        for stream in self.log_streams(job):
+            if stream.node == node and stream.rank is None and stream.file is not None:
+                folder = JobDir(Path(stream.file.root)).node(node).kernel
+                return KernelRoute(node=node, folder=str(folder))
+        raise Conflict(
+            f"this machine does not see the files of dev environment {job.id} (its node runs on "
+            "another machine), and the backend offers no relay: run Jupyter where the node's job "
+            "folder is visible"
         )
 
     def start_outputs_reader(

@@ -42,6 +42,7 @@ from ..models import (
     JobSpec,
     JobStatus,
     JobType,
+    KernelRoute,
     LogChunk,
     LogFile,
     LogStream,
@@ -754,6 +755,12 @@ class Client:
             headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex},
         )
         return JobHandle(self, Job.model_validate(data))
+
+    def kernel_route(self, devenv_id: str) -> KernelRoute:
+        """How to reach the kernel of the running dev environment ``devenv_id`` (``POST
+        /jobs/{id}/kernel``; its owner or an admin): its kernel folder on the service's machine,
+        or the relay on the Ray node that runs it, with the relay's secret."""
+        return KernelRoute.model_validate(self._request("POST", f"/jobs/{_segment(devenv_id)}/kernel"))
 
     # -------------------------------------------------------------------- algorithms
 

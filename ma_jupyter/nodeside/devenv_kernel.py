@@ -3,9 +3,10 @@ library only), run inside the node's sandbox by the job's own interpreter.
 
 The node shows its kernel folder, ``<job folder>/nodes/<node>/kernel`` on the host, writable at
 :data:`KERNEL_VIEW`; nothing else of the node reaches the Jupyter server (the node has its own
-network namespace).  The host's kernel bridge (:mod:`ma_jupyter.client.kernel_bridge`) writes
-the kernel's connection file there once the job runs, and relays Jupyter's TCP ports to the
-kernel's ZMQ ``ipc://`` sockets in the same folder.
+network namespace).  The kernel bridge (:mod:`ma_jupyter.client.kernel_bridge`) writes the
+kernel's connection file there once the job runs, and relays Jupyter's TCP ports to the
+kernel's ZMQ ``ipc://`` sockets in the same folder: itself where the folder is on its machine,
+through the relay of the Ray node's agent on Ray (:mod:`ma_jupyter.backends.ray.kernel_relay`).
 
 Contract, in order:
 

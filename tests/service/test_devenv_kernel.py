@@ -109,6 +109,36 @@ def test_a_viewer_may_not_open_the_owners_environment(ma_client, tmp_path):
         viewer.close()
 
 
+def test_only_the_owner_learns_the_way_to_the_kernel(ma_client, tmp_path):
+    """``POST /jobs/{id}/kernel``: the way to a running dev environment's kernel (its folder on
+    this machine, on the local backend) is the owner's alone, as a debug terminal is."""
+    from ma_jupyter.errors import Conflict, NotFound
+
+    source = _source_job(ma_client, tmp_path)
+    made = ma_client.create_devenv(source.id, 0)
+    token = ma_client.add_user("stranger").token
+    stranger = Client(url=ma_client.url, token=token)
+    try:
+        job = made.info
+        deadline = time.monotonic() + 120
+        while job.status is not JobStatus.running:
+            assert time.monotonic() < deadline and not job.status.is_terminal(), job.reason
+            job = ma_client.wait_status(made.id, since=job.status, wait=10)
+        route = ma_client.kernel_route(made.id)
+        assert route.relay is None and route.node == "worker-0"
+        assert route.folder is not None and route.folder.endswith(f"/{made.id}/nodes/worker-0/kernel")
+        with pytest.raises(NotFound):
+            stranger.kernel_route(made.id)  # its access is none: it does not exist for others
+        with pytest.raises(Conflict, match="no dev environment"):
+            ma_client.kernel_route(source.id)
+        ma_client.stop(made.id)
+        _wait_terminal(ma_client, made.id)
+        with pytest.raises(Conflict, match="while it runs"):
+            ma_client.kernel_route(made.id)
+    finally:
+        stranger.close()
+
+
 def test_a_submit_may_not_claim_to_be_a_dev_environment(ma_client):
     from ma_jupyter.errors import InvalidSpec
 

@@ -30,6 +30,7 @@ LAYER_OF = {
     "ma_jupyter.algorithm_content": "algorithm_content",
     "ma_jupyter.jobdir": "jobdir",
     "ma_jupyter.untrusted": "untrusted",
+    "ma_jupyter.kernel_access": "kernel_access",
     "ma_jupyter.commands": "commands",
     "ma_jupyter.nodeside": "nodeside",
     "ma_jupyter.models": "models",
@@ -60,6 +61,9 @@ ALLOWED = {
     # each rank before importing anything it can do without, jobdir included)
     "jobdir": {"errors", "nodeside"},
     "untrusted": {"errors", "jobdir"},
+    # a dev environment's kernel folder used as untrusted, and the relay's wire: for the kernel
+    # bridge (client) and the relay on a Ray node (backends.ray) alike
+    "kernel_access": {"jobdir"},
     "commands": {"errors", "jobdir"},
     # runs inside a job's node, under the job's interpreter: nothing of the package beyond itself
     "nodeside": {"nodeside"},
@@ -111,6 +115,7 @@ ALLOWED = {
     # the Ray backend runs the node machinery (and the local backend) on each Ray node
     "backends.ray": {
         "backends.ray",
+        "kernel_access",
         "foldersize",
         "accelerators",
         "backends.local",
@@ -146,6 +151,7 @@ ALLOWED = {
         "config",
         "jobdir",
         "untrusted",
+        "kernel_access",
         "errors",
         "foldersize",
         "algorithm_content",

@@ -19,7 +19,10 @@ machine, and finds the node's processes again by their marker.  So:
 4. the job nodes end with their Ray node: each runner it starts watches this node's raylet
    (``end_with``, :mod:`ma_jupyter.nodehost.hostwatch`) and ends its node within seconds
    of the raylet's end; and an agent, before it takes work, kills what runners of ended raylets
-   left on its machine (:mod:`.leftovers`; :meth:`NodeAgent.info` reports them).
+   left on its machine (:mod:`.leftovers`; :meth:`NodeAgent.info` reports them);
+5. a dev environment's kernel is reached from the service's machine through a relay the agent
+   starts for it on this node and closes when its node ends (:meth:`NodeAgent.kernel_relay`,
+   :mod:`.kernel_relay`).
 
 This module never imports Ray: the backend wraps :class:`NodeAgent` into an actor class, and the
 agent's methods run on the actor's threads (calls for different jobs run concurrently).
@@ -31,13 +34,14 @@ import os
 import select
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import ma_jupyter
 
 from ... import config
-from ...errors import RefusedFile
+from ...errors import Conflict, InvalidSpec, RefusedFile
 from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
 from ...nodehost import caches, hostwatch
@@ -50,6 +54,7 @@ from ..base import Attempt
 from ..local.backend import LocalBackend
 from . import fence, leftovers, ship
 from .inventory import node_name
+from .kernel_relay import KernelRelay
 
 #: seconds between looks at a log's size while a wait call blocks
 WAIT_STEP = 0.02
@@ -91,6 +96,8 @@ class NodeAgent:
         # before any work: nothing of a dead node runs on
         self._ended = leftovers.end_leftovers(node_root) if node_root else []
         self._local.prestart_runners()  # the first job's nodes need not wait for it
+        self._relays: dict[tuple[str, int, str], KernelRelay] = {}  # dev environments' (kernel_relay)
+        self._relays_lock = threading.Lock()
 
     def info(self) -> dict:
         """Who the agent is: its node, pid, the package version and folder, the node's isolation
@@ -226,6 +233,66 @@ class NodeAgent:
             return False
         shutil.rmtree(folder, ignore_errors=True)
         return True
+
+    # --------------------------------------------------------------------- kernels
+
+    def kernel_relay(self, attempt: Attempt, run: NodeRun, address: str) -> tuple[int, str]:
+        """The relay of the kernel of dev environment node ``run`` (:mod:`.kernel_relay`): its
+        port on ``address`` (this Ray node's) and its secret.  Started on the first ask, the
+        same one answered while it lives; it ends when the node does.
+
+        Raises:
+            InvalidSpec: the job is no dev environment (no other job's folder is relayed).
+            Conflict: the node does not run here (not yet, or any more).
+        """
+        if attempt.spec.devenv_of is None:
+            raise InvalidSpec(f"job {attempt.job_id} is no dev environment: it has no kernel to relay")
+        key = (attempt.job_id, attempt.number, run.name)
+        with self._relays_lock:
+            relay = self._relays.get(key)
+            if relay is not None and not relay.closed:
+                return relay.port, relay.secret
+            if self._local.poll(attempt, run).state != "running":
+                raise Conflict(
+                    f"{run.name} of dev environment {attempt.job_id} does not run: its kernel cannot be reached"
+                )
+            relay = KernelRelay(attempt.jobdir.node(run.name).kernel, address)
+            self._relays[key] = relay
+        threading.Thread(
+            target=self._end_relay,
+            args=(key, relay, attempt, run),
+            name=f"kernel-relay-{relay.port}-end",
+            daemon=True,
+        ).start()
+        return relay.port, relay.secret
+
+    def _end_relay(
+        self, key: tuple[str, int, str], relay: KernelRelay, attempt: Attempt, run: NodeRun
+    ) -> None:
+        """Close ``relay`` once its node ends (the runner's end wakes :meth:`wait_exit` at once)."""
+        try:
+            while not relay.closed and not self.wait_exit(attempt, run, EXIT_RECHECK):
+                pass
+        finally:
+            relay.close()
+            with self._relays_lock:
+                if self._relays.get(key) is relay:
+                    del self._relays[key]
+
+    def kernel_relays(self) -> list[dict]:
+        """The relays open on this node: job, attempt, node, port and threads running."""
+        with self._relays_lock:
+            relays = list(self._relays.items())
+        return [
+            {
+                "job_id": job_id,
+                "attempt": number,
+                "node": node,
+                "port": relay.port,
+                "threads": relay.threads(),
+            }
+            for (job_id, number, node), relay in relays
+        ]
 
     # ------------------------------------------------------------------------ logs
 

@@ -41,6 +41,9 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    and before it takes work, kills what runners of dead raylets left on its machine (see
    :mod:`.leftovers`).  The node is ``lost`` to the service, and its failure says what was
    ended where that report is readable here (shared storage).
+8. **dev environments** -- a dev environment's kernel is reached through a relay that the agent
+   of its Ray node starts for it and closes with its node (:meth:`RayBackend.kernel_route`,
+   :mod:`.kernel_relay`): a Unix socket connects processes of one machine only.
 
 Horovod/MPI has no remote shell here (``remote_shell`` None): mpirun could not start ranks on
 the other Ray nodes, and the horovod mode refuses the job at submit saying so.
@@ -62,9 +65,20 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...errors import BackendUnavailable, MaJupyterError, NodeLost, RefusedFile
+from ...errors import BackendUnavailable, Conflict, MaJupyterError, NodeLost, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
-from ...models import CacheInfo, Job, JobSpec, LogStream, Mount, Node, NodeLaunch, NodeRun
+from ...models import (
+    CacheInfo,
+    Job,
+    JobSpec,
+    KernelRelay,
+    KernelRoute,
+    LogStream,
+    Mount,
+    Node,
+    NodeLaunch,
+    NodeRun,
+)
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...nodehost import caches, prepare
 from ...nodehost import logs as local_logs
@@ -887,6 +901,30 @@ class RayBackend(Backend):
         if answer[0] == "missing":
             return None
         return RayLogSource(agent, self._get, placed["job_dir"], node, rank, answer[2])
+
+    # --------------------------------------------------------------------- kernels
+
+    def kernel_route(self, job: Job, node: str) -> KernelRoute:
+        """The relay of the dev environment's kernel on the Ray node that runs it, started by
+        that node's agent (:meth:`.agent.NodeAgent.kernel_relay`), always: one path, whether or
+        not this machine also sees the node's folder (a Unix socket connects processes of one
+        machine only, so shared storage would not do).
+
+        Raises:
+            Conflict: the node does not run on this backend now.
+        """
+        run = next((n for n in job.nodes if n.name == node), None)
+        placed = self._where(job.id, node)
+        if run is None or placed is None or placed.get("attempt") != job.attempt:
+            raise Conflict(f"{node} of dev environment {job.id} is not running: its kernel cannot be reached")
+        on_nodes = Attempt(job.id, job.spec, job.attempt, Path(placed["job_dir"]), ())
+        try:
+            agent = self._agent_at(placed)
+        except NodeGone as exc:
+            raise Conflict(f"the kernel of dev environment {job.id} is gone: {exc}") from None
+        address = self._node(placed["host"]).address
+        port, secret = self._get(agent.kernel_relay.remote(on_nodes, run, address))
+        return KernelRoute(node=node, relay=KernelRelay(host=address, port=port, secret=secret))
 
     # ------------------------------------------------------------------- lifecycle
 

@@ -3,7 +3,8 @@ substring, status, creator, spec, outputs, algorithm folder or content, the call
 algorithms; paged), ``GET|PATCH|DELETE /jobs/{id}``, ``GET /jobs/{id}/status`` (the job once its status
 differs from ``since`` or is terminal, long-poll ``wait``), ``POST /jobs/{id}/stop``, ``GET
 /jobs/{id}/events``, ``GET /jobs/{id}/resources``, ``POST /jobs/{id}/devenv`` (a dev environment
-of one of the job's nodes: :mod:`..devenv`).
+of one of the job's nodes: :mod:`..devenv`), ``POST /jobs/{id}/kernel`` (how to reach a running dev
+environment's kernel).
 
 Every job the caller gets is :func:`as_seen`: with what the caller may do with it and, while
 queued, its queue position.  What the caller may do is :mod:`..access`'s matrix.
@@ -18,7 +19,7 @@ from fastapi import APIRouter, Body, Header, Query
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ...errors import InvalidSpec, NotFound
+from ...errors import Conflict, InvalidSpec, NotFound
 from ...models import (
     API_PREFIX,
     Event,
@@ -28,6 +29,7 @@ from ...models import (
     JobSpec,
     JobStatus,
     JobType,
+    KernelRoute,
     Plan,
     Priority,
     ResourceUsage,
@@ -136,6 +138,23 @@ def create_devenv(
     plan = services.supervisor.plan(job.spec.model_copy(update={"secret_env": secrets}))
     variables = devenv.node_variables(plan, job.spec, name)
     return _submit(services, user, devenv.devenv_spec(job, name, variables, secrets), idempotency_key)
+
+
+@router.post("/jobs/{job_id}/kernel", response_model=KernelRoute)
+def kernel_route(services: ServicesDep, user: CallerDep, job_id: str = JobId) -> KernelRoute:
+    """How the caller's kernel bridge reaches the kernel of the running dev environment
+    ``job_id``: its kernel folder here, or the relay on the Ray node that runs it, with that
+    relay's secret (see the backend's ``kernel_route``).  Only the dev environment's owner or an
+    admin may (as for a debug terminal: the kernel runs with the job's secret variables)."""
+    job = access.check(services.store.get(job_id), user, Op.shell)
+    if job.spec.devenv_of is None:
+        raise Conflict(
+            f"job {job_id} is no dev environment: start one with `ma-jupyter devenv {job_id} --kernel`"
+        )
+    if job.status is not JobStatus.running:
+        raise Conflict(f"dev environment {job_id} is {job.status.value}: its kernel is reached while it runs")
+    node = job.nodes[0].name if job.nodes else "worker-0"
+    return services.backend.kernel_route(job, node)
 
 
 @router.post("/plan", response_model=Plan, openapi_extra=SPEC_BODY)

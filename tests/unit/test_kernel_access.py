@@ -1,5 +1,6 @@
-"""The kernel bridge trusts nothing in the kernel folder (the job's processes write there): rule 4
-of client/kernel_bridge.py, as a hostile job would plant files, on real files and sockets."""
+"""The kernel bridge and the Ray node's kernel relay trust nothing in the kernel folder (the job's
+processes write there): rules 1 to 3 of ``kernel_access.py``, which both use, as a hostile job
+would plant files, on real files and sockets."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import time
 import pytest
 import zmq
 
-from ma_jupyter.client import kernel_bridge
+from ma_jupyter import kernel_access
 from ma_jupyter.jobdir import CONNECTION_FILE
 
-CONN = {"key": "k3y", "signature_scheme": "hmac-sha256"}
+KEY = "k3y"
 
 
 def test_a_planted_link_is_never_written_through(tmp_path):
@@ -23,9 +24,9 @@ def test_a_planted_link_is_never_written_through(tmp_path):
     target = tmp_path / "precious"
     target.write_text("the user's file\n")
     (folder / CONNECTION_FILE).symlink_to(target)  # the job's link where the file goes
-    fd = kernel_bridge._open_folder(folder)
+    fd = kernel_access.open_folder(folder)
     try:
-        assert kernel_bridge._write_connection(fd, CONN) is False  # refused, as an existing file
+        assert kernel_access.write_connection(fd, KEY) is False  # refused, as an existing file
     finally:
         os.close(fd)
     assert target.read_text() == "the user's file\n"
@@ -33,14 +34,14 @@ def test_a_planted_link_is_never_written_through(tmp_path):
     # a folder swapped for a link is not entered
     (tmp_path / "linked").symlink_to(folder)
     with pytest.raises(OSError):
-        kernel_bridge._open_folder(tmp_path / "linked")
+        kernel_access.open_folder(tmp_path / "linked")
 
 
 def test_the_connection_file_is_written_whole_once(tmp_path):
-    fd = kernel_bridge._open_folder(tmp_path)
+    fd = kernel_access.open_folder(tmp_path)
     try:
-        assert kernel_bridge._write_connection(fd, CONN) is True
-        assert kernel_bridge._write_connection(fd, {**CONN, "key": "other"}) is False  # never replaced
+        assert kernel_access.write_connection(fd, KEY) is True
+        assert kernel_access.write_connection(fd, "other") is False  # never replaced
     finally:
         os.close(fd)
     written = json.loads((tmp_path / CONNECTION_FILE).read_text())
@@ -58,15 +59,20 @@ def test_sockets_are_reached_as_the_inodes_they_are_never_through_a_planted_link
     ctx = zmq.Context()
     kernel = ctx.socket(zmq.REP)
     kernel.bind(f"ipc://{folder}/k-3")  # the kernel's own socket
-    fd = kernel_bridge._open_folder(folder)
+    fd = kernel_access.open_folder(folder)
     deadline = time.monotonic() + 5
+    opened = []
     try:
         for name in ("k-1", "k-2"):
             with pytest.raises(LookupError, match="not the kernel's socket"):
-                kernel_bridge._socket_endpoint(fd, name, deadline)
-        with pytest.raises(LookupError, match="did not make its socket k-9"):
-            kernel_bridge._socket_endpoint(fd, "k-9", time.monotonic() + 0.2)
-        endpoint = kernel_bridge._socket_endpoint(fd, "k-3", deadline)
+                kernel_access.open_socket(fd, name, deadline)
+        with pytest.raises(LookupError, match="did not make its socket k-4"):
+            kernel_access.open_socket(fd, "k-4", time.monotonic() + 0.2)
+        for name in ("k-9", "../kernel/k-3", "/tmp/k-3"):  # only the kernel's own names
+            with pytest.raises(LookupError, match="not one of the kernel's sockets"):
+                kernel_access.open_socket(fd, name, deadline)
+        opened.append(kernel_access.open_socket(fd, "k-3", deadline))
+        endpoint = f"ipc://{kernel_access.socket_path(opened[0])}"
         assert endpoint.startswith("ipc:///proc/self/fd/")
         client = ctx.socket(zmq.REQ)
         client.connect(endpoint)
@@ -76,7 +82,8 @@ def test_sockets_are_reached_as_the_inodes_they_are_never_through_a_planted_link
         assert client.recv() == b"pong"
         client.close(0)
     finally:
-        os.close(fd)
+        for each in [fd, *opened]:
+            os.close(each)
         kernel.close(0)
         ctx.term()
         other.close()

@@ -1,0 +1,209 @@
+"""The kernel relay of a Ray node's agent (``backends/ray/kernel_relay.py``) and the kernel
+bridge's end of it (``client/kernel_bridge.py``'s ``_Relay``), on real TCP and Unix sockets and a
+real ZMQ peer as the kernel; the strangers act as a hostile job would (no secret, a wrong one,
+a planted link in the kernel folder).  The whole path with Ray and a real kernel:
+``tests/ray/test_ray_devenv.py``."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+import zmq
+
+from ma_jupyter import kernel_access
+from ma_jupyter.backends.ray.kernel_relay import KernelRelay
+from ma_jupyter.client import kernel_bridge
+from ma_jupyter.jobdir import CONNECTION_FILE
+from ma_jupyter.models import KernelRelay as RelayAddress
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    """A kernel folder whose ``k-1`` is a ZMQ REP socket (the kernel's side)."""
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    ctx = zmq.Context()
+    rep = ctx.socket(zmq.REP)
+    rep.linger = 0
+    rep.bind(f"ipc://{folder}/k-1")
+    yield folder, rep
+    rep.close(0)
+    ctx.term()
+
+
+@pytest.fixture
+def relay(kernel):
+    opened = KernelRelay(kernel[0], "127.0.0.1")
+    yield opened
+    opened.close()
+
+
+def _address(relay: KernelRelay, secret: str | None = None) -> RelayAddress:
+    return RelayAddress(host="127.0.0.1", port=relay.port, secret=secret or relay.secret)
+
+
+def _raw(relay: KernelRelay, first: bytes) -> bytes:
+    """What a stranger that connects and sends ``first`` gets back before the relay closes."""
+    with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as conn:
+        conn.sendall(first)
+        got = b""
+        while True:
+            data = conn.recv(4096)
+            if not data:
+                return got
+            got += data
+
+
+def _ping(endpoint: str, rep: zmq.Socket, text: bytes = b"ping") -> None:
+    ctx = zmq.Context.instance()
+    req = ctx.socket(zmq.REQ)
+    req.linger = 0
+    try:
+        req.connect(endpoint)
+        req.send(text)
+        assert rep.poll(30_000), "the kernel's socket got nothing through the relay"
+        assert rep.recv() == text
+        rep.send(b"pong:" + text)
+        assert req.poll(30_000) and req.recv() == b"pong:" + text
+    finally:
+        req.close(0)
+
+
+def test_zmq_runs_through_the_bridge_and_the_relay(kernel, relay):
+    folder, rep = kernel
+    door = kernel_bridge._Relay(_address(relay), again=lambda: _address(relay))
+    try:
+        assert door.write_connection({"key": "k3y", "signature_scheme": "hmac-sha256"}) is True
+        assert door.write_connection({"key": "other"}) is False  # never replaced
+        assert json.loads((folder / CONNECTION_FILE).read_text())["key"] == "k3y"
+        endpoint = door.endpoint("k-1", time.monotonic() + 30)
+        for i in range(3):
+            _ping(endpoint, rep, f"ping-{i}".encode())
+    finally:
+        door.close()
+
+
+def test_a_stale_secret_is_asked_for_again_through_the_service(kernel, relay):
+    asked = []
+
+    def again() -> RelayAddress:
+        asked.append(1)
+        return _address(relay)
+
+    door = kernel_bridge._Relay(_address(relay, secret="0" * 64), again=again)
+    try:
+        _ping(door.endpoint("k-1", time.monotonic() + 30), kernel[1])
+        assert asked
+    finally:
+        door.close()
+
+
+def test_strangers_get_nothing(kernel, relay, tmp_path):
+    folder, rep = kernel
+    # a plain socket as k-2, to see whether anyone reaches it
+    side = socket.socket(socket.AF_UNIX)
+    side.bind(str(folder / "k-2"))
+    side.listen(4)
+    side.settimeout(0.5)
+    try:
+        assert _raw(relay, kernel_access.hello("f" * 64, channel="k-2")) == b""
+        assert _raw(relay, kernel_access.hello("", channel="k-2")) == b""
+        assert _raw(relay, json.dumps({"channel": "k-2"}).encode() + b"\n") == b""
+        assert _raw(relay, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") == b""
+        assert _raw(relay, b"x" * (kernel_access.HELLO_LIMIT + 10)) == b""
+        key = kernel_access.hello("f" * 64, connection={"key": "stolen"})
+        assert _raw(relay, key) == b""
+        with pytest.raises(TimeoutError):
+            side.accept()  # nobody reached the kernel's socket
+        assert not (folder / CONNECTION_FILE).exists()
+        # the right secret does reach it
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as conn:
+            conn.sendall(kernel_access.hello(relay.secret, channel="k-2"))
+            assert conn.recv(1) == kernel_access.READY
+            side.settimeout(30)
+            side.accept()[0].close()
+    finally:
+        side.close()
+
+
+def test_a_planted_link_or_file_is_refused_and_the_first_socket_stays(kernel, relay, tmp_path):
+    folder, rep = kernel
+    elsewhere = tmp_path / "someone-elses.sock"
+    other = socket.socket(socket.AF_UNIX)
+    other.bind(str(elsewhere))
+    other.listen(4)
+    other.settimeout(0.5)
+    (folder / "k-3").symlink_to(elsewhere)  # the job points the relay at another socket
+    (folder / "k-4").write_text("not a socket")
+    try:
+        for name in ("k-3", "k-4"):
+            answer = _raw(relay, kernel_access.hello(relay.secret, channel=name))
+            assert answer.startswith(kernel_access.REFUSED) and b"not the kernel's socket" in answer
+        for name in ("../someone-elses.sock", str(elsewhere), "k-9"):
+            answer = _raw(relay, kernel_access.hello(relay.secret, channel=name))
+            assert answer.startswith(kernel_access.REFUSED) and b"not one of the kernel's sockets" in answer
+        with pytest.raises(TimeoutError):
+            other.accept()
+        # k-1 reached once stays the socket it was: swapping it for a link changes nothing
+        door = kernel_bridge._Relay(_address(relay), again=lambda: _address(relay))
+        try:
+            endpoint = door.endpoint("k-1", time.monotonic() + 30)
+            (folder / "k-1").unlink()
+            (folder / "k-1").symlink_to(elsewhere)
+            _ping(endpoint, rep)
+            with pytest.raises(TimeoutError):
+                other.accept()
+        finally:
+            door.close()
+    finally:
+        other.close()
+
+
+def test_closing_ends_the_listener_the_connections_and_the_threads(kernel, relay):
+    folder, rep = kernel
+    conn = socket.create_connection(("127.0.0.1", relay.port), timeout=30)
+    conn.sendall(kernel_access.hello(relay.secret, channel="k-1"))
+    assert conn.recv(1) == kernel_access.READY
+    idle = socket.create_connection(("127.0.0.1", relay.port), timeout=30)  # before its proof
+    deadline = time.monotonic() + 30
+    while relay.threads() < 4:  # accept, the proven connection's two, the idle one's
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    started = time.monotonic()
+    relay.close()
+    assert time.monotonic() - started < 5
+    assert relay.threads() == 0
+    while conn.recv(4096):  # the kernel's greeting, then the end (a timeout fails the test)
+        pass
+    assert idle.recv(10) == b""
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", relay.port), timeout=5)
+    conn.close()
+    idle.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith(f"kernel-relay-{relay.port}-")]
+
+
+def test_a_peer_trickling_its_first_line_is_cut_off():
+    ours, theirs = socket.socketpair()
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.wait(0.05):
+            try:
+                theirs.send(b"x")
+            except OSError:
+                return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    try:
+        assert kernel_access.read_hello(ours, wait=0.5) is None
+        assert time.monotonic() - started < 5  # the whole line's wait, not one byte's
+    finally:
+        stop.set()
+        ours.close()
+        theirs.close()
