@@ -28,9 +28,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from ma_jupyter.backends.ray.inventory import node_name
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
 from ma_jupyter.nodehost import hostwatch
+from ma_jupyter.nodehost.procfs import NODE_MARKER
 from tests.helpers import wait_for, writable_dir
 from tests.modes.real import events_text
 
@@ -164,17 +166,18 @@ class TwoHosts:
             return None
         return found[0] if found else None
 
-    def on_b(self, mark: str) -> list[psutil.Process]:
-        """The live processes of host B (its network namespace) whose command line holds ``mark``."""
-        b_net = _net_ns(self.holder.pid)
-        found = []
-        for proc in _marked(mark):
-            try:
-                if _net_ns(proc.pid) == b_net:
-                    found.append(proc)
-            except OSError:
-                continue
-        return found
+    def b_name(self) -> str:
+        """B's name in the service's inventory, from its raylet's ``--node_id``."""
+        raylet = self.raylet_b()
+        assert raylet is not None, "B's raylet is not running"
+        node_id = next(a.split("=", 1)[1] for a in raylet.cmdline() if a.startswith("--node_id="))
+        return node_name(node_id)
+
+    def on_b(self, mark: str, node: str) -> list[psutil.Process]:
+        """The live processes whose command line holds ``mark`` of job node ``node``, the one
+        placed on B (by their node marker: each attempt's nodes on a machine are in a network
+        namespace of their own, not B's)."""
+        return [p for p in _marked(mark) if f"/{node}/" in _node_marker(p.pid)]
 
     def kill_raylet_b(self) -> int:
         raylet = self.raylet_b()
@@ -228,6 +231,17 @@ class TwoHosts:
 
 def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=30)
+
+
+def _node_marker(pid: int) -> str:
+    """The node marker in process ``pid``'s environment ("" without one, or once it ended)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            entries = fh.read().split(b"\0")
+    except OSError:
+        return ""
+    prefix = f"{NODE_MARKER}=".encode()
+    return next((e[len(prefix) :].decode(errors="replace") for e in entries if e.startswith(prefix)), "")
 
 
 def _net_ns(pid: int) -> str:
@@ -418,7 +432,7 @@ def _shows(out: str, node: str) -> bool:
     return any(line.startswith(f"[{node}] ") and line.endswith(f"{node} tick 3") for line in out.splitlines())
 
 
-def _submit(client: Client, tmp_path: Path, mark: str):
+def _submit(client: Client, tmp_path: Path, mark: str, b_name: str):
     algo = writable_dir(tmp_path / "algo", parents=True)
     (algo / "tick.py").write_text(textwrap.dedent(TICK))
     handle = client.submit(
@@ -438,7 +452,7 @@ def _submit(client: Client, tmp_path: Path, mark: str):
 
     wait_for(ticking, timeout=240, interval=0.5)
     job = client.get(handle.id)
-    [on_b] = [n for n in job.nodes if n.address == B]
+    [on_b] = [n for n in job.nodes if n.host == b_name]
     _JOBS.append((mark, on_b.pid))
     assert _marked(f"{mark}-{on_b.name}") and _alive(on_b.pid)
     return handle, on_b
@@ -450,7 +464,7 @@ def test_a_killed_raylet_ends_its_nodes_and_their_logs_are_read_from_shared_stor
     service_on()  # node_root: the service's jobs folder, which both hosts share
     client = Client(autostart=False)
     mark = f"tick-{time.time_ns()}"
-    handle, on_b = _submit(client, tmp_path, mark)
+    handle, on_b = _submit(client, tmp_path, mark, two_hosts.b_name())
     one = _Cli(tmp_path, "logs", handle.id, "--node", on_b.name, "--follow")
     every = _Cli(tmp_path, "logs", handle.id, "--all", "--follow")
     # both have read B's node before it goes
@@ -459,13 +473,17 @@ def test_a_killed_raylet_ends_its_nodes_and_their_logs_are_read_from_shared_stor
     streams = [s for s in client.log_streams(handle.id) if s.rank is None]
     assert len(streams) == 2 and all(s.file is not None for s in streams), streams
 
-    assert len(two_hosts.on_b(mark)) >= 3  # bubblewrap, the launcher, the script, its child
+    assert len(two_hosts.on_b(mark, on_b.name)) >= 3  # bubblewrap, the launcher, the script, its child
     raylet = two_hosts.kill_raylet_b()
     killed = time.monotonic()
     # 1. the node's processes end within seconds: the runner, bubblewrap, the launcher, the
     #    script and its TERM-ignoring child in a session of its own
     wait_for(
-        lambda: not _marked(f"{mark}-{on_b.name}") and not two_hosts.on_b(mark) and not _alive(on_b.pid),
+        lambda: (
+            not _marked(f"{mark}-{on_b.name}")
+            and not two_hosts.on_b(mark, on_b.name)
+            and not _alive(on_b.pid)
+        ),
         timeout=ENDS_WITHIN + 30,
     )
     took = time.monotonic() - killed
@@ -512,7 +530,7 @@ def test_without_shared_storage_followers_end_naming_the_lost_node_across_a_serv
     svc = service_on(two_hosts.private)  # job folders on B lie on B's own disk
     client = Client(autostart=False)
     mark = f"tick-{time.time_ns()}"
-    handle, on_b = _submit(client, tmp_path, mark)
+    handle, on_b = _submit(client, tmp_path, mark, two_hosts.b_name())
     one = _Cli(tmp_path, "logs", handle.id, "--node", on_b.name, "--follow")
     every = _Cli(tmp_path, "logs", handle.id, "--all", "--follow")
     cell, followed = _Cell(), []  # the notebook's follower (%%ma_train, %ma_logs --follow)
@@ -579,7 +597,11 @@ def test_without_shared_storage_followers_end_naming_the_lost_node_across_a_serv
     two_hosts.start_b()
     wait_for(lambda: len(client.nodes()) == 2, timeout=120, interval=0.5)
     wait_for(
-        lambda: not _marked(f"{mark}-{on_b.name}") and not two_hosts.on_b(mark) and not _alive(on_b.pid),
+        lambda: (
+            not _marked(f"{mark}-{on_b.name}")
+            and not two_hosts.on_b(mark, on_b.name)
+            and not _alive(on_b.pid)
+        ),
         timeout=120,
     )
     # and the job's events say so
