@@ -260,6 +260,14 @@ class Backend(ABC):
         del attempt, run
         return None
 
+    def job_folders_free(self, host: str) -> tuple[str, int] | None:
+        """Where the job folders of inventory node ``host`` lie on its machine and how many bytes
+        an unprivileged writer may still use on their disk now, for the service's node checks;
+        None when not known (the default).  Bounded in time: a node that does not answer soon
+        is not known (the check may run under the supervisor's lock)."""
+        del host
+        return None
+
     def card_fault(self, task: TaskSlot) -> str | None:
         """Why a real card of the running ``task`` (its ``devices`` of ``card_type``) can no
         longer be used (its device node is gone, the driver reports it lost), for the service's

@@ -557,6 +557,14 @@ class LocalBackend(Backend):
         except OSError:
             return run.start_time
 
+    def job_folders_free(self, host: str) -> tuple[str, int] | None:
+        """Every node of this backend is this machine (``host`` does not matter): its job
+        folders' root and the free bytes there."""
+        del host
+        root = config.jobs_root()
+        free = disk_free(root)
+        return None if free is None else (str(root), free)
+
     def card_fault(self, task: TaskSlot) -> str | None:
         """The first of the task's real cards that this machine no longer shows, or that NVML
         reports lost (:func:`ma_jupyter.accelerators.card_fault`)."""
@@ -1136,3 +1144,20 @@ def _bwrap_works() -> bool:
         except (OSError, subprocess.TimeoutExpired):
             _BWRAP_OK = False
     return _BWRAP_OK
+
+
+def disk_free(path: str | os.PathLike) -> int | None:
+    """Bytes an unprivileged writer may still use on the file system of ``path``, or of its
+    nearest existing parent (a job folders' root not made yet); None if unknown."""
+    folder = Path(path)
+    while True:
+        try:
+            st = os.statvfs(folder)
+        except FileNotFoundError:
+            if folder.parent == folder:
+                return None
+            folder = folder.parent
+            continue
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize

@@ -44,6 +44,7 @@ from ... import config
 from ...errors import Conflict, InvalidSpec, RefusedFile
 from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
+from ...modes.base import TaskSlot
 from ...nodehost import caches, hostwatch
 from ...nodehost import logs as job_logs
 from ...nodehost import overlay as job_overlay
@@ -51,7 +52,7 @@ from ...nodehost.overlay import Overlay
 from ...nodehost.processes import process_fd
 from ...nodehost.view import PACKAGE_DIR
 from ..base import Attempt
-from ..local.backend import LocalBackend
+from ..local.backend import LocalBackend, disk_free
 from . import fence, leftovers, ship
 from .inventory import node_name
 from .kernel_relay import KernelRelay
@@ -211,6 +212,16 @@ class NodeAgent:
         finally:
             if watch is not None:
                 os.close(watch)
+
+    def job_folders_free(self, node_root: str) -> int | None:
+        """Free bytes on the disk of ``node_root`` (the job folders) on this node, for the
+        service's node checks."""
+        return disk_free(node_root)
+
+    def card_fault(self, task: TaskSlot) -> str | None:
+        """Why one of the task's real cards on this node can no longer be used (the local
+        backend's check, on this machine); None while they look healthy."""
+        return self._local.card_fault(task)
 
     def caches(self, base: str, user: str | None, every_user: bool) -> tuple[str, list[dict]]:
         """This machine's id (its boot id: two Ray nodes may share a machine, and its folders)

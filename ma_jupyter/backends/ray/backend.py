@@ -431,6 +431,26 @@ class RayBackend(Backend):
                 except ValueError:
                     pass
 
+    def job_folders_free(self, host: str) -> tuple[str, int] | None:
+        """Asked of the node's agent within :data:`POLL_TIMEOUT` seconds (None: it did not
+        answer, or the node is gone)."""
+        try:
+            free = self._get(self._agent_of(host).job_folders_free.remote(str(self._node_root)), POLL_TIMEOUT)
+        except MaJupyterError:
+            return None
+        return None if free is None else (str(self._node_root), free)
+
+    def card_fault(self, task: TaskSlot) -> str | None:
+        """Asked of the node's agent (the local backend's check on that machine) within
+        :data:`POLL_TIMEOUT` seconds; None for a task without real cards, or when it does not
+        answer (a node that is gone is found by its runners' ends)."""
+        if not task.card_type:
+            return None
+        try:
+            return self._get(self._agent_of(task.host).card_fault.remote(task), POLL_TIMEOUT)
+        except MaJupyterError:
+            return None
+
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
         """The algorithm folder's Python files, read here: the folder is shipped from this
         machine, so what the nodes run is what is read (see :func:`ma_jupyter.nodehost.code.python_sources`)."""

@@ -43,7 +43,6 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ... import config
 from ...backends.base import Attempt, Backend
@@ -104,7 +103,6 @@ class Inspection:
         self._inspected = 0.0
         self._inspected_wall = 0.0  # time.time() of the last inspection (counts a suspend)
         self._nodes_checked = float("-inf")  # monotonic time of the last node checks
-        self._local_nodes: bool | None = None  # whether the nodes are this machine's (asked once)
         # the disk reserve: when it was last looked at, and what each running job held on the
         # jobs folder's disk then (only while it is nearly full)
         self._reserve_watched = 0.0
@@ -279,24 +277,24 @@ class Inspection:
         """(why ``node`` cannot run training now, or None; what passed, in words).
 
         1. the free space of the disk of its job folders (the folders every job there writes:
-           logs, node files, default outputs) against ``[limits] node_disk_free_mb``; only
-           where the nodes are this machine's (an inventory of ``cluster.toml``);
+           logs, node files, default outputs) against ``[limits] node_disk_free_mb``, as the
+           backend sees it on the node's machine (:meth:`Backend.job_folders_free`; a node
+           that does not answer is not judged by it);
         2. its real cards, every one of them (:meth:`Backend.card_fault`): the device node is
            there and the driver does not report it lost; emulated cards have nothing to check.
         """
         passed: list[str] = []
-        root = self._job_folders_root()
-        if root is not None:
-            free = free_bytes(root)
+        found = self._backend.job_folders_free(node.name)
+        if found is not None:
+            root, free = found
             floor = self._scheduler.cluster.limits.node_disk_free_mb
-            if free is not None:
-                if free < floor * MIB:
-                    return (
-                        f"the job folders' disk ({root}) has {free / MIB:.1f} MB free, under "
-                        f"[limits] node_disk_free_mb = {floor:g}",
-                        passed,
-                    )
-                passed.append(f"job folders' disk {free / MIB:.0f} MB free (at least {floor:g})")
+            if free < floor * MIB:
+                return (
+                    f"the job folders' disk ({root}) has {free / MIB:.1f} MB free, under "
+                    f"[limits] node_disk_free_mb = {floor:g}",
+                    passed,
+                )
+            passed.append(f"job folders' disk {free / MIB:.0f} MB free (at least {floor:g})")
         if node.emulated is False and node.accelerators:
             cards = tuple(node.card_indices)
             task = TaskSlot(
@@ -307,17 +305,6 @@ class Inspection:
                 return f"card check: {why}", passed
             passed.append(f"{len(cards)} {node.accelerator_type} card(s) answering")
         return None, passed
-
-    def _job_folders_root(self) -> Path | None:
-        """The job folders' root when the nodes are this machine's (the backend has no inventory
-        of its own), else None: a remote node's disk is not this service's to look at."""
-        if self._local_nodes is None:
-            try:
-                self._local_nodes = self._backend.inventory() is None
-            except Exception:  # a backend away: asked again at the next check
-                log.debug("the backend's inventory could not be read", exc_info=True)
-                return None
-        return config.jobs_root() if self._local_nodes else None
 
     def _judge_node(self, name: str, failed: str | None) -> None:
         """Mark ``name`` faulty for ``failed`` (an alert to the jobs running there and to the
