@@ -263,6 +263,13 @@ def main() -> int:
         default=10,
         help="repetitions of (e) (default 10: one run swings by a second either way)",
     )
+    parser.add_argument(
+        "--network",
+        choices=("auto", "fence"),
+        default="auto",
+        help="the jobs' network ([backend] network): auto, each attempt in namespaces joined by its "
+        "overlay (the default), or fence",
+    )
     args = parser.parse_args()
     if not _inside():
         return _reexec()
@@ -287,7 +294,8 @@ def main() -> int:
         algo.mkdir()
         (algo / "ddp.py").write_text(DDP)
         (home / "cluster.toml").write_text(
-            f'[backend]\nkind = "ray"\naddress = "{cluster.address}"\n[mounts]\nallowed_roots = ["{folder}"]\n'
+            f'[backend]\nkind = "ray"\naddress = "{cluster.address}"\nnetwork = "{args.network}"\n'
+            f'[mounts]\nallowed_roots = ["{folder}"]\n'
             '[users]\nallow_root = ["root"]\n'
         )
         service = _start_service(home)
