@@ -45,6 +45,7 @@ import fcntl
 import os
 import platform
 import socket
+import stat
 import struct
 import threading
 from collections.abc import Callable, Iterable
@@ -56,6 +57,7 @@ T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
 MS_BIND = 0x1000
 MNT_DETACH = 2
+UMOUNT_NOFOLLOW = 8
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 SIOCSIFADDR = 0x8916
@@ -172,9 +174,10 @@ def make_namespace(path: Path, inner_link: bool = True) -> int:
     Raises:
         OSError: the namespace cannot be made (no CAP_SYS_ADMIN).
     """
+    private_folder(path.parent)
     remove_namespace(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.touch(mode=0o600)
+    # a fresh file, never through a link (the folder is this account's alone anyway)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
 
     def make() -> int:
         unshare_network()
@@ -200,10 +203,36 @@ def make_namespace(path: Path, inner_link: bool = True) -> int:
         raise
 
 
+def private_folder(folder: Path) -> Path:
+    """``folder``, made where missing (mode 0700), checked to be a real folder of this account
+    that no one else may write (its place is one only this account may write, or the
+    temporary folder): what a root service or agent keeps there
+    (the namespace files below it are bind mounts made as root; an agent's home holds the
+    runners' modules) must never be where another account made a folder or put a link first.
+
+    Raises:
+        OSError: it is not (a link, another owner, writable by others).
+    """
+    folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise OSError(
+            errno.EPERM,
+            f"{folder} must be a folder of this account that no one else may write: remove it, "
+            "it is made again",
+        )
+    return folder
+
+
 def remove_namespace(path: Path) -> None:
     """Forget the namespace kept at ``path`` (it lives on while a process is in it); nothing
     happens when there is none."""
-    _libc.umount2(os.fsencode(path), MNT_DETACH)  # fails harmlessly where nothing is mounted
+    # fails harmlessly where nothing is mounted; a link is never followed
+    _libc.umount2(os.fsencode(path), MNT_DETACH | UMOUNT_NOFOLLOW)
     try:
         path.unlink()
     except FileNotFoundError:

@@ -27,6 +27,7 @@ from ma_jupyter.models import JobStatus
 from tests.helpers import writable_dir
 from tests.modes.real import events_text, node_logs
 from tests.ray.conftest import serve
+from tests.ray.test_ray_lost_host import A, B, service_on, two_hosts  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -112,6 +113,26 @@ for port in ports:
         found[f"fastopen {port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
     finally:
         sock.close()
+# the machines' own addresses (two-host tests): TCP to the GCS and a datagram to every port
+for address in targets.get("machines", []):
+    gcs_port = int(targets["gcs"].rsplit(":", 1)[1])
+    sock = socket.socket()
+    sock.settimeout(5)
+    try:
+        sock.connect((address, gcs_port))
+        found[f"tcp {address}:{gcs_port}"] = "connected"
+    except OSError as exc:
+        found[f"tcp {address}:{gcs_port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        sock.close()
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        udp.sendto(b"x", (address, gcs_port))
+        found[f"udp {address}"] = "sent"
+    except OSError as exc:
+        found[f"udp {address}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        udp.close()
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     sock.connect(b"\0" + targets["abstract"].encode())
@@ -230,7 +251,7 @@ def _wait_for(path, timeout: float = 240.0) -> None:
         time.sleep(0.2)
 
 
-def _probe_job(client, ray_cluster, tmp_path, name: str, *, go=None):
+def _probe_job(client, gcs: str, tmp_path, name: str, *, go=None, machines=()):
     """Submit the probing job (two nodes, one per Ray node); its handle, outputs and targets."""
     outputs = writable_dir(tmp_path / "out")
     marker = str(outputs / "escaped")
@@ -239,7 +260,8 @@ def _probe_job(client, ray_cluster, tmp_path, name: str, *, go=None):
     (algo / "targets.json").write_text(
         json.dumps(
             {
-                "gcs": ray_cluster.address,
+                "gcs": gcs,
+                "machines": list(machines),
                 "marker": marker,
                 "abstract": name,
                 "host_ports": _host_ports(),
@@ -297,7 +319,7 @@ def test_a_job_on_ray_in_its_own_namespaces_reaches_nothing_but_its_own_nodes(
     client = Client(autostart=False)
     go = tmp_path / "out" / "go.json"
     try:
-        handle, outputs = _probe_job(client, ray_cluster, tmp_path, name, go=go)
+        handle, outputs = _probe_job(client, ray_cluster.address, tmp_path, name, go=go)
         deadline = time.monotonic() + 240
         while client.get(handle.id).status is not JobStatus.running:
             assert time.monotonic() < deadline, events_text(client, handle.id)
@@ -355,7 +377,7 @@ def test_a_fenced_job_on_ray_reaches_no_port_of_the_cluster_and_never_runs_as_th
     host_socket, name = _host_socket(tmp_path)
     client = Client(autostart=False)
     try:
-        handle, outputs = _probe_job(client, ray_cluster, tmp_path, name)
+        handle, outputs = _probe_job(client, ray_cluster.address, tmp_path, name)
         job = handle.wait(timeout=400)
     finally:
         host_socket.close()
@@ -369,4 +391,32 @@ def test_a_fenced_job_on_ray_reaches_no_port_of_the_cluster_and_never_runs_as_th
         assert all(found[f"fastopen {p}"] == "EPERM" for p in found["listening"])
         assert found["abstract"] == "EPERM"  # listed (the host's network), but refused
         _assert_not_the_cluster(found, gcs_port)
+    assert not any(p.name.startswith("escaped") for p in outputs.iterdir())
+
+
+def test_a_job_across_two_machines_reaches_neither_machine_and_its_nodes_talk_over_the_overlay(
+    two_hosts,  # noqa: F811
+    service_on,  # noqa: F811
+    tmp_path,
+):
+    """``test_ray_lost_host.py``'s two hosts (A 10.77.0.1 with the GCS, B 10.77.0.2, joined by a
+    veth pair): the job's overlay runs over that link, one node on each; neither machine's
+    address is reachable from inside, over TCP (the GCS) or UDP."""
+    service_on()
+    port = two_hosts.port
+    socket.create_connection((A, port), timeout=10).close()  # the GCS answers from outside
+    host_socket, name = _host_socket(tmp_path)
+    client = Client(autostart=False)
+    try:
+        handle, outputs = _probe_job(client, f"{A}:{port}", tmp_path, name, machines=(A, B))
+        job = handle.wait(timeout=400)
+    finally:
+        host_socket.close()
+    assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
+    assert {n.host for n in client.get(job.id).nodes} == {n.name for n in client.nodes()}  # A and B
+    for found in _probes(client, job).values():
+        for address in (A, B):
+            assert found[f"tcp {address}:{port}"] == "ENETUNREACH", found  # no route out of the job
+            assert found[f"udp {address}"] == "ENETUNREACH", found
+        _assert_not_the_cluster(found, port)
     assert not any(p.name.startswith("escaped") for p in outputs.iterdir())

@@ -245,38 +245,9 @@ class LocalBackend(Backend):
     def launch(self, attempt: Attempt, launches: list[NodeLaunch]) -> list[NodeRun]:
         if len(launches) != len(attempt.plans):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
-        # Build every node's view before starting anything.
-        # the cards as this machine shows them now (a card node gone since the plan refuses)
-        launches = [
-            with_machine_cards(launch, plan.task.card_type)
-            for launch, plan in zip(launches, attempt.plans, strict=True)
-        ]
-        views = [(launch, launch_view(attempt, launch)) for launch in launches]
-        _refuse_unsandboxed([view for _, view in views])
-        attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
         # One secret per attempt, seen only by this attempt's nodes: peers of a job use it to
         # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
-        job_secret = secrets.token_hex(16)
-        runs: list[NodeRun] = []
-        namespace = self._job_namespace(attempt.job_id)
-        if namespace:  # no name server there: the nodes resolve names from /etc/hosts only
-            views = [(launch, dataclasses.replace(view, private_network=True)) for launch, view in views]
-        try:
-            network = {"netns": str(namespace[0])} if namespace else {}
-            for (launch, view), plan in zip(views, attempt.plans, strict=True):
-                runs.append(self._launch_node(attempt, plan, launch, view, job_secret, network))
-            if namespace:
-                _await_joined(runs, namespace[1], self._alive)
-        except BaseException:
-            # every node of the attempt, by its marker: the one that failed may have a runner
-            started = {r.name for r in runs}
-            rest = [NodeRun(name=p.name, host=p.task.host) for p in attempt.plans if p.name not in started]
-            self.stop(attempt, runs + rest, grace=1.0)
-            raise
-        finally:
-            if namespace:  # it lives on while a process of the job is in it
-                network_ns.remove_namespace(namespace[0])
-        return runs
+        return self._start_all(attempt, launches, secrets.token_hex(16), namespace_key=attempt.job_id)
 
     def _job_namespace(self, key: str, overlay: Overlay | None = None) -> tuple[Path, int] | None:
         """A fresh network namespace for an attempt (see :mod:`.network`), kept at
@@ -293,11 +264,12 @@ class LocalBackend(Backend):
                 raise BackendUnavailable("cannot make the job's network namespace: not root here")
             return None
         folder = self.namespace_folder or config.home() / "netns"
-        if not self._namespaces_swept:  # what a service that ended while launching left
-            network_ns.sweep(folder)
-            self._namespaces_swept = True
         path = folder / key
         try:
+            network_ns.private_folder(folder)  # before the sweep, which removes what is there
+            if not self._namespaces_swept:  # what a service that ended while launching left
+                network_ns.sweep(folder)
+                self._namespaces_swept = True
             if overlay is not None:
                 return path, job_overlay.make(path, overlay)
             return path, network_ns.make_namespace(path)
@@ -333,23 +305,58 @@ class LocalBackend(Backend):
             InvalidSpec: a node would run as another account without a sandbox.
             BackendUnavailable: the namespace cannot be made, or a runner did not enter it.
         """
+        key = f"{attempt.job_id}-{attempt.number}" if overlay is not None else None
+        return self._start_all(
+            attempt,
+            launches,
+            job_secret,
+            namespace_key=key,
+            planned_elsewhere=True,
+            overlay=overlay,
+            deny_tcp=deny_tcp,
+        )
+
+    def _start_all(
+        self,
+        attempt: Attempt,
+        launches: list[NodeLaunch],
+        job_secret: str,
+        *,
+        namespace_key: str | None,
+        planned_elsewhere: bool = False,
+        overlay: Overlay | None = None,
+        deny_tcp: list[list[int]] | None = None,
+    ) -> list[NodeRun]:
+        """The one launch sequence of :meth:`launch` and :meth:`start_nodes`, in this order:
+
+        1. every node's view is built before anything starts, its cards as this machine shows
+           them now (a card node gone since the plan refuses);
+        2. with ``namespace_key``, a namespace is made (closed, or with ``overlay`` this
+           machine's part of the attempt's overlay; none where this service may not make a
+           closed one): the nodes then resolve names from ``/etc/hosts`` only;
+        3. each node's runner is started, entering the namespace first thing (or fenced with
+           ``deny_tcp``);
+        4. once every runner is in, the namespace's file is dropped: it lives exactly as long as
+           a process of the job there.
+
+        All or nothing: when a step fails, every node of ``launches`` is stopped (by its marker
+        too: the one that failed may have a runner), then the error is raised.
+        """
+        plans = {plan.name: plan for plan in attempt.plans}
         prepared = []
         for launch in launches:
-            plan = next(p for p in attempt.plans if p.name == launch.name)
-            # planned on another machine: the cards are bound as this one shows them
-            launch = with_machine_cards(launch, plan.task.card_type, planned_elsewhere=True)
-            view = launch_view(attempt, launch)
-            if overlay is not None:  # no name server there: names come from /etc/hosts only
-                view = dataclasses.replace(view, private_network=True)
-            prepared.append((plan, launch, view))
+            plan = plans[launch.name]
+            launch = with_machine_cards(launch, plan.task.card_type, planned_elsewhere=planned_elsewhere)
+            prepared.append((plan, launch, launch_view(attempt, launch)))
         _refuse_unsandboxed([view for _, _, view in prepared])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
-        namespace = None
-        if overlay is not None:
-            namespace = self._job_namespace(f"{attempt.job_id}-{attempt.number}", overlay)
+        namespace = self._job_namespace(namespace_key, overlay) if namespace_key else None
         network: dict = {"deny_tcp": deny_tcp} if deny_tcp is not None else {}
-        if namespace:
+        if namespace:  # no name server there: the nodes resolve names from /etc/hosts only
             network = {"netns": str(namespace[0])}
+            prepared = [
+                (p, launch, dataclasses.replace(v, private_network=True)) for p, launch, v in prepared
+            ]
         runs: list[NodeRun] = []
         try:
             for plan, launch, view in prepared:
@@ -1047,13 +1054,16 @@ def _port_pool() -> tuple[int, int]:
 
 
 def _free_everywhere(port: int) -> bool:
-    """Whether ``port`` binds on ``0.0.0.0`` now: no socket holds it on any address (no
-    ``SO_REUSEADDR``, so a connection's local end or a ``TIME_WAIT`` counts as held)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError:
-            return False
+    """Whether ``port`` binds on ``0.0.0.0`` now, over TCP and UDP: no socket holds it on any
+    address (no ``SO_REUSEADDR``, so a connection's local end or a ``TIME_WAIT`` counts as
+    held).  UDP too: a Ray attempt's overlay listens on the first port of its first node on each
+    machine (:mod:`ma_jupyter.nodehost.overlay`), and jobs' frameworks use both."""
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(socket.AF_INET, kind) as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                return False
     return True
 
 

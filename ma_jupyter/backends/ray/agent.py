@@ -45,7 +45,7 @@ from ...errors import Conflict, InvalidSpec, RefusedFile
 from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
 from ...modes.base import TaskSlot
-from ...nodehost import caches, hostwatch
+from ...nodehost import caches, hostwatch, network
 from ...nodehost import logs as job_logs
 from ...nodehost import overlay as job_overlay
 from ...nodehost.overlay import Overlay
@@ -57,6 +57,8 @@ from . import fence, leftovers, ship
 from .inventory import node_name
 from .kernel_relay import KernelRelay
 
+#: where an agent keeps its attempts' network namespaces until their runners are in
+NAMESPACE_ROOT = Path("/run/ma_jupyter/netns")
 #: seconds between looks at a log's size while a wait call blocks
 WAIT_STEP = 0.02
 #: seconds between looks at a node's exit where the runner's end cannot wake the agent itself
@@ -87,10 +89,14 @@ class NodeAgent:
             pass
         # The agent's own state folder on its node (the node runners' compiled modules): never a
         # service's home, which may not exist on this machine
-        os.environ[config.ENV_HOME] = os.path.join(tempfile.gettempdir(), f"ma_jupyter-agent-{os.getuid()}")
+        # (root's under /run; another account's under /tmp, checked: whoever made a folder of
+        # that name first must not hand the runners their modules)
+        os.environ[config.ENV_HOME] = str(network.private_folder(agent_home()))
         self._local = LocalBackend(inventory=[])
-        # two Ray nodes of one machine share the agents' home: each keeps its namespaces apart
-        self._local.namespace_folder = config.home() / "netns" / (node_id or "node")
+        # root's own folder, never the agents' home under /tmp (another account could have made
+        # it first): the namespaces are bind mounts made as root; and one per Ray node, since
+        # two Ray nodes of one machine share it
+        self._local.namespace_folder = NAMESPACE_ROOT / (node_id or "node")
         #: why this node cannot hold jobs' overlays (None: it can; docs/network.md)
         self._overlay_problem = job_overlay.supported()
         self._local.end_with = _raylet(node_id)  # rule 4: its nodes end with this Ray node
@@ -346,6 +352,14 @@ class NodeAgent:
             if now > size or time.monotonic() >= deadline:
                 return now
             time.sleep(WAIT_STEP)
+
+
+def agent_home() -> Path:
+    """The agents' state folder on this machine: root's below ``/run`` (root's alone), another
+    account's in the temporary folder, named by its uid."""
+    if os.geteuid() == 0:
+        return Path("/run/ma_jupyter/agent")
+    return Path(tempfile.gettempdir()) / f"ma_jupyter-agent-{os.getuid()}"
 
 
 def _raylet(node_id: str) -> dict | None:

@@ -339,7 +339,7 @@ class RayBackend(Backend):
         # the tasks' addresses: on an overlay, one per machine of the attempt (the Ray nodes'
         # own addresses are not reachable from inside the job's namespaces); else the Ray node's
         hosts = [task.host for task in placement.tasks]
-        if self._job_network(hosts):
+        if self._job_network(hosts, known_only=not reserve):
             machines = list(dict.fromkeys(hosts))
             addresses = [job_overlay.overlay_address(machines.index(host)) for host in hosts]
         else:
@@ -617,34 +617,34 @@ class RayBackend(Backend):
         overlays = self._overlays(attempt)
         cluster_ports = None if overlays else fence.cluster_ports(self._ray)
         archives: dict[str, Any] = {}  # one packed folder per algorithm source
-        by_host: dict[str, list[tuple[NodeLaunch, int | None, str]]] = {}
+        by_host: dict[str, list[tuple[NodeLaunch, str | None, str]]] = {}
         for plan, launch in zip(attempt.plans, launches, strict=True):
-            index = None
+            source = None
             shipped = _ship_target(on_nodes, launch.name)
             if any(m.source == str(shipped) or m.copy_of == str(shipped) for m in launch.mounts):
                 source = self._algorithm_source(on_nodes, plan)
-                if source is not None:
-                    if source not in archives:
-                        packed = ship.pack(source)
-                        # A small archive travels inside each call (Ray inlines small arguments):
-                        # fetching an object from another node's store costs a round trip of
-                        # ~15 ms, on the start of every node but the first.  A big one is put in
-                        # the object store once and fetched by each node.
-                        archives[source] = packed if len(packed) <= INLINE_ARCHIVE else self._ray.put(packed)
-                    index = list(archives).index(source)
-            by_host.setdefault(plan.task.host, []).append((launch, index, str(shipped)))
-        packed_archives = list(archives.values())  # top-level arguments: Ray resolves them
+                if source is not None and source not in archives:
+                    packed = ship.pack(source)
+                    # A small archive travels inside each call (Ray inlines small arguments):
+                    # fetching an object from another node's store costs a round trip of
+                    # ~15 ms, on the start of every node but the first.  A big one is put in
+                    # the object store once and fetched by each machine that unpacks it.
+                    archives[source] = packed if len(packed) <= INLINE_ARCHIVE else self._ray.put(packed)
+            by_host.setdefault(plan.task.host, []).append((launch, source, str(shipped)))
         calls = []
         for host, items in by_host.items():
+            # each machine gets the archives its own nodes unpack, as top-level arguments (Ray
+            # resolves those, not references inside a list)
+            used = list(dict.fromkeys(source for _, source, _ in items if source is not None))
             calls.append(
                 self._agent_of(host).launch.remote(
                     on_nodes,
                     [launch for launch, _, _ in items],
                     job_secret,
-                    [(index, folder) for _, index, folder in items],
+                    [(None if source is None else used.index(source), folder) for _, source, folder in items],
                     cluster_ports,
                     overlays[host] if overlays else None,
-                    *packed_archives,
+                    *(archives[source] for source in used),
                 )
             )
         runs: list[NodeRun] = []
@@ -671,23 +671,51 @@ class RayBackend(Backend):
             self._exits.watch(on_nodes, run)
         return runs
 
-    def _job_network(self, hosts: list[str]) -> bool:
-        """Whether an attempt on ``hosts`` gets an overlay (docs/network.md): every host's agent
-        can make one and every host has an IPv4 address; else its nodes are fenced (logged once
-        per host, with the agent's reason)."""
+    def _job_network(self, hosts: list[str], *, known_only: bool = False) -> bool:
+        """Whether an attempt on ``hosts`` gets an overlay (docs/network.md), in this order:
+
+        1. never where the cluster file says ``network = "fence"``;
+        2. every host's agent can make one, and every host's address is IPv4 and outside the
+           overlay's range (``10.253.0.0/16``: a machine's own address there would be taken
+           for an overlay address);
+        3. and so can every other live Ray node's agent that answered already: a cluster is
+           all overlay or all fenced, since a fenced job shares its machine's network, from
+           which it could send frames to the overlays' UDP ports.
+
+        ``known_only`` (a dry run, which never starts or waits for an agent): a host whose agent
+        has not answered yet counts as one that cannot.  A host that cannot is logged once, with
+        why; the attempt is then fenced.
+        """
         if self._network == "fence":
             return False
-        for host in dict.fromkeys(hosts):
-            info = self._info(host)
-            why = info.get("network_why") or "its agent cannot make network namespaces"
-            if info.get("network") == "namespace" and not job_overlay.is_ipv4(self._node(host).address):
-                why = f"its address {self._node(host).address} is not IPv4"
-            elif info.get("network") == "namespace":
-                continue
-            if host not in self._fenced_hosts:
-                self._fenced_hosts.add(host)
-                log.warning("jobs on Ray node %s are fenced, not in namespaces of their own: %s", host, why)
-            return False
+        live = {node.name: node for node in self._by_name.values() if node.alive}
+        for host in dict.fromkeys([*hosts, *live]):
+            node = live.get(host) or self._node(host)
+            answer = self._infos.get(node.node_id)
+            if host in hosts and not known_only:
+                info = self._info(host)
+            elif answer is not None and answer.done() and answer.exception() is None:
+                info = answer.result()
+            elif host in hosts:
+                return False  # rule 3's dry run: not known yet
+            else:
+                continue  # another node whose agent has not answered: judged once it has
+            why = ""
+            if info.get("network") != "namespace":
+                why = info.get("network_why") or "its agent cannot make network namespaces"
+            elif not job_overlay.is_ipv4(node.address):
+                why = f"its address {node.address} is not IPv4"
+            elif job_overlay.is_overlay_address(node.address):
+                why = f"its address {node.address} lies in the overlay's range"
+            if why:
+                if host not in self._fenced_hosts:
+                    self._fenced_hosts.add(host)
+                    log.warning(
+                        "jobs on this Ray cluster are fenced, not in namespaces of their own: Ray node %s: %s",
+                        host,
+                        why,
+                    )
+                return False
         return True
 
     def _overlays(self, attempt: Attempt) -> dict[str, Overlay] | None:
@@ -700,7 +728,13 @@ class RayBackend(Backend):
         firsts: dict[str, TaskSlot] = {}
         for plan in attempt.plans:
             firsts.setdefault(plan.task.host, plan.task)
-        if not all(job_overlay.is_overlay_address(task.address) for task in firsts.values()):
+        # bind's choice, read back from the addresses it gave: unambiguous, since no machine
+        # whose own address lies in the overlay's range gets one (_job_network rule 2)
+        if self._network == "fence" or not all(
+            job_overlay.is_overlay_address(task.address)
+            and not job_overlay.is_overlay_address(self._node(host).address)
+            for host, task in firsts.items()
+        ):
             return None
         vnis: list[int] = []
         while len(vnis) < len(firsts):
