@@ -55,8 +55,10 @@ def test_mindspore_ascend_runs_one_process_per_card_on_each_ray_node(ray_service
         "rank 2/4 device 0",
         "rank 3/4 device 1",
     ]
-    # the rank table names the Ray nodes' addresses, and every node's launcher completed it
-    assert all(line.endswith("servers ['127.0.0.1', '127.0.0.1'] status completed") for line in lines), lines
+    # the rank table names each machine's address on the job's overlay (docs/network.md), and
+    # every node's launcher completed it
+    expected = "servers ['10.253.0.1', '10.253.0.2'] status completed"
+    assert all(line.endswith(expected) for line in lines), lines
 
 
 def test_deepspeed_hostfile_and_tensorflow_allreduce(ray_service, tmp_path):
