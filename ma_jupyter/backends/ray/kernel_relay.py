@@ -28,9 +28,11 @@ admin), and speaks the wire of :mod:`ma_jupyter.kernel_access`:
    socket found under a name stays the one that name reaches for the relay's life (a later swap
    in the folder changes nothing, as for the bridge's own descriptors); then it copies bytes both
    ways until either side closes.  Or it writes the connection file, once;
-5. the listener is reachable by whatever reaches the Ray node's address, jobs included (jobs
-   started after it are fenced off it, as off every port that listens on their machine when they
-   start: :mod:`.fence`); the secret is what keeps them out.
+5. the listener is reachable by whatever reaches the Ray node's address.  Jobs do not: each
+   attempt's nodes run in a network namespace of their own, joined to its other machines by its
+   overlay, where nothing of the machine's network is reachable; where a machine cannot make
+   one, the nodes are fenced off the ports that listen when they start (:mod:`.fence`), which a
+   relay started after them is not.  The secret is what keeps every other caller out.
 """
 
 from __future__ import annotations
