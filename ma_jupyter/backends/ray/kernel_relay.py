@@ -99,7 +99,9 @@ class KernelRelay:
                 target=self._run, args=(target, *args), name=f"kernel-relay-{self.port}-{what}", daemon=True
             )
             self._threads.add(thread)
-        thread.start()
+            # started under the lock: close() never sees a thread it cannot join yet (start()
+            # waits for the thread's bootstrap only, which takes no lock of ours)
+            thread.start()
         return True
 
     def _run(self, target, *args) -> None:
