@@ -25,11 +25,10 @@ same algorithm; one edit makes a new version of it.  This module owns both halve
 4. **No guess.** :func:`digest` is None when the content cannot be told whole: the folder is
    missing or not a folder, something below cannot be read, a file changed while it was read,
    an entry is not readable by the job's account (``account``: a folder it cannot list and
-   enter, a file it cannot read, by the mode bits, the owner and the group alone: ACLs are not
-   considered, and the job's processes hold no supplementary groups), since the service may
-   read what the job's account cannot and a digest changing with such a file would tell of
-   its changes,
-   or the folder holds more than :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes (what the
+   enter, a file it cannot read, judged by the mode bits, the owner and the group alone: ACLs
+   are not considered, and the job's processes hold no supplementary groups; the service may
+   read what that account cannot, and a digest changing with such a file would tell of its
+   changes), or the folder holds more than :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes (what the
    snapshot's default ship limit allows, four times over: a bigger folder is data, and reading
    it would make a submit slow); those bounds are checked on the sizes first, reading nothing.
 5. **Files read once.** A file's hash is remembered by what changes whenever its contents do

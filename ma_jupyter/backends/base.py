@@ -430,7 +430,7 @@ class Backend(ABC):
         """The account ``user``'s jobs' nodes run as, as the host rules of the service's machine
         decide it; None: the service's own (the default: the backend never switches accounts).
         The service reads an algorithm folder's content only where that account may read it
-        (:mod:`ma_jupyter.service.algorithms` rule 5a).
+        (:mod:`ma_jupyter.service.algorithms` rule 8).
 
         Raises:
             InvalidSpec: the host rules name no usable account for ``user``.

@@ -30,18 +30,18 @@ normalised absolute path:
    :data:`AT_START_READ_LIMIT` bytes of files changed since the submit are read again; past
    that the digest is unknown (None) and the events say the folder was not read again.  A
    digest the caller sent is replaced.
-5a. Where the job's nodes run as another account than the service's (the host rules'
-   ``run_as``, :meth:`~ma_jupyter.backends.base.Backend.job_account`), a folder holding an
-   entry that account cannot read has no digest (None): the service reads with its own rights,
-   and a digest that changes with a file the user's job cannot read would tell of that file
-   (:mod:`ma_jupyter.algorithm_content` rule 4: mode bits, owner and group; ACLs are not
-   considered).
 6. ``GET /jobs?algorithm=PATH&algorithm_digest=D`` lists the jobs of the folder or of the
    content ``D`` (the folder's current content as the caller read it: a search never makes the
    service read a folder the caller names, whose digest would tell of files the caller may not
    read), and the page says ``D`` back, so a listing marks which jobs ran the current content
    and which another version; ``algorithm_digest`` alone lists the jobs of that content.
 7. :func:`used_by` groups each folder's jobs by the content they ran (its versions).
+8. Where the job's nodes run as another account than the service's (the host rules'
+   ``run_as``, :meth:`~ma_jupyter.backends.base.Backend.job_account`), a folder holding an
+   entry that account cannot read has no digest (None): the service reads with its own rights,
+   and a digest that changes with a file the user's job cannot read would tell of that file
+   (:mod:`ma_jupyter.algorithm_content` rule 4: mode bits, owner and group; ACLs are not
+   considered).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def check_digest(value: str, field: str = "algorithm_digest") -> str:
 
 
 def account_of(run_as: RunAs | None) -> algorithm_content.Account | None:
-    """The account a job's folders must be readable by (rule 5a), from the backend's
+    """The account a job's folders must be readable by (rule 8), from the backend's
     :meth:`~ma_jupyter.backends.base.Backend.job_account`; None: the service's own."""
     return None if run_as is None else algorithm_content.Account(run_as.uid, run_as.gid)
 
@@ -120,7 +120,7 @@ AT_START_READ_LIMIT = 64 << 20
 def identified(spec: JobSpec, account: algorithm_content.Account | None = None) -> JobSpec:
     """``spec`` with the content of each algorithm folder it runs, read here (rule 5); whatever
     digests it came with are replaced (None where a folder cannot be read whole, or where an
-    entry is not readable by ``account``, the job's: rule 5a).  Call it
+    entry is not readable by ``account``, the job's: rule 8).  Call it
     once the backend's dry run has accepted the spec's folders, outside any lock (it reads
     files: a snapshot at the ship limit takes about a tenth of a second)."""
     read: dict[str, str | None] = {}
@@ -152,7 +152,7 @@ def at_start(
 ) -> Started:
     """Rule 5 when a job first starts (under the supervisor's lock): ``spec`` with the content of
     each folder it uses as is read again (a shipped snapshot, ``algorithm_origin`` set, never
-    changes and is not), as ``account`` may read it (rule 5a).  Unchanged files are remembered
+    changes and is not), as ``account`` may read it (rule 8).  Unchanged files are remembered
     (:mod:`ma_jupyter.algorithm_content` rule 5): an unchanged folder costs a walk; at most
     ``read_limit`` (default :data:`AT_START_READ_LIMIT`) bytes of other files are read, for all
     the folders together."""

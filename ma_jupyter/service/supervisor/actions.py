@@ -117,7 +117,7 @@ class Actions:
         advice = self._forecast.advice(spec)  # reads the job's code: before the lock
         # the content the job runs, read once its folders are accepted (algorithms.py rule 5)
         # as the job's account may read them: where that is another account than the service's,
-        # a folder it cannot read whole has no digest (algorithms.py rule 5a)
+        # a folder it cannot read whole has no digest (algorithms.py rule 8)
         account = algorithms.account_of(self._backend.job_account(spec.creator))
         spec = algorithms.identified(spec, account)
         # Under the lock, as every change of the queue: a stop of this job cannot come between
