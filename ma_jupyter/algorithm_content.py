@@ -24,7 +24,11 @@ same algorithm; one edit makes a new version of it.  This module owns both halve
    descriptor without following a link, so nothing swapped in during the walk is read.
 4. **No guess.** :func:`digest` is None when the content cannot be told whole: the folder is
    missing or not a folder, something below cannot be read, a file changed while it was read,
-   or the folder holds more than :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes (what the
+   an entry is not readable by the job's account (``account``: a folder it cannot list and
+   enter, a file it cannot read, judged by the mode bits, the owner and the group alone: ACLs
+   are not considered, and the job's processes hold no supplementary groups; the service may
+   read what that account cannot, and a digest changing with such a file would tell of its
+   changes), or the folder holds more than :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes (what the
    snapshot's default ship limit allows, four times over: a bigger folder is data, and reading
    it would make a submit slow); those bounds are checked on the sizes first, reading nothing.
 5. **Files read once.** A file's hash is remembered by what changes whenever its contents do
@@ -32,6 +36,9 @@ same algorithm; one edit makes a new version of it.  This module owns both halve
    so a folder used as is, submitted again unchanged, costs a walk and no read.  A file changed
    within :data:`RACY_SECONDS` is never remembered (two writes within one tick of the file
    system's clock could leave those times equal); at most :data:`REMEMBERED` files are.
+6. **Bounded reading** (:func:`digest_bounded`): at most a :class:`ReadBudget`'s bytes of files
+   not remembered are read; past that the digest is None and said to be cut short, so a caller
+   holding a lock never reads a big edited folder whole.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 from . import config
 from .foldersize import TooManyEntries, folder_size, walk
@@ -84,6 +92,28 @@ _remembered: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
 _remembered_lock = threading.Lock()
 
 
+class Account(NamedTuple):
+    """The account a job's processes run as: its uid and its one group (no supplementary ones)."""
+
+    uid: int
+    gid: int
+
+
+def _allows(st: os.stat_result, account: Account, wanted: int) -> bool:
+    """Whether ``account`` has the ``wanted`` permission bits (4 read, 1 search) on ``st`` by its
+    mode, owner and group (rule 4: ACLs are not considered; the owner's bits decide for the
+    owner even where the others' would allow more, as the kernel does)."""
+    if account.uid == 0:
+        return True
+    if st.st_uid == account.uid:
+        bits = st.st_mode >> 6
+    elif st.st_gid == account.gid:
+        bits = st.st_mode >> 3
+    else:
+        bits = st.st_mode
+    return bits & wanted == wanted
+
+
 def _identity(st: os.stat_result) -> tuple[int, ...]:
     """What changes whenever a file's contents do (rule 5)."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -104,11 +134,30 @@ class _Unknown(Exception):
     """The content cannot be told whole (rule 4)."""
 
 
+class _OverBudget(Exception):
+    """More than the read limit would be read (rule 6)."""
+
+
+class ReadBudget:
+    """Bytes of files not remembered that may still be read (rule 6), shared by the digests
+    given it; None: no bound."""
+
+    def __init__(self, limit: int | None = None):
+        self.left = limit
+
+    def spend(self, size: int) -> None:
+        if self.left is None:
+            return
+        if size > self.left:
+            raise _OverBudget
+        self.left -= size
+
+
 def _refuse(exc: OSError) -> None:
     raise _Unknown(str(exc)) from exc
 
 
-def _file_hash(name: str, dir_fd: int, listed: os.stat_result) -> bytes:
+def _file_hash(name: str, dir_fd: int, listed: os.stat_result, budget: ReadBudget) -> bytes:
     """The SHA-256 of the regular file ``name`` in the folder ``dir_fd`` (remembered: rule 5),
     opened without following a link and without blocking (a FIFO swapped in is refused, never
     waited on)."""
@@ -118,6 +167,7 @@ def _file_hash(name: str, dir_fd: int, listed: os.stat_result) -> bytes:
         if known is not None:
             _remembered.move_to_end(key)
             return known
+    budget.spend(listed.st_size)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
@@ -145,9 +195,27 @@ def _file_hash(name: str, dir_fd: int, listed: os.stat_result) -> bytes:
     return value
 
 
-def digest(folder: str | os.PathLike[str]) -> str | None:
+def digest(folder: str | os.PathLike[str], account: Account | None = None) -> str | None:
     """The content identity of ``folder`` (the module's rules): ``sha256:<64 hex digits>``, or
-    None when it cannot be told whole (rule 4).  Never raises for what it finds on disk."""
+    None when it cannot be told whole (rule 4), also when an entry is not readable by
+    ``account`` (None: the job runs as this process's own account, nothing is checked).  Never
+    raises for what it finds on disk."""
+    return digest_bounded(folder, account, ReadBudget())[0]
+
+
+def digest_bounded(
+    folder: str | os.PathLike[str], account: Account | None, budget: ReadBudget
+) -> tuple[str | None, bool]:
+    """:func:`digest`, reading no more bytes of files not remembered than ``budget`` has left
+    (rule 6, and spending them); also whether it stopped for that bound (the digest is then
+    None)."""
+    try:
+        return _digest(folder, account, budget), False
+    except _OverBudget:
+        return None, True
+
+
+def _digest(folder: str | os.PathLike[str], account: Account | None, budget: ReadBudget) -> str | None:
     try:
         if not stat.S_ISDIR(os.stat(folder).st_mode):
             return None
@@ -162,6 +230,8 @@ def digest(folder: str | os.PathLike[str]) -> str | None:
     folders = walk([folder], ignore=ignore, onerror=_refuse, max_entries=4 * MAX_FILES)
     try:
         for path, dir_fd, entries in folders:
+            if account is not None and not _allows(os.fstat(dir_fd), account, 5):
+                return None  # a folder the job's account cannot list or enter
             for name, entry in entries:
                 if len(records) >= MAX_FILES:
                     return None
@@ -170,8 +240,10 @@ def digest(folder: str | os.PathLike[str]) -> str | None:
                     size += entry.st_size
                     if size > MAX_BYTES:
                         return None
+                    if account is not None and not _allows(entry, account, 4):
+                        return None  # a file the job's account cannot read
                     executable = b"x" if entry.st_mode & stat.S_IXUSR else b"-"
-                    records.append((below, b"f", executable + _file_hash(name, dir_fd, entry)))
+                    records.append((below, b"f", executable + _file_hash(name, dir_fd, entry, budget)))
                 elif stat.S_ISLNK(entry.st_mode):
                     records.append((below, b"l", os.fsencode(os.readlink(name, dir_fd=dir_fd))))
                 else:

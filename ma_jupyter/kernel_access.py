@@ -13,10 +13,13 @@ folder's contents are the job's (its processes write there), so both use it the 
 2. the connection file is created whole under a fresh random name that must not exist
    (``O_EXCL``: a planted link is never followed), then linked to its name, never replacing one
    (:func:`write_connection`: the first writer wins);
-3. a socket is opened as the very inode it is (``O_PATH | O_NOFOLLOW``, refused unless a socket)
+3. a socket is opened as the very inode it is (``O_PATH | O_NOFOLLOW``, refused unless a socket
+   owned by the job's account, the owner of the kernel folder the platform made for the node)
    and connected to through that descriptor, ``/proc/self/fd/N`` (:func:`open_socket`): a socket
-   swapped for a link to anything else on the machine is never reached, and the path stays short
-   (a Unix socket's is at most 107 bytes).  Only the names :data:`CHANNELS` are ever opened.
+   swapped for a link to anything else on the machine is never reached, nor a hard link to a
+   socket of another account (where ``fs.protected_hardlinks`` is 0 a job may hard-link one it
+   does not own), and the path stays short (a Unix socket's is at most 107 bytes).  Only the
+   names :data:`CHANNELS` are ever opened.
 
 The relay's wire (TCP to the Ray node holding the dev environment, one connection per channel
 or request):
@@ -92,16 +95,28 @@ def write_connection(folder_fd: int, key: str, signature_scheme: str = "hmac-sha
     return True
 
 
-def open_socket(folder_fd: int, name: str, deadline: float, cancel: threading.Event | None = None) -> int:
+def open_socket(
+    folder_fd: int,
+    name: str,
+    deadline: float,
+    cancel: threading.Event | None = None,
+    owner: int | None = None,
+) -> int:
     """Rule 3: an ``O_PATH`` descriptor of the kernel's socket ``name`` (one of
     :data:`CHANNELS`), once the kernel made it; connect to :func:`socket_path` of it.
+
+    Args:
+        owner: the uid the socket must belong to, the job's account; None: the kernel folder's
+            owner (the platform gives the folder to the account the node runs as).
 
     Raises:
         LookupError: ``name`` is no channel's, it did not appear by ``deadline`` (a
             ``time.monotonic()`` value) or before ``cancel`` was set, or the job put something
-            else than a socket there.
+            else than a socket of its own account there.
     """
     cancel = cancel or threading.Event()
+    if owner is None:
+        owner = os.fstat(folder_fd).st_uid
     if name not in CHANNELS.values():
         raise LookupError(f"{name!r} is not one of the kernel's sockets ({', '.join(CHANNELS.values())})")
     while True:
@@ -113,10 +128,13 @@ def open_socket(folder_fd: int, name: str, deadline: float, cancel: threading.Ev
                     f"the kernel did not make its socket {name}: see the dev environment's log"
                 ) from None
             continue
-        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        found = os.fstat(fd)
+        # a hard link keeps its inode's owner: one to another account's socket is refused too
+        if not stat.S_ISSOCK(found.st_mode) or found.st_uid != owner:
             os.close(fd)
             raise LookupError(
-                f"{name} in the kernel folder is not the kernel's socket: refusing to connect to it"
+                f"{name} in the kernel folder is not the kernel's socket (a socket of the job's "
+                "account): refusing to connect to it"
             )
         return fd
 

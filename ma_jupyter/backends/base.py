@@ -26,7 +26,7 @@ from typing import Protocol
 
 from ..errors import Conflict, InvalidSpec
 from ..jobdir import JobDir
-from ..models import CacheInfo, Job, JobSpec, KernelRoute, LogStream, Node, NodeLaunch, NodeRun
+from ..models import CacheInfo, Job, JobSpec, KernelRoute, LogStream, Node, NodeLaunch, NodeRun, RunAs
 from ..modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 
 
@@ -425,6 +425,18 @@ class Backend(ABC):
         between their jobs; the default keeps none."""
         del user, every_user
         return []
+
+    def job_account(self, user: str | None) -> RunAs | None:
+        """The account ``user``'s jobs' nodes run as, as the host rules of the service's machine
+        decide it; None: the service's own (the default: the backend never switches accounts).
+        The service reads an algorithm folder's content only where that account may read it
+        (:mod:`ma_jupyter.service.algorithms` rule 8).
+
+        Raises:
+            InvalidSpec: the host rules name no usable account for ``user``.
+        """
+        del user
+        return None
 
     def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
         """The state of the dataset at ``source`` (a resolved path the job's mount rules

@@ -28,9 +28,9 @@ Contract, in order:
    are the job's, so nothing in it is trusted (:mod:`ma_jupyter.kernel_access`, which this bridge
    and the relay share): the folder is opened without following a link, the file is created
    under a fresh random name that must not exist and then linked to its name, and each socket is
-   opened as the very inode it is (``O_PATH | O_NOFOLLOW``, refused unless a socket) and
-   connected to through that descriptor, so a socket swapped for a link to anything else on
-   that machine is never reached.  Through the relay, the relay does exactly this on its machine;
+   opened as the very inode it is (``O_PATH | O_NOFOLLOW``, refused unless a socket owned by the
+   kernel folder's owner, the job's account) and connected to through that descriptor, so a
+   socket swapped for a link, or a hard link, to anything else on that machine is never reached.  Through the relay, the relay does exactly this on its machine;
    this process waits until each of the kernel's sockets answers (at most two minutes);
 5. relay: ROUTER (Jupyter's side) to DEALER (the kernel's) for shell, control, stdin and
    heartbeat; XPUB to XSUB for iopub (subscriptions forwarded).  The shell and stdin DEALERs

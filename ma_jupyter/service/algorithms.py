@@ -21,16 +21,27 @@ normalised absolute path:
    :mod:`ma_jupyter.algorithm_content`), which the service reads itself when it accepts the job
    (:func:`identified`), after the backend's dry run has let the caller mount the folder: the
    folder is on this machine for every backend (the Ray backend ships it from here), and a
-   snapshot never changes, so what is read is what the nodes run.  A folder used as is (a
-   ``--code-dir`` of the command line, a batch task's folder) is read again when the job first
-   starts (:func:`at_start`): an edit made while it was queued is the content it ran, and its
-   events say so.  A digest the caller sent is replaced.
+   snapshot never changes.  A folder used as is (a ``--code-dir`` of the command line, a batch
+   task's folder) is read again when the job first starts (:func:`at_start`): an edit made while
+   it was queued is the content recorded, and its events say so.  The digest is the content at
+   that first start: a later attempt runs the folder as it is then (the Ray backend packs it
+   again for each attempt, the local backend shows it as it is), which the digest does not
+   follow.  At the start the service holds the supervisor's lock, so at most
+   :data:`AT_START_READ_LIMIT` bytes of files changed since the submit are read again; past
+   that the digest is unknown (None) and the events say the folder was not read again.  A
+   digest the caller sent is replaced.
 6. ``GET /jobs?algorithm=PATH&algorithm_digest=D`` lists the jobs of the folder or of the
    content ``D`` (the folder's current content as the caller read it: a search never makes the
    service read a folder the caller names, whose digest would tell of files the caller may not
    read), and the page says ``D`` back, so a listing marks which jobs ran the current content
    and which another version; ``algorithm_digest`` alone lists the jobs of that content.
 7. :func:`used_by` groups each folder's jobs by the content they ran (its versions).
+8. Where the job's nodes run as another account than the service's (the host rules'
+   ``run_as``, :meth:`~ma_jupyter.backends.base.Backend.job_account`), a folder holding an
+   entry that account cannot read has no digest (None): the service reads with its own rights,
+   and a digest that changes with a file the user's job cannot read would tell of that file
+   (:mod:`ma_jupyter.algorithm_content` rule 4: mode bits, owner and group; ACLs are not
+   considered).
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ from sqlalchemy.exc import IntegrityError
 
 from .. import algorithm_content
 from ..errors import Conflict, InvalidSpec
-from ..models import DIGEST_PATTERN, MAX_PATH, JobSpec
+from ..models import DIGEST_PATTERN, MAX_PATH, JobSpec, RunAs
 from . import algorithm_folders
 from .store import Store, jobs_table
 
@@ -96,9 +107,20 @@ def check_digest(value: str, field: str = "algorithm_digest") -> str:
     return value
 
 
-def identified(spec: JobSpec) -> JobSpec:
+def account_of(run_as: RunAs | None) -> algorithm_content.Account | None:
+    """The account a job's folders must be readable by (rule 8), from the backend's
+    :meth:`~ma_jupyter.backends.base.Backend.job_account`; None: the service's own."""
+    return None if run_as is None else algorithm_content.Account(run_as.uid, run_as.gid)
+
+
+#: the most bytes of files changed since the submit read again at a job's first start (rule 5)
+AT_START_READ_LIMIT = 64 << 20
+
+
+def identified(spec: JobSpec, account: algorithm_content.Account | None = None) -> JobSpec:
     """``spec`` with the content of each algorithm folder it runs, read here (rule 5); whatever
-    digests it came with are replaced (None where a folder cannot be read whole).  Call it
+    digests it came with are replaced (None where a folder cannot be read whole, or where an
+    entry is not readable by ``account``, the job's: rule 8).  Call it
     once the backend's dry run has accepted the spec's folders, outside any lock (it reads
     files: a snapshot at the ship limit takes about a tenth of a second)."""
     read: dict[str, str | None] = {}
@@ -107,27 +129,46 @@ def identified(spec: JobSpec) -> JobSpec:
         if not folder:
             return None
         if folder not in read:  # batch tasks often share one folder
-            read[folder] = algorithm_content.digest(folder)
+            read[folder] = algorithm_content.digest(folder, account)
         return read[folder]
 
     tasks = [task.model_copy(update={"algorithm_digest": content(task.algorithm)}) for task in spec.tasks]
     return spec.model_copy(update={"algorithm_digest": content(spec.algorithm), "tasks": tasks})
 
 
-def at_start(spec: JobSpec) -> tuple[JobSpec, list[str]]:
-    """Rule 5 when a job first starts: ``spec`` with the content of each folder it uses as is
-    read again (a shipped snapshot, ``algorithm_origin`` set, never changes and is not), and
-    the folders whose recorded content changed since the submit.  Unchanged files are
-    remembered (:mod:`ma_jupyter.algorithm_content` rule 5): an unchanged folder costs a walk."""
+@dataclass
+class Started:
+    """What :func:`at_start` found: the spec with its digests, the folders whose content changed
+    since the submit, and those not read again (more than :data:`AT_START_READ_LIMIT` bytes of
+    changed files: their digest is None)."""
+
+    spec: JobSpec
+    changed: list[str]
+    unread: list[str]
+
+
+def at_start(
+    spec: JobSpec, account: algorithm_content.Account | None = None, read_limit: int | None = None
+) -> Started:
+    """Rule 5 when a job first starts (under the supervisor's lock): ``spec`` with the content of
+    each folder it uses as is read again (a shipped snapshot, ``algorithm_origin`` set, never
+    changes and is not), as ``account`` may read it (rule 8).  Unchanged files are remembered
+    (:mod:`ma_jupyter.algorithm_content` rule 5): an unchanged folder costs a walk; at most
+    ``read_limit`` (default :data:`AT_START_READ_LIMIT`) bytes of other files are read, for all
+    the folders together."""
+    budget = algorithm_content.ReadBudget(AT_START_READ_LIMIT if read_limit is None else read_limit)
     read: dict[str, str | None] = {}
     changed: list[str] = []
+    unread: list[str] = []
 
     def content(folder: str | None, recorded: str | None) -> str | None:
         if not folder:
             return None
         if folder not in read:
-            read[folder] = algorithm_content.digest(folder)
-            if recorded is not None and read[folder] != recorded:
+            read[folder], cut = algorithm_content.digest_bounded(folder, account, budget)
+            if cut:
+                unread.append(folder)
+            elif recorded is not None and read[folder] != recorded:
                 changed.append(folder)
         return read[folder]
 
@@ -139,7 +180,7 @@ def at_start(spec: JobSpec) -> tuple[JobSpec, list[str]]:
             t.model_copy(update={"algorithm_digest": content(t.algorithm, t.algorithm_digest)})
             for t in spec.tasks
         ]
-    return spec.model_copy(update=update), changed
+    return Started(spec.model_copy(update=update), changed, unread)
 
 
 class Favourites:

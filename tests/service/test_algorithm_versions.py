@@ -187,3 +187,60 @@ def test_a_folder_used_as_is_edited_while_its_job_queued_is_recorded_as_it_ran(m
     assert queued.id in found
     page = ma_client.job_page(algorithm_digest=at_submit)
     assert queued.id not in [j.id for j in page.items]  # the version it did not run
+
+
+def test_a_folder_with_a_file_the_jobs_account_cannot_read_has_no_recorded_content(ma_service, tmp_path):
+    """The service (root here) reads with its own rights; the user's jobs run as another
+    account (``[users] job_account``, nobody): a file only root reads makes the content unknown,
+    else the recorded digest would change with that file."""
+    api = ma_service.api
+    owner = ma_service.session()
+    folder = tmp_path / "algo"
+    folder.mkdir()
+    folder.chmod(0o755)
+    (folder / "train.py").write_text("print('hi')\n")
+    private = folder / "private.txt"
+    private.write_text("only root reads this\n")
+    private.chmod(0o600)
+
+    def recorded() -> str | None:
+        body = {"name": "unreadable", "algorithm": str(folder), "command": f"{PY} -c pass"}
+        reply = owner.post(f"{api}/jobs", json=body, timeout=60)
+        assert reply.status_code == 201, reply.text
+        return reply.json()["spec"]["algorithm_digest"]
+
+    assert digest(folder) is not None  # root reads it whole
+    assert recorded() is None
+    private.write_text("changed, still only root's\n")
+    assert recorded() is None  # nothing of its change shows
+    private.chmod(0o644)
+    assert recorded() == digest(folder) is not None
+
+
+@pytest.mark.small_cluster
+def test_a_folder_edited_past_the_read_limit_while_queued_is_not_read_again_at_the_start(ma_client, tmp_path):
+    """The first start reads a folder used as is again under the supervisor's lock: more than
+    64 MB of changed files are not read there, and the content is recorded as unknown."""
+    folder = tmp_path / "algo"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('first version')\n")
+    blocker = ma_client.submit(
+        name="blocker",
+        command=f"{PY} -c 'import time; time.sleep(300)'",
+        specs=["cpu.medium"],
+        node_name="tiny",
+    )
+    wait_for(lambda: blocker.status is JobStatus.running, timeout=60)
+    queued = ma_client.submit(
+        name="queued", algorithm=str(folder), command="python train.py", node_name="tiny"
+    )
+    assert queued.status is JobStatus.queued
+    assert queued.info.spec.algorithm_digest == digest(folder) is not None
+    with open(folder / "weights.bin", "wb") as weights:  # 65 MB added while it waits
+        for _ in range(65):
+            weights.write(b"\1" * (1 << 20))
+    blocker.stop()
+    assert queued.wait(timeout=120).status is JobStatus.succeeded
+    assert queued.info.spec.algorithm_digest is None
+    said = [e.reason for e in queued.events()]
+    assert any(f"{folder} changed since the submit" in r and "not read again" in r for r in said), said

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -181,3 +182,96 @@ def test_the_jobs_table_keeps_each_folder_with_its_content():
     assert algorithm_folders.split(algorithm_folders.column(shipped)) == [("/a/mnist", two)]
     with pytest.raises(ValueError):
         JobSpec(name="t", command="python t.py", algorithm="/a", algorithm_digest="md5:1234")
+
+
+NOBODY = algorithm_content.Account(65534, 65534)  # the job's account, another than the service's
+
+
+def test_no_digest_where_the_jobs_account_cannot_read_an_entry(algo):
+    """The service reads with its own rights (root): a folder with an entry the job's account
+    cannot read has no digest, else its changes would tell of that file (rule 4)."""
+    assert digest(algo, NOBODY) is None  # run.sh is 0700, root's
+    (algo / "run.sh").chmod(0o755)
+    readable = digest(algo, NOBODY)
+    assert readable is not None and readable == digest(algo)
+    secret = algo / "pkg" / "secret.py"
+    secret.write_text("TOKEN = 'only root reads this'\n")
+    secret.chmod(0o600)  # root's, unreadable by the job's account
+    assert digest(algo, NOBODY) is None
+    assert digest(algo) is not None  # the service runs the job as itself: nothing is checked
+    os.chown(secret, 0, NOBODY.gid)
+    secret.chmod(0o640)  # readable through the job's group
+    assert digest(algo, NOBODY) is not None
+    os.chown(secret, NOBODY.uid, 0)
+    secret.chmod(0o044)  # its owner's bits decide for its owner, as the kernel does
+    assert digest(algo, NOBODY) is None
+    secret.chmod(0o400)
+    assert digest(algo, NOBODY) is not None
+    (algo / "pkg").chmod(0o750)  # a folder the job's account cannot list nor enter
+    assert digest(algo, NOBODY) is None
+    (algo / "pkg").chmod(0o755)
+    assert digest(algo, NOBODY) is not None
+
+
+def test_reading_is_bounded_by_its_budget_remembered_files_cost_nothing(algo, monkeypatch):
+    monkeypatch.setattr(algorithm_content, "_remembered", type(algorithm_content._remembered)())
+    monkeypatch.setattr(algorithm_content, "RACY_SECONDS", -1.0)  # as if written long ago
+    whole = digest(algo)
+    assert algorithm_content.digest_bounded(algo, None, algorithm_content.ReadBudget(0)) == (whole, False)
+    (algo / "train.py").write_text("print('edited')\n" * 100)  # 1,600 bytes not remembered
+    budget = algorithm_content.ReadBudget(1000)
+    assert algorithm_content.digest_bounded(algo, None, budget) == (None, True)
+    budget = algorithm_content.ReadBudget(2000)
+    found = algorithm_content.digest_bounded(algo, None, budget)
+    assert found == (digest(algo), False) and found[0] != whole
+    assert budget.left == 2000 - 1600
+
+
+def _spec(folder):
+    from ma_jupyter.models import JobSpec
+
+    return JobSpec(name="job", command="python train.py", algorithm=str(folder))
+
+
+def test_the_start_reads_a_bounded_amount_again_else_the_content_is_unknown(algo, monkeypatch):
+    """At a job's first start (under the supervisor's lock) a folder used as is is read again,
+    at most the read limit of files changed since the submit (service/algorithms.py rule 5)."""
+    from ma_jupyter.service import algorithms
+
+    monkeypatch.setattr(algorithm_content, "RACY_SECONDS", -1.0)  # as if written long ago
+    submitted = algorithms.identified(_spec(algo))
+    at_submit = submitted.algorithm_digest
+    started = algorithms.at_start(submitted, read_limit=0)  # unchanged: nothing to read
+    assert (started.spec.algorithm_digest, started.changed, started.unread) == (at_submit, [], [])
+    (algo / "train.py").write_text("print('edited while queued')\n")
+    started = algorithms.at_start(submitted, read_limit=1 << 20)
+    assert started.spec.algorithm_digest == digest(algo) != at_submit
+    assert (started.changed, started.unread) == ([str(algo)], [])
+    (algo / "data.bin").write_bytes(b"\0" * 4096)  # more to read again than the limit
+    started = algorithms.at_start(submitted, read_limit=1000)
+    assert (started.spec.algorithm_digest, started.changed, started.unread) == (None, [], [str(algo)])
+
+
+def test_an_unchanged_2000_file_folder_costs_a_walk_at_the_start(tmp_path, monkeypatch):
+    """The time the start holds the supervisor's lock for an unchanged folder of 2,000 files
+    (printed); it reads no file again (a read limit of 0 still gives its digest)."""
+    from ma_jupyter.service import algorithms
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(algorithm_content, "RACY_SECONDS", -1.0)  # as if written long ago
+    folder = tmp_path / "big"
+    for package in range(20):
+        (folder / f"pkg{package}").mkdir(parents=True)
+        for module in range(100):
+            (folder / f"pkg{package}" / f"m{module}.py").write_text(f"X = {package * 100 + module}\n" * 20)
+    submitted = algorithms.identified(_spec(folder))
+    assert submitted.algorithm_digest is not None
+    took = []
+    for _ in range(5):
+        started_at = time.perf_counter()
+        started = algorithms.at_start(submitted, read_limit=0)
+        took.append(time.perf_counter() - started_at)
+        assert started.spec.algorithm_digest == submitted.algorithm_digest and not started.unread
+    print(
+        f"at_start, unchanged 2,000-file folder: median {sorted(took)[2] * 1e3:.1f} ms, max {max(took) * 1e3:.1f} ms"
+    )

@@ -87,3 +87,34 @@ def test_sockets_are_reached_as_the_inodes_they_are_never_through_a_planted_link
         kernel.close(0)
         ctx.term()
         other.close()
+
+
+def test_a_hard_link_to_another_accounts_socket_is_refused(tmp_path):
+    """Where ``fs.protected_hardlinks`` is 0 a job may hard-link a socket it does not own into
+    its kernel folder (no link to follow, and a socket): it is still not the job's."""
+    job = 65534  # the job's account (nobody): the platform gives it the kernel folder
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    os.chown(folder, job, job)
+    elsewhere = tmp_path / "roots.sock"
+    other = socket.socket(socket.AF_UNIX)
+    other.bind(str(elsewhere))  # this process's account's socket (root, as the relay runs)
+    os.link(elsewhere, folder / "k-1")  # the job's hard link to it
+    own = socket.socket(socket.AF_UNIX)
+    own.bind(str(folder / "k-2"))
+    os.chown(folder / "k-2", job, job)  # the kernel's own socket, made by the job's account
+    fd = kernel_access.open_folder(folder)
+    opened = []
+    try:
+        with pytest.raises(LookupError, match="not the kernel's socket"):
+            kernel_access.open_socket(fd, "k-1", time.monotonic() + 5)
+        with pytest.raises(LookupError, match="not the kernel's socket"):  # a stated owner too
+            kernel_access.open_socket(fd, "k-1", time.monotonic() + 5, owner=job)
+        opened.append(kernel_access.open_socket(fd, "k-2", time.monotonic() + 5))
+        with pytest.raises(LookupError, match="not the kernel's socket"):  # not the stated owner
+            kernel_access.open_socket(fd, "k-2", time.monotonic() + 5, owner=job + 1)
+    finally:
+        for each in [fd, *opened]:
+            os.close(each)
+        other.close()
+        own.close()

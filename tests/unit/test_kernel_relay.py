@@ -7,6 +7,8 @@ a planted link in the kernel folder).  The whole path with Ray and a real kernel
 from __future__ import annotations
 
 import json
+import os
+import selectors
 import socket
 import threading
 import time
@@ -15,6 +17,7 @@ import pytest
 import zmq
 
 from ma_jupyter import kernel_access
+from ma_jupyter.backends.ray import kernel_relay as relay_module
 from ma_jupyter.backends.ray.kernel_relay import KernelRelay
 from ma_jupyter.client import kernel_bridge
 from ma_jupyter.jobdir import CONNECTION_FILE
@@ -161,6 +164,81 @@ def test_a_planted_link_or_file_is_refused_and_the_first_socket_stays(kernel, re
             door.close()
     finally:
         other.close()
+
+
+def test_a_hard_link_to_another_accounts_socket_is_refused(tmp_path):
+    """The relay runs as root; the job (another account, owning its kernel folder) hard-links a
+    socket of root's into the folder (possible where ``fs.protected_hardlinks`` is 0)."""
+    job = 65534
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    os.chown(folder, job, job)
+    elsewhere = tmp_path / "roots.sock"
+    other = socket.socket(socket.AF_UNIX)
+    other.bind(str(elsewhere))
+    other.listen(4)
+    other.settimeout(0.5)
+    os.link(elsewhere, folder / "k-1")
+    relay = KernelRelay(folder, "127.0.0.1")
+    try:
+        answer = _raw(relay, kernel_access.hello(relay.secret, channel="k-1"))
+        assert answer.startswith(kernel_access.REFUSED) and b"not the kernel's socket" in answer
+        with pytest.raises(TimeoutError):
+            other.accept()
+        # the kernel's own socket (the job's account's) is reached
+        own = socket.socket(socket.AF_UNIX)
+        own.bind(str(folder / "k-2"))
+        own.listen(4)
+        os.chown(folder / "k-2", job, job)
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=30) as conn:
+            conn.sendall(kernel_access.hello(relay.secret, channel="k-2"))
+            assert conn.recv(1) == kernel_access.READY
+        own.close()
+    finally:
+        relay.close()
+        other.close()
+
+
+def test_a_stranger_holding_unproven_connections_does_not_keep_the_owner_out(kernel, relay):
+    """A stranger keeps opening connections it never proves from one address, reopening each
+    the relay closes; the bridge, from another address (127.0.0.2), still gets through."""
+    held: list[socket.socket] = []
+    turned_away = threading.Event()
+    stop = threading.Event()
+    many = relay_module.MAX_PENDING + 8
+
+    def stranger():
+        with selectors.DefaultSelector() as watch:
+            while not stop.is_set():
+                while len(held) < many:
+                    try:
+                        conn = socket.create_connection(("127.0.0.1", relay.port), timeout=5)
+                    except OSError:
+                        break
+                    held.append(conn)
+                    watch.register(conn, selectors.EVENT_READ)
+                for key, _ in watch.select(0.02):
+                    watch.unregister(key.fileobj)
+                    held.remove(key.fileobj)
+                    key.fileobj.close()  # closed by the relay: open another at once
+                    turned_away.set()
+
+    thread = threading.Thread(target=stranger, daemon=True)
+    thread.start()
+    try:
+        assert turned_away.wait(30), "the relay took every connection of the stranger"
+        assert relay.pending().get("127.0.0.1", 0) <= relay_module.PENDING_PER_SOURCE
+        for _ in range(3):
+            with socket.create_connection(
+                ("127.0.0.1", relay.port), timeout=30, source_address=("127.0.0.2", 0)
+            ) as conn:
+                conn.sendall(kernel_access.hello(relay.secret, channel="k-1"))
+                assert conn.recv(1) == kernel_access.READY
+    finally:
+        stop.set()
+        thread.join(30)
+        for conn in held:
+            conn.close()
 
 
 def test_closing_ends_the_listener_the_connections_and_the_threads(kernel, relay):

@@ -39,7 +39,7 @@ import ma_jupyter
 from ... import accelerators, config
 from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...jobdir import NO_IPYKERNEL_SAYS
-from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun
+from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun, RunAs
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...nodehost import caches, cgroup, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
 from ...nodehost import logs as job_logs
@@ -48,6 +48,7 @@ from ...nodehost import overlay as job_overlay
 from ...nodehost.bwrap import sandbox_argv
 from ...nodehost.code import python_sources
 from ...nodehost.forkserver import RunnerForkServer, ServerUnavailable
+from ...nodehost.host_policy import load_policy
 from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node, with_machine_cards
 from ...nodehost.mounts import Mount, path_hint
 from ...nodehost.overlay import Overlay
@@ -894,6 +895,11 @@ class LocalBackend(Backend):
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s cache (the caller made sure no job of theirs runs)."""
         caches.clear(user)
+
+    def job_account(self, user: str | None) -> RunAs | None:
+        """The account of ``user``'s jobs by this machine's host rules (:mod:`~ma_jupyter.nodehost.host_policy`)."""
+        found = load_policy().run_as(user)
+        return None if found is None else RunAs(name=found.name, uid=found.uid, gid=found.gid)
 
     def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
         """The dataset's state read as the job's account on this machine (:mod:`.prepare`)."""

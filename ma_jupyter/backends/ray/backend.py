@@ -78,6 +78,7 @@ from ...models import (
     Node,
     NodeLaunch,
     NodeRun,
+    RunAs,
 )
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...nodehost import caches, prepare
@@ -504,6 +505,12 @@ class RayBackend(Backend):
                 self._here = LocalBackend(inventory=[])
             here = self._here
         return here.start_outputs_reader(job, argv, env, output)
+
+    def job_account(self, user: str | None) -> RunAs | None:
+        """The account of ``user``'s jobs by the service machine's host rules, where the algorithm
+        folders are read and packed (each Ray node's agent applies the same rules there)."""
+        found = load_policy().run_as(user)
+        return None if found is None else RunAs(name=found.name, uid=found.uid, gid=found.gid)
 
     def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
         """The dataset's state read as the job's account on the service's machine, where the

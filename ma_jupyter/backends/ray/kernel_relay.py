@@ -15,17 +15,24 @@ admin), and speaks the wire of :mod:`ma_jupyter.kernel_access`:
    authorised call.  The job never sees it (it is in no file, variable or argument of the node);
 3. a connection proves the secret in its first line (compared in constant time) before anything
    else happens; until then it gets nothing, and a wrong or missing proof closes it having sent
-   nothing.  At most :data:`MAX_PENDING` connections may be before their proof at once (more are
-   closed at once), each for at most :data:`~ma_jupyter.kernel_access.HELLO_WAIT` seconds;
+   nothing.  At most :data:`PENDING_PER_SOURCE` connections of one source address, and
+   :data:`MAX_PENDING` in all, may be before their proof at once (more are closed at once), each
+   for at most :data:`~ma_jupyter.kernel_access.HELLO_WAIT` seconds: a stranger that keeps
+   opening connections it never proves fills its own source's share only, so the bridge's
+   connections from the service's machine still get through;
 4. a proven connection names one of the kernel's sockets, which the relay opens in the kernel
    folder as the untrusted-file rules of :mod:`ma_jupyter.kernel_access` say (the folder through
-   no link, the socket as the inode it is, anything else refused) and connects to; the first
+   no link, the socket as the inode it is and owned by the job's account, the kernel folder's
+   owner: anything else refused, a hard link to another account's socket included; the relay
+   runs as the Ray agent's account, root, which may connect to any socket) and connects to; the first
    socket found under a name stays the one that name reaches for the relay's life (a later swap
    in the folder changes nothing, as for the bridge's own descriptors); then it copies bytes both
    ways until either side closes.  Or it writes the connection file, once;
-5. the listener is reachable by whatever reaches the Ray node's address, jobs included (jobs
-   started after it are fenced off it, as off every port that listens on their machine when they
-   start: :mod:`.fence`); the secret is what keeps them out.
+5. the listener is reachable by whatever reaches the Ray node's address.  Jobs do not: each
+   attempt's nodes run in a network namespace of their own, joined to its other machines by its
+   overlay, where nothing of the machine's network is reachable; where a machine cannot make
+   one, the nodes are fenced off the ports that listen when they start (:mod:`.fence`), which a
+   relay started after them is not.  The secret is what keeps every other caller out.
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ from ...kernel_access import EXISTS, READY, REFUSED, WRITTEN
 
 log = logging.getLogger("ma_jupyter.ray.kernel_relay")
 
-#: connections that may wait for their proof at once (rule 3)
-MAX_PENDING = 32
+#: connections that may wait for their proof at once, in all and from one source address (rule 3)
+MAX_PENDING = 64
+PENDING_PER_SOURCE = 8
 #: seconds a proven connection waits for the kernel folder and its socket (the kernel binds its
 #: sockets once it read the connection file)
 SOCKET_WAIT = 120.0
@@ -59,10 +67,13 @@ class KernelRelay:
     Args:
         folder: the node's kernel folder on this machine.
         address: the Ray node's address to listen on.
+        owner: the uid of the job's account, which the kernel's sockets must belong to; None: the
+            kernel folder's owner (the platform gives it to the account the node runs as).
     """
 
-    def __init__(self, folder: Path, address: str):
+    def __init__(self, folder: Path, address: str, owner: int | None = None):
         self.folder = Path(folder)
+        self.owner = owner
         self.secret = secrets.token_hex(32)  # rule 2
         family = socket.AF_INET6 if ":" in address else socket.AF_INET
         self._listener = socket.create_server((address, 0), family=family)
@@ -71,7 +82,7 @@ class KernelRelay:
         self._lock = threading.Lock()
         self._closed = False
         self._closing = threading.Event()  # wakes the waits for the folder and the sockets
-        self._pending = 0
+        self._pending: dict[str, int] = {}  # source address -> connections before their proof
         self._sockets: set[socket.socket] = set()
         self._threads: set[threading.Thread] = set()
         self._pinned: dict[str, int] = {}  # socket name -> O_PATH descriptor (rule 4)
@@ -88,7 +99,9 @@ class KernelRelay:
                 target=self._run, args=(target, *args), name=f"kernel-relay-{self.port}-{what}", daemon=True
             )
             self._threads.add(thread)
-        thread.start()
+            # started under the lock: close() never sees a thread it cannot join yet (start()
+            # waits for the thread's bootstrap only, which takes no lock of ours)
+            thread.start()
         return True
 
     def _run(self, target, *args) -> None:
@@ -128,28 +141,48 @@ class KernelRelay:
     def _accept(self) -> None:
         while True:
             try:
-                conn, _ = self._listener.accept()
+                conn, peer = self._listener.accept()
             except OSError:
                 return  # closed (rule 1)
+            source = str(peer[0])
             with self._lock:
-                busy = self._pending >= MAX_PENDING
+                busy = (
+                    sum(self._pending.values()) >= MAX_PENDING
+                    or self._pending.get(source, 0) >= PENDING_PER_SOURCE
+                )
                 if not busy:
-                    self._pending += 1
-            if busy or not self._track(conn):
+                    self._pending[source] = self._pending.get(source, 0) + 1
+            if busy:
                 conn.close()
-                if busy:
-                    continue
+                continue
+            if not self._track(conn):
+                self._proved(source)
+                conn.close()
                 return
-            if not self._start(self._serve, "conn", conn):
+            if not self._start(self._serve, "conn", conn, source):
+                self._proved(source)
                 self._drop(conn)
                 return
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _proved(self, source: str) -> None:
+        """One connection of ``source`` is no longer before its proof (proven, or dropped)."""
+        with self._lock:
+            left = self._pending.get(source, 0) - 1
+            if left > 0:
+                self._pending[source] = left
+            else:
+                self._pending.pop(source, None)
+
+    def pending(self) -> dict[str, int]:
+        """Connections before their proof, by source address."""
+        with self._lock:
+            return dict(self._pending)
+
+    def _serve(self, conn: socket.socket, source: str) -> None:
         try:
             request = kernel_access.read_hello(conn)
         finally:
-            with self._lock:
-                self._pending -= 1
+            self._proved(source)
         proof = request.get("secret") if request else None
         if not isinstance(proof, str) or not hmac.compare_digest(proof.encode(), self.secret.encode()):
             self._drop(conn)  # rule 3: nothing is sent
@@ -210,7 +243,7 @@ class KernelRelay:
             folder_fd = self._folder()
             try:
                 found = kernel_access.open_socket(
-                    folder_fd, name, time.monotonic() + SOCKET_WAIT, self._closing
+                    folder_fd, name, time.monotonic() + SOCKET_WAIT, self._closing, owner=self.owner
                 )
             finally:
                 os.close(folder_fd)

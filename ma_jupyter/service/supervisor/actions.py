@@ -13,7 +13,8 @@ Rules of a submit (:meth:`Actions.submit`), in this order:
 3. the caller's own check (a quota) runs, then the preflight (:mod:`.forecast`), then the
    jobs folder's free space is checked (``DiskFull``, HTTP 507);
 4. the single-copy advice is judged and the content of the job's algorithm folders is read
-   (``algorithm_digest``, :func:`..algorithms.identified`: whatever the caller sent is replaced);
+   (``algorithm_digest``, :func:`..algorithms.identified`, as the job's account may read it:
+   whatever the caller sent is replaced);
    both read the job's code: before the lock;
 5. under the lock, the job is stored queued with its event (a random id already taken gets
    another) and put in the queue index, so a stop cannot come between its row and its place.
@@ -115,7 +116,10 @@ class Actions:
             raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
         advice = self._forecast.advice(spec)  # reads the job's code: before the lock
         # the content the job runs, read once its folders are accepted (algorithms.py rule 5)
-        spec = algorithms.identified(spec)
+        # as the job's account may read them: where that is another account than the service's,
+        # a folder it cannot read whole has no digest (algorithms.py rule 8)
+        account = algorithms.account_of(self._backend.job_account(spec.creator))
+        spec = algorithms.identified(spec, account)
         # Under the lock, as every change of the queue: a stop of this job cannot come between
         # its row and its place in the queue index.
         with self._ledger.lock:

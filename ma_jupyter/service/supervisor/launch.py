@@ -12,8 +12,9 @@
    right after launch can still find them), and exactly the dry run's launches are started;
    each node's log keeps its earlier attempts, so a run records the size its part starts at;
 4. the job becomes ``running``, with its nodes, its spec and its workspace isolation (at its
-   first start, the content of each algorithm folder it uses as is read again: an edit made
-   while it was queued is what it runs, and an event says so); an elastic job started on fewer
+   first start, the content of each algorithm folder it uses as is read again, at most
+   64 MB of changed files: an edit made while it was queued is what it runs, and an event says
+   so, or that the content was not read again and is unknown); an elastic job started on fewer
    nodes than it asked says so, and is watched for scale-up from now.
 
 A launch that raises frees its placement and fails the job with the reason
@@ -77,6 +78,7 @@ class Launcher:
             self._backend.release(placement)
             self.hold_for_space(job, disk_full_message(full))
         changed: list[str] = []
+        unread: list[str] = []
         try:
             config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
             if job.spec.data_preparation and prepared is None:
@@ -87,8 +89,11 @@ class Launcher:
             if prepared is not None:
                 self._preparation.link(job, prepared)
             if job.started_at is None:  # before its processes exist, which may write to it
-                spec, changed = algorithms.at_start(job.spec)
-                job = job.model_copy(update={"spec": spec})
+                # bounded: this runs under the supervisor's lock (algorithms.py rule 5)
+                account = algorithms.account_of(self._backend.job_account(job.spec.creator))
+                started = algorithms.at_start(job.spec, account)
+                changed, unread = started.changed, started.unread
+                job = job.model_copy(update={"spec": started.spec})
             attempt = attempt_for(self._store, job, placement)
             launches = self._backend.dryrun(attempt)
             # Durable before the processes exist: a crash right after launch can still find them.
@@ -122,6 +127,13 @@ class Launcher:
                 job,
                 f"the algorithm folder {folder} changed since the submit: the job runs what it holds "
                 "now (search by algorithm finds it under that content)",
+            )
+        for folder in unread:
+            self._journal.notice(
+                job,
+                f"the algorithm folder {folder} changed since the submit by more than "
+                f"{algorithms.AT_START_READ_LIMIT >> 20} MB of files: its content was not read again "
+                "at the start, so the job's algorithm_digest is unknown",
             )
         running, elastic = policies.workers(placement.tasks), job.spec.checkpoint_resume
         if elastic and elastic.elastic_min_nodes and running < job.spec.nodes:
