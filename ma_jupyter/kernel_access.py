@@ -208,6 +208,19 @@ def read_answer(conn: socket.socket) -> tuple[bytes, str]:
     return REFUSED, text.decode("utf-8", "replace")
 
 
+def copy_bytes(source: socket.socket, target: socket.socket, chunk: int = 1 << 16) -> None:
+    """Bytes from ``source`` to ``target`` until ``source`` ends or either fails (the relay's and
+    the bridge's splice: ZMTP passes through unchanged); the caller then ends both."""
+    try:
+        while True:
+            data = source.recv(chunk)
+            if not data:
+                return
+            target.sendall(data)
+    except OSError:
+        return
+
+
 def _recv_exact(conn: socket.socket, count: int) -> bytes:
     data = b""
     while len(data) < count:

@@ -284,13 +284,7 @@ class _Relay:
 def _copy(source: socket.socket, target: socket.socket) -> None:
     """Bytes from ``source`` to ``target`` until one side ends; then both end."""
     try:
-        while True:
-            data = source.recv(1 << 16)
-            if not data:
-                break
-            target.sendall(data)
-    except OSError:
-        pass
+        kernel_access.copy_bytes(source, target)
     finally:
         for sock in (source, target):
             try:

@@ -113,26 +113,33 @@ for port in ports:
         found[f"fastopen {port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
     finally:
         sock.close()
-# the machines' own addresses (two-host tests): TCP to the GCS and a datagram to every port
-for address in targets.get("machines", []):
-    gcs_port = int(targets["gcs"].rsplit(":", 1)[1])
+def tcp(address, port):
     sock = socket.socket()
     sock.settimeout(5)
     try:
-        sock.connect((address, gcs_port))
-        found[f"tcp {address}:{gcs_port}"] = "connected"
+        sock.connect((address, port))
+        return "connected"
     except OSError as exc:
-        found[f"tcp {address}:{gcs_port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+        return errno.errorcode.get(exc.errno, type(exc).__name__)
     finally:
         sock.close()
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+def udp(address, port, data=b"x", times=1):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        udp.sendto(b"x", (address, gcs_port))
-        found[f"udp {address}"] = "sent"
+        for _ in range(times):
+            sock.sendto(data, (address, port))
+        return "sent"
     except OSError as exc:
-        found[f"udp {address}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+        return errno.errorcode.get(exc.errno, type(exc).__name__)
     finally:
-        udp.close()
+        sock.close()
+
+# the machines' own addresses (two-host tests): TCP to the GCS, a datagram to its port
+for address in targets.get("machines", []):
+    gcs_port = int(targets["gcs"].rsplit(":", 1)[1])
+    found[f"tcp {address}:{gcs_port}"] = tcp(address, gcs_port)
+    found[f"udp {address}"] = udp(address, gcs_port)
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     sock.connect(b"\0" + targets["abstract"].encode())
@@ -145,22 +152,8 @@ found["unix lists the host's socket"] = targets["abstract"] in open("/proc/net/u
 victim = targets.get("victim")
 if victim:  # another user's job that started listening after this job's nodes
     for address in ("127.0.0.1", "10.253.0.1", "10.253.0.2"):
-        sock = socket.socket()
-        sock.settimeout(5)
-        try:
-            sock.connect((address, victim))
-            found[f"victim tcp {address}"] = "connected"
-        except OSError as exc:
-            found[f"victim tcp {address}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
-        finally:
-            sock.close()
-        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for _ in range(3):
-            try:
-                udp.sendto(b"from the attacker " + me.encode(), (address, victim))
-            except OSError:
-                pass
-        udp.close()
+        found[f"victim tcp {address}"] = tcp(address, victim)
+        udp(address, victim, b"from the attacker " + me.encode(), times=3)
 
 def attempt(argv):
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -212,13 +212,7 @@ class KernelRelay:
         """Bytes from ``source`` to ``target`` until one side ends; then both end (the other
         direction's thread wakes with the shutdown)."""
         try:
-            while True:
-                data = source.recv(CHUNK)
-                if not data:
-                    break
-                target.sendall(data)
-        except OSError:
-            pass
+            kernel_access.copy_bytes(source, target, CHUNK)
         finally:
             self._drop(source, target)
 
