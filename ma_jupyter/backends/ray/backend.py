@@ -172,6 +172,11 @@ class RayBackend(Backend):
             raise BackendUnavailable(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
         self._address = address
         self._network = network
+        if network == "auto":  # said once: jobs that download or install at run time fail there
+            log.info(
+                "jobs on Ray run in network namespaces of their own where the agents can make them: "
+                'no outbound network (network = "fence" under [backend] keeps the machines\' network)'
+            )
         self._fenced_hosts: set[str] = set()  # hosts whose fallback to the fence was logged
         # names this service's placement groups apart from those of services of other homes
         # sharing the cluster (job ids are unique per home only)
