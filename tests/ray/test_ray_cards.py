@@ -43,7 +43,10 @@ def test_a_job_node_gets_the_card_ray_assigned_not_one_other_work_holds(request,
             name="npu",
             specs=["npu.1"],
             node_name=f"ray-{node_id[:8]}",
-            command="python -c \"import os; print('CARDS', os.environ['ASCEND_VISIBLE_DEVICES'])\"",
+            # it outlives a few node inspections (every second): the emulated card (a Ray
+            # resource without a device node) must not be taken for one that disappeared
+            command="python -c \"import os, time; print('CARDS', os.environ['ASCEND_VISIBLE_DEVICES'], "
+            'flush=True); time.sleep(4)"',
         )
         job = handle.wait(timeout=180)
         assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import ma_jupyter
 
-from ... import config
+from ... import accelerators, config
 from ...errors import Conflict, InvalidSpec, RefusedFile
 from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
@@ -226,7 +226,12 @@ class NodeAgent:
 
     def card_fault(self, task: TaskSlot) -> str | None:
         """Why one of the task's real cards on this node can no longer be used (the local
-        backend's check, on this machine); None while they look healthy."""
+        backend's check, on this machine); None while they look healthy, and where this machine
+        shows no card node of the task's type at all: its cards are a Ray resource without
+        devices (emulated), as :func:`~ma_jupyter.nodehost.launch.with_machine_cards` treats
+        them at the start."""
+        if not task.card_type or not accelerators.has_device_nodes(task.card_type):
+            return None
         return self._local.card_fault(task)
 
     def caches(self, base: str, user: str | None, every_user: bool) -> tuple[str, list[dict]]:
