@@ -39,6 +39,14 @@ adds, in order:
    communicated counts as one that never joined.  Under torchrun ``env://`` and ``tcp://``
    both reach node 0's store; a group formed through a store of the script's own, such as
    ``file://`` on a shared folder, is not seen and gets the report.)
+6. With the static rendezvous on more than one node, every node says in node 0's store that it
+   has left the launcher's exit barrier (one ``add`` to ``<rdzv_id>/`` :data:`LEFT_BARRIER`),
+   and node 0 waits, at most :data:`LEFT_WAIT` seconds, until every node has, before its
+   launcher goes on to close the store.  Node 0's launcher closes its store as soon as its own
+   barrier has passed; another node still reading the barrier's key at that moment (it was
+   preempted between its two store calls, common on a loaded machine) got "Error waiting on
+   exit barrier" and a C++ backtrace in its log, though its workers had succeeded.  A node
+   whose barrier failed still says so; a store that is gone ends the wait at once.
 
 Why: the launcher's store client that finds nothing listening backs off before it tries again,
 longer the earlier it came (with torch 2.13: a refusal 50 ms early costs 0.5 s, one 2 s early
@@ -71,6 +79,10 @@ SLOW_PROBE_INTERVAL = 0.5
 LOOK_TIMEOUT = 10.0
 #: the key the launcher's exit barrier sets once every node reached it (torch's store utilities)
 BARRIER_DONE = "torchelastic/agent/terminal_state/last_member"
+#: rule 6's counter: nodes that have left the exit barrier
+LEFT_BARRIER = "ma_jupyter/left_exit_barrier"
+#: the longest rule 6 keeps node 0's store up for the other nodes
+LEFT_WAIT = 10.0
 
 
 def wait_for_listener(host: str, port: int, timeout: float) -> bool:
@@ -153,15 +165,17 @@ class ProcessGroupCheck:
             json.dump({"nodes": self.nodes}, fh)
 
 
-def process_group_check(args) -> ProcessGroupCheck | None:
-    """Rule 5's check, hooked after the launcher's exit barrier, when this node must make it."""
+def hook_exit_barrier(args) -> ProcessGroupCheck | None:
+    """Rules 5 and 6, hooked after the launcher's exit barrier where they apply; rule 5's check
+    (node 0 only), else None."""
     from torch.distributed import run
     from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
     from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
     try:
-        if args.standalone or args.rdzv_backend != "static" or int(args.node_rank) != 0:
+        if args.standalone or args.rdzv_backend != "static":
             return None
+        node_rank = int(args.node_rank)
         nodes = run.parse_min_max_nnodes(args.nnodes)[1]
         port = 29500 if args.master_port is None else args.master_port
         host, port = parse_rendezvous_endpoint(args.rdzv_endpoint or f"{args.master_addr}:{port}", -1)
@@ -170,14 +184,30 @@ def process_group_check(args) -> ProcessGroupCheck | None:
     barrier = SimpleElasticAgent.__dict__.get("_exit_barrier")
     if nodes < 2 or barrier is None:
         return None
-    check = ProcessGroupCheck(host, int(port), str(args.rdzv_id), nodes)
+    check = ProcessGroupCheck(host, int(port), str(args.rdzv_id), nodes) if node_rank == 0 else None
 
     def exit_barrier(agent):  # the store is still up: node 0's agent closes it after this
         barrier(agent)
-        check.look()
+        left_barrier(agent, node_rank)
+        if check is not None:
+            check.look()
 
     SimpleElasticAgent._exit_barrier = exit_barrier
     return check
+
+
+def left_barrier(agent, node_rank: int) -> None:
+    """Rule 6 for this node: say it left the barrier; node 0 waits for every node's word."""
+    try:
+        store = agent._store
+        nodes = agent._worker_group.group_world_size
+        left = store.add(LEFT_BARRIER, 1)
+        deadline = time.monotonic() + LEFT_WAIT
+        while node_rank == 0 and left < nodes and time.monotonic() < deadline:
+            time.sleep(0.005)
+            left = store.add(LEFT_BARRIER, 0)
+    except Exception:  # a torch without these, a store gone: the launcher goes on as it would
+        return
 
 
 def main(argv: list[str]) -> None:
@@ -189,7 +219,7 @@ def main(argv: list[str]) -> None:
     if store is not None:
         host, port, timeout = store
         wait_for_listener(host, port, timeout)
-    check = process_group_check(args)
+    check = hook_exit_barrier(args)
     run.main(argv)  # a failure raises: the interpreter reports it (rule 4)
     if check is not None:
         check.report(os.environ.get(RANK_LOG_ENV))
