@@ -528,3 +528,10 @@ export const READ_WRITE = ":rw";
 export const READ_ONLY = ":ro";
 /** A mount line: `[SOURCE/]NAME[@VERSION]=PATH`, groups source, name, version, path. */
 export const MOUNT_LINE = new RegExp("^(?:(?<source>[A-Za-z]+)/)?(?<name>[^=/@]+)(?:@(?<version>[^=/]+))?=(?<path>.+)$");
+
+// The id patterns of ma_jupyter/models.py: what the extension checks an id or a node name
+// it did not get from the service against (a notebook's output) before acting on it.
+/** A job's id (`models.JOB_ID_PATTERN`). */
+export const JOB_ID_PATTERN = new RegExp("^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$");
+/** A node's name, `ROLE-INDEX` (`models.NODE_NAME_PATTERN`). */
+export const NODE_NAME_PATTERN = new RegExp("^[a-z]+-[0-9]{1,6}$");

@@ -16,6 +16,9 @@ is one reverse proxy behind Jupyter's own authentication, and TensorBoard:
 ``<base_url>/ma-jupyter/devenv-kernel``
     ``POST {"job", "node"}``: start the job's dev environment and install its kernelspec for this
     server's account (:class:`DevEnvKernelHandler`), so Lab can open a notebook on it.
+``<base_url>/ma-jupyter/debug-terminal``
+    ``POST {"job", "node"}``: a Jupyter terminal running ``ma-jupyter shell JOB --node NODE`` as an
+    argv (:class:`DebugTerminalHandler`), which Lab's tab then connects to.
 ``<base_url>/ma-jupyter/tensorboard/<id>/<path>``
     The job's TensorBoard (which listens on loopback only), started through the service on
     first use and again if it was reaped as idle.
@@ -55,7 +58,15 @@ from tornado.httputil import HTTPHeaders
 
 from ..client import API_PREFIX, FORWARDED_USER_HEADER, Client
 from ..client.service import read_runtime
-from ..errors import BackendUnavailable, MaJupyterError, NotFound, error_from_body
+from ..errors import (
+    BackendUnavailable,
+    Forbidden,
+    InvalidSpec,
+    MaJupyterError,
+    NotFound,
+    error_from_body,
+)
+from ..models import check_node_target
 
 NAMESPACE = "ma-jupyter"
 
@@ -368,8 +379,7 @@ class ServiceStatusHandler(APIHandler):
         status = await asyncio.get_running_loop().run_in_executor(
             _EXECUTOR, lambda: _client().service_status()
         )
-        # a debug terminal tab runs `python -m ma_jupyter.frontends.cli shell` with this interpreter
-        self.finish(json.dumps({**status, "python": sys.executable}))
+        self.finish(json.dumps(status))
 
 
 class DevEnvKernelHandler(APIHandler):
@@ -420,6 +430,73 @@ class DevEnvKernelHandler(APIHandler):
             return
         self.set_status(201)
         self.finish(json.dumps(answer))
+
+
+def debug_terminal_argv(job_id: str, node: str) -> list[str]:
+    """The command a debug terminal runs: ``ma-jupyter shell`` with this server's interpreter, the
+    job and node as arguments of their own (checked by :func:`ma_jupyter.models.check_node_target`
+    first, so neither can read as an option)."""
+    return [sys.executable, "-m", "ma_jupyter.frontends.cli", "shell", job_id, "--node", node]
+
+
+class DebugTerminalHandler(APIHandler):
+    """``POST <base_url>/ma-jupyter/debug-terminal`` ``{"job": ID, "node": N}``: a Jupyter terminal
+    whose process is :func:`debug_terminal_argv`; answers 201 ``{"name": TERMINAL}``, the terminal
+    session the Lab tab connects to (the node's shell ends it, and so the tab).
+
+    Rules:
+
+    1. ``job`` and ``node`` must match the wire model's patterns
+       (:func:`ma_jupyter.models.check_node_target`), else a 400 naming the field; nothing starts.
+    2. The command is an argv: the id and node are arguments of the process the terminal runs,
+       never text typed into a shell (a control character in a notebook's output once erased the
+       typed line and ran the rest).
+    3. Only the server's own user (users rules 1 and 2): the terminal runs as this server's
+       account and its CLI acts as the service owner, so a forwarded hub user gets a 403 that says
+       to open it from their own server.  The service still checks that the owner may open it.
+    4. A server with terminals turned off answers 503 saying so.
+    """
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        if self.forwarded_user() is not None:
+            _error(
+                self,
+                Forbidden(
+                    "a debug terminal runs as this server's account: open it from your own Jupyter "
+                    "server (the job page's Terminal, or %ma_shell JOB)"
+                ),
+            )
+            return
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            _error(self, InvalidSpec('give {"job": ID, "node": N}'))
+            return
+        try:
+            job_id, node = check_node_target(body.get("job"), body.get("node"))
+        except MaJupyterError as exc:
+            _error(self, exc)
+            return
+        terminals = self.settings.get("terminal_manager")
+        if terminals is None:
+            _error(
+                self,
+                BackendUnavailable(
+                    "this Jupyter server has terminals turned off (ServerApp.terminals_enabled): "
+                    "run `ma-jupyter shell JOB --node NODE` in a terminal of your own"
+                ),
+            )
+            return
+        model = terminals.create(shell_command=debug_terminal_argv(job_id, node))
+        self.set_status(201)
+        self.finish(json.dumps({"name": model["name"]}))
+
+    def forwarded_user(self) -> str | None:
+        """Whom this request acts as at the service (see "Users")."""
+        return forwarded_user(_user_name(self.current_user), os.environ.get("JUPYTERHUB_USER"))
 
 
 class TensorBoardProxyHandler(ProxyMixin):
@@ -545,6 +622,7 @@ def setup_handlers(web_app: Any) -> None:
             (url_path_join(base, "api", "v1") + "/(?P<path>.*)$", ServiceProxyHandler),
             (url_path_join(base, "service") + "/?$", ServiceStatusHandler),
             (url_path_join(base, "devenv-kernel") + "/?$", DevEnvKernelHandler),
+            (url_path_join(base, "debug-terminal") + "/?$", DebugTerminalHandler),
             (
                 url_path_join(base, "tensorboard", r"(?P<job_id>[^/]+)") + r"/(?P<path>.*)$",
                 TensorBoardProxyHandler,

@@ -625,6 +625,11 @@ class MaJupyterMagics(Magics):
             return None
         from IPython.display import display
 
+        from ...models import check_node_target
+
+        # the bundle names what JupyterLab's button opens: only an id and a node of the wire
+        # model's shapes go into it (the extension checks them again, as it does every notebook's)
+        check_node_target(handle.id, node)
         command = f"ma-jupyter shell {shlex.quote(handle.id)} --node {shlex.quote(node)}"
         display(
             {
