@@ -42,8 +42,6 @@ export interface ServiceStatus {
   url: string | null;
   pid: number | null;
   version: string | null;
-  /** the Jupyter server's interpreter (a debug terminal runs its `ma-jupyter shell`) */
-  python?: string;
 }
 
 /** Filters of the job list. */

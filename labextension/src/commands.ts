@@ -23,8 +23,6 @@ export const OPEN_CLUSTER = 'ma-jupyter:open-cluster';
 
 /** JupyterLab's own commands the extension runs (their packages are not build dependencies). */
 export const LAB = {
-  /** a new terminal tab; answers its widget */
-  newTerminal: 'terminal:create-new',
   /** the file browser at `{path}` (absolute within the Lab root: `/a/b`) */
   goToPath: 'filebrowser:go-to-path',
   /** open a document at `{path}` (relative to the Lab root) */
