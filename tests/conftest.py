@@ -40,7 +40,7 @@ def _stop_jobs_and_service(client) -> int | None:
         for handle in client.jobs(status=["running", "queued"], limit=500):
             handle.stop()
         for handle in client.jobs(status=["running", "queued"], limit=500):
-            handle.wait(timeout=30)
+            handle.wait(timeout=30, check=False)
     except (MaJupyterError, TimeoutError):
         pass
     client.shutdown_service()
@@ -177,7 +177,7 @@ def ma_shell(ma_home):
             # for the stops, so no test leaves its nodes' processes behind
             for handle in left:
                 try:
-                    handle.wait(timeout=90)
+                    handle.wait(timeout=90, check=False)
                 except (TimeoutError, MaJupyterError):
                     pass
         finally:

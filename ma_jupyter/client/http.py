@@ -29,7 +29,7 @@ from urllib.parse import quote
 import requests
 
 from .. import algorithm_content, config
-from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
+from ..errors import BackendUnavailable, InvalidSpec, JobFailed, MaJupyterError, error_from_body
 from ..models import (
     API_PREFIX,
     Algorithm,
@@ -900,13 +900,18 @@ class JobHandle:
         """The job's current status (asks the service)."""
         return self.refresh().status
 
-    def wait(self, timeout: float | None = None) -> Job:
+    def wait(self, timeout: float | None = None, *, check: bool = True) -> Job:
         """Block until the job is terminal and return its final state.
 
         It long-polls the job's status (the service answers as soon as the job ends), so the
-        end is seen at once without busy polling.
+        end is seen at once without busy polling.  Like a training script's own exit status, a
+        failed job is an exception: with ``check`` (the default) a job that ended ``error`` or
+        ``expired`` raises; ``stopped`` (someone stopped it) and ``succeeded`` return.  Pass
+        ``check=False`` to get every final state back and look at ``status`` yourself.
 
         Raises:
+            JobFailed: ``check`` and the job ended ``error`` or ``expired``; the message names
+                the job, its status and reason, and ``exc.job`` is its final state.
             TimeoutError: the job is still not terminal after ``timeout`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -916,6 +921,13 @@ class JobHandle:
             if remaining <= 0:
                 raise TimeoutError(f"job {self.id} is still {job.status.value} after {timeout} s")
             job = self.info = self.client.wait_status(self.id, wait=min(remaining, FOLLOW_WAIT))
+        if check and job.status in (JobStatus.error, JobStatus.expired):
+            raise JobFailed(
+                f"job {job.id} ({job.spec.name}) ended {job.status.value}"
+                + (f": {job.reason}" if job.reason else "")
+                + f"; its log: ma-jupyter logs {job.id}",
+                job=job,
+            )
         return job
 
     def stop(self) -> Job:

@@ -421,7 +421,7 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
     if args.follow and not args.json:
         stream = (args.follow_node, None) if args.follow_node else None
         _follow_nodes(handle, stream=stream)
-    final = handle.wait()
+    final = handle.wait(check=False)
     if not args.json:
         _print_alerts(handle)
     return _finished(final, args)
@@ -590,7 +590,7 @@ def _top(args: argparse.Namespace) -> int:
 
 def _wait(args: argparse.Namespace) -> int:
     handle = resolve_job(Client(), args.job)
-    final = handle.wait(timeout=args.timeout)
+    final = handle.wait(timeout=args.timeout, check=False)
     if not args.json and final.status.is_terminal():
         _print_alerts(handle)
     return _finished(final, args)

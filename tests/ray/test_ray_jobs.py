@@ -104,7 +104,7 @@ def test_two_node_gloo_ddp_has_one_job_node_on_each_ray_node(ray_service, ray_ho
         outputs=str(outputs),
         command="python /workspace/algorithm/ddp.py",
     )
-    job = handle.wait(timeout=240)
+    job = handle.wait(timeout=240, check=False)
     assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
     shown = json.loads(_cli(ray_home, "get", job.id, "--json").stdout)
     ray_nodes = {n.name for n in client.nodes()}
@@ -173,7 +173,7 @@ def test_a_live_log_is_followed_through_the_service_and_stop_leaves_no_process(
     assert job_processes(handle.id)
     assert _placement_groups(f"-{handle.id}-", states=("CREATED",))  # held while it runs
     handle.stop()
-    job = handle.wait(timeout=120)
+    job = handle.wait(timeout=120, check=False)
     assert job.status is JobStatus.stopped
     assert job_processes(handle.id) == []
     wait_for(lambda: _placement_groups(f"-{handle.id}-") == [], timeout=30)
@@ -192,7 +192,7 @@ def test_tensorflow_ps_worker_ends_with_the_parameter_server_stopped(ray_service
         outputs=str(outputs),
         command="python /workspace/algorithm/train.py",
     )
-    job = handle.wait(timeout=300)
+    job = handle.wait(timeout=300, check=False)
     assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
     for index in range(2):
         result = json.loads((outputs / f"ps-worker-{index}.json").read_text())
@@ -216,7 +216,7 @@ def test_a_failed_rank_ends_the_job_in_error_with_no_process_left(ray_service, t
         algorithm=_algorithm(tmp_path / "algo", fail=FAIL),
         command="python /workspace/algorithm/fail.py",
     )
-    job = handle.wait(timeout=240)
+    job = handle.wait(timeout=240, check=False)
     assert job.status is JobStatus.error, node_logs(client, job.id)
     assert "rank 1 gives up" in client.read_log(job.id, node="worker-1", rank=1).data
     assert "rank 1 exited with code 3" in events_text(client, job.id)
@@ -230,7 +230,7 @@ def test_a_write_above_the_working_directory_on_a_ray_node_names_the_mount_and_t
         algorithm=_algorithm(tmp_path / "algo", train="import os\nos.makedirs('../data', exist_ok=True)\n"),
         command="python train.py",
     )
-    job = handle.wait(timeout=240)
+    job = handle.wait(timeout=240, check=False)
     assert job.status is JobStatus.error, node_logs(client, job.id)
     first = job.reason.splitlines()[0]
     assert "/workspace/data (written ../data) is in /workspace itself" in first, first
@@ -259,7 +259,7 @@ def test_kill_9_of_the_service_mid_job_then_a_restart_ends_the_job_with_every_li
     client = Client(autostart=False)
     job = client.get(handle.id)
     assert job.status in (JobStatus.running, JobStatus.succeeded)
-    job = client.job(handle.id).wait(timeout=120)
+    job = client.job(handle.id).wait(timeout=120, check=False)
     assert job.status is JobStatus.succeeded, events_text(client, job.id)
     lines = client.read_log(job.id, node="worker-0").data.splitlines()
     assert [line for line in lines if line.startswith("line ")] == [f"line {i}" for i in range(80)]
@@ -390,7 +390,7 @@ def test_a_job_node_whose_ray_node_leaves_is_lost_and_the_job_ends_in_error(
         assert client.get(handle.id).nodes[0].host == name
         ray_cluster.remove_node(extra)
         removed = True
-        job = handle.wait(timeout=120)
+        job = handle.wait(timeout=120, check=False)
         assert job.status is JobStatus.error
         assert job.nodes[0].state == "lost", events_text(client, job.id)
         assert "node worker-0 was lost" in events_text(client, job.id)
@@ -435,7 +435,7 @@ def test_tensorboard_serves_what_a_job_on_a_ray_node_wrote(ray_service, tmp_path
         outputs=str(outputs),
         command="python /workspace/algorithm/tb.py",
     )
-    job = handle.wait(timeout=180)
+    job = handle.wait(timeout=180, check=False)
     assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
     assert client.get(job.id).backend == "ray"
     # Ray runs its workers at nice 15; the job's node runs at normal priority, as locally
@@ -468,7 +468,7 @@ def test_caches_on_the_ray_nodes_and_the_single_copy_warning(ray_service, tmp_pa
     assert any("its own copy of the whole training" in note for note in plan.notes), plan.notes
     job = client.submit(
         name="fill", mode="pytorch", nodes=2, specs=["cpu.small"], algorithm=algo, command="python fill.py"
-    ).wait(timeout=180)
+    ).wait(timeout=180, check=False)
     assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
     assert "its own copy of the whole training" in events_text(client, job.id)
     # each machine keeps its copy of the user's ~/.cache (here both Ray nodes share one)
@@ -505,7 +505,7 @@ def test_a_stop_reaches_the_training_process_when_its_node_runner_is_frozen(ray_
     os.kill(runner, signal.SIGSTOP)  # the runner relays nothing now: the agent's backend must
     try:
         handle.stop()
-        job = handle.wait(timeout=180)
+        job = handle.wait(timeout=180, check=False)
     finally:
         try:
             os.kill(runner, signal.SIGCONT)

@@ -489,7 +489,7 @@ def test_a_killed_raylet_ends_its_nodes_and_their_logs_are_read_from_shared_stor
     took = time.monotonic() - killed
     print(f"the node's processes on B ended {took:.1f} s after its raylet (pid {raylet}) was killed")
     assert took < ENDS_WITHIN, took
-    job = handle.wait(timeout=120)
+    job = handle.wait(timeout=120, check=False)
     assert job.status is JobStatus.error
     events = events_text(client, handle.id)
     assert f"the Ray node {on_b.host} of {on_b.name} left the cluster" in events, events
@@ -563,7 +563,7 @@ def test_without_shared_storage_followers_end_naming_the_lost_node_across_a_serv
     two_hosts.kill_raylet_b()
     killed = time.monotonic()
     svc.restart()  # during the loss
-    job = handle.wait(timeout=180)
+    job = handle.wait(timeout=180, check=False)
     assert job.status is JobStatus.error
     assert f"the Ray node {on_b.host} of {on_b.name} left the cluster" in events_text(client, handle.id)
 

@@ -15,7 +15,15 @@ import requests
 
 from ma_jupyter.client import Client, JobHandle
 from ma_jupyter.client.service import pid_alive
-from ma_jupyter.errors import BackendUnavailable, Conflict, Forbidden, InvalidSpec, NotFound, Unauthorized
+from ma_jupyter.errors import (
+    BackendUnavailable,
+    Conflict,
+    Forbidden,
+    InvalidSpec,
+    JobFailed,
+    NotFound,
+    Unauthorized,
+)
 from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.untrusted import open_file
 from tests.helpers import wait_for, writable_dir
@@ -168,9 +176,28 @@ def test_wait_times_out_and_stop_ends_the_job(ma_client):
 
 def test_failure_is_reported_with_exit_code(ma_client):
     job = ma_client.submit(name="fails", command=py_command("import sys\nprint('boom')\nsys.exit(3)"))
-    final = job.wait(timeout=60)
+    final = job.wait(timeout=60, check=False)
     assert final.status is JobStatus.error and final.exit_code == 3
     assert list(job.logs()) == ["boom"]
+
+
+def test_wait_raises_when_the_job_fails(ma_client):
+    """A script that waits for its job and goes on fails with it, as ``estimator.fit()`` does:
+    the error names the job, its status and reason, and carries the ended job."""
+    job = ma_client.submit(name="fails", command=py_command("import sys\nsys.exit(3)"))
+    with pytest.raises(
+        JobFailed, match=rf"job {job.id} \(fails\) ended error: .*exited with code 3"
+    ) as failed:
+        job.wait(timeout=60)
+    assert failed.value.job.status is JobStatus.error and failed.value.job.exit_code == 3
+    # a pasted script ends with a traceback and a failing exit status, not 0
+    script = f"from ma_jupyter import Client\nClient().job({job.id!r}).wait(timeout=60)\n"
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 1 and "JobFailed" in ran.stderr, ran.stderr
+    # a stopped job is what someone asked for: it returns
+    sleeper = ma_client.submit(name="sleeper", command=py_command("import time\ntime.sleep(600)"))
+    sleeper.stop()
+    assert sleeper.wait(timeout=60).status is JobStatus.stopped
 
 
 def test_errors_are_typed_and_say_what_to_do(ma_client):
@@ -359,4 +386,4 @@ def test_a_job_reference_is_an_id_or_the_name_of_exactly_one_job(ma_client):
     with pytest.raises(NotFound, match="see `%ma_jobs`"):
         resolve_job(ma_client, "nobody", hint="`%ma_jobs`")
     for handle in (first, second, single):
-        handle.wait(timeout=60)
+        handle.wait(timeout=60, check=False)

@@ -247,7 +247,7 @@ def test_a_failed_node_keeps_its_sandbox_for_the_terminal_until_the_job_is_delet
     handle = client.submit(
         name="dbg-fail", command=f'{sys.executable} -c "{fails}"', debug_terminal=True, grace_period=1
     )
-    job = handle.wait(timeout=180)
+    job = handle.wait(timeout=180, check=False)
     assert job.status.value == "error" and job.exit_code == 3, job.reason
     kept = [e for e in client.events(handle.id) if "is kept for the debug terminal until" in e.reason]
     assert kept and kept[0].node == "worker-0", [e.reason for e in client.events(handle.id)]
@@ -274,7 +274,7 @@ def test_an_admin_sets_the_retention_and_a_stopped_job_keeps_nothing(ma_home):
         client = Client(url=svc.url, token=svc.token, timeout=30)
         failed = client.submit(
             name="f", command=f'{sys.executable} -c "raise SystemExit(1)"', debug_terminal=True
-        ).wait(timeout=180)
+        ).wait(timeout=180, check=False)
         assert failed.status.value == "error"
         # the event follows the job's end, recorded just after it
         wait_for(
@@ -425,7 +425,7 @@ def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service, tmp_pat
         debug_terminal=True,
         grace_period=1,
     )
-    job = handle.wait(timeout=180)
+    job = handle.wait(timeout=180, check=False)
     assert job.status.value == "error" and job.exit_code == 5, job.reason
     out, code = run_command(client.shell(handle.id, command=["cat", "/tmp/scratch.txt"]), timeout=60)
     assert (out.strip(), code) == ("left in tmp", 0)
