@@ -58,6 +58,37 @@ DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running j
 RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
 
 
+#: what a failed node's last log lines say when it reached for a network it does not have
+#: (urllib3/requests, socket.getaddrinfo, a refused or unroutable connect)
+NETWORK_FAILURES = (
+    "NameResolutionError",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "ConnectionRefusedError",
+    "Connection refused",
+    "Network is unreachable",
+)
+
+
+def network_hint(reason: str) -> str | None:
+    """The event line for a failed node whose reason (its last log lines included) shows a name
+    that did not resolve or a connection refused or unroutable, None otherwise.
+
+    Jobs' nodes share a network of their own (docs/network.md): they reach each other and
+    nothing else, so a download, a ``pip install`` or a call to an outside service fails this
+    way; the line says so once, and how to bring what the job needs, instead of leaving the
+    user with the tracebacks alone."""
+    seen = next((marker for marker in NETWORK_FAILURES if marker in reason), None)
+    if seen is None:
+        return None
+    return (
+        f"the job's network is limited ({seen} in its last log lines): a job's nodes reach each "
+        "other and nothing else (no internet, no name resolution, not the job service), so a "
+        "download or pip install inside a job fails; bring data and models as mounts (--dataset "
+        "NAME=FOLDER, --model NAME=FOLDER) and packages in the image's environment (docs/network.md)"
+    )
+
+
 class Watching:
     """Watches running jobs (module rules 1 to 5) and winds their attempts down."""
 
@@ -300,6 +331,9 @@ class Watching:
                     current = store.get(job.id)
                     if solo is not None:  # before the end: a follower that sees the end finds it
                         journal.notice(current, solo[1], node=solo[0], alert=True)
+                    offline = network_hint(text) if end.failed and settled.status is JobStatus.error else None
+                    if offline is not None:  # likewise before the end, shown with the job's alerts
+                        journal.notice(current, offline, node=end.failed.name, alert=True)
                     updates = policies.record_updates(
                         current,
                         settled,
