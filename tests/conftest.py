@@ -67,7 +67,7 @@ def ma_home(request, tmp_path, monkeypatch):
     home = tmp_path / "ma_home"
     home.mkdir()
     # Tests keep their data in their own tmp_path, outside the default mount roots (the user's
-    # home and the project folder): allow it, and nothing else.
+    # home and the project folder): allow it too.
     cluster = f'[mounts]\nallowed_roots = ["{tmp_path}"]\n'
     if request.node.get_closest_marker("small_cluster"):
         cluster += SMALL_CLUSTER_TOML

@@ -3,7 +3,7 @@
 An admin sets both in ``$MA_JUPYTER_HOME/cluster.toml``::
 
     [mounts]
-    allowed_roots = ["/data", "/srv/projects"]   # default: the user's home and the project folder
+    allowed_roots = ["/data", "/srv/projects"]   # more than the user's home and the project folder
     workdir_copy_mb = 512    # the most a node's working copy of the algorithm folder may take
 
     [users]
@@ -17,8 +17,9 @@ Mount rules, applied to every host folder a job names, after resolving symlinks:
 2. Never the service's home (its token, database and every job's folder) nor anything inside it,
    except one of the platform's own code snapshots (``<home>/snapshots/<one folder>``), which
    ``%%ma_train`` makes to be mounted as the algorithm.
-3. Otherwise the folder must lie inside an allowed root; the refusal names the roots and the
-   setting that would allow it.
+3. Otherwise the folder must lie inside an allowed root: the submitting user's home, the project
+   folder, or one of ``allowed_roots`` (which add to those two); the refusal names the roots and
+   the exact ``allowed_roots`` line that would allow it.
 
 Accounts, when the service runs as root (otherwise every job runs as the service's own user,
 the only account it can use):
@@ -34,6 +35,7 @@ the client sets to its working directory when it starts the service.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 from dataclasses import dataclass
@@ -69,8 +71,8 @@ class HostPolicy:
     """The admin's rules for one service (see the module docstring).
 
     Attributes:
-        allowed_roots: folders jobs may mount from; None means the defaults (the submitting
-            user's home and the project folder).
+        allowed_roots: folders jobs may mount from besides the defaults (the submitting user's
+            home and the project folder); None when the admin named none.
         allow_root: users whose jobs may run as root.
         job_account: the account of users without one (and of root when not allowed).
         service_home: ``$MA_JUPYTER_HOME``, resolved.
@@ -91,11 +93,9 @@ class HostPolicy:
     # ------------------------------------------------------------------------ mounts
 
     def roots_for(self, user: str | None) -> list[str]:
-        """The folders ``user``'s jobs may mount from, resolved."""
-        if self.allowed_roots is not None:
-            raw = list(self.allowed_roots)
-        else:
-            raw = [p for p in (_home_of(user), self.project_dir) if p]
+        """The folders ``user``'s jobs may mount from, resolved: the user's home, the project
+        folder, then the admin's ``allowed_roots``."""
+        raw = [p for p in (_home_of(user), self.project_dir) if p] + list(self.allowed_roots or ())
         roots = []
         for path in raw:
             resolved = os.path.realpath(path)
@@ -125,9 +125,19 @@ class HostPolicy:
             allowed = ", ".join(roots) or "none"
             raise InvalidSpec(
                 f"{what}: {source} lies outside the folders jobs may mount ({allowed}); move the data "
-                f"there, or ask an admin to add {source} to [mounts] allowed_roots in {self.source}",
+                f"under one of them, or let jobs mount its folder with [mounts] allowed_roots in "
+                f"{self.source} (an admin's edit: the account that started the service is one; it adds "
+                f"to the folders above and applies to the next job): {self.roots_line(source)}",
                 field=field,
             )
+
+    def roots_line(self, source: str) -> str:
+        """The ``allowed_roots`` line of ``cluster.toml`` that keeps the admin's roots and adds the
+        folder holding ``source`` (``source`` itself when that folder is a top-level one such as
+        ``/srv``, too wide to suggest): a notebook's ``./data`` and ``./outputs`` both fit."""
+        parent = os.path.dirname(source)
+        folder = parent if parent.count("/") >= 2 else source
+        return "allowed_roots = " + json.dumps([*(self.allowed_roots or ()), folder])
 
     def check_private(self, source: str, what: str, field: str) -> None:
         """Rules 1 and 2 without the roots: for folders a sandbox shows read-only on behalf of
