@@ -6,8 +6,9 @@ in order in one new folder, with a fresh ``MA_JUPYTER_HOME`` and the project's v
 environment first on ``PATH`` (as after ``source .venv/bin/activate``); the package is this
 checkout's.  As the user (``nobody``, its ``HOME`` a fresh folder it owns), every block runs
 through ``setpriv`` with that user's ids, so the service the first command starts runs as that
-user too.  The notebook examples run in the notebooks under ``notebooks/``
-(tests/examples/test_notebooks.py).
+user too.  The README's own notebook example ("In a notebook") runs in IPython here, from a
+folder the user may mount from and from one outside every root; the notebooks under
+``notebooks/`` run in tests/examples/test_notebooks.py.
 """
 
 from __future__ import annotations
@@ -159,3 +160,61 @@ def test_every_readme_example_works_as_a_user_in_a_folder_of_their_own():
         assert owners == {user.pw_uid}, f"owners of the files in the user's MA_JUPYTER_HOME: {owners}"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def readme_notebook_cells() -> list[str]:
+    """The README's notebook example ("In a notebook"): its cells, in order."""
+    return [
+        code
+        for language, code in BLOCK.findall((REPO / "README.md").read_text())
+        if language == "python" and ("%load_ext ma_jupyter" in code or code.startswith("%%ma_train"))
+    ]
+
+
+def _run_notebook_cells(folder: Path) -> subprocess.CompletedProcess:
+    """The README's notebook cells run in order in one IPython kernel-like shell in ``folder``."""
+    runner = (
+        "import json, os\n"
+        "ip = get_ipython()\n"
+        "for cell in json.loads(os.environ['CELLS']):\n"
+        "    if not ip.run_cell(cell).success:\n"
+        "        raise SystemExit(1)\n"
+        "print('CELLS OK')\n"
+    )
+    import json
+
+    env = {**os.environ, "CELLS": json.dumps(readme_notebook_cells()), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "IPython", "--no-banner", "-c", runner],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_readme_notebook_example_works_as_pasted(ma_client, ma_home, tmp_path):
+    """Pasted into a fresh folder the user may mount from, the example runs its job to the end
+    (it makes its ./data); pasted into a folder outside every root, it is refused with the exact
+    allowed_roots line, and with that line in cluster.toml it runs there too."""
+    assert len(readme_notebook_cells()) == 2
+    ma_client.connect()  # the service is already running, started from elsewhere
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    ran = _run_notebook_cells(fresh)
+    assert "CELLS OK" in ran.stdout and "digits" in ran.stdout, ran.stdout + ran.stderr
+    assert (fresh / "data").is_dir() and (fresh / "outputs").is_dir()
+
+    outside = Path(tempfile.mkdtemp(prefix="ma-readme-notebook-", dir="/var/tmp"))
+    try:
+        refused = _run_notebook_cells(outside)
+        assert "CELLS OK" not in refused.stdout
+        line = re.search(r"allowed_roots = \[.*?\]", refused.stdout + refused.stderr)
+        assert line and str(outside) in line.group(0), refused.stdout + refused.stderr
+        cluster = ma_home / "cluster.toml"
+        cluster.write_text(re.sub(r"(?m)^allowed_roots = .*$", lambda _: line.group(0), cluster.read_text()))
+        again = _run_notebook_cells(outside)
+        assert "CELLS OK" in again.stdout, again.stdout + again.stderr
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
