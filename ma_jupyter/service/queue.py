@@ -53,6 +53,8 @@ Key = tuple[int, int, int, float, str]
 #: the queued jobs of one user at one priority: (user, priority rank)
 Group = tuple[str | None, int]
 _RANKS = sorted({priority.rank for priority in Priority})
+#: more moved jobs than this and the whole order is sorted again rather than moved job by job
+_FEW = 32
 
 
 def queue_key(job: Job, share: int = 0, served: int = 0) -> Key:
@@ -175,21 +177,30 @@ class QueueIndex:
         return True
 
     def _reshare(self, user: str | None) -> None:
-        """Give each queued job of ``user`` the share rule 2 now says (lock held); only the jobs
-        whose share changed move."""
+        """Give each queued job of ``user`` the share and turn rules 2 and 3 now say (lock held);
+        only the jobs whose key changed move: one by one when they are few, else the order is
+        sorted again at once (a user's turn moves all of that user's jobs)."""
         base, served = self._running_of(user), self._served.get(user, 0)
+        moved: list[tuple[Key, Key, Hashable]] = []
         for rank in _RANKS:
             for at, (_, job_id) in enumerate(self._users.get((user, rank), ())):
                 key, shape, group = self._where[job_id]
-                if key[1:3] == (base + at, served):
-                    continue
-                new = (key[0], base + at, served, key[3], key[4])
-                _delete(self._order, key)
-                insort(self._order, new)
-                keys = self._shapes[shape]
-                _delete(keys, key)
-                insort(keys, new)
-                self._where[job_id] = (new, shape, group)
+                if key[1:3] != (base + at, served):
+                    new = (key[0], base + at, served, key[3], key[4])
+                    self._where[job_id] = (new, shape, group)
+                    moved.append((key, new, shape))
+        if len(moved) > _FEW:
+            self._order = sorted(key for key, _, _ in self._where.values())
+            self._shapes = {}
+            for key in self._order:
+                self._shapes.setdefault(self._where[key[-1]][1], []).append(key)
+            return
+        for key, new, shape in moved:
+            _delete(self._order, key)
+            insort(self._order, new)
+            keys = self._shapes[shape]
+            _delete(keys, key)
+            insort(keys, new)
 
     def position(self, job_id: str) -> int | None:
         """How many queued jobs come before this one (0: it is considered first); None if it is

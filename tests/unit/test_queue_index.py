@@ -239,3 +239,20 @@ def test_a_user_whose_job_just_ended_waits_for_the_others_turn():
     assert index.ids() == ["b0", "a1", "a2"]
     index.set_running({})  # a0 ended: alice and bob both have nothing running
     assert index.ids() == ["b0", "a1", "a2"]
+
+
+def test_many_jobs_moved_at_once_keep_the_order_and_the_shapes_exact():
+    """A user's turn moves all of their queued jobs (re-sorted at once past a few dozen)."""
+    index = QueueIndex(by_node)
+    alice = [job(f"a{i:02}", age=i, creator="alice", node_name="big" if i % 2 else "tiny") for i in range(60)]
+    for j in alice:
+        index.put(j)
+    index.put(job("b0", age=100, creator="bob", node_name="tiny"))
+    assert index.ids()[:2] == ["a00", "b0"]
+    index.starting(alice[0])  # alice served: every one of her jobs moves behind bob's at share 0
+    assert index.discard("a00")
+    assert index.ids() == ["b0"] + [j.id for j in alice[1:]]
+    assert [index.position(i) for i in index.ids()] == list(range(60))
+    heads = index.heads()
+    assert [key[-1] for key, _ in heads] == ["b0", "a01"]
+    assert index.next_of("tiny", heads[0][0])[-1] == "a02"
