@@ -68,6 +68,11 @@ def clone_name(name: str) -> str:
 
 #: A user name: letters, digits and ``_ . @ -`` (JupyterHub names may be e-mail addresses).
 USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$"
+#: The namespace of the hub users the Jupyter server extension forwards: ``hub:<name>``, which
+#: no service user can be named (``:`` is not in :data:`USER_PATTERN`), see ``service/users.py``.
+FORWARDED_PREFIX = "hub:"
+#: A service user's name or a forwarded hub user's (``hub:<name>``).
+ANY_USER_PATTERN = r"^(?:hub:)?[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$"
 #: A job's id as the service makes it (the name's start, ``-`` and random hex: letters, digits,
 #: ``_ -``) and a node's name (``ROLE-INDEX``: ``worker-0``, ``ps-1``, ``task-3``): what a front end
 #: checks an id or node it did not get from the service against (a notebook's output) before it
@@ -1053,7 +1058,7 @@ class Plan(Strict):
 class User(Strict):
     """A user of the service (never with a token: only its hash is stored)."""
 
-    name: str = Field(pattern=USER_PATTERN)
+    name: str = Field(pattern=ANY_USER_PATTERN)
     admin: bool = False
     created_at: datetime = Field(default_factory=utcnow)
 

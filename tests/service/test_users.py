@@ -34,6 +34,7 @@ PY = sys.executable
 REPO = str(Path(__file__).resolve().parents[2])
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "ma-jupyter")
 OWNER = pwd.getpwuid(os.geteuid()).pw_name
+SLEEPER = f'{PY} -c "import time; time.sleep(600)"'
 
 OPS = ("view", "list", "clone", "tensorboard", "priority", "duration", "stop", "delete")
 #: the seed's matrix: what another user may do, by the job's others' access
@@ -513,16 +514,22 @@ def test_a_forwarded_user_is_accepted_only_with_the_proxy_token(ma_service):
             headers["X-MA-Forwarded-User"] = user
         return requests.request(method, f"{api}{path}", headers=headers, timeout=30, **kw)
 
-    # with the proxy token: the forwarded user, created as a non-admin on first sight
+    # with the proxy token: the forwarded user, in the hub's namespace, a non-admin on first sight
     me = call(ma_service.proxy_token, "hub-carol")
-    assert me.status_code == 200 and me.json()["name"] == "hub-carol" and me.json()["admin"] is False
+    assert me.status_code == 200 and me.json()["name"] == "hub:hub-carol" and me.json()["admin"] is False
     made = call(
         ma_service.proxy_token, "hub-carol", "POST", "/jobs", json={"name": "c", "command": f"{PY} -c pass"}
     )
-    assert made.status_code == 201 and made.json()["spec"]["creator"] == "hub-carol"
+    assert made.status_code == 201 and made.json()["spec"]["creator"] == "hub:hub-carol"
+    # forwarded users act as themselves: the job is theirs
+    assert call(ma_service.proxy_token, "hub-carol", path=f"/jobs/{made.json()['id']}").status_code == 200
     assert call(ma_service.proxy_token, "hub-carol", path="/users").status_code == 403
-    # the owner forwarded is the owner
-    assert call(ma_service.proxy_token, OWNER).json()["admin"] is True
+    # a hub user named like the owner is not the owner (see test_forwarded_names_never_reach_...)
+    assert call(ma_service.proxy_token, OWNER).json() | {"created_at": None} == {
+        "name": f"hub:{OWNER}",
+        "admin": False,
+        "created_at": None,
+    }
     # with any other token the header is ignored; without a user the proxy token is refused
     assert call(alice_token, "hub-carol").json()["name"] == "alice"
     assert call(ma_service.token, "hub-carol").json()["name"] == OWNER
@@ -534,7 +541,52 @@ def test_a_forwarded_user_is_accepted_only_with_the_proxy_token(ma_service):
         refused = call(token, user)
         assert refused.status_code == 401 and refused.json()["error"] == "unauthorized", (user, refused.text)
     users = [u["name"] for u in call(ma_service.token, None, path="/users").json()]
-    assert "hub-carol" in users and "bad name" not in users
+    assert "hub:hub-carol" in users and "hub-carol" not in users and "bad name" not in users
+    # a forwarded user gets no token (it acts only through the Jupyter server extension)
+    token = call(ma_service.token, None, "POST", "/users/hub:hub-carol/token")
+    assert token.status_code == 409 and "JupyterHub user" in token.json()["message"]
+
+
+def test_forwarded_names_never_reach_the_owner_an_admin_or_a_user(ma_service):
+    """Hostile hub users name themselves like the owner, an admin and a user of the service: each
+    acts as ``hub:<name>``, a non-admin who cannot see, stop or delete their jobs, nor add users,
+    drain nodes or give tokens."""
+    api = ma_service.api
+    admin_token = ma_service.user_token("dana", admin=True)
+    erin_token = ma_service.user_token("erin")
+    victims = {}
+    for name, token in ((OWNER, ma_service.token), ("dana", admin_token), ("erin", erin_token)):
+        made = requests.post(
+            f"{api}/jobs",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"name": f"of-{name}", "command": SLEEPER, "access": "none", "grace_period": 1},
+            timeout=30,
+        )
+        assert made.status_code == 201, made.text
+        victims[name] = made.json()["id"]
+
+    for name, job in victims.items():
+        hub = {"Authorization": f"Bearer {ma_service.proxy_token}", "X-MA-Forwarded-User": name}
+
+        def call(method: str, path: str, hub=hub, **kw) -> requests.Response:
+            return requests.request(method, f"{api}{path}", headers=hub, timeout=30, **kw)
+
+        me = call("GET", "/users/me").json()
+        assert (me["name"], me["admin"]) == (f"hub:{name}", False)
+        assert call("GET", f"/jobs/{job}").status_code == 404, name
+        assert job not in [j["id"] for j in call("GET", "/jobs").json()["items"]], name
+        assert call("POST", f"/jobs/{job}/stop").status_code == 404, name
+        assert call("DELETE", f"/jobs/{job}").status_code == 404, name
+        assert call("GET", "/users").status_code == 403, name
+        assert call("POST", "/users", json={"name": f"x{uuid.uuid4().hex[:6]}"}).status_code == 403, name
+        assert call("POST", f"/users/{name}/token").status_code == 403, name
+        assert call("POST", "/nodes/node-0/drain").status_code == 403, name
+    # their jobs are untouched (none stopped), and the real owner still sees them all
+    owner = {"Authorization": f"Bearer {ma_service.token}"}
+    for job in victims.values():
+        seen = requests.get(f"{api}/jobs/{job}", headers=owner, timeout=30)
+        assert seen.status_code == 200 and seen.json()["status"] in ("queued", "running"), seen.text
+        assert requests.post(f"{api}/jobs/{job}/stop", headers=owner, timeout=30).status_code == 200
 
 
 # ------------------------------------------------------------------------------------- files
