@@ -56,7 +56,7 @@ LAYER_OF = {
 ALLOWED = {
     "errors": set(),
     # the one folder-size walk: the standard library only, for every layer that measures a folder
-    "foldersize": set(),
+    "foldersize": {"errors"},
     # the names inside a rank folder are spelled by the splitter that writes them (it starts
     # each rank before importing anything it can do without, jobdir included)
     "jobdir": {"errors", "nodeside"},
