@@ -54,7 +54,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import config
-from .foldersize import TooManyEntries, folder_size, walk
+from .errors import FolderRefused
+from .foldersize import folder_size, walk
 
 #: never shipped: version control, caches, environments, notebooks' checkpoints
 IGNORED = (
@@ -222,8 +223,11 @@ def _digest(folder: str | os.PathLike[str], account: Account | None, budget: Rea
     except OSError:
         return None
     # a folder past the bounds is told by its sizes alone, before a byte of it is read
-    sizes = folder_size([folder], limit=MAX_BYTES, max_entries=4 * MAX_FILES, ignore=ignore)
-    if sizes is None or sizes.bytes > MAX_BYTES or sizes.files > MAX_FILES:
+    try:
+        sizes = folder_size([folder], limit=MAX_BYTES, max_entries=4 * MAX_FILES, ignore=ignore)
+    except FolderRefused:  # too many entries (checked as each is listed), too deep, too slow
+        return None
+    if sizes.bytes > MAX_BYTES or sizes.files > MAX_FILES:
         return None
     records: list[tuple[bytes, bytes, bytes]] = []
     size = 0
@@ -248,7 +252,7 @@ def _digest(folder: str | os.PathLike[str], account: Account | None, budget: Rea
                     records.append((below, b"l", os.fsencode(os.readlink(name, dir_fd=dir_fd))))
                 else:
                     records.append((below, b"o", b"%o" % stat.S_IFMT(entry.st_mode)))
-    except (_Unknown, TooManyEntries, OSError):
+    except (_Unknown, FolderRefused, OSError):
         return None
     finally:
         folders.close()

@@ -17,7 +17,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..foldersize import folder_size
+from ..errors import FolderRefused
+from ..foldersize import FolderSize, folder_size
 
 #: a file system with less free space than this counts as full
 FULL_BELOW = 256 << 10
@@ -48,6 +49,10 @@ def full_folder(paths: Iterable[str | os.PathLike], below: int = FULL_BELOW) -> 
 def disk_use(folders: Iterable[str | os.PathLike], device: int) -> int:
     """Bytes the files below ``folders`` take on the file system ``device`` (its ``st_dev``):
     following no link, never crossing into another file system, each folder counted once (a
-    job's default outputs lie inside its job folder)."""
-    found = folder_size(folders, device=device, allocated=True, follow_top=False)
-    return found.bytes if found is not None else 0
+    job's default outputs lie inside its job folder).  Folders the walk refuses
+    (:class:`~ma_jupyter.errors.FolderRefused`: a chain of folders too deep, too many entries)
+    count what was counted before the refusal."""
+    try:
+        return folder_size(folders, device=device, allocated=True, follow_top=False).bytes
+    except FolderRefused as exc:  # a lower bound, never an error that stops the reserve's watch
+        return exc.counted.bytes if isinstance(exc.counted, FolderSize) else 0

@@ -72,7 +72,7 @@ ALLOWED = {
     "accelerators": set(),
     "config": {"models", "errors", "jobdir", "accelerators"},
     # what of an algorithm folder is shipped, and its digest: the folder walk and the home
-    "algorithm_content": {"foldersize", "config"},
+    "algorithm_content": {"foldersize", "config", "errors"},
     # the text formats of tasks, images and mounts: pure string rules, for every front end
     "spectext": set(),
     # the TypeScript types, and the text formats the create form mirrors
