@@ -102,11 +102,13 @@ class FolderRefused(MaJupyterError):
     (:mod:`ma_jupyter.foldersize`: more folders deep, more entries or more seconds than it
     allows).  The one error every folder walk raises and every caller handles: a measure,
     a digest or a copy of that folder is refused, never a thread ended or a 500.  The message
-    names the folder, the bound and its value; ``counted`` is what was counted before the
-    refusal (a :class:`ma_jupyter.foldersize.FolderSize`, or None)."""
+    names the folder, the bound and its value; ``bound`` which bound (``depth``, ``entries``,
+    ``seconds``); ``counted`` what was counted before the refusal (a
+    :class:`ma_jupyter.foldersize.FolderSize`, or None)."""
 
     kind = "folder_refused"
     status = 422
+    bound: str | None = None
     counted: object = None
 
 

@@ -185,9 +185,10 @@ def walk(
                             for entry in listing:  # lazily: the bound is checked per name
                                 listed += 1
                                 if listed > limit:
-                                    raise FolderRefused(
+                                    raise _refused(
                                         f"{top}: more than {limit} files and folders below it; "
-                                        "remove some (or most) of them"
+                                        "remove some (or most) of them",
+                                        "entries",
                                     )
                                 if listed & 1023 == 0 and time.monotonic() > deadline:
                                     raise _too_slow(top, max_seconds)
@@ -249,9 +250,10 @@ def walk(
                     continue
                 if folder.depth + 1 > max_depth:
                     os.close(below)
-                    raise FolderRefused(
+                    raise _refused(
                         f"{top}: a chain of folders more than {max_depth} deep below it "
-                        f"({os.path.join(folder.path, name)[:200]}...); remove it"
+                        f"({os.path.join(folder.path, name)[:40]}...); remove it",
+                        "depth",
                     )
                 stack.append(
                     _Folder(
@@ -279,9 +281,15 @@ def _close(folder: _Folder, top_fd: int) -> None:
 
 def _too_slow(top: str | os.PathLike, max_seconds: float | None) -> FolderRefused:
     seconds = MAX_SECONDS if max_seconds is None else max_seconds
-    return FolderRefused(
-        f"{top}: walking the folders below it took more than {seconds:g} s; remove some of them"
+    return _refused(
+        f"{top}: walking the folders below it took more than {seconds:g} s; remove some of them", "seconds"
     )
+
+
+def _refused(message: str, bound: str) -> FolderRefused:
+    refused = FolderRefused(message)
+    refused.bound = bound
+    return refused
 
 
 def folder_size(

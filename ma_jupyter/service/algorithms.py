@@ -55,7 +55,7 @@ from sqlalchemy import Column, Float, MetaData, String, Table, delete, func, sel
 from sqlalchemy.exc import IntegrityError
 
 from .. import algorithm_content
-from ..errors import Conflict, InvalidSpec
+from ..errors import Conflict, FolderRefused, InvalidSpec
 from ..models import DIGEST_PATTERN, MAX_PATH, JobSpec, RunAs
 from . import algorithm_folders
 from .store import Store, jobs_table
@@ -120,7 +120,9 @@ AT_START_READ_LIMIT = 64 << 20
 def identified(spec: JobSpec, account: algorithm_content.Account | None = None) -> JobSpec:
     """``spec`` with the content of each algorithm folder it runs, read here (rule 5); whatever
     digests it came with are replaced (None where a folder cannot be read whole, or where an
-    entry is not readable by ``account``, the job's: rule 8).  Call it
+    entry is not readable by ``account``, the job's: rule 8).  A folder holding a chain of
+    folders too deep to walk raises :class:`~ma_jupyter.errors.FolderRefused` (the submit is
+    refused with what to remove).  Call it
     once the backend's dry run has accepted the spec's folders, outside any lock (it reads
     files: a snapshot at the ship limit takes about a tenth of a second)."""
     read: dict[str, str | None] = {}
@@ -181,7 +183,10 @@ def at_start(
         if not folder:
             return None
         if folder not in read:
-            read[folder], cut = algorithm_content.digest_bounded(folder, account, budget)
+            try:
+                read[folder], cut = algorithm_content.digest_bounded(folder, account, budget)
+            except FolderRefused:  # made too deep since the submit: unknown, as its start says
+                read[folder], cut = None, False
             if cut:
                 unread.append(folder)
             elif recorded is not None and read[folder] != recorded:
