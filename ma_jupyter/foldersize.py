@@ -57,12 +57,13 @@ MAX_DEPTH = 512
 MAX_ENTRIES = 2_000_000
 #: seconds a walk takes at most when its caller sets no lower bound (rule 8)
 MAX_SECONDS = 120.0
-#: descriptors a walk holds at most within :data:`MAX_DEPTH` (rule 8): of the folders on its path
-#: with subfolders left to enter, the last :data:`_RECENT` and every :data:`_CHECKPOINT`-th one;
-#: a folder whose descriptor was closed is opened again from the nearest one held, name by name
+#: descriptors a walk holds at most, whatever its ``max_depth`` (rule 8): of the folders on its
+#: path with subfolders left to enter, the last :data:`_RECENT` and at most :data:`_CHECKPOINTS`
+#: more, evenly spaced (every 16th within :data:`MAX_DEPTH`); a folder whose descriptor was
+#: closed is opened again from the nearest one held, name by name
 HELD_FDS = 64
 _RECENT = 16
-_CHECKPOINT = 16
+_CHECKPOINTS = 32
 #: removal: folders deeper than this below the one removed are moved up to it first, so that a
 #: chain of any depth is removed holding at most twice this many descriptors
 _REMOVE_LEVELS = 24
@@ -156,6 +157,7 @@ def walk(
             enter more than ``max_depth`` folders deep, or past ``max_seconds``.
     """
     limit = MAX_ENTRIES if max_entries is None else max_entries
+    every = max(1, max_depth // _CHECKPOINTS)  # the depths whose descriptors are kept
     deadline = time.monotonic() + (MAX_SECONDS if max_seconds is None else max_seconds)
     seen: set[tuple[int, int]] = set()
     listed = 0
@@ -264,7 +266,7 @@ def walk(
                 # rule 8: the descriptors held are bounded, whatever the depth
                 if len(stack) > _RECENT:
                     old = stack[-1 - _RECENT]
-                    if old.fd >= 0 and old.depth % _CHECKPOINT and old.fd != top_fd:
+                    if old.fd >= 0 and old.depth % every and old.fd != top_fd:
                         os.close(old.fd)
                         old.fd = -1
         finally:

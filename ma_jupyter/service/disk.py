@@ -25,6 +25,8 @@ FULL_BELOW = 256 << 10
 #: submits are refused while the jobs folder has less free space than this (more than the
 #: store's disk reserve, so that a reserve given up to record job ends is not used by new jobs)
 SUBMIT_BELOW = 4 << 20
+#: folders deep the reserve's measure walks (the walk is iterative: only entries bound it)
+MEASURE_DEPTH = 1 << 20
 
 
 def free_bytes(path: str | os.PathLike) -> int | None:
@@ -49,10 +51,12 @@ def full_folder(paths: Iterable[str | os.PathLike], below: int = FULL_BELOW) -> 
 def disk_use(folders: Iterable[str | os.PathLike], device: int) -> int:
     """Bytes the files below ``folders`` take on the file system ``device`` (its ``st_dev``):
     following no link, never crossing into another file system, each folder counted once (a
-    job's default outputs lie inside its job folder).  Folders the walk refuses
-    (:class:`~ma_jupyter.errors.FolderRefused`: a chain of folders too deep, too many entries)
-    count what was counted before the refusal."""
+    job's default outputs lie inside its job folder).  A chain of folders of any depth is
+    walked to its bottom (what a job hides there counts); past the walk's other bounds
+    (:class:`~ma_jupyter.errors.FolderRefused`: too many entries, too slow) what was counted
+    before is the answer, a lower bound."""
     try:
-        return folder_size(folders, device=device, allocated=True, follow_top=False).bytes
+        found = folder_size(folders, device=device, allocated=True, follow_top=False, max_depth=MEASURE_DEPTH)
+        return found.bytes
     except FolderRefused as exc:  # a lower bound, never an error that stops the reserve's watch
         return exc.counted.bytes if isinstance(exc.counted, FolderSize) else 0

@@ -181,6 +181,10 @@ def test_a_comb_is_walked_whole_with_its_descriptors_bounded(hostile):
     assert len(paths) == 601 and len(set(paths)) == 601
     assert most - before <= foldersize.HELD_FDS
     assert folder_size([hostile]).files == 300
+    most = 0
+    for _path, _fd, _found in walk([hostile], max_depth=1 << 20):  # as the disk reserve walks
+        most = max(most, _open_fds())
+    assert most - before <= foldersize.HELD_FDS
 
 
 def test_the_entry_bound_is_checked_as_a_folder_is_listed(tmp_path):
