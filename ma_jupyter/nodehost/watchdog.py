@@ -158,16 +158,16 @@ def tmpfs_held(tree: list[int]) -> int:
     return held
 
 
-def logs_size(folder: str) -> int | str:
+def logs_size(folder: str) -> int | FolderRefused:
     """Bytes of every regular file below ``folder`` (the job's logs), following no link; or why
-    they cannot be measured (:class:`~ma_jupyter.errors.FolderRefused`'s message: more than
+    they cannot be measured (a :class:`~ma_jupyter.errors.FolderRefused`: more than
     :data:`MAX_LOG_ENTRIES` entries, a chain of folders too deep, a walk too slow), which ends
     the node as its log size would: a job making files there without end would make every
     sample slower, and a folder it cannot measure would lift the log cap."""
     try:
         return folder_size([folder], max_entries=MAX_LOG_ENTRIES, max_seconds=LOG_WALK_SECONDS).bytes
     except FolderRefused as exc:
-        return exc.message
+        return exc
 
 
 def _log_flood(folder: str, grown: int, seconds: float, reserve: int, flood_rate: float) -> str | None:
@@ -256,10 +256,15 @@ def watch(
             )
         if exceeded is None and log_cap and limits.logs_dir:
             size = logs_size(limits.logs_dir)
-            if isinstance(size, str):
+            if isinstance(size, FolderRefused) and size.bound == "entries":
                 exceeded = (
-                    f"the job's logs folder cannot be measured for [limits] max_log_mb ({size}; "
-                    f"at most {MAX_LOG_ENTRIES} files and folders, all its nodes together); {node} was killed"
+                    f"the job's logs folder holds more than {MAX_LOG_ENTRIES} files and folders "
+                    f"(all its nodes together); {node} was killed"
+                )
+            elif isinstance(size, FolderRefused):
+                exceeded = (
+                    f"the job's logs folder cannot be measured for [limits] max_log_mb ({size.message}); "
+                    f"{node} was killed"
                 )
             elif size > log_cap:
                 exceeded = (
