@@ -388,7 +388,8 @@ def remove_tree(path: str | os.PathLike, *, max_seconds: float | None = None) ->
     2. Any depth, iteratively: a folder more than :data:`_REMOVE_LEVELS` below ``path`` is first
        moved up to ``path`` itself (a rename within the folder removed), so the descriptors held
        stay bounded and a chain of any depth goes, level by level.
-    3. What cannot be removed (no permission, a mount point, an entry another process keeps
+    3. Nothing on another file system than ``path``'s is entered (a mount point below it).
+    4. What cannot be removed (no permission, a mount point, an entry another process keeps
        adding to) is counted and named in the answer (:class:`Removal`), and the rest is removed
        still; ``max_seconds`` (None: no bound) stops it early, saying so (``complete`` false).
     """
@@ -411,6 +412,7 @@ def remove_tree(path: str | os.PathLike, *, max_seconds: float | None = None) ->
             done._fail(".", exc)
         return done
     moved = itertools.count()
+    device = os.fstat(root_fd).st_dev
     stack = [_Emptying(".", ".", root_fd)]
     try:
         while stack:
@@ -488,6 +490,10 @@ def remove_tree(path: str | os.PathLike, *, max_seconds: float | None = None) ->
                     folder.again = True
                 else:
                     done._fail(os.path.join(folder.path, name), exc)
+                continue
+            if os.fstat(below).st_dev != device:  # a mount point: what lies there is not the tree's
+                os.close(below)
+                done._fail(os.path.join(folder.path, name), OSError(errno.EXDEV, "another file system"))
                 continue
             stack.append(_Emptying(name, os.path.join(folder.path, name), below))
     finally:

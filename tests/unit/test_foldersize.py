@@ -264,3 +264,26 @@ def test_remove_tree_ends_while_another_thread_keeps_filling_the_folder(tmp_path
     assert done.removed >= 3
     assert done.complete == (not doomed.exists())
     assert done.complete or done.failures >= 1
+
+
+def test_remove_tree_enters_no_other_file_system(tmp_path):
+    """A mount point below the folder (a sandbox's bind left behind): what lies there is not
+    the tree's; it is named among the failures, the rest goes."""
+    import subprocess
+
+    doomed = tmp_path / "job"
+    mount = doomed / "mnt"
+    mount.mkdir(parents=True)
+    (doomed / "log").write_text("job's")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=False).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (mount / "keep").write_text("another file system's")
+        done = remove_tree(doomed)
+        assert not done.complete and done.failures >= 1
+        assert ("./mnt", "another file system") in done.failed
+        assert (mount / "keep").read_text() == "another file system's"
+        assert not (doomed / "log").exists()
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+    assert remove_tree(doomed).complete
