@@ -1110,6 +1110,11 @@ class CacheInfo(Strict):
     path: str = Field(description="Its host folder.")
     bytes: int = 0
     files: int = 0
+    refused: str | None = Field(
+        None,
+        description="Why its size could not be measured whole (a chain of folders too deep, too "
+        "many entries: what to remove); bytes and files are then what was counted before.",
+    )
 
 
 class PreparedData(Strict):

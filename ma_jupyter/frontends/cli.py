@@ -855,8 +855,12 @@ def _cache(args: argparse.Namespace) -> int:
         _out([c.model_dump(mode="json") for c in found], args)
         return EXIT_OK
     rows = [["USER", "SIZE", "FILES", "FOLDER"]]
-    rows += [[c.user, render.size(c.bytes), str(c.files), c.path] for c in found]
+    # a cache the walk refused shows what was counted before, a lower bound ("+")
+    rows += [[c.user, render.size(c.bytes) + ("+" if c.refused else ""), str(c.files), c.path] for c in found]
     print(render.text_table(rows), end="")
+    for c in found:
+        if c.refused:
+            print(f"the cache of {c.user} could not be measured whole: {c.refused}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -91,6 +91,7 @@ class Admission:
         running jobs' placements and the nodes reserved for jobs being prepared."""
         with self._ledger.lock:
             placements = list(self._ledger.placements.values()) + self._preparation.placements()
+            placements += self._ledger.reading.values()  # bound while their folders are read
             return self._scheduler.usage(placements)
 
     def running(self) -> list[Running]:
@@ -154,8 +155,8 @@ class Admission:
         """Steps 2-4 for one job: ``started`` (or failed to launch, releasing what it took),
         ``blocked`` (it does not fit now) or ``skipped``."""
         with self._ledger.lock:
-            if self._preparation.is_preparing(job_id):
-                return "skipped"  # its nodes are reserved; it starts once its data is copied
+            if self._preparation.is_preparing(job_id) or job_id in self._ledger.reading:
+                return "skipped"  # its nodes are reserved; it starts once its data is copied (read)
             try:
                 job = self._store.get(job_id)  # fresh: a PATCH may have changed it since the listing
             except NotFound:
