@@ -31,6 +31,7 @@ class Client(Protocol):
 
     def job_by_id(self, job_id: str) -> Any: ...
 
+
 #: rows of the listing read per name (newest first: the newest of yours is on the first page)
 _LISTED = 500
 

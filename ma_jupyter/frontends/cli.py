@@ -41,7 +41,6 @@ from typing import Any
 
 from .. import __version__
 from ..client import Client, JobHandle
-from ..client.kernelspec import start_devenv_kernel
 from ..client.logs import JobFollower, several_nodes, stream_label
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NodeLost, NotFound
@@ -744,6 +743,8 @@ def _devenv(args: argparse.Namespace) -> int:
 
 
 def _devenv_kernel(client: Client, job_id: str, node: str | None) -> int:
+    from ..client.kernelspec import start_devenv_kernel  # jupyter_core: only this command needs it
+
     started = start_devenv_kernel(client, job_id, node)
     made = started.devenv
     print(
