@@ -200,6 +200,24 @@ def test_the_notebook_cell_shows_the_redrawn_line_as_it_stands(ma_client, tmp_pa
     assert not any(_state(i) in cell.last() for i in range(1, STEPS))
 
 
+def test_the_monitor_widget_shows_the_redrawn_line_as_it_stands(ma_client, tmp_path):
+    from ma_jupyter.frontends.notebook.widgets.monitor import JobMonitor
+
+    go = _go_folder(tmp_path)
+    handle = ma_client.submit(
+        name="bar", command=f"{PY} -c {_quoted(REDRAWING)}", datasets=[{"name": "go", "path": str(go)}]
+    )
+    monitor = JobMonitor(handle, client=ma_client)
+    try:
+        for i in range(1, STEPS + 1):
+            wait_for(lambda i=i: monitor.log_text().splitlines() == ["starting", _state(i)], timeout=90)
+            (go / str(i)).touch()
+        wait_for(lambda: not monitor.following, timeout=90)
+        assert monitor.log_text().splitlines() == ["starting", FINAL, "after the bar"]
+    finally:
+        monitor.close_monitor()
+
+
 def test_the_follower_gives_the_unfinished_line_before_its_newline(ma_client, tmp_path):
     go = _go_folder(tmp_path)
     handle = ma_client.submit(

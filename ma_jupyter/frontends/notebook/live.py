@@ -85,6 +85,11 @@ def live_display_shown() -> bool:
     return bool((parent.get("content") or {}).get("allow_stdin", True))
 
 
+def shown_line(line: str) -> str:
+    """A log line as a cell shows it (:func:`_cut`)."""
+    return _cut(line)
+
+
 def _cut(line: str) -> str:
     """A line as shown: what a terminal shows of it (its control characters shown, SGR colours
     kept: a notebook's output shows them as a terminal does), at most ``MAX_LINE_CHARS``
