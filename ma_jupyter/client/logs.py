@@ -363,16 +363,22 @@ class LogStreams:
             if key not in self._threads:
                 self._start(key)
 
-    def follow(self, key: StreamKey) -> bool:
-        """Follow one stream ``(node, rank)`` (rank None: the node's combined log); False if already."""
+    def follow(self, key: StreamKey, *, partials_only: bool = False) -> bool:
+        """Follow one stream ``(node, rank)`` (rank None: the node's combined log); False if
+        already.  With ``partials_only`` its lines are read past, never handed out: only its
+        unfinished line is (:meth:`take_partials`; a rank's progress bar, which the node log
+        gets whole once its newline comes)."""
         if key in self._threads:
             return False
-        self._start(key)
+        self._start(key, partials_only)
         return True
 
-    def _start(self, key: StreamKey) -> None:
+    def _start(self, key: StreamKey, partials_only: bool = False) -> None:
         thread = threading.Thread(
-            target=self._follow, args=(key,), name=f"ma-log-{stream_label(key)}", daemon=True
+            target=self._follow,
+            args=(key, partials_only),
+            name=f"ma-log-{stream_label(key)}",
+            daemon=True,
         )
         self._threads[key] = thread
         thread.start()
@@ -389,7 +395,7 @@ class LogStreams:
         """Stop following; threads end after their current read."""
         self._stop.set()
 
-    def _follow(self, key: StreamKey) -> None:
+    def _follow(self, key: StreamKey, partials_only: bool = False) -> None:
         node, rank = key
         label = stream_label(key)
         offset = self.offsets.get(label, 0)
@@ -410,6 +416,8 @@ class LogStreams:
                 for lines in reader.batches():
                     failures = 0
                     offset = reader.offset
+                    if partials_only:
+                        lines = []
                     if lines or reader.partial != shown:
                         shown = reader.partial
                         self._queue.put((key, [line.rstrip("\r") for line in lines], offset, shown))
@@ -503,7 +511,10 @@ class JobFollower:
        shown before its newline: :meth:`take_partials` gives each stream's unfinished line as
        it stands after the lines drained so far, whenever it changed; it comes out of
        :meth:`drain` as a line once its newline (or the job's end) comes, and no offset moves
-       past it (a saved view keeps the last state only).
+       past it (a saved view keeps the last state only).  The rank splitter keeps a rank's
+       redrawn line out of the node log until its newline, so while the job runs the follower
+       of every node also reads each rank's own log for its unfinished line only, given under
+       the key ``(node, rank)`` with the ``[rank r] `` label the node log will have.
 
     Args:
         client: the :class:`~ma_jupyter.client.Client`.
@@ -530,6 +541,8 @@ class JobFollower:
         self.rank = rank
         self.several = prefixed or rank is not None or (stream is None and several_nodes(job))
         self.logs = LogStreams(client, job.id, offsets)
+        #: the rank streams read for their unfinished line only (rule 6)
+        self._rank_partials: set[StreamKey] = set()
         self._stopped = False
         self._looked = time.monotonic()
         self._discover()
@@ -551,8 +564,11 @@ class JobFollower:
         return self.logs.streams
 
     def prefix(self, key: StreamKey) -> str:
-        """What goes before a line of ``key`` (rule 2)."""
-        return f"[{stream_label(key)}] " if self.several else ""
+        """What goes before a line of ``key`` (rule 2), or before a rank's unfinished line
+        (rule 6: its node's, as for the lines of the node log)."""
+        if not self.several:
+            return ""
+        return f"[{key[0]}] " if key in self._rank_partials else f"[{stream_label(key)}] "
 
     def _discover(self) -> None:
         if self.stream is not None:
@@ -565,9 +581,25 @@ class JobFollower:
             for name in names:
                 self.logs.follow((name, self.rank))
             return
-        self.logs.discover(self.job, with_files=self.job.status.is_terminal())
-        if len(self.logs.streams) > 1:
+        terminal = self.job.status.is_terminal()
+        self.logs.discover(self.job, with_files=terminal)
+        if len(set(self.logs.streams) - self._rank_partials) > 1:
             self.several = True  # more attempts' or nodes' logs than the spec said
+        if not terminal and self.job.nodes:
+            self._follow_rank_partials()
+
+    def _follow_rank_partials(self) -> None:
+        """Rule 6: each rank log of a followed node, for its unfinished line only."""
+        nodes = {run.name for run in self.job.nodes}
+        try:
+            streams = self.client.log_streams(self.job.id)
+        except MaJupyterError:
+            return  # asked again at the next look at the job
+        for stream in streams:
+            key = (stream.node, stream.rank)
+            if stream.rank is not None and stream.node in nodes and key not in self._rank_partials:
+                self._rank_partials.add(key)
+                self.logs.follow(key, partials_only=True)
 
     def refresh_due(self) -> bool:
         """Whether it is time to look at the job again: every ``STATUS_INTERVAL``, ten times as
@@ -594,12 +626,20 @@ class JobFollower:
     def take_partials(self) -> dict[StreamKey, str]:
         """Rule 6: the streams whose unfinished line changed since the last call, each with
         the line as it stands now ("": none any more)."""
-        return self.logs.take_partials()
+        return {key: self._labelled(key, text) for key, text in self.logs.take_partials().items()}
 
     @property
     def partials(self) -> dict[StreamKey, str]:
         """Rule 6: every stream's unfinished line as it stands now (after the lines drained)."""
-        return {key: text for key, text in self.logs.partials.items() if text}
+        return {key: self._labelled(key, text) for key, text in self.logs.partials.items() if text}
+
+    def _labelled(self, key: StreamKey, text: str) -> str:
+        """A rank's unfinished line with the label the splitter gives it in the node log, also
+        after each ``\r`` (a reader applying the redraw keeps it)."""
+        if not text or key not in self._rank_partials:
+            return text
+        label = f"[rank {key[1]}] "
+        return label + text.replace("\r", "\r" + label)
 
     @property
     def ended(self) -> bool:

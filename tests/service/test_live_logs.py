@@ -218,6 +218,31 @@ def test_the_monitor_widget_shows_the_redrawn_line_as_it_stands(ma_client, tmp_p
         monitor.close_monitor()
 
 
+def test_a_ranks_redrawn_line_is_shown_live_with_its_rank(ma_client, tmp_path):
+    """Behind a launcher's rank splitter the node log gets a rank's redrawn line whole, at its
+    newline; meanwhile the follower shows it from the rank's own log, labelled as in the node log."""
+    go = _go_folder(tmp_path)
+    ranked = f"{PY} -m ma_jupyter.nodeside.rank_log --rank=1 {PY} -c {_quoted(REDRAWING)}"
+    handle = ma_client.submit(name="ranked", command=ranked, datasets=[{"name": "go", "path": str(go)}])
+    cell = _Cell()
+
+    def release() -> None:
+        for i in range(1, STEPS + 1):
+            wait_for(lambda i=i: cell.last().splitlines()[-1:] == [f"[rank 1] {_state(i)}"], timeout=90)
+            (go / str(i)).touch()
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    job = live.follow_job(ma_client, handle.id, display=cell, live_display=True)
+    thread.join(timeout=30)
+    assert job.status is JobStatus.succeeded, cell.last()
+    assert cell.last().splitlines()[-3:] == [
+        "[rank 1] starting",
+        f"[rank 1] {FINAL}",
+        "[rank 1] after the bar",
+    ]
+
+
 def test_the_follower_gives_the_unfinished_line_before_its_newline(ma_client, tmp_path):
     go = _go_folder(tmp_path)
     handle = ma_client.submit(

@@ -172,8 +172,9 @@ class LiveLog:
         self.footer = ""
         self.log_hint = log_hint
         self.offsets: dict[str, int] = {}
-        #: each stream's line still being written, as it stands (shown under the lines)
-        self.partials: dict[StreamKey, str] = {}
+        #: each stream's line still being written, as it stands, and what goes before it
+        #: (shown under the lines)
+        self.partials: dict[StreamKey, tuple[str, str]] = {}
         self.stream_to = stream_to
         self.several = several
         self._dirty = True
@@ -207,11 +208,7 @@ class LiveLog:
                 where = f" (the full log: {self.log_hint})" if self.log_hint else ""
                 parts.append(f"… {self.buffer.skipped} earlier lines not shown{where}")
             parts.extend(self.buffer.text_lines(self.several))
-            prefix = self.several or len(self.buffer.streams | set(self.partials)) > 1
-            parts.extend(
-                f"[{stream_label(key)}] {_cut(text)}" if prefix else _cut(text)
-                for key, text in self.partials.items()
-            )
+            parts.extend(prefix + _cut(text) for prefix, text in self.partials.values())
         if self.footer:
             parts.append(self.footer)
         return "\n".join(parts)
@@ -234,14 +231,15 @@ class LiveLog:
             )
         )
 
-    def set_partials(self, changed: dict[StreamKey, str]) -> None:
+    def set_partials(self, changed: dict[StreamKey, str], prefix: Callable[[StreamKey], str]) -> None:
         """Update the lines still being written (:meth:`JobFollower.take_partials`: per stream,
-        the line as it stands, "" once none); not shown while streaming (whole lines only)."""
+        the line as it stands, "" once none; ``prefix``: what goes before it, the follower's
+        :meth:`~JobFollower.prefix`); not shown while streaming (whole lines only)."""
         if self.streaming or not changed:
             return
         for key, text in changed.items():
             if text:
-                self.partials[key] = text
+                self.partials[key] = (prefix(key), text)
             else:
                 self.partials.pop(key, None)
         self._dirty = True
@@ -378,7 +376,7 @@ def follow_job(
             items = follower.drain(timeout=max(0.0, min(RENDER_INTERVAL, wait)))
             live.several = follower.several
             live.add(items)
-            live.set_partials(follower.take_partials())
+            live.set_partials(follower.take_partials(), follower.prefix)
             live.offsets = dict(follower.offsets)
             now = time.monotonic()
             if follower.refresh_due():
