@@ -418,7 +418,8 @@ def test_ma_logs_follow_from_start_and_rank_node_options(ma_shell):
     run = Run(ma_shell, f"%ma_logs {handle.id} --follow")
     assert run.job_text().count("only once") == 1
     run = Run(ma_shell, f"%ma_logs {handle.id} --follow")
-    assert "only once" not in run.job_text()  # this notebook has shown it already
+    # from the start again: no follow of this job runs in the kernel now
+    assert run.job_text().count("only once") == 1 and "continuing" not in run.job_text()
     run = Run(ma_shell, f"%ma_logs {handle.id} --follow --from-start")
     assert run.job_text().count("only once") == 1
     run = Run(ma_shell, f"%ma_logs {handle.id} --node worker-0")
