@@ -65,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reps", type=int, default=9, help="repetitions per measurement (default 9)")
     parser.add_argument("--jobs", type=int, default=20, help="jobs in the listing (default 20)")
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        default=REPO,
+        help="the checkout whose CLI is timed (default this one: "
+        "another one, e.g. before a change, against the same service and baseline)",
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="ma-bench-cli-") as tmp:
@@ -72,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["MA_JUPYTER_HOME"] = str(home)
         # as installed: the bytecode cache is written (and the first call below warms it)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env["PYTHONPATH"] = str(REPO)
+        env["PYTHONPATH"] = str(args.tree.resolve())
         from ma_jupyter.client import Client
 
         client = Client()

@@ -279,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reps", type=int, default=7, help="repetitions per measurement (default 7)")
     parser.add_argument("--lines", type=int, default=200_000, help="lines for the throughput job")
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only (b) and (b'): print -> seen, whole and partial lines",
+    )
     args = parser.parse_args(argv)
 
     with (
@@ -296,6 +301,16 @@ def main(argv: list[str] | None = None) -> int:
             client.connect()
             warm = client.submit(name="warm-up", command=command(STARTED_CODE))
             warm.wait(timeout=60)
+            if args.latency_only:
+                results = [
+                    bench_print_to_seen(client, home, args.reps),
+                    bench_partial_to_seen(client, home, args.reps),
+                ]
+                for r in results:
+                    print(
+                        f"{r['what']:34} {_fmt(r['ours'], r['unit']):>16} {_fmt(r['baseline'], r['unit']):>16} {r['ratio']:7.2f}  {r['n']}"
+                    )
+                return 0
             results = [
                 bench_submit_to_started(client, args.reps),
                 bench_print_to_seen(client, home, max(3, args.reps // 2)),
