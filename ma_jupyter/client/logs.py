@@ -387,9 +387,11 @@ class LogStreams:
     def streams(self) -> list[StreamKey]:
         return list(self._threads)
 
-    def finished(self) -> bool:
-        """True once every followed stream reached its end (the job is terminal and all was read)."""
-        return bool(self._threads) and len(self._finished) == len(self._threads)
+    def finished(self, ignore: set[StreamKey] | frozenset[StreamKey] = frozenset()) -> bool:
+        """True once every followed stream (but those in ``ignore``) reached its end (the job is
+        terminal and all was read)."""
+        keys = set(self._threads) - ignore
+        return bool(keys) and keys <= self._finished
 
     def stop(self) -> None:
         """Stop following; threads end after their current read."""
@@ -607,7 +609,7 @@ class JobFollower:
         once when every stream ended before the job did."""
         starting = not self.logs.streams and self.job.status is not JobStatus.queued
         interval = STATUS_INTERVAL / 10 if starting else STATUS_INTERVAL
-        if self.logs.finished() and not self.job.status.is_terminal():
+        if self.logs.finished(ignore=self._rank_partials) and not self.job.status.is_terminal():
             return True
         return time.monotonic() - self._looked >= interval
 
@@ -644,7 +646,11 @@ class JobFollower:
     @property
     def ended(self) -> bool:
         """Rule 5 (call :meth:`drain` once more after it turns true: the last lines)."""
-        return self.job.status.is_terminal() and (self.logs.finished() or not self.logs.streams)
+        # a rank read for its unfinished line only never holds the end back: its lines are
+        # the node log's, read to the end there
+        return self.job.status.is_terminal() and (
+            self.logs.finished(ignore=self._rank_partials) or not self.logs.streams
+        )
 
     def stop(self) -> None:
         """Stop following (:meth:`lines` returns after its current wait)."""
