@@ -411,6 +411,21 @@ def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path, own_outputs):
     assert f"/tb/{job.id}/" in frame and "<iframe" in frame
 
 
+def test_a_notebook_run_twice_keeps_its_names_working(ma_shell):
+    """Two jobs called envtest (the notebook ran twice): the name means the newer one, with a
+    note naming its id, in every magic that takes a JOB."""
+    first = Run(ma_shell, "%%ma_train --name envtest --out first\nprint('run one', flush=True)\n")
+    second = Run(ma_shell, "%%ma_train --name envtest --out second\nprint('run two', flush=True)\n")
+    assert first.error is None and second.error is None, second.stderr
+    newer = ma_shell.user_ns["second"]
+    run = Run(ma_shell, "%ma_logs envtest")
+    assert run.error is None, run.stdout + run.stderr
+    assert run.stdout.strip() == "run two"
+    assert f"your newest job of that name, {newer.id}" in run.stderr
+    run = Run(ma_shell, "%ma_events envtest")
+    assert run.error is None and newer.id in run.stderr
+
+
 def test_ma_logs_follow_from_start_and_rank_node_options(ma_shell):
     run = Run(ma_shell, "%%ma_train --name twice --no-follow --out t\nprint('only once', flush=True)\n")
     handle = ma_shell.user_ns["t"]
