@@ -341,10 +341,13 @@ def follow_job(
             to stdout as they come.
 
     Returns:
-        The job as last seen (terminal unless the follow was interrupted).
+        The job as last seen (terminal).
 
     Raises:
         JobFailed: the job ended in error or expired (its message shows the last lines).
+        KeyboardInterrupt: the follow was interrupted, again once the cell has said that the job
+            keeps running and how to come back to it (or that its stop was requested), and the
+            offsets shown went to ``on_progress``.
     """
     if live_display is None:
         live_display = live_display_shown()
