@@ -7,8 +7,8 @@ import os
 import signal
 import socket
 import subprocess
-import threading
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
