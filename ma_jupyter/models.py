@@ -119,8 +119,10 @@ def utcnow() -> datetime:
 class Strict(BaseModel):
     """Base of every wire model: unknown fields are an error, enums travel as their values."""
 
+    # defer_build: a model's validator is built when first used, not at import (building all
+    # of them took most of a CLI call's time, and a call uses a few)
     model_config = ConfigDict(
-        extra="forbid", use_enum_values=False, populate_by_name=True, allow_inf_nan=False
+        extra="forbid", use_enum_values=False, populate_by_name=True, allow_inf_nan=False, defer_build=True
     )
 
 
@@ -441,7 +443,7 @@ class JobSpec(Strict):
     node_name: Short | None = None
     driver_version: Short | None = None
     pool: Short | None = None
-    image: Image = Image()
+    image: Image = Image.model_construct()  # a default that builds no validator at import
     nodes: int = Field(default=1, ge=1, le=64)
     ps: int = Field(default=0, ge=0, le=64, description="TensorFlow parameter servers; 0 = AllReduce.")
     chief: bool = Field(default=False, description="TensorFlow: add a chief task (ParameterServerStrategy).")
@@ -455,7 +457,7 @@ class JobSpec(Strict):
     duration: float | None = Field(
         default=None, gt=0, le=MAX_DURATION, description="Run duration in seconds; past it the job expires."
     )
-    lifecycle: Lifecycle = Lifecycle()
+    lifecycle: Lifecycle = Lifecycle.model_construct()  # (as above)
     env: dict[EnvName, EnvValue] = Field(default={}, max_length=MAX_ENV)
     secret_env: dict[EnvName, EnvValue] = Field(
         default={},

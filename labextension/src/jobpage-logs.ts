@@ -11,6 +11,10 @@
  *    in turn, every line prefixed with its node).
  * 5. The list of streams is read when the tab is first shown and after every poll while it is
  *    current; the stream chosen stays chosen while it exists.
+ * 6. A line still being written (a progress bar redrawn with `\r`) shows as it stands under the
+ *    finished lines, replaced in place, one per node, and, while the job runs, one per rank of
+ *    the nodes shown (read from each rank's own log: the rank splitter gives the node log a
+ *    redrawn line whole, at its newline).
  */
 import { api } from './api';
 import { h } from './dom';
@@ -139,8 +143,17 @@ export class LogsTab extends JobTab {
       }
     }
     if (this.follower instanceof AllNodesFollower) {
-      for (const node of this.nodeNames()) {
-        this.follower.addNode(node); // a node that appeared later, from its start
+      if (this.streamSelect.value === ALL_NODES) {
+        for (const node of this.nodeNames()) {
+          this.follower.addNode(node); // a node that appeared later, from its start
+        }
+      }
+      if (this.page.job.status === 'running') {
+        for (const s of streams) {
+          if (s.rank !== null && s.rank !== undefined) {
+            this.follower.addRank(s.node, s.rank); // rule 6 (a node not shown is left alone)
+          }
+        }
       }
     }
     if (this.follower === null && options.length) {
@@ -188,6 +201,11 @@ export class LogsTab extends JobTab {
     const startAt = this.startAt(key);
     this.logPre.dataset.startAt = String(startAt);
     this.tailNote.textContent = startAt ? `showing the end of a ${megabytes(size)} log: Download saves all of it` : '';
+    if (rank === undefined) {
+      // a node's own log: its ranks' lines being drawn show under it too (rule 6)
+      this.follower = new AllNodesFollower(jobId, [{ node, startAt }], this.logPre, { ...options, prefixed: false });
+      return;
+    }
     this.follower = new LogFollower(
       jobId,
       { node, rank: rank === undefined ? null : Number(rank) },

@@ -29,7 +29,7 @@ from urllib.parse import quote
 import requests
 
 from .. import algorithm_content, config
-from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, error_from_body
+from ..errors import BackendUnavailable, InvalidSpec, MaJupyterError, NotFound, error_from_body
 from ..models import (
     API_PREFIX,
     Algorithm,
@@ -495,15 +495,38 @@ class Client:
         return JobPage.model_validate(self._request("GET", "/jobs", params=params))
 
     def job(self, job_id: str) -> JobHandle:
-        """The job ``job_id``.
+        """The job ``job_id``: an id, or a name as :meth:`get` takes it.
 
         Raises:
             NotFound: no such job (or it is hidden from this user).
         """
         return JobHandle(self, self.get(job_id))
 
+    def job_by_id(self, job_id: str) -> JobHandle:
+        """The job of id ``job_id`` (never a name).
+
+        Raises:
+            NotFound: no such job (or it is hidden from this user).
+        """
+        return JobHandle(self, self._get_by_id(job_id))
+
     def get(self, job_id: str) -> Job:
-        """The current state of job ``job_id`` as a :class:`~ma_jupyter.models.Job`."""
+        """The current state of job ``job_id`` as a :class:`~ma_jupyter.models.Job`: an id, or
+        a name, meaning what it means in the CLI (your newest job of that name; see
+        :mod:`ma_jupyter.client.resolve`).
+
+        Raises:
+            NotFound: neither the id nor the name of a job this user may view.
+            InvalidSpec: none of this user's jobs has the name and several other users' do.
+        """
+        try:
+            return self._get_by_id(job_id)
+        except NotFound:
+            from .resolve import named_job  # only a name needs it
+
+            return self._get_by_id(named_job(self, job_id, hint="`Client().jobs()`")[0])
+
+    def _get_by_id(self, job_id: str) -> Job:
         return Job.model_validate(self._request("GET", f"/jobs/{_segment(job_id)}"))
 
     def wait_status(self, job_id: str, since: str | JobStatus | None = None, wait: float = 0) -> Job:
@@ -892,7 +915,7 @@ class JobHandle:
 
     def refresh(self) -> Job:
         """Fetch the job's current state into :attr:`info` and return it."""
-        self.info = self.client.get(self.id)
+        self.info = self.client._get_by_id(self.id)
         return self.info
 
     @property

@@ -407,6 +407,26 @@ def stopped_after_success(job: Job, run) -> bool:
     return job.status is JobStatus.succeeded and not run.primary and run.exit_code not in (None, 0)
 
 
+def fit_width(line: str, columns: int) -> str:
+    """A shown log line (after :func:`visible_line`) cut to fit one terminal row of ``columns``
+    without wrapping (one column left for the cursor): the CLI redraws a line still being
+    written in place, which only works while it takes one row.  Its control characters are
+    shown (:func:`terminal_text`, colours dropped: they take no column but a cut could split
+    one); a wide character (East Asian) takes two columns."""
+    import unicodedata
+
+    text = terminal_text(line)
+    room = max(1, columns - 1)
+    if len(text) * 2 <= room:
+        return text
+    used = 0
+    for index, char in enumerate(text):
+        used += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+        if used > room:
+            return text[:index]
+    return text
+
+
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines too) as one space."""
     return " ".join(str(text).split())
