@@ -97,6 +97,14 @@ class PayloadTooLarge(MaJupyterError):
     status = 413
 
 
+class LimitReached(MaJupyterError):
+    """The caller already holds as much of something as one user may (queued jobs, running
+    TensorBoards); the message names the ``[limits]`` setting, its value and what frees room."""
+
+    kind = "limit_reached"
+    status = 429
+
+
 class DiskFull(MaJupyterError):
     """A disk the service or a job writes to is full; the message names the folder."""
 
@@ -135,6 +143,7 @@ ERRORS_BY_KIND: dict[str, type[MaJupyterError]] = {
         NodeLost,
         RefusedFile,
         PayloadTooLarge,
+        LimitReached,
         DiskFull,
         JobFailed,
     )

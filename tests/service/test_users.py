@@ -228,7 +228,19 @@ def test_tensorboard(team, access):
             assert url.startswith("http://127.0.0.1:") and f"/tb/{job.id}" in url
             shown = team.cli("bob", "tensorboard", job.id)
             assert shown.returncode == 0 and shown.stdout.strip() == url, shown.stderr
-            stopped = team.cli("bob", "tensorboard", job.id, "--stop")
+            if access == "ro":
+                # a ro user reads the board but never stops it: the owner may be reading it
+                with pytest.raises(Forbidden, match="stops a job's TensorBoard"):
+                    team.bob.stop_tensorboard(job.id)
+                _cli_refused(team.cli("bob", "tensorboard", job.id, "--stop"), "ro")
+                state = requests.get(
+                    f"{team.svc.api}/jobs/{job.id}/tensorboard",
+                    headers={"Authorization": f"Bearer {team.svc.tokens['bob']}"},
+                    timeout=30,
+                ).json()
+                assert state["state"] == "running" and state["url"] == url and state["started_by"] == "bob"
+                assert team.alice.tensorboard(job.id) == url  # still the same board
+            stopped = team.cli("alice" if access == "ro" else "bob", "tensorboard", job.id, "--stop")
             assert stopped.returncode == 0, stopped.stderr
         else:
             with pytest.raises(NotFound):
