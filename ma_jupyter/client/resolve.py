@@ -23,7 +23,7 @@ def resolve_job(client: Client, ref: str, *, hint: str = "`ma-jupyter jobs`") ->
         if len(matches) == 1:
             return client.job(matches[0].id)  # the job's own read: a listing row has no estimate
         if matches:
-            matches.sort(key=lambda h: h.info.created_at, reverse=True)
+            matches.sort(key=lambda h: (h.summary or h.info).created_at, reverse=True)
             ids = ", ".join(h.id for h in matches[:10])
             raise InvalidSpec(
                 f"{len(matches)} jobs are called {ref!r}: give one of their ids ({ids})"
