@@ -327,7 +327,7 @@ class Limits:
     # TensorBoards one user may have started and running at once (reused boards count once)
     max_tensorboards_per_user: int = 4
     # queued jobs one user may have at once; a submit past it is refused (429)
-    max_queued_jobs_per_user: int = 500
+    max_queued_jobs_per_user: int = 2000
     # bytes one job's spec may take, as stored (env, command, mounts...); past it a submit is
     # refused (413): with the queued bound, what one user's queue holds is bounded
     max_spec_bytes: int = 262144

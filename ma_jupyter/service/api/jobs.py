@@ -61,7 +61,7 @@ from .schema import SPEC_BODY, UPDATE_BODY
 router = APIRouter(prefix=API_PREFIX)
 
 #: whole jobs a listing reads from the store at a time (see ``list_jobs``)
-LIST_CHUNK = 50
+LIST_CHUNK = 10
 #: seconds a force-delete answer waits (asynchronously) for the job to stop before answering 202
 FORCE_DELETE_WAIT = 10.0
 
