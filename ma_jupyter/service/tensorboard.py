@@ -257,7 +257,8 @@ class TensorBoardManager:
                     raise LimitReached(
                         f"{user} already has {len(held)} TensorBoards starting or running "
                         f"(jobs {', '.join(sorted(held))}), and [limits] max_tensorboards_per_user is "
-                        f"{self.max_per_user}: stop one first (ma-jupyter tensorboard JOB --stop)",
+                        f"{self.max_per_user}: stop one of them (`ma-jupyter tensorboard JOB --stop`; its job's "
+                        "owner, a rw user or an admin may), or wait until one goes unused long enough to end",
                         field="max_tensorboards_per_user",
                     )
             future: concurrent.futures.Future = concurrent.futures.Future()
@@ -296,8 +297,8 @@ class TensorBoardManager:
 
     def state(self, job_id: str) -> dict:
         """``{"state", "url", "reason", "started_by"}`` of the job's TensorBoard: ``running``
-        (with its URL), ``starting``, ``ended`` (the manager ended it: ``reason`` says why) or
-        ``none``."""
+        (with its URL), ``starting``, ``ended`` (the manager ended it, or it exited: ``reason``
+        says why) or ``none``."""
         with self._lock:
             board = self._boards.get(job_id)
             pending = self._starting.get(job_id)
@@ -308,6 +309,9 @@ class TensorBoardManager:
             return {"state": "starting", "url": None, "reason": "", "started_by": pending[1]}
         if reason:
             return {"state": "ended", "url": None, "reason": reason, "started_by": None}
+        if board is not None:  # it exited by itself; the reaper removes it
+            why = f"TensorBoard of job {job_id} exited with {board.proc.returncode}: start it again"
+            return {"state": "ended", "url": None, "reason": why, "started_by": None}
         return {"state": "none", "url": None, "reason": "", "started_by": None}
 
     def started_by(self, job_id: str) -> str | None:
