@@ -20,7 +20,7 @@ import { api } from './api';
 import { h, statusBadge } from './dom';
 import { dateTime, errorText, shortPath } from './format';
 import { elapsed, statusText } from './jobstate';
-import { JOB_STATUS_VALUES, Job, JobStatus } from './models';
+import { JOB_STATUS_VALUES, JobStatus, JobSummary } from './models';
 
 const REFRESH_MS = 2000;
 export const PAGE_SIZE = 100;
@@ -28,7 +28,7 @@ export const PAGE_SIZE = 100;
 interface Column {
   key: string;
   label: string;
-  value: (job: Job) => string;
+  value: (job: JobSummary) => string;
 }
 
 const COLUMNS: Column[] = [
@@ -69,7 +69,7 @@ export class JobsTableWidget extends Widget {
   private deleteButton: HTMLButtonElement;
   private allBox: HTMLInputElement;
   private selected = new Set<string>();
-  private jobs: Job[] = [];
+  private jobs: JobSummary[] = [];
   private total = 0;
   private offset = 0;
   private sortKey = 'created';
@@ -83,7 +83,7 @@ export class JobsTableWidget extends Widget {
    * buttons (the main-area create form and cluster view).
    */
   constructor(
-    private readonly open: (job: Job) => void,
+    private readonly open: (job: JobSummary) => void,
     go: { newJob: () => void; cluster: () => void }
   ) {
     super();

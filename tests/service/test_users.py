@@ -24,7 +24,7 @@ import pytest
 import requests
 
 from ma_jupyter.client import Client
-from ma_jupyter.errors import Forbidden, NotFound, Unauthorized
+from ma_jupyter.errors import Forbidden, LimitReached, NotFound, Unauthorized
 from ma_jupyter.models import Job, JobStatus, clone_name
 from tests.conftest import SMALL_CLUSTER_TOML
 from tests.helpers import wait_for, writable_dir
@@ -229,7 +229,19 @@ def test_tensorboard(team, access):
             assert url.startswith("http://127.0.0.1:") and f"/tb/{job.id}" in url
             shown = team.cli("bob", "tensorboard", job.id)
             assert shown.returncode == 0 and shown.stdout.strip() == url, shown.stderr
-            stopped = team.cli("bob", "tensorboard", job.id, "--stop")
+            if access == "ro":
+                # a ro user reads the board but never stops it: the owner may be reading it
+                with pytest.raises(Forbidden, match="stops a job's TensorBoard"):
+                    team.bob.stop_tensorboard(job.id)
+                _cli_refused(team.cli("bob", "tensorboard", job.id, "--stop"), "ro")
+                state = requests.get(
+                    f"{team.svc.api}/jobs/{job.id}/tensorboard",
+                    headers={"Authorization": f"Bearer {team.svc.tokens['bob']}"},
+                    timeout=30,
+                ).json()
+                assert state["state"] == "running" and state["url"] == url and state["started_by"] == "bob"
+                assert team.alice.tensorboard(job.id) == url  # still the same board
+            stopped = team.cli("alice" if access == "ro" else "bob", "tensorboard", job.id, "--stop")
             assert stopped.returncode == 0, stopped.stderr
         else:
             with pytest.raises(NotFound):
@@ -237,6 +249,24 @@ def test_tensorboard(team, access):
             _cli_refused(team.cli("bob", "tensorboard", job.id), access)
     finally:
         team.admin.stop_tensorboard(job.id)
+
+
+def test_a_ro_user_starting_boards_is_held_to_a_cap_of_its_own(team):
+    """bob may open the boards of alice's ro jobs, each counted against bob's own
+    ``[limits] max_tensorboards_per_user`` (4 by default), never against alice's."""
+    jobs = [
+        team.queued_job("ro", outputs=str(writable_dir(team.tmp / f"out-{uuid.uuid4().hex[:6]}")))
+        for _ in range(5)
+    ]
+    try:
+        for job in jobs[:4]:
+            assert f"/tb/{job.id}/" in team.bob.tensorboard(job.id)
+        with pytest.raises(LimitReached, match="max_tensorboards_per_user is 4"):
+            team.bob.tensorboard(jobs[4].id)
+        assert f"/tb/{jobs[4].id}/" in team.alice.tensorboard(jobs[4].id)  # the owner is not held back
+    finally:
+        for job in jobs:
+            team.admin.stop_tensorboard(job.id)
 
 
 @pytest.mark.parametrize("access", ["rw", "ro", "none"])

@@ -363,7 +363,7 @@ class MaJupyterMagics(Magics):
             status = job.status.value
             if job.status is JobStatus.queued and job.queue_position is not None:
                 status += f" (#{job.queue_position + 1})"
-            if job.tasks:
+            if job.task_counts:
                 status += f"; tasks: {render.task_summary(job)}"
             rows.append(
                 [
