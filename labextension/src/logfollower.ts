@@ -15,6 +15,7 @@
  */
 import { ApiError, api } from './api';
 import { errorText } from './format';
+import { MergedLog } from './logmerge';
 
 /** How long one long-poll read waits for new bytes (s). */
 const LOG_WAIT_S = 10;
@@ -178,15 +179,16 @@ export class LogFollower {
  * Follows every node's own log of a job into one <pre> (the log pane's "All nodes" choice, the
  * default of a multi-node job), as the CLI's `--follow` and the notebook do:
  *
- * 1. One `LogFollower` per node, each into a detached <pre>; their finished lines come here in
- *    arrival order, each prefixed with `[node] ` (a rank splitter's `[rank r]` follows it).
+ * 1. One `LogFollower` per node, each into a detached <pre>; their finished lines come here,
+ *    merged by time, each prefixed with its time and `[node] ` (a rank splitter's `[rank r]`
+ *    follows it): logmerge.ts.
  * 2. `addNode` follows a node that appeared later (a restart's new attempt, a scale-up).
  * 3. The newest `LOG_KEEP_CHARS` characters stay; `data-eof` is set once every node's log ended.
  */
 export class AllNodesFollower {
   private followers = new Map<string, LogFollower>();
   private ended = new Set<string>();
-  private shown = '';
+  private merged = new MergedLog(LOG_KEEP_CHARS);
 
   constructor(
     private readonly jobId: string,
@@ -221,11 +223,8 @@ export class AllNodesFollower {
   }
 
   private add(node: string, lines: string[]): void {
-    this.shown += lines.map(line => `[${node}] ${line}\n`).join('');
-    if (this.shown.length > LOG_KEEP_CHARS) {
-      this.shown = this.shown.slice(this.shown.length - LOG_KEEP_CHARS);
-    }
-    this.pre.textContent = this.shown;
+    this.merged.add(node, lines);
+    this.pre.textContent = this.merged.text();
     if (this.options.stick?.() ?? true) {
       this.pre.scrollTop = this.pre.scrollHeight;
     }
@@ -234,7 +233,7 @@ export class AllNodesFollower {
 
   /** The text shown so far. */
   text(): string {
-    return this.shown;
+    return this.merged.text();
   }
 
   cancel(): void {
