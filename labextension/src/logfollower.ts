@@ -18,6 +18,7 @@
  */
 import { ApiError, api } from './api';
 import { errorText } from './format';
+import { MergedLog } from './logmerge';
 
 /** How long one long-poll read waits for new bytes (s). */
 const LOG_WAIT_S = 10;
@@ -186,8 +187,9 @@ export class LogFollower {
  * default of a multi-node job; with `prefixed` false, one node's own log), as the CLI's
  * `--follow` and the notebook do:
  *
- * 1. One `LogFollower` per node, each into a detached <pre>; their finished lines come here in
- *    arrival order, each prefixed with `[node] ` (a rank splitter's `[rank r]` follows it).
+ * 1. One `LogFollower` per node, each into a detached <pre>; their finished lines come here,
+ *    merged by time, each prefixed with its time and `[node] ` (a rank splitter's `[rank r]`
+ *    follows it): logmerge.ts.
  * 2. `addNode` follows a node that appeared later (a restart's new attempt, a scale-up).
  * 3. The newest `LOG_KEEP_CHARS` characters stay; `data-eof` is set once every node's log ended.
  * 4. Each node's line still being written shows under the finished lines, one per node, as it
@@ -198,7 +200,7 @@ export class LogFollower {
 export class AllNodesFollower {
   private followers = new Map<string, LogFollower>();
   private ended = new Set<string>();
-  private shown = '';
+  private merged = new MergedLog(LOG_KEEP_CHARS);
   /** per stream (`node` or `node/rank-r`), what goes before its unfinished line and the line */
   private partials = new Map<string, [string, string]>();
   /** the rank logs read for their unfinished line only (rule 4) */
@@ -264,11 +266,7 @@ export class AllNodesFollower {
   }
 
   private add(node: string, lines: string[]): void {
-    const label = this.label(node);
-    this.shown += lines.map(line => `${label}${line}\n`).join('');
-    if (this.shown.length > LOG_KEEP_CHARS) {
-      this.shown = this.shown.slice(this.shown.length - LOG_KEEP_CHARS);
-    }
+    this.merged.add(node, lines, Date.now(), this.options.prefixed !== false);
     this.render();
   }
 
@@ -295,7 +293,7 @@ export class AllNodesFollower {
 
   /** The text shown so far: the finished lines, then each line still being written. */
   text(): string {
-    let text = this.shown;
+    let text = this.merged.text();
     for (const [label, line] of this.partials.values()) {
       text += `${label}${line}\n`;
     }

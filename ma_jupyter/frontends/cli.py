@@ -483,6 +483,7 @@ def _jobs(args: argparse.Namespace) -> int:
     by_algorithm = bool(args.algorithm)  # then a column says which ran its current content
     rows = [["ID", "NAME", "STATUS", "SPEC", "NODES", "CREATED", "ELAPSED"]]
     rows[0] += ["CODE"] if by_algorithm else []
+    rows[0] += ["REASON"]  # last: the one column of free text
     for job in page.items:
         status = job.status.value + (f" #{job.queue_position + 1}" if job.queue_position is not None else "")
         rows.append(
@@ -496,6 +497,7 @@ def _jobs(args: argparse.Namespace) -> int:
                 render.elapsed(job),
             ]
             + ([jobactions.code_version(job, page)] if by_algorithm else [])
+            + [render.list_reason(job)]
         )
     print(render.text_table(rows), end="")
     shown = len(page.items)

@@ -326,6 +326,17 @@ def reason_summary(job: Job | JobSummary) -> str:
     return one_line(reason.split(LOG_TAIL_MARK, 1)[0])
 
 
+#: the most characters of a reason a job list shows (the rest: ``ma-jupyter get``)
+LIST_REASON_CHARS = 80
+
+
+def list_reason(job: Job | JobSummary) -> str:
+    """A job's reason as a list's last column shows it: :func:`reason_summary` cut to
+    :data:`LIST_REASON_CHARS` characters, ``…`` where it was cut."""
+    reason = reason_summary(job)
+    return reason if len(reason) <= LIST_REASON_CHARS else reason[: LIST_REASON_CHARS - 1] + "…"
+
+
 def task_summary(job: Job | JobSummary) -> str:
     """A batch job's tasks counted by status, e.g. ``1 succeeded, 1 failed (task-1)``; the
     failed ones are named (a listed job's summary names its first ones)."""
