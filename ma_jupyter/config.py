@@ -321,6 +321,15 @@ class Limits:
     # megabytes a node's job folders' disk must have free for the node to take jobs: under it
     # the node inspection marks the node faulty, and clears the mark once space returns
     node_disk_free_mb: float = 4.0
+    # what one user may hold open at once, per job and in all (service.session_caps): debug
+    # terminals, dev environments, TensorBoards and log followers (long polls that wait)
+    shells_per_job: int = 8
+    shells_per_user: int = 16
+    devenvs_per_job: int = 4
+    devenvs_per_user: int = 8
+    tensorboards_per_user: int = 4
+    log_followers_per_job: int = 16
+    log_followers_per_user: int = 32
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
@@ -336,6 +345,13 @@ class Limits:
             "max_log_mb": (int, float),
             "disk_reserve_mb": (int, float),
             "node_disk_free_mb": (int, float),
+            "shells_per_job": int,
+            "shells_per_user": int,
+            "devenvs_per_job": int,
+            "devenvs_per_user": int,
+            "tensorboards_per_user": int,
+            "log_followers_per_job": int,
+            "log_followers_per_user": int,
         }
         for key, value in data.items():
             if key not in known:

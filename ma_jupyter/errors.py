@@ -97,6 +97,14 @@ class PayloadTooLarge(MaJupyterError):
     status = 413
 
 
+class TooMany(MaJupyterError):
+    """A user holds as many of something as the admin allows (``[limits]``, named in the
+    message with its value): close one, or ask the admin to raise the cap."""
+
+    kind = "too_many"
+    status = 429
+
+
 class DiskFull(MaJupyterError):
     """A disk the service or a job writes to is full; the message names the folder."""
 
@@ -135,6 +143,7 @@ ERRORS_BY_KIND: dict[str, type[MaJupyterError]] = {
         NodeLost,
         RefusedFile,
         PayloadTooLarge,
+        TooMany,
         DiskFull,
         JobFailed,
     )
