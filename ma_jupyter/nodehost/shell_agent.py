@@ -201,6 +201,7 @@ class Server(AgentServer):
                 os._exit(127)
         with self.lock:
             self.shells.add(pid)
+        _await_session(pid)
         try:
             set_winsize(master, rows, cols)
             threading.Thread(target=self._pump_in, args=(conn, master, pid, lock), daemon=True).start()
@@ -248,6 +249,19 @@ class Server(AgentServer):
             pids = list(self.shells)
         for pid in pids:
             _hang_up(pid)
+
+
+def _await_session(pid: int, wait: float = 5.0) -> None:
+    """Return once the forked shell ``pid`` leads its own session (it makes it just after the
+    fork): hanging up its process group before that would reach nothing, and leave it running."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            if os.getpgid(pid) == pid:
+                return
+        except ProcessLookupError:
+            return
+        time.sleep(0.001)
 
 
 def _hang_up(pid: int) -> None:

@@ -49,8 +49,9 @@ CAPS: dict[str, tuple[str | None, str, str, str]] = {
         "end one of them, or read without waiting",
     ),
 }
-#: the most threads reaching into nodes at once (rule 2)
-NODE_THREADS = 16
+#: the most threads reaching into nodes at once (rule 2): more than one user's terminals
+#: (``shells_per_user``), so one user whose job never answers leaves room for the others
+NODE_THREADS = 64
 
 
 def refusal(kind: str, scope: str, held: int, limit: int, whose: str) -> TooMany:

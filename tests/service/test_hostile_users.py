@@ -287,3 +287,49 @@ def test_log_followers_past_the_caps_are_refused_naming_the_cap(ma_home):
     finally:
         done.set()
         _stop(svc)
+
+
+@pytest.mark.small_cluster
+def test_dev_environments_past_the_caps_are_refused_naming_the_cap(ma_home):
+    """Dev environments count while not ended, queued ones too (the small cluster queues them):
+    one job's, then one user's; a stopped one frees its place."""
+    from ma_jupyter.client import Client
+    from ma_jupyter.errors import TooMany
+
+    svc = _service(ma_home, devenvs_per_job=1, devenvs_per_user=2)
+    try:
+        mallory = Client(url=svc.url, token=svc.user_token("mallory"), timeout=30)
+        one, two = (mallory.submit(name=n, command="sleep 600", grace_period=1) for n in ("one", "two"))
+        first = mallory.create_devenv(one.id)
+        with pytest.raises(TooMany, match=r"job \S+ has 1 dev environments open.*devenvs_per_job = 1"):
+            mallory.create_devenv(one.id)
+        mallory.create_devenv(two.id)
+        three = mallory.submit(name="three", command="sleep 600", grace_period=1)
+        with pytest.raises(TooMany, match=r"user mallory has 2 dev environments open.*devenvs_per_user = 2"):
+            mallory.create_devenv(three.id)
+        first.stop()
+        first.wait(timeout=180)
+        assert mallory.create_devenv(three.id).info.spec.devenv_of.job_id == three.id
+    finally:
+        _stop(svc)
+
+
+def test_tensorboards_past_the_cap_are_refused_naming_the_cap(ma_home):
+    from ma_jupyter.client import Client
+    from ma_jupyter.errors import TooMany
+
+    svc = _service(ma_home, tensorboards_per_user=1)
+    try:
+        mallory = Client(url=svc.url, token=svc.user_token("mallory"), timeout=120)
+        one, two = (mallory.submit(name=n, command="true") for n in ("one", "two"))
+        for handle in (one, two):
+            handle.wait(timeout=180)
+        url = mallory.tensorboard(one.id)
+        assert mallory.tensorboard(one.id) == url  # its own again: reused, not counted twice
+        with pytest.raises(TooMany, match=r"user mallory has 1 TensorBoards open.*tensorboards_per_user = 1"):
+            mallory.tensorboard(two.id)
+        mallory.stop_tensorboard(one.id)
+        assert mallory.tensorboard(two.id)
+        mallory.stop_tensorboard(two.id)
+    finally:
+        _stop(svc)

@@ -43,6 +43,7 @@ def agent(tmp_path):
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "agent.stderr", "w"),  # what the agent says (no traceback)
         text=True,
     )
     assert "debug terminal ready" in proc.stdout.readline()
@@ -162,8 +163,9 @@ def test_resizes_of_any_shape_are_refused_on_the_terminal_and_the_shell_goes_on(
 
     from ma_jupyter.nodehost.agent_wire import HEADER, recv_frame, send_frame
 
-    job, secret, _ = agent
+    job, secret, folder = agent
     conn = shell_agent.connect(job, "worker-0", secret, 24, 80)
+    conn.settimeout(60)  # a dead shell fails the test, never hangs it
     hostile = [
         b'{"rows": 1e400, "cols": 5}',
         b"[" * 5000 + b"]" * 5000,
@@ -185,8 +187,10 @@ def test_resizes_of_any_shape_are_refused_on_the_terminal_and_the_shell_goes_on(
                 code = int(payload)
     assert code == 6 and b"33 77" in seen, seen
     assert seen.count(b"shell_agent: refused: a resize") == len(hostile), seen
+    assert "Traceback" not in (folder / "agent.stderr").read_text()
     # a frame declaring more than a frame may carry ends that terminal only, not the agent
     conn = shell_agent.connect(job, "worker-0", secret, 24, 80)
+    conn.settimeout(60)
     with conn:
         conn.sendall(HEADER.pack(shell_agent.DATA, 0xFFFFFFFF))
         while True:  # the shell is hung up: its end comes back
@@ -195,6 +199,7 @@ def test_resizes_of_any_shape_are_refused_on_the_terminal_and_the_shell_goes_on(
                 break
     # the agent still serves a new terminal
     conn = shell_agent.connect(job, "worker-0", secret, 24, 80, command=["sh", "-c", "exit 9"])
+    conn.settimeout(60)
     with conn:
         while (frame := recv_frame(conn))[0] != shell_agent.EXIT:
             pass
@@ -206,7 +211,7 @@ def test_requests_of_any_shape_are_refused_without_killing_the_agent(agent):
 
     from ma_jupyter.nodehost.agent_wire import recv_frame
 
-    job, secret, _ = agent
+    job, secret, folder = agent
     for request in (
         f'{{"secret": "{secret}", "rows": 1e400, "cols": 5}}\n'.encode(),
         b"[" * 2000 + b"\n",
@@ -217,7 +222,9 @@ def test_requests_of_any_shape_are_refused_without_killing_the_agent(agent):
             conn.connect(shell_agent.socket_name(job, "worker-0"))
             conn.sendall(request)
             assert conn.recv(100) == b""  # closed, having served nothing
+    assert "Traceback" not in (folder / "agent.stderr").read_text()
     conn = shell_agent.connect(job, "worker-0", secret, 24, 80, command=["sh", "-c", "exit 9"])
+    conn.settimeout(60)
     with conn:
         while (frame := recv_frame(conn))[0] != shell_agent.EXIT:
             pass
