@@ -300,7 +300,13 @@ def test_dev_environments_past_the_caps_are_refused_naming_the_cap(ma_home):
     try:
         mallory = Client(url=svc.url, token=svc.user_token("mallory"), timeout=30)
         one, two = (mallory.submit(name=n, command="sleep 600", grace_period=1) for n in ("one", "two"))
-        first = mallory.create_devenv(one.id)
+        session = svc.user_session("mallory")
+        key = {"Idempotency-Key": f"devenv-{one.id}"}
+        first = session.post(f"{svc.api}/jobs/{one.id}/devenv", json={}, headers=key, timeout=30)
+        assert first.status_code == 201, first.text
+        again = session.post(f"{svc.api}/jobs/{one.id}/devenv", json={}, headers=key, timeout=30)
+        assert again.status_code == 201 and again.json()["id"] == first.json()["id"], again.text  # a retry
+        first = mallory.job(first.json()["id"])
         with pytest.raises(TooMany, match=r"job \S+ has 1 dev environments open.*devenvs_per_job = 1"):
             mallory.create_devenv(one.id)
         mallory.create_devenv(two.id)

@@ -143,6 +143,9 @@ def create_devenv(
     spec = devenv.devenv_spec(job, name, variables, secrets)
     # [limits] devenvs_per_job and devenvs_per_user, over the dev environments not ended
     with services.sessions.serial("devenv", user.name):
+        # a retry (the supervisor's key: the creator's name, NUL, the client's key) makes no new one
+        if idempotency_key and services.store.job_for_key(f"{user.name}\0{idempotency_key}"):
+            return _submit(services, user, spec, idempotency_key)
         live = [j for j in services.store.by_status(*LIVE) if j.spec.devenv_of is not None]
         limits = services.scheduler.cluster.limits
         of_job = sum(1 for j in live if j.spec.devenv_of.job_id == job.id)
