@@ -331,6 +331,14 @@ class Limits:
     # bytes one job's spec may take, as stored (env, command, mounts...); past it a submit is
     # refused (413): with the queued bound, what one user's queue holds is bounded
     max_spec_bytes: int = 262144
+    # what one user may hold open at once, per job and in all (service.session_caps): debug
+    # terminals, dev environments and log followers (TensorBoards: max_tensorboards_per_user above) (long polls that wait)
+    max_shells_per_job: int = 8
+    max_shells_per_user: int = 16
+    max_devenvs_per_job: int = 4
+    max_devenvs_per_user: int = 8
+    max_log_followers_per_job: int = 16
+    max_log_followers_per_user: int = 32
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
@@ -350,6 +358,12 @@ class Limits:
             "max_tensorboards_per_user": int,
             "max_queued_jobs_per_user": int,
             "max_spec_bytes": int,
+            "max_shells_per_job": int,
+            "max_shells_per_user": int,
+            "max_devenvs_per_job": int,
+            "max_devenvs_per_user": int,
+            "max_log_followers_per_job": int,
+            "max_log_followers_per_user": int,
         }
         for key, value in data.items():
             if key not in known:

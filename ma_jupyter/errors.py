@@ -110,9 +110,12 @@ class FolderRefused(MaJupyterError):
     status = 422
     bound: str | None = None
     counted: object = None
+
+
 class LimitReached(MaJupyterError):
     """The caller already holds as much of something as one user may (queued jobs, running
-    TensorBoards); the message names the ``[limits]`` setting, its value and what frees room."""
+    TensorBoards, debug terminals, dev environments, log followers); the message names the
+    ``[limits]`` setting, its value and what frees room."""
 
     kind = "limit_reached"
     status = 429

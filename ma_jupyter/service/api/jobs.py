@@ -43,6 +43,7 @@ from ...models import (
 from .. import access, algorithms, devenv
 from ..access import Op
 from ..logs import MAX_WAIT
+from ..sessions import check_count
 from ..users import Caller
 from .deps import (
     IDEMPOTENCY_HEADER,
@@ -62,6 +63,8 @@ router = APIRouter(prefix=API_PREFIX)
 
 #: whole jobs a listing reads from the store at a time (see ``list_jobs``)
 LIST_CHUNK = 10
+#: the statuses of a job not ended (a dev environment in one counts against its caps)
+LIVE = tuple(s for s in JobStatus if not s.is_terminal())
 #: seconds a force-delete answer waits (asynchronously) for the job to stop before answering 202
 FORCE_DELETE_WAIT = 10.0
 
@@ -181,7 +184,19 @@ def create_devenv(
     # the source's own plan gives the node's variables (its secrets as the launch has them)
     plan = services.supervisor.plan(job.spec.model_copy(update={"secret_env": secrets}))
     variables = devenv.node_variables(plan, job.spec, name)
-    return _submit(services, user, devenv.devenv_spec(job, name, variables, secrets), idempotency_key)
+    spec = devenv.devenv_spec(job, name, variables, secrets)
+    # [limits] max_devenvs_per_job and max_devenvs_per_user, over the dev environments not ended
+    with services.sessions.serial("devenv", user.name):
+        # a retry (the supervisor's key: the creator's name, NUL, the client's key) makes no new one
+        if idempotency_key and services.store.job_for_key(f"{user.name}\0{idempotency_key}"):
+            return _submit(services, user, spec, idempotency_key)
+        live = [j for j in services.store.by_status(*LIVE) if j.spec.devenv_of is not None]
+        limits = services.scheduler.cluster.limits
+        of_job = sum(1 for j in live if j.spec.devenv_of.job_id == job.id)
+        check_count("devenv", "job", of_job, limits, f"job {job.id}")
+        of_user = sum(1 for j in live if j.spec.creator == user.name)
+        check_count("devenv", "user", of_user, limits, f"user {user.name}")
+        return _submit(services, user, spec, idempotency_key)
 
 
 @router.post("/jobs/{job_id}/kernel", response_model=KernelRoute)
