@@ -74,6 +74,10 @@ name = "n1"
 cpus = 4
 memory_gb = 4
 {status}
+
+# one user fills the queue: past the default per-user bound (2000 queued jobs)
+[limits]
+max_queued_jobs_per_user = 1000000
 """
 BLOCKER = {
     "name": "blocker",

@@ -12,6 +12,9 @@ temporary ``MA_JUPYTER_HOME`` and stops it at the end.
     from the finished log (against reading the file line by line; also shown: the client limited
     to the service path, and a whole-file read for scale).
 
+(b') partial line -> seen: a job redraws one line with ``\r`` every 50 ms and never ends it (a
+    progress bar); the front ends' follower (``JobFollower``) and a reader polling the log file
+    directly (every 5 ms) both note when each state arrives.
 (d) submit -> started with a working copy: the same first act from ``python start.py`` in an
     algorithm folder of 50 small files, which each node copies before it starts, against the job
     of (a) without an algorithm (run alternately).
@@ -37,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 PY = sys.executable
-TARGETS = {"submit_to_started": 0.15, "print_to_seen": 0.1, "throughput_ratio": 0.5}
+TARGETS = {"submit_to_started": 0.15, "print_to_seen": 0.1, "throughput_ratio": 0.5, "partial_to_seen": 0.05}
 
 
 def command(code: str) -> str:
@@ -133,6 +136,66 @@ def bench_print_to_seen(client, home: Path, reps: int) -> dict:
     return _pair("print -> seen", client_lat, file_lat, "s")
 
 
+def _follow_file_redraws(
+    path: Path, stop: threading.Event, arrivals: list[tuple[float, str]], interval: float
+):
+    """A reader polling ``path`` directly: notes the arrival of each state of a line redrawn with
+    ``\r`` (the text after the last ``\r`` of what came, as a terminal would show it)."""
+    while not path.exists() and not stop.is_set():
+        time.sleep(interval)
+    with open(path, "rb") as fh:
+        while True:
+            data = fh.read()
+            if data:
+                now = time.time()
+                last = data.rsplit(b"\r", 1)[-1].strip()
+                if last:
+                    arrivals.append((now, last.decode()))
+            elif stop.is_set():
+                return
+            else:
+                time.sleep(interval)
+
+
+def bench_partial_to_seen(client, home: Path, reps: int) -> dict:
+    """(b'): seconds from a job redrawing its line (``\r``, no newline: a progress bar) to the
+    state reaching the front ends' follower (:class:`JobFollower`, as ``submit --follow``,
+    ``%%ma_train`` and ``%ma_logs --follow`` use it), against a reader polling the file."""
+    from ma_jupyter.client.logs import JobFollower
+
+    code = """
+        import sys, time
+        time.sleep(0.3)
+        for i in range(20):
+            sys.stdout.write("\\r" + repr(time.time()))
+            sys.stdout.flush()
+            time.sleep(0.05)
+        print(flush=True)
+    """
+    client_lat, file_lat = [], []
+    for i in range(reps):
+        job = client.submit(name=f"bench-partial-{i}", command=command(code))
+        log_path = home / "jobs" / job.id / "logs" / "worker-0.log"
+        stop = threading.Event()
+        direct: list[tuple[float, str]] = []
+        reader = threading.Thread(
+            target=_follow_file_redraws, args=(log_path, stop, direct, 0.005), daemon=True
+        )
+        reader.start()
+        for _, partials in JobFollower(client, job.info).updates():
+            now = time.time()
+            for text in partials.values():
+                state = text.rsplit("\r", 1)[-1].strip()
+                if state:
+                    client_lat.append(now - float(state))
+        stop.set()
+        reader.join(10)
+        file_lat.extend(now - float(state) for now, state in direct)
+        job.wait(timeout=60)
+        job.delete()
+    return _pair("partial line -> seen", client_lat, file_lat, "s")
+
+
 def bench_throughput(client, home: Path, reps: int, lines: int) -> list[dict]:
     """(c): lines/s through ``logs(follow=True)`` against reading the log file directly."""
     code = f"""
@@ -216,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reps", type=int, default=7, help="repetitions per measurement (default 7)")
     parser.add_argument("--lines", type=int, default=200_000, help="lines for the throughput job")
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only (b) and (b'): print -> seen, whole and partial lines",
+    )
     args = parser.parse_args(argv)
 
     with (
@@ -233,11 +301,22 @@ def main(argv: list[str] | None = None) -> int:
             client.connect()
             warm = client.submit(name="warm-up", command=command(STARTED_CODE))
             warm.wait(timeout=60)
+            if args.latency_only:
+                results = [
+                    bench_print_to_seen(client, home, args.reps),
+                    bench_partial_to_seen(client, home, args.reps),
+                ]
+                for r in results:
+                    print(
+                        f"{r['what']:34} {_fmt(r['ours'], r['unit']):>16} {_fmt(r['baseline'], r['unit']):>16} {r['ratio']:7.2f}  {r['n']}"
+                    )
+                return 0
             results = [
                 bench_submit_to_started(client, args.reps),
                 bench_print_to_seen(client, home, max(3, args.reps // 2)),
                 *bench_throughput(client, home, max(3, args.reps), args.lines),
                 bench_started_with_copy(client, Path(code) / "algo", args.reps),
+                bench_partial_to_seen(client, home, max(3, args.reps // 2)),
             ]
         finally:
             client.shutdown_service()
@@ -261,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"follow throughput {tput:.2f} x a direct read (target >= {TARGETS['throughput_ratio']}): "
         f"{'ok' if tput >= TARGETS['throughput_ratio'] else 'MISSED'}"
+    )
+    partial = results[-1]["ours"]
+    print(
+        f"partial line -> seen {partial * 1000:.0f} ms (target <= {TARGETS['partial_to_seen'] * 1000:.0f} ms): "
+        f"{'ok' if partial <= TARGETS['partial_to_seen'] else 'MISSED'}"
     )
     return 0
 

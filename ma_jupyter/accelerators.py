@@ -28,7 +28,8 @@ Rules:
    fastest card first).  Without a sandbox every card is visible and the machine's indices are
    kept.
 5. :func:`card_fault` says why a real card can no longer be used (its node is gone, NVML
-   reports it lost); :func:`sample` reads utilization and memory of given cards (NVML only,
+   reports it lost; "disappeared" only for a card the machine showed, by detection or an
+   earlier check, never for one that cluster.toml declares beyond the machine's cards); :func:`sample` reads utilization and memory of given cards (NVML only,
    None when it cannot tell).
 
 Nothing here imports the rest of the package: the configuration, the backends and
@@ -122,6 +123,8 @@ NVIDIA_QUERY = "--query-gpu=index,name,memory.total,driver_version"
 #: seconds before NVML is tried again after it could not be loaded or initialised
 NVML_RETRY = 60.0
 _nvml_lock = threading.Lock()
+#: the card nodes :func:`card_fault` found present: such a card, once gone, disappeared
+_seen_nodes: set[str] = set()
 _nvml_module: list = []  # the initialised pynvml module, once it is
 _nvml_failed: list[float] = []  # when it last failed (monotonic)
 
@@ -298,6 +301,7 @@ def forget() -> None:
     """Drop what :func:`detect` remembers, and NVML's state (cards added or removed; tests)."""
     with _lock:
         _detected.clear()
+        _seen_nodes.clear()
     with _nvml_lock:
         _nvml_module.clear()
         _nvml_failed.clear()
@@ -388,7 +392,19 @@ def card_fault(kind: str, index: int) -> str | None:
         return None
     path = card_node(kind, index)
     if not os.path.exists(path):
-        return f"{card_type.vendor} card {index} disappeared: {path} is gone"
+        # only a card this machine showed can have disappeared: one that cluster.toml declares
+        # beyond the machine's cards never existed here, and saying it vanished misleads
+        with _lock:
+            seen = path in _seen_nodes
+        if seen or any(c.index == index for c in detect(kind)):
+            return f"{card_type.vendor} card {index} disappeared: {path} is gone"
+        return (
+            f"{card_type.vendor} card {index} is not on this machine: there is no {path} "
+            "(its [[node]] of cluster.toml lists more cards than the machine has; give it "
+            "card_indices of cards the machine shows, or emulated = true)"
+        )
+    with _lock:
+        _seen_nodes.add(path)
     if kind != "gpu":
         return None
     nvml = _nvml()

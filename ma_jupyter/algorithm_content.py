@@ -31,6 +31,9 @@ same algorithm; one edit makes a new version of it.  This module owns both halve
    changes), or the folder holds more than :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes (what the
    snapshot's default ship limit allows, four times over: a bigger folder is data, and reading
    it would make a submit slow); those bounds are checked on the sizes first, reading nothing.
+   A chain of folders deeper than the walk goes (:data:`ma_jupyter.foldersize.MAX_DEPTH`) is no
+   guess either: :func:`digest` raises :class:`~ma_jupyter.errors.FolderRefused` for it, which
+   refuses the submit with what to remove.
 5. **Files read once.** A file's hash is remembered by what changes whenever its contents do
    (device, inode, size, modification and change times: the change time no user can set back),
    so a folder used as is, submitted again unchanged, costs a walk and no read.  A file changed
@@ -54,7 +57,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import config
-from .foldersize import TooManyEntries, folder_size, walk
+from .errors import FolderRefused
+from .foldersize import folder_size, walk
 
 #: never shipped: version control, caches, environments, notebooks' checkpoints
 IGNORED = (
@@ -198,8 +202,12 @@ def _file_hash(name: str, dir_fd: int, listed: os.stat_result, budget: ReadBudge
 def digest(folder: str | os.PathLike[str], account: Account | None = None) -> str | None:
     """The content identity of ``folder`` (the module's rules): ``sha256:<64 hex digits>``, or
     None when it cannot be told whole (rule 4), also when an entry is not readable by
-    ``account`` (None: the job runs as this process's own account, nothing is checked).  Never
-    raises for what it finds on disk."""
+    ``account`` (None: the job runs as this process's own account, nothing is checked).
+
+    Raises:
+        FolderRefused: a chain of folders below deeper than the walk goes (rule 4), which no
+            copy, snapshot or shipping of the folder could take either; nothing else it finds
+            on disk raises."""
     return digest_bounded(folder, account, ReadBudget())[0]
 
 
@@ -222,8 +230,13 @@ def _digest(folder: str | os.PathLike[str], account: Account | None, budget: Rea
     except OSError:
         return None
     # a folder past the bounds is told by its sizes alone, before a byte of it is read
-    sizes = folder_size([folder], limit=MAX_BYTES, max_entries=4 * MAX_FILES, ignore=ignore)
-    if sizes is None or sizes.bytes > MAX_BYTES or sizes.files > MAX_FILES:
+    try:
+        sizes = folder_size([folder], limit=MAX_BYTES, max_entries=4 * MAX_FILES, ignore=ignore)
+    except FolderRefused as exc:
+        if exc.bound == "depth":
+            raise  # no job can be given that folder (rule 4): the submit is refused, saying why
+        return None  # too many entries (checked as each is listed), too slow: data, not code
+    if sizes.bytes > MAX_BYTES or sizes.files > MAX_FILES:
         return None
     records: list[tuple[bytes, bytes, bytes]] = []
     size = 0
@@ -248,7 +261,7 @@ def _digest(folder: str | os.PathLike[str], account: Account | None, budget: Rea
                     records.append((below, b"l", os.fsencode(os.readlink(name, dir_fd=dir_fd))))
                 else:
                     records.append((below, b"o", b"%o" % stat.S_IFMT(entry.st_mode)))
-    except (_Unknown, TooManyEntries, OSError):
+    except (_Unknown, FolderRefused, OSError):
         return None
     finally:
         folders.close()

@@ -321,6 +321,24 @@ class Limits:
     # megabytes a node's job folders' disk must have free for the node to take jobs: under it
     # the node inspection marks the node faulty, and clears the mark once space returns
     node_disk_free_mb: float = 4.0
+    # megabytes one TensorBoard may hold (its processes' resident memory together): past it
+    # the board is ended with the reason, never the service
+    tensorboard_memory_mb: float = 1024.0
+    # TensorBoards one user may have started and running at once (reused boards count once)
+    max_tensorboards_per_user: int = 4
+    # queued jobs one user may have at once; a submit past it is refused (429)
+    max_queued_jobs_per_user: int = 2000
+    # bytes one job's spec may take, as stored (env, command, mounts...); past it a submit is
+    # refused (413): with the queued bound, what one user's queue holds is bounded
+    max_spec_bytes: int = 262144
+    # what one user may hold open at once, per job and in all (service.session_caps): debug
+    # terminals, dev environments and log followers (TensorBoards: max_tensorboards_per_user above) (long polls that wait)
+    max_shells_per_job: int = 8
+    max_shells_per_user: int = 16
+    max_devenvs_per_job: int = 4
+    max_devenvs_per_user: int = 8
+    max_log_followers_per_job: int = 16
+    max_log_followers_per_user: int = 32
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
@@ -336,6 +354,16 @@ class Limits:
             "max_log_mb": (int, float),
             "disk_reserve_mb": (int, float),
             "node_disk_free_mb": (int, float),
+            "tensorboard_memory_mb": (int, float),
+            "max_tensorboards_per_user": int,
+            "max_queued_jobs_per_user": int,
+            "max_spec_bytes": int,
+            "max_shells_per_job": int,
+            "max_shells_per_user": int,
+            "max_devenvs_per_job": int,
+            "max_devenvs_per_user": int,
+            "max_log_followers_per_job": int,
+            "max_log_followers_per_user": int,
         }
         for key, value in data.items():
             if key not in known:

@@ -97,6 +97,30 @@ class PayloadTooLarge(MaJupyterError):
     status = 413
 
 
+class FolderRefused(MaJupyterError):
+    """A folder a job or a user wrote could not be walked within the walk's bounds
+    (:mod:`ma_jupyter.foldersize`: more folders deep, more entries or more seconds than it
+    allows).  The one error every folder walk raises and every caller handles: a measure,
+    a digest or a copy of that folder is refused, never a thread ended or a 500.  The message
+    names the folder, the bound and its value; ``bound`` which bound (``depth``, ``entries``,
+    ``seconds``); ``counted`` what was counted before the refusal (a
+    :class:`ma_jupyter.foldersize.FolderSize`, or None)."""
+
+    kind = "folder_refused"
+    status = 422
+    bound: str | None = None
+    counted: object = None
+
+
+class LimitReached(MaJupyterError):
+    """The caller already holds as much of something as one user may (queued jobs, running
+    TensorBoards, debug terminals, dev environments, log followers); the message names the
+    ``[limits]`` setting, its value and what frees room."""
+
+    kind = "limit_reached"
+    status = 429
+
+
 class DiskFull(MaJupyterError):
     """A disk the service or a job writes to is full; the message names the folder."""
 
@@ -135,6 +159,8 @@ ERRORS_BY_KIND: dict[str, type[MaJupyterError]] = {
         NodeLost,
         RefusedFile,
         PayloadTooLarge,
+        FolderRefused,
+        LimitReached,
         DiskFull,
         JobFailed,
     )

@@ -56,6 +56,11 @@ HELLO_LIMIT = 4096
 HELLO_WAIT = 10.0
 #: the relay's answers (wire rule 3); a refusal is followed by one line of text
 READY, WRITTEN, EXISTS, REFUSED = b"+", b"w", b"x", b"-"
+#: the largest ZMQ message the bridge takes from a kernel (``zmq.MAXMSGSIZE`` on its sockets to
+#: it): a kernel's peer declaring a larger frame is disconnected before anything of it is
+#: allocated, where ZMQ would otherwise allocate what the frame declares (the relay between
+#: them copies bytes a chunk at a time, holding no message whole)
+MAX_KERNEL_MESSAGE = 256 << 20
 
 
 def open_folder(folder: str | os.PathLike) -> int:

@@ -68,6 +68,11 @@ def clone_name(name: str) -> str:
 
 #: A user name: letters, digits and ``_ . @ -`` (JupyterHub names may be e-mail addresses).
 USER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$"
+#: The namespace of the hub users the Jupyter server extension forwards: ``hub:<name>``, which
+#: no service user can be named (``:`` is not in :data:`USER_PATTERN`), see ``service/users.py``.
+FORWARDED_PREFIX = "hub:"
+#: A service user's name or a forwarded hub user's (``hub:<name>``).
+ANY_USER_PATTERN = r"^(?:hub:)?[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$"
 #: A job's id as the service makes it (the name's start, ``-`` and random hex: letters, digits,
 #: ``_ -``) and a node's name (``ROLE-INDEX``: ``worker-0``, ``ps-1``, ``task-3``): what a front end
 #: checks an id or node it did not get from the service against (a notebook's output) before it
@@ -114,8 +119,10 @@ def utcnow() -> datetime:
 class Strict(BaseModel):
     """Base of every wire model: unknown fields are an error, enums travel as their values."""
 
+    # defer_build: a model's validator is built when first used, not at import (building all
+    # of them took most of a CLI call's time, and a call uses a few)
     model_config = ConfigDict(
-        extra="forbid", use_enum_values=False, populate_by_name=True, allow_inf_nan=False
+        extra="forbid", use_enum_values=False, populate_by_name=True, allow_inf_nan=False, defer_build=True
     )
 
 
@@ -436,7 +443,7 @@ class JobSpec(Strict):
     node_name: Short | None = None
     driver_version: Short | None = None
     pool: Short | None = None
-    image: Image = Image()
+    image: Image = Image.model_construct()  # a default that builds no validator at import
     nodes: int = Field(default=1, ge=1, le=64)
     ps: int = Field(default=0, ge=0, le=64, description="TensorFlow parameter servers; 0 = AllReduce.")
     chief: bool = Field(default=False, description="TensorFlow: add a chief task (ParameterServerStrategy).")
@@ -450,7 +457,7 @@ class JobSpec(Strict):
     duration: float | None = Field(
         default=None, gt=0, le=MAX_DURATION, description="Run duration in seconds; past it the job expires."
     )
-    lifecycle: Lifecycle = Lifecycle()
+    lifecycle: Lifecycle = Lifecycle.model_construct()  # (as above)
     env: dict[EnvName, EnvValue] = Field(default={}, max_length=MAX_ENV)
     secret_env: dict[EnvName, EnvValue] = Field(
         default={},
@@ -950,10 +957,130 @@ class KernelRoute(Strict):
     relay: KernelRelay | None = None
 
 
-class JobPage(Strict):
-    """One page of a job listing."""
+#: the spec fields a listing shows (:class:`JobSpecSummary`): names and shape, nothing a user
+#: may make large (variables, mounts, commands, tasks)
+SUMMARY_SPEC_FIELDS = (
+    "name",
+    "type",
+    "priority",
+    "access",
+    "creator",
+    "algorithm",
+    "algorithm_origin",
+    "algorithm_digest",
+    "outputs",
+    "mode",
+    "specs",
+    "node_name",
+    "pool",
+    "nodes",
+    "ps",
+    "chief",
+    "debug_terminal",
+    "duration",
+    "devenv_of",
+)
+#: a summary's reason is cut here (a failure's reason holds the log's last lines)
+SUMMARY_REASON_CHARS = 1000
+#: a summary names at most this many failed tasks of a batch job
+SUMMARY_FAILED_TASKS = 20
 
-    items: list[Job]
+
+class JobSpecSummary(Strict):
+    """What a job listing shows of a job's spec: its names and shape, never its variables,
+    secrets, mounts or commands (``GET /jobs/{id}`` has the whole :class:`JobSpec`)."""
+
+    name: str
+    type: JobType = JobType.regular
+    priority: Priority = Priority.normal
+    access: Access = Access.ro
+    creator: str | None = None
+    algorithm: str | None = None
+    algorithm_origin: str | None = None
+    algorithm_digest: str | None = None
+    outputs: str | None = None
+    mode: Mode = Mode.single
+    specs: list[str] = []
+    node_name: str | None = None
+    pool: str | None = None
+    nodes: int = 1
+    ps: int = 0
+    chief: bool = False
+    debug_terminal: bool = False
+    duration: float | None = None
+    devenv_of: DevEnvOrigin | None = None
+
+
+class JobSummary(Strict):
+    """A job as ``GET /jobs`` lists it: bounded whatever its spec holds (no variables, mounts,
+    commands or nodes; the reason cut at :data:`SUMMARY_REASON_CHARS`); ``GET /jobs/{id}`` has
+    the whole :class:`Job`."""
+
+    id: str
+    spec: JobSpecSummary
+    status: JobStatus = JobStatus.queued
+    reason: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    chosen_spec: str | None = None
+    backend: str = "local"
+    attempt: int = 0
+    restarts: int = 0
+    queue_position: int | None = None
+    workspace_isolation: Literal["bubblewrap", "symlink", "none"] | None = None
+    outputs_folder: str | None = None
+    #: every content the job runs (its own and its batch tasks'), for the listing's CODE column
+    algorithm_digests: list[str] = []
+    #: a batch job's tasks counted by status (empty for a regular job)
+    task_counts: dict[str, int] = {}
+    #: the first failed tasks' names (at most :data:`SUMMARY_FAILED_TASKS`)
+    failed_tasks: list[str] = []
+    allowed: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @classmethod
+    def of(cls, job: Job) -> JobSummary:
+        """The summary of ``job``."""
+        spec = job.spec
+        digests = {spec.algorithm_digest, *(task.algorithm_digest for task in spec.tasks)} - {None}
+        counts: dict[str, int] = {}
+        for task in job.tasks:
+            counts[task.status] = counts.get(task.status, 0) + 1
+        reason = job.reason
+        if len(reason) > SUMMARY_REASON_CHARS:
+            reason = reason[: SUMMARY_REASON_CHARS - 1] + "…"
+        return cls(
+            id=job.id,
+            spec=JobSpecSummary(**spec.model_dump(include=set(SUMMARY_SPEC_FIELDS))),
+            status=job.status,
+            reason=reason,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            exit_code=job.exit_code,
+            chosen_spec=job.chosen_spec,
+            backend=job.backend,
+            attempt=job.attempt,
+            restarts=job.restarts,
+            queue_position=job.queue_position,
+            workspace_isolation=job.workspace_isolation,
+            outputs_folder=job.outputs_folder,
+            algorithm_digests=sorted(digests),
+            task_counts=counts,
+            failed_tasks=[t.name for t in job.tasks if t.status == "failed"][:SUMMARY_FAILED_TASKS],
+            allowed=job.allowed,
+        )
+
+
+class JobPage(Strict):
+    """One page of a job listing: each job's :class:`JobSummary`."""
+
+    items: list[JobSummary]
     total: int
     offset: int = 0
     limit: int = 50
@@ -1053,7 +1180,7 @@ class Plan(Strict):
 class User(Strict):
     """A user of the service (never with a token: only its hash is stored)."""
 
-    name: str = Field(pattern=USER_PATTERN)
+    name: str = Field(pattern=ANY_USER_PATTERN)
     admin: bool = False
     created_at: datetime = Field(default_factory=utcnow)
 
@@ -1105,6 +1232,11 @@ class CacheInfo(Strict):
     path: str = Field(description="Its host folder.")
     bytes: int = 0
     files: int = 0
+    refused: str | None = Field(
+        None,
+        description="Why its size could not be measured whole (a chain of folders too deep, too "
+        "many entries: what to remove); bytes and files are then what was counted before.",
+    )
 
 
 class PreparedData(Strict):

@@ -335,6 +335,10 @@ def open_dataset(path: str | os.PathLike) -> int:
     return fd
 
 
+#: folders deep a dataset's walk goes (it recurses three calls a level)
+DATASET_DEPTH = 256
+
+
 class DatasetWalk:
     """One walk of a dataset from its open root (:func:`open_dataset`): its digest, size and
     file count, and, with ``dest_fd``, its copy.
@@ -390,6 +394,11 @@ class DatasetWalk:
         )
 
     def _folder(self, fd: int, st: os.stat_result, rel: str, dest_fd: int | None, name: str) -> None:
+        if rel.count("/") >= DATASET_DEPTH:  # this walk recurses: bounded well below Python's limit
+            raise RefusedFile(
+                f"{self.shown}/{rel[:60]}...: a chain of folders more than {DATASET_DEPTH} deep in the "
+                "dataset; data preparation copies none that deep: remove it"
+            )
         out = None
         if dest_fd is not None:
             os.mkdir(name, 0o700, dir_fd=dest_fd)

@@ -1,6 +1,7 @@
 /**
  * The cluster view in the main area (`data-ma-view="cluster"`), the seed's cluster resources
- * page: each node with usage bars (cores, memory, cards), its cards as `card(virtual):job` and
+ * page: each node with usage bars (cores, memory, cards; emulated cards marked "emulated"), its
+ * cards as `card(virtual):job` and
  * the jobs on it; each spec with how many more could start now; the queue by priority; the
  * cards queued jobs ask for per board model.  Spec and board-model filters are the service's
  * (`GET /cluster?spec=…&model=…`); it refreshes every few seconds while open.
@@ -153,7 +154,13 @@ export class ClusterWidget extends Widget {
               h('td', {}, room.spec.name),
               h('td', {}, String(room.spec.cpus)),
               h('td', {}, `${room.spec.memory_gb} GB`),
-              h('td', {}, room.spec.accelerators ? `${room.spec.accelerators} ${room.spec.accelerator_type}` : '–'),
+              h(
+                'td',
+                {},
+                room.spec.accelerators
+                  ? `${room.spec.accelerators} ${room.spec.accelerator_type}${room.spec.emulated ? ' (emulated)' : ''}`
+                  : '–'
+              ),
               h('td', {}, room.models.join(', ') || '–'),
               h('td', {}, String(room.nodes)),
               h('td', { class: 'ma-can-start', 'data-can-start': String(room.can_start) }, String(room.can_start))
@@ -232,6 +239,17 @@ export class ClusterWidget extends Widget {
           },
           state
         ),
+        n.accelerators && n.emulated
+          ? h(
+              'span',
+              {
+                class: 'ma-node-emulated',
+                'data-ma-emulated': '',
+                title: 'emulated cards: indices only, no device bound into a job (cluster.toml says emulated, or this machine shows none of their type)'
+              },
+              'emulated'
+            )
+          : null,
         h('span', { class: 'ma-field-hint' }, [entry.model, n.driver_version ? `driver ${n.driver_version}` : '', n.os].filter(Boolean).join(' · '))
       ),
       bar('Cores', n.cpus_used ?? 0, n.cpus),

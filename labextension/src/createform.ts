@@ -1,13 +1,17 @@
 /**
  * The create form in the main area (`data-ma-view="form"`): every field of a job spec, grouped as
- * the console groups them, checked as you type.
+ * the console groups them (what to run on first: specs, mode and nodes, then the code, its data,
+ * interpreter and environment, lifecycle and access), checked as you type; the Submit button
+ * stays in view at the form's bottom edge however far the form is scrolled.
  *
  * 1. Each change asks the service's dry run (`POST /plan`), debounced; only the newest answer
  *    is shown (an older one arriving late is dropped).
  * 2. A refused spec shows the service's own message at the field it names (`field`, e.g.
  *    `command`, `fault_restart`); a message without a known field shows above the buttons.
  * 3. An accepted spec shows the queue prediction ("Can start now" / "Would wait behind N jobs",
- *    with the plan's estimated start) and the per-node dry run (node, host, cards, command).
+ *    with the plan's estimated start) and the per-node dry run: each node's role, host and
+ *    cards, the command as written (shell-quoted), its working directory, environment and
+ *    mounts (`details.ma-plan-node[data-node]`).
  * 4. "Submit" sends the same spec to `POST /jobs`.
  * 5. While nothing is typed the dry run of an accepted spec is asked again every few seconds,
  *    so the prediction follows jobs that start and end; a refused one waits for the next edit
@@ -41,7 +45,7 @@ import {
   READ_WRITE,
   TASK_SEPARATOR
 } from './models';
-import type { ClusterView, Job, JobSpec, Plan, Spec } from './models';
+import type { ClusterView, Job, JobSpec, NodeLaunch, Plan, Spec } from './models';
 
 /**
  * Values the form starts from: submit-from-file fills algorithm and command; a clone gives the
@@ -137,6 +141,20 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
     ]
   },
   {
+    id: 'resources',
+    title: 'Specs, mode and nodes',
+    fields: [
+      { key: 'mode', label: 'Mode', kind: 'select', values: MODE_VALUES },
+      { key: 'nodes', label: 'Nodes', kind: 'number' },
+      { key: 'ps', label: 'Parameter servers (TensorFlow)', kind: 'number' },
+      { key: 'chief', label: 'Chief task (TensorFlow)', kind: 'check' },
+      { key: 'convention', label: 'Launch convention', kind: 'select', values: CONVENTION_VALUES },
+      { key: 'node_name', label: 'Node name', kind: 'text', hint: 'empty: the scheduler picks' },
+      { key: 'driver_version', label: 'Driver version (GPU/MLU specs)', kind: 'text' },
+      { key: 'pool', label: 'Resource pool', kind: 'text' }
+    ]
+  },
+  {
     id: 'code',
     title: 'Code and command',
     fields: [
@@ -155,12 +173,7 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
         kind: 'tasks',
         placeholder: `e.g. /data/a${TASK_SEPARATOR}python train.py`
       },
-      { key: 'workdir', label: 'Working directory in the node', kind: 'text', placeholder: 'default: /workspace/algorithm' },
-      { key: 'image.python', label: 'Image: Python interpreter', kind: 'text' },
-      { key: 'image.venv', label: 'Image: virtualenv folder', kind: 'path' },
-      { key: 'image.conda_env', label: 'Image: conda environment', kind: 'text' },
-      { key: 'env', label: 'Environment (KEY=VALUE per line)', kind: 'env' },
-      { key: 'secret_env', label: 'Secret environment (KEY=VALUE per line, shown as ***)', kind: 'env' }
+      { key: 'workdir', label: 'Working directory in the node', kind: 'text', placeholder: 'default: /workspace/algorithm' }
     ]
   },
   {
@@ -185,17 +198,14 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
     ]
   },
   {
-    id: 'resources',
-    title: 'Resources and mode',
+    id: 'environment',
+    title: 'Interpreter and environment',
     fields: [
-      { key: 'mode', label: 'Mode', kind: 'select', values: MODE_VALUES },
-      { key: 'nodes', label: 'Nodes', kind: 'number' },
-      { key: 'ps', label: 'Parameter servers (TensorFlow)', kind: 'number' },
-      { key: 'chief', label: 'Chief task (TensorFlow)', kind: 'check' },
-      { key: 'convention', label: 'Launch convention', kind: 'select', values: CONVENTION_VALUES },
-      { key: 'node_name', label: 'Node name', kind: 'text', hint: 'empty: the scheduler picks' },
-      { key: 'driver_version', label: 'Driver version (GPU/MLU specs)', kind: 'text' },
-      { key: 'pool', label: 'Resource pool', kind: 'text' }
+      { key: 'image.python', label: 'Image: Python interpreter', kind: 'text' },
+      { key: 'image.venv', label: 'Image: virtualenv folder', kind: 'path' },
+      { key: 'image.conda_env', label: 'Image: conda environment', kind: 'text' },
+      { key: 'env', label: 'Environment (KEY=VALUE per line)', kind: 'env' },
+      { key: 'secret_env', label: 'Secret environment (KEY=VALUE per line, shown as ***)', kind: 'env' }
     ]
   },
   {
@@ -278,6 +288,53 @@ function lines(text: string): string[] {
     .split('\n')
     .map(l => l.trim())
     .filter(l => l && !l.startsWith('#'));
+}
+
+/** A word as a shell reads it back: quoted when it holds anything but safe characters. */
+function shellWord(word: string): string {
+  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, "'\\''")}'`;
+}
+
+/**
+ * One node of the dry run, as the CLI's `--dry-run` shows it (render.plan_text): what it runs
+ * (the command as written, shell-quoted, wrapped at spaces only), where, its environment and its
+ * mounts; the first node open, the others folded under their one-line summary.
+ */
+function planNode(node: NodeLaunch, open: boolean): HTMLElement {
+  const where = [node.host || node.hostname, node.devices?.length ? `cards ${node.devices.join(',')}` : ''];
+  const env = Object.entries(node.env ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const mounts = node.mounts ?? [];
+  const item = (label: string, value: Node | string) =>
+    [h('dt', {}, label), h('dd', {}, typeof value === 'string' ? h('pre', {}, value) : value)];
+  return h(
+    'details',
+    { class: 'ma-plan-node', 'data-node': node.name, open },
+    h(
+      'summary',
+      {},
+      `${node.name} · ${node.role} ${node.index}${node.primary === false ? ' (auxiliary)' : ''} · ${where.filter(Boolean).join(' · ')}`
+    ),
+    h(
+      'dl',
+      {},
+      ...item('runs', node.argv.map(shellWord).join(' ')),
+      ...(node.workdir ? item('in', node.workdir) : []),
+      ...item(
+        `env (${env.length})`,
+        h('pre', { 'data-ma-plan': 'env' }, env.map(([k, v]) => `${k}=${v}`).join('\n') || '–')
+      ),
+      ...item(
+        `mounts (${mounts.length})`,
+        h(
+          'pre',
+          { 'data-ma-plan': 'mounts' },
+          mounts
+            .map(m => `${m.target} ← ${m.source} (${m.read_only ? 'ro' : 'rw'}${m.copy_of ? `, a copy of ${m.copy_of}` : ''})`)
+            .join('\n') || '–'
+        )
+      )
+    )
+  );
 }
 
 export class CreateFormWidget extends Widget {
@@ -807,23 +864,8 @@ export class CreateFormWidget extends Widget {
       this.prediction.setAttribute('data-state', 'wait');
     }
     this.prediction.textContent = text;
-    const rows = plan.nodes.map(node =>
-      h(
-        'tr',
-        {},
-        h('td', {}, node.name),
-        h('td', {}, node.host || node.hostname),
-        h('td', {}, node.devices?.length ? node.devices.join(',') : '–'),
-        h('td', { class: 'ma-argv' }, (node.command?.length ? node.command : node.argv).join(' '))
-      )
-    );
     this.dryRun.replaceChildren(
-      h(
-        'table',
-        { class: 'ma-table' },
-        h('thead', {}, h('tr', {}, h('th', {}, 'node'), h('th', {}, 'host'), h('th', {}, 'cards'), h('th', {}, 'runs'))),
-        h('tbody', {}, ...rows)
-      ),
+      ...plan.nodes.map((node, i) => planNode(node, i === 0)),
       ...(plan.notes ?? []).map(note => h('div', { class: 'ma-field-hint' }, note))
     );
   }

@@ -37,7 +37,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // a clone opens the main-area create form filled with the whole job
     const main = new MainArea(app, spec => void app.commands.execute(CREATE_JOB, { spec: spec as any }));
     const sidebar = new JobsSidebar({
-      openJob: job => main.openJob(job),
+      openJob: job => void main.openListed(job),
       openJobs: () => main.openJobs(),
       newJob: () => void app.commands.execute(CREATE_JOB)
     });

@@ -2,22 +2,37 @@
  * The job page's Logs tab.
  *
  * 1. It follows one stream (node, or node and rank) by byte offset (logfollower.ts), or, as the
- *    default of a multi-node job, "All nodes": every node's log, lines in arrival order, each
- *    prefixed `[node] `, nodes that appear later included.
+ *    default of a multi-node job, "All nodes": every node's log, lines merged by time, each
+ *    prefixed with its time and `[node] ` (logmerge.ts says which time), nodes that appear
+ *    later included.
  * 2. A large log is followed from its last `LOG_TAIL_BYTES` (said in the tail note), only the
  *    newest part kept in the page, scrolled to the newest line while "follow" is ticked.
  * 3. Search shows the matching lines of what the page keeps; "wrap" wraps long lines.
- * 4. Download saves the whole stream, read again from the service (all nodes: each node's log
- *    in turn, every line prefixed with its node).
+ * 4. Download saves the whole stream, read again from the service (all nodes: merged by time
+ *    as the pane shows them).
  * 5. The list of streams is read when the tab is first shown and after every poll while it is
  *    current; the stream chosen stays chosen while it exists.
+ * 6. A line still being written (a progress bar redrawn with `\r`) shows as it stands under the
+ *    finished lines, replaced in place, one per node, and, while the job runs, one per rank of
+ *    the nodes shown (read from each rank's own log: the rank splitter gives the node log a
+ *    redrawn line whole, at its newline).
  */
 import { api } from './api';
 import { h } from './dom';
 import { megabytes } from './format';
 import { JobTab, type JobPage } from './jobpage-tab';
-import { AllNodesFollower, LOG_TAIL_BYTES, LogFollower } from './logfollower';
+import { AllNodesFollower, LOG_TAIL_BYTES, LogFollower, visibleLine } from './logfollower';
+import { MergedLog } from './logmerge';
 import type { LogStream } from './models';
+
+/** A whole log's lines as the pane shows them (a last line without its newline included). */
+function logLines(text: string): string[] {
+  const lines = text.split('\n');
+  if (lines[lines.length - 1] === '') {
+    lines.pop();
+  }
+  return lines.map(visibleLine);
+}
 
 /** The log pane's choice of every node's lines, each prefixed with its node. */
 const ALL_NODES = '*';
@@ -139,8 +154,17 @@ export class LogsTab extends JobTab {
       }
     }
     if (this.follower instanceof AllNodesFollower) {
-      for (const node of this.nodeNames()) {
-        this.follower.addNode(node); // a node that appeared later, from its start
+      if (this.streamSelect.value === ALL_NODES) {
+        for (const node of this.nodeNames()) {
+          this.follower.addNode(node); // a node that appeared later, from its start
+        }
+      }
+      if (this.page.job.status === 'running') {
+        for (const s of streams) {
+          if (s.rank !== null && s.rank !== undefined) {
+            this.follower.addRank(s.node, s.rank); // rule 6 (a node not shown is left alone)
+          }
+        }
       }
     }
     if (this.follower === null && options.length) {
@@ -188,6 +212,11 @@ export class LogsTab extends JobTab {
     const startAt = this.startAt(key);
     this.logPre.dataset.startAt = String(startAt);
     this.tailNote.textContent = startAt ? `showing the end of a ${megabytes(size)} log: Download saves all of it` : '';
+    if (rank === undefined) {
+      // a node's own log: its ranks' lines being drawn show under it too (rule 6)
+      this.follower = new AllNodesFollower(jobId, [{ node, startAt }], this.logPre, { ...options, prefixed: false });
+      return;
+    }
     this.follower = new LogFollower(
       jobId,
       { node, rank: rank === undefined ? null : Number(rank) },
@@ -223,7 +252,8 @@ export class LogsTab extends JobTab {
     }
     const jobId = this.page.job.id;
     const parts: string[] = [];
-    // "All nodes": each node's whole log in turn, every line prefixed with its node
+    // "All nodes": every node's whole log, merged by time as the pane merges them
+    const merged = new MergedLog(Infinity);
     for (const stream of key === ALL_NODES ? this.nodeNames() : [key]) {
       const [node, rank] = stream.split('/rank-');
       const text: string[] = [];
@@ -236,7 +266,14 @@ export class LogsTab extends JobTab {
         }
         offset = chunk.next_offset;
       }
-      parts.push(key === ALL_NODES ? text.join('').replace(/^(?=.)/gm, `[${node}] `) : text.join(''));
+      if (key === ALL_NODES) {
+        merged.add(node, logLines(text.join('')));
+      } else {
+        parts.push(text.join(''));
+      }
+    }
+    if (key === ALL_NODES) {
+      parts.push(merged.text());
     }
     const link = h('a', {
       href: URL.createObjectURL(new Blob(parts, { type: 'text/plain' })),

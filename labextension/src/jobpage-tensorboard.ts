@@ -5,11 +5,25 @@
  * TensorBoard shows a blank page over a folder without event files: the tab says so instead
  * (`data-ma-tb-empty`), with what writes them, and while the job runs asks again every 10 s,
  * showing the board once the job writes some.
+ *
+ * From the tab's first click until the board's page has loaded (the board starts, reads the
+ * folder, then draws: several seconds) a spinner says what it waits for (`data-ma-tb-loading`),
+ * never a blank box.
  */
 import { api, tensorboardRuns } from './api';
 import { h } from './dom';
 import { isTerminal } from './jobstate';
 import { JobTab, type JobPage } from './jobpage-tab';
+
+/** A spinner and what it waits for (`data-ma-tb-loading`). */
+function loading(text: string): HTMLElement {
+  return h(
+    'div',
+    { class: 'ma-tb-loading', 'data-ma-tb-loading': '', role: 'status' },
+    h('span', { class: 'ma-spinner', 'aria-hidden': 'true' }),
+    h('span', {}, text)
+  );
+}
 
 export class TensorboardTab extends JobTab {
   readonly label = 'TensorBoard';
@@ -33,7 +47,7 @@ export class TensorboardTab extends JobTab {
       section.replaceChildren(h('p', { class: 'ma-muted' }, unavailable));
       return;
     }
-    section.replaceChildren(h('p', { class: 'ma-muted' }, 'Starting TensorBoard…'));
+    section.replaceChildren(loading('Starting TensorBoard…'));
     const job = this.page.job;
     const { url } = await api.tensorboard(job.id);
     this.loaded = true;
@@ -73,6 +87,9 @@ export class TensorboardTab extends JobTab {
       return;
     }
     const shown = this.page.job;
+    const cover = loading('Loading the TensorBoard page…');
+    const frame: HTMLIFrameElement = h('iframe', { class: 'ma-tensorboard', src: url, title: `TensorBoard of ${shown.id}` });
+    frame.addEventListener('load', () => cover.remove());
     section.replaceChildren(
       h(
         'div',
@@ -80,7 +97,7 @@ export class TensorboardTab extends JobTab {
         h('span', { class: 'ma-muted' }, `TensorBoard over ${shown.outputs_folder ?? shown.spec.outputs}`),
         h('a', { href: url, target: '_blank', rel: 'noopener', class: 'ma-tb-link' }, 'Open in a new browser tab')
       ),
-      h('iframe', { class: 'ma-tensorboard', src: url, title: `TensorBoard of ${shown.id}` })
+      h('div', { class: 'ma-tb-frame' }, frame, cover)
     );
   }
 }

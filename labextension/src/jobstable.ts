@@ -1,7 +1,9 @@
 /**
  * The main-area jobs table (`data-ma-view="jobs"`): one row per job with name, id, status (and
- * queue position), mode × nodes, spec, creator, created (date and time), elapsed or duration
- * and outputs.
+ * queue position), mode × nodes, spec, creator, created (date and time), elapsed or duration,
+ * outputs and its reason (the job's `reason` as `render.reason_summary` shows it in the CLI's
+ * list: up to its "last log lines", none for a plain success; cut to the column's width,
+ * whole in the tooltip).
  *
  * 1. Filters (name, status, creator, spec, outputs folder) are the service's list filters, so
  *    totals and pages count every matching job, not just the loaded page.
@@ -20,7 +22,7 @@ import { api } from './api';
 import { h, statusBadge } from './dom';
 import { dateTime, errorText, shortPath } from './format';
 import { elapsed, statusText } from './jobstate';
-import { JOB_STATUS_VALUES, Job, JobStatus } from './models';
+import { JOB_STATUS_VALUES, JobStatus, JobSummary } from './models';
 
 const REFRESH_MS = 2000;
 export const PAGE_SIZE = 100;
@@ -28,7 +30,23 @@ export const PAGE_SIZE = 100;
 interface Column {
   key: string;
   label: string;
-  value: (job: Job) => string;
+  value: (job: JobSummary) => string;
+  /** false: the service cannot sort by it (no header click) */
+  sortable?: boolean;
+}
+
+/** The reason of a plain success, which says nothing its status does not (render.PLAIN_SUCCESS). */
+const PLAIN_SUCCESS = 'every node exited with code 0';
+/** Where a failure's reason goes on with its last log lines (render.LOG_TAIL_MARK). */
+const LOG_TAIL_MARK = '\nlast log lines:\n';
+
+/** A job's reason as a list shows it (render.reason_summary): one line, without the log tail. */
+function reasonSummary(job: JobSummary): string {
+  const reason = job.reason ?? '';
+  if (!reason || (job.status === 'succeeded' && reason === PLAIN_SUCCESS)) {
+    return '';
+  }
+  return reason.split(LOG_TAIL_MARK, 1)[0].split(/\s+/).join(' ').trim();
 }
 
 const COLUMNS: Column[] = [
@@ -52,7 +70,8 @@ const COLUMNS: Column[] = [
     key: 'outputs',
     label: 'Outputs',
     value: j => shortPath(j.outputs_folder ?? j.spec.outputs ?? '')
-  }
+  },
+  { key: 'reason', label: 'Reason', value: reasonSummary, sortable: false }
 ];
 
 export class JobsTableWidget extends Widget {
@@ -69,7 +88,7 @@ export class JobsTableWidget extends Widget {
   private deleteButton: HTMLButtonElement;
   private allBox: HTMLInputElement;
   private selected = new Set<string>();
-  private jobs: Job[] = [];
+  private jobs: JobSummary[] = [];
   private total = 0;
   private offset = 0;
   private sortKey = 'created';
@@ -83,7 +102,7 @@ export class JobsTableWidget extends Widget {
    * buttons (the main-area create form and cluster view).
    */
   constructor(
-    private readonly open: (job: Job) => void,
+    private readonly open: (job: JobSummary) => void,
     go: { newJob: () => void; cluster: () => void }
   ) {
     super();
@@ -120,6 +139,10 @@ export class JobsTableWidget extends Widget {
     });
     this.headRow = h('tr', {}, h('th', { class: 'ma-col-select' }, this.allBox));
     for (const column of COLUMNS) {
+      if (column.sortable === false) {
+        this.headRow.append(h('th', { class: `ma-col-${column.key}` }, column.label));
+        continue;
+      }
       this.headRow.append(
         h(
           'th',

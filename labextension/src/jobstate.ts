@@ -3,17 +3,17 @@
  * elapsed time as every view writes them.
  */
 import { span } from './format';
-import type { Job } from './models';
+import type { Job, JobSummary } from './models';
 
 const TERMINAL = new Set(['error', 'stopped', 'expired', 'succeeded']);
 
 /** Whether a job's status can change no more. */
-export function isTerminal(job: Job): boolean {
+export function isTerminal(job: Job | JobSummary): boolean {
   return TERMINAL.has(job.status ?? 'queued');
 }
 
 /** The status, with the queue position of a queued job: `queued #3`, `running`. */
-export function statusText(job: Job): string {
+export function statusText(job: Job | JobSummary): string {
   const status = job.status ?? 'queued';
   return status === 'queued' && job.queue_position !== null && job.queue_position !== undefined
     ? `queued #${job.queue_position + 1}`
@@ -21,7 +21,7 @@ export function statusText(job: Job): string {
 }
 
 /** How long the job ran (ended), has run (running), or '' (queued). */
-export function elapsed(job: Job): string {
+export function elapsed(job: Job | JobSummary): string {
   if (!job.started_at) {
     return '';
   }

@@ -2,7 +2,7 @@
 import { api } from './api';
 import { h, statusBadge } from './dom';
 import { dateTime, errorText } from './format';
-import { JOB_STATUS_VALUES, Job, JobStatus } from './models';
+import { JOB_STATUS_VALUES, JobStatus, JobSummary } from './models';
 
 const REFRESH_MS = 2000;
 
@@ -19,7 +19,7 @@ export class JobListView {
   private inFlight = false;
   private disposed = false;
 
-  constructor(private readonly open: (job: Job) => void) {
+  constructor(private readonly open: (job: JobSummary) => void) {
     this.nameInput = h('input', {
       class: 'ma-filter-name jp-mod-styled',
       type: 'search',
@@ -135,7 +135,7 @@ export class JobListView {
     );
   }
 
-  private render(jobs: Job[], total: number): void {
+  private render(jobs: JobSummary[], total: number): void {
     this.body.replaceChildren(
       ...jobs.map(job =>
         h(

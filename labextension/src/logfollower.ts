@@ -12,9 +12,13 @@
  * 5. It ends at the stream's end (`eof`, set as `data-eof` on the <pre>), on `cancel()`, or
  *    when the service answers `node_lost` (the node's machine is gone with its log: the
  *    message is shown as the problem and `data-lost` set on the <pre>).
+ * 6. A line still being written (a progress bar redrawn with `\r`, no newline yet) is shown as
+ *    it stands under the finished lines as soon as its bytes arrive, and replaced in place
+ *    (`onPartial` gets it after each read, '' once none is left).
  */
 import { ApiError, api } from './api';
 import { errorText } from './format';
+import { MergedLog } from './logmerge';
 
 /** How long one long-poll read waits for new bytes (s). */
 const LOG_WAIT_S = 10;
@@ -64,6 +68,8 @@ export interface LogFollowerOptions {
   onLines?: (lines: string[]) => void;
   /** called once the stream has ended (eof, or its node's machine gone) */
   onEnd?: () => void;
+  /** called after each read with the unfinished line as `visibleLine` makes it ('' for none: rule 6) */
+  onPartial?: (line: string) => void;
 }
 
 export class LogFollower {
@@ -114,6 +120,7 @@ export class LogFollower {
       }
     }
     this.partial = raw.slice(cut + 1);
+    this.options.onPartial?.(visibleLine(this.partial));
     this.pre.textContent = this.shown + visibleLine(this.partial);
     if (this.options.stick?.() ?? true) {
       this.pre.scrollTop = this.pre.scrollHeight;
@@ -140,6 +147,7 @@ export class LogFollower {
         if (chunk.eof) {
           if (this.partial) {
             this.options.onLines?.([visibleLine(this.partial)]); // the job ended mid-line
+            this.options.onPartial?.('');
           }
           this.pre.dataset.eof = 'true';
           this.options.onEnd?.();
@@ -176,23 +184,33 @@ export class LogFollower {
 
 /**
  * Follows every node's own log of a job into one <pre> (the log pane's "All nodes" choice, the
- * default of a multi-node job), as the CLI's `--follow` and the notebook do:
+ * default of a multi-node job; with `prefixed` false, one node's own log), as the CLI's
+ * `--follow` and the notebook do:
  *
- * 1. One `LogFollower` per node, each into a detached <pre>; their finished lines come here in
- *    arrival order, each prefixed with `[node] ` (a rank splitter's `[rank r]` follows it).
+ * 1. One `LogFollower` per node, each into a detached <pre>; their finished lines come here,
+ *    merged by time, each prefixed with its time and `[node] ` (a rank splitter's `[rank r]`
+ *    follows it): logmerge.ts.
  * 2. `addNode` follows a node that appeared later (a restart's new attempt, a scale-up).
  * 3. The newest `LOG_KEEP_CHARS` characters stay; `data-eof` is set once every node's log ended.
+ * 4. Each node's line still being written shows under the finished lines, one per node, as it
+ *    stands (LogFollower rule 6).  A rank splitter keeps a rank's redrawn line out of the node
+ *    log until its newline: `addRank` reads a rank's own log of a followed node for its
+ *    unfinished line only, shown labelled `[rank r] ` as the node log will have it.
  */
 export class AllNodesFollower {
   private followers = new Map<string, LogFollower>();
   private ended = new Set<string>();
-  private shown = '';
+  private merged = new MergedLog(LOG_KEEP_CHARS);
+  /** per stream (`node` or `node/rank-r`), what goes before its unfinished line and the line */
+  private partials = new Map<string, [string, string]>();
+  /** the rank logs read for their unfinished line only (rule 4) */
+  private ranks = new Map<string, LogFollower>();
 
   constructor(
     private readonly jobId: string,
     nodes: { node: string; startAt: number }[],
     private readonly pre: HTMLElement,
-    private readonly options: LogFollowerOptions = {}
+    private readonly options: LogFollowerOptions & { prefixed?: boolean } = {}
   ) {
     for (const { node, startAt } of nodes) {
       this.addNode(node, startAt);
@@ -205,11 +223,17 @@ export class AllNodesFollower {
       return false;
     }
     delete this.pre.dataset.eof;
-    const follower = new LogFollower(this.jobId, { node, rank: null }, document.createElement('pre'), {
+    const own = document.createElement('pre');
+    const one = this.options.prefixed === false; // one node's own log: said as LogFollower says it
+    const follower = new LogFollower(this.jobId, { node, rank: null }, own, {
       startAt,
-      onProblem: text => this.options.onProblem?.(text ? `${node}: ${text}` : ''),
+      onProblem: text => this.options.onProblem?.(text && !one ? `${node}: ${text}` : text),
       onLines: lines => this.add(node, lines),
+      onPartial: line => this.setPartial(node, this.label(node), line),
       onEnd: () => {
+        if (one && own.dataset.lost) {
+          this.pre.dataset.lost = 'true';
+        }
         this.ended.add(node);
         if (this.ended.size === this.followers.size) {
           this.pre.dataset.eof = 'true';
@@ -220,25 +244,64 @@ export class AllNodesFollower {
     return true;
   }
 
-  private add(node: string, lines: string[]): void {
-    this.shown += lines.map(line => `[${node}] ${line}\n`).join('');
-    if (this.shown.length > LOG_KEEP_CHARS) {
-      this.shown = this.shown.slice(this.shown.length - LOG_KEEP_CHARS);
+  /** Read a rank's own log of a followed node for its unfinished line (rule 4); false if
+   * it is read already or its node is not followed. */
+  addRank(node: string, rank: number): boolean {
+    const key = `${node}/rank-${rank}`;
+    if (this.ranks.has(key) || !this.followers.has(node)) {
+      return false;
     }
-    this.pre.textContent = this.shown;
+    const label = `[rank ${rank}] `;
+    const follower = new LogFollower(this.jobId, { node, rank }, document.createElement('pre'), {
+      // its finished lines come through the node's log; only the line being drawn is shown,
+      // labelled after each \r too, as the splitter writes it into the node log
+      onPartial: line => this.setPartial(key, this.label(node), line ? label + line : '')
+    });
+    this.ranks.set(key, follower);
+    return true;
+  }
+
+  private label(node: string): string {
+    return this.options.prefixed === false ? '' : `[${node}] `;
+  }
+
+  private add(node: string, lines: string[]): void {
+    this.merged.add(node, lines, Date.now(), this.options.prefixed !== false);
+    this.render();
+  }
+
+  private setPartial(key: string, label: string, line: string): void {
+    const before = this.partials.get(key)?.[1] ?? '';
+    if (line === before) {
+      return;
+    }
+    if (line) {
+      this.partials.set(key, [label, line]);
+    } else {
+      this.partials.delete(key);
+    }
+    this.render();
+  }
+
+  private render(): void {
+    this.pre.textContent = this.text();
     if (this.options.stick?.() ?? true) {
       this.pre.scrollTop = this.pre.scrollHeight;
     }
     this.options.onUpdate?.();
   }
 
-  /** The text shown so far. */
+  /** The text shown so far: the finished lines, then each line still being written. */
   text(): string {
-    return this.shown;
+    let text = this.merged.text();
+    for (const [label, line] of this.partials.values()) {
+      text += `${label}${line}\n`;
+    }
+    return text;
   }
 
   cancel(): void {
-    for (const follower of this.followers.values()) {
+    for (const follower of [...this.followers.values(), ...this.ranks.values()]) {
       follower.cancel();
     }
   }

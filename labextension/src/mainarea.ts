@@ -14,7 +14,7 @@ import { api } from './api';
 import { CREATE_JOB, OPEN_CLUSTER, OPEN_JOB, OPEN_JOBS } from './commands';
 import { JobPageWidget } from './jobpage';
 import { JobsTableWidget } from './jobstable';
-import type { Job, JobSpec } from './models';
+import type { Job, JobSpec, JobSummary } from './models';
 
 const LAUNCHER_TOKEN = '@jupyterlab/launcher:ILauncher';
 
@@ -39,12 +39,25 @@ export class MainArea {
   /** The jobs table, opened or brought to the front. */
   openJobs(): void {
     if (this.table === null || this.table.isDisposed) {
-      this.table = new JobsTableWidget(job => this.openJob(job), {
+      this.table = new JobsTableWidget(job => void this.openListed(job), {
         newJob: () => void this.app.commands.execute(CREATE_JOB),
         cluster: () => void this.app.commands.execute(OPEN_CLUSTER)
       });
     }
     this.add(this.table);
+  }
+
+  /**
+   * A listed job's tab: a listing has the job's summary, its page the whole job, read now
+   * (a tab already open is brought to the front).
+   */
+  async openListed(job: JobSummary): Promise<void> {
+    const page = this.pages.get(job.id);
+    if (page !== undefined && !page.isDisposed) {
+      this.add(page);
+      return;
+    }
+    this.openJob(await api.job(job.id));
   }
 
   /** One job's detail tab, opened or brought to the front. */

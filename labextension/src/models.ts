@@ -163,9 +163,9 @@ export interface Job {
   allowed?: Array<string>;
 }
 
-/** One page of a job listing. */
+/** One page of a job listing: each job's :class:`JobSummary`. */
 export interface JobPage {
-  items: Array<Job>;
+  items: Array<JobSummary>;
   total: number;
   offset?: number;
   limit?: number;
@@ -227,9 +227,62 @@ export interface JobSpec {
   devenv_of?: DevEnvOrigin | null;
 }
 
+/**
+ * What a job listing shows of a job's spec: its names and shape, never its variables,
+ * secrets, mounts or commands (`GET /jobs/{id}` has the whole :class:`JobSpec`).
+ */
+export interface JobSpecSummary {
+  name: string;
+  type?: JobType;
+  priority?: Priority;
+  access?: Access;
+  creator?: string | null;
+  algorithm?: string | null;
+  algorithm_origin?: string | null;
+  algorithm_digest?: string | null;
+  outputs?: string | null;
+  mode?: Mode;
+  specs?: Array<string>;
+  node_name?: string | null;
+  pool?: string | null;
+  nodes?: number;
+  ps?: number;
+  chief?: boolean;
+  debug_terminal?: boolean;
+  duration?: number | null;
+  devenv_of?: DevEnvOrigin | null;
+}
+
 /** The platform's statuses.  `expired`: the job ran past its duration. */
 export type JobStatus = "queued" | "running" | "error" | "stopped" | "expired" | "succeeded";
 export const JOB_STATUS_VALUES: ReadonlyArray<JobStatus> = ["queued", "running", "error", "stopped", "expired", "succeeded"];
+
+/**
+ * A job as `GET /jobs` lists it: bounded whatever its spec holds (no variables, mounts,
+ * commands or nodes; the reason cut at :data:`SUMMARY_REASON_CHARS`); `GET /jobs/{id}` has
+ * the whole :class:`Job`.
+ */
+export interface JobSummary {
+  id: string;
+  spec: JobSpecSummary;
+  status?: JobStatus;
+  reason?: string;
+  created_at?: string;
+  started_at?: string | null;
+  finished_at?: string | null;
+  exit_code?: number | null;
+  chosen_spec?: string | null;
+  backend?: string;
+  attempt?: number;
+  restarts?: number;
+  queue_position?: number | null;
+  workspace_isolation?: "bubblewrap" | "symlink" | "none" | null;
+  outputs_folder?: string | null;
+  algorithm_digests?: Array<string>;
+  task_counts?: Record<string, number>;
+  failed_tasks?: Array<string>;
+  allowed?: Array<string>;
+}
 
 export type JobType = "regular" | "batch";
 export const JOB_TYPE_VALUES: ReadonlyArray<JobType> = ["regular", "batch"];

@@ -10,14 +10,14 @@ import { api } from './api';
 import { h } from './dom';
 import { errorText } from './format';
 import { JobListView } from './list';
-import type { Job } from './models';
+import type { JobSummary } from './models';
 
 /** How often the service line is read again (ms). */
 const SERVICE_CHECK_MS = 5000;
 
 /** Where the sidebar's buttons and rows lead (the main-area views). */
 export interface SidebarActions {
-  openJob: (job: Job) => void;
+  openJob: (job: JobSummary) => void;
   openJobs: () => void;
   newJob: () => void;
 }

@@ -23,6 +23,7 @@ import type { Widget } from '@lumino/widgets';
 import { ClusterWidget } from './cluster';
 import { CREATE_JOB, OPEN_CLUSTER, OPEN_JOB, RUN_CELL, SUBMIT_FILE } from './commands';
 import { CreateFormWidget, type FormPrefill } from './createform';
+import { clusterIcon, newJobIcon } from './icons';
 import { hostPath } from './labpaths';
 import type { JobSpec } from './models';
 
@@ -156,6 +157,7 @@ export const mainAreaPlugin: JupyterFrontEndPlugin<void> = {
       const widget = new MainAreaWidget({ content });
       widget.id = content.id;
       widget.title.label = content.title.label;
+      widget.title.icon = newJobIcon;
       widget.title.closable = true;
       app.shell.add(widget, 'main');
       app.shell.activateById(widget.id);
@@ -171,6 +173,7 @@ export const mainAreaPlugin: JupyterFrontEndPlugin<void> = {
     app.commands.addCommand(CREATE_JOB, {
       label: 'New Training Job',
       caption: 'Create a training job (every field, checked as you type)',
+      icon: newJobIcon,
       execute: args =>
         openForm({
           name: args.name as string | undefined,
@@ -206,12 +209,14 @@ export const mainAreaPlugin: JupyterFrontEndPlugin<void> = {
     app.commands.addCommand(OPEN_CLUSTER, {
       label: 'Cluster Resources',
       caption: 'Nodes and their use, how many more of each spec can start, the queue',
+      icon: clusterIcon,
       execute: () => {
         if (!cluster || cluster.isDisposed) {
           const openJob = (id: string) => void app.commands.execute(OPEN_JOB, { id });
           cluster = new MainAreaWidget({ content: new ClusterWidget(openJob) });
           cluster.id = 'ma-cluster-view';
           cluster.title.label = 'Cluster resources';
+          cluster.title.icon = clusterIcon;
           cluster.title.closable = true;
           app.shell.add(cluster, 'main');
         }

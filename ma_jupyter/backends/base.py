@@ -76,6 +76,8 @@ JOB_SECRET_ENV = "MA_JOB_SECRET"
 #: status as ASCII (last, from the node), a JSON ``{"rows", "cols"}`` resize (to the node)
 SHELL_FRAME_HEADER = "!BI"
 SHELL_DATA, SHELL_EXIT, SHELL_RESIZE = 1, 3, 4
+#: the largest payload a frame may declare (nodehost.agent_wire.MAX_FRAME): a larger one ends it
+SHELL_MAX_FRAME = 1 << 20
 #: the only variables :meth:`Backend.launch` may add to a :class:`NodeLaunch`'s ``env``
 LAUNCH_ENV = ("MA_NODE_RUN", JOB_SECRET_ENV)
 #: where a process of :meth:`Backend.start_outputs_reader` finds the job's outputs folder (the

@@ -29,7 +29,7 @@ from urllib.parse import quote
 import requests
 
 from .. import algorithm_content, config
-from ..errors import BackendUnavailable, InvalidSpec, JobFailed, MaJupyterError, error_from_body
+from ..errors import BackendUnavailable, InvalidSpec, JobFailed, MaJupyterError, NotFound, error_from_body
 from ..models import (
     API_PREFIX,
     Algorithm,
@@ -41,6 +41,7 @@ from ..models import (
     JobSort,
     JobSpec,
     JobStatus,
+    JobSummary,
     JobType,
     KernelRoute,
     LogChunk,
@@ -432,7 +433,8 @@ class Client:
             type: ``regular`` or ``batch`` jobs only.
 
         Returns:
-            Handles of the matching jobs on this page (see :meth:`job_page` for the total).
+            Handles of the matching jobs on this page (see :meth:`job_page` for the total), each
+            with the job's summary; a handle's ``info`` (the whole job) is fetched when used.
         """
         page = self.job_page(
             name,
@@ -467,7 +469,8 @@ class Client:
     ) -> JobPage:
         """Like :meth:`jobs`, as the service's page (``items`` and ``total``); ``sort``: a
         column (``created``, ``name``, ``id``, ``status``, ``creator``, ``outputs``,
-        ``priority``, ``mode``, ``spec``, ``elapsed``), ``-`` first for descending.
+        ``priority``, ``mode``, ``spec``, ``elapsed``), ``-`` first for descending.  Its items
+        are :class:`~ma_jupyter.models.JobSummary`: :meth:`get` has the whole job.
 
         With ``algorithm`` and no ``algorithm_digest``, the folder's current content is read
         here, with this user's own rights (the service never reads a folder a search names), and
@@ -495,15 +498,38 @@ class Client:
         return JobPage.model_validate(self._request("GET", "/jobs", params=params))
 
     def job(self, job_id: str) -> JobHandle:
-        """The job ``job_id``.
+        """The job ``job_id``: an id, or a name as :meth:`get` takes it.
 
         Raises:
             NotFound: no such job (or it is hidden from this user).
         """
         return JobHandle(self, self.get(job_id))
 
+    def job_by_id(self, job_id: str) -> JobHandle:
+        """The job of id ``job_id`` (never a name).
+
+        Raises:
+            NotFound: no such job (or it is hidden from this user).
+        """
+        return JobHandle(self, self._get_by_id(job_id))
+
     def get(self, job_id: str) -> Job:
-        """The current state of job ``job_id`` as a :class:`~ma_jupyter.models.Job`."""
+        """The current state of job ``job_id`` as a :class:`~ma_jupyter.models.Job`: an id, or
+        a name, meaning what it means in the CLI (your newest job of that name; see
+        :mod:`ma_jupyter.client.resolve`).
+
+        Raises:
+            NotFound: neither the id nor the name of a job this user may view.
+            InvalidSpec: none of this user's jobs has the name and several other users' do.
+        """
+        try:
+            return self._get_by_id(job_id)
+        except NotFound:
+            from .resolve import named_job  # only a name needs it
+
+            return self._get_by_id(named_job(self, job_id, hint="`Client().jobs()`")[0])
+
+    def _get_by_id(self, job_id: str) -> Job:
         return Job.model_validate(self._request("GET", f"/jobs/{_segment(job_id)}"))
 
     def wait_status(self, job_id: str, since: str | JobStatus | None = None, wait: float = 0) -> Job:
@@ -872,27 +898,43 @@ class Client:
 class JobHandle:
     """A job of the service, by id.
 
+    A handle from a listing (:meth:`Client.jobs`) holds the job's
+    :class:`~ma_jupyter.models.JobSummary` (:attr:`summary`: no variables, mounts or commands);
+    its :attr:`info`, the whole job, is fetched on first use.
+
     Attributes:
         id: the job id.
-        info: the last :class:`~ma_jupyter.models.Job` seen (refreshed by :meth:`refresh`,
-            :attr:`status`, :meth:`wait`, :meth:`stop`).
+        summary: the job as the listing gave it (None for a handle made from the whole job).
     """
 
-    def __init__(self, client: Client, job: Job):
+    def __init__(self, client: Client, job: Job | JobSummary):
         self.client = client
-        self.info = job
         self.id = job.id
+        self.summary: JobSummary | None = job if isinstance(job, JobSummary) else None
+        self._info: Job | None = job if isinstance(job, Job) else None
         #: what :meth:`Client.submit` shipped as the algorithm (a sentence), or None
         self.shipped: str | None = None
 
     @property
+    def info(self) -> Job:
+        """The last whole :class:`~ma_jupyter.models.Job` seen (refreshed by :meth:`refresh`,
+        :attr:`status`, :meth:`wait`, :meth:`stop`); a listed handle's is fetched on first use."""
+        if self._info is None:
+            self._info = self.client._get_by_id(self.id)
+        return self._info
+
+    @info.setter
+    def info(self, job: Job) -> None:
+        self._info = job
+
+    @property
     def name(self) -> str:
         """The job's name."""
-        return self.info.spec.name
+        return (self.summary or self.info).spec.name
 
     def refresh(self) -> Job:
         """Fetch the job's current state into :attr:`info` and return it."""
-        self.info = self.client.get(self.id)
+        self.info = self.client._get_by_id(self.id)
         return self.info
 
     @property
@@ -967,7 +1009,8 @@ class JobHandle:
         return LogLines(self.client, self.id, follow=follow, node=node, rank=rank, offset=offset)
 
     def __repr__(self) -> str:
-        return f"<JobHandle id={self.id} name={self.name} status={self.info.status.value}>"
+        status = (self._info or self.summary or self.info).status.value
+        return f"<JobHandle id={self.id} name={self.name} status={status}>"
 
 
 def _segment(job_id: str) -> str:

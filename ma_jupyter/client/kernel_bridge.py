@@ -39,7 +39,11 @@ Contract, in order:
    process's own (mode 0700: no other account reaches them), and each connection made there
    opens one relay connection, proves the secret, names its kernel socket and then carries
    bytes both ways: ZMTP over ``ipc`` and over ``tcp`` is the same byte stream.  A relay that
-   is gone (its agent restarted) is asked for again through the service once per connection;
+   is gone (its agent restarted) is asked for again through the service once per connection.
+   The sockets towards the kernel take no message over
+   :data:`~ma_jupyter.kernel_access.MAX_KERNEL_MESSAGE` bytes (``zmq.MAXMSGSIZE``): whatever
+   answers there is the job's, and a peer declaring a larger frame is disconnected before ZMQ
+   allocates it (ZMQ connects again, to a well-behaved kernel as before);
 6. end when the dev environment does (Jupyter's shutdown request ends the kernel, and with it the
    job, and the relay with its node), or on SIGTERM/SIGHUP (Jupyter's kill): the dev environment
    is stopped first, which frees what it holds.
@@ -94,6 +98,16 @@ def _bind(ctx: zmq.Context, kind: int, conn: dict, key: str) -> zmq.Socket:
         # instead of being ignored
         sock.router_handover = 1
     sock.bind(f"{conn.get('transport', 'tcp')}://{conn['ip']}:{conn[key]}")
+    return sock
+
+
+def kernel_socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
+    """A socket towards the kernel (rule 5): no linger, reconnects backing off, and no message
+    over :data:`~ma_jupyter.kernel_access.MAX_KERNEL_MESSAGE` taken from it."""
+    sock = ctx.socket(kind)
+    sock.linger = 0
+    sock.reconnect_ivl_max = _RECONNECT_MAX
+    sock.setsockopt(zmq.MAXMSGSIZE, kernel_access.MAX_KERNEL_MESSAGE)
     return sock
 
 
@@ -362,16 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         identity = f"bridge-{uuid.uuid4().hex}".encode()
         backs: dict[str, zmq.Socket] = {}
         for key in _ROUTED:
-            sock = ctx.socket(zmq.DEALER)
-            sock.linger = 0
-            sock.reconnect_ivl_max = _RECONNECT_MAX
+            sock = kernel_socket(ctx, zmq.DEALER)
             if key in ("shell_port", "stdin_port"):
                 sock.setsockopt(zmq.IDENTITY, identity)
             sock.connect(door.endpoint(CHANNELS[key], deadline))
             backs[key] = sock
-        iopub = ctx.socket(zmq.XSUB)
-        iopub.linger = 0
-        iopub.reconnect_ivl_max = _RECONNECT_MAX
+        iopub = kernel_socket(ctx, zmq.XSUB)
         iopub.connect(door.endpoint(CHANNELS["iopub_port"], deadline))
         backs["iopub_port"] = iopub
         for key, front in fronts.items():

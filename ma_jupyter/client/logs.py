@@ -30,6 +30,9 @@ LOCAL_READ = (
 )  # bytes per direct read of a local log file: small chunks keep splitting cache-friendly
 FOLLOW_PATIENCE = 120.0  # seconds a log follower keeps retrying while the service is away
 LONG_POLL = 2.0  # seconds each read of LogStreams may wait on the service
+#: bytes of an unfinished line kept for showing its state now (:attr:`LogLines.partial`): its
+#: end is what a terminal shows of a redrawn progress bar, and a front end cuts it shorter still
+PARTIAL_LIMIT = 16 << 10
 
 #: one log stream: (node, rank); rank None is the node's own log
 StreamKey = tuple[str, int | None]
@@ -83,10 +86,17 @@ class LogLines(Iterator[str]):
        served it, so no line is lost or repeated.
     4. A file that is not what the job should have left there (a symlink, a FIFO) is never
        followed nor waited on: the reader goes on through the service, which says what the job did.
+    5. Lines come out whole: an unfinished last line (a progress bar redrawn with ``\r``) waits
+       for its newline, or for the job's end.  With ``partials``, each read that changes it
+       also yields an empty chunk (:meth:`batches`: an empty batch) after which
+       :attr:`partial` holds it as it stands now, so a follower can show it before the newline
+       comes; :attr:`offset` never moves past it (a later reader reads it again, whole).
 
     Attributes:
         node: the stream's node (resolved from the service's first answer when not given).
         offset: byte offset just after the last line yielded.
+        partial: the unfinished line after :attr:`offset` as read so far (its last
+            :data:`PARTIAL_LIMIT` bytes, decoded), "" when none (kept with ``partials`` only).
     """
 
     def __init__(
@@ -99,8 +109,11 @@ class LogLines(Iterator[str]):
         rank: int | None,
         offset: int,
         wait: float = FOLLOW_WAIT,
+        partials: bool = False,
     ):
         self.client = client
+        self.partials = partials
+        self.partial = ""
         self.job_id = job_id
         self.follow = follow
         self.node = node
@@ -160,9 +173,15 @@ class LogLines(Iterator[str]):
                     data = pending + data if pending else data
                     cut = data.rfind(b"\n") + 1
                     pending = data[cut:]
+                    if self.partials:
+                        partial = pending[-PARTIAL_LIMIT:].decode("utf-8", "replace")
+                        changed, self.partial = partial != self.partial, partial
                     if cut:
                         yield self._start_chunk(data[:cut])
+                    elif self.partials and changed:
+                        yield iter(())  # rule 5: only the unfinished line changed
                 if done:
+                    self.partial = ""
                     if pending and eof:
                         # the job ended without a final newline: the partial line is the last line
                         yield self._start_chunk(pending)
@@ -283,7 +302,10 @@ class LogStreams:
     Lines come out of :meth:`drain` as ``(stream, line)`` pairs, complete lines only (a partial
     last line waits for its newline, or for the end of the job).  :attr:`offsets` holds, per
     stream, the byte offset just after the last line handed out, so a later follower started
-    from these offsets continues without replaying or skipping anything.
+    from these offsets continues without replaying or skipping anything.  The unfinished last
+    line of each stream, as it stands after the lines drained so far (a progress bar being
+    redrawn), is in :attr:`partials` and, changed since the last look, in :meth:`take_partials`;
+    it never moves an offset.
 
     A stream whose node's machine is gone with its log (the service answers ``node_lost``) ends
     at once, as finished, with the service's sentence in :attr:`unavailable`; any other error is
@@ -310,6 +332,9 @@ class LogStreams:
         self.errors: list[str] = []
         #: per stream label, why its log cannot be read (its node's machine is gone)
         self.unavailable: dict[str, str] = {}
+        #: per stream, its unfinished last line after the lines drained so far ("" or absent: none)
+        self.partials: dict[StreamKey, str] = {}
+        self._changed: set[StreamKey] = set()
 
     # -- streams
 
@@ -338,16 +363,22 @@ class LogStreams:
             if key not in self._threads:
                 self._start(key)
 
-    def follow(self, key: StreamKey) -> bool:
-        """Follow one stream ``(node, rank)`` (rank None: the node's combined log); False if already."""
+    def follow(self, key: StreamKey, *, partials_only: bool = False) -> bool:
+        """Follow one stream ``(node, rank)`` (rank None: the node's combined log); False if
+        already.  With ``partials_only`` its lines are read past, never handed out: only its
+        unfinished line is (:meth:`take_partials`; a rank's progress bar, which the node log
+        gets whole once its newline comes)."""
         if key in self._threads:
             return False
-        self._start(key)
+        self._start(key, partials_only)
         return True
 
-    def _start(self, key: StreamKey) -> None:
+    def _start(self, key: StreamKey, partials_only: bool = False) -> None:
         thread = threading.Thread(
-            target=self._follow, args=(key,), name=f"ma-log-{stream_label(key)}", daemon=True
+            target=self._follow,
+            args=(key, partials_only),
+            name=f"ma-log-{stream_label(key)}",
+            daemon=True,
         )
         self._threads[key] = thread
         thread.start()
@@ -356,38 +387,51 @@ class LogStreams:
     def streams(self) -> list[StreamKey]:
         return list(self._threads)
 
-    def finished(self) -> bool:
-        """True once every followed stream reached its end (the job is terminal and all was read)."""
-        return bool(self._threads) and len(self._finished) == len(self._threads)
+    def finished(self, ignore: set[StreamKey] | frozenset[StreamKey] = frozenset()) -> bool:
+        """True once every followed stream (but those in ``ignore``) reached its end (the job is
+        terminal and all was read)."""
+        keys = set(self._threads) - ignore
+        return bool(keys) and keys <= self._finished
 
     def stop(self) -> None:
         """Stop following; threads end after their current read."""
         self._stop.set()
 
-    def _follow(self, key: StreamKey) -> None:
+    def _follow(self, key: StreamKey, partials_only: bool = False) -> None:
         node, rank = key
         label = stream_label(key)
         offset = self.offsets.get(label, 0)
         failures = 0
         while not self._stop.is_set():
             reader = LogLines(
-                self.client, self.job_id, follow=True, node=node, rank=rank, offset=offset, wait=LONG_POLL
+                self.client,
+                self.job_id,
+                follow=True,
+                node=node,
+                rank=rank,
+                offset=offset,
+                wait=LONG_POLL,
+                partials=True,
             )
+            shown = ""  # the unfinished line as last handed out
             try:
                 for lines in reader.batches():
                     failures = 0
                     offset = reader.offset
-                    if lines:
-                        self._queue.put((key, [line.rstrip("\r") for line in lines], offset))
+                    if partials_only:
+                        lines = []
+                    if lines or reader.partial != shown:
+                        shown = reader.partial
+                        self._queue.put((key, [line.rstrip("\r") for line in lines], offset, shown))
                     if self._stop.is_set():
                         return
                 # the reader ends at the end of the job's log
-                self._queue.put((key, None, reader.offset))
+                self._queue.put((key, None, reader.offset, ""))
                 return
             except NodeLost as exc:
                 # nothing more will come: what was read stays shown, and the stream says why
                 self.unavailable[label] = exc.message
-                self._queue.put((key, None, reader.offset))
+                self._queue.put((key, None, reader.offset, ""))
                 return
             except NotFound:
                 # The node is known before its log file exists (just launched): try again.
@@ -412,16 +456,26 @@ class LogStreams:
         except queue.Empty:
             return out
         while True:
-            key, lines, offset = item
+            key, lines, offset, partial = item
             self.offsets[stream_label(key)] = offset
             if lines is None:
                 self._finished.add(key)
             else:
                 out.extend((key, line) for line in lines)
+            if partial != self.partials.get(key, ""):
+                self.partials[key] = partial
+                self._changed.add(key)
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 return out
+
+    def take_partials(self) -> dict[StreamKey, str]:
+        """The streams whose unfinished line changed since the last call (by the lines drained
+        so far), each with the line as it stands ("": the stream has none now)."""
+        changed = {key: self.partials.get(key, "") for key in self._changed}
+        self._changed.clear()
+        return changed
 
 
 STATUS_INTERVAL = 0.5  # seconds between looks at a followed job (its nodes, its end)
@@ -455,6 +509,14 @@ class JobFollower:
     5. It has ended (:attr:`ended`) once the job is terminal and every followed stream was
        read to its end (or none exists); a stream gone with its node's machine ends with its
        reason in :attr:`unavailable`.
+    6. A line still being written (a progress bar redrawn with ``\r``, no newline yet) is
+       shown before its newline: :meth:`take_partials` gives each stream's unfinished line as
+       it stands after the lines drained so far, whenever it changed; it comes out of
+       :meth:`drain` as a line once its newline (or the job's end) comes, and no offset moves
+       past it (a saved view keeps the last state only).  The rank splitter keeps a rank's
+       redrawn line out of the node log until its newline, so while the job runs the follower
+       of every node also reads each rank's own log for its unfinished line only, given under
+       the key ``(node, rank)`` with the ``[rank r] `` label the node log will have.
 
     Args:
         client: the :class:`~ma_jupyter.client.Client`.
@@ -481,6 +543,8 @@ class JobFollower:
         self.rank = rank
         self.several = prefixed or rank is not None or (stream is None and several_nodes(job))
         self.logs = LogStreams(client, job.id, offsets)
+        #: the rank streams read for their unfinished line only (rule 6)
+        self._rank_partials: set[StreamKey] = set()
         self._stopped = False
         self._looked = time.monotonic()
         self._discover()
@@ -502,8 +566,11 @@ class JobFollower:
         return self.logs.streams
 
     def prefix(self, key: StreamKey) -> str:
-        """What goes before a line of ``key`` (rule 2)."""
-        return f"[{stream_label(key)}] " if self.several else ""
+        """What goes before a line of ``key`` (rule 2), or before a rank's unfinished line
+        (rule 6: its node's, as for the lines of the node log)."""
+        if not self.several:
+            return ""
+        return f"[{key[0]}] " if key in self._rank_partials else f"[{stream_label(key)}] "
 
     def _discover(self) -> None:
         if self.stream is not None:
@@ -516,9 +583,25 @@ class JobFollower:
             for name in names:
                 self.logs.follow((name, self.rank))
             return
-        self.logs.discover(self.job, with_files=self.job.status.is_terminal())
-        if len(self.logs.streams) > 1:
+        terminal = self.job.status.is_terminal()
+        self.logs.discover(self.job, with_files=terminal)
+        if len(set(self.logs.streams) - self._rank_partials) > 1:
             self.several = True  # more attempts' or nodes' logs than the spec said
+        if not terminal and self.job.nodes:
+            self._follow_rank_partials()
+
+    def _follow_rank_partials(self) -> None:
+        """Rule 6: each rank log of a followed node, for its unfinished line only."""
+        nodes = {run.name for run in self.job.nodes}
+        try:
+            streams = self.client.log_streams(self.job.id)
+        except MaJupyterError:
+            return  # asked again at the next look at the job
+        for stream in streams:
+            key = (stream.node, stream.rank)
+            if stream.rank is not None and stream.node in nodes and key not in self._rank_partials:
+                self._rank_partials.add(key)
+                self.logs.follow(key, partials_only=True)
 
     def refresh_due(self) -> bool:
         """Whether it is time to look at the job again: every ``STATUS_INTERVAL``, ten times as
@@ -526,7 +609,7 @@ class JobFollower:
         once when every stream ended before the job did."""
         starting = not self.logs.streams and self.job.status is not JobStatus.queued
         interval = STATUS_INTERVAL / 10 if starting else STATUS_INTERVAL
-        if self.logs.finished() and not self.job.status.is_terminal():
+        if self.logs.finished(ignore=self._rank_partials) and not self.job.status.is_terminal():
             return True
         return time.monotonic() - self._looked >= interval
 
@@ -542,10 +625,32 @@ class JobFollower:
         """The lines that arrived since the last call; waits up to ``timeout`` for the first."""
         return self.logs.drain(timeout)
 
+    def take_partials(self) -> dict[StreamKey, str]:
+        """Rule 6: the streams whose unfinished line changed since the last call, each with
+        the line as it stands now ("": none any more)."""
+        return {key: self._labelled(key, text) for key, text in self.logs.take_partials().items()}
+
+    @property
+    def partials(self) -> dict[StreamKey, str]:
+        """Rule 6: every stream's unfinished line as it stands now (after the lines drained)."""
+        return {key: self._labelled(key, text) for key, text in self.logs.partials.items() if text}
+
+    def _labelled(self, key: StreamKey, text: str) -> str:
+        """A rank's unfinished line with the label the splitter gives it in the node log, also
+        after each ``\r`` (a reader applying the redraw keeps it)."""
+        if not text or key not in self._rank_partials:
+            return text
+        label = f"[rank {key[1]}] "
+        return label + text.replace("\r", "\r" + label)
+
     @property
     def ended(self) -> bool:
         """Rule 5 (call :meth:`drain` once more after it turns true: the last lines)."""
-        return self.job.status.is_terminal() and (self.logs.finished() or not self.logs.streams)
+        # a rank read for its unfinished line only never holds the end back: its lines are
+        # the node log's, read to the end there
+        return self.job.status.is_terminal() and (
+            self.logs.finished(ignore=self._rank_partials) or not self.logs.streams
+        )
 
     def stop(self) -> None:
         """Stop following (:meth:`lines` returns after its current wait)."""
@@ -553,12 +658,26 @@ class JobFollower:
         self.logs.stop()
 
     def lines(self, *, patience: float = FOLLOW_PATIENCE) -> Iterator[tuple[StreamKey, str]]:
-        """Every line until the job has ended and all was read (the CLI's loop); a service that
-        stays away longer than ``patience`` seconds raises :class:`BackendUnavailable`."""
+        """Every line until the job has ended and all was read; a service that stays away
+        longer than ``patience`` seconds raises :class:`BackendUnavailable`."""
+        for items, _ in self.updates(patience=patience):
+            yield from items
+
+    def updates(
+        self, *, patience: float = FOLLOW_PATIENCE
+    ) -> Iterator[tuple[list[tuple[StreamKey, str]], dict[StreamKey, str]]]:
+        """Like :meth:`lines` (the CLI's loop), batch by batch: each the lines that came and the
+        unfinished lines that changed with them (rule 6); a batch may be empty."""
+        for items in self._batches(patience):
+            partials = self.take_partials()
+            if items or partials:
+                yield items, partials
+
+    def _batches(self, patience: float) -> Iterator[list[tuple[StreamKey, str]]]:
         away_since = 0.0
         try:
             while not self._stopped:
-                yield from self.drain(timeout=0.2)
+                yield self.drain(timeout=0.2)
                 if self.refresh_due():
                     try:
                         self.refresh()
@@ -568,7 +687,7 @@ class JobFollower:
                         if time.monotonic() - away_since > patience:
                             raise
                 if self.ended:
-                    yield from self.drain()
+                    yield self.drain()
                     return
         finally:
             self.stop()

@@ -2,7 +2,10 @@
 
 :class:`ShellSession` speaks ``service/shell.py``'s protocol: :meth:`ShellSession.send` types,
 :meth:`ShellSession.resize` sets the terminal's size, :meth:`ShellSession.receive` gives the
-terminal's output until the shell's exit status.  :func:`run_command` runs one program on a
+terminal's output until the shell's exit status.  What the service refuses of what was sent
+(``["refused", why]``) is kept in :attr:`ShellSession.refusals` and said on stderr by
+:func:`interact`; a message from the service of no known shape ends the session with a
+:class:`~ma_jupyter.errors.BackendUnavailable` saying so, never a traceback.  :func:`run_command` runs one program on a
 node's terminal and returns what it printed; :func:`interact` connects the calling terminal to a
 shell (``ma-jupyter shell``).
 """
@@ -15,7 +18,13 @@ import signal
 import sys
 import threading
 
-from ..errors import BackendUnavailable, error_from_body
+from ..errors import BackendUnavailable, InvalidSpec, error_from_body
+
+#: the largest terminal size (rows or columns) the service takes
+MAX_SIZE = 1000
+#: the largest message taken from the service (a frame of the node's terminal is at most 1 MiB,
+#: which JSON escaping may make six times as long)
+MAX_RECEIVED = 8 << 20
 
 # websockets costs ~90 ms to import: only a terminal being opened pays it
 TYPE_CHECKING = False  # typing's costs an import too; type checkers read this as true
@@ -38,19 +47,37 @@ class ShellSession:
         self._lock = threading.Lock()
         #: the shell's exit status once :meth:`receive` returned its end
         self.exit_code: int | None = None
+        #: why the service dropped messages this session sent (its ``["refused", why]``)
+        self.refusals: list[str] = []
 
     def send(self, text: str) -> None:
-        """Type ``text`` into the terminal."""
+        """Type ``text`` into the terminal.
+
+        Raises:
+            InvalidSpec: ``text`` is not a string.
+        """
+        if not isinstance(text, str):
+            raise InvalidSpec(f"a terminal takes text, not {type(text).__name__}")
         with self._lock:
             self._ws.send(json.dumps(["stdin", text]))
 
     def resize(self, rows: int, cols: int) -> None:
-        """Give the terminal a new size (the shell gets SIGWINCH)."""
+        """Give the terminal a new size (the shell gets SIGWINCH); 0: unknown.
+
+        Raises:
+            InvalidSpec: ``rows`` or ``cols`` is not a whole number from 0 to :data:`MAX_SIZE`.
+        """
+        for value in (rows, cols):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SIZE:
+                raise InvalidSpec(
+                    f"a terminal's rows and cols are whole numbers from 0 to {MAX_SIZE}, not {value!r}"
+                )
         with self._lock:
-            self._ws.send(json.dumps(["set_size", int(rows), int(cols)]))
+            self._ws.send(json.dumps(["set_size", rows, cols]))
 
     def receive(self, timeout: float | None = None) -> str | None:
-        """The terminal's next output; None once the shell has ended (:attr:`exit_code` set).
+        """The terminal's next output; None once the shell has ended (:attr:`exit_code` set);
+        ``""`` when the service refused a message this session sent (in :attr:`refusals`).
 
         Raises:
             TimeoutError: nothing came within ``timeout`` seconds.
@@ -63,15 +90,17 @@ class ShellSession:
                 if self.exit_code is None:
                     self.exit_code = 255
                 return None
-            kind, *args = json.loads(message)
+            kind, arg = _parse(message)
             if kind == "stdout":
-                return str(args[0])
+                return arg
             if kind == "exit":
-                self.exit_code = int(args[0])
+                self.exit_code = arg
                 return None
             if kind == "error":
-                body = args[0] if args and isinstance(args[0], dict) else {}
-                raise error_from_body(int(body.get("status", 500)), body)
+                raise error_from_body(arg.get("status", 500), arg)
+            if kind == "refused":
+                self.refusals.append(arg)
+                return ""
 
     def close(self) -> None:
         """End the terminal (the shell is hung up)."""
@@ -82,6 +111,35 @@ class ShellSession:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _parse(message: str | bytes) -> tuple[str, object]:
+    """One message from the service (its protocol's rules 2 to 4): (kind, its argument), the
+    argument checked: ``stdout`` and ``refused`` text, ``exit`` a whole number, ``error`` the
+    error body with a whole ``status``; another kind is ``("", None)`` (ignored).
+
+    Raises:
+        BackendUnavailable: a message of no such shape.
+    """
+    try:
+        parsed = json.loads(message)
+    except (ValueError, TypeError, RecursionError):
+        parsed = None
+    kind, arg = parsed if isinstance(parsed, list) and len(parsed) == 2 else (None, None)
+    if kind in ("stdout", "refused") and isinstance(arg, str):
+        return kind, arg
+    if kind == "exit" and isinstance(arg, int) and not isinstance(arg, bool):
+        return kind, arg
+    if kind == "error" and isinstance(arg, dict):
+        status = arg.get("status")
+        whole = isinstance(status, int) and not isinstance(status, bool) and 400 <= status < 600
+        return kind, {**arg, "status": status if whole else 500}
+    if isinstance(kind, str) and kind not in ("stdout", "refused", "exit", "error"):
+        return "", None
+    raise BackendUnavailable(
+        f"the job service sent a terminal message this client cannot read ({str(message)[:80]!r}): "
+        "the debug terminal ended; check that client and service are the same version"
+    )
 
 
 def open_session(url: str, headers: dict[str, str], timeout: float) -> ShellSession:
@@ -95,7 +153,9 @@ def open_session(url: str, headers: dict[str, str], timeout: float) -> ShellSess
     if url.startswith("http"):
         url = "ws" + url[len("http") :]
     try:
-        return ShellSession(connect(url, additional_headers=headers, open_timeout=timeout, max_size=None))
+        return ShellSession(
+            connect(url, additional_headers=headers, open_timeout=timeout, max_size=MAX_RECEIVED)
+        )
     except (OSError, TimeoutError, _closed()) as exc:
         raise BackendUnavailable(f"the job service does not open the debug terminal ({exc})") from exc
 
@@ -143,8 +203,12 @@ def interact(session: ShellSession) -> int:
             tty.setraw(stdin, termios.TCSADRAIN)  # TCSAFLUSH would drop what was typed already
             previous = signal.signal(signal.SIGWINCH, resized)
         threading.Thread(target=typing, daemon=True).start()
+        said = 0
         while (chunk := session.receive()) is not None:
             os.write(stdout, chunk.encode())
+            for why in session.refusals[said:]:  # what was dropped, and why, once each
+                os.write(sys.stderr.fileno(), f"\r\n[ma-jupyter shell] refused: {why}\r\n".encode())
+            said = len(session.refusals)
     finally:
         if saved is not None:
             termios.tcsetattr(stdin, termios.TCSADRAIN, saved)

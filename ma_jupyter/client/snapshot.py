@@ -21,6 +21,7 @@ from .. import config
 from ..algorithm_content import ignore
 from ..errors import InvalidSpec
 from ..foldersize import folder_size as measure
+from ..foldersize import walk
 
 #: the most a folder shipped by default may hold (bytes)
 SHIP_LIMIT = 100 << 20
@@ -46,25 +47,37 @@ def is_snapshot(path: str | os.PathLike[str]) -> bool:
 def folder_size(source: Path, limit: int | None = None) -> tuple[int, int]:
     """``(files, bytes)`` a copy of ``source`` would hold (what
     :func:`ma_jupyter.algorithm_content.ignore` leaves out skipped, regular files counted:
-    :func:`ma_jupyter.foldersize.folder_size`); counting stops once ``limit`` bytes are passed."""
+    :func:`ma_jupyter.foldersize.folder_size`); counting stops once ``limit`` bytes are passed.
+
+    Raises:
+        FolderRefused: the walk refuses the folder (a chain of folders too deep, too many
+            entries; the message says which and what to remove).
+    """
     found = measure([source], limit=limit, ignore=ignore)
-    return (found.files, found.bytes) if found is not None else (0, 0)
+    return found.files, found.bytes
 
 
 def copy_folder(source: Path, target: Path) -> None:
-    """Copy ``source`` into ``target`` (symlinks kept as links, what
-    :func:`ma_jupyter.algorithm_content.ignore` leaves out skipped: the copy has the source's
-    digest), readable by every account: a job may run as another account than its submitter
-    (``nobody`` for root's jobs), and the snapshot sits in the 0700 service home, which no other
-    user can enter."""
-    shutil.copytree(source, target, ignore=ignore, symlinks=True, dirs_exist_ok=True)
-    for folder, _dirs, names in os.walk(target):
+    """Copy ``source`` into ``target`` (symlinks kept as links, FIFOs, sockets and devices left
+    out, what :func:`ma_jupyter.algorithm_content.ignore` leaves out skipped: the copy has the
+    source's digest), readable by every account: a job may run as another account than its
+    submitter (``nobody`` for root's jobs), and the snapshot sits in the 0700 service home,
+    which no other user can enter.  The walk is :func:`ma_jupyter.foldersize.walk` (iterative,
+    bounded: a folder it refuses raises :class:`~ma_jupyter.errors.FolderRefused`)."""
+    for path, dir_fd, entries in walk([source], ignore=ignore):
+        folder = os.path.normpath(os.path.join(target, path))
+        os.makedirs(folder, exist_ok=True)
         os.chmod(folder, 0o755)
-        for name in names:
-            path = os.path.join(folder, name)
-            mode = os.lstat(path).st_mode
-            if stat.S_ISREG(mode):  # links stay links; their targets are not ours to change
-                os.chmod(path, stat.S_IMODE(mode) | 0o444 | (0o111 if mode & stat.S_IXUSR else 0))
+        for name, entry in entries:
+            into = os.path.join(folder, name)
+            if stat.S_ISLNK(entry.st_mode):
+                os.symlink(os.readlink(name, dir_fd=dir_fd), into)
+            elif stat.S_ISREG(entry.st_mode):
+                mode = stat.S_IMODE(entry.st_mode) | 0o444 | (0o111 if entry.st_mode & stat.S_IXUSR else 0)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+                with os.fdopen(fd, "rb") as src, open(into, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                os.chmod(into, mode)
 
 
 #: shells whose ``-c`` script is read for the files it names (``bash -c "python train.py | tee x"``)

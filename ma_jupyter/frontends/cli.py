@@ -41,8 +41,7 @@ from typing import Any
 
 from .. import __version__
 from ..client import Client, JobHandle
-from ..client.kernelspec import start_devenv_kernel
-from ..client.logs import JobFollower, several_nodes
+from ..client.logs import JobFollower, several_nodes, stream_label
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NodeLost, NotFound
 from ..models import Job, JobStatus, clone_name
@@ -266,6 +265,11 @@ def _follow_option(parser: argparse.ArgumentParser) -> None:
         metavar="NODE",
         help="with --follow: only this node's log (worker-1, ps-0...), without the prefix",
     )
+    parser.add_argument(
+        "--stop-on-interrupt",
+        action="store_true",
+        help="with --follow or --wait: Ctrl-C stops the job (default: only detaches from it)",
+    )
 
 
 def _export_options(parser: argparse.ArgumentParser, *, dry_run: bool) -> None:
@@ -418,13 +422,38 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.json:
         _err(_submitted(handle))
-    if args.follow and not args.json:
-        stream = (args.follow_node, None) if args.follow_node else None
-        _follow_nodes(handle, stream=stream)
-    final = handle.wait(check=False)
+    try:
+        if args.follow and not args.json:
+            stream = (args.follow_node, None) if args.follow_node else None
+            _follow_nodes(handle, stream=stream)
+        final = handle.wait(check=False)
+    except KeyboardInterrupt:
+        return _interrupted(handle, stop=args.stop_on_interrupt)
     if not args.json:
         _print_alerts(handle)
     return _finished(final, args)
+
+
+def _interrupted(handle: JobHandle, *, stop: bool = False) -> int:
+    """Ctrl-C while following or waiting for a job: the CLI detaches and says so on stderr,
+    with the commands that follow, stop or attach the job again (its id, never its name: the
+    name may mean a newer job by then); with ``stop`` (``--stop-on-interrupt``) it asks the
+    service to stop the job instead.  Exits 130 (the shell's code for an interrupt)."""
+    job_id = handle.id
+    sys.stdout.flush()
+    if stop:
+        handle.client.stop(job_id)
+        _err(
+            f"interrupted: stop requested for job {job_id} (`ma-jupyter logs {job_id} --follow` shows its end)"
+        )
+        return EXIT_INTERRUPTED
+    _err(
+        f"detached: job {job_id} keeps running\n"
+        f"  follow it again:   ma-jupyter logs {job_id} --follow\n"
+        f"  stop it:           ma-jupyter stop {job_id}\n"
+        f"  in a notebook:     %ma_attach {job_id}"
+    )
+    return EXIT_INTERRUPTED
 
 
 def _print_alerts(handle: JobHandle) -> None:
@@ -454,6 +483,7 @@ def _jobs(args: argparse.Namespace) -> int:
     by_algorithm = bool(args.algorithm)  # then a column says which ran its current content
     rows = [["ID", "NAME", "STATUS", "SPEC", "NODES", "CREATED", "ELAPSED"]]
     rows[0] += ["CODE"] if by_algorithm else []
+    rows[0] += ["REASON"]  # last: the one column of free text
     for job in page.items:
         status = job.status.value + (f" #{job.queue_position + 1}" if job.queue_position is not None else "")
         rows.append(
@@ -467,6 +497,7 @@ def _jobs(args: argparse.Namespace) -> int:
                 render.elapsed(job),
             ]
             + ([jobactions.code_version(job, page)] if by_algorithm else [])
+            + [render.list_reason(job)]
         )
     print(render.text_table(rows), end="")
     shown = len(page.items)
@@ -483,6 +514,15 @@ def _get(args: argparse.Namespace) -> int:
 
 def _logs(args: argparse.Namespace) -> int:
     handle = resolve_job(Client(), args.job)
+    if not args.follow:
+        return _print_logs(handle, args)
+    try:
+        return _print_logs(handle, args)
+    except KeyboardInterrupt:
+        return _interrupted(handle)
+
+
+def _print_logs(handle: JobHandle, args: argparse.Namespace) -> int:
     if args.rank is not None and args.node:  # the log is read from the file when it is here
         elsewhere = handle.info.rank_elsewhere(args.node, args.rank)
         if elsewhere is not None:
@@ -492,6 +532,14 @@ def _logs(args: argparse.Namespace) -> int:
     # one stream when one is named (a node, a rank, an offset within a stream); otherwise
     # every node's log, each line prefixed with its node when the job has several
     one_stream = bool(args.node or args.offset or (args.rank is not None and not args.all))
+    if one_stream and args.follow and args.node:
+        # one stream followed live (a line still being written shows as it stands)
+        key = (args.node, args.rank)
+        # an unknown node or rank is a NotFound now, not a follow that never ends
+        handle.client.read_log(handle.id, node=args.node, rank=args.rank, offset=0, limit=1)
+        lost = _follow_nodes(handle, stream=key, offsets={stream_label(key): args.offset})
+        _print_alerts(handle)
+        return EXIT_FAILED if lost else EXIT_OK
     if one_stream:
         try:
             _print_lines(handle.logs(follow=args.follow, node=args.node, rank=args.rank, offset=args.offset))
@@ -533,18 +581,45 @@ def _follow_nodes(
     stream: tuple[str, int | None] | None = None,
     rank: int | None = None,
     prefixed: bool = False,
+    offsets: dict[str, int] | None = None,
 ) -> list[str]:
     """Print a job's log as it is written until the job has ended, through the front ends'
     one :class:`~ma_jupyter.client.logs.JobFollower`: every node's lines in arrival order,
     each prefixed with ``[node]`` when the job has several or ``prefixed`` (or only ``stream``;
     with ``rank`` that rank's log on every node, ``[node/rank-r]``).  Then each stream whose log is gone
-    with its node's machine is named on stderr with why; returns those streams."""
-    follower = JobFollower(handle.client, handle.info, stream=stream, rank=rank, prefixed=prefixed)
+    with its node's machine is named on stderr with why; returns those streams.
+
+    On a terminal, a line the job is still writing (a progress bar redrawn with ``\r``) is
+    shown as it stands on the last row, redrawn in place until its newline comes (the newest
+    such line of all streams); a pipe or a file gets whole lines only, each once."""
+    follower = JobFollower(
+        handle.client, handle.info, stream=stream, rank=rank, prefixed=prefixed, offsets=offsets
+    )
     write, visible = sys.stdout.write, render.visible_line
-    for key, line in follower.lines():
-        write(f"{follower.prefix(key)}{visible(line)}\n")
-        sys.stdout.flush()  # a follower sees each line as soon as the job prints it
-    sys.stdout.flush()
+    live = sys.stdout.isatty()
+    showing = False  # whether the last row holds an unfinished line
+    current: dict[tuple[str, int | None], str] = {}  # each stream's unfinished line, newest last
+    try:
+        for items, partials in follower.updates():
+            if showing:
+                _control("\r\x1b[K")  # the unfinished line makes room for what came
+                showing = False
+            for key, line in items:
+                write(f"{follower.prefix(key)}{visible(line)}\n")
+            if live:
+                for key, text in partials.items():
+                    current.pop(key, None)
+                    if text:
+                        current[key] = text
+                if current:
+                    key, text = next(reversed(current.items()))
+                    write(render.fit_width(f"{follower.prefix(key)}{visible(text)}", _columns()))
+                    showing = True
+            sys.stdout.flush()  # a follower sees each line as soon as the job prints it
+    finally:
+        if showing:
+            _control("\r\x1b[K")  # an interrupt leaves no half line behind
+        sys.stdout.flush()
     for label, why in follower.unavailable.items():
         _err(f"[{label}] {render.one_line(why)}" if follower.several else render.one_line(why))
     if follower.errors:
@@ -670,6 +745,8 @@ def _devenv(args: argparse.Namespace) -> int:
 
 
 def _devenv_kernel(client: Client, job_id: str, node: str | None) -> int:
+    from ..client.kernelspec import start_devenv_kernel  # jupyter_core: only this command needs it
+
     started = start_devenv_kernel(client, job_id, node)
     made = started.devenv
     print(
@@ -855,8 +932,12 @@ def _cache(args: argparse.Namespace) -> int:
         _out([c.model_dump(mode="json") for c in found], args)
         return EXIT_OK
     rows = [["USER", "SIZE", "FILES", "FOLDER"]]
-    rows += [[c.user, render.size(c.bytes), str(c.files), c.path] for c in found]
+    # a cache the walk refused shows what was counted before, a lower bound ("+")
+    rows += [[c.user, render.size(c.bytes) + ("+" if c.refused else ""), str(c.files), c.path] for c in found]
     print(render.text_table(rows), end="")
+    for c in found:
+        if c.refused:
+            print(f"the cache of {c.user} could not be measured whole: {c.refused}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -944,6 +1025,14 @@ def _out(value: Any, args: argparse.Namespace) -> None:
         print(value)
     else:
         print(json.dumps(value, indent=2 if sys.stdout.isatty() else None, default=str))
+
+
+def _columns() -> int:
+    """The terminal's width (80 when it cannot be told)."""
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns or 80
+    except (OSError, ValueError, AttributeError):
+        return 80
 
 
 def _control(sequence: str) -> None:

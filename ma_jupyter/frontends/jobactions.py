@@ -34,7 +34,7 @@ from ..client import Client, JobHandle
 from ..client.logs import stream_label
 from ..client.resolve import resolve_job
 from ..errors import MaJupyterError, NodeLost
-from ..models import Job, JobPage, JobStatus, JobType
+from ..models import JobPage, JobStatus, JobSummary, JobType
 
 # ------------------------------------------------------------------------- several jobs
 
@@ -165,10 +165,11 @@ def list_filters(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def code_version(job: Job, page: JobPage) -> str:
-    """Rule 3: ``current`` when ``job`` ran the content the listing was searched by (the
-    folder's current content), ``older`` when it ran another, ``-`` when either is unknown."""
-    ran = {job.spec.algorithm_digest, *(task.algorithm_digest for task in job.spec.tasks)} - {None}
+def code_version(job: JobSummary, page: JobPage) -> str:
+    """Rule 3: ``current`` when ``job`` (a listed one) ran the content the listing was searched
+    by (the folder's current content), ``older`` when it ran another, ``-`` when either is
+    unknown."""
+    ran = set(job.algorithm_digests)
     if page.algorithm_digest is None or not ran:
         return "-"
     return "current" if page.algorithm_digest in ran else "older"

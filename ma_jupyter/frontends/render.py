@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 
 from ..client.logs import stream_label
-from ..models import Event, Job, JobStatus, Mount, Plan
+from ..models import Event, Job, JobStatus, JobSummary, Mount, Plan
 
 
 def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
@@ -308,7 +308,7 @@ PLAIN_SUCCESS = "every node exited with code 0"
 LOG_TAIL_MARK = "\nlast log lines:\n"
 
 
-def reason_summary(job: Job) -> str:
+def reason_summary(job: Job | JobSummary) -> str:
     """A job's reason as one line for where its log is shown too (a cell's status line) or many
     jobs are listed (``%ma_jobs``), decided in this order:
 
@@ -326,18 +326,34 @@ def reason_summary(job: Job) -> str:
     return one_line(reason.split(LOG_TAIL_MARK, 1)[0])
 
 
-def task_summary(job: Job) -> str:
+#: the most characters of a reason a job list shows (the rest: ``ma-jupyter get``)
+LIST_REASON_CHARS = 80
+
+
+def list_reason(job: Job | JobSummary) -> str:
+    """A job's reason as a list's last column shows it: :func:`reason_summary` cut to
+    :data:`LIST_REASON_CHARS` characters, ``…`` where it was cut."""
+    reason = reason_summary(job)
+    return reason if len(reason) <= LIST_REASON_CHARS else reason[: LIST_REASON_CHARS - 1] + "…"
+
+
+def task_summary(job: Job | JobSummary) -> str:
     """A batch job's tasks counted by status, e.g. ``1 succeeded, 1 failed (task-1)``; the
-    failed ones are named."""
-    counts: dict[str, int] = {}
-    for task in job.tasks:
-        counts[task.status] = counts.get(task.status, 0) + 1
+    failed ones are named (a listed job's summary names its first ones)."""
+    if isinstance(job, JobSummary):
+        counts, failed = job.task_counts, job.failed_tasks
+    else:
+        counts = {}
+        for task in job.tasks:
+            counts[task.status] = counts.get(task.status, 0) + 1
+        failed = [t.name for t in job.tasks if t.status == "failed"]
     parts = []
     for status in ("running", "queued", "succeeded", "failed", "stopped"):
         if counts.get(status):
             part = f"{counts[status]} {status}"
             if status == "failed":
-                part += f" ({', '.join(t.name for t in job.tasks if t.status == 'failed')})"
+                more = ", …" if counts[status] > len(failed) else ""
+                part += f" ({', '.join(failed)}{more})"
             parts.append(part)
     return ", ".join(parts)
 
@@ -407,6 +423,26 @@ def stopped_after_success(job: Job, run) -> bool:
     return job.status is JobStatus.succeeded and not run.primary and run.exit_code not in (None, 0)
 
 
+def fit_width(line: str, columns: int) -> str:
+    """A shown log line (after :func:`visible_line`) cut to fit one terminal row of ``columns``
+    without wrapping (one column left for the cursor): the CLI redraws a line still being
+    written in place, which only works while it takes one row.  Its control characters are
+    shown (:func:`terminal_text`, colours dropped: they take no column but a cut could split
+    one); a wide character (East Asian) takes two columns."""
+    import unicodedata
+
+    text = terminal_text(line)
+    room = max(1, columns - 1)
+    if len(text) * 2 <= room:
+        return text
+    used = 0
+    for index, char in enumerate(text):
+        used += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+        if used > room:
+            return text[:index]
+    return text
+
+
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace (newlines too) as one space."""
     return " ".join(str(text).split())
@@ -419,7 +455,7 @@ def clock(value: datetime | None) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def elapsed(job: Job) -> str:
+def elapsed(job: Job | JobSummary) -> str:
     """How long a job ran (so far), ``H:MM:SS``; ``-`` before it started."""
     if not job.started_at:
         return "-"

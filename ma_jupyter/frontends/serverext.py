@@ -31,7 +31,9 @@ Users: whom a request acts as at the service.
    too: its kernels act as the owner anyway.
 3. Any other hub user Jupyter authenticated (a shared server) is forwarded by name: the proxy
    token of the runtime file, which only this extension sends, with ``X-MA-Forwarded-User``.  The
-   service creates that user (not an admin) on first sight and applies the access rules to it.
+   service puts that name in a namespace of its own (``hub:<name>``, a non-admin created on first
+   sight) and applies the access rules to it: a hub user named like the service's owner, an admin
+   or any other service user is never that user (see :mod:`ma_jupyter.service.users`).
 
 The service's address and tokens come from :class:`ma_jupyter.client.Client` (its runtime file),
 which starts the service on first use, on a worker thread.  The proxied requests themselves go

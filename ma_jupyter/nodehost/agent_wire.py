@@ -36,6 +36,12 @@ JOB_SECRET_ENV = "MA_JOB_SECRET"
 STATUS_FD, RELEASE_FD = "{status-fd}", "{release-fd}"
 #: every frame: channel (1 byte), payload length (4 bytes), payload
 HEADER = struct.Struct("!BI")
+#: the largest frame payload either side reads (a frame says its own length: one declaring more
+#: ends the connection, so a peer never makes the other allocate what it declares)
+MAX_FRAME = 1 << 20
+#: seconds a connection to an agent, and the sending of its request, may take: an agent that
+#: is stopped or never accepts refuses the caller in bounded time instead of holding it
+IO_TIMEOUT = 5.0
 
 
 def abstract_name(kind: str, job_id: str, node: str) -> bytes:
@@ -68,13 +74,17 @@ def recv_exact(conn: socket.socket, size: int) -> bytes:
     return bytes(chunks)
 
 
-def recv_frame(conn: socket.socket) -> tuple[int, bytes]:
+def recv_frame(conn: socket.socket, limit: int = MAX_FRAME) -> tuple[int, bytes]:
     """One frame: (channel, payload).
 
     Raises:
         EOFError: the peer closed the connection.
+        ValueError: the frame declares a payload over ``limit`` bytes (nothing of it is read:
+            the connection is to be closed).
     """
     channel, size = HEADER.unpack(recv_exact(conn, HEADER.size))
+    if size > limit:
+        raise ValueError(f"a frame of {size} bytes, over the {limit} a frame may carry")
     return channel, recv_exact(conn, size)
 
 
@@ -99,7 +109,8 @@ def secret_matches(given: str, secret: str) -> bool:
 
 def read_request(conn: socket.socket, limit: int, *, chunk: int = 4096) -> dict | None:
     """The client's request: one JSON object on one line; None when the client closed first,
-    sent more than ``limit`` bytes without a line's end, or sent no JSON object.
+    sent more than ``limit`` bytes without a line's end, or sent no JSON object (nested too
+    deep for the parser included).
 
     ``chunk`` 1 reads it byte by byte, for a protocol whose frames may follow the request at
     once and must stay in the socket for the frame reader.
@@ -112,7 +123,7 @@ def read_request(conn: socket.socket, limit: int, *, chunk: int = 4096) -> dict 
                 return None
             line += data
         request = json.loads(line)
-    except (ValueError, OSError):
+    except (ValueError, OSError, RecursionError):
         return None
     return request if isinstance(request, dict) else None
 
@@ -159,7 +170,7 @@ class AgentServer:
         """What :meth:`serve_one` needs from the request.
 
         Raises:
-            ValueError, KeyError, TypeError, AttributeError: not a valid request.
+            ValueError, KeyError, TypeError, AttributeError, OverflowError: not a valid request.
         """
         raise NotImplementedError
 
@@ -194,7 +205,7 @@ class AgentServer:
             try:
                 parsed = self.parse(request)
                 given = str(request.get("secret", ""))
-            except (ValueError, KeyError, TypeError, AttributeError):
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
                 return
             if not peer_allowed(conn, root_too=self.ROOT_TOO):
                 self._refuse(conn, self.REFUSED_PEER, send_lock)

@@ -12,7 +12,9 @@ warm.  Rules:
 3. Clearing moves it aside at once and removes it on a thread; a job launched meanwhile gets an
    empty one.  The caller (the supervisor) refuses to clear while a job of the user runs.
 4. Everything in it was written by jobs: sizes are read with ``lstat`` through folder
-   descriptors (no symlink followed), removal uses :func:`shutil.rmtree` (which follows none).
+   descriptors (no symlink followed), removal uses :func:`ma_jupyter.foldersize.remove_tree`
+   (which follows none, at any depth); a cache the walk refuses to measure (a chain of folders
+   too deep, too many entries) says so in its ``refused``, with what was counted before.
 5. The folders frameworks keep in ``HOME`` itself instead of ``~/.cache`` (:data:`HOME_CACHES`:
    ``~/.keras``, ``~/.torch``...) are kept in it too, at ``home/<name>``: each node's ``~/<name>``
    is a link there (:func:`home_links`).  They are made at each launch (through the cache's
@@ -25,12 +27,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import threading
 from pathlib import Path
 
 from .. import config
-from ..foldersize import folder_size
+from ..errors import FolderRefused
+from ..foldersize import FolderSize, folder_size, remove_tree
 from ..models import CacheInfo
 
 #: where the cache appears in a node: ``$HOME/.cache`` (HOME is /tmp inside a node)
@@ -140,16 +142,19 @@ def _discard(path: Path) -> None:
         os.rename(path, doomed)
     except FileNotFoundError:
         return
-    threading.Thread(
-        target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
-    ).start()
+    threading.Thread(target=remove_tree, args=(doomed,), daemon=True).start()
 
 
-def _measure(path: Path) -> tuple[int, int]:
+def _measure(path: Path) -> tuple[int, int, str | None]:
     """(bytes, files) of the regular files below ``path``; (0, 0) when it does not exist (or is
-    a link: a cache folder is never measured through one)."""
-    found = folder_size([path], follow_top=False)
-    return (found.bytes, found.files) if found is not None else (0, 0)
+    a link: a cache folder is never measured through one); and why the walk refused it (rule
+    4: what was counted before is the size then)."""
+    try:
+        found = folder_size([path], follow_top=False)
+    except FolderRefused as exc:
+        counted = exc.counted if isinstance(exc.counted, FolderSize) else FolderSize(0, 0)
+        return counted.bytes, counted.files, exc.message
+    return found.bytes, found.files, None
 
 
 def usage(user: str | None, *, every_user: bool = False, base: Path | None = None) -> list[CacheInfo]:
@@ -166,8 +171,8 @@ def usage(user: str | None, *, every_user: bool = False, base: Path | None = Non
     found = []
     for name in names:
         path = base / name
-        total, files = _measure(path)
-        found.append(CacheInfo(user=name, path=str(path), bytes=total, files=files))
+        total, files, refused = _measure(path)
+        found.append(CacheInfo(user=name, path=str(path), bytes=total, files=files, refused=refused))
     return found
 
 
@@ -177,7 +182,5 @@ def clear(user: str | None, *, base: Path | None = None) -> None:
     base = base or root()
     if base.is_dir():
         for leftover in base.glob(".deleted-*"):
-            threading.Thread(
-                target=shutil.rmtree, args=(leftover,), kwargs={"ignore_errors": True}, daemon=True
-            ).start()
+            threading.Thread(target=remove_tree, args=(leftover,), daemon=True).start()
     _discard(base / folder_name(user))

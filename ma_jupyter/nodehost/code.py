@@ -13,12 +13,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import RefusedFile
+from ..errors import FolderRefused, RefusedFile
+from ..foldersize import walk
 from ..untrusted import read_small
 
 MAX_FILES = 300
 MAX_FILE_BYTES = 2 << 20
 MAX_TOTAL_BYTES = 16 << 20
+#: names the walk lists at most (hidden and cache folders left out)
+MAX_ENTRIES = 50_000
 
 
 def python_sources(root: Path) -> dict[str, str] | None:
@@ -28,22 +31,33 @@ def python_sources(root: Path) -> dict[str, str] | None:
     def unreadable(exc: OSError) -> None:
         raise exc  # a folder that cannot be listed may hide part of the code
 
+    def skipped(folder: str, names: list[str]) -> set[str]:
+        # hidden folders and __pycache__ (an lstat by path: a link is never a folder here)
+        return {
+            n
+            for n in names
+            if (n.startswith(".") or n == "__pycache__")
+            and os.path.isdir(os.path.join(folder, n))
+            and not os.path.islink(os.path.join(folder, n))
+        }
+
     found: dict[str, str] = {}
     total = 0
     try:
         if root.is_symlink() or not root.is_dir():
             return None  # a folder swapped for a link since the submit: not read through it
-        for folder, dirs, files in os.walk(root, onerror=unreadable):  # symlinked folders not entered
-            dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
-            for name in files:
+        # the one bounded, iterative walk (no link followed): a deep chain is refused, not recursed
+        folders = walk([root], follow_top=False, ignore=skipped, onerror=unreadable, max_entries=MAX_ENTRIES)
+        for folder, _dir_fd, files in folders:
+            for name, _entry in files:
                 if not name.endswith(".py"):
-                    continue
-                rel = os.path.relpath(os.path.join(folder, name), root)
+                    continue  # a .py link is read_small's refusal: the code is then not known whole
+                rel = os.path.normpath(os.path.join(folder, name))
                 data = read_small(root, rel, owner="the algorithm folder", limit=MAX_FILE_BYTES)
                 total += len(data)
                 if len(found) >= MAX_FILES or total > MAX_TOTAL_BYTES:
                     return None
                 found[rel.replace(os.sep, "/")] = data.decode("utf-8")
-    except (OSError, RefusedFile, UnicodeDecodeError):
+    except (OSError, RefusedFile, FolderRefused, UnicodeDecodeError):
         return None
     return found

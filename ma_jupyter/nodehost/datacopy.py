@@ -35,7 +35,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -46,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BackendUnavailable, RefusedFile
+from ..foldersize import remove_tree
 from ..untrusted import DatasetWalk, open_dataset
 
 #: trees up to this size are keyed by their contents too (see ``service/prepared.py``)
@@ -115,7 +115,7 @@ def copy(
         finally:
             os.close(into_fd)
     except BaseException:
-        shutil.rmtree(into, ignore_errors=True)
+        remove_tree(into)  # any depth, no link followed
         raise
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 from .. import accelerators, models, workspace
 from ..commands import expand_argv
 from ..errors import InvalidSpec
+from ..foldersize import remove_tree
 from ..jobdir import RANK_LOG_VIEW, NodeDir
 from ..models import NodeLaunch
 from ..untrusted import make_dirs, real_ancestor
@@ -199,7 +199,7 @@ def prepare_node(view: NodeView) -> None:
         Path(view.rank_log_dir), trusted=job_dir, owner=f"{view.node} of an earlier attempt", chown=owner
     )
     if view.files_dir.exists():
-        shutil.rmtree(view.files_dir)
+        _remove(view.files_dir)
     for root in file_roots_used(view):
         (view.files_dir / root.lstrip("/")).mkdir(parents=True, exist_ok=True)
     # the mount point of the writable rank-log folder inside the read-only /job
@@ -233,16 +233,24 @@ def prepare_node(view: NodeView) -> None:
                 if jobs.is_symlink() or jobs.is_file():
                     jobs.unlink()
                 elif jobs.is_dir():
-                    shutil.rmtree(jobs)
+                    _remove(jobs)
                 jobs.mkdir(mode=0o755)
     if view.sandbox == "symlink":
         _build_tree(view)
     view.nd.view_record.write_text(view.to_json())
 
 
+def _remove(path: Path) -> None:
+    """Remove what an earlier attempt's job may have filled (any depth, no link followed:
+    :func:`ma_jupyter.foldersize.remove_tree`); what stays fails the launch, saying what."""
+    done = remove_tree(path)
+    if not done.complete:
+        raise OSError(f"cannot remove {path}, left by an earlier attempt: {done.failed[:3]}")
+
+
 def _build_tree(view: NodeView) -> None:
     if view.tree.exists():
-        shutil.rmtree(view.tree)
+        _remove(view.tree)
     view.tree.mkdir(parents=True)
     helpers = view.nd.python
     if helpers.is_symlink() or helpers.is_file():
@@ -257,7 +265,7 @@ def _build_tree(view: NodeView) -> None:
             for link, target in [(".cache", mount.source), *caches.home_links(".", mount.source)]:
                 path = home / link
                 if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)  # an earlier attempt replaced the link with a folder
+                    _remove(path)  # an earlier attempt replaced the link with a folder
                 path.unlink(missing_ok=True)
                 path.symlink_to(target)
             continue

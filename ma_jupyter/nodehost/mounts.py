@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import config
-from ..errors import InvalidSpec
+from ..errors import FolderRefused, InvalidSpec
 from ..foldersize import folder_size
 from ..jobdir import PLACEHOLDER, JobDir
 from ..models import JobSpec
@@ -253,8 +253,12 @@ def node_workdir(spec: JobSpec, algorithm: str | None = None) -> str:
 
 def folder_size_over(path: str, limit: int) -> bool:
     """Whether the regular files below ``path`` add up to more than ``limit`` bytes (symbolic
-    links not followed; stops counting once over)."""
-    return folder_size([path], limit=limit).bytes > limit
+    links not followed; stops counting once over); a folder the walk refuses (too deep, too many
+    entries: :class:`~ma_jupyter.errors.FolderRefused`) counts as over: no copy is made of it."""
+    try:
+        return folder_size([path], limit=limit).bytes > limit
+    except FolderRefused:
+        return True
 
 
 def with_working_copy(

@@ -52,6 +52,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from .agent_wire import IO_TIMEOUT
+
 T = TypeVar("T")
 
 CLONE_NEWNET = 0x40000000
@@ -271,9 +273,13 @@ def enter(path: str) -> None:
         os.close(fd)
 
 
-def connect_in(pid: int, address: bytes, timeout: float | None = None) -> socket.socket:
+def connect_in(pid: int, address: bytes, timeout: float = IO_TIMEOUT) -> socket.socket:
     """A Unix stream socket connected to ``address`` in process ``pid``'s network namespace
     (where abstract socket names live), from a short thread that enters it first.
+
+    The connection waits at most ``timeout`` seconds (a listener that is stopped or never
+    accepts: its backlog full, the kernel would otherwise hold the caller without end), and the
+    socket returned keeps that timeout for its reads and writes.
 
     Raises:
         OSError: cannot enter it, or cannot connect.

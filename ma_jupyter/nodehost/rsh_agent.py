@@ -212,7 +212,7 @@ def run_remote(job_id: str, host: str, command: str, timeout: float = 60.0) -> i
                     return int(data)
                 outputs[channel].write(data)
                 outputs[channel].flush()
-        except (EOFError, OSError):
+        except (EOFError, OSError, ValueError):  # ValueError: a frame over agent_wire.MAX_FRAME
             print(f"rsh_agent: lost the connection to {host}", file=sys.stderr)
             return 255
 

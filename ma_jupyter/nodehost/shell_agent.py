@@ -37,8 +37,12 @@ Wire protocol (rules, in order):
    frame with ``255`` and closes.  Without ``command`` the PTY runs an interactive shell,
    with it that argv (looked up on the sandbox's ``PATH``), as the shell would.
 2. Then both sides exchange frames ``!BI`` (channel, length) + payload: ``DATA`` (1) carries PTY
-   bytes in both directions; ``RESIZE`` (4, client to agent) carries JSON ``{"rows", "cols"}``;
-   ``EXIT`` (3, agent to client) carries the shell's exit status as ASCII and is the last frame.
+   bytes in both directions; ``RESIZE`` (4, client to agent) carries JSON ``{"rows", "cols"}``,
+   two whole numbers (0: unknown; at most 1000 is used); ``EXIT`` (3, agent to client) carries
+   the shell's exit status as ASCII and is the last frame.  A frame declaring more than
+   ``agent_wire.MAX_FRAME`` bytes ends the connection (as the client closing it, rule 3); a
+   ``RESIZE`` that is not that JSON is refused with one line on the terminal saying why, and
+   the shell goes on.
 3. The client closing the connection hangs the shell up (its process group gets SIGHUP, then
    SIGKILL): no shell outlives its terminal.
 
@@ -70,6 +74,7 @@ from collections.abc import Callable
 
 from ..nodeside.exec_env import which
 from .agent_wire import (
+    IO_TIMEOUT,
     JOB_SECRET_ENV,
     RELEASE_FD,
     STATUS_FD,
@@ -110,6 +115,26 @@ def find_shell(environ: dict | None = None) -> str:
 DEFAULT_ROWS, DEFAULT_COLS = 24, 80
 
 
+def parse_size(payload: bytes) -> tuple[int, int]:
+    """A ``RESIZE`` frame's (rows, cols) (wire rule 2).
+
+    Raises:
+        ValueError: not a JSON object of two whole numbers ``rows`` and ``cols`` (what is
+            wrong, in words fit for the terminal).
+    """
+    try:
+        size = json.loads(payload)
+    except (ValueError, RecursionError):
+        raise ValueError('a resize must be JSON {"rows": R, "cols": C}') from None
+    if not isinstance(size, dict):
+        raise ValueError('a resize must be JSON {"rows": R, "cols": C}')
+    rows, cols = size.get("rows"), size.get("cols")
+    for value in (rows, cols):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1 << 16:
+            raise ValueError("a resize's rows and cols must be whole numbers from 0 to 65536")
+    return rows, cols
+
+
 def set_winsize(fd: int, rows: int, cols: int) -> None:
     """Give the terminal ``fd`` a size (the shell gets SIGWINCH from the kernel).
 
@@ -144,7 +169,10 @@ class Server(AgentServer):
         self.shells: set[int] = set()  # pids of the running shells (their process groups)
 
     def parse(self, request: dict) -> tuple[int, int, list[str] | None]:
-        rows, cols = int(request.get("rows", 24)), int(request.get("cols", 80))
+        rows, cols = request.get("rows", 24), request.get("cols", 80)
+        for value in (rows, cols):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1 << 16:
+                raise ValueError("rows and cols: whole numbers from 0 to 65536")
         command = request.get("command") or None
         if command is not None and not (
             isinstance(command, list) and all(isinstance(a, str) and "\0" not in a for a in command)
@@ -173,9 +201,10 @@ class Server(AgentServer):
                 os._exit(127)
         with self.lock:
             self.shells.add(pid)
+        _await_session(pid)
         try:
             set_winsize(master, rows, cols)
-            threading.Thread(target=self._pump_in, args=(conn, master, pid), daemon=True).start()
+            threading.Thread(target=self._pump_in, args=(conn, master, pid, lock), daemon=True).start()
             while True:
                 try:
                     data = os.read(master, 65536)
@@ -195,17 +224,22 @@ class Server(AgentServer):
                 self.shells.discard(pid)
 
     @staticmethod
-    def _pump_in(conn: socket.socket, master: int, pid: int) -> None:
-        """Client to shell: keystrokes and resizes; the client gone hangs the shell up (rule 3)."""
+    def _pump_in(conn: socket.socket, master: int, pid: int, lock: threading.Lock) -> None:
+        """Client to shell: keystrokes and resizes; the client gone hangs the shell up (rule 3),
+        as does a frame over ``MAX_FRAME``; a bad resize is refused on the terminal (rule 2)."""
         try:
             while True:
                 channel, payload = recv_frame(conn)
                 if channel == DATA:
                     os.write(master, payload)
                 elif channel == RESIZE:
-                    size = json.loads(payload)
-                    set_winsize(master, size["rows"], size["cols"])
-        except (EOFError, OSError, ValueError, KeyError, TypeError):
+                    try:
+                        rows, cols = parse_size(payload)
+                    except ValueError as exc:
+                        send_frame(conn, DATA, f"\r\nshell_agent: refused: {exc}\r\n".encode(), lock)
+                        continue
+                    set_winsize(master, rows, cols)
+        except (EOFError, OSError, ValueError):
             pass
         _hang_up(pid)
 
@@ -215,6 +249,19 @@ class Server(AgentServer):
             pids = list(self.shells)
         for pid in pids:
             _hang_up(pid)
+
+
+def _await_session(pid: int, wait: float = 5.0) -> None:
+    """Return once the forked shell ``pid`` leads its own session (it makes it just after the
+    fork): hanging up its process group before that would reach nothing, and leave it running."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            if os.getpgid(pid) == pid:
+                return
+        except ProcessLookupError:
+            return
+        time.sleep(0.001)
 
 
 def _hang_up(pid: int) -> None:
@@ -340,8 +387,13 @@ def connect(
     command: list[str] | None = None,
     trust: Callable[[int], bool] | None = None,
     opener: Callable[[bytes], socket.socket] | None = None,
+    timeout: float = IO_TIMEOUT,
 ) -> socket.socket:
     """A connection to one node's shell agent, its request sent (rule 1); frames follow.
+
+    The connection and the request's sending each wait at most ``timeout`` seconds (an agent
+    that is stopped, or whose backlog is full, refuses the caller then); the socket returned is
+    blocking again.
 
     ``opener(address)`` makes the connection where the node's abstract names are not this
     process's (a node in a network namespace of its own: :func:`.network.connect_in`).
@@ -359,6 +411,7 @@ def connect(
     else:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        conn.settimeout(timeout)
         if opener is None:
             conn.connect(socket_name(job_id, node))
         if trust is not None and not trust(peer_credentials(conn)[0]):
@@ -367,6 +420,7 @@ def connect(
         if command:
             request["command"] = command
         conn.sendall(json.dumps(request).encode() + b"\n")
+        conn.settimeout(None)
     except OSError:
         conn.close()
         raise
@@ -411,12 +465,12 @@ def attach(job_id: str, node: str, secret: str) -> int:
             if conn in ready:
                 try:
                     channel, payload = recv_frame(conn)
-                except EOFError:
+                except (EOFError, ValueError):  # ValueError: a frame over MAX_FRAME
                     break
                 if channel == DATA:
                     os.write(stdout, payload)
                 elif channel == EXIT:
-                    code = int(payload)
+                    code = int(payload) if payload.isdigit() and len(payload) < 4 else 255
                     break
     finally:
         if saved is not None:

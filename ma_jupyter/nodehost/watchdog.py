@@ -17,7 +17,8 @@ Every :data:`MEMORY_SAMPLE` seconds :func:`watch` walks every process below the 
 3. logs: the size of every file in the job's ``logs/`` folder (all its nodes on this machine,
    :func:`ma_jupyter.foldersize.folder_size`); past ``max_log_bytes`` it kills the node, and the
    logs may then grow by :data:`LOG_SLACK` more (what the later phases print); a folder of
-   more than :data:`MAX_LOG_ENTRIES` entries ends it too; and while the logs' disk has less than
+   more than :data:`MAX_LOG_ENTRIES` entries ends it too, as does one the walk refuses (a chain of
+   folders deeper than the walk's bound, a walk past :data:`LOG_WALK_SECONDS`); and while the logs' disk has less than
    ``disk_reserve_bytes`` free, logs growing at ``disk_flood_rate`` or more (less the fuller the
    disk: the supervisor's rule, see :mod:`ma_jupyter.service.policies`) end it.
 
@@ -39,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..errors import FolderRefused
 from ..foldersize import folder_size
 from .procfs import CSTIME, NUM_THREADS, PAGE, RSS, UTIME, process_tree, resident, stat_fields
 
@@ -50,6 +52,8 @@ TMPFS_FOLDERS = ("/tmp", "/dev/shm", "/run")
 LOG_SLACK = 1 << 20
 #: files and folders the job's logs folder may hold (a node log, per-rank logs and reports)
 MAX_LOG_ENTRIES = 10000
+#: seconds one measure of the job's logs may take (a walk past it ends the node, as its size would)
+LOG_WALK_SECONDS = 10.0
 #: a disk with less free space counts as full (``ma_jupyter.service.disk.FULL_BELOW``): each
 #: job writing there ends "disk full", the reserve's rule stands aside
 FULL_BELOW = 256 << 10
@@ -154,12 +158,16 @@ def tmpfs_held(tree: list[int]) -> int:
     return held
 
 
-def logs_size(folder: str) -> int | None:
-    """Bytes of every regular file below ``folder`` (the job's logs), following no link; None
-    when it holds more than :data:`MAX_LOG_ENTRIES` entries (a job making files there without
-    end would make every sample slower)."""
-    found = folder_size([folder], max_entries=MAX_LOG_ENTRIES)
-    return None if found is None else found.bytes
+def logs_size(folder: str) -> int | FolderRefused:
+    """Bytes of every regular file below ``folder`` (the job's logs), following no link; or why
+    they cannot be measured (a :class:`~ma_jupyter.errors.FolderRefused`: more than
+    :data:`MAX_LOG_ENTRIES` entries, a chain of folders too deep, a walk too slow), which ends
+    the node as its log size would: a job making files there without end would make every
+    sample slower, and a folder it cannot measure would lift the log cap."""
+    try:
+        return folder_size([folder], max_entries=MAX_LOG_ENTRIES, max_seconds=LOG_WALK_SECONDS).bytes
+    except FolderRefused as exc:
+        return exc
 
 
 def _log_flood(folder: str, grown: int, seconds: float, reserve: int, flood_rate: float) -> str | None:
@@ -248,10 +256,15 @@ def watch(
             )
         if exceeded is None and log_cap and limits.logs_dir:
             size = logs_size(limits.logs_dir)
-            if size is None:
+            if isinstance(size, FolderRefused) and size.bound == "entries":
                 exceeded = (
                     f"the job's logs folder holds more than {MAX_LOG_ENTRIES} files and folders "
                     f"(all its nodes together); {node} was killed"
+                )
+            elif isinstance(size, FolderRefused):
+                exceeded = (
+                    f"the job's logs folder cannot be measured for [limits] max_log_mb ({size.message}); "
+                    f"{node} was killed"
                 )
             elif size > log_cap:
                 exceeded = (

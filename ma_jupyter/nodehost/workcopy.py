@@ -16,10 +16,10 @@ Contract:
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 
+from ..foldersize import remove_tree
 from ..untrusted import make_dirs
 from .bwrap import bwrap_argv
 from .mounts import Mount
@@ -45,7 +45,9 @@ def prepare_working_copy(view: NodeView, mount: Mount, job_dir: Path, owner: tup
             return
         view.nd.workdir_record.unlink()  # recorded, but gone since: made again
     if os.path.lexists(source):
-        shutil.rmtree(source)  # follows no symlink
+        done = remove_tree(source)  # follows no symlink, any depth
+        if not done.complete:
+            raise OSError(f"cannot remove the earlier working copy {source}: {done.failed[:3]}")
     make_dirs(source, trusted=job_dir, owner="a job", chown=owner)
     if mount.copy_of is None:
         # complete as it is: what changes in it from now on is the job's

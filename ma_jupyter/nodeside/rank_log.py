@@ -7,7 +7,8 @@ place of the rank's own command.  It runs CMD with stdout and stderr merged into
 copies every byte to ``$MA_RANK_LOG_DIR/rank-<r>.log`` unchanged and to its own stdout (the
 node's combined log) as whole lines with a ``[rank r] `` prefix at each line start, so the
 node log stays readable when several ranks print at once (an unfinished line waits up to
-:data:`HOLD` seconds for its end: see :class:`Copier`).  Signals (TERM, INT, HUP) are forwarded to CMD and
+:data:`HOLD` seconds for its end, a progress bar redrawn with ``\r`` for its newline: see
+:class:`Copier`; the rank file has it as it is written, for the followers that show it live).  Signals (TERM, INT, HUP) are forwarded to CMD and
 CMD's exit status becomes this program's exit status (128 + signal number when CMD was killed
 by a signal), so launchers see a failing rank exactly as if they had started it themselves.
 The first rank of a node that fails by itself (not stopped by a forwarded signal) records
@@ -125,6 +126,8 @@ def resolve(command: list[str]) -> list[str]:
 
 #: seconds a rank's unfinished line is held back from the node log before it goes out alone
 HOLD = 0.5
+#: bytes a line being redrawn (``\r``, no newline yet) may grow to before it goes out alone
+REDRAW_LIMIT = 64 << 10
 
 
 class Copier:
@@ -139,9 +142,14 @@ class Copier:
        not end a line (a progress bar redrawn with ``\\r`` keeps its rank label once the
        reader applies the ``\\r``).
     3. An unfinished line is held back until its newline comes, until ``hold`` seconds after
-       its first byte (a progress bar, a prompt), or until the rank's output ends; then it goes
-       out as a line of its own, ended by a newline the rank did not write (the rank file keeps
-       the exact bytes).
+       its first byte (a prompt), or until the rank's output ends; then it goes out as a line
+       of its own, ended by a newline the rank did not write (the rank file keeps the exact
+       bytes).
+    4. An unfinished line being redrawn with ``\r`` (a progress bar: tqdm, Keras) is not cut
+       into a line per state at ``hold``: it waits for its newline (or the rank's end, or
+       :data:`REDRAW_LIMIT` bytes), so the node log keeps it as one line, whose last state a
+       reader shows.  Its states meanwhile are in the rank file as they are written, where the
+       followers show them live (:class:`ma_jupyter.client.logs.JobFollower`, rule 6).
 
     Args:
         source: the read end of the pipe the rank writes into.
@@ -205,7 +213,14 @@ class Copier:
                 self._write(self.format(pending[:cut]))
                 pending = pending[cut:]
                 self.pending_since = time.monotonic()
+            if len(pending) > REDRAW_LIMIT and b"\r" in pending:
+                self._write(self.format(pending + b"\n"))  # rule 4's bound
+                pending = b""
             self.pending = pending
+
+    def redrawing(self) -> bool:
+        """Whether the held line is being redrawn with ``\r`` (rule 4)."""
+        return b"\r" in self.pending
 
     def flush_partial(self) -> None:
         """Send the held unfinished line out as a line of its own (rule 3)."""
@@ -215,8 +230,9 @@ class Copier:
                 self.pending = b""
 
     def due(self) -> float | None:
-        """Seconds until the held line must go out (None: nothing is held)."""
-        if not self.pending:
+        """Seconds until the held line must go out (None: nothing is held, or a line being
+        redrawn that waits for its newline)."""
+        if not self.pending or self.redrawing():
             return None
         return max(0.0, self.pending_since + self.hold - time.monotonic())
 

@@ -34,6 +34,11 @@ _SKIPPED_FOLDERS = ("__pycache__",)
 _CHUNK = 1 << 20
 
 
+#: folders deep :func:`entries` goes (as ``ma_jupyter.foldersize.MAX_DEPTH``: a submit refuses a
+#: deeper algorithm folder; a job may still make one in its working copy)
+MAX_DEPTH = 512
+
+
 class OverLimit(Exception):
     """The folder holds more bytes than the copy may take."""
 
@@ -42,26 +47,49 @@ def entries(dir_fd: int, prefix: str = ""):
     """Every entry below the folder ``dir_fd``, parents before children, as ``(relative path,
     parent folder's descriptor, name, lstat result)``; no symbolic link is followed.
 
-    The parent's descriptor is valid only until the next item is taken.
+    The parent's descriptor is valid only until the next item is taken.  Iterative (an explicit
+    stack, one descriptor a level): a chain of folders more than :data:`MAX_DEPTH` deep, which
+    a job may make, raises :class:`OSError` saying so, never ``RecursionError``.
     """
-    with os.scandir(dir_fd) as listing:
-        names = sorted(entry.name for entry in listing)
-    for name in names:
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:  # removed meanwhile
-            continue
-        path = f"{prefix}{name}"
-        yield path, dir_fd, name, st
-        if stat.S_ISDIR(st.st_mode):
+    stack = [(dir_fd, prefix, iter(_names(dir_fd)))]
+    try:
+        while stack:
+            fd, above, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                if fd != dir_fd:
+                    os.close(fd)
+                continue
             try:
-                child = os.open(name, _DIR, dir_fd=dir_fd)
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            path = f"{above}{name}"
+            yield path, fd, name, st
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            if len(stack) > MAX_DEPTH:
+                raise OSError(f"{path[:60]}...: a chain of folders more than {MAX_DEPTH} deep; remove it")
+            try:
+                child = os.open(name, _DIR, dir_fd=fd)
             except OSError:  # replaced meanwhile (by a link, a file): not followed
                 continue
             try:
-                yield from entries(child, path + "/")
-            finally:
+                below = _names(child)
+            except BaseException:
                 os.close(child)
+                raise
+            stack.append((child, path + "/", iter(below)))
+    finally:
+        for fd, _, _ in stack:
+            if fd != dir_fd:
+                os.close(fd)
+
+
+def _names(dir_fd: int) -> list[str]:
+    with os.scandir(dir_fd) as listing:
+        return sorted(entry.name for entry in listing)
 
 
 def changed_since(root: str, since: int) -> bool:

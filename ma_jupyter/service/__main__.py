@@ -113,8 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot start the job service: {exc.message}", file=sys.stderr)
         return 2
     store = Store(config.db_path())
-    supervisor = Supervisor(store, Scheduler(config.load_cluster(), inventory=backend.inventory), backend)
-    tensorboards = TensorBoardManager(backend.start_outputs_reader)
+    cluster = config.load_cluster()
+    supervisor = Supervisor(store, Scheduler(cluster, inventory=backend.inventory), backend)
+    tensorboards = TensorBoardManager(
+        backend.start_outputs_reader,
+        memory_limit_mb=cluster.limits.tensorboard_memory_mb,
+        max_per_user=cluster.limits.max_tensorboards_per_user,
+    )
     supervisor.on_job_deleted.append(tensorboards.stop)
     token, proxy_token = new_token(), new_token()
     app = create_app(supervisor, Directory(store, owner_name(), token, proxy_token), tensorboards)

@@ -26,8 +26,8 @@ normalised absolute path:
    it was queued is the content recorded, and its events say so.  The digest is the content at
    that first start: a later attempt runs the folder as it is then (the Ray backend packs it
    again for each attempt, the local backend shows it as it is), which the digest does not
-   follow.  At the start the service holds the supervisor's lock, so at most
-   :data:`AT_START_READ_LIMIT` bytes of files changed since the submit are read again; past
+   follow.  That read runs off the supervisor's lock (the job's placement waits for it), and at
+   most :data:`AT_START_READ_LIMIT` bytes of files changed since the submit are read again; past
    that the digest is unknown (None) and the events say the folder was not read again.  A
    digest the caller sent is replaced.
 6. ``GET /jobs?algorithm=PATH&algorithm_digest=D`` lists the jobs of the folder or of the
@@ -55,7 +55,7 @@ from sqlalchemy import Column, Float, MetaData, String, Table, delete, func, sel
 from sqlalchemy.exc import IntegrityError
 
 from .. import algorithm_content
-from ..errors import Conflict, InvalidSpec
+from ..errors import Conflict, FolderRefused, InvalidSpec
 from ..models import DIGEST_PATTERN, MAX_PATH, JobSpec, RunAs
 from . import algorithm_folders
 from .store import Store, jobs_table
@@ -120,7 +120,9 @@ AT_START_READ_LIMIT = 64 << 20
 def identified(spec: JobSpec, account: algorithm_content.Account | None = None) -> JobSpec:
     """``spec`` with the content of each algorithm folder it runs, read here (rule 5); whatever
     digests it came with are replaced (None where a folder cannot be read whole, or where an
-    entry is not readable by ``account``, the job's: rule 8).  Call it
+    entry is not readable by ``account``, the job's: rule 8).  A folder holding a chain of
+    folders too deep to walk raises :class:`~ma_jupyter.errors.FolderRefused` (the submit is
+    refused with what to remove).  Call it
     once the backend's dry run has accepted the spec's folders, outside any lock (it reads
     files: a snapshot at the ship limit takes about a tenth of a second)."""
     read: dict[str, str | None] = {}
@@ -147,10 +149,26 @@ class Started:
     unread: list[str]
 
 
+def reads_at_start(spec: JobSpec) -> bool:
+    """Whether :func:`at_start` has a folder to read: one used as is (rule 5)."""
+    return bool((spec.algorithm and not spec.algorithm_origin) or any(t.algorithm for t in spec.tasks))
+
+
+def with_digests(spec: JobSpec, read: JobSpec) -> JobSpec:
+    """``spec`` with the digests of ``read`` (what :func:`at_start` read from an earlier copy
+    of it): whatever else changed meanwhile (its priority) is kept."""
+    tasks = [
+        t.model_copy(update={"algorithm_digest": r.algorithm_digest})
+        for t, r in zip(spec.tasks, read.tasks, strict=False)
+    ]
+    return spec.model_copy(update={"algorithm_digest": read.algorithm_digest, "tasks": tasks})
+
+
 def at_start(
     spec: JobSpec, account: algorithm_content.Account | None = None, read_limit: int | None = None
 ) -> Started:
-    """Rule 5 when a job first starts (under the supervisor's lock): ``spec`` with the content of
+    """Rule 5 when a job first starts (off the supervisor's lock: its launch waits for it on a
+    thread of its own, :mod:`.supervisor.launch`): ``spec`` with the content of
     each folder it uses as is read again (a shipped snapshot, ``algorithm_origin`` set, never
     changes and is not), as ``account`` may read it (rule 8).  Unchanged files are remembered
     (:mod:`ma_jupyter.algorithm_content` rule 5): an unchanged folder costs a walk; at most
@@ -165,7 +183,10 @@ def at_start(
         if not folder:
             return None
         if folder not in read:
-            read[folder], cut = algorithm_content.digest_bounded(folder, account, budget)
+            try:
+                read[folder], cut = algorithm_content.digest_bounded(folder, account, budget)
+            except FolderRefused:  # made too deep since the submit: unknown, as its start says
+                read[folder], cut = None, False
             if cut:
                 unread.append(folder)
             elif recorded is not None and read[folder] != recorded:

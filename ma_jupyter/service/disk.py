@@ -17,13 +17,16 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..foldersize import folder_size
+from ..errors import FolderRefused
+from ..foldersize import FolderSize, folder_size
 
 #: a file system with less free space than this counts as full
 FULL_BELOW = 256 << 10
 #: submits are refused while the jobs folder has less free space than this (more than the
 #: store's disk reserve, so that a reserve given up to record job ends is not used by new jobs)
 SUBMIT_BELOW = 4 << 20
+#: folders deep the reserve's measure walks (the walk is iterative: only entries bound it)
+MEASURE_DEPTH = 1 << 20
 
 
 def free_bytes(path: str | os.PathLike) -> int | None:
@@ -48,6 +51,12 @@ def full_folder(paths: Iterable[str | os.PathLike], below: int = FULL_BELOW) -> 
 def disk_use(folders: Iterable[str | os.PathLike], device: int) -> int:
     """Bytes the files below ``folders`` take on the file system ``device`` (its ``st_dev``):
     following no link, never crossing into another file system, each folder counted once (a
-    job's default outputs lie inside its job folder)."""
-    found = folder_size(folders, device=device, allocated=True, follow_top=False)
-    return found.bytes if found is not None else 0
+    job's default outputs lie inside its job folder).  A chain of folders of any depth is
+    walked to its bottom (what a job hides there counts); past the walk's other bounds
+    (:class:`~ma_jupyter.errors.FolderRefused`: too many entries, too slow) what was counted
+    before is the answer, a lower bound."""
+    try:
+        found = folder_size(folders, device=device, allocated=True, follow_top=False, max_depth=MEASURE_DEPTH)
+        return found.bytes
+    except FolderRefused as exc:  # a lower bound, never an error that stops the reserve's watch
+        return exc.counted.bytes if isinstance(exc.counted, FolderSize) else 0

@@ -69,7 +69,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +78,7 @@ from pathlib import Path
 from .. import config
 from ..backends.base import Backend
 from ..errors import Conflict, InvalidSpec, NotFound
+from ..foldersize import remove_tree
 from ..models import PreparedData, parse_duration
 
 #: the folder a copy is made in, inside its entry, until it is complete
@@ -183,7 +183,7 @@ class PreparedStore:
                     (entry / "holds" / job_id).unlink(missing_ok=True)
                     self._hold(final, job_id)
                 if (final / "data").exists():  # the same state, copied meanwhile by another job
-                    shutil.rmtree(into, ignore_errors=True)
+                    remove_tree(into)
                 else:
                     os.replace(into / "data", final / "data")  # complete: only now is it "data"
                     os.rmdir(into)
@@ -288,7 +288,7 @@ class PreparedStore:
                 doomed.append(self._set_aside(entry))
                 removed.append(entry.name)
         for path in doomed:  # outside the lock: a big copy takes a while to remove
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)  # any depth: a dataset is the user's
         return removed
 
     def remove(self, key: str, live: Callable[[str], bool], user: str | None = None) -> PreparedData:
@@ -309,7 +309,7 @@ class PreparedStore:
                     "remove it once they have ended"
                 )
             doomed = self._set_aside(self.root / key)
-        shutil.rmtree(doomed, ignore_errors=True)
+        remove_tree(doomed)
         return found
 
     # ------------------------------------------------------------------------ files

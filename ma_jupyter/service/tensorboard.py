@@ -1,9 +1,26 @@
 """One TensorBoard per job, over the job's outputs folder, served under ``/tb/<job_id>/<secret>``.
 
-The service calls :class:`TensorBoardManager`: ``start`` launches (or reuses) the job's
-TensorBoard on a free loopback port and returns its URL once it answers; ``stop`` ends it when
-the job is deleted; a reaper thread ends the ones nobody has used for ``idle_timeout`` seconds;
+The service calls :class:`TensorBoardManager`: ``begin`` launches (or reuses) the job's
+TensorBoard on a free loopback port and gives a future of its URL, done once it answers (the
+REST route awaits it without holding a request thread); ``stop`` ends it (a user's request, or
+the job's deletion); a reaper thread ends the ones nobody has used for ``idle_timeout`` seconds;
 ``shutdown`` ends them all when the service exits.
+
+What one user makes the service spend on boards is bounded, in order:
+
+1. a user may have started at most ``max_per_user`` boards that start or run
+   (``[limits] max_tensorboards_per_user``); one more is refused with
+   :class:`~ma_jupyter.errors.LimitReached`, naming the setting; a board reused by another
+   user still counts once, for the user who started it;
+2. a start waits on a thread of the manager's own, never on a request thread, and boards start
+   side by side (only the process's launch goes through the one starter thread, below), so
+   boards that are slow to answer delay no other request;
+3. each board holds at most ``memory_limit_mb`` (``[limits] tensorboard_memory_mb``): its
+   processes (TensorBoard and its data server) each get that much, twice over plus 256 MB, as
+   their hard ``RLIMIT_DATA`` (set in TensorBoard's own bootstrap, before it reads anything),
+   and the watch thread sums their resident memory every :data:`MEMORY_INTERVAL` seconds and
+   ends a board past the limit; :meth:`TensorBoardManager.state` then says why
+   (``ended``, with the reason), and the next start begins afresh.
 
 TensorBoard reads what the job wrote, symlinks and swapped folders included, so it never runs
 with the service's account over the host's view: the backend starts it
@@ -41,12 +58,16 @@ import psutil
 import requests
 
 from ..backends.base import OUTPUTS_VIEW
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, Conflict, LimitReached
 from ..models import Job
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT = 90.0
+#: seconds between two looks at the boards' memory (rule 3)
+MEMORY_INTERVAL = 0.5
+DEFAULT_MEMORY_MB = 1024.0
+DEFAULT_PER_USER = 4
 
 # TensorBoard imports TensorFlow when it is installed, which costs seconds (up to ~20 s on a
 # busy 2-core machine) before the first page; its TensorFlow stub reads local event files just
@@ -56,8 +77,12 @@ STUB = "sys.modules['tensorboard.compat.notf'] = types.ModuleType('tensorboard.c
 #: is readable by every user of the host (jobs included), a process's environment by its own
 #: account only
 PREFIX_ENV = "MA_TENSORBOARD_PREFIX"
+#: the hard data limit of each of a board's processes, in bytes, comes in this variable
+DATA_LIMIT_ENV = "MA_TENSORBOARD_DATA_LIMIT"
 BOOTSTRAP = (
-    "import os, sys, types; {stub}"
+    "import os, sys, types, resource; {stub}"
+    f"_limit = int(os.environ.pop('{DATA_LIMIT_ENV}')); "
+    "resource.setrlimit(resource.RLIMIT_DATA, (_limit, _limit)); "
     f"sys.argv += ['--path_prefix', os.environ.pop('{PREFIX_ENV}')]; "
     "from tensorboard.main import run_main; run_main()"
 )
@@ -95,6 +120,18 @@ class _Board:
     secret: str
     log_path: Path | None = None
     last_used: float = field(default_factory=time.monotonic)
+    #: the user who started it, whose count it is (rule 1); None: not counted
+    started_by: str | None = None
+
+    def resident_bytes(self) -> int:
+        """The resident memory of all its processes together (rule 3)."""
+        total = 0
+        for process in self.processes():
+            try:
+                total += process.memory_info().rss
+            except psutil.Error:
+                continue
+        return total
 
     @property
     def prefix(self) -> str:
@@ -144,6 +181,10 @@ class TensorBoardManager:
             installation, read-only.
         use_tensorflow: let TensorBoard import TensorFlow (slow start); by default it reads the
             job's local event files with its own TensorFlow stub.
+        memory_limit_mb: what one board may hold (rule 3; ``[limits] tensorboard_memory_mb``).
+        max_per_user: boards one user may have starting or running (rule 1;
+            ``[limits] max_tensorboards_per_user``).
+        start_timeout: seconds a board has to answer before its start fails.
     """
 
     def __init__(
@@ -153,21 +194,30 @@ class TensorBoardManager:
         log_dir: Path | None = None,
         python: str | None = None,
         use_tensorflow: bool = False,
+        memory_limit_mb: float = DEFAULT_MEMORY_MB,
+        max_per_user: int = DEFAULT_PER_USER,
+        start_timeout: float = START_TIMEOUT,
     ):
         self.start_reader = start_reader
         self.idle_timeout = idle_timeout
         self.use_tensorflow = use_tensorflow
         self.log_dir = log_dir
         self.python = python or sys.executable
+        self.memory_limit = int(memory_limit_mb * (1 << 20))
+        self.max_per_user = max_per_user
+        self.start_timeout = start_timeout
         self._boards: dict[str, _Board] = {}
-        # One lock per job so two requests for the same job start one TensorBoard, while
-        # different jobs start concurrently.
+        # job id -> (the future of its URL, who started it) while it starts: a second start of
+        # the same job gets the same future, so one board starts per job
+        self._starting: dict[str, tuple[concurrent.futures.Future, str | None]] = {}
+        # job id -> why its last board was ended by the manager (memory), until it starts again
+        self._ended: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._job_locks: dict[str, threading.Lock] = {}
         self._closed = threading.Event()
         # Boards end with the thread that started them (a parent-death signal follows the
-        # thread): request threads come and go, so one thread of the manager's own starts them
-        # all and lives as long as the service; a service that dies takes its boards along.
+        # thread): request threads come and go, so one thread of the manager's own launches
+        # them all and lives as long as the service; a service that dies takes its boards
+        # along.  It only launches (fast): the wait for an answer is each start's own thread.
         self._starter = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="tensorboard-start"
         )
@@ -175,40 +225,103 @@ class TensorBoardManager:
         if idle_timeout is not None:
             self._reaper = threading.Thread(target=self._reap, name="tensorboard-reaper", daemon=True)
             self._reaper.start()
+        self._watch = threading.Thread(target=self._watch_memory, name="tensorboard-memory", daemon=True)
+        self._watch.start()
 
     # ------------------------------------------------------------------------- public API
 
-    def start(self, job: Job) -> str:
-        """The URL of the job's TensorBoard over its outputs folder, started now if it is not
-        running.
+    def begin(self, job: Job, user: str | None = None) -> concurrent.futures.Future:
+        """A future of the URL of the job's TensorBoard over its outputs folder, started now if
+        it is not running (done at once when it runs); returns without waiting (rule 2).
 
-        Blocks until TensorBoard answers (``/data/runs`` returns 200), so the URL works at once.
+        The future is done once TensorBoard answers (``/data/runs`` returns 200), so the URL
+        works at once; it raises what :meth:`start` raises.
 
         Raises:
+            LimitReached: ``user`` already has ``max_per_user`` boards starting or running
+                (rule 1; None: not counted).
+        """
+        with self._lock:
+            board = self._boards.get(job.id)
+            if board and board.alive():
+                board.last_used = time.monotonic()
+                done: concurrent.futures.Future = concurrent.futures.Future()
+                done.set_result(board.url)
+                return done
+            pending = self._starting.get(job.id)
+            if pending is not None:
+                return pending[0]
+            if user is not None:
+                held = self._held_by(user)
+                if len(held) >= self.max_per_user:
+                    raise LimitReached(
+                        f"{user} already has {len(held)} TensorBoards starting or running "
+                        f"(jobs {', '.join(sorted(held))}), and [limits] max_tensorboards_per_user is "
+                        f"{self.max_per_user}: stop one of them (`ma-jupyter tensorboard JOB --stop`; its job's "
+                        "owner, a rw user or an admin may), or wait until one goes unused long enough to end",
+                        field="max_tensorboards_per_user",
+                    )
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            self._starting[job.id] = (future, user)
+            self._ended.pop(job.id, None)
+            dead = self._boards.pop(job.id, None)
+        threading.Thread(
+            target=self._start_board,
+            args=(job, user, future, dead),
+            name=f"tensorboard-{job.id}",
+            daemon=True,
+        ).start()
+        return future
+
+    def start(self, job: Job, user: str | None = None) -> str:
+        """The URL of the job's TensorBoard, waiting until it answers (see :meth:`begin`).
+
+        Raises:
+            LimitReached: see :meth:`begin`.
             InvalidSpec: the outputs folder does not exist yet, or cannot be read safely (from
                 the backend, whose message says why).
             BackendUnavailable: TensorBoard exited or did not answer in time (its output is
                 in the message).
         """
-        with self._lock_for(job.id):
-            board = self._boards.get(job.id)
-            if board and board.alive():
-                board.last_used = time.monotonic()
-                return board.url
-            if board:
-                self._terminate(board)
-            board = self._launch(job)
-            self._boards[job.id] = board
-            return board.url
+        return self.begin(job, user).result()
 
     def stop(self, job_id: str) -> bool:
-        """Stop the job's TensorBoard; True if one was running."""
-        with self._lock_for(job_id):
+        """Stop the job's TensorBoard (one that starts is ended once launched); True if one
+        was starting or running."""
+        with self._lock:
             board = self._boards.pop(job_id, None)
-            if board is None:
-                return False
+            pending = self._starting.pop(job_id, None)
+        if board is not None:
             self._terminate(board)
-            return True
+        return board is not None or pending is not None
+
+    def state(self, job_id: str) -> dict:
+        """``{"state", "url", "reason", "started_by"}`` of the job's TensorBoard: ``running``
+        (with its URL), ``starting``, ``ended`` (the manager ended it, or it exited: ``reason``
+        says why) or ``none``."""
+        with self._lock:
+            board = self._boards.get(job_id)
+            pending = self._starting.get(job_id)
+            reason = self._ended.get(job_id, "")
+        if board is not None and board.alive():
+            return {"state": "running", "url": board.url, "reason": "", "started_by": board.started_by}
+        if pending is not None:
+            return {"state": "starting", "url": None, "reason": "", "started_by": pending[1]}
+        if reason:
+            return {"state": "ended", "url": None, "reason": reason, "started_by": None}
+        if board is not None:  # it exited by itself; the reaper removes it
+            why = f"TensorBoard of job {job_id} exited with {board.proc.returncode}: start it again"
+            return {"state": "ended", "url": None, "reason": why, "started_by": None}
+        return {"state": "none", "url": None, "reason": "", "started_by": None}
+
+    def started_by(self, job_id: str) -> str | None:
+        """Who started the job's TensorBoard that starts or runs (None: none, or not counted)."""
+        with self._lock:
+            board = self._boards.get(job_id)
+            pending = self._starting.get(job_id)
+        if pending is not None:
+            return pending[1]
+        return board.started_by if board is not None else None
 
     def stop_idle(self, max_idle: float) -> list[str]:
         """Stop every TensorBoard unused for ``max_idle`` seconds (or already dead).
@@ -224,28 +337,97 @@ class TensorBoardManager:
             if board.alive() and board.has_clients():
                 board.last_used = now
             if not board.alive() or now - board.last_used >= max_idle:
-                if self.stop(job_id):
+                if self._stop_board(job_id, board):
                     stopped.append(job_id)
         return stopped
+
+    def check_memory(self) -> list[str]:
+        """End every board whose processes hold more than the memory limit together, noting why
+        (rule 3); the job ids whose board was ended."""
+        ended = []
+        for job_id, board in list(self._boards.items()):
+            used = board.resident_bytes()
+            if used <= self.memory_limit:
+                continue
+            reason = self._memory_reason(job_id, used)
+            if self._stop_board(job_id, board, reason):
+                log.warning("%s", reason)
+                ended.append(job_id)
+        return ended
 
     def running(self) -> dict[str, str]:
         """Job id → URL of every TensorBoard alive now."""
         return {job_id: b.url for job_id, b in list(self._boards.items()) if b.alive()}
 
     def shutdown(self) -> None:
-        """Stop the reaper and every TensorBoard (the service is exiting)."""
+        """Stop the reaper, the watch and every TensorBoard (the service is exiting)."""
         self._closed.set()
-        for job_id in list(self._boards):
+        for job_id in list(self._boards) + list(self._starting):
             self.stop(job_id)
         self._starter.shutdown(wait=False)
 
     # ------------------------------------------------------------------------- internals
 
-    def _lock_for(self, job_id: str) -> threading.Lock:
-        with self._lock:
-            return self._job_locks.setdefault(job_id, threading.Lock())
+    def _memory_reason(self, job_id: str, used: int) -> str:
+        return (
+            f"TensorBoard of job {job_id} was ended: it held {used / (1 << 20):.0f} MB, over "
+            f"[limits] tensorboard_memory_mb of {self.memory_limit / (1 << 20):g} MB (the job's "
+            "event files are too large to show at once: keep fewer or smaller summaries in its "
+            "outputs, or ask the admin for a higher limit)"
+        )
 
-    def _launch(self, job: Job) -> _Board:
+    def _held_by(self, user: str) -> set[str]:
+        """The jobs whose board ``user`` started and that start or run; under ``_lock``."""
+        held = {job_id for job_id, (_, who) in self._starting.items() if who == user}
+        held |= {job_id for job_id, b in self._boards.items() if b.started_by == user and b.alive()}
+        return held
+
+    def _stop_board(self, job_id: str, board: _Board, reason: str = "") -> bool:
+        """Stop ``board`` if it is still the job's board (a new start may have replaced it)."""
+        with self._lock:
+            if self._boards.get(job_id) is not board:
+                return False
+            del self._boards[job_id]
+            if reason:
+                self._ended[job_id] = reason
+        self._terminate(board)
+        return True
+
+    def _start_board(
+        self, job: Job, user: str | None, future: concurrent.futures.Future, dead: _Board | None
+    ) -> None:
+        """One start, on its own thread: launch, wait for the answer, hand the URL over."""
+        board = None
+        try:
+            if dead is not None:
+                self._terminate(dead)
+            board = self._launch(job, user, future)
+            with self._lock:
+                ours = self._starting.get(job.id, (None, None))[0] is future
+                if ours:
+                    del self._starting[job.id]
+                    self._boards[job.id] = board
+            if not ours:
+                raise Conflict(f"the TensorBoard of job {job.id} was stopped while it started")
+            future.set_result(board.url)
+        except BaseException as exc:
+            with self._lock:
+                if self._starting.get(job.id, (None, None))[0] is future:
+                    del self._starting[job.id]
+            if board is not None and self._boards.get(job.id) is not board:
+                self._terminate(board)
+            future.set_exception(exc)
+
+    def _is_starting(self, job_id: str, future: concurrent.futures.Future | None) -> bool:
+        """Whether the start of ``future`` is still wanted (no stop came since)."""
+        if future is None:
+            return True
+        with self._lock:
+            return self._starting.get(job_id, (None, None))[0] is future
+
+    def _launch(
+        self, job: Job, user: str | None = None, future: concurrent.futures.Future | None = None
+    ) -> _Board:
         job_id = job.id
         port = _free_port()
         # A job may share the service's loopback: it could reach this port, but not guess the
@@ -267,9 +449,15 @@ class TensorBoardManager:
         ]
         log_path = self.log_dir / f"tensorboard-{job_id}.log" if self.log_dir else None
         out = open(log_path, "ab") if log_path else None
-        # its only variables (the service's own are not its business): keep TF quiet, and the
-        # secret in the environment, which only its own account reads
-        env = {"TF_CPP_MIN_LOG_LEVEL": "3", PREFIX_ENV: f"/tb/{job_id}/{secret}"}
+        # its only variables (the service's own are not its business): keep TF quiet, the
+        # secret in the environment, which only its own account reads, and each process's
+        # hard data limit (rule 3: twice the board's, so the watch, which sums them, ends it)
+        data_limit = 2 * self.memory_limit + (256 << 20)
+        env = {
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+            PREFIX_ENV: f"/tb/{job_id}/{secret}",
+            DATA_LIMIT_ENV: str(data_limit),
+        }
         try:
             proc = self._starter.submit(
                 self.start_reader, job, argv, env, out.fileno() if out else None
@@ -277,16 +465,26 @@ class TensorBoardManager:
         finally:
             if out:
                 out.close()
-        board = _Board(job_id=job_id, port=port, proc=proc, secret=secret, log_path=log_path)
-        deadline = time.monotonic() + START_TIMEOUT
+        board = _Board(job_id=job_id, port=port, proc=proc, secret=secret, log_path=log_path, started_by=user)
+        deadline = time.monotonic() + self.start_timeout
         probe = f"http://127.0.0.1:{port}{board.prefix}/data/runs"
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._closed.is_set():
+            if not self._is_starting(job_id, future):
+                self._terminate(board)
+                raise Conflict(f"the TensorBoard of job {job_id} was stopped while it started")
             if not board.alive():
                 tail = log_path.read_text(errors="replace")[-2000:] if log_path and log_path.exists() else ""
                 raise BackendUnavailable(
                     f"TensorBoard for job {job_id} exited with {proc.returncode}; check that tensorboard is "
                     f"installed in the service's environment. {tail}"
                 )
+            used = board.resident_bytes()
+            if used > self.memory_limit:
+                self._terminate(board)
+                reason = self._memory_reason(job_id, used)
+                with self._lock:
+                    self._ended[job_id] = reason
+                raise BackendUnavailable(reason)
             try:
                 if requests.get(probe, timeout=2).status_code == 200:
                     log.info("TensorBoard for %s at %s (pid %s)", job_id, board.url, proc.pid)
@@ -295,7 +493,9 @@ class TensorBoardManager:
                 pass
             time.sleep(0.1)
         self._terminate(board)
-        raise BackendUnavailable(f"TensorBoard for job {job_id} did not answer within {START_TIMEOUT:.0f} s")
+        raise BackendUnavailable(
+            f"TensorBoard for job {job_id} did not answer within {self.start_timeout:.0f} s"
+        )
 
     @staticmethod
     def _terminate(board: _Board) -> None:
@@ -334,3 +534,10 @@ class TensorBoardManager:
                     log.info("stopped idle TensorBoards: %s", ", ".join(stopped))
             except Exception:  # the reaper must outlive any single failure
                 log.exception("idle TensorBoard check failed")
+
+    def _watch_memory(self) -> None:
+        while not self._closed.wait(MEMORY_INTERVAL):
+            try:
+                self.check_memory()
+            except Exception:  # the watch must outlive any single failure
+                log.exception("TensorBoard memory check failed")

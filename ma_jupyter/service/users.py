@@ -3,9 +3,13 @@
 Every request carries ``Authorization: Bearer <token>``; the caller is decided in this order:
 
 1. The proxy token (made at each start, written to the runtime file beside the owner's token,
-   held by the Jupyter server extension): the caller is the user named by the
-   ``X-MA-Forwarded-User`` header, created as a non-admin on first sight.  The proxy token
-   without that header is refused.
+   held by the Jupyter server extension): the caller is the hub user named by the
+   ``X-MA-Forwarded-User`` header, in a namespace of its own: header ``alice`` acts as
+   ``hub:alice`` (:data:`~ma_jupyter.models.FORWARDED_PREFIX`), created as a non-admin on first
+   sight.  No service user's name has a ``:``, so a hub user named like the owner, an admin or
+   any other user is never that user: it sees only its own jobs (and those shared with others)
+   and is never an admin, whatever the store says.  The proxy token without that header is
+   refused.
 2. A user's token: the caller is that user.  ``X-MA-Forwarded-User`` is ignored, as is any other
    header naming a user: only a token says who calls.
 3. Anything else: 401.
@@ -27,7 +31,7 @@ import threading
 from dataclasses import dataclass
 
 from ..errors import Conflict, Forbidden, InvalidSpec, Unauthorized
-from ..models import FORWARDED_USER_HEADER, USER_PATTERN, User, UserToken
+from ..models import FORWARDED_PREFIX, FORWARDED_USER_HEADER, USER_PATTERN, User, UserToken
 from .store import Store
 
 TOKEN_BYTES = 32
@@ -117,8 +121,9 @@ class Directory:
         with self._lock:
             caller = self._forwarded_cache.get(name)
         if caller is None:
-            user = self.store.ensure_user(name)
-            caller = Caller(user.name, user.admin)
+            # rule 1: its own namespace, never an admin (admins are the service's own users)
+            user = self.store.ensure_user(FORWARDED_PREFIX + name)
+            caller = Caller(user.name, admin=False)
             with self._lock:
                 self._forwarded_cache[name] = caller
         return caller
@@ -148,7 +153,8 @@ class Directory:
 
         Raises:
             Forbidden: the caller is no admin.
-            Conflict: ``name`` is the owner, whose token the service makes at each start.
+            Conflict: ``name`` is the owner, whose token the service makes at each start, or a
+                forwarded hub user, who acts only through the Jupyter server extension.
             NotFound: no such user.
         """
         self._admin(caller, "give users tokens")
@@ -156,6 +162,11 @@ class Directory:
             raise Conflict(
                 f"{name} owns the service: its token is made at each start and written to "
                 "$MA_JUPYTER_HOME/service.json; restart the service for a new one"
+            )
+        if name.startswith(FORWARDED_PREFIX):
+            raise Conflict(
+                f"{name} is a JupyterHub user forwarded by the Jupyter server extension and has no "
+                "token; add a service user (`ma-jupyter users add NAME`) for a token"
             )
         token = new_token()
         user = self.store.set_token(name, token_hash(token))

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -201,6 +202,34 @@ sys.stdout.write("no newline at the end")
     assert (tmp_path / "logs" / "rank-0.log").read_bytes().decode() == (
         "waiting for data done\n\r 10%|#   |\r 100%|####|\r\nno newline at the end"
     )
+
+
+def test_a_progress_bar_is_one_line_of_the_node_log_however_long_it_is_redrawn(tmp_path):
+    """Rule 4 of the Copier: states redrawn with \\r are never cut into a line each at the hold
+    (here none: a plain unfinished line would go out at once); the rank file has each state as
+    it comes, for the live followers."""
+    from ma_jupyter.nodeside.rank_log import Copier
+
+    read_end, write_end = os.pipe()
+    node_read, node_write = os.pipe()
+    rank_path = tmp_path / "rank-0.log"
+    with open(rank_path, "ab") as rank_file:
+        copier = Copier(read_end, rank_file, b"[rank 0] ", out=node_write, hold=0.0)
+        thread = threading.Thread(target=copier.run, daemon=True)
+        thread.start()
+        for i in range(1, 4):
+            os.write(write_end, f"\rstep {i}/3".encode())
+            wait_for(lambda i=i: f"step {i}/3" in rank_path.read_text(), timeout=30)
+        os.write(write_end, b" done\n")
+        os.close(write_end)
+        thread.join(timeout=30)
+        copier.finish()
+    os.close(node_write)
+    with os.fdopen(node_read, "rb") as node_log:
+        text = node_log.read().decode()
+    os.close(read_end)
+    assert text == "[rank 0] \r[rank 0] step 1/3\r[rank 0] step 2/3\r[rank 0] step 3/3 done\n"
+    assert rank_path.read_bytes().decode() == "\rstep 1/3\rstep 2/3\rstep 3/3 done\n"
 
 
 # ------------------------------------------------------------------------------ rsh_agent

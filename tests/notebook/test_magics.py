@@ -248,11 +248,15 @@ TICKER = (
 def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_home):
     # well after the first lines, so the cell has shown some before the interrupt
     _interrupt_after(lambda: "tick 30\n" in _job_log(ma_home))
-    first = Run(ma_shell, "%%ma_train --name ticker\n" + TICKER)
-    assert first.error is None, first.stderr
-    handle = first.result.result
-    assert "detached" in first.job_text()
-    assert handle.status is JobStatus.running  # interrupting did not stop the job
+    first = Run(ma_shell, "%%ma_train --name ticker --out ticker\n" + TICKER)
+    # the cell ends as interrupted, so "Run All" stops there; the job goes on
+    assert isinstance(first.error, KeyboardInterrupt), (first.stdout, first.stderr)
+    handle = ma_shell.user_ns["ticker"]
+    said = first.job_text()
+    assert f"detached: job {handle.id} keeps running" in said
+    assert f"%ma_attach {handle.id}" in said and f"%ma_stop {handle.id}" in said
+    assert f"%ma_logs {handle.id} --follow" in said
+    assert handle.refresh().status is JobStatus.running  # interrupting did not stop the job
     shown_first = [line for line in first.job_text().splitlines() if line.startswith("tick ")]
     assert shown_first
 
@@ -271,17 +275,20 @@ def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_hom
     assert shown_second[-1] == f"tick {TICKS - 1}"
     assert second.result.result.status is JobStatus.succeeded
 
-    # a later attach has nothing new to show; --follow replays nothing either
+    # a later attach has nothing new to show; following the log shows it from its start
     third = Run(ma_shell, "%ma_attach")
     assert "succeeded" in third.text() and not re.search(r"tick \d", third.text())
-    fourth = Run(ma_shell, f"%ma_logs {handle.id} --follow")
-    assert not re.search(r"tick \d", fourth.job_text())
+    fourth = Run(ma_shell, f"%ma_logs {handle.id} --follow --lines 1000")
+    assert [line for line in fourth.job_text().splitlines() if line.startswith("tick ")] == [
+        f"tick {i}" for i in range(TICKS)
+    ]
 
 
 def test_stop_on_interrupt_stops_the_job(ma_shell, ma_home):
     _interrupt_after(lambda: "tick 2\n" in _job_log(ma_home))
-    run = Run(ma_shell, "%%ma_train --name stopper --stop-on-interrupt\n" + TICKER)
-    handle = run.result.result
+    run = Run(ma_shell, "%%ma_train --name stopper --stop-on-interrupt --out stopper\n" + TICKER)
+    assert isinstance(run.error, KeyboardInterrupt)
+    handle = ma_shell.user_ns["stopper"]
     assert handle.wait(timeout=60).status is JobStatus.stopped
 
 
@@ -404,6 +411,21 @@ def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path, own_outputs):
     assert f"/tb/{job.id}/" in frame and "<iframe" in frame
 
 
+def test_a_notebook_run_twice_keeps_its_names_working(ma_shell):
+    """Two jobs called envtest (the notebook ran twice): the name means the newer one, with a
+    note naming its id, in every magic that takes a JOB."""
+    first = Run(ma_shell, "%%ma_train --name envtest --out first\nprint('run one', flush=True)\n")
+    second = Run(ma_shell, "%%ma_train --name envtest --out second\nprint('run two', flush=True)\n")
+    assert first.error is None and second.error is None, second.stderr
+    newer = ma_shell.user_ns["second"]
+    run = Run(ma_shell, "%ma_logs envtest")
+    assert run.error is None, run.stdout + run.stderr
+    assert run.stdout.strip() == "run two"
+    assert f"your newest job of that name, {newer.id}" in run.stderr
+    run = Run(ma_shell, "%ma_events envtest")
+    assert run.error is None and newer.id in run.stderr
+
+
 def test_ma_logs_follow_from_start_and_rank_node_options(ma_shell):
     run = Run(ma_shell, "%%ma_train --name twice --no-follow --out t\nprint('only once', flush=True)\n")
     handle = ma_shell.user_ns["t"]
@@ -411,7 +433,8 @@ def test_ma_logs_follow_from_start_and_rank_node_options(ma_shell):
     run = Run(ma_shell, f"%ma_logs {handle.id} --follow")
     assert run.job_text().count("only once") == 1
     run = Run(ma_shell, f"%ma_logs {handle.id} --follow")
-    assert "only once" not in run.job_text()  # this notebook has shown it already
+    # from the start again: no follow of this job runs in the kernel now
+    assert run.job_text().count("only once") == 1 and "continuing" not in run.job_text()
     run = Run(ma_shell, f"%ma_logs {handle.id} --follow --from-start")
     assert run.job_text().count("only once") == 1
     run = Run(ma_shell, f"%ma_logs {handle.id} --node worker-0")

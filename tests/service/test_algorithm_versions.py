@@ -7,6 +7,7 @@ job is replaced; a link in the folder is a link)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 
@@ -244,3 +245,41 @@ def test_a_folder_edited_past_the_read_limit_while_queued_is_not_read_again_at_t
     assert queued.info.spec.algorithm_digest is None
     said = [e.reason for e in queued.events()]
     assert any(f"{folder} changed since the submit" in r and "not read again" in r for r in said), said
+
+
+def test_a_code_folder_holding_a_chain_too_deep_is_refused_at_the_submit(ma_service, tmp_path):
+    """A 1,100-deep chain of folders in an algorithm folder (a recursive walk raised
+    RecursionError on it, and the submit answered 500): the submit is refused with 422, naming
+    the folder and the bound, and nothing is made."""
+    from ma_jupyter.foldersize import MAX_DEPTH, remove_tree
+
+    folder = tmp_path / "algo"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('hi')\n")
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1100):  # each made relative to its parent's descriptor, as a job would
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(fd)
+    session = ma_service.session()
+    try:
+        for body in (
+            {"name": "deep", "algorithm": str(folder), "command": f"{PY} -c pass"},
+            {
+                "name": "deep",
+                "type": "batch",
+                "tasks": [{"algorithm": str(folder), "command": f"{PY} -c pass"}],
+            },
+        ):
+            reply = session.post(f"{ma_service.api}/jobs", json=body, timeout=120)
+            assert reply.status_code == 422, reply.text
+            answer = reply.json()
+            assert answer["error"] == "folder_refused", answer
+            assert str(folder) in answer["message"] and f"more than {MAX_DEPTH} deep" in answer["message"], (
+                answer
+            )
+        assert session.get(f"{ma_service.api}/jobs", timeout=10).json()["total"] == 0
+    finally:
+        assert remove_tree(folder).complete  # pytest's own clean-up would recurse

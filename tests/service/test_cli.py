@@ -26,6 +26,13 @@ def test_submit_wait_exit_codes(ma_cli):
     job_id = bad.stdout.split(":")[0]
     assert ma_cli("wait", job_id).returncode == 1
     assert ma_cli("wait", "ok").returncode == 0  # JOB may be the exact name of a single job
+    # the list says why a job failed, in its last column, and nothing for a plain success
+    listing = ma_cli("jobs").stdout.splitlines()
+    assert listing[0].split()[-1] == "REASON"
+    failed = next(line for line in listing if line.startswith(job_id))
+    assert "code 4" in failed.split("error", 1)[1], failed
+    succeeded = next(line for line in listing if " ok " in line)
+    assert "exited" not in succeeded, succeeded
 
 
 def test_submit_json_and_job_commands(ma_cli):

@@ -371,19 +371,48 @@ def test_other_users_are_held_back_by_the_jobs_access(ma_client):
         other.stop(shared.id)
 
 
-def test_a_job_reference_is_an_id_or_the_name_of_exactly_one_job(ma_client):
+def test_a_name_means_my_newest_job_of_that_name(ma_client, capsys):
+    """Running a notebook twice leaves two jobs of one name: the name means the newer one, and
+    a note says which id was meant; an id still means its job."""
     from ma_jupyter.client.resolve import resolve_job
 
     first = ma_client.submit(name="twin", command=py_command("print(1)"))
     second = ma_client.submit(name="twin", command=py_command("print(2)"))
     single = ma_client.submit(name="single", command=py_command("print(3)"))
     assert resolve_job(ma_client, first.id).id == first.id
+    assert capsys.readouterr().err == ""
     assert resolve_job(ma_client, "single").id == single.id
-    with pytest.raises(InvalidSpec) as info:
-        resolve_job(ma_client, "twin")
-    assert "2 jobs are called 'twin'" in info.value.message
-    assert info.value.message.index(second.id) < info.value.message.index(first.id)  # newest first
+    assert capsys.readouterr().err == ""  # one job of the name: nothing to say
+    assert resolve_job(ma_client, "twin").id == second.id
+    note = capsys.readouterr().err
+    assert f"your newest job of that name, {second.id}" in note and "1 older" in note
+    assert ma_client.get("twin").id == second.id  # Client.get takes what the CLI takes
+    assert ma_client.job("single").id == single.id
     with pytest.raises(NotFound, match="see `%ma_jobs`"):
         resolve_job(ma_client, "nobody", hint="`%ma_jobs`")
+    with pytest.raises(NotFound, match="no job has the id or name 'nobody'"):
+        ma_client.get("nobody")
     for handle in (first, second, single):
+        handle.wait(timeout=60, check=False)
+
+
+def test_other_users_jobs_never_make_my_name_ambiguous(ma_client):
+    from ma_jupyter.client.resolve import resolve_job
+
+    other = Client(token=ma_client.add_user("someone-else").token)
+    theirs = other.submit(name="hello", command=py_command("print('theirs')"))
+    # one job of the name, another user's: the name means it (`clone hello` of a shared job)
+    assert resolve_job(ma_client, "hello").id == theirs.id
+    mine = ma_client.submit(name="hello", command=py_command("print('mine')"))
+    assert resolve_job(ma_client, "hello").id == mine.id
+    assert resolve_job(other, "hello").id == theirs.id  # and theirs for them
+    assert ma_client.get("hello").id == mine.id
+    # two of theirs and none of mine: which one is theirs to pick, by id
+    again = other.submit(name="shared", command=py_command("print(1)"))
+    older = other.submit(name="shared", command=py_command("print(2)"))
+    with pytest.raises(InvalidSpec) as info:
+        resolve_job(ma_client, "shared")
+    assert "2 jobs of other users are called 'shared'" in info.value.message
+    assert info.value.message.index(older.id) < info.value.message.index(again.id)  # newest first
+    for handle in (theirs, mine, again, older):
         handle.wait(timeout=60, check=False)

@@ -338,3 +338,97 @@ def test_interrupt_and_input_reach_the_kernel_through_the_bridge(ma_client, tmp_
         kernel.stop_channels()
         manager.shutdown_kernel()
     assert _wait_terminal(ma_client, made.id) in (JobStatus.succeeded, JobStatus.stopped)
+
+
+# --------------------------------------------------- a kernel's peer that declares a huge frame
+
+#: the frame the fake kernel declares (8 GiB), and how much of it it sends at most
+DECLARED = 8 << 30
+SENDS_AT_MOST = 768 << 20
+#: what the bridge may grow by meanwhile: far below what it was sent
+GROWS_AT_MOST = 160 << 20
+
+
+def _zmtp_greeting(as_server: bool) -> bytes:
+    return (
+        b"\xff"
+        + b"\0" * 8
+        + b"\x7f"
+        + b"\x03\x00"
+        + b"NULL".ljust(20, b"\0")
+        + bytes([as_server])
+        + b"\0" * 31
+    )
+
+
+def _zmtp_ready(socket_type: bytes) -> bytes:
+    body = b"\x05READY" + b"\x0bSocket-Type" + len(socket_type).to_bytes(4, "big") + socket_type
+    return b"\x04" + bytes([len(body)]) + body
+
+
+def _rss_peak(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_a_kernel_peer_declaring_an_8_gib_frame_is_dropped_and_the_bridge_stays_small(tmp_path):
+    """The dev environment's code answers on the kernel socket itself, speaking ZMTP, and
+    declares an 8 GiB message: the bridge's socket towards the kernel (``kernel_socket``, as the
+    bridge makes them) drops the connection instead of allocating and filling it."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.helpers import wait_for
+
+    path = str(tmp_path / "k-1")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    listener.settimeout(120)
+    root = Path(__file__).resolve().parents[2]
+    bridge = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, zmq; from ma_jupyter.client.kernel_bridge import kernel_socket; "
+            "s = kernel_socket(zmq.Context(), zmq.DEALER); s.connect(sys.argv[1]); "
+            "print('connected', flush=True); time.sleep(600)",
+            f"ipc://{path}",
+        ],
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert bridge.stdout.readline().strip() == "connected"
+        peer, _ = listener.accept()
+        peer.settimeout(60)
+        peer.sendall(_zmtp_greeting(as_server=True) + _zmtp_ready(b"ROUTER"))
+        received = b""
+        while b"READY" not in received:  # the bridge's greeting and READY: the handshake is done
+            data = peer.recv(4096)
+            assert data, "the bridge closed during the handshake"
+            received += data
+        wait_for(lambda: _rss_peak(bridge.pid) > 0, timeout=30)
+        before = _rss_peak(bridge.pid)
+        peer.sendall(b"\x02" + DECLARED.to_bytes(8, "big"))  # a long final frame of 8 GiB
+        sent, chunk, dropped = 0, b"\0" * (1 << 20), False
+        while sent < SENDS_AT_MOST:
+            try:
+                peer.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                dropped = True
+                break
+            sent += len(chunk)
+        grown = _rss_peak(bridge.pid) - before
+        print(f"sent {sent >> 20} MiB of the declared frame; the bridge grew by {grown >> 20} MiB")
+        assert dropped, f"the bridge took {sent >> 20} MiB of a declared 8 GiB frame"
+        assert grown < GROWS_AT_MOST, grown
+    finally:
+        bridge.kill()
+        bridge.wait(30)
+        listener.close()

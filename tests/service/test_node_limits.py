@@ -338,3 +338,70 @@ def test_without_a_sandbox_the_watchdog_ends_a_node_past_its_process_limit(
     finally:
         svc.proc.terminate()
         svc.proc.wait(30)
+
+
+# ---------------------------------------------------------------- a chain of folders too deep
+
+# a chain of folders deeper than Python's recursion (each made relative to its parent's
+# descriptor: no path is longer than a name) in the job's outputs, its cache and its logs, a
+# file at the bottom of each; then a log flood past max_log_mb
+DEEP_CHAINS = r"""
+import os, sys, time
+def chain(at, depth=1100):
+    fd = os.open(at, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    bottom = os.open("hidden", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(bottom, b"x" * 4096)
+    os.close(bottom)
+    os.close(fd)
+    print("chain made in", at, flush=True)
+for at in ("/workspace/outputs", os.path.expanduser("~/.cache")):
+    os.makedirs(at, exist_ok=True)
+    chain(at)
+chain(os.environ["MA_RANK_LOG_DIR"])
+line = "flood " * 170 + "\n"
+chunk = line * ((1 << 20) // len(line))
+for _ in range(60):
+    sys.stdout.write(chunk)
+    sys.stdout.flush()
+    time.sleep(0.05)
+print("flood done", flush=True)
+"""
+
+
+def test_deep_folder_chains_keep_the_log_cap_the_cache_listing_and_deletion(quarter):
+    """A job's 1,100-deep chains (os.fwalk and shutil.rmtree raise RecursionError on them) in
+    its logs, outputs and cache: the watchdog still ends it for its logs (before, its thread
+    died and a job flooding 62.9 MB past max_log_mb 4 succeeded), GET /cache answers 200 to its
+    owner and the admin with the refusal marked (it answered 500), and deleting the job and
+    clearing the cache remove every file, the ones below the chains too."""
+    alice = quarter.user_session("alice")
+    job = submit_as(quarter, "alice", DEEP_CHAINS)
+    final = wait_status(quarter, job["id"], ENDED, timeout=180)
+    log = full_log(quarter, job["id"])
+    assert final["status"] == "error", (final, log[-2000:])
+    assert "[limits] max_log_mb" in final["reason"] and "deep" in final["reason"], final["reason"]
+    assert "chain made in /workspace/outputs" in log and "flood done" not in log
+    size = (quarter.home / "jobs" / job["id"] / "logs" / "worker-0.log").stat().st_size
+    print(f"the job's log ended at {size / (1 << 20):.1f} MB (max_log_mb 4): {final['reason']}")
+    assert size < 40 << 20
+    for session, query in ((alice, ""), (quarter.session(), "?all=true")):
+        reply = session.get(f"{quarter.api}/cache{query}", timeout=60)
+        assert reply.status_code == 200, reply.text
+        mine = [c for c in reply.json() if c["user"] == "alice"]
+        assert mine and "deep" in (mine[0]["refused"] or ""), reply.json()
+    cache = quarter.home / "caches" / "alice"
+    assert cache.is_dir()
+    folder = quarter.home / "jobs" / job["id"]
+    reply = alice.delete(f"{quarter.api}/jobs/{job['id']}", timeout=60)
+    assert reply.status_code == 204, reply.text
+    reply = alice.delete(f"{quarter.api}/cache", timeout=60)
+    assert reply.status_code == 200, reply.text
+    # removed on threads of their own: every entry, the files below the chains too
+    wait_for(lambda: not folder.exists() and not any((quarter.home / "jobs").glob(".deleted-*")), timeout=60)
+    wait_for(lambda: not any((quarter.home / "caches").glob(".deleted-*")), timeout=60)
+    assert not cache.exists() or not any(cache.iterdir())

@@ -167,3 +167,45 @@ def test_a_submit_whose_random_id_is_taken_gets_another(driven, monkeypatch):
     assert second.id == "same-000001" and sup.queue.ids() == [first.id, second.id]
     assert sup.store.get(first.id).created_at == first.created_at
     assert [e.reason for e in sup.store.events(second.id)] == ["submitted; 1 job(s) ahead in the queue"]
+
+
+# ------------------------------------------------------------------------- fair share
+
+
+@pytest.mark.small_cluster
+def test_one_users_forty_jobs_do_not_hold_back_another_users_one_job(driven):
+    """alice runs a blocker and fills the queue with forty one-minute jobs behind it; bob's one
+    job goes first at its priority (alice has a job running, bob none: a fair share), with an
+    estimated start, in the dry run and the submit's event too; when the blocker ends bob's job
+    starts, not alice's next."""
+    sup = driven
+    minute = {**ON_TINY, "duration": 60}
+    blocker = sup.submit(JobSpec(name="blocker", **{**ON_TINY, "duration": 3600}), creator="alice")
+    sup.tick()
+    assert sup.store.status(blocker.id) is JobStatus.running
+    flood = [sup.submit(JobSpec(name=f"a{i}", **minute), creator="alice") for i in range(40)]
+    assert sup.queue_position(flood[-1].id) == 39
+    plan = sup.plan(JobSpec(name="b", **minute, creator="bob"))
+    assert plan.queue_ahead == 0 and plan.estimated_start is not None
+    bob = sup.submit(JobSpec(name="b", **minute), creator="bob")
+    assert sup.queue_position(bob.id) == 0
+    assert [e.reason for e in sup.store.events(bob.id)] == ["submitted; 0 job(s) ahead in the queue"]
+    start = sup.estimated_start(bob.id)
+    assert start is not None  # once the blocker's hour is over
+    assert blocker.created_at.timestamp() + 3600 - 5 <= start.timestamp() < start.timestamp() + 3600 + 60
+    carol = sup.submit(JobSpec(name="c", **minute), creator="carol")
+    # every other user's next job goes before alice's, whose own keep their order
+    assert sup.queue.ids() == [bob.id, carol.id] + [j.id for j in flood]
+    assert sup.estimated_start(carol.id) is not None
+
+    sup.request_stop(blocker.id)
+    sup.tick()  # the stop is carried out on its own thread; the pass after it is an event's
+    assert sup.wait_idle()
+    sup.tick()  # tiny is free: bob's job starts
+    assert sup.store.status(bob.id) is JobStatus.running
+    assert sup.store.status(flood[0].id) is JobStatus.queued
+    # bob runs one job; alice and carol none, but carol was never served: she goes first
+    assert sup.queue.ids()[:3] == [carol.id, flood[0].id, flood[1].id]
+    # an urgent job still goes before every normal one, whoever submits it
+    urgent = sup.submit(JobSpec(name="u", **{**minute, "priority": "urgent"}), creator="alice")
+    assert sup.queue_position(urgent.id) == 0 and sup.queue_position(carol.id) == 1

@@ -69,9 +69,11 @@ def capped(ma_home, request):
 def test_the_admins_caps_come_from_cluster_toml(capped):
     s = capped.session()
     base = {"name": "capped", "command": SLEEP}
-    too_many = s.post(f"{capped.api}/jobs", json={**base, "fault_restart": {"max_restarts": 3}}, timeout=10)
-    assert too_many.status_code == 400 and too_many.json()["field"] == "fault_restart.max_restarts"
-    assert "cap of 2 ([limits] max_restarts" in too_many.json()["message"]
+    limit_reached = s.post(
+        f"{capped.api}/jobs", json={**base, "fault_restart": {"max_restarts": 3}}, timeout=10
+    )
+    assert limit_reached.status_code == 400 and limit_reached.json()["field"] == "fault_restart.max_restarts"
+    assert "cap of 2 ([limits] max_restarts" in limit_reached.json()["message"]
     too_long = s.post(f"{capped.api}/jobs", json={**base, "grace_period": 120}, timeout=10)
     assert too_long.status_code == 400 and too_long.json()["field"] == "grace_period"
     ok = submit(capped, **base, fault_restart={"max_restarts": 2}, grace_period=60)

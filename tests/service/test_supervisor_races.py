@@ -196,3 +196,52 @@ def test_a_launch_interrupted_by_a_crash_is_cleaned_up_and_started_once(ma_super
     again.tick()
     assert again.wait_idle()
     assert again.store.status(job.id) is JobStatus.stopped
+
+
+def test_the_first_start_read_of_a_folder_runs_off_the_lock(ma_supervisor, tmp_path, monkeypatch):
+    """A folder used as is is read again at its job's first start (a writable code folder of a
+    million files took over a second): that read runs off the supervisor's lock, so here, with
+    the read held, another user's submit answers and the job waits queued; once read, it starts
+    with the content it read (an edit made while it was queued)."""
+    from ma_jupyter import algorithm_content
+
+    sup = ma_supervisor
+    folder = tmp_path / "algo"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('first version')\n")
+    job = sup.submit(JobSpec(name="reads", algorithm=str(folder), command=f"{PY} -c pass"), creator="me")
+    at_submit = job.spec.algorithm_digest
+    (folder / "train.py").write_text("print('second version')\n")  # edited while it waits
+    reading, release = threading.Event(), threading.Event()
+    real = algorithm_content.digest_bounded
+
+    def held(*args, **kwargs):
+        reading.set()
+        assert release.wait(120), "the test never let the read go on"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(algorithm_content, "digest_bounded", held)
+    ticking = threading.Thread(target=sup.tick, daemon=True)
+    ticking.start()
+    try:
+        assert reading.wait(60), "the first start never read the folder"
+        submitted = []
+        other = threading.Thread(
+            target=lambda: submitted.append(
+                sup.submit(JobSpec(name="other", command=f"{PY} -c pass"), creator="you")
+            ),
+            daemon=True,
+        )
+        other.start()
+        other.join(30)
+        assert submitted, "another user's submit waited for the first-start read of a folder"
+        assert sup.store.status(job.id) is JobStatus.queued  # its placement is bound meanwhile
+    finally:
+        release.set()
+        ticking.join(60)
+    tick_until(sup, job.id, JobStatus.succeeded, timeout=120)
+    final = sup.store.get(job.id)
+    assert final.spec.algorithm_digest == algorithm_content.digest(folder) != at_submit
+    assert any(
+        f"algorithm folder {folder} changed since the submit" in e.reason for e in sup.store.events(job.id)
+    )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -12,10 +15,11 @@ import psutil
 import pytest
 import requests
 from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 from ma_jupyter.backends.local import LocalBackend
-from ma_jupyter.errors import InvalidSpec, RefusedFile
+from ma_jupyter.errors import Conflict, InvalidSpec, LimitReached, RefusedFile
 from ma_jupyter.models import Job, JobSpec
 from ma_jupyter.service.tensorboard import TensorBoardManager
 from tests.helpers import wait_for
@@ -171,3 +175,111 @@ def test_a_board_outlives_the_request_thread_that_asked_for_it(tmp_path, ma_mana
         assert requests.get(urls[0] + "data/runs", timeout=10).json() == ["run"]
         assert ma_manager._boards["job1"].alive()
         time.sleep(0.3)
+
+
+def write_images(folder, tags: int, megabytes_each: int = 1, steps: int = 10):
+    """What a hostile job leaves in its outputs: ``tags`` image summaries of ``steps`` images of
+    ``megabytes_each`` MB each (TensorBoard keeps 10 per tag).  The records' data checksums are
+    left zero (computing them in pure Python takes ~40 s for 100 MB here); TensorBoard's data
+    server loads such records all the same."""
+    folder.mkdir(parents=True, exist_ok=True)
+    blob = os.urandom(megabytes_each << 20)
+    path = folder / f"events.out.tfevents.{time.time_ns()}.images"
+    with open(path, "wb") as fh:
+        for step in range(steps):
+            for tag in range(tags):
+                image = summary_pb2.Summary.Image(height=1, width=1, colorspace=3, encoded_image_string=blob)
+                value = summary_pb2.Summary.Value(tag=f"image{tag}", image=image)
+                data = event_pb2.Event(
+                    wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])
+                ).SerializeToString()
+                header = struct.pack("<Q", len(data))
+                fh.write(header + struct.pack("<I", masked_crc32c(header)) + data + struct.pack("<I", 0))
+
+
+def test_a_board_past_its_memory_limit_is_ended_with_the_reason(ma_home, tmp_path):
+    """The hostile job: its outputs fill with image summaries while its board runs; the board,
+    not the service, ends once it holds more than its limit, and its state says why; another
+    job's board runs on."""
+    manager = TensorBoardManager(
+        LocalBackend().start_outputs_reader, idle_timeout=None, log_dir=tmp_path, memory_limit_mb=150
+    )
+    try:
+        quiet, hostile = tmp_path / "quiet", tmp_path / "hostile"
+        write_scalars(quiet / "run")
+        write_scalars(hostile / "run")
+        quiet_url = manager.start(job_over(quiet, "quiet"), "alice")
+        manager.start(job_over(hostile, "hostile"), "mallory")
+        pid = manager._boards["hostile"].proc.pid
+        assert manager.state("hostile")["state"] == "running"
+        write_images(hostile / "images", tags=12)  # ~120 MB, which the board loads
+        wait_for(lambda: manager.state("hostile")["state"] == "ended", timeout=180)
+        reason = manager.state("hostile")["reason"]
+        assert "tensorboard_memory_mb of 150 MB" in reason and "hostile" in reason, reason
+        wait_for(lambda: live_group_members(pid) == [], timeout=60)  # TERM, INT, then KILL
+        assert manager.running().keys() == {"quiet"}
+        assert requests.get(quiet_url + "data/runs", timeout=10).json() == ["run"]
+        # it counts no more against its starter
+        assert manager._held_by("mallory") == set()
+    finally:
+        manager.shutdown()
+
+
+def test_a_user_has_at_most_max_per_user_boards_starting_or_running(ma_home, tmp_path):
+    manager = TensorBoardManager(
+        LocalBackend().start_outputs_reader, idle_timeout=None, log_dir=tmp_path, max_per_user=2
+    )
+    try:
+        outputs = tmp_path / "outputs"
+        write_scalars(outputs / "run")
+        jobs = {name: job_over(outputs, name) for name in ("a", "b", "c", "d")}
+        url_a = manager.start(jobs["a"], "bob")
+        manager.start(jobs["b"], "bob")
+        with pytest.raises(LimitReached, match="max_tensorboards_per_user is 2") as refused:
+            manager.begin(jobs["c"], "bob")
+        assert refused.value.status == 429 and "a, b" in refused.value.message
+        assert "c" not in manager.running()
+        # another user is not held back by bob's boards, and a running board is reused by anyone
+        # without counting for them
+        manager.start(jobs["c"], "alice")
+        assert manager.start(jobs["a"], "alice") == url_a
+        manager.start(jobs["d"], "alice")
+        # a board bob's stopped (or that ended) frees his room
+        assert manager.stop("a") is True
+        assert manager.start(jobs["a"], "bob") != url_a
+    finally:
+        manager.shutdown()
+
+
+def test_a_start_waits_on_the_managers_thread_never_the_callers(tmp_path):
+    """Boards that never answer (TensorBoard loading for long) hold no caller: ``begin`` returns
+    at once for each, they start side by side, and stopping one that starts ends it."""
+    started: list[subprocess.Popen] = []
+
+    def silent_reader(job, argv, env, output):  # a board that never answers
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+        )
+        started.append(proc)
+        return proc
+
+    manager = TensorBoardManager(silent_reader, idle_timeout=None, start_timeout=600)
+    try:
+        futures = [manager.begin(job_over(tmp_path, f"slow{i}"), f"user{i}") for i in range(3)]
+        assert not any(f.done() for f in futures)
+        wait_for(lambda: len(started) == 3, timeout=60)  # all three launched, none waits for another
+        assert [manager.state(f"slow{i}")["state"] for i in range(3)] == ["starting"] * 3
+        assert manager.started_by("slow1") == "user1"
+        assert manager.begin(job_over(tmp_path, "slow1"), "user9") is futures[1]  # one start per job
+        for i in range(3):
+            assert manager.stop(f"slow{i}") is True
+        for future in futures:
+            with pytest.raises(Conflict, match="stopped while it started"):
+                future.result(timeout=60)
+        for proc in started:
+            assert proc.wait(30) is not None
+    finally:
+        manager.shutdown()
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()

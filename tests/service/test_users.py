@@ -24,7 +24,7 @@ import pytest
 import requests
 
 from ma_jupyter.client import Client
-from ma_jupyter.errors import Forbidden, NotFound, Unauthorized
+from ma_jupyter.errors import Forbidden, LimitReached, NotFound, Unauthorized
 from ma_jupyter.models import Job, JobStatus, clone_name
 from tests.conftest import SMALL_CLUSTER_TOML
 from tests.helpers import wait_for, writable_dir
@@ -34,6 +34,7 @@ PY = sys.executable
 REPO = str(Path(__file__).resolve().parents[2])
 CONSOLE_SCRIPT = str(Path(sys.executable).parent / "ma-jupyter")
 OWNER = pwd.getpwuid(os.geteuid()).pw_name
+SLEEPER = f'{PY} -c "import time; time.sleep(600)"'
 
 OPS = ("view", "list", "clone", "tensorboard", "priority", "duration", "stop", "delete")
 #: the seed's matrix: what another user may do, by the job's others' access
@@ -228,7 +229,19 @@ def test_tensorboard(team, access):
             assert url.startswith("http://127.0.0.1:") and f"/tb/{job.id}" in url
             shown = team.cli("bob", "tensorboard", job.id)
             assert shown.returncode == 0 and shown.stdout.strip() == url, shown.stderr
-            stopped = team.cli("bob", "tensorboard", job.id, "--stop")
+            if access == "ro":
+                # a ro user reads the board but never stops it: the owner may be reading it
+                with pytest.raises(Forbidden, match="stops a job's TensorBoard"):
+                    team.bob.stop_tensorboard(job.id)
+                _cli_refused(team.cli("bob", "tensorboard", job.id, "--stop"), "ro")
+                state = requests.get(
+                    f"{team.svc.api}/jobs/{job.id}/tensorboard",
+                    headers={"Authorization": f"Bearer {team.svc.tokens['bob']}"},
+                    timeout=30,
+                ).json()
+                assert state["state"] == "running" and state["url"] == url and state["started_by"] == "bob"
+                assert team.alice.tensorboard(job.id) == url  # still the same board
+            stopped = team.cli("alice" if access == "ro" else "bob", "tensorboard", job.id, "--stop")
             assert stopped.returncode == 0, stopped.stderr
         else:
             with pytest.raises(NotFound):
@@ -236,6 +249,24 @@ def test_tensorboard(team, access):
             _cli_refused(team.cli("bob", "tensorboard", job.id), access)
     finally:
         team.admin.stop_tensorboard(job.id)
+
+
+def test_a_ro_user_starting_boards_is_held_to_a_cap_of_its_own(team):
+    """bob may open the boards of alice's ro jobs, each counted against bob's own
+    ``[limits] max_tensorboards_per_user`` (4 by default), never against alice's."""
+    jobs = [
+        team.queued_job("ro", outputs=str(writable_dir(team.tmp / f"out-{uuid.uuid4().hex[:6]}")))
+        for _ in range(5)
+    ]
+    try:
+        for job in jobs[:4]:
+            assert f"/tb/{job.id}/" in team.bob.tensorboard(job.id)
+        with pytest.raises(LimitReached, match="max_tensorboards_per_user is 4"):
+            team.bob.tensorboard(jobs[4].id)
+        assert f"/tb/{jobs[4].id}/" in team.alice.tensorboard(jobs[4].id)  # the owner is not held back
+    finally:
+        for job in jobs:
+            team.admin.stop_tensorboard(job.id)
 
 
 @pytest.mark.parametrize("access", ["rw", "ro", "none"])
@@ -513,16 +544,22 @@ def test_a_forwarded_user_is_accepted_only_with_the_proxy_token(ma_service):
             headers["X-MA-Forwarded-User"] = user
         return requests.request(method, f"{api}{path}", headers=headers, timeout=30, **kw)
 
-    # with the proxy token: the forwarded user, created as a non-admin on first sight
+    # with the proxy token: the forwarded user, in the hub's namespace, a non-admin on first sight
     me = call(ma_service.proxy_token, "hub-carol")
-    assert me.status_code == 200 and me.json()["name"] == "hub-carol" and me.json()["admin"] is False
+    assert me.status_code == 200 and me.json()["name"] == "hub:hub-carol" and me.json()["admin"] is False
     made = call(
         ma_service.proxy_token, "hub-carol", "POST", "/jobs", json={"name": "c", "command": f"{PY} -c pass"}
     )
-    assert made.status_code == 201 and made.json()["spec"]["creator"] == "hub-carol"
+    assert made.status_code == 201 and made.json()["spec"]["creator"] == "hub:hub-carol"
+    # forwarded users act as themselves: the job is theirs
+    assert call(ma_service.proxy_token, "hub-carol", path=f"/jobs/{made.json()['id']}").status_code == 200
     assert call(ma_service.proxy_token, "hub-carol", path="/users").status_code == 403
-    # the owner forwarded is the owner
-    assert call(ma_service.proxy_token, OWNER).json()["admin"] is True
+    # a hub user named like the owner is not the owner (see test_forwarded_names_never_reach_...)
+    assert call(ma_service.proxy_token, OWNER).json() | {"created_at": None} == {
+        "name": f"hub:{OWNER}",
+        "admin": False,
+        "created_at": None,
+    }
     # with any other token the header is ignored; without a user the proxy token is refused
     assert call(alice_token, "hub-carol").json()["name"] == "alice"
     assert call(ma_service.token, "hub-carol").json()["name"] == OWNER
@@ -534,7 +571,52 @@ def test_a_forwarded_user_is_accepted_only_with_the_proxy_token(ma_service):
         refused = call(token, user)
         assert refused.status_code == 401 and refused.json()["error"] == "unauthorized", (user, refused.text)
     users = [u["name"] for u in call(ma_service.token, None, path="/users").json()]
-    assert "hub-carol" in users and "bad name" not in users
+    assert "hub:hub-carol" in users and "hub-carol" not in users and "bad name" not in users
+    # a forwarded user gets no token (it acts only through the Jupyter server extension)
+    token = call(ma_service.token, None, "POST", "/users/hub:hub-carol/token")
+    assert token.status_code == 409 and "JupyterHub user" in token.json()["message"]
+
+
+def test_forwarded_names_never_reach_the_owner_an_admin_or_a_user(ma_service):
+    """Hostile hub users name themselves like the owner, an admin and a user of the service: each
+    acts as ``hub:<name>``, a non-admin who cannot see, stop or delete their jobs, nor add users,
+    drain nodes or give tokens."""
+    api = ma_service.api
+    admin_token = ma_service.user_token("dana", admin=True)
+    erin_token = ma_service.user_token("erin")
+    victims = {}
+    for name, token in ((OWNER, ma_service.token), ("dana", admin_token), ("erin", erin_token)):
+        made = requests.post(
+            f"{api}/jobs",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"name": f"of-{name}", "command": SLEEPER, "access": "none", "grace_period": 1},
+            timeout=30,
+        )
+        assert made.status_code == 201, made.text
+        victims[name] = made.json()["id"]
+
+    for name, job in victims.items():
+        hub = {"Authorization": f"Bearer {ma_service.proxy_token}", "X-MA-Forwarded-User": name}
+
+        def call(method: str, path: str, hub=hub, **kw) -> requests.Response:
+            return requests.request(method, f"{api}{path}", headers=hub, timeout=30, **kw)
+
+        me = call("GET", "/users/me").json()
+        assert (me["name"], me["admin"]) == (f"hub:{name}", False)
+        assert call("GET", f"/jobs/{job}").status_code == 404, name
+        assert job not in [j["id"] for j in call("GET", "/jobs").json()["items"]], name
+        assert call("POST", f"/jobs/{job}/stop").status_code == 404, name
+        assert call("DELETE", f"/jobs/{job}").status_code == 404, name
+        assert call("GET", "/users").status_code == 403, name
+        assert call("POST", "/users", json={"name": f"x{uuid.uuid4().hex[:6]}"}).status_code == 403, name
+        assert call("POST", f"/users/{name}/token").status_code == 403, name
+        assert call("POST", "/nodes/node-0/drain").status_code == 403, name
+    # their jobs are untouched (none stopped), and the real owner still sees them all
+    owner = {"Authorization": f"Bearer {ma_service.token}"}
+    for job in victims.values():
+        seen = requests.get(f"{api}/jobs/{job}", headers=owner, timeout=30)
+        assert seen.status_code == 200 and seen.json()["status"] in ("queued", "running"), seen.text
+        assert requests.post(f"{api}/jobs/{job}/stop", headers=owner, timeout=30).status_code == 200
 
 
 # ------------------------------------------------------------------------------------- files

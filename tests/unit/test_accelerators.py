@@ -94,6 +94,28 @@ def test_a_card_whose_minor_number_differs_is_bound_by_its_node(fake_nvml, tmp_p
     assert "nvidia1 is gone" in accelerators.card_fault("gpu", 0)
 
 
+def test_a_card_the_machine_never_had_is_not_said_to_have_disappeared(fake_cards, tmp_path, monkeypatch):
+    # the machine shows one card; a [[node]] of cluster.toml declares two (cards 0 and 1)
+    fake_cards(1)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "nvidia0").write_text("")
+    monkeypatch.setattr(accelerators, "DEV", str(dev))
+    assert accelerators.card_fault("gpu", 0) is None
+    never = accelerators.card_fault("gpu", 1)
+    assert "disappeared" not in never
+    assert "card 1 is not on this machine" in never and "emulated = true" in never
+    # a card the machine showed, then lost, did disappear
+    (dev / "nvidia0").unlink()
+    assert "card 0 disappeared" in accelerators.card_fault("gpu", 0)
+    # also one seen only by a check (detection found none: no driver tool)
+    fake_cards(0)
+    (dev / "nvidia1").write_text("")
+    assert accelerators.card_fault("gpu", 1) is None
+    (dev / "nvidia1").unlink()
+    assert "card 1 disappeared" in accelerators.card_fault("gpu", 1)
+
+
 def test_no_cards_without_the_tools_or_when_turned_off(fake_cards, monkeypatch):
     fake_cards(2)
     monkeypatch.setenv(accelerators.ENV_CARDS, "none")

@@ -285,3 +285,77 @@ def test_a_peer_trickling_its_first_line_is_cut_off():
         stop.set()
         ours.close()
         theirs.close()
+
+
+def _peak_rss() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_a_kernel_declaring_an_8_gib_frame_through_the_relay_is_dropped_in_bounded_memory(tmp_path):
+    """What answers on the kernel's socket speaks ZMTP itself and declares an 8 GiB message: the
+    relay copies it a chunk at a time and the bridge's socket drops the connection, so neither
+    (both in this process) grows by what was sent."""
+    from tests.service.test_devenv_kernel import _zmtp_greeting, _zmtp_ready
+
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(folder / "k-1"))
+    listener.listen(8)
+    listener.settimeout(60)
+    outcome: dict = {}
+
+    def hostile_kernel() -> None:
+        while "dropped" not in outcome:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.settimeout(60)
+            received = b""
+            try:
+                conn.sendall(_zmtp_greeting(as_server=True) + _zmtp_ready(b"ROUTER"))
+                while b"READY" not in received:  # the relay's first look closes at once
+                    data = conn.recv(4096)
+                    if not data:
+                        break
+                    received += data
+            except OSError:
+                pass
+            if b"READY" not in received:
+                conn.close()
+                continue
+            conn.sendall(b"\x02" + (8 << 30).to_bytes(8, "big"))
+            sent, chunk = 0, b"\0" * (1 << 20)
+            try:
+                while sent < 768 << 20:
+                    conn.sendall(chunk)
+                    sent += len(chunk)
+            except OSError:
+                outcome["dropped"] = True
+            outcome["sent"] = sent
+            conn.close()
+            return
+
+    opened = KernelRelay(folder, "127.0.0.1")
+    door = kernel_bridge._Relay(_address(opened), again=lambda: _address(opened))
+    ctx = zmq.Context()
+    thread = threading.Thread(target=hostile_kernel, daemon=True)
+    thread.start()
+    before = _peak_rss()
+    try:
+        dealer = kernel_bridge.kernel_socket(ctx, zmq.DEALER)
+        dealer.connect(door.endpoint("k-1", time.monotonic() + 30))
+        thread.join(120)
+        grown = _peak_rss() - before
+        print(f"sent {outcome.get('sent', 0) >> 20} MiB of the frame; this process grew by {grown >> 20} MiB")
+        assert outcome.get("dropped"), outcome
+        assert grown < 160 << 20, grown
+    finally:
+        ctx.destroy(linger=0)
+        door.close()
+        opened.close()
+        listener.close()

@@ -56,7 +56,7 @@ LAYER_OF = {
 ALLOWED = {
     "errors": set(),
     # the one folder-size walk: the standard library only, for every layer that measures a folder
-    "foldersize": set(),
+    "foldersize": {"errors"},
     # the names inside a rank folder are spelled by the splitter that writes them (it starts
     # each rank before importing anything it can do without, jobdir included)
     "jobdir": {"errors", "nodeside"},
@@ -72,7 +72,7 @@ ALLOWED = {
     "accelerators": set(),
     "config": {"models", "errors", "jobdir", "accelerators"},
     # what of an algorithm folder is shipped, and its digest: the folder walk and the home
-    "algorithm_content": {"foldersize", "config"},
+    "algorithm_content": {"foldersize", "config", "errors"},
     # the text formats of tasks, images and mounts: pure string rules, for every front end
     "spectext": set(),
     # the TypeScript types, and the text formats the create form mirrors

@@ -123,3 +123,40 @@ def test_exec_env_fills_the_copy_reports_its_end_then_runs_the_command(tmp_path)
     os.close(write)
     assert failed.returncode == 3 and "RAN" not in failed.stdout and os.read(read, 100) == b""
     os.close(read)
+
+
+def test_a_chain_of_folders_deeper_than_recursion_in_the_working_copy_is_refused_saying_so(tmp_path, capsys):
+    """A job's 1,100-deep chain (made relative to a descriptor) in its working copy: the export
+    walked it recursively into RecursionError (a traceback); it ends with exit 1 naming the
+    bound, and a chain within it is still exported."""
+    from ma_jupyter.foldersize import remove_tree
+
+    src, dst, out = _source(tmp_path), tmp_path / "dst", tmp_path / "out"
+    dst.mkdir()
+    workdir.copy(str(src), str(dst), 1 << 20)
+    since = time.time_ns()
+    time.sleep(0.02)
+
+    def chain(depth: int, name: str) -> None:
+        fd = os.open(dst, os.O_RDONLY | os.O_DIRECTORY)
+        os.mkdir(name, dir_fd=fd)
+        below = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        os.close(os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+        os.close(fd)
+
+    try:
+        chain(300, "a")
+        assert workdir.main(["export", str(dst), str(out), str(since)]) == 0
+        assert "kept 1 file(s)" in capsys.readouterr().out
+        chain(1100, "b")
+        assert workdir.main(["export", str(dst), str(out), str(since)]) == 1
+        assert f"a chain of folders more than {workdir.MAX_DEPTH} deep" in capsys.readouterr().err
+    finally:
+        assert remove_tree(dst).complete and remove_tree(out).complete

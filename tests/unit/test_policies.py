@@ -581,3 +581,30 @@ def test_exit_texts_name_the_signal_that_ended_a_process():
         "node worker-0 exited with code 139: killed by signal 11 (SIGSEGV) "
         "(rank 1 exited with code 134: killed by signal 6 (SIGABRT))"
     )
+
+
+def test_disk_use_of_a_job_holding_a_deep_chain_counts_it(tmp_path):
+    """A job's 1,100-deep chain in its outputs made the reserve's measure raise RecursionError
+    every second (the reserve was never kept, the disk filled): the chain is walked to its
+    bottom, and what lies there counts."""
+    import os
+
+    from ma_jupyter.foldersize import remove_tree
+    from ma_jupyter.service.disk import disk_use
+
+    job = tmp_path / "job"
+    job.mkdir()
+    fd = os.open(job, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1100):
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    bottom = os.open("big.bin", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(bottom, b"x" * (1 << 20))
+    os.close(bottom)
+    os.close(fd)
+    try:
+        assert disk_use([job], os.stat(tmp_path).st_dev) >= 1 << 20
+    finally:
+        assert remove_tree(job).complete  # pytest's own clean-up would recurse

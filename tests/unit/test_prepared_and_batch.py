@@ -126,3 +126,39 @@ def test_a_dataset_the_account_cannot_read_is_refused_though_the_service_could(t
     else:
         raise AssertionError("nobody copied a file only root may read")
     assert not (tmp_path / "into").exists()  # nothing half made
+
+
+def test_a_dataset_holding_a_chain_too_deep_is_refused_clearly(tmp_path):
+    """The dataset walk recurses a few calls a level: a 1,100-deep chain (made relative to a
+    descriptor, as a user could) ended it with RecursionError, a traceback as the job's reason;
+    it is refused naming the bound, and a copy of it leaves nothing."""
+    import os
+
+    import pytest
+
+    from ma_jupyter.errors import RefusedFile
+    from ma_jupyter.foldersize import remove_tree
+    from ma_jupyter.untrusted import DATASET_DEPTH, DatasetWalk
+
+    data = tmp_path / "data"
+    data.mkdir()
+    fd = os.open(data, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1100):
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(fd)
+    into = tmp_path / "into"
+    into.mkdir()
+    src = os.open(data, os.O_RDONLY | os.O_DIRECTORY)
+    dest = os.open(into, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(RefusedFile, match=f"more than {DATASET_DEPTH} deep"):
+            DatasetWalk(str(data), 0).run(src)
+        with pytest.raises(RefusedFile, match=f"more than {DATASET_DEPTH} deep"):
+            DatasetWalk(str(data), 0).run(src, dest)
+    finally:
+        os.close(src)
+        os.close(dest)
+        assert remove_tree(data).complete and remove_tree(into).complete

@@ -43,7 +43,7 @@ def test_the_order_is_priority_then_submit_time_then_id():
     order = ["v3", "u1", "u2", "n0", "b1", "n1"]
     assert index.ids() == order
     assert [index.position(i) for i in order] == list(range(6))
-    assert index.ids() == [k[2] for k in sorted(queue_key(j) for j in jobs)]
+    assert index.ids() == [k[-1] for k in sorted(queue_key(j) for j in jobs)]
     assert index.position("nope") is None and len(index) == 6 and "u1" in index
 
 
@@ -77,11 +77,11 @@ def test_heads_give_the_first_job_of_each_shape_and_next_of_walks_a_shape():
     ]:
         index.put(j)
     heads = index.heads()
-    assert [(key[2], shape) for key, shape in heads] == [("b3", "big"), ("t0", "tiny")]
+    assert [(key[-1], shape) for key, shape in heads] == [("b3", "big"), ("t0", "tiny")]
     first_tiny = heads[1][0]
-    assert index.next_of("tiny", first_tiny)[2] == "t2"
+    assert index.next_of("tiny", first_tiny)[-1] == "t2"
     index.discard("t0")  # the job left the queue (started): its successor is still found
-    assert index.next_of("tiny", first_tiny)[2] == "t2"
+    assert index.next_of("tiny", first_tiny)[-1] == "t2"
     assert index.next_of("tiny", index.heads()[1][0]) is None
     index.discard("t2")
     assert [shape for _, shape in index.heads()] == ["big"] and index.next_of("tiny", first_tiny) is None
@@ -184,3 +184,75 @@ def test_a_job_avoiding_nodes_is_a_shape_of_its_own():
     index.load([avoiding, job("b1", age=1, node_name="big")])
     shapes = [shape for _, shape in index.heads()]
     assert len(shapes) == 2 and "big" in shapes and ("big", "excluding", ("n1",)) in shapes
+
+
+def test_within_a_priority_users_take_turns_counting_their_running_jobs():
+    index = QueueIndex(by_node)
+    for i in range(4):
+        index.put(job(f"a{i}", age=i, creator="alice"))
+    index.put(job("b0", age=10, creator="bob"))
+    index.put(job("c0", age=11, creator="carol"))
+    index.put(job("b1", age=12, creator="bob"))
+    index.put(job("s0", age=13))  # the service's own (no creator): a user of its own
+    assert index.ids() == ["a0", "b0", "c0", "s0", "a1", "b1", "a2", "a3"]
+    assert index.ahead(Priority.normal, "dave") == 4  # after every user's first job
+    assert index.ahead(Priority.normal, "bob") == 7  # after every second job, and alice's older third
+    assert index.ahead(Priority.normal, "alice") == 8
+    assert index.ahead(Priority.urgent, "alice") == 0
+    # alice's first starts: one more running, one fewer ahead; served now, her jobs go after
+    # those of the same share whose users were not
+    index.starting(job("a0", age=0, creator="alice"))
+    assert index.discard("a0")
+    assert index.ids() == ["b0", "c0", "s0", "b1", "a1", "a2", "a3"]
+    assert [index.position(i) for i in index.ids()] == list(range(7))
+    assert index.running() == {"a0": "alice"} and index.ahead(Priority.normal, "dave") == 3
+    # a queued job that stops leaves its user's later jobs one share up
+    assert index.discard("b0")
+    assert index.ids() == ["c0", "b1", "s0", "a1", "a2", "a3"]
+    # alice's job ended (back to share 0, but served last), bob has two running
+    index.set_running({"x1": "bob", "x2": "bob"})
+    assert index.ids() == ["c0", "s0", "a1", "a2", "a3", "b1"]
+    index.put(job("a2", "urgent", age=2, creator="alice"))  # a priority change: its group changes
+    assert index.ids() == ["a2", "c0", "s0", "a1", "a3", "b1"]
+    assert [key[-1] for key, _ in index.heads()] == ["a2"]
+    # after a restart the shares are the same once the index knows what runs; the turns start afresh
+    again = QueueIndex(by_node)
+    again.load(
+        [job("a1", age=1, creator="alice"), job("a3", age=3, creator="alice")]
+        + [job("a2", "urgent", age=2, creator="alice"), job("b1", age=12, creator="bob")]
+        + [job("c0", age=11, creator="carol"), job("s0", age=13)]
+    )
+    again.set_running({"x1": "bob", "x2": "bob"})
+    assert again.ids() == ["a2", "a1", "c0", "s0", "a3", "b1"]
+    assert [again.next_of(None, key)[-1] for key, _ in again.heads()] == ["a1"]
+
+
+def test_a_user_whose_job_just_ended_waits_for_the_others_turn():
+    """One node, alice's flood and bob's one job: each time alice's job ends she is back to
+    the share of bob, who waits; bob goes first, having been served longest ago."""
+    index = QueueIndex(by_node)
+    for i in range(3):
+        index.put(job(f"a{i}", age=i, creator="alice"))
+    index.starting(job("a0", age=0, creator="alice"))
+    index.discard("a0")
+    index.put(job("b0", age=10, creator="bob"))
+    assert index.ids() == ["b0", "a1", "a2"]
+    index.set_running({})  # a0 ended: alice and bob both have nothing running
+    assert index.ids() == ["b0", "a1", "a2"]
+
+
+def test_many_jobs_moved_at_once_keep_the_order_and_the_shapes_exact():
+    """A user's turn moves all of their queued jobs (re-sorted at once past a few dozen)."""
+    index = QueueIndex(by_node)
+    alice = [job(f"a{i:02}", age=i, creator="alice", node_name="big" if i % 2 else "tiny") for i in range(60)]
+    for j in alice:
+        index.put(j)
+    index.put(job("b0", age=100, creator="bob", node_name="tiny"))
+    assert index.ids()[:2] == ["a00", "b0"]
+    index.starting(alice[0])  # alice served: every one of her jobs moves behind bob's at share 0
+    assert index.discard("a00")
+    assert index.ids() == ["b0"] + [j.id for j in alice[1:]]
+    assert [index.position(i) for i in index.ids()] == list(range(60))
+    heads = index.heads()
+    assert [key[-1] for key, _ in heads] == ["b0", "a01"]
+    assert index.next_of("tiny", heads[0][0])[-1] == "a02"

@@ -202,3 +202,14 @@ def test_a_terminal_safe_stream_neutralises_every_write():
         stream.control("\x1b[H")  # the CLI's own redraw passes as it is
     assert plain.getvalue() == "^[]52;c;eA==^G ok\n\x1b[H"
     assert tty.getvalue() == "^[]52;c;eA==^G \x1b[32mok\x1b[0m\n\x1b[H"
+
+
+def test_a_line_redrawn_in_place_fits_one_terminal_row():
+    from ma_jupyter.frontends.render import fit_width
+
+    assert fit_width("short", 80) == "short"
+    assert fit_width("x" * 100, 80) == "x" * 79  # one column left for the cursor
+    assert fit_width("界" * 50, 21) == "界" * 10  # a wide character takes two columns
+    # a job's control characters are shown, never passed (and counted as shown)
+    assert fit_width("a\x1b]0;title\x07b", 80) == "a^[]0;title^Gb"
+    assert fit_width("\x1b[31mred\x1b[0m", 80) == "red"

@@ -43,6 +43,7 @@ def agent(tmp_path):
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "agent.stderr", "w"),  # what the agent says (no traceback)
         text=True,
     )
     assert "debug terminal ready" in proc.stdout.readline()
@@ -109,6 +110,7 @@ def test_the_agents_frames_are_the_backend_contracts():
         base.SHELL_RESIZE,
     )
     assert agent_wire.HEADER.format == base.SHELL_FRAME_HEADER
+    assert agent_wire.MAX_FRAME == base.SHELL_MAX_FRAME
     assert agent_wire.JOB_SECRET_ENV == base.JOB_SECRET_ENV
 
 
@@ -154,3 +156,76 @@ def test_an_unknown_terminal_size_becomes_24_by_80():
     finally:
         os.close(master)
         os.close(slave)
+
+
+def test_resizes_of_any_shape_are_refused_on_the_terminal_and_the_shell_goes_on(agent):
+    import json
+
+    from ma_jupyter.nodehost.agent_wire import HEADER, recv_frame, send_frame
+
+    job, secret, folder = agent
+    conn = shell_agent.connect(job, "worker-0", secret, 24, 80)
+    conn.settimeout(60)  # a dead shell fails the test, never hangs it
+    hostile = [
+        b'{"rows": 1e400, "cols": 5}',
+        b"[" * 5000 + b"]" * 5000,
+        b'{"rows": "a", "cols": 80}',
+        b"[]",
+        b"\xff",
+    ]
+    for payload in hostile:
+        send_frame(conn, shell_agent.RESIZE, payload)
+    send_frame(conn, shell_agent.RESIZE, json.dumps({"rows": 33, "cols": 77}).encode())
+    send_frame(conn, shell_agent.DATA, b"stty size; exit 6\n")
+    seen, code = b"", None
+    with conn:
+        while code is None:
+            channel, payload = recv_frame(conn)
+            if channel == shell_agent.DATA:
+                seen += payload
+            elif channel == shell_agent.EXIT:
+                code = int(payload)
+    assert code == 6 and b"33 77" in seen, seen
+    assert seen.count(b"shell_agent: refused: a resize") == len(hostile), seen
+    assert "Traceback" not in (folder / "agent.stderr").read_text()
+    # a frame declaring more than a frame may carry ends that terminal only, not the agent
+    conn = shell_agent.connect(job, "worker-0", secret, 24, 80)
+    conn.settimeout(60)
+    with conn:
+        conn.sendall(HEADER.pack(shell_agent.DATA, 0xFFFFFFFF))
+        while True:  # the shell is hung up: its end comes back
+            channel, payload = recv_frame(conn)
+            if channel == shell_agent.EXIT:
+                break
+    # the agent still serves a new terminal
+    conn = shell_agent.connect(job, "worker-0", secret, 24, 80, command=["sh", "-c", "exit 9"])
+    conn.settimeout(60)
+    with conn:
+        while (frame := recv_frame(conn))[0] != shell_agent.EXIT:
+            pass
+    assert frame[1] == b"9"
+
+
+def test_requests_of_any_shape_are_refused_without_killing_the_agent(agent):
+    import socket
+
+    from ma_jupyter.nodehost.agent_wire import recv_frame
+
+    job, secret, folder = agent
+    for request in (
+        f'{{"secret": "{secret}", "rows": 1e400, "cols": 5}}\n'.encode(),
+        b"[" * 2000 + b"\n",
+        f'{{"secret": "{secret}", "rows": true, "cols": [1]}}\n'.encode(),
+    ):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(60)
+            conn.connect(shell_agent.socket_name(job, "worker-0"))
+            conn.sendall(request)
+            assert conn.recv(100) == b""  # closed, having served nothing
+    assert "Traceback" not in (folder / "agent.stderr").read_text()
+    conn = shell_agent.connect(job, "worker-0", secret, 24, 80, command=["sh", "-c", "exit 9"])
+    conn.settimeout(60)
+    with conn:
+        while (frame := recv_frame(conn))[0] != shell_agent.EXIT:
+            pass
+    assert frame[1] == b"9"

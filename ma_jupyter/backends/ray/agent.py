@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import tempfile
 import threading
 import time
@@ -42,6 +41,7 @@ import ma_jupyter
 
 from ... import accelerators, config
 from ...errors import Conflict, InvalidSpec, RefusedFile
+from ...foldersize import remove_tree
 from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
 from ...modes.base import TaskSlot
@@ -247,13 +247,14 @@ class NodeAgent:
 
     def remove_job(self, node_root: str, job_id: str) -> bool:
         """Remove the job folder ``node_root/<job_id>`` on this node (a deleted job); whether
-        there was one.  Links are removed, never followed (``shutil.rmtree``); a job id that is
+        there was one.  Links are removed, never followed, at any depth
+        (:func:`ma_jupyter.foldersize.remove_tree`); a job id that is
         not a plain folder name is refused, so nothing outside ``node_root`` is touched."""
         check_job_id(job_id)
         folder = Path(node_root) / job_id
         if not folder.is_dir() or folder.is_symlink():
             return False
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
         return True
 
     # --------------------------------------------------------------------- kernels

@@ -32,7 +32,12 @@ admin), and speaks the wire of :mod:`ma_jupyter.kernel_access`:
    attempt's nodes run in a network namespace of their own, joined to its other machines by its
    overlay, where nothing of the machine's network is reachable; where a machine cannot make
    one, the nodes are fenced off the ports that listen when they start (:mod:`.fence`), which a
-   relay started after them is not.  The secret is what keeps every other caller out.
+   relay started after them is not.  The secret is what keeps every other caller out;
+6. what a kernel sends is never held whole: the relay copies each direction a chunk
+   (:data:`CHUNK`) at a time, so a kernel declaring a frame of any size costs it one chunk per
+   connection; the bridge at the other end takes no message over
+   :data:`~ma_jupyter.kernel_access.MAX_KERNEL_MESSAGE` and drops the connection of one that
+   declares more, which ends the relay's connection too.
 """
 
 from __future__ import annotations

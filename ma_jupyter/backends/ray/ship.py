@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import tarfile
 from pathlib import Path
 
@@ -32,6 +31,8 @@ def folder_size(folder: str | Path, limit: int = MAX_BYTES) -> int:
 
     Raises:
         InvalidSpec: the folder is bigger than ``limit``: it is not shipped.
+        FolderRefused: the walk refuses it (a chain of folders too deep, too many entries):
+            nor is it then (tarfile's walk recurses once per level).
     """
     total = foldersize.folder_size([folder], limit=limit).bytes
     if total > limit:
@@ -62,14 +63,14 @@ def unpack(archive: bytes, target: str | Path) -> None:
     """
     target = Path(target)
     partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    foldersize.remove_tree(partial)
     partial.mkdir(parents=True)
     os.chmod(partial, 0o755)  # the node's account reads it through the sandbox's bind
     try:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
             tar.extractall(partial, filter="data")
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        foldersize.remove_tree(partial)
         raise
-    shutil.rmtree(target, ignore_errors=True)
+    foldersize.remove_tree(target)
     os.replace(partial, target)

@@ -10,7 +10,14 @@ was shown, so a later attach continues there instead of replaying.
 
 :func:`follow_job` ties both together for ``%%ma_train``, ``%ma_logs --follow`` and
 ``%ma_attach``: it returns when the job ends, raises :class:`JobFailed` when it ended in error,
-and turns a KeyboardInterrupt into a detach (the job keeps running) unless asked to stop it.
+and on a KeyboardInterrupt detaches (the job keeps running, the cell says how to follow, stop or
+attach it again) unless asked to stop it, then raises the KeyboardInterrupt again, so the cell
+ends as interrupted and "Run All" stops there.
+
+A line the job is still writing (a progress bar redrawn with ``\r``, no newline yet) is shown
+as it stands, one line per stream under the finished lines, replaced in place while it
+changes; it becomes a line like any other once its newline comes (the saved output keeps the
+last state only).  Printed lines (papermill) are whole lines only.
 
 Where no front end shows a display updated in place (:func:`live_display_shown`: a notebook
 run headless by papermill or ``nbconvert --execute``, a terminal IPython), the lines go to
@@ -43,6 +50,10 @@ MAX_LINE_CHARS = 4000
 RENDER_INTERVAL = 0.05  # seconds between display updates while lines arrive
 SERVICE_PATIENCE = 120.0  # seconds a follower waits for a job service that stopped answering
 
+#: the jobs a cell of this kernel follows live right now (``%ma_logs --follow`` of one of them
+#: continues where that follow is, instead of from the start)
+following: set[str] = set()
+
 
 def live_display_shown() -> bool:
     """Whether the front end shows a display updated in place, decided in this order:
@@ -72,6 +83,11 @@ def live_display_shown() -> bool:
     except Exception:  # an older or different kernel: keep the display
         return True
     return bool((parent.get("content") or {}).get("allow_stdin", True))
+
+
+def shown_line(line: str) -> str:
+    """A log line as a cell shows it (:func:`_cut`)."""
+    return _cut(line)
 
 
 def _cut(line: str) -> str:
@@ -156,6 +172,9 @@ class LiveLog:
         self.footer = ""
         self.log_hint = log_hint
         self.offsets: dict[str, int] = {}
+        #: each stream's line still being written, as it stands, and what goes before it
+        #: (shown under the lines)
+        self.partials: dict[StreamKey, tuple[str, str]] = {}
         self.stream_to = stream_to
         self.several = several
         self._dirty = True
@@ -189,6 +208,7 @@ class LiveLog:
                 where = f" (the full log: {self.log_hint})" if self.log_hint else ""
                 parts.append(f"… {self.buffer.skipped} earlier lines not shown{where}")
             parts.extend(self.buffer.text_lines(self.several))
+            parts.extend(prefix + _cut(text) for prefix, text in self.partials.values())
         if self.footer:
             parts.append(self.footer)
         return "\n".join(parts)
@@ -210,6 +230,19 @@ class LiveLog:
                 for key, line in items
             )
         )
+
+    def set_partials(self, changed: dict[StreamKey, str], prefix: Callable[[StreamKey], str]) -> None:
+        """Update the lines still being written (:meth:`JobFollower.take_partials`: per stream,
+        the line as it stands, "" once none; ``prefix``: what goes before it, the follower's
+        :meth:`~JobFollower.prefix`); not shown while streaming (whole lines only)."""
+        if self.streaming or not changed:
+            return
+        for key, text in changed.items():
+            if text:
+                self.partials[key] = (prefix(key), text)
+            else:
+                self.partials.pop(key, None)
+        self._dirty = True
 
     def _write(self, text: str) -> None:
         """Print job-made ``text`` on the plain stream (papermill's, a terminal IPython's) by
@@ -308,10 +341,13 @@ def follow_job(
             to stdout as they come.
 
     Returns:
-        The job as last seen (terminal unless the follow was interrupted).
+        The job as last seen (terminal).
 
     Raises:
         JobFailed: the job ended in error or expired (its message shows the last lines).
+        KeyboardInterrupt: the follow was interrupted, again once the cell has said that the job
+            keeps running and how to come back to it (or that its stop was requested), and the
+            offsets shown went to ``on_progress``.
     """
     if live_display is None:
         live_display = live_display_shown()
@@ -335,6 +371,7 @@ def follow_job(
     live.render(force=not live.streaming)
     last_progress = time.monotonic()
     unavailable_since = 0.0
+    following.add(job_id)
     try:
         while True:
             # wait for lines, but never past the moment a pending render is due
@@ -342,6 +379,7 @@ def follow_job(
             items = follower.drain(timeout=max(0.0, min(RENDER_INTERVAL, wait)))
             live.several = follower.several
             live.add(items)
+            live.set_partials(follower.take_partials(), follower.prefix)
             live.offsets = dict(follower.offsets)
             now = time.monotonic()
             if follower.refresh_due():
@@ -373,22 +411,24 @@ def follow_job(
     except KeyboardInterrupt:
         follower.stop()
         live.add(follower.drain())
+        live.partials.clear()  # the record's offsets stop before it: an attach shows it whole
         live.offsets = dict(follower.offsets)
         if stop_on_interrupt:
             client.stop(job_id)
-            live.set_footer(f"interrupted: stop requested for job {job_id}")
+            footer = f"interrupted: stop requested for job {job_id}"
         else:
-            live.set_footer(
-                f"detached: job {job_id} keeps running; `%ma_logs {job_id} --follow` or `%ma_attach` continues here"
-            )
+            footer = detached_message(job_id)
+        live.set_footer(footer)
         live.set_status(status_line(job))
         live.finish()
         if on_progress:
             on_progress(dict(follower.offsets))
-        return job
+        raise  # the cell ends as interrupted: "Run All" stops here
     finally:
         follower.stop()
+        following.discard(job_id)
     live.offsets = dict(follower.offsets)
+    live.partials.clear()  # the job's end made every unfinished line a line
     _show_alerts(client, job_id, live, events_seen)
     for why in follower.unavailable.values():  # one line per stream whose node took its log
         live.alert(why)
@@ -410,6 +450,17 @@ def follow_job(
             log_tail="\n".join(tail),
         )
     return job
+
+
+def detached_message(job_id: str) -> str:
+    """What an interrupted follow says: the job keeps running, and how to follow it again,
+    stop it or attach to it (by id: its name may mean a newer job by then)."""
+    return (
+        f"detached: job {job_id} keeps running (the interrupt stopped only this cell)\n"
+        f"  follow it again:  %ma_attach {job_id}   (continues where this cell stopped)\n"
+        f"  its whole log:    %ma_logs {job_id} --follow\n"
+        f"  stop it:          %ma_stop {job_id}"
+    )
 
 
 def alert_line(event) -> str:

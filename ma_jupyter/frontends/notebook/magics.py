@@ -363,7 +363,7 @@ class MaJupyterMagics(Magics):
             status = job.status.value
             if job.status is JobStatus.queued and job.queue_position is not None:
                 status += f" (#{job.queue_position + 1})"
-            if job.tasks:
+            if job.task_counts:
                 status += f"; tasks: {render.task_summary(job)}"
             rows.append(
                 [
@@ -493,8 +493,9 @@ class MaJupyterMagics(Magics):
     def ma_logs(self, line: str):
         """A job's log: ``%ma_logs JOB [--follow] [--node worker-0] [--rank R] [--tail N]``.
 
-        ``--follow`` continues live from where this notebook last showed the log (nothing is
-        shown twice) until the job ends; ``--from-start`` replays it all.
+        ``--follow`` shows the log live from its start until the job ends; only while this
+        kernel already follows the job live (another cell's follow) does it continue where that
+        one is (nothing shown twice).  ``%ma_attach`` continues where the notebook left off.
         """
         from ...client.logs import stream_label
         from .. import jobactions, render
@@ -507,7 +508,11 @@ class MaJupyterMagics(Magics):
         parser.add_argument("--node", help="node, e.g. worker-0 (default: every node)")
         parser.add_argument("--rank", type=int, help="one rank's log of the node")
         parser.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
-        parser.add_argument("--from-start", action="store_true", help="with --follow: start at the beginning")
+        parser.add_argument(
+            "--from-start",
+            action="store_true",
+            help="with --follow: start at the beginning also while this kernel follows the job live",
+        )
         parser.add_argument(
             "--lines", type=int, default=live.DEFAULT_MAX_LINES, help="lines a followed cell keeps"
         )
@@ -519,7 +524,8 @@ class MaJupyterMagics(Magics):
         client = get_client()
         handle = resolve_job(client, args.job)
         if args.follow:
-            offsets = {} if args.from_start else notebook_record.offsets(handle.id)
+            live_now = handle.id in live.following and not args.from_start
+            offsets = notebook_record.offsets(handle.id) if live_now else {}
             stream = (args.node, args.rank) if args.node else None
             if stream is not None:
                 # an unknown node or rank is a NotFound now, not a follow that never ends

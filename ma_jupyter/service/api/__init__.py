@@ -13,7 +13,7 @@ module                    routes
 :mod:`.logs`              ``GET /jobs/{id}/logs``, ``GET /jobs/{id}/logs/read``
 :mod:`.nodes`             ``GET /specs``, ``GET /nodes``, ``POST /nodes/{name}/drain|undrain``
 :mod:`.cluster`           ``GET /cluster``
-:mod:`.tensorboard`       ``POST|DELETE /jobs/{id}/tensorboard``
+:mod:`.tensorboard`       ``POST|GET|DELETE /jobs/{id}/tensorboard``
 :mod:`.caches`            ``GET|DELETE /cache``
 :mod:`.data`              ``GET /data``, ``DELETE /data/{key}``
 :mod:`.users`             ``GET /users/me``, ``GET|POST /users``, ``DELETE /users/{name}``,

@@ -24,6 +24,7 @@ from fastapi import Depends, Path, Request
 from starlette.requests import HTTPConnection
 
 from ...backends.base import Backend
+from ...config import Limits
 from ...errors import NotFound
 from ...models import FORWARDED_USER_HEADER, JobStatus
 from .. import access
@@ -32,6 +33,7 @@ from ..health import NodeHealth
 from ..queue import QueueIndex
 from ..resources import ResourceSampler
 from ..scheduler import Scheduler
+from ..sessions import SessionCaps
 from ..store import Store
 from ..tensorboard import TensorBoardManager
 from ..users import Caller, Directory
@@ -70,6 +72,8 @@ class Services:
         favourites: each user's favourite algorithm folders.
         urgent_lock: held while an urgent submit or priority raise counts the creator's urgent
             jobs and adds one, so two at once cannot both pass the cap (:func:`.access.check_urgent_quota`).
+        sessions: the debug terminals and log followers open, capped per job and per user, and
+            the thread pool that reaches into nodes (:mod:`..sessions`).
     """
 
     supervisor: Supervisor
@@ -83,6 +87,7 @@ class Services:
     tensorboards: TensorBoardManager | None
     favourites: Favourites
     urgent_lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
+    sessions: SessionCaps = field(default_factory=lambda: SessionCaps(Limits), compare=False)
 
     @classmethod
     def of(
@@ -100,6 +105,7 @@ class Services:
             users=users,
             tensorboards=tensorboards,
             favourites=Favourites(supervisor.store),
+            sessions=SessionCaps(lambda: supervisor.scheduler.cluster.limits),
         )
 
     def can_see(self, job_id: str, user: Caller) -> bool:

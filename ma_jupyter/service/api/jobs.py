@@ -7,19 +7,22 @@ of one of the job's nodes: :mod:`..devenv`), ``POST /jobs/{id}/kernel`` (how to 
 environment's kernel).
 
 Every job the caller gets is :func:`as_seen`: with what the caller may do with it and, while
-queued, its queue position.  What the caller may do is :mod:`..access`'s matrix.
+queued, its queue position.  What the caller may do is :mod:`..access`'s matrix.  The listing
+gives each job's :class:`~ma_jupyter.models.JobSummary` (bounded whatever its spec holds);
+``GET /jobs/{id}`` the whole job.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from fastapi import APIRouter, Body, Header, Query
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ...errors import Conflict, InvalidSpec, NotFound
+from ...errors import Conflict, InvalidSpec, LimitReached, NotFound, PayloadTooLarge
 from ...models import (
     API_PREFIX,
     Event,
@@ -28,6 +31,7 @@ from ...models import (
     JobSort,
     JobSpec,
     JobStatus,
+    JobSummary,
     JobType,
     KernelRoute,
     Plan,
@@ -39,6 +43,7 @@ from ...models import (
 from .. import access, algorithms, devenv
 from ..access import Op
 from ..logs import MAX_WAIT
+from ..sessions import check_count
 from ..users import Caller
 from .deps import (
     IDEMPOTENCY_HEADER,
@@ -56,6 +61,10 @@ from .schema import SPEC_BODY, UPDATE_BODY
 
 router = APIRouter(prefix=API_PREFIX)
 
+#: whole jobs a listing reads from the store at a time (see ``list_jobs``)
+LIST_CHUNK = 10
+#: the statuses of a job not ended (a dev environment in one counts against its caps)
+LIVE = tuple(s for s in JobStatus if not s.is_terminal())
 #: seconds a force-delete answer waits (asynchronously) for the job to stop before answering 202
 FORCE_DELETE_WAIT = 10.0
 
@@ -99,22 +108,60 @@ def submit(
 def _submit(services: Services, user: Caller, spec: JobSpec, idempotency_key: str | None) -> Job:
     # access.py's rules 1, 2, 4 and 5, in order (rule 3 comes with the preflight, after the
     # mount rules); a retried submit (same key, same user) gets the job the first one created,
-    # also when the cap was reached since.
+    # also when the cap was reached since.  Then the per-user bounds (_check_spec_bytes,
+    # _queued_quota): counted and the job added under the user's own lock, so two submits at
+    # once cannot both pass, while other users' submits never wait for it.
     rules = access.load_rules()
     spec = access.new_job_spec(spec, user, rules)
     access.check_priority(user, spec.priority)
+    limits = services.scheduler.cluster.limits
+    _check_spec_bytes(spec, limits.max_spec_bytes)
     supervisor = services.supervisor
-    if spec.priority is not Priority.urgent or user.admin:
-        job = supervisor.submit(spec, creator=user.name, idempotency_key=idempotency_key)
-    else:
-        with services.urgent_lock:
-            job = supervisor.submit(
-                spec,
-                creator=user.name,
-                idempotency_key=idempotency_key,
-                admit=lambda: _urgent_quota(services, user, user.name, rules),
-            )
+
+    def admit() -> None:
+        _queued_quota(services, user.name, limits.max_queued_jobs_per_user)
+        if spec.priority is Priority.urgent and not user.admin:
+            _urgent_quota(services, user, user.name, rules)
+
+    with _submit_lock(user.name):
+        if spec.priority is not Priority.urgent or user.admin:
+            job = supervisor.submit(spec, creator=user.name, idempotency_key=idempotency_key, admit=admit)
+        else:
+            with services.urgent_lock:
+                job = supervisor.submit(spec, creator=user.name, idempotency_key=idempotency_key, admit=admit)
     return as_seen(services, job, user)
+
+
+_SUBMIT_LOCKS: dict[str, threading.Lock] = {}
+_SUBMIT_LOCKS_GUARD = threading.Lock()
+
+
+def _submit_lock(user: str) -> threading.Lock:
+    """The lock one user's submits count and add their jobs under (one per user name)."""
+    with _SUBMIT_LOCKS_GUARD:
+        return _SUBMIT_LOCKS.setdefault(user, threading.Lock())
+
+
+def _check_spec_bytes(spec: JobSpec, cap: int) -> None:
+    """A spec larger than ``[limits] max_spec_bytes`` as stored is refused (413)."""
+    size = len(spec.model_dump_json().encode())
+    if size > cap:
+        raise PayloadTooLarge(
+            f"the job's spec is {size} bytes, over [limits] max_spec_bytes of {cap}: keep large values "
+            "(variables, commands) in files of the algorithm folder or a dataset, and pass their paths",
+            field="max_spec_bytes",
+        )
+
+
+def _queued_quota(services: Services, creator: str, cap: int) -> None:
+    """The creator's queued jobs counted against ``[limits] max_queued_jobs_per_user`` (429)."""
+    queued = sum(services.store.count_jobs(creator, [JobStatus.queued], p.rank) for p in Priority)
+    if queued >= cap:
+        raise LimitReached(
+            f"{creator} has {queued} queued jobs, and [limits] max_queued_jobs_per_user is {cap}: wait "
+            "until some start, or stop queued ones (ma-jupyter jobs --status queued; ma-jupyter stop JOB)",
+            field="max_queued_jobs_per_user",
+        )
 
 
 @router.post("/jobs/{job_id}/devenv", status_code=201, response_model=Job)
@@ -137,7 +184,19 @@ def create_devenv(
     # the source's own plan gives the node's variables (its secrets as the launch has them)
     plan = services.supervisor.plan(job.spec.model_copy(update={"secret_env": secrets}))
     variables = devenv.node_variables(plan, job.spec, name)
-    return _submit(services, user, devenv.devenv_spec(job, name, variables, secrets), idempotency_key)
+    spec = devenv.devenv_spec(job, name, variables, secrets)
+    # [limits] max_devenvs_per_job and max_devenvs_per_user, over the dev environments not ended
+    with services.sessions.serial("devenv", user.name):
+        # a retry (the supervisor's key: the creator's name, NUL, the client's key) makes no new one
+        if idempotency_key and services.store.job_for_key(f"{user.name}\0{idempotency_key}"):
+            return _submit(services, user, spec, idempotency_key)
+        live = [j for j in services.store.by_status(*LIVE) if j.spec.devenv_of is not None]
+        limits = services.scheduler.cluster.limits
+        of_job = sum(1 for j in live if j.spec.devenv_of.job_id == job.id)
+        check_count("devenv", "job", of_job, limits, f"job {job.id}")
+        of_user = sum(1 for j in live if j.spec.creator == user.name)
+        check_count("devenv", "user", of_user, limits, f"user {user.name}")
+        return _submit(services, user, spec, idempotency_key)
 
 
 @router.post("/jobs/{job_id}/kernel", response_model=KernelRoute)
@@ -199,21 +258,29 @@ def list_jobs(
     # the store filters what the caller may see, so pages and the total count only those
     if algorithm_digest is not None:
         algorithms.check_digest(algorithm_digest)
-    items, total = services.store.list(
+    filters = dict(
         algorithms_in=_algorithm_filter(services, user, algorithm, algorithm_digest, favourites),
         name=name,
         statuses=[s.value for s in status],
         creator=creator,
         spec=spec,
         outputs=outputs,
-        offset=offset,
-        limit=limit,
         viewer=None if user.admin else user.name,
         type=type.value if type else None,
         sort=sort.value,
     )
+    # Each job as its summary (no variables, mounts or commands: the answer is bounded per job),
+    # read LIST_CHUNK whole jobs at a time, so a large page never holds every whole spec at once.
+    summaries: list[JobSummary] = []
+    total = 0
+    while len(summaries) < limit:
+        want = min(LIST_CHUNK, limit - len(summaries))
+        chunk, total = services.store.list(offset=offset + len(summaries), limit=want, **filters)
+        summaries += [JobSummary.of(as_seen(services, j, user)) for j in chunk]
+        if len(chunk) < want:
+            break
     return JobPage(
-        items=[as_seen(services, j, user) for j in items],
+        items=summaries,
         total=total,
         offset=offset,
         limit=limit,

@@ -1,6 +1,10 @@
 """A job's logs: ``GET /jobs/{id}/logs`` (its streams, each with where a client on this machine
 may read it directly) and ``GET /jobs/{id}/logs/read`` (bytes of one stream, by node and rank,
-from a byte offset, long-poll ``wait``: :func:`..logs.read_chunk`)."""
+from a byte offset, long-poll ``wait``: :func:`..logs.read_chunk`).
+
+A read that waits is a log follower: it is admitted under ``[limits] max_log_followers_per_job``
+and ``max_log_followers_per_user`` (:mod:`..sessions`), counted while it waits; a read that does
+not wait is not counted."""
 
 from __future__ import annotations
 
@@ -46,6 +50,10 @@ async def read_log(
             located[0] = next(found, None)
         return chosen
 
+    release = None
+    if wait > 0:  # a follower: admitted once it may see the job (an outsider takes no slot)
+        await run_in_threadpool(lambda: access.check(store.get(job_id), user, Op.view))
+        release = services.sessions.admit("log_follower", job_id, user.name)
     try:
         chunk = await read_chunk(
             backend,
@@ -63,3 +71,6 @@ async def read_log(
         # The job planted something the service will not read: that ends the job.
         await run_in_threadpool(services.supervisor.fail_job, job_id, exc.message)
         raise
+    finally:
+        if release is not None:
+            release()

@@ -1,5 +1,9 @@
 """A node's debug terminal: the websocket ``/jobs/{id}/shell`` (:mod:`..shell`'s protocol),
-opened through the backend for a job submitted with a debug terminal while it runs."""
+opened through the backend for a job submitted with a debug terminal while it runs.
+
+The checks read the store on the shared pool; the connection into the node runs on the pool of
+its own (:meth:`..sessions.SessionCaps.in_node_pool`, with its timeout), once the terminal is
+admitted under ``[limits] max_shells_per_job`` and ``max_shells_per_user`` (counted until it ends)."""
 
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ async def job_shell(
     """The debug terminal of one node (shell.py's protocol)."""
     store = services.store
 
-    def open_agent():
+    def check():
         # authenticated here, not as a dependency: shell.serve answers a refusal on the socket
         user = services.users.authenticate(
             websocket.headers.get("authorization", ""), websocket.headers.get(FORWARDED_USER_HEADER)
@@ -53,17 +57,28 @@ async def job_shell(
             raise NotFound(
                 f"job {job_id} has no node {target!r}; its nodes: {', '.join(names)}", field="node"
             )
-        conn = services.backend.open_shell(job, target, rows, cols, argv)
-        what = "a command" if argv else "a debug terminal"
-        store.add_event(
-            Event(
-                job_id=job_id,
-                status=job.status,
-                reason=f"{what} opened on {target}",
-                node=target,
-                by=user.name,
-            )
-        )
-        return conn
+        return user, job, argv, target
 
-    await shell.serve(websocket, lambda: run_in_threadpool(open_agent))
+    async def open_agent():
+        user, job, argv, target = await run_in_threadpool(check)
+        release = services.sessions.admit("shell", job_id, user.name)
+        try:
+            conn = await services.sessions.in_node_pool(
+                lambda: services.backend.open_shell(job, target, rows, cols, argv)
+            )
+        except BaseException:
+            release()
+            raise
+        what = "a command" if argv else "a debug terminal"
+        event = Event(
+            job_id=job_id, status=job.status, reason=f"{what} opened on {target}", node=target, by=user.name
+        )
+        try:
+            await run_in_threadpool(store.add_event, event)
+        except BaseException:
+            conn.close()
+            release()
+            raise
+        return conn, release
+
+    await shell.serve(websocket, open_agent)

@@ -123,7 +123,7 @@ class Actions:
         # Under the lock, as every change of the queue: a stop of this job cannot come between
         # its row and its place in the queue index.
         with self._ledger.lock:
-            ahead = self._queue.ahead(spec.priority)
+            ahead = self._queue.ahead(spec.priority, spec.creator)
             stored = None
             while stored is None:  # a random id already taken (likely among thousands of one name)
                 job_id = new_job_id(spec.name)

@@ -3,13 +3,15 @@
 Admission works on the queue index (:mod:`..queue`), the queued jobs in memory in queue order,
 rebuilt from the store when the supervisor is made.  The loop runs a pass only after an event
 that can change what starts (:meth:`.ledger.Ledger.queue_changed`), or when a job a full disk
-held is due.  A pass (:meth:`Admission.admit`):
+held is due.  A pass (:meth:`Admission.admit`), having told the queue index which jobs run (the
+users' fair share in the queue order, :mod:`..queue` rule 2):
 
 1. walks the jobs in queue order, one shape at a time (:meth:`..scheduler.Scheduler.shape`):
    it starts from the first job of every shape and always takes the earliest job still to try;
 2. reads that job fresh from the store (skipping it if it left the queue meanwhile, its data
    is being prepared, or it waits to retry after a full disk) and asks the scheduler to place it;
-3. launches it if it fits, and goes on with the next job of its shape;
+3. launches it if it fits (it counts as its user's running job from then on), and goes on with
+   the next job of its shape;
 4. if it does not fit, notes once on the job that it waits, and tries no other job of its shape
    in this pass: the pass only adds to what is in use, so none of them would fit either (what
    an attempt winding down frees meanwhile asks for another pass), while jobs of other shapes
@@ -89,6 +91,7 @@ class Admission:
         running jobs' placements and the nodes reserved for jobs being prepared."""
         with self._ledger.lock:
             placements = list(self._ledger.placements.values()) + self._preparation.placements()
+            placements += self._ledger.reading.values()  # bound while their folders are read
             return self._scheduler.usage(placements)
 
     def running(self) -> list[Running]:
@@ -120,10 +123,11 @@ class Admission:
         self._ledger.admit_retry = None  # a job still held by a full disk sets it again
         started = 0
         self._pass_head = None  # step 5: the first job that does not fit, and what it reserves
+        self._count_running()
         todo = self._queue.heads()  # already in queue order: a valid heap
         while todo:
             key, shape = heapq.heappop(todo)
-            outcome = self._admit_job(key[2])
+            outcome = self._admit_job(key[-1])
             if outcome == "blocked":
                 continue  # step 4: the rest of this shape waits
             started += outcome == "started"
@@ -132,12 +136,27 @@ class Admission:
                 heapq.heappush(todo, (after, shape))
         return started
 
+    def _count_running(self) -> None:
+        """Tell the queue index which jobs run now, for its users' shares (a job that
+        ended since the last pass moves its user's queued jobs up); a job it does not know yet
+        (running since before a restart) is read once for its creator."""
+        with self._ledger.lock:
+            ids = set(self._ledger.placements)
+        known = self._queue.running()
+        running = {job_id: known[job_id] for job_id in ids if job_id in known}
+        for job_id in ids - known.keys():
+            try:
+                running[job_id] = self._store.get(job_id).spec.creator
+            except NotFound:
+                continue
+        self._queue.set_running(running)
+
     def _admit_job(self, job_id: str) -> str:
         """Steps 2-4 for one job: ``started`` (or failed to launch, releasing what it took),
         ``blocked`` (it does not fit now) or ``skipped``."""
         with self._ledger.lock:
-            if self._preparation.is_preparing(job_id):
-                return "skipped"  # its nodes are reserved; it starts once its data is copied
+            if self._preparation.is_preparing(job_id) or job_id in self._ledger.reading:
+                return "skipped"  # its nodes are reserved; it starts once its data is copied (read)
             try:
                 job = self._store.get(job_id)  # fresh: a PATCH may have changed it since the listing
             except NotFound:
@@ -191,6 +210,7 @@ class Admission:
                     self._journal.notice(job, check.reason)
                     self._ledger.queue_changed()
                 return "skipped"  # the pass goes on with its shape
+        self._queue.starting(job)  # it counts for its user's share from now on (:mod:`..queue`)
         self._launcher.launch(job, bound)
         return "started"
 

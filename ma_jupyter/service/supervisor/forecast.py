@@ -131,7 +131,7 @@ class Forecast:
         """
         refuse_masked_secrets(spec)
         _, placement, launches = self.preflight(spec.masked())
-        ahead = self._queue.ahead(spec.priority)
+        ahead = self._queue.ahead(spec.priority, spec.creator)
         can_start, start, guessed = self._predict(spec)
         notes = ["ports are allocated at launch (0 in this plan)", *self.advice(spec)]
         confidence = None
@@ -191,7 +191,7 @@ class Forecast:
         """Rule 3 on the given running jobs and their ends (called under the lock)."""
         scheduler = self._scheduler
         head = None
-        if self._queue.ahead(spec.priority):
+        if self._queue.ahead(spec.priority, spec.creator):
             first = self._queue.first()
             try:
                 head_job = self._store.get(first) if first else None

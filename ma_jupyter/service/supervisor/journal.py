@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Callable
 
 from ... import config
 from ...backends.base import Backend
 from ...errors import Conflict, DiskFull, NotFound
+from ...foldersize import remove_tree
 from ...models import Event, Job, JobStatus
 from ..notify import Notifier
 from ..preparation import Preparation
@@ -144,9 +144,21 @@ class Journal:
             os.rename(folder, doomed)
         except OSError:
             doomed = folder
-        threading.Thread(
-            target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
-        ).start()
+        threading.Thread(target=remove_folder, args=(doomed,), daemon=True).start()
+
+
+def remove_folder(path: str | os.PathLike) -> None:
+    """Remove a deleted job's folder, whatever its job made in it (a chain of folders of any
+    depth: :func:`ma_jupyter.foldersize.remove_tree`); what could not go is logged, never
+    raised (a removal runs on a thread of its own)."""
+    done = remove_tree(path)
+    if not done.complete:
+        log.warning(
+            "removing %s left %d entries: %s",
+            path,
+            done.failures,
+            "; ".join(f"{p}: {why}" for p, why in done.failed),
+        )
 
 
 def call_reason(reason: str | Callable[[], str]) -> str:

@@ -17,6 +17,12 @@
    so, or that the content was not read again and is unknown); an elastic job started on fewer
    nodes than it asked says so, and is watched for scale-up from now.
 
+That first-start read (a walk of a folder a user may fill with a million files) never runs under
+the supervisor's lock: before step 3, a job with folders used as is keeps its bound placement
+(``ledger.reading``: counted as used, the job skipped by admission) while a thread of its own
+reads them (:meth:`Launcher.read_then_launch`), then takes the lock and launches it with what it
+read, unless it was stopped meanwhile (its placement is then released).
+
 A launch that raises frees its placement and fails the job with the reason
 (:meth:`Launcher.failed`), except on a full disk, where the job keeps its place in the queue,
 says so once, and admission tries it again later (:meth:`Launcher.hold_for_space` raises
@@ -26,11 +32,12 @@ says so once, and admission tries it again later (:meth:`Launcher.hold_for_space
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from ... import config
 from ...backends.base import Backend
-from ...errors import DiskFull
+from ...errors import DiskFull, NotFound
 from ...models import Job, JobStatus, utcnow
 from ...modes.base import Placement
 from .. import algorithms, policies
@@ -69,9 +76,17 @@ class Launcher:
         self._watching = watching
         self._preparation = preparation
 
-    def launch(self, job: Job, placement: Placement, *, prepared: Prepared | None = None) -> None:
+    def launch(
+        self,
+        job: Job,
+        placement: Placement,
+        *,
+        prepared: Prepared | None = None,
+        read: algorithms.Started | None = None,
+    ) -> None:
         """Start the job's nodes on ``placement`` (the module's steps; ``prepared``: what data
-        preparation gave, the data is ready)."""
+        preparation gave, the data is ready; ``read``: its folders used as is, read again off
+        the lock at its first start)."""
         # as a submit is refused: a job started on a full disk could not keep its log
         full = full_folder([config.jobs_root(), config.home()], below=SUBMIT_BELOW)
         if full is not None:
@@ -86,14 +101,22 @@ class Launcher:
                 self._backend.dryrun(attempt_for(self._store, job, placement, dry=True))
                 self._preparation.start(job, placement, self)
                 return
+            if job.started_at is None and read is None and algorithms.reads_at_start(job.spec):
+                # before its processes exist, which may write to it; off the lock (a folder of a
+                # million files takes seconds to walk): the job starts once it is read
+                self._ledger.reading[job.id] = placement
+                threading.Thread(
+                    target=self.read_then_launch,
+                    args=(job, placement, prepared),
+                    name=f"ma-read-{job.id}",
+                    daemon=True,
+                ).start()
+                return
             if prepared is not None:
                 self._preparation.link(job, prepared)
-            if job.started_at is None:  # before its processes exist, which may write to it
-                # bounded: this runs under the supervisor's lock (algorithms.py rule 5)
-                account = algorithms.account_of(self._backend.job_account(job.spec.creator))
-                started = algorithms.at_start(job.spec, account)
-                changed, unread = started.changed, started.unread
-                job = job.model_copy(update={"spec": started.spec})
+            if job.started_at is None and read is not None:
+                changed, unread = read.changed, read.unread
+                job = job.model_copy(update={"spec": algorithms.with_digests(job.spec, read.spec)})
             attempt = attempt_for(self._store, job, placement)
             launches = self._backend.dryrun(attempt)
             # Durable before the processes exist: a crash right after launch can still find them.
@@ -149,6 +172,32 @@ class Launcher:
                 "bubblewrap is missing: /workspace is a symlink tree at $MA_WORKSPACE; "
                 "read-only mounts are not enforced (install bubblewrap for real isolation)",
             )
+
+    def read_then_launch(self, job: Job, placement: Placement, prepared: Prepared | None) -> None:
+        """The first-start read of ``job``'s folders used as is, on a thread of its own (no
+        lock held: a submit or a stop of another job never waits for it), then its launch under
+        the lock with what was read; a job stopped or gone meanwhile frees its placement."""
+        try:
+            account = algorithms.account_of(self._backend.job_account(job.spec.creator))
+            read: algorithms.Started | Exception = algorithms.at_start(job.spec, account)
+        except Exception as exc:  # noqa: BLE001 (the job fails with it, under the lock)
+            read = exc
+        with self._ledger.lock:
+            self._ledger.reading.pop(job.id, None)
+            try:
+                current = self._store.get(job.id)
+            except NotFound:
+                current = None
+            if current is None or current.status is not JobStatus.queued or self._ledger.halt.is_set():
+                self.free(placement)  # stopped or deleted while it was read, or the service stops
+                return
+            if isinstance(read, Exception):
+                self._watching.guarded(current, lambda now: self.failed(now, placement, read))
+            else:
+                self._watching.guarded(
+                    current, lambda now: self.launch(now, placement, prepared=prepared, read=read)
+                )
+            self._ledger.queue_changed()
 
     def failed(self, job: Job, placement: Placement, exc: Exception, prefix: str = "") -> None:
         """A launch that raised: free what it reserved; the job fails with the reason (or, on a

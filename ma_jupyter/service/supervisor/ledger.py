@@ -33,6 +33,9 @@ class Ledger:
         self.halt = threading.Event()  # the service stops: the loop and the reserve's watch end
         #: the running jobs' placements (what they hold of the cluster)
         self.placements: dict[str, Placement] = {}
+        # queued jobs whose folders are read at their first start, off the lock: the placement
+        # each is bound to (used; admission skips them until they are launched)
+        self.reading: dict[str, Placement] = {}
         #: jobs whose attempt is being wound down on a thread of its own
         self.finishing: set[str] = set()
         #: job id -> monotonic time before which it is not tried again (a full disk)

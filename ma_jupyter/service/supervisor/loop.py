@@ -32,7 +32,6 @@ jobs hold on a nearly full disk may take a while, and must never slow a tick).
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
 
@@ -47,7 +46,7 @@ from ..store import Store
 from .admission import Admission
 from .attempts import attempt_for
 from .inspection import Inspection
-from .journal import Journal
+from .journal import Journal, remove_folder
 from .ledger import Ledger
 from .watching import Watching
 
@@ -98,9 +97,7 @@ class Loop:
         self.recover()
         # folders of deleted jobs a previous service had not finished removing
         for doomed in config.jobs_root().glob(".deleted-*"):
-            threading.Thread(
-                target=shutil.rmtree, args=(doomed,), kwargs={"ignore_errors": True}, daemon=True
-            ).start()
+            threading.Thread(target=remove_folder, args=(doomed,), daemon=True).start()
         self._thread = threading.Thread(target=self._run, name="ma-supervisor", daemon=True)
         self._thread.start()
         self._resources.start()

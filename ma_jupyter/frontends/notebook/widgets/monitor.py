@@ -5,7 +5,8 @@ A background thread does all the work (refreshing the job, long-polling every lo
 reading new events) and only sets widget values, so the notebook stays usable while logs
 stream.  Buttons stop the job, open a pre-filled form to clone it, and show its TensorBoard
 (an IFrame on the per-job TensorBoard, or its scalars drawn as a PNG); :class:`.JobActions`
-changes its priority and duration.
+changes its priority and duration.  A line still being written (a progress bar redrawn with
+``\r``) shows under its tab's lines as it stands, replaced until its newline comes.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class JobMonitor(W.VBox):
         self._buffers: dict[live.StreamKey, live.LogBuffer] = {}
         self._log_widgets: dict[live.StreamKey, W.HTML] = {}
         self._dirty: set[live.StreamKey] = set()
+        #: each stream's line still being written (a progress bar), as it stands: under its lines
+        self._partials: dict[live.StreamKey, str] = {}
         self._events: list[Any] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,6 +164,7 @@ class JobMonitor(W.VBox):
             except Exception as exc:  # the service may be restarting: say so, keep going
                 self.message.value = f"<span style='color:#b00020'>{escape(str(exc))}</span>"
             self._add(self.follower.drain(timeout=0.05))
+            self._add_partials(self.follower.take_partials())
             if self._dirty and time.monotonic() - last_render >= LOG_RENDER:
                 self._render_logs()
                 last_render = time.monotonic()
@@ -176,6 +180,7 @@ class JobMonitor(W.VBox):
                 except Exception:
                     pass
                 self._add(self.follower.drain())
+                self._add_partials(self.follower.take_partials())
                 self._render_logs()
                 self._apply_job(self.job)
                 break
@@ -194,6 +199,31 @@ class JobMonitor(W.VBox):
                 self._buffer(ALL_NODES).extend([(key, line)])
                 self._dirty.add(ALL_NODES)
 
+    def _add_partials(self, changed: dict[live.StreamKey, str]) -> None:
+        """Each stream's unfinished line (:meth:`LogStreams.take_partials`), shown under its
+        lines and replaced as it changes; "" once its newline came (it is a line then)."""
+        several = several_nodes(self.job)
+        for key, text in changed.items():
+            if text:
+                self._partials[key] = text
+            else:
+                self._partials.pop(key, None)
+            self._buffer(key)
+            self._dirty.add(key)
+            if several and key[1] is None:
+                self._buffer(ALL_NODES)
+                self._dirty.add(ALL_NODES)
+
+    def _partial_lines(self, key: live.StreamKey) -> list[str]:
+        if key == ALL_NODES:
+            return [
+                f"[{stream_label(k)}] {live.shown_line(text)}"
+                for k, text in self._partials.items()
+                if k[1] is None
+            ]
+        text = self._partials.get(key)
+        return [live.shown_line(text)] if text else []
+
     def _buffer(self, key: live.StreamKey) -> live.LogBuffer:
         buf = self._buffers.get(key)
         if buf is None:
@@ -211,7 +241,7 @@ class JobMonitor(W.VBox):
             buf = self._buffers[key]
             skipped = f"… {buf.skipped} earlier lines not shown\n" if buf.skipped else ""
             lines = buf.text_lines(several=True) if key == ALL_NODES else [line for _k, line in buf.lines]
-            text = skipped + "\n".join(lines)
+            text = skipped + "\n".join(lines + self._partial_lines(key))
             self._log_widgets[key].value = (
                 "<pre class='ma-log-text' style='max-height:360px;overflow:auto;margin:0'>"
                 f"{escape(text)}</pre>"
@@ -240,9 +270,10 @@ class JobMonitor(W.VBox):
         buf = self._buffers.get((node, rank))
         if buf is None:
             return ""
+        partial = self._partial_lines((node, rank))
         if (node, rank) == ALL_NODES:
-            return "\n".join(buf.text_lines(several=True))
-        return "\n".join(line for _k, line in buf.lines)
+            return "\n".join(buf.text_lines(several=True) + partial)
+        return "\n".join([line for _k, line in buf.lines] + partial)
 
     # ----------------------------------------------------------------------------- actions
 

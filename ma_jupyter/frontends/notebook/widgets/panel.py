@@ -75,14 +75,15 @@ class JobsPanel(W.VBox):
         except MaJupyterError as exc:
             self.table.children = [W.HTML(f"<span style='color:#b00020'>{escape(exc.message)}</span>")]
             return
-        signature = tuple((h.id, h.info.status.value, h.info.queue_position) for h in handles)
+        # the listing's summaries: a handle's whole job (info) would be one request per row
+        jobs = [h.summary or h.info for h in handles]
+        signature = tuple((j.id, j.status.value, j.queue_position) for j in jobs)
         with self._lock:
             if signature == self._signature:
                 return
             self._signature = signature
             rows = []
-            for h in handles:
-                job = h.info
+            for job in jobs:
                 button = W.Button(
                     description=job.spec.name, tooltip=f"open job {job.id}", layout=W.Layout(width="200px")
                 )

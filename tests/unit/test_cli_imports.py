@@ -1,0 +1,56 @@
+"""``ma-jupyter`` stays cheap to start: importing the CLI loads neither the notebook, Jupyter,
+the service nor its web stack, and builds no pydantic validator (each model's is built when
+first used: ``defer_build``).  bench/cli_speed.py measures the time of whole calls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A fresh interpreter: this test process has long imported everything.
+PROBE = """
+import json, sys
+import ma_jupyter.frontends.cli
+from ma_jupyter import models
+from pydantic import BaseModel
+
+built = sorted(
+    name for name, value in vars(models).items()
+    if isinstance(value, type) and issubclass(value, BaseModel) and value is not BaseModel
+    and value.__module__ == models.__name__ and value.__pydantic_complete__
+)
+print(json.dumps({"modules": sorted(sys.modules), "built": built}))
+"""
+
+#: what a command line of ours never needs to start (the notebook side, Jupyter, the service)
+HEAVY = (
+    "IPython",
+    "ipywidgets",
+    "ipykernel",
+    "jupyter_core",
+    "jupyter_client",
+    "jupyter_server",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "ray",
+    "ma_jupyter.service",
+    "ma_jupyter.backends",
+    "ma_jupyter.nodehost",
+    "ma_jupyter.frontends.notebook",
+    "ma_jupyter.client.kernelspec",
+)
+
+
+def test_the_cli_imports_no_heavy_module_it_does_not_need():
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    loaded = [m for m in found["modules"] if m.split(".")[0] in HEAVY or m.startswith(HEAVY)]
+    assert loaded == [], loaded
+    assert found["built"] == [], f"models built at import: {found['built']}"
