@@ -581,3 +581,23 @@ def test_exit_texts_name_the_signal_that_ended_a_process():
         "node worker-0 exited with code 139: killed by signal 11 (SIGSEGV) "
         "(rank 1 exited with code 134: killed by signal 6 (SIGABRT))"
     )
+
+
+def test_a_node_out_of_placement_for_its_disk_keeps_every_job_running_there():
+    disk = {
+        "n4": ("faulty", "the job folders' disk (/j) has 1.0 MB free, under [limits] node_disk_free_mb = 4")
+    }
+    resumable = job(checkpoint_resume={"max_resumes": 2, "grace_period": 30})
+    for j in (job(), resumable, job(fault_restart={"max_restarts": 1})):
+        notice, end = policies.on_unhealthy(j, [on("n4")], disk, only_new_work={"n4"})
+        assert end is None and "keeps running there" in notice and "node_disk_free_mb" in notice
+    # a node of the job on a node with another mark still moves it
+    _, end = policies.on_unhealthy(job(), [on("n4"), on("n2")], {**disk, **MARKS}, only_new_work={"n4"})
+    assert end.status is JobStatus.error and "node n2 is faulty" in end.reason
+
+
+def test_a_full_jobs_disk_ends_only_the_jobs_writing_there():
+    assert policies.full_disk_ends(5 << 20, measured=True)
+    assert not policies.full_disk_ends(0, measured=True)  # wrote nothing since the last look
+    assert not policies.full_disk_ends(None, measured=True)  # started since: measured next
+    assert policies.full_disk_ends(None, measured=False)  # a disk the reserve does not measure

@@ -31,6 +31,7 @@ records the end :func:`..policies.settle` makes of it (a job marked to be delete
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -73,6 +74,10 @@ class Watching:
         # job id -> why it must end, kept while the store cannot record it (its disk is full)
         self._pending_end: dict[str, str] = {}
         self._health_noted: set[tuple[str, int, str]] = set()  # (job, attempt, node) said to stay
+        #: job id -> bytes its folders grew by on the jobs folder's disk between the disk
+        #: reserve's last two looks (set by the inspection; None while it does not measure):
+        #: a full disk ends only the jobs writing there (:func:`..policies.full_disk_ends`)
+        self.disk_grown: dict[str, int] | None = None
         # polls of running nodes: when each job was last polled, and whether a backend's push of
         # a node's end asks this tick to poll every job (Backend rule 6, poll_every)
         self._polled_at: dict[str, float] = {}
@@ -191,8 +196,10 @@ class Watching:
 
     def _on_unhealthy(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> bool:
         """Rule 4 (:func:`..policies.on_unhealthy`): True when the attempt is being ended."""
-        marks = {name: (m.status, m.reason) for name, m in self._health.snapshot().items()}
-        notice, end = policies.on_unhealthy(job, runs, marks)
+        snapshot = self._health.snapshot()
+        marks = {name: (m.status, m.reason) for name, m in snapshot.items()}
+        spared = {name for name, m in snapshot.items() if m.only_new_work}
+        notice, end = policies.on_unhealthy(job, runs, marks, spared)
         if notice is None and end is None:
             return False
         if end is None:
@@ -215,7 +222,16 @@ class Watching:
             return None
         self._disk_checked[job.id] = clock
         folders = policies.disk_folders(attempt.spec, attempt.jobdir.root, attempt.jobdir.outputs)
-        return full_folder(f for f in folders if f.is_dir())
+        full = full_folder(f for f in folders if f.is_dir())
+        if full is None or now:
+            return full  # a failed node: the full disk is named as its likely cause
+        try:
+            on_jobs_disk = os.stat(full).st_dev == os.stat(attempt.jobdir.root).st_dev
+        except OSError:
+            on_jobs_disk = False
+        grown = self.disk_grown
+        measured = grown is not None and on_jobs_disk
+        return full if policies.full_disk_ends(grown.get(job.id) if measured else None, measured) else None
 
     def _perf(self, job: Job, attempt: Attempt) -> End | None:
         """Performance detection: read the primary nodes' new complete log lines and apply
