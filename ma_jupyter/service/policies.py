@@ -12,7 +12,8 @@ The order of the checks is itself a decision.  Each poll of a running job:
 2. a stop or delete request ends it as ``stopped`` (the job's grace period);
 3. an end decided earlier that the store could not record (its disk was full) is recorded now;
 4. a full folder among those the job writes to ends it in ``error`` (:func:`disk_folders`),
-   on the jobs folder's disk only if the job itself wrote there lately (:func:`full_disk_ends`);
+   but on the jobs folder's disk a job that wrote nothing there lately is spared while another
+   job did, or for one look (:func:`full_disk_ends`);
 5. running past its duration (strictly more than ``duration`` seconds) ends it as ``expired``;
 
 then the nodes are polled, and:
@@ -273,14 +274,23 @@ def on_node_disk(root: str | Path, node: str, free: int, floor: int, grown: int,
     return End(JobStatus.error, reason, WIND_DOWN_GRACE, pending=True)
 
 
-def full_disk_ends(grown: int | None, measured: bool) -> bool:
-    """Rule 4: whether a full folder of a running job ends it.  Where the disk reserve measures
-    that disk (``measured``: the jobs folder's disk, nearly full), only a job that wrote there
-    between its last two looks (``grown`` bytes; None: not measured yet, it started since) is
-    ended: the job whose writing filled the disk ends, another user's job that writes nothing
-    keeps running (a write of its own that fails later is named by rule 6).  A full folder the
-    reserve does not measure (outputs or a volume elsewhere, no reserve) always ends it."""
-    return not measured or (grown is not None and grown > 0)
+def full_disk_ends(grown: int | None, measured: bool, others_grew: bool, full_before: bool) -> bool:
+    """Rule 4: whether a full folder of a running job ends it now.
+
+    1. a full folder the disk reserve does not measure (``measured`` False: outputs or a volume
+       on another disk, no reserve) ends it, as does a jobs disk the job itself wrote on between
+       the reserve's last two looks (``grown`` bytes > 0; None: not measured yet);
+    2. a job that wrote nothing there keeps running while another running job did
+       (``others_grew``): the writer is the one ended, and a log overflow cut at its end gives
+       the room back (another user's job is not ended for that user's flood);
+    3. otherwise it ends once the disk was full at its previous look too (``full_before``): a
+       disk that stays full with no writer to blame is every job's end, as before.
+    """
+    if not measured or (grown is not None and grown > 0):
+        return True
+    if others_grew:
+        return False
+    return full_before
 
 
 def disk_folders(spec: JobSpec, job_dir: Path, default_outputs: Path) -> list[Path]:

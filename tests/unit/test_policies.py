@@ -596,8 +596,9 @@ def test_a_node_out_of_placement_for_its_disk_keeps_every_job_running_there():
     assert end.status is JobStatus.error and "node n2 is faulty" in end.reason
 
 
-def test_a_full_jobs_disk_ends_only_the_jobs_writing_there():
-    assert policies.full_disk_ends(5 << 20, measured=True)
-    assert not policies.full_disk_ends(0, measured=True)  # wrote nothing since the last look
-    assert not policies.full_disk_ends(None, measured=True)  # started since: measured next
-    assert policies.full_disk_ends(None, measured=False)  # a disk the reserve does not measure
+def test_a_full_jobs_disk_ends_the_writer_and_spares_the_others_while_it_writes():
+    assert policies.full_disk_ends(5 << 20, True, others_grew=True, full_before=False)  # the writer
+    assert not policies.full_disk_ends(0, True, others_grew=True, full_before=True)  # another writes
+    assert not policies.full_disk_ends(None, True, others_grew=False, full_before=False)  # one look
+    assert policies.full_disk_ends(0, True, others_grew=False, full_before=True)  # stays full
+    assert policies.full_disk_ends(None, False, others_grew=False, full_before=False)  # not measured
