@@ -16,6 +16,12 @@ Contract:
    job's ``PATH``.
 5. :func:`reader_argv` is the one view not made from a node: a platform program over one
    job's outputs (:mod:`.outputs_reader`), shown read-only and nothing else.
+6. ``/sys/fs/cgroup`` shows no other job's cgroup: an empty read-only tmpfs over it, and in a
+   node's sandbox only the node's own cgroup folders bound read-only where the kernel's
+   hierarchies would show them (:func:`.cgroup.sandbox_binds`: its memory limit and use stay
+   readable).  ``/proc/self/cgroup`` still names the node's own cgroup path (no cgroup
+   namespace: the node's tests read it to see that the node is in its own cgroup); it names
+   no other job.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from ..errors import InvalidSpec
 from ..jobdir import RANK_LOG_VIEW
 from ..nodeside.exec_env import COPY_FD, ENV_FD, ENV_FILE
 from . import caches
+from .cgroup import sandbox_binds
 from .host_policy import RunAs
 from .image import SYSTEM_DIRS, ImageEnv
 from .mounts import VIEW_ROOT
@@ -104,6 +111,7 @@ def bwrap_argv(
     *,
     pid_namespace: bool = True,
     copy: bool = False,
+    cgroup: dict | None = None,
 ) -> list[str]:
     """The bubblewrap argv running ``command`` in the node's view, with the variables the runner
     hands over through :data:`ENV_FD`.
@@ -126,12 +134,14 @@ def bwrap_argv(
         copy: the node's first phase at its first launch: it fills the working copy before
             the command runs (:func:`enter_env_argv`), the original shown read-only at
             :data:`COPY_SOURCE_VIEW` for this phase only.
+        cgroup: the node's own cgroup (the runner's ``cgroup`` instructions, :mod:`.cgroup`),
+            shown read-only under ``/sys/fs/cgroup`` (contract rule 6); None: none shown.
     """
     args = [_host_program("bwrap"), "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc"]
     if pid_namespace:
         args.append("--unshare-pid")
     args += ["--hostname", view.hostname]
-    args += _system_args(view.tmpfs_limit)
+    args += _system_args(view.tmpfs_limit, cgroup)
     args += card_device_args(view)
     args += _etc_args(view)
     args += _python_args(view.image.roots) + _helpers_args(view)
@@ -154,9 +164,10 @@ def bwrap_argv(
     return args + ["--"] + enter_env_argv(view, list(command), copy=copy)
 
 
-def _system_args(tmpfs_limit: int = 0) -> list[str]:
+def _system_args(tmpfs_limit: int = 0, cgroup: dict | None = None) -> list[str]:
     """The system folders read-only, fresh ``/proc`` and ``/dev``, and empty ``/tmp``, ``/run``
-    and ``/dev/shm`` (each at most ``tmpfs_limit`` bytes when it is positive): the base of every
+    and ``/dev/shm`` (each at most ``tmpfs_limit`` bytes when it is positive), and of
+    ``/sys/fs/cgroup`` only the folders of ``cgroup`` (contract rule 6): the base of every
     sandbox."""
     args: list[str] = []
     for path in SYSTEM_DIRS:
@@ -164,12 +175,32 @@ def _system_args(tmpfs_limit: int = 0) -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
+    args += _cgroup_args(cgroup)
     # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
     args += [*_tmpfs(tmpfs_limit, "/tmp"), *_tmpfs(tmpfs_limit, "/run")]
     # shared memory every account may use (PyTorch's data loaders; seed 000 lists /dev/shm)
     args += ["--perms", "1777", *_tmpfs(tmpfs_limit, "/dev/shm")]
     return args
+
+
+#: where the kernel's cgroup hierarchies are mounted (hidden in every sandbox, rule 6)
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _cgroup_args(cgroup: dict | None) -> list[str]:
+    """Rule 6: an empty tmpfs over ``/sys/fs/cgroup`` (other jobs' cgroups hold their ids and
+    memory use), then the node's own cgroup folders read-only where the hierarchies show them
+    (``--ro-bind-try``: a node whose runner could not make its cgroup runs without, as its log
+    says), and all of it read-only."""
+    if not os.path.isdir(CGROUP_ROOT):
+        return []
+    args = ["--perms", "0755", "--tmpfs", CGROUP_ROOT]
+    for host, shown in sandbox_binds(cgroup, CGROUP_ROOT) if cgroup else []:
+        if shown != CGROUP_ROOT:
+            args += ["--perms", "0755", "--dir", shown]
+        args += ["--ro-bind-try", host, shown]
+    return args + ["--remount-ro", CGROUP_ROOT]
 
 
 log = logging.getLogger(__name__)
@@ -305,14 +336,19 @@ def _etc_args(view: NodeView) -> list[str]:
 
 
 def sandbox_argv(
-    view: NodeView, command: list[str], *, pid_namespace: bool = True, copy: bool = False
+    view: NodeView,
+    command: list[str],
+    *,
+    pid_namespace: bool = True,
+    copy: bool = False,
+    cgroup: dict | None = None,
 ) -> list[str]:
     """``command`` wrapped to run in the node's view: bubblewrap (the runner hands the node's
-    variables over through :data:`ENV_FD`; ``copy``: see :func:`bwrap_argv`), or as is in the
+    variables over through :data:`ENV_FD`; ``copy``, ``cgroup``: see :func:`bwrap_argv`), or as is in the
     symlink mode (where the command's paths were already rewritten by :func:`command_argv`, the
     runner applies the variables to the command alone, and copies the working copy itself)."""
     if view.sandbox == "bubblewrap":
-        return bwrap_argv(view, command, pid_namespace=pid_namespace, copy=copy)
+        return bwrap_argv(view, command, pid_namespace=pid_namespace, copy=copy, cgroup=cgroup)
     return list(command)
 
 

@@ -155,6 +155,19 @@ def _safe(*parts: object) -> str:
     return ".".join(re.sub(r"[^A-Za-z0-9_-]", "_", str(p)) for p in parts)
 
 
+def sandbox_binds(where: dict, root: str = "/sys/fs/cgroup") -> list[tuple[str, str]]:
+    """(host folder, where the sandbox shows it) of the node's own cgroup (``where``: the
+    runner's instructions), under ``root`` as the kernel's hierarchies would show it there: v1
+    each controller's folder at ``<root>/<controller>``, v2 the node's folder at ``root``."""
+    node = NodeCgroup(where)
+    if node.version == 2:
+        return [(node.memory, root)]
+    binds = [(node.memory, f"{root}/memory")]
+    if node.pids and node.pids != node.memory:
+        binds.append((node.pids, f"{root}/pids"))
+    return binds
+
+
 class NodeCgroup:
     """One node's cgroup (rules 3-6), from the runner's instructions ``{"version", "memory",
     "pids", "name"}``."""

@@ -473,6 +473,10 @@ class NodeRunner:
         if not kept:
             self._stop_agent()
         self._ended.set()
+        # logs past their cap (written between two of the watchdog's samples) give their
+        # overflow back before anything more is written on that disk (the exit code below)
+        if self.exceeded is None:  # else the watchdog cut the overflow at its kill
+            self.exceeded = watchdog.settle_logs(watchdog.Limits(self.spec, kernel_bound=False), _say)
         self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
         for report in (FAILURE_REPORT, NOT_DISTRIBUTED_REPORT):

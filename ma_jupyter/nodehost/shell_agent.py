@@ -19,11 +19,17 @@ b. While it runs, SIGTERM and SIGINT are not the agent's: a stop delivers them t
    processes, COMMAND's among them (:mod:`.stopping`), and the agent must outlive COMMAND to
    report its end; they are ignored until then.
 c. When COMMAND ends, its exit code (128+N for signal N) is written as one line to the
-   ``--status`` descriptor, which is then closed; the runner records it as the node's.
+   ``--status`` descriptor, which is then closed; the runner records it as the node's.  Before
+   that, when it failed (the sandbox may be kept, while the node's resources go to other jobs),
+   the sandbox is emptied (:func:`empty_sandbox`): every other process of the node's pid
+   namespace is killed (what COMMAND left running in the background), but the agent, its
+   ancestors and the terminal's shells; ``/tmp``, ``/dev/shm`` and ``/run`` (memory) are
+   emptied and the System V shared memory segments removed; the files on disk (the working
+   folder, the outputs) stay for the terminal.
 d. The agent then serves on until the runner closes the ``--release`` descriptor's other end:
    at once for a success or a stop, at the end of the keep period (``[limits]
-   debug_keep_hours``) for a failed command, so the failed node's sandbox, with its ``/tmp`` and
-   everything its command left, stays for the terminal; deleting the job or its next attempt
+   debug_keep_hours``) for a failed command, so the failed node's sandbox, with the files on
+   disk its command left, stays for the terminal; deleting the job or its next attempt
    ends it sooner (the runner is then ended, which also closes the descriptor).  Then every
    shell is hung up and the agent exits with COMMAND's code (which ends the sandbox).
 e. After COMMAND's end, SIGTERM, SIGINT and SIGHUP end the agent as in (d).
@@ -327,6 +333,97 @@ def _start_command(command: list[str]) -> subprocess.Popen | int:
         return 127 if isinstance(exc, FileNotFoundError) else 126
 
 
+#: the memory-backed folders of a node's sandbox, emptied when a failed one is kept (rule c)
+MEMORY_FOLDERS = ("/tmp", "/dev/shm", "/run")
+#: kill passes over the pid namespace (a process forking while it is killed needs a few)
+KILL_PASSES = 100
+
+
+def _stat(pid: str) -> list[str] | None:
+    """``/proc/<pid>/stat`` after "pid (comm)": state, ppid, pgrp, session, ...; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].decode("ascii", "replace").split()
+
+
+def _others(spared_sessions: set[int]) -> list[int]:
+    """The live processes of this pid namespace but this one, its ancestors and the sessions
+    ``spared_sessions`` (the terminal's shells)."""
+    keep, pid = set(), os.getpid()
+    while pid > 1:  # this process and its ancestors (up to bubblewrap's init, pid 1)
+        keep.add(pid)
+        fields = _stat(str(pid))
+        pid = int(fields[1]) if fields else 0
+    keep.add(1)
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in keep:
+            continue
+        fields = _stat(name)
+        if fields is None or fields[0] in ("Z", "X") or int(fields[3]) in spared_sessions:
+            continue
+        found.append(int(name))
+    return found
+
+
+def _remove_shm_segments() -> int:
+    """Remove every System V shared memory segment of the node's IPC namespace (its own:
+    bubblewrap's ``--unshare-ipc``); how many."""
+    import ctypes
+
+    try:
+        with open("/proc/sysvipc/shm") as fh:
+            ids = [int(line.split()[1]) for line in fh.readlines()[1:] if line.strip()]
+        libc = ctypes.CDLL(None, use_errno=True)
+    except (OSError, ValueError, IndexError):
+        return 0
+    return sum(1 for shmid in ids if libc.shmctl(shmid, 0, None) == 0)  # IPC_RMID
+
+
+def empty_sandbox(spared_sessions: set[int]) -> tuple[int, int]:
+    """Rule c: kill every other process of the node (but ``spared_sessions``), empty its
+    memory-backed folders and System V segments; (processes killed, bytes freed)."""
+    import shutil
+
+    killed: set[int] = set()
+    for _ in range(KILL_PASSES):
+        live = _others(spared_sessions)
+        if not live:
+            break
+        for pid in live:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+    freed = 0
+    for folder in MEMORY_FOLDERS:
+        try:
+            before = os.statvfs(folder)
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)  # follows no link
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
+        try:
+            after = os.statvfs(folder)
+            freed += max(0, (after.f_bfree - before.f_bfree) * after.f_frsize)
+        except OSError:
+            pass
+    _remove_shm_segments()
+    return len(killed), freed
+
+
 def _report(fd: int, code: int) -> None:
     """Rule (c): the exit code on the status descriptor (never fatal: the runner may be gone)."""
     try:
@@ -358,6 +455,17 @@ def serve_command(job_id: str, node: str, status_fd: int, release_fd: int, comma
     else:
         status = started.wait()
         code = status if status >= 0 else 128 - status
+    if code != 0:  # rule c: a kept sandbox holds no process and no memory of the job's
+        with server.lock:
+            shells = set(server.shells)
+        killed, freed = empty_sandbox(shells)
+        print(
+            f"[ma_jupyter] the command failed: {killed} process(es) it left were ended and "
+            f"{freed / (1 << 20):.1f} MB in /tmp, /dev/shm and /run freed; the files on disk stay "
+            "for the debug terminal",
+            file=sys.stderr,
+            flush=True,
+        )
     _report(status_fd, code)
     # rule e: from now on a stop signal ends the agent
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

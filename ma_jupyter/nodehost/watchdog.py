@@ -15,10 +15,13 @@ Every :data:`MEMORY_SAMPLE` seconds :func:`watch` walks every process below the 
    plus what their sandboxes hold in their memory-backed folders (:func:`tmpfs_held`); past
    ``memory_gb`` it kills the node (memory a job holds unmapped escapes this sum);
 3. logs: the size of every file in the job's ``logs/`` folder (all its nodes on this machine,
-   :func:`ma_jupyter.foldersize.folder_size`); past ``max_log_bytes`` it kills the node, and the
-   logs may then grow by :data:`LOG_SLACK` more (what the later phases print); a folder of
-   more than :data:`MAX_LOG_ENTRIES` entries ends it too, as does one the walk refuses (a chain of
-   folders deeper than the walk's bound, a walk past :data:`LOG_WALK_SECONDS`); and while the logs' disk has less than
+   :func:`ma_jupyter.foldersize.folder_size`); past ``max_log_bytes`` it kills the node and cuts
+   what the node's own log holds past the cap (:func:`cut_overflow`: sampled, the cap is passed
+   by what the job wrote in one sample, which on a small disk can be all of it, and the other
+   jobs there need that room to go on), and the logs may then grow by :data:`LOG_SLACK` more
+   (what the later phases print); a folder of more than :data:`MAX_LOG_ENTRIES` entries ends it
+   too, as does one the walk refuses (a chain of folders deeper than the walk's bound, a walk past
+   :data:`LOG_WALK_SECONDS`); and while the logs' disk has less than
    ``disk_reserve_bytes`` free, logs growing at ``disk_flood_rate`` or more (less the fuller the
    disk: the supervisor's rule, see :mod:`ma_jupyter.service.policies`) end it.
 
@@ -190,6 +193,51 @@ def _log_flood(folder: str, grown: int, seconds: float, reserve: int, flood_rate
     )
 
 
+def cut_overflow(overflow: int, fd: int = 1) -> int:
+    """Cut the last ``overflow`` bytes of the node's own log (the runner's ``fd``, opened for
+    appending: what is written later follows the cut), once its writers were killed for the log
+    cap; the bytes cut (0 when ``fd`` is not a regular file)."""
+    try:
+        st = os.fstat(fd)
+        if not (st.st_mode & 0o170000 == 0o100000) or overflow <= 0:
+            return 0
+        cut = min(overflow, st.st_size)
+        os.ftruncate(fd, st.st_size - cut)
+        return cut
+    except OSError:
+        return 0
+
+
+def settle_logs(limits: Limits, say: Callable[[str], None]) -> str | None:
+    """At the node's end (its processes gone, before its exit code is written): logs past
+    ``max_log_bytes`` (a job that filled its disk between two samples, and ended for it before
+    the watchdog saw the cap passed) have their overflow cut from the node's own log
+    (:func:`cut_overflow`), so the other jobs on that disk get the room back; the cap's reason
+    then, else None."""
+    if not (limits.max_log_bytes and limits.logs_dir):
+        return None
+    size = logs_size(limits.logs_dir)
+    if size is None or size <= limits.max_log_bytes + LOG_SLACK:
+        return None
+    cut = cut_overflow(size - limits.max_log_bytes)
+    if cut:
+        say(f"{cut / (1 << 20):.1f} MB written past [limits] max_log_mb were cut from this log")
+    return (
+        f"the job's logs exceeded [limits] max_log_mb of {limits.max_log_bytes / (1 << 20):g} MB "
+        f"(all its nodes together: {size / (1 << 20):.1f} MB); what {limits.node} wrote past it was cut"
+    )
+
+
+def _wait_gone(pid: int, timeout: float = 2.0) -> None:
+    """Wait (bounded) until the killed ``pid`` has ended (reaped, or a zombie)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        fields = stat_fields(pid)
+        if fields is None or fields[0] in (b"Z", b"X"):
+            return
+        time.sleep(0.01)
+
+
 def _signal(pid: int, signum: int) -> None:
     try:
         os.kill(pid, signum)
@@ -225,6 +273,7 @@ def watch(
     reserve, flood_rate = limits.disk_reserve_bytes, limits.disk_flood_rate
     last_size, last_time = None, time.monotonic()
     said_processes = False
+    cap_exceeded = False
     while not ended.wait(MEMORY_SAMPLE):
         tree = process_tree(os.getpid())
         used, tasks = _stats(tree)
@@ -267,6 +316,7 @@ def watch(
                     f"{node} was killed"
                 )
             elif size > log_cap:
+                cap_exceeded = log_cap == limits.max_log_bytes  # the cap itself, not its slack
                 exceeded = (
                     f"the job's logs exceeded [limits] max_log_mb of {limits.max_log_bytes / (1 << 20):g} MB "
                     f"(all its nodes together: {size / (1 << 20):.1f} MB); {node} was killed"
@@ -286,6 +336,14 @@ def watch(
         on_exceeded(exceeded)
         for pid in tree:
             _signal(pid, signal.SIGKILL)
+        if cap_exceeded:
+            cap_exceeded = False
+            for pid in tree:  # the writers are gone before their overflow is cut
+                _wait_gone(pid)
+            cut = cut_overflow(size - limits.max_log_bytes)
+            if cut:  # the reason's line may have been cut with the overflow: said again
+                say(f"{exceeded} ({cut / (1 << 20):.1f} MB written past the cap were cut from this log)")
+                log_cap = size - cut + LOG_SLACK
 
 
 def tree_usage(root: int) -> tuple[float, int] | None:

@@ -9,8 +9,12 @@ A node leaves placement in one of two ways:
    (under ``[limits] node_disk_free_mb``), or one of its real cards (its device node gone, or
    NVML reporting it lost: :meth:`ma_jupyter.backends.base.Backend.card_fault`).
 
-Each mark records its :attr:`Mark.source`.  A mark of a node check (``check``) is cleared by
-the inspection itself once the node passes its checks again (space freed, the card back).  A
+Each mark records its :attr:`Mark.source`.  A mark of a node check (``check``: a card; ``disk``:
+the job folders' disk) is cleared by the inspection itself once the node passes its checks
+again (space freed, the card back).  A ``disk`` mark only makes the node unschedulable (seed
+002, data preparation: a node whose disk use passes the threshold takes no new work): the jobs
+running there keep running (:attr:`Mark.only_new_work`; the job whose writing filled the disk
+is ended by the disk checks of its own, not through the node), and any other mark replaces it.  A
 drain (``admin``) and a heartbeat fault (``heartbeat``) stay until an admin runs ``ma-jupyter
 nodes undrain NODE``: a node that froze once is not trusted again by itself.  The marks are kept in ``$MA_JUPYTER_HOME/node_health.json``
 (written whole and renamed into place), so a restarted service keeps them.  What a mark means
@@ -42,6 +46,11 @@ class Mark:
     reason: str
     source: str = ""
 
+    @property
+    def only_new_work(self) -> bool:
+        """Whether the mark only holds new work off the node (its disk): running jobs stay."""
+        return self.source == "disk"
+
 
 class NodeHealth:
     """The drained and faulty marks of the inventory's nodes, persisted in ``path``.
@@ -68,10 +77,18 @@ class NodeHealth:
     def mark(self, node: str, status: str, reason: str, source: str = "admin") -> bool:
         """Mark ``node`` drained or faulty; False when it already was (a drain is not turned
         into a fault, nor the other way: the first reason stays), but for an admin's drain of
-        a node a check marked: the drain replaces it, so the node stays out once it passes."""
+        a node a check marked: the drain replaces it, so the node stays out once it passes;
+        and a ``disk`` mark, which every other mark replaces (a fault found on a node out of
+        placement for its disk still moves its running jobs)."""
         with self._lock:
             held = self.marks.get(node)
-            if held is not None and not (source == "admin" and held.source == "check"):
+            replaces = (
+                (source == "admin" and held.source in ("check", "disk"))
+                or (held.source == "disk" and source != "disk")
+                if held is not None
+                else True
+            )
+            if not replaces:
                 return False
             self.marks[node] = Mark(status, reason, source)
             self.statuses[node] = status
@@ -92,7 +109,7 @@ class NodeHealth:
         None (no mark, or one an admin or a heartbeat set: those stay)."""
         with self._lock:
             mark = self.marks.get(node)
-            if mark is None or mark.source != "check":
+            if mark is None or mark.source not in ("check", "disk"):
                 return None
             del self.marks[node]
             self.statuses.pop(node, None)

@@ -11,7 +11,9 @@ The order of the checks is itself a decision.  Each poll of a running job:
    already being wound down is left alone;
 2. a stop or delete request ends it as ``stopped`` (the job's grace period);
 3. an end decided earlier that the store could not record (its disk was full) is recorded now;
-4. a full folder among those the job writes to ends it in ``error`` (:func:`disk_folders`);
+4. a full folder among those the job writes to ends it in ``error`` (:func:`disk_folders`),
+   but on the jobs folder's disk a job that wrote nothing there lately is spared while another
+   job did, or for one look (:func:`full_disk_ends`);
 5. running past its duration (strictly more than ``duration`` seconds) ends it as ``expired``;
 
 then the nodes are polled, and:
@@ -22,7 +24,8 @@ then the nodes are polled, and:
    pre-check runs before it starts again, and placement avoids the node); on a faulty node
    without it, a fault restart left does the same, else the job ends in ``error`` naming the
    node; on a drained node without it, the job keeps running (a drain only stops new
-   placements);
+   placements), and so does every job on a node out of placement for its disk (whose own
+   writing did not explain the disk's use, see "across running jobs" below);
 6. the first failed node (lost, or exited with a code other than 0) fails the job: it is put
    back in the queue while fault restarts or checkpoint resumes remain, else it ends in
    ``error``; a full folder at that moment is named as the likely cause instead;
@@ -53,7 +56,7 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -257,6 +260,39 @@ def on_reserve(path: Path, free: int, reserve: int, grown: int, seconds: float) 
     return End(JobStatus.error, reason, WIND_DOWN_GRACE, pending=True)
 
 
+def on_node_disk(root: str | Path, node: str, free: int, floor: int, grown: int, seconds: float) -> End:
+    """End the job writing the most on node ``node`` while its job folders' disk (``root``) has
+    less than ``floor`` bytes (``[limits] node_disk_free_mb``) ``free``: the job's own writing,
+    not the node, is the cause, so the job ends and the node stays in placement; the reason
+    names the disk, the threshold and what the job wrote."""
+    mb = 1 << 20
+    reason = (
+        f"the job folders' disk ({root}) of node {node} has {free / mb:.1f} MB free, under [limits] "
+        f"node_disk_free_mb = {floor / mb:g}; this job wrote the most there ({grown / mb:.1f} MB in the "
+        f"last {seconds:.1f} s) and was stopped so that the other jobs there keep running"
+    )
+    return End(JobStatus.error, reason, WIND_DOWN_GRACE, pending=True)
+
+
+def full_disk_ends(grown: int | None, measured: bool, others_grew: bool, full_before: bool) -> bool:
+    """Rule 4: whether a full folder of a running job ends it now.
+
+    1. a full folder the disk reserve does not measure (``measured`` False: outputs or a volume
+       on another disk, no reserve) ends it, as does a jobs disk the job itself wrote on between
+       the reserve's last two looks (``grown`` bytes > 0; None: not measured yet);
+    2. a job that wrote nothing there keeps running while another running job did
+       (``others_grew``): the writer is the one ended, and a log overflow cut at its end gives
+       the room back (another user's job is not ended for that user's flood);
+    3. otherwise it ends once the disk was full at its previous look too (``full_before``): a
+       disk that stays full with no writer to blame is every job's end, as before.
+    """
+    if not measured or (grown is not None and grown > 0):
+        return True
+    if others_grew:
+        return False
+    return full_before
+
+
 def disk_folders(spec: JobSpec, job_dir: Path, default_outputs: Path) -> list[Path]:
     """The folders a job writes to, looked at for a full disk: its job folder, its outputs
     (``default_outputs``, the job folder's own, unless it names one) and its volumes, in that order."""
@@ -322,12 +358,18 @@ def on_failure(job: Job, run: NodeRun, reason: Reason, disk_full: Path | None = 
 
 
 def on_unhealthy(
-    job: Job, runs: Sequence[NodeRun], marks: dict[str, tuple[str, str]]
+    job: Job,
+    runs: Sequence[NodeRun],
+    marks: dict[str, tuple[str, str]],
+    only_new_work: Collection[str] = (),
 ) -> tuple[str | None, End | None]:
     """Rule 5a: a live node of the job runs on an inventory node marked drained or faulty
     (``marks``: node name -> (status, why)).  Returns (the event saying what the platform does,
     the end of the attempt); (None, None) when no live node is on a marked one.
 
+    0. the marks of ``only_new_work`` (a node whose job folders' disk is under its threshold,
+       :attr:`.health.Mark.only_new_work`) only keep new work off: a job running there keeps
+       running (the event only), unless another of its nodes is on a node of rules 1-4;
     1. checkpoint resume with resumes left: SIGTERM, the resume's grace period for the
        checkpoint, back to the queue (the next placement avoids the node);
     2. faulty, fault restart left: back to the queue after the job's grace period;
@@ -337,7 +379,15 @@ def on_unhealthy(
     bad = [r for r in runs if r.state in ("running", "pending") and r.host in marks]
     if not bad:
         return None, None
-    run = bad[0]
+    moving = [r for r in bad if r.host not in only_new_work]
+    if not moving:
+        status, why = marks[bad[0].host]
+        return (
+            f"node {bad[0].host} is {status} ({why}): this job keeps running there; "
+            "only new placements avoid the node",
+            None,
+        )
+    run = moving[0]
     status, why = marks[run.host]
     what = f"node {run.host} is {status} ({why})"
     spec = job.spec

@@ -417,7 +417,7 @@ def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service, tmp_pat
     code.mkdir()
     for name in ("socket", "signal", "subprocess", "threading", "json"):
         (code / f"{name}.py").write_text("raise SystemExit('shadowed by the job')\n")
-    fails = "open('/tmp/scratch.txt', 'w').write('left in tmp'); raise SystemExit(5)"
+    fails = "open('scratch.txt', 'w').write('left on disk'); raise SystemExit(5)"
     handle = client.submit(
         name="dbg-ns-fail",
         command=f'{sys.executable} -I -c "{fails}"',
@@ -427,8 +427,8 @@ def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service, tmp_pat
     )
     job = handle.wait(timeout=180, check=False)
     assert job.status.value == "error" and job.exit_code == 5, job.reason
-    out, code = run_command(client.shell(handle.id, command=["cat", "/tmp/scratch.txt"]), timeout=60)
-    assert (out.strip(), code) == ("left in tmp", 0)
+    out, code = run_command(client.shell(handle.id, command=["cat", "scratch.txt"]), timeout=60)
+    assert (out.strip(), code) == ("left on disk", 0)
     where, _ = cgroup.detect()
     mine = f".{handle.id}.0.worker-0"
     if where is not None:  # the terminal's shell is in the node's cgroup, bounded as the node is
@@ -470,3 +470,58 @@ def test_a_frozen_runners_stop_reaches_the_command_under_the_terminals_agent(ma_
     # nothing is left to wait for, far from the 60 s grace period
     assert took < 30, took
     wait_for(lambda: not marked(job_id), timeout=60)
+
+
+def _host_processes_with(token: str) -> list[int]:
+    """The host's processes whose command line holds ``token``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if token.encode() in fh.read():
+                        found.append(int(pid))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_failed_nodes_kept_sandbox_holds_no_process_and_no_memory_of_the_job(ma_service):
+    """The issue's reproduction: a failed ``--debug-terminal`` job that left a busy loop running
+    in the background and a big file in ``/dev/shm``.  The node's resources go back to other jobs
+    when it fails, so its kept sandbox must hold nothing of them: the busy loop is ended and
+    ``/dev/shm`` emptied before the failure is recorded, the files on disk stay, and the debug
+    terminal still opens."""
+    from ma_jupyter.client import Client
+    from ma_jupyter.client.shell import run_command
+
+    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    tail = f"{os.getpid()}-{time.time_ns()}"
+    token = f"busy-{tail}"  # joined in the job: only the busy loop's command line holds it
+    fails = (
+        "import subprocess, sys; "
+        f"subprocess.Popen([sys.executable, '-c', 'while True: pass  # busy' + '-{tail}'], start_new_session=True); "
+        "open('/dev/shm/big', 'wb').write(bytes(200 << 20)); "
+        "open('left.txt', 'w').write('on disk'); "
+        "raise SystemExit(3)"
+    )
+    handle = client.submit(
+        name="dbg-busy", command=f'{sys.executable} -c "{fails}"', debug_terminal=True, grace_period=1
+    )
+    try:
+        job = handle.wait(timeout=180)
+        assert job.status.value == "error" and job.exit_code == 3, job.reason
+        wait_for(
+            lambda: any("kept for the debug terminal until" in e.reason for e in client.events(handle.id)),
+            timeout=60,
+        )
+        assert _host_processes_with(token) == []  # ended before the failure was recorded
+        out, code = run_command(client.shell(handle.id, command=["ls", "-A", "/dev/shm"]), timeout=60)
+        assert (out.strip(), code) == ("", 0)
+        out, code = run_command(client.shell(handle.id, command=["cat", "left.txt"]), timeout=60)
+        assert (out.strip(), code) == ("on disk", 0)
+        log = "\n".join(handle.logs())
+        assert "process(es) it left were ended" in log and "the files on disk stay" in log, log[-2000:]
+    finally:
+        client.delete(handle.id)
+        wait_for(lambda: not _host_processes_with(token), timeout=60)

@@ -188,7 +188,7 @@ def test_a_node_failing_the_pre_check_is_marked_and_the_job_waits_then_starts(ma
         failed = next(r for r in said if r.startswith("pre-check before the first placement failed on "))
         node = failed.split("failed on ")[1].split(":")[0]
         assert "under [limits] node_disk_free_mb" in failed and failed.endswith("placing the job elsewhere")
-        assert sup.health.statuses[node] == "faulty" and sup.health.snapshot()[node].source == "check"
+        assert sup.health.statuses[node] == "faulty" and sup.health.snapshot()[node].source == "disk"
         assert sup.store.get(job.id).status is JobStatus.queued
 
         cluster.limits = dataclasses.replace(cluster.limits, node_disk_free_mb=1)  # space is enough now
@@ -207,3 +207,64 @@ def test_a_node_failing_the_pre_check_is_marked_and_the_job_waits_then_starts(ma
         )
     finally:
         stop_every_job(sup)
+
+
+SHARED_NODE = (
+    '\n[[spec]]\nname = "half"\ncpus = 1\nmemory_gb = 1\n\n[[node]]\nname = "n1"\ncpus = 2\nmemory_gb = 2\n'
+)
+FLOOD = f"{PY} -c \"import sys; w = sys.stdout.buffer.write; [w(b'x' * (1 << 20)) for _ in range(200)]\""
+WAIT_GO = f"{PY} -c \"import os, time\nwhile not os.path.exists('/workspace/dataset/private/ctl/go'): time.sleep(0.1)\""
+
+
+@pytest.fixture
+def jobs_disk_64m(ma_home):
+    """A 64 MiB tmpfs at ``<home>/jobs`` before the service starts (the issue's small disk)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    with small_tmpfs(ma_home / "jobs", "64m") as folder:
+        yield folder
+
+
+@pytest.mark.timeout(300)
+def test_one_users_log_flood_ends_that_job_and_not_the_other_users_job_on_the_node(
+    request, ma_home, jobs_disk_64m, tmp_path
+):
+    """The issue's reproduction: the job folders on a 64 MiB disk, ``max_log_mb = 8``; alice's
+    job writes 200 MB to its standard output on the node bob's job shares.  Alice's job ends
+    naming its logs; the disk her files fill takes the node out of placement, but bob's running
+    job keeps running there and succeeds."""
+    ctl = tmp_path / "ctl"
+    ctl.mkdir()
+    # alice's logs pass 8 MB before she is stopped: the disk then has less than 56 MB free
+    svc = service_with(request, ma_home, SHARED_NODE + "\n[limits]\nmax_log_mb = 8\nnode_disk_free_mb = 56\n")
+    alice, bob = svc.user_session("alice"), svc.user_session("bob")
+    datasets = [{"name": "ctl", "path": str(ctl)}]  # read-only: the test says go
+    reply = bob.post(
+        f"{svc.api}/jobs",
+        json={"name": "bob", "command": WAIT_GO, "specs": ["half"], "datasets": datasets},
+        timeout=30,
+    )
+    assert reply.status_code == 201, reply.text
+    bobs = reply.json()["id"]
+    wait_status(svc, bobs, {"running"})
+    reply = alice.post(
+        f"{svc.api}/jobs", json={"name": "alice", "command": FLOOD, "specs": ["half"]}, timeout=30
+    )
+    assert reply.status_code == 201, reply.text
+    alices = reply.json()["id"]
+    ended = wait_status(svc, alices, {"succeeded", "error", "stopped"}, timeout=120)
+    assert ended["status"] == "error"
+    # her logs' cap, or the disk she filled under her own job folder (whichever is seen first)
+    own_disk = f"disk full under {jobs_disk_64m / alices}"
+    assert "exceeded [limits] max_log_mb of 8 MB" in ended["reason"] or own_disk in ended["reason"], ended
+    assert bobs not in ended["reason"]
+    # the node's disk check fails now (alice's files stay): no new placement there
+    view = wait_for(lambda: (v := node_view(svc, "n1"))["status"] == "faulty" and v, 60)
+    assert "node_disk_free_mb = 56" in view["health"] and str(jobs_disk_64m) in view["health"]
+    # bob's job was looked at with the mark there, and keeps running
+    said = wait_for(lambda: [r for r in events(svc, bobs) if "keeps running" in r], 60)
+    assert "node n1 is faulty" in said[0], said
+    assert job_of(svc, bobs)["status"] == "running"
+    (ctl / "go").write_text("")
+    final = wait_status(svc, bobs, {"succeeded", "error", "stopped"}, timeout=120)
+    assert final["status"] == "succeeded", final["reason"]

@@ -307,3 +307,48 @@ def test_a_venvs_own_pyvenv_cfg_never_widens_what_the_sandbox_shows(ma_home, tmp
     (venv / "pyvenv.cfg").write_text("home = /var/lib/dpkg/info\n")
     roots = resolve_image(Image(venv=str(venv))).roots
     assert not any(r == "/var/lib/dpkg" or r.startswith("/var/lib") for r in roots), roots
+
+
+CGROUP_SPY = r"""
+import os, sys
+other, seen, found = sys.argv[1], 0, []
+for top, dirs, files in os.walk("/sys/fs/cgroup"):
+    for name in dirs + files:
+        seen += 1
+        if other in name or other in top:
+            found.append(os.path.join(top, name))
+    if seen > 100000:  # bounded: a host's hierarchies hold far fewer
+        break
+print("entries", seen, "found", len(found), found[:3], flush=True)
+for limit in ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory.max"):
+    if os.path.exists(limit):
+        print("limit", open(limit).read().strip(), flush=True)
+"""
+
+
+def test_a_job_sees_only_its_own_cgroup(ma_client, tmp_path):
+    """``/sys/fs/cgroup`` inside a job lists no other job's cgroup (its id, its memory use),
+    even of an ``--access none`` job running beside it; the job's own memory limit stays
+    readable where its node has a cgroup."""
+    from ma_jupyter.nodehost import cgroup
+    from tests.helpers import wait_for
+
+    hidden = ma_client.submit(
+        name="hidden",
+        access="none",
+        command=f"{PY} -c \"import time; print('up', flush=True); time.sleep(600)\"",
+    )
+    wait_for(lambda: any("up" in line for line in hidden.logs()), timeout=60)
+    algo = tmp_path / "spy"
+    algo.mkdir()
+    (algo / "spy.py").write_text(CGROUP_SPY)
+    spy = ma_client.submit(name="spy", algorithm=str(algo), command=f"{PY} spy.py {hidden.id}")
+    spy.wait(timeout=120)
+    hidden.stop()
+    lines = list(spy.logs())
+    said = next(line for line in lines if line.startswith("entries"))
+    assert " found 0 " in said, said
+    where, _ = cgroup.detect()
+    if where is not None:  # the node's own cgroup: its limit, not the host's
+        limit = next(line for line in lines if line.startswith("limit"))
+        assert 0 < int(limit.split()[1]) < 1 << 40, limit

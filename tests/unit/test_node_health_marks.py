@@ -111,3 +111,16 @@ def test_the_cluster_file_sets_the_node_disk_check_and_the_notify_command(tmp_pa
     path.write_text('[notify]\ncommand = "notify \'unclosed"\n')
     with pytest.raises(InvalidSpec, match="cannot be split into words"):
         load_notify(path)
+
+
+def test_a_disk_mark_only_holds_new_work_and_any_other_mark_replaces_it(tmp_path):
+    health = NodeHealth(tmp_path / "node_health.json")
+    assert health.mark("n1", "faulty", "the job folders' disk is nearly full", source="disk")
+    assert health.snapshot()["n1"].only_new_work
+    assert not health.mark("n1", "faulty", "still full", source="disk")  # the first reason stays
+    assert health.mark("n1", "faulty", "card 0 is gone", source="check")  # a fault moves jobs
+    assert not health.snapshot()["n1"].only_new_work
+    assert health.mark("n2", "faulty", "the job folders' disk is nearly full", source="disk")
+    assert health.clear_checked("n2").source == "disk"  # space returned
+    assert health.mark("n3", "faulty", "the job folders' disk is nearly full", source="disk")
+    assert health.mark("n3", "drained", "drained by admin", source="admin")

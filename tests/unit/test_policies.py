@@ -608,3 +608,24 @@ def test_disk_use_of_a_job_holding_a_deep_chain_counts_it(tmp_path):
         assert disk_use([job], os.stat(tmp_path).st_dev) >= 1 << 20
     finally:
         assert remove_tree(job).complete  # pytest's own clean-up would recurse
+
+
+def test_a_node_out_of_placement_for_its_disk_keeps_every_job_running_there():
+    disk = {
+        "n4": ("faulty", "the job folders' disk (/j) has 1.0 MB free, under [limits] node_disk_free_mb = 4")
+    }
+    resumable = job(checkpoint_resume={"max_resumes": 2, "grace_period": 30})
+    for j in (job(), resumable, job(fault_restart={"max_restarts": 1})):
+        notice, end = policies.on_unhealthy(j, [on("n4")], disk, only_new_work={"n4"})
+        assert end is None and "keeps running there" in notice and "node_disk_free_mb" in notice
+    # a node of the job on a node with another mark still moves it
+    _, end = policies.on_unhealthy(job(), [on("n4"), on("n2")], {**disk, **MARKS}, only_new_work={"n4"})
+    assert end.status is JobStatus.error and "node n2 is faulty" in end.reason
+
+
+def test_a_full_jobs_disk_ends_the_writer_and_spares_the_others_while_it_writes():
+    assert policies.full_disk_ends(5 << 20, True, others_grew=True, full_before=False)  # the writer
+    assert not policies.full_disk_ends(0, True, others_grew=True, full_before=True)  # another writes
+    assert not policies.full_disk_ends(None, True, others_grew=False, full_before=False)  # one look
+    assert policies.full_disk_ends(0, True, others_grew=False, full_before=True)  # stays full
+    assert policies.full_disk_ends(None, False, others_grew=False, full_before=False)  # not measured

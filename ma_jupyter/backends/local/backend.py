@@ -399,8 +399,12 @@ class LocalBackend(Backend):
         copy = copy_needed(view)
         first = "on_start" if launch.on_start else "argv"
 
+        # the node's own cgroup, where one can be made here: the runner makes it, and the
+        # sandbox shows it (and no other job's) under /sys/fs/cgroup
+        node_cgroup = _node_cgroup(attempt.job_id, attempt.number, launch.name)
+
         def wrap(command: list[str], phase: str = "") -> list[str]:
-            return sandbox_argv(view, command, copy=copy and phase == first)
+            return sandbox_argv(view, command, copy=copy and phase == first, cgroup=node_cgroup)
 
         limits = config.load_cluster().limits
         # --debug-terminal: the node's command runs under the shell agent, which serves the
@@ -434,7 +438,7 @@ class LocalBackend(Backend):
             "max_processes": limits.max_node_processes,
             # the node's own cgroup (memory, tmpfs included, and processes bounded by the kernel,
             # see .cgroup), where one can be made here; None: the watchdog bounds its memory
-            "cgroup": _node_cgroup(attempt.job_id, attempt.number, launch.name),
+            "cgroup": node_cgroup,
             # the node in a user namespace of its own, where its process limit is its own count
             "own_user_namespace": view.sandbox == "bubblewrap" and _user_namespace_works(),
             # the account the node's processes run as (the kernel's process limit spares root)

@@ -21,6 +21,12 @@
      space, its real cards): a failing check marks it faulty with the reason (an alert to the
      jobs running there and to the notification hook); a node whose mark a check set and that
      passes again is put back into placement (an admin's drain and a heartbeat fault stay).
+     A failing disk check first looks for the job whose writing explains it: a job running
+     there that wrote the most on that disk since the reserve's last look, fast enough
+     (:func:`..policies.reserve_offender` against ``node_disk_free_mb``), is ended with the
+     reason (:func:`..policies.on_node_disk`) and the node is not marked for it.  Otherwise
+     the disk's mark only holds new work off the node: the jobs running there keep running
+     (:attr:`..health.Mark.only_new_work`).
 
 * **The pre-check** (seed 002) before every placement of a checkpoint-resume job, its first one
   too (:meth:`Inspection.precheck`), in this order:
@@ -32,9 +38,10 @@
   8. the result, with where the job is placed and which nodes it avoids (marked nodes, and the
      nodes it was rescheduled away from), is an event of the job.
 * **The disk reserve** (:mod:`..policies`, "across running jobs"), on a thread of its own once
-  a second (:meth:`Inspection.reserve_loop`): under twice the reserve, what each running job
-  holds on the jobs folder's disk is measured (outside the lock: it may take a while); under the
-  reserve, the job writing the most is ended (:func:`..policies.on_reserve`).
+  a second (:meth:`Inspection.reserve_loop`): under twice the reserve (or twice
+  ``node_disk_free_mb``, the larger), what each running job holds on the jobs folder's disk is
+  measured (outside the lock: it may take a while); under the reserve, the job writing the most
+  is ended (:func:`..policies.on_reserve`).  Rule 5 reads the same measurements.
 """
 
 from __future__ import annotations
@@ -107,6 +114,10 @@ class Inspection:
         # jobs folder's disk then (only while it is nearly full)
         self._reserve_watched = 0.0
         self._held: dict[str, int] = {}
+        # what each running job wrote on the jobs folder's disk between the reserve's last two
+        # looks, and in how many seconds (rule 5 names a writer from it)
+        self._grown: dict[str, int] = {}
+        self._grown_seconds = 0.0
 
     # --------------------------------------------------------------------- drains
 
@@ -243,9 +254,10 @@ class Inspection:
             node = nodes.get(host)
             if node is None:
                 continue
-            failed, passed = self.node_checks(node)
+            passed = []
+            failed, source, _ = self._checked(node, passed)
             if failed is not None:
-                self._judge_node(host, failed)
+                self._judge_node(host, failed, source)
                 return Precheck(False, f"{prefix} failed on {host}: {failed}; placing the job elsewhere")
             said.append(f"{host}: " + (", ".join(passed) or "nothing to check"))
         hosts = ", ".join(dict.fromkeys(t.host for t in placement.tasks))
@@ -270,11 +282,21 @@ class Inspection:
         for node in self._scheduler.nodes():
             if node.status == "down":
                 continue
-            failed, _ = self.node_checks(node)
-            self._judge_node(node.name, failed)
+            failed, source, free = self._checked(node)
+            if source == "disk" and self._end_disk_writer(node.name, free):
+                continue  # a job's own writing explains the disk: not the node's fault
+            self._judge_node(node.name, failed, source)
 
     def node_checks(self, node: Node) -> tuple[str | None, list[str]]:
-        """(why ``node`` cannot run training now, or None; what passed, in words).
+        """(why ``node`` cannot run training now, or None; what passed, in words): the checks of
+        :meth:`_checked`, in words."""
+        failed, _, _ = self._checked(node, passed := [])
+        return failed, passed
+
+    def _checked(self, node: Node, passed: list[str] | None = None) -> tuple[str | None, str, int]:
+        """(why ``node`` cannot run training now, or None; the mark's source: ``disk`` for the
+        disk check, ``check`` for a card; the free bytes of its job folders' disk, -1 when not
+        known); what passed is appended to ``passed``.
 
         1. the free space of the disk of its job folders (the folders every job there writes:
            logs, node files, default outputs) against ``[limits] node_disk_free_mb``, as the
@@ -283,17 +305,18 @@ class Inspection:
         2. its real cards, every one of them (:meth:`Backend.card_fault`): the device node is
            there and the driver does not report it lost; emulated cards have nothing to check.
         """
-        passed: list[str] = []
+        passed = [] if passed is None else passed
         found = self._backend.job_folders_free(node.name)
+        free = -1
         if found is not None:
             root, free = found
             floor = self._scheduler.cluster.limits.node_disk_free_mb
             if free < floor * MIB:
-                return (
+                why = (
                     f"the job folders' disk ({root}) has {free / MIB:.1f} MB free, under "
-                    f"[limits] node_disk_free_mb = {floor:g}",
-                    passed,
+                    f"[limits] node_disk_free_mb = {floor:g}"
                 )
+                return why, "disk", free
             passed.append(f"job folders' disk {free / MIB:.0f} MB free (at least {floor:g})")
         if node.emulated is False and node.accelerators:
             cards = tuple(node.card_indices)
@@ -302,22 +325,56 @@ class Inspection:
             )
             why = self._backend.card_fault(task)
             if why is not None:
-                return f"card check: {why}", passed
+                return f"card check: {why}", "check", free
             passed.append(f"{len(cards)} {node.accelerator_type} card(s) answering")
-        return None, passed
+        return None, "check", free
 
-    def _judge_node(self, name: str, failed: str | None) -> None:
+    def _end_disk_writer(self, name: str, free: int) -> bool:
+        """Rule 5's writer: end the running job on node ``name`` that wrote the most on its job
+        folders' disk (``free`` bytes free) since the reserve's last look, if it wrote fast
+        enough; True when one is being ended.  Only where that disk is this machine's jobs
+        folder (the reserve measures there)."""
+        found = self._backend.job_folders_free(name)
+        if found is None or free < 0 or os.path.realpath(found[0]) != os.path.realpath(config.jobs_root()):
+            return False
+        floor = int(self._scheduler.cluster.limits.node_disk_free_mb * MIB)
+        ledger = self._ledger
+        with ledger.lock:
+            there = {
+                job_id
+                for job_id, p in ledger.placements.items()
+                if job_id not in ledger.finishing and any(t.host == name for t in p.tasks)
+            }
+            grown = {j: b for j, b in self._grown.items() if j in there}
+            seconds = self._grown_seconds
+            victim = policies.reserve_offender(grown, seconds, free, floor, config.DISK_FLOOD_RATE)
+            if victim is None:
+                return False
+            job = self._store.get(victim)
+            placement = ledger.placements.get(victim)
+            if job.status is not JobStatus.running or placement is None:
+                return False
+            end = policies.on_node_disk(found[0], name, free, floor, grown[victim], seconds)
+            log.warning("job %s: %s", victim, end.reason)
+            self._grown.pop(victim, None)
+            self._watching.finish(job, attempt_for(self._store, job, placement), end)
+            return True
+
+    def _judge_node(self, name: str, failed: str | None, source: str = "check") -> None:
         """Mark ``name`` faulty for ``failed`` (an alert to the jobs running there and to the
-        notification hook), or clear the mark a node check set once it passes."""
+        notification hook; ``source`` ``disk``: the mark only holds new work off), or clear the
+        mark a node check set once it passes."""
         with self._ledger.lock:
             if failed is None:
                 if self._health.clear_checked(name) is not None:
                     log.warning("node %s passes its checks again: back in placement", name)
                     self._ledger.queue_changed()
                 return
-            if not self._health.mark(name, "faulty", failed, source="check"):
+            if not self._health.mark(name, "faulty", failed, source=source):
                 return
             log.warning("node %s is faulty: %s", name, failed)
+            if source == "disk":
+                failed += "; the jobs running there keep running, new work is held off the node"
             there = [
                 job_id
                 for job_id, p in self._ledger.placements.items()
@@ -348,11 +405,14 @@ class Inspection:
         ledger = self._ledger
         now = time.monotonic()
         seconds, self._reserve_watched = now - self._reserve_watched, now
-        reserve = int(self._scheduler.cluster.limits.disk_reserve_mb * (1 << 20))
+        limits = self._scheduler.cluster.limits
+        reserve = int(limits.disk_reserve_mb * (1 << 20))
         root = config.jobs_root()
         free = free_bytes(root)
-        if free is None or free >= 2 * reserve:
-            self._held = {}
+        # measured under the node check's floor too: rule 5 names the writer from it
+        if free is None or free >= 2 * max(reserve, int(limits.node_disk_free_mb * MIB)):
+            self._held, self._grown = {}, {}
+            self._watching.disk_grown = None
             return
         device = os.stat(root).st_dev
         held: dict[str, int] = {}
@@ -366,9 +426,11 @@ class Inspection:
             folders = policies.disk_folders(attempt.spec, attempt.jobdir.root, attempt.jobdir.outputs)
             held[job.id] = disk_use(folders, device)
         before, self._held = self._held, held
+        grown = {j: held[j] - before[j] for j in held if j in before}
+        self._grown, self._grown_seconds = grown, seconds
+        self._watching.disk_grown = grown
         if free >= reserve or free < FULL_BELOW:
             return  # outside the reserve; or full, where each job writing there ends ("disk full")
-        grown = {j: held[j] - before[j] for j in held if j in before}
         victim = policies.reserve_offender(grown, seconds, free, reserve, config.DISK_FLOOD_RATE)
         if victim is None:
             return

@@ -31,6 +31,7 @@ records the end :func:`..policies.settle` makes of it (a job marked to be delete
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -104,6 +105,11 @@ class Watching:
         # job id -> why it must end, kept while the store cannot record it (its disk is full)
         self._pending_end: dict[str, str] = {}
         self._health_noted: set[tuple[str, int, str]] = set()  # (job, attempt, node) said to stay
+        #: job id -> bytes its folders grew by on the jobs folder's disk between the disk
+        #: reserve's last two looks (set by the inspection; None while it does not measure):
+        #: a full disk ends only the jobs writing there (:func:`..policies.full_disk_ends`)
+        self.disk_grown: dict[str, int] | None = None
+        self._full_seen: set[str] = set()  # job ids whose last look found a folder full
         # polls of running nodes: when each job was last polled, and whether a backend's push of
         # a node's end asks this tick to poll every job (Backend rule 6, poll_every)
         self._polled_at: dict[str, float] = {}
@@ -222,8 +228,10 @@ class Watching:
 
     def _on_unhealthy(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> bool:
         """Rule 4 (:func:`..policies.on_unhealthy`): True when the attempt is being ended."""
-        marks = {name: (m.status, m.reason) for name, m in self._health.snapshot().items()}
-        notice, end = policies.on_unhealthy(job, runs, marks)
+        snapshot = self._health.snapshot()
+        marks = {name: (m.status, m.reason) for name, m in snapshot.items()}
+        spared = {name for name, m in snapshot.items() if m.only_new_work}
+        notice, end = policies.on_unhealthy(job, runs, marks, spared)
         if notice is None and end is None:
             return False
         if end is None:
@@ -246,7 +254,21 @@ class Watching:
             return None
         self._disk_checked[job.id] = clock
         folders = policies.disk_folders(attempt.spec, attempt.jobdir.root, attempt.jobdir.outputs)
-        return full_folder(f for f in folders if f.is_dir())
+        full = full_folder(f for f in folders if f.is_dir())
+        if full is None or now:
+            if full is None:
+                self._full_seen.discard(job.id)
+            return full  # a failed node: the full disk is named as its likely cause
+        try:
+            on_jobs_disk = os.stat(full).st_dev == os.stat(attempt.jobdir.root).st_dev
+        except OSError:
+            on_jobs_disk = False
+        grown = self.disk_grown if on_jobs_disk else None
+        others = grown is not None and any(g > 0 for j, g in grown.items() if j != job.id)
+        before = job.id in self._full_seen
+        self._full_seen.add(job.id)
+        mine = grown.get(job.id) if grown is not None else None
+        return full if policies.full_disk_ends(mine, grown is not None, others, before) else None
 
     def _perf(self, job: Job, attempt: Attempt) -> End | None:
         """Performance detection: read the primary nodes' new complete log lines and apply
@@ -282,6 +304,7 @@ class Watching:
         """Drop the in-memory notes kept about a job's current attempt (here and in the ledger)."""
         self._ledger.forget(job_id)
         self._disk_checked.pop(job_id, None)
+        self._full_seen.discard(job_id)
         self._pending_end.pop(job_id, None)
         self._polled_at.pop(job_id, None)
         self._health_noted = {k for k in self._health_noted if k[0] != job_id}
