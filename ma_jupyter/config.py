@@ -337,8 +337,8 @@ class Limits:
     max_shells_per_user: int = 16
     max_devenvs_per_job: int = 4
     max_devenvs_per_user: int = 8
-    max_log_followers_per_job: int = 16
-    max_log_followers_per_user: int = 32
+    max_log_followers_per_job: int = 64
+    max_log_followers_per_user: int = 128
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:

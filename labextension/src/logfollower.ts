@@ -22,6 +22,8 @@ import { MergedLog } from './logmerge';
 
 /** How long one long-poll read waits for new bytes (s). */
 const LOG_WAIT_S = 10;
+/** How long a polled follower (`poll`) waits between two reads that brought nothing (ms). */
+const RANK_POLL_MS = 500;
 /** The newest characters a page keeps of a log. */
 export const LOG_KEEP_CHARS = 400_000;
 /** Of a log larger than this, a page starts at its last this many bytes. */
@@ -70,6 +72,8 @@ export interface LogFollowerOptions {
   onEnd?: () => void;
   /** called after each read with the unfinished line as `visibleLine` makes it ('' for none: rule 6) */
   onPartial?: (line: string) => void;
+  /** read without waiting, every `RANK_POLL_MS` when nothing came (a rank's unfinished line) */
+  poll?: boolean;
 }
 
 export class LogFollower {
@@ -132,7 +136,10 @@ export class LogFollower {
     const problem = this.options.onProblem ?? (() => undefined);
     while (!this.stopped) {
       try {
-        const chunk = await api.readLog(this.jobId, this.stream, this.offset, LOG_WAIT_S, this.controller.signal);
+        // a rank's unfinished line is polled (`poll`), not waited on: the service counts each
+        // waiting read as a log follower against its caps, and one per node is enough
+        const wait = this.options.poll ? 0 : LOG_WAIT_S;
+        const chunk = await api.readLog(this.jobId, this.stream, this.offset, wait, this.controller.signal);
         if (this.stopped) {
           return;
         }
@@ -152,6 +159,9 @@ export class LogFollower {
           this.pre.dataset.eof = 'true';
           this.options.onEnd?.();
           return;
+        }
+        if (this.options.poll && !chunk.data) {
+          await new Promise(resolve => window.setTimeout(resolve, RANK_POLL_MS));
         }
       } catch (error) {
         if (this.stopped) {
@@ -255,7 +265,8 @@ export class AllNodesFollower {
     const follower = new LogFollower(this.jobId, { node, rank }, document.createElement('pre'), {
       // its finished lines come through the node's log; only the line being drawn is shown,
       // labelled after each \r too, as the splitter writes it into the node log
-      onPartial: line => this.setPartial(key, this.label(node), line ? label + line : '')
+      onPartial: line => this.setPartial(key, this.label(node), line ? label + line : ''),
+      poll: true
     });
     this.ranks.set(key, follower);
     return true;

@@ -30,6 +30,7 @@ LOCAL_READ = (
 )  # bytes per direct read of a local log file: small chunks keep splitting cache-friendly
 FOLLOW_PATIENCE = 120.0  # seconds a log follower keeps retrying while the service is away
 LONG_POLL = 2.0  # seconds each read of LogStreams may wait on the service
+RANK_POLL = 0.5  # seconds between two reads of a rank's log for its unfinished line (no wait)
 #: bytes of an unfinished line kept for showing its state now (:attr:`LogLines.partial`): its
 #: end is what a terminal shows of a redrawn progress bar, and a front end cuts it shorter still
 PARTIAL_LIMIT = 16 << 10
@@ -410,7 +411,9 @@ class LogStreams:
                 node=node,
                 rank=rank,
                 offset=offset,
-                wait=LONG_POLL,
+                # a rank's unfinished line is polled, not waited on: a waiting read is a log
+                # follower the service counts against its caps, one per node is enough
+                wait=0 if partials_only else LONG_POLL,
                 partials=True,
             )
             shown = ""  # the unfinished line as last handed out
@@ -423,7 +426,7 @@ class LogStreams:
                     if lines or reader.partial != shown:
                         shown = reader.partial
                         self._queue.put((key, [line.rstrip("\r") for line in lines], offset, shown))
-                    if self._stop.is_set():
+                    if self._stop.wait(RANK_POLL) if partials_only else self._stop.is_set():
                         return
                 # the reader ends at the end of the job's log
                 self._queue.put((key, None, reader.offset, ""))

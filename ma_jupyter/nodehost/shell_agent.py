@@ -335,6 +335,8 @@ def _start_command(command: list[str]) -> subprocess.Popen | int:
 
 #: the memory-backed folders of a node's sandbox, emptied when a failed one is kept (rule c)
 MEMORY_FOLDERS = ("/tmp", "/dev/shm", "/run")
+#: seconds the emptying of the memory folders may take (the exit code waits for it)
+EMPTY_SECONDS = 20.0
 #: kill passes over the pid namespace (a process forking while it is killed needs a few)
 KILL_PASSES = 100
 
@@ -386,7 +388,6 @@ def _remove_shm_segments() -> int:
 def empty_sandbox(spared_sessions: set[int]) -> tuple[int, int]:
     """Rule c: kill every other process of the node (but ``spared_sessions``), empty its
     memory-backed folders and System V segments; (processes killed, bytes freed)."""
-    import shutil
 
     killed: set[int] = set()
     for _ in range(KILL_PASSES):
@@ -407,14 +408,7 @@ def empty_sandbox(spared_sessions: set[int]) -> tuple[int, int]:
             entries = list(os.scandir(folder))
         except OSError:
             continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)  # follows no link
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                pass
+        _empty_folder(folder, entries, deadline=time.monotonic() + EMPTY_SECONDS)
         try:
             after = os.statvfs(folder)
             freed += max(0, (after.f_bfree - before.f_bfree) * after.f_frsize)
@@ -422,6 +416,38 @@ def empty_sandbox(spared_sessions: set[int]) -> tuple[int, int]:
             pass
     _remove_shm_segments()
     return len(killed), freed
+
+
+def _empty_folder(folder: str, entries: list[os.DirEntry], deadline: float) -> None:
+    """Remove ``entries`` of ``folder`` without recursion (a chain of any depth ends no thread:
+    one too deep for a path is left), following no link and entering no other file system (a
+    mount below, e.g. one of the platform's own folders under ``/run``, is left whole), until
+    ``deadline``."""
+    try:
+        device = os.lstat(folder).st_dev
+    except OSError:
+        return
+    folders: list[str] = []
+    stack = list(entries)
+    while stack and time.monotonic() < deadline:
+        entry = stack.pop()
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_dev != device:
+                continue  # a mount point: not the job's memory to free
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.path)
+                with os.scandir(entry.path) as below:
+                    stack.extend(below)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+    for path in reversed(folders):  # the deepest first: each is empty by then
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
 
 
 def _report(fd: int, code: int) -> None:
@@ -458,7 +484,11 @@ def serve_command(job_id: str, node: str, status_fd: int, release_fd: int, comma
     if code != 0:  # rule c: a kept sandbox holds no process and no memory of the job's
         with server.lock:
             shells = set(server.shells)
-        killed, freed = empty_sandbox(shells)
+        try:
+            killed, freed = empty_sandbox(shells)
+        except Exception as exc:  # whatever the job left, the exit code is reported (rule c)
+            print(f"[ma_jupyter] emptying the failed sandbox stopped: {exc!r}", file=sys.stderr, flush=True)
+            killed, freed = 0, 0
         print(
             f"[ma_jupyter] the command failed: {killed} process(es) it left were ended and "
             f"{freed / (1 << 20):.1f} MB in /tmp, /dev/shm and /run freed; the files on disk stay "

@@ -217,6 +217,10 @@ def settle_logs(limits: Limits, say: Callable[[str], None]) -> str | None:
     if not (limits.max_log_bytes and limits.logs_dir):
         return None
     size = logs_size(limits.logs_dir)
+    if isinstance(size, FolderRefused):
+        # the job made its logs folder unmeasurable (a chain past the walk's bound): that is
+        # the reason, as in the watch loop; nothing is cut from a size not known
+        return f"the job's logs folder cannot be measured for [limits] max_log_mb ({size.message})"
     if size is None or size <= limits.max_log_bytes + LOG_SLACK:
         return None
     cut = cut_overflow(size - limits.max_log_bytes)

@@ -409,14 +409,16 @@ class TensorBoardManager:
                     self._boards[job.id] = board
             if not ours:
                 raise Conflict(f"the TensorBoard of job {job.id} was stopped while it started")
-            future.set_result(board.url)
+            if not future.done():  # a future cancelled meanwhile takes no result
+                future.set_result(board.url)
         except BaseException as exc:
             with self._lock:
                 if self._starting.get(job.id, (None, None))[0] is future:
                     del self._starting[job.id]
             if board is not None and self._boards.get(job.id) is not board:
                 self._terminate(board)
-            future.set_exception(exc)
+            if not future.done():
+                future.set_exception(exc)
 
     def _is_starting(self, job_id: str, future: concurrent.futures.Future | None) -> bool:
         """Whether the start of ``future`` is still wanted (no stop came since)."""

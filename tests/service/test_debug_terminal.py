@@ -509,7 +509,7 @@ def test_a_failed_nodes_kept_sandbox_holds_no_process_and_no_memory_of_the_job(m
         name="dbg-busy", command=f'{sys.executable} -c "{fails}"', debug_terminal=True, grace_period=1
     )
     try:
-        job = handle.wait(timeout=180)
+        job = handle.wait(timeout=180, check=False)
         assert job.status.value == "error" and job.exit_code == 3, job.reason
         wait_for(
             lambda: any("kept for the debug terminal until" in e.reason for e in client.events(handle.id)),

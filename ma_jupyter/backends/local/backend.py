@@ -829,6 +829,13 @@ class LocalBackend(Backend):
                 )
             except PermissionError as exc:
                 raise Conflict(f"{exc}: the debug terminal of job {job.id} stays closed") from None
+            except TimeoutError:
+                # the agent is there but does not answer within its bound (stopped, flooded):
+                # asking again would only hold a thread of the node pool longer
+                raise Conflict(
+                    f"the debug terminal of node {node} of job {job.id} does not answer: "
+                    "try again later, or stop the job"
+                ) from None
             except OSError:
                 if time.monotonic() >= deadline:
                     break

@@ -36,7 +36,9 @@ async def start_tensorboard(services: ServicesDep, user: CallerDep, job_id: str 
     if services.tensorboards is None:
         raise InvalidSpec("TensorBoard is not available in this service")
     # the backend starts it confined to the job's outputs, as the job's account (rule 3)
-    return {"url": await asyncio.wrap_future(services.tensorboards.begin(job, user.name))}
+    # shielded: the future is shared by every caller starting this board, and one caller
+    # going away must not cancel it for the others
+    return {"url": await asyncio.shield(asyncio.wrap_future(services.tensorboards.begin(job, user.name)))}
 
 
 @router.get("/jobs/{job_id}/tensorboard")

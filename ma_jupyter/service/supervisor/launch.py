@@ -185,19 +185,26 @@ class Launcher:
         with self._ledger.lock:
             self._ledger.reading.pop(job.id, None)
             try:
-                current = self._store.get(job.id)
-            except NotFound:
-                current = None
-            if current is None or current.status is not JobStatus.queued or self._ledger.halt.is_set():
-                self.free(placement)  # stopped or deleted while it was read, or the service stops
-                return
-            if isinstance(read, Exception):
-                self._watching.guarded(current, lambda now: self.failed(now, placement, read))
-            else:
-                self._watching.guarded(
-                    current, lambda now: self.launch(now, placement, prepared=prepared, read=read)
-                )
-            self._ledger.queue_changed()
+                try:
+                    current = self._store.get(job.id)
+                except NotFound:
+                    current = None
+                if current is None or current.status is not JobStatus.queued or self._ledger.halt.is_set():
+                    self.free(placement)  # stopped or deleted while it was read, or the service stops
+                    return
+                if isinstance(read, Exception):
+                    self._watching.guarded(current, lambda now: self.failed(now, placement, read))
+                else:
+                    self._watching.guarded(
+                        current, lambda now: self.launch(now, placement, prepared=prepared, read=read)
+                    )
+            except Exception:  # noqa: BLE001 (this thread is the placement's only holder)
+                # never leave the nodes held by a thread that ended: free them, say why, and
+                # let the next admission pass take the job again
+                log.exception("the launch of job %s after its first-start read failed", job.id)
+                self.free(placement)
+            finally:
+                self._ledger.queue_changed()
 
     def failed(self, job: Job, placement: Placement, exc: Exception, prefix: str = "") -> None:
         """A launch that raised: free what it reserved; the job fails with the reason (or, on a
