@@ -28,9 +28,10 @@ def _listing(ma_cli, *args: str) -> dict[str, str]:
     out = ma_cli("jobs", *args)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    header = lines[0].split()
-    assert header[-1] == "CODE", lines
-    return {line.split()[1]: line.split()[-1] for line in lines[1:]}
+    header = lines[0]
+    assert header.split()[-2:] == ["CODE", "REASON"], lines  # REASON: the one free-text column, last
+    code = slice(header.index("CODE"), header.index("REASON"))
+    return {line.split()[1]: line[code].strip() for line in lines[1:]}
 
 
 def test_a_folders_versions_its_copies_and_the_modelarts_name(ma_cli, tmp_path):
