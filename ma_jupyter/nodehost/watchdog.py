@@ -218,8 +218,10 @@ def settle_logs(limits: Limits, say: Callable[[str], None]) -> str | None:
         return None
     size = logs_size(limits.logs_dir)
     if isinstance(size, FolderRefused):
-        # the job made its logs folder unmeasurable (a chain past the walk's bound): that is
-        # the reason, as in the watch loop; nothing is cut from a size not known
+        # the job made its logs folder unmeasurable: that is the reason, worded as the watch
+        # loop words it (whichever saw it first); nothing is cut from a size not known
+        if size.bound == "entries":
+            return f"the job's logs folder holds more than {MAX_LOG_ENTRIES} files and folders (all its nodes together)"
         return f"the job's logs folder cannot be measured for [limits] max_log_mb ({size.message})"
     if size is None or size <= limits.max_log_bytes + LOG_SLACK:
         return None
