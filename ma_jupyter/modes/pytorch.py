@@ -26,7 +26,10 @@ The command:
   start with python: runs untouched on every node; ``${VAR}`` in it is expanded from the node's
   env at launch, so the seed's ``torchrun --nnodes ${WORLD_SIZE} --nproc_per_node ${SLOTS}
   --node_rank ${RANK} --master_addr ${MASTER_ADDR} --master_port ${MASTER_PORT} train.py`` runs
-  as written.
+  as written.  A launcher told to make a one-node job of its own (``--standalone``,
+  ``--nnodes 1``, ``--nnodes=1:1``) on a job of several nodes is refused
+  (:func:`single_node_option`): each node would start a job of its own and wait for the others
+  forever, since the platform's ``PET_NNODES`` counts them all.
 
 With the ModelArts convention (seed 004, PyTorch-GPU) the platform starts no launcher: the boot
 file runs once per node and gets ``--init_method tcp://<master>:<port>``, plus ``--rank <node
@@ -35,6 +38,7 @@ index> --world_size <nodes>`` when there is more than one node; the script spawn
 
 from __future__ import annotations
 
+from ..errors import InvalidSpec
 from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, TaskSlot
 from .common import distributed_env, is_python, master, program, python_module, with_rank_log
@@ -43,11 +47,74 @@ from .common import distributed_env, is_python, master, program, python_module, 
 TORCH_RUN_MODULE = "ma_jupyter.nodeside.torch_run"
 LAUNCHER_MODULES = ("torch.distributed.launch", "torch.distributed.run", TORCH_RUN_MODULE)
 LAUNCHER_PROGRAMS = ("torchrun",)
+#: torch launcher options that take no value; every other option takes the next word unless
+#: written ``--option=value``, and the first other word is the training script
+LAUNCHER_FLAGS = frozenset(
+    {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"}
+    | {"--virtual-local-rank", "--virtual_local_rank"}
+)
 
 
 def is_launcher(argv: list[str]) -> bool:
     """Whether the command already starts the distributed launcher itself."""
     return program(argv) in LAUNCHER_PROGRAMS or python_module(argv) in LAUNCHER_MODULES
+
+
+def launcher_options(argv: list[str]) -> list[tuple[str, str | None]]:
+    """The launcher's own options of a launcher command (:func:`is_launcher`), before its training
+    script, as ``(option, value)`` (None for a flag); empty for any other command."""
+    if program(argv) in LAUNCHER_PROGRAMS:
+        rest = argv[1:]
+    elif python_module(argv) in LAUNCHER_MODULES:
+        module = python_module(argv)
+        at = next(i for i, word in enumerate(argv) if word == module or word == f"-m{module}")
+        rest = argv[at + 1 :]
+    else:
+        return []
+    found: list[tuple[str, str | None]] = []
+    words = iter(rest)
+    for word in words:
+        if not word.startswith("-") or word == "--":
+            break  # the training script (or the end of the launcher's options)
+        name, equals, value = word.partition("=")
+        if equals:
+            found.append((name, value))
+        elif word in LAUNCHER_FLAGS:
+            found.append((word, None))
+        else:
+            found.append((word, next(words, None)))
+    return found
+
+
+def single_node_option(argv: list[str]) -> str | None:
+    """The option of a launcher command that makes a one-node job of its own (``--standalone``,
+    ``--nnodes 1``, ``--nnodes 1:1``), as written; None when it has none."""
+    for name, value in launcher_options(argv):
+        if name == "--standalone":
+            return name
+        if name == "--nnodes" and value is not None and value.split(":")[-1].strip() == "1":
+            return f"{name} {value}"
+    return None
+
+
+def check_multi_node(placement: Placement, argv: list[str]) -> None:
+    """Refuse a launcher command that would make each node of a multi-node job a job of its own.
+
+    Raises:
+        InvalidSpec: on ``command``, naming the option and both fixes.
+    """
+    nodes = len(placement.workers)
+    option = single_node_option(argv) if nodes > 1 else None
+    if option is None:
+        return
+    raise InvalidSpec(
+        f"the command starts torch's launcher with {option} on a job of {nodes} nodes: each node "
+        f"would start a one-node job of its own and wait for the others forever (the platform sets "
+        f"PET_NNODES={nodes} on every node). Drop {option.split()[0]}: the platform gives every "
+        "node the rendezvous (PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT), so a "
+        "bare torchrun joins the job; or submit it with --nodes 1",
+        field="command",
+    )
 
 
 def launcher_argv(placement: Placement, task: TaskSlot, argv: list[str]) -> list[str]:
@@ -82,6 +149,7 @@ def modelarts_argv(placement: Placement, task: TaskSlot, argv: list[str]) -> lis
 def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[str]) -> NodePlan:
     """One worker's plan: the platform's env and the (possibly wrapped) command."""
     env = distributed_env(placement, task)
+    check_multi_node(placement, argv)
     if spec.convention is Convention.modelarts:
         return NodePlan(
             task=task,
