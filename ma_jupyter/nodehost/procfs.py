@@ -136,7 +136,9 @@ def process_look(pid: int) -> tuple[str, str, str] | None:
     if fields is None:
         return None
     state = fields[STATE].decode("ascii", "replace")
-    return command_name(pid), STATE_NAMES.get(state, state), wait_channel(pid)
+    # the name is the job's to set (prctl PR_SET_NAME): kept to printable characters
+    name = "".join(c if c.isprintable() else "?" for c in command_name(pid))
+    return name, STATE_NAMES.get(state, state), wait_channel(pid)
 
 
 def command_name(pid: int) -> str:
