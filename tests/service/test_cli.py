@@ -133,20 +133,19 @@ def test_dry_run_shows_the_launchers_variables_and_the_expanded_env(ma_cli, ma_c
         assert f"    {line}\n" in worker_1, line
 
     # torchrun told to make a one-node job of its own on two nodes would wait forever: refused at
-    # the dry run and at the submit (CLI and REST), with the fix, and nothing stored
-    for dry in (["--dry-run"], []):
-        refused = ma_cli(
-            "submit", *dry, "--mode", "pytorch", "--nodes", "2", "--", "torchrun", "--standalone", "train.py"
-        )
-        assert refused.returncode == 2, (refused.stdout, refused.stderr)
-        assert "--standalone on a job of 2 nodes" in refused.stderr and "--nodes 1" in refused.stderr, (
-            refused.stderr
-        )
-    with pytest.raises(InvalidSpec, match="--nnodes 1 on a job of 2 nodes"):
-        ma_client.submit(
-            JobSpec(name="alone", mode="pytorch", nodes=2, command="torchrun --nnodes=1 train.py")
-        )
-    assert json.loads(ma_cli("jobs", "--json").stdout)["items"] == []
+    # the submit (CLI and REST) and at the dry run (REST's POST /plan), with the fix, nothing stored
+    refused = ma_cli(
+        "submit", "--mode", "pytorch", "--nodes", "2", "--", "torchrun", "--standalone", "train.py"
+    )
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    assert "--standalone on a job of 2 nodes" in refused.stderr and "--nodes 1" in refused.stderr, (
+        refused.stderr
+    )
+    alone = JobSpec(name="alone", mode="pytorch", nodes=2, command="torchrun --nnodes=1 train.py")
+    for call in (ma_client.submit, ma_client.plan):
+        with pytest.raises(InvalidSpec, match="--nnodes 1 on a job of 2 nodes"):
+            call(alone)
+    assert ma_client.jobs() == []
 
 
 def test_user_errors_print_one_line_and_exit_2(ma_cli):
