@@ -148,20 +148,7 @@ def mpirun_prefix(np: int, spec: JobSpec) -> tuple[list[str], list[str]]:
         nccl = "NCCL_DEBUG"
         notes.append("-x NCCL_DEBUG forwards the job's own NCCL_DEBUG instead of the seed's INFO")
     command = ["mpirun", "--allow-run-as-root", "-np", str(np), "--bind-to", "none", "--map-by", "slot"]
-    command += [
-        "-x",
-        nccl,
-        "-x",
-        "LD_LIBRARY_PATH",
-        "-x",
-        "PATH",
-        "-mca",
-        "pml",
-        "ob1",
-        "-mca",
-        "btl",
-        "^openib",
-    ]
+    command += f"-x {nccl} -x LD_LIBRARY_PATH -x PATH -mca pml ob1 -mca btl ^openib".split()
     command += ["--stdin", "none"]
     notes.append("--stdin none added: Open MPI 5 never gives rank 0 the end of mpirun's empty stdin")
     return command, notes
