@@ -10,7 +10,9 @@ the job (:func:`ma_jupyter.modes.common.distributed_env`; ``docs/variables.md`` 
 
 The command:
 
-* starts with ``python``/``python3`` (and is not ``python -m`` one of :data:`LAUNCHER_MODULES`):
+* starts with the word ``python`` or ``python3`` (seed 002's literal rule,
+  :func:`starts_with_python`; ``/usr/bin/python3`` or ``python3.11`` is a command that does not)
+  and is not ``python -m`` one of :data:`LAUNCHER_MODULES`:
   wrapped in torch's launcher with ``--nnodes=N --nproc_per_node=SLOTS --node_rank=RANK
   --master_addr=... --master_port=... --rdzv_backend=static``, started through
   :mod:`ma_jupyter.nodeside.torch_run` (``python -m torch.distributed.run`` whose nodes other
@@ -23,7 +25,8 @@ The command:
   torchrun exits non-zero as soon as any rank fails (it stops the other ranks), so the node's
   exit code reports the failure.
 * is already a launcher (``torchrun``, ``python -m`` one of :data:`LAUNCHER_MODULES`) or does not
-  start with python: runs untouched on every node; ``${VAR}`` in it is expanded from the node's
+  start with ``python``/``python3`` (an interpreter named by its path or its version is the
+  user's deliberate choice, as in the seed): runs untouched on every node; ``${VAR}`` in it is expanded from the node's
   env at launch, so the seed's ``torchrun --nnodes ${WORLD_SIZE} --nproc_per_node ${SLOTS}
   --node_rank ${RANK} --master_addr ${MASTER_ADDR} --master_port ${MASTER_PORT} train.py`` runs
   as written.  A launcher told to make a one-node job of its own (``--standalone``,
@@ -41,18 +44,29 @@ from __future__ import annotations
 from ..errors import InvalidSpec
 from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, TaskSlot
-from .common import distributed_env, is_python, master, program, python_module, with_rank_log
+from .common import distributed_env, master, program, python_module, with_rank_log
 
 #: torch's launcher, joining node 0's store only once it listens (see its docstring)
 TORCH_RUN_MODULE = "ma_jupyter.nodeside.torch_run"
 LAUNCHER_MODULES = ("torch.distributed.launch", "torch.distributed.run", TORCH_RUN_MODULE)
 LAUNCHER_PROGRAMS = ("torchrun",)
+<<<<<<< HEAD
 #: torch launcher options that take no value; every other option takes the next word unless
 #: written ``--option=value``, and the first other word is the training script
 LAUNCHER_FLAGS = frozenset(
     {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"}
     | {"--virtual-local-rank", "--virtual_local_rank"}
 )
+=======
+#: the words seed 002 wraps: "a command not starting with python or python3 is left alone"
+SEED_PYTHONS = ("python", "python3")
+
+
+def starts_with_python(argv: list[str]) -> bool:
+    """Whether the command's first word is ``python`` or ``python3`` (seed 002's rule, literally:
+    no path, no version suffix)."""
+    return bool(argv) and argv[0] in SEED_PYTHONS
+>>>>>>> wt/seeds
 
 
 def is_launcher(argv: list[str]) -> bool:
@@ -157,7 +171,7 @@ def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
             env=env,
             notes=["ModelArts convention: --init_method (and --rank/--world_size) appended"],
         )
-    if is_python(argv) and not is_launcher(argv):
+    if starts_with_python(argv) and not is_launcher(argv):
         return NodePlan(
             task=task,
             argv=launcher_argv(placement, task, argv),
@@ -168,7 +182,7 @@ def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
                 f"started by {TORCH_RUN_MODULE}: nodes other than 0 join once node 0's store listens"
             ],
         )
-    why = "already a distributed launcher" if is_launcher(argv) else "does not start with python"
+    why = "already a distributed launcher" if is_launcher(argv) else "does not start with python or python3"
     return NodePlan(task=task, argv=list(argv), env=env, notes=[f"command runs as written ({why})"])
 
 

@@ -234,3 +234,18 @@ def test_a_launcher_made_single_node_is_refused_on_several_nodes_and_kept_on_one
     ):
         spec = _job(command)
         assert len(plan_job(spec, placement_for(spec, card_spec(2)))) == 2, command
+
+
+def test_only_the_words_python_and_python3_are_wrapped_as_the_seed_says():
+    # seed 002: a command that does not start with python or python3 is left alone
+    for command in ("python train.py", "python3 -u train.py --lr 1"):
+        spec = _job(command)
+        node = plan_job(spec, placement_for(spec, card_spec(2)))[0]
+        assert node.argv[:3] == ["python", "-m", "ma_jupyter.nodeside.torch_run"] and node.rank_logs
+    for command in ("/usr/bin/python3 train.py", "python3.11 train.py", "/opt/conda/bin/python train.py"):
+        spec = _job(command)
+        for node in plan_job(spec, placement_for(spec, card_spec(2))):
+            assert node.argv == parse_command(command) and not node.rank_logs
+            assert node.notes == ["command runs as written (does not start with python or python3)"]
+            # the node still has the seed's variables, for the user's own launcher
+            assert node.env["WORLD_SIZE"] == "2" and node.env["SLOTS"] == "2"

@@ -93,7 +93,7 @@ class LocalBackend(Backend):
             "--host",
             "{host}",
         ),
-        interface="lo",  # simulated nodes talk over the host's loopback
+        interface=network_ns.NODE_INTERFACE,  # the network code owns which interface nodes share
     )
 
     def __init__(
