@@ -50,14 +50,12 @@ from .common import distributed_env, master, program, python_module, with_rank_l
 TORCH_RUN_MODULE = "ma_jupyter.nodeside.torch_run"
 LAUNCHER_MODULES = ("torch.distributed.launch", "torch.distributed.run", TORCH_RUN_MODULE)
 LAUNCHER_PROGRAMS = ("torchrun",)
-<<<<<<< HEAD
 #: torch launcher options that take no value; every other option takes the next word unless
 #: written ``--option=value``, and the first other word is the training script
 LAUNCHER_FLAGS = frozenset(
     {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"}
     | {"--virtual-local-rank", "--virtual_local_rank"}
 )
-=======
 #: the words seed 002 wraps: "a command not starting with python or python3 is left alone"
 SEED_PYTHONS = ("python", "python3")
 
@@ -66,7 +64,6 @@ def starts_with_python(argv: list[str]) -> bool:
     """Whether the command's first word is ``python`` or ``python3`` (seed 002's rule, literally:
     no path, no version suffix)."""
     return bool(argv) and argv[0] in SEED_PYTHONS
->>>>>>> wt/seeds
 
 
 def is_launcher(argv: list[str]) -> bool:
