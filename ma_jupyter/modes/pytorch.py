@@ -37,12 +37,26 @@ from __future__ import annotations
 
 from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, TaskSlot
-from .common import distributed_env, is_python, master, program, python_module, with_rank_log
+from .common import (
+    distributed_env,
+    is_python,
+    jax_env,
+    master,
+    ports_env,
+    program,
+    python_module,
+    with_rank_log,
+)
 
 #: torch's launcher, joining node 0's store only once it listens (see its docstring)
 TORCH_RUN_MODULE = "ma_jupyter.nodeside.torch_run"
 LAUNCHER_MODULES = ("torch.distributed.launch", "torch.distributed.run", TORCH_RUN_MODULE)
 LAUNCHER_PROGRAMS = ("torchrun",)
+#: why the dry run shows the command wrapped, and how to have it run as written
+WRAP_REASON = (
+    "wrapped because the pytorch mode puts torch's launcher around a python command (the image "
+    "must have torch); --mode distributed gives the same variables and runs the command as written"
+)
 
 
 def is_launcher(argv: list[str]) -> bool:
@@ -81,7 +95,7 @@ def modelarts_argv(placement: Placement, task: TaskSlot, argv: list[str]) -> lis
 
 def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[str]) -> NodePlan:
     """One worker's plan: the platform's env and the (possibly wrapped) command."""
-    env = distributed_env(placement, task)
+    env = {**distributed_env(placement, task), **jax_env(placement, task), **ports_env(placement, task)}
     if spec.convention is Convention.modelarts:
         return NodePlan(
             task=task,
@@ -97,8 +111,10 @@ def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
             rank_logs=True,
             notes=[
                 f"command wrapped in torch.distributed.run ({task.slots} process(es) on this node), "
-                f"started by {TORCH_RUN_MODULE}: nodes other than 0 join once node 0's store listens"
+                f"started by {TORCH_RUN_MODULE}: nodes other than 0 join once node 0's store listens",
+                WRAP_REASON,
             ],
+            needs_modules=("torch",),
         )
     why = "already a distributed launcher" if is_launcher(argv) else "does not start with python"
     return NodePlan(task=task, argv=list(argv), env=env, notes=[f"command runs as written ({why})"])
