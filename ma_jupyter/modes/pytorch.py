@@ -28,6 +28,12 @@ The command:
   --node_rank ${RANK} --master_addr ${MASTER_ADDR} --master_port ${MASTER_PORT} train.py`` runs
   as written.
 
+Every node also gets JAX's variables and its reserved ports named
+(:func:`~ma_jupyter.modes.common.jax_env`, :func:`~ma_jupyter.modes.common.ports_env`): the
+launcher's store takes ``MASTER_PORT``, JAX's coordinator the second port.  A wrapped plan needs
+``torch`` in the image (``NodePlan.needs_modules``): the backend refuses the job before launch
+where the image lacks it, naming the ``distributed`` mode (the same variables, no wrapper).
+
 With the ModelArts convention (seed 004, PyTorch-GPU) the platform starts no launcher: the boot
 file runs once per node and gets ``--init_method tcp://<master>:<port>``, plus ``--rank <node
 index> --world_size <nodes>`` when there is more than one node; the script spawns its processes.
