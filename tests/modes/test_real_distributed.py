@@ -12,6 +12,7 @@ import venv
 import pytest
 
 from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.frontends.render import plan_text
 from ma_jupyter.models import JobStatus
 
 from ..helpers import writable_dir
@@ -125,6 +126,21 @@ def test_torchrun_ranks_share_the_nodes_cores_and_the_pytorch_mode_refuses_an_im
         )
     assert "no torch module" in str(refused.value)
     assert not ma_client.jobs()  # nothing was queued
+    # with torch, the dry run shows each node's wrapped command and says why it is wrapped
+    wrapped = plan_text(
+        ma_client.plan(
+            name="wrapped",
+            mode="pytorch",
+            nodes=2,
+            specs=["cpu.small"],
+            algorithm=str(code),
+            command="python /workspace/algorithm/threads.py",
+            env={"RANK": "5"},
+        )
+    )
+    assert wrapped.count("  note:    wrapped because the pytorch mode") == 2, wrapped
+    assert "--mode distributed gives the same variables" in wrapped
+    assert wrapped.count("  note:    --env RANK not applied: the platform sets it") == 2
     job, seconds, logs = run_job(
         ma_client,
         name="threads",
