@@ -99,3 +99,13 @@ def test_the_mindspore_mode_on_a_cpu_spec_gets_the_dynamic_cluster_variables():
     # on cards the rank table is how MindSpore finds its peers
     carded = plan_job(spec, placement_for(spec, SPECS["npu.emu-2"]))
     assert "MS_ROLE" not in carded[0].env
+
+
+def test_the_shared_options_parser_takes_the_distributed_mode():
+    from ma_jupyter.frontends import options
+
+    parser = options.build_parser()
+    spec = options.spec_from_args(
+        options.parse_args(parser, "--mode distributed --nodes 2"), command="python t.py"
+    )
+    assert JobSpec.model_validate({"name": "d", **spec}).mode.value == "distributed"
