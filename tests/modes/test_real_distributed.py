@@ -53,7 +53,7 @@ import json, os
 import torch
 
 rank = int(os.environ["RANK"])
-info = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "HOME")}
+info = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "HOME", "SLOTS")}
 info.update(torch_threads=torch.get_num_threads(), world=os.environ["WORLD_SIZE"])
 with open(f"/workspace/outputs/threads-{rank}.json", "w") as fh:
     json.dump(info, fh)
@@ -149,10 +149,13 @@ def test_torchrun_ranks_share_the_nodes_cores_and_the_pytorch_mode_refuses_an_im
         algorithm=str(code),
         outputs=str(outputs),
         command="torchrun --nproc_per_node=2 /workspace/algorithm/threads.py",
+        env={"HOME": "/workspace/outputs", "SLOTS": "7"},  # the job's HOME applies, its SLOTS not
     )
     print(f"torchrun 2 ranks on cpu.medium: {seconds:.1f} s")
     assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
     results = [json.loads((outputs / f"threads-{r}.json").read_text()) for r in range(2)]
     # 2 cores / 2 ranks: one thread each (SLOTS-based counting gave each rank 2)
     assert [(r["OMP_NUM_THREADS"], r["torch_threads"], r["world"]) for r in results] == [("1", 1, "2")] * 2
-    assert {(r["MKL_NUM_THREADS"], r["OPENBLAS_NUM_THREADS"]) for r in results} == {("1", "1")}
+    assert {(r["MKL_NUM_THREADS"], r["OPENBLAS_NUM_THREADS"], r["HOME"], r["SLOTS"]) for r in results} == {
+        ("1", "1", "/workspace/outputs", "1")
+    }
