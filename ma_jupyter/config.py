@@ -196,17 +196,41 @@ def cpu_specs() -> list[Spec]:
     ]
 
 
+def machine_specs(count: int = DEFAULT_NODES) -> list[Spec]:
+    """The default cluster's whole-node and whole-machine CPU specs: ``cpu.node`` (every core and
+    one simulated node's share of the memory) and ``cpu.all`` (every core and all of this
+    machine's memory, placed only while the other simulated nodes hold no memory:
+    :attr:`Cluster.machine_memory_gb`)."""
+    cores = os.cpu_count() or 1
+    memory = _memory_gb()
+    node = round(memory / count, 1)
+    return [
+        Spec(
+            name="cpu.node",
+            cpus=cores,
+            memory_gb=node,
+            description=f"a whole simulated node: {cores} cores, {node:g} GB",
+        ),
+        Spec(
+            name="cpu.all",
+            cpus=cores,
+            memory_gb=memory,
+            description=f"the whole machine: {cores} cores, {memory:g} GB",
+        ),
+    ]
+
+
 def default_specs() -> list[Spec]:
-    """Specs of the default cluster: the CPU specs, plus one spec per card count of each card
-    type this machine has (:func:`card_specs`), or the emulated ``gpu.emu-2``/``npu.emu-2``
-    where it has none."""
+    """Specs of the default cluster: the CPU specs and :func:`machine_specs`, plus one spec per
+    card count of each card type this machine has (:func:`card_specs`), or the emulated
+    ``gpu.emu-2``/``npu.emu-2`` where it has none."""
     found = accelerators.detect_all()
     if found:
-        specs = cpu_specs()
+        specs = cpu_specs() + machine_specs()
         for kind, cards in found.items():
             specs += card_specs(cards, emulated=not accelerators.has_device_nodes(kind))
         return specs
-    return cpu_specs() + emulated_specs()
+    return cpu_specs() + machine_specs() + emulated_specs()
 
 
 def emulated_specs() -> list[Spec]:
@@ -396,6 +420,11 @@ class Cluster:
     #: pool :data:`DEFAULT_POOL` holding every node (seed 002: checkpoint resume runs in a
     #: dedicated pool, :meth:`.scheduler.Scheduler.check`)
     pools: dict[str, bool] = field(default_factory=lambda: {DEFAULT_POOL: True})
+    #: the memory the nodes share as one machine, in GB: this machine's, for the default
+    #: inventory's simulated nodes (each lists its share); 0 for a ``cluster.toml``'s nodes.
+    #: A task larger than a node's share may take a node holding nothing, while the memory held
+    #: on all nodes stays within it (:meth:`.scheduler.Scheduler.fits_now`)
+    machine_memory_gb: float = 0.0
 
     def spec(self, name: str) -> Spec:
         """The spec called ``name``; InvalidSpec naming the known ones otherwise."""
@@ -409,7 +438,7 @@ class Cluster:
 
     def fits(self, spec: Spec, node: Node) -> bool:
         """Whether one job node of ``spec`` could ever run on ``node`` (ignoring current use)."""
-        if spec.cpus > node.cpus or spec.memory_gb > node.memory_gb:
+        if spec.cpus > node.cpus or spec.memory_gb > max(node.memory_gb, self.machine_memory_gb):
             return False
         if spec.accelerators:
             if spec.accelerator_model and node.accelerator_model != spec.accelerator_model:
@@ -422,7 +451,7 @@ def load_cluster(path: Path | None = None) -> Cluster:
     """The cluster from ``cluster.toml`` if present, else the defaults derived from this machine."""
     path = path or cluster_file()
     if not path.exists():
-        return Cluster()
+        return Cluster(machine_memory_gb=_memory_gb())
     data = read_cluster_file(path)
     try:
         specs = [Spec(**s) for s in data.get("spec", [])] or default_specs()
@@ -433,7 +462,14 @@ def load_cluster(path: Path | None = None) -> Cluster:
     if not pools:  # no [[pool]]: every node is in the one dedicated pool
         pools = {DEFAULT_POOL: True}
         nodes = [n if n.pools else n.model_copy(update={"pools": [DEFAULT_POOL]}) for n in nodes]
-    return Cluster(specs=specs, nodes=nodes, limits=Limits.parse(data.get("limits", {}), path), pools=pools)
+    shared = 0.0 if data.get("node") else _memory_gb()  # the default simulated nodes share it
+    return Cluster(
+        specs=specs,
+        nodes=nodes,
+        limits=Limits.parse(data.get("limits", {}), path),
+        pools=pools,
+        machine_memory_gb=shared,
+    )
 
 
 def resolve_emulated(node: Node) -> Node:

@@ -177,7 +177,14 @@ class Access(str, Enum):
 
 
 class Mode(str, Enum):
+    """How a job's nodes run its command (``docs/jobs.md``; ``docs/variables.md`` per mode).
+
+    ``distributed`` gives every node the platform's distributed variables and runs the command
+    as written (no launcher around it), for any framework.
+    """
+
     single = "single"
+    distributed = "distributed"
     pytorch = "pytorch"
     pytorch_deepspeed = "pytorch-deepspeed"
     tensorflow = "tensorflow"
@@ -562,7 +569,10 @@ class JobSpec(Strict):
         if self.chief and self.mode is not Mode.tensorflow:
             raise ValueError("chief applies to the tensorflow mode only")
         if self.mode is Mode.single and self.nodes != 1:
-            raise ValueError("the single mode runs on one node: set nodes=1 or choose a distributed mode")
+            raise ValueError(
+                "the single mode runs on one node: set nodes=1, or mode=distributed for the "
+                "distributed variables on every node with the command run as written"
+            )
         if self.type is JobType.regular:
             if self.tasks:
                 raise ValueError("tasks belong to batch jobs; a regular job has one command (set type=batch)")

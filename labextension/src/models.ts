@@ -336,8 +336,14 @@ export interface LogStream {
   file?: LogFile | null;
 }
 
-export type Mode = "single" | "pytorch" | "pytorch-deepspeed" | "tensorflow" | "horovod" | "mindspore-ascend";
-export const MODE_VALUES: ReadonlyArray<Mode> = ["single", "pytorch", "pytorch-deepspeed", "tensorflow", "horovod", "mindspore-ascend"];
+/**
+ * How a job's nodes run its command (`docs/jobs.md`; `docs/variables.md` per mode).
+ *
+ * `distributed` gives every node the platform's distributed variables and runs the command
+ * as written (no launcher around it), for any framework.
+ */
+export type Mode = "single" | "distributed" | "pytorch" | "pytorch-deepspeed" | "tensorflow" | "horovod" | "mindspore-ascend";
+export const MODE_VALUES: ReadonlyArray<Mode> = ["single", "distributed", "pytorch", "pytorch-deepspeed", "tensorflow", "horovod", "mindspore-ascend"];
 
 /** A model shown at `/workspace/model/<source>/<name>[/<version>]`; always read-only. */
 export interface ModelMount {

@@ -59,6 +59,8 @@ def plan_summary(plan: Plan) -> str:
             f"\n[{node.name}] role={node.role} index={node.index} hostname={node.hostname}{primary}", file=out
         )
         print(f"  argv:    {shlex.join(node.argv)}", file=out)
+        for note in node.notes:  # e.g. why the command is wrapped
+            print(f"  note:    {note}", file=out)
         print(f"  workdir: {node.workdir}", file=out)
         if node.env:
             print("  env:", file=out)
@@ -95,6 +97,7 @@ def plan_text(plan: Plan) -> str:
         out.append("")
         out.append(f"node {node.name} ({role}, hostname {node.hostname})")
         out.append(f"  argv:    {shlex.join(node.argv)}")
+        out += [f"  note:    {note}" for note in node.notes]  # e.g. why the command is wrapped
         out.append(f"  workdir: {node.workdir}")
         out.append("  env:")
         out += [f"    {k}={v}" for k, v in sorted(node.env.items())]

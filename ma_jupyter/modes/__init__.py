@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..commands import parse_command
+from ..commands import expand_argv, parse_command
 from ..models import JobSpec, Mode
-from . import deepspeed, horovod, mindspore, pytorch, single, tensorflow
+from . import deepspeed, distributed, horovod, mindspore, pytorch, single, tensorflow
 from .base import PS_SPEC_NAME, NodePlan, Placement, TaskSlot, task_roles
+from .common import ranks_per_node
 from .modelarts import with_conventions
 
 PlanFunction = Callable[[JobSpec, Placement, list[str]], list[NodePlan]]
@@ -20,6 +21,7 @@ PlanFunction = Callable[[JobSpec, Placement, list[str]], list[NodePlan]]
 # The distributed modes share the ModelArts conda rule (modes/modelarts.py).
 PLANNERS: dict[Mode, PlanFunction] = {
     Mode.single: with_conventions(single.plan),
+    Mode.distributed: with_conventions(distributed.plan),
     Mode.pytorch: with_conventions(pytorch.plan),
     Mode.pytorch_deepspeed: with_conventions(deepspeed.plan),
     Mode.tensorflow: with_conventions(tensorflow.plan),
@@ -42,9 +44,11 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
         ``MA_JOB_NAME``, ``MA_TASK_NAME``, ``MA_TASK_INDEX``, ``MA_NUM_NODES`` and the job's
         own ``env`` (which the mode's variables override, since the launch depends on them);
         ``job_env`` names the job's variables that survived, for the backend to expand.
-        ``OMP_NUM_THREADS`` is the spec's cores shared by the node's processes (at least 1),
-        unless the job sets it: OpenMP, MKL and torch would otherwise start a thread per core
-        of the whole machine on a backend that does not pin a node to its cores (Ray).
+        ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and ``OPENBLAS_NUM_THREADS`` are the spec's
+        cores shared by the processes the node's launcher starts (:func:`thread_defaults`),
+        unless the job sets them: OpenMP, MKL and torch would otherwise start a thread per core
+        of the whole machine on a backend that does not pin a node to its cores (Ray).  A
+        variable of the job's ``env`` that the platform sets is not applied (a note says so).
         ``docs/variables.md`` lists every variable per mode.  A dev environment
         (``spec.devenv_of``) gets its source node's platform variables over its own, and
         ``MA_DEVENV_OF`` (the source job's id).
@@ -80,11 +84,51 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
             platform.update(spec.devenv_of.variables)
             platform["MA_DEVENV_OF"] = spec.devenv_of.job_id
         job_env = {**spec.env, **spec.secret_env}
-        threads = max(1, int(placement.spec.cpus // max(1, node.task.slots)))
-        defaults = {"OMP_NUM_THREADS": str(threads)}
-        node.env = {**defaults, **job_env, **platform}
+        node.env = {**thread_defaults(placement, node, platform, job_env), **job_env, **platform}
         node.job_env = tuple(k for k in job_env if k not in platform)
+        kept = sorted(k for k in job_env if k in platform)
+        if kept:
+            # the launch depends on them: the job's values are dropped, and the dry run says so
+            node.notes.append(
+                f"--env {', '.join(kept)} not applied: the platform sets "
+                f"{'it' if len(kept) == 1 else 'them'} on this node (docs/variables.md)"
+            )
     return plans
 
 
-__all__ = ["NodePlan", "Placement", "TaskSlot", "plan_job", "task_roles", "PLANNERS"]
+#: the thread-count variables the platform sizes by processes (:func:`thread_defaults`)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def thread_defaults(
+    placement: Placement, node: NodePlan, platform: dict[str, str], job_env: dict[str, str]
+) -> dict[str, str]:
+    """The thread counts a node's processes get unless the job sets them.
+
+    Rules:
+
+    1. The node's processes are read from its launcher on the planned command, ``${VAR}``
+       expanded from the node's variables (:func:`~ma_jupyter.modes.common.ranks_per_node`:
+       torchrun's ``--nproc_per_node``, mpirun's ranks per node), else the node's slots.
+    2. Each variable of :data:`THREAD_VARIABLES` is the spec's cores divided by them, at least 1
+       (bare torchrun sets 1 thread per rank where nothing is set; this sizes the node's cores).
+    3. A job that sets ``OMP_NUM_THREADS`` to a number gets it for the other two as well.
+    """
+    argv = expand_argv(node.argv, {**job_env, **platform})
+    ranks = ranks_per_node(argv, max(1, node.task.slots), len(placement.workers))
+    threads = str(max(1, int(placement.spec.cpus // max(1, ranks))))
+    if job_env.get("OMP_NUM_THREADS", "").isdigit():
+        threads = job_env["OMP_NUM_THREADS"]
+    return dict.fromkeys(THREAD_VARIABLES, threads)
+
+
+__all__ = [
+    "THREAD_VARIABLES",
+    "thread_defaults",
+    "NodePlan",
+    "Placement",
+    "TaskSlot",
+    "plan_job",
+    "task_roles",
+    "PLANNERS",
+]

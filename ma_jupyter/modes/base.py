@@ -168,6 +168,8 @@ class NodePlan:
         notes: human-readable remarks shown by ``--dry-run`` (e.g. "command wrapped in torchrun").
         algorithm: a batch task's own algorithm folder (default: the job's).
         outputs_subdir: a batch task's subfolder of the outputs folder (``<name>-<N>``).
+        needs_modules: Python modules the image must have for what the platform put around the
+            command (``torch`` for torch's launcher); the backend checks them before the launch.
     """
 
     task: TaskSlot
@@ -180,6 +182,7 @@ class NodePlan:
     notes: list[str] = field(default_factory=list)
     algorithm: str | None = None
     outputs_subdir: str | None = None
+    needs_modules: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -118,3 +118,81 @@ def with_rank_log(argv: list[str], rank_var: str | None = None) -> list[str]:
         # one token, so that launchers that pass "--" through untouched never see a separator
         head.append(f"--rank-var={rank_var}")
     return [*head, *argv]
+
+
+def ports_env(placement: Placement, task: TaskSlot) -> dict[str, str]:
+    """Every reserved port named, for frameworks that need a port of their own.
+
+    ``MA_PORTS``: this node's reserved ports, comma-separated (the first is its main one, worker-0's
+    is ``MASTER_PORT``); ``MA_MASTER_PORTS``: worker-0's, in the same order, so every node knows
+    where a service started on worker-0 listens (XGBoost's tracker, Ray's head).  Under torch's
+    launcher ``MASTER_PORT`` is taken by its store: the second port is the one left free.
+    """
+    return {
+        "MA_PORTS": ",".join(str(p) for p in task.ports),
+        "MA_MASTER_PORTS": ",".join(str(p) for p in master(placement).ports),
+    }
+
+
+def jax_env(placement: Placement, task: TaskSlot) -> dict[str, str]:
+    """The variables ``jax.distributed.initialize()`` reads when given no arguments.
+
+    ``JAX_COORDINATOR_ADDRESS``: worker-0's address and its *second* reserved port (the first is
+    ``MASTER_PORT``, torch's store under the pytorch mode's launcher); ``JAX_NUM_PROCESSES``: the
+    nodes; ``JAX_PROCESS_ID``: this node's index.  One JAX process per node, JAX's own model
+    (each process drives every local device).
+    """
+    head = master(placement)
+    port = head.ports[1] if len(head.ports) > 1 else head.port
+    return {
+        "JAX_COORDINATOR_ADDRESS": f"{head.address}:{port}",
+        "JAX_NUM_PROCESSES": str(len(placement.workers)),
+        "JAX_PROCESS_ID": str(task.index),
+    }
+
+
+#: option names that give the processes per node of a launcher on its command line
+_PER_NODE_OPTIONS = {
+    "torchrun": ("--nproc_per_node", "--nproc-per-node"),
+    "mpirun": ("-npernode", "--npernode", "-N"),
+}
+#: option names that give the processes of the whole job to mpirun
+_MPI_TOTAL_OPTIONS = ("-np", "-n", "--np", "-c")
+_TORCH_MODULES = ("torch.distributed.run", "torch.distributed.launch", "ma_jupyter.nodeside.torch_run")
+
+
+def _option(argv: list[str], names: tuple[str, ...]) -> str | None:
+    """The value of the first of ``names`` in ``argv`` (``--name value`` or ``--name=value``)."""
+    for i, arg in enumerate(argv):
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(name + "="):
+                return arg[len(name) + 1 :]
+    return None
+
+
+def ranks_per_node(argv: list[str], default: int, nodes: int) -> int:
+    """The processes a node's command starts on it, read from the command's launcher.
+
+    Rules, in order (``argv`` with ``${VAR}`` already expanded):
+
+    1. torch's launcher (``torchrun``, ``python -m torch.distributed.run``, the platform's
+       wrapper): its ``--nproc_per_node`` when a number, else ``default`` (``PET_NPROC_PER_NODE``,
+       what torchrun reads without the option);
+    2. ``mpirun``/``mpiexec``: ``-npernode``/``-N`` when given, else ``-np`` shared by the
+       ``nodes`` (rounded up);
+    3. anything else: ``default`` (the node's slots).
+    """
+    name = program(argv)
+    if name == "torchrun" or python_module(argv) in _TORCH_MODULES:
+        value = _option(argv, _PER_NODE_OPTIONS["torchrun"])
+        return int(value) if value and value.isdigit() and int(value) > 0 else default
+    if name in ("mpirun", "mpiexec", "orterun", "prterun"):
+        value = _option(argv, _PER_NODE_OPTIONS["mpirun"])
+        if value and value.isdigit() and int(value) > 0:
+            return int(value)
+        total = _option(argv, _MPI_TOTAL_OPTIONS)
+        if total and total.isdigit() and int(total) > 0:
+            return -(-int(total) // max(1, nodes))
+    return default

@@ -23,7 +23,7 @@ import json
 from ..models import JobSpec
 from ..nodeside import rank_table
 from .base import NodePlan, Placement, TaskSlot
-from .common import first_rank, total_slots
+from .common import first_rank, master, ports_env, total_slots
 
 TABLE_DIR = "/user/config"
 TABLE_PATH = f"{TABLE_DIR}/{rank_table.FILE_NAME}"
@@ -47,6 +47,27 @@ def table(spec: JobSpec, placement: Placement) -> dict:
     """The job's template-2 rank table, status ``initializing``."""
     instances = [instance(placement, i, t) for i, t in enumerate(placement.workers)]
     return rank_table.template2(spec.name, instances)
+
+
+def dynamic_cluster_env(placement: Placement, task: TaskSlot, size: int) -> dict[str, str]:
+    """MindSpore's dynamic cluster variables for a node without cards (a CPU spec).
+
+    ``MS_ROLE=MS_WORKER``, ``MS_SCHED_HOST`` and ``MS_SCHED_PORT`` (worker-0's address and its
+    second reserved port: the first is the launchers' own, ``--listen``), ``MS_WORKER_NUM`` (the
+    job's processes) and, one process per node, ``MS_NODE_ID`` (the process's rank).  The
+    scheduler process is the job's to start, on worker-0 with ``MS_ROLE=MS_SCHED`` (MindSpore's
+    dynamic networking runs one scheduler and ``MS_WORKER_NUM`` workers).
+    """
+    head = master(placement)
+    env = {
+        "MS_ROLE": "MS_WORKER",
+        "MS_SCHED_HOST": head.address,
+        "MS_SCHED_PORT": str(head.ports[1] if len(head.ports) > 1 else head.port),
+        "MS_WORKER_NUM": str(size),
+    }
+    if task.slots == 1:
+        env["MS_NODE_ID"] = str(first_rank(placement.workers, task))
+    return env
 
 
 def endpoint(task: TaskSlot) -> str:
@@ -77,7 +98,13 @@ def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]
             NodePlan(
                 task=task,
                 argv=command,
-                env={"RANK_TABLE_FILE": TABLE_DIR, "RANK_SIZE": str(size), "SLOTS": str(task.slots)},
+                env={
+                    "RANK_TABLE_FILE": TABLE_DIR,
+                    "RANK_SIZE": str(size),
+                    "SLOTS": str(task.slots),
+                    **ports_env(placement, task),
+                    **({} if task.devices else dynamic_cluster_env(placement, task, size)),
+                },
                 files={TABLE_PATH: text},
                 rank_logs=True,
                 notes=[f"boot file runs once per card ({task.slots} process(es))"],

@@ -34,6 +34,12 @@ The command:
   (:func:`single_node_option`): each node would start a job of its own and wait for the others
   forever, since the platform's ``PET_NNODES`` counts them all.
 
+Every node also gets JAX's variables and its reserved ports named
+(:func:`~ma_jupyter.modes.common.jax_env`, :func:`~ma_jupyter.modes.common.ports_env`): the
+launcher's store takes ``MASTER_PORT``, JAX's coordinator the second port.  A wrapped plan needs
+``torch`` in the image (``NodePlan.needs_modules``): the backend refuses the job before launch
+where the image lacks it, naming the ``distributed`` mode (the same variables, no wrapper).
+
 With the ModelArts convention (seed 004, PyTorch-GPU) the platform starts no launcher: the boot
 file runs once per node and gets ``--init_method tcp://<master>:<port>``, plus ``--rank <node
 index> --world_size <nodes>`` when there is more than one node; the script spawns its processes.
@@ -44,7 +50,15 @@ from __future__ import annotations
 from ..errors import InvalidSpec
 from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, TaskSlot
-from .common import distributed_env, master, program, python_module, with_rank_log
+from .common import (
+    distributed_env,
+    jax_env,
+    master,
+    ports_env,
+    program,
+    python_module,
+    with_rank_log,
+)
 
 #: torch's launcher, joining node 0's store only once it listens (see its docstring)
 TORCH_RUN_MODULE = "ma_jupyter.nodeside.torch_run"
@@ -64,6 +78,13 @@ def starts_with_python(argv: list[str]) -> bool:
     """Whether the command's first word is ``python`` or ``python3`` (seed 002's rule, literally:
     no path, no version suffix)."""
     return bool(argv) and argv[0] in SEED_PYTHONS
+
+
+#: why the dry run shows the command wrapped, and how to have it run as written
+WRAP_REASON = (
+    "wrapped because the pytorch mode puts torch's launcher around a python command (the image "
+    "must have torch); --mode distributed gives the same variables and runs the command as written"
+)
 
 
 def is_launcher(argv: list[str]) -> bool:
@@ -159,7 +180,7 @@ def modelarts_argv(placement: Placement, task: TaskSlot, argv: list[str]) -> lis
 
 def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[str]) -> NodePlan:
     """One worker's plan: the platform's env and the (possibly wrapped) command."""
-    env = distributed_env(placement, task)
+    env = {**distributed_env(placement, task), **jax_env(placement, task), **ports_env(placement, task)}
     check_multi_node(placement, argv)
     if spec.convention is Convention.modelarts:
         return NodePlan(
@@ -176,8 +197,10 @@ def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
             rank_logs=True,
             notes=[
                 f"command wrapped in torch.distributed.run ({task.slots} process(es) on this node), "
-                f"started by {TORCH_RUN_MODULE}: nodes other than 0 join once node 0's store listens"
+                f"started by {TORCH_RUN_MODULE}: nodes other than 0 join once node 0's store listens",
+                WRAP_REASON,
             ],
+            needs_modules=("torch",),
         )
     why = "already a distributed launcher" if is_launcher(argv) else "does not start with python or python3"
     return NodePlan(task=task, argv=list(argv), env=env, notes=[f"command runs as written ({why})"])

@@ -1,7 +1,7 @@
 """Whether a job's code takes part in a distributed run: the warning for a script that every
 node would run as a separate copy of the whole training.
 
-A job on several nodes in the pytorch, horovod or tensorflow mode starts its command on every
+A job on several nodes in the distributed, pytorch, horovod or tensorflow mode starts its command on every
 node; a script that never reads the variables the platform sets (``RANK``, ``WORLD_SIZE``,
 ``TF_CONFIG``, Open MPI's ``OMPI_*``...) nor starts a distributed framework trains N times side
 by side, and the copies overwrite each other's outputs.  The dry run shows :func:`warning` as
@@ -36,7 +36,7 @@ from ..models import JobSpec, Mode
 from . import code_text
 from .code_text import beyond_text, command_texts
 
-MODES = (Mode.pytorch, Mode.horovod, Mode.tensorflow)
+MODES = (Mode.distributed, Mode.pytorch, Mode.horovod, Mode.tensorflow)
 
 #: words whose presence means the code knows it runs distributed (rule 4)
 MARKERS = re.compile(
@@ -44,6 +44,7 @@ MARKERS = re.compile(
     r"|\brank\b|get_rank|world_size|local_rank|task_index|ps_hosts|worker_hosts|init_method"
     r"|distribute|Distributed|Strategy|init_process_group|horovod|hvd\b|mpi4py|\bMPI\b"
     r"|lightning|Lightning|accelerate|Accelerator|deepspeed|DeepSpeed|\bray\b|torchrun|mpirun|mpiexec"
+    r"|JAX_|MA_PORTS|MA_MASTER_PORTS|MS_SCHED|MS_WORKER|collective|Tracker"
 )
 #: libraries that never set up a distributed run by themselves (their distributed parts are
 #: reached through names MARKERS finds: torch.distributed, tf.distribute...)

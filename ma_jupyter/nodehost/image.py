@@ -160,3 +160,41 @@ def _roots(*paths: str) -> tuple[str, ...]:
             found.append(path)
     found = sorted(set(found))
     return tuple(p for p in found if not any(p != q and p.startswith(q + "/") for q in found))
+
+
+#: where an installation keeps its packages, relative to its prefix (venv, conda, Debian's python)
+_PACKAGE_DIRS = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages")
+
+
+def package_dirs(image: ImageEnv) -> list[Path]:
+    """The package folders of the image's installations (its roots), as found on the host."""
+    found: list[Path] = []
+    # a system interpreter (/usr/bin/python3) has no roots of its own: its prefix holds them
+    for root in dict.fromkeys((*image.roots, _prefix_of(image.python))):
+        for prefix in (Path(root), Path(root) / "local"):
+            for pattern in _PACKAGE_DIRS:
+                found += [p for p in sorted(prefix.glob(pattern)) if p.is_dir() and p not in found]
+    return found
+
+
+def missing_modules(image: ImageEnv, modules: tuple[str, ...]) -> list[str]:
+    """The top-level ``modules`` that none of the image's package folders holds.
+
+    Read from the folders, never by running the image's interpreter: that would run the
+    image's ``.pth`` files and ``sitecustomize`` on the host, as the service's account.  An
+    image whose package folders cannot be found misses nothing (it is not refused on a guess);
+    a module counts as present as a package, a single-file module or an extension module.
+    """
+    folders = package_dirs(image)
+    if not folders:
+        return []
+
+    def present(name: str) -> bool:
+        for folder in folders:
+            if (folder / name).is_dir() or (folder / f"{name}.py").is_file():
+                return True
+            if any(folder.glob(f"{name}.*.so")):
+                return True
+        return False
+
+    return [m for m in modules if not present(m)]

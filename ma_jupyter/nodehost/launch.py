@@ -36,7 +36,7 @@ from ..models import NodeLaunch
 from ..untrusted import make_dirs, real_ancestor
 from . import caches
 from .host_policy import load_policy
-from .image import resolve_image
+from .image import ImageEnv, missing_modules, resolve_image
 from .mounts import (
     CACHE_KIND,
     VIEW_ROOT,
@@ -125,6 +125,7 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
     }
     mounts: dict[tuple[str | None, str | None], list[Mount]] = {}
     sizes: dict[str, bool] = {}
+    check_image_modules(attempt, image)
     launches = []
     for plan in attempt.plans:
         key = (plan.algorithm, plan.outputs_subdir)
@@ -172,6 +173,30 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
             )
         )
     return launches
+
+
+def check_image_modules(attempt: Attempt, image: ImageEnv) -> None:
+    """Refuse a job whose plan puts around its command a launcher the image cannot run.
+
+    The PyTorch modes wrap a ``python ...`` command in torch's launcher (``NodePlan.needs_modules``):
+    in an image without torch every node would die in the launcher before the user's first line.
+    A job that brings its own ``PYTHONPATH`` is not judged (the modules may come from there).
+
+    Raises:
+        InvalidSpec: a module is missing; the message names it and the mode that runs the command
+            as written.
+    """
+    needed = tuple(dict.fromkeys(m for plan in attempt.plans for m in plan.needs_modules))
+    if not needed or "PYTHONPATH" in attempt.spec.env:
+        return
+    missing = missing_modules(image, needed)
+    if missing:
+        raise InvalidSpec(
+            f"the {attempt.spec.mode.value} mode runs your python command under torch's launcher, "
+            f"but the image ({image.python}) has no {', '.join(missing)} module: use --mode distributed "
+            "(the same variables on every node, the command run as written), or an image with torch",
+            field="mode",
+        )
 
 
 def prepare_node(view: NodeView) -> None:

@@ -278,7 +278,8 @@ class Scheduler:
         return (
             node.status != "down"
             and node.name not in self.unusable  # drained or faulty: nothing new goes there
-            and self._free(node, held, flavor, self.pooled(use) if use else None) is not None
+            and self._free(node, held, flavor, self.pooled(use) if use else None, _machine_held(use))
+            is not None
         )
 
     def pooled(self, use: dict[str, NodeUse]) -> set[tuple[str, int]]:
@@ -288,14 +289,28 @@ class Scheduler:
         return {(real[name], card) for name, held in use.items() if name in real for card in held.cards}
 
     def _free(
-        self, node: Node, held: NodeUse, flavor: Spec, taken: set[tuple[str, int]] | None = None
+        self,
+        node: Node,
+        held: NodeUse,
+        flavor: Spec,
+        taken: set[tuple[str, int]] | None = None,
+        machine_held: float | None = None,
     ) -> list[int] | None:
         """The machine's card indices for one task of ``flavor`` on ``node`` (``[]`` for CPU),
-        or None if it does not fit; a real card in ``taken`` (held by another node) is not free."""
-        if (
-            held.cpus + flavor.cpus > node.cpus + 1e-9
-            or held.memory_gb + flavor.memory_gb > node.memory_gb + 1e-9
-        ):
+        or None if it does not fit; a real card in ``taken`` (held by another node) is not free.
+
+        Where the nodes share one machine's memory (``Cluster.machine_memory_gb``; ``machine_held``
+        the memory held on all of them, None: unknown), the memory held on all nodes stays within
+        it, and a task larger than a node's share fits only a node holding nothing (``cpu.all``).
+        """
+        machine = self.cluster.machine_memory_gb
+        if held.cpus + flavor.cpus > node.cpus + 1e-9:
+            return None
+        if held.memory_gb + flavor.memory_gb > node.memory_gb + 1e-9:
+            oversized = machine and machine_held is not None and flavor.memory_gb > node.memory_gb
+            if not (oversized and held.memory_gb == 0):
+                return None
+        if machine and machine_held is not None and machine_held + flavor.memory_gb > machine + 1e-9:
             return None
         if not flavor.accelerators:
             return []
@@ -410,7 +425,7 @@ class Scheduler:
             taken = self.pooled(trial)
             for node in pool:
                 held = trial.setdefault(node.name, NodeUse())
-                cards = self._free(node, held, task_flavor, taken)
+                cards = self._free(node, held, task_flavor, taken, _machine_held(trial))
                 if cards is None:
                     continue
                 held.cpus += task_flavor.cpus
@@ -511,7 +526,11 @@ class Scheduler:
             elif mark := self.unusable.get(node.name):  # one read: an undrain may come meanwhile
                 status = mark
             elif flavor is not None:
-                status = "idle" if self._free(node, held, flavor, taken) is not None else "busy"
+                status = (
+                    "idle"
+                    if self._free(node, held, flavor, taken, _machine_held(use)) is not None
+                    else "busy"
+                )
             else:
                 status = "idle" if held.cpus == 0 else ("full" if held.cpus >= node.cpus else "busy")
             views.append(
@@ -539,3 +558,8 @@ def describe_cards(node: Node) -> str:
     if node.emulated:
         details.append("emulated")
     return what + (f" ({', '.join(details)})" if details else "")
+
+
+def _machine_held(use: dict[str, NodeUse] | None) -> float | None:
+    """The memory held on all nodes together (None when the use is not known)."""
+    return None if use is None else sum(held.memory_gb for held in use.values())

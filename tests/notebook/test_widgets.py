@@ -43,6 +43,12 @@ def test_form_rules_and_inline_validation(ma_widget_client):
     assert form.spec_dict()["ps"] == 1
     form.mode.value = "pytorch"
     assert form.ps.value == 0 and "ps" not in form.spec_dict()
+    # the distributed mode offers several nodes, as the pytorch mode does
+    form.mode.value = "distributed"
+    form.nodes.value = 2
+    assert form.nodes.layout.display is None
+    assert (form.spec_dict()["mode"], form.spec_dict()["nodes"]) == ("distributed", 2)
+    form.mode.value = "pytorch"
     # fault restart and checkpoint resume exclude each other
     form.fault_restart.value = True
     form.checkpoint_resume.value = True

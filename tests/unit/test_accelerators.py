@@ -144,7 +144,17 @@ def test_default_cluster_from_eight_cards(fake_cards):
     fake_cards(8)
     cluster = Cluster()
     names = [s.name for s in cluster.specs]
-    assert names == ["cpu.small", "cpu.medium", "cpu.ps", "gpu.1", "gpu.2", "gpu.4", "gpu.8"]
+    assert names == [
+        "cpu.small",
+        "cpu.medium",
+        "cpu.ps",
+        "cpu.node",
+        "cpu.all",
+        "gpu.1",
+        "gpu.2",
+        "gpu.4",
+        "gpu.8",
+    ]
     gpu8 = cluster.spec("gpu.8")
     assert gpu8.driver_versions == [fakes.DRIVER] and gpu8.accelerators == 8
     # no /dev/nvidia* here: the cards are shown as emulated

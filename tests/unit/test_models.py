@@ -161,6 +161,7 @@ def test_statuses_and_their_transition_table():
 def test_every_mode_of_the_seed_exists_and_schemas_export():
     assert {m.value for m in Mode} == {
         "single",
+        "distributed",  # the variables of every node, the command as written (any framework)
         "pytorch",
         "pytorch-deepspeed",
         "tensorflow",

@@ -145,3 +145,30 @@ def test_checkpoint_resume_runs_in_a_dedicated_pool():
         assert err.value.field == "pool" and "--pool (mine)" in err.value.message
     sched.check(ma_spec(pool="mine", **resumable))
     sched.check(ma_spec())  # without checkpoint resume no pool is needed
+
+
+def test_the_default_catalog_has_a_whole_node_and_a_whole_machine_spec_that_holds_every_nodes_memory(
+    tmp_path, monkeypatch
+):
+    from ma_jupyter.config import load_cluster
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))  # no cluster.toml: the default cluster
+    cluster = load_cluster()
+    sched = Scheduler(cluster)
+    specs = {s.name: s for s in cluster.specs}
+    share = cluster.nodes[0].memory_gb
+    assert specs["cpu.node"].memory_gb == share
+    assert specs["cpu.all"].memory_gb == cluster.machine_memory_gb > share * 3
+    small = sched.place("s", ma_spec(specs=["cpu.small"]), sched.usage([]))
+    # the whole machine waits for the memory another node holds...
+    assert sched.place("a", ma_spec(specs=["cpu.all"]), sched.usage([small])) is None
+    whole = sched.place("a", ma_spec(specs=["cpu.all"]), sched.usage([]))
+    assert whole is not None and whole.tasks[0].memory_gb == cluster.machine_memory_gb
+    # ...and while it runs, no other node takes memory of it
+    assert sched.place("s", ma_spec(specs=["cpu.small"]), sched.usage([whole])) is None
+    # a cluster.toml's own nodes share nothing: the whole machine spec of the default catalog
+    # fits none of them
+    (tmp_path / "cluster.toml").write_text('[[node]]\nname = "n1"\ncpus = 4\nmemory_gb = 4\n')
+    assert load_cluster().machine_memory_gb == 0
+    with pytest.raises(InvalidSpec):
+        Scheduler(load_cluster()).check(ma_spec(specs=["cpu.all"]))

@@ -28,7 +28,7 @@ def test_a_single_process_script_on_two_nodes_is_warned_about():
         "pkg/helpers.py": "",
     }
     assert single_copy.is_distributed(_spec("python -m pkg.train"), sources) is False
-    for mode in (Mode.horovod, Mode.tensorflow):
+    for mode in (Mode.horovod, Mode.tensorflow, Mode.distributed):
         assert single_copy.warning(_spec("python train.py", mode=mode), {"train.py": PLAIN})
 
 
@@ -43,6 +43,9 @@ def test_a_single_process_script_on_two_nodes_is_warned_about():
         "import lightning as L\ntrainer = L.Trainer()\n",
         "from accelerate import Accelerator\n",
         "import os\nprint(os.environ.get('OMPI_COMM_WORLD_RANK'))\n",
+        "import jax\njax.distributed.initialize()\n",
+        "import os\nport = int(os.environ['MA_PORTS'].split(',')[1])\n",
+        "from xgboost import collective\nfrom xgboost.tracker import RabitTracker\n",
     ],
 )
 def test_code_that_reads_the_distributed_variables_or_a_framework_is_distributed(code):

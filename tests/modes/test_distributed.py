@@ -1,0 +1,111 @@
+"""The distributed mode's planner, the variables any framework reads, threads sized by processes."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from ma_jupyter.models import JobSpec
+from ma_jupyter.modes import plan_job
+
+from .placements import SPECS, placement_for
+
+
+def _job(command: str, mode: str = "distributed", nodes: int = 2, **extra) -> JobSpec:
+    return JobSpec(name="dist", mode=mode, nodes=nodes, command=command, **extra)
+
+
+def test_every_node_gets_the_variables_and_the_command_runs_as_written():
+    spec = _job("python /workspace/algorithm/train_jax.py --steps 3")
+    plans = plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))
+    assert [p.name for p in plans] == ["worker-0", "worker-1"]
+    for index, node in enumerate(plans):
+        assert node.argv == ["python", "/workspace/algorithm/train_jax.py", "--steps", "3"]
+        assert not node.needs_modules  # nothing of torch is asked of the image
+        assert node.env["MASTER_ADDR"] == "127.0.1.1"
+        assert node.env["MASTER_PORT"] == "20010"
+        assert (node.env["WORLD_SIZE"], node.env["RANK"], node.env["NODE_RANK"]) == (
+            "2",
+            str(index),
+            str(index),
+        )
+        # JAX's coordinator is worker-0's second port: the first is MASTER_PORT (torch's store)
+        assert node.env["JAX_COORDINATOR_ADDRESS"] == "127.0.1.1:20011"
+        assert (node.env["JAX_NUM_PROCESSES"], node.env["JAX_PROCESS_ID"]) == ("2", str(index))
+        assert node.env["MA_MASTER_PORTS"] == "20010,20011"
+    assert [p.env["MA_PORTS"] for p in plans] == ["20010,20011", "20020,20021"]
+    assert "starts no launcher" in " ".join(plans[0].notes)
+
+
+def test_the_pytorch_mode_names_the_same_ports_and_says_why_it_wraps():
+    spec = _job("python train.py", mode="pytorch")
+    node = plan_job(spec, placement_for(spec))[1]
+    assert node.argv[:3] == ["python", "-m", "ma_jupyter.nodeside.torch_run"]
+    assert node.needs_modules == ("torch",)
+    assert node.env["JAX_COORDINATOR_ADDRESS"] == "127.0.1.1:20011"
+    assert node.env["MA_PORTS"] == "20020,20021"
+    assert any("--mode distributed" in note for note in node.notes)
+
+
+def test_the_single_mode_refuses_two_nodes_and_names_the_distributed_mode():
+    with pytest.raises(ValidationError, match="mode=distributed"):
+        JobSpec(name="one", mode="single", nodes=2, command="python train.py")
+
+
+@pytest.mark.parametrize(
+    ("command", "threads"),
+    [
+        ("torchrun --nproc_per_node=2 train.py", "1"),  # cpu.medium: 2 cores / 2 ranks
+        ("torchrun --nproc-per-node 1 train.py", "2"),
+        ("python -m torch.distributed.run --nproc_per_node 2 train.py", "1"),
+        ("torchrun train.py", "2"),  # PET_NPROC_PER_NODE: the node's slots, 1 on a CPU spec
+        ("mpirun -np 4 python train.py", "1"),  # 4 ranks on 2 nodes
+        ("mpirun -npernode 1 python train.py", "2"),
+        ("python train.py", "2"),
+    ],
+)
+def test_thread_counts_are_the_nodes_cores_shared_by_the_ranks_its_launcher_starts(command, threads):
+    spec = _job(command)
+    env = plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))[0].env
+    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"], env["OPENBLAS_NUM_THREADS"]) == (threads,) * 3
+
+
+def test_a_launchers_count_given_as_a_variable_is_read_expanded():
+    spec = _job("torchrun --nproc_per_node ${PROCS} train.py", env={"PROCS": "2"})
+    assert plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))[0].env["OMP_NUM_THREADS"] == "1"
+
+
+def test_the_jobs_own_thread_count_wins_and_sizes_mkl_and_openblas_too():
+    spec = _job("torchrun --nproc_per_node=2 train.py", env={"OMP_NUM_THREADS": "3"})
+    env = plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))[0].env
+    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"], env["OPENBLAS_NUM_THREADS"]) == ("3", "3", "3")
+
+
+def test_the_platforms_rendezvous_variables_win_over_the_jobs_env_and_the_plan_says_so():
+    spec = _job("python train.py", env={"RANK": "7", "MASTER_PORT": "1", "HOME": "/workspace/outputs"})
+    node = plan_job(spec, placement_for(spec))[1]
+    assert (node.env["RANK"], node.env["MASTER_PORT"]) == ("1", "20010")
+    assert "HOME" in node.job_env and "RANK" not in node.job_env
+    assert "--env MASTER_PORT, RANK not applied" in " ".join(node.notes)
+
+
+def test_the_mindspore_mode_on_a_cpu_spec_gets_the_dynamic_cluster_variables():
+    spec = _job("python train.py", mode="mindspore-ascend")
+    plans = plan_job(spec, placement_for(spec, SPECS["cpu.small"]))
+    for index, node in enumerate(plans):
+        assert node.env["MS_ROLE"] == "MS_WORKER"
+        assert (node.env["MS_SCHED_HOST"], node.env["MS_SCHED_PORT"]) == ("127.0.1.1", "20011")
+        assert (node.env["MS_WORKER_NUM"], node.env["MS_NODE_ID"]) == ("2", str(index))
+    # on cards the rank table is how MindSpore finds its peers
+    carded = plan_job(spec, placement_for(spec, SPECS["npu.emu-2"]))
+    assert "MS_ROLE" not in carded[0].env
+
+
+def test_the_shared_options_parser_takes_the_distributed_mode():
+    from ma_jupyter.frontends import options
+
+    parser = options.build_parser()
+    spec = options.spec_from_args(
+        options.parse_args(parser, "--mode distributed --nodes 2"), command="python t.py"
+    )
+    assert JobSpec.model_validate({"name": "d", **spec}).mode.value == "distributed"
