@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.fixtures.workdir import any_service  # noqa: F401 (a fixture of this folder)
+
 
 @dataclass
 class ServiceProcess:

@@ -12,9 +12,8 @@ import sqlite3
 import psutil
 import pytest
 
+from tests.fixtures.service_api import full_log, pycmd, submit, wait_status
 from tests.helpers import wait_for
-
-from .test_service import full_log, pycmd, submit, wait_status
 
 GOOD = {"name": "t", "command": "python train.py"}
 

@@ -19,8 +19,8 @@ from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
 from ma_jupyter.service.supervisor import actions as supervisor_actions
+from tests.fixtures.service_api import job_of, submit, wait_status
 from tests.helpers import stop_every_job
-from tests.service.test_service import job_of, submit, wait_status
 
 PY = sys.executable
 SLEEP = f'{PY} -c "import time; time.sleep(600)"'

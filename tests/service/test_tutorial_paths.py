@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.workdir import finished, log_of, submit
+
 from ..modes.real import algorithm
 from ..modes.real import run_job as _run_job
-from .test_workdir_cache import any_service, finished, log_of, submit  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
 REPO = Path(__file__).resolve().parents[2]
