@@ -140,8 +140,19 @@ def ma_module_service(tmp_path_factory):
     home = tmp_path_factory.mktemp("module_home")
     (home / "cluster.toml").write_text(f'[mounts]\nallowed_roots = ["{base}"]\n')
     services = [start_service(home, env={"MA_JUPYTER_CARDS": "none"})]
+    services[0].allowed_root = base  # type: ignore[attr-defined]
     yield services[0]
     stop_services(services)
+
+
+@pytest.fixture(scope="module")
+def ma_module_client(ma_module_service):
+    """A :class:`ma_jupyter.client.Client` of the owner on ``ma_module_service`` (same rules)."""
+    from ma_jupyter.client import Client
+
+    client = Client(ma_module_service.url, ma_module_service.token)
+    yield client
+    client.close()
 
 
 def stop_services(services: list[ServiceProcess]) -> None:
