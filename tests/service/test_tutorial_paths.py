@@ -243,7 +243,7 @@ IMPORTS = """
 """
 
 
-def test_a_job_sees_only_the_platform_package_on_its_pythonpath(any_service, tmp_path):  # noqa: F811
+def test_a_job_sees_only_the_platform_package_on_its_pythonpath(any_service, tmp_path):
     algo = algorithm(tmp_path / "algo", imports=IMPORTS)
     job = submit(any_service, command="python imports.py", algorithm=str(algo))
     final = finished(any_service, job["id"])
