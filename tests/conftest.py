@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.fixtures.supervisor import fake_sup  # noqa: F401 (a fixture of every folder)
+
 SMALL_CLUSTER_TOML = """
 [[spec]]
 name = "cpu.small"

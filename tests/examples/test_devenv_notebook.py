@@ -10,8 +10,7 @@ import sys
 import pytest
 
 from ma_jupyter.client import Client
-from tests.examples.test_notebooks import REPO, output_text
-from tests.examples.test_notebooks import ma_papermill as ma_papermill  # the fixture
+from tests.fixtures.notebooks import REPO, output_text
 
 pytestmark = [pytest.mark.notebook, pytest.mark.timeout(600)]
 SECRET = "an-unguessable-value"

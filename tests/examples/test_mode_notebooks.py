@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from tests.examples.test_notebooks import NOTEBOOKS, ma_papermill, output_text  # noqa: F401 - fixture
+from tests.fixtures.notebooks import NOTEBOOKS, output_text
 
 pytestmark = [pytest.mark.notebook, pytest.mark.timeout(900)]
 

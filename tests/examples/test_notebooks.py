@@ -9,20 +9,16 @@ here.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from tests.helpers import wait_for
+from tests.fixtures.notebooks import NOTEBOOKS, REPO, output_text
 
 pytestmark = [pytest.mark.notebook, pytest.mark.timeout(600)]
 
-REPO = Path(__file__).resolve().parents[2]
-NOTEBOOKS = REPO / "notebooks"
 # run by the modes' tests, ray_cluster by tests/ray (it needs a private network namespace) and
 # gpu_quickstart by tests/gpu (it needs a card)
 MODE_NOTEBOOKS = {"pytorch_ddp", "tensorflow_distributed", "mpi_allreduce", "ray_cluster", "gpu_quickstart"}
@@ -58,20 +54,6 @@ def notebooks() -> list[Path]:
     return sorted(p for p in NOTEBOOKS.glob("*.ipynb") if p.stem not in MODE_NOTEBOOKS)
 
 
-def output_text(nb) -> str:
-    """Every text the saved notebook shows: streams, text/plain results and errors."""
-    parts = []
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream":
-                parts.append(out.get("text", ""))
-            elif out.get("output_type") in ("display_data", "execute_result"):
-                parts.append(out.get("data", {}).get("text/plain", ""))
-            elif out.get("output_type") == "error":
-                parts.append(f"{out.get('ename')}: {out.get('evalue')}")
-    return "\n".join(parts)
-
-
 def outputs_of(nb, mime: str) -> list:
     return [
         out["data"][mime]
@@ -79,44 +61,6 @@ def outputs_of(nb, mime: str) -> list:
         for out in cell.get("outputs", [])
         if mime in out.get("data", {})
     ]
-
-
-@pytest.fixture
-def ma_papermill(ma_home, tmp_path, monkeypatch):
-    """Run a notebook with papermill in a fresh kernel on this test's home; stops the service after."""
-    import papermill
-
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    work = tmp_path / "work"
-    work.mkdir()
-
-    def run(path: Path, **parameters):
-        out = tmp_path / f"{path.stem}.out.ipynb"
-        try:
-            papermill.execute_notebook(
-                str(path),
-                str(out),
-                parameters=parameters,
-                kernel_name="python3",
-                cwd=str(work),
-                progress_bar=False,
-                execution_timeout=300,
-            )
-        finally:
-            run.output = nbformat.read(out, as_version=4) if out.exists() else None
-        return run.output
-
-    yield run
-    runtime = ma_home / "service.json"
-    if runtime.exists():
-        pid = json.loads(runtime.read_text())["pid"]
-        try:
-            os.kill(pid, signal.SIGTERM)
-            wait_for(lambda: not runtime.exists(), timeout=20)
-        except ProcessLookupError:
-            pass
 
 
 def test_every_example_notebook_is_covered():

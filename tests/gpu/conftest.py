@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from ma_jupyter import accelerators
+from tests.fixtures.notebooks import ma_papermill  # noqa: F401 (a fixture of this folder)
 
 
 def machine_cards() -> list[accelerators.Card]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ma_jupyter.client import Client
 from ma_jupyter.models import Job
+from tests.helpers import writable_dir
 
 
 def algorithm(folder: Path, **scripts: str) -> Path:
@@ -16,6 +17,13 @@ def algorithm(folder: Path, **scripts: str) -> Path:
     for name, text in scripts.items():
         (folder / f"{name}.py").write_text(textwrap.dedent(text))
     return folder
+
+
+def writable_algorithm(folder: Path, **scripts: str) -> str:
+    """:func:`algorithm` in a folder every account may write (a root service runs root's jobs as
+    ``nobody``), as a string (the form a spec takes)."""
+    writable_dir(folder, parents=True)
+    return str(algorithm(folder, **scripts))
 
 
 def node_logs(client: Client, job_id: str) -> str:
@@ -88,4 +96,38 @@ open(f"/workspace/outputs/done-{resolver.task_id}", "w").close()
 while not all(os.path.exists(f"/workspace/outputs/done-{i}") for i in range(len(cluster["worker"]))):
     time.sleep(0.05)
 os._exit(0)
+"""
+
+
+# MultiWorkerMirroredStrategy: every worker all-reduces; each writes its weights to its outputs
+MWMS = """
+import json, os
+import tensorflow as tf
+
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    w = tf.Variable(tf.zeros([4, 1]), aggregation=tf.VariableAggregation.MEAN)
+
+
+@tf.function
+def train_step(x, y):
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((tf.matmul(x, w) - y) ** 2)
+        grad = tf.distribute.get_replica_context().all_reduce("mean", tape.gradient(loss, w))
+        w.assign_sub(0.1 * grad)
+        return loss
+
+    return strategy.run(step, args=(x, y))
+
+
+for i in range(5):
+    # every worker sees different data: only the all-reduce keeps their weights equal
+    x = tf.random.stateless_normal([8, 4], seed=[i, task["index"]])
+    loss = train_step(x, tf.reduce_sum(x, axis=1, keepdims=True))
+weights = w.numpy().flatten().tolist()
+print(f"worker {task['index']} of {strategy.num_replicas_in_sync} loss={float(loss):.4f}", flush=True)
+with open(f"/workspace/outputs/mwms-{task['index']}.json", "w") as fh:
+    json.dump({"weights": weights, "replicas": strategy.num_replicas_in_sync}, fh)
 """

@@ -13,43 +13,11 @@ import pytest
 from ma_jupyter.models import JobStatus
 
 from ..helpers import wait_for, writable_dir
-from .real import PS_WORKER, algorithm, events_text, job_processes, run_job
+from .real import MWMS, PS_WORKER, algorithm, events_text, job_processes, run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = [pytest.mark.tensorflow]
-
-MWMS = """
-import json, os
-import tensorflow as tf
-
-task = json.loads(os.environ["TF_CONFIG"])["task"]
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-with strategy.scope():
-    w = tf.Variable(tf.zeros([4, 1]), aggregation=tf.VariableAggregation.MEAN)
-
-
-@tf.function
-def train_step(x, y):
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((tf.matmul(x, w) - y) ** 2)
-        grad = tf.distribute.get_replica_context().all_reduce("mean", tape.gradient(loss, w))
-        w.assign_sub(0.1 * grad)
-        return loss
-
-    return strategy.run(step, args=(x, y))
-
-
-for i in range(5):
-    # every worker sees different data: only the all-reduce keeps their weights equal
-    x = tf.random.stateless_normal([8, 4], seed=[i, task["index"]])
-    loss = train_step(x, tf.reduce_sum(x, axis=1, keepdims=True))
-weights = w.numpy().flatten().tolist()
-print(f"worker {task['index']} of {strategy.num_replicas_in_sync} loss={float(loss):.4f}", flush=True)
-with open(f"/workspace/outputs/mwms-{task['index']}.json", "w") as fh:
-    json.dump({"weights": weights, "replicas": strategy.num_replicas_in_sync}, fh)
-"""
 
 PS_STRATEGY = """
 import json, os

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ray.two_hosts import service_on, two_hosts  # noqa: F401 (fixtures of this folder)
+
 INSIDE = os.environ.get("MA_RAY_NETNS") == "1"
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -25,7 +25,7 @@ from ma_jupyter.client import Client
 from ma_jupyter.client.kernelspec import install_devenv_kernel
 from ma_jupyter.models import JobStatus
 from tests.helpers import writable_dir
-from tests.ray.test_ray_lost_host import B, service_on, two_hosts  # noqa: F401 (fixtures)
+from tests.ray.two_hosts import B
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(400)]
 

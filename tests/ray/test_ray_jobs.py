@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -21,6 +20,7 @@ from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
 from tests.helpers import wait_for, writable_dir
 from tests.modes.real import PS_WORKER, events_text, job_processes, node_logs
+from tests.modes.real import writable_algorithm as _algorithm
 
 pytestmark = [pytest.mark.ray]
 
@@ -53,13 +53,6 @@ if dist.get_rank() == 1:
     sys.exit(3)
 time.sleep(600)  # only the failure of rank 1 can end this job quickly
 """
-
-
-def _algorithm(folder, **scripts):
-    writable_dir(folder, parents=True)
-    for name, text in scripts.items():
-        (folder / f"{name}.py").write_text(textwrap.dedent(text))
-    return str(folder)
 
 
 def _cli(home, *args, timeout=120):

@@ -9,10 +9,8 @@ import pytest
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
 from tests.helpers import wait_for, writable_dir
-from tests.modes.real import events_text, job_processes, node_logs
-from tests.modes.test_real_tensorflow import MWMS
-
-from .test_ray_jobs import _algorithm
+from tests.modes.real import MWMS, events_text, job_processes, node_logs
+from tests.modes.real import writable_algorithm as _algorithm
 
 pytestmark = [pytest.mark.ray]
 

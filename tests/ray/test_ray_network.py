@@ -27,7 +27,7 @@ from ma_jupyter.models import JobStatus
 from tests.helpers import writable_dir
 from tests.modes.real import events_text, node_logs
 from tests.ray.conftest import serve
-from tests.ray.test_ray_lost_host import A, B, service_on, two_hosts  # noqa: F401 (fixtures)
+from tests.ray.two_hosts import A, B
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 

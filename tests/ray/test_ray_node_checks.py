@@ -14,7 +14,6 @@ import pytest
 
 from ma_jupyter.client import Client
 from tests.helpers import wait_for
-from tests.ray.test_ray_lost_host import service_on, two_hosts  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 

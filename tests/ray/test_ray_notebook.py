@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.examples.test_notebooks import output_text
+from tests.fixtures.notebooks import output_text
 
 pytestmark = [pytest.mark.ray, pytest.mark.notebook, pytest.mark.timeout(600)]
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.fixtures.workdir import any_service  # noqa: F401 (a fixture of this folder)
+
 
 @dataclass
 class ServiceProcess:
@@ -121,6 +123,36 @@ def ma_service(ma_home):
     services[0].restart = restart  # type: ignore[attr-defined]
     yield services[0]
     stop_services(services)
+
+
+@pytest.fixture(scope="module")
+def ma_module_service(tmp_path_factory):
+    """One service process shared by the tests of a module, on a home of its own (``.home``).
+
+    For tests that need no home of their own: each reads and counts only what it made itself
+    (its own jobs, by id), never restarts the service nor changes its ``cluster.toml``, and
+    leaves no job running (a stop in the test, or the job ends).  A service's start costs
+    seconds (its imports), most of a short API test.  Every test's ``tmp_path`` lies under the
+    session's temporary folder, which is the home's allowed mount root.  Like ``ma_service``,
+    it runs as if the machine had no cards (``ma_no_real_cards`` is per test, too late here).
+    """
+    base = tmp_path_factory.getbasetemp()
+    home = tmp_path_factory.mktemp("module_home")
+    (home / "cluster.toml").write_text(f'[mounts]\nallowed_roots = ["{base}"]\n')
+    services = [start_service(home, env={"MA_JUPYTER_CARDS": "none"})]
+    services[0].allowed_root = base  # type: ignore[attr-defined]
+    yield services[0]
+    stop_services(services)
+
+
+@pytest.fixture(scope="module")
+def ma_module_client(ma_module_service):
+    """A :class:`ma_jupyter.client.Client` of the owner on ``ma_module_service`` (same rules)."""
+    from ma_jupyter.client import Client
+
+    client = Client(ma_module_service.url, ma_module_service.token)
+    yield client
+    client.close()
 
 
 def stop_services(services: list[ServiceProcess]) -> None:

@@ -12,9 +12,8 @@ import sqlite3
 import psutil
 import pytest
 
+from tests.fixtures.service_api import full_log, pycmd, submit, wait_status
 from tests.helpers import wait_for
-
-from .test_service import full_log, pycmd, submit, wait_status
 
 GOOD = {"name": "t", "command": "python train.py"}
 
@@ -84,7 +83,10 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_bad_input_is_a_400_naming_the_field_and_makes_nothing(ma_service, ma_home, tmp_path, case):
+def test_bad_input_is_a_400_naming_the_field_and_makes_nothing(ma_module_service, tmp_path, case):
+    # one service for every case: each checks that nothing at all was made, so a case that
+    # made something fails there (or the next case does)
+    ma_service, ma_home = ma_module_service, ma_module_service.home
     fields, field, words = _cases(tmp_path)[case]
     s = ma_service.session()
     for route in ("plan", "jobs"):

@@ -9,8 +9,8 @@ import time
 
 import requests
 
+from tests.fixtures.service_api import PY, full_log, job_of, pycmd, submit, wait_status
 from tests.helpers import writable_dir
-from tests.service.test_service import PY, full_log, job_of, pycmd, submit, wait_status
 
 
 def _task(script: str) -> dict:
@@ -97,7 +97,7 @@ def test_lists_filter_by_type_and_cli_shows_task_status(ma_service, ma_cli):
 
 
 def test_batch_tensorboard_has_one_run_per_task(ma_service, tmp_path):
-    from tests.service.test_tensorboard_manager import write_scalars
+    from tests.fixtures.tensorboard import write_scalars
 
     out = tmp_path / "out"
     writable_dir(out)

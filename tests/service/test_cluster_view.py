@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from tests.fixtures.service_api import submit, wait_status
 from tests.service.conftest import REPO
-from tests.service.test_service import submit, wait_status
 
 PY = sys.executable
 SLEEP = f'{PY} -c "import time; time.sleep(600)"'

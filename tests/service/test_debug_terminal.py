@@ -15,8 +15,8 @@ import pytest
 
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.nodehost import cgroup
+from tests.fixtures.local_backend import log_of, make_attempt, marked, start
 from tests.helpers import wait_for
-from tests.service.test_local_backend import log_of, make_attempt, marked, start
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")

@@ -14,10 +14,10 @@ import sys
 import psutil
 import pytest
 
+from tests.fixtures.service_api import full_log, pycmd, submit, wait_status
 from tests.helpers import wait_for
 
 from .conftest import start_service
-from .test_service import full_log, pycmd, submit, wait_status
 
 
 def _events(svc, job_id) -> str:

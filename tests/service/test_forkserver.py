@@ -15,8 +15,8 @@ from ma_jupyter.backends.local.backend import runner_env
 from ma_jupyter.models import NodeRun
 from ma_jupyter.nodehost.forkserver import RUNNER_NAME, RunnerForkServer, ServerUnavailable
 from ma_jupyter.nodehost.procfs import is_marked
+from tests.fixtures.local_backend import log_of, make_attempt, run_to_end, start
 from tests.helpers import wait_for
-from tests.service.test_local_backend import log_of, make_attempt, run_to_end, start
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_service import submit
+from tests.fixtures.service_api import submit
 
 ST = Path(sys.executable).with_name("st")
 #: examples per operation and phase: about 2400 requests in all, in about two minutes

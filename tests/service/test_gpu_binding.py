@@ -18,9 +18,9 @@ import sys
 import pytest
 
 from tests import fakes
+from tests.fixtures.service_api import full_log, submit, wait_status
 from tests.helpers import wait_for
 from tests.service.conftest import start_service, stop_services
-from tests.service.test_service import full_log, submit, wait_status
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("bwrap") or not shutil.which("unshare"),

@@ -24,8 +24,8 @@ from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.backends.ray import leftovers
 from ma_jupyter.nodehost import hostwatch
 from ma_jupyter.nodehost.procfs import NODE_MARKER
+from tests.fixtures.local_backend import log_of, make_attempt, marked, start, tree_script
 from tests.helpers import wait_for
-from tests.service.test_local_backend import _tree_script, log_of, make_attempt, marked, start
 
 
 def _host() -> tuple[subprocess.Popen, dict]:
@@ -57,7 +57,7 @@ def test_the_node_ends_within_seconds_of_its_host_and_says_what_it_ended(ma_home
     if sandbox == "bubblewrap" and not os.path.exists("/usr/bin/bwrap"):
         pytest.skip("needs bubblewrap")
     marker = f"ma-host-{os.getpid()}-{time.time_ns()}"
-    attempt = make_attempt(ma_home, f"host-{sandbox}", _tree_script(marker))
+    attempt = make_attempt(ma_home, f"host-{sandbox}", tree_script(marker))
     host, entry = _host()
     backend = LocalBackend(sandbox=sandbox)
     backend.end_with = entry

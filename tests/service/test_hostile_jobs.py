@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from ma_jupyter.models import JobStatus
+from tests.fixtures.tensorboard import write_scalars
 from tests.helpers import wait_for, writable_dir
-from tests.service.test_tensorboard_manager import write_scalars
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="jobs of a root service run as another account"),

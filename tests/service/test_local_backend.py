@@ -24,56 +24,11 @@ from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.errors import InvalidSpec, RefusedFile
 from ma_jupyter.models import JobSpec, NodeRun, Spec
 from ma_jupyter.modes import Placement, TaskSlot, plan_job
+from tests.fixtures.local_backend import log_of, make_attempt, marked, run_to_end, start, tree_script
 from tests.helpers import wait_for, writable_dir
 
 PY = sys.executable
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
-
-
-def make_attempt(home: Path, job_id: str, script: str, *, tasks: int = 1, cpus=(), **fields) -> Attempt:
-    """An attempt of a single-mode job running ``python -c script`` on ``tasks`` simulated nodes."""
-    spec = JobSpec(name=job_id, command=f"python -c {shlex.quote(textwrap.dedent(script))}", **fields)
-    slots = tuple(
-        TaskSlot("worker", i, f"worker-{i}", f"127.0.1.{i + 1}", (0, 0), host=f"node-{i}", cpus=tuple(cpus))
-        for i in range(tasks)
-    )
-    placement = Placement(job_id, Spec(name="cpu.small", cpus=1, memory_gb=1), slots)
-    return Attempt(job_id, spec, 0, home / "jobs" / job_id, tuple(plan_job(spec, placement)))
-
-
-def start(backend: LocalBackend, attempt: Attempt) -> list[NodeRun]:
-    """Launch exactly what the dry run of the attempt says."""
-    return backend.launch(attempt, backend.dryrun(attempt))
-
-
-def run_to_end(backend: LocalBackend, attempt: Attempt, timeout: float = 60) -> list[NodeRun]:
-    runs = start(backend, attempt)
-    return wait_for(
-        lambda: (
-            (polled := [backend.poll(attempt, r) for r in runs])
-            and all(r.state != "running" for r in polled)
-            and polled
-        ),
-        timeout=timeout,
-    )
-
-
-def log_of(attempt: Attempt, node: str = "worker-0") -> str:
-    return attempt.jobdir.node_log(node).read_text()
-
-
-def marked(marker_text: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose command line contains ``marker_text``."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and any(
-                marker_text in part for part in proc.info["cmdline"] or []
-            ):
-                found.append(proc)
-        except psutil.Error:
-            pass
-    return found
 
 
 @pytest.fixture
@@ -217,24 +172,10 @@ def test_hostname_hosts_files_and_cpus_are_the_tasks(ma_home):
         assert attempt.jobdir.rank_logs(run.name) == [(0, attempt.job_dir / "logs" / run.name / "rank-0.log")]
 
 
-def _tree_script(marker: str) -> str:
-    return f"""
-        import signal, subprocess, sys, time
-        def on_term(*_):
-            print('main got SIGTERM', flush=True)
-            time.sleep(600)  # and ignores it
-        signal.signal(signal.SIGTERM, on_term)
-        subprocess.Popen([sys.executable, '-c', 'import signal,time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)  # {marker}'])
-        subprocess.Popen([sys.executable, '-c', 'import os,time; os.setsid(); time.sleep(600)  # {marker}'])
-        print('tree started', flush=True)
-        time.sleep(600)
-    """
-
-
 @pytest.mark.parametrize("sandbox", ["bubblewrap", "symlink"])
 def test_stop_kills_the_whole_tree_after_the_grace_period(ma_home, ma_root_jobs, sandbox):
     marker = f"ma-tree-{os.getpid()}-{time.time_ns()}"
-    attempt = make_attempt(ma_home, f"tree-{sandbox}", _tree_script(marker))
+    attempt = make_attempt(ma_home, f"tree-{sandbox}", tree_script(marker))
     backend = LocalBackend(sandbox=sandbox)
     runs = start(backend, attempt)
     wait_for(lambda: "tree started" in log_of(attempt), timeout=30)

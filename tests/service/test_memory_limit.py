@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from ma_jupyter.nodehost import cgroup
-from tests.service.test_service import full_log, submit, wait_for, wait_status
+from tests.fixtures.service_api import full_log, submit, wait_for, wait_status
 
 PY = sys.executable
 SMALL_MEMORY = """
@@ -127,7 +127,7 @@ def test_a_killed_runners_cgroup_is_removed_by_the_stop_that_follows(ma_home):
     import signal
 
     from ma_jupyter.backends.local import LocalBackend
-    from tests.service.test_local_backend import log_of, make_attempt, start
+    from tests.fixtures.local_backend import log_of, make_attempt, start
 
     attempt = make_attempt(ma_home, "cg-lost-1", "import time; print('up', flush=True); time.sleep(600)")
     backend = LocalBackend()

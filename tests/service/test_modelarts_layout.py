@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tests.service.test_service import full_log, submit, wait_status
+from tests.fixtures.service_api import full_log, submit, wait_status
 
 SHOW = "import os, sys\nprint('python', sys.executable)\nprint('lib', os.environ.get('LD_LIBRARY_PATH'))\n"
 

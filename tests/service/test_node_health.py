@@ -18,8 +18,17 @@ import pytest
 
 from ma_jupyter.client import Client
 from ma_jupyter.client.logs import JobFollower
+from tests.fixtures.service_api import (
+    events,
+    full_log,
+    job_of,
+    node_view,
+    nodes_toml,
+    service_with,
+    submit,
+    wait_status,
+)
 from tests.helpers import wait_for
-from tests.service.test_service import full_log, job_of, submit, wait_status
 
 PY = sys.executable
 SLEEP = f'{PY} -c "import time; time.sleep(600)"'
@@ -45,31 +54,11 @@ while True:
 """
 
 
-def nodes_toml(count: int, limits: str = "") -> str:
-    spec = '\n[[spec]]\nname = "cpu.node"\ncpus = 2\nmemory_gb = 2\n'
-    nodes = "".join(f'\n[[node]]\nname = "n{i}"\ncpus = 2\nmemory_gb = 2\n' for i in range(1, count + 1))
-    return spec + nodes + (f"\n[limits]\n{limits}\n" if limits else "")
-
-
-def service_with(request, ma_home, toml: str):
-    cluster = ma_home / "cluster.toml"
-    cluster.write_text(cluster.read_text() + toml)
-    return request.getfixturevalue("ma_service")
-
-
 def trainer(tmp_path) -> dict:
     algo, out = tmp_path / "algo", tmp_path / "out"
     algo.mkdir()  # the outputs folder does not exist yet: it is made for the job's account
     (algo / "train.py").write_text(TRAIN)
     return {"algorithm": str(algo), "outputs": str(out), "specs": ["cpu.node"]}
-
-
-def events(svc, job_id) -> list[str]:
-    return [e["reason"] for e in svc.session().get(f"{svc.api}/jobs/{job_id}/events", timeout=10).json()]
-
-
-def node_view(svc, name) -> dict:
-    return next(n for n in svc.session().get(f"{svc.api}/nodes", timeout=10).json() if n["name"] == name)
 
 
 def test_a_drained_node_moves_a_resumable_job_away_from_its_checkpoint(request, ma_home, tmp_path):

@@ -23,9 +23,16 @@ from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
+from tests.fixtures.service_api import (
+    events,
+    job_of,
+    node_view,
+    nodes_toml,
+    service_with,
+    submit,
+    wait_status,
+)
 from tests.helpers import small_tmpfs, stop_every_job, wait_for
-from tests.service.test_node_health import events, node_view, nodes_toml, service_with
-from tests.service.test_service import job_of, submit, wait_status
 
 PY = sys.executable
 MIB = 1 << 20

@@ -27,8 +27,8 @@ import time
 
 import pytest
 
+from tests.fixtures.service_api import full_log, job_of, wait_status
 from tests.helpers import small_tmpfs, wait_for
-from tests.service.test_service import full_log, job_of, wait_status
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="a root service runs jobs as nobody"),

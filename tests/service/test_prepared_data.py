@@ -21,8 +21,8 @@ from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
+from tests.fixtures.service_api import full_log, pycmd, submit, wait_status
 from tests.helpers import stop_every_job, wait_for
-from tests.service.test_service import full_log, pycmd, submit, wait_status
 
 READ = "print('read', open('/workspace/dataset/private/d/x.txt').read(), flush=True)"
 

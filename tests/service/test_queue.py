@@ -13,14 +13,14 @@ import sys
 import pytest
 
 from ma_jupyter import config
-from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import JobSpec, JobStatus, Priority
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
 from ma_jupyter.service.supervisor import actions as supervisor_actions
+from tests.fakes.backend import FakeBackend, runs_to
+from tests.fixtures.service_api import job_of, submit, wait_status
 from tests.helpers import stop_every_job
-from tests.service.test_service import job_of, submit, wait_status
 
 PY = sys.executable
 SLEEP = f'{PY} -c "import time; time.sleep(600)"'
@@ -116,8 +116,12 @@ class CountingScheduler(Scheduler):
 
 @pytest.fixture
 def driven(ma_home):
-    """A supervisor whose loop is not running: it acts only when the test calls it."""
-    sup = Supervisor(Store(config.db_path()), CountingScheduler(config.load_cluster()), LocalBackend())
+    """A supervisor whose loop is not running: it acts only when the test calls it.  Admission
+    and fair share are the supervisor's own rules: its nodes are the fake backend's, which run
+    until stopped (the queue's end-to-end tests above run real ones through a real service)."""
+    sup = Supervisor(
+        Store(config.db_path()), CountingScheduler(config.load_cluster()), FakeBackend(runs_to(None))
+    )
     yield sup
     stop_every_job(sup)
 

@@ -22,9 +22,8 @@ import uuid
 
 import pytest
 
+from tests.fixtures.service_api import pycmd, submit, wait_status
 from tests.helpers import wait_for
-
-from .test_service import pycmd, submit, wait_status
 
 PY = sys.executable
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.service.test_service import job_of, submit, wait_status
+from tests.fixtures.service_api import job_of, submit, wait_status
 
 PY = sys.executable
 SLEEP = f'{PY} -c "import time; time.sleep(600)"'

@@ -106,10 +106,14 @@ def test_job_env_never_reaches_the_hosts_launcher(ma_client, ma_home, tmp_path):
         ("dataset", "LINK_TO_ETC", "system folder /etc"),
     ],
 )
-def test_mount_sources_outside_the_allowed_roots_are_refused(ma_client, ma_home, tmp_path, kind, path, says):
+def test_mount_sources_outside_the_allowed_roots_are_refused(
+    ma_module_client, ma_module_service, tmp_path, kind, path, says
+):
     """No job may mount a host folder outside the admin's roots, nor a system folder, the
-    service's home or another job's folder, even through a symlink inside an allowed root."""
-    # a folder of this test's own outside the allowed roots (the test's tmp_path is allowed)
+    service's home or another job's folder, even through a symlink inside an allowed root.
+    (One service for every case: each checks that no job at all was made.)"""
+    ma_client, ma_home = ma_module_client, ma_module_service.home
+    # a folder of this test's own outside the allowed roots (the test's tmp_path is inside them)
     outside = tempfile.mkdtemp(prefix="ma-jupyter-outside-", dir="/var/tmp")
     (tmp_path / "link").symlink_to("/etc")
     source = {
@@ -129,7 +133,8 @@ def test_mount_sources_outside_the_allowed_roots_are_refused(ma_client, ma_home,
     assert says in str(refused.value)
     if path == "OUTSIDE":
         # the refusal names the roots that are allowed and the setting that adds one
-        assert str(tmp_path) in str(refused.value) and "[mounts] allowed_roots" in str(refused.value)
+        allowed = str(ma_module_service.allowed_root)
+        assert allowed in str(refused.value) and "[mounts] allowed_roots" in str(refused.value)
     assert _no_jobs(ma_client)
     assert not os.path.exists(os.path.join(source, "pwned"))
     os.rmdir(outside)

@@ -11,7 +11,7 @@ import sqlite3
 import stat
 import uuid
 
-from .test_service import full_log, pycmd, submit, wait_status
+from tests.fixtures.service_api import full_log, pycmd, submit, wait_status
 
 
 def _mode(path) -> int:

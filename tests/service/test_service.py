@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
-import shlex
 import signal
-import sys
 import textwrap
 import time
 from datetime import datetime
@@ -16,41 +14,10 @@ import psutil
 import pytest
 import requests
 
+from tests.fixtures.service_api import PY, full_log, job_of, pycmd, submit, wait_status
 from tests.helpers import wait_for, writable_dir
 
 OWNER = pwd.getpwuid(os.geteuid()).pw_name  # the account that starts the service owns it
-
-PY = sys.executable
-
-
-def pycmd(script: str) -> str:
-    """A run command executing ``script`` with this interpreter (quoted for the platform's argv split)."""
-    return f"{PY} -c {shlex.quote(script)}"
-
-
-def submit(svc, **fields):
-    s = svc.session()
-    body = {"name": "t", **fields}
-    r = s.post(f"{svc.api}/jobs", json=body, timeout=10)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def job_of(svc, job_id):
-    r = svc.session().get(f"{svc.api}/jobs/{job_id}", timeout=10)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def wait_status(svc, job_id, statuses, timeout=60):
-    return wait_for(lambda: (j := job_of(svc, job_id))["status"] in statuses and j, timeout=timeout)
-
-
-def full_log(svc, job_id, node="worker-0"):
-    r = svc.session().get(
-        f"{svc.api}/jobs/{job_id}/logs/read", params={"node": node, "offset": 0}, timeout=10
-    )
-    return r.json()["data"]
 
 
 def test_every_route_requires_the_token(ma_service):
@@ -171,7 +138,7 @@ def test_failure_reports_exit_code_and_last_lines(ma_service):
     assert "exited with code 3" in last["reason"] and "before the crash" in last["reason"]
 
 
-def _tree_script(marker):
+def tree_script(marker):
     return textwrap.dedent(f"""
         import os, signal, subprocess, sys, time
         # a child that ignores SIGTERM and a grandchild in its own session
@@ -195,7 +162,7 @@ def _procs_with(marker):
 
 def test_stop_kills_the_whole_tree_within_the_grace_period(ma_service):
     marker = f"ma-tree-{os.getpid()}-{time.time_ns()}"
-    job = submit(ma_service, command=pycmd(_tree_script(marker)), grace_period=2)
+    job = submit(ma_service, command=pycmd(tree_script(marker)), grace_period=2)
     wait_for(lambda: "tree started" in full_log(ma_service, job["id"]), timeout=30)
     wait_for(lambda: len(_procs_with(marker)) >= 2, timeout=10)
     started = time.monotonic()

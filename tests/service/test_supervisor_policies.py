@@ -17,6 +17,8 @@ from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
+from tests.fakes.backend import FakeNode
+from tests.fixtures.supervisor import tick_until
 from tests.helpers import stop_every_job, wait_for
 
 PY = sys.executable
@@ -41,14 +43,24 @@ def tick_until_ended(sup: Supervisor, job_id: str, timeout: float = 30):
     return sup.store.get(job_id)
 
 
-def test_a_slow_node_is_reported_once_per_attempt(sup):
-    script = f'import time; print("{SLOW}"); print("{SLOW}", flush=True); time.sleep(1); print("{SLOW}")'
+def test_a_slow_node_is_reported_once_per_attempt(fake_sup):
+    # a rule of the supervisor: the fake node prints two slow lines, then a third once the first
+    # alert was given, then ends
+    sup = fake_sup
+    sup.backend.script = lambda attempt, launch: FakeNode([SLOW, SLOW], exit_code=None)
     spec = JobSpec(
         name="slow",
-        command=f"{PY} -c '{script}'",
+        command="true",
         checkpoint_resume={"max_resumes": 1, "perf_threshold": 0.5, "perf_policy": "alert"},
     )
     job = sup.submit(spec, creator="me")
+    alerted = lambda: [e for e in sup.store.events(job.id) if e.reason.startswith("performance alert")]  # noqa: E731
+    tick_until(sup, alerted)
+    sup.backend.write(job.id, "worker-0", SLOW)
+    for _ in range(3):  # the third line is read
+        sup.tick()
+        sup.wait_idle()
+    sup.backend.end(job.id, "worker-0", 0)
     final = tick_until_ended(sup, job.id)
     assert final.status is JobStatus.succeeded, final.reason
     alerts = [e for e in sup.store.events(job.id) if e.reason.startswith("performance alert")]
@@ -58,17 +70,17 @@ def test_a_slow_node_is_reported_once_per_attempt(sup):
     assert alerts[0].alert and alerts[0].node == "worker-0"  # marked, for followers to show at once
 
 
-def test_an_earlier_attempts_slow_line_does_not_reschedule_the_next_attempts(sup):
-    """The node's log spans attempts: each attempt's scan starts where that attempt's lines do."""
-    script = (
-        "import os, time; "
-        'first = os.environ["MA_ATTEMPT"] == "0"; '
-        f'print("{SLOW}" if first else "resumed", flush=True); '
-        "time.sleep(60 if first else 2)"
+def test_an_earlier_attempts_slow_line_does_not_reschedule_the_next_attempts(fake_sup):
+    """The node's log spans attempts: each attempt's scan starts where that attempt's lines do.
+    (A rule of the supervisor: the first attempt is slow and runs until rescheduled, the next
+    one says "resumed" and ends; the real nodes' reschedule is the test below.)"""
+    sup = fake_sup
+    sup.backend.script = lambda attempt, launch: (
+        FakeNode([SLOW], exit_code=None) if attempt.number == 0 else FakeNode(["resumed"], exit_code=0)
     )
     spec = JobSpec(
         name="once-slow",
-        command=f"{PY} -c '{script}'",
+        command="true",
         checkpoint_resume={
             "max_resumes": 3,
             "grace_period": 1,
@@ -119,12 +131,12 @@ def test_a_slow_node_is_rescheduled_and_resumes(sup):
     assert f"{slow} (slow for this job)" in said[-1]
 
 
-def test_a_fault_restart_starts_the_next_attempt_then_ends_in_error(sup):
-    spec = JobSpec(
-        name="crash",
-        command=f"{PY} -c 'import sys; print(\"boom\"); sys.exit(3)'",
-        fault_restart={"max_restarts": 1},
-    )
+def test_a_fault_restart_starts_the_next_attempt_then_ends_in_error(fake_sup):
+    # a rule of the supervisor: every attempt's node says boom and exits with 3 (real nodes'
+    # fault restarts: tests/service/test_faults.py)
+    sup = fake_sup
+    sup.backend.script = lambda attempt, launch: FakeNode(["boom"], exit_code=3)
+    spec = JobSpec(name="crash", command="true", fault_restart={"max_restarts": 1})
     job = sup.submit(spec, creator="me")
     final = tick_until_ended(sup, job.id)
     assert final.status is JobStatus.error

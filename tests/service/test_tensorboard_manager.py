@@ -16,27 +16,13 @@ import pytest
 import requests
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
-from tensorboard.summary.writer.record_writer import RecordWriter
 
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.errors import Conflict, InvalidSpec, LimitReached, RefusedFile
 from ma_jupyter.models import Job, JobSpec
 from ma_jupyter.service.tensorboard import TensorBoardManager
+from tests.fixtures.tensorboard import write_scalars
 from tests.helpers import wait_for
-
-
-def write_scalars(folder, tag="loss", steps=3):
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"events.out.tfevents.{int(time.time())}.test", "wb") as fh:
-        writer = RecordWriter(fh)
-        writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
-        for step in range(steps):
-            value = summary_pb2.Summary.Value(tag=tag, simple_value=1.0 / (step + 1))
-            event = event_pb2.Event(
-                wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=[value])
-            )
-            writer.write(event.SerializeToString())
-        writer.flush()
 
 
 def live_group_members(pgid):

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.workdir import finished, log_of, submit
+
 from ..modes.real import algorithm
 from ..modes.real import run_job as _run_job
-from .test_workdir_cache import any_service, finished, log_of, submit  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
 REPO = Path(__file__).resolve().parents[2]
@@ -242,7 +243,7 @@ IMPORTS = """
 """
 
 
-def test_a_job_sees_only_the_platform_package_on_its_pythonpath(any_service, tmp_path):  # noqa: F811
+def test_a_job_sees_only_the_platform_package_on_its_pythonpath(any_service, tmp_path):
     algo = algorithm(tmp_path / "algo", imports=IMPORTS)
     job = submit(any_service, command="python imports.py", algorithm=str(algo))
     final = finished(any_service, job["id"])

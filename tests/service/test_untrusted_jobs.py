@@ -17,10 +17,9 @@ import time
 import pytest
 import requests
 
+from tests.fixtures.local_backend import marked
+from tests.fixtures.service_api import job_of, submit, wait_status
 from tests.helpers import small_tmpfs, wait_for, writable_dir
-
-from .test_local_backend import marked
-from .test_service import job_of, submit, wait_status
 
 PY = sys.executable
 

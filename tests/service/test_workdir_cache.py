@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.workdir import finished, log_of, submit
 from tests.helpers import wait_for, writable_dir
 
 PY = sys.executable
@@ -23,35 +24,6 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="ne
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def submit(svc, user: str | None = None, **fields) -> dict:
-    """Submit as ``user`` (a user the owner adds), or as the service's owner (root here, whose
-    jobs run as nobody, or as root where ``ma_root_jobs`` allows it)."""
-    session = svc.user_session(user) if user else svc.session()
-    r = session.post(f"{svc.api}/jobs", json={"name": "t", **fields}, timeout=30)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def job_of(svc, job_id: str) -> dict:
-    r = svc.session().get(f"{svc.api}/jobs/{job_id}", timeout=10)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def finished(svc, job_id: str, timeout: float = 120) -> dict:
-    return wait_for(
-        lambda: (j := job_of(svc, job_id))["status"] in ("succeeded", "error", "stopped") and j,
-        timeout=timeout,
-    )
-
-
-def log_of(svc, job_id: str, node: str = "worker-0") -> str:
-    r = svc.session().get(
-        f"{svc.api}/jobs/{job_id}/logs/read", params={"node": node, "offset": 0}, timeout=10
-    )
-    return r.json()["data"]
 
 
 def events_of(svc, job_id: str) -> list[dict]:
@@ -75,19 +47,6 @@ def algorithm(tmp_path: Path, files: dict[str, str]) -> Path:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(textwrap.dedent(text))
     return folder
-
-
-@pytest.fixture(params=["bubblewrap", "symlink"])
-def any_service(request, ma_home, monkeypatch):
-    """The service with bubblewrap (its owner's jobs run as nobody when it is root), or in the
-    symlink mode (no sandbox: the owner's jobs allowed to run as root, since that mode switches
-    to no account)."""
-    if request.param == "symlink":
-        request.getfixturevalue("ma_root_jobs")
-        monkeypatch.setenv("MA_JUPYTER_SANDBOX", "none")
-    svc = request.getfixturevalue("ma_service")
-    svc.sandbox = request.param
-    return svc
 
 
 # ------------------------------------------------------------------------ working copy
