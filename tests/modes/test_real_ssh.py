@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import textwrap
 
@@ -111,4 +112,62 @@ def test_ssh_between_nodes_and_seed_003s_mpirun_command_over_it(ma_client, tmp_p
     # seed 003's command: 2 x 2 ranks across both nodes, started over ssh
     result = json.loads((outputs / "result.json").read_text())
     assert result == {"size": 4, "sum": 10, "hosts": ["worker-0", "worker-0", "worker-1", "worker-1"]}
+    wait_for(lambda: not job_processes(job.id), timeout=30)
+
+
+DEEPSPEED_TRAIN = """
+import json, socket, sys
+import deepspeed, torch
+import torch.distributed as dist
+
+deepspeed.init_distributed(dist_backend="gloo")
+rank, size = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+hosts = [None] * size
+dist.all_gather_object(hosts, socket.gethostname())
+print(f"rank {rank}/{size} on {socket.gethostname()} sum={total.item()} args={sys.argv[1:]}", flush=True)
+if rank == 0:
+    with open("/workspace/outputs/result.json", "w") as fh:
+        json.dump({"size": size, "sum": total.item(), "hosts": hosts}, fh)
+"""
+
+#: a folder holding DeepSpeed, built against the venv's torch (the venv's ``pip install --target
+#: DIR --no-deps --no-build-isolation deepspeed hjson ninja py-cpuinfo msgpack einops``); the
+#: test is skipped without it (DeepSpeed is not one of the venv's packages)
+DEEPSPEED_LIB = os.environ.get("MA_JUPYTER_TEST_DEEPSPEED", "")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not os.path.isdir(f"{DEEPSPEED_LIB}/deepspeed"), reason="set MA_JUPYTER_TEST_DEEPSPEED")
+def test_a_plain_deepspeed_command_on_node_0_runs_both_nodes_over_pdsh_and_ssh(ma_client, tmp_path):
+    outputs = writable_dir(tmp_path / "out")
+    algo = algorithm(tmp_path / "algo", train=DEEPSPEED_TRAIN)
+    (algo / "ds_config.json").write_text('{"train_batch_size": 2}')
+    # a copy below the test's folder, which jobs may mount
+    shutil.copytree(DEEPSPEED_LIB, tmp_path / "deepspeed")
+    lib = "/workspace/dataset/private/deepspeed"
+    job = ma_client.submit(
+        name="ds-ssh",
+        mode="pytorch-deepspeed",
+        nodes=2,
+        # DeepSpeed's launcher and its rank each import torch and DeepSpeed: 2 GB is too little
+        specs=["cpu.medium"],
+        algorithm=str(algo),
+        outputs=str(outputs),
+        datasets=[{"name": "deepspeed", "path": str(tmp_path / "deepspeed")}],
+        env={"PYTHONPATH": lib, "PATH": f"{lib}/bin:$PATH"},
+        # seed 002's command as a user types it: DeepSpeed finds /job/hostfile by itself
+        command="deepspeed train.py --deepspeed --deepspeed_config ds_config.json",
+    )
+    try:  # the first run JIT-builds DeepSpeed's CPU comm op in the user's cache: minutes
+        job = job.wait(timeout=500, check=False)
+    except TimeoutError as exc:
+        raise AssertionError(node_logs(ma_client, job.id)) from exc
+    logs = node_logs(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    result = json.loads((outputs / "result.json").read_text())
+    assert result == {"size": 2, "sum": 3.0, "hosts": ["worker-0", "worker-1"]}
+    # worker-1 ran nothing but sshd: its rank came from node 0's launcher, through pdsh
+    assert "pdsh" in logs and "rank 1/2 on worker-1" in logs
     wait_for(lambda: not job_processes(job.id), timeout=30)
