@@ -11,6 +11,7 @@ a rank folder come from :mod:`ma_jupyter.nodeside.rank_log`, which writes them; 
     nodes/<node>/failure.json       the report handed over by the runner, or {"refused": "..."}
     nodes/<node>/not-distributed.json  the same hand-over for the launcher's not-distributed report
     nodes/<node>/nsswitch.conf      its /etc/nsswitch.conf in its job's own network namespace
+    nodes/<node>/passwd             its /etc/passwd where it runs sshd (modes/ssh.py)
     nodes/<node>/marker             MA_NODE_RUN value of this node's processes
     nodes/<node>/run.json           the NodeRun as launched
     nodes/<node>/node-run.json      the runner's instructions
@@ -176,6 +177,11 @@ class NodeDir(_Folder):
     @property
     def hostname(self) -> Path:
         return self.root / "hostname"
+
+    @property
+    def passwd(self) -> Path:
+        """Its ``/etc/passwd`` where it runs sshd (the job account's shell and home for logins)."""
+        return self.root / "passwd"
 
     @property
     def nsswitch(self) -> Path:

@@ -73,11 +73,14 @@ class RemoteShell:
         serve: argv a waiting node runs so the agent can reach it; ``{job}`` and ``{host}`` are
             filled in with the job id and the node's hostname.
         interface: the network interface MPICH's hydra uses (``HYDRA_IFACE``), if any.
+        sshd: the nodes run OpenSSH's sshd and the agent is ``ssh`` (:mod:`.ssh`): every node
+            gets ``SSHD_PORT`` and its sshd; ``serve`` is not used.
     """
 
     agent: str
     serve: tuple[str, ...]
     interface: str | None = None
+    sshd: bool = False
 
     def serve_argv(self, job_id: str, host: str) -> list[str]:
         """The argv a waiting node ``host`` of job ``job_id`` runs."""

@@ -51,8 +51,11 @@ A command that contains ``mpirun`` is left as written (behind the step above): t
 give it the hostfile and the agent (its ``-np`` ranks fill each node's slots before the next,
 MPI's rule).  mpirun exits with the first failing rank's exit code, and kills every rank.
 
-The other nodes wait like sshd on a real cluster: they run the remote shell's server (the local
-backend's agent enters each node's own sandbox), through which mpirun starts its daemon on them.  They never exit by themselves, so they are
+The other nodes wait like sshd on a real cluster: they run the remote shell's server, through
+which mpirun starts its daemon on them: OpenSSH's sshd where the backend runs it in the nodes
+(``RemoteShell.sshd``, :mod:`.ssh`: every node gets ``SSHD_PORT`` and its sshd, and worker-0
+waits for the others' before mpirun starts; the agent is plain ``ssh``), else the backend's own
+agent (the local backend's enters each node's own sandbox).  They never exit by themselves, so they are
 not primary: the job's status follows worker-0, and the supervisor stops them afterwards.
 
 Ranks on different nodes need the nodes' private hostnames (the bubblewrap sandbox): without
@@ -73,6 +76,7 @@ from ..errors import InvalidSpec
 from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, RemoteShell, TaskSlot
 from .common import hostfile, mpich_hostfile, total_slots, with_rank_log
+from .ssh import add_ssh
 
 HOSTFILE = "/etc/mpi/hostfile"
 MPICH_HOSTFILE = "/etc/mpi/mpich_hostfile"
@@ -201,6 +205,16 @@ def waiting_plan(placement: Placement, task: TaskSlot, shell: RemoteShell) -> No
     )
 
 
+def ssh_waiting_plan(task: TaskSlot) -> NodePlan:
+    """Another node where the nodes run sshd: sshd only (:func:`.ssh.add_ssh` adds it)."""
+    return NodePlan(
+        task=task,
+        argv=[],
+        primary=False,
+        notes=["waits for mpirun on worker-0 (sshd); stopped when worker-0 ends"],
+    )
+
+
 def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]:
     """Per-node plans of an MPI job (see the module docstring for the rules)."""
     shell = placement.remote_shell
@@ -213,7 +227,11 @@ def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]
     workers = placement.workers
     files = {HOSTFILE: hostfile(workers), MPICH_HOSTFILE: mpich_hostfile(workers)}
     plans = [head_plan(spec, placement, workers[0], argv)]
-    plans += [waiting_plan(placement, task, shell) for task in workers[1:]]
+    if shell.sshd:  # the nodes run sshd (modes/ssh.py): the other nodes run nothing else
+        plans += [ssh_waiting_plan(task) for task in workers[1:]]
+        add_ssh(plans, placement, launcher=plans[0] if len(plans) > 1 else None)
+    else:
+        plans += [waiting_plan(placement, task, shell) for task in workers[1:]]
     given = {**spec.env, **spec.secret_env}
     arguments = {k: v for k, v in seed_arguments(shell.interface).items() if k not in given}
     for node in plans:

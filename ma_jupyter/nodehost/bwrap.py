@@ -51,6 +51,7 @@ from .view import (
     WRITABLE_FILE_ROOTS,
     NodeView,
     file_roots_used,
+    runs_sshd,
 )
 
 
@@ -300,12 +301,17 @@ def _parents(target: str) -> list[str]:
 def _etc_args(view: NodeView) -> list[str]:
     """/etc as a tmpfs holding the host's entries read-only, except the ones the node owns."""
     own_files = {"hosts": view.nd.hosts, "hostname": view.nd.hostname}
-    if view.private_network:
+    if view.private_network or runs_sshd(view):
         own_files["nsswitch.conf"] = view.nd.nsswitch
-    owned = set(own_files) | {r.split("/")[2] for r in file_roots_used(view) if r.startswith("/etc/")}
-    if all(os.path.isfile(f"/etc/{name}") and not os.path.islink(f"/etc/{name}") for name in owned):
-        # Every entry the node owns already exists as a file on the host: bind /etc whole and lay the
-        # node's files over them (binding over an existing file creates nothing on the host, and one
+    if runs_sshd(view):
+        own_files["passwd"] = view.nd.passwd
+    roots = {r.split("/")[2] for r in file_roots_used(view) if r.startswith("/etc/")}
+    owned = set(own_files) | roots
+    if all(
+        os.path.isfile(f"/etc/{name}") and not os.path.islink(f"/etc/{name}") for name in own_files
+    ) and all(os.path.isdir(f"/etc/{name}") and not os.path.islink(f"/etc/{name}") for name in roots):
+        # Every entry the node owns already exists on the host (its files as files, its file
+        # roots as folders): bind /etc whole and lay the node's over them (binding over an existing file creates nothing on the host, and one
         # bind instead of one per entry makes the sandbox start much faster).
         args = ["--ro-bind", "/etc", "/etc"]
         for name, path in own_files.items():

@@ -54,6 +54,9 @@ from .view import (
     node_mounts,
     node_view,
     nsswitch_conf,
+    runs_sshd,
+    sshd_nsswitch_conf,
+    sshd_passwd,
     to_host,
 )
 from .workcopy import prepare_working_copy
@@ -217,12 +220,16 @@ def prepare_node(view: NodeView) -> None:
         (node_dir / stale).unlink(missing_ok=True)
     view.nd.hosts.write_text(view.hosts)
     view.nd.hostname.write_text(view.hostname + "\n")
-    if view.private_network:
+    if view.private_network or runs_sshd(view):
         try:
             host = Path("/etc/nsswitch.conf").read_text()
         except OSError:
             host = None
-        view.nd.nsswitch.write_text(nsswitch_conf(host))
+        text = nsswitch_conf(host) if view.private_network else host or ""
+        view.nd.nsswitch.write_text(sshd_nsswitch_conf(text) if runs_sshd(view) else text)
+    if runs_sshd(view):
+        account = view.run_as.uid if view.run_as is not None else os.geteuid()
+        view.nd.passwd.write_text(sshd_passwd(Path("/etc/passwd").read_text(), account))
     # the job writes its per-rank logs here (as its own account); a job of an earlier attempt may
     # have left anything in it, so it is made and given away without following symlinks
     make_dirs(

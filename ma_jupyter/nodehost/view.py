@@ -94,7 +94,7 @@ DEVENV_KIND = "devenv"
 
 
 #: in-view folders a distributed mode may write files into
-FILE_ROOTS = ("/job", "/etc/mpi", "/user/config")
+FILE_ROOTS = ("/job", "/etc/mpi", "/user/config", "/etc/ssh")
 
 
 #: file roots the node may write: the Ascend launcher flips ``/user/config/jobstart_hccl.json``
@@ -219,6 +219,38 @@ def nsswitch_conf(host: str | None) -> str:
     """
     lines = [line for line in (host or "").splitlines() if not line.strip().startswith("hosts:")]
     return "\n".join([*lines, "hosts: files"]) + "\n"
+
+
+def sshd_nsswitch_conf(text: str) -> str:
+    """A node's ``/etc/nsswitch.conf`` (``text``: the host's or :func:`nsswitch_conf`'s) where
+    it runs sshd: shadow entries from ``/etc/shadow`` only.  systemd's NSS module makes up a
+    locked shadow entry for ``nobody`` (the usual job account), and sshd refuses every login of
+    a locked account, keys included; the file itself the job's account cannot read."""
+    lines = [line for line in text.splitlines() if not line.strip().startswith("shadow:")]
+    return "\n".join([*lines, "shadow: files"]) + "\n"
+
+
+def runs_sshd(view: NodeView) -> bool:
+    """Whether the node runs its own sshd (its mode wrote ``/etc/ssh/ssh_config``, modes/ssh.py)."""
+    return any(path.startswith("/etc/ssh/") for path in view.files)
+
+
+def sshd_passwd(host: str, uid: int) -> str:
+    """The ``/etc/passwd`` of a node running sshd: the host's, with the line of the node's
+    account (``uid``) given the node's HOME (``/tmp``) and ``/bin/sh`` as its shell.
+
+    sshd runs every login through the account's shell and enters its home: a job account such
+    as ``nobody`` has ``/usr/sbin/nologin`` and ``/nonexistent``, which would refuse every
+    command arriving over ssh.  Only the node sees this file.
+    """
+    lines = []
+    for line in host.splitlines():
+        fields = line.split(":")
+        if len(fields) == 7 and fields[2] == str(uid):
+            fields[5], fields[6] = "/tmp", "/bin/sh"
+            line = ":".join(fields)
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def hosts_file(own: TaskSlot, tasks: list[TaskSlot] | tuple[TaskSlot, ...]) -> str:

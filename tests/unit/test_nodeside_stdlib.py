@@ -23,6 +23,7 @@ NODE_SIDE = [
     "ma_jupyter.nodeside.rank_table",
     "ma_jupyter.nodeside.argv",
     "ma_jupyter.nodeside.torch_run",
+    "ma_jupyter.nodeside.ssh_node",
     "ma_jupyter.nodehost.rsh_agent",
     "ma_jupyter.nodehost.shell_agent",
     "ma_jupyter.nodehost.agent_wire",

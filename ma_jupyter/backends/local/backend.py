@@ -67,6 +67,9 @@ from ..base import (
     ProcessLook,
 )
 
+#: OpenSSH's server, as the nodes run it (:mod:`ma_jupyter.nodeside.ssh_node`)
+SSHD_PROGRAM = "/usr/sbin/sshd"
+
 #: seconds a debug terminal waits for the shell agent of a running node that is still starting
 AGENT_START_WAIT = 30.0
 
@@ -95,6 +98,9 @@ class LocalBackend(Backend):
         ),
         interface=network_ns.NODE_INTERFACE,  # the network code owns which interface nodes share
     )
+    #: where sshd is installed and nodes are sandboxed: OpenSSH in every node (modes/ssh.py), as
+    #: a real cluster's nodes have it; the agent above stays for machines without openssh-server
+    ssh_shell = RemoteShell(agent="ssh", serve=(), interface="lo", sshd=True)
 
     def __init__(
         self,
@@ -178,7 +184,14 @@ class LocalBackend(Backend):
                     cpus=tuple(sorted({(start + i) % cores for i in range(width)})),
                 )
             )
-        return replace(placement, tasks=tuple(tasks), remote_shell=self.remote_shell)
+        return replace(placement, tasks=tuple(tasks), remote_shell=self._remote_shell())
+
+    def _remote_shell(self) -> RemoteShell:
+        """OpenSSH in the nodes where sshd is installed and the nodes are sandboxed (each node's
+        sshd needs the node's own view: its passwd, its ``/etc/ssh``), else the agent."""
+        if self.isolation() == "bubblewrap" and os.access(SSHD_PROGRAM, os.X_OK):
+            return self.ssh_shell
+        return self.remote_shell
 
     def _ports(self, count: int) -> tuple[int, ...]:
         """``count`` TCP ports, each one:
