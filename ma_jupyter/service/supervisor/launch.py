@@ -96,7 +96,7 @@ class Launcher:
         unread: list[str] = []
         try:
             config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
-            if job.spec.data_preparation and prepared is None:
+            if job.spec.prepares_data() and prepared is None:
                 # the job's own mount rules on its sources, which its prepared copies then skip
                 self._backend.dryrun(attempt_for(self._store, job, placement, dry=True))
                 self._preparation.start(job, placement, self)
