@@ -562,9 +562,10 @@ class JobSpec(Strict):
         ]
 
     def prepares_data(self) -> bool:
-        """Whether the job's launch first prepares data: ``data_preparation``, or a dataset or
-        model in object storage (always downloaded into the prepared store first)."""
-        return self.data_preparation or bool(self.object_sources())
+        """Whether the job's launch first prepares data: ``data_preparation``, a dataset or
+        model in object storage (always downloaded into the prepared store first), or outputs
+        in object storage (their current content downloaded into the outputs folder first)."""
+        return self.data_preparation or bool(self.object_sources()) or is_object_uri(self.outputs)
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> JobSpec:

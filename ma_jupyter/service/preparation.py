@@ -187,6 +187,20 @@ class Preparation:
                         acquired,
                     )
                 )
+            if is_object_uri(prep.spec.outputs):  # a resumed attempt starts with its checkpoints
+                failed = "outputs: "
+                account = self._backend.job_account(prep.spec.creator)
+                found = storage.download_outputs(
+                    job_id, prep.spec, self._store.storage_secrets(job_id), account
+                )
+                if found:
+                    self._store.add_event(
+                        Event(
+                            job_id=job_id,
+                            status=JobStatus.queued,
+                            reason=f"outputs: {found} object(s) of {prep.spec.outputs} downloaded into the outputs folder",
+                        )
+                    )
         except Exception as exc:
             error = exc
         with self._lock:

@@ -78,6 +78,10 @@ def _credentials(endpoint: str) -> dict[str, str]:
 
 READ = (
     "import os\n"
+    "ckpt = '/workspace/outputs/ckpt/step.txt'\n"
+    "print('found checkpoint:', open(ckpt).read() if os.path.exists(ckpt) else None, flush=True)\n"
+    "os.makedirs(os.path.dirname(ckpt), exist_ok=True)\n"
+    "open(ckpt, 'w').write(os.environ['STEP'])\n"
     "root = '/workspace/dataset/private/d'\n"
     "print('got', open(root + '/sub/a.txt').read(), len(os.listdir(root + '/many')), flush=True)\n"
     "print('env has secret:', any('s3cr3t' in v for v in os.environ.values()), flush=True)\n"
@@ -97,8 +101,11 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
         "name": "s3read",
         "command": pycmd(READ),
         "datasets": [{"name": "d", "path": "s3://data/set"}],
+        "outputs": "s3://out/run",
+        "env": {"STEP": "step-1"},
         "storage_credentials": _credentials(s3_endpoint),
     }
+    out = _store(s3_endpoint, "out")
 
     missing = s.post(
         f"{ma_service.api}/jobs",
@@ -126,6 +133,9 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     log = full_log(ma_service, job_id)
     assert "got hello-from-s3 40" in log, (final, log)
     assert "env has secret: False" in log  # only the data steps had them
+    assert "found checkpoint: None" in log
+    assert final["status"] == "error", final  # the job's last line writes to its read-only dataset
+    assert bytes(obstore.get(out, "run/ckpt/step.txt").bytes()) == b"step-1"  # uploaded at its end
     assert "Read-only file system" in log  # mounted read-only
     events = s.get(f"{ma_service.api}/jobs/{job_id}/events", timeout=10).text
     assert "downloading s3://data/set" in events and "41 of 41 objects" in events, events
@@ -141,8 +151,12 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     assert job_of(ma_service, job_id)["spec"]["storage_credentials"]["AWS_SECRET_ACCESS_KEY"] == "***"
 
     # a second job of the same state reuses the download; --storage-env gives the job its credentials
-    again = s.post(f"{ma_service.api}/jobs", json={**body, "storage_env": True}, timeout=60).json()
+    # and a later job of the same outputs prefix starts with its checkpoint
+    body = {**body, "storage_env": True, "env": {"STEP": "step-2"}}
+    again = s.post(f"{ma_service.api}/jobs", json=body, timeout=60).json()
     wait_status(ma_service, again["id"], {"succeeded", "failed", "error"}, timeout=120)
-    assert "env has secret: True" in full_log(ma_service, again["id"])
+    log = full_log(ma_service, again["id"])
+    assert "env has secret: True" in log and "found checkpoint: step-1" in log, log
+    assert bytes(obstore.get(out, "run/ckpt/step.txt").bytes()) == b"step-2"
     reasons = s.get(f"{ma_service.api}/jobs/{again['id']}/events", timeout=10).text
     assert "dataset d: prepared data reused" in reasons, reasons

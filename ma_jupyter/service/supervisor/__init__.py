@@ -47,6 +47,7 @@ from ..preparation import Preparation
 from ..queue import QueueIndex
 from ..resources import ResourceSampler
 from ..scheduler import NodeUse, Scheduler
+from ..storage import Uploads
 from ..store import Store
 from .actions import Actions
 from .admission import Admission
@@ -89,6 +90,7 @@ class Supervisor:
         self.journal = Journal(store, self.queue, backend, self.ledger, self.preparation, self.notifier)
         self.on_job_deleted: list[Callable[[str], None]] = self.journal.on_job_deleted
         self.watching = Watching(store, backend, self.health, self.ledger, self.journal)
+        self.watching.uploads = Uploads(store.storage_secrets)  # outputs in object storage
         self.inspection = Inspection(
             store, scheduler, backend, self.health, self.queue, self.ledger, self.journal, self.watching
         )
