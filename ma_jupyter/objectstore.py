@@ -247,8 +247,9 @@ class Progress:
         return self.done_bytes / max(time.monotonic() - self.started, 1e-6)
 
 
-def _fetch(store, uri: ObjectURI, obj: Obj, into: Path, cancel: threading.Event | None) -> bool:
-    """One object into ``into`` (rule 3); whether it was fetched (False: already complete)."""
+async def _fetch(store, uri: ObjectURI, obj: Obj, into: Path, cancel: threading.Event | None) -> bool:
+    """One object into ``into`` (rule 3); whether it was fetched (False: already complete).
+    Asynchronous: while a chunk is written, the next is already being received."""
     import obstore
 
     dest = into / obj.relative
@@ -261,8 +262,8 @@ def _fetch(store, uri: ObjectURI, obj: Obj, into: Path, cancel: threading.Event 
     part = dest.with_name(dest.name + ".part")
     with open(part, "wb") as out:
         if obj.size:
-            result = obstore.get(store, obj.key)
-            for chunk in result.stream(min_chunk_size=_CHUNK):
+            result = await obstore.get_async(store, obj.key)
+            async for chunk in result.stream(min_chunk_size=_CHUNK):
                 if cancel is not None and cancel.is_set():
                     raise StorageError(f"the download of {uri} was cancelled")
                 out.write(chunk)
@@ -287,33 +288,37 @@ def download(
     cancel: threading.Event | None = None,
     parallel: int = PARALLEL,
 ) -> Progress:
-    """Rule 3: fetch ``objects`` (a :func:`listing` of ``uri``) into the folder ``into``.
+    """Rule 3: fetch ``objects`` (a :func:`listing` of ``uri``) into the folder ``into``, on an
+    event loop of the calling thread's own (call it from a thread that runs none).
 
     Raises:
         StorageError: an object could not be fetched (the URI and the reason); the complete
             objects stay, a later download into ``into`` fetches only the rest.
     """
+    import asyncio
+
     store = _store(uri, credentials, endpoint, REQUEST_TIMEOUT)
     into.mkdir(parents=True, exist_ok=True, mode=0o755)
     state = Progress(len(objects), sum(o.size for o in objects))
-    lock = threading.Lock()
 
-    def one(obj: Obj) -> None:
-        try:
-            _fetch(store, uri, obj, into, cancel)
-        except StorageError:
-            raise
-        except Exception as exc:
-            raise StorageError(f"bucket {uri.bucket}: cannot fetch {obj.key}: {_reason(exc)}") from None
-        with lock:
-            state.done_objects += 1
-            state.done_bytes += obj.size
+    async def one(obj: Obj, slots: asyncio.Semaphore) -> None:
+        async with slots:
+            try:
+                await _fetch(store, uri, obj, into, cancel)
+            except StorageError:
+                raise
+            except Exception as exc:
+                raise StorageError(f"bucket {uri.bucket}: cannot fetch {obj.key}: {_reason(exc)}") from None
+        state.done_objects += 1
+        state.done_bytes += obj.size
         if progress is not None:
             progress(state)
 
-    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="ma-fetch") as pool:
-        for future in [pool.submit(one, o) for o in objects]:
-            future.result()
+    async def run() -> None:
+        slots = asyncio.Semaphore(max(1, parallel))
+        await asyncio.gather(*(one(o, slots) for o in objects))
+
+    asyncio.run(run())
     return state
 
 
