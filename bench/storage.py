@@ -287,7 +287,7 @@ def start_delay(endpoint: str, reps: int) -> None:
             storage_credentials=_creds(endpoint) if path.startswith("s3://") else {},
         )
         job.wait(timeout=120)
-        line = next(text for text in job.logs().splitlines() if text.startswith("T "))
+        line = next(text for text in job.logs() if text.startswith("T "))
         return float(line.split()[1]) - t0
 
     try:

@@ -253,13 +253,14 @@ async def _fetch(store, uri: ObjectURI, obj: Obj, into: Path, cancel: threading.
     import obstore
 
     dest = into / obj.relative
+    part = dest.with_name(dest.name + ".part")
     try:
         if dest.stat().st_size == obj.size:
+            part.unlink(missing_ok=True)  # what an older, failed download left of it
             return False
     except FileNotFoundError:
         pass
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    part = dest.with_name(dest.name + ".part")
     with open(part, "wb") as out:
         if obj.size:
             result = await obstore.get_async(store, obj.key)

@@ -160,3 +160,33 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     assert bytes(obstore.get(out, "run/ckpt/step.txt").bytes()) == b"step-2"
     reasons = s.get(f"{ma_service.api}/jobs/{again['id']}/events", timeout=10).text
     assert "dataset d: prepared data reused" in reasons, reasons
+
+
+def test_download_resumes_and_never_takes_a_partial_object(s3_endpoint, tmp_path):
+    import obstore
+
+    from ma_jupyter import objectstore
+
+    store = _store(s3_endpoint, "resume")
+    for i in range(6):
+        obstore.put(store, f"p/{i}.bin", bytes([i]) * (1000 + i))
+    creds, uri = _credentials(s3_endpoint), objectstore.ObjectURI.parse("s3://resume/p")
+    objects = objectstore.listing(uri, creds, s3_endpoint)
+    into = tmp_path / "into"
+    obstore.delete(store, "p/5.bin")  # gone after the listing: this download fails
+    with pytest.raises(objectstore.StorageError, match="bucket resume"):
+        objectstore.download(uri, objects, creds, s3_endpoint, into, parallel=1)
+    assert not (into / "5.bin").exists()  # a failed object is never left as if complete
+    kept = {p.name: p.stat().st_ino for p in into.glob("*.bin")}
+    assert set(kept) == {f"{i}.bin" for i in range(5)}
+    (into / "4.bin").write_bytes(b"cut")  # a partial object from an older download
+    (into / "3.bin.part").write_bytes(b"half")
+    obstore.put(store, "p/5.bin", bytes([5]) * 1005)
+    seen = []
+    objectstore.download(
+        uri, objects, creds, s3_endpoint, into, progress=lambda s: seen.append(s.done_objects)
+    )
+    for i in range(6):
+        assert (into / f"{i}.bin").read_bytes() == bytes([i]) * (1000 + i)
+    assert (into / "0.bin").stat().st_ino == kept["0.bin"]  # complete ones were not fetched again
+    assert seen[-1] == 6 and not list(into.glob("*.part"))
