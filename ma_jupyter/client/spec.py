@@ -3,6 +3,7 @@ by the wire model before it leaves this process."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,25 @@ def spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> 
             spec = spec.model_copy(update={"storage_credentials": credentials})
             spec.model_fields_set.add("storage_credentials")
     return spec.model_dump(mode="json", exclude_unset=True)
+
+
+def with_storage_credentials(body: bytes) -> bytes:
+    """A submit's or plan's JSON body relayed for a browser (the Jupyter server extension): a
+    spec naming object storage without credentials gets this process's (the Jupyter server's,
+    the user's own: :func:`storage_credentials`); any other body is returned as it is."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(data, dict) or data.get("storage_credentials"):
+        return body
+    paths = [data.get("outputs")] + [
+        m.get("path") for key in ("datasets", "models") for m in data.get(key) or [] if isinstance(m, dict)
+    ]
+    if not any(isinstance(p, str) and is_object_uri(p) for p in paths):
+        return body
+    credentials = storage_credentials()
+    return json.dumps({**data, "storage_credentials": credentials}).encode() if credentials else body
 
 
 def uses_object_storage(spec: JobSpec) -> bool:

@@ -81,3 +81,17 @@ def test_storage_table_is_checked(tmp_path):
     path.write_text('[storage]\nobs_endpoint = "obs.example"\n')
     with pytest.raises(InvalidSpec, match="http"):
         config.load_storage(path)
+
+
+def test_the_lab_proxy_adds_the_servers_credentials_to_an_object_storage_spec(monkeypatch):
+    import json
+
+    from ma_jupyter.client.spec import with_storage_credentials
+
+    for name, value in AWS.items():
+        monkeypatch.setenv(name, value)
+    named = json.dumps({"name": "j", "datasets": [{"name": "d", "path": "s3://b/p"}]}).encode()
+    assert json.loads(with_storage_credentials(named))["storage_credentials"] == AWS
+    local = json.dumps({"name": "j", "datasets": [{"name": "d", "path": "/data"}]}).encode()
+    assert with_storage_credentials(local) == local
+    assert with_storage_credentials(b"not json") == b"not json"
