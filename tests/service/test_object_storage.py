@@ -89,7 +89,7 @@ READ = (
 )
 
 
-def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_service, s3_endpoint):
+def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_service, s3_endpoint, tmp_path):
     import obstore
 
     store = _store(s3_endpoint, "data")
@@ -160,6 +160,33 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     assert bytes(obstore.get(out, "run/ckpt/step.txt").bytes()) == b"step-2"
     reasons = s.get(f"{ma_service.api}/jobs/{again['id']}/events", timeout=10).text
     assert "dataset d: prepared data reused" in reasons, reasons
+
+    # a job whose outputs cannot be uploaded at its end fails with the reason, though its command succeeded
+    gate = tmp_path / "gate"
+    gate.mkdir(mode=0o777)
+    gate.chmod(0o777)
+    wait_gate = (
+        "import os, time\n"
+        "open('/workspace/outputs/result.txt', 'w').write('r')\n"
+        "deadline = time.time() + 120\n"
+        "while not os.path.exists('/workspace/volume/g/go') and time.time() < deadline: time.sleep(0.05)\n"
+    )
+    gated = {
+        "name": "s3gone",
+        "command": pycmd(wait_gate),
+        "outputs": "s3://gone/run",
+        "volumes": [{"name": "g", "path": str(gate)}],
+        "storage_credentials": _credentials(s3_endpoint),
+    }
+    _store(s3_endpoint, "gone")
+    job = s.post(f"{ma_service.api}/jobs", json=gated, timeout=60).json()
+    wait_status(ma_service, job["id"], {"running"}, timeout=120)
+    requests.delete(f"{s3_endpoint}/gone", timeout=10).raise_for_status()  # the bucket goes away
+    (gate / "go").write_text("")
+    final = wait_status(ma_service, job["id"], {"succeeded", "failed", "error"}, timeout=120)
+    assert final["status"] == "error", final
+    assert "succeeded, but its outputs could not be uploaded to s3://gone/run" in final["reason"], final
+    assert "bucket gone" in final["reason"] and SECRET not in final["reason"]
 
 
 def test_download_resumes_and_never_takes_a_partial_object(s3_endpoint, tmp_path):
