@@ -252,6 +252,17 @@ class PreparedStore:
                     raise Conflict(f"job {job_id} ended while its data was being prepared")
         try:
             into = entry / DOWNLOADING  # the same folder each try: a failed download resumes
+            with self._lock:  # its retention counts from now: a later try within it resumes
+                if not self._meta(entry):
+                    now = time.time()
+                    meta = {
+                        "source": str(uri),
+                        "bytes": size,
+                        "files": len(objects),
+                        "created": now,
+                        "last_used": now,
+                    }
+                    self._write_meta(entry, meta)
             objectstore.download(uri, objects, credentials, endpoint, into, progress=progress, cancel=cancel)
             with self._lock:
                 os.replace(into, entry / "data")  # complete: only now is it "data"
