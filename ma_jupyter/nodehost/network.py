@@ -71,6 +71,9 @@ NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
 IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER = 3, 18, 1, 2, 1
 #: the namespace's one device besides ``lo`` (see :func:`make_namespace`), its peer, its address
 INNER_LINK, INNER_PEER, INNER_ADDRESS = "ma0", "ma1", "10.254.0.1"
+#: the interface a node reaches the job's other nodes on, as the node names it (MPICH's
+#: ``HYDRA_IFACE``, the seed's ``eth0``): every node of a local job shares the attempt's loopback
+NODE_INTERFACE = "lo"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
