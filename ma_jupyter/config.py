@@ -43,7 +43,7 @@ from pathlib import Path
 from . import accelerators
 from .errors import InvalidSpec
 from .jobdir import JobDir, check_job_id
-from .models import Node, Spec
+from .models import Node, Spec, is_object_uri
 
 ENV_HOME = "MA_JUPYTER_HOME"
 #: the folder a job's relative host paths (and the admin's project rules) start from
@@ -100,8 +100,9 @@ def jobdir(job_id: str) -> JobDir:
 
 def outputs_folder(job_id: str, outputs: str | None) -> str:
     """The host folder a job shows at ``/workspace/outputs``: its spec's ``outputs``, else the
-    default, ``outputs/`` of its job folder (:attr:`JobDir.outputs`)."""
-    return outputs or str(jobdir(job_id).outputs)
+    default, ``outputs/`` of its job folder (:attr:`JobDir.outputs`), which is also where a job
+    whose outputs go to object storage (``s3://``) writes before they are uploaded."""
+    return str(jobdir(job_id).outputs) if not outputs or is_object_uri(outputs) else outputs
 
 
 def prepared_root() -> Path:
@@ -552,6 +553,49 @@ def load_notify(path: Path | None = None) -> str | None:
     except ValueError as exc:
         raise InvalidSpec(f"{path}: [notify] command cannot be split into words: {exc}") from exc
     return table["command"]
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """``[storage]`` of ``cluster.toml``: object storage for datasets, models and outputs.
+
+    Attributes:
+        obs_endpoint: the endpoint of ``obs://`` URIs (OBS's S3-compatible API, e.g.
+            ``https://obs.cn-north-4.myhuaweicloud.com``); None: a user must give
+            ``AWS_ENDPOINT_URL``.
+        upload_interval: seconds between two uploads of a running job's changed outputs to its
+            ``s3://`` outputs prefix.
+    """
+
+    obs_endpoint: str | None = None
+    upload_interval: float = 60.0
+
+
+def load_storage(path: Path | None = None) -> StorageConfig:
+    """The ``[storage]`` table of ``cluster.toml`` (re-read on each call).
+
+    Raises:
+        InvalidSpec: an unknown key, an endpoint that is not an http(s) URL, an interval that
+            is not a positive number of seconds.
+    """
+    path = path or cluster_file()
+    table = read_cluster_file(path).get("storage") or {}
+    known = {"obs_endpoint", "upload_interval"}
+    if not isinstance(table, dict) or set(table) - known:
+        raise InvalidSpec(f"{path}: [storage] takes obs_endpoint and upload_interval only")
+    endpoint = table.get("obs_endpoint")
+    if endpoint is not None and (
+        not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))
+    ):
+        raise InvalidSpec(
+            f"{path}: [storage] obs_endpoint must be an http:// or https:// URL, not {endpoint!r}"
+        )
+    interval = table.get("upload_interval", 60.0)
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not 0 < interval <= 86400:
+        raise InvalidSpec(
+            f"{path}: [storage] upload_interval must be seconds between 0 and 86400, not {interval!r}"
+        )
+    return StorageConfig(endpoint, float(interval))
 
 
 def load_backend(path: Path | None = None) -> BackendConfig:

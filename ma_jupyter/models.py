@@ -403,6 +403,14 @@ EnvValue = Annotated[str, Field(max_length=65536)]
 SECRET_MASK = "***"
 #: An ``env`` value starting with this is a secret: it moves to ``secret_env`` without it.
 SECRET_PREFIX = "secret:"
+#: The URI schemes of object storage a dataset, model or outputs path may name instead of a
+#: host path (``ma_jupyter/objectstore.py`` reads and writes them).
+OBJECT_SCHEMES = ("s3://", "obs://")
+
+
+def is_object_uri(path: str | None) -> bool:
+    """Whether a dataset's, model's or outputs' path names object storage (``s3://``, ``obs://``)."""
+    return bool(path) and str(path).startswith(OBJECT_SCHEMES)
 
 
 class DevEnvOrigin(Strict):
@@ -486,6 +494,17 @@ class JobSpec(Strict):
         description="Variables whose values are secret: kept apart from the job, given to its nodes "
         "at launch only, shown as *** everywhere else.  An env value 'secret:V' is the same as V here.",
     )
+    storage_credentials: dict[EnvName, EnvValue] = Field(
+        default={},
+        max_length=MAX_ENV,
+        description="The submitter's object storage credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_SESSION_TOKEN, AWS_ENDPOINT_URL, AWS_REGION) for its s3:// and obs:// paths: kept apart "
+        "from the job like secret_env, used by its data steps only, shown as *** everywhere else.",
+    )
+    storage_env: bool = Field(
+        default=False,
+        description="Give storage_credentials to the job's own environment too (as secret variables).",
+    )
     workdir: Path_ | None = Field(
         default=None, description="Working directory inside the node; default /workspace/algorithm."
     )
@@ -546,10 +565,28 @@ class JobSpec(Strict):
         return v
 
     def masked(self) -> JobSpec:
-        """This spec with each secret value replaced by :data:`SECRET_MASK` (names kept)."""
-        if not self.secret_env:
+        """This spec with each secret value (``secret_env``, ``storage_credentials``) replaced by
+        :data:`SECRET_MASK` (names kept)."""
+        if not self.secret_env and not self.storage_credentials:
             return self
-        return self.model_copy(update={"secret_env": dict.fromkeys(self.secret_env, SECRET_MASK)})
+        return self.model_copy(
+            update={
+                "secret_env": dict.fromkeys(self.secret_env, SECRET_MASK),
+                "storage_credentials": dict.fromkeys(self.storage_credentials, SECRET_MASK),
+            }
+        )
+
+    def object_sources(self) -> list[tuple[str, DatasetMount | ModelMount]]:
+        """The datasets and models that name object storage, as (field, mount)."""
+        return [("datasets", d) for d in self.datasets if is_object_uri(d.path)] + [
+            ("models", m) for m in self.models if is_object_uri(m.path)
+        ]
+
+    def prepares_data(self) -> bool:
+        """Whether the job's launch first prepares data: ``data_preparation``, a dataset or
+        model in object storage (always downloaded into the prepared store first), or outputs
+        in object storage (their current content downloaded into the outputs folder first)."""
+        return self.data_preparation or bool(self.object_sources()) or is_object_uri(self.outputs)
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> JobSpec:
@@ -602,6 +639,8 @@ class JobSpec(Strict):
                 raise ValueError("checkpoint_resume.elastic_min_nodes cannot exceed nodes")
         if self.data_preparation and any(not d.read_only for d in self.datasets):
             raise ValueError("data_preparation needs every dataset mounted read-only")
+        if any(not d.read_only and is_object_uri(d.path) for d in self.datasets):
+            raise ValueError("a dataset in object storage (s3://, obs://) is mounted read-only: drop ':rw'")
         names: dict[str, set[str]] = {}
         for kind, items in (
             ("datasets", self.datasets),

@@ -180,12 +180,12 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
     id: 'data',
     title: 'Data and mounts',
     fields: [
-      { key: 'outputs', label: 'Outputs folder (/workspace/outputs)', kind: 'path' },
+      { key: 'outputs', label: 'Outputs folder (/workspace/outputs), or s3://BUCKET/PREFIX', kind: 'path' },
       {
         key: 'datasets',
         label: `Datasets (${MOUNT_FORMAT}[${READ_WRITE}] per line; SOURCE private|favorite)`,
         kind: 'mounts',
-        placeholder: 'e.g. mnist@v2=/data/mnist'
+        placeholder: 'e.g. mnist@v2=/data/mnist or mnist=s3://bucket/mnist'
       },
       {
         key: 'models',
@@ -194,7 +194,12 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
       },
       { key: 'volumes', label: 'Volumes (NAME=PATH per line)', kind: 'mounts' },
       { key: 'annotations', label: 'Annotations (NAME=PATH per line)', kind: 'mounts' },
-      { key: 'data_preparation', label: 'Prepare data before training (datasets read-only)', kind: 'check' }
+      { key: 'data_preparation', label: 'Prepare data before training (datasets read-only)', kind: 'check' },
+      {
+        key: 'storage_env',
+        label: "Give the job my object storage credentials (AWS_*, the Jupyter server's)",
+        kind: 'check'
+      }
     ]
   },
   {

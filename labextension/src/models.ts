@@ -228,6 +228,10 @@ export interface JobSpec {
   env?: Record<string, string>;
   /** Variables whose values are secret: kept apart from the job, given to its nodes at launch only, shown as *** everywhere else.  An env value 'secret:V' is the same as V here. */
   secret_env?: Record<string, string>;
+  /** The submitter's object storage credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_ENDPOINT_URL, AWS_REGION) for its s3:// and obs:// paths: kept apart from the job like secret_env, used by its data steps only, shown as *** everywhere else. */
+  storage_credentials?: Record<string, string>;
+  /** Give storage_credentials to the job's own environment too (as secret variables). */
+  storage_env?: boolean;
   /** Working directory inside the node; default /workspace/algorithm. */
   workdir?: string | null;
   /** Seconds between SIGTERM and SIGKILL on stop. */

@@ -3,18 +3,22 @@ by the wire model before it leaves this process."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidSpec
-from ..models import JobSpec, parse_spec
+from ..models import JobSpec, is_object_uri, parse_spec
 
 
 def host_path(text: str, root: Path) -> str:
-    """A host path as an absolute, normalised path (relative ones start at ``root``)."""
+    """A host path as an absolute, normalised path (relative ones start at ``root``); an object
+    storage URI (``s3://``, ``obs://``) as it is."""
     if not text:
         raise InvalidSpec("a host path is empty: give a folder, e.g. ./data")
+    if is_object_uri(text):
+        return text
     path = Path(os.path.expanduser(text))
     return os.path.normpath(path if path.is_absolute() else root / path)
 
@@ -85,4 +89,93 @@ def spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> 
     else:
         data = {**(spec or {}), **fields}
     # relative host paths mean the caller's directory, not the service's
-    return check(data).model_dump(mode="json", exclude_unset=True)
+    spec = check(data)
+    if uses_object_storage(spec) and not spec.storage_credentials:
+        credentials = storage_credentials()
+        if credentials:  # the submitter's own, the ecosystem's way (none: a public bucket)
+            spec = spec.model_copy(update={"storage_credentials": credentials})
+            spec.model_fields_set.add("storage_credentials")
+    return spec.model_dump(mode="json", exclude_unset=True)
+
+
+def with_storage_credentials(body: bytes) -> bytes:
+    """A submit's or plan's JSON body relayed for a browser (the Jupyter server extension): a
+    spec naming object storage without credentials gets this process's (the Jupyter server's,
+    the user's own: :func:`storage_credentials`); any other body is returned as it is."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(data, dict) or data.get("storage_credentials"):
+        return body
+    paths = [data.get("outputs")] + [
+        m.get("path") for key in ("datasets", "models") for m in data.get(key) or [] if isinstance(m, dict)
+    ]
+    if not any(isinstance(p, str) and is_object_uri(p) for p in paths):
+        return body
+    credentials = storage_credentials()
+    return json.dumps({**data, "storage_credentials": credentials}).encode() if credentials else body
+
+
+def uses_object_storage(spec: JobSpec) -> bool:
+    """Whether a spec names object storage (a dataset, a model or its outputs)."""
+    return bool(spec.object_sources()) or is_object_uri(spec.outputs)
+
+
+#: the variables of the submitting process taken as its object storage credentials
+CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+
+
+def storage_credentials(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The submitter's object storage credentials, the way the AWS tools find them:
+
+    1. the ``AWS_*`` variables of this process (:data:`CREDENTIAL_VARIABLES`), when
+       ``AWS_ACCESS_KEY_ID`` is set;
+    2. else the profile ``AWS_PROFILE`` (default ``default``) of ``~/.aws/credentials``
+       (``AWS_SHARED_CREDENTIALS_FILE``) and ``~/.aws/config`` (``AWS_CONFIG_FILE``: region,
+       ``endpoint_url``), read here, on the client's machine; the process's ``AWS_ENDPOINT_URL``
+       and ``AWS_REGION`` still win;
+    3. else none ({}: a public bucket).
+    """
+    import configparser
+
+    env = os.environ if environ is None else environ
+    if env.get("AWS_ACCESS_KEY_ID"):
+        return {k: env[k] for k in CREDENTIAL_VARIABLES if env.get(k)}
+    profile = env.get("AWS_PROFILE") or "default"
+    home = Path(os.path.expanduser("~"))
+    creds_file = Path(env.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials")
+    config_file = Path(env.get("AWS_CONFIG_FILE") or home / ".aws" / "config")
+    out: dict[str, str] = {}
+    for path, section in (
+        (creds_file, profile),
+        (config_file, profile if profile == "default" else f"profile {profile}"),
+    ):
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path)
+        except (OSError, configparser.Error) as exc:
+            raise InvalidSpec(f"{path}: cannot read AWS profile {profile!r}: {exc}") from None
+        if parser.has_section(section):
+            for key, name in (
+                ("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
+                ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+                ("aws_session_token", "AWS_SESSION_TOKEN"),
+                ("region", "AWS_REGION"),
+                ("endpoint_url", "AWS_ENDPOINT_URL"),
+            ):
+                if parser.get(section, key, fallback=None):
+                    out[name] = parser.get(section, key)
+    if env.get("AWS_PROFILE") and "AWS_ACCESS_KEY_ID" not in out:
+        raise InvalidSpec(f"AWS_PROFILE={profile}: no such profile with aws_access_key_id in {creds_file}")
+    for name in ("AWS_ENDPOINT_URL", "AWS_REGION"):
+        if env.get(name):
+            out[name] = env[name]
+    return out if "AWS_ACCESS_KEY_ID" in out else {k: v for k, v in out.items() if k == "AWS_ENDPOINT_URL"}

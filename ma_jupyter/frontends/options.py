@@ -151,10 +151,20 @@ def add_job_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     data.add_argument(
         "--volume", action="append", metavar="NAME=PATH", help="writable volume at /workspace/volume/<name>"
     )
-    data.add_argument("--output", metavar="PATH", help="folder shown at /workspace/outputs (writable)")
+    data.add_argument(
+        "--output",
+        metavar="PATH",
+        help="folder shown at /workspace/outputs (writable), or s3://BUCKET/PREFIX (obs://): uploaded while the job runs",
+    )
     data.add_argument("--workdir", metavar="PATH", help="working directory inside the node")
     data.add_argument(
         "--data-preparation", action="store_true", default=None, help="prepare data (read-only datasets only)"
+    )
+    data.add_argument(
+        "--storage-env",
+        action="store_true",
+        default=None,
+        help="give your object storage credentials (AWS_*) to the job's own environment too",
     )
 
     run = parser.add_argument_group("environment and placement")
@@ -288,6 +298,7 @@ def spec_from_args(
         "pool": "pool",
         "workdir": "workdir",
         "data_preparation": "data_preparation",
+        "storage_env": "storage_env",
         "debug_terminal": "debug_terminal",
         "hang_policy": "hang_policy",
     }

@@ -60,6 +60,7 @@ from tornado.httputil import HTTPHeaders
 
 from ..client import API_PREFIX, FORWARDED_USER_HEADER, Client
 from ..client.service import read_runtime
+from ..client.spec import with_storage_credentials
 from ..errors import (
     BackendUnavailable,
     Forbidden,
@@ -332,6 +333,9 @@ class ServiceProxyHandler(ProxyMixin, APIHandler):
             _error(self, NotFound(f"no route {path!r} in the job service's API"))
             return
         query = f"?{self.request.query}" if self.request.query else ""
+        if self.request.method == "POST" and raw.rstrip("/") in ("jobs", "plan", "export"):
+            # the Lab's create form names s3:// paths: the credentials are this server's user's
+            self.request.body = with_storage_credentials(self.request.body or b"")
         for fresh in (False, True):
             try:
                 upstream = await _service(fresh)

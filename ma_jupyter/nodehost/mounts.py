@@ -27,7 +27,7 @@ from .. import config
 from ..errors import FolderRefused, InvalidSpec
 from ..foldersize import folder_size
 from ..jobdir import PLACEHOLDER, JobDir
-from ..models import JobSpec
+from ..models import JobSpec, is_object_uri
 from ..workspace import VIEW_ROOT, check_subfolder, folders, modelarts_layout, target, workdir_for
 from .host_policy import HostPolicy, _inside, load_policy
 
@@ -173,8 +173,18 @@ def mounts_for(
         return source
 
     for folder in folders(spec, algorithm=algorithm):
+        if folder.kind != "outputs" and is_object_uri(folder.path):
+            # object storage: downloaded into the prepared store before the launch, which then
+            # names the job folder's link to it; only a dry run (no job folder yet) shows the URI
+            if job_dir is not None and Path(job_dir) != PLACEHOLDER.root:
+                raise InvalidSpec(
+                    f"{folder.what}: {folder.path} was not downloaded before the launch; submit again",
+                    field=folder.field,
+                )
+            mounts.append(Mount(str(folder.path), folder.target, True, folder.kind))
+            continue
         if folder.kind == "outputs":
-            if folder.path:
+            if folder.path and not is_object_uri(folder.path):
                 source, create = _writable_path(folder.path, "outputs", "outputs")
                 policy.check_source(source, "outputs", "outputs", user)
                 policy.check_writable(source, run_as, "outputs", "outputs")

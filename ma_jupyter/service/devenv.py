@@ -121,7 +121,13 @@ def node_variables(plan: Plan, spec: JobSpec, node: str) -> dict[str, str]:
     }
 
 
-def devenv_spec(job: Job, node: str, variables: dict[str, str], secrets: dict[str, str]) -> JobSpec:
+def devenv_spec(
+    job: Job,
+    node: str,
+    variables: dict[str, str],
+    secrets: dict[str, str],
+    storage_credentials: dict[str, str] | None = None,
+) -> JobSpec:
     """Rule 2: the dev environment of ``job``'s ``node``, with the job's real ``secrets``.
 
     Raises:
@@ -156,6 +162,7 @@ def devenv_spec(job: Job, node: str, variables: dict[str, str], secrets: dict[st
         duration=None,
         lifecycle=Lifecycle(),
         secret_env=dict(secrets),
+        storage_credentials=dict(storage_credentials or {}),  # its s3:// data, downloaded again
         access=Access.none,
         priority=Priority.normal,
         devenv_of=DevEnvOrigin(job_id=job.id, node=node, variables=variables),

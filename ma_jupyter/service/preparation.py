@@ -43,11 +43,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import config
+from .. import config, objectstore
 from ..backends.base import Backend
 from ..errors import DiskFull, InvalidSpec, NotFound
-from ..models import Event, Job, JobSpec, JobStatus, PreparedData
+from ..models import Event, Job, JobSpec, JobStatus, PreparedData, is_object_uri
 from ..modes.base import Placement
+from . import storage
 from .disk import free_bytes
 from .prepared import Acquired, PreparedStore
 from .scheduler import Running, Scheduler
@@ -56,15 +57,17 @@ from .store import Store
 log = logging.getLogger("ma_jupyter.supervisor")
 
 PREPARED_SWEEP_EVERY = 30.0  # seconds between sweeps of prepared data past its retention
+PROGRESS_EVERY = 2.0  # seconds between two events of a download's progress
 
 #: what a job's copies are: (dataset name, the link in its job folder, what the store gave)
 Prepared = list[tuple[str, Path, Acquired]]
 
 
-def prepared_path(job_id: str, dataset) -> Path:
-    """Where a job's folder links one of its datasets to its prepared copy."""
+def prepared_path(job_id: str, dataset, kind: str = "") -> Path:
+    """Where a job's folder links one of its datasets (or, ``kind`` "model-", models) to its
+    prepared copy."""
     version = dataset.version or ""
-    return config.jobdir(job_id).prepared_dataset(dataset.source.value, dataset.name, version)
+    return config.jobdir(job_id).prepared_dataset(kind + dataset.source.value, dataset.name, version)
 
 
 class Handback(Protocol):
@@ -147,7 +150,7 @@ class Preparation:
 
     def ended(self, job: Job) -> None:
         """Rule 4: a data-preparation job's terminal transition was recorded (under the lock)."""
-        if not job.spec.data_preparation:
+        if not job.spec.prepares_data():
             return
         preparing = self._preparing.get(job.id)
         if preparing is not None:
@@ -163,12 +166,41 @@ class Preparation:
         """Rules 2 and 3, on the job's own thread."""
         got: Prepared = []
         error: Exception | None = None
+        failed = ""
         try:
-            for d in prep.spec.datasets:
-                acquired = self.copies.acquire(
-                    job_id, d.path, prep.spec.creator, self._backend, prep.cancel, self.room_for_copy
+            for field, d in [("dataset", d) for d in prep.spec.datasets] + [
+                ("model", m) for m in prep.spec.models
+            ]:
+                failed = f"{field} {d.name}: "
+                if is_object_uri(d.path):
+                    acquired = self._download(job_id, prep, field, d)
+                elif field == "dataset" and prep.spec.data_preparation:
+                    acquired = self.copies.acquire(
+                        job_id, d.path, prep.spec.creator, self._backend, prep.cancel, self.room_for_copy
+                    )
+                else:
+                    continue
+                got.append(
+                    (
+                        f"{field} {d.name}",
+                        prepared_path(job_id, d, "model-" if field == "model" else ""),
+                        acquired,
+                    )
                 )
-                got.append((d.name, prepared_path(job_id, d), acquired))
+            if is_object_uri(prep.spec.outputs):  # a resumed attempt starts with its checkpoints
+                failed = "outputs: "
+                account = self._backend.job_account(prep.spec.creator)
+                found = storage.download_outputs(
+                    job_id, prep.spec, self._store.storage_secrets(job_id), account
+                )
+                if found:
+                    self._store.add_event(
+                        Event(
+                            job_id=job_id,
+                            status=JobStatus.queued,
+                            reason=f"outputs: {found} object(s) of {prep.spec.outputs} downloaded into the outputs folder",
+                        )
+                    )
         except Exception as exc:
             error = exc
         with self._lock:
@@ -184,8 +216,7 @@ class Preparation:
                     return
                 handed = True
                 if error is not None:
-                    prefix = f"dataset {prep.spec.datasets[len(got)].name}: "
-                    handback.prepared_failed(job, prep.placement, error, prefix)
+                    handback.prepared_failed(job, prep.placement, error, failed)
                     return
                 handback.launch_prepared(job, prep.placement, got)
             except Exception:  # the store could not be read: admission tries the job again later
@@ -194,6 +225,40 @@ class Preparation:
             finally:
                 if not handed:
                     handback.free(prep.placement)
+
+    def _download(self, job_id: str, prep: _Preparing, field: str, mount) -> Acquired:
+        """One dataset or model in object storage into the prepared store, with the job's
+        storage credentials; its progress (bytes, objects, rate) as events, at most one every
+        :data:`PROGRESS_EVERY` seconds."""
+        credentials = self._store.storage_secrets(job_id)
+        uri = objectstore.ObjectURI.parse(mount.path, f"{field} {mount.name}")
+        shown = {"at": time.monotonic()}
+
+        def progress(state: objectstore.Progress) -> None:
+            now = time.monotonic()
+            if now - shown["at"] < PROGRESS_EVERY and state.done_objects < state.objects:
+                return
+            shown["at"] = now
+            self._store.add_event(
+                Event(
+                    job_id=job_id,
+                    status=JobStatus.queued,
+                    reason=f"{field} {mount.name}: downloading {uri}: {state.done_bytes / 1e6:.1f} of "
+                    f"{state.bytes / 1e6:.1f} MB, {state.done_objects} of {state.objects} objects, "
+                    f"{state.rate() / 1e6:.1f} MB/s",
+                )
+            )
+
+        return self.copies.acquire_objects(
+            job_id,
+            uri,
+            credentials,
+            storage.endpoint(uri, credentials),
+            prep.spec.creator,
+            prep.cancel,
+            self.room_for_copy,
+            progress,
+        )
 
     def room_for_copy(self, size: int, copying: int) -> None:
         """Whether the prepared store's disk can take a copy of ``size`` bytes now, besides the
@@ -237,9 +302,9 @@ class Preparation:
             link.symlink_to(acquired.path)
             size = f"{acquired.bytes / 1e6:.1f} MB"
             reason = (
-                f"dataset {name}: prepared data reused ({size})"
+                f"{name}: prepared data reused ({size})"
                 if acquired.reused
-                else f"dataset {name}: prepared {size} in {acquired.seconds:.2f} s"
+                else f"{name}: prepared {size} in {acquired.seconds:.2f} s"
             )
             self._store.add_event(Event(job_id=job.id, status=job.status, reason=reason))
 

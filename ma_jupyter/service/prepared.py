@@ -57,7 +57,13 @@ Rules, in order:
    more than the retention ago (``[data] retention`` in ``cluster.toml``, seconds or a text like
    ``7d``; default 7 days); a hold whose job is no longer queued or running (the service
    stopped before releasing it) is dropped first;
-4. :meth:`PreparedStore.remove` removes an entry early, refused while a job holds it.
+4. :meth:`PreparedStore.remove` removes an entry early, refused while a job holds it;
+5. a dataset or model in object storage (``s3://``, ``obs://``) is keyed by its URI, endpoint
+   and listing (every object's key, size, ETag and version: ``objectstore.state_key``) and
+   downloaded by :meth:`PreparedStore.acquire_objects` into ``<key>/downloading/``, renamed to
+   ``<key>/data`` when complete; a download that failed is resumed by the next job wanting the
+   same state (complete objects kept, partial ones fetched again).  Jobs share it by URI: each
+   one's own credentials were checked on the prefix at its submit (``service/storage.py``).
 
 The copy is made on the service's machine, which is where the local backend's nodes run; the
 Ray backend mounts the same path, so it reuses copies only while its nodes share that file
@@ -75,7 +81,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import config
+from .. import config, objectstore
 from ..backends.base import Backend
 from ..errors import Conflict, InvalidSpec, NotFound
 from ..foldersize import remove_tree
@@ -83,6 +89,9 @@ from ..models import PreparedData, parse_duration
 
 #: the folder a copy is made in, inside its entry, until it is complete
 COPYING_PREFIX = "copying-"
+#: the folder an object storage download is made in, inside its entry, until it is complete;
+#: always the same name, so that a download that failed resumes where it stopped
+DOWNLOADING = "downloading"
 DEFAULT_RETENTION = 7 * 86400.0
 
 
@@ -200,6 +209,71 @@ class PreparedStore:
                 self._copy_bytes.pop(state.key, None)
                 self._copying.pop(state.key).set()
         return Acquired(final / "data", copied.bytes, False, time.monotonic() - started)
+
+    def acquire_objects(
+        self,
+        job_id: str,
+        uri: objectstore.ObjectURI,
+        credentials: dict[str, str],
+        endpoint: str | None,
+        user: str | None,
+        cancel: threading.Event | None = None,
+        room: Callable[[int, int], None] | None = None,
+        progress: Callable[[objectstore.Progress], None] | None = None,
+    ) -> Acquired:
+        """:meth:`acquire` for a prefix in object storage (rule 5): the copy of its current
+        state (its listing's keys, sizes, ETags and versions), downloaded first when no complete
+        copy exists.
+
+        Raises:
+            StorageError: the listing or a download failed (the URI and the reason).
+            Conflict, DiskFull, InvalidSpec: as :meth:`acquire`.
+        """
+        started = time.monotonic()
+        objects = objectstore.listing(uri, credentials, endpoint)
+        key = objectstore.state_key(uri, endpoint, objects)
+        size = sum(o.size for o in objects)
+        entry = self.root / key
+        while True:
+            with self._lock:
+                if not (entry / "data").exists() and key not in self._copying and room is not None:
+                    room(size, sum(self._copy_bytes.values()))
+                self._hold(entry, job_id)
+                if (entry / "data").exists():
+                    self._used(entry, user)
+                    return Acquired(entry / "data", size, True, time.monotonic() - started)
+                copying = self._copying.get(key)
+                if copying is None:
+                    copying = self._copying[key] = threading.Event()
+                    self._copy_bytes[key] = size
+                    break
+            while not copying.wait(0.1):
+                if cancel is not None and cancel.is_set():
+                    raise Conflict(f"job {job_id} ended while its data was being prepared")
+        try:
+            into = entry / DOWNLOADING  # the same folder each try: a failed download resumes
+            with self._lock:  # its retention counts from now: a later try within it resumes
+                if not self._meta(entry):
+                    now = time.time()
+                    meta = {
+                        "source": str(uri),
+                        "bytes": size,
+                        "files": len(objects),
+                        "created": now,
+                        "last_used": now,
+                    }
+                    self._write_meta(entry, meta)
+            objectstore.download(uri, objects, credentials, endpoint, into, progress=progress, cancel=cancel)
+            with self._lock:
+                os.replace(into, entry / "data")  # complete: only now is it "data"
+                meta = {"source": str(uri), "bytes": size, "files": len(objects), "created": time.time()}
+                self._write_meta(entry, meta)
+                self._used(entry, user)
+        finally:
+            with self._lock:
+                self._copy_bytes.pop(key, None)
+                self._copying.pop(key).set()
+        return Acquired(entry / "data", size, False, time.monotonic() - started)
 
     def _hold(self, entry: Path, job_id: str) -> None:
         (entry / "holds").mkdir(parents=True, exist_ok=True)

@@ -127,6 +127,9 @@ idempotency_table = Table(
 
 #: The values of a job's ``secret_env``, apart from its JSON (whose spec shows them as ``***``):
 #: read only to launch the job's nodes, deleted with the job.  The database file is 0600.
+#: the names a job's storage credentials are kept under in its secrets row (no variable name
+#: holds ':', so they never mix with ``secret_env``)
+STORAGE_SECRET = "storage:"
 secrets_table = Table(
     "secrets",
     metadata,
@@ -351,6 +354,16 @@ class Store:
 
     def secrets(self, job_id: str) -> dict[str, str]:
         """The secret variables of a job (name -> value), for its launch only; {} when none."""
+        return {k: v for k, v in self._secret_row(job_id).items() if not k.startswith(STORAGE_SECRET)}
+
+    def storage_secrets(self, job_id: str) -> dict[str, str]:
+        """A job's object storage credentials (``JobSpec.storage_credentials``: name -> value),
+        kept in the same row as its secret variables under :data:`STORAGE_SECRET` names (which
+        no variable can have), for its data steps only; {} when none."""
+        row = self._secret_row(job_id)
+        return {k.removeprefix(STORAGE_SECRET): v for k, v in row.items() if k.startswith(STORAGE_SECRET)}
+
+    def _secret_row(self, job_id: str) -> dict[str, str]:
         with self.engine.connect() as conn:
             row = conn.execute(select(secrets_table.c.env).where(secrets_table.c.job_id == job_id)).first()
         return json.loads(row[0]) if row is not None else {}

@@ -38,6 +38,7 @@ LAYER_OF = {
     "ma_jupyter.accelerators": "accelerators",
     "ma_jupyter.tsgen": "tsgen",
     "ma_jupyter.spectext": "spectext",
+    "ma_jupyter.objectstore": "objectstore",
     "ma_jupyter.workspace": "workspace",
     "ma_jupyter.modes": "modes",
     "ma_jupyter.export": "export",
@@ -75,6 +76,8 @@ ALLOWED = {
     "algorithm_content": {"foldersize", "config", "errors"},
     # the text formats of tasks, images and mounts: pure string rules, for every front end
     "spectext": set(),
+    # object storage transfers (its client library imported on first use): for the service
+    "objectstore": {"errors"},
     # the TypeScript types, and the text formats the create form mirrors
     "tsgen": {"models", "spectext"},
     "workspace": {"models", "errors"},
@@ -135,6 +138,7 @@ ALLOWED = {
         "service",
         "foldersize",
         "algorithm_content",
+        "objectstore",
         "accelerators",
         "backends.base",
         "export",

@@ -184,7 +184,7 @@ def create_devenv(
     # the source's own plan gives the node's variables (its secrets as the launch has them)
     plan = services.supervisor.plan(job.spec.model_copy(update={"secret_env": secrets}))
     variables = devenv.node_variables(plan, job.spec, name)
-    spec = devenv.devenv_spec(job, name, variables, secrets)
+    spec = devenv.devenv_spec(job, name, variables, secrets, services.store.storage_secrets(job.id))
     # [limits] max_devenvs_per_job and max_devenvs_per_user, over the dev environments not ended
     with services.sessions.serial("devenv", user.name):
         # a retry (the supervisor's key: the creator's name, NUL, the client's key) makes no new one

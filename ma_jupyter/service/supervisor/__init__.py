@@ -47,6 +47,7 @@ from ..preparation import Preparation
 from ..queue import QueueIndex
 from ..resources import ResourceSampler
 from ..scheduler import NodeUse, Scheduler
+from ..storage import Uploads
 from ..store import Store
 from .actions import Actions
 from .admission import Admission
@@ -91,6 +92,7 @@ class Supervisor:
         self.watching = Watching(
             store, backend, self.health, self.ledger, self.journal, limits=lambda: scheduler.cluster.limits
         )
+        self.watching.uploads = Uploads(store.storage_secrets)  # outputs in object storage
         self.inspection = Inspection(
             store, scheduler, backend, self.health, self.queue, self.ledger, self.journal, self.watching
         )

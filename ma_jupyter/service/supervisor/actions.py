@@ -32,12 +32,12 @@ from ... import config
 from ...backends.base import Backend
 from ...errors import Conflict, DiskFull
 from ...models import CacheInfo, Event, Job, JobSpec, JobStatus, Priority
-from .. import algorithms, policies
+from .. import algorithms, policies, storage
 from ..disk import SUBMIT_BELOW, full_folder
 from ..guard import disk_full_message
 from ..policies import End
 from ..queue import QueueIndex
-from ..store import Store
+from ..store import STORAGE_SECRET, Store
 from .attempts import attempt_for
 from .forecast import Forecast, refuse_masked_secrets
 from .journal import Journal
@@ -100,7 +100,9 @@ class Actions:
         spec = spec.model_copy(update={"creator": creator or spec.creator})
         # the secret values go to their own table; the job (and all that shows it) has ***
         secret_values = dict(spec.secret_env)
+        secret_values.update({STORAGE_SECRET + k: v for k, v in spec.storage_credentials.items()})
         refuse_masked_secrets(spec)
+        unmasked = spec
         spec = spec.masked()
         key = f"{creator or ''}\0{idempotency_key}" if idempotency_key else None
         if key is not None:
@@ -110,6 +112,7 @@ class Actions:
         if admit is not None:
             admit()
         self._forecast.preflight(spec)
+        storage.check_paths(unmasked)  # with the user's credentials, bounded by a timeout
         full = full_folder([config.jobs_root()], below=SUBMIT_BELOW)
         if full is not None:
             log.warning("refused a submit: %s", disk_full_message(full))

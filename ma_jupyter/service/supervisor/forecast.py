@@ -67,6 +67,12 @@ def refuse_masked_secrets(spec: JobSpec) -> None:
             "secret's value again (a copied job does not carry its secrets)",
             field="secret_env",
         )
+    if any(value == SECRET_MASK for value in spec.storage_credentials.values()):
+        raise InvalidSpec(
+            f"storage_credentials: a value is {SECRET_MASK}, the mask a job shows for its credentials: "
+            "submit from a process with your AWS_* variables (or AWS_PROFILE) set, or give them again",
+            field="storage_credentials",
+        )
 
 
 class Forecast:

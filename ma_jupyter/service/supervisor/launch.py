@@ -96,9 +96,11 @@ class Launcher:
         unread: list[str] = []
         try:
             config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
-            if job.spec.data_preparation and prepared is None:
-                # the job's own mount rules on its sources, which its prepared copies then skip
-                self._backend.dryrun(attempt_for(self._store, job, placement, dry=True))
+            if job.spec.prepares_data() and prepared is None:
+                if job.spec.data_preparation:
+                    # the job's own mount rules on its sources, which its prepared copies then skip
+                    # (object storage has none: its prefixes were checked with the user's credentials)
+                    self._backend.dryrun(attempt_for(self._store, job, placement, dry=True))
                 self._preparation.start(job, placement, self)
                 return
             if job.started_at is None and read is None and algorithms.reads_at_start(job.spec):

@@ -37,6 +37,7 @@ records the end :func:`..policies.settle` makes of it (a job marked to be delete
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -55,6 +56,7 @@ from ..disk import full_folder
 from ..health import NodeHealth
 from ..logs import last_lines, log_size, read_log
 from ..policies import End
+from ..storage import Uploads
 from ..store import Store
 from .attempts import attempt_for
 from .journal import Journal, call_reason
@@ -123,6 +125,8 @@ class Watching:
         self._perf_offsets: dict[tuple[str, int, str], int] = {}
         self._perf_alerted: set[tuple[str, int, str]] = set()
         self._disk_checked: dict[str, float] = {}  # job id -> monotonic time of the last look
+        #: the uploads of outputs in object storage (``service/storage.py`` rule 4), set by the supervisor
+        self.uploads: Uploads | None = None
         # job id -> why it must end, kept while the store cannot record it (its disk is full)
         self._pending_end: dict[str, str] = {}
         self._health_noted: set[tuple[str, int, str]] = set()  # (job, attempt, node) said to stay
@@ -212,6 +216,8 @@ class Watching:
         if not self._poll_all and now - self._polled_at.get(job.id, 0.0) < self._backend.poll_every:
             return  # polled recently, and no end was pushed since
         self._polled_at[job.id] = now
+        if self.uploads is not None:
+            self.uploads.due(job)  # outputs in object storage: its changed files, off the lock
         # a batch task that succeeded in an earlier attempt is not run again: its result stands
         current = {plan.name for plan in attempt.plans}
         runs = [self._backend.poll(attempt, r) if r.name in current else r for r in job.nodes]
@@ -397,6 +403,12 @@ class Watching:
                 polled = [backend.poll(attempt, r) if r.name in again else r for r in job.nodes]
                 final = policies.final_node_states(polled, end.failed)
                 text = call_reason(end.reason)
+                # outputs in object storage: the attempt's last files, before its end is recorded
+                ended = end
+                failed_upload = self.uploads.final(job) if self.uploads is not None else None
+                if failed_upload is not None and end.status is JobStatus.succeeded:
+                    ended = dataclasses.replace(end, status=JobStatus.error)
+                    text = f"the job's command succeeded, but {failed_upload}"
                 # said of a success only: a failure or a stop is its own news, and an early stop
                 # leaves no trace of a strategy that had no time to form
                 solo = self._not_distributed(job, attempt) if end.status is JobStatus.succeeded else None
@@ -408,7 +420,7 @@ class Watching:
                     store.set_placement(job.id, None)
                     self.forget(job.id)
                     desired = store.desired(job.id)
-                    settled = policies.settle(end, text, desired)
+                    settled = policies.settle(ended, text, desired)
                     if not settled.remove:  # kept until the job is gone: a crash before that leaves it marked
                         store.set_desired(job.id, None)
                     current = store.get(job.id)

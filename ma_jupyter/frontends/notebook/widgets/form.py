@@ -235,6 +235,12 @@ class JobForm(W.VBox):
         self.algorithm_writable = W.Checkbox(value=False, description="algorithm writable", indent=False)
         self.data_preparation = W.Checkbox(value=False, description="data preparation", indent=False)
         self.debug_terminal = W.Checkbox(value=False, description="debug terminal", indent=False)
+        self.storage_env = W.Checkbox(
+            value=False,
+            description="storage credentials in the job",
+            indent=False,
+            tooltip="give your AWS_* object storage credentials to the job's own environment too",
+        )
         self.on_start = _text("on start", "", "lifecycle command run on every node first")
         self.on_stop = _text("on stop", "", "lifecycle command run on every node at the end")
         self.tasks = W.Textarea(
@@ -279,7 +285,7 @@ class JobForm(W.VBox):
                 self.grace,
                 self.on_start,
                 self.on_stop,
-                W.HBox([self.data_preparation, self.debug_terminal]),
+                W.HBox([self.data_preparation, self.debug_terminal, self.storage_env]),
             ]
         )
         self.advanced = W.Accordion(children=[advanced], titles=("advanced",), selected_index=None)
@@ -374,6 +380,7 @@ class JobForm(W.VBox):
             self.algorithm_writable,
             self.data_preparation,
             self.debug_terminal,
+            self.storage_env,
             self.on_start,
             self.on_stop,
             self.tasks,
@@ -444,6 +451,7 @@ class JobForm(W.VBox):
             "grace_period": self.grace.value,
             "data_preparation": self.data_preparation.value,
             "debug_terminal": self.debug_terminal.value,
+            "storage_env": self.storage_env.value,
         }
         if self.mode.value == Mode.tensorflow.value:
             spec["ps"] = self.ps.value
@@ -577,6 +585,7 @@ class JobForm(W.VBox):
             self.algorithm_writable.value = not spec.algorithm_read_only
             self.data_preparation.value = spec.data_preparation
             self.debug_terminal.value = spec.debug_terminal
+            self.storage_env.value = spec.storage_env
             self.on_start.value = spec.lifecycle.on_start or ""
             self.on_stop.value = spec.lifecycle.on_stop or ""
             self.tasks.value = "\n".join(spectext.task_text(t.algorithm, t.command) for t in spec.tasks)

@@ -1,0 +1,394 @@
+"""Object storage (S3, and Huawei OBS through its S3-compatible API) for datasets, models and
+outputs: listing a prefix, downloading it into a folder, uploading a folder to it.
+
+It runs on the service's machine only, in data preparation and the outputs' upload (jobs have
+no network: see docs/network.md), with the credentials the user submitted (the job's storage
+secrets, ``JobSpec.storage_credentials``), never the service's own.  The client library is
+`obstore` (Rust's ``object_store``: no third-party Python dependency, releases the GIL, safe in
+a process that forks since nothing of it is made before a call); it is imported on first use,
+so nothing that only names a URI pays for it.
+
+Rules, in order:
+
+1. :func:`listing` lists every object below the prefix (with size, ETag and version), bounded
+   by :data:`MAX_OBJECTS` and a timeout per request; :func:`check_readable` is its submit-time
+   form: one page, the bucket and the reason in the error.
+2. :func:`state_key` is the key of a prefix's state: the URI, the endpoint and every object's
+   key, size, ETag and version, so a changed object gives a new key (a fresh download).
+3. :func:`download` fetches the listed objects into a folder, :data:`PARALLEL` at a time.  Each
+   object is written to ``<name>.part`` and renamed once its bytes are all there, so a failed
+   download leaves no partial object that could be taken as complete; a later download into the
+   same folder keeps the complete objects whose size matches and fetches the rest again.
+   ``progress`` is told (bytes, objects) as objects complete; ``cancel`` ends it between chunks.
+4. :func:`upload` puts the files of a folder that changed since the last upload (size and
+   modification time) below the prefix; links, FIFOs and devices are skipped (the folder is
+   the job's: it may have made them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from .errors import InvalidSpec
+
+#: the URI schemes of object storage
+SCHEMES = ("s3", "obs")
+#: objects fetched or put at the same time
+PARALLEL = 16
+#: the most objects one prefix may hold (a listing past it is refused: memory stays bounded)
+MAX_OBJECTS = 200_000
+#: seconds one request may take before it fails (the submit's check and every transfer)
+REQUEST_TIMEOUT = 30.0
+#: seconds the submit-time check may take in all
+CHECK_TIMEOUT = 15.0
+#: the credential variables a job's storage secrets may hold
+CREDENTIAL_NAMES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class ObjectURI:
+    """``s3://bucket/prefix`` (or ``obs://``) split into its parts; ``prefix`` has no leading '/'."""
+
+    scheme: str
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def parse(cls, text: str, what: str = "object storage") -> ObjectURI:
+        """Raises InvalidSpec: not ``s3://BUCKET[/PREFIX]`` or ``obs://BUCKET[/PREFIX]``."""
+        scheme, sep, rest = text.partition("://")
+        bucket, _, prefix = rest.partition("/")
+        if not sep or scheme not in SCHEMES or not bucket or ".." in prefix.split("/"):
+            raise InvalidSpec(f"{what}: {text!r} is not s3://BUCKET/PREFIX or obs://BUCKET/PREFIX")
+        return cls(scheme, bucket, prefix.strip("/"))
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def key(self, relative: str) -> str:
+        """The object key of ``relative`` below the prefix."""
+        return f"{self.prefix}/{relative}" if self.prefix else relative
+
+
+@dataclass(frozen=True)
+class Obj:
+    """One object below a prefix: its path relative to the prefix, size, ETag and version."""
+
+    relative: str
+    size: int
+    etag: str
+    version: str
+    key: str
+
+
+class StorageError(Exception):
+    """A transfer failed; the message names the URI and the reason (shown to the user)."""
+
+
+def endpoint_of(uri: ObjectURI, credentials: dict[str, str], obs_endpoint: str | None) -> str | None:
+    """The endpoint a URI is reached at: the user's ``AWS_ENDPOINT_URL``; for ``obs://``, else
+    the cluster's ``[storage] obs_endpoint``; None: AWS itself."""
+    if credentials.get("AWS_ENDPOINT_URL"):
+        return credentials["AWS_ENDPOINT_URL"]
+    if uri.scheme == "obs":
+        if not obs_endpoint:
+            raise InvalidSpec(
+                f"{uri}: obs:// needs an endpoint: set AWS_ENDPOINT_URL, or ask the administrator "
+                "for [storage] obs_endpoint in cluster.toml"
+            )
+        return obs_endpoint
+    return None
+
+
+def _store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, timeout: float):
+    from obstore.store import S3Store  # first use only: a client that names a URI never loads it
+
+    config: dict[str, object] = {
+        "access_key_id": credentials.get("AWS_ACCESS_KEY_ID", ""),
+        "secret_access_key": credentials.get("AWS_SECRET_ACCESS_KEY", ""),
+        "region": credentials.get("AWS_REGION") or credentials.get("AWS_DEFAULT_REGION") or "us-east-1",
+    }
+    if credentials.get("AWS_SESSION_TOKEN"):
+        config["session_token"] = credentials["AWS_SESSION_TOKEN"]
+    if not config["access_key_id"]:
+        config["skip_signature"] = True  # a public bucket
+    if endpoint:
+        config["endpoint"] = endpoint
+    client = {"timeout": timedelta(seconds=timeout), "connect_timeout": timedelta(seconds=min(timeout, 10))}
+    if endpoint and endpoint.startswith("http://"):
+        client["allow_http"] = True
+    retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=timeout)}
+    return S3Store(uri.bucket, config=config, client_options=client, retry_config=retry)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:400]
+
+
+def listing(
+    uri: ObjectURI,
+    credentials: dict[str, str],
+    endpoint: str | None,
+    *,
+    limit: int = MAX_OBJECTS,
+    timeout: float = REQUEST_TIMEOUT,
+) -> list[Obj]:
+    """Every object below ``uri`` (rule 1), sorted by path.
+
+    Raises:
+        StorageError: the listing failed (the bucket and the reason), or holds more than ``limit``.
+    """
+    import obstore
+
+    store = _store(uri, credentials, endpoint, timeout)
+    prefix = uri.prefix + "/" if uri.prefix else None
+    out: list[Obj] = []
+    try:
+        for page in obstore.list(store, prefix, chunk_size=1000):
+            for meta in page:
+                rel = meta["path"][len(prefix) :] if prefix else meta["path"]
+                if not rel or rel.endswith("/") or ".." in rel.split("/"):
+                    continue  # a folder marker, or a key that would leave the download folder
+                out.append(
+                    Obj(
+                        rel,
+                        int(meta["size"]),
+                        meta.get("e_tag") or "",
+                        meta.get("version") or "",
+                        meta["path"],
+                    )
+                )
+                if len(out) > limit:
+                    raise StorageError(f"{uri} holds more than {limit} objects: name a narrower prefix")
+    except StorageError:
+        raise
+    except Exception as exc:
+        raise StorageError(f"bucket {uri.bucket}: cannot list {uri}: {_reason(exc)}") from None
+    if not out:  # a single object named by the URI itself
+        try:
+            meta = obstore.head(store, uri.prefix) if uri.prefix else None
+        except Exception:
+            meta = None
+        if meta is not None:
+            out.append(Obj(Path(uri.prefix).name, int(meta["size"]), meta.get("e_tag") or "", "", uri.prefix))
+    return sorted(out, key=lambda o: o.relative)
+
+
+def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, what: str) -> None:
+    """The submit-time check (rule 1): the prefix exists and can be listed and read with these
+    credentials, within :data:`CHECK_TIMEOUT`.
+
+    Raises:
+        InvalidSpec: naming ``what``, the bucket and the reason.
+    """
+    result: list[object] = []
+
+    def run() -> None:
+        try:
+            result.append(listing(uri, credentials, endpoint, limit=1, timeout=CHECK_TIMEOUT))
+        except StorageError as exc:
+            result.append(exc)
+        except Exception as exc:  # noqa: BLE001 (the message is what the user gets)
+            result.append(StorageError(f"bucket {uri.bucket}: {_reason(exc)}"))
+
+    thread = threading.Thread(target=run, name="ma-storage-check", daemon=True)
+    thread.start()
+    thread.join(CHECK_TIMEOUT + 5)
+    if not result:
+        raise InvalidSpec(f"{what}: bucket {uri.bucket}: no answer within {CHECK_TIMEOUT:.0f} s from {uri}")
+    got = result[0]
+    if isinstance(got, StorageError) and "more than" not in str(got):
+        raise InvalidSpec(f"{what}: {got}")
+    if isinstance(got, list) and not got:
+        raise InvalidSpec(
+            f"{what}: bucket {uri.bucket}: {uri} does not exist or holds no object readable with "
+            "your credentials: check the prefix and AWS_* (or AWS_PROFILE)"
+        )
+
+
+def state_key(uri: ObjectURI, endpoint: str | None, objects: list[Obj]) -> str:
+    """Rule 2: the key of this state of the prefix."""
+    digest = hashlib.sha256(f"{uri}\0{endpoint or ''}\0".encode())
+    for o in objects:
+        digest.update(f"{o.relative}\0{o.size}\0{o.etag}\0{o.version}\n".encode())
+    return "obj-" + digest.hexdigest()[:28]
+
+
+@dataclass
+class Progress:
+    """What a transfer has done so far (read by the ``progress`` callback)."""
+
+    objects: int
+    bytes: int
+    done_objects: int = 0
+    done_bytes: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def rate(self) -> float:
+        """Bytes per second since the start."""
+        return self.done_bytes / max(time.monotonic() - self.started, 1e-6)
+
+
+async def _fetch(store, uri: ObjectURI, obj: Obj, into: Path, cancel: threading.Event | None) -> bool:
+    """One object into ``into`` (rule 3); whether it was fetched (False: already complete).
+    Asynchronous: while a chunk is written, the next is already being received."""
+    import obstore
+
+    dest = into / obj.relative
+    part = dest.with_name(dest.name + ".part")
+    try:
+        if dest.stat().st_size == obj.size:
+            part.unlink(missing_ok=True)  # what an older, failed download left of it
+            return False
+    except FileNotFoundError:
+        pass
+    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    with open(part, "wb") as out:
+        if obj.size:
+            result = await obstore.get_async(store, obj.key)
+            async for chunk in result.stream(min_chunk_size=_CHUNK):
+                if cancel is not None and cancel.is_set():
+                    raise StorageError(f"the download of {uri} was cancelled")
+                out.write(chunk)
+        size = out.tell()
+    if size != obj.size:
+        raise StorageError(
+            f"{uri}/{obj.relative}: got {size} bytes of {obj.size}: the object changed; submit again"
+        )
+    os.chmod(part, 0o644)
+    os.replace(part, dest)
+    return True
+
+
+def download(
+    uri: ObjectURI,
+    objects: list[Obj],
+    credentials: dict[str, str],
+    endpoint: str | None,
+    into: Path,
+    *,
+    progress: Callable[[Progress], None] | None = None,
+    cancel: threading.Event | None = None,
+    parallel: int = PARALLEL,
+) -> Progress:
+    """Rule 3: fetch ``objects`` (a :func:`listing` of ``uri``) into the folder ``into``, on an
+    event loop of the calling thread's own (call it from a thread that runs none).
+
+    Raises:
+        StorageError: an object could not be fetched (the URI and the reason); the complete
+            objects stay, a later download into ``into`` fetches only the rest.
+    """
+    import asyncio
+
+    store = _store(uri, credentials, endpoint, REQUEST_TIMEOUT)
+    into.mkdir(parents=True, exist_ok=True, mode=0o755)
+    state = Progress(len(objects), sum(o.size for o in objects))
+
+    async def one(obj: Obj, slots: asyncio.Semaphore) -> None:
+        async with slots:
+            try:
+                await _fetch(store, uri, obj, into, cancel)
+            except StorageError:
+                raise
+            except Exception as exc:
+                raise StorageError(f"bucket {uri.bucket}: cannot fetch {obj.key}: {_reason(exc)}") from None
+        state.done_objects += 1
+        state.done_bytes += obj.size
+        if progress is not None:
+            progress(state)
+
+    async def run() -> None:
+        slots = asyncio.Semaphore(max(1, parallel))
+        await asyncio.gather(*(one(o, slots) for o in objects))
+
+    asyncio.run(run())
+    return state
+
+
+def _files(folder: Path) -> dict[str, os.stat_result]:
+    """The regular files below ``folder`` (no link followed, bounded depth and count)."""
+    found: dict[str, os.stat_result] = {}
+    stack = [(folder, "")]
+    while stack:
+        path, rel = stack.pop()
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            continue
+        for entry in entries:
+            sub = f"{rel}{entry.name}"
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and sub.count("/") < 64:
+                stack.append((Path(entry.path), sub + "/"))
+            elif stat.S_ISREG(st.st_mode) and not entry.name.endswith(".part"):
+                found[sub] = st
+                if len(found) > MAX_OBJECTS:
+                    raise StorageError(f"{folder} holds more than {MAX_OBJECTS} files: too many to upload")
+    return found
+
+
+def upload(
+    folder: Path,
+    uri: ObjectURI,
+    credentials: dict[str, str],
+    endpoint: str | None,
+    sent: dict[str, tuple[int, int]] | None = None,
+    *,
+    parallel: int = PARALLEL,
+) -> int:
+    """Rule 4: put the files of ``folder`` changed since ``sent`` (relative path -> (size,
+    mtime ns), updated in place) below ``uri``; the number of files put.
+
+    Raises:
+        StorageError: a put failed (the URI and the reason).
+    """
+    import obstore
+
+    sent = {} if sent is None else sent
+    changed = [
+        (rel, (st.st_size, st.st_mtime_ns))
+        for rel, st in _files(folder).items()
+        if sent.get(rel) != (st.st_size, st.st_mtime_ns)
+    ]
+    if not changed:
+        return 0
+    store = _store(uri, credentials, endpoint, REQUEST_TIMEOUT)
+
+    def one(item: tuple[str, tuple[int, int]]) -> None:
+        rel, seen = item
+        try:
+            fd = os.open(folder / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return  # gone or replaced by a link since the walk
+        try:
+            with os.fdopen(fd, "rb") as f:
+                obstore.put(store, uri.key(rel), f)
+        except Exception as exc:
+            raise StorageError(f"bucket {uri.bucket}: cannot upload {uri.key(rel)}: {_reason(exc)}") from None
+        sent[rel] = seen
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="ma-put") as pool:
+        for future in [pool.submit(one, item) for item in changed]:
+            future.result()
+    return len(changed)

@@ -1,0 +1,159 @@
+"""Object storage as a job's datasets, models and outputs, the service's side of it (the
+transfers themselves are ``ma_jupyter/objectstore.py``'s).
+
+Rules:
+
+1. At the submit, every ``s3://`` or ``obs://`` path of the spec is checked with the user's own
+   credentials (``JobSpec.storage_credentials``), each within
+   :data:`~ma_jupyter.objectstore.CHECK_TIMEOUT`: a dataset's or model's prefix must exist and be
+   readable, an outputs prefix's bucket listable; a refusal names the field, the bucket and why.
+2. The credentials live in the job's secrets row (``Store.storage_secrets``); only data
+   preparation's downloads and the outputs' uploads read them, and the job's own environment
+   gets them only with ``storage_env``.
+3. The endpoint: the user's ``AWS_ENDPOINT_URL``, else for ``obs://`` the cluster's
+   ``[storage] obs_endpoint`` (``config.load_storage``).
+4. Outputs in object storage: the nodes write to the job folder's ``outputs/``
+   (``config.outputs_folder``).  Before each attempt starts, that folder gets the prefix's
+   current content (data preparation: :func:`download_outputs`); while the job runs its changed
+   files are uploaded every ``[storage] upload_interval`` seconds (:class:`Uploads`, off every
+   lock); once an attempt's nodes have stopped (its end, or a stop whose grace period let the
+   job write a checkpoint) what changed is uploaded before the end is recorded: a job succeeds
+   only after that upload, and a failed one is the job's error, with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import config, objectstore
+from ..errors import InvalidSpec
+from ..models import Job, JobSpec, is_object_uri
+
+log = logging.getLogger("ma_jupyter.supervisor")
+
+
+def endpoint(uri: objectstore.ObjectURI, credentials: dict[str, str]) -> str | None:
+    """Rule 3."""
+    return objectstore.endpoint_of(uri, credentials, config.load_storage().obs_endpoint)
+
+
+def check_paths(spec: JobSpec) -> None:
+    """Rule 1 (``spec`` with its credentials' values).
+
+    Raises:
+        InvalidSpec: a path is not a valid URI, or its prefix is missing or unreadable.
+    """
+    credentials = dict(spec.storage_credentials)
+    for field, mount in spec.object_sources():
+        what = f"{field} {mount.name}"
+        uri = objectstore.ObjectURI.parse(mount.path, what)
+        try:
+            objectstore.check_readable(uri, credentials, endpoint(uri, credentials), what)
+        except InvalidSpec as exc:
+            raise InvalidSpec(str(exc), field=field) from None
+    if is_object_uri(spec.outputs):
+        uri = objectstore.ObjectURI.parse(spec.outputs or "", "outputs")
+        try:  # an empty prefix is fine for outputs: only the bucket must answer
+            objectstore.listing(
+                uri, credentials, endpoint(uri, credentials), limit=1, timeout=objectstore.CHECK_TIMEOUT
+            )
+        except objectstore.StorageError as exc:
+            if "more than" not in str(exc):
+                raise InvalidSpec(f"outputs: {exc}", field="outputs") from None
+
+
+def download_outputs(job_id: str, spec: JobSpec, credentials: dict[str, str], account) -> int:
+    """Rule 4: before an attempt starts, its local outputs folder gets the outputs prefix's
+    current content (a resumed or restarted attempt finds its checkpoints), owned by the job's
+    account (``account``: a :class:`~ma_jupyter.models.RunAs`, None: the service's); the number
+    of objects it holds.
+
+    Raises:
+        StorageError: the listing or a download failed.
+    """
+    uri = objectstore.ObjectURI.parse(spec.outputs or "", "outputs")
+    folder = Path(config.outputs_folder(job_id, spec.outputs))
+    objects = objectstore.listing(uri, credentials, endpoint(uri, credentials))
+    objectstore.download(uri, objects, credentials, endpoint(uri, credentials), folder)
+    if account is not None:  # the job writes there: its folders and files are its account's
+        for path in [folder, *folder.rglob("*")]:
+            if not path.is_symlink():
+                os.chown(path, account.uid, account.gid)
+    return len(objects)
+
+
+class Uploads:
+    """Rule 4's uploads of the running jobs whose outputs go to object storage: at most one
+    upload per job at a time, each on a thread of its own (no lock held), the files already put
+    remembered per job (``objectstore.upload``'s ``sent``)."""
+
+    def __init__(self, credentials: Callable[[str], dict[str, str]]):
+        self._credentials = credentials  # job id -> its storage credentials (the store's)
+        self._lock = threading.Lock()
+        self._sent: dict[str, dict[str, tuple[int, int]]] = {}
+        self._busy: dict[str, threading.Thread] = {}
+        self._last: dict[str, float] = {}
+
+    def due(self, job: Job) -> None:
+        """While ``job`` runs (the watch calls it at each look): an upload of its changed files
+        when the last one is ``[storage] upload_interval`` seconds old and none is running."""
+        if not is_object_uri(job.spec.outputs):
+            return
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.setdefault(job.id, now)
+            if job.id in self._busy or now - last < config.load_storage().upload_interval:
+                return
+            self._last[job.id] = now
+            thread = threading.Thread(
+                target=self._upload_quietly, args=(job,), name=f"ma-upload-{job.id}", daemon=True
+            )
+            self._busy[job.id] = thread
+        thread.start()
+
+    def _upload_quietly(self, job: Job) -> None:
+        try:
+            self.upload(job)
+        except Exception:  # noqa: BLE001 (the final upload, which must succeed, says why)
+            log.warning("job %s: a periodic upload of its outputs failed", job.id, exc_info=True)
+        finally:
+            with self._lock:
+                self._busy.pop(job.id, None)
+
+    def upload(self, job: Job) -> int:
+        """Put ``job``'s outputs files changed since its last upload; the number put.
+
+        Raises:
+            StorageError: a put failed (the URI and the reason).
+        """
+        uri = objectstore.ObjectURI.parse(job.spec.outputs or "", "outputs")
+        credentials = self._credentials(job.id)
+        with self._lock:
+            sent = self._sent.setdefault(job.id, {})
+        folder = Path(config.outputs_folder(job.id, job.spec.outputs))
+        return objectstore.upload(folder, uri, credentials, endpoint(uri, credentials), sent)
+
+    def final(self, job: Job) -> str | None:
+        """The attempt's nodes have stopped: wait for an upload in progress, then upload what
+        changed (a checkpoint written on the stop signal too); None, or why it failed (the
+        job's error).  The job's notes are forgotten."""
+        if not is_object_uri(job.spec.outputs):
+            return None
+        with self._lock:
+            busy = self._busy.get(job.id)
+        if busy is not None:
+            busy.join(objectstore.REQUEST_TIMEOUT * 4)
+        try:
+            self.upload(job)
+            return None
+        except (objectstore.StorageError, InvalidSpec) as exc:
+            return f"its outputs could not be uploaded to {job.spec.outputs}: {exc}"
+        finally:
+            with self._lock:
+                self._sent.pop(job.id, None)
+                self._last.pop(job.id, None)

@@ -1,0 +1,218 @@
+"""Object storage (``s3://``) as a job's dataset and outputs, against a real S3-compatible server
+(moto's, a process of its own on a free loopback port, one for the module): the objects are
+downloaded into the prepared store before the job starts and read inside the job; the user's
+credentials never show in the job, its listing, events, logs or dry run; a missing prefix is
+refused at the submit, naming the bucket; outputs are uploaded and a later job finds them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.helpers import wait_for
+from tests.service.test_service import full_log, job_of, pycmd, wait_status
+
+SECRET = "s3cr3t-Value-9f2e"
+KEY_ID = "AKIDSTORAGETEST"
+
+
+def _moto_server() -> list[str]:
+    here = Path(sys.executable).parent / "moto_server"
+    found = str(here) if here.exists() else shutil.which("moto_server")
+    if found is None:
+        pytest.fail("moto_server is missing: ./dev setup installs it (the test extra's moto[server])")
+    return [found]
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory):
+    """The URL of an S3-compatible server for this module's tests."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
+    proc = subprocess.Popen(
+        [*_moto_server(), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        try:
+            return requests.get(f"{url}/moto-api/", timeout=2).status_code == 200
+        except requests.RequestException:
+            return proc.poll() is not None and pytest.fail("moto_server exited")
+
+    wait_for(up, timeout=60)
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def _store(endpoint: str, bucket: str):
+    from obstore.store import S3Store
+
+    requests.put(f"{endpoint}/{bucket}", timeout=10).raise_for_status()
+    return S3Store(
+        bucket,
+        config={
+            "access_key_id": KEY_ID,
+            "secret_access_key": SECRET,
+            "endpoint": endpoint,
+            "region": "us-east-1",
+        },
+        client_options={"allow_http": True},
+    )
+
+
+def _credentials(endpoint: str) -> dict[str, str]:
+    return {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": endpoint}
+
+
+READ = (
+    "import os\n"
+    "ckpt = '/workspace/outputs/ckpt/step.txt'\n"
+    "print('found checkpoint:', open(ckpt).read() if os.path.exists(ckpt) else None, flush=True)\n"
+    "os.makedirs(os.path.dirname(ckpt), exist_ok=True)\n"
+    "open(ckpt, 'w').write(os.environ['STEP'])\n"
+    "root = '/workspace/dataset/private/d'\n"
+    "print('got', open(root + '/sub/a.txt').read(), len(os.listdir(root + '/many')), flush=True)\n"
+    "print('env has secret:', any('s3cr3t' in v for v in os.environ.values()), flush=True)\n"
+    "open(root + '/w', 'w')\n"
+)
+
+
+def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_service, s3_endpoint, tmp_path):
+    import obstore
+
+    store = _store(s3_endpoint, "data")
+    obstore.put(store, "set/sub/a.txt", b"hello-from-s3")
+    for i in range(40):
+        obstore.put(store, f"set/many/{i}.bin", os.urandom(1000))
+    s = ma_service.session()
+    body = {
+        "name": "s3read",
+        "command": pycmd(READ),
+        "datasets": [{"name": "d", "path": "s3://data/set"}],
+        "outputs": "s3://out/run",
+        "env": {"STEP": "step-1"},
+        "storage_credentials": _credentials(s3_endpoint),
+    }
+    out = _store(s3_endpoint, "out")
+
+    missing = s.post(
+        f"{ma_service.api}/jobs",
+        json={**body, "datasets": [{"name": "d", "path": "s3://data/nope"}]},
+        timeout=60,
+    )
+    assert missing.status_code == 400, missing.text
+    assert "bucket data" in missing.text and "s3://data/nope" in missing.text
+    assert SECRET not in missing.text
+    copied = s.post(  # a job copied from its JSON does not carry the credentials
+        f"{ma_service.api}/jobs",
+        json={**body, "storage_credentials": {**_credentials(s3_endpoint), "AWS_SECRET_ACCESS_KEY": "***"}},
+        timeout=60,
+    )
+    assert copied.status_code == 400 and "storage_credentials" in copied.text, copied.text
+    plan = s.post(f"{ma_service.api}/plan", json=body, timeout=60)
+    assert plan.status_code == 200, plan.text
+    assert "s3://data/set" in plan.text and SECRET not in plan.text
+
+    job = s.post(f"{ma_service.api}/jobs", json=body, timeout=60)
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    final = wait_status(ma_service, job_id, {"succeeded", "failed", "error"}, timeout=120)
+    log = full_log(ma_service, job_id)
+    assert "got hello-from-s3 40" in log, (final, log)
+    assert "env has secret: False" in log  # only the data steps had them
+    assert "found checkpoint: None" in log
+    assert final["status"] == "error", final  # the job's last line writes to its read-only dataset
+    assert bytes(obstore.get(out, "run/ckpt/step.txt").bytes()) == b"step-1"  # uploaded at its end
+    assert "Read-only file system" in log  # mounted read-only
+    events = s.get(f"{ma_service.api}/jobs/{job_id}/events", timeout=10).text
+    assert "downloading s3://data/set" in events and "41 of 41 objects" in events, events
+    shown = [
+        events,
+        log,
+        s.get(f"{ma_service.api}/jobs/{job_id}", timeout=10).text,
+        s.get(f"{ma_service.api}/jobs", timeout=10).text,
+        s.get(f"{ma_service.api}/jobs/{job_id}/export", timeout=10).text,
+    ]
+    for text in shown:
+        assert SECRET not in text and KEY_ID not in text
+    assert job_of(ma_service, job_id)["spec"]["storage_credentials"]["AWS_SECRET_ACCESS_KEY"] == "***"
+
+    # a second job of the same state reuses the download; --storage-env gives the job its credentials
+    # and a later job of the same outputs prefix starts with its checkpoint
+    body = {**body, "storage_env": True, "env": {"STEP": "step-2"}}
+    again = s.post(f"{ma_service.api}/jobs", json=body, timeout=60).json()
+    wait_status(ma_service, again["id"], {"succeeded", "failed", "error"}, timeout=120)
+    log = full_log(ma_service, again["id"])
+    assert "env has secret: True" in log and "found checkpoint: step-1" in log, log
+    assert bytes(obstore.get(out, "run/ckpt/step.txt").bytes()) == b"step-2"
+    reasons = s.get(f"{ma_service.api}/jobs/{again['id']}/events", timeout=10).text
+    assert "dataset d: prepared data reused" in reasons, reasons
+
+    # a job whose outputs cannot be uploaded at its end fails with the reason, though its command succeeded
+    gate = tmp_path / "gate"
+    gate.mkdir(mode=0o777)
+    gate.chmod(0o777)
+    wait_gate = (
+        "import os, time\n"
+        "open('/workspace/outputs/result.txt', 'w').write('r')\n"
+        "deadline = time.time() + 120\n"
+        "while not os.path.exists('/workspace/volume/g/go') and time.time() < deadline: time.sleep(0.05)\n"
+    )
+    gated = {
+        "name": "s3gone",
+        "command": pycmd(wait_gate),
+        "outputs": "s3://gone/run",
+        "volumes": [{"name": "g", "path": str(gate)}],
+        "storage_credentials": _credentials(s3_endpoint),
+    }
+    _store(s3_endpoint, "gone")
+    job = s.post(f"{ma_service.api}/jobs", json=gated, timeout=60).json()
+    wait_status(ma_service, job["id"], {"running"}, timeout=120)
+    requests.delete(f"{s3_endpoint}/gone", timeout=10).raise_for_status()  # the bucket goes away
+    (gate / "go").write_text("")
+    final = wait_status(ma_service, job["id"], {"succeeded", "failed", "error"}, timeout=120)
+    assert final["status"] == "error", final
+    assert "succeeded, but its outputs could not be uploaded to s3://gone/run" in final["reason"], final
+    assert "bucket gone" in final["reason"] and SECRET not in final["reason"]
+
+
+def test_download_resumes_and_never_takes_a_partial_object(s3_endpoint, tmp_path):
+    import obstore
+
+    from ma_jupyter import objectstore
+
+    store = _store(s3_endpoint, "resume")
+    for i in range(6):
+        obstore.put(store, f"p/{i}.bin", bytes([i]) * (1000 + i))
+    creds, uri = _credentials(s3_endpoint), objectstore.ObjectURI.parse("s3://resume/p")
+    objects = objectstore.listing(uri, creds, s3_endpoint)
+    into = tmp_path / "into"
+    obstore.delete(store, "p/5.bin")  # gone after the listing: this download fails
+    with pytest.raises(objectstore.StorageError, match="bucket resume"):
+        objectstore.download(uri, objects, creds, s3_endpoint, into, parallel=1)
+    assert not (into / "5.bin").exists()  # a failed object is never left as if complete
+    kept = {p.name: p.stat().st_ino for p in into.glob("*.bin")}
+    assert set(kept) == {f"{i}.bin" for i in range(5)}
+    (into / "4.bin").write_bytes(b"cut")  # a partial object from an older download
+    (into / "3.bin.part").write_bytes(b"half")
+    obstore.put(store, "p/5.bin", bytes([5]) * 1005)
+    seen = []
+    objectstore.download(
+        uri, objects, creds, s3_endpoint, into, progress=lambda s: seen.append(s.done_objects)
+    )
+    for i in range(6):
+        assert (into / f"{i}.bin").read_bytes() == bytes([i]) * (1000 + i)
+    assert (into / "0.bin").stat().st_ino == kept["0.bin"]  # complete ones were not fetched again
+    assert seen[-1] == 6 and not list(into.glob("*.part"))

@@ -1,0 +1,97 @@
+"""Object storage at the edge: the options and the model take s3:// and obs:// paths as they are,
+the submitter's credentials are found the AWS tools' way (variables, else a profile of ~/.aws)
+and travel only with a spec that names object storage; ``[storage]`` is checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from ma_jupyter import config
+from ma_jupyter.client.spec import spec_body, storage_credentials
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.frontends import options
+from ma_jupyter.models import parse_spec
+from ma_jupyter.objectstore import ObjectURI
+
+AWS = {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "sk", "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+
+
+def test_options_take_object_storage_uris_as_they_are():
+    parser = options.build_parser()
+    args = options.parse_args(
+        parser, "--dataset d=s3://bkt/train --model m=obs://models/bert --output s3://bkt/out --storage-env"
+    )
+    spec = options.spec_from_args(args, command="python train.py")
+    assert spec["datasets"] == [{"name": "d", "path": "s3://bkt/train", "read_only": True}]
+    assert spec["models"] == [{"name": "m", "path": "obs://models/bert"}]
+    assert spec["outputs"] == "s3://bkt/out" and spec["storage_env"] is True
+    with pytest.raises(InvalidSpec, match="read-only"):
+        parse_spec(
+            {
+                "name": "x",
+                "command": "true",
+                "datasets": [{"name": "d", "path": "s3://b/p", "read_only": False}],
+            }
+        )
+    with pytest.raises(InvalidSpec, match="s3://BUCKET/PREFIX"):
+        ObjectURI.parse("s3:///nobucket")
+
+
+def test_credentials_from_the_variables_else_a_profile(tmp_path, monkeypatch):
+    assert storage_credentials({**AWS, "AWS_REGION": "eu-west-1", "HOME": "/x"}) == {
+        **AWS,
+        "AWS_REGION": "eu-west-1",
+    }
+    (tmp_path / "credentials").write_text(
+        "[team]\naws_access_key_id = PROFKEY\naws_secret_access_key = profsecret\n"
+    )
+    (tmp_path / "config").write_text(
+        "[profile team]\nregion = cn-north-4\nendpoint_url = https://obs.example\n"
+    )
+    env = {
+        "AWS_PROFILE": "team",
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials"),
+        "AWS_CONFIG_FILE": str(tmp_path / "config"),
+    }
+    assert storage_credentials(env) == {
+        "AWS_ACCESS_KEY_ID": "PROFKEY",
+        "AWS_SECRET_ACCESS_KEY": "profsecret",
+        "AWS_REGION": "cn-north-4",
+        "AWS_ENDPOINT_URL": "https://obs.example",
+    }
+    with pytest.raises(InvalidSpec, match="AWS_PROFILE=other"):
+        storage_credentials({**env, "AWS_PROFILE": "other"})
+
+    # a spec naming object storage takes them along; one that names none never does
+    for name, value in AWS.items():
+        monkeypatch.setenv(name, value)
+    body = spec_body(None, {"name": "j", "command": "true", "datasets": [{"name": "d", "path": "s3://b/p"}]})
+    assert body["storage_credentials"] == AWS
+    body = spec_body(None, {"name": "j", "command": "true", "outputs": str(tmp_path)})
+    assert "storage_credentials" not in body
+
+
+def test_storage_table_is_checked(tmp_path):
+    path = tmp_path / "cluster.toml"
+    path.write_text('[storage]\nobs_endpoint = "https://obs.cn-north-4.example"\nupload_interval = 5\n')
+    assert config.load_storage(path) == config.StorageConfig("https://obs.cn-north-4.example", 5.0)
+    path.write_text('[storage]\nobs_endpont = "https://x"\n')
+    with pytest.raises(InvalidSpec, match="obs_endpoint and upload_interval"):
+        config.load_storage(path)
+    path.write_text('[storage]\nobs_endpoint = "obs.example"\n')
+    with pytest.raises(InvalidSpec, match="http"):
+        config.load_storage(path)
+
+
+def test_the_lab_proxy_adds_the_servers_credentials_to_an_object_storage_spec(monkeypatch):
+    import json
+
+    from ma_jupyter.client.spec import with_storage_credentials
+
+    for name, value in AWS.items():
+        monkeypatch.setenv(name, value)
+    named = json.dumps({"name": "j", "datasets": [{"name": "d", "path": "s3://b/p"}]}).encode()
+    assert json.loads(with_storage_credentials(named))["storage_credentials"] == AWS
+    local = json.dumps({"name": "j", "datasets": [{"name": "d", "path": "/data"}]}).encode()
+    assert with_storage_credentials(local) == local
+    assert with_storage_credentials(b"not json") == b"not json"
