@@ -135,3 +135,32 @@ def test_a_fault_restart_starts_the_next_attempt_then_ends_in_error(sup):
     assert events[-1] == (JobStatus.error, "node worker-0 exited with code 3")
     last = sup.store.events(job.id)[-1]
     assert last.node == "worker-0" and last.exit_code == 3 and "boom" in last.reason
+
+
+def test_the_pre_check_tests_the_checkpoint_folder_as_the_jobs_account(sup):
+    """A job that takes its own outputs folder away (chmod 000) fails the pre-check before its
+    resume: root, the service, could still use the folder, the job's account could not."""
+    script = (
+        "import os, time; "
+        'first = os.environ["MA_ATTEMPT"] == "0"; '
+        'first and os.chmod("/workspace/outputs", 0); '
+        f'print("{SLOW}", flush=True); '
+        "time.sleep(60)"
+    )
+    spec = JobSpec(
+        name="locked-out",
+        command=f"{PY} -c '{script}'",
+        checkpoint_resume={
+            "max_resumes": 1,
+            "grace_period": 1,
+            "perf_threshold": 0.5,
+            "perf_policy": "reschedule",
+        },
+    )
+    job = sup.submit(spec, creator="me")
+    final = tick_until_ended(sup, job.id)
+    assert final.status is JobStatus.error, final.reason
+    account = sup.backend.job_account("me")
+    who = "the service's account" if account is None else f"{account.name} (uid {account.uid})"
+    assert final.reason.startswith("pre-check before resume failed: the checkpoint folder "), final.reason
+    assert f"not readable and writable by {who}, the account the job runs as" in final.reason
