@@ -340,6 +340,7 @@ class Scheduler:
             spec.type.value,
             len(spec.tasks),
             spec.mode.value,
+            spec.convention.value,  # the ModelArts TensorFlow layout (ps_beside_workers)
             spec.ps,
             spec.chief,
             spec.nodes,
