@@ -7,7 +7,7 @@ Everything lives under ``$MA_JUPYTER_HOME`` (default ``~/.ma_jupyter``)::
     service.log      the service's own log
     cluster.toml     optional: [[spec]] and [[node]] tables replacing the defaults, [backend]
     jobs/<id>/       one folder per job: logs/, nodes/<node>/ (per-node files)
-    prepared/        data preparation's copies of datasets (:func:`prepared_root`)
+    prepared/        data preparation's copies of datasets (:func:`prepared_root`; ``[data] root`` moves them)
 
 ``cluster.toml`` is read by :func:`read_cluster_file` only; each room that applies one of its
 tables (``[users]``, ``[mounts]``, ``[data]``, ``[resources]``...) asks it for the file's tables.
@@ -105,9 +105,24 @@ def outputs_folder(job_id: str, outputs: str | None) -> str:
     return str(jobdir(job_id).outputs) if not outputs or is_object_uri(outputs) else outputs
 
 
-def prepared_root() -> Path:
-    """The store of data preparation's copies (``service/prepared.py`` owns what is inside)."""
-    return home() / "prepared"
+def prepared_root(path: Path | None = None) -> Path:
+    """The store of data preparation's copies (``service/prepared.py`` owns what is inside):
+    ``[data] root`` of ``cluster.toml`` (default :func:`cluster_file`), the folder an admin
+    chose for them (fast storage), else ``<home>/prepared``.
+
+    Raises:
+        InvalidSpec: ``root`` is not an absolute path (the message names the file and the key).
+    """
+    path = path or cluster_file()
+    root = read_cluster_file(path).get("data", {}).get("root")
+    if root is None:
+        return home() / "prepared"
+    if not isinstance(root, str) or not os.path.isabs(root):
+        raise InvalidSpec(
+            f"{path}: [data] root {root!r}: give an absolute folder for prepared copies "
+            '(e.g. root = "/fast/ma-prepared")'
+        )
+    return Path(os.path.normpath(root))
 
 
 #: the admin's file of this home (see the module docstring)

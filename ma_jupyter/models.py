@@ -603,6 +603,17 @@ class JobSpec(Strict):
             raise ValueError(
                 "ps (parameter servers) applies to the tensorflow mode only; set ps=0 or mode=tensorflow"
             )
+        if (
+            self.ps
+            and self.mode is Mode.tensorflow
+            and self.convention is Convention.modelarts
+            and self.ps != (self.nodes if self.nodes > 1 else 0)
+        ):
+            raise ValueError(
+                f"ps={self.ps}: the ModelArts convention's TensorFlow layout runs one parameter server "
+                f"beside each worker (ps={self.nodes if self.nodes > 1 else 0} for nodes={self.nodes}); "
+                "leave ps out, or drop convention=modelarts to choose a ps count"
+            )
         if self.chief and self.mode is not Mode.tensorflow:
             raise ValueError("chief applies to the tensorflow mode only")
         if self.mode is Mode.single and self.nodes != 1:

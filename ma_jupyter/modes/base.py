@@ -94,7 +94,9 @@ class Placement:
     ``remote_shell`` is set by the backend's ``bind`` (None: the backend offers none, and MPI
     modes refuse the job).  ``reservation`` is the backend's name for what its ``bind`` reserved
     for the attempt (the Ray backend: its placement group), stored with the placement so that a
-    restarted service finds it again; empty when nothing was reserved.
+    restarted service finds it again; empty when nothing was reserved.  ``port_range``
+    (``[low, high)``) is where the backend's ``bind`` takes the tasks' ports from when the job's
+    convention names one (the ModelArts TensorFlow layout: 5000-10000); None: the backend's own.
     """
 
     job_id: str
@@ -102,6 +104,7 @@ class Placement:
     tasks: tuple[TaskSlot, ...]
     remote_shell: RemoteShell | None = None
     reservation: str = ""
+    port_range: tuple[int, int] | None = None
 
     @property
     def bound(self) -> bool:
@@ -116,6 +119,7 @@ class Placement:
             "tasks": [asdict(t) for t in self.tasks],
             "remote_shell": asdict(self.remote_shell) if self.remote_shell else None,
             "reservation": self.reservation,
+            "port_range": list(self.port_range) if self.port_range else None,
         }
 
     @classmethod
@@ -139,6 +143,7 @@ class Placement:
             tasks=tasks,
             remote_shell=RemoteShell(**{**shell, "serve": tuple(shell["serve"])}) if shell else None,
             reservation=data.get("reservation", ""),
+            port_range=tuple(data["port_range"]) if data.get("port_range") else None,
         )
 
     def role(self, role: str) -> list[TaskSlot]:
@@ -200,16 +205,41 @@ PS_SPEC_NAME = "cpu.ps"
 def task_roles(spec: JobSpec) -> list[tuple[str, int]]:
     """The (role, index) of every task a job needs, in launch order.
 
-    TensorFlow with parameter servers starts its ps tasks first, then the chief (if asked),
-    then the workers; every other mode has ``nodes`` workers.  A batch job runs each of its
+    TensorFlow with parameter servers starts its ps tasks first (:func:`ps_count` of them),
+    then the chief (if asked), then the workers; every other mode has ``nodes`` workers.  A batch job runs each of its
     tasks as one node ``task-<N>``, side by side.
     """
     if spec.type.value == "batch":
         return [("task", i) for i in range(len(spec.tasks))]
     roles: list[tuple[str, int]] = []
     if spec.mode.value == "tensorflow":
-        roles += [("ps", i) for i in range(spec.ps)]
+        roles += [("ps", i) for i in range(ps_count(spec))]
         if spec.chief:
             roles.append(("chief", 0))
     roles += [("worker", i) for i in range(spec.nodes)]
     return roles
+
+
+#: where the ModelArts TensorFlow layout's ports come from (seeds 001/004: a random port in
+#: 5000-10000), as ``[low, high)``
+MODELARTS_TF_PORTS = (5000, 10001)
+
+
+def ps_beside_workers(spec: JobSpec) -> bool:
+    """Whether a job has the ModelArts TensorFlow layout (seeds 001/004): a TensorFlow job under
+    the ModelArts convention.  On more than one node it runs one parameter server beside each
+    worker (1:1, on the worker's node), the ps taking half the node's cores and memory and the
+    worker the rest and the cards; on one node it runs one worker alone with the whole node."""
+    return (
+        spec.mode.value == "tensorflow"
+        and spec.convention.value == "modelarts"
+        and spec.type.value != "batch"
+    )
+
+
+def ps_count(spec: JobSpec) -> int:
+    """How many parameter servers a TensorFlow job runs: one per worker on more than one node
+    in the ModelArts layout (:func:`ps_beside_workers`), none on one; else the job's ``ps``."""
+    if ps_beside_workers(spec):
+        return spec.nodes if spec.nodes > 1 else 0
+    return spec.ps

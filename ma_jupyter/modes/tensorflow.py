@@ -29,11 +29,14 @@ TensorFlow sizes its inter-op pool from the CPU affinity, and with one thread th
 ``ParameterServerStrategy`` coordinator and its workers deadlock (remote functions wait for ops
 queued behind them).
 
-With the ModelArts convention (seed 001/004, TensorFlow-GPU) each task also gets
-``VC_TASK_INDEX``, ``TF_PS_HOSTS`` and ``TF_WORKER_HOSTS`` (comma-separated ``host:port``) and
-the boot file gets ``--task_index --ps_hosts --worker_hosts --job_name`` appended (the seed
-writes them before the boot file, where python itself would take them; they belong to the
-script).
+With the ModelArts convention (seed 001/004, TensorFlow-GPU) the layout is the seed's
+(:func:`~.base.ps_beside_workers`): on more than one node one ps beside each worker, splitting
+the node's cores and memory (the worker keeps the cards), ports in 5000-10000
+(:data:`~.base.MODELARTS_TF_PORTS`); each task of such a job also gets ``VC_TASK_INDEX``,
+``TF_PS_HOSTS`` and ``TF_WORKER_HOSTS`` (comma-separated ``host:port``) and the boot file gets
+``--task_index --ps_hosts --worker_hosts --job_name`` appended (the seed writes them before the
+boot file, where python itself would take them; they belong to the script).  A single-node job
+runs its command as written, with nothing appended.
 """
 
 from __future__ import annotations
@@ -88,7 +91,8 @@ def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]
             env["TF_NUM_INTEROP_THREADS"] = "2"
         command = list(argv)
         notes = []
-        if spec.convention is Convention.modelarts:
+        # seed 001: a single-node job is `python <boot file> <args>` only
+        if spec.convention is Convention.modelarts and len(placement.tasks) > 1:
             env.update(
                 {"VC_TASK_INDEX": str(task.index), "TF_PS_HOSTS": ps_hosts, "TF_WORKER_HOSTS": worker_hosts}
             )

@@ -104,9 +104,9 @@ def retention(path: Path | None = None) -> float:
     """
     path = path or config.cluster_file()
     table = config.read_cluster_file(path).get("data", {})
-    unknown = set(table) - {"retention"}
+    unknown = set(table) - {"retention", "root"}
     if unknown:
-        raise InvalidSpec(f"{path}: [data] has no key {sorted(unknown)[0]!r}: use retention")
+        raise InvalidSpec(f"{path}: [data] has no key {sorted(unknown)[0]!r}: use retention or root")
     if "retention" not in table:
         return DEFAULT_RETENTION
     try:

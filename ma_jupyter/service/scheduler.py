@@ -4,7 +4,8 @@ The cluster is the catalog of specs from :mod:`ma_jupyter.config` and the node i
 backend's own when it has one (the Ray backend: the Ray cluster's nodes, live), else the
 ``[[node]]`` tables of ``cluster.toml``.  A job lists one or more equivalent specs; the first one whose tasks all fit right now wins.
 Workers (and the TensorFlow chief) are spread one per inventory node, like a STRICT_SPREAD
-placement group; parameter servers take the small ``cpu.ps`` resources and may share a node.
+placement group; parameter servers take the small ``cpu.ps`` resources and may share a node
+(in the ModelArts TensorFlow layout each ps goes beside its worker, the two splitting the spec).
 The queue is ordered by priority (very-urgent, urgent, normal), then age (:mod:`.queue`).  The
 first queued job that does not fit (the *head*) gets a :class:`Reservation`: the nodes it will
 take once enough running jobs end, by their durations.  A job behind it may start meanwhile
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from ..config import Cluster
 from ..errors import InvalidSpec
 from ..models import JobSpec, Mode, Node, Spec
-from ..modes.base import PS_SPEC_NAME, Placement, TaskSlot, task_roles
+from ..modes.base import MODELARTS_TF_PORTS, PS_SPEC_NAME, Placement, TaskSlot, ps_beside_workers, task_roles
 
 PS_SPEC = Spec(name=PS_SPEC_NAME, cpus=1, memory_gb=1, description="parameter server")
 
@@ -254,15 +255,30 @@ class Scheduler:
             for task in placement.tasks:
                 flavor = self.task_flavor(placement.spec, task.role)
                 held = use.setdefault(task.host, NodeUse())
-                held.cpus += flavor.cpus
-                held.memory_gb += flavor.memory_gb
+                # what the task was placed with (a ModelArts ps and worker split their node);
+                # a placement stored before those fields were kept: its role's flavor
+                held.cpus += task.cpu_request or flavor.cpus
+                held.memory_gb += task.memory_gb or flavor.memory_gb
                 held.cards.update(task.devices)
                 held.usage += [f"{c}:{placement.job_id}" for c in task.devices] or [f"-:{placement.job_id}"]
         return use
 
-    def task_flavor(self, spec: Spec, role: str) -> Spec:
+    def task_flavor(self, spec: Spec, role: str, *, beside: bool = False) -> Spec:
         """The resources one task of ``role`` takes when its job runs with ``spec``: the spec
-        itself, but for a parameter server (the catalog's ``cpu.ps``, else :data:`PS_SPEC`)."""
+        itself, but for a parameter server (the catalog's ``cpu.ps``, else :data:`PS_SPEC`).
+
+        ``beside``: the job has the ModelArts layout (:func:`~ma_jupyter.modes.base.ps_beside_workers`):
+        a ps takes half the spec's cores and memory and no card, its worker the rest and the
+        cards (seed 001)."""
+        if beside and role in ("ps", "worker"):
+            ps = spec.model_copy(
+                update={"cpus": spec.cpus / 2, "memory_gb": spec.memory_gb / 2, "accelerators": 0}
+            )
+            if role == "ps":
+                return ps
+            return spec.model_copy(
+                update={"cpus": spec.cpus - ps.cpus, "memory_gb": spec.memory_gb - ps.memory_gb}
+            )
         if role != "ps":
             return spec
         for s in self.cluster.specs:
@@ -339,6 +355,7 @@ class Scheduler:
             spec.type.value,
             len(spec.tasks),
             spec.mode.value,
+            spec.convention.value,  # the ModelArts TensorFlow layout (ps_beside_workers)
             spec.ps,
             spec.chief,
             spec.nodes,
@@ -408,13 +425,18 @@ class Scheduler:
         unusable.update(dict.fromkeys(exclude, "excluded"))
         inventory = [n for n in self.nodes() if n.name not in unusable]
         candidates = self._candidates(spec, flavor, inventory, usable_only=False)
-        roles = task_roles(spec.model_copy(update={"nodes": workers}))
+        sized = spec.model_copy(update={"nodes": workers})
+        roles = task_roles(sized)
+        beside = ps_beside_workers(sized) and any(role == "ps" for role, _ in roles)
         spread_taken: set[str] = set()
         chosen: list[tuple[str, int, Node, list[int]]] = []
         for role, index in roles:
-            task_flavor = self.task_flavor(flavor, role)
+            task_flavor = self.task_flavor(flavor, role, beside=beside)
+            if role == "ps" and beside:
+                continue  # placed with its worker, below
             if role == "ps":
-                pool = [n for n in inventory if self.cluster.fits(task_flavor, n) and n.status != "down"]
+                # the job's node, driver and pool choices hold for its parameter servers too
+                pool = self._candidates(spec, task_flavor, inventory, usable_only=False)
                 # parameter servers prefer the least loaded node; they may share with workers
                 pool.sort(key=lambda n: trial.get(n.name, NodeUse()).cpus)
             elif role == "task":
@@ -425,7 +447,14 @@ class Scheduler:
             taken = self.pooled(trial)
             for node in pool:
                 held = trial.setdefault(node.name, NodeUse())
-                cards = self._free(node, held, task_flavor, taken, _machine_held(trial))
+                # a worker with its ps beside it needs the whole spec on its node
+                cards = self._free(
+                    node,
+                    held,
+                    flavor if beside and role == "worker" else task_flavor,
+                    taken,
+                    _machine_held(trial),
+                )
                 if cards is None:
                     continue
                 held.cpus += task_flavor.cpus
@@ -434,9 +463,16 @@ class Scheduler:
                 if role not in ("ps", "task"):
                     spread_taken.add(node.name)
                 chosen.append((role, index, node, cards))
+                if beside and role == "worker":
+                    ps = self.task_flavor(flavor, "ps", beside=True)
+                    held.cpus += ps.cpus
+                    held.memory_gb += ps.memory_gb
+                    chosen.append(("ps", index, node, []))
                 break
             else:
                 return None
+        order = {task: k for k, task in enumerate(roles)}
+        chosen.sort(key=lambda c: order[(c[0], c[1])])  # launch order: ps, chief, workers
         real = not flavor.emulated
         tasks = tuple(
             TaskSlot(
@@ -447,12 +483,13 @@ class Scheduler:
                 devices=tuple(cards),
                 # bound into the node's sandbox: real cards of a real node, for a spec not emulated
                 card_type=node.accelerator_type if cards and real and node.emulated is False else "",
-                cpu_request=self.task_flavor(flavor, role).cpus,
-                memory_gb=self.task_flavor(flavor, role).memory_gb,
+                cpu_request=self.task_flavor(flavor, role, beside=beside).cpus,
+                memory_gb=self.task_flavor(flavor, role, beside=beside).memory_gb,
             )
             for role, index, node, cards in chosen
         )
-        return Placement(job_id=job_id, spec=flavor, tasks=tasks)
+        ports = MODELARTS_TF_PORTS if ps_beside_workers(spec) else None
+        return Placement(job_id=job_id, spec=flavor, tasks=tasks, port_range=ports)
 
     # ---------------------------------------------------------------- reservation (EASY)
 

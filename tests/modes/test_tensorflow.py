@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from pydantic import ValidationError
+
 from ma_jupyter.models import JobSpec
 from ma_jupyter.modes import plan_job
 
@@ -80,12 +83,16 @@ def test_chief_without_parameter_servers_trains_with_the_workers():
 
 
 def test_modelarts_convention_arguments_and_variables():
-    spec = _tf(nodes=2, ps=1, convention="modelarts")
+    # seed 001/004: on two nodes, one ps per worker (1:1) without asking for any
+    spec = _tf(nodes=2, convention="modelarts")
     plans = plan_job(spec, placement_for(spec))
-    worker = plans[2]
+    assert [p.name for p in plans] == ["ps-0", "ps-1", "worker-0", "worker-1"]
+    worker = plans[3]
+    ps_hosts = "127.0.1.1:20010,127.0.1.2:20020"
+    worker_hosts = "127.0.1.3:20030,127.0.1.4:20040"
     assert worker.env["VC_TASK_INDEX"] == "1"
-    assert worker.env["TF_PS_HOSTS"] == "127.0.1.1:20010"
-    assert worker.env["TF_WORKER_HOSTS"] == "127.0.1.2:20020,127.0.1.3:20030"
+    assert worker.env["TF_PS_HOSTS"] == ps_hosts
+    assert worker.env["TF_WORKER_HOSTS"] == worker_hosts
     assert worker.env["MA_TASK_NAME"] == "worker"
     assert worker.argv == [
         "python",
@@ -95,14 +102,31 @@ def test_modelarts_convention_arguments_and_variables():
         "--task_index",
         "1",
         "--ps_hosts",
-        "127.0.1.1:20010",
+        ps_hosts,
         "--worker_hosts",
-        "127.0.1.2:20020,127.0.1.3:20030",
+        worker_hosts,
         "--job_name",
         "worker",
     ]
     assert plans[0].argv[-2:] == ["--job_name", "ps"]
     assert plans[0].env["MA_TASK_NAME"] == "ps"
+
+
+def test_modelarts_single_node_runs_the_command_as_written():
+    # seed 001: a single-node job is `python <boot file> <args>` only: no ps, nothing appended
+    spec = _tf(convention="modelarts")
+    (plan,) = plan_job(spec, placement_for(spec))
+    assert plan.name == "worker-0"
+    assert plan.argv == ["python", "train.py", "--epochs", "5"]
+
+
+def test_modelarts_ps_count_other_than_the_layout_is_refused():
+    for nodes, ps in ((2, 1), (1, 1), (3, 2)):
+        with pytest.raises(ValidationError) as info:
+            _tf(nodes=nodes, ps=ps, convention="modelarts")
+        message = str(info.value)
+        assert f"ps={ps}" in message and "beside each worker" in message, message
+    assert _tf(nodes=3, ps=3, convention="modelarts").ps == 3  # the layout's own count is accepted
 
 
 def test_single_core_tasks_get_two_inter_op_threads():

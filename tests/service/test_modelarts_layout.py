@@ -3,6 +3,7 @@ and the Ascend rank table at ``/user/config``."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -70,6 +71,7 @@ def test_a_mindspore_job_finds_its_completed_rank_table_at_user_config(ma_servic
 
 
 LAYOUT = """
+import json
 import os
 print('cwd', os.getcwd())
 print('code', sorted(os.listdir('/home/ma-user/modelarts/user-job-dir/mycode')))
@@ -92,3 +94,43 @@ def test_a_modelarts_node_sees_the_container_layout(ma_service, tmp_path):
     assert "code ['train.py']\n" in log
     for folder in ("/home/ma-user/modelarts", "/cache", "/dev/shm"):
         assert f"writable {folder}\n" in log
+
+
+TF_SHOW = """
+import json, os, sys
+own = json.loads(os.environ['TF_CONFIG'])['task']
+print('task', os.environ.get('MA_TASK_NAME'), own['type'], own['index'])
+print('argv', json.dumps(sys.argv[1:]))
+print('hosts', os.environ.get('TF_PS_HOSTS', '-'), os.environ.get('TF_WORKER_HOSTS', '-'))
+"""
+
+
+def test_modelarts_tensorflow_layout_on_real_nodes(ma_service, tmp_path):
+    """Seed 001/004: two nodes run a ps beside each worker with ports in 5000-10000 and the
+    arguments appended; one node runs `python <boot file> <args>` and nothing else."""
+    code = tmp_path / "tf"
+    code.mkdir()
+    (code / "train.py").write_text(TF_SHOW)
+    common = {"command": "python train.py --epochs 5", "algorithm": str(code), "convention": "modelarts"}
+    two = submit(ma_service, mode="tensorflow", nodes=2, **common)
+    one = submit(ma_service, mode="tensorflow", **common)
+    final = wait_status(ma_service, two["id"], {"succeeded", "error"})
+    logs = {n: full_log(ma_service, two["id"], node=n) for n in ("ps-0", "ps-1", "worker-0", "worker-1")}
+    assert final["status"] == "succeeded", logs
+    hosts = {n["name"]: n["host"] for n in final["nodes"]}
+    assert hosts["ps-0"] == hosts["worker-0"] != hosts["worker-1"] == hosts["ps-1"], hosts
+    worker = logs["worker-1"]
+    assert "task worker worker 1\n" in worker, worker
+    ps_hosts, worker_hosts = worker.split("hosts ")[1].split()
+    endpoints = ps_hosts.split(",") + worker_hosts.split(",")
+    assert len(endpoints) == 4 and all(5000 <= int(e.rsplit(":", 1)[1]) <= 10000 for e in endpoints), (
+        endpoints
+    )
+    argv = ["--epochs", "5", "--task_index", "1", "--ps_hosts", ps_hosts, "--worker_hosts", worker_hosts]
+    assert f"argv {json.dumps([*argv, '--job_name', 'worker'])}\n" in worker, worker
+    assert "task ps ps 0\n" in logs["ps-0"], logs["ps-0"]
+    final = wait_status(ma_service, one["id"], {"succeeded", "error"})
+    log = full_log(ma_service, one["id"])
+    assert final["status"] == "succeeded", log
+    assert [n["name"] for n in final["nodes"]] == ["worker-0"]
+    assert 'argv ["--epochs", "5"]\n' in log, log

@@ -17,6 +17,7 @@ import pytest
 
 from ma_jupyter import config
 from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
@@ -597,3 +598,44 @@ def test_the_look_refuses_a_path_that_now_leads_into_the_service_home_or_elsewhe
     os.symlink(tmp_path / "other", tmp_path / "mine" / "d")
     with pytest.raises(RefusedFile, match="now leads to .*other/inner"):
         prepare.look_at_dataset("mallory", source)
+
+
+def test_data_root_in_cluster_toml_sets_where_prepared_copies_live(ma_home, tmp_path):
+    """``[data] root``: the admin's fast storage holds the copies, and a job reads its dataset
+    from there; a relative root is refused naming the key."""
+    cluster = ma_home / "cluster.toml"
+    base = cluster.read_text() if cluster.exists() else ""
+    cluster.write_text(base + '\n[data]\nroot = "relative/prepared"\n')
+    with pytest.raises(InvalidSpec, match=r"\[data\] root 'relative/prepared': give an absolute folder"):
+        config.prepared_root()
+    fast = tmp_path / "fast"
+    cluster.write_text(base + f"\n[data]\nroot = {str(fast)!r}\n")
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), LocalBackend())
+    try:
+        data = _dataset(tmp_path, size=1000)
+        spec = JobSpec.model_validate(
+            {
+                "name": "fast",
+                "command": pycmd(READ),
+                "specs": ["cpu.small"],
+                "data_preparation": True,
+                "datasets": [{"name": "d", "path": str(data)}],
+            }
+        )
+        job = sup.submit(spec, "me")
+
+        def ended():
+            sup.tick()
+            sup.wait_idle()
+            return sup.store.status(job.id).is_terminal()
+
+        wait_for(ended, timeout=120)
+        final = sup.store.get(job.id)
+        log = (config.jobdir(job.id).logs / "worker-0.log").read_text()
+        assert final.status is JobStatus.succeeded, (final.reason, log)
+        assert "read hello" in log
+        [entry] = sup.preparation.copies.entries(lambda _id: True)
+        assert os.path.commonpath([entry.path, str(fast)]) == str(fast), entry.path
+        assert not (ma_home / "prepared").exists() or not any((ma_home / "prepared").iterdir())
+    finally:
+        stop_every_job(sup)

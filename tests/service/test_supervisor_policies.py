@@ -175,3 +175,32 @@ def test_a_shrunk_elastic_job_says_whether_it_scales_up(sup):
         said[True]
         == f"started with {running} of {nodes} nodes (elastic, at least 1): it scales up when nodes free"
     )
+
+
+def test_the_pre_check_tests_the_checkpoint_folder_as_the_jobs_account(sup):
+    """A job that takes its own outputs folder away (chmod 000) fails the pre-check before its
+    resume: root, the service, could still use the folder, the job's account could not."""
+    script = (
+        "import os, time; "
+        'first = os.environ["MA_ATTEMPT"] == "0"; '
+        'first and os.chmod("/workspace/outputs", 0); '
+        f'print("{SLOW}", flush=True); '
+        "time.sleep(60)"
+    )
+    spec = JobSpec(
+        name="locked-out",
+        command=f"{PY} -c '{script}'",
+        checkpoint_resume={
+            "max_resumes": 1,
+            "grace_period": 1,
+            "perf_threshold": 0.5,
+            "perf_policy": "reschedule",
+        },
+    )
+    job = sup.submit(spec, creator="me")
+    final = tick_until_ended(sup, job.id)
+    assert final.status is JobStatus.error, final.reason
+    account = sup.backend.job_account("me")
+    who = "the service's account" if account is None else f"{account.name} (uid {account.uid})"
+    assert final.reason.startswith("pre-check before resume failed: the checkpoint folder "), final.reason
+    assert f"not readable and writable by {who}, the account the job runs as" in final.reason

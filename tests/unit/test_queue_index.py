@@ -133,6 +133,7 @@ def test_every_field_placement_reads_changes_the_shape():
         {"nodes": 2},
         {"mode": "tensorflow", "ps": 1},
         {"mode": "tensorflow", "chief": True},
+        {"convention": "modelarts"},  # the ModelArts TensorFlow layout places a ps beside each worker
         {"checkpoint_resume": {"elastic_min_nodes": 1}},
         {"type": "batch", "mode": "single", "command": None, "tasks": [{"command": "true"}]},
     ]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ma_jupyter.backends.local import LocalBackend
-from ma_jupyter.config import Cluster, default_nodes, default_specs
+from ma_jupyter.config import Cluster, default_nodes, default_specs, emulated_specs
 from ma_jupyter.errors import InvalidSpec
-from ma_jupyter.models import JobSpec
+from ma_jupyter.models import JobSpec, Node
 from ma_jupyter.modes.base import Placement
 from ma_jupyter.service.scheduler import Scheduler
 
@@ -173,3 +173,65 @@ def test_the_default_catalog_has_a_whole_node_and_a_whole_machine_spec_that_hold
     assert load_cluster().machine_memory_gb == 0
     with pytest.raises(InvalidSpec):
         Scheduler(load_cluster()).check(ma_spec(specs=["cpu.all"]))
+
+
+def _gpu_nodes(count: int, **fields):
+    """Emulated GPU nodes of 4 cores, 8 GB and 4 cards (the machine's own cards play no part)."""
+    return [
+        Node(
+            name=f"node-{i}",
+            cpus=4,
+            memory_gb=8,
+            accelerators=4,
+            accelerator_type="gpu",
+            emulated=True,
+            driver_version="535.0",
+            pools=["default"],
+            **fields,
+        )
+        for i in range(count)
+    ]
+
+
+def test_modelarts_tensorflow_puts_a_ps_beside_each_worker_splitting_the_node():
+    specs = emulated_specs()
+    sched = Scheduler(Cluster(specs=specs, nodes=_gpu_nodes(3)))
+    flavor = next(s for s in specs if s.name == "gpu.emu-2")
+    spec = ma_spec(mode="tensorflow", nodes=2, convention="modelarts", specs=["gpu.emu-2"])
+    placed = sched.place("j", spec, sched.usage([]))
+    assert [(t.role, t.index) for t in placed.tasks] == [("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)]
+    for ps, worker in zip(placed.role("ps"), placed.role("worker"), strict=True):
+        assert ps.host == worker.host  # 1:1, on the same node
+        # seed 001: the ps half the cores and memory, no card; the worker the rest and the cards
+        assert (ps.cpu_request, ps.memory_gb, ps.devices) == (flavor.cpus / 2, flavor.memory_gb / 2, ())
+        assert (worker.cpu_request, worker.memory_gb) == (flavor.cpus / 2, flavor.memory_gb / 2)
+        assert len(worker.devices) == flavor.accelerators
+    assert len({t.host for t in placed.role("worker")}) == 2
+    # the node holds exactly the spec, as one worker without a ps would
+    held = sched.usage([placed])
+    for worker in placed.role("worker"):
+        assert (held[worker.host].cpus, held[worker.host].memory_gb) == (flavor.cpus, flavor.memory_gb)
+    # ports from the seed's range, 5000-10000, and the range survives the store
+    assert placed.port_range == (5000, 10001)
+    bound = LocalBackend(inventory=[n.name for n in sched.cluster.nodes]).bind(placed, reserve=True)
+    assert all(5000 <= p <= 10000 for t in bound.tasks for p in t.ports), bound.tasks
+    assert Placement.from_json(bound.to_json()) == bound
+    # one node: one worker alone with the whole spec, no ps
+    single = sched.place("s", spec.model_copy(update={"nodes": 1}), sched.usage([]))
+    assert [(t.role, t.cpu_request) for t in single.tasks] == [("worker", flavor.cpus)]
+
+
+def test_parameter_servers_obey_the_jobs_node_driver_and_pool():
+    nodes = _gpu_nodes(3)
+    nodes[0] = nodes[0].model_copy(update={"pools": ["other"], "driver_version": "470.0"})
+    specs = emulated_specs() + default_specs()
+    sched = Scheduler(Cluster(specs=specs, nodes=nodes, pools={"default": True, "other": True}))
+    for choice, allowed in (
+        ({"node_name": "node-2"}, {"node-2"}),
+        ({"pool": "default"}, {"node-1", "node-2"}),
+        ({"driver_version": "535.0", "specs": ["gpu.emu-2"]}, {"node-1", "node-2"}),
+    ):
+        fields = {"specs": ["cpu.small"], **choice}
+        placed = sched.place("j", ma_spec(mode="tensorflow", nodes=1, ps=2, **fields), sched.usage([]))
+        assert placed is not None, choice
+        assert {t.host for t in placed.role("ps")} <= allowed, (choice, placed.tasks)

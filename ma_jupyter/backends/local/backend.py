@@ -180,7 +180,7 @@ class LocalBackend(Backend):
                     task,
                     hostname=f"{task.role}-{task.index}",
                     address=f"127.0.1.{k + 1}",
-                    ports=self._ports(2) if reserve else (0, 0),
+                    ports=self._ports(2, placement.port_range) if reserve else (0, 0),
                     cpus=tuple(sorted({(start + i) % cores for i in range(width)})),
                 )
             )
@@ -193,7 +193,7 @@ class LocalBackend(Backend):
             return self.ssh_shell
         return self.remote_shell
 
-    def _ports(self, count: int) -> tuple[int, ...]:
+    def _ports(self, count: int, within: tuple[int, int] | None = None) -> tuple[int, ...]:
         """``count`` TCP ports, each one:
 
         1. free on every address of this host: it binds on ``0.0.0.0``.  A task is reached on
@@ -206,11 +206,13 @@ class LocalBackend(Backend):
            and inside the ephemeral range any outgoing connection of the host could take it as
            its local port in the meantime.  A random start keeps two services on one host
            from trying the same ports in the same order.  Only when the range has no free port
-           left does the kernel pick one (on ``0.0.0.0``, so rule 1 still holds).
+           left does the kernel pick one (on ``0.0.0.0``, so rule 1 still holds);
+        4. ``within`` (``[low, high)``, the placement's :attr:`~ma_jupyter.modes.base.Placement.port_range`)
+           replaces the backend's range where a job's convention names one.
         """
         ports: list[int] = []
         with self._ports_lock:
-            low, high = self._port_range
+            low, high = within or self._port_range
             size = max(0, high - low)
             start = secrets.randbelow(size) if size else 0
             candidates = (low + (start + i) % size for i in range(size))
@@ -226,9 +228,9 @@ class LocalBackend(Backend):
                 ports.append(port)
         return tuple(ports)
 
-    def reserve_ports(self, count: int) -> tuple[int, ...]:
+    def reserve_ports(self, count: int, within: tuple[int, int] | None = None) -> tuple[int, ...]:
         """``count`` ports reserved until :meth:`release_ports` (see :meth:`_ports`)."""
-        return self._ports(count)
+        return self._ports(count, within)
 
     def release_ports(self, ports: list[int] | tuple[int, ...]) -> None:
         """Forget ports :meth:`reserve_ports` handed out."""

@@ -124,9 +124,10 @@ class NodeAgent:
 
     # ------------------------------------------------------------------------- ports
 
-    def ports(self, count: int) -> tuple[int, ...]:
-        """``count`` ports free on every address of this node, reserved until released."""
-        return self._local.reserve_ports(count)
+    def ports(self, count: int, within: tuple[int, int] | None = None) -> tuple[int, ...]:
+        """``count`` ports free on every address of this node, reserved until released (taken
+        from ``within``, ``[low, high)``, when the placement names a range)."""
+        return self._local.reserve_ports(count, within)
 
     def release_ports(self, ports: list[int]) -> None:
         self._local.release_ports(ports)

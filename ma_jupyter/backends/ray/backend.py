@@ -374,7 +374,7 @@ class RayBackend(Backend):
             remove_placement_group(group)  # never hold part of a job's nodes while it waits
             log.info("job %s: Ray could not reserve %s now; it waits", placement.job_id, ", ".join(hosts))
             return None
-        refs = [self._agent(node.node_id).ports.remote(2) for node in nodes]
+        refs = [self._agent(node.node_id).ports.remote(2, placement.port_range) for node in nodes]
         try:
             ports = [tuple(self._get(ref, AGENT_START)) for ref in refs]
             cards = self._card_ids(group, tasks, nodes)

@@ -31,8 +31,9 @@
 * **The pre-check** (seed 002) before every placement of a checkpoint-resume job, its first one
   too (:meth:`Inspection.precheck`), in this order:
 
-  6. the checkpoint folder (the job's outputs) is there and readable (at the first placement it
-     may not be made yet); otherwise the job ends in error;
+  6. the checkpoint folder (the job's outputs) is there, and the job's account (the backend's
+     ``job_account``, not the service's root) may read and write in it (at the first placement
+     it may not be made yet); otherwise the job ends in error, naming the account;
   7. each node of the placement passes its checks (rule 5), now: a node failing one is marked
      faulty and the job waits for the next placement (which avoids it);
   8. the result, with where the job is placed and which nodes it avoids (marked nodes, and the
@@ -48,13 +49,14 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass
 
 from ... import config
 from ...backends.base import Attempt, Backend
-from ...errors import NotFound
-from ...models import Job, JobStatus, Node
+from ...errors import InvalidSpec, NotFound
+from ...models import Job, JobStatus, Node, RunAs
 from ...modes.base import Placement, TaskSlot
 from .. import policies
 from ..disk import FULL_BELOW, disk_use, free_bytes
@@ -83,6 +85,29 @@ class Precheck:
     passed: bool
     reason: str
     fatal: bool = False
+
+
+def _usable_by(folder: str, run_as: RunAs | None) -> bool:
+    """Whether the job's account (``run_as``; None: the service's own) may list, read and write
+    in ``folder`` by its mode, owner and group, as the job itself would (rule 6: the service
+    runs as root, and root's own access says nothing of the job's); ACLs are not considered."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    if run_as is None:
+        return os.access(folder, os.R_OK | os.W_OK | os.X_OK)
+    if run_as.uid == 0:
+        return True
+    if st.st_uid == run_as.uid:
+        bits = st.st_mode >> 6
+    elif st.st_gid == run_as.gid:
+        bits = st.st_mode >> 3
+    else:
+        bits = st.st_mode
+    return bits & 0o7 == 0o7
 
 
 class Inspection:
@@ -241,14 +266,24 @@ class Inspection:
         first = job.attempt == 0
         prefix = "pre-check before the first placement" if first else "pre-check before resume"
         folder = job.outputs_folder
-        readable = bool(folder) and os.path.isdir(folder) and os.access(folder, os.R_OK | os.X_OK)
+        try:
+            run_as = self._backend.job_account(job.spec.creator)
+        except InvalidSpec as exc:  # the host rules changed since the submit
+            return Precheck(False, f"{prefix} failed: {exc}", fatal=True)
+        account = "the service's account" if run_as is None else f"{run_as.name} (uid {run_as.uid})"
+        readable = bool(folder) and _usable_by(folder, run_as)
         if not readable and not (first and folder and not os.path.lexists(folder)):
             return Precheck(
                 False,
-                f"{prefix} failed: the checkpoint folder {folder} (the job's outputs) is missing or unreadable",
+                f"{prefix} failed: the checkpoint folder {folder} (the job's outputs) is missing, or not "
+                f"readable and writable by {account}, the account the job runs as; give the folder back "
+                f"to that account (chmod u+rwx, or chown it)",
                 fatal=True,
             )
-        said = [f"checkpoint folder {folder} " + ("readable" if readable else "not made yet (first attempt)")]
+        said = [
+            f"checkpoint folder {folder} "
+            + (f"readable and writable by {account}" if readable else "not made yet (first attempt)")
+        ]
         nodes = {n.name: n for n in self._scheduler.nodes()}
         for host in dict.fromkeys(t.host for t in placement.tasks):
             node = nodes.get(host)
