@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import requests
-
 from .. import algorithm_content, config
 from ..errors import BackendUnavailable, InvalidSpec, JobFailed, MaJupyterError, NotFound, error_from_body
 from ..models import (
@@ -60,6 +58,7 @@ from .service import read_runtime, start_service, stop_service_process
 from .shell import ShellSession, open_session
 from .snapshot import is_snapshot, names_local_file, ship_working_folder
 from .spec import host_path, spec_body
+from .transport import Connection, ReadTimedOut, TransportError, Unreachable
 
 #: the token a client acts with when none is passed (a user's own, from an admin)
 ENV_TOKEN = "MA_JUPYTER_TOKEN"
@@ -67,14 +66,6 @@ ENV_TOKEN = "MA_JUPYTER_TOKEN"
 ENV_URL = "MA_JUPYTER_URL"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
-
-
-def _is_transient(exc: requests.RequestException) -> bool:
-    """True for failures a restarting service causes (refused, reset, dropped mid-answer):
-    worth retrying a request that is safe to repeat."""
-    if isinstance(exc, requests.ReadTimeout):
-        return False  # handled separately: one more try only
-    return isinstance(exc, (requests.ConnectionError, requests.exceptions.ChunkedEncodingError))
 
 
 class Client:
@@ -121,8 +112,8 @@ class Client:
         self.timeout = timeout
         self.retry_for = retry_for
         self.service_args = tuple(service_args)
-        self._sessions = threading.local()  # one HTTP session per thread (widgets poll from threads)
-        self._all_sessions: list[requests.Session] = []
+        self._sessions = threading.local()  # one HTTP connection per thread (widgets poll from threads)
+        self._all_sessions: list[Connection] = []
         self._lock = threading.RLock()
         self.pid: int | None = None
 
@@ -132,15 +123,14 @@ class Client:
     # ----------------------------------------------------------------------- connection
 
     @property
-    def _session(self) -> requests.Session:
+    def _session(self) -> Connection:
         session = getattr(self._sessions, "session", None)
         if session is None:
-            session = self._sessions.session = requests.Session()
-            # The service listens on loopback: a proxy from the environment (HTTP_PROXY without a
-            # NO_PROXY for it) must never carry its token, and looking the environment up again
-            # on every request costs more than a log read
-            session.trust_env = False
-            self._all_sessions.append(session)
+            # The service listens on loopback: the transport takes no proxy from the
+            # environment (HTTP_PROXY without a NO_PROXY for it), so the token never leaves
+            session = self._sessions.session = Connection()
+            with self._lock:
+                self._all_sessions.append(session)
         return session
 
     @property
@@ -195,7 +185,8 @@ class Client:
         """The /health answer of ``url`` with ``token``, or None (quiet) / the service's 401 /
         BackendUnavailable."""
         try:
-            r = self._session.get(
+            r = self._session.request(
+                "GET",
                 f"{url.rstrip('/')}{API_PREFIX}/health",
                 headers={"Authorization": f"Bearer {token}"},
                 timeout=min(self.timeout, 5.0),
@@ -207,7 +198,7 @@ class Client:
             if r.status_code == 401 and not quiet:
                 raise error_from_body(401, r.json())
             problem = f"HTTP {r.status_code}"
-        except (requests.RequestException, ValueError) as exc:
+        except (TransportError, ValueError) as exc:
             problem = str(exc)
         if quiet:
             return None
@@ -252,15 +243,17 @@ class Client:
                 r = self._session.request(
                     method,
                     f"{url}{API_PREFIX}{path}",
-                    params={k: v for k, v in (params or {}).items() if v is not None},
-                    json=json_body,
+                    params=params,
+                    json_body=json_body,
                     headers={**self.auth_headers(), **(headers or {})},
                     timeout=timeout or self.timeout,
                 )
                 break
-            except requests.RequestException as exc:
-                again = _is_transient(exc) or (isinstance(exc, requests.ReadTimeout) and not timed_out)
-                timed_out = timed_out or isinstance(exc, requests.ReadTimeout)
+            except TransportError as exc:
+                # refused, reset or dropped mid-answer (a restarting service): retried; a read
+                # timeout: one more try only
+                again = isinstance(exc, Unreachable) or (isinstance(exc, ReadTimedOut) and not timed_out)
+                timed_out = timed_out or isinstance(exc, ReadTimedOut)
                 if not again or time.monotonic() >= deadline:
                     raise BackendUnavailable(
                         f"the job service does not answer {method} {path} ({exc}); see {config.service_log()}"
@@ -277,9 +270,8 @@ class Client:
                         except MaJupyterError:
                             self._url = url  # nothing answers yet: keep trying the old address
                 continue
-        if r.status_code == 204 or not r.content:
-            if r.ok:
-                return None
+        if (r.status_code == 204 or not r.content) and r.ok:
+            return None
         if not r.ok:
             try:
                 body = r.json()
@@ -882,10 +874,11 @@ class Client:
         return True
 
     def close(self) -> None:
-        """Close the HTTP session (the service keeps running)."""
-        for session in self._all_sessions:
-            session.close()
-        self._all_sessions.clear()
+        """Close the HTTP connections (the service keeps running)."""
+        with self._lock:
+            for session in self._all_sessions:
+                session.close()
+            self._all_sessions.clear()
         self._sessions = threading.local()
 
     def __enter__(self) -> Client:

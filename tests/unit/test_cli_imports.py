@@ -1,5 +1,6 @@
 """``ma-jupyter`` stays cheap to start: importing the CLI loads neither the notebook, Jupyter,
-the service nor its web stack, and builds no pydantic validator (each model's is built when
+the service nor its web stack, nor ``requests`` (the client's transport is ``http.client``),
+and builds no pydantic validator (each model's is built when
 first used: ``defer_build``).  bench/cli_speed.py measures the time of whole calls."""
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ HEAVY = (
     "ma_jupyter.nodehost",
     "ma_jupyter.frontends.notebook",
     "ma_jupyter.client.kernelspec",
+    # the client's HTTP is the standard library's (client/transport.py)
+    "requests",
+    "urllib3",
 )
 
 

@@ -1,0 +1,95 @@
+"""The client's HTTP transport (``ma_jupyter/client/transport.py``) against a loopback server of
+the test's own that behaves as a restarting or idle-closing service does."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from ma_jupyter.client.transport import Connection, ReadTimedOut, Unreachable
+
+
+class OneShotServer:
+    """A loopback HTTP server that answers each connection's first request, then closes it
+    without saying so (a keep-alive answer), as a service ending idle connections does; every
+    request line it read is kept in ``requests``."""
+
+    def __init__(self, *, answer: bool = True):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.answer = answer
+        self.requests: list[str] = []
+        self.accepted = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests.append(data.split(b"\r\n", 1)[0].decode())
+                if not self.answer:
+                    conn.recv(1)  # never answers; the client's timeout ends the wait
+                    continue
+                body = b'{"ok": true}'
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def server():
+    made = OneShotServer()
+    yield made
+    made.close()
+
+
+def test_a_kept_alive_connection_closed_while_idle_is_replaced_and_the_query_is_encoded(server):
+    conn = Connection()
+    url = f"http://127.0.0.1:{server.port}/api/v1/jobs"
+    params = {"status": ["queued", "running"], "name": "a b", "creator": None, "limit": 5}
+    first = conn.request("GET", url, params=params, timeout=30)
+    # the server closed the first connection after its answer: the second request goes out on
+    # a fresh one instead of failing (rule 2)
+    second = conn.request("POST", url, json_body={"x": 1}, timeout=30)
+    conn.close()
+    assert first.ok and first.json() == {"ok": True} and second.json() == {"ok": True}
+    assert server.accepted == 2
+    assert server.requests == [
+        "GET /api/v1/jobs?status=queued&status=running&name=a+b&limit=5 HTTP/1.1",
+        "POST /api/v1/jobs HTTP/1.1",
+    ]
+
+
+def test_refused_and_late_answers_raise_their_own_errors():
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connecting is refused
+    port = closed.getsockname()[1]
+    try:
+        with pytest.raises(Unreachable, match=rf"127\.0\.0\.1:{port}: .*Connection refused"):
+            Connection().request("GET", f"http://127.0.0.1:{port}/", timeout=30)
+    finally:
+        closed.close()
+    silent = OneShotServer(answer=False)
+    try:
+        with pytest.raises(ReadTimedOut, match="no answer within 0.5 s"):
+            Connection().request("GET", f"http://127.0.0.1:{silent.port}/", timeout=0.5)
+    finally:
+        silent.close()
