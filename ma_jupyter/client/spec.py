@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidSpec
-from ..models import JobSpec, parse_spec
+
+if TYPE_CHECKING:  # pydantic is imported where a spec is validated, not with the client
+    from ..models import JobSpec
 
 
 def host_path(text: str, root: Path) -> str:
@@ -69,20 +71,28 @@ def check(data: JobSpec | dict[str, Any], *, cwd: str | os.PathLike[str] | None 
     Raises:
         InvalidSpec: the spec breaks a rule of the wire model (the message names the field).
     """
+    from ..models import JobSpec, parse_spec
+
     if isinstance(data, JobSpec):
         data = data.model_dump(mode="json", exclude_unset=True)
     return parse_spec(absolute_paths(data, cwd))
 
 
-def spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
-    """The JSON body of a spec (``fields`` override its keys): host paths absolute, validated.
+def spec_body(
+    spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any], *, validate: bool = True
+) -> dict[str, Any]:
+    """The JSON body of a spec (``fields`` override its keys): host paths absolute, validated
+    (without ``validate``, a plain client's, only the host paths: the service validates it
+    and refuses it with the same message).
 
     Raises:
         InvalidSpec: the spec breaks a rule of the wire model (the message names the field).
     """
-    if isinstance(spec, JobSpec):
+    if hasattr(spec, "model_dump"):  # a JobSpec
         data = {**spec.model_dump(mode="json", exclude_unset=True), **fields}
     else:
         data = {**(spec or {}), **fields}
     # relative host paths mean the caller's directory, not the service's
+    if not validate:
+        return absolute_paths(data)
     return check(data).model_dump(mode="json", exclude_unset=True)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from ..models import ClusterView
+from typing import TYPE_CHECKING
+
 from .render import text_table
+
+if TYPE_CHECKING:  # annotations only: the CLI reads answers without pydantic
+    from ..models import ClusterView
 
 
 def cluster_text(view: ClusterView) -> str:

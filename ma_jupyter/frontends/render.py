@@ -7,10 +7,14 @@ import re
 import shlex
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..client.logs import stream_label
-from ..models import Event, Job, JobStatus, JobSummary, Mount, Plan
+from ..client.plain import model_name
+from ..wire import JobStatus
+
+if TYPE_CHECKING:  # annotations only: the CLI reads answers without pydantic
+    from ..models import Event, Job, JobSummary, Mount, Plan
 
 
 def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
@@ -340,7 +344,7 @@ def list_reason(job: Job | JobSummary) -> str:
 def task_summary(job: Job | JobSummary) -> str:
     """A batch job's tasks counted by status, e.g. ``1 succeeded, 1 failed (task-1)``; the
     failed ones are named (a listed job's summary names its first ones)."""
-    if isinstance(job, JobSummary):
+    if model_name(job) == "JobSummary":
         counts, failed = job.task_counts, job.failed_tasks
     else:
         counts = {}
