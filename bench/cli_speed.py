@@ -52,10 +52,14 @@ print(repr(elapsed))
 
 
 def _timed(argv: list[str], env: dict) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Wall and CPU (user + system of the child) seconds of one process."""
+    """Wall and CPU (user + system of the child) seconds of one process, run in the home (a
+    folder without a checkout: ``python -c`` puts the current folder first on ``sys.path``,
+    which would override ``PYTHONPATH``'s tree)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        argv, env=env, cwd=env["MA_JUPYTER_HOME"], capture_output=True, text=True, timeout=120
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -141,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(max(3, args.reps // 3)):
                 for label, env in envs.items():
                     done = subprocess.run(
-                        [PY, "-c", FIRST_CELL], env=env, capture_output=True, text=True, timeout=120
+                        [PY, "-c", FIRST_CELL],
+                        env=env,
+                        cwd=home,
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
                     )
                     assert done.returncode == 0, done.stderr
                     cells[label].append(float(done.stdout.strip().splitlines()[-1]))

@@ -34,9 +34,7 @@ machine shows that type's device nodes.  ``devices = [2, 3]`` names the machine'
 from __future__ import annotations
 
 import os
-import platform
 import shlex
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -130,6 +128,8 @@ def read_cluster_file(path: Path | None = None) -> dict:
         InvalidSpec: the file cannot be read or is not TOML ("<path> is not a valid cluster
             file: ..."); each caller checks its own table's keys and values.
     """
+    import tomllib  # here: a client reading the home's paths never parses TOML
+
     path = path or cluster_file()
     if not path.exists():
         return {}
@@ -252,6 +252,8 @@ def default_nodes(count: int = DEFAULT_NODES) -> list[Node]:
     """Simulated nodes of this machine: each sees every core and a share of the memory; every
     one lists all of the machine's cards of one type (types taken in turn), or 4 emulated cards
     (GPU and NPU in turn) where it has none."""
+    import platform
+
     from .models import Node
 
     cores = float(os.cpu_count() or 1)

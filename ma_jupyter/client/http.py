@@ -26,14 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from .. import algorithm_content, config
+from .. import config
 from ..errors import BackendUnavailable, InvalidSpec, JobFailed, MaJupyterError, NotFound, error_from_body
 from ..wire import API_PREFIX, JobSort, JobStatus, JobType
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .plain import FIELDS, Plain, model_name
 from .service import read_runtime, start_service, stop_service_process
 from .shell import ShellSession, open_session
-from .snapshot import is_snapshot, names_local_file, ship_working_folder
 from .spec import host_path, spec_body
 from .transport import Connection, ReadTimedOut, TransportError, Unreachable
 
@@ -325,6 +324,8 @@ class Client:
                 spec, missing host folder...).
         """
         body = self._spec_body(spec, fields)
+        from .snapshot import is_snapshot, ship_working_folder  # a folder copy: submits only
+
         shipped = ship_working_folder(body)
         # One key per submit call: the retries of this call (after a timeout or a dropped
         # connection) return the job the first attempt created instead of a second one.
@@ -349,6 +350,8 @@ class Client:
             InvalidSpec: as for :meth:`submit`.
         """
         body = self._spec_body(spec, fields)
+        from .snapshot import is_snapshot, ship_working_folder  # a folder copy: submits only
+
         shipped = ship_working_folder(body)
         try:
             plan = self._answer("Plan", self._request("POST", "/plan", json_body=body))
@@ -403,6 +406,8 @@ class Client:
             InvalidSpec: as for :meth:`submit` and :meth:`export`.
         """
         body = self._spec_body(spec, fields)
+        from .snapshot import names_local_file
+
         if not body.get("algorithm") and names_local_file(body.get("command"), Path.cwd()):
             body["algorithm"] = str(Path.cwd())
         params = {"format": format, "image": image, "mounts_as": mounts_as}
@@ -491,6 +496,8 @@ class Client:
         statuses = status if isinstance(status, list) else [status] if status else []
         folder = host_path(algorithm, Path.cwd()) if algorithm else None
         if folder is not None and algorithm_digest is None:
+            from .. import algorithm_content  # hashing a folder: only a search by folder needs it
+
             algorithm_digest = algorithm_content.digest(folder)
         params = {
             "name": name,

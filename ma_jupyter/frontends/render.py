@@ -6,7 +6,6 @@ import io
 import re
 import shlex
 from datetime import UTC, datetime
-from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ..client.logs import stream_label
@@ -498,6 +497,8 @@ def status_badge(status: JobStatus) -> str:
 
 def events_html(events: list[Event]) -> str:
     """A job's events as an HTML table (the job monitor's events tab)."""
+    from html import escape  # HTML is the notebook's: a command line never loads it
+
     rows = "".join(
         f"<tr><td>{e.seq}</td><td>{clock(e.time)}</td><td>{e.status.value}</td>"
         f"<td>{escape(stream_label((e.node, e.rank)) if e.node else '')}</td><td>{escape(e.reason)}</td></tr>"
