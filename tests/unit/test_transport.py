@@ -16,10 +16,11 @@ class OneShotServer:
     without saying so (a keep-alive answer), as a service ending idle connections does; every
     request line it read is kept in ``requests``."""
 
-    def __init__(self, *, answer: bool = True):
+    def __init__(self, *, answer: bool = True, reply: bytes | None = None):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.answer = answer
+        self.reply = reply
         self.requests: list[str] = []
         self.accepted = 0
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -44,6 +45,9 @@ class OneShotServer:
                     conn.recv(1)  # never answers; the client's timeout ends the wait
                     continue
                 body = b'{"ok": true}'
+                if self.reply is not None:
+                    conn.sendall(self.reply)
+                    continue
                 conn.sendall(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                     + f"Content-Length: {len(body)}\r\n\r\n".encode()
@@ -93,3 +97,19 @@ def test_refused_and_late_answers_raise_their_own_errors():
             Connection().request("GET", f"http://127.0.0.1:{silent.port}/", timeout=0.5)
     finally:
         silent.close()
+
+
+def test_chunked_answers_are_read_and_unbounded_headers_refused():
+    chunked = OneShotServer(
+        reply=b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'7\r\n{"a": 1\r\n1;ext=1\r\n}\r\n0\r\n\r\n'
+    )
+    flood = OneShotServer(reply=b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n")
+    try:
+        answer = Connection().request("GET", f"http://127.0.0.1:{chunked.port}/x", timeout=30)
+        assert (answer.status_code, answer.ok, answer.json()) == (404, False, {"a": 1})
+        with pytest.raises(Unreachable, match="more than 100 headers"):
+            Connection().request("GET", f"http://127.0.0.1:{flood.port}/x", timeout=30)
+    finally:
+        chunked.close()
+        flood.close()
