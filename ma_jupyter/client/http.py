@@ -20,7 +20,6 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,6 +68,12 @@ ENV_TOKEN = "MA_JUPYTER_TOKEN"
 ENV_URL = "MA_JUPYTER_URL"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
+
+
+def _new_key() -> str:
+    """A fresh idempotency key: 128 random bits as 32 hex digits (what ``uuid4().hex`` gave,
+    without importing :mod:`uuid`, which loads :mod:`platform` on every CLI call)."""
+    return os.urandom(16).hex()
 
 
 class Client:
@@ -329,7 +334,7 @@ class Client:
         shipped = ship_working_folder(body)
         # One key per submit call: the retries of this call (after a timeout or a dropped
         # connection) return the job the first attempt created instead of a second one.
-        key = {IDEMPOTENCY_HEADER: uuid.uuid4().hex}
+        key = {IDEMPOTENCY_HEADER: _new_key()}
         try:
             job = self._answer("Job", self._request("POST", "/jobs", json_body=body, headers=key))
         except BaseException:
@@ -796,7 +801,7 @@ class Client:
             "POST",
             f"/jobs/{_segment(job_id)}/devenv",
             json_body=body,
-            headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex},
+            headers={IDEMPOTENCY_HEADER: _new_key()},
         )
         return JobHandle(self, self._answer("Job", data))
 
