@@ -23,6 +23,8 @@ Rules of :meth:`Connection.request`:
    connection's end; a status line or header longer than 64 KiB, or more than 100 headers,
    is a broken answer (:class:`Unreachable`), as :mod:`http.client` bounds them.
    ``https://`` URLs are wrapped in TLS (:mod:`ssl` imported only then).
+6. A request ended by anything else (an interrupt while an answer is read) closes the
+   connection: what is left of that answer is never read as the next request's.
 """
 
 from __future__ import annotations
@@ -147,6 +149,11 @@ class Connection:
             except (OSError, ValueError) as exc:
                 self.close()
                 raise Unreachable(_said(exc)) from exc
+            except BaseException:
+                # an interrupt (Ctrl-C while following a log) mid-request: the rest of this
+                # answer would be read as the next request's, so the connection goes (rule 6)
+                self.close()
+                raise
             if close:
                 self.close()
             return Response(status, content)

@@ -113,3 +113,45 @@ def test_chunked_answers_are_read_and_unbounded_headers_refused():
     finally:
         chunked.close()
         flood.close()
+
+
+def test_an_interrupted_answer_is_never_read_as_the_next_one():
+    """Ctrl-C while an answer is read (a cell following a log): the next request, on the same
+    connection object, gets its own answer, not the rest of the interrupted one (rule 6)."""
+    import signal
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    held = []
+
+    def serve() -> None:
+        first, _ = server.accept()  # answers half, then holds the connection open
+        first.recv(65536)
+        first.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"first": ')
+        held.append(first)
+        second, _ = server.accept()
+        with second:
+            second.recv(65536)
+            second.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{"second": 2}')
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    conn = Connection()
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            conn.request("GET", f"http://127.0.0.1:{port}/follow", timeout=30)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    try:
+        assert conn.request("GET", f"http://127.0.0.1:{port}/job", timeout=10).json() == {"second": 2}
+    finally:
+        conn.close()
+        for sock in held:
+            sock.close()
+        server.close()
