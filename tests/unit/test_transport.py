@@ -117,7 +117,7 @@ def test_chunked_answers_are_read_and_unbounded_headers_refused():
 
 def test_an_interrupted_answer_is_never_read_as_the_next_one():
     """Ctrl-C while an answer is read (a cell following a log): the next request, on the same
-    connection object, gets its own answer, not the rest of the interrupted one (rule 6)."""
+    connection object, gets its own answer, not the rest of the interrupted one (rule 5)."""
     import signal
 
     server = socket.create_server(("127.0.0.1", 0))
