@@ -12,7 +12,10 @@ interpreter's start and exit on the same machine at the same moment):
     extension loaded (a fresh kernel): from the cell's start to its end (the submit's answer).
 
 Medians over the repetitions; the target is ``ours - baseline`` (the CLI's own cost) within
-0.1 s for (a) and the cell within 0.3 s for (b).  Also printed: the CPU time of each CLI call.
+0.1 s for (a) and the cell within 0.3 s for (b).  Also printed: the CPU time (user + system,
+``getrusage(RUSAGE_CHILDREN)``) of each CLI call and of the baseline, less noisy than wall time
+on a loaded machine.  ``--compare PATH`` times another checkout (e.g. the tree before a change)
+in the same run, alternating with this one call by call, against the same service and baseline.
 """
 
 from __future__ import annotations
@@ -49,10 +52,14 @@ print(repr(elapsed))
 
 
 def _timed(argv: list[str], env: dict) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Wall and CPU (user + system of the child) seconds of one process."""
+    """Wall and CPU (user + system of the child) seconds of one process, run in the home (a
+    folder without a checkout: ``python -c`` puts the current folder first on ``sys.path``,
+    which would override ``PYTHONPATH``'s tree)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        argv, env=env, cwd=env["MA_JUPYTER_HOME"], capture_output=True, text=True, timeout=120
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -69,17 +76,24 @@ def main(argv: list[str] | None = None) -> int:
         "--tree",
         type=Path,
         default=REPO,
-        help="the checkout whose CLI is timed (default this one: "
-        "another one, e.g. before a change, against the same service and baseline)",
+        help="the checkout whose CLI is timed (default this one)",
+    )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        help="another checkout (e.g. before a change) timed in the same run, alternating with --tree",
     )
     args = parser.parse_args(argv)
+    trees = {"this": args.tree.resolve()}
+    if args.compare:
+        trees["compared"] = args.compare.resolve()
 
     with tempfile.TemporaryDirectory(prefix="ma-bench-cli-") as tmp:
         home = Path(tmp)
         os.environ["MA_JUPYTER_HOME"] = str(home)
         # as installed: the bytecode cache is written (and the first call below warms it)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env["PYTHONPATH"] = str(args.tree.resolve())
+        base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        envs = {label: {**base_env, "PYTHONPATH": str(tree)} for label, tree in trees.items()}
         from ma_jupyter.client import Client
 
         client = Client()
@@ -98,43 +112,72 @@ def main(argv: list[str] | None = None) -> int:
                 "logs (finished job)": ["logs", job],
                 "submit (no --follow)": ["submit", "--name", "bench-cli", "--", PY, "-c", "pass"],
             }
-            rows = []
-            for cli_args in commands.values():  # warm-up: bytecode and the disk cache
-                _timed([PY, *CLI, *cli_args], env)
+            for env in envs.values():  # warm-up: bytecode and the disk cache
+                for cli_args in commands.values():
+                    _timed([PY, *CLI, *cli_args], env)
+            rows = []  # (tree, what, wall, base wall, cpu, base cpu)
             for what, cli_args in commands.items():
-                ours, cpus, base = [], [], []
+                walls = {label: [] for label in envs}
+                cpus = {label: [] for label in envs}
+                base, base_cpu = [], []
                 for _ in range(args.reps):
-                    wall, cpu, done = _timed([PY, *CLI, *cli_args], env)
-                    assert done.returncode == 0, done.stderr
-                    ours.append(wall)
-                    cpus.append(cpu)
-                    base.append(_timed([PY, "-c", "pass"], env)[0])
-                rows.append((what, statistics.median(ours), statistics.median(base), statistics.median(cpus)))
-            cells, cell_base = [], []
+                    for label, env in envs.items():
+                        wall, cpu, done = _timed([PY, *CLI, *cli_args], env)
+                        assert done.returncode == 0, done.stderr
+                        walls[label].append(wall)
+                        cpus[label].append(cpu)
+                    wall, cpu, _ = _timed([PY, "-c", "pass"], base_env)
+                    base.append(wall)
+                    base_cpu.append(cpu)
+                for label in envs:
+                    rows.append(
+                        (
+                            label,
+                            what,
+                            statistics.median(walls[label]),
+                            statistics.median(base),
+                            statistics.median(cpus[label]),
+                            statistics.median(base_cpu),
+                        )
+                    )
+            cells = {label: [] for label in envs}
+            cell_base = []
             for _ in range(max(3, args.reps // 3)):
-                done = subprocess.run(
-                    [PY, "-c", FIRST_CELL], env=env, capture_output=True, text=True, timeout=120
-                )
-                assert done.returncode == 0, done.stderr
-                cells.append(float(done.stdout.strip().splitlines()[-1]))
-                cell_base.append(_timed([PY, "-c", "pass"], env)[0])
+                for label, env in envs.items():
+                    done = subprocess.run(
+                        [PY, "-c", FIRST_CELL],
+                        env=env,
+                        cwd=home,
+                        capture_output=True,
+                        text=True,
+                        timeout=120,
+                    )
+                    assert done.returncode == 0, done.stderr
+                    cells[label].append(float(done.stdout.strip().splitlines()[-1]))
+                cell_base.append(_timed([PY, "-c", "pass"], base_env)[0])
             for handle in client.jobs(status=["running", "queued"], limit=500):
                 handle.stop()
         finally:
             client.shutdown_service()
 
-    print(f"{'measure':28} {'ma_jupyter':>12} {'python -c pass':>15} {'own cost':>10} {'cpu':>9}")
-    for what, ours, base, cpu in rows:
+    print(
+        f"{'tree':9} {'measure':24} {'ma_jupyter':>11} {'python -c pass':>15} {'own cost':>9}"
+        f" {'cpu':>7} {'cpu of pass':>12} {'own cpu':>8}"
+    )
+    for label, what, ours, base, cpu, cpu_base in rows:
         own = ours - base
         verdict = "ok" if own <= TARGETS["cli"] else "MISSED"
         print(
-            f"{what:28} {ours * 1000:9.0f} ms {base * 1000:12.0f} ms {own * 1000:7.0f} ms {cpu * 1000:6.0f} ms  {verdict}"
+            f"{label:9} {what:24} {ours * 1000:8.0f} ms {base * 1000:12.0f} ms {own * 1000:6.0f} ms"
+            f" {cpu * 1000:4.0f} ms {cpu_base * 1000:9.0f} ms {(cpu - cpu_base) * 1000:5.0f} ms  {verdict}"
         )
-    cell = statistics.median(cells)
-    print(
-        f"{'%%ma_train first submit':28} {cell * 1000:9.0f} ms {statistics.median(cell_base) * 1000:12.0f} ms"
-        f" {'':>10} {'':>9}  {'ok' if cell <= TARGETS['first_cell'] else 'MISSED'} (target {TARGETS['first_cell'] * 1000:.0f} ms)"
-    )
+    for label, measured in cells.items():
+        cell = statistics.median(measured)
+        print(
+            f"{label:9} {'%%ma_train first submit':24} {cell * 1000:8.0f} ms"
+            f" {statistics.median(cell_base) * 1000:12.0f} ms"
+            f"  {'ok' if cell <= TARGETS['first_cell'] else 'MISSED'} (target {TARGETS['first_cell'] * 1000:.0f} ms)"
+        )
     return 0
 
 

@@ -34,16 +34,19 @@ machine shows that type's device nodes.  ``devices = [2, 3]`` names the machine'
 from __future__ import annotations
 
 import os
-import platform
 import shlex
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import accelerators
 from .errors import InvalidSpec
 from .jobdir import JobDir, check_job_id
-from .models import Node, Spec, is_object_uri
+from .wire import is_object_uri
+
+if TYPE_CHECKING:  # the models are imported where a spec or node is made: a client reads the
+    # home's paths from here without pydantic
+    from .models import Node, Spec
 
 ENV_HOME = "MA_JUPYTER_HOME"
 #: the folder a job's relative host paths (and the admin's project rules) start from
@@ -142,6 +145,8 @@ def read_cluster_file(path: Path | None = None) -> dict:
         InvalidSpec: the file cannot be read or is not TOML ("<path> is not a valid cluster
             file: ..."); each caller checks its own table's keys and values.
     """
+    import tomllib  # here: a client reading the home's paths never parses TOML
+
     path = path or cluster_file()
     if not path.exists():
         return {}
@@ -180,6 +185,8 @@ def card_specs(cards: list[accelerators.Card], emulated: bool, count: int = DEFA
     """One spec per count of :func:`card_counts` for the machine's ``cards`` of one type: its
     share of the cores and of a simulated node's memory (at least 8 GB where the node has it: a
     CUDA process alone holds a few GB), the driver version the cards run."""
+    from .models import Spec
+
     first = cards[0]
     cores = os.cpu_count() or 1
     node_memory = round(_memory_gb() / count, 1)
@@ -205,6 +212,8 @@ def card_specs(cards: list[accelerators.Card], emulated: bool, count: int = DEFA
 
 def cpu_specs() -> list[Spec]:
     """The CPU specs of every default cluster."""
+    from .models import Spec
+
     return [
         Spec(name="cpu.small", cpus=1, memory_gb=2, description="1 core, 2 GB"),
         Spec(name="cpu.medium", cpus=2, memory_gb=4, description="2 cores, 4 GB"),
@@ -251,6 +260,8 @@ def default_specs() -> list[Spec]:
 
 def emulated_specs() -> list[Spec]:
     """The emulated card specs of a default cluster on a machine without cards."""
+    from .models import Spec
+
     return [
         Spec(
             name="gpu.emu-2",
@@ -282,6 +293,10 @@ def default_nodes(count: int = DEFAULT_NODES) -> list[Node]:
     """Simulated nodes of this machine: each sees every core and a share of the memory; every
     one lists all of the machine's cards of one type (types taken in turn), or 4 emulated cards
     (GPU and NPU in turn) where it has none."""
+    import platform
+
+    from .models import Node
+
     cores = float(os.cpu_count() or 1)
     memory = _memory_gb()
 
@@ -465,6 +480,8 @@ class Cluster:
 
 def load_cluster(path: Path | None = None) -> Cluster:
     """The cluster from ``cluster.toml`` if present, else the defaults derived from this machine."""
+    from .models import Node, Spec
+
     path = path or cluster_file()
     if not path.exists():
         return Cluster(machine_memory_gb=_memory_gb())

@@ -14,20 +14,38 @@ driver version and a dedicated pool; the parameter-server count belongs to Tenso
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import UTC, datetime
-from enum import Enum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .commands import parse_command
 
-#: the REST API's path prefix and the header naming the user a forwarding proxy acts for: the
-#: wire's names, shared by the service and its clients
-API_PREFIX = "/api/v1"
-FORWARDED_USER_HEADER = "X-MA-Forwarded-User"
+# The wire's plain parts (names, enumerations, durations) live in wire.py, which needs no
+# pydantic: a command line reads answers through them without importing this module.
+from .wire import (  # noqa: F401 - re-exported: `from ma_jupyter.models import JobStatus` stays true
+    API_PREFIX,
+    FORWARDED_USER_HEADER,
+    MAX_DURATION,
+    OBJECT_SCHEMES,
+    TERMINAL_STATUSES,
+    TRANSITIONS,
+    Access,
+    Convention,
+    DatasetSource,
+    HangPolicy,
+    JobSort,
+    JobStatus,
+    JobType,
+    Mode,
+    ModelSource,
+    PerfPolicy,
+    Priority,
+    clone_name,
+    is_object_uri,
+    parse_duration,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 #: Size bounds of the spec's free fields (rule: every string and list a request carries is
@@ -41,8 +59,6 @@ MAX_MOUNTS = 64
 MAX_SPECS = 16
 MAX_TASKS = 256
 MAX_ENV = 1024
-#: the longest run duration: ten years (a larger number is a typo, and would overflow dates)
-MAX_DURATION = 10 * 366 * 86400.0
 #: no NUL byte: no path, argument or name the kernel takes can carry one
 NO_NUL = r"^[^\x00]*$"
 Path_ = Annotated[str, Field(max_length=MAX_PATH, pattern=NO_NUL)]
@@ -51,19 +67,6 @@ Command = Annotated[str, Field(max_length=MAX_COMMAND, pattern=NO_NUL)]
 #: an algorithm folder's content identity (:mod:`ma_jupyter.algorithm_content`)
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 Digest = Annotated[str, Field(pattern=DIGEST_PATTERN)]
-_COPY_SUFFIX = re.compile(r"-copy(?:-(\d+))?$")
-
-
-def clone_name(name: str) -> str:
-    """The name a clone of job ``name`` gets: ``x`` -> ``x-copy`` -> ``x-copy-2`` -> ``x-copy-3``
-    (never ``x-copy-copy``), within the 63 characters of :data:`NAME_PATTERN`."""
-    match = _COPY_SUFFIX.search(name)
-    if match is None:
-        base, number = name, 1
-    else:
-        base, number = name[: match.start()], int(match.group(1) or 1) + 1
-    suffix = "-copy" if number == 1 else f"-copy-{number}"
-    return base[: 63 - len(suffix)] + suffix
 
 
 #: A user name: letters, digits and ``_ . @ -`` (JupyterHub names may be e-mail addresses).
@@ -106,11 +109,6 @@ def check_node_target(job_id: object, node: object) -> tuple[str, str]:
     return job_id, node
 
 
-_DURATION = re.compile(
-    r"^\s*(?:(\d+(?:\.\d+)?)\s*d)?\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m)?\s*(?:(\d+(?:\.\d+)?)\s*s?)?\s*$"
-)
-
-
 def utcnow() -> datetime:
     """Timezone-aware now, the only clock the models use."""
     return datetime.now(UTC)
@@ -126,147 +124,7 @@ class Strict(BaseModel):
     )
 
 
-class JobSort(str, Enum):
-    """How a job listing is ordered: a column, ``-`` first for descending (ties: newest first)."""
-
-    oldest = "created"
-    newest = "-created"
-    name_asc = "name"
-    name_desc = "-name"
-    id_asc = "id"
-    id_desc = "-id"
-    status_asc = "status"
-    status_desc = "-status"
-    creator_asc = "creator"
-    creator_desc = "-creator"
-    outputs_asc = "outputs"
-    outputs_desc = "-outputs"
-    priority_asc = "priority"
-    priority_desc = "-priority"
-    mode_asc = "mode"
-    mode_desc = "-mode"
-    spec_asc = "spec"
-    spec_desc = "-spec"
-    elapsed_asc = "elapsed"
-    elapsed_desc = "-elapsed"
-
-
-class JobType(str, Enum):
-    regular = "regular"
-    batch = "batch"
-
-
-class Priority(str, Enum):
-    """Queue order: very-urgent first, then urgent, then normal; FIFO within one priority."""
-
-    normal = "normal"
-    urgent = "urgent"
-    very_urgent = "very-urgent"
-
-    @property
-    def rank(self) -> int:
-        return {"normal": 0, "urgent": 1, "very-urgent": 2}[self.value]
-
-
-class Access(str, Enum):
-    """What other users may do with the job: read-write, read-only, or nothing."""
-
-    rw = "rw"
-    ro = "ro"
-    none = "none"
-
-
-class Mode(str, Enum):
-    """How a job's nodes run its command (``docs/jobs.md``; ``docs/variables.md`` per mode).
-
-    ``distributed`` gives every node the platform's distributed variables and runs the command
-    as written (no launcher around it), for any framework.
-    """
-
-    single = "single"
-    distributed = "distributed"
-    pytorch = "pytorch"
-    pytorch_deepspeed = "pytorch-deepspeed"
-    tensorflow = "tensorflow"
-    horovod = "horovod"
-    mindspore_ascend = "mindspore-ascend"
-
-
-class Convention(str, Enum):
-    """Which platform's launch conventions the modes follow (extra args and variables)."""
-
-    platform = "platform"
-    modelarts = "modelarts"
-
-
-class JobStatus(str, Enum):
-    """The platform's statuses.  ``expired``: the job ran past its duration."""
-
-    queued = "queued"
-    running = "running"
-    error = "error"
-    stopped = "stopped"
-    expired = "expired"
-    succeeded = "succeeded"
-
-    def is_terminal(self) -> bool:
-        """True once the job can change no more."""
-        return self in TERMINAL_STATUSES
-
-    def can_become(self, other: JobStatus) -> bool:
-        """Whether the transition table allows ``self -> other``."""
-        return other in TRANSITIONS[self]
-
-
-TERMINAL_STATUSES = frozenset({JobStatus.error, JobStatus.stopped, JobStatus.expired, JobStatus.succeeded})
-
-# The one table of allowed status changes.  running -> queued is a fault restart or a
-# checkpoint resume that puts the job back in the queue to be scheduled again.
-TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    JobStatus.queued: frozenset({JobStatus.running, JobStatus.stopped, JobStatus.error}),
-    JobStatus.running: frozenset(
-        {JobStatus.queued, JobStatus.succeeded, JobStatus.error, JobStatus.stopped, JobStatus.expired}
-    ),
-    JobStatus.error: frozenset(),
-    JobStatus.stopped: frozenset(),
-    JobStatus.expired: frozenset(),
-    JobStatus.succeeded: frozenset(),
-}
-
-
-def parse_duration(value: Any) -> float | None:
-    """Seconds from a number or a text like ``90``, ``30s``, ``15m``, ``2h``, ``1d2h``; None = no limit."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or a text like 30m, 2h, 1d")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match or not any(match.groups()):
-            raise ValueError(f"{value!r} is not a duration: use seconds or a text like 30m, 2h, 1d12h")
-        d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
-        seconds = d * 86400 + h * 3600 + m * 60 + s
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError("a duration must be positive")
-    if seconds > MAX_DURATION:
-        raise ValueError("a duration is at most ten years (315 m seconds)")
-    return seconds
-
-
 # ----------------------------------------------------------------------------------- mounts
-
-
-class DatasetSource(str, Enum):
-    private = "private"
-    favorite = "favorite"
-
-
-class ModelSource(str, Enum):
-    pretrained = "pretrained"
-    private = "private"
-    favorite = "favorite"
 
 
 class DatasetMount(Strict):
@@ -350,19 +208,6 @@ class FaultRestart(Strict):
     max_restarts: int = Field(default=3, ge=1, le=100)
 
 
-class PerfPolicy(str, Enum):
-    alert = "alert"
-    reschedule = "reschedule"
-
-
-class HangPolicy(str, Enum):
-    """What the supervisor does with a job that looks hung (no log output, almost no CPU for
-    ``[limits] hang_minutes``): tell it in the job's events, or also stop it."""
-
-    alert = "alert"
-    stop = "stop"
-
-
 class CheckpointResume(Strict):
     """Checkpoint resume: on a fault the job gets SIGTERM, ``grace_period`` seconds to save a
     checkpoint, and is scheduled again (at most ``max_resumes`` times), continuing from it.
@@ -403,14 +248,6 @@ EnvValue = Annotated[str, Field(max_length=65536)]
 SECRET_MASK = "***"
 #: An ``env`` value starting with this is a secret: it moves to ``secret_env`` without it.
 SECRET_PREFIX = "secret:"
-#: The URI schemes of object storage a dataset, model or outputs path may name instead of a
-#: host path (``ma_jupyter/objectstore.py`` reads and writes them).
-OBJECT_SCHEMES = ("s3://", "obs://")
-
-
-def is_object_uri(path: str | None) -> bool:
-    """Whether a dataset's, model's or outputs' path names object storage (``s3://``, ``obs://``)."""
-    return bool(path) and str(path).startswith(OBJECT_SCHEMES)
 
 
 class DevEnvOrigin(Strict):

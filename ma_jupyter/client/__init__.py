@@ -1,6 +1,6 @@
 """How any Python process reaches the job service: :class:`Client` and :class:`JobHandle`."""
 
-from ..models import API_PREFIX, FORWARDED_USER_HEADER
+from ..wire import API_PREFIX, FORWARDED_USER_HEADER
 from .http import Client, JobHandle
 from .logs import LogLines
 

@@ -20,46 +20,47 @@ import os
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import requests
-
-from .. import algorithm_content, config
+from .. import config
 from ..errors import BackendUnavailable, InvalidSpec, JobFailed, MaJupyterError, NotFound, error_from_body
-from ..models import (
-    API_PREFIX,
-    Algorithm,
-    CacheInfo,
-    ClusterView,
-    Event,
-    Job,
-    JobPage,
-    JobSort,
-    JobSpec,
-    JobStatus,
-    JobSummary,
-    JobType,
-    KernelRoute,
-    LogChunk,
-    LogFile,
-    LogStream,
-    Node,
-    Plan,
-    PreparedData,
-    ResourceUsage,
-    Spec,
-    User,
-    UserToken,
-)
+from ..wire import API_PREFIX, JobSort, JobStatus, JobType
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
+from .plain import FIELDS, Plain, model_name
 from .service import read_runtime, start_service, stop_service_process
 from .shell import ShellSession, open_session
-from .snapshot import is_snapshot, names_local_file, ship_working_folder
 from .spec import host_path, spec_body
+from .transport import Connection, ReadTimedOut, TransportError, Unreachable
+
+if TYPE_CHECKING:  # the models are imported when an answer is validated, not with the client
+    from ..models import (
+        API_PREFIX,
+        Algorithm,
+        CacheInfo,
+        ClusterView,
+        Event,
+        Job,
+        JobPage,
+        JobSort,
+        JobSpec,
+        JobStatus,
+        JobSummary,
+        JobType,
+        KernelRoute,
+        LogChunk,
+        LogFile,
+        LogStream,
+        Node,
+        Plan,
+        PreparedData,
+        ResourceUsage,
+        Spec,
+        User,
+        UserToken,
+    )
 
 #: the token a client acts with when none is passed (a user's own, from an admin)
 ENV_TOKEN = "MA_JUPYTER_TOKEN"
@@ -69,12 +70,10 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
 
 
-def _is_transient(exc: requests.RequestException) -> bool:
-    """True for failures a restarting service causes (refused, reset, dropped mid-answer):
-    worth retrying a request that is safe to repeat."""
-    if isinstance(exc, requests.ReadTimeout):
-        return False  # handled separately: one more try only
-    return isinstance(exc, (requests.ConnectionError, requests.exceptions.ChunkedEncodingError))
+def _new_key() -> str:
+    """A fresh idempotency key: 128 random bits as 32 hex digits (what ``uuid4().hex`` gave,
+    without importing :mod:`uuid`, which loads :mod:`platform` on every CLI call)."""
+    return os.urandom(16).hex()
 
 
 class Client:
@@ -95,6 +94,11 @@ class Client:
             carry an idempotency key), so a retry never runs anything twice.
         service_args: options given to a service this client starts (``--backend ray
             --ray-address HOST:PORT``); without them it follows ``cluster.toml``.
+        plain: answer jobs, pages, log chunks and events as read-only views of the service's
+            JSON (:class:`~ma_jupyter.client.plain.Plain`: the models' field names, read
+            without pydantic) and leave a submitted spec's validation to the service, whose
+            refusal is the same :class:`~ma_jupyter.errors.InvalidSpec`; what a command line
+            uses, to start fast.  Default: validated pydantic models.
 
     Nothing is contacted until the first call (or :meth:`connect`).
     """
@@ -109,6 +113,7 @@ class Client:
         local_logs: bool = True,
         retry_for: float = RETRY_FOR,
         service_args: Sequence[str] = (),
+        plain: bool = False,
     ):
         url = url or os.environ.get(ENV_URL) or None
         self._fixed = url is not None
@@ -121,8 +126,9 @@ class Client:
         self.timeout = timeout
         self.retry_for = retry_for
         self.service_args = tuple(service_args)
-        self._sessions = threading.local()  # one HTTP session per thread (widgets poll from threads)
-        self._all_sessions: list[requests.Session] = []
+        self.plain = plain
+        self._sessions = threading.local()  # one HTTP connection per thread (widgets poll from threads)
+        self._all_sessions: list[Connection] = []
         self._lock = threading.RLock()
         self.pid: int | None = None
 
@@ -132,15 +138,14 @@ class Client:
     # ----------------------------------------------------------------------- connection
 
     @property
-    def _session(self) -> requests.Session:
+    def _session(self) -> Connection:
         session = getattr(self._sessions, "session", None)
         if session is None:
-            session = self._sessions.session = requests.Session()
-            # The service listens on loopback: a proxy from the environment (HTTP_PROXY without a
-            # NO_PROXY for it) must never carry its token, and looking the environment up again
-            # on every request costs more than a log read
-            session.trust_env = False
-            self._all_sessions.append(session)
+            # The service listens on loopback: the transport takes no proxy from the
+            # environment (HTTP_PROXY without a NO_PROXY for it), so the token never leaves
+            session = self._sessions.session = Connection()
+            with self._lock:
+                self._all_sessions.append(session)
         return session
 
     @property
@@ -195,7 +200,8 @@ class Client:
         """The /health answer of ``url`` with ``token``, or None (quiet) / the service's 401 /
         BackendUnavailable."""
         try:
-            r = self._session.get(
+            r = self._session.request(
+                "GET",
                 f"{url.rstrip('/')}{API_PREFIX}/health",
                 headers={"Authorization": f"Bearer {token}"},
                 timeout=min(self.timeout, 5.0),
@@ -207,7 +213,7 @@ class Client:
             if r.status_code == 401 and not quiet:
                 raise error_from_body(401, r.json())
             problem = f"HTTP {r.status_code}"
-        except (requests.RequestException, ValueError) as exc:
+        except (TransportError, ValueError) as exc:
             problem = str(exc)
         if quiet:
             return None
@@ -252,15 +258,17 @@ class Client:
                 r = self._session.request(
                     method,
                     f"{url}{API_PREFIX}{path}",
-                    params={k: v for k, v in (params or {}).items() if v is not None},
-                    json=json_body,
+                    params=params,
+                    json_body=json_body,
                     headers={**self.auth_headers(), **(headers or {})},
                     timeout=timeout or self.timeout,
                 )
                 break
-            except requests.RequestException as exc:
-                again = _is_transient(exc) or (isinstance(exc, requests.ReadTimeout) and not timed_out)
-                timed_out = timed_out or isinstance(exc, requests.ReadTimeout)
+            except TransportError as exc:
+                # refused, reset or dropped mid-answer (a restarting service): retried; a read
+                # timeout: one more try only
+                again = isinstance(exc, Unreachable) or (isinstance(exc, ReadTimedOut) and not timed_out)
+                timed_out = timed_out or isinstance(exc, ReadTimedOut)
                 if not again or time.monotonic() >= deadline:
                     raise BackendUnavailable(
                         f"the job service does not answer {method} {path} ({exc}); see {config.service_log()}"
@@ -277,9 +285,8 @@ class Client:
                         except MaJupyterError:
                             self._url = url  # nothing answers yet: keep trying the old address
                 continue
-        if r.status_code == 204 or not r.content:
-            if r.ok:
-                return None
+        if (r.status_code == 204 or not r.content) and r.ok:
+            return None
         if not r.ok:
             try:
                 body = r.json()
@@ -287,6 +294,15 @@ class Client:
                 body = {"message": f"the job service answered HTTP {r.status_code}: {r.text[:200]}"}
             raise error_from_body(r.status_code, body if isinstance(body, dict) else None)
         return r.text if text else r.json()
+
+    def _answer(self, model: str, data: Any) -> Any:
+        """An answer's JSON as wire model ``model``: a plain view where this client is plain
+        and the model has one (:mod:`ma_jupyter.client.plain`), else the validated model."""
+        if self.plain and model in FIELDS:
+            return Plain(model, data)
+        from .. import models  # pydantic: imported on the first answer that needs it
+
+        return getattr(models, model).model_validate(data)
 
     # ------------------------------------------------------------------------------- jobs
 
@@ -313,12 +329,14 @@ class Client:
                 spec, missing host folder...).
         """
         body = self._spec_body(spec, fields)
+        from .snapshot import is_snapshot, ship_working_folder  # a folder copy: submits only
+
         shipped = ship_working_folder(body)
         # One key per submit call: the retries of this call (after a timeout or a dropped
         # connection) return the job the first attempt created instead of a second one.
-        key = {IDEMPOTENCY_HEADER: uuid.uuid4().hex}
+        key = {IDEMPOTENCY_HEADER: _new_key()}
         try:
-            job = Job.model_validate(self._request("POST", "/jobs", json_body=body, headers=key))
+            job = self._answer("Job", self._request("POST", "/jobs", json_body=body, headers=key))
         except BaseException:
             if shipped and is_snapshot(body["algorithm"]):
                 shutil.rmtree(body["algorithm"], ignore_errors=True)  # no job will run it
@@ -337,9 +355,11 @@ class Client:
             InvalidSpec: as for :meth:`submit`.
         """
         body = self._spec_body(spec, fields)
+        from .snapshot import is_snapshot, ship_working_folder  # a folder copy: submits only
+
         shipped = ship_working_folder(body)
         try:
-            plan = Plan.model_validate(self._request("POST", "/plan", json_body=body))
+            plan = self._answer("Plan", self._request("POST", "/plan", json_body=body))
         finally:
             if shipped and is_snapshot(body["algorithm"]):
                 shutil.rmtree(body["algorithm"], ignore_errors=True)  # a dry run leaves nothing
@@ -391,14 +411,15 @@ class Client:
             InvalidSpec: as for :meth:`submit` and :meth:`export`.
         """
         body = self._spec_body(spec, fields)
+        from .snapshot import names_local_file
+
         if not body.get("algorithm") and names_local_file(body.get("command"), Path.cwd()):
             body["algorithm"] = str(Path.cwd())
         params = {"format": format, "image": image, "mounts_as": mounts_as}
         return self._request("POST", "/export", params=params, json_body=body, text=True)
 
-    @staticmethod
-    def _spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
-        return spec_body(spec, fields)
+    def _spec_body(self, spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
+        return spec_body(spec, fields, validate=not self.plain)
 
     def jobs(
         self,
@@ -480,6 +501,8 @@ class Client:
         statuses = status if isinstance(status, list) else [status] if status else []
         folder = host_path(algorithm, Path.cwd()) if algorithm else None
         if folder is not None and algorithm_digest is None:
+            from .. import algorithm_content  # hashing a folder: only a search by folder needs it
+
             algorithm_digest = algorithm_content.digest(folder)
         params = {
             "name": name,
@@ -495,7 +518,7 @@ class Client:
             "offset": offset,
             "limit": limit,
         }
-        return JobPage.model_validate(self._request("GET", "/jobs", params=params))
+        return self._answer("JobPage", self._request("GET", "/jobs", params=params))
 
     def job(self, job_id: str) -> JobHandle:
         """The job ``job_id``: an id, or a name as :meth:`get` takes it.
@@ -530,7 +553,7 @@ class Client:
             return self._get_by_id(named_job(self, job_id, hint="`Client().jobs()`")[0])
 
     def _get_by_id(self, job_id: str) -> Job:
-        return Job.model_validate(self._request("GET", f"/jobs/{_segment(job_id)}"))
+        return self._answer("Job", self._request("GET", f"/jobs/{_segment(job_id)}"))
 
     def wait_status(self, job_id: str, since: str | JobStatus | None = None, wait: float = 0) -> Job:
         """The job once its status differs from ``since`` or is terminal, or after ``wait`` seconds.
@@ -547,7 +570,7 @@ class Client:
         data = self._request(
             "GET", f"/jobs/{_segment(job_id)}/status", params=params, timeout=self.timeout + wait
         )
-        return Job.model_validate(data)
+        return self._answer("Job", data)
 
     def update(self, job_id: str, priority: str | None = None, duration: float | str | None = None) -> Job:
         """Change a queued job's priority or a running job's duration (seconds or ``30m``, ``2h``).
@@ -559,11 +582,11 @@ class Client:
         body = {k: v for k, v in (("priority", priority), ("duration", duration)) if v is not None}
         if not body:
             raise InvalidSpec("give a priority (queued jobs) or a duration (running jobs) to change")
-        return Job.model_validate(self._request("PATCH", f"/jobs/{_segment(job_id)}", json_body=body))
+        return self._answer("Job", self._request("PATCH", f"/jobs/{_segment(job_id)}", json_body=body))
 
     def stop(self, job_id: str) -> Job:
         """Ask the service to stop the job (SIGTERM, then SIGKILL after its grace period)."""
-        return Job.model_validate(self._request("POST", f"/jobs/{_segment(job_id)}/stop"))
+        return self._answer("Job", self._request("POST", f"/jobs/{_segment(job_id)}/stop"))
 
     def shell(
         self,
@@ -611,17 +634,17 @@ class Client:
     def events(self, job_id: str, after: int = 0) -> list[Event]:
         """The job's events with a sequence number above ``after``, oldest first."""
         data = self._request("GET", f"/jobs/{_segment(job_id)}/events", params={"after": after})
-        return [Event.model_validate(e) for e in data]
+        return [self._answer("Event", e) for e in data]
 
     def resources(self, job_id: str, since: float | None = None) -> ResourceUsage:
         """The job's resource samples (taken after ``since``, a Unix time) and node limits."""
         data = self._request("GET", f"/jobs/{_segment(job_id)}/resources", params={"since": since})
-        return ResourceUsage.model_validate(data)
+        return self._answer("ResourceUsage", data)
 
     def log_streams(self, job_id: str) -> list[LogStream]:
         """The job's log streams: each node's combined log (rank None), then per-rank logs."""
         data = self._request("GET", f"/jobs/{_segment(job_id)}/logs")
-        return [LogStream.model_validate(s) for s in data]
+        return [self._answer("LogStream", s) for s in data]
 
     def read_log(
         self,
@@ -650,7 +673,7 @@ class Client:
         data = self._request(
             "GET", f"/jobs/{_segment(job_id)}/logs/read", params=params, timeout=self.timeout + wait
         )
-        return LogChunk.model_validate(data)
+        return self._answer("LogChunk", data)
 
     def local_log_file(self, job_id: str, node: str, rank: int | None = None) -> LogFile | None:
         """Where this client may read a log stream's file itself, else None.
@@ -693,34 +716,34 @@ class Client:
 
     def specs(self) -> list[Spec]:
         """The spec catalog (compute flavors)."""
-        return [Spec.model_validate(s) for s in self._request("GET", "/specs")]
+        return [self._answer("Spec", s) for s in self._request("GET", "/specs")]
 
     def nodes(self, spec: str | None = None) -> list[Node]:
         """The node inventory with what is in use now; ``spec``: only nodes that fit it."""
-        return [Node.model_validate(n) for n in self._request("GET", "/nodes", params={"spec": spec})]
+        return [self._answer("Node", n) for n in self._request("GET", "/nodes", params={"spec": spec})]
 
     def drain_node(self, name: str, reason: str | None = None) -> Node:
         """Take a node out of placement (admins only): no new job goes there, and jobs with
         checkpoint resume running there checkpoint and resume elsewhere."""
         body = {"reason": reason} if reason else None
-        return Node.model_validate(self._request("POST", f"/nodes/{_segment(name)}/drain", json_body=body))
+        return self._answer("Node", self._request("POST", f"/nodes/{_segment(name)}/drain", json_body=body))
 
     def undrain_node(self, name: str) -> Node:
         """Put a drained or faulty node back into placement (admins only)."""
-        return Node.model_validate(self._request("POST", f"/nodes/{_segment(name)}/undrain"))
+        return self._answer("Node", self._request("POST", f"/nodes/{_segment(name)}/undrain"))
 
     def cluster(self, specs: list[str] | None = None, models: list[str] | None = None) -> ClusterView:
         """The cluster view: nodes and their use (cards as ``1(0):job``), how many more of each
         spec could start now, the queue and card demand per board model; ``specs``/``models``
         filter it."""
         params = {"spec": list(specs or []), "model": list(models or [])}
-        return ClusterView.model_validate(self._request("GET", "/cluster", params=params))
+        return self._answer("ClusterView", self._request("GET", "/cluster", params=params))
 
     # -------------------------------------------------------------------------- users
 
     def whoami(self) -> User:
         """The user this client acts as (its token's)."""
-        return User.model_validate(self._request("GET", "/users/me"))
+        return self._answer("User", self._request("GET", "/users/me"))
 
     def users(self) -> list[User]:
         """Every user of the service (admins only; tokens are never shown).
@@ -728,7 +751,7 @@ class Client:
         Raises:
             Forbidden: this client's user is no admin.
         """
-        return [User.model_validate(u) for u in self._request("GET", "/users")]
+        return [self._answer("User", u) for u in self._request("GET", "/users")]
 
     def add_user(self, name: str, admin: bool = False) -> UserToken:
         """Add a user; the answer carries its token, shown this once (admins only).
@@ -739,12 +762,12 @@ class Client:
             InvalidSpec: the name is not a user name.
         """
         body = {"name": name, "admin": admin}
-        return UserToken.model_validate(self._request("POST", "/users", json_body=body, retry_for=0))
+        return self._answer("UserToken", self._request("POST", "/users", json_body=body, retry_for=0))
 
     def new_token(self, name: str) -> UserToken:
         """Give a user a new token (its old one stops working); shown this once (admins only)."""
         data = self._request("POST", f"/users/{_segment(name)}/token", retry_for=0)
-        return UserToken.model_validate(data)
+        return self._answer("UserToken", data)
 
     def remove_user(self, name: str) -> None:
         """Remove a user: its token stops working at once; its jobs stay (admins only)."""
@@ -778,27 +801,27 @@ class Client:
             "POST",
             f"/jobs/{_segment(job_id)}/devenv",
             json_body=body,
-            headers={IDEMPOTENCY_HEADER: uuid.uuid4().hex},
+            headers={IDEMPOTENCY_HEADER: _new_key()},
         )
-        return JobHandle(self, Job.model_validate(data))
+        return JobHandle(self, self._answer("Job", data))
 
     def kernel_route(self, devenv_id: str) -> KernelRoute:
         """How to reach the kernel of the running dev environment ``devenv_id`` (``POST
         /jobs/{id}/kernel``; its owner or an admin): its kernel folder on the service's machine,
         or the relay on the Ray node that runs it, with the relay's secret."""
-        return KernelRoute.model_validate(self._request("POST", f"/jobs/{_segment(devenv_id)}/kernel"))
+        return self._answer("KernelRoute", self._request("POST", f"/jobs/{_segment(devenv_id)}/kernel"))
 
     # -------------------------------------------------------------------- algorithms
 
     def algorithms(self) -> list[Algorithm]:
         """This user's algorithm folders: their favourites first, then the folders their own
         jobs ran, each with how many of their jobs used it."""
-        return [Algorithm.model_validate(a) for a in self._request("GET", "/algorithms")]
+        return [self._answer("Algorithm", a) for a in self._request("GET", "/algorithms")]
 
     def favourite(self, path: str) -> Algorithm:
         """Mark an algorithm folder (relative to the current directory) a favourite of this user."""
         body = {"path": host_path(path, Path.cwd())}
-        return Algorithm.model_validate(self._request("POST", "/algorithms/favourites", json_body=body))
+        return self._answer("Algorithm", self._request("POST", "/algorithms/favourites", json_body=body))
 
     def unfavourite(self, path: str) -> None:
         """Unmark a favourite algorithm folder.
@@ -814,21 +837,21 @@ class Client:
         """The size of the caller's persistent cache (``~/.cache`` in their jobs); with
         ``every_user``, of every user's (admins only)."""
         params = {"all": "true"} if every_user else None
-        return [CacheInfo.model_validate(c) for c in self._request("GET", "/cache", params=params)]
+        return [self._answer("CacheInfo", c) for c in self._request("GET", "/cache", params=params)]
 
     def clear_cache(self) -> CacheInfo:
         """Empty the caller's persistent cache; what it held.  Refused (Conflict) while a job of
         the caller runs."""
-        return CacheInfo.model_validate(self._request("DELETE", "/cache"))
+        return self._answer("CacheInfo", self._request("DELETE", "/cache"))
 
     def prepared_data(self) -> list[PreparedData]:
         """Data preparation's shared copies that the caller's jobs took (every one for admins),
         with their sizes and the jobs using them; expired ones are removed first."""
-        return [PreparedData.model_validate(d) for d in self._request("GET", "/data")]
+        return [self._answer("PreparedData", d) for d in self._request("GET", "/data")]
 
     def remove_prepared_data(self, key: str) -> PreparedData:
         """Remove one prepared copy now; what it was.  Refused (Conflict) while a job uses it."""
-        return PreparedData.model_validate(self._request("DELETE", f"/data/{key}"))
+        return self._answer("PreparedData", self._request("DELETE", f"/data/{key}"))
 
     # ------------------------------------------------------------------------ service
 
@@ -882,10 +905,11 @@ class Client:
         return True
 
     def close(self) -> None:
-        """Close the HTTP session (the service keeps running)."""
-        for session in self._all_sessions:
-            session.close()
-        self._all_sessions.clear()
+        """Close the HTTP connections (the service keeps running)."""
+        with self._lock:
+            for session in self._all_sessions:
+                session.close()
+            self._all_sessions.clear()
         self._sessions = threading.local()
 
     def __enter__(self) -> Client:
@@ -910,8 +934,9 @@ class JobHandle:
     def __init__(self, client: Client, job: Job | JobSummary):
         self.client = client
         self.id = job.id
-        self.summary: JobSummary | None = job if isinstance(job, JobSummary) else None
-        self._info: Job | None = job if isinstance(job, Job) else None
+        summary = model_name(job) == "JobSummary"
+        self.summary: JobSummary | None = job if summary else None
+        self._info: Job | None = None if summary else job
         #: what :meth:`Client.submit` shipped as the algorithm (a sentence), or None
         self.shipped: str | None = None
 

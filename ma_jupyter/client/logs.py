@@ -16,11 +16,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BackendUnavailable, MaJupyterError, NodeLost, NotFound, RefusedFile
-from ..models import Job, JobStatus, LogChunk, LogFile, LogStream
 from ..untrusted import open_file
+from ..wire import JobStatus
+
+if TYPE_CHECKING:  # annotations only: the client imports pydantic when it validates an answer
+    from ..models import Job, LogChunk, LogFile, LogStream
 
 FOLLOW_WAIT = 10.0  # long-poll seconds per log read while following
 READ_LIMIT = 1 << 20

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidSpec
-from ..models import JobSpec, is_object_uri, parse_spec
+from ..wire import is_object_uri
+
+if TYPE_CHECKING:  # pydantic is imported where a spec is validated, not with the client
+    from ..models import JobSpec
 
 
 def host_path(text: str, root: Path) -> str:
@@ -73,22 +76,30 @@ def check(data: JobSpec | dict[str, Any], *, cwd: str | os.PathLike[str] | None 
     Raises:
         InvalidSpec: the spec breaks a rule of the wire model (the message names the field).
     """
+    from ..models import JobSpec, parse_spec
+
     if isinstance(data, JobSpec):
         data = data.model_dump(mode="json", exclude_unset=True)
     return parse_spec(absolute_paths(data, cwd))
 
 
-def spec_body(spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
-    """The JSON body of a spec (``fields`` override its keys): host paths absolute, validated.
+def spec_body(
+    spec: JobSpec | dict[str, Any] | None, fields: dict[str, Any], *, validate: bool = True
+) -> dict[str, Any]:
+    """The JSON body of a spec (``fields`` override its keys): host paths absolute, validated
+    (without ``validate``, a plain client's, only the host paths: the service validates it
+    and refuses it with the same message).
 
     Raises:
         InvalidSpec: the spec breaks a rule of the wire model (the message names the field).
     """
-    if isinstance(spec, JobSpec):
+    if hasattr(spec, "model_dump"):  # a JobSpec
         data = {**spec.model_dump(mode="json", exclude_unset=True), **fields}
     else:
         data = {**(spec or {}), **fields}
     # relative host paths mean the caller's directory, not the service's
+    if not validate:
+        return with_submitter_credentials(absolute_paths(data))
     spec = check(data)
     if uses_object_storage(spec) and not spec.storage_credentials:
         credentials = storage_credentials()
@@ -106,15 +117,24 @@ def with_storage_credentials(body: bytes) -> bytes:
         data = json.loads(body)
     except ValueError:
         return body
-    if not isinstance(data, dict) or data.get("storage_credentials"):
+    if not isinstance(data, dict):
         return body
+    given = with_submitter_credentials(data)
+    return body if given is data else json.dumps(given).encode()
+
+
+def with_submitter_credentials(data: dict[str, Any]) -> dict[str, Any]:
+    """A spec dict naming object storage without credentials, with the submitter's own
+    (:func:`storage_credentials`) added; any other dict (or one with none to add) as it is."""
+    if data.get("storage_credentials"):
+        return data
     paths = [data.get("outputs")] + [
         m.get("path") for key in ("datasets", "models") for m in data.get(key) or [] if isinstance(m, dict)
     ]
     if not any(isinstance(p, str) and is_object_uri(p) for p in paths):
-        return body
+        return data
     credentials = storage_credentials()
-    return json.dumps({**data, "storage_credentials": credentials}).encode() if credentials else body
+    return {**data, "storage_credentials": credentials} if credentials else data
 
 
 def uses_object_storage(spec: JobSpec) -> bool:

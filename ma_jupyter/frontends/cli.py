@@ -37,16 +37,19 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..client import Client, JobHandle
 from ..client.logs import JobFollower, several_nodes, stream_label
 from ..client.resolve import resolve_job
 from ..errors import Conflict, InvalidSpec, MaJupyterError, NodeLost, NotFound
-from ..models import Job, JobStatus, clone_name
+from ..wire import JobStatus, clone_name
 from . import jobactions, options, render, usage
 from .clusterview import cluster_text
+
+if TYPE_CHECKING:  # annotations only: the CLI reads answers without pydantic
+    from ..models import Job
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -364,7 +367,7 @@ def _service(args: argparse.Namespace) -> int:
         service_args += ["--backend", args.backend]
     if args.ray_address:
         service_args += ["--ray-address", args.ray_address]
-    client = Client(autostart=args.action == "start", service_args=service_args)
+    client = Client(autostart=args.action == "start", service_args=service_args, plain=True)
     if args.action == "start":
         running = client.service_status()
         wanted = args.backend or ("ray" if args.ray_address else None)
@@ -405,8 +408,8 @@ def _service(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     if not args.command and not args.task:
         raise InvalidSpec("give the command after `--`, e.g. ma-jupyter submit -- python train.py")
-    spec = options.spec_from_args(args, command=args.command or None)
-    return _run(Client(), spec, args)
+    spec = options.spec_from_args(args, command=args.command or None, validate=False)
+    return _run(Client(plain=True), spec, args)
 
 
 def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
@@ -485,17 +488,17 @@ def _print_alerts(handle: JobHandle) -> None:
 
 
 def _clone(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     source = resolve_job(client, args.job).info
     if not args.name:
         args.name = clone_name(source.spec.name)
     base = source.spec.model_dump(mode="json", exclude={"creator"})
-    spec = options.spec_from_args(args, command=args.command or None, base=base)
+    spec = options.spec_from_args(args, command=args.command or None, base=base, validate=False)
     return _run(client, spec, args)
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    page = Client().job_page(offset=args.offset, **jobactions.list_filters(args))
+    page = Client(plain=True).job_page(offset=args.offset, **jobactions.list_filters(args))
     if args.json:
         _out(page.model_dump(mode="json"), args)
         return EXIT_OK
@@ -526,13 +529,13 @@ def _jobs(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    job = resolve_job(Client(), args.job).info
+    job = resolve_job(Client(plain=True), args.job).info
     _out(job.model_dump(mode="json") if args.json else render.format_job(job), args)
     return EXIT_OK
 
 
 def _logs(args: argparse.Namespace) -> int:
-    handle = resolve_job(Client(), args.job)
+    handle = resolve_job(Client(plain=True), args.job)
     if not args.follow:
         return _print_logs(handle, args)
     try:
@@ -647,7 +650,7 @@ def _follow_nodes(
 
 
 def _events(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     handle = resolve_job(client, args.job)
     events = handle.events()
     if args.json:
@@ -665,7 +668,7 @@ def _events(args: argparse.Namespace) -> int:
 
 
 def _top(args: argparse.Namespace) -> int:
-    handle = resolve_job(Client(), args.job)
+    handle = resolve_job(Client(plain=True), args.job)
     while True:
         used = handle.resources()
         if args.json:
@@ -683,7 +686,7 @@ def _top(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    handle = resolve_job(Client(), args.job)
+    handle = resolve_job(Client(plain=True), args.job)
     final = handle.wait(timeout=args.timeout, check=False)
     if not args.json and final.status.is_terminal():
         _print_alerts(handle)
@@ -691,7 +694,7 @@ def _wait(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    handle = resolve_job(Client(), args.job)
+    handle = resolve_job(Client(plain=True), args.job)
     job = handle.stop()
     _out(job.model_dump(mode="json") if args.json else f"stopping {job.id}: {job.status.value}", args)
     return EXIT_OK
@@ -700,7 +703,7 @@ def _stop(args: argparse.Namespace) -> int:
 def _shell(args: argparse.Namespace) -> int:
     from ..client.shell import interact
 
-    handle = resolve_job(Client(), args.job)
+    handle = resolve_job(Client(plain=True), args.job)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command and not sys.stdin.isatty():
         # no terminal to type on: what comes on stdin is a script for the node's sh, as with ssh
@@ -719,7 +722,7 @@ def _delete(args: argparse.Namespace) -> int:
     several = len(set(args.jobs)) > 1  # then each line names the job as it was given too
     # several jobs (the seed's batch delete): each on its own, a refusal said for that job on
     # stderr and the others still deleted; one job: its refusal is the usual one-line error
-    for done in jobactions.delete_jobs(Client(), args.jobs, force=args.force, hint=_JOBS_HINT):
+    for done in jobactions.delete_jobs(Client(plain=True), args.jobs, force=args.force, hint=_JOBS_HINT):
         outcomes.append(done)
         if done.error is not None:
             _err(f"{done.ref}: not deleted: {render.one_line(done.error.message)}")
@@ -735,7 +738,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _update(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     handle = resolve_job(client, args.job)
     job = client.update(handle.id, priority=args.priority, duration=args.duration)
     _out(job.model_dump(mode="json") if args.json else render.format_job(job), args)
@@ -743,7 +746,7 @@ def _update(args: argparse.Namespace) -> int:
 
 
 def _devenv(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     handle = resolve_job(client, args.job)
     if args.kernel:
         return _devenv_kernel(client, handle.id, args.node)
@@ -778,14 +781,14 @@ def _devenv_kernel(client: Client, job_id: str, node: str | None) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     handle = resolve_job(client, args.job)
     print(client.export(handle.id, args.format, image=args.container_image, mounts_as=args.mounts_as), end="")
     return EXIT_OK
 
 
 def _tensorboard(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     handle = resolve_job(client, args.job)
     if args.stop:
         client.stop_tensorboard(handle.id)
@@ -796,7 +799,7 @@ def _tensorboard(args: argparse.Namespace) -> int:
 
 
 def _algorithms(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     if args.action != "list":
         if not args.folder:
             raise InvalidSpec(f"give the folder: ma-jupyter algorithms {args.action} FOLDER")
@@ -831,7 +834,7 @@ def _algorithms(args: argparse.Namespace) -> int:
 
 
 def _specs(args: argparse.Namespace) -> int:
-    specs = Client().specs()
+    specs = Client(plain=True).specs()
     if args.json:
         _out([s.model_dump(mode="json") for s in specs], args)
         return EXIT_OK
@@ -854,14 +857,14 @@ def _nodes(args: argparse.Namespace) -> int:
                 f"ma-jupyter nodes {args.action} needs a node name (see `ma-jupyter nodes`)", file=sys.stderr
             )
             return EXIT_USAGE
-        client = Client()
+        client = Client(plain=True)
         if args.action == "drain":
             node = client.drain_node(args.node, args.reason)
         else:
             node = client.undrain_node(args.node)
         print(f"{node.name}: {node.status}" + (f" ({node.health})" if node.health else ""))
         return EXIT_OK
-    nodes = Client().nodes(spec=args.spec)
+    nodes = Client(plain=True).nodes(spec=args.spec)
     if args.json:
         _out([n.model_dump(mode="json") for n in nodes], args)
         return EXIT_OK
@@ -889,7 +892,7 @@ def _nodes(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    view = Client().cluster(specs=args.spec, models=args.model)
+    view = Client(plain=True).cluster(specs=args.spec, models=args.model)
     if args.json:
         _out(view.model_dump(mode="json"), args)
         return EXIT_OK
@@ -898,13 +901,13 @@ def _cluster(args: argparse.Namespace) -> int:
 
 
 def _whoami(args: argparse.Namespace) -> int:
-    user = Client().whoami()
+    user = Client(plain=True).whoami()
     _out(user.model_dump(mode="json") if args.json else user.name + (" (admin)" if user.admin else ""), args)
     return EXIT_OK
 
 
 def _users(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     if args.action == "list":
         users = client.users()
         if args.json:
@@ -934,7 +937,7 @@ def _users(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     if args.clear:
         if args.all:
             raise InvalidSpec("--clear empties your own cache only: drop --all")
@@ -961,7 +964,7 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _data(args: argparse.Namespace) -> int:
-    client = Client()
+    client = Client(plain=True)
     if args.action == "rm":
         gone = client.remove_prepared_data(args.key)
         if args.json:

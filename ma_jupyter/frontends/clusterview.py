@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from ..models import ClusterNode, ClusterView
+from typing import TYPE_CHECKING
+
 from .render import text_table
+
+if TYPE_CHECKING:  # annotations only: the CLI reads answers without pydantic
+    from ..models import ClusterNode, ClusterView
 
 #: node states that say more than whether a spec fits: no job is placed there at all
 OUT_OF_PLACEMENT = ("down", "drained", "faulty")

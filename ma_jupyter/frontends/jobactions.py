@@ -28,13 +28,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..client import Client, JobHandle
 from ..client.logs import stream_label
 from ..client.resolve import resolve_job
 from ..errors import MaJupyterError, NodeLost
-from ..models import JobPage, JobStatus, JobSummary, JobType
+from ..wire import JobStatus, JobType
+
+if TYPE_CHECKING:  # annotations only: the CLI reads answers without pydantic
+    from ..models import JobPage, JobSummary
 
 # ------------------------------------------------------------------------- several jobs
 

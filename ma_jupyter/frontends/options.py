@@ -19,17 +19,16 @@ import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import spectext
 from ..client.spec import check, host_path
 from ..errors import InvalidSpec, OptionsExit
-from ..models import (
+from ..wire import (
     Access,
     Convention,
     DatasetSource,
     HangPolicy,
-    JobSpec,
     JobType,
     Mode,
     ModelSource,
@@ -37,6 +36,9 @@ from ..models import (
     Priority,
     parse_duration,
 )
+
+if TYPE_CHECKING:
+    from ..models import JobSpec
 
 # Namespace attributes that steer a front end and are not part of the job.
 
@@ -270,7 +272,7 @@ def spec_from_args(
             which option and what is expected.
     """
     root = Path(cwd) if cwd is not None else Path.cwd()
-    if isinstance(base, JobSpec):
+    if hasattr(base, "model_dump"):  # a JobSpec
         spec: dict[str, Any] = base.model_dump(mode="json", exclude_unset=True)
     else:
         spec = dict(base or {})

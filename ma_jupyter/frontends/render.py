@@ -6,11 +6,14 @@ import io
 import re
 import shlex
 from datetime import UTC, datetime
-from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..client.logs import stream_label
-from ..models import Event, Job, JobStatus, JobSummary, Mount, Plan
+from ..client.plain import model_name
+from ..wire import JobStatus
+
+if TYPE_CHECKING:  # annotations only: the CLI reads answers without pydantic
+    from ..models import Event, Job, JobSummary, Mount, Plan
 
 
 def table_bundle(headers: list[str], rows: list[list[Any]]) -> dict:
@@ -343,7 +346,7 @@ def list_reason(job: Job | JobSummary) -> str:
 def task_summary(job: Job | JobSummary) -> str:
     """A batch job's tasks counted by status, e.g. ``1 succeeded, 1 failed (task-1)``; the
     failed ones are named (a listed job's summary names its first ones)."""
-    if isinstance(job, JobSummary):
+    if model_name(job) == "JobSummary":
         counts, failed = job.task_counts, job.failed_tasks
     else:
         counts = {}
@@ -497,6 +500,8 @@ def status_badge(status: JobStatus) -> str:
 
 def events_html(events: list[Event]) -> str:
     """A job's events as an HTML table (the job monitor's events tab)."""
+    from html import escape  # HTML is the notebook's: a command line never loads it
+
     rows = "".join(
         f"<tr><td>{e.seq}</td><td>{clock(e.time)}</td><td>{e.status.value}</td>"
         f"<td>{escape(stream_label((e.node, e.rank)) if e.node else '')}</td><td>{escape(e.reason)}</td></tr>"

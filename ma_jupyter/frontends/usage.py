@@ -11,8 +11,10 @@ drawn with matplotlib.
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
-from ..models import ResourceUsage
+if TYPE_CHECKING:  # annotations only: the CLI reads answers without pydantic
+    from ..models import ResourceUsage
 
 HEADERS = [
     "NODE",

@@ -164,6 +164,21 @@ def test_user_errors_print_one_line_and_exit_2(ma_cli):
         assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
         assert expected in result.stderr, result.stderr
         assert result.stdout == ""
+    # the CLI leaves a spec's validation to the service (client/plain.py): its refusal reads as
+    # the client's own check words it
+    from ma_jupyter.client.spec import check
+    from ma_jupyter.errors import InvalidSpec
+
+    for args, spec in [
+        (["--name", "bad name!"], {"name": "bad name!"}),
+        (["--mode", "single", "--nodes", "2"], {"name": "x", "mode": "single", "nodes": 2}),
+    ]:
+        try:
+            check({**spec, "command": "python x.py"})
+        except InvalidSpec as exc:
+            said = exc.message
+        result = ma_cli("submit", *args, "--", "python", "x.py")
+        assert (result.returncode, result.stderr) == (2, f"error: {said}\n")
 
 
 def test_stop_a_running_job_and_follow_its_log(ma_cli):

@@ -1,6 +1,9 @@
 """``ma-jupyter`` stays cheap to start: importing the CLI loads neither the notebook, Jupyter,
-the service nor its web stack, and builds no pydantic validator (each model's is built when
-first used: ``defer_build``).  bench/cli_speed.py measures the time of whole calls."""
+the service nor its web stack, nor ``requests`` (the client's transport is the standard
+library's ``http.client``), nor pydantic: a plain client's answers are read as views of their
+JSON (``client/plain.py``), and the models are imported only where a command needs them
+(each model's validator is then built when first used: ``defer_build``).
+bench/cli_speed.py measures the time of whole calls."""
 
 from __future__ import annotations
 
@@ -14,7 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 # A fresh interpreter: this test process has long imported everything.
 PROBE = """
 import json, sys
-import ma_jupyter.frontends.cli
+import ma_jupyter.frontends.cli as cli
+from ma_jupyter.client import Client
+from ma_jupyter.frontends import render
+
+cli.build_cli()
+# what `ma-jupyter get` does with the service's answer (the job's JSON on stdin)
+job = Client(plain=True)._answer("Job", json.loads(sys.stdin.read()))
+text = render.format_job(job)
+modules = sorted(sys.modules)
 from ma_jupyter import models
 from pydantic import BaseModel
 
@@ -23,7 +34,7 @@ built = sorted(
     if isinstance(value, type) and issubclass(value, BaseModel) and value is not BaseModel
     and value.__module__ == models.__name__ and value.__pydantic_complete__
 )
-print(json.dumps({"modules": sorted(sys.modules), "built": built}))
+print(json.dumps({"modules": modules, "built": built, "text": text}))
 """
 
 #: what a command line of ours never needs to start (the notebook side, Jupyter, the service)
@@ -43,14 +54,31 @@ HEAVY = (
     "ma_jupyter.nodehost",
     "ma_jupyter.frontends.notebook",
     "ma_jupyter.client.kernelspec",
+    # the client's HTTP is the standard library's (client/transport.py)
+    "requests",
+    "urllib3",
+    # a plain client reads answers without the pydantic models (client/plain.py)
+    "pydantic",
+    "pydantic_core",
+    "ma_jupyter.models",
 )
 
 
 def test_the_cli_imports_no_heavy_module_it_does_not_need():
+    from ma_jupyter.models import Job
+
+    job = Job.model_validate({"id": "j-1", "spec": {"name": "j", "command": "python train.py"}})
     done = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        input=job.model_dump_json(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     found = json.loads(done.stdout.strip().splitlines()[-1])
     loaded = [m for m in found["modules"] if m.split(".")[0] in HEAVY or m.startswith(HEAVY)]
     assert loaded == [], loaded
     assert found["built"] == [], f"models built at import: {found['built']}"
+    assert "name:      j" in found["text"]

@@ -34,6 +34,7 @@ LAYER_OF = {
     "ma_jupyter.commands": "commands",
     "ma_jupyter.nodeside": "nodeside",
     "ma_jupyter.models": "models",
+    "ma_jupyter.wire": "wire",
     "ma_jupyter.config": "config",
     "ma_jupyter.accelerators": "accelerators",
     "ma_jupyter.tsgen": "tsgen",
@@ -68,7 +69,10 @@ ALLOWED = {
     "commands": {"errors", "jobdir"},
     # runs inside a job's node, under the job's interpreter: nothing of the package beyond itself
     "nodeside": {"nodeside"},
-    "models": {"commands", "errors"},
+    # the wire's plain parts (names, enumerations): the standard library only, so that a command
+    # line reads the service's answers without pydantic; models.py re-exports them
+    "wire": set(),
+    "models": {"wire", "commands", "errors"},
     # this machine's cards: detection and device nodes, nothing of the package
     "accelerators": set(),
     "config": {"models", "errors", "jobdir", "accelerators"},
@@ -152,6 +156,7 @@ ALLOWED = {
     "client": {
         "client",
         "models",
+        "wire",
         "config",
         "jobdir",
         "untrusted",
@@ -160,7 +165,7 @@ ALLOWED = {
         "foldersize",
         "algorithm_content",
     },
-    "frontends": {"frontends", "client", "models", "config", "spectext", "errors"},
+    "frontends": {"frontends", "client", "models", "wire", "config", "spectext", "errors"},
 }
 
 # Edges that break a rule beyond the layer table: notebook widgets reach the shared client

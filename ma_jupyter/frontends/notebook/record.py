@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +29,11 @@ def notebook_key() -> str:
     session = os.environ.get("JPY_SESSION_NAME")
     if session:
         return session
+    if "ipykernel" not in sys.modules:
+        # not inside a Jupyter kernel (which has imported ipykernel long before any cell): no
+        # connection file, and importing ipykernel here would only cost a plain IPython's first
+        # submit its time
+        return "default"
     try:
         from ipykernel.connect import get_connection_file
 
