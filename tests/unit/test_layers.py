@@ -75,7 +75,7 @@ ALLOWED = {
     "models": {"wire", "commands", "errors"},
     # this machine's cards: detection and device nodes, nothing of the package
     "accelerators": set(),
-    "config": {"models", "errors", "jobdir", "accelerators"},
+    "config": {"wire", "models", "errors", "jobdir", "accelerators"},
     # what of an algorithm folder is shipped, and its digest: the folder walk and the home
     "algorithm_content": {"foldersize", "config", "errors"},
     # the text formats of tasks, images and mounts: pure string rules, for every front end

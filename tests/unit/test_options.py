@@ -24,7 +24,7 @@ def test_every_option_reaches_its_field(tmp_path):
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
     line = (
-        "--name exp.1 --mode tensorflow --spec cpu.small --spec cpu.medium,gpu.emu-2 --nodes 2 --ps 1 --chief "
+        "--name exp.1 --mode tensorflow --spec cpu.small --spec cpu.medium,gpu.emu-2 --nodes 2 --ps 2 --chief "
         "--priority urgent --access none --convention modelarts --duration 1h30m --resume 2 --grace 45s "
         "--elastic-min-nodes 1 --allow-scale-up --perf-threshold 1.5 --perf-policy reschedule "
         f"--code-dir {tmp_path}/algo --code-writable --dataset favorite/mnist@v2={tmp_path}/d:rw "
@@ -39,7 +39,7 @@ def test_every_option_reaches_its_field(tmp_path):
         "mode": "tensorflow",
         "specs": ["cpu.small", "cpu.medium", "gpu.emu-2"],
         "nodes": 2,
-        "ps": 1,
+        "ps": 2,
         "chief": True,
         "priority": "urgent",
         "access": "none",
