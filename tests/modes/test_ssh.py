@@ -32,7 +32,9 @@ def test_an_mpi_job_runs_sshd_on_every_node_and_mpirun_waits_for_the_others():
     # one SSHD_PORT for the job (worker-0's last reserved port), each node on its own address
     assert {p.env["SSHD_PORT"] for p in plans} == {"20011"}
     assert head.argv[:7] == [*SSH_NODE, "--listen", "127.0.1.1", "--wait", "worker-1,worker-2"]
-    assert head.argv[7] == "--" and head.argv[8] == "mpirun" and head.primary
+    # then worker-0's MPI head step (its tune file), then mpirun
+    assert head.argv[7:13] == ["--", "python", "-m", "ma_jupyter.nodeside.mpi_head", "--", "mpirun"]
+    assert head.primary
     for k, node in enumerate(others, start=2):
         assert node.argv == [*SSH_NODE, "--listen", f"127.0.1.{k}"] and not node.primary
     for node in plans:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.workdir import finished, log_of, submit
+from tests.fixtures.workdir import finished, job_of, log_of, submit
 from tests.helpers import wait_for, writable_dir
 
 PY = sys.executable
