@@ -216,3 +216,85 @@ def test_download_resumes_and_never_takes_a_partial_object(s3_endpoint, tmp_path
         assert (into / f"{i}.bin").read_bytes() == bytes([i]) * (1000 + i)
     assert (into / "0.bin").stat().st_ino == kept["0.bin"]  # complete ones were not fetched again
     assert seen[-1] == 6 and not list(into.glob("*.part"))
+
+
+STOPPED = (
+    "import os, signal, time\n"
+    "out = '/workspace/outputs'\n"
+    "ckpt = out + '/ckpt/last.txt'\n"
+    "attempt = os.environ.get('MA_ATTEMPT')\n"
+    "print('attempt', attempt, 'found', open(ckpt).read() if os.path.exists(ckpt) else None, flush=True)\n"
+    "if attempt != '0': raise SystemExit(0)\n"
+    "open(out + '/progress.txt', 'w').write('p')\n"
+    "def save(signum, frame):\n"
+    "    os.makedirs(os.path.dirname(ckpt), exist_ok=True)\n"
+    "    open(ckpt, 'w').write('saved-on-sigterm')\n"
+    "    print('checkpoint written', flush=True)\n"
+    "signal.signal(signal.SIGTERM, save)\n"
+    "deadline = time.time() + 300\n"  # it lives on in the grace period until the test's gate
+    "while not os.path.exists('/workspace/volume/g/go') and time.time() < deadline: time.sleep(0.05)\n"
+    "print('leaving', flush=True)\n"
+)
+
+
+def test_outputs_are_uploaded_while_running_and_in_the_grace_period_then_resumed(
+    request, ma_home, s3_endpoint, tmp_path
+):
+    """Rules 4 and 5 of ``service/storage.py``: the periodic upload (a tiny ``upload_interval``)
+    puts a file while the job runs; a checkpoint resume's requeue (its node drained) sends
+    SIGTERM, and the checkpoint the job writes then is in the bucket while the job is still in
+    its grace period; the machine's copy lost, the resumed attempt starts with the bucket's."""
+    import obstore
+
+    from tests.fixtures.service_api import service_with
+
+    svc = service_with(request, ma_home, "\n[storage]\nupload_interval = 0.3\n")
+    out = _store(s3_endpoint, "ckpt")
+    gate = tmp_path / "gate"
+    gate.mkdir(mode=0o777)
+    gate.chmod(0o777)
+    s = svc.session()
+    job = s.post(
+        f"{svc.api}/jobs",
+        json={
+            "name": "s3resume",
+            "command": pycmd(STOPPED),
+            "outputs": "s3://ckpt/run",
+            "volumes": [{"name": "g", "path": str(gate)}],
+            "checkpoint_resume": {"grace_period": 300},
+            "storage_credentials": _credentials(s3_endpoint),
+        },
+        timeout=60,
+    )
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    host = wait_status(svc, job_id, {"running"}, timeout=120)["nodes"][0]["host"]
+
+    def in_bucket(key: str) -> bytes | None:
+        try:
+            return bytes(obstore.get(out, key).bytes())
+        except FileNotFoundError:
+            return None
+
+    wait_for(lambda: in_bucket("run/progress.txt") == b"p", timeout=60)  # the periodic upload
+    assert job_of(svc, job_id)["status"] == "running"
+
+    drained = s.post(f"{svc.api}/nodes/{host}/drain", json={"reason": "test"}, timeout=10)
+    assert drained.status_code == 200, drained.text
+    try:
+        wait_for(lambda: "checkpoint written" in full_log(svc, job_id), timeout=120)
+        # uploaded during the grace period: the job still runs (it leaves only through the gate)
+        wait_for(lambda: in_bucket("run/ckpt/last.txt") == b"saved-on-sigterm", timeout=60)
+        assert "leaving" not in full_log(svc, job_id)
+        # the machine is lost: its copy of the checkpoint is gone, the bucket's remains
+        local = ma_home / "jobs" / job_id / "outputs" / "ckpt" / "last.txt"
+        assert local.read_text() == "saved-on-sigterm"
+        local.unlink()
+        (gate / "go").write_text("")
+        wait_for(lambda: (j := job_of(svc, job_id))["status"] == "queued" and j["attempt"] == 1, timeout=120)
+    finally:
+        (gate / "go").write_text("")  # never left waiting, whatever failed
+        assert s.post(f"{svc.api}/nodes/{host}/undrain", timeout=10).status_code == 200
+    final = wait_status(svc, job_id, {"succeeded", "failed", "error"}, timeout=120)
+    assert final["status"] == "succeeded", final
+    assert "attempt 1 found saved-on-sigterm" in full_log(svc, job_id)
