@@ -298,3 +298,34 @@ def test_outputs_are_uploaded_while_running_and_in_the_grace_period_then_resumed
     final = wait_status(svc, job_id, {"succeeded", "failed", "error"}, timeout=120)
     assert final["status"] == "succeeded", final
     assert "attempt 1 found saved-on-sigterm" in full_log(svc, job_id)
+
+
+def test_the_submits_listing_stands_for_the_start_only_briefly_and_for_its_credentials(
+    s3_endpoint, monkeypatch
+):
+    """objectstore rule 1a: the submit's complete listing is reused at the start (no second
+    listing: an object deleted in between is still listed), only with the same credentials and
+    only within ``LISTING_REUSE``; a prefix past the submit's one page is not remembered."""
+    import obstore
+
+    from ma_jupyter import objectstore
+
+    monkeypatch.setattr(objectstore, "LISTING_REUSE", 3600.0)  # never stale under any load
+    store = _store(s3_endpoint, "reuse")
+    for i in range(3):
+        obstore.put(store, f"p/{i}.bin", b"x")
+    creds, uri = _credentials(s3_endpoint), objectstore.ObjectURI.parse("s3://reuse/p")
+    objectstore.check_readable(uri, creds, s3_endpoint, "dataset d")
+    obstore.delete(store, "p/2.bin")
+    names = [o.relative for o in objectstore.listing(uri, creds, s3_endpoint, reuse=True)]
+    assert names == ["0.bin", "1.bin", "2.bin"]  # the submit's
+    other = {**creds, "AWS_SESSION_TOKEN": "another-user"}  # moto ignores it; the listing differs
+    assert len(objectstore.listing(uri, other, s3_endpoint, reuse=True)) == 2
+    assert len(objectstore.listing(uri, creds, s3_endpoint)) == 2  # reuse is asked for, never implied
+    monkeypatch.setattr(objectstore, "LISTING_REUSE", 0.0)
+    assert len(objectstore.listing(uri, creds, s3_endpoint, reuse=True)) == 2  # expired
+    monkeypatch.setattr(objectstore, "LISTING_REUSE", 3600.0)
+    monkeypatch.setattr(objectstore, "_PAGE", 2)  # a prefix past one page: listed again at the start
+    objectstore.check_readable(uri, creds, s3_endpoint, "dataset d")  # 2 objects: more than 1
+    obstore.delete(store, "p/1.bin")
+    assert len(objectstore.listing(uri, creds, s3_endpoint, reuse=True)) == 1
