@@ -44,6 +44,9 @@ log = logging.getLogger("ma_jupyter.supervisor")
 #: seconds between two upload rounds of a stopping job's outputs during its grace period (rule
 #: 5): a round that finds nothing changed costs one walk of the outputs folder
 GRACE_ROUND = 1.0
+#: seconds past the grace period after which the rounds end even without :meth:`Uploads.final`
+#: (a stop that failed before it: the rounds never run on without bound)
+GRACE_MARGIN = 300.0
 
 
 def endpoint(uri: objectstore.ObjectURI, credentials: dict[str, str]) -> str | None:
@@ -139,10 +142,11 @@ class Uploads:
             if self._busy.get(job_id) is threading.current_thread():
                 del self._busy[job_id]
 
-    def stopping(self, job: Job) -> None:
-        """Rule 5: ``job``'s nodes are being stopped (the supervisor calls it before the stop
-        signal): upload rounds on a thread of their own, after the periodic upload in progress,
-        until :meth:`final`."""
+    def stopping(self, job: Job, grace: float) -> None:
+        """Rule 5: ``job``'s nodes are being stopped with ``grace`` seconds to wind down (the
+        supervisor calls it before the stop signal): upload rounds on a thread of their own,
+        after the periodic upload in progress, until :meth:`final`, at most ``grace`` +
+        :data:`GRACE_MARGIN` seconds."""
         if not is_object_uri(job.spec.outputs):
             return
         done = threading.Event()
@@ -152,17 +156,20 @@ class Uploads:
             self._stopping[job.id] = done
             before = self._busy.get(job.id)
             thread = threading.Thread(
-                target=self._rounds, args=(job, before, done), name=f"ma-upload-stop-{job.id}", daemon=True
+                target=self._rounds,
+                args=(job, before, done, time.monotonic() + grace + GRACE_MARGIN),
+                name=f"ma-upload-stop-{job.id}",
+                daemon=True,
             )
             self._busy[job.id] = thread  # no periodic upload meanwhile; final() waits for it
         thread.start()
 
-    def _rounds(self, job: Job, before: threading.Thread | None, done: threading.Event) -> None:
+    def _rounds(self, job: Job, before: threading.Thread | None, done: threading.Event, until: float) -> None:
         try:
             if before is not None:  # one upload at a time: they share the job's notes
                 before.join(objectstore.REQUEST_TIMEOUT * 4)
             said = False
-            while not done.is_set():
+            while not done.is_set() and time.monotonic() < until:
                 try:
                     self.upload(job)
                 except Exception:  # noqa: BLE001 (the final upload, which must succeed, says why)
@@ -172,6 +179,9 @@ class Uploads:
                 done.wait(GRACE_ROUND)
         finally:
             self._done(job.id)
+            with self._lock:  # past the bound: a later stop of the job starts rounds again
+                if self._stopping.get(job.id) is done:
+                    del self._stopping[job.id]
 
     def upload(self, job: Job) -> int:
         """Put ``job``'s outputs files changed since its last upload; the number put.
