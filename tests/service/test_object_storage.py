@@ -329,3 +329,28 @@ def test_the_submits_listing_stands_for_the_start_only_briefly_and_for_its_crede
     objectstore.check_readable(uri, creds, s3_endpoint, "dataset d")  # 2 objects: more than 1
     obstore.delete(store, "p/1.bin")
     assert len(objectstore.listing(uri, creds, s3_endpoint, reuse=True)) == 1
+
+
+def test_the_grace_periods_upload_rounds_never_run_on_without_bound(s3_endpoint, tmp_path, monkeypatch):
+    """``service/storage.py`` rule 5's bound: a stop that never reaches its final upload (it
+    failed before) leaves no upload rounds running past the grace period and the margin; the
+    rounds up to then put what the job wrote."""
+    import threading
+    from types import SimpleNamespace
+
+    import obstore
+
+    from ma_jupyter.service import storage
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    monkeypatch.setattr(storage, "GRACE_MARGIN", 0.0)
+    bucket = _store(s3_endpoint, "rounds")
+    job = SimpleNamespace(id="rounds-job", spec=SimpleNamespace(outputs="s3://rounds/run"))
+    folder = tmp_path / "jobs" / job.id / "outputs"
+    folder.mkdir(parents=True)
+    (folder / "ckpt").write_text("c")
+    uploads = storage.Uploads(lambda job_id: _credentials(s3_endpoint))
+    uploads.stopping(job, 0.5)
+    wait_for(lambda: not any(t.name == f"ma-upload-stop-{job.id}" for t in threading.enumerate()), timeout=60)
+    assert bytes(obstore.get(bucket, "run/ckpt").bytes()) == b"c"
+    assert uploads.final(job) is None  # nothing changed since: the final upload still answers
