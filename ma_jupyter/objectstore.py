@@ -13,6 +13,11 @@ Rules, in order:
 1. :func:`listing` lists every object below the prefix (with size, ETag and version), bounded
    by :data:`MAX_OBJECTS` and a timeout per request; :func:`check_readable` is its submit-time
    form: one page, the bucket and the reason in the error.
+1a. A prefix that fits in that page is complete in the submit's listing: it is remembered for
+   :data:`LISTING_REUSE` seconds (keyed by the URI, the endpoint and a digest of the
+   credentials, at most :data:`RECENT_LISTINGS` of them), and ``listing(..., reuse=True)`` (data
+   preparation, when the job starts) takes it instead of listing again.  The bounded staleness:
+   a job starting within those seconds of its submit gets the prefix as its submit saw it.
 2. :func:`state_key` is the key of a prefix's state: the URI, the endpoint and every object's
    key, size, ETag and version, so a changed object gives a new key (a fresh download).
 3. :func:`download` fetches the listed objects into a folder, :data:`PARALLEL` at a time.  Each
@@ -60,6 +65,15 @@ CREDENTIAL_NAMES = (
     "AWS_DEFAULT_REGION",
 )
 _CHUNK = 8 << 20
+#: seconds a submit's complete listing of a prefix stands for the job's start (rule 1a)
+LISTING_REUSE = 5.0
+#: the most listings remembered for rule 1a (each at most one page: memory stays bounded)
+RECENT_LISTINGS = 64
+#: objects in the submit's one page (S3's page size): a prefix of fewer is remembered (the
+#: listing stops at the page's last object, so it never asks for a second page)
+_PAGE = 1000
+_recent: dict[tuple[str, str, str], tuple[float, list[Obj]]] = {}
+_recent_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -150,12 +164,19 @@ def listing(
     *,
     limit: int = MAX_OBJECTS,
     timeout: float = REQUEST_TIMEOUT,
+    reuse: bool = False,
 ) -> list[Obj]:
-    """Every object below ``uri`` (rule 1), sorted by path.
+    """Every object below ``uri`` (rule 1), sorted by path; ``reuse``: a complete listing of
+    the submit's check at most :data:`LISTING_REUSE` seconds old stands for it (rule 1a).
 
     Raises:
         StorageError: the listing failed (the bucket and the reason), or holds more than ``limit``.
     """
+    if reuse:
+        with _recent_lock:
+            seen = _recent.get(_recent_key(uri, credentials, endpoint))
+        if seen is not None and time.monotonic() - seen[0] <= LISTING_REUSE and len(seen[1]) <= limit:
+            return list(seen[1])
     import obstore
 
     store = _store(uri, credentials, endpoint, timeout)
@@ -192,6 +213,29 @@ def listing(
     return sorted(out, key=lambda o: o.relative)
 
 
+def _recent_key(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None) -> tuple[str, str, str]:
+    # the credentials' digest: a listing one user's credentials made never stands for another's
+    who = hashlib.sha256(repr(sorted(credentials.items())).encode()).hexdigest()
+    return (str(uri), endpoint or "", who)
+
+
+def _remember(
+    uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, objects: list[Obj] | None
+) -> None:
+    """Rule 1a: keep a complete listing (None: the check got none, and an older one is dropped:
+    it no longer stands), dropping the expired ones and the oldest past the bound."""
+    now = time.monotonic()
+    with _recent_lock:
+        for key in [k for k, (at, _) in _recent.items() if now - at > LISTING_REUSE]:
+            del _recent[key]
+        if objects is None:
+            _recent.pop(_recent_key(uri, credentials, endpoint), None)
+            return
+        _recent[_recent_key(uri, credentials, endpoint)] = (now, objects)
+        while len(_recent) > RECENT_LISTINGS:
+            del _recent[min(_recent, key=lambda k: _recent[k][0])]
+
+
 def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, what: str) -> None:
     """The submit-time check (rule 1): the prefix exists and can be listed and read with these
     credentials, within :data:`CHECK_TIMEOUT`.
@@ -203,8 +247,12 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
 
     def run() -> None:
         try:
-            result.append(listing(uri, credentials, endpoint, limit=1, timeout=CHECK_TIMEOUT))
+            # one page either way; a prefix it holds whole is remembered for the start (rule 1a)
+            objects = listing(uri, credentials, endpoint, limit=_PAGE - 1, timeout=CHECK_TIMEOUT)
+            _remember(uri, credentials, endpoint, objects or None)
+            result.append(objects)
         except StorageError as exc:
+            _remember(uri, credentials, endpoint, None)
             result.append(exc)
         except Exception as exc:  # noqa: BLE001 (the message is what the user gets)
             result.append(StorageError(f"bucket {uri.bucket}: {_reason(exc)}"))

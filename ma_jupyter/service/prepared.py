@@ -230,7 +230,8 @@ class PreparedStore:
             Conflict, DiskFull, InvalidSpec: as :meth:`acquire`.
         """
         started = time.monotonic()
-        objects = objectstore.listing(uri, credentials, endpoint)
+        # the submit's listing when the job starts right after it (objectstore rule 1a)
+        objects = objectstore.listing(uri, credentials, endpoint, reuse=True)
         key = objectstore.state_key(uri, endpoint, objects)
         size = sum(o.size for o in objects)
         entry = self.root / key

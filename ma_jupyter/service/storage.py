@@ -19,6 +19,11 @@ Rules:
    lock); once an attempt's nodes have stopped (its end, or a stop whose grace period let the
    job write a checkpoint) what changed is uploaded before the end is recorded: a job succeeds
    only after that upload, and a failed one is the job's error, with the reason.
+5. A stop with a grace period (the user's stop, a checkpoint resume's requeue, a reschedule):
+   from the stop signal until the nodes have stopped, what the job writes is uploaded in rounds
+   :data:`GRACE_ROUND` seconds apart (:meth:`Uploads.stopping`), so a checkpoint written on
+   SIGTERM is in the bucket seconds later, before the grace period ends, even if the machine is
+   lost before the final upload of rule 4.  A resumed attempt finds it there (rule 4's download).
 """
 
 from __future__ import annotations
@@ -35,6 +40,13 @@ from ..errors import InvalidSpec
 from ..models import Job, JobSpec, is_object_uri
 
 log = logging.getLogger("ma_jupyter.supervisor")
+
+#: seconds between two upload rounds of a stopping job's outputs during its grace period (rule
+#: 5): a round that finds nothing changed costs one walk of the outputs folder
+GRACE_ROUND = 1.0
+#: seconds past the grace period after which the rounds end even without :meth:`Uploads.final`
+#: (a stop that failed before it: the rounds never run on without bound)
+GRACE_MARGIN = 300.0
 
 
 def endpoint(uri: objectstore.ObjectURI, credentials: dict[str, str]) -> str | None:
@@ -98,6 +110,7 @@ class Uploads:
         self._sent: dict[str, dict[str, tuple[int, int]]] = {}
         self._busy: dict[str, threading.Thread] = {}
         self._last: dict[str, float] = {}
+        self._stopping: dict[str, threading.Event] = {}  # set: the rounds of rule 5 end
 
     def due(self, job: Job) -> None:
         """While ``job`` runs (the watch calls it at each look): an upload of its changed files
@@ -122,8 +135,53 @@ class Uploads:
         except Exception:  # noqa: BLE001 (the final upload, which must succeed, says why)
             log.warning("job %s: a periodic upload of its outputs failed", job.id, exc_info=True)
         finally:
-            with self._lock:
-                self._busy.pop(job.id, None)
+            self._done(job.id)
+
+    def _done(self, job_id: str) -> None:
+        with self._lock:  # only its own entry: the stop's rounds may have taken the place
+            if self._busy.get(job_id) is threading.current_thread():
+                del self._busy[job_id]
+
+    def stopping(self, job: Job, grace: float) -> None:
+        """Rule 5: ``job``'s nodes are being stopped with ``grace`` seconds to wind down (the
+        supervisor calls it before the stop signal): upload rounds on a thread of their own,
+        after the periodic upload in progress, until :meth:`final`, at most ``grace`` +
+        :data:`GRACE_MARGIN` seconds."""
+        if not is_object_uri(job.spec.outputs):
+            return
+        done = threading.Event()
+        with self._lock:
+            if job.id in self._stopping:
+                return
+            self._stopping[job.id] = done
+            before = self._busy.get(job.id)
+            thread = threading.Thread(
+                target=self._rounds,
+                args=(job, before, done, time.monotonic() + grace + GRACE_MARGIN),
+                name=f"ma-upload-stop-{job.id}",
+                daemon=True,
+            )
+            self._busy[job.id] = thread  # no periodic upload meanwhile; final() waits for it
+        thread.start()
+
+    def _rounds(self, job: Job, before: threading.Thread | None, done: threading.Event, until: float) -> None:
+        try:
+            if before is not None:  # one upload at a time: they share the job's notes
+                before.join(objectstore.REQUEST_TIMEOUT * 4)
+            said = False
+            while not done.is_set() and time.monotonic() < until:
+                try:
+                    self.upload(job)
+                except Exception:  # noqa: BLE001 (the final upload, which must succeed, says why)
+                    if not said:  # once per stop: a lost bucket would otherwise fill the log
+                        log.warning("job %s: an upload during its grace period failed", job.id, exc_info=True)
+                        said = True
+                done.wait(GRACE_ROUND)
+        finally:
+            self._done(job.id)
+            with self._lock:  # past the bound: a later stop of the job starts rounds again
+                if self._stopping.get(job.id) is done:
+                    del self._stopping[job.id]
 
     def upload(self, job: Job) -> int:
         """Put ``job``'s outputs files changed since its last upload; the number put.
@@ -145,7 +203,10 @@ class Uploads:
         if not is_object_uri(job.spec.outputs):
             return None
         with self._lock:
+            stopping = self._stopping.pop(job.id, None)
             busy = self._busy.get(job.id)
+        if stopping is not None:  # rule 5's rounds end after the one in progress
+            stopping.set()
         if busy is not None:
             busy.join(objectstore.REQUEST_TIMEOUT * 4)
         try:

@@ -216,3 +216,141 @@ def test_download_resumes_and_never_takes_a_partial_object(s3_endpoint, tmp_path
         assert (into / f"{i}.bin").read_bytes() == bytes([i]) * (1000 + i)
     assert (into / "0.bin").stat().st_ino == kept["0.bin"]  # complete ones were not fetched again
     assert seen[-1] == 6 and not list(into.glob("*.part"))
+
+
+STOPPED = (
+    "import os, signal, time\n"
+    "out = '/workspace/outputs'\n"
+    "ckpt = out + '/ckpt/last.txt'\n"
+    "attempt = os.environ.get('MA_ATTEMPT')\n"
+    "print('attempt', attempt, 'found', open(ckpt).read() if os.path.exists(ckpt) else None, flush=True)\n"
+    "if attempt != '0': raise SystemExit(0)\n"
+    "open(out + '/progress.txt', 'w').write('p')\n"
+    "def save(signum, frame):\n"
+    "    os.makedirs(os.path.dirname(ckpt), exist_ok=True)\n"
+    "    open(ckpt, 'w').write('saved-on-sigterm')\n"
+    "    print('checkpoint written', flush=True)\n"
+    "signal.signal(signal.SIGTERM, save)\n"
+    "deadline = time.time() + 300\n"  # it lives on in the grace period until the test's gate
+    "while not os.path.exists('/workspace/volume/g/go') and time.time() < deadline: time.sleep(0.05)\n"
+    "print('leaving', flush=True)\n"
+)
+
+
+def test_outputs_are_uploaded_while_running_and_in_the_grace_period_then_resumed(
+    request, ma_home, s3_endpoint, tmp_path
+):
+    """Rules 4 and 5 of ``service/storage.py``: the periodic upload (a tiny ``upload_interval``)
+    puts a file while the job runs; a checkpoint resume's requeue (its node drained) sends
+    SIGTERM, and the checkpoint the job writes then is in the bucket while the job is still in
+    its grace period; the machine's copy lost, the resumed attempt starts with the bucket's."""
+    import obstore
+
+    from tests.fixtures.service_api import service_with
+
+    svc = service_with(request, ma_home, "\n[storage]\nupload_interval = 0.3\n")
+    out = _store(s3_endpoint, "ckpt")
+    gate = tmp_path / "gate"
+    gate.mkdir(mode=0o777)
+    gate.chmod(0o777)
+    s = svc.session()
+    job = s.post(
+        f"{svc.api}/jobs",
+        json={
+            "name": "s3resume",
+            "command": pycmd(STOPPED),
+            "outputs": "s3://ckpt/run",
+            "volumes": [{"name": "g", "path": str(gate)}],
+            "checkpoint_resume": {"grace_period": 300},
+            "storage_credentials": _credentials(s3_endpoint),
+        },
+        timeout=60,
+    )
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    host = wait_status(svc, job_id, {"running"}, timeout=120)["nodes"][0]["host"]
+
+    def in_bucket(key: str) -> bytes | None:
+        try:
+            return bytes(obstore.get(out, key).bytes())
+        except FileNotFoundError:
+            return None
+
+    wait_for(lambda: in_bucket("run/progress.txt") == b"p", timeout=60)  # the periodic upload
+    assert job_of(svc, job_id)["status"] == "running"
+
+    drained = s.post(f"{svc.api}/nodes/{host}/drain", json={"reason": "test"}, timeout=10)
+    assert drained.status_code == 200, drained.text
+    try:
+        wait_for(lambda: "checkpoint written" in full_log(svc, job_id), timeout=120)
+        # uploaded during the grace period: the job still runs (it leaves only through the gate)
+        wait_for(lambda: in_bucket("run/ckpt/last.txt") == b"saved-on-sigterm", timeout=60)
+        assert "leaving" not in full_log(svc, job_id)
+        # the machine is lost: its copy of the checkpoint is gone, the bucket's remains
+        local = ma_home / "jobs" / job_id / "outputs" / "ckpt" / "last.txt"
+        assert local.read_text() == "saved-on-sigterm"
+        local.unlink()
+        (gate / "go").write_text("")
+        wait_for(lambda: (j := job_of(svc, job_id))["status"] == "queued" and j["attempt"] == 1, timeout=120)
+    finally:
+        (gate / "go").write_text("")  # never left waiting, whatever failed
+        assert s.post(f"{svc.api}/nodes/{host}/undrain", timeout=10).status_code == 200
+    final = wait_status(svc, job_id, {"succeeded", "failed", "error"}, timeout=120)
+    assert final["status"] == "succeeded", final
+    assert "attempt 1 found saved-on-sigterm" in full_log(svc, job_id)
+
+
+def test_the_submits_listing_stands_for_the_start_only_briefly_and_for_its_credentials(
+    s3_endpoint, monkeypatch
+):
+    """objectstore rule 1a: the submit's complete listing is reused at the start (no second
+    listing: an object deleted in between is still listed), only with the same credentials and
+    only within ``LISTING_REUSE``; a prefix past the submit's one page is not remembered."""
+    import obstore
+
+    from ma_jupyter import objectstore
+
+    monkeypatch.setattr(objectstore, "LISTING_REUSE", 3600.0)  # never stale under any load
+    store = _store(s3_endpoint, "reuse")
+    for i in range(3):
+        obstore.put(store, f"p/{i}.bin", b"x")
+    creds, uri = _credentials(s3_endpoint), objectstore.ObjectURI.parse("s3://reuse/p")
+    objectstore.check_readable(uri, creds, s3_endpoint, "dataset d")
+    obstore.delete(store, "p/2.bin")
+    names = [o.relative for o in objectstore.listing(uri, creds, s3_endpoint, reuse=True)]
+    assert names == ["0.bin", "1.bin", "2.bin"]  # the submit's
+    other = {**creds, "AWS_SESSION_TOKEN": "another-user"}  # moto ignores it; the listing differs
+    assert len(objectstore.listing(uri, other, s3_endpoint, reuse=True)) == 2
+    assert len(objectstore.listing(uri, creds, s3_endpoint)) == 2  # reuse is asked for, never implied
+    monkeypatch.setattr(objectstore, "LISTING_REUSE", 0.0)
+    assert len(objectstore.listing(uri, creds, s3_endpoint, reuse=True)) == 2  # expired
+    monkeypatch.setattr(objectstore, "LISTING_REUSE", 3600.0)
+    monkeypatch.setattr(objectstore, "_PAGE", 2)  # a prefix past one page: listed again at the start
+    objectstore.check_readable(uri, creds, s3_endpoint, "dataset d")  # 2 objects: more than 1
+    obstore.delete(store, "p/1.bin")
+    assert len(objectstore.listing(uri, creds, s3_endpoint, reuse=True)) == 1
+
+
+def test_the_grace_periods_upload_rounds_never_run_on_without_bound(s3_endpoint, tmp_path, monkeypatch):
+    """``service/storage.py`` rule 5's bound: a stop that never reaches its final upload (it
+    failed before) leaves no upload rounds running past the grace period and the margin; the
+    rounds up to then put what the job wrote."""
+    import threading
+    from types import SimpleNamespace
+
+    import obstore
+
+    from ma_jupyter.service import storage
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    monkeypatch.setattr(storage, "GRACE_MARGIN", 0.0)
+    bucket = _store(s3_endpoint, "rounds")
+    job = SimpleNamespace(id="rounds-job", spec=SimpleNamespace(outputs="s3://rounds/run"))
+    folder = tmp_path / "jobs" / job.id / "outputs"
+    folder.mkdir(parents=True)
+    (folder / "ckpt").write_text("c")
+    uploads = storage.Uploads(lambda job_id: _credentials(s3_endpoint))
+    uploads.stopping(job, 0.5)
+    wait_for(lambda: not any(t.name == f"ma-upload-stop-{job.id}" for t in threading.enumerate()), timeout=60)
+    assert bytes(obstore.get(bucket, "run/ckpt").bytes()) == b"c"
+    assert uploads.final(job) is None  # nothing changed since: the final upload still answers

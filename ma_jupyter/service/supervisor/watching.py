@@ -394,6 +394,8 @@ class Watching:
             try:
                 live = policies.live_nodes(job.nodes)
                 if live:
+                    if self.uploads is not None:  # outputs in object storage: uploads during the grace
+                        self.uploads.stopping(job, end.grace)
                     backend.stop(attempt, live, end.grace)
                 # the nodes just stopped, and any lost one (its exit code may have come since):
                 # a node already seen exited keeps that state and code (a call per node on Ray)
