@@ -64,7 +64,10 @@ def check_url(url: str) -> str:
     try:
         parts.port  # noqa: B018 -- a port out of range raises here
     except ValueError as exc:
-        raise InvalidSpec(f"{url[:80]!r}: {exc}", field="webhook") from None
+        raise InvalidSpec(
+            f"{url[:80]!r} is not a webhook URL ({exc}): give http://HOST[:PORT]/PATH or https://...",
+            field="webhook",
+        ) from None
     return url
 
 
