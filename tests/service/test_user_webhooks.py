@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from ma_jupyter.client import Client
 from tests.fixtures.service_api import wait_status
 from tests.helpers import wait_for
 
@@ -83,7 +84,13 @@ def test_a_users_webhook_gets_their_alert_and_end_and_a_silent_one_stalls_nothin
     assert alice.put(f"{svc.api}/users/me/notify", json={"webhook": url}, timeout=10).json() == {
         "webhook": url
     }
-    assert bob.put(f"{svc.api}/users/me/notify", json={"webhook": silent[0]}, timeout=10).status_code == 200
+    # bob names his through the client
+    bob_client = Client(url=svc.url, token=svc.user_token("bob"))
+    try:
+        assert bob_client.set_notify(silent[0]).webhook == silent[0]
+        assert bob_client.notify_settings().webhook == silent[0]
+    finally:
+        bob_client.close()
     assert alice.get(f"{svc.api}/users/me/notify", timeout=10).json() == {"webhook": url}
 
     reply = bob.post(f"{svc.api}/jobs", json={"name": "bobs", "command": f"{PY} -c 'print(1)'"}, timeout=30)
