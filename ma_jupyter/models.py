@@ -1103,6 +1103,17 @@ class NewUser(Strict):
     admin: bool = False
 
 
+class NotifySettings(Strict):
+    """``GET|PUT /users/me/notify``: where the caller's own jobs' alerts and terminal states go,
+    besides the administrator's ``[notify]`` hook."""
+
+    webhook: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="http(s) URL that gets each event as a JSON POST; null: none.",
+    )
+
+
 class UserToken(User):
     """A user with a token just made for it: the only time the token is shown."""
 

@@ -11,6 +11,8 @@
  *    TensorBoard, the outputs listing) and ends it when the page closes.
  * 3. An operation's or a tab's error is shown on the message line; the service checks every
  *    request, so a refusal is shown there too.
+ * 4. While the job has alert events (a performance alert, a reschedule, a hang), a banner under
+ *    the title says how many and the latest one, whatever tab is shown; its button opens Events.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -39,6 +41,7 @@ export class JobPageWidget extends Widget implements OperatedPage {
   current: TabKey = 'overview';
   private bar: HTMLElement;
   private message: HTMLElement;
+  private alertBanner: HTMLElement;
   private operations: Operations;
   private tabs: Map<TabKey, JobTab>;
   private tabButtons = new Map<TabKey, HTMLButtonElement>();
@@ -61,6 +64,8 @@ export class JobPageWidget extends Widget implements OperatedPage {
     this.node.dataset.jobId = job.id;
     this.bar = h('div', { class: 'ma-job-head' });
     this.message = h('div', { class: 'ma-message' });
+    this.alertBanner = h('div', { class: 'ma-alert-banner', role: 'alert' });
+    this.alertBanner.hidden = true;
     this.operations = new Operations(this);
     const all = [
       new OverviewTab(this),
@@ -78,7 +83,7 @@ export class JobPageWidget extends Widget implements OperatedPage {
       tabList.append(button);
     }
     const sections = [...this.tabs.values()].map(tab => tab.section);
-    this.node.append(this.bar, this.operations.node, this.message, tabList, ...sections);
+    this.node.append(this.bar, this.alertBanner, this.operations.node, this.message, tabList, ...sections);
     this.render();
     this.showTab('overview');
     void this.poll();
@@ -168,10 +173,29 @@ export class JobPageWidget extends Widget implements OperatedPage {
       h('span', { class: 'ma-job-id' }, job.id),
       h('span', { class: 'ma-job-when' }, elapsed(job) ? `ran ${elapsed(job)}` : statusText(job))
     );
+    this.renderAlerts();
     this.operations.render();
     for (const tab of this.tabs.values()) {
       tab.render();
     }
+  }
+
+  /** Rule 4: the alert banner, for the events read so far. */
+  private renderAlerts(): void {
+    const alerts = this.events.filter(e => e.alert);
+    this.alertBanner.hidden = alerts.length === 0;
+    this.node.dataset.alerts = String(alerts.length);
+    if (!alerts.length) {
+      return;
+    }
+    const last = alerts[alerts.length - 1];
+    const reason = last.reason ?? '';
+    const where = last.node && !reason.includes(last.node) ? `${last.node}: ` : '';
+    this.alertBanner.replaceChildren(
+      h('strong', {}, alerts.length === 1 ? 'Alert' : `${alerts.length} alerts`),
+      h('span', { class: 'ma-alert-text' }, where + reason),
+      h('button', { class: 'ma-alert-open', onclick: () => this.showTab('events') }, 'Events')
+    );
   }
 
   dispose(): void {

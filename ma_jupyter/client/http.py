@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # the models are imported when an answer is validated, not wi
         LogFile,
         LogStream,
         Node,
+        NotifySettings,
         Plan,
         PreparedData,
         ResourceUsage,
@@ -740,6 +741,17 @@ class Client:
         return self._answer("ClusterView", self._request("GET", "/cluster", params=params))
 
     # -------------------------------------------------------------------------- users
+
+    def notify_settings(self) -> NotifySettings:
+        """Where your own jobs' alerts and terminal states go (``GET /users/me/notify``)."""
+        return self._answer("NotifySettings", self._request("GET", "/users/me/notify"))
+
+    def set_notify(self, webhook: str | None) -> NotifySettings:
+        """Send your jobs' alerts and terminal states to ``webhook`` (an http(s) URL getting
+        each event as a JSON POST); None stops it (``PUT /users/me/notify``)."""
+        return self._answer(
+            "NotifySettings", self._request("PUT", "/users/me/notify", json_body={"webhook": webhook})
+        )
 
     def whoami(self) -> User:
         """The user this client acts as (its token's)."""

@@ -97,6 +97,8 @@ class Placement:
     restarted service finds it again; empty when nothing was reserved.  ``port_range``
     (``[low, high)``) is where the backend's ``bind`` takes the tasks' ports from when the job's
     convention names one (the ModelArts TensorFlow layout: 5000-10000); None: the backend's own.
+    ``creator`` is the job's submitting user: whose account the nodes run as decides the backend's
+    remote shell (OpenSSH's sshd cannot run as root in a sandbox, see ``LocalBackend.bind``).
     """
 
     job_id: str
@@ -105,6 +107,7 @@ class Placement:
     remote_shell: RemoteShell | None = None
     reservation: str = ""
     port_range: tuple[int, int] | None = None
+    creator: str | None = None
 
     @property
     def bound(self) -> bool:
@@ -120,6 +123,7 @@ class Placement:
             "remote_shell": asdict(self.remote_shell) if self.remote_shell else None,
             "reservation": self.reservation,
             "port_range": list(self.port_range) if self.port_range else None,
+            "creator": self.creator,
         }
 
     @classmethod
@@ -144,6 +148,7 @@ class Placement:
             remote_shell=RemoteShell(**{**shell, "serve": tuple(shell["serve"])}) if shell else None,
             reservation=data.get("reservation", ""),
             port_range=tuple(data["port_range"]) if data.get("port_range") else None,
+            creator=data.get("creator"),
         )
 
     def role(self, role: str) -> list[TaskSlot]:

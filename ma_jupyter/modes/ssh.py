@@ -6,7 +6,8 @@ Every node of the job gets (pure: the keys are made inside the nodes, see
 
 1. ``SSHD_PORT`` (seed 003): the port every node's sshd listens on, one number for the whole
    job, each node on its own address: worker-0's last reserved port, which the backend reserved
-   on every address (0 in a dry run);
+   on every address; a dry run reserves none and shows :data:`PORT_AT_LAUNCH` instead (its
+   ``ssh_config`` says so in a comment where the ``Port`` line goes);
 2. ``/etc/ssh/ssh_config``, the node's own client configuration: that port, the attempt's key
    and host key (``~/.ssh``), no password or host-key prompt, so ``ssh worker-1 hostname`` (the
    names of the hostfiles and ``/etc/hosts``) works as written, and so do mpirun's ``-mca
@@ -27,6 +28,8 @@ SSH_NODE_MODULE = "ma_jupyter.nodeside.ssh_node"
 KEY_DIR = "/tmp/.ssh"
 #: the alias of the host key every node of an attempt shows (mirrored from ssh_node)
 HOST_KEY_ALIAS = "ma_jupyter-job-node"
+#: what a dry run shows for SSHD_PORT: no port is reserved before the launch
+PORT_AT_LAUNCH = "<reserved at launch>"
 
 
 def sshd_port(placement: Placement) -> int:
@@ -41,7 +44,7 @@ def client_config(port: int) -> str:
         [
             "# ssh between the nodes of this job (ma_jupyter): the attempt's key, one host key",
             "Host *",
-            f"    Port {port}",
+            f"    Port {port}" if port else f"    # Port {PORT_AT_LAUNCH} (the job's SSHD_PORT)",
             f"    IdentityFile {KEY_DIR}/id_ed25519",
             "    IdentitiesOnly yes",
             f"    UserKnownHostsFile {KEY_DIR}/known_hosts",
@@ -74,6 +77,6 @@ def add_ssh(plans: list[NodePlan], placement: Placement, launcher: NodePlan | No
     for node in plans:
         peers = [p.task for p in plans if p is not node] if node is launcher else None
         node.argv = node_argv(node.task, node.argv, peers)
-        node.env["SSHD_PORT"] = str(port)
+        node.env["SSHD_PORT"] = str(port) if port else PORT_AT_LAUNCH
         node.files[SSH_CONFIG] = client_config(port)
-        node.notes.append(f"sshd on {node.task.address}:{port} (the job's key only)")
+        node.notes.append(f"sshd on {node.task.address}:{port or PORT_AT_LAUNCH} (the job's key only)")

@@ -31,6 +31,8 @@ The contract, in order:
    service's log says when a queue starts folding.
 7. A command that cannot start, exits non-zero or times out is logged with its exit status and
    the end of its error output; the event is not retried.
+8. Each event of a user's job also goes to that user's own webhook, if they named one
+   (:mod:`.webhooks`), with or without the command.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+from .webhooks import UserWebhooks
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,7 @@ class Notifier:
         home: the service's home (the command's working folder).
         timeout: seconds one run may take (rule 4).
         per_user: events that may wait in one queue (rule 6).
+        webhooks: the users' own webhooks (rule 8); None: none.
     """
 
     def __init__(
@@ -122,7 +127,9 @@ class Notifier:
         *,
         timeout: float = TIMEOUT,
         per_user: int = MAX_PENDING_PER_USER,
+        webhooks: UserWebhooks | None = None,
     ):
+        self.webhooks = webhooks
         self.argv = shlex.split(command) if command else []  # rule 1
         self.home = home
         self.timeout = timeout
@@ -146,8 +153,8 @@ class Notifier:
         reason: str | None = None,
         node: str | None = None,
     ) -> None:
-        """Queue one event (rules 3, 5 and 6); returns at once."""
-        if not self.argv:
+        """Queue one event (rules 3, 5, 6 and 8); returns at once."""
+        if not self.argv and self.webhooks is None:
             return
         event = {
             "kind": kind,
@@ -159,6 +166,10 @@ class Notifier:
             "node": node,
             "time": datetime.now(UTC).isoformat(),
         }
+        if self.webhooks is not None:
+            self.webhooks.push(dict(event))  # rule 8
+        if not self.argv:
+            return
         key = _NODES if not job and node and user is None else user
         with self._cond:
             if self._closed:
@@ -184,6 +195,8 @@ class Notifier:
 
     def close(self, timeout: float = 5.0) -> None:
         """Deliver what is queued (within ``timeout``) and stop the thread."""
+        if self.webhooks is not None:
+            self.webhooks.close(timeout)
         with self._cond:
             self._closed = True
             self._cond.notify()

@@ -489,7 +489,7 @@ class Scheduler:
             for role, index, node, cards in chosen
         )
         ports = MODELARTS_TF_PORTS if ps_beside_workers(spec) else None
-        return Placement(job_id=job_id, spec=flavor, tasks=tasks, port_range=ports)
+        return Placement(job_id=job_id, spec=flavor, tasks=tasks, port_range=ports, creator=spec.creator)
 
     # ---------------------------------------------------------------- reservation (EASY)
 

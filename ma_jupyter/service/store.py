@@ -162,6 +162,7 @@ users_table = Table(
     Column("created", Float, nullable=False),
     # sha256 (hex) of the user's token; NULL for a user known only from a forwarding proxy
     Column("token_hash", String, unique=True),
+    Column("notify_webhook", String),  # the user's own webhook (webhooks.py); NULL: none
 )
 
 
@@ -232,6 +233,9 @@ class Store:
         if "card_memory_mb" not in sample_columns:
             with self.engine.begin() as conn:
                 conn.execute(text("ALTER TABLE resource_samples ADD COLUMN card_memory_mb FLOAT"))
+        if "notify_webhook" not in {c["name"] for c in inspect(self.engine).get_columns("users")}:
+            with self.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE users ADD COLUMN notify_webhook VARCHAR"))
         columns = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
         if "access" not in columns:
             with self.engine.begin() as conn:
@@ -748,6 +752,26 @@ class Store:
         with self.engine.connect() as conn:
             row = conn.execute(select(users_table).where(users_table.c.token_hash == token_hash)).first()
         return _user(row) if row is not None else None
+
+    def set_notify_webhook(self, name: str, url: str | None) -> None:
+        """Name (None: forget) the webhook ``name``'s events go to (:mod:`.webhooks`).
+
+        Raises:
+            NotFound: no such user.
+        """
+        with self.writing() as conn:
+            done = conn.execute(
+                users_table.update().where(users_table.c.name == name).values(notify_webhook=url)
+            ).rowcount
+        if not done:
+            raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
+
+    def notify_webhook(self, name: str) -> str | None:
+        """The webhook ``name``'s events go to; None: none (or no such user)."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(users_table.c.notify_webhook).where(users_table.c.name == name)
+            ).scalar_one_or_none()
 
     def users(self) -> list[User]:
         """Every user, by name."""

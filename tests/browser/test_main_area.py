@@ -557,3 +557,36 @@ def test_html_in_a_jobs_command_env_log_and_events_shows_as_text(ma_lab, browser
     assert page.locator('img[src="x"]').count() == 0
     assert page.locator("b.ma-xss").count() == 0
     assert page.evaluate("window.maXss") is None
+
+
+SLOW_LINE = "this iteration hardware time is 9.0 and e2e time is 10.0 ms."
+
+
+def test_a_jobs_performance_alert_shows_as_a_banner_on_its_page(ma_lab, browser_page):
+    """The job page shows an alert event at once, whatever tab is open: a banner with the
+    count and the latest reason, whose button opens the Events tab."""
+    import shlex
+
+    from playwright.sync_api import expect
+
+    api, page = Api(ma_lab), browser_page
+    script = f"import time\nprint({SLOW_LINE!r}, flush=True)\ntime.sleep(300)\n"
+    job = api.submit(
+        name="slow-job",
+        command=f"python -c {shlex.quote(script)}",
+        checkpoint_resume={"perf_threshold": 0.5, "perf_policy": "alert", "grace_period": 1},
+    )
+    try:
+        table = _open_table(page)
+        table.locator(f'tr[data-job-id="{job["id"]}"]').click()
+        detail = page.locator(f'[data-ma-view="job"][data-job-id="{job["id"]}"]')
+        expect(detail).to_be_visible(timeout=30_000)
+        banner = detail.locator(".ma-alert-banner")
+        expect(banner).to_contain_text("performance alert on worker-0", timeout=120_000)
+        expect(banner).to_contain_text("Alert")
+        expect(banner).to_be_visible()
+        page.screenshot(path=str(SHOTS / "job-alert-banner.png"))
+        banner.locator(".ma-alert-open").click()
+        expect(detail.locator(".ma-events-table .ma-event-alert")).to_contain_text("ALERT: performance alert")
+    finally:
+        api("POST", f"jobs/{job['id']}/stop")

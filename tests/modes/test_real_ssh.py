@@ -171,3 +171,30 @@ def test_a_plain_deepspeed_command_on_node_0_runs_both_nodes_over_pdsh_and_ssh(m
     # worker-1 ran nothing but sshd: its rank came from node 0's launcher, through pdsh
     assert "pdsh" in logs and "rank 1/2 on worker-1" in logs
     wait_for(lambda: not job_processes(job.id), timeout=30)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(os.geteuid() != 0, reason="nodes run as root only under a root service")
+def test_a_horovod_job_whose_nodes_run_as_root_starts_its_ranks_without_sshd(
+    ma_root_jobs, ma_client, tmp_path
+):
+    """An admin's ``allow_root``: OpenSSH's sshd cannot run as root in the sandbox (privilege
+    separation needs the capabilities it drops), so the platform's agent reaches worker-1."""
+    outputs = writable_dir(tmp_path / "out")
+    algo = algorithm(tmp_path / "algo", allreduce=ALLREDUCE)
+    job = ma_client.submit(
+        name="mpi-root",
+        mode="horovod",
+        nodes=2,
+        specs=["gpu.emu-2"],
+        algorithm=str(algo),
+        outputs=str(outputs),
+        command="bash -c 'id -u > /workspace/outputs/uid.txt && python /workspace/algorithm/allreduce.py'",
+    )
+    job = job.wait(timeout=240, check=False)
+    logs = node_logs(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert (outputs / "uid.txt").read_text() == "0\n"  # the nodes did run as root
+    result = json.loads((outputs / "result.json").read_text())
+    assert result == {"size": 4, "sum": 10, "hosts": ["worker-0", "worker-0", "worker-1", "worker-1"]}
+    wait_for(lambda: not job_processes(job.id), timeout=30)

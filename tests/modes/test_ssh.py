@@ -89,3 +89,14 @@ def test_the_attempt_keys_are_openssh_ed25519_keys_made_from_the_attempt_secret(
     # another attempt, another key; the host key differs from the user key
     assert ssh_node.derive_seed("secret-of-attempt-2", "user") != seed
     assert ssh_node.derive_seed("secret-of-attempt-1", "host") != seed
+
+
+def test_a_dry_run_shows_the_sshd_port_as_reserved_at_launch_not_0():
+    spec = JobSpec(name="hvd", mode="horovod", nodes=2, command="python /workspace/algorithm/train.py")
+    placement = _ssh_placement(spec, card_spec(2))
+    dry = replace(placement, tasks=tuple(replace(t, ports=(0, 0)) for t in placement.tasks))
+    for node in plan_job(spec, dry):
+        assert node.env["SSHD_PORT"] == "<reserved at launch>"
+        config = node.files["/etc/ssh/ssh_config"]
+        assert "Port 0" not in config and "# Port <reserved at launch>" in config
+        assert not any(":0 " in note for note in node.notes), node.notes

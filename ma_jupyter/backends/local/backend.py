@@ -184,14 +184,17 @@ class LocalBackend(Backend):
                     cpus=tuple(sorted({(start + i) % cores for i in range(width)})),
                 )
             )
-        return replace(placement, tasks=tuple(tasks), remote_shell=self._remote_shell())
+        return replace(placement, tasks=tuple(tasks), remote_shell=self._remote_shell(placement.creator))
 
-    def _remote_shell(self) -> RemoteShell:
-        """OpenSSH in the nodes where sshd is installed and the nodes are sandboxed (each node's
-        sshd needs the node's own view: its passwd, its ``/etc/ssh``), else the agent."""
-        if self.isolation() == "bubblewrap" and os.access(SSHD_PROGRAM, os.X_OK):
-            return self.ssh_shell
-        return self.remote_shell
+    def _remote_shell(self, creator: str | None) -> RemoteShell:
+        """OpenSSH in the nodes where sshd is installed, the nodes are sandboxed (each node's sshd
+        needs the node's own view: its passwd, its ``/etc/ssh``) and ``creator``'s jobs do not
+        run as root; else the agent.  A root node cannot run sshd: OpenSSH insists on privilege
+        separation (chroot, setuid), which needs the capabilities the sandbox drops, and giving
+        them back would hand them to the job too."""
+        if self.isolation() != "bubblewrap" or not os.access(SSHD_PROGRAM, os.X_OK):
+            return self.remote_shell
+        return self.remote_shell if _runs_as_root(creator) else self.ssh_shell
 
     def _ports(self, count: int, within: tuple[int, int] | None = None) -> tuple[int, ...]:
         """``count`` TCP ports, each one:
@@ -1027,6 +1030,18 @@ def _ended(proc: psutil.Process) -> bool:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
         return True
+
+
+def _runs_as_root(creator: str | None) -> bool:
+    """Whether ``creator``'s job nodes run as root here: a root service whose host rules keep
+    the job in the service's own account (an admin's ``allow_root``, or a job of the service's
+    own).  A user whose account cannot be settled is not root (the launch refuses the job)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        return load_policy().run_as(creator) is None
+    except InvalidSpec:
+        return False
 
 
 def _ignores_term(pid: int) -> bool:

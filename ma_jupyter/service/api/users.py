@@ -1,12 +1,14 @@
 """Users (:mod:`..users`): ``GET /users/me``, and for admins ``GET|POST /users``, ``DELETE
-/users/{name}``, ``POST /users/{name}/token`` (a new token, shown once)."""
+/users/{name}``, ``POST /users/{name}/token`` (a new token, shown once); ``GET|PUT
+/users/me/notify``: the caller's own webhook (:mod:`..webhooks`)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
-from ...models import API_PREFIX, NewUser, User, UserToken
+from ...models import API_PREFIX, NewUser, NotifySettings, User, UserToken
+from ..webhooks import check_url
 from .deps import MAX_ID, CallerDep, ServicesDep
 
 router = APIRouter(prefix=API_PREFIX)
@@ -15,6 +17,18 @@ router = APIRouter(prefix=API_PREFIX)
 @router.get("/users/me", response_model=User)
 def whoami(services: ServicesDep, user: CallerDep) -> User:
     return services.store.user(user.name)
+
+
+@router.get("/users/me/notify", response_model=NotifySettings)
+def my_notify(services: ServicesDep, user: CallerDep) -> NotifySettings:
+    return NotifySettings(webhook=services.store.notify_webhook(user.name))
+
+
+@router.put("/users/me/notify", response_model=NotifySettings)
+def set_my_notify(services: ServicesDep, user: CallerDep, body: NotifySettings) -> NotifySettings:
+    url = check_url(body.webhook) if body.webhook else None
+    services.store.set_notify_webhook(user.name, url)
+    return NotifySettings(webhook=url)
 
 
 @router.get("/users", response_model=list[User])

@@ -49,6 +49,7 @@ from ..resources import ResourceSampler
 from ..scheduler import NodeUse, Scheduler
 from ..storage import Uploads
 from ..store import Store
+from ..webhooks import UserWebhooks
 from .actions import Actions
 from .admission import Admission
 from .forecast import Forecast
@@ -86,7 +87,10 @@ class Supervisor:
         self.resources = ResourceSampler(store, backend)  # its own thread: never slows a tick
         # the administrator's notification hook ([notify] command of cluster.toml), told by
         # the journal of alerts and terminal states; closed at shutdown
-        self.notifier = Notifier(config.load_notify(), str(config.home()))
+        # and each user's own webhook (webhooks.py), read from the store when an event is sent
+        self.notifier = Notifier(
+            config.load_notify(), str(config.home()), webhooks=UserWebhooks(store.notify_webhook)
+        )
         self.journal = Journal(store, self.queue, backend, self.ledger, self.preparation, self.notifier)
         self.on_job_deleted: list[Callable[[str], None]] = self.journal.on_job_deleted
         self.watching = Watching(
