@@ -9,6 +9,7 @@ from ma_jupyter.config import Cluster, default_nodes, default_specs
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import JobSpec
 from ma_jupyter.modes.base import Placement
+from ma_jupyter.nodehost import network
 from ma_jupyter.service.scheduler import Scheduler
 
 
@@ -25,7 +26,13 @@ def test_workers_spread_one_per_node_with_distinct_hosts_and_ports():
     assert not placed.bound and all(not t.address and not t.ports for t in placed.tasks)
     backend = LocalBackend(inventory=[n.name for n in sched.cluster.nodes])
     placement = backend.bind(placed, reserve=True)
-    assert placement.bound and placement.remote_shell == LocalBackend.remote_shell
+    # each node a machine of its own (root here): mpirun's agent reaches them over TCP
+    shell = (
+        LocalBackend.remote_shell_on_job_network
+        if network.namespaces_supported()
+        else LocalBackend.remote_shell
+    )
+    assert placement.bound and placement.remote_shell == shell
     assert [t.hostname for t in placement.tasks] == ["worker-0", "worker-1", "worker-2"]
     ports = [p for t in placement.tasks for p in t.ports]
     assert len(set(ports)) == len(ports) and all(ports)
