@@ -322,8 +322,10 @@ def test_after_a_service_crash_the_terminal_still_enters_the_jobs_namespace_and_
     from ma_jupyter.client.shell import run_command
     from tests.service.conftest import start_service
 
-    left = ma_home / "netns" / "left-by-a-crash"
-    network.make_namespace(left)  # what a service killed between make and drop leaves
+    # what a service killed between make and drop leaves: a job network's files
+    left = network.make_job_network(
+        ma_home / "netns", "left-by-a-crash", [("worker-0", network.node_address(0))]
+    )
     svc = start_service(ma_home)
     job_id = None
     try:
@@ -336,7 +338,7 @@ def test_after_a_service_crash_the_terminal_still_enters_the_jobs_namespace_and_
         )
         job_id = handle.id
         wait_for(lambda: "up" in client.read_log(job_id).data, timeout=120)
-        assert not left.exists()  # swept at the launch
+        assert not left.switch.exists() and not left.nodes["worker-0"][0].exists()  # swept at the launch
         # and the job's own file dropped once its runner entered
         wait_for(lambda: list((ma_home / "netns").iterdir()) == [], timeout=30)
         svc.proc.send_signal(signal.SIGKILL)
@@ -526,3 +528,48 @@ def test_msrun_across_two_nodes_starts_its_scheduler_on_the_master_and_all_reduc
     text = "\n".join(logs.values())
     for rank in (0, 1):
         assert f"MSRESULT rank={rank} size=2 sum=3.0" in text, text[-4000:]
+
+
+def test_mpiruns_agent_reaches_a_node_on_its_job_network_address_with_the_attempts_secret_only(tmp_path):
+    """The rsh agent between two nodes of a job network (each node's abstract names its own): the
+    waiting node's server listens on a TCP port of its address; a caller with the attempt's
+    secret runs a command there, one without is refused."""
+    made = network.make_job_network(
+        tmp_path / "netns", "rsh", [(f"worker-{k}", network.node_address(k)) for k in (0, 1)]
+    )
+    ns = {name: str(path) for name, (path, _) in made.nodes.items()}
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "MA_JOB_SECRET": "s3cret", "MA_JOB_ID": "job-1"}
+    server = subprocess.Popen(
+        ["nsenter", f"--net={ns['worker-1']}", sys.executable, "-m", "ma_jupyter.nodehost.rsh_agent"]
+        + ["--serve", "--job", "job-1", "--host", "worker-1", "--port", "2222"],
+        env={**env, "NODE_MARK": "on-worker-1"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "waiting for mpirun" in server.stdout.readline()
+        agent = [
+            sys.executable,
+            "-m",
+            "ma_jupyter.nodehost.rsh_agent",
+            "--port=2222",
+            network.node_address(1),
+        ]
+
+        def call(where: list[str], secret: str) -> subprocess.CompletedProcess:
+            return subprocess.run(
+                [*where, *agent, 'echo "$NODE_MARK"; exit 3'],
+                env={**env, "MA_JOB_SECRET": secret, "MA_RSH_CONNECT_TIMEOUT": "2"},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        from_peer = call(["nsenter", f"--net={ns['worker-0']}"], "s3cret")
+        assert (from_peer.returncode, from_peer.stdout) == (3, "on-worker-1\n"), from_peer.stderr
+        refused = call(["nsenter", f"--net={ns['worker-0']}"], "guess")
+        assert refused.returncode == 255 and "not a node of this job" in refused.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        network.remove_job_network(made)
