@@ -65,6 +65,19 @@ def is_shell_wrapper(argv: list[str]) -> bool:
     return len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in {"bash", "sh", "zsh", "dash"} and argv[1] == "-c"
 
 
+#: the platform's steps that run inside a node before the job's command and then become it
+#: (``python -m <module> -- CMD...``, the horovod mode's worker-0): the ``bash -c`` rule of
+#: :func:`expand_argv` looks at CMD behind them
+EXEC_STEPS = ("ma_jupyter.nodeside.mpi_head",)
+
+
+def behind_exec_step(argv: list[str]) -> list[str]:
+    """The job's command behind one of :data:`EXEC_STEPS` (``argv`` itself without one)."""
+    if len(argv) > 4 and argv[1] == "-m" and argv[2] in EXEC_STEPS and argv[3] == "--":
+        return argv[4:]
+    return argv
+
+
 def split_command(text: str) -> tuple[list[str], list[str]]:
     """Split ``text`` like ``shlex.split`` (POSIX, no comments) in one linear pass.
 
@@ -202,10 +215,11 @@ def expand(text: str, env: dict[str, str]) -> str:
 def expand_argv(argv: list[str], env: dict[str, str]) -> list[str]:
     """Expand ``${VAR}`` and ``$VAR`` in each argument from ``env``, without a shell.
 
-    The arguments of ``bash -c`` are left alone: that shell expands them itself.  An unknown
-    variable expands to the empty string, as a shell would.
+    The arguments of ``bash -c`` are left alone (also behind one of :data:`EXEC_STEPS`): that
+    shell expands them itself.  An unknown variable expands to the empty string, as a shell
+    would.
     """
-    if is_shell_wrapper(argv):
+    if is_shell_wrapper(behind_exec_step(argv)):
         return list(argv)
     return [expand(arg, env) for arg in argv]
 

@@ -339,6 +339,13 @@ class Limits:
     max_devenvs_per_user: int = 8
     max_log_followers_per_job: int = 64
     max_log_followers_per_user: int = 128
+    # minutes a running job may write nothing to its logs and use almost no CPU before it looks
+    # hung (an alert in its events; stopped with --hang-policy stop); 0 turns the watch off; a
+    # fraction is allowed (0.05: 3 seconds)
+    hang_minutes: float = 30.0
+
+    #: the keys whose 0 turns their watch off rather than being refused
+    MAY_BE_ZERO = ("hang_minutes",)
 
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
@@ -364,12 +371,16 @@ class Limits:
             "max_devenvs_per_user": int,
             "max_log_followers_per_job": int,
             "max_log_followers_per_user": int,
+            "hang_minutes": (int, float),
         }
         for key, value in data.items():
             if key not in known:
                 raise InvalidSpec(f"{path}: [limits] has no key {key!r}: use {', '.join(known)}")
+            if key in cls.MAY_BE_ZERO and not isinstance(value, bool) and value == 0:
+                continue  # turned off
             if isinstance(value, bool) or not isinstance(value, known[key]) or value <= 0:
-                raise InvalidSpec(f"{path}: [limits] {key} must be a positive number")
+                off = " (or 0 to turn it off)" if key in cls.MAY_BE_ZERO else ""
+                raise InvalidSpec(f"{path}: [limits] {key} must be a positive number{off}")
         return cls(**data)
 
 

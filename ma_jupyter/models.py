@@ -348,6 +348,14 @@ class PerfPolicy(str, Enum):
     reschedule = "reschedule"
 
 
+class HangPolicy(str, Enum):
+    """What the supervisor does with a job that looks hung (no log output, almost no CPU for
+    ``[limits] hang_minutes``): tell it in the job's events, or also stop it."""
+
+    alert = "alert"
+    stop = "stop"
+
+
 class CheckpointResume(Strict):
     """Checkpoint resume: on a fault the job gets SIGTERM, ``grace_period`` seconds to save a
     checkpoint, and is scheduled again (at most ``max_resumes`` times), continuing from it.
@@ -454,6 +462,12 @@ class JobSpec(Strict):
     checkpoint_resume: CheckpointResume | None = None
     data_preparation: bool = False
     debug_terminal: bool = False
+    hang_policy: HangPolicy = Field(
+        default=HangPolicy.alert,
+        description="A job that writes nothing to its logs and uses almost no CPU for [limits] "
+        "hang_minutes looks hung: alert (an event naming what its processes wait on) or stop (also "
+        "end it in error).",
+    )
     duration: float | None = Field(
         default=None, gt=0, le=MAX_DURATION, description="Run duration in seconds; past it the job expires."
     )

@@ -213,13 +213,17 @@ export class ClusterWidget extends Widget {
     const jobs = entry.jobs ?? [];
     const usage = n.usage ?? [];
     const used = n.accelerators_used ?? [];
-    // the badge, first that applies: down; tight (nothing more of the chosen or any spec fits);
-    // busy (jobs run on it, and more still fits); idle (nothing runs on it)
+    // the badge, first that applies: down, drained or faulty (no job is placed there at all);
+    // tight (nothing more of the chosen or any spec fits); busy (jobs run on it, and more still
+    // fits); idle (nothing runs on it)
     const running = jobs.length > 0 || usage.length > 0 || (n.cpus_used ?? 0) > 0 || used.length > 0;
-    const state = n.status === 'down' ? 'down' : !entry.fits ? 'tight' : running ? 'busy' : 'idle';
+    const out = n.status === 'down' || n.status === 'drained' || n.status === 'faulty' ? n.status : null;
+    const state = out ?? (!entry.fits ? 'tight' : running ? 'busy' : 'idle');
     const what = this.specs.size ? 'a chosen spec' : 'some spec';
     const why: Record<string, string> = {
       down: 'the node is down',
+      drained: `drained: no job is placed here${n.health ? ` (${n.health})` : ''}`,
+      faulty: `faulty: no job is placed here${n.health ? ` (${n.health})` : ''}`,
       tight: `tight: jobs hold it so that no node of ${what} fits here now`,
       busy: `busy: jobs run here, and one node of ${what} still fits`,
       idle: 'idle: no job runs here'
@@ -250,11 +254,18 @@ export class ClusterWidget extends Widget {
               'emulated'
             )
           : null,
-        h('span', { class: 'ma-field-hint' }, [entry.model, n.driver_version ? `driver ${n.driver_version}` : '', n.os].filter(Boolean).join(' · '))
+        h(
+          'span',
+          { class: 'ma-field-hint', 'data-ma-system': '' },
+          [entry.model, n.driver_version ? `driver ${n.driver_version}` : '', n.os, n.kernel ? `kernel ${n.kernel}` : '']
+            .filter(Boolean)
+            .join(' · ')
+        )
       ),
       bar('Cores', n.cpus_used ?? 0, n.cpus),
       bar('Memory', n.memory_used_gb ?? 0, n.memory_gb, ' GB'),
       n.accelerators ? bar('Cards', used.length, n.accelerators) : null,
+      h('div', { class: 'ma-node-specs', 'data-ma-specs': '' }, 'Specs: ', (n.specs ?? []).join(', ') || 'none'),
       h(
         'div',
         { class: 'ma-node-use' },

@@ -118,6 +118,13 @@ export interface FaultRestart {
 }
 
 /**
+ * What the supervisor does with a job that looks hung (no log output, almost no CPU for
+ * `[limits] hang_minutes`): tell it in the job's events, or also stop it.
+ */
+export type HangPolicy = "alert" | "stop";
+export const HANG_POLICY_VALUES: ReadonlyArray<HangPolicy> = ["alert", "stop"];
+
+/**
  * The job's Python environment (the platform's image).
  *
  * Exactly one of `python` (an interpreter path), `venv` (a virtualenv folder) or
@@ -213,6 +220,8 @@ export interface JobSpec {
   checkpoint_resume?: CheckpointResume | null;
   data_preparation?: boolean;
   debug_terminal?: boolean;
+  /** A job that writes nothing to its logs and uses almost no CPU for [limits] hang_minutes looks hung: alert (an event naming what its processes wait on) or stop (also end it in error). */
+  hang_policy?: HangPolicy;
   /** Run duration in seconds; past it the job expires. */
   duration?: number | null;
   lifecycle?: Lifecycle;

@@ -69,6 +69,8 @@ class Attempt:
         return JobDir(Path(self.job_dir))
 
 
+#: processes of one node :meth:`Backend.processes` describes at most
+MAX_PROCESS_LOOKS = 6
 #: variable holding a secret shared by the nodes of one attempt and by nothing else
 JOB_SECRET_ENV = "MA_JOB_SECRET"
 #: the debug terminal's frames on an :meth:`Backend.open_shell` connection: a ``!BI`` header
@@ -104,6 +106,24 @@ class NodeUsage:
     memory_bytes: int
     card_percent: float | None = None
     card_memory_mb: float | None = None
+
+
+@dataclass(frozen=True)
+class ProcessLook:
+    """What one process of a running node is doing now (see :meth:`Backend.processes`).
+
+    Attributes:
+        pid: its pid on the node's machine.
+        name: its command name (``/proc/<pid>/comm``).
+        state: its state in words (``sleeping``, ``running``, ``in uninterruptible wait``...).
+        wait: the kernel function it sleeps in (``/proc/<pid>/wchan``: ``futex_wait``,
+            ``hrtimer_nanosleep``...), empty when it runs or the kernel does not say.
+    """
+
+    pid: int
+    name: str
+    state: str
+    wait: str
 
 
 class Backend(ABC):
@@ -341,6 +361,18 @@ class Backend(ABC):
            service process too.
         4. None (the default) means the backend cannot sample: the Ray backend, whose nodes run
            on other machines, returns None, and its jobs have no resource samples.
+        """
+        del job_id, runs
+        return None
+
+    def processes(self, job_id: str, runs: list[NodeRun]) -> dict[str, list[ProcessLook]] | None:
+        """What the processes of each running node of ``runs`` are doing now, by node name, for
+        the supervisor's hang alert (contract rule 27).
+
+        1. Cheap and bounded: at most :data:`MAX_PROCESS_LOOKS` processes a node (the deepest
+           first: the training code rather than its launchers); called once per quiet spell.
+        2. A node that is gone is left out; it never raises for one.
+        3. None (the default) means the backend cannot tell (the Ray backend).
         """
         del job_id, runs
         return None

@@ -302,10 +302,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = stdout, stderr
 
 
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line; everything after the first ``--`` is the run command.
+
+    argparse alone fills a sub-command's ``command`` (``nargs="*"``) with nothing as soon as it
+    meets the positional before it (``clone JOB``, ``shell JOB``), and then refuses the words
+    after ``--`` when options came between (``clone JOB --name X -- python t.py``).  So the
+    words after ``--`` are set aside first and become ``command`` of a sub-command that has
+    one; for any other the whole line is parsed as it is (and ``--`` refused as usual).
+    """
+    parser = build_cli()
+    if "--" in argv:
+        cut = argv.index("--")
+        args = parser.parse_args(argv[:cut])
+        if hasattr(args, "command"):
+            args.command = argv[cut + 1 :]
+            return args
+    return parser.parse_args(argv)
+
+
 def _command(argv: list[str]) -> int:
     try:
         try:
-            args = build_cli().parse_args(argv)
+            args = parse_command_line(argv)
         except InvalidSpec as exc:
             if argv[:1] == ["submit"] and "--" not in argv and "unrecognized arguments" in exc.message:
                 raise InvalidSpec(

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from ..models import ClusterView
+from ..models import ClusterNode, ClusterView
 from .render import text_table
+
+#: node states that say more than whether a spec fits: no job is placed there at all
+OUT_OF_PLACEMENT = ("down", "drained", "faulty")
+
+
+def node_state(entry: ClusterNode) -> str:
+    """The STATUS column: ``down``, ``drained`` or ``faulty`` as the node is; else the seed's
+    ``idle`` (one node of the chosen spec, or of some spec, fits now) or ``tight``."""
+    status = entry.node.status
+    if status in OUT_OF_PLACEMENT:
+        return status
+    return "idle" if entry.fits else "tight"
 
 
 def cluster_text(view: ClusterView) -> str:
-    """Four tables: nodes (used/total cards with the use of those in use, cards as
-    ``card(virtual):job``, emulated ones said so), specs with how many more
-    could start now, the queue by priority, and the cards queued jobs ask for per board model."""
+    """Four tables: nodes in the seed's columns (name, status, OS and kernel, memory, cores,
+    used/total cards with the use of those in use, board model (emulated ones said so), driver,
+    the specs that fit the node, and cards in use as ``card(virtual):job``), specs with how many
+    more could start now, the queue by priority, and the cards queued jobs ask for per board
+    model."""
     out = []
-    rows = [["NODE", "STATUS", "CPUS", "MEMORY", "CARDS", "MODEL", "IN USE"]]
+    rows = [
+        ["NODE", "STATUS", "OS / KERNEL", "MEMORY", "CPUS", "CARDS", "MODEL", "DRIVER", "SPECS", "IN USE"]
+    ]
     for entry in view.nodes:
         n = entry.node
         cards = f"{len(n.accelerators_used)}/{n.accelerators}" if n.accelerators else "-"
@@ -20,11 +36,14 @@ def cluster_text(view: ClusterView) -> str:
         rows.append(
             [
                 n.name,
-                n.status if n.status == "down" else ("idle" if entry.fits else "tight"),
-                f"{n.cpus_used:g}/{n.cpus:g}",
+                node_state(entry),
+                " / ".join(p for p in (n.os, n.kernel) if p) or "-",
                 f"{n.memory_used_gb:g}/{n.memory_gb:g} GB",
+                f"{n.cpus_used:g}/{n.cpus:g}",
                 cards,
                 (entry.model or "-") + (" (emulated)" if n.accelerators and n.emulated else ""),
+                n.driver_version or "-",
+                ",".join(n.specs) or "-",
                 ", ".join(entry.cards or entry.jobs) or "-",
             ]
         )

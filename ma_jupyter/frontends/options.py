@@ -28,6 +28,7 @@ from ..models import (
     Access,
     Convention,
     DatasetSource,
+    HangPolicy,
     JobSpec,
     JobType,
     Mode,
@@ -116,6 +117,11 @@ def add_job_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     job.add_argument("--perf-threshold", metavar="RATIO", help="with --resume: hardware/e2e time limit")
     job.add_argument("--perf-policy", choices=[p.value for p in PerfPolicy], help="with --perf-threshold")
+    job.add_argument(
+        "--hang-policy",
+        choices=[p.value for p in HangPolicy],
+        help="a job with no log output and almost no CPU for [limits] hang_minutes: alert (default) or stop it",
+    )
 
     data = parser.add_argument_group("data and workspace")
     data.add_argument(
@@ -283,6 +289,7 @@ def spec_from_args(
         "workdir": "workdir",
         "data_preparation": "data_preparation",
         "debug_terminal": "debug_terminal",
+        "hang_policy": "hang_policy",
     }
     for option, field in simple.items():
         value = get(option)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ..commands import parse_command
 from ..models import JobSpec, Mode
 from . import deepspeed, horovod, mindspore, pytorch, single, tensorflow
-from .base import NodePlan, Placement, TaskSlot, task_roles
+from .base import PS_SPEC_NAME, NodePlan, Placement, TaskSlot, task_roles
 from .modelarts import with_conventions
 
 PlanFunction = Callable[[JobSpec, Placement, list[str]], list[NodePlan]]
@@ -68,7 +68,8 @@ def plan_job(spec: JobSpec, placement: Placement, argv: list[str] | None = None)
             "MA_TASK_NAME": node.task.role,
             "MA_TASK_INDEX": str(node.task.index),
             "MA_NUM_NODES": str(len(placement.workers)),
-            "MA_SPEC": placement.spec.name,
+            # a parameter server runs with its own spec, not the workers'
+            "MA_SPEC": PS_SPEC_NAME if node.task.role == "ps" else placement.spec.name,
         }
         if node.task.devices:  # the seeds' card count of the node (Horovod's MY_MPI_SLOTS default)
             common["MA_NUM_GPUS"] = str(len(node.task.devices))

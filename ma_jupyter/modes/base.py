@@ -186,6 +186,11 @@ class NodePlan:
         return self.task.name
 
 
+#: the spec a parameter server runs with (the catalog's spec of this name, else the scheduler's
+#: 1 core, 1 GB), whatever spec the job's workers run with: the ps node's ``MA_SPEC``
+PS_SPEC_NAME = "cpu.ps"
+
+
 def task_roles(spec: JobSpec) -> list[tuple[str, int]]:
     """The (role, index) of every task a job needs, in launch order.
 

@@ -46,19 +46,6 @@ def mpich_hostfile(tasks: list[TaskSlot], slots: Callable[[TaskSlot], int] | Non
     return "".join(f"{t.hostname}:{count(t)}\n" for t in tasks)
 
 
-def mpi_slots(task: TaskSlot) -> int:
-    """The MPI slots a node offers: its cards on a spec with cards (seed 003: one rank per
-    card), else the cores its task is pinned to, at least its processes.
-
-    MPI counts a slot per core a process may run on; ``MPI_Comm_spawn`` (mpi4py.futures) starts
-    its new processes in the slots the first ranks left free.  A card is one rank's: more slots
-    than cards would let MPI start ranks that share a card.
-    """
-    if task.devices:
-        return task.slots
-    return max(task.slots, len(task.cpus))
-
-
 def total_slots(tasks: list[TaskSlot]) -> int:
     """Processes in the whole job: the sum of every task's slots."""
     return sum(t.slots for t in tasks)

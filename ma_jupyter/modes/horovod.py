@@ -3,50 +3,53 @@
 Every node gets (seed 002):
 
 * ``/etc/mpi/hostfile`` (Open MPI: ``<hostname> slots=<n>`` per node) and
-  ``/etc/mpi/mpich_hostfile`` (MPICH: ``<hostname>:<n>``), where ``n`` is the node's cards on a
-  spec with cards (seed 003: a rank per card), else the number of cores the backend pinned the
-  node to (at least SLOTS): MPI counts one slot per core, and ``MPI_Comm_spawn``
-  (mpi4py.futures) starts its processes in the slots the ranks left free;
+  ``/etc/mpi/mpich_hostfile`` (MPICH: ``<hostname>:<n>``), where ``n`` is SLOTS: the spec's
+  cards, 1 on a CPU spec (seed 002: "``slots`` is the card count of the spec; 1 for a CPU
+  spec");
 * ``OPENMPI_NP`` (seed 003): the job's processes, cards x nodes (nodes on a CPU spec), and
   ``OPENMPI_HOST_FILE_PATH``, the Open MPI hostfile, for boot files written for ModelArts;
+* seed 003's ``OPENMPI_BIND_ARGS``, ``OPENMPI_X_ARGS``, ``OPENMPI_MCA_ARGS`` and
+  ``OPENMPI_EXTRA_ARGS`` (:func:`seed_arguments`: the seed's defaults in words this machine's
+  Open MPI 5 accepts; a job may give its own, as the seed's "default" says) and
+  ``TUNE_ENV_FILE`` (:data:`TUNE_ENV_FILE`), which worker-0 writes before its command starts
+  (:mod:`ma_jupyter.nodeside.mpi_head`), so that seed 003's ``mpirun -np ${OPENMPI_NP}
+  -hostfile ${OPENMPI_HOST_FILE_PATH} -tune ${TUNE_ENV_FILE} ${OPENMPI_BIND_ARGS} ...`` runs;
+* seed 004's ``MA_NUM_HOSTS`` (the nodes), ``MA_VJ_NAME`` (the job's id) and
+  ``VC_TASK_INDEX``/``VK_TASK_INDEX`` (the node's index), which its ``run_mpi.sh`` reads;
 * ``OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile`` as the seed sets it (Open MPI 4), and
   ``PRTE_MCA_prte_default_hostfile`` with the same value, the name Open MPI 5 reads;
-* ``HYDRA_HOST_FILE=/etc/mpi/mpich_hostfile`` and ``HYDRA_IFACE=lo`` (the seed's ``eth0`` is the
-  cluster network; simulated nodes talk over the host's loopback);
+* ``HYDRA_HOST_FILE=/etc/mpi/mpich_hostfile`` and ``HYDRA_IFACE``, the interface the node
+  reaches its peers on as the backend names it (the local backend takes it from the network
+  code, :data:`ma_jupyter.nodehost.network.NODE_INTERFACE` on the job's network; the seed's ``eth0``);
 * the remote agent mpirun uses instead of ssh (``OMPI_MCA_plm_rsh_agent`` for Open MPI 4,
   ``PRTE_MCA_plm_ssh_agent`` for Open MPI 5): the backend's remote shell, from the bound
   placement (a backend without one cannot run MPI jobs: they are refused);
 * ``OMPI_ALLOW_RUN_AS_ROOT=1`` and ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1``, so that a user's own
   ``mpirun`` command also runs when the nodes run as root.
 
-mpirun runs on worker-0 only.  A command without ``mpirun`` gets the seed's prefix, as Open MPI
-4 and 5 both accept it::
+mpirun runs on worker-0 only, behind :mod:`ma_jupyter.nodeside.mpi_head` (it writes
+``$TUNE_ENV_FILE`` and sets an empty ``LD_LIBRARY_PATH`` where none is set, then becomes the
+command).  A command without ``mpirun`` gets seed 002's prefix::
 
-    mpirun --allow-run-as-root --oversubscribe -np <nodes x SLOTS> --bind-to none
-           --map-by ppr:<SLOTS>:node --stdin none
-           [-x NCCL_DEBUG] [-x LD_LIBRARY_PATH] -x PATH -mca pml ob1 -mca btl ^openib
+    mpirun --allow-run-as-root -np <nodes x SLOTS> --bind-to none --map-by slot
+           -x NCCL_DEBUG=INFO -x LD_LIBRARY_PATH -x PATH -mca pml ob1 -mca btl ^openib
+           --stdin none
 
 and each rank runs through :mod:`ma_jupyter.nodeside.rank_log` (``rank-<OMPI_COMM_WORLD_RANK>.log``
-in the rank's own node's ``$MA_RANK_LOG_DIR``).  Where it differs from the seed's, and why:
+in the rank's own node's ``$MA_RANK_LOG_DIR``).  Where it differs from the seed's, each shown
+with its reason among the node's notes in the dry run:
 
-1. ``--bind-to``/``--map-by`` with two dashes: Open MPI 5 refuses the seed's single dash; the
-   double dash means the same to Open MPI 4 and 5.
-2. ``--map-by ppr:<SLOTS>:node`` instead of ``slot``: the hostfile declares every core as a
-   slot, and ``slot`` mapping would fill worker-0's cores first; this keeps SLOTS ranks on each
-   node, numbered node by node, as the seed's hostfile of SLOTS slots did.
-3. ``--stdin none``: mpirun forwards its own standard input to rank 0, and Open MPI 5 never
-   delivers the end of ``/dev/null`` to it, so a rank reading stdin would wait forever; with
-   ``none`` every rank reads an empty stdin.
-4. ``-x LD_LIBRARY_PATH`` only when the job sets it (its ``env``, or the ModelArts conda rule):
-   mpirun prints a warning banner for a variable that is not set, and the backends set none.
-5. ``--oversubscribe``: simulated nodes may declare more slots than this machine has cores.
-6. ``-x NCCL_DEBUG`` (forwarding the job's value) only when the job sets it, instead of the
-   seed's ``NCCL_DEBUG=INFO``: on real cards INFO prints dozens of lines per rank at every
-   start, and the level is the job's to choose.
+1. ``--bind-to``/``--map-by`` with two dashes: Open MPI 5 refuses the seed's single dash
+   (``-bind-to none`` makes it look for a program ``none``); two dashes mean the same to Open
+   MPI 4 and 5.
+2. ``--stdin none`` added: mpirun forwards its own standard input to rank 0, and Open MPI 5
+   never delivers the end of ``/dev/null`` to it, so a rank reading stdin would wait forever.
+3. ``-x NCCL_DEBUG`` (the job's value) instead of ``-x NCCL_DEBUG=INFO`` when the job sets
+   ``NCCL_DEBUG`` itself: the seed's value would override the job's own.
 
-A command that contains ``mpirun`` is left exactly as written: the variables above give it the
-hostfile and the agent (its ``-np`` ranks fill each node's slots before the next, MPI's rule).
-mpirun exits with the first failing rank's exit code, and kills every rank.
+A command that contains ``mpirun`` is left as written (behind the step above): the variables
+give it the hostfile and the agent (its ``-np`` ranks fill each node's slots before the next,
+MPI's rule).  mpirun exits with the first failing rank's exit code, and kills every rank.
 
 The other nodes wait like sshd on a real cluster: they run the remote shell's server (the local
 backend's agent enters each node's own sandbox), through which mpirun starts its daemon on them.  They never exit by themselves, so they are
@@ -58,7 +61,8 @@ fail where bubblewrap is missing (single-node MPI jobs run either way).
 
 With the ModelArts convention (seed 003) mpirun also forwards, with ``-x``, the variables the
 platform knows of whose names start with ``MA_``, ``SHARED_``, ``S3_``, ``PATH``,
-``VC_WORKER_``, ``SCC`` or ``CRED`` (the job's own env and the platform's ``MA_`` variables).
+``VC_WORKER_``, ``SCC`` or ``CRED`` and whose value is not empty (the job's own env and the
+platform's ``MA_`` variables), as seed 003's ``grep -v '=$'`` drops empty ones.
 """
 
 from __future__ import annotations
@@ -68,12 +72,25 @@ import re
 from ..errors import InvalidSpec
 from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, RemoteShell, TaskSlot
-from .common import hostfile, mpi_slots, mpich_hostfile, total_slots, with_rank_log
+from .common import hostfile, mpich_hostfile, total_slots, with_rank_log
 
 HOSTFILE = "/etc/mpi/hostfile"
 MPICH_HOSTFILE = "/etc/mpi/mpich_hostfile"
-#: variables plan_job sets on every node (forwarded under the ModelArts convention)
-PLATFORM_VARIABLES = ("MA_JOB_ID", "MA_JOB_NAME", "MA_TASK_NAME", "MA_TASK_INDEX", "MA_NUM_NODES", "MA_SPEC")
+#: seed 003's file of worker-0's variables (seed 004 keeps it in the home folder; the node's is
+#: its private ``/tmp``), written by :data:`MPI_HEAD_MODULE` as worker-0 starts
+TUNE_ENV_FILE = "/tmp/env_for_user_process"
+MPI_HEAD_MODULE = "ma_jupyter.nodeside.mpi_head"
+#: variables plan_job and this mode set on every node (forwarded under the ModelArts convention)
+PLATFORM_VARIABLES = (
+    "MA_JOB_ID",
+    "MA_JOB_NAME",
+    "MA_TASK_NAME",
+    "MA_TASK_INDEX",
+    "MA_NUM_NODES",
+    "MA_SPEC",
+    "MA_NUM_HOSTS",
+    "MA_VJ_NAME",
+)
 MODELARTS_FORWARD = re.compile(r"^(MA_|SHARED_|S3_|PATH|VC_WORKER_|SCC|CRED)")
 _MPIRUN = re.compile(r"(^|[\s/])(mpirun|mpiexec)(\s|$)")
 
@@ -99,43 +116,78 @@ def mpi_env(shell: RemoteShell) -> dict[str, str]:
     return env
 
 
-def mpirun_prefix(np: int, per_node: int, forward: list[str]) -> list[str]:
-    """The seed's mpirun prefix for ``np`` processes, ``per_node`` on each node, forwarding the
-    variables ``forward`` (see the module docstring for each difference from the seed's)."""
-    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np)]
-    command += ["--bind-to", "none", "--map-by", f"ppr:{per_node}:node", "--stdin", "none"]
-    for name in forward:
-        command += ["-x", name]
-    return command + ["-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+def seed_arguments(interface: str | None) -> dict[str, str]:
+    """Seed 003's mpirun argument variables with its defaults, in words Open MPI 4 and 5 accept.
+
+    1. ``OPENMPI_BIND_ARGS``: ``--bind-to none --map-by slot`` (the seed's single-dash
+       ``-bind-to none -map-by slot`` is refused by Open MPI 5);
+    2. ``OPENMPI_X_ARGS``: the seed's, with ``NCCL_SOCKET_IFNAME`` naming the node's interface
+       ``interface`` instead of the seed's ``ib0,bond0,eth0`` (none of which a node here has;
+       the seed's list when the backend names none);
+    3. ``OPENMPI_MCA_ARGS``: the seed's, as written;
+    4. ``OPENMPI_EXTRA_ARGS``: empty, as the seed's.
+    """
+    ifname = interface or "ib0,bond0,eth0"
+    return {
+        "OPENMPI_BIND_ARGS": "--bind-to none --map-by slot",
+        "OPENMPI_X_ARGS": (
+            "-x LD_LIBRARY_PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_DEBUG=INFO "
+            f"-x NCCL_SOCKET_IFNAME={ifname} -x NCCL_SOCKET_FAMILY=AF_INET -x NCCL_IB_DISABLE=0"
+        ),
+        "OPENMPI_MCA_ARGS": "-mca pml ob1 -mca btl ^openib -mca plm_rsh_no_tree_spawn true",
+        "OPENMPI_EXTRA_ARGS": "",
+    }
 
 
-def forwarded(spec: JobSpec) -> list[str]:
-    """The seed's forwarded variables that the node has: ``NCCL_DEBUG`` and ``LD_LIBRARY_PATH``
-    when the job sets them, ``PATH`` always (every backend sets it)."""
-    return [name for name in ("NCCL_DEBUG", "LD_LIBRARY_PATH") if name in spec.env] + ["PATH"]
+def mpirun_prefix(np: int, spec: JobSpec) -> tuple[list[str], list[str]]:
+    """Seed 002's mpirun prefix for ``np`` processes, and a note per difference from the seed's
+    text (see the module docstring)."""
+    notes = ["--bind-to/--map-by with two dashes: this Open MPI 5 refuses the seed's -bind-to/-map-by"]
+    nccl = "NCCL_DEBUG=INFO"
+    if "NCCL_DEBUG" in spec.env or "NCCL_DEBUG" in spec.secret_env:
+        nccl = "NCCL_DEBUG"
+        notes.append("-x NCCL_DEBUG forwards the job's own NCCL_DEBUG instead of the seed's INFO")
+    command = ["mpirun", "--allow-run-as-root", "-np", str(np), "--bind-to", "none", "--map-by", "slot"]
+    command += f"-x {nccl} -x LD_LIBRARY_PATH -x PATH -mca pml ob1 -mca btl ^openib".split()
+    command += ["--stdin", "none"]
+    notes.append("--stdin none added: Open MPI 5 never gives rank 0 the end of mpirun's empty stdin")
+    return command, notes
 
 
 def modelarts_forwarded(spec: JobSpec) -> list[str]:
-    """Names mpirun forwards under the ModelArts convention (PATH is in the prefix already)."""
-    names = sorted({*spec.env, *spec.secret_env, *PLATFORM_VARIABLES})
+    """Names mpirun forwards under the ModelArts convention (PATH is in the prefix already):
+    the matching names whose value is not empty."""
+    given = {**spec.env, **spec.secret_env}
+    names = sorted({*(n for n, v in given.items() if v), *PLATFORM_VARIABLES})
     return [n for n in names if MODELARTS_FORWARD.match(n) and n != "PATH"]
 
 
+def behind_mpi_head(argv: list[str]) -> list[str]:
+    """``argv`` run behind worker-0's step (:data:`MPI_HEAD_MODULE`)."""
+    return ["python", "-m", MPI_HEAD_MODULE, "--", *argv]
+
+
 def head_plan(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[str]) -> NodePlan:
-    """worker-0: mpirun (added unless the command has it) over every node's slots."""
+    """worker-0: mpirun (added unless the command has it) over every node's slots, behind the
+    step that writes ``$TUNE_ENV_FILE``."""
+    step = f"{MPI_HEAD_MODULE} first writes $TUNE_ENV_FILE (worker-0's variables for mpirun -tune)"
     if has_mpirun(argv):
-        return NodePlan(task=task, argv=list(argv), notes=["command runs as written (it runs mpirun itself)"])
+        return NodePlan(
+            task=task,
+            argv=behind_mpi_head(list(argv)),
+            notes=["command runs as written (it runs mpirun itself)", step],
+        )
     workers = placement.workers
-    command = mpirun_prefix(total_slots(workers), task.slots, forwarded(spec))
+    command, notes = mpirun_prefix(total_slots(workers), spec)
     if spec.convention is Convention.modelarts:
         for name in modelarts_forwarded(spec):
             command += ["-x", name]
     command += with_rank_log(argv, rank_var="OMPI_COMM_WORLD_RANK")
     return NodePlan(
         task=task,
-        argv=command,
+        argv=behind_mpi_head(command),
         rank_logs=True,
-        notes=[f"mpirun prefix added ({total_slots(placement.workers)} processes)"],
+        notes=[f"mpirun prefix added ({total_slots(workers)} processes)", *notes, step],
     )
 
 
@@ -159,13 +211,20 @@ def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]
             field="mode",
         )
     workers = placement.workers
-    files = {HOSTFILE: hostfile(workers, mpi_slots), MPICH_HOSTFILE: mpich_hostfile(workers, mpi_slots)}
+    files = {HOSTFILE: hostfile(workers), MPICH_HOSTFILE: mpich_hostfile(workers)}
     plans = [head_plan(spec, placement, workers[0], argv)]
     plans += [waiting_plan(placement, task, shell) for task in workers[1:]]
+    given = {**spec.env, **spec.secret_env}
+    arguments = {k: v for k, v in seed_arguments(shell.interface).items() if k not in given}
     for node in plans:
         node.env.update(mpi_env(shell))
         node.env["SLOTS"] = str(node.task.slots)
         node.env["OPENMPI_NP"] = str(total_slots(workers))
         node.env["OPENMPI_HOST_FILE_PATH"] = HOSTFILE
+        node.env.update(arguments)
+        node.env["TUNE_ENV_FILE"] = TUNE_ENV_FILE
+        node.env["MA_NUM_HOSTS"] = str(len(workers))
+        node.env["MA_VJ_NAME"] = placement.job_id
+        node.env["VC_TASK_INDEX"] = node.env["VK_TASK_INDEX"] = str(node.task.index)
         node.files.update(files)
     return plans

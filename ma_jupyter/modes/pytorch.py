@@ -10,7 +10,9 @@ the job (:func:`ma_jupyter.modes.common.distributed_env`; ``docs/variables.md`` 
 
 The command:
 
-* starts with ``python``/``python3`` (and is not ``python -m`` one of :data:`LAUNCHER_MODULES`):
+* starts with the word ``python`` or ``python3`` (seed 002's literal rule,
+  :func:`starts_with_python`; ``/usr/bin/python3`` or ``python3.11`` is a command that does not)
+  and is not ``python -m`` one of :data:`LAUNCHER_MODULES`:
   wrapped in torch's launcher with ``--nnodes=N --nproc_per_node=SLOTS --node_rank=RANK
   --master_addr=... --master_port=... --rdzv_backend=static``, started through
   :mod:`ma_jupyter.nodeside.torch_run` (``python -m torch.distributed.run`` whose nodes other
@@ -23,10 +25,14 @@ The command:
   torchrun exits non-zero as soon as any rank fails (it stops the other ranks), so the node's
   exit code reports the failure.
 * is already a launcher (``torchrun``, ``python -m`` one of :data:`LAUNCHER_MODULES`) or does not
-  start with python: runs untouched on every node; ``${VAR}`` in it is expanded from the node's
+  start with ``python``/``python3`` (an interpreter named by its path or its version is the
+  user's deliberate choice, as in the seed): runs untouched on every node; ``${VAR}`` in it is expanded from the node's
   env at launch, so the seed's ``torchrun --nnodes ${WORLD_SIZE} --nproc_per_node ${SLOTS}
   --node_rank ${RANK} --master_addr ${MASTER_ADDR} --master_port ${MASTER_PORT} train.py`` runs
-  as written.
+  as written.  A launcher told to make a one-node job of its own (``--standalone``,
+  ``--nnodes 1``, ``--nnodes=1:1``) on a job of several nodes is refused
+  (:func:`single_node_option`): each node would start a job of its own and wait for the others
+  forever, since the platform's ``PET_NNODES`` counts them all.
 
 With the ModelArts convention (seed 004, PyTorch-GPU) the platform starts no launcher: the boot
 file runs once per node and gets ``--init_method tcp://<master>:<port>``, plus ``--rank <node
@@ -35,19 +41,91 @@ index> --world_size <nodes>`` when there is more than one node; the script spawn
 
 from __future__ import annotations
 
+from ..errors import InvalidSpec
 from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, TaskSlot
-from .common import distributed_env, is_python, master, program, python_module, with_rank_log
+from .common import distributed_env, master, program, python_module, with_rank_log
 
 #: torch's launcher, joining node 0's store only once it listens (see its docstring)
 TORCH_RUN_MODULE = "ma_jupyter.nodeside.torch_run"
 LAUNCHER_MODULES = ("torch.distributed.launch", "torch.distributed.run", TORCH_RUN_MODULE)
 LAUNCHER_PROGRAMS = ("torchrun",)
+#: torch launcher options that take no value; every other option takes the next word unless
+#: written ``--option=value``, and the first other word is the training script
+LAUNCHER_FLAGS = frozenset(
+    {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"}
+    | {"--virtual-local-rank", "--virtual_local_rank"}
+)
+#: the words seed 002 wraps: "a command not starting with python or python3 is left alone"
+SEED_PYTHONS = ("python", "python3")
+
+
+def starts_with_python(argv: list[str]) -> bool:
+    """Whether the command's first word is ``python`` or ``python3`` (seed 002's rule, literally:
+    no path, no version suffix)."""
+    return bool(argv) and argv[0] in SEED_PYTHONS
 
 
 def is_launcher(argv: list[str]) -> bool:
     """Whether the command already starts the distributed launcher itself."""
     return program(argv) in LAUNCHER_PROGRAMS or python_module(argv) in LAUNCHER_MODULES
+
+
+def launcher_options(argv: list[str]) -> list[tuple[str, str | None]]:
+    """The launcher's own options of a launcher command (:func:`is_launcher`), before its training
+    script, as ``(option, value)`` (None for a flag); empty for any other command."""
+    if program(argv) in LAUNCHER_PROGRAMS:
+        rest = argv[1:]
+    elif python_module(argv) in LAUNCHER_MODULES:
+        module = python_module(argv)
+        at = next(i for i, word in enumerate(argv) if word == module or word == f"-m{module}")
+        rest = argv[at + 1 :]
+    else:
+        return []
+    found: list[tuple[str, str | None]] = []
+    words = iter(rest)
+    for word in words:
+        if not word.startswith("-") or word == "--":
+            break  # the training script (or the end of the launcher's options)
+        name, equals, value = word.partition("=")
+        if equals:
+            found.append((name, value))
+        elif word in LAUNCHER_FLAGS:
+            found.append((word, None))
+        else:
+            found.append((word, next(words, None)))
+    return found
+
+
+def single_node_option(argv: list[str]) -> str | None:
+    """The option of a launcher command that makes a one-node job of its own (``--standalone``,
+    ``--nnodes 1``, ``--nnodes 1:1``), as written; None when it has none."""
+    for name, value in launcher_options(argv):
+        if name == "--standalone":
+            return name
+        if name == "--nnodes" and value is not None and value.split(":")[-1].strip() == "1":
+            return f"{name} {value}"
+    return None
+
+
+def check_multi_node(placement: Placement, argv: list[str]) -> None:
+    """Refuse a launcher command that would make each node of a multi-node job a job of its own.
+
+    Raises:
+        InvalidSpec: on ``command``, naming the option and both fixes.
+    """
+    nodes = len(placement.workers)
+    option = single_node_option(argv) if nodes > 1 else None
+    if option is None:
+        return
+    raise InvalidSpec(
+        f"the command starts torch's launcher with {option} on a job of {nodes} nodes: each node "
+        f"would start a one-node job of its own and wait for the others forever (the platform sets "
+        f"PET_NNODES={nodes} on every node). Drop {option.split()[0]}: the platform gives every "
+        "node the rendezvous (PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT), so a "
+        "bare torchrun joins the job; or submit it with --nodes 1",
+        field="command",
+    )
 
 
 def launcher_argv(placement: Placement, task: TaskSlot, argv: list[str]) -> list[str]:
@@ -82,6 +160,7 @@ def modelarts_argv(placement: Placement, task: TaskSlot, argv: list[str]) -> lis
 def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[str]) -> NodePlan:
     """One worker's plan: the platform's env and the (possibly wrapped) command."""
     env = distributed_env(placement, task)
+    check_multi_node(placement, argv)
     if spec.convention is Convention.modelarts:
         return NodePlan(
             task=task,
@@ -89,7 +168,7 @@ def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
             env=env,
             notes=["ModelArts convention: --init_method (and --rank/--world_size) appended"],
         )
-    if is_python(argv) and not is_launcher(argv):
+    if starts_with_python(argv) and not is_launcher(argv):
         return NodePlan(
             task=task,
             argv=launcher_argv(placement, task, argv),
@@ -100,7 +179,7 @@ def plan_node(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
                 f"started by {TORCH_RUN_MODULE}: nodes other than 0 join once node 0's store listens"
             ],
         )
-    why = "already a distributed launcher" if is_launcher(argv) else "does not start with python"
+    why = "already a distributed launcher" if is_launcher(argv) else "does not start with python or python3"
     return NodePlan(task=task, argv=list(argv), env=env, notes=[f"command runs as written ({why})"])
 
 

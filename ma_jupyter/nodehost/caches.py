@@ -20,10 +20,24 @@ warm.  Rules:
    is a link there (:func:`home_links`).  They are made at each launch (through the cache's
    descriptor, never following a link the job left); a name the job replaced with something
    else is left as it is, since a link inside the cache resolves in the node's view only.
+6. No build lock outlives its holder.  Frameworks that build into the cache take a lock file
+   whose mere existence is the lock (torch's ``FileBaton``: ``torch_extensions/<image>/<name>/lock``
+   for DeepSpeed's and torch's JIT-built extensions), so a job killed while building leaves it
+   behind and every later job of the user would wait in ``FileBaton.wait`` forever.  Every node
+   runner of the user's jobs holds the cache's lease (:func:`lease_file`: a shared ``flock`` on
+   ``<caches>/.leases/<folder>``, outside the cache where no job reaches it), taken before
+   anything of its node starts and dropped by the kernel when the runner ends, however it ends
+   (:mod:`.noderun` rule 9).  At a node's launch, before its runner starts,
+   :func:`release_stale_locks` takes the lease exclusively, without waiting: it gets it only
+   when no node of the user's jobs runs on this machine, so no lock in the cache can have a
+   living holder, and it removes every lock file there (:func:`is_lock_name`).  While another
+   job of the user runs, the locks stay (that job may hold one; a job stuck behind a lock whose
+   holder died meanwhile is what the hang alert is for: ``docs/jobs.md``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -32,7 +46,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import FolderRefused
-from ..foldersize import FolderSize, folder_size, remove_tree
+from ..foldersize import FolderSize, folder_size, remove_tree, walk
 from ..models import CacheInfo
 
 #: where the cache appears in a node: ``$HOME/.cache`` (HOME is /tmp inside a node)
@@ -43,6 +57,64 @@ HOME_CACHES = (".keras", ".torch", ".nv", ".triton", ".mxnet", ".cupy")
 #: the folder of the cache holding them: ``~/.keras`` is ``~/.cache/home/.keras``
 HOME_FOLDER = "home"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: the folder of the caches' leases (rule 6), beside the users' caches
+LEASES = ".leases"
+#: bounds of the look for stale locks (rule 6): a cache is the job's to fill, its launch waits
+LOCK_WALK_ENTRIES = 200_000
+LOCK_WALK_SECONDS = 5.0
+
+
+def is_lock_name(name: str) -> bool:
+    """Whether a file of that name in a cache is a build's lock: ``lock`` (torch's ``FileBaton``)
+    or ``*.lock`` (``filelock``'s, Hugging Face's, pip's)."""
+    return name == "lock" or name.endswith(".lock")
+
+
+def lease_file(cache: Path) -> Path:
+    """The lease of the cache folder ``cache`` (rule 6): outside it, where no job reaches."""
+    return Path(cache).parent / LEASES / Path(cache).name
+
+
+def _open_lease(cache: Path) -> int:
+    path = lease_file(cache)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+
+def release_stale_locks(cache: Path) -> list[str] | None:
+    """Remove the lock files left in ``cache`` when no node of its user's jobs runs here (rule 6).
+
+    Returns:
+        The paths removed, relative to the cache; None when a node of the user's jobs holds the
+        lease (nothing is looked at).  Never raises for what it finds: the walk follows no link
+        and is bounded (:data:`LOCK_WALK_ENTRIES`, :data:`LOCK_WALK_SECONDS`); past a bound, what
+        was released until then stands.
+    """
+    if not Path(cache).is_dir():
+        return []
+    fd = _open_lease(cache)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        removed: list[str] = []
+        try:
+            for folder, dir_fd, entries in walk(
+                [cache], follow_top=False, max_entries=LOCK_WALK_ENTRIES, max_seconds=LOCK_WALK_SECONDS
+            ):
+                for name, _st in entries:
+                    if is_lock_name(name):
+                        try:
+                            os.unlink(name, dir_fd=dir_fd)
+                        except OSError:
+                            continue
+                        removed.append(os.path.normpath(os.path.join(folder, name)))
+        except FolderRefused:
+            pass
+        return removed
+    finally:
+        os.close(fd)  # and the exclusive lease with it
 
 
 def root() -> Path:

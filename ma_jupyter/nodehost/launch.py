@@ -7,7 +7,9 @@ Contract:
    cards of the machine that runs it.
 2. :func:`prepare_node` is the one function that writes a node's files before its runner starts:
    hosts, hostname, plan files, the rank-log folder, outputs folders to create, the working
-   copy's folder (:mod:`.workcopy`), ``view.json`` and (symlink mode) the symlink tree.  It is
+   copy's folder (:mod:`.workcopy`), ``view.json`` and (symlink mode) the symlink tree; it
+   removes the build locks the user's cache holds when no node of the user's jobs runs here
+   (:mod:`.caches` rule 6).  It is
    idempotent, removes what an earlier attempt left (exit code, failure report), and follows no
    symlink a job may have planted below the job's folder or the outputs folder.
 3. :func:`command_argv` is the command as the node runs it: ``${VAR}`` expanded from the node's
@@ -18,6 +20,7 @@ Contract:
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 from dataclasses import asdict
@@ -57,6 +60,8 @@ from .workcopy import prepare_working_copy
 
 if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
     from ..backends.base import Attempt
+
+log = logging.getLogger("ma_jupyter.nodehost")
 
 
 def with_machine_cards(launch: NodeLaunch, card_type: str, *, planned_elsewhere: bool = False) -> NodeLaunch:
@@ -217,6 +222,9 @@ def prepare_node(view: NodeView) -> None:
     for mount in view.mounts:
         if mount.kind == CACHE_KIND:
             caches.ensure(Path(mount.source), owner)
+            released = caches.release_stale_locks(Path(mount.source))  # caches rule 6
+            if released:
+                log.info("node %s: released stale locks in %s: %s", view.node, mount.source, released[:5])
         elif mount.kind == WORKDIR_KIND:
             prepare_working_copy(view, mount, job_dir, owner)
         elif mount.create:

@@ -78,6 +78,12 @@ IFLA_MASTER, IFLA_NET_NS_FD = 10, 28
 NODE_LINK, SWITCH_BRIDGE, JOB_NETWORK, JOB_PREFIX = "ma0", "br0", "10.254.0.0", 16
 #: how many nodes a job network holds (the /16 less its network and broadcast addresses)
 MAX_JOB_NODES = (1 << (32 - JOB_PREFIX)) - 2
+#: the interface a node reaches the job's other nodes on, as the node names it (MPICH's
+#: ``HYDRA_IFACE``, the seed's ``eth0``): its own on its attempt's job network
+NODE_INTERFACE = NODE_LINK
+#: the same for nodes sharing the host's network (a service that may not make namespaces):
+#: they reach each other on its loopback
+SHARED_INTERFACE = "lo"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 

@@ -58,7 +58,10 @@ pointing at the node's log file; the service is never in the log path.  The runn
    node's raylet, see :mod:`.hostwatch`), the end of that process ends the node as a stop
    would, but within ``hostwatch.HOST_GRACE`` seconds: TERM to its processes, then KILL to every process
    below the runner until it ends (``on_stop`` included); what was ended is said in the log and
-   written as the node's failure report.
+   written as the node's failure report;
+9. holds the user's cache lease (``cache_lease``, :func:`hold_cache_lease`) from before its
+   first phase until it ends, so a launch of the user's next job knows whether a lock in the
+   cache may still have a holder (:mod:`.caches` rule 6).
 
 Exit codes follow the shell: a command killed by signal N ends with 128+N.
 """
@@ -94,6 +97,32 @@ from .userns import (
 
 #: seconds between two heartbeats (rule 7); the service's faulty threshold is several of them
 HEARTBEAT_EVERY = 1.0
+
+
+#: how long a runner tries to take its cache's lease while a launch beside it releases stale locks
+LEASE_WAIT = 10.0
+
+
+def hold_cache_lease(path: str) -> int | None:
+    """Take the user's cache lease ``path`` shared for as long as this runner lives (rule 9,
+    :mod:`.caches` rule 6); the descriptor (close-on-exec: the node's own processes do not
+    inherit it), or None when it cannot be opened or taken within :data:`LEASE_WAIT` seconds."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    deadline = time.monotonic() + LEASE_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:  # a launch beside this one is releasing stale locks: a moment
+            if time.monotonic() > deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
 
 
 def _say(text: str) -> None:
@@ -441,6 +470,8 @@ class NodeRunner:
         ):
             _say("no user namespace of its own for this node here: its process limit is the watchdog's")
         self._make_cgroup(first=True)  # before any phase starts, and the watchdog (rule 1a)
+        if spec.get("cache_lease") and hold_cache_lease(spec["cache_lease"]) is None:  # rule 9
+            _say("could not take the lease of the user's cache: a later job may release its build locks")
         threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
         if watchdog.Limits(spec, kernel_bound=False).watched():
             threading.Thread(target=self._watch, daemon=True).start()

@@ -1,5 +1,5 @@
 """What ``/proc`` says about processes: one process's status fields, start time, resident
-memory, name and node marker, and the tree of processes below one.
+memory, name, kernel wait channel and node marker, and the tree of processes below one.
 
 The package's reader of ``/proc/<pid>/stat`` on the node's host (:func:`stat_fields`): the
 runner, its watchdog, the resource sampler and the host watch all read it through here.
@@ -103,6 +103,42 @@ def resident(pid: int) -> int:
             return int(fh.read().split()[1]) * PAGE
     except (OSError, ValueError, IndexError):
         return 0
+
+
+#: ``proc(5)``'s process states, as a hang alert names them
+STATE_NAMES = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "in uninterruptible wait",
+    "T": "stopped",
+    "t": "stopped by a tracer",
+    "Z": "a zombie",
+    "X": "dead",
+    "I": "idle",
+}
+
+
+def wait_channel(pid: int) -> str:
+    """The kernel function a sleeping process waits in (``/proc/<pid>/wchan``: ``futex_wait``,
+    ``hrtimer_nanosleep``, ``do_select``...); empty when it runs, is gone, or the kernel hides it."""
+    try:
+        with open(f"/proc/{pid}/wchan", "rb") as fh:
+            name = fh.read(256).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    return "" if name in ("0", "") else name
+
+
+def process_look(pid: int) -> tuple[str, str, str] | None:
+    """``(name, state, wait channel)`` of one process (:data:`STATE_NAMES` spells the state);
+    None once it is gone."""
+    fields = stat_fields(pid)
+    if fields is None:
+        return None
+    state = fields[STATE].decode("ascii", "replace")
+    # the name is the job's to set (prctl PR_SET_NAME): kept to printable characters
+    name = "".join(c if c.isprintable() else "?" for c in command_name(pid))
+    return name, STATE_NAMES.get(state, state), wait_channel(pid)
 
 
 def command_name(pid: int) -> str:

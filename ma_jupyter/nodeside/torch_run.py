@@ -47,6 +47,11 @@ adds, in order:
    preempted between its two store calls, common on a loaded machine) got "Error waiting on
    exit barrier" and a C++ backtrace in its log, though its workers had succeeded.  A node
    whose barrier failed still says so; a store that is gone ends the wait at once.
+7. A stop signal (TERM, INT, HUP: the platform's stop, a checkpoint before a drain or a
+   scale-up) that the launcher turned into its ``SignalException`` (it has sent the signal on
+   to its workers and waited for them) ends the process with status 128 + the signal's number
+   and one line saying so, instead of the exception's traceback: a stop asked for is no crash,
+   and the job's log of every checkpointed attempt would show one.
 
 Why: the launcher's store client that finds nothing listening backs off before it tries again,
 longer the earlier it came (with torch 2.13: a refusal 50 ms early costs 0.5 s, one 2 s early
@@ -62,6 +67,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -83,6 +89,8 @@ BARRIER_DONE = "torchelastic/agent/terminal_state/last_member"
 LEFT_BARRIER = "ma_jupyter/left_exit_barrier"
 #: the longest rule 6 keeps node 0's store up for the other nodes
 LEFT_WAIT = 10.0
+#: the signals rule 7 ends on quietly: a stop asked for (the launcher raises for these alone)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def wait_for_listener(host: str, port: int, timeout: float) -> bool:
@@ -210,6 +218,18 @@ def left_barrier(agent, node_rank: int) -> None:
         return
 
 
+def stop_signal(exc: BaseException) -> int | None:
+    """The signal number of the launcher's ``SignalException`` for a stop signal (rule 7), else
+    None (any other failure, reported as the launcher's own)."""
+    try:
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+    except ImportError:
+        return None
+    if isinstance(exc, SignalException) and int(exc.sigval) in STOP_SIGNALS:
+        return int(exc.sigval)
+    return None
+
+
 def main(argv: list[str]) -> None:
     from torch.distributed import run
 
@@ -220,7 +240,20 @@ def main(argv: list[str]) -> None:
         host, port, timeout = store
         wait_for_listener(host, port, timeout)
     check = hook_exit_barrier(args)
-    run.main(argv)  # a failure raises: the interpreter reports it (rule 4)
+    try:
+        run.main(argv)  # a failure raises: the interpreter reports it (rule 4)
+    except Exception as exc:
+        signum = stop_signal(exc)
+        if signum is None:
+            raise
+        print(
+            f"[ma_jupyter] torchrun stopped by {signal.Signals(signum).name}: its workers got the signal and ended",
+            file=sys.stderr,
+            flush=True,
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(128 + signum)  # rule 7
     if check is not None:
         check.report(os.environ.get(RANK_LOG_ENV))
     if args.run_path:  # a function entrypoint: multiprocessing's exit handlers have work

@@ -34,6 +34,12 @@ then the nodes are polled, and:
    per node and attempt;
 8. every primary node having exited with code 0 ends it as ``succeeded`` (other nodes, such as
    parameter servers, are stopped).
+9. a job that wrote nothing to its logs and used almost no CPU (:data:`HANG_CPU_SHARE` of one
+   core over the spell) and none of its cards for ``[limits] hang_minutes`` looks hung
+   (:func:`on_quiet`): it is told once per quiet spell in an alert naming what each node's
+   processes wait on (:func:`hang_alert`), and with ``hang_policy = stop`` it also ends in
+   ``error`` (:func:`on_hang`).  Any log output, CPU or card use starts a new spell.  A dev
+   environment is never watched (:func:`watches_hangs`): its kernel waits for its user.
 
 A batch job's tasks are independent runs, so rules 6 and 8 become one (:func:`on_batch`): the
 job ends once every task has ended, failed if any task failed, naming them all.
@@ -487,6 +493,106 @@ def on_perf(
             return None, End(JobStatus.queued, reason, resume.grace_period, requeue=True, exclude=(host,))
         return (None if alerted else what), None
     return None, None
+
+
+#: share of one core a job's processes may use, averaged over a quiet spell, and still look hung
+#: (a launcher's or a lock's polling loop uses about 2 %)
+HANG_CPU_SHARE = 0.05
+#: card use (percent) above which a job is busy, whatever its CPU
+HANG_CARD_PERCENT = 1.0
+
+
+@dataclass(frozen=True)
+class QuietSpell:
+    """A running attempt's quiet spell so far (rule 9): when it began (the supervisor's clock,
+    seconds), the job's log bytes and CPU seconds then, and whether it was told."""
+
+    since: float
+    log_bytes: int
+    cpu_seconds: float
+    told: bool = False
+
+
+def watches_hangs(job: Job) -> bool:
+    """Whether rule 9 applies to ``job``: not to a dev environment, whose kernel waits for its
+    user in silence by design."""
+    return job.spec.devenv_of is None
+
+
+def on_quiet(
+    spell: QuietSpell | None,
+    log_bytes: int,
+    cpu_seconds: float,
+    card_percent: float,
+    now: float,
+    window: float,
+) -> tuple[QuietSpell, bool]:
+    """Rule 9 at one look: the spell after it, and whether the job looks hung now (True once a
+    spell: ``told`` then stays set until activity starts a new one).
+
+    ``log_bytes`` and ``cpu_seconds`` are the attempt's totals now (all nodes), ``card_percent``
+    its busiest card's use (0 without cards), ``window`` the seconds of ``[limits] hang_minutes``.
+    """
+    if spell is None:
+        return QuietSpell(now, log_bytes, cpu_seconds), False
+    elapsed = max(0.0, now - spell.since)
+    busy = (
+        log_bytes != spell.log_bytes
+        or card_percent > HANG_CARD_PERCENT
+        or cpu_seconds - spell.cpu_seconds > HANG_CPU_SHARE * elapsed
+    )
+    if busy:
+        return QuietSpell(now, log_bytes, cpu_seconds), False
+    if spell.told or elapsed < window:
+        return spell, False
+    return QuietSpell(spell.since, spell.log_bytes, spell.cpu_seconds, told=True), True
+
+
+def hang_alert(
+    job_id: str,
+    minutes: float,
+    cpu_seconds: float,
+    processes: dict[str, list[tuple[int, str, str, str]]] | None,
+    stop: bool,
+) -> str:
+    """The text of a hang alert: how long the job was quiet, what each node's processes are doing
+    (``(pid, name, state, wait channel)`` by node; None: the backend cannot tell), what to do."""
+    if processes is None:
+        doing = "the backend cannot tell what its processes are doing"
+    elif not any(processes.values()):
+        doing = "no process of the job was found"
+    else:
+        parts = []
+        for node, looks in processes.items():
+            said = ", ".join(
+                f"{name} (pid {pid}) {state}" + (f" in {wait}" if wait else "")
+                for pid, name, state, wait in looks
+            )
+            parts.append(f"{node}: {said or 'no process'}")
+        doing = "; ".join(parts)
+    head = (
+        f"looks hung: no log output and almost no CPU ({cpu_seconds:.1f} s) for {minutes:g} min "
+        f"([limits] hang_minutes); its processes: {doing}"
+    )
+    if stop:
+        return f"{head}. Stopping it (--hang-policy stop)"
+    return (
+        f"{head}. A lock left by a killed job, a rendezvous waiting for a node that never comes or a "
+        f"dead peer look like this: stop it with `ma-jupyter stop {job_id}` if it does not move on "
+        "(--hang-policy stop ends such a job by itself)"
+    )
+
+
+def on_hang(job: Job, minutes: float) -> End | None:
+    """Rule 9's end: with ``hang_policy = stop`` the job ends in ``error`` (its grace period),
+    else None (the alert alone)."""
+    if job.spec.hang_policy.value != "stop":
+        return None
+    reason = (
+        f"stopped: it looked hung for {minutes:g} min (no log output, almost no CPU; --hang-policy "
+        "stop); the alert before says what its processes were waiting on"
+    )
+    return End(JobStatus.error, reason, job.spec.grace_period)
 
 
 def on_batch(job: Job, runs: Sequence[NodeRun], reason: Callable[[NodeRun], str]) -> End | None:

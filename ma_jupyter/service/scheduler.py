@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from ..config import Cluster
 from ..errors import InvalidSpec
 from ..models import JobSpec, Mode, Node, Spec
-from ..modes.base import Placement, TaskSlot, task_roles
+from ..modes.base import PS_SPEC_NAME, Placement, TaskSlot, task_roles
 
-PS_SPEC = Spec(name="cpu.ps", cpus=1, memory_gb=1, description="parameter server")
+PS_SPEC = Spec(name=PS_SPEC_NAME, cpus=1, memory_gb=1, description="parameter server")
 
 
 @dataclass

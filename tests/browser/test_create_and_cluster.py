@@ -203,6 +203,17 @@ def test_form_validates_as_you_type_predicts_the_queue_and_submits(lab, page):
     assert n1.locator('[data-bar="cores"] .ma-bar-value').inner_text().startswith("2 / ")
     expect(cluster.locator("[data-ma-demand]")).to_contain_text("A100: 2")  # one card each
     page.screenshot(path=str(SHOTS / "cluster.png"))
+    # the seed's columns: the specs that fit each node (n2 has no cards: no gpu.one)
+    expect(n1.locator("[data-ma-specs]")).to_contain_text("gpu.one")
+    n2 = cluster.locator('[data-node="n2"]')
+    expect(n2.locator("[data-ma-specs]")).to_contain_text("cpu.small")
+    expect(n2.locator("[data-ma-specs]")).not_to_contain_text("gpu.one")
+    # a drained node says so: nothing fits there, yet it is not "tight"
+    api(lab, "POST", "nodes/n2/drain", json={"reason": "disk check"})
+    expect(n2).to_have_attribute("data-state", "drained", timeout=30_000)
+    expect(n2.locator(".ma-node-state")).to_have_text("drained")
+    api(lab, "POST", "nodes/n2/undrain")
+    expect(n2).to_have_attribute("data-state", "idle", timeout=30_000)
     # the spec filter: n1 is tight for gpu.one, and n2 (no cards) is not listed
     cluster.locator('.ma-cluster-filters [data-spec="gpu.one"] input').check()
     expect(cluster.locator('[data-node="n2"]')).to_have_count(0, timeout=30_000)

@@ -138,7 +138,7 @@ def test_ddp_with_nccl_over_all_the_cards(service):
         service,
         name="ddp",
         mode="pytorch",
-        command=f"{PY} ddp.py",
+        command="python ddp.py",  # the word python: the platform wraps it in torchrun (seed 002)
         specs=[f"gpu.{count}"],
         algorithm=service.algorithm,
     )

@@ -4,35 +4,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ma_jupyter.commands import parse_command
+from ma_jupyter.commands import expand_argv, parse_command
 from ma_jupyter.models import JobSpec
 from ma_jupyter.modes import plan_job
+from ma_jupyter.nodehost import network
 
 from .placements import SPECS, card_spec, placement_for
 
-#: the seed's prefix as the planner writes it for 2 nodes x 4 cards (see the horovod module
-#: docstring for each difference from the seed's own text)
-SEED_PREFIX = [
-    "mpirun",
-    "--allow-run-as-root",
-    "--oversubscribe",
-    "-np",
-    "8",
-    "--bind-to",
-    "none",
-    "--map-by",
-    "ppr:4:node",
-    "--stdin",
-    "none",
-    "-x",
-    "PATH",
-    "-mca",
-    "pml",
-    "ob1",
-    "-mca",
-    "btl",
-    "^openib",
-]
+#: worker-0's step that writes $TUNE_ENV_FILE before the command
+HEAD = ["python", "-m", "ma_jupyter.nodeside.mpi_head", "--"]
+#: seed 002's prefix for 2 nodes x 4 cards, word for word but for the two dashes Open MPI 5 needs
+#: and ``--stdin none`` after it (each shown in the dry run's notes)
+SEED_PREFIX = (
+    "mpirun --allow-run-as-root -np 8 --bind-to none --map-by slot "
+    "-x NCCL_DEBUG=INFO -x LD_LIBRARY_PATH -x PATH -mca pml ob1 -mca btl ^openib --stdin none"
+).split()
 
 
 def _mpi(command: str = "python /workspace/algorithm/train.py", nodes: int = 2, **fields) -> JobSpec:
@@ -50,7 +36,9 @@ def test_hostfiles_and_variables_2_nodes_4_cards():
         assert node.env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
         assert node.env["PRTE_MCA_prte_default_hostfile"] == "/etc/mpi/hostfile"
         assert node.env["HYDRA_HOST_FILE"] == "/etc/mpi/mpich_hostfile"
-        assert node.env["HYDRA_IFACE"] == "lo"
+        # the node's interface as the network code names it (the seed's eth0): these
+        # placements share the host's loopback (LocalBackend.remote_shell)
+        assert node.env["HYDRA_IFACE"] == network.SHARED_INTERFACE
         assert node.env["OMPI_MCA_plm_rsh_agent"] == "python -m ma_jupyter.nodehost.rsh_agent"
         assert node.env["PRTE_MCA_plm_ssh_agent"] == "python -m ma_jupyter.nodehost.rsh_agent"
         assert node.env["SLOTS"] == "4"
@@ -63,6 +51,7 @@ def test_command_without_mpirun_gets_the_seed_prefix_on_worker_0():
     spec = _mpi()
     head, other = plan_job(spec, placement_for(spec, card_spec(4)))
     assert head.argv == [
+        *HEAD,
         *SEED_PREFIX,
         "python",
         "-m",
@@ -94,7 +83,7 @@ def test_command_with_mpirun_is_left_alone():
     for text in (command, 'bash -c "mpirun -np 2 python train.py"', "/usr/local/bin/mpirun -np 2 hostname"):
         spec = _mpi(text)
         head = plan_job(spec, placement_for(spec, card_spec(4)))[0]
-        assert head.argv == parse_command(text)
+        assert head.argv == [*HEAD, *parse_command(text)]
         assert not head.rank_logs
 
 
@@ -116,16 +105,21 @@ def test_modelarts_convention_forwards_the_platform_variables():
             "CRED_FILE": "c",
             "OTHER": "no",
             "VC_WORKER_HOSTS": "w",
+            # seed 003's grep -v '=$': an empty variable is not forwarded
+            "MA_EMPTY": "",
+            "SHARED_NONE": "",
         },
     )
     head = plan_job(spec, placement_for(spec, card_spec(4)))[0]
     forwarded = [head.argv[i + 1] for i, a in enumerate(head.argv) if a == "-x"]
-    assert forwarded[:1] == ["PATH"]
-    assert set(forwarded[1:]) == {
+    assert forwarded[:3] == ["NCCL_DEBUG=INFO", "LD_LIBRARY_PATH", "PATH"]
+    assert set(forwarded[3:]) == {
         "CRED_FILE",
         "MA_JOB_ID",
         "MA_JOB_NAME",
+        "MA_NUM_HOSTS",
         "MA_NUM_NODES",
+        "MA_VJ_NAME",
         "MA_OUTPUT",
         "MA_SPEC",
         "MA_TASK_INDEX",
@@ -140,35 +134,69 @@ def _forwarded(argv: list[str]) -> list[str]:
     return [argv[i + 1] for i, a in enumerate(argv) if a == "-x"]
 
 
-def test_ld_library_path_is_forwarded_only_when_the_node_has_it():
-    spec = _mpi(env={"LD_LIBRARY_PATH": "/opt/lib"})
-    assert _forwarded(plan_job(spec, placement_for(spec, card_spec(4)))[0].argv) == [
-        "LD_LIBRARY_PATH",
-        "PATH",
-    ]
+def test_ld_library_path_is_always_forwarded_as_the_seed_writes_it():
+    spec = _mpi()
+    head = plan_job(spec, placement_for(spec, card_spec(4)))[0]
+    assert _forwarded(head.argv) == ["NCCL_DEBUG=INFO", "LD_LIBRARY_PATH", "PATH"]
     # the ModelArts conda rule sets it too
     spec = _mpi(convention="modelarts", env={"ANACONDA_DIR": "/opt/conda", "DEFAULT_CONDA_ENV_NAME": "t"})
     head = plan_job(spec, placement_for(spec, card_spec(4)))[0]
     assert head.env["LD_LIBRARY_PATH"] == "/opt/conda/envs/t/lib"
-    assert "LD_LIBRARY_PATH" in _forwarded(head.argv)
 
 
-def test_hostfile_slots_are_the_cores_each_node_is_pinned_to():
+def test_cpu_spec_hostfile_slots_are_one_whatever_the_cores():
     spec = _mpi(nodes=2)
     placement = placement_for(spec, SPECS["cpu.medium"])
     placement = replace(placement, tasks=tuple(replace(t, cpus=(0, 1)) for t in placement.tasks))
     head, other = plan_job(spec, placement)
-    assert head.files["/etc/mpi/hostfile"] == "worker-0 slots=2\nworker-1 slots=2\n"
-    assert head.files["/etc/mpi/mpich_hostfile"] == "worker-0:2\nworker-1:2\n"
-    # still one rank per node (SLOTS), not two on worker-0
+    # seed 002: "slots is the card count of the spec; 1 for a CPU spec", beside SLOTS=1
+    assert head.files["/etc/mpi/hostfile"] == "worker-0 slots=1\nworker-1 slots=1\n"
+    assert head.files["/etc/mpi/mpich_hostfile"] == "worker-0:1\nworker-1:1\n"
     argv = head.argv
-    assert argv[argv.index("-np") + 1] == "2" and argv[argv.index("--map-by") + 1] == "ppr:1:node"
-    assert head.env["SLOTS"] == "1"
+    assert argv[argv.index("-np") + 1] == "2" and argv[argv.index("--map-by") + 1] == "slot"
+    assert head.env["SLOTS"] == "1" and head.env["OPENMPI_NP"] == "2"
     # cards above the cores: one slot per card
     spec = _mpi(nodes=2)
     placement = placement_for(spec, card_spec(4))
     placement = replace(placement, tasks=tuple(replace(t, cpus=(0,)) for t in placement.tasks))
     assert plan_job(spec, placement)[0].files["/etc/mpi/hostfile"] == "worker-0 slots=4\nworker-1 slots=4\n"
+
+
+def test_seed_003_and_004_variables_on_every_node():
+    spec = _mpi(nodes=3)
+    plans = plan_job(spec, placement_for(spec, card_spec(2)))
+    for node in plans:
+        env = node.env
+        assert env["OPENMPI_BIND_ARGS"] == "--bind-to none --map-by slot"
+        assert env["OPENMPI_X_ARGS"] == (
+            "-x LD_LIBRARY_PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_DEBUG=INFO "
+            "-x NCCL_SOCKET_IFNAME=lo -x NCCL_SOCKET_FAMILY=AF_INET -x NCCL_IB_DISABLE=0"
+        )
+        assert env["OPENMPI_MCA_ARGS"] == "-mca pml ob1 -mca btl ^openib -mca plm_rsh_no_tree_spawn true"
+        assert env["OPENMPI_EXTRA_ARGS"] == ""
+        assert env["TUNE_ENV_FILE"] == "/tmp/env_for_user_process"
+        assert env["OPENMPI_NP"] == "6" and env["OPENMPI_HOST_FILE_PATH"] == "/etc/mpi/hostfile"
+        # seed 004's run_mpi.sh: MA_NUM_HOSTS, MA_VJ_NAME, and its ${VC_TASK_INDEX:-${VK_TASK_INDEX}}
+        assert env["MA_NUM_HOSTS"] == "3" and env["MA_VJ_NAME"] == "job-1"
+        assert env["VC_TASK_INDEX"] == env["VK_TASK_INDEX"] == env["MA_TASK_INDEX"] == str(node.task.index)
+    # only worker-0 runs the step that writes the file (the others wait for mpirun)
+    assert plans[0].argv[:4] == HEAD and all(p.argv[:4] != HEAD for p in plans[1:])
+    # a job's own value of an argument variable wins: they are the seed's defaults
+    spec = _mpi(env={"OPENMPI_EXTRA_ARGS": "--oversubscribe", "OPENMPI_BIND_ARGS": "--bind-to core"})
+    head = plan_job(spec, placement_for(spec, card_spec(2)))[0]
+    assert (
+        head.env["OPENMPI_EXTRA_ARGS"] == "--oversubscribe"
+        and head.env["OPENMPI_BIND_ARGS"] == "--bind-to core"
+    )
+    assert "OPENMPI_EXTRA_ARGS" in head.job_env
+
+
+def test_each_difference_from_the_seed_prefix_is_noted_with_its_reason():
+    spec = _mpi()
+    notes = " | ".join(plan_job(spec, placement_for(spec, card_spec(4)))[0].notes)
+    assert "two dashes: this Open MPI 5 refuses the seed's -bind-to" in notes
+    assert "--stdin none added: Open MPI 5" in notes
+    assert "--oversubscribe" not in notes and "NCCL_DEBUG" not in notes
 
 
 def test_a_backend_without_a_remote_shell_cannot_plan_mpi_jobs():
@@ -182,12 +210,14 @@ def test_a_backend_without_a_remote_shell_cannot_plan_mpi_jobs():
     assert refused.value.field == "mode"
 
 
-def test_nccl_debug_is_the_jobs_to_set():
-    spec = _mpi()
-    assert "NCCL_DEBUG" not in " ".join(plan_job(spec, placement_for(spec, card_spec(4)))[0].argv)
+def test_a_jobs_own_nccl_debug_is_forwarded_instead_of_the_seeds_info():
     spec = _mpi(env={"NCCL_DEBUG": "WARN"})
     head = plan_job(spec, placement_for(spec, card_spec(4)))[0]
-    assert _forwarded(head.argv) == ["NCCL_DEBUG", "PATH"] and head.env["NCCL_DEBUG"] == "WARN"
+    assert (
+        _forwarded(head.argv) == ["NCCL_DEBUG", "LD_LIBRARY_PATH", "PATH"]
+        and head.env["NCCL_DEBUG"] == "WARN"
+    )
+    assert any("the job's own NCCL_DEBUG" in n for n in head.notes)
 
 
 def test_hostfile_slots_are_the_cards_where_the_spec_has_cards():
@@ -203,3 +233,11 @@ def test_a_cpu_job_has_no_card_count():
     spec = _mpi(nodes=2)
     head = plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))[0]
     assert "MA_NUM_GPUS" not in head.env and head.env["OPENMPI_NP"] == "2"
+
+
+def test_a_bash_c_command_behind_worker_0s_step_is_left_to_its_shell():
+    command = 'bash -c "X=1; mpirun -np ${OPENMPI_NP} -tune ${TUNE_ENV_FILE} echo $X"'
+    spec = _mpi(command)
+    head = plan_job(spec, placement_for(spec, card_spec(2)))[0]
+    # the platform expands nothing in the shell's script, even behind its own step
+    assert expand_argv(head.argv, head.env) == [*HEAD, *parse_command(command)]

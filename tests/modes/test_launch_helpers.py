@@ -633,6 +633,41 @@ def test_torch_run_skips_the_teardown_only_after_a_success(tmp_path, script_exit
         assert "ChildFailedError" in result.stderr
 
 
+_CHECKPOINTS_ON_SIGTERM = (
+    "import signal, sys, time\n"
+    "def save(signum, frame):\n"
+    "    print('checkpoint saved', flush=True)\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, save)\n"
+    "print('training', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+@pytest.mark.torch
+def test_a_stop_signal_ends_torch_run_with_one_line_and_no_traceback(tmp_path):
+    """Rule 7: the platform's SIGTERM (a checkpoint) reaches the worker, and the launcher's
+    SignalException becomes status 143 and one line, not a traceback in the job's log."""
+    script = tmp_path / "train.py"
+    script.write_text(_CHECKPOINTS_ON_SIGTERM)
+    argv = [sys.executable, "-m", "ma_jupyter.nodeside.torch_run", "--nnodes=1", "--nproc_per_node=1"]
+    argv += ["--node_rank=0", "--master_addr=127.0.0.1", f"--master_port={_free_port()}"]
+    argv += ["--rdzv_backend=static", "--max_restarts=0", str(script)]
+    node = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = iter(node.stdout.readline, "")
+        assert any(line == "training\n" for line in lines)  # the worker runs
+        node.send_signal(signal.SIGTERM)
+        rest = node.communicate(timeout=120)[0]
+    finally:
+        node.kill()
+        node.wait()
+    assert node.returncode == 128 + signal.SIGTERM, rest
+    assert "checkpoint saved" in rest  # the worker got the signal
+    assert "[ma_jupyter] torchrun stopped by SIGTERM: its workers got the signal and ended" in rest
+    assert "Traceback" not in rest and "SignalException" not in rest, rest
+
+
 _ALONE = "import time\nprint('trained alone', flush=True)\n"
 _TOGETHER = (
     "import torch, torch.distributed as dist\n"

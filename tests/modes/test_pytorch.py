@@ -201,3 +201,51 @@ def test_omp_threads_are_the_specs_cores_shared_by_the_nodes_processes():
     # the job's own value wins
     mine = _job("python train.py", env={"OMP_NUM_THREADS": "6"})
     assert plan_job(mine, placement_for(mine, one_core))[0].env["OMP_NUM_THREADS"] == "6"
+
+
+def test_a_launcher_made_single_node_is_refused_on_several_nodes_and_kept_on_one():
+    import pytest
+
+    from ma_jupyter.errors import InvalidSpec
+
+    for command, option in [
+        ("torchrun --standalone --nproc_per_node=2 train.py", "--standalone"),
+        ("torchrun --nnodes 1 --nproc_per_node 2 train.py", "--nnodes 1"),
+        ("torchrun --nnodes=1 train.py", "--nnodes 1"),
+        ("torchrun --nnodes=1:1 train.py", "--nnodes 1:1"),
+        ("python -u -m torch.distributed.run --standalone train.py", "--standalone"),
+    ]:
+        spec = _job(command)
+        with pytest.raises(InvalidSpec) as refused:
+            plan_job(spec, placement_for(spec, card_spec(2)))
+        assert refused.value.field == "command"
+        message = refused.value.message
+        assert option in message and "PET_NNODES=2" in message, message
+        assert f"Drop {option.split()[0]}" in message and "--nodes 1" in message, message
+        # one node: the launcher's own one-node job is what the user asked for
+        single = _job(command, nodes=1)
+        assert plan_job(single, placement_for(single, card_spec(2)))
+    # the script's own --standalone, a node count from the platform, or an elastic range: kept
+    for command in (
+        "torchrun train.py --standalone",
+        "torchrun --nnodes ${WORLD_SIZE} train.py --nnodes 1",
+        "torchrun --nnodes=1:2 train.py",
+        "python train.py --standalone",
+    ):
+        spec = _job(command)
+        assert len(plan_job(spec, placement_for(spec, card_spec(2)))) == 2, command
+
+
+def test_only_the_words_python_and_python3_are_wrapped_as_the_seed_says():
+    # seed 002: a command that does not start with python or python3 is left alone
+    for command in ("python train.py", "python3 -u train.py --lr 1"):
+        spec = _job(command)
+        node = plan_job(spec, placement_for(spec, card_spec(2)))[0]
+        assert node.argv[:3] == ["python", "-m", "ma_jupyter.nodeside.torch_run"] and node.rank_logs
+    for command in ("/usr/bin/python3 train.py", "python3.11 train.py", "/opt/conda/bin/python train.py"):
+        spec = _job(command)
+        for node in plan_job(spec, placement_for(spec, card_spec(2))):
+            assert node.argv == parse_command(command) and not node.rank_logs
+            assert node.notes == ["command runs as written (does not start with python or python3)"]
+            # the node still has the seed's variables, for the user's own launcher
+            assert node.env["WORLD_SIZE"] == "2" and node.env["SLOTS"] == "2"

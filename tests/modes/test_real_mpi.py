@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ma_jupyter.models import JobStatus
+from ma_jupyter.nodehost import network
 
 from ..helpers import wait_for, writable_dir
 from .real import algorithm, events_text, job_processes, run_job
@@ -110,54 +111,99 @@ def test_a_rank_reading_stdin_gets_end_of_file_and_the_job_ends(ma_client, tmp_p
     assert "Could not find the environment variable" not in logs
 
 
-SPAWN = """
-import json, socket
+SEED_003 = """
+import json, os, socket
 from mpi4py import MPI
 from mpi4py.futures import MPIPoolExecutor
 
 
 def where(x):
-    # inside a spawned worker: COMM_WORLD is the group of workers the pool spawned
-    return [x * x, socket.gethostname(), MPI.COMM_WORLD.Get_size()]
+    # inside a worker the pool spawned (MPI_Comm_spawn)
+    return [x * x, socket.gethostname()]
 
 
 if __name__ == "__main__":
-    rank = MPI.COMM_WORLD.Get_rank()
-    universe = MPI.COMM_WORLD.Get_attr(MPI.UNIVERSE_SIZE)
-    result = {"universe": universe, "host": socket.gethostname()}
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    names = ("MA_TASK_INDEX", "SHARED_X", "SCC_NOTE", "HOROVOD_MPI_THREADS_DISABLE", "NCCL_SOCKET_IFNAME")
+    result = {
+        "host": socket.gethostname(),
+        "size": comm.Get_size(),
+        "sum": comm.allreduce(rank + 1),
+        "universe": comm.Get_attr(MPI.UNIVERSE_SIZE),
+        "env": {n: os.environ.get(n) for n in names},
+    }
     if rank == 0:
-        # as mpi4py's own demos: as many workers as the universe has free slots (MPI_Comm_spawn)
+        with open(os.environ["TUNE_ENV_FILE"]) as fh:
+            result["tune"] = fh.read().splitlines()
+        # as mpi4py's demos: a worker per free slot of the universe, at least one
+        # (OPENMPI_EXTRA_ARGS=--oversubscribe lets it start beyond the hostfile's slots)
         with MPIPoolExecutor() as pool:
-            result["results"] = list(pool.map(where, range(4)))
-    MPI.COMM_WORLD.Barrier()
+            result["results"] = list(pool.map(where, range(3)))
+    comm.Barrier()
     print(f"rank {rank} {result}", flush=True)
-    with open(f"/workspace/outputs/spawn-{rank}.json", "w") as fh:
+    with open(f"/workspace/outputs/seed3-{rank}.json", "w") as fh:
         json.dump(result, fh)
 """
 
+#: seed 003's launch command, as written but for its ``-mca plm_rsh_args "-p ${SSHD_PORT}"``
+#: (mpirun reaches the nodes through the platform's agent, not ssh); in ``bash -c``, whose shell
+#: splits the several words each argument variable holds
+SEED_003_COMMAND = (
+    'bash -c "mpirun -np ${OPENMPI_NP} -hostfile ${OPENMPI_HOST_FILE_PATH} -tune ${TUNE_ENV_FILE} '
+    "${OPENMPI_BIND_ARGS} ${OPENMPI_X_ARGS} ${OPENMPI_MCA_ARGS} ${OPENMPI_EXTRA_ARGS} "
+    'python /workspace/algorithm/seed3.py"'
+)
+
 
 @pytest.mark.timeout(300)
-def test_mpi4py_futures_spawns_workers_in_the_cores_of_each_node(ma_client, tmp_path):
+def test_seed_003_mpirun_command_runs_with_the_variables_and_worker_0s_tune_file(ma_client, tmp_path):
     outputs = tmp_path / "out"
     writable_dir(outputs)
     job, seconds, logs = run_job(
         ma_client,
         timeout=240,
-        name="mpi-spawn",
+        name="mpi-seed3",
         mode="horovod",
         nodes=2,
         specs=["cpu.medium"],
-        algorithm=str(algorithm(tmp_path / "algo", spawn=SPAWN)),
+        env={
+            "SHARED_X": "from-worker-0",
+            "MA_EMPTY": "",
+            "SCC_NOTE": "two words",
+            "OPENMPI_EXTRA_ARGS": "--oversubscribe",
+        },
+        algorithm=str(algorithm(tmp_path / "algo", seed3=SEED_003)),
         outputs=str(outputs),
-        command="python /workspace/algorithm/spawn.py",
+        command=SEED_003_COMMAND,
     )
-    print(f"mpi 2x1 mpi4py.futures spawn: {seconds:.1f} s")
+    print(f"mpi 2x1 seed 003 command + mpi4py.futures spawn: {seconds:.1f} s")
     assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
-    results = [json.loads((outputs / f"spawn-{r}.json").read_text()) for r in range(2)]
-    # one rank per node, and each node declares its 2 cores as MPI slots: 4 in the universe
+    results = [json.loads((outputs / f"seed3-{r}.json").read_text()) for r in range(2)]
+    # one rank per node: the hostfile has slots=1 on a CPU spec (seed 002), OPENMPI_NP is 2
     assert [r["host"] for r in results] == ["worker-0", "worker-1"]
-    assert {r["universe"] for r in results} == {4}
-    # rank 0 spawned a worker for each of the 2 free slots, and they did the work
-    assert [value for value, _, _ in results[0]["results"]] == [0, 1, 4, 9]
-    assert {workers for _, _, workers in results[0]["results"]} == {2}
-    assert {host for _, host, _ in results[0]["results"]} <= {"worker-0", "worker-1"}
+    assert {r["size"] for r in results} == {2} and {r["sum"] for r in results} == {3}
+    assert {r["universe"] for r in results} == {2}
+    # OPENMPI_X_ARGS reached both ranks; the tune file gave worker-1's rank worker-0's values
+    # (its own MA_TASK_INDEX is 1)
+    for r in results:
+        assert r["env"] == {
+            "MA_TASK_INDEX": "0",
+            "SHARED_X": "from-worker-0",
+            "SCC_NOTE": "two words",  # every node's own (the job's env)
+            "HOROVOD_MPI_THREADS_DISABLE": "1",
+            # the node's own interface on the job's network (the host's loopback where shared)
+            "NCCL_SOCKET_IFNAME": network.NODE_INTERFACE
+            if network.namespaces_supported()
+            else network.SHARED_INTERFACE,
+        }
+    tune = results[0]["tune"]
+    assert "-x SHARED_X=from-worker-0" in tune and "-x MA_TASK_INDEX=0" in tune
+    assert any(line.startswith("-x PATH=") for line in tune)
+    # seed 003's grep -v '=$' and the names it selects; a value with white space is left out
+    assert not any(line.startswith(("-x MA_EMPTY", "-x SCC_NOTE", "-x OPENMPI_")) for line in tune)
+    assert "TUNE_ENV_FILE leaves out SCC_NOTE: its value has white space" in logs
+    # mpi4py.futures: rank 0 spawned one worker, which did the work
+    assert [value for value, _ in results[0]["results"]] == [0, 1, 4]
+    # -x LD_LIBRARY_PATH of OPENMPI_X_ARGS with no LD_LIBRARY_PATH set: no warning banner
+    assert "Could not find the environment variable" not in logs

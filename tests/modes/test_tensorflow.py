@@ -118,3 +118,13 @@ def test_single_core_tasks_get_two_inter_op_threads():
     assert all("TF_NUM_INTEROP_THREADS" not in p.env for p in plan_job(spec, placement))
     own = _tf(nodes=2, ps=1, chief=True, env={"TF_NUM_INTEROP_THREADS": "8"})
     assert {p.env["TF_NUM_INTEROP_THREADS"] for p in plan_job(own, pinned)} == {"8"}
+
+
+def test_a_parameter_server_names_its_own_spec():
+    from ma_jupyter.service.scheduler import PS_SPEC
+
+    spec = _tf(nodes=1, ps=1)
+    ps, worker = plan_job(spec, placement_for(spec))
+    # the ps runs with the scheduler's parameter-server spec, the worker with the job's
+    assert ps.env["MA_SPEC"] == PS_SPEC.name == "cpu.ps"
+    assert worker.env["MA_SPEC"] == "cpu.small"

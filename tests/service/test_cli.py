@@ -6,8 +6,11 @@ import json
 import os
 import sys
 
+import pytest
+
 from ma_jupyter.backends.local.backend import task_address
-from ma_jupyter.models import Job, Plan
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.models import Job, JobSpec, Plan
 from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
 
 PY = sys.executable
@@ -99,7 +102,7 @@ def test_dry_run_prints_the_plan_and_creates_nothing(ma_cli, tmp_path):
     assert json.loads(ma_cli("jobs", "--json").stdout)["total"] == 0
 
 
-def test_dry_run_shows_the_launchers_variables_and_the_expanded_env(ma_cli):
+def test_dry_run_shows_the_launchers_variables_and_the_expanded_env(ma_cli, ma_client):
     text = ma_cli(
         "submit",
         "--dry-run",
@@ -129,6 +132,21 @@ def test_dry_run_shows_the_launchers_variables_and_the_expanded_env(ma_cli):
         "LOG=/workspace/outputs/node-1/log",
     ):
         assert f"    {line}\n" in worker_1, line
+
+    # torchrun told to make a one-node job of its own on two nodes would wait forever: refused at
+    # the submit (CLI and REST) and at the dry run (REST's POST /plan), with the fix, nothing stored
+    refused = ma_cli(
+        "submit", "--mode", "pytorch", "--nodes", "2", "--", "torchrun", "--standalone", "train.py"
+    )
+    assert refused.returncode == 2, (refused.stdout, refused.stderr)
+    assert "--standalone on a job of 2 nodes" in refused.stderr and "--nodes 1" in refused.stderr, (
+        refused.stderr
+    )
+    alone = JobSpec(name="alone", mode="pytorch", nodes=2, command="torchrun --nnodes=1 train.py")
+    for call in (ma_client.submit, ma_client.plan):
+        with pytest.raises(InvalidSpec, match="--nnodes 1 on a job of 2 nodes"):
+            call(alone)
+    assert ma_client.jobs() == []
 
 
 def test_user_errors_print_one_line_and_exit_2(ma_cli):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -184,6 +185,17 @@ def test_cli_shell_is_a_real_terminal_that_follows_resizes(ma_service):
     assert "30 100" in first, first
     assert "/dev/pts/" in first  # a real PTY inside the sandbox
     assert child.exitstatus == 4  # the shell's exit status is the CLI's
+    # options after the job, then the command after `--`
+    ran = subprocess.run(
+        [sys.executable, "-m", "ma_jupyter.frontends.cli", "shell", handle.id, "--node", "worker-0", "--"]
+        + ["sh", "-c", "echo ON-$HOSTNAME; exit 5"],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MA_JUPYTER_HOME": str(ma_service.home)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 5 and "ON-worker-0" in ran.stdout, ran.stderr
 
 
 def _size_seen(child, size: str) -> bool:

@@ -336,6 +336,17 @@ def test_queued_priority_can_change_and_queued_jobs_stop_at_once(ma_service, pri
     assert s.post(f"{ma_service.api}/jobs/{waiting['id']}/stop", timeout=5).json()["status"] == "stopped"
     assert s.delete(f"{ma_service.api}/jobs/{waiting['id']}", timeout=5).status_code == 204
     assert s.get(f"{ma_service.api}/jobs/{waiting['id']}", timeout=5).status_code == 404
+    # a forced delete of a running job: 204 once it is deleted (it stops within its 1 s grace,
+    # well inside the answer's wait); 202 only if it were still stopping after that wait
+    r = s.delete(f"{ma_service.api}/jobs/{blocker['id']}", params={"force": "true"}, timeout=60)
+    if r.status_code == 202:  # a machine too loaded to stop it within the wait
+        assert r.json()["deleting"] is True
+        wait_for(
+            lambda: s.get(f"{ma_service.api}/jobs/{blocker['id']}", timeout=5).status_code == 404, timeout=60
+        )
+    else:
+        assert r.status_code == 204 and not r.content
+    assert s.get(f"{ma_service.api}/jobs/{blocker['id']}", timeout=5).status_code == 404
 
 
 @pytest.mark.small_cluster

@@ -135,3 +135,31 @@ def test_a_fault_restart_starts_the_next_attempt_then_ends_in_error(sup):
     assert events[-1] == (JobStatus.error, "node worker-0 exited with code 3")
     last = sup.store.events(job.id)[-1]
     assert last.node == "worker-0" and last.exit_code == 3 and "boom" in last.reason
+
+
+def test_a_shrunk_elastic_job_says_whether_it_scales_up(sup):
+    """The start event of a job that got fewer nodes than asked tells what happens next: it grows
+    back only with allow_scale_up (the seed's switch), else it keeps the nodes it got."""
+    nodes = len(sup.scheduler.cluster.nodes) + 1  # one more than the cluster has: it shrinks
+    said = {}
+    for allow in (False, True):
+        spec = JobSpec(
+            name=f"elastic-{allow}",
+            mode="pytorch",
+            nodes=nodes,
+            command=f"{PY} -c pass",  # an interpreter path: each node runs it once, untouched
+            checkpoint_resume={"elastic_min_nodes": 1, "allow_scale_up": allow},
+        )
+        job = sup.submit(spec, creator="me")
+        final = tick_until_ended(sup, job.id)
+        assert final.status is JobStatus.succeeded, final.reason
+        said[allow] = next(e.reason for e in sup.store.events(job.id) if e.reason.startswith("started with"))
+    running = nodes - 1
+    assert said[False] == (
+        f"started with {running} of {nodes} nodes (elastic, at least 1): it keeps them until it ends "
+        "(allow_scale_up is off)"
+    )
+    assert (
+        said[True]
+        == f"started with {running} of {nodes} nodes (elastic, at least 1): it scales up when nodes free"
+    )

@@ -213,6 +213,11 @@ def test_clone(team, access):
         cli_copy = json.loads(made.stdout)
         assert cli_copy["spec"]["creator"] == "bob" and cli_copy["spec"]["env"] == {"SECRET": "s3cr3t"}
         assert cli_copy["spec"]["name"] == clone_name(job.spec.name)
+        # options after the job, then a new command after `--`
+        renamed = team.cli("bob", "clone", job.id, "--name", "renamed", "--json", "--", "python", "other.py")
+        assert renamed.returncode == 0, renamed.stderr
+        spec = json.loads(renamed.stdout)["spec"]
+        assert spec["name"] == "renamed" and spec["command"] == "python other.py"
     else:
         with pytest.raises(NotFound):
             team.bob.clone(job.id)

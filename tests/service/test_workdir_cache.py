@@ -429,3 +429,78 @@ def test_cache_command_shows_the_size_and_clears_only_when_no_job_runs(ma_cli, m
     listing = "import os; print(sorted(os.path.join(d, f) for d, _, fs in os.walk(os.path.expanduser('~/.cache')) for f in fs))"
     again = ma_cli("submit", "--wait", "--follow", "--", "python", "-c", listing)
     assert again.returncode == 0 and "[]" in again.stdout, again.stdout + again.stderr
+
+
+# A build the way torch's FileBaton (torch.utils.file_baton, what DeepSpeed's and torch's JIT
+# extension builds use) does it: the lock file's existence is the lock, taken with O_EXCL,
+# waited for by polling its existence every 0.1 s.
+BATON = """
+    import os, sys, time
+    lock = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "fused_adam", "lock")
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    def try_acquire():
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL))
+            return True
+        except FileExistsError:
+            return False
+    if sys.argv[1] == "hold":  # a build killed before it releases its lock (an OOM kill)
+        assert try_acquire()
+        print("holding the lock", flush=True)
+        time.sleep(3600)
+    waited, start = False, time.monotonic()
+    while not try_acquire():
+        waited = True  # FileBaton.wait: no output, a sleep in the kernel
+        if sys.argv[1] == "bounded" and time.monotonic() - start > 60:
+            sys.exit(3)
+        time.sleep(0.1)
+    print("built", "after waiting" if waited else "at once", flush=True)
+    os.remove(lock)
+"""
+
+
+def test_a_job_stuck_on_a_stale_build_lock_is_told_and_stopped_and_the_next_job_does_not_wait(
+    ma_home, tmp_path
+):
+    """Issue 38: a build lock whose job was killed made every later job of its user wait forever."""
+    from tests.service.conftest import start_service, stop_services
+
+    cluster = ma_home / "cluster.toml"
+    cluster.write_text(cluster.read_text() + "[limits]\nhang_minutes = 0.05\n")  # a 3 s window
+    svc = start_service(ma_home)
+    try:
+        algo = algorithm(tmp_path, {"baton.py": BATON})
+        run = {"command": "python baton.py", "algorithm": str(algo)}
+        holder = submit(svc, name="holder", **{**run, "command": "python baton.py hold"})
+        wait_for(lambda: "holding the lock" in log_of(svc, holder["id"]), timeout=120)
+        # a job of the same user starting while the holder runs waits for the lock: it may be held
+        stuck = submit(svc, name="stuck", hang_policy="stop", **{**run, "command": "python baton.py wait"})
+        final = finished(svc, stuck["id"], timeout=180)
+        assert final["status"] == "error" and "looked hung" in final["reason"], final["reason"]
+        alerts = [e for e in events_of(svc, stuck["id"]) if e["reason"].startswith("looks hung")]
+        assert len(alerts) == 1 and alerts[0]["alert"], alerts
+        # what its process is doing, from /proc/<pid>/stat and wchan: sleeping, in the kernel's sleep
+        assert "worker-0: python" in alerts[0]["reason"] and " sleeping" in alerts[0]["reason"], alerts
+        assert "hang_minutes" in alerts[0]["reason"] and "--hang-policy stop" in alerts[0]["reason"]
+        assert "built" not in log_of(svc, stuck["id"])
+
+        # the holder, quiet all along, is told too (alert only: the default policy), and runs on
+        def holder_alerts():
+            return [e for e in events_of(svc, holder["id"]) if e["reason"].startswith("looks hung")]
+
+        told = wait_for(holder_alerts, timeout=60)
+        assert f"ma-jupyter stop {holder['id']}" in told[0]["reason"], told
+        assert job_of(svc, holder["id"])["status"] == "running"
+        # killed while holding it: the lock stays in the user's cache...
+        svc.session().post(f"{svc.api}/jobs/{holder['id']}/stop", timeout=10)
+        assert finished(svc, holder["id"])["status"] == "stopped"
+        assert len(holder_alerts()) == 1  # one quiet spell, told once, whatever the looks since
+        locks = list((ma_home / "caches").glob("*/torch_extensions/*/fused_adam/lock"))
+        assert len(locks) == 1, locks
+        # ... until the next job of the user starts with no job of theirs running: it builds at once
+        after = submit(svc, name="after", **{**run, "command": "python baton.py bounded"})
+        done = finished(svc, after["id"], timeout=180)
+        assert done["status"] == "succeeded", (done["reason"], log_of(svc, after["id"]))
+        assert "built at once" in log_of(svc, after["id"])
+    finally:
+        stop_services([svc])

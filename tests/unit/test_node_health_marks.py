@@ -64,6 +64,17 @@ def test_the_cluster_file_sets_the_node_and_disk_limits(tmp_path):
         path.write_text(f"[limits]\n{bad}\n")
         with pytest.raises(InvalidSpec, match=rf"\[limits\] {bad.split()[0]} must be a positive number"):
             load_cluster(path)
+    # the hang watch: 30 minutes unless set, a fraction for seconds, 0 turns it off
+    assert Limits().hang_minutes == 30
+    for value, expected in (("0.05", 0.05), ("0", 0), ("120", 120)):
+        path.write_text(f"[limits]\nhang_minutes = {value}\n")
+        assert load_cluster(path).limits.hang_minutes == expected
+    for bad in ("-1", "true", '"30m"'):
+        path.write_text(f"[limits]\nhang_minutes = {bad}\n")
+        with pytest.raises(
+            InvalidSpec, match=r"\[limits\] hang_minutes must be a positive number \(or 0 to turn it off\)"
+        ):
+            load_cluster(path)
 
 
 def test_a_checks_mark_clears_when_it_passes_while_drains_and_heartbeat_faults_stay(tmp_path):

@@ -31,7 +31,7 @@ def test_every_option_reaches_its_field(tmp_path):
         f"--dataset plain={tmp_path}/p --annotation boxes={tmp_path}/a --model pretrained/bert={tmp_path}/m "
         f"--volume cache={tmp_path}/c --output {tmp_path}/out --workdir /workspace/outputs --env LR=0.1 "
         f"--env 'MSG=a b=c' --image {venv} --driver-version 535.0 --pool default "
-        "--on-start 'echo hi' --on-stop 'echo bye' --debug-terminal"
+        "--on-start 'echo hi' --on-stop 'echo bye' --debug-terminal --hang-policy stop"
     )
     spec = spec_of(line, command=["python", "train.py", "--epochs", "3"])
     assert spec == {
@@ -77,6 +77,7 @@ def test_every_option_reaches_its_field(tmp_path):
         "pool": "default",
         "lifecycle": {"on_start": "echo hi", "on_stop": "echo bye"},
         "debug_terminal": True,
+        "hang_policy": "stop",
         "command": "python train.py --epochs 3",
     }
     # the result is a valid JobSpec as it stands

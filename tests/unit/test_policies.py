@@ -629,3 +629,51 @@ def test_a_full_jobs_disk_ends_the_writer_and_spares_the_others_while_it_writes(
     assert not policies.full_disk_ends(None, True, others_grew=False, full_before=False)  # one look
     assert policies.full_disk_ends(0, True, others_grew=False, full_before=True)  # stays full
     assert policies.full_disk_ends(None, False, others_grew=False, full_before=False)  # not measured
+
+
+# --------------------------------------------------------------------------- rule 9: hangs
+
+
+def test_a_quiet_spell_is_told_once_and_any_activity_starts_a_new_one():
+    window = 60.0
+    spell, hung = policies.on_quiet(None, 100, 5.0, 0.0, 0.0, window)  # the first look starts a spell
+    assert not hung and spell == policies.QuietSpell(0.0, 100, 5.0)
+    # a lock's polling loop: 1 % of a core, no output; not yet the window, then hung, told once
+    spell, hung = policies.on_quiet(spell, 100, 5.3, 0.0, 30.0, window)
+    assert not hung
+    spell, hung = policies.on_quiet(spell, 100, 5.6, 0.0, 60.0, window)
+    assert hung and spell.told and spell.since == 0.0
+    for now in (90.0, 600.0, 6000.0):  # the same quiet spell: never told again
+        spell, hung = policies.on_quiet(spell, 100, 5.6 + now / 1000, 0.0, now, window)
+        assert not hung and spell.told
+    # a log line ends the spell; the next quiet one is told again
+    spell, hung = policies.on_quiet(spell, 101, 12.0, 0.0, 6010.0, window)
+    assert not hung and not spell.told and spell.since == 6010.0
+    spell, hung = policies.on_quiet(spell, 101, 12.0, 0.0, 6070.0, window)
+    assert hung
+    # CPU work (more than 5 % of a core over the spell) or a busy card is activity too
+    busy, hung = policies.on_quiet(policies.QuietSpell(0.0, 1, 0.0), 1, 4.0, 0.0, 60.0, window)
+    assert not hung and busy.since == 60.0
+    busy, hung = policies.on_quiet(policies.QuietSpell(0.0, 1, 0.0), 1, 0.0, 80.0, 60.0, window)
+    assert not hung and busy.since == 60.0
+
+
+def test_the_hang_alert_names_each_nodes_processes_and_the_stop_policy_ends_the_job():
+    looks = {
+        "worker-0": [(41, "python3", "sleeping", "hrtimer_nanosleep"), (40, "torchrun", "sleeping", "")],
+        "worker-1": [],
+    }
+    text = policies.hang_alert("j-1", 0.5, 0.2, looks, stop=False)
+    assert text.startswith(
+        "looks hung: no log output and almost no CPU (0.2 s) for 0.5 min ([limits] hang_minutes)"
+    )
+    assert "worker-0: python3 (pid 41) sleeping in hrtimer_nanosleep, torchrun (pid 40) sleeping;" in text
+    assert "worker-1: no process" in text and "ma-jupyter stop j-1" in text
+    assert "backend cannot tell" in policies.hang_alert("j-1", 30, 0, None, stop=False)
+    assert policies.on_hang(job(), 30) is None
+    end = policies.on_hang(job(hang_policy="stop", grace_period=7), 30)
+    assert end.status is JobStatus.error and end.grace == 7 and "--hang-policy stop" in end.reason
+    assert policies.hang_alert("j-1", 30, 0, looks, stop=True).endswith("Stopping it (--hang-policy stop)")
+    # a dev environment's kernel waits for its user in silence: never watched
+    assert policies.watches_hangs(job())
+    assert not policies.watches_hangs(job(devenv_of={"job_id": "j-0", "node": "worker-0"}))

@@ -63,11 +63,19 @@ from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node
 from ...nodehost.mounts import Mount, path_hint
 from ...nodehost.overlay import Overlay
 from ...nodehost.processes import ExitWatcher, marked_processes, read_exit_code
-from ...nodehost.procfs import NODE_MARKER, is_marked, process_start_time
+from ...nodehost.procfs import NODE_MARKER, descendants, is_marked, process_look, process_start_time
 from ...nodehost.view import HELPERS_VIEW, SYSTEM_PATH, NodeView, default_sandbox, host_workdir, launch_view
 from ...nodehost.workcopy import copy_args, copy_needed, export_argv
 from ...untrusted import read_small
-from ..base import JOB_SECRET_ENV, Attempt, Backend, DatasetState, NodeUsage
+from ..base import (
+    JOB_SECRET_ENV,
+    MAX_PROCESS_LOOKS,
+    Attempt,
+    Backend,
+    DatasetState,
+    NodeUsage,
+    ProcessLook,
+)
 
 #: seconds a debug terminal waits for the shell agent of a running node that is still starting
 AGENT_START_WAIT = 30.0
@@ -95,7 +103,7 @@ class LocalBackend(Backend):
             "--host",
             "{host}",
         ),
-        interface="lo",  # simulated nodes sharing the host's network talk over its loopback
+        interface=network_ns.SHARED_INTERFACE,  # nodes sharing the host's network: its loopback
     )
     #: the same where each node is a machine on its job's network: the agent reaches a node's
     #: server on a TCP port of its address (abstract socket names are each node's own), and
@@ -103,7 +111,7 @@ class LocalBackend(Backend):
     remote_shell_on_job_network = RemoteShell(
         agent=f"{remote_shell.agent} --port={rsh_agent.JOB_NETWORK_PORT}",
         serve=(*remote_shell.serve, "--port", str(rsh_agent.JOB_NETWORK_PORT)),
-        interface=network_ns.NODE_LINK,
+        interface=network_ns.NODE_INTERFACE,
     )
 
     def __init__(
@@ -507,6 +515,8 @@ class LocalBackend(Backend):
             "end_with": self.end_with,
             # a failed command keeps the sandbox for the debug terminal this long ([limits])
             "keep_failed_seconds": limits.debug_keep_hours * 3600.0 if terminal else 0,
+            # the user's cache lease, held by the runner while it lives (caches rule 6)
+            "cache_lease": str(caches.lease_file(Path(view.cache.source))) if view.cache else None,
             # where its network rules hold: the attempt's namespace, or a fence (see .network)
             **(network or {}),
         }
@@ -822,6 +832,27 @@ class LocalBackend(Backend):
                         cards.memory_mb if cards else None,
                     )
                 )
+        return found
+
+    def processes(self, job_id: str, runs: list[NodeRun]) -> dict[str, list[ProcessLook]] | None:
+        """The processes below each running node's runner, deepest first (the training code
+        before its launchers; bubblewrap itself left out), as ``/proc`` names their state and
+        wait channel (``nodehost.procfs``); a runner whose pid now belongs to another process is
+        skipped."""
+        del job_id
+        found: dict[str, list[ProcessLook]] = {}
+        for run in runs:
+            if run.state != "running" or run.pid is None or not self._alive(run):
+                continue
+            looks: list[ProcessLook] = []
+            for pid, _parent, state in reversed(descendants(run.pid)):
+                look = process_look(pid) if state != "Z" else None
+                if look is None or look[0] == "bwrap":
+                    continue
+                looks.append(ProcessLook(pid, *look))
+                if len(looks) == MAX_PROCESS_LOOKS:
+                    break
+            found[run.name] = looks
         return found
 
     @staticmethod

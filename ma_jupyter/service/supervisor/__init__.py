@@ -88,7 +88,9 @@ class Supervisor:
         self.notifier = Notifier(config.load_notify(), str(config.home()))
         self.journal = Journal(store, self.queue, backend, self.ledger, self.preparation, self.notifier)
         self.on_job_deleted: list[Callable[[str], None]] = self.journal.on_job_deleted
-        self.watching = Watching(store, backend, self.health, self.ledger, self.journal)
+        self.watching = Watching(
+            store, backend, self.health, self.ledger, self.journal, limits=lambda: scheduler.cluster.limits
+        )
         self.inspection = Inspection(
             store, scheduler, backend, self.health, self.queue, self.ledger, self.journal, self.watching
         )

@@ -161,10 +161,15 @@ class Launcher:
         running, elastic = policies.workers(placement.tasks), job.spec.checkpoint_resume
         if elastic and elastic.elastic_min_nodes and running < job.spec.nodes:
             self._ledger.shrunk_since[job.id] = time.monotonic()
+            then = (
+                "it scales up when nodes free"
+                if elastic.allow_scale_up
+                else "it keeps them until it ends (allow_scale_up is off)"
+            )
             self._journal.notice(
                 job,
                 f"started with {running} of {job.spec.nodes} nodes (elastic, at least "
-                f"{elastic.elastic_min_nodes}): it scales up when nodes free",
+                f"{elastic.elastic_min_nodes}): {then}",
             )
         if self._backend.isolation() == "symlink":
             self._journal.notice(

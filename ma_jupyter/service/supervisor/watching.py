@@ -16,7 +16,14 @@ being wound down, or waiting to retry after a full disk, is passed by.  For one 
 5. a batch job ends by its tasks (:func:`..policies.on_batch`); any other job fails at its first
    failed node (:func:`..policies.on_failure`), is rescheduled by its performance samples
    (:func:`..policies.on_perf`, read from the primary nodes' new complete log lines), or
-   succeeds when every primary node did (:func:`..policies.on_success`).
+   succeeds when every primary node did (:func:`..policies.on_success`);
+6. a job still running is looked at for a hang every ``HANG_LOOK_EVERY`` seconds (a quarter of
+   ``[limits] hang_minutes`` when that is shorter; never with ``hang_minutes = 0``): its nodes'
+   CPU seconds and cards' use (:meth:`Backend.usage`) and its logs' sizes (:func:`..logs.log_size`),
+   both through the backend, feed :func:`..policies.on_quiet`; once a quiet spell lasts the
+   window, what its processes are doing (:meth:`Backend.processes`) goes into one alert event
+   (:func:`..policies.hang_alert`), and ``hang_policy = stop`` ends it (:func:`..policies.on_hang`).
+   A backend that cannot sample (usage None: Ray) is not watched for hangs.
 
 :meth:`Watching.finish` ends an attempt: it marks the job as finishing and, on a thread of its
 own (stopping nodes takes up to the grace period, so it never stalls the loop), stops what still
@@ -39,13 +46,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ...backends.base import Attempt, Backend
+from ...config import Limits
 from ...errors import DiskFull
 from ...models import Event, Job, JobStatus, Mode, NodeRun, utcnow
 from ...modes.base import Placement
 from .. import distributed_check, policies
 from ..disk import full_folder
 from ..health import NodeHealth
-from ..logs import last_lines, read_log
+from ..logs import last_lines, log_size, read_log
 from ..policies import End
 from ..store import Store
 from .attempts import attempt_for
@@ -57,6 +65,7 @@ log = logging.getLogger("ma_jupyter.supervisor")
 TAIL_LINES = 15  # a failed node's last log lines in its job's reason
 DISK_CHECK_EVERY = 1.0  # seconds between looks at the free space of a running job's folders
 RECORD_RETRY = 2.0  # seconds before retrying to record the end of a job after the disk was full
+HANG_LOOK_EVERY = 30.0  # seconds between looks at a running job for a hang (rule 6)
 
 
 #: what a failed node's last log lines say when it reached for a network it does not have
@@ -93,8 +102,20 @@ def network_hint(reason: str) -> str | None:
 class Watching:
     """Watches running jobs (module rules 1 to 5) and winds their attempts down."""
 
-    def __init__(self, store: Store, backend: Backend, health: NodeHealth, ledger: Ledger, journal: Journal):
+    def __init__(
+        self,
+        store: Store,
+        backend: Backend,
+        health: NodeHealth,
+        ledger: Ledger,
+        journal: Journal,
+        limits: Callable[[], Limits] = Limits,
+    ):
         self._store = store
+        self._limits = limits  # the admin's [limits] now (hang_minutes)
+        # (job id, attempt) -> its quiet spell (rule 6), and when each job was last looked at
+        self._quiet: dict[tuple[str, int], policies.QuietSpell] = {}
+        self._hang_looked: dict[str, float] = {}
         self._backend = backend
         self._health = health
         self._ledger = ledger
@@ -207,6 +228,10 @@ class Watching:
                     if full is not None:
                         end = policies.on_failure(job, end.failed, end.reason, full)
                 self.finish(job, attempt, end)
+                return
+            end = self._hang(job, runs)
+            if end is not None:
+                self.finish(job, attempt, end)
             return
         failed = policies.first_failure(runs)
         if failed is not None:
@@ -222,9 +247,42 @@ class Watching:
             if end is not None:
                 self.finish(job, attempt, end)
                 return
-        end = policies.on_success(runs)
+        end = policies.on_success(runs) or self._hang(job, runs)
         if end is not None:
             self.finish(job, attempt, end)
+
+    def _hang(self, job: Job, runs: list[NodeRun]) -> End | None:
+        """Rule 6: one look for a hang when it is due; the end ``hang_policy = stop`` makes of it."""
+        window = self._limits().hang_minutes * 60.0
+        if window <= 0 or not policies.watches_hangs(job):
+            return None
+        clock = time.monotonic()
+        if clock - self._hang_looked.get(job.id, 0.0) < min(HANG_LOOK_EVERY, window / 4):
+            return None
+        self._hang_looked[job.id] = clock
+        usage = self._backend.usage(job.id, runs)
+        if not usage:  # the backend cannot sample (Ray), or no node runs yet
+            return None
+        cpu = sum(u.cpu_seconds for u in usage)
+        cards = max((u.card_percent or 0.0 for u in usage), default=0.0)
+        logs = sum(log_size(self._backend, job.id, r.name) for r in runs)
+        key = (job.id, job.attempt)
+        before = self._quiet.get(key)
+        spell, hung = policies.on_quiet(before, logs, cpu, cards, clock, window)
+        self._quiet[key] = spell
+        if not hung:
+            return None
+        looks = self._backend.processes(job.id, runs)
+        said = (
+            None
+            if looks is None
+            else {n: [(p.pid, p.name, p.state, p.wait) for p in ps] for n, ps in looks.items()}
+        )
+        stop = job.spec.hang_policy.value == "stop"
+        alert = policies.hang_alert(job.id, window / 60.0, cpu - spell.cpu_seconds, said, stop)
+        log.warning("job %s %s", job.id, alert)
+        self._journal.notice(job, alert, alert=True)
+        return policies.on_hang(job, window / 60.0)
 
     def _on_unhealthy(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> bool:
         """Rule 4 (:func:`..policies.on_unhealthy`): True when the attempt is being ended."""
@@ -307,6 +365,8 @@ class Watching:
         self._full_seen.discard(job_id)
         self._pending_end.pop(job_id, None)
         self._polled_at.pop(job_id, None)
+        self._hang_looked.pop(job_id, None)
+        self._quiet = {k: v for k, v in self._quiet.items() if k[0] != job_id}
         self._health_noted = {k for k in self._health_noted if k[0] != job_id}
         for key in [k for k in self._perf_offsets if k[0] == job_id]:
             del self._perf_offsets[key]
