@@ -388,8 +388,7 @@ print("MACHINE " + json.dumps(seen), flush=True)
 
 #: a Ray cluster started inside a 2-node job as its docs say (node 0 the head, node 1 joining
 #: it at MASTER_ADDR): each raylet registers the address it finds on its own interface.  Ray's
-#: raylet waits a fixed time for its agents, which a loaded machine may not meet: each start
-#: is tried 3 times
+#: raylet waits a fixed time for its agents: each start is tried 3 times
 RAY_IN_JOB = r"""
 import json, os, socket, subprocess, sys, time
 
@@ -477,8 +476,9 @@ def test_each_node_is_a_machine_with_its_own_address_and_the_master_is_one_of_th
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(
     os.environ.get("MA_RAY_IN_JOB") != "1",
-    reason="set MA_RAY_IN_JOB=1: Ray's raylet waits a fixed time (about 30-60 s) for its dashboard "
-    "agent, whose start takes longer than that on a loaded 2-core machine",
+    reason="opt-in (MA_RAY_IN_JOB=1), not passing yet: inside a node, the head's `ray start` does not "
+    "get its raylet registered (GCS node info: deadline exceeded; the raylet timed out waiting for "
+    "its dashboard agent's port file); nodes' addresses are right, the cause is not established",
 )
 def test_a_ray_cluster_started_inside_a_job_registers_each_nodes_own_address(ma_client, tmp_path):
     _job, addresses, logs = _two_node_job(ma_client, tmp_path, "ray-inside", RAY_IN_JOB, timeout=800)
