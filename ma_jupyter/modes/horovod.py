@@ -20,7 +20,7 @@ Every node gets (seed 002):
   ``PRTE_MCA_prte_default_hostfile`` with the same value, the name Open MPI 5 reads;
 * ``HYDRA_HOST_FILE=/etc/mpi/mpich_hostfile`` and ``HYDRA_IFACE``, the interface the node
   reaches its peers on as the backend names it (the local backend takes it from the network
-  code, :data:`ma_jupyter.nodehost.network.NODE_INTERFACE`; the seed's ``eth0``);
+  code, :data:`ma_jupyter.nodehost.network.NODE_INTERFACE` on the job's network; the seed's ``eth0``);
 * the remote agent mpirun uses instead of ssh (``OMPI_MCA_plm_rsh_agent`` for Open MPI 4,
   ``PRTE_MCA_plm_ssh_agent`` for Open MPI 5): the backend's remote shell, from the bound
   placement (a backend without one cannot run MPI jobs: they are refused);

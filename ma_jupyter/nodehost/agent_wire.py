@@ -11,7 +11,9 @@ account.
 Rules (in order) for a server deciding whether to serve a connection:
 
 1. The peer's uid is the server's own, or root's where the agent allows it (the service, which
-   may run the node as another account).
+   may run the node as another account).  A server listening on its node's job-network address
+   instead (``port``: mpirun's agent where each node is a machine of its own, :mod:`.network`)
+   has no uid to check: only the nodes of its job reach that address;
 2. The request's secret equals the server's (compared in constant time); a server without one
    serves nobody.
 
@@ -159,11 +161,18 @@ class AgentServer:
     REFUSED_SECRET = b"refused\n"
     STOP_SIGNALS: tuple[int, ...] = ()
 
-    def __init__(self, job_id: str, node: str):
+    def __init__(self, job_id: str, node: str, port: int | None = None):
         self.address = abstract_name(self.KIND, job_id, node)
         self.node = node
         self.secret = os.environ.get(JOB_SECRET_ENV, "")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        #: a TCP port on every address of the node (rule 1's job network) instead of the
+        #: abstract socket
+        self.port = port
+        if port is None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        else:
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.lock = threading.Lock()
 
     def parse(self, request: dict) -> object:
@@ -182,12 +191,17 @@ class AgentServer:
 
     def serve_forever(self) -> None:
         """Accept connections until the process is told to stop."""
-        self.sock.bind(self.address)
+        self.sock.bind(self.address if self.port is None else ("0.0.0.0", self.port))
         self.sock.listen(self.BACKLOG)
-        print(self.READY.format(node=self.node, address=self.address[1:].decode()), flush=True)
+        where = self.address[1:].decode() if self.port is None else f"port {self.port}"
+        print(self.READY.format(node=self.node, address=where), flush=True)
         while True:
             conn, _ = self.sock.accept()
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _peer_allowed(self, conn: socket.socket) -> bool:
+        """Rule 1: the peer's uid, or (on the job network) any peer."""
+        return self.port is not None or peer_allowed(conn, root_too=self.ROOT_TOO)
 
     def _refuse(self, conn: socket.socket, why: bytes, send_lock: threading.Lock) -> None:
         send_frame(conn, self.REFUSAL_CHANNEL, why, send_lock)
@@ -196,7 +210,7 @@ class AgentServer:
     def _handle(self, conn: socket.socket) -> None:
         send_lock = threading.Lock()
         with conn:
-            if self.CHECK_PEER_FIRST and not peer_allowed(conn, root_too=self.ROOT_TOO):
+            if self.CHECK_PEER_FIRST and not self._peer_allowed(conn):
                 self._refuse(conn, self.REFUSED_PEER, send_lock)
                 return
             request = read_request(conn, self.MAX_REQUEST, chunk=self.REQUEST_CHUNK)
@@ -207,7 +221,7 @@ class AgentServer:
                 given = str(request.get("secret", ""))
             except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
                 return
-            if not peer_allowed(conn, root_too=self.ROOT_TOO):
+            if not self._peer_allowed(conn):
                 self._refuse(conn, self.REFUSED_PEER, send_lock)
                 return
             # one account may run many jobs' nodes: the attempt's secret tells this job's

@@ -2,19 +2,21 @@
 
 Two mechanisms, one per kind of host (docs/network.md):
 
-* **a network namespace per attempt** (the local backend, where every node of a job is on this
-  machine): the service makes a namespace holding ``lo`` (up, so the whole of ``127.0.0.0/8``
-  and the nodes' ``127.0.1.k`` addresses work) and a veth pair that leads nowhere but into it
-  (for Open MPI's daemons, see :func:`make_namespace`), keeps it for a moment as a
-  bind-mounted file under ``<home>/netns/<job>`` (as ``ip netns add`` does), and each node's
-  runner enters it (:func:`enter`) before it starts anything.  Once every runner is in, the file
-  is removed (:func:`remove_namespace`): the namespace then lives exactly as long as a process of
-  the job does, and a service that crashed has nothing to clean but a leftover file, removed at
-  the next start (:func:`sweep`).  Nothing of the host's network is there: no service port, no
-  other job's port, no Ray port, no interface to the outside, and abstract Unix sockets (which
-  the kernel keeps per network namespace) are the job's own, so ``/proc/net/unix`` lists only
-  them.  The service reaches a node's abstract sockets (the debug terminal) from a short thread
-  that enters the namespace of the node's runner first (:func:`connect_in`).
+* **a job network per attempt** (the local backend, where every node of a job is on this
+  machine): each node is a machine of its own (:func:`make_job_network`): a namespace holding
+  ``lo`` and ``ma0`` at the node's own address (``10.254.0.<k+1>``/16, :func:`node_address`),
+  whose veth peer is a port of a bridge in the attempt's switch namespace, which holds nothing
+  else.  The service keeps the namespaces for a moment as bind-mounted files under
+  ``<home>/netns/`` (as ``ip netns add`` does), and each node's runner holds the switch's open
+  (:func:`hold_switch`) and enters its own (:func:`enter`) before it starts anything.  Once
+  every runner is in, the files are removed (:func:`remove_job_network`): a node's namespace
+  then lives exactly as long as a process of it does, the switch as long as a runner of the
+  attempt, and a service that crashed has nothing to clean but leftover files, removed at the
+  next start (:func:`sweep`).  Nothing of the host's network is there: no service port, no
+  other job's port, no Ray port, no route out, and abstract Unix sockets (which the kernel keeps
+  per network namespace) are the node's own, so ``/proc/net/unix`` lists only them.  The
+  service reaches a node's abstract sockets (the debug terminal) from a short thread that
+  enters the namespace of the node's runner first (:func:`connect_in`).
 * **a fence** (a Ray node's agent, where a job's nodes on different machines must reach each
   other over the real network): each node's runner restricts itself, and so everything it
   starts, before it starts anything (:func:`fence`):
@@ -49,6 +51,7 @@ import stat
 import struct
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -69,11 +72,18 @@ RTM_NEWLINK = 16
 NLMSG_ERROR = 2
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
 IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER = 3, 18, 1, 2, 1
-#: the namespace's one device besides ``lo`` (see :func:`make_namespace`), its peer, its address
-INNER_LINK, INNER_PEER, INNER_ADDRESS = "ma0", "ma1", "10.254.0.1"
+IFLA_MASTER, IFLA_NET_NS_FD = 10, 28
+#: a simulated node's one device besides ``lo`` (see :func:`make_job_network`), the switch's
+#: bridge, and the job network every attempt of the local backend uses (each attempt's is its own)
+NODE_LINK, SWITCH_BRIDGE, JOB_NETWORK, JOB_PREFIX = "ma0", "br0", "10.254.0.0", 16
+#: how many nodes a job network holds (the /16 less its network and broadcast addresses)
+MAX_JOB_NODES = (1 << (32 - JOB_PREFIX)) - 2
 #: the interface a node reaches the job's other nodes on, as the node names it (MPICH's
-#: ``HYDRA_IFACE``, the seed's ``eth0``): every node of a local job shares the attempt's loopback
-NODE_INTERFACE = "lo"
+#: ``HYDRA_IFACE``, the seed's ``eth0``): its own on its attempt's job network
+NODE_INTERFACE = NODE_LINK
+#: the same for nodes sharing the host's network (a service that may not make namespaces):
+#: they reach each other on its loopback
+SHARED_INTERFACE = "lo"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -119,10 +129,14 @@ def netlink_request(kind: int, flags: int, body: bytes, what: str) -> None:
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def _add_veth(name: str, peer: str) -> None:
-    """Make a veth pair ``name`` <-> ``peer`` in the calling thread's network namespace."""
+def _add_veth(name: str, peer: str, peer_namespace_fd: int | None = None) -> None:
+    """Make a veth pair ``name`` <-> ``peer`` in the calling thread's network namespace (the
+    peer in the namespace of ``peer_namespace_fd`` where one is given)."""
     ifinfo = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
-    peer_info = rt_attr(VETH_INFO_PEER, ifinfo + rt_attr(IFLA_IFNAME, peer.encode() + b"\0"))
+    peer_attrs = rt_attr(IFLA_IFNAME, peer.encode() + b"\0")
+    if peer_namespace_fd is not None:
+        peer_attrs += rt_attr(IFLA_NET_NS_FD, struct.pack("I", peer_namespace_fd))
+    peer_info = rt_attr(VETH_INFO_PEER, ifinfo + peer_attrs)
     linkinfo = rt_attr(IFLA_INFO_KIND, b"veth") + rt_attr(IFLA_INFO_DATA, peer_info)
     body = ifinfo + rt_attr(IFLA_IFNAME, name.encode() + b"\0") + rt_attr(IFLA_LINKINFO, linkinfo)
     netlink_request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, f"cannot make the veth pair {name}/{peer}")
@@ -170,36 +184,20 @@ def unshare_network() -> None:
     _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
 
 
-def make_namespace(path: Path, inner_link: bool = True) -> int:
-    """Make a network namespace holding ``lo`` and (with ``inner_link``) a veth pair whose both
-    ends stay inside (up, ``ma0`` at 10.254.0.1/32: see below), and keep it at ``path`` (a bind
-    mount of its nsfs file, replacing whatever ``path`` was); its inode number.  Nothing in it
-    leads out.
+def make_namespace(path: Path) -> int:
+    """Make a network namespace holding ``lo`` (up) and nothing else, and keep it at ``path``
+    (a bind mount of its nsfs file, replacing whatever ``path`` was); its inode number.
 
     Raises:
         OSError: the namespace cannot be made (no CAP_SYS_ADMIN).
     """
     private_folder(path.parent)
-    remove_namespace(path)
-    # a fresh file, never through a link (the folder is this account's alone anyway)
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    _new_file(path)
 
     def make() -> int:
         unshare_network()
         set_up("lo")
-        # Open MPI's daemons never talk over a loopback device (PRRTE skips it, as it cannot
-        # reach another machine): a veth pair whose two ends stay here gives them one, an
-        # address that leads nowhere but into this namespace
-        if inner_link:
-            _add_veth(INNER_LINK, INNER_PEER)
-            set_up(INNER_PEER)
-            set_up(INNER_LINK, INNER_ADDRESS)
-        own = f"/proc/self/task/{threading.get_native_id()}/ns/net"
-        _check(
-            _libc.mount(own.encode(), os.fsencode(path), None, MS_BIND, None),
-            f"mount --bind {own} {path}",
-        )
-        return os.stat(own).st_ino
+        return _keep(path)
 
     try:
         return in_thread(make)
@@ -252,6 +250,170 @@ def sweep(folder: Path) -> None:
         return
     for entry in entries:
         remove_namespace(entry)
+
+
+def node_address(index: int) -> str:
+    """The job-network address of an attempt's node ``index`` (0-based, launch order):
+    ``10.254.0.1``, ``10.254.0.2``, ... (every attempt's network is its own, so all use these).
+
+    Raises:
+        ValueError: past :data:`MAX_JOB_NODES`.
+    """
+    if not 0 <= index < MAX_JOB_NODES:
+        raise ValueError(f"a job network holds at most {MAX_JOB_NODES} nodes, not {index + 1}")
+    return socket.inet_ntoa(
+        struct.pack("!I", struct.unpack("!I", socket.inet_aton(JOB_NETWORK))[0] + index + 1)
+    )
+
+
+@dataclass(frozen=True)
+class JobNetwork:
+    """An attempt's network on the local backend, kept as files until its runners are in
+    (:func:`make_job_network`).
+
+    Attributes:
+        switch: the file of the switch's namespace (the bridge every node is plugged into);
+            None where the nodes share one namespace (a Ray machine's part of an overlay).
+        nodes: per node name, the file of its own namespace and that namespace's inode.
+    """
+
+    switch: Path | None
+    nodes: dict[str, tuple[Path, int]]
+
+
+def _new_file(path: Path) -> None:
+    """A fresh, empty file at ``path`` for a namespace's bind mount, never made through a link
+    (the folder is this account's alone anyway); whatever was there is forgotten first."""
+    remove_namespace(path)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+
+
+def _keep(path: Path) -> int:
+    """Bind-mount the calling thread's network namespace on ``path``; its inode."""
+    own = f"/proc/self/task/{threading.get_native_id()}/ns/net"
+    _check(_libc.mount(own.encode(), os.fsencode(path), None, MS_BIND, None), f"mount --bind {own} {path}")
+    return os.stat(own).st_ino
+
+
+def _set_link(name: str, *, master: int | None = None) -> None:
+    """Bring link ``name`` of the calling thread's namespace up, made a port of bridge ``master``
+    (an interface index) where one is given."""
+    ifinfo = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, IFF_UP, IFF_UP)
+    body = ifinfo + rt_attr(IFLA_IFNAME, name.encode() + b"\0")
+    if master is not None:
+        body += rt_attr(IFLA_MASTER, struct.pack("I", master))
+    netlink_request(RTM_NEWLINK, 0, body, f"cannot bring {name} up")
+
+
+def _no_ipv6_here() -> None:
+    """Give the calling thread's namespace's devices made from now on no IPv6 address (the
+    switch: it is no host of the job network, so it has no address at all)."""
+    for scope in ("default", "all"):
+        try:
+            with open(f"/proc/sys/net/ipv6/conf/{scope}/disable_ipv6", "w") as fh:
+                fh.write("1")
+        except OSError:  # a kernel without IPv6
+            pass
+
+
+def make_job_network(folder: Path, key: str, addresses: list[tuple[str, str]]) -> JobNetwork:
+    """An attempt's network: one namespace per node, each a machine on one switch.
+
+    Rules, in the order they are made:
+
+    1. the switch: a namespace holding a bridge (``br0``, up, no address, no IPv6), and
+       nothing else: nothing of the host, no process ever runs there;
+    2. per node ``(name, address)`` of ``addresses``, in order: a namespace holding ``lo`` (up)
+       and ``ma0`` (up, at ``address``/16), one end of a veth pair whose other end is a port of
+       the switch's bridge: the node reaches its peers' addresses on any port, TCP and UDP, and
+       nothing else (no route out: ``Network is unreachable``);
+    3. every namespace is kept as a file in ``folder`` (``<key>.switch``, ``<key>.<k>``) until
+       :func:`remove_job_network`; the caller's runners enter their node's, holding the
+       switch's open first (its devices live as long as a runner holds it).
+
+    Raises:
+        OSError: a namespace or device cannot be made (no CAP_SYS_ADMIN); nothing is left.
+    """
+    private_folder(folder)
+    switch = folder / f"{key}.switch"
+    files = [folder / f"{key}.{k}" for k in range(len(addresses))]
+    made = JobNetwork(switch=switch, nodes={})
+    try:
+        _new_file(switch)
+
+        def make_switch() -> None:
+            unshare_network()
+            _no_ipv6_here()
+            ifinfo = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
+            linkinfo = rt_attr(IFLA_LINKINFO, rt_attr(IFLA_INFO_KIND, b"bridge"))
+            body = ifinfo + rt_attr(IFLA_IFNAME, SWITCH_BRIDGE.encode() + b"\0") + linkinfo
+            netlink_request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, "cannot make the job's switch")
+            _set_link(SWITCH_BRIDGE)
+            _keep(switch)
+
+        in_thread(make_switch)
+        switch_fd = os.open(switch, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for k, ((name, address), path) in enumerate(zip(addresses, files, strict=True)):
+                _new_file(path)
+
+                def make_node(path: Path = path, address: str = address, port: str = f"p{k}") -> int:
+                    unshare_network()
+                    set_up("lo")
+                    _add_veth(NODE_LINK, port, switch_fd)
+                    set_up(NODE_LINK, address, JOB_PREFIX)
+                    return _keep(path)
+
+                made.nodes[name] = (path, in_thread(make_node))
+        finally:
+            os.close(switch_fd)
+
+        def plug_ports() -> None:
+            enter(str(switch))
+            bridge = socket.if_nametoindex(SWITCH_BRIDGE)
+            for k in range(len(addresses)):
+                _set_link(f"p{k}", master=bridge)
+
+        in_thread(plug_ports)
+    except BaseException:
+        remove_namespace(switch)
+        for path in files:
+            remove_namespace(path)
+        raise
+    return made
+
+
+def remove_job_network(made: JobNetwork) -> None:
+    """Forget the files of ``made`` (:func:`remove_namespace`): each namespace lives on while a
+    process is in it, the switch while a runner holds it."""
+    for path, _inode in made.nodes.values():
+        remove_namespace(path)
+    if made.switch is not None:
+        remove_namespace(made.switch)
+
+
+def on_job_network(address: str) -> bool:
+    """Whether ``address`` is a node address of the job network (:func:`node_address`)."""
+    try:
+        value = struct.unpack("!I", socket.inet_aton(address))[0]
+    except OSError:
+        return False
+    base = struct.unpack("!I", socket.inet_aton(JOB_NETWORK))[0]
+    return 0 < value - base <= MAX_JOB_NODES and address.count(".") == 3
+
+
+#: the switch of the job network this runner's node is on, held open for the runner's life
+_held_switch: list[int] = []
+
+
+def hold_switch(path: str) -> None:
+    """Keep the namespace at ``path`` (the node's switch) alive as long as the calling process
+    lives: an open descriptor, closed at every ``exec`` (nothing the runner starts has it).
+
+    Raises:
+        OSError: it cannot be opened.
+    """
+    _held_switch.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
 
 
 def namespace_of(pid: int) -> int | None:

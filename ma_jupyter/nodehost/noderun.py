@@ -566,7 +566,8 @@ class NodeRunner:
 
 def isolate_network(spec: dict) -> str | None:
     """Put the runner, and so everything it starts, where the node's network rules hold (see
-    :mod:`.network`): into the attempt's namespace (``netns``: its file), or behind the fence
+    :mod:`.network`): into the node's namespace (``netns``: its file; with ``switch``, the file
+    of its job network's switch, held open first for the runner's life), or behind the fence
     (``deny_tcp``: the ports it may not connect to); None when done, else why not (the node then
     runs nothing: never on a network it should not have)."""
     if not spec.get("netns") and spec.get("deny_tcp") is None:
@@ -574,6 +575,8 @@ def isolate_network(spec: dict) -> str | None:
     from . import network
 
     try:
+        if spec.get("switch"):
+            network.hold_switch(spec["switch"])
         if spec.get("netns"):
             network.enter(spec["netns"])
         if spec.get("deny_tcp") is not None:

@@ -192,7 +192,7 @@ def make(path: Path, overlay: Overlay) -> int:
         OSError: it cannot be made (no CAP_NET_ADMIN, no VXLAN in this kernel, the UDP port
             taken); nothing of it is left.
     """
-    inode = network.make_namespace(path, inner_link=False)
+    inode = network.make_namespace(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:

@@ -17,10 +17,14 @@ both parts:
   ``$HOSTNAME`` (the node's own name) runs the command right here: where nodes have no private
   hostname (no sandbox), mpirun does not recognise its own node in the hostfile.
 
-Why an abstract socket: the nodes share the host's network namespace (and thus its abstract
-socket names) but not their filesystems, and the kernel tells the server the connecting
-process's uid (``SO_PEERCRED``): commands are accepted only from the server's own uid, the same
-trust ssh between one user's own nodes gives.  The remote command's stdin is ``/dev/null``:
+Why an abstract socket: where the nodes share the host's network namespace (a service that may
+not make namespaces), they share its abstract socket names but not their filesystems, and the
+kernel tells the server the connecting process's uid (``SO_PEERCRED``): commands are accepted
+only from the server's own uid, the same trust ssh between one user's own nodes gives.  Where
+each node is a machine of its own on the job's network (:mod:`.network`; the backend then adds
+``--port`` to both command lines), abstract names are each node's own: the server listens on that TCP port of
+the node's address instead, as sshd does, and the agent connects to HOST's address; only the
+job's nodes reach it, and the attempt's secret is checked either way.  The remote command's stdin is ``/dev/null``:
 Open MPI's daemons do not read it (mpirun forwards stdin to rank 0, which runs on worker-0).
 """
 
@@ -40,9 +44,26 @@ from .agent_wire import JOB_SECRET_ENV, AgentServer, abstract_name, recv_frame, 
 STDOUT, STDERR, EXIT = 1, 2, 3
 MAX_REQUEST = 1 << 20  # bytes of one command request
 USAGE = (
-    "usage: python -m ma_jupyter.nodehost.rsh_agent --serve --job JOB --host HOST\n"
-    "       python -m ma_jupyter.nodehost.rsh_agent [ssh options] HOST CMD ..."
+    "usage: python -m ma_jupyter.nodehost.rsh_agent --serve --job JOB --host HOST [--port PORT]\n"
+    "       python -m ma_jupyter.nodehost.rsh_agent [--port=PORT] [ssh options] HOST CMD ..."
 )
+
+
+#: the port the backend gives (``--port``) where nodes reach each other's server over TCP, on
+#: each node's job-network address: sshd's alternative port, on no node but for this server
+#: (each node's address is its own, and the waiting node runs nothing else before mpirun)
+JOB_NETWORK_PORT = 2222
+
+
+def parse_port(value: str) -> int:
+    """A ``--port`` value.
+
+    Raises:
+        ValueError: not a TCP port number.
+    """
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise ValueError(f"--port must be a TCP port number (1-65535), not {value!r}")
+    return int(value)
 
 
 def socket_name(job_id: str, host: str) -> bytes:
@@ -69,8 +90,8 @@ class Server(AgentServer):
     # another job's process: the attempt's secret does.
     REFUSED_SECRET = b"rsh_agent: refused: not a node of this job\n"
 
-    def __init__(self, job_id: str, host: str):
-        super().__init__(job_id, host)
+    def __init__(self, job_id: str, host: str, port: int | None = None):
+        super().__init__(job_id, host, port)
         self.host = host
         self.children: set[subprocess.Popen] = set()
 
@@ -147,24 +168,32 @@ def _kill_group(child: subprocess.Popen, grace: float) -> None:
             time.sleep(0.05)
 
 
-def serve(job_id: str, host: str) -> int:
-    """Run the server until SIGTERM/SIGINT; returns 0."""
-    return Server(job_id, host).run()
+def serve(job_id: str, host: str, port: int | None = None) -> int:
+    """Run the server (on TCP ``port`` where one is given) until SIGTERM/SIGINT; returns 0."""
+    return Server(job_id, host, port).run()
 
 
 # -------------------------------------------------------------------------------- agent
 
 
-def connect(job_id: str, host: str, timeout: float) -> socket.socket:
-    """A connection to HOST's server, retried until ``timeout`` while it is not up yet."""
+def connect(job_id: str, host: str, timeout: float, port: int | None = None) -> socket.socket:
+    """A connection to HOST's server (its abstract socket, or with ``port`` that port of HOST's
+    address), retried until ``timeout`` while it is not up yet."""
     deadline = time.monotonic() + timeout
     while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(socket_name(job_id, host))
+            if port is not None:  # HOST's address on the job network (its /etc/hosts line)
+                sock = socket.create_connection((host, port), timeout=max(1.0, deadline - time.monotonic()))
+                sock.settimeout(None)
+                return sock
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(socket_name(job_id, host))
+            except BaseException:
+                sock.close()
+                raise
             return sock
         except (ConnectionRefusedError, FileNotFoundError):
-            sock.close()
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.1)
@@ -183,10 +212,10 @@ def split_ssh_args(argv: list[str]) -> tuple[str, str]:
     return argv[i], " ".join(argv[i + 1 :])
 
 
-def run_remote(job_id: str, host: str, command: str, timeout: float = 60.0) -> int:
+def run_remote(job_id: str, host: str, command: str, timeout: float = 60.0, port: int | None = None) -> int:
     """Run ``command`` on ``host``'s server and relay its output; returns its exit status."""
     try:
-        sock = connect(job_id, host, timeout)
+        sock = connect(job_id, host, timeout, port)
     except OSError as exc:
         print(
             f"rsh_agent: node {host} of job {job_id} did not come up within {timeout:.0f} s ({exc})",
@@ -225,7 +254,19 @@ def main(argv: list[str] | None = None) -> int:
         if not options.get("--job") or not options.get("--host"):
             print(USAGE, file=sys.stderr)
             return 2
-        return serve(options["--job"], options["--host"])
+        try:
+            port = parse_port(options["--port"]) if "--port" in options else None
+        except ValueError as exc:
+            print(f"rsh_agent: {exc}", file=sys.stderr)
+            return 2
+        return serve(options["--job"], options["--host"], port)
+    port = None
+    if args[:1] and args[0].startswith("--port="):  # ours, before mpirun's ssh arguments
+        try:
+            port = parse_port(args.pop(0).split("=", 1)[1])
+        except ValueError as exc:
+            print(f"rsh_agent: {exc}", file=sys.stderr)
+            return 2
     try:
         host, command = split_ssh_args(args)
     except ValueError:
@@ -239,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         print("rsh_agent: MA_JOB_ID is not set: run it inside a job's node", file=sys.stderr)
         return 255
     timeout = float(os.environ.get("MA_RSH_CONNECT_TIMEOUT", "60"))
-    return run_remote(job_id, host, command, timeout)
+    return run_remote(job_id, host, command, timeout, port)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,8 @@ Two ways to build that view:
   :func:`card_device_args` in :mod:`.bwrap`), its own pid, UTS and IPC
   namespaces, and no capabilities (``--cap-drop ALL``), so that even root cannot remount a
   read-only bind writable.  The network is the attempt's, not the sandbox's: every node of a
-  job runs in the job's own network namespace (its runner enters it before starting
-  bubblewrap, see :mod:`.network`), where the service hands each node its own loopback address
-  and ports.
+  job runs in a network namespace of its own on the attempt's switch (its runner enters it
+  before starting bubblewrap, see :mod:`.network`), at its own address.
 * **symlink** (bubblewrap missing, or ``MA_JUPYTER_SANDBOX=none``): a per-node tree of symlinks at
   ``<job_dir>/nodes/<node>/workspace`` mirroring the layout, ``$MA_WORKSPACE`` pointing at it, and
   every argument or variable that starts with an in-view path (``/workspace``, ``/job``...)

@@ -36,8 +36,9 @@ def test_hostfiles_and_variables_2_nodes_4_cards():
         assert node.env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
         assert node.env["PRTE_MCA_prte_default_hostfile"] == "/etc/mpi/hostfile"
         assert node.env["HYDRA_HOST_FILE"] == "/etc/mpi/mpich_hostfile"
-        # the node's interface as the network code names it (the seed's eth0)
-        assert node.env["HYDRA_IFACE"] == network.NODE_INTERFACE
+        # the node's interface as the network code names it (the seed's eth0): these
+        # placements share the host's loopback (LocalBackend.remote_shell)
+        assert node.env["HYDRA_IFACE"] == network.SHARED_INTERFACE
         assert node.env["OMPI_MCA_plm_rsh_agent"] == "python -m ma_jupyter.nodehost.rsh_agent"
         assert node.env["PRTE_MCA_plm_ssh_agent"] == "python -m ma_jupyter.nodehost.rsh_agent"
         assert node.env["SLOTS"] == "4"

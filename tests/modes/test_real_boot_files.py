@@ -12,11 +12,11 @@ from ..helpers import writable_dir
 from .real import algorithm, events_text, run_job
 
 DEEPSPEED_BOOT = """
-import json, os
+import json, os, socket
 # torch.distributed.run's per-process values; the node's own ones are in the platform's variables
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 assert world == 4, world
-assert os.environ["MASTER_ADDR"] == "127.0.1.1"
+assert os.environ["MASTER_ADDR"] == socket.gethostbyname("worker-0")  # worker-0's own address
 assert os.environ["SLOTS"] == "2"
 hostfile = open("/job/hostfile").read()
 assert hostfile == "worker-0 slots=2\\nworker-1 slots=2\\n", hostfile

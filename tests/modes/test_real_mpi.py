@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ma_jupyter.models import JobStatus
+from ma_jupyter.nodehost import network
 
 from ..helpers import wait_for, writable_dir
 from .real import algorithm, events_text, job_processes, run_job
@@ -191,7 +192,10 @@ def test_seed_003_mpirun_command_runs_with_the_variables_and_worker_0s_tune_file
             "SHARED_X": "from-worker-0",
             "SCC_NOTE": "two words",  # every node's own (the job's env)
             "HOROVOD_MPI_THREADS_DISABLE": "1",
-            "NCCL_SOCKET_IFNAME": "lo",
+            # the node's own interface on the job's network (the host's loopback where shared)
+            "NCCL_SOCKET_IFNAME": network.NODE_INTERFACE
+            if network.namespaces_supported()
+            else network.SHARED_INTERFACE,
         }
     tune = results[0]["tune"]
     assert "-x SHARED_X=from-worker-0" in tune and "-x MA_TASK_INDEX=0" in tune

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from ma_jupyter.backends.local.backend import task_address
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import Job, JobSpec, Plan
 from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
@@ -125,7 +126,7 @@ def test_dry_run_shows_the_launchers_variables_and_the_expanded_env(ma_cli, ma_c
         "PET_NNODES=2",
         "PET_NODE_RANK=1",
         "PET_NPROC_PER_NODE=1",
-        "PET_MASTER_ADDR=127.0.1.1",
+        f"PET_MASTER_ADDR={task_address(0)}",
         "PET_RDZV_BACKEND=static",
         "OUT=/workspace/outputs/node-1",
         "LOG=/workspace/outputs/node-1/log",

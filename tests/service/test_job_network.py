@@ -167,7 +167,7 @@ def test_a_job_reaches_neither_the_service_nor_another_jobs_port_nor_its_abstrac
     assert victim.id not in unix  # item 7: no other job's id in /proc/net/unix
     assert "ma_jupyter-" not in unix  # nor any other node's agent name
     assert found.pop("listening") == []  # nothing of the host listens where the job looks
-    assert found.pop("devices") == ["lo", "ma0", "ma1"]  # no device that leads out
+    assert found.pop("devices") == ["lo", "ma0"]  # no device that leads out: ma0 is on its switch
     reached = {k: v for k, v in found.items() if str(v).startswith("connected")}
     assert reached == {}, reached
     assert len(found) == len(targets["tcp"]) + len(targets["abstract"])
@@ -322,8 +322,10 @@ def test_after_a_service_crash_the_terminal_still_enters_the_jobs_namespace_and_
     from ma_jupyter.client.shell import run_command
     from tests.service.conftest import start_service
 
-    left = ma_home / "netns" / "left-by-a-crash"
-    network.make_namespace(left)  # what a service killed between make and drop leaves
+    # what a service killed between make and drop leaves: a job network's files
+    left = network.make_job_network(
+        ma_home / "netns", "left-by-a-crash", [("worker-0", network.node_address(0))]
+    )
     svc = start_service(ma_home)
     job_id = None
     try:
@@ -336,7 +338,7 @@ def test_after_a_service_crash_the_terminal_still_enters_the_jobs_namespace_and_
         )
         job_id = handle.id
         wait_for(lambda: "up" in client.read_log(job_id).data, timeout=120)
-        assert not left.exists()  # swept at the launch
+        assert not left.switch.exists() and not left.nodes["worker-0"][0].exists()  # swept at the launch
         # and the job's own file dropped once its runner entered
         wait_for(lambda: list((ma_home / "netns").iterdir()) == [], timeout=30)
         svc.proc.send_signal(signal.SIGKILL)
@@ -350,3 +352,229 @@ def test_after_a_service_crash_the_terminal_still_enters_the_jobs_namespace_and_
     finally:
         svc.proc.terminate()
         svc.proc.wait(30)
+
+
+#: what each node of a 2-node job reports of itself (issue 38 item 1): its addresses as
+#: `hostname -I` and `ip -j addr` (MindSpore's own check) see them, what its name resolves to,
+#: and the other node's address over TCP, as each end sees it
+MACHINE = r"""
+import json, os, socket, subprocess, time
+
+rank, master, port = int(os.environ["NODE_RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+seen = {"rank": rank, "master": master}
+seen["hostname -I"] = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+links = json.loads(subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True).stdout)
+seen["ip addr"] = sorted(a["local"] for l in links for a in l.get("addr_info", []) if a["family"] == "inet")
+seen["resolves"] = socket.gethostbyname(socket.gethostname())
+if rank == 0:
+    server = socket.create_server(("0.0.0.0", port))
+    conn, peer = server.accept()
+    seen["peer"] = peer[0]
+    conn.close()
+else:
+    end = time.monotonic() + 120
+    while True:
+        try:
+            sock = socket.create_connection((master, port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
+    seen["from"] = sock.getsockname()[0]
+    sock.close()
+print("MACHINE " + json.dumps(seen), flush=True)
+"""
+
+#: a Ray cluster started inside a 2-node job as its docs say (node 0 the head, node 1 joining
+#: it at MASTER_ADDR): each raylet registers the address it finds on its own interface.  Ray's
+#: raylet waits a fixed time for its agents: each start is tried 3 times
+RAY_IN_JOB = r"""
+import json, os, socket, subprocess, sys, time
+
+rank, master = int(os.environ["NODE_RANK"]), os.environ["MASTER_ADDR"]
+ray = os.path.join(os.path.dirname(sys.executable), "ray")
+start = [ray, "start", "--num-cpus=1", "--disable-usage-stats", "--object-store-memory=80000000"]
+
+def tried(argv, times=3):
+    for attempt in range(times):
+        if subprocess.run(argv).returncode == 0:
+            return
+        time.sleep(2)
+    raise SystemExit(f"{argv} failed {times} times")
+
+if rank == 0:
+    tried([*start, "--head", "--port=6379", "--include-dashboard=false"])
+    import ray as ray_api
+    ray_api.init(address=f"{master}:6379")
+    end = time.monotonic() + 300
+    while len([n for n in ray_api.nodes() if n["Alive"]]) < 2 and time.monotonic() < end:
+        time.sleep(1)
+    print("RAYNODES " + json.dumps(sorted(n["NodeManagerAddress"] for n in ray_api.nodes() if n["Alive"])), flush=True)
+else:
+    tried([*start, f"--address={master}:6379"], times=10)
+    # stay in the cluster until the head is gone (node 0 ended)
+    end = time.monotonic() + 600
+    while time.monotonic() < end:
+        try:
+            socket.create_connection((master, 6379), timeout=5).close()
+        except OSError:
+            break
+        time.sleep(1)
+"""
+
+
+def _full_logs(client, job_id: str) -> dict[str, str]:
+    """Every node's log, whole."""
+    return {
+        s.node: client.read_log(job_id, node=s.node, limit=4_000_000).data
+        for s in client.log_streams(job_id)
+        if s.rank is None
+    }
+
+
+def _two_node_job(client, tmp_path, name: str, script: str, timeout: float):
+    """A 2-node pytorch-mode job (MASTER_ADDR, MASTER_PORT, NODE_RANK) running ``script`` as it
+    is on each node; the job, its nodes' addresses in rank order, and its logs."""
+    algo = writable_dir(tmp_path / name)
+    (algo / "node.py").write_text(script)
+    # a command that is not `python ...` runs as written on every node
+    (algo / "node.sh").write_text("exec python /workspace/algorithm/node.py\n")
+    job = client.submit(
+        name=name,
+        mode="pytorch",
+        algorithm=str(algo),
+        nodes=2,
+        command="sh /workspace/algorithm/node.sh",
+        grace_period=1,
+    ).wait(timeout=timeout, check=False)
+    logs = _full_logs(client, job.id)
+    assert job.status is JobStatus.succeeded, {n: text[-4000:] for n, text in logs.items()}
+    addresses = [node.address for node in sorted(job.nodes, key=lambda n: n.index)]
+    return job, addresses, logs
+
+
+def test_each_node_is_a_machine_with_its_own_address_and_the_master_is_one_of_them(ma_client, tmp_path):
+    _job, addresses, logs = _two_node_job(ma_client, tmp_path, "machines", MACHINE, timeout=180)
+    assert len(set(addresses)) == 2 and not any(a.startswith("127.") for a in addresses), addresses
+    seen = {}
+    for text in logs.values():
+        report = json.loads(text.split("MACHINE ", 1)[1].splitlines()[0])
+        seen[report["rank"]] = report
+    for rank, address in enumerate(addresses):
+        # a machine of its own: its address on an interface of its own, and nothing else
+        assert seen[rank]["hostname -I"] == [address], seen[rank]
+        assert seen[rank]["ip addr"] == sorted(["127.0.0.1", address]), seen[rank]
+        assert seen[rank]["resolves"] == address
+        # the master is node 0 by its own addresses (how MindSpore's msrun and Ray decide)
+        assert seen[rank]["master"] == addresses[0]
+    # each reaches the other, and each end sees the other's own address
+    assert seen[1]["from"] == seen[0]["peer"] == addresses[1]
+
+
+@pytest.mark.ray_in_job
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(
+    os.environ.get("MA_RAY_IN_JOB") != "1",
+    reason="opt-in (MA_RAY_IN_JOB=1), not passing yet: inside a node, the head's `ray start` does not "
+    "get its raylet registered (GCS node info: deadline exceeded; the raylet timed out waiting for "
+    "its dashboard agent's port file); nodes' addresses are right, the cause is not established",
+)
+def test_a_ray_cluster_started_inside_a_job_registers_each_nodes_own_address(ma_client, tmp_path):
+    _job, addresses, logs = _two_node_job(ma_client, tmp_path, "ray-inside", RAY_IN_JOB, timeout=800)
+    registered = json.loads(logs["worker-0"].split("RAYNODES ", 1)[1].splitlines()[0])
+    assert registered == sorted(addresses)
+
+
+#: MindSpore's own example of a 2-node msrun job, on CPU: each worker all-reduces its rank + 1
+MSRUN_TRAIN = r"""
+import numpy as np
+import mindspore as ms
+from mindspore import ops
+from mindspore.communication import get_group_size, get_rank, init
+
+ms.set_device("CPU")
+init()
+rank, size = get_rank(), get_group_size()
+total = ops.AllReduce()(ms.Tensor(np.array([rank + 1.0], dtype=np.float32)))
+print(f"MSRESULT rank={rank} size={size} sum={float(total.asnumpy()[0])}", flush=True)
+"""
+
+#: the image interpreter ./dev setup makes for MindSpore (MA_MINDSPORE_IMAGE: another one)
+MINDSPORE_IMAGE = os.environ.get(
+    "MA_MINDSPORE_IMAGE", os.path.join(os.path.dirname(__file__), "..", "..", ".images", "mindspore")
+)
+
+
+@pytest.mark.mindspore
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(MINDSPORE_IMAGE, "bin", "msrun")),
+    reason="needs the MindSpore image (./dev setup makes .images/mindspore)",
+)
+def test_msrun_across_two_nodes_starts_its_scheduler_on_the_master_and_all_reduces(ma_client, tmp_path):
+    algo = writable_dir(tmp_path / "msrun")
+    (algo / "train.py").write_text(MSRUN_TRAIN)
+    job = ma_client.submit(
+        name="msrun",
+        mode="pytorch",  # MASTER_ADDR, MASTER_PORT, NODE_RANK; msrun runs as written
+        algorithm=str(algo),
+        nodes=2,
+        image={"venv": os.path.realpath(MINDSPORE_IMAGE)},
+        command=(
+            "msrun --worker_num=2 --local_worker_num=1 --master_addr=${MASTER_ADDR} "
+            "--master_port=${MASTER_PORT} --node_rank=${NODE_RANK} --log_dir=/tmp/msrun "
+            "--join=True /workspace/algorithm/train.py"
+        ),
+        grace_period=1,
+    ).wait(timeout=480, check=False)
+    logs = _full_logs(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, {n: text[-4000:] for n, text in logs.items()}
+    text = "\n".join(logs.values())
+    for rank in (0, 1):
+        assert f"MSRESULT rank={rank} size=2 sum=3.0" in text, text[-4000:]
+
+
+def test_mpiruns_agent_reaches_a_node_on_its_job_network_address_with_the_attempts_secret_only(tmp_path):
+    """The rsh agent between two nodes of a job network (each node's abstract names its own): the
+    waiting node's server listens on a TCP port of its address; a caller with the attempt's
+    secret runs a command there, one without is refused."""
+    made = network.make_job_network(
+        tmp_path / "netns", "rsh", [(f"worker-{k}", network.node_address(k)) for k in (0, 1)]
+    )
+    ns = {name: str(path) for name, (path, _) in made.nodes.items()}
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "MA_JOB_SECRET": "s3cret", "MA_JOB_ID": "job-1"}
+    server = subprocess.Popen(
+        ["nsenter", f"--net={ns['worker-1']}", sys.executable, "-m", "ma_jupyter.nodehost.rsh_agent"]
+        + ["--serve", "--job", "job-1", "--host", "worker-1", "--port", "2222"],
+        env={**env, "NODE_MARK": "on-worker-1"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "waiting for mpirun" in server.stdout.readline()
+        agent = [
+            sys.executable,
+            "-m",
+            "ma_jupyter.nodehost.rsh_agent",
+            "--port=2222",
+            network.node_address(1),
+        ]
+
+        def call(where: list[str], secret: str) -> subprocess.CompletedProcess:
+            return subprocess.run(
+                [*where, *agent, 'echo "$NODE_MARK"; exit 3'],
+                env={**env, "MA_JOB_SECRET": secret, "MA_RSH_CONNECT_TIMEOUT": "2"},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        from_peer = call(["nsenter", f"--net={ns['worker-0']}"], "s3cret")
+        assert (from_peer.returncode, from_peer.stdout) == (3, "on-worker-1\n"), from_peer.stderr
+        refused = call(["nsenter", f"--net={ns['worker-0']}"], "guess")
+        assert refused.returncode == 255 and "not a node of this job" in refused.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        network.remove_job_network(made)

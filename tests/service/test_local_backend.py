@@ -21,6 +21,7 @@ import pytest
 
 from ma_jupyter.backends.base import LAUNCH_ENV, Attempt
 from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.backends.local.backend import task_address
 from ma_jupyter.errors import InvalidSpec, RefusedFile
 from ma_jupyter.models import JobSpec, NodeRun, Spec
 from ma_jupyter.modes import Placement, TaskSlot, plan_job
@@ -160,8 +161,8 @@ def test_hostname_hosts_files_and_cpus_are_the_tasks(ma_home):
     for i, run in enumerate(runs):
         seen = json.loads(log_of(attempt, run.name).strip().splitlines()[-1])
         assert seen["hostname"] == run.hostname == f"worker-{i}"
-        assert seen["resolves"] == f"127.0.1.{i + 1}"
-        assert seen["peer"] == f"127.0.1.{2 - i}"
+        assert seen["resolves"] == task_address(i)
+        assert seen["peer"] == task_address(1 - i)
         assert seen["hostfile"] == "worker-0 slots=1\nworker-1 slots=1\n"
         assert seen["mpi"] == f"mpi for worker-{i}\n"
         assert json.loads(seen["table"]) == {"node": f"worker-{i}"}
@@ -302,7 +303,7 @@ def test_symlink_fallback(ma_home, ma_root_jobs, ma_folders, monkeypatch):
         algorithm=str(ma_folders["algo"]),
         outputs=str(ma_folders["out"]),
     )
-    slot = TaskSlot("worker", 0, "worker-0", "127.0.1.1", (0, 0))
+    slot = TaskSlot("worker", 0, "worker-0", task_address(0), (0, 0))
     placement = Placement("sym-1", Spec(name="cpu.small", cpus=1, memory_gb=1), (slot,))
     attempt = Attempt("sym-1", spec, 0, ma_home / "jobs" / "sym-1", tuple(plan_job(spec, placement)))
     [run] = run_to_end(backend, attempt)

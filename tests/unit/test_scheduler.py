@@ -9,6 +9,7 @@ from ma_jupyter.config import Cluster, default_nodes, default_specs, emulated_sp
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import JobSpec, Node
 from ma_jupyter.modes.base import Placement
+from ma_jupyter.nodehost import network
 from ma_jupyter.service.scheduler import Scheduler
 
 
@@ -25,8 +26,15 @@ def test_workers_spread_one_per_node_with_distinct_hosts_and_ports():
     assert not placed.bound and all(not t.address and not t.ports for t in placed.tasks)
     backend = LocalBackend(inventory=[n.name for n in sched.cluster.nodes])
     placement = backend.bind(placed, reserve=True)
-    # OpenSSH in the nodes where sshd is installed and nodes are sandboxed, else the agent
-    assert placement.bound and placement.remote_shell in (LocalBackend.remote_shell, LocalBackend.ssh_shell)
+    # OpenSSH in the nodes where sshd is installed and nodes are sandboxed, else the agent; each
+    # node a machine of its own where namespaces can be made (root here)
+    own = network.namespaces_supported()
+    shells = (
+        (LocalBackend.remote_shell_on_job_network, LocalBackend.ssh_shell_on_job_network)
+        if own
+        else (LocalBackend.remote_shell, LocalBackend.ssh_shell)
+    )
+    assert placement.bound and placement.remote_shell in shells
     assert [t.hostname for t in placement.tasks] == ["worker-0", "worker-1", "worker-2"]
     ports = [p for t in placement.tasks for p in t.ports]
     assert len(set(ports)) == len(ports) and all(ports)

@@ -41,7 +41,17 @@ from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
 from ...jobdir import NO_IPYKERNEL_SAYS
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun, RunAs
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
-from ...nodehost import caches, cgroup, outputs_reader, prepare, shell_agent, stopping, userns, watchdog
+from ...nodehost import (
+    caches,
+    cgroup,
+    outputs_reader,
+    prepare,
+    rsh_agent,
+    shell_agent,
+    stopping,
+    userns,
+    watchdog,
+)
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
 from ...nodehost import overlay as job_overlay
@@ -96,11 +106,23 @@ class LocalBackend(Backend):
             "--host",
             "{host}",
         ),
-        interface=network_ns.NODE_INTERFACE,  # the network code owns which interface nodes share
+        interface=network_ns.SHARED_INTERFACE,  # nodes sharing the host's network: its loopback
+    )
+    #: the same where each node is a machine on its job's network: the agent reaches a node's
+    #: server on a TCP port of its address (abstract socket names are each node's own), and
+    #: the node's one interface is the job network's
+    remote_shell_on_job_network = RemoteShell(
+        agent=f"{remote_shell.agent} --port={rsh_agent.JOB_NETWORK_PORT}",
+        serve=(*remote_shell.serve, "--port", str(rsh_agent.JOB_NETWORK_PORT)),
+        interface=network_ns.NODE_INTERFACE,
     )
     #: where sshd is installed and nodes are sandboxed: OpenSSH in every node (modes/ssh.py), as
     #: a real cluster's nodes have it; the agent above stays for machines without openssh-server
-    ssh_shell = RemoteShell(agent="ssh", serve=(), interface="lo", sshd=True)
+    ssh_shell = RemoteShell(agent="ssh", serve=(), interface=network_ns.SHARED_INTERFACE, sshd=True)
+    #: the same where each node is a machine on its job's network
+    ssh_shell_on_job_network = RemoteShell(
+        agent="ssh", serve=(), interface=network_ns.NODE_INTERFACE, sshd=True
+    )
 
     def __init__(
         self,
@@ -162,15 +184,22 @@ class LocalBackend(Backend):
 
     def bind(self, placement: Placement, *, reserve: bool) -> Placement:
         """Simulated nodes on this host: task k (in launch order) is ``<role>-<index>`` at the
-        loopback address ``127.0.1.<k+1>`` with two free ports (see :meth:`_ports`), pinned to
-        a slice of this machine's cores chosen by its inventory node (so two jobs on one node
-        share cores)."""
+        address ``10.254.0.<k+1>`` of its attempt's job network (:func:`.network.node_address`;
+        where this service may not make namespaces, the nodes share the host's network and
+        task k is at the loopback address ``127.0.1.<k+1>``) with two free ports (see
+        :meth:`_ports`), pinned to a slice of this machine's cores chosen by its inventory node
+        (so two jobs on one node share cores)."""
         if self._inventory is None:
             from ...config import load_cluster
 
             self._inventory = [n.name for n in load_cluster().nodes]
         order = {name: i for i, name in enumerate(self._inventory)}
         cores = os.cpu_count() or 1
+        own_machines = network_ns.namespaces_supported()
+        if own_machines and len(placement.tasks) > network_ns.MAX_JOB_NODES:
+            raise InvalidSpec(
+                f"a job has at most {network_ns.MAX_JOB_NODES} nodes on this backend, not {len(placement.tasks)}"
+            )
         tasks = []
         for k, task in enumerate(placement.tasks):
             width = min(cores, max(1, math.ceil(task.cpu_request)))
@@ -179,28 +208,34 @@ class LocalBackend(Backend):
                 replace(
                     task,
                     hostname=f"{task.role}-{task.index}",
-                    address=f"127.0.1.{k + 1}",
+                    address=task_address(k),
                     ports=self._ports(2, placement.port_range) if reserve else (0, 0),
                     cpus=tuple(sorted({(start + i) % cores for i in range(width)})),
                 )
             )
-        return replace(placement, tasks=tuple(tasks), remote_shell=self._remote_shell(placement.creator))
+        shell = self._remote_shell(placement.creator, own_machines)
+        return replace(placement, tasks=tuple(tasks), remote_shell=shell)
 
-    def _remote_shell(self, creator: str | None) -> RemoteShell:
+    def _remote_shell(self, creator: str | None, own_machines: bool) -> RemoteShell:
         """OpenSSH in the nodes where sshd is installed, the nodes are sandboxed (each node's sshd
         needs the node's own view: its passwd, its ``/etc/ssh``) and ``creator``'s jobs do not
         run as root; else the agent.  A root node cannot run sshd: OpenSSH insists on privilege
         separation (chroot, setuid), which needs the capabilities the sandbox drops, and giving
-        them back would hand them to the job too."""
+        them back would hand them to the job too.  ``own_machines``: each node is a machine on
+        its job's network (its interface is the job network's, the agent speaks TCP)."""
+        agent = self.remote_shell_on_job_network if own_machines else self.remote_shell
         if self.isolation() != "bubblewrap" or not os.access(SSHD_PROGRAM, os.X_OK):
-            return self.remote_shell
-        return self.remote_shell if _runs_as_root(creator) else self.ssh_shell
+            return agent
+        if _runs_as_root(creator):
+            return agent
+        return self.ssh_shell_on_job_network if own_machines else self.ssh_shell
 
     def _ports(self, count: int, within: tuple[int, int] | None = None) -> tuple[int, ...]:
         """``count`` TCP ports, each one:
 
-        1. free on every address of this host: it binds on ``0.0.0.0``.  A task is reached on
-           its own ``127.0.1.k``, but programs bind the port on every interface (TensorFlow's
+        1. free on every address of this host: it binds on ``0.0.0.0``.  Where the nodes share
+           the host's network a task is reached on its own ``127.0.1.k``, but programs bind the
+           port on every interface (TensorFlow's
            gRPC servers listen on ``0.0.0.0:<port>``), so a port some process holds on any
            address (a listener, or the local end of an outgoing connection) fails them;
         2. never handed out twice while reserved: one pool for every address;
@@ -276,30 +311,43 @@ class LocalBackend(Backend):
         # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
         return self._start_all(attempt, launches, secrets.token_hex(16), namespace_key=attempt.job_id)
 
-    def _job_namespace(self, key: str, overlay: Overlay | None = None) -> tuple[Path, int] | None:
-        """A fresh network namespace for an attempt (see :mod:`.network`), kept at
-        ``<namespace folder>/<key>`` until its runners are in: its file and inode; None where
-        this service may not make one (not root: the nodes then share the host's network).
-        With ``overlay``, the namespace is this machine's part of the attempt's overlay
-        (:mod:`.overlay`) instead of a closed one.
+    def _job_namespace(
+        self, key: str, plans: list[NodePlan], overlay: Overlay | None = None
+    ) -> network_ns.JobNetwork | None:
+        """The network of an attempt's nodes ``plans`` (see :mod:`.network`), its namespaces
+        kept as files in the namespace folder until its runners are in; None where this service
+        may not make namespaces (not root: the nodes then share the host's network).
+
+        1. without ``overlay``: the attempt's job network, each node a machine of its own at its
+           task's address (:func:`.network.make_job_network`);
+        2. with ``overlay``: one namespace for all of ``plans``, this machine's part of the
+           attempt's overlay (:mod:`.overlay`), at ``<folder>/<key>``.
 
         Raises:
-            BackendUnavailable: it cannot be made.
+            BackendUnavailable: it cannot be made, or a task's address is not on the job network.
         """
         if not network_ns.namespaces_supported():
             if overlay is not None:
                 raise BackendUnavailable("cannot make the job's network namespace: not root here")
             return None
         folder = self.namespace_folder or config.home() / "netns"
-        path = folder / key
         try:
             network_ns.private_folder(folder)  # before the sweep, which removes what is there
             if not self._namespaces_swept:  # what a service that ended while launching left
                 network_ns.sweep(folder)
                 self._namespaces_swept = True
             if overlay is not None:
-                return path, job_overlay.make(path, overlay)
-            return path, network_ns.make_namespace(path)
+                path = folder / key
+                inode = job_overlay.make(path, overlay)
+                return network_ns.JobNetwork(switch=None, nodes={p.name: (path, inode) for p in plans})
+            addresses = [(p.name, p.task.address) for p in plans]
+            for name, address in addresses:
+                if not network_ns.on_job_network(address):
+                    raise BackendUnavailable(
+                        f"node {name} was bound to {address}, not an address of the job network "
+                        f"({network_ns.JOB_NETWORK}/{network_ns.JOB_PREFIX}): submit the job again"
+                    )
+            return network_ns.make_job_network(folder, key, addresses)
         except OSError as exc:
             raise BackendUnavailable(f"cannot make the job's network namespace: {exc}") from exc
 
@@ -377,27 +425,32 @@ class LocalBackend(Backend):
             prepared.append((plan, launch, launch_view(attempt, launch)))
         _refuse_unsandboxed([view for _, _, view in prepared])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
-        namespace = self._job_namespace(namespace_key, overlay) if namespace_key else None
-        network: dict = {"deny_tcp": deny_tcp} if deny_tcp is not None else {}
+        plans_here = [plan for plan, _, _ in prepared]
+        namespace = self._job_namespace(namespace_key, plans_here, overlay) if namespace_key else None
+        network: dict[str, dict] = {
+            p.name: {"deny_tcp": deny_tcp} if deny_tcp is not None else {} for p in plans_here
+        }
         if namespace:  # no name server there: the nodes resolve names from /etc/hosts only
-            network = {"netns": str(namespace[0])}
+            network = {name: _network_spec(namespace, name) for name in network}
             prepared = [
                 (p, launch, dataclasses.replace(v, private_network=True)) for p, launch, v in prepared
             ]
         runs: list[NodeRun] = []
         try:
             for plan, launch, view in prepared:
-                runs.append(self._launch_node(attempt, plan, launch, view, job_secret, network))
+                runs.append(self._launch_node(attempt, plan, launch, view, job_secret, network[plan.name]))
             if namespace:
-                _await_joined(runs, namespace[1], self._alive)
+                _await_joined(
+                    runs, {name: inode for name, (_, inode) in namespace.nodes.items()}, self._alive
+                )
         except BaseException:
             started = {r.name for r in runs}
             rest = [NodeRun(name=p.name, host=p.task.host) for p, _, _ in prepared if p.name not in started]
             self.stop(attempt, runs + rest, grace=1.0)
             raise
         finally:
-            if namespace:  # it lives on while a process of the job is in it
-                network_ns.remove_namespace(namespace[0])
+            if namespace:  # each lives on while a process of the job is in it
+                network_ns.remove_job_network(namespace)
         return runs
 
     def _launch_node(
@@ -1074,9 +1127,28 @@ def _refuse_unsandboxed(views: list[NodeView]) -> None:
 NAMESPACE_JOIN_WAIT = 60.0
 
 
-def _await_joined(runs: list[NodeRun], inode: int, alive: Callable[[NodeRun], bool]) -> None:
-    """Return once every runner of ``runs`` is in the namespace ``inode`` (the first thing a
-    runner does) or has ended (one that could not enter ends at once, saying why).
+def task_address(index: int) -> str:
+    """The address of an attempt's task ``index`` (launch order) on this backend: its own on the
+    attempt's job network (:func:`.network.node_address`), or, where this service may not make
+    namespaces and the nodes share the host's network, the loopback address ``127.0.1.<k+1>``."""
+    if network_ns.namespaces_supported():
+        return network_ns.node_address(index)
+    return f"127.0.1.{index + 1}"
+
+
+def _network_spec(made: network_ns.JobNetwork, node: str) -> dict:
+    """What node ``node``'s runner spec says of its network: its namespace's file, and (on a
+    job network) its switch's, which the runner holds open."""
+    spec = {"netns": str(made.nodes[node][0])}
+    if made.switch is not None:
+        spec["switch"] = str(made.switch)
+    return spec
+
+
+def _await_joined(runs: list[NodeRun], inodes: dict[str, int], alive: Callable[[NodeRun], bool]) -> None:
+    """Return once every runner of ``runs`` is in its namespace (``inodes``, by node name: the
+    first thing a runner does) or has ended (one that could not enter ends at once, saying
+    why).
 
     Raises:
         BackendUnavailable: a runner neither entered nor ended in :data:`NAMESPACE_JOIN_WAIT`.
@@ -1084,7 +1156,7 @@ def _await_joined(runs: list[NodeRun], inode: int, alive: Callable[[NodeRun], bo
     deadline = time.monotonic() + NAMESPACE_JOIN_WAIT
     waiting = [run for run in runs if run.pid is not None]
     while True:
-        waiting = [r for r in waiting if network_ns.namespace_of(r.pid) != inode and alive(r)]
+        waiting = [r for r in waiting if network_ns.namespace_of(r.pid) != inodes[r.name] and alive(r)]
         if not waiting:
             return
         if time.monotonic() > deadline:
