@@ -226,6 +226,8 @@ def machine_specs(count: int = DEFAULT_NODES) -> list[Spec]:
     one simulated node's share of the memory) and ``cpu.all`` (every core and all of this
     machine's memory, placed only while the other simulated nodes hold no memory:
     :attr:`Cluster.machine_memory_gb`)."""
+    from .models import Spec
+
     cores = os.cpu_count() or 1
     memory = _memory_gb()
     node = round(memory / count, 1)
