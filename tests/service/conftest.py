@@ -205,3 +205,27 @@ def ma_cli(ma_client, ma_home, tmp_path):
         )
 
     return run
+
+
+@pytest.fixture
+def ma_module_cli(ma_module_service, tmp_path):
+    """``ma-jupyter ARGS`` in a subprocess (working in the test's ``tmp_path``) on
+    ``ma_module_service``'s home, whose runtime file gives it the owner's service: for CLI tests
+    that keep ``ma_module_service``'s rules (their own jobs only, by id or a name of their own)."""
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("MA_JUPYTER_TOKEN", "MA_JUPYTER_URL")
+    }
+    env["MA_JUPYTER_HOME"] = str(ma_module_service.home)
+    env["PYTHONPATH"] = REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+
+    def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "ma_jupyter.frontends.cli", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    return run

@@ -34,13 +34,13 @@ def _listing(ma_cli, *args: str) -> dict[str, str]:
     return {line.split()[1]: line[code].strip() for line in lines[1:]}
 
 
-def test_a_folders_versions_its_copies_and_the_modelarts_name(ma_cli, tmp_path):
+def test_a_folders_versions_its_copies_and_the_modelarts_name(ma_module_cli, tmp_path):
     mnist = tmp_path / "mnist"
     mnist.mkdir()
     train = mnist / "train.py"
     for version in ("v1", "v2"):  # one edit between two shipped snapshots of one folder
         train.write_text(f"import os\nprint('{version} ran in', os.getcwd())\n")
-        out = ma_cli(
+        out = ma_module_cli(
             "submit",
             "--follow",
             "--name",
@@ -61,16 +61,18 @@ def test_a_folders_versions_its_copies_and_the_modelarts_name(ma_cli, tmp_path):
     other.mkdir()
     (other / "train.py").write_text("print('other')\n")
     for name, folder in (("copied", "elsewhere/mnist-copy"), ("unrelated", "other")):
-        out = ma_cli("submit", "--wait", "--name", name, "--code-dir", folder, "--", "python", "train.py")
+        out = ma_module_cli(
+            "submit", "--wait", "--name", name, "--code-dir", folder, "--", "python", "train.py"
+        )
         assert out.returncode == 0, out.stderr + out.stdout
 
     # by origin: both snapshots, v1 an older version; by content: the copy
-    assert _listing(ma_cli, "--algorithm", "mnist") == {
+    assert _listing(ma_module_cli, "--algorithm", "mnist") == {
         "v2": "current",
         "v1": "older",
         "copied": "current",
     }
-    page = json.loads(ma_cli("jobs", "--algorithm", "mnist", "--json").stdout)
+    page = json.loads(ma_module_cli("jobs", "--algorithm", "mnist", "--json").stdout)
     jobs = {j["spec"]["name"]: j["spec"] for j in page["items"]}
     assert page["algorithm_digest"] == digest(mnist)
     assert jobs["v1"]["algorithm_origin"] == jobs["v2"]["algorithm_origin"] == str(mnist)
@@ -80,28 +82,31 @@ def test_a_folders_versions_its_copies_and_the_modelarts_name(ma_cli, tmp_path):
     )
     assert jobs["copied"]["algorithm"] == str(copy)
     # the copy's own folder finds it too, and the shipped jobs of the same content
-    assert _listing(ma_cli, "--algorithm", "elsewhere/mnist-copy") == {"copied": "current", "v2": "current"}
+    assert _listing(ma_module_cli, "--algorithm", "elsewhere/mnist-copy") == {
+        "copied": "current",
+        "v2": "current",
+    }
 
     # the algorithms listing: the folder's two versions, newest first; the copy ran one of them
-    found = {a["path"]: a for a in json.loads(ma_cli("algorithms", "--json").stdout)}
+    found = {a["path"]: a for a in json.loads(ma_module_cli("algorithms", "--json").stdout)}
     versions = [(v["digest"], v["jobs"]) for v in found[str(mnist)]["versions"]]
     assert versions == [(jobs["v2"]["algorithm_digest"], 1), (jobs["v1"]["algorithm_digest"], 1)]
     assert found[str(mnist)]["jobs"] == 2
     assert [v["digest"] for v in found[str(copy)]["versions"]] == [jobs["v2"]["algorithm_digest"]]
-    table = ma_cli("algorithms", "--versions").stdout
+    table = ma_module_cli("algorithms", "--versions").stdout
     assert f"version {jobs['v1']['algorithm_digest'][7:19]}" in table, table
 
     # the folder back at its first version: v1 is current, the copy no longer this content
     train.write_text("import os\nprint('v1 ran in', os.getcwd())\n")
-    assert _listing(ma_cli, "--algorithm", "mnist") == {"v2": "older", "v1": "current"}
+    assert _listing(ma_module_cli, "--algorithm", "mnist") == {"v2": "older", "v1": "current"}
     # a folder that cannot be read now: its jobs by origin, their versions unknown
     shutil.rmtree(mnist)
-    assert _listing(ma_cli, "--algorithm", "mnist") == {"v2": "-", "v1": "-"}
+    assert _listing(ma_module_cli, "--algorithm", "mnist") == {"v2": "-", "v1": "-"}
 
 
-def test_the_service_records_the_content_it_reads_not_what_the_client_says(ma_service, tmp_path):
-    api = ma_service.api
-    owner = ma_service.session()
+def test_the_service_records_the_content_it_reads_not_what_the_client_says(ma_module_service, tmp_path):
+    api = ma_module_service.api
+    owner = ma_module_service.session()
     folder = tmp_path / "algo"
     folder.mkdir()
     (folder / "train.py").write_text("print(open('settings.txt').read())\n")
@@ -191,12 +196,14 @@ def test_a_folder_used_as_is_edited_while_its_job_queued_is_recorded_as_it_ran(m
     assert queued.id not in [j.id for j in page.items]  # the version it did not run
 
 
-def test_a_folder_with_a_file_the_jobs_account_cannot_read_has_no_recorded_content(ma_service, tmp_path):
+def test_a_folder_with_a_file_the_jobs_account_cannot_read_has_no_recorded_content(
+    ma_module_service, tmp_path
+):
     """The service (root here) reads with its own rights; the user's jobs run as another
     account (``[users] job_account``, nobody): a file only root reads makes the content unknown,
     else the recorded digest would change with that file."""
-    api = ma_service.api
-    owner = ma_service.session()
+    api = ma_module_service.api
+    owner = ma_module_service.session()
     folder = tmp_path / "algo"
     folder.mkdir()
     folder.chmod(0o755)
@@ -248,7 +255,7 @@ def test_a_folder_edited_past_the_read_limit_while_queued_is_not_read_again_at_t
     assert any(f"{folder} changed since the submit" in r and "not read again" in r for r in said), said
 
 
-def test_a_code_folder_holding_a_chain_too_deep_is_refused_at_the_submit(ma_service, tmp_path):
+def test_a_code_folder_holding_a_chain_too_deep_is_refused_at_the_submit(ma_module_service, tmp_path):
     """A 1,100-deep chain of folders in an algorithm folder (a recursive walk raised
     RecursionError on it, and the submit answered 500): the submit is refused with 422, naming
     the folder and the bound, and nothing is made."""
@@ -264,7 +271,7 @@ def test_a_code_folder_holding_a_chain_too_deep_is_refused_at_the_submit(ma_serv
         os.close(fd)
         fd = below
     os.close(fd)
-    session = ma_service.session()
+    session = ma_module_service.session()
     try:
         for body in (
             {"name": "deep", "algorithm": str(folder), "command": f"{PY} -c pass"},
@@ -274,13 +281,15 @@ def test_a_code_folder_holding_a_chain_too_deep_is_refused_at_the_submit(ma_serv
                 "tasks": [{"algorithm": str(folder), "command": f"{PY} -c pass"}],
             },
         ):
-            reply = session.post(f"{ma_service.api}/jobs", json=body, timeout=120)
+            reply = session.post(f"{ma_module_service.api}/jobs", json=body, timeout=120)
             assert reply.status_code == 422, reply.text
             answer = reply.json()
             assert answer["error"] == "folder_refused", answer
             assert str(folder) in answer["message"] and f"more than {MAX_DEPTH} deep" in answer["message"], (
                 answer
             )
-        assert session.get(f"{ma_service.api}/jobs", timeout=10).json()["total"] == 0
+        # nothing made (the module's service is shared: the jobs of this test's name)
+        made = session.get(f"{ma_module_service.api}/jobs", params={"name": "deep"}, timeout=10)
+        assert made.json()["total"] == 0
     finally:
         assert remove_tree(folder).complete  # pytest's own clean-up would recurse

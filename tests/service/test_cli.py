@@ -16,22 +16,22 @@ from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
 PY = sys.executable
 
 
-def test_submit_wait_exit_codes(ma_cli):
-    ok = ma_cli("submit", "--wait", "--name", "ok", "--", PY, "-c", "print('fine')")
+def test_submit_wait_exit_codes(ma_module_cli):
+    ok = ma_module_cli("submit", "--wait", "--name", "ok", "--", PY, "-c", "print('fine')")
     assert ok.returncode == 0, ok.stderr
     assert ": succeeded (exit code 0)" in ok.stdout
     assert ok.stderr.startswith("submitted ok-")
-    bad = ma_cli(
+    bad = ma_module_cli(
         "submit", "--wait", "--name", "bad", "--", PY, "-c", "import sys; print('oops'); sys.exit(4)"
     )
     assert bad.returncode == 1
     assert ": error (exit code 4)" in bad.stdout
     # wait on a finished job gives the same answer
     job_id = bad.stdout.split(":")[0]
-    assert ma_cli("wait", job_id).returncode == 1
-    assert ma_cli("wait", "ok").returncode == 0  # JOB may be the exact name of a single job
+    assert ma_module_cli("wait", job_id).returncode == 1
+    assert ma_module_cli("wait", "ok").returncode == 0  # JOB may be the exact name of a single job
     # the list says why a job failed, in its last column, and nothing for a plain success
-    listing = ma_cli("jobs").stdout.splitlines()
+    listing = ma_module_cli("jobs").stdout.splitlines()
     assert listing[0].split()[-1] == "REASON"
     failed = next(line for line in listing if line.startswith(job_id))
     assert "code 4" in failed.split("error", 1)[1], failed
@@ -74,10 +74,10 @@ def test_submit_json_and_job_commands(ma_cli):
     assert ma_cli("get", job.id).returncode == 2
 
 
-def test_dry_run_prints_the_plan_and_creates_nothing(ma_cli, tmp_path):
+def test_dry_run_prints_the_plan_and_creates_nothing(ma_module_cli, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    text = ma_cli(
+    text = ma_module_cli(
         "submit",
         "--dry-run",
         "--name",
@@ -96,14 +96,17 @@ def test_dry_run_prints_the_plan_and_creates_nothing(ma_cli, tmp_path):
     assert "node worker-0 (worker 0" in text.stdout
     assert "  argv:    python train.py --lr '${LR}'" in text.stdout
     assert "    LR=0.1" in text.stdout
-    as_json = ma_cli("submit", "--dry-run", "--json", "--env", "LR=0.1", "--", "python", "train.py")
+    as_json = ma_module_cli(
+        "submit", "--dry-run", "--json", "--name", "planned", "--env", "LR=0.1", "--", "python", "train.py"
+    )
     plan = Plan.model_validate_json(as_json.stdout)
     assert plan.nodes[0].argv == ["python", "train.py"] and plan.nodes[0].env["LR"] == "0.1"
-    assert json.loads(ma_cli("jobs", "--json").stdout)["total"] == 0
+    # the module's service is shared: count the jobs of this test's name
+    assert json.loads(ma_module_cli("jobs", "--json", "--name", "planned").stdout)["total"] == 0
 
 
-def test_dry_run_shows_the_launchers_variables_and_the_expanded_env(ma_cli, ma_client):
-    text = ma_cli(
+def test_dry_run_shows_the_launchers_variables_and_the_expanded_env(ma_module_cli, ma_module_client):
+    text = ma_module_cli(
         "submit",
         "--dry-run",
         "--mode",
@@ -135,21 +138,31 @@ def test_dry_run_shows_the_launchers_variables_and_the_expanded_env(ma_cli, ma_c
 
     # torchrun told to make a one-node job of its own on two nodes would wait forever: refused at
     # the submit (CLI and REST) and at the dry run (REST's POST /plan), with the fix, nothing stored
-    refused = ma_cli(
-        "submit", "--mode", "pytorch", "--nodes", "2", "--", "torchrun", "--standalone", "train.py"
+    refused = ma_module_cli(
+        "submit",
+        "--name",
+        "alone",
+        "--mode",
+        "pytorch",
+        "--nodes",
+        "2",
+        "--",
+        "torchrun",
+        "--standalone",
+        "train.py",
     )
     assert refused.returncode == 2, (refused.stdout, refused.stderr)
     assert "--standalone on a job of 2 nodes" in refused.stderr and "--nodes 1" in refused.stderr, (
         refused.stderr
     )
     alone = JobSpec(name="alone", mode="pytorch", nodes=2, command="torchrun --nnodes=1 train.py")
-    for call in (ma_client.submit, ma_client.plan):
+    for call in (ma_module_client.submit, ma_module_client.plan):
         with pytest.raises(InvalidSpec, match="--nnodes 1 on a job of 2 nodes"):
             call(alone)
-    assert ma_client.jobs() == []
+    assert ma_module_client.jobs(name="alone") == []
 
 
-def test_user_errors_print_one_line_and_exit_2(ma_cli):
+def test_user_errors_print_one_line_and_exit_2(ma_module_cli):
     for args, expected in [
         (["submit", "--nodes", "0", "--", "python", "x.py"], "error: argument --nodes: must be 1 or more"),
         (["submit", "--", "KEY=1", "python", "x.py"], "bash -c"),
@@ -160,7 +173,7 @@ def test_user_errors_print_one_line_and_exit_2(ma_cli):
         (["logs"], "the following arguments are required: JOB"),
         (["submit", "python", "train.py", "--lr", "1"], "put the command after `--`"),
     ]:
-        result = ma_cli(*args)
+        result = ma_module_cli(*args)
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: "), result.stderr
         assert expected in result.stderr, result.stderr
@@ -182,17 +195,17 @@ def test_user_errors_print_one_line_and_exit_2(ma_cli):
         assert (result.returncode, result.stderr) == (2, f"error: {said}\n")
 
 
-def test_stop_a_running_job_and_follow_its_log(ma_cli):
+def test_stop_a_running_job_and_follow_its_log(ma_module_cli):
     code = "import time\nprint('started', flush=True)\ntime.sleep(300)"
-    out = ma_cli("submit", "--json", "--grace", "1", "--name", "long", "--", PY, "-c", code)
+    out = ma_module_cli("submit", "--json", "--grace", "1", "--name", "long", "--", PY, "-c", code)
     job = Job.model_validate_json(out.stdout)
-    assert ma_cli("wait", job.id, "--timeout", "0.5").returncode == 1
-    stop = ma_cli("stop", job.id)
+    assert ma_module_cli("wait", job.id, "--timeout", "0.5").returncode == 1
+    stop = ma_module_cli("stop", job.id)
     assert stop.returncode == 0 and stop.stdout.startswith(f"stopping {job.id}")
     # a follower started now ends when the job has stopped
-    follow = ma_cli("logs", "long", "--follow")
+    follow = ma_module_cli("logs", "long", "--follow")
     assert follow.returncode == 0 and follow.stdout == "started\n"
-    assert "stopped" in ma_cli("wait", job.id).stdout
+    assert "stopped" in ma_module_cli("wait", job.id).stdout
 
 
 def test_service_commands(ma_cli, ma_client):
@@ -212,31 +225,31 @@ def test_service_commands(ma_cli, ma_client):
     assert not ma_client.service_status()["running"]
 
 
-def test_update_and_tensorboard_commands(ma_cli, ma_client, tmp_path):
+def test_update_and_tensorboard_commands(ma_module_cli, ma_module_client, tmp_path):
     out = tmp_path / "out"
     writable_dir(out)
     code = "import time\nprint('up', flush=True)\ntime.sleep(300)"
     job = Job.model_validate_json(
-        ma_cli("submit", "--json", "--grace", "1", "--output", "out", "--", PY, "-c", code).stdout
+        ma_module_cli("submit", "--json", "--grace", "1", "--output", "out", "--", PY, "-c", code).stdout
     )
     assert job.spec.outputs == str(out)  # relative to the CLI's working directory
     wait_for(
-        lambda: ma_client.job(job.id).status.value == "running", timeout=30
+        lambda: ma_module_client.job(job.id).status.value == "running", timeout=30
     )  # duration: running jobs only
-    updated = Job.model_validate_json(ma_cli("update", job.id, "--duration", "2h", "--json").stdout)
+    updated = Job.model_validate_json(ma_module_cli("update", job.id, "--duration", "2h", "--json").stdout)
     assert updated.spec.duration == 7200
-    bad = ma_cli("update", job.id)
+    bad = ma_module_cli("update", job.id)
     assert bad.returncode == 2 and "give a priority" in bad.stderr
-    url = ma_cli("tensorboard", job.id, timeout=120)
+    url = ma_module_cli("tensorboard", job.id, timeout=120)
     assert url.returncode == 0 and url.stdout.startswith("http://127.0.0.1:"), url.stderr
-    stopped_tb = ma_cli("tensorboard", job.id, "--stop")
+    stopped_tb = ma_module_cli("tensorboard", job.id, "--stop")
     assert stopped_tb.returncode == 0 and "stopped the TensorBoard" in stopped_tb.stdout
-    assert ma_cli("stop", job.id).returncode == 0
-    assert "stopped" in ma_cli("wait", job.id).stdout
+    assert ma_module_cli("stop", job.id).returncode == 0
+    assert "stopped" in ma_module_cli("wait", job.id).stdout
 
 
-def test_logs_of_every_node(ma_cli):
-    out = ma_cli(
+def test_logs_of_every_node(ma_module_cli):
+    out = ma_module_cli(
         "submit",
         "--json",
         "--mode",
@@ -253,45 +266,47 @@ def test_logs_of_every_node(ma_cli):
     every_line = ["[worker-0] done 0", "[worker-0] rank 0", "[worker-1] done 1", "[worker-1] rank 1"]
     # every node by default, each line labelled with its node; --all says the same
     for argv in (["--follow"], ["--all", "--follow"]):
-        followed = ma_cli("logs", job.id, *argv)
+        followed = ma_module_cli("logs", job.id, *argv)
         assert followed.returncode == 0, followed.stderr
         assert sorted(followed.stdout.splitlines()) == every_line
         # each node's lines keep their order
         assert followed.stdout.index("[worker-1] rank 1") < followed.stdout.index("[worker-1] done 1")
-    assert sorted(ma_cli("logs", job.id).stdout.splitlines()) == every_line
-    assert ma_cli("logs", job.id, "--all").stdout.count("\n") == 4
+    assert sorted(ma_module_cli("logs", job.id).stdout.splitlines()) == every_line
+    assert ma_module_cli("logs", job.id, "--all").stdout.count("\n") == 4
     # one flag narrows to a node, its lines as the node printed them
-    assert ma_cli("logs", job.id, "--node", "worker-1").stdout == "rank 1\ndone 1\n"
-    assert ma_cli("logs", job.id, "--node", "worker-1", "--follow").stdout == "rank 1\ndone 1\n"
-    bad = ma_cli("logs", job.id, "--all", "--node", "worker-1")
+    assert ma_module_cli("logs", job.id, "--node", "worker-1").stdout == "rank 1\ndone 1\n"
+    assert ma_module_cli("logs", job.id, "--node", "worker-1", "--follow").stdout == "rank 1\ndone 1\n"
+    bad = ma_module_cli("logs", job.id, "--all", "--node", "worker-1")
     assert bad.returncode == 2 and "drop --node" in bad.stderr
 
 
-def test_a_progress_bar_prints_its_final_state(ma_cli, tmp_path):
+def test_a_progress_bar_prints_its_final_state(ma_module_cli, tmp_path):
     """A tqdm-style bar (400 \\r redraws, about 14,000 characters on one line) prints as its last state."""
     (tmp_path / "bar.py").write_text(PROGRESS_BAR)
-    followed = ma_cli("submit", "--follow", "--name", "bar", "--", "python", "bar.py")
+    followed = ma_module_cli("submit", "--follow", "--name", "bar", "--", "python", "bar.py")
     assert followed.returncode == 0, followed.stderr
     assert followed.stdout.splitlines()[:2] == [BAR_FINAL, "after the bar"]
-    assert ma_cli("logs", "bar").stdout == f"{BAR_FINAL}\nafter the bar\n"
-    assert ma_cli("logs", "bar", "--all").stdout == f"[worker-0] {BAR_FINAL}\n[worker-0] after the bar\n"
+    assert ma_module_cli("logs", "bar").stdout == f"{BAR_FINAL}\nafter the bar\n"
+    assert (
+        ma_module_cli("logs", "bar", "--all").stdout == f"[worker-0] {BAR_FINAL}\n[worker-0] after the bar\n"
+    )
 
 
-def test_submit_follow_shows_every_node_of_a_job_with_a_chief(ma_cli):
+def test_submit_follow_shows_every_node_of_a_job_with_a_chief(ma_module_cli):
     code = "import json, os; t = json.loads(os.environ['TF_CONFIG'])['task']; print('I am', t['type'], t['index'])"
     tf = ["--mode", "tensorflow", "--chief", "--nodes", "2", "--", "python", "-c", code]
-    followed = ma_cli("submit", "--follow", *tf)
+    followed = ma_module_cli("submit", "--follow", *tf)
     assert followed.returncode == 0, followed.stderr
     lines = followed.stdout.splitlines()
     assert "[chief-0] I am chief 0" in lines and "[worker-0] I am worker 0" in lines, followed.stdout
     job_id = followed.stderr.split()[1]
-    assert ma_cli("logs", job_id, "--node", "chief-0").stdout == "I am chief 0\n"
+    assert ma_module_cli("logs", job_id, "--node", "chief-0").stdout == "I am chief 0\n"
     # --follow-node narrows to one node, without the prefix
-    narrowed = ma_cli("submit", "--follow", "--follow-node", "chief-0", *tf)
+    narrowed = ma_module_cli("submit", "--follow", "--follow-node", "chief-0", *tf)
     assert narrowed.returncode == 0, narrowed.stderr
     assert narrowed.stdout.splitlines()[0] == "I am chief 0"
     assert "worker" not in narrowed.stdout
-    refused = ma_cli("submit", "--follow-node", "chief-0", *tf)
+    refused = ma_module_cli("submit", "--follow-node", "chief-0", *tf)
     assert refused.returncode == 2 and "add --follow" in refused.stderr
 
 
@@ -299,14 +314,16 @@ SINGLE_PROCESS = "import json\nprint(json.dumps({'trained': True}))\n"
 READS_RANK = "import os\nprint('rank', os.environ.get('RANK'), flush=True)\n"
 
 
-def test_a_single_process_script_on_two_nodes_is_warned_about_in_the_dry_run_and_the_events(ma_cli, tmp_path):
+def test_a_single_process_script_on_two_nodes_is_warned_about_in_the_dry_run_and_the_events(
+    ma_module_cli, tmp_path
+):
     for folder, code in (("single", SINGLE_PROCESS), ("aware", READS_RANK)):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "train.py").write_text(code)
 
     def submit(*args: str, folder: str = "single", nodes: str = "2", mode: str = "pytorch"):
         options = ["--code-dir", folder, "--mode", mode, "--nodes", nodes]
-        return ma_cli("submit", *args, *options, "--", "python", "train.py")
+        return ma_module_cli("submit", *args, *options, "--", "python", "train.py")
 
     plan = submit("--dry-run")
     assert plan.returncode == 0, plan.stderr
@@ -320,7 +337,7 @@ def test_a_single_process_script_on_two_nodes_is_warned_about_in_the_dry_run_and
     for folder, warned in (("single", True), ("aware", False)):
         out = submit("--wait", folder=folder, mode="tensorflow")
         assert out.returncode == 0, out.stderr + out.stdout
-        events = ma_cli("events", out.stdout.split(":")[0]).stdout
+        events = ma_module_cli("events", out.stdout.split(":")[0]).stdout
         assert ("each of the 2 nodes will run its own copy" in events) is warned, events
 
 
@@ -331,7 +348,9 @@ SAVES_AND_LOADS = (
 )
 
 
-def test_a_resumable_job_whose_code_cannot_resume_is_told_so_by_the_dry_run_and_the_events(ma_cli, tmp_path):
+def test_a_resumable_job_whose_code_cannot_resume_is_told_so_by_the_dry_run_and_the_events(
+    ma_module_cli, tmp_path
+):
     """The readiness check no other platform has: --resume on code without a SIGTERM handler
     that never reads MA_RESUME says so before the first fault."""
     for folder, code in (("plain", SINGLE_PROCESS), ("ready", SAVES_AND_LOADS)):
@@ -339,7 +358,9 @@ def test_a_resumable_job_whose_code_cannot_resume_is_told_so_by_the_dry_run_and_
         (tmp_path / folder / "train.py").write_text(code)
 
     def submit(*args: str, folder: str):
-        return ma_cli("submit", *args, "--code-dir", folder, "--resume", "3", "--", "python", "train.py")
+        return ma_module_cli(
+            "submit", *args, "--code-dir", folder, "--resume", "3", "--", "python", "train.py"
+        )
 
     plan = submit("--dry-run", folder="plain")
     assert plan.returncode == 0, plan.stderr
@@ -351,22 +372,22 @@ def test_a_resumable_job_whose_code_cannot_resume_is_told_so_by_the_dry_run_and_
     assert ready.returncode == 0 and "warning" not in ready.stdout, ready.stdout
     out = submit("--wait", folder="plain")
     assert out.returncode == 0, out.stderr + out.stdout
-    events = ma_cli("events", out.stdout.split(":")[0]).stdout
+    events = ma_module_cli("events", out.stdout.split(":")[0]).stdout
     assert "asks for 3 resumes but its code neither handles SIGTERM" in events, events
 
 
-def test_others_access_above_what_a_dataset_allows_is_refused(ma_cli, tmp_path):
+def test_others_access_above_what_a_dataset_allows_is_refused(ma_module_cli, tmp_path):
     """Seed 002: the job's others' access may not exceed its resources' access."""
     private = tmp_path / "private-data"
     private.mkdir()
     private.chmod(0o700)
     (tmp_path / "train.py").write_text(SINGLE_PROCESS)
     dataset = ["--dataset", f"d={private}", "--", "python", "train.py"]
-    refused = ma_cli("submit", "--dry-run", *dataset)
+    refused = ma_module_cli("submit", "--dry-run", *dataset)
     assert refused.returncode != 0
     assert "others' access ro is more than dataset d allows" in refused.stderr, refused.stderr
     assert "--access none" in refused.stderr
-    allowed = ma_cli("submit", "--dry-run", "--access", "none", *dataset)
+    allowed = ma_module_cli("submit", "--dry-run", "--access", "none", *dataset)
     assert allowed.returncode == 0, allowed.stderr
 
 
@@ -389,11 +410,11 @@ def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_
     assert not (snapshots[0] / ma_home.name).exists()
 
 
-def test_a_failure_that_is_not_a_user_error_is_one_line_without_a_traceback(ma_cli, tmp_path):
-    job = ma_cli("submit", "--wait", "--name", "one-line", "--", PY, "-c", "print('fine')")
+def test_a_failure_that_is_not_a_user_error_is_one_line_without_a_traceback(ma_module_cli, tmp_path):
+    job = ma_module_cli("submit", "--wait", "--name", "one-line", "--", PY, "-c", "print('fine')")
     assert job.returncode == 0, job.stderr
     missing = tmp_path / "no-such-folder" / "devenv.ipynb"
-    out = ma_cli("devenv", "one-line", "-o", str(missing))
+    out = ma_module_cli("devenv", "one-line", "-o", str(missing))
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
@@ -410,13 +431,13 @@ PS_SERVES = (
 )
 
 
-def test_a_stopped_parameter_server_is_not_read_as_a_failure(ma_cli):
-    done = ma_cli(
+def test_a_stopped_parameter_server_is_not_read_as_a_failure(ma_module_cli):
+    done = ma_module_cli(
         "submit", "--wait", "--name", "ps-job", "--mode", "tensorflow", "--ps", "1", "--", PY, "-c", PS_SERVES
     )
     assert done.returncode == 0, done.stdout + done.stderr
     job_id = done.stdout.split(":")[0]
-    shown = ma_cli("get", job_id)
+    shown = ma_module_cli("get", job_id)
     assert shown.returncode == 0, shown.stderr
     # the reason names the nodes that succeeded and why ps-0 was stopped, not "every node exited with code 0"
     assert "every node exited with code 0" not in shown.stdout, shown.stdout
@@ -424,6 +445,6 @@ def test_a_stopped_parameter_server_is_not_read_as_a_failure(ma_cli):
     ps = next(line for line in shown.stdout.splitlines() if line.startswith("node:      ps-0"))
     assert "stopped when the primary nodes had succeeded" in ps, ps
     # top on the finished job: it will never have samples if it had none, and never says "yet"
-    top = ma_cli("top", job_id)
+    top = ma_module_cli("top", job_id)
     assert top.returncode == 0, top.stderr
     assert "yet" not in top.stdout, top.stdout

@@ -37,8 +37,8 @@ def py_command(code: str) -> str:
     return f"{PY} -c {shlex.quote(textwrap.dedent(code))}"
 
 
-def test_submit_runs_to_success_with_logs(ma_client):
-    job = ma_client.submit(
+def test_submit_runs_to_success_with_logs(ma_module_client):
+    job = ma_module_client.submit(
         name="hello", command=py_command("print('hello from the job')\nprint('second line')")
     )
     assert isinstance(job, JobHandle)
@@ -52,26 +52,29 @@ def test_submit_runs_to_success_with_logs(ma_client):
     events = job.events()
     assert [e.status for e in events][0] is JobStatus.queued and events[-1].status is JobStatus.succeeded
     assert job.events(after=events[-2].seq) == events[-1:]
-    streams = ma_client.log_streams(job.id)
+    streams = ma_module_client.log_streams(job.id)
     assert streams[0].node == "worker-0" and streams[0].size == len("hello from the job\nsecond line\n")
-    chunk = ma_client.read_log(job.id, offset=6)
+    chunk = ma_module_client.read_log(job.id, offset=6)
     assert chunk.data.startswith("from the job") and chunk.eof
     # the same job through the listing and by id
-    assert [h.id for h in ma_client.jobs(name="hell", status="succeeded")] == [job.id]
-    assert ma_client.jobs(status=["queued", "running"]) == []
-    assert ma_client.job(job.id).info.spec.command == job.info.spec.command
-    assert ma_client.specs()[0].name == "cpu.small"
-    assert ma_client.nodes() and all(n.cpus > 0 for n in ma_client.nodes())
+    assert [h.id for h in ma_module_client.jobs(name="hell", status="succeeded")] == [job.id]
+    assert ma_module_client.jobs(name="hell", status=["queued", "running"]) == []
+    assert ma_module_client.job(job.id).info.spec.command == job.info.spec.command
+    assert ma_module_client.specs()[0].name == "cpu.small"
+    assert ma_module_client.nodes() and all(n.cpus > 0 for n in ma_module_client.nodes())
     job.delete()
     with pytest.raises(NotFound):
-        ma_client.job(job.id)
+        ma_module_client.job(job.id)
 
 
 @pytest.mark.parametrize("local_logs", [True, False], ids=["file-fast-path", "service-only"])
-def test_follow_sees_every_line_exactly_once(ma_client, local_logs):
+def test_follow_sees_every_line_exactly_once(ma_module_service, ma_module_client, local_logs, monkeypatch):
     # 2000 lines written in bursts and fragments (lines split across writes and flushes),
     # while the client follows; the log ends without a final newline.
-    ma_client.local_logs = local_logs
+    # the module's client, restored after; its service is this home's, whose files it may read
+    monkeypatch.setattr(ma_module_client, "local_logs", local_logs)
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(ma_module_service.home))
+    assert ma_module_client.reads_local_files() is local_logs
     code = """
         import sys, time
         out = sys.stdout
@@ -84,14 +87,16 @@ def test_follow_sees_every_line_exactly_once(ma_client, local_logs):
                 out.flush(); time.sleep(0.01)
         out.write("last without newline")
     """
-    job = ma_client.submit(name="many", command=py_command(code))
+    job = ma_module_client.submit(name="many", command=py_command(code))
     lines = list(job.logs(follow=True))
     assert lines == [f"line {i:04d} end" for i in range(2000)] + ["last without newline"]
     assert job.info.status is JobStatus.succeeded or job.wait(timeout=30).status is JobStatus.succeeded
 
 
 @pytest.mark.parametrize("local_logs", [True, False], ids=["file-fast-path", "service-only"])
-def test_follow_from_an_offset_continues_without_replay(ma_client, local_logs):
+def test_follow_from_an_offset_continues_without_replay(
+    ma_module_service, ma_module_client, local_logs, monkeypatch
+):
     # ASCII lines, lines with carriage returns and multi-byte characters: offsets are bytes
     code = """
         import sys, time
@@ -101,8 +106,11 @@ def test_follow_from_an_offset_continues_without_replay(ma_client, local_logs):
             time.sleep(0.01)
     """
     expected = [f"tick {i}" + (" \u00e9t\u00e9 \u2713" if i % 3 == 0 else "") for i in range(40)]
-    ma_client.local_logs = local_logs
-    job = ma_client.submit(name="ticks", command=py_command(code))
+    # the module's client, restored after; its service is this home's, whose files it may read
+    monkeypatch.setattr(ma_module_client, "local_logs", local_logs)
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(ma_module_service.home))
+    assert ma_module_client.reads_local_files() is local_logs
+    job = ma_module_client.submit(name="ticks", command=py_command(code))
     first = job.logs(follow=True)
     assert first.offset == 0
     seen = [next(first) for _ in range(10)]
@@ -113,10 +121,13 @@ def test_follow_from_an_offset_continues_without_replay(ma_client, local_logs):
     second = job.logs(follow=True, offset=first.offset)
     assert list(second) == expected[10:]
     assert first.node == second.node == "worker-0"
-    assert second.offset == ma_client.log_streams(job.id)[0].size
+    assert second.offset == ma_module_client.log_streams(job.id)[0].size
 
 
-def test_a_follower_reads_the_file_the_service_describes_from_each_offset(ma_client, monkeypatch):
+def test_a_follower_reads_the_file_the_service_describes_from_each_offset(
+    ma_module_service, ma_module_client, monkeypatch
+):
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(ma_module_service.home))  # the files of this home's service
     # about 3 MB of log: through the service alone that takes 3 answers of at most 1 MB
     code = """
         import sys
@@ -124,27 +135,30 @@ def test_a_follower_reads_the_file_the_service_describes_from_each_offset(ma_cli
             sys.stdout.write(f"{i:08d} " + "x" * 41 + "\\n")
     """
     expected = [f"{i:08d} " + "x" * 41 for i in range(60000)]
-    job = ma_client.submit(name="big", command=py_command(code))
+    job = ma_module_client.submit(name="big", command=py_command(code))
     assert job.wait(timeout=60).status is JobStatus.succeeded
-    [stream] = ma_client.log_streams(job.id)
+    [stream] = ma_module_client.log_streams(job.id)
     # only the backend knows where the log lives: the service's description says it, and the
     # file there holds the bytes the service's reads answer
     assert stream.size == 60000 * 51 and stream.file is not None
-    assert ma_client.local_log_file(job.id, "worker-0") == stream.file
+    assert ma_module_client.local_log_file(job.id, "worker-0") == stream.file
     with os.fdopen(open_file(Path(stream.file.root), stream.file.path), "rb") as fh:
-        assert fh.read(1000).decode() == ma_client.read_log(job.id, limit=1000).data
+        assert fh.read(1000).decode() == ma_module_client.read_log(job.id, limit=1000).data
     asked: list[int] = []
-    through_service = ma_client.read_log
+    through_service = ma_module_client.read_log
 
     def counted(*args, **kwargs):
         asked.append(kwargs["offset"])
         return through_service(*args, **kwargs)
 
-    monkeypatch.setattr(ma_client, "read_log", counted)
+    monkeypatch.setattr(ma_module_client, "read_log", counted)
     listed: list[str] = []
-    listing = ma_client.log_streams
-    monkeypatch.setattr(ma_client, "log_streams", lambda job_id: listed.append(job_id) or listing(job_id))
-    assert ma_client.read_log(job.id, offset=0, limit=10).file == stream.file  # a first read says where
+    listing = ma_module_client.log_streams
+    monkeypatch.setattr(
+        ma_module_client, "log_streams", lambda job_id: listed.append(job_id) or listing(job_id)
+    )
+    first_read = ma_module_client.read_log(job.id, offset=0, limit=10)
+    assert first_read.file == stream.file  # a first read says where
     asked.clear()
     reader = job.logs(follow=True)
     assert list(reader) == expected and reader.offset == stream.size
@@ -152,15 +166,15 @@ def test_a_follower_reads_the_file_the_service_describes_from_each_offset(ma_cli
     # apart for it) and the last (the end of the job's log); every byte between came from the
     # file, each read from where the last stopped
     assert asked == [0, stream.size] and listed == []
-    assert ma_client.read_log(job.id, offset=10, limit=10).file is None  # only the first read
+    assert ma_module_client.read_log(job.id, offset=10, limit=10).file is None  # only the first read
     asked.clear()
-    ma_client.local_logs = False
+    monkeypatch.setattr(ma_module_client, "local_logs", False)
     assert list(job.logs(follow=True)) == expected
     assert asked == [0, 1 << 20, 2 << 20]  # answers of 1 MB, the last with the end
 
 
-def test_wait_times_out_and_stop_ends_the_job(ma_client):
-    job = ma_client.submit(
+def test_wait_times_out_and_stop_ends_the_job(ma_module_client):
+    job = ma_module_client.submit(
         name="sleeper", command=py_command("import time\nprint('up', flush=True)\ntime.sleep(300)")
     )
     wait_for(lambda: job.status is JobStatus.running, timeout=30)
@@ -174,8 +188,8 @@ def test_wait_times_out_and_stop_ends_the_job(ma_client):
     job.delete()
 
 
-def test_failure_is_reported_with_exit_code(ma_client):
-    job = ma_client.submit(name="fails", command=py_command("import sys\nprint('boom')\nsys.exit(3)"))
+def test_failure_is_reported_with_exit_code(ma_module_client):
+    job = ma_module_client.submit(name="fails", command=py_command("import sys\nprint('boom')\nsys.exit(3)"))
     final = job.wait(timeout=60, check=False)
     assert final.status is JobStatus.error and final.exit_code == 3
     assert list(job.logs()) == ["boom"]
@@ -195,46 +209,51 @@ def test_wait_raises_when_the_job_fails(ma_client):
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 1 and "JobFailed" in ran.stderr, ran.stderr
     # a stopped job is what someone asked for: it returns
-    sleeper = ma_client.submit(name="sleeper", command=py_command("import time\ntime.sleep(600)"))
+    # (a stop in the node's first instants may find no handler yet: it then waits out the grace)
+    sleeper = ma_client.submit(
+        name="sleeper", command=py_command("import time\ntime.sleep(600)"), grace_period=1
+    )
     sleeper.stop()
     assert sleeper.wait(timeout=60).status is JobStatus.stopped
 
 
-def test_errors_are_typed_and_say_what_to_do(ma_client):
+def test_errors_are_typed_and_say_what_to_do(ma_module_client):
     # local validation: instant, the same message the service would give
     with pytest.raises(InvalidSpec, match="bash -c") as local:
-        ma_client.submit(name="bad", command="KEY=VALUE python train.py")
+        ma_module_client.submit(name="typed-bad", command="KEY=VALUE python train.py")
     server = requests.post(
-        f"{ma_client.url}/api/v1/jobs",
-        json={"name": "bad", "command": "KEY=VALUE python train.py"},
-        headers={"Authorization": f"Bearer {ma_client._token}"},
+        f"{ma_module_client.url}/api/v1/jobs",
+        json={"name": "typed-bad", "command": "KEY=VALUE python train.py"},
+        headers={"Authorization": f"Bearer {ma_module_client._token}"},
         timeout=10,
     )
     assert server.status_code == 400 and server.json()["message"] == local.value.message
     with pytest.raises(InvalidSpec, match="exclude each other"):
-        ma_client.submit({"name": "x", "command": "python x.py"}, fault_restart={}, checkpoint_resume={})
+        ma_module_client.submit(
+            {"name": "typed-x", "command": "python x.py"}, fault_restart={}, checkpoint_resume={}
+        )
     with pytest.raises(InvalidSpec, match="unknown field"):
-        ma_client.submit(name="x", command="python x.py", epochs=3)
+        ma_module_client.submit(name="typed-x", command="python x.py", epochs=3)
     # checks only the service can make come back as the same typed error
     with pytest.raises(InvalidSpec, match="unknown spec 'nope'") as remote:
-        ma_client.submit(name="x", command="python x.py", specs=["nope"])
+        ma_module_client.submit(name="typed-x", command="python x.py", specs=["nope"])
     assert remote.value.field == "specs"
     with pytest.raises(NotFound, match="no job"):
-        ma_client.job("no-such-job")
+        ma_module_client.job("no-such-job")
     with pytest.raises(NotFound):
-        ma_client.read_log("no-such-job")
+        ma_module_client.read_log("no-such-job")
     with pytest.raises(InvalidSpec, match="priority"):
-        ma_client.update("no-such-job")
-    assert ma_client.jobs() == []
+        ma_module_client.update("no-such-job")
+    assert ma_module_client.jobs(name="typed-") == []  # the module's service is shared: this test's names
 
 
-def test_plan_resolves_nodes_and_creates_nothing(ma_client):
+def test_plan_resolves_nodes_and_creates_nothing(ma_module_client):
     spec = JobSpec(name="planned", command="python train.py --lr ${LR}", env={"LR": "0.1"})
-    plan = ma_client.plan(spec)
+    plan = ma_module_client.plan(spec)
     assert [n.name for n in plan.nodes] == ["worker-0"]
     assert plan.nodes[0].argv[:2] == ["python", "train.py"]
     assert plan.nodes[0].env["LR"] == "0.1"
-    assert ma_client.jobs() == []
+    assert ma_module_client.jobs(name="planned") == []
 
 
 def test_unauthenticated_requests_get_401(ma_client):
@@ -345,10 +364,10 @@ def test_update_priority_of_a_queued_job(ma_client):
     assert blocker.wait(timeout=30).status is JobStatus.stopped
 
 
-def test_relative_host_paths_mean_the_callers_directory(ma_client, tmp_path, monkeypatch):
+def test_relative_host_paths_mean_the_callers_directory(ma_module_client, tmp_path, monkeypatch):
     writable_dir(tmp_path / "out")
     monkeypatch.chdir(tmp_path)
-    job = ma_client.submit(
+    job = ma_module_client.submit(
         name="writes",
         outputs="out",
         command=py_command("open('/workspace/outputs/done.txt', 'w').write('ok')"),
@@ -371,27 +390,27 @@ def test_other_users_are_held_back_by_the_jobs_access(ma_client):
         other.stop(shared.id)
 
 
-def test_a_name_means_my_newest_job_of_that_name(ma_client, capsys):
+def test_a_name_means_my_newest_job_of_that_name(ma_module_client, capsys):
     """Running a notebook twice leaves two jobs of one name: the name means the newer one, and
     a note says which id was meant; an id still means its job."""
     from ma_jupyter.client.resolve import resolve_job
 
-    first = ma_client.submit(name="twin", command=py_command("print(1)"))
-    second = ma_client.submit(name="twin", command=py_command("print(2)"))
-    single = ma_client.submit(name="single", command=py_command("print(3)"))
-    assert resolve_job(ma_client, first.id).id == first.id
+    first = ma_module_client.submit(name="twin", command=py_command("print(1)"))
+    second = ma_module_client.submit(name="twin", command=py_command("print(2)"))
+    single = ma_module_client.submit(name="single", command=py_command("print(3)"))
+    assert resolve_job(ma_module_client, first.id).id == first.id
     assert capsys.readouterr().err == ""
-    assert resolve_job(ma_client, "single").id == single.id
+    assert resolve_job(ma_module_client, "single").id == single.id
     assert capsys.readouterr().err == ""  # one job of the name: nothing to say
-    assert resolve_job(ma_client, "twin").id == second.id
+    assert resolve_job(ma_module_client, "twin").id == second.id
     note = capsys.readouterr().err
     assert f"your newest job of that name, {second.id}" in note and "1 older" in note
-    assert ma_client.get("twin").id == second.id  # Client.get takes what the CLI takes
-    assert ma_client.job("single").id == single.id
+    assert ma_module_client.get("twin").id == second.id  # Client.get takes what the CLI takes
+    assert ma_module_client.job("single").id == single.id
     with pytest.raises(NotFound, match="see `%ma_jobs`"):
-        resolve_job(ma_client, "nobody", hint="`%ma_jobs`")
+        resolve_job(ma_module_client, "nobody", hint="`%ma_jobs`")
     with pytest.raises(NotFound, match="no job has the id or name 'nobody'"):
-        ma_client.get("nobody")
+        ma_module_client.get("nobody")
     for handle in (first, second, single):
         handle.wait(timeout=60, check=False)
 

@@ -127,13 +127,13 @@ def _running_debug_job(client, **fields):
     return handle
 
 
-def test_a_terminal_of_unknown_size_is_24_by_80(ma_service):
+def test_a_terminal_of_unknown_size_is_24_by_80(ma_module_service):
     """A client that reports 0 rows and 0 columns (no tty, a browser terminal not laid out yet)
     gets a usable terminal, not a refusal or a 1 x 1 one."""
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
 
-    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
     handle = _running_debug_job(client)
     session = client.shell(handle.id, rows=0, cols=0, command=["stty", "size"])
     out, code = run_command(session, timeout=60)
@@ -142,11 +142,11 @@ def test_a_terminal_of_unknown_size_is_24_by_80(ma_service):
     client.stop(handle.id)
 
 
-def test_a_command_runs_on_the_nodes_terminal_and_the_opening_is_an_event(ma_service):
+def test_a_command_runs_on_the_nodes_terminal_and_the_opening_is_an_event(ma_module_service):
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
 
-    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
     handle = _running_debug_job(client)
     session = client.shell(handle.id, command=["sh", "-c", "echo IN-$MA_JOB_ID; ls; id -u; exit 3"])
     out, code = run_command(session, timeout=60)
@@ -157,17 +157,18 @@ def test_a_command_runs_on_the_nodes_terminal_and_the_opening_is_an_event(ma_ser
         assert "\n0\n" not in f"\n{out}"
     opened = [e for e in client.events(handle.id) if "opened on worker-0" in e.reason]
     assert opened and opened[0].by == "root" if os.geteuid() == 0 else opened, client.events(handle.id)
+    client.stop(handle.id)  # the module's service outlives the test
 
 
-def test_cli_shell_is_a_real_terminal_that_follows_resizes(ma_service):
+def test_cli_shell_is_a_real_terminal_that_follows_resizes(ma_module_service):
     from ma_jupyter.client import Client
 
-    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
     handle = _running_debug_job(client)
     child = pexpect.spawn(
         sys.executable,
         ["-m", "ma_jupyter.frontends.cli", "shell", handle.id],
-        env={**os.environ, "PYTHONPATH": str(ROOT), "MA_JUPYTER_HOME": str(ma_service.home)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MA_JUPYTER_HOME": str(ma_module_service.home)},
         timeout=120,
         dimensions=(30, 100),
     )
@@ -189,13 +190,14 @@ def test_cli_shell_is_a_real_terminal_that_follows_resizes(ma_service):
     ran = subprocess.run(
         [sys.executable, "-m", "ma_jupyter.frontends.cli", "shell", handle.id, "--node", "worker-0", "--"]
         + ["sh", "-c", "echo ON-$HOSTNAME; exit 5"],
-        env={**os.environ, "PYTHONPATH": str(ROOT), "MA_JUPYTER_HOME": str(ma_service.home)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MA_JUPYTER_HOME": str(ma_module_service.home)},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert ran.returncode == 5 and "ON-worker-0" in ran.stdout, ran.stderr
+    client.stop(handle.id)  # the module's service outlives the test
 
 
 def _size_seen(child, size: str) -> bool:
@@ -204,13 +206,13 @@ def _size_seen(child, size: str) -> bool:
     return child.match.group(1).decode() == size.replace(" ", "x")
 
 
-def test_the_terminal_is_refused_clearly(ma_service):
+def test_the_terminal_is_refused_clearly(ma_module_service):
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
     from ma_jupyter.errors import Conflict, Forbidden, NotFound
 
-    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
-    bob = Client(url=ma_service.url, token=ma_service.user_token("bob"), timeout=30)
+    client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
+    bob = Client(url=ma_module_service.url, token=ma_module_service.user_token("bob"), timeout=30)
     handle = _running_debug_job(client, access="rw")  # others may stop it, never open its shell
     with pytest.raises(Forbidden, match="ask its owner to open a debug terminal on it"):
         run_command(bob.shell(handle.id, command=["true"]), timeout=60)
@@ -227,6 +229,7 @@ def test_the_terminal_is_refused_clearly(ma_service):
     with pytest.raises(Conflict, match="a debug terminal is open while the job runs"):
         run_command(client.shell(handle.id), timeout=60)
     assert not [e for e in client.events(handle.id) if e.by == "bob"]  # a refusal changes nothing
+    plain.stop()  # the module's service outlives the test
 
 
 def test_ma_shell_runs_a_command_or_offers_the_terminal(ma_shell):
@@ -248,13 +251,13 @@ def test_ma_shell_runs_a_command_or_offers_the_terminal(ma_shell):
     handle.stop()
 
 
-def test_a_failed_node_keeps_its_sandbox_for_the_terminal_until_the_job_is_deleted(ma_service):
+def test_a_failed_node_keeps_its_sandbox_for_the_terminal_until_the_job_is_deleted(ma_module_service):
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
     from ma_jupyter.errors import NotFound
     from tests.modes.real import job_processes
 
-    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
     fails = "open('state.txt', 'w').write('what the job left'); raise SystemExit(3)"
     handle = client.submit(
         name="dbg-fail", command=f'{sys.executable} -c "{fails}"', debug_terminal=True, grace_period=1
@@ -370,11 +373,11 @@ SCRATCH = (
 LOOK = ["sh", "-c", "cat /tmp/scratch.txt; echo; cat /dev/shm/shm.txt; echo; ps -e -o pid=,args=; hostname"]
 
 
-def test_the_terminal_joins_the_running_nodes_processes_tmp_and_shm(ma_service):
+def test_the_terminal_joins_the_running_nodes_processes_tmp_and_shm(ma_module_service):
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
 
-    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
     handle = client.submit(
         name="dbg-ns", command=f'{sys.executable} -c "{SCRATCH}"', debug_terminal=True, grace_period=1
     )
@@ -418,12 +421,12 @@ def test_the_terminal_joins_the_running_nodes_processes_tmp_and_shm(ma_service):
         client.stop(handle.id)
 
 
-def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_service, tmp_path):
+def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_module_service, tmp_path):
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
     from tests.modes.real import job_processes
 
-    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
     # the job's working folder holds modules named as the agent's own: they shadow nothing of it
     code = tmp_path / "code"
     code.mkdir()
@@ -498,7 +501,7 @@ def _host_processes_with(token: str) -> list[int]:
     return found
 
 
-def test_a_failed_nodes_kept_sandbox_holds_no_process_and_no_memory_of_the_job(ma_service):
+def test_a_failed_nodes_kept_sandbox_holds_no_process_and_no_memory_of_the_job(ma_module_service):
     """The issue's reproduction: a failed ``--debug-terminal`` job that left a busy loop running
     in the background and a big file in ``/dev/shm``.  The node's resources go back to other jobs
     when it fails, so its kept sandbox must hold nothing of them: the busy loop is ended and
@@ -507,7 +510,7 @@ def test_a_failed_nodes_kept_sandbox_holds_no_process_and_no_memory_of_the_job(m
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
 
-    client = Client(url=ma_service.url, token=ma_service.token, timeout=30)
+    client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
     tail = f"{os.getpid()}-{time.time_ns()}"
     token = f"busy-{tail}"  # joined in the job: only the busy loop's command line holds it
     fails = (

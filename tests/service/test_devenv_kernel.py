@@ -96,54 +96,58 @@ def test_a_notebook_kernel_runs_in_the_jobs_node(ma_client, tmp_path, monkeypatc
     assert _wait_terminal(ma_client, made.id) in (JobStatus.succeeded, JobStatus.stopped)
 
 
-def test_a_viewer_may_not_open_the_owners_environment(ma_client, tmp_path):
-    source = _source_job(ma_client, tmp_path, access="ro")  # its dataset allows others ro
-    token = ma_client.add_user("viewer").token
-    viewer = Client(url=ma_client.url, token=token)
+def test_a_viewer_may_not_open_the_owners_environment(ma_module_client, tmp_path):
+    source = _source_job(ma_module_client, tmp_path, access="ro")  # its dataset allows others ro
+    token = ma_module_client.add_user("viewer").token
+    viewer = Client(url=ma_module_client.url, token=token)
     try:
         assert viewer.get(source.id).id == source.id  # the viewer sees it...
         with pytest.raises(Forbidden, match="only its owner"):
             viewer.create_devenv(source.id, 1)  # ...but never runs with its secrets
-        assert all(j.info.spec.devenv_of is None for j in ma_client.jobs())  # nothing half-made
+        # nothing half-made (the module's service is shared: a dev environment of this source)
+        made = [j for j in ma_module_client.jobs() if j.info.spec.devenv_of is not None]
+        assert all(j.info.spec.devenv_of.job_id != source.id for j in made)
     finally:
         viewer.close()
+        source.stop()  # the module's service outlives the test
 
 
-def test_only_the_owner_learns_the_way_to_the_kernel(ma_client, tmp_path):
+def test_only_the_owner_learns_the_way_to_the_kernel(ma_module_client, tmp_path):
     """``POST /jobs/{id}/kernel``: the way to a running dev environment's kernel (its folder on
     this machine, on the local backend) is the owner's alone, as a debug terminal is."""
     from ma_jupyter.errors import Conflict, NotFound
 
-    source = _source_job(ma_client, tmp_path)
-    made = ma_client.create_devenv(source.id, 0)
-    token = ma_client.add_user("stranger").token
-    stranger = Client(url=ma_client.url, token=token)
+    source = _source_job(ma_module_client, tmp_path)
+    made = ma_module_client.create_devenv(source.id, 0)
+    token = ma_module_client.add_user("stranger").token
+    stranger = Client(url=ma_module_client.url, token=token)
     try:
         job = made.info
         deadline = time.monotonic() + 120
         while job.status is not JobStatus.running:
             assert time.monotonic() < deadline and not job.status.is_terminal(), job.reason
-            job = ma_client.wait_status(made.id, since=job.status, wait=10)
-        route = ma_client.kernel_route(made.id)
+            job = ma_module_client.wait_status(made.id, since=job.status, wait=10)
+        route = ma_module_client.kernel_route(made.id)
         assert route.relay is None and route.node == "worker-0"
         assert route.folder is not None and route.folder.endswith(f"/{made.id}/nodes/worker-0/kernel")
         with pytest.raises(NotFound):
             stranger.kernel_route(made.id)  # its access is none: it does not exist for others
         with pytest.raises(Conflict, match="no dev environment"):
-            ma_client.kernel_route(source.id)
-        ma_client.stop(made.id)
-        _wait_terminal(ma_client, made.id)
+            ma_module_client.kernel_route(source.id)
+        ma_module_client.stop(made.id)
+        _wait_terminal(ma_module_client, made.id)
         with pytest.raises(Conflict, match="while it runs"):
-            ma_client.kernel_route(made.id)
+            ma_module_client.kernel_route(made.id)
     finally:
         stranger.close()
+        source.stop()  # the module's service outlives the test
 
 
-def test_a_submit_may_not_claim_to_be_a_dev_environment(ma_client):
+def test_a_submit_may_not_claim_to_be_a_dev_environment(ma_module_client):
     from ma_jupyter.errors import InvalidSpec
 
     with pytest.raises(InvalidSpec, match="set by the service"):
-        ma_client.submit(name="fake", command="sleep 1", devenv_of={"job_id": "x", "node": "worker-0"})
+        ma_module_client.submit(name="fake", command="sleep 1", devenv_of={"job_id": "x", "node": "worker-0"})
 
 
 @pytest.fixture

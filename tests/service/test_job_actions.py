@@ -16,7 +16,9 @@ from ma_jupyter.models import Job
 PY = sys.executable
 
 
-def test_the_bash_c_hint_for_an_argv_with_a_quoted_operator_works_as_suggested(ma_cli, tmp_path):
+def test_the_bash_c_hint_for_an_argv_with_a_quoted_operator_works_as_suggested(
+    ma_module_cli, ma_module_service, tmp_path
+):
     # The user's shell hands `&&` over as a word of its own: the joined command quotes it, and the
     # leading assignment makes the service refuse the command with the hint.
     argv = [
@@ -29,12 +31,12 @@ def test_the_bash_c_hint_for_an_argv_with_a_quoted_operator_works_as_suggested(m
         "-c",
         "print('second')",
     ]
-    refused = ma_cli("submit", "--", *argv)
+    refused = ma_module_cli("submit", "--", *argv)
     assert refused.returncode == 2
     hint = refused.stderr.split("wrap it in a shell yourself: ", 1)[1].strip()
     assert hint.startswith("bash -c ") and "'&&'" not in hint
     # run as suggested: typed after `ma-jupyter submit --wait --follow --` in a real shell
-    env = {**os.environ, "MA_JUPYTER_HOME": os.environ["MA_JUPYTER_HOME"]}
+    env = {**os.environ, "MA_JUPYTER_HOME": str(ma_module_service.home)}
     cli = shlex.join([PY, "-m", "ma_jupyter.frontends.cli"])
     ran = subprocess.run(
         ["bash", "-c", f"{cli} submit --name hinted --follow -- {hint}"],
@@ -56,14 +58,14 @@ def test_the_hint_quotes_what_the_users_shell_would_change():
         assert parse_command(shlex.join(argv)) == argv  # and the platform accepts it
 
 
-def test_delete_several_deletes_what_it_can_and_reports_the_rest(ma_cli):
+def test_delete_several_deletes_what_it_can_and_reports_the_rest(ma_module_cli):
     ids = []
     for name in ("d1", "d2"):
-        out = ma_cli("submit", "--wait", "--json", "--name", name, "--", PY, "-c", "pass")
+        out = ma_module_cli("submit", "--wait", "--json", "--name", name, "--", PY, "-c", "pass")
         assert out.returncode == 0, out.stderr
         ids.append(Job.model_validate_json(out.stdout).id)
     live = Job.model_validate_json(
-        ma_cli(
+        ma_module_cli(
             "submit",
             "--json",
             "--name",
@@ -76,22 +78,23 @@ def test_delete_several_deletes_what_it_can_and_reports_the_rest(ma_cli):
             "import time; time.sleep(600)",
         ).stdout
     )
-    result = ma_cli("delete", ids[0], live.id, "no-such-job", "d2")
+    result = ma_module_cli("delete", ids[0], live.id, "no-such-job", "d2")
     assert result.returncode == 2
     assert result.stdout.splitlines() == [f"deleted {ids[0]}", f"deleted {ids[1]} (d2)"]
     errors = result.stderr.splitlines()
     assert errors[0].startswith(f"{live.id}: not deleted: ") and "stop it first" in errors[0]
     assert errors[1].startswith("no-such-job: not deleted: no job")
     assert errors[2] == "error: 2 of 4 jobs not deleted"
-    listed = json.loads(ma_cli("jobs", "--json").stdout)
-    assert [j["id"] for j in listed["items"]] == [live.id]
-    assert ma_cli("delete", live.id, "--force").returncode == 0
+    # the module's service is shared: this test's own jobs, by id
+    listed = {j["id"] for j in json.loads(ma_module_cli("jobs", "--json").stdout)["items"]}
+    assert live.id in listed and not listed & set(ids)
+    assert ma_module_cli("delete", live.id, "--force").returncode == 0
 
 
-def test_devenv_route_needs_view_access_and_answers_a_notebook(ma_service, tmp_path):
-    owner = ma_service.session()
+def test_devenv_route_needs_view_access_and_answers_a_notebook(ma_module_service, tmp_path):
+    owner = ma_module_service.session()
     job = owner.post(
-        f"{ma_service.api}/jobs",
+        f"{ma_module_service.api}/jobs",
         json={
             "name": "shared",
             "command": f"{PY} -c pass",
@@ -101,18 +104,18 @@ def test_devenv_route_needs_view_access_and_answers_a_notebook(ma_service, tmp_p
         timeout=30,
     ).json()
     private = owner.post(
-        f"{ma_service.api}/jobs",
+        f"{ma_module_service.api}/jobs",
         json={"name": "mine", "command": f"{PY} -c pass", "access": "none"},
         timeout=30,
     ).json()
-    bob = ma_service.user_session("bob")
-    reply = bob.get(f"{ma_service.api}/jobs/{job['id']}/devenv", timeout=30)
+    bob = ma_module_service.user_session("bob")
+    reply = bob.get(f"{ma_module_service.api}/jobs/{job['id']}/devenv", timeout=30)
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert body["name"] == "shared-devenv.ipynb" and body["notebook"]["nbformat"] == 4
     assert "hidden-value" not in reply.text and "SECRET_KEY" in reply.text
-    assert bob.get(f"{ma_service.api}/jobs/{private['id']}/devenv", timeout=30).status_code == 404
-    assert owner.get(f"{ma_service.api}/jobs/nope/devenv", timeout=30).status_code == 404
+    assert bob.get(f"{ma_module_service.api}/jobs/{private['id']}/devenv", timeout=30).status_code == 404
+    assert owner.get(f"{ma_module_service.api}/jobs/nope/devenv", timeout=30).status_code == 404
 
 
 def test_search_by_algorithm_and_favourites_per_user(ma_service, tmp_path):
@@ -209,16 +212,18 @@ def test_cli_algorithms_and_jobs_filters(ma_cli, tmp_path):
     assert refused.returncode == 2 and "give the folder" in refused.stderr
 
 
-def test_jobs_shipped_from_one_folder_are_found_by_it_and_the_modelarts_path_ships_it(ma_cli, tmp_path):
+def test_jobs_shipped_from_one_folder_are_found_by_it_and_the_modelarts_path_ships_it(
+    ma_module_cli, tmp_path
+):
     """Every job shipped from one folder is one algorithm (each ran its own snapshot), and a
     ModelArts-style command naming user-job-dir/<folder> ships that folder and runs there."""
-    folder = tmp_path  # the folder the user works in (ma_cli runs there)
+    folder = tmp_path  # the folder the user works in (ma_module_cli runs there)
     (folder / "train.py").write_text("import os\nprint('ran in', os.getcwd())\n")
     for name in ("first", "second"):
-        out = ma_cli("submit", "--wait", "--name", name, "--", "python", "train.py")
+        out = ma_module_cli("submit", "--wait", "--name", name, "--", "python", "train.py")
         assert out.returncode == 0, out.stderr + out.stdout
     code_dir = f"/home/ma-user/modelarts/user-job-dir/{folder.name}"
-    modelarts = ma_cli(
+    modelarts = ma_module_cli(
         "submit",
         "--follow",
         "--name",
@@ -232,9 +237,9 @@ def test_jobs_shipped_from_one_folder_are_found_by_it_and_the_modelarts_path_shi
     assert modelarts.returncode == 0, modelarts.stderr + modelarts.stdout
     assert f"ran in {code_dir}" in modelarts.stdout  # named as the user knows it, not the snapshot
     assert f"shipped {folder}" in modelarts.stderr
-    listed = ma_cli("jobs", "--algorithm", ".").stdout
+    listed = ma_module_cli("jobs", "--algorithm", ".").stdout
     assert all(name in listed for name in ("first", "second", "ma")), listed
-    table = ma_cli("algorithms").stdout.splitlines()
+    table = ma_module_cli("algorithms").stdout.splitlines()
     # not a favourite (blank); one version: the folder did not change between the three
     assert [str(folder), "3", "1"] in [row.split() for row in table[1:]], table
 

@@ -13,46 +13,54 @@ PY = sys.executable
 SLEEP = f'{PY} -c "import time; time.sleep(600)"'
 
 
-def test_a_driver_version_is_refused_with_a_cpu_spec(ma_service):
-    s = ma_service.session()
+def test_a_driver_version_is_refused_with_a_cpu_spec(ma_module_service):
+    s = ma_module_service.session()
     body = {"name": "cpu-driver", "command": SLEEP, "specs": ["cpu.small"], "driver_version": "535.0"}
-    reply = s.post(f"{ma_service.api}/jobs", json=body, timeout=10)
+    reply = s.post(f"{ma_module_service.api}/jobs", json=body, timeout=10)
     assert reply.status_code == 400, reply.text
     assert reply.json()["field"] == "driver_version"
     assert "GPU and MLU specs only" in reply.json()["message"]
     gpu = {**body, "specs": ["gpu.emu-2"]}
-    assert s.post(f"{ma_service.api}/plan", json=gpu, timeout=30).status_code == 200
+    assert s.post(f"{ma_module_service.api}/plan", json=gpu, timeout=30).status_code == 200
 
 
-def test_a_ranks_log_asked_on_another_node_says_where_it_runs(ma_cli):
+def test_a_ranks_log_asked_on_another_node_says_where_it_runs(ma_module_cli):
     code = "import os; print('rank', os.environ['RANK'], flush=True)"
-    done = ma_cli("submit", "--wait", "--mode", "pytorch", "--nodes", "2", "--", "python", "-c", code)
+    done = ma_module_cli("submit", "--wait", "--mode", "pytorch", "--nodes", "2", "--", "python", "-c", code)
     assert done.returncode == 0, done.stderr + done.stdout
     job_id = done.stdout.split(":")[0]
-    wrong = ma_cli("logs", job_id, "--node", "worker-0", "--rank", "1")
+    wrong = ma_module_cli("logs", job_id, "--node", "worker-0", "--rank", "1")
     assert wrong.returncode != 0
     assert "rank 1 of job" in wrong.stderr and "runs on worker-1" in wrong.stderr, wrong.stderr
-    right = ma_cli("logs", job_id, "--node", "worker-1", "--rank", "1")
+    right = ma_module_cli("logs", job_id, "--node", "worker-1", "--rank", "1")
     assert right.returncode == 0 and "rank 1" in right.stdout, right.stderr
 
 
-def test_events_name_the_user_who_changed_or_stopped_a_job(ma_service):
-    alice = ma_service.user_session("alice")
+def test_events_name_the_user_who_changed_or_stopped_a_job(ma_module_service):
+    alice = ma_module_service.user_session("alice")
     reply = alice.post(
-        f"{ma_service.api}/jobs", json={"name": "hers", "command": SLEEP, "grace_period": 1}, timeout=10
+        f"{ma_module_service.api}/jobs",
+        json={"name": "hers", "command": SLEEP, "grace_period": 1},
+        timeout=10,
     )
     assert reply.status_code == 201, reply.text
     job_id = reply.json()["id"]
-    wait_status(ma_service, job_id, {"running"})
+    wait_status(ma_module_service, job_id, {"running"})
     assert (
-        alice.patch(f"{ma_service.api}/jobs/{job_id}", json={"duration": 600}, timeout=10).status_code == 200
+        alice.patch(f"{ma_module_service.api}/jobs/{job_id}", json={"duration": 600}, timeout=10).status_code
+        == 200
     )
     # the owner (an admin) stops it
-    assert ma_service.session().post(f"{ma_service.api}/jobs/{job_id}/stop", timeout=10).status_code == 200
-    wait_status(ma_service, job_id, {"stopped"})
-    events = alice.get(f"{ma_service.api}/jobs/{job_id}/events", timeout=10).json()
+    assert (
+        ma_module_service.session()
+        .post(f"{ma_module_service.api}/jobs/{job_id}/stop", timeout=10)
+        .status_code
+        == 200
+    )
+    wait_status(ma_module_service, job_id, {"stopped"})
+    events = alice.get(f"{ma_module_service.api}/jobs/{job_id}/events", timeout=10).json()
     by = {e["reason"]: e["by"] for e in events if e["by"]}
-    owner = ma_service.session().get(f"{ma_service.api}/users/me", timeout=10).json()["name"]
+    owner = ma_module_service.session().get(f"{ma_module_service.api}/users/me", timeout=10).json()["name"]
     assert by == {"duration set to 600 s by alice": "alice", f"stop requested by {owner}": owner}, events
 
 

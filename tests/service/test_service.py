@@ -20,7 +20,7 @@ from tests.helpers import wait_for, writable_dir
 OWNER = pwd.getpwuid(os.geteuid()).pw_name  # the account that starts the service owns it
 
 
-def test_every_route_requires_the_token(ma_service):
+def test_every_route_requires_the_token(ma_module_service):
     from ma_jupyter.service.app import create_app
 
     try:  # a newer FastAPI keeps each included router whole in app.routes
@@ -43,46 +43,54 @@ def test_every_route_requires_the_token(ma_service):
     ]
     assert ("get", "/api/v1/openapi.json") in routes and len(routes) >= 15
     for method, path in routes:
-        r = requests.request(method, f"{ma_service.url}{path}", timeout=5)
+        r = requests.request(method, f"{ma_module_service.url}{path}", timeout=5)
         assert r.status_code == 401, (method, path, r.status_code)
         assert r.json()["error"] == "unauthorized"
         bad = requests.request(
-            method, f"{ma_service.url}{path}", headers={"Authorization": "Bearer nope"}, timeout=5
+            method, f"{ma_module_service.url}{path}", headers={"Authorization": "Bearer nope"}, timeout=5
         )
         assert bad.status_code == 401
     for path in ("/docs", "/openapi.json", "/redoc", "/api/v1/docs"):
-        assert requests.get(f"{ma_service.url}{path}", timeout=5).status_code in (401, 404)
-    assert ma_service.session().get(f"{ma_service.api}/health", timeout=5).json()["ok"] is True
+        assert requests.get(f"{ma_module_service.url}{path}", timeout=5).status_code in (401, 404)
+    assert ma_module_service.session().get(f"{ma_module_service.api}/health", timeout=5).json()["ok"] is True
     # loopback only, and the runtime file is private
-    assert ma_service.url.startswith("http://127.0.0.1:")
-    assert (ma_service.home / "service.json").stat().st_mode & 0o777 == 0o600
-    schema = ma_service.session().get(f"{ma_service.api}/openapi.json", timeout=5)
+    assert ma_module_service.url.startswith("http://127.0.0.1:")
+    assert (ma_module_service.home / "service.json").stat().st_mode & 0o777 == 0o600
+    schema = ma_module_service.session().get(f"{ma_module_service.api}/openapi.json", timeout=5)
     assert schema.status_code == 200 and "/api/v1/jobs" in schema.json()["paths"]
 
 
-def test_bad_specs_get_a_400_that_says_what_to_do_and_create_nothing(ma_service, tmp_path):
-    s = ma_service.session()
+def test_bad_specs_get_a_400_that_says_what_to_do_and_create_nothing(ma_module_service, tmp_path):
+    s = ma_module_service.session()
     r = s.post(
-        f"{ma_service.api}/jobs", json={"name": "t", "command": "KEY=VALUE python3 train.py"}, timeout=5
+        f"{ma_module_service.api}/jobs",
+        json={"name": "refused-spec", "command": "KEY=VALUE python3 train.py"},
+        timeout=5,
     )
     assert r.status_code == 400
     assert "bash -c" in r.json()["message"]
     r = s.post(
-        f"{ma_service.api}/jobs", json={"name": "t", "command": "python x.py", "specs": ["nope"]}, timeout=5
+        f"{ma_module_service.api}/jobs",
+        json={"name": "refused-spec", "command": "python x.py", "specs": ["nope"]},
+        timeout=5,
     )
     assert r.status_code == 400 and "unknown spec" in r.json()["message"]
     r = s.post(
-        f"{ma_service.api}/jobs",
-        json={"name": "t", "command": "python x.py", "datasets": [{"name": "d", "path": "/does/not/exist"}]},
+        f"{ma_module_service.api}/jobs",
+        json={
+            "name": "refused-spec",
+            "command": "python x.py",
+            "datasets": [{"name": "d", "path": "/does/not/exist"}],
+        },
         timeout=5,
     )
     assert r.status_code == 400 and "/does/not/exist" in r.json()["message"]
     out = writable_dir(tmp_path / "out")
     (out / "data").mkdir()
     r = s.post(
-        f"{ma_service.api}/jobs",
+        f"{ma_module_service.api}/jobs",
         json={
-            "name": "t",
+            "name": "refused-spec",
             "command": "python x.py",
             "outputs": str(out),
             "datasets": [{"name": "d", "path": str(out / "data")}],
@@ -90,11 +98,15 @@ def test_bad_specs_get_a_400_that_says_what_to_do_and_create_nothing(ma_service,
         timeout=5,
     )
     assert r.status_code == 400 and "lies inside the writable /workspace/outputs" in r.json()["message"]
-    assert s.get(f"{ma_service.api}/jobs", timeout=5).json()["total"] == 0
-    assert s.get(f"{ma_service.api}/jobs/missing-1", timeout=5).status_code == 404
+    # nothing made (the module's service is shared: the jobs of this test's name)
+    assert (
+        s.get(f"{ma_module_service.api}/jobs", params={"name": "refused-spec"}, timeout=5).json()["total"]
+        == 0
+    )
+    assert s.get(f"{ma_module_service.api}/jobs/missing-1", timeout=5).status_code == 404
 
 
-def test_read_only_dataset_writable_outputs(ma_service, tmp_path):
+def test_read_only_dataset_writable_outputs(ma_module_service, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     (data / "numbers.txt").write_text("1 2 3 4\n")
@@ -112,27 +124,31 @@ def test_read_only_dataset_writable_outputs(ma_service, tmp_path):
         print('done')
     """)
     job = submit(
-        ma_service,
+        ma_module_service,
         command=pycmd(script),
         datasets=[{"name": "numbers", "path": str(data)}],
         outputs=str(out),
     )
-    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
-    log = full_log(ma_service, job["id"])
+    final = wait_status(ma_module_service, job["id"], {"succeeded", "error"})
+    log = full_log(ma_module_service, job["id"])
     assert final["status"] == "succeeded", log
     assert (out / "sum.txt").read_text() == "10"
     assert "dataset is read-only" in log and "DATASET WRITABLE" not in log
     assert not (data / "hack.txt").exists()
-    events = ma_service.session().get(f"{ma_service.api}/jobs/{job['id']}/events", timeout=5).json()
+    events = (
+        ma_module_service.session().get(f"{ma_module_service.api}/jobs/{job['id']}/events", timeout=5).json()
+    )
     assert [e["status"] for e in events][0] == "queued" and events[-1]["status"] == "succeeded"
 
 
-def test_failure_reports_exit_code_and_last_lines(ma_service):
-    job = submit(ma_service, command=f"{PY} -c \"import sys; print('before the crash'); sys.exit(3)\"")
-    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
+def test_failure_reports_exit_code_and_last_lines(ma_module_service):
+    job = submit(ma_module_service, command=f"{PY} -c \"import sys; print('before the crash'); sys.exit(3)\"")
+    final = wait_status(ma_module_service, job["id"], {"succeeded", "error"})
     assert final["status"] == "error"
     assert final["exit_code"] == 3
-    events = ma_service.session().get(f"{ma_service.api}/jobs/{job['id']}/events", timeout=5).json()
+    events = (
+        ma_module_service.session().get(f"{ma_module_service.api}/jobs/{job['id']}/events", timeout=5).json()
+    )
     last = events[-1]
     assert last["exit_code"] == 3 and last["node"] == "worker-0"
     assert "exited with code 3" in last["reason"] and "before the crash" in last["reason"]
@@ -160,29 +176,29 @@ def _procs_with(marker):
     return found
 
 
-def test_stop_kills_the_whole_tree_within_the_grace_period(ma_service):
+def test_stop_kills_the_whole_tree_within_the_grace_period(ma_module_service):
     marker = f"ma-tree-{os.getpid()}-{time.time_ns()}"
-    job = submit(ma_service, command=pycmd(tree_script(marker)), grace_period=2)
-    wait_for(lambda: "tree started" in full_log(ma_service, job["id"]), timeout=30)
+    job = submit(ma_module_service, command=pycmd(tree_script(marker)), grace_period=2)
+    wait_for(lambda: "tree started" in full_log(ma_module_service, job["id"]), timeout=30)
     wait_for(lambda: len(_procs_with(marker)) >= 2, timeout=10)
     started = time.monotonic()
-    r = ma_service.session().post(f"{ma_service.api}/jobs/{job['id']}/stop", timeout=5)
+    r = ma_module_service.session().post(f"{ma_module_service.api}/jobs/{job['id']}/stop", timeout=5)
     assert r.status_code == 200
-    final = wait_status(ma_service, job["id"], {"stopped"}, timeout=30)
+    final = wait_status(ma_module_service, job["id"], {"stopped"}, timeout=30)
     took = time.monotonic() - started
     assert final["status"] == "stopped"
     assert _procs_with(marker) == []
     assert took < 2 + 5, f"stop took {took:.1f} s for a 2 s grace period"
 
 
-def test_a_job_past_its_duration_expires(ma_service):
+def test_a_job_past_its_duration_expires(ma_module_service):
     job = submit(
-        ma_service,
+        ma_module_service,
         command=f"{PY} -c \"import time; print('long', flush=True); time.sleep(600)\"",
         duration=2,
         grace_period=1,
     )
-    final = wait_status(ma_service, job["id"], {"expired", "error", "succeeded"}, timeout=30)
+    final = wait_status(ma_module_service, job["id"], {"expired", "error", "succeeded"}, timeout=30)
     assert final["status"] == "expired"
     assert "duration" in final["reason"]
 
@@ -224,14 +240,16 @@ def test_kill_9_of_the_service_loses_nothing(ma_service, tmp_path):
     assert wait_status(svc, queued_later["id"], {"succeeded"}, timeout=60)["status"] == "succeeded"
 
 
-def test_follow_long_poll_and_offsets(ma_service):
+def test_follow_long_poll_and_offsets(ma_module_service):
     script = "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second', flush=True)"
-    job = submit(ma_service, command=pycmd(script))
-    s = ma_service.session()
+    job = submit(ma_module_service, command=pycmd(script))
+    s = ma_module_service.session()
     seen, offset = "", 0
     while True:
         chunk = s.get(
-            f"{ma_service.api}/jobs/{job['id']}/logs/read", params={"offset": offset, "wait": 5}, timeout=15
+            f"{ma_module_service.api}/jobs/{job['id']}/logs/read",
+            params={"offset": offset, "wait": 5},
+            timeout=15,
         ).json()
         assert chunk["offset"] == offset
         seen += chunk["data"]
@@ -239,42 +257,47 @@ def test_follow_long_poll_and_offsets(ma_service):
         if chunk["eof"]:
             break
     assert seen.splitlines() == ["first", "second"]
-    streams = s.get(f"{ma_service.api}/jobs/{job['id']}/logs", timeout=5).json()
+    streams = s.get(f"{ma_module_service.api}/jobs/{job['id']}/logs", timeout=5).json()
     assert streams[0]["node"] == "worker-0" and streams[0]["size"] == offset
 
 
-def test_listing_filters_and_paging(ma_service):
-    ids = [submit(ma_service, name=f"alpha-{i}", command=f"{PY} -c pass")["id"] for i in range(3)]
-    submit(ma_service, name="beta", command=f"{PY} -c pass", specs=["cpu.medium"])
+def test_listing_filters_and_paging(ma_module_service):
+    ids = [submit(ma_module_service, name=f"alpha-{i}", command=f"{PY} -c pass")["id"] for i in range(3)]
+    submit(ma_module_service, name="beta-listed", command=f"{PY} -c pass", specs=["cpu.medium"])
     for job_id in ids:
-        wait_status(ma_service, job_id, {"succeeded"})
-    s = ma_service.session()
-    page = s.get(f"{ma_service.api}/jobs", params={"name": "alph", "limit": 2}, timeout=5).json()
+        wait_status(ma_module_service, job_id, {"succeeded"})
+    s = ma_module_service.session()
+    page = s.get(f"{ma_module_service.api}/jobs", params={"name": "alpha-", "limit": 2}, timeout=5).json()
     assert page["total"] == 3 and len(page["items"]) == 2
-    assert s.get(f"{ma_service.api}/jobs", params={"spec": "cpu.medium"}, timeout=5).json()["total"] == 1
+
+    def medium(name: str) -> int:  # the module's service is shared: the spec filter on this test's names
+        params = {"spec": "cpu.medium", "name": name}
+        return s.get(f"{ma_module_service.api}/jobs", params=params, timeout=5).json()["total"]
+
+    assert (medium("beta-listed"), medium("alpha-")) == (1, 0)
     assert (
         s.get(
-            f"{ma_service.api}/jobs",
+            f"{ma_module_service.api}/jobs",
             params={"creator": OWNER, "status": "succeeded", "name": "alpha"},
             timeout=5,
         ).json()["total"]
         == 3
     )
-    specs = s.get(f"{ma_service.api}/specs", timeout=5).json()
+    specs = s.get(f"{ma_module_service.api}/specs", timeout=5).json()
     assert "cpu.small" in [x["name"] for x in specs]
-    assert len(s.get(f"{ma_service.api}/nodes", timeout=5).json()) >= 2
+    assert len(s.get(f"{ma_module_service.api}/nodes", timeout=5).json()) >= 2
 
 
-def test_others_access_rules(ma_service):
-    job = submit(ma_service, command=f"{PY} -c pass", access="ro")
-    other = ma_service.user_session("someone-else")
-    assert other.get(f"{ma_service.api}/jobs/{job['id']}", timeout=5).status_code == 200
-    r = other.post(f"{ma_service.api}/jobs/{job['id']}/stop", timeout=5)
+def test_others_access_rules(ma_module_service):
+    job = submit(ma_module_service, command=f"{PY} -c pass", access="ro")
+    other = ma_module_service.user_session("someone-else")
+    assert other.get(f"{ma_module_service.api}/jobs/{job['id']}", timeout=5).status_code == 200
+    r = other.post(f"{ma_module_service.api}/jobs/{job['id']}/stop", timeout=5)
     assert r.status_code == 403 and "ask its owner" in r.json()["message"]
-    private = submit(ma_service, command=f"{PY} -c pass", access="none")
-    assert other.get(f"{ma_service.api}/jobs/{private['id']}", timeout=5).status_code == 404
+    private = submit(ma_module_service, command=f"{PY} -c pass", access="none")
+    assert other.get(f"{ma_module_service.api}/jobs/{private['id']}", timeout=5).status_code == 404
     assert private["id"] not in [
-        j["id"] for j in other.get(f"{ma_service.api}/jobs", timeout=5).json()["items"]
+        j["id"] for j in other.get(f"{ma_module_service.api}/jobs", timeout=5).json()["items"]
     ]
 
 
@@ -376,7 +399,7 @@ def test_the_prediction_learns_how_long_a_job_without_a_duration_runs_from_its_e
     s.post(f"{api}/jobs/{running['id']}/stop", timeout=5)
 
 
-def test_batch_job_runs_each_task_with_its_algorithm_and_outputs_subfolder(ma_service, tmp_path):
+def test_batch_job_runs_each_task_with_its_algorithm_and_outputs_subfolder(ma_module_service, tmp_path):
     out = tmp_path / "out"
     writable_dir(out)
     algos = []
@@ -389,51 +412,58 @@ def test_batch_job_runs_each_task_with_its_algorithm_and_outputs_subfolder(ma_se
         )
         algos.append(algo)
     job = submit(
-        ma_service,
+        ma_module_service,
         name="sweep",
         type="batch",
         outputs=str(out),
         tasks=[{"algorithm": str(a), "command": "python /workspace/algorithm/train.py"} for a in algos],
     )
-    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
+    final = wait_status(ma_module_service, job["id"], {"succeeded", "error"})
     assert final["status"] == "succeeded", final["reason"]
     assert sorted(n["name"] for n in final["nodes"]) == ["task-0", "task-1"]
     assert (out / "sweep-0" / "result.txt").read_text() == "task 0 ran open("
     assert (out / "sweep-1" / "result.txt").read_text() == "task 1 ran open("
-    assert "task 1 done" in full_log(ma_service, job["id"], node="task-1")
+    assert "task 1 done" in full_log(ma_module_service, job["id"], node="task-1")
 
     failing = submit(
-        ma_service,
+        ma_module_service,
         name="sweep-bad",
         type="batch",
         tasks=[{"command": f"{PY} -c pass"}, {"command": f"{PY} -c 'import sys; sys.exit(4)'"}],
     )
-    final = wait_status(ma_service, failing["id"], {"succeeded", "error"})
+    final = wait_status(ma_module_service, failing["id"], {"succeeded", "error"})
     assert final["status"] == "error" and "task-1" in final["reason"] and "code 4" in final["reason"]
 
 
-def test_dry_run_plan_shows_argv_env_and_mounts_and_creates_nothing(ma_service, tmp_path):
+def test_dry_run_plan_shows_argv_env_and_mounts_and_creates_nothing(ma_module_service, tmp_path):
     data = tmp_path / "d"
     data.mkdir()
-    r = ma_service.session().post(
-        f"{ma_service.api}/plan",
-        json={"name": "p", "command": "python train.py", "datasets": [{"name": "d", "path": str(data)}]},
+    r = ma_module_service.session().post(
+        f"{ma_module_service.api}/plan",
+        json={
+            "name": "dry-plan",
+            "command": "python train.py",
+            "datasets": [{"name": "d", "path": str(data)}],
+        },
         timeout=10,
     )
     assert r.status_code == 200, r.text
     plan = r.json()
     node = plan["nodes"][0]
     assert node["name"] == "worker-0" and node["argv"] == ["python", "train.py"]
-    assert node["env"]["MA_JOB_NAME"] == "p"
+    assert node["env"]["MA_JOB_NAME"] == "dry-plan"
     assert {"source": str(data), "target": "/workspace/dataset/private/d"}.items() <= {
         k: v for m in node["mounts"] for k, v in m.items() if m["target"].endswith("/d")
     }.items()
     assert node["workdir"] == "/workspace/algorithm"  # an empty working folder of the node's own
     assert plan["can_start_now"] is True
-    assert ma_service.session().get(f"{ma_service.api}/jobs", timeout=5).json()["total"] == 0
+    listed = ma_module_service.session().get(
+        f"{ma_module_service.api}/jobs", params={"name": "dry-plan"}, timeout=5
+    )
+    assert listed.json()["total"] == 0  # the module's service is shared: the jobs of this test's name
 
 
-def test_data_preparation_copies_datasets_before_the_run(ma_service, tmp_path):
+def test_data_preparation_copies_datasets_before_the_run(ma_module_service, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     (data / "x.txt").write_text("prepared")
@@ -441,14 +471,16 @@ def test_data_preparation_copies_datasets_before_the_run(ma_service, tmp_path):
     single.write_text("a,b\n")
     script = "print(open('/workspace/dataset/private/d/x.txt').read(), open('/workspace/dataset/private/f').read().strip())"
     job = submit(
-        ma_service,
+        ma_module_service,
         command=pycmd(script),
         data_preparation=True,
         datasets=[{"name": "d", "path": str(data)}, {"name": "f", "path": str(single)}],
     )
-    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
+    final = wait_status(ma_module_service, job["id"], {"succeeded", "error"})
     assert final["status"] == "succeeded", final["reason"]
-    assert "prepared a,b" in full_log(ma_service, job["id"])
-    events = ma_service.session().get(f"{ma_service.api}/jobs/{job['id']}/events", timeout=5).json()
+    assert "prepared a,b" in full_log(ma_module_service, job["id"])
+    events = (
+        ma_module_service.session().get(f"{ma_module_service.api}/jobs/{job['id']}/events", timeout=5).json()
+    )
     assert any("dataset d: prepared 0.0 MB in" in e["reason"] for e in events)
     assert any("dataset f: prepared 0.0 MB in" in e["reason"] for e in events)
