@@ -191,7 +191,7 @@ def test_user_errors_print_one_line_and_exit_2(ma_module_cli):
             check({**spec, "command": "python x.py"})
         except InvalidSpec as exc:
             said = exc.message
-        result = ma_cli("submit", *args, "--", "python", "x.py")
+        result = ma_module_cli("submit", *args, "--", "python", "x.py")
         assert (result.returncode, result.stderr) == (2, f"error: {said}\n")
 
 
