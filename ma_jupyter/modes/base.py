@@ -242,6 +242,13 @@ def ps_beside_workers(spec: JobSpec) -> bool:
     )
 
 
+def splits_nodes(spec: JobSpec) -> bool:
+    """Whether a job's workers share their nodes with a parameter server each (the ModelArts
+    layout on more than one node: :func:`ps_beside_workers` with a ps); a single-node job of
+    that layout runs its worker with the whole node."""
+    return ps_beside_workers(spec) and ps_count(spec) > 0
+
+
 def ps_count(spec: JobSpec) -> int:
     """How many parameter servers a TensorFlow job runs: one per worker on more than one node
     in the ModelArts layout (:func:`ps_beside_workers`), none on one; else the job's ``ps``."""

@@ -25,7 +25,7 @@ from .. import config
 from ..backends.base import Backend
 from ..errors import InvalidSpec
 from ..models import Job, JobStatus, NodeLimits, ResourceSample, ResourceUsage
-from ..modes.base import ps_beside_workers
+from ..modes.base import splits_nodes
 from .scheduler import Scheduler
 from .store import Store
 
@@ -144,7 +144,7 @@ class ResourceSampler:
         for run in job.nodes:
             limits = NodeLimits(node=run.name)
             if flavor is not None:
-                task = scheduler.task_flavor(flavor, run.role, beside=ps_beside_workers(job.spec))
+                task = scheduler.task_flavor(flavor, run.role, beside=splits_nodes(job.spec))
                 limits = NodeLimits(
                     node=run.name,
                     cpus=task.cpus,

@@ -152,3 +152,17 @@ def test_a_parameter_server_names_its_own_spec():
     # the ps runs with the scheduler's parameter-server spec, the worker with the job's
     assert ps.env["MA_SPEC"] == PS_SPEC.name == "cpu.ps"
     assert worker.env["MA_SPEC"] == "cpu.small"
+
+
+def test_only_a_modelarts_job_of_several_nodes_splits_its_nodes_with_parameter_servers():
+    """The limits shown and exported for a job follow the scheduler's split: a single-node job of
+    the ModelArts layout runs its worker alone with the whole node."""
+    from ma_jupyter.modes.base import splits_nodes
+
+    def spec(nodes, convention="modelarts"):
+        return JobSpec(
+            name="tf", mode="tensorflow", nodes=nodes, convention=convention, command="python t.py"
+        )
+
+    assert splits_nodes(spec(2)) and not splits_nodes(spec(1))
+    assert not splits_nodes(spec(2, convention="platform"))

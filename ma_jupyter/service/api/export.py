@@ -13,7 +13,7 @@ from ...commands import parse_command
 from ...export import notebook as devenv_notebook
 from ...jobdir import PLACEHOLDER
 from ...models import API_PREFIX, JobSpec, parse_spec
-from ...modes.base import ps_beside_workers
+from ...modes.base import splits_nodes
 from .. import access
 from ..access import Op
 from .deps import CallerDep, JobId, Services, ServicesDep
@@ -42,7 +42,7 @@ def _export(
         fmt,
         spec,
         job_id=job_id,
-        flavor_of=lambda role: scheduler.task_flavor(flavor, role, beside=ps_beside_workers(spec)),
+        flavor_of=lambda role: scheduler.task_flavor(flavor, role, beside=splits_nodes(spec)),
         outputs=outputs,
         image=image,
         mounts_as=mounts_as,
