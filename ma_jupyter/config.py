@@ -567,7 +567,8 @@ def load_notify(path: Path | None = None) -> str | None:
     states, :mod:`ma_jupyter.service.notify`), or None without one.
 
     Raises:
-        InvalidSpec: ``[notify]`` is not a table with one non-empty string ``command``.
+        InvalidSpec: ``[notify]`` is not a table of ``command`` (one non-empty string) and
+            ``webhook_allow`` (:func:`load_webhook_allow`).
     """
     path = path or cluster_file()
     table = read_cluster_file(path).get("notify")
@@ -575,18 +576,41 @@ def load_notify(path: Path | None = None) -> str | None:
         return None
     if (
         not isinstance(table, dict)
-        or set(table) != {"command"}
-        or not isinstance(table["command"], str)
-        or not table["command"].strip()
+        or not set(table) <= {"command", "webhook_allow"}
+        or ("command" in table and (not isinstance(table["command"], str) or not table["command"].strip()))
     ):
         raise InvalidSpec(
-            f'{path}: [notify] takes one key, command = "PROGRAM ARGS..." (run without a shell)'
+            f'{path}: [notify] takes command = "PROGRAM ARGS..." (run without a shell) and '
+            'webhook_allow = ["HOST[:PORT]", ...]'
         )
+    if "command" not in table:
+        return None
     try:
         shlex.split(table["command"])
     except ValueError as exc:
         raise InvalidSpec(f"{path}: [notify] command cannot be split into words: {exc}") from exc
     return table["command"]
+
+
+def load_webhook_allow(path: Path | None = None) -> tuple[str, ...]:
+    """``[notify] webhook_allow`` of ``cluster.toml``: the ``HOST`` or ``HOST:PORT``
+    destinations (lower case) users' webhooks may reach although they resolve to loopback,
+    link-local, private, multicast or unspecified addresses (:mod:`ma_jupyter.service.webhooks`
+    rule 1); ``()`` without one.
+
+    Raises:
+        InvalidSpec: ``webhook_allow`` is not a list of non-empty strings.
+    """
+    path = path or cluster_file()
+    table = read_cluster_file(path).get("notify")
+    if not isinstance(table, dict) or "webhook_allow" not in table:
+        return ()
+    allow = table["webhook_allow"]
+    if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
+        raise InvalidSpec(
+            f'{path}: [notify] webhook_allow is a list of destinations, e.g. ["127.0.0.1:8123", "hooks.internal"]'
+        )
+    return tuple(a.strip().lower() for a in allow)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """Each user's own notification webhook, on a real service with real node processes.
 
+Loopback webhooks are refused until the administrator names them in ``[notify] webhook_allow``.
+
 Alice's webhook is a tiny HTTP server of the test on loopback; bob's is hostile: it accepts the
 connection and never answers.  Bob's job ends first, so the service's delivery thread meets
 bob's silent server before alice's events; alice's webhook still gets her job's performance
@@ -70,13 +72,25 @@ def silent():
 
 @pytest.mark.timeout(300)
 def test_a_users_webhook_gets_their_alert_and_end_and_a_silent_one_stalls_nothing(
-    ma_service, recorder, silent, tmp_path
+    ma_home, ma_service, recorder, silent, tmp_path
 ):
     svc = ma_service
     alice, bob = svc.user_session("alice"), svc.user_session("bob")
     url, got = recorder
+    # loopback (the service's own port here) is refused until the admin allows it
+    for bad in (url, f"{svc.url}/api/v1/jobs"):
+        reply = alice.put(f"{svc.api}/users/me/notify", json={"webhook": bad}, timeout=30)
+        assert reply.status_code == 400 and "[notify] webhook_allow" in reply.text, reply.text
+    cluster = ma_home / "cluster.toml"
+    cluster.write_text(cluster.read_text() + '[notify]\nwebhook_allow = ["127.0.0.1"]\n')
     # what a webhook may be: a clear refusal, nothing stored
-    for bad in ("file:///etc/passwd", "ftp://host/x", "http://", "http://h:99999/"):
+    for bad in (
+        "file:///etc/passwd",
+        "ftp://host/x",
+        "http://",
+        "http://h:99999/",
+        "http://169.254.169.254/",
+    ):
         reply = alice.put(f"{svc.api}/users/me/notify", json={"webhook": bad}, timeout=10)
         assert reply.status_code in (400, 422), (bad, reply.text)
         assert "webhook" in reply.text, reply.text

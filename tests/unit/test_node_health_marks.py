@@ -117,7 +117,7 @@ def test_the_cluster_file_sets_the_node_disk_check_and_the_notify_command(tmp_pa
         "notify = 1\n",
     ):
         path.write_text(bad)
-        with pytest.raises(InvalidSpec, match=r"\[notify\] takes one key"):
+        with pytest.raises(InvalidSpec, match=r"\[notify\] takes command"):
             load_notify(path)
     path.write_text('[notify]\ncommand = "notify \'unclosed"\n')
     with pytest.raises(InvalidSpec, match="cannot be split into words"):

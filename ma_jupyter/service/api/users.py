@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
+from ... import config
 from ...models import API_PREFIX, NewUser, NotifySettings, User, UserToken
 from ..webhooks import check_url
 from .deps import MAX_ID, CallerDep, ServicesDep
@@ -26,7 +27,7 @@ def my_notify(services: ServicesDep, user: CallerDep) -> NotifySettings:
 
 @router.put("/users/me/notify", response_model=NotifySettings)
 def set_my_notify(services: ServicesDep, user: CallerDep, body: NotifySettings) -> NotifySettings:
-    url = check_url(body.webhook) if body.webhook else None
+    url = check_url(body.webhook, config.load_webhook_allow()) if body.webhook else None
     services.store.set_notify_webhook(user.name, url)
     return NotifySettings(webhook=url)
 

@@ -89,7 +89,9 @@ class Supervisor:
         # the journal of alerts and terminal states; closed at shutdown
         # and each user's own webhook (webhooks.py), read from the store when an event is sent
         self.notifier = Notifier(
-            config.load_notify(), str(config.home()), webhooks=UserWebhooks(store.notify_webhook)
+            config.load_notify(),
+            str(config.home()),
+            webhooks=UserWebhooks(store.notify_webhook, allow=config.load_webhook_allow),
         )
         self.journal = Journal(store, self.queue, backend, self.ledger, self.preparation, self.notifier)
         self.on_job_deleted: list[Callable[[str], None]] = self.journal.on_job_deleted
