@@ -61,6 +61,10 @@ HEAVY = (
     "pydantic",
     "pydantic_core",
     "ma_jupyter.models",
+    # standard-library modules only some commands need, imported where they are used: starting
+    # a service or probing accelerators (subprocess), digesting a tree (hashlib)
+    "subprocess",
+    "hashlib",
 )
 
 
