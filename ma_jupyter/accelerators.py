@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -179,6 +177,9 @@ def _nvidia_by_nvml() -> list[Card] | None:
 
 def _run_tool(argv: list[str]) -> str | None:
     """A detection tool's output; None when it is missing, fails or hangs."""
+    import shutil  # here, not at the top: a command-line call reads the config and never probes
+    import subprocess
+
     program = shutil.which(argv[0])
     if program is None:
         return None

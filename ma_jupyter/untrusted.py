@@ -22,7 +22,6 @@ service's event loop run them on a thread).
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import stat
@@ -365,6 +364,8 @@ class DatasetWalk:
         self.content_limit = content_limit
         self.bytes = 0
         self.files = 0
+        import hashlib  # here: a command-line call that reads a log never digests a tree
+
         self._meta = hashlib.sha256()
         self._content = hashlib.sha256()
 

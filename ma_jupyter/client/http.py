@@ -17,7 +17,6 @@ repeated), ``events``, ``stop`` and ``delete``.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -340,7 +339,7 @@ class Client:
             job = self._answer("Job", self._request("POST", "/jobs", json_body=body, headers=key))
         except BaseException:
             if shipped and is_snapshot(body["algorithm"]):
-                shutil.rmtree(body["algorithm"], ignore_errors=True)  # no job will run it
+                _remove_tree(body["algorithm"])  # no job will run it
             raise
         handle = JobHandle(self, job)
         handle.shipped = shipped
@@ -363,7 +362,7 @@ class Client:
             plan = self._answer("Plan", self._request("POST", "/plan", json_body=body))
         finally:
             if shipped and is_snapshot(body["algorithm"]):
-                shutil.rmtree(body["algorithm"], ignore_errors=True)  # a dry run leaves nothing
+                _remove_tree(body["algorithm"])  # a dry run leaves nothing
         if shipped:
             plan.notes.append(
                 shipped.replace("shipped ", "would ship ", 1).replace("mounted ", "would mount ", 1)
@@ -1055,3 +1054,11 @@ def _segment(job_id: str) -> str:
     if not job_id:
         raise InvalidSpec("a job id is empty: give one from `ma-jupyter jobs`")
     return quote(str(job_id), safe="")
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a folder made for a submit that did not happen (``shutil``, whose import pulls
+    in the compression modules, only then)."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

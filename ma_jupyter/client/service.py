@@ -7,18 +7,20 @@ import fcntl
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ma_jupyter
 
 from .. import config
 from ..errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    import subprocess
 
 START_TIMEOUT = 30.0  # seconds a fresh service gets to answer /health
 AUTOSTART_LOCK = "autostart.lock"
@@ -88,6 +90,8 @@ def start_service(
             env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
             # the service's log may quote jobs' specs: the owner's alone, like the rest of the home
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+            import subprocess  # only to start a service, not in every call of the client
+
             with os.fdopen(log_fd, "ab") as log:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "ma_jupyter.service", *args],

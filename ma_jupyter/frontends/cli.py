@@ -57,13 +57,55 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _JOBS_HINT = "`ma-jupyter jobs`"
 
 
-def build_cli() -> options.OptionsParser:
-    """The ``ma-jupyter`` parser with one sub-command per action."""
+class _NotOnTheLine:
+    """Stands in for the parser of a sub-command that the command line does not name: adding
+    options (or groups, or sub-commands) to it does nothing (see :func:`build_cli`)."""
+
+    def __init__(self, **_: Any):
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: self
+
+
+class _Commands:
+    """Adds the ``ma-jupyter`` sub-commands, each with its help; only the one ``chosen`` (every
+    one when None) gets a real parser, the others a :class:`_NotOnTheLine`.
+
+    Making an argparse parser is what costs (each looks for a translation catalogue of its
+    headings on disk), so the stand-in is made where argparse makes a sub-command's parser, as
+    its ``parser_class``.
+    """
+
+    def __init__(self, parser: argparse.ArgumentParser, chosen: str | None):
+        self._chosen = chosen
+        self._building: str | None = None
+        self._subparsers = parser.add_subparsers(
+            dest="cmd", metavar="COMMAND", required=True, parser_class=self._parser
+        )
+
+    def _parser(self, **kwargs: Any) -> Any:
+        wanted = self._chosen in (None, self._building)
+        return options.OptionsParser(**kwargs) if wanted else _NotOnTheLine()
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        self._building = name
+        return self._subparsers.add_parser(name, **kwargs)
+
+
+def build_cli(chosen: str | None = None) -> options.OptionsParser:
+    """The ``ma-jupyter`` parser with one sub-command per action.
+
+    With ``chosen`` (the sub-command a command line names), only that sub-command's options are
+    built: every sub-command is still listed with its help (``ma-jupyter --help`` and an unknown
+    command's error read the same), but a call does not pay for building the options of the
+    twenty others (the job options of ``submit`` and ``clone`` above all).
+    """
     parser = options.OptionsParser(
         prog="ma-jupyter", description="Task-style training jobs on this machine's job service."
     )
     parser.add_argument("--version", action="version", version=f"ma-jupyter {__version__}")
-    commands = parser.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+    commands = _Commands(parser, chosen)
 
     service = commands.add_parser("service", help="start, stop or inspect the job service")
     service.add_argument("action", choices=["start", "stop", "status"])
@@ -314,7 +356,8 @@ def parse_command_line(argv: list[str]) -> argparse.Namespace:
     words after ``--`` are set aside first and become ``command`` of a sub-command that has
     one; for any other the whole line is parsed as it is (and ``--`` refused as usual).
     """
-    parser = build_cli()
+    # the first word is the sub-command unless it is an option (--help, --version, a mistake)
+    parser = build_cli(argv[0] if argv and not argv[0].startswith("-") else None)
     if "--" in argv:
         cut = argv.index("--")
         args = parser.parse_args(argv[:cut])

@@ -61,6 +61,10 @@ HEAVY = (
     "pydantic",
     "pydantic_core",
     "ma_jupyter.models",
+    # standard-library modules only some commands need, imported where they are used: starting
+    # a service or probing accelerators (subprocess), digesting a tree (hashlib)
+    "subprocess",
+    "hashlib",
 )
 
 
@@ -82,3 +86,35 @@ def test_the_cli_imports_no_heavy_module_it_does_not_need():
     assert loaded == [], loaded
     assert found["built"] == [], f"models built at import: {found['built']}"
     assert "name:      j" in found["text"]
+
+
+def test_a_call_builds_only_its_own_sub_command_and_every_help_reads_the_same(capsys):
+    """``parse_command_line`` builds the options of the sub-command the line names only; what
+    any line prints (help, errors) and parses to is what the whole parser gives."""
+    import argparse
+
+    from ma_jupyter.errors import InvalidSpec, OptionsExit
+    from ma_jupyter.frontends import cli
+
+    def commands_of(parser: argparse.ArgumentParser) -> dict:
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return sub.choices
+
+    names = list(commands_of(cli.build_cli()))
+    assert len(names) > 20
+    built = commands_of(cli.build_cli("logs"))
+    assert list(built) == names
+    assert [n for n, p in built.items() if isinstance(p, argparse.ArgumentParser)] == ["logs"]
+    assert cli.build_cli("logs").format_help() == cli.build_cli().format_help()
+
+    def outcome(parser: argparse.ArgumentParser, argv: list[str]) -> tuple:
+        try:
+            result = repr(sorted(vars(parser.parse_args(argv)).items()))
+        except (InvalidSpec, OptionsExit) as exc:
+            result = f"{type(exc).__name__}: {exc}"
+        return result, capsys.readouterr()
+
+    lines = [[name, "--help"] for name in names] + [[name] for name in names]
+    lines += [["submit", "--spec", "cpu.small", "--wait"], ["users", "add", "-h"], ["jobs", "--bogus"]]
+    for argv in lines:
+        assert outcome(cli.build_cli(argv[0]), argv) == outcome(cli.build_cli(), argv), argv
