@@ -32,6 +32,7 @@ Rules, in order:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -43,7 +44,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from .errors import InvalidSpec
+from . import foldersize, untrusted
+from .errors import FolderRefused, InvalidSpec, RefusedFile
 
 #: the URI schemes of object storage
 SCHEMES = ("s3", "obs")
@@ -185,6 +187,8 @@ def listing(
     try:
         for page in obstore.list(store, prefix, chunk_size=1000):
             for meta in page:
+                if len(meta["path"]) > MAX_KEY:  # S3's own bound: an endpoint's longer key is hostile
+                    raise StorageError(f"{uri}: the endpoint listed a key longer than {MAX_KEY} characters")
                 rel = meta["path"][len(prefix) :] if prefix else meta["path"]
                 if not rel or rel.endswith("/") or ".." in rel.split("/"):
                     continue  # a folder marker, or a key that would leave the download folder
@@ -295,35 +299,95 @@ class Progress:
         return self.done_bytes / max(time.monotonic() - self.started, 1e-6)
 
 
-async def _fetch(store, uri: ObjectURI, obj: Obj, into: Path, cancel: threading.Event | None) -> bool:
-    """One object into ``into`` (rule 3); whether it was fetched (False: already complete).
-    Asynchronous: while a chunk is written, the next is already being received."""
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: the longest object key taken from a listing (S3's own bound): an endpoint's longer names are refused
+MAX_KEY = 1024
+
+
+def _open_folder(into_fd: int, parts: list[str], shown: str) -> int:
+    """An fd of the folder ``parts`` below ``into_fd``, each component made if missing and opened
+    with ``O_NOFOLLOW``: a link the job left in ``outputs/`` (``ln -s /etc d``) is never followed.
+
+    Raises:
+        StorageError: a component is a link or not a folder.
+    """
+    fd = os.dup(into_fd)
+    try:
+        for part in parts:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise StorageError(
+                        f"{shown}: {part} is a link or not a folder in the download folder: "
+                        "the service does not write through it; remove it"
+                    ) from None
+                raise
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+async def _fetch(store, uri: ObjectURI, obj: Obj, into_fd: int, cancel: threading.Event | None) -> bool:
+    """One object into the folder ``into_fd`` (rule 3); whether it was fetched (False: already
+    complete).  Asynchronous: while a chunk is written, the next is already being received.
+    Nothing below ``into_fd`` is followed: folders are opened with ``O_NOFOLLOW``, the ``.part``
+    file is made anew with ``O_EXCL`` (whatever was there, a link included, is removed first),
+    and the rename replaces a link at the object's name rather than writing through it."""
     import obstore
 
-    dest = into / obj.relative
-    part = dest.with_name(dest.name + ".part")
+    *folders, name = obj.relative.split("/")
+    part = name + ".part"
+    dir_fd = _open_folder(into_fd, folders, f"{uri}/{obj.relative}")
     try:
-        if dest.stat().st_size == obj.size:
-            part.unlink(missing_ok=True)  # what an older, failed download left of it
-            return False
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_size == obj.size:
+                _unlink(part, dir_fd)  # what an older, failed download left of it
+                return False
+        except FileNotFoundError:
+            pass
+        _unlink(part, dir_fd)
+        fd = os.open(
+            part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
+        )
+        with os.fdopen(fd, "wb") as out:
+            size = 0
+            if obj.size:
+                result = await obstore.get_async(store, obj.key)
+                async for chunk in result.stream(min_chunk_size=_CHUNK):
+                    if cancel is not None and cancel.is_set():
+                        raise StorageError(f"the download of {uri} was cancelled")
+                    if size + len(chunk) > obj.size:  # a hostile endpoint never fills the disk
+                        raise StorageError(
+                            f"{uri}/{obj.relative}: more than the {obj.size} bytes listed: "
+                            "the object changed; submit again"
+                        )
+                    out.write(chunk)
+                    size += len(chunk)
+            os.fchmod(out.fileno(), 0o644)
+        if size != obj.size:
+            raise StorageError(
+                f"{uri}/{obj.relative}: got {size} bytes of {obj.size}: the object changed; submit again"
+            )
+        os.replace(part, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return True
+    finally:
+        os.close(dir_fd)
+
+
+def _unlink(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)  # a link is removed, never followed
     except FileNotFoundError:
         pass
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    with open(part, "wb") as out:
-        if obj.size:
-            result = await obstore.get_async(store, obj.key)
-            async for chunk in result.stream(min_chunk_size=_CHUNK):
-                if cancel is not None and cancel.is_set():
-                    raise StorageError(f"the download of {uri} was cancelled")
-                out.write(chunk)
-        size = out.tell()
-    if size != obj.size:
-        raise StorageError(
-            f"{uri}/{obj.relative}: got {size} bytes of {obj.size}: the object changed; submit again"
-        )
-    os.chmod(part, 0o644)
-    os.replace(part, dest)
-    return True
 
 
 def download(
@@ -348,12 +412,13 @@ def download(
 
     store = _store(uri, credentials, endpoint, REQUEST_TIMEOUT)
     into.mkdir(parents=True, exist_ok=True, mode=0o755)
+    into_fd = os.open(into, _DIR_FLAGS)  # ``into`` is the caller's; nothing below it is followed
     state = Progress(len(objects), sum(o.size for o in objects))
 
     async def one(obj: Obj, slots: asyncio.Semaphore) -> None:
         async with slots:
             try:
-                await _fetch(store, uri, obj, into, cancel)
+                await _fetch(store, uri, obj, into_fd, cancel)
             except StorageError:
                 raise
             except Exception as exc:
@@ -367,32 +432,29 @@ def download(
         slots = asyncio.Semaphore(max(1, parallel))
         await asyncio.gather(*(one(o, slots) for o in objects))
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        os.close(into_fd)
     return state
 
 
 def _files(folder: Path) -> dict[str, os.stat_result]:
-    """The regular files below ``folder`` (no link followed, bounded depth and count)."""
+    """The regular files below ``folder`` (the package's one bounded walk, ``foldersize.walk``:
+    no link followed, depth, names and time bounded), ``.part`` files left out."""
     found: dict[str, os.stat_result] = {}
-    stack = [(folder, "")]
-    while stack:
-        path, rel = stack.pop()
-        try:
-            entries = list(os.scandir(path))
-        except OSError:
-            continue
-        for entry in entries:
-            sub = f"{rel}{entry.name}"
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode) and sub.count("/") < 64:
-                stack.append((Path(entry.path), sub + "/"))
-            elif stat.S_ISREG(st.st_mode) and not entry.name.endswith(".part"):
-                found[sub] = st
-                if len(found) > MAX_OBJECTS:
-                    raise StorageError(f"{folder} holds more than {MAX_OBJECTS} files: too many to upload")
+    try:
+        for path, _fd, entries in foldersize.walk([folder], max_entries=MAX_OBJECTS * 2):
+            below = "" if path == "." else path[2:] + "/"
+            for name, st in entries:
+                if stat.S_ISREG(st.st_mode) and not name.endswith(".part"):
+                    found[below + name] = st
+                    if len(found) > MAX_OBJECTS:
+                        raise StorageError(
+                            f"{folder} holds more than {MAX_OBJECTS} files: too many to upload"
+                        )
+    except FolderRefused as exc:
+        raise StorageError(f"cannot upload {folder}: {exc}") from None
     return found
 
 
@@ -425,10 +487,10 @@ def upload(
 
     def one(item: tuple[str, tuple[int, int]]) -> None:
         rel, seen = item
-        try:
-            fd = os.open(folder / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return  # gone or replaced by a link since the walk
+        try:  # no link followed on the way, not only the last one: the job may swap a folder
+            fd = untrusted.open_file(folder, rel)
+        except (OSError, RefusedFile):
+            return  # gone, or replaced by a link (or made a hard link) since the walk
         try:
             with os.fdopen(fd, "rb") as f:
                 obstore.put(store, uri.key(rel), f)

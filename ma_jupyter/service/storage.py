@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import config, objectstore
-from ..errors import InvalidSpec
+from .. import config, foldersize, objectstore
+from ..errors import FolderRefused, InvalidSpec
 from ..models import Job, JobSpec, is_object_uri
 
 log = logging.getLogger("ma_jupyter.supervisor")
@@ -93,9 +94,14 @@ def download_outputs(job_id: str, spec: JobSpec, credentials: dict[str, str], ac
     objects = objectstore.listing(uri, credentials, endpoint(uri, credentials))
     objectstore.download(uri, objects, credentials, endpoint(uri, credentials), folder)
     if account is not None:  # the job writes there: its folders and files are its account's
-        for path in [folder, *folder.rglob("*")]:
-            if not path.is_symlink():
-                os.chown(path, account.uid, account.gid)
+        try:  # the one bounded walk, no link followed; each entry changed through its folder's fd
+            for _path, dir_fd, entries in foldersize.walk([folder], follow_top=False):
+                os.fchown(dir_fd, account.uid, account.gid)
+                for name, st in entries:
+                    if not stat.S_ISLNK(st.st_mode):
+                        os.chown(name, account.uid, account.gid, dir_fd=dir_fd, follow_symlinks=False)
+        except FolderRefused as exc:
+            raise objectstore.StorageError(f"outputs {folder}: {exc}") from None
     return len(objects)
 
 

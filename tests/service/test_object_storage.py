@@ -12,11 +12,13 @@ import signal
 import socket
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import requests
 
+from ma_jupyter.models import parse_spec
 from tests.helpers import wait_for
 from tests.service.test_service import full_log, job_of, pycmd, wait_status
 
@@ -354,3 +356,78 @@ def test_the_grace_periods_upload_rounds_never_run_on_without_bound(s3_endpoint,
     wait_for(lambda: not any(t.name == f"ma-upload-stop-{job.id}" for t in threading.enumerate()), timeout=60)
     assert bytes(obstore.get(bucket, "run/ckpt").bytes()) == b"c"
     assert uploads.final(job) is None  # nothing changed since: the final upload still answers
+
+
+def test_a_hostile_jobs_links_and_a_hostile_endpoint_never_reach_the_hosts_files(
+    s3_endpoint, tmp_path, monkeypatch
+):
+    """The job (attempt 1) leaves links in its outputs folder and the user's bucket names them:
+    the resume's download (as root) writes through none of them, and its chown follows none; an
+    upload never reads through a folder the job swapped for a link after the walk; an endpoint
+    that sends more than it listed is cut off at the listed size."""
+    import obstore
+
+    from ma_jupyter import objectstore
+    from ma_jupyter.service import storage
+
+    store = _store(s3_endpoint, "hostile")
+    for key in ("out/x", "out/y", "out/d/evil", "out/big"):
+        obstore.put(store, key, b"from-the-bucket" * (70_000 if key == "out/big" else 1))
+    creds, uri = _credentials(s3_endpoint), objectstore.ObjectURI.parse("s3://hostile/out")
+    host = tmp_path / "host"
+    (host / "etc").mkdir(parents=True)
+    victim, preload = host / "shadow", host / "ld.so.preload"
+    victim.write_text("host-secret")
+    preload.write_text("host")
+    out = tmp_path / "job" / "outputs"
+    out.mkdir(parents=True)
+    (out / "x.part").symlink_to(preload)  # ln -s /etc/ld.so.preload outputs/x.part
+    (out / "y").symlink_to(victim)
+    (out / "d").symlink_to(host / "etc")  # ln -s /etc outputs/d
+    (out / "l").symlink_to(victim)
+    objects = objectstore.listing(uri, creds, s3_endpoint)
+    by = {o.relative: o for o in objects}
+    objectstore.download(uri, [by["x"], by["y"]], creds, s3_endpoint, out)
+    assert preload.read_text() == "host" and victim.read_text() == "host-secret"
+    assert (out / "x").read_bytes() == (out / "y").read_bytes() == b"from-the-bucket"
+    assert not (out / "y").is_symlink()
+    with pytest.raises(objectstore.StorageError, match="link or not a folder"):
+        objectstore.download(uri, [by["d/evil"]], creds, s3_endpoint, out)
+    assert list((host / "etc").iterdir()) == []
+
+    # an endpoint that sends more than it listed: cut off at the listed size, not after the stream
+    short = objectstore.Obj("big", 10, "", "", "out/big")
+    with pytest.raises(objectstore.StorageError, match="more than the 10 bytes listed"):
+        objectstore.download(uri, [short], creds, s3_endpoint, out)
+    assert (out / "big.part").stat().st_size <= 10
+
+    # the chown of download_outputs: through no link (the job's account gets its folder's files)
+    monkeypatch.setattr(storage.config, "outputs_folder", lambda job_id, outputs: str(out))
+    monkeypatch.setattr(storage, "endpoint", lambda uri, credentials: s3_endpoint)
+    spec = parse_spec({"name": "h", "command": "true", "outputs": "s3://hostile/out/x"})
+    account = types.SimpleNamespace(uid=4321, gid=4321)
+    storage.download_outputs("j1", spec, creds, account)
+    assert victim.stat().st_uid == 0 and (host / "etc").stat().st_uid == 0
+    assert (out / "x").stat().st_uid == 4321 and out.stat().st_uid == 4321
+
+    # the upload: the job swaps a folder for a link to the host's between the walk and the open
+    (out / "sub").mkdir()
+    (out / "sub" / "shadow").write_text("job's own")
+    walk = objectstore._files
+
+    def swapped(folder):
+        found = walk(folder)
+        (out / "sub" / "shadow").unlink()
+        (out / "sub").rmdir()
+        (out / "sub").symlink_to(host)
+        return found
+
+    monkeypatch.setattr(objectstore, "_files", swapped)
+    sent: dict = {}
+    objectstore.upload(out, objectstore.ObjectURI.parse("s3://hostile/up"), creds, s3_endpoint, sent)
+    assert "sub/shadow" not in sent and "x" in sent
+    listed = {
+        o.relative
+        for o in objectstore.listing(objectstore.ObjectURI.parse("s3://hostile/up"), creds, s3_endpoint)
+    }
+    assert "sub/shadow" not in listed and "x" in listed
