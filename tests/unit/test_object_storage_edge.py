@@ -95,3 +95,23 @@ def test_the_lab_proxy_adds_the_servers_credentials_to_an_object_storage_spec(mo
     local = json.dumps({"name": "j", "datasets": [{"name": "d", "path": "/data"}]}).encode()
     assert with_storage_credentials(local) == local
     assert with_storage_credentials(b"not json") == b"not json"
+
+
+def test_a_cloned_spec_with_masked_credentials_takes_the_submitters_own(monkeypatch):
+    """A job's spec as the service shows it has its credentials masked: cloning it (with AWS_*
+    set) sends the submitter's own, never the masks; without any, the masks are dropped."""
+    cloned = {
+        "name": "j",
+        "command": "true",
+        "datasets": [{"name": "d", "path": "s3://b/p"}],
+        "storage_credentials": dict.fromkeys(AWS, "***"),
+    }
+    for name, value in AWS.items():
+        monkeypatch.setenv(name, value)
+    assert spec_body(None, cloned)["storage_credentials"] == AWS
+    assert spec_body(None, cloned, validate=False)["storage_credentials"] == AWS
+    for name in AWS:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", "/nonexistent")
+    assert "***" not in str(spec_body(None, cloned, validate=False))
+    assert "***" not in str(spec_body(None, cloned))
