@@ -161,6 +161,11 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     assert bytes(obstore.get(out, "run/ckpt/step.txt").bytes()) == b"step-2"
     reasons = s.get(f"{ma_service.api}/jobs/{again['id']}/events", timeout=10).text
     assert "dataset d: prepared data reused" in reasons, reasons
+    # a dev environment of a job with storage credentials (its stored spec has them masked)
+    dev = s.post(f"{ma_service.api}/jobs/{again['id']}/devenv", json={}, timeout=60)
+    assert dev.status_code == 201, dev.text
+    s.post(f"{ma_service.api}/jobs/{dev.json()['id']}/stop", timeout=30)
+    wait_status(ma_service, dev.json()["id"], {"succeeded", "failed", "error", "stopped"}, timeout=120)
 
     # a job whose outputs cannot be uploaded at its end fails with the reason, though its command succeeded
     gate = tmp_path / "gate"
