@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import ipaddress
 import os
+import re
+import socket
 import stat
 import threading
 import time
@@ -43,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from . import foldersize, untrusted
 from .errors import FolderRefused, InvalidSpec, RefusedFile
@@ -155,8 +159,76 @@ def _store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, ti
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:400]
+    """The error's kind and HTTP status (and S3's error code), never its text: that may hold
+    the response's body, which the endpoint chose (the submit's 400 answer shows this)."""
+    text = str(exc)
+    parts = [type(exc).__name__]
+    status = re.search(r"status:? (\d{3})", text)
+    if status:
+        parts.append(f"HTTP {status.group(1)}")
+    code = re.search(r"<Code>([A-Za-z0-9.]{1,64})</Code>", text)
+    if code:
+        parts.append(code.group(1))
+    lowered = text.lower()
+    for phrase in ("timed out", "dns error", "connection refused", "error sending request"):
+        if phrase in lowered:
+            parts.append(phrase)
+            break
+    return ", ".join(parts)
+
+
+#: the form of a region, which becomes part of AWS's host name (``s3.<region>.amazonaws.com``)
+_REGION = re.compile(r"[a-z0-9-]{1,40}")
+
+
+def check_endpoint(credentials: dict[str, str], allowed: tuple[str, ...] = ()) -> None:
+    """The user's ``AWS_ENDPOINT_URL`` and region are where the service (from its own network)
+    sends requests: the region must look like one, and the endpoint's host must resolve only to
+    public addresses (not loopback, link-local such as 169.254.169.254, private or reserved ones)
+    unless the administrator's ``[storage] allow_endpoints`` (``allowed``) names the endpoint.
+
+    Raises:
+        InvalidSpec: naming the variable, the address and what to do.
+    """
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        region = credentials.get(name)
+        if region and not _REGION.fullmatch(region):
+            raise InvalidSpec(f"{name}: {region[:60]!r} is not a region (lowercase letters, digits and -)")
+    endpoint = credentials.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        return
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise InvalidSpec(f"AWS_ENDPOINT_URL: {endpoint[:200]!r} is not an http:// or https:// URL")
+    if normal_endpoint(endpoint) in {normal_endpoint(a) for a in allowed}:
+        return
+    try:
+        found = socket.getaddrinfo(parts.hostname, port or 443, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        raise InvalidSpec(
+            f"AWS_ENDPOINT_URL: cannot resolve {parts.hostname[:200]}: check the endpoint"
+        ) from None
+    for *_, address in found:
+        ip = ipaddress.ip_address(str(address[0]).split("%")[0])
+        if ip.version == 6 and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if not ip.is_global or ip.is_multicast:
+            raise InvalidSpec(
+                f"AWS_ENDPOINT_URL: {parts.hostname[:200]} is {ip}, a loopback, link-local, private or "
+                "reserved address: the service sends no request there unless the administrator names "
+                "the endpoint in [storage] allow_endpoints of cluster.toml"
+            )
+
+
+def normal_endpoint(url: str) -> str:
+    """An endpoint URL as ``[storage] allow_endpoints`` compares it: scheme and host lowercase,
+    no trailing '/'."""
+    parts = urlsplit(url.strip())
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
 
 
 def listing(

@@ -51,8 +51,15 @@ GRACE_MARGIN = 300.0
 
 
 def endpoint(uri: objectstore.ObjectURI, credentials: dict[str, str]) -> str | None:
-    """Rule 3."""
-    return objectstore.endpoint_of(uri, credentials, config.load_storage().obs_endpoint)
+    """Rule 3; the user's endpoint and region are checked (``objectstore.check_endpoint``: no
+    loopback, link-local or private address unless ``[storage] allow_endpoints`` names it).
+
+    Raises:
+        InvalidSpec: the endpoint or region is refused.
+    """
+    storage = config.load_storage()
+    objectstore.check_endpoint(credentials, storage.allow_endpoints)
+    return objectstore.endpoint_of(uri, credentials, storage.obs_endpoint)
 
 
 def check_paths(spec: JobSpec) -> None:

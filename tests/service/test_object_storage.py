@@ -74,6 +74,14 @@ def _store(endpoint: str, bucket: str):
     )
 
 
+def allow(home: Path, endpoint: str) -> None:
+    """The administrator's opt-in to a loopback endpoint: ``[storage] allow_endpoints``."""
+    cluster = home / "cluster.toml"
+    cluster.write_text(
+        (cluster.read_text() if cluster.exists() else "") + f'\n[storage]\nallow_endpoints = ["{endpoint}"]\n'
+    )
+
+
 def _credentials(endpoint: str) -> dict[str, str]:
     return {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": endpoint}
 
@@ -98,6 +106,8 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     obstore.put(store, "set/sub/a.txt", b"hello-from-s3")
     for i in range(40):
         obstore.put(store, f"set/many/{i}.bin", os.urandom(1000))
+    # the moto server is on loopback: the administrator's opt-in lets the service reach it
+    allow(Path(os.environ["MA_JUPYTER_HOME"]), s3_endpoint)
     s = ma_service.session()
     body = {
         "name": "s3read",
@@ -117,6 +127,18 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     assert missing.status_code == 400, missing.text
     assert "bucket data" in missing.text and "s3://data/nope" in missing.text
     assert SECRET not in missing.text
+    # a user's endpoint on the service's own network (the cloud's metadata, another loopback
+    # port) is refused at the submit, before any request is sent there
+    for hostile in ("http://169.254.169.254", "http://127.0.0.1:1", "http://10.0.0.1:9000"):
+        ssrf = s.post(
+            f"{ma_service.api}/jobs",
+            json={**body, "storage_credentials": {**_credentials(s3_endpoint), "AWS_ENDPOINT_URL": hostile}},
+            timeout=60,
+        )
+        assert ssrf.status_code == 400 and "allow_endpoints" in ssrf.text, ssrf.text
+    region = {**_credentials(s3_endpoint), "AWS_REGION": "x.evil.example#"}
+    bad = s.post(f"{ma_service.api}/jobs", json={**body, "storage_credentials": region}, timeout=60)
+    assert bad.status_code == 400 and "is not a region" in bad.text, bad.text
     copied = s.post(  # a job copied from its JSON does not carry the credentials
         f"{ma_service.api}/jobs",
         json={**body, "storage_credentials": {**_credentials(s3_endpoint), "AWS_SECRET_ACCESS_KEY": "***"}},
@@ -255,7 +277,9 @@ def test_outputs_are_uploaded_while_running_and_in_the_grace_period_then_resumed
 
     from tests.fixtures.service_api import service_with
 
-    svc = service_with(request, ma_home, "\n[storage]\nupload_interval = 0.3\n")
+    svc = service_with(
+        request, ma_home, f'\n[storage]\nupload_interval = 0.3\nallow_endpoints = ["{s3_endpoint}/"]\n'
+    )
     out = _store(s3_endpoint, "ckpt")
     gate = tmp_path / "gate"
     gate.mkdir(mode=0o777)
@@ -350,6 +374,7 @@ def test_the_grace_periods_upload_rounds_never_run_on_without_bound(s3_endpoint,
     from ma_jupyter.service import storage
 
     monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    allow(tmp_path, s3_endpoint)
     monkeypatch.setattr(storage, "GRACE_MARGIN", 0.0)
     bucket = _store(s3_endpoint, "rounds")
     job = SimpleNamespace(id="rounds-job", spec=SimpleNamespace(outputs="s3://rounds/run"))

@@ -76,7 +76,7 @@ def test_storage_table_is_checked(tmp_path):
     path.write_text('[storage]\nobs_endpoint = "https://obs.cn-north-4.example"\nupload_interval = 5\n')
     assert config.load_storage(path) == config.StorageConfig("https://obs.cn-north-4.example", 5.0)
     path.write_text('[storage]\nobs_endpont = "https://x"\n')
-    with pytest.raises(InvalidSpec, match="obs_endpoint and upload_interval"):
+    with pytest.raises(InvalidSpec, match="obs_endpoint, upload_interval and allow_endpoints"):
         config.load_storage(path)
     path.write_text('[storage]\nobs_endpoint = "obs.example"\n')
     with pytest.raises(InvalidSpec, match="http"):
@@ -115,3 +115,16 @@ def test_a_cloned_spec_with_masked_credentials_takes_the_submitters_own(monkeypa
     monkeypatch.setenv("HOME", "/nonexistent")
     assert "***" not in str(spec_body(None, cloned, validate=False))
     assert "***" not in str(spec_body(None, cloned))
+
+
+def test_an_endpoints_error_body_never_reaches_the_answer():
+    """A hostile endpoint's response body (which it chose) is never echoed: the reason is the
+    error's kind, its HTTP status and S3's error code."""
+    from ma_jupyter.objectstore import _reason
+
+    text = (
+        "Generic S3 error: Client error with status 403 Forbidden: <?xml?><Error><Code>AccessDenied"
+        "</Code><Message>ami-id: ami-0123 instance-secret</Message></Error>"
+    )
+    assert _reason(RuntimeError(text)) == "RuntimeError, HTTP 403, AccessDenied"
+    assert "instance-secret" not in _reason(RuntimeError(text))
