@@ -538,9 +538,11 @@ def upload(
     sent: dict[str, tuple[int, int]] | None = None,
     *,
     parallel: int = PARALLEL,
+    cancel: threading.Event | None = None,
 ) -> int:
     """Rule 4: put the files of ``folder`` changed since ``sent`` (relative path -> (size,
-    mtime ns), updated in place) below ``uri``; the number of files put.
+    mtime ns), updated in place) below ``uri``; the number of files put.  ``cancel`` set: no
+    further put starts (those in flight end, each within its own request timeout).
 
     Raises:
         StorageError: a put failed (the URI and the reason).
@@ -559,6 +561,8 @@ def upload(
 
     def one(item: tuple[str, tuple[int, int]]) -> None:
         rel, seen = item
+        if cancel is not None and cancel.is_set():
+            return  # a later upload puts it (only the puts already in flight complete)
         try:  # no link followed on the way, not only the last one: the job may swap a folder
             fd = untrusted.open_file(folder, rel)
         except (OSError, RefusedFile):

@@ -17,7 +17,9 @@ Rules:
    current content (data preparation: :func:`download_outputs`); while the job runs its changed
    files are uploaded every ``[storage] upload_interval`` seconds (:class:`Uploads`, off every
    lock); once an attempt's nodes have stopped (its end, or a stop whose grace period let the
-   job write a checkpoint) what changed is uploaded before the end is recorded: a job succeeds
+   job write a checkpoint) what changed is uploaded before the end is recorded (strictly after
+   every earlier upload of the job: one runs at a time, and a periodic one in progress starts no
+   more puts, those in flight ending within their request timeout): a job succeeds
    only after that upload, and a failed one is the job's error, with the reason.
 5. A stop with a grace period (the user's stop, a checkpoint resume's requeue, a reschedule):
    from the stop signal until the nodes have stopped, what the job writes is uploaded in rounds
@@ -124,6 +126,9 @@ class Uploads:
         self._busy: dict[str, threading.Thread] = {}
         self._last: dict[str, float] = {}
         self._stopping: dict[str, threading.Event] = {}  # set: the rounds of rule 5 end
+        # one upload of a job at a time, whoever runs it; set: the periodic ones put no more
+        self._serial: dict[str, threading.Lock] = {}
+        self._cancel: dict[str, threading.Event] = {}
 
     def due(self, job: Job) -> None:
         """While ``job`` runs (the watch calls it at each look): an upload of its changed files
@@ -196,8 +201,9 @@ class Uploads:
                 if self._stopping.get(job.id) is done:
                     del self._stopping[job.id]
 
-    def upload(self, job: Job) -> int:
-        """Put ``job``'s outputs files changed since its last upload; the number put.
+    def upload(self, job: Job, *, final: bool = False) -> int:
+        """Put ``job``'s outputs files changed since its last upload; the number put.  One at a
+        time per job; a periodic one (not ``final``) puts nothing more once :meth:`final` began.
 
         Raises:
             StorageError: a put failed (the URI and the reason).
@@ -206,8 +212,13 @@ class Uploads:
         credentials = self._credentials(job.id)
         with self._lock:
             sent = self._sent.setdefault(job.id, {})
+            serial = self._serial.setdefault(job.id, threading.Lock())
+            cancel = None if final else self._cancel.setdefault(job.id, threading.Event())
         folder = Path(config.outputs_folder(job.id, job.spec.outputs))
-        return objectstore.upload(folder, uri, credentials, endpoint(uri, credentials), sent)
+        with serial:
+            return objectstore.upload(
+                folder, uri, credentials, endpoint(uri, credentials), sent, cancel=cancel
+            )
 
     def final(self, job: Job) -> str | None:
         """The attempt's nodes have stopped: wait for an upload in progress, then upload what
@@ -217,13 +228,13 @@ class Uploads:
             return None
         with self._lock:
             stopping = self._stopping.pop(job.id, None)
-            busy = self._busy.get(job.id)
+            # an upload in progress starts no more puts; this one waits for those in flight
+            # (each within its request timeout): it is strictly the last, never overwritten
+            self._cancel.setdefault(job.id, threading.Event()).set()
         if stopping is not None:  # rule 5's rounds end after the one in progress
             stopping.set()
-        if busy is not None:
-            busy.join(objectstore.REQUEST_TIMEOUT * 4)
         try:
-            self.upload(job)
+            self.upload(job, final=True)
             return None
         except (objectstore.StorageError, InvalidSpec) as exc:
             return f"its outputs could not be uploaded to {job.spec.outputs}: {exc}"
@@ -231,3 +242,5 @@ class Uploads:
             with self._lock:
                 self._sent.pop(job.id, None)
                 self._last.pop(job.id, None)
+                self._serial.pop(job.id, None)
+                self._cancel.pop(job.id, None)

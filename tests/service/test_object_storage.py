@@ -461,3 +461,52 @@ def test_a_hostile_jobs_links_and_a_hostile_endpoint_never_reach_the_hosts_files
         for o in objectstore.listing(objectstore.ObjectURI.parse("s3://hostile/up"), creds, s3_endpoint)
     }
     assert "sub/shadow" not in listed and "x" in listed
+
+
+def test_the_final_upload_is_never_overwritten_by_an_older_periodic_one(s3_endpoint, tmp_path, monkeypatch):
+    """A periodic upload whose put of an older checkpoint is still in flight when the attempt
+    ends: the final upload waits for it and puts no earlier, so the bucket ends with the newest."""
+    import threading
+    from types import SimpleNamespace
+
+    import obstore
+
+    from ma_jupyter.service import storage
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    allow(tmp_path, s3_endpoint)
+    bucket = _store(s3_endpoint, "final")
+    job = SimpleNamespace(id="final-job", spec=SimpleNamespace(outputs="s3://final/run"))
+    folder = tmp_path / "jobs" / job.id / "outputs"
+    folder.mkdir(parents=True)
+    (folder / "ckpt").write_text("old")
+    real_put, gate, started, order = obstore.put, threading.Event(), threading.Event(), []
+
+    def put(store, key, f, **kw):
+        data = f.read()
+        if data == b"old":
+            started.set()
+            gate.wait(60)  # the older put is slow (a large checkpoint on a slow link)
+        order.append(data)
+        return real_put(store, key, data, **kw)
+
+    monkeypatch.setattr(obstore, "put", put)
+    uploads = storage.Uploads(lambda job_id: _credentials(s3_endpoint))
+    periodic = threading.Thread(target=uploads.upload, args=(job,))
+    periodic.start()
+    assert started.wait(60)
+    (folder / "ckpt").write_text("newest")  # written on the stop signal
+    answer: list = []
+    final = threading.Thread(target=lambda: answer.append(uploads.final(job)))
+    final.start()
+
+    def final_waits() -> bool:  # the final upload began (or, wrongly, ended) while the old put runs
+        cancel = getattr(uploads, "_cancel", {}).get(job.id)
+        return not final.is_alive() or (cancel is not None and cancel.is_set())
+
+    wait_for(final_waits, timeout=60)
+    gate.set()
+    final.join(120)
+    periodic.join(120)
+    assert answer == [None] and order[-1] == b"newest", order
+    assert bytes(obstore.get(bucket, "run/ckpt").bytes()) == b"newest"
