@@ -5,7 +5,8 @@ Rules:
 
 1. At the submit, every ``s3://`` or ``obs://`` path of the spec is checked with the user's own
    credentials (``JobSpec.storage_credentials``), each within
-   :data:`~ma_jupyter.objectstore.CHECK_TIMEOUT`: a dataset's or model's prefix must exist and be
+   :data:`~ma_jupyter.objectstore.CHECK_TIMEOUT`, :data:`CHECKS_AT_ONCE` at a time, all within
+   :data:`SUBMIT_CHECK_TIMEOUT`: a dataset's or model's prefix must exist and be
    readable, an outputs prefix's bucket listable; a refusal names the field, the bucket and why.
 2. The credentials live in the job's secrets row (``Store.storage_secrets``); only data
    preparation's downloads and the outputs' uploads read them, and the job's own environment
@@ -30,12 +31,15 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import stat
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 from .. import config, foldersize, objectstore
@@ -47,6 +51,10 @@ log = logging.getLogger("ma_jupyter.supervisor")
 #: seconds between two upload rounds of a stopping job's outputs during its grace period (rule
 #: 5): a round that finds nothing changed costs one walk of the outputs folder
 GRACE_ROUND = 1.0
+#: seconds a submit's object storage checks (rule 1) take at most, all of them together
+SUBMIT_CHECK_TIMEOUT = 30.0
+#: object storage checks of one submit run at the same time at most
+CHECKS_AT_ONCE = 4
 #: seconds past the grace period after which the rounds end even without :meth:`Uploads.final`
 #: (a stop that failed before it: the rounds never run on without bound)
 GRACE_MARGIN = 300.0
@@ -65,28 +73,58 @@ def endpoint(uri: objectstore.ObjectURI, credentials: dict[str, str]) -> str | N
 
 
 def check_paths(spec: JobSpec) -> None:
-    """Rule 1 (``spec`` with its credentials' values).
+    """Rule 1 (``spec`` with its credentials' values): at most :data:`CHECKS_AT_ONCE` checks at
+    a time, all within :data:`SUBMIT_CHECK_TIMEOUT` (the submit's API thread waits no longer,
+    however many prefixes it names and however slowly their endpoint answers).
 
     Raises:
-        InvalidSpec: a path is not a valid URI, or its prefix is missing or unreadable.
+        InvalidSpec: a path is not a valid URI, or its prefix is missing or unreadable, or the
+            checks took longer than :data:`SUBMIT_CHECK_TIMEOUT`.
     """
     credentials = dict(spec.storage_credentials)
+    checks: list[tuple[str, Callable[[], None]]] = []
     for field, mount in spec.object_sources():
         what = f"{field} {mount.name}"
         uri = objectstore.ObjectURI.parse(mount.path, what)
-        try:
-            objectstore.check_readable(uri, credentials, endpoint(uri, credentials), what)
-        except InvalidSpec as exc:
-            raise InvalidSpec(str(exc), field=field) from None
+        checks.append((field, functools.partial(_check_source, uri, credentials, what)))
     if is_object_uri(spec.outputs):
         uri = objectstore.ObjectURI.parse(spec.outputs or "", "outputs")
-        try:  # an empty prefix is fine for outputs: only the bucket must answer
-            objectstore.listing(
-                uri, credentials, endpoint(uri, credentials), limit=1, timeout=objectstore.CHECK_TIMEOUT
-            )
-        except objectstore.StorageError as exc:
-            if "more than" not in str(exc):
-                raise InvalidSpec(f"outputs: {exc}", field="outputs") from None
+        checks.append(("outputs", functools.partial(_check_outputs, uri, credentials)))
+    if not checks:
+        return
+    deadline = time.monotonic() + SUBMIT_CHECK_TIMEOUT
+    pool = ThreadPoolExecutor(
+        max_workers=min(CHECKS_AT_ONCE, len(checks)), thread_name_prefix="ma-storage-check"
+    )
+    try:
+        futures = [(field, pool.submit(check)) for field, check in checks]
+        for field, future in futures:
+            try:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                raise InvalidSpec(
+                    f"{field}: checking the {len(checks)} object storage path(s) took more than "
+                    f"{SUBMIT_CHECK_TIMEOUT:.0f} s: name fewer prefixes, or check that the endpoint answers",
+                    field=field,
+                ) from None
+            except InvalidSpec as exc:
+                raise InvalidSpec(str(exc), field=field) from None
+    finally:  # the checks not started never start; those running end within their own timeout
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _check_source(uri: objectstore.ObjectURI, credentials: dict[str, str], what: str) -> None:
+    objectstore.check_readable(uri, credentials, endpoint(uri, credentials), what)
+
+
+def _check_outputs(uri: objectstore.ObjectURI, credentials: dict[str, str]) -> None:
+    try:  # an empty prefix is fine for outputs: only the bucket must answer
+        objectstore.listing(
+            uri, credentials, endpoint(uri, credentials), limit=1, timeout=objectstore.CHECK_TIMEOUT
+        )
+    except objectstore.StorageError as exc:
+        if "more than" not in str(exc):
+            raise InvalidSpec(f"outputs: {exc}", field="outputs") from None
 
 
 def download_outputs(job_id: str, spec: JobSpec, credentials: dict[str, str], account) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import parse_spec
 from tests.helpers import wait_for
 from tests.service.test_service import full_log, job_of, pycmd, wait_status
@@ -510,3 +511,56 @@ def test_the_final_upload_is_never_overwritten_by_an_older_periodic_one(s3_endpo
     periodic.join(120)
     assert answer == [None] and order[-1] == b"newest", order
     assert bytes(obstore.get(bucket, "run/ckpt").bytes()) == b"newest"
+
+
+def test_a_submit_naming_many_slow_prefixes_is_checked_within_one_deadline(tmp_path, monkeypatch):
+    """A hostile user names many prefixes on an endpoint of their own that answers each listing
+    slowly (yet within the request timeout): the submit's checks run a few at a time and are
+    refused at one deadline for them all, not one timeout per prefix after the other."""
+    import http.server
+    import threading
+
+    from ma_jupyter.service import storage
+
+    listing = (
+        '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/'
+        '2006-03-01/"><Name>b</Name><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false'
+        "</IsTruncated><Contents><Key>{prefix}a</Key><LastModified>2020-01-01T00:00:00.000Z</LastModified>"
+        '<ETag>"e"</ETag><Size>1</Size><StorageClass>STANDARD</StorageClass></Contents></ListBucketResult>'
+    )
+    release = threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            release.wait(2.0)  # slow, within the request timeout
+            prefix = self.path.partition("prefix=")[2].partition("&")[0].replace("%2F", "/")
+            body = listing.format(prefix=prefix).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+        allow(tmp_path, url)
+        monkeypatch.setattr(storage, "SUBMIT_CHECK_TIMEOUT", 1.5, raising=False)
+        spec = parse_spec(
+            {
+                "name": "many",
+                "command": "true",
+                "datasets": [{"name": f"d{i}", "path": f"s3://b/p{i}"} for i in range(8)],
+                "storage_credentials": {**_credentials(url)},
+            }
+        )
+        with pytest.raises(InvalidSpec, match="took more than 2 s"):
+            storage.check_paths(spec)
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
