@@ -18,8 +18,9 @@ Rules, in order:
    credentials, at most :data:`RECENT_LISTINGS` of them), and ``listing(..., reuse=True)`` (data
    preparation, when the job starts) takes it instead of listing again.  The bounded staleness:
    a job starting within those seconds of its submit gets the prefix as its submit saw it.
-2. :func:`state_key` is the key of a prefix's state: the URI, the endpoint and every object's
-   key, size, ETag and version, so a changed object gives a new key (a fresh download).
+2. :func:`state_key` is the key of a prefix's state: the URI, the endpoint, the credentials'
+   access key id and every object's key, size, ETag and version, so a changed object gives a
+   new key (a fresh download), and so do other credentials.
 3. :func:`download` fetches the listed objects into a folder, :data:`PARALLEL` at a time.  Each
    object is written to ``<name>.part`` and renamed once its bytes are all there, so a failed
    download leaves no partial object that could be taken as complete; a later download into the
@@ -348,9 +349,11 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
         )
 
 
-def state_key(uri: ObjectURI, endpoint: str | None, objects: list[Obj]) -> str:
-    """Rule 2: the key of this state of the prefix."""
-    digest = hashlib.sha256(f"{uri}\0{endpoint or ''}\0".encode())
+def state_key(uri: ObjectURI, endpoint: str | None, objects: list[Obj], identity: str = "") -> str:
+    """Rule 2: the key of this state of the prefix; ``identity`` (the credentials' access key
+    id): a copy one identity downloaded is never the copy of another's, whose listing alone
+    does not prove it may read each object."""
+    digest = hashlib.sha256(f"{uri}\0{endpoint or ''}\0{identity}\0".encode())
     for o in objects:
         digest.update(f"{o.relative}\0{o.size}\0{o.etag}\0{o.version}\n".encode())
     return "obj-" + digest.hexdigest()[:28]

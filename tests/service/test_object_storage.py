@@ -564,3 +564,24 @@ def test_a_submit_naming_many_slow_prefixes_is_checked_within_one_deadline(tmp_p
         release.set()
         server.shutdown()
         server.server_close()
+
+
+def test_a_prepared_copy_is_shared_only_by_credentials_of_the_same_identity(s3_endpoint, tmp_path):
+    """Another user, whose credentials may list the prefix but not read its objects (per-object
+    permissions), never gets the copy that the first user's credentials downloaded."""
+    import obstore
+
+    from ma_jupyter import objectstore
+    from ma_jupyter.service.prepared import PreparedStore
+
+    store = _store(s3_endpoint, "shared")
+    obstore.put(store, "set/a.txt", b"private")
+    uri = objectstore.ObjectURI.parse("s3://shared/set")
+    owner, other = _credentials(s3_endpoint), {**_credentials(s3_endpoint), "AWS_ACCESS_KEY_ID": "AKIDOTHER"}
+    copies = PreparedStore(tmp_path / "prepared")
+    first = copies.acquire_objects("j1", uri, owner, s3_endpoint, "alice")
+    assert not first.reused and (first.path / "a.txt").read_bytes() == b"private"
+    theirs = copies.acquire_objects("j2", uri, other, s3_endpoint, "mallory")
+    assert not theirs.reused and theirs.path != first.path  # downloaded with their own credentials
+    again = copies.acquire_objects("j3", uri, owner, s3_endpoint, "alice")
+    assert again.reused and again.path == first.path
