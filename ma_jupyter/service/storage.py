@@ -166,6 +166,8 @@ class Uploads:
         self._stopping: dict[str, threading.Event] = {}  # set: the rounds of rule 5 end
         # one upload of a job at a time, whoever runs it; set: the periodic ones put no more
         self._serial: dict[str, threading.Lock] = {}
+        self._interval_read = (-1.0e9, config.StorageConfig().upload_interval)  # (when, seconds)
+        self._interval_bad = False
         self._cancel: dict[str, threading.Event] = {}
 
     def due(self, job: Job) -> None:
@@ -176,7 +178,7 @@ class Uploads:
         now = time.monotonic()
         with self._lock:
             last = self._last.setdefault(job.id, now)
-            if job.id in self._busy or now - last < config.load_storage().upload_interval:
+            if job.id in self._busy or now - last < self._interval(now):
                 return
             self._last[job.id] = now
             thread = threading.Thread(
@@ -184,6 +186,23 @@ class Uploads:
             )
             self._busy[job.id] = thread
         thread.start()
+
+    def _interval(self, now: float) -> float:
+        """``[storage] upload_interval``, read at most once a second (not once per job's watch);
+        a ``[storage]`` table that is wrong keeps the last good value (at first, the default),
+        said once in the log until it is right again, and never raises into a job's watch."""
+        if now - self._interval_read[0] >= 1.0:
+            try:
+                self._interval_read = (now, config.load_storage().upload_interval)
+                self._interval_bad = False
+            except Exception:  # noqa: BLE001 (the admin's error: logged, each job goes on)
+                if not self._interval_bad:  # once until it is right again
+                    log.warning(
+                        "[storage] of cluster.toml is wrong; uploads keep their interval", exc_info=True
+                    )
+                self._interval_bad = True
+                self._interval_read = (now, self._interval_read[1])
+        return self._interval_read[1]
 
     def _upload_quietly(self, job: Job) -> None:
         try:

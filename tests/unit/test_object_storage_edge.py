@@ -128,3 +128,19 @@ def test_an_endpoints_error_body_never_reaches_the_answer():
     )
     assert _reason(RuntimeError(text)) == "RuntimeError, HTTP 403, AccessDenied"
     assert "instance-secret" not in _reason(RuntimeError(text))
+
+
+def test_a_wrong_storage_table_never_raises_into_a_jobs_watch(tmp_path, monkeypatch):
+    """An administrator's typo in ``[storage]``: each running job's watch goes on (the uploads
+    keep their interval) instead of raising at every look."""
+    from types import SimpleNamespace
+
+    from ma_jupyter.service.storage import Uploads
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    (tmp_path / "cluster.toml").write_text("[storage]\nupload_intervall = 5\n")
+    uploads = Uploads(lambda job_id: {})
+    job = SimpleNamespace(id="j", spec=SimpleNamespace(outputs="s3://b/out"))
+    for _ in range(3):
+        uploads.due(job)  # the first look only starts the clock: no upload, no error
+    assert "j" not in uploads._busy
