@@ -623,10 +623,14 @@ class StorageConfig:
             ``AWS_ENDPOINT_URL``.
         upload_interval: seconds between two uploads of a running job's changed outputs to its
             ``s3://`` outputs prefix.
+        allow_endpoints: the users' ``AWS_ENDPOINT_URL`` values the service may reach though
+            they resolve to a loopback, link-local or private address (an in-house S3 server);
+            any other such endpoint is refused.
     """
 
     obs_endpoint: str | None = None
     upload_interval: float = 60.0
+    allow_endpoints: tuple[str, ...] = ()
 
 
 def load_storage(path: Path | None = None) -> StorageConfig:
@@ -638,9 +642,14 @@ def load_storage(path: Path | None = None) -> StorageConfig:
     """
     path = path or cluster_file()
     table = read_cluster_file(path).get("storage") or {}
-    known = {"obs_endpoint", "upload_interval"}
+    known = {"obs_endpoint", "upload_interval", "allow_endpoints"}
     if not isinstance(table, dict) or set(table) - known:
-        raise InvalidSpec(f"{path}: [storage] takes obs_endpoint and upload_interval only")
+        raise InvalidSpec(f"{path}: [storage] takes obs_endpoint, upload_interval and allow_endpoints only")
+    allowed = table.get("allow_endpoints", [])
+    if not isinstance(allowed, list) or not all(
+        isinstance(a, str) and a.startswith(("http://", "https://")) for a in allowed
+    ):
+        raise InvalidSpec(f"{path}: [storage] allow_endpoints must be a list of http:// or https:// URLs")
     endpoint = table.get("obs_endpoint")
     if endpoint is not None and (
         not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))
@@ -653,7 +662,7 @@ def load_storage(path: Path | None = None) -> StorageConfig:
         raise InvalidSpec(
             f"{path}: [storage] upload_interval must be seconds between 0 and 86400, not {interval!r}"
         )
-    return StorageConfig(endpoint, float(interval))
+    return StorageConfig(endpoint, float(interval), tuple(allowed))
 
 
 def load_backend(path: Path | None = None) -> BackendConfig:

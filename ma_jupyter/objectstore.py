@@ -18,8 +18,9 @@ Rules, in order:
    credentials, at most :data:`RECENT_LISTINGS` of them), and ``listing(..., reuse=True)`` (data
    preparation, when the job starts) takes it instead of listing again.  The bounded staleness:
    a job starting within those seconds of its submit gets the prefix as its submit saw it.
-2. :func:`state_key` is the key of a prefix's state: the URI, the endpoint and every object's
-   key, size, ETag and version, so a changed object gives a new key (a fresh download).
+2. :func:`state_key` is the key of a prefix's state: the URI, the endpoint, the credentials'
+   access key id and every object's key, size, ETag and version, so a changed object gives a
+   new key (a fresh download), and so do other credentials.
 3. :func:`download` fetches the listed objects into a folder, :data:`PARALLEL` at a time.  Each
    object is written to ``<name>.part`` and renamed once its bytes are all there, so a failed
    download leaves no partial object that could be taken as complete; a later download into the
@@ -32,8 +33,12 @@ Rules, in order:
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import ipaddress
 import os
+import re
+import socket
 import stat
 import threading
 import time
@@ -42,8 +47,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from .errors import InvalidSpec
+from . import foldersize, untrusted
+from .errors import FolderRefused, InvalidSpec, RefusedFile
 
 #: the URI schemes of object storage
 SCHEMES = ("s3", "obs")
@@ -153,8 +160,76 @@ def _store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, ti
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:400]
+    """The error's kind and HTTP status (and S3's error code), never its text: that may hold
+    the response's body, which the endpoint chose (the submit's 400 answer shows this)."""
+    text = str(exc)
+    parts = [type(exc).__name__]
+    status = re.search(r"status:? (\d{3})", text)
+    if status:
+        parts.append(f"HTTP {status.group(1)}")
+    code = re.search(r"<Code>([A-Za-z0-9.]{1,64})</Code>", text)
+    if code:
+        parts.append(code.group(1))
+    lowered = text.lower()
+    for phrase in ("timed out", "dns error", "connection refused", "error sending request"):
+        if phrase in lowered:
+            parts.append(phrase)
+            break
+    return ", ".join(parts)
+
+
+#: the form of a region, which becomes part of AWS's host name (``s3.<region>.amazonaws.com``)
+_REGION = re.compile(r"[a-z0-9-]{1,40}")
+
+
+def check_endpoint(credentials: dict[str, str], allowed: tuple[str, ...] = ()) -> None:
+    """The user's ``AWS_ENDPOINT_URL`` and region are where the service (from its own network)
+    sends requests: the region must look like one, and the endpoint's host must resolve only to
+    public addresses (not loopback, link-local such as 169.254.169.254, private or reserved ones)
+    unless the administrator's ``[storage] allow_endpoints`` (``allowed``) names the endpoint.
+
+    Raises:
+        InvalidSpec: naming the variable, the address and what to do.
+    """
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        region = credentials.get(name)
+        if region and not _REGION.fullmatch(region):
+            raise InvalidSpec(f"{name}: {region[:60]!r} is not a region (lowercase letters, digits and -)")
+    endpoint = credentials.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        return
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise InvalidSpec(f"AWS_ENDPOINT_URL: {endpoint[:200]!r} is not an http:// or https:// URL")
+    if normal_endpoint(endpoint) in {normal_endpoint(a) for a in allowed}:
+        return
+    try:
+        found = socket.getaddrinfo(parts.hostname, port or 443, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        raise InvalidSpec(
+            f"AWS_ENDPOINT_URL: cannot resolve {parts.hostname[:200]}: check the endpoint"
+        ) from None
+    for *_, address in found:
+        ip = ipaddress.ip_address(str(address[0]).split("%")[0])
+        if ip.version == 6 and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if not ip.is_global or ip.is_multicast:
+            raise InvalidSpec(
+                f"AWS_ENDPOINT_URL: {parts.hostname[:200]} is {ip}, a loopback, link-local, private or "
+                "reserved address: the service sends no request there unless the administrator names "
+                "the endpoint in [storage] allow_endpoints of cluster.toml"
+            )
+
+
+def normal_endpoint(url: str) -> str:
+    """An endpoint URL as ``[storage] allow_endpoints`` compares it: scheme and host lowercase,
+    no trailing '/'."""
+    parts = urlsplit(url.strip())
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
 
 
 def listing(
@@ -185,6 +260,8 @@ def listing(
     try:
         for page in obstore.list(store, prefix, chunk_size=1000):
             for meta in page:
+                if len(meta["path"]) > MAX_KEY:  # S3's own bound: an endpoint's longer key is hostile
+                    raise StorageError(f"{uri}: the endpoint listed a key longer than {MAX_KEY} characters")
                 rel = meta["path"][len(prefix) :] if prefix else meta["path"]
                 if not rel or rel.endswith("/") or ".." in rel.split("/"):
                     continue  # a folder marker, or a key that would leave the download folder
@@ -272,9 +349,11 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
         )
 
 
-def state_key(uri: ObjectURI, endpoint: str | None, objects: list[Obj]) -> str:
-    """Rule 2: the key of this state of the prefix."""
-    digest = hashlib.sha256(f"{uri}\0{endpoint or ''}\0".encode())
+def state_key(uri: ObjectURI, endpoint: str | None, objects: list[Obj], identity: str = "") -> str:
+    """Rule 2: the key of this state of the prefix; ``identity`` (the credentials' access key
+    id): a copy one identity downloaded is never the copy of another's, whose listing alone
+    does not prove it may read each object."""
+    digest = hashlib.sha256(f"{uri}\0{endpoint or ''}\0{identity}\0".encode())
     for o in objects:
         digest.update(f"{o.relative}\0{o.size}\0{o.etag}\0{o.version}\n".encode())
     return "obj-" + digest.hexdigest()[:28]
@@ -295,35 +374,95 @@ class Progress:
         return self.done_bytes / max(time.monotonic() - self.started, 1e-6)
 
 
-async def _fetch(store, uri: ObjectURI, obj: Obj, into: Path, cancel: threading.Event | None) -> bool:
-    """One object into ``into`` (rule 3); whether it was fetched (False: already complete).
-    Asynchronous: while a chunk is written, the next is already being received."""
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: the longest object key taken from a listing (S3's own bound): an endpoint's longer names are refused
+MAX_KEY = 1024
+
+
+def _open_folder(into_fd: int, parts: list[str], shown: str) -> int:
+    """An fd of the folder ``parts`` below ``into_fd``, each component made if missing and opened
+    with ``O_NOFOLLOW``: a link the job left in ``outputs/`` (``ln -s /etc d``) is never followed.
+
+    Raises:
+        StorageError: a component is a link or not a folder.
+    """
+    fd = os.dup(into_fd)
+    try:
+        for part in parts:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise StorageError(
+                        f"{shown}: {part} is a link or not a folder in the download folder: "
+                        "the service does not write through it; remove it"
+                    ) from None
+                raise
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+async def _fetch(store, uri: ObjectURI, obj: Obj, into_fd: int, cancel: threading.Event | None) -> bool:
+    """One object into the folder ``into_fd`` (rule 3); whether it was fetched (False: already
+    complete).  Asynchronous: while a chunk is written, the next is already being received.
+    Nothing below ``into_fd`` is followed: folders are opened with ``O_NOFOLLOW``, the ``.part``
+    file is made anew with ``O_EXCL`` (whatever was there, a link included, is removed first),
+    and the rename replaces a link at the object's name rather than writing through it."""
     import obstore
 
-    dest = into / obj.relative
-    part = dest.with_name(dest.name + ".part")
+    *folders, name = obj.relative.split("/")
+    part = name + ".part"
+    dir_fd = _open_folder(into_fd, folders, f"{uri}/{obj.relative}")
     try:
-        if dest.stat().st_size == obj.size:
-            part.unlink(missing_ok=True)  # what an older, failed download left of it
-            return False
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_size == obj.size:
+                _unlink(part, dir_fd)  # what an older, failed download left of it
+                return False
+        except FileNotFoundError:
+            pass
+        _unlink(part, dir_fd)
+        fd = os.open(
+            part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
+        )
+        with os.fdopen(fd, "wb") as out:
+            size = 0
+            if obj.size:
+                result = await obstore.get_async(store, obj.key)
+                async for chunk in result.stream(min_chunk_size=_CHUNK):
+                    if cancel is not None and cancel.is_set():
+                        raise StorageError(f"the download of {uri} was cancelled")
+                    if size + len(chunk) > obj.size:  # a hostile endpoint never fills the disk
+                        raise StorageError(
+                            f"{uri}/{obj.relative}: more than the {obj.size} bytes listed: "
+                            "the object changed; submit again"
+                        )
+                    out.write(chunk)
+                    size += len(chunk)
+            os.fchmod(out.fileno(), 0o644)
+        if size != obj.size:
+            raise StorageError(
+                f"{uri}/{obj.relative}: got {size} bytes of {obj.size}: the object changed; submit again"
+            )
+        os.replace(part, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return True
+    finally:
+        os.close(dir_fd)
+
+
+def _unlink(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)  # a link is removed, never followed
     except FileNotFoundError:
         pass
-    dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    with open(part, "wb") as out:
-        if obj.size:
-            result = await obstore.get_async(store, obj.key)
-            async for chunk in result.stream(min_chunk_size=_CHUNK):
-                if cancel is not None and cancel.is_set():
-                    raise StorageError(f"the download of {uri} was cancelled")
-                out.write(chunk)
-        size = out.tell()
-    if size != obj.size:
-        raise StorageError(
-            f"{uri}/{obj.relative}: got {size} bytes of {obj.size}: the object changed; submit again"
-        )
-    os.chmod(part, 0o644)
-    os.replace(part, dest)
-    return True
 
 
 def download(
@@ -348,12 +487,13 @@ def download(
 
     store = _store(uri, credentials, endpoint, REQUEST_TIMEOUT)
     into.mkdir(parents=True, exist_ok=True, mode=0o755)
+    into_fd = os.open(into, _DIR_FLAGS)  # ``into`` is the caller's; nothing below it is followed
     state = Progress(len(objects), sum(o.size for o in objects))
 
     async def one(obj: Obj, slots: asyncio.Semaphore) -> None:
         async with slots:
             try:
-                await _fetch(store, uri, obj, into, cancel)
+                await _fetch(store, uri, obj, into_fd, cancel)
             except StorageError:
                 raise
             except Exception as exc:
@@ -367,32 +507,29 @@ def download(
         slots = asyncio.Semaphore(max(1, parallel))
         await asyncio.gather(*(one(o, slots) for o in objects))
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:
+        os.close(into_fd)
     return state
 
 
 def _files(folder: Path) -> dict[str, os.stat_result]:
-    """The regular files below ``folder`` (no link followed, bounded depth and count)."""
+    """The regular files below ``folder`` (the package's one bounded walk, ``foldersize.walk``:
+    no link followed, depth, names and time bounded), ``.part`` files left out."""
     found: dict[str, os.stat_result] = {}
-    stack = [(folder, "")]
-    while stack:
-        path, rel = stack.pop()
-        try:
-            entries = list(os.scandir(path))
-        except OSError:
-            continue
-        for entry in entries:
-            sub = f"{rel}{entry.name}"
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode) and sub.count("/") < 64:
-                stack.append((Path(entry.path), sub + "/"))
-            elif stat.S_ISREG(st.st_mode) and not entry.name.endswith(".part"):
-                found[sub] = st
-                if len(found) > MAX_OBJECTS:
-                    raise StorageError(f"{folder} holds more than {MAX_OBJECTS} files: too many to upload")
+    try:
+        for path, _fd, entries in foldersize.walk([folder], max_entries=MAX_OBJECTS * 2):
+            below = "" if path == "." else path[2:] + "/"
+            for name, st in entries:
+                if stat.S_ISREG(st.st_mode) and not name.endswith(".part"):
+                    found[below + name] = st
+                    if len(found) > MAX_OBJECTS:
+                        raise StorageError(
+                            f"{folder} holds more than {MAX_OBJECTS} files: too many to upload"
+                        )
+    except FolderRefused as exc:
+        raise StorageError(f"cannot upload {folder}: {exc}") from None
     return found
 
 
@@ -404,9 +541,11 @@ def upload(
     sent: dict[str, tuple[int, int]] | None = None,
     *,
     parallel: int = PARALLEL,
+    cancel: threading.Event | None = None,
 ) -> int:
     """Rule 4: put the files of ``folder`` changed since ``sent`` (relative path -> (size,
-    mtime ns), updated in place) below ``uri``; the number of files put.
+    mtime ns), updated in place) below ``uri``; the number of files put.  ``cancel`` set: no
+    further put starts (those in flight end, each within its own request timeout).
 
     Raises:
         StorageError: a put failed (the URI and the reason).
@@ -425,10 +564,12 @@ def upload(
 
     def one(item: tuple[str, tuple[int, int]]) -> None:
         rel, seen = item
-        try:
-            fd = os.open(folder / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return  # gone or replaced by a link since the walk
+        if cancel is not None and cancel.is_set():
+            return  # a later upload puts it (only the puts already in flight complete)
+        try:  # no link followed on the way, not only the last one: the job may swap a folder
+            fd = untrusted.open_file(folder, rel)
+        except (OSError, RefusedFile):
+            return  # gone, or replaced by a link (or made a hard link) since the walk
         try:
             with os.fdopen(fd, "rb") as f:
                 obstore.put(store, uri.key(rel), f)

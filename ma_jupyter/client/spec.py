@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidSpec
 from ..wire import is_object_uri
 
+#: ``models.SECRET_MASK`` (not imported: pydantic is loaded only where a spec is validated)
+_MASK = "***"
+
 if TYPE_CHECKING:  # pydantic is imported where a spec is validated, not with the client
     from ..models import JobSpec
 
@@ -101,9 +104,10 @@ def spec_body(
     if not validate:
         return with_submitter_credentials(absolute_paths(data))
     spec = check(data)
-    if uses_object_storage(spec) and not spec.storage_credentials:
+    if uses_object_storage(spec) and not given_credentials(spec.storage_credentials):
         credentials = storage_credentials()
-        if credentials:  # the submitter's own, the ecosystem's way (none: a public bucket)
+        if credentials or spec.storage_credentials:  # the submitter's own, the ecosystem's way
+            # (none: a public bucket; a clone's masked ones are dropped, never sent as "***")
             spec = spec.model_copy(update={"storage_credentials": credentials})
             spec.model_fields_set.add("storage_credentials")
     return spec.model_dump(mode="json", exclude_unset=True)
@@ -126,7 +130,7 @@ def with_storage_credentials(body: bytes) -> bytes:
 def with_submitter_credentials(data: dict[str, Any]) -> dict[str, Any]:
     """A spec dict naming object storage without credentials, with the submitter's own
     (:func:`storage_credentials`) added; any other dict (or one with none to add) as it is."""
-    if data.get("storage_credentials"):
+    if given_credentials(data.get("storage_credentials")):
         return data
     paths = [data.get("outputs")] + [
         m.get("path") for key in ("datasets", "models") for m in data.get(key) or [] if isinstance(m, dict)
@@ -134,7 +138,18 @@ def with_submitter_credentials(data: dict[str, Any]) -> dict[str, Any]:
     if not any(isinstance(p, str) and is_object_uri(p) for p in paths):
         return data
     credentials = storage_credentials()
-    return {**data, "storage_credentials": credentials} if credentials else data
+    if not credentials:  # a clone's masked ones are dropped: a public bucket, or the service says
+        return {k: v for k, v in data.items() if k != "storage_credentials"}
+    return {**data, "storage_credentials": credentials}
+
+
+def given_credentials(credentials: Any) -> bool:
+    """Whether a spec's ``storage_credentials`` were given: a dict whose values are all
+    :data:`~ma_jupyter.models.SECRET_MASK` (a job's spec as the service shows it, cloned) counts
+    as absent, so the submitter's own are taken instead."""
+    return bool(credentials) and not (
+        isinstance(credentials, dict) and all(v == _MASK for v in credentials.values())
+    )
 
 
 def uses_object_storage(spec: JobSpec) -> bool:

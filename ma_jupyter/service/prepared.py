@@ -62,8 +62,9 @@ Rules, in order:
    and listing (every object's key, size, ETag and version: ``objectstore.state_key``) and
    downloaded by :meth:`PreparedStore.acquire_objects` into ``<key>/downloading/``, renamed to
    ``<key>/data`` when complete; a download that failed is resumed by the next job wanting the
-   same state (complete objects kept, partial ones fetched again).  Jobs share it by URI: each
-   one's own credentials were checked on the prefix at its submit (``service/storage.py``).
+   same state (complete objects kept, partial ones fetched again).  Jobs share it by URI and
+   by their credentials' access key id (the key includes it): a listing with other credentials
+   does not prove they may read each object.
 
 The copy is made on the service's machine, which is where the local backend's nodes run; the
 Ray backend mounts the same path, so it reuses copies only while its nodes share that file
@@ -232,7 +233,9 @@ class PreparedStore:
         started = time.monotonic()
         # the submit's listing when the job starts right after it (objectstore rule 1a)
         objects = objectstore.listing(uri, credentials, endpoint, reuse=True)
-        key = objectstore.state_key(uri, endpoint, objects)
+        # per access key id: a copy is shared only by credentials of the same identity, since
+        # another's listing of the prefix does not prove it may read each object (per-object ACLs)
+        key = objectstore.state_key(uri, endpoint, objects, credentials.get("AWS_ACCESS_KEY_ID", ""))
         size = sum(o.size for o in objects)
         entry = self.root / key
         while True:

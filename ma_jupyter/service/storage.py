@@ -5,7 +5,8 @@ Rules:
 
 1. At the submit, every ``s3://`` or ``obs://`` path of the spec is checked with the user's own
    credentials (``JobSpec.storage_credentials``), each within
-   :data:`~ma_jupyter.objectstore.CHECK_TIMEOUT`: a dataset's or model's prefix must exist and be
+   :data:`~ma_jupyter.objectstore.CHECK_TIMEOUT`, :data:`CHECKS_AT_ONCE` at a time, all within
+   :data:`SUBMIT_CHECK_TIMEOUT`: a dataset's or model's prefix must exist and be
    readable, an outputs prefix's bucket listable; a refusal names the field, the bucket and why.
 2. The credentials live in the job's secrets row (``Store.storage_secrets``); only data
    preparation's downloads and the outputs' uploads read them, and the job's own environment
@@ -17,7 +18,9 @@ Rules:
    current content (data preparation: :func:`download_outputs`); while the job runs its changed
    files are uploaded every ``[storage] upload_interval`` seconds (:class:`Uploads`, off every
    lock); once an attempt's nodes have stopped (its end, or a stop whose grace period let the
-   job write a checkpoint) what changed is uploaded before the end is recorded: a job succeeds
+   job write a checkpoint) what changed is uploaded before the end is recorded (strictly after
+   every earlier upload of the job: one runs at a time, and a periodic one in progress starts no
+   more puts, those in flight ending within their request timeout): a job succeeds
    only after that upload, and a failed one is the job's error, with the reason.
 5. A stop with a grace period (the user's stop, a checkpoint resume's requeue, a reschedule):
    from the stop signal until the nodes have stopped, what the job writes is uploaded in rounds
@@ -28,15 +31,19 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
-from .. import config, objectstore
-from ..errors import InvalidSpec
+from .. import config, foldersize, objectstore
+from ..errors import FolderRefused, InvalidSpec
 from ..models import Job, JobSpec, is_object_uri
 
 log = logging.getLogger("ma_jupyter.supervisor")
@@ -44,39 +51,80 @@ log = logging.getLogger("ma_jupyter.supervisor")
 #: seconds between two upload rounds of a stopping job's outputs during its grace period (rule
 #: 5): a round that finds nothing changed costs one walk of the outputs folder
 GRACE_ROUND = 1.0
+#: seconds a submit's object storage checks (rule 1) take at most, all of them together
+SUBMIT_CHECK_TIMEOUT = 30.0
+#: object storage checks of one submit run at the same time at most
+CHECKS_AT_ONCE = 4
 #: seconds past the grace period after which the rounds end even without :meth:`Uploads.final`
 #: (a stop that failed before it: the rounds never run on without bound)
 GRACE_MARGIN = 300.0
 
 
 def endpoint(uri: objectstore.ObjectURI, credentials: dict[str, str]) -> str | None:
-    """Rule 3."""
-    return objectstore.endpoint_of(uri, credentials, config.load_storage().obs_endpoint)
+    """Rule 3; the user's endpoint and region are checked (``objectstore.check_endpoint``: no
+    loopback, link-local or private address unless ``[storage] allow_endpoints`` names it).
+
+    Raises:
+        InvalidSpec: the endpoint or region is refused.
+    """
+    storage = config.load_storage()
+    objectstore.check_endpoint(credentials, storage.allow_endpoints)
+    return objectstore.endpoint_of(uri, credentials, storage.obs_endpoint)
 
 
 def check_paths(spec: JobSpec) -> None:
-    """Rule 1 (``spec`` with its credentials' values).
+    """Rule 1 (``spec`` with its credentials' values): at most :data:`CHECKS_AT_ONCE` checks at
+    a time, all within :data:`SUBMIT_CHECK_TIMEOUT` (the submit's API thread waits no longer,
+    however many prefixes it names and however slowly their endpoint answers).
 
     Raises:
-        InvalidSpec: a path is not a valid URI, or its prefix is missing or unreadable.
+        InvalidSpec: a path is not a valid URI, or its prefix is missing or unreadable, or the
+            checks took longer than :data:`SUBMIT_CHECK_TIMEOUT`.
     """
     credentials = dict(spec.storage_credentials)
+    checks: list[tuple[str, Callable[[], None]]] = []
     for field, mount in spec.object_sources():
         what = f"{field} {mount.name}"
         uri = objectstore.ObjectURI.parse(mount.path, what)
-        try:
-            objectstore.check_readable(uri, credentials, endpoint(uri, credentials), what)
-        except InvalidSpec as exc:
-            raise InvalidSpec(str(exc), field=field) from None
+        checks.append((field, functools.partial(_check_source, uri, credentials, what)))
     if is_object_uri(spec.outputs):
         uri = objectstore.ObjectURI.parse(spec.outputs or "", "outputs")
-        try:  # an empty prefix is fine for outputs: only the bucket must answer
-            objectstore.listing(
-                uri, credentials, endpoint(uri, credentials), limit=1, timeout=objectstore.CHECK_TIMEOUT
-            )
-        except objectstore.StorageError as exc:
-            if "more than" not in str(exc):
-                raise InvalidSpec(f"outputs: {exc}", field="outputs") from None
+        checks.append(("outputs", functools.partial(_check_outputs, uri, credentials)))
+    if not checks:
+        return
+    deadline = time.monotonic() + SUBMIT_CHECK_TIMEOUT
+    pool = ThreadPoolExecutor(
+        max_workers=min(CHECKS_AT_ONCE, len(checks)), thread_name_prefix="ma-storage-check"
+    )
+    try:
+        futures = [(field, pool.submit(check)) for field, check in checks]
+        for field, future in futures:
+            try:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                raise InvalidSpec(
+                    f"{field}: checking the {len(checks)} object storage path(s) took more than "
+                    f"{SUBMIT_CHECK_TIMEOUT:.0f} s: name fewer prefixes, or check that the endpoint answers",
+                    field=field,
+                ) from None
+            except InvalidSpec as exc:
+                raise InvalidSpec(str(exc), field=field) from None
+    finally:  # the checks not started never start; those running end within their own timeout
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _check_source(uri: objectstore.ObjectURI, credentials: dict[str, str], what: str) -> None:
+    objectstore.check_readable(uri, credentials, endpoint(uri, credentials), what)
+
+
+def _check_outputs(uri: objectstore.ObjectURI, credentials: dict[str, str]) -> None:
+    try:  # an empty prefix is fine for outputs: only the bucket must answer
+        objectstore.listing(
+            uri, credentials, endpoint(uri, credentials), limit=1, timeout=objectstore.CHECK_TIMEOUT
+        )
+    except objectstore.StorageError as exc:
+        if "more than" not in str(exc):
+            raise InvalidSpec(f"outputs: {exc}", field="outputs") from None
 
 
 def download_outputs(job_id: str, spec: JobSpec, credentials: dict[str, str], account) -> int:
@@ -93,9 +141,14 @@ def download_outputs(job_id: str, spec: JobSpec, credentials: dict[str, str], ac
     objects = objectstore.listing(uri, credentials, endpoint(uri, credentials))
     objectstore.download(uri, objects, credentials, endpoint(uri, credentials), folder)
     if account is not None:  # the job writes there: its folders and files are its account's
-        for path in [folder, *folder.rglob("*")]:
-            if not path.is_symlink():
-                os.chown(path, account.uid, account.gid)
+        try:  # the one bounded walk, no link followed; each entry changed through its folder's fd
+            for _path, dir_fd, entries in foldersize.walk([folder], follow_top=False):
+                os.fchown(dir_fd, account.uid, account.gid)
+                for name, st in entries:
+                    if not stat.S_ISLNK(st.st_mode):
+                        os.chown(name, account.uid, account.gid, dir_fd=dir_fd, follow_symlinks=False)
+        except FolderRefused as exc:
+            raise objectstore.StorageError(f"outputs {folder}: {exc}") from None
     return len(objects)
 
 
@@ -111,6 +164,11 @@ class Uploads:
         self._busy: dict[str, threading.Thread] = {}
         self._last: dict[str, float] = {}
         self._stopping: dict[str, threading.Event] = {}  # set: the rounds of rule 5 end
+        # one upload of a job at a time, whoever runs it; set: the periodic ones put no more
+        self._serial: dict[str, threading.Lock] = {}
+        self._interval_read = (-1.0e9, config.StorageConfig().upload_interval)  # (when, seconds)
+        self._interval_bad = False
+        self._cancel: dict[str, threading.Event] = {}
 
     def due(self, job: Job) -> None:
         """While ``job`` runs (the watch calls it at each look): an upload of its changed files
@@ -120,7 +178,7 @@ class Uploads:
         now = time.monotonic()
         with self._lock:
             last = self._last.setdefault(job.id, now)
-            if job.id in self._busy or now - last < config.load_storage().upload_interval:
+            if job.id in self._busy or now - last < self._interval(now):
                 return
             self._last[job.id] = now
             thread = threading.Thread(
@@ -128,6 +186,23 @@ class Uploads:
             )
             self._busy[job.id] = thread
         thread.start()
+
+    def _interval(self, now: float) -> float:
+        """``[storage] upload_interval``, read at most once a second (not once per job's watch);
+        a ``[storage]`` table that is wrong keeps the last good value (at first, the default),
+        said once in the log until it is right again, and never raises into a job's watch."""
+        if now - self._interval_read[0] >= 1.0:
+            try:
+                self._interval_read = (now, config.load_storage().upload_interval)
+                self._interval_bad = False
+            except Exception:  # noqa: BLE001 (the admin's error: logged, each job goes on)
+                if not self._interval_bad:  # once until it is right again
+                    log.warning(
+                        "[storage] of cluster.toml is wrong; uploads keep their interval", exc_info=True
+                    )
+                self._interval_bad = True
+                self._interval_read = (now, self._interval_read[1])
+        return self._interval_read[1]
 
     def _upload_quietly(self, job: Job) -> None:
         try:
@@ -183,8 +258,9 @@ class Uploads:
                 if self._stopping.get(job.id) is done:
                     del self._stopping[job.id]
 
-    def upload(self, job: Job) -> int:
-        """Put ``job``'s outputs files changed since its last upload; the number put.
+    def upload(self, job: Job, *, final: bool = False) -> int:
+        """Put ``job``'s outputs files changed since its last upload; the number put.  One at a
+        time per job; a periodic one (not ``final``) puts nothing more once :meth:`final` began.
 
         Raises:
             StorageError: a put failed (the URI and the reason).
@@ -193,8 +269,13 @@ class Uploads:
         credentials = self._credentials(job.id)
         with self._lock:
             sent = self._sent.setdefault(job.id, {})
+            serial = self._serial.setdefault(job.id, threading.Lock())
+            cancel = None if final else self._cancel.setdefault(job.id, threading.Event())
         folder = Path(config.outputs_folder(job.id, job.spec.outputs))
-        return objectstore.upload(folder, uri, credentials, endpoint(uri, credentials), sent)
+        with serial:
+            return objectstore.upload(
+                folder, uri, credentials, endpoint(uri, credentials), sent, cancel=cancel
+            )
 
     def final(self, job: Job) -> str | None:
         """The attempt's nodes have stopped: wait for an upload in progress, then upload what
@@ -204,13 +285,13 @@ class Uploads:
             return None
         with self._lock:
             stopping = self._stopping.pop(job.id, None)
-            busy = self._busy.get(job.id)
+            # an upload in progress starts no more puts; this one waits for those in flight
+            # (each within its request timeout): it is strictly the last, never overwritten
+            self._cancel.setdefault(job.id, threading.Event()).set()
         if stopping is not None:  # rule 5's rounds end after the one in progress
             stopping.set()
-        if busy is not None:
-            busy.join(objectstore.REQUEST_TIMEOUT * 4)
         try:
-            self.upload(job)
+            self.upload(job, final=True)
             return None
         except (objectstore.StorageError, InvalidSpec) as exc:
             return f"its outputs could not be uploaded to {job.spec.outputs}: {exc}"
@@ -218,3 +299,5 @@ class Uploads:
             with self._lock:
                 self._sent.pop(job.id, None)
                 self._last.pop(job.id, None)
+                self._serial.pop(job.id, None)
+                self._cancel.pop(job.id, None)

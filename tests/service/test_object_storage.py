@@ -12,11 +12,14 @@ import signal
 import socket
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import requests
 
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.models import parse_spec
 from tests.helpers import wait_for
 from tests.service.test_service import full_log, job_of, pycmd, wait_status
 
@@ -72,6 +75,14 @@ def _store(endpoint: str, bucket: str):
     )
 
 
+def allow(home: Path, endpoint: str) -> None:
+    """The administrator's opt-in to a loopback endpoint: ``[storage] allow_endpoints``."""
+    cluster = home / "cluster.toml"
+    cluster.write_text(
+        (cluster.read_text() if cluster.exists() else "") + f'\n[storage]\nallow_endpoints = ["{endpoint}"]\n'
+    )
+
+
 def _credentials(endpoint: str) -> dict[str, str]:
     return {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_ENDPOINT_URL": endpoint}
 
@@ -96,6 +107,8 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     obstore.put(store, "set/sub/a.txt", b"hello-from-s3")
     for i in range(40):
         obstore.put(store, f"set/many/{i}.bin", os.urandom(1000))
+    # the moto server is on loopback: the administrator's opt-in lets the service reach it
+    allow(Path(os.environ["MA_JUPYTER_HOME"]), s3_endpoint)
     s = ma_service.session()
     body = {
         "name": "s3read",
@@ -115,6 +128,18 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     assert missing.status_code == 400, missing.text
     assert "bucket data" in missing.text and "s3://data/nope" in missing.text
     assert SECRET not in missing.text
+    # a user's endpoint on the service's own network (the cloud's metadata, another loopback
+    # port) is refused at the submit, before any request is sent there
+    for hostile in ("http://169.254.169.254", "http://127.0.0.1:1", "http://10.0.0.1:9000"):
+        ssrf = s.post(
+            f"{ma_service.api}/jobs",
+            json={**body, "storage_credentials": {**_credentials(s3_endpoint), "AWS_ENDPOINT_URL": hostile}},
+            timeout=60,
+        )
+        assert ssrf.status_code == 400 and "allow_endpoints" in ssrf.text, ssrf.text
+    region = {**_credentials(s3_endpoint), "AWS_REGION": "x.evil.example#"}
+    bad = s.post(f"{ma_service.api}/jobs", json={**body, "storage_credentials": region}, timeout=60)
+    assert bad.status_code == 400 and "is not a region" in bad.text, bad.text
     copied = s.post(  # a job copied from its JSON does not carry the credentials
         f"{ma_service.api}/jobs",
         json={**body, "storage_credentials": {**_credentials(s3_endpoint), "AWS_SECRET_ACCESS_KEY": "***"}},
@@ -159,6 +184,11 @@ def test_s3_dataset_is_downloaded_read_and_its_credentials_never_shown(ma_servic
     assert bytes(obstore.get(out, "run/ckpt/step.txt").bytes()) == b"step-2"
     reasons = s.get(f"{ma_service.api}/jobs/{again['id']}/events", timeout=10).text
     assert "dataset d: prepared data reused" in reasons, reasons
+    # a dev environment of a job with storage credentials (its stored spec has them masked)
+    dev = s.post(f"{ma_service.api}/jobs/{again['id']}/devenv", json={}, timeout=60)
+    assert dev.status_code == 201, dev.text
+    s.post(f"{ma_service.api}/jobs/{dev.json()['id']}/stop", timeout=30)
+    wait_status(ma_service, dev.json()["id"], {"succeeded", "failed", "error", "stopped"}, timeout=120)
 
     # a job whose outputs cannot be uploaded at its end fails with the reason, though its command succeeded
     gate = tmp_path / "gate"
@@ -248,7 +278,9 @@ def test_outputs_are_uploaded_while_running_and_in_the_grace_period_then_resumed
 
     from tests.fixtures.service_api import service_with
 
-    svc = service_with(request, ma_home, "\n[storage]\nupload_interval = 0.3\n")
+    svc = service_with(
+        request, ma_home, f'\n[storage]\nupload_interval = 0.3\nallow_endpoints = ["{s3_endpoint}/"]\n'
+    )
     out = _store(s3_endpoint, "ckpt")
     gate = tmp_path / "gate"
     gate.mkdir(mode=0o777)
@@ -343,6 +375,7 @@ def test_the_grace_periods_upload_rounds_never_run_on_without_bound(s3_endpoint,
     from ma_jupyter.service import storage
 
     monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    allow(tmp_path, s3_endpoint)
     monkeypatch.setattr(storage, "GRACE_MARGIN", 0.0)
     bucket = _store(s3_endpoint, "rounds")
     job = SimpleNamespace(id="rounds-job", spec=SimpleNamespace(outputs="s3://rounds/run"))
@@ -354,3 +387,201 @@ def test_the_grace_periods_upload_rounds_never_run_on_without_bound(s3_endpoint,
     wait_for(lambda: not any(t.name == f"ma-upload-stop-{job.id}" for t in threading.enumerate()), timeout=60)
     assert bytes(obstore.get(bucket, "run/ckpt").bytes()) == b"c"
     assert uploads.final(job) is None  # nothing changed since: the final upload still answers
+
+
+def test_a_hostile_jobs_links_and_a_hostile_endpoint_never_reach_the_hosts_files(
+    s3_endpoint, tmp_path, monkeypatch
+):
+    """The job (attempt 1) leaves links in its outputs folder and the user's bucket names them:
+    the resume's download (as root) writes through none of them, and its chown follows none; an
+    upload never reads through a folder the job swapped for a link after the walk; an endpoint
+    that sends more than it listed is cut off at the listed size."""
+    import obstore
+
+    from ma_jupyter import objectstore
+    from ma_jupyter.service import storage
+
+    store = _store(s3_endpoint, "hostile")
+    for key in ("out/x", "out/y", "out/d/evil", "out/big"):
+        obstore.put(store, key, b"from-the-bucket" * (70_000 if key == "out/big" else 1))
+    creds, uri = _credentials(s3_endpoint), objectstore.ObjectURI.parse("s3://hostile/out")
+    host = tmp_path / "host"
+    (host / "etc").mkdir(parents=True)
+    victim, preload = host / "shadow", host / "ld.so.preload"
+    victim.write_text("host-secret")
+    preload.write_text("host")
+    out = tmp_path / "job" / "outputs"
+    out.mkdir(parents=True)
+    (out / "x.part").symlink_to(preload)  # ln -s /etc/ld.so.preload outputs/x.part
+    (out / "y").symlink_to(victim)
+    (out / "d").symlink_to(host / "etc")  # ln -s /etc outputs/d
+    (out / "l").symlink_to(victim)
+    objects = objectstore.listing(uri, creds, s3_endpoint)
+    by = {o.relative: o for o in objects}
+    objectstore.download(uri, [by["x"], by["y"]], creds, s3_endpoint, out)
+    assert preload.read_text() == "host" and victim.read_text() == "host-secret"
+    assert (out / "x").read_bytes() == (out / "y").read_bytes() == b"from-the-bucket"
+    assert not (out / "y").is_symlink()
+    with pytest.raises(objectstore.StorageError, match="link or not a folder"):
+        objectstore.download(uri, [by["d/evil"]], creds, s3_endpoint, out)
+    assert list((host / "etc").iterdir()) == []
+
+    # an endpoint that sends more than it listed: cut off at the listed size, not after the stream
+    short = objectstore.Obj("big", 10, "", "", "out/big")
+    with pytest.raises(objectstore.StorageError, match="more than the 10 bytes listed"):
+        objectstore.download(uri, [short], creds, s3_endpoint, out)
+    assert (out / "big.part").stat().st_size <= 10
+
+    # the chown of download_outputs: through no link (the job's account gets its folder's files)
+    monkeypatch.setattr(storage.config, "outputs_folder", lambda job_id, outputs: str(out))
+    monkeypatch.setattr(storage, "endpoint", lambda uri, credentials: s3_endpoint)
+    spec = parse_spec({"name": "h", "command": "true", "outputs": "s3://hostile/out/x"})
+    account = types.SimpleNamespace(uid=4321, gid=4321)
+    storage.download_outputs("j1", spec, creds, account)
+    assert victim.stat().st_uid == 0 and (host / "etc").stat().st_uid == 0
+    assert (out / "x").stat().st_uid == 4321 and out.stat().st_uid == 4321
+
+    # the upload: the job swaps a folder for a link to the host's between the walk and the open
+    (out / "sub").mkdir()
+    (out / "sub" / "shadow").write_text("job's own")
+    walk = objectstore._files
+
+    def swapped(folder):
+        found = walk(folder)
+        (out / "sub" / "shadow").unlink()
+        (out / "sub").rmdir()
+        (out / "sub").symlink_to(host)
+        return found
+
+    monkeypatch.setattr(objectstore, "_files", swapped)
+    sent: dict = {}
+    objectstore.upload(out, objectstore.ObjectURI.parse("s3://hostile/up"), creds, s3_endpoint, sent)
+    assert "sub/shadow" not in sent and "x" in sent
+    listed = {
+        o.relative
+        for o in objectstore.listing(objectstore.ObjectURI.parse("s3://hostile/up"), creds, s3_endpoint)
+    }
+    assert "sub/shadow" not in listed and "x" in listed
+
+
+def test_the_final_upload_is_never_overwritten_by_an_older_periodic_one(s3_endpoint, tmp_path, monkeypatch):
+    """A periodic upload whose put of an older checkpoint is still in flight when the attempt
+    ends: the final upload waits for it and puts no earlier, so the bucket ends with the newest."""
+    import threading
+    from types import SimpleNamespace
+
+    import obstore
+
+    from ma_jupyter.service import storage
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    allow(tmp_path, s3_endpoint)
+    bucket = _store(s3_endpoint, "final")
+    job = SimpleNamespace(id="final-job", spec=SimpleNamespace(outputs="s3://final/run"))
+    folder = tmp_path / "jobs" / job.id / "outputs"
+    folder.mkdir(parents=True)
+    (folder / "ckpt").write_text("old")
+    real_put, gate, started, order = obstore.put, threading.Event(), threading.Event(), []
+
+    def put(store, key, f, **kw):
+        data = f.read()
+        if data == b"old":
+            started.set()
+            gate.wait(60)  # the older put is slow (a large checkpoint on a slow link)
+        order.append(data)
+        return real_put(store, key, data, **kw)
+
+    monkeypatch.setattr(obstore, "put", put)
+    uploads = storage.Uploads(lambda job_id: _credentials(s3_endpoint))
+    periodic = threading.Thread(target=uploads.upload, args=(job,))
+    periodic.start()
+    assert started.wait(60)
+    (folder / "ckpt").write_text("newest")  # written on the stop signal
+    answer: list = []
+    final = threading.Thread(target=lambda: answer.append(uploads.final(job)))
+    final.start()
+
+    def final_waits() -> bool:  # the final upload began (or, wrongly, ended) while the old put runs
+        cancel = getattr(uploads, "_cancel", {}).get(job.id)
+        return not final.is_alive() or (cancel is not None and cancel.is_set())
+
+    wait_for(final_waits, timeout=60)
+    gate.set()
+    final.join(120)
+    periodic.join(120)
+    assert answer == [None] and order[-1] == b"newest", order
+    assert bytes(obstore.get(bucket, "run/ckpt").bytes()) == b"newest"
+
+
+def test_a_submit_naming_many_slow_prefixes_is_checked_within_one_deadline(tmp_path, monkeypatch):
+    """A hostile user names many prefixes on an endpoint of their own that answers each listing
+    slowly (yet within the request timeout): the submit's checks run a few at a time and are
+    refused at one deadline for them all, not one timeout per prefix after the other."""
+    import http.server
+    import threading
+
+    from ma_jupyter.service import storage
+
+    listing = (
+        '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/'
+        '2006-03-01/"><Name>b</Name><KeyCount>1</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false'
+        "</IsTruncated><Contents><Key>{prefix}a</Key><LastModified>2020-01-01T00:00:00.000Z</LastModified>"
+        '<ETag>"e"</ETag><Size>1</Size><StorageClass>STANDARD</StorageClass></Contents></ListBucketResult>'
+    )
+    release = threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            release.wait(2.0)  # slow, within the request timeout
+            prefix = self.path.partition("prefix=")[2].partition("&")[0].replace("%2F", "/")
+            body = listing.format(prefix=prefix).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+        allow(tmp_path, url)
+        monkeypatch.setattr(storage, "SUBMIT_CHECK_TIMEOUT", 1.5, raising=False)
+        spec = parse_spec(
+            {
+                "name": "many",
+                "command": "true",
+                "datasets": [{"name": f"d{i}", "path": f"s3://b/p{i}"} for i in range(8)],
+                "storage_credentials": {**_credentials(url)},
+            }
+        )
+        with pytest.raises(InvalidSpec, match="took more than 2 s"):
+            storage.check_paths(spec)
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_prepared_copy_is_shared_only_by_credentials_of_the_same_identity(s3_endpoint, tmp_path):
+    """Another user, whose credentials may list the prefix but not read its objects (per-object
+    permissions), never gets the copy that the first user's credentials downloaded."""
+    import obstore
+
+    from ma_jupyter import objectstore
+    from ma_jupyter.service.prepared import PreparedStore
+
+    store = _store(s3_endpoint, "shared")
+    obstore.put(store, "set/a.txt", b"private")
+    uri = objectstore.ObjectURI.parse("s3://shared/set")
+    owner, other = _credentials(s3_endpoint), {**_credentials(s3_endpoint), "AWS_ACCESS_KEY_ID": "AKIDOTHER"}
+    copies = PreparedStore(tmp_path / "prepared")
+    first = copies.acquire_objects("j1", uri, owner, s3_endpoint, "alice")
+    assert not first.reused and (first.path / "a.txt").read_bytes() == b"private"
+    theirs = copies.acquire_objects("j2", uri, other, s3_endpoint, "mallory")
+    assert not theirs.reused and theirs.path != first.path  # downloaded with their own credentials
+    again = copies.acquire_objects("j3", uri, owner, s3_endpoint, "alice")
+    assert again.reused and again.path == first.path

@@ -81,7 +81,7 @@ ALLOWED = {
     # the text formats of tasks, images and mounts: pure string rules, for every front end
     "spectext": set(),
     # object storage transfers (its client library imported on first use): for the service
-    "objectstore": {"errors"},
+    "objectstore": {"errors", "foldersize", "untrusted"},
     # the TypeScript types, and the text formats the create form mirrors
     "tsgen": {"models", "spectext"},
     "workspace": {"models", "errors"},

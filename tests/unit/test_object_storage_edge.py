@@ -76,7 +76,7 @@ def test_storage_table_is_checked(tmp_path):
     path.write_text('[storage]\nobs_endpoint = "https://obs.cn-north-4.example"\nupload_interval = 5\n')
     assert config.load_storage(path) == config.StorageConfig("https://obs.cn-north-4.example", 5.0)
     path.write_text('[storage]\nobs_endpont = "https://x"\n')
-    with pytest.raises(InvalidSpec, match="obs_endpoint and upload_interval"):
+    with pytest.raises(InvalidSpec, match="obs_endpoint, upload_interval and allow_endpoints"):
         config.load_storage(path)
     path.write_text('[storage]\nobs_endpoint = "obs.example"\n')
     with pytest.raises(InvalidSpec, match="http"):
@@ -95,3 +95,52 @@ def test_the_lab_proxy_adds_the_servers_credentials_to_an_object_storage_spec(mo
     local = json.dumps({"name": "j", "datasets": [{"name": "d", "path": "/data"}]}).encode()
     assert with_storage_credentials(local) == local
     assert with_storage_credentials(b"not json") == b"not json"
+
+
+def test_a_cloned_spec_with_masked_credentials_takes_the_submitters_own(monkeypatch):
+    """A job's spec as the service shows it has its credentials masked: cloning it (with AWS_*
+    set) sends the submitter's own, never the masks; without any, the masks are dropped."""
+    cloned = {
+        "name": "j",
+        "command": "true",
+        "datasets": [{"name": "d", "path": "s3://b/p"}],
+        "storage_credentials": dict.fromkeys(AWS, "***"),
+    }
+    for name, value in AWS.items():
+        monkeypatch.setenv(name, value)
+    assert spec_body(None, cloned)["storage_credentials"] == AWS
+    assert spec_body(None, cloned, validate=False)["storage_credentials"] == AWS
+    for name in AWS:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", "/nonexistent")
+    assert "***" not in str(spec_body(None, cloned, validate=False))
+    assert "***" not in str(spec_body(None, cloned))
+
+
+def test_an_endpoints_error_body_never_reaches_the_answer():
+    """A hostile endpoint's response body (which it chose) is never echoed: the reason is the
+    error's kind, its HTTP status and S3's error code."""
+    from ma_jupyter.objectstore import _reason
+
+    text = (
+        "Generic S3 error: Client error with status 403 Forbidden: <?xml?><Error><Code>AccessDenied"
+        "</Code><Message>ami-id: ami-0123 instance-secret</Message></Error>"
+    )
+    assert _reason(RuntimeError(text)) == "RuntimeError, HTTP 403, AccessDenied"
+    assert "instance-secret" not in _reason(RuntimeError(text))
+
+
+def test_a_wrong_storage_table_never_raises_into_a_jobs_watch(tmp_path, monkeypatch):
+    """An administrator's typo in ``[storage]``: each running job's watch goes on (the uploads
+    keep their interval) instead of raising at every look."""
+    from types import SimpleNamespace
+
+    from ma_jupyter.service.storage import Uploads
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    (tmp_path / "cluster.toml").write_text("[storage]\nupload_intervall = 5\n")
+    uploads = Uploads(lambda job_id: {})
+    job = SimpleNamespace(id="j", spec=SimpleNamespace(outputs="s3://b/out"))
+    for _ in range(3):
+        uploads.due(job)  # the first look only starts the clock: no upload, no error
+    assert "j" not in uploads._busy

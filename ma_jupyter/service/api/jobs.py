@@ -181,10 +181,14 @@ def create_devenv(
         raise InvalidSpec("node: a node name (worker-1) or index (1)", field="node")
     name = devenv.pick_node(job.spec, node)
     secrets = services.store.secrets(job.id)
-    # the source's own plan gives the node's variables (its secrets as the launch has them)
-    plan = services.supervisor.plan(job.spec.model_copy(update={"secret_env": secrets}))
+    storage_secrets = services.store.storage_secrets(job.id)
+    # the source's own plan gives the node's variables (its secrets as the launch has them; its
+    # stored spec has both kinds masked, which a plan refuses)
+    plan = services.supervisor.plan(
+        job.spec.model_copy(update={"secret_env": secrets, "storage_credentials": storage_secrets})
+    )
     variables = devenv.node_variables(plan, job.spec, name)
-    spec = devenv.devenv_spec(job, name, variables, secrets, services.store.storage_secrets(job.id))
+    spec = devenv.devenv_spec(job, name, variables, secrets, storage_secrets)
     # [limits] max_devenvs_per_job and max_devenvs_per_user, over the dev environments not ended
     with services.sessions.serial("devenv", user.name):
         # a retry (the supervisor's key: the creator's name, NUL, the client's key) makes no new one
