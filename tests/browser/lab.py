@@ -177,11 +177,23 @@ def palette(page, label: str) -> None:
     The palette is a modal that closes when it loses focus: call this when no widget is still
     loading (a notebook that connects its kernel takes the focus; see :func:`run_all_cells`).
     """
-    page.keyboard.press("Control+Shift+C")
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     search = page.locator(".lm-CommandPalette-input")
-    search.wait_for(timeout=30_000)
-    search.fill(label)
-    page.locator(f'.lm-CommandPalette-item:has-text("{label}")').first.click()
+    item = page.locator(f'.lm-CommandPalette-item:has-text("{label}")').first
+    # Lab's own late work (a restored panel taking the focus, a kernel status change) closes the
+    # modal palette between its opening and the typing, at times no page state announces: a
+    # user would open it again, and so does this, a bounded number of times.
+    for attempt in range(3):
+        page.keyboard.press("Control+Shift+C")
+        try:
+            search.wait_for(state="visible", timeout=30_000)
+            search.fill(label, timeout=10_000)
+            item.click(timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
 
 
 def wait_notebook_ready(panel) -> None:
