@@ -29,6 +29,7 @@ import signal
 import socket
 import struct
 import threading
+import time
 
 #: set by the backend for the nodes of one attempt (backends.base.JOB_SECRET_ENV)
 JOB_SECRET_ENV = "MA_JOB_SECRET"
@@ -49,6 +50,32 @@ IO_TIMEOUT = 5.0
 def abstract_name(kind: str, job_id: str, node: str) -> bytes:
     """The abstract socket address of one node's ``kind`` agent (leading NUL: abstract)."""
     return f"\0ma_jupyter-{kind}/{job_id}/{node}".encode()
+
+
+#: how long a connection's close waits for the peer to stop sending (:func:`close_after_peer`)
+LINGER = 2.0
+
+
+def close_after_peer(conn: socket.socket, linger: float = LINGER) -> None:
+    """Close a served connection so that the peer still reads every frame sent to it.
+
+    Closing a stream socket whose receive queue holds bytes the peer sent (keystrokes typed
+    after the command ended, a script's end of input) makes the kernel report ECONNRESET to the
+    peer before the frames it has not read yet, the exit status among them.  So: stop sending,
+    read and drop what the peer still sends until it closes or ``linger`` seconds pass, then
+    close.
+    """
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + linger
+        while (left := deadline - time.monotonic()) > 0:
+            conn.settimeout(left)
+            if not conn.recv(65536):
+                break
+    except OSError:
+        pass
+    finally:
+        conn.close()
 
 
 def send_frame(conn: socket.socket, channel: int, data: bytes, lock: threading.Lock | None = None) -> None:
@@ -208,28 +235,33 @@ class AgentServer:
         send_frame(conn, self.EXIT_CHANNEL, b"255", send_lock)
 
     def _handle(self, conn: socket.socket) -> None:
+        try:
+            self._serve_connection(conn)
+        finally:
+            close_after_peer(conn)
+
+    def _serve_connection(self, conn: socket.socket) -> None:
         send_lock = threading.Lock()
-        with conn:
-            if self.CHECK_PEER_FIRST and not self._peer_allowed(conn):
-                self._refuse(conn, self.REFUSED_PEER, send_lock)
-                return
-            request = read_request(conn, self.MAX_REQUEST, chunk=self.REQUEST_CHUNK)
-            if request is None:
-                return
-            try:
-                parsed = self.parse(request)
-                given = str(request.get("secret", ""))
-            except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
-                return
-            if not self._peer_allowed(conn):
-                self._refuse(conn, self.REFUSED_PEER, send_lock)
-                return
-            # one account may run many jobs' nodes: the attempt's secret tells this job's
-            # processes from another job's
-            if not secret_matches(given, self.secret):
-                self._refuse(conn, self.REFUSED_SECRET, send_lock)
-                return
-            self.serve_one(conn, parsed, send_lock)
+        if self.CHECK_PEER_FIRST and not self._peer_allowed(conn):
+            self._refuse(conn, self.REFUSED_PEER, send_lock)
+            return
+        request = read_request(conn, self.MAX_REQUEST, chunk=self.REQUEST_CHUNK)
+        if request is None:
+            return
+        try:
+            parsed = self.parse(request)
+            given = str(request.get("secret", ""))
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+            return
+        if not self._peer_allowed(conn):
+            self._refuse(conn, self.REFUSED_PEER, send_lock)
+            return
+        # one account may run many jobs' nodes: the attempt's secret tells this job's
+        # processes from another job's
+        if not secret_matches(given, self.secret):
+            self._refuse(conn, self.REFUSED_SECRET, send_lock)
+            return
+        self.serve_one(conn, parsed, send_lock)
 
     def run(self) -> int:
         """Serve until SIGTERM, SIGINT or one of :attr:`STOP_SIGNALS`; then :meth:`stop`; 0."""

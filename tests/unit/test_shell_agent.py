@@ -229,3 +229,49 @@ def test_requests_of_any_shape_are_refused_without_killing_the_agent(agent):
         while (frame := recv_frame(conn))[0] != shell_agent.EXIT:
             pass
     assert frame[1] == b"9"
+
+
+def test_a_client_that_typed_after_the_command_ended_still_reads_the_exit_status():
+    """The command of a terminal ended (a script) while the client still sent its end of input:
+    the service's write of those keystrokes to an agent that closed made asyncio drop the
+    connection with the exit frame unread, and the CLI printed nothing and exited 255.  The
+    agent closes after its peer (:func:`close_after_peer`): the exit status gets through."""
+    import asyncio
+    import json
+    import socket
+    import threading
+
+    from ma_jupyter.nodehost.agent_wire import close_after_peer
+    from ma_jupyter.service.shell import _HEADER, EXIT, bridge
+
+    class TypingClient:
+        """A WebSocket whose user keeps typing until the terminal ends."""
+
+        def __init__(self):
+            self.sent: list = []
+
+        async def send_text(self, text: str) -> None:
+            self.sent.append(json.loads(text))
+
+        async def receive(self) -> dict:
+            await asyncio.sleep(0)
+            return {"type": "websocket.receive", "text": json.dumps(["stdin", "x" * 4096])}
+
+        async def close(self) -> None:
+            pass
+
+    def terminal(close) -> list:
+        def agent(sock: socket.socket) -> None:
+            sock.recv(1)  # the command ends as the first keystroke arrives, the rest unread
+            sock.sendall(_HEADER.pack(EXIT, 1) + b"0")
+            close(sock)
+
+        ours, agents = socket.socketpair()
+        threading.Thread(target=agent, args=(agents,), daemon=True).start()
+        client = TypingClient()
+        asyncio.run(asyncio.wait_for(bridge(client, ours), 30))
+        return client.sent
+
+    assert all(["exit", 0] in terminal(close_after_peer) for _ in range(10))
+    # the plain close this replaces loses the exit status (what the test guards against)
+    assert any(["exit", 0] not in terminal(socket.socket.close) for _ in range(10))
