@@ -67,7 +67,7 @@ from ..errors import InvalidSpec
 from ..jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
 from ..models import JobSpec, NodeLaunch
 from ..nodeside.devenv_kernel import KERNEL_VIEW
-from . import caches
+from . import caches, network
 from .host_policy import HostPolicy, RunAs, load_policy
 from .image import ImageEnv, resolve_image
 from .mounts import (
@@ -550,7 +550,8 @@ def card_env(view: NodeView) -> dict[str, str]:
     ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA's numbering nvidia-smi's order.
     ``ASCEND_VISIBLE_DEVICES`` keeps the machine's indices (the Ascend container runtime's
     meaning), as does ``MA_CARD_INDICES``, for logs and for tools that ask NVML about the card.
-    ``NCCL_SOCKET_IFNAME=lo`` on a node reached over loopback; ``NCCL_DEBUG`` is the job's.
+    ``NCCL_SOCKET_IFNAME`` names the interface the node reaches its peers on: ``lo`` on a node
+    reached over loopback, ``ma0`` on the local job network; ``NCCL_DEBUG`` is the job's.
     A job's own ``--env`` wins over each of them.
     """
     if not view.devices:
@@ -568,7 +569,10 @@ def card_env(view: NodeView) -> dict[str, str]:
     if view.address.startswith("127.") or view.address == "::1":
         # simulated nodes talk over loopback aliases: NCCL would look for a network interface
         # and, on a machine whose only other one is down or firewalled, hang at its first call
-        env["NCCL_SOCKET_IFNAME"] = "lo"
+        env["NCCL_SOCKET_IFNAME"] = network.SHARED_INTERFACE
+    elif network.on_job_network(view.address):
+        # each node a machine of its own on its attempt's job network: its one interface
+        env["NCCL_SOCKET_IFNAME"] = network.NODE_INTERFACE
     return env
 
 
