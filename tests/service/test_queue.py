@@ -157,7 +157,10 @@ def test_admission_reacts_to_events_and_costs_nothing_per_queued_job_on_a_tick(d
     assert sup.store.status(blocker.id) is JobStatus.stopped
     sup.tick()  # resources freed: the head starts, the next in line is tried and waits
     assert sup.store.status(head.id) is JobStatus.running
-    assert sup.scheduler.tried[-2:] == ["head", "n1"]
+    # the head was tried and started; after it only the next in line (tried again on the
+    # start's own event pass), never the queue behind it
+    tried = sup.scheduler.tried
+    assert "head" in tried and set(tried[tried.index("head") + 1 :]) == {"n1"}, tried
     assert sup.queue.ids() == [j.id for j in later[1:]] and sup.queue.position(later[1].id) == 0
 
 
