@@ -502,7 +502,7 @@ print(f"MSRESULT rank={rank} size={size} sum={float(total.asnumpy()[0])}", flush
 
 #: the image interpreter ./dev setup makes for MindSpore (MA_MINDSPORE_IMAGE: another one)
 MINDSPORE_IMAGE = os.environ.get(
-    "MA_MINDSPORE_IMAGE", os.path.join(os.path.dirname(__file__), "..", "..", ".images", "mindspore")
+    "MA_MINDSPORE_IMAGE", os.path.join(os.path.dirname(__file__), "..", "..", ".venv", "images", "mindspore")
 )
 
 
@@ -510,7 +510,7 @@ MINDSPORE_IMAGE = os.environ.get(
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(
     not os.path.exists(os.path.join(MINDSPORE_IMAGE, "bin", "msrun")),
-    reason="needs the MindSpore image (./dev setup makes .images/mindspore)",
+    reason="needs the MindSpore image (./dev setup makes .venv/images/mindspore)",
 )
 def test_msrun_across_two_nodes_starts_its_scheduler_on_the_master_and_all_reduces(ma_client, tmp_path):
     algo = writable_dir(tmp_path / "msrun")
