@@ -49,6 +49,17 @@ def _stop_jobs_and_service(client) -> int | None:
     return status["pid"]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``, as ``./dev test`` runs the suite): every test of
+    one module in one worker, so a module's shared service (``ma_module_service``) starts once;
+    every Ray test in one worker, since the first of them starts the one inner run for all
+    (``tests/ray/conftest.py``). Without xdist the mark means nothing."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        group = "ray" if module.startswith("tests/ray/") else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def ma_no_real_cards(request, monkeypatch):
     """Every test runs as if the machine had no accelerator cards (the default cluster's emulated
