@@ -57,14 +57,14 @@ import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import ma_jupyter
 
 from .. import accelerators, workspace
 from ..commands import expand_env
 from ..errors import InvalidSpec
-from ..jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
+from ..jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, JobDir, NodeDir
 from ..models import JobSpec, NodeLaunch
 from ..nodeside.devenv_kernel import KERNEL_VIEW
 from . import caches, network
@@ -83,9 +83,26 @@ from .mounts import (
 )
 from .procfs import NODE_MARKER
 
-if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
-    from ..backends.base import Attempt
+if TYPE_CHECKING:
     from ..modes.base import NodePlan, TaskSlot
+
+
+class JobAttempt(Protocol):
+    """What the node machinery reads of one attempt of a job: the backend contract's ``Attempt``
+    is one (it is named here, not imported: nothing of the node machinery depends on the
+    contract it serves)."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def spec(self) -> JobSpec: ...
+
+    @property
+    def plans(self) -> tuple[NodePlan, ...]: ...
+
+    @property
+    def jobdir(self) -> JobDir: ...
 
 
 #: the mount kind of a dev environment's kernel folder (its connection file and ZMQ sockets)
@@ -286,7 +303,7 @@ def default_sandbox() -> str:
     return "bubblewrap" if shutil.which("bwrap") else "symlink"
 
 
-def export_dir(attempt: Attempt, plan: NodePlan) -> str:
+def export_dir(attempt: JobAttempt, plan: NodePlan) -> str:
     """The in-view folder keeping what a node wrote in its working copy: ``workdir/`` of its
     outputs, or ``workdir/<node>/`` when other nodes write to the same outputs folder."""
     base = f"{VIEW_ROOT}/outputs/{KEPT_WORKDIR}"
@@ -295,7 +312,7 @@ def export_dir(attempt: Attempt, plan: NodePlan) -> str:
 
 
 def node_mounts(
-    attempt: Attempt,
+    attempt: JobAttempt,
     plan: NodePlan,
     mounts: list[Mount],
     policy: HostPolicy,
@@ -316,7 +333,7 @@ def node_mounts(
 
 
 def node_view(
-    attempt: Attempt,
+    attempt: JobAttempt,
     plan: NodePlan,
     sandbox: str,
     *,
@@ -419,7 +436,7 @@ def _modelarts_mounts(mounts: list[Mount], node_dir: Path, spec: JobSpec) -> lis
     return extra
 
 
-def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
+def launch_view(attempt: JobAttempt, launch: NodeLaunch) -> NodeView:
     """The view a launch runs in, made from the launch alone (and the attempt's folders and peers)."""
     jd = attempt.jobdir
     image = launch.image
