@@ -137,7 +137,9 @@ def node_launches(attempt: JobAttempt, sandbox: str) -> list[NodeLaunch]:
                 algorithm=plan.algorithm,
                 policy=policy,
             )
-        own, notes = node_mounts(attempt, plan, mounts[key], policy, sizes)
+        own, notes = node_mounts(
+            attempt, plan, sandbox, policy=policy, image=image, workspace_mounts=mounts[key], sizes=sizes
+        )
         view = node_view(attempt, plan, sandbox, mounts=own, image=image, policy=policy)
         env = node_env(view, plan.env, "", plan.job_env)
         env.pop(NODE_MARKER, None)

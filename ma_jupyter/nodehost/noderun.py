@@ -417,7 +417,7 @@ class NodeRunner:
         finally:
             os.close(fd)
         if data.endswith(b"\n") and data.strip().isdigit():
-            write_record(NodeDir(Path(self.instructions.node_dir)).workdir_record, int(data))
+            workdir.write_record(NodeDir(Path(self.instructions.node_dir)).workdir_record, int(data))
 
     def _wait(self, pid: int) -> int:
         while True:
@@ -478,7 +478,7 @@ class NodeRunner:
         if given.copy:  # the symlink mode: the runner runs as the job's account
             code = workdir.main(["copy", *given.copy])
             if code == 0:
-                write_record(node_dir.workdir_record, time.time_ns())
+                workdir.write_record(node_dir.workdir_record, time.time_ns())
         if code == 0 and given.on_start:  # nothing runs in an incomplete working copy
             code = self._run(given.on_start)
             if code != 0:
@@ -548,7 +548,7 @@ class NodeRunner:
     def _export(self, node_dir: NodeDir) -> None:
         """Keep what the job wrote in its working copy, when anything changed since the copy (a
         look at file times, following no link: most nodes write nothing there)."""
-        since = read_record(node_dir.workdir_record)
+        since = workdir.read_record(node_dir.workdir_record)
         export, folder = self.instructions.export, self.instructions.workdir
         if not export or since is None or not folder or not workdir.changed_since(folder, since):
             return
@@ -600,26 +600,6 @@ def _read_status(fd: int) -> int | None:
     try:
         return int(data) if data.endswith(b"\n") else None
     except ValueError:
-        return None
-
-
-def write_record(path: Path, since: int) -> None:
-    """Record the node's working copy complete (atomically): ``{"since": ns}``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump({"since": since}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def read_record(path: Path) -> int | None:
-    """The time a node's working copy was complete; None without a (readable) record."""
-    try:
-        with open(path, "rb") as fh:
-            since = json.loads(fh.read(4096))["since"]
-        return since if isinstance(since, int) else None
-    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
