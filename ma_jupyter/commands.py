@@ -22,6 +22,7 @@ import shlex
 from collections.abc import Callable
 
 from .errors import InvalidSpec
+from .workspace_paths import ALGORITHM_VIEW
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WHITESPACE = re.compile(r"[ \t\r\n]+")
@@ -156,7 +157,7 @@ def parse_command(command: str, *, field: str = "command") -> list[str]:
     text = (command or "").strip()
     if not text:
         raise InvalidSpec(
-            f"{field} is empty: give the command that starts training, e.g. python /workspace/algorithm/train.py",
+            f"{field} is empty: give the command that starts training, e.g. python {ALGORITHM_VIEW}/train.py",
             field=field,
         )
     try:

@@ -46,6 +46,7 @@ from .wire import (  # noqa: F401 - re-exported: `from ma_jupyter.models import 
     is_object_uri,
     parse_duration,
 )
+from .workspace_paths import ALGORITHM_VIEW, OUTPUTS_VIEW
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 #: Size bounds of the spec's free fields (rule: every string and list a request carries is
@@ -276,7 +277,7 @@ class JobSpec(Strict):
     annotations: list[AnnotationMount] = Field(default=[], max_length=MAX_MOUNTS)
     models: list[ModelMount] = Field(default=[], max_length=MAX_MOUNTS)
     volumes: list[VolumeMount] = Field(default=[], max_length=MAX_MOUNTS)
-    algorithm: Path_ | None = Field(default=None, description="Host folder shown at /workspace/algorithm.")
+    algorithm: Path_ | None = Field(default=None, description=f"Host folder shown at {ALGORITHM_VIEW}.")
     algorithm_read_only: bool = True
     algorithm_origin: Path_ | None = Field(
         default=None,
@@ -296,7 +297,7 @@ class JobSpec(Strict):
         ),
     )
     outputs: Path_ | None = Field(
-        default=None, description="Host folder shown at /workspace/outputs (writable)."
+        default=None, description=f"Host folder shown at {OUTPUTS_VIEW} (writable)."
     )
     mode: Mode = Mode.single
     specs: list[Short] = Field(default_factory=lambda: ["cpu.small"], min_length=1, max_length=MAX_SPECS)
@@ -343,7 +344,7 @@ class JobSpec(Strict):
         description="Give storage_credentials to the job's own environment too (as secret variables).",
     )
     workdir: Path_ | None = Field(
-        default=None, description="Working directory inside the node; default /workspace/algorithm."
+        default=None, description=f"Working directory inside the node; default {ALGORITHM_VIEW}."
     )
     grace_period: float = Field(
         default=10.0, gt=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."
@@ -463,7 +464,7 @@ class JobSpec(Strict):
                 raise ValueError("tasks belong to batch jobs; a regular job has one command (set type=batch)")
             if not self.command:
                 raise ValueError(
-                    "command is required: the command that starts training, e.g. python /workspace/algorithm/train.py"
+                    f"command is required: the command that starts training, e.g. python {ALGORITHM_VIEW}/train.py"
                 )
         else:
             if not self.tasks:
@@ -1063,7 +1064,7 @@ class NodeLaunch(Strict):
     env: dict[str, str] = Field(description="The node's complete environment but the launch-only variables.")
     files: dict[str, str] = {}
     mounts: list[Mount] = []
-    workdir: str = "/workspace/algorithm"
+    workdir: str = ALGORITHM_VIEW
     image: ImageInfo | None = None
     isolation: str = ""
     run_as: RunAs | None = None

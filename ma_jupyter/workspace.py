@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from .errors import InvalidSpec
 from .models import JobSpec
+from .workspace_paths import VIEW_ROOT
 
-VIEW_ROOT = "/workspace"
 _SAFE_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

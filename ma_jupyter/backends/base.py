@@ -29,6 +29,10 @@ from ..jobdir import JobDir
 from ..models import CacheInfo, Job, JobSpec, KernelRoute, LogStream, Node, NodeLaunch, NodeRun, RunAs
 from ..modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 
+# where a process of :meth:`Backend.start_outputs_reader` finds the job's outputs folder (the
+# path the job's own nodes write it at), named by the contract: the foundation module's
+from ..workspace_paths import OUTPUTS_VIEW  # noqa: F401 - re-exported
+
 
 @dataclass(frozen=True)
 class DatasetState:
@@ -82,9 +86,6 @@ SHELL_DATA, SHELL_EXIT, SHELL_RESIZE = 1, 3, 4
 SHELL_MAX_FRAME = 1 << 20
 #: the only variables :meth:`Backend.launch` may add to a :class:`NodeLaunch`'s ``env``
 LAUNCH_ENV = ("MA_NODE_RUN", JOB_SECRET_ENV)
-#: where a process of :meth:`Backend.start_outputs_reader` finds the job's outputs folder (the
-#: path the job's own nodes write it at)
-OUTPUTS_VIEW = "/workspace/outputs"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import ma_jupyter
 
 from .. import config
 from ..errors import BackendUnavailable
+from ..procstat import STATE, stat_fields
 
 if TYPE_CHECKING:
     import subprocess
@@ -52,11 +53,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    fields = stat_fields(pid)
+    return not fields or fields[STATE] != b"Z"  # unreadable: it exists (the signal reached it)
 
 
 def start_service(

@@ -57,6 +57,7 @@ from ..models import (
     PerfPolicy,
     Priority,
 )
+from ..workspace_paths import script_command
 
 #: the folder name of a cell's code snapshot (``client/snapshot.py``'s ``new_snapshot``)
 _SNAPSHOT = r"-\d{8}-\d{6}-[0-9a-f]{6}$"
@@ -74,7 +75,7 @@ def file_name(job: Job) -> str:
 def cell_script(spec: JobSpec) -> str | None:
     """The algorithm file a ``%%ma_train`` cell of this job became (``<name>.py``), judged from
     the command the magic gives such a job; None for any other job."""
-    if spec.type is JobType.regular and spec.command == f"python /workspace/algorithm/{spec.name}.py":
+    if spec.type is JobType.regular and spec.command == script_command(spec.name):
         return f"{spec.name}.py"
     return None
 

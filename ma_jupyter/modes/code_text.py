@@ -17,9 +17,8 @@ from collections.abc import Iterable, Mapping
 
 from ..models import JobSpec
 from ..nodeside.argv import is_python
+from ..workspace_paths import ALGORITHM_VIEW as ALGORITHM
 
-#: where the algorithm folder is shown in a node
-ALGORITHM = "/workspace/algorithm"
 _PYTHON_OPTIONS_WITH_VALUE = {"-W", "-X"}
 #: what makes the code's behaviour depend on more than its text
 DYNAMIC = re.compile(

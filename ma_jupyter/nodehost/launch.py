@@ -25,7 +25,6 @@ import os
 import posixpath
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .. import accelerators, models, workspace
 from ..commands import expand_argv
@@ -48,6 +47,7 @@ from .procfs import NODE_MARKER
 from .view import (
     PACKAGE_DIR,
     WRITABLE_FILE_ROOTS,
+    JobAttempt,
     NodeView,
     file_roots_used,
     node_env,
@@ -60,9 +60,6 @@ from .view import (
     to_host,
 )
 from .workcopy import prepare_working_copy
-
-if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
-    from ..backends.base import Attempt
 
 log = logging.getLogger("ma_jupyter.nodehost")
 
@@ -107,7 +104,7 @@ def with_machine_cards(launch: NodeLaunch, card_type: str, *, planned_elsewhere:
     return launch.model_copy(update={"device_nodes": paths, "env": env})
 
 
-def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
+def node_launches(attempt: JobAttempt, sandbox: str) -> list[NodeLaunch]:
     """What every node of the attempt runs, resolved (the local backend's dry run); pure.
 
     The image and the host policy are resolved once, the mounts once per distinct
@@ -140,7 +137,9 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
                 algorithm=plan.algorithm,
                 policy=policy,
             )
-        own, notes = node_mounts(attempt, plan, mounts[key], policy, sizes)
+        own, notes = node_mounts(
+            attempt, plan, sandbox, policy=policy, image=image, workspace_mounts=mounts[key], sizes=sizes
+        )
         view = node_view(attempt, plan, sandbox, mounts=own, image=image, policy=policy)
         env = node_env(view, plan.env, "", plan.job_env)
         env.pop(NODE_MARKER, None)
@@ -178,7 +177,7 @@ def node_launches(attempt: Attempt, sandbox: str) -> list[NodeLaunch]:
     return launches
 
 
-def check_image_modules(attempt: Attempt, image: ImageEnv) -> None:
+def check_image_modules(attempt: JobAttempt, image: ImageEnv) -> None:
     """Refuse a job whose plan puts around its command a launcher the image cannot run.
 
     The PyTorch modes wrap a ``python ...`` command in torch's launcher (``NodePlan.needs_modules``):

@@ -1,4 +1,6 @@
-"""The per-node runner: ``python -m ma_jupyter.nodehost.noderun <node-run.json>``.
+"""The per-node runner: ``python -m ma_jupyter.nodehost.noderun <node-run.json>``, the file of its
+instructions (:class:`.instructions.RunnerInstructions`, read as attributes; a file it cannot read,
+or of another version, runs nothing: the runner says why in the node's log and exits 2).
 
 The local backend starts one runner per node, in its own session, with stdout/stderr already
 pointing at the node's log file; the service is never in the log path.  The runner:
@@ -54,7 +56,7 @@ pointing at the node's log file; the service is never in the log path.  The runn
 7. beats: every ``HEARTBEAT_EVERY`` seconds, while it runs, it sets the time of
    ``nodes/<node>/heartbeat`` to now (one ``utime``), so the service's node inspection sees a
    runner that stopped (frozen, or its machine gone) by the file's age;
-8. ends with its host: where the spec names the process hosting the node (``end_with``: a Ray
+8. ends with its host: where its instructions name the process hosting the node (``end_with``: a Ray
    node's raylet, see :mod:`.hostwatch`), the end of that process ends the node as a stop
    would, but within ``hostwatch.HOST_GRACE`` seconds: TERM to its processes, then KILL to every process
    below the runner until it ends (``on_stop`` included); what was ended is said in the log and
@@ -85,6 +87,7 @@ from ..untrusted import collect_report
 from . import hostwatch, stopping, watchdog
 from .agent_wire import RELEASE_FD, STATUS_FD
 from .cgroup import NodeCgroup
+from .instructions import RunnerInstructions
 from .procfs import descendants, process_tree
 from .userns import (
     CHECK_USER_NAMESPACE,
@@ -172,8 +175,8 @@ def write_report(path: Path, data: dict) -> None:
 class NodeRunner:
     """Runs the phases of one node and relays signals to them."""
 
-    def __init__(self, spec: dict):
-        self.spec = spec
+    def __init__(self, instructions: RunnerInstructions):
+        self.instructions = instructions
         self.stopping = False
         self.current: subprocess.Popen | None = None
         # a failed command's phase kept for the debug terminal (its shell agent), and the
@@ -185,9 +188,9 @@ class NodeRunner:
         self._ended = threading.Event()
         # rule 1b: the node's own user namespace (a descriptor), where one could be made
         self.userns: int | None = None
-        self.max_processes = int(spec.get("max_processes") or 0)
+        self.max_processes = instructions.max_processes
         # rule 1a: the node's own cgroup, where the backend found one can be made (made in run())
-        self.cgroup: NodeCgroup | None = NodeCgroup(spec["cgroup"]) if spec.get("cgroup") else None
+        self.cgroup: NodeCgroup | None = NodeCgroup(instructions.cgroup) if instructions.cgroup else None
 
     def _preexec(self) -> Callable[[], None]:
         enter = enter_node(self.userns, self.max_processes)
@@ -209,7 +212,7 @@ class NodeRunner:
         if self.cgroup is None:
             return
         try:
-            memory = int(float(self.spec.get("memory_gb") or 0) * (1 << 30))
+            memory = int((self.instructions.memory_gb or 0) * (1 << 30))
             self.cgroup.create(memory, self.max_processes)
         except OSError as exc:
             if first:
@@ -220,11 +223,11 @@ class NodeRunner:
     def _check_oom(self) -> None:
         """Rule 1a: a phase ended: a process the kernel killed for memory is the node's failure
         (the watchdog may not have sampled since)."""
-        if self.cgroup is None or self.exceeded is not None or not self.spec.get("memory_gb"):
+        if self.cgroup is None or self.exceeded is not None or not self.instructions.memory_gb:
             return
         kills = self.cgroup.oom_kills()
         if kills:
-            limits = watchdog.Limits(self.spec, kernel_bound=True)
+            limits = watchdog.Limits(self.instructions, kernel_bound=True)
             self.exceeded = watchdog.memory_reason(limits, kills, self.cgroup.peak_bytes())
             _say(self.exceeded)
             self.stopping = True
@@ -234,7 +237,7 @@ class NodeRunner:
         as an account other than root (``RLIMIT_NPROC`` never applies to root).  A ``pids``
         limit of the node's cgroup (rule 1a) is the kernel's backstop, root's nodes included, but
         the watchdog still ends those past the limit: the sentence says what happened."""
-        return self.userns is not None and self.spec.get("account_uid") != 0
+        return self.userns is not None and self.instructions.account_uid != 0
 
     def _watch(self) -> None:
         """The watchdog (rule 1, :mod:`.watchdog`): past a limit, the first reason is the node's,
@@ -247,7 +250,7 @@ class NodeRunner:
                 _say(reason)
             self.stopping = True  # no further phase but on_stop
 
-        limits = watchdog.Limits(self.spec, kernel_bound=self._kernel_bound())
+        limits = watchdog.Limits(self.instructions, kernel_bound=self._kernel_bound())
         watchdog.watch(limits, self._ended, _say, exceeded, memory_cgroup=self.cgroup)
 
     def _beat(self, path: Path) -> None:
@@ -271,17 +274,16 @@ class NodeRunner:
 
         def terminate() -> None:
             # the stop's one SIGTERM, as rule 4: a backend stopping the node meanwhile sends none
-            if stopping.claim(NodeDir(Path(self.spec["node_dir"])).stop_claim, stopping.RUNNER):
+            if stopping.claim(NodeDir(Path(self.instructions.node_dir)).stop_claim, stopping.RUNNER):
                 self._signal_all(signal.SIGTERM)
 
-        node = self.spec.get("node", "the node")
-        hostwatch.end_node(node, what, self._ended, gone, terminate)
+        hostwatch.end_node(self.instructions.node, what, self._ended, gone, terminate)
 
     # the processes of the node a stop signal is meant for (never bubblewrap itself)
     def _targets(self) -> list[int]:
         if self.current is None:
             return []
-        return stopping.targets(os.getpid(), self.spec.get("sandbox", ""))
+        return stopping.targets(os.getpid(), self.instructions.sandbox)
 
     def _signal_all(self, signum: int) -> None:
         for pid in self._targets():
@@ -291,7 +293,7 @@ class NodeRunner:
         """Rule 4: relay a stop to the node's processes, unless the backend already did (it
         does when this runner did not answer in time: :mod:`.stopping`)."""
         self.stopping = True
-        if stopping.claim(NodeDir(Path(self.spec["node_dir"])).stop_claim, stopping.RUNNER):
+        if stopping.claim(NodeDir(Path(self.instructions.node_dir)).stop_claim, stopping.RUNNER):
             self._signal_all(signal.SIGTERM if signum == signal.SIGTERM else signum)
 
     def _with_env_fd(self, argv: list[str]) -> tuple[list[str], int | None]:
@@ -301,10 +303,10 @@ class NodeRunner:
         The variables reach the sandbox as a file: a command line is readable by every user of
         the host; bubblewrap reads them from this descriptor.
         """
-        if self.spec.get("job_env") is None:
+        if self.instructions.job_env is None:
             return argv, None
         env_fd = os.memfd_create("ma-job-env")
-        data = env_file_data(self.spec["job_env"])
+        data = env_file_data(self.instructions.job_env)
         while data:
             data = data[os.write(env_fd, data) :]
         os.lseek(env_fd, 0, os.SEEK_SET)
@@ -341,8 +343,8 @@ class NodeRunner:
         (:mod:`.shell_agent`): its code comes from the agent's status descriptor, and a failed
         command's phase is kept alive (:attr:`agent`, :attr:`release`) for the terminal instead
         of being waited for (rule 3; :meth:`_keep_for_debugging`)."""
-        env = self.spec["env"]
-        cwd = self.spec.get("cwd")
+        env = self.instructions.env
+        cwd = self.instructions.cwd
         if cwd:
             Path(cwd).mkdir(parents=True, exist_ok=True)
         copy_r = copy_w = None
@@ -400,7 +402,7 @@ class NodeRunner:
 
     def _keeps(self) -> bool:
         """Whether a failed command keeps its sandbox for the debug terminal (not after a stop)."""
-        return not self.stopping and float(self.spec.get("keep_failed_seconds") or 0) > 0
+        return not self.stopping and self.instructions.keep_failed_seconds > 0
 
     def _record_copy(self, fd: int) -> None:
         """Wait for the phase to report its working copy complete (a line: the time), and record
@@ -415,7 +417,7 @@ class NodeRunner:
         finally:
             os.close(fd)
         if data.endswith(b"\n") and data.strip().isdigit():
-            write_record(NodeDir(Path(self.spec["node_dir"])).workdir_record, int(data))
+            workdir.write_record(NodeDir(Path(self.instructions.node_dir)).workdir_record, int(data))
 
     def _wait(self, pid: int) -> int:
         while True:
@@ -442,63 +444,58 @@ class NodeRunner:
     def run(self) -> int:
         """Run the copy, on_start, the command, on_stop and the export; record and return the
         node's exit code."""
-        spec = self.spec
-        refused = isolate_network(spec)  # first: before any thread, and before anything starts
+        given = self.instructions
+        refused = isolate_network(given)  # first: before any thread, and before anything starts
         if refused:
             print(f"[ma_jupyter] {refused}", file=sys.stderr, flush=True)
-            node_dir = NodeDir(Path(spec["node_dir"]))
+            node_dir = NodeDir(Path(given.node_dir))
             write_report(node_dir.failure, {"reason": refused})
             write_exit_code(node_dir.exit_code, 126)
             return 126
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        cpus = set(spec.get("cpus") or ())
+        cpus = set(given.cpus)
         if cpus and hasattr(os, "sched_setaffinity"):
             usable = cpus & os.sched_getaffinity(0)
             if usable:
                 os.sched_setaffinity(0, usable)
-        node_dir = NodeDir(Path(spec["node_dir"]))
-        if self.max_processes and spec.get("own_user_namespace"):
+        node_dir = NodeDir(Path(given.node_dir))
+        if self.max_processes and given.own_user_namespace:
             # made before any thread starts: it forks a helper
             self.userns = node_user_namespace()
-        if (
-            self.max_processes
-            and spec.get("sandbox") == "bubblewrap"
-            and self.userns is None
-            and os.geteuid() == 0
-        ):
+        if self.max_processes and given.sandbox == "bubblewrap" and self.userns is None and os.geteuid() == 0:
             _say("no user namespace of its own for this node here: its process limit is the watchdog's")
         self._make_cgroup(first=True)  # before any phase starts, and the watchdog (rule 1a)
-        if spec.get("cache_lease") and hold_cache_lease(spec["cache_lease"]) is None:  # rule 9
+        if given.cache_lease and hold_cache_lease(given.cache_lease) is None:  # rule 9
             _say("could not take the lease of the user's cache: a later job may release its build locks")
         threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
-        if watchdog.Limits(spec, kernel_bound=False).watched():
+        if watchdog.Limits(given, kernel_bound=False).watched():
             threading.Thread(target=self._watch, daemon=True).start()
-        if spec.get("end_with"):
-            hostwatch.watch(spec["end_with"], self._end_with_host)
+        if given.end_with:
+            hostwatch.watch(given.end_with, self._end_with_host)
         code = 0
-        if spec.get("copy"):  # the symlink mode: the runner runs as the job's account
-            code = workdir.main(["copy", *spec["copy"]])
+        if given.copy:  # the symlink mode: the runner runs as the job's account
+            code = workdir.main(["copy", *given.copy])
             if code == 0:
-                write_record(node_dir.workdir_record, time.time_ns())
-        if code == 0 and spec.get("on_start"):  # nothing runs in an incomplete working copy
-            code = self._run(spec["on_start"])
+                workdir.write_record(node_dir.workdir_record, time.time_ns())
+        if code == 0 and given.on_start:  # nothing runs in an incomplete working copy
+            code = self._run(given.on_start)
             if code != 0:
                 print(f"[ma_jupyter] lifecycle on_start exited with code {code}", file=sys.stderr, flush=True)
         if code == 0 and not self.stopping:
-            code = self._run(spec["argv"])
+            code = self._run(given.argv)
         elif self.stopping:
             code = 128 + signal.SIGTERM
-        if spec.get("on_stop"):
-            stop_code = self._run(spec["on_stop"])
+        if given.on_stop:
+            stop_code = self._run(given.on_stop)
             if stop_code != 0:
                 print(
                     f"[ma_jupyter] lifecycle on_stop exited with code {stop_code}",
                     file=sys.stderr,
                     flush=True,
                 )
-        keep = float(spec.get("keep_failed_seconds") or 0)
+        keep = given.keep_failed_seconds
         # a failed command (not a stop) keeps its sandbox for the debug terminal (see _run)
         kept = code != 0 and self._keeps() and self.agent is not None and self.agent.poll() is None
         if not kept:
@@ -507,11 +504,11 @@ class NodeRunner:
         # logs past their cap (written between two of the watchdog's samples) give their
         # overflow back before anything more is written on that disk (the exit code below)
         if self.exceeded is None:  # else the watchdog cut the overflow at its kill
-            self.exceeded = watchdog.settle_logs(watchdog.Limits(self.spec, kernel_bound=False), _say)
+            self.exceeded = watchdog.settle_logs(watchdog.Limits(given, kernel_bound=False), _say)
         self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
         for report in (FAILURE_REPORT, NOT_DISTRIBUTED_REPORT):
-            collect_report(Path(spec["rank_log_dir"]), node_dir.root, spec.get("node", "the node"), report)
+            collect_report(Path(given.rank_log_dir), node_dir.root, given.node, report)
         if self.exceeded:  # the runner's own report wins over the launcher's
             write_report(node_dir.failure, {"reason": self.exceeded})
             code = code or 128 + signal.SIGKILL
@@ -551,8 +548,8 @@ class NodeRunner:
     def _export(self, node_dir: NodeDir) -> None:
         """Keep what the job wrote in its working copy, when anything changed since the copy (a
         look at file times, following no link: most nodes write nothing there)."""
-        since = read_record(node_dir.workdir_record)
-        export, folder = self.spec.get("export"), self.spec.get("workdir")
+        since = workdir.read_record(node_dir.workdir_record)
+        export, folder = self.instructions.export, self.instructions.workdir
         if not export or since is None or not folder or not workdir.changed_since(folder, since):
             return
         code = self._run([*export, str(since)])
@@ -564,23 +561,23 @@ class NodeRunner:
             )
 
 
-def isolate_network(spec: dict) -> str | None:
+def isolate_network(given: RunnerInstructions) -> str | None:
     """Put the runner, and so everything it starts, where the node's network rules hold (see
     :mod:`.network`): into the node's namespace (``netns``: its file; with ``switch``, the file
     of its job network's switch, held open first for the runner's life), or behind the fence
     (``deny_tcp``: the ports it may not connect to); None when done, else why not (the node then
     runs nothing: never on a network it should not have)."""
-    if not spec.get("netns") and spec.get("deny_tcp") is None:
+    if not given.netns and given.deny_tcp is None:
         return None
     from . import network
 
     try:
-        if spec.get("switch"):
-            network.hold_switch(spec["switch"])
-        if spec.get("netns"):
-            network.enter(spec["netns"])
-        if spec.get("deny_tcp") is not None:
-            network.fence(spec["deny_tcp"])
+        if given.switch:
+            network.hold_switch(given.switch)
+        if given.netns:
+            network.enter(given.netns)
+        if given.deny_tcp is not None:
+            network.fence(given.deny_tcp)
     except OSError as exc:
         return f"the node's network cannot be isolated: {exc.strerror or exc}"
     return None
@@ -606,26 +603,6 @@ def _read_status(fd: int) -> int | None:
         return None
 
 
-def write_record(path: Path, since: int) -> None:
-    """Record the node's working copy complete (atomically): ``{"since": ns}``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump({"since": since}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def read_record(path: Path) -> int | None:
-    """The time a node's working copy was complete; None without a (readable) record."""
-    try:
-        with open(path, "rb") as fh:
-            since = json.loads(fh.read(4096))["since"]
-        return since if isinstance(since, int) else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the node described by the JSON file named in ``argv``
     (``--check-user-namespace BWRAP``: :func:`check_user_namespace`)."""
@@ -635,8 +612,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m ma_jupyter.nodehost.noderun <node-run.json>", file=sys.stderr)
         return 2
-    spec = json.loads(Path(args[0]).read_text())
-    return NodeRunner(spec).run()
+    try:
+        instructions = RunnerInstructions.read(args[0])
+    except (OSError, ValueError) as exc:  # the node runs nothing it was not clearly told
+        _say(f"cannot read the runner's instructions: {exc}")
+        return 2
+    return NodeRunner(instructions).run()
 
 
 if __name__ == "__main__":

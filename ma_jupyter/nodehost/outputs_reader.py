@@ -14,7 +14,7 @@ the service's token.  So, in order:
    (:meth:`.HostPolicy.check_source`: never the service's home, never a system folder, inside
    the allowed roots), whatever a job did to its path since.
 3. With bubblewrap (:func:`.bwrap.reader_argv`) the program sees that folder, through its
-   descriptor, read-only at :data:`~ma_jupyter.backends.base.OUTPUTS_VIEW`, the system and its
+   descriptor, read-only at :data:`~ma_jupyter.workspace_paths.OUTPUTS_VIEW`, the system and its
    Python installation read-only, and nothing else: a symlink in the outputs resolves inside
    this view, where no service home and no other job exists.  Its variables travel as a file
    (:data:`.bwrap.ENV_FD`), never on a command line.
@@ -32,10 +32,10 @@ import os
 import subprocess
 
 from .. import config
-from ..backends.base import OUTPUTS_VIEW
 from ..errors import InvalidSpec, RefusedFile
 from ..models import Image, Job
 from ..nodeside.exec_env import ENV_FD, env_file_data
+from ..workspace_paths import OUTPUTS_VIEW
 from .bwrap import SHOWN_FD, reader_argv, unsandboxed_reader_argv
 from .host_policy import HostPolicy, load_policy
 from .image import resolve_image

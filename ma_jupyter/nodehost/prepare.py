@@ -3,16 +3,27 @@ job's account and mount rules from the host policy, the look and the copy from :
 
 The supervisor checked the job's mount rules on each dataset's path when it reserved the job's
 nodes; the look and the copy come later, on another thread, and the path may lead elsewhere by
-then.  So both check the rules again on the root they actually opened (datacopy rule 1)."""
+then.  So both check the rules again on the root they actually opened (datacopy rule 1).
+
+Each answers a :class:`DataState`, which the backend makes the contract's ``DatasetState`` (the
+node machinery knows nothing of the contract)."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
-from ..backends.base import DatasetState
 from . import datacopy
 from .host_policy import load_policy
+
+
+class DataState(NamedTuple):
+    """A dataset's state as :mod:`.datacopy` reads it (the fields of ``DatasetState``)."""
+
+    key: str
+    bytes: int
+    files: int
 
 
 def _account(user: str | None) -> datacopy.Account | None:
@@ -31,13 +42,13 @@ def _mount_rules(user: str | None, source: str) -> datacopy.Check:
     return check
 
 
-def look_at_dataset(user: str | None, source: str) -> DatasetState:
+def look_at_dataset(user: str | None, source: str) -> DataState:
     """:meth:`ma_jupyter.backends.base.Backend.look_at_dataset` on this machine."""
-    return DatasetState(*datacopy.look(source, _account(user), _mount_rules(user, source)))
+    return DataState(*datacopy.look(source, _account(user), _mount_rules(user, source)))
 
 
 def copy_dataset(
     user: str | None, source: str, into: Path, cancel: threading.Event | None = None
-) -> DatasetState:
+) -> DataState:
     """:meth:`ma_jupyter.backends.base.Backend.copy_dataset` on this machine."""
-    return DatasetState(*datacopy.copy(source, _account(user), into, cancel, _mount_rules(user, source)))
+    return DataState(*datacopy.copy(source, _account(user), into, cancel, _mount_rules(user, source)))

@@ -1,8 +1,8 @@
 """What ``/proc`` says about processes: one process's status fields, start time, resident
 memory, name, kernel wait channel and node marker, and the tree of processes below one.
 
-The package's reader of ``/proc/<pid>/stat`` on the node's host (:func:`stat_fields`): the
-runner, its watchdog, the resource sampler and the host watch all read it through here.
+The runner, its watchdog, the resource sampler and the host watch read ``/proc/<pid>/stat``
+through here, from the package's one reader of it (:mod:`ma_jupyter.procstat`).
 Every function here is a look, never a change: it answers None, 0 or an empty list for a process
 that ended meanwhile (or never was), and raises nothing.
 
@@ -16,26 +16,14 @@ from __future__ import annotations
 
 import os
 
+# the one reader of /proc/<pid>/stat, and its field indexes (named here for this room's users)
+from ..procstat import CSTIME, NUM_THREADS, PPID, RSS, STARTTIME, STATE, UTIME, stat_fields  # noqa: F401
+
 #: the environment variable marking every process of one node run (found again after a restart)
 NODE_MARKER = "MA_NODE_RUN"
 
 _BOOT_TIME: float | None = None
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-#: indexes in :func:`stat_fields` (``proc(5)``'s field numbers less 3: counted after "pid (comm)")
-STATE, PPID, UTIME, CSTIME, NUM_THREADS, STARTTIME, RSS = 0, 1, 11, 14, 17, 19, 21
-
-
-def stat_fields(pid: int | str) -> list[bytes] | None:
-    """The fields of ``/proc/<pid>/stat`` after "pid (comm)" (so :data:`STATE` is ``[0]``); None
-    once the process is gone.  The name may hold spaces and parentheses: the fields are split
-    after its last ``)``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:  # ended meanwhile
-        return None
-    return stat[stat.rfind(b")") + 2 :].split()
 
 
 def process_start_time(pid: int, *, ended: bool = False) -> float | None:

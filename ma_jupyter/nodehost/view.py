@@ -57,14 +57,14 @@ import re
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import ma_jupyter
 
 from .. import accelerators, workspace
 from ..commands import expand_env
 from ..errors import InvalidSpec
-from ..jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, NodeDir
+from ..jobdir import RANK_LOG_ENV, RANK_LOG_VIEW, JobDir, NodeDir
 from ..models import JobSpec, NodeLaunch
 from ..nodeside.devenv_kernel import KERNEL_VIEW
 from . import caches, network
@@ -83,9 +83,26 @@ from .mounts import (
 )
 from .procfs import NODE_MARKER
 
-if TYPE_CHECKING:  # the backend contract imports nothing from here; avoid a cycle at runtime
-    from ..backends.base import Attempt
+if TYPE_CHECKING:
     from ..modes.base import NodePlan, TaskSlot
+
+
+class JobAttempt(Protocol):
+    """What the node machinery reads of one attempt of a job: the backend contract's ``Attempt``
+    is one (it is named here, not imported: nothing of the node machinery depends on the
+    contract it serves)."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def spec(self) -> JobSpec: ...
+
+    @property
+    def plans(self) -> tuple[NodePlan, ...]: ...
+
+    @property
+    def jobdir(self) -> JobDir: ...
 
 
 #: the mount kind of a dev environment's kernel folder (its connection file and ZMQ sockets)
@@ -286,7 +303,7 @@ def default_sandbox() -> str:
     return "bubblewrap" if shutil.which("bwrap") else "symlink"
 
 
-def export_dir(attempt: Attempt, plan: NodePlan) -> str:
+def export_dir(attempt: JobAttempt, plan: NodePlan) -> str:
     """The in-view folder keeping what a node wrote in its working copy: ``workdir/`` of its
     outputs, or ``workdir/<node>/`` when other nodes write to the same outputs folder."""
     base = f"{VIEW_ROOT}/outputs/{KEPT_WORKDIR}"
@@ -295,28 +312,69 @@ def export_dir(attempt: Attempt, plan: NodePlan) -> str:
 
 
 def node_mounts(
-    attempt: Attempt,
+    attempt: JobAttempt,
     plan: NodePlan,
-    mounts: list[Mount],
+    sandbox: str,
+    *,
     policy: HostPolicy,
+    image: ImageEnv,
+    workspace_mounts: list[Mount] | None = None,
     sizes: dict[str, bool] | None = None,
 ) -> tuple[list[Mount], list[str]]:
-    """A node's mounts: the workspace ``mounts`` (from :func:`mounts_for`) with the node's
-    working copy, plus its user's cache; and the notes saying so (for the dry run); pure."""
+    """Every mount of one node, composed in one pass, and the notes saying what the dry run
+    should show; pure (validates, writes nothing).  In this order:
+
+    1. the ``/workspace`` layout's folders checked against the host policy
+       (:func:`~.mounts.mounts_for`; ``workspace_mounts`` when already made for the node's
+       ``(algorithm, outputs_subdir)``);
+    2. the node's working copy of the algorithm folder (:func:`~.mounts.with_working_copy`,
+       ``sizes`` caching the folder sizes it measures), and where what the job writes there is kept;
+    3. its user's cache at ``~/.cache``;
+    4. the image's folders checked against every writable mount
+       (:func:`~.mounts.check_outside_writable`);
+    5. the ModelArts layout beside ``/workspace`` (``--convention modelarts``; bubblewrap only);
+    6. a dev environment's kernel folder (bubblewrap only).
+
+    Raises:
+        InvalidSpec: from a step above; the message says which folder and what to do.
+    """
+    spec, jd = attempt.spec, attempt.jobdir
+    if workspace_mounts is None:
+        workspace_mounts = mounts_for(
+            spec, job_dir=jd.root, outputs_subdir=plan.outputs_subdir, algorithm=plan.algorithm, policy=policy
+        )
     mounts, note = with_working_copy(
-        mounts, job_dir=attempt.jobdir.root, node=plan.name, limit=policy.workdir_copy_limit, sizes=sizes
+        workspace_mounts, job_dir=jd.root, node=plan.name, limit=policy.workdir_copy_limit, sizes=sizes
     )
     notes = [note]
     if any(m.kind == WORKDIR_KIND for m in mounts):
         notes.append(f"what the job writes in its working directory is kept in {export_dir(attempt, plan)}")
-    cache = caches.cache_dir(attempt.spec.creator)
+    cache = caches.cache_dir(spec.creator)
     mounts.append(Mount(str(cache), caches.CACHE_VIEW, False, CACHE_KIND, create=True))
     notes.append(f"~/.cache ({caches.CACHE_VIEW}) is {cache}: this user's cache, kept across their jobs")
+    check_outside_writable(mounts, [(root, "the image folder") for root in image.roots])
+    if workspace.modelarts_layout(spec):
+        if sandbox != "bubblewrap":
+            raise InvalidSpec(
+                "the ModelArts container layout (/home/ma-user/modelarts, /cache) needs bubblewrap: "
+                "install it (apt-get install bubblewrap), or submit without --convention modelarts",
+                field="convention",
+            )
+        mounts = [*mounts, *_modelarts_mounts(mounts, jd.node(plan.name).root, spec)]
+    if spec.devenv_of is not None:
+        if sandbox != "bubblewrap":
+            raise InvalidSpec(
+                "a dev environment's kernel needs bubblewrap (its sockets are shown at "
+                f"{KERNEL_VIEW}): install it (apt-get install bubblewrap)",
+                field="devenv_of",
+            )
+        kernel = str(jd.node(plan.name).kernel)
+        mounts = [*mounts, Mount(kernel, KERNEL_VIEW, False, DEVENV_KIND, create=True)]
     return mounts, notes
 
 
 def node_view(
-    attempt: Attempt,
+    attempt: JobAttempt,
     plan: NodePlan,
     sandbox: str,
     *,
@@ -326,44 +384,19 @@ def node_view(
 ) -> NodeView:
     """The view of one node of an attempt; pure (validates, writes nothing).
 
-    ``mounts`` (the node's whole list, see :func:`node_mounts`), ``image`` and ``policy`` may be
-    given when already resolved for this node.
+    ``mounts`` (the node's whole list, from :func:`node_mounts`), ``image`` and ``policy`` may be
+    given when already resolved for this node; the view only assembles them.
 
     Raises:
-        InvalidSpec: from :func:`mounts_for`, :func:`resolve_image`, or a plan file outside the
+        InvalidSpec: from :func:`node_mounts`, :func:`resolve_image`, or a plan file outside the
             allowed roots.
     """
     jd = attempt.jobdir
     files = {_check_file_path(p): content for p, content in plan.files.items()}
     policy = policy or load_policy()
-    if mounts is None:
-        job_mounts = mounts_for(
-            attempt.spec,
-            job_dir=jd.root,
-            outputs_subdir=plan.outputs_subdir,
-            algorithm=plan.algorithm,
-            policy=policy,
-        )
-        mounts = node_mounts(attempt, plan, job_mounts, policy)[0]
     image = image or resolve_image(attempt.spec.image)
-    check_outside_writable(mounts, [(root, "the image folder") for root in image.roots])
-    if workspace.modelarts_layout(attempt.spec):
-        if sandbox != "bubblewrap":
-            raise InvalidSpec(
-                "the ModelArts container layout (/home/ma-user/modelarts, /cache) needs bubblewrap: "
-                "install it (apt-get install bubblewrap), or submit without --convention modelarts",
-                field="convention",
-            )
-        mounts = [*mounts, *_modelarts_mounts(mounts, jd.node(plan.name).root, attempt.spec)]
-    if attempt.spec.devenv_of is not None:
-        if sandbox != "bubblewrap":
-            raise InvalidSpec(
-                "a dev environment's kernel needs bubblewrap (its sockets are shown at "
-                f"{KERNEL_VIEW}): install it (apt-get install bubblewrap)",
-                field="devenv_of",
-            )
-        kernel = str(jd.node(plan.name).kernel)
-        mounts = [*mounts, Mount(kernel, KERNEL_VIEW, False, DEVENV_KIND, create=True)]
+    if mounts is None:
+        mounts = node_mounts(attempt, plan, sandbox, policy=policy, image=image)[0]
     has_copy = any(m.kind == WORKDIR_KIND for m in mounts)
     return NodeView(
         job_id=attempt.job_id,
@@ -419,7 +452,7 @@ def _modelarts_mounts(mounts: list[Mount], node_dir: Path, spec: JobSpec) -> lis
     return extra
 
 
-def launch_view(attempt: Attempt, launch: NodeLaunch) -> NodeView:
+def launch_view(attempt: JobAttempt, launch: NodeLaunch) -> NodeView:
     """The view a launch runs in, made from the launch alone (and the attempt's folders and peers)."""
     jd = attempt.jobdir
     image = launch.image

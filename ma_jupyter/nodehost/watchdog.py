@@ -45,6 +45,7 @@ from collections.abc import Callable
 
 from ..errors import FolderRefused
 from ..foldersize import folder_size
+from .instructions import RunnerInstructions
 from .procfs import CSTIME, NUM_THREADS, PAGE, RSS, UTIME, process_tree, resident, stat_fields
 
 #: seconds between two samples of a node's limits (a read of /proc per sample)
@@ -63,10 +64,8 @@ FULL_BELOW = 256 << 10
 
 
 class Limits:
-    """One node's limits, from its runner's instructions (``node-run.json``); 0 is no limit.
-
-    A plain class, not a dataclass: ``dataclasses`` would add milliseconds to each runner's start.
-    """
+    """One node's limits, from its runner's instructions (:class:`.instructions.RunnerInstructions`);
+    0 is no limit."""
 
     __slots__ = (
         "node",
@@ -79,16 +78,16 @@ class Limits:
         "disk_flood_rate",
     )
 
-    def __init__(self, spec: dict, *, kernel_bound: bool):
-        self.node: str = spec.get("node", "the node")
-        self.memory_gb = float(spec.get("memory_gb") or 0)
-        self.max_processes = int(spec.get("max_processes") or 0)
+    def __init__(self, given: RunnerInstructions, *, kernel_bound: bool):
+        self.node: str = given.node
+        self.memory_gb = float(given.memory_gb or 0)
+        self.max_processes = given.max_processes
         #: the kernel bounds the node's processes (its own user namespace, not root)
         self.kernel_bound = kernel_bound
-        self.max_log_bytes = int(spec.get("max_log_bytes") or 0)
-        self.logs_dir: str | None = spec.get("logs_dir")
-        self.disk_reserve_bytes = int(spec.get("disk_reserve_bytes") or 0)
-        self.disk_flood_rate = float(spec.get("disk_flood_rate") or 0)
+        self.max_log_bytes = given.max_log_bytes
+        self.logs_dir: str | None = given.logs_dir
+        self.disk_reserve_bytes = given.disk_reserve_bytes
+        self.disk_flood_rate = float(given.disk_flood_rate)
 
     def watched(self) -> bool:
         """Whether any limit needs the watchdog."""

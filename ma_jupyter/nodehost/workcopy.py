@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from ..foldersize import remove_tree
+from ..nodeside.workdir import write_record
 from ..untrusted import make_dirs
 from .bwrap import bwrap_argv
 from .mounts import Mount
-from .noderun import write_record
 from .view import PACKAGE_DIR, NodeView, to_host
 
 #: the helper that makes a node's working copy and keeps what the job wrote there

@@ -260,6 +260,31 @@ def _size(count: int) -> str:
     return str(count)
 
 
+def write_record(path: str | os.PathLike, since: int) -> None:
+    """Record a node's working copy complete since ``since`` (nanoseconds since the epoch), as
+    ``{"since": ns}``, atomically (the node runner's ``nodes/<node>/workdir.json``; the copy
+    made, :func:`export` later keeps what changed after it)."""
+    path = os.fspath(path)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(f'{{"since": {int(since)}}}')
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_record(path: str | os.PathLike) -> int | None:
+    """The time :func:`write_record` recorded; None without a (readable) record."""
+    import json  # here, not above: a copy never reads a record
+
+    try:
+        with open(path, "rb") as fh:
+            since = json.loads(fh.read(4096))["since"]
+        return since if isinstance(since, int) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 4 or argv[0] not in ("copy", "export") or not argv[3].isdigit():
         print("usage: workdir.py copy SRC DST LIMIT | export SRC DST SINCE", file=sys.stderr)

@@ -26,7 +26,7 @@ TensorBoard reads what the job wrote, symlinks and swapped folders included, so 
 with the service's account over the host's view: the backend starts it
 (:meth:`~ma_jupyter.backends.base.Backend.start_outputs_reader`) as the job's account, in a
 sandbox that shows the job's outputs folder alone, read-only, at
-:data:`~ma_jupyter.backends.base.OUTPUTS_VIEW`.  This module decides what runs (TensorBoard,
+:data:`~ma_jupyter.workspace_paths.OUTPUTS_VIEW`.  This module decides what runs (TensorBoard,
 its port, its secret) and when; the backend decides how it is confined.
 
 A board listens on the service's loopback, which jobs may share: the path's secret, fresh per
@@ -57,9 +57,9 @@ from pathlib import Path
 import psutil
 import requests
 
-from ..backends.base import OUTPUTS_VIEW
 from ..errors import BackendUnavailable, Conflict, LimitReached
 from ..models import Job
+from ..workspace_paths import OUTPUTS_VIEW
 
 log = logging.getLogger(__name__)
 

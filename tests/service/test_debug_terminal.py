@@ -98,7 +98,7 @@ def test_no_debug_terminal_without_a_sandbox(ma_home, ma_root_jobs):
     runs = start(backend, attempt)
     wait_for(lambda: all(backend.poll(attempt, r).state != "running" for r in runs), timeout=120)
     spec = json.loads(attempt.jobdir.node("worker-0").runner_spec.read_text())
-    assert spec["shell_agent"] is None
+    assert spec["shell_agent"] is False
     assert "debug terminal ready" not in log_of(attempt)
 
 

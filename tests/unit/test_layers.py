@@ -26,6 +26,8 @@ ROOT = "ma_jupyter"
 # Module (or package) prefix -> layer; the longest prefix wins.
 LAYER_OF = {
     "ma_jupyter.errors": "errors",
+    "ma_jupyter.workspace_paths": "workspace_paths",
+    "ma_jupyter.procstat": "procstat",
     "ma_jupyter.foldersize": "foldersize",
     "ma_jupyter.algorithm_content": "algorithm_content",
     "ma_jupyter.jobdir": "jobdir",
@@ -90,12 +92,13 @@ ALLOWED = {
     "export": {"export", "modes", "workspace", "models", "commands", "jobdir", "errors"},
     "backends.base": {"accelerators", "modes", "models", "config", "jobdir", "errors"},
     # the machinery that hosts one node on one machine (view, sandbox, runner, agents), run by
-    # both backends; what of it runs inside a node is checked apart (rsh_agent below)
+    # both backends; below the backend contract (it imports nothing of it, not even for type
+    # hints: see test_the_node_machinery_knows_nothing_of_the_backend_contract); what of it runs
+    # inside a node is checked apart (rsh_agent below)
     "nodehost": {
         "nodehost",
         "foldersize",
         "accelerators",
-        "backends.base",
         "modes",
         "workspace",
         "models",
@@ -167,6 +170,14 @@ ALLOWED = {
     },
     "frontends": {"frontends", "client", "models", "wire", "config", "spectext", "errors"},
 }
+
+# The foundation modules: they import nothing of the package, and every layer may import them
+# (the ``/workspace`` paths other rooms spell: ``workspace_paths``; the one reader of
+# ``/proc/<pid>/stat``: ``procstat``).
+FOUNDATION = {"workspace_paths", "procstat"}
+for _allowed in ALLOWED.values():
+    _allowed |= FOUNDATION
+ALLOWED.update({layer: set() for layer in FOUNDATION})
 
 # Edges that break a rule beyond the layer table: notebook widgets reach the shared client
 # through the notebook session, not through the magics.
@@ -390,6 +401,19 @@ def test_no_import_cycle():
     """Rule 2: no cycle among all imports once the known violations' edges are left out."""
     cycles = _cycles(_without(_edges(GRAPH), KNOWN_VIOLATIONS))
     assert not cycles, cycles
+
+
+def test_the_node_machinery_knows_nothing_of_the_backend_contract():
+    """The node machinery is below the backend contract it serves: no import of it there at all,
+    type-only ones included (the layer table alone lets those through)."""
+    up = sorted(
+        (module, target)
+        for module, imports in GRAPH.items()
+        if layer_of(module) == "nodehost"
+        for target, _where in imports
+        if layer_of(target) in {"backends.base", "backends.local", "backends.ray"}
+    )
+    assert not up, up
 
 
 def _planted(module: str, target: str, where: str) -> dict[str, list[tuple[str, str]]]:

@@ -59,6 +59,7 @@ from ...nodehost.bwrap import sandbox_argv
 from ...nodehost.code import python_sources
 from ...nodehost.forkserver import RunnerForkServer, ServerUnavailable
 from ...nodehost.host_policy import load_policy
+from ...nodehost.instructions import RunnerInstructions
 from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node, with_machine_cards
 from ...nodehost.mounts import Mount, path_hint
 from ...nodehost.overlay import Overlay
@@ -495,63 +496,59 @@ class LocalBackend(Backend):
             command = shell_agent.command_argv(
                 view.image.python, HELPERS_VIEW, attempt.job_id, launch.name, launch.command
             )
-        spec = {
-            "node": launch.name,
-            "node_dir": str(node_dir),
-            "rank_log_dir": str(attempt.jobdir.rank_dir(launch.name)),
-            "sandbox": view.sandbox,
-            "argv": wrap(command, "argv"),
+        spec = RunnerInstructions(
+            node=launch.name,
+            node_dir=str(node_dir),
+            rank_log_dir=str(attempt.jobdir.rank_dir(launch.name)),
+            sandbox=view.sandbox,
+            argv=wrap(command, "argv"),
             # The environment the runner starts each phase with.  bubblewrap gets a fixed one (the
             # job's variables are applied inside, after the switch to the job's account); only
             # the symlink mode, which never runs as another account, hands the job's to it.
-            "env": env
+            env=env
             if view.sandbox == "symlink"
             else {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", NODE_MARKER: marker},
             # bubblewrap: the variables the runner hands to the sandbox as a file (never argv)
-            "job_env": env if view.sandbox == "bubblewrap" else None,
-            "cwd": host_workdir(view),
-            "cpus": list(view.cpus),
+            job_env=env if view.sandbox == "bubblewrap" else None,
+            cwd=host_workdir(view),
+            cpus=list(view.cpus),
             # the spec's memory per node (its tmpfs included): the runner's watchdog ends the node
             # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
-            "memory_gb": plan.task.memory_gb or None,
-            "max_processes": limits.max_node_processes,
+            memory_gb=plan.task.memory_gb or None,
+            max_processes=limits.max_node_processes,
             # the node's own cgroup (memory, tmpfs included, and processes bounded by the kernel,
             # see .cgroup), where one can be made here; None: the watchdog bounds its memory
-            "cgroup": node_cgroup,
+            cgroup=node_cgroup,
             # the node in a user namespace of its own, where its process limit is its own count
-            "own_user_namespace": view.sandbox == "bubblewrap" and _user_namespace_works(),
+            own_user_namespace=view.sandbox == "bubblewrap" and _user_namespace_works(),
             # the account the node's processes run as (the kernel's process limit spares root)
-            "account_uid": view.run_as.uid if view.run_as else os.geteuid(),
-            "max_log_bytes": int(limits.max_log_mb * (1 << 20)),
-            "logs_dir": str(attempt.jobdir.logs),
+            account_uid=view.run_as.uid if view.run_as else os.geteuid(),
+            max_log_bytes=int(limits.max_log_mb * (1 << 20)),
+            logs_dir=str(attempt.jobdir.logs),
             # the jobs folder's disk reserve: a log flood under it ends the job at the runner's pace
-            "disk_reserve_bytes": int(limits.disk_reserve_mb * (1 << 20)),
-            "disk_flood_rate": config.DISK_FLOOD_RATE,
-            "on_start": wrap(launch.on_start, "on_start") if launch.on_start else None,
-            "on_stop": wrap(launch.on_stop) if launch.on_stop else None,
+            disk_reserve_bytes=int(limits.disk_reserve_mb * (1 << 20)),
+            disk_flood_rate=config.DISK_FLOOD_RATE,
+            on_start=wrap(launch.on_start, "on_start") if launch.on_start else None,
+            on_stop=wrap(launch.on_stop) if launch.on_stop else None,
             # the node's working copy: filled by its first phase (bubblewrap) or by the runner
             # (symlink mode) at its first launch; what the job wrote there kept in its outputs
             # after the last phase
-            "copy": copy_args(view) if copy and view.sandbox == "symlink" else None,
-            "export": export_argv(view),
-            "workdir": view.working_copy.source if view.working_copy else None,
+            copy=copy_args(view) if copy and view.sandbox == "symlink" else None,
+            export=export_argv(view),
+            workdir=view.working_copy.source if view.working_copy else None,
             # the command runs under the debug terminal's agent (the terminal can be opened)
-            "shell_agent": True if terminal else None,
+            shell_agent=terminal,
             # the process whose end ends the node (noderun rule 8): a Ray node's raylet
-            "end_with": self.end_with,
+            end_with=self.end_with,
             # a failed command keeps the sandbox for the debug terminal this long ([limits])
-            "keep_failed_seconds": limits.debug_keep_hours * 3600.0 if terminal else 0,
+            keep_failed_seconds=limits.debug_keep_hours * 3600.0 if terminal else 0,
             # the user's cache lease, held by the runner while it lives (caches rule 6)
-            "cache_lease": str(caches.lease_file(Path(view.cache.source))) if view.cache else None,
+            cache_lease=str(caches.lease_file(Path(view.cache.source))) if view.cache else None,
             # where its network rules hold: the attempt's namespace, or a fence (see .network)
             **(network or {}),
-        }
+        )
         spec_file = nd.runner_spec
-        # it holds the job's variables: the service's user alone may read it
-        fd = os.open(spec_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        os.fchmod(fd, 0o600)  # also when an earlier attempt left the file
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(spec, indent=1))
+        spec.write(spec_file)  # it holds the job's variables: the service's user alone may read it
         fd = _open_log(attempt.jobdir.node_log(plan.name), plan.name)
         try:
             pid, started = self._start_runner(spec_file, node_dir, marker, fd)
@@ -767,8 +764,10 @@ class LocalBackend(Backend):
             return []
         try:
             relative = nd.runner_spec.relative_to(attempt.jobdir.root)
-            sandbox = json.loads(read_small(attempt.jobdir.root, str(relative), limit=16 << 20))["sandbox"]
-        except (OSError, ValueError, KeyError, TypeError, RefusedFile):
+            sandbox = RunnerInstructions.from_json(
+                read_small(attempt.jobdir.root, str(relative), limit=16 << 20)
+            ).sandbox
+        except (OSError, ValueError, RefusedFile):
             sandbox = "bubblewrap"  # the safe reading: bubblewrap's own processes are spared
         signalled = []  # those the signal can end: waited for (but no longer than the grace)
         for pid in stopping.targets(run.pid, sandbox):
@@ -905,19 +904,19 @@ class LocalBackend(Backend):
         jd = config.jobdir(job.id)
         try:
             relative = jd.node(node).runner_spec.relative_to(jd.root)
-            spec = json.loads(read_small(jd.root, str(relative), limit=16 << 20))
-            secret = str((spec.get("job_env") or spec.get("env") or {}).get(JOB_SECRET_ENV, ""))
-        except (OSError, ValueError, RefusedFile, AttributeError):
+            spec = RunnerInstructions.from_json(read_small(jd.root, str(relative), limit=16 << 20))
+            secret = str((spec.job_env or spec.env).get(JOB_SECRET_ENV, ""))
+        except (OSError, ValueError, RefusedFile):
             raise Conflict(
                 f"node {node} of job {job.id} has not started yet: try again in a moment"
             ) from None
-        if not spec.get("shell_agent"):
+        if not spec.shell_agent:
             raise Conflict(
                 f"node {node} of job {job.id} runs without a sandbox, and a debug terminal never opens "
                 "in the host's own view: install bubblewrap (apt-get install bubblewrap)"
             )
         marker = self._read_marker(jd, node)
-        opener = self._opener_into(jd, node) if spec.get("netns") else None
+        opener = self._opener_into(jd, node) if spec.netns else None
 
         def the_nodes(pid: int) -> bool:  # the agent the node's runner started, nobody else
             return bool(marker) and is_marked(pid, marker)
@@ -1016,13 +1015,13 @@ class LocalBackend(Backend):
 
     def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
         """The dataset's state read as the job's account on this machine (:mod:`.prepare`)."""
-        return prepare.look_at_dataset(user, source)
+        return DatasetState(*prepare.look_at_dataset(user, source))
 
     def copy_dataset(
         self, user: str | None, source: str, into: Path, cancel: threading.Event | None = None
     ) -> DatasetState:
         """The copy made as the job's account on this machine (:mod:`.prepare`)."""
-        return prepare.copy_dataset(user, source, into, cancel)
+        return DatasetState(*prepare.copy_dataset(user, source, into, cancel))
 
 
 def runner_env() -> dict[str, str]:

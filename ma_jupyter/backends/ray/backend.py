@@ -520,13 +520,13 @@ class RayBackend(Backend):
     def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
         """The dataset's state read as the job's account on the service's machine, where the
         copies are made (see ``service/prepared.py``)."""
-        return prepare.look_at_dataset(user, source)
+        return DatasetState(*prepare.look_at_dataset(user, source))
 
     def copy_dataset(
         self, user: str | None, source: str, into: Path, cancel: threading.Event | None = None
     ) -> DatasetState:
         """The copy made as the job's account on the service's machine."""
-        return prepare.copy_dataset(user, source, into, cancel)
+        return DatasetState(*prepare.copy_dataset(user, source, into, cancel))
 
     def forget(self, job_id: str) -> None:
         """Ask every agent to remove the job's folder on its node (``node_root/<job id>``): a

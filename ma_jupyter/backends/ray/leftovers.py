@@ -37,6 +37,7 @@ import psutil
 from ...errors import RefusedFile
 from ...jobdir import JobDir, NodeDir
 from ...nodehost import hostwatch
+from ...nodehost.instructions import RunnerInstructions
 from ...nodehost.procfs import NODE_MARKER
 from ...untrusted import read_small
 
@@ -71,7 +72,7 @@ def _left_over(proc: psutil.Process, marker: str, roots: set[Path]) -> NodeDir |
     relative = folder.relative_to(root)
     try:
         spec = read_small(root, relative / node_dir.runner_spec.name, owner="a job node", limit=SPEC_LIMIT)
-        end_with = json.loads(spec).get("end_with")
+        end_with = RunnerInstructions.from_json(spec).end_with
         if not isinstance(end_with, dict) or hostwatch.alive(end_with):
             return None
         written = read_small(root, relative / node_dir.marker.name, owner="a job node")

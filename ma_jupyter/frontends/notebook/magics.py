@@ -28,6 +28,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 # (the models, the session and the renderers all do), so each magic imports what it needs when
 # it first runs; up here are the standard library, IPython and the errors.
 from ...errors import HelpShown, JobFailed, MaJupyterError, NotFound, OptionsExit
+from ...workspace_paths import script_command
 from . import hints
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def _spec_parser(prog: str, *, clone: bool = False) -> argparse.ArgumentParser:
     group.add_argument(
         "--command",
         default=None,
-        help="run command (default: python /workspace/algorithm/<name>.py for the cell body; "
+        help=f"run command (default: {script_command('<name>')} for the cell body; "
         "for a clone, the cloned job's)",
     )
     group.add_argument("--out", metavar="VAR", help="also bind the JobHandle to this variable")
@@ -302,7 +303,7 @@ class MaJupyterMagics(Magics):
             hint = hints.shell_command_hint(body)
             if hint:
                 raise UsageError(hint)
-            command = f"python /workspace/algorithm/{name}.py"
+            command = script_command(name)
         try:
             spec = options.spec_from_args(args, command=command)
         except MaJupyterError as exc:

@@ -33,6 +33,7 @@ from ....models import (
     PerfPolicy,
     Priority,
 )
+from ....workspace_paths import ALGORITHM_VIEW, OUTPUTS_VIEW, script_command
 
 if TYPE_CHECKING:
     from ....client import Client
@@ -182,18 +183,16 @@ class JobForm(W.VBox):
         self.nodes = W.BoundedIntText(value=1, min=1, max=64, description="nodes", style=_LAYOUT)
         self.ps = W.BoundedIntText(value=0, min=0, max=64, description="parameter servers", style=_LAYOUT)
         self.chief = W.Checkbox(value=False, description="chief task", indent=False)
-        self.command = _text(
-            "command", "", "default: python /workspace/algorithm/<name>.py for the script below"
-        )
+        self.command = _text("command", "", f"default: {script_command('<name>')} for the script below")
         self.code = W.Textarea(
             value="",
-            placeholder="training script (saved as /workspace/algorithm/<name>.py), or leave empty and give an algorithm folder",
+            placeholder=f"training script (saved as {ALGORITHM_VIEW}/<name>.py), or leave empty and give an algorithm folder",
             description="script",
             style=_LAYOUT,
             layout=W.Layout(width="95%", height="140px"),
         )
-        self.algorithm = _text("algorithm folder", "", "host folder shipped as /workspace/algorithm")
-        self.outputs = _text("outputs folder", "", "host folder shown at /workspace/outputs")
+        self.algorithm = _text("algorithm folder", "", f"host folder shipped as {ALGORITHM_VIEW}")
+        self.outputs = _text("outputs folder", "", f"host folder shown at {OUTPUTS_VIEW}")
         self.mount_rows = W.VBox([])
         self.add_mount = W.Button(description="add mount", icon="plus")
         self.add_mount.on_click(lambda _b: self._add_mount())
@@ -209,7 +208,7 @@ class JobForm(W.VBox):
             layout=W.Layout(width="95%", height="60px"),
         )
         self.duration = _text("duration", "", "e.g. 30m, 2h (empty: no limit)")
-        self.workdir = _text("workdir", "", "default /workspace/algorithm")
+        self.workdir = _text("workdir", "", f"default {ALGORITHM_VIEW}")
         self.grace = W.BoundedFloatText(
             value=10.0, min=0.1, max=3600, description="stop grace (s)", style=_LAYOUT
         )
@@ -471,7 +470,7 @@ class JobForm(W.VBox):
         else:
             command = self.command.value.strip()
             if not command and self.code.value.strip():
-                command = f"python /workspace/algorithm/{name}.py"
+                command = script_command(name)
             spec["command"] = command or None
         for field, widget in (
             ("algorithm", self.algorithm),
