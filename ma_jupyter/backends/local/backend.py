@@ -37,7 +37,7 @@ import psutil
 import ma_jupyter
 
 from ... import accelerators, config
-from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
+from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile, ServerUnavailable
 from ...jobdir import NO_IPYKERNEL_SAYS
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun, RunAs
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
@@ -57,7 +57,7 @@ from ...nodehost import network as network_ns
 from ...nodehost import overlay as job_overlay
 from ...nodehost.bwrap import sandbox_argv
 from ...nodehost.code import python_sources
-from ...nodehost.forkserver import RunnerForkServer, ServerUnavailable
+from ...nodehost.forkserver import RunnerForkServer
 from ...nodehost.host_policy import load_policy
 from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node, with_machine_cards
 from ...nodehost.mounts import Mount, path_hint

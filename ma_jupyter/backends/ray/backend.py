@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...errors import BackendUnavailable, Conflict, MaJupyterError, NodeLost, RefusedFile
+from ...errors import BackendUnavailable, Conflict, MaJupyterError, NodeGone, NodeLost, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import (
     CacheInfo,
@@ -119,10 +119,6 @@ RAY_MISSING = (
     "the ray backend needs Ray, which is not installed here: pip install ma_jupyter[ray] "
     "(or pip install 'ray[default]')"
 )
-
-
-class NodeGone(BackendUnavailable):
-    """The Ray node (or its agent) of a job node is gone."""
 
 
 def require_ray() -> Any:
