@@ -249,3 +249,12 @@ class ContentUnknown(Exception):
 class ReadBudgetSpent(Exception):
     """Telling an algorithm folder's content would read more than the read limit
     (:mod:`ma_jupyter.algorithm_content`, its rule 6)."""
+
+
+class StoreTooNew(MaJupyterError):
+    """The service's database was written by a newer ma_jupyter (its schema version is above
+    the one this code knows: :mod:`ma_jupyter.service.store_schema`); nothing of it is changed.
+    The message names the file, both versions and what to do."""
+
+    kind = "store_too_new"
+    status = 503

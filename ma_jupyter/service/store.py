@@ -23,30 +23,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    Float,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    bindparam,
-    create_engine,
-    event,
-    func,
-    inspect,
-    or_,
-    select,
-    text,
-)
+from sqlalchemy import bindparam, create_engine, event, func, or_, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from ..errors import Conflict, DiskFull, NotFound
 from ..models import Access, Event, Job, JobStatus, ResourceSample, User
-from . import algorithm_folders
+from . import algorithm_folders, store_schema
 from .disk import free_bytes, full_folder
+
+# the tables, defined by the one schema module (re-exported: callers name them from here)
+from .store_schema import (  # noqa: F401
+    QUERY_INDEXES,
+    events_table,
+    idempotency_table,
+    jobs_table,
+    metadata,
+    samples_table,
+    secrets_table,
+    users_table,
+)
+
+#: the names a job's storage credentials are kept under in its secrets row (no variable name
+#: holds ':', so they never mix with ``secret_env``)
+STORAGE_SECRET = "storage:"
 
 RESERVE_NAME = "disk-reserve"
 RESERVE_BYTES = 1 << 20
@@ -55,25 +54,6 @@ RESERVE_BYTES = 1 << 20
 # how soon a waiter learns that its job was deleted), since every update wakes the waiters.
 STATUS_RECHECK = 1.0
 
-metadata = MetaData()
-
-jobs_table = Table(
-    "jobs",
-    metadata,
-    Column("id", String, primary_key=True),
-    Column("name", String, nullable=False, index=True),
-    Column("status", String, nullable=False, index=True),
-    Column("priority", Integer, nullable=False),
-    Column("creator", String),
-    Column("access", String),  # others' access (spec.access), for the listing's visibility rule
-    Column("created", Float, nullable=False),
-    Column("specs", String, nullable=False),  # space-separated, for the spec filter
-    Column("outputs", String),
-    Column("algorithms", Text),  # the job's algorithm folders, for its filter (algorithm_folders.py)
-    Column("desired", String),  # a pending "stop" the supervisor must carry out, survives restarts
-    Column("placement", Text),  # JSON of the current attempt's placement
-    Column("job", Text, nullable=False),
-)
 
 #: what a listing may be sorted by (``GET /jobs?sort=``): the job table's own columns, then
 #: the jobs table view's other columns, read from the job's JSON (no column, no migration;
@@ -108,77 +88,8 @@ def _order(sort: str) -> tuple:
     return (*first, jobs_table.c.created.desc(), jobs_table.c.id.desc())
 
 
-events_table = Table(
-    "events",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", String, nullable=False, index=True),
-    Column("event", Text, nullable=False),
-)
-
-
-idempotency_table = Table(
-    "idempotency",
-    metadata,
-    Column("key", String, primary_key=True),  # "<user>\0<client's Idempotency-Key>"
-    Column("job_id", String, nullable=False, index=True),
-)
-
-
-#: The values of a job's ``secret_env``, apart from its JSON (whose spec shows them as ``***``):
-#: read only to launch the job's nodes, deleted with the job.  The database file is 0600.
-#: the names a job's storage credentials are kept under in its secrets row (no variable name
-#: holds ':', so they never mix with ``secret_env``)
-STORAGE_SECRET = "storage:"
-secrets_table = Table(
-    "secrets",
-    metadata,
-    Column("job_id", String, primary_key=True),
-    Column("env", Text, nullable=False),  # JSON object: name -> value
-)
-
-
-#: Resource samples of running jobs (``service/resources.py`` takes and thins them), deleted
-#: with the job.
-samples_table = Table(
-    "resource_samples",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", String, nullable=False, index=True),
-    Column("node", String, nullable=False),
-    Column("t", Float, nullable=False),
-    Column("cpu", Float, nullable=False),
-    Column("memory_mb", Float, nullable=False),
-    Column("card", Float),
-    Column("card_memory_mb", Float),
-)
-
-
-users_table = Table(
-    "users",
-    metadata,
-    Column("name", String, primary_key=True),
-    Column("admin", Boolean, nullable=False, default=False),
-    Column("created", Float, nullable=False),
-    # sha256 (hex) of the user's token; NULL for a user known only from a forwarding proxy
-    Column("token_hash", String, unique=True),
-    Column("notify_webhook", String),  # the user's own webhook (webhooks.py); NULL: none
-)
-
-
 def _user(row: Any) -> User:
     return User(name=row.name, admin=bool(row.admin), created_at=datetime.fromtimestamp(row.created, UTC))
-
-
-# The indexes the queries below need, created for databases made before they existed too:
-# the queue order of one status (by_status), the listing newest first (unfiltered, by status,
-# by creator).  Each ends with the id so the listing finds a page's rows from the index alone.
-QUERY_INDEXES = (
-    "CREATE INDEX IF NOT EXISTS ix_jobs_queue ON jobs (status, priority DESC, created, id)",
-    "CREATE INDEX IF NOT EXISTS ix_jobs_created ON jobs (created, id)",
-    "CREATE INDEX IF NOT EXISTS ix_jobs_status_created ON jobs (status, created, id)",
-    "CREATE INDEX IF NOT EXISTS ix_jobs_creator_created ON jobs (creator, created, id)",
-)
 
 
 # The reads the supervisor makes on every tick, built once: building a statement costs more
@@ -217,39 +128,12 @@ class Store:
             cur.execute("PRAGMA busy_timeout=5000")
             cur.close()
 
-        metadata.create_all(self.engine)
-        self._migrate()
-        with self.engine.begin() as conn:
-            for ddl in QUERY_INDEXES:
-                conn.execute(text(ddl))
+        # the schema, created or upgraded in place (store_schema.py: versions, migrations)
+        store_schema.upgrade(self.engine, path)
         # SQLite allows one writer; serialising in-process writers avoids "database is locked".
         self._write_lock = threading.RLock()
         self.reserve = path.parent / RESERVE_NAME
         self.keep_reserve()
-
-    def _migrate(self) -> None:
-        """Bring a database made by an earlier version up to this schema (columns added since)."""
-        sample_columns = {c["name"] for c in inspect(self.engine).get_columns("resource_samples")}
-        if "card_memory_mb" not in sample_columns:
-            with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE resource_samples ADD COLUMN card_memory_mb FLOAT"))
-        if "notify_webhook" not in {c["name"] for c in inspect(self.engine).get_columns("users")}:
-            with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE users ADD COLUMN notify_webhook VARCHAR"))
-        columns = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
-        if "access" not in columns:
-            with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE jobs ADD COLUMN access VARCHAR"))
-                conn.execute(text("UPDATE jobs SET access = json_extract(job, '$.spec.access')"))
-        if "algorithms" not in columns:
-            with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE jobs ADD COLUMN algorithms TEXT"))
-                rows = conn.execute(select(jobs_table.c.id, jobs_table.c.job)).all()
-                for job_id, data in rows:
-                    value = algorithm_folders.column(Job.model_validate_json(data).spec)
-                    conn.execute(
-                        jobs_table.update().where(jobs_table.c.id == job_id).values(algorithms=value)
-                    )
 
     def keep_reserve(self) -> None:
         """Make sure the disk reserve exists (when there is room for it).
