@@ -136,7 +136,7 @@ def bwrap_argv(
             the command runs (:func:`enter_env_argv`), the original shown read-only at
             :data:`COPY_SOURCE_VIEW` for this phase only.
         cgroup: the node's own cgroup (the runner's ``cgroup`` instructions, :mod:`.cgroup`),
-            shown read-only under ``/sys/fs/cgroup`` (contract rule 6); None: none shown.
+            shown read-only under ``/sys/fs/cgroup`` (rule 6); None: none shown.
     """
     args = [_host_program("bwrap"), "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc"]
     if pid_namespace:
@@ -168,7 +168,7 @@ def bwrap_argv(
 def _system_args(tmpfs_limit: int = 0, cgroup: dict | None = None) -> list[str]:
     """The system folders read-only, fresh ``/proc`` and ``/dev``, and empty ``/tmp``, ``/run``
     and ``/dev/shm`` (each at most ``tmpfs_limit`` bytes when it is positive), and of
-    ``/sys/fs/cgroup`` only the folders of ``cgroup`` (contract rule 6): the base of every
+    ``/sys/fs/cgroup`` only the folders of ``cgroup`` (rule 6): the base of every
     sandbox."""
     args: list[str] = []
     for path in SYSTEM_DIRS:

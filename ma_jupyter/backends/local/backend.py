@@ -987,7 +987,7 @@ class LocalBackend(Backend):
         """End the sandboxes a failed debug-terminal job keeps (deleting it ends them early).
 
         The markers are read now (the job's folder goes next); the processes are ended on a
-        thread, so the caller never waits for them (rule 9)."""
+        thread, so the caller never waits for them (contract rule 16)."""
         jd = config.jobdir(job_id)
         try:
             nodes = [
