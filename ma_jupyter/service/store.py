@@ -13,6 +13,7 @@ long-poll of the REST API), whichever thread wrote it.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import os
 import threading
@@ -108,6 +109,8 @@ _JOBS_IN_QUEUE_ORDER = (
 
 class Store:
     """Thread-safe access to jobs and events.  All methods are short transactions."""
+
+    # (``builtins.list`` in the annotations below: :meth:`list` shadows it in the class body)
 
     def __init__(self, path: Path):
         self.path = path
@@ -208,7 +211,7 @@ class Store:
         *,
         notices: Sequence[Event] = (),
         secrets: dict[str, str] | None = None,
-    ) -> str:
+    ) -> str | None:
         """Create a job and its first event in one transaction (no half-created job).
 
         With ``idempotency_key``, the key is stored in the same transaction; when the key is
@@ -436,13 +439,13 @@ class Store:
             total = conn.execute(count).scalar_one()
         return [Job.model_validate_json(r[0]) for r in rows], int(total)
 
-    def by_status(self, *statuses: JobStatus) -> list[Job]:
+    def by_status(self, *statuses: JobStatus) -> builtins.list[Job]:
         """Jobs in these statuses, in queue order (priority high first, then oldest first)."""
         with self.engine.connect() as conn:
             rows = conn.execute(_JOBS_IN_QUEUE_ORDER, {"statuses": [s.value for s in statuses]}).all()
         return [Job.model_validate_json(r[0]) for r in rows]
 
-    def placed(self, status: JobStatus) -> list[Job]:
+    def placed(self, status: JobStatus) -> builtins.list[Job]:
         """Jobs in ``status`` that have a stored placement (a queued one was being launched when
         the service stopped)."""
         query = select(jobs_table.c.job).where(
@@ -495,7 +498,7 @@ class Store:
 
     # ---------------------------------------------------------------------------- events
 
-    def events(self, job_id: str, after: int = 0) -> list[Event]:
+    def events(self, job_id: str, after: int = 0) -> builtins.list[Event]:
         """A job's events with a sequence number above ``after``, oldest first."""
         query = (
             select(events_table.c.event)
@@ -525,7 +528,7 @@ class Store:
             with self.writing() as conn:
                 conn.execute(samples_table.insert(), rows)
 
-    def samples(self, job_id: str, since: float | None = None) -> list[ResourceSample]:
+    def samples(self, job_id: str, since: float | None = None) -> builtins.list[ResourceSample]:
         """A job's samples taken after ``since`` (all without it), oldest first."""
         c = samples_table.c
         query = select(c.t, c.node, c.cpu, c.memory_mb, c.card, c.card_memory_mb).where(c.job_id == job_id)
@@ -657,7 +660,7 @@ class Store:
                 select(users_table.c.notify_webhook).where(users_table.c.name == name)
             ).scalar_one_or_none()
 
-    def users(self) -> list[User]:
+    def users(self) -> builtins.list[User]:
         """Every user, by name."""
         with self.engine.connect() as conn:
             return [_user(r) for r in conn.execute(select(users_table).order_by(users_table.c.name)).all()]
