@@ -30,7 +30,7 @@ import socket
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from ..errors import ReadTimedOut, Unreachable
+from ..errors import ReadTimedOut, TransportError, Unreachable  # noqa: F401 (TransportError: re-exported)
 
 
 class Response:

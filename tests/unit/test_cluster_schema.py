@@ -50,6 +50,18 @@ def test_every_table_refuses_unknown_keys_and_wrong_types_naming_the_file_and_ke
     assert refused.value.message.startswith(f"{path}")
 
 
+def test_a_bad_sample_interval_is_refused_not_swallowed(tmp_path, monkeypatch):
+    from ma_jupyter.service import resources
+
+    monkeypatch.setenv(config.ENV_HOME, str(tmp_path))
+    assert resources.load_interval() == resources.DEFAULT_INTERVAL  # no file: the default
+    (tmp_path / "cluster.toml").write_text("[resources]\nsample_interval = 0.5\n")
+    assert resources.load_interval() == 0.5
+    (tmp_path / "cluster.toml").write_text('[resources]\nsample_interval = "1s"\n')
+    with pytest.raises(InvalidSpec, match=r"\[resources\] sample_interval must be a positive number"):
+        resources.load_interval()
+
+
 def test_a_misspelt_users_key_stops_the_rules_instead_of_being_ignored(tmp_path):
     path = tmp_path / "cluster.toml"
     path.write_text("[users]\nsharng = false\n")
