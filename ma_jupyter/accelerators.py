@@ -21,7 +21,7 @@ Rules:
 2. Cards are *real* on a node when the machine shows the type's card nodes
    (:func:`has_device_nodes`), else emulated (indices only, nothing bound into a sandbox).
 3. A node's sandbox gets exactly the card nodes of its own cards plus the type's shared nodes
-   that exist (:func:`device_paths`), each bound with ``--dev-bind`` (:func:`bwrap_args`).
+   that exist (:func:`device_paths`), each bound with ``--dev-bind`` (``nodehost/bwrap.py``, the one builder of bubblewrap argv).
 4. Inside a bubblewrap sandbox the process sees only its own cards, so CUDA and the Ascend
    runtime number them from 0 in index order: :func:`visible_indices` renumbers, and
    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` keeps CUDA's order the index order (CUDA's default puts the
@@ -364,16 +364,6 @@ def missing_cards(kind: str, indices: list[int] | tuple[int, ...]) -> list[int]:
     if card_type is None:
         return []
     return [i for i in indices if not os.path.exists(card_node(kind, i))]
-
-
-def bwrap_args(paths: list[str] | tuple[str, ...]) -> list[str]:
-    """Rule 3: the bubblewrap options binding ``paths`` (device nodes, or a folder of them) at
-    the same place in the sandbox, usable as devices (``--dev-bind``: ``--bind`` would mount
-    them ``nodev``)."""
-    args: list[str] = []
-    for path in paths:
-        args += ["--dev-bind", path, path]
-    return args
 
 
 def visible_indices(indices: list[int] | tuple[int, ...], sandboxed: bool) -> list[int]:

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import config
-from .errors import FolderRefused
+from .errors import ContentUnknown, FolderRefused, ReadBudgetSpent
 from .foldersize import folder_size, walk
 
 #: never shipped: version control, caches, environments, notebooks' checkpoints
@@ -134,14 +134,6 @@ def ignore(folder: str, names: list[str]) -> set[str]:
     return skipped
 
 
-class _Unknown(Exception):
-    """The content cannot be told whole (rule 4)."""
-
-
-class _OverBudget(Exception):
-    """More than the read limit would be read (rule 6)."""
-
-
 class ReadBudget:
     """Bytes of files not remembered that may still be read (rule 6), shared by the digests
     given it; None: no bound."""
@@ -153,12 +145,12 @@ class ReadBudget:
         if self.left is None:
             return
         if size > self.left:
-            raise _OverBudget
+            raise ReadBudgetSpent
         self.left -= size
 
 
 def _refuse(exc: OSError) -> None:
-    raise _Unknown(str(exc)) from exc
+    raise ContentUnknown(str(exc)) from exc
 
 
 def _file_hash(name: str, dir_fd: int, listed: os.stat_result, budget: ReadBudget) -> bytes:
@@ -176,18 +168,18 @@ def _file_hash(name: str, dir_fd: int, listed: os.stat_result, budget: ReadBudge
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError as exc:
-        raise _Unknown(f"{name}: {exc.strerror}") from exc
+        raise ContentUnknown(f"{name}: {exc.strerror}") from exc
     try:
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode) or _identity(opened) != key:
-            raise _Unknown(f"{name} was replaced or changed since it was listed")
+            raise ContentUnknown(f"{name} was replaced or changed since it was listed")
         found = hashlib.sha256()
         while chunk := os.read(fd, _CHUNK):
             found.update(chunk)
         if _identity(os.fstat(fd)) != key:
-            raise _Unknown(f"{name} changed while it was read")
+            raise ContentUnknown(f"{name} changed while it was read")
     except OSError as exc:
-        raise _Unknown(f"{name}: {exc.strerror}") from exc
+        raise ContentUnknown(f"{name}: {exc.strerror}") from exc
     finally:
         os.close(fd)
     value = found.digest()
@@ -219,7 +211,7 @@ def digest_bounded(
     None)."""
     try:
         return _digest(folder, account, budget), False
-    except _OverBudget:
+    except ReadBudgetSpent:
         return None, True
 
 
@@ -261,7 +253,7 @@ def _digest(folder: str | os.PathLike[str], account: Account | None, budget: Rea
                     records.append((below, b"l", os.fsencode(os.readlink(name, dir_fd=dir_fd))))
                 else:
                     records.append((below, b"o", b"%o" % stat.S_IFMT(entry.st_mode)))
-    except (_Unknown, FolderRefused, OSError):
+    except (ContentUnknown, FolderRefused, OSError):
         return None
     finally:
         folders.close()

@@ -139,11 +139,13 @@ def cluster_file() -> Path:
 
 def read_cluster_file(path: Path | None = None) -> dict:
     """The tables of ``cluster.toml`` (default :func:`cluster_file`), read afresh on each call so
-    an admin's edit applies without a restart; ``{}`` when there is no file.
+    an admin's edit applies without a restart; ``{}`` when there is no file.  Every table and
+    key is checked against the one schema, :mod:`ma_jupyter.cluster_schema` (unknown keys and
+    wrong types refused); each caller applies its own table's defaults and meanings.
 
     Raises:
         InvalidSpec: the file cannot be read or is not TOML ("<path> is not a valid cluster
-            file: ..."); each caller checks its own table's keys and values.
+            file: ..."), or breaks the schema (the message names the file, the table and the key).
     """
     import tomllib  # here: a client reading the home's paths never parses TOML
 
@@ -151,9 +153,12 @@ def read_cluster_file(path: Path | None = None) -> dict:
     if not path.exists():
         return {}
     try:
-        return tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+    from .cluster_schema import check  # here: pydantic's models are built for a service only
+
+    return check(data, path)
 
 
 def _memory_gb() -> float:
@@ -401,43 +406,13 @@ class Limits:
     # fraction is allowed (0.05: 3 seconds)
     hang_minutes: float = 30.0
 
-    #: the keys whose 0 turns their watch off rather than being refused
-    MAY_BE_ZERO = ("hang_minutes",)
-
     @classmethod
     def parse(cls, data: dict, path: Path) -> Limits:
-        """The ``[limits]`` table; InvalidSpec naming a key that is unknown or not a positive number."""
-        known = {
-            "max_restarts": int,
-            "max_resumes": int,
-            "max_grace_period": (int, float),
-            "heartbeat_timeout": (int, float),
-            "elastic_scale_up_interval": (int, float),
-            "debug_keep_hours": (int, float),
-            "max_node_processes": int,
-            "max_log_mb": (int, float),
-            "disk_reserve_mb": (int, float),
-            "node_disk_free_mb": (int, float),
-            "tensorboard_memory_mb": (int, float),
-            "max_tensorboards_per_user": int,
-            "max_queued_jobs_per_user": int,
-            "max_spec_bytes": int,
-            "max_shells_per_job": int,
-            "max_shells_per_user": int,
-            "max_devenvs_per_job": int,
-            "max_devenvs_per_user": int,
-            "max_log_followers_per_job": int,
-            "max_log_followers_per_user": int,
-            "hang_minutes": (int, float),
-        }
-        for key, value in data.items():
-            if key not in known:
-                raise InvalidSpec(f"{path}: [limits] has no key {key!r}: use {', '.join(known)}")
-            if key in cls.MAY_BE_ZERO and not isinstance(value, bool) and value == 0:
-                continue  # turned off
-            if isinstance(value, bool) or not isinstance(value, known[key]) or value <= 0:
-                off = " (or 0 to turn it off)" if key in cls.MAY_BE_ZERO else ""
-                raise InvalidSpec(f"{path}: [limits] {key} must be a positive number{off}")
+        """The ``[limits]`` table; InvalidSpec naming a key that is unknown or not a positive
+        number (:mod:`ma_jupyter.cluster_schema` checks it)."""
+        from .cluster_schema import check
+
+        check({"limits": data}, path)
         return cls(**data)
 
 
@@ -516,23 +491,9 @@ def resolve_emulated(node: Node) -> Node:
 
 
 def _pools(tables, path: Path) -> dict[str, bool]:
-    """The ``[[pool]]`` tables (``name``, ``dedicated``) as name -> dedicated; InvalidSpec
-    naming what is wrong."""
-    if not isinstance(tables, list):
-        raise InvalidSpec(f"{path}: pools are [[pool]] tables with a name and dedicated = true/false")
-    pools = {}
-    for table in tables:
-        if (
-            not isinstance(table, dict)
-            or not isinstance(table.get("name"), str)
-            or set(table) - {"name", "dedicated"}
-        ):
-            raise InvalidSpec(f"{path}: each [[pool]] has a name and an optional dedicated = true/false")
-        dedicated = table.get("dedicated", False)
-        if not isinstance(dedicated, bool):
-            raise InvalidSpec(f"{path}: [[pool]] {table['name']}: dedicated must be true or false")
-        pools[table["name"]] = dedicated
-    return pools
+    """The ``[[pool]]`` tables (``name``, ``dedicated``, checked by the schema) as name ->
+    dedicated."""
+    return {table["name"]: table.get("dedicated", False) for table in tables}
 
 
 #: the backends ``[backend] kind`` may name
@@ -568,22 +529,12 @@ def load_notify(path: Path | None = None) -> str | None:
 
     Raises:
         InvalidSpec: ``[notify]`` is not a table of ``command`` (one non-empty string) and
-            ``webhook_allow`` (:func:`load_webhook_allow`).
+            ``webhook_allow`` (:func:`load_webhook_allow`; the schema checks both), or the
+            command cannot be split into words.
     """
     path = path or cluster_file()
     table = read_cluster_file(path).get("notify")
-    if table is None:
-        return None
-    if (
-        not isinstance(table, dict)
-        or not set(table) <= {"command", "webhook_allow"}
-        or ("command" in table and (not isinstance(table["command"], str) or not table["command"].strip()))
-    ):
-        raise InvalidSpec(
-            f'{path}: [notify] takes command = "PROGRAM ARGS..." (run without a shell) and '
-            'webhook_allow = ["HOST[:PORT]", ...]'
-        )
-    if "command" not in table:
+    if table is None or "command" not in table:
         return None
     try:
         shlex.split(table["command"])
@@ -599,18 +550,13 @@ def load_webhook_allow(path: Path | None = None) -> tuple[str, ...]:
     rule 1); ``()`` without one.
 
     Raises:
-        InvalidSpec: ``webhook_allow`` is not a list of non-empty strings.
+        InvalidSpec: ``webhook_allow`` is not a list of non-empty strings (the schema's check).
     """
     path = path or cluster_file()
     table = read_cluster_file(path).get("notify")
-    if not isinstance(table, dict) or "webhook_allow" not in table:
+    if table is None or "webhook_allow" not in table:
         return ()
-    allow = table["webhook_allow"]
-    if not isinstance(allow, list) or not all(isinstance(a, str) and a.strip() for a in allow):
-        raise InvalidSpec(
-            f'{path}: [notify] webhook_allow is a list of destinations, e.g. ["127.0.0.1:8123", "hooks.internal"]'
-        )
-    return tuple(a.strip().lower() for a in allow)
+    return tuple(a.strip().lower() for a in table["webhook_allow"])
 
 
 @dataclass(frozen=True)
@@ -641,14 +587,9 @@ def load_storage(path: Path | None = None) -> StorageConfig:
             is not a positive number of seconds.
     """
     path = path or cluster_file()
-    table = read_cluster_file(path).get("storage") or {}
-    known = {"obs_endpoint", "upload_interval", "allow_endpoints"}
-    if not isinstance(table, dict) or set(table) - known:
-        raise InvalidSpec(f"{path}: [storage] takes obs_endpoint, upload_interval and allow_endpoints only")
+    table = read_cluster_file(path).get("storage") or {}  # keys and types: the schema's
     allowed = table.get("allow_endpoints", [])
-    if not isinstance(allowed, list) or not all(
-        isinstance(a, str) and a.startswith(("http://", "https://")) for a in allowed
-    ):
+    if not all(a.startswith(("http://", "https://")) for a in allowed):
         raise InvalidSpec(f"{path}: [storage] allow_endpoints must be a list of http:// or https:// URLs")
     endpoint = table.get("obs_endpoint")
     if endpoint is not None and (

@@ -194,3 +194,67 @@ class OptionsExit(Exception):
 
 class HelpShown(Exception):
     """A magic's ``--help`` was printed: the magic has nothing else to do."""
+
+
+# ------------------------------------------------------------------ errors inside the package
+# Not wire errors either: each is raised and handled between rooms (or inside one) and never
+# reaches a user as its own kind.  They live here so that every error type has one owner; the
+# module that raises them re-exports the name where callers import it from there.  The one
+# exception: ``nodeside/`` runs inside a node as plain scripts (``python -I -S workdir.py``),
+# which cannot import this package, so its own errors (``workdir.OverLimit``) stay there.
+
+
+class NodeGone(BackendUnavailable):
+    """The Ray node (or its agent) of a job node is gone (:mod:`ma_jupyter.backends.ray`)."""
+
+
+class ServerUnavailable(OSError):
+    """No runner was forked and none will be: the runners' fork server cannot be started or
+    reached, or said it cannot fork this one (the caller starts the runner the slow way;
+    :mod:`ma_jupyter.nodehost.forkserver`)."""
+
+
+class Cancelled(Exception):
+    """A dataset's copy was cancelled (its job stopped); nothing of it is left
+    (:mod:`ma_jupyter.nodehost.datacopy`)."""
+
+
+class StorageError(Exception):
+    """An object storage transfer failed; the message names the URI and the reason (shown to
+    the user; :mod:`ma_jupyter.objectstore`)."""
+
+
+class WebhookRefused(ValueError):
+    """A webhook's destination that the webhooks' rule 1 refuses (the message says why and what
+    to do; :mod:`ma_jupyter.service.webhooks`, where it is also named ``Refused``)."""
+
+
+class TransportError(Exception):
+    """No answer came from the service (:mod:`ma_jupyter.client.transport`)."""
+
+
+class Unreachable(TransportError):
+    """The service could not be reached, or dropped the connection before its whole answer."""
+
+
+class ReadTimedOut(TransportError):
+    """The service took longer than the request's timeout to answer."""
+
+
+class ContentUnknown(Exception):
+    """An algorithm folder's content cannot be told whole (:mod:`ma_jupyter.algorithm_content`,
+    its rule 4)."""
+
+
+class ReadBudgetSpent(Exception):
+    """Telling an algorithm folder's content would read more than the read limit
+    (:mod:`ma_jupyter.algorithm_content`, its rule 6)."""
+
+
+class StoreTooNew(MaJupyterError):
+    """The service's database was written by a newer ma_jupyter (its schema version is above
+    the one this code knows: :mod:`ma_jupyter.service.store_schema`); nothing of it is changed.
+    The message names the file, both versions and what to do."""
+
+    kind = "store_too_new"
+    status = 503

@@ -88,6 +88,7 @@ class _Folder:
     """
 
     __slots__ = ("root",)
+    root: Path
 
     def __init__(self, root: Path):
         object.__setattr__(self, "root", root)

@@ -50,7 +50,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from . import foldersize, untrusted
-from .errors import FolderRefused, InvalidSpec, RefusedFile
+from .errors import FolderRefused, InvalidSpec, RefusedFile, StorageError
 
 #: the URI schemes of object storage
 SCHEMES = ("s3", "obs")
@@ -117,10 +117,6 @@ class Obj:
     etag: str
     version: str
     key: str
-
-
-class StorageError(Exception):
-    """A transfer failed; the message names the URI and the reason (shown to the user)."""
 
 
 def endpoint_of(uri: ObjectURI, credentials: dict[str, str], obs_endpoint: str | None) -> str | None:

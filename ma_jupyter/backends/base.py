@@ -130,60 +130,163 @@ class ProcessLook:
 class Backend(ABC):
     """Binds placements, and starts, observes and stops the node processes of job attempts.
 
-    Rules every backend keeps:
+    The contract: the rules every backend keeps, numbered once, here.  Code and pages cite
+    them as "contract rule N" (docs/architecture.md, *The backend contract*, lists their
+    titles); a new rule is added at the end, and no number is ever reused.
 
-    1. :meth:`bind` is the only place hostnames, addresses, ports and cores are chosen (the
-       scheduler places on inventory nodes only; the modes plan from the bound placement).
-       With ``reserve=False`` (a dry run) it reserves nothing and gives port 0.
-    2. Everything but :meth:`bind` works in a fresh service process from persisted values: the
-       stored bound placement, the :class:`~ma_jupyter.models.NodeRun` records and the files
-       the nodes write.  Reserved ports are declared again with :meth:`hold` after a restart.
-    3. :meth:`dryrun` has no effects; :meth:`launch` runs exactly what it returned, and is all
-       or nothing: if it raises, no node it started is left running.
-    4. The service is never in the log path: nodes write their own logs.
-    5. :meth:`poll` and :meth:`stop` may be called concurrently for different jobs.
-    6. A backend that learns of a node's end calls the ``wake`` given to :meth:`on_node_end`
-       (from any thread); the service then polls at once instead of at its next tick.  It is a
-       hint: the service still polls every running node at least every :attr:`poll_every`
-       seconds (a backend whose polls are remote calls and that pushes ends sets it higher:
-       the polls are then a safety net, not the way ends are found).
-    7. :meth:`inventory` is the nodes the backend runs on, live, or None when the admin's
-       ``cluster.toml`` inventory applies (the local backend's simulated nodes).  It is cheap
-       (the scheduler asks at every placement) and returns the very same list while nothing
-       changed, so the service notices a node joining or leaving by identity and tries the
-       queue again.
-    8. :meth:`bind` with ``reserve=True`` may give None when the backend cannot hold the
-       scheduler's nodes now (the Ray backend: its placement group cannot be reserved, other
-       users of the cluster hold the resources): nothing is held, the job waits in the queue
-       and the service tries again shortly.
-    9. :meth:`forget` is called once per deleted job, after it ended, and returns without
-       waiting on remote work.
-    10. :meth:`heartbeat` and :meth:`usage` are cheap, never block on a job's files or
-        processes, and answer None for what the backend does not know (the node is then judged
-        by :meth:`poll` only, and keeps no resource samples).
-    11. :meth:`open_shell` reaches a shell *inside* the node's own sandbox (its mounts, account
-        and environment), never one in the host's view; a backend that cannot refuses it.  A
-        failed node may keep its sandbox for that shell (:meth:`kept_until`); :meth:`forget`
-        and the next attempt's :meth:`launch` end it.
-    12. :meth:`start_outputs_reader` runs a program of the platform's own over a job's outputs
-        (its TensorBoard) so that it reads nothing the job's own nodes could not: as the job's
-        account, seeing that folder read-only and nothing else of the service or other jobs.
-    13. :meth:`look_at_dataset` and :meth:`copy_dataset` read a dataset as the job's account by
-        the untrusted-file rules (never blocking on a FIFO, never following a link out); the
-        copy may take long, so the service calls it off its lock.
+    1. **``bind`` is the only place** hostnames, addresses, ports and cores are chosen. With
+       ``reserve=False`` (a dry run) it reserves nothing and gives port 0. It also sets the
+       placement's ``remote_shell``, how MPI's launcher reaches the other nodes (None: the backend
+       has none, and MPI jobs are refused at submit).
+    2. **``dryrun(attempt)`` has no effects.** It validates (raising ``InvalidSpec`` that names the
+       field) and returns one typed ``NodeLaunch`` per node plan, in order: argv as planned, the
+       command that execs, the node's whole environment (with the plan's ``job_env`` expanded by
+       ``commands.expand_env``), files, mounts, working directory, account. ``--dry-run`` shows
+       exactly this list.
+    3. **``launch(attempt, launches)`` runs exactly the dry run.** It may add only the ``LAUNCH_ENV``
+       variables (the node-run marker and the attempt's secret, which a command's ``${VAR}`` never
+       sees) and wrap the command in its isolation. All or nothing: if it raises, every node it
+       started is stopped first.
+    4. **Durable state only.** Everything but ``bind`` and ``dryrun`` works in a fresh service process
+       from persisted values: the stored bound placement, the ``NodeRun`` records and what the nodes
+       write. Reserved ports are declared again with ``hold()`` after a restart; ``release()`` forgets
+       them.
+    5. **The service is not in the log path.** Nodes write their own logs, which keep being written
+       while the service is down.
+    6. **Logs are byte streams.** ``log_streams(job)`` lists them, each saying where a client on the
+       service's machine may read it itself (``LogStream.file``: the file the node writes, opened below
+       ``root`` following no link) or None (only ``open_log`` can read it: the file is on another
+       machine); only the backend knows where a log lives. ``open_log(job, node, rank)`` gives a
+       ``LogSource`` whose ``read(offset, limit)`` returns bytes starting exactly at ``offset`` and the
+       size now; a stream only grows within an attempt; ``size()`` is cheap and never blocks; a stream
+       the job replaced by something unreadable raises ``RefusedFile``; no call blocks on a file the
+       job controls.
+    7. **``poll``** reports ``running``, ``exited`` with the code, or ``lost`` (gone without an exit code:
+       never a success), from durable evidence only; **``failure``** names the first failed rank
+       ``(rank, exit code)``, or says in a sentence what the job left instead of a report;
+       **``explain``** turns a failed node's last log lines into a sentence about the backend's view
+       (a write to a read-only mount: which one, and how to change it), which the supervisor puts on
+       the first line of the job's reason.
+    8. **``stop``** sends TERM, waits up to ``grace``, sends KILL, and returns only when no process of
+       these nodes is left, whatever sessions they made. The local backend (and through it each
+       Ray agent) TERMs each node's runner, which relays the signal; a runner that has not claimed
+       the relay in ``nodes/<node>/stop-claim`` within ``stopping.RELAY_WAIT`` (2 s, half the grace
+       period when shorter) is frozen, and the backend claims it and TERMs the node's processes
+       itself, never bubblewrap: each process gets the stop's SIGTERM once (``nodehost/stopping.py``).
+    9. **Errors.** ``InvalidSpec`` for what the user can fix, ``BackendUnavailable`` when the backend
+       cannot act now, ``NodeLost`` for a log (or other file) that went with the machine that ran the
+       node; the supervisor turns anything else into the job's error.
+    10. **Threads.** ``poll``, ``stop`` and the log calls may run concurrently for different jobs.
+    11. **Ends are pushed.** A backend that learns of a node's end calls the ``wake`` given to
+        ``on_node_end`` (the local backend: a pidfd per runner, one epoll thread; the Ray backend: a
+        blocking ``wait_exit`` call per node on its agent, which waits on the runner's pidfd), so a
+        job's end is recorded within milliseconds; the supervisor still polls running jobs each
+        tick, at least every ``poll_every``. ``close()`` releases the backend's threads, never its
+        nodes.
+    12. **Advice only.** ``code_sources(spec)`` may return the algorithm folder's Python files for the
+        single-copy warning, read as untrusted files within bounds; None (the default) means "not
+        known", and the warning stays silent.
+    13. **Caches.** ``caches(user)`` sizes the persistent cache a backend keeps per user between
+        jobs (``every_user`` for all); ``clear_cache(user)`` empties it at once. The supervisor checks,
+        under its lock, that no job of the user runs before it clears (409 otherwise).
+    14. **Inventory.** ``inventory()`` gives the nodes jobs are placed on, live, or None when
+        ``cluster.toml``'s ``[[node]]`` inventory applies (the local backend). It is cheap and returns
+        the same list object while nothing changed: the scheduler asks it at each placement
+        (``Scheduler(cluster, inventory=backend.inventory)``), and the supervisor, seeing a new list,
+        runs an admission pass (a node joined: a queued job may fit). The scheduler never imports a
+        backend.
+    15. **Bind may decline.** With ``reserve=True``, ``bind`` may return None when the backend cannot
+        hold the nodes the scheduler chose now (resources taken outside this service); it then holds
+        nothing, the job stays queued, and the supervisor runs another pass within ``BIND_RETRY``
+        (1 s). ``Placement.reservation`` names what bind reserved (the Ray backend: its placement
+        group), stored with the placement for a restarted service.
+    16. **Forget.** ``forget(job_id)`` removes what the backend keeps of a deleted job outside the
+        service's job folder, without waiting on remote work (the Ray backend asks each agent to
+        remove ``node_root/<job id>`` on its node; the local backend keeps nothing else).
+    17. **Heartbeat.** ``heartbeat(attempt, run)`` says when a running node last gave a sign of life
+        (epoch seconds), cheaply and without blocking on the job; None (the default) means not known,
+        and the node is judged by ``poll`` only.
+    18. **Usage.** ``usage(job_id, runs)`` says what each running node uses now (``NodeUsage``:
+        cumulative CPU seconds, resident bytes, cards' use and card memory or None); cheap, never
+        raising for a node that is gone, from the persisted ``NodeRun``s. The local backend reads
+        ``/proc`` for the node runner's process tree (``nodehost/watchdog.py``'s ``tree_usage``, the memory
+        watchdog's walk and sum: resident memory plus what the node holds in ``/tmp``, ``/dev/shm`` and ``/run``);
+        the Ray backend returns None (the default): its jobs keep no samples.
+    19. **Debug terminal.** ``open_shell(job, node, rows, cols, command)`` returns a connection to a
+        shell (or ``command``) *inside* the node's own sandbox, speaking ``SHELL_FRAME_HEADER`` frames
+        (terminal bytes both ways, a resize to the node, the exit status last); Conflict (409) when
+        the backend has none (the default; the Ray backend) or the node's is not up. Locally the
+        command phase of a ``--debug-terminal`` node is the shell agent (``shell_agent --serve ...
+        -- COMMAND``), which runs the node's command and serves shells beside it in the same
+        sandbox (its processes, ``/tmp``, ``/dev/shm``, network, account and limits). ``kept_until``
+        says until when a failed node keeps that sandbox for it (None: it keeps none).
+    20. **Outputs reader.** ``start_outputs_reader(job, argv, env, output)`` starts a Python program
+        of the platform's own that reads a job's outputs for a user, the job's TensorBoard, so that
+        it reads nothing the job's own nodes could not: as the job's account, seeing the job's
+        outputs folder read-only at ``OUTPUTS_VIEW`` (``/workspace/outputs``, from ``workspace_paths.py``), the system and
+        ``argv[0]``'s Python installation read-only, and nothing else (no service home, no other
+        job's folder); ``env`` its only variables, never on a command line; the caller's network; a
+        process group of its own led by the returned process. The service decides what runs and
+        when (``service/tensorboard.py``: port, secret, first use, idle reaping); the backend decides
+        how it is confined, because only the backend knows accounts and sandboxes (the service
+        never imports a backend's own modules). The local backend does it with the node
+        machinery's outputs reader (see docs/isolation.md); the Ray backend runs it the
+        same way on the service's machine, over the outputs folder there; the default refuses (409).
+    21. **Datasets.** ``look_at_dataset(user, source)`` gives a dataset's state (``DatasetState``: the
+        store key, bytes, files) and ``copy_dataset(user, source, into, cancel)`` copies it to
+        ``into/data``, both as the account of ``user``'s jobs and by the untrusted-file rules (a job may
+        have written the dataset): regular files, folders and symlinks only (links copied as links,
+        never followed; a FIFO, socket or device refused by name, never opened to block), no
+        setuid, setgid or sticky bit kept, the copy owned by that account. The copy blocks for as
+        long as the data takes: the supervisor calls it off its lock; ``cancel`` ends it, leaving
+        nothing at ``into``. The local and Ray backends do both on the service's machine (the node
+        machinery's data copy: the service opens the dataset's root and checks the path the kernel
+        names the root *opened* by (``/proc/self/fd/N``): it must be the resolved path and pass the
+        job's mount rules (``HostPolicy.check_source``, never the service's home), so a folder on the
+        path swapped for a symlink after the supervisor's check is refused; a copy process gets the
+        descriptor and drops to the job's account before reading anything); the default refuses
+        data preparation.
+    22. **Cards.** ``card_fault(task)`` says why a real card a running task holds can no longer be
+        used (None: healthy, or the backend knows of no cards: the default); cheap, for the node
+        inspection (docs/jobs.md, *Node health* 1b).
+    23. **Notices.** A backend that learns something about a job's node by itself calls the
+        ``notice(job_id, node, reason)`` given to ``on_notice``, from any thread; the supervisor records
+        it as an event of the job (none for a job that is gone). The Ray backend: what a new agent
+        on a lost Ray node's machine ended there.
+    24. **Kernel route.** ``kernel_route(job, node)`` says how a client on the service's machine
+        reaches a running dev environment's kernel (``KernelRoute``): by default its kernel folder,
+        where the node's log stream says this machine sees its job folder; the Ray backend answers
+        the relay its node's agent starts for it (``backends/ray/kernel_relay.py``: a TCP listener on
+        the Ray node's address with a secret of its own, held in the agent's memory only, closed
+        with the node).
+    25. **Job folders' disk.** ``job_folders_free(host)`` says where the job folders of an inventory
+        node lie on its machine and how many bytes are free there, for the node checks; None when
+        not known. Bounded in time (the pre-check runs under the supervisor's lock): the local
+        backend looks at its jobs folder, the Ray backend asks the node's agent within 3 s.
+        ``card_fault(task)`` likewise: on Ray, asked of the task's node's agent.
+    26. **Job account.** ``job_account(user)`` names the account a user's jobs' nodes run as (the
+        host rules), None for the service's own; the service digests an algorithm folder only where
+        that account may read every entry of it (mode bits, owner and group; no ACLs).
+    27. **Processes.** ``processes(job_id, runs)`` says what each running node's processes are doing
+        (``ProcessLook``: pid, name, state, kernel wait channel; at most ``MAX_PROCESS_LOOKS`` a node,
+        the deepest first), for the hang alert; cheap, never raising for a node that is gone. The
+        local backend reads ``/proc/<pid>/stat`` and ``/proc/<pid>/wchan`` through ``nodehost/procfs.py``;
+        None (the default, the Ray backend) means not known.
 
-    (``docs/architecture.md`` states the same contract at more length, numbered its own way.)
+    Besides, ``not_distributed(attempt, run)`` hands over node 0's report that no rank joined a
+    process group (docs/jobs.md, step 8), and ``isolation()`` names the kind of sandbox the
+    backend's nodes run in.
     """
 
     #: short name stored on the job (``local``, ``ray``)
     name: str = "base"
     #: how MPI's launcher reaches the other nodes of a job; None: MPI jobs are refused
     remote_shell: RemoteShell | None = None
-    #: the longest the service waits between two polls of a running node (rule 6)
+    #: the longest the service waits between two polls of a running node (contract rule 11)
     poll_every: float = 0.1
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
-        """Call ``wake`` whenever a node this backend launched may have ended (rule 6); the
+        """Call ``wake`` whenever a node this backend launched may have ended (contract rule 11); the
         default never does."""
         del wake
 
@@ -205,13 +308,13 @@ class Backend(ABC):
         del job_id
 
     def inventory(self) -> list[Node] | None:
-        """The nodes jobs are placed on, now (rule 7); None: ``cluster.toml``'s (the default)."""
+        """The nodes jobs are placed on, now (contract rule 14); None: ``cluster.toml``'s (the default)."""
         return None
 
     @abstractmethod
     def bind(self, placement: Placement, *, reserve: bool) -> Placement | None:
         """``placement`` with every task's hostname, address, ports and cores, and the backend's
-        remote shell; None when ``reserve`` is set and the nodes cannot be held now (rule 8).
+        remote shell; None when ``reserve`` is set and the nodes cannot be held now (contract rule 15).
 
         Args:
             placement: the scheduler's placement (inventory nodes, slots, cards).
@@ -421,7 +524,7 @@ class Backend(ABC):
     ) -> subprocess.Popen:
         """Start ``argv``, a Python program of the platform's own that reads the job's outputs
         on a user's behalf (its TensorBoard), so that it reads nothing the job itself could not
-        (rule 12); ``argv[0]`` is the interpreter, whose installation it is shown.
+        (contract rule 20); ``argv[0]`` is the interpreter, whose installation it is shown.
 
         1. It runs as the job's account, the one the job's nodes run as.
         2. It sees the job's outputs folder (``job.outputs_folder``: the spec's ``outputs``, or

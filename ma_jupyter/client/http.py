@@ -25,14 +25,24 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from .. import config
-from ..errors import BackendUnavailable, InvalidSpec, JobFailed, MaJupyterError, NotFound, error_from_body
+from ..errors import (
+    BackendUnavailable,
+    InvalidSpec,
+    JobFailed,
+    MaJupyterError,
+    NotFound,
+    ReadTimedOut,
+    TransportError,
+    Unreachable,
+    error_from_body,
+)
 from ..wire import API_PREFIX, JobSort, JobStatus, JobType
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .plain import FIELDS, Plain, model_name
 from .service import read_runtime, start_service, stop_service_process
 from .shell import ShellSession, open_session
 from .spec import host_path, spec_body
-from .transport import Connection, ReadTimedOut, TransportError, Unreachable
+from .transport import Connection
 
 if TYPE_CHECKING:  # the models are imported when an answer is validated, not with the client
     from ..models import (

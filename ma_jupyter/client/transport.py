@@ -30,17 +30,7 @@ import socket
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-
-class TransportError(Exception):
-    """No answer came from the service."""
-
-
-class Unreachable(TransportError):
-    """The service could not be reached, or dropped the connection before its whole answer."""
-
-
-class ReadTimedOut(TransportError):
-    """The service took longer than the request's timeout to answer."""
+from ..errors import ReadTimedOut, TransportError, Unreachable  # noqa: F401 (TransportError: re-exported)
 
 
 class Response:

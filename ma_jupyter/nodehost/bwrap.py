@@ -33,7 +33,6 @@ import shutil
 import subprocess
 import threading
 
-from .. import accelerators
 from ..errors import InvalidSpec
 from ..jobdir import RANK_LOG_VIEW
 from ..nodeside.exec_env import COPY_FD, ENV_FD, ENV_FILE
@@ -57,8 +56,26 @@ from .view import (
 
 def card_device_args(view: NodeView) -> list[str]:
     """The bubblewrap options giving the node its cards: ``--dev-bind`` of each of
-    :attr:`NodeView.device_nodes` (nothing for a node without real cards)."""
-    return accelerators.bwrap_args(view.device_nodes)
+    :attr:`NodeView.device_nodes` (nothing for a node without real cards), at the same place in
+    the sandbox, usable as devices (:mod:`ma_jupyter.accelerators` rule 3: ``--bind`` would
+    mount them ``nodev``)."""
+    args: list[str] = []
+    for path in view.device_nodes:
+        args += ["--dev-bind", path, path]
+    return args
+
+
+def namespaces_probe_argv(bwrap: str = "bwrap") -> list[str]:
+    """A sandbox that only runs ``true`` in a pid namespace of its own: whether bubblewrap can
+    make namespaces here (the local backend asks once per process)."""
+    return [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--cap-drop", "ALL", "true"]
+
+
+def user_namespace_probe_argv(bwrap: str) -> list[str]:
+    """A sandbox mounting a fresh ``/proc`` and ``/dev`` and running ``true``, for
+    :func:`ma_jupyter.nodehost.userns.check_user_namespace` to start in a user namespace."""
+    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
+    return argv + ["--cap-drop", "ALL", "--", "true"]
 
 
 def _host_program(name: str) -> str:
@@ -136,7 +153,7 @@ def bwrap_argv(
             the command runs (:func:`enter_env_argv`), the original shown read-only at
             :data:`COPY_SOURCE_VIEW` for this phase only.
         cgroup: the node's own cgroup (the runner's ``cgroup`` instructions, :mod:`.cgroup`),
-            shown read-only under ``/sys/fs/cgroup`` (contract rule 6); None: none shown.
+            shown read-only under ``/sys/fs/cgroup`` (rule 6); None: none shown.
     """
     args = [_host_program("bwrap"), "--die-with-parent", "--new-session", "--unshare-uts", "--unshare-ipc"]
     if pid_namespace:
@@ -168,7 +185,7 @@ def bwrap_argv(
 def _system_args(tmpfs_limit: int = 0, cgroup: dict | None = None) -> list[str]:
     """The system folders read-only, fresh ``/proc`` and ``/dev``, and empty ``/tmp``, ``/run``
     and ``/dev/shm`` (each at most ``tmpfs_limit`` bytes when it is positive), and of
-    ``/sys/fs/cgroup`` only the folders of ``cgroup`` (contract rule 6): the base of every
+    ``/sys/fs/cgroup`` only the folders of ``cgroup`` (rule 6): the base of every
     sandbox."""
     args: list[str] = []
     for path in SYSTEM_DIRS:

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BackendUnavailable, RefusedFile
+from ..errors import BackendUnavailable, Cancelled, RefusedFile
 from ..foldersize import remove_tree
 from ..untrusted import DatasetWalk, open_dataset
 
@@ -60,10 +60,6 @@ class Account:
 
     uid: int
     gid: int
-
-
-class Cancelled(Exception):
-    """The copy was cancelled (its job stopped); nothing of it is left."""
 
 
 #: the mount rules checked on the root opened (rule 1): raises when the job may not mount it

@@ -47,6 +47,7 @@ import time
 import traceback
 from collections.abc import Callable
 
+from ..errors import ServerUnavailable
 from .procfs import NODE_MARKER
 
 #: bytes a request or an answer may take (both are a few hundred)
@@ -63,11 +64,6 @@ READY = b"ready"
 RUNNER_NAME = "ma-noderun"
 #: bytes of the server's environment kept for a runner's marker (job id, attempt, node, nonce)
 MARKER_ROOM = 200
-
-
-class ServerUnavailable(OSError):
-    """No runner was forked and none will be: the server cannot be started or reached, or said
-    it cannot fork this one (the caller starts the runner the slow way)."""
 
 
 class RunnerForkServer:

@@ -158,7 +158,7 @@ def start(
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group, which bwrap keeps (rule 5 of the contract)
+            start_new_session=True,  # its own group, which bwrap keeps (rule 5 of ``Backend.start_outputs_reader``)
             pass_fds=(fd, env_fd),
         )
     finally:

@@ -138,6 +138,28 @@ def command_name(pid: int) -> str:
         return "?"
 
 
+def command_line(pid: int) -> list[str] | None:
+    """A process's arguments (``/proc/<pid>/cmdline``); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+
+
+def ignores_signal(pid: int, signum: int) -> bool:
+    """Whether ``pid`` ignores ``signum`` now (``SigIgn`` of ``/proc/<pid>/status``: the kernel
+    discards one sent to it); False once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def _boot_time() -> float:
     global _BOOT_TIME
     if _BOOT_TIME is None:

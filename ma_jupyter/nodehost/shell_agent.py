@@ -90,6 +90,7 @@ from .agent_wire import (
     recv_frame,
     send_frame,
 )
+from .procfs import stat_fields
 
 # backends.base's SHELL_DATA, SHELL_EXIT, SHELL_RESIZE (kept import-free: runs in a node;
 # tests/unit/test_shell_agent.py checks they agree, and agent_wire's HEADER with its header)
@@ -343,12 +344,8 @@ KILL_PASSES = 100
 
 def _stat(pid: str) -> list[str] | None:
     """``/proc/<pid>/stat`` after "pid (comm)": state, ppid, pgrp, session, ...; None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    return data[data.rfind(b")") + 2 :].decode("ascii", "replace").split()
+    fields = stat_fields(pid)
+    return None if fields is None else [field.decode("ascii", "replace") for field in fields]
 
 
 def _others(spared_sessions: set[int]) -> list[int]:

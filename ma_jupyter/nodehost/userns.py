@@ -141,8 +141,9 @@ def check_user_namespace(bwrap: str) -> int:
     userns = node_user_namespace()
     if userns is None:
         return 1
-    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
-    argv += ["--cap-drop", "ALL", "--", "true"]
+    from .bwrap import user_namespace_probe_argv  # here: the runner never needs the builders
+
+    argv = user_namespace_probe_argv(bwrap)
     try:
         done = subprocess.run(argv, preexec_fn=enter_node(userns, 64), capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError):

@@ -109,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         backend = make_backend(args.backend, args.ray_address)
+        store = Store(config.db_path())  # StoreTooNew: a database a newer version wrote
     except MaJupyterError as exc:
         print(f"cannot start the job service: {exc.message}", file=sys.stderr)
         return 2
-    store = Store(config.db_path())
     cluster = config.load_cluster()
     supervisor = Supervisor(store, Scheduler(cluster, inventory=backend.inventory), backend)
     tensorboards = TensorBoardManager(

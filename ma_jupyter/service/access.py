@@ -168,12 +168,9 @@ def load_rules(path: Path | None = None) -> Rules:
     users: dict = {}
     if stamp is not None:
         users = config.read_cluster_file(path).get("users", {})
+    # the types (and unknown keys, e.g. a misspelt sharing) are the schema's
     sharing = users.get("sharing", True)
     quota = users.get("urgent_quota", DEFAULT_URGENT_QUOTA)
-    if not isinstance(sharing, bool):
-        raise InvalidSpec(f"{path}: [users] sharing must be true or false")
-    if isinstance(quota, bool) or not isinstance(quota, int) or quota < 0:
-        raise InvalidSpec(f"{path}: [users] urgent_quota must be a whole number, 0 or more")
     rules = Rules(sharing=sharing, urgent_quota=quota, source=str(path))
     with _RULES_LOCK:
         _RULES = (stamp, rules)

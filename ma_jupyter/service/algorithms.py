@@ -51,7 +51,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import Column, Float, MetaData, String, Table, delete, func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
 from .. import algorithm_content
@@ -59,18 +59,10 @@ from ..errors import Conflict, FolderRefused, InvalidSpec
 from ..models import DIGEST_PATTERN, MAX_PATH, JobSpec, RunAs
 from . import algorithm_folders
 from .store import Store, jobs_table
+from .store_schema import favourites_table
 
 #: the most favourite algorithms one user keeps
 MAX_FAVOURITES = 200
-
-_metadata = MetaData()
-favourites_table = Table(
-    "favourite_algorithms",
-    _metadata,
-    Column("user", String, primary_key=True),
-    Column("path", String, primary_key=True),
-    Column("added", Float, nullable=False),
-)
 
 
 def normalise(path: str, field: str = "algorithm") -> str:
@@ -208,19 +200,10 @@ class Favourites:
     """Each user's favourite algorithm folders (rule 3), in the store's database."""
 
     def __init__(self, store: Store):
-        self.store = store
-        self._made = False
-
-    def _table(self) -> None:
-        """Create the table at first use (an older database lacks it; an app built without a
-        store, to list its routes, never touches it)."""
-        if not self._made:
-            favourites_table.create(self.store.engine, checkfirst=True)
-            self._made = True
+        self.store = store  # whose schema holds the table (store_schema.py)
 
     def of(self, user: str) -> list[str]:
         """``user``'s favourites, oldest first."""
-        self._table()
         query = (
             select(favourites_table.c.path)
             .where(favourites_table.c.user == user)
@@ -237,7 +220,6 @@ class Favourites:
             Conflict: the user has :data:`MAX_FAVOURITES` already.
         """
         path = normalise(path, "path")
-        self._table()
         count = select(func.count()).select_from(favourites_table).where(favourites_table.c.user == user)
         with self.store.writing() as conn:  # the store's one writer (and its disk-full rule)
             exists = conn.execute(
@@ -261,7 +243,6 @@ class Favourites:
     def remove(self, user: str, path: str) -> bool:
         """Unmark ``path``; whether it was a favourite."""
         path = normalise(path, "path")
-        self._table()
         with self.store.writing() as conn:
             result = conn.execute(
                 delete(favourites_table).where(

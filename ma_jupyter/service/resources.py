@@ -39,14 +39,13 @@ MIN_INTERVAL, MAX_INTERVAL = 0.2, 3600.0
 
 def load_interval() -> float:
     """``[resources] sample_interval`` of ``cluster.toml`` (seconds), bounded; the default when
-    the file or the key is missing or unreadable."""
-    try:
-        data = config.read_cluster_file()
-        value = float(data.get("resources", {}).get("sample_interval", DEFAULT_INTERVAL))
-    except (InvalidSpec, AttributeError, TypeError, ValueError):
-        return DEFAULT_INTERVAL
-    if not value == value:  # NaN
-        return DEFAULT_INTERVAL
+    the file or the key is missing.
+
+    Raises:
+        InvalidSpec: the file breaks the schema (e.g. an interval that is not a positive number).
+    """
+    data = config.read_cluster_file()
+    value = float(data.get("resources", {}).get("sample_interval", DEFAULT_INTERVAL))
     return min(max(value, MIN_INTERVAL), MAX_INTERVAL)
 
 

@@ -13,6 +13,7 @@ long-poll of the REST API), whichever thread wrote it.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import os
 import threading
@@ -23,30 +24,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    Float,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    bindparam,
-    create_engine,
-    event,
-    func,
-    inspect,
-    or_,
-    select,
-    text,
-)
+from sqlalchemy import bindparam, create_engine, event, func, or_, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from ..errors import Conflict, DiskFull, NotFound
 from ..models import Access, Event, Job, JobStatus, ResourceSample, User
-from . import algorithm_folders
+from . import algorithm_folders, store_schema
 from .disk import free_bytes, full_folder
+
+# the tables, defined by the one schema module (re-exported: callers name them from here)
+from .store_schema import (  # noqa: F401
+    QUERY_INDEXES,
+    events_table,
+    idempotency_table,
+    jobs_table,
+    metadata,
+    samples_table,
+    secrets_table,
+    users_table,
+)
+
+#: the names a job's storage credentials are kept under in its secrets row (no variable name
+#: holds ':', so they never mix with ``secret_env``)
+STORAGE_SECRET = "storage:"
 
 RESERVE_NAME = "disk-reserve"
 RESERVE_BYTES = 1 << 20
@@ -55,25 +55,6 @@ RESERVE_BYTES = 1 << 20
 # how soon a waiter learns that its job was deleted), since every update wakes the waiters.
 STATUS_RECHECK = 1.0
 
-metadata = MetaData()
-
-jobs_table = Table(
-    "jobs",
-    metadata,
-    Column("id", String, primary_key=True),
-    Column("name", String, nullable=False, index=True),
-    Column("status", String, nullable=False, index=True),
-    Column("priority", Integer, nullable=False),
-    Column("creator", String),
-    Column("access", String),  # others' access (spec.access), for the listing's visibility rule
-    Column("created", Float, nullable=False),
-    Column("specs", String, nullable=False),  # space-separated, for the spec filter
-    Column("outputs", String),
-    Column("algorithms", Text),  # the job's algorithm folders, for its filter (algorithm_folders.py)
-    Column("desired", String),  # a pending "stop" the supervisor must carry out, survives restarts
-    Column("placement", Text),  # JSON of the current attempt's placement
-    Column("job", Text, nullable=False),
-)
 
 #: what a listing may be sorted by (``GET /jobs?sort=``): the job table's own columns, then
 #: the jobs table view's other columns, read from the job's JSON (no column, no migration;
@@ -108,77 +89,8 @@ def _order(sort: str) -> tuple:
     return (*first, jobs_table.c.created.desc(), jobs_table.c.id.desc())
 
 
-events_table = Table(
-    "events",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", String, nullable=False, index=True),
-    Column("event", Text, nullable=False),
-)
-
-
-idempotency_table = Table(
-    "idempotency",
-    metadata,
-    Column("key", String, primary_key=True),  # "<user>\0<client's Idempotency-Key>"
-    Column("job_id", String, nullable=False, index=True),
-)
-
-
-#: The values of a job's ``secret_env``, apart from its JSON (whose spec shows them as ``***``):
-#: read only to launch the job's nodes, deleted with the job.  The database file is 0600.
-#: the names a job's storage credentials are kept under in its secrets row (no variable name
-#: holds ':', so they never mix with ``secret_env``)
-STORAGE_SECRET = "storage:"
-secrets_table = Table(
-    "secrets",
-    metadata,
-    Column("job_id", String, primary_key=True),
-    Column("env", Text, nullable=False),  # JSON object: name -> value
-)
-
-
-#: Resource samples of running jobs (``service/resources.py`` takes and thins them), deleted
-#: with the job.
-samples_table = Table(
-    "resource_samples",
-    metadata,
-    Column("seq", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", String, nullable=False, index=True),
-    Column("node", String, nullable=False),
-    Column("t", Float, nullable=False),
-    Column("cpu", Float, nullable=False),
-    Column("memory_mb", Float, nullable=False),
-    Column("card", Float),
-    Column("card_memory_mb", Float),
-)
-
-
-users_table = Table(
-    "users",
-    metadata,
-    Column("name", String, primary_key=True),
-    Column("admin", Boolean, nullable=False, default=False),
-    Column("created", Float, nullable=False),
-    # sha256 (hex) of the user's token; NULL for a user known only from a forwarding proxy
-    Column("token_hash", String, unique=True),
-    Column("notify_webhook", String),  # the user's own webhook (webhooks.py); NULL: none
-)
-
-
 def _user(row: Any) -> User:
     return User(name=row.name, admin=bool(row.admin), created_at=datetime.fromtimestamp(row.created, UTC))
-
-
-# The indexes the queries below need, created for databases made before they existed too:
-# the queue order of one status (by_status), the listing newest first (unfiltered, by status,
-# by creator).  Each ends with the id so the listing finds a page's rows from the index alone.
-QUERY_INDEXES = (
-    "CREATE INDEX IF NOT EXISTS ix_jobs_queue ON jobs (status, priority DESC, created, id)",
-    "CREATE INDEX IF NOT EXISTS ix_jobs_created ON jobs (created, id)",
-    "CREATE INDEX IF NOT EXISTS ix_jobs_status_created ON jobs (status, created, id)",
-    "CREATE INDEX IF NOT EXISTS ix_jobs_creator_created ON jobs (creator, created, id)",
-)
 
 
 # The reads the supervisor makes on every tick, built once: building a statement costs more
@@ -197,6 +109,8 @@ _JOBS_IN_QUEUE_ORDER = (
 
 class Store:
     """Thread-safe access to jobs and events.  All methods are short transactions."""
+
+    # (``builtins.list`` in the annotations below: :meth:`list` shadows it in the class body)
 
     def __init__(self, path: Path):
         self.path = path
@@ -217,39 +131,12 @@ class Store:
             cur.execute("PRAGMA busy_timeout=5000")
             cur.close()
 
-        metadata.create_all(self.engine)
-        self._migrate()
-        with self.engine.begin() as conn:
-            for ddl in QUERY_INDEXES:
-                conn.execute(text(ddl))
+        # the schema, created or upgraded in place (store_schema.py: versions, migrations)
+        store_schema.upgrade(self.engine, path)
         # SQLite allows one writer; serialising in-process writers avoids "database is locked".
         self._write_lock = threading.RLock()
         self.reserve = path.parent / RESERVE_NAME
         self.keep_reserve()
-
-    def _migrate(self) -> None:
-        """Bring a database made by an earlier version up to this schema (columns added since)."""
-        sample_columns = {c["name"] for c in inspect(self.engine).get_columns("resource_samples")}
-        if "card_memory_mb" not in sample_columns:
-            with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE resource_samples ADD COLUMN card_memory_mb FLOAT"))
-        if "notify_webhook" not in {c["name"] for c in inspect(self.engine).get_columns("users")}:
-            with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE users ADD COLUMN notify_webhook VARCHAR"))
-        columns = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
-        if "access" not in columns:
-            with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE jobs ADD COLUMN access VARCHAR"))
-                conn.execute(text("UPDATE jobs SET access = json_extract(job, '$.spec.access')"))
-        if "algorithms" not in columns:
-            with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE jobs ADD COLUMN algorithms TEXT"))
-                rows = conn.execute(select(jobs_table.c.id, jobs_table.c.job)).all()
-                for job_id, data in rows:
-                    value = algorithm_folders.column(Job.model_validate_json(data).spec)
-                    conn.execute(
-                        jobs_table.update().where(jobs_table.c.id == job_id).values(algorithms=value)
-                    )
 
     def keep_reserve(self) -> None:
         """Make sure the disk reserve exists (when there is room for it).
@@ -324,7 +211,7 @@ class Store:
         *,
         notices: Sequence[Event] = (),
         secrets: dict[str, str] | None = None,
-    ) -> str:
+    ) -> str | None:
         """Create a job and its first event in one transaction (no half-created job).
 
         With ``idempotency_key``, the key is stored in the same transaction; when the key is
@@ -552,13 +439,13 @@ class Store:
             total = conn.execute(count).scalar_one()
         return [Job.model_validate_json(r[0]) for r in rows], int(total)
 
-    def by_status(self, *statuses: JobStatus) -> list[Job]:
+    def by_status(self, *statuses: JobStatus) -> builtins.list[Job]:
         """Jobs in these statuses, in queue order (priority high first, then oldest first)."""
         with self.engine.connect() as conn:
             rows = conn.execute(_JOBS_IN_QUEUE_ORDER, {"statuses": [s.value for s in statuses]}).all()
         return [Job.model_validate_json(r[0]) for r in rows]
 
-    def placed(self, status: JobStatus) -> list[Job]:
+    def placed(self, status: JobStatus) -> builtins.list[Job]:
         """Jobs in ``status`` that have a stored placement (a queued one was being launched when
         the service stopped)."""
         query = select(jobs_table.c.job).where(
@@ -611,7 +498,7 @@ class Store:
 
     # ---------------------------------------------------------------------------- events
 
-    def events(self, job_id: str, after: int = 0) -> list[Event]:
+    def events(self, job_id: str, after: int = 0) -> builtins.list[Event]:
         """A job's events with a sequence number above ``after``, oldest first."""
         query = (
             select(events_table.c.event)
@@ -641,7 +528,7 @@ class Store:
             with self.writing() as conn:
                 conn.execute(samples_table.insert(), rows)
 
-    def samples(self, job_id: str, since: float | None = None) -> list[ResourceSample]:
+    def samples(self, job_id: str, since: float | None = None) -> builtins.list[ResourceSample]:
         """A job's samples taken after ``since`` (all without it), oldest first."""
         c = samples_table.c
         query = select(c.t, c.node, c.cpu, c.memory_mb, c.card, c.card_memory_mb).where(c.job_id == job_id)
@@ -773,7 +660,7 @@ class Store:
                 select(users_table.c.notify_webhook).where(users_table.c.name == name)
             ).scalar_one_or_none()
 
-    def users(self) -> list[User]:
+    def users(self) -> builtins.list[User]:
         """Every user, by name."""
         with self.engine.connect() as conn:
             return [_user(r) for r in conn.execute(select(users_table).order_by(users_table.c.name)).all()]

@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
-from ..errors import InvalidSpec
+from ..errors import InvalidSpec, WebhookRefused
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,8 @@ MAX_PENDING_PER_USER = 100
 MAX_USERS = 1000
 
 
-class Refused(ValueError):
-    """A webhook's destination that rule 1 refuses (the message says why and what to do)."""
+#: a webhook's destination that rule 1 refuses (the message says why and what to do)
+Refused = WebhookRefused
 
 
 def check_url(url: str, allow: Sequence[str] = (), timeout: float = TIMEOUT) -> str:

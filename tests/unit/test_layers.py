@@ -38,6 +38,7 @@ LAYER_OF = {
     "ma_jupyter.models": "models",
     "ma_jupyter.wire": "wire",
     "ma_jupyter.config": "config",
+    "ma_jupyter.cluster_schema": "cluster_schema",
     "ma_jupyter.accelerators": "accelerators",
     "ma_jupyter.tsgen": "tsgen",
     "ma_jupyter.spectext": "spectext",
@@ -77,7 +78,10 @@ ALLOWED = {
     "models": {"wire", "commands", "errors"},
     # this machine's cards: detection and device nodes, nothing of the package
     "accelerators": set(),
-    "config": {"wire", "models", "errors", "jobdir", "accelerators"},
+    # cluster_schema: imported on the first read of a cluster.toml only (pydantic)
+    "config": {"wire", "models", "errors", "jobdir", "accelerators", "cluster_schema"},
+    # the schema of cluster.toml: its [[spec]] and [[node]] are the wire model's
+    "cluster_schema": {"models", "errors"},
     # what of an algorithm folder is shipped, and its digest: the folder walk and the home
     "algorithm_content": {"foldersize", "config", "errors"},
     # the text formats of tasks, images and mounts: pure string rules, for every front end

@@ -109,6 +109,7 @@ def test_the_cluster_file_sets_the_node_disk_check_and_the_notify_command(tmp_pa
     path.write_text("[limits]\nnode_disk_free_mb = 0\n")
     with pytest.raises(InvalidSpec, match="node_disk_free_mb must be a positive number"):
         load_cluster(path)
+    path.write_text("[limits]\nnode_disk_free_mb = 1\n")  # (a bad table refuses the whole file)
     assert load_notify(path) is None  # no [notify]: nothing is told
     for bad in (
         '[notify]\ncommand = ""\n',

@@ -37,7 +37,7 @@ import psutil
 import ma_jupyter
 
 from ... import accelerators, config
-from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile
+from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile, ServerUnavailable
 from ...jobdir import NO_IPYKERNEL_SAYS
 from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun, RunAs
 from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
@@ -55,16 +55,23 @@ from ...nodehost import (
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
 from ...nodehost import overlay as job_overlay
-from ...nodehost.bwrap import sandbox_argv
+from ...nodehost.bwrap import namespaces_probe_argv, sandbox_argv
 from ...nodehost.code import python_sources
-from ...nodehost.forkserver import RunnerForkServer, ServerUnavailable
+from ...nodehost.forkserver import RunnerForkServer
 from ...nodehost.host_policy import load_policy
 from ...nodehost.instructions import RunnerInstructions
 from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node, with_machine_cards
 from ...nodehost.mounts import Mount, path_hint
 from ...nodehost.overlay import Overlay
 from ...nodehost.processes import ExitWatcher, marked_processes, read_exit_code
-from ...nodehost.procfs import NODE_MARKER, descendants, is_marked, process_look, process_start_time
+from ...nodehost.procfs import (
+    NODE_MARKER,
+    descendants,
+    ignores_signal,
+    is_marked,
+    process_look,
+    process_start_time,
+)
 from ...nodehost.view import HELPERS_VIEW, SYSTEM_PATH, NodeView, default_sandbox, host_workdir, launch_view
 from ...nodehost.workcopy import copy_args, copy_needed, export_argv
 from ...untrusted import read_small
@@ -986,7 +993,7 @@ class LocalBackend(Backend):
         """End the sandboxes a failed debug-terminal job keeps (deleting it ends them early).
 
         The markers are read now (the job's folder goes next); the processes are ended on a
-        thread, so the caller never waits for them (rule 9)."""
+        thread, so the caller never waits for them (contract rule 16)."""
         jd = config.jobdir(job_id)
         try:
             nodes = [
@@ -1099,14 +1106,7 @@ def _runs_as_root(creator: str | None) -> bool:
 def _ignores_term(pid: int) -> bool:
     """Whether ``pid`` ignores SIGTERM now (the kernel discards one sent to it): the debug
     terminal's agent while the node's command runs, an interactive shell."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"SigIgn:"):
-                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
+    return ignores_signal(pid, signal.SIGTERM)
 
 
 def _refuse_unsandboxed(views: list[NodeView]) -> None:
@@ -1295,7 +1295,7 @@ def _bwrap_works() -> bool:
     if _BWRAP_OK is None:
         try:
             result = subprocess.run(
-                ["bwrap", "--ro-bind", "/", "/", "--unshare-pid", "--cap-drop", "ALL", "true"],
+                namespaces_probe_argv(),
                 capture_output=True,
                 timeout=20,
             )

@@ -45,7 +45,7 @@ from ...foldersize import remove_tree
 from ...jobdir import JobDir, check_job_id
 from ...models import LogStream, NodeLaunch, NodeRun
 from ...modes.base import TaskSlot
-from ...nodehost import caches, hostwatch, network
+from ...nodehost import caches, hostwatch, network, procfs
 from ...nodehost import logs as job_logs
 from ...nodehost import overlay as job_overlay
 from ...nodehost.overlay import Overlay
@@ -376,11 +376,7 @@ def _raylet(node_id: str) -> dict | None:
     pid = os.environ.get("RAY_RAYLET_PID", "")
     if not pid.isdigit():
         parent = os.getppid()
-        try:
-            with open(f"/proc/{parent}/comm") as fh:
-                pid = str(parent) if fh.read().strip() == "raylet" else ""
-        except OSError:
-            pid = ""
+        pid = str(parent) if procfs.command_name(parent) == "raylet" else ""
     if not pid:
         return None
     return hostwatch.host_process(int(pid), f"the raylet (pid {pid}) of Ray node {node_name(node_id)}")

@@ -4,7 +4,7 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
 
 1. **inventory** -- lists the cluster's live nodes every :data:`INVENTORY_EVERY` seconds
    (:mod:`.inventory`); the scheduler places on them, so a node that joins or leaves counts
-   without a restart (contract rule 7);
+   without a restart (contract rule 14);
 2. **agents** -- keeps one node agent per Ray node (:mod:`.agent`: a named, detached actor pinned
    to its node that takes no CPU), created on first sight; every job node on that Ray node is
    started, watched, stopped and read through it;
@@ -17,7 +17,7 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    parameter servers and batch tasks may share a node, then ``SPREAD``).  The group is created
    only for a placement the scheduler found free, and is removed again when Ray cannot reserve
    it within :data:`RESERVE_WAIT` seconds (other users of the cluster hold the resources): bind
-   then gives None and the job waits in the queue holding nothing (rule 8).  The agents hand
+   then gives None and the job waits in the queue holding nothing (contract rule 15).  The agents hand
    out ports free on their nodes; addresses are the Ray nodes' own;
 4. **dry run and launch** -- each job node runs the local backend's node runner in the same
    sandbox on its Ray node, in the node's job folder on that machine (``node_root/<job id>``;
@@ -34,7 +34,7 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    ``marker`` file there names that very launch), else a read raises :class:`NodeLost`
    (``node_lost``, never retried) naming the node and why;
 6. **ends** -- one ``wait_exit`` call per running node blocks on its agent; its answer wakes
-   the service, so a node's end is handled at once (rule 6);
+   the service, so a node's end is handled at once (contract rule 11);
 7. **a lost Ray node** -- a job node's processes never outlive the Ray node that hosts them:
    its runner watches that node's raylet and ends the node (TERM, then KILL) within seconds of
    the raylet's end, writing what it ended as the node's failure report; an agent, at its start
@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...errors import BackendUnavailable, Conflict, MaJupyterError, NodeLost, RefusedFile
+from ...errors import BackendUnavailable, Conflict, MaJupyterError, NodeGone, NodeLost, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import (
     CacheInfo,
@@ -121,10 +121,6 @@ RAY_MISSING = (
 )
 
 
-class NodeGone(BackendUnavailable):
-    """The Ray node (or its agent) of a job node is gone."""
-
-
 def require_ray() -> Any:
     """The ``ray`` module; BackendUnavailable naming the extra to install when it is missing."""
     try:
@@ -150,7 +146,7 @@ class RayBackend(Backend):
 
     name = "ray"
     # a poll is a call to the node's agent; ends are pushed by the pending wait_exit calls
-    # (rule 6), which also answer when a node or its agent dies, so polls are a safety net:
+    # (contract rule 11), which also answer when a node or its agent dies, so polls are a safety net:
     # one per node every 5 s.  Each call costs the service and the agent a few ms of CPU (Ray's
     # actor call path), taken from the jobs on the same machines; a cluster running a thousand
     # job nodes would take ten thousand calls a second at the local backend's pace.
@@ -709,7 +705,7 @@ class RayBackend(Backend):
             elif answer is not None and answer.done() and answer.exception() is None:
                 info = answer.result()
             elif host in hosts:
-                return False  # rule 3's dry run: not known yet
+                return False  # contract rule 2: a dry run: not known yet
             else:
                 continue  # another node whose agent has not answered: judged once it has
             why = ""
@@ -1048,7 +1044,7 @@ def _bundle(task: TaskSlot, node: RayNode) -> dict[str, float]:
 
 class _ExitWatch:
     """One pending ``wait_exit`` call per running job node; an answer that the node ended wakes
-    the service (contract rule 6).  A thread collects the answers, so no Ray call is made from
+    the service (contract rule 11).  A thread collects the answers, so no Ray call is made from
     Ray's own callback threads."""
 
     def __init__(self, backend: RayBackend):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...nodehost import network
+from ...nodehost import network, procfs
 from ..base import Attempt
 
 #: Ray's fixed default ports: dashboard, client server, dashboard agent's HTTP server
@@ -79,22 +79,15 @@ def _raylet_ports() -> tuple[set[int], list[tuple[int, int]]]:
     pids = {os.getppid()}
     try:
         for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    with open(f"/proc/{entry.name}/comm", "rb") as fh:
-                        if fh.read().strip() == b"raylet":
-                            pids.add(int(entry.name))
-                except OSError:
-                    continue  # ended meanwhile
+            if entry.name.isdigit() and procfs.command_name(int(entry.name)) == "raylet":
+                pids.add(int(entry.name))  # ("?" for one that ended meanwhile)
     except OSError:
         pass
     ports: set[int] = set()
     ranges: list[tuple[int, int]] = []
     for pid in sorted(pids):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                args = fh.read().decode(errors="replace").split("\0")
-        except OSError:
+        args = procfs.command_line(pid)
+        if args is None:
             continue
         low, high = RAY_WORKER_PORTS
         for arg in args:

@@ -193,9 +193,7 @@ class Admission:
                 self._note_waiting(job, "held", head)
                 return "held"
         bound = self._backend.bind(placement, reserve=True)
-        if (
-            bound is None
-        ):  # the backend cannot hold those nodes now (rule 8 of backends/base.py): try again soon
+        if bound is None:  # the backend cannot hold those nodes now (contract rule 15): try again soon
             self._ledger.retry_admission(time.monotonic() + BIND_RETRY)
             self._note_waiting(job, "declined", head)
             return "blocked"

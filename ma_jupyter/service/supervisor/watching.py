@@ -136,7 +136,7 @@ class Watching:
         self.disk_grown: dict[str, int] | None = None
         self._full_seen: set[str] = set()  # job ids whose last look found a folder full
         # polls of running nodes: when each job was last polled, and whether a backend's push of
-        # a node's end asks this tick to poll every job (Backend rule 6, poll_every)
+        # a node's end asks this tick to poll every job (contract rule 11, poll_every)
         self._polled_at: dict[str, float] = {}
         self._end_hinted = threading.Event()
         self._poll_all = True
