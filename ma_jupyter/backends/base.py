@@ -298,6 +298,14 @@ class Backend(ABC):
         del task
         return None
 
+    def network_fault(self, host: str) -> str | None:
+        """Why inventory node ``host`` cannot give a job its network now (a job network cannot
+        be made on its machine, or its nodes do not reach each other), for the service's node
+        checks (contract rule 28); None when it can, or when the backend cannot tell (the
+        default).  Bounded in time: it runs under the supervisor's lock."""
+        del host
+        return None
+
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
         """The Python files of the job's algorithm folder (path below it → text), read for
         advice only (the warning of :mod:`ma_jupyter.modes.single_copy`); None when the backend

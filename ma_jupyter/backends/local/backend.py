@@ -82,6 +82,9 @@ SSHD_PROGRAM = "/usr/sbin/sshd"
 
 #: seconds a debug terminal waits for the shell agent of a running node that is still starting
 AGENT_START_WAIT = 30.0
+#: seconds a network probe's answer stands for (:meth:`LocalBackend.network_fault`): the node
+#: checks of every node of one round, and of the next few, share one probe
+NETWORK_PROBE_EVERY = 10.0
 
 
 class LocalBackend(Backend):
@@ -151,6 +154,10 @@ class LocalBackend(Backend):
         #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
         #: names its own, since two agents of one machine share a home
         self.namespace_folder: Path | None = None
+        # the network probe's last answer (monotonic time, why not or None): network_fault
+        self._probe_lock = threading.Lock()
+        self._probed: tuple[float, str | None] = (float("-inf"), None)
+        self.network_probe_every = NETWORK_PROBE_EVERY
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Wake the service when a runner this process started ends (a pidfd per runner)."""
@@ -657,6 +664,32 @@ class LocalBackend(Backend):
         root = config.jobs_root()
         free = disk_free(root)
         return None if free is None else (str(root), free)
+
+    def network_fault(self, host: str) -> str | None:
+        """Every node of this backend is this machine (``host`` does not matter): a job network
+        of two nodes made, crossed and removed as an attempt's would be
+        (:func:`.network.probe_job_network`), at most once per ``network_probe_every``
+        seconds (:data:`NETWORK_PROBE_EVERY`) (the checks of all nodes of one round share one probe); None where this service
+        makes no namespaces (not root: its nodes share the host's network)."""
+        del host
+        if not network_ns.namespaces_supported():
+            return None
+        with self._probe_lock:
+            when, why = self._probed
+            if time.monotonic() - when < self.network_probe_every:
+                return why
+            # a folder of its own beside the attempts' one: their sweep never removes a probe's
+            folder = self.namespace_folder or config.home() / "netns"
+            probes = folder.with_name(folder.name + "-probe")
+            try:
+                network_ns.private_folder(probes)
+                network_ns.sweep(probes)  # a probe a killed service left
+            except OSError as exc:
+                why = f"the job network cannot be made: {exc}"
+            else:
+                why = network_ns.probe_job_network(probes, f"probe-{os.getpid()}")
+            self._probed = (time.monotonic(), why)
+            return why
 
     def card_fault(self, task: TaskSlot) -> str | None:
         """The first of the task's real cards that this machine no longer shows, or that NVML
