@@ -1112,6 +1112,14 @@ class NotifySettings(Strict):
         max_length=2048,
         description="http(s) URL that gets each event as a JSON POST; null: none.",
     )
+    address: str | None = Field(
+        default=None,
+        max_length=320,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="Where the administrator's [notify] command delivers your events (a mail "
+        "address, a chat handle...): each event of your jobs carries it as 'address'; null: none. "
+        "A PUT changes only the fields it names.",
+    )
 
 
 class UserToken(User):

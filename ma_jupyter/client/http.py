@@ -68,6 +68,8 @@ ENV_TOKEN = "MA_JUPYTER_TOKEN"
 ENV_URL = "MA_JUPYTER_URL"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
+#: a field :meth:`Client.set_notify` leaves as it is
+KEEP = object()
 
 
 def _new_key() -> str:
@@ -745,12 +747,15 @@ class Client:
         """Where your own jobs' alerts and terminal states go (``GET /users/me/notify``)."""
         return self._answer("NotifySettings", self._request("GET", "/users/me/notify"))
 
-    def set_notify(self, webhook: str | None) -> NotifySettings:
+    def set_notify(
+        self, webhook: str | None | object = KEEP, *, address: str | None | object = KEEP
+    ) -> NotifySettings:
         """Send your jobs' alerts and terminal states to ``webhook`` (an http(s) URL getting
-        each event as a JSON POST); None stops it (``PUT /users/me/notify``)."""
-        return self._answer(
-            "NotifySettings", self._request("PUT", "/users/me/notify", json_body={"webhook": webhook})
-        )
+        each event as a JSON POST), and name ``address`` (a mail address, a chat handle: it is
+        in each event the administrator's ``[notify]`` command gets, which delivers it there);
+        None forgets one, :data:`KEEP` (the default) leaves it as it is (``PUT /users/me/notify``)."""
+        body = {k: v for k, v in (("webhook", webhook), ("address", address)) if v is not KEEP}
+        return self._answer("NotifySettings", self._request("PUT", "/users/me/notify", json_body=body))
 
     def whoami(self) -> User:
         """The user this client acts as (its token's)."""

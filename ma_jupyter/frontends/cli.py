@@ -256,6 +256,20 @@ def build_cli(chosen: str | None = None) -> options.OptionsParser:
 
     whoami = commands.add_parser("whoami", help="the user you act as (from your token)")
     whoami.add_argument("--json", action="store_true", help="print JSON")
+    notify = commands.add_parser(
+        "notify",
+        help="where your jobs' alerts and terminal states go: your webhook, your address",
+        description="Without options: your settings. --webhook URL gets each event as a JSON POST; "
+        "--address ADDR (a mail address, a chat handle) is in each event the administrator's [notify] "
+        "command gets, which delivers it there. An option not given leaves its setting as it is.",
+    )
+    hook = notify.add_mutually_exclusive_group()
+    hook.add_argument("--webhook", metavar="URL", help="an http(s) URL of yours")
+    hook.add_argument("--no-webhook", action="store_true", help="forget your webhook")
+    address = notify.add_mutually_exclusive_group()
+    address.add_argument("--address", metavar="ADDR", help="where the administrator's command tells you")
+    address.add_argument("--no-address", action="store_true", help="forget your address")
+    notify.add_argument("--json", action="store_true", help="print JSON")
     users = commands.add_parser("users", help="manage the service's users and their tokens (admins)")
     user_actions = users.add_subparsers(dest="action", metavar="ACTION", required=True)
     users_list = user_actions.add_parser("list", help="every user: name, admin, created (never tokens)")
@@ -949,6 +963,21 @@ def _whoami(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _notify(args: argparse.Namespace) -> int:
+    client = Client(plain=True)
+    change: dict = {}
+    if args.webhook is not None or args.no_webhook:
+        change["webhook"] = None if args.no_webhook else args.webhook
+    if args.address is not None or args.no_address:
+        change["address"] = None if args.no_address else args.address
+    settings = client.set_notify(**change) if change else client.notify_settings()
+    if args.json:
+        _out(settings.model_dump(mode="json"), args)
+        return EXIT_OK
+    print(f"webhook: {settings.webhook or '-'}\naddress: {settings.address or '-'}")
+    return EXIT_OK
+
+
 def _users(args: argparse.Namespace) -> int:
     client = Client(plain=True)
     if args.action == "list":
@@ -1033,6 +1062,7 @@ _COMMANDS = {
     "clone": _clone,
     "whoami": _whoami,
     "users": _users,
+    "notify": _notify,
     "jobs": _jobs,
     "get": _get,
     "logs": _logs,

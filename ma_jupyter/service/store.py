@@ -163,6 +163,7 @@ users_table = Table(
     # sha256 (hex) of the user's token; NULL for a user known only from a forwarding proxy
     Column("token_hash", String, unique=True),
     Column("notify_webhook", String),  # the user's own webhook (webhooks.py); NULL: none
+    Column("notify_address", String),  # in the events the admin's [notify] command gets; NULL: none
 )
 
 
@@ -233,9 +234,11 @@ class Store:
         if "card_memory_mb" not in sample_columns:
             with self.engine.begin() as conn:
                 conn.execute(text("ALTER TABLE resource_samples ADD COLUMN card_memory_mb FLOAT"))
-        if "notify_webhook" not in {c["name"] for c in inspect(self.engine).get_columns("users")}:
-            with self.engine.begin() as conn:
-                conn.execute(text("ALTER TABLE users ADD COLUMN notify_webhook VARCHAR"))
+        user_columns = {c["name"] for c in inspect(self.engine).get_columns("users")}
+        for column in ("notify_webhook", "notify_address"):
+            if column not in user_columns:
+                with self.engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE users ADD COLUMN {column} VARCHAR"))
         columns = {c["name"] for c in inspect(self.engine).get_columns("jobs")}
         if "access" not in columns:
             with self.engine.begin() as conn:
@@ -765,6 +768,27 @@ class Store:
             ).rowcount
         if not done:
             raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
+
+    def set_notify_address(self, name: str, address: str | None) -> None:
+        """Name (None: forget) the address the administrator's ``[notify]`` command is given
+        with each event of ``name``'s jobs (:mod:`.notify` rule 3).
+
+        Raises:
+            NotFound: no such user.
+        """
+        with self.writing() as conn:
+            done = conn.execute(
+                users_table.update().where(users_table.c.name == name).values(notify_address=address)
+            ).rowcount
+        if not done:
+            raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
+
+    def notify_address(self, name: str) -> str | None:
+        """The address ``name`` named for the administrator's command; None: none (or no such user)."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(users_table.c.notify_address).where(users_table.c.name == name)
+            ).scalar_one_or_none()
 
     def notify_webhook(self, name: str) -> str | None:
         """The webhook ``name``'s events go to; None: none (or no such user)."""

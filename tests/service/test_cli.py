@@ -453,3 +453,20 @@ def test_a_stopped_parameter_server_is_not_read_as_a_failure(ma_module_cli):
     top = ma_module_cli("top", job_id)
     assert top.returncode == 0, top.stderr
     assert "yet" not in top.stdout, top.stdout
+
+
+def test_notify_names_your_address_for_the_admins_hook_and_keeps_what_it_is_not_told(ma_module_cli):
+    """Seed 002 mails the user: ``ma-jupyter notify --address`` names where the administrator's
+    ``[notify]`` command delivers your events; an option not given keeps its setting."""
+    named = ma_module_cli("notify", "--address", "alice@example.org", "--json")
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout) == {"webhook": None, "address": "alice@example.org"}
+    # a loopback webhook is refused until the admin allows it: nothing changes
+    refused = ma_module_cli("notify", "--webhook", "http://127.0.0.1:9/x")
+    assert refused.returncode != 0 and "[notify] webhook_allow" in refused.stderr, refused.stderr
+    shown = ma_module_cli("notify")
+    assert shown.returncode == 0 and shown.stdout == "webhook: -\naddress: alice@example.org\n", shown.stdout
+    bad = ma_module_cli("notify", "--address", "a\nb")
+    assert bad.returncode != 0 and "address" in bad.stderr, bad.stderr
+    forgotten = ma_module_cli("notify", "--no-address", "--json")
+    assert json.loads(forgotten.stdout) == {"webhook": None, "address": None}, forgotten.stdout
