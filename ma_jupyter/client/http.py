@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the models are imported when an answer is validated, not wi
         NotifySettings,
         Plan,
         PreparedData,
+        RegisteredImage,
         ResourceUsage,
         Spec,
         User,
@@ -868,6 +869,23 @@ class Client:
     def remove_prepared_data(self, key: str) -> PreparedData:
         """Remove one prepared copy now; what it was.  Refused (Conflict) while a job uses it."""
         return self._answer("PreparedData", self._request("DELETE", f"/data/{key}"))
+
+    # ------------------------------------------------------------------------ images
+
+    def images(self) -> list[RegisteredImage]:
+        """The registered images the caller may use (public ones and their own; admins: all)."""
+        return [self._answer("RegisteredImage", i) for i in self._request("GET", "/images")]
+
+    def register_image(self, image: RegisteredImage | dict[str, Any]) -> RegisteredImage:
+        """Register an image (``POST /images``): ``name``, ``environment`` (``{"python": PATH}``,
+        ``{"venv": DIR}`` or ``{"conda_env": ENV}``), ``card_type``, ``scopes``, ``visibility``
+        (``public``: admins only), ``description``; what the service stored."""
+        body = image if isinstance(image, dict) else image.model_dump(mode="json", exclude_none=True)
+        return self._answer("RegisteredImage", self._request("POST", "/images", json_body=body))
+
+    def remove_image(self, name: str) -> None:
+        """Remove a registered image of the caller's (an admin: any)."""
+        self._request("DELETE", f"/images/{quote(name, safe='')}")
 
     # ------------------------------------------------------------------------ service
 
