@@ -33,6 +33,7 @@ it keep their copy of its environment).  At most :data:`MAX_IMAGES` are register
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -71,12 +72,15 @@ class Images:
     def __init__(self, store: Store):
         self.store = store
         self._made = False
+        self._making = threading.Lock()
 
     def _table(self) -> None:
-        """Create the table at first use (an older database lacks it)."""
-        if not self._made:
-            images_table.create(self.store.engine, checkfirst=True)
-            self._made = True
+        """Create the table at first use (an older database lacks it), once: two first
+        requests at once must not both try."""
+        with self._making:
+            if not self._made:
+                images_table.create(self.store.engine, checkfirst=True)
+                self._made = True
 
     def register(self, caller: Caller, image: RegisteredImage) -> RegisteredImage:
         """Register ``image`` as ``caller``'s (rule 3: public only for admins).
