@@ -302,7 +302,7 @@ class Backend(ABC):
         """Why inventory node ``host`` cannot give a job its network now (a job network cannot
         be made on its machine, or its nodes do not reach each other), for the service's node
         checks (contract rule 28); None when it can, or when the backend cannot tell (the
-        default).  Bounded in time: it runs under the supervisor's lock."""
+        default).  It must not wait: it runs under the supervisor's lock."""
         del host
         return None
 

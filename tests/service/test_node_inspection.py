@@ -289,13 +289,17 @@ def test_a_machine_that_cannot_make_a_job_network_has_its_nodes_marked_faulty_un
     sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), backend)
     try:
         names = [n.name for n in sup.scheduler.nodes()]
-        assert backend.network_fault(names[0]) is None  # made, crossed both ways, removed
+        assert backend.probe_network() is None  # made, crossed both ways, removed
         probes = ma_home / "netns-probe"
         assert probes.is_dir() and list(probes.iterdir()) == []  # nothing of the probe is left
         probes.chmod(0o777)
-        backend.network_probe_every = 0.0  # each check probes again (not once per 10 s)
-        sup.inspection.check_nodes()
-        marks = sup.health.snapshot()
+        backend.network_probe_every = 0.0  # each check starts a probe (not once per 10 s)
+
+        def marked() -> dict:
+            sup.inspection.check_nodes()  # the answer of the probe it started before
+            return len(sup.health.snapshot()) == len(names) and sup.health.snapshot()
+
+        marks = wait_for(marked, timeout=60)
         assert set(marks) == set(names), marks
         for mark in marks.values():
             assert mark.status == "faulty" and mark.source == "check"

@@ -157,6 +157,7 @@ class LocalBackend(Backend):
         # the network probe's last answer (monotonic time, why not or None): network_fault
         self._probe_lock = threading.Lock()
         self._probed: tuple[float, str | None] = (float("-inf"), None)
+        self._probing = False
         self.network_probe_every = NETWORK_PROBE_EVERY
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
@@ -666,30 +667,44 @@ class LocalBackend(Backend):
         return None if free is None else (str(root), free)
 
     def network_fault(self, host: str) -> str | None:
-        """Every node of this backend is this machine (``host`` does not matter): a job network
-        of two nodes made, crossed and removed as an attempt's would be
-        (:func:`.network.probe_job_network`), at most once per ``network_probe_every``
-        seconds (:data:`NETWORK_PROBE_EVERY`) (the checks of all nodes of one round share one probe); None where this service
-        makes no namespaces (not root: its nodes share the host's network)."""
+        """Every node of this backend is this machine (``host`` does not matter): the answer of
+        the last probe (:meth:`probe_network`), never waiting for one.  When that answer is
+        ``network_probe_every`` seconds old (:data:`NETWORK_PROBE_EVERY`) a new probe starts on
+        a thread of its own (one at a time): making namespaces can take a second on a loaded
+        machine, which the supervisor's lock must not wait for.  None before the first answer,
+        and where this service makes no namespaces (not root: its nodes share the host's network)."""
         del host
         if not network_ns.namespaces_supported():
             return None
         with self._probe_lock:
             when, why = self._probed
-            if time.monotonic() - when < self.network_probe_every:
-                return why
-            # a folder of its own beside the attempts' one: their sweep never removes a probe's
-            folder = self.namespace_folder or config.home() / "netns"
-            probes = folder.with_name(folder.name + "-probe")
-            try:
-                network_ns.private_folder(probes)
-                network_ns.sweep(probes)  # a probe a killed service left
-            except OSError as exc:
-                why = f"the job network cannot be made: {exc}"
-            else:
-                why = network_ns.probe_job_network(probes, f"probe-{os.getpid()}")
-            self._probed = (time.monotonic(), why)
+            if time.monotonic() - when >= self.network_probe_every and not self._probing:
+                self._probing = True
+                threading.Thread(target=self._probe_in_turn, name="network-probe", daemon=True).start()
             return why
+
+    def _probe_in_turn(self) -> None:
+        try:
+            why = self.probe_network()
+        except Exception as exc:  # the probe's own failure is the machine's answer, said
+            why = f"the network probe failed: {exc}"
+        with self._probe_lock:
+            self._probed = (time.monotonic(), why)
+            self._probing = False
+
+    def probe_network(self) -> str | None:
+        """Why this machine cannot give a job its network now, or None: a job network of two
+        nodes made, crossed and removed as an attempt's would be
+        (:func:`.network.probe_job_network`), in a folder beside the attempts' (their sweep
+        never removes a probe's), itself swept of what a killed service left."""
+        folder = self.namespace_folder or config.home() / "netns"
+        probes = folder.with_name(folder.name + "-probe")
+        try:
+            network_ns.private_folder(probes)
+            network_ns.sweep(probes)
+        except OSError as exc:
+            return f"the job network cannot be made: {exc}"
+        return network_ns.probe_job_network(probes, f"probe-{os.getpid()}")
 
     def card_fault(self, task: TaskSlot) -> str | None:
         """The first of the task's real cards that this machine no longer shows, or that NVML
