@@ -27,7 +27,8 @@ in the current folder).  At each submit and dry run (:func:`resolve`), in this o
    clone, which names the image again, the image as it is then.
 
 Names are unique in the service; an image is removed by its owner or an admin (jobs that named
-it keep their copy of its environment).  At most :data:`MAX_IMAGES` are registered.  The table
+it keep their copy of its environment).  At most :data:`MAX_IMAGES` are registered, at most
+:data:`MAX_IMAGES_PER_USER` by one user.  The table
 ``registered_images`` lives in the store's database and is written through ``Store.writing``.
 """
 
@@ -46,8 +47,9 @@ from ..models import Image, JobSpec, RegisteredImage, Spec
 from .store import Store
 from .users import Caller
 
-#: the most images the service keeps (every user's together)
+#: the most images the service keeps (every user's together), and one user registers
 MAX_IMAGES = 1000
+MAX_IMAGES_PER_USER = 100
 
 _metadata = MetaData()
 images_table = Table(
@@ -103,6 +105,15 @@ class Images:
         count = select(func.count()).select_from(images_table)
         try:
             with self.store.writing() as conn:
+                if (
+                    conn.execute(count.where(images_table.c.owner == caller.name)).scalar_one()
+                    >= MAX_IMAGES_PER_USER
+                ):
+                    raise LimitReached(
+                        f"{caller.name} has {MAX_IMAGES_PER_USER} registered images, the most one user "
+                        "registers: remove unused ones (ma-jupyter images rm NAME)",
+                        field="images",
+                    )
                 if conn.execute(count).scalar_one() >= MAX_IMAGES:
                     raise LimitReached(
                         f"the service keeps at most {MAX_IMAGES} registered images: remove unused ones "
