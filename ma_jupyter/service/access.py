@@ -37,9 +37,8 @@ Priorities and sharing, in the order a submit (or a PATCH) meets them:
    read-only (the default) can only be read through it: it caps the job at ``none`` when others
    may not read it and leaves ``rw`` alone otherwise (``rw`` gives others no write to a
    read-only mount); one mounted writable (``algorithm_read_only = false``) caps as a volume
-   does.  The supervisor applies it
-   after the mount rules (:func:`check_resource_access`): a folder no job may mount is refused
-   for that first, and a missing one is left to them.
+   does.  The supervisor applies it after the mount rules (:func:`check_resource_access`): a
+   folder no job may mount is refused for that first, and a missing one is left to them.
 4. Only admins may choose ``very-urgent`` (403 otherwise).
 5. A non-admin's submit or PATCH that would give a user more urgent jobs (running + queued)
    than ``[users] urgent_quota`` (default :data:`DEFAULT_URGENT_QUOTA`) is refused with a 403
@@ -234,13 +233,10 @@ def check_resource_access(spec: JobSpec) -> None:
     ]
     if spec.outputs and not is_object_uri(spec.outputs):
         resources.append(("outputs", "folder", spec.outputs))
-    read_only_code = {path for kind, _, path in resources if kind.startswith("algorithm")}
-    if not spec.algorithm_read_only:
-        read_only_code = set()
     for kind, name, path in resources:
         allows = resource_access(path)
-        if allows is Access.ro and path in read_only_code:
-            allows = Access.rw  # read through the job only: its rw writes nothing there
+        if allows is Access.ro and kind.startswith("algorithm") and spec.algorithm_read_only:
+            allows = Access.rw  # code read through the job only: its rw writes nothing there
         if allows is None or _RANK[allows] >= _RANK[spec.access]:
             continue
         mode = stat.S_IMODE(os.stat(path).st_mode)
