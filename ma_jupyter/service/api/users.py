@@ -34,7 +34,7 @@ def set_my_notify(services: ServicesDep, user: CallerDep, body: NotifySettings) 
         url = check_url(body.webhook, config.load_webhook_allow()) if body.webhook else None
         services.store.set_notify_webhook(user.name, url)
     if "address" in given:
-        services.store.set_notify_address(user.name, body.address.strip() if body.address else None)
+        services.store.set_notify_address(user.name, (body.address or "").strip() or None)
     return my_notify(services, user)
 
 
