@@ -154,6 +154,18 @@ class Images:
         with self.store.engine.connect() as conn:
             return [RegisteredImage.model_validate_json(row[0]) for row in conn.execute(query).all()]
 
+    def describe(self, name: str) -> str:
+        """A dry run's note on the registered image ``name`` a job passed rules 4 to 7 with."""
+        image = self.get(name)
+        if image is None:
+            return f"image {name}: no longer registered"
+        env = image.environment
+        runs = env.python or env.venv or f"conda env {env.conda_env}"
+        return (
+            f"image {name}: {runs}, {image.owner}'s {image.visibility} image for {image.card_type} "
+            f"specs and {', '.join(image.scopes)} (its scope and card type fit this job)"
+        )
+
     def remove(self, caller: Caller, name: str) -> None:
         """Remove image ``name`` (its owner or an admin).
 

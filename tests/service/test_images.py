@@ -54,6 +54,7 @@ def test_registered_images_obey_their_card_type_scope_and_owner(ma_module_servic
     fits = plan(alice, "owner-gpu", specs=["gpu.emu-2"])
     assert fits.status_code == 200, fits.text
     assert fits.json()["nodes"][0]["image"]["python"] == PY
+    assert f"image owner-gpu: {PY}, " in " ".join(fits.json()["notes"]), fits.json()["notes"]
     # another user's private image is refused, naming its owner; an unknown one says what --image takes
     stolen = plan(bob, "alice-cpu")
     assert stolen.status_code == 403 and "a private image of img-alice" in stolen.text, stolen.text

@@ -225,7 +225,10 @@ def kernel_route(services: ServicesDep, user: CallerDep, job_id: str = JobId) ->
 def plan(services: ServicesDep, user: CallerDep, body: dict = Body(...)) -> Plan:
     spec = access.new_job_spec(parse_spec(body), user, access.load_rules())
     access.check_priority(user, spec.priority)
-    return services.supervisor.plan(services.images.resolve(spec, services.scheduler.cluster))
+    plan = services.supervisor.plan(services.images.resolve(spec, services.scheduler.cluster))
+    if spec.image.name:  # what the registered image stood for, checked
+        plan.notes.append(services.images.describe(spec.image.name))
+    return plan
 
 
 @router.get("/jobs", response_model=JobPage)
