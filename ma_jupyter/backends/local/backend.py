@@ -158,6 +158,7 @@ class LocalBackend(Backend):
         self._probe_lock = threading.Lock()
         self._probed: tuple[float, str | None] = (float("-inf"), None)
         self._probing = False
+        self._probe_run_lock = threading.Lock()
         self.network_probe_every = NETWORK_PROBE_EVERY
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
@@ -699,12 +700,13 @@ class LocalBackend(Backend):
         never removes a probe's), itself swept of what a killed service left."""
         folder = self.namespace_folder or config.home() / "netns"
         probes = folder.with_name(folder.name + "-probe")
-        try:
-            network_ns.private_folder(probes)
-            network_ns.sweep(probes)
-        except OSError as exc:
-            return f"the job network cannot be made: {exc}"
-        return network_ns.probe_job_network(probes, f"probe-{os.getpid()}")
+        with self._probe_run_lock:  # one probe at a time: each sweeps the folder first
+            try:
+                network_ns.private_folder(probes)
+                network_ns.sweep(probes)
+            except OSError as exc:
+                return f"the job network cannot be made: {exc}"
+            return network_ns.probe_job_network(probes, f"probe-{os.getpid()}")
 
     def card_fault(self, task: TaskSlot) -> str | None:
         """The first of the task's real cards that this machine no longer shows, or that NVML
