@@ -9,7 +9,8 @@ absolute and checking that it exists are the front end's.
 
 1. A task: ``ALGO_DIR::COMMAND`` (:data:`TASK_SEPARATOR`); the folder may be empty
    (``::COMMAND``).  A form's task field, one task per line, also takes a bare ``COMMAND``.
-2. An image: ``conda:ENV`` (:data:`CONDA_PREFIX`), a virtualenv folder, or an interpreter path.
+2. An image: ``conda:ENV`` (:data:`CONDA_PREFIX`), a virtualenv folder, an interpreter path, or a
+   registered image's name (a bare word, :data:`IMAGE_NAME`).
 3. A mount: ``[SOURCE/]NAME[@VERSION]=PATH`` (:data:`MOUNT_LINE`); a dataset's path may end
    in ``:rw`` (writable) or ``:ro`` (the default).  Source and version are for datasets and
    models only; models are always read-only, volumes always writable.
@@ -49,20 +50,29 @@ def task_text(algorithm: str | None, command: str) -> str:
 CONDA_PREFIX = "conda:"
 
 
+#: a registered image's name (the wire model's ``NAME_PATTERN``): a bare word, no path
+IMAGE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
 def image_from_text(text: str, is_dir: Callable[[str], bool]) -> dict[str, str]:
     """The ``image`` field a text means: ``{"conda_env": ...}``, ``{"venv": ...}`` when
-    ``is_dir(text)``, else ``{"python": ...}``; ``{}`` for an empty text.  The env name may be
-    empty: the caller refuses it in its own words."""
+    ``is_dir(text)``, ``{"name": ...}`` for a bare name that is no folder (a registered image,
+    :data:`IMAGE_NAME`: no ``/``), else ``{"python": ...}``; ``{}`` for an empty text.  The env
+    name may be empty: the caller refuses it in its own words."""
     text = text.strip()
     if not text:
         return {}
     if text.startswith(CONDA_PREFIX):
         return {"conda_env": text[len(CONDA_PREFIX) :]}
-    return {"venv": text} if is_dir(text) else {"python": text}
+    if is_dir(text):
+        return {"venv": text}
+    return {"name": text} if IMAGE_NAME.match(text) else {"python": text}
 
 
 def image_text(image: dict[str, Any]) -> str:
     """The text :func:`image_from_text` reads back (``""``: the service's interpreter)."""
+    if image.get("name"):
+        return image["name"]
     if image.get("conda_env"):
         return CONDA_PREFIX + image["conda_env"]
     return image.get("venv") or image.get("python") or ""

@@ -60,6 +60,17 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+@pytest.fixture
+def tmp_path(tmp_path):
+    """pytest's ``tmp_path``, opened to others' reading (0755) as a user's project folder
+    commonly is: pytest makes it 0700, and a job's others' access may not exceed what the
+    folders it mounts allow, the folder its code was shipped from included (access rule 3), so
+    a job submitted from it with the default access ``ro`` would be refused.  A test of that
+    rule makes its private folders itself."""
+    tmp_path.chmod(0o755)
+    return tmp_path
+
+
 @pytest.fixture(autouse=True)
 def ma_no_real_cards(request, monkeypatch):
     """Every test runs as if the machine had no accelerator cards (the default cluster's emulated

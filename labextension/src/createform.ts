@@ -209,6 +209,7 @@ const GROUPS: Array<{ id: string; title: string; fields: FieldDef[] }> = [
       { key: 'image.python', label: 'Image: Python interpreter', kind: 'text' },
       { key: 'image.venv', label: 'Image: virtualenv folder', kind: 'path' },
       { key: 'image.conda_env', label: 'Image: conda environment', kind: 'text' },
+      { key: 'image.name', label: 'Image: registered image (ma-jupyter images list)', kind: 'text' },
       { key: 'env', label: 'Environment (KEY=VALUE per line)', kind: 'env' },
       { key: 'secret_env', label: 'Secret environment (KEY=VALUE per line, shown as ***)', kind: 'env' }
     ]

@@ -92,7 +92,7 @@ function specOverview(spec: JobSpec): HTMLElement[] {
   add('volumes', 'Volumes', mounts(spec.volumes));
   add('annotations', 'Annotations', mounts(spec.annotations));
   const image = spec.image ?? {};
-  add('image', 'Interpreter', [image.python, image.venv && `venv ${image.venv}`, image.conda_env && `conda ${image.conda_env}`].filter(Boolean).join(', '));
+  add('image', 'Interpreter', [image.name && `registered image ${image.name}`, image.python, image.venv && `venv ${image.venv}`, image.conda_env && `conda ${image.conda_env}`].filter(Boolean).join(', '));
   add('env', 'Environment', Object.entries(spec.env ?? {}).map(([k, v]) => `${k}=${v}`));
   add('secret_env', 'Secret environment', Object.keys(spec.secret_env ?? {}).map(k => `${k}=***`));
   add('priority', 'Priority', spec.priority !== 'normal' ? spec.priority : null);

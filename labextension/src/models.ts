@@ -129,12 +129,17 @@ export const HANG_POLICY_VALUES: ReadonlyArray<HangPolicy> = ["alert", "stop"];
  *
  * Exactly one of `python` (an interpreter path), `venv` (a virtualenv folder) or
  * `conda_env` (an env name, or a path, run through `conda run -n`) may be set; none means
- * the interpreter the service itself runs on.
+ * the interpreter the service itself runs on.  `name` picks a registered image
+ * (:class:`RegisteredImage`, `GET /images`) instead: the service checks its scope, card
+ * type and visibility and fills in its environment at the submit (a value sent beside the
+ * name is replaced).
  */
 export interface Image {
   python?: string | null;
   venv?: string | null;
   conda_env?: string | null;
+  /** A registered image (GET /images); its environment is filled in by the service. */
+  name?: string | null;
 }
 
 /** The Python environment a node runs with. */

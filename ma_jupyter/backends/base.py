@@ -272,6 +272,13 @@ class Backend(ABC):
         the deepest first), for the hang alert; cheap, never raising for a node that is gone. The
         local backend reads ``/proc/<pid>/stat`` and ``/proc/<pid>/wchan`` through ``nodehost/procfs.py``;
         None (the default, the Ray backend) means not known.
+    28. **Network check.** ``network_fault(host)`` says why inventory node ``host``'s machine cannot
+        give a job its network now (a job network cannot be made there, or its nodes do not reach
+        each other), for the node checks; None when it can or when not known (the default, the Ray
+        backend). It never waits (it runs under the supervisor's lock): the local backend answers
+        its last probe's result and starts the next one on a thread of its own when that is 10 s
+        old (a two-node job network made, crossed and removed: ``nodehost/network.py``'s
+        ``probe_job_network``).
 
     Besides, ``not_distributed(attempt, run)`` hands over node 0's report that no rank joined a
     process group (docs/jobs.md, step 8), and ``isolation()`` names the kind of sandbox the
@@ -400,6 +407,14 @@ class Backend(ABC):
         node inspection; None while its cards look healthy, and for tasks without real cards.
         The default knows of no cards.  Cheap; never blocks on the job."""
         del task
+        return None
+
+    def network_fault(self, host: str) -> str | None:
+        """Why inventory node ``host`` cannot give a job its network now (a job network cannot
+        be made on its machine, or its nodes do not reach each other), for the service's node
+        checks (contract rule 28); None when it can, or when the backend cannot tell (the
+        default).  It must not wait: it runs under the supervisor's lock."""
+        del host
         return None
 
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:

@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # the models are imported when an answer is validated, not wi
         NotifySettings,
         Plan,
         PreparedData,
+        RegisteredImage,
         ResourceUsage,
         Spec,
         User,
@@ -78,6 +79,8 @@ ENV_TOKEN = "MA_JUPYTER_TOKEN"
 ENV_URL = "MA_JUPYTER_URL"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_FOR = 30.0  # seconds a request keeps retrying while the service restarts
+#: a field :meth:`Client.set_notify` leaves as it is
+KEEP = object()
 
 
 def _new_key() -> str:
@@ -755,12 +758,15 @@ class Client:
         """Where your own jobs' alerts and terminal states go (``GET /users/me/notify``)."""
         return self._answer("NotifySettings", self._request("GET", "/users/me/notify"))
 
-    def set_notify(self, webhook: str | None) -> NotifySettings:
+    def set_notify(
+        self, webhook: str | None | object = KEEP, *, address: str | None | object = KEEP
+    ) -> NotifySettings:
         """Send your jobs' alerts and terminal states to ``webhook`` (an http(s) URL getting
-        each event as a JSON POST); None stops it (``PUT /users/me/notify``)."""
-        return self._answer(
-            "NotifySettings", self._request("PUT", "/users/me/notify", json_body={"webhook": webhook})
-        )
+        each event as a JSON POST), and name ``address`` (a mail address, a chat handle: it is
+        in each event the administrator's ``[notify]`` command gets, which delivers it there);
+        None forgets one, :data:`KEEP` (the default) leaves it as it is (``PUT /users/me/notify``)."""
+        body = {k: v for k, v in (("webhook", webhook), ("address", address)) if v is not KEEP}
+        return self._answer("NotifySettings", self._request("PUT", "/users/me/notify", json_body=body))
 
     def whoami(self) -> User:
         """The user this client acts as (its token's)."""
@@ -873,6 +879,23 @@ class Client:
     def remove_prepared_data(self, key: str) -> PreparedData:
         """Remove one prepared copy now; what it was.  Refused (Conflict) while a job uses it."""
         return self._answer("PreparedData", self._request("DELETE", f"/data/{key}"))
+
+    # ------------------------------------------------------------------------ images
+
+    def images(self) -> list[RegisteredImage]:
+        """The registered images the caller may use (public ones and their own; admins: all)."""
+        return [self._answer("RegisteredImage", i) for i in self._request("GET", "/images")]
+
+    def register_image(self, image: RegisteredImage | dict[str, Any]) -> RegisteredImage:
+        """Register an image (``POST /images``): ``name``, ``environment`` (``{"python": PATH}``,
+        ``{"venv": DIR}`` or ``{"conda_env": ENV}``), ``card_type``, ``scopes``, ``visibility``
+        (``public``: admins only), ``description``; what the service stored."""
+        body = image if isinstance(image, dict) else image.model_dump(mode="json", exclude_none=True)
+        return self._answer("RegisteredImage", self._request("POST", "/images", json_body=body))
+
+    def remove_image(self, name: str) -> None:
+        """Remove a registered image of the caller's (an admin: any)."""
+        self._request("DELETE", f"/images/{quote(name, safe='')}")
 
     # ------------------------------------------------------------------------ service
 

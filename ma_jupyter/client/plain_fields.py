@@ -51,6 +51,7 @@ FIELDS: dict[str, dict[str, str]] = {
         "python": "",
         "venv": "",
         "conda_env": "",
+        "name": "",
     },
     "Job": {
         "id": "",

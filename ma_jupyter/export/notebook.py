@@ -183,7 +183,9 @@ def _options(spec: JobSpec, notes: list[str]) -> list[str]:
     for key, value in spec.env.items():
         words += ["--env", f"{key}={value}"]
     image = spec.image
-    if image.python or image.venv or image.conda_env:
+    if image.name:  # a registered image: named again, as it is when the notebook runs
+        words += ["--image", image.name]
+    elif image.python or image.venv or image.conda_env:
         words += ["--image", image.python or image.venv or f"conda:{image.conda_env}"]
     for option, value in (
         ("--node-name", spec.node_name),

@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
+from .. import __version__, spectext
 from ..client import Client, JobHandle
 from ..client.logs import JobFollower, several_nodes, stream_label
 from ..client.resolve import resolve_job
@@ -256,6 +256,49 @@ def build_cli(chosen: str | None = None) -> options.OptionsParser:
 
     whoami = commands.add_parser("whoami", help="the user you act as (from your token)")
     whoami.add_argument("--json", action="store_true", help="print JSON")
+    notify = commands.add_parser(
+        "notify",
+        help="where your jobs' alerts and terminal states go: your webhook, your address",
+        description="Without options: your settings. --webhook URL gets each event as a JSON POST; "
+        "--address ADDR (a mail address, a chat handle) is in each event the administrator's [notify] "
+        "command gets, which delivers it there. An option not given leaves its setting as it is.",
+    )
+    hook = notify.add_mutually_exclusive_group()
+    hook.add_argument("--webhook", metavar="URL", help="an http(s) URL of yours")
+    hook.add_argument("--no-webhook", action="store_true", help="forget your webhook")
+    address = notify.add_mutually_exclusive_group()
+    address.add_argument("--address", metavar="ADDR", help="where the administrator's command tells you")
+    address.add_argument("--no-address", action="store_true", help="forget your address")
+    notify.add_argument("--json", action="store_true", help="print JSON")
+    images = commands.add_parser(
+        "images",
+        help="registered images: named Python environments with a scope and a card type",
+        description="A registered image names a Python environment (--image NAME), with what it may be "
+        "used for (training jobs, dev environments) and the cards it is built for: a job whose spec has "
+        "other cards is refused.",
+    )
+    image_actions = images.add_subparsers(dest="action", metavar="ACTION", required=True)
+    images_list = image_actions.add_parser("list", help="the images you may use (admins: every one)")
+    images_list.add_argument("--json", action="store_true", help="print JSON")
+    images_add = image_actions.add_parser("add", help="register an image")
+    images_add.add_argument("name", metavar="NAME")
+    images_add.add_argument(
+        "environment", metavar="PYTHON|VENV|conda:ENV", help="its interpreter, virtualenv folder or conda env"
+    )
+    images_add.add_argument(
+        "--card-type", choices=["cpu", "gpu", "mlu", "npu"], default="cpu", help="the cards it is built for"
+    )
+    images_add.add_argument(
+        "--scope",
+        action="append",
+        choices=["training", "devenv"],
+        help="what it may be used for (repeat; default both)",
+    )
+    images_add.add_argument("--public", action="store_true", help="every user's (admins only)")
+    images_add.add_argument("--description", default="")
+    images_add.add_argument("--json", action="store_true", help="print JSON")
+    images_rm = image_actions.add_parser("rm", help="remove an image of yours (admins: any)")
+    images_rm.add_argument("name", metavar="NAME")
     users = commands.add_parser("users", help="manage the service's users and their tokens (admins)")
     user_actions = users.add_subparsers(dest="action", metavar="ACTION", required=True)
     users_list = user_actions.add_parser("list", help="every user: name, admin, created (never tokens)")
@@ -949,6 +992,55 @@ def _whoami(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _images(args: argparse.Namespace) -> int:
+    client = Client(plain=True)
+    if args.action == "rm":
+        client.remove_image(args.name)
+        print(f"removed image {args.name} (jobs that named it keep its environment)")
+        return EXIT_OK
+    if args.action == "add":
+        environment = options.image_environment(args.environment, Path.cwd())
+        image = {
+            "name": args.name,
+            "environment": environment,
+            "card_type": args.card_type,
+            "scopes": args.scope or ["training", "devenv"],
+            "visibility": "public" if args.public else "private",
+            "description": args.description,
+        }
+        made = client.register_image(image)
+        if args.json:
+            _out(made.model_dump(mode="json"), args)
+        else:
+            print(f"registered {made.visibility} image {made.name}: --image {made.name}")
+        return EXIT_OK
+    found = client.images()
+    if args.json:
+        _out([i.model_dump(mode="json") for i in found], args)
+        return EXIT_OK
+    rows = [["NAME", "CARD TYPE", "SCOPES", "VISIBILITY", "OWNER", "ENVIRONMENT"]]
+    for i in found:
+        env = spectext.image_text(i.environment.model_dump(exclude_none=True))
+        rows.append([i.name, i.card_type, ",".join(i.scopes), i.visibility, i.owner or "-", env])
+    print(render.text_table(rows), end="")
+    return EXIT_OK
+
+
+def _notify(args: argparse.Namespace) -> int:
+    client = Client(plain=True)
+    change: dict = {}
+    if args.webhook is not None or args.no_webhook:
+        change["webhook"] = None if args.no_webhook else args.webhook
+    if args.address is not None or args.no_address:
+        change["address"] = None if args.no_address else args.address
+    settings = client.set_notify(**change) if change else client.notify_settings()
+    if args.json:
+        _out(settings.model_dump(mode="json"), args)
+        return EXIT_OK
+    print(f"webhook: {settings.webhook or '-'}\naddress: {settings.address or '-'}")
+    return EXIT_OK
+
+
 def _users(args: argparse.Namespace) -> int:
     client = Client(plain=True)
     if args.action == "list":
@@ -1033,6 +1125,8 @@ _COMMANDS = {
     "clone": _clone,
     "whoami": _whoami,
     "users": _users,
+    "notify": _notify,
+    "images": _images,
     "jobs": _jobs,
     "get": _get,
     "logs": _logs,

@@ -181,8 +181,9 @@ def add_job_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--image",
-        metavar="PYTHON|VENV|conda:ENV",
-        help="Python environment: interpreter, venv folder or conda env",
+        metavar="PYTHON|VENV|conda:ENV|NAME",
+        help="Python environment: interpreter, venv folder, conda env, or a registered image's name "
+        "(ma-jupyter images list)",
     )
     run.add_argument(
         "--node-name", metavar="NODE", help="run on this node (excludes --driver-version, --pool)"
@@ -543,7 +544,22 @@ def _merge_mounts(existing: list[dict[str, Any]] | None, new: list[dict[str, Any
     return list(merged.values())
 
 
+def image_environment(text: str, root: Path) -> dict[str, str]:
+    """The environment an image text names (an interpreter, a virtualenv folder or
+    ``conda:ENV``, never a registered image's name): what ``ma-jupyter images add`` registers.
+
+    Raises:
+        InvalidSpec: it names none of them.
+    """
+    image = _image(text if "/" in text or text.startswith(spectext.CONDA_PREFIX) else f"./{text}", root)
+    return image
+
+
 def _image(text: str, root: Path) -> dict[str, str]:
+    # a bare name that is nothing in the current folder is a registered image (the service
+    # checks it); anything with a '/', or a file or folder here, stays a path
+    if spectext.IMAGE_NAME.match(text) and not os.path.lexists(root / text):
+        return {"name": text}
     if text.startswith(spectext.CONDA_PREFIX):
         image = spectext.image_from_text(text, os.path.isdir)
         if not image["conda_env"]:

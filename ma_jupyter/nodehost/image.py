@@ -82,12 +82,19 @@ def resolve_image(image: Image) -> ImageEnv:
 
     ``python`` names an interpreter, ``venv`` a virtualenv folder, ``conda_env`` a conda env by
     name or path (its interpreter is run directly, as ``conda run -n`` would, without conda's
-    activation scripts); none means the interpreter the service runs on.
+    activation scripts); none means the interpreter the service runs on.  A registered image's
+    ``name`` says nothing here: the service filled in its environment beside it.
 
     Raises:
         InvalidSpec: the interpreter or environment does not exist, or one of its folders is a
             system folder or the service's home (a sandbox would show it to the job).
     """
+    if image.name and not (image.python or image.venv or image.conda_env):
+        raise InvalidSpec(
+            f"image: the registered image {image.name!r} was not resolved to its environment: submit "
+            "the job through the service's REST API, which does",
+            field="image",
+        )
     env = _resolve_image(image)
     if image.python or image.venv or image.conda_env:
         policy = load_policy()

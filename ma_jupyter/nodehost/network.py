@@ -392,6 +392,81 @@ def remove_job_network(made: JobNetwork) -> None:
         remove_namespace(made.switch)
 
 
+#: what the network probe sends across (and expects back)
+PROBE_BYTES = b"ma_jupyter network probe\n"
+
+
+def probe_job_network(folder: Path, key: str, timeout: float = 2.0) -> str | None:
+    """Whether this machine can give a job its network, tried as an attempt would: why not in
+    a sentence, or None when it can (the service's node inspection, every node's idle time too).
+
+    1. a two-node job network is made in ``folder`` as :func:`make_job_network` makes an
+       attempt's (``<key>.switch``, ``<key>.0``, ``<key>.1``): a namespace that cannot be made
+       is the answer;
+    2. node 1 listens on its address, node 0 connects to it across the switch and sends
+       :data:`PROBE_BYTES`, which node 1 must read whole and send back, every step within
+       ``timeout`` seconds (a switch that drops the frames answers, never hangs);
+    3. the sockets are closed and the namespaces forgotten, whatever happened: nothing of the
+       probe lives on (each namespace dies with its last socket).
+    """
+    addresses = [("probe-0", node_address(0)), ("probe-1", node_address(1))]
+    try:
+        made = make_job_network(folder, key, addresses)
+    except OSError as exc:
+        return f"the job network cannot be made: {exc}"
+    socks: list[socket.socket] = []
+    try:
+        first, second = (str(made.nodes[name][0]) for name, _ in addresses)
+
+        def sockets() -> None:  # each socket lives in the namespace it was made in
+            enter(second)
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(listener)
+            listener.bind((addresses[1][1], 0))
+            listener.listen(1)
+            enter(first)
+            socks.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+
+        in_thread(sockets)
+        listener, client = socks
+        listener.settimeout(timeout)
+        client.settimeout(timeout)
+        port = listener.getsockname()[1]
+        try:
+            client.connect((addresses[1][1], port))
+            peer, _ = listener.accept()
+        except OSError as exc:
+            return f"node {addresses[0][1]} of a job network does not reach its peer {addresses[1][1]}:{port}: {exc}"
+        socks.append(peer)
+        peer.settimeout(timeout)
+        try:
+            client.sendall(PROBE_BYTES)
+            got = b""
+            while len(got) < len(PROBE_BYTES):
+                chunk = peer.recv(len(PROBE_BYTES) - len(got))
+                if not chunk:
+                    break
+                got += chunk
+            peer.sendall(got)
+            back = b""
+            while len(back) < len(got):
+                chunk = client.recv(len(got) - len(back))
+                if not chunk:
+                    break
+                back += chunk
+        except OSError as exc:
+            return f"a job network's nodes connect but cannot exchange bytes: {exc}"
+        if back != PROBE_BYTES:
+            return f"a job network's nodes connect but {len(back)} of {len(PROBE_BYTES)} bytes came back"
+        return None
+    except OSError as exc:
+        return f"a job network's nodes cannot open sockets: {exc}"
+    finally:
+        for sock in socks:
+            sock.close()
+        remove_job_network(made)
+
+
 def on_job_network(address: str) -> bool:
     """Whether ``address`` is a node address of the job network (:func:`node_address`)."""
     try:

@@ -23,12 +23,22 @@ Priorities and sharing, in the order a submit (or a PATCH) meets them:
 2. With ``[users] sharing = false`` in ``cluster.toml`` every new job's others' access is ``none``
    (the administrator turned sharing off).
 3. A job's others' access may not exceed what its resources allow others (the seed: "the
-   application's access may not be higher than the resources' access"): each dataset,
-   annotation set, model and volume folder allows others ``rw`` when other users may write it,
-   ``ro`` when they may read it, else ``none`` (its own mode bits, :func:`resource_access`;
-   ACLs are not read).  A higher access is refused (400, field ``access``) naming the folder.
-   The supervisor applies it after the mount rules (:func:`check_resource_access`): a folder
-   no job may mount is refused for that first, and a missing one is left to them.
+   application's access may not be higher than the resources' access"): each folder the job
+   mounts (dataset, annotation set, model, volume, the algorithm and the outputs folder) allows
+   others ``rw`` when other users may write it, ``ro`` when they may read it, else ``none`` (its
+   own mode bits, :func:`resource_access`; ACLs are not read).  A higher access is refused (400,
+   field ``access``) naming the folder.  The algorithm is judged by the folder the user shipped
+   the code from (``algorithm_origin``), never by the platform's snapshot of it (always 0755,
+   the platform's copy, not a resource of the user's); a snapshot with no such folder (a
+   notebook cell without ``--code-dir``) is no folder of the user's and caps nothing.  Each batch
+   task's folder counts, and the outputs folder by its own mode (the job's default outputs, in
+   its job folder, are the platform's).  Others reach both through the job (a dev environment
+   of it mounts its algorithm, its TensorBoard reads its outputs), but a code folder mounted
+   read-only (the default) can only be read through it: it caps the job at ``none`` when others
+   may not read it and leaves ``rw`` alone otherwise (``rw`` gives others no write to a
+   read-only mount); one mounted writable (``algorithm_read_only = false``) caps as a volume
+   does.  The supervisor applies it after the mount rules (:func:`check_resource_access`): a
+   folder no job may mount is refused for that first, and a missing one is left to them.
 4. Only admins may choose ``very-urgent`` (403 otherwise).
 5. A non-admin's submit or PATCH that would give a user more urgent jobs (running + queued)
    than ``[users] urgent_quota`` (default :data:`DEFAULT_URGENT_QUOTA`) is refused with a 403
@@ -52,7 +62,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import Forbidden, InvalidSpec, NotFound
-from ..models import Access, Job, JobSpec, JobStatus, Priority
+from ..models import Access, Job, JobSpec, JobStatus, Priority, is_object_uri
 from .users import Caller
 
 DEFAULT_URGENT_QUOTA = 2
@@ -216,9 +226,14 @@ def check_resource_access(spec: JobSpec) -> None:
         *(("annotation set", m.name, m.path) for m in spec.annotations),
         *(("model", m.name, m.path) for m in spec.models),
         *(("volume", m.name, m.path) for m in spec.volumes),
+        *_code_folders(spec),
     ]
+    if spec.outputs and not is_object_uri(spec.outputs):
+        resources.append(("outputs", "folder", spec.outputs))
     for kind, name, path in resources:
         allows = resource_access(path)
+        if allows is Access.ro and kind.startswith("algorithm") and spec.algorithm_read_only:
+            allows = Access.rw  # code read through the job only: its rw writes nothing there
         if allows is None or _RANK[allows] >= _RANK[spec.access]:
             continue
         mode = stat.S_IMODE(os.stat(path).st_mode)
@@ -229,6 +244,23 @@ def check_resource_access(spec: JobSpec) -> None:
             f"{allows.value}, or open the folder to others (chmod {opening} {path})",
             field="access",
         )
+
+
+def _code_folders(spec: JobSpec) -> list[tuple[str, str, str]]:
+    """Rule 3's code folders: (kind, name, path) of the folder the user shipped the algorithm
+    from, else the algorithm folder itself unless it is one of the platform's snapshots; each
+    batch task's folder likewise."""
+    # the snapshots' folder is the client's (client/snapshot.py); the host policy spells it too
+    snapshots = os.path.join(str(config.home()), "snapshots")
+    found = []
+    if spec.algorithm_origin:
+        found.append(("algorithm", "folder", spec.algorithm_origin))
+    if spec.algorithm and os.path.dirname(os.path.normpath(spec.algorithm)) != snapshots:
+        found.append(("algorithm", "folder", spec.algorithm))
+    for k, task in enumerate(spec.tasks):
+        if task.algorithm and os.path.dirname(os.path.normpath(task.algorithm)) != snapshots:
+            found.append(("algorithm of task", str(k), task.algorithm))
+    return found
 
 
 def check_priority(caller: Caller, priority: Priority | None) -> None:

@@ -13,7 +13,11 @@ The contract, in order:
    service's secrets or of any job's environment.
 3. Each event is one JSON object on the command's standard input (closed after it): ``kind``
    (``alert``, ``ended`` or ``coalesced``, rule 6), ``job``, ``name``, ``user``, ``status``,
-   ``reason``, ``node`` (where one node is meant) and ``time`` (ISO 8601, UTC).
+   ``reason``, ``node`` (where one node is meant), ``time`` (ISO 8601, UTC) and ``address``:
+   where the user asked for their events to go (``PUT /users/me/notify``'s ``address``, a mail
+   address or a chat handle the command delivers to, read when the event is delivered; null
+   when they named none, and for events of no user).  The seed mails the user; the command
+   is the site's mailer, and the address says whom to mail.
 4. Events are delivered one at a time from one thread of the service: a slow command delays the
    next notification, never a job.  A command running past :data:`TIMEOUT` is killed (its whole
    process group).
@@ -33,6 +37,10 @@ The contract, in order:
    the end of its error output; the event is not retried.
 8. Each event of a user's job also goes to that user's own webhook, if they named one
    (:mod:`.webhooks`), with or without the command.
+9. No command a user names is ever run: the service runs the administrator's command only, as
+   its own account, outside every sandbox, and a user's program run there would run with the
+   service's rights.  A user's own delivery is their webhook (rule 8) or their address in the
+   administrator's command's events (rule 3).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import shlex
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -118,6 +127,8 @@ class Notifier:
         timeout: seconds one run may take (rule 4).
         per_user: events that may wait in one queue (rule 6).
         webhooks: the users' own webhooks (rule 8); None: none.
+        address_of: the address a user named for their events (rule 3; read in the delivery
+            thread, never where an event is queued); None: no addresses.
     """
 
     def __init__(
@@ -128,8 +139,10 @@ class Notifier:
         timeout: float = TIMEOUT,
         per_user: int = MAX_PENDING_PER_USER,
         webhooks: UserWebhooks | None = None,
+        address_of: Callable[[str], str | None] | None = None,
     ):
         self.webhooks = webhooks
+        self.address_of = address_of
         self.argv = shlex.split(command) if command else []  # rule 1
         self.home = home
         self.timeout = timeout
@@ -237,6 +250,16 @@ class Notifier:
                     return
             self._run(event)
 
+    def _address(self, user: str | None) -> str | None:
+        """Rule 3's ``address`` of ``user`` (None: none, or it cannot be read now)."""
+        if not user or self.address_of is None:
+            return None
+        try:
+            return self.address_of(user)
+        except Exception:  # the store unreadable (its disk full): the event still goes
+            log.warning("notify: cannot read %s's address", user, exc_info=True)
+            return None
+
     def _run(self, event: dict) -> None:
         """One run of the command with ``event`` on its standard input (rules 2, 4, 7)."""
         env = {
@@ -245,6 +268,7 @@ class Notifier:
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "MA_JUPYTER_HOME": self.home,
         }
+        event = {**event, "address": self._address(event.get("user"))}
         data = (json.dumps(event) + "\n").encode()
         try:
             proc = subprocess.Popen(

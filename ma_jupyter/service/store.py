@@ -653,6 +653,27 @@ class Store:
         if not done:
             raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
 
+    def set_notify_address(self, name: str, address: str | None) -> None:
+        """Name (None: forget) the address the administrator's ``[notify]`` command is given
+        with each event of ``name``'s jobs (:mod:`.notify` rule 3).
+
+        Raises:
+            NotFound: no such user.
+        """
+        with self.writing() as conn:
+            done = conn.execute(
+                users_table.update().where(users_table.c.name == name).values(notify_address=address)
+            ).rowcount
+        if not done:
+            raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
+
+    def notify_address(self, name: str) -> str | None:
+        """The address ``name`` named for the administrator's command; None: none (or no such user)."""
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(users_table.c.notify_address).where(users_table.c.name == name)
+            ).scalar_one_or_none()
+
     def notify_webhook(self, name: str) -> str | None:
         """The webhook ``name``'s events go to; None: none (or no such user)."""
         with self.engine.connect() as conn:

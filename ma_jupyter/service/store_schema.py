@@ -116,6 +116,7 @@ users_table = Table(
     # sha256 (hex) of the user's token; NULL for a user known only from a forwarding proxy
     Column("token_hash", String, unique=True),
     Column("notify_webhook", String),  # the user's own webhook (webhooks.py); NULL: none
+    Column("notify_address", String),  # in the events the admin's [notify] command gets; NULL: none
 )
 
 
@@ -187,6 +188,11 @@ def _m6_query_indexes(conn: Connection) -> None:
         conn.execute(text(ddl))
 
 
+def _m7_user_address(conn: Connection) -> None:
+    """``users.notify_address``: the address a user names for the admin's ``[notify]`` events."""
+    conn.execute(text("ALTER TABLE users ADD COLUMN notify_address VARCHAR"))
+
+
 #: the migrations, in order: ``MIGRATIONS[n - 1]`` brings a database of version n - 1 to n
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _m1_tables,
@@ -195,6 +201,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _m4_job_access,
     _m5_job_algorithms,
     _m6_query_indexes,
+    _m7_user_address,
 )
 #: the version of the schema defined here (rule 1)
 SCHEMA_VERSION = len(MIGRATIONS)

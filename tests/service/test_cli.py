@@ -396,10 +396,15 @@ def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_
     (tmp_path / "train.py").write_text("import helper\nprint('trained with', helper.VALUE)\n")
     (tmp_path / "helper.py").write_text("VALUE = 42\n")
     os.chmod(tmp_path, 0o700)  # a private folder: the job's account still reads the shipped copy
-    plan = ma_cli("submit", "--dry-run", "--", "python", "train.py")
+    # others may not see a job of a folder they may not read (access rule 3): judged by the
+    # folder shipped from, not by the platform's snapshot of it (0755)
+    refused = ma_cli("submit", "--dry-run", "--", "python", "train.py")
+    assert refused.returncode != 0
+    assert f"others' access ro is more than algorithm folder allows: {tmp_path} (mode 700)" in refused.stderr
+    plan = ma_cli("submit", "--dry-run", "--access", "none", "--", "python", "train.py")
     assert plan.returncode == 0, plan.stderr
     assert f"would ship {tmp_path}" in plan.stdout and "/workspace/algorithm" in plan.stdout
-    shipped = ma_cli("submit", "--name", "first", "--follow", "--", "python", "train.py")
+    shipped = ma_cli("submit", "--name", "first", "--access", "none", "--follow", "--", "python", "train.py")
     assert shipped.returncode == 0, shipped.stdout + shipped.stderr
     assert "trained with 42" in shipped.stdout
     assert f"shipped {tmp_path} (2 files" in shipped.stderr
@@ -448,3 +453,20 @@ def test_a_stopped_parameter_server_is_not_read_as_a_failure(ma_module_cli):
     top = ma_module_cli("top", job_id)
     assert top.returncode == 0, top.stderr
     assert "yet" not in top.stdout, top.stdout
+
+
+def test_notify_names_your_address_for_the_admins_hook_and_keeps_what_it_is_not_told(ma_module_cli):
+    """Seed 002 mails the user: ``ma-jupyter notify --address`` names where the administrator's
+    ``[notify]`` command delivers your events; an option not given keeps its setting."""
+    named = ma_module_cli("notify", "--address", "alice@example.org", "--json")
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout) == {"webhook": None, "address": "alice@example.org"}
+    # a loopback webhook is refused until the admin allows it: nothing changes
+    refused = ma_module_cli("notify", "--webhook", "http://127.0.0.1:9/x")
+    assert refused.returncode != 0 and "[notify] webhook_allow" in refused.stderr, refused.stderr
+    shown = ma_module_cli("notify")
+    assert shown.returncode == 0 and shown.stdout == "webhook: -\naddress: alice@example.org\n", shown.stdout
+    bad = ma_module_cli("notify", "--address", "a\nb")
+    assert bad.returncode != 0 and "address" in bad.stderr, bad.stderr
+    forgotten = ma_module_cli("notify", "--no-address", "--json")
+    assert json.loads(forgotten.stdout) == {"webhook": None, "address": None}, forgotten.stdout

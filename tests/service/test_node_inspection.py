@@ -20,6 +20,7 @@ import pytest
 from ma_jupyter import config
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import JobSpec, JobStatus
+from ma_jupyter.nodehost import network
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
 from ma_jupyter.service.supervisor import Supervisor
@@ -275,3 +276,41 @@ def test_one_users_log_flood_ends_that_job_and_not_the_other_users_job_on_the_no
     (ctl / "go").write_text("")
     final = wait_status(svc, bobs, {"succeeded", "error", "stopped"}, timeout=120)
     assert final["status"] == "succeeded", final["reason"]
+
+
+def test_a_machine_that_cannot_make_a_job_network_has_its_nodes_marked_faulty_until_it_can(ma_home):
+    """Seed 002's inspection of the network: each node check makes a two-node job network as an
+    attempt would, connects across it and removes it.  A namespace folder another account could
+    write (what a job's network must never be made in) fails it: every idle node is faulty with
+    the reason, and back once the folder is private again."""
+    if not network.namespaces_supported():
+        pytest.skip("job networks need root")
+    backend = LocalBackend()
+    sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), backend)
+    try:
+        names = [n.name for n in sup.scheduler.nodes()]
+        assert backend.probe_network() is None  # made, crossed both ways, removed
+        probes = ma_home / "netns-probe"
+        assert probes.is_dir() and list(probes.iterdir()) == []  # nothing of the probe is left
+        probes.chmod(0o777)
+        backend.network_probe_every = 0.0  # each check starts a probe (not once per 10 s)
+
+        def marked() -> dict:
+            sup.inspection.check_nodes()  # the answer of the probe it started before
+            return len(sup.health.snapshot()) == len(names) and sup.health.snapshot()
+
+        marks = wait_for(marked, timeout=60)
+        assert set(marks) == set(names), marks
+        for mark in marks.values():
+            assert mark.status == "faulty" and mark.source == "check"
+            assert mark.reason.startswith("network check: the job network cannot be made: ")
+            assert f"{probes} must be a folder of this account that no one else may write" in mark.reason
+        probes.chmod(0o700)
+
+        def back() -> bool:
+            sup.inspection.check_nodes()
+            return not sup.health.statuses
+
+        wait_for(back, timeout=60)
+    finally:
+        stop_every_job(sup)

@@ -94,9 +94,10 @@ def test_a_users_webhook_gets_their_alert_and_end_and_a_silent_one_stalls_nothin
         reply = alice.put(f"{svc.api}/users/me/notify", json={"webhook": bad}, timeout=10)
         assert reply.status_code in (400, 422), (bad, reply.text)
         assert "webhook" in reply.text, reply.text
-    assert alice.get(f"{svc.api}/users/me/notify", timeout=10).json() == {"webhook": None}
+    assert alice.get(f"{svc.api}/users/me/notify", timeout=10).json() == {"webhook": None, "address": None}
     assert alice.put(f"{svc.api}/users/me/notify", json={"webhook": url}, timeout=10).json() == {
-        "webhook": url
+        "webhook": url,
+        "address": None,
     }
     # bob names his through the client
     bob_client = Client(url=svc.url, token=svc.user_token("bob"))
@@ -105,7 +106,7 @@ def test_a_users_webhook_gets_their_alert_and_end_and_a_silent_one_stalls_nothin
         assert bob_client.notify_settings().webhook == silent[0]
     finally:
         bob_client.close()
-    assert alice.get(f"{svc.api}/users/me/notify", timeout=10).json() == {"webhook": url}
+    assert alice.get(f"{svc.api}/users/me/notify", timeout=10).json() == {"webhook": url, "address": None}
 
     reply = bob.post(f"{svc.api}/jobs", json={"name": "bobs", "command": f"{PY} -c 'print(1)'"}, timeout=30)
     assert reply.status_code == 201, reply.text

@@ -113,3 +113,53 @@ def test_others_access_stays_within_what_the_resources_allow(tmp_path):
     assert submit("none", models=[{"name": "m", "path": str(private)}]).access is Access.none
     assert submit("ro", datasets=[{"name": "d", "path": str(shared)}]).access is Access.ro
     assert submit("rw", volumes=[{"name": "v", "path": str(open_)}]).access is Access.rw
+
+
+def test_others_access_stays_within_the_code_and_outputs_folders_the_user_gave(tmp_path, monkeypatch):
+    """Rule 3 for the algorithm and the outputs: the code is judged by the folder it was shipped
+    from, never by the platform's snapshot; read-only code caps only who may read it, the
+    outputs folder by its own mode."""
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path / "home"))
+    snapshot = tmp_path / "home" / "snapshots" / "job-1"
+    private, shared, open_ = (tmp_path / n for n in ("private", "shared", "open"))
+    for folder, mode in ((snapshot, 0o755), (private, 0o700), (shared, 0o755), (open_, 0o777)):
+        folder.mkdir(parents=True)
+        folder.chmod(mode)
+
+    def submit(access_: str, **fields) -> JobSpec:
+        command = None if fields.get("type") == "batch" else "python x.py"
+        spec = JobSpec(name="j", command=command, access=access_, **fields)
+        access.check_resource_access(spec)
+        return spec
+
+    # shipped from a private folder: its snapshot (0755) does not open it to others
+    with pytest.raises(
+        InvalidSpec, match=r"others' access ro is more than algorithm folder allows"
+    ) as refused:
+        submit("ro", algorithm=str(snapshot), algorithm_origin=str(private))
+    assert refused.value.field == "access" and f"{private} (mode 700)" in str(refused.value)
+    assert "--access none" in str(refused.value)
+    # a cell's snapshot with no folder of the user's caps nothing; a read-only 0755 folder allows rw
+    assert submit("rw", algorithm=str(snapshot)).access is Access.rw
+    assert submit("rw", algorithm=str(snapshot), algorithm_origin=str(shared)).access is Access.rw
+    # a folder used as is, a batch task's, and code mounted writable (as a volume: rw needs o+w)
+    with pytest.raises(InvalidSpec, match=f"algorithm folder allows: {private}"):
+        submit("ro", algorithm=str(private))
+    with pytest.raises(InvalidSpec, match=f"algorithm of task 1 allows: {private}"):
+        submit(
+            "ro",
+            type="batch",
+            tasks=[
+                {"command": "true", "algorithm": str(shared)},
+                {"command": "true", "algorithm": str(private)},
+            ],
+        )
+    with pytest.raises(InvalidSpec, match=f"more than algorithm folder allows.*chmod o\\+w {shared}"):
+        submit("rw", algorithm=str(shared), algorithm_read_only=False)
+    # the outputs folder by its own mode
+    with pytest.raises(InvalidSpec, match=f"others' access ro is more than outputs folder allows: {private}"):
+        submit("ro", outputs=str(private))
+    with pytest.raises(InvalidSpec, match=f"more than outputs folder allows.*chmod o\\+w {shared}"):
+        submit("rw", outputs=str(shared))
+    assert submit("rw", outputs=str(open_), algorithm=str(shared)).access is Access.rw
+    assert submit("none", outputs=str(private), algorithm=str(private)).access is Access.none

@@ -9,6 +9,7 @@ import sys
 import time
 
 from ma_jupyter.service.notify import Notifier
+from ma_jupyter.service.store import Store
 
 #: appends its stdin and a few facts of its environment to the file named by its argument
 RECORDER = (
@@ -77,3 +78,25 @@ def test_without_a_command_nothing_runs(tmp_path):
     notifier = Notifier(None, str(tmp_path))
     notifier.notify("ended", job="j-1", name="j", user=None, status="failed")
     assert notifier._thread is None
+
+
+def test_each_event_carries_the_address_its_user_named_as_delivered(tmp_path):
+    """Seed 002 mails the user: the administrator's command (the site's mailer) gets, in each
+    event, the address the job's user named (``PUT /users/me/notify``), as it is when the event
+    is delivered; an event of no user, or of a user who named none, carries null."""
+    store = Store(tmp_path / "jobs.db")
+    store.ensure_user("alice")
+    store.ensure_user("bob")
+    store.set_notify_address("alice", "alice@example.org")
+    out = tmp_path / "events.jsonl"
+    notifier = Notifier(_command(RECORDER, str(out)), str(tmp_path), address_of=store.notify_address)
+    notifier.notify("alert", job="j-1", name="j", user="alice", status="running", reason="slow")
+    notifier.notify("ended", job="j-2", name="k", user="bob", status="failed")
+    notifier.notify("alert", job="", name="", user=None, status="faulty", node="n1")
+    events = {e["job"] or e["node"]: e for e in _lines(out, 3)}
+    assert events["j-1"]["address"] == "alice@example.org" and events["j-1"]["user"] == "alice"
+    assert events["j-2"]["address"] is None and events["n1"]["address"] is None
+    store.set_notify_address("alice", None)  # forgotten: the next event carries none
+    notifier.notify("ended", job="j-3", name="j", user="alice", status="succeeded")
+    assert _lines(out, 4)[3]["address"] is None
+    notifier.close()

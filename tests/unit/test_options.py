@@ -116,6 +116,10 @@ def test_image_kinds(tmp_path):
         spec_of(f"--image {tmp_path}")
     with pytest.raises(InvalidSpec, match="env name"):
         spec_of("--image conda:")
+    # a bare name is a registered image, unless it is a file or folder of the current folder
+    assert spec_of("--image cuda-py", cwd=tmp_path)["image"] == {"name": "cuda-py"}
+    (tmp_path / "py").symlink_to(sys.executable)
+    assert spec_of("--image py", cwd=tmp_path)["image"] == {"python": str(tmp_path / "py")}
 
 
 def test_batch_tasks(tmp_path):

@@ -24,7 +24,12 @@ def test_an_image_text_reads_back(tmp_path):
     venv = tmp_path / "venv"
     venv.mkdir()
     is_dir = lambda p: p == str(venv)  # noqa: E731
-    for image in ({"conda_env": "torch"}, {"venv": str(venv)}, {"python": "/usr/bin/python3"}):
+    for image in (
+        {"conda_env": "torch"},
+        {"venv": str(venv)},
+        {"python": "/usr/bin/python3"},
+        {"name": "cuda-py"},
+    ):
         assert spectext.image_from_text(spectext.image_text(image), is_dir) == image
     assert spectext.image_from_text("  ", is_dir) == {}
     assert form.image_from_text(str(venv)) == {"venv": str(venv)}  # the form asks the disk

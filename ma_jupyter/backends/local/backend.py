@@ -90,6 +90,9 @@ SSHD_PROGRAM = "/usr/sbin/sshd"
 
 #: seconds a debug terminal waits for the shell agent of a running node that is still starting
 AGENT_START_WAIT = 30.0
+#: seconds a network probe's answer stands for (:meth:`LocalBackend.network_fault`): the node
+#: checks of every node of one round, and of the next few, share one probe
+NETWORK_PROBE_EVERY = 10.0
 
 
 class LocalBackend(Backend):
@@ -159,6 +162,12 @@ class LocalBackend(Backend):
         #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
         #: names its own, since two agents of one machine share a home
         self.namespace_folder: Path | None = None
+        # the network probe's last answer (monotonic time, why not or None): network_fault
+        self._probe_lock = threading.Lock()
+        self._probed: tuple[float, str | None] = (float("-inf"), None)
+        self._probing = False
+        self._probe_run_lock = threading.Lock()
+        self.network_probe_every = NETWORK_PROBE_EVERY
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Wake the service when a runner this process started ends (a pidfd per runner)."""
@@ -661,6 +670,47 @@ class LocalBackend(Backend):
         root = config.jobs_root()
         free = disk_free(root)
         return None if free is None else (str(root), free)
+
+    def network_fault(self, host: str) -> str | None:
+        """Every node of this backend is this machine (``host`` does not matter): the answer of
+        the last probe (:meth:`probe_network`), never waiting for one.  When that answer is
+        ``network_probe_every`` seconds old (:data:`NETWORK_PROBE_EVERY`) a new probe starts on
+        a thread of its own (one at a time): making namespaces can take a second on a loaded
+        machine, which the supervisor's lock must not wait for.  None before the first answer,
+        and where this service makes no namespaces (not root: its nodes share the host's network)."""
+        del host
+        if not network_ns.namespaces_supported():
+            return None
+        with self._probe_lock:
+            when, why = self._probed
+            if time.monotonic() - when >= self.network_probe_every and not self._probing:
+                self._probing = True
+                threading.Thread(target=self._probe_in_turn, name="network-probe", daemon=True).start()
+            return why
+
+    def _probe_in_turn(self) -> None:
+        try:
+            why = self.probe_network()
+        except Exception as exc:  # the probe's own failure is the machine's answer, said
+            why = f"the network probe failed: {exc}"
+        with self._probe_lock:
+            self._probed = (time.monotonic(), why)
+            self._probing = False
+
+    def probe_network(self) -> str | None:
+        """Why this machine cannot give a job its network now, or None: a job network of two
+        nodes made, crossed and removed as an attempt's would be
+        (:func:`.network.probe_job_network`), in a folder beside the attempts' (their sweep
+        never removes a probe's), itself swept of what a killed service left."""
+        folder = self.namespace_folder or config.home() / "netns"
+        probes = folder.with_name(folder.name + "-probe")
+        with self._probe_run_lock:  # one probe at a time: each sweeps the folder first
+            try:
+                network_ns.private_folder(probes)
+                network_ns.sweep(probes)
+            except OSError as exc:
+                return f"the job network cannot be made: {exc}"
+            return network_ns.probe_job_network(probes, f"probe-{os.getpid()}")
 
     def card_fault(self, task: TaskSlot) -> str | None:
         """The first of the task's real cards that this machine no longer shows, or that NVML

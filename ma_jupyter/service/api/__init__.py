@@ -17,7 +17,8 @@ module                    routes
 :mod:`.caches`            ``GET|DELETE /cache``
 :mod:`.data`              ``GET /data``, ``DELETE /data/{key}``
 :mod:`.users`             ``GET /users/me``, ``GET|POST /users``, ``DELETE /users/{name}``,
-                          ``POST /users/{name}/token``
+                          ``POST /users/{name}/token``, ``GET|PUT /users/me/notify``
+:mod:`.images`            ``GET|POST /images``, ``DELETE /images/{name}``
 ========================  ==================================================================
 
 Every route is behind the token and takes what it uses from :class:`.deps.Services`;
@@ -28,7 +29,21 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from . import algorithms, caches, cluster, data, export, jobs, logs, meta, nodes, shell, tensorboard, users
+from . import (
+    algorithms,
+    caches,
+    cluster,
+    data,
+    export,
+    images,
+    jobs,
+    logs,
+    meta,
+    nodes,
+    shell,
+    tensorboard,
+    users,
+)
 
 #: every router of the API, in the order the app includes them
 ROUTERS: tuple[APIRouter, ...] = tuple(
@@ -46,5 +61,6 @@ ROUTERS: tuple[APIRouter, ...] = tuple(
         caches,
         data,
         users,
+        images,
     )
 )

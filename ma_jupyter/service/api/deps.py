@@ -30,6 +30,7 @@ from ...models import FORWARDED_USER_HEADER, JobStatus
 from .. import access
 from ..algorithms import Favourites
 from ..health import NodeHealth
+from ..images import Images
 from ..queue import QueueIndex
 from ..resources import ResourceSampler
 from ..scheduler import Scheduler
@@ -70,6 +71,7 @@ class Services:
         users: authentication and the admin's user management.
         tensorboards: the per-job TensorBoards (None: not available in this service).
         favourites: each user's favourite algorithm folders.
+        images: the registered images (:mod:`..images`).
         urgent_lock: held while an urgent submit or priority raise counts the creator's urgent
             jobs and adds one, so two at once cannot both pass the cap (:func:`.access.check_urgent_quota`).
         sessions: the debug terminals and log followers open, capped per job and per user, and
@@ -86,6 +88,7 @@ class Services:
     users: Directory
     tensorboards: TensorBoardManager | None
     favourites: Favourites
+    images: Images
     urgent_lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
     sessions: SessionCaps = field(default_factory=lambda: SessionCaps(Limits), compare=False)
 
@@ -105,6 +108,7 @@ class Services:
             users=users,
             tensorboards=tensorboards,
             favourites=Favourites(supervisor.store),
+            images=Images(supervisor.store),
             sessions=SessionCaps(lambda: supervisor.scheduler.cluster.limits),
         )
 

@@ -114,6 +114,7 @@ def _submit(services: Services, user: Caller, spec: JobSpec, idempotency_key: st
     rules = access.load_rules()
     spec = access.new_job_spec(spec, user, rules)
     access.check_priority(user, spec.priority)
+    spec = services.images.resolve(spec, services.scheduler.cluster)  # a registered image's rules
     limits = services.scheduler.cluster.limits
     _check_spec_bytes(spec, limits.max_spec_bytes)
     supervisor = services.supervisor
@@ -224,7 +225,10 @@ def kernel_route(services: ServicesDep, user: CallerDep, job_id: str = JobId) ->
 def plan(services: ServicesDep, user: CallerDep, body: dict = Body(...)) -> Plan:
     spec = access.new_job_spec(parse_spec(body), user, access.load_rules())
     access.check_priority(user, spec.priority)
-    return services.supervisor.plan(spec)
+    plan = services.supervisor.plan(services.images.resolve(spec, services.scheduler.cluster))
+    if spec.image.name:  # what the registered image stood for, checked
+        plan.notes.append(services.images.describe(spec.image.name))
+    return plan
 
 
 @router.get("/jobs", response_model=JobPage)

@@ -22,14 +22,20 @@ def whoami(services: ServicesDep, user: CallerDep) -> User:
 
 @router.get("/users/me/notify", response_model=NotifySettings)
 def my_notify(services: ServicesDep, user: CallerDep) -> NotifySettings:
-    return NotifySettings(webhook=services.store.notify_webhook(user.name))
+    store = services.store
+    return NotifySettings(webhook=store.notify_webhook(user.name), address=store.notify_address(user.name))
 
 
 @router.put("/users/me/notify", response_model=NotifySettings)
 def set_my_notify(services: ServicesDep, user: CallerDep, body: NotifySettings) -> NotifySettings:
-    url = check_url(body.webhook, config.load_webhook_allow()) if body.webhook else None
-    services.store.set_notify_webhook(user.name, url)
-    return NotifySettings(webhook=url)
+    """Change the fields the body names (null forgets one); the others stay."""
+    given = body.model_fields_set
+    if "webhook" in given:
+        url = check_url(body.webhook, config.load_webhook_allow()) if body.webhook else None
+        services.store.set_notify_webhook(user.name, url)
+    if "address" in given:
+        services.store.set_notify_address(user.name, (body.address or "").strip() or None)
+    return my_notify(services, user)
 
 
 @router.get("/users", response_model=list[User])

@@ -92,6 +92,7 @@ class Supervisor:
             config.load_notify(),
             str(config.home()),
             webhooks=UserWebhooks(store.notify_webhook, allow=config.load_webhook_allow),
+            address_of=store.notify_address,
         )
         self.journal = Journal(store, self.queue, backend, self.ledger, self.preparation, self.notifier)
         self.on_job_deleted: list[Callable[[str], None]] = self.journal.on_job_deleted

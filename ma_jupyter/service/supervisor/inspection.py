@@ -18,7 +18,7 @@
 
   5. every ``NODE_CHECK_EVERY`` seconds, each node of the inventory, idle ones too, is checked
      for what breaks training (:meth:`Inspection.node_checks`: its job folders' disk free
-     space, its real cards): a failing check marks it faulty with the reason (an alert to the
+     space, its real cards, its job network): a failing check marks it faulty with the reason (an alert to the
      jobs running there and to the notification hook); a node whose mark a check set and that
      passes again is put back into placement (an admin's drain and a heartbeat fault stay).
      A failing disk check first looks for the job whose writing explains it: a job running
@@ -338,7 +338,10 @@ class Inspection:
            backend sees it on the node's machine (:meth:`Backend.job_folders_free`; a node
            that does not answer is not judged by it);
         2. its real cards, every one of them (:meth:`Backend.card_fault`): the device node is
-           there and the driver does not report it lost; emulated cards have nothing to check.
+           there and the driver does not report it lost; emulated cards have nothing to check;
+        3. its network (:meth:`Backend.network_fault`): a job network can be made on its
+           machine and its nodes reach each other (seed 002's inspection of the network card;
+           the local backend makes, crosses and removes one as an attempt would).
         """
         passed = [] if passed is None else passed
         found = self._backend.job_folders_free(node.name)
@@ -362,6 +365,9 @@ class Inspection:
             if why is not None:
                 return f"card check: {why}", "check", free
             passed.append(f"{len(cards)} {node.accelerator_type} card(s) answering")
+        why = self._backend.network_fault(node.name)
+        if why is not None:
+            return f"network check: {why}", "check", free
         return None, "check", free
 
     def _end_disk_writer(self, name: str, free: int) -> bool:

@@ -196,7 +196,11 @@ class JobForm(W.VBox):
         self.mount_rows = W.VBox([])
         self.add_mount = W.Button(description="add mount", icon="plus")
         self.add_mount.on_click(lambda _b: self._add_mount())
-        self.image = _text("image", "", "python path, venv folder, or conda:<env> (default: the service's)")
+        self.image = _text(
+            "image",
+            "",
+            "python path, venv folder, conda:<env> or a registered image (default: the service's)",
+        )
         self.node_name = _text("node name", "")
         self.driver_version = _text("driver version", "")
         self.pool = _text("dedicated pool", "")
