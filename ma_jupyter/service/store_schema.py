@@ -189,8 +189,10 @@ def _m6_query_indexes(conn: Connection) -> None:
 
 
 def _m7_user_address(conn: Connection) -> None:
-    """``users.notify_address``: the address a user names for the admin's ``[notify]`` events."""
-    conn.execute(text("ALTER TABLE users ADD COLUMN notify_address VARCHAR"))
+    """``users.notify_address``: the address a user names for the admin's ``[notify]`` events
+    (checked like the first six: a database reset to version 0 may hold it already)."""
+    if not _has_column(conn, "users", "notify_address"):
+        conn.execute(text("ALTER TABLE users ADD COLUMN notify_address VARCHAR"))
 
 
 #: the migrations, in order: ``MIGRATIONS[n - 1]`` brings a database of version n - 1 to n
