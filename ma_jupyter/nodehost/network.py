@@ -76,8 +76,13 @@ IFLA_MASTER, IFLA_NET_NS_FD = 10, 28
 #: a simulated node's one device besides ``lo`` (see :func:`make_job_network`), the switch's
 #: bridge, and the job network every attempt of the local backend uses (each attempt's is its own)
 NODE_LINK, SWITCH_BRIDGE, JOB_NETWORK, JOB_PREFIX = "ma0", "br0", "10.254.0.0", 16
-#: how many nodes a job network holds (the /16 less its network and broadcast addresses)
-MAX_JOB_NODES = (1 << (32 - JOB_PREFIX)) - 2
+#: how many nodes a job network holds (the /16 less its network and broadcast addresses, and
+#: :data:`EGRESS_GATEWAY`)
+MAX_JOB_NODES = (1 << (32 - JOB_PREFIX)) - 3
+#: the switch's own address where the admin's policy lets jobs out (``[network] egress``,
+#: :mod:`.egress`): the nodes' default route; the job network's last address, never a node's
+EGRESS_GATEWAY = "10.254.255.254"
+RTM_NEWROUTE, RTA_GATEWAY, RT_TABLE_MAIN, RTPROT_STATIC, RTN_UNICAST = 24, 5, 254, 4, 1
 #: the interface a node reaches the job's other nodes on, as the node names it (MPICH's
 #: ``HYDRA_IFACE``, the seed's ``eth0``): its own on its attempt's job network
 NODE_INTERFACE = NODE_LINK
@@ -295,6 +300,14 @@ def _keep(path: Path) -> int:
     return os.stat(own).st_ino
 
 
+def add_default_route(gateway: str) -> None:
+    """Route everything of the calling thread's namespace that no other route takes through
+    ``gateway`` (an address on one of its links)."""
+    rtmsg = struct.pack("BBBBBBBBI", socket.AF_INET, 0, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, 0, RTN_UNICAST, 0)
+    body = rtmsg + rt_attr(RTA_GATEWAY, socket.inet_aton(gateway))
+    netlink_request(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body, f"cannot route through {gateway}")
+
+
 def _set_link(name: str, *, master: int | None = None) -> None:
     """Bring link ``name`` of the calling thread's namespace up, made a port of bridge ``master``
     (an interface index) where one is given."""
@@ -316,7 +329,9 @@ def _no_ipv6_here() -> None:
             pass
 
 
-def make_job_network(folder: Path, key: str, addresses: list[tuple[str, str]]) -> JobNetwork:
+def make_job_network(
+    folder: Path, key: str, addresses: list[tuple[str, str]], *, gateway: bool = False
+) -> JobNetwork:
     """An attempt's network: one namespace per node, each a machine on one switch.
 
     Rules, in the order they are made:
@@ -329,7 +344,10 @@ def make_job_network(folder: Path, key: str, addresses: list[tuple[str, str]]) -
        nothing else (no route out: ``Network is unreachable``);
     3. every namespace is kept as a file in ``folder`` (``<key>.switch``, ``<key>.<k>``) until
        :func:`remove_job_network`; the caller's runners enter their node's, holding the
-       switch's open first (its devices live as long as a runner holds it).
+       switch's open first (its devices live as long as a runner holds it);
+    4. with ``gateway`` (the admin's egress policy, :mod:`.egress`): the bridge also holds
+       :data:`EGRESS_GATEWAY`/16 and every node routes what is not on the job network there
+       (its default route), where the policy's rules and forwarder decide what goes further.
 
     Raises:
         OSError: a namespace or device cannot be made (no CAP_SYS_ADMIN); nothing is left.
@@ -349,6 +367,8 @@ def make_job_network(folder: Path, key: str, addresses: list[tuple[str, str]]) -
             body = ifinfo + rt_attr(IFLA_IFNAME, SWITCH_BRIDGE.encode() + b"\0") + linkinfo
             netlink_request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, "cannot make the job's switch")
             _set_link(SWITCH_BRIDGE)
+            if gateway:
+                set_up(SWITCH_BRIDGE, EGRESS_GATEWAY, JOB_PREFIX)
             _keep(switch)
 
         in_thread(make_switch)
@@ -362,6 +382,8 @@ def make_job_network(folder: Path, key: str, addresses: list[tuple[str, str]]) -
                     set_up("lo")
                     _add_veth(NODE_LINK, port, switch_fd)
                     set_up(NODE_LINK, address, JOB_PREFIX)
+                    if gateway:
+                        add_default_route(EGRESS_GATEWAY)
                     return _keep(path)
 
                 made.nodes[name] = (path, in_thread(make_node))

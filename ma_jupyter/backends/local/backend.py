@@ -44,6 +44,7 @@ from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...nodehost import (
     caches,
     cgroup,
+    egress,
     outputs_reader,
     prepare,
     rsh_agent,
@@ -148,6 +149,8 @@ class LocalBackend(Backend):
         #: :mod:`.hostwatch`: a Ray node's raylet, set by its agent); None: none
         self.end_with: dict | None = None
         self._namespaces_swept = False
+        #: job id -> the forwarder of its attempt's way out (``[network] egress``, :mod:`.egress`)
+        self._gates: dict[str, egress.Forwarder] = {}
         #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
         #: names its own, since two agents of one machine share a home
         self.namespace_folder: Path | None = None
@@ -309,17 +312,25 @@ class LocalBackend(Backend):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         # One secret per attempt, seen only by this attempt's nodes: peers of a job use it to
         # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
-        return self._start_all(attempt, launches, secrets.token_hex(16), namespace_key=attempt.job_id)
+        policy = config.load_egress()  # the admin's, as the file says now
+        if policy is not None and (why := egress.why_not_enforceable()):
+            raise BackendUnavailable(
+                f"{config.cluster_file()}: [network] egress lists destinations, but {why}"
+            )
+        return self._start_all(
+            attempt, launches, secrets.token_hex(16), namespace_key=attempt.job_id, egress_policy=policy
+        )
 
     def _job_namespace(
-        self, key: str, plans: list[NodePlan], overlay: Overlay | None = None
+        self, key: str, plans: list[NodePlan], overlay: Overlay | None = None, *, gateway: bool = False
     ) -> network_ns.JobNetwork | None:
         """The network of an attempt's nodes ``plans`` (see :mod:`.network`), its namespaces
         kept as files in the namespace folder until its runners are in; None where this service
         may not make namespaces (not root: the nodes then share the host's network).
 
         1. without ``overlay``: the attempt's job network, each node a machine of its own at its
-           task's address (:func:`.network.make_job_network`);
+           task's address (:func:`.network.make_job_network`), with its way out to the egress
+           gate where ``gateway``;
         2. with ``overlay``: one namespace for all of ``plans``, this machine's part of the
            attempt's overlay (:mod:`.overlay`), at ``<folder>/<key>``.
 
@@ -347,7 +358,7 @@ class LocalBackend(Backend):
                         f"node {name} was bound to {address}, not an address of the job network "
                         f"({network_ns.JOB_NETWORK}/{network_ns.JOB_PREFIX}): submit the job again"
                     )
-            return network_ns.make_job_network(folder, key, addresses)
+            return network_ns.make_job_network(folder, key, addresses, gateway=gateway)
         except OSError as exc:
             raise BackendUnavailable(f"cannot make the job's network namespace: {exc}") from exc
 
@@ -401,6 +412,7 @@ class LocalBackend(Backend):
         planned_elsewhere: bool = False,
         overlay: Overlay | None = None,
         deny_tcp: list[list[int]] | None = None,
+        egress_policy: tuple[config.EgressRule, ...] | None = None,
     ) -> list[NodeRun]:
         """The one launch sequence of :meth:`launch` and :meth:`start_nodes`, in this order:
 
@@ -408,7 +420,10 @@ class LocalBackend(Backend):
            them now (a card node gone since the plan refuses);
         2. with ``namespace_key``, a namespace is made (closed, or with ``overlay`` this
            machine's part of the attempt's overlay; none where this service may not make a
-           closed one): the nodes then resolve names from ``/etc/hosts`` only;
+           closed one): the nodes then resolve names from ``/etc/hosts`` only; with
+           ``egress_policy`` (a closed namespace), its gate is opened before any runner starts
+           (:mod:`.egress`: names resolved now and added to every node's ``/etc/hosts``) and its
+           forwarder runs once every runner is in, until none is left;
         3. each node's runner is started, entering the namespace first thing (or fenced with
            ``deny_tcp``);
         4. once every runner is in, the namespace's file is dropped: it lives exactly as long as
@@ -426,7 +441,30 @@ class LocalBackend(Backend):
         _refuse_unsandboxed([view for _, _, view in prepared])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
         plans_here = [plan for plan, _, _ in prepared]
-        namespace = self._job_namespace(namespace_key, plans_here, overlay) if namespace_key else None
+        gateway = egress_policy is not None and overlay is None
+        namespace = (
+            self._job_namespace(namespace_key, plans_here, overlay, gateway=gateway)
+            if namespace_key
+            else None
+        )
+        gate, listener = None, None
+        if gateway and namespace is not None and namespace.switch is not None:
+            try:
+                gate = egress.resolve(egress_policy or ())
+                listener = egress.open_gate(namespace.switch, gate)
+            except BaseException:
+                network_ns.remove_job_network(namespace)
+                raise
+            for problem in gate.problems:
+                print(
+                    f"[ma_jupyter] job {attempt.job_id}: [network] egress: {problem}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            extra = egress.hosts_lines(gate)
+            prepared = [
+                (p, launch, dataclasses.replace(v, hosts=v.hosts + extra)) for p, launch, v in prepared
+            ]
         network: dict[str, dict] = {
             p.name: {"deny_tcp": deny_tcp} if deny_tcp is not None else {} for p in plans_here
         }
@@ -440,18 +478,44 @@ class LocalBackend(Backend):
             for plan, launch, view in prepared:
                 runs.append(self._launch_node(attempt, plan, launch, view, job_secret, network[plan.name]))
             if namespace:
-                _await_joined(
-                    runs, {name: inode for name, (_, inode) in namespace.nodes.items()}, self._alive
-                )
+                inodes = {name: inode for name, (_, inode) in namespace.nodes.items()}
+                _await_joined(runs, inodes, self._alive)
+                if listener is not None and gate is not None:
+                    self._open_gate(attempt.job_id, listener, gate, runs, inodes)
+                    listener = None
         except BaseException:
             started = {r.name for r in runs}
             rest = [NodeRun(name=p.name, host=p.task.host) for p, _, _ in prepared if p.name not in started]
             self.stop(attempt, runs + rest, grace=1.0)
             raise
         finally:
+            if listener is not None:  # never handed to a forwarder
+                listener.close()
             if namespace:  # each lives on while a process of the job is in it
                 network_ns.remove_job_network(namespace)
         return runs
+
+    def _open_gate(
+        self,
+        key: str,
+        listener: socket.socket,
+        gate: egress.Gate,
+        runs: list[NodeRun],
+        inodes: dict[str, int],
+    ) -> None:
+        """Start the forwarder of an attempt's gate (:class:`.egress.Forwarder`), replacing the
+        job's earlier one; it ends once no runner of ``runs`` is in its node's namespace."""
+        watched = [(run.pid, inodes[run.name]) for run in runs if run.pid is not None]
+
+        def alive() -> bool:
+            # a runner lives in its node's namespace: a pid reused since is elsewhere
+            return any(network_ns.namespace_of(pid) == inode for pid, inode in watched)
+
+        earlier = self._gates.pop(key, None)
+        if earlier is not None:
+            earlier.close()
+        self._gates = {k: f for k, f in self._gates.items() if f.running()}
+        self._gates[key] = egress.Forwarder(listener, gate, alive, key)
 
     def _launch_node(
         self,

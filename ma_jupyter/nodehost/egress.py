@@ -1,0 +1,419 @@
+"""A job's way out, where the admin's policy opens one (``[network] egress``, docs/network.md).
+
+The local backend's job network has no route out (:mod:`.network`).  With a policy, an
+attempt's network gets one gate, in its switch namespace, which no process of the job can
+enter or change (the job's nodes have no capability in their own namespace either):
+
+1. **route**: the switch's bridge holds :data:`.network.EGRESS_GATEWAY` and every node routes
+   what is not on the job network there (:func:`.network.make_job_network`, ``gateway``);
+2. **filter** (the kernel, nftables in the switch namespace, :func:`ruleset`): a TCP
+   connection to a destination of the policy (address or network, port) is redirected to the
+   forwarder's port on the gateway; every other TCP connection from a node that is not for the
+   job network is refused at once (a reset: ``Connection refused``), anything else (UDP, ICMP)
+   is dropped, and so is any packet for the gateway itself that was not redirected;
+3. **forward** (the service, :class:`Forwarder`): it accepts the redirected connection in the
+   switch namespace, reads its original destination (``SO_ORIGINAL_DST``), checks it again
+   against the policy and against this machine's own addresses (any interface's, and all of
+   ``127.0.0.0/8``: a network in the policy that holds one of them never reaches it), and
+   connects to it from the service's own network namespace, then copies bytes both ways.
+   Nothing of the host's routing or firewall changes: no forwarding, no NAT rule, no address
+   of the machine is touched; what leaves is a connection of the service's account.
+
+Host names of the policy are resolved by the service when an attempt starts
+(:func:`resolve`): their addresses join the filter and are written into each node's
+``/etc/hosts`` (the nodes look names up there only), so a job reaches a listed name, and no
+other name resolves.  A name resolving to this machine's own address is left out, with a
+problem line.  Only TCP goes out: UDP (a name server, QUIC) is refused.
+
+Bounds: at most :data:`MAX_CONNECTIONS` relayed connections per attempt at once (one more is
+closed at once), :data:`CONNECT_TIMEOUT` seconds to reach a destination, two buffers of
+:data:`CHUNK` bytes per connection.  The forwarder ends, and with it the gate, once no runner of
+the attempt lives (within a second).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import EgressRule
+from ..errors import BackendUnavailable
+from . import network
+
+#: the forwarder's port on the gateway, in the switch namespace (each attempt's own)
+FORWARDER_PORT = 1080
+#: the nftables table of the gate, in the switch namespace
+TABLE = "ma_egress"
+#: relayed connections one attempt may hold at once
+MAX_CONNECTIONS = 64
+#: seconds to reach a destination before the job's connection is closed
+CONNECT_TIMEOUT = 10.0
+#: seconds to resolve the policy's host names, all together, when an attempt starts
+RESOLVE_TIMEOUT = 5.0
+CHUNK = 65536
+SO_ORIGINAL_DST = 80
+LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+JOB_NETWORK = ipaddress.IPv4Network(f"{network.JOB_NETWORK}/{network.JOB_PREFIX}")
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One destination an attempt's nodes may connect to: an IPv4 network and its TCP port
+    ranges (``()``: every port)."""
+
+    network: ipaddress.IPv4Network
+    ports: tuple[tuple[int, int], ...] = ()
+
+    def allows(self, address: ipaddress.IPv4Address, port: int) -> bool:
+        return address in self.network and (not self.ports or any(lo <= port <= hi for lo, hi in self.ports))
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An attempt's policy as resolved when it starts (:func:`resolve`).
+
+    Attributes:
+        destinations: what its nodes may connect to.
+        hosts: ``/etc/hosts`` lines for the policy's host names (address, name).
+        problems: names left out, and why (shown in the service log and the job's events).
+    """
+
+    destinations: tuple[Destination, ...]
+    hosts: tuple[tuple[str, str], ...] = ()
+    problems: tuple[str, ...] = ()
+
+    def allows(self, address: str, port: int) -> bool:
+        """Whether a node may connect to ``address:port``: a destination of the policy, never
+        the job network nor this machine's own address (:func:`is_own`)."""
+        try:
+            ip = ipaddress.IPv4Address(address)
+        except ValueError:
+            return False
+        if ip in JOB_NETWORK or is_own(ip):
+            return False
+        return any(d.allows(ip, port) for d in self.destinations)
+
+
+def own_addresses() -> set[ipaddress.IPv4Address]:
+    """This machine's IPv4 addresses now, every interface's (of the service's namespace)."""
+    import psutil
+
+    found = set()
+    for addresses in psutil.net_if_addrs().values():
+        for entry in addresses:
+            if entry.family == socket.AF_INET:
+                with contextlib.suppress(ValueError):
+                    found.add(ipaddress.IPv4Address(entry.address))
+    return found
+
+
+def is_own(address: ipaddress.IPv4Address) -> bool:
+    """Whether ``address`` is this machine (loopback, unspecified, broadcast, multicast, or an
+    address of one of its interfaces now)."""
+    return (
+        address in LOOPBACK
+        or address.is_unspecified
+        or address.is_multicast
+        or address == ipaddress.IPv4Address("255.255.255.255")
+        or address in own_addresses()
+    )
+
+
+def resolve(rules: Iterable[EgressRule], timeout: float = RESOLVE_TIMEOUT) -> Gate:
+    """The policy ``rules`` for one attempt: host names looked up now (IPv4, in parallel, all
+    within ``timeout``); a name that does not resolve in time, or that resolves to this
+    machine's own address, is left out with a problem line."""
+    rules = list(rules)
+    names = sorted({r.host for r in rules if r.host})
+    looked: dict[str, list[str]] = {}
+    problems: list[str] = []
+    if names:
+        pool = ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="egress-resolve")
+        futures = {
+            name: pool.submit(socket.getaddrinfo, name, None, socket.AF_INET, socket.SOCK_STREAM)
+            for name in names
+        }
+        wait(futures.values(), timeout=timeout)
+        pool.shutdown(wait=False, cancel_futures=True)  # a lookup still running ends on its own
+        for name, future in futures.items():
+            if not future.done():
+                problems.append(f"{name}: not resolved within {timeout:g} s")
+                continue
+            try:
+                addresses = sorted({info[4][0] for info in future.result()})
+            except OSError as exc:
+                problems.append(f"{name}: does not resolve ({exc})")
+                continue
+            own = [
+                a
+                for a in addresses
+                if is_own(ipaddress.IPv4Address(a)) or ipaddress.IPv4Address(a) in JOB_NETWORK
+            ]
+            if own:
+                problems.append(
+                    f"{name}: resolves to this machine's own address {own[0]}, which jobs never reach"
+                )
+                continue
+            looked[name] = addresses
+    destinations = []
+    hosts = []
+    for rule in rules:
+        if rule.network:
+            destinations.append(Destination(ipaddress.IPv4Network(rule.network), rule.ports))
+        for address in looked.get(rule.host or "", []):
+            destinations.append(Destination(ipaddress.IPv4Network(address), rule.ports))
+            if (address, rule.host) not in hosts:
+                hosts.append((address, rule.host))
+    return Gate(tuple(destinations), tuple(hosts), tuple(problems))
+
+
+def hosts_lines(gate: Gate) -> str:
+    """The lines a node's ``/etc/hosts`` gets for the policy's names."""
+    return "".join(f"{address}\t{name}\n" for address, name in gate.hosts)
+
+
+def ruleset(gate: Gate, own: Iterable[ipaddress.IPv4Address] = ()) -> str:
+    """The nftables rules of the gate (module rule 2), for ``nft -f -`` in the switch namespace;
+    ``own``: this machine's addresses now, never redirected (the forwarder checks again at each
+    connection, since addresses change)."""
+    mine = ", ".join(sorted({str(LOOPBACK), *(str(a) for a in own)}))
+    redirects = [f"    ip daddr {{ {mine} }} return\n"]
+    for d in gate.destinations:
+        ports = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in d.ports)
+        match = f"tcp dport {{ {ports} }} " if ports else "meta l4proto tcp "
+        redirects.append(f"    ip daddr {d.network} {match}redirect to :{FORWARDER_PORT}\n")
+    return (
+        f"table ip {TABLE} {{\n"
+        "  chain out {\n"
+        "    type nat hook prerouting priority dstnat; policy accept;\n"
+        f"    ip daddr {JOB_NETWORK} return\n"
+        f"{''.join(redirects)}"
+        "  }\n"
+        "  chain gate {\n"
+        "    type filter hook prerouting priority filter; policy accept;\n"
+        "    meta pkttype { broadcast, multicast } accept\n"
+        f"    ct status dnat ip daddr {network.EGRESS_GATEWAY} tcp dport {FORWARDER_PORT} accept\n"
+        f"    ip daddr {network.EGRESS_GATEWAY} meta l4proto tcp reject with tcp reset\n"
+        f"    ip daddr {network.EGRESS_GATEWAY} drop\n"
+        f"    ip daddr {JOB_NETWORK} accept\n"
+        "    meta l4proto tcp reject with tcp reset\n"
+        # ICMP sent from this bridge's prerouting never reaches the node's socket (measured):
+        # anything but TCP is dropped (UDP: no answer)
+        "    drop\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def nft_program() -> str | None:
+    """The ``nft`` program (Debian's ``nftables``), or None."""
+    return shutil.which("nft") or next((p for p in ("/usr/sbin/nft", "/sbin/nft") if Path(p).exists()), None)
+
+
+def why_not_enforceable() -> str | None:
+    """Why this service cannot enforce a policy (None: it can): its jobs need namespaces of their
+    own (a root service) and the gate needs ``nft``."""
+    if not network.namespaces_supported():
+        return (
+            "this service runs as an ordinary user: its jobs share its network (they reach what "
+            "it reaches), so no egress policy can be enforced; run the service as root, or set "
+            'egress = "none"'
+        )
+    if nft_program() is None:
+        return "the gate needs the nft program: install Debian's nftables (./dev setup does)"
+    return None
+
+
+def refusal(rules: Iterable[EgressRule]) -> str | None:
+    """Why this service refuses the policy ``rules`` at its start (None: it takes it):
+    :func:`why_not_enforceable`, or an entry that is one of this machine's own addresses."""
+    why = why_not_enforceable()
+    if why:
+        return why
+    for rule in rules:
+        if rule.network:
+            net = ipaddress.IPv4Network(rule.network)
+            if net.num_addresses == 1 and is_own(net.network_address):
+                return f"{rule.text!r} is this machine's own address, which jobs never reach"
+    return None
+
+
+def open_gate(switch: Path, gate: Gate) -> socket.socket:
+    """Load the gate's rules into the switch namespace kept at ``switch`` and open the
+    forwarder's listening socket there (it stays in that namespace, whichever thread uses it).
+
+    Raises:
+        BackendUnavailable: the rules cannot be loaded (the message has nft's).
+    """
+    program = nft_program()
+    if program is None:
+        raise BackendUnavailable(why_not_enforceable() or "no nft program")
+
+    rules = ruleset(gate, own_addresses())  # the service's own namespace's, before entering
+
+    def load() -> socket.socket:
+        network.enter(str(switch))
+        # a child starts in the namespace of the thread that starts it
+        done = subprocess.run(
+            [program, "-f", "-"],
+            input=rules,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if done.returncode:
+            raise BackendUnavailable(f"cannot load the job's egress rules: {done.stderr.strip()[:500]}")
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((network.EGRESS_GATEWAY, FORWARDER_PORT))
+        listener.listen(MAX_CONNECTIONS)
+        return listener
+
+    return network.in_thread(load)
+
+
+def original_destination(conn: socket.socket) -> tuple[str, int]:
+    """Where a redirected connection was headed (``SO_ORIGINAL_DST``)."""
+    raw = conn.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+    port, packed = struct.unpack_from("!2xH4s", raw)
+    return socket.inet_ntoa(packed), port
+
+
+class Forwarder:
+    """The service's end of an attempt's gate (module rule 3): accepts in the switch namespace,
+    connects from the service's own, copies both ways; ends when ``alive()`` turns false (no
+    runner of the attempt left), closing every connection.
+
+    Args:
+        listener: from :func:`open_gate`.
+        gate: the attempt's resolved policy.
+        alive: whether a runner of the attempt still lives (asked every second).
+        name: for thread names.
+    """
+
+    def __init__(self, listener: socket.socket, gate: Gate, alive: Callable[[], bool], name: str):
+        self._listener = listener
+        self._gate = gate
+        self._alive = alive
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._relays = 0  # connections being relayed now
+        self._closed = threading.Event()
+        listener.settimeout(1.0)
+        self._thread = threading.Thread(target=self._serve, name=f"egress-{name}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """End the gate: no new connection, every relayed one closed."""
+        self._closed.set()
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        next_look = time.monotonic() + 1.0
+        try:
+            while not self._closed.is_set():
+                if time.monotonic() >= next_look:
+                    if not self._alive():
+                        break
+                    next_look = time.monotonic() + 1.0
+                try:
+                    conn, _peer = self._listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    break
+                self._take(conn)
+        finally:
+            self._closed.set()
+            self._listener.close()
+            with self._lock:
+                for sock in list(self._open):
+                    _drop(sock)
+                self._open.clear()
+
+    def _take(self, conn: socket.socket) -> None:
+        try:
+            address, port = original_destination(conn)
+        except OSError:
+            _drop(conn)
+            return
+        with self._lock:
+            if self._relays < MAX_CONNECTIONS and self._gate.allows(address, port):
+                self._relays += 1
+                self._open.add(conn)
+                threading.Thread(
+                    target=self._relay, args=(conn, address, port), name="egress-relay", daemon=True
+                ).start()
+                return
+        _drop(conn)
+
+    def _relay(self, conn: socket.socket, address: str, port: int) -> None:
+        upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        with self._lock:
+            if self._closed.is_set():
+                self._relays -= 1
+                _drop(conn)
+                upstream.close()
+                return
+            self._open.add(upstream)
+        try:
+            upstream.settimeout(CONNECT_TIMEOUT)
+            upstream.connect((address, port))
+            upstream.settimeout(None)
+            conn.settimeout(None)
+            other = threading.Thread(target=_copy, args=(upstream, conn), name="egress-relay", daemon=True)
+            other.start()
+            _copy(conn, upstream)
+            other.join()
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._relays -= 1
+                self._open.discard(conn)
+                self._open.discard(upstream)
+            _drop(conn)
+            _drop(upstream)
+
+
+def _copy(source: socket.socket, sink: socket.socket) -> None:
+    """Bytes from ``source`` to ``sink`` until ``source`` ends (then ``sink`` is told: its
+    write side shut) or either fails (both closed for reading and writing)."""
+    try:
+        while True:
+            data = source.recv(CHUNK)
+            if not data:
+                sink.shutdown(socket.SHUT_WR)
+                return
+            sink.sendall(data)
+    except OSError:
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def _drop(sock: socket.socket) -> None:
+    """Close ``sock`` at once: a reset where it is connected (``SO_LINGER`` 0), so the job sees
+    the refusal rather than an orderly end; a thread blocked on it wakes."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()

@@ -1,0 +1,273 @@
+"""Egress by policy (issue 36, item 5): ``[network] egress`` of ``cluster.toml`` lets a job's
+nodes reach exactly the listed destinations, on a real root service with the local backend.
+
+The destination is a network namespace of the test's own, joined to the host by a veth pair the
+test owns, with a TCP server on a listed port and on a port that is not listed (and a UDP one on
+the listed port).  The service runs in a mount namespace of its own whose ``/etc/hosts`` names
+the destination, so a listed host name is resolved by the service as an admin's would be.
+
+1. with ``egress = "none"`` a job reaches nothing, the listed destination included; it stays
+   running, listening on a port (the other job of rule 2);
+2. with the list, a job (hostile: it tries everything it can name) reaches the listed port by
+   address and by the listed name, and nothing else: not a port that is not listed, not the
+   host's end of the veth (an address of the machine inside a listed network), not any other
+   address of the machine (a real listener of the test, the service's port), not the gate
+   itself, not the other running job (each refused: ``Connection refused``), no UDP (dropped);
+   and the destination sees the connection come from the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import socket
+import threading
+from urllib.parse import urlparse
+
+import psutil
+import pytest
+
+from ma_jupyter.models import JobStatus
+from ma_jupyter.nodehost import egress, network
+from tests.helpers import wait_for, writable_dir
+from tests.service.conftest import start_service, stop_services
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="a job's network namespace needs a root service"),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+    pytest.mark.skipif(egress.nft_program() is None, reason="the egress gate needs nft (./dev setup)"),
+    pytest.mark.timeout(300),
+]
+
+#: the destination's name, known only to the service's /etc/hosts
+NAME = "mirror.egress.test"
+
+#: what a job tries (stdlib only): prints one JSON line, then, with a port argument, listens
+PROBE = r"""
+import errno, json, socket, sys
+
+targets = json.load(open("/workspace/algorithm/targets.json"))
+found = {}
+for host, port in targets["tcp"]:
+    sock = socket.socket()
+    sock.settimeout(15)
+    try:
+        sock.connect((host, port))
+        found[f"tcp {host}:{port}"] = "connected " + sock.recv(64).decode(errors="replace")
+    except OSError as exc:
+        found[f"tcp {host}:{port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        sock.close()
+for host, port in targets["udp"]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(3)
+    try:
+        sock.connect((host, port))
+        sock.send(b"ping")
+        found[f"udp {host}:{port}"] = "reply " + sock.recv(64).decode(errors="replace")
+    except OSError as exc:
+        found[f"udp {host}:{port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
+    finally:
+        sock.close()
+print("PROBES " + json.dumps(found), flush=True)
+if len(sys.argv) > 1:
+    server = socket.socket()
+    server.bind(("0.0.0.0", int(sys.argv[1])))
+    server.listen(8)
+    print("listening", flush=True)
+    while True:
+        conn, _ = server.accept()
+        conn.sendall(b"victim-data")
+        conn.close()
+"""
+
+
+class Destination:
+    """A namespace of the test's own at ``address`` (the host's end of the veth at ``host_end``):
+    a TCP server on ``open_port`` and on ``closed_port``, a UDP one on ``open_port``; each TCP
+    server answers ``dest-<port> <peer address>``."""
+
+    def __init__(self) -> None:
+        base = random.randrange(0, 1 << 15) * 4  # a /30 of 198.18.0.0/15 (benchmarking, RFC 2544)
+        prefix = (198 << 24) | (18 << 16)
+        self.host_end = socket.inet_ntoa((prefix + base + 1).to_bytes(4, "big"))
+        self.address = socket.inet_ntoa((prefix + base + 2).to_bytes(4, "big"))
+        tag = os.urandom(3).hex()
+        self.link = f"egt{tag}"
+        self.sockets: list[socket.socket] = []
+
+        def make() -> int:
+            network.unshare_network()
+            network.set_up("lo")
+            return os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+        self.namespace = network.in_thread(make)
+        network._add_veth(self.link, f"egp{tag}", self.namespace)
+        network.set_up(self.link, self.host_end, 30)
+
+        def serve() -> list[socket.socket]:
+            network.enter(f"/proc/self/fd/{self.namespace}")
+            network.set_up(f"egp{tag}", self.address, 30)
+            made = []
+            for kind in (socket.SOCK_STREAM, socket.SOCK_STREAM, socket.SOCK_DGRAM):
+                sock = socket.socket(socket.AF_INET, kind)
+                sock.bind((self.address, 0 if kind == socket.SOCK_STREAM else made[0].getsockname()[1]))
+                if kind == socket.SOCK_STREAM:
+                    sock.listen(16)
+                made.append(sock)
+            return made
+
+        self.sockets = network.in_thread(serve)
+        self.open_port = self.sockets[0].getsockname()[1]
+        self.closed_port = self.sockets[1].getsockname()[1]
+        self.peers: list[str] = []
+        for sock in self.sockets[:2]:
+            threading.Thread(target=self._answer, args=(sock,), daemon=True).start()
+        threading.Thread(target=self._echo, args=(self.sockets[2],), daemon=True).start()
+
+    def _answer(self, server: socket.socket) -> None:
+        port = server.getsockname()[1]
+        with contextlib.suppress(OSError):
+            while True:
+                conn, peer = server.accept()
+                self.peers.append(peer[0])
+                conn.sendall(f"dest-{port} {peer[0]}".encode())
+                conn.close()
+
+    def _echo(self, server: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                data, peer = server.recvfrom(64)
+                server.sendto(b"pong " + data, peer)
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+        os.close(self.namespace)  # the namespace, and the veth pair with it, go
+
+
+@pytest.fixture(scope="module")
+def dest():
+    made = Destination()
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module")
+def egress_service(tmp_path_factory, dest):
+    """One root service whose ``cluster.toml`` lists the destination's open port by address and
+    by name; its ``/etc/hosts`` (a mount namespace of its own) names the destination."""
+    base = tmp_path_factory.getbasetemp()
+    home = tmp_path_factory.mktemp("egress_home")
+    hosts = home / "etc-hosts"
+    hosts.write_text(open("/etc/hosts").read() + f"\n{dest.address}\t{NAME}\n")
+    _write_policy(home, base, dest, listed=True)
+    service = start_service(
+        home,
+        env={"MA_JUPYTER_CARDS": "none"},
+        wrap=[
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            'mount --bind "$0" /etc/hosts && exec "$@"',
+            str(hosts),
+        ],
+    )
+    service.allowed_root = base  # type: ignore[attr-defined]
+    yield service
+    stop_services([service])
+
+
+def _write_policy(home, base, dest, *, listed: bool) -> None:
+    policy = f'["{dest.address}:{dest.open_port}", "{NAME}:{dest.open_port}"]' if listed else '"none"'
+    (home / "cluster.toml").write_text(
+        f'[mounts]\nallowed_roots = ["{base}"]\n\n[network]\negress = {policy}\n'
+    )
+
+
+def _host_addresses() -> list[str]:
+    return sorted(
+        {a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET}
+    )
+
+
+def _probe_job(client, tmp_path, name: str, targets: dict, listen: int | None = None):
+    algo = writable_dir(tmp_path / name)
+    (algo / "probe.py").write_text(PROBE)
+    (algo / "targets.json").write_text(json.dumps(targets))
+    command = "python /workspace/algorithm/probe.py" + (f" {listen}" if listen else "")
+    return client.submit(name=name, algorithm=str(algo), command=command, access="none", grace_period=1)
+
+
+def _probes(client, job_id: str) -> dict:
+    log = wait_for(lambda: (text := client.read_log(job_id).data) and "PROBES " in text and text, timeout=180)
+    return json.loads(log.split("PROBES ", 1)[1].splitlines()[0])
+
+
+def test_a_job_reaches_exactly_the_listed_destinations(egress_service, dest, tmp_path):
+    from ma_jupyter.client import Client
+
+    client = Client(egress_service.url, egress_service.token)
+    home, base = egress_service.home, egress_service.allowed_root
+    service_port = urlparse(egress_service.url).port
+    listed = (dest.address, dest.open_port)
+
+    # the targets are real: the destination answers from here on both ports, and so does a
+    # listener of the test on every address of the machine
+    for port in (dest.open_port, dest.closed_port):
+        with socket.create_connection((dest.address, port), timeout=10) as sock:
+            assert sock.recv(64).startswith(f"dest-{port}".encode())
+    host_listener = socket.socket()
+    host_listener.bind(("0.0.0.0", 0))
+    host_listener.listen(8)
+    host_port = host_listener.getsockname()[1]
+    socket.create_connection((dest.host_end, host_port), timeout=10).close()
+    socket.create_connection(("127.0.0.1", service_port), timeout=10).close()
+
+    # 1. "none": nothing, the listed destination included; the job then stays, listening
+    _write_policy(home, base, dest, listed=False)
+    victim_port = random.randrange(20000, 30000)
+    victim = _probe_job(client, tmp_path, "closed", {"tcp": [listed], "udp": [listed]}, listen=victim_port)
+    closed = _probes(client, victim.id)
+    assert closed == {
+        f"tcp {dest.address}:{dest.open_port}": "ENETUNREACH",
+        f"udp {dest.address}:{dest.open_port}": "ENETUNREACH",
+    }, closed
+    wait_for(lambda: "listening" in client.read_log(victim.id).data.split("PROBES", 1)[1], timeout=60)
+
+    # 2. the list: the listed port by address and by name, and nothing else
+    _write_policy(home, base, dest, listed=True)
+    tcp = [
+        listed,
+        (NAME, dest.open_port),
+        (dest.address, dest.closed_port),
+        (dest.host_end, dest.open_port),
+        (dest.host_end, host_port),
+        ("127.0.0.1", service_port),
+        ("10.254.0.1", victim_port),  # the other job's port, at its address (also this node's)
+        (network.EGRESS_GATEWAY, egress.FORWARDER_PORT),
+        ("198.51.100.9", dest.open_port),  # an address nobody listed
+    ]
+    tcp += [(address, port) for address in _host_addresses() for port in (host_port, service_port)]
+    prober = _probe_job(client, tmp_path, "open", {"tcp": tcp, "udp": [listed]})
+    found = _probes(client, prober.id)
+    print(json.dumps(found, indent=1))
+    assert prober.wait(timeout=120).status is JobStatus.succeeded
+    for target in (listed, (NAME, dest.open_port)):
+        assert found.pop(f"tcp {target[0]}:{target[1]}") == f"connected dest-{dest.open_port} {dest.host_end}"
+    assert set(dest.peers) == {dest.host_end}  # what reached it came from the machine
+    # UDP is dropped (no answer), every other TCP connection refused
+    assert found.pop(f"udp {dest.address}:{dest.open_port}") == "TimeoutError"
+    reached = {k: v for k, v in found.items() if v != "ECONNREFUSED"}
+    assert reached == {}, reached
+    assert len(found) == len(set(tcp)) - 2
+    assert client.get(victim.id).status is JobStatus.running  # untouched
+    victim.stop()
+    host_listener.close()
