@@ -194,6 +194,12 @@ def ruleset(gate: Gate, own: Iterable[ipaddress.IPv4Address] = ()) -> str:
         redirects.append(f"    ip daddr {d.network} {match}redirect to :{FORWARDER_PORT}\n")
     return (
         f"table ip {TABLE} {{\n"
+        # the job's own traffic between its nodes (bridged, which the bridge's netfilter shows
+        # here too) is never tracked: no cost, no connection table to fill
+        "  chain untracked {\n"
+        "    type filter hook prerouting priority raw; policy accept;\n"
+        f"    ip saddr {JOB_NETWORK} ip daddr {JOB_NETWORK} ip daddr != {network.EGRESS_GATEWAY} notrack\n"
+        "  }\n"
         "  chain out {\n"
         "    type nat hook prerouting priority dstnat; policy accept;\n"
         f"    ip daddr {JOB_NETWORK} return\n"

@@ -8,7 +8,8 @@ the destination, so a listed host name is resolved by the service as an admin's 
 
 1. with ``egress = "none"`` a job reaches nothing, the listed destination included; it stays
    running, listening on a port (the other job of rule 2);
-2. with the list, a job (hostile: it tries everything it can name) reaches the listed port by
+2. with the list, a 2-node job (hostile: it tries everything it can name) still talks between
+   its nodes by name, and reaches the listed port by
    address and by the listed name, and nothing else: not a port that is not listed, not the
    host's end of the veth (an address of the machine inside a listed network), not any other
    address of the machine (a real listener of the test, the service's port), not the gate
@@ -47,9 +48,29 @@ NAME = "mirror.egress.test"
 
 #: what a job tries (stdlib only): prints one JSON line, then, with a port argument, listens
 PROBE = r"""
-import errno, json, socket, sys
+import errno, json, socket, sys, threading, time
 
 targets = json.load(open("/workspace/algorithm/targets.json"))
+peer_port = targets.get("peer_port")
+if peer_port and socket.gethostname() == "worker-1":  # the job's own nodes still talk
+    deadline = time.time() + 120
+    while True:
+        try:
+            sock = socket.create_connection(("worker-0", peer_port), timeout=10)
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    sock.sendall(b"hello from worker-1")
+    sock.close()
+    sys.exit(0)
+heard = []
+if peer_port:
+    peer_server = socket.socket()
+    peer_server.bind(("0.0.0.0", peer_port))
+    peer_server.listen(1)
+    threading.Thread(target=lambda: heard.append(peer_server.accept()[0].recv(64)), daemon=True).start()
 found = {}
 for host, port in targets["tcp"]:
     sock = socket.socket()
@@ -72,6 +93,11 @@ for host, port in targets["udp"]:
         found[f"udp {host}:{port}"] = errno.errorcode.get(exc.errno, type(exc).__name__)
     finally:
         sock.close()
+if peer_port:
+    deadline = time.time() + 120
+    while not heard and time.time() < deadline:
+        time.sleep(0.1)
+    found["peer"] = heard[0].decode() if heard else "nothing"
 print("PROBES " + json.dumps(found), flush=True)
 if len(sys.argv) > 1:
     server = socket.socket()
@@ -198,12 +224,20 @@ def _host_addresses() -> list[str]:
     )
 
 
-def _probe_job(client, tmp_path, name: str, targets: dict, listen: int | None = None):
+def _probe_job(client, tmp_path, name: str, targets: dict, listen: int | None = None, nodes: int = 1):
     algo = writable_dir(tmp_path / name)
     (algo / "probe.py").write_text(PROBE)
     (algo / "targets.json").write_text(json.dumps(targets))
     command = "python /workspace/algorithm/probe.py" + (f" {listen}" if listen else "")
-    return client.submit(name=name, algorithm=str(algo), command=command, access="none", grace_period=1)
+    return client.submit(
+        name=name,
+        algorithm=str(algo),
+        command=command,
+        access="none",
+        grace_period=1,
+        nodes=nodes,
+        mode="tensorflow",  # the command as it is on each node
+    )
 
 
 def _probes(client, job_id: str) -> dict:
@@ -256,10 +290,14 @@ def test_a_job_reaches_exactly_the_listed_destinations(egress_service, dest, tmp
         ("198.51.100.9", dest.open_port),  # an address nobody listed
     ]
     tcp += [(address, port) for address in _host_addresses() for port in (host_port, service_port)]
-    prober = _probe_job(client, tmp_path, "open", {"tcp": tcp, "udp": [listed]})
+    peer_port = random.randrange(30000, 40000)
+    prober = _probe_job(
+        client, tmp_path, "open", {"tcp": tcp, "udp": [listed], "peer_port": peer_port}, nodes=2
+    )
     found = _probes(client, prober.id)
     print(json.dumps(found, indent=1))
     assert prober.wait(timeout=120).status is JobStatus.succeeded
+    assert found.pop("peer") == "hello from worker-1"  # its nodes still reach each other
     for target in (listed, (NAME, dest.open_port)):
         assert found.pop(f"tcp {target[0]}:{target[1]}") == f"connected dest-{dest.open_port} {dest.host_end}"
     assert set(dest.peers) == {dest.host_end}  # what reached it came from the machine

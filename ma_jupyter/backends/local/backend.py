@@ -149,7 +149,8 @@ class LocalBackend(Backend):
         #: :mod:`.hostwatch`: a Ray node's raylet, set by its agent); None: none
         self.end_with: dict | None = None
         self._namespaces_swept = False
-        #: job id -> the forwarder of its attempt's way out (``[network] egress``, :mod:`.egress`)
+        #: ``<job id>-<attempt>`` -> the forwarder of that attempt's way out (``[network] egress``,
+        #: :mod:`.egress`), while it runs
         self._gates: dict[str, egress.Forwarder] = {}
         #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
         #: names its own, since two agents of one machine share a home
@@ -481,7 +482,7 @@ class LocalBackend(Backend):
                 inodes = {name: inode for name, (_, inode) in namespace.nodes.items()}
                 _await_joined(runs, inodes, self._alive)
                 if listener is not None and gate is not None:
-                    self._open_gate(attempt.job_id, listener, gate, runs, inodes)
+                    self._open_gate(f"{attempt.job_id}-{attempt.number}", listener, gate, runs, inodes)
                     listener = None
         except BaseException:
             started = {r.name for r in runs}
@@ -503,19 +504,18 @@ class LocalBackend(Backend):
         runs: list[NodeRun],
         inodes: dict[str, int],
     ) -> None:
-        """Start the forwarder of an attempt's gate (:class:`.egress.Forwarder`), replacing the
-        job's earlier one; it ends once no runner of ``runs`` is in its node's namespace."""
+        """Start the forwarder of an attempt's gate (:class:`.egress.Forwarder`); it ends once
+        no runner of ``runs`` is in its node's namespace."""
         watched = [(run.pid, inodes[run.name]) for run in runs if run.pid is not None]
 
         def alive() -> bool:
             # a runner lives in its node's namespace: a pid reused since is elsewhere
             return any(network_ns.namespace_of(pid) == inode for pid, inode in watched)
 
-        earlier = self._gates.pop(key, None)
-        if earlier is not None:
-            earlier.close()
-        self._gates = {k: f for k, f in self._gates.items() if f.running()}
-        self._gates[key] = egress.Forwarder(listener, gate, alive, key)
+        forwarder = egress.Forwarder(listener, gate, alive, key)
+        with self._ports_lock:  # the forwarders of attempts that ended are forgotten
+            self._gates = {k: f for k, f in self._gates.items() if f.running()}
+            self._gates[key] = forwarder
 
     def _launch_node(
         self,
