@@ -34,7 +34,9 @@ the attempt lives (within a second).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
+import os
 import shutil
 import socket
 import struct
@@ -62,6 +64,7 @@ CONNECT_TIMEOUT = 10.0
 RESOLVE_TIMEOUT = 5.0
 CHUNK = 65536
 SO_ORIGINAL_DST = 80
+NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3)
 LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 JOB_NETWORK = ipaddress.IPv4Network(f"{network.JOB_NETWORK}/{network.JOB_PREFIX}")
 
@@ -287,6 +290,64 @@ def open_gate(switch: Path, gate: Gate) -> socket.socket:
         return listener
 
     return network.in_thread(load)
+
+
+def switch_of(runner: int) -> str | None:
+    """The path of the switch namespace node runner ``runner`` holds open
+    (:func:`.network.hold_switch`): its one descriptor of a network namespace other than its
+    own (the kernel says which kind a namespace descriptor is: ``NS_GET_NSTYPE``); None where it
+    holds none (or is gone)."""
+    try:
+        own = os.stat(f"/proc/{runner}/ns/net")
+        entries = os.listdir(f"/proc/{runner}/fd")
+    except OSError:
+        return None
+    for entry in entries:
+        path = f"/proc/{runner}/fd/{entry}"
+        try:  # looked at before it is opened: nothing but a namespace is ever opened
+            st = os.stat(path)
+        except OSError:
+            continue
+        if st.st_dev != own.st_dev or st.st_ino == own.st_ino:
+            continue  # not a namespace, or the runner's own
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_ino == st.st_ino and fcntl.ioctl(fd, NS_GET_NSTYPE) == network.CLONE_NEWNET:
+                return path
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return None
+
+
+def reopen_gate(runner: int) -> socket.socket | None:
+    """The forwarder's listening socket again, in the switch of a running attempt whose gate
+    lost its forwarder (the service that launched it ended; its rules stay in the switch);
+    None where that attempt has no gate (no gateway address on its switch) or is gone."""
+    switch = switch_of(runner)
+    if switch is None:
+        return None
+
+    def listen() -> socket.socket | None:
+        network.enter(switch)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((network.EGRESS_GATEWAY, FORWARDER_PORT))
+            listener.listen(MAX_CONNECTIONS)
+        except OSError:  # no gateway there: an attempt launched without a policy
+            listener.close()
+            return None
+        return listener
+
+    try:
+        return network.in_thread(listen)
+    except OSError:
+        return None
 
 
 def original_destination(conn: socket.socket) -> tuple[str, int]:

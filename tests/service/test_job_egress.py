@@ -6,15 +6,18 @@ test owns, with a TCP server on a listed port and on a port that is not listed (
 the listed port).  The service runs in a mount namespace of its own whose ``/etc/hosts`` names
 the destination, so a listed host name is resolved by the service as an admin's would be.
 
-1. with ``egress = "none"`` a job reaches nothing, the listed destination included; it stays
-   running, listening on a port (the other job of rule 2);
-2. with the list, a 2-node job (hostile: it tries everything it can name) still talks between
+1. with ``egress = "none"`` a job reaches nothing, the listed destination included;
+2. with the list, a job reaches the listed destination, and stays running, listening on a port
+   (the other job of rule 3);
+3. with the list, a 2-node job (hostile: it tries everything it can name) still talks between
    its nodes by name, and reaches the listed port by
    address and by the listed name, and nothing else: not a port that is not listed, not the
    host's end of the veth (an address of the machine inside a listed network), not any other
    address of the machine (a real listener of the test, the service's port), not the gate
    itself, not the other running job (each refused: ``Connection refused``), no UDP (dropped);
-   and the destination sees the connection come from the machine.
+   and the destination sees the connection come from the machine;
+4. the service is killed and started again while the job of rule 2 runs: that job reaches the
+   listed destination again (the gate's forwarder is the service's).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import threading
 from urllib.parse import urlparse
@@ -99,15 +103,33 @@ if peer_port:
         time.sleep(0.1)
     found["peer"] = heard[0].decode() if heard else "nothing"
 print("PROBES " + json.dumps(found), flush=True)
-if len(sys.argv) > 1:
+if len(sys.argv) > 1:  # the other job: it listens until told to try its listed destination again
+    import os
+
     server = socket.socket()
     server.bind(("0.0.0.0", int(sys.argv[1])))
     server.listen(8)
+
+    def answer():
+        while True:
+            conn, _ = server.accept()
+            conn.sendall(b"victim-data")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
     print("listening", flush=True)
-    while True:
-        conn, _ = server.accept()
-        conn.sendall(b"victim-data")
-        conn.close()
+    deadline = time.time() + 600
+    while not os.path.exists("/workspace/outputs/again") and time.time() < deadline:
+        time.sleep(0.1)
+    host, port = targets["tcp"][0]
+    sock = socket.socket()
+    sock.settimeout(15)
+    try:
+        sock.connect((host, port))
+        print("AGAIN connected " + sock.recv(64).decode(errors="replace"), flush=True)
+    except OSError as exc:
+        print("AGAIN " + errno.errorcode.get(exc.errno, type(exc).__name__), flush=True)
+    time.sleep(600)
 """
 
 
@@ -185,30 +207,25 @@ def dest():
 @pytest.fixture(scope="module")
 def egress_service(tmp_path_factory, dest):
     """One root service whose ``cluster.toml`` lists the destination's open port by address and
-    by name; its ``/etc/hosts`` (a mount namespace of its own) names the destination."""
+    by name; its ``/etc/hosts`` (a mount namespace of its own) names the destination.
+    ``restart()`` starts another on the same home (the caller ended the first)."""
     base = tmp_path_factory.getbasetemp()
     home = tmp_path_factory.mktemp("egress_home")
     hosts = home / "etc-hosts"
     hosts.write_text(open("/etc/hosts").read() + f"\n{dest.address}\t{NAME}\n")
     _write_policy(home, base, dest, listed=True)
-    service = start_service(
-        home,
-        env={"MA_JUPYTER_CARDS": "none"},
-        wrap=[
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            'mount --bind "$0" /etc/hosts && exec "$@"',
-            str(hosts),
-        ],
-    )
-    service.allowed_root = base  # type: ignore[attr-defined]
-    yield service
-    stop_services([service])
+    wrap = ["unshare", "--mount", "--propagation", "private", "--"]
+    wrap += ["sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts)]
+    services = [start_service(home, env={"MA_JUPYTER_CARDS": "none"}, wrap=wrap)]
+
+    def restart():
+        services.append(start_service(home, env={"MA_JUPYTER_CARDS": "none"}, wrap=wrap))
+        return services[-1]
+
+    services[0].allowed_root = base  # type: ignore[attr-defined]
+    services[0].restart = restart  # type: ignore[attr-defined]
+    yield services[0]
+    stop_services(services)
 
 
 def _write_policy(home, base, dest, *, listed: bool) -> None:
@@ -224,7 +241,9 @@ def _host_addresses() -> list[str]:
     )
 
 
-def _probe_job(client, tmp_path, name: str, targets: dict, listen: int | None = None, nodes: int = 1):
+def _probe_job(
+    client, tmp_path, name: str, targets: dict, listen: int | None = None, nodes: int = 1, outputs=None
+):
     algo = writable_dir(tmp_path / name)
     (algo / "probe.py").write_text(PROBE)
     (algo / "targets.json").write_text(json.dumps(targets))
@@ -237,6 +256,7 @@ def _probe_job(client, tmp_path, name: str, targets: dict, listen: int | None = 
         grace_period=1,
         nodes=nodes,
         mode="tensorflow",  # the command as it is on each node
+        outputs=str(outputs) if outputs else None,
     )
 
 
@@ -265,19 +285,27 @@ def test_a_job_reaches_exactly_the_listed_destinations(egress_service, dest, tmp
     socket.create_connection((dest.host_end, host_port), timeout=10).close()
     socket.create_connection(("127.0.0.1", service_port), timeout=10).close()
 
-    # 1. "none": nothing, the listed destination included; the job then stays, listening
+    # 1. "none": nothing, the listed destination included
     _write_policy(home, base, dest, listed=False)
-    victim_port = random.randrange(20000, 30000)
-    victim = _probe_job(client, tmp_path, "closed", {"tcp": [listed], "udp": [listed]}, listen=victim_port)
-    closed = _probes(client, victim.id)
-    assert closed == {
+    closed = _probe_job(client, tmp_path, "closed", {"tcp": [listed], "udp": [listed]})
+    assert _probes(client, closed.id) == {
         f"tcp {dest.address}:{dest.open_port}": "ENETUNREACH",
         f"udp {dest.address}:{dest.open_port}": "ENETUNREACH",
-    }, closed
+    }
+
+    # 2. the list: another job reaches the listed port, then stays, listening
+    _write_policy(home, base, dest, listed=True)
+    victim_port = random.randrange(20000, 30000)
+    victim_out = writable_dir(tmp_path / "victim-out")
+    victim = _probe_job(
+        client, tmp_path, "victim", {"tcp": [listed], "udp": []}, victim_port, outputs=victim_out
+    )
+    assert _probes(client, victim.id) == {
+        f"tcp {dest.address}:{dest.open_port}": f"connected dest-{dest.open_port} {dest.host_end}"
+    }
     wait_for(lambda: "listening" in client.read_log(victim.id).data.split("PROBES", 1)[1], timeout=60)
 
-    # 2. the list: the listed port by address and by name, and nothing else
-    _write_policy(home, base, dest, listed=True)
+    # 3. the hostile one: the listed port by address and by name, and nothing else
     tcp = [
         listed,
         (NAME, dest.open_port),
@@ -307,5 +335,15 @@ def test_a_job_reaches_exactly_the_listed_destinations(egress_service, dest, tmp
     assert reached == {}, reached
     assert len(found) == len(set(tcp)) - 2
     assert client.get(victim.id).status is JobStatus.running  # untouched
-    victim.stop()
     host_listener.close()
+
+    # 4. a service killed and started again while the job runs: its way out opens again
+    os.kill(egress_service.proc.pid, signal.SIGKILL)
+    egress_service.proc.wait(10)
+    service = egress_service.restart()
+    client = Client(service.url, service.token)
+    wait_for(lambda: client.get(victim.id).status is JobStatus.running, timeout=60)
+    (victim_out / "again").write_text("")
+    again = wait_for(lambda: "AGAIN" in (log := client.read_log(victim.id).data) and log, timeout=120)
+    assert again.split("AGAIN ", 1)[1].splitlines()[0] == f"connected dest-{dest.open_port} {dest.host_end}"
+    client.stop(victim.id)

@@ -152,6 +152,10 @@ class LocalBackend(Backend):
         #: ``<job id>-<attempt>`` -> the forwarder of that attempt's way out (``[network] egress``,
         #: :mod:`.egress`), while it runs
         self._gates: dict[str, egress.Forwarder] = {}
+        #: per forwarder, the (runner pid, node namespace inode) pairs it lives for
+        self._gate_runners: dict[str, list[tuple[int, int]]] = {}
+        #: attempts a re-attached service looked for a gate to open again (:meth:`_regate`)
+        self._gates_looked: set[str] = set()
         #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
         #: names its own, since two agents of one machine share a home
         self.namespace_folder: Path | None = None
@@ -510,12 +514,48 @@ class LocalBackend(Backend):
 
         def alive() -> bool:
             # a runner lives in its node's namespace: a pid reused since is elsewhere
-            return any(network_ns.namespace_of(pid) == inode for pid, inode in watched)
+            return any(network_ns.namespace_of(pid) == inode for pid, inode in list(watched))
 
         forwarder = egress.Forwarder(listener, gate, alive, key)
         with self._ports_lock:  # the forwarders of attempts that ended are forgotten
             self._gates = {k: f for k, f in self._gates.items() if f.running()}
+            self._gate_runners = {k: w for k, w in self._gate_runners.items() if k in self._gates}
             self._gates[key] = forwarder
+            self._gate_runners[key] = watched
+
+    def _regate(self, attempt: Attempt, run: NodeRun) -> None:
+        """For a running node of an attempt this process did not launch (a restarted service
+        re-attaching): open its attempt's egress gate again where it had one, under the policy
+        as ``cluster.toml`` says now (:func:`.egress.reopen_gate`), and keep it for as long as a
+        runner seen here lives."""
+        key = f"{attempt.job_id}-{attempt.number}"
+        inode = network_ns.namespace_of(run.pid) if run.pid is not None else None
+        if inode is None:
+            return
+        with self._ports_lock:
+            watched = self._gate_runners.get(key)
+            if watched is not None:
+                if (run.pid, inode) not in watched:
+                    watched.append((run.pid, inode))
+                return
+            if key in self._gates_looked:
+                return
+            if len(self._gates_looked) > 10_000:  # bounded: looking again costs one failed bind
+                self._gates_looked.clear()
+            self._gates_looked.add(key)
+        try:
+            policy = config.load_egress()
+        except InvalidSpec as exc:
+            print(
+                f"[ma_jupyter] job {attempt.job_id}: egress gate left closed: {exc.message}", file=sys.stderr
+            )
+            return
+        if policy is None or egress.why_not_enforceable():
+            return
+        listener = egress.reopen_gate(run.pid)
+        if listener is not None:
+            gate = egress.resolve(policy)
+            self._open_gate(key, listener, gate, [run], {run.name: inode})
 
     def _launch_node(
         self,
@@ -699,6 +739,7 @@ class LocalBackend(Backend):
             if run.pid is None:
                 return run
             if self._alive(run):
+                self._regate(attempt, run)
                 return run.model_copy(update={"state": "running", "exit_code": None})
             code = read_exit_code(exit_file)  # it may have finished between the two looks
         if code is not None:
