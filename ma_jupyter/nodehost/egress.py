@@ -411,7 +411,7 @@ class Forwarder:
             self._listener.close()
             with self._lock:
                 for sock in list(self._open):
-                    _drop(sock)
+                    _wake(sock)  # its relay closes it: a descriptor in use is never closed here
                 self._open.clear()
 
     def _take(self, conn: socket.socket) -> None:
@@ -439,14 +439,17 @@ class Forwarder:
                 upstream.close()
                 return
             self._open.add(upstream)
+        ended: list[bool] = []  # per direction: whether it ended in order (its source's end)
         try:
             upstream.settimeout(CONNECT_TIMEOUT)
             upstream.connect((address, port))
-            upstream.settimeout(None)
+            upstream.settimeout(None)  # blocking descriptors: what splice moves between
             conn.settimeout(None)
-            other = threading.Thread(target=_copy, args=(upstream, conn), name="egress-relay", daemon=True)
+            other = threading.Thread(
+                target=lambda: ended.append(_copy(upstream, conn)), name="egress-relay", daemon=True
+            )
             other.start()
-            _copy(conn, upstream)
+            ended.append(_copy(conn, upstream))
             other.join()
         except OSError:
             pass
@@ -455,32 +458,51 @@ class Forwarder:
                 self._relays -= 1
                 self._open.discard(conn)
                 self._open.discard(upstream)
-            _drop(conn)
-            _drop(upstream)
+            # in order: a plain close (the last bytes still go out); else a reset each way
+            for sock in (conn, upstream):
+                if ended == [True, True]:
+                    sock.close()
+                else:
+                    _drop(sock)
 
 
-def _copy(source: socket.socket, sink: socket.socket) -> None:
+def _copy(source: socket.socket, sink: socket.socket) -> bool:
     """Bytes from ``source`` to ``sink`` until ``source`` ends (then ``sink`` is told: its
-    write side shut) or either fails (both closed for reading and writing)."""
+    write side shut; True) or either fails (both shut for reading and writing; False).  The bytes move
+    through a pipe in the kernel (``splice``), never through the service's memory or its
+    interpreter (whose lock its API shares)."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
         while True:
-            data = source.recv(CHUNK)
-            if not data:
+            moved = os.splice(source.fileno(), write_end, CHUNK)
+            if not moved:
                 sink.shutdown(socket.SHUT_WR)
-                return
-            sink.sendall(data)
+                return True
+            while moved:
+                moved -= os.splice(read_end, sink.fileno(), moved)
     except OSError:
         for sock in (source, sink):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+        return False
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
-def _drop(sock: socket.socket) -> None:
-    """Close ``sock`` at once: a reset where it is connected (``SO_LINGER`` 0), so the job sees
-    the refusal rather than an orderly end; a thread blocked on it wakes."""
+def _wake(sock: socket.socket) -> None:
+    """End ``sock``'s connection with a reset (``SO_LINGER`` 0: the job sees a refusal rather
+    than an orderly end), waking a thread blocked on it; the descriptor stays open for that
+    thread to close (closed under it, its number could be reused by anything the service opens
+    next, and a ``splice`` would write there)."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
+
+
+def _drop(sock: socket.socket) -> None:
+    """:func:`_wake`, then close: for a socket no other thread uses."""
+    _wake(sock)
     with contextlib.suppress(OSError):
         sock.close()
