@@ -5,12 +5,14 @@ attempt's network gets one gate, in its switch namespace, which no process of th
 enter or change (the job's nodes have no capability in their own namespace either):
 
 1. **route**: the switch's bridge holds :data:`.network.EGRESS_GATEWAY` and every node routes
-   what is not on the job network there (:func:`.network.make_job_network`, ``gateway``);
+   the TCP that is not for the job network there (:func:`.network.make_job_network`,
+   ``gateway``); anything else that is not for the job network is unroutable in the node
+   (``Network is unreachable`` at once, :func:`.network.only_tcp_out`);
 2. **filter** (the kernel, nftables in the switch namespace, :func:`ruleset`): a TCP
    connection to a destination of the policy (address or network, port) is redirected to the
    forwarder's port on the gateway; every other TCP connection from a node that is not for the
-   job network is refused at once (a reset: ``Connection refused``), anything else (UDP, ICMP)
-   is dropped, and so is any packet for the gateway itself that was not redirected;
+   job network is refused at once (a reset: ``Connection refused``), anything else that gets
+   here is dropped, and so is any packet for the gateway itself that was not redirected;
 3. **forward** (the service, :class:`Forwarder`): it accepts the redirected connection in the
    switch namespace, reads its original destination (``SO_ORIGINAL_DST``), checks it again
    against the policy and against this machine's own addresses (any interface's, and all of
@@ -23,7 +25,8 @@ Host names of the policy are resolved by the service when an attempt starts
 (:func:`resolve`): their addresses join the filter and are written into each node's
 ``/etc/hosts`` (the nodes look names up there only), so a job reaches a listed name, and no
 other name resolves.  A name resolving to this machine's own address is left out, with a
-problem line.  Only TCP goes out: UDP (a name server, QUIC) is refused.
+problem line (in the service log and as a comment in the nodes' ``/etc/hosts``).  Only TCP
+goes out: UDP (a name server, QUIC) is unreachable.
 
 Bounds: at most :data:`MAX_CONNECTIONS` relayed connections per attempt at once (one more is
 closed at once), :data:`CONNECT_TIMEOUT` seconds to reach a destination, two buffers of
@@ -181,8 +184,10 @@ def resolve(rules: Iterable[EgressRule], timeout: float = RESOLVE_TIMEOUT) -> Ga
 
 
 def hosts_lines(gate: Gate) -> str:
-    """The lines a node's ``/etc/hosts`` gets for the policy's names."""
-    return "".join(f"{address}\t{name}\n" for address, name in gate.hosts)
+    """The lines a node's ``/etc/hosts`` gets for the policy's names, and a comment per name
+    left out (what a job's user can read for why a listed name does not resolve)."""
+    left_out = "".join(f"# [network] egress left out {' '.join(p.split())}\n" for p in gate.problems)
+    return left_out + "".join(f"{address}\t{name}\n" for address, name in gate.hosts)
 
 
 def ruleset(gate: Gate, own: Iterable[ipaddress.IPv4Address] = ()) -> str:

@@ -83,6 +83,8 @@ MAX_JOB_NODES = (1 << (32 - JOB_PREFIX)) - 3
 #: :mod:`.egress`): the nodes' default route; the job network's last address, never a node's
 EGRESS_GATEWAY = "10.254.255.254"
 RTM_NEWROUTE, RTA_GATEWAY, RT_TABLE_MAIN, RTPROT_STATIC, RTN_UNICAST = 24, 5, 254, 4, 1
+RTM_NEWRULE, FRA_DST, FRA_PRIORITY, FRA_TABLE, FRA_IP_PROTO = 32, 1, 6, 15, 22
+FR_ACT_TO_TBL, FR_ACT_UNREACHABLE = 1, 7
 #: the interface a node reaches the job's other nodes on, as the node names it (MPICH's
 #: ``HYDRA_IFACE``, the seed's ``eth0``): its own on its attempt's job network
 NODE_INTERFACE = NODE_LINK
@@ -308,6 +310,40 @@ def add_default_route(gateway: str) -> None:
     netlink_request(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body, f"cannot route through {gateway}")
 
 
+def only_tcp_out(local: str, prefix: int) -> None:
+    """In the calling thread's namespace, make every packet that is neither TCP nor for
+    ``local``/``prefix`` (the job network) unroutable (policy rules: the job network's
+    addresses by the main table, then anything else not TCP ``Network is unreachable``): where
+    only TCP leaves (the egress gate), a UDP send fails at once rather than waiting out its
+    timeouts (a resolver of its own reading ``/etc/resolv.conf``); the machine's own addresses
+    (the ``local`` table, rule 0) are untouched."""
+    for priority, proto, dst, action in (
+        (100, None, local, FR_ACT_TO_TBL),
+        (101, socket.IPPROTO_UDP, None, FR_ACT_UNREACHABLE),
+        (102, socket.IPPROTO_ICMP, None, FR_ACT_UNREACHABLE),
+    ):
+        header = struct.pack(
+            "BBBBBBBBI",
+            socket.AF_INET,
+            prefix if dst else 0,
+            0,
+            0,
+            RT_TABLE_MAIN if action == FR_ACT_TO_TBL else 0,
+            0,
+            0,
+            action,
+            0,
+        )
+        attrs = rt_attr(FRA_PRIORITY, struct.pack("I", priority))
+        if dst:
+            attrs += rt_attr(FRA_DST, socket.inet_aton(dst)) + rt_attr(
+                FRA_TABLE, struct.pack("I", RT_TABLE_MAIN)
+            )
+        if proto is not None:
+            attrs += rt_attr(FRA_IP_PROTO, struct.pack("B", proto))
+        netlink_request(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, header + attrs, "cannot add a routing rule")
+
+
 def _set_link(name: str, *, master: int | None = None) -> None:
     """Bring link ``name`` of the calling thread's namespace up, made a port of bridge ``master``
     (an interface index) where one is given."""
@@ -346,8 +382,9 @@ def make_job_network(
        :func:`remove_job_network`; the caller's runners enter their node's, holding the
        switch's open first (its devices live as long as a runner holds it);
     4. with ``gateway`` (the admin's egress policy, :mod:`.egress`): the bridge also holds
-       :data:`EGRESS_GATEWAY`/16 and every node routes what is not on the job network there
-       (its default route), where the policy's rules and forwarder decide what goes further.
+       :data:`EGRESS_GATEWAY`/16 and every node routes the TCP that is not for the job network
+       there (its default route; anything else out is unroutable, :func:`only_tcp_out`), where
+       the policy's rules and forwarder decide what goes further.
 
     Raises:
         OSError: a namespace or device cannot be made (no CAP_SYS_ADMIN); nothing is left.
@@ -384,6 +421,7 @@ def make_job_network(
                     set_up(NODE_LINK, address, JOB_PREFIX)
                     if gateway:
                         add_default_route(EGRESS_GATEWAY)
+                        only_tcp_out(JOB_NETWORK, JOB_PREFIX)
                     return _keep(path)
 
                 made.nodes[name] = (path, in_thread(make_node))

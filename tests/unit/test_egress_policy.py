@@ -138,5 +138,8 @@ def test_names_are_resolved_at_attempt_start_and_never_to_the_machine_itself():
     assert gate.hosts == ()
     assert [p.split(":")[0] for p in gate.problems] == ["localhost", "no-such-host.invalid"]
     assert "this machine's own address" in gate.problems[0]
+    assert egress.hosts_lines(gate).splitlines() == [
+        f"# [network] egress left out {p}" for p in gate.problems
+    ]
     assert gate.allows("192.0.2.7", 443) and not gate.allows("192.0.2.7", 80)
     assert not gate.allows("127.0.0.1", 443) and not gate.allows("10.254.0.2", 443)
