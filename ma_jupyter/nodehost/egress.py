@@ -427,25 +427,28 @@ class Forwarder:
             return
         with self._lock:
             if self._relays < MAX_CONNECTIONS and self._gate.allows(address, port):
-                self._relays += 1
-                self._open.add(conn)
-                threading.Thread(
+                relay = threading.Thread(
                     target=self._relay, args=(conn, address, port), name="egress-relay", daemon=True
-                ).start()
-                return
+                )
+                try:
+                    relay.start()
+                except RuntimeError:  # no thread to be had now: this connection only is refused
+                    pass
+                else:
+                    self._relays += 1
+                    self._open.add(conn)
+                    return
         _drop(conn)
 
     def _relay(self, conn: socket.socket, address: str, port: int) -> None:
-        upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        with self._lock:
-            if self._closed.is_set():
-                self._relays -= 1
-                _drop(conn)
-                upstream.close()
-                return
-            self._open.add(upstream)
+        upstream: socket.socket | None = None
         ended: list[bool] = []  # per direction: whether it ended in order (its source's end)
         try:
+            upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            with self._lock:
+                if self._closed.is_set():
+                    return
+                self._open.add(upstream)
             upstream.settimeout(CONNECT_TIMEOUT)
             upstream.connect((address, port))
             upstream.settimeout(None)  # blocking descriptors: what splice moves between
@@ -456,15 +459,18 @@ class Forwarder:
             other.start()
             ended.append(_copy(conn, upstream))
             other.join()
-        except OSError:
+        except (OSError, RuntimeError):  # unreachable, refused, no descriptor or thread to be had
             pass
         finally:
             with self._lock:
                 self._relays -= 1
                 self._open.discard(conn)
-                self._open.discard(upstream)
+                if upstream is not None:
+                    self._open.discard(upstream)
             # in order: a plain close (the last bytes still go out); else a reset each way
             for sock in (conn, upstream):
+                if sock is None:
+                    continue
                 if ended == [True, True]:
                     sock.close()
                 else:
@@ -507,7 +513,9 @@ def _wake(sock: socket.socket) -> None:
 
 
 def _drop(sock: socket.socket) -> None:
-    """:func:`_wake`, then close: for a socket no other thread uses."""
-    _wake(sock)
+    """Close ``sock`` with a reset (``SO_LINGER`` 0, no orderly end first: the job reads
+    ``Connection reset``, not an empty answer): for a socket no other thread uses."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     with contextlib.suppress(OSError):
         sock.close()

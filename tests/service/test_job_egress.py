@@ -16,7 +16,8 @@ the destination, so a listed host name is resolved by the service as an admin's 
    address of the machine (a real listener of the test, the service's port), not the gate
    itself, not the other running job (each refused: ``Connection refused``), no UDP (``Network is
    unreachable``, at once);
-   and the destination sees the connection come from the machine;
+   and the destination sees the connection come from the machine; of more connections at
+   once than the gate relays for an attempt, the ones past the bound are reset;
 4. the service is killed and started again while the job of rule 2 runs: that job reaches the
    listed destination again (the gate's forwarder is the service's).
 """
@@ -103,6 +104,19 @@ if peer_port:
     while not heard and time.time() < deadline:
         time.sleep(0.1)
     found["peer"] = heard[0].decode() if heard else "nothing"
+if targets.get("flood"):  # more connections at once than the gate relays for one attempt
+    host, port, count = targets["flood"]
+    held, results = [], []
+    for _ in range(count):
+        sock = socket.create_connection((host, port), timeout=15)
+        held.append(sock)
+        try:
+            results.append(sock.recv(4).decode() or "closed")
+        except OSError as exc:
+            results.append(errno.errorcode.get(exc.errno, type(exc).__name__))
+    found["flood"] = {r: results.count(r) for r in results}
+    for sock in held:
+        sock.close()
 print("PROBES " + json.dumps(found), flush=True)
 if len(sys.argv) > 1:  # the other job: it listens until told to try its listed destination again
     import os
@@ -137,7 +151,8 @@ if len(sys.argv) > 1:  # the other job: it listens until told to try its listed 
 class Destination:
     """A namespace of the test's own at ``address`` (the host's end of the veth at ``host_end``):
     a TCP server on ``open_port`` and on ``closed_port``, a UDP one on ``open_port``; each TCP
-    server answers ``dest-<port> <peer address>``."""
+    server answers ``dest-<port> <peer address>``; one more on ``hold_port`` says ``held`` and
+    keeps every connection open."""
 
     def __init__(self) -> None:
         base = random.randrange(0, 1 << 15) * 4  # a /30 of 198.18.0.0/15 (benchmarking, RFC 2544)
@@ -161,21 +176,24 @@ class Destination:
             network.enter(f"/proc/self/fd/{self.namespace}")
             network.set_up(f"egp{tag}", self.address, 30)
             made = []
-            for kind in (socket.SOCK_STREAM, socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            for kind in (socket.SOCK_STREAM, socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_STREAM):
                 sock = socket.socket(socket.AF_INET, kind)
                 sock.bind((self.address, 0 if kind == socket.SOCK_STREAM else made[0].getsockname()[1]))
                 if kind == socket.SOCK_STREAM:
-                    sock.listen(16)
+                    sock.listen(128)
                 made.append(sock)
             return made
 
         self.sockets = network.in_thread(serve)
         self.open_port = self.sockets[0].getsockname()[1]
         self.closed_port = self.sockets[1].getsockname()[1]
+        self.hold_port = self.sockets[3].getsockname()[1]
+        self.held: list[socket.socket] = []
         self.peers: list[str] = []
         for sock in self.sockets[:2]:
             threading.Thread(target=self._answer, args=(sock,), daemon=True).start()
         threading.Thread(target=self._echo, args=(self.sockets[2],), daemon=True).start()
+        threading.Thread(target=self._hold, args=(self.sockets[3],), daemon=True).start()
 
     def _answer(self, server: socket.socket) -> None:
         port = server.getsockname()[1]
@@ -186,6 +204,14 @@ class Destination:
                 conn.sendall(f"dest-{port} {peer[0]}".encode())
                 conn.close()
 
+    def _hold(self, server: socket.socket) -> None:
+        """Says ``held`` and keeps each connection open (until the test ends)."""
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                self.held.append(conn)
+                conn.sendall(b"held")
+
     def _echo(self, server: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while True:
@@ -193,7 +219,7 @@ class Destination:
                 server.sendto(b"pong " + data, peer)
 
     def close(self) -> None:
-        for sock in self.sockets:
+        for sock in self.sockets + self.held:
             sock.close()
         os.close(self.namespace)  # the namespace, and the veth pair with it, go
 
@@ -230,7 +256,8 @@ def egress_service(tmp_path_factory, dest):
 
 
 def _write_policy(home, base, dest, *, listed: bool) -> None:
-    policy = f'["{dest.address}:{dest.open_port}", "{NAME}:{dest.open_port}"]' if listed else '"none"'
+    ports = f"{dest.open_port},{dest.hold_port}"
+    policy = f'["{dest.address}:{ports}", "{NAME}:{dest.open_port}"]' if listed else '"none"'
     (home / "cluster.toml").write_text(
         f'[mounts]\nallowed_roots = ["{base}"]\n\n[network]\negress = {policy}\n'
     )
@@ -320,13 +347,15 @@ def test_a_job_reaches_exactly_the_listed_destinations(egress_service, dest, tmp
     ]
     tcp += [(address, port) for address in _host_addresses() for port in (host_port, service_port)]
     peer_port = random.randrange(30000, 40000)
-    prober = _probe_job(
-        client, tmp_path, "open", {"tcp": tcp, "udp": [listed], "peer_port": peer_port}, nodes=2
-    )
+    flood = [dest.address, dest.hold_port, egress.MAX_CONNECTIONS + 6]
+    targets = {"tcp": tcp, "udp": [listed], "peer_port": peer_port, "flood": flood}
+    prober = _probe_job(client, tmp_path, "open", targets, nodes=2)
     found = _probes(client, prober.id)
     print(json.dumps(found, indent=1))
     assert prober.wait(timeout=120).status is JobStatus.succeeded
     assert found.pop("peer") == "hello from worker-1"  # its nodes still reach each other
+    # the gate relays 64 connections of an attempt at once; one more is reset, never queued
+    assert found.pop("flood") == {"held": egress.MAX_CONNECTIONS, "ECONNRESET": 6}
     for target in (listed, (NAME, dest.open_port)):
         assert found.pop(f"tcp {target[0]}:{target[1]}") == f"connected dest-{dest.open_port} {dest.host_end}"
     assert set(dest.peers) == {dest.host_end}  # what reached it came from the machine
