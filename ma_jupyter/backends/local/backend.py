@@ -486,7 +486,8 @@ class LocalBackend(Backend):
                 inodes = {name: inode for name, (_, inode) in namespace.nodes.items()}
                 _await_joined(runs, inodes, self._alive)
                 if listener is not None and gate is not None:
-                    self._open_gate(f"{attempt.job_id}-{attempt.number}", listener, gate, runs, inodes)
+                    watched = [(run.pid, inodes[run.name]) for run in runs if run.pid is not None]
+                    self._open_gate(f"{attempt.job_id}-{attempt.number}", listener, gate, watched)
                     listener = None
         except BaseException:
             started = {r.name for r in runs}
@@ -501,16 +502,11 @@ class LocalBackend(Backend):
         return runs
 
     def _open_gate(
-        self,
-        key: str,
-        listener: socket.socket,
-        gate: egress.Gate,
-        runs: list[NodeRun],
-        inodes: dict[str, int],
+        self, key: str, listener: socket.socket, gate: egress.Gate, watched: list[tuple[int, int]]
     ) -> None:
         """Start the forwarder of an attempt's gate (:class:`.egress.Forwarder`); it ends once
-        no runner of ``runs`` is in its node's namespace."""
-        watched = [(run.pid, inodes[run.name]) for run in runs if run.pid is not None]
+        no runner of ``watched`` (runner pid, its node's namespace inode: a list others may add
+        to) is in its node's namespace."""
 
         def alive() -> bool:
             # a runner lives in its node's namespace: a pid reused since is elsewhere
@@ -518,8 +514,9 @@ class LocalBackend(Backend):
 
         forwarder = egress.Forwarder(listener, gate, alive, key)
         with self._ports_lock:  # the forwarders of attempts that ended are forgotten
-            self._gates = {k: f for k, f in self._gates.items() if f.running()}
-            self._gate_runners = {k: w for k, w in self._gate_runners.items() if k in self._gates}
+            ended = {k for k, f in self._gates.items() if not f.running()}
+            self._gates = {k: f for k, f in self._gates.items() if k not in ended}
+            self._gate_runners = {k: w for k, w in self._gate_runners.items() if k not in ended}
             self._gates[key] = forwarder
             self._gate_runners[key] = watched
 
@@ -543,19 +540,30 @@ class LocalBackend(Backend):
             if len(self._gates_looked) > 10_000:  # bounded: looking again costs one failed bind
                 self._gates_looked.clear()
             self._gates_looked.add(key)
-        try:
-            policy = config.load_egress()
-        except InvalidSpec as exc:
-            print(
-                f"[ma_jupyter] job {attempt.job_id}: egress gate left closed: {exc.message}", file=sys.stderr
-            )
-            return
-        if policy is None or egress.why_not_enforceable():
-            return
-        listener = egress.reopen_gate(run.pid)
-        if listener is not None:
-            gate = egress.resolve(policy)
-            self._open_gate(key, listener, gate, [run], {run.name: inode})
+            # the other nodes' looks add their runners here meanwhile
+            watched = self._gate_runners[key] = [(run.pid, inode)]
+
+        def reopen() -> None:  # off the caller's thread: names may take seconds to resolve
+            listener = None
+            try:
+                policy = config.load_egress()
+                if policy is not None and not egress.why_not_enforceable():
+                    listener = egress.reopen_gate(run.pid)
+                if listener is not None:
+                    self._open_gate(key, listener, egress.resolve(policy or ()), watched)
+                    return
+            except InvalidSpec as exc:
+                print(
+                    f"[ma_jupyter] job {attempt.job_id}: egress gate left closed: {exc.message}",
+                    file=sys.stderr,
+                )
+            with self._ports_lock:
+                if self._gate_runners.get(key) is watched:
+                    del self._gate_runners[key]
+            if listener is not None:
+                listener.close()
+
+        threading.Thread(target=reopen, name=f"regate-{key}", daemon=True).start()
 
     def _launch_node(
         self,
