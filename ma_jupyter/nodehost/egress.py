@@ -29,9 +29,11 @@ problem line (in the service log and as a comment in the nodes' ``/etc/hosts``).
 goes out: UDP (a name server, QUIC) is unreachable.
 
 Bounds: at most :data:`MAX_CONNECTIONS` relayed connections per attempt at once (one more is
-closed at once), :data:`CONNECT_TIMEOUT` seconds to reach a destination, two buffers of
-:data:`CHUNK` bytes per connection.  The forwarder ends, and with it the gate, once no runner of
-the attempt lives (within a second).
+reset at once), :data:`CONNECT_TIMEOUT` seconds to reach a destination, a pipe each way moving
+:data:`CHUNK` bytes at a time.  The forwarder ends, and with it the gate, once no runner of the
+attempt lives (within a second).  A service that restarts while the attempt runs opens the
+gate's socket again in the switch a runner holds (:func:`reopen_gate`), checking with the policy
+as the file says then (``"none"``: it stays closed, every redirected connection refused).
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ class Gate:
     Attributes:
         destinations: what its nodes may connect to.
         hosts: ``/etc/hosts`` lines for the policy's host names (address, name).
-        problems: names left out, and why (shown in the service log and the job's events).
+        problems: names left out, and why (told in the service log and as a comment in the
+            nodes' ``/etc/hosts``).
     """
 
     destinations: tuple[Destination, ...]
