@@ -28,8 +28,9 @@ other name resolves.  A name resolving to this machine's own address is left out
 problem line (in the service log and as a comment in the nodes' ``/etc/hosts``).  Only TCP
 goes out: UDP (a name server, QUIC) is unreachable.
 
-Bounds: at most :data:`MAX_CONNECTIONS` relayed connections per attempt at once (one more is
-reset at once), :data:`CONNECT_TIMEOUT` seconds to reach a destination, a pipe each way moving
+Bounds: at most :data:`MAX_CONNECTIONS` relayed connections per attempt at once, and
+:func:`max_relays` in the whole service (from its descriptor limit: 85 under the common
+1024; one more is reset at once), :data:`CONNECT_TIMEOUT` seconds to reach a destination, a pipe each way moving
 :data:`CHUNK` bytes at a time.  The forwarder ends, and with it the gate, once no runner of the
 attempt lives (within a second).  A service that restarts while the attempt runs opens the
 gate's socket again in the switch a runner holds (:func:`reopen_gate`), checking with the policy
@@ -63,6 +64,27 @@ FORWARDER_PORT = 1080
 TABLE = "ma_egress"
 #: relayed connections one attempt may hold at once
 MAX_CONNECTIONS = 64
+#: descriptors one relayed connection holds (two sockets, a pipe each way)
+RELAY_DESCRIPTORS = 6
+#: descriptors of the service's limit that relays never take (its API, database, logs, jobs)
+KEPT_DESCRIPTORS = 512
+
+
+def max_relays() -> int:
+    """Relayed connections the whole service may hold at once: what its descriptor limit
+    (``RLIMIT_NOFILE``) leaves after :data:`KEPT_DESCRIPTORS`, at most 1024 (a flood of
+    connections by jobs never takes the descriptors the service needs)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1024
+    return max(0, min(1024, (soft - KEPT_DESCRIPTORS) // RELAY_DESCRIPTORS))
+
+
+#: relayed connections of every attempt's forwarder now (guarded by ``_all_lock``)
+_all_relays = [0]
+_all_lock = threading.Lock()
 #: seconds to reach a destination before the job's connection is closed
 CONNECT_TIMEOUT = 10.0
 #: seconds to resolve the policy's host names, all together, when an attempt starts
@@ -429,14 +451,14 @@ class Forwarder:
             _drop(conn)
             return
         with self._lock:
-            if self._relays < MAX_CONNECTIONS and self._gate.allows(address, port):
+            if self._relays < MAX_CONNECTIONS and self._gate.allows(address, port) and _take_slot():
                 relay = threading.Thread(
                     target=self._relay, args=(conn, address, port), name="egress-relay", daemon=True
                 )
                 try:
                     relay.start()
                 except RuntimeError:  # no thread to be had now: this connection only is refused
-                    pass
+                    _give_slot()
                 else:
                     self._relays += 1
                     self._open.add(conn)
@@ -465,6 +487,7 @@ class Forwarder:
         except (OSError, RuntimeError):  # unreachable, refused, no descriptor or thread to be had
             pass
         finally:
+            _give_slot()
             with self._lock:
                 self._relays -= 1
                 self._open.discard(conn)
@@ -478,6 +501,20 @@ class Forwarder:
                     sock.close()
                 else:
                     _drop(sock)
+
+
+def _take_slot() -> bool:
+    """One of the service's :func:`max_relays` relays, if one is free."""
+    with _all_lock:
+        if _all_relays[0] >= max_relays():
+            return False
+        _all_relays[0] += 1
+        return True
+
+
+def _give_slot() -> None:
+    with _all_lock:
+        _all_relays[0] -= 1
 
 
 def _copy(source: socket.socket, sink: socket.socket) -> bool:

@@ -25,6 +25,8 @@ the destination, so a listed host name is resolved by the service as an admin's 
 from __future__ import annotations
 
 import contextlib
+import errno
+import ipaddress
 import json
 import os
 import random
@@ -385,3 +387,51 @@ def test_a_job_reaches_exactly_the_listed_destinations(egress_service, dest, tmp
     again = wait_for(lambda: "AGAIN" in (log := client.read_log(victim.id).data) and log, timeout=180)
     assert again.split("AGAIN ", 1)[1].splitlines()[0] == f"connected dest-{dest.open_port} {dest.host_end}"
     client.stop(victim.id)
+
+
+def test_the_service_relays_a_bounded_number_of_connections_in_all(dest, tmp_path, monkeypatch):
+    """Two attempts' gates share the service's bound (its descriptors): past it a connection is
+    reset, whichever attempt asks; a relay that ends frees its place."""
+    monkeypatch.setattr(egress, "max_relays", lambda: 3)
+    hold = egress.Destination(
+        ipaddress.IPv4Network(f"{dest.address}/32"), ((dest.hold_port, dest.hold_port),)
+    )
+    gate = egress.Gate((hold,))
+    made, forwarders, held = [], [], []
+    first_held = len(dest.held)
+
+    def connect(job: network.JobNetwork) -> str:
+        def go() -> str:
+            network.enter(str(job.nodes["worker-0"][0]))
+            sock = socket.create_connection((dest.address, dest.hold_port), timeout=15)
+            held.append(sock)
+            sock.settimeout(15)
+            try:
+                return sock.recv(4).decode() or "closed"
+            except OSError as exc:
+                return errno.errorcode.get(exc.errno, type(exc).__name__)
+
+        return network.in_thread(go)
+
+    try:
+        for k in range(2):
+            job = network.make_job_network(
+                tmp_path / "ns", f"a{k}", [("worker-0", network.node_address(0))], gateway=True
+            )
+            made.append(job)
+            forwarders.append(
+                egress.Forwarder(egress.open_gate(job.switch, gate), gate, lambda: True, f"a{k}")
+            )
+        results = [connect(made[0]), connect(made[0]), connect(made[1]), connect(made[1])]
+        assert results == ["held", "held", "held", "ECONNRESET"]
+        held[0].close()  # one relayed connection ends, both ways
+        dest.held[first_held].close()
+        wait_for(lambda: connect(made[1]) == "held", timeout=60)
+    finally:
+        for sock in held:
+            sock.close()
+        for forwarder in forwarders:
+            forwarder.close()
+            forwarder.join(10)
+        for job in made:
+            network.remove_job_network(job)
