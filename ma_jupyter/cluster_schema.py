@@ -156,6 +156,15 @@ class StorageTable(Table):
     allow_endpoints: Strings | None = must("a list of http:// or https:// URLs")
 
 
+class NetworkTable(Table):
+    """``[network]``: where jobs may connect beyond their own nodes (``config.load_egress``
+    checks each destination)."""
+
+    egress: StrictStr | list[StrictStr] | None = must(
+        '"none" or a list of destinations, e.g. ["10.0.0.0/8:443", "pypi.mirror.local:3128"]'
+    )
+
+
 class PoolTable(Table):
     """A ``[[pool]]``: a node pool."""
 
@@ -179,6 +188,7 @@ class ClusterFile(Table):
     resources: ResourcesTable | None = None
     data: DataTable | None = None
     storage: StorageTable | None = None
+    network: NetworkTable | None = None
 
 
 # ------------------------------------------------------------------------------ checking

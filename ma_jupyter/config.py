@@ -34,6 +34,7 @@ machine shows that type's device nodes.  ``devices = [2, 3]`` names the machine'
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -655,3 +656,103 @@ def backend_config(
     return BackendConfig(
         kind=kind, address=str(address) if address else None, node_root=node_root, network=network
     )
+
+
+@dataclass(frozen=True)
+class EgressRule:
+    """One destination of ``[network] egress`` (:func:`load_egress`).
+
+    Attributes:
+        text: the entry as the admin wrote it (for messages).
+        host: a host name (resolved by the service when an attempt starts), else None.
+        network: an IPv4 address or network (``"10.0.0.0/8"``, ``"192.0.2.7/32"``), else None.
+        ports: ``(low, high)`` TCP port ranges allowed; ``()``: every port.
+    """
+
+    text: str
+    host: str | None
+    network: str | None
+    ports: tuple[tuple[int, int], ...] = ()
+
+
+#: what a host name of ``[network] egress`` may look like (RFC 1123 labels)
+_HOST_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+#: the most destinations ``[network] egress`` may list (each is a rule in every attempt's switch)
+MAX_EGRESS_RULES = 256
+
+
+def _egress_rule(entry: object, path: Path) -> EgressRule:
+    """One entry of ``[network] egress``; InvalidSpec naming the file, the key and the entry."""
+    import ipaddress
+
+    def bad(why: str) -> InvalidSpec:
+        return InvalidSpec(
+            f"{path}: [network] egress entry {str(entry)[:200]!r}: {why}; write HOST, ADDRESS or "
+            'CIDR with optional ports, e.g. egress = ["10.0.0.0/8:443", "pypi.mirror.local:3128", '
+            '"192.0.2.7", "198.51.100.0/24:80,8000-8100"], or egress = "none"'
+        )
+
+    if not isinstance(entry, str) or not entry.strip():
+        raise bad("each entry is a non-empty string")
+    text = entry.strip().lower()
+    where, _, port_text = text.partition(":")
+    ports: list[tuple[int, int]] = []
+    if port_text:
+        for part in port_text.split(","):
+            low, _, high = part.strip().partition("-")
+            if not (low.isdigit() and (not high or high.isdigit())):
+                raise bad(f"{part.strip()!r} is not a port or a range of ports (LOW-HIGH)")
+            first, last = int(low), int(high or low)
+            if not 1 <= first <= last <= 65535:
+                raise bad(f"ports run from 1 to 65535, low to high, not {part.strip()!r}")
+            ports.append((first, last))
+    if where.replace(".", "").replace("/", "").isdigit():
+        try:
+            network = ipaddress.IPv4Network(where, strict=False)
+        except ValueError as exc:
+            raise bad(f"not an IPv4 address or network ({exc})") from None
+        special = [
+            ("the machine's own loopback", ipaddress.IPv4Network("127.0.0.0/8")),
+            ("'this network'", ipaddress.IPv4Network("0.0.0.0/8")),
+            ("every job's own network", ipaddress.IPv4Network("10.254.0.0/16")),
+        ]
+        for what, net in special:
+            if network.subnet_of(net):
+                raise bad(f"it lies in {net} ({what}), which jobs never reach this way")
+        return EgressRule(entry.strip(), None, str(network), tuple(ports))
+    labels = where.rstrip(".").split(".")
+    if len(where) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+        raise bad("not a host name, an IPv4 address or a CIDR (IPv6 is not supported)")
+    if where.rstrip(".") == "localhost" or where.endswith(".localhost"):
+        raise bad("localhost is the machine itself, which jobs never reach")
+    return EgressRule(entry.strip(), where.rstrip("."), None, tuple(ports))
+
+
+def load_egress(path: Path | None = None) -> tuple[EgressRule, ...] | None:
+    """``[network] egress`` of ``cluster.toml``: where a job's nodes may connect beyond their
+    own (docs/network.md, *Egress by policy*); None for ``"none"`` (the default: nothing).
+
+    An entry is ``WHERE[:PORTS]``: ``WHERE`` an IPv4 address, a CIDR or a host name (resolved
+    by the service when each attempt starts), ``PORTS`` a comma list of ports and ``LOW-HIGH``
+    ranges (none: every port).
+
+    Raises:
+        InvalidSpec: ``[network]`` has another key, ``egress`` is neither ``"none"`` nor a list
+            of at most :data:`MAX_EGRESS_RULES` such entries, or an entry is malformed or lies in
+            the machine's loopback or the job network; the message names the file and the key.
+    """
+    path = path or cluster_file()
+    table = read_cluster_file(path).get("network")
+    if table is None:
+        return None
+    if not isinstance(table, dict) or set(table) - {"egress"}:
+        raise InvalidSpec(f'{path}: [network] takes egress only (egress = "none" or a list of destinations)')
+    egress = table.get("egress", "none")
+    if egress == "none":
+        return None
+    if not isinstance(egress, list) or len(egress) > MAX_EGRESS_RULES:
+        raise InvalidSpec(
+            f'{path}: [network] egress is "none" or a list of at most {MAX_EGRESS_RULES} destinations, '
+            f'e.g. egress = ["10.0.0.0/8:443", "pypi.mirror.local:3128"], not {str(egress)[:200]!r}'
+        )
+    return tuple(_egress_rule(entry, path) for entry in egress)

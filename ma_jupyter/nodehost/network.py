@@ -76,8 +76,15 @@ IFLA_MASTER, IFLA_NET_NS_FD = 10, 28
 #: a simulated node's one device besides ``lo`` (see :func:`make_job_network`), the switch's
 #: bridge, and the job network every attempt of the local backend uses (each attempt's is its own)
 NODE_LINK, SWITCH_BRIDGE, JOB_NETWORK, JOB_PREFIX = "ma0", "br0", "10.254.0.0", 16
-#: how many nodes a job network holds (the /16 less its network and broadcast addresses)
-MAX_JOB_NODES = (1 << (32 - JOB_PREFIX)) - 2
+#: how many nodes a job network holds (the /16 less its network and broadcast addresses, and
+#: :data:`EGRESS_GATEWAY`)
+MAX_JOB_NODES = (1 << (32 - JOB_PREFIX)) - 3
+#: the switch's own address where the admin's policy lets jobs out (``[network] egress``,
+#: :mod:`.egress`): the nodes' default route; the job network's last address, never a node's
+EGRESS_GATEWAY = "10.254.255.254"
+RTM_NEWROUTE, RTA_GATEWAY, RT_TABLE_MAIN, RTPROT_STATIC, RTN_UNICAST = 24, 5, 254, 4, 1
+RTM_NEWRULE, FRA_DST, FRA_PRIORITY, FRA_TABLE, FRA_IP_PROTO = 32, 1, 6, 15, 22
+FR_ACT_TO_TBL, FR_ACT_UNREACHABLE = 1, 7
 #: the interface a node reaches the job's other nodes on, as the node names it (MPICH's
 #: ``HYDRA_IFACE``, the seed's ``eth0``): its own on its attempt's job network
 NODE_INTERFACE = NODE_LINK
@@ -295,6 +302,48 @@ def _keep(path: Path) -> int:
     return os.stat(own).st_ino
 
 
+def add_default_route(gateway: str) -> None:
+    """Route everything of the calling thread's namespace that no other route takes through
+    ``gateway`` (an address on one of its links)."""
+    rtmsg = struct.pack("BBBBBBBBI", socket.AF_INET, 0, 0, 0, RT_TABLE_MAIN, RTPROT_STATIC, 0, RTN_UNICAST, 0)
+    body = rtmsg + rt_attr(RTA_GATEWAY, socket.inet_aton(gateway))
+    netlink_request(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body, f"cannot route through {gateway}")
+
+
+def only_tcp_out(local: str, prefix: int) -> None:
+    """In the calling thread's namespace, make every packet that is neither TCP nor for
+    ``local``/``prefix`` (the job network) unroutable (policy rules: the job network's
+    addresses by the main table, then anything else not TCP ``Network is unreachable``): where
+    only TCP leaves (the egress gate), a UDP send fails at once rather than waiting out its
+    timeouts (a resolver of its own reading ``/etc/resolv.conf``); the machine's own addresses
+    (the ``local`` table, rule 0) are untouched."""
+    for priority, proto, dst, action in (
+        (100, None, local, FR_ACT_TO_TBL),
+        (101, socket.IPPROTO_UDP, None, FR_ACT_UNREACHABLE),
+        (102, socket.IPPROTO_ICMP, None, FR_ACT_UNREACHABLE),
+    ):
+        header = struct.pack(
+            "BBBBBBBBI",
+            socket.AF_INET,
+            prefix if dst else 0,
+            0,
+            0,
+            RT_TABLE_MAIN if action == FR_ACT_TO_TBL else 0,
+            0,
+            0,
+            action,
+            0,
+        )
+        attrs = rt_attr(FRA_PRIORITY, struct.pack("I", priority))
+        if dst:
+            attrs += rt_attr(FRA_DST, socket.inet_aton(dst)) + rt_attr(
+                FRA_TABLE, struct.pack("I", RT_TABLE_MAIN)
+            )
+        if proto is not None:
+            attrs += rt_attr(FRA_IP_PROTO, struct.pack("B", proto))
+        netlink_request(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, header + attrs, "cannot add a routing rule")
+
+
 def _set_link(name: str, *, master: int | None = None) -> None:
     """Bring link ``name`` of the calling thread's namespace up, made a port of bridge ``master``
     (an interface index) where one is given."""
@@ -316,7 +365,9 @@ def _no_ipv6_here() -> None:
             pass
 
 
-def make_job_network(folder: Path, key: str, addresses: list[tuple[str, str]]) -> JobNetwork:
+def make_job_network(
+    folder: Path, key: str, addresses: list[tuple[str, str]], *, gateway: bool = False
+) -> JobNetwork:
     """An attempt's network: one namespace per node, each a machine on one switch.
 
     Rules, in the order they are made:
@@ -329,7 +380,11 @@ def make_job_network(folder: Path, key: str, addresses: list[tuple[str, str]]) -
        nothing else (no route out: ``Network is unreachable``);
     3. every namespace is kept as a file in ``folder`` (``<key>.switch``, ``<key>.<k>``) until
        :func:`remove_job_network`; the caller's runners enter their node's, holding the
-       switch's open first (its devices live as long as a runner holds it).
+       switch's open first (its devices live as long as a runner holds it);
+    4. with ``gateway`` (the admin's egress policy, :mod:`.egress`): the bridge also holds
+       :data:`EGRESS_GATEWAY`/16 and every node routes the TCP that is not for the job network
+       there (its default route; anything else out is unroutable, :func:`only_tcp_out`), where
+       the policy's rules and forwarder decide what goes further.
 
     Raises:
         OSError: a namespace or device cannot be made (no CAP_SYS_ADMIN); nothing is left.
@@ -349,6 +404,8 @@ def make_job_network(folder: Path, key: str, addresses: list[tuple[str, str]]) -
             body = ifinfo + rt_attr(IFLA_IFNAME, SWITCH_BRIDGE.encode() + b"\0") + linkinfo
             netlink_request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, "cannot make the job's switch")
             _set_link(SWITCH_BRIDGE)
+            if gateway:
+                set_up(SWITCH_BRIDGE, EGRESS_GATEWAY, JOB_PREFIX)
             _keep(switch)
 
         in_thread(make_switch)
@@ -362,6 +419,9 @@ def make_job_network(folder: Path, key: str, addresses: list[tuple[str, str]]) -
                     set_up("lo")
                     _add_veth(NODE_LINK, port, switch_fd)
                     set_up(NODE_LINK, address, JOB_PREFIX)
+                    if gateway:
+                        add_default_route(EGRESS_GATEWAY)
+                        only_tcp_out(JOB_NETWORK, JOB_PREFIX)
                     return _keep(path)
 
                 made.nodes[name] = (path, in_thread(make_node))

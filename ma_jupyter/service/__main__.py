@@ -50,7 +50,9 @@ def make_backend(kind: str | None = None, ray_address: str | None = None):
     """The backend the options (else ``cluster.toml``'s ``[backend]``) choose.
 
     Raises:
-        InvalidSpec: a bad choice (``ray`` without an address, an unknown kind).
+        InvalidSpec: a bad choice (``ray`` without an address, an unknown kind), or a
+            ``[network] egress`` policy this service cannot enforce (the Ray backend, a service
+            run by an ordinary user, no ``nft``: :func:`.egress.refusal`), never ignored.
         BackendUnavailable: the backend cannot run here (Ray missing, the cluster unreachable).
     """
     choice = config.load_backend()
@@ -58,6 +60,19 @@ def make_backend(kind: str | None = None, ray_address: str | None = None):
         kind = kind or ("ray" if ray_address else choice.kind)
         address = ray_address or (choice.address if choice.kind == kind else None)
         choice = config.backend_config(kind, address, choice.node_root, choice.network)
+    from ..errors import InvalidSpec
+
+    policy = config.load_egress()
+    if policy is not None:
+        if choice.kind == "ray":
+            raise InvalidSpec(
+                f"{config.cluster_file()}: [network] egress applies to the local backend only "
+                '(Ray jobs: docs/network.md): set egress = "none" or use the local backend'
+            )
+        from ..nodehost.egress import refusal
+
+        if why := refusal(policy):
+            raise InvalidSpec(f"{config.cluster_file()}: [network] egress lists destinations, but {why}")
     if choice.kind == "ray":
         from ..backends.ray import RayBackend
 

@@ -32,6 +32,8 @@ def test_a_job_failing_on_name_resolution_gets_one_network_event(ma_client):
     assert len(hints) == 1, [e.reason for e in offline.events()]
     assert hints[0].alert and hints[0].node == "worker-0"
     assert "--dataset NAME=FOLDER" in hints[0].reason and "docs/network.md" in hints[0].reason
+    # and how an admin opens the way: the setting, its file, the form of an entry
+    assert "[network] egress" in hints[0].reason and "cluster.toml" in hints[0].reason
 
     other = ma_client.submit(
         name="plain", command=f"{sys.executable} -c {shlex.quote('raise SystemExit(4)')}"
@@ -53,6 +55,12 @@ def test_the_network_failures_a_download_shows_are_recognised(line):
     assert network_hint(f"node worker-0 exited with code 1\nlast log lines:\n{line}").startswith(
         "the job's network is limited"
     )
+
+
+def test_the_hint_says_how_an_admin_opens_the_network():
+    hint = network_hint("last log lines:\nConnectionRefusedError: [Errno 111] Connection refused")
+    assert hint is not None
+    assert '[network] egress = ["pypi.mirror.local:3128"]' in hint and "cluster.toml" in hint
 
 
 def test_other_failures_get_no_network_hint():

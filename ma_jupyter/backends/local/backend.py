@@ -44,6 +44,7 @@ from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
 from ...nodehost import (
     caches,
     cgroup,
+    egress,
     outputs_reader,
     prepare,
     rsh_agent,
@@ -159,6 +160,13 @@ class LocalBackend(Backend):
         #: :mod:`.hostwatch`: a Ray node's raylet, set by its agent); None: none
         self.end_with: dict | None = None
         self._namespaces_swept = False
+        #: ``<job id>-<attempt>`` -> the forwarder of that attempt's way out (``[network] egress``,
+        #: :mod:`.egress`), while it runs
+        self._gates: dict[str, egress.Forwarder] = {}
+        #: per forwarder, the (runner pid, node namespace inode) pairs it lives for
+        self._gate_runners: dict[str, list[tuple[int, int]]] = {}
+        #: attempts a re-attached service looked for a gate to open again (:meth:`_regate`)
+        self._gates_looked: set[str] = set()
         #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
         #: names its own, since two agents of one machine share a home
         self.namespace_folder: Path | None = None
@@ -326,17 +334,25 @@ class LocalBackend(Backend):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         # One secret per attempt, seen only by this attempt's nodes: peers of a job use it to
         # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
-        return self._start_all(attempt, launches, secrets.token_hex(16), namespace_key=attempt.job_id)
+        policy = config.load_egress()  # the admin's, as the file says now
+        if policy is not None and (why := egress.why_not_enforceable()):
+            raise BackendUnavailable(
+                f"{config.cluster_file()}: [network] egress lists destinations, but {why}"
+            )
+        return self._start_all(
+            attempt, launches, secrets.token_hex(16), namespace_key=attempt.job_id, egress_policy=policy
+        )
 
     def _job_namespace(
-        self, key: str, plans: list[NodePlan], overlay: Overlay | None = None
+        self, key: str, plans: list[NodePlan], overlay: Overlay | None = None, *, gateway: bool = False
     ) -> network_ns.JobNetwork | None:
         """The network of an attempt's nodes ``plans`` (see :mod:`.network`), its namespaces
         kept as files in the namespace folder until its runners are in; None where this service
         may not make namespaces (not root: the nodes then share the host's network).
 
         1. without ``overlay``: the attempt's job network, each node a machine of its own at its
-           task's address (:func:`.network.make_job_network`);
+           task's address (:func:`.network.make_job_network`), with its way out to the egress
+           gate where ``gateway``;
         2. with ``overlay``: one namespace for all of ``plans``, this machine's part of the
            attempt's overlay (:mod:`.overlay`), at ``<folder>/<key>``.
 
@@ -364,7 +380,7 @@ class LocalBackend(Backend):
                         f"node {name} was bound to {address}, not an address of the job network "
                         f"({network_ns.JOB_NETWORK}/{network_ns.JOB_PREFIX}): submit the job again"
                     )
-            return network_ns.make_job_network(folder, key, addresses)
+            return network_ns.make_job_network(folder, key, addresses, gateway=gateway)
         except OSError as exc:
             raise BackendUnavailable(f"cannot make the job's network namespace: {exc}") from exc
 
@@ -418,6 +434,7 @@ class LocalBackend(Backend):
         planned_elsewhere: bool = False,
         overlay: Overlay | None = None,
         deny_tcp: list[list[int]] | None = None,
+        egress_policy: tuple[config.EgressRule, ...] | None = None,
     ) -> list[NodeRun]:
         """The one launch sequence of :meth:`launch` and :meth:`start_nodes`, in this order:
 
@@ -425,7 +442,10 @@ class LocalBackend(Backend):
            them now (a card node gone since the plan refuses);
         2. with ``namespace_key``, a namespace is made (closed, or with ``overlay`` this
            machine's part of the attempt's overlay; none where this service may not make a
-           closed one): the nodes then resolve names from ``/etc/hosts`` only;
+           closed one): the nodes then resolve names from ``/etc/hosts`` only; with
+           ``egress_policy`` (a closed namespace), its gate is opened before any runner starts
+           (:mod:`.egress`: names resolved now and added to every node's ``/etc/hosts``) and its
+           forwarder runs once every runner is in, until none is left;
         3. each node's runner is started, entering the namespace first thing (or fenced with
            ``deny_tcp``);
         4. once every runner is in, the namespace's file is dropped: it lives exactly as long as
@@ -443,7 +463,30 @@ class LocalBackend(Backend):
         _refuse_unsandboxed([view for _, _, view in prepared])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
         plans_here = [plan for plan, _, _ in prepared]
-        namespace = self._job_namespace(namespace_key, plans_here, overlay) if namespace_key else None
+        gateway = egress_policy is not None and overlay is None
+        namespace = (
+            self._job_namespace(namespace_key, plans_here, overlay, gateway=gateway)
+            if namespace_key
+            else None
+        )
+        gate, listener = None, None
+        if gateway and namespace is not None and namespace.switch is not None:
+            try:
+                gate = egress.resolve(egress_policy or ())
+                listener = egress.open_gate(namespace.switch, gate)
+            except BaseException:
+                network_ns.remove_job_network(namespace)
+                raise
+            for problem in gate.problems:
+                print(
+                    f"[ma_jupyter] job {attempt.job_id}: [network] egress: {problem}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            extra = egress.hosts_lines(gate)
+            prepared = [
+                (p, launch, dataclasses.replace(v, hosts=v.hosts + extra)) for p, launch, v in prepared
+            ]
         network: dict[str, dict] = {
             p.name: {"deny_tcp": deny_tcp} if deny_tcp is not None else {} for p in plans_here
         }
@@ -457,18 +500,87 @@ class LocalBackend(Backend):
             for plan, launch, view in prepared:
                 runs.append(self._launch_node(attempt, plan, launch, view, job_secret, network[plan.name]))
             if namespace:
-                _await_joined(
-                    runs, {name: inode for name, (_, inode) in namespace.nodes.items()}, self._alive
-                )
+                inodes = {name: inode for name, (_, inode) in namespace.nodes.items()}
+                _await_joined(runs, inodes, self._alive)
+                if listener is not None and gate is not None:
+                    watched = [(run.pid, inodes[run.name]) for run in runs if run.pid is not None]
+                    self._open_gate(f"{attempt.job_id}-{attempt.number}", listener, gate, watched)
+                    listener = None
         except BaseException:
             started = {r.name for r in runs}
             rest = [NodeRun(name=p.name, host=p.task.host) for p, _, _ in prepared if p.name not in started]
             self.stop(attempt, runs + rest, grace=1.0)
             raise
         finally:
+            if listener is not None:  # never handed to a forwarder
+                listener.close()
             if namespace:  # each lives on while a process of the job is in it
                 network_ns.remove_job_network(namespace)
         return runs
+
+    def _open_gate(
+        self, key: str, listener: socket.socket, gate: egress.Gate, watched: list[tuple[int, int]]
+    ) -> None:
+        """Start the forwarder of an attempt's gate (:class:`.egress.Forwarder`); it ends once
+        no runner of ``watched`` (runner pid, its node's namespace inode: a list others may add
+        to) is in its node's namespace."""
+
+        def alive() -> bool:
+            # a runner lives in its node's namespace: a pid reused since is elsewhere
+            return any(network_ns.namespace_of(pid) == inode for pid, inode in list(watched))
+
+        forwarder = egress.Forwarder(listener, gate, alive, key)
+        with self._ports_lock:  # the forwarders of attempts that ended are forgotten
+            ended = {k for k, f in self._gates.items() if not f.running()}
+            self._gates = {k: f for k, f in self._gates.items() if k not in ended}
+            self._gate_runners = {k: w for k, w in self._gate_runners.items() if k not in ended}
+            self._gates[key] = forwarder
+            self._gate_runners[key] = watched
+
+    def _regate(self, attempt: Attempt, run: NodeRun) -> None:
+        """For a running node of an attempt this process did not launch (a restarted service
+        re-attaching): open its attempt's egress gate again where it had one, under the policy
+        as ``cluster.toml`` says now (:func:`.egress.reopen_gate`), and keep it for as long as a
+        runner seen here lives."""
+        key = f"{attempt.job_id}-{attempt.number}"
+        inode = network_ns.namespace_of(run.pid) if run.pid is not None else None
+        if inode is None:
+            return
+        with self._ports_lock:
+            watched = self._gate_runners.get(key)
+            if watched is not None:
+                if (run.pid, inode) not in watched:
+                    watched.append((run.pid, inode))
+                return
+            if key in self._gates_looked:
+                return
+            if len(self._gates_looked) > 10_000:  # bounded: looking again costs one failed bind
+                self._gates_looked.clear()
+            self._gates_looked.add(key)
+            # the other nodes' looks add their runners here meanwhile
+            watched = self._gate_runners[key] = [(run.pid, inode)]
+
+        def reopen() -> None:  # off the caller's thread: names may take seconds to resolve
+            listener = None
+            try:
+                policy = config.load_egress()
+                if policy is not None and not egress.why_not_enforceable():
+                    listener = egress.reopen_gate(run.pid)
+                if listener is not None:
+                    self._open_gate(key, listener, egress.resolve(policy or ()), watched)
+                    return
+            except InvalidSpec as exc:
+                print(
+                    f"[ma_jupyter] job {attempt.job_id}: egress gate left closed: {exc.message}",
+                    file=sys.stderr,
+                )
+            with self._ports_lock:
+                if self._gate_runners.get(key) is watched:
+                    del self._gate_runners[key]
+            if listener is not None:
+                listener.close()
+
+        threading.Thread(target=reopen, name=f"regate-{key}", daemon=True).start()
 
     def _launch_node(
         self,
@@ -648,6 +760,7 @@ class LocalBackend(Backend):
             if run.pid is None:
                 return run
             if self._alive(run):
+                self._regate(attempt, run)
                 return run.model_copy(update={"state": "running", "exit_code": None})
             code = read_exit_code(exit_file)  # it may have finished between the two looks
         if code is not None:

@@ -86,18 +86,21 @@ def network_hint(reason: str) -> str | None:
     """The event line for a failed node whose reason (its last log lines included) shows a name
     that did not resolve or a connection refused or unroutable, None otherwise.
 
-    Jobs' nodes share a network of their own (docs/network.md): they reach each other and
-    nothing else, so a download, a ``pip install`` or a call to an outside service fails this
-    way; the line says so once, and how to bring what the job needs, instead of leaving the
-    user with the tracebacks alone."""
+    Jobs' nodes share a network of their own (docs/network.md): they reach each other and only
+    the destinations the admin's ``[network] egress`` lists, so a download, a ``pip install``
+    or a call to an outside service fails this way; the line says so once, how to bring what
+    the job needs, and how an admin opens the way, instead of leaving the user with the
+    tracebacks alone."""
     seen = next((marker for marker in NETWORK_FAILURES if marker in reason), None)
     if seen is None:
         return None
     return (
         f"the job's network is limited ({seen} in its last log lines): a job's nodes reach each "
-        "other and nothing else (no internet, no name resolution, not the job service), so a "
-        "download or pip install inside a job fails; bring data and models as mounts (--dataset "
-        "NAME=FOLDER, --model NAME=FOLDER) and packages in the image's environment (docs/network.md)"
+        "other and only what the admin's [network] egress allows (none by default: no internet, "
+        "no name server, never the job service), so a download or pip install inside a job fails; "
+        "bring data and models as mounts (--dataset NAME=FOLDER, --model NAME=FOLDER) and packages "
+        "in the image's environment, or ask an admin to list the destination in cluster.toml, e.g. "
+        '[network] egress = ["pypi.mirror.local:3128"] (docs/network.md)'
     )
 
 

@@ -1,0 +1,561 @@
+"""A job's way out, where the admin's policy opens one (``[network] egress``, docs/network.md).
+
+The local backend's job network has no route out (:mod:`.network`).  With a policy, an
+attempt's network gets one gate, in its switch namespace, which no process of the job can
+enter or change (the job's nodes have no capability in their own namespace either):
+
+1. **route**: the switch's bridge holds :data:`.network.EGRESS_GATEWAY` and every node routes
+   the TCP that is not for the job network there (:func:`.network.make_job_network`,
+   ``gateway``); anything else that is not for the job network is unroutable in the node
+   (``Network is unreachable`` at once, :func:`.network.only_tcp_out`);
+2. **filter** (the kernel, nftables in the switch namespace, :func:`ruleset`): a TCP
+   connection to a destination of the policy (address or network, port) is redirected to the
+   forwarder's port on the gateway; every other TCP connection from a node that is not for the
+   job network is refused at once (a reset: ``Connection refused``), anything else that gets
+   here is dropped, and so is any packet for the gateway itself that was not redirected;
+3. **forward** (the service, :class:`Forwarder`): it accepts the redirected connection in the
+   switch namespace, reads its original destination (``SO_ORIGINAL_DST``), checks it again
+   against the policy and against this machine's own addresses (any interface's, and all of
+   ``127.0.0.0/8``: a network in the policy that holds one of them never reaches it), and
+   connects to it from the service's own network namespace, then copies bytes both ways.
+   Nothing of the host's routing or firewall changes: no forwarding, no NAT rule, no address
+   of the machine is touched; what leaves is a connection of the service's account.
+
+Host names of the policy are resolved by the service when an attempt starts
+(:func:`resolve`): their addresses join the filter and are written into each node's
+``/etc/hosts`` (the nodes look names up there only), so a job reaches a listed name, and no
+other name resolves.  A name resolving to this machine's own address is left out, with a
+problem line (in the service log and as a comment in the nodes' ``/etc/hosts``).  Only TCP
+goes out: UDP (a name server, QUIC) is unreachable.
+
+Bounds: at most :data:`MAX_CONNECTIONS` relayed connections per attempt at once, and
+:func:`max_relays` in the whole service (from its descriptor limit: 85 under the common
+1024; one more is reset at once), :data:`CONNECT_TIMEOUT` seconds to reach a destination, a pipe each way moving
+:data:`CHUNK` bytes at a time.  The forwarder ends, and with it the gate, once no runner of the
+attempt lives (within a second).  A service that restarts while the attempt runs opens the
+gate's socket again in the switch a runner holds (:func:`reopen_gate`), checking with the policy
+as the file says then (``"none"``: it stays closed, every redirected connection refused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import EgressRule
+from ..errors import BackendUnavailable
+from . import network
+
+#: the forwarder's port on the gateway, in the switch namespace (each attempt's own)
+FORWARDER_PORT = 1080
+#: the nftables table of the gate, in the switch namespace
+TABLE = "ma_egress"
+#: relayed connections one attempt may hold at once
+MAX_CONNECTIONS = 64
+#: descriptors one relayed connection holds (two sockets, a pipe each way)
+RELAY_DESCRIPTORS = 6
+#: descriptors of the service's limit that relays never take (its API, database, logs, jobs)
+KEPT_DESCRIPTORS = 512
+
+
+def max_relays() -> int:
+    """Relayed connections the whole service may hold at once: what its descriptor limit
+    (``RLIMIT_NOFILE``) leaves after :data:`KEPT_DESCRIPTORS`, at most 1024 (a flood of
+    connections by jobs never takes the descriptors the service needs)."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1024
+    return max(0, min(1024, (soft - KEPT_DESCRIPTORS) // RELAY_DESCRIPTORS))
+
+
+#: relayed connections of every attempt's forwarder now (guarded by ``_all_lock``)
+_all_relays = [0]
+_all_lock = threading.Lock()
+#: seconds to reach a destination before the job's connection is closed
+CONNECT_TIMEOUT = 10.0
+#: seconds to resolve the policy's host names, all together, when an attempt starts
+RESOLVE_TIMEOUT = 5.0
+CHUNK = 65536
+SO_ORIGINAL_DST = 80
+NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3)
+LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+JOB_NETWORK = ipaddress.IPv4Network(f"{network.JOB_NETWORK}/{network.JOB_PREFIX}")
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One destination an attempt's nodes may connect to: an IPv4 network and its TCP port
+    ranges (``()``: every port)."""
+
+    network: ipaddress.IPv4Network
+    ports: tuple[tuple[int, int], ...] = ()
+
+    def allows(self, address: ipaddress.IPv4Address, port: int) -> bool:
+        return address in self.network and (not self.ports or any(lo <= port <= hi for lo, hi in self.ports))
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An attempt's policy as resolved when it starts (:func:`resolve`).
+
+    Attributes:
+        destinations: what its nodes may connect to.
+        hosts: ``/etc/hosts`` lines for the policy's host names (address, name).
+        problems: names left out, and why (told in the service log and as a comment in the
+            nodes' ``/etc/hosts``).
+    """
+
+    destinations: tuple[Destination, ...]
+    hosts: tuple[tuple[str, str], ...] = ()
+    problems: tuple[str, ...] = ()
+
+    def allows(self, address: str, port: int) -> bool:
+        """Whether a node may connect to ``address:port``: a destination of the policy, never
+        the job network nor this machine's own address (:func:`is_own`)."""
+        try:
+            ip = ipaddress.IPv4Address(address)
+        except ValueError:
+            return False
+        if ip in JOB_NETWORK or is_own(ip):
+            return False
+        return any(d.allows(ip, port) for d in self.destinations)
+
+
+def own_addresses() -> set[ipaddress.IPv4Address]:
+    """This machine's IPv4 addresses now, every interface's (of the service's namespace)."""
+    import psutil
+
+    found = set()
+    for addresses in psutil.net_if_addrs().values():
+        for entry in addresses:
+            if entry.family == socket.AF_INET:
+                with contextlib.suppress(ValueError):
+                    found.add(ipaddress.IPv4Address(entry.address))
+    return found
+
+
+def is_own(address: ipaddress.IPv4Address) -> bool:
+    """Whether ``address`` is this machine (loopback, unspecified, broadcast, multicast, or an
+    address of one of its interfaces now)."""
+    return (
+        address in LOOPBACK
+        or address.is_unspecified
+        or address.is_multicast
+        or address == ipaddress.IPv4Address("255.255.255.255")
+        or address in own_addresses()
+    )
+
+
+def resolve(rules: Iterable[EgressRule], timeout: float = RESOLVE_TIMEOUT) -> Gate:
+    """The policy ``rules`` for one attempt: host names looked up now (IPv4, in parallel, all
+    within ``timeout``); a name that does not resolve in time, or that resolves to this
+    machine's own address, is left out with a problem line."""
+    rules = list(rules)
+    names = sorted({r.host for r in rules if r.host})
+    looked: dict[str, list[str]] = {}
+    problems: list[str] = []
+    if names:
+        pool = ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="egress-resolve")
+        futures = {
+            name: pool.submit(socket.getaddrinfo, name, None, socket.AF_INET, socket.SOCK_STREAM)
+            for name in names
+        }
+        wait(futures.values(), timeout=timeout)
+        pool.shutdown(wait=False, cancel_futures=True)  # a lookup still running ends on its own
+        for name, future in futures.items():
+            if not future.done():
+                problems.append(f"{name}: not resolved within {timeout:g} s")
+                continue
+            try:
+                addresses = sorted({info[4][0] for info in future.result()})
+            except OSError as exc:
+                problems.append(f"{name}: does not resolve ({exc})")
+                continue
+            own = [
+                a
+                for a in addresses
+                if is_own(ipaddress.IPv4Address(a)) or ipaddress.IPv4Address(a) in JOB_NETWORK
+            ]
+            if own:
+                problems.append(
+                    f"{name}: resolves to this machine's own address {own[0]}, which jobs never reach"
+                )
+                continue
+            looked[name] = addresses
+    destinations = []
+    hosts = []
+    for rule in rules:
+        if rule.network:
+            destinations.append(Destination(ipaddress.IPv4Network(rule.network), rule.ports))
+        for address in looked.get(rule.host or "", []):
+            destinations.append(Destination(ipaddress.IPv4Network(address), rule.ports))
+            if (address, rule.host) not in hosts:
+                hosts.append((address, rule.host))
+    return Gate(tuple(destinations), tuple(hosts), tuple(problems))
+
+
+def hosts_lines(gate: Gate) -> str:
+    """The lines a node's ``/etc/hosts`` gets for the policy's names, and a comment per name
+    left out (what a job's user can read for why a listed name does not resolve)."""
+    left_out = "".join(f"# [network] egress left out {' '.join(p.split())}\n" for p in gate.problems)
+    return left_out + "".join(f"{address}\t{name}\n" for address, name in gate.hosts)
+
+
+def ruleset(gate: Gate, own: Iterable[ipaddress.IPv4Address] = ()) -> str:
+    """The nftables rules of the gate (module rule 2), for ``nft -f -`` in the switch namespace;
+    ``own``: this machine's addresses now, never redirected (the forwarder checks again at each
+    connection, since addresses change)."""
+    mine = ", ".join(sorted({str(LOOPBACK), *(str(a) for a in own)}))
+    redirects = [f"    ip daddr {{ {mine} }} return\n"]
+    for d in gate.destinations:
+        ports = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in d.ports)
+        match = f"tcp dport {{ {ports} }} " if ports else "meta l4proto tcp "
+        redirects.append(f"    ip daddr {d.network} {match}redirect to :{FORWARDER_PORT}\n")
+    return (
+        f"table ip {TABLE} {{\n"
+        # the job's own traffic between its nodes (bridged, which the bridge's netfilter shows
+        # here too) is never tracked: no cost, no connection table to fill
+        "  chain untracked {\n"
+        "    type filter hook prerouting priority raw; policy accept;\n"
+        f"    ip saddr {JOB_NETWORK} ip daddr {JOB_NETWORK} ip daddr != {network.EGRESS_GATEWAY} notrack\n"
+        "  }\n"
+        "  chain out {\n"
+        "    type nat hook prerouting priority dstnat; policy accept;\n"
+        f"    ip daddr {JOB_NETWORK} return\n"
+        f"{''.join(redirects)}"
+        "  }\n"
+        "  chain gate {\n"
+        "    type filter hook prerouting priority filter; policy accept;\n"
+        "    meta pkttype { broadcast, multicast } accept\n"
+        f"    ct status dnat ip daddr {network.EGRESS_GATEWAY} tcp dport {FORWARDER_PORT} accept\n"
+        f"    ip daddr {network.EGRESS_GATEWAY} meta l4proto tcp reject with tcp reset\n"
+        f"    ip daddr {network.EGRESS_GATEWAY} drop\n"
+        f"    ip daddr {JOB_NETWORK} accept\n"
+        "    meta l4proto tcp reject with tcp reset\n"
+        # ICMP sent from this bridge's prerouting never reaches the node's socket (measured):
+        # anything but TCP is dropped (UDP: no answer)
+        "    drop\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+def nft_program() -> str | None:
+    """The ``nft`` program (Debian's ``nftables``), or None."""
+    return shutil.which("nft") or next((p for p in ("/usr/sbin/nft", "/sbin/nft") if Path(p).exists()), None)
+
+
+def why_not_enforceable() -> str | None:
+    """Why this service cannot enforce a policy (None: it can): its jobs need namespaces of their
+    own (a root service) and the gate needs ``nft``."""
+    if not network.namespaces_supported():
+        return (
+            "this service runs as an ordinary user: its jobs share its network (they reach what "
+            "it reaches), so no egress policy can be enforced; run the service as root, or set "
+            'egress = "none"'
+        )
+    if nft_program() is None:
+        return "the gate needs the nft program: install Debian's nftables (./dev setup does)"
+    return None
+
+
+def refusal(rules: Iterable[EgressRule]) -> str | None:
+    """Why this service refuses the policy ``rules`` at its start (None: it takes it):
+    :func:`why_not_enforceable`, or an entry that is one of this machine's own addresses."""
+    why = why_not_enforceable()
+    if why:
+        return why
+    for rule in rules:
+        if rule.network:
+            net = ipaddress.IPv4Network(rule.network)
+            if net.num_addresses == 1 and is_own(net.network_address):
+                return f"{rule.text!r} is this machine's own address, which jobs never reach"
+    return None
+
+
+def open_gate(switch: Path, gate: Gate) -> socket.socket:
+    """Load the gate's rules into the switch namespace kept at ``switch`` and open the
+    forwarder's listening socket there (it stays in that namespace, whichever thread uses it).
+
+    Raises:
+        BackendUnavailable: the rules cannot be loaded (the message has nft's).
+    """
+    program = nft_program()
+    if program is None:
+        raise BackendUnavailable(why_not_enforceable() or "no nft program")
+
+    rules = ruleset(gate, own_addresses())  # the service's own namespace's, before entering
+
+    def load() -> socket.socket:
+        network.enter(str(switch))
+        # a child starts in the namespace of the thread that starts it
+        done = subprocess.run(
+            [program, "-f", "-"],
+            input=rules,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if done.returncode:
+            raise BackendUnavailable(f"cannot load the job's egress rules: {done.stderr.strip()[:500]}")
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((network.EGRESS_GATEWAY, FORWARDER_PORT))
+        listener.listen(MAX_CONNECTIONS)
+        return listener
+
+    return network.in_thread(load)
+
+
+def switch_of(runner: int) -> str | None:
+    """The path of the switch namespace node runner ``runner`` holds open
+    (:func:`.network.hold_switch`): its one descriptor of a network namespace other than its
+    own (the kernel says which kind a namespace descriptor is: ``NS_GET_NSTYPE``); None where it
+    holds none (or is gone)."""
+    try:
+        own = os.stat(f"/proc/{runner}/ns/net")
+        entries = os.listdir(f"/proc/{runner}/fd")
+    except OSError:
+        return None
+    for entry in entries:
+        path = f"/proc/{runner}/fd/{entry}"
+        try:  # looked at before it is opened: nothing but a namespace is ever opened
+            st = os.stat(path)
+        except OSError:
+            continue
+        if st.st_dev != own.st_dev or st.st_ino == own.st_ino:
+            continue  # not a namespace, or the runner's own
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_ino == st.st_ino and fcntl.ioctl(fd, NS_GET_NSTYPE) == network.CLONE_NEWNET:
+                return path
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return None
+
+
+def reopen_gate(runner: int) -> socket.socket | None:
+    """The forwarder's listening socket again, in the switch of a running attempt whose gate
+    lost its forwarder (the service that launched it ended; its rules stay in the switch);
+    None where that attempt has no gate (no gateway address on its switch) or is gone."""
+    switch = switch_of(runner)
+    if switch is None:
+        return None
+
+    def listen() -> socket.socket | None:
+        network.enter(switch)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((network.EGRESS_GATEWAY, FORWARDER_PORT))
+            listener.listen(MAX_CONNECTIONS)
+        except OSError:  # no gateway there: an attempt launched without a policy
+            listener.close()
+            return None
+        return listener
+
+    try:
+        return network.in_thread(listen)
+    except OSError:
+        return None
+
+
+def original_destination(conn: socket.socket) -> tuple[str, int]:
+    """Where a redirected connection was headed (``SO_ORIGINAL_DST``)."""
+    raw = conn.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+    port, packed = struct.unpack_from("!2xH4s", raw)
+    return socket.inet_ntoa(packed), port
+
+
+class Forwarder:
+    """The service's end of an attempt's gate (module rule 3): accepts in the switch namespace,
+    connects from the service's own, copies both ways; ends when ``alive()`` turns false (no
+    runner of the attempt left), closing every connection.
+
+    Args:
+        listener: from :func:`open_gate`.
+        gate: the attempt's resolved policy.
+        alive: whether a runner of the attempt still lives (asked every second).
+        name: for thread names.
+    """
+
+    def __init__(self, listener: socket.socket, gate: Gate, alive: Callable[[], bool], name: str):
+        self._listener = listener
+        self._gate = gate
+        self._alive = alive
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._relays = 0  # connections being relayed now
+        self._closed = threading.Event()
+        listener.settimeout(1.0)
+        self._thread = threading.Thread(target=self._serve, name=f"egress-{name}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """End the gate: no new connection, every relayed one closed."""
+        self._closed.set()
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _serve(self) -> None:
+        next_look = time.monotonic() + 1.0
+        try:
+            while not self._closed.is_set():
+                if time.monotonic() >= next_look:
+                    if not self._alive():
+                        break
+                    next_look = time.monotonic() + 1.0
+                try:
+                    conn, _peer = self._listener.accept()
+                except TimeoutError:
+                    continue
+                except OSError:
+                    break
+                self._take(conn)
+        finally:
+            self._closed.set()
+            self._listener.close()
+            with self._lock:
+                for sock in list(self._open):
+                    _wake(sock)  # its relay closes it: a descriptor in use is never closed here
+                self._open.clear()
+
+    def _take(self, conn: socket.socket) -> None:
+        try:
+            address, port = original_destination(conn)
+        except OSError:
+            _drop(conn)
+            return
+        with self._lock:
+            if self._relays < MAX_CONNECTIONS and self._gate.allows(address, port) and _take_slot():
+                relay = threading.Thread(
+                    target=self._relay, args=(conn, address, port), name="egress-relay", daemon=True
+                )
+                try:
+                    relay.start()
+                except RuntimeError:  # no thread to be had now: this connection only is refused
+                    _give_slot()
+                else:
+                    self._relays += 1
+                    self._open.add(conn)
+                    return
+        _drop(conn)
+
+    def _relay(self, conn: socket.socket, address: str, port: int) -> None:
+        upstream: socket.socket | None = None
+        ended: list[bool] = []  # per direction: whether it ended in order (its source's end)
+        try:
+            upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            with self._lock:
+                if self._closed.is_set():
+                    return
+                self._open.add(upstream)
+            upstream.settimeout(CONNECT_TIMEOUT)
+            upstream.connect((address, port))
+            upstream.settimeout(None)  # blocking descriptors: what splice moves between
+            conn.settimeout(None)
+            other = threading.Thread(
+                target=lambda: ended.append(_copy(upstream, conn)), name="egress-relay", daemon=True
+            )
+            other.start()
+            ended.append(_copy(conn, upstream))
+            other.join()
+        except (OSError, RuntimeError):  # unreachable, refused, no descriptor or thread to be had
+            pass
+        finally:
+            _give_slot()
+            with self._lock:
+                self._relays -= 1
+                self._open.discard(conn)
+                if upstream is not None:
+                    self._open.discard(upstream)
+            # in order: a plain close (the last bytes still go out); else a reset each way
+            for sock in (conn, upstream):
+                if sock is None:
+                    continue
+                if ended == [True, True]:
+                    sock.close()
+                else:
+                    _drop(sock)
+
+
+def _take_slot() -> bool:
+    """One of the service's :func:`max_relays` relays, if one is free."""
+    with _all_lock:
+        if _all_relays[0] >= max_relays():
+            return False
+        _all_relays[0] += 1
+        return True
+
+
+def _give_slot() -> None:
+    with _all_lock:
+        _all_relays[0] -= 1
+
+
+def _copy(source: socket.socket, sink: socket.socket) -> bool:
+    """Bytes from ``source`` to ``sink`` until ``source`` ends (then ``sink`` is told: its
+    write side shut; True) or either fails (both shut for reading and writing; False).  The bytes move
+    through a pipe in the kernel (``splice``), never through the service's memory or its
+    interpreter (whose lock its API shares)."""
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    try:
+        while True:
+            moved = os.splice(source.fileno(), write_end, CHUNK)
+            if not moved:
+                sink.shutdown(socket.SHUT_WR)
+                return True
+            while moved:
+                moved -= os.splice(read_end, sink.fileno(), moved)
+    except OSError:
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        return False
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _wake(sock: socket.socket) -> None:
+    """End ``sock``'s connection with a reset (``SO_LINGER`` 0: the job sees a refusal rather
+    than an orderly end), waking a thread blocked on it; the descriptor stays open for that
+    thread to close (closed under it, its number could be reused by anything the service opens
+    next, and a ``splice`` would write there)."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _drop(sock: socket.socket) -> None:
+    """Close ``sock`` with a reset (``SO_LINGER`` 0, no orderly end first: the job reads
+    ``Connection reset``, not an empty answer): for a socket no other thread uses."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.close()

@@ -1,0 +1,157 @@
+"""``[network] egress`` (issue 36, item 5): what the admin may write, and what the service
+refuses rather than ignores (the gate itself is tested on a real service,
+tests/service/test_job_egress.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from ma_jupyter import config
+from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.nodehost import egress
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _policy(tmp_path: Path, egress_value: str, extra: str = "") -> Path:
+    path = tmp_path / "cluster.toml"
+    path.write_text(f"{extra}[network]\negress = {egress_value}\n")
+    return path
+
+
+def test_entries_are_read_as_written(tmp_path):
+    path = _policy(
+        tmp_path, '["10.0.0.0/8:443", "Mirror.Local:3128", "192.0.2.7", "198.51.100.0/24:80,8000-8100"]'
+    )
+    rules = config.load_egress(path)
+    assert [(r.host, r.network, r.ports) for r in rules] == [
+        (None, "10.0.0.0/8", ((443, 443),)),
+        ("mirror.local", None, ((3128, 3128),)),
+        (None, "192.0.2.7/32", ()),
+        (None, "198.51.100.0/24", ((80, 80), (8000, 8100))),
+    ]
+    assert config.load_egress(_policy(tmp_path, '"none"')) is None
+    (tmp_path / "cluster.toml").write_text("[mounts]\n")
+    assert config.load_egress(tmp_path / "cluster.toml") is None  # the default: nothing
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ('["10.0.0.0/8:0"]', "ports run from 1 to 65535"),
+        ('["10.0.0.0/8:http"]', "is not a port"),
+        ('["10.0.0.0/33"]', "not an IPv4 address or network"),
+        ('["bad host!"]', "not a host name"),
+        ('["::1"]', "is not a port"),
+        ('["127.0.0.1:80"]', "the machine's own loopback"),
+        ('["10.254.0.0/24"]', "every job's own network"),
+        ('["localhost"]', "localhost is the machine itself"),
+        ("[443]", "each entry is a non-empty string"),
+        ('"all"', 'is "none" or a list'),
+    ],
+)
+def test_a_malformed_entry_is_refused_naming_the_file_and_the_key(tmp_path, value, says):
+    path = _policy(tmp_path, value)
+    with pytest.raises(InvalidSpec) as caught:
+        config.load_egress(path)
+    assert str(path) in caught.value.message and "[network] egress" in caught.value.message
+    assert says in caught.value.message
+
+
+def test_another_key_of_network_is_refused(tmp_path):
+    path = tmp_path / "cluster.toml"
+    path.write_text('[network]\nallow = ["10.0.0.0/8"]\n')
+    with pytest.raises(InvalidSpec, match=r"\[network\] takes egress only"):
+        config.load_egress(path)
+
+
+def _start_check(home: Path, *, user: int | None = None) -> subprocess.CompletedProcess:
+    """The service's start-up check of its backend and policy, as the service would run it."""
+    code = (
+        "import sys\n"
+        "from ma_jupyter.errors import MaJupyterError\n"
+        "from ma_jupyter.service.__main__ import make_backend\n"
+        "try:\n    make_backend()\nexcept MaJupyterError as exc:\n    print(exc.message); sys.exit(2)\n"
+    )
+    prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user is not None else []
+    env = {**os.environ, "MA_JUPYTER_HOME": str(home), "PYTHONPATH": str(REPO), "MA_JUPYTER_CARDS": "none"}
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_a_policy_the_service_cannot_enforce_stops_its_start(tmp_path):
+    # the Ray backend: the policy is for the local backend's job network only
+    home = tmp_path / "ray"
+    home.mkdir()
+    _policy(home, '["192.0.2.7:443"]', '[backend]\nkind = "ray"\naddress = "127.0.0.1:1"\n\n')
+    done = _start_check(home)
+    assert done.returncode == 2, done.stderr
+    assert "[network] egress applies to the local backend only" in done.stdout
+    # an address of this machine itself
+    own = next(
+        (
+            a.address
+            for addrs in psutil.net_if_addrs().values()
+            for a in addrs
+            if a.family == socket.AF_INET and not ipaddress.IPv4Address(a.address).is_loopback
+        ),
+        None,
+    )
+    if own is not None and os.geteuid() == 0 and egress.nft_program():
+        home = tmp_path / "own"
+        home.mkdir()
+        _policy(home, f'["{own}:22"]')
+        done = _start_check(home)
+        assert done.returncode == 2 and "this machine's own address" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the check as another account")
+def test_a_service_of_an_ordinary_user_refuses_a_policy_at_its_start():
+    # a home that account can reach (the test's own temporary folders are root's alone)
+    with tempfile.TemporaryDirectory(prefix="ma-egress-") as folder:
+        home = Path(folder)
+        home.chmod(0o755)
+        _policy(home, '["192.0.2.7:443"]')
+        os.chown(home, 65534, 65534)
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        can = [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            "import ma_jupyter",
+        ]
+        if subprocess.run(can, capture_output=True, env=env, timeout=60).returncode:
+            pytest.skip("this checkout or interpreter cannot be read by another account")
+        done = _start_check(home, user=65534)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "runs as an ordinary user" in done.stdout and "[network] egress" in done.stdout
+
+
+def test_names_are_resolved_at_attempt_start_and_never_to_the_machine_itself():
+    rules = [
+        config.EgressRule("localhost", "localhost", None, ()),
+        config.EgressRule("x.invalid", "no-such-host.invalid", None, ((80, 80),)),
+        config.EgressRule("192.0.2.7:443", None, "192.0.2.7/32", ((443, 443),)),
+    ]
+    gate = egress.resolve(rules)
+    assert gate.hosts == ()
+    assert [p.split(":")[0] for p in gate.problems] == ["localhost", "no-such-host.invalid"]
+    assert "this machine's own address" in gate.problems[0]
+    assert egress.hosts_lines(gate).splitlines() == [
+        f"# [network] egress left out {p}" for p in gate.problems
+    ]
+    assert gate.allows("192.0.2.7", 443) and not gate.allows("192.0.2.7", 80)
+    assert not gate.allows("127.0.0.1", 443) and not gate.allows("10.254.0.2", 443)
