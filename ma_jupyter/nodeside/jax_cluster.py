@@ -21,8 +21,9 @@ Rules:
    or Slurm keeps their per-rank answers.
 4. The environment is present only where the node's model holds, one JAX process per node: the
    variables are whole numbers, the id is below the count, and no launcher started several ranks
-   on this node (torchrun's ``LOCAL_WORLD_SIZE`` above 1). Elsewhere JAX finds nothing of ours and
-   asks for the arguments, as without the platform.
+   on this node (:data:`LOCAL_SIZES`: torchrun's, Open MPI's (5 sets no variable JAX's own
+   Open MPI environment knows) or MPICH's count of this node's ranks above 1). Elsewhere JAX
+   finds nothing of ours and asks for the arguments, as without the platform.
 5. The coordinator is ``JAX_COORDINATOR_ADDRESS`` (JAX reads it itself first), its port replaced by
    ``JAX_COORDINATOR_PORT`` where that is set, as JAX does for its own environments.
 
@@ -40,6 +41,9 @@ CLUSTERS_MODULE = "jax._src.clusters"
 #: the name JAX's ``cluster_detection_method`` knows it by
 CLUSTER_NAME = "ma_jupyter"
 
+#: the launchers' counts of the ranks they started on this node (torchrun, Open MPI, MPICH)
+LOCAL_SIZES = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+
 
 def process_count_and_id(environ=os.environ) -> tuple[int, int] | None:
     """This node's JAX process count and id, or None where rule 4 says the node's model does not
@@ -51,7 +55,7 @@ def process_count_and_id(environ=os.environ) -> tuple[int, int] | None:
         return None
     if not 0 <= index < count:
         return None
-    if environ.get("LOCAL_WORLD_SIZE", "1") != "1":  # several ranks on this node
+    if any(environ.get(name, "1") != "1" for name in LOCAL_SIZES):  # several ranks on this node
         return None
     return count, index
 

@@ -34,6 +34,9 @@ del os.environ["JAX_COORDINATOR_PORT"]
 os.environ["LOCAL_WORLD_SIZE"] = "2"  # torchrun started 2 ranks here: not one process per node
 seen["two ranks on the node"] = detect()
 os.environ["LOCAL_WORLD_SIZE"] = "1"
+os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2"  # Open MPI 5's mpirun: no variable JAX knows
+seen["two mpirun ranks on the node"] = detect()
+del os.environ["OMPI_COMM_WORLD_LOCAL_SIZE"]
 os.environ["JAX_PROCESS_ID"] = "2"  # not below the count
 seen["id out of range"] = detect()
 os.environ["JAX_PROCESS_ID"] = "1"
@@ -81,6 +84,7 @@ def test_jax_detects_the_nodes_process_count_and_id_where_the_platform_set_them(
     assert seen["node"] == ["10.254.0.1:1234", 2, 1, None]
     assert seen["port override"] == ["10.254.0.1:4321", 2, 1, None]
     assert seen["two ranks on the node"] == [None, None, None, None]  # nothing detected: JAX asks
+    assert seen["two mpirun ranks on the node"] == [None, None, None, None]
     assert seen["id out of range"] == [None, None, None, None]
     assert seen["under mpirun"][1:3] == [4, 3]
 
