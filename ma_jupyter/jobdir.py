@@ -209,7 +209,8 @@ class NodeDir(_Folder):
 
     @property
     def python(self) -> Path:
-        """The folder on the node's PYTHONPATH holding only a link to the package (symlink mode)."""
+        """The folder on the node's PYTHONPATH holding only links to the package and the node's
+        ``sitecustomize`` (symlink mode)."""
         return self.root / "python"
 
     @property

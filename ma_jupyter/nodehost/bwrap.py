@@ -46,6 +46,7 @@ from .view import (
     EXEC_ENV,
     HELPERS_VIEW,
     PACKAGE_DIR,
+    SITECUSTOMIZE,
     SYSTEM_PATH,
     WRITABLE_FILE_ROOTS,
     NodeView,
@@ -281,10 +282,12 @@ def _python_args(roots: tuple[str, ...] | list[str]) -> list[str]:
 
 
 def _helpers_args(view: NodeView) -> list[str]:
-    """:data:`HELPERS_VIEW` holding a link to this package, and (with the user's cache) the links
-    of the folders frameworks keep in HOME to theirs in the cache (:func:`.caches.home_links`)."""
+    """:data:`HELPERS_VIEW` holding a link to this package and the node's ``sitecustomize``, and
+    (with the user's cache) the links of the folders frameworks keep in HOME to theirs in the
+    cache (:func:`.caches.home_links`)."""
     args = _parents(HELPERS_VIEW) + ["--perms", "0755", "--dir", HELPERS_VIEW]
     args += ["--symlink", PACKAGE_DIR, f"{HELPERS_VIEW}/ma_jupyter"]
+    args += ["--symlink", SITECUSTOMIZE, f"{HELPERS_VIEW}/sitecustomize.py"]
     if view.cache is not None:
         home = posixpath.dirname(caches.CACHE_VIEW)
         for link, target in caches.home_links(home, caches.CACHE_VIEW):

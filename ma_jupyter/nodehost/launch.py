@@ -46,6 +46,7 @@ from .mounts import (
 from .procfs import NODE_MARKER
 from .view import (
     PACKAGE_DIR,
+    SITECUSTOMIZE,
     WRITABLE_FILE_ROOTS,
     JobAttempt,
     NodeView,
@@ -297,6 +298,8 @@ def _build_tree(view: NodeView) -> None:
     helpers.mkdir(exist_ok=True)
     (helpers / "ma_jupyter").unlink(missing_ok=True)
     (helpers / "ma_jupyter").symlink_to(PACKAGE_DIR)
+    (helpers / "sitecustomize.py").unlink(missing_ok=True)
+    (helpers / "sitecustomize.py").symlink_to(SITECUSTOMIZE)
     for mount in view.mounts:
         if mount.kind == CACHE_KIND:
             home = view.nd.home

@@ -130,9 +130,14 @@ PACKAGE_DIR = str(Path(ma_jupyter.__file__).resolve().parent)
 
 
 #: the folder on every node's PYTHONPATH (bubblewrap): it holds a link to this package and
-#: nothing else, so the modes' launchers import it while a job sees nothing more of the folder
+#: the node's ``sitecustomize`` (:data:`SITECUSTOMIZE`), nothing else, so the modes' launchers import it while a job sees nothing more of the folder
 #: the package lies in (an editable install's repository: its tests/, bench/...)
 HELPERS_VIEW = "/run/ma_jupyter/python"
+
+#: the node's ``sitecustomize`` (linked as ``sitecustomize.py`` beside the package's link in the
+#: helpers folder): JAX's cluster detection, then the image's own ``sitecustomize``
+#: (:mod:`ma_jupyter.nodeside.node_sitecustomize`)
+SITECUSTOMIZE = str(Path(PACKAGE_DIR) / "nodeside" / "node_sitecustomize.py")
 
 
 #: where the working copy's original is shown (read-only) while it is copied, and only then

@@ -18,18 +18,18 @@ from ma_jupyter.models import JobStatus
 from ..helpers import writable_dir
 from .real import algorithm, events_text, run_job
 
-#: ``jax.distributed.initialize()`` takes the coordinator from ``JAX_COORDINATOR_ADDRESS`` by
-#: itself; JAX auto-detects the process count and id only under Slurm, Open MPI or Kubernetes,
-#: so they come from the platform's ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID``.
+#: ``jax.distributed.initialize()`` with no argument, as on a Slurm cluster: the coordinator
+#: from ``JAX_COORDINATOR_ADDRESS``, the process count and id from the node's cluster detection
+#: (the node's ``sitecustomize``, ``nodeside/jax_cluster.py``); JAX itself was not imported
+#: before the program imported it.
 JAX_TWO_NODES = """
-import json, os
+import json, os, sys
+imported_at_start = "jax" in sys.modules
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-jax.distributed.initialize(
-    num_processes=int(os.environ["JAX_NUM_PROCESSES"]), process_id=int(os.environ["JAX_PROCESS_ID"])
-)
+jax.distributed.initialize()
 gathered = multihost_utils.process_allgather(np.array([jax.process_index() + 10]))
 info = {
     "process": jax.process_index(),
@@ -40,6 +40,7 @@ info = {
     "rank": os.environ["RANK"],
     "ports": os.environ["MA_PORTS"],
     "coordinator": os.environ["JAX_COORDINATOR_ADDRESS"],
+    "imported at start": imported_at_start,
     "master": [os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], os.environ["MA_MASTER_PORTS"]],
 }
 with open(f"/workspace/outputs/jax-{jax.process_index()}.json", "w") as fh:
@@ -95,6 +96,9 @@ def test_jax_initialize_joins_2_nodes_of_the_distributed_mode_on_the_jax_coordin
     assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
     results = [json.loads((outputs / f"jax-{r}.json").read_text()) for r in range(2)]
     assert [(r["process"], r["count"], r["devices"]) for r in results] == [(0, 2, 2), (1, 2, 2)]
+    assert {r["imported at start"] for r in results} == {False}
+    for rank in (0, 1):  # each node's process once
+        assert logs.count(f"jax process {rank} of 2") == 1, logs
     assert {tuple(r["gathered"]) for r in results} == {(10, 11)}  # a real exchange between the nodes
     assert [r["rank"] for r in results] == ["0", "1"]  # the job's RANK=9 is not applied
     assert {r["home"] for r in results} == {"/workspace/outputs"}  # the job's HOME is

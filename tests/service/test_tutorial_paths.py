@@ -8,6 +8,7 @@ Real service, real node processes in bubblewrap (the symlink mode where it behav
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import secrets
@@ -249,7 +250,9 @@ def test_a_job_sees_only_the_platform_package_on_its_pythonpath(any_service, tmp
     final = finished(any_service, job["id"])
     log = log_of(any_service, job["id"])
     assert final["status"] == "succeeded", (final["reason"], log)
-    assert "HELPERS ['ma_jupyter']" in log
+    helpers = ast.literal_eval(log.split("HELPERS ", 1)[1].splitlines()[0])
+    # the package and the node's sitecustomize (symlink mode: its compiled file beside them)
+    assert sorted(set(helpers) - {"__pycache__"}) == ["ma_jupyter", "sitecustomize.py"], log
     assert str(REPO) not in log.split("PYTHONPATH ", 1)[1].splitlines()[0]
     if any_service.sandbox == "bubblewrap":
         assert "PYTHONPATH /run/ma_jupyter/python\n" in log

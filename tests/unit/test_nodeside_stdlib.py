@@ -24,6 +24,7 @@ NODE_SIDE = [
     "ma_jupyter.nodeside.argv",
     "ma_jupyter.nodeside.torch_run",
     "ma_jupyter.nodeside.ssh_node",
+    "ma_jupyter.nodeside.jax_cluster",
     "ma_jupyter.nodehost.rsh_agent",
     "ma_jupyter.nodehost.shell_agent",
     "ma_jupyter.nodehost.agent_wire",
