@@ -12,6 +12,7 @@ job over TCP by hostname, and a 2-node MPI allreduce through mpirun's agent).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -489,19 +490,17 @@ def test_each_node_is_a_machine_with_its_own_address_and_the_master_is_one_of_th
 @pytest.mark.ray_in_job
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(
-    os.environ.get("MA_RAY_IN_JOB") != "1",
-    reason="opt-in (MA_RAY_IN_JOB=1): Ray 2.60's raylet aborts when its dashboard agent has not "
-    "written its port files 15 s after its start (a fixed wait), and on a loaded 2-core machine "
-    "the agent's import of ray takes longer (2.6 s of CPU, 1.8 s of it jsonschema's rfc3987_syntax; "
-    "16 s of wall time in a 1-core node at load 12), so the head's raylet never registers",
+    importlib.util.find_spec("ray") is None, reason="Ray is not installed: pip install ma_jupyter[ray]"
 )
 def test_a_ray_cluster_started_inside_a_job_registers_each_nodes_own_address(ma_client, tmp_path):
-    """Where it fails, the sandbox is not the cause: the same `ray start --head` in a bare
-    `nsenter` into a job-network namespace, pinned to one core with `taskset -c 0`, outside any
-    sandbox and as root, fails the same way (the raylet's "Timed out waiting for file
-    .../dashboard_agent_listen_port_..."); there with both cores it succeeded once, in 26 s at a
-    load of 11.  Each node's Ray finds its own address (`Local node IP: 10.254.0.1`), with no
-    default route to guess from: by its hostname, which the node's /etc/hosts gives its address."""
+    """`ray start --head` on worker-0, `ray start --address` on worker-1, as on two machines: each
+    node's Ray finds its own address (`Local node IP: 10.254.0.1`), with no default route to
+    guess from, by its hostname, which the node's /etc/hosts gives its address.  Ray 2.60's
+    raylet aborts when its dashboard agent has not written its port files 15 s after its start
+    (a fixed wait), so the head needs its agent's `import ray` to be quick: `./dev setup` drops
+    jsonschema's rfc3987-syntax, which cost 1.8 s of CPU in each of the six helpers the head
+    starts at once (with it, the head failed in a 1-core node at load 12, and outside any
+    sandbox as well)."""
     _job, addresses, logs = _two_node_job(
         ma_client, tmp_path, "ray-inside", RAY_IN_JOB, timeout=800, specs=["cpu.node"]
     )
