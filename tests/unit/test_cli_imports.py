@@ -68,6 +68,12 @@ HEAVY = (
     # a service or probing accelerators (subprocess), digesting a tree (hashlib)
     "subprocess",
     "hashlib",
+    # the service's configuration (its dataclasses import inspect, ast, dis...) and the card
+    # probes: a client finds its service through ma_jupyter.statehome
+    "ma_jupyter.config",
+    "ma_jupyter.accelerators",
+    "dataclasses",
+    "inspect",
 )
 
 

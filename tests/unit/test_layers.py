@@ -36,6 +36,7 @@ LAYER_OF = {
     "ma_jupyter.models": "models",
     "ma_jupyter.wire": "wire",
     "ma_jupyter.config": "config",
+    "ma_jupyter.statehome": "statehome",
     "ma_jupyter.accelerators": "accelerators",
     "ma_jupyter.tsgen": "tsgen",
     "ma_jupyter.spectext": "spectext",
@@ -75,9 +76,11 @@ ALLOWED = {
     "models": {"wire", "commands", "errors"},
     # this machine's cards: detection and device nodes, nothing of the package
     "accelerators": set(),
-    "config": {"wire", "models", "errors", "jobdir", "accelerators"},
+    # the state folder and the files a client finds its service by: the standard library only
+    "statehome": set(),
+    "config": {"statehome", "wire", "models", "errors", "jobdir", "accelerators"},
     # what of an algorithm folder is shipped, and its digest: the folder walk and the home
-    "algorithm_content": {"foldersize", "config", "errors"},
+    "algorithm_content": {"foldersize", "config", "statehome", "errors"},
     # the text formats of tasks, images and mounts: pure string rules, for every front end
     "spectext": set(),
     # object storage transfers (its client library imported on first use): for the service
@@ -158,6 +161,7 @@ ALLOWED = {
         "models",
         "wire",
         "config",
+        "statehome",
         "jobdir",
         "untrusted",
         "kernel_access",
@@ -165,7 +169,7 @@ ALLOWED = {
         "foldersize",
         "algorithm_content",
     },
-    "frontends": {"frontends", "client", "models", "wire", "config", "spectext", "errors"},
+    "frontends": {"frontends", "client", "models", "wire", "config", "statehome", "spectext", "errors"},
 }
 
 # Edges that break a rule beyond the layer table: notebook widgets reach the shared client
