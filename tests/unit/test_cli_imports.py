@@ -74,6 +74,9 @@ HEAVY = (
     "ma_jupyter.accelerators",
     "dataclasses",
     "inspect",
+    # argparse sizes its help with shutil (and its bz2, lzma) at each option added: the CLI's
+    # formatter finds the width itself (options.HelpFormatter)
+    "shutil",
 )
 
 
