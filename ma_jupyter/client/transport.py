@@ -16,8 +16,8 @@ Rules of :meth:`Connection.request`:
    repeat (submits carry an idempotency key).
 3. A failure to reach the service or to read its whole answer raises :class:`Unreachable`
    (worth retrying while a service restarts); a read that outlasts ``timeout`` raises
-   :class:`ReadTimedOut`.  Their text is the operating system's, after the address it could
-   not reach (``127.0.0.1:9: [Errno 111] Connection refused``).
+   :class:`ReadTimedOut`.  Their text names the address first, then what went wrong in the
+   operating system's words (``127.0.0.1:9: [Errno 111] Connection refused``).
 4. No proxy from the environment is used: the service's token never leaves for a proxy.
 5. An answer is read as HTTP/1.1 says: its ``Content-Length``, else chunked, else up to the
    connection's end; a status line or header longer than 64 KiB, or more than 100 headers,
@@ -147,15 +147,17 @@ class Connection:
                 status, close, content = self._answer(method)
             except TimeoutError as exc:  # socket.timeout: the answer is late
                 self.close()
-                raise ReadTimedOut(f"no answer within {timeout:g} s ({exc or 'timed out'})") from exc
+                raise ReadTimedOut(
+                    f"{parts.netloc}: no answer within {timeout:g} s ({exc or 'timed out'})"
+                ) from exc
             except (_Dropped, BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as exc:
                 self.close()
                 if reused:
                     continue  # rule 2: the kept-alive connection was closed while idle
-                raise Unreachable(_said(exc)) from exc
+                raise Unreachable(f"{parts.netloc}: {_said(exc)}") from exc
             except (OSError, ValueError) as exc:
                 self.close()
-                raise Unreachable(_said(exc)) from exc
+                raise Unreachable(f"{parts.netloc}: {_said(exc)}") from exc
             except BaseException:
                 # an interrupt (Ctrl-C while following a log) mid-request: the rest of this
                 # answer would be read as the next request's, so the connection goes (rule 6)
