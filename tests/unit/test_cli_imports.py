@@ -77,6 +77,9 @@ HEAVY = (
     # argparse sizes its help with shutil (and its bz2, lzma) at each option added: the CLI's
     # formatter finds the width itself (options.HelpFormatter)
     "shutil",
+    # the job folder's layout and the untrusted-file reader: only a local log read needs them
+    "ma_jupyter.untrusted",
+    "ma_jupyter.jobdir",
 )
 
 
