@@ -46,7 +46,6 @@ same algorithm; one edit makes a new version of it.  This module owns both halve
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import stat
@@ -56,7 +55,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple
 
-from . import config
+from . import statehome
 from .errors import ContentUnknown, FolderRefused, ReadBudgetSpent
 from .foldersize import folder_size, walk
 
@@ -128,7 +127,7 @@ def ignore(folder: str, names: list[str]) -> set[str]:
     service home when it lies directly inside (its tokens, database and jobs are never code,
     and snapshots are written there)."""
     skipped = set(shutil.ignore_patterns(*IGNORED)(folder, names))
-    home = config.home()
+    home = statehome.home()
     if home.name in names and home.parent == Path(folder).resolve():
         skipped.add(home.name)
     return skipped
@@ -173,6 +172,8 @@ def _file_hash(name: str, dir_fd: int, listed: os.stat_result, budget: ReadBudge
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode) or _identity(opened) != key:
             raise ContentUnknown(f"{name} was replaced or changed since it was listed")
+        import hashlib  # here: a submit that only walks a folder (what to ship) never digests
+
         found = hashlib.sha256()
         while chunk := os.read(fd, _CHUNK):
             found.update(chunk)
@@ -259,6 +260,8 @@ def _digest(folder: str | os.PathLike[str], account: Account | None, budget: Rea
         folders.close()
     # a path and a link's target hold no NUL byte, a file's record has a fixed length: the
     # records join unambiguously
+    import hashlib
+
     found = hashlib.sha256(_FORMAT)
     for below, kind, payload in sorted(records):
         found.update(kind + b"\0" + below + b"\0" + payload + b"\0")

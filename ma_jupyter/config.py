@@ -9,6 +9,9 @@ Everything lives under ``$MA_JUPYTER_HOME`` (default ``~/.ma_jupyter``)::
     jobs/<id>/       one folder per job: logs/, nodes/<node>/ (per-node files)
     prepared/        data preparation's copies of datasets (:func:`prepared_root`; ``[data] root`` moves them)
 
+The folder itself, ``service.json`` and ``service.log`` are named by :mod:`ma_jupyter.statehome`
+(re-exported here), which a command line imports without this module.
+
 ``cluster.toml`` is read by :func:`read_cluster_file` only; each room that applies one of its
 tables (``[users]``, ``[mounts]``, ``[data]``, ``[resources]``...) asks it for the file's tables.
 
@@ -43,46 +46,17 @@ from typing import TYPE_CHECKING
 from . import accelerators
 from .errors import InvalidSpec
 from .jobdir import JobDir, check_job_id
+from .statehome import ENV_HOME, ENV_PROJECT_DIR, home, runtime_file, service_log  # noqa: F401 (re-exported)
 from .wire import is_object_uri
 
 if TYPE_CHECKING:  # the models are imported where a spec or node is made: a client reads the
     # home's paths from here without pydantic
     from .models import Node, Spec
 
-ENV_HOME = "MA_JUPYTER_HOME"
-#: the folder a job's relative host paths (and the admin's project rules) start from
-ENV_PROJECT_DIR = "MA_JUPYTER_PROJECT_DIR"
-
-
-#: ``$MA_JUPYTER_HOME`` (or None) -> the folder it names, resolved once: every log read asks
-_resolved_homes: dict[str | None, Path] = {}
-
-
-def home() -> Path:
-    """The state folder, created on first use (mode 0700: it holds the token, every job's spec
-    and env, and every job's files)."""
-    raw = os.environ.get(ENV_HOME) or None
-    path = _resolved_homes.get(raw)
-    if path is None:
-        path = Path(raw or Path.home() / ".ma_jupyter").expanduser().resolve()
-        _resolved_homes[raw] = path
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
-
 
 def db_path() -> Path:
     """The SQLite database of the job service."""
     return home() / "jobs.db"
-
-
-def runtime_file() -> Path:
-    """The 0600 file naming the running service: url, the owner's token, the proxy token, pid."""
-    return home() / "service.json"
-
-
-def service_log() -> Path:
-    """The job service's own log."""
-    return home() / "service.log"
 
 
 def bytecode_cache() -> Path:

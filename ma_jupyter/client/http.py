@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from .. import config
+from .. import statehome
 from ..errors import (
     BackendUnavailable,
     InvalidSpec,
@@ -146,7 +146,7 @@ class Client:
         self.pid: int | None = None
 
     def __repr__(self) -> str:
-        return f"<Client {self._url or 'not connected'} home={config.home()}>"
+        return f"<Client {self._url or 'not connected'} home={statehome.home()}>"
 
     # ----------------------------------------------------------------------- connection
 
@@ -190,7 +190,7 @@ class Client:
             if not self._token:
                 raise BackendUnavailable(
                     f"no token for {self._url}: pass token=... or set ${ENV_TOKEN}, or leave the url "
-                    f"unset to use {config.runtime_file()}"
+                    f"unset to use {statehome.runtime_file()}"
                 )
             self._probe(self._url, self._token)
             return
@@ -200,7 +200,7 @@ class Client:
             return
         if not self.autostart:
             raise BackendUnavailable(
-                f"no job service answers for {config.home()}: start one with `ma-jupyter service start`"
+                f"no job service answers for {statehome.home()}: start one with `ma-jupyter service start`"
             )
         self._use(self._start_service())
 
@@ -284,7 +284,7 @@ class Client:
                 timed_out = timed_out or isinstance(exc, ReadTimedOut)
                 if not again or time.monotonic() >= deadline:
                     raise BackendUnavailable(
-                        f"the job service does not answer {method} {path} ({exc}); see {config.service_log()}"
+                        f"the job service does not answer {method} {path} ({exc}); see {statehome.service_log()}"
                     ) from exc
                 tries += 1
                 time.sleep(min(1.0, 0.05 * 2**tries))
@@ -908,8 +908,8 @@ class Client:
         """
         status: dict[str, Any] = {
             "running": False,
-            "home": str(config.home()),
-            "log": str(config.service_log()),
+            "home": str(statehome.home()),
+            "log": str(statehome.service_log()),
             "url": None,
             "pid": None,
             "version": None,

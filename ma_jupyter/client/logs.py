@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BackendUnavailable, MaJupyterError, NodeLost, NotFound, RefusedFile
-from ..untrusted import open_file
 from ..wire import JobStatus
 
 if TYPE_CHECKING:  # annotations only: the client imports pydantic when it validates an answer
@@ -258,6 +257,10 @@ class LogLines(Iterator[str]):
     def _read_local(self) -> bytes:
         try:
             if self._file is None:
+                # here, not at the module's top: only a reader of a local log file needs it (with
+                # the job folder's layout), not every command line
+                from ..untrusted import open_file
+
                 # The job wrote this file: never follow a symlink or block on a FIFO it left there.
                 fd = open_file(Path(self._local.root), self._local.path)
                 self._file = os.fdopen(fd, "rb")  # kept open while following

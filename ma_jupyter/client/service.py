@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import ma_jupyter
 
-from .. import config
+from .. import statehome
 from ..errors import BackendUnavailable
 from ..procstat import STATE, stat_fields
 
@@ -33,7 +33,7 @@ STARTED_LOCK = threading.Lock()
 
 def read_runtime() -> dict[str, Any] | None:
     try:
-        data = json.loads(config.runtime_file().read_text())
+        data = json.loads(statehome.runtime_file().read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not data.get("url") or not data.get("token"):
@@ -69,7 +69,7 @@ def start_service(
     Returns:
         The runtime record of the answering service (url, token, pid).
     """
-    home = config.home()
+    home = statehome.home()
     deadline = time.monotonic() + START_TIMEOUT
     with open(home / AUTOSTART_LOCK, "w") as lock:
         # Blocking is right here: whoever holds the lock is starting the very service we need.
@@ -78,10 +78,10 @@ def start_service(
             runtime = read_runtime()
             if runtime and probe(runtime["url"], runtime["token"]):
                 return runtime
-            log_path = config.service_log()
-            env = {**os.environ, config.ENV_HOME: str(home)}
+            log_path = statehome.service_log()
+            env = {**os.environ, statehome.ENV_HOME: str(home)}
             # the folder the service is started for: its jobs may mount from it by default
-            env.setdefault(config.ENV_PROJECT_DIR, os.getcwd())
+            env.setdefault(statehome.ENV_PROJECT_DIR, os.getcwd())
             # The service must import this very package, also when it is used from a source
             # tree that is not installed and the caller's directory is elsewhere.
             package_root = str(Path(ma_jupyter.__file__).resolve().parents[1])

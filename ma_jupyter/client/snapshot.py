@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .. import config
+from .. import statehome
 from ..algorithm_content import ignore
 from ..errors import InvalidSpec
 from ..foldersize import folder_size as measure
@@ -28,7 +28,7 @@ SHIP_LIMIT = 100 << 20
 
 
 def snapshots_root() -> Path:
-    return config.home() / "snapshots"
+    return statehome.home() / "snapshots"
 
 
 def new_snapshot(name: str) -> Path:

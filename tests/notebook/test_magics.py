@@ -234,6 +234,13 @@ def _interrupt_after(predicate, timeout=60):
     return thread
 
 
+def _live_text(shell) -> str:
+    """What the running cell's live job output shows now (while ``Run`` captures it)."""
+    outputs = list(getattr(shell.display_pub, "outputs", ()))
+    texts = [o["data"].get("text/plain", "") for o in outputs if (o["metadata"] or {}).get("ma_jupyter")]
+    return texts[-1] if texts else ""
+
+
 def _job_log(home, name_prefix=""):
     logs = sorted(home.glob("jobs/*/logs/worker-0.log"))
     return logs[-1].read_text() if logs else ""
@@ -245,10 +252,28 @@ TICKER = (
 )
 
 
-def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_home):
-    # well after the first lines, so the cell has shown some before the interrupt
-    _interrupt_after(lambda: "tick 30\n" in _job_log(ma_home))
-    first = Run(ma_shell, "%%ma_train --name ticker --out ticker\n" + TICKER)
+# The ticker held after its line 30 until the test opens the gate (a file in a dataset folder):
+# the job cannot end before the interrupted cell has detached, however slow the machine.
+GATED_TICKER = (
+    "import os, sys, time\n"
+    f"for i in range({TICKS}):\n"
+    "    print(f'tick {i}', flush=True)\n"
+    "    deadline = time.monotonic() + 120\n"
+    "    while i == 30 and not os.path.exists('/workspace/dataset/private/gate/open'):\n"
+    "        if time.monotonic() > deadline:\n"
+    "            sys.exit('the gate never opened')\n"
+    "        time.sleep(0.02)\n"
+    "    time.sleep(0.02)\n"
+)
+
+
+def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_home, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    ma_shell.user_ns["gate_dir"] = str(gate)
+    # once the cell shows the line before the gate: it has shown lines before the interrupt
+    _interrupt_after(lambda: "tick 30" in _live_text(ma_shell))
+    first = Run(ma_shell, "%%ma_train --name ticker --dataset gate={gate_dir} --out ticker\n" + GATED_TICKER)
     # the cell ends as interrupted, so "Run All" stops there; the job goes on
     assert isinstance(first.error, KeyboardInterrupt), (first.stdout, first.stderr)
     handle = ma_shell.user_ns["ticker"]
@@ -259,6 +284,7 @@ def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_hom
     assert handle.refresh().status is JobStatus.running  # interrupting did not stop the job
     shown_first = [line for line in first.job_text().splitlines() if line.startswith("tick ")]
     assert shown_first
+    (gate / "open").touch()  # the job goes on to its end
 
     # a kernel restart: no variables, no client; the notebook record remains
     session._clients.clear()

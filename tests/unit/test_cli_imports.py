@@ -1,6 +1,6 @@
 """``ma-jupyter`` stays cheap to start: importing the CLI loads neither the notebook, Jupyter,
-the service nor its web stack, nor ``requests`` (the client's transport is the standard
-library's ``http.client``), nor pydantic: a plain client's answers are read as views of their
+the service nor its web stack, nor ``requests`` or ``http.client`` (the client's transport
+speaks HTTP on a socket), nor pydantic: a plain client's answers are read as views of their
 JSON (``client/plain.py``), and the models are imported only where a command needs them
 (each model's validator is then built when first used: ``defer_build``).
 bench/cli_speed.py measures the time of whole calls."""
@@ -57,6 +57,9 @@ HEAVY = (
     # the client's HTTP is the standard library's (client/transport.py)
     "requests",
     "urllib3",
+    "http.client",  # with ssl and the email package: the transport reads HTTP itself
+    "ssl",
+    "email",
     # a plain client reads answers without the pydantic models (client/plain.py)
     "pydantic",
     "pydantic_core",
@@ -65,6 +68,18 @@ HEAVY = (
     # a service or probing accelerators (subprocess), digesting a tree (hashlib)
     "subprocess",
     "hashlib",
+    # the service's configuration (its dataclasses import inspect, ast, dis...) and the card
+    # probes: a client finds its service through ma_jupyter.statehome
+    "ma_jupyter.config",
+    "ma_jupyter.accelerators",
+    "dataclasses",
+    "inspect",
+    # argparse sizes its help with shutil (and its bz2, lzma) at each option added: the CLI's
+    # formatter finds the width itself (options.HelpFormatter)
+    "shutil",
+    # the job folder's layout and the untrusted-file reader: only a local log read needs them
+    "ma_jupyter.untrusted",
+    "ma_jupyter.jobdir",
 )
 
 

@@ -39,6 +39,7 @@ LAYER_OF = {
     "ma_jupyter.wire": "wire",
     "ma_jupyter.config": "config",
     "ma_jupyter.cluster_schema": "cluster_schema",
+    "ma_jupyter.statehome": "statehome",
     "ma_jupyter.accelerators": "accelerators",
     "ma_jupyter.tsgen": "tsgen",
     "ma_jupyter.spectext": "spectext",
@@ -78,12 +79,14 @@ ALLOWED = {
     "models": {"wire", "commands", "errors"},
     # this machine's cards: detection and device nodes, nothing of the package
     "accelerators": set(),
+    # the state folder and the files a client finds its service by: the standard library only
+    "statehome": set(),
     # cluster_schema: imported on the first read of a cluster.toml only (pydantic)
-    "config": {"wire", "models", "errors", "jobdir", "accelerators", "cluster_schema"},
+    "config": {"statehome", "wire", "models", "errors", "jobdir", "accelerators", "cluster_schema"},
     # the schema of cluster.toml: its [[spec]] and [[node]] are the wire model's
     "cluster_schema": {"models", "errors"},
     # what of an algorithm folder is shipped, and its digest: the folder walk and the home
-    "algorithm_content": {"foldersize", "config", "errors"},
+    "algorithm_content": {"foldersize", "config", "statehome", "errors"},
     # the text formats of tasks, images and mounts: pure string rules, for every front end
     "spectext": set(),
     # object storage transfers (its client library imported on first use): for the service
@@ -165,6 +168,7 @@ ALLOWED = {
         "models",
         "wire",
         "config",
+        "statehome",
         "jobdir",
         "untrusted",
         "kernel_access",
@@ -172,7 +176,7 @@ ALLOWED = {
         "foldersize",
         "algorithm_content",
     },
-    "frontends": {"frontends", "client", "models", "wire", "config", "spectext", "errors"},
+    "frontends": {"frontends", "client", "models", "wire", "config", "statehome", "spectext", "errors"},
 }
 
 # The foundation modules: they import nothing of the package, and every layer may import them

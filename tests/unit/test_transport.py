@@ -93,7 +93,7 @@ def test_refused_and_late_answers_raise_their_own_errors():
         closed.close()
     silent = OneShotServer(answer=False)
     try:
-        with pytest.raises(ReadTimedOut, match="no answer within 0.5 s"):
+        with pytest.raises(ReadTimedOut, match=rf"127\.0\.0\.1:{silent.port}: no answer within 0.5 s"):
             Connection().request("GET", f"http://127.0.0.1:{silent.port}/", timeout=0.5)
     finally:
         silent.close()
@@ -105,19 +105,31 @@ def test_chunked_answers_are_read_and_unbounded_headers_refused():
         b'7\r\n{"a": 1\r\n1;ext=1\r\n}\r\n0\r\n\r\n'
     )
     flood = OneShotServer(reply=b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n")
+    # a length far beyond memory, then five bytes and the connection's end: refused as cut
+    # short, without the claimed length ever allocated
+    boast = OneShotServer(reply=b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\nhello" % (1 << 50))
+    negative = OneShotServer(reply=b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\nhello")
     try:
         answer = Connection().request("GET", f"http://127.0.0.1:{chunked.port}/x", timeout=30)
         assert (answer.status_code, answer.ok, answer.json()) == (404, False, {"a": 1})
         with pytest.raises(Unreachable, match="more than 100 headers"):
             Connection().request("GET", f"http://127.0.0.1:{flood.port}/x", timeout=30)
+        with pytest.raises(
+            Unreachable, match=f"127.0.0.1:{boast.port}: the answer ended after 5 of {1 << 50} bytes"
+        ):
+            Connection().request("GET", f"http://127.0.0.1:{boast.port}/x", timeout=30)
+        with pytest.raises(Unreachable, match=r"a negative length in the answer \(-1\)"):
+            Connection().request("GET", f"http://127.0.0.1:{negative.port}/x", timeout=30)
     finally:
         chunked.close()
         flood.close()
+        boast.close()
+        negative.close()
 
 
 def test_an_interrupted_answer_is_never_read_as_the_next_one():
     """Ctrl-C while an answer is read (a cell following a log): the next request, on the same
-    connection object, gets its own answer, not the rest of the interrupted one (rule 5)."""
+    connection object, gets its own answer, not the rest of the interrupted one (rule 6)."""
     import signal
 
     server = socket.create_server(("127.0.0.1", 0))

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ... import config
+from ... import statehome
 
 _lock = threading.Lock()
 
@@ -55,7 +55,7 @@ def notebook_path() -> Path | None:
 
 
 def _path(key: str) -> Path:
-    folder = config.home() / "notebooks"
+    folder = statehome.home() / "notebooks"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / (hashlib.sha256(key.encode()).hexdigest()[:20] + ".json")
 

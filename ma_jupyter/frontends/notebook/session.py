@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ... import config
+from ... import statehome
 
 if TYPE_CHECKING:
     from ...client import Client
@@ -17,7 +17,7 @@ def get_client() -> Client:
     """The Client for the current ``$MA_JUPYTER_HOME`` (one per home, created on first use)."""
     from ...client import Client  # requests is loaded on first use, not with the magics
 
-    home = str(config.home())
+    home = str(statehome.home())
     client = _clients.get(home)
     if client is None:
         client = _clients[home] = Client()
