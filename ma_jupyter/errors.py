@@ -233,6 +233,12 @@ class TransportError(Exception):
     """No answer came from the service (:mod:`ma_jupyter.client.transport`)."""
 
 
+class ConnectionDropped(Exception):
+    """The client transport's signal that a kept-alive connection ended before any byte of the
+    answer (``client/transport.py`` rule 2: the request is sent once more on a new connection);
+    never seen outside the transport."""
+
+
 class Unreachable(TransportError):
     """The service could not be reached, or dropped the connection before its whole answer."""
 

@@ -35,7 +35,7 @@ import socket
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from ..errors import ReadTimedOut, TransportError, Unreachable  # noqa: F401 (TransportError: re-exported)
+from ..errors import ConnectionDropped, ReadTimedOut, TransportError, Unreachable  # noqa: F401 (TransportError: re-exported)
 
 MAX_LINE = 65536
 MAX_HEADERS = 100
@@ -64,10 +64,6 @@ class Response:
     def json(self) -> Any:
         """The body as JSON; ValueError when it is none."""
         return json.loads(self.content)
-
-
-class _Dropped(Exception):
-    """The connection ended before any byte of the answer (rule 2)."""
 
 
 class Connection:
@@ -140,7 +136,7 @@ class Connection:
                 raise ReadTimedOut(
                     f"{parts.netloc}: no answer within {timeout:g} s ({exc or 'timed out'})"
                 ) from exc
-            except (_Dropped, BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as exc:
+            except (ConnectionDropped, BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as exc:
                 self.close()
                 if reused:
                     continue  # rule 2: the kept-alive connection was closed while idle
@@ -188,7 +184,7 @@ class Connection:
         while True:
             line = self._line()
             if not line:
-                raise _Dropped("Remote end closed connection without response")
+                raise ConnectionDropped("Remote end closed connection without response")
             version, _, rest = line.decode("latin-1").partition(" ")
             code = rest[:3]
             if not version.startswith("HTTP/") or not code.isdigit():
