@@ -27,7 +27,9 @@ Priorities and sharing, in the order a submit (or a PATCH) meets them:
    mounts (dataset, annotation set, model, volume, the algorithm and the outputs folder) allows
    others ``rw`` when other users may write it, ``ro`` when they may read it, else ``none`` (its
    own mode bits, :func:`resource_access`; ACLs are not read).  A higher access is refused (400,
-   field ``access``) naming the folder.  The algorithm is judged by the folder the user shipped
+   field ``access``) naming the folder; a spec that names no access gets the default ``ro``
+   lowered to what its folders allow (:func:`default_access`), so a job shipped from a private
+   folder is private rather than refused.  The algorithm is judged by the folder the user shipped
    the code from (``algorithm_origin``), never by the platform's snapshot of it (always 0755,
    the platform's copy, not a resource of the user's); a snapshot with no such folder (a
    notebook cell without ``--code-dir``) is no folder of the user's and caps nothing.  Each batch
@@ -188,10 +190,13 @@ def load_rules(path: Path | None = None) -> Rules:
 
 
 def new_job_spec(spec: JobSpec, caller: Caller, rules: Rules) -> JobSpec:
-    """The spec as the service stores it: the caller's (rule 1), private when sharing is off (rule 2)."""
+    """The spec as the service stores it: the caller's (rule 1), private when sharing is off (rule
+    2); a spec that names no access gets the default ``ro`` capped by its folders (rule 3)."""
     update: dict = {"creator": caller.name}
     if not rules.sharing:
         update["access"] = Access.none
+    elif "access" not in spec.model_fields_set:
+        update["access"] = default_access(spec)
     return spec.model_copy(update=update)
 
 
@@ -213,6 +218,39 @@ def resource_access(path: str) -> Access | None:
     return Access.rw if st.st_mode & stat.S_IWOTH else Access.ro
 
 
+def _resources(spec: JobSpec) -> list[tuple[str, str, str]]:
+    """Rule 3's folders: (kind, name, path) of each folder the job mounts that caps its access."""
+    found = [
+        *(("dataset", m.name, m.path) for m in spec.datasets),
+        *(("annotation set", m.name, m.path) for m in spec.annotations),
+        *(("model", m.name, m.path) for m in spec.models),
+        *(("volume", m.name, m.path) for m in spec.volumes),
+        *_code_folders(spec),
+    ]
+    if spec.outputs and not is_object_uri(spec.outputs):
+        found.append(("outputs", "folder", spec.outputs))
+    return found
+
+
+def _allows(spec: JobSpec, kind: str, path: str) -> Access | None:
+    """What one of rule 3's folders allows others (None: it cannot be looked at)."""
+    allows = resource_access(path)
+    if allows is Access.ro and kind.startswith("algorithm") and spec.algorithm_read_only:
+        allows = Access.rw  # code read through the job only: its rw writes nothing there
+    return allows
+
+
+def default_access(spec: JobSpec) -> Access:
+    """Rule 3 for a spec that names no access: the default ``ro``, lowered to what its folders
+    allow (a job shipped from a private folder is private), never refused."""
+    access = Access.ro
+    for kind, _name, path in _resources(spec):
+        allows = _allows(spec, kind, path)
+        if allows is not None and _RANK[allows] < _RANK[access]:
+            access = allows
+    return access
+
+
 def check_resource_access(spec: JobSpec) -> None:
     """Rule 3: refuse others' access above what any of the job's resources allows.
 
@@ -221,26 +259,18 @@ def check_resource_access(spec: JobSpec) -> None:
     """
     if spec.access is Access.none:
         return
-    resources = [
-        *(("dataset", m.name, m.path) for m in spec.datasets),
-        *(("annotation set", m.name, m.path) for m in spec.annotations),
-        *(("model", m.name, m.path) for m in spec.models),
-        *(("volume", m.name, m.path) for m in spec.volumes),
-        *_code_folders(spec),
-    ]
-    if spec.outputs and not is_object_uri(spec.outputs):
-        resources.append(("outputs", "folder", spec.outputs))
-    for kind, name, path in resources:
-        allows = resource_access(path)
-        if allows is Access.ro and kind.startswith("algorithm") and spec.algorithm_read_only:
-            allows = Access.rw  # code read through the job only: its rw writes nothing there
+    for kind, name, path in _resources(spec):
+        allows = _allows(spec, kind, path)
         if allows is None or _RANK[allows] >= _RANK[spec.access]:
             continue
-        mode = stat.S_IMODE(os.stat(path).st_mode)
         opening = "o+w" if spec.access is Access.rw else "o+rx"
+        try:
+            mode = f" (mode {stat.S_IMODE(os.stat(path).st_mode):o})"
+        except OSError:  # removed since the look above
+            mode = ""
         raise InvalidSpec(
-            f"others' access {spec.access.value} is more than {kind} {name} allows: {path} "
-            f"(mode {mode:o}) gives other users {allows.value} access. Choose --access "
+            f"others' access {spec.access.value} is more than {kind} {name} allows: {path}{mode} "
+            f"gives other users {allows.value} access. Choose --access "
             f"{allows.value}, or open the folder to others (chmod {opening} {path})",
             field="access",
         )

@@ -397,16 +397,19 @@ def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_
     (tmp_path / "helper.py").write_text("VALUE = 42\n")
     os.chmod(tmp_path, 0o700)  # a private folder: the job's account still reads the shipped copy
     # others may not see a job of a folder they may not read (access rule 3): judged by the
-    # folder shipped from, not by the platform's snapshot of it (0755)
-    refused = ma_cli("submit", "--dry-run", "--", "python", "train.py")
+    # folder shipped from, not by the platform's snapshot of it (0755); asked for, more is
+    # refused; left to the default, the job is private
+    refused = ma_cli("submit", "--dry-run", "--access", "ro", "--", "python", "train.py")
     assert refused.returncode != 0
     assert f"others' access ro is more than algorithm folder allows: {tmp_path} (mode 700)" in refused.stderr
-    plan = ma_cli("submit", "--dry-run", "--access", "none", "--", "python", "train.py")
+    plan = ma_cli("submit", "--dry-run", "--", "python", "train.py")
     assert plan.returncode == 0, plan.stderr
     assert f"would ship {tmp_path}" in plan.stdout and "/workspace/algorithm" in plan.stdout
-    shipped = ma_cli("submit", "--name", "first", "--access", "none", "--follow", "--", "python", "train.py")
+    shipped = ma_cli("submit", "--name", "first", "--follow", "--", "python", "train.py")
     assert shipped.returncode == 0, shipped.stdout + shipped.stderr
     assert "trained with 42" in shipped.stdout
+    got = ma_cli("get", "first", "--json")
+    assert json.loads(got.stdout)["spec"]["access"] == "none", got.stdout
     assert f"shipped {tmp_path} (2 files" in shipped.stderr
     (tmp_path / "train.py").write_text("print('edited')\n")  # later edits never reach a job
     snapshots = list((ma_home / "snapshots").iterdir())

@@ -163,3 +163,28 @@ def test_others_access_stays_within_the_code_and_outputs_folders_the_user_gave(t
         submit("rw", outputs=str(shared))
     assert submit("rw", outputs=str(open_), algorithm=str(shared)).access is Access.rw
     assert submit("none", outputs=str(private), algorithm=str(private)).access is Access.none
+
+
+def test_a_spec_naming_no_access_gets_the_default_capped_by_its_folders_never_refused(tmp_path):
+    """Rule 3 for the default: a job shipped from a private folder (or mounting one) becomes
+    private; a job that names its access keeps the refusal above."""
+    private, shared = tmp_path / "private", tmp_path / "shared"
+    for folder, mode in ((private, 0o700), (shared, 0o755)):
+        folder.mkdir()
+        folder.chmod(mode)
+    caller = Caller(name="alice", admin=False)
+    rules = access.Rules()
+
+    def stored(**fields) -> JobSpec:
+        return access.new_job_spec(JobSpec(name="j", command="python x.py", **fields), caller, rules)
+
+    assert stored(algorithm=str(shared)).access is Access.ro
+    assert stored(algorithm=str(private)).access is Access.none
+    assert stored(datasets=[{"name": "d", "path": str(private)}]).access is Access.none
+    assert stored(outputs=str(private)).access is Access.none
+    access.check_resource_access(stored(algorithm=str(private)))  # the capped default passes
+    # named, it is the user's choice: kept, and refused by the check
+    named = stored(algorithm=str(private), access="ro")
+    assert named.access is Access.ro
+    with pytest.raises(InvalidSpec, match="others' access ro is more than algorithm folder allows"):
+        access.check_resource_access(named)
