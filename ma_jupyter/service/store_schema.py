@@ -13,9 +13,11 @@ and writes jobs, events and users through it, :mod:`.algorithms` its favourites)
 4. A database of a version above :data:`SCHEMA_VERSION` (made by a newer ma_jupyter) is
    refused with :class:`~ma_jupyter.errors.StoreTooNew`, naming the file and both versions;
    nothing of it is changed.
-5. Migrations 1 to 6 rebuild the history from before the version was kept (a database of
-   version 0 that holds tables, made by any earlier ma_jupyter, may have any prefix of them), so
-   each checks what it adds.  From 7 on, a migration runs exactly once and needs no check.
+5. Every migration checks what it adds and fills only what is still empty: SQLite's
+   ``ALTER TABLE`` is not undone with the transaction it ran in, so an upgrade cut short after
+   one may have left the column without its values, and the next start completes it.  Migrations
+   1 to 6 also rebuild the history from before the version was kept (a database of version 0
+   that holds tables, made by any earlier ma_jupyter, may have any prefix of them).
 6. A change of the schema is a table or column here plus one migration appended to
    :data:`MIGRATIONS` (the next number): never an edit of a migration already released.
 """
@@ -169,15 +171,17 @@ def _m4_job_access(conn: Connection) -> None:
     """``jobs.access``: others' access, for the listing's visibility rule, from each job's spec."""
     if not _has_column(conn, "jobs", "access"):
         conn.execute(text("ALTER TABLE jobs ADD COLUMN access VARCHAR"))
-        conn.execute(text("UPDATE jobs SET access = json_extract(job, '$.spec.access')"))
+    # every row still empty (rule 5: an upgrade cut short after the ALTER is completed here)
+    conn.execute(text("UPDATE jobs SET access = json_extract(job, '$.spec.access') WHERE access IS NULL"))
 
 
 def _m5_job_algorithms(conn: Connection) -> None:
     """``jobs.algorithms``: a job's algorithm folders, for its filter, from each job's spec."""
-    if _has_column(conn, "jobs", "algorithms"):
-        return
-    conn.execute(text("ALTER TABLE jobs ADD COLUMN algorithms TEXT"))
-    for job_id, data in conn.execute(select(jobs_table.c.id, jobs_table.c.job)).all():
+    if not _has_column(conn, "jobs", "algorithms"):
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN algorithms TEXT"))
+    # every row still empty (rule 5); a job without algorithm folders is computed again, alike
+    empty = select(jobs_table.c.id, jobs_table.c.job).where(jobs_table.c.algorithms.is_(None))
+    for job_id, data in conn.execute(empty).all():
         value = algorithm_folders.column(Job.model_validate_json(data).spec)
         conn.execute(jobs_table.update().where(jobs_table.c.id == job_id).values(algorithms=value))
 
@@ -190,7 +194,7 @@ def _m6_query_indexes(conn: Connection) -> None:
 
 def _m7_user_address(conn: Connection) -> None:
     """``users.notify_address``: the address a user names for the admin's ``[notify]`` events
-    (checked like the first six: a database reset to version 0 may hold it already)."""
+    (rule 5: it may be there already)."""
     if not _has_column(conn, "users", "notify_address"):
         conn.execute(text("ALTER TABLE users ADD COLUMN notify_address VARCHAR"))
 

@@ -142,3 +142,16 @@ def test_a_database_of_a_newer_version_is_refused_untouched(tmp_path):
     assert str(path) in message and f"version {SCHEMA_VERSION + 1}" in message
     assert f"up to {SCHEMA_VERSION}" in message and "upgrade ma_jupyter" in message
     assert path.read_bytes() == before and _version(path) == SCHEMA_VERSION + 1
+
+
+def test_an_upgrade_cut_short_after_its_column_was_added_is_completed_at_the_next_start(tmp_path):
+    """SQLite keeps an ALTER TABLE when the transaction it ran in fails: a database whose new
+    columns came in but whose backfill did not (version still 0) gets its values at the next start."""
+    path = tmp_path / "jobs.db"
+    job = _old_database(path, LAST_UNVERSIONED)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE jobs SET access = NULL, algorithms = NULL")
+    store = Store(path)
+    assert [j.id for j in store.list(algorithms_in=["/srv/algo"])[0]] == [job.id]
+    assert [j.id for j in store.list(viewer="bob")[0]] == [job.id]
+    store.engine.dispose()
