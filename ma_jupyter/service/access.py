@@ -29,7 +29,8 @@ Priorities and sharing, in the order a submit (or a PATCH) meets them:
    own mode bits, :func:`resource_access`; ACLs are not read).  A higher access is refused (400,
    field ``access``) naming the folder.  The algorithm is judged by the folder the user shipped
    the code from (``algorithm_origin``), never by the platform's snapshot of it (always 0755,
-   the platform's copy, not a resource of the user's); a snapshot with no such folder (a
+   the platform's copy, not a resource of the user's; a link there is judged by the folder it
+   points to, as the mount rules resolve it); a snapshot with no such folder (a
    notebook cell without ``--code-dir``) is no folder of the user's and caps nothing.  Each batch
    task's folder counts, and the outputs folder by its own mode (the job's default outputs, in
    its job folder, are the platform's).  Others reach both through the job (a dev environment
@@ -251,14 +252,21 @@ def _code_folders(spec: JobSpec) -> list[tuple[str, str, str]]:
     from, else the algorithm folder itself unless it is one of the platform's snapshots; each
     batch task's folder likewise."""
     # the snapshots' folder is the client's (client/snapshot.py); the host policy spells it too
-    snapshots = os.path.join(str(config.home()), "snapshots")
+    snapshots = os.path.realpath(os.path.join(str(config.home()), "snapshots"))
+
+    def is_snapshot(path: str) -> bool:
+        # resolved, as the mount rules resolve it: the client writes snapshots as the user, so a
+        # user's link in the snapshots folder to a private folder would be mounted (the host
+        # policy judges its target) yet waved through here as the platform's copy
+        return os.path.dirname(os.path.realpath(path)) == snapshots
+
     found = []
     if spec.algorithm_origin:
         found.append(("algorithm", "folder", spec.algorithm_origin))
-    if spec.algorithm and os.path.dirname(os.path.normpath(spec.algorithm)) != snapshots:
+    if spec.algorithm and not is_snapshot(spec.algorithm):
         found.append(("algorithm", "folder", spec.algorithm))
     for k, task in enumerate(spec.tasks):
-        if task.algorithm and os.path.dirname(os.path.normpath(task.algorithm)) != snapshots:
+        if task.algorithm and not is_snapshot(task.algorithm):
             found.append(("algorithm of task", str(k), task.algorithm))
     return found
 

@@ -163,3 +163,26 @@ def test_others_access_stays_within_the_code_and_outputs_folders_the_user_gave(t
         submit("rw", outputs=str(shared))
     assert submit("rw", outputs=str(open_), algorithm=str(shared)).access is Access.rw
     assert submit("none", outputs=str(private), algorithm=str(private)).access is Access.none
+
+
+def test_a_link_in_the_snapshots_folder_is_judged_by_the_folder_it_points_to(tmp_path, monkeypatch):
+    """The hostile user: the client writes snapshots as the user, so a user can put a link in
+    ``<home>/snapshots`` to a private folder and name it as the algorithm: the mount rules resolve it and mount the private folder, so rule 3 must
+    judge that folder too, not wave it through as one of the platform's snapshots."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
+    (home / "snapshots").mkdir(parents=True)
+    private, code = tmp_path / "private", tmp_path / "private" / "code"
+    code.mkdir(parents=True)
+    private.chmod(0o700)
+    code.chmod(0o700)
+    (home / "snapshots" / "job-1").symlink_to(code)
+    for algorithm in (home / "snapshots" / "job-1",):
+        spec = JobSpec(name="j", command="python x.py", access="ro", algorithm=str(algorithm))
+        with pytest.raises(InvalidSpec, match=r"others' access ro is more than algorithm folder allows"):
+            access.check_resource_access(spec)
+        spec = JobSpec(
+            name="j", type="batch", access="ro", tasks=[{"command": "true", "algorithm": str(algorithm)}]
+        )
+        with pytest.raises(InvalidSpec, match=r"more than algorithm of task 0 allows"):
+            access.check_resource_access(spec)
