@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -159,8 +160,12 @@ def read_cluster_file(path: Path | None = None) -> dict:
     if not path.exists():
         return {}
     try:
-        # read at most one byte past the cap: a huge file (or /dev/zero linked in) never fills memory
-        with path.open("rb") as fh:
+        # opened without blocking (a FIFO there would hang every read until a writer came) and
+        # read only as a regular file, at most one byte past the cap: a huge file never fills memory
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InvalidSpec(f"{path} is not a regular file: write the cluster's settings in one")
             raw = fh.read(MAX_CLUSTER_FILE_BYTES + 1)
         if len(raw) > MAX_CLUSTER_FILE_BYTES:
             raise InvalidSpec(
