@@ -33,7 +33,8 @@ Priorities and sharing, in the order a submit (or a PATCH) meets them:
    points to, as the mount rules resolve it); a snapshot with no such folder (a
    notebook cell without ``--code-dir``) is no folder of the user's and caps nothing.  Each batch
    task's folder counts, and the outputs folder by its own mode (the job's default outputs, in
-   its job folder, are the platform's).  Others reach both through the job (a dev environment
+   its job folder, are the platform's); an outputs folder or a volume that does not exist yet
+   by the mode the platform makes it with at launch (0755: others read it).  Others reach both through the job (a dev environment
    of it mounts its algorithm, its TensorBoard reads its outputs), but a code folder mounted
    read-only (the default) can only be read through it: it caps the job at ``none`` when others
    may not read it and leaves ``rw`` alone otherwise (``rw`` gives others no write to a
@@ -233,16 +234,26 @@ def check_resource_access(spec: JobSpec) -> None:
         resources.append(("outputs", "folder", spec.outputs))
     for kind, name, path in resources:
         allows = resource_access(path)
+        # a writable folder that does not exist yet is made at launch with mode 0755
+        # (untrusted.make_dirs): judged as it will be, else a missing one would escape the rule
+        created = allows is None and kind in ("outputs", "volume") and not os.path.lexists(path)
+        if created:
+            allows = Access.ro
         if allows is Access.ro and kind.startswith("algorithm") and spec.algorithm_read_only:
             allows = Access.rw  # code read through the job only: its rw writes nothing there
         if allows is None or _RANK[allows] >= _RANK[spec.access]:
             continue
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        mode = 0o755 if created else stat.S_IMODE(os.stat(path).st_mode)
         opening = "o+w" if spec.access is Access.rw else "o+rx"
+        how = (
+            f"create it open to others first (mkdir -m 777 {path})"
+            if created
+            else (f"open the folder to others (chmod {opening} {path})")
+        )
         raise InvalidSpec(
             f"others' access {spec.access.value} is more than {kind} {name} allows: {path} "
-            f"(mode {mode:o}) gives other users {allows.value} access. Choose --access "
-            f"{allows.value}, or open the folder to others (chmod {opening} {path})",
+            f"({'made at launch, ' if created else ''}mode {mode:o}) gives other users {allows.value} "
+            f"access. Choose --access {allows.value}, or {how}",
             field="access",
         )
 

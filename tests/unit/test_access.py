@@ -186,3 +186,20 @@ def test_a_link_in_the_snapshots_folder_is_judged_by_the_folder_it_points_to(tmp
         )
         with pytest.raises(InvalidSpec, match=r"more than algorithm of task 0 allows"):
             access.check_resource_access(spec)
+
+
+def test_a_writable_folder_the_platform_creates_caps_as_it_will_be_made(tmp_path):
+    """The hostile user: an outputs folder or a volume that does not exist yet escaped rule 3
+    (nothing to look at), yet the platform makes it at launch with mode 0755, which others may
+    not write: rw is refused, saying how to open it; ro stays allowed."""
+    missing = tmp_path / "new-outputs"
+    for fields, kind in (
+        ({"outputs": str(missing)}, "outputs folder"),
+        ({"volumes": [{"name": "v", "path": str(missing)}]}, "volume v"),
+    ):
+        spec = JobSpec(name="j", command="python x.py", access="rw", **fields)
+        with pytest.raises(InvalidSpec, match=f"others' access rw is more than {kind} allows") as refused:
+            access.check_resource_access(spec)
+        assert f"mkdir -m 777 {missing}" in str(refused.value) and "--access ro" in str(refused.value)
+        access.check_resource_access(spec.model_copy(update={"access": Access.ro}))
+    assert not missing.exists()
