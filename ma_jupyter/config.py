@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -112,6 +113,10 @@ def cluster_file() -> Path:
     return home() / CLUSTER_FILE
 
 
+#: the most bytes a ``cluster.toml`` may hold (its every read is held in memory at once)
+MAX_CLUSTER_FILE_BYTES = 4 * 1024 * 1024
+
+
 def read_cluster_file(path: Path | None = None) -> dict:
     """The tables of ``cluster.toml`` (default :func:`cluster_file`), read afresh on each call so
     an admin's edit applies without a restart; ``{}`` when there is no file.  Every table and
@@ -119,8 +124,9 @@ def read_cluster_file(path: Path | None = None) -> dict:
     wrong types refused); each caller applies its own table's defaults and meanings.
 
     Raises:
-        InvalidSpec: the file cannot be read or is not TOML ("<path> is not a valid cluster
-            file: ..."), or breaks the schema (the message names the file, the table and the key).
+        InvalidSpec: the file cannot be read, is over :data:`MAX_CLUSTER_FILE_BYTES` or is
+            not TOML ("<path> is not a valid cluster file: ...", nesting too deep for the
+            parser included), or breaks the schema (the message names the file, the table and the key).
     """
     import tomllib  # here: a client reading the home's paths never parses TOML
 
@@ -128,9 +134,26 @@ def read_cluster_file(path: Path | None = None) -> dict:
     if not path.exists():
         return {}
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        # opened without blocking (a FIFO there would hang every read until a writer came) and
+        # read only as a regular file, at most one byte past the cap: a huge file never fills memory
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InvalidSpec(f"{path} is not a regular file: write the cluster's settings in one")
+            raw = fh.read(MAX_CLUSTER_FILE_BYTES + 1)
+        if len(raw) > MAX_CLUSTER_FILE_BYTES:
+            raise InvalidSpec(
+                f"{path} is over {MAX_CLUSTER_FILE_BYTES} bytes, the most a cluster file may hold: "
+                "keep it to its settings, specs and nodes"
+            )
+        data = tomllib.loads(raw.decode())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InvalidSpec(f"{path} is not a valid cluster file: {exc}") from exc
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise InvalidSpec(
+            f"{path} is not a valid cluster file: its arrays or inline tables are nested too deep "
+            "(no setting takes more than two levels)"
+        ) from None
     from .cluster_schema import check  # here: pydantic's models are built for a service only
 
     return check(data, path)

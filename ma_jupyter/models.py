@@ -1166,7 +1166,9 @@ class NotifySettings(Strict):
     address: str | None = Field(
         default=None,
         max_length=320,
-        pattern=r"^[^\x00-\x1f\x7f]+$",
+        # no control character, C1 (NEL) and Unicode line separators included: the admin's
+        # command may write it into a mail header or a line-based protocol
+        pattern=r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$",
         description="Where the administrator's [notify] command delivers your events (a mail "
         "address, a chat handle...): each event of your jobs carries it as 'address'; null: none. "
         "A PUT changes only the fields it names.",

@@ -31,10 +31,12 @@ Priorities and sharing, in the order a submit (or a PATCH) meets them:
    lowered to what its folders allow (:func:`default_access`), so a job shipped from a private
    folder is private rather than refused.  The algorithm is judged by the folder the user shipped
    the code from (``algorithm_origin``), never by the platform's snapshot of it (always 0755,
-   the platform's copy, not a resource of the user's); a snapshot with no such folder (a
+   the platform's copy, not a resource of the user's; a link there is judged by the folder it
+   points to, as the mount rules resolve it); a snapshot with no such folder (a
    notebook cell without ``--code-dir``) is no folder of the user's and caps nothing.  Each batch
    task's folder counts, and the outputs folder by its own mode (the job's default outputs, in
-   its job folder, are the platform's).  Others reach both through the job (a dev environment
+   its job folder, are the platform's); an outputs folder or a volume that does not exist yet
+   by the mode the platform makes it with at launch (0755: others read it).  Others reach both through the job (a dev environment
    of it mounts its algorithm, its TensorBoard reads its outputs), but a code folder mounted
    read-only (the default) can only be read through it: it caps the job at ``none`` when others
    may not read it and leaves ``rw`` alone otherwise (``rw`` gives others no write to a
@@ -232,12 +234,18 @@ def _resources(spec: JobSpec) -> list[tuple[str, str, str]]:
     return found
 
 
-def _allows(spec: JobSpec, kind: str, path: str) -> Access | None:
-    """What one of rule 3's folders allows others (None: it cannot be looked at)."""
+def _allows(spec: JobSpec, kind: str, path: str) -> tuple[Access | None, bool]:
+    """What one of rule 3's folders allows others (None: it cannot be looked at), and whether
+    it is a folder the platform makes at launch."""
     allows = resource_access(path)
+    # a writable folder that does not exist yet is made at launch with mode 0755
+    # (untrusted.make_dirs): judged as it will be, else a missing one would escape the rule
+    created = allows is None and kind in ("outputs", "volume") and not os.path.lexists(path)
+    if created:
+        allows = Access.ro
     if allows is Access.ro and kind.startswith("algorithm") and spec.algorithm_read_only:
         allows = Access.rw  # code read through the job only: its rw writes nothing there
-    return allows
+    return allows, created
 
 
 def default_access(spec: JobSpec) -> Access:
@@ -245,7 +253,7 @@ def default_access(spec: JobSpec) -> Access:
     allow (a job shipped from a private folder is private), never refused."""
     access = Access.ro
     for kind, _name, path in _resources(spec):
-        allows = _allows(spec, kind, path)
+        allows, _created = _allows(spec, kind, path)
         if allows is not None and _RANK[allows] < _RANK[access]:
             access = allows
     return access
@@ -260,18 +268,23 @@ def check_resource_access(spec: JobSpec) -> None:
     if spec.access is Access.none:
         return
     for kind, name, path in _resources(spec):
-        allows = _allows(spec, kind, path)
+        allows, created = _allows(spec, kind, path)
         if allows is None or _RANK[allows] >= _RANK[spec.access]:
             continue
-        opening = "o+w" if spec.access is Access.rw else "o+rx"
         try:
-            mode = f" (mode {stat.S_IMODE(os.stat(path).st_mode):o})"
+            mode = 0o755 if created else stat.S_IMODE(os.stat(path).st_mode)
         except OSError:  # removed since the look above
-            mode = ""
+            continue  # the mount rules refuse a missing dataset, model or code folder
+        opening = "o+w" if spec.access is Access.rw else "o+rx"
+        how = (
+            f"create it open to others first (mkdir -m 777 {path})"
+            if created
+            else (f"open the folder to others (chmod {opening} {path})")
+        )
         raise InvalidSpec(
-            f"others' access {spec.access.value} is more than {kind} {name} allows: {path}{mode} "
-            f"gives other users {allows.value} access. Choose --access "
-            f"{allows.value}, or open the folder to others (chmod {opening} {path})",
+            f"others' access {spec.access.value} is more than {kind} {name} allows: {path} "
+            f"({'made at launch, ' if created else ''}mode {mode:o}) gives other users {allows.value} "
+            f"access. Choose --access {allows.value}, or {how}",
             field="access",
         )
 
@@ -281,14 +294,21 @@ def _code_folders(spec: JobSpec) -> list[tuple[str, str, str]]:
     from, else the algorithm folder itself unless it is one of the platform's snapshots; each
     batch task's folder likewise."""
     # the snapshots' folder is the client's (client/snapshot.py); the host policy spells it too
-    snapshots = os.path.join(str(config.home()), "snapshots")
+    snapshots = os.path.realpath(os.path.join(str(config.home()), "snapshots"))
+
+    def is_snapshot(path: str) -> bool:
+        # resolved, as the mount rules resolve it: the client writes snapshots as the user, so a
+        # user's link in the snapshots folder to a private folder would be mounted (the host
+        # policy judges its target) yet waved through here as the platform's copy
+        return os.path.dirname(os.path.realpath(path)) == snapshots
+
     found = []
     if spec.algorithm_origin:
         found.append(("algorithm", "folder", spec.algorithm_origin))
-    if spec.algorithm and os.path.dirname(os.path.normpath(spec.algorithm)) != snapshots:
+    if spec.algorithm and not is_snapshot(spec.algorithm):
         found.append(("algorithm", "folder", spec.algorithm))
     for k, task in enumerate(spec.tasks):
-        if task.algorithm and os.path.dirname(os.path.normpath(task.algorithm)) != snapshots:
+        if task.algorithm and not is_snapshot(task.algorithm):
             found.append(("algorithm of task", str(k), task.algorithm))
     return found
 

@@ -27,8 +27,10 @@ in the current folder).  At each submit and dry run (:func:`resolve`), in this o
    clone, which names the image again, the image as it is then.
 
 Names are unique in the service; an image is removed by its owner or an admin (jobs that named
-it keep their copy of its environment).  At most :data:`MAX_IMAGES` are registered, at most
-:data:`MAX_IMAGES_PER_USER` by one user.  The table
+it keep their copy of its environment).  At most :data:`MAX_IMAGES` private images are
+registered by non-admins' registrations, at most :data:`MAX_IMAGES_PER_USER` by one user; an
+admin's registration meets the per-user cap only (users filling the service never keep the
+platform's public images out).  The table
 ``registered_images`` lives in the store's database and is written through ``Store.writing``.
 """
 
@@ -90,7 +92,8 @@ class Images:
         Raises:
             Forbidden: a non-admin registers a public image.
             Conflict: the name is taken.
-            LimitReached: :data:`MAX_IMAGES` are registered.
+            LimitReached: the caller has :data:`MAX_IMAGES_PER_USER`, or a non-admin finds
+                :data:`MAX_IMAGES` private images registered.
         """
         if image.visibility == "public" and not caller.admin:
             raise Forbidden(
@@ -114,7 +117,14 @@ class Images:
                         "registers: remove unused ones (ma-jupyter images rm NAME)",
                         field="images",
                     )
-                if conn.execute(count).scalar_one() >= MAX_IMAGES:
+                # the service-wide cap counts users' (private) images and binds non-admins only:
+                # a few users filling it must not keep admins from registering the platform's
+                # public images (an admin's are bounded by the per-user cap)
+                if (
+                    not caller.admin
+                    and conn.execute(count.where(images_table.c.visibility == "private")).scalar_one()
+                    >= MAX_IMAGES
+                ):
                     raise LimitReached(
                         f"the service keeps at most {MAX_IMAGES} registered images: remove unused ones "
                         "(ma-jupyter images rm NAME)",

@@ -471,5 +471,13 @@ def test_notify_names_your_address_for_the_admins_hook_and_keeps_what_it_is_not_
     assert shown.returncode == 0 and shown.stdout == "webhook: -\naddress: alice@example.org\n", shown.stdout
     bad = ma_module_cli("notify", "--address", "a\nb")
     assert bad.returncode != 0 and "address" in bad.stderr, bad.stderr
+    # the hostile user: a C1 line break (NEL) or a Unicode line separator, which a mailer's
+    # header splits on; an option for a mailer given the address as an argument (mail -S...),
+    # spaces first too; each refused and the address kept
+    for hostile in ("a\x85Bcc: x@y", "a\u2028Bcc: x@y", "-Sreplyto=x@y", "  -oQ/tmp/x"):
+        refused = ma_module_cli("notify", f"--address={hostile}")
+        assert refused.returncode != 0 and "address" in refused.stderr, (hostile, refused.stderr)
+    assert "starts with '-'" in refused.stderr, refused.stderr
+    assert json.loads(ma_module_cli("notify", "--json").stdout)["address"] == "alice@example.org"
     forgotten = ma_module_cli("notify", "--no-address", "--json")
     assert json.loads(forgotten.stdout) == {"webhook": None, "address": None}, forgotten.stdout

@@ -188,3 +188,43 @@ def test_a_spec_naming_no_access_gets_the_default_capped_by_its_folders_never_re
     assert named.access is Access.ro
     with pytest.raises(InvalidSpec, match="others' access ro is more than algorithm folder allows"):
         access.check_resource_access(named)
+
+
+def test_a_link_in_the_snapshots_folder_is_judged_by_the_folder_it_points_to(tmp_path, monkeypatch):
+    """The hostile user: the client writes snapshots as the user, so a user can put a link in
+    ``<home>/snapshots`` to a private folder and name it as the algorithm: the mount rules resolve it and mount the private folder, so rule 3 must
+    judge that folder too, not wave it through as one of the platform's snapshots."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
+    (home / "snapshots").mkdir(parents=True)
+    private, code = tmp_path / "private", tmp_path / "private" / "code"
+    code.mkdir(parents=True)
+    private.chmod(0o700)
+    code.chmod(0o700)
+    (home / "snapshots" / "job-1").symlink_to(code)
+    for algorithm in (home / "snapshots" / "job-1",):
+        spec = JobSpec(name="j", command="python x.py", access="ro", algorithm=str(algorithm))
+        with pytest.raises(InvalidSpec, match=r"others' access ro is more than algorithm folder allows"):
+            access.check_resource_access(spec)
+        spec = JobSpec(
+            name="j", type="batch", access="ro", tasks=[{"command": "true", "algorithm": str(algorithm)}]
+        )
+        with pytest.raises(InvalidSpec, match=r"more than algorithm of task 0 allows"):
+            access.check_resource_access(spec)
+
+
+def test_a_writable_folder_the_platform_creates_caps_as_it_will_be_made(tmp_path):
+    """The hostile user: an outputs folder or a volume that does not exist yet escaped rule 3
+    (nothing to look at), yet the platform makes it at launch with mode 0755, which others may
+    not write: rw is refused, saying how to open it; ro stays allowed."""
+    missing = tmp_path / "new-outputs"
+    for fields, kind in (
+        ({"outputs": str(missing)}, "outputs folder"),
+        ({"volumes": [{"name": "v", "path": str(missing)}]}, "volume v"),
+    ):
+        spec = JobSpec(name="j", command="python x.py", access="rw", **fields)
+        with pytest.raises(InvalidSpec, match=f"others' access rw is more than {kind} allows") as refused:
+            access.check_resource_access(spec)
+        assert f"mkdir -m 777 {missing}" in str(refused.value) and "--access ro" in str(refused.value)
+        access.check_resource_access(spec.model_copy(update={"access": Access.ro}))
+    assert not missing.exists()

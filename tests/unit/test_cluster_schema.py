@@ -4,6 +4,7 @@ every key docs/admin.md documents is taken."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -109,3 +110,30 @@ def test_a_file_keeping_the_schema_reads_as_written(tmp_path):
     assert config.read_cluster_file(path) == tomllib.loads(text)
     assert access.load_rules(path).sharing is False
     assert config.load_cluster(path).limits.hang_minutes == 0
+
+
+def test_a_hostile_file_is_refused_in_words_not_a_crash_or_unbounded_memory(tmp_path):
+    """Nesting deep enough to exhaust the parser's recursion (a RecursionError, which every
+    caller let through as a 500 or a dead thread), a file past the size cap (each read holds it
+    whole) and a FIFO (each read would wait for a writer) are refused as bad cluster files,
+    naming the file and the limit."""
+    path = tmp_path / "cluster.toml"
+    for text in (
+        "[network]\negress = " + "[" * 5000 + "]" * 5000 + "\n",
+        "[users]\nsharing = " + "{a=" * 3000 + "1" + "}" * 3000 + "\n",
+    ):
+        path.write_text(text)
+        with pytest.raises(InvalidSpec, match=r"is not a valid cluster file: .*nested too deep"):
+            config.read_cluster_file(path)
+    path.write_text("# padding\n" * (config.MAX_CLUSTER_FILE_BYTES // 10 + 1))
+    with pytest.raises(InvalidSpec, match=rf"is over {config.MAX_CLUSTER_FILE_BYTES} bytes, the most"):
+        config.read_cluster_file(path)
+    # a FIFO (no writer: opening it to read would block for ever) and a device are no cluster file
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(InvalidSpec, match=r"cluster.toml is not a regular file"):
+        config.read_cluster_file(path)
+    path.unlink()
+    path.symlink_to("/dev/zero")
+    with pytest.raises(InvalidSpec, match=r"cluster.toml is not a regular file"):
+        config.read_cluster_file(path)

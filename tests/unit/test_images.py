@@ -40,3 +40,18 @@ def test_caps_owners_and_what_the_spec_gets(tmp_path, monkeypatch):
     }
     assert [i.name for i in registry.visible(ALICE)] == ["a1", "a2"]  # r1 is the admin's, private
     assert [i.name for i in registry.visible(ADMIN)] == ["a1", "a2", "r1"]
+
+
+def test_users_filling_the_service_never_keep_an_admin_from_registering(tmp_path, monkeypatch):
+    """The hostile users: a few accounts registering their most each fill :data:`MAX_IMAGES`;
+    the platform's public images (an admin's) must still be registered, the users' next one not."""
+    registry = images.Images(Store(tmp_path / "jobs.db"))
+    monkeypatch.setattr(images, "MAX_IMAGES", 2)
+    for user in ("alice", "bob"):
+        registry.register(
+            Caller(user), RegisteredImage(name=f"{user}-1", environment={"python": sys.executable})
+        )
+    with pytest.raises(LimitReached, match="the service keeps at most 2 registered images"):
+        registry.register(Caller("carol"), RegisteredImage(name="c1", environment={"python": sys.executable}))
+    public = RegisteredImage(name="platform", environment={"python": sys.executable}, visibility="public")
+    assert registry.register(ADMIN, public).owner == "root"

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
 from ... import config
+from ...errors import InvalidSpec
 from ...models import API_PREFIX, NewUser, NotifySettings, User, UserToken
 from ..webhooks import check_url
 from .deps import MAX_ID, CallerDep, ServicesDep
@@ -30,11 +31,19 @@ def my_notify(services: ServicesDep, user: CallerDep) -> NotifySettings:
 def set_my_notify(services: ServicesDep, user: CallerDep, body: NotifySettings) -> NotifySettings:
     """Change the fields the body names (null forgets one); the others stay."""
     given = body.model_fields_set
+    address = (body.address or "").strip() or None
+    if address and address.startswith("-"):  # checked first: a refused PUT changes nothing
+        # the admin's command may pass it to a mailer as an argument, which reads it as an option
+        raise InvalidSpec(
+            f"address {address[:40]!r} starts with '-', which a mailer given it as an argument "
+            "reads as an option: name a mail address or a handle",
+            field="address",
+        )
     if "webhook" in given:
         url = check_url(body.webhook, config.load_webhook_allow()) if body.webhook else None
         services.store.set_notify_webhook(user.name, url)
     if "address" in given:
-        services.store.set_notify_address(user.name, (body.address or "").strip() or None)
+        services.store.set_notify_address(user.name, address)
     return my_notify(services, user)
 
 
