@@ -127,8 +127,11 @@ class RunnerInstructions:
         return json.dumps({"version": VERSION, **dataclasses.asdict(self)}, indent=1)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> RunnerInstructions:
-        """The record ``text`` holds (rule 2).
+    def from_json(cls, text: str | bytes, *, unversioned: bool = False) -> RunnerInstructions:
+        """The record ``text`` holds (rule 2).  ``unversioned``: also the plain object the runner
+        was given before the record had a version (the same keys), which the service still reads
+        for nodes an earlier ma_jupyter launched and that outlive its upgrade (their stop relay,
+        debug terminal and leftover sweep); the runner itself never runs one.
 
         Raises:
             ValueError: not JSON, not an object, another version, a missing or unknown key, or a
@@ -141,6 +144,10 @@ class RunnerInstructions:
         if not isinstance(data, dict):
             raise ValueError("the runner's instructions are not a JSON object")
         version = data.pop("version", None)
+        if version is None and unversioned:
+            version = VERSION
+            if data.get("shell_agent") is None:  # the plain object's "no agent"
+                data["shell_agent"] = False
         if version != VERSION:
             raise ValueError(
                 f"the runner's instructions are of version {version!r}, this runner reads version "

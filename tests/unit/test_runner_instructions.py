@@ -94,3 +94,17 @@ def test_a_runner_given_instructions_of_another_version_runs_nothing_and_says_wh
     assert f"cannot read the runner's instructions: {path}: " in done.stderr
     assert f"of version {VERSION + 1}" in done.stderr
     assert not ran.exists()
+
+
+def test_the_service_still_reads_the_plain_object_an_earlier_version_gave_its_runner(tmp_path):
+    """A node launched before the record had a version outlives an upgrade: the service reads
+    its plain object (for the stop relay, the debug terminal, the leftover sweep); the runner
+    never runs one."""
+    record = json.loads(_record(tmp_path).to_json())
+    del record["version"]
+    record["shell_agent"] = None
+    plain = json.dumps(record)
+    with pytest.raises(ValueError, match="version None"):
+        RunnerInstructions.from_json(plain)
+    read = RunnerInstructions.from_json(plain, unversioned=True)
+    assert read.shell_agent is False and read.sandbox == _record(tmp_path).sandbox

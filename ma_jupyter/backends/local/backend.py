@@ -935,7 +935,7 @@ class LocalBackend(Backend):
         try:
             relative = nd.runner_spec.relative_to(attempt.jobdir.root)
             sandbox = RunnerInstructions.from_json(
-                read_small(attempt.jobdir.root, str(relative), limit=16 << 20)
+                read_small(attempt.jobdir.root, str(relative), limit=16 << 20), unversioned=True
             ).sandbox
         except (OSError, ValueError, RefusedFile):
             sandbox = "bubblewrap"  # the safe reading: bubblewrap's own processes are spared
@@ -1074,7 +1074,9 @@ class LocalBackend(Backend):
         jd = config.jobdir(job.id)
         try:
             relative = jd.node(node).runner_spec.relative_to(jd.root)
-            spec = RunnerInstructions.from_json(read_small(jd.root, str(relative), limit=16 << 20))
+            spec = RunnerInstructions.from_json(
+                read_small(jd.root, str(relative), limit=16 << 20), unversioned=True
+            )
             secret = str((spec.job_env or spec.env).get(JOB_SECRET_ENV, ""))
         except (OSError, ValueError, RefusedFile):
             raise Conflict(

@@ -72,7 +72,7 @@ def _left_over(proc: psutil.Process, marker: str, roots: set[Path]) -> NodeDir |
     relative = folder.relative_to(root)
     try:
         spec = read_small(root, relative / node_dir.runner_spec.name, owner="a job node", limit=SPEC_LIMIT)
-        end_with = RunnerInstructions.from_json(spec).end_with
+        end_with = RunnerInstructions.from_json(spec, unversioned=True).end_with
         if not isinstance(end_with, dict) or hostwatch.alive(end_with):
             return None
         written = read_small(root, relative / node_dir.marker.name, owner="a job node")
