@@ -314,3 +314,25 @@ def test_a_machine_that_cannot_make_a_job_network_has_its_nodes_marked_faulty_un
         wait_for(back, timeout=60)
     finally:
         stop_every_job(sup)
+
+
+def test_one_failed_network_probe_marks_nothing_two_in_a_row_do(ma_home, monkeypatch):
+    """A probe that fails once may have met a loaded moment: the machine's nodes are faulty only
+    when the next probe (started at the next look, not 10 s later) fails too."""
+    if not network.namespaces_supported():
+        pytest.skip("job networks need root")
+    backend = LocalBackend()
+    answers = iter(["cannot: once", None, "cannot: first", "cannot: second", None])
+    monkeypatch.setattr(backend, "probe_network", lambda: next(answers))
+
+    def look() -> str | None:  # one look, once the probe it starts has answered
+        why = backend.network_fault("any")
+        wait_for(lambda: not backend._probing, timeout=30)
+        return why
+
+    assert look() is None  # the first probe starts; nothing known yet
+    assert look() is None  # it failed once: not said, and this look probes again at once: passed
+    backend.network_probe_every = 0.0  # each look starts a probe
+    assert look() is None  # the passed answer; this look's probe fails once
+    assert look() is None  # still not said; this look's probe fails again
+    assert look() == "cannot: second"  # two in a row: said

@@ -94,6 +94,8 @@ AGENT_START_WAIT = 30.0
 #: seconds a network probe's answer stands for (:meth:`LocalBackend.network_fault`): the node
 #: checks of every node of one round, and of the next few, share one probe
 NETWORK_PROBE_EVERY = 10.0
+#: probes failing in a row before the machine's nodes are marked faulty (one may be the moment's)
+NETWORK_FAULT_AFTER = 2
 
 
 class LocalBackend(Backend):
@@ -174,6 +176,7 @@ class LocalBackend(Backend):
         self._probe_lock = threading.Lock()
         self._probed: tuple[float, str | None] = (float("-inf"), None)
         self._probing = False
+        self._probe_failures = 0
         self._probe_run_lock = threading.Lock()
         self.network_probe_every = NETWORK_PROBE_EVERY
 
@@ -786,7 +789,8 @@ class LocalBackend(Backend):
 
     def network_fault(self, host: str) -> str | None:
         """Every node of this backend is this machine (``host`` does not matter): the answer of
-        the last probe (:meth:`probe_network`), never waiting for one.  When that answer is
+        the last probes (:meth:`probe_network`: a fault once :data:`NETWORK_FAULT_AFTER` failed
+        in a row), never waiting for one.  When that answer is
         ``network_probe_every`` seconds old (:data:`NETWORK_PROBE_EVERY`) a new probe starts on
         a thread of its own (one at a time): making namespaces can take a second on a loaded
         machine, which the supervisor's lock must not wait for.  None before the first answer,
@@ -807,7 +811,13 @@ class LocalBackend(Backend):
         except Exception as exc:  # the probe's own failure is the machine's answer, said
             why = f"the network probe failed: {exc}"
         with self._probe_lock:
-            self._probed = (time.monotonic(), why)
+            self._probe_failures = self._probe_failures + 1 if why else 0
+            if why and self._probe_failures < NETWORK_FAULT_AFTER:
+                # one failure may be the moment's (a loaded machine): the machine's nodes are
+                # marked only when the next probe, started at the next look, fails too
+                self._probed = (0.0, self._probed[1])
+            else:
+                self._probed = (time.monotonic(), why)
             self._probing = False
 
     def probe_network(self) -> str | None:
