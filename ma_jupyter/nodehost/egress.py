@@ -94,6 +94,9 @@ SO_ORIGINAL_DST = 80
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3)
 LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 JOB_NETWORK = ipaddress.IPv4Network(f"{network.JOB_NETWORK}/{network.JOB_PREFIX}")
+#: link-local addresses: a cloud's metadata service (169.254.169.254 answers with the machine's
+#: identity) lies there, so a destination reaches them only when it names exactly one address
+LINK_LOCAL = ipaddress.IPv4Network("169.254.0.0/16")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ class Destination:
     ports: tuple[tuple[int, int], ...] = ()
 
     def allows(self, address: ipaddress.IPv4Address, port: int) -> bool:
+        if address in LINK_LOCAL and self.network.num_addresses != 1:
+            return False  # a broad entry (0.0.0.0/0, 169.254.0.0/16) never opens the metadata service
         return address in self.network and (not self.ports or any(lo <= port <= hi for lo, hi in self.ports))
 
 
@@ -135,17 +140,29 @@ class Gate:
         return any(d.allows(ip, port) for d in self.destinations)
 
 
-def own_addresses() -> set[ipaddress.IPv4Address]:
-    """This machine's IPv4 addresses now, every interface's (of the service's namespace)."""
+#: (monotonic time, addresses) of the last look at this machine's interfaces: a job opening and
+#: closing connections quickly makes the forwarder ask for each, which must not cost a walk each
+_OWN: list = [float("-inf"), frozenset()]
+#: seconds a look at the interfaces is used again
+OWN_ADDRESSES_FRESH = 1.0
+
+
+def own_addresses() -> frozenset[ipaddress.IPv4Address]:
+    """This machine's IPv4 addresses now, every interface's (of the service's namespace), looked
+    at again once the last look is :data:`OWN_ADDRESSES_FRESH` seconds old."""
+    when, found = _OWN
+    if time.monotonic() - when < OWN_ADDRESSES_FRESH:
+        return found
     import psutil
 
-    found = set()
+    fresh = set()
     for addresses in psutil.net_if_addrs().values():
         for entry in addresses:
             if entry.family == socket.AF_INET:
                 with contextlib.suppress(ValueError):
-                    found.add(ipaddress.IPv4Address(entry.address))
-    return found
+                    fresh.add(ipaddress.IPv4Address(entry.address))
+    _OWN[:] = [time.monotonic(), frozenset(fresh)]
+    return _OWN[1]
 
 
 def is_own(address: ipaddress.IPv4Address) -> bool:

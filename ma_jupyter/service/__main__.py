@@ -82,6 +82,25 @@ def make_backend(kind: str | None = None, ray_address: str | None = None):
     return LocalBackend()
 
 
+#: the most descriptors the service asks for (its soft limit raised up to the hard one)
+OPEN_FILES_WANTED = 65536
+
+
+def _raise_open_files_limit() -> None:
+    """Raise the soft limit of open files towards the hard one: the egress forwarder's relays,
+    terminals and log followers are bounded by what the limit leaves (nodehost/egress.py), and
+    the common soft limit of 1024 would leave jobs a few dozen connections in all."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_WANTED)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError) as exc:
+            logging.getLogger(__name__).warning("open files stay limited to %d: %s", soft, exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the service until SIGTERM; exit status 1 if another service already owns this home."""
     parser = argparse.ArgumentParser(prog="python -m ma_jupyter.service", description=__doc__)
@@ -95,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-address", help="the Ray cluster's address HOST:PORT (with --backend ray)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _raise_open_files_limit()
     # The project folder jobs may mount from by default (host_policy): the one the client that
     # started us worked in, else the folder we were started in.
     os.environ.setdefault(config.ENV_PROJECT_DIR, os.getcwd())

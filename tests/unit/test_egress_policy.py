@@ -155,3 +155,17 @@ def test_names_are_resolved_at_attempt_start_and_never_to_the_machine_itself():
     ]
     assert gate.allows("192.0.2.7", 443) and not gate.allows("192.0.2.7", 80)
     assert not gate.allows("127.0.0.1", 443) and not gate.allows("10.254.0.2", 443)
+
+
+def test_a_broad_destination_never_opens_the_link_local_metadata_service():
+    """169.254.169.254 answers with the machine's cloud identity: an entry such as 0.0.0.0/0 or
+    169.254.0.0/16 never reaches it, only one naming exactly that address."""
+    from ma_jupyter.nodehost import egress
+
+    def gate(net: str) -> egress.Gate:
+        return egress.Gate(destinations=(egress.Destination(ipaddress.IPv4Network(net)),))
+
+    assert not gate("0.0.0.0/0").allows("169.254.169.254", 80)
+    assert not gate("169.254.0.0/16").allows("169.254.169.254", 80)
+    assert gate("0.0.0.0/0").allows("192.0.2.7", 80)
+    assert gate("169.254.169.254/32").allows("169.254.169.254", 80)
