@@ -347,9 +347,9 @@ class RayBackend(Backend):
         # the Ray nodes' own addresses are not reachable from inside the job's namespaces
         hosts = [task.host for task in placement.tasks]
         shell = None
-        if self._job_network(hosts, known_only=not reserve):
+        if self._job_network(hosts):
             addresses = overlay_plan.task_addresses(len(hosts))
-            infos = [self._info(host) for host in dict.fromkeys(hosts)]  # known: _job_network asked
+            infos = [self._info(host) for host in dict.fromkeys(hosts)]  # answered: _job_network waited
             shell = overlay_plan.remote_shell(infos, self._runs_as_root(placement.creator))
         else:
             addresses = [node.address for node in nodes]
@@ -695,7 +695,7 @@ class RayBackend(Backend):
             self._exits.watch(on_nodes, run)
         return runs
 
-    def _job_network(self, hosts: list[str], *, known_only: bool = False) -> bool:
+    def _job_network(self, hosts: list[str]) -> bool:
         """Whether an attempt on ``hosts`` gets an overlay (docs/network.md), in this order:
 
         1. never where the cluster file says ``network = "fence"``;
@@ -706,9 +706,10 @@ class RayBackend(Backend):
            all overlay or all fenced, since a fenced job shares its machine's network, from
            which it could send frames to the overlays' UDP ports.
 
-        ``known_only`` (a dry run, which never starts or waits for an agent): a host whose agent
-        has not answered yet counts as one that cannot.  A host that cannot is logged once, with
-        why; the attempt is then fenced.
+        The agents of ``hosts`` are waited for (as the dry run's launches wait for them): a
+        submit just after the service's start must not be planned fenced, and so refused as an
+        MPI job, for an agent still starting.  A host that cannot is logged once, with why; the
+        attempt is then fenced.
         """
         if self._network == "fence":
             return False
@@ -716,12 +717,10 @@ class RayBackend(Backend):
         for host in dict.fromkeys([*hosts, *live]):
             node = live.get(host) or self._node(host)
             answer = self._infos.get(node.node_id)
-            if host in hosts and not known_only:
+            if host in hosts:
                 info = self._info(host)
             elif answer is not None and answer.done() and answer.exception() is None:
                 info = answer.result()
-            elif host in hosts:
-                return False  # rule 3's dry run: not known yet
             else:
                 continue  # another node whose agent has not answered: judged once it has
             why = ""
