@@ -509,8 +509,8 @@ class BackendConfig:
         address: the Ray cluster's address (``HOST:PORT`` of its GCS, or ``auto``); Ray only.
         node_root: the folder holding the job folders on each Ray node (default: this service's
             ``jobs/`` folder, at the same path on every node); Ray only.
-        network: a job's network on Ray (docs/network.md): ``auto`` (a namespace per machine
-            joined by the attempt's overlay, where every machine of the attempt can make one,
+        network: a job's network on Ray (docs/network.md): ``auto`` (a namespace per node,
+            the machines joined by the attempt's overlay, where every machine of the attempt can make one,
             else the fence) or ``fence`` (always the fence: jobs keep the machines' outbound
             network, with the fence's gaps); Ray only.
     """

@@ -72,7 +72,7 @@ RTM_NEWLINK = 16
 NLMSG_ERROR = 2
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
 IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND, IFLA_INFO_DATA, VETH_INFO_PEER = 3, 18, 1, 2, 1
-IFLA_MASTER, IFLA_NET_NS_FD = 10, 28
+IFLA_ADDRESS, IFLA_MASTER, IFLA_NET_NS_FD = 1, 10, 28
 #: a simulated node's one device besides ``lo`` (see :func:`make_job_network`), the switch's
 #: bridge, and the job network every attempt of the local backend uses (each attempt's is its own)
 NODE_LINK, SWITCH_BRIDGE, JOB_NETWORK, JOB_PREFIX = "ma0", "br0", "10.254.0.0", 16
@@ -136,9 +136,10 @@ def netlink_request(kind: int, flags: int, body: bytes, what: str) -> None:
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def _add_veth(name: str, peer: str, peer_namespace_fd: int | None = None) -> None:
+def _add_veth(name: str, peer: str, peer_namespace_fd: int | None = None, mac: bytes | None = None) -> None:
     """Make a veth pair ``name`` <-> ``peer`` in the calling thread's network namespace (the
-    peer in the namespace of ``peer_namespace_fd`` where one is given)."""
+    peer in the namespace of ``peer_namespace_fd`` where one is given), ``name`` with hardware
+    address ``mac`` where one is given."""
     ifinfo = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
     peer_attrs = rt_attr(IFLA_IFNAME, peer.encode() + b"\0")
     if peer_namespace_fd is not None:
@@ -146,6 +147,8 @@ def _add_veth(name: str, peer: str, peer_namespace_fd: int | None = None) -> Non
     peer_info = rt_attr(VETH_INFO_PEER, ifinfo + peer_attrs)
     linkinfo = rt_attr(IFLA_INFO_KIND, b"veth") + rt_attr(IFLA_INFO_DATA, peer_info)
     body = ifinfo + rt_attr(IFLA_IFNAME, name.encode() + b"\0") + rt_attr(IFLA_LINKINFO, linkinfo)
+    if mac is not None:
+        body += rt_attr(IFLA_ADDRESS, mac)
     netlink_request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, f"cannot make the veth pair {name}/{peer}")
 
 
@@ -273,14 +276,23 @@ def node_address(index: int) -> str:
     )
 
 
+def node_mac(address: str) -> bytes:
+    """The hardware address of the interface holding job-network ``address`` (locally
+    administered, ``02:00`` then the address's four bytes): a peer's is known without asking,
+    which a Ray attempt's overlay needs to send a frame to the one machine holding that node
+    (:mod:`.overlay`)."""
+    return b"\x02\x00" + socket.inet_aton(address)
+
+
 @dataclass(frozen=True)
 class JobNetwork:
     """An attempt's network on the local backend, kept as files until its runners are in
     (:func:`make_job_network`).
 
     Attributes:
-        switch: the file of the switch's namespace (the bridge every node is plugged into);
-            None where the nodes share one namespace (a Ray machine's part of an overlay).
+        switch: the file of the switch's namespace (the bridge every node is plugged into,
+            and on a Ray machine the attempt's VXLAN device, :mod:`.overlay`); None where there
+            is none.
         nodes: per node name, the file of its own namespace and that namespace's inode.
     """
 
@@ -344,7 +356,7 @@ def only_tcp_out(local: str, prefix: int) -> None:
         netlink_request(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, header + attrs, "cannot add a routing rule")
 
 
-def _set_link(name: str, *, master: int | None = None) -> None:
+def set_link(name: str, *, master: int | None = None) -> None:
     """Bring link ``name`` of the calling thread's namespace up, made a port of bridge ``master``
     (an interface index) where one is given."""
     ifinfo = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, IFF_UP, IFF_UP)
@@ -375,9 +387,10 @@ def make_job_network(
     1. the switch: a namespace holding a bridge (``br0``, up, no address, no IPv6), and
        nothing else: nothing of the host, no process ever runs there;
     2. per node ``(name, address)`` of ``addresses``, in order: a namespace holding ``lo`` (up)
-       and ``ma0`` (up, at ``address``/16), one end of a veth pair whose other end is a port of
-       the switch's bridge: the node reaches its peers' addresses on any port, TCP and UDP, and
-       nothing else (no route out: ``Network is unreachable``);
+       and ``ma0`` (up, at ``address``/16, hardware address :func:`node_mac`), one end of a
+       veth pair whose other end is a port of the switch's bridge: the node reaches its peers'
+       addresses on any port, TCP and UDP, and nothing else (no route out: ``Network is
+       unreachable``);
     3. every namespace is kept as a file in ``folder`` (``<key>.switch``, ``<key>.<k>``) until
        :func:`remove_job_network`; the caller's runners enter their node's, holding the
        switch's open first (its devices live as long as a runner holds it);
@@ -403,7 +416,7 @@ def make_job_network(
             linkinfo = rt_attr(IFLA_LINKINFO, rt_attr(IFLA_INFO_KIND, b"bridge"))
             body = ifinfo + rt_attr(IFLA_IFNAME, SWITCH_BRIDGE.encode() + b"\0") + linkinfo
             netlink_request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, "cannot make the job's switch")
-            _set_link(SWITCH_BRIDGE)
+            set_link(SWITCH_BRIDGE)
             if gateway:
                 set_up(SWITCH_BRIDGE, EGRESS_GATEWAY, JOB_PREFIX)
             _keep(switch)
@@ -417,7 +430,7 @@ def make_job_network(
                 def make_node(path: Path = path, address: str = address, port: str = f"p{k}") -> int:
                     unshare_network()
                     set_up("lo")
-                    _add_veth(NODE_LINK, port, switch_fd)
+                    _add_veth(NODE_LINK, port, switch_fd, node_mac(address))
                     set_up(NODE_LINK, address, JOB_PREFIX)
                     if gateway:
                         add_default_route(EGRESS_GATEWAY)
@@ -432,7 +445,7 @@ def make_job_network(
             enter(str(switch))
             bridge = socket.if_nametoindex(SWITCH_BRIDGE)
             for k in range(len(addresses)):
-                _set_link(f"p{k}", master=bridge)
+                set_link(f"p{k}", master=bridge)
 
         in_thread(plug_ports)
     except BaseException:

@@ -1,30 +1,35 @@
-"""A job's own network across machines: a namespace per job and machine, joined by VXLAN.
+"""A job's own network across machines: every node a machine of its own, joined by VXLAN.
 
 On the Ray backend a job's nodes run on several machines, and must reach each other on ports
 their frameworks pick as they go (gloo, NCCL, TensorFlow's servers, torch's store) while
-nothing else of any machine's network is theirs.  So each machine's part of an attempt gets its
-own network namespace, as the local backend's attempt does, and the namespaces of one attempt
-are joined by one VXLAN segment (docs/network.md):
+nothing else of any machine's network is theirs.  So each machine's part of an attempt is the
+local backend's job network (:func:`.network.make_job_network`: a switch namespace holding a
+bridge, and per node a namespace of its own with ``ma0`` at the node's own address, a veth into
+the bridge), and the switches of one attempt are joined by one VXLAN segment (docs/network.md):
 
-1. the service gives each machine of the attempt a :class:`Segment`: an overlay address
-   (``10.253.x.y/16``, :func:`overlay_address`), a UDP port on that machine (the first port
-   the machine's agent reserved for the attempt's first node there, free over TCP and UDP when
-   reserved: no other attempt of that agent holds it while this one runs; another agent of the
-   same machine may hand out the same number, and the two devices then share one socket, told
-   apart by their ids) and a VXLAN id (random per machine and attempt);
-2. the machine's agent makes the namespace (``lo`` up, nothing else), then, from its own
-   namespace, the VXLAN device ``ma0`` with the job's namespace as its home (one rtnetlink
-   request naming the namespace, ``IFLA_NET_NS_FD``): the device lives in the job's namespace,
-   its UDP socket in the machine's, so the job's frames travel encapsulated over the machine's
-   network while nothing of that network is visible or reachable inside;
-3. every device's hardware address is fixed by its overlay address (:func:`overlay_mac`), so
-   inside, the device gets the overlay address, and per peer machine a forwarding entry for the
-   peer's hardware address (its machine's address, port and VXLAN id: a frame for one peer goes
-   to that peer only), a permanent neighbour entry (no ARP needed), and an all-zero forwarding
-   entry (what little is broadcast goes to each peer); address learning is off, so the job's
-   frames reach its own machines' namespaces only;
-4. the node runners enter the namespace before they start anything (as on the local backend);
-   the namespace, its device and the device's UDP socket end with the job's last process.
+1. the service gives each node of the attempt an overlay address (``10.253.x.y/16``,
+   :func:`overlay_address`, in launch order) and each machine of the attempt a
+   :class:`Segment`: a UDP port on that machine (the first port the machine's agent reserved
+   for the attempt's first node there, free over TCP and UDP when reserved: no other attempt
+   of that agent holds it while this one runs; another agent of the same machine may hand out
+   the same number, and the two devices then share one socket, told apart by their ids), a
+   VXLAN id (random per machine and attempt) and the addresses of its nodes;
+2. the machine's agent makes the job network of its nodes, then, from its own namespace, the
+   VXLAN device :data:`VXLAN_LINK` with the switch's namespace as its home (one rtnetlink
+   request naming the namespace, ``IFLA_NET_NS_FD``), plugged into the switch's bridge: the
+   device lives in the switch, its UDP socket in the machine's namespace, so the job's frames
+   travel encapsulated over the machine's network while nothing of that network is visible or
+   reachable inside, and no node sees the device at all (a node holds ``lo`` and ``ma0``);
+3. every node's hardware address is fixed by its overlay address (:func:`overlay_mac`), so the
+   device gets, per node of each peer machine, a forwarding entry for that node's hardware
+   address (its machine's address, port and VXLAN id: a frame for one node goes to that node's
+   machine only), and per peer machine an all-zero forwarding entry (what little is broadcast
+   goes to each peer); address learning on the device is off, so the job's frames reach its own
+   machines' switches only; and every node gets a permanent neighbour entry for every other node
+   of the attempt (no ARP needed);
+4. the node runners hold the switch open and enter their own namespaces before they start
+   anything (as on the local backend); the switch, its device and the device's UDP socket end
+   with the attempt's last runner there, each node's namespace with that node's last process.
 
 A frame arriving at a machine's port is handed to the device of that port and VXLAN id only, so
 another attempt's segment on the same machine (another port, another id) never sees it; a job
@@ -48,16 +53,16 @@ from pathlib import Path
 
 from . import network
 
-#: the job's device in its namespace
-LINK = "ma0"
-#: the overlay's prefix: one address per machine of an attempt
+#: the attempt's VXLAN device, in a machine's switch namespace (a port of its bridge)
+VXLAN_LINK = "vx0"
+#: the overlay's prefix: one address per node of an attempt
 OVERLAY_NET, OVERLAY_PREFIX = (10, 253), 16
-#: machines of one attempt the overlay can hold (its /16, minus network and broadcast)
-MAX_MACHINES = (1 << (32 - OVERLAY_PREFIX)) - 2
+#: nodes of one attempt the overlay can hold (its /16, minus network and broadcast)
+MAX_NODES = (1 << (32 - OVERLAY_PREFIX)) - 2
 #: the kernel that lets the local bypass be turned off (:func:`_add_vxlan`)
 MIN_KERNEL = (6, 7)
 
-IFLA_ADDRESS, IFLA_NET_NS_FD = 1, 28
+IFLA_NET_NS_FD = 28
 IFLA_VXLAN_ID, IFLA_VXLAN_LEARNING, IFLA_VXLAN_PORT, IFLA_VXLAN_LOCALBYPASS = 1, 7, 15, 31
 RTM_NEWNEIGH = 28
 NDA_DST, NDA_LLADDR, NDA_PORT, NDA_VNI = 1, 2, 6, 7
@@ -74,14 +79,14 @@ class Segment:
         underlay: the machine's IPv4 address (the Ray node's).
         port: the UDP port its device listens on, on that machine.
         vni: the VXLAN id its device answers to.
-        address: the job's address on the overlay there (every node of the attempt on that
-            machine has it).
+        addresses: the overlay addresses of the attempt's nodes on that machine, each node's
+            own.
     """
 
     underlay: str
     port: int
     vni: int
-    address: str
+    addresses: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -93,21 +98,21 @@ class Overlay:
 
 
 def overlay_address(index: int) -> str:
-    """The overlay address of the ``index``-th machine (from 0) of an attempt.
+    """The overlay address of the ``index``-th node (from 0, launch order) of an attempt.
 
     Raises:
-        ValueError: more machines than the overlay holds.
+        ValueError: more nodes than the overlay holds.
     """
-    if not 0 <= index < MAX_MACHINES:
-        raise ValueError(f"an attempt's overlay holds at most {MAX_MACHINES} machines")
+    if not 0 <= index < MAX_NODES:
+        raise ValueError(f"an attempt's overlay holds at most {MAX_NODES} nodes, not {index + 1}")
     host = index + 1
     return f"{OVERLAY_NET[0]}.{OVERLAY_NET[1]}.{host >> 8}.{host & 0xFF}"
 
 
 def overlay_mac(address: str) -> bytes:
-    """The hardware address of the device holding overlay ``address`` (locally administered,
-    ``02:00`` then the address's four bytes): each peer's is known without asking."""
-    return b"\x02\x00" + socket.inet_aton(address)
+    """The hardware address of the node holding overlay ``address`` (:func:`.network.node_mac`):
+    each peer's is known without asking."""
+    return network.node_mac(address)
 
 
 def is_overlay_address(address: str) -> bool:
@@ -129,10 +134,9 @@ def _ifinfo() -> bytes:
     return struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
 
 
-def _add_vxlan(name: str, vni: int, port: int, namespace_fd: int | None, mac: bytes | None = None) -> None:
+def _add_vxlan(name: str, vni: int, port: int, namespace_fd: int | None) -> None:
     """Make VXLAN device ``name`` from the calling thread's namespace (its UDP socket's home),
-    placed in the namespace of ``namespace_fd`` (rule 2), learning off, with hardware address
-    ``mac`` where given (rule 3)."""
+    placed in the namespace of ``namespace_fd`` (rule 2), learning off (rule 3)."""
     data = (
         network.rt_attr(IFLA_VXLAN_ID, struct.pack("I", vni))
         + network.rt_attr(IFLA_VXLAN_PORT, struct.pack("!H", port))
@@ -147,8 +151,6 @@ def _add_vxlan(name: str, vni: int, port: int, namespace_fd: int | None, mac: by
     )
     body = _ifinfo() + network.rt_attr(network.IFLA_IFNAME, name.encode() + b"\0")
     body += network.rt_attr(network.IFLA_LINKINFO, linkinfo)
-    if mac is not None:
-        body += network.rt_attr(IFLA_ADDRESS, mac)
     if namespace_fd is not None:
         body += network.rt_attr(IFLA_NET_NS_FD, struct.pack("I", namespace_fd))
     network.netlink_request(
@@ -159,31 +161,42 @@ def _add_vxlan(name: str, vni: int, port: int, namespace_fd: int | None, mac: by
     )
 
 
-def _neighbour(family: int, flags: int, ndm_flags: int, attrs: bytes, what: str) -> None:
-    """One RTM_NEWNEIGH on device :data:`LINK` of the calling thread's namespace, permanent."""
-    ndmsg = struct.pack("BxxxiHBB", family, socket.if_nametoindex(LINK), NUD_PERMANENT, ndm_flags, 0)
+def _neighbour(device: str, family: int, flags: int, ndm_flags: int, attrs: bytes, what: str) -> None:
+    """One RTM_NEWNEIGH on ``device`` of the calling thread's namespace, permanent."""
+    ndmsg = struct.pack("BxxxiHBB", family, socket.if_nametoindex(device), NUD_PERMANENT, ndm_flags, 0)
     network.netlink_request(RTM_NEWNEIGH, network.NLM_F_CREATE | flags, ndmsg + attrs, what)
 
 
 def _add_peer(peer: Segment) -> None:
-    """Rule 3 for ``peer``, from the device's namespace: its forwarding entry, its neighbour
-    entry and its all-zero forwarding entry."""
-    mac = overlay_mac(peer.address)
+    """Rule 3 for ``peer``, from the switch's namespace: a forwarding entry per node of the
+    peer machine, and its all-zero forwarding entry."""
     where = (
         network.rt_attr(NDA_DST, socket.inet_aton(peer.underlay))
         + network.rt_attr(NDA_PORT, struct.pack("!H", peer.port))
         + network.rt_attr(NDA_VNI, struct.pack("I", peer.vni))
     )
     what = f"cannot add the peer {peer.underlay}:{peer.port} to the job's VXLAN device"
-    _neighbour(AF_BRIDGE, NLM_F_REPLACE, NTF_SELF, network.rt_attr(NDA_LLADDR, mac) + where, what)
-    _neighbour(AF_BRIDGE, NLM_F_APPEND, NTF_SELF, network.rt_attr(NDA_LLADDR, b"\0" * 6) + where, what)
-    address = network.rt_attr(NDA_DST, socket.inet_aton(peer.address)) + network.rt_attr(NDA_LLADDR, mac)
-    _neighbour(socket.AF_INET, NLM_F_REPLACE, 0, address, f"cannot add the neighbour {peer.address}")
+    for address in peer.addresses:
+        mac = network.rt_attr(NDA_LLADDR, overlay_mac(address))
+        _neighbour(VXLAN_LINK, AF_BRIDGE, NLM_F_REPLACE, NTF_SELF, mac + where, what)
+    zero = network.rt_attr(NDA_LLADDR, b"\0" * 6)
+    _neighbour(VXLAN_LINK, AF_BRIDGE, NLM_F_APPEND, NTF_SELF, zero + where, what)
 
 
-def make(path: Path, overlay: Overlay) -> int:
-    """Make the attempt's namespace on this machine, joined to its peers (rules 2-3), kept at
-    ``path`` as :func:`.network.make_namespace` keeps one; its inode number.
+def _add_neighbour(address: str) -> None:
+    """Rule 3's neighbour entry for node ``address``, from a node's namespace."""
+    attrs = network.rt_attr(NDA_DST, socket.inet_aton(address)) + network.rt_attr(
+        NDA_LLADDR, overlay_mac(address)
+    )
+    _neighbour(
+        network.NODE_LINK, socket.AF_INET, NLM_F_REPLACE, 0, attrs, f"cannot add the neighbour {address}"
+    )
+
+
+def make(folder: Path, key: str, nodes: list[tuple[str, str]], overlay: Overlay) -> network.JobNetwork:
+    """This machine's part of the attempt's network (rules 2-3): the job network of ``nodes``
+    (``(name, overlay address)``, :func:`.network.make_job_network`, kept in ``folder`` under
+    ``key``) with the attempt's VXLAN device in its switch, joined to the peers of ``overlay``.
 
     The calling thread must be in this machine's own network namespace (the device's UDP socket
     is made there).
@@ -192,19 +205,22 @@ def make(path: Path, overlay: Overlay) -> int:
         OSError: it cannot be made (no CAP_NET_ADMIN, no VXLAN in this kernel, the UDP port
             taken); nothing of it is left.
     """
-    inode = network.make_namespace(path)
+    made = network.make_job_network(folder, key, nodes)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        switch = made.switch
+        if switch is None:  # make_job_network always makes one
+            raise OSError(0, "the job network has no switch")
+        fd = os.open(switch, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            _add_vxlan(LINK, overlay.own.vni, overlay.own.port, fd, overlay_mac(overlay.own.address))
+            _add_vxlan(VXLAN_LINK, overlay.own.vni, overlay.own.port, fd)
         finally:
             os.close(fd)
 
-        def inside() -> None:
-            network.enter(str(path))
+        def in_switch() -> None:
+            network.enter(str(switch))
             try:
                 # up opens the UDP socket, in the machine's namespace
-                network.set_up(LINK, overlay.own.address, OVERLAY_PREFIX)
+                network.set_link(VXLAN_LINK, master=socket.if_nametoindex(network.SWITCH_BRIDGE))
             except OSError as exc:
                 raise OSError(
                     exc.errno,
@@ -214,11 +230,21 @@ def make(path: Path, overlay: Overlay) -> int:
             for peer in overlay.peers:
                 _add_peer(peer)
 
-        network.in_thread(inside)
+        network.in_thread(in_switch)
+        everyone = [a for segment in (overlay.own, *overlay.peers) for a in segment.addresses]
+        for (_name, own), (path, _inode) in zip(nodes, made.nodes.values(), strict=True):
+
+            def in_node(path: Path = path, own: str = own) -> None:
+                network.enter(str(path))
+                for address in everyone:
+                    if address != own:
+                        _add_neighbour(address)
+
+            network.in_thread(in_node)
     except BaseException:
-        network.remove_namespace(path)
+        network.remove_job_network(made)
         raise
-    return inode
+    return made
 
 
 def supported() -> str | None:
@@ -236,7 +262,7 @@ def supported() -> str | None:
 
     def probe() -> None:
         network.unshare_network()
-        _add_vxlan(LINK, 1, 4789, None)
+        _add_vxlan(VXLAN_LINK, 1, 4789, None)
 
     try:
         network.in_thread(probe)

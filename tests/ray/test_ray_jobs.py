@@ -173,6 +173,9 @@ def test_a_live_log_is_followed_through_the_service_and_stop_leaves_no_process(
 
 
 def test_tensorflow_ps_worker_ends_with_the_parameter_server_stopped(ray_service, tmp_path):
+    """Also: the parameter server shares a Ray node with a worker, and each is still a machine of
+    its own on the job's overlay (issue 38 item 1): its own address on its own interface, named
+    by TF_CONFIG, reached by the worker beside it."""
     outputs = writable_dir(tmp_path / "out")
     client = Client(autostart=False)
     handle = client.submit(
@@ -183,7 +186,10 @@ def test_tensorflow_ps_worker_ends_with_the_parameter_server_stopped(ray_service
         specs=["cpu.small"],
         algorithm=_algorithm(tmp_path / "algo", train=PS_WORKER),
         outputs=str(outputs),
-        command="python /workspace/algorithm/train.py",
+        command=(
+            'sh -c \'hostname -I > /workspace/outputs/addr-$(hostname).txt && echo "$TF_CONFIG" '
+            "> /workspace/outputs/tf-$(hostname).json && exec python /workspace/algorithm/train.py'"
+        ),
     )
     job = handle.wait(timeout=300, check=False)
     assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
@@ -193,6 +199,15 @@ def test_tensorflow_ps_worker_ends_with_the_parameter_server_stopped(ray_service
     workers = {n.host for n in job.nodes if n.role == "worker"}
     assert len(workers) == 2  # workers spread, one per Ray node
     ps = next(n for n in job.nodes if n.role == "ps")
+    assert ps.host in workers  # beside a worker, on one Ray node
+    addresses = {n.name: n.address for n in job.nodes}
+    assert len(set(addresses.values())) == 3, addresses  # each its own
+    for name, address in addresses.items():
+        # `hostname -I` prints the node's own address, and only it
+        assert (outputs / f"addr-{name}.txt").read_text().split() == [address], name
+        cluster = json.loads((outputs / f"tf-{name}.json").read_text())["cluster"]
+        # TF_CONFIG names those addresses
+        assert {h.rsplit(":", 1)[0] for h in cluster["ps"] + cluster["worker"]} == set(addresses.values())
     # the parameter server never ends by itself: the service stopped it (TERM: exit code 143)
     assert (ps.state, ps.exit_code) == ("exited", 143), ps
     assert "ps serving" in client.read_log(job.id, node="ps-0").data

@@ -11,12 +11,14 @@ two nodes still reach each other by name.
 
 Twice: with each attempt in namespaces of its own joined by its overlay (the default, where the
 agents can make them), and fenced (``[backend] network = "fence"``), where the rule is by port
-at connect time; neither depends on Ray's own authentication.
+at connect time; neither depends on Ray's own authentication.  Last, what the overlay gives a
+job: ssh between its nodes on two machines, and seed 003's mpirun over it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 
@@ -24,6 +26,7 @@ import pytest
 
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
+from ma_jupyter.nodeside.ssh_node import SSHD
 from tests.helpers import writable_dir
 from tests.modes.real import events_text, node_logs
 from tests.ray.conftest import serve
@@ -413,3 +416,66 @@ def test_a_job_across_two_machines_reaches_neither_machine_and_its_nodes_talk_ov
             assert found[f"udp {address}"] == "ENETUNREACH", found
         _assert_not_the_cluster(found, port)
     assert not any(p.name.startswith("escaped") for p in outputs.iterdir())
+
+
+#: seed 003's launch command as written (its ``-tune`` file and argument variables too), over
+#: ssh, after worker-0 looked at worker-1 through ssh; in ``bash -c``, whose shell splits the
+#: several words each argument variable holds
+SEED_003_OVER_SSH = (
+    'bash -c \'ssh worker-1 "hostname; hostname -I" > /workspace/outputs/remote.txt && '
+    "hostname -I > /workspace/outputs/local.txt && "
+    'mpirun -np ${OPENMPI_NP} -hostfile ${OPENMPI_HOST_FILE_PATH} -mca plm_rsh_args "-p ${SSHD_PORT}" '
+    "-tune ${TUNE_ENV_FILE} ${OPENMPI_BIND_ARGS} ${OPENMPI_X_ARGS} ${OPENMPI_MCA_ARGS} "
+    "${OPENMPI_EXTRA_ARGS} python /workspace/algorithm/allreduce.py'"
+)
+
+ALLREDUCE = """
+import json, socket
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+total = comm.allreduce(rank + 1)
+names = comm.allgather(socket.gethostname())
+print(f"rank {rank}/{size} on {socket.gethostname()} sum={total}", flush=True)
+if rank == 0:
+    with open("/workspace/outputs/result.json", "w") as fh:
+        json.dump({"size": size, "sum": total, "hosts": names}, fh)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.ssh
+@pytest.mark.skipif(not os.access(SSHD, os.X_OK), reason="needs Debian's openssh-server (./dev setup)")
+def test_seed_003s_mpirun_runs_over_ssh_between_nodes_on_two_machines_of_the_overlay(
+    two_hosts,  # noqa: F811
+    service_on,  # noqa: F811
+    tmp_path,
+):
+    """``--mode horovod`` on Ray (issue 37 items 1 and 8): every node runs its sshd on
+    ``SSHD_PORT`` at its own overlay address, and seed 003's mpirun, pasted as written, starts
+    mpi4py ranks on both machines over ssh."""
+    service_on()
+    client = Client(autostart=False)
+    outputs = writable_dir(tmp_path / "out")
+    algo = writable_dir(tmp_path / "algo")
+    (algo / "allreduce.py").write_text(ALLREDUCE)
+    job = client.submit(
+        name="mpi-ssh",
+        mode="horovod",
+        nodes=2,
+        specs=["cpu.small"],
+        algorithm=str(algo),
+        outputs=str(outputs),
+        command=SEED_003_OVER_SSH,
+    ).wait(timeout=400, check=False)
+    assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
+    assert {n.host for n in job.nodes} == {n.name for n in client.nodes()}  # one node on A, one on B
+    addresses = {n.name: n.address for n in job.nodes}
+    assert addresses == {"worker-0": "10.253.0.1", "worker-1": "10.253.0.2"}
+    # `ssh worker-1` reached worker-1, without a prompt, and each node holds its own address
+    assert (outputs / "remote.txt").read_text().split() == ["worker-1", addresses["worker-1"]]
+    assert (outputs / "local.txt").read_text().split() == [addresses["worker-0"]]
+    # one rank per node (slots=1 on a CPU spec), started on B by mpirun over ssh
+    result = json.loads((outputs / "result.json").read_text())
+    assert result == {"size": 2, "sum": 3, "hosts": ["worker-0", "worker-1"]}

@@ -353,11 +353,11 @@ class LocalBackend(Backend):
         kept as files in the namespace folder until its runners are in; None where this service
         may not make namespaces (not root: the nodes then share the host's network).
 
-        1. without ``overlay``: the attempt's job network, each node a machine of its own at its
-           task's address (:func:`.network.make_job_network`), with its way out to the egress
-           gate where ``gateway``;
-        2. with ``overlay``: one namespace for all of ``plans``, this machine's part of the
-           attempt's overlay (:mod:`.overlay`), at ``<folder>/<key>``.
+        1. each node a machine of its own at its task's address on the attempt's job network
+           (:func:`.network.make_job_network`), its files ``<folder>/<key>.*``, with its way out
+           to the egress gate where ``gateway``;
+        2. with ``overlay``, the job network's switch also holds this machine's end of the
+           attempt's overlay (:mod:`.overlay`), and the tasks' addresses are overlay addresses.
 
         Raises:
             BackendUnavailable: it cannot be made, or a task's address is not on the job network.
@@ -372,11 +372,9 @@ class LocalBackend(Backend):
             if not self._namespaces_swept:  # what a service that ended while launching left
                 network_ns.sweep(folder)
                 self._namespaces_swept = True
-            if overlay is not None:
-                path = folder / key
-                inode = job_overlay.make(path, overlay)
-                return network_ns.JobNetwork(switch=None, nodes={p.name: (path, inode) for p in plans})
             addresses = [(p.name, p.task.address) for p in plans]
+            if overlay is not None:
+                return job_overlay.make(folder, key, addresses, overlay)
             for name, address in addresses:
                 if not network_ns.on_job_network(address):
                     raise BackendUnavailable(
@@ -403,9 +401,10 @@ class LocalBackend(Backend):
         agent): the caller gives the attempt's shared secret and stops the nodes it started
         when another machine's fail.  The nodes' network (see :mod:`.network`):
 
-        1. ``overlay``: one namespace for these nodes, this machine's part of the attempt's
-           overlay (:mod:`.overlay`), entered by every runner before it starts anything, its
-           file dropped once they are in (as :meth:`launch` does);
+        1. ``overlay``: each node a machine of its own on this machine's part of the attempt's
+           overlay (:mod:`.overlay`: a namespace per node, a switch holding the VXLAN device),
+           entered by every runner before it starts anything, the files dropped once they are
+           in (as :meth:`launch` does);
         2. else ``deny_tcp`` (``[low, high]`` port ranges): the nodes share the host's network,
            each fenced (:func:`.network.fence`);
         3. else the host's network, unfenced.
@@ -443,10 +442,10 @@ class LocalBackend(Backend):
 
         1. every node's view is built before anything starts, its cards as this machine shows
            them now (a card node gone since the plan refuses);
-        2. with ``namespace_key``, a namespace is made (closed, or with ``overlay`` this
-           machine's part of the attempt's overlay; none where this service may not make a
+        2. with ``namespace_key``, the nodes' job network is made (closed, or with ``overlay``
+           joined to the attempt's other machines; none where this service may not make a
            closed one): the nodes then resolve names from ``/etc/hosts`` only; with
-           ``egress_policy`` (a closed namespace), its gate is opened before any runner starts
+           ``egress_policy`` (a closed network), its gate is opened before any runner starts
            (:mod:`.egress`: names resolved now and added to every node's ``/etc/hosts``) and its
            forwarder runs once every runner is in, until none is left;
         3. each node's runner is started, entering the namespace first thing (or fenced with

@@ -52,7 +52,7 @@ from ...nodehost.overlay import Overlay
 from ...nodehost.processes import process_fd
 from ...nodehost.view import PACKAGE_DIR
 from ..base import Attempt
-from ..local.backend import LocalBackend, disk_free
+from ..local.backend import SSHD_PROGRAM, LocalBackend, disk_free
 from . import fence, leftovers, ship
 from .inventory import node_name
 from .kernel_relay import KernelRelay
@@ -109,8 +109,10 @@ class NodeAgent:
     def info(self) -> dict:
         """Who the agent is: its node, pid, the package version and folder, the node's isolation
         (``bubblewrap`` when bubblewrap works on this node, else ``symlink``), its jobs' network
-        (``namespace``: each attempt's nodes here in a namespace of its overlay; ``fence``: on
-        the machine's network, fenced, with ``network_why`` saying why)."""
+        (``namespace``: each node here a machine of its own on its attempt's overlay;
+        ``fence``: on the machine's network, fenced, with ``network_why`` saying why), and
+        ``sshd``: whether OpenSSH's server is installed here (MPI's remote shell on an overlay,
+        :mod:`.overlay_plan`)."""
         return {
             "node_id": self._node_id,
             "pid": os.getpid(),
@@ -119,6 +121,7 @@ class NodeAgent:
             "isolation": self._local.isolation(),
             "network": "fence" if self._overlay_problem else "namespace",
             "network_why": self._overlay_problem or "",
+            "sshd": os.access(SSHD_PROGRAM, os.X_OK),
             "leftovers_ended": self._ended,
         }
 
@@ -152,8 +155,9 @@ class NodeAgent:
         1. each launch's ``shipping`` entry ``(archive, folder)``: where ``archive`` is not
            None, ``archives[archive]`` (the shipped algorithm folder, packed) is unpacked into
            ``folder``, the folder the launch's mounts read the algorithm from;
-        2. the network (docs/network.md): with ``overlay``, the nodes share one network
-           namespace, this machine's part of the attempt's overlay (:mod:`ma_jupyter.nodehost.overlay`);
+        2. the network (docs/network.md): with ``overlay``, each node a network namespace and
+           an address of its own on this machine's part of the attempt's overlay
+           (:mod:`ma_jupyter.nodehost.overlay`);
            without, each is fenced off the Ray cluster's ports (``cluster_ports``) and what
            else listens on this machine (:mod:`.fence`);
         3. the cards Ray gave each node's bundle are bound as this machine shows them.

@@ -45,8 +45,9 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    of its Ray node starts for it and closes with its node (:meth:`RayBackend.kernel_route`,
    :mod:`.kernel_relay`): a Unix socket connects processes of one machine only.
 
-Horovod/MPI has no remote shell here (``remote_shell`` None): mpirun could not start ranks on
-the other Ray nodes, and the horovod mode refuses the job at submit saying so.
+MPI's remote shell (``Placement.remote_shell``) is given by ``bind`` on an overlay only
+(:mod:`.overlay_plan`: each node's sshd at its own overlay address); a fenced attempt has none,
+and the horovod mode refuses it at submit saying so.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...errors import BackendUnavailable, Conflict, MaJupyterError, NodeGone, NodeLost, RefusedFile
+from ...errors import BackendUnavailable, Conflict, InvalidSpec, MaJupyterError, NodeGone, NodeLost, RefusedFile
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import (
     CacheInfo,
@@ -92,7 +93,7 @@ from ...nodehost.overlay import Overlay
 from ...untrusted import read_small
 from ..base import Attempt, Backend, DatasetState
 from ..local.backend import LocalBackend
-from . import fence, ship
+from . import fence, overlay_plan, ship
 from .agent import NodeAgent
 from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
 from .logs import RayLogSource
@@ -151,7 +152,6 @@ class RayBackend(Backend):
     # actor call path), taken from the jobs on the same machines; a cluster running a thousand
     # job nodes would take ten thousand calls a second at the local backend's pace.
     poll_every = 5.0
-    remote_shell = None
 
     def __init__(self, address: str, node_root: str | None = None, network: str = "auto"):
         ray = require_ray()
@@ -335,22 +335,25 @@ class RayBackend(Backend):
     # ------------------------------------------------------------------------ bind
 
     def bind(self, placement: Placement, *, reserve: bool) -> Placement | None:
-        """Each task at its Ray node's address, named ``<role>-<index>``; with ``reserve``, the
-        placement group holding the nodes and two ports per task from the nodes' agents."""
+        """Each task named ``<role>-<index>``, at its own overlay address with MPI's remote
+        shell over the overlay (:mod:`.overlay_plan`), or fenced at its Ray node's address with
+        none; with ``reserve``, the placement group holding the nodes and two ports per task
+        from the nodes' agents."""
         nodes = [self._node(task.host) for task in placement.tasks]
-        # the tasks' addresses: on an overlay, one per machine of the attempt (the Ray nodes'
-        # own addresses are not reachable from inside the job's namespaces); else the Ray node's
+        # the Ray nodes' own addresses are not reachable from inside the job's namespaces
         hosts = [task.host for task in placement.tasks]
-        if self._job_network(hosts, known_only=not reserve):
-            machines = list(dict.fromkeys(hosts))
-            addresses = [job_overlay.overlay_address(machines.index(host)) for host in hosts]
+        shell = None
+        if self._job_network(hosts):
+            addresses = overlay_plan.task_addresses(len(hosts))
+            infos = [self._info(host) for host in dict.fromkeys(hosts)]  # answered: _job_network waited
+            shell = overlay_plan.remote_shell(infos, self._runs_as_root(placement.creator))
         else:
             addresses = [node.address for node in nodes]
         tasks = [
             replace(task, hostname=task.name, address=address, ports=(0, 0), cpus=())
             for task, address in zip(placement.tasks, addresses, strict=True)
         ]
-        bound = replace(placement, tasks=tuple(tasks), remote_shell=None, reservation="")
+        bound = replace(placement, tasks=tuple(tasks), remote_shell=shell, reservation="")
         if not reserve:
             return bound
         from ray.util.placement_group import placement_group, remove_placement_group
@@ -389,6 +392,15 @@ class RayBackend(Backend):
             for task, node, p, ids in zip(tasks, nodes, ports, cards, strict=True)
         ]
         return replace(bound, tasks=tuple(tasks), reservation=name)
+
+    def _runs_as_root(self, creator: str | None) -> bool:
+        """Whether ``creator``'s job nodes run as root on the agents (root, as overlays need):
+        the host rules keep them in the agents' account.  A user whose account cannot be settled
+        is not root (the launch refuses the job)."""
+        try:
+            return self.job_account(creator) is None
+        except InvalidSpec:
+            return False
 
     def _card_ids(
         self, group: Any, tasks: list[TaskSlot], nodes: list[RayNode]
@@ -679,7 +691,7 @@ class RayBackend(Backend):
             self._exits.watch(on_nodes, run)
         return runs
 
-    def _job_network(self, hosts: list[str], *, known_only: bool = False) -> bool:
+    def _job_network(self, hosts: list[str]) -> bool:
         """Whether an attempt on ``hosts`` gets an overlay (docs/network.md), in this order:
 
         1. never where the cluster file says ``network = "fence"``;
@@ -690,9 +702,10 @@ class RayBackend(Backend):
            all overlay or all fenced, since a fenced job shares its machine's network, from
            which it could send frames to the overlays' UDP ports.
 
-        ``known_only`` (a dry run, which never starts or waits for an agent): a host whose agent
-        has not answered yet counts as one that cannot.  A host that cannot is logged once, with
-        why; the attempt is then fenced.
+        The agents of ``hosts`` are waited for (as the dry run's launches wait for them): a
+        submit just after the service's start must not be planned fenced, and so refused as an
+        MPI job, for an agent still starting.  A host that cannot is logged once, with why; the
+        attempt is then fenced.
         """
         if self._network == "fence":
             return False
@@ -700,12 +713,10 @@ class RayBackend(Backend):
         for host in dict.fromkeys([*hosts, *live]):
             node = live.get(host) or self._node(host)
             answer = self._infos.get(node.node_id)
-            if host in hosts and not known_only:
+            if host in hosts:
                 info = self._info(host)
             elif answer is not None and answer.done() and answer.exception() is None:
                 info = answer.result()
-            elif host in hosts:
-                return False  # contract rule 2: a dry run: not known yet
             else:
                 continue  # another node whose agent has not answered: judged once it has
             why = ""
@@ -727,36 +738,14 @@ class RayBackend(Backend):
         return True
 
     def _overlays(self, attempt: Attempt) -> dict[str, Overlay] | None:
-        """Each machine's part of the attempt's overlay (:mod:`ma_jupyter.nodehost.overlay`,
-        rule 1), where bind gave the tasks overlay addresses; None where it did not.
-
-        A machine's segment: the Ray node's address, the first port reserved for the attempt's
-        first node there (no other attempt on that machine holds it meanwhile), a VXLAN id
-        drawn for this attempt, the address bind gave the machine's tasks."""
-        firsts: dict[str, TaskSlot] = {}
-        for plan in attempt.plans:
-            firsts.setdefault(plan.task.host, plan.task)
-        # bind's choice, read back from the addresses it gave: unambiguous, since no machine
-        # whose own address lies in the overlay's range gets one (_job_network rule 2)
-        if self._network == "fence" or not all(
-            job_overlay.is_overlay_address(task.address)
-            and not job_overlay.is_overlay_address(self._node(host).address)
-            for host, task in firsts.items()
-        ):
+        """Each Ray node's part of the attempt's overlay (:func:`.overlay_plan.segments`), where
+        bind gave the tasks overlay addresses; None where it did not (or the cluster file says
+        ``network = "fence"``)."""
+        if self._network == "fence":
             return None
-        vnis: list[int] = []
-        while len(vnis) < len(firsts):
-            vni = 1 + secrets.randbelow((1 << 24) - 1)
-            if vni not in vnis:
-                vnis.append(vni)
-        segments = {
-            host: job_overlay.Segment(self._node(host).address, task.ports[0], vni, task.address)
-            for (host, task), vni in zip(firsts.items(), vnis, strict=True)
-        }
-        return {
-            host: Overlay(own, tuple(peer for other, peer in segments.items() if other != host))
-            for host, own in segments.items()
-        }
+        return overlay_plan.segments(
+            [plan.task for plan in attempt.plans], lambda host: self._node(host).address
+        )
 
     def _record(self, attempt: Attempt, run: NodeRun) -> None:
         """Note in the service's job folder which Ray node holds a node's files."""
