@@ -31,6 +31,9 @@ RAY = str(Path(sys.executable).parent / "ray")
 #: seconds within which a lost node's processes must be gone (its runner's grace, and load)
 ENDS_WITHIN = hostwatch.HOST_GRACE + 12
 
+#: times a Ray head in a mount namespace of its own is started before the fixture gives up: a
+#: raylet waits 15 s for its node's own agents, then dies, which a loaded machine makes likely
+HEAD_TRIES = 6
 #: (mark, runner pid on B) of each job started: ended by the test's teardown if still there
 JOBS: list[tuple[str, int | None]] = []
 
@@ -91,9 +94,9 @@ class TwoHosts:
             self.temp,
         ]
         common += ["--disable-usage-stats"]
-        for attempt in range(3):
+        for attempt in range(HEAD_TRIES):
             head = [RAY, "start", "--head", "--port", str(self.port), "--node-ip-address", A,
-                    "--include-dashboard", "false", *common, *_agent_ports()]  # fmt: skip
+                    "--include-dashboard", "false", *common]  # fmt: skip
             if self.private_a:  # A's own disk at the same path as B's, in a mount namespace of A's
                 head = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                         f'mount -t tmpfs tmpfs "{self.private}" && exec "$@"', "sh", *head]  # fmt: skip
@@ -133,10 +136,10 @@ class TwoHosts:
                 argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
 
-    def start_b(self, tries: int = 2) -> subprocess.Popen:
+    def start_b(self, tries: int = 3) -> subprocess.Popen:
         """(Again) a Ray node on B; returns its ``ray start`` process once its raylet runs (tried
         ``tries`` times: on a loaded machine a raylet may give up waiting for its own agents)."""
-        self.worker = self._start([*self._b_args, *_agent_ports()], "b")
+        self.worker = self._start(self._b_args, "b")
         deadline = time.monotonic() + 150
         while self.raylet_b() is None:
             if self.worker.poll() is not None and tries > 1:
@@ -263,15 +266,6 @@ class TwoHosts:
             proc.wait()
         shutil.rmtree(self.temp, ignore_errors=True)
         shutil.rmtree(self.private, ignore_errors=True)
-
-
-def _agent_ports() -> list[str]:
-    """Ports of a Ray node's own agents, chosen here: a raylet left to learn the ports its agents
-    picked waits for their files 15 s at most, then dies, which a loaded machine often makes it
-    do (it then starts without waiting)."""
-    options = ("--dashboard-agent-grpc-port", "--dashboard-agent-listen-port", "--runtime-env-agent-port",
-               "--metrics-export-port")  # fmt: skip
-    return [part for option in options for part in (option, str(_free_port()))]
 
 
 def _raylet_below(pid: int) -> psutil.Process | None:
