@@ -726,7 +726,8 @@ class RayBackend(Backend):
     def launch(self, attempt: Attempt, launches: list[NodeLaunch]) -> list[NodeRun]:
         if len(launches) != len(attempt.plans):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
-        on_nodes = self._on_nodes(attempt)
+        # without the datasets and models downloaded on the nodes (as the dry run made them)
+        on_nodes, _ = self._fetched_mounts(attempt, self._on_nodes(attempt))
         job_secret = secrets.token_hex(16)  # shared by this attempt's nodes only (see LocalBackend)
         # the network (docs/network.md): bind gave overlay addresses where every machine of the
         # attempt can hold its namespace; else each node is fenced off the cluster's ports
