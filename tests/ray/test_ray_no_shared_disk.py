@@ -136,11 +136,12 @@ def test_a_resumed_s3_job_on_hosts_that_share_no_disk(
     algo = writable_dir(tmp_path / "algo")
     (algo / "train.py").write_text(textwrap.dedent(TRAIN))
 
-    # a host path only the service's machine has (the Ray nodes have their own tmpfs there)
-    only_here = writable_dir(Path(hosts.private) / "only-on-the-service", parents=True)
+    # a host path only the service's machine has (the Ray nodes see an empty folder above it)
+    only_here = writable_dir(tmp_path / "service-only" / "data", parents=True)
     (only_here / "x").write_text("x")
+    hosts.hide(str(only_here.parent))
     refused = client.submit(
-        name="lacks", specs=["cpu.small"], datasets=[f"d={only_here}"], command="true"
+        name="lacks", specs=["cpu.small"], datasets=[{"name": "d", "path": str(only_here)}], command="true"
     ).wait(timeout=180, check=False)
     said = events_text(client, refused.id)
     assert refused.status is not JobStatus.succeeded, said
