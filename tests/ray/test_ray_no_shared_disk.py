@@ -165,7 +165,7 @@ def test_a_resumed_s3_job_on_hosts_that_share_no_disk(
     )
     assert posted.status_code == 201, posted.text
     job_id = posted.json()["id"]
-    job = client.get(job_id).wait(timeout=480, check=False)
+    job = client.job(job_id).wait(timeout=480, check=False)
     logs = node_logs(client, job_id)
     told = events_text(client, job_id)
     assert job.status is JobStatus.succeeded and job.attempt == 1, told + logs
