@@ -51,6 +51,26 @@ class DatasetState:
 
 
 @dataclass(frozen=True)
+class ObjectFetch:
+    """One prefix in object storage that a job's nodes need on their own machines
+    (:meth:`Backend.fetch_objects`, contract rule 28).
+
+    Attributes:
+        what: how the job names it (``datasets d``, ``models m``, ``outputs``), for messages.
+        uri: the ``s3://`` or ``obs://`` URI.
+        endpoint: the endpoint the service checked for it (None: the library's default).
+        into: where it goes, relative to the job folder: ``prepared/<...>`` (the link the
+            effective spec names, to a read-only copy) or ``outputs`` (the prefix's current
+            content copied into the node's outputs folder).
+    """
+
+    what: str
+    uri: str
+    endpoint: str | None
+    into: str
+
+
+@dataclass(frozen=True)
 class Attempt:
     """One attempt of a job: what a backend needs to launch it.
 
@@ -625,6 +645,28 @@ class Backend(ABC):
         """
         del user, source, into, cancel
         raise InvalidSpec(f"the {self.name} backend does not prepare data", field="data_preparation")
+
+    def fetch_objects(
+        self,
+        job_id: str,
+        hosts: list[str],
+        fetches: list[ObjectFetch],
+        credentials: dict[str, str],
+        account: RunAs | None,
+        cancel: threading.Event,
+        say: Callable[[str], None],
+    ) -> bool:
+        """Contract rule 28: download ``fetches`` on the machines of ``hosts`` themselves, into
+        the job folder each of them keeps (a backend whose machines share no disk with the
+        service); whether it did.  False (the default): the service downloads them on its own
+        machine (``service/preparation.py``).  Called off every lock before each attempt;
+        ``say`` makes a line an event of the job; ``account`` owns the outputs copied in.
+
+        Raises:
+            MaJupyterError, StorageError: a download failed (the job's error, with the reason).
+        """
+        del job_id, hosts, fetches, credentials, account, cancel, say
+        return False
 
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s persistent cache, at once (whatever removing its files takes happens

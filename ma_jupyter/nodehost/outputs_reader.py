@@ -33,7 +33,7 @@ import subprocess
 
 from .. import config
 from ..errors import InvalidSpec, RefusedFile
-from ..models import Image, Job
+from ..models import Image, Job, is_object_uri
 from ..nodeside.exec_env import ENV_FD, env_file_data
 from ..workspace_paths import OUTPUTS_VIEW
 from .bwrap import SHOWN_FD, reader_argv, unsandboxed_reader_argv
@@ -62,7 +62,8 @@ def open_outputs(job: Job, policy: HostPolicy) -> tuple[int, str]:
             the mount rules refuse.
         RefusedFile: something else than a folder stands where the job's default folder goes.
     """
-    if job.spec.outputs:
+    # outputs in object storage: the job folder's own, which the uploads read (storage.py)
+    if job.spec.outputs and not is_object_uri(job.spec.outputs):
         named = job.spec.outputs
         try:
             # followed as the nodes' bind followed it; what counts is where it led

@@ -30,6 +30,12 @@ Rules, in order:
 5. The launch links each dataset of the job's folder to its copy (:meth:`Preparation.link`),
    which the nodes mount read-only (the local backend's mount rules let only such a link skip
    the checks that rule 1 ran on the source).
+6. A backend whose machines share no disk with the service (the Ray backend,
+   ``Backend.fetch_objects``) downloads the datasets and models in object storage itself, on
+   each machine of the placement into that machine's cache, and links them in the job folder
+   there; the outputs prefix's content too, into each machine's outputs folder.  This service
+   then downloads only the outputs prefix into its own outputs folder (rule 2's download, for
+   TensorBoard and the uploads, ``service/storage.py``).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import config, objectstore
-from ..backends.base import Backend
+from ..backends.base import Backend, ObjectFetch
 from ..errors import DiskFull, InvalidSpec, NotFound
 from ..models import Event, Job, JobSpec, JobStatus, PreparedData, is_object_uri
 from ..modes.base import Placement
@@ -168,10 +174,14 @@ class Preparation:
         error: Exception | None = None
         failed = ""
         try:
+            failed = "object storage: "
+            on_nodes = self._fetch_on_nodes(job_id, prep)  # rule 6
             for field, d in [("dataset", d) for d in prep.spec.datasets] + [
                 ("model", m) for m in prep.spec.models
             ]:
                 failed = f"{field} {d.name}: "
+                if is_object_uri(d.path) and on_nodes:
+                    continue  # on the nodes' own machines, linked in their job folders there
                 if is_object_uri(d.path):
                     acquired = self._download(job_id, prep, field, d)
                 elif field == "dataset" and prep.spec.data_preparation:
@@ -225,6 +235,42 @@ class Preparation:
             finally:
                 if not handed:
                     handback.free(prep.placement)
+
+    def _fetch_on_nodes(self, job_id: str, prep: _Preparing) -> bool:
+        """Rule 6: the job's datasets, models and outputs prefix in object storage downloaded
+        by the backend on its nodes' machines (contract rule 28); whether it did (False: this
+        service downloads them here)."""
+        fetches = []
+        for field, d in [("datasets", d) for d in prep.spec.datasets] + [
+            ("models", m) for m in prep.spec.models
+        ]:
+            if is_object_uri(d.path):
+                link = prepared_path(job_id, d, "model-" if field == "models" else "")
+                fetches.append(
+                    (f"{field} {d.name}", d.path, str(link.relative_to(config.jobdir(job_id).root)))
+                )
+        if is_object_uri(prep.spec.outputs):
+            fetches.append(("outputs", prep.spec.outputs or "", "outputs"))
+        if not fetches:
+            return False
+        credentials = self._store.storage_secrets(job_id)
+        made = []
+        for what, path, into in fetches:
+            uri = objectstore.ObjectURI.parse(path, what)
+            made.append(ObjectFetch(what, path, storage.endpoint(uri, credentials), into))
+
+        def say(line: str) -> None:
+            self._store.add_event(Event(job_id=job_id, status=JobStatus.queued, reason=line))
+
+        return self._backend.fetch_objects(
+            job_id,
+            list(dict.fromkeys(task.host for task in prep.placement.tasks)),
+            made,
+            credentials,
+            self._backend.job_account(prep.spec.creator),
+            prep.cancel,
+            say,
+        )
 
     def _download(self, job_id: str, prep: _Preparing, field: str, mount) -> Acquired:
         """One dataset or model in object storage into the prepared store, with the job's

@@ -34,7 +34,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.ray.two_hosts import service_on, two_hosts  # noqa: F401 (fixtures of this folder)
+from tests.ray.two_hosts import (  # noqa: F401 (fixtures of this folder)
+    service_on,
+    service_on_private,
+    two_hosts,
+    two_private_hosts,
+)
 
 INSIDE = os.environ.get("MA_RAY_NETNS") == "1"
 HERE = Path(__file__).resolve().parent

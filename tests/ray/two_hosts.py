@@ -31,14 +31,23 @@ RAY = str(Path(sys.executable).parent / "ray")
 #: seconds within which a lost node's processes must be gone (its runner's grace, and load)
 ENDS_WITHIN = hostwatch.HOST_GRACE + 12
 
+#: times a Ray head in a mount namespace of its own is started before the fixture gives up: a
+#: raylet waits 15 s for its node's own agents, then dies, which a loaded machine makes likely
+HEAD_TRIES = 6
 #: (mark, runner pid on B) of each job started: ended by the test's teardown if still there
 JOBS: list[tuple[str, int | None]] = []
 
 
 class TwoHosts:
-    """Hosts A and B, a Ray head on A and a Ray worker node on B (see the module docstring)."""
+    """Hosts A and B, a Ray head on A and a Ray worker node on B (see the module docstring).
 
-    def __init__(self) -> None:
+    ``private_a``: A's Ray node (its head, raylet, agents and job nodes) also runs in a mount
+    namespace of its own, where :attr:`private` is a tmpfs of A's own: the machines then share
+    no disk at that path (each its own ``node_root`` there), and :meth:`hide` gives both hosts
+    an empty folder over a path of the service's (its home)."""
+
+    def __init__(self, private_a: bool = False) -> None:
+        self.private_a = private_a
         self.token = f"ma-2h-{os.getpid()}-{time.time_ns()}"
         self.temp = tempfile.mkdtemp(prefix="ma-2h-")  # short: Ray's socket paths < 108 bytes
         self.private = tempfile.mkdtemp(prefix="ma-2h-b-")  # B's own disk there
@@ -85,9 +94,35 @@ class TwoHosts:
             self.temp,
         ]
         common += ["--disable-usage-stats"]
-        self.head = self._start([RAY, "start", "--head", "--port", str(self.port), "--node-ip-address", A,
-                                 "--include-dashboard", "false", *common], "head")  # fmt: skip
-        wait_for(lambda: _listens(A, self.port), timeout=90, interval=0.2)
+        for attempt in range(HEAD_TRIES):
+            head = [RAY, "start", "--head", "--port", str(self.port), "--node-ip-address", A,
+                    "--include-dashboard", "false", *common]  # fmt: skip
+            if self.private_a:  # A's own disk at the same path as B's, in a mount namespace of A's
+                head = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        f'mount -t tmpfs tmpfs "{self.private}" && exec "$@"', "sh", *head]  # fmt: skip
+            self.head = self._start(head, "head")
+            self.head_log = self.log
+            if not self.private_a:
+                wait_for(lambda: _listens(A, self.port), timeout=90, interval=0.2)
+                break
+            # B asks the GCS for the head's node, which only a started head has registered; on
+            # a loaded machine Ray's raylet may give up waiting for its own agents: then again
+            started = wait_for(
+                lambda: (
+                    "Ray runtime started" in Path(self.head_log).read_text(errors="replace")
+                    or self.head.poll() is not None
+                ),
+                timeout=240,
+                interval=0.5,
+            )
+            if started and self.head.poll() is None:
+                break
+            if attempt == 2:
+                raise AssertionError(
+                    f"no Ray head on A: {Path(self.head_log).read_text(errors='replace')[-3000:]}"
+                )
+            self._end_head()
+            self.port = _free_port()
         self._b_args = [
             "nsenter", f"--target={self.holder.pid}", "--net", "--mount",
             RAY, "start", "--address", f"{A}:{self.port}", "--node-ip-address", B, *common,
@@ -116,7 +151,10 @@ class TwoHosts:
                 return self.worker
             self.stop_b()
             if attempt == tries - 1:
-                raise AssertionError(f"no raylet on B: {Path(self.log).read_text(errors='replace')[-3000:]}")
+                head = Path(self.head_log).read_text(errors="replace")[-2000:]
+                raise AssertionError(
+                    f"no raylet on B: {Path(self.log).read_text(errors='replace')[-3000:]}\nhead: {head}"
+                )
         raise AssertionError("unreachable")
 
     def stop_b(self) -> None:
@@ -137,6 +175,28 @@ class TwoHosts:
                 pass
         psutil.wait_procs(procs, timeout=10)
         self.worker.wait()
+
+    def _end_head(self) -> None:
+        """End a head that failed to start, and every process below it, by pid."""
+        assert self.head is not None
+        try:
+            procs = [psutil.Process(self.head.pid), *psutil.Process(self.head.pid).children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        for proc in procs:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=10)
+        self.head.wait()
+
+    def hide(self, path: str) -> None:
+        """An empty tmpfs over ``path`` on both hosts (``private_a`` only): neither Ray node sees
+        what the service keeps there."""
+        assert self.private_a and self.head is not None
+        for pid in (self.head.pid, self.holder.pid):
+            _run("nsenter", f"--target={pid}", "--mount", "mount", "-t", "tmpfs", "tmpfs", path)
 
     def raylet_b(self) -> psutil.Process | None:
         if self.worker is None:
@@ -210,6 +270,14 @@ class TwoHosts:
             proc.wait()
         shutil.rmtree(self.temp, ignore_errors=True)
         shutil.rmtree(self.private, ignore_errors=True)
+
+
+def _raylet_below(pid: int) -> psutil.Process | None:
+    try:
+        found = [p for p in psutil.Process(pid).children(recursive=True) if p.name() == "raylet"]
+    except psutil.Error:
+        return None
+    return found[0] if found else None
 
 
 def _run(*argv: str) -> None:
@@ -304,6 +372,16 @@ class Cli:
 
 @pytest.fixture(scope="module")
 def two_hosts():
+    yield from _hosts(private_a=False)
+
+
+@pytest.fixture(scope="module")
+def two_private_hosts():
+    """Two hosts that share no disk at :attr:`TwoHosts.private` (see ``private_a``)."""
+    yield from _hosts(private_a=True)
+
+
+def _hosts(private_a: bool):
     if not INSIDE:
         yield None
         return
@@ -311,7 +389,7 @@ def two_hosts():
     # cluster, its service and its clients keep a home of their own
     home = os.environ.get("HOME")
     os.environ["HOME"] = tempfile.mkdtemp(prefix="ma-2h-home-")
-    hosts = TwoHosts()
+    hosts = TwoHosts(private_a)
 
     def on_term(signum, _frame):  # the outer run ends this one: end the cluster first
         hosts.close()
@@ -334,6 +412,16 @@ def two_hosts():
 def service_on(ma_home, two_hosts):
     """``service_on(node_root)``: a job service on ``ma_home`` on the two hosts' cluster, once B's
     Ray node is up; ``.restart()`` on it starts the next one."""
+    yield from _services(ma_home, two_hosts)
+
+
+@pytest.fixture
+def service_on_private(ma_home, two_private_hosts):
+    """:func:`service_on` on the hosts that share no disk."""
+    yield from _services(ma_home, two_private_hosts)
+
+
+def _services(ma_home, two_hosts):
     from tests.service.conftest import start_service
 
     started = []

@@ -129,9 +129,12 @@ ALLOWED = {
         "untrusted",
         "errors",
     },
-    # the Ray backend runs the node machinery (and the local backend) on each Ray node
+    # the Ray backend runs the node machinery (and the local backend) on each Ray node, and
+    # downloads a job's object storage there where the machines share no disk (objectstore)
     "backends.ray": {
         "backends.ray",
+        "objectstore",
+        "workspace",
         "kernel_access",
         "foldersize",
         "accelerators",

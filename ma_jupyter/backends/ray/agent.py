@@ -43,7 +43,7 @@ from ... import accelerators, config
 from ...errors import Conflict, InvalidSpec, RefusedFile
 from ...foldersize import remove_tree
 from ...jobdir import JobDir, check_job_id
-from ...models import LogStream, NodeLaunch, NodeRun
+from ...models import LogStream, NodeLaunch, NodeRun, RunAs
 from ...modes.base import TaskSlot
 from ...nodehost import caches, hostwatch, network, procfs
 from ...nodehost import logs as job_logs
@@ -51,9 +51,9 @@ from ...nodehost import overlay as job_overlay
 from ...nodehost.overlay import Overlay
 from ...nodehost.processes import process_fd
 from ...nodehost.view import PACKAGE_DIR
-from ..base import Attempt
+from ..base import Attempt, ObjectFetch
 from ..local.backend import SSHD_PROGRAM, LocalBackend, disk_free
-from . import fence, leftovers, ship
+from . import fence, leftovers, node_paths, objects, outputs_return, ship
 from .inventory import node_name
 from .kernel_relay import KernelRelay
 
@@ -162,8 +162,11 @@ class NodeAgent:
            else listens on this machine (:mod:`.fence`);
         3. the cards Ray gave each node's bundle are bound as this machine shows them.
 
-        ``attempt`` names the job folder on this node.
+        ``attempt`` names the job folder on this node.  Before anything, a named host path
+        (dataset, volume, image...) this machine lacks refuses the launch, naming this Ray node
+        and the path (:mod:`.node_paths`).
         """
+        node_paths.check(launches, str(attempt.job_dir), node_name(self._node_id))
         for archive, folder in shipping:
             if archive is not None and folder:
                 ship.unpack(archives[archive], folder)
@@ -261,6 +264,28 @@ class NodeAgent:
             return False
         remove_tree(folder)
         return True
+
+    # ------------------------------------------------------- object storage, outputs
+
+    def fetch_objects(
+        self,
+        node_root: str,
+        job_id: str,
+        fetches: list[ObjectFetch],
+        credentials: dict[str, str],
+        account: RunAs | None,
+    ) -> list[str]:
+        """Download a job's object storage prefixes on this machine (:mod:`.objects`); a line
+        per prefix saying what was done.  ``credentials`` live in this call only."""
+        return objects.fetch(node_root, job_id, fetches, credentials, account)
+
+    def outputs_listing(self, outputs: str) -> dict[str, tuple[int, int]]:
+        """The files of a node's outputs folder here (:func:`.outputs_return.listing`)."""
+        return outputs_return.listing(outputs)
+
+    def outputs_read(self, outputs: str, relative: str, offset: int, limit: int) -> bytes:
+        """A piece of one of them (:func:`.outputs_return.read_piece`)."""
+        return outputs_return.read_piece(outputs, relative, offset, limit)
 
     # --------------------------------------------------------------------- kernels
 

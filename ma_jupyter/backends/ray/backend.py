@@ -25,8 +25,12 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    The algorithm folder is shipped (:mod:`.ship`): packed once per attempt into Ray's object
    store and unpacked by each agent into the node's own folder (``nodes/<node>/algorithm``),
    from which the node's working copy at ``/workspace/algorithm`` is made (or which it shows
-   itself, when the algorithm is mounted writable or is too big for a copy).  Every other mount (datasets, models, outputs, volumes) and the image (the Python
-   environment, with this package) must exist at the same path on every Ray node;
+   itself, when the algorithm is mounted writable or is too big for a copy).  Every other host path a job names (datasets, models, outputs, volumes) and the image (the
+   Python environment, with this package) must exist at the same path on every Ray node (a
+   node lacking one refuses the launch naming it: :mod:`.node_paths`); datasets and models in
+   object storage are downloaded on each Ray node instead (:meth:`RayBackend.fetch_objects`,
+   :mod:`.objects`), and the job's own outputs folder comes back to this machine while the
+   nodes write it (:mod:`.outputs_return`);
 5. **logs** -- read through the agents (:mod:`.logs`); which Ray node holds a job node's files
    is kept in the service's job folder (``nodes/<node>/placed.json``), so a restarted service
    still reads the logs of jobs that ended.  Once that Ray node is gone, its files are read
@@ -60,6 +64,7 @@ import secrets
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -80,6 +85,7 @@ from ...models import (
     NodeLaunch,
     NodeRun,
     RunAs,
+    is_object_uri,
 )
 from ...modes.base import NodePlan, Placement, TaskSlot
 from ...nodehost import caches, prepare
@@ -91,12 +97,14 @@ from ...nodehost.launch import node_launches
 from ...nodehost.mounts import WORKDIR_KIND, mounts_for
 from ...nodehost.overlay import Overlay
 from ...untrusted import read_small
-from ..base import Attempt, Backend, DatasetState
+from ...workspace import folders
+from ..base import Attempt, Backend, DatasetState, ObjectFetch
 from ..local.backend import LocalBackend
 from . import fence, overlay_plan, ship
 from .agent import NodeAgent
 from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
 from .logs import RayLogSource
+from .outputs_return import FINAL_WAIT, OutputsReturn
 
 log = logging.getLogger("ma_jupyter.ray")
 
@@ -112,6 +120,8 @@ POLL_TIMEOUT = 3.0  # seconds for a poll (a node's state is kept when it does no
 LAUNCH_TIMEOUT = 180.0  # seconds for an agent to unpack the algorithm and start a node
 EXIT_WAIT = 30.0  # seconds one wait_exit call blocks before it is made again
 AGENT_THREADS = 256  # concurrent calls per agent (waits for log growth and exits block a thread)
+#: seconds the agents of a placement may take to download a job's object storage prefixes
+FETCH_TIMEOUT = 3600.0
 #: bytes up to which the shipped algorithm folder travels inside the launch calls (below Ray's
 #: limit for arguments it inlines, 100 KiB)
 INLINE_ARCHIVE = 64 << 10
@@ -194,6 +204,9 @@ class RayBackend(Backend):
         self._swept: set[str] = set()  # Ray nodes whose agent's sweep was reported
         self._halt = threading.Event()
         self._exits = _ExitWatch(self)
+        # outputs of nodes whose job folder this machine does not see (.outputs_return)
+        self._returns = OutputsReturn(self._get, lambda: self._wake)
+        self._fetched: dict[str, set[str]] = {}  # job id -> links fetch_objects made on the nodes
         self._refresh()
         self._thread = threading.Thread(target=self._watch_inventory, name="ma-ray-inventory", daemon=True)
         self._thread.start()
@@ -543,6 +556,7 @@ class RayBackend(Backend):
         agent that is gone has nothing left to remove that anyone reads."""
         with self._lock:
             agents = list(self._agents.values())
+            self._fetched.pop(job_id, None)
         for agent in agents:
             agent.remove_job.remote(str(self._node_root), job_id)
 
@@ -591,12 +605,103 @@ class RayBackend(Backend):
         """The local backend's launches, each in its Ray node's isolation, with the job folder on
         the nodes and the algorithm folder shipped into each node's own folder."""
         on_nodes = self._on_nodes(attempt)
+        on_nodes, fetched = self._fetched_mounts(attempt, on_nodes)
         kinds = [self._info(plan.task.host).get("isolation", "bubblewrap") for plan in attempt.plans]
         made = {kind: node_launches(on_nodes, kind) for kind in set(kinds)}
         launches = []
         for i, (plan, kind) in enumerate(zip(attempt.plans, kinds, strict=True)):
-            launches.append(self._shipped(on_nodes, plan, made[kind][i]))
+            launch = made[kind][i]
+            if fetched:
+                launch = launch.model_copy(update={"mounts": [*launch.mounts, *fetched]})
+            launches.append(self._shipped(on_nodes, plan, launch))
         return launches
+
+    def _fetched_mounts(self, attempt: Attempt, on_nodes: Attempt) -> tuple[Attempt, list[Mount]]:
+        """``on_nodes`` without the datasets and models :meth:`fetch_objects` downloaded on the
+        nodes (their links exist on the Ray nodes only, so the local backend's mount rules,
+        which look at this machine, are not theirs), and their mounts: each node's link in its
+        job folder there, read-only."""
+        fetched = self._fetched.get(attempt.job_id) or set()
+        if not fetched or Path(attempt.job_dir) == PLACEHOLDER.root:
+            return on_nodes, []
+        spec = attempt.spec
+
+        def moved(item) -> str | None:
+            try:
+                relative = str(Path(item.path).relative_to(attempt.job_dir))
+            except ValueError:
+                return None
+            return relative if relative in fetched else None
+
+        datasets = [d for d in spec.datasets if moved(d)]
+        models = [m for m in spec.models if moved(m)]
+        if not datasets and not models:
+            return on_nodes, []
+        only = spec.model_copy(update={"datasets": datasets, "models": models})
+        sources = {d.path: moved(d) for d in [*datasets, *models]}
+        mounts = [
+            Mount(
+                source=str(on_nodes.jobdir.root / str(sources[f.path])),
+                target=f.target,
+                read_only=True,
+                kind=f.kind,
+            )
+            for f in folders(only)
+            if f.kind in ("dataset", "model") and f.path in sources
+        ]
+        rest = spec.model_copy(
+            update={
+                "datasets": [d for d in spec.datasets if not moved(d)],
+                "models": [m for m in spec.models if not moved(m)],
+            }
+        )
+        return replace(on_nodes, spec=rest), mounts
+
+    def fetch_objects(
+        self,
+        job_id: str,
+        hosts: list[str],
+        fetches: list[ObjectFetch],
+        credentials: dict[str, str],
+        account: RunAs | None,
+        cancel: threading.Event,
+        say: Callable[[str], None],
+    ) -> bool:
+        """Contract rule 28: each Ray node of ``hosts`` downloads the prefixes itself, through
+        its agent (:mod:`.objects`), all at once, within :data:`FETCH_TIMEOUT` seconds.
+
+        The credentials travel as an argument of that one agent call (Ray keeps a task's
+        arguments in its own stores and never shows them in its dashboard or state API, which
+        list tasks by name and state); the agent uses them for that call only, writing them
+        nowhere.
+
+        Raises:
+            Conflict: the job ended (``cancel``) meanwhile.
+            BackendUnavailable: a Ray node failed, with the reason (a listing or download error
+                names the bucket), or did not finish in time.
+        """
+        calls = {
+            host: self._agent_of(host).fetch_objects.remote(
+                str(self._node_root), job_id, fetches, credentials, account
+            )
+            for host in hosts
+        }
+        pending = list(calls.values())
+        deadline = time.monotonic() + FETCH_TIMEOUT
+        while pending:
+            if cancel.is_set():
+                raise Conflict(f"job {job_id} ended while its data was being downloaded on its Ray nodes")
+            if time.monotonic() > deadline:
+                raise BackendUnavailable(
+                    f"the Ray nodes did not download the job's object storage data within {FETCH_TIMEOUT:.0f} s"
+                )
+            _, pending = self._ray.wait(pending, num_returns=len(pending), timeout=1.0)
+        for host, ref in calls.items():
+            for line in self._get(ref):
+                say(f"{line} on Ray node {host}")
+        with self._lock:
+            self._fetched[job_id] = {f.into for f in fetches if f.into != "outputs"}
+        return True
 
     def _shipped(self, on_nodes: Attempt, plan: NodePlan, launch: NodeLaunch) -> NodeLaunch:
         """``launch`` reading the algorithm folder from the node's own shipped copy: the source of
@@ -629,7 +734,8 @@ class RayBackend(Backend):
     def launch(self, attempt: Attempt, launches: list[NodeLaunch]) -> list[NodeRun]:
         if len(launches) != len(attempt.plans):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
-        on_nodes = self._on_nodes(attempt)
+        # without the datasets and models downloaded on the nodes (as the dry run made them)
+        on_nodes, _ = self._fetched_mounts(attempt, self._on_nodes(attempt))
         job_secret = secrets.token_hex(16)  # shared by this attempt's nodes only (see LocalBackend)
         # the network (docs/network.md): bind gave overlay addresses where every machine of the
         # attempt can hold its namespace; else each node is fenced off the cluster's ports
@@ -689,7 +795,34 @@ class RayBackend(Backend):
         for run in runs:
             self._record(attempt, run)
             self._exits.watch(on_nodes, run)
+            self._return_outputs(attempt, run)
         return runs
+
+    def _return_outputs(self, attempt: Attempt, run: NodeRun) -> None:
+        """Bring ``run``'s outputs back to this machine while it runs (:mod:`.outputs_return`):
+        the job's own outputs folder (none named, or outputs in object storage), where the node
+        writes it elsewhere than this service's outputs folder or on a machine whose job
+        folder this one does not see."""
+        key = (attempt.job_id, attempt.number, run.name)
+        spec = attempt.spec
+        if self._returns.watched(key) or (spec.outputs and not is_object_uri(spec.outputs)):
+            return
+        if Path(attempt.job_dir) == PLACEHOLDER.root:
+            return
+        on_nodes = self._on_nodes(attempt)
+        here = Path(config.outputs_folder(attempt.job_id, spec.outputs))
+        placed = self._where(attempt.job_id, run.name)
+        if placed is None:
+            return
+        if on_nodes.jobdir.outputs == here and self._shared(attempt.job_id, run.name, placed) is not None:
+            return  # the very folder, seen here
+        try:
+            agent = self._agent_at(placed)
+        except NodeGone:
+            return
+        self._returns.watch(
+            key, agent, str(on_nodes.jobdir.outputs), here, config.jobdir(attempt.job_id).root
+        )
 
     def _job_network(self, hosts: list[str]) -> bool:
         """Whether an attempt on ``hosts`` gets an overlay (docs/network.md), in this order:
@@ -829,6 +962,7 @@ class RayBackend(Backend):
             # died answers nothing until the inventory says the node left
             polled = self._get(agent.poll.remote(on_nodes, run), POLL_TIMEOUT)
         except NodeGone:
+            self._returns.settled((attempt.job_id, attempt.number, run.name))  # nothing more comes
             if run.state == "exited":
                 return run
             return run.model_copy(update={"state": "lost"})
@@ -836,6 +970,11 @@ class RayBackend(Backend):
             return run
         if polled.state == "running":
             self._exits.watch(on_nodes, run)  # also after a restart of the service
+            self._return_outputs(attempt, run)
+        elif not self._returns.settled((attempt.job_id, attempt.number, run.name)):
+            # its outputs' last copy is not here yet: its end is reported once it is
+            # (.outputs_return rule 3), so the service never records it before
+            return run if run.state == "running" else polled
         return polled
 
     def stop(self, attempt: Attempt, runs: list[NodeRun], grace: float) -> None:
@@ -860,6 +999,8 @@ class RayBackend(Backend):
                 continue
             except Exception as exc:
                 error = error or exc
+        for run in runs:  # the last copy of what each wrote (.outputs_return rule 3)
+            self._returns.settled((attempt.job_id, attempt.number, run.name), wait=FINAL_WAIT)
         if error is not None:
             raise error
 

@@ -1,0 +1,146 @@
+"""Object storage on a Ray node's own machine: what an agent downloads for the job nodes it runs
+there, when the machines share no disk with the service (contract rule 28,
+:meth:`ma_jupyter.backends.base.Backend.fetch_objects`).
+
+Rules, in order, for each :class:`~ma_jupyter.backends.base.ObjectFetch` of one call:
+
+1. The prefix is listed with the job's credentials (the listing bounds of
+   :func:`ma_jupyter.objectstore.listing`).
+2. A dataset or model goes into this machine's cache, ``<node_root>/.objects/<key>/data``
+   (``.objects`` is no job id: ``jobdir.check_job_id`` refuses names starting with a dot).
+   The key is the prepared store's (:func:`ma_jupyter.objectstore.state_key`: the URI, the
+   endpoint, each object's key, size, ETag and version, and the credentials' access key id), so
+   a copy is reused by the same state for the same identity only.  It is downloaded into
+   ``downloading/`` (a failed download resumes there, the complete objects kept) and renamed
+   ``data`` once whole; one download per key at a time on this machine.  The job folder's link
+   ``<node_root>/<job>/<into>`` then names it, and the node mounts it read-only.
+3. The outputs prefix's current content is downloaded into ``<node_root>/<job>/outputs`` (a
+   resumed attempt finds its checkpoints), owned by the job's account.
+4. A cached copy unused for :data:`RETENTION` seconds is removed by the next call on this
+   machine (a job that uses it touches it at each fetch).
+
+The credentials are the job's; they come in the call's arguments and are used for this call
+only, never written to disk.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+from ... import foldersize, objectstore
+from ...errors import FolderRefused
+from ...foldersize import remove_tree
+from ...jobdir import check_job_id
+from ...models import RunAs
+from ..base import ObjectFetch
+
+#: the cache folder's name below ``node_root``
+CACHE = ".objects"
+#: seconds a cached copy is kept after its last use
+RETENTION = 7 * 24 * 3600.0
+DOWNLOADING = "downloading"
+
+_locks_guard = threading.Lock()
+_locks: dict[str, threading.Lock] = {}
+
+
+def _lock(key: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def fetch(
+    node_root: str,
+    job_id: str,
+    fetches: list[ObjectFetch],
+    credentials: dict[str, str],
+    account: RunAs | None,
+    cancel: threading.Event | None = None,
+) -> list[str]:
+    """Rules 1 to 4 on this machine; one line per fetch saying what was done (for the job's
+    events).
+
+    Raises:
+        StorageError: a listing or a download failed (the URI and the reason).
+    """
+    root = Path(node_root)
+    job_dir = root / check_job_id(job_id)
+    cache = root / CACHE
+    cache.mkdir(parents=True, exist_ok=True, mode=0o755)
+    said = []
+    for item in fetches:
+        started = time.monotonic()
+        uri = objectstore.ObjectURI.parse(item.uri, item.what)
+        objects = objectstore.listing(uri, credentials, item.endpoint)
+        size = sum(o.size for o in objects)
+        if item.into == "outputs":
+            folder = job_dir / "outputs"
+            folder.mkdir(parents=True, exist_ok=True, mode=0o755)
+            objectstore.download(uri, objects, credentials, item.endpoint, folder, cancel=cancel)
+            _give(folder, account)
+            how = f"{len(objects)} object(s) of {uri} downloaded into the outputs folder"
+        else:
+            key = objectstore.state_key(uri, item.endpoint, objects, credentials.get("AWS_ACCESS_KEY_ID", ""))
+            entry = cache / key
+            with _lock(key):
+                reused = (entry / "data").is_dir()
+                if not reused:
+                    entry.mkdir(exist_ok=True, mode=0o755)
+                    into = entry / DOWNLOADING
+                    objectstore.download(uri, objects, credentials, item.endpoint, into, cancel=cancel)
+                    os.replace(into, entry / "data")
+                os.utime(entry)  # rule 4: used now
+            link = job_dir / item.into
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(entry / "data")
+            how = f"{uri}: {'cached copy reused' if reused else 'downloaded'}"
+        said.append(f"{item.what}: {how} ({size / 1e6:.1f} MB, {time.monotonic() - started:.2f} s)")
+    _sweep(cache)
+    return said
+
+
+def _give(folder: Path, account: RunAs | None) -> None:
+    """The outputs folder and what it holds to the job's account (it writes there), through
+    the one bounded walk, no link followed, each entry changed through its folder's descriptor."""
+    if account is None:
+        return
+    try:
+        for _path, dir_fd, entries in foldersize.walk([folder], follow_top=False):
+            os.fchown(dir_fd, account.uid, account.gid)
+            for name, st in entries:
+                if not stat.S_ISLNK(st.st_mode):
+                    os.chown(name, account.uid, account.gid, dir_fd=dir_fd, follow_symlinks=False)
+    except FolderRefused as exc:
+        raise objectstore.StorageError(f"outputs {folder}: {exc}") from None
+
+
+def _sweep(cache: Path) -> None:
+    """Rule 4: remove the copies unused for :data:`RETENTION` seconds (not one being made)."""
+    now = time.time()
+    try:
+        entries = list(os.scandir(cache))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if (
+                not entry.is_dir(follow_symlinks=False)
+                or now - entry.stat(follow_symlinks=False).st_mtime < RETENTION
+            ):
+                continue
+        except OSError:
+            continue
+        lock = _lock(entry.name)
+        if lock.acquire(blocking=False):
+            try:
+                remove_tree(entry.path)
+            except OSError:
+                pass
+            finally:
+                lock.release()
