@@ -53,7 +53,7 @@ class DatasetState:
 @dataclass(frozen=True)
 class ObjectFetch:
     """One prefix in object storage that a job's nodes need on their own machines
-    (:meth:`Backend.fetch_objects`, contract rule 28).
+    (:meth:`Backend.fetch_objects`, contract rule 29).
 
     Attributes:
         what: how the job names it (``datasets d``, ``models m``, ``outputs``), for messages.
@@ -299,6 +299,13 @@ class Backend(ABC):
         its last probe's result and starts the next one on a thread of its own when that is 10 s
         old (a two-node job network made, crossed and removed: ``nodehost/network.py``'s
         ``probe_job_network``).
+    29. **Object storage on the nodes' machines.** ``fetch_objects(job_id, hosts, fetches,
+        credentials, account, cancel, say)`` downloads a job's object storage prefixes
+        (``ObjectFetch``: datasets and models as links below the job folder, the outputs prefix
+        into its outputs folder) on the machines of ``hosts`` themselves, before each attempt, off
+        every lock; False (the default, the local backend) leaves them to the service's data
+        preparation. The Ray backend answers True: its agents download into a cache of their
+        machine (``backends/ray/objects.py``), so no Ray node needs the service's disk.
 
     Besides, ``not_distributed(attempt, run)`` hands over node 0's report that no rank joined a
     process group (docs/jobs.md, step 8), and ``isolation()`` names the kind of sandbox the
@@ -656,7 +663,7 @@ class Backend(ABC):
         cancel: threading.Event,
         say: Callable[[str], None],
     ) -> bool:
-        """Contract rule 28: download ``fetches`` on the machines of ``hosts`` themselves, into
+        """Contract rule 29: download ``fetches`` on the machines of ``hosts`` themselves, into
         the job folder each of them keeps (a backend whose machines share no disk with the
         service); whether it did.  False (the default): the service downloads them on its own
         machine (``service/preparation.py``).  Called off every lock before each attempt;

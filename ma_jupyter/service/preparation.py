@@ -238,7 +238,7 @@ class Preparation:
 
     def _fetch_on_nodes(self, job_id: str, prep: _Preparing) -> bool:
         """Rule 6: the job's datasets, models and outputs prefix in object storage downloaded
-        by the backend on its nodes' machines (contract rule 28); whether it did (False: this
+        by the backend on its nodes' machines (contract rule 29); whether it did (False: this
         service downloads them here)."""
         fetches = []
         for field, d in [("datasets", d) for d in prep.spec.datasets] + [

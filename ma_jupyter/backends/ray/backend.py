@@ -667,7 +667,7 @@ class RayBackend(Backend):
         cancel: threading.Event,
         say: Callable[[str], None],
     ) -> bool:
-        """Contract rule 28: each Ray node of ``hosts`` downloads the prefixes itself, through
+        """Contract rule 29: each Ray node of ``hosts`` downloads the prefixes itself, through
         its agent (:mod:`.objects`), all at once, within :data:`FETCH_TIMEOUT` seconds.
 
         The credentials travel as an argument of that one agent call (Ray keeps a task's

@@ -1,5 +1,5 @@
 """Object storage on a Ray node's own machine: what an agent downloads for the job nodes it runs
-there, when the machines share no disk with the service (contract rule 28,
+there, when the machines share no disk with the service (contract rule 29,
 :meth:`ma_jupyter.backends.base.Backend.fetch_objects`).
 
 Rules, in order, for each :class:`~ma_jupyter.backends.base.ObjectFetch` of one call:
