@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import requests
 
 from ..errors import BackendUnavailable, Conflict, LimitReached
 from ..models import Job
@@ -470,6 +469,8 @@ class TensorBoardManager:
         board = _Board(job_id=job_id, port=port, proc=proc, secret=secret, log_path=log_path, started_by=user)
         deadline = time.monotonic() + self.start_timeout
         probe = f"http://127.0.0.1:{port}{board.prefix}/data/runs"
+        import requests  # here, not at the top: the service's start does not need it
+
         while time.monotonic() < deadline and not self._closed.is_set():
             if not self._is_starting(job_id, future):
                 self._terminate(board)

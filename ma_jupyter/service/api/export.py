@@ -8,9 +8,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
 
-from ... import config, export
+from ... import config
 from ...commands import parse_command
-from ...export import notebook as devenv_notebook
 from ...jobdir import PLACEHOLDER
 from ...models import API_PREFIX, JobSpec, parse_spec
 from ...modes.base import splits_nodes
@@ -34,6 +33,9 @@ def _export(
 ) -> Response:
     # What the job would be elsewhere, with the spec it ran with (else its first) and the
     # resources a parameter server takes here.
+    # imported on use: the exporters (and YAML) cost the service's every start otherwise
+    from ... import export
+
     media = export.FORMATS.get(export.check_format(fmt))
     scheduler = services.scheduler
     known = {s.name for s in scheduler.cluster.specs}
@@ -88,6 +90,8 @@ def export_job(
 def devenv(services: ServicesDep, user: CallerDep, job_id: str = JobId) -> dict:
     # the seed's "create a development environment": it shows the job's spec and code, as
     # cloning does, so viewing is enough; the code comes through the backend, never opened here
+    from ...export import notebook as devenv_notebook  # on use, as the exporters above
+
     job = access.check(services.store.get(job_id), user, Op.view)
     sources = None
     if devenv_notebook.cell_script(job.spec) and job.spec.algorithm:
