@@ -147,8 +147,8 @@ def test_a_wrong_storage_table_never_raises_into_a_jobs_watch(tmp_path, monkeypa
 
 
 def test_a_client_is_reused_only_with_the_same_bucket_endpoint_and_credentials():
-    """objectstore rule 5: the submit's check and the job's start share one client, and a client
-    made with one user's credentials never serves another's (a changed secret alone is another)."""
+    """objectstore rule 5: calls with the same credentials share one client, and a client made
+    with one user's credentials never serves another's (a changed secret alone is another)."""
     from ma_jupyter import objectstore
 
     uri = ObjectURI.parse("s3://reuse-bkt/p")
