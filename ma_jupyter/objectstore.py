@@ -4,9 +4,10 @@ outputs: listing a prefix, downloading it into a folder, uploading a folder to i
 It runs on the service's machine only, in data preparation and the outputs' upload (jobs have
 no network: see docs/network.md), with the credentials the user submitted (the job's storage
 secrets, ``JobSpec.storage_credentials``), never the service's own.  The client library is
-`obstore` (Rust's ``object_store``: no third-party Python dependency, releases the GIL, safe in
-a process that forks since nothing of it is made before a call); it is imported on first use,
-so nothing that only names a URI pays for it.
+`obstore` (Rust's ``object_store``: no third-party Python dependency, releases the GIL); its
+clients, kept a minute for reuse (rule 5), live only in the service process, whose children
+execute a program at once (the nodes are forked by the fork server, a process of its own); it
+is imported on first use, so nothing that only names a URI pays for it.
 
 Rules, in order:
 
@@ -29,6 +30,10 @@ Rules, in order:
 4. :func:`upload` puts the files of a folder that changed since the last upload (size and
    modification time) below the prefix; links, FIFOs and devices are skipped (the folder is
    the job's: it may have made them).
+5. A client of a bucket is reused for :data:`STORE_REUSE` seconds by the calls with the same
+   endpoint, timeout and credentials (keyed by a digest of all of them, at most
+   :data:`KEPT_STORES` kept): a user's submits, checks and downloads within that time make one
+   client (about 15 ms to make), and its connections stay open between them.
 """
 
 from __future__ import annotations
@@ -81,6 +86,12 @@ RECENT_LISTINGS = 64
 _PAGE = 1000
 _recent: dict[tuple[str, str, str], tuple[float, list[Obj]]] = {}
 _recent_lock = threading.Lock()
+#: seconds a client (an ``S3Store``: its HTTP connections, about 15 ms to make) is reused (rule 5)
+STORE_REUSE = 60.0
+#: the most clients kept for rule 5
+KEPT_STORES = 16
+_stores: dict[tuple[str, str, float, str], tuple[float, object]] = {}
+_stores_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,31 @@ def endpoint_of(uri: ObjectURI, credentials: dict[str, str], obs_endpoint: str |
 
 
 def _store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, timeout: float):
+    """The client of ``uri``'s bucket (rule 5): one made within :data:`STORE_REUSE` seconds for
+    the same bucket, endpoint, timeout and credentials, else a new one."""
+    key = (uri.bucket, endpoint or "", timeout, _digest(credentials))
+    now = time.monotonic()
+    with _stores_lock:
+        for old in [k for k, (at, _) in _stores.items() if now - at > STORE_REUSE]:
+            del _stores[old]
+        kept = _stores.get(key)
+        if kept is not None:
+            return kept[1]
+    store = _new_store(uri, credentials, endpoint, timeout)
+    with _stores_lock:
+        _stores.setdefault(key, (now, store))
+        while len(_stores) > KEPT_STORES:
+            del _stores[min(_stores, key=lambda k: _stores[k][0])]
+    return store
+
+
+def _digest(credentials: dict[str, str]) -> str:
+    """A digest of every credential variable: what one user's credentials made (a listing, a
+    client) never stands for another's."""
+    return hashlib.sha256(repr(sorted(credentials.items())).encode()).hexdigest()
+
+
+def _new_store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, timeout: float):
     from obstore.store import S3Store  # first use only: a client that names a URI never loads it
 
     config: dict[str, object] = {
@@ -288,8 +324,7 @@ def listing(
 
 def _recent_key(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None) -> tuple[str, str, str]:
     # the credentials' digest: a listing one user's credentials made never stands for another's
-    who = hashlib.sha256(repr(sorted(credentials.items())).encode()).hexdigest()
-    return (str(uri), endpoint or "", who)
+    return (str(uri), endpoint or "", _digest(credentials))
 
 
 def _remember(

@@ -144,3 +144,26 @@ def test_a_wrong_storage_table_never_raises_into_a_jobs_watch(tmp_path, monkeypa
     for _ in range(3):
         uploads.due(job)  # the first look only starts the clock: no upload, no error
     assert "j" not in uploads._busy
+
+
+def test_a_client_is_reused_only_with_the_same_bucket_endpoint_and_credentials():
+    """objectstore rule 5: calls with the same credentials share one client, and a client made
+    with one user's credentials never serves another's (a changed secret alone is another)."""
+    from ma_jupyter import objectstore
+
+    uri = ObjectURI.parse("s3://reuse-bkt/p")
+    first = objectstore._store(uri, AWS, AWS["AWS_ENDPOINT_URL"], 30.0)
+    assert (
+        objectstore._store(ObjectURI.parse("s3://reuse-bkt/q"), dict(AWS), AWS["AWS_ENDPOINT_URL"], 30.0)
+        is first
+    )
+    for bucket, credentials, endpoint in (
+        ("other-bkt", AWS, AWS["AWS_ENDPOINT_URL"]),
+        ("reuse-bkt", {**AWS, "AWS_SECRET_ACCESS_KEY": "another"}, AWS["AWS_ENDPOINT_URL"]),
+        ("reuse-bkt", {**AWS, "AWS_ACCESS_KEY_ID": "AKID2"}, AWS["AWS_ENDPOINT_URL"]),
+        ("reuse-bkt", AWS, "http://127.0.0.1:10"),
+    ):
+        assert (
+            objectstore._store(ObjectURI.parse(f"s3://{bucket}/p"), credentials, endpoint, 30.0) is not first
+        )
+    assert len(objectstore._stores) <= objectstore.KEPT_STORES

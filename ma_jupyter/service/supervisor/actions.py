@@ -111,18 +111,24 @@ class Actions:
                 return self._store.get(earlier)
         if admit is not None:
             admit()
-        self._forecast.preflight(spec)
-        storage.check_paths(unmasked)  # with the user's credentials, bounded by a timeout
-        full = full_folder([config.jobs_root()], below=SUBMIT_BELOW)
-        if full is not None:
-            log.warning("refused a submit: %s", disk_full_message(full))
-            raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
-        advice = self._forecast.advice(spec)  # reads the job's code: before the lock
-        # the content the job runs, read once its folders are accepted (algorithms.py rule 5)
-        # as the job's account may read them: where that is another account than the service's,
-        # a folder it cannot read whole has no digest (algorithms.py rule 8)
-        account = algorithms.account_of(self._backend.job_account(spec.creator))
-        spec = algorithms.identified(spec, account)
+        # with the user's credentials, bounded by a timeout; the rest of the validation runs
+        # while the endpoint answers, and the job is stored only once every check passed
+        checks = storage.Checks(unmasked)
+        try:
+            self._forecast.preflight(spec)
+            full = full_folder([config.jobs_root()], below=SUBMIT_BELOW)
+            if full is not None:
+                log.warning("refused a submit: %s", disk_full_message(full))
+                raise DiskFull(disk_full_message(full, "free space there before submitting jobs"))
+            advice = self._forecast.advice(spec)  # reads the job's code: before the lock
+            # the content the job runs, read once its folders are accepted (algorithms.py rule 5)
+            # as the job's account may read them: where that is another account than the service's,
+            # a folder it cannot read whole has no digest (algorithms.py rule 8)
+            account = algorithms.account_of(self._backend.job_account(spec.creator))
+            spec = algorithms.identified(spec, account)
+            checks.wait()
+        finally:
+            checks.close()
         # Under the lock, as every change of the queue: a stop of this job cannot come between
         # its row and its place in the queue index.
         with self._ledger.lock:
