@@ -169,7 +169,9 @@ def test_a_two_card_job_gets_both_and_the_dry_run_names_them(gpu_service, tmp_pa
     assert node["devices"] == [0, 1]
     assert node["device_nodes"][:2] == ["/dev/nvidia0", "/dev/nvidia1"]
     assert set(node["device_nodes"]) == {"/dev/nvidia0", "/dev/nvidia1", *(f"/dev/{n}" for n in CONTROL)}
-    assert node["env"]["MA_NUM_GPUS"] == "2" and node["env"]["NCCL_SOCKET_IFNAME"] == ("ma0" if network.namespaces_supported() else "lo")
+    assert node["env"]["MA_NUM_GPUS"] == "2" and node["env"]["NCCL_SOCKET_IFNAME"] == (
+        "ma0" if network.namespaces_supported() else "lo"
+    )
     assert "NCCL_DEBUG" not in node["env"]
     # compiled kernels live in the user's persistent cache, so a second run does not compile again
     for name in ("CUDA_CACHE_PATH", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):

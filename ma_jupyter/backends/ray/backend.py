@@ -71,7 +71,15 @@ from pathlib import Path
 from typing import Any
 
 from ... import config
-from ...errors import BackendUnavailable, Conflict, InvalidSpec, MaJupyterError, NodeGone, NodeLost, RefusedFile
+from ...errors import (
+    BackendUnavailable,
+    Conflict,
+    InvalidSpec,
+    MaJupyterError,
+    NodeGone,
+    NodeLost,
+    RefusedFile,
+)
 from ...jobdir import PLACEHOLDER, JobDir, check_node_name
 from ...models import (
     CacheInfo,
