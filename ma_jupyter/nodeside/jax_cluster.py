@@ -75,7 +75,7 @@ def define_cluster(clusters) -> type | None:
     if base is None:
         return None
 
-    class MaJupyterCluster(base):
+    class MaJupyterCluster(base):  # type: ignore[valid-type,misc]  # JAX's class, found at run time
         """A node of an ma_jupyter job: one JAX process per node (rule 4)."""
 
         name = CLUSTER_NAME

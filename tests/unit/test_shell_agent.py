@@ -272,6 +272,7 @@ def test_a_client_that_typed_after_the_command_ended_still_reads_the_exit_status
         asyncio.run(asyncio.wait_for(bridge(client, ours), 30))
         return client.sent
 
+    # (the plain close this replaces lost the exit status in some of these runs, depending on
+    # the scheduling of the two threads: shown when the fix came in, not asserted here, since a
+    # run where the race happens not to fire would fail the test)
     assert all(["exit", 0] in terminal(close_after_peer) for _ in range(10))
-    # the plain close this replaces loses the exit status (what the test guards against)
-    assert any(["exit", 0] not in terminal(socket.socket.close) for _ in range(10))
