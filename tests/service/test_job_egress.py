@@ -110,9 +110,9 @@ if targets.get("flood"):  # more connections at once than the gate relays for on
     host, port, count = targets["flood"]
     held, results = [], []
     for _ in range(count):
-        sock = socket.create_connection((host, port), timeout=15)
-        held.append(sock)
-        try:
+        try:  # a reset may come before connect() returns (the gate refuses at once)
+            sock = socket.create_connection((host, port), timeout=15)
+            held.append(sock)
             results.append(sock.recv(4).decode() or "closed")
         except OSError as exc:
             results.append(errno.errorcode.get(exc.errno, type(exc).__name__))
@@ -407,10 +407,10 @@ def test_the_service_relays_a_bounded_number_of_connections_in_all(tmp_path, mon
     def connect(job: network.JobNetwork) -> str:
         def go() -> str:
             network.enter(str(job.nodes["worker-0"][0]))
-            sock = socket.create_connection((dest.address, dest.hold_port), timeout=15)
-            held.append(sock)
-            sock.settimeout(15)
-            try:
+            try:  # a reset may come before connect() returns (the gate refuses at once)
+                sock = socket.create_connection((dest.address, dest.hold_port), timeout=15)
+                held.append(sock)
+                sock.settimeout(15)
                 return sock.recv(4).decode() or "closed"
             except OSError as exc:
                 return errno.errorcode.get(exc.errno, type(exc).__name__)

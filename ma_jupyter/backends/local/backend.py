@@ -96,6 +96,8 @@ AGENT_START_WAIT = 30.0
 NETWORK_PROBE_EVERY = 10.0
 #: probes failing in a row before the machine's nodes are marked faulty (one may be the moment's)
 NETWORK_FAULT_AFTER = 2
+#: seconds before a restarted service looks again for a running attempt's egress gate it did not find
+REGATE_AGAIN = 10.0
 
 
 class LocalBackend(Backend):
@@ -168,7 +170,8 @@ class LocalBackend(Backend):
         #: per forwarder, the (runner pid, node namespace inode) pairs it lives for
         self._gate_runners: dict[str, list[tuple[int, int]]] = {}
         #: attempts a re-attached service looked for a gate to open again (:meth:`_regate`)
-        self._gates_looked: set[str] = set()
+        #: (monotonic time before which it is not looked for again)
+        self._gates_looked: dict[str, float] = {}
         #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
         #: names its own, since two agents of one machine share a home
         self.namespace_folder: Path | None = None
@@ -554,11 +557,13 @@ class LocalBackend(Backend):
                 if (run.pid, inode) not in watched:
                     watched.append((run.pid, inode))
                 return
-            if key in self._gates_looked:
+            if time.monotonic() < self._gates_looked.get(key, float("-inf")):
                 return
             if len(self._gates_looked) > 10_000:  # bounded: looking again costs one failed bind
                 self._gates_looked.clear()
-            self._gates_looked.add(key)
+            # looked for again only after a while (a gate not found now, e.g. a runner's switch
+            # not seen at this moment or the policy fixed since, may be found then)
+            self._gates_looked[key] = time.monotonic() + REGATE_AGAIN
             # the other nodes' looks add their runners here meanwhile
             watched = self._gate_runners[key] = [(run.pid, inode)]
 
@@ -567,7 +572,13 @@ class LocalBackend(Backend):
             try:
                 policy = config.load_egress()
                 if policy is not None and not egress.why_not_enforceable():
-                    listener = egress.reopen_gate(run.pid)
+                    # a few tries: a socket of the ended service's forwarder may still hold the
+                    # port for a moment
+                    for wait in (0.0, 0.5, 1.0, 2.0):
+                        time.sleep(wait)
+                        listener = egress.reopen_gate(run.pid)
+                        if listener is not None:
+                            break
                 if listener is not None:
                     self._open_gate(key, listener, egress.resolve(policy or ()), watched)
                     return
