@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -49,15 +50,22 @@ def _stop_jobs_and_service(client) -> int | None:
     return status["pid"]
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``--dist loadgroup``, as ``./dev test`` runs the suite): every test of
-    one module in one worker, so a module's shared service (``ma_module_service``) starts once;
-    every Ray test in one worker, since the first of them starts the one inner run for all
-    (``tests/ray/conftest.py``). Without xdist the mark means nothing."""
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        group = "ray" if module.startswith("tests/ray/") else module
-        item.add_marker(pytest.mark.xdist_group(group))
+if importlib.util.find_spec("xdist") is not None:
+
+    def pytest_xdist_make_scheduler(config, log):
+        """Under pytest-xdist (``./dev test`` runs two workers): every test of one module in one
+        worker, so a module's shared service (``ma_module_service``) starts once; every Ray test
+        in one worker, since the first of them starts the one inner run for all
+        (``tests/ray/conftest.py``).  (xdist's own ``--dist loadgroup`` marks do not group
+        under pytest 9: it renames an attribute pytest no longer reads.)"""
+        from xdist.scheduler import LoadScopeScheduling
+
+        class ModuleOrRay(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                module = nodeid.split("::", 1)[0]
+                return "tests/ray" if module.startswith("tests/ray/") else module
+
+        return ModuleOrRay(config, log)
 
 
 @pytest.fixture
