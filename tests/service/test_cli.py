@@ -383,12 +383,15 @@ def test_others_access_above_what_a_dataset_allows_is_refused(ma_module_cli, tmp
     private.chmod(0o700)
     (tmp_path / "train.py").write_text(SINGLE_PROCESS)
     dataset = ["--dataset", f"d={private}", "--", "python", "train.py"]
-    refused = ma_module_cli("submit", "--dry-run", *dataset)
+    refused = ma_module_cli("submit", "--dry-run", "--access", "ro", *dataset)
     assert refused.returncode != 0
     assert "others' access ro is more than dataset d allows" in refused.stderr, refused.stderr
     assert "--access none" in refused.stderr
     allowed = ma_module_cli("submit", "--dry-run", "--access", "none", *dataset)
     assert allowed.returncode == 0, allowed.stderr
+    # not named, the default is lowered to what the dataset allows
+    default = ma_module_cli("submit", "--dry-run", *dataset)
+    assert default.returncode == 0, default.stderr
 
 
 def test_submit_ships_the_current_folder_when_the_command_names_a_file_in_it(ma_cli, ma_home, tmp_path):

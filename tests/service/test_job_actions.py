@@ -253,8 +253,9 @@ def test_a_database_from_before_the_algorithm_filter_gets_its_jobs_folders(tmp_p
     store = Store(tmp_path / "jobs.db")
     spec = JobSpec(name="old", command="python x.py", algorithm="/data/algos/old/")
     store.insert(Job(id="old-1", spec=spec), Event(job_id="old-1", status=JobStatus.queued, reason="queued"))
-    with store.engine.begin() as conn:  # the schema before the column existed
+    with store.engine.begin() as conn:  # the schema before the column existed (version 4)
         conn.execute(text("ALTER TABLE jobs DROP COLUMN algorithms"))
+        conn.execute(text("PRAGMA user_version = 4"))
     store.engine.dispose()
     reopened = Store(tmp_path / "jobs.db")
     assert [j.id for j in reopened.list(algorithms_in=["/data/algos/old"])[0]] == ["old-1"]

@@ -439,7 +439,9 @@ def test_a_job_stuck_on_a_stale_build_lock_is_told_and_stopped_and_the_next_job_
         alerts = [e for e in events_of(svc, stuck["id"]) if e["reason"].startswith("looks hung")]
         assert len(alerts) == 1 and alerts[0]["alert"], alerts
         # what its process is doing, from /proc/<pid>/stat and wchan: sleeping, in the kernel's sleep
-        assert "worker-0: python" in alerts[0]["reason"] and " sleeping" in alerts[0]["reason"], alerts
+        # FileBaton.wait polls with short sleeps: the look may catch it running between them
+        assert "worker-0: python" in alerts[0]["reason"], alerts
+        assert " sleeping" in alerts[0]["reason"] or " running" in alerts[0]["reason"], alerts
         assert "hang_minutes" in alerts[0]["reason"] and "--hang-policy stop" in alerts[0]["reason"]
         assert "built" not in log_of(svc, stuck["id"])
 
