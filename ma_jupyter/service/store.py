@@ -607,13 +607,21 @@ class Store:
         Raises:
             NotFound: no such user.
         """
+        self._update_user(name, token_hash=token_hash)
+        return self.user(name)
+
+    def _update_user(self, name: str, **values: Any) -> None:
+        """Set ``values`` (columns of the users table) of user ``name``.
+
+        Raises:
+            NotFound: no such user.
+        """
         with self.writing() as conn:
             done = conn.execute(
-                users_table.update().where(users_table.c.name == name).values(token_hash=token_hash)
+                users_table.update().where(users_table.c.name == name).values(**values)
             ).rowcount
         if not done:
             raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
-        return self.user(name)
 
     def remove_user(self, name: str) -> None:
         """Forget a user and its token (its jobs stay).
@@ -646,12 +654,7 @@ class Store:
         Raises:
             NotFound: no such user.
         """
-        with self.writing() as conn:
-            done = conn.execute(
-                users_table.update().where(users_table.c.name == name).values(notify_webhook=url)
-            ).rowcount
-        if not done:
-            raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
+        self._update_user(name, notify_webhook=url)
 
     def set_notify_address(self, name: str, address: str | None) -> None:
         """Name (None: forget) the address the administrator's ``[notify]`` command is given
@@ -660,12 +663,7 @@ class Store:
         Raises:
             NotFound: no such user.
         """
-        with self.writing() as conn:
-            done = conn.execute(
-                users_table.update().where(users_table.c.name == name).values(notify_address=address)
-            ).rowcount
-        if not done:
-            raise NotFound(f"no user {name!r}: `ma-jupyter users list` shows them")
+        self._update_user(name, notify_address=address)
 
     def notify_address(self, name: str) -> str | None:
         """The address ``name`` named for the administrator's command; None: none (or no such user)."""
