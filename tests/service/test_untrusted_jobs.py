@@ -254,7 +254,13 @@ def test_a_queued_job_waits_out_a_full_disk_and_the_database_stays_whole(small_d
         return any(words in e["reason"] for e in events)
 
     if small_disk != ma_service.home:  # the store can still record: the waiting job says why
-        wait_for(lambda: said(queued["id"], "waiting: disk full under"), timeout=90)
+        try:
+            wait_for(lambda: said(queued["id"], "waiting: disk full under"), timeout=90)
+        except AssertionError:  # what the two jobs went through instead
+            for job in (printer, queued):
+                events = s.get(f"{ma_service.api}/jobs/{job['id']}/events", timeout=10).json()
+                print(job["id"], job_of(ma_service, job["id"])["status"], [e["reason"] for e in events])
+            raise
     # The printer, writing to the full disk, is ended while it is full (once space returns it
     # would write on): no process of its node is left (bubblewrap's command line names its job
     # folder).  Where the store is on that disk too, this is the only sign of it.

@@ -15,8 +15,10 @@ Rules:
    is an alert, a job rescheduled for its performance (:meth:`Journal.tell_alert`) and a node
    marked faulty (:meth:`Journal.node_alert`) (``alert``).
 4. :meth:`Journal.remove` forgets a terminal job: the ``on_job_deleted`` callbacks first (e.g. its
-   TensorBoard), then its rows, its place in the queue, what the backend keeps, and its folder
-   (moved aside at once, deleted on a thread: a big folder takes a while).
+   TensorBoard), then what the backend keeps (it reads the job's folder), then its folder
+   (moved aside at once, before its rows go, so a job that reads as gone has no folder under
+   its id; deleted on a thread: a big folder takes a while), then its rows and its place in
+   the queue.
 """
 
 from __future__ import annotations
@@ -135,15 +137,17 @@ class Journal:
         """Rule 4."""
         for callback in self.on_job_deleted:
             callback(job_id)
-        self._store.delete(job_id)
-        self._queue.discard(job_id)
-        self._backend.forget(job_id)  # what it keeps elsewhere (a Ray node's job folder)
+        self._backend.forget(job_id)  # what it keeps elsewhere; reads the job's folder first
+        # the folder leaves its name before the row goes: whoever learns the job is gone (a 404)
+        # finds no folder under its id either
         folder = config.jobdir(job_id).root
         doomed = config.jobdir(job_id).doomed()
         try:
             os.rename(folder, doomed)
         except OSError:
             doomed = folder
+        self._store.delete(job_id)
+        self._queue.discard(job_id)
         threading.Thread(target=remove_folder, args=(doomed,), daemon=True).start()
 
 
