@@ -58,7 +58,8 @@ When an attempt has been wound down (:func:`settle`), a stop or delete requested
 over putting the job back in the queue.
 
 What a user reads of these decisions (every reason, notice and message) is worded in
-:mod:`.policy_texts`; a function here picks the text and gives it the facts.
+:mod:`.policy_texts`; a function here picks the text and gives it the facts.  The module stays
+one (about 600 lines): its rules are one ordered sequence, numbered above, read side by side.
 """
 
 from __future__ import annotations
