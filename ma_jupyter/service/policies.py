@@ -56,21 +56,24 @@ is ended sooner than the supervisor's look would.
 
 When an attempt has been wound down (:func:`settle`), a stop or delete requested meanwhile wins
 over putting the job back in the queue.
+
+What a user reads of these decisions (every reason, notice and message) is worded in
+:mod:`.policy_texts`; a function here picks the text and gives it the facts.  The module stays
+one (about 600 lines): its rules are one ordered sequence, numbered above, read side by side.
 """
 
 from __future__ import annotations
 
 import re
-import signal
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 from ..errors import Conflict, DiskFull, InvalidSpec
 from ..models import Job, JobSpec, JobStatus, NodeRun, Priority
-from .guard import disk_full_message
+from . import policy_texts as texts
 
 #: seconds the remaining nodes get to stop when the job ends by itself (success or error)
 WIND_DOWN_GRACE = 5.0
@@ -172,18 +175,16 @@ def updated_spec(job: Job, priority: Priority | None, duration: float | None) ->
     changes = []
     if priority is not None:
         if job.status is not JobStatus.queued:
-            raise Conflict(f"only a queued job's priority can change; {job.id} is {job.status.value}")
+            raise Conflict(texts.priority_refused(job))
         spec = spec.model_copy(update={"priority": priority})
-        changes.append(f"priority set to {priority.value}")
+        changes.append(texts.priority_set(priority))
     if duration is not None:
         if job.status not in (JobStatus.queued, JobStatus.running):
-            raise Conflict(
-                f"only a queued or running job's duration can change; {job.id} is {job.status.value}"
-            )
+            raise Conflict(texts.duration_refused(job))
         spec = spec.model_copy(update={"duration": duration})
-        changes.append(f"duration set to {duration:g} s")
+        changes.append(texts.duration_set(duration))
     if not changes:
-        raise InvalidSpec("nothing to update: give priority or duration")
+        raise InvalidSpec(texts.NOTHING_TO_UPDATE)
     return spec, changes
 
 
@@ -219,8 +220,8 @@ def is_disk_full(exc: BaseException) -> bool:
 def launch_failure(exc: BaseException, job_dir: Path) -> str:
     """Why a job could not start, from the error its launch raised."""
     if isinstance(exc, OSError) and is_disk_full(exc):
-        return disk_full_message(Path(exc.filename).parent if exc.filename else job_dir)
-    return exc.message if hasattr(exc, "message") else f"{type(exc).__name__}: {exc}"
+        return texts.launch_disk_full(exc, job_dir)
+    return texts.error_text(exc)
 
 
 def attempt_env(job: Job) -> dict[str, str]:
@@ -257,12 +258,7 @@ def reserve_offender(
 def on_reserve(path: Path, free: int, reserve: int, grown: int, seconds: float) -> End:
     """End the job writing the most while the disk of ``path`` (the jobs folder) has less than
     ``reserve`` bytes ``free``; the reason names the disk, the reserve and what the job wrote."""
-    mb = 1 << 20
-    reason = (
-        f"disk nearly full under {path}: {free / mb:.1f} MB free, under the reserve of {reserve / mb:g} MB "
-        f"([limits] disk_reserve_mb); this job wrote the most there ({grown / mb:.1f} MB in the last "
-        f"{seconds:.1f} s) and was stopped so that the other jobs keep their room"
-    )
+    reason = texts.reserve_reason(path, free, reserve, grown, seconds)
     return End(JobStatus.error, reason, WIND_DOWN_GRACE, pending=True)
 
 
@@ -271,12 +267,7 @@ def on_node_disk(root: str | Path, node: str, free: int, floor: int, grown: int,
     less than ``floor`` bytes (``[limits] node_disk_free_mb``) ``free``: the job's own writing,
     not the node, is the cause, so the job ends and the node stays in placement; the reason
     names the disk, the threshold and what the job wrote."""
-    mb = 1 << 20
-    reason = (
-        f"the job folders' disk ({root}) of node {node} has {free / mb:.1f} MB free, under [limits] "
-        f"node_disk_free_mb = {floor / mb:g}; this job wrote the most there ({grown / mb:.1f} MB in the "
-        f"last {seconds:.1f} s) and was stopped so that the other jobs there keep running"
-    )
+    reason = texts.node_disk_reason(root, node, free, floor, grown, seconds)
     return End(JobStatus.error, reason, WIND_DOWN_GRACE, pending=True)
 
 
@@ -314,18 +305,14 @@ def before_poll(
     """Rules 2-5 of the module docstring, in that order: how a running job ends before its
     nodes are polled, or None to poll them."""
     if desired in ("stop", "delete"):
-        what = "stopped by user" + (" to delete it" if desired == "delete" else "")
-        return End(JobStatus.stopped, what, job.spec.grace_period)
+        return End(JobStatus.stopped, texts.stopped_by_user(desired == "delete"), job.spec.grace_period)
     if pending_end is not None:
         return End(JobStatus.error, pending_end, WIND_DOWN_GRACE, pending=True)
     if disk_full is not None:
-        reason = disk_full_message(disk_full, "the job was stopped; free space there and submit it again")
-        return End(JobStatus.error, reason, WIND_DOWN_GRACE, pending=True)
+        return End(JobStatus.error, texts.disk_full_stopped(disk_full), WIND_DOWN_GRACE, pending=True)
     if job.spec.duration and job.started_at:
         if (now - job.started_at).total_seconds() > job.spec.duration:
-            return End(
-                JobStatus.expired, f"ran past its duration of {job.spec.duration:g} s", job.spec.grace_period
-            )
+            return End(JobStatus.expired, texts.expired(job.spec.duration), job.spec.grace_period)
     return None
 
 
@@ -345,14 +332,14 @@ def on_failure(job: Job, run: NodeRun, reason: Reason, disk_full: Path | None = 
     left after the resume's grace period; else the job ends in error with the node's exit code.
     """
     if disk_full is not None:
-        text = disk_full_message(disk_full, f"node {run.name} failed")
+        text = texts.node_failed_disk_full(disk_full, run.name)
         return End(JobStatus.error, text, WIND_DOWN_GRACE, exit_code=run.exit_code, failed=run, pending=True)
     spec = job.spec
     if spec.fault_restart and job.restarts < spec.fault_restart.max_restarts:
-        prefix = f"fault restart {job.restarts + 1} of {spec.fault_restart.max_restarts}: "
+        prefix = texts.fault_restart_prefix(job.restarts, spec.fault_restart.max_restarts)
         return End(JobStatus.queued, _prefixed(prefix, reason), spec.grace_period, requeue=True, failed=run)
     if spec.checkpoint_resume and job.restarts < spec.checkpoint_resume.max_resumes:
-        prefix = f"checkpoint resume {job.restarts + 1} of {spec.checkpoint_resume.max_resumes}: "
+        prefix = texts.resume_prefix(job.restarts, spec.checkpoint_resume.max_resumes)
         return End(
             JobStatus.queued,
             _prefixed(prefix, reason),
@@ -388,34 +375,22 @@ def on_unhealthy(
     moving = [r for r in bad if r.host not in only_new_work]
     if not moving:
         status, why = marks[bad[0].host]
-        return (
-            f"node {bad[0].host} is {status} ({why}): this job keeps running there; "
-            "only new placements avoid the node",
-            None,
-        )
+        return texts.keeps_running(texts.unhealthy_node(bad[0].host, status, why)), None
     run = moving[0]
     status, why = marks[run.host]
-    what = f"node {run.host} is {status} ({why})"
+    what = texts.unhealthy_node(run.host, status, why)
     spec = job.spec
     resume = spec.checkpoint_resume
     if resume and job.restarts < resume.max_resumes:
-        notice = (
-            f"{what}: the platform sends SIGTERM to the job and waits up to {resume.grace_period:g} s "
-            f"for its checkpoint, then resumes it away from {run.host}"
-        )
-        reason = (
-            f"checkpoint resume {job.restarts + 1} of {resume.max_resumes}: {what}; the job was sent "
-            f"SIGTERM and given {resume.grace_period:g} s to save its checkpoint; it waits to resume "
-            f"on other nodes"
-        )
+        notice = texts.unhealthy_resume_notice(what, resume.grace_period, run.host)
+        reason = texts.unhealthy_resume_reason(what, job.restarts, resume.max_resumes, resume.grace_period)
         return notice, End(JobStatus.queued, reason, resume.grace_period, requeue=True)
     if status == "faulty":
         if spec.fault_restart and job.restarts < spec.fault_restart.max_restarts:
-            reason = f"fault restart {job.restarts + 1} of {spec.fault_restart.max_restarts}: {what}"
+            reason = texts.fault_restart_prefix(job.restarts, spec.fault_restart.max_restarts) + what
             return None, End(JobStatus.queued, reason, spec.grace_period, requeue=True)
-        reason = f"{what}: its node {run.name} ran there; the job was stopped (no checkpoint resume left)"
-        return None, End(JobStatus.error, reason, WIND_DOWN_GRACE)
-    return f"{what}: this job keeps running there; only new placements avoid the node", None
+        return None, End(JobStatus.error, texts.unhealthy_stopped(what, run.name), WIND_DOWN_GRACE)
+    return texts.keeps_running(what), None
 
 
 def workers(tasks) -> int:
@@ -442,11 +417,7 @@ def on_scale_up(
         return None
     if possible <= running or shrunk_for < interval or queued:
         return None
-    reason = (
-        f"elastic scale-up: {possible} of {job.spec.nodes} nodes fit now (it ran on {running}); the "
-        f"job was sent SIGTERM and given {resume.grace_period:g} s to save its checkpoint, and "
-        "resumes with more nodes"
-    )
+    reason = texts.scale_up_reason(possible, job.spec.nodes, running, resume.grace_period)
     return End(JobStatus.queued, reason, resume.grace_period, requeue=True, counted=False)
 
 
@@ -479,17 +450,12 @@ def on_perf(
     for hardware, e2e in samples:
         if e2e <= 0 or hardware / e2e <= resume.perf_threshold:
             continue
-        what = (
-            f"performance alert on {node}: hardware/e2e time {hardware / e2e:.3f} "
-            f"exceeds the threshold {resume.perf_threshold:g}"
-        )
+        what = texts.perf_alert(node, hardware / e2e, resume.perf_threshold)
         if resume.perf_policy.value == "reschedule" and job.restarts < resume.max_resumes:
-            head = f"checkpoint resume {job.restarts + 1} of {resume.max_resumes}: "
+            head = texts.resume_prefix(job.restarts, resume.max_resumes)
+            reason = texts.perf_rescheduled(head, what, host)
             if host is None:
-                return None, End(
-                    JobStatus.queued, f"{head}{what}; rescheduling", resume.grace_period, requeue=True
-                )
-            reason = f"{head}rescheduled away from {host}: {what}"
+                return None, End(JobStatus.queued, reason, resume.grace_period, requeue=True)
             return None, End(JobStatus.queued, reason, resume.grace_period, requeue=True, exclude=(host,))
         return (None if alerted else what), None
     return None, None
@@ -548,51 +514,12 @@ def on_quiet(
     return QuietSpell(spell.since, spell.log_bytes, spell.cpu_seconds, told=True), True
 
 
-def hang_alert(
-    job_id: str,
-    minutes: float,
-    cpu_seconds: float,
-    processes: dict[str, list[tuple[int, str, str, str]]] | None,
-    stop: bool,
-) -> str:
-    """The text of a hang alert: how long the job was quiet, what each node's processes are doing
-    (``(pid, name, state, wait channel)`` by node; None: the backend cannot tell), what to do."""
-    if processes is None:
-        doing = "the backend cannot tell what its processes are doing"
-    elif not any(processes.values()):
-        doing = "no process of the job was found"
-    else:
-        parts = []
-        for node, looks in processes.items():
-            said = ", ".join(
-                f"{name} (pid {pid}) {state}" + (f" in {wait}" if wait else "")
-                for pid, name, state, wait in looks
-            )
-            parts.append(f"{node}: {said or 'no process'}")
-        doing = "; ".join(parts)
-    head = (
-        f"looks hung: no log output and almost no CPU ({cpu_seconds:.1f} s) for {minutes:g} min "
-        f"([limits] hang_minutes); its processes: {doing}"
-    )
-    if stop:
-        return f"{head}. Stopping it (--hang-policy stop)"
-    return (
-        f"{head}. A lock left by a killed job, a rendezvous waiting for a node that never comes or a "
-        f"dead peer look like this: stop it with `ma-jupyter stop {job_id}` if it does not move on "
-        "(--hang-policy stop ends such a job by itself)"
-    )
-
-
 def on_hang(job: Job, minutes: float) -> End | None:
     """Rule 9's end: with ``hang_policy = stop`` the job ends in ``error`` (its grace period),
     else None (the alert alone)."""
     if job.spec.hang_policy.value != "stop":
         return None
-    reason = (
-        f"stopped: it looked hung for {minutes:g} min (no log output, almost no CPU; --hang-policy "
-        "stop); the alert before says what its processes were waiting on"
-    )
-    return End(JobStatus.error, reason, job.spec.grace_period)
+    return End(JobStatus.error, texts.hang_stopped(minutes), job.spec.grace_period)
 
 
 def on_batch(job: Job, runs: Sequence[NodeRun], reason: Callable[[NodeRun], str]) -> End | None:
@@ -610,13 +537,10 @@ def on_batch(job: Job, runs: Sequence[NodeRun], reason: Callable[[NodeRun], str]
     failed = [r for r in runs if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)]
     if not failed:
         return on_success(runs)
-    names = ", ".join(r.name for r in failed)
     first = failed[0]
 
     def text() -> str:
-        done = len(runs) - len(failed)
-        head = f"{len(failed)} of {len(runs)} task(s) failed ({names}); {done} succeeded"
-        return f"{head}: {reason(first)}"
+        return texts.batch_failed(len(runs), [r.name for r in failed], reason(first))
 
     return on_failure(job, first, text)
 
@@ -629,13 +553,9 @@ def on_success(runs: Sequence[NodeRun]) -> End | None:
         return None
     others = [r.name for r in runs if not r.primary]
     if not others:
-        return End(JobStatus.succeeded, "every node exited with code 0", WIND_DOWN_GRACE, exit_code=0)
+        return End(JobStatus.succeeded, texts.ALL_SUCCEEDED, WIND_DOWN_GRACE, exit_code=0)
     # a parameter server never ends by itself: its exit code after this stop (143) is no failure
-    names = ", ".join(r.name for r in primaries)
-    reason = (
-        f"every primary node ({names}) exited with code 0; then stopped {', '.join(others)}, "
-        "which run until stopped (their exit code is the stop's)"
-    )
+    reason = texts.primaries_succeeded([r.name for r in primaries], others)
     return End(JobStatus.succeeded, reason, WIND_DOWN_GRACE, exit_code=0)
 
 
@@ -661,7 +581,7 @@ def settle(end: End, reason_text: str, desired: str | None) -> Settled:
     meanwhile wins over going back to the queue; a delete removes the job once recorded."""
     status, reason, requeue = end.status, reason_text, end.requeue
     if requeue and desired in ("stop", "delete"):
-        status, reason, requeue = JobStatus.stopped, "stopped by user", False
+        status, reason, requeue = JobStatus.stopped, texts.stopped_by_user(), False
     return Settled(status, reason, requeue, remove=desired == "delete")
 
 
@@ -687,87 +607,9 @@ def record_updates(
     return updates
 
 
-def exit_text(code: int | None) -> str:
-    """How a process ended, in words: ``exited with code 3``; a death by a signal names it,
-    whether it comes as a negative code (Python's) or as 128 + N (a shell's, a launcher's):
-    ``exited with code 137: killed by signal 9 (SIGKILL)``, ``was killed by signal 15 (SIGTERM)``."""
-    if code is None:
-        return "exited without an exit code"
-    number = -code if code < 0 else code - 128 if code > 128 else 0
-    try:
-        name = signal.Signals(number).name if number else ""
-    except ValueError:
-        name = ""
-    if not name:
-        return f"exited with code {code}"
-    if code < 0:
-        return f"was killed by signal {number} ({name})"
-    return f"exited with code {code}: killed by signal {number} ({name})"
-
-
-def failure_reason(
-    run: NodeRun,
-    tail: Sequence[str],
-    rank_failure: tuple[int, int] | str | None,
-    hint: str | None = None,
-) -> str:
-    """Why a node failed, in words: lost or its exit code, the rank its launcher reported failing
-    first (or what the job left instead of that report), the backend's explanation of its log
-    (a write to a read-only mount...) on the same first line, then its last log lines."""
-    what = (
-        "was lost (its process is gone and left no exit code)"
-        if run.state == "lost"
-        else exit_text(run.exit_code)
-    )
-    if isinstance(rank_failure, str):
-        rank = f"; {rank_failure}"
-    else:
-        rank = f" (rank {rank_failure[0]} {exit_text(rank_failure[1])})" if rank_failure else ""
-    reason = f"node {run.name} {what}{rank}"
-    if hint:
-        reason += f": {hint}"
-    if tail:
-        reason += "\nlast log lines:\n" + "\n".join(tail)
-    return reason
-
-
 def estimated_end(job: Job) -> float | None:
     """When a running job will end at the latest (epoch seconds): its start plus its duration;
     None when it has no duration."""
     if job.spec.duration is None or job.started_at is None:
         return None
     return job.started_at.timestamp() + job.spec.duration
-
-
-def start_text(start: float | None) -> str:
-    """An estimated start as people read it: a UTC time, or why there is none."""
-    if start is None or start == float("inf"):
-        return "unknown (running jobs without a duration hold what it needs)"
-    return datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def waiting_reason(kind: str, head) -> str:
-    """Why a queued job waits (the event said once per kind): ``head``, the first job that does
-    not fit (``head`` is then its own reservation, or None if it can never be placed now);
-    ``blocked``, it does not fit; ``held``, it fits but would delay the head; ``declined``, it
-    fits but the backend cannot hold its nodes now (resources in use outside this service)."""
-    if kind == "head":
-        if head is None:
-            return "waiting for resources: no spec of this job fits the cluster's nodes that are up"
-        nodes = ", ".join(dict.fromkeys(t.host for t in head.placement.tasks))
-        return (
-            f"waiting for resources, first in the queue: {nodes} reserved for it; "
-            f"estimated start {start_text(head.start)}"
-        )
-    if kind == "held":
-        return (
-            "waiting: it fits now but would delay the first job in the queue, whose "
-            f"resources are reserved (estimated start {start_text(head.start)}); a duration that "
-            "ends it before then lets it pass"
-        )
-    if kind == "declined":
-        return (
-            "waiting for resources: the backend cannot hold the nodes chosen for it now (the cluster's "
-            "resources are in use outside this service); trying again every few seconds"
-        )
-    return "waiting for resources: no spec of this job fits the free capacity now"

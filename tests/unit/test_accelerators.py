@@ -362,7 +362,7 @@ def test_a_launch_planned_elsewhere_binds_this_machines_cards(tmp_path, monkeypa
 
 
 def test_ma_specs_counts_a_real_card_held_by_another_node_as_taken():
-    from ma_jupyter.frontends.notebook.magics import _fits_now, _real_cards_held
+    from ma_jupyter.frontends.notebook.magics.cluster import _fits_now, _real_cards_held
 
     cluster = _machine(2, nodes=2)
     scheduler = Scheduler(cluster)

@@ -15,7 +15,7 @@ import pytest
 
 from ma_jupyter.errors import Conflict, InvalidSpec
 from ma_jupyter.models import Job, JobSpec, JobStatus, NodeRun, Priority
-from ma_jupyter.service import policies
+from ma_jupyter.service import policies, policy_texts
 from ma_jupyter.service.policies import End, Settled
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -527,14 +527,14 @@ def test_record_updates_count_from_the_fresh_copy():
 
 def test_failure_reason_in_words():
     lost = run(state="lost")
-    assert policies.failure_reason(lost, [], None) == (
+    assert policy_texts.failure_reason(lost, [], None) == (
         "node worker-0 was lost (its process is gone and left no exit code)"
     )
     bad = run(state="exited", exit_code=2)
-    assert policies.failure_reason(bad, ["a", "b"], (3, 7)) == (
+    assert policy_texts.failure_reason(bad, ["a", "b"], (3, 7)) == (
         "node worker-0 exited with code 2 (rank 3 exited with code 7)\nlast log lines:\na\nb"
     )
-    assert policies.failure_reason(bad, [], "the job left a FIFO at failure.json") == (
+    assert policy_texts.failure_reason(bad, [], "the job left a FIFO at failure.json") == (
         "node worker-0 exited with code 2; the job left a FIFO at failure.json"
     )
 
@@ -542,16 +542,19 @@ def test_failure_reason_in_words():
 # ---------------------------------------------------------------------------------- purity
 
 
-def test_policies_read_no_store_backend_clock_or_file():
+@pytest.mark.parametrize("module", [policies, policy_texts], ids=["policies", "policy_texts"])
+def test_policies_read_no_store_backend_clock_or_file(module):
     import ast
 
-    tree = ast.parse(Path(policies.__file__).read_text())
+    tree = ast.parse(Path(module.__file__).read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module is None:  # from . import policy_texts
+            imported |= {"." * node.level + a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
-            imported.add("." * node.level + (node.module or ""))
+            imported.add("." * node.level + node.module)
     allowed = {
         "__future__",
         "re",
@@ -563,7 +566,8 @@ def test_policies_read_no_store_backend_clock_or_file():
         "typing",
         "signal",
     }  # signal: its names only
-    assert imported <= allowed | {"..errors", "..models", ".guard"}, imported - allowed
+    # the decisions' words: .policy_texts; a full disk's message: .guard
+    assert imported <= allowed | {"..errors", "..models", ".guard", ".policy_texts"}, imported - allowed
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert not names & {"open", "time", "os", "utcnow"}, names & {"open", "time", "os", "utcnow"}
@@ -571,13 +575,13 @@ def test_policies_read_no_store_backend_clock_or_file():
 
 
 def test_exit_texts_name_the_signal_that_ended_a_process():
-    assert policies.exit_text(3) == "exited with code 3"
-    assert policies.exit_text(137) == "exited with code 137: killed by signal 9 (SIGKILL)"
-    assert policies.exit_text(-15) == "was killed by signal 15 (SIGTERM)"
-    assert policies.exit_text(128 + 99) == "exited with code 227"  # no such signal: just the code
-    assert policies.exit_text(None) == "exited without an exit code"
+    assert policy_texts.exit_text(3) == "exited with code 3"
+    assert policy_texts.exit_text(137) == "exited with code 137: killed by signal 9 (SIGKILL)"
+    assert policy_texts.exit_text(-15) == "was killed by signal 15 (SIGTERM)"
+    assert policy_texts.exit_text(128 + 99) == "exited with code 227"  # no such signal: just the code
+    assert policy_texts.exit_text(None) == "exited without an exit code"
     run = NodeRun(name="worker-0", state="exited", exit_code=139)
-    assert policies.failure_reason(run, [], (1, 134)) == (
+    assert policy_texts.failure_reason(run, [], (1, 134)) == (
         "node worker-0 exited with code 139: killed by signal 11 (SIGSEGV) "
         "(rank 1 exited with code 134: killed by signal 6 (SIGABRT))"
     )
@@ -663,17 +667,19 @@ def test_the_hang_alert_names_each_nodes_processes_and_the_stop_policy_ends_the_
         "worker-0": [(41, "python3", "sleeping", "hrtimer_nanosleep"), (40, "torchrun", "sleeping", "")],
         "worker-1": [],
     }
-    text = policies.hang_alert("j-1", 0.5, 0.2, looks, stop=False)
+    text = policy_texts.hang_alert("j-1", 0.5, 0.2, looks, stop=False)
     assert text.startswith(
         "looks hung: no log output and almost no CPU (0.2 s) for 0.5 min ([limits] hang_minutes)"
     )
     assert "worker-0: python3 (pid 41) sleeping in hrtimer_nanosleep, torchrun (pid 40) sleeping;" in text
     assert "worker-1: no process" in text and "ma-jupyter stop j-1" in text
-    assert "backend cannot tell" in policies.hang_alert("j-1", 30, 0, None, stop=False)
+    assert "backend cannot tell" in policy_texts.hang_alert("j-1", 30, 0, None, stop=False)
     assert policies.on_hang(job(), 30) is None
     end = policies.on_hang(job(hang_policy="stop", grace_period=7), 30)
     assert end.status is JobStatus.error and end.grace == 7 and "--hang-policy stop" in end.reason
-    assert policies.hang_alert("j-1", 30, 0, looks, stop=True).endswith("Stopping it (--hang-policy stop)")
+    assert policy_texts.hang_alert("j-1", 30, 0, looks, stop=True).endswith(
+        "Stopping it (--hang-policy stop)"
+    )
     # a dev environment's kernel waits for its user in silence: never watched
     assert policies.watches_hangs(job())
     assert not policies.watches_hangs(job(devenv_of={"job_id": "j-0", "node": "worker-0"}))

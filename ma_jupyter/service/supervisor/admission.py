@@ -42,7 +42,7 @@ import time
 from ...backends.base import Backend
 from ...errors import NotFound
 from ...models import Job, JobStatus
-from .. import policies
+from .. import policies, policy_texts
 from ..preparation import Preparation
 from ..queue import QueueIndex
 from ..scheduler import NodeUse, Reservation, Running, Scheduler
@@ -217,4 +217,4 @@ class Admission:
         if self._ledger.waiting_noted.get(job.id) == kind:
             return
         self._ledger.waiting_noted[job.id] = kind
-        self._journal.notice(job, policies.waiting_reason(kind, head))
+        self._journal.notice(job, policy_texts.waiting_reason(kind, head))

@@ -22,7 +22,7 @@ being wound down, or waiting to retry after a full disk, is passed by.  For one 
    CPU seconds and cards' use (:meth:`Backend.usage`) and its logs' sizes (:func:`..logs.log_size`),
    both through the backend, feed :func:`..policies.on_quiet`; once a quiet spell lasts the
    window, what its processes are doing (:meth:`Backend.processes`) goes into one alert event
-   (:func:`..policies.hang_alert`), and ``hang_policy = stop`` ends it (:func:`..policies.on_hang`).
+   (:func:`..policy_texts.hang_alert`), and ``hang_policy = stop`` ends it (:func:`..policies.on_hang`).
    A backend that cannot sample (usage None: Ray) is not watched for hangs.
 
 :meth:`Watching.finish` ends an attempt: it marks the job as finishing and, on a thread of its
@@ -51,7 +51,7 @@ from ...config import Limits
 from ...errors import DiskFull
 from ...models import Event, Job, JobStatus, Mode, NodeRun, utcnow
 from ...modes.base import Placement
-from .. import distributed_check, policies
+from .. import distributed_check, policies, policy_texts
 from ..disk import full_folder
 from ..health import NodeHealth
 from ..logs import last_lines, log_size, read_log
@@ -288,7 +288,7 @@ class Watching:
             else {n: [(p.pid, p.name, p.state, p.wait) for p in ps] for n, ps in looks.items()}
         )
         stop = job.spec.hang_policy.value == "stop"
-        alert = policies.hang_alert(job.id, window / 60.0, cpu - spell.cpu_seconds, said, stop)
+        alert = policy_texts.hang_alert(job.id, window / 60.0, cpu - spell.cpu_seconds, said, stop)
         log.warning("job %s %s", job.id, alert)
         self._journal.notice(job, alert, alert=True)
         return policies.on_hang(job, window / 60.0)
@@ -365,7 +365,7 @@ class Watching:
         the backend), so it runs on the finishing thread, outside the supervisor lock."""
         lines = last_lines(self._backend, attempt.job_id, run.name, TAIL_LINES)
         hint = self._backend.explain(attempt, run, lines)
-        return policies.failure_reason(run, lines, self._backend.failure(attempt, run), hint)
+        return policy_texts.failure_reason(run, lines, self._backend.failure(attempt, run), hint)
 
     def forget(self, job_id: str) -> None:
         """Drop the in-memory notes kept about a job's current attempt (here and in the ledger)."""

@@ -1,0 +1,159 @@
+"""``%%ma_train`` and ``%ma_clone``: a job from a cell or from another job, submitted and followed.
+
+Both parse the job options of ``ma-jupyter submit`` plus the notebook's own
+(:func:`.parsing.spec_parser`) and end in :func:`submit`: ``--dry-run`` prints the plan,
+``--no-follow`` returns at once, else the job's log is followed live in the cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from ....errors import MaJupyterError
+from ....workspace_paths import script_command
+from .follow import follow
+from .parsing import parse_spec_line, resolve_job, spec_parser
+
+if TYPE_CHECKING:
+    from IPython.core.magic import Magics
+
+
+def bind(magics: Magics, var: str | None, value: Any) -> None:
+    """``--out VAR``: bind ``value`` to the kernel variable ``var`` (nothing when None)."""
+    if var:
+        magics.shell.user_ns[var] = value
+
+
+def submit(magics: Magics, spec: dict, args: argparse.Namespace) -> Any:
+    """Submit ``spec`` as ``args`` say: ``--dry-run`` prints the plan (None), ``--no-follow``
+    returns the handle at once, else the job is followed live in the cell; returns the handle."""
+    import shutil
+
+    from ....client.snapshot import is_snapshot
+    from ... import render
+    from .. import record as notebook_record
+    from ..session import get_client
+
+    if args.out and not args.out.isidentifier():
+        raise UsageError(f"--out {args.out}: not a Python variable name")
+    client = get_client()
+    if getattr(args, "dry_run", False):
+        try:
+            plan = client.plan(spec)
+        finally:
+            if is_snapshot(spec.get("algorithm") or ""):
+                shutil.rmtree(spec["algorithm"], ignore_errors=True)  # nothing will run it
+        print(render.plan_summary(plan))
+        return None
+    handle = client.submit(spec)
+    if handle.shipped:
+        print(handle.shipped)
+    notebook_record.remember(handle.id, handle.name)
+    bind(magics, args.out, handle)
+    if args.no_follow:
+        from IPython.display import display
+
+        if getattr(args, "wait", False):
+            handle.wait()
+
+        display(
+            {"text/plain": f"submitted job {handle.id} ({handle.name}): {handle.info.status.value}"},
+            raw=True,
+            metadata={"ma_jupyter": {"job_id": handle.id, "offsets": {}}},
+        )
+        return handle
+    follow_node = getattr(args, "follow_node", None)
+    return follow(
+        magics,
+        handle,
+        lines=args.lines,
+        stop_on_interrupt=args.stop_on_interrupt,
+        kernel_hint=True,
+        stream=(follow_node, None) if follow_node else None,
+    )
+
+
+def ma_train(magics: Magics, line: str, cell: str | None = None):
+    """Run the cell body as a training job: ``%%ma_train --name NAME --spec cpu.small ...``.
+
+    The body is saved as ``/workspace/algorithm/<name>.py`` and run with
+    ``python /workspace/algorithm/<name>.py`` unless ``--command`` says otherwise; with
+    ``--code-dir`` the folder is shipped too.  IPython refuses a cell magic with an empty
+    body, so a job made of a command alone is the line form ``%ma_train --command "..."``
+    (with ``--code-dir DIR``, or else the current folder when the command names a file in
+    it, as ``ma-jupyter submit`` does).  ``--dry-run`` prints the per-node plan.
+
+    A body that is a shell command rather than Python is refused with the ``--command`` to
+    use, and a job that fails on a NameError of a kernel variable says how to pass values
+    in (:mod:`~ma_jupyter.frontends.notebook.hints`).  Returns the JobHandle.
+    """
+    from ....models import NAME_PATTERN
+    from ... import options
+    from .. import hints
+    from ..snapshot import default_name, snapshot_algorithm
+
+    parser = spec_parser("%%ma_train")
+    args = parse_spec_line(parser, line)
+    if args is None:
+        return None
+    body = cell if cell and cell.strip() else None
+    name = args.name or default_name()
+    if not re.match(NAME_PATTERN, name):
+        raise UsageError(f"--name {name!r}: use letters, digits, '-', '_' and '.' (at most 63)")
+    args.name = name
+    command = args.command
+    code_dir = getattr(args, "code_dir", None)
+    if getattr(args, "task", None) and body is None and command is None:
+        # a batch job: each --task names its own folder and command, as with `ma-jupyter submit`
+        try:
+            spec = options.spec_from_args(args)
+        except MaJupyterError as exc:
+            raise UsageError(f"%%ma_train: {exc.message}") from None
+        return submit(magics, spec, args)
+    if command is None:
+        if body is None:
+            raise UsageError("%ma_train --code-dir without a cell body needs --command (what to run)")
+        # a body that is a shell command fails in the job with a bare SyntaxError: say it now
+        hint = hints.shell_command_hint(body)
+        if hint:
+            raise UsageError(hint)
+        command = script_command(name)
+    try:
+        spec = options.spec_from_args(args, command=command)
+    except MaJupyterError as exc:
+        raise UsageError(f"%%ma_train: {exc.message}") from None
+    if body is None and not code_dir:
+        # `%ma_train --command "python train.py"`: as with `ma-jupyter submit`, the client
+        # ships the current folder when the command names a file in it
+        return submit(magics, spec, args)
+    spec["algorithm"] = str(snapshot_algorithm(name, body, code_dir))
+    if code_dir:  # the folder the job's code comes from: search by algorithm finds it there
+        spec["algorithm_origin"] = os.path.normpath(os.path.abspath(code_dir))
+    return submit(magics, spec, args)
+
+
+def ma_clone(magics: Magics, line: str):
+    """Submit a copy of a job, with options overriding its fields: ``%ma_clone JOB --spec cpu.medium``."""
+    from ....models import clone_name
+    from ... import options
+    from ..session import get_client
+
+    parser = spec_parser("%ma_clone", clone=True)
+    args = parse_spec_line(parser, line)
+    if args is None:
+        return None
+    client = get_client()
+    source = resolve_job(client, args.job).info
+    base = source.spec.model_dump(mode="json", exclude={"creator"})
+    if not args.name:
+        args.name = clone_name(source.spec.name)
+    try:
+        spec = options.spec_from_args(args, base=base)
+    except MaJupyterError as exc:
+        raise UsageError(f"%ma_clone: {exc.message}") from None
+    return submit(magics, spec, args)
