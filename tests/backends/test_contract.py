@@ -77,10 +77,17 @@ def test_rules_1_15_bind_chooses_names_addresses_and_ports_and_a_dry_run_reserve
         backend.backend.release(held)
 
 
-def test_rules_2_9_a_dry_run_has_no_effects_and_refuses_by_field(backend, tmp_path):
+def test_rules_2_9_12_a_dry_run_has_no_effects_and_refuses_by_field(backend, tmp_path):
     """Rule 2: ``dryrun`` creates nothing and gives one launch per plan, in order, without the
-    launch-only variables; rule 9: what the user can fix is an ``InvalidSpec`` naming it."""
-    attempt = backend.attempt("dry-1", "print(1)", tasks=2, reserve=False, env={"LR": "0.5"})
+    launch-only variables; rule 9: what the user can fix is an ``InvalidSpec`` naming it; rule
+    12: the algorithm folder's Python files, for advice, as the nodes would run them."""
+    algo = backend.folder("algo-dry")
+    (algo / "train.py").write_text("print('trained')\n")
+    (algo / "notes.txt").write_text("not python")
+    attempt = backend.attempt(
+        "dry-1", "print(1)", tasks=2, reserve=False, env={"LR": "0.5"}, algorithm=str(algo)
+    )
+    assert backend.backend.code_sources(attempt.spec) == {"train.py": "print('trained')\n"}
     launches = backend.backend.dryrun(attempt)
     assert [launch.name for launch in launches] == [p.name for p in attempt.plans] == ["worker-0", "worker-1"]
     assert all(launch.env["LR"] == "0.5" and not set(LAUNCH_ENV) & set(launch.env) for launch in launches)
@@ -94,15 +101,18 @@ def test_rules_2_9_a_dry_run_has_no_effects_and_refuses_by_field(backend, tmp_pa
     assert not missing.job_dir.exists()
 
 
-def test_rules_3_4_5_6_7_a_node_runs_its_dry_run_survives_its_observer_and_its_log_reads_by_offset(backend):
+def test_rules_3_4_5_6_7_26_a_node_runs_its_dry_run_survives_its_observer_and_its_log_reads_by_offset(
+    backend,
+):
     """Rule 3: the node runs the dry run's command with its environment plus only the
-    launch-only variables.  Rule 4: a backend built anew polls it from the stored record (a
+    launch-only variables, as the account ``job_account`` names (rule 26).  Rule 4: a backend built anew polls it from the stored record (a
     record whose start time is another process's is not it).  Rules 5, 6: the node writes its
     own log, read from any offset, exactly, and only growing.  Rule 7: its exit code."""
     control = backend.folder("ctl-1")
     script = """
         import json, os, sys, time
         print('ENV ' + json.dumps(dict(os.environ)), flush=True)
+        print(f'IDS {os.getuid()} {os.getgid()}', flush=True)
         for i in range(3):
             print(f'line {i}', flush=True)
         while not os.path.exists('/workspace/volume/ctl/go'):
@@ -147,6 +157,9 @@ def test_rules_3_4_5_6_7_a_node_runs_its_dry_run_survives_its_observer_and_its_l
     assert not extra, f"variables the dry run did not show: {sorted(extra)}"
     assert {k: seen[k] for k in launch.env} == launch.env
     assert seen[JOB_SECRET_ENV] and seen[JOB_SECRET_ENV] not in json.dumps(launch.model_dump())
+    account = backend.backend.job_account(attempt.spec.creator)
+    ids = (account.uid, account.gid) if account is not None else (os.getuid(), os.getgid())
+    assert f"IDS {ids[0]} {ids[1]}\n" in later.decode()
     with pytest.raises(InvalidSpec):
         backend.backend.open_log(attempt.job_id, "../worker-0", None)
 
@@ -173,12 +186,50 @@ def test_rules_8_17_18_27_stop_offers_the_grace_then_leaves_nothing_and_a_runnin
     else:
         assert usage is None and looks is None
 
-    backend.backend.stop(attempt, runs, 1.5)
+    grace = 1.5
+    started = time.monotonic()
+    backend.backend.stop(attempt, runs, grace)
+    assert time.monotonic() - started >= grace  # the main process ignores TERM: it had its grace
     assert marked(marker) == []
     assert "main got SIGTERM" in backend.read_log(attempt.job_id)  # the grace period was offered first
     assert backend.backend.poll(attempt, runs[0]).state in ("lost", "exited")
     # a node that is gone is left out of the samples, never an error
     assert not backend.backend.usage(attempt.job_id, runs)
+
+
+def test_rule_8_a_frozen_runners_stop_reaches_the_training_process_itself(backend):
+    """Rule 8: a runner that cannot relay the stop (frozen: SIGSTOP) does not claim it, so the
+    backend claims it and TERMs the node's processes itself: the job's TERM handler runs (its
+    checkpoint is written, once), the log says the platform sent it, and nothing is left."""
+    marker = _marker("frozen")
+    out = backend.folder("frozen-out")
+    script = f"""
+        import signal, sys, time
+        def save(signum, frame):
+            with open('/workspace/outputs/ckpt', 'a') as fh:
+                fh.write(f'{{signum}}\\n')
+            print('checkpoint saved', flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, save)
+        print('training', flush=True)
+        time.sleep(600)  # {marker}
+    """
+    attempt = backend.attempt("frozen-1", script, outputs=str(out))
+    [run] = backend.start(attempt)
+    wait_for(lambda: "training" in backend.read_log(attempt.job_id), timeout=120)
+    os.kill(run.pid, signal.SIGSTOP)  # the runner relays nothing now: the backend must
+    try:
+        backend.backend.stop(attempt, [run], 20)
+    finally:
+        try:
+            os.kill(run.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert (out / "ckpt").read_text() == f"{int(signal.SIGTERM)}\n"
+    log = backend.read_log(attempt.job_id)
+    assert "checkpoint saved" in log and "the platform sent SIGTERM to the node's" in log, log
+    assert marked(marker) == []
+    assert backend.backend.poll(attempt, run).state != "running"
 
 
 def test_rules_7_11_16_a_killed_runner_is_lost_its_end_is_pushed_and_the_job_is_forgotten(backend):
