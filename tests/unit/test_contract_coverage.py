@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 SUITE = Path(__file__).resolve().parents[1] / "backends"
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 #: rules not checked by tests/backends, each with where it is tested and why not in the suite
 TESTED_ELSEWHERE = {
@@ -68,6 +69,9 @@ def test_every_contract_rule_is_checked_by_the_suite_or_listed_with_where_it_is_
     both = sorted(set(cited) & set(TESTED_ELSEWHERE))
     assert not both, f"rules the suite now checks: remove them from TESTED_ELSEWHERE: {both}"
     assert set(TESTED_ELSEWHERE) <= set(rules)
+    # docs/architecture.md names the same rules
+    said = re.search(r"the rules it\s+does not check \(([\d, ]+)\)", ARCHITECTURE.read_text())
+    assert said is not None and [int(n) for n in said.group(1).split(",")] == sorted(TESTED_ELSEWHERE)
 
 
 def test_the_suites_tests_run_on_every_backend():
