@@ -15,7 +15,7 @@ from tests.fixtures.contract import Subject
 from tests.fixtures.ray_netns import INSIDE
 
 
-@pytest.fixture(scope="module", params=["local", "ray"])
+@pytest.fixture(scope="module", params=["local", pytest.param("ray", marks=pytest.mark.ray)])
 def backend(request, tmp_path_factory):
     """A :class:`~tests.fixtures.contract.Subject`: the backend under the contract and how to
     place, launch and end attempts on it; None for ``ray`` outside the Ray namespace."""
