@@ -7,6 +7,14 @@ import os
 
 import pytest
 
+from tests.fixtures.ray_netns import (  # noqa: F401 (the Ray namespace's hooks and cluster, for every folder)
+    is_ray_test,
+    pytest_pyfunc_call,
+    pytest_runtest_logreport,
+    pytest_runtest_setup,
+    pytest_sessionfinish,
+    ray_cluster,
+)
 from tests.fixtures.supervisor import fake_sup  # noqa: F401 (a fixture of every folder)
 
 SMALL_CLUSTER_TOML = """
@@ -55,15 +63,17 @@ if importlib.util.find_spec("xdist") is not None:
     def pytest_xdist_make_scheduler(config, log):
         """Under pytest-xdist (``./dev test`` runs two workers): every test of one module in one
         worker, so a module's shared service (``ma_module_service``) starts once; every Ray test
-        in one worker, since the first of them starts the one inner run for all
-        (``tests/ray/conftest.py``).  (xdist's own ``--dist loadgroup`` marks do not group
-        under pytest 9: it renames an attribute pytest no longer reads.)"""
+        in one worker, since the first of them starts the one inner run, and its one Ray
+        cluster, for all (``tests/fixtures/ray_netns.py``): the tests of ``tests/ray/`` and the
+        contract suite's tests on the Ray backend (``tests/backends/``, parameter ``ray``),
+        while that suite's tests on the local backend stay with their module.  (xdist's own
+        ``--dist loadgroup`` marks do not group under pytest 9: it renames an attribute pytest
+        no longer reads.)"""
         from xdist.scheduler import LoadScopeScheduling
 
         class ModuleOrRay(LoadScopeScheduling):
             def _split_scope(self, nodeid: str) -> str:
-                module = nodeid.split("::", 1)[0]
-                return "tests/ray" if module.startswith("tests/ray/") else module
+                return "tests/ray" if is_ray_test(nodeid) else nodeid.split("::", 1)[0]
 
         return ModuleOrRay(config, log)
 

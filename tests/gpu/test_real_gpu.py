@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from ma_jupyter import accelerators, config
+from tests.fixtures.gpu_cards import CARDS, torch_cuda
 from tests.fixtures.notebooks import output_text
 from tests.fixtures.service_api import full_log, submit, wait_status
-from tests.gpu.conftest import CARDS, torch_cuda
+from tests.fixtures.service_process import start_service, stop_services
 from tests.helpers import wait_for
-from tests.service.conftest import start_service, stop_services
 
 PY = sys.executable
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

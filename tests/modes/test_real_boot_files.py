@@ -7,9 +7,9 @@ import json
 import pytest
 
 from ma_jupyter.models import JobStatus
+from tests.fixtures.real_jobs import algorithm, events_text, run_job
 
 from ..helpers import writable_dir
-from .real import algorithm, events_text, run_job
 
 DEEPSPEED_BOOT = """
 import json, os, socket

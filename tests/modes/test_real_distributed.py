@@ -14,9 +14,9 @@ import pytest
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.frontends.render import plan_text
 from ma_jupyter.models import JobStatus
+from tests.fixtures.real_jobs import algorithm, events_text, run_job
 
 from ..helpers import writable_dir
-from .real import algorithm, events_text, run_job
 
 #: ``jax.distributed.initialize()`` with no argument, as on a Slurm cluster: the coordinator
 #: from ``JAX_COORDINATOR_ADDRESS``, the process count and id from the node's cluster detection

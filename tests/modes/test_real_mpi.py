@@ -8,25 +8,11 @@ import pytest
 
 from ma_jupyter.models import JobStatus
 from ma_jupyter.nodehost import network
+from tests.fixtures.real_jobs import ALLREDUCE, algorithm, events_text, job_processes, run_job
 
 from ..helpers import wait_for, writable_dir
-from .real import algorithm, events_text, job_processes, run_job
 
 pytestmark = [pytest.mark.mpi]
-
-ALLREDUCE = """
-import json, os, socket
-from mpi4py import MPI
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-total = comm.allreduce(rank + 1)
-names = comm.allgather(socket.gethostname())
-print(f"rank {rank}/{size} on {socket.gethostname()} sum={total}", flush=True)
-if rank == 0:
-    with open("/workspace/outputs/result.json", "w") as fh:
-        json.dump({"size": size, "sum": total, "hosts": names}, fh)
-"""
 
 CRASH = """
 import os, time

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from ma_jupyter.models import JobStatus
+from tests.fixtures.real_jobs import algorithm, events_text, job_processes, node_logs, run_job
 
 from ..helpers import wait_for, writable_dir
-from .real import algorithm, events_text, job_processes, node_logs, run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

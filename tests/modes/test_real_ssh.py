@@ -16,10 +16,9 @@ from ma_jupyter.backends.local.backend import task_address
 from ma_jupyter.models import JobStatus
 from ma_jupyter.nodehost import network
 from ma_jupyter.nodeside.ssh_node import SSHD
+from tests.fixtures.real_jobs import ALLREDUCE, algorithm, events_text, job_processes, node_logs
 
 from ..helpers import wait_for, writable_dir
-from .real import algorithm, events_text, job_processes, node_logs
-from .test_real_mpi import ALLREDUCE
 
 pytestmark = [
     pytest.mark.mpi,

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from ma_jupyter.models import JobStatus
+from tests.fixtures.real_jobs import MWMS, PS_WORKER, algorithm, events_text, job_processes, run_job
 
 from ..helpers import wait_for, writable_dir
-from .real import MWMS, PS_WORKER, algorithm, events_text, job_processes, run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -7,7 +7,7 @@ import pytest
 
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
-from tests.modes.real import events_text, node_logs
+from tests.fixtures.real_jobs import events_text, node_logs
 
 pytestmark = pytest.mark.ray
 

@@ -18,9 +18,9 @@ import requests
 
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
+from tests.fixtures.real_jobs import PS_WORKER, events_text, job_processes, node_logs
+from tests.fixtures.real_jobs import writable_algorithm as _algorithm
 from tests.helpers import wait_for, writable_dir
-from tests.modes.real import PS_WORKER, events_text, job_processes, node_logs
-from tests.modes.real import writable_algorithm as _algorithm
 
 pytestmark = [pytest.mark.ray]
 
@@ -489,41 +489,3 @@ def test_caches_on_the_ray_nodes_and_the_single_copy_warning(ray_service, tmp_pa
     cleared = client.clear_cache()
     assert cleared.bytes == 100_000
     assert all(c.bytes == 0 for c in client.cache())
-
-
-def test_a_stop_reaches_the_training_process_when_its_node_runner_is_frozen(ray_service, tmp_path):
-    saves = """
-    import json, signal, sys, time
-    def save(signum, frame):
-        json.dump({"signal": signum}, open("/workspace/outputs/ckpt.json", "w"))
-        print("checkpoint saved", flush=True)
-        sys.exit(0)
-    signal.signal(signal.SIGTERM, save)
-    print("training", flush=True)
-    time.sleep(600)
-    """
-    client = Client(autostart=False)
-    handle = client.submit(
-        name="frozen",
-        specs=["cpu.small"],
-        algorithm=_algorithm(tmp_path / "algo", train=saves),
-        outputs=str(tmp_path / "out"),
-        command="python train.py",
-        grace_period=20,
-    )
-    wait_for(lambda: "training" in client.read_log(handle.id).data, timeout=180)
-    runner = client.get(handle.id).nodes[0].pid
-    os.kill(runner, signal.SIGSTOP)  # the runner relays nothing now: the agent's backend must
-    try:
-        handle.stop()
-        job = handle.wait(timeout=180, check=False)
-    finally:
-        try:
-            os.kill(runner, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-    assert job.status is JobStatus.stopped
-    assert json.loads((tmp_path / "out" / "ckpt.json").read_text()) == {"signal": signal.SIGTERM}
-    log = client.read_log(handle.id).data
-    assert "checkpoint saved" in log and "the platform sent SIGTERM to the node's" in log, log
-    assert job_processes(handle.id) == []

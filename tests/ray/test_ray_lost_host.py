@@ -24,8 +24,8 @@ import pytest
 
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
+from tests.fixtures.real_jobs import events_text
 from tests.helpers import wait_for, writable_dir
-from tests.modes.real import events_text
 from tests.ray.two_hosts import (
     ENDS_WITHIN,
     JOBS,

@@ -8,9 +8,9 @@ import pytest
 
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
+from tests.fixtures.real_jobs import MWMS, events_text, job_processes, node_logs
+from tests.fixtures.real_jobs import writable_algorithm as _algorithm
 from tests.helpers import wait_for, writable_dir
-from tests.modes.real import MWMS, events_text, job_processes, node_logs
-from tests.modes.real import writable_algorithm as _algorithm
 
 pytestmark = [pytest.mark.ray]
 

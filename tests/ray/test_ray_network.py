@@ -27,9 +27,9 @@ import pytest
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
 from ma_jupyter.nodeside.ssh_node import SSHD
+from tests.fixtures.ray_service import serve
+from tests.fixtures.real_jobs import events_text, node_logs
 from tests.helpers import writable_dir
-from tests.modes.real import events_text, node_logs
-from tests.ray.conftest import serve
 from tests.ray.two_hosts import A, B
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]

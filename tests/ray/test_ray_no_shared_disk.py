@@ -28,8 +28,8 @@ import requests
 
 from ma_jupyter.client import Client
 from ma_jupyter.models import JobStatus
+from tests.fixtures.real_jobs import events_text, node_logs
 from tests.helpers import wait_for, writable_dir
-from tests.modes.real import events_text, node_logs
 from tests.ray.two_hosts import A, _free_port
 
 pytestmark = [pytest.mark.ray]

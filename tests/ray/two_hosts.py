@@ -422,7 +422,7 @@ def service_on_private(ma_home, two_private_hosts):
 
 
 def _services(ma_home, two_hosts):
-    from tests.service.conftest import start_service
+    from tests.fixtures.service_process import start_service
 
     started = []
 

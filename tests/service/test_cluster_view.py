@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.fixtures.service_api import submit, wait_status
-from tests.service.conftest import REPO
+from tests.fixtures.service_process import REPO
 
 PY = sys.executable
 SLEEP = f'{PY} -c "import time; time.sleep(600)"'

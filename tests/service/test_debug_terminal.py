@@ -255,7 +255,7 @@ def test_a_failed_node_keeps_its_sandbox_for_the_terminal_until_the_job_is_delet
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
     from ma_jupyter.errors import NotFound
-    from tests.modes.real import job_processes
+    from tests.fixtures.real_jobs import job_processes
 
     client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
     fails = "open('state.txt', 'w').write('what the job left'); raise SystemExit(3)"
@@ -279,8 +279,8 @@ def test_a_failed_node_keeps_its_sandbox_for_the_terminal_until_the_job_is_delet
 
 def test_an_admin_sets_the_retention_and_a_stopped_job_keeps_nothing(ma_home):
     from ma_jupyter.client import Client
-    from tests.modes.real import job_processes
-    from tests.service.conftest import start_service
+    from tests.fixtures.real_jobs import job_processes
+    from tests.fixtures.service_process import start_service
 
     cluster = ma_home / "cluster.toml"
     cluster.write_text(cluster.read_text() + "[limits]\ndebug_keep_hours = 0.001\n")  # 3.6 s
@@ -424,7 +424,7 @@ def test_the_terminal_joins_the_running_nodes_processes_tmp_and_shm(ma_module_se
 def test_a_failed_nodes_terminal_is_in_the_nodes_own_sandbox(ma_module_service, tmp_path):
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
-    from tests.modes.real import job_processes
+    from tests.fixtures.real_jobs import job_processes
 
     client = Client(url=ma_module_service.url, token=ma_module_service.token, timeout=30)
     # the job's working folder holds modules named as the agent's own: they shadow nothing of it

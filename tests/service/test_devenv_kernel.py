@@ -17,6 +17,7 @@ from ma_jupyter.client import Client
 from ma_jupyter.client.kernelspec import install_devenv_kernel, kernel_name
 from ma_jupyter.errors import Forbidden
 from ma_jupyter.models import JobStatus
+from tests.fixtures.zmtp import zmtp_greeting, zmtp_ready
 from tests.helpers import writable_dir
 
 pytestmark = pytest.mark.timeout(400)
@@ -353,23 +354,6 @@ SENDS_AT_MOST = 768 << 20
 GROWS_AT_MOST = 160 << 20
 
 
-def _zmtp_greeting(as_server: bool) -> bytes:
-    return (
-        b"\xff"
-        + b"\0" * 8
-        + b"\x7f"
-        + b"\x03\x00"
-        + b"NULL".ljust(20, b"\0")
-        + bytes([as_server])
-        + b"\0" * 31
-    )
-
-
-def _zmtp_ready(socket_type: bytes) -> bytes:
-    body = b"\x05READY" + b"\x0bSocket-Type" + len(socket_type).to_bytes(4, "big") + socket_type
-    return b"\x04" + bytes([len(body)]) + body
-
-
 def _rss_peak(pid: int) -> int:
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmHWM:"):
@@ -411,7 +395,7 @@ def test_a_kernel_peer_declaring_an_8_gib_frame_is_dropped_and_the_bridge_stays_
         assert bridge.stdout.readline().strip() == "connected"
         peer, _ = listener.accept()
         peer.settimeout(60)
-        peer.sendall(_zmtp_greeting(as_server=True) + _zmtp_ready(b"ROUTER"))
+        peer.sendall(zmtp_greeting(as_server=True) + zmtp_ready(b"ROUTER"))
         received = b""
         while b"READY" not in received:  # the bridge's greeting and READY: the handshake is done
             data = peer.recv(4096)

@@ -15,9 +15,8 @@ import psutil
 import pytest
 
 from tests.fixtures.service_api import full_log, pycmd, submit, wait_status
+from tests.fixtures.service_process import start_service
 from tests.helpers import wait_for
-
-from .conftest import start_service
 
 
 def _events(svc, job_id) -> str:
@@ -140,7 +139,7 @@ def _numbered_lines_complete(text: str) -> bool:
 @pytest.mark.small_cluster
 @pytest.mark.timeout(300)
 def test_kill_9_of_the_service_during_a_stops_grace_loses_nothing(ma_service):
-    from tests.modes.real import job_processes
+    from tests.fixtures.real_jobs import job_processes
 
     job = submit(
         ma_service,
@@ -189,7 +188,7 @@ if index == 1:
 
 @pytest.mark.timeout(300)
 def test_kill_9_of_the_service_during_a_restarts_wind_down_starts_the_job_once(ma_service):
-    from tests.modes.real import job_processes
+    from tests.fixtures.real_jobs import job_processes
 
     job = submit(
         ma_service,

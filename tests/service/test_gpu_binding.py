@@ -20,8 +20,8 @@ import pytest
 from ma_jupyter.nodehost import network
 from tests import fakes
 from tests.fixtures.service_api import full_log, submit, wait_status
+from tests.fixtures.service_process import start_service, stop_services
 from tests.helpers import wait_for
-from tests.service.conftest import start_service, stop_services
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("bwrap") or not shutil.which("unshare"),

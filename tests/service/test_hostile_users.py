@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
+from tests.fixtures.service_process import start_service
 from tests.helpers import wait_for
-from tests.service.conftest import start_service
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
 
@@ -41,7 +41,7 @@ def _service(ma_home, **limits):
 
 
 def _stop(svc) -> None:
-    from tests.service.conftest import stop_services
+    from tests.fixtures.service_process import stop_services
 
     stop_services([svc])
 

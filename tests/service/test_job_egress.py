@@ -41,8 +41,8 @@ import pytest
 
 from ma_jupyter.models import JobStatus
 from ma_jupyter.nodehost import egress, network
+from tests.fixtures.service_process import start_service, stop_services
 from tests.helpers import wait_for, writable_dir
-from tests.service.conftest import start_service, stop_services
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="a job's network namespace needs a root service"),

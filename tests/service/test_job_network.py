@@ -202,8 +202,7 @@ else:
 
 
 def test_the_nodes_of_one_job_still_reach_each_other_by_hostname_and_through_mpirun(ma_client, tmp_path):
-    from tests.modes.real import algorithm, node_logs
-    from tests.modes.test_real_mpi import ALLREDUCE
+    from tests.fixtures.real_jobs import ALLREDUCE, algorithm, node_logs
 
     algo = writable_dir(tmp_path / "peers")
     (algo / "peers.py").write_text(PEERS)
@@ -321,7 +320,7 @@ def test_after_a_service_crash_the_terminal_still_enters_the_jobs_namespace_and_
 
     from ma_jupyter.client import Client
     from ma_jupyter.client.shell import run_command
-    from tests.service.conftest import start_service
+    from tests.fixtures.service_process import start_service
 
     # what a service killed between make and drop leaves: a job network's files
     left = network.make_job_network(

@@ -323,7 +323,7 @@ def test_without_a_sandbox_the_watchdog_ends_a_node_past_its_process_limit(
     the runner's watchdog is the bound, and the job ends with the reason."""
     monkeypatch.setenv("MA_JUPYTER_SANDBOX", "none")
     limits(ma_home, max_node_processes=32)
-    from tests.service.conftest import start_service
+    from tests.fixtures.service_process import start_service
 
     svc = start_service(ma_home)
     try:

@@ -20,8 +20,8 @@ import requests
 
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import parse_spec
+from tests.fixtures.service_api import full_log, job_of, pycmd, wait_status
 from tests.helpers import wait_for
-from tests.service.test_service import full_log, job_of, pycmd, wait_status
 
 SECRET = "s3cr3t-Value-9f2e"
 KEY_ID = "AKIDSTORAGETEST"

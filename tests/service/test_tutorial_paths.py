@@ -18,17 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.real_jobs import algorithm
+from tests.fixtures.real_jobs import run_job as _run_job
 from tests.fixtures.workdir import finished, log_of, submit
-
-from ..modes.real import algorithm
-from ..modes.real import run_job as _run_job
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap")
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run_job(client, **fields):
-    """:func:`tests.modes.real.run_job` with a name (the wire model needs one)."""
+    """:func:`tests.fixtures.real_jobs.run_job` with a name (the wire model needs one)."""
     return _run_job(client, **{"name": "t", **fields})
 
 

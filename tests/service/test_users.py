@@ -27,8 +27,8 @@ from ma_jupyter.client import Client
 from ma_jupyter.errors import Forbidden, LimitReached, NotFound, Unauthorized
 from ma_jupyter.models import Job, JobStatus, clone_name
 from tests.conftest import SMALL_CLUSTER_TOML
+from tests.fixtures.service_process import ServiceProcess, start_service
 from tests.helpers import wait_for, writable_dir
-from tests.service.conftest import ServiceProcess, start_service
 
 PY = sys.executable
 REPO = str(Path(__file__).resolve().parents[2])

@@ -422,7 +422,7 @@ def test_a_job_stuck_on_a_stale_build_lock_is_told_and_stopped_and_the_next_job_
     ma_home, tmp_path
 ):
     """Issue 38: a build lock whose job was killed made every later job of its user wait forever."""
-    from tests.service.conftest import start_service, stop_services
+    from tests.fixtures.service_process import start_service, stop_services
 
     cluster = ma_home / "cluster.toml"
     cluster.write_text(cluster.read_text() + "[limits]\nhang_minutes = 0.05\n")  # a 3 s window

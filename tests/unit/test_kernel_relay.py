@@ -298,7 +298,7 @@ def test_a_kernel_declaring_an_8_gib_frame_through_the_relay_is_dropped_in_bound
     """What answers on the kernel's socket speaks ZMTP itself and declares an 8 GiB message: the
     relay copies it a chunk at a time and the bridge's socket drops the connection, so neither
     (both in this process) grows by what was sent."""
-    from tests.service.test_devenv_kernel import _zmtp_greeting, _zmtp_ready
+    from tests.fixtures.zmtp import zmtp_greeting, zmtp_ready
 
     folder = tmp_path / "kernel"
     folder.mkdir()
@@ -317,7 +317,7 @@ def test_a_kernel_declaring_an_8_gib_frame_through_the_relay_is_dropped_in_bound
             conn.settimeout(60)
             received = b""
             try:
-                conn.sendall(_zmtp_greeting(as_server=True) + _zmtp_ready(b"ROUTER"))
+                conn.sendall(zmtp_greeting(as_server=True) + zmtp_ready(b"ROUTER"))
                 while b"READY" not in received:  # the relay's first look closes at once
                     data = conn.recv(4096)
                     if not data:
