@@ -353,8 +353,8 @@ class Names:
             looked.pending = None
             try:
                 looked.addresses = future.result()
-            except OSError as exc:
-                looked.failure = str(exc)
+            except Exception as exc:  # noqa: BLE001 (the resolver's error, whatever its kind, is the reason)
+                looked.failure = str(exc) or type(exc).__name__
                 return
             looked.failure = None
             looked.resolved_at = time.monotonic()
