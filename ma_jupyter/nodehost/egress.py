@@ -596,13 +596,15 @@ def original_destination(conn: socket.socket) -> tuple[str, int]:
 
 @dataclass
 class _Relay:
-    """One relayed connection: the job's end, the destination's (once made), when a byte last
-    moved either way (monotonic; set by the copying threads), and whether it was ended here."""
+    """One relayed connection: the job's end, the destination's (once made), whether the
+    destination answered, when a byte last moved either way (monotonic; set by the copying
+    threads), and whether it was ended here."""
 
     conn: socket.socket
     address: str
     port: int
     upstream: socket.socket | None = None
+    connected: bool = False
     moved_at: float = 0.0
     ended: bool = False
 
@@ -618,8 +620,8 @@ class Forwarder:
        its user's attempts together fewer than ``gate.bounds.relays_per_user``, and the whole
        service fewer than :func:`max_relays`; else it is reset at once, never queued;
     2. the destination must answer within ``gate.bounds.connect_timeout`` seconds;
-    3. a relay silent both ways for ``gate.bounds.idle_timeout`` seconds is reset (looked at
-       every second);
+    3. a relay silent both ways for ``gate.bounds.idle_timeout`` seconds once its destination
+       answered is reset (looked at every second);
     4. each refusal or closing of rules 1 to 3 is told in the service log, one line per kind and
        attempt at most every :data:`TELL_EVERY` seconds, with the count since the last.
 
@@ -690,7 +692,8 @@ class Forwarder:
         idle = self._gate.bounds.idle_timeout
         now = time.monotonic()
         with self._lock:
-            silent = [r for r in self._relays if not r.ended and now - r.moved_at >= idle]
+            # a relay still connecting is bounded by the connect timeout instead
+            silent = [r for r in self._relays if r.connected and not r.ended and now - r.moved_at >= idle]
             for relay in silent:
                 _end(relay)
         for relay in silent:
@@ -765,6 +768,7 @@ class Forwarder:
                 )
                 raise
             relay.moved_at = time.monotonic()
+            relay.connected = True
             upstream.settimeout(None)  # blocking descriptors: what splice moves between
             conn.settimeout(None)
             other = threading.Thread(

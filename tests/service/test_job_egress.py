@@ -486,7 +486,7 @@ def test_a_hostile_job_neither_holds_nor_floods_the_gate(tmp_path, monkeypatch):
     here = ipaddress.IPv4Network(f"{dest.address}/32")
     destinations = (egress.Destination(here),)
     shares = EgressBounds(relays_per_user=3)
-    short = EgressBounds(idle_timeout=2, connect_timeout=2)
+    short = EgressBounds(idle_timeout=3, connect_timeout=3)
     told: list[str] = []
     made, forwarders, held = [], [], []
 
@@ -552,12 +552,12 @@ def test_a_hostile_job_neither_holds_nor_floods_the_gate(tmp_path, monkeypatch):
         assert read(quiet, timeout=120) in ("closed", "ECONNRESET")
         assert read(asking, timeout=120) in ("closed", "ECONNRESET")
         wait_for(lambda: "carol" not in egress._user_relays, timeout=60)
-        assert any("egress_idle_timeout = 2" in t for t in told), told
+        assert any("egress_idle_timeout = 3" in t for t in told), told
 
         # 3. the handshake that never completes: reset after the connect timeout
         _, hanging = connect(c0, dest.closed_port)
         assert hanging is not None and read(hanging, timeout=120) in ("closed", "ECONNRESET")
-        assert any(f"could not reach {dest.address}:{dest.closed_port} within 2 s" in t for t in told), told
+        assert any(f"could not reach {dest.address}:{dest.closed_port} within 3 s" in t for t in told), told
     finally:
         for sock in held:
             sock.close()
