@@ -158,11 +158,14 @@ class StorageTable(Table):
 
 class NetworkTable(Table):
     """``[network]``: where jobs may connect beyond their own nodes (``config.load_egress``
-    checks each destination)."""
+    checks each destination), and the bounds of the gate's relays (``config.load_egress_bounds``)."""
 
     egress: StrictStr | list[StrictStr] | None = must(
         '"none" or a list of destinations, e.g. ["10.0.0.0/8:443", "pypi.mirror.local:3128"]'
     )
+    egress_idle_timeout: PositiveNumber | None = must("seconds between 1 and 86400")
+    egress_connect_timeout: PositiveNumber | None = must("seconds between 1 and 300")
+    egress_relays_per_user: PositiveInt | None = must("a whole number between 1 and 65536")
 
 
 class PoolTable(Table):

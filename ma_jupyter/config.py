@@ -742,8 +742,11 @@ def load_egress(path: Path | None = None) -> tuple[EgressRule, ...] | None:
     table = read_cluster_file(path).get("network")
     if table is None:
         return None
-    if not isinstance(table, dict) or set(table) - {"egress"}:
-        raise InvalidSpec(f'{path}: [network] takes egress only (egress = "none" or a list of destinations)')
+    if not isinstance(table, dict) or set(table) - {"egress", *EGRESS_BOUND_KEYS}:
+        raise InvalidSpec(
+            f'{path}: [network] takes egress (egress = "none" or a list of destinations) and '
+            f"{', '.join(EGRESS_BOUND_KEYS)}"
+        )
     egress = table.get("egress", "none")
     if egress == "none":
         return None
@@ -753,3 +756,51 @@ def load_egress(path: Path | None = None) -> tuple[EgressRule, ...] | None:
             f'e.g. egress = ["10.0.0.0/8:443", "pypi.mirror.local:3128"], not {str(egress)[:200]!r}'
         )
     return tuple(_egress_rule(entry, path) for entry in egress)
+
+
+@dataclass(frozen=True)
+class EgressBounds:
+    """What one user's jobs may hold of the egress gate's relays (``[network]``,
+    :func:`load_egress_bounds`; the gate is ``nodehost/egress.py``).
+
+    Attributes:
+        idle_timeout: seconds a relayed connection may stay silent both ways before it is
+            closed (``egress_idle_timeout``).
+        connect_timeout: seconds the gate tries to reach a destination before the job's
+            connection is closed (``egress_connect_timeout``).
+        relays_per_user: relayed connections one user's attempts may hold at once, all
+            together (``egress_relays_per_user``); one more is reset.
+    """
+
+    idle_timeout: float = 300.0
+    connect_timeout: float = 10.0
+    relays_per_user: int = 128
+
+
+#: the keys of ``[network]`` besides ``egress``, each a field of :class:`EgressBounds`, with the
+#: range it must lie in
+EGRESS_BOUND_KEYS = {
+    "egress_idle_timeout": ("idle_timeout", 1, 86400),
+    "egress_connect_timeout": ("connect_timeout", 1, 300),
+    "egress_relays_per_user": ("relays_per_user", 1, 65536),
+}
+
+
+def load_egress_bounds(path: Path | None = None) -> EgressBounds:
+    """``[network]``'s bounds on the egress gate's relays (:class:`EgressBounds`; a key left out
+    keeps its default).
+
+    Raises:
+        InvalidSpec: a value out of its range; the message names the file, the key and the range.
+    """
+    path = path or cluster_file()
+    table = read_cluster_file(path).get("network") or {}
+    values = {}
+    for key, (name, low, high) in EGRESS_BOUND_KEYS.items():
+        if key not in table:
+            continue
+        value = table[key]
+        if not low <= value <= high:
+            raise InvalidSpec(f"{path}: [network] {key} must lie between {low} and {high}, not {value!r}")
+        values[name] = value
+    return EgressBounds(**values)

@@ -21,17 +21,22 @@ enter or change (the job's nodes have no capability in their own namespace eithe
    Nothing of the host's routing or firewall changes: no forwarding, no NAT rule, no address
    of the machine is touched; what leaves is a connection of the service's account.
 
-Host names of the policy are resolved by the service when an attempt starts
-(:func:`resolve`): their addresses join the filter and are written into each node's
-``/etc/hosts`` (the nodes look names up there only), so a job reaches a listed name, and no
-other name resolves.  A name resolving to this machine's own address is left out, with a
-problem line (in the service log and as a comment in the nodes' ``/etc/hosts``).  Only TCP
-goes out: UDP (a name server, QUIC) is unreachable.
+Host names of the policy are looked up ahead of the launches (:class:`Names`: when first
+listed or asked for, then every :data:`NAME_TTL` seconds, on a thread of their own), and an
+attempt's gate takes the addresses known when it starts (:func:`gate_for`: a launch never waits
+on a name server): they join the filter and are written into each node's ``/etc/hosts`` (the
+nodes look names up there only), so a job reaches a listed name, and no other name resolves.  A
+name not known (yet), or resolving to this machine's own address, is left out, with a problem
+line (in the service log and as a comment in the nodes' ``/etc/hosts``).  Only TCP goes out:
+UDP (a name server, QUIC) is unreachable.
 
-Bounds: at most :data:`MAX_CONNECTIONS` relayed connections per attempt at once, and
-:func:`max_relays` in the whole service (from its descriptor limit: 85 under the common
-1024; one more is reset at once), :data:`CONNECT_TIMEOUT` seconds to reach a destination, a pipe each way moving
-:data:`CHUNK` bytes at a time.  The forwarder ends, and with it the gate, once no runner of the
+Bounds (:class:`Forwarder`'s rules): at most :data:`MAX_CONNECTIONS` relayed connections per
+attempt at once, ``[network] egress_relays_per_user`` per user over all of that user's
+attempts, and :func:`max_relays` in the whole service (from its descriptor limit: 85 under the
+common 1024; one more is reset at once); ``egress_connect_timeout`` seconds to reach a
+destination, ``egress_idle_timeout`` seconds of silence both ways before a relay is reset
+(:class:`..config.EgressBounds`); a pipe each way moving :data:`CHUNK` bytes at a time.  The
+forwarder ends, and with it the gate, once no runner of the
 attempt lives (within a second).  A service that restarts while the attempt runs opens the
 gate's socket again in the switch a runner holds (:func:`reopen_gate`), checking with the policy
 as the file says then (``"none"``: it stays closed, every redirected connection refused).
@@ -50,11 +55,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import EgressRule
+from ..config import EgressBounds, EgressRule
 from ..errors import BackendUnavailable
 from . import network
 
@@ -84,11 +89,22 @@ def max_relays() -> int:
 
 #: relayed connections of every attempt's forwarder now (guarded by ``_all_lock``)
 _all_relays = [0]
+#: relayed connections of each user's attempts now (guarded by ``_all_lock``; a user holding
+#: none has no entry)
+_user_relays: dict[str, int] = {}
 _all_lock = threading.Lock()
-#: seconds to reach a destination before the job's connection is closed
-CONNECT_TIMEOUT = 10.0
-#: seconds to resolve the policy's host names, all together, when an attempt starts
+#: seconds one look-up of a policy's host name may take before a launch reports it unresolved
 RESOLVE_TIMEOUT = 5.0
+#: seconds a looked-up name's addresses are used before the background looks it up again
+NAME_TTL = 60.0
+#: seconds between the background's looks at the policy (names listed since, names to refresh)
+NAME_REFRESH = 10.0
+#: seconds a name's last addresses are still used while its look-ups fail (then it is left out)
+NAME_STALE = 600.0
+#: names the cache keeps at most (a policy lists at most 256; older ones are forgotten first)
+NAME_CACHE_SIZE = 1024
+#: seconds between two lines of the service log about one attempt's refusals of one kind
+TELL_EVERY = 10.0
 CHUNK = 65536
 SO_ORIGINAL_DST = 80
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3)
@@ -122,11 +138,15 @@ class Gate:
         hosts: ``/etc/hosts`` lines for the policy's host names (address, name).
         problems: names left out, and why (told in the service log and as a comment in the
             nodes' ``/etc/hosts``).
+        user: whose attempt it is (its relays count against that user's share), or None.
+        bounds: the admin's bounds on relays (``[network]``: idle and connect time, per user).
     """
 
     destinations: tuple[Destination, ...]
     hosts: tuple[tuple[str, str], ...] = ()
     problems: tuple[str, ...] = ()
+    user: str | None = None
+    bounds: EgressBounds = EgressBounds()
 
     def allows(self, address: str, port: int) -> bool:
         """Whether a node may connect to ``address:port``: a destination of the policy, never
@@ -177,52 +197,222 @@ def is_own(address: ipaddress.IPv4Address) -> bool:
     )
 
 
-def resolve(rules: Iterable[EgressRule], timeout: float = RESOLVE_TIMEOUT) -> Gate:
-    """The policy ``rules`` for one attempt: host names looked up now (IPv4, in parallel, all
-    within ``timeout``); a name that does not resolve in time, or that resolves to this
-    machine's own address, is left out with a problem line."""
-    rules = list(rules)
-    names = sorted({r.host for r in rules if r.host})
-    looked: dict[str, list[str]] = {}
-    problems: list[str] = []
-    if names:
-        pool = ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="egress-resolve")
-        futures = {
-            name: pool.submit(socket.getaddrinfo, name, None, socket.AF_INET, socket.SOCK_STREAM)
-            for name in names
-        }
-        wait(futures.values(), timeout=timeout)
-        pool.shutdown(wait=False, cancel_futures=True)  # a lookup still running ends on its own
-        for name, future in futures.items():
-            if not future.done():
-                problems.append(f"{name}: not resolved within {timeout:g} s")
-                continue
-            try:
-                addresses = sorted({info[4][0] for info in future.result()})
-            except OSError as exc:
-                problems.append(f"{name}: does not resolve ({exc})")
-                continue
-            own = [
-                a
-                for a in addresses
-                if is_own(ipaddress.IPv4Address(a)) or ipaddress.IPv4Address(a) in JOB_NETWORK
+def _look_up(name: str) -> tuple[str, ...]:
+    """``name``'s IPv4 addresses (the service's resolver: its ``/etc/hosts``, its name servers)."""
+    return tuple(
+        sorted({info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)})
+    )
+
+
+@dataclass
+class _Looked:
+    """What the cache knows of one name: its last addresses (None: never resolved), why its
+    last look-up failed (None: it did not), when it was last resolved and last asked for."""
+
+    addresses: tuple[str, ...] | None = None
+    failure: str | None = None
+    resolved_at: float = float("-inf")
+    asked_at: float = float("-inf")
+    pending: Future | None = None
+    pending_since: float = float("-inf")
+
+
+class Names:
+    """The policy's host names, looked up ahead of the launches that need them: a launch reads
+    what is here and never waits on a name server.
+
+    1. A name is looked up when it is first asked for (:meth:`addresses` at a launch,
+       :meth:`watch`'s policy in the background), then again once its addresses are
+       :data:`NAME_TTL` seconds old, on a thread of the cache's own (woken at once for a name
+       never seen, else every :data:`NAME_REFRESH` seconds).
+    2. At most one look-up of a name runs at once, on a pool of 8 threads: a name server that
+       never answers holds a pool thread, never a launch.
+    3. A name whose refresh fails keeps its last addresses for :data:`NAME_STALE` seconds.
+    4. A name never resolved is reported to the launch asking for it, with the reason (not yet
+       looked up, still being looked up after :data:`RESOLVE_TIMEOUT` seconds, or the
+       resolver's error).
+    5. At most :data:`NAME_CACHE_SIZE` names are kept (the least recently asked for go first).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: dict[str, _Looked] = {}
+        self._wake = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self._source: Callable[[], Iterable[EgressRule] | None] | None = None
+
+    def watch(self, source: Callable[[], Iterable[EgressRule] | None]) -> None:
+        """Keep the names of the policy ``source()`` says (read every :data:`NAME_REFRESH`
+        seconds; an error reading it is ignored until it is fixed) looked up."""
+        with self._lock:
+            self._source = source
+        self._start()
+
+    def addresses(self, names: Iterable[str]) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+        """The addresses known now of each of ``names`` and a problem line for each name that
+        has none (rule 4); never waits.  A name not known yet is looked up in the background."""
+        now = time.monotonic()
+        known: dict[str, tuple[str, ...]] = {}
+        problems: list[str] = []
+        new = False
+        with self._lock:
+            for name in names:
+                looked = self._names.get(name)
+                if looked is None:
+                    looked = self._names[name] = _Looked()
+                    new = True
+                looked.asked_at = now
+                if looked.addresses is not None and now - looked.resolved_at < NAME_STALE:
+                    known[name] = looked.addresses
+                elif looked.failure:
+                    problems.append(f"{name}: does not resolve ({looked.failure})")
+                elif looked.pending is not None and now - looked.pending_since >= RESOLVE_TIMEOUT:
+                    problems.append(f"{name}: not resolved within {RESOLVE_TIMEOUT:g} s")
+                else:
+                    problems.append(
+                        f"{name}: not looked up yet (it is now, in the background: the job's next "
+                        "attempt gets it)"
+                    )
+            self._forget_oldest()
+        if new:
+            self._start()
+            self._wake.set()
+        return known, problems
+
+    def wait(self, names: Iterable[str], timeout: float) -> None:
+        """Wait until each of ``names`` was looked up once (or ``timeout`` seconds): for a
+        caller off the launch path (a restarted service reopening a gate, tests)."""
+        names = list(names)
+        self.addresses(names)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if all(
+                    (n := self._names.get(name)) is None or n.addresses is not None or n.failure
+                    for name in names
+                ):
+                    return
+            time.sleep(0.05)
+
+    def _forget_oldest(self) -> None:
+        if len(self._names) > NAME_CACHE_SIZE:
+            by_age = sorted(self._names, key=lambda name: self._names[name].asked_at)
+            for name in by_age[: len(self._names) - NAME_CACHE_SIZE]:
+                del self._names[name]
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._pool = self._pool or ThreadPoolExecutor(max_workers=8, thread_name_prefix="egress-names")
+            self._thread = threading.Thread(target=self._run, name="egress-names", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            source = self._source
+            if source is not None:
+                try:
+                    rules = source() or ()
+                    now = time.monotonic()
+                    with self._lock:
+                        for rule in rules:
+                            if rule.host:
+                                self._names.setdefault(rule.host, _Looked()).asked_at = now
+                        self._forget_oldest()
+                except Exception:  # noqa: BLE001 (a policy being edited: read again next time)
+                    pass
+            self._refresh()
+            self._wake.wait(NAME_REFRESH)
+            self._wake.clear()
+
+    def _refresh(self) -> None:
+        """Start a look-up of each name never resolved or older than :data:`NAME_TTL` (rule 1)."""
+        now = time.monotonic()
+        with self._lock:
+            due = [
+                name
+                for name, looked in self._names.items()
+                if looked.pending is None
+                and now - looked.resolved_at >= NAME_TTL
+                and (looked.failure is None or now - looked.pending_since >= NAME_REFRESH)
             ]
-            if own:
-                problems.append(
-                    f"{name}: resolves to this machine's own address {own[0]}, which jobs never reach"
-                )
-                continue
-            looked[name] = addresses
+            for name in due:
+                looked = self._names[name]
+                assert self._pool is not None
+                looked.pending = self._pool.submit(_look_up, name)
+                looked.pending_since = now
+                looked.pending.add_done_callback(lambda future, name=name: self._record(name, future))
+
+    def _record(self, name: str, future: Future) -> None:
+        with self._lock:
+            looked = self._names.get(name)
+            if looked is None:
+                return
+            looked.pending = None
+            try:
+                looked.addresses = future.result()
+            except Exception as exc:  # noqa: BLE001 (the resolver's error, whatever its kind, is the reason)
+                looked.failure = str(exc) or type(exc).__name__
+                return
+            looked.failure = None
+            looked.resolved_at = time.monotonic()
+
+
+#: the service's one cache of the policy's names
+NAMES = Names()
+
+
+def gate_for(
+    rules: Iterable[EgressRule], user: str | None = None, bounds: EgressBounds | None = None
+) -> Gate:
+    """The policy ``rules`` for one attempt of ``user``, its host names' addresses as
+    :data:`NAMES` knows them now (never waiting on a name server); a name not known, or that
+    resolves to this machine's own address, is left out with a problem line."""
+    rules = list(rules)
+    looked, problems = NAMES.addresses(sorted({r.host for r in rules if r.host}))
+    return _gate(rules, looked, problems, user, bounds or EgressBounds())
+
+
+def resolve(rules: Iterable[EgressRule], timeout: float = RESOLVE_TIMEOUT, **kwargs) -> Gate:
+    """:func:`gate_for`, once each host name was looked up (waiting up to ``timeout`` seconds):
+    off the launch path only."""
+    rules = list(rules)
+    NAMES.wait(sorted({r.host for r in rules if r.host}), timeout)
+    return gate_for(rules, **kwargs)
+
+
+def _gate(
+    rules: list[EgressRule],
+    looked: dict[str, tuple[str, ...]],
+    problems: list[str],
+    user: str | None,
+    bounds: EgressBounds,
+) -> Gate:
+    usable: dict[str, tuple[str, ...]] = {}
+    for name, addresses in looked.items():
+        own = [
+            a
+            for a in addresses
+            if is_own(ipaddress.IPv4Address(a)) or ipaddress.IPv4Address(a) in JOB_NETWORK
+        ]
+        if own:
+            problems.append(
+                f"{name}: resolves to this machine's own address {own[0]}, which jobs never reach"
+            )
+        else:
+            usable[name] = addresses
     destinations = []
     hosts = []
     for rule in rules:
         if rule.network:
             destinations.append(Destination(ipaddress.IPv4Network(rule.network), rule.ports))
-        for address in looked.get(rule.host or "", []):
+        for address in usable.get(rule.host or "", ()):
             destinations.append(Destination(ipaddress.IPv4Network(address), rule.ports))
             if (address, rule.host) not in hosts:
                 hosts.append((address, rule.host))
-    return Gate(tuple(destinations), tuple(hosts), tuple(problems))
+    return Gate(tuple(destinations), tuple(hosts), tuple(sorted(problems)), user, bounds)
 
 
 def hosts_lines(gate: Gate) -> str:
@@ -404,25 +594,61 @@ def original_destination(conn: socket.socket) -> tuple[str, int]:
     return socket.inet_ntoa(packed), port
 
 
+@dataclass
+class _Relay:
+    """One relayed connection: the job's end, the destination's (once made), whether the
+    destination answered, when a byte last moved either way (monotonic; set by the copying
+    threads), and whether it was ended here."""
+
+    conn: socket.socket
+    address: str
+    port: int
+    upstream: socket.socket | None = None
+    connected: bool = False
+    moved_at: float = 0.0
+    ended: bool = False
+
+
 class Forwarder:
     """The service's end of an attempt's gate (module rule 3): accepts in the switch namespace,
     connects from the service's own, copies both ways; ends when ``alive()`` turns false (no
     runner of the attempt left), closing every connection.
 
+    A hostile job neither stalls nor floods the service through it:
+
+    1. a connection is relayed only while the attempt holds fewer than :data:`MAX_CONNECTIONS`,
+       its user's attempts together fewer than ``gate.bounds.relays_per_user``, and the whole
+       service fewer than :func:`max_relays`; else it is reset at once, never queued;
+    2. the destination must answer within ``gate.bounds.connect_timeout`` seconds;
+    3. a relay silent both ways for ``gate.bounds.idle_timeout`` seconds once its destination
+       answered is reset (looked at every second);
+    4. each refusal or closing of rules 1 to 3 is told in the service log, one line per kind and
+       attempt at most every :data:`TELL_EVERY` seconds, with the count since the last.
+
     Args:
         listener: from :func:`open_gate`.
-        gate: the attempt's resolved policy.
+        gate: the attempt's resolved policy, its user and the bounds.
         alive: whether a runner of the attempt still lives (asked every second).
-        name: for thread names.
+        name: for thread names and log lines (``<job id>-<attempt>``).
+        tell: where log lines go (the service log by default).
     """
 
-    def __init__(self, listener: socket.socket, gate: Gate, alive: Callable[[], bool], name: str):
+    def __init__(
+        self,
+        listener: socket.socket,
+        gate: Gate,
+        alive: Callable[[], bool],
+        name: str,
+        tell: Callable[[str], None] | None = None,
+    ):
         self._listener = listener
         self._gate = gate
         self._alive = alive
+        self._name = name
+        self._tell = tell or _to_service_log
         self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
-        self._relays = 0  # connections being relayed now
+        self._relays: list[_Relay] = []  # connections being relayed now
+        self._told: dict[str, tuple[float, int]] = {}  # kind -> (when last told, untold since)
         self._closed = threading.Event()
         listener.settimeout(1.0)
         self._thread = threading.Thread(target=self._serve, name=f"egress-{name}", daemon=True)
@@ -445,6 +671,7 @@ class Forwarder:
                 if time.monotonic() >= next_look:
                     if not self._alive():
                         break
+                    self._end_idle()
                     next_look = time.monotonic() + 1.0
                 try:
                     conn, _peer = self._listener.accept()
@@ -457,9 +684,24 @@ class Forwarder:
             self._closed.set()
             self._listener.close()
             with self._lock:
-                for sock in list(self._open):
-                    _wake(sock)  # its relay closes it: a descriptor in use is never closed here
-                self._open.clear()
+                for relay in self._relays:
+                    _end(relay)
+
+    def _end_idle(self) -> None:
+        """Rule 3: reset every relay silent both ways for the idle timeout."""
+        idle = self._gate.bounds.idle_timeout
+        now = time.monotonic()
+        with self._lock:
+            # a relay still connecting is bounded by the connect timeout instead
+            silent = [r for r in self._relays if r.connected and not r.ended and now - r.moved_at >= idle]
+            for relay in silent:
+                _end(relay)
+        for relay in silent:
+            self._told_of(
+                "idle",
+                f"closed a relayed connection to {relay.address}:{relay.port} silent both ways for "
+                f"{idle:g} s ([network] egress_idle_timeout = {idle:g})",
+            )
 
     def _take(self, conn: socket.socket) -> None:
         try:
@@ -467,51 +709,82 @@ class Forwarder:
         except OSError:
             _drop(conn)
             return
+        if not self._gate.allows(address, port):
+            _drop(conn)
+            return
+        user, bounds = self._gate.user, self._gate.bounds
         with self._lock:
-            if self._relays < MAX_CONNECTIONS and self._gate.allows(address, port) and _take_slot():
-                relay = threading.Thread(
-                    target=self._relay, args=(conn, address, port), name="egress-relay", daemon=True
-                )
+            if len(self._relays) >= MAX_CONNECTIONS:
+                why = f"the attempt holds {MAX_CONNECTIONS} relayed connections, the most one attempt may"
+            else:
+                why = _take_slot(user, bounds.relays_per_user)
+            if why is None:
+                relay = _Relay(conn, address, port, moved_at=time.monotonic())
+                thread = threading.Thread(target=self._relay, args=(relay,), name="egress-relay", daemon=True)
                 try:
-                    relay.start()
+                    thread.start()
                 except RuntimeError:  # no thread to be had now: this connection only is refused
-                    _give_slot()
+                    _give_slot(user)
+                    why = "the service could not start a thread for it"
                 else:
-                    self._relays += 1
-                    self._open.add(conn)
+                    self._relays.append(relay)
                     return
         _drop(conn)
+        kind = why.split(" ", 2)[1]  # attempt, user('s), service: one line per kind
+        self._told_of(f"refused-{kind}", f"refused a connection to {address}:{port}: {why}")
 
-    def _relay(self, conn: socket.socket, address: str, port: int) -> None:
-        upstream: socket.socket | None = None
+    def _told_of(self, kind: str, line: str) -> None:
+        """Rule 4: ``line`` in the log, unless a line of ``kind`` was told less than
+        :data:`TELL_EVERY` seconds ago (then it is counted, and the next line says how many)."""
+        now = time.monotonic()
+        with self._lock:
+            last, untold = self._told.get(kind, (float("-inf"), 0))
+            if now - last < TELL_EVERY:
+                self._told[kind] = (last, untold + 1)
+                return
+            self._told[kind] = (now, 0)
+        more = f" ({untold} more like it since the last line)" if untold else ""
+        who = f" of user {self._gate.user}" if self._gate.user else ""
+        self._tell(f"[ma_jupyter] job attempt {self._name}{who}: [network] egress {line}{more}")
+
+    def _relay(self, relay: _Relay) -> None:
+        conn, address, port = relay.conn, relay.address, relay.port
         ended: list[bool] = []  # per direction: whether it ended in order (its source's end)
+        connect_timeout = self._gate.bounds.connect_timeout
         try:
             upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             with self._lock:
-                if self._closed.is_set():
+                relay.upstream = upstream
+                if self._closed.is_set() or relay.ended:
                     return
-                self._open.add(upstream)
-            upstream.settimeout(CONNECT_TIMEOUT)
-            upstream.connect((address, port))
+            upstream.settimeout(connect_timeout)
+            try:
+                upstream.connect((address, port))
+            except TimeoutError:
+                self._told_of(
+                    "connect",
+                    f"could not reach {address}:{port} within {connect_timeout:g} s "
+                    f"([network] egress_connect_timeout = {connect_timeout:g})",
+                )
+                raise
+            relay.moved_at = time.monotonic()
+            relay.connected = True
             upstream.settimeout(None)  # blocking descriptors: what splice moves between
             conn.settimeout(None)
             other = threading.Thread(
-                target=lambda: ended.append(_copy(upstream, conn)), name="egress-relay", daemon=True
+                target=lambda: ended.append(_copy(upstream, conn, relay)), name="egress-relay", daemon=True
             )
             other.start()
-            ended.append(_copy(conn, upstream))
+            ended.append(_copy(conn, upstream, relay))
             other.join()
         except (OSError, RuntimeError):  # unreachable, refused, no descriptor or thread to be had
             pass
         finally:
-            _give_slot()
+            _give_slot(self._gate.user)
             with self._lock:
-                self._relays -= 1
-                self._open.discard(conn)
-                if upstream is not None:
-                    self._open.discard(upstream)
+                self._relays.remove(relay)
             # in order: a plain close (the last bytes still go out); else a reset each way
-            for sock in (conn, upstream):
+            for sock in (conn, relay.upstream):
                 if sock is None:
                     continue
                 if ended == [True, True]:
@@ -520,25 +793,58 @@ class Forwarder:
                     _drop(sock)
 
 
-def _take_slot() -> bool:
-    """One of the service's :func:`max_relays` relays, if one is free."""
+def _to_service_log(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def _end(relay: _Relay) -> None:
+    """Reset both ends of ``relay`` (its threads wake and close them); under the forwarder's lock."""
+    relay.ended = True
+    _wake(relay.conn)
+    if relay.upstream is not None:
+        _wake(relay.upstream)
+
+
+def _take_slot(user: str | None, per_user: int) -> str | None:
+    """One of the service's :func:`max_relays` relays, and one of ``user``'s ``per_user``:
+    None when taken, else why not."""
     with _all_lock:
+        held = _user_relays.get(user or "", 0)
+        if user is not None and held >= per_user:
+            return (
+                f"the user's jobs hold {held} relayed connections, the most "
+                f"[network] egress_relays_per_user = {per_user} allows"
+            )
         if _all_relays[0] >= max_relays():
-            return False
+            return (
+                f"the service relays {_all_relays[0]} connections in all, the most its descriptor "
+                "limit allows"
+            )
         _all_relays[0] += 1
-        return True
+        if user is not None:
+            _user_relays[user] = held + 1
+        return None
 
 
-def _give_slot() -> None:
+def _give_slot(user: str | None) -> None:
     with _all_lock:
         _all_relays[0] -= 1
+        if user is not None:
+            left = _user_relays.get(user, 0) - 1
+            if left > 0:
+                _user_relays[user] = left
+            else:
+                _user_relays.pop(user, None)
 
 
-def _copy(source: socket.socket, sink: socket.socket) -> bool:
+def _copy(source: socket.socket, sink: socket.socket, relay: _Relay) -> bool:
     """Bytes from ``source`` to ``sink`` until ``source`` ends (then ``sink`` is told: its
-    write side shut; True) or either fails (both shut for reading and writing; False).  The bytes move
-    through a pipe in the kernel (``splice``), never through the service's memory or its
-    interpreter (whose lock its API shares)."""
+    write side shut; True) or either fails (both shut for reading and writing; False), noting
+    in ``relay`` when bytes last moved.  The bytes move through a pipe in the kernel
+    (``splice``), never through the service's memory or its interpreter (whose lock its API
+    shares)."""
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
         while True:
@@ -546,8 +852,10 @@ def _copy(source: socket.socket, sink: socket.socket) -> bool:
             if not moved:
                 sink.shutdown(socket.SHUT_WR)
                 return True
+            relay.moved_at = time.monotonic()
             while moved:
                 moved -= os.splice(read_end, sink.fileno(), moved)
+                relay.moved_at = time.monotonic()
     except OSError:
         for sock in (source, sink):
             with contextlib.suppress(OSError):

@@ -107,12 +107,16 @@ def make_backend(kind: str | None = None, ray_address: str | None = None):
 
         if why := refusal(policy):
             raise InvalidSpec(f"{config.cluster_file()}: [network] egress lists destinations, but {why}")
+        config.load_egress_bounds()  # a bound out of its range stops the start, as an entry does
     if choice.kind == "ray":
         from ..backends.ray import RayBackend
 
         return RayBackend(choice.address or "", choice.node_root, network=choice.network)
     from ..backends.local import LocalBackend
+    from ..nodehost import egress
 
+    # the policy's names are looked up ahead of the launches (a policy added later too)
+    egress.NAMES.watch(config.load_egress)
     return LocalBackend()
 
 

@@ -17,7 +17,8 @@ the destination, so a listed host name is resolved by the service as an admin's 
    itself, not the other running job (each refused: ``Connection refused``), no UDP (``Network is
    unreachable``, at once);
    and the destination sees the connection come from the machine; of more connections at
-   once than the gate relays for an attempt, the ones past the bound are reset;
+   once than the gate relays for one user (``egress_relays_per_user``), the ones past the bound
+   are reset, and the service log says which bound refused them;
 4. the service is killed and started again while the job of rule 2 runs: that job reaches the
    listed destination again (the gate's forwarder is the service's).
 """
@@ -33,6 +34,7 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import threading
 from urllib.parse import urlparse
 
@@ -53,6 +55,8 @@ pytestmark = [
 
 #: the destination's name, known only to the service's /etc/hosts
 NAME = "mirror.egress.test"
+#: ``[network] egress_relays_per_user`` of the module's service (under the 64 of one attempt)
+PER_USER = 60
 
 #: what a job tries (stdlib only): prints one JSON line, then, with a port argument, listens
 PROBE = r"""
@@ -162,7 +166,7 @@ class Destination:
     """A namespace of the test's own at ``address`` (the host's end of the veth at ``host_end``):
     a TCP server on ``open_port`` and on ``closed_port``, a UDP one on ``open_port``; each TCP
     server answers ``dest-<port> <peer address>``; one more on ``hold_port`` says ``held`` and
-    keeps every connection open."""
+    keeps every connection open; one on ``silent_port`` accepts and never answers."""
 
     def __init__(self) -> None:
         base = random.randrange(0, 1 << 15) * 4  # a /30 of 198.18.0.0/15 (benchmarking, RFC 2544)
@@ -186,7 +190,8 @@ class Destination:
             network.enter(f"/proc/self/fd/{self.namespace}")
             network.set_up(f"egp{tag}", self.address, 30)
             made = []
-            for kind in (socket.SOCK_STREAM, socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_STREAM):
+            kinds = (socket.SOCK_STREAM, socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_STREAM)
+            for kind in (*kinds, socket.SOCK_STREAM):
                 sock = socket.socket(socket.AF_INET, kind)
                 sock.bind((self.address, 0 if kind == socket.SOCK_STREAM else made[0].getsockname()[1]))
                 if kind == socket.SOCK_STREAM:
@@ -198,12 +203,14 @@ class Destination:
         self.open_port = self.sockets[0].getsockname()[1]
         self.closed_port = self.sockets[1].getsockname()[1]
         self.hold_port = self.sockets[3].getsockname()[1]
+        self.silent_port = self.sockets[4].getsockname()[1]
         self.held: list[socket.socket] = []
         self.peers: list[str] = []
         for sock in self.sockets[:2]:
             threading.Thread(target=self._answer, args=(sock,), daemon=True).start()
         threading.Thread(target=self._echo, args=(self.sockets[2],), daemon=True).start()
         threading.Thread(target=self._hold, args=(self.sockets[3],), daemon=True).start()
+        threading.Thread(target=self._hold, args=(self.sockets[4], b""), daemon=True).start()
 
     def _answer(self, server: socket.socket) -> None:
         port = server.getsockname()[1]
@@ -214,13 +221,24 @@ class Destination:
                 conn.sendall(f"dest-{port} {peer[0]}".encode())
                 conn.close()
 
-    def _hold(self, server: socket.socket) -> None:
-        """Says ``held`` and keeps each connection open (until the test ends)."""
+    def _hold(self, server: socket.socket, greeting: bytes = b"held") -> None:
+        """Says ``greeting`` and keeps each connection open (until the test ends)."""
         with contextlib.suppress(OSError):
             while True:
                 conn, _ = server.accept()
                 self.held.append(conn)
-                conn.sendall(b"held")
+                if greeting:
+                    conn.sendall(greeting)
+
+    def blackhole(self, port: int) -> None:
+        """Drop every packet for ``port`` here: a connection to it never completes."""
+        rules = f"table ip t {{\n chain c {{\n type filter hook input priority 0;\n tcp dport {port} drop\n }}\n}}\n"
+
+        def load() -> None:
+            network.enter(f"/proc/self/fd/{self.namespace}")
+            subprocess.run([egress.nft_program(), "-f", "-"], input=rules, text=True, check=True, timeout=60)
+
+        network.in_thread(load)
 
     def _echo(self, server: socket.socket) -> None:
         with contextlib.suppress(OSError):
@@ -270,6 +288,7 @@ def _write_policy(home, base, dest, *, listed: bool) -> None:
     policy = f'["{dest.address}:{ports}", "{NAME}:{dest.open_port}"]' if listed else '"none"'
     (home / "cluster.toml").write_text(
         f'[mounts]\nallowed_roots = ["{base}"]\n\n[network]\negress = {policy}\n'
+        f"egress_relays_per_user = {PER_USER}\n"
     )
 
 
@@ -364,8 +383,12 @@ def test_a_job_reaches_exactly_the_listed_destinations(egress_service, dest, tmp
     print(json.dumps(found, indent=1))
     assert prober.wait(timeout=120).status is JobStatus.succeeded
     assert found.pop("peer") == "hello from worker-1"  # its nodes still reach each other
-    # the gate relays 64 connections of an attempt at once; one more is reset, never queued
-    assert found.pop("flood") == {"held": egress.MAX_CONNECTIONS, "ECONNRESET": 6}
+    # the gate relays PER_USER connections of a user at once; one more is reset, never queued,
+    # and the service log says which bound it met
+    assert found.pop("flood") == {"held": PER_USER, "ECONNRESET": egress.MAX_CONNECTIONS + 6 - PER_USER}
+    told = (home / "service.log").read_text()
+    assert f"refused a connection to {dest.address}:{dest.hold_port}" in told
+    assert f"[network] egress_relays_per_user = {PER_USER} allows" in told
     for target in (listed, (NAME, dest.open_port)):
         assert found.pop(f"tcp {target[0]}:{target[1]}") == f"connected dest-{dest.open_port} {dest.host_end}"
     assert set(dest.peers) == {dest.host_end}  # what reached it came from the machine
@@ -431,6 +454,110 @@ def test_the_service_relays_a_bounded_number_of_connections_in_all(tmp_path, mon
         held[0].close()  # one relayed connection ends, both ways
         dest.held[first_held].close()
         wait_for(lambda: connect(made[1]) == "held", timeout=60)
+    finally:
+        for sock in held:
+            sock.close()
+        for forwarder in forwarders:
+            forwarder.close()
+            forwarder.join(10)
+        for job in made:
+            network.remove_job_network(job)
+        dest.close()
+
+
+def test_a_hostile_job_neither_holds_nor_floods_the_gate(tmp_path, monkeypatch):
+    """The bounds of the gate's relays, each met by a job's node as a hostile user would:
+
+    1. an attempt past its own bound, then a user past ``egress_relays_per_user`` with two
+       attempts: reset at once, told in the log naming the bound; another user still connects;
+    2. a connection that goes silent (the destination said ``held``), and one to a destination
+       that accepts and never answers: both reset after ``egress_idle_timeout``, their places
+       freed;
+    3. a destination that never completes the handshake: the job's connection is reset after
+       ``egress_connect_timeout``, told in the log.
+    """
+    from ma_jupyter.config import EgressBounds
+
+    if not network.namespaces_supported():
+        pytest.skip("job networks need root")
+    dest = Destination()  # its own: the module's holds the other tests' connections
+    dest.blackhole(dest.closed_port)
+    monkeypatch.setattr(egress, "MAX_CONNECTIONS", 2)
+    here = ipaddress.IPv4Network(f"{dest.address}/32")
+    destinations = (egress.Destination(here),)
+    shares = EgressBounds(relays_per_user=3)
+    short = EgressBounds(idle_timeout=3, connect_timeout=3)
+    told: list[str] = []
+    made, forwarders, held = [], [], []
+
+    def attempt(key: str, user: str, bounds: EgressBounds) -> network.JobNetwork:
+        job = network.make_job_network(
+            tmp_path / "ns", key, [("worker-0", network.node_address(0))], gateway=True
+        )
+        made.append(job)
+        gate = egress.Gate(destinations, user=user, bounds=bounds)
+        forwarders.append(
+            egress.Forwarder(egress.open_gate(job.switch, gate), gate, lambda: True, key, told.append)
+        )
+        return job
+
+    def connect(job: network.JobNetwork, port: int, send: bytes = b"") -> tuple[str, socket.socket | None]:
+        def go() -> tuple[str, socket.socket | None]:
+            network.enter(str(job.nodes["worker-0"][0]))
+            try:  # a reset may come before connect() returns (the gate refuses at once)
+                sock = socket.create_connection((dest.address, port), timeout=15)
+            except OSError as exc:
+                return errno.errorcode.get(exc.errno, type(exc).__name__), None
+            held.append(sock)
+            sock.sendall(send)
+            return "connected", sock
+
+        return network.in_thread(go)
+
+    def read(sock: socket.socket, timeout: float = 15) -> str:
+        sock.settimeout(timeout)
+        try:
+            return sock.recv(4).decode() or "closed"
+        except OSError as exc:
+            return errno.errorcode.get(exc.errno, type(exc).__name__)
+
+    try:
+        # 1. alice's first attempt holds its two, a third is refused; her second attempt gets
+        # one more (three in all), then hers are refused; bob's still connects
+        a0, a1, b0 = (
+            attempt("a0", "alice", shares),
+            attempt("a1", "alice", shares),
+            attempt("b0", "bob", shares),
+        )
+        results = []
+        for job in (a0, a0, a0, a1, a1, b0):
+            result, sock = connect(job, dest.hold_port)
+            results.append(read(sock) if sock else result)
+        assert results == ["held", "held", "ECONNRESET", "held", "ECONNRESET", "held"]
+        assert any("job attempt a0 of user alice" in t and "the most one attempt may" in t for t in told), (
+            told
+        )
+        assert any(
+            "job attempt a1 of user alice" in t and "[network] egress_relays_per_user = 3 allows" in t
+            for t in told
+        ), told
+        assert egress._user_relays == {"alice": 3, "bob": 1}
+
+        # 2. silent ones are reset after the idle timeout, and their places freed
+        c0 = attempt("c0", "carol", short)
+        _, quiet = connect(c0, dest.hold_port)
+        assert quiet is not None and read(quiet) == "held"
+        _, asking = connect(c0, dest.silent_port, b"GET / HTTP/1.0\r\n\r\n")
+        assert asking is not None
+        assert read(quiet, timeout=120) in ("closed", "ECONNRESET")
+        assert read(asking, timeout=120) in ("closed", "ECONNRESET")
+        wait_for(lambda: "carol" not in egress._user_relays, timeout=60)
+        assert any("egress_idle_timeout = 3" in t for t in told), told
+
+        # 3. the handshake that never completes: reset after the connect timeout
+        _, hanging = connect(c0, dest.closed_port)
+        assert hanging is not None and read(hanging, timeout=120) in ("closed", "ECONNRESET")
+        assert any(f"could not reach {dest.address}:{dest.closed_port} within 3 s" in t for t in told), told
     finally:
         for sock in held:
             sock.close()

@@ -18,6 +18,7 @@ import pytest
 from ma_jupyter import config
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.nodehost import egress
+from tests.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -169,3 +170,63 @@ def test_a_broad_destination_never_opens_the_link_local_metadata_service():
     assert not gate("169.254.0.0/16").allows("169.254.169.254", 80)
     assert gate("0.0.0.0/0").allows("192.0.2.7", 80)
     assert gate("169.254.169.254/32").allows("169.254.169.254", 80)
+
+
+def test_the_relays_bounds_are_read_with_their_defaults_and_refused_out_of_range(tmp_path):
+    path = _policy(tmp_path, '"none"')
+    assert config.load_egress_bounds(path) == config.EgressBounds()
+    assert config.EgressBounds() == config.EgressBounds(
+        idle_timeout=300, connect_timeout=10, relays_per_user=128
+    )
+    path.write_text(
+        '[network]\negress = ["192.0.2.7:443"]\negress_idle_timeout = 2.5\n'
+        "egress_connect_timeout = 3\negress_relays_per_user = 7\n"
+    )
+    assert config.load_egress(path) is not None
+    assert config.load_egress_bounds(path) == config.EgressBounds(2.5, 3, 7)
+    for key, value, says in [
+        ("egress_idle_timeout", "0", "between 1 and 86400"),
+        ("egress_idle_timeout", "100000", "between 1 and 86400"),
+        ("egress_connect_timeout", "301", "between 1 and 300"),
+        ("egress_relays_per_user", "1.5", "a whole number"),
+    ]:
+        path.write_text(f"[network]\n{key} = {value}\n")
+        with pytest.raises(InvalidSpec) as caught:
+            config.load_egress_bounds(path)
+        assert str(path) in caught.value.message and key in caught.value.message, caught.value.message
+        assert says in caught.value.message, caught.value.message
+
+
+def test_a_launch_never_waits_on_a_name_server(monkeypatch):
+    """A name server that does not answer holds a look-up of the background, never the launch:
+    the attempt's gate is made at once, the name left out with its line; once the look-up
+    answers, the next attempt has the name."""
+    import threading
+
+    answer = threading.Event()
+    asked: list[str] = []
+
+    def slow_name_server(name: str) -> tuple[str, ...]:
+        asked.append(name)
+        answer.wait(120)
+        return ("192.0.2.9",)
+
+    monkeypatch.setattr(egress, "_look_up", slow_name_server)
+    monkeypatch.setattr(egress, "NAMES", egress.Names())
+    rules = [config.EgressRule("slow.example:443", "slow.example", None, ((443, 443),))]
+    try:
+        gate = egress.gate_for(rules, "alice")  # returns while the look-up hangs
+        assert gate.hosts == () and gate.destinations == () and gate.user == "alice"
+        assert gate.problems == (
+            "slow.example: not looked up yet (it is now, in the background: the job's next attempt gets it)",
+        )
+        assert "# [network] egress left out slow.example: not looked up yet" in egress.hosts_lines(gate)
+        wait_for(lambda: asked == ["slow.example"], timeout=60)
+        assert egress.gate_for(rules).hosts == ()  # still hanging: still not waited on
+        assert asked == ["slow.example"]  # one look-up of a name at once
+    finally:
+        answer.set()
+    wait_for(lambda: egress.gate_for(rules).hosts, timeout=60)
+    gate = egress.gate_for(rules)
+    assert gate.hosts == (("192.0.2.9", "slow.example"),) and gate.problems == ()
+    assert gate.allows("192.0.2.9", 443) and not gate.allows("192.0.2.9", 80)

@@ -449,7 +449,7 @@ class LocalBackend(Backend):
            joined to the attempt's other machines; none where this service may not make a
            closed one): the nodes then resolve names from ``/etc/hosts`` only; with
            ``egress_policy`` (a closed network), its gate is opened before any runner starts
-           (:mod:`.egress`: names resolved now and added to every node's ``/etc/hosts``) and its
+           (:mod:`.egress`: names as looked up ahead, added to every node's ``/etc/hosts``) and its
            forwarder runs once every runner is in, until none is left;
         3. each node's runner is started, entering the namespace first thing (or fenced with
            ``deny_tcp``);
@@ -477,7 +477,8 @@ class LocalBackend(Backend):
         gate, listener = None, None
         if gateway and namespace is not None and namespace.switch is not None:
             try:
-                gate = egress.resolve(egress_policy or ())
+                bounds = config.load_egress_bounds()
+                gate = egress.gate_for(egress_policy or (), attempt.spec.creator, bounds)
                 listener = egress.open_gate(namespace.switch, gate)
             except BaseException:
                 network_ns.remove_job_network(namespace)
@@ -580,7 +581,10 @@ class LocalBackend(Backend):
                         if listener is not None:
                             break
                 if listener is not None:
-                    self._open_gate(key, listener, egress.resolve(policy or ()), watched)
+                    gate = egress.resolve(
+                        policy or (), user=attempt.spec.creator, bounds=config.load_egress_bounds()
+                    )
+                    self._open_gate(key, listener, gate, watched)
                     return
             except InvalidSpec as exc:
                 print(
