@@ -294,11 +294,12 @@ class Backend(ABC):
         None (the default, the Ray backend) means not known.
     28. **Network check.** ``network_fault(host)`` says why inventory node ``host``'s machine cannot
         give a job its network now (a job network cannot be made there, or its nodes do not reach
-        each other), for the node checks; None when it can or when not known (the default, the Ray
-        backend). It never waits (it runs under the supervisor's lock): the local backend answers
-        its last probe's result and starts the next one on a thread of its own when that is 10 s
-        old (a two-node job network made, crossed and removed: ``nodehost/network.py``'s
-        ``probe_job_network``).
+        each other), for the node checks; None when it can or when not known (the default). It
+        never waits (it runs under the supervisor's lock): the local backend answers its last
+        probe's result and starts the next one on a thread of its own when that is 10 s old (a
+        two-node job network made, crossed and removed: ``nodehost/network.py``'s
+        ``probe_job_network``); the Ray backend answers each node's agent's last answer, the
+        agent probing its machine's end of an overlay the same way (``ray/network_check.py``).
     29. **Object storage on the nodes' machines.** ``fetch_objects(job_id, hosts, fetches,
         credentials, account, cancel, say)`` downloads a job's object storage prefixes
         (``ObjectFetch``: datasets and models as links below the job folder, the outputs prefix

@@ -476,26 +476,39 @@ def probe_job_network(folder: Path, key: str, timeout: float = 2.0) -> str | Non
     1. a two-node job network is made in ``folder`` as :func:`make_job_network` makes an
        attempt's (``<key>.switch``, ``<key>.0``, ``<key>.1``): a namespace that cannot be made
        is the answer;
-    2. node 1 listens on its address, node 0 connects to it across the switch and sends
-       :data:`PROBE_BYTES`, which node 1 must read whole and send back, every step within
-       ``timeout`` seconds (a switch that drops the frames answers, never hangs);
-    3. the sockets are closed and the namespaces forgotten, whatever happened: nothing of the
-       probe lives on (each namespace dies with its last socket).
+    2. node 0 crosses the switch to node 1 (:func:`cross_probe`);
+    3. the namespaces are forgotten, whatever happened: nothing of the probe lives on (each
+       namespace dies with its last socket).
     """
     addresses = [("probe-0", node_address(0)), ("probe-1", node_address(1))]
     try:
         made = make_job_network(folder, key, addresses)
     except OSError as exc:
         return f"the job network cannot be made: {exc}"
-    socks: list[socket.socket] = []
     try:
         first, second = (str(made.nodes[name][0]) for name, _ in addresses)
+        return cross_probe(first, second, addresses[1][1], addresses[0][1], timeout)
+    finally:
+        remove_job_network(made)
+
+
+def cross_probe(first: str, second: str, address: str, source: str, timeout: float = 2.0) -> str | None:
+    """Why a node in namespace ``first`` (at ``source``) does not exchange bytes with one in
+    namespace ``second`` listening at ``address``, or None when it does (the network probes):
+
+    1. the second listens on ``address``, the first connects to it and sends
+       :data:`PROBE_BYTES`, which the second must read whole and send back, every step within
+       ``timeout`` seconds (a path that drops the frames answers, never hangs);
+    2. the sockets are closed, whatever happened.
+    """
+    socks: list[socket.socket] = []
+    try:
 
         def sockets() -> None:  # each socket lives in the namespace it was made in
             enter(second)
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(listener)
-            listener.bind((addresses[1][1], 0))
+            listener.bind((address, 0))
             listener.listen(1)
             enter(first)
             socks.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
@@ -506,10 +519,10 @@ def probe_job_network(folder: Path, key: str, timeout: float = 2.0) -> str | Non
         client.settimeout(timeout)
         port = listener.getsockname()[1]
         try:
-            client.connect((addresses[1][1], port))
+            client.connect((address, port))
             peer, _ = listener.accept()
         except OSError as exc:
-            return f"node {addresses[0][1]} of a job network does not reach its peer {addresses[1][1]}:{port}: {exc}"
+            return f"node {source} of a job network does not reach its peer {address}:{port}: {exc}"
         socks.append(peer)
         peer.settimeout(timeout)
         try:
@@ -537,7 +550,6 @@ def probe_job_network(folder: Path, key: str, timeout: float = 2.0) -> str | Non
     finally:
         for sock in socks:
             sock.close()
-        remove_job_network(made)
 
 
 def on_job_network(address: str) -> bool:

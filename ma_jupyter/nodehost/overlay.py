@@ -269,3 +269,43 @@ def supported() -> str | None:
     except OSError as exc:
         return f"this machine cannot make VXLAN devices: {exc.strerror or exc}"
     return None
+
+
+def probe(folder: Path, key: str, underlay: str, ports: tuple[int, int], timeout: float = 2.0) -> str | None:
+    """Whether this machine can give an attempt its part of an overlay and reach its peers over
+    it, tried as an attempt would: why not in a sentence, or None when it can (the Ray node
+    checks, ``backends/ray/network_check.py``).
+
+    1. two parts of one overlay are made in ``folder`` (``<key>a``, ``<key>b``), as two machines
+       of an attempt would make theirs (:func:`make`): each a switch with its VXLAN device on
+       UDP port ``ports[k]`` of this machine's ``underlay`` address (its Ray node's), and one
+       node; each the other's peer;
+    2. the first part's node crosses to the second's (:func:`.network.cross_probe`): the frames
+       leave through the first device, travel UDP over the machine's own network to
+       ``underlay`` (the kernel's local shortcut is off, rule 3's note in :func:`_add_vxlan`)
+       and enter through the second: what stops a peer machine's frames at this machine's
+       network (a firewall, a port that cannot be opened, no VXLAN) stops these;
+    3. both parts are forgotten, whatever happened.
+
+    The calling thread must be in this machine's own network namespace (as for :func:`make`).
+    """
+    addresses = (overlay_address(0), overlay_address(1))
+    first = 1 + int.from_bytes(os.urandom(3), "big") % ((1 << 24) - 2)
+    vnis = (first, first % ((1 << 24) - 2) + 1)  # two ids, each device its own
+    segments = [
+        Segment(underlay, port, vni, (address,))
+        for port, vni, address in zip(ports, vnis, addresses, strict=True)
+    ]
+    made: list[network.JobNetwork] = []
+    try:
+        for k, part in enumerate("ab"):
+            nodes = [(f"probe-{k}", addresses[k])]
+            made.append(make(folder, f"{key}{part}", nodes, Overlay(segments[k], (segments[1 - k],))))
+        ends = [str(next(iter(m.nodes.values()))[0]) for m in made]
+        why = network.cross_probe(ends[0], ends[1], addresses[1], addresses[0], timeout)
+        return None if why is None else f"{why} (over the overlay: VXLAN, UDP through {underlay})"
+    except OSError as exc:
+        return f"the job's overlay cannot be made: {exc.strerror or exc}"
+    finally:
+        for m in made:
+            network.remove_job_network(m)

@@ -143,3 +143,21 @@ def test_mpi_gets_sshd_over_the_overlay_where_every_agent_can_run_it_else_the_ag
     assert remote_shell([able, able], runs_as_root=True) == agent  # sshd cannot run as root there
     assert remote_shell([able, {**able, "sshd": False}], runs_as_root=False) == agent
     assert remote_shell([able, {**able, "isolation": "symlink"}], runs_as_root=False) == agent
+
+
+def test_the_node_checks_probe_crosses_an_overlay_and_says_why_when_a_port_cannot_be_opened(tmp_path):
+    """A Ray node's network check (``overlay.probe``): two parts of one overlay made on this
+    machine, crossed over its own address, and nothing of them left; a UDP port that cannot be
+    opened for a device (another socket holds it) is the answer, in words."""
+    folder = tmp_path / "probes"
+    ports = (_free_udp_port(), _free_udp_port())
+    assert overlay.probe(folder, "p", "127.0.0.1", ports) is None
+    assert list(folder.iterdir()) == []
+    # new ports: a namespace's devices and their sockets go a moment after its last holder
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("0.0.0.0", 0))
+        held = taken.getsockname()[1]
+        why = overlay.probe(folder, "p", "127.0.0.1", (_free_udp_port(), held))
+    assert why is not None and why.startswith("the job's overlay cannot be made: "), why
+    assert f"cannot open UDP port {held} of this machine" in why, why
+    assert list(folder.iterdir()) == []

@@ -56,6 +56,7 @@ from ..local.backend import SSHD_PROGRAM, LocalBackend, disk_free
 from . import fence, leftovers, node_paths, objects, outputs_return, ship
 from .inventory import node_name
 from .kernel_relay import KernelRelay
+from .network_check import OverlayCheck
 
 #: where an agent keeps its attempts' network namespaces until their runners are in
 NAMESPACE_ROOT = Path("/run/ma_jupyter/netns")
@@ -99,6 +100,8 @@ class NodeAgent:
         self._local.namespace_folder = NAMESPACE_ROOT / (node_id or "node")
         #: why this node cannot hold jobs' overlays (None: it can; docs/network.md)
         self._overlay_problem = job_overlay.supported()
+        probes = self._local.namespace_folder.with_name(self._local.namespace_folder.name + "-probe")
+        self._overlay_check = OverlayCheck(self._local, probes, self._overlay_problem)
         self._local.end_with = _raylet(node_id)  # rule 4: its nodes end with this Ray node
         # before any work: nothing of a dead node runs on
         self._ended = leftovers.end_leftovers(node_root) if node_root else []
@@ -231,6 +234,11 @@ class NodeAgent:
         """Free bytes on the disk of ``node_root`` (the job folders) on this node, for the
         service's node checks."""
         return disk_free(node_root)
+
+    def network_fault(self, underlay: str) -> str | None:
+        """Why this machine cannot give an attempt its overlay now (``underlay``: this Ray
+        node's address), from the last probes; never waits (:mod:`.network_check`)."""
+        return self._overlay_check.fault(underlay)
 
     def card_fault(self, task: TaskSlot) -> str | None:
         """Why one of the task's real cards on this node can no longer be used (the local

@@ -112,6 +112,7 @@ from . import fence, overlay_plan, ship
 from .agent import NodeAgent
 from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
 from .logs import RayLogSource
+from .network_check import AgentAnswers
 from .outputs_return import FINAL_WAIT, OutputsReturn
 
 log = logging.getLogger("ma_jupyter.ray")
@@ -215,6 +216,7 @@ class RayBackend(Backend):
         # outputs of nodes whose job folder this machine does not see (.outputs_return)
         self._returns = OutputsReturn(self._get, lambda: self._wake)
         self._fetched: dict[str, set[str]] = {}  # job id -> links fetch_objects made on the nodes
+        self._network_answers = AgentAnswers()  # network_fault's (.network_check)
         self._refresh()
         self._thread = threading.Thread(target=self._watch_inventory, name="ma-ray-inventory", daemon=True)
         self._thread.start()
@@ -485,6 +487,15 @@ class RayBackend(Backend):
             return self._get(self._agent_of(task.host).card_fault.remote(task), POLL_TIMEOUT)
         except MaJupyterError:
             return None
+
+    def network_fault(self, host: str) -> str | None:
+        """The last answer of the node's agent (:mod:`.network_check`), never waiting for one;
+        None on a fenced cluster (its jobs share their machines' networks)."""
+        if self._network == "fence":
+            return None
+        return self._network_answers.fault(
+            host, lambda: self._agent_of(host).network_fault.remote(self._node(host).address).future()
+        )
 
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
         """The algorithm folder's Python files, read here: the folder is shipped from this
