@@ -18,7 +18,15 @@ Rules, in order:
    :data:`LISTING_REUSE` seconds (keyed by the URI, the endpoint and a digest of the
    credentials, at most :data:`RECENT_LISTINGS` of them), and ``listing(..., reuse=True)`` (data
    preparation, when the job starts) takes it instead of listing again.  The bounded staleness:
-   a job starting within those seconds of its submit gets the prefix as its submit saw it.
+   a job starting within those seconds of a submit's listing (its own, or an earlier submit's
+   of the same prefix with the same credentials) gets the prefix as that listing saw it.
+1b. A prefix listed with the same credentials within :data:`KNOWN_KEPT` seconds is checked at
+   the submit by a ``HEAD`` of the first object that listing found (the object is there and
+   readable, so the prefix is), while the listing runs on its own thread: the submit does not
+   wait for it; the start takes a listing as rule 1a says, and when none stands, waits for a
+   submit's listing still running (started within :data:`LISTING_REUSE` seconds) and takes it.  A ``HEAD`` that fails lets the listing decide, as
+   without rule 1b; a listing that fails after a ``HEAD`` passed fails the start (data
+   preparation), with the bucket and the reason.
 2. :func:`state_key` is the key of a prefix's state: the URI, the endpoint, the credentials'
    access key id and every object's key, size, ETag and version, so a changed object gives a
    new key (a fresh download), and so do other credentials.
@@ -89,6 +97,12 @@ RECENT_LISTINGS = 64
 #: listing stops at the page's last object, so it never asks for a second page)
 _PAGE = 1000
 _recent: dict[tuple[str, str, str], tuple[float, list[Obj]]] = {}
+#: the submits' listings still running, by the same key (rule 1b)
+_running: dict[tuple[str, str, str], tuple[float, threading.Event]] = {}
+#: seconds the first object of a prefix's listing is remembered for rule 1b
+KNOWN_KEPT = 3600.0
+#: the first object's key of each prefix listed lately, by the same key (rule 1b)
+_known: dict[tuple[str, str, str], tuple[float, str]] = {}
 _recent_lock = threading.Lock()
 #: seconds a client (an ``S3Store``: its HTTP connections, about 15 ms to make) is reused (rule 6)
 STORE_REUSE = 60.0
@@ -311,10 +325,15 @@ def listing(
         StorageError: the listing failed (the bucket and the reason), or holds more than ``limit``.
     """
     if reuse:
-        with _recent_lock:
-            seen = _recent.get(_recent_key(uri, credentials, endpoint))
-        if seen is not None and time.monotonic() - seen[0] <= LISTING_REUSE and len(seen[1]) <= limit:
-            return list(seen[1])
+        seen = _recent_listing(uri, credentials, endpoint, limit)
+        if seen is None:
+            with _recent_lock:
+                running = _running.get(_recent_key(uri, credentials, endpoint))
+            if running is not None and time.monotonic() - running[0] <= LISTING_REUSE:
+                running[1].wait(CHECK_TIMEOUT + 5)  # rule 1b: the submit's, still running
+                seen = _recent_listing(uri, credentials, endpoint, limit)
+        if seen is not None:
+            return seen
     import obstore
 
     store = _store(uri, credentials, endpoint, timeout)
@@ -353,6 +372,17 @@ def listing(
     return sorted(out, key=lambda o: o.relative)
 
 
+def _recent_listing(
+    uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, limit: int
+) -> list[Obj] | None:
+    """Rule 1a: the complete listing at most :data:`LISTING_REUSE` seconds old, if any."""
+    with _recent_lock:
+        seen = _recent.get(_recent_key(uri, credentials, endpoint))
+    if seen is not None and time.monotonic() - seen[0] <= LISTING_REUSE and len(seen[1]) <= limit:
+        return list(seen[1])
+    return None
+
+
 def _recent_key(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None) -> tuple[str, str, str]:
     # the credentials' digest: a listing one user's credentials made never stands for another's
     return (str(uri), endpoint or "", _digest(credentials))
@@ -373,16 +403,27 @@ def _remember(
         _recent[_recent_key(uri, credentials, endpoint)] = (now, objects)
         while len(_recent) > RECENT_LISTINGS:
             del _recent[min(_recent, key=lambda k: _recent[k][0])]
+        if objects:  # rule 1b: its first object, for a later submit's quick check
+            _known[_recent_key(uri, credentials, endpoint)] = (now, objects[0].key)
+            for old in [k for k, (at, _) in _known.items() if now - at > KNOWN_KEPT]:
+                del _known[old]
+            while len(_known) > RECENT_LISTINGS:
+                del _known[min(_known, key=lambda k: _known[k][0])]
 
 
 def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, what: str) -> None:
     """The submit-time check (rule 1): the prefix exists and can be listed and read with these
-    credentials, within :data:`CHECK_TIMEOUT`.
+    credentials, within :data:`CHECK_TIMEOUT`.  The listing (one page) runs on a thread of its
+    own; a prefix whose first object is known from an earlier listing with these credentials
+    (rule 1b) passes once that object's ``HEAD`` answers, while the listing goes on for the
+    start, which waits for it (:func:`listing` with ``reuse``).
 
     Raises:
         InvalidSpec: naming ``what``, the bucket and the reason.
     """
     result: list[object] = []
+    key = _recent_key(uri, credentials, endpoint)
+    done = threading.Event()
 
     def run() -> None:
         try:
@@ -395,10 +436,25 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
             result.append(exc)
         except Exception as exc:  # noqa: BLE001 (the message is what the user gets)
             result.append(StorageError(f"bucket {uri.bucket}: {_reason(exc)}"))
+        finally:
+            done.set()
+            with _recent_lock:
+                if _running.get(key, (0.0, None))[1] is done:
+                    del _running[key]
 
-    thread = threading.Thread(target=run, name="ma-storage-check", daemon=True)
-    thread.start()
-    thread.join(CHECK_TIMEOUT + 5)
+    with _recent_lock:
+        _running[key] = (time.monotonic(), done)
+        while len(_running) > RECENT_LISTINGS:  # the oldest, which its own thread ends anyway
+            del _running[min(_running, key=lambda k: _running[k][0])]
+        known = _known.get(key)
+    threading.Thread(target=run, name="ma-storage-check", daemon=True).start()
+    if (
+        known is not None
+        and time.monotonic() - known[0] <= KNOWN_KEPT
+        and _exists(uri, credentials, endpoint, known[1])
+    ):
+        return  # rule 1b: that object is there and readable, so the prefix is
+    done.wait(CHECK_TIMEOUT + 5)
     if not result:
         raise InvalidSpec(f"{what}: bucket {uri.bucket}: no answer within {CHECK_TIMEOUT:.0f} s from {uri}")
     got = result[0]
@@ -409,6 +465,18 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
             f"{what}: bucket {uri.bucket}: {uri} does not exist or holds no object readable with "
             "your credentials: check the prefix and AWS_* (or AWS_PROFILE)"
         )
+
+
+def _exists(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, key: str) -> bool:
+    """Whether ``HEAD`` of the object ``key`` answers with these credentials (rule 1b); any
+    failure is a no: the listing's verdict is then waited for."""
+    import obstore
+
+    try:
+        obstore.head(_store(uri, credentials, endpoint, CHECK_TIMEOUT), key)
+        return True
+    except Exception:  # noqa: BLE001 (the listing says why)
+        return False
 
 
 def state_key(uri: ObjectURI, endpoint: str | None, objects: list[Obj], identity: str = "") -> str:
