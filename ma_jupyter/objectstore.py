@@ -416,7 +416,7 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
     credentials, within :data:`CHECK_TIMEOUT`.  The listing (one page) runs on a thread of its
     own; a prefix whose first object is known from an earlier listing with these credentials
     (rule 1b) passes once that object's ``HEAD`` answers, while the listing goes on for the
-    start, which waits for it (:func:`listing` with ``reuse``).
+    start (:func:`listing` with ``reuse``).
 
     Raises:
         InvalidSpec: naming ``what``, the bucket and the reason.

@@ -145,13 +145,16 @@ class Preparation:
             with prep.saying:  # not once the thread has handed the job on (rule 3)
                 if not prep.said.done:
                     prep.said.done = True
-                    self._store.add_event(
-                        Event(
-                            job_id=job.id,
-                            status=job.status,
-                            reason=f"preparing data ({names}): it starts once the data is copied",
+                    try:
+                        self._store.add_event(
+                            Event(
+                                job_id=job.id,
+                                status=job.status,
+                                reason=f"preparing data ({names}): it starts once the data is copied",
+                            )
                         )
-                    )
+                    except Exception:  # noqa: BLE001 (a note only: the preparation goes on)
+                        log.warning("job %s: its preparing data event was not written", job.id, exc_info=True)
 
         prep.said.timer = threading.Timer(SAY_PREPARING_AFTER, say)
         prep.said.timer.daemon = True
