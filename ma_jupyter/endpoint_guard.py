@@ -103,7 +103,11 @@ class _Proxy:
 
     def _accept(self) -> None:
         while True:
-            conn, _ = self._listener.accept()
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # out of descriptors, say: the proxy goes on once some are back
+                time.sleep(0.1)
+                continue
             with self._lock:
                 full = self._active >= MAX_CONNECTIONS
                 if not full:
