@@ -705,9 +705,16 @@ class RayBackend(Backend):
                 )
             _, pending = self._ray.wait(pending, num_returns=len(pending), timeout=1.0)
             for host, ref in calls.items():  # the nodes' download progress (objects.py rule 5)
-                if ref in pending:
-                    for line in self._get(self._agent_of(host).fetch_progress.remote(job_id)):
-                        say(f"{line} on Ray node {host}")
+                try:
+                    lines = (
+                        self._get(self._agent_of(host).fetch_progress.remote(job_id))
+                        if ref in pending
+                        else []
+                    )
+                except BackendUnavailable:  # the download's own call says what failed
+                    lines = []
+                for line in lines:
+                    say(f"{line} on Ray node {host}")
         for host, ref in calls.items():
             for line in self._get(ref):
                 say(f"{line} on Ray node {host}")
