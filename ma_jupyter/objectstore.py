@@ -5,7 +5,7 @@ It runs on the service's machine only, in data preparation and the outputs' uplo
 no network: see docs/network.md), with the credentials the user submitted (the job's storage
 secrets, ``JobSpec.storage_credentials``), never the service's own.  The client library is
 `obstore` (Rust's ``object_store``: no third-party Python dependency, releases the GIL); its
-clients, kept a minute for reuse (rule 5), live only in the service process, whose children
+clients, kept a minute for reuse (rule 6), live only in the service process, whose children
 execute a program at once (the nodes are forked by the fork server, a process of its own); it
 is imported on first use, so nothing that only names a URI pays for it.
 
@@ -18,7 +18,15 @@ Rules, in order:
    :data:`LISTING_REUSE` seconds (keyed by the URI, the endpoint and a digest of the
    credentials, at most :data:`RECENT_LISTINGS` of them), and ``listing(..., reuse=True)`` (data
    preparation, when the job starts) takes it instead of listing again.  The bounded staleness:
-   a job starting within those seconds of its submit gets the prefix as its submit saw it.
+   a job starting within those seconds of a submit's listing (its own, or an earlier submit's
+   of the same prefix with the same credentials) gets the prefix as that listing saw it.
+1b. A prefix listed with the same credentials within :data:`KNOWN_KEPT` seconds is checked at
+   the submit by a ``HEAD`` of the first object that listing found (the object is there and
+   readable, so the prefix is), while the listing runs on its own thread: the submit does not
+   wait for it; the start takes a listing as rule 1a says, and when none stands, waits for a
+   submit's listing still running (started within :data:`LISTING_REUSE` seconds) and takes it.  A ``HEAD`` that fails lets the listing decide, as
+   without rule 1b; a listing that fails after a ``HEAD`` passed fails the start (data
+   preparation), with the bucket and the reason.
 2. :func:`state_key` is the key of a prefix's state: the URI, the endpoint, the credentials'
    access key id and every object's key, size, ETag and version, so a changed object gives a
    new key (a fresh download), and so do other credentials.
@@ -30,7 +38,13 @@ Rules, in order:
 4. :func:`upload` puts the files of a folder that changed since the last upload (size and
    modification time) below the prefix; links, FIFOs and devices are skipped (the folder is
    the job's: it may have made them).
-5. A client of a bucket is reused for :data:`STORE_REUSE` seconds by the calls with the same
+5. A client of an endpoint the user named (``AWS_ENDPOINT_URL``) makes every connection through
+   :mod:`ma_jupyter.endpoint_guard`, which resolves the name once per connection, refuses a
+   loopback, link-local, private or reserved answer and connects to the address it checked (a
+   name whose answers change after :func:`check_endpoint` never reaches a refused address),
+   unless the administrator trusts the endpoint (:func:`trust_endpoints`: ``[storage]
+   allow_endpoints`` and ``obs_endpoint``).
+6. A client of a bucket is reused for :data:`STORE_REUSE` seconds by the calls with the same
    endpoint, timeout and credentials (keyed by a digest of all of them, at most
    :data:`KEPT_STORES` kept): a user's submits, checks and downloads within that time make one
    client (about 15 ms to make), and its connections stay open between them.
@@ -40,10 +54,8 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import ipaddress
 import os
 import re
-import socket
 import stat
 import threading
 import time
@@ -54,7 +66,7 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import foldersize, untrusted
+from . import endpoint_guard, foldersize, untrusted
 from .errors import FolderRefused, InvalidSpec, RefusedFile, StorageError
 
 #: the URI schemes of object storage
@@ -85,12 +97,21 @@ RECENT_LISTINGS = 64
 #: listing stops at the page's last object, so it never asks for a second page)
 _PAGE = 1000
 _recent: dict[tuple[str, str, str], tuple[float, list[Obj]]] = {}
+#: the submits' listings still running, by the same key (rule 1b)
+_running: dict[tuple[str, str, str], tuple[float, threading.Event]] = {}
+#: seconds the first object of a prefix's listing is remembered for rule 1b
+KNOWN_KEPT = 3600.0
+#: the first object's key of each prefix listed lately, by the same key (rule 1b)
+_known: dict[tuple[str, str, str], tuple[float, str]] = {}
 _recent_lock = threading.Lock()
-#: seconds a client (an ``S3Store``: its HTTP connections, about 15 ms to make) is reused (rule 5)
+#: seconds a client (an ``S3Store``: its HTTP connections, about 15 ms to make) is reused (rule 6)
 STORE_REUSE = 60.0
-#: the most clients kept for rule 5
+#: the most clients kept for rule 6
 KEPT_STORES = 16
-_stores: dict[tuple[str, str, float, str], tuple[float, object]] = {}
+_stores: dict[tuple[str, str, float, str, bool], tuple[float, object]] = {}
+#: the endpoints the administrator trusts (``normal_endpoint`` forms): no guard (rule 5)
+_trusted: dict[str, set[str]] = {"configured": set(), "added": set()}
+_trusted_lock = threading.Lock()
 _stores_lock = threading.Lock()
 
 
@@ -145,10 +166,31 @@ def endpoint_of(uri: ObjectURI, credentials: dict[str, str], obs_endpoint: str |
     return None
 
 
+def trust_endpoints(urls, *, replace: bool = False) -> None:
+    """Rule 5: the endpoints ``urls`` are the administrator's (``[storage] allow_endpoints``,
+    ``obs_endpoint``): their clients connect without the guard.  ``replace``: the service's
+    ``cluster.toml`` as it is now (an endpoint the administrator took out is guarded again);
+    else added for the process's life (a Ray node's agent, told by the service)."""
+    with _trusted_lock:
+        if replace:
+            _trusted["configured"] = {normal_endpoint(u) for u in urls if u}
+        else:
+            _trusted["added"].update(normal_endpoint(u) for u in urls if u)
+
+
+def guarded(endpoint: str | None) -> bool:
+    """Rule 5: whether a client of ``endpoint`` connects through the guard (None: AWS itself,
+    whose names AWS answers: no)."""
+    if not endpoint:
+        return False
+    with _trusted_lock:
+        return all(normal_endpoint(endpoint) not in urls for urls in _trusted.values())
+
+
 def _store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, timeout: float):
-    """The client of ``uri``'s bucket (rule 5): one made within :data:`STORE_REUSE` seconds for
-    the same bucket, endpoint, timeout and credentials, else a new one."""
-    key = (uri.bucket, endpoint or "", timeout, _digest(credentials))
+    """The client of ``uri``'s bucket (rule 6): one made within :data:`STORE_REUSE` seconds for
+    the same bucket, endpoint, timeout and credentials (and guard), else a new one."""
+    key = (uri.bucket, endpoint or "", timeout, _digest(credentials), guarded(endpoint))
     now = time.monotonic()
     with _stores_lock:
         for old in [k for k, (at, _) in _stores.items() if now - at > STORE_REUSE]:
@@ -156,7 +198,7 @@ def _store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, ti
         kept = _stores.get(key)
         if kept is not None:
             return kept[1]
-    store = _new_store(uri, credentials, endpoint, timeout)
+    store = _new_store(uri, credentials, endpoint, timeout, key[-1])
     with _stores_lock:
         _stores.setdefault(key, (now, store))
         while len(_stores) > KEPT_STORES:
@@ -170,7 +212,9 @@ def _digest(credentials: dict[str, str]) -> str:
     return hashlib.sha256(repr(sorted(credentials.items())).encode()).hexdigest()
 
 
-def _new_store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, timeout: float):
+def _new_store(
+    uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, timeout: float, guard: bool
+):
     from obstore.store import S3Store  # first use only: a client that names a URI never loads it
 
     config: dict[str, object] = {
@@ -187,6 +231,11 @@ def _new_store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None
     client = {"timeout": timedelta(seconds=timeout), "connect_timeout": timedelta(seconds=min(timeout, 10))}
     if endpoint and endpoint.startswith("http://"):
         client["allow_http"] = True
+    if endpoint and guard:  # rule 5: every connection through the guard, none of its own
+        parts = urlsplit(endpoint)
+        client["proxy_url"] = endpoint_guard.route(
+            parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+        )
     retry = {"max_retries": 3, "retry_timeout": timedelta(seconds=timeout)}
     return S3Store(uri.bucket, config=config, client_options=client, retry_config=retry)
 
@@ -207,6 +256,10 @@ def _reason(exc: BaseException) -> str:
         if phrase in lowered:
             parts.append(phrase)
             break
+    host = re.search(r"https?://([A-Za-z0-9.-]{1,253})[:/]", text)
+    refused = endpoint_guard.refusal(host.group(1)) if host else None
+    if refused:  # the guard's own words (rule 5), not the endpoint's
+        parts.append(refused)
     return ", ".join(parts)
 
 
@@ -239,22 +292,14 @@ def check_endpoint(credentials: dict[str, str], allowed: tuple[str, ...] = ()) -
         raise InvalidSpec(f"AWS_ENDPOINT_URL: {endpoint[:200]!r} is not an http:// or https:// URL")
     if normal_endpoint(endpoint) in {normal_endpoint(a) for a in allowed}:
         return
-    try:
-        found = socket.getaddrinfo(parts.hostname, port or 443, proto=socket.IPPROTO_TCP)
+    try:  # the transfers' connections are checked again, each by itself (rule 5)
+        endpoint_guard.checked_addresses(parts.hostname, port or 443)
+    except endpoint_guard.Refused as exc:
+        raise InvalidSpec(f"AWS_ENDPOINT_URL: {exc}") from None
     except (OSError, UnicodeError):
         raise InvalidSpec(
             f"AWS_ENDPOINT_URL: cannot resolve {parts.hostname[:200]}: check the endpoint"
         ) from None
-    for *_, address in found:
-        ip = ipaddress.ip_address(str(address[0]).split("%")[0])
-        if ip.version == 6 and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        if not ip.is_global or ip.is_multicast:
-            raise InvalidSpec(
-                f"AWS_ENDPOINT_URL: {parts.hostname[:200]} is {ip}, a loopback, link-local, private or "
-                "reserved address: the service sends no request there unless the administrator names "
-                "the endpoint in [storage] allow_endpoints of cluster.toml"
-            )
 
 
 def normal_endpoint(url: str) -> str:
@@ -280,10 +325,15 @@ def listing(
         StorageError: the listing failed (the bucket and the reason), or holds more than ``limit``.
     """
     if reuse:
-        with _recent_lock:
-            seen = _recent.get(_recent_key(uri, credentials, endpoint))
-        if seen is not None and time.monotonic() - seen[0] <= LISTING_REUSE and len(seen[1]) <= limit:
-            return list(seen[1])
+        seen = _recent_listing(uri, credentials, endpoint, limit)
+        if seen is None:
+            with _recent_lock:
+                running = _running.get(_recent_key(uri, credentials, endpoint))
+            if running is not None and time.monotonic() - running[0] <= LISTING_REUSE:
+                running[1].wait(CHECK_TIMEOUT + 5)  # rule 1b: the submit's, still running
+                seen = _recent_listing(uri, credentials, endpoint, limit)
+        if seen is not None:
+            return seen
     import obstore
 
     store = _store(uri, credentials, endpoint, timeout)
@@ -322,6 +372,17 @@ def listing(
     return sorted(out, key=lambda o: o.relative)
 
 
+def _recent_listing(
+    uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, limit: int
+) -> list[Obj] | None:
+    """Rule 1a: the complete listing at most :data:`LISTING_REUSE` seconds old, if any."""
+    with _recent_lock:
+        seen = _recent.get(_recent_key(uri, credentials, endpoint))
+    if seen is not None and time.monotonic() - seen[0] <= LISTING_REUSE and len(seen[1]) <= limit:
+        return list(seen[1])
+    return None
+
+
 def _recent_key(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None) -> tuple[str, str, str]:
     # the credentials' digest: a listing one user's credentials made never stands for another's
     return (str(uri), endpoint or "", _digest(credentials))
@@ -342,16 +403,27 @@ def _remember(
         _recent[_recent_key(uri, credentials, endpoint)] = (now, objects)
         while len(_recent) > RECENT_LISTINGS:
             del _recent[min(_recent, key=lambda k: _recent[k][0])]
+        if objects:  # rule 1b: its first object, for a later submit's quick check
+            _known[_recent_key(uri, credentials, endpoint)] = (now, objects[0].key)
+            for old in [k for k, (at, _) in _known.items() if now - at > KNOWN_KEPT]:
+                del _known[old]
+            while len(_known) > RECENT_LISTINGS:
+                del _known[min(_known, key=lambda k: _known[k][0])]
 
 
 def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, what: str) -> None:
     """The submit-time check (rule 1): the prefix exists and can be listed and read with these
-    credentials, within :data:`CHECK_TIMEOUT`.
+    credentials, within :data:`CHECK_TIMEOUT`.  The listing (one page) runs on a thread of its
+    own; a prefix whose first object is known from an earlier listing with these credentials
+    (rule 1b) passes once that object's ``HEAD`` answers, while the listing goes on for the
+    start (:func:`listing` with ``reuse``).
 
     Raises:
         InvalidSpec: naming ``what``, the bucket and the reason.
     """
     result: list[object] = []
+    key = _recent_key(uri, credentials, endpoint)
+    done = threading.Event()
 
     def run() -> None:
         try:
@@ -364,10 +436,25 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
             result.append(exc)
         except Exception as exc:  # noqa: BLE001 (the message is what the user gets)
             result.append(StorageError(f"bucket {uri.bucket}: {_reason(exc)}"))
+        finally:
+            done.set()
+            with _recent_lock:
+                if _running.get(key, (0.0, None))[1] is done:
+                    del _running[key]
 
-    thread = threading.Thread(target=run, name="ma-storage-check", daemon=True)
-    thread.start()
-    thread.join(CHECK_TIMEOUT + 5)
+    with _recent_lock:
+        _running[key] = (time.monotonic(), done)
+        while len(_running) > RECENT_LISTINGS:  # the oldest, which its own thread ends anyway
+            del _running[min(_running, key=lambda k: _running[k][0])]
+        known = _known.get(key)
+    threading.Thread(target=run, name="ma-storage-check", daemon=True).start()
+    if (
+        known is not None
+        and time.monotonic() - known[0] <= KNOWN_KEPT
+        and _exists(uri, credentials, endpoint, known[1])
+    ):
+        return  # rule 1b: that object is there and readable, so the prefix is
+    done.wait(CHECK_TIMEOUT + 5)
     if not result:
         raise InvalidSpec(f"{what}: bucket {uri.bucket}: no answer within {CHECK_TIMEOUT:.0f} s from {uri}")
     got = result[0]
@@ -378,6 +465,18 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
             f"{what}: bucket {uri.bucket}: {uri} does not exist or holds no object readable with "
             "your credentials: check the prefix and AWS_* (or AWS_PROFILE)"
         )
+
+
+def _exists(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, key: str) -> bool:
+    """Whether ``HEAD`` of the object ``key`` answers with these credentials (rule 1b); any
+    failure is a no: the listing's verdict is then waited for."""
+    import obstore
+
+    try:
+        obstore.head(_store(uri, credentials, endpoint, CHECK_TIMEOUT), key)
+        return True
+    except Exception:  # noqa: BLE001 (the listing says why)
+        return False
 
 
 def state_key(uri: ObjectURI, endpoint: str | None, objects: list[Obj], identity: str = "") -> str:
@@ -403,6 +502,41 @@ class Progress:
     def rate(self) -> float:
         """Bytes per second since the start."""
         return self.done_bytes / max(time.monotonic() - self.started, 1e-6)
+
+
+#: seconds between two progress lines of one download (:class:`ProgressLines`)
+PROGRESS_EVERY = 2.0
+
+
+class ProgressLines:
+    """A download's ``progress`` callback that tells ``say`` one line (bytes, objects, rate) at
+    most every ``every`` seconds, and always the line of the last object: the job's events show
+    a download's progress alike wherever it runs (data preparation on the service's machine, a
+    Ray node's agent), never one event per object."""
+
+    def __init__(
+        self,
+        what: str,
+        uri: ObjectURI,
+        say: Callable[[str], None],
+        every: float = PROGRESS_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._what, self._uri, self._say, self._every, self._clock = what, uri, say, every, clock
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def __call__(self, state: Progress) -> None:
+        now = self._clock()
+        with self._lock:
+            if now - self._at < self._every and state.done_objects < state.objects:
+                return
+            self._at = now
+        self._say(
+            f"{self._what}: downloading {self._uri}: {state.done_bytes / 1e6:.1f} of "
+            f"{state.bytes / 1e6:.1f} MB, {state.done_objects} of {state.objects} objects, "
+            f"{state.rate() / 1e6:.1f} MB/s"
+        )
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -62,12 +62,15 @@ class ObjectFetch:
         into: where it goes, relative to the job folder: ``prepared/<...>`` (the link the
             effective spec names, to a read-only copy) or ``outputs`` (the prefix's current
             content copied into the node's outputs folder).
+        trusted: the endpoint is the administrator's (``[storage] allow_endpoints``): its
+            connections skip the guard of ``objectstore`` rule 5.
     """
 
     what: str
     uri: str
     endpoint: str | None
     into: str
+    trusted: bool = False
 
 
 @dataclass(frozen=True)

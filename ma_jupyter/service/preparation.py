@@ -9,8 +9,10 @@ Rules, in order:
 
 1. **Under the supervisor's lock** (the caller holds it), the launch dry-runs the job's spec as
    given (its own mount rules on the sources: a copy shared with other jobs is handed only to
-   a job that may mount its source) and calls :meth:`Preparation.start`, which notes that the
-   data is being prepared, keeps the job's reserved placement and starts a thread.
+   a job that may mount its source) and calls :meth:`Preparation.start`, which keeps the job's
+   reserved placement and starts a thread; that the data is being prepared is said once it has
+   taken :data:`SAY_PREPARING_AFTER` seconds (a copy reused at once writes no event before the
+   launch: a cached dataset's start waits for no extra write of the store).
 2. **Off every lock**, on that thread (``ma-prepare-<job id>``), each dataset gets its copy
    from the store (reused when the source has not changed since a job last copied it).  The
    job stays queued meanwhile: admission passes it by (:meth:`Preparation.is_preparing`), its
@@ -64,6 +66,8 @@ log = logging.getLogger("ma_jupyter.supervisor")
 
 PREPARED_SWEEP_EVERY = 30.0  # seconds between sweeps of prepared data past its retention
 PROGRESS_EVERY = 2.0  # seconds between two events of a download's progress
+#: seconds a job's data preparation takes before its "preparing data" event is written
+SAY_PREPARING_AFTER = 0.5
 
 #: what a job's copies are: (dataset name, the link in its job folder, what the store gave)
 Prepared = list[tuple[str, Path, Acquired]]
@@ -99,6 +103,16 @@ class _Preparing:
     placement: Placement
     spec: JobSpec
     cancel: threading.Event
+    said: _Saying
+    saying: threading.Lock  # the "preparing data" event: written whole or not at all
+
+
+@dataclass
+class _Saying:
+    """Whether the "preparing data" event was written, or is no longer to be (rule 3 began)."""
+
+    done: bool = False
+    timer: threading.Timer | None = None
 
 
 class Preparation:
@@ -120,17 +134,31 @@ class Preparation:
     # ------------------------------------------------------------ the jobs being prepared
 
     def start(self, job: Job, placement: Placement, handback: Handback) -> None:
-        """Rule 1, after the caller's dry run: say so, keep the placement, copy on a thread."""
-        names = ", ".join(d.name for d in job.spec.datasets)
-        self._store.add_event(
-            Event(
-                job_id=job.id,
-                status=job.status,
-                reason=f"preparing data ({names}): it starts once the data is copied",
-            )
-        )
-        prep = _Preparing(placement, job.spec, threading.Event())
+        """Rule 1, after the caller's dry run: keep the placement, copy on a thread; say so once
+        the copy has taken :data:`SAY_PREPARING_AFTER` seconds (a copy reused at once, as a
+        cached dataset's, costs the start no event written)."""
+        names = ", ".join(d.name for d in job.spec.datasets + job.spec.models)
+        prep = _Preparing(placement, job.spec, threading.Event(), _Saying(), threading.Lock())
         self._preparing[job.id] = prep
+
+        def say() -> None:
+            with prep.saying:  # not once the thread has handed the job on (rule 3)
+                if not prep.said.done:
+                    prep.said.done = True
+                    try:
+                        self._store.add_event(
+                            Event(
+                                job_id=job.id,
+                                status=job.status,
+                                reason=f"preparing data ({names}): it starts once the data is copied",
+                            )
+                        )
+                    except Exception:  # noqa: BLE001 (a note only: the preparation goes on)
+                        log.warning("job %s: its preparing data event was not written", job.id, exc_info=True)
+
+        prep.said.timer = threading.Timer(SAY_PREPARING_AFTER, say)
+        prep.said.timer.daemon = True
+        prep.said.timer.start()
         threading.Thread(
             target=self._copy_then_launch,
             args=(job.id, prep, handback),
@@ -213,6 +241,10 @@ class Preparation:
                     )
         except Exception as exc:
             error = exc
+        with prep.saying:  # a copy that took less than SAY_PREPARING_AFTER needs no saying
+            prep.said.done = True
+            if prep.said.timer is not None:
+                prep.said.timer.cancel()
         with self._lock:
             self._preparing.pop(job_id, None)
             handed = False  # whether the placement went to a step that releases it itself
@@ -257,7 +289,8 @@ class Preparation:
         made = []
         for what, path, into in fetches:
             uri = objectstore.ObjectURI.parse(path, what)
-            made.append(ObjectFetch(what, path, storage.endpoint(uri, credentials), into))
+            at = storage.endpoint(uri, credentials)
+            made.append(ObjectFetch(what, path, at, into, not objectstore.guarded(at)))
 
         def say(line: str) -> None:
             self._store.add_event(Event(job_id=job_id, status=JobStatus.queued, reason=line))
@@ -278,23 +311,11 @@ class Preparation:
         :data:`PROGRESS_EVERY` seconds."""
         credentials = self._store.storage_secrets(job_id)
         uri = objectstore.ObjectURI.parse(mount.path, f"{field} {mount.name}")
-        shown = {"at": time.monotonic()}
 
-        def progress(state: objectstore.Progress) -> None:
-            now = time.monotonic()
-            if now - shown["at"] < PROGRESS_EVERY and state.done_objects < state.objects:
-                return
-            shown["at"] = now
-            self._store.add_event(
-                Event(
-                    job_id=job_id,
-                    status=JobStatus.queued,
-                    reason=f"{field} {mount.name}: downloading {uri}: {state.done_bytes / 1e6:.1f} of "
-                    f"{state.bytes / 1e6:.1f} MB, {state.done_objects} of {state.objects} objects, "
-                    f"{state.rate() / 1e6:.1f} MB/s",
-                )
-            )
+        def say(line: str) -> None:
+            self._store.add_event(Event(job_id=job_id, status=JobStatus.queued, reason=line))
 
+        progress = objectstore.ProgressLines(f"{field} {mount.name}", uri, say, PROGRESS_EVERY)
         return self.copies.acquire_objects(
             job_id,
             uri,

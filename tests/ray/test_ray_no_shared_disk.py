@@ -16,6 +16,7 @@ at its launch, naming the Ray node and the path.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -176,6 +177,13 @@ def test_a_resumed_s3_job_on_hosts_that_share_no_disk(
         assert f"rank {rank} attempt 1 resumed at step 5 weight 20" in logs, logs
     assert "rank 0 attempt 1 trained to step 10" in logs, logs
     assert "on Ray node ray-" in told and "downloaded" in told, told  # downloaded on the nodes
+    # each node's download progress (bytes, objects, rate) in the job's events, as on the service
+    progress = re.findall(
+        r"datasets d: downloading s3://data/set: [\d.]+ of [\d.]+ MB, 1 of 1 objects, [\d.]+ MB/s "
+        r"on Ray node (ray-\S+)",
+        told,
+    )
+    assert len(set(progress)) == 2, told
     assert SECRET not in told + logs
 
     # in the bucket: the last checkpoint and both attempts' event files

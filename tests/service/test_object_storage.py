@@ -54,6 +54,10 @@ def s3_endpoint(tmp_path_factory):
             return proc.poll() is not None and pytest.fail("moto_server exited")
 
     wait_for(up, timeout=60)
+    # the tests' own calls of objectstore: moto on loopback is trusted as allow_endpoints makes it
+    from ma_jupyter import objectstore
+
+    objectstore.trust_endpoints((url,))
     yield url
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(timeout=30)
@@ -361,6 +365,59 @@ def test_the_submits_listing_stands_for_the_start_only_briefly_and_for_its_crede
     objectstore.check_readable(uri, creds, s3_endpoint, "dataset d")  # 2 objects: more than 1
     obstore.delete(store, "p/1.bin")
     assert len(objectstore.listing(uri, creds, s3_endpoint, reuse=True)) == 1
+
+
+def test_a_known_prefixs_check_waits_for_one_head_and_the_start_for_its_listing(s3_endpoint, monkeypatch):
+    """objectstore rule 1b: a prefix listed before with the same credentials is checked at the
+    submit by a HEAD of its first object, not by waiting for the listing (held here until the
+    check returned: waiting for it would fail the check); the start takes a listing that still
+    stands, else waits for that submit's listing and takes it, listing nothing itself; a prefix
+    emptied since is still refused."""
+    import threading
+
+    import obstore
+
+    from ma_jupyter import objectstore
+
+    monkeypatch.setattr(objectstore, "LISTING_REUSE", 3600.0)  # never stale under any load
+    monkeypatch.setattr(objectstore, "CHECK_TIMEOUT", 5.0)  # a check that waited fails sooner
+    store = _store(s3_endpoint, "known")
+    for i in range(3):
+        obstore.put(store, f"p/{i}.bin", b"x")
+    creds, uri = _credentials(s3_endpoint), objectstore.ObjectURI.parse("s3://known/p")
+    objectstore.check_readable(uri, creds, s3_endpoint, "dataset d")  # listed: 0.bin is known
+
+    held, listed = threading.Event(), []
+    real = objectstore.listing
+
+    def held_listing(*args, **kwargs):
+        if not kwargs.get("reuse"):
+            listed.append(args[0])
+            held.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(objectstore, "listing", held_listing)
+    objectstore.check_readable(uri, creds, s3_endpoint, "dataset d")  # returns with its listing held
+    obstore.delete(store, "p/2.bin")
+    # the first submit's listing stands (rule 1a): the start waits for nothing
+    names = [o.relative for o in objectstore.listing(uri, creds, s3_endpoint, reuse=True)]
+    assert names == ["0.bin", "1.bin", "2.bin"], names
+    # none stands: the start waits for the held one (it never lists by itself meanwhile)
+    objectstore._recent.clear()
+    got: list = []
+    start = threading.Thread(target=lambda: got.append(real(uri, creds, s3_endpoint, reuse=True)))
+    start.start()
+    start.join(0.5)
+    assert start.is_alive() and not got, got
+    held.set()
+    start.join(60)
+    assert [o.relative for o in got[0]] == ["0.bin", "1.bin"] and len(listed) == 1, (got, listed)
+
+    monkeypatch.setattr(objectstore, "listing", real)
+    for i in range(2):
+        obstore.delete(store, f"p/{i}.bin")
+    with pytest.raises(InvalidSpec, match="does not exist"):  # the HEAD fails: the listing decides
+        objectstore.check_readable(uri, creds, s3_endpoint, "dataset d")
 
 
 def test_the_grace_periods_upload_rounds_never_run_on_without_bound(s3_endpoint, tmp_path, monkeypatch):

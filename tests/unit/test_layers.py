@@ -44,6 +44,7 @@ LAYER_OF = {
     "ma_jupyter.tsgen": "tsgen",
     "ma_jupyter.spectext": "spectext",
     "ma_jupyter.objectstore": "objectstore",
+    "ma_jupyter.endpoint_guard": "endpoint_guard",
     "ma_jupyter.workspace": "workspace",
     "ma_jupyter.modes": "modes",
     "ma_jupyter.export": "export",
@@ -184,8 +185,9 @@ ALLOWED = {
 
 # The foundation modules: they import nothing of the package, and every layer may import them
 # (the ``/workspace`` paths other rooms spell: ``workspace_paths``; the one reader of
-# ``/proc/<pid>/stat``: ``procstat``).
-FOUNDATION = {"workspace_paths", "procstat"}
+# ``/proc/<pid>/stat``: ``procstat``; the check of an object storage endpoint's address at each
+# connection: ``endpoint_guard``).
+FOUNDATION = {"workspace_paths", "procstat", "endpoint_guard"}
 for _allowed in ALLOWED.values():
     _allowed |= FOUNDATION
 ALLOWED.update({layer: set() for layer in FOUNDATION})

@@ -167,3 +167,31 @@ def test_a_client_is_reused_only_with_the_same_bucket_endpoint_and_credentials()
             objectstore._store(ObjectURI.parse(f"s3://{bucket}/p"), credentials, endpoint, 30.0) is not first
         )
     assert len(objectstore._stores) <= objectstore.KEPT_STORES
+
+
+def test_download_progress_is_told_at_most_every_interval_and_its_last_line_always():
+    from ma_jupyter import objectstore
+    from ma_jupyter.backends.ray import objects
+
+    now = [100.0]
+    said: list[str] = []
+    lines = objectstore.ProgressLines(
+        "datasets d", ObjectURI.parse("s3://bkt/p"), said.append, every=2.0, clock=lambda: now[0]
+    )
+    state = objectstore.Progress(objects=6, bytes=6_000_000)
+    for done in range(1, 6):  # an object every 0.5 s: one line in the 2 s, not five
+        now[0] += 0.5
+        state.done_objects, state.done_bytes = done, done * 1_000_000
+        lines(state)
+    assert len(said) == 1 and "4.0 of 6.0 MB, 4 of 6 objects" in said[0], said
+    now[0] += 0.1
+    state.done_objects, state.done_bytes = 6, 6_000_000
+    lines(state)  # the last object: told at once
+    assert len(said) == 2 and "6 of 6 objects" in said[1] and "MB/s" in said[1], said
+
+    # a Ray node's agent keeps a job's lines for the service, bounded, each handed over once
+    for i in range(objects.MAX_PROGRESS_LINES + 8):
+        objects._keep("job-progress", f"line {i}")
+    kept = objects.progress("job-progress")
+    assert len(kept) == objects.MAX_PROGRESS_LINES and kept[-1] == f"line {objects.MAX_PROGRESS_LINES + 7}"
+    assert objects.progress("job-progress") == []

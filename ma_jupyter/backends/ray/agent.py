@@ -287,6 +287,10 @@ class NodeAgent:
         per prefix saying what was done.  ``credentials`` live in this call only."""
         return objects.fetch(node_root, job_id, fetches, credentials, account)
 
+    def fetch_progress(self, job_id: str) -> list[str]:
+        """The progress lines of ``job_id``'s downloads here since the last ask (:func:`.objects.progress`)."""
+        return objects.progress(job_id)
+
     def outputs_listing(self, outputs: str) -> dict[str, tuple[int, int]]:
         """The files of a node's outputs folder here (:func:`.outputs_return.listing`)."""
         return outputs_return.listing(outputs)

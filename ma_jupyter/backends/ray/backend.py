@@ -715,6 +715,17 @@ class RayBackend(Backend):
                     f"the Ray nodes did not download the job's object storage data within {FETCH_TIMEOUT:.0f} s"
                 )
             _, pending = self._ray.wait(pending, num_returns=len(pending), timeout=1.0)
+            for host, ref in calls.items():  # the nodes' download progress (objects.py rule 5)
+                try:
+                    lines = (
+                        self._get(self._agent_of(host).fetch_progress.remote(job_id))
+                        if ref in pending
+                        else []
+                    )
+                except BackendUnavailable:  # the download's own call says what failed
+                    lines = []
+                for line in lines:
+                    say(f"{line} on Ray node {host}")
         for host, ref in calls.items():
             for line in self._get(ref):
                 say(f"{line} on Ray node {host}")

@@ -18,6 +18,11 @@ Rules, in order, for each :class:`~ma_jupyter.backends.base.ObjectFetch` of one 
    resumed attempt finds its checkpoints), owned by the job's account.
 4. A cached copy unused for :data:`RETENTION` seconds is removed by the next call on this
    machine (a job that uses it touches it at each fetch).
+5. While a prefix downloads, its progress (bytes, objects, rate) is kept as lines for the
+   service, at most one every ``objectstore.PROGRESS_EVERY`` seconds per prefix
+   (``objectstore.ProgressLines``, as data preparation's), at most :data:`MAX_PROGRESS_LINES`
+   per job (the oldest dropped); :func:`progress` hands them over once each (the service polls
+   the agent while it waits for the download, and adds them to the job's events).
 
 The credentials are the job's; they come in the call's arguments and are used for this call
 only, never written to disk.
@@ -44,6 +49,11 @@ CACHE = ".objects"
 RETENTION = 7 * 24 * 3600.0
 DOWNLOADING = "downloading"
 
+#: progress lines kept per job until the service takes them (rule 5)
+MAX_PROGRESS_LINES = 32
+
+_progress_guard = threading.Lock()
+_progress: dict[str, list[str]] = {}
 _locks_guard = threading.Lock()
 _locks: dict[str, threading.Lock] = {}
 
@@ -51,6 +61,19 @@ _locks: dict[str, threading.Lock] = {}
 def _lock(key: str) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
+
+
+def progress(job_id: str) -> list[str]:
+    """Rule 5: the progress lines of ``job_id``'s downloads here since the last call."""
+    with _progress_guard:
+        return _progress.pop(job_id, [])
+
+
+def _keep(job_id: str, line: str) -> None:
+    with _progress_guard:
+        lines = _progress.setdefault(job_id, [])
+        lines.append(line)
+        del lines[:-MAX_PROGRESS_LINES]
 
 
 def fetch(
@@ -61,8 +84,8 @@ def fetch(
     account: RunAs | None,
     cancel: threading.Event | None = None,
 ) -> list[str]:
-    """Rules 1 to 4 on this machine; one line per fetch saying what was done (for the job's
-    events).
+    """Rules 1 to 5 on this machine; the progress lines not taken yet (rule 5), then one line per
+    fetch saying what was done (for the job's events).
 
     Raises:
         StorageError: a listing or a download failed (the URI and the reason).
@@ -72,37 +95,61 @@ def fetch(
     cache = root / CACHE
     cache.mkdir(parents=True, exist_ok=True, mode=0o755)
     said = []
-    for item in fetches:
-        started = time.monotonic()
-        uri = objectstore.ObjectURI.parse(item.uri, item.what)
-        objects = objectstore.listing(uri, credentials, item.endpoint)
-        size = sum(o.size for o in objects)
-        if item.into == "outputs":
-            folder = job_dir / "outputs"
-            folder.mkdir(parents=True, exist_ok=True, mode=0o755)
-            objectstore.download(uri, objects, credentials, item.endpoint, folder, cancel=cancel)
-            _give(folder, account)
-            how = f"{len(objects)} object(s) of {uri} downloaded into the outputs folder"
-        else:
-            key = objectstore.state_key(uri, item.endpoint, objects, credentials.get("AWS_ACCESS_KEY_ID", ""))
-            entry = cache / key
-            with _lock(key):
-                reused = (entry / "data").is_dir()
-                if not reused:
-                    entry.mkdir(exist_ok=True, mode=0o755)
-                    into = entry / DOWNLOADING
-                    objectstore.download(uri, objects, credentials, item.endpoint, into, cancel=cancel)
-                    os.replace(into, entry / "data")
-                os.utime(entry)  # rule 4: used now
-            link = job_dir / item.into
-            link.parent.mkdir(parents=True, exist_ok=True)
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(entry / "data")
-            how = f"{uri}: {'cached copy reused' if reused else 'downloaded'}"
-        said.append(f"{item.what}: {how} ({size / 1e6:.1f} MB, {time.monotonic() - started:.2f} s)")
+    try:
+        for item in fetches:
+            said.append(_fetch_one(root, job_dir, cache, job_id, item, credentials, account, cancel))
+        said = progress(job_id) + said  # the lines the service did not take yet, the last ones
+    finally:
+        with _progress_guard:  # none kept past the call
+            _progress.pop(job_id, None)
     _sweep(cache)
     return said
+
+
+def _fetch_one(
+    root: Path,
+    job_dir: Path,
+    cache: Path,
+    job_id: str,
+    item: ObjectFetch,
+    credentials: dict[str, str],
+    account: RunAs | None,
+    cancel: threading.Event | None,
+) -> str:
+    """Rules 1 to 3 and 5 for one prefix; the line saying what was done."""
+    started = time.monotonic()
+    uri = objectstore.ObjectURI.parse(item.uri, item.what)
+    if item.trusted:  # the service's administrator's endpoint: no guard (objectstore rule 5)
+        objectstore.trust_endpoints((item.endpoint or "",))
+    objects = objectstore.listing(uri, credentials, item.endpoint)
+    size = sum(o.size for o in objects)
+    shown = objectstore.ProgressLines(item.what, uri, lambda line: _keep(job_id, line))
+    if item.into == "outputs":
+        folder = job_dir / "outputs"
+        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
+        objectstore.download(uri, objects, credentials, item.endpoint, folder, cancel=cancel, progress=shown)
+        _give(folder, account)
+        how = f"{len(objects)} object(s) of {uri} downloaded into the outputs folder"
+    else:
+        key = objectstore.state_key(uri, item.endpoint, objects, credentials.get("AWS_ACCESS_KEY_ID", ""))
+        entry = cache / key
+        with _lock(key):
+            reused = (entry / "data").is_dir()
+            if not reused:
+                entry.mkdir(exist_ok=True, mode=0o755)
+                into = entry / DOWNLOADING
+                objectstore.download(
+                    uri, objects, credentials, item.endpoint, into, cancel=cancel, progress=shown
+                )
+                os.replace(into, entry / "data")
+            os.utime(entry)  # rule 4: used now
+        link = job_dir / item.into
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(entry / "data")
+        how = f"{uri}: {'cached copy reused' if reused else 'downloaded'}"
+    return f"{item.what}: {how} ({size / 1e6:.1f} MB, {time.monotonic() - started:.2f} s)"
 
 
 def _give(folder: Path, account: RunAs | None) -> None:

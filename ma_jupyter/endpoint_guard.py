@@ -1,0 +1,259 @@
+"""The address an object storage client connects to for an endpoint the user named is the
+address checked: a forward proxy on loopback, in the process that runs the transfers, through
+which such a client makes every connection (obstore's ``proxy_url``: the library offers no
+resolver hook).
+
+Without it, the submit's check of ``AWS_ENDPOINT_URL`` (``objectstore.check_endpoint``)
+resolves the name, and the client library resolves it again itself: a name whose answers change
+between the two (DNS rebinding: a public address first, ``127.0.0.1`` or ``169.254.169.254``
+next) would reach an address the check refused.
+
+Rules, in order, for each connection the proxy accepts:
+
+1. Its first request names the target: ``CONNECT host:port`` (https: the tunnel carries the
+   client's own TLS, whose name and certificate check stay the endpoint's) or an absolute-form
+   request ``METHOD http://host[:port]/...`` (http: forwarded as it is, Host header included).
+   A target no client was routed to (:func:`route`) is refused (403): the proxy is no open
+   relay for other processes of the machine.
+2. The target's name is resolved once (:func:`checked_addresses`); any answer that is a
+   loopback, link-local, private, reserved or multicast address refuses the connection (403,
+   and :func:`refusal` keeps why for the client's error); else the proxy connects to the first
+   address of that same answer.
+3. Bytes are then relayed both ways until either side closes or the connection has been idle
+   for :data:`IDLE_TIMEOUT` seconds; at most :data:`MAX_CONNECTIONS` at a time (more: 503).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import select
+import socket
+import threading
+import time
+
+#: seconds a relayed connection may stay idle (the client's pooled connections close sooner)
+IDLE_TIMEOUT = 300.0
+#: relayed connections at the same time at most
+MAX_CONNECTIONS = 256
+#: seconds the first request's head may take to arrive, and a connection to the target to open
+HEAD_TIMEOUT = 15.0
+#: bytes a first request's head may hold (its line and headers)
+MAX_HEAD = 16 << 10
+#: targets kept routable (the most recent ones)
+MAX_ROUTES = 256
+#: seconds a refusal is kept for the client's error
+REFUSAL_KEPT = 120.0
+_BUFFER = 256 << 10
+
+
+class Refused(Exception):
+    """An address the service sends no request to (the message names the name and address)."""
+
+
+def is_refused(address: str) -> bool:
+    """Whether ``address`` is loopback, link-local, private, reserved or multicast (an IPv4
+    address mapped into IPv6 counts as itself)."""
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+def checked_addresses(host: str, port: int) -> list[tuple]:
+    """Rule 2: ``host`` resolved once; the ``getaddrinfo`` entries, every one a public address.
+
+    Raises:
+        Refused: an answer is a refused address (naming it).
+        OSError: the name does not resolve.
+    """
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    for entry in found:
+        address = str(entry[4][0])
+        if is_refused(address):
+            raise Refused(
+                f"{host[:200]} is {address.split('%')[0]}, a loopback, link-local, private or reserved "
+                "address: the service sends no request there unless the administrator names the "
+                "endpoint in [storage] allow_endpoints of cluster.toml"
+            )
+    return found
+
+
+class _Proxy:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._routes: dict[tuple[str, int], float] = {}
+        self._refusals: dict[str, tuple[float, str]] = {}
+        self._active = 0
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, name="ma-endpoint-guard", daemon=True).start()
+
+    def route(self, host: str, port: int) -> None:
+        with self._lock:
+            self._routes[(host.lower(), port)] = time.monotonic()
+            while len(self._routes) > MAX_ROUTES:
+                del self._routes[min(self._routes, key=self._routes.__getitem__)]
+
+    def refusal(self, host: str) -> str | None:
+        with self._lock:
+            kept = self._refusals.get(host.lower())
+        return kept[1] if kept and time.monotonic() - kept[0] <= REFUSAL_KEPT else None
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # out of descriptors, say: the proxy goes on once some are back
+                time.sleep(0.1)
+                continue
+            with self._lock:
+                full = self._active >= MAX_CONNECTIONS
+                if not full:
+                    self._active += 1
+            if full:
+                _answer(conn, 503, "too many connections")
+                continue
+            threading.Thread(target=self._serve, args=(conn,), name="ma-endpoint-relay", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        upstream = None
+        try:
+            conn.settimeout(HEAD_TIMEOUT)
+            head = _read_head(conn)
+            if head is None:
+                return
+            method, host, port = _target(head)
+            if host is None:
+                _answer(conn, 400, "not a proxy request")
+                return
+            with self._lock:
+                routed = (host.lower(), port) in self._routes
+            if not routed:
+                _answer(conn, 403, "not an endpoint of this service's clients")
+                return
+            try:
+                found = checked_addresses(host, port)
+            except Refused as exc:
+                with self._lock:
+                    self._refusals[host.lower()] = (time.monotonic(), str(exc))
+                    for old in [
+                        h for h, (at, _) in self._refusals.items() if time.monotonic() - at > REFUSAL_KEPT
+                    ]:
+                        del self._refusals[old]
+                _answer(conn, 403, "refused address")
+                return
+            except OSError:
+                _answer(conn, 502, "cannot resolve")
+                return
+            family, kind, proto, _, address = found[0]
+            upstream = socket.socket(family, kind, proto)
+            upstream.settimeout(HEAD_TIMEOUT)
+            try:
+                upstream.connect(address)  # the address checked above, never a new lookup
+            except OSError:
+                _answer(conn, 502, "cannot connect")
+                return
+            if method == "CONNECT":
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            else:
+                upstream.sendall(head)
+            _relay(conn, upstream)
+        except OSError:
+            pass
+        finally:
+            for s in (conn, upstream):
+                if s is not None:
+                    s.close()
+            with self._lock:
+                self._active -= 1
+
+
+def _read_head(conn: socket.socket) -> bytes | None:
+    """The first request's head (and whatever of its body came with it), at most :data:`MAX_HEAD`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if len(data) > MAX_HEAD:
+            _answer(conn, 431, "request head too large")
+            return None
+        chunk = conn.recv(MAX_HEAD)
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _target(head: bytes) -> tuple[str, str | None, int]:
+    """Rule 1: (method, host, port) of the first request line; host None: not a proxy request."""
+    line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = line.split(" ")
+    if len(parts) != 3:
+        return "", None, 0
+    method, target, _ = parts
+    if method == "CONNECT":
+        authority, default = target, 443
+    elif target.startswith("http://"):
+        authority, default = target[len("http://") :].split("/", 1)[0], 80
+    else:
+        return method, None, 0
+    host, sep, port = authority.rpartition(":")
+    if not sep or not port.isdigit() or "]" in port:
+        host, port = authority, str(default)
+    host = host.strip("[]")
+    if not host or not 0 < int(port) < 65536:
+        return method, None, 0
+    return method, host, int(port)
+
+
+def _relay(a: socket.socket, b: socket.socket) -> None:
+    """Rule 3: bytes both ways until a side closes or nothing moves for :data:`IDLE_TIMEOUT`."""
+    for s in (a, b):
+        s.setblocking(True)
+        s.settimeout(None)
+    peers = {a: b, b: a}
+    while True:
+        ready, _, _ = select.select(list(peers), [], [], IDLE_TIMEOUT)
+        if not ready:
+            return
+        for s in ready:
+            data = s.recv(_BUFFER)
+            if not data:
+                return
+            peers[s].sendall(data)
+
+
+def _answer(conn: socket.socket, status: int, text: str) -> None:
+    body = text.encode()
+    try:
+        conn.sendall(
+            f"HTTP/1.1 {status} {text}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+_proxy: _Proxy | None = None
+_proxy_lock = threading.Lock()
+
+
+def route(host: str, port: int) -> str:
+    """The proxy URL (``http://127.0.0.1:<port>``) a client of ``host:port`` connects through;
+    the proxy (started on the first call) accepts that target from now on (rule 1)."""
+    global _proxy
+    with _proxy_lock:
+        if _proxy is None:
+            _proxy = _Proxy()
+        proxy = _proxy
+    proxy.route(host, port)
+    return f"http://127.0.0.1:{proxy.port}"
+
+
+def refusal(host: str) -> str | None:
+    """Why the proxy last refused a connection to ``host`` (within :data:`REFUSAL_KEPT` seconds)."""
+    with _proxy_lock:
+        proxy = _proxy
+    return proxy.refusal(host) if proxy is not None else None
