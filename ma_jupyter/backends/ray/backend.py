@@ -100,6 +100,7 @@ from ...nodehost import caches, prepare
 from ...nodehost import logs as local_logs
 from ...nodehost import overlay as job_overlay
 from ...nodehost.code import python_sources
+from ...nodehost.host import NodeHost
 from ...nodehost.host_policy import load_policy
 from ...nodehost.launch import node_launches
 from ...nodehost.mounts import WORKDIR_KIND, mounts_for
@@ -107,7 +108,6 @@ from ...nodehost.overlay import Overlay
 from ...untrusted import read_small
 from ...workspace import folders
 from ..base import Attempt, Backend, DatasetState, ObjectFetch
-from ..local.backend import LocalBackend
 from . import fence, overlay_plan, ship
 from .agent import NodeAgent
 from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
@@ -201,7 +201,7 @@ class RayBackend(Backend):
         self._lock = threading.Lock()
         self._agents: dict[str, Any] = {}  # node id -> actor handle
         # runs the jobs' TensorBoards on this machine (start_outputs_reader); made on first use
-        self._here: LocalBackend | None = None
+        self._here: NodeHost | None = None
         self._infos: dict[str, concurrent.futures.Future] = {}  # node id -> info()'s answer
         self._by_name: dict[str, RayNode] = {}  # every Ray node seen, alive or not
         self._cards_task: Any = None  # the remote function reading a bundle's card ids
@@ -532,11 +532,11 @@ class RayBackend(Backend):
         self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
     ) -> subprocess.Popen:
         """On the service's machine, over the job's outputs folder there (the path every Ray node
-        writes at), exactly as the local backend runs it: the job's account, a sandbox showing
-        only that folder, read-only."""
+        writes at), by a :class:`.NodeHost` of that machine as the local backend runs it: the
+        job's account, a sandbox showing only that folder, read-only."""
         with self._lock:
             if self._here is None:
-                self._here = LocalBackend(inventory=[])
+                self._here = NodeHost()
             here = self._here
         return here.start_outputs_reader(job, argv, env, output)
 
@@ -744,7 +744,7 @@ class RayBackend(Backend):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         # without the datasets and models downloaded on the nodes (as the dry run made them)
         on_nodes, _ = self._fetched_mounts(attempt, self._on_nodes(attempt))
-        job_secret = secrets.token_hex(16)  # shared by this attempt's nodes only (see LocalBackend)
+        job_secret = secrets.token_hex(16)  # shared by this attempt's nodes only (see NodeHost.launch)
         # the network (docs/network.md): bind gave overlay addresses where every machine of the
         # attempt can hold its namespace; else each node is fenced off the cluster's ports
         # (see .fence), read once per attempt
