@@ -11,10 +11,10 @@ import psutil
 import pytest
 
 from ma_jupyter.backends.local import LocalBackend
-from ma_jupyter.backends.local.backend import runner_env
 from ma_jupyter.models import NodeRun
 from ma_jupyter.nodehost.forkserver import RUNNER_NAME, RunnerForkServer, ServerUnavailable
 from ma_jupyter.nodehost.procfs import is_marked
+from ma_jupyter.nodehost.runner_env import runner_env
 from tests.fixtures.local_backend import log_of, make_attempt, run_to_end, start
 from tests.helpers import wait_for
 
@@ -32,7 +32,7 @@ def backend():
 
 
 def _server(backend: LocalBackend) -> psutil.Process:
-    proc = backend._forks._proc
+    proc = backend.node_host._forks._proc
     assert proc is not None and proc.poll() is None
     return psutil.Process(proc.pid)
 
@@ -73,7 +73,7 @@ def test_an_ended_runner_is_reaped_at_once_and_its_node_ends_right(ma_home, ma_r
     attempt = make_attempt(ma_home, "forked-2", "import sys; print('bye', flush=True); sys.exit(3)")
     [run] = run_to_end(backend, attempt)
     assert run.state == "exited" and run.exit_code == 3, log_of(attempt)
-    assert backend._forks._proc is not None  # forked, not started the slow way
+    assert backend.node_host._forks._proc is not None  # forked, not started the slow way
     # no zombie is left that looks alive to a poll by pid
     wait_for(lambda: not psutil.pid_exists(run.pid), timeout=5)
     assert "bye" in log_of(attempt)
@@ -87,7 +87,7 @@ def test_the_server_ends_with_its_backend_and_the_runners_go_on(ma_home, ma_root
         wait_for(lambda: "up" in log_of(attempt), timeout=30)
         server = _server(backend)
         backend.close()
-        assert backend._forks._proc is None and not server.is_running()
+        assert backend.node_host._forks._proc is None and not server.is_running()
         assert psutil.Process(run.pid).status() != psutil.STATUS_ZOMBIE
         assert backend.poll(attempt, run).state == "running"
     finally:
@@ -144,11 +144,11 @@ def test_a_server_that_cannot_start_says_so_and_nodes_start_the_slow_way(ma_home
     forks.close()
 
     backend = LocalBackend()
-    backend._forks = RunnerForkServer(broken)
+    backend.node_host._forks = RunnerForkServer(broken)
     try:
         attempt = make_attempt(ma_home, "forked-6", "print('slow way', flush=True)")
         [run] = run_to_end(backend, attempt)
         assert run.exit_code == 0 and "slow way" in log_of(attempt)
-        assert backend._forks._proc is None  # no server runs: the runner was a process of its own
+        assert backend.node_host._forks._proc is None  # no server runs: the runner was a process of its own
     finally:
         backend.close()

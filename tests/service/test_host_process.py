@@ -60,7 +60,7 @@ def test_the_node_ends_within_seconds_of_its_host_and_says_what_it_ended(ma_home
     attempt = make_attempt(ma_home, f"host-{sandbox}", tree_script(marker))
     host, entry = _host()
     backend = LocalBackend(sandbox=sandbox)
-    backend.end_with = entry
+    backend.node_host.end_with = entry
     try:
         [run] = start(backend, attempt)
         wait_for(lambda: "tree started" in log_of(attempt), timeout=30)
@@ -118,9 +118,9 @@ def test_the_next_agent_ends_what_a_runner_of_a_dead_host_left(ma_home):
     backend = LocalBackend()
     runs = []
     try:
-        backend.end_with = dead_entry
+        backend.node_host.end_with = dead_entry
         runs.append((left, start(backend, left)[0]))
-        backend.end_with = live_entry
+        backend.node_host.end_with = live_entry
         runs.append((live, start(backend, live)[0]))
         wait_for(lambda: "up" in log_of(left) and "up" in log_of(live), timeout=30)
         wait_for(lambda: marked(dead_marker) and marked(live_marker), timeout=10)

@@ -289,11 +289,11 @@ def test_a_machine_that_cannot_make_a_job_network_has_its_nodes_marked_faulty_un
     sup = Supervisor(Store(config.db_path()), Scheduler(config.load_cluster()), backend)
     try:
         names = [n.name for n in sup.scheduler.nodes()]
-        assert backend.probe_network() is None  # made, crossed both ways, removed
+        assert backend.node_host.probe_network() is None  # made, crossed both ways, removed
         probes = ma_home / "netns-probe"
         assert probes.is_dir() and list(probes.iterdir()) == []  # nothing of the probe is left
         probes.chmod(0o777)
-        backend.network_probe_every = 0.0  # each check starts a probe (not once per 10 s)
+        backend.node_host.network_probe_every = 0.0  # each check starts a probe (not once per 10 s)
 
         def marked() -> dict:
             sup.inspection.check_nodes()  # the answer of the probe it started before
@@ -323,16 +323,16 @@ def test_one_failed_network_probe_marks_nothing_two_in_a_row_do(ma_home, monkeyp
         pytest.skip("job networks need root")
     backend = LocalBackend()
     answers = iter(["cannot: once", None, "cannot: first", "cannot: second", None])
-    monkeypatch.setattr(backend, "probe_network", lambda: next(answers))
+    monkeypatch.setattr(backend.node_host, "probe_network", lambda: next(answers))
 
     def look() -> str | None:  # one look, once the probe it starts has answered
         why = backend.network_fault("any")
-        wait_for(lambda: not backend._probing, timeout=30)
+        wait_for(lambda: not backend.node_host._probing, timeout=30)
         return why
 
     assert look() is None  # the first probe starts; nothing known yet
     assert look() is None  # it failed once: not said, and this look probes again at once: passed
-    backend.network_probe_every = 0.0  # each look starts a probe
+    backend.node_host.network_probe_every = 0.0  # each look starts a probe
     assert look() is None  # the passed answer; this look's probe fails once
     assert look() is None  # still not said; this look's probe fails again
     assert look() == "cannot: second"  # two in a row: said

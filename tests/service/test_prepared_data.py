@@ -463,7 +463,7 @@ def test_a_copy_that_fills_the_disk_waits_for_space_and_then_starts(ma_home, tmp
         assert (
             job.id in sup.ledger.retry_at and sup.ledger.admit_retry is not None
         )  # tried again later, not now
-        assert not sup.backend._reserved_ports  # its nodes were freed
+        assert not sup.backend.ports._reserved_ports  # its nodes were freed
         assert not list(sup.preparation.copies.root.glob("*/copying-*"))  # nothing half copied is left
         sup.tick()  # before the retry time: not prepared again in a loop
         assert not sup.preparation.is_preparing(job.id)
@@ -510,7 +510,7 @@ def test_a_store_error_after_the_copy_frees_the_nodes_and_the_job_is_tried_again
             pass
         assert store.failing is None  # the failure happened
         assert sup.store.get(job.id).status is JobStatus.queued
-        assert not sup.backend._reserved_ports  # its nodes were freed
+        assert not sup.backend.ports._reserved_ports  # its nodes were freed
         assert job.id in sup.ledger.retry_at
         wait_for(lambda: sup.tick() or sup.store.get(job.id).status is JobStatus.running, timeout=60)
     finally:

@@ -71,12 +71,12 @@ def test_the_sweep_removes_an_old_empty_cgroup_never_one_holding_a_process():
 
 
 def test_without_a_memory_cgroup_the_service_says_why_once_and_nodes_get_none(monkeypatch, capsys):
-    from ma_jupyter.backends.local import backend
+    from ma_jupyter.nodehost import node_cgroups
 
     monkeypatch.setattr(cgroup, "_DETECTED", (None, "cannot make a cgroup in /x: Permission denied"))
-    monkeypatch.setattr(backend, "_CGROUP_SAID", False)
-    assert backend._node_cgroup("t-1", 1, "worker-0") is None
-    assert backend._node_cgroup("t-1", 1, "worker-1") is None
+    monkeypatch.setattr(node_cgroups, "_CGROUP_SAID", False)
+    assert node_cgroups.node_cgroup("t-1", 1, "worker-0") is None
+    assert node_cgroups.node_cgroup("t-1", 1, "worker-1") is None
     said = capsys.readouterr().err
     assert said.count("no memory cgroup for the nodes here") == 1, said
     assert "Permission denied" in said and "watchdog" in said, said
@@ -84,9 +84,9 @@ def test_without_a_memory_cgroup_the_service_says_why_once_and_nodes_get_none(mo
 
 @needs_cgroup
 def test_where_one_can_be_made_each_node_is_told_its_own(monkeypatch):
-    from ma_jupyter.backends.local import backend
+    from ma_jupyter.nodehost import node_cgroups
 
-    monkeypatch.setattr(backend, "_CGROUP_SAID", True)  # no sweep from a unit test
-    one = backend._node_cgroup("t-1", 1, "worker-0")
+    monkeypatch.setattr(node_cgroups, "_CGROUP_SAID", True)  # no sweep from a unit test
+    one = node_cgroups.node_cgroup("t-1", 1, "worker-0")
     assert one is not None and one["memory"] == WHERE["memory"]
-    assert one["name"] != backend._node_cgroup("t-1", 2, "worker-0")["name"]
+    assert one["name"] != node_cgroups.node_cgroup("t-1", 2, "worker-0")["name"]

@@ -117,7 +117,8 @@ ALLOWED = {
         "errors",
         "nodeside",
     },
-    # the local backend itself: it runs the node machinery (nodehost) on this machine
+    # the local backend itself: a thin backend over the node machinery's NodeHost and port
+    # pool (nodehost) on this machine
     "backends.local": {
         "backends.local",
         "nodehost",
@@ -130,8 +131,9 @@ ALLOWED = {
         "untrusted",
         "errors",
     },
-    # the Ray backend runs the node machinery (and the local backend) on each Ray node, and
-    # downloads a job's object storage there where the machines share no disk (objectstore)
+    # the Ray backend runs the node machinery (a NodeHost per Ray node, never the local
+    # backend) on each Ray node, and downloads a job's object storage there where the machines
+    # share no disk (objectstore)
     "backends.ray": {
         "backends.ray",
         "objectstore",
@@ -139,7 +141,6 @@ ALLOWED = {
         "kernel_access",
         "foldersize",
         "accelerators",
-        "backends.local",
         "nodehost",
         "backends.base",
         "modes",

@@ -1,83 +1,35 @@
 """The local backend: each node of a job is a process tree on this machine, in its own sandbox.
 
-``launch`` starts one :mod:`ma_jupyter.nodehost.noderun` runner per node, in its own session, with the
-node's stdout/stderr going straight to ``<job_dir>/logs/<node>.log``; the runner starts the
-node's command inside bubblewrap (see :mod:`ma_jupyter.nodehost.bwrap`) and writes the exit code to
-``<job_dir>/nodes/<node>/exit_code``.
+A thin :class:`~ma_jupyter.backends.base.Backend` over three things of this machine:
 
-Everything ``poll`` and ``stop`` need is durable: the runner's pid and start time (stored in the
-:class:`~ma_jupyter.models.NodeRun`), the exit-code file, and a marker variable
-(``MA_NODE_RUN=<job>/<attempt>/<node>/<nonce>``) in the environment of every process of the node,
-so a service started after a crash still finds a node's processes, whatever sessions they made.
+1. one :class:`~ma_jupyter.nodehost.host.NodeHost`, which starts, polls, stops and reads the
+   nodes (everything the contract asks of a node is delegated to it);
+2. one :class:`~ma_jupyter.nodehost.ports.PortPool`, whose ports ``bind`` hands the tasks;
+3. the inventory (the cluster's node names), which decides the cores of each simulated node.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import errno
-import hashlib
-import json
 import math
 import os
-import secrets
-import shutil
-import signal
 import socket
-import stat
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
-
-import ma_jupyter
-
-from ... import accelerators, config
-from ...errors import BackendUnavailable, Conflict, InvalidSpec, RefusedFile, ServerUnavailable
-from ...jobdir import NO_IPYKERNEL_SAYS
-from ...models import CacheInfo, Job, JobSpec, JobStatus, LogStream, NodeLaunch, NodeRun, RunAs
-from ...modes.base import NodePlan, Placement, RemoteShell, TaskSlot
-from ...nodehost import (
-    caches,
-    cgroup,
-    egress,
-    outputs_reader,
-    prepare,
-    rsh_agent,
-    shell_agent,
-    stopping,
-    userns,
-    watchdog,
-)
+from ...errors import InvalidSpec
+from ...models import CacheInfo, Job, JobSpec, LogStream, NodeLaunch, NodeRun, RunAs
+from ...modes.base import Placement, RemoteShell, TaskSlot
 from ...nodehost import logs as job_logs
 from ...nodehost import network as network_ns
-from ...nodehost import overlay as job_overlay
-from ...nodehost.bwrap import namespaces_probe_argv, sandbox_argv
-from ...nodehost.code import python_sources
-from ...nodehost.forkserver import RunnerForkServer
+from ...nodehost import remote_shells
+from ...nodehost.host import NodeHost
 from ...nodehost.host_policy import load_policy
-from ...nodehost.instructions import RunnerInstructions
-from ...nodehost.launch import compile_node_helpers, node_launches, prepare_node, with_machine_cards
-from ...nodehost.mounts import Mount, path_hint
-from ...nodehost.overlay import Overlay
-from ...nodehost.processes import ExitWatcher, marked_processes, read_exit_code
-from ...nodehost.procfs import (
-    NODE_MARKER,
-    descendants,
-    ignores_signal,
-    is_marked,
-    process_look,
-    process_start_time,
-)
-from ...nodehost.view import HELPERS_VIEW, SYSTEM_PATH, NodeView, default_sandbox, host_workdir, launch_view
-from ...nodehost.workcopy import copy_args, copy_needed, export_argv
-from ...untrusted import read_small
+from ...nodehost.node_network import task_address
+from ...nodehost.ports import PortPool
 from ..base import (
-    JOB_SECRET_ENV,
     MAX_PROCESS_LOOKS,
     Attempt,
     Backend,
@@ -86,19 +38,6 @@ from ..base import (
     ProcessLook,
 )
 
-#: OpenSSH's server, as the nodes run it (:mod:`ma_jupyter.nodeside.ssh_node`)
-SSHD_PROGRAM = "/usr/sbin/sshd"
-
-#: seconds a debug terminal waits for the shell agent of a running node that is still starting
-AGENT_START_WAIT = 30.0
-#: seconds a network probe's answer stands for (:meth:`LocalBackend.network_fault`): the node
-#: checks of every node of one round, and of the next few, share one probe
-NETWORK_PROBE_EVERY = 10.0
-#: probes failing in a row before the machine's nodes are marked faulty (one may be the moment's)
-NETWORK_FAULT_AFTER = 2
-#: seconds before a restarted service looks again for a running attempt's egress gate it did not find
-REGATE_AGAIN = 10.0
-
 
 class LocalBackend(Backend):
     """Runs nodes as sandboxed process trees on this host.
@@ -106,39 +45,21 @@ class LocalBackend(Backend):
     Args:
         sandbox: ``bubblewrap`` or ``symlink``; default: bubblewrap when ``bwrap`` is installed
             and works here, unless ``MA_JUPYTER_SANDBOX=none``.
+        inventory: the cluster's node names in order (default: from ``cluster.toml``).
+        port_range: where reserved ports come from, ``[low, high)`` (default: below the
+            kernel's ephemeral range, :class:`~ma_jupyter.nodehost.ports.PortPool`).
     """
 
     name = "local"
     #: mpirun reaches the other simulated nodes through an agent that enters their sandboxes
-    remote_shell = RemoteShell(
-        agent="python -m ma_jupyter.nodehost.rsh_agent",
-        serve=(
-            "python",
-            "-m",
-            "ma_jupyter.nodehost.rsh_agent",
-            "--serve",
-            "--job",
-            "{job}",
-            "--host",
-            "{host}",
-        ),
-        interface=network_ns.SHARED_INTERFACE,  # nodes sharing the host's network: its loopback
-    )
-    #: the same where each node is a machine on its job's network: the agent reaches a node's
-    #: server on a TCP port of its address (abstract socket names are each node's own), and
-    #: the node's one interface is the job network's
-    remote_shell_on_job_network = RemoteShell(
-        agent=f"{remote_shell.agent} --port={rsh_agent.JOB_NETWORK_PORT}",
-        serve=(*remote_shell.serve, "--port", str(rsh_agent.JOB_NETWORK_PORT)),
-        interface=network_ns.NODE_INTERFACE,
-    )
+    remote_shell = remote_shells.AGENT
+    #: the same where each node is a machine on its job's network (:mod:`.remote_shells`)
+    remote_shell_on_job_network = remote_shells.AGENT_ON_JOB_NETWORK
     #: where sshd is installed and nodes are sandboxed: OpenSSH in every node (modes/ssh.py), as
     #: a real cluster's nodes have it; the agent above stays for machines without openssh-server
-    ssh_shell = RemoteShell(agent="ssh", serve=(), interface=network_ns.SHARED_INTERFACE, sshd=True)
+    ssh_shell = remote_shells.SSH
     #: the same where each node is a machine on its job's network
-    ssh_shell_on_job_network = RemoteShell(
-        agent="ssh", serve=(), interface=network_ns.NODE_INTERFACE, sshd=True
-    )
+    ssh_shell_on_job_network = remote_shells.SSH_ON_JOB_NETWORK
 
     def __init__(
         self,
@@ -146,70 +67,20 @@ class LocalBackend(Backend):
         inventory: list[str] | None = None,
         port_range: tuple[int, int] | None = None,
     ):
-        self._sandbox = sandbox
-        # where reserved ports come from, [low, high); default: below the kernel's ephemeral range
-        self._port_range = port_range if port_range is not None else _port_pool()
+        #: this machine's nodes: everything the contract asks of a node is its
+        self.node_host = NodeHost(sandbox)
+        #: the ports ``bind`` hands the tasks
+        self.ports = PortPool(port_range)
         # the cluster's node names in order (default: from cluster.toml): they decide the cores
         # of each simulated node
         self._inventory = inventory
-        # runners started by this process, kept only to reap them (state lives on disk)
-        self._children: dict[int, subprocess.Popen] = {}
-        self._reserved_ports: set[int] = set()
-        self._ports_lock = threading.Lock()
-        self._exits: ExitWatcher | None = None
-        # started on the first node (or by prestart_runners), and kept for the next ones
-        self._forks = RunnerForkServer(runner_env)
-        self._helpers_compiled = False
-        #: the process whose end ends every node started from now on (``end_with`` of
-        #: :mod:`.hostwatch`: a Ray node's raylet, set by its agent); None: none
-        self.end_with: dict | None = None
-        self._namespaces_swept = False
-        #: ``<job id>-<attempt>`` -> the forwarder of that attempt's way out (``[network] egress``,
-        #: :mod:`.egress`), while it runs
-        self._gates: dict[str, egress.Forwarder] = {}
-        #: per forwarder, the (runner pid, node namespace inode) pairs it lives for
-        self._gate_runners: dict[str, list[tuple[int, int]]] = {}
-        #: attempts a re-attached service looked for a gate to open again (:meth:`_regate`)
-        #: (monotonic time before which it is not looked for again)
-        self._gates_looked: dict[str, float] = {}
-        #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
-        #: names its own, since two agents of one machine share a home
-        self.namespace_folder: Path | None = None
-        # the network probe's last answer (monotonic time, why not or None): network_fault
-        self._probe_lock = threading.Lock()
-        self._probed: tuple[float, str | None] = (float("-inf"), None)
-        self._probing = False
-        self._probe_failures = 0
-        self._probe_run_lock = threading.Lock()
-        self.network_probe_every = NETWORK_PROBE_EVERY
 
     def on_node_end(self, wake: Callable[[], None]) -> None:
         """Wake the service when a runner this process started ends (a pidfd per runner)."""
-        self._exits = ExitWatcher(wake)
-
-    def prestart_runners(self) -> None:
-        """Start the node runners' fork server now rather than at the first node (a Ray node's
-        agent, whose first job should not wait for it); where it cannot start, runners start
-        the slow way."""
-        self._compile_helpers()
-        if self.isolation() == "bubblewrap":
-            _user_namespace_works()  # checked now rather than at the first node
-        try:
-            self._forks.start()
-        except ServerUnavailable as exc:
-            print(f"[ma_jupyter] {exc}: node runners start without it", file=sys.stderr, flush=True)
-
-    def _compile_helpers(self) -> None:
-        """Once per backend: the compiled modules of what the nodes run from this package
-        (:func:`.launch.compile_node_helpers`)."""
-        if not self._helpers_compiled:
-            compile_node_helpers()
-            self._helpers_compiled = True
+        self.node_host.on_node_end(wake)
 
     def close(self) -> None:
-        self._forks.close()
-        if self._exits is not None:
-            self._exits.close()
+        self.node_host.close()
 
     # ------------------------------------------------------------------------- bind
 
@@ -218,7 +89,7 @@ class LocalBackend(Backend):
         address ``10.254.0.<k+1>`` of its attempt's job network (:func:`.network.node_address`;
         where this service may not make namespaces, the nodes share the host's network and
         task k is at the loopback address ``127.0.1.<k+1>``) with two free ports (see
-        :meth:`_ports`), pinned to a slice of this machine's cores chosen by its inventory node
+        :meth:`.PortPool.reserve_ports`), pinned to a slice of this machine's cores chosen by its inventory node
         (so two jobs on one node share cores)."""
         if self._inventory is None:
             from ...config import load_cluster
@@ -240,7 +111,7 @@ class LocalBackend(Backend):
                     task,
                     hostname=f"{task.role}-{task.index}",
                     address=task_address(k),
-                    ports=self._ports(2, placement.port_range) if reserve else (0, 0),
+                    ports=self.ports.reserve_ports(2, placement.port_range) if reserve else (0, 0),
                     cpus=tuple(sorted({(start + i) % cores for i in range(width)})),
                 )
             )
@@ -255,1029 +126,151 @@ class LocalBackend(Backend):
         them back would hand them to the job too.  ``own_machines``: each node is a machine on
         its job's network (its interface is the job network's, the agent speaks TCP)."""
         agent = self.remote_shell_on_job_network if own_machines else self.remote_shell
-        if self.isolation() != "bubblewrap" or not os.access(SSHD_PROGRAM, os.X_OK):
+        if self.isolation() != "bubblewrap" or not os.access(remote_shells.SSHD_PROGRAM, os.X_OK):
             return agent
         if _runs_as_root(creator):
             return agent
         return self.ssh_shell_on_job_network if own_machines else self.ssh_shell
 
-    def _ports(self, count: int, within: tuple[int, int] | None = None) -> tuple[int, ...]:
-        """``count`` TCP ports, each one:
-
-        1. free on every address of this host: it binds on ``0.0.0.0``.  Where the nodes share
-           the host's network a task is reached on its own ``127.0.1.k``, but programs bind the
-           port on every interface (TensorFlow's
-           gRPC servers listen on ``0.0.0.0:<port>``), so a port some process holds on any
-           address (a listener, or the local end of an outgoing connection) fails them;
-        2. never handed out twice while reserved: one pool for every address;
-        3. taken from the backend's port range, by default the ports under the kernel's
-           ephemeral range: a reserved port is not held by a socket until the task binds it,
-           and inside the ephemeral range any outgoing connection of the host could take it as
-           its local port in the meantime.  A random start keeps two services on one host
-           from trying the same ports in the same order.  Only when the range has no free port
-           left does the kernel pick one (on ``0.0.0.0``, so rule 1 still holds);
-        4. ``within`` (``[low, high)``, the placement's :attr:`~ma_jupyter.modes.base.Placement.port_range`)
-           replaces the backend's range where a job's convention names one.
-        """
-        ports: list[int] = []
-        with self._ports_lock:
-            low, high = within or self._port_range
-            size = max(0, high - low)
-            start = secrets.randbelow(size) if size else 0
-            candidates = (low + (start + i) % size for i in range(size))
-            while len(ports) < count:
-                port = next(
-                    (p for p in candidates if p not in self._reserved_ports and _free_everywhere(p)), None
-                )
-                if port is None:
-                    port = _kernel_port()
-                    if port in self._reserved_ports:
-                        continue
-                self._reserved_ports.add(port)
-                ports.append(port)
-        return tuple(ports)
-
     def reserve_ports(self, count: int, within: tuple[int, int] | None = None) -> tuple[int, ...]:
-        """``count`` ports reserved until :meth:`release_ports` (see :meth:`_ports`)."""
-        return self._ports(count, within)
+        """``count`` ports reserved until :meth:`release_ports` (see :meth:`.PortPool.reserve_ports`)."""
+        return self.ports.reserve_ports(count, within)
 
     def release_ports(self, ports: list[int] | tuple[int, ...]) -> None:
         """Forget ports :meth:`reserve_ports` handed out."""
-        with self._ports_lock:
-            self._reserved_ports.difference_update(ports)
+        self.ports.release_ports(ports)
 
     def hold_ports(self, ports: list[int] | tuple[int, ...]) -> None:
         """Reserve ports again (a restarted process re-attaching)."""
-        with self._ports_lock:
-            self._reserved_ports.update(p for p in ports if p)
+        self.ports.hold_ports(ports)
 
     def release(self, placement: Placement) -> None:
-        with self._ports_lock:
-            for task in placement.tasks:
-                self._reserved_ports.difference_update(task.ports)
+        self.ports.release_ports([p for task in placement.tasks for p in task.ports])
 
     def hold(self, placement: Placement) -> None:
-        with self._ports_lock:
-            for task in placement.tasks:
-                self._reserved_ports.update(p for p in task.ports if p)
+        self.ports.hold_ports([p for task in placement.tasks for p in task.ports])
 
-    # ------------------------------------------------------------------ isolation
+    # ------------------------------------------------------------------ the nodes
 
     def isolation(self) -> str:
-        if self._sandbox is None:
-            self._sandbox = default_sandbox()
-            if self._sandbox == "bubblewrap" and not _bwrap_works():
-                self._sandbox = "symlink"
-        return self._sandbox
-
-    # ---------------------------------------------------------------------- launch
+        return self.node_host.isolation()
 
     def dryrun(self, attempt: Attempt) -> list[NodeLaunch]:
-        return node_launches(attempt, self.isolation())
+        return self.node_host.dryrun(attempt)
 
     def launch(self, attempt: Attempt, launches: list[NodeLaunch]) -> list[NodeRun]:
-        if len(launches) != len(attempt.plans):
-            raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
-        # One secret per attempt, seen only by this attempt's nodes: peers of a job use it to
-        # recognise each other (e.g. mpirun's agent entering another node), other jobs cannot.
-        policy = config.load_egress()  # the admin's, as the file says now
-        if policy is not None and (why := egress.why_not_enforceable()):
-            raise BackendUnavailable(
-                f"{config.cluster_file()}: [network] egress lists destinations, but {why}"
-            )
-        return self._start_all(
-            attempt, launches, secrets.token_hex(16), namespace_key=attempt.job_id, egress_policy=policy
-        )
-
-    def _job_namespace(
-        self, key: str, plans: list[NodePlan], overlay: Overlay | None = None, *, gateway: bool = False
-    ) -> network_ns.JobNetwork | None:
-        """The network of an attempt's nodes ``plans`` (see :mod:`.network`), its namespaces
-        kept as files in the namespace folder until its runners are in; None where this service
-        may not make namespaces (not root: the nodes then share the host's network).
-
-        1. each node a machine of its own at its task's address on the attempt's job network
-           (:func:`.network.make_job_network`), its files ``<folder>/<key>.*``, with its way out
-           to the egress gate where ``gateway``;
-        2. with ``overlay``, the job network's switch also holds this machine's end of the
-           attempt's overlay (:mod:`.overlay`), and the tasks' addresses are overlay addresses.
-
-        Raises:
-            BackendUnavailable: it cannot be made, or a task's address is not on the job network.
-        """
-        if not network_ns.namespaces_supported():
-            if overlay is not None:
-                raise BackendUnavailable("cannot make the job's network namespace: not root here")
-            return None
-        folder = self.namespace_folder or config.home() / "netns"
-        try:
-            network_ns.private_folder(folder)  # before the sweep, which removes what is there
-            if not self._namespaces_swept:  # what a service that ended while launching left
-                network_ns.sweep(folder)
-                self._namespaces_swept = True
-            addresses = [(p.name, p.task.address) for p in plans]
-            if overlay is not None:
-                return job_overlay.make(folder, key, addresses, overlay)
-            for name, address in addresses:
-                if not network_ns.on_job_network(address):
-                    raise BackendUnavailable(
-                        f"node {name} was bound to {address}, not an address of the job network "
-                        f"({network_ns.JOB_NETWORK}/{network_ns.JOB_PREFIX}): submit the job again"
-                    )
-            return network_ns.make_job_network(folder, key, addresses, gateway=gateway)
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot make the job's network namespace: {exc}") from exc
-
-    def start_nodes(
-        self,
-        attempt: Attempt,
-        launches: list[NodeLaunch],
-        job_secret: str,
-        *,
-        deny_tcp: list[list[int]] | None = None,
-        overlay: Overlay | None = None,
-    ) -> list[NodeRun]:
-        """Start the nodes of an attempt that run on this host, as :meth:`launch` starts each of
-        its nodes.
-
-        For a backend that runs the other nodes on other machines (the Ray backend's node
-        agent): the caller gives the attempt's shared secret and stops the nodes it started
-        when another machine's fail.  The nodes' network (see :mod:`.network`):
-
-        1. ``overlay``: each node a machine of its own on this machine's part of the attempt's
-           overlay (:mod:`.overlay`: a namespace per node, a switch holding the VXLAN device),
-           entered by every runner before it starts anything, the files dropped once they are
-           in (as :meth:`launch` does);
-        2. else ``deny_tcp`` (``[low, high]`` port ranges): the nodes share the host's network,
-           each fenced (:func:`.network.fence`);
-        3. else the host's network, unfenced.
-
-        All or nothing: when one node cannot start, the ones started are stopped.
-
-        Raises:
-            InvalidSpec: a node would run as another account without a sandbox.
-            BackendUnavailable: the namespace cannot be made, or a runner did not enter it.
-        """
-        key = f"{attempt.job_id}-{attempt.number}" if overlay is not None else None
-        return self._start_all(
-            attempt,
-            launches,
-            job_secret,
-            namespace_key=key,
-            planned_elsewhere=True,
-            overlay=overlay,
-            deny_tcp=deny_tcp,
-        )
-
-    def _start_all(
-        self,
-        attempt: Attempt,
-        launches: list[NodeLaunch],
-        job_secret: str,
-        *,
-        namespace_key: str | None,
-        planned_elsewhere: bool = False,
-        overlay: Overlay | None = None,
-        deny_tcp: list[list[int]] | None = None,
-        egress_policy: tuple[config.EgressRule, ...] | None = None,
-    ) -> list[NodeRun]:
-        """The one launch sequence of :meth:`launch` and :meth:`start_nodes`, in this order:
-
-        1. every node's view is built before anything starts, its cards as this machine shows
-           them now (a card node gone since the plan refuses);
-        2. with ``namespace_key``, the nodes' job network is made (closed, or with ``overlay``
-           joined to the attempt's other machines; none where this service may not make a
-           closed one): the nodes then resolve names from ``/etc/hosts`` only; with
-           ``egress_policy`` (a closed network), its gate is opened before any runner starts
-           (:mod:`.egress`: names as looked up ahead, added to every node's ``/etc/hosts``) and its
-           forwarder runs once every runner is in, until none is left;
-        3. each node's runner is started, entering the namespace first thing (or fenced with
-           ``deny_tcp``);
-        4. once every runner is in, the namespace's file is dropped: it lives exactly as long as
-           a process of the job there.
-
-        All or nothing: when a step fails, every node of ``launches`` is stopped (by its marker
-        too: the one that failed may have a runner), then the error is raised.
-        """
-        plans = {plan.name: plan for plan in attempt.plans}
-        prepared = []
-        for launch in launches:
-            plan = plans[launch.name]
-            launch = with_machine_cards(launch, plan.task.card_type, planned_elsewhere=planned_elsewhere)
-            prepared.append((plan, launch, launch_view(attempt, launch)))
-        _refuse_unsandboxed([view for _, _, view in prepared])
-        attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
-        plans_here = [plan for plan, _, _ in prepared]
-        gateway = egress_policy is not None and overlay is None
-        namespace = (
-            self._job_namespace(namespace_key, plans_here, overlay, gateway=gateway)
-            if namespace_key
-            else None
-        )
-        gate, listener = None, None
-        if gateway and namespace is not None and namespace.switch is not None:
-            try:
-                bounds = config.load_egress_bounds()
-                gate = egress.gate_for(egress_policy or (), attempt.spec.creator, bounds)
-                listener = egress.open_gate(namespace.switch, gate)
-            except BaseException:
-                network_ns.remove_job_network(namespace)
-                raise
-            for problem in gate.problems:
-                print(
-                    f"[ma_jupyter] job {attempt.job_id}: [network] egress: {problem}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            extra = egress.hosts_lines(gate)
-            prepared = [
-                (p, launch, dataclasses.replace(v, hosts=v.hosts + extra)) for p, launch, v in prepared
-            ]
-        network: dict[str, dict] = {
-            p.name: {"deny_tcp": deny_tcp} if deny_tcp is not None else {} for p in plans_here
-        }
-        if namespace:  # no name server there: the nodes resolve names from /etc/hosts only
-            network = {name: _network_spec(namespace, name) for name in network}
-            prepared = [
-                (p, launch, dataclasses.replace(v, private_network=True)) for p, launch, v in prepared
-            ]
-        runs: list[NodeRun] = []
-        try:
-            for plan, launch, view in prepared:
-                runs.append(self._launch_node(attempt, plan, launch, view, job_secret, network[plan.name]))
-            if namespace:
-                inodes = {name: inode for name, (_, inode) in namespace.nodes.items()}
-                _await_joined(runs, inodes, self._alive)
-                if listener is not None and gate is not None:
-                    watched = [(run.pid, inodes[run.name]) for run in runs if run.pid is not None]
-                    self._open_gate(f"{attempt.job_id}-{attempt.number}", listener, gate, watched)
-                    listener = None
-        except BaseException:
-            started = {r.name for r in runs}
-            rest = [NodeRun(name=p.name, host=p.task.host) for p, _, _ in prepared if p.name not in started]
-            self.stop(attempt, runs + rest, grace=1.0)
-            raise
-        finally:
-            if listener is not None:  # never handed to a forwarder
-                listener.close()
-            if namespace:  # each lives on while a process of the job is in it
-                network_ns.remove_job_network(namespace)
-        return runs
-
-    def _open_gate(
-        self, key: str, listener: socket.socket, gate: egress.Gate, watched: list[tuple[int, int]]
-    ) -> None:
-        """Start the forwarder of an attempt's gate (:class:`.egress.Forwarder`); it ends once
-        no runner of ``watched`` (runner pid, its node's namespace inode: a list others may add
-        to) is in its node's namespace."""
-
-        def alive() -> bool:
-            # a runner lives in its node's namespace: a pid reused since is elsewhere
-            return any(network_ns.namespace_of(pid) == inode for pid, inode in list(watched))
-
-        forwarder = egress.Forwarder(listener, gate, alive, key)
-        with self._ports_lock:  # the forwarders of attempts that ended are forgotten
-            ended = {k for k, f in self._gates.items() if not f.running()}
-            self._gates = {k: f for k, f in self._gates.items() if k not in ended}
-            self._gate_runners = {k: w for k, w in self._gate_runners.items() if k not in ended}
-            self._gates[key] = forwarder
-            self._gate_runners[key] = watched
-
-    def _regate(self, attempt: Attempt, run: NodeRun) -> None:
-        """For a running node of an attempt this process did not launch (a restarted service
-        re-attaching): open its attempt's egress gate again where it had one, under the policy
-        as ``cluster.toml`` says now (:func:`.egress.reopen_gate`), and keep it for as long as a
-        runner seen here lives."""
-        key = f"{attempt.job_id}-{attempt.number}"
-        inode = network_ns.namespace_of(run.pid) if run.pid is not None else None
-        if inode is None:
-            return
-        with self._ports_lock:
-            watched = self._gate_runners.get(key)
-            if watched is not None:
-                if (run.pid, inode) not in watched:
-                    watched.append((run.pid, inode))
-                return
-            if time.monotonic() < self._gates_looked.get(key, float("-inf")):
-                return
-            if len(self._gates_looked) > 10_000:  # bounded: looking again costs one failed bind
-                self._gates_looked.clear()
-            # looked for again only after a while (a gate not found now, e.g. a runner's switch
-            # not seen at this moment or the policy fixed since, may be found then)
-            self._gates_looked[key] = time.monotonic() + REGATE_AGAIN
-            # the other nodes' looks add their runners here meanwhile
-            watched = self._gate_runners[key] = [(run.pid, inode)]
-
-        def reopen() -> None:  # off the caller's thread: names may take seconds to resolve
-            listener = None
-            try:
-                policy = config.load_egress()
-                if policy is not None and not egress.why_not_enforceable():
-                    # a few tries: a socket of the ended service's forwarder may still hold the
-                    # port for a moment
-                    for wait in (0.0, 0.5, 1.0, 2.0):
-                        time.sleep(wait)
-                        listener = egress.reopen_gate(run.pid)
-                        if listener is not None:
-                            break
-                if listener is not None:
-                    gate = egress.resolve(
-                        policy or (), user=attempt.spec.creator, bounds=config.load_egress_bounds()
-                    )
-                    self._open_gate(key, listener, gate, watched)
-                    return
-            except InvalidSpec as exc:
-                print(
-                    f"[ma_jupyter] job {attempt.job_id}: egress gate left closed: {exc.message}",
-                    file=sys.stderr,
-                )
-            with self._ports_lock:
-                if self._gate_runners.get(key) is watched:
-                    del self._gate_runners[key]
-            if listener is not None:
-                listener.close()
-
-        threading.Thread(target=reopen, name=f"regate-{key}", daemon=True).start()
-
-    def _launch_node(
-        self,
-        attempt: Attempt,
-        plan: NodePlan,
-        launch: NodeLaunch,
-        view: NodeView,
-        job_secret: str,
-        network: dict | None = None,
-    ) -> NodeRun:
-        nd = attempt.jobdir.node(launch.name)
-        _end_kept(nd)  # an earlier attempt's kept sandbox holds the node's debug terminal
-        prepare_node(view)
-        node_dir = nd.root
-        marker = f"{attempt.job_id}/{attempt.number}/{launch.name}/{secrets.token_hex(4)}"
-        nd.marker.write_text(marker + "\n")
-        # the dry run's environment plus only the launch-only variables (LAUNCH_ENV)
-        env = {**launch.env, NODE_MARKER: marker, JOB_SECRET_ENV: job_secret}
-        if view.sandbox == "symlink":
-            for folder in (nd.home, nd.tmp):
-                folder.mkdir(exist_ok=True)
-
-        # the node's first phase fills its working copy first, at its first launch only
-        copy = copy_needed(view)
-        first = "on_start" if launch.on_start else "argv"
-
-        # the node's own cgroup, where one can be made here: the runner makes it, and the
-        # sandbox shows it (and no other job's) under /sys/fs/cgroup
-        node_cgroup = _node_cgroup(attempt.job_id, attempt.number, launch.name)
-
-        def wrap(command: list[str], phase: str = "") -> list[str]:
-            return sandbox_argv(view, command, copy=copy and phase == first, cgroup=node_cgroup)
-
-        limits = config.load_cluster().limits
-        # --debug-terminal: the node's command runs under the shell agent, which serves the
-        # terminal from inside the command's own sandbox (see .shell_agent); only in a sandbox:
-        # a debug shell never runs in the host's own view
-        terminal = attempt.spec.debug_terminal and view.sandbox == "bubblewrap"
-        command = launch.command
-        if terminal:
-            command = shell_agent.command_argv(
-                view.image.python, HELPERS_VIEW, attempt.job_id, launch.name, launch.command
-            )
-        spec = RunnerInstructions(
-            node=launch.name,
-            node_dir=str(node_dir),
-            rank_log_dir=str(attempt.jobdir.rank_dir(launch.name)),
-            sandbox=view.sandbox,
-            argv=wrap(command, "argv"),
-            # The environment the runner starts each phase with.  bubblewrap gets a fixed one (the
-            # job's variables are applied inside, after the switch to the job's account); only
-            # the symlink mode, which never runs as another account, hands the job's to it.
-            env=env
-            if view.sandbox == "symlink"
-            else {"PATH": SYSTEM_PATH, "LANG": "C.UTF-8", NODE_MARKER: marker},
-            # bubblewrap: the variables the runner hands to the sandbox as a file (never argv)
-            job_env=env if view.sandbox == "bubblewrap" else None,
-            cwd=host_workdir(view),
-            cpus=list(view.cpus),
-            # the spec's memory per node (its tmpfs included): the runner's watchdog ends the node
-            # past it; the admin's bounds on its processes and on the job's logs (noderun rule 1)
-            memory_gb=plan.task.memory_gb or None,
-            max_processes=limits.max_node_processes,
-            # the node's own cgroup (memory, tmpfs included, and processes bounded by the kernel,
-            # see .cgroup), where one can be made here; None: the watchdog bounds its memory
-            cgroup=node_cgroup,
-            # the node in a user namespace of its own, where its process limit is its own count
-            own_user_namespace=view.sandbox == "bubblewrap" and _user_namespace_works(),
-            # the account the node's processes run as (the kernel's process limit spares root)
-            account_uid=view.run_as.uid if view.run_as else os.geteuid(),
-            max_log_bytes=int(limits.max_log_mb * (1 << 20)),
-            logs_dir=str(attempt.jobdir.logs),
-            # the jobs folder's disk reserve: a log flood under it ends the job at the runner's pace
-            disk_reserve_bytes=int(limits.disk_reserve_mb * (1 << 20)),
-            disk_flood_rate=config.DISK_FLOOD_RATE,
-            on_start=wrap(launch.on_start, "on_start") if launch.on_start else None,
-            on_stop=wrap(launch.on_stop) if launch.on_stop else None,
-            # the node's working copy: filled by its first phase (bubblewrap) or by the runner
-            # (symlink mode) at its first launch; what the job wrote there kept in its outputs
-            # after the last phase
-            copy=copy_args(view) if copy and view.sandbox == "symlink" else None,
-            export=export_argv(view),
-            workdir=view.working_copy.source if view.working_copy else None,
-            # the command runs under the debug terminal's agent (the terminal can be opened)
-            shell_agent=terminal,
-            # the process whose end ends the node (noderun rule 8): a Ray node's raylet
-            end_with=self.end_with,
-            # a failed command keeps the sandbox for the debug terminal this long ([limits])
-            keep_failed_seconds=limits.debug_keep_hours * 3600.0 if terminal else 0,
-            # the user's cache lease, held by the runner while it lives (caches rule 6)
-            cache_lease=str(caches.lease_file(Path(view.cache.source))) if view.cache else None,
-            # where its network rules hold: the attempt's namespace, or a fence (see .network)
-            **(network or {}),
-        )
-        spec_file = nd.runner_spec
-        spec.write(spec_file)  # it holds the job's variables: the service's user alone may read it
-        fd = _open_log(attempt.jobdir.node_log(plan.name), plan.name)
-        try:
-            pid, started = self._start_runner(spec_file, node_dir, marker, fd)
-        finally:
-            os.close(fd)
-        if self._exits is not None:
-            self._exits.add(pid)
-        run = NodeRun(
-            name=plan.name,
-            role=plan.task.role,
-            index=plan.task.index,
-            host=plan.task.host,
-            hostname=view.hostname,
-            address=plan.task.address,
-            pid=pid,
-            start_time=started,
-            primary=plan.primary,
-            state="running",
-            # global ranks: every worker runs `slots` processes, numbered node by node
-            ranks=[plan.task.index * plan.task.slots + r for r in range(plan.task.slots)]
-            if plan.rank_logs
-            else [],
-        )
-        nd.run_record.write_text(run.model_dump_json())
-        return run
-
-    def _start_runner(
-        self, spec_file: Path, node_dir: Path, marker: str, log_fd: int
-    ) -> tuple[int, float | None]:
-        """Start a node's runner with its stdout and stderr on ``log_fd`` and ``marker`` in its
-        environment: forked by the fork server (:mod:`.forkserver`), or started as a process of
-        its own where the server cannot fork it; its pid and start time."""
-        self._compile_helpers()
-        try:
-            return self._forks.fork_runner(str(spec_file), str(node_dir), marker, log_fd)
-        except ServerUnavailable as exc:
-            print(f"[ma_jupyter] {exc}: this node runner starts without it", file=sys.stderr, flush=True)
-        except OSError as exc:
-            # the server took the request and gave no answer (it is killed now): a runner it
-            # forked meanwhile carries the marker, written first thing after the fork
-            time.sleep(0.05)
-            _end_marked(marker)
-            raise BackendUnavailable(f"cannot start the node runner: {exc}") from exc
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "ma_jupyter.nodehost.noderun", str(spec_file)],
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                env={**runner_env(), NODE_MARKER: marker},
-                cwd=str(node_dir),
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot start the node runner: {exc}") from exc
-        self._children[proc.pid] = proc
-        return proc.pid, process_start_time(proc.pid)
-
-    # ------------------------------------------------------------------------ poll
-
-    def _reap(self) -> None:
-        for pid, proc in list(self._children.items()):
-            if proc.poll() is not None:
-                self._children.pop(pid, None)  # the loop and finishing threads both reap
-
-    def _alive(self, run: NodeRun) -> bool:
-        """Whether the runner process of ``run`` is still the one that was launched."""
-        self._reap()
-        if run.pid is None:
-            return False
-        started = process_start_time(run.pid)
-        if started is None:
-            return False
-        return run.start_time is None or abs(started - run.start_time) < 0.05
+        """Start every node of the attempt here (:meth:`.NodeHost.launch`)."""
+        return self.node_host.launch(attempt, launches)
 
     def poll(self, attempt: Attempt, run: NodeRun) -> NodeRun:
-        exit_file = attempt.jobdir.node(run.name).exit_code
-        code = read_exit_code(exit_file)
-        if code is None:
-            if run.pid is None:
-                return run
-            if self._alive(run):
-                self._regate(attempt, run)
-                return run.model_copy(update={"state": "running", "exit_code": None})
-            code = read_exit_code(exit_file)  # it may have finished between the two looks
-        if code is not None:
-            return run.model_copy(update={"state": "exited", "exit_code": code})
-        return run.model_copy(update={"state": "lost"})
+        return self.node_host.poll(attempt, run)
 
     def heartbeat(self, attempt: Attempt, run: NodeRun) -> float | None:
-        """The time of the node runner's heartbeat file (it refreshes it every second), a stat
-        that follows no link; before its first beat, the runner's start (one that froze before
-        beating is judged from then); None when neither is known."""
-        try:
-            return os.lstat(attempt.jobdir.node(run.name).heartbeat).st_mtime
-        except OSError:
-            return run.start_time
+        """The node runner's heartbeat (:meth:`.NodeHost.heartbeat`)."""
+        return self.node_host.heartbeat(attempt, run)
 
     def job_folders_free(self, host: str) -> tuple[str, int] | None:
-        """Every node of this backend is this machine (``host`` does not matter): its job
-        folders' root and the free bytes there."""
-        del host
-        root = config.jobs_root()
-        free = disk_free(root)
-        return None if free is None else (str(root), free)
+        """Every node of this backend is this machine (:meth:`.NodeHost.job_folders_free`)."""
+        return self.node_host.job_folders_free(host)
 
     def network_fault(self, host: str) -> str | None:
-        """Every node of this backend is this machine (``host`` does not matter): the answer of
-        the last probes (:meth:`probe_network`: a fault once :data:`NETWORK_FAULT_AFTER` failed
-        in a row), never waiting for one.  When that answer is
-        ``network_probe_every`` seconds old (:data:`NETWORK_PROBE_EVERY`) a new probe starts on
-        a thread of its own (one at a time): making namespaces can take a second on a loaded
-        machine, which the supervisor's lock must not wait for.  None before the first answer,
-        and where this service makes no namespaces (not root: its nodes share the host's network)."""
-        del host
-        if not network_ns.namespaces_supported():
-            return None
-        with self._probe_lock:
-            when, why = self._probed
-            if time.monotonic() - when >= self.network_probe_every and not self._probing:
-                self._probing = True
-                threading.Thread(target=self._probe_in_turn, name="network-probe", daemon=True).start()
-            return why
-
-    def _probe_in_turn(self) -> None:
-        try:
-            why = self.probe_network()
-        except Exception as exc:  # the probe's own failure is the machine's answer, said
-            why = f"the network probe failed: {exc}"
-        with self._probe_lock:
-            self._probe_failures = self._probe_failures + 1 if why else 0
-            if why and self._probe_failures < NETWORK_FAULT_AFTER:
-                # one failure may be the moment's (a loaded machine): the machine's nodes are
-                # marked only when the next probe, started at the next look, fails too
-                self._probed = (0.0, self._probed[1])
-            else:
-                self._probed = (time.monotonic(), why)
-            self._probing = False
-
-    def probe_network(self) -> str | None:
-        """Why this machine cannot give a job its network now, or None: a job network of two
-        nodes made, crossed and removed as an attempt's would be
-        (:func:`.network.probe_job_network`), in a folder beside the attempts' (their sweep
-        never removes a probe's), itself swept of what a killed service left."""
-        folder = self.namespace_folder or config.home() / "netns"
-        probes = folder.with_name(folder.name + "-probe")
-        with self._probe_run_lock:  # one probe at a time: each sweeps the folder first
-            try:
-                network_ns.private_folder(probes)
-                network_ns.sweep(probes)
-            except OSError as exc:
-                return f"the job network cannot be made: {exc}"
-            return network_ns.probe_job_network(probes, f"probe-{os.getpid()}")
+        """Every node of this backend is this machine: the answer of its last network probes
+        (:meth:`.NodeHost.network_fault`), never waiting for one."""
+        return self.node_host.network_fault(host)
 
     def card_fault(self, task: TaskSlot) -> str | None:
-        """The first of the task's real cards that this machine no longer shows, or that NVML
-        reports lost (:func:`ma_jupyter.accelerators.card_fault`)."""
-        if not task.card_type:
-            return None
-        for index in task.devices:
-            reason = accelerators.card_fault(task.card_type, index)
-            if reason is not None:
-                return reason
-        return None
-
-    # ------------------------------------------------------------------------ stop
-
-    def _marker(self, attempt: Attempt, run: NodeRun) -> str | None:
-        return self._read_marker(attempt.jobdir, run.name)
-
-    @staticmethod
-    def _read_marker(jd, node: str) -> str | None:
-        """The marker the node's processes carry in their environment (its ``marker`` file)."""
-        try:
-            relative = jd.node(node).marker.relative_to(jd.root)
-            return read_small(jd.root, str(relative), limit=4096).decode().strip()
-        except (OSError, ValueError, RefusedFile):
-            return None
-
-    def _leftovers(self, attempt: Attempt, runs: list[NodeRun]) -> list[psutil.Process]:
-        self._reap()
-        found: dict[int, psutil.Process] = {}
-        for run in runs:
-            marker = self._marker(attempt, run)
-            if marker:
-                for proc in marked_processes(marker):
-                    found[proc.pid] = proc
-            if self._alive(run):
-                found[run.pid] = psutil.Process(run.pid)
-        return list(found.values())
+        """The first of the task's real cards this machine no longer shows or NVML reports lost
+        (:meth:`.NodeHost.card_fault`)."""
+        return self.node_host.card_fault(task)
 
     def stop(self, attempt: Attempt, runs: list[NodeRun], grace: float) -> None:
-        """TERM each node's runner (it relays the signal to the node's processes); where a runner
-        has not claimed the relay within :data:`.stopping.RELAY_WAIT` seconds (frozen), TERM the
-        node's processes here instead (:mod:`.stopping`: never twice, never bubblewrap); wait up
-        to ``grace`` seconds, then KILL every process carrying the node's marker; return once none
-        is left."""
-        for run in runs:
-            if self._alive(run):
-                try:
-                    os.killpg(run.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        start = time.monotonic()
-        deadline = start + max(grace, 0.0)
-        # a short grace period leaves half of it to the processes signalled here
-        relay_by = start + min(stopping.RELAY_WAIT, max(grace, 0.0) / 2)
-        unrelayed = [r for r in runs if self._alive(r)]
-        signalled: list[psutil.Process] = []  # what this backend TERMed itself
-        while time.monotonic() < deadline:
-            unrelayed = [r for r in unrelayed if self._alive(r) and not self._relayed(attempt, r)]
-            if unrelayed and time.monotonic() >= relay_by:
-                for run in unrelayed:
-                    signalled += self._relay_stop(attempt, run)
-                unrelayed = []
-            live = [r for r in runs if self._alive(r)]
-            if not live:
-                break
-            if signalled and not unrelayed and all(_ended(p) for p in signalled):
-                # the frozen runners' processes saved and ended: the runners cannot end by
-                # themselves, nothing is left to wait for
-                frozen = {r.name for r in runs if self._relayed_by_backend(attempt, r)}
-                if all(r.name in frozen for r in live):
-                    break
-            time.sleep(0.05)
-        deadline = time.monotonic() + 30.0
-        while True:
-            left = self._leftovers(attempt, runs)
-            if not left:
-                _remove_node_cgroups(attempt, runs)  # a runner killed here could not
-                return
-            for run in runs:
-                if self._alive(run):
-                    try:
-                        os.killpg(run.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-            for proc in left:
-                try:
-                    proc.kill()
-                except psutil.Error:
-                    pass
-            if time.monotonic() > deadline:
-                names = ", ".join(f"{p.pid}" for p in left)
-                raise BackendUnavailable(f"processes {names} of job {attempt.job_id} survive SIGKILL")
-            time.sleep(0.05)
-
-    def _relayed(self, attempt: Attempt, run: NodeRun) -> bool:
-        """Whether the stop's relay of ``run`` is claimed (by its runner, or already here)."""
-        return stopping.holder(attempt.jobdir.node(run.name).stop_claim) is not None
-
-    def _relayed_by_backend(self, attempt: Attempt, run: NodeRun) -> bool:
-        return stopping.holder(attempt.jobdir.node(run.name).stop_claim) == stopping.BACKEND
-
-    def _relay_stop(self, attempt: Attempt, run: NodeRun) -> list[psutil.Process]:
-        """Deliver the stop's SIGTERM to the node's processes for a runner that did not (rule 2
-        of :mod:`.stopping`), when this backend wins the claim; the processes signalled that the
-        signal can end (not those ignoring it, whose end :meth:`stop` would wait for in vain)."""
-        nd = attempt.jobdir.node(run.name)
-        if run.pid is None or not stopping.claim(nd.stop_claim, stopping.BACKEND):
-            return []
-        try:
-            relative = nd.runner_spec.relative_to(attempt.jobdir.root)
-            sandbox = RunnerInstructions.from_json(
-                read_small(attempt.jobdir.root, str(relative), limit=16 << 20), unversioned=True
-            ).sandbox
-        except (OSError, ValueError, RefusedFile):
-            sandbox = "bubblewrap"  # the safe reading: bubblewrap's own processes are spared
-        signalled = []  # those the signal can end: waited for (but no longer than the grace)
-        for pid in stopping.targets(run.pid, sandbox):
-            try:
-                proc = psutil.Process(pid)
-                ignores = _ignores_term(pid)
-                proc.send_signal(signal.SIGTERM)
-                if not ignores:
-                    signalled.append(proc)
-            except psutil.Error:
-                pass
-        said = (
-            f"[ma_jupyter] the node runner of {run.name} did not relay the stop (it does not answer): "
-            f"the platform sent SIGTERM to the node's processes itself\n"
-        )
-        print(said, end="", file=sys.stderr, flush=True)
-        try:  # said in the node's log too, where the user looks for the missing save
-            fd = _open_log(attempt.jobdir.node_log(run.name), run.name)
-            try:
-                os.write(fd, said.encode())
-            finally:
-                os.close(fd)
-        except (OSError, RefusedFile):
-            pass
-        return signalled
+        """Stop the nodes and return once none of their processes is left (:meth:`.NodeHost.stop`)."""
+        self.node_host.stop(attempt, runs, grace)
 
     # ------------------------------------------------------------------------ logs
 
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
         """The algorithm folder's Python files (see :func:`.code.python_sources`)."""
-        return python_sources(Path(spec.algorithm)) if spec.algorithm else None
+        return self.node_host.code_sources(spec)
 
     def log_streams(self, job: Job) -> list[LogStream]:
-        """The files below ``<job_dir>/logs``, looked at with ``lstat`` only; every one readable
-        directly on this machine (the job folder's own path)."""
-        return job_logs.log_streams(config.jobdir(job.id), [n.name for n in job.nodes])
+        """The files below ``<job_dir>/logs`` (:meth:`.NodeHost.log_streams`)."""
+        return self.node_host.log_streams(job)
 
     def open_log(self, job_id: str, node: str, rank: int | None) -> job_logs.LocalLogSource | None:
         """The log file opened as untrusted (see :mod:`.logs`)."""
-        return job_logs.open_log(config.jobdir(job_id), node, rank)
+        return self.node_host.open_log(job_id, node, rank)
 
     def failure(self, attempt: Attempt, run: NodeRun) -> tuple[int, int] | str | None:
         """The report the node runner moved to ``nodes/<node>/failure.json`` (or its refusal)."""
-        return job_logs.failure(attempt.jobdir, run.name)
+        return self.node_host.failure(attempt, run)
 
     def not_distributed(self, attempt: Attempt, run: NodeRun) -> int | None:
         """The report the node runner moved to ``nodes/<node>/not-distributed.json``."""
-        return job_logs.not_distributed(attempt.jobdir, run.name)
+        return self.node_host.not_distributed(attempt, run)
 
     def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
-        """A refused write in ``lines`` (which mount of the node's view it hit, why, and how to
-        change it), or a file missing from what each node of a multi-node job has of its own
-        (its ``/tmp``, its working copy): :func:`.mounts.path_hint`, from the view the node ran in;
-        a dev environment's interpreter without ipykernel: the line saying what to install."""
-        if attempt.spec.devenv_of is not None:
-            said = next((line for line in reversed(lines) if NO_IPYKERNEL_SAYS in line), None)
-            if said is not None:
-                return said.strip()
-        try:
-            relative = attempt.jobdir.node(run.name).view_record.relative_to(attempt.jobdir.root)
-            view = json.loads(read_small(attempt.job_dir, str(relative), limit=4 << 20))
-            mounts = [Mount(**m) for m in view["mounts"]]
-            workdir = str(view["workdir"])
-        except (OSError, ValueError, TypeError, KeyError, RefusedFile):
-            return None
-        return path_hint(lines, mounts, workdir, nodes=attempt.spec.nodes)
+        """What ``lines`` hit, from the view the node ran in (:meth:`.NodeHost.explain`)."""
+        return self.node_host.explain(attempt, run, lines)
 
-    # ---------------------------------------------------------------------- caches
+    # ----------------------------------------------------------------------- looks
 
     def usage(self, job_id: str, runs: list[NodeRun]) -> list[NodeUsage] | None:
-        """Each running node's process tree read from ``/proc`` (``watchdog.tree_usage``, the
-        memory watchdog's walk), with its real cards' use and its processes' card memory (NVML);
-        a runner whose pid now belongs to another process is skipped."""
-        found: list[NodeUsage] = []
-        for run in runs:
-            if run.state != "running" or run.pid is None or not self._alive(run):
-                continue
-            used = watchdog.tree_usage(run.pid)
-            if used is not None:
-                cards = self._card_use(job_id, run)
-                found.append(
-                    NodeUsage(
-                        run.name,
-                        used[0],
-                        used[1],
-                        cards.percent if cards else None,
-                        cards.memory_mb if cards else None,
-                    )
-                )
-        return found
+        """Each running node's use (:meth:`.NodeHost.usage`)."""
+        return [NodeUsage(*used) for used in self.node_host.usage(job_id, runs)]
 
     def processes(self, job_id: str, runs: list[NodeRun]) -> dict[str, list[ProcessLook]] | None:
-        """The processes below each running node's runner, deepest first (the training code
-        before its launchers; bubblewrap itself left out), as ``/proc`` names their state and
-        wait channel (``nodehost.procfs``); a runner whose pid now belongs to another process is
-        skipped."""
+        """The processes below each running node's runner, at most :data:`MAX_PROCESS_LOOKS` of
+        each (:meth:`.NodeHost.processes`)."""
         del job_id
-        found: dict[str, list[ProcessLook]] = {}
-        for run in runs:
-            if run.state != "running" or run.pid is None or not self._alive(run):
-                continue
-            looks: list[ProcessLook] = []
-            for pid, _parent, state in reversed(descendants(run.pid)):
-                look = process_look(pid) if state != "Z" else None
-                if look is None or look[0] == "bwrap":
-                    continue
-                looks.append(ProcessLook(pid, *look))
-                if len(looks) == MAX_PROCESS_LOOKS:
-                    break
-            found[run.name] = looks
-        return found
-
-    @staticmethod
-    def _card_use(job_id: str, run: NodeRun) -> accelerators.CardUse | None:
-        """The use of the node's real cards (named in its ``view.json``) and the card memory of
-        its processes, through NVML; None for a node without real cards or without NVML."""
-        jd = config.jobdir(job_id)
-        try:
-            relative = jd.node(run.name).view_record.relative_to(jd.root)
-            view = json.loads(read_small(jd.root, str(relative), limit=16 << 20))
-            devices, paths = list(view.get("devices") or []), list(view.get("device_nodes") or [])
-        except (OSError, ValueError, RefusedFile, AttributeError, TypeError):
-            return None
-        kind = accelerators.card_type_of(paths)
-        if not kind or run.pid is None:
-            return None
-        return accelerators.sample(kind, devices, watchdog.tree_pids(run.pid))
+        found = self.node_host.processes(runs, MAX_PROCESS_LOOKS)
+        return {node: [ProcessLook(*seen) for seen in looks] for node, looks in found.items()}
 
     def open_shell(
         self, job: Job, node: str, rows: int, cols: int, command: list[str] | None = None
     ) -> socket.socket:
-        """The node's shell agent (:func:`.shell_agent.connect`), found by the job's id and
-        reached with the attempt's secret kept in the node's runner spec."""
-        jd = config.jobdir(job.id)
-        try:
-            relative = jd.node(node).runner_spec.relative_to(jd.root)
-            spec = RunnerInstructions.from_json(
-                read_small(jd.root, str(relative), limit=16 << 20), unversioned=True
-            )
-            secret = str((spec.job_env or spec.env).get(JOB_SECRET_ENV, ""))
-        except (OSError, ValueError, RefusedFile):
-            raise Conflict(
-                f"node {node} of job {job.id} has not started yet: try again in a moment"
-            ) from None
-        if not spec.shell_agent:
-            raise Conflict(
-                f"node {node} of job {job.id} runs without a sandbox, and a debug terminal never opens "
-                "in the host's own view: install bubblewrap (apt-get install bubblewrap)"
-            )
-        marker = self._read_marker(jd, node)
-        opener = self._opener_into(jd, node) if spec.netns else None
-
-        def the_nodes(pid: int) -> bool:  # the agent the node's runner started, nobody else
-            return bool(marker) and is_marked(pid, marker)
-
-        # a node that just started may not listen yet: wait a little for a running job's agent
-        deadline = time.monotonic() + (AGENT_START_WAIT if job.status is JobStatus.running else 0.0)
-        while True:
-            try:
-                return shell_agent.connect(
-                    job.id, node, secret, rows, cols, command, trust=the_nodes, opener=opener
-                )
-            except PermissionError as exc:
-                raise Conflict(f"{exc}: the debug terminal of job {job.id} stays closed") from None
-            except TimeoutError:
-                # the agent is there but does not answer within its bound (stopped, flooded):
-                # asking again would only hold a thread of the node pool longer
-                raise Conflict(
-                    f"the debug terminal of node {node} of job {job.id} does not answer: "
-                    "try again later, or stop the job"
-                ) from None
-            except OSError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.1)
-        raise Conflict(
-            f"the debug terminal of node {node} of job {job.id} is not up: the node is starting "
-            "(try again in a moment) or has ended"
-        )
-
-    def _opener_into(self, jd, node: str) -> Callable[[bytes], socket.socket]:
-        """What connects to an abstract socket of ``node``, which lives in its attempt's network
-        namespace: a connection made from inside the namespace of the node's runner (checked to
-        be the runner that was launched)."""
-        try:
-            relative = jd.node(node).run_record.relative_to(jd.root)
-            run = NodeRun.model_validate_json(read_small(jd.root, str(relative), limit=1 << 20))
-        except (OSError, ValueError, RefusedFile):
-            run = None
-
-        def opener(address: bytes) -> socket.socket:
-            if run is None or run.pid is None or not self._alive(run):
-                raise ConnectionRefusedError(f"the runner of node {node} does not run")
-            return network_ns.connect_in(run.pid, address)
-
-        return opener
+        """The node's shell agent (:meth:`.NodeHost.open_shell`)."""
+        return self.node_host.open_shell(job, node, rows, cols, command)
 
     def start_outputs_reader(
         self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
     ) -> subprocess.Popen:
-        """The program as the job's account, in a bubblewrap sandbox showing only the job's
-        outputs, read-only (see :mod:`.outputs_reader`, which also says what the symlink mode
-        does)."""
-        return outputs_reader.start(job, argv, env, output, self.isolation())
+        """The program as the job's account, in a sandbox showing only the job's outputs,
+        read-only (:meth:`.NodeHost.start_outputs_reader`)."""
+        return self.node_host.start_outputs_reader(job, argv, env, output)
 
     def kept_until(self, attempt: Attempt, run: NodeRun) -> float | None:
         """The time the failed node's runner keeps its sandbox until (its ``kept.json``)."""
-        nd = attempt.jobdir.node(run.name)
-        try:
-            data = json.loads(
-                read_small(attempt.job_dir, str(nd.kept.relative_to(attempt.jobdir.root)), limit=4096)
-            )
-            return float(data["until"])
-        except (OSError, ValueError, KeyError, TypeError, RefusedFile):
-            return None
+        return self.node_host.kept_until(attempt, run)
 
     def forget(self, job_id: str) -> None:
-        """End the sandboxes a failed debug-terminal job keeps (deleting it ends them early).
+        """End the sandboxes a failed debug-terminal job keeps, off the caller's thread
+        (:meth:`.NodeHost.forget`; contract rule 16)."""
+        self.node_host.forget(job_id)
 
-        The markers are read now (the job's folder goes next); the processes are ended on a
-        thread, so the caller never waits for them (contract rule 16)."""
-        jd = config.jobdir(job_id)
-        try:
-            nodes = [
-                jd.node(entry.name) for entry in os.scandir(jd.nodes) if entry.is_dir(follow_symlinks=False)
-            ]
-        except OSError:
-            return
-        markers = [m for m in map(_kept_marker, nodes) if m]
-        if markers:
-            threading.Thread(
-                target=lambda: [_end_marked(m) for m in markers], name=f"forget-{job_id}", daemon=True
-            ).start()
+    # ------------------------------------------------------------ caches and data
 
     def caches(self, user: str | None, *, every_user: bool = False) -> list[CacheInfo]:
         """The size of ``user``'s cache (``every_user``: of every user's), see :mod:`.caches`."""
-        return caches.usage(user, every_user=every_user)
+        return self.node_host.caches(user, every_user=every_user)
 
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s cache (the caller made sure no job of theirs runs)."""
-        caches.clear(user)
+        self.node_host.clear_cache(user)
 
     def job_account(self, user: str | None) -> RunAs | None:
         """The account of ``user``'s jobs by this machine's host rules (:mod:`~ma_jupyter.nodehost.host_policy`)."""
-        found = load_policy().run_as(user)
-        return None if found is None else RunAs(name=found.name, uid=found.uid, gid=found.gid)
+        return self.node_host.job_account(user)
 
     def look_at_dataset(self, user: str | None, source: str) -> DatasetState:
         """The dataset's state read as the job's account on this machine (:mod:`.prepare`)."""
-        return DatasetState(*prepare.look_at_dataset(user, source))
+        return DatasetState(*self.node_host.look_at_dataset(user, source))
 
     def copy_dataset(
         self, user: str | None, source: str, into: Path, cancel: threading.Event | None = None
     ) -> DatasetState:
         """The copy made as the job's account on this machine (:mod:`.prepare`)."""
-        return DatasetState(*prepare.copy_dataset(user, source, into, cancel))
-
-
-def runner_env() -> dict[str, str]:
-    """The environment of the node runners (the fork server's, or a runner's of its own): this
-    process's, with the package importable and the runner's bytecode cache; each runner adds
-    its node's marker (``MA_NODE_RUN``), as every process of the node carries it.
-    """
-    env = dict(os.environ)
-    # the runner must import this package even when the service runs from a source tree
-    package_root = str(Path(ma_jupyter.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    env.pop(NODE_MARKER, None)
-    env["PYTHONUNBUFFERED"] = "1"
-    # The runner is the platform's own helper: it keeps its compiled modules in the service
-    # home (never next to the sources), also where the environment turns bytecode files off
-    # (container images often do); compiling them again at each node start costs ~40 ms.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(config.bytecode_cache())
-    return env
-
-
-def _kept_marker(nd) -> str | None:
-    """The marker of a node whose runner kept its sandbox for the debug terminal (it leaves
-    ``kept.json``: without it there is nothing to look for, and a scan of every process's
-    environment is not free); None otherwise."""
-    if not os.path.lexists(nd.kept):
-        return None
-    try:
-        return (nd.marker.read_text().strip() if not nd.marker.is_symlink() else "") or None
-    except OSError:
-        return None
-
-
-def _end_marked(marker: str) -> None:
-    """End every process carrying ``marker``: TERM, then KILL what is left after 5 s."""
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        left = marked_processes(marker)
-        for proc in left:
-            try:
-                proc.send_signal(signum)
-            except psutil.Error:
-                pass
-        if left:
-            psutil.wait_procs(left, timeout=5.0)
-
-
-def _end_kept(nd) -> None:
-    """End what still runs of an earlier attempt of this node (a sandbox kept for the debug
-    terminal), before the node starts again."""
-    marker = _kept_marker(nd)
-    if marker:
-        _end_marked(marker)
-
-
-def _ended(proc: psutil.Process) -> bool:
-    """Whether ``proc`` has ended (gone, or a zombie its frozen parent cannot reap)."""
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
+        return DatasetState(*self.node_host.copy_dataset(user, source, into, cancel))
 
 
 def _runs_as_root(creator: str | None) -> bool:
@@ -1290,222 +283,3 @@ def _runs_as_root(creator: str | None) -> bool:
         return load_policy().run_as(creator) is None
     except InvalidSpec:
         return False
-
-
-def _ignores_term(pid: int) -> bool:
-    """Whether ``pid`` ignores SIGTERM now (the kernel discards one sent to it): the debug
-    terminal's agent while the node's command runs, an interactive shell."""
-    return ignores_signal(pid, signal.SIGTERM)
-
-
-def _refuse_unsandboxed(views: list[NodeView]) -> None:
-    """Refuse nodes that would run as another account without bubblewrap: without a sandbox
-    the node's interpreter and folders are host paths its account may not reach, and nothing
-    would keep it from the rest of the host."""
-    for view in views:
-        if view.sandbox == "symlink" and view.run_as is not None:
-            raise InvalidSpec(
-                "bubblewrap does not work on this machine, and jobs of a root service must run as "
-                f"{view.run_as.name} inside it: install bubblewrap (apt-get install bubblewrap), or "
-                "let this user's jobs run as root ([users] allow_root in cluster.toml)"
-            )
-
-
-#: seconds an attempt's runners may take to enter its network namespace
-NAMESPACE_JOIN_WAIT = 60.0
-
-
-def task_address(index: int) -> str:
-    """The address of an attempt's task ``index`` (launch order) on this backend: its own on the
-    attempt's job network (:func:`.network.node_address`), or, where this service may not make
-    namespaces and the nodes share the host's network, the loopback address ``127.0.1.<k+1>``."""
-    if network_ns.namespaces_supported():
-        return network_ns.node_address(index)
-    return f"127.0.1.{index + 1}"
-
-
-def _network_spec(made: network_ns.JobNetwork, node: str) -> dict:
-    """What node ``node``'s runner spec says of its network: its namespace's file, and (on a
-    job network) its switch's, which the runner holds open."""
-    spec = {"netns": str(made.nodes[node][0])}
-    if made.switch is not None:
-        spec["switch"] = str(made.switch)
-    return spec
-
-
-def _await_joined(runs: list[NodeRun], inodes: dict[str, int], alive: Callable[[NodeRun], bool]) -> None:
-    """Return once every runner of ``runs`` is in its namespace (``inodes``, by node name: the
-    first thing a runner does) or has ended (one that could not enter ends at once, saying
-    why).
-
-    Raises:
-        BackendUnavailable: a runner neither entered nor ended in :data:`NAMESPACE_JOIN_WAIT`.
-    """
-    deadline = time.monotonic() + NAMESPACE_JOIN_WAIT
-    waiting = [run for run in runs if run.pid is not None]
-    while True:
-        waiting = [r for r in waiting if network_ns.namespace_of(r.pid) != inodes[r.name] and alive(r)]
-        if not waiting:
-            return
-        if time.monotonic() > deadline:
-            names = ", ".join(r.name for r in waiting)
-            raise BackendUnavailable(f"the runners of {names} did not enter the job's network namespace")
-        time.sleep(0.005)
-
-
-def _open_log(path: Path, node: str) -> int:
-    """Open a node's log for appending, readable by the service's user only (mode 0600); a later
-    attempt reuses the file, so it is untrusted: never written through a symlink, never a FIFO
-    (``O_NONBLOCK`` makes that fail at once)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENXIO):
-            kind = "a symbolic link" if exc.errno == errno.ELOOP else "a FIFO"
-            raise RefusedFile(
-                f"{node} left {kind} at {path}: the service does not write through it"
-            ) from None
-        raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise RefusedFile(f"{node} left something that is not a regular file at {path}")
-    if st.st_mode & 0o077 and st.st_uid == os.geteuid() and st.st_nlink == 1:
-        os.fchmod(fd, 0o600)  # a log an earlier version left readable (never a file linked in)
-    return fd
-
-
-#: where the default port range starts: above the ports of well-known services (Jupyter 8888,
-#: TensorBoard 6006, Ray 6379/8265/10001)
-PORT_POOL_LOW = 20000
-
-
-def _port_pool() -> tuple[int, int]:
-    """The default port range ``[low, high)``: from :data:`PORT_POOL_LOW` to the start of the
-    kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``; empty when that range
-    starts lower, so the kernel picks every port)."""
-    try:
-        first = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        first = 32768  # Linux's default
-    return (PORT_POOL_LOW, max(PORT_POOL_LOW, first))
-
-
-def _free_everywhere(port: int) -> bool:
-    """Whether ``port`` binds on ``0.0.0.0`` now, over TCP and UDP: no socket holds it on any
-    address (no ``SO_REUSEADDR``, so a connection's local end or a ``TIME_WAIT`` counts as
-    held).  UDP too: a Ray attempt's overlay listens on the first port of its first node on each
-    machine (:mod:`ma_jupyter.nodehost.overlay`), and jobs' frameworks use both."""
-    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
-        with socket.socket(socket.AF_INET, kind) as sock:
-            try:
-                sock.bind(("0.0.0.0", port))
-            except OSError:
-                return False
-    return True
-
-
-def _kernel_port() -> int:
-    """A port the kernel picks as free on every address."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("0.0.0.0", 0))
-        return sock.getsockname()[1]
-
-
-_BWRAP_OK: bool | None = None
-_USERNS_OK: bool | None = None
-
-
-def _cgroup_scope() -> str:
-    """This service's part of its nodes' cgroup names (:func:`.cgroup.node_name`): its home's
-    digest, as two services' job ids may repeat."""
-    return hashlib.sha256(str(config.home()).encode()).hexdigest()[:8]
-
-
-def _remove_node_cgroups(attempt: Attempt, runs: list[NodeRun]) -> None:
-    """Remove the cgroups of ``runs`` (:mod:`.cgroup`) that their runners left (killed): only
-    empty ones go, a live node's stays."""
-    where, _ = cgroup.detect()
-    if where is None:
-        return
-    for run in runs:
-        cgroup.NodeCgroup(
-            {**where, "name": cgroup.node_name(attempt.job_id, attempt.number, run.name, _cgroup_scope())}
-        ).remove(wait=0)
-
-
-_CGROUP_SAID = False
-
-
-def _node_cgroup(job_id: str, attempt: int, node: str) -> dict | None:
-    """Where the node's runner makes the node's cgroup (:mod:`.cgroup`), or None where no memory
-    cgroup can be made here: then the service log says why, once, and the node's memory is the
-    watchdog's to bound.  The first call also removes what crashed runners left."""
-    global _CGROUP_SAID
-    where, why = cgroup.detect()
-    if not _CGROUP_SAID:
-        _CGROUP_SAID = True
-        if where is None:
-            print(
-                f"[ma_jupyter] no memory cgroup for the nodes here ({why}): each node's memory is "
-                "bounded by its runner's watchdog, which does not see memory a job holds unmapped "
-                "(a memfd, System V shared memory)",
-                file=sys.stderr,
-                flush=True,
-            )
-        else:
-            cgroup.sweep(where)
-    if where is None:
-        return None
-    return {**where, "name": cgroup.node_name(job_id, attempt, node, _cgroup_scope())}
-
-
-def _user_namespace_works() -> bool:
-    """Whether nodes can run in user namespaces of their own here (noderun rule 1b), checked once
-    per process by the runner's own code in a process of its own (it forks)."""
-    global _USERNS_OK
-    if _USERNS_OK is None:
-        if os.geteuid() != 0 or not shutil.which("bwrap", path=SYSTEM_PATH):
-            _USERNS_OK = False
-        else:
-            argv = [sys.executable, "-m", "ma_jupyter.nodehost.noderun", userns.CHECK_USER_NAMESPACE]
-            argv.append(shutil.which("bwrap", path=SYSTEM_PATH))
-            try:
-                done = subprocess.run(argv, capture_output=True, timeout=30, env=runner_env())
-                _USERNS_OK = done.returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                _USERNS_OK = False
-    return _USERNS_OK
-
-
-def _bwrap_works() -> bool:
-    """Whether bubblewrap can make namespaces here (once per process)."""
-    global _BWRAP_OK
-    if _BWRAP_OK is None:
-        try:
-            result = subprocess.run(
-                namespaces_probe_argv(),
-                capture_output=True,
-                timeout=20,
-            )
-            _BWRAP_OK = result.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            _BWRAP_OK = False
-    return _BWRAP_OK
-
-
-def disk_free(path: str | os.PathLike) -> int | None:
-    """Bytes an unprivileged writer may still use on the file system of ``path``, or of its
-    nearest existing parent (a job folders' root not made yet); None if unknown."""
-    folder = Path(path)
-    while True:
-        try:
-            st = os.statvfs(folder)
-        except FileNotFoundError:
-            if folder.parent == folder:
-                return None
-            folder = folder.parent
-            continue
-        except OSError:
-            return None
-        return st.f_bavail * st.f_frsize

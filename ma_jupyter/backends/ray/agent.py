@@ -2,16 +2,16 @@
 
 The Ray backend creates one agent per Ray node (named ``agent-<node id>`` in the platform's
 namespace, detached, pinned to its node, taking no CPU), and every job node on that Ray node
-goes through it.  An agent is the local backend on its own machine: it starts each job node with
-the same node runner (:mod:`ma_jupyter.nodehost.noderun`) in the same sandbox (bubblewrap
-when the node has it), keeps the node's log and exit code in the node's job folder on that
-machine, and finds the node's processes again by their marker.  So:
+goes through it.  An agent holds its machine's :class:`~ma_jupyter.nodehost.host.NodeHost`, as
+the local backend holds the service machine's: it starts each job node with the same node runner
+(:mod:`ma_jupyter.nodehost.noderun`) in the same sandbox (bubblewrap when the node has it),
+keeps the node's log and exit code in the node's job folder on that machine, and finds the node's processes again by their marker.  So:
 
 1. everything an agent knows lives on its node's disk (the job folders) and in the processes'
    markers: an agent that was restarted, or a service that was restarted, finds every job node
    again; the job nodes never depend on the agent process (they run in their own sessions);
 2. log reads go through the agent (:meth:`NodeAgent.read_log`), which opens the files as
-   untrusted exactly like the local backend; :meth:`NodeAgent.wait_log` and
+   untrusted exactly like the local backend's node host; :meth:`NodeAgent.wait_log` and
    :meth:`NodeAgent.wait_exit` block on the agent's side, so the service learns of new bytes and
    of a node's end without polling over the network;
 3. the ports it hands out are free on its node and never handed out twice while reserved,
@@ -48,11 +48,13 @@ from ...modes.base import TaskSlot
 from ...nodehost import caches, hostwatch, network, procfs
 from ...nodehost import logs as job_logs
 from ...nodehost import overlay as job_overlay
+from ...nodehost.host import NodeHost, disk_free
 from ...nodehost.overlay import Overlay
+from ...nodehost.ports import PortPool
 from ...nodehost.processes import process_fd
+from ...nodehost.remote_shells import SSHD_PROGRAM
 from ...nodehost.view import PACKAGE_DIR
 from ..base import Attempt, ObjectFetch
-from ..local.backend import SSHD_PROGRAM, LocalBackend, disk_free
 from . import fence, leftovers, node_paths, objects, outputs_return, ship
 from .inventory import node_name
 from .kernel_relay import KernelRelay
@@ -93,7 +95,9 @@ class NodeAgent:
         # (root's under /run; another account's under /tmp, checked: whoever made a folder of
         # that name first must not hand the runners their modules)
         os.environ[config.ENV_HOME] = str(network.private_folder(agent_home()))
-        self._local = LocalBackend(inventory=[])
+        #: this Ray node's nodes (the node machinery on this machine) and its ports
+        self._local = NodeHost()
+        self._ports = PortPool()
         # root's own folder, never the agents' home under /tmp (another account could have made
         # it first): the namespaces are bind mounts made as root; and one per Ray node, since
         # two Ray nodes of one machine share it
@@ -133,13 +137,13 @@ class NodeAgent:
     def ports(self, count: int, within: tuple[int, int] | None = None) -> tuple[int, ...]:
         """``count`` ports free on every address of this node, reserved until released (taken
         from ``within``, ``[low, high)``, when the placement names a range)."""
-        return self._local.reserve_ports(count, within)
+        return self._ports.reserve_ports(count, within)
 
     def release_ports(self, ports: list[int]) -> None:
-        self._local.release_ports(ports)
+        self._ports.release_ports(ports)
 
     def hold_ports(self, ports: list[int]) -> None:
-        self._local.hold_ports(ports)
+        self._ports.hold_ports(ports)
 
     # ----------------------------------------------------------------------- nodes
 
@@ -189,7 +193,7 @@ class NodeAgent:
         return self._local.failure(attempt, run)
 
     def explain(self, attempt: Attempt, run: NodeRun, lines: list[str]) -> str | None:
-        """The local backend's explanation, from the view the node ran in here."""
+        """The node host's explanation, from the view the node ran in here."""
         return self._local.explain(attempt, run, lines)
 
     def not_distributed(self, attempt: Attempt, run: NodeRun) -> int | None:

@@ -38,7 +38,7 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    ``marker`` file there names that very launch), else a read raises :class:`NodeLost`
    (``node_lost``, never retried) naming the node and why;
 6. **ends** -- one ``wait_exit`` call per running node blocks on its agent; its answer wakes
-   the service, so a node's end is handled at once (contract rule 11);
+   the service, so a node's end is handled at once (contract rule 11; :mod:`.exits`);
 7. **a lost Ray node** -- a job node's processes never outlive the Ray node that hosts them:
    its runner watches that node's raylet and ends the node (TERM, then KILL) within seconds of
    the raylet's end, writing what it ended as the node's failure report; an agent, at its start
@@ -100,6 +100,7 @@ from ...nodehost import caches, prepare
 from ...nodehost import logs as local_logs
 from ...nodehost import overlay as job_overlay
 from ...nodehost.code import python_sources
+from ...nodehost.host import NodeHost
 from ...nodehost.host_policy import load_policy
 from ...nodehost.launch import node_launches
 from ...nodehost.mounts import WORKDIR_KIND, mounts_for
@@ -107,9 +108,9 @@ from ...nodehost.overlay import Overlay
 from ...untrusted import read_small
 from ...workspace import folders
 from ..base import Attempt, Backend, DatasetState, ObjectFetch
-from ..local.backend import LocalBackend
 from . import fence, overlay_plan, ship
 from .agent import NodeAgent
+from .exits import ExitWatch
 from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
 from .logs import RayLogSource
 from .network_check import AgentAnswers
@@ -127,7 +128,6 @@ AGENT_START = 120.0  # seconds an agent may take to start (a new worker process 
 CALL_TIMEOUT = 30.0  # seconds for an ordinary agent call
 POLL_TIMEOUT = 3.0  # seconds for a poll (a node's state is kept when it does not answer)
 LAUNCH_TIMEOUT = 180.0  # seconds for an agent to unpack the algorithm and start a node
-EXIT_WAIT = 30.0  # seconds one wait_exit call blocks before it is made again
 AGENT_THREADS = 256  # concurrent calls per agent (waits for log growth and exits block a thread)
 #: seconds the agents of a placement may take to download a job's object storage prefixes
 FETCH_TIMEOUT = 3600.0
@@ -202,7 +202,7 @@ class RayBackend(Backend):
         self._lock = threading.Lock()
         self._agents: dict[str, Any] = {}  # node id -> actor handle
         # runs the jobs' TensorBoards on this machine (start_outputs_reader); made on first use
-        self._here: LocalBackend | None = None
+        self._here: NodeHost | None = None
         self._infos: dict[str, concurrent.futures.Future] = {}  # node id -> info()'s answer
         self._by_name: dict[str, RayNode] = {}  # every Ray node seen, alive or not
         self._cards_task: Any = None  # the remote function reading a bundle's card ids
@@ -212,7 +212,7 @@ class RayBackend(Backend):
         self._notice: Callable[[str, str | None, str], None] | None = None
         self._swept: set[str] = set()  # Ray nodes whose agent's sweep was reported
         self._halt = threading.Event()
-        self._exits = _ExitWatch(self)
+        self._exits = ExitWatch(self)
         # outputs of nodes whose job folder this machine does not see (.outputs_return)
         self._returns = OutputsReturn(self._get, lambda: self._wake)
         self._fetched: dict[str, set[str]] = {}  # job id -> links fetch_objects made on the nodes
@@ -543,11 +543,11 @@ class RayBackend(Backend):
         self, job: Job, argv: list[str], env: dict[str, str], output: int | None = None
     ) -> subprocess.Popen:
         """On the service's machine, over the job's outputs folder there (the path every Ray node
-        writes at), exactly as the local backend runs it: the job's account, a sandbox showing
-        only that folder, read-only."""
+        writes at), by a :class:`.NodeHost` of that machine as the local backend runs it: the
+        job's account, a sandbox showing only that folder, read-only."""
         with self._lock:
             if self._here is None:
-                self._here = LocalBackend(inventory=[])
+                self._here = NodeHost()
             here = self._here
         return here.start_outputs_reader(job, argv, env, output)
 
@@ -766,7 +766,7 @@ class RayBackend(Backend):
             raise ValueError(f"{len(launches)} launches for the {len(attempt.plans)} nodes of the attempt")
         # without the datasets and models downloaded on the nodes (as the dry run made them)
         on_nodes, _ = self._fetched_mounts(attempt, self._on_nodes(attempt))
-        job_secret = secrets.token_hex(16)  # shared by this attempt's nodes only (see LocalBackend)
+        job_secret = secrets.token_hex(16)  # shared by this attempt's nodes only (see NodeHost.launch)
         # the network (docs/network.md): bind gave overlay addresses where every machine of the
         # attempt can hold its namespace; else each node is fenced off the cluster's ports
         # (see .fence), read once per attempt
@@ -1200,73 +1200,3 @@ def _bundle(task: TaskSlot, node: RayNode) -> dict[str, float]:
     if task.devices and node.accelerator:
         bundle[node.accelerator] = float(len(task.devices))
     return bundle
-
-
-class _ExitWatch:
-    """One pending ``wait_exit`` call per running job node; an answer that the node ended wakes
-    the service (contract rule 11).  A thread collects the answers, so no Ray call is made from
-    Ray's own callback threads."""
-
-    def __init__(self, backend: RayBackend):
-        self._backend = backend
-        self._lock = threading.Lock()
-        self._pending: dict[concurrent.futures.Future, tuple[Attempt, NodeRun]] = {}
-        self._keys: set[tuple[str, int, str]] = set()
-        self._added = threading.Event()
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="ma-ray-exits", daemon=True)
-        self._thread.start()
-
-    def watch(self, on_nodes: Attempt, run: NodeRun) -> None:
-        """Wait for the end of ``run`` (once per node of an attempt)."""
-        key = (on_nodes.job_id, on_nodes.number, run.name)
-        with self._lock:
-            if self._closed or key in self._keys:
-                return
-            self._keys.add(key)
-        self._arm(on_nodes, run)
-
-    def _arm(self, on_nodes: Attempt, run: NodeRun) -> None:
-        try:
-            agent = self._backend._agent_of(run.host)
-            future = agent.wait_exit.remote(on_nodes, run, EXIT_WAIT).future()
-        except Exception:  # the node is gone: the service's poll finds it lost
-            self._ended(on_nodes, run)
-            return
-        with self._lock:
-            self._pending[future] = (on_nodes, run)
-        self._added.set()
-
-    def _ended(self, on_nodes: Attempt, run: NodeRun) -> None:
-        with self._lock:
-            self._keys.discard((on_nodes.job_id, on_nodes.number, run.name))
-        wake = self._backend._wake
-        if wake is not None:
-            wake()
-
-    def _run(self) -> None:
-        while not self._closed:
-            with self._lock:
-                futures = list(self._pending)
-            if not futures:
-                self._added.wait(0.5)
-                self._added.clear()
-                continue
-            done, _ = concurrent.futures.wait(
-                futures, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED
-            )
-            for future in done:
-                with self._lock:
-                    on_nodes, run = self._pending.pop(future)
-                try:
-                    ended = bool(future.result())
-                except Exception:
-                    ended = True  # the agent failed: let the poll decide
-                if ended:
-                    self._ended(on_nodes, run)
-                elif not self._closed:
-                    self._arm(on_nodes, run)
-
-    def close(self) -> None:
-        self._closed = True
-        self._added.set()

@@ -15,7 +15,7 @@ Pure: the backend asks Ray and the agents, then hands the answers to these funct
    network: OpenSSH's sshd in each node (``SSHD_PORT`` at the node's own address) where every
    agent of the attempt runs its nodes in bubblewrap and has ``/usr/sbin/sshd``, and the
    nodes do not run as root; else the platform's agent over TCP at the node's address (the
-   local backend's ``remote_shell_on_job_network``).  Fenced attempts get none (the nodes
+   local backend's too: :data:`.remote_shells.AGENT_ON_JOB_NETWORK`).  Fenced attempts get none (the nodes
    share their machines' networks, where a node's sshd would be reachable by anything there):
    the MPI modes refuse them.
 """
@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 from ...modes.base import RemoteShell, TaskSlot
 from ...nodehost import overlay as job_overlay
+from ...nodehost import remote_shells
 from ...nodehost.overlay import Overlay, Segment
-from ..local.backend import LocalBackend
 
 
 def task_addresses(count: int) -> list[str]:
@@ -76,5 +76,5 @@ def remote_shell(infos: list[dict], runs_as_root: bool) -> RemoteShell:
     Ray nodes, ``runs_as_root`` whether its nodes run as root (an admin's ``allow_root``)."""
     sshd = all(info.get("isolation") == "bubblewrap" and info.get("sshd") for info in infos)
     if sshd and infos and not runs_as_root:
-        return LocalBackend.ssh_shell_on_job_network
-    return LocalBackend.remote_shell_on_job_network
+        return remote_shells.SSH_ON_JOB_NETWORK
+    return remote_shells.AGENT_ON_JOB_NETWORK
