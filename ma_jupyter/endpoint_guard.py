@@ -31,6 +31,8 @@ import socket
 import threading
 import time
 
+from .errors import AddressRefused
+
 #: seconds a relayed connection may stay idle (the client's pooled connections close sooner)
 IDLE_TIMEOUT = 300.0
 #: relayed connections at the same time at most
@@ -46,8 +48,8 @@ REFUSAL_KEPT = 120.0
 _BUFFER = 256 << 10
 
 
-class Refused(Exception):
-    """An address the service sends no request to (the message names the name and address)."""
+#: an address the service sends no request to (the message names the name and address)
+Refused = AddressRefused
 
 
 def is_refused(address: str) -> bool:

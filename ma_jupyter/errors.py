@@ -224,6 +224,11 @@ class StorageError(Exception):
     the user; :mod:`ma_jupyter.objectstore`)."""
 
 
+class AddressRefused(Exception):
+    """An address the service sends no object-storage request to: loopback, link-local,
+    private, reserved or multicast (the message names the name and the address)."""
+
+
 class WebhookRefused(ValueError):
     """A webhook's destination that the webhooks' rule 1 refuses (the message says why and what
     to do; :mod:`ma_jupyter.service.webhooks`, where it is also named ``Refused``)."""

@@ -330,6 +330,7 @@ class Names:
     def _refresh(self) -> None:
         """Start a look-up of each name never resolved or older than :data:`NAME_TTL` (rule 1)."""
         now = time.monotonic()
+        started: list[tuple[str, Future]] = []
         with self._lock:
             due = [
                 name
@@ -343,7 +344,11 @@ class Names:
                 assert self._pool is not None
                 looked.pending = self._pool.submit(_look_up, name)
                 looked.pending_since = now
-                looked.pending.add_done_callback(lambda future, name=name: self._record(name, future))
+                started.append((name, looked.pending))
+        # outside the lock: a look-up already done runs its callback here, at once, and the
+        # callback takes the lock
+        for name, future in started:
+            future.add_done_callback(lambda done, name=name: self._record(name, done))
 
     def _record(self, name: str, future: Future) -> None:
         with self._lock:

@@ -230,3 +230,35 @@ def test_a_launch_never_waits_on_a_name_server(monkeypatch):
     gate = egress.gate_for(rules)
     assert gate.hosts == (("192.0.2.9", "slow.example"),) and gate.problems == ()
     assert gate.allows("192.0.2.9", 443) and not gate.allows("192.0.2.9", 80)
+
+
+def test_a_look_up_done_before_its_callback_is_attached_never_locks_the_cache(monkeypatch):
+    """A name answered at once (from the resolver's own cache) may be done before its callback
+    is attached; the callback then runs on the cache's thread, which must not hold the lock
+    then: every launch's gate would wait for it forever."""
+    import threading
+    from concurrent.futures import Future
+
+    class AtOnce:
+        """A pool whose look-ups are done when ``submit`` returns."""
+
+        def submit(self, fn, *args):
+            done: Future = Future()
+            done.set_result(fn(*args))
+            return done
+
+    names = egress.Names()
+    names._pool = AtOnce()
+    monkeypatch.setattr(egress, "_look_up", lambda name: ("192.0.2.9",))
+    monkeypatch.setattr(egress, "NAMES", names)
+    rules = [config.EgressRule("quick.example:443", "quick.example", None, ((443, 443),))]
+
+    def gates() -> None:
+        egress.gate_for(rules)  # asks for the name: the cache's thread looks it up
+        wait_for(lambda: egress.gate_for(rules).hosts == (("192.0.2.9", "quick.example"),), timeout=30)
+
+    caller = threading.Thread(target=gates, daemon=True)  # a locked cache must fail the test, not hang it
+    caller.start()
+    caller.join(60)
+    assert not caller.is_alive(), "the name cache's lock was never given back"
+    assert egress.gate_for(rules).hosts == (("192.0.2.9", "quick.example"),)

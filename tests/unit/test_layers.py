@@ -192,6 +192,7 @@ FOUNDATION = {"workspace_paths", "procstat", "endpoint_guard"}
 for _allowed in ALLOWED.values():
     _allowed |= FOUNDATION
 ALLOWED.update({layer: set() for layer in FOUNDATION})
+ALLOWED["endpoint_guard"] = {"errors"}  # its refusal is one of errors.py's types, as every error is
 
 # Edges that break a rule beyond the layer table: notebook widgets reach the shared client
 # through the notebook session, not through the magics.
