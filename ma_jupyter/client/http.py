@@ -40,7 +40,6 @@ from ..wire import API_PREFIX, JobSort, JobStatus, JobType
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .plain import FIELDS, Plain, model_name
 from .service import read_runtime, start_service, stop_service_process
-from .shell import ShellSession, open_session
 from .spec import host_path, spec_body
 from .transport import Connection
 
@@ -72,6 +71,7 @@ if TYPE_CHECKING:  # the models are imported when an answer is validated, not wi
         User,
         UserToken,
     )
+    from .shell import ShellSession
 
 #: the token a client acts with when none is passed (a user's own, from an admin)
 ENV_TOKEN = "MA_JUPYTER_TOKEN"
@@ -629,6 +629,8 @@ class Client:
         if command:
             query["command"] = json.dumps(list(command))
         url = f"{self._url}{API_PREFIX}/jobs/{_segment(job_id)}/shell?{urlencode(query)}"
+        from .shell import open_session  # the debug terminal's protocol: only `shell` needs it
+
         return open_session(url, self.auth_headers(), self.timeout)
 
     def delete(self, job_id: str, force: bool = False) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import operator
 import os
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -332,6 +331,9 @@ class LogStreams:
         self.job_id = job_id
         self.ranks = ranks
         self.offsets: dict[str, int] = dict(offsets or {})
+        import queue  # here: only a follower needs it, not every command line's import
+
+        self._queue_empty = queue.Empty
         self._queue: queue.Queue = queue.Queue()
         self._threads: dict[StreamKey, threading.Thread] = {}
         self._finished: set[StreamKey] = set()
@@ -462,7 +464,7 @@ class LogStreams:
         out: list[tuple[StreamKey, str]] = []
         try:
             item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
-        except queue.Empty:
+        except self._queue_empty:
             return out
         while True:
             key, lines, offset, partial = item
@@ -476,7 +478,7 @@ class LogStreams:
                 self._changed.add(key)
             try:
                 item = self._queue.get_nowait()
-            except queue.Empty:
+            except self._queue_empty:
                 return out
 
     def take_partials(self) -> dict[StreamKey, str]:

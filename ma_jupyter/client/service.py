@@ -6,7 +6,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -129,6 +128,8 @@ def start_service(
 
 def stop_service_process(pid: int, timeout: float) -> None:
     """SIGTERM the service, SIGKILL it after ``timeout``, and reap it if this process started it."""
+    import signal  # here: only stopping a service needs it, not every command line's import
+
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
