@@ -110,8 +110,11 @@ class Client:
         plain: answer jobs, pages, log chunks and events as read-only views of the service's
             JSON (:class:`~ma_jupyter.client.plain.Plain`: the models' field names, read
             without pydantic) and leave a submitted spec's validation to the service, whose
-            refusal is the same :class:`~ma_jupyter.errors.InvalidSpec`; what a command line
-            uses, to start fast.  Default: validated pydantic models.
+            refusal is the same :class:`~ma_jupyter.errors.InvalidSpec`; and its first call
+            goes to the service of the runtime file (or ``url``) without asking ``/health``
+            first: only when nothing answers there is the service looked for (and started) as
+            :meth:`connect` does, before the call is sent again.  What a command line uses, to
+            start fast.  Default: validated pydantic models, the service probed first.
 
     Nothing is contacted until the first call (or :meth:`connect`).
     """
@@ -144,6 +147,8 @@ class Client:
         self._all_sessions: list[Connection] = []
         self._lock = threading.RLock()
         self.pid: int | None = None
+        # the address was taken from the runtime file (or url) without a /health probe (plain)
+        self._unprobed = False
 
     def __repr__(self) -> str:
         return f"<Client {self._url or 'not connected'} home={statehome.home()}>"
@@ -180,6 +185,21 @@ class Client:
                 return self
             self._discover()
             return self
+
+    def _connect_unprobed(self) -> None:
+        """A plain client's first call: take the address of ``url`` (with a token) or of the
+        runtime file as it is, a ``/health`` round trip saved; without either, :meth:`connect`."""
+        with self._lock:
+            if self._url and self._token:
+                return
+            runtime = None if self._fixed else read_runtime()
+            if self._fixed and self._token:
+                self._unprobed = True
+            elif runtime:
+                self._use(runtime)
+                self._unprobed = True
+            else:
+                self._discover()
 
     def _discover(self) -> None:
         if self._fixed:
@@ -260,7 +280,10 @@ class Client:
         ``retry_for`` seconds (default :attr:`retry_for`), finding the new service's address
         and token in between; a read timeout is retried once.
         """
-        self.connect()
+        if self.plain:
+            self._connect_unprobed()
+        else:
+            self.connect()
         budget = self.retry_for if retry_for is None else retry_for
         deadline = time.monotonic() + budget
         tries = 0
@@ -276,8 +299,18 @@ class Client:
                     headers={**self.auth_headers(), **(headers or {})},
                     timeout=timeout or self.timeout,
                 )
+                self._unprobed = False
                 break
             except TransportError as exc:
+                if self._unprobed:
+                    # nothing answers where the runtime file (or url) said: look for the service
+                    # (start it when allowed) as connect() does, or say at once that none answers
+                    with self._lock:
+                        self._unprobed = False
+                        if self._url == url and not self._fixed:
+                            self._url, self._token = None, self._given_token
+                        self._discover()
+                    continue
                 # refused, reset or dropped mid-answer (a restarting service): retried; a read
                 # timeout: one more try only
                 again = isinstance(exc, Unreachable) or (isinstance(exc, ReadTimedOut) and not timed_out)
