@@ -128,6 +128,8 @@ CLI_HEAVY_MODULES = (
     # argparse sizes its help with shutil (and its bz2, lzma) at each option added: the CLI's
     # formatter finds the width itself (options.HelpFormatter)
     "shutil",
+    # typing (~5 ms): the modules on a command line's path test `TYPE_CHECKING = False` instead
+    "typing",
     # the job folder's layout and the untrusted-file reader: only a local log read needs them
     "ma_jupyter.untrusted",
     "ma_jupyter.jobdir",

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from ...client import Client
 from ...client.resolve import resolve_job
@@ -20,6 +19,10 @@ from .output import (
     print_alerts,
     submitted,
 )
+
+TYPE_CHECKING = False  # typing's, without importing typing (a command line's call: ~5 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _submit(args: argparse.Namespace) -> int:
