@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -85,3 +85,58 @@ def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
             time.sleep(0.2)
         else:
             subprocess.run(["umount", "-l", str(folder)])
+
+
+#: what a command line of ours never needs to start (tests/unit/test_cli_imports.py,
+#: tests/service/test_cli.py) (the notebook side, Jupyter, the service)
+CLI_HEAVY_MODULES = (
+    "IPython",
+    "ipywidgets",
+    "ipykernel",
+    "jupyter_core",
+    "jupyter_client",
+    "jupyter_server",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "ray",
+    "ma_jupyter.service",
+    "ma_jupyter.backends",
+    "ma_jupyter.nodehost",
+    "ma_jupyter.frontends.notebook",
+    "ma_jupyter.client.kernelspec",
+    # the client's HTTP is the standard library's (client/transport.py)
+    "requests",
+    "urllib3",
+    "http.client",  # with ssl and the email package: the transport reads HTTP itself
+    "ssl",
+    "email",
+    # a plain client reads answers without the pydantic models (client/plain.py)
+    "pydantic",
+    "pydantic_core",
+    "ma_jupyter.models",
+    # standard-library modules only some commands need, imported where they are used: starting
+    # a service or probing accelerators (subprocess), digesting a tree (hashlib)
+    "subprocess",
+    "hashlib",
+    # the service's configuration (its dataclasses import inspect, ast, dis...) and the card
+    # probes: a client finds its service through ma_jupyter.statehome
+    "ma_jupyter.config",
+    "ma_jupyter.accelerators",
+    "dataclasses",
+    "inspect",
+    # argparse sizes its help with shutil (and its bz2, lzma) at each option added: the CLI's
+    # formatter finds the width itself (options.HelpFormatter)
+    "shutil",
+    # typing (~5 ms): the modules on a command line's path test `TYPE_CHECKING = False` instead
+    "typing",
+    # the job folder's layout and the untrusted-file reader: only a local log read needs them
+    "ma_jupyter.untrusted",
+    "ma_jupyter.jobdir",
+)
+
+
+def imported_heavy(modules: Iterable[str], heavy: Iterable[str] = CLI_HEAVY_MODULES) -> list[str]:
+    """The modules among ``modules`` that are ``heavy`` or inside one of them (sorted)."""
+    heavy = tuple(heavy)
+    return sorted(m for m in modules if m in heavy or m.startswith(tuple(f"{h}." for h in heavy)))

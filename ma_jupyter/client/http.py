@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from .. import statehome
@@ -40,11 +39,13 @@ from ..wire import API_PREFIX, JobSort, JobStatus, JobType
 from .logs import FOLLOW_WAIT, READ_LIMIT, LogLines
 from .plain import FIELDS, Plain, model_name
 from .service import read_runtime, start_service, stop_service_process
-from .shell import ShellSession, open_session
 from .spec import host_path, spec_body
 from .transport import Connection
 
+TYPE_CHECKING = False  # typing's, without importing typing (a command line's call: ~5 ms)
 if TYPE_CHECKING:  # the models are imported when an answer is validated, not with the client
+    from typing import Any
+
     from ..models import (
         API_PREFIX,
         Algorithm,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:  # the models are imported when an answer is validated, not wi
         User,
         UserToken,
     )
+    from .shell import ShellSession
 
 #: the token a client acts with when none is passed (a user's own, from an admin)
 ENV_TOKEN = "MA_JUPYTER_TOKEN"
@@ -110,8 +112,11 @@ class Client:
         plain: answer jobs, pages, log chunks and events as read-only views of the service's
             JSON (:class:`~ma_jupyter.client.plain.Plain`: the models' field names, read
             without pydantic) and leave a submitted spec's validation to the service, whose
-            refusal is the same :class:`~ma_jupyter.errors.InvalidSpec`; what a command line
-            uses, to start fast.  Default: validated pydantic models.
+            refusal is the same :class:`~ma_jupyter.errors.InvalidSpec`; and its first call
+            goes to the service of the runtime file (or ``url``) without asking ``/health``
+            first: only when nothing answers there is the service looked for (and started) as
+            :meth:`connect` does, before the call is sent again.  What a command line uses, to
+            start fast.  Default: validated pydantic models, the service probed first.
 
     Nothing is contacted until the first call (or :meth:`connect`).
     """
@@ -144,6 +149,8 @@ class Client:
         self._all_sessions: list[Connection] = []
         self._lock = threading.RLock()
         self.pid: int | None = None
+        # the address was taken from the runtime file (or url) without a /health probe (plain)
+        self._unprobed = False
 
     def __repr__(self) -> str:
         return f"<Client {self._url or 'not connected'} home={statehome.home()}>"
@@ -180,6 +187,21 @@ class Client:
                 return self
             self._discover()
             return self
+
+    def _connect_unprobed(self) -> None:
+        """A plain client's first call: take the address of ``url`` (with a token) or of the
+        runtime file as it is, a ``/health`` round trip saved; without either, :meth:`connect`."""
+        with self._lock:
+            if self._url and self._token:
+                return
+            runtime = None if self._fixed else read_runtime()
+            if self._fixed and self._token:
+                self._unprobed = True
+            elif runtime:
+                self._use(runtime)
+                self._unprobed = True
+            else:
+                self._discover()
 
     def _discover(self) -> None:
         if self._fixed:
@@ -260,7 +282,10 @@ class Client:
         ``retry_for`` seconds (default :attr:`retry_for`), finding the new service's address
         and token in between; a read timeout is retried once.
         """
-        self.connect()
+        if self.plain:
+            self._connect_unprobed()
+        else:
+            self.connect()
         budget = self.retry_for if retry_for is None else retry_for
         deadline = time.monotonic() + budget
         tries = 0
@@ -276,8 +301,18 @@ class Client:
                     headers={**self.auth_headers(), **(headers or {})},
                     timeout=timeout or self.timeout,
                 )
+                self._unprobed = False
                 break
             except TransportError as exc:
+                if self._unprobed:
+                    # nothing answers where the runtime file (or url) said: look for the service
+                    # (start it when allowed) as connect() does, or say at once that none answers
+                    with self._lock:
+                        self._unprobed = False
+                        if self._url == url and not self._fixed:
+                            self._url, self._token = None, self._given_token
+                        self._discover()
+                    continue
                 # refused, reset or dropped mid-answer (a restarting service): retried; a read
                 # timeout: one more try only
                 again = isinstance(exc, Unreachable) or (isinstance(exc, ReadTimedOut) and not timed_out)
@@ -629,6 +664,8 @@ class Client:
         if command:
             query["command"] = json.dumps(list(command))
         url = f"{self._url}{API_PREFIX}/jobs/{_segment(job_id)}/shell?{urlencode(query)}"
+        from .shell import open_session  # the debug terminal's protocol: only `shell` needs it
+
         return open_session(url, self.auth_headers(), self.timeout)
 
     def delete(self, job_id: str, force: bool = False) -> None:

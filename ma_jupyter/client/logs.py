@@ -11,22 +11,52 @@ from __future__ import annotations
 import itertools
 import operator
 import os
-import queue
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BackendUnavailable, MaJupyterError, NodeLost, NotFound, RefusedFile
 from ..wire import JobStatus
 
+TYPE_CHECKING = False  # typing's, without importing typing (a command line's call: ~5 ms)
 if TYPE_CHECKING:  # annotations only: the client imports pydantic when it validates an answer
+    from typing import Any, Protocol
+
     from ..models import Job, LogChunk, LogFile, LogStream
 
 FOLLOW_WAIT = 10.0  # long-poll seconds per log read while following
 READ_LIMIT = 1 << 20
 FIRST_READ = 64 << 10
+
+if TYPE_CHECKING:  # an annotation's: no class at run time
+
+    class LogClient(Protocol):
+        """What the readers of this module need of a client: :class:`ma_jupyter.client.Client` is
+        one (this module does not import it: the HTTP client builds on the readers, not both ways)."""
+
+        #: whether a reader may read a stream's file itself where the service says it may
+        local_logs: bool
+
+        def read_log(
+            self,
+            job_id: str,
+            node: str | None = None,
+            rank: int | None = None,
+            offset: int = 0,
+            wait: float = 0,
+            limit: int = READ_LIMIT,
+        ) -> LogChunk: ...
+
+        def log_streams(self, job_id: str) -> list[LogStream]: ...
+
+        def local_log_file(self, job_id: str, node: str, rank: int | None = None) -> LogFile | None: ...
+
+        def reads_local_files(self) -> bool: ...
+
+        def get(self, job_id: str) -> Job: ...
+
+
 LOCAL_READ = (
     256 << 10
 )  # bytes per direct read of a local log file: small chunks keep splitting cache-friendly
@@ -39,32 +69,6 @@ PARTIAL_LIMIT = 16 << 10
 
 #: one log stream: (node, rank); rank None is the node's own log
 StreamKey = tuple[str, int | None]
-
-
-class LogClient(Protocol):
-    """What the readers of this module need of a client: :class:`ma_jupyter.client.Client` is
-    one (this module does not import it: the HTTP client builds on the readers, not both ways)."""
-
-    #: whether a reader may read a stream's file itself where the service says it may
-    local_logs: bool
-
-    def read_log(
-        self,
-        job_id: str,
-        node: str | None = None,
-        rank: int | None = None,
-        offset: int = 0,
-        wait: float = 0,
-        limit: int = READ_LIMIT,
-    ) -> LogChunk: ...
-
-    def log_streams(self, job_id: str) -> list[LogStream]: ...
-
-    def local_log_file(self, job_id: str, node: str, rank: int | None = None) -> LogFile | None: ...
-
-    def reads_local_files(self) -> bool: ...
-
-    def get(self, job_id: str) -> Job: ...
 
 
 def stream_label(key: StreamKey) -> str:
@@ -332,6 +336,9 @@ class LogStreams:
         self.job_id = job_id
         self.ranks = ranks
         self.offsets: dict[str, int] = dict(offsets or {})
+        import queue  # here: only a follower needs it, not every command line's import
+
+        self._queue_empty = queue.Empty
         self._queue: queue.Queue = queue.Queue()
         self._threads: dict[StreamKey, threading.Thread] = {}
         self._finished: set[StreamKey] = set()
@@ -462,7 +469,7 @@ class LogStreams:
         out: list[tuple[StreamKey, str]] = []
         try:
             item = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
-        except queue.Empty:
+        except self._queue_empty:
             return out
         while True:
             key, lines, offset, partial = item
@@ -476,7 +483,7 @@ class LogStreams:
                 self._changed.add(key)
             try:
                 item = self._queue.get_nowait()
-            except queue.Empty:
+            except self._queue_empty:
                 return out
 
     def take_partials(self) -> dict[StreamKey, str]:

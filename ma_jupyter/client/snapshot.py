@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import stat
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from .. import statehome
-from ..algorithm_content import ignore
 from ..errors import InvalidSpec
-from ..foldersize import folder_size as measure
-from ..foldersize import walk
+
+# ``ma_jupyter.algorithm_content`` (with ``shutil``) and ``ma_jupyter.foldersize`` are imported
+# where a folder is measured or copied: a submit whose command names no local file (``ma-jupyter
+# submit -- python -c ...``) ships nothing and does not pay for them.
 
 #: the most a folder shipped by default may hold (bytes)
 SHIP_LIMIT = 100 << 20
@@ -53,6 +53,9 @@ def folder_size(source: Path, limit: int | None = None) -> tuple[int, int]:
         FolderRefused: the walk refuses the folder (a chain of folders too deep, too many
             entries; the message says which and what to remove).
     """
+    from ..algorithm_content import ignore
+    from ..foldersize import folder_size as measure
+
     found = measure([source], limit=limit, ignore=ignore)
     return found.files, found.bytes
 
@@ -64,6 +67,11 @@ def copy_folder(source: Path, target: Path) -> None:
     submitter (``nobody`` for root's jobs), and the snapshot sits in the 0700 service home,
     which no other user can enter.  The walk is :func:`ma_jupyter.foldersize.walk` (iterative,
     bounded: a folder it refuses raises :class:`~ma_jupyter.errors.FolderRefused`)."""
+    import shutil
+
+    from ..algorithm_content import ignore
+    from ..foldersize import walk
+
     for path, dir_fd, entries in walk([source], ignore=ignore):
         folder = os.path.normpath(os.path.join(target, path))
         os.makedirs(folder, exist_ok=True)

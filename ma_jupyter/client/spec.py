@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidSpec
 from ..wire import is_object_uri
@@ -14,7 +13,10 @@ from ..wire import is_object_uri
 #: ``models.SECRET_MASK`` (not imported: pydantic is loaded only where a spec is validated)
 _MASK = "***"
 
+TYPE_CHECKING = False  # typing's, without importing typing (a command line's call: ~5 ms)
 if TYPE_CHECKING:  # pydantic is imported where a spec is validated, not with the client
+    from typing import Any
+
     from ..models import JobSpec
 
 

@@ -6,13 +6,15 @@ import io
 import re
 import shlex
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
 
 from ..client.logs import stream_label
 from ..client.plain import model_name
 from ..wire import JobStatus
 
+TYPE_CHECKING = False  # typing's, without importing typing (a command line's call: ~5 ms)
 if TYPE_CHECKING:  # annotations only: the CLI reads answers without pydantic
+    from typing import Any
+
     from ..models import Event, Job, JobSummary, Mount, Plan
 
 

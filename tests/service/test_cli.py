@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -11,9 +12,11 @@ import pytest
 from ma_jupyter.backends.local.backend import task_address
 from ma_jupyter.errors import InvalidSpec
 from ma_jupyter.models import Job, JobSpec, Plan
-from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
+from tests.helpers import BAR_FINAL, CLI_HEAVY_MODULES, PROGRESS_BAR, imported_heavy, wait_for, writable_dir
 
 PY = sys.executable
+#: the checkout the tests run from, first on a subprocess's PYTHONPATH
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_submit_wait_exit_codes(ma_module_cli):
@@ -37,6 +40,46 @@ def test_submit_wait_exit_codes(ma_module_cli):
     assert "code 4" in failed.split("error", 1)[1], failed
     succeeded = next(line for line in listing if " ok " in line)
     assert "exited" not in succeeded, succeeded
+
+
+def test_the_quick_commands_load_nothing_heavy_while_they_run(ma_module_service, ma_module_cli, tmp_path):
+    """``submit`` (without ``--follow``), ``get``, ``logs`` of a finished job and ``jobs``, each
+    a whole call against the service (bench/cli_speed.py times them): what they imported by
+    their end (``-X importtime``'s list) holds none of tests/helpers.py's heavy modules, nor a
+    folder's copy for a command naming no file of the current one, nor the log follower's."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MA_JUPYTER_TOKEN", "MA_JUPYTER_URL")}
+    env |= {
+        "MA_JUPYTER_HOME": str(ma_module_service.home),
+        "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "PYTHONPROFILEIMPORTTIME": "1",  # each import on stderr: "import time: self | cumulative | name"
+    }
+
+    def imports_of(*args: str) -> tuple[str, list[str]]:
+        done = subprocess.run(
+            [PY, "-m", "ma_jupyter.frontends.cli", *args],
+            env=env,
+            cwd=tmp_path,  # an empty folder: a submit ships nothing from it
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = done.stderr.splitlines()
+        other = [line for line in lines if not line.startswith("import time:")]
+        assert done.returncode == 0, other
+        return done.stdout, [line.split("|")[-1].strip() for line in lines if line.startswith("import time:")]
+
+    # a folder's walk, copy and digest (a submit whose command names no file here ships
+    # nothing); the log follower's queue (a finished job's log is read, not followed)
+    quick_only = ("queue", "ma_jupyter.algorithm_content", "ma_jupyter.foldersize")
+    said, modules = imports_of("submit", "--name", "quick", "--", PY, "-c", "print('quick')")
+    assert said.startswith("submitted quick-"), said
+    assert imported_heavy(modules, CLI_HEAVY_MODULES + quick_only) == []
+    job_id = said.split()[1]
+    assert ma_module_cli("wait", job_id).returncode == 0
+    for args in (["get", job_id], ["logs", job_id], ["jobs"]):
+        said, modules = imports_of(*args)
+        assert job_id in said or said == "quick\n", (args, said)
+        assert imported_heavy(modules, CLI_HEAVY_MODULES + quick_only) == [], args
 
 
 def test_submit_json_and_job_commands(ma_cli):

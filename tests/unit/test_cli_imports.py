@@ -12,6 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.helpers import CLI_HEAVY_MODULES as HEAVY
+from tests.helpers import imported_heavy
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # A fresh interpreter: this test process has long imported everything.
@@ -37,51 +42,6 @@ built = sorted(
 print(json.dumps({"modules": modules, "built": built, "text": text}))
 """
 
-#: what a command line of ours never needs to start (the notebook side, Jupyter, the service)
-HEAVY = (
-    "IPython",
-    "ipywidgets",
-    "ipykernel",
-    "jupyter_core",
-    "jupyter_client",
-    "jupyter_server",
-    "fastapi",
-    "starlette",
-    "uvicorn",
-    "ray",
-    "ma_jupyter.service",
-    "ma_jupyter.backends",
-    "ma_jupyter.nodehost",
-    "ma_jupyter.frontends.notebook",
-    "ma_jupyter.client.kernelspec",
-    # the client's HTTP is the standard library's (client/transport.py)
-    "requests",
-    "urllib3",
-    "http.client",  # with ssl and the email package: the transport reads HTTP itself
-    "ssl",
-    "email",
-    # a plain client reads answers without the pydantic models (client/plain.py)
-    "pydantic",
-    "pydantic_core",
-    "ma_jupyter.models",
-    # standard-library modules only some commands need, imported where they are used: starting
-    # a service or probing accelerators (subprocess), digesting a tree (hashlib)
-    "subprocess",
-    "hashlib",
-    # the service's configuration (its dataclasses import inspect, ast, dis...) and the card
-    # probes: a client finds its service through ma_jupyter.statehome
-    "ma_jupyter.config",
-    "ma_jupyter.accelerators",
-    "dataclasses",
-    "inspect",
-    # argparse sizes its help with shutil (and its bz2, lzma) at each option added: the CLI's
-    # formatter finds the width itself (options.HelpFormatter)
-    "shutil",
-    # the job folder's layout and the untrusted-file reader: only a local log read needs them
-    "ma_jupyter.untrusted",
-    "ma_jupyter.jobdir",
-)
-
 
 def test_the_cli_imports_no_heavy_module_it_does_not_need():
     from ma_jupyter.models import Job
@@ -97,8 +57,7 @@ def test_the_cli_imports_no_heavy_module_it_does_not_need():
         check=True,
     )
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    loaded = [m for m in found["modules"] if m.split(".")[0] in HEAVY or m.startswith(HEAVY)]
-    assert loaded == [], loaded
+    assert imported_heavy(found["modules"]) == []
     assert found["built"] == [], f"models built at import: {found['built']}"
     assert "name:      j" in found["text"]
 
@@ -133,3 +92,56 @@ def test_a_call_builds_only_its_own_sub_command_and_every_help_reads_the_same(ca
     lines += [["submit", "--spec", "cpu.small", "--wait"], ["users", "add", "-h"], ["jobs", "--bogus"]]
     for argv in lines:
         assert outcome(cli.build_cli(argv[0]), argv) == outcome(cli.build_cli(), argv), argv
+
+
+# What a command's call imports before it talks to the service: the package, its parser with
+# the command's options, and the module of the command's group (``cli.COMMANDS``).
+COMMAND_PROBE = """
+import importlib, json, sys
+from ma_jupyter.frontends import cli
+
+args = cli.parse_command_line(sys.argv[1:])
+importlib.import_module(f"ma_jupyter.frontends.cli.{cli.COMMANDS[args.cmd]}")
+print(json.dumps(sorted(sys.modules)))
+"""
+
+#: the command groups of ``ma_jupyter.frontends.cli``, each imported only by its own commands
+GROUPS = ("account", "cluster", "devtools", "jobs", "logs", "service", "submit")
+
+#: what none of the quick commands (bench/cli_speed.py's) loads besides ``HEAVY``: the log
+#: follower's queue, a service's stop (signal), the debug terminal, a folder's copy and digest
+NOT_FOR_QUICK_COMMANDS = (
+    "queue",
+    "signal",
+    "ma_jupyter.client.shell",
+    "ma_jupyter.client.snapshot",
+    "ma_jupyter.algorithm_content",
+    "ma_jupyter.foldersize",
+)
+
+
+@pytest.mark.parametrize(
+    "argv, group",
+    [
+        (["jobs"], "jobs"),
+        (["get", "j-1"], "jobs"),
+        (["logs", "j-1"], "logs"),
+        (["submit", "--name", "x", "--", "python", "-c", "pass"], "submit"),
+    ],
+)
+def test_a_quick_command_imports_its_own_group_only(argv, group):
+    """``jobs``, ``get``, ``logs`` and ``submit`` load the module of their own group of commands
+    and none of the others', nor what only other commands need (tests/service/test_cli.py runs
+    them against a service and checks what the whole call loaded)."""
+    done = subprocess.run(
+        [sys.executable, "-c", COMMAND_PROBE, *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    modules = json.loads(done.stdout.strip().splitlines()[-1])
+    others = [f"ma_jupyter.frontends.cli.{g}" for g in GROUPS if g != group]
+    assert f"ma_jupyter.frontends.cli.{group}" in modules
+    assert imported_heavy(modules, HEAVY + NOT_FOR_QUICK_COMMANDS + tuple(others)) == []

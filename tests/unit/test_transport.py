@@ -167,3 +167,33 @@ def test_an_interrupted_answer_is_never_read_as_the_next_one():
         for sock in held:
             sock.close()
         server.close()
+
+
+def test_a_plain_clients_first_call_asks_no_health_and_a_stale_runtime_file_is_found_out(
+    server, tmp_path, monkeypatch
+):
+    """A command line's client (``plain``) sends its call to the runtime file's address at once
+    (no ``/health`` round trip first); where nothing answers there (a service gone since, its
+    runtime file left), it looks for the service as ``connect`` does and says so at once,
+    instead of retrying the dead address."""
+    import json
+
+    from ma_jupyter.client import Client
+    from ma_jupyter.errors import BackendUnavailable
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    for name in ("MA_JUPYTER_URL", "MA_JUPYTER_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    runtime = tmp_path / "service.json"
+    runtime.write_text(json.dumps({"url": f"http://127.0.0.1:{server.port}", "token": "t", "pid": 1}))
+    Client(plain=True, autostart=False).job_page()  # a plain view: the answer is not validated
+    assert [line.split("?")[0] for line in server.requests] == ["GET /api/v1/jobs"]
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connecting is refused
+    try:
+        runtime.write_text(json.dumps({"url": f"http://127.0.0.1:{closed.getsockname()[1]}", "token": "t"}))
+        with pytest.raises(BackendUnavailable, match="no job service answers for"):
+            Client(plain=True, autostart=False, retry_for=3).job_page()
+    finally:
+        closed.close()
