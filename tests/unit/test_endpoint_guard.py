@@ -222,3 +222,29 @@ def test_an_endpoint_that_never_reads_holds_no_relay_past_the_idle_timeout():
     out = json.loads(line[len("RESULT ") :])
     assert out["answer"].startswith("HTTP/1.1 200") and out["sent"] > 0, out
     assert out["active"] == 0, out
+
+
+def test_another_local_process_never_uses_the_proxy_as_a_relay():
+    """A local process asking the proxy for a target no client was made for (a listener of this
+    machine, by address and by a name of it) gets 403, and so does one routed there (a user's
+    endpoint naming this machine); the listener never gets a connection."""
+    import socket
+
+    from ma_jupyter import endpoint_guard
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    proxy = endpoint_guard._Proxy()
+    try:
+        for head in (f"CONNECT 127.0.0.1:{port}", f"GET http://localhost:{port}/"):
+            answer = _ask(proxy.port, f"{head} HTTP/1.1\r\n\r\n".encode())
+            assert answer.startswith(b"HTTP/1.1 403 not an endpoint"), answer
+        proxy.route("localhost", port)
+        answer = _ask(proxy.port, f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.1 403 refused address"), answer
+        assert "allow_endpoints" in (proxy.refusal("localhost") or ""), proxy.refusal("localhost")
+        with pytest.raises(TimeoutError):  # every answer came: nothing still on its way
+            listener.accept()
+    finally:
+        listener.close()
