@@ -205,6 +205,7 @@ def _read_head(conn: socket.socket) -> bytes | None:
         if not chunk:
             return None
         data += chunk
+    conn.settimeout(HEAD_TIMEOUT)  # for the answers that follow, not what was left of the head's
     return data
 
 
