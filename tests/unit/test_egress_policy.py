@@ -230,3 +230,36 @@ def test_a_launch_never_waits_on_a_name_server(monkeypatch):
     gate = egress.gate_for(rules)
     assert gate.hosts == (("192.0.2.9", "slow.example"),) and gate.problems == ()
     assert gate.allows("192.0.2.9", 443) and not gate.allows("192.0.2.9", 80)
+
+
+MANY = r"""
+import subprocess, sys
+subprocess.run(["mount", "--bind", sys.argv[1], "/etc/hosts"], check=True)
+from ma_jupyter import config
+from ma_jupyter.nodehost import egress
+gate = egress.resolve([config.EgressRule("many.example:443", "many.example", None, ((443, 443),))])
+print("RESULT", len(gate.hosts), len(gate.destinations), len(egress.hosts_lines(gate).splitlines()))
+print("PROBLEMS", *gate.problems, sep="\n")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a mount namespace for /etc/hosts)")
+def test_a_name_answering_with_many_addresses_opens_a_bounded_gate(tmp_path):
+    """A listed name whose owner answers with hundreds of addresses (here a test-local
+    ``/etc/hosts`` in a mount namespace of the test's own) gives the gate its first
+    ``MAX_NAME_ADDRESSES`` only: each would be a rule of every attempt's gate and a line of
+    every node's ``/etc/hosts``, and the cache keeps no more; the name's line says so."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(f"203.0.113.{i} many.example\n" for i in range(1, 201)))
+    done = subprocess.run(
+        ["unshare", "--mount", sys.executable, "-c", MANY, str(hosts)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, done.stdout + done.stderr
+    cap = egress.MAX_NAME_ADDRESSES
+    assert line.split()[1:] == [str(cap), str(cap), str(cap + 1)], done.stdout
+    assert f"many.example: resolves to more than {cap} addresses" in done.stdout, done.stdout
