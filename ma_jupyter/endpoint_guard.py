@@ -16,11 +16,14 @@ Rules, in order, for each connection the proxy accepts:
    A target no client was routed to (:func:`route`) is refused (403): the proxy is no open
    relay for other processes of the machine.
 2. The target's name is resolved once (:func:`checked_addresses`); any answer that is a
-   loopback, link-local, private, reserved or multicast address refuses the connection (403,
+   loopback, link-local, private, reserved or multicast address (or an IPv6 address carrying
+   one, :func:`is_refused`) refuses the connection (403,
    and :func:`refusal` keeps why for the client's error); else the proxy connects to the first
    address of that same answer.
 3. Bytes are then relayed both ways until either side closes or the connection has been idle
-   for :data:`IDLE_TIMEOUT` seconds; at most :data:`MAX_CONNECTIONS` at a time (more: 503).
+   for :data:`IDLE_TIMEOUT` seconds (a side that reads nothing for that long ends it too); at
+   most :data:`MAX_CONNECTIONS` at a time (more: 503).  The first request's head must arrive
+   whole within :data:`HEAD_TIMEOUT` seconds (408), however slowly its bytes drip.
 """
 
 from __future__ import annotations
@@ -52,12 +55,23 @@ _BUFFER = 256 << 10
 Refused = AddressRefused
 
 
+#: IPv6 networks whose last 32 bits are an IPv4 address a translator reaches (NAT64's
+#: well-known and local-use prefixes, the deprecated IPv4-compatible form)
+_EMBEDDING = tuple(ipaddress.IPv6Network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96"))
+
+
 def is_refused(address: str) -> bool:
-    """Whether ``address`` is loopback, link-local, private, reserved or multicast (an IPv4
-    address mapped into IPv6 counts as itself)."""
+    """Whether ``address`` is loopback, link-local, private, reserved or multicast; an IPv6
+    address that carries an IPv4 address (mapped, IPv4-compatible, NAT64, 6to4, Teredo) counts
+    as that IPv4 address too: a translator on the way (a cloud's NAT64 gateway) would reach it."""
     ip = ipaddress.ip_address(address.split("%")[0])
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if ip.version == 6:
+        carried = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+        carried += [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) for net in _EMBEDDING if ip in net]
+        if any(v4 is not None and is_refused(str(v4)) for v4 in carried):
+            return True
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
     return not ip.is_global or ip.is_multicast
 
 
@@ -175,14 +189,25 @@ class _Proxy:
 def _read_head(conn: socket.socket) -> bytes | None:
     """The first request's head (and whatever of its body came with it), at most :data:`MAX_HEAD`."""
     data = b""
+    # one deadline for the whole head: a byte now and then must not hold the thread on
+    deadline = time.monotonic() + HEAD_TIMEOUT
     while b"\r\n\r\n" not in data:
         if len(data) > MAX_HEAD:
             _answer(conn, 431, "request head too large")
             return None
-        chunk = conn.recv(MAX_HEAD)
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            conn.settimeout(left)
+            chunk = conn.recv(MAX_HEAD)
+        except TimeoutError:
+            _answer(conn, 408, "request head too slow")
+            return None
         if not chunk:
             return None
         data += chunk
+    conn.settimeout(HEAD_TIMEOUT)  # for the answers that follow, not what was left of the head's
     return data
 
 
@@ -200,7 +225,8 @@ def _target(head: bytes) -> tuple[str, str | None, int]:
     else:
         return method, None, 0
     host, sep, port = authority.rpartition(":")
-    if not sep or not port.isdigit() or "]" in port:
+    # ASCII digits only: str.isdigit takes '²', which int() refuses
+    if not sep or not (port.isascii() and port.isdigit()) or "]" in port:
         host, port = authority, str(default)
     host = host.strip("[]")
     if not host or not 0 < int(port) < 65536:
@@ -209,10 +235,10 @@ def _target(head: bytes) -> tuple[str, str | None, int]:
 
 
 def _relay(a: socket.socket, b: socket.socket) -> None:
-    """Rule 3: bytes both ways until a side closes or nothing moves for :data:`IDLE_TIMEOUT`."""
+    """Rule 3: bytes both ways until a side closes or nothing moves for :data:`IDLE_TIMEOUT`
+    (a side that stops reading counts: a write to it waits that long at most)."""
     for s in (a, b):
-        s.setblocking(True)
-        s.settimeout(None)
+        s.settimeout(IDLE_TIMEOUT)
     peers = {a: b, b: a}
     while True:
         ready, _, _ = select.select(list(peers), [], [], IDLE_TIMEOUT)

@@ -25,8 +25,9 @@ Rules, in order:
    readable, so the prefix is), while the listing runs on its own thread: the submit does not
    wait for it; the start takes a listing as rule 1a says, and when none stands, waits for a
    submit's listing still running (started within :data:`LISTING_REUSE` seconds) and takes it.  A ``HEAD`` that fails lets the listing decide, as
-   without rule 1b; a listing that fails after a ``HEAD`` passed fails the start (data
-   preparation), with the bucket and the reason.
+   without rule 1b; a listing that fails (or finds the prefix empty) after a ``HEAD`` passed
+   fails the start (data preparation), with the bucket and the reason, and the prefix is no
+   longer known: the next submit waits for its listing.
 2. :func:`state_key` is the key of a prefix's state: the URI, the endpoint, the credentials'
    access key id and every object's key, size, ETag and version, so a changed object gives a
    new key (a fresh download), and so do other credentials.
@@ -399,6 +400,8 @@ def _remember(
             del _recent[key]
         if objects is None:
             _recent.pop(_recent_key(uri, credentials, endpoint), None)
+            # nor does its first object stand for the prefix: the next submit waits for a listing
+            _known.pop(_recent_key(uri, credentials, endpoint), None)
             return
         _recent[_recent_key(uri, credentials, endpoint)] = (now, objects)
         while len(_recent) > RECENT_LISTINGS:

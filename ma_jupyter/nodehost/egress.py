@@ -27,7 +27,8 @@ attempt's gate takes the addresses known when it starts (:func:`gate_for`: a lau
 on a name server): they join the filter and are written into each node's ``/etc/hosts`` (the
 nodes look names up there only), so a job reaches a listed name, and no other name resolves.  A
 name not known (yet), or resolving to this machine's own address, is left out, with a problem
-line (in the service log and as a comment in the nodes' ``/etc/hosts``).  Only TCP goes out:
+line (in the service log and as a comment in the nodes' ``/etc/hosts``); of a name with more
+than :data:`MAX_NAME_ADDRESSES` addresses only the first are taken, with such a line.  Only TCP goes out:
 UDP (a name server, QUIC) is unreachable.
 
 Bounds (:class:`Forwarder`'s rules): at most :data:`MAX_CONNECTIONS` relayed connections per
@@ -103,6 +104,9 @@ NAME_REFRESH = 10.0
 NAME_STALE = 600.0
 #: names the cache keeps at most (a policy lists at most 256; older ones are forgotten first)
 NAME_CACHE_SIZE = 1024
+#: addresses of one name an attempt's gate takes at most (the first, in order): a name's owner
+#: can answer with thousands, each a rule of the gate and a line of every node's /etc/hosts
+MAX_NAME_ADDRESSES = 32
 #: seconds between two lines of the service log about one attempt's refusals of one kind
 TELL_EVERY = 10.0
 CHUNK = 65536
@@ -198,10 +202,10 @@ def is_own(address: ipaddress.IPv4Address) -> bool:
 
 
 def _look_up(name: str) -> tuple[str, ...]:
-    """``name``'s IPv4 addresses (the service's resolver: its ``/etc/hosts``, its name servers)."""
-    return tuple(
-        sorted({info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)})
-    )
+    """``name``'s IPv4 addresses (the service's resolver: its ``/etc/hosts``, its name servers),
+    in order, at most one more than :data:`MAX_NAME_ADDRESSES` (that one says there were more)."""
+    found = {info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)}
+    return tuple(sorted(found, key=lambda a: ipaddress.IPv4Address(a))[: MAX_NAME_ADDRESSES + 1])
 
 
 @dataclass
@@ -406,6 +410,12 @@ def _gate(
             problems.append(
                 f"{name}: resolves to this machine's own address {own[0]}, which jobs never reach"
             )
+        elif len(addresses) > MAX_NAME_ADDRESSES:
+            problems.append(
+                f"{name}: resolves to more than {MAX_NAME_ADDRESSES} addresses: only the first "
+                f"{MAX_NAME_ADDRESSES} are reachable"
+            )
+            usable[name] = addresses[:MAX_NAME_ADDRESSES]
         else:
             usable[name] = addresses
     destinations = []

@@ -642,3 +642,70 @@ def test_a_prepared_copy_is_shared_only_by_credentials_of_the_same_identity(s3_e
     assert not theirs.reused and theirs.path != first.path  # downloaded with their own credentials
     again = copies.acquire_objects("j3", uri, owner, s3_endpoint, "alice")
     assert again.reused and again.path == first.path
+
+
+def test_a_known_prefix_no_longer_listable_fails_its_start_clearly_and_its_next_submit(monkeypatch):
+    """objectstore rule 1b, the hostile side: an endpoint that still answers the first object's
+    HEAD but refuses the listing now (the user's listing right revoked).  The submit right after
+    passes on the HEAD (the rule's bounded staleness), and its start fails with the bucket and
+    the endpoint's refusal; the next submit is refused at once, not accepted to fail again at
+    its start."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ma_jupyter import objectstore
+    from ma_jupyter.errors import StorageError
+
+    listable = threading.Event()
+    listable.set()
+
+    class Endpoint(BaseHTTPRequestHandler):
+        def do_HEAD(self):  # every object is there and readable
+            self.send_response(200)
+            for name, value in (
+                ("Content-Length", "1"),
+                ("ETag", '"e"'),
+                ("Last-Modified", "Mon, 07 Dec 2026 00:00:00 GMT"),
+            ):
+                self.send_header(name, value)
+            self.end_headers()
+
+        def do_GET(self):
+            if listable.is_set():
+                status, body = (
+                    200,
+                    (
+                        '<?xml version="1.0"?><ListBucketResult><Name>revoked</Name><KeyCount>1</KeyCount>'
+                        "<IsTruncated>false</IsTruncated><Contents><Key>p/0.bin</Key><Size>1</Size>"
+                        '<ETag>"e"</ETag><LastModified>2026-12-07T00:00:00.000Z</LastModified></Contents>'
+                        "</ListBucketResult>"
+                    ),
+                )
+            else:
+                status, body = 403, "<Error><Code>AccessDenied</Code><Message>no</Message></Error>"
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        objectstore.trust_endpoints((url,))
+        monkeypatch.setattr(objectstore, "LISTING_REUSE", 3600.0)
+        creds, uri = _credentials(url), objectstore.ObjectURI.parse("s3://revoked/p")
+        objectstore.check_readable(uri, creds, url, "dataset d")  # listed: p/0.bin is known
+        objectstore._recent.clear()  # that listing is long past (rule 1a's seconds)
+        listable.clear()
+        objectstore.check_readable(uri, creds, url, "dataset d")  # passes on the HEAD
+        with pytest.raises(StorageError, match="revoked.*AccessDenied|AccessDenied.*revoked"):
+            objectstore.listing(uri, creds, url, reuse=True)  # the start: the listing's verdict
+        with pytest.raises(InvalidSpec, match="dataset d: .*revoked"):
+            objectstore.check_readable(uri, creds, url, "dataset d")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -262,3 +262,36 @@ def test_a_look_up_done_before_its_callback_is_attached_never_locks_the_cache(mo
     caller.join(60)
     assert not caller.is_alive(), "the name cache's lock was never given back"
     assert egress.gate_for(rules).hosts == (("192.0.2.9", "quick.example"),)
+
+
+MANY = r"""
+import subprocess, sys
+subprocess.run(["mount", "--bind", sys.argv[1], "/etc/hosts"], check=True)
+from ma_jupyter import config
+from ma_jupyter.nodehost import egress
+gate = egress.resolve([config.EgressRule("many.example:443", "many.example", None, ((443, 443),))])
+print("RESULT", len(gate.hosts), len(gate.destinations), len(egress.hosts_lines(gate).splitlines()))
+print("PROBLEMS", *gate.problems, sep="\n")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a mount namespace for /etc/hosts)")
+def test_a_name_answering_with_many_addresses_opens_a_bounded_gate(tmp_path):
+    """A listed name whose owner answers with hundreds of addresses (here a test-local
+    ``/etc/hosts`` in a mount namespace of the test's own) gives the gate its first
+    ``MAX_NAME_ADDRESSES`` only: each would be a rule of every attempt's gate and a line of
+    every node's ``/etc/hosts``, and the cache keeps no more; the name's line says so."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(f"203.0.113.{i} many.example\n" for i in range(1, 201)))
+    done = subprocess.run(
+        ["unshare", "--mount", sys.executable, "-c", MANY, str(hosts)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, done.stdout + done.stderr
+    cap = egress.MAX_NAME_ADDRESSES
+    assert line.split()[1:] == [str(cap), str(cap), str(cap + 1)], done.stdout
+    assert f"many.example: resolves to more than {cap} addresses" in done.stdout, done.stdout

@@ -92,3 +92,159 @@ def test_a_name_that_rebinds_after_the_check_never_reaches_the_refused_address(t
     assert out["rebound"] != "listed" and "127.0.0.1" in out["rebound"], out
     assert "allow_endpoints" in out["rebound"], out
     assert out["seen"]["127.0.0.1"] == [], out
+
+
+def _ask(port: int, head: bytes) -> bytes:
+    """The proxy's answer to ``head`` on a connection of its own (what it sent before closing)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+        conn.sendall(head)
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+    return answer
+
+
+def test_ipv6_forms_that_carry_a_refused_ipv4_address_are_refused_by_the_check_and_the_proxy():
+    """An endpoint named by a literal that reaches a refused IPv4 address: IPv4 in other
+    spellings (decimal, octal, short), IPv4-mapped IPv6, and the IPv6 forms a translator on the
+    way turns into IPv4 (NAT64, as a cloud's NAT64 gateway does, 6to4, Teredo, IPv4-compatible):
+    each is refused by the check and by the proxy, which never connects to it."""
+    from ma_jupyter import endpoint_guard
+
+    refused = [
+        "2130706433",  # 127.0.0.1
+        "0177.0.0.1",
+        "127.1",
+        "0.0.0.0",
+        "::ffff:169.254.169.254",
+        "64:ff9b::a9fe:a9fe",  # NAT64: 169.254.169.254
+        "64:ff9b:1::a00:1",  # NAT64, local use: 10.0.0.1
+        "2002:a00:1::1",  # 6to4: 10.0.0.1
+        "2001:0:4136:e378:8000:63bf:f5ff:fffe",  # Teredo, client 10.0.0.1
+        "::127.0.0.1",  # IPv4-compatible
+    ]
+    for host in refused:
+        with pytest.raises(endpoint_guard.Refused):
+            endpoint_guard.checked_addresses(host, 80)
+    assert not endpoint_guard.is_refused("64:ff9b::808:808")  # NAT64 of a public address
+
+    proxy = endpoint_guard._Proxy()
+    proxy.route("64:ff9b::a00:1", 80)
+    answer = _ask(proxy.port, b"CONNECT [64:ff9b::a00:1]:80 HTTP/1.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 403"), answer
+    assert "allow_endpoints" in (proxy.refusal("64:ff9b::a00:1") or ""), proxy.refusal("64:ff9b::a00:1")
+
+
+def test_a_slow_drip_head_or_a_bad_port_never_holds_a_proxy_thread(monkeypatch):
+    """A local process dripping a request head a byte at a time (each byte well within the head
+    timeout) is answered 408 once the whole head's time is spent, not held until 16 KiB arrive;
+    a port of non-ASCII digits gets an answer too, not a thread ending in a traceback."""
+    import select
+    import socket
+    import time
+
+    from ma_jupyter import endpoint_guard
+
+    monkeypatch.setattr(endpoint_guard, "HEAD_TIMEOUT", 1.0)
+    proxy = endpoint_guard._Proxy()
+    answer = _ask(proxy.port, "CONNECT example.com:\u00b2 HTTP/1.1\r\n\r\n".encode("latin-1"))
+    assert answer.startswith(b"HTTP/1.1 40"), answer  # an answer: not a proxy request, not routed
+
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=60) as conn:
+        conn.sendall(b"CONNECT example.com:443 HTTP/1.1\r\nX-Drip: ")
+        answer, ended = b"", False
+        deadline = time.monotonic() + 120  # the old per-byte timeout: 16 KiB at 20 a second
+        while not ended and time.monotonic() < deadline:
+            try:
+                conn.sendall(b"a")
+                if select.select([conn], [], [], 0.05)[0]:
+                    while chunk := conn.recv(4096):
+                        answer += chunk
+                    ended = True
+            except OSError:  # reset: the proxy closed with the drip's last bytes unread
+                ended = True
+    assert ended and (answer == b"" or answer.startswith(b"HTTP/1.1 408")), answer
+
+
+STALLED = r"""
+import json, socket, subprocess, sys, threading, time
+
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+subprocess.run(["ip", "addr", "add", "8.8.8.8/32", "dev", "lo"], check=True)
+
+from ma_jupyter import endpoint_guard
+
+endpoint_guard.IDLE_TIMEOUT = 1.0
+# the user's endpoint: it takes connections and never reads a byte of them
+endpoint = socket.create_server(("8.8.8.8", 0))
+held = []
+threading.Thread(target=lambda: [held.append(endpoint.accept()) for _ in range(2)], daemon=True).start()
+port = endpoint.getsockname()[1]
+proxy = endpoint_guard._Proxy()
+proxy.route("8.8.8.8", port)
+
+client = socket.create_connection(("127.0.0.1", proxy.port), timeout=60)
+client.sendall(f"CONNECT 8.8.8.8:{port} HTTP/1.1\r\n\r\n".encode())
+answer = client.recv(4096)
+client.settimeout(2.0)
+sent = 0
+try:  # an upload the endpoint never reads: every buffer on the way fills
+    while sent < 256 << 20:
+        sent += client.send(b"x" * 65536)
+except OSError:  # its own timeout, or the proxy ended the relay first
+    pass
+client.close()
+deadline = time.monotonic() + 60
+while proxy._active and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("RESULT " + json.dumps({"answer": answer.decode("latin-1"), "sent": sent, "active": proxy._active}), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_an_endpoint_that_never_reads_holds_no_relay_past_the_idle_timeout():
+    """A user's endpoint that accepts a connection and never reads it (the client's upload
+    fills every buffer, then the client gives up) ends its relay once nothing moved for the idle
+    timeout: a write to it no longer waits without bound, so such endpoints cannot take every
+    one of the proxy's connections from the other users' transfers."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", STALLED],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, done.stdout + done.stderr
+    out = json.loads(line[len("RESULT ") :])
+    assert out["answer"].startswith("HTTP/1.1 200") and out["sent"] > 0, out
+    assert out["active"] == 0, out
+
+
+def test_another_local_process_never_uses_the_proxy_as_a_relay():
+    """A local process asking the proxy for a target no client was made for (a listener of this
+    machine, by address and by a name of it) gets 403, and so does one routed there (a user's
+    endpoint naming this machine); the listener never gets a connection."""
+    import socket
+
+    from ma_jupyter import endpoint_guard
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    proxy = endpoint_guard._Proxy()
+    try:
+        for head in (f"CONNECT 127.0.0.1:{port}", f"GET http://localhost:{port}/"):
+            answer = _ask(proxy.port, f"{head} HTTP/1.1\r\n\r\n".encode())
+            assert answer.startswith(b"HTTP/1.1 403 not an endpoint"), answer
+        proxy.route("localhost", port)
+        answer = _ask(proxy.port, f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.1 403 refused address"), answer
+        assert "allow_endpoints" in (proxy.refusal("localhost") or ""), proxy.refusal("localhost")
+        with pytest.raises(TimeoutError):  # every answer came: nothing still on its way
+            listener.accept()
+    finally:
+        listener.close()
