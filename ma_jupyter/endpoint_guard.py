@@ -19,8 +19,9 @@ Rules, in order, for each connection the proxy accepts:
    loopback, link-local, private, reserved or multicast address refuses the connection (403,
    and :func:`refusal` keeps why for the client's error); else the proxy connects to the first
    address of that same answer.
-3. Bytes are then relayed both ways until either side closes or the connection has been idle
-   for :data:`IDLE_TIMEOUT` seconds; at most :data:`MAX_CONNECTIONS` at a time (more: 503).
+3. Bytes are then relayed both ways until either side closes, the connection has been idle
+   for :data:`IDLE_TIMEOUT` seconds, or a side has not taken a send's bytes within as long; at
+   most :data:`MAX_CONNECTIONS` at a time (more: 503).
 """
 
 from __future__ import annotations
@@ -115,7 +116,14 @@ class _Proxy:
             if full:
                 _answer(conn, 503, "too many connections")
                 continue
-            threading.Thread(target=self._serve, args=(conn,), name="ma-endpoint-relay", daemon=True).start()
+            try:
+                threading.Thread(
+                    target=self._serve, args=(conn,), name="ma-endpoint-relay", daemon=True
+                ).start()
+            except RuntimeError:  # no thread to be had now: this connection only is refused
+                with self._lock:
+                    self._active -= 1
+                _answer(conn, 503, "no thread for the connection")
 
     def _serve(self, conn: socket.socket) -> None:
         upstream = None
@@ -207,10 +215,12 @@ def _target(head: bytes) -> tuple[str, str | None, int]:
 
 
 def _relay(a: socket.socket, b: socket.socket) -> None:
-    """Rule 3: bytes both ways until a side closes or nothing moves for :data:`IDLE_TIMEOUT`."""
+    """Rule 3: bytes both ways until a side closes or nothing moves for :data:`IDLE_TIMEOUT`
+    (a side that stops reading fails the send to it within that time: :class:`TimeoutError`)."""
     for s in (a, b):
-        s.setblocking(True)
-        s.settimeout(None)
+        # not None: a blocking send to an endpoint (or client) that never reads would hold the
+        # thread, and one of the MAX_CONNECTIONS places every user shares, for ever
+        s.settimeout(IDLE_TIMEOUT)
     peers = {a: b, b: a}
     while True:
         ready, _, _ = select.select(list(peers), [], [], IDLE_TIMEOUT)

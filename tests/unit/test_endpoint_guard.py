@@ -92,3 +92,44 @@ def test_a_name_that_rebinds_after_the_check_never_reaches_the_refused_address(t
     assert out["rebound"] != "listed" and "127.0.0.1" in out["rebound"], out
     assert "allow_endpoints" in out["rebound"], out
     assert out["seen"]["127.0.0.1"] == [], out
+
+
+def test_a_side_that_never_reads_frees_the_relay_within_the_idle_timeout(monkeypatch):
+    """A hostile endpoint that accepts the connection and never reads (while the client keeps
+    sending) must not hold a relay, one of the places every user shares, for ever."""
+    import socket
+    import threading
+
+    from ma_jupyter import endpoint_guard
+
+    monkeypatch.setattr(endpoint_guard, "IDLE_TIMEOUT", 1.0)
+    client, client_end = socket.socketpair()
+    endpoint_end, endpoint = socket.socketpair()  # ``endpoint`` never reads
+    outcome: list[BaseException | None] = []
+
+    def relay() -> None:
+        try:
+            endpoint_guard._relay(client_end, endpoint_end)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 (recorded for the assertion)
+            outcome.append(exc)
+
+    def send() -> None:  # the client uploads until the relay gives up on it
+        client.settimeout(60)
+        try:
+            while True:
+                client.sendall(b"x" * 65536)
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=relay, daemon=True), threading.Thread(target=send, daemon=True)]
+    for thread in threads:
+        thread.start()
+    threads[0].join(60)
+    try:
+        assert not threads[0].is_alive(), "the relay still waits on an endpoint that never reads"
+        assert outcome and isinstance(outcome[0], OSError), outcome  # _serve's end of a failed relay
+    finally:
+        for sock in (client, client_end, endpoint_end, endpoint):
+            sock.close()
+        threads[1].join(60)
