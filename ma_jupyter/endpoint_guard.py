@@ -40,7 +40,8 @@ MAX_CONNECTIONS = 256
 HEAD_TIMEOUT = 15.0
 #: bytes a first request's head may hold (its line and headers)
 MAX_HEAD = 16 << 10
-#: targets kept routable (the most recent ones)
+#: targets kept routable (the most recently routed or used ones: a client keeps its endpoint's
+#: route while its transfers go on, however many other endpoints are routed meanwhile)
 MAX_ROUTES = 256
 #: seconds a refusal is kept for the client's error
 REFUSAL_KEPT = 120.0
@@ -138,6 +139,8 @@ class _Proxy:
                 return
             with self._lock:
                 routed = (host.lower(), port) in self._routes
+                if routed:  # in use: the routes of other endpoints are forgotten first
+                    self._routes[(host.lower(), port)] = time.monotonic()
             if not routed:
                 _answer(conn, 403, "not an endpoint of this service's clients")
                 return

@@ -133,3 +133,27 @@ def test_a_side_that_never_reads_frees_the_relay_within_the_idle_timeout(monkeyp
         for sock in (client, client_end, endpoint_end, endpoint):
             sock.close()
         threads[1].join(60)
+
+
+def test_an_endpoint_in_use_keeps_its_route_while_other_endpoints_are_routed(monkeypatch):
+    """Routes are bounded (the most recent kept): an endpoint whose client connects keeps its
+    route, so another user routing many endpoints of their own never makes a running transfer's
+    next connection a 403."""
+    import socket
+
+    from ma_jupyter import endpoint_guard
+
+    monkeypatch.setattr(endpoint_guard, "MAX_ROUTES", 3)
+    proxy = endpoint_guard._Proxy()
+
+    def answer() -> str:  # a routed name is checked (localhost: refused); another is not routed
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as conn:
+            conn.sendall(b"CONNECT localhost:9 HTTP/1.1\r\nHost: localhost:9\r\n\r\n")
+            return conn.makefile("rb").readline().decode()
+
+    proxy.route("localhost", 9)  # the victim's endpoint, its transfer running
+    proxy.route("other-1.example", 443)
+    proxy.route("other-2.example", 443)
+    assert "refused address" in answer()  # routed (and used now)
+    proxy.route("other-3.example", 443)  # one more route: the least recently used goes
+    assert "refused address" in answer(), "an endpoint in use lost its route"
