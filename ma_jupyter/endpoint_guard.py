@@ -224,16 +224,22 @@ def _relay(a: socket.socket, b: socket.socket) -> None:
         # not None: a blocking send to an endpoint (or client) that never reads would hold the
         # thread, and one of the MAX_CONNECTIONS places every user shares, for ever
         s.settimeout(IDLE_TIMEOUT)
-    peers = {a: b, b: a}
+    # poll, not select: select refuses a descriptor numbered 1024 or more (a service whose
+    # descriptor limit is raised holds that many under load), failing every transfer
+    peers = {a.fileno(): (a, b), b.fileno(): (b, a)}
+    watch = select.poll()
+    for fd in peers:
+        watch.register(fd, select.POLLIN)
     while True:
-        ready, _, _ = select.select(list(peers), [], [], IDLE_TIMEOUT)
+        ready = watch.poll(IDLE_TIMEOUT * 1000)
         if not ready:
             return
-        for s in ready:
-            data = s.recv(_BUFFER)
+        for fd, _ in ready:
+            source, sink = peers[fd]
+            data = source.recv(_BUFFER)
             if not data:
                 return
-            peers[s].sendall(data)
+            sink.sendall(data)
 
 
 def _answer(conn: socket.socket, status: int, text: str) -> None:

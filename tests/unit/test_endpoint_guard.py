@@ -157,3 +157,41 @@ def test_an_endpoint_in_use_keeps_its_route_while_other_endpoints_are_routed(mon
     assert "refused address" in answer()  # routed (and used now)
     proxy.route("other-3.example", 443)  # one more route: the least recently used goes
     assert "refused address" in answer(), "an endpoint in use lost its route"
+
+
+def test_a_relay_moves_bytes_between_descriptors_numbered_above_1024():
+    """A service whose descriptor limit is raised holds descriptors numbered 1024 and more under
+    load: a relay between two of them still moves the bytes both ways."""
+    import fcntl
+    import resource
+    import socket
+    import threading
+
+    from ma_jupyter import endpoint_guard
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("the descriptor limit stays under 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    pairs = [socket.socketpair(), socket.socketpair()]
+    high = []
+    try:
+        for pair in pairs:  # each relay end moved to a descriptor above 1024
+            fd = fcntl.fcntl(pair[1].fileno(), fcntl.F_DUPFD_CLOEXEC, 1100 + len(high))
+            high.append(socket.socket(fileno=fd))
+        client, endpoint = pairs[0][0], pairs[1][0]
+        thread = threading.Thread(target=endpoint_guard._relay, args=(high[0], high[1]), daemon=True)
+        thread.start()
+        client.sendall(b"request")
+        endpoint.settimeout(30)
+        assert endpoint.recv(100) == b"request"
+        endpoint.sendall(b"answer")
+        client.settimeout(30)
+        assert client.recv(100) == b"answer"
+        client.close()  # one side ends: the relay ends
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        for sock in [*high, *(s for pair in pairs for s in pair)]:
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
