@@ -44,7 +44,8 @@ MAX_CONNECTIONS = 256
 HEAD_TIMEOUT = 15.0
 #: bytes a first request's head may hold (its line and headers)
 MAX_HEAD = 16 << 10
-#: targets kept routable (the most recent ones)
+#: targets kept routable (the most recently routed or used ones: a client keeps its endpoint's
+#: route while its transfers go on, however many other endpoints are routed meanwhile)
 MAX_ROUTES = 256
 #: seconds a refusal is kept for the client's error
 REFUSAL_KEPT = 120.0
@@ -131,7 +132,14 @@ class _Proxy:
             if full:
                 _answer(conn, 503, "too many connections")
                 continue
-            threading.Thread(target=self._serve, args=(conn,), name="ma-endpoint-relay", daemon=True).start()
+            try:
+                threading.Thread(
+                    target=self._serve, args=(conn,), name="ma-endpoint-relay", daemon=True
+                ).start()
+            except RuntimeError:  # no thread to be had now: this connection only is refused
+                with self._lock:
+                    self._active -= 1
+                _answer(conn, 503, "no thread for the connection")
 
     def _serve(self, conn: socket.socket) -> None:
         upstream = None
@@ -146,6 +154,8 @@ class _Proxy:
                 return
             with self._lock:
                 routed = (host.lower(), port) in self._routes
+                if routed:  # in use: the routes of other endpoints are forgotten first
+                    self._routes[(host.lower(), port)] = time.monotonic()
             if not routed:
                 _answer(conn, 403, "not an endpoint of this service's clients")
                 return
@@ -236,19 +246,27 @@ def _target(head: bytes) -> tuple[str, str | None, int]:
 
 def _relay(a: socket.socket, b: socket.socket) -> None:
     """Rule 3: bytes both ways until a side closes or nothing moves for :data:`IDLE_TIMEOUT`
-    (a side that stops reading counts: a write to it waits that long at most)."""
+    (a side that stops reading fails the send to it within that time: :class:`TimeoutError`)."""
     for s in (a, b):
+        # not None: a blocking send to an endpoint (or client) that never reads would hold the
+        # thread, and one of the MAX_CONNECTIONS places every user shares, for ever
         s.settimeout(IDLE_TIMEOUT)
-    peers = {a: b, b: a}
+    # poll, not select: select refuses a descriptor numbered 1024 or more (a service whose
+    # descriptor limit is raised holds that many under load), failing every transfer
+    peers = {a.fileno(): (a, b), b.fileno(): (b, a)}
+    watch = select.poll()
+    for fd in peers:
+        watch.register(fd, select.POLLIN)
     while True:
-        ready, _, _ = select.select(list(peers), [], [], IDLE_TIMEOUT)
+        ready = watch.poll(IDLE_TIMEOUT * 1000)
         if not ready:
             return
-        for s in ready:
-            data = s.recv(_BUFFER)
+        for fd, _ in ready:
+            source, sink = peers[fd]
+            data = source.recv(_BUFFER)
             if not data:
                 return
-            peers[s].sendall(data)
+            sink.sendall(data)
 
 
 def _answer(conn: socket.socket, status: int, text: str) -> None:

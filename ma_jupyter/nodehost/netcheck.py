@@ -11,7 +11,7 @@
 4. a probe that raises is a failure, its exception the reason.
 
 The Ray agents check their overlays with it (``backends/ray/network_check.py``); the local
-backend keeps the same rule inline (``LocalBackend.network_fault``).
+backend's node host keeps the same rule inline (``NodeHost.network_fault``).
 
 Standard library only.
 """
@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 
 #: seconds a probe's answer stands for: the node checks of one round, and of the next few,
-#: share one probe (the local backend's ``NETWORK_PROBE_EVERY``)
+#: share one probe (``nodehost.host.NETWORK_PROBE_EVERY``)
 PROBE_EVERY = 10.0
-#: probes failing in a row before the answer says so (the local backend's ``NETWORK_FAULT_AFTER``)
+#: probes failing in a row before the answer says so (``nodehost.host.NETWORK_FAULT_AFTER``)
 FAULT_AFTER = 2
 
 

@@ -248,3 +248,106 @@ def test_another_local_process_never_uses_the_proxy_as_a_relay():
             listener.accept()
     finally:
         listener.close()
+
+
+def test_a_side_that_never_reads_frees_the_relay_within_the_idle_timeout(monkeypatch):
+    """A hostile endpoint that accepts the connection and never reads (while the client keeps
+    sending) must not hold a relay, one of the places every user shares, for ever."""
+    import socket
+    import threading
+
+    from ma_jupyter import endpoint_guard
+
+    monkeypatch.setattr(endpoint_guard, "IDLE_TIMEOUT", 1.0)
+    client, client_end = socket.socketpair()
+    endpoint_end, endpoint = socket.socketpair()  # ``endpoint`` never reads
+    outcome: list[BaseException | None] = []
+
+    def relay() -> None:
+        try:
+            endpoint_guard._relay(client_end, endpoint_end)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 (recorded for the assertion)
+            outcome.append(exc)
+
+    def send() -> None:  # the client uploads until the relay gives up on it
+        client.settimeout(60)
+        try:
+            while True:
+                client.sendall(b"x" * 65536)
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=relay, daemon=True), threading.Thread(target=send, daemon=True)]
+    for thread in threads:
+        thread.start()
+    threads[0].join(60)
+    try:
+        assert not threads[0].is_alive(), "the relay still waits on an endpoint that never reads"
+        assert outcome and isinstance(outcome[0], OSError), outcome  # _serve's end of a failed relay
+    finally:
+        for sock in (client, client_end, endpoint_end, endpoint):
+            sock.close()
+        threads[1].join(60)
+
+
+def test_an_endpoint_in_use_keeps_its_route_while_other_endpoints_are_routed(monkeypatch):
+    """Routes are bounded (the most recent kept): an endpoint whose client connects keeps its
+    route, so another user routing many endpoints of their own never makes a running transfer's
+    next connection a 403."""
+    import socket
+
+    from ma_jupyter import endpoint_guard
+
+    monkeypatch.setattr(endpoint_guard, "MAX_ROUTES", 3)
+    proxy = endpoint_guard._Proxy()
+
+    def answer() -> str:  # a routed name is checked (localhost: refused); another is not routed
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as conn:
+            conn.sendall(b"CONNECT localhost:9 HTTP/1.1\r\nHost: localhost:9\r\n\r\n")
+            return conn.makefile("rb").readline().decode()
+
+    proxy.route("localhost", 9)  # the victim's endpoint, its transfer running
+    proxy.route("other-1.example", 443)
+    proxy.route("other-2.example", 443)
+    assert "refused address" in answer()  # routed (and used now)
+    proxy.route("other-3.example", 443)  # one more route: the least recently used goes
+    assert "refused address" in answer(), "an endpoint in use lost its route"
+
+
+def test_a_relay_moves_bytes_between_descriptors_numbered_above_1024():
+    """A service whose descriptor limit is raised holds descriptors numbered 1024 and more under
+    load: a relay between two of them still moves the bytes both ways."""
+    import fcntl
+    import resource
+    import socket
+    import threading
+
+    from ma_jupyter import endpoint_guard
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("the descriptor limit stays under 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    pairs = [socket.socketpair(), socket.socketpair()]
+    high = []
+    try:
+        for pair in pairs:  # each relay end moved to a descriptor above 1024
+            fd = fcntl.fcntl(pair[1].fileno(), fcntl.F_DUPFD_CLOEXEC, 1100 + len(high))
+            high.append(socket.socket(fileno=fd))
+        client, endpoint = pairs[0][0], pairs[1][0]
+        thread = threading.Thread(target=endpoint_guard._relay, args=(high[0], high[1]), daemon=True)
+        thread.start()
+        client.sendall(b"request")
+        endpoint.settimeout(30)
+        assert endpoint.recv(100) == b"request"
+        endpoint.sendall(b"answer")
+        client.settimeout(30)
+        assert client.recv(100) == b"answer"
+        client.close()  # one side ends: the relay ends
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        for sock in [*high, *(s for pair in pairs for s in pair)]:
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

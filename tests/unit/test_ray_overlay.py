@@ -161,3 +161,16 @@ def test_the_node_checks_probe_crosses_an_overlay_and_says_why_when_a_port_canno
     assert why is not None and why.startswith("the job's overlay cannot be made: "), why
     assert f"cannot open UDP port {held} of this machine" in why, why
     assert list(folder.iterdir()) == []
+
+
+def test_a_ray_agents_overlay_check_takes_its_ports_from_the_agents_port_pool(tmp_path):
+    """The agent's check (``backends/ray/network_check.py``) as the agent builds it, on its port
+    pool: a probe crosses the overlay and hands its two ports back."""
+    from ma_jupyter.backends.ray.network_check import OverlayCheck
+    from ma_jupyter.nodehost.ports import PortPool
+
+    pool = PortPool()
+    check = OverlayCheck(pool, tmp_path / "probes", None)
+    check._underlay = "127.0.0.1"
+    assert check._probe() is None
+    assert pool.reserve_ports(0) == () and not pool._reserved_ports

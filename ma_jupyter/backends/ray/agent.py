@@ -105,7 +105,7 @@ class NodeAgent:
         #: why this node cannot hold jobs' overlays (None: it can; docs/network.md)
         self._overlay_problem = job_overlay.supported()
         probes = self._local.namespace_folder.with_name(self._local.namespace_folder.name + "-probe")
-        self._overlay_check = OverlayCheck(self._local, probes, self._overlay_problem)
+        self._overlay_check = OverlayCheck(self._ports, probes, self._overlay_problem)
         self._local.end_with = _raylet(node_id)  # rule 4: its nodes end with this Ray node
         # before any work: nothing of a dead node runs on
         self._ended = leftovers.end_leftovers(node_root) if node_root else []

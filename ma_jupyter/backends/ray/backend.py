@@ -717,8 +717,10 @@ class RayBackend(Backend):
             _, pending = self._ray.wait(pending, num_returns=len(pending), timeout=1.0)
             for host, ref in calls.items():  # the nodes' download progress (objects.py rule 5)
                 try:
+                    # a poll's wait, not a call's: a busy agent must not hold the loop's
+                    # cancel and deadline checks for CALL_TIMEOUT per node
                     lines = (
-                        self._get(self._agent_of(host).fetch_progress.remote(job_id))
+                        self._get(self._agent_of(host).fetch_progress.remote(job_id), POLL_TIMEOUT)
                         if ref in pending
                         else []
                     )

@@ -32,20 +32,20 @@ from ...nodehost import network, overlay
 from ...nodehost.netcheck import NetworkCheck
 
 if TYPE_CHECKING:
-    from ..local.backend import LocalBackend
+    from ...nodehost.ports import PortPool
 
 
 class OverlayCheck:
     """Rule 1 on the agent of one Ray node.
 
     Args:
-        local: the agent's local backend (its port pool hands out the probe's UDP ports).
+        ports: the agent's port pool (it hands out the probe's UDP ports, never a task's).
         folder: where the probes' namespaces wait (swept before each probe).
         problem: why this node cannot make overlays (None: it can).
     """
 
-    def __init__(self, local: LocalBackend, folder: Path, problem: str | None):
-        self._local = local
+    def __init__(self, ports: PortPool, folder: Path, problem: str | None):
+        self._ports = ports
         self._folder = folder
         self._problem = problem
         self._underlay = ""
@@ -59,7 +59,7 @@ class OverlayCheck:
         return self.check.answer()
 
     def _probe(self) -> str | None:
-        ports = self._local.reserve_ports(2)
+        ports = self._ports.reserve_ports(2)
         try:
             network.private_folder(self._folder)
             network.sweep(self._folder)  # what a killed agent's probe left
@@ -67,7 +67,7 @@ class OverlayCheck:
         except OSError as exc:
             return f"the job's overlay cannot be made: {exc}"
         finally:
-            self._local.release_ports(ports)
+            self._ports.release_ports(ports)
 
 
 class AgentAnswers:
