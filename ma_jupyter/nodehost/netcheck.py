@@ -60,14 +60,20 @@ class NetworkCheck:
             return self._running
 
     def _run(self) -> None:
+        why: str | None = "the network probe did not finish"
         try:
             why = self._probe()
         except Exception as exc:  # rule 4: the probe's own failure is the machine's answer
             why = f"the network probe failed: {exc}"
-        with self._lock:
-            self._failures = self._failures + 1 if why else 0
-            if why and self._failures < FAULT_AFTER:
-                self._answered = (float("-inf"), self._answered[1])  # rule 3: probe again next look
-            else:
-                self._answered = (time.monotonic(), why)
-            self._running = False
+        finally:  # whatever ended the probe (SystemExit too), the next look may probe again
+            with self._lock:
+                self._record(why)
+
+    def _record(self, why: str | None) -> None:
+        """A probe's answer (under the lock): rules 2 and 3."""
+        self._failures = self._failures + 1 if why else 0
+        if why and self._failures < FAULT_AFTER:
+            self._answered = (float("-inf"), self._answered[1])  # rule 3: probe again next look
+        else:
+            self._answered = (time.monotonic(), why)
+        self._running = False

@@ -4,6 +4,7 @@ and bubblewrap nodes."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -151,14 +152,19 @@ if rank == 0:
 #: (``DS_BUILD_SHM_COMM=1``), as a production image has it: without it the first
 #: ``init_distributed`` on CPU JIT-builds the op on each node (93 s of this test's 117 s here)
 DEEPSPEED_IMAGE = os.environ.get(
-    "MA_DEEPSPEED_IMAGE", os.path.join(os.path.dirname(__file__), "..", "..", ".venv", "images", "deepspeed")
+    "MA_DEEPSPEED_IMAGE",
+    os.path.join(
+        os.path.dirname(__file__), "..", "..", os.environ.get("MA_VENV", ".venv"), "images", "deepspeed"
+    ),
 )
+#: the op ./dev setup builds: an image without it would JIT-build it in the test, minutes long
+DEEPSPEED_OP = os.path.join(DEEPSPEED_IMAGE, "deepspeed", "ops", "comm", "deepspeed_shm_comm_op*.so")
 
 
 @pytest.mark.timeout(480)
 @pytest.mark.skipif(
-    not os.path.isdir(os.path.join(DEEPSPEED_IMAGE, "deepspeed")),
-    reason="needs the DeepSpeed image (./dev setup makes .venv/images/deepspeed)",
+    not glob.glob(DEEPSPEED_OP),
+    reason=f"needs the DeepSpeed image with its comm op built ({DEEPSPEED_OP}: ./dev setup makes it)",
 )
 def test_a_plain_deepspeed_command_on_node_0_runs_both_nodes_over_pdsh_and_ssh(ma_client, tmp_path):
     outputs = writable_dir(tmp_path / "out")

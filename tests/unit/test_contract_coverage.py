@@ -33,6 +33,9 @@ TESTED_ELSEWHERE = {
     "and a killed raylet, not a contract test's budget",
     24: "kernel route: a dev environment's kernel through a client (service/test_devenv_kernel.py, "
     "ray/test_ray_devenv.py)",
+    28: "network check: a probe must be made to fail twice in a row to see its fault (a drop rule "
+    "in a node's namespace): service/test_node_inspection.py (local), ray/test_ray_node_checks.py "
+    "(an nftables rule dropping a Ray host's overlay frames)",
 }
 
 

@@ -52,3 +52,22 @@ def test_a_probe_that_raises_is_a_failure_with_its_reason():
         check.answer()
         wait_for(lambda: not check.running, timeout=30)
     assert check.answer() == "the network probe failed: no netlink here"
+
+
+def test_a_probe_ended_by_a_base_exception_leaves_the_check_free_to_probe_again():
+    """A probe thread ended by what is not an Exception (SystemExit, KeyboardInterrupt) must not
+    leave the check marked running: no probe would ever start again."""
+    ends = iter([SystemExit(1), None])
+
+    def probe() -> str | None:
+        end = next(ends)
+        if end is not None:
+            raise end
+        return None
+
+    check = NetworkCheck(probe, every=0.0)
+    check.answer()
+    wait_for(lambda: not check.running, timeout=30)
+    check.answer()  # a second probe starts
+    wait_for(lambda: not check.running, timeout=30)
+    assert next(ends, "both ran") == "both ran"

@@ -85,7 +85,7 @@ class AgentAnswers:
             out = self._out.get(host)
             if out is not None and out.done():
                 del self._out[host]
-                if out.exception() is None:
+                if not out.cancelled() and out.exception() is None:
                     self._answers[host] = out.result()
                 out = None
             if out is None:
