@@ -99,7 +99,7 @@ RECENT_LISTINGS = 64
 _PAGE = 1000
 _recent: dict[tuple[str, str, str], tuple[float, list[Obj]]] = {}
 #: the submits' listings still running, by the same key (rule 1b)
-_running: dict[tuple[str, str, str], tuple[float, threading.Event]] = {}
+_running: dict[tuple[str, str, str], tuple[float, threading.Event, list[object]]] = {}
 #: seconds the first object of a prefix's listing is remembered for rule 1b
 KNOWN_KEPT = 3600.0
 #: the first object's key of each prefix listed lately, by the same key (rule 1b)
@@ -419,16 +419,15 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
     credentials, within :data:`CHECK_TIMEOUT`.  The listing (one page) runs on a thread of its
     own; a prefix whose first object is known from an earlier listing with these credentials
     (rule 1b) passes once that object's ``HEAD`` answers, while the listing goes on for the
-    start (:func:`listing` with ``reuse``).
+    start (:func:`listing` with ``reuse``).  One listing of a prefix with the same credentials
+    runs at a time: submits made while it runs share it and its verdict.
 
     Raises:
         InvalidSpec: naming ``what``, the bucket and the reason.
     """
-    result: list[object] = []
     key = _recent_key(uri, credentials, endpoint)
-    done = threading.Event()
 
-    def run() -> None:
+    def run(done: threading.Event, result: list[object]) -> None:
         try:
             # one page either way; a prefix it holds whole is remembered for the start (rule 1a)
             objects = listing(uri, credentials, endpoint, limit=_PAGE - 1, timeout=CHECK_TIMEOUT)
@@ -446,11 +445,20 @@ def check_readable(uri: ObjectURI, credentials: dict[str, str], endpoint: str | 
                     del _running[key]
 
     with _recent_lock:
-        _running[key] = (time.monotonic(), done)
-        while len(_running) > RECENT_LISTINGS:  # the oldest, which its own thread ends anyway
-            del _running[min(_running, key=lambda k: _running[k][0])]
+        running = _running.get(key)
+        # one listing of a prefix with the same credentials at a time: the submits of a user
+        # submitting in a loop (which rule 1b answers before their listing ends) share it, so
+        # they never pile up threads waiting on a slow endpoint
+        start = running is None or running[1].is_set()
+        if start:
+            running = _running[key] = (time.monotonic(), threading.Event(), [])
+            while len(_running) > RECENT_LISTINGS:  # the oldest, which its own thread ends anyway
+                del _running[min(_running, key=lambda k: _running[k][0])]
         known = _known.get(key)
-    threading.Thread(target=run, name="ma-storage-check", daemon=True).start()
+    assert running is not None
+    _, done, result = running
+    if start:
+        threading.Thread(target=run, args=(done, result), name="ma-storage-check", daemon=True).start()
     if (
         known is not None
         and time.monotonic() - known[0] <= KNOWN_KEPT

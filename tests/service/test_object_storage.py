@@ -709,3 +709,64 @@ def test_a_known_prefix_no_longer_listable_fails_its_start_clearly_and_its_next_
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_submits_in_a_loop_on_a_known_prefix_share_one_listing_of_a_slow_endpoint(monkeypatch):
+    """objectstore rule 1b, the hostile side: each submit of a known prefix passes on its HEAD
+    while the listing goes on; a user submitting in a loop against their own endpoint that
+    answers listings slowly must not leave one waiting thread per submit."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ma_jupyter import objectstore
+
+    slow = threading.Event()  # set: listings wait until released
+    release = threading.Event()
+    listings = []
+
+    class Endpoint(BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(200)
+            for name, value in (
+                ("Content-Length", "1"),
+                ("ETag", '"e"'),
+                ("Last-Modified", "Mon, 07 Dec 2026 00:00:00 GMT"),
+            ):
+                self.send_header(name, value)
+            self.end_headers()
+
+        def do_GET(self):
+            listings.append(1)
+            if slow.is_set():
+                release.wait(60)
+            body = (
+                '<?xml version="1.0"?><ListBucketResult><Name>loop</Name><KeyCount>1</KeyCount>'
+                "<IsTruncated>false</IsTruncated><Contents><Key>p/0.bin</Key><Size>1</Size>"
+                '<ETag>"e"</ETag><LastModified>2026-12-07T00:00:00.000Z</LastModified></Contents>'
+                "</ListBucketResult>"
+            )
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        objectstore.trust_endpoints((url,))
+        creds, uri = _credentials(url), objectstore.ObjectURI.parse("s3://loop/p")
+        objectstore.check_readable(uri, creds, url, "dataset d")  # listed: p/0.bin is known
+        slow.set()
+        for _ in range(20):  # each passes on the HEAD while the listing hangs
+            objectstore.check_readable(uri, creds, url, "dataset d")
+        checking = [t for t in threading.enumerate() if t.name == "ma-storage-check"]
+        assert len(checking) == 1, f"{len(checking)} listings of one prefix at once"
+        assert len(listings) == 2
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
