@@ -18,7 +18,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +55,11 @@ RESERVE_BYTES = 1 << 20
 # Seconds between re-reads of a job's status while a long-poll waits: a safety net only (and
 # how soon a waiter learns that its job was deleted), since every update wakes the waiters.
 STATUS_RECHECK = 1.0
+#: the listed jobs whose parsed form :meth:`Store.list` keeps, keyed by their stored JSON (the
+#: most one page may hold, so a page listed again parses only the jobs that changed), and the
+#: most characters of JSON they may come to (specs may be large: the memory stays bounded)
+LISTED_KEPT = 500
+LISTED_KEPT_CHARS = 8 << 20
 
 
 #: what a listing may be sorted by (``GET /jobs?sort=``): the job table's own columns, then
@@ -135,6 +141,10 @@ class Store:
         store_schema.upgrade(self.engine, path)
         # SQLite allows one writer; serialising in-process writers avoids "database is locked".
         self._write_lock = threading.RLock()
+        # stored JSON -> the job it parses to, for listings (see list); least recently used first
+        self._listed: OrderedDict[str, Job] = OrderedDict()
+        self._listed_chars = 0
+        self._listed_lock = threading.Lock()
         self.reserve = path.parent / RESERVE_NAME
         self.keep_reserve()
 
@@ -386,7 +396,8 @@ class Store:
         algorithms_in: Sequence[str] | None = None,
         type: str | None = None,
         sort: str = "-created",
-    ) -> tuple[list[Job], int]:
+        each: Callable[[Job], Any] | None = None,
+    ) -> tuple[list[Any], int]:
         """Jobs in ``sort`` order (default newest first), filtered; returns (page, total matching).
 
         ``sort``: one of :data:`SORT_KEYS`, ``-`` first for descending; ties go newest first.
@@ -399,6 +410,14 @@ class Store:
         JSON is read: a page costs the same however many jobs match.  ``viewer``: only the jobs
         this user may see (its own, the service's, and others' whose access is not ``none``);
         None: every job (an admin's view).
+
+        ``each``: the page holds ``each(job)`` for each job instead of the job, made as the rows
+        are read one at a time from one query (a listing's summaries: only one whole job, and
+        one row's JSON, is held at a time, however large the page and its specs).  The job
+        given to ``each`` may be one an earlier listing parsed from the same stored JSON (the
+        last :data:`LISTED_KEPT`, up to :data:`LISTED_KEPT_CHARS` of JSON, are kept: parsing
+        whole jobs was most of a listing's time), so
+        ``each`` must not change it.
         """
         page = select(jobs_table.c.id)
         count = select(func.count()).select_from(jobs_table)
@@ -435,9 +454,30 @@ class Store:
         page = page.order_by(*order).offset(offset).limit(limit)
         query = select(jobs_table.c.job).where(jobs_table.c.id.in_(page.scalar_subquery())).order_by(*order)
         with self.engine.connect() as conn:
-            rows = conn.execute(query).all()
+            if each is not None:
+                items = [each(self._listed_job(r[0])) for r in conn.execute(query)]
+            else:
+                items = [Job.model_validate_json(r[0]) for r in conn.execute(query).all()]
             total = conn.execute(count).scalar_one()
-        return [Job.model_validate_json(r[0]) for r in rows], int(total)
+        return items, int(total)
+
+    def _listed_job(self, stored: str) -> Job:
+        """The job ``stored`` (its JSON as stored) parses to, parsed again only when the JSON
+        differs from every kept one (any change of the job changes its JSON)."""
+        with self._listed_lock:
+            job = self._listed.get(stored)
+            if job is not None:
+                self._listed.move_to_end(stored)
+                return job
+        job = Job.model_validate_json(stored)
+        with self._listed_lock:
+            # a large spec is parsed on each listing rather than crowding out the rest
+            if stored not in self._listed and len(stored) <= LISTED_KEPT_CHARS // LISTED_KEPT:
+                self._listed[stored] = job
+                self._listed_chars += len(stored)
+            while len(self._listed) > LISTED_KEPT or self._listed_chars > LISTED_KEPT_CHARS:
+                self._listed_chars -= len(self._listed.popitem(last=False)[0])
+        return job
 
     def by_status(self, *statuses: JobStatus) -> builtins.list[Job]:
         """Jobs in these statuses, in queue order (priority high first, then oldest first)."""
@@ -454,17 +494,13 @@ class Store:
         with self.engine.connect() as conn:
             return [Job.model_validate_json(r[0]) for r in conn.execute(query).all()]
 
-    def count_jobs(self, creator: str, statuses: Iterable[JobStatus], priority: int) -> int:
-        """How many of ``creator``'s jobs are in these statuses with this priority rank."""
-        query = (
-            select(func.count())
-            .select_from(jobs_table)
-            .where(
-                jobs_table.c.creator == creator,
-                jobs_table.c.priority == priority,
-                jobs_table.c.status.in_([s.value for s in statuses]),
-            )
-        )
+    def count_jobs(self, creator: str, statuses: Iterable[JobStatus], priority: int | None) -> int:
+        """How many of ``creator``'s jobs are in these statuses with this priority rank (None:
+        any priority)."""
+        conditions = [jobs_table.c.creator == creator, jobs_table.c.status.in_([s.value for s in statuses])]
+        if priority is not None:
+            conditions.append(jobs_table.c.priority == priority)
+        query = select(func.count()).select_from(jobs_table).where(*conditions)
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 

@@ -61,8 +61,6 @@ from .schema import SPEC_BODY, UPDATE_BODY
 
 router = APIRouter(prefix=API_PREFIX)
 
-#: whole jobs a listing reads from the store at a time (see ``list_jobs``)
-LIST_CHUNK = 10
 #: the statuses of a job not ended (a dev environment in one counts against its caps)
 LIVE = tuple(s for s in JobStatus if not s.is_terminal())
 #: seconds a force-delete answer waits (asynchronously) for the job to stop before answering 202
@@ -156,7 +154,7 @@ def _check_spec_bytes(spec: JobSpec, cap: int) -> None:
 
 def _queued_quota(services: Services, creator: str, cap: int) -> None:
     """The creator's queued jobs counted against ``[limits] max_queued_jobs_per_user`` (429)."""
-    queued = sum(services.store.count_jobs(creator, [JobStatus.queued], p.rank) for p in Priority)
+    queued = services.store.count_jobs(creator, [JobStatus.queued], priority=None)  # one query, every rank
     if queued >= cap:
         raise LimitReached(
             f"{creator} has {queued} queued jobs, and [limits] max_queued_jobs_per_user is {cap}: wait "
@@ -278,15 +276,12 @@ def list_jobs(
         sort=sort.value,
     )
     # Each job as its summary (no variables, mounts or commands: the answer is bounded per job),
-    # read LIST_CHUNK whole jobs at a time, so a large page never holds every whole spec at once.
-    summaries: list[JobSummary] = []
-    total = 0
-    while len(summaries) < limit:
-        want = min(LIST_CHUNK, limit - len(summaries))
-        chunk, total = services.store.list(offset=offset + len(summaries), limit=want, **filters)
-        summaries += [JobSummary.of(as_seen(services, j, user)) for j in chunk]
-        if len(chunk) < want:
-            break
+    # made as the store reads the page's rows one at a time: a large page never holds every
+    # whole spec at once, and the page costs one query and one count (a query per slice of it
+    # and a count with each had taken most of a listing's time).
+    summaries, total = services.store.list(
+        offset=offset, limit=limit, each=lambda job: JobSummary.of(as_seen(services, job, user)), **filters
+    )
     return JobPage(
         items=summaries,
         total=total,
