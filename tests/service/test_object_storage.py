@@ -644,57 +644,78 @@ def test_a_prepared_copy_is_shared_only_by_credentials_of_the_same_identity(s3_e
     assert again.reused and again.path == first.path
 
 
+class OneObjectEndpoint:
+    """An S3 endpoint on loopback whose bucket ``bucket`` holds one object ``p/0.bin``: a
+    ``HEAD`` always answers; a listing answers while ``listable`` is set (403 AccessDenied
+    otherwise) and waits for ``release`` while ``slow`` is set.  ``listings`` counts them."""
+
+    def __init__(self, bucket: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.listable, self.slow, self.release = threading.Event(), threading.Event(), threading.Event()
+        self.listable.set()
+        self.listings: list[int] = []
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_HEAD(self):  # every object is there and readable
+                self.send_response(200)
+                for name, value in (
+                    ("Content-Length", "1"),
+                    ("ETag", '"e"'),
+                    ("Last-Modified", "Mon, 07 Dec 2026 00:00:00 GMT"),
+                ):
+                    self.send_header(name, value)
+                self.end_headers()
+
+            def do_GET(self):
+                endpoint.listings.append(1)
+                if endpoint.slow.is_set():
+                    endpoint.release.wait(60)
+                if endpoint.listable.is_set():
+                    status, body = (
+                        200,
+                        (
+                            f'<?xml version="1.0"?><ListBucketResult><Name>{bucket}</Name><KeyCount>1</KeyCount>'
+                            "<IsTruncated>false</IsTruncated><Contents><Key>p/0.bin</Key><Size>1</Size>"
+                            '<ETag>"e"</ETag><LastModified>2026-12-07T00:00:00.000Z</LastModified></Contents>'
+                            "</ListBucketResult>"
+                        ),
+                    )
+                else:
+                    status, body = 403, "<Error><Code>AccessDenied</Code><Message>no</Message></Error>"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def test_a_known_prefix_no_longer_listable_fails_its_start_clearly_and_its_next_submit(monkeypatch):
     """objectstore rule 1b, the hostile side: an endpoint that still answers the first object's
     HEAD but refuses the listing now (the user's listing right revoked).  The submit right after
     passes on the HEAD (the rule's bounded staleness), and its start fails with the bucket and
     the endpoint's refusal; the next submit is refused at once, not accepted to fail again at
     its start."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     from ma_jupyter import objectstore
     from ma_jupyter.errors import StorageError
 
-    listable = threading.Event()
-    listable.set()
-
-    class Endpoint(BaseHTTPRequestHandler):
-        def do_HEAD(self):  # every object is there and readable
-            self.send_response(200)
-            for name, value in (
-                ("Content-Length", "1"),
-                ("ETag", '"e"'),
-                ("Last-Modified", "Mon, 07 Dec 2026 00:00:00 GMT"),
-            ):
-                self.send_header(name, value)
-            self.end_headers()
-
-        def do_GET(self):
-            if listable.is_set():
-                status, body = (
-                    200,
-                    (
-                        '<?xml version="1.0"?><ListBucketResult><Name>revoked</Name><KeyCount>1</KeyCount>'
-                        "<IsTruncated>false</IsTruncated><Contents><Key>p/0.bin</Key><Size>1</Size>"
-                        '<ETag>"e"</ETag><LastModified>2026-12-07T00:00:00.000Z</LastModified></Contents>'
-                        "</ListBucketResult>"
-                    ),
-                )
-            else:
-                status, body = 403, "<Error><Code>AccessDenied</Code><Message>no</Message></Error>"
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body.encode())
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = OneObjectEndpoint("revoked")
+    listable = endpoint.listable
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+        url = endpoint.url
         objectstore.trust_endpoints((url,))
         monkeypatch.setattr(objectstore, "LISTING_REUSE", 3600.0)
         creds, uri = _credentials(url), objectstore.ObjectURI.parse("s3://revoked/p")
@@ -707,8 +728,7 @@ def test_a_known_prefix_no_longer_listable_fails_its_start_clearly_and_its_next_
         with pytest.raises(InvalidSpec, match="dataset d: .*revoked"):
             objectstore.check_readable(uri, creds, url, "dataset d")
     finally:
-        server.shutdown()
-        server.server_close()
+        endpoint.close()
 
 
 def test_submits_in_a_loop_on_a_known_prefix_share_one_listing_of_a_slow_endpoint(monkeypatch):
@@ -716,57 +736,20 @@ def test_submits_in_a_loop_on_a_known_prefix_share_one_listing_of_a_slow_endpoin
     while the listing goes on; a user submitting in a loop against their own endpoint that
     answers listings slowly must not leave one waiting thread per submit."""
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from ma_jupyter import objectstore
 
-    slow = threading.Event()  # set: listings wait until released
-    release = threading.Event()
-    listings = []
-
-    class Endpoint(BaseHTTPRequestHandler):
-        def do_HEAD(self):
-            self.send_response(200)
-            for name, value in (
-                ("Content-Length", "1"),
-                ("ETag", '"e"'),
-                ("Last-Modified", "Mon, 07 Dec 2026 00:00:00 GMT"),
-            ):
-                self.send_header(name, value)
-            self.end_headers()
-
-        def do_GET(self):
-            listings.append(1)
-            if slow.is_set():
-                release.wait(60)
-            body = (
-                '<?xml version="1.0"?><ListBucketResult><Name>loop</Name><KeyCount>1</KeyCount>'
-                "<IsTruncated>false</IsTruncated><Contents><Key>p/0.bin</Key><Size>1</Size>"
-                '<ETag>"e"</ETag><LastModified>2026-12-07T00:00:00.000Z</LastModified></Contents>'
-                "</ListBucketResult>"
-            )
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body.encode())
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = OneObjectEndpoint("loop")
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+        url = endpoint.url
         objectstore.trust_endpoints((url,))
         creds, uri = _credentials(url), objectstore.ObjectURI.parse("s3://loop/p")
         objectstore.check_readable(uri, creds, url, "dataset d")  # listed: p/0.bin is known
-        slow.set()
+        endpoint.slow.set()
         for _ in range(20):  # each passes on the HEAD while the listing hangs
             objectstore.check_readable(uri, creds, url, "dataset d")
         checking = [t for t in threading.enumerate() if t.name == "ma-storage-check"]
         assert len(checking) == 1, f"{len(checking)} listings of one prefix at once"
-        assert len(listings) == 2
+        assert len(endpoint.listings) == 2
     finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
+        endpoint.close()
