@@ -119,6 +119,10 @@ class HostedAttempt(JobAttempt, Protocol):
     def job_dir(self) -> Path: ...
 
 
+#: seconds a closing host waits for a network probe under way, to remove what it made
+PROBE_CLOSE_WAIT = 10.0
+
+
 class NodeHost:
     """The nodes of one machine, run as sandboxed process trees here.
 
@@ -187,6 +191,24 @@ class NodeHost:
         self._forks.close()
         if self._exits is not None:
             self._exits.close()
+        self._remove_probes()
+
+    def _remove_probes(self) -> None:
+        """What a network probe made is gone once the host closes: a probe under way (seconds)
+        is waited for, up to :data:`PROBE_CLOSE_WAIT`; its namespaces stay mounted otherwise,
+        and the folder holding them (a home, a test's or a benchmark's temporary folder)
+        cannot be removed until the next service's sweep."""
+        probes = self._probes_folder()
+        if not self._probe_run_lock.acquire(timeout=PROBE_CLOSE_WAIT):
+            return  # left to the next start's sweep
+        try:
+            network_ns.sweep(probes)
+        finally:
+            self._probe_run_lock.release()
+
+    def _probes_folder(self) -> Path:
+        folder = self.namespace_folder or config.home() / "netns"
+        return folder.with_name(folder.name + "-probe")
 
     # ------------------------------------------------------------------ isolation
 
@@ -706,8 +728,7 @@ class NodeHost:
         nodes made, crossed and removed as an attempt's would be
         (:func:`.network.probe_job_network`), in a folder beside the attempts' (their sweep
         never removes a probe's), itself swept of what a killed service left."""
-        folder = self.namespace_folder or config.home() / "netns"
-        probes = folder.with_name(folder.name + "-probe")
+        probes = self._probes_folder()
         with self._probe_run_lock:  # one probe at a time: each sweeps the folder first
             try:
                 network_ns.private_folder(probes)

@@ -336,3 +336,19 @@ def test_one_failed_network_probe_marks_nothing_two_in_a_row_do(ma_home, monkeyp
     assert look() is None  # the passed answer; this look's probe fails once
     assert look() is None  # still not said; this look's probe fails again
     assert look() == "cannot: second"  # two in a row: said
+
+
+def test_a_closing_host_removes_what_a_network_probe_left(ma_home):
+    """A service stopped while its network probe ran left the probe's namespaces mounted in its
+    home: the folder holding it (a test's or a benchmark's temporary one) could not be removed
+    until another service's sweep.  Closing the host removes them."""
+    from ma_jupyter.backends.local.backend import LocalBackend
+    from ma_jupyter.nodehost import network
+
+    if not network.namespaces_supported():
+        pytest.skip("this machine makes no network namespaces")
+    backend = LocalBackend()
+    probes = backend.node_host._probes_folder()
+    network.make_namespace(probes / "probe-1.0")  # what a probe under way had made
+    backend.close()
+    assert list(probes.iterdir()) == []
