@@ -60,7 +60,10 @@ from .agent_wire import IO_TIMEOUT
 T = TypeVar("T")
 
 CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
 MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
 MNT_DETACH = 2
 UMOUNT_NOFOLLOW = 8
 SIOCGIFFLAGS = 0x8913
@@ -478,18 +481,41 @@ def probe_job_network(folder: Path, key: str, timeout: float = 2.0) -> str | Non
        is the answer;
     2. node 0 crosses the switch to node 1 (:func:`cross_probe`);
     3. the namespaces are forgotten, whatever happened: nothing of the probe lives on (each
-       namespace dies with its last socket).
+       namespace dies with its last socket);
+    4. all of it runs on a thread of its own in a mount namespace of its own
+       (:func:`private_mounts`), where the namespaces' bind mounts are made: they end with
+       that thread even when the process is killed mid-probe (a service stopped by SIGKILL),
+       and never stay mounted in ``folder`` (a home, or a test's temporary folder that could
+       then not be removed).  Where that namespace cannot be made, the probe runs here.
     """
     addresses = [("probe-0", node_address(0)), ("probe-1", node_address(1))]
-    try:
-        made = make_job_network(folder, key, addresses)
-    except OSError as exc:
-        return f"the job network cannot be made: {exc}"
-    try:
-        first, second = (str(made.nodes[name][0]) for name, _ in addresses)
-        return cross_probe(first, second, addresses[1][1], addresses[0][1], timeout)
-    finally:
-        remove_job_network(made)
+
+    def probe() -> str | None:
+        private_mounts()
+        try:
+            made = make_job_network(folder, key, addresses)
+        except OSError as exc:
+            return f"the job network cannot be made: {exc}"
+        try:
+            first, second = (str(made.nodes[name][0]) for name, _ in addresses)
+            return cross_probe(first, second, addresses[1][1], addresses[0][1], timeout)
+        finally:
+            remove_job_network(made)
+
+    return in_thread(probe)
+
+
+def private_mounts() -> bool:
+    """Move the calling thread into a mount namespace of its own, where every mount is private
+    (nothing made there propagates back): what it and the threads it starts mount lasts as
+    long as they do, whatever ends the process.  False where it cannot (not root), the thread
+    then staying where it was."""
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        return False
+    # the copy's mounts may be shared with the host's (systemd makes / shared): made private
+    # here, a bind mount below never appears outside
+    _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    return True
 
 
 def cross_probe(first: str, second: str, address: str, source: str, timeout: float = 2.0) -> str | None:

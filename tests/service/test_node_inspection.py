@@ -352,3 +352,49 @@ def test_a_closing_host_removes_what_a_network_probe_left(ma_home):
     network.make_namespace(probes / "probe-1.0")  # what a probe under way had made
     backend.close()
     assert list(probes.iterdir()) == []
+
+
+#: a probe that stops between making its namespaces and crossing them, until it is killed
+PROBE_HELD = """
+import sys, time
+from pathlib import Path
+from ma_jupyter.nodehost import network
+
+def held(*args, **kwargs):
+    print("made", flush=True)
+    time.sleep(600)
+
+network.cross_probe = held
+network.probe_job_network(Path(sys.argv[1]), "probe-held")
+"""
+
+
+def test_a_service_killed_mid_probe_leaves_nothing_mounted(tmp_path):
+    """SIGKILL, which no closing host outlives, while the probe's namespaces exist: nothing of
+    them was ever mounted where this process (or anyone) sees it, and the folder is removed."""
+    import select
+    import shutil
+
+    from tests.fixtures.service_process import REPO
+
+    if not network.namespaces_supported():
+        pytest.skip("this machine makes no network namespaces")
+    folder = tmp_path / "netns-probe"
+    env = dict(os.environ, PYTHONPATH=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PROBE_HELD, str(folder)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready and proc.stdout.readline().strip() == "made", proc.poll()
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "probe-held.0",
+            "probe-held.1",
+            "probe-held.switch",
+        ]
+        with open("/proc/self/mountinfo") as mounts:
+            assert str(folder) not in mounts.read()
+    finally:
+        proc.kill()
+        proc.wait(30)
+    shutil.rmtree(folder)  # no "Device or resource busy"

@@ -311,7 +311,18 @@ def test_a_two_node_mpi_job_prints_no_open_mpi_warning(ma_client, tmp_path):
     assert job.status.value == "succeeded", (job.reason, logs)
     assert logs.count("mpi rank") == 2, logs
     assert "local probe returned unhandled shell" not in logs, logs
-    assert _foreign_lines(logs, r"\[rank \d\] mpi rank \d of 2") == [], logs
+    assert _foreign_lines(logs, r"\[rank \d\] mpi rank \d of 2|" + PRRTE_SETPGID_RACE) == [], logs
+
+
+#: Open MPI 5's launcher (PRRTE's plm/ssh) forks the remote shell and both sides put the child
+#: in a process group of its own; when the child has already exec'd the agent (a loaded
+#: machine schedules it first), the parent's setpgid fails with EACCES and PRRTE prints this
+#: warning, unconditionally, on any machine: the child's own setpgid(0,0) already did the work
+#: ("Ignore this error since the child is off and running", its source says)
+PRRTE_SETPGID_RACE = (
+    r"\[worker-0:\d+\] plm:ssh: Warning: setpgid\((\d+),\1\) failed in parent with "
+    r"errno=Permission denied\(13\)"
+)
 
 
 def test_the_home_cache_names_are_documented():
