@@ -172,7 +172,7 @@ class Preparation:
 
     def placements(self) -> list[Placement]:
         """The nodes reserved for the jobs being prepared: they count as used."""
-        return [p.placement for p in self._preparing.values()]
+        return [p.placement for p in list(self._preparing.values())]  # one step: safe off the lock
 
     def reserved(self) -> list[Running]:
         """The jobs being prepared as running ones, each ending at now plus its duration (they

@@ -245,3 +245,46 @@ def test_the_first_start_read_of_a_folder_runs_off_the_lock(ma_supervisor, tmp_p
     assert any(
         f"algorithm folder {folder} changed since the submit" in e.reason for e in sup.store.events(job.id)
     )
+
+
+class LaunchHeld(HeldBackend):
+    """A backend whose launches from the supervisor's threads wait until the test lets them go."""
+
+    def __init__(self):
+        super().__init__()
+        self.launching, self.go = threading.Event(), threading.Event()
+
+    def launch(self, attempt, launches):
+        if threading.current_thread() is not threading.main_thread():
+            self.launching.set()
+            assert self.go.wait(120), "the test never let the launch go on"
+        return super().launch(attempt, launches)
+
+
+def test_a_submit_never_waits_for_another_jobs_launch(ma_home):
+    """The loop holds the supervisor's lock while it launches a job (a node's start takes
+    ~0.1 s, far more on a loaded machine): a submit meanwhile answers at once, queued."""
+    backend = LaunchHeld()
+    sup = new_supervisor(backend)
+    ticking = threading.Thread(target=sup.tick, daemon=True)
+    try:
+        first = sup.submit(JobSpec(name="first", command=f"{PY} -c pass"), creator="me")
+        ticking.start()
+        assert backend.launching.wait(60), "the first job was never launched"
+        submitted = []
+        other = threading.Thread(
+            target=lambda: submitted.append(
+                sup.submit(JobSpec(name="next", command=f"{PY} -c pass"), creator="me")
+            ),
+            daemon=True,
+        )
+        other.start()
+        other.join(30)
+        assert submitted, "a submit waited for another job's launch"
+        assert sup.store.status(submitted[0].id) is JobStatus.queued
+        assert sup.store.status(first.id) is JobStatus.queued  # still being launched
+    finally:
+        backend.go.set()
+        ticking.join(60)
+    tick_until(sup, submitted[0].id, JobStatus.succeeded, timeout=120)
+    stop_every_job(sup)

@@ -129,34 +129,36 @@ class Actions:
             checks.wait()
         finally:
             checks.close()
-        # Under the lock, as every change of the queue: a stop of this job cannot come between
-        # its row and its place in the queue index.
-        with self._ledger.lock:
-            ahead = self._queue.ahead(spec.priority, spec.creator)
-            stored = None
-            while stored is None:  # a random id already taken (likely among thousands of one name)
-                job_id = new_job_id(spec.name)
-                job = Job(
-                    id=job_id,
-                    spec=spec,
+        # Off the ledger's lock (its rule 1's exception for a new job), which the loop holds
+        # while it launches a job: a submit never waits for another job's start.  No one else
+        # knows this job before its id is answered; a stop or delete that still came between
+        # its row and its place in the queue index (an admin's bulk stop) leaves a stale entry,
+        # which the next admission pass drops when it reads the row (admission.py step 2).
+        ahead = self._queue.ahead(spec.priority, spec.creator)
+        stored = None
+        while stored is None:  # a random id already taken (likely among thousands of one name)
+            job_id = new_job_id(spec.name)
+            job = Job(
+                id=job_id,
+                spec=spec,
+                status=JobStatus.queued,
+                backend=self._backend.name,
+                outputs_folder=config.outputs_folder(job_id, spec.outputs),
+            )
+            stored = self._store.insert(
+                job,
+                Event(
+                    job_id=job.id,
                     status=JobStatus.queued,
-                    backend=self._backend.name,
-                    outputs_folder=config.outputs_folder(job_id, spec.outputs),
-                )
-                stored = self._store.insert(
-                    job,
-                    Event(
-                        job_id=job.id,
-                        status=JobStatus.queued,
-                        reason=f"submitted; {ahead} job(s) ahead in the queue",
-                    ),
-                    idempotency_key=key,
-                    secrets=secret_values,
-                    notices=[Event(job_id=job.id, status=JobStatus.queued, reason=text) for text in advice],
-                )
-            if stored != job.id:
-                return self._store.get(stored)  # a concurrent retry with the same key won
-            self._queue.put(job)
+                    reason=f"submitted; {ahead} job(s) ahead in the queue",
+                ),
+                idempotency_key=key,
+                secrets=secret_values,
+                notices=[Event(job_id=job.id, status=JobStatus.queued, reason=text) for text in advice],
+            )
+        if stored != job.id:
+            return self._store.get(stored)  # a concurrent retry with the same key won
+        self._queue.put(job)
         self._ledger.queue_changed()
         return job
 

@@ -42,6 +42,7 @@ import time
 from ...backends.base import Backend
 from ...errors import NotFound
 from ...models import Job, JobStatus
+from ...modes.base import Placement
 from .. import policies, policy_texts
 from ..preparation import Preparation
 from ..queue import QueueIndex
@@ -86,13 +87,22 @@ class Admission:
         self._launcher = launcher
         self._pass_head: Reservation | None = None
 
-    def usage(self) -> dict[str, NodeUse]:
+    def usage(self, settled: bool = True) -> dict[str, NodeUse]:
         """What the jobs this service runs take of the cluster now (the scheduler's usage): the
-        running jobs' placements and the nodes reserved for jobs being prepared."""
+        running jobs' placements and the nodes reserved for jobs being prepared.
+
+        ``settled`` false: a snapshot read off the lock, which the loop holds while it launches
+        a job (a submit's checks must not wait for that); a job starting meanwhile may be
+        missing from it, so it serves a dry run's answer, never an admission."""
+        if not settled:
+            return self._scheduler.usage(self._placements())
         with self._ledger.lock:
-            placements = list(self._ledger.placements.values()) + self._preparation.placements()
-            placements += self._ledger.reading.values()  # bound while their folders are read
-            return self._scheduler.usage(placements)
+            return self._scheduler.usage(self._placements())
+
+    def _placements(self) -> list[Placement]:
+        # each table copied in one step (list() of a dict's values), safe beside a writer
+        placements = list(self._ledger.placements.values()) + self._preparation.placements()
+        return placements + list(self._ledger.reading.values())  # bound while folders are read
 
     def running(self) -> list[Running]:
         """Every running placement with its estimated end (its start plus its duration), and the

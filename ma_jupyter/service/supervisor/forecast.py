@@ -106,7 +106,7 @@ class Forecast:
         self._scheduler.check(spec)
         if spec.type.value != "batch":
             parse_command(spec.command or "")
-        now = self._place("dry-run", spec, self._admission.usage())
+        now = self._place("dry-run", spec, self._admission.usage(settled=False))
         placement = now or self._any_placement(spec)
         # a mode or a backend that cannot run this job refuses it now, not at launch
         attempt = attempt_for(self._store, Job(id="<job-id>", spec=spec), placement, dry=True)

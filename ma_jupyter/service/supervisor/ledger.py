@@ -8,7 +8,8 @@ Rules:
 1. Every read or change of a job's state (the store) and of this ledger's fields happens under
    :attr:`Ledger.lock` (re-entrant: a step may call another that takes it), except what is said
    otherwise where it is done (the finishing thread's backend calls, the node inspection's card
-   questions, the disk reserve's measuring, data preparation's copies).
+   questions, the disk reserve's measuring, data preparation's copies, a submit's new row and
+   its place in the queue index: no one knows that job yet).
 2. :meth:`Ledger.queue_changed` is what anything that may let a queued job start calls (a job
    entering the queue, resources freed, a priority change, a queued job leaving): it asks the
    loop for an admission pass and wakes it.
