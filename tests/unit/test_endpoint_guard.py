@@ -475,3 +475,76 @@ def test_a_stranger_without_the_secret_never_keeps_a_client_from_its_endpoint():
     assert out["relayed by the stranger"] == 0, out
     assert out["client"] == 0 and out["requests seen"] >= 1, out
     assert not out["secret in what the endpoint saw"] and not out["secret in the store's repr"], out
+
+
+def test_a_ray_agent_guards_an_endpoint_again_once_the_administrator_takes_it_out(tmp_path, monkeypatch):
+    """An agent told once that an endpoint is the administrator's (``[storage] allow_endpoints``)
+    does not trust it past that call: once ``cluster.toml`` no longer names it, what the service
+    sends says so (read at each request), and the agent's next download goes through the guard,
+    which refuses the endpoint's loopback address: the endpoint gets no further request, and
+    the agent was not restarted."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ma_jupyter import objectstore
+    from ma_jupyter.backends.base import ObjectFetch
+    from ma_jupyter.backends.ray import objects
+    from ma_jupyter.errors import StorageError
+    from ma_jupyter.service import storage
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
+    cluster = home / "cluster.toml"
+
+    # what the service sends with each download request follows cluster.toml as it is then
+    public = "http://8.8.8.8:9000"  # a literal: resolved without a network
+    uri = objectstore.ObjectURI.parse("s3://bkt/out")
+    said_trusted = []
+    for text in (f'[storage]\nallow_endpoints = ["{public}"]\n', ""):
+        cluster.write_text(text)
+        at = storage.endpoint(uri, {"AWS_ENDPOINT_URL": public})
+        said_trusted.append(not objectstore.guarded(at))  # as preparation makes ObjectFetch
+    assert said_trusted == [True, False]
+
+    # the agent: an administrator's endpoint on loopback (a local S3 server), trusted, then not
+    requests_seen: list[str] = []
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self):  # an empty listing, as S3 answers one
+            requests_seen.append(self.path)
+            body = b'<?xml version="1.0"?><ListBucketResult><Name>bkt</Name><KeyCount>0</KeyCount><IsTruncated>false</IsTruncated></ListBucketResult>'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    credentials = {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "k", "AWS_ENDPOINT_URL": url}
+    node_root = str(tmp_path / "node")
+    try:
+        said = objects.fetch(
+            node_root,
+            "job-trust",
+            [ObjectFetch("outputs", str(uri), url, "outputs", True)],
+            credentials,
+            None,
+        )
+        assert "0 object(s)" in said[-1] and len(requests_seen) == 1, (said, requests_seen)
+        with pytest.raises(StorageError, match="allow_endpoints"):
+            objects.fetch(
+                node_root,
+                "job-trust",
+                [ObjectFetch("outputs", str(uri), url, "outputs", False)],
+                credentials,
+                None,
+            )
+        assert len(requests_seen) == 1, requests_seen  # the guard refused it: nothing reached it
+    finally:
+        server.shutdown()
+        server.server_close()
