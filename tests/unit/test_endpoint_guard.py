@@ -447,6 +447,24 @@ secret = urls[-1].split("@")[0].rsplit(":", 1)[1]
 out["secret in what the endpoint saw"] = any(secret in json.dumps(h) or "proxy-authorization" in h for h in seen)
 out["requests seen"] = len(seen)
 out["secret in the store's repr"] = any(secret in repr(s) for _, s in objectstore._stores.values())
+# an https endpoint: the client's CONNECT carries its secret too (the tunnel reaches the
+# endpoint, whose first bytes are the client's TLS hello; no TLS server here: the listing fails)
+tls = socket.create_server(("8.8.8.8", 0))
+tls_endpoint = f"https://8.8.8.8:{tls.getsockname()[1]}"
+hello = []
+def first_bytes():  # each retry's connection closed at its first byte: the client fails fast
+    while True:
+        conn, _ = tls.accept()
+        conn.settimeout(30)
+        hello.append(conn.recv(1))
+        conn.close()
+threading.Thread(target=first_bytes, daemon=True).start()
+creds = {**creds, "AWS_ENDPOINT_URL": tls_endpoint}
+try:
+    objectstore.listing(objectstore.ObjectURI.parse("s3://bkt/a"), creds, tls_endpoint, timeout=10.0)
+except StorageError:
+    pass
+out["tunnel's first byte"] = hello[0].hex() if hello else None
 for conn in dripping:
     conn.close()
 print("RESULT " + json.dumps(out), flush=True)
@@ -458,7 +476,8 @@ def test_a_stranger_without_the_secret_never_keeps_a_client_from_its_endpoint():
     """Another local account, playing against a client's target: a whole head without a secret
     or with a guessed one is refused at once (407), and dripping heads on more connections than
     every bound of the proxy together holds no place the client needs: the client (obstore,
-    through the proxy URL it was given) still lists its bucket.  The endpoint never sees the
+    through the proxy URL it was given) still lists its bucket, and its CONNECT to an https
+    endpoint carries the secret as well.  The endpoint never sees the
     client's secret, nor does the store's repr show it."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     done = subprocess.run(
@@ -475,6 +494,7 @@ def test_a_stranger_without_the_secret_never_keeps_a_client_from_its_endpoint():
     assert out["relayed by the stranger"] == 0, out
     assert out["client"] == 0 and out["requests seen"] >= 1, out
     assert not out["secret in what the endpoint saw"] and not out["secret in the store's repr"], out
+    assert out["tunnel's first byte"] == "16", out  # a TLS handshake record, through the CONNECT
 
 
 def test_a_ray_agent_guards_an_endpoint_again_once_the_administrator_takes_it_out(tmp_path, monkeypatch):
