@@ -8,48 +8,84 @@ resolves the name, and the client library resolves it again itself: a name whose
 between the two (DNS rebinding: a public address first, ``127.0.0.1`` or ``169.254.169.254``
 next) would reach an address the check refused.
 
+The proxy listens on loopback, where every local account can connect to it: each client
+(each object storage client made for an endpoint, :func:`route`) gets a secret of its own, which
+its proxy URL carries (``http://ma:SECRET@127.0.0.1:PORT``: the client sends it as
+``Proxy-Authorization: Basic``, in its ``CONNECT`` and in its plain http requests alike).  The
+proxy keeps only the secrets' SHA-256 digests, never a secret: none is in its state, its
+answers or a repr.
+
 Rules, in order, for each connection the proxy accepts:
 
-1. Its first request names the target: ``CONNECT host:port`` (https: the tunnel carries the
-   client's own TLS, whose name and certificate check stay the endpoint's) or an absolute-form
-   request ``METHOD http://host[:port]/...`` (http: forwarded as it is, Host header included).
-   A target no client was routed to (:func:`route`) is refused (403): the proxy is no open
-   relay for other processes of the machine.
-2. The target's name is resolved once (:func:`checked_addresses`); any answer that is a
+1. Until its first request's head has arrived whole, a connection is *pending*: read by one
+   thread of the proxy's own (no thread per connection), at most :data:`MAX_PENDING` of them
+   (one more drops the oldest pending one, so connections that never finish their head cannot
+   keep a client's fresh one out), each for at most :data:`HEAD_TIMEOUT` seconds from its
+   accept (408), however slowly its bytes drip, and at most :data:`MAX_HEAD` bytes (431).
+2. The head must carry a client's secret (``Proxy-Authorization: Basic``, the password part),
+   compared in constant time with every client's digest: else 407 and closed, before it counts
+   against any bound of the relayed connections.
+3. The head names the target: ``CONNECT host:port`` (https: the tunnel carries the client's own
+   TLS, whose name and certificate check stay the endpoint's) or an absolute-form request
+   ``METHOD http://host[:port]/...`` (http: forwarded as it is, Host header included, the
+   ``Proxy-*`` headers taken out).  A target other than the one that client was made for is
+   refused (403): the proxy is no open relay for other processes of the machine.
+4. At most :data:`MAX_CONNECTIONS` relayed connections at a time, :data:`MAX_PER_CLIENT` of
+   them one client's (more: 503).
+5. The target's name is resolved once (:func:`checked_addresses`); any answer that is a
    loopback, link-local, private, reserved or multicast address (or an IPv6 address carrying
-   one, :func:`is_refused`) refuses the connection (403,
-   and :func:`refusal` keeps why for the client's error); else the proxy connects to the first
-   address of that same answer.
-3. Bytes are then relayed both ways until either side closes or the connection has been idle
-   for :data:`IDLE_TIMEOUT` seconds (a side that reads nothing for that long ends it too); at
-   most :data:`MAX_CONNECTIONS` at a time (more: 503).  The first request's head must arrive
-   whole within :data:`HEAD_TIMEOUT` seconds (408), however slowly its bytes drip.
+   one, :func:`is_refused`) refuses the connection (403, and :func:`refusal` keeps why for the
+   client's error); else the proxy connects to the first address of that same answer, within
+   :data:`CONNECT_TIMEOUT` seconds.
+6. Bytes are then relayed both ways until either side closes or the connection has been idle
+   for :data:`IDLE_TIMEOUT` seconds (a side that reads nothing for that long ends it too).
+
+A plain http endpoint's later requests on a connection kept open are relayed as they come
+(the relay does not parse them), ``Proxy-Authorization`` included: that endpoint may learn its
+own client's secret, which reaches only that endpoint, at most :data:`MAX_PER_CLIENT`
+connections at a time.  An https endpoint's tunnel carries the client's TLS only.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
 import ipaddress
+import secrets
 import select
 import socket
 import threading
 import time
+from dataclasses import dataclass, field
 
 from .errors import AddressRefused
 
 #: seconds a relayed connection may stay idle (the client's pooled connections close sooner)
 IDLE_TIMEOUT = 300.0
-#: relayed connections at the same time at most
+#: relayed connections at the same time at most (rule 4)
 MAX_CONNECTIONS = 256
-#: seconds the first request's head may take to arrive, and a connection to the target to open
-HEAD_TIMEOUT = 15.0
+#: relayed connections of one client at the same time at most (rule 4: obstore puts or gets 16
+#: objects at a time, and its retries open more)
+MAX_PER_CLIENT = 32
+#: connections whose head has not arrived yet, at most (rule 1: one more drops the oldest)
+MAX_PENDING = 256
+#: seconds from a connection's accept by which its first request's head (and the client's
+#: secret in it) must have arrived whole (rule 1): a client sends it at once
+HEAD_TIMEOUT = 5.0
+#: seconds a connection to the target may take to open (rule 5)
+CONNECT_TIMEOUT = 15.0
 #: bytes a first request's head may hold (its line and headers)
 MAX_HEAD = 16 << 10
-#: targets kept routable (the most recently routed or used ones: a client keeps its endpoint's
-#: route while its transfers go on, however many other endpoints are routed meanwhile)
+#: clients (secrets) kept, the most recently made or used ones: a client keeps its secret while
+#: its transfers go on, however many other clients are made meanwhile
 MAX_ROUTES = 256
 #: seconds a refusal is kept for the client's error
 REFUSAL_KEPT = 120.0
 _BUFFER = 256 << 10
+#: the user name of the proxy URLs (the secret is the password; the name is not checked)
+_USER = "ma"
 
 
 #: an address the service sends no request to (the message names the name and address)
@@ -77,7 +113,7 @@ def is_refused(address: str) -> bool:
 
 
 def checked_addresses(host: str, port: int) -> list[tuple]:
-    """Rule 2: ``host`` resolved once; the ``getaddrinfo`` entries, every one a public address.
+    """Rule 5: ``host`` resolved once; the ``getaddrinfo`` entries, every one a public address.
 
     Raises:
         Refused: an answer is a refused address (naming it).
@@ -95,70 +131,174 @@ def checked_addresses(host: str, port: int) -> list[tuple]:
     return found
 
 
+@dataclass(eq=False)
+class _Client:
+    """One client's target and its relayed connections now; ``digest`` is its secret's SHA-256
+    (the secret itself is never kept)."""
+
+    digest: bytes = field(repr=False)
+    host: str
+    port: int
+    used: float
+    active: int = 0
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A connection whose first request's head has not arrived whole yet (rule 1)."""
+
+    conn: socket.socket
+    deadline: float
+    data: bytes = b""
+
+
 class _Proxy:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._routes: dict[tuple[str, int], float] = {}
+        self._clients: list[_Client] = []
         self._refusals: dict[str, tuple[float, str]] = {}
         self._active = 0
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(64)
+        self._listener.listen(256)
+        self._listener.setblocking(False)
         self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, name="ma-endpoint-guard", daemon=True).start()
+        threading.Thread(target=self._gate, name="ma-endpoint-guard", daemon=True).start()
 
-    def route(self, host: str, port: int) -> None:
+    def route(self, host: str, port: int) -> str:
+        """A new client of ``host:port``: its secret (rule 2), accepted for that target only (rule 3)."""
+        secret = secrets.token_urlsafe(32)  # URL-safe: it goes into the proxy URL as it is
+        client = _Client(hashlib.sha256(secret.encode()).digest(), host.lower(), port, time.monotonic())
         with self._lock:
-            self._routes[(host.lower(), port)] = time.monotonic()
-            while len(self._routes) > MAX_ROUTES:
-                del self._routes[min(self._routes, key=self._routes.__getitem__)]
+            self._clients.append(client)
+            while len(self._clients) > MAX_ROUTES:  # the least recently used idle one goes first
+                self._clients.remove(min(self._clients, key=lambda c: (c.active > 0, c.used)))
+        return secret
 
     def refusal(self, host: str) -> str | None:
         with self._lock:
             kept = self._refusals.get(host.lower())
         return kept[1] if kept and time.monotonic() - kept[0] <= REFUSAL_KEPT else None
 
-    def _accept(self) -> None:
+    def _gate(self) -> None:
+        """Rule 1: accepts connections and reads their heads, one thread for all of them."""
+        watch = select.poll()  # poll, not select: descriptors may be numbered 1024 and more
+        watch.register(self._listener.fileno(), select.POLLIN)
+        pending: dict[int, _Pending] = {}  # by descriptor, the oldest first
         while True:
+            now = time.monotonic()
+            wait = min((p.deadline for p in pending.values()), default=now + 60.0) - now
+            for fd, _ in watch.poll(max(0, int(wait * 1000) + 1)):
+                if fd == self._listener.fileno():
+                    self._take(watch, pending)
+                elif fd in pending:
+                    self._read(watch, pending, fd)
+            now = time.monotonic()
+            for fd in [fd for fd, p in pending.items() if p.deadline <= now]:
+                _answer(self._drop(watch, pending, fd), 408, "request head too slow")
+
+    @staticmethod
+    def _drop(watch, pending: dict[int, _Pending], fd: int) -> socket.socket:
+        watch.unregister(fd)
+        return pending.pop(fd).conn
+
+    def _take(self, watch, pending: dict[int, _Pending]) -> None:
+        """Rule 1: the connections waiting to be accepted (a bounded batch: the heads of those
+        already pending are read in between)."""
+        for _ in range(64):
             try:
                 conn, _ = self._listener.accept()
+            except BlockingIOError:
+                return
             except OSError:  # out of descriptors, say: the proxy goes on once some are back
                 time.sleep(0.1)
-                continue
-            with self._lock:
-                full = self._active >= MAX_CONNECTIONS
-                if not full:
-                    self._active += 1
-            if full:
-                _answer(conn, 503, "too many connections")
-                continue
-            try:
-                threading.Thread(
-                    target=self._serve, args=(conn,), name="ma-endpoint-relay", daemon=True
-                ).start()
-            except RuntimeError:  # no thread to be had now: this connection only is refused
-                with self._lock:
-                    self._active -= 1
-                _answer(conn, 503, "no thread for the connection")
+                return
+            conn.setblocking(False)
+            if len(pending) >= MAX_PENDING:  # the oldest one has had the most time
+                self._drop(watch, pending, next(iter(pending))).close()
+            pending[conn.fileno()] = _Pending(conn, time.monotonic() + HEAD_TIMEOUT)
+            watch.register(conn.fileno(), select.POLLIN)
+            self._read(watch, pending, conn.fileno())  # a client's head is there already, mostly
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _read(self, watch, pending: dict[int, _Pending], fd: int) -> None:
+        waiting = pending[fd]
+        try:
+            chunk = waiting.conn.recv(MAX_HEAD + 1)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(watch, pending, fd).close()
+            return
+        waiting.data += chunk
+        if b"\r\n\r\n" in waiting.data:
+            conn = self._drop(watch, pending, fd)
+            try:
+                self._admit(conn, waiting.data)
+            except Exception:  # noqa: BLE001 (this connection ends; the gate goes on for the others)
+                conn.close()
+        elif len(waiting.data) > MAX_HEAD:
+            _answer(self._drop(watch, pending, fd), 431, "request head too large")
+
+    def _client_of(self, head: bytes) -> _Client | None:
+        """Rule 2: the client whose secret the head carries, if any."""
+        presented = _presented_secret(head)
+        if presented is None:
+            return None
+        digest = hashlib.sha256(presented).digest()
+        found = None
+        with self._lock:
+            for client in self._clients:  # every one compared, in constant time: no early end
+                if hmac.compare_digest(client.digest, digest):
+                    found = client
+        return found
+
+    def _admit(self, conn: socket.socket, head: bytes) -> None:
+        """Rules 2 to 4 for a whole head; the connection goes to a relay thread of its own."""
+        client = self._client_of(head)
+        if client is None:
+            _answer(conn, 407, "proxy authentication required", 'Proxy-Authenticate: Basic realm="ma"\r\n')
+            return
+        method, host, port = _target(head)
+        if host is None:
+            _answer(conn, 400, "not a proxy request")
+            return
+        if (host.lower(), port) != (client.host, client.port):
+            _answer(conn, 403, "not the endpoint of this client")
+            return
+        with self._lock:
+            full = self._active >= MAX_CONNECTIONS or client.active >= MAX_PER_CLIENT
+            if not full:
+                self._active += 1
+                client.active += 1
+                client.used = time.monotonic()  # in use: other clients are forgotten first
+        if full:
+            _answer(conn, 503, "too many connections")
+            return
+        try:
+            threading.Thread(
+                target=self._serve,
+                args=(conn, _without_proxy_headers(head), method, host, port, client),
+                name="ma-endpoint-relay",
+                daemon=True,
+            ).start()
+        except RuntimeError:  # no thread to be had now: this connection only is refused
+            self._release(client)
+            _answer(conn, 503, "no thread for the connection")
+
+    def _release(self, client: _Client) -> None:
+        with self._lock:
+            self._active -= 1
+            client.active -= 1
+
+    def _serve(
+        self, conn: socket.socket, head: bytes, method: str, host: str, port: int, client: _Client
+    ) -> None:
+        """Rules 5 and 6 for one admitted connection."""
         upstream = None
         try:
-            conn.settimeout(HEAD_TIMEOUT)
-            head = _read_head(conn)
-            if head is None:
-                return
-            method, host, port = _target(head)
-            if host is None:
-                _answer(conn, 400, "not a proxy request")
-                return
-            with self._lock:
-                routed = (host.lower(), port) in self._routes
-                if routed:  # in use: the routes of other endpoints are forgotten first
-                    self._routes[(host.lower(), port)] = time.monotonic()
-            if not routed:
-                _answer(conn, 403, "not an endpoint of this service's clients")
-                return
+            conn.settimeout(CONNECT_TIMEOUT)
             try:
                 found = checked_addresses(host, port)
             except Refused as exc:
@@ -175,7 +315,7 @@ class _Proxy:
                 return
             family, kind, proto, _, address = found[0]
             upstream = socket.socket(family, kind, proto)
-            upstream.settimeout(HEAD_TIMEOUT)
+            upstream.settimeout(CONNECT_TIMEOUT)
             try:
                 upstream.connect(address)  # the address checked above, never a new lookup
             except OSError:
@@ -192,37 +332,42 @@ class _Proxy:
             for s in (conn, upstream):
                 if s is not None:
                     s.close()
-            with self._lock:
-                self._active -= 1
+            self._release(client)
 
 
-def _read_head(conn: socket.socket) -> bytes | None:
-    """The first request's head (and whatever of its body came with it), at most :data:`MAX_HEAD`."""
-    data = b""
-    # one deadline for the whole head: a byte now and then must not hold the thread on
-    deadline = time.monotonic() + HEAD_TIMEOUT
-    while b"\r\n\r\n" not in data:
-        if len(data) > MAX_HEAD:
-            _answer(conn, 431, "request head too large")
-            return None
-        left = deadline - time.monotonic()
-        try:
-            if left <= 0:
-                raise TimeoutError
-            conn.settimeout(left)
-            chunk = conn.recv(MAX_HEAD)
-        except TimeoutError:
-            _answer(conn, 408, "request head too slow")
-            return None
-        if not chunk:
-            return None
-        data += chunk
-    conn.settimeout(HEAD_TIMEOUT)  # for the answers that follow, not what was left of the head's
-    return data
+def _header_lines(head: bytes) -> tuple[list[bytes], bytes]:
+    """The head's lines up to its blank line, and what came after it (a body's first bytes)."""
+    lines, _, after = head.partition(b"\r\n\r\n")
+    return lines.split(b"\r\n"), after
+
+
+def _presented_secret(head: bytes) -> bytes | None:
+    """Rule 2: the password of the head's ``Proxy-Authorization: Basic`` header, if any."""
+    for line in _header_lines(head)[0][1:]:
+        name, sep, value = line.partition(b":")
+        if sep and name.strip().lower() == b"proxy-authorization":
+            scheme, _, encoded = value.strip().partition(b" ")
+            if scheme.lower() != b"basic":
+                return None
+            try:
+                decoded = base64.b64decode(encoded.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                return None
+            user, sep, secret = decoded.partition(b":")
+            return secret if sep else None
+    return None
+
+
+def _without_proxy_headers(head: bytes) -> bytes:
+    """Rule 3: the head as the endpoint gets it (a plain http request): no ``Proxy-*`` header,
+    the client's secret among them."""
+    lines, after = _header_lines(head)
+    kept = [lines[0], *(x for x in lines[1:] if not x.lstrip().lower().startswith(b"proxy-"))]
+    return b"\r\n".join(kept) + b"\r\n\r\n" + after
 
 
 def _target(head: bytes) -> tuple[str, str | None, int]:
-    """Rule 1: (method, host, port) of the first request line; host None: not a proxy request."""
+    """Rule 3: (method, host, port) of the first request line; host None: not a proxy request."""
     line = head.split(b"\r\n", 1)[0].decode("latin-1")
     parts = line.split(" ")
     if len(parts) != 3:
@@ -245,7 +390,7 @@ def _target(head: bytes) -> tuple[str, str | None, int]:
 
 
 def _relay(a: socket.socket, b: socket.socket) -> None:
-    """Rule 3: bytes both ways until a side closes or nothing moves for :data:`IDLE_TIMEOUT`
+    """Rule 6: bytes both ways until a side closes or nothing moves for :data:`IDLE_TIMEOUT`
     (a side that stops reading fails the send to it within that time: :class:`TimeoutError`)."""
     for s in (a, b):
         # not None: a blocking send to an endpoint (or client) that never reads would hold the
@@ -269,11 +414,11 @@ def _relay(a: socket.socket, b: socket.socket) -> None:
             sink.sendall(data)
 
 
-def _answer(conn: socket.socket, status: int, text: str) -> None:
+def _answer(conn: socket.socket, status: int, text: str, headers: str = "") -> None:
     body = text.encode()
     try:
         conn.sendall(
-            f"HTTP/1.1 {status} {text}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            f"HTTP/1.1 {status} {text}\r\n{headers}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
             + body
         )
     except OSError:
@@ -287,15 +432,15 @@ _proxy_lock = threading.Lock()
 
 
 def route(host: str, port: int) -> str:
-    """The proxy URL (``http://127.0.0.1:<port>``) a client of ``host:port`` connects through;
-    the proxy (started on the first call) accepts that target from now on (rule 1)."""
+    """The proxy URL (``http://ma:SECRET@127.0.0.1:<port>``) of a new client of ``host:port``,
+    with a secret of its own (rule 2) for that target only (rule 3); the proxy is started on the
+    first call.  The URL is a secret: it goes to the client's options, never to a log or error."""
     global _proxy
     with _proxy_lock:
         if _proxy is None:
             _proxy = _Proxy()
         proxy = _proxy
-    proxy.route(host, port)
-    return f"http://127.0.0.1:{proxy.port}"
+    return f"http://{_USER}:{proxy.route(host, port)}@127.0.0.1:{proxy.port}"
 
 
 def refusal(host: str) -> str | None:

@@ -44,7 +44,9 @@ Rules, in order:
    loopback, link-local, private or reserved answer and connects to the address it checked (a
    name whose answers change after :func:`check_endpoint` never reaches a refused address),
    unless the administrator trusts the endpoint (:func:`trust_endpoints`: ``[storage]
-   allow_endpoints`` and ``obs_endpoint``).
+   allow_endpoints`` and ``obs_endpoint``), or the call says it is trusted (``trusted=True``:
+   a Ray node's agent, told by the service with each request as ``cluster.toml`` says it
+   then; ``trusted=False`` guards the endpoint whatever this process trusts).
 6. A client of a bucket is reused for :data:`STORE_REUSE` seconds by the calls with the same
    endpoint, timeout and credentials (keyed by a digest of all of them, at most
    :data:`KEPT_STORES` kept): a user's submits, checks and downloads within that time make one
@@ -171,7 +173,8 @@ def trust_endpoints(urls, *, replace: bool = False) -> None:
     """Rule 5: the endpoints ``urls`` are the administrator's (``[storage] allow_endpoints``,
     ``obs_endpoint``): their clients connect without the guard.  ``replace``: the service's
     ``cluster.toml`` as it is now (an endpoint the administrator took out is guarded again);
-    else added for the process's life (a Ray node's agent, told by the service)."""
+    else added for the process's life (an endpoint of the process's own, a test's server: a Ray
+    node's agent is told with each call instead, ``trusted=``)."""
     with _trusted_lock:
         if replace:
             _trusted["configured"] = {normal_endpoint(u) for u in urls if u}
@@ -188,10 +191,18 @@ def guarded(endpoint: str | None) -> bool:
         return all(normal_endpoint(endpoint) not in urls for urls in _trusted.values())
 
 
-def _store(uri: ObjectURI, credentials: dict[str, str], endpoint: str | None, timeout: float):
+def _store(
+    uri: ObjectURI,
+    credentials: dict[str, str],
+    endpoint: str | None,
+    timeout: float,
+    trusted: bool | None = None,
+):
     """The client of ``uri``'s bucket (rule 6): one made within :data:`STORE_REUSE` seconds for
-    the same bucket, endpoint, timeout and credentials (and guard), else a new one."""
-    key = (uri.bucket, endpoint or "", timeout, _digest(credentials), guarded(endpoint))
+    the same bucket, endpoint, timeout and credentials (and guard), else a new one.  ``trusted``:
+    the caller's word on the endpoint (rule 5), None: this process's :func:`guarded`."""
+    guard = bool(endpoint) and (guarded(endpoint) if trusted is None else not trusted)
+    key = (uri.bucket, endpoint or "", timeout, _digest(credentials), guard)
     now = time.monotonic()
     with _stores_lock:
         for old in [k for k, (at, _) in _stores.items() if now - at > STORE_REUSE]:
@@ -318,9 +329,12 @@ def listing(
     limit: int = MAX_OBJECTS,
     timeout: float = REQUEST_TIMEOUT,
     reuse: bool = False,
+    trusted: bool | None = None,
 ) -> list[Obj]:
     """Every object below ``uri`` (rule 1), sorted by path; ``reuse``: a complete listing of
-    the submit's check at most :data:`LISTING_REUSE` seconds old stands for it (rule 1a).
+    the submit's check at most :data:`LISTING_REUSE` seconds old stands for it (rule 1a);
+    ``trusted``: whether the endpoint is the administrator's, for this call (rule 5; None: as
+    this process trusts it).
 
     Raises:
         StorageError: the listing failed (the bucket and the reason), or holds more than ``limit``.
@@ -337,7 +351,7 @@ def listing(
             return seen
     import obstore
 
-    store = _store(uri, credentials, endpoint, timeout)
+    store = _store(uri, credentials, endpoint, timeout, trusted)
     prefix = uri.prefix + "/" if uri.prefix else None
     out: list[Obj] = []
     try:
@@ -651,9 +665,11 @@ def download(
     progress: Callable[[Progress], None] | None = None,
     cancel: threading.Event | None = None,
     parallel: int = PARALLEL,
+    trusted: bool | None = None,
 ) -> Progress:
     """Rule 3: fetch ``objects`` (a :func:`listing` of ``uri``) into the folder ``into``, on an
-    event loop of the calling thread's own (call it from a thread that runs none).
+    event loop of the calling thread's own (call it from a thread that runs none); ``trusted``
+    as :func:`listing` takes it.
 
     Raises:
         StorageError: an object could not be fetched (the URI and the reason); the complete
@@ -661,7 +677,7 @@ def download(
     """
     import asyncio
 
-    store = _store(uri, credentials, endpoint, REQUEST_TIMEOUT)
+    store = _store(uri, credentials, endpoint, REQUEST_TIMEOUT, trusted)
     into.mkdir(parents=True, exist_ok=True, mode=0o755)
     into_fd = os.open(into, _DIR_FLAGS)  # ``into`` is the caller's; nothing below it is followed
     state = Progress(len(objects), sum(o.size for o in objects))

@@ -106,6 +106,13 @@ def _ask(port: int, head: bytes) -> bytes:
     return answer
 
 
+def _auth(secret: str) -> bytes:
+    """The header with which a client presents its secret (as obstore sends it: user ``ma``)."""
+    import base64
+
+    return b"Proxy-Authorization: Basic " + base64.b64encode(f"ma:{secret}".encode()) + b"\r\n"
+
+
 def test_ipv6_forms_that_carry_a_refused_ipv4_address_are_refused_by_the_check_and_the_proxy():
     """An endpoint named by a literal that reaches a refused IPv4 address: IPv4 in other
     spellings (decimal, octal, short), IPv4-mapped IPv6, and the IPv6 forms a translator on the
@@ -131,8 +138,8 @@ def test_ipv6_forms_that_carry_a_refused_ipv4_address_are_refused_by_the_check_a
     assert not endpoint_guard.is_refused("64:ff9b::808:808")  # NAT64 of a public address
 
     proxy = endpoint_guard._Proxy()
-    proxy.route("64:ff9b::a00:1", 80)
-    answer = _ask(proxy.port, b"CONNECT [64:ff9b::a00:1]:80 HTTP/1.1\r\n\r\n")
+    secret = proxy.route("64:ff9b::a00:1", 80)
+    answer = _ask(proxy.port, b"CONNECT [64:ff9b::a00:1]:80 HTTP/1.1\r\n" + _auth(secret) + b"\r\n")
     assert answer.startswith(b"HTTP/1.1 403"), answer
     assert "allow_endpoints" in (proxy.refusal("64:ff9b::a00:1") or ""), proxy.refusal("64:ff9b::a00:1")
 
@@ -149,8 +156,12 @@ def test_a_slow_drip_head_or_a_bad_port_never_holds_a_proxy_thread(monkeypatch):
 
     monkeypatch.setattr(endpoint_guard, "HEAD_TIMEOUT", 1.0)
     proxy = endpoint_guard._Proxy()
-    answer = _ask(proxy.port, "CONNECT example.com:\u00b2 HTTP/1.1\r\n\r\n".encode("latin-1"))
-    assert answer.startswith(b"HTTP/1.1 40"), answer  # an answer: not a proxy request, not routed
+    secret = proxy.route("example.com", 443)
+    answer = _ask(
+        proxy.port, "CONNECT example.com:\u00b2 HTTP/1.1\r\n".encode("latin-1") + _auth(secret) + b"\r\n"
+    )
+    # an answer (not a proxy request, or not the client's endpoint), past the secret's check
+    assert answer.startswith(b"HTTP/1.1 40") and not answer.startswith(b"HTTP/1.1 407"), answer
 
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=60) as conn:
         conn.sendall(b"CONNECT example.com:443 HTTP/1.1\r\nX-Drip: ")
@@ -169,7 +180,7 @@ def test_a_slow_drip_head_or_a_bad_port_never_holds_a_proxy_thread(monkeypatch):
 
 
 STALLED = r"""
-import json, socket, subprocess, sys, threading, time
+import base64, json, socket, subprocess, sys, threading, time
 
 subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 subprocess.run(["ip", "addr", "add", "8.8.8.8/32", "dev", "lo"], check=True)
@@ -183,10 +194,11 @@ held = []
 threading.Thread(target=lambda: [held.append(endpoint.accept()) for _ in range(2)], daemon=True).start()
 port = endpoint.getsockname()[1]
 proxy = endpoint_guard._Proxy()
-proxy.route("8.8.8.8", port)
+secret = proxy.route("8.8.8.8", port)
 
 client = socket.create_connection(("127.0.0.1", proxy.port), timeout=60)
-client.sendall(f"CONNECT 8.8.8.8:{port} HTTP/1.1\r\n\r\n".encode())
+client.sendall(f"CONNECT 8.8.8.8:{port} HTTP/1.1\r\nProxy-Authorization: Basic ".encode())
+client.sendall(base64.b64encode(f"ma:{secret}".encode()) + b"\r\n\r\n")
 answer = client.recv(4096)
 client.settimeout(2.0)
 sent = 0
@@ -225,9 +237,11 @@ def test_an_endpoint_that_never_reads_holds_no_relay_past_the_idle_timeout():
 
 
 def test_another_local_process_never_uses_the_proxy_as_a_relay():
-    """A local process asking the proxy for a target no client was made for (a listener of this
-    machine, by address and by a name of it) gets 403, and so does one routed there (a user's
-    endpoint naming this machine); the listener never gets a connection."""
+    """Another local account asking the proxy for a target: without a secret, or with a wrong
+    one, it gets 407 even for a target a client was made for; a client's secret takes that
+    client's own target only (403 for a listener of this machine, by address and by name); a
+    client made for this machine's own name is refused its address.  The listener never gets a
+    connection."""
     import socket
 
     from ma_jupyter import endpoint_guard
@@ -237,13 +251,24 @@ def test_another_local_process_never_uses_the_proxy_as_a_relay():
     port = listener.getsockname()[1]
     proxy = endpoint_guard._Proxy()
     try:
+        theirs = proxy.route("localhost", port)  # a user's endpoint naming this machine
+        other = proxy.route("other.example", 443)
+        for head in (f"CONNECT localhost:{port}", f"GET http://localhost:{port}/"):
+            for auth in (
+                b"",
+                _auth("guessed-" + theirs[8:]),
+                b"Proxy-Authorization: Bearer " + theirs.encode() + b"\r\n",
+            ):
+                answer = _ask(proxy.port, f"{head} HTTP/1.1\r\n".encode() + auth + b"\r\n")
+                assert answer.startswith(b"HTTP/1.1 407 "), (auth, answer)
+                assert theirs.encode() not in answer and b"Proxy-Authenticate: Basic" in answer, answer
         for head in (f"CONNECT 127.0.0.1:{port}", f"GET http://localhost:{port}/"):
-            answer = _ask(proxy.port, f"{head} HTTP/1.1\r\n\r\n".encode())
-            assert answer.startswith(b"HTTP/1.1 403 not an endpoint"), answer
-        proxy.route("localhost", port)
-        answer = _ask(proxy.port, f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+            answer = _ask(proxy.port, f"{head} HTTP/1.1\r\n".encode() + _auth(other) + b"\r\n")
+            assert answer.startswith(b"HTTP/1.1 403 not the endpoint"), answer
+        answer = _ask(proxy.port, f"CONNECT localhost:{port} HTTP/1.1\r\n".encode() + _auth(theirs) + b"\r\n")
         assert answer.startswith(b"HTTP/1.1 403 refused address"), answer
         assert "allow_endpoints" in (proxy.refusal("localhost") or ""), proxy.refusal("localhost")
+        assert theirs not in repr(vars(proxy)) and other not in repr(vars(proxy))  # digests only
         with pytest.raises(TimeoutError):  # every answer came: nothing still on its way
             listener.accept()
     finally:
@@ -292,9 +317,9 @@ def test_a_side_that_never_reads_frees_the_relay_within_the_idle_timeout(monkeyp
 
 
 def test_an_endpoint_in_use_keeps_its_route_while_other_endpoints_are_routed(monkeypatch):
-    """Routes are bounded (the most recent kept): an endpoint whose client connects keeps its
-    route, so another user routing many endpoints of their own never makes a running transfer's
-    next connection a 403."""
+    """Clients (their secrets) are bounded (the most recent kept): a client that connects keeps
+    its secret, so another user making many clients of their own never makes a running
+    transfer's next connection a 407."""
     import socket
 
     from ma_jupyter import endpoint_guard
@@ -302,17 +327,18 @@ def test_an_endpoint_in_use_keeps_its_route_while_other_endpoints_are_routed(mon
     monkeypatch.setattr(endpoint_guard, "MAX_ROUTES", 3)
     proxy = endpoint_guard._Proxy()
 
-    def answer() -> str:  # a routed name is checked (localhost: refused); another is not routed
+    def answer(secret: str) -> str:  # a client's target is checked (localhost: refused)
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as conn:
-            conn.sendall(b"CONNECT localhost:9 HTTP/1.1\r\nHost: localhost:9\r\n\r\n")
+            conn.sendall(b"CONNECT localhost:9 HTTP/1.1\r\nHost: localhost:9\r\n" + _auth(secret) + b"\r\n")
             return conn.makefile("rb").readline().decode()
 
-    proxy.route("localhost", 9)  # the victim's endpoint, its transfer running
-    proxy.route("other-1.example", 443)
+    victim = proxy.route("localhost", 9)  # the victim's client, its transfer running
+    first = proxy.route("other-1.example", 443)
     proxy.route("other-2.example", 443)
-    assert "refused address" in answer()  # routed (and used now)
-    proxy.route("other-3.example", 443)  # one more route: the least recently used goes
-    assert "refused address" in answer(), "an endpoint in use lost its route"
+    assert "refused address" in answer(victim)  # its secret stands (and is used now)
+    proxy.route("other-3.example", 443)  # one more client: the least recently used goes
+    assert "refused address" in answer(victim), "a client in use lost its secret"
+    assert " 407 " in answer(first)  # the one forgotten
 
 
 def test_a_relay_moves_bytes_between_descriptors_numbered_above_1024():
@@ -351,3 +377,194 @@ def test_a_relay_moves_bytes_between_descriptors_numbered_above_1024():
         for sock in [*high, *(s for pair in pairs for s in pair)]:
             sock.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+CROWDED = r"""
+import base64, json, socket, subprocess, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+subprocess.run(["ip", "addr", "add", "8.8.8.8/32", "dev", "lo"], check=True)
+
+seen = []
+
+class Answer(BaseHTTPRequestHandler):
+    def do_GET(self):  # an empty listing, as S3 answers one
+        seen.append({k.lower(): v for k, v in self.headers.items()})
+        body = b'<?xml version="1.0"?><ListBucketResult><Name>bkt</Name><KeyCount>0</KeyCount><IsTruncated>false</IsTruncated></ListBucketResult>'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+
+server = ThreadingHTTPServer(("8.8.8.8", 0), Answer)
+port = server.server_address[1]
+threading.Thread(target=server.serve_forever, daemon=True).start()
+
+from ma_jupyter import endpoint_guard, objectstore
+from ma_jupyter.errors import StorageError
+
+# small bounds, a long head deadline: only the secret and the pending bound let the client in
+endpoint_guard.MAX_CONNECTIONS, endpoint_guard.MAX_PENDING, endpoint_guard.HEAD_TIMEOUT = 4, 8, 60.0
+urls = []
+made = endpoint_guard.route
+endpoint_guard.route = lambda host, p: urls.append(made(host, p)) or urls[-1]  # the URLs handed out
+proxy_port = int(made("unused.example", 443).rsplit(":", 1)[1])
+out = {}
+
+def ask(head):  # a whole head on a connection of its own: the proxy's first answer line
+    with socket.create_connection(("127.0.0.1", proxy_port), timeout=60) as conn:
+        conn.sendall(head)
+        return conn.makefile("rb").readline().decode()
+
+# the stranger: whole heads without a secret and with a guessed one, to the client's target
+target = f"CONNECT 8.8.8.8:{port} HTTP/1.1\r\n"
+guessed = base64.b64encode(b"ma:" + b"A" * 43).decode()
+out["no secret"] = ask(target.encode() + b"\r\n")
+out["wrong secret"] = ask(f"{target}Proxy-Authorization: Basic {guessed}\r\n\r\n".encode())
+# then far more dripping heads than every bound together, each holding its connection open
+dripping = []
+for _ in range(endpoint_guard.MAX_CONNECTIONS + endpoint_guard.MAX_PENDING + 8):
+    conn = socket.create_connection(("127.0.0.1", proxy_port), timeout=60)
+    conn.sendall(f"{target}X-Drip: ".encode())
+    dripping.append(conn)
+for conn in dripping:
+    try:
+        conn.sendall(b"a")
+    except OSError:  # dropped by the pending bound
+        pass
+out["relayed by the stranger"] = endpoint_guard._proxy._active
+
+endpoint = f"http://8.8.8.8:{port}"
+creds = {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "k", "AWS_ENDPOINT_URL": endpoint}
+try:
+    out["client"] = len(objectstore.listing(objectstore.ObjectURI.parse("s3://bkt/a"), creds, endpoint, timeout=30.0))
+except StorageError as exc:
+    out["client"] = str(exc)
+secret = urls[-1].split("@")[0].rsplit(":", 1)[1]
+out["secret in what the endpoint saw"] = any(secret in json.dumps(h) or "proxy-authorization" in h for h in seen)
+out["requests seen"] = len(seen)
+out["secret in the store's repr"] = any(secret in repr(s) for _, s in objectstore._stores.values())
+# an https endpoint: the client's CONNECT carries its secret too (the tunnel reaches the
+# endpoint, whose first bytes are the client's TLS hello; no TLS server here: the listing fails)
+tls = socket.create_server(("8.8.8.8", 0))
+tls_endpoint = f"https://8.8.8.8:{tls.getsockname()[1]}"
+hello = []
+def first_bytes():  # each retry's connection closed at its first byte: the client fails fast
+    while True:
+        conn, _ = tls.accept()
+        conn.settimeout(30)
+        hello.append(conn.recv(1))
+        conn.close()
+threading.Thread(target=first_bytes, daemon=True).start()
+creds = {**creds, "AWS_ENDPOINT_URL": tls_endpoint}
+try:
+    objectstore.listing(objectstore.ObjectURI.parse("s3://bkt/a"), creds, tls_endpoint, timeout=10.0)
+except StorageError:
+    pass
+out["tunnel's first byte"] = hello[0].hex() if hello else None
+for conn in dripping:
+    conn.close()
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_a_stranger_without_the_secret_never_keeps_a_client_from_its_endpoint():
+    """Another local account, playing against a client's target: a whole head without a secret
+    or with a guessed one is refused at once (407), and dripping heads on more connections than
+    every bound of the proxy together holds no place the client needs: the client (obstore,
+    through the proxy URL it was given) still lists its bucket, and its CONNECT to an https
+    endpoint carries the secret as well.  The endpoint never sees the
+    client's secret, nor does the store's repr show it."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", CROWDED],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, done.stdout + done.stderr
+    out = json.loads(line[len("RESULT ") :])
+    assert out["no secret"].startswith("HTTP/1.1 407") and out["wrong secret"].startswith("HTTP/1.1 407"), out
+    assert out["relayed by the stranger"] == 0, out
+    assert out["client"] == 0 and out["requests seen"] >= 1, out
+    assert not out["secret in what the endpoint saw"] and not out["secret in the store's repr"], out
+    assert out["tunnel's first byte"] == "16", out  # a TLS handshake record, through the CONNECT
+
+
+def test_a_ray_agent_guards_an_endpoint_again_once_the_administrator_takes_it_out(tmp_path, monkeypatch):
+    """An agent told once that an endpoint is the administrator's (``[storage] allow_endpoints``)
+    does not trust it past that call: once ``cluster.toml`` no longer names it, what the service
+    sends says so (read at each request), and the agent's next download goes through the guard,
+    which refuses the endpoint's loopback address: the endpoint gets no further request, and
+    the agent was not restarted."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ma_jupyter import objectstore
+    from ma_jupyter.backends.base import ObjectFetch
+    from ma_jupyter.backends.ray import objects
+    from ma_jupyter.errors import StorageError
+    from ma_jupyter.service import storage
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(home))
+    cluster = home / "cluster.toml"
+
+    # what the service sends with each download request follows cluster.toml as it is then
+    public = "http://8.8.8.8:9000"  # a literal: resolved without a network
+    uri = objectstore.ObjectURI.parse("s3://bkt/out")
+    said_trusted = []
+    for text in (f'[storage]\nallow_endpoints = ["{public}"]\n', ""):
+        cluster.write_text(text)
+        at = storage.endpoint(uri, {"AWS_ENDPOINT_URL": public})
+        said_trusted.append(not objectstore.guarded(at))  # as preparation makes ObjectFetch
+    assert said_trusted == [True, False]
+
+    # the agent: an administrator's endpoint on loopback (a local S3 server), trusted, then not
+    requests_seen: list[str] = []
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self):  # an empty listing, as S3 answers one
+            requests_seen.append(self.path)
+            body = b'<?xml version="1.0"?><ListBucketResult><Name>bkt</Name><KeyCount>0</KeyCount><IsTruncated>false</IsTruncated></ListBucketResult>'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    credentials = {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "k", "AWS_ENDPOINT_URL": url}
+    node_root = str(tmp_path / "node")
+    try:
+        said = objects.fetch(
+            node_root,
+            "job-trust",
+            [ObjectFetch("outputs", str(uri), url, "outputs", True)],
+            credentials,
+            None,
+        )
+        assert "0 object(s)" in said[-1] and len(requests_seen) == 1, (said, requests_seen)
+        with pytest.raises(StorageError, match="allow_endpoints"):
+            objects.fetch(
+                node_root,
+                "job-trust",
+                [ObjectFetch("outputs", str(uri), url, "outputs", False)],
+                credentials,
+                None,
+            )
+        assert len(requests_seen) == 1, requests_seen  # the guard refused it: nothing reached it
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -25,7 +25,10 @@ Rules, in order, for each :class:`~ma_jupyter.backends.base.ObjectFetch` of one 
    the agent while it waits for the download, and adds them to the job's events).
 
 The credentials are the job's; they come in the call's arguments and are used for this call
-only, never written to disk.
+only, never written to disk.  So does whether the endpoint is the administrator's
+(``ObjectFetch.trusted``, from the service's ``cluster.toml`` as it is at each call): a change
+of ``[storage] allow_endpoints`` or ``obs_endpoint`` holds for the agent's next call, without
+its restart.
 """
 
 from __future__ import annotations
@@ -119,15 +122,18 @@ def _fetch_one(
     """Rules 1 to 3 and 5 for one prefix; the line saying what was done."""
     started = time.monotonic()
     uri = objectstore.ObjectURI.parse(item.uri, item.what)
-    if item.trusted:  # the service's administrator's endpoint: no guard (objectstore rule 5)
-        objectstore.trust_endpoints((item.endpoint or "",))
-    objects = objectstore.listing(uri, credentials, item.endpoint)
+    # the service's word on the endpoint, from cluster.toml as it is now, for this call only
+    # (objectstore rule 5): an endpoint the administrator took out is guarded again at once
+    trust = item.trusted
+    objects = objectstore.listing(uri, credentials, item.endpoint, trusted=trust)
     size = sum(o.size for o in objects)
     shown = objectstore.ProgressLines(item.what, uri, lambda line: _keep(job_id, line))
     if item.into == "outputs":
         folder = job_dir / "outputs"
         folder.mkdir(parents=True, exist_ok=True, mode=0o755)
-        objectstore.download(uri, objects, credentials, item.endpoint, folder, cancel=cancel, progress=shown)
+        objectstore.download(
+            uri, objects, credentials, item.endpoint, folder, cancel=cancel, progress=shown, trusted=trust
+        )
         _give(folder, account)
         how = f"{len(objects)} object(s) of {uri} downloaded into the outputs folder"
     else:
@@ -139,7 +145,14 @@ def _fetch_one(
                 entry.mkdir(exist_ok=True, mode=0o755)
                 into = entry / DOWNLOADING
                 objectstore.download(
-                    uri, objects, credentials, item.endpoint, into, cancel=cancel, progress=shown
+                    uri,
+                    objects,
+                    credentials,
+                    item.endpoint,
+                    into,
+                    cancel=cancel,
+                    progress=shown,
+                    trusted=trust,
                 )
                 os.replace(into, entry / "data")
             os.utime(entry)  # rule 4: used now
