@@ -32,6 +32,11 @@ A ``[[node]]`` of ``cluster.toml`` may say ``emulated = true`` (indices only) or
 cards: their device nodes are bound into the sandbox); without it, its cards are real when this
 machine shows that type's device nodes.  ``devices = [2, 3]`` names the machine's cards it has
 (default ``0..accelerators-1``).
+
+Why one module (over 600 lines): it is the one reader of ``cluster.toml`` and the owner of every
+setting's defaults and checks (the house rule: new settings are read only here), so its sections
+grow with the settings; the home folder's names are ``statehome.py``'s, the file's schema
+``cluster_schema.py``'s.
 """
 
 from __future__ import annotations

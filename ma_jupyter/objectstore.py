@@ -51,6 +51,11 @@ Rules, in order:
    endpoint, timeout and credentials (keyed by a digest of all of them, at most
    :data:`KEPT_STORES` kept): a user's submits, checks and downloads within that time make one
    client (about 15 ms to make), and its connections stay open between them.
+
+Why one module (over 600 lines): listing, checking, downloading and uploading a prefix share the
+numbered rules above (bounds, reuse of a listing, the endpoint guard, the clients kept for
+reuse) and one client library; its service side is ``service/storage.py``, its endpoint guard
+``endpoint_guard.py``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ the failure reports nodes leave, only through the backend (:meth:`Backend.open_l
 A node's state must be observable by a *new* service process after a crash: :meth:`poll`
 works from the persisted :class:`~ma_jupyter.models.NodeRun` alone (pid + process start time,
 and an exit-code file the node's runner writes), never from in-memory child handles.
+
+Why one module (over 600 lines): it is the backend contract, the one place its rules are
+numbered: the abstract :class:`Backend`, its default methods and the small records it speaks in
+(:class:`Attempt`, :class:`DatasetState`, :class:`NodeUsage`...) are read together by whoever
+writes a backend.
 """
 
 from __future__ import annotations

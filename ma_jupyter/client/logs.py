@@ -4,6 +4,11 @@ stream of a job at once, one thread each) and the helpers the front ends build o
 A stream is one node's log, or one rank's log of a node: ``(node, rank)``, rank None for the
 node's own log. Every reader continues from a byte offset, so a reader that starts again (a
 restarted kernel, a new cell) shows nothing twice and misses nothing.
+
+Why one module (over 600 lines): its readers (one stream, every stream of a job, the follower)
+share one reading rule set, byte offsets, partial lines held back, the local file or the
+service, the retries while the service is away, and the follower is built on the other two; the
+client's calls are elsewhere (it needs of a client only :class:`LogClient`).
 """
 
 from __future__ import annotations

@@ -96,6 +96,10 @@ the ``ma-jupyter/primary: "false"`` annotation says), the queue is the Kubernete
 (priorities, no backfill reservation), others' access is the namespace's RBAC, and the debug
 terminal is this platform's and is not exported.  The horovod mode is refused:
 mpirun reaches the other nodes through a remote shell, which an Indexed Job does not provide.
+
+Why one module (over 600 lines): it turns one job into one set of documents, numbered above,
+that must agree with each other (names, labels, volumes, ports, the Service the pods name); the
+planning is the shared planners' (:mod:`ma_jupyter.modes`), only the rendering is here.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ with :func:`ma_jupyter.models.parse_spec`.
 
 Host paths (``--dataset``, ``--code-dir``, ``--output``...) are made absolute against the current
 directory, because the service resolves them in its own working directory, not the caller's.
+
+Why one module (over 600 lines): it is the one options parser the CLI's ``submit`` and
+``%%ma_train`` share (one owner of every job option): the options' declarations and their
+translation into a spec must change together, option by option.
 """
 
 from __future__ import annotations

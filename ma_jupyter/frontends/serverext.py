@@ -38,6 +38,11 @@ Users: whom a request acts as at the service.
 The service's address and tokens come from :class:`ma_jupyter.client.Client` (its runtime file),
 which starts the service on first use, on a worker thread.  The proxied requests themselves go
 through tornado's ``AsyncHTTPClient``: the Jupyter server's event loop never waits on them.
+
+Why one module (over 600 lines): it is the Jupyter server extension, one entry point Jupyter
+loads: the proxy, the service's status, the dev environment's kernel, the debug terminal and
+TensorBoard are its handlers, sharing the user rules above (whom a request acts as) and the
+upstream they reach.
 """
 
 from __future__ import annotations

@@ -66,6 +66,11 @@ pointing at the node's log file; the service is never in the log path.  The runn
    cache may still have a holder (:mod:`.caches` rule 6).
 
 Exit codes follow the shell: a command killed by signal N ends with 128+N.
+
+Why one module (over 600 lines): it is one program, the node runner, whose numbered steps above
+run in that order in one process (network, limits, working copy, phases, export, status); its
+parts with a life of their own are already rooms (:mod:`.watchdog`, :mod:`.cgroup`,
+:mod:`.userns`, :mod:`.stopping`, :mod:`.instructions`, :mod:`.fence`).
 """
 
 from __future__ import annotations
@@ -563,13 +568,13 @@ class NodeRunner:
 
 def isolate_network(given: RunnerInstructions) -> str | None:
     """Put the runner, and so everything it starts, where the node's network rules hold (see
-    :mod:`.network`): into the node's namespace (``netns``: its file; with ``switch``, the file
+    :mod:`.network` and :mod:`.fence`): into the node's namespace (``netns``: its file; with ``switch``, the file
     of its job network's switch, held open first for the runner's life), or behind the fence
     (``deny_tcp``: the ports it may not connect to); None when done, else why not (the node then
     runs nothing: never on a network it should not have)."""
     if not given.netns and given.deny_tcp is None:
         return None
-    from . import network
+    from . import fence, network
 
     try:
         if given.switch:
@@ -577,7 +582,7 @@ def isolate_network(given: RunnerInstructions) -> str | None:
         if given.netns:
             network.enter(given.netns)
         if given.deny_tcp is not None:
-            network.fence(given.deny_tcp)
+            fence.fence(given.deny_tcp)
     except OSError as exc:
         return f"the node's network cannot be isolated: {exc.strerror or exc}"
     return None

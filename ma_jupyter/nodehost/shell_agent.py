@@ -60,6 +60,11 @@ socket names are per namespace); the service opens its connections with :func:`c
 
 ``find_shell`` picks the shell: ``$SHELL`` if it is an executable file in this view, else the
 first of ``/bin/bash``, ``/usr/bin/bash``, ``/bin/sh``, ``/usr/bin/sh``.
+
+Why one module (over 600 lines): it is one program run inside a node (standard library only,
+under the job's own interpreter): the node's command (rules a-e), the shells on PTYs and the
+wire protocol share its one process and serving loop, and it must stay a single file a node's
+interpreter runs.
 """
 
 from __future__ import annotations

@@ -45,6 +45,11 @@ one node, saved as ``view.json``), how it is computed from an attempt and a laun
 it is pure (nothing written, nothing started), so ``--dry-run`` shows the same mounts a launch
 uses.  Its neighbours: :mod:`.bwrap` turns a view into bubblewrap argv, :mod:`.launch` plans a
 node's launches and writes its files, :mod:`.workcopy` owns its working copy.
+
+Why one module (over 600 lines): it builds a node's whole view in one pass (the issue's rule:
+mounts, host policy and layout composed, not called back and forth): the bubblewrap and symlink
+forms of the same layout, and the mounts they share, change together; the argv itself is
+:mod:`.bwrap`'s.
 """
 
 from __future__ import annotations

@@ -60,6 +60,11 @@ over putting the job back in the queue.
 What a user reads of these decisions (every reason, notice and message) is worded in
 :mod:`.policy_texts`; a function here picks the text and gives it the facts.  The module stays
 one (about 600 lines): its rules are one ordered sequence, numbered above, read side by side.
+
+Why one module (over 600 lines): it is the supervisor's decision table, numbered above: each
+function is one pure step of that order, and the text of an end (its reason, an alert) is part
+of what the step decides (the same facts choose both), so the steps and their texts stay
+together; the supervisor's rooms only carry them out.
 """
 
 from __future__ import annotations

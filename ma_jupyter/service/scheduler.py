@@ -16,6 +16,12 @@ so simulated nodes of one machine split its cards between the jobs that run.
 Nodes the service's inspection marks drained or faulty (:attr:`Scheduler.unusable`, kept by
 :mod:`.health`) take no new placement; they still count as nodes that exist, so a job is never
 refused at submit for a node that is only out for now.
+
+Why one module (over 600 lines): placement, the head's reservation, backfill and card pooling
+are one algorithm over one look at the inventory: a backfill is allowed only if the same fit
+that starts a job shows it cannot delay the reservation, so the fit, the reservation and the
+pools share their state and move together; the queue's order is :mod:`.queue`'s, the nodes'
+health :mod:`.health`'s.
 """
 
 from __future__ import annotations

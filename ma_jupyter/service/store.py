@@ -8,6 +8,10 @@ stay queued, running jobs keep their node records (pid + start time) for re-atta
 
 Every update of a job wakes the coroutines waiting in :meth:`Store.wait_status` (the status
 long-poll of the REST API), whichever thread wrote it.
+
+Why one module (over 600 lines): it is the one owner of ``jobs.db``: the table definitions,
+their migrations and every query must agree on one schema and one transaction rule (every write
+its own transaction); :class:`ChangeSignal` is the store's wake-up of the status long-poll.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from ma_jupyter.models import JobStatus
-from ma_jupyter.nodehost import network
+from ma_jupyter.nodehost import fence, network
 from tests.helpers import wait_for, writable_dir
 
 pytestmark = [
@@ -233,10 +233,10 @@ def test_the_nodes_of_one_job_still_reach_each_other_by_hostname_and_through_mpi
 
 FENCED = r"""
 import ctypes, errno, json, socket, sys
-from ma_jupyter.nodehost import network
+from ma_jupyter.nodehost import fence
 
 denied, allowed, abstract, free = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-network.fence([[denied, denied], [free, free]])
+fence.fence([[denied, denied], [free, free]])
 found = {}
 for name, port in (("bind denied", free), ("bind any", 0)):
     try:  # a job holding the ports Ray starts its workers on would starve the raylet
@@ -270,9 +270,9 @@ print(json.dumps(found))
 """
 
 
-@pytest.mark.skipif(network.landlock_abi() < 6, reason="the fence needs Landlock ABI 6 (Linux 6.12)")
+@pytest.mark.skipif(fence.landlock_abi() < 6, reason="the fence needs Landlock ABI 6 (Linux 6.12)")
 def test_the_fence_of_a_node_on_a_shared_network_refuses_what_it_must_and_nothing_else(tmp_path):
-    """The Ray nodes' fence (``network.fence``) in a process of its own: a denied port refused
+    """The Ray nodes' fence (``fence.fence``) in a process of its own: a denied port refused
     (EACCES), another one reached, no bind on a denied port (free, but Ray's), no MPTCP socket, no TCP Fast Open send, no abstract socket of
     outside, no io_uring."""
     listeners = [socket.socket() for _ in range(2)]

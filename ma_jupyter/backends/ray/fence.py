@@ -1,4 +1,4 @@
-"""The ports a job node on a Ray node may not connect to (see :func:`ma_jupyter.nodehost.network.fence`).
+"""The ports a job node on a Ray node may not connect to (see :func:`ma_jupyter.nodehost.fence.fence`).
 
 A Ray cluster accepts any client that reaches its ports (most run without Ray's own token
 authentication), and its tasks run with the account of its raylets, outside every sandbox: a job
@@ -34,7 +34,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...nodehost import network, procfs
+from ...nodehost import procfs
+from ...nodehost.fence import as_ranges, listening_ports
 from ..base import Attempt
 
 #: Ray's fixed default ports: dashboard, client server, dashboard agent's HTTP server
@@ -111,5 +112,5 @@ def node_deny_list(cluster: list[int], attempt: Attempt) -> list[list[int]]:
     own_ports = {p for plan in attempt.plans for p in plan.task.ports if p}
     raylet, ranges = _raylet_ports()
     local = raylet.union(*(range(low, high + 1) for low, high in ranges))
-    local |= network.listening_ports(except_marker=f"{attempt.job_id}/{attempt.number}/")
-    return network.as_ranges((local - own_ports) | set(cluster))
+    local |= listening_ports(except_marker=f"{attempt.job_id}/{attempt.number}/")
+    return as_ranges((local - own_ports) | set(cluster))

@@ -7,6 +7,10 @@ service, mounts (datasets, models, volumes, annotations) are edited row by row. 
 re-validates the spec with :func:`ma_jupyter.client.spec.check` and shows the problems inline;
 Submit sends it through the client (a script typed into the form is snapshotted exactly like a
 ``%%ma_train`` cell body).
+
+Why one module (over 600 lines): it is one widget, the job form: its fields, the rules that show
+or hide them and the inline validation act on one set of widgets and change together; what it
+shares with other front ends (options, text formats, the client) lives in their rooms.
 """
 
 from __future__ import annotations
