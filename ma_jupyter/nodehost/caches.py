@@ -31,8 +31,13 @@ warm.  Rules:
    :func:`release_stale_locks` takes the lease exclusively, without waiting: it gets it only
    when no node of the user's jobs runs on this machine, so no lock in the cache can have a
    living holder, and it removes every lock file there (:func:`is_lock_name`).  While another
-   job of the user runs, the locks stay (that job may hold one; a job stuck behind a lock whose
-   holder died meanwhile is what the hang alert is for: ``docs/jobs.md``).
+   job of the user runs, only the locks no process holds open are removed: a holder keeps its
+   lock's descriptor open until it releases it (``FileBaton`` closes it, then removes the file;
+   ``filelock`` holds its ``flock`` on it), so a lock file that no process has open, seen so
+   twice :data:`LOCK_SETTLE_SECONDS` apart (never the instant between a release's close and its
+   removal), has no living holder.  This runs at each node's launch and once each node of the
+   user ends (:meth:`.host.NodeHost.poll`), so a job already waiting behind a dead job's lock
+   goes on, as does the next one.
 """
 
 from __future__ import annotations
@@ -41,7 +46,10 @@ import fcntl
 import hashlib
 import os
 import re
+import stat
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import config
@@ -62,6 +70,11 @@ LEASES = ".leases"
 #: bounds of the look for stale locks (rule 6): a cache is the job's to fill, its launch waits
 LOCK_WALK_ENTRIES = 200_000
 LOCK_WALK_SECONDS = 5.0
+#: seconds between the two looks at a lock file no process holds open (rule 6)
+LOCK_SETTLE_SECONDS = 1.0
+#: bound of one look through the machine's open descriptors (rule 6): past it, every lock is
+#: taken as held (nothing removed)
+LOCK_HOLDERS_SECONDS = 3.0
 
 
 def is_lock_name(name: str) -> bool:
@@ -85,8 +98,8 @@ def release_stale_locks(cache: Path) -> list[str] | None:
     """Remove the lock files left in ``cache`` when no node of its user's jobs runs here (rule 6).
 
     Returns:
-        The paths removed, relative to the cache; None when a node of the user's jobs holds the
-        lease (nothing is looked at).  Never raises for what it finds: the walk follows no link
+        The paths removed, relative to the cache (while a node of the user's jobs holds the
+        lease: only the locks no process holds open).  Never raises for what it finds: the walk follows no link
         and is bounded (:data:`LOCK_WALK_ENTRIES`, :data:`LOCK_WALK_SECONDS`); past a bound, what
         was released until then stands.
     """
@@ -97,24 +110,89 @@ def release_stale_locks(cache: Path) -> list[str] | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return None
-        removed: list[str] = []
-        try:
-            for folder, dir_fd, entries in walk(
-                [cache], follow_top=False, max_entries=LOCK_WALK_ENTRIES, max_seconds=LOCK_WALK_SECONDS
-            ):
-                for name, _st in entries:
-                    if is_lock_name(name):
-                        try:
-                            os.unlink(name, dir_fd=dir_fd)
-                        except OSError:
-                            continue
-                        removed.append(os.path.normpath(os.path.join(folder, name)))
-        except FolderRefused:
-            pass
-        return removed
+            return _release_unheld_locks(Path(cache))
+        return list(_locks(Path(cache), unlink=lambda _inode: True))
     finally:
         os.close(fd)  # and the exclusive lease with it
+
+
+def _locks(
+    cache: Path, unlink: Callable[[tuple[int, int]], bool] | None = None
+) -> dict[str, tuple[int, int]]:
+    """The lock files of ``cache`` (path relative to it -> device and inode), by a bounded walk
+    following no link (past a bound: those found until then).  With ``unlink``: those whose
+    device and inode it accepts are removed, through their folder's descriptor (never a path a
+    job could redirect), and only those are returned."""
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        for folder, dir_fd, entries in walk(
+            [cache], follow_top=False, max_entries=LOCK_WALK_ENTRIES, max_seconds=LOCK_WALK_SECONDS
+        ):
+            for name, st in entries:
+                if not (is_lock_name(name) and stat.S_ISREG(st.st_mode)):
+                    continue
+                inode = (st.st_dev, st.st_ino)
+                if unlink is not None:
+                    if not unlink(inode):
+                        continue
+                    try:
+                        os.unlink(name, dir_fd=dir_fd)
+                    except OSError:
+                        continue
+                found[os.path.normpath(os.path.join(folder, name))] = inode
+    except FolderRefused:
+        pass
+    return found
+
+
+def _open_anywhere(wanted: set[tuple[int, int]], uid: int) -> set[tuple[int, int]] | None:
+    """Which of the files ``wanted`` (device, inode) a process of account ``uid`` holds open
+    (the nodes of a user's jobs run as the cache's owner); None past
+    :data:`LOCK_HOLDERS_SECONDS` (the caller then takes every one as held)."""
+    deadline = time.monotonic() + LOCK_HOLDERS_SECONDS
+    held: set[tuple[int, int]] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        if time.monotonic() > deadline:
+            return None
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue  # ended meanwhile
+        for fd in descriptors:
+            try:
+                st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in wanted:
+                held.add((st.st_dev, st.st_ino))
+    return held
+
+
+def _release_unheld_locks(cache: Path) -> list[str]:
+    """Rule 6 while a node of the user's jobs runs here: remove the lock files no process
+    holds open, looked at twice :data:`LOCK_SETTLE_SECONDS` apart (the same file both times)."""
+    try:
+        uid = os.stat(cache).st_uid
+    except OSError:
+        return []
+    first = _locks(cache)
+    if not first:
+        return []
+    held = _open_anywhere(set(first.values()), uid)
+    if held is None:
+        return []
+    candidates = set(first.values()) - held
+    if not candidates:
+        return []
+    time.sleep(LOCK_SETTLE_SECONDS)
+    held = _open_anywhere(candidates, uid)
+    if held is None:
+        return []
+    return list(_locks(cache, unlink=lambda inode: inode in candidates and inode not in held))
 
 
 def root() -> Path:

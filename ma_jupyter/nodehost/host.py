@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import logging
 import os
 import secrets
 import signal
@@ -119,6 +120,8 @@ class HostedAttempt(JobAttempt, Protocol):
     def job_dir(self) -> Path: ...
 
 
+log = logging.getLogger("ma_jupyter.nodehost")
+
 #: seconds a closing host waits for a network probe under way, to remove what it made
 PROBE_CLOSE_WAIT = 10.0
 
@@ -161,6 +164,8 @@ class NodeHost:
         self._probe_failures = 0
         self._probe_run_lock = threading.Lock()
         self.network_probe_every = NETWORK_PROBE_EVERY
+        #: the caches whose locks a thread is looking at (:meth:`_release_locks_of`)
+        self._releasing: set[Path] = set()
         #: guards the gates' tables (:meth:`_open_gate`, :meth:`_regate`)
         self._gates_lock = threading.Lock()
 
@@ -669,9 +674,34 @@ class NodeHost:
                 self._regate(attempt, run)
                 return run.model_copy(update={"state": "running", "exit_code": None})
             code = read_exit_code(exit_file)  # it may have finished between the two looks
+        if run.state == "running":  # its end, seen now (once): caches rule 6
+            self._release_locks_of(attempt.spec.creator)
         if code is not None:
             return run.model_copy(update={"state": "exited", "exit_code": code})
         return run.model_copy(update={"state": "lost"})
+
+    def _release_locks_of(self, user: str | None) -> None:
+        """Remove the build locks of ``user``'s cache that no process holds open any more
+        (:mod:`.caches` rule 6), on a thread of its own (it looks twice, a second apart), one at a
+        time per cache: a job waiting behind a lock of a job that just ended goes on."""
+        cache = caches.cache_dir(user)
+        with self._probe_lock:
+            if cache in self._releasing:
+                return
+            self._releasing.add(cache)
+
+        def release() -> None:
+            try:
+                released = caches.release_stale_locks(cache)
+                if released:
+                    log.info("released stale locks in %s: %s", cache, released[:5])
+            except OSError as exc:
+                log.warning("could not look for stale locks in %s: %s", cache, exc)
+            finally:
+                with self._probe_lock:
+                    self._releasing.discard(cache)
+
+        threading.Thread(target=release, name="cache-locks", daemon=True).start()
 
     def heartbeat(self, attempt: HostedAttempt, run: NodeRun) -> float | None:
         """The time of the node runner's heartbeat file (it refreshes it every second), a stat
