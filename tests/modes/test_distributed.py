@@ -52,6 +52,28 @@ def test_the_single_mode_refuses_two_nodes_and_names_the_distributed_mode():
         JobSpec(name="one", mode="single", nodes=2, command="python train.py")
 
 
+def test_torchs_one_node_launcher_on_two_nodes_is_refused_here_too_and_allowed_on_one():
+    """The distributed mode sets torchrun's PET_NNODES as the pytorch mode does: `torchrun
+    --standalone` on 2 nodes would make each node a one-node job waiting for the other forever."""
+    from ma_jupyter.errors import InvalidSpec
+
+    for command, option in [
+        ("torchrun --standalone --nproc_per_node=2 train.py", "--standalone"),
+        ("torchrun --nnodes=1 train.py", "--nnodes 1"),
+    ]:
+        spec = _job(command)
+        with pytest.raises(InvalidSpec) as refused:
+            plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))
+        assert refused.value.field == "command"
+        assert option in refused.value.message and "PET_NNODES=2" in refused.value.message
+        one = _job(command, nodes=1)
+        assert len(plan_job(one, placement_for(one, SPECS["cpu.medium"]))) == 1
+    # a bare torchrun joins the job, and a script's own --standalone is its own
+    for command in ("torchrun --nproc_per_node=2 train.py", "python train.py --standalone"):
+        spec = _job(command)
+        assert len(plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))) == 2, command
+
+
 @pytest.mark.parametrize(
     ("command", "threads"),
     [
