@@ -685,13 +685,15 @@ class JobFollower:
             yield from items
 
     def updates(
-        self, *, patience: float = FOLLOW_PATIENCE
+        self, *, patience: float = FOLLOW_PATIENCE, idle: bool = False
     ) -> Iterator[tuple[list[tuple[StreamKey, str]], dict[StreamKey, str]]]:
         """Like :meth:`lines` (the CLI's loop), batch by batch: each the lines that came and the
-        unfinished lines that changed with them (rule 6); a batch may be empty."""
+        unfinished lines that changed with them (rule 6).  With ``idle`` an empty batch comes
+        too, at least every 0.2 s, so the caller may look at something else (the job's alerts)
+        while the job prints nothing."""
         for items in self._batches(patience):
             partials = self.take_partials()
-            if items or partials:
+            if items or partials or idle:
                 yield items, partials
 
     def _batches(self, patience: float) -> Iterator[list[tuple[StreamKey, str]]]:

@@ -12,7 +12,10 @@ launcher is put around the command, whatever it starts with.  Every node gets
 * every reserved port named (:func:`~ma_jupyter.modes.common.ports_env`): ``MA_PORTS`` (this
   node's) and ``MA_MASTER_PORTS`` (worker-0's).
 
-One node of this mode is the ``single`` mode with those variables.
+One node of this mode is the ``single`` mode with those variables.  As in the pytorch mode, a
+torch launcher told to make a one-node job of its own (``torchrun --standalone``, ``--nnodes 1``)
+on several nodes is refused (:func:`~ma_jupyter.modes.pytorch.check_multi_node`): ``PET_NNODES``
+counts every node, so each would wait for the others forever.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from __future__ import annotations
 from ..models import JobSpec
 from .base import NodePlan, Placement
 from .common import distributed_env, jax_env, ports_env
+from .pytorch import check_multi_node
 
 
 def plan(spec: JobSpec, placement: Placement, argv: list[str]) -> list[NodePlan]:
     """Per-node plans of a distributed job: the variables above, the command untouched."""
+    check_multi_node(placement, argv)
     return [
         NodePlan(
             task=task,

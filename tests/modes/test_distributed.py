@@ -52,6 +52,28 @@ def test_the_single_mode_refuses_two_nodes_and_names_the_distributed_mode():
         JobSpec(name="one", mode="single", nodes=2, command="python train.py")
 
 
+def test_torchs_one_node_launcher_on_two_nodes_is_refused_here_too_and_allowed_on_one():
+    """The distributed mode sets torchrun's PET_NNODES as the pytorch mode does: `torchrun
+    --standalone` on 2 nodes would make each node a one-node job waiting for the other forever."""
+    from ma_jupyter.errors import InvalidSpec
+
+    for command, option in [
+        ("torchrun --standalone --nproc_per_node=2 train.py", "--standalone"),
+        ("torchrun --nnodes=1 train.py", "--nnodes 1"),
+    ]:
+        spec = _job(command)
+        with pytest.raises(InvalidSpec) as refused:
+            plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))
+        assert refused.value.field == "command"
+        assert option in refused.value.message and "PET_NNODES=2" in refused.value.message
+        one = _job(command, nodes=1)
+        assert len(plan_job(one, placement_for(one, SPECS["cpu.medium"]))) == 1
+    # a bare torchrun joins the job, and a script's own --standalone is its own
+    for command in ("torchrun --nproc_per_node=2 train.py", "python train.py --standalone"):
+        spec = _job(command)
+        assert len(plan_job(spec, placement_for(spec, SPECS["cpu.medium"]))) == 2, command
+
+
 @pytest.mark.parametrize(
     ("command", "threads"),
     [
@@ -109,3 +131,45 @@ def test_the_shared_options_parser_takes_the_distributed_mode():
         options.parse_args(parser, "--mode distributed --nodes 2"), command="python t.py"
     )
     assert JobSpec.model_validate({"name": "d", **spec}).mode.value == "distributed"
+
+
+def _documented_env_rule() -> tuple[str, set[str]]:
+    """docs/variables.md's *What a job's `--env` may override*: its first half's text (the
+    platform's wins) and the names its second half gives the job."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "variables.md").read_text()
+    section = text.split("## What a job's `--env` may override", 1)[1].split("\n## ", 1)[0]
+    platform, job = section.split("2. **The job's wins**", 1)
+    return platform, set(re.findall(r"`([A-Z][A-Z0-9_]*)`", job))
+
+
+@pytest.mark.parametrize(
+    ("mode", "extra"),
+    [
+        ("distributed", {}),
+        ("pytorch", {}),
+        ("pytorch-deepspeed", {}),
+        ("tensorflow", {"ps": 1}),
+        ("horovod", {}),
+        ("mindspore-ascend", {}),
+    ],
+)
+def test_the_env_rule_of_docs_variables_md_is_the_planners(mode, extra):
+    """Every variable a mode sets keeps the platform's value against the job's `--env`, but
+    those docs/variables.md gives the job, whose value applies in every mode."""
+    platform_text, job_names = _documented_env_rule()
+    plain = _job("python train.py", mode=mode, **extra)
+    set_by_mode = {name for node in plan_job(plain, placement_for(plain)) for name in node.env}
+    given = dict.fromkeys(set_by_mode | job_names, "from-job")
+    spec = _job("python train.py", mode=mode, env=given, **extra)
+    for node in plan_job(spec, placement_for(spec)):
+        for name in job_names:
+            assert node.env[name] == "from-job", (mode, node.name, name)
+        for name in set_by_mode - job_names:
+            assert node.env[name] != "from-job", (
+                f"{mode}: the job's {name} applied, docs say the platform's wins"
+            )
+    # the first half names no variable the job's value wins for
+    assert not {n for n in job_names if f"`{n}`" in platform_text}

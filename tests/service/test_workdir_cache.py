@@ -11,6 +11,7 @@ import secrets
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -427,11 +428,22 @@ def test_a_job_stuck_on_a_stale_build_lock_is_told_and_stopped_and_the_next_job_
     cluster = ma_home / "cluster.toml"
     cluster.write_text(cluster.read_text() + "[limits]\nhang_minutes = 0.05\n")  # a 3 s window
     svc = start_service(ma_home)
+    follower = None
     try:
         algo = algorithm(tmp_path, {"baton.py": BATON})
         run = {"command": "python baton.py", "algorithm": str(algo)}
         holder = submit(svc, name="holder", **{**run, "command": "python baton.py hold"})
         wait_for(lambda: "holding the lock" in log_of(svc, holder["id"]), timeout=120)
+        # a user following the holder from a shell sees its alert while it runs, not at its end
+        follower = subprocess.Popen(
+            [PY, "-m", "ma_jupyter.frontends.cli", "logs", holder["id"], "--follow"],
+            env={**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        followed: list[str] = []
+        threading.Thread(target=lambda: followed.extend(follower.stderr), daemon=True).start()
         # a job of the same user starting while the holder runs waits for the lock: it may be held
         stuck = submit(svc, name="stuck", hang_policy="stop", **{**run, "command": "python baton.py wait"})
         final = finished(svc, stuck["id"], timeout=180)
@@ -451,10 +463,15 @@ def test_a_job_stuck_on_a_stale_build_lock_is_told_and_stopped_and_the_next_job_
 
         told = wait_for(holder_alerts, timeout=60)
         assert f"ma-jupyter stop {holder['id']}" in told[0]["reason"], told
+        shown = wait_for(
+            lambda: [line for line in followed if line.startswith("ALERT: looks hung")], timeout=60
+        )
         assert job_of(svc, holder["id"])["status"] == "running"
         # killed while holding it: the lock stays in the user's cache...
         svc.session().post(f"{svc.api}/jobs/{holder['id']}/stop", timeout=10)
         assert finished(svc, holder["id"])["status"] == "stopped"
+        follower.wait(timeout=60)  # the follow ends with the job, the alert said once
+        assert [line for line in followed if line.startswith("ALERT")] == shown, followed
         assert len(holder_alerts()) == 1  # one quiet spell, told once, whatever the looks since
         locks = list((ma_home / "caches").glob("*/torch_extensions/*/fused_adam/lock"))
         assert len(locks) == 1, locks
@@ -464,4 +481,7 @@ def test_a_job_stuck_on_a_stale_build_lock_is_told_and_stopped_and_the_next_job_
         assert done["status"] == "succeeded", (done["reason"], log_of(svc, after["id"]))
         assert "built at once" in log_of(svc, after["id"])
     finally:
+        if follower is not None and follower.poll() is None:
+            follower.kill()
+            follower.wait()
         stop_services([svc])

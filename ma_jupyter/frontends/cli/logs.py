@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from ...client import Client, JobHandle
 from ...client.logs import JobFollower, several_nodes, stream_label
@@ -14,6 +15,7 @@ from .. import jobactions, render
 from .output import (
     EXIT_FAILED,
     EXIT_OK,
+    Alerts,
     columns,
     control,
     err,
@@ -51,8 +53,9 @@ def _print_logs(handle: JobHandle, args: argparse.Namespace) -> int:
         key = (args.node, args.rank)
         # an unknown node or rank is a NotFound now, not a follow that never ends
         handle.client.read_log(handle.id, node=args.node, rank=args.rank, offset=0, limit=1)
-        lost = follow_nodes(handle, stream=key, offsets={stream_label(key): args.offset})
-        print_alerts(handle)
+        alerts = Alerts(handle)
+        lost = follow_nodes(handle, stream=key, offsets={stream_label(key): args.offset}, alerts=alerts)
+        alerts.show_new()
         return EXIT_FAILED if lost else EXIT_OK
     if one_stream:
         try:
@@ -65,8 +68,9 @@ def _print_logs(handle: JobHandle, args: argparse.Namespace) -> int:
             print_alerts(handle)
         return EXIT_OK
     if args.follow:
-        lost = follow_nodes(handle, rank=args.rank, prefixed=args.all)
-        print_alerts(handle)
+        alerts = Alerts(handle)
+        lost = follow_nodes(handle, rank=args.rank, prefixed=args.all, alerts=alerts)
+        alerts.show_new()
     else:
         lost = _print_all_nodes(handle, rank=args.rank, prefixed=args.all)
     return EXIT_FAILED if lost else EXIT_OK
@@ -89,6 +93,10 @@ def _print_all_nodes(handle: JobHandle, *, rank: int | None, prefixed: bool) -> 
     return lost
 
 
+#: seconds between a follower's looks at the job's alerts (``follow_nodes``)
+ALERT_LOOK_EVERY = 2.0
+
+
 def follow_nodes(
     handle: JobHandle,
     *,
@@ -96,6 +104,7 @@ def follow_nodes(
     rank: int | None = None,
     prefixed: bool = False,
     offsets: dict[str, int] | None = None,
+    alerts: Alerts | None = None,
 ) -> list[str]:
     """Print a job's log as it is written until the job has ended, through the front ends'
     one :class:`~ma_jupyter.client.logs.JobFollower`: every node's lines in arrival order,
@@ -105,7 +114,11 @@ def follow_nodes(
 
     On a terminal, a line the job is still writing (a progress bar redrawn with ``\r``) is
     shown as it stands on the last row, redrawn in place until its newline comes (the newest
-    such line of all streams); a pipe or a file gets whole lines only, each once."""
+    such line of all streams); a pipe or a file gets whole lines only, each once.
+
+    With ``alerts``, the job's alert events raised while it is followed are printed on stderr
+    as they come, looked for every :data:`ALERT_LOOK_EVERY` seconds (the alert of a job that
+    "looks hung" would otherwise show only once the job ended, and such a job does not end)."""
     follower = JobFollower(
         handle.client, handle.info, stream=stream, rank=rank, prefixed=prefixed, offsets=offsets
     )
@@ -113,8 +126,16 @@ def follow_nodes(
     live = sys.stdout.isatty()
     showing = False  # whether the last row holds an unfinished line
     current: dict[tuple[str, int | None], str] = {}  # each stream's unfinished line, newest last
+    alerts_due = time.monotonic() + ALERT_LOOK_EVERY
     try:
-        for items, partials in follower.updates():
+        for items, partials in follower.updates(idle=alerts is not None):
+            if alerts is not None and time.monotonic() >= alerts_due:
+                alerts_due = time.monotonic() + ALERT_LOOK_EVERY
+                if showing:
+                    control("\r\x1b[K")  # the alert's line takes the row of the unfinished one
+                    showing = False
+                sys.stdout.flush()  # the lines before the alert come before it
+                alerts.show_new(quiet_if_unavailable=True)
             if showing:
                 control("\r\x1b[K")  # the unfinished line makes room for what came
                 showing = False

@@ -51,9 +51,34 @@ def print_alerts(handle: JobHandle) -> None:
     """The job's alert events (performance, a multi-node job that did not run distributed), one
     line each on stderr, once the job has ended (``submit``/``clone`` with ``--follow`` or
     ``--wait``, ``logs --follow``, ``wait``): the job's success does not show them."""
-    for event in handle.events():
-        if event.alert:
-            err(f"ALERT{f' ({event.node})' if event.node else ''}: {render.one_line(event.reason)}")
+    Alerts(handle).show_new()
+
+
+class Alerts:
+    """A job's alert events, each printed once on stderr: a follower shows them as they come
+    (a job that "looks hung" prints nothing, so its alert is all a follower would see), and
+    :meth:`show_new` at the end shows the rest."""
+
+    def __init__(self, handle: JobHandle) -> None:
+        self.handle = handle
+        self.seen = 0  # the sequence number of the last event looked at
+
+    def show_new(self, *, quiet_if_unavailable: bool = False) -> None:
+        """Print the alerts raised since the last call.  ``quiet_if_unavailable``: a service
+        that does not answer now (restarting) shows nothing; the next call asks again."""
+        from ...errors import BackendUnavailable
+
+        try:
+            events = self.handle.events(after=self.seen)
+        except BackendUnavailable:
+            if quiet_if_unavailable:
+                return
+            raise
+        for event in events:
+            if event.alert:
+                err(f"ALERT{f' ({event.node})' if event.node else ''}: {render.one_line(event.reason)}")
+        if events:
+            self.seen = events[-1].seq
 
 
 def finished(job: Job, args: argparse.Namespace) -> int:

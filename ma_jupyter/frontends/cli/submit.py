@@ -12,11 +12,11 @@ from ...wire import clone_name
 from .. import options, render
 from .output import (
     EXIT_OK,
+    Alerts,
     err,
     finished,
     interrupted,
     out,
-    print_alerts,
     submitted,
 )
 
@@ -64,17 +64,18 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.json:
         err(submitted(handle))
+    alerts = Alerts(handle)
     try:
         if args.follow and not args.json:
             from .logs import follow_nodes  # the log follower: only --follow needs it
 
             stream = (args.follow_node, None) if args.follow_node else None
-            follow_nodes(handle, stream=stream)
+            follow_nodes(handle, stream=stream, alerts=alerts)
         final = handle.wait(check=False)
     except KeyboardInterrupt:
         return interrupted(handle, stop=args.stop_on_interrupt)
     if not args.json:
-        print_alerts(handle)
+        alerts.show_new()  # those a follow did not show yet
     return finished(final, args)
 
 
