@@ -113,10 +113,10 @@ def make_backend(kind: str | None = None, ray_address: str | None = None):
 
         return RayBackend(choice.address or "", choice.node_root, network=choice.network)
     from ..backends.local import LocalBackend
-    from ..nodehost import egress
+    from ..nodehost import egress_names
 
     # the policy's names are looked up ahead of the launches (a policy added later too)
-    egress.NAMES.watch(config.load_egress)
+    egress_names.NAMES.watch(config.load_egress)
     return LocalBackend()
 
 

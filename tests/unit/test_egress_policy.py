@@ -17,7 +17,7 @@ import pytest
 
 from ma_jupyter import config
 from ma_jupyter.errors import InvalidSpec
-from ma_jupyter.nodehost import egress
+from ma_jupyter.nodehost import egress, egress_names
 from tests.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -211,8 +211,8 @@ def test_a_launch_never_waits_on_a_name_server(monkeypatch):
         answer.wait(120)
         return ("192.0.2.9",)
 
-    monkeypatch.setattr(egress, "_look_up", slow_name_server)
-    monkeypatch.setattr(egress, "NAMES", egress.Names())
+    monkeypatch.setattr(egress_names, "_look_up", slow_name_server)
+    monkeypatch.setattr(egress_names, "NAMES", egress_names.Names())
     rules = [config.EgressRule("slow.example:443", "slow.example", None, ((443, 443),))]
     try:
         gate = egress.gate_for(rules, "alice")  # returns while the look-up hangs
@@ -247,10 +247,10 @@ def test_a_look_up_done_before_its_callback_is_attached_never_locks_the_cache(mo
             done.set_result(fn(*args))
             return done
 
-    names = egress.Names()
+    names = egress_names.Names()
     names._pool = AtOnce()
-    monkeypatch.setattr(egress, "_look_up", lambda name: ("192.0.2.9",))
-    monkeypatch.setattr(egress, "NAMES", names)
+    monkeypatch.setattr(egress_names, "_look_up", lambda name: ("192.0.2.9",))
+    monkeypatch.setattr(egress_names, "NAMES", names)
     rules = [config.EgressRule("quick.example:443", "quick.example", None, ((443, 443),))]
 
     def gates() -> None:
@@ -292,6 +292,6 @@ def test_a_name_answering_with_many_addresses_opens_a_bounded_gate(tmp_path):
     )
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line is not None, done.stdout + done.stderr
-    cap = egress.MAX_NAME_ADDRESSES
+    cap = egress_names.MAX_NAME_ADDRESSES
     assert line.split()[1:] == [str(cap), str(cap), str(cap + 1)], done.stdout
     assert f"many.example: resolves to more than {cap} addresses" in done.stdout, done.stdout
