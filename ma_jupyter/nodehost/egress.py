@@ -21,6 +21,12 @@ enter or change (the job's nodes have no capability in their own namespace eithe
    Nothing of the host's routing or firewall changes: no forwarding, no NAT rule, no address
    of the machine is touched; what leaves is a connection of the service's account.
 
+On the Ray backend the same gate sits in each Ray node's agent, for that machine's part of an
+attempt's overlay (``backends/ray/egress_gate.py``): the service resolves the :class:`Gate`
+(its :attr:`Gate.job_network` the overlay, with the cluster's addresses and ports
+:attr:`Gate.refused` and :attr:`Gate.denied_ports`) and sends it with the launch; the agent
+opens it and runs the forwarder, connecting from its machine's network.
+
 Host names of the policy are looked up ahead of the launches (:class:`.egress_names.Names`: when first
 listed or asked for, then every :data:`.egress_names.NAME_TTL` seconds, on a thread of their own), and an
 attempt's gate takes the addresses known when it starts (:func:`gate_for`: a launch never waits
@@ -130,6 +136,12 @@ class Gate:
             nodes' ``/etc/hosts``).
         user: whose attempt it is (its relays count against that user's share), or None.
         bounds: the admin's bounds on relays (``[network]``: idle and connect time, per user).
+        job_network: the network the attempt's nodes are on (the local backend's job network,
+            or a Ray attempt's overlay); its last address but one is the gateway.
+        refused: networks never reached, whatever the policy lists, besides this machine's own
+            addresses (a Ray attempt's: the service's machine and every Ray node).
+        denied_ports: TCP port ranges never reached on any address (a Ray attempt's: the
+            cluster's ports, ``backends/ray/egress_gate.py``).
     """
 
     destinations: tuple[Destination, ...]
@@ -137,15 +149,26 @@ class Gate:
     problems: tuple[str, ...] = ()
     user: str | None = None
     bounds: EgressBounds = EgressBounds()
+    job_network: ipaddress.IPv4Network = JOB_NETWORK
+    refused: tuple[ipaddress.IPv4Network, ...] = ()
+    denied_ports: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def gateway(self) -> str:
+        """The gateway's address on the job network (its last address but one)."""
+        return str(self.job_network.broadcast_address - 1)
 
     def allows(self, address: str, port: int) -> bool:
         """Whether a node may connect to ``address:port``: a destination of the policy, never
-        the job network nor this machine's own address (:func:`is_own`)."""
+        the job network, this machine's own address (:func:`is_own`), a refused network or a
+        denied port."""
         try:
             ip = ipaddress.IPv4Address(address)
         except ValueError:
             return False
-        if ip in JOB_NETWORK or is_own(ip):
+        if ip in self.job_network or is_own(ip) or any(ip in net for net in self.refused):
+            return False
+        if any(lo <= port <= hi for lo, hi in self.denied_ports):
             return False
         return any(d.allows(ip, port) for d in self.destinations)
 
@@ -251,12 +274,30 @@ def hosts_lines(gate: Gate) -> str:
     return left_out + "".join(f"{address}\t{name}\n" for address, name in gate.hosts)
 
 
+def merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` (``(low, high)``, inclusive) as the fewest ranges covering the same ports, in
+    order, none overlapping or touching another."""
+    out: list[tuple[int, int]] = []
+    for low, high in sorted(ranges):
+        if out and low <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], high))
+        else:
+            out.append((low, high))
+    return out
+
+
 def ruleset(gate: Gate, own: Iterable[ipaddress.IPv4Address] = ()) -> str:
     """The nftables rules of the gate (module rule 2), for ``nft -f -`` in the switch namespace;
     ``own``: this machine's addresses now, never redirected (the forwarder checks again at each
     connection, since addresses change)."""
-    mine = ", ".join(sorted({str(LOOPBACK), *(str(a) for a in own)}))
+    # an interval set takes no overlapping elements (nft refuses them): merged first
+    never = ipaddress.collapse_addresses([LOOPBACK, *(ipaddress.IPv4Network(a) for a in own), *gate.refused])
+    mine = ", ".join(str(n) for n in never)
     redirects = [f"    ip daddr {{ {mine} }} return\n"]
+    if gate.denied_ports:
+        denied = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in merged(gate.denied_ports))
+        redirects.append(f"    tcp dport {{ {denied} }} return\n")
+    inside, gateway = gate.job_network, gate.gateway
     for d in gate.destinations:
         ports = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in d.ports)
         match = f"tcp dport {{ {ports} }} " if ports else "meta l4proto tcp "
@@ -267,20 +308,20 @@ def ruleset(gate: Gate, own: Iterable[ipaddress.IPv4Address] = ()) -> str:
         # here too) is never tracked: no cost, no connection table to fill
         "  chain untracked {\n"
         "    type filter hook prerouting priority raw; policy accept;\n"
-        f"    ip saddr {JOB_NETWORK} ip daddr {JOB_NETWORK} ip daddr != {network.EGRESS_GATEWAY} notrack\n"
+        f"    ip saddr {inside} ip daddr {inside} ip daddr != {gateway} notrack\n"
         "  }\n"
         "  chain out {\n"
         "    type nat hook prerouting priority dstnat; policy accept;\n"
-        f"    ip daddr {JOB_NETWORK} return\n"
+        f"    ip daddr {inside} return\n"
         f"{''.join(redirects)}"
         "  }\n"
         "  chain gate {\n"
         "    type filter hook prerouting priority filter; policy accept;\n"
         "    meta pkttype { broadcast, multicast } accept\n"
-        f"    ct status dnat ip daddr {network.EGRESS_GATEWAY} tcp dport {FORWARDER_PORT} accept\n"
-        f"    ip daddr {network.EGRESS_GATEWAY} meta l4proto tcp reject with tcp reset\n"
-        f"    ip daddr {network.EGRESS_GATEWAY} drop\n"
-        f"    ip daddr {JOB_NETWORK} accept\n"
+        f"    ct status dnat ip daddr {gateway} tcp dport {FORWARDER_PORT} accept\n"
+        f"    ip daddr {gateway} meta l4proto tcp reject with tcp reset\n"
+        f"    ip daddr {gateway} drop\n"
+        f"    ip daddr {inside} accept\n"
         "    meta l4proto tcp reject with tcp reset\n"
         # ICMP sent from this bridge's prerouting never reaches the node's socket (measured):
         # anything but TCP is dropped (UDP: no answer)
@@ -312,9 +353,12 @@ def why_not_enforceable() -> str | None:
 def refusal(rules: Iterable[EgressRule]) -> str | None:
     """Why this service refuses the policy ``rules`` at its start (None: it takes it):
     :func:`why_not_enforceable`, or an entry that is one of this machine's own addresses."""
-    why = why_not_enforceable()
-    if why:
-        return why
+    return why_not_enforceable() or own_entry(rules)
+
+
+def own_entry(rules: Iterable[EgressRule]) -> str | None:
+    """Why an entry of ``rules`` is refused at the start: one of this machine's own addresses
+    (None: none is)."""
     for rule in rules:
         if rule.network:
             net = ipaddress.IPv4Network(rule.network)
@@ -351,7 +395,7 @@ def open_gate(switch: Path, gate: Gate) -> socket.socket:
             raise BackendUnavailable(f"cannot load the job's egress rules: {done.stderr.strip()[:500]}")
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((network.EGRESS_GATEWAY, FORWARDER_PORT))
+        listener.bind((gate.gateway, FORWARDER_PORT))
         listener.listen(MAX_CONNECTIONS)
         return listener
 

@@ -91,13 +91,15 @@ def _start_check(home: Path, *, user: int | None = None) -> subprocess.Completed
 
 
 def test_a_policy_the_service_cannot_enforce_stops_its_start(tmp_path):
-    # the Ray backend: the policy is for the local backend's job network only
+    # a Ray cluster file that fences every job: its nodes keep their machines' network
     home = tmp_path / "ray"
     home.mkdir()
-    _policy(home, '["192.0.2.7:443"]', '[backend]\nkind = "ray"\naddress = "127.0.0.1:1"\n\n')
+    ray = '[backend]\nkind = "ray"\naddress = "127.0.0.1:1"\nnetwork = "fence"\n\n'
+    _policy(home, '["192.0.2.7:443"]', ray)
     done = _start_check(home)
     assert done.returncode == 2, done.stderr
-    assert "[network] egress applies to the local backend only" in done.stdout
+    assert 'network = "fence" keeps the machines\' network for every job' in done.stdout, done.stdout
+    assert 'set network = "auto"' in done.stdout, done.stdout
     # an address of this machine itself
     own = next(
         (
@@ -114,6 +116,40 @@ def test_a_policy_the_service_cannot_enforce_stops_its_start(tmp_path):
         _policy(home, f'["{own}:22"]')
         done = _start_check(home)
         assert done.returncode == 2 and "this machine's own address" in done.stdout, done.stdout + done.stderr
+        # on the Ray backend too (the service's machine: never reached from a Ray job either)
+        _policy(home, f'["{own}:22"]', '[backend]\nkind = "ray"\naddress = "127.0.0.1:1"\n\n')
+        done = _start_check(home)
+        assert done.returncode == 2 and "this machine's own address" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_fenced_ray_attempt_with_a_policy_is_refused_and_a_gate_refuses_the_cluster(tmp_path, monkeypatch):
+    """A Ray attempt that could not get its overlay would share its machines' whole network: with
+    a policy its launch is refused, saying why and what to do.  A Ray attempt's gate never opens
+    the cluster's addresses or ports, whatever the list says, and its rules hold no overlapping
+    set elements (nft refuses them)."""
+    from ma_jupyter.backends.ray import egress_gate
+    from ma_jupyter.errors import BackendUnavailable
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    _policy(tmp_path, '["192.0.2.0/24"]')
+    with pytest.raises(BackendUnavailable) as caught:
+        egress_gate.gated(None, None, None)  # fenced: refused before anything is asked of Ray
+    assert "would be fenced" in caught.value.message and 'egress = "none"' in caught.value.message
+    assert str(tmp_path / "cluster.toml") in caught.value.message
+    gate = egress.Gate(
+        (egress.Destination(ipaddress.IPv4Network("192.0.2.0/24")),),
+        job_network=egress_gate.OVERLAY_NETWORK,
+        refused=(ipaddress.IPv4Network("192.0.2.5/32"), ipaddress.IPv4Network("127.0.0.1/32")),
+        denied_ports=((6379, 6379), (20000, 20499), (20400, 20999), (6380, 6380)),
+    )
+    assert gate.allows("192.0.2.9", 443) and gate.gateway == "10.253.255.254"
+    assert not gate.allows("192.0.2.5", 443)  # a Ray node's (or the service's) address
+    assert not gate.allows("192.0.2.9", 6379) and not gate.allows("192.0.2.9", 20700)  # the cluster's ports
+    assert not gate.allows("10.253.0.2", 443)  # the overlay: the job's own nodes, never relayed
+    rules = egress.ruleset(gate, [ipaddress.IPv4Address("127.0.0.1")])
+    assert "tcp dport { 6379-6380, 20000-20999 } return" in rules, rules
+    assert "ip daddr { 127.0.0.0/8, 192.0.2.5/32 } return" in rules, rules
+    assert "ip daddr 10.253.0.0/16 accept" in rules and "10.254." not in rules, rules
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs the check as another account")
