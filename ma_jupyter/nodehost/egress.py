@@ -21,14 +21,20 @@ enter or change (the job's nodes have no capability in their own namespace eithe
    Nothing of the host's routing or firewall changes: no forwarding, no NAT rule, no address
    of the machine is touched; what leaves is a connection of the service's account.
 
-Host names of the policy are looked up ahead of the launches (:class:`Names`: when first
-listed or asked for, then every :data:`NAME_TTL` seconds, on a thread of their own), and an
+On the Ray backend the same gate sits in each Ray node's agent, for that machine's part of an
+attempt's overlay (``backends/ray/egress_gate.py``): the service resolves the :class:`Gate`
+(its :attr:`Gate.job_network` the overlay, with the cluster's addresses and ports
+:attr:`Gate.refused` and :attr:`Gate.denied_ports`) and sends it with the launch; the agent
+opens it and runs the forwarder, connecting from its machine's network.
+
+Host names of the policy are looked up ahead of the launches (:class:`.egress_names.Names`: when first
+listed or asked for, then every :data:`.egress_names.NAME_TTL` seconds, on a thread of their own), and an
 attempt's gate takes the addresses known when it starts (:func:`gate_for`: a launch never waits
 on a name server): they join the filter and are written into each node's ``/etc/hosts`` (the
 nodes look names up there only), so a job reaches a listed name, and no other name resolves.  A
 name not known (yet), or resolving to this machine's own address, is left out, with a problem
 line (in the service log and as a comment in the nodes' ``/etc/hosts``); of a name with more
-than :data:`MAX_NAME_ADDRESSES` addresses only the first are taken, with such a line.  Only TCP goes out:
+than :data:`.egress_names.MAX_NAME_ADDRESSES` addresses only the first are taken, with such a line.  Only TCP goes out:
 UDP (a name server, QUIC) is unreachable.
 
 Bounds (:class:`Forwarder`'s rules): at most :data:`MAX_CONNECTIONS` relayed connections per
@@ -56,13 +62,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import EgressBounds, EgressRule
 from ..errors import BackendUnavailable
-from . import network
+from . import egress_names, network
 
 #: the forwarder's port on the gateway, in the switch namespace (each attempt's own)
 FORWARDER_PORT = 1080
@@ -94,19 +99,6 @@ _all_relays = [0]
 #: none has no entry)
 _user_relays: dict[str, int] = {}
 _all_lock = threading.Lock()
-#: seconds one look-up of a policy's host name may take before a launch reports it unresolved
-RESOLVE_TIMEOUT = 5.0
-#: seconds a looked-up name's addresses are used before the background looks it up again
-NAME_TTL = 60.0
-#: seconds between the background's looks at the policy (names listed since, names to refresh)
-NAME_REFRESH = 10.0
-#: seconds a name's last addresses are still used while its look-ups fail (then it is left out)
-NAME_STALE = 600.0
-#: names the cache keeps at most (a policy lists at most 256; older ones are forgotten first)
-NAME_CACHE_SIZE = 1024
-#: addresses of one name an attempt's gate takes at most (the first, in order): a name's owner
-#: can answer with thousands, each a rule of the gate and a line of every node's /etc/hosts
-MAX_NAME_ADDRESSES = 32
 #: seconds between two lines of the service log about one attempt's refusals of one kind
 TELL_EVERY = 10.0
 CHUNK = 65536
@@ -144,6 +136,12 @@ class Gate:
             nodes' ``/etc/hosts``).
         user: whose attempt it is (its relays count against that user's share), or None.
         bounds: the admin's bounds on relays (``[network]``: idle and connect time, per user).
+        job_network: the network the attempt's nodes are on (the local backend's job network,
+            or a Ray attempt's overlay); its last address but one is the gateway.
+        refused: networks never reached, whatever the policy lists, besides this machine's own
+            addresses (a Ray attempt's: the service's machine and every Ray node).
+        denied_ports: TCP port ranges never reached on any address (a Ray attempt's: the
+            cluster's ports, ``backends/ray/egress_gate.py``).
     """
 
     destinations: tuple[Destination, ...]
@@ -151,15 +149,26 @@ class Gate:
     problems: tuple[str, ...] = ()
     user: str | None = None
     bounds: EgressBounds = EgressBounds()
+    job_network: ipaddress.IPv4Network = JOB_NETWORK
+    refused: tuple[ipaddress.IPv4Network, ...] = ()
+    denied_ports: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def gateway(self) -> str:
+        """The gateway's address on the job network (its last address but one)."""
+        return str(self.job_network.broadcast_address - 1)
 
     def allows(self, address: str, port: int) -> bool:
         """Whether a node may connect to ``address:port``: a destination of the policy, never
-        the job network nor this machine's own address (:func:`is_own`)."""
+        the job network, this machine's own address (:func:`is_own`), a refused network or a
+        denied port."""
         try:
             ip = ipaddress.IPv4Address(address)
         except ValueError:
             return False
-        if ip in JOB_NETWORK or is_own(ip):
+        if ip in self.job_network or is_own(ip) or any(ip in net for net in self.refused):
+            return False
+        if any(lo <= port <= hi for lo, hi in self.denied_ports):
             return False
         return any(d.allows(ip, port) for d in self.destinations)
 
@@ -201,194 +210,22 @@ def is_own(address: ipaddress.IPv4Address) -> bool:
     )
 
 
-def _look_up(name: str) -> tuple[str, ...]:
-    """``name``'s IPv4 addresses (the service's resolver: its ``/etc/hosts``, its name servers),
-    in order, at most one more than :data:`MAX_NAME_ADDRESSES` (that one says there were more)."""
-    found = {info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)}
-    return tuple(sorted(found, key=lambda a: ipaddress.IPv4Address(a))[: MAX_NAME_ADDRESSES + 1])
-
-
-@dataclass
-class _Looked:
-    """What the cache knows of one name: its last addresses (None: never resolved), why its
-    last look-up failed (None: it did not), when it was last resolved and last asked for."""
-
-    addresses: tuple[str, ...] | None = None
-    failure: str | None = None
-    resolved_at: float = float("-inf")
-    asked_at: float = float("-inf")
-    pending: Future | None = None
-    pending_since: float = float("-inf")
-
-
-class Names:
-    """The policy's host names, looked up ahead of the launches that need them: a launch reads
-    what is here and never waits on a name server.
-
-    1. A name is looked up when it is first asked for (:meth:`addresses` at a launch,
-       :meth:`watch`'s policy in the background), then again once its addresses are
-       :data:`NAME_TTL` seconds old, on a thread of the cache's own (woken at once for a name
-       never seen, else every :data:`NAME_REFRESH` seconds).
-    2. At most one look-up of a name runs at once, on a pool of 8 threads: a name server that
-       never answers holds a pool thread, never a launch.
-    3. A name whose refresh fails keeps its last addresses for :data:`NAME_STALE` seconds.
-    4. A name never resolved is reported to the launch asking for it, with the reason (not yet
-       looked up, still being looked up after :data:`RESOLVE_TIMEOUT` seconds, or the
-       resolver's error).
-    5. At most :data:`NAME_CACHE_SIZE` names are kept (the least recently asked for go first).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._names: dict[str, _Looked] = {}
-        self._wake = threading.Event()
-        self._pool: ThreadPoolExecutor | None = None
-        self._thread: threading.Thread | None = None
-        self._source: Callable[[], Iterable[EgressRule] | None] | None = None
-
-    def watch(self, source: Callable[[], Iterable[EgressRule] | None]) -> None:
-        """Keep the names of the policy ``source()`` says (read every :data:`NAME_REFRESH`
-        seconds; an error reading it is ignored until it is fixed) looked up."""
-        with self._lock:
-            self._source = source
-        self._start()
-
-    def addresses(self, names: Iterable[str]) -> tuple[dict[str, tuple[str, ...]], list[str]]:
-        """The addresses known now of each of ``names`` and a problem line for each name that
-        has none (rule 4); never waits.  A name not known yet is looked up in the background."""
-        now = time.monotonic()
-        known: dict[str, tuple[str, ...]] = {}
-        problems: list[str] = []
-        new = False
-        with self._lock:
-            for name in names:
-                looked = self._names.get(name)
-                if looked is None:
-                    looked = self._names[name] = _Looked()
-                    new = True
-                looked.asked_at = now
-                if looked.addresses is not None and now - looked.resolved_at < NAME_STALE:
-                    known[name] = looked.addresses
-                elif looked.failure:
-                    problems.append(f"{name}: does not resolve ({looked.failure})")
-                elif looked.pending is not None and now - looked.pending_since >= RESOLVE_TIMEOUT:
-                    problems.append(f"{name}: not resolved within {RESOLVE_TIMEOUT:g} s")
-                else:
-                    problems.append(
-                        f"{name}: not looked up yet (it is now, in the background: the job's next "
-                        "attempt gets it)"
-                    )
-            self._forget_oldest()
-        if new:
-            self._start()
-            self._wake.set()
-        return known, problems
-
-    def wait(self, names: Iterable[str], timeout: float) -> None:
-        """Wait until each of ``names`` was looked up once (or ``timeout`` seconds): for a
-        caller off the launch path (a restarted service reopening a gate, tests)."""
-        names = list(names)
-        self.addresses(names)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if all(
-                    (n := self._names.get(name)) is None or n.addresses is not None or n.failure
-                    for name in names
-                ):
-                    return
-            time.sleep(0.05)
-
-    def _forget_oldest(self) -> None:
-        if len(self._names) > NAME_CACHE_SIZE:
-            by_age = sorted(self._names, key=lambda name: self._names[name].asked_at)
-            for name in by_age[: len(self._names) - NAME_CACHE_SIZE]:
-                del self._names[name]
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._pool = self._pool or ThreadPoolExecutor(max_workers=8, thread_name_prefix="egress-names")
-            self._thread = threading.Thread(target=self._run, name="egress-names", daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            source = self._source
-            if source is not None:
-                try:
-                    rules = source() or ()
-                    now = time.monotonic()
-                    with self._lock:
-                        for rule in rules:
-                            if rule.host:
-                                self._names.setdefault(rule.host, _Looked()).asked_at = now
-                        self._forget_oldest()
-                except Exception:  # noqa: BLE001 (a policy being edited: read again next time)
-                    pass
-            self._refresh()
-            self._wake.wait(NAME_REFRESH)
-            self._wake.clear()
-
-    def _refresh(self) -> None:
-        """Start a look-up of each name never resolved or older than :data:`NAME_TTL` (rule 1)."""
-        now = time.monotonic()
-        started: list[tuple[str, Future]] = []
-        with self._lock:
-            due = [
-                name
-                for name, looked in self._names.items()
-                if looked.pending is None
-                and now - looked.resolved_at >= NAME_TTL
-                and (looked.failure is None or now - looked.pending_since >= NAME_REFRESH)
-            ]
-            for name in due:
-                looked = self._names[name]
-                assert self._pool is not None
-                looked.pending = self._pool.submit(_look_up, name)
-                looked.pending_since = now
-                started.append((name, looked.pending))
-        # outside the lock: a look-up already done runs its callback here, at once, and the
-        # callback takes the lock
-        for name, future in started:
-            future.add_done_callback(lambda done, name=name: self._record(name, done))
-
-    def _record(self, name: str, future: Future) -> None:
-        with self._lock:
-            looked = self._names.get(name)
-            if looked is None:
-                return
-            looked.pending = None
-            try:
-                looked.addresses = future.result()
-            except Exception as exc:  # noqa: BLE001 (the resolver's error, whatever its kind, is the reason)
-                looked.failure = str(exc) or type(exc).__name__
-                return
-            looked.failure = None
-            looked.resolved_at = time.monotonic()
-
-
-#: the service's one cache of the policy's names
-NAMES = Names()
-
-
 def gate_for(
     rules: Iterable[EgressRule], user: str | None = None, bounds: EgressBounds | None = None
 ) -> Gate:
     """The policy ``rules`` for one attempt of ``user``, its host names' addresses as
-    :data:`NAMES` knows them now (never waiting on a name server); a name not known, or that
+    :data:`.egress_names.NAMES` knows them now (never waiting on a name server); a name not known, or that
     resolves to this machine's own address, is left out with a problem line."""
     rules = list(rules)
-    looked, problems = NAMES.addresses(sorted({r.host for r in rules if r.host}))
+    looked, problems = egress_names.NAMES.addresses(sorted({r.host for r in rules if r.host}))
     return _gate(rules, looked, problems, user, bounds or EgressBounds())
 
 
-def resolve(rules: Iterable[EgressRule], timeout: float = RESOLVE_TIMEOUT, **kwargs) -> Gate:
+def resolve(rules: Iterable[EgressRule], timeout: float = egress_names.RESOLVE_TIMEOUT, **kwargs) -> Gate:
     """:func:`gate_for`, once each host name was looked up (waiting up to ``timeout`` seconds):
     off the launch path only."""
     rules = list(rules)
-    NAMES.wait(sorted({r.host for r in rules if r.host}), timeout)
+    egress_names.NAMES.wait(sorted({r.host for r in rules if r.host}), timeout)
     return gate_for(rules, **kwargs)
 
 
@@ -410,12 +247,12 @@ def _gate(
             problems.append(
                 f"{name}: resolves to this machine's own address {own[0]}, which jobs never reach"
             )
-        elif len(addresses) > MAX_NAME_ADDRESSES:
+        elif len(addresses) > egress_names.MAX_NAME_ADDRESSES:
             problems.append(
-                f"{name}: resolves to more than {MAX_NAME_ADDRESSES} addresses: only the first "
-                f"{MAX_NAME_ADDRESSES} are reachable"
+                f"{name}: resolves to more than {egress_names.MAX_NAME_ADDRESSES} addresses: only the first "
+                f"{egress_names.MAX_NAME_ADDRESSES} are reachable"
             )
-            usable[name] = addresses[:MAX_NAME_ADDRESSES]
+            usable[name] = addresses[: egress_names.MAX_NAME_ADDRESSES]
         else:
             usable[name] = addresses
     destinations = []
@@ -437,12 +274,30 @@ def hosts_lines(gate: Gate) -> str:
     return left_out + "".join(f"{address}\t{name}\n" for address, name in gate.hosts)
 
 
+def merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` (``(low, high)``, inclusive) as the fewest ranges covering the same ports, in
+    order, none overlapping or touching another."""
+    out: list[tuple[int, int]] = []
+    for low, high in sorted(ranges):
+        if out and low <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], high))
+        else:
+            out.append((low, high))
+    return out
+
+
 def ruleset(gate: Gate, own: Iterable[ipaddress.IPv4Address] = ()) -> str:
     """The nftables rules of the gate (module rule 2), for ``nft -f -`` in the switch namespace;
     ``own``: this machine's addresses now, never redirected (the forwarder checks again at each
     connection, since addresses change)."""
-    mine = ", ".join(sorted({str(LOOPBACK), *(str(a) for a in own)}))
+    # an interval set takes no overlapping elements (nft refuses them): merged first
+    never = ipaddress.collapse_addresses([LOOPBACK, *(ipaddress.IPv4Network(a) for a in own), *gate.refused])
+    mine = ", ".join(str(n) for n in never)
     redirects = [f"    ip daddr {{ {mine} }} return\n"]
+    if gate.denied_ports:
+        denied = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in merged(gate.denied_ports))
+        redirects.append(f"    tcp dport {{ {denied} }} return\n")
+    inside, gateway = gate.job_network, gate.gateway
     for d in gate.destinations:
         ports = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in d.ports)
         match = f"tcp dport {{ {ports} }} " if ports else "meta l4proto tcp "
@@ -453,20 +308,20 @@ def ruleset(gate: Gate, own: Iterable[ipaddress.IPv4Address] = ()) -> str:
         # here too) is never tracked: no cost, no connection table to fill
         "  chain untracked {\n"
         "    type filter hook prerouting priority raw; policy accept;\n"
-        f"    ip saddr {JOB_NETWORK} ip daddr {JOB_NETWORK} ip daddr != {network.EGRESS_GATEWAY} notrack\n"
+        f"    ip saddr {inside} ip daddr {inside} ip daddr != {gateway} notrack\n"
         "  }\n"
         "  chain out {\n"
         "    type nat hook prerouting priority dstnat; policy accept;\n"
-        f"    ip daddr {JOB_NETWORK} return\n"
+        f"    ip daddr {inside} return\n"
         f"{''.join(redirects)}"
         "  }\n"
         "  chain gate {\n"
         "    type filter hook prerouting priority filter; policy accept;\n"
         "    meta pkttype { broadcast, multicast } accept\n"
-        f"    ct status dnat ip daddr {network.EGRESS_GATEWAY} tcp dport {FORWARDER_PORT} accept\n"
-        f"    ip daddr {network.EGRESS_GATEWAY} meta l4proto tcp reject with tcp reset\n"
-        f"    ip daddr {network.EGRESS_GATEWAY} drop\n"
-        f"    ip daddr {JOB_NETWORK} accept\n"
+        f"    ct status dnat ip daddr {gateway} tcp dport {FORWARDER_PORT} accept\n"
+        f"    ip daddr {gateway} meta l4proto tcp reject with tcp reset\n"
+        f"    ip daddr {gateway} drop\n"
+        f"    ip daddr {inside} accept\n"
         "    meta l4proto tcp reject with tcp reset\n"
         # ICMP sent from this bridge's prerouting never reaches the node's socket (measured):
         # anything but TCP is dropped (UDP: no answer)
@@ -498,9 +353,12 @@ def why_not_enforceable() -> str | None:
 def refusal(rules: Iterable[EgressRule]) -> str | None:
     """Why this service refuses the policy ``rules`` at its start (None: it takes it):
     :func:`why_not_enforceable`, or an entry that is one of this machine's own addresses."""
-    why = why_not_enforceable()
-    if why:
-        return why
+    return why_not_enforceable() or own_entry(rules)
+
+
+def own_entry(rules: Iterable[EgressRule]) -> str | None:
+    """Why an entry of ``rules`` is refused at the start: one of this machine's own addresses
+    (None: none is)."""
     for rule in rules:
         if rule.network:
             net = ipaddress.IPv4Network(rule.network)
@@ -537,7 +395,7 @@ def open_gate(switch: Path, gate: Gate) -> socket.socket:
             raise BackendUnavailable(f"cannot load the job's egress rules: {done.stderr.strip()[:500]}")
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((network.EGRESS_GATEWAY, FORWARDER_PORT))
+        listener.bind((gate.gateway, FORWARDER_PORT))
         listener.listen(MAX_CONNECTIONS)
         return listener
 

@@ -342,9 +342,10 @@ class NodeHost:
         2. with ``namespace_key``, the nodes' job network is made (closed, or with ``overlay``
            joined to the attempt's other machines; none where this service may not make a
            closed one): the nodes then resolve names from ``/etc/hosts`` only; with
-           ``egress_policy`` (a closed network), its gate is opened before any runner starts
+           ``egress_policy`` (a closed network), or an ``overlay`` carrying the gate the
+           service resolved (``overlay.egress``), its gate is opened before any runner starts
            (:mod:`.egress`: names as looked up ahead, added to every node's ``/etc/hosts``) and its
-           forwarder runs once every runner is in, until none is left;
+           forwarder, this process's, runs once every runner is in, until none is left;
         3. each node's runner is started, entering the namespace first thing (or fenced with
            ``deny_tcp``);
         4. once every runner is in, the namespace's file is dropped: it lives exactly as long as
@@ -362,17 +363,22 @@ class NodeHost:
         _refuse_unsandboxed([view for _, _, view in prepared])
         attempt.jobdir.logs.mkdir(parents=True, exist_ok=True)
         plans_here = [plan for plan, _, _ in prepared]
-        gateway = egress_policy is not None and overlay is None
+        # the way out: the local policy's, or the one the service sent with an overlay
+        sent = overlay.egress if overlay is not None else None
+        gateway = (egress_policy is not None and overlay is None) or sent is not None
         namespace = (
-            self._job_namespace(namespace_key, plans_here, overlay, gateway=gateway)
+            self._job_namespace(namespace_key, plans_here, overlay, gateway=gateway and overlay is None)
             if namespace_key
             else None
         )
         gate, listener = None, None
         if gateway and namespace is not None and namespace.switch is not None:
             try:
-                bounds = config.load_egress_bounds()
-                gate = egress.gate_for(egress_policy or (), attempt.spec.creator, bounds)
+                if sent is not None:  # resolved by the service, names included
+                    gate = sent
+                else:
+                    bounds = config.load_egress_bounds()
+                    gate = egress.gate_for(egress_policy or (), attempt.spec.creator, bounds)
                 listener = egress.open_gate(namespace.switch, gate)
             except BaseException:
                 network_ns.remove_job_network(namespace)

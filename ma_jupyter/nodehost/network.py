@@ -369,8 +369,19 @@ def _no_ipv6_here() -> None:
             pass
 
 
+def network_of(address: str, prefix: int) -> str:
+    """The first address of the network ``address``/``prefix`` lies in."""
+    mask = (0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF
+    return socket.inet_ntoa(struct.pack("!I", struct.unpack("!I", socket.inet_aton(address))[0] & mask))
+
+
 def make_job_network(
-    folder: Path, key: str, addresses: list[tuple[str, str]], *, gateway: bool = False
+    folder: Path,
+    key: str,
+    addresses: list[tuple[str, str]],
+    *,
+    gateway: bool = False,
+    gateway_at: str = EGRESS_GATEWAY,
 ) -> JobNetwork:
     """An attempt's network: one namespace per node, each a machine on one switch.
 
@@ -389,12 +400,17 @@ def make_job_network(
     4. with ``gateway`` (the admin's egress policy, :mod:`.egress`): the bridge also holds
        :data:`EGRESS_GATEWAY`/16 and every node routes the TCP that is not for the job network
        there (its default route; anything else out is unroutable, :func:`only_tcp_out`), where
-       the policy's rules and forwarder decide what goes further.
+       the policy's rules and forwarder decide what goes further; ``gateway_at`` is that
+       address (a Ray attempt's overlay has its own, :data:`.overlay.EGRESS_GATEWAY`), and the
+       bridge's hardware address is fixed by it (:func:`node_mac`: a node of an overlay is given
+       it as a permanent neighbour, never asking the other machines' switches, which hold the
+       same address).
 
     Raises:
         OSError: a namespace or device cannot be made (no CAP_SYS_ADMIN); nothing is left.
     """
     private_folder(folder)
+    inside = network_of(gateway_at, JOB_PREFIX)  # the nodes' own network, the gateway's too
     switch = folder / f"{key}.switch"
     files = [folder / f"{key}.{k}" for k in range(len(addresses))]
     made = JobNetwork(switch=switch, nodes={})
@@ -407,10 +423,12 @@ def make_job_network(
             ifinfo = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
             linkinfo = rt_attr(IFLA_LINKINFO, rt_attr(IFLA_INFO_KIND, b"bridge"))
             body = ifinfo + rt_attr(IFLA_IFNAME, SWITCH_BRIDGE.encode() + b"\0") + linkinfo
+            if gateway:
+                body += rt_attr(IFLA_ADDRESS, node_mac(gateway_at))
             netlink_request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body, "cannot make the job's switch")
             set_link(SWITCH_BRIDGE)
             if gateway:
-                set_up(SWITCH_BRIDGE, EGRESS_GATEWAY, JOB_PREFIX)
+                set_up(SWITCH_BRIDGE, gateway_at, JOB_PREFIX)
             _keep(switch)
 
         in_thread(make_switch)
@@ -425,8 +443,8 @@ def make_job_network(
                     _add_veth(NODE_LINK, port, switch_fd, node_mac(address))
                     set_up(NODE_LINK, address, JOB_PREFIX)
                     if gateway:
-                        add_default_route(EGRESS_GATEWAY)
-                        only_tcp_out(JOB_NETWORK, JOB_PREFIX)
+                        add_default_route(gateway_at)
+                        only_tcp_out(inside, JOB_PREFIX)
                     return _keep(path)
 
                 made.nodes[name] = (path, in_thread(make_node))

@@ -50,15 +50,24 @@ import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import network
+
+if TYPE_CHECKING:
+    from .egress import Gate
 
 #: the attempt's VXLAN device, in a machine's switch namespace (a port of its bridge)
 VXLAN_LINK = "vx0"
 #: the overlay's prefix: one address per node of an attempt
 OVERLAY_NET, OVERLAY_PREFIX = (10, 253), 16
-#: nodes of one attempt the overlay can hold (its /16, minus network and broadcast)
-MAX_NODES = (1 << (32 - OVERLAY_PREFIX)) - 2
+#: nodes of one attempt the overlay can hold (its /16, minus network and broadcast addresses,
+#: and :data:`EGRESS_GATEWAY`)
+MAX_NODES = (1 << (32 - OVERLAY_PREFIX)) - 3
+#: the switch's own address where the admin's policy lets jobs out (``[network] egress``): every
+#: machine's switch of the attempt holds it (and one hardware address,
+#: :func:`.network.make_job_network`), and each node reaches its own machine's only
+EGRESS_GATEWAY = f"{OVERLAY_NET[0]}.{OVERLAY_NET[1]}.255.254"
 #: the kernel that lets the local bypass be turned off (:func:`_add_vxlan`)
 MIN_KERNEL = (6, 7)
 
@@ -91,10 +100,13 @@ class Segment:
 
 @dataclass(frozen=True)
 class Overlay:
-    """A machine's part of an attempt's overlay: its own segment and every other machine's."""
+    """A machine's part of an attempt's overlay: its own segment and every other machine's,
+    and the attempt's way out where the admin's policy opens one (``egress``: the gate as the
+    service resolved it, :mod:`.egress`; None: no way out)."""
 
     own: Segment
     peers: tuple[Segment, ...]
+    egress: Gate | None = None
 
 
 def overlay_address(index: int) -> str:
@@ -183,20 +195,26 @@ def _add_peer(peer: Segment) -> None:
     _neighbour(VXLAN_LINK, AF_BRIDGE, NLM_F_APPEND, NTF_SELF, zero + where, what)
 
 
-def _add_neighbour(address: str) -> None:
-    """Rule 3's neighbour entry for node ``address``, from a node's namespace."""
+def _add_neighbour(address: str, device: str = network.NODE_LINK) -> None:
+    """Rule 3's neighbour entry for node ``address`` (or the gateway), from a node's namespace
+    (or the switch's, ``device`` its bridge)."""
     attrs = network.rt_attr(NDA_DST, socket.inet_aton(address)) + network.rt_attr(
         NDA_LLADDR, overlay_mac(address)
     )
-    _neighbour(
-        network.NODE_LINK, socket.AF_INET, NLM_F_REPLACE, 0, attrs, f"cannot add the neighbour {address}"
-    )
+    _neighbour(device, socket.AF_INET, NLM_F_REPLACE, 0, attrs, f"cannot add the neighbour {address}")
 
 
 def make(folder: Path, key: str, nodes: list[tuple[str, str]], overlay: Overlay) -> network.JobNetwork:
     """This machine's part of the attempt's network (rules 2-3): the job network of ``nodes``
     (``(name, overlay address)``, :func:`.network.make_job_network`, kept in ``folder`` under
     ``key``) with the attempt's VXLAN device in its switch, joined to the peers of ``overlay``.
+
+    With ``overlay.egress`` (the admin's policy), the switch's bridge also holds
+    :data:`EGRESS_GATEWAY` and every node routes the TCP that is not for the overlay there
+    (:func:`.network.make_job_network`'s ``gateway``); each node, and the bridge for each node of
+    this machine, gets the other's hardware address as a permanent neighbour, so no ARP for the
+    gateway or a node of this machine ever crosses to the other machines' switches (each of which
+    holds the same gateway).
 
     The calling thread must be in this machine's own network namespace (the device's UDP socket
     is made there).
@@ -205,7 +223,8 @@ def make(folder: Path, key: str, nodes: list[tuple[str, str]], overlay: Overlay)
         OSError: it cannot be made (no CAP_NET_ADMIN, no VXLAN in this kernel, the UDP port
             taken); nothing of it is left.
     """
-    made = network.make_job_network(folder, key, nodes)
+    gated = overlay.egress is not None
+    made = network.make_job_network(folder, key, nodes, gateway=gated, gateway_at=EGRESS_GATEWAY)
     try:
         switch = made.switch
         if switch is None:  # make_job_network always makes one
@@ -229,6 +248,9 @@ def make(folder: Path, key: str, nodes: list[tuple[str, str]], overlay: Overlay)
                 ) from None
             for peer in overlay.peers:
                 _add_peer(peer)
+            if gated:  # the gateway answers its own nodes without asking the overlay
+                for _name, address in nodes:
+                    _add_neighbour(address, network.SWITCH_BRIDGE)
 
         network.in_thread(in_switch)
         everyone = [a for segment in (overlay.own, *overlay.peers) for a in segment.addresses]
@@ -239,6 +261,8 @@ def make(folder: Path, key: str, nodes: list[tuple[str, str]], overlay: Overlay)
                 for address in everyone:
                     if address != own:
                         _add_neighbour(address)
+                if gated:
+                    _add_neighbour(EGRESS_GATEWAY)
 
             network.in_thread(in_node)
     except BaseException:

@@ -85,8 +85,9 @@ def make_backend(kind: str | None = None, ray_address: str | None = None):
 
     Raises:
         InvalidSpec: a bad choice (``ray`` without an address, an unknown kind), or a
-            ``[network] egress`` policy this service cannot enforce (the Ray backend, a service
-            run by an ordinary user, no ``nft``: :func:`.egress.refusal`), never ignored.
+            ``[network] egress`` policy this service cannot enforce (a service run by an
+            ordinary user, no ``nft``: :func:`.egress.refusal`; a Ray cluster file that fences
+            every job: :func:`.egress_gate.refusal`), never ignored.
         BackendUnavailable: the backend cannot run here (Ray missing, the cluster unreachable).
     """
     choice = config.load_backend()
@@ -98,25 +99,28 @@ def make_backend(kind: str | None = None, ray_address: str | None = None):
 
     policy = config.load_egress()
     if policy is not None:
-        if choice.kind == "ray":
-            raise InvalidSpec(
-                f"{config.cluster_file()}: [network] egress applies to the local backend only "
-                '(Ray jobs: docs/network.md): set egress = "none" or use the local backend'
-            )
-        from ..nodehost.egress import refusal
+        if choice.kind == "ray":  # the gate is in each Ray node's agent
+            from ..backends.ray.egress_gate import refusal as ray_refusal
 
-        if why := refusal(policy):
+            why = ray_refusal(policy, choice.network)
+        else:
+            from ..nodehost.egress import refusal
+
+            why = refusal(policy)
+        if why:
             raise InvalidSpec(f"{config.cluster_file()}: [network] egress lists destinations, but {why}")
         config.load_egress_bounds()  # a bound out of its range stops the start, as an entry does
+    from ..nodehost import egress_names
+
+    # the policy's names are looked up ahead of the launches (a policy added later too), on
+    # either backend: the Ray backend sends the addresses with each launch
+    egress_names.NAMES.watch(config.load_egress)
     if choice.kind == "ray":
         from ..backends.ray import RayBackend
 
         return RayBackend(choice.address or "", choice.node_root, network=choice.network)
     from ..backends.local import LocalBackend
-    from ..nodehost import egress
 
-    # the policy's names are looked up ahead of the launches (a policy added later too)
-    egress.NAMES.watch(config.load_egress)
     return LocalBackend()
 
 

@@ -25,7 +25,6 @@ the destination, so a listed host name is resolved by the service as an admin's 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import ipaddress
 import json
@@ -34,8 +33,6 @@ import random
 import shutil
 import signal
 import socket
-import subprocess
-import threading
 from urllib.parse import urlparse
 
 import psutil
@@ -43,6 +40,7 @@ import pytest
 
 from ma_jupyter.models import JobStatus
 from ma_jupyter.nodehost import egress, network
+from tests.fixtures.egress_destination import Destination
 from tests.fixtures.service_process import start_service, stop_services
 from tests.helpers import wait_for, writable_dir
 
@@ -160,96 +158,6 @@ if len(sys.argv) > 1:  # the other job: it listens until told to try its listed 
             sock.close()
     time.sleep(600)
 """
-
-
-class Destination:
-    """A namespace of the test's own at ``address`` (the host's end of the veth at ``host_end``):
-    a TCP server on ``open_port`` and on ``closed_port``, a UDP one on ``open_port``; each TCP
-    server answers ``dest-<port> <peer address>``; one more on ``hold_port`` says ``held`` and
-    keeps every connection open; one on ``silent_port`` accepts and never answers."""
-
-    def __init__(self) -> None:
-        base = random.randrange(0, 1 << 15) * 4  # a /30 of 198.18.0.0/15 (benchmarking, RFC 2544)
-        prefix = (198 << 24) | (18 << 16)
-        self.host_end = socket.inet_ntoa((prefix + base + 1).to_bytes(4, "big"))
-        self.address = socket.inet_ntoa((prefix + base + 2).to_bytes(4, "big"))
-        tag = os.urandom(3).hex()
-        self.link = f"egt{tag}"
-        self.sockets: list[socket.socket] = []
-
-        def make() -> int:
-            network.unshare_network()
-            network.set_up("lo")
-            return os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-
-        self.namespace = network.in_thread(make)
-        network._add_veth(self.link, f"egp{tag}", self.namespace)
-        network.set_up(self.link, self.host_end, 30)
-
-        def serve() -> list[socket.socket]:
-            network.enter(f"/proc/self/fd/{self.namespace}")
-            network.set_up(f"egp{tag}", self.address, 30)
-            made = []
-            kinds = (socket.SOCK_STREAM, socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_STREAM)
-            for kind in (*kinds, socket.SOCK_STREAM):
-                sock = socket.socket(socket.AF_INET, kind)
-                sock.bind((self.address, 0 if kind == socket.SOCK_STREAM else made[0].getsockname()[1]))
-                if kind == socket.SOCK_STREAM:
-                    sock.listen(128)
-                made.append(sock)
-            return made
-
-        self.sockets = network.in_thread(serve)
-        self.open_port = self.sockets[0].getsockname()[1]
-        self.closed_port = self.sockets[1].getsockname()[1]
-        self.hold_port = self.sockets[3].getsockname()[1]
-        self.silent_port = self.sockets[4].getsockname()[1]
-        self.held: list[socket.socket] = []
-        self.peers: list[str] = []
-        for sock in self.sockets[:2]:
-            threading.Thread(target=self._answer, args=(sock,), daemon=True).start()
-        threading.Thread(target=self._echo, args=(self.sockets[2],), daemon=True).start()
-        threading.Thread(target=self._hold, args=(self.sockets[3],), daemon=True).start()
-        threading.Thread(target=self._hold, args=(self.sockets[4], b""), daemon=True).start()
-
-    def _answer(self, server: socket.socket) -> None:
-        port = server.getsockname()[1]
-        with contextlib.suppress(OSError):
-            while True:
-                conn, peer = server.accept()
-                self.peers.append(peer[0])
-                conn.sendall(f"dest-{port} {peer[0]}".encode())
-                conn.close()
-
-    def _hold(self, server: socket.socket, greeting: bytes = b"held") -> None:
-        """Says ``greeting`` and keeps each connection open (until the test ends)."""
-        with contextlib.suppress(OSError):
-            while True:
-                conn, _ = server.accept()
-                self.held.append(conn)
-                if greeting:
-                    conn.sendall(greeting)
-
-    def blackhole(self, port: int) -> None:
-        """Drop every packet for ``port`` here: a connection to it never completes."""
-        rules = f"table ip t {{\n chain c {{\n type filter hook input priority 0;\n tcp dport {port} drop\n }}\n}}\n"
-
-        def load() -> None:
-            network.enter(f"/proc/self/fd/{self.namespace}")
-            subprocess.run([egress.nft_program(), "-f", "-"], input=rules, text=True, check=True, timeout=60)
-
-        network.in_thread(load)
-
-    def _echo(self, server: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                data, peer = server.recvfrom(64)
-                server.sendto(b"pong " + data, peer)
-
-    def close(self) -> None:
-        for sock in self.sockets + self.held:
-            sock.close()
-        os.close(self.namespace)  # the namespace, and the veth pair with it, go
 
 
 @pytest.fixture(scope="module")

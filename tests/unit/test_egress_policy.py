@@ -17,7 +17,7 @@ import pytest
 
 from ma_jupyter import config
 from ma_jupyter.errors import InvalidSpec
-from ma_jupyter.nodehost import egress
+from ma_jupyter.nodehost import egress, egress_names
 from tests.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,13 +91,15 @@ def _start_check(home: Path, *, user: int | None = None) -> subprocess.Completed
 
 
 def test_a_policy_the_service_cannot_enforce_stops_its_start(tmp_path):
-    # the Ray backend: the policy is for the local backend's job network only
+    # a Ray cluster file that fences every job: its nodes keep their machines' network
     home = tmp_path / "ray"
     home.mkdir()
-    _policy(home, '["192.0.2.7:443"]', '[backend]\nkind = "ray"\naddress = "127.0.0.1:1"\n\n')
+    ray = '[backend]\nkind = "ray"\naddress = "127.0.0.1:1"\nnetwork = "fence"\n\n'
+    _policy(home, '["192.0.2.7:443"]', ray)
     done = _start_check(home)
     assert done.returncode == 2, done.stderr
-    assert "[network] egress applies to the local backend only" in done.stdout
+    assert 'network = "fence" keeps the machines\' network for every job' in done.stdout, done.stdout
+    assert 'set network = "auto"' in done.stdout, done.stdout
     # an address of this machine itself
     own = next(
         (
@@ -114,6 +116,40 @@ def test_a_policy_the_service_cannot_enforce_stops_its_start(tmp_path):
         _policy(home, f'["{own}:22"]')
         done = _start_check(home)
         assert done.returncode == 2 and "this machine's own address" in done.stdout, done.stdout + done.stderr
+        # on the Ray backend too (the service's machine: never reached from a Ray job either)
+        _policy(home, f'["{own}:22"]', '[backend]\nkind = "ray"\naddress = "127.0.0.1:1"\n\n')
+        done = _start_check(home)
+        assert done.returncode == 2 and "this machine's own address" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_fenced_ray_attempt_with_a_policy_is_refused_and_a_gate_refuses_the_cluster(tmp_path, monkeypatch):
+    """A Ray attempt that could not get its overlay would share its machines' whole network: with
+    a policy its launch is refused, saying why and what to do.  A Ray attempt's gate never opens
+    the cluster's addresses or ports, whatever the list says, and its rules hold no overlapping
+    set elements (nft refuses them)."""
+    from ma_jupyter.backends.ray import egress_gate
+    from ma_jupyter.errors import BackendUnavailable
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    _policy(tmp_path, '["192.0.2.0/24"]')
+    with pytest.raises(BackendUnavailable) as caught:
+        egress_gate.gated(None, None, None)  # fenced: refused before anything is asked of Ray
+    assert "would be fenced" in caught.value.message and 'egress = "none"' in caught.value.message
+    assert str(tmp_path / "cluster.toml") in caught.value.message
+    gate = egress.Gate(
+        (egress.Destination(ipaddress.IPv4Network("192.0.2.0/24")),),
+        job_network=egress_gate.OVERLAY_NETWORK,
+        refused=(ipaddress.IPv4Network("192.0.2.5/32"), ipaddress.IPv4Network("127.0.0.1/32")),
+        denied_ports=((6379, 6379), (20000, 20499), (20400, 20999), (6380, 6380)),
+    )
+    assert gate.allows("192.0.2.9", 443) and gate.gateway == "10.253.255.254"
+    assert not gate.allows("192.0.2.5", 443)  # a Ray node's (or the service's) address
+    assert not gate.allows("192.0.2.9", 6379) and not gate.allows("192.0.2.9", 20700)  # the cluster's ports
+    assert not gate.allows("10.253.0.2", 443)  # the overlay: the job's own nodes, never relayed
+    rules = egress.ruleset(gate, [ipaddress.IPv4Address("127.0.0.1")])
+    assert "tcp dport { 6379-6380, 20000-20999 } return" in rules, rules
+    assert "ip daddr { 127.0.0.0/8, 192.0.2.5/32 } return" in rules, rules
+    assert "ip daddr 10.253.0.0/16 accept" in rules and "10.254." not in rules, rules
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs the check as another account")
@@ -211,8 +247,8 @@ def test_a_launch_never_waits_on_a_name_server(monkeypatch):
         answer.wait(120)
         return ("192.0.2.9",)
 
-    monkeypatch.setattr(egress, "_look_up", slow_name_server)
-    monkeypatch.setattr(egress, "NAMES", egress.Names())
+    monkeypatch.setattr(egress_names, "_look_up", slow_name_server)
+    monkeypatch.setattr(egress_names, "NAMES", egress_names.Names())
     rules = [config.EgressRule("slow.example:443", "slow.example", None, ((443, 443),))]
     try:
         gate = egress.gate_for(rules, "alice")  # returns while the look-up hangs
@@ -247,10 +283,10 @@ def test_a_look_up_done_before_its_callback_is_attached_never_locks_the_cache(mo
             done.set_result(fn(*args))
             return done
 
-    names = egress.Names()
+    names = egress_names.Names()
     names._pool = AtOnce()
-    monkeypatch.setattr(egress, "_look_up", lambda name: ("192.0.2.9",))
-    monkeypatch.setattr(egress, "NAMES", names)
+    monkeypatch.setattr(egress_names, "_look_up", lambda name: ("192.0.2.9",))
+    monkeypatch.setattr(egress_names, "NAMES", names)
     rules = [config.EgressRule("quick.example:443", "quick.example", None, ((443, 443),))]
 
     def gates() -> None:
@@ -292,6 +328,6 @@ def test_a_name_answering_with_many_addresses_opens_a_bounded_gate(tmp_path):
     )
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line is not None, done.stdout + done.stderr
-    cap = egress.MAX_NAME_ADDRESSES
+    cap = egress_names.MAX_NAME_ADDRESSES
     assert line.split()[1:] == [str(cap), str(cap), str(cap + 1)], done.stdout
     assert f"many.example: resolves to more than {cap} addresses" in done.stdout, done.stdout

@@ -55,7 +55,7 @@ from ...nodehost.processes import process_fd
 from ...nodehost.remote_shells import SSHD_PROGRAM
 from ...nodehost.view import PACKAGE_DIR
 from ..base import Attempt, ObjectFetch
-from . import fence, leftovers, node_paths, objects, outputs_return, ship
+from . import egress_gate, fence, leftovers, node_paths, objects, outputs_return, ship
 from .inventory import node_name
 from .kernel_relay import KernelRelay
 from .network_check import OverlayCheck
@@ -164,7 +164,8 @@ class NodeAgent:
            ``folder``, the folder the launch's mounts read the algorithm from;
         2. the network (docs/network.md): with ``overlay``, each node a network namespace and
            an address of its own on this machine's part of the attempt's overlay
-           (:mod:`ma_jupyter.nodehost.overlay`);
+           (:mod:`ma_jupyter.nodehost.overlay`), and the attempt's way out where the admin's
+           policy opens one (``overlay.egress``: this agent's gate, :mod:`.egress_gate`);
            without, each is fenced off the Ray cluster's ports (``cluster_ports``) and what
            else listens on this machine (:mod:`.fence`);
         3. the cards Ray gave each node's bundle are bound as this machine shows them.
@@ -177,7 +178,8 @@ class NodeAgent:
         for archive, folder in shipping:
             if archive is not None and folder:
                 ship.unpack(archives[archive], folder)
-        if overlay is not None:
+        if overlay is not None:  # with the attempt's way out where the service sent one
+            overlay = egress_gate.on_this_machine(overlay)
             return self._local.start_nodes(attempt, launches, job_secret, overlay=overlay)
         deny = fence.node_deny_list(cluster_ports or [], attempt)
         return self._local.start_nodes(attempt, launches, job_secret, deny_tcp=deny)

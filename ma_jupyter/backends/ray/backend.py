@@ -108,7 +108,7 @@ from ...nodehost.overlay import Overlay
 from ...untrusted import read_small
 from ...workspace import folders
 from ..base import Attempt, Backend, DatasetState, ObjectFetch
-from . import fence, overlay_plan, ship
+from . import egress_gate, fence, overlay_plan, ship
 from .agent import NodeAgent
 from .exits import ExitWatch
 from .inventory import ACCELERATORS, RayNode, inventory, node_name, ray_nodes
@@ -773,6 +773,7 @@ class RayBackend(Backend):
         # attempt can hold its namespace; else each node is fenced off the cluster's ports
         # (see .fence), read once per attempt
         overlays = self._overlays(attempt)
+        overlays = egress_gate.gated(overlays, on_nodes, self._ray)  # [network] egress: the agents' gates
         cluster_ports = None if overlays else fence.cluster_ports(self._ray)
         archives: dict[str, Any] = {}  # one packed folder per algorithm source
         by_host: dict[str, list[tuple[NodeLaunch, str | None, str]]] = {}

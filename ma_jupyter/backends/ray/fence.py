@@ -71,7 +71,7 @@ def cluster_ports(ray: Any) -> list[int]:
     return sorted(ports)
 
 
-def _raylet_ports() -> tuple[set[int], list[tuple[int, int]]]:
+def raylet_ports() -> tuple[set[int], list[tuple[int, int]]]:
     """The ports the raylets on this machine were started with and their worker port ranges,
     read from their command lines: this process's parent (a Ray worker's is its raylet) and every
     other process named ``raylet`` (a machine may run several, as ``ray.cluster_utils`` does, and
@@ -110,7 +110,7 @@ def node_deny_list(cluster: list[int], attempt: Attempt) -> list[list[int]]:
     """Rules 1-3 for a node of ``attempt`` starting on this machine, as ``[low, high]`` ranges:
     ``(this machine's ports - the attempt's own) | the cluster's ports``."""
     own_ports = {p for plan in attempt.plans for p in plan.task.ports if p}
-    raylet, ranges = _raylet_ports()
+    raylet, ranges = raylet_ports()
     local = raylet.union(*(range(low, high + 1) for low, high in ranges))
     local |= listening_ports(except_marker=f"{attempt.job_id}/{attempt.number}/")
     return as_ranges((local - own_ports) | set(cluster))
