@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from tests.fixtures import durations
 from tests.fixtures.durations import PER_TEST, TABLE, Plan, load_table, merge, ray_group_count, scope_of
+
+
+@pytest.fixture(autouse=True)
+def two_ray_groups_at_most(monkeypatch):
+    """The default (``MA_TEST_RAY_GROUPS`` unset), whatever the environment of this run says."""
+    monkeypatch.setattr(durations, "MAX_RAY_GROUPS", 2)
+
 
 RAY_IDS = [
     "tests/ray/test_a.py::test_1",
