@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from tests.fixtures.durations import Plan, Recorder, load_table, ray_group_count
 from tests.fixtures.ray_netns import (  # noqa: F401 (the Ray namespace's hooks and cluster, for every folder)
     is_ray_test,
     pytest_pyfunc_call,
@@ -58,24 +59,64 @@ def _stop_jobs_and_service(client) -> int | None:
     return status["pid"]
 
 
+def pytest_configure(config):
+    """Record each scope's seconds of a whole run for ``./dev durations`` (``fixtures/durations.py``)."""
+    if Recorder.wanted(config):
+        config.pluginmanager.register(Recorder(config), "ma_durations")
+
+
 if importlib.util.find_spec("xdist") is not None:
 
     def pytest_xdist_make_scheduler(config, log):
-        """Under pytest-xdist (``./dev test`` runs two workers): every test of one module in one
-        worker, so a module's shared service (``ma_module_service``) starts once; every Ray test
-        in one worker, since the first of them starts the one inner run, and its one Ray
-        cluster, for all (``tests/fixtures/ray_netns.py``): the tests of ``tests/ray/`` and the
-        contract suite's tests on the Ray backend (``tests/backends/``, parameter ``ray``),
-        while that suite's tests on the local backend stay with their module.  (xdist's own
-        ``--dist loadgroup`` marks do not group under pytest 9: it renames an attribute pytest
-        no longer reads.)"""
+        """Under pytest-xdist (``./dev test`` runs two workers), scopes of whole modules, handed
+        out longest first by ``tests/durations.json`` (``fixtures/durations.py``):
+
+        1. every test of one module in one worker, so a module's shared service
+           (``ma_module_service``) starts once;
+        2. the Ray tests (``tests/ray/`` and the contract suite's tests on the Ray backend,
+           ``is_ray_test``) in up to two Ray groups of whole modules, one scope each: the first
+           test of a group starts the inner run, and its Ray cluster, for the group
+           (``fixtures/ray_netns.py``), so the two groups run in two workers at once;
+        3. the scopes longest first (xdist's own order is most tests first), so that the run
+           ends on short modules in both workers.
+
+        (xdist's own ``--dist loadgroup`` marks do not group under pytest 9: it renames an
+        attribute pytest no longer reads.)"""
         from xdist.scheduler import LoadScopeScheduling
 
-        class ModuleOrRay(LoadScopeScheduling):
-            def _split_scope(self, nodeid: str) -> str:
-                return "tests/ray" if is_ray_test(nodeid) else nodeid.split("::", 1)[0]
+        class ModuleOrRayLongestFirst(LoadScopeScheduling):
+            plan: Plan | None = None
 
-        return ModuleOrRay(config, log)
+            def _split_scope(self, nodeid: str) -> str:
+                if self.plan is None:  # before the collection is known (never used then)
+                    return nodeid.split("::", 1)[0]
+                return self.plan.scheduler_scope(nodeid)
+
+            def schedule(self) -> None:
+                """xdist's ``LoadScopeScheduling.schedule`` with the queue longest first."""
+                if self.collection is not None or not self.collection_is_completed:
+                    return super().schedule()
+                if not self._check_nodes_have_same_collection():
+                    self.log("**Different tests collected, aborting run**")
+                    return
+                self.collection = list(next(iter(self.registered_collections.values())))
+                if not self.collection:
+                    return
+                # every worker has sent its collection by now: their number is the workers' count
+                # (PYTEST_XDIST_WORKER_COUNT) from which each worker makes the same Ray groups
+                self.plan = Plan(self.collection, load_table(), ray_group_count(len(self.nodes)))
+                scopes: dict[str, dict[str, bool]] = {}
+                for nodeid in self.collection:
+                    scopes.setdefault(self._split_scope(nodeid), {})[nodeid] = False
+                for scope in sorted(scopes, key=lambda s: -self.plan.scope_seconds(s)):
+                    self.workqueue[scope] = scopes[scope]
+                for _ in range(len(self.nodes) - len(self.workqueue)):
+                    unused, _assigned = self.assigned_work.popitem()
+                    unused.shutdown()
+                for node in self.nodes:
+                    self._assign_work_unit(node)
+
+        return ModuleOrRayLongestFirst(config, log)
 
 
 @pytest.fixture
