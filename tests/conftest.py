@@ -74,9 +74,10 @@ if importlib.util.find_spec("xdist") is not None:
         1. every test of one module in one worker, so a module's shared service
            (``ma_module_service``) starts once;
         2. the Ray tests (``tests/ray/`` and the contract suite's tests on the Ray backend,
-           ``is_ray_test``) in up to two Ray groups of whole modules, one scope each: the first
-           test of a group starts the inner run, and its Ray cluster, for the group
-           (``fixtures/ray_netns.py``), so the two groups run in two workers at once;
+           ``is_ray_test``) in Ray groups of whole modules (``MA_TEST_RAY_GROUPS``, default
+           one), one scope each: the first test of a group starts the inner run, and its Ray
+           cluster, for the group (``fixtures/ray_netns.py``), so two groups run in two workers
+           at once;
         3. the scopes longest first (xdist's own order is most tests first), so that the run
            ends on short modules in both workers.
 
