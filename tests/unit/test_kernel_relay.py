@@ -6,6 +6,7 @@ a planted link in the kernel folder).  The whole path with Ray and a real kernel
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import selectors
@@ -22,6 +23,7 @@ from ma_jupyter.backends.ray.kernel_relay import KernelRelay
 from ma_jupyter.client import kernel_bridge
 from ma_jupyter.jobdir import CONNECTION_FILE
 from ma_jupyter.models import KernelRelay as RelayAddress
+from tests.helpers import wait_for
 
 
 @pytest.fixture
@@ -359,3 +361,38 @@ def test_a_kernel_declaring_an_8_gib_frame_through_the_relay_is_dropped_in_bound
         door.close()
         opened.close()
         listener.close()
+
+
+def test_a_kernel_socket_bound_before_it_listens_is_waited_for_not_refused(kernel, relay, monkeypatch):
+    """The kernel binds each of its sockets before it listens on it (ZMQ's bind is two system
+    calls, which a loaded machine stretches apart): a bridge that asks in between waits for the
+    socket to listen, and is not refused (the bridge ends on a refusal, and Jupyter sees its
+    kernel die before it answered ``kernel_info``)."""
+    folder, _ = kernel
+    refused = []
+    connect = kernel_access.connect_socket
+
+    def counted(fd: int) -> socket.socket:  # the relay's own connect, with its refusals counted
+        try:
+            return connect(fd)
+        except ConnectionRefusedError:
+            refused.append(fd)
+            raise
+
+    monkeypatch.setattr(relay_module.kernel_access, "connect_socket", counted)
+    early = socket.socket(socket.AF_UNIX)
+    early.bind(str(folder / "k-2"))  # bound, not listening yet
+    door = kernel_bridge._Relay(_address(relay), again=lambda: _address(relay))
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        asked = pool.submit(door.endpoint, "k-2", time.monotonic() + 90)
+        wait_for(lambda: len(refused) >= 2 or asked.done(), timeout=30)
+        assert not asked.done(), asked.result()  # the relay tries again, the bridge waits
+        early.listen(4)
+        assert asked.result(timeout=60) == f"ipc://{door._folder / 'k-2'}"
+        early.settimeout(30)
+        early.accept()[0].close()  # the relay reached the socket once it listened
+    finally:
+        pool.shutdown(wait=True)
+        door.close()
+        early.close()

@@ -24,7 +24,9 @@ admin), and speaks the wire of :mod:`ma_jupyter.kernel_access`:
    folder as the untrusted-file rules of :mod:`ma_jupyter.kernel_access` say (the folder through
    no link, the socket as the inode it is and owned by the job's account, the kernel folder's
    owner: anything else refused, a hard link to another account's socket included; the relay
-   runs as the Ray agent's account, root, which may connect to any socket) and connects to; the first
+   runs as the Ray agent's account, root, which may connect to any socket) and connects to (a
+   socket that does not listen yet, which the kernel binds before it listens on it, is tried again
+   for up to :data:`SOCKET_WAIT` seconds: it is no refusal); the first
    socket found under a name stays the one that name reaches for the relay's life (a later swap
    in the folder changes nothing, as for the bridge's own descriptors); then it copies bytes both
    ways until either side closes.  Or it writes the connection file, once;
@@ -233,7 +235,9 @@ class KernelRelay:
                     raise LookupError(f"the kernel folder {self.folder} did not appear") from None
 
     def _connect(self, name: str) -> socket.socket:
-        """Rule 4: a connection to the kernel's socket ``name``."""
+        """Rule 4: a connection to the kernel's socket ``name``, made or given up within
+        :data:`SOCKET_WAIT` seconds."""
+        deadline = time.monotonic() + SOCKET_WAIT
         with self._lock:
             # a copy of the descriptor: close() may close the pinned one meanwhile, and its
             # number must not be reused under this connect
@@ -241,9 +245,7 @@ class KernelRelay:
         if fd is None:
             folder_fd = self._folder()
             try:
-                found = kernel_access.open_socket(
-                    folder_fd, name, time.monotonic() + SOCKET_WAIT, self._closing, owner=self.owner
-                )
+                found = kernel_access.open_socket(folder_fd, name, deadline, self._closing, owner=self.owner)
             finally:
                 os.close(folder_fd)
             with self._lock:
@@ -256,9 +258,24 @@ class KernelRelay:
                     os.close(found)
                 fd = os.dup(self._pinned[name])
         try:
-            return kernel_access.connect_socket(fd)
+            return self._reach(fd, name, deadline)
         finally:
             os.close(fd)
+
+    def _reach(self, fd: int, name: str, deadline: float) -> socket.socket:
+        """Rule 4's connect to the socket ``fd`` names, waiting while it does not listen yet."""
+        while True:
+            try:
+                return kernel_access.connect_socket(fd)
+            except ConnectionRefusedError:
+                # the kernel binds each socket before it listens on it (ZMQ's bind is two system
+                # calls, which a loaded machine stretches apart): a socket found in between is
+                # not listening yet, which is no refusal (the bridge would end on one); a kernel
+                # that died leaves its node, whose end closes this relay and wakes this wait
+                if time.monotonic() > deadline or self._closing.wait(0.05):
+                    raise LookupError(
+                        f"the kernel's socket {name} does not listen: see the dev environment's log"
+                    ) from None
 
     def _write_connection(self, conn: socket.socket, connection: object) -> None:
         if not isinstance(connection, dict) or not isinstance(connection.get("key"), str):
