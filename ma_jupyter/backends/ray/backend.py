@@ -2,13 +2,13 @@
 
 The service connects to the cluster as a Ray driver (``ray.init(address=...)``) and:
 
-1. **inventory** -- lists the cluster's live nodes every :data:`INVENTORY_EVERY` seconds
-   (:mod:`.inventory`); the scheduler places on them, so a node that joins or leaves counts
+1. **inventory** -- lists the cluster's live nodes every second (:mod:`.agents`,
+   :mod:`.inventory`); the scheduler places on them, so a node that joins or leaves counts
    without a restart (contract rule 14);
 2. **agents** -- keeps one node agent per Ray node (:mod:`.agent`: a named, detached actor pinned
-   to its node that takes no CPU), created on first sight; every job node on that Ray node is
-   started, watched, stopped and read through it;
-3. **bind** -- for a real attempt, reserves the scheduler's nodes as one Ray placement group
+   to its node that takes no CPU; :mod:`.agents` in the service), created on first sight; every
+   job node on that Ray node is started, watched, stopped and read through it;
+3. **bind** -- for a real attempt (:mod:`.placement`), reserves the scheduler's nodes as one Ray placement group
    named ``ma-<home tag>-<job id>-<nonce>`` (detached, so it outlives a service restart; the
    tag keeps services of different homes apart; a group of the same job an earlier service
    left unrecorded is removed first): one bundle per job node
@@ -16,10 +16,10 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    ``STRICT_SPREAD`` when every job node has its own Ray node (workers and the chief always do;
    parameter servers and batch tasks may share a node, then ``SPREAD``).  The group is created
    only for a placement the scheduler found free, and is removed again when Ray cannot reserve
-   it within :data:`RESERVE_WAIT` seconds (other users of the cluster hold the resources): bind
+   it within :data:`.placement.RESERVE_WAIT` seconds (other users of the cluster hold the resources): bind
    then gives None and the job waits in the queue holding nothing (contract rule 15).  The agents hand
    out ports free on their nodes; addresses are the Ray nodes' own;
-4. **dry run and launch** -- each job node runs the local backend's node runner in the same
+4. **dry run and launch** (:mod:`.launch`) -- each job node runs the local backend's node runner in the same
    sandbox on its Ray node, in the node's job folder on that machine (``node_root/<job id>``;
    ``node_root`` defaults to this service's ``jobs/`` folder, at the same path on every node).
    The algorithm folder is shipped (:mod:`.ship`): packed once per attempt into Ray's object
@@ -29,10 +29,10 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    Python environment, with this package) must exist at the same path on every Ray node (a
    node lacking one refuses the launch naming it: :mod:`.node_paths`); datasets and models in
    object storage are downloaded on each Ray node instead (:meth:`RayBackend.fetch_objects`,
-   :mod:`.objects`), and the job's own outputs folder comes back to this machine while the
+   :mod:`.fetches`, :mod:`.objects`), and the job's own outputs folder comes back to this machine while the
    nodes write it (:mod:`.outputs_return`);
 5. **logs** -- read through the agents (:mod:`.logs`); which Ray node holds a job node's files
-   is kept in the service's job folder (``nodes/<node>/placed.json``), so a restarted service
+   is kept in the service's job folder (``nodes/<node>/placed.json``, :mod:`.node_files`), so a restarted service
    still reads the logs of jobs that ended.  Once that Ray node is gone, its files are read
    from this machine where they are readable here at the same path (shared storage: the node's
    ``marker`` file there names that very launch), else a read raises :class:`NodeLost`
@@ -50,7 +50,8 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    :mod:`.kernel_relay`): a Unix socket connects processes of one machine only.
 
 MPI's remote shell (``Placement.remote_shell``) is given by ``bind`` on an overlay only
-(:mod:`.overlay_plan`: each node's sshd at its own overlay address); a fenced attempt has none,
+(:mod:`.networks` decides overlay or fence, :mod:`.overlay_plan`: each node's sshd at its
+own overlay address); a fenced attempt has none,
 and the horovod mode refuses it at submit saying so.
 """
 
