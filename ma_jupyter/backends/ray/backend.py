@@ -215,6 +215,17 @@ class RayBackend(Backend):
         except InvalidSpec:
             return False
 
+    def release(self, placement: Placement) -> None:
+        """Give the ports back to the agents and remove the placement group (:mod:`.placement`)."""
+        self._groups.release(placement)
+
+    def hold(self, placement: Placement) -> None:
+        """Declare the placement's ports to the agents again (its placement group is detached:
+        it still holds the nodes)."""
+        self._groups.hold(placement)
+
+    # ----------------------------------------------------------------- node checks
+
     def job_folders_free(self, host: str) -> tuple[str, int] | None:
         """Asked of the node's agent within :data:`POLL_TIMEOUT` seconds (None: it did not
         answer, or the node is gone)."""
@@ -241,6 +252,8 @@ class RayBackend(Backend):
         """The last answer of the node's agent (:meth:`.networks.Networks.fault`), never waiting
         for one; None on a fenced cluster (its jobs share their machines' networks)."""
         return self._networks.fault(host)
+
+    # ------------------------------------------------- this machine's and every node's
 
     def code_sources(self, spec: JobSpec) -> dict[str, str] | None:
         """The algorithm folder's Python files, read here: the folder is shipped from this
@@ -320,15 +333,6 @@ class RayBackend(Backend):
         self._fetches.forget(job_id)
         for agent in agents:
             agent.remove_job.remote(str(self._node_root), job_id)
-
-    def release(self, placement: Placement) -> None:
-        """Give the ports back to the agents and remove the placement group (:mod:`.placement`)."""
-        self._groups.release(placement)
-
-    def hold(self, placement: Placement) -> None:
-        """Declare the placement's ports to the agents again (its placement group is detached:
-        it still holds the nodes)."""
-        self._groups.hold(placement)
 
     # -------------------------------------------------------------- dry run, launch
 
