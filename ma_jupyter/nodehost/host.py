@@ -74,6 +74,7 @@ from .host_policy import load_policy
 from .instructions import RunnerInstructions
 from .launch import compile_node_helpers, node_launches, prepare_node, with_machine_cards
 from .mounts import Mount, path_hint
+from .netcheck import NetworkCheck
 from .node_cgroups import node_cgroup as _node_cgroup
 from .node_cgroups import remove_node_cgroups
 from .node_network import await_joined, network_spec
@@ -95,11 +96,6 @@ from .workcopy import copy_args, copy_needed, export_argv
 
 #: seconds a debug terminal waits for the shell agent of a running node that is still starting
 AGENT_START_WAIT = 30.0
-#: seconds a network probe's answer stands for (:meth:`NodeHost.network_fault`): the node
-#: checks of every node of one round, and of the next few, share one probe
-NETWORK_PROBE_EVERY = 10.0
-#: probes failing in a row before the machine's nodes are marked faulty (one may be the moment's)
-NETWORK_FAULT_AFTER = 2
 #: seconds before a restarted service looks again for a running attempt's egress gate it did not find
 REGATE_AGAIN = 10.0
 
@@ -157,15 +153,13 @@ class NodeHost:
         #: where namespaces wait for their runners (None: ``<home>/netns``); a Ray node's agent
         #: names its own, since two agents of one machine share a home
         self.namespace_folder: Path | None = None
-        # the network probe's last answer (monotonic time, why not or None): network_fault
-        self._probe_lock = threading.Lock()
-        self._probed: tuple[float, str | None] = (float("-inf"), None)
-        self._probing = False
-        self._probe_failures = 0
+        #: the network probe's rules (:mod:`.netcheck`) around :meth:`probe_network`, looked up
+        #: at each probe; its ``every`` is the seconds an answer stands for
+        self.network_check = NetworkCheck(lambda: self.probe_network())
         self._probe_run_lock = threading.Lock()
-        self.network_probe_every = NETWORK_PROBE_EVERY
         #: the caches whose locks a thread is looking at (:meth:`_release_locks_of`)
         self._releasing: set[Path] = set()
+        self._releasing_lock = threading.Lock()
         #: guards the gates' tables (:meth:`_open_gate`, :meth:`_regate`)
         self._gates_lock = threading.Lock()
 
@@ -691,7 +685,7 @@ class NodeHost:
         (:mod:`.caches` rule 6), on a thread of its own (it looks twice, a second apart), one at a
         time per cache: a job waiting behind a lock of a job that just ended goes on."""
         cache = caches.cache_dir(user)
-        with self._probe_lock:
+        with self._releasing_lock:
             if cache in self._releasing:
                 return
             self._releasing.add(cache)
@@ -704,7 +698,7 @@ class NodeHost:
             except OSError as exc:
                 log.warning("could not look for stale locks in %s: %s", cache, exc)
             finally:
-                with self._probe_lock:
+                with self._releasing_lock:
                     self._releasing.discard(cache)
 
         threading.Thread(target=release, name="cache-locks", daemon=True).start()
@@ -728,36 +722,14 @@ class NodeHost:
 
     def network_fault(self, host: str) -> str | None:
         """Every node of this backend is this machine (``host`` does not matter): the answer of
-        the last probes (:meth:`probe_network`: a fault once :data:`NETWORK_FAULT_AFTER` failed
-        in a row), never waiting for one.  When that answer is
-        ``network_probe_every`` seconds old (:data:`NETWORK_PROBE_EVERY`) a new probe starts on
-        a thread of its own (one at a time): making namespaces can take a second on a loaded
-        machine, which the supervisor's lock must not wait for.  None before the first answer,
-        and where this service makes no namespaces (not root: its nodes share the host's network)."""
+        :attr:`network_check` (:mod:`.netcheck`: the last probes' answer, never waiting for one;
+        a new probe of :meth:`probe_network` on a thread of its own once it is old; a fault once
+        two failed in a row).  None where this service makes no namespaces (not root: its
+        nodes share the host's network)."""
         del host
         if not network_ns.namespaces_supported():
             return None
-        with self._probe_lock:
-            when, why = self._probed
-            if time.monotonic() - when >= self.network_probe_every and not self._probing:
-                self._probing = True
-                threading.Thread(target=self._probe_in_turn, name="network-probe", daemon=True).start()
-            return why
-
-    def _probe_in_turn(self) -> None:
-        try:
-            why = self.probe_network()
-        except Exception as exc:  # the probe's own failure is the machine's answer, said
-            why = f"the network probe failed: {exc}"
-        with self._probe_lock:
-            self._probe_failures = self._probe_failures + 1 if why else 0
-            if why and self._probe_failures < NETWORK_FAULT_AFTER:
-                # one failure may be the moment's (a loaded machine): the machine's nodes are
-                # marked only when the next probe, started at the next look, fails too
-                self._probed = (0.0, self._probed[1])
-            else:
-                self._probed = (time.monotonic(), why)
-            self._probing = False
+        return self.network_check.answer()
 
     def probe_network(self) -> str | None:
         """Why this machine cannot give a job its network now, or None: a job network of two

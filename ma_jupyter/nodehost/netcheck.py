@@ -10,8 +10,9 @@
    moment's): until then the last answer stands, and the next look probes again at once;
 4. a probe that raises is a failure, its exception the reason.
 
-The Ray agents check their overlays with it (``backends/ray/network_check.py``); the local
-backend's node host keeps the same rule inline (``NodeHost.network_fault``).
+The one owner of these rules: the local backend's node host checks its machine's job network
+with it (``NodeHost.network_fault``), the Ray agents their overlays
+(``backends/ray/network_check.py``).
 
 Standard library only.
 """
@@ -23,9 +24,9 @@ import time
 from collections.abc import Callable
 
 #: seconds a probe's answer stands for: the node checks of one round, and of the next few,
-#: share one probe (``nodehost.host.NETWORK_PROBE_EVERY``)
+#: share one probe
 PROBE_EVERY = 10.0
-#: probes failing in a row before the answer says so (``nodehost.host.NETWORK_FAULT_AFTER``)
+#: probes failing in a row before the answer says so (one may be the moment's: a loaded machine)
 FAULT_AFTER = 2
 
 

@@ -293,7 +293,7 @@ def test_a_machine_that_cannot_make_a_job_network_has_its_nodes_marked_faulty_un
         probes = ma_home / "netns-probe"
         assert probes.is_dir() and list(probes.iterdir()) == []  # nothing of the probe is left
         probes.chmod(0o777)
-        backend.node_host.network_probe_every = 0.0  # each check starts a probe (not once per 10 s)
+        backend.node_host.network_check.every = 0.0  # each check starts a probe (not once per 10 s)
 
         def marked() -> dict:
             sup.inspection.check_nodes()  # the answer of the probe it started before
@@ -327,12 +327,12 @@ def test_one_failed_network_probe_marks_nothing_two_in_a_row_do(ma_home, monkeyp
 
     def look() -> str | None:  # one look, once the probe it starts has answered
         why = backend.network_fault("any")
-        wait_for(lambda: not backend.node_host._probing, timeout=30)
+        wait_for(lambda: not backend.node_host.network_check.running, timeout=30)
         return why
 
     assert look() is None  # the first probe starts; nothing known yet
     assert look() is None  # it failed once: not said, and this look probes again at once: passed
-    backend.node_host.network_probe_every = 0.0  # each look starts a probe
+    backend.node_host.network_check.every = 0.0  # each look starts a probe
     assert look() is None  # the passed answer; this look's probe fails once
     assert look() is None  # still not said; this look's probe fails again
     assert look() == "cannot: second"  # two in a row: said

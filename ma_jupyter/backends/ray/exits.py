@@ -10,7 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from ...models import NodeRun
 from ..base import Attempt
@@ -18,22 +18,19 @@ from ..base import Attempt
 EXIT_WAIT = 30.0  # seconds one wait_exit call blocks before it is made again
 
 
-class ExitWatchOwner(Protocol):
-    """What the watch reads of the Ray backend: the agent of a Ray node, and what wakes the
-    service (None until the service asks to be woken)."""
-
-    _wake: Callable[[], None] | None
-
-    def _agent_of(self, host: str) -> Any: ...
-
-
 class ExitWatch:
     """One pending ``wait_exit`` call per running job node; an answer that the node ended wakes
     the service (contract rule 11).  A thread collects the answers, so no Ray call is made from
-    Ray's own callback threads."""
+    Ray's own callback threads.
 
-    def __init__(self, backend: ExitWatchOwner):
-        self._backend = backend
+    Args:
+        agent_of: the agent of a Ray node by inventory name (:meth:`.agents.Agents.agent_of`).
+        wake: gives what wakes the service (None until the service asks to be woken).
+    """
+
+    def __init__(self, agent_of: Callable[[str], Any], wake: Callable[[], Callable[[], None] | None]):
+        self._agent_of = agent_of
+        self._wake = wake
         self._lock = threading.Lock()
         self._pending: dict[concurrent.futures.Future, tuple[Attempt, NodeRun]] = {}
         self._keys: set[tuple[str, int, str]] = set()
@@ -53,7 +50,7 @@ class ExitWatch:
 
     def _arm(self, on_nodes: Attempt, run: NodeRun) -> None:
         try:
-            agent = self._backend._agent_of(run.host)
+            agent = self._agent_of(run.host)
             future = agent.wait_exit.remote(on_nodes, run, EXIT_WAIT).future()
         except Exception:  # the node is gone: the service's poll finds it lost
             self._ended(on_nodes, run)
@@ -65,7 +62,7 @@ class ExitWatch:
     def _ended(self, on_nodes: Attempt, run: NodeRun) -> None:
         with self._lock:
             self._keys.discard((on_nodes.job_id, on_nodes.number, run.name))
-        wake = self._backend._wake
+        wake = self._wake()
         if wake is not None:
             wake()
 

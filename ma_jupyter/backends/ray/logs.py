@@ -1,6 +1,14 @@
-"""A job log on a Ray node, read through that node's agent.
+"""A job's logs on the Ray nodes, read through their agents (item 5 of :mod:`.backend`).
 
-Implements :class:`~ma_jupyter.backends.base.LogSource`.  :meth:`RayLogSource.read` asks the
+1. :func:`log_streams` lists each node's streams from the agent of the Ray node that ran it
+   (where its ``placed.json`` says: :mod:`.node_files`), in the job's node order, then the
+   streams of earlier attempts' nodes found there; a stream's ``file`` is kept only where this
+   machine sees that very launch's job folder;
+2. :func:`open_log` opens one stream through that agent (:class:`RayLogSource`); once that Ray
+   node is gone, the file is read here when this machine sees the node's job folder (shared
+   storage), else the read raises :class:`NodeLost`.
+
+:class:`RayLogSource` implements :class:`~ma_jupyter.backends.base.LogSource`.  :meth:`RayLogSource.read` asks the
 agent for the bytes (the agent opens the file as untrusted, as the local backend does).
 :meth:`RayLogSource.size` must never block (the service's long-poll calls it on its event loop
 every few milliseconds), so it answers from what it knows and keeps one
@@ -15,9 +23,17 @@ import errno
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ...errors import RefusedFile
+from ...errors import NodeGone, RefusedFile
+from ...jobdir import PLACEHOLDER, JobDir
+from ...models import Job, LogStream
+from ...nodehost import logs as local_logs
+
+if TYPE_CHECKING:
+    from .agents import Agents
+    from .node_files import NodeFiles
 
 #: seconds one pending wait for growth lasts on the agent before it is asked again
 WAIT = 2.0
@@ -29,7 +45,7 @@ class RayLogSource:
     Args:
         agent: the node agent's actor handle.
         call: ``call(object_ref)`` -> the result, raising the backend's errors (see
-            :meth:`~ma_jupyter.backends.ray.backend.RayBackend._get`).
+            :meth:`~ma_jupyter.backends.ray.agents.Agents.get`).
         job_dir, node, rank: the stream (``job_dir`` is the job folder on that Ray node).
         size: its size when opened.
     """
@@ -83,3 +99,64 @@ class RayLogSource:
     def close(self) -> None:
         # a pending wait ends on the agent by itself within WAIT seconds
         self._closed = True
+
+
+def log_streams(agents: Agents, files: NodeFiles, job: Job) -> list[LogStream]:
+    """Rule 1: each node's streams from the agent of its Ray node, in the job's node order;
+    streams of earlier attempts' nodes found there follow.  A stream's ``file`` is kept only
+    where this machine sees that very launch's job folder (shared storage, or the Ray node is
+    this machine): elsewhere the file is on the Ray node, read through its agent."""
+    names = [n.name for n in job.nodes]
+    places: dict[tuple[str, str], list[str]] = {}
+    for name in names:
+        placed = files.where(job.id, name)
+        if placed is not None:
+            places.setdefault((placed["host"], placed["job_dir"]), []).append(name)
+    found: dict[str, list[LogStream]] = {}
+    extra: list[LogStream] = []
+    for (host, job_dir), here in places.items():
+        # the nodes whose files of that very launch this machine sees at the same path
+        shared = [n for n in here if files.shared(job.id, n, files.where(job.id, n) or {})]
+        try:
+            agent = agents.agent_at({"host": host})
+            streams = agents.get(agent.log_streams.remote(job_dir, here))
+            streams = [s if s.node in shared else s.model_copy(update={"file": None}) for s in streams]
+        except NodeGone:
+            # gone with its Ray node, unless its files are readable here (shared storage)
+            if not shared:
+                continue
+            streams = local_logs.log_streams(JobDir(Path(job_dir)), shared)
+            here = shared
+        for stream in streams:
+            if stream.node in here:
+                found.setdefault(stream.node, []).append(stream)
+            elif stream.node not in names and all(
+                s.node != stream.node or s.rank != stream.rank for s in extra
+            ):
+                extra.append(stream)
+    ordered = [s for name in names for s in found.get(name, [])]
+    return ordered + sorted(extra, key=lambda s: (s.node, -1 if s.rank is None else s.rank))
+
+
+def open_log(agents: Agents, files: NodeFiles, job_id: str, node: str, rank: int | None):
+    """Rule 2: the stream read through the agent of the Ray node that ran ``node``; None while
+    it does not exist (or the node never ran on this backend).  Once that Ray node is gone: the
+    file read here when this machine sees the node's job folder (shared storage), else
+    :class:`NodeLost`."""
+    JobDir(PLACEHOLDER.root).log_relative(node, rank)  # InvalidSpec for names that cannot be streams
+    placed = files.where(job_id, node)
+    if placed is None:
+        return None
+    try:
+        agent = agents.agent_at(placed)
+    except NodeGone:
+        shared = files.shared(job_id, node, placed)
+        if shared is None:
+            raise files.lost(node, placed) from None
+        return local_logs.open_log(shared, node, rank)
+    answer = agents.get(agent.read_log.remote(placed["job_dir"], node, rank, 0, 0))
+    if answer[0] == "refused":
+        raise RefusedFile(answer[1])
+    if answer[0] == "missing":
+        return None
+    return RayLogSource(agent, agents.get, placed["job_dir"], node, rank, answer[2])

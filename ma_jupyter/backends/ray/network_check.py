@@ -10,8 +10,8 @@ machine can give an attempt its part of the overlay, and reach its peers over it
    once it is 10 s old, a fault said after 2 failed in a row.  A machine whose jobs are fenced
    (its agent cannot make overlays: jobs share its network) has nothing to check: None;
 2. **in the service** (:class:`AgentAnswers`): the node inspection's look at a node
-   (``RayBackend.network_fault``) answers the agent's last answer, never waiting for a call:
-   each look sends the next call when none is out.  An agent that does not answer (gone,
+   (``RayBackend.network_fault``, :meth:`.networks.Networks.fault`) answers the agent's last
+   answer, never waiting for a call: each look sends the next call when none is out.  An agent that does not answer (gone,
    restarting) leaves the last answer standing: a node that is gone is found by its runners'
    ends, not by this check.
 

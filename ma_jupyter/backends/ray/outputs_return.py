@@ -120,7 +120,7 @@ class OutputsReturn:
     """Rules 2 and 3 for every running node whose outputs come back (one thread each).
 
     Args:
-        get: the backend's call result (``RayBackend._get``).
+        get: an agent call's result with the contract's errors (``Agents.get``, :mod:`.agents`).
         wake: told when a node's last copy is made (the service then polls its end).
     """
 
