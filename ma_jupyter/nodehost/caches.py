@@ -178,7 +178,9 @@ def _open_anywhere(wanted: set[tuple[int, int]], uid: int) -> set[tuple[int, int
             descriptors = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue  # ended meanwhile
-        for fd in descriptors:
+        for fd in descriptors:  # one process of the job's may hold as many as its limit allows
+            if time.monotonic() > deadline:
+                return None
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
             except OSError:

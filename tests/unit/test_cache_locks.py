@@ -63,3 +63,31 @@ def test_an_unheld_lock_goes_and_one_taken_after_the_looks_stays(busy_cache, mon
     finally:
         for fd in acquirer:
             os.close(fd)
+
+
+def test_the_look_for_holders_stops_at_its_bound_inside_one_process_too(monkeypatch):
+    """A job's process with many descriptors open: the look through them stops at
+    LOCK_HOLDERS_SECONDS however many one process holds (None: every lock taken as held), not
+    only between processes.  The clock here moves one second per descriptor looked at."""
+    opened = [os.open("/dev/null", os.O_RDONLY) for _ in range(20)]
+    clock = [0.0]
+    real_stat = os.stat
+
+    def stat(path, *args, **kwargs):
+        if str(path).startswith(f"/proc/{os.getpid()}/fd/"):
+            clock[0] += 1.0
+        return real_stat(path, *args, **kwargs)
+
+    real_listdir = os.listdir
+    monkeypatch.setattr(caches.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(caches.os, "stat", stat)
+    monkeypatch.setattr(
+        caches.os, "listdir", lambda path: [str(os.getpid())] if path == "/proc" else real_listdir(path)
+    )
+    try:
+        wanted = {(real_stat(f"/proc/self/fd/{opened[-1]}").st_dev, real_stat("/dev/null").st_ino)}
+        assert caches._open_anywhere(wanted, os.getuid()) is None
+        assert clock[0] <= caches.LOCK_HOLDERS_SECONDS + 1
+    finally:
+        for fd in opened:
+            os.close(fd)
