@@ -35,7 +35,12 @@ warm.  Rules:
    lock's descriptor open until it releases it (``FileBaton`` closes it, then removes the file;
    ``filelock`` holds its ``flock`` on it), so a lock file that no process has open, seen so
    twice :data:`LOCK_SETTLE_SECONDS` apart (never the instant between a release's close and its
-   removal), has no living holder.  This runs at each node's launch and once each node of the
+   removal), has no living holder.  Each such file is removed only while this service holds an
+   exclusive ``flock`` on it and it is still the file first seen (device, inode and change
+   time): a ``filelock`` acquirer that opened it after the second look then either holds it
+   (kept) or finds its file unlinked once it gets the lock and takes the new one (``filelock``
+   checks ``st_nlink``), and a new ``FileBaton`` lock that reused the inode is not taken for
+   the old one; never two holders.  This runs at each node's launch and once each node of the
    user ends (:meth:`.host.NodeHost.poll`), so a job already waiting behind a dead job's lock
    goes on, as does the next one.
 """
@@ -117,12 +122,17 @@ def release_stale_locks(cache: Path) -> list[str] | None:
 
 
 def _locks(
-    cache: Path, unlink: Callable[[tuple[int, int]], bool] | None = None
+    cache: Path,
+    unlink: Callable[[tuple[int, int]], bool] | None = None,
+    last_look: dict[tuple[int, int], int] | None = None,
+    change_times: dict[tuple[int, int], int] | None = None,
 ) -> dict[str, tuple[int, int]]:
     """The lock files of ``cache`` (path relative to it -> device and inode), by a bounded walk
     following no link (past a bound: those found until then).  With ``unlink``: those whose
     device and inode it accepts are removed, through their folder's descriptor (never a path a
-    job could redirect), and only those are returned."""
+    job could redirect), and only those are returned; with ``last_look`` (inode -> change
+    time), each only under its own ``flock`` and while still that file (:func:`_unlink_unlocked`).
+    ``change_times``, if given, gets each lock file's change time (ns) by device and inode."""
     found: dict[str, tuple[int, int]] = {}
     try:
         for folder, dir_fd, entries in walk(
@@ -132,13 +142,19 @@ def _locks(
                 if not (is_lock_name(name) and stat.S_ISREG(st.st_mode)):
                     continue
                 inode = (st.st_dev, st.st_ino)
+                if change_times is not None:
+                    change_times[inode] = st.st_ctime_ns
                 if unlink is not None:
                     if not unlink(inode):
                         continue
-                    try:
-                        os.unlink(name, dir_fd=dir_fd)
-                    except OSError:
-                        continue
+                    if last_look is not None:
+                        if not _unlink_unlocked(dir_fd, name, inode, last_look.get(inode)):
+                            continue
+                    else:
+                        try:
+                            os.unlink(name, dir_fd=dir_fd)
+                        except OSError:
+                            continue
                 found[os.path.normpath(os.path.join(folder, name))] = inode
     except FolderRefused:
         pass
@@ -162,7 +178,9 @@ def _open_anywhere(wanted: set[tuple[int, int]], uid: int) -> set[tuple[int, int
             descriptors = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue  # ended meanwhile
-        for fd in descriptors:
+        for fd in descriptors:  # one process of the job's may hold as many as its limit allows
+            if time.monotonic() > deadline:
+                return None
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
             except OSError:
@@ -179,7 +197,8 @@ def _release_unheld_locks(cache: Path) -> list[str]:
         uid = os.stat(cache).st_uid
     except OSError:
         return []
-    first = _locks(cache)
+    changed: dict[tuple[int, int], int] = {}  # at the first look (a reused inode: another time)
+    first = _locks(cache, change_times=changed)
     if not first:
         return []
     held = _open_anywhere(set(first.values()), uid)
@@ -192,7 +211,34 @@ def _release_unheld_locks(cache: Path) -> list[str]:
     held = _open_anywhere(candidates, uid)
     if held is None:
         return []
-    return list(_locks(cache, unlink=lambda inode: inode in candidates and inode not in held))
+    return list(
+        _locks(cache, unlink=lambda inode: inode in candidates and inode not in held, last_look=changed)
+    )
+
+
+def _unlink_unlocked(dir_fd: int, name: str, inode: tuple[int, int], changed: int | None) -> bool:
+    """Rule 6: remove ``name`` only while holding an exclusive ``flock`` on it (none may be
+    held: a holder that came after the looks keeps its lock) and only when it is still the file
+    of ``inode`` with the change time ``changed``.  Opened without following a link or waiting
+    on a FIFO; whether it was removed."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != inode or st.st_ctime_ns != changed:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held now
+        os.unlink(name, dir_fd=dir_fd)  # under our flock: an acquirer waiting on it sees nlink 0
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def root() -> Path:
