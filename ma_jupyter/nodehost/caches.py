@@ -40,9 +40,10 @@ warm.  Rules:
    time): a ``filelock`` acquirer that opened it after the second look then either holds it
    (kept) or finds its file unlinked once it gets the lock and takes the new one (``filelock``
    checks ``st_nlink``), and a new ``FileBaton`` lock that reused the inode is not taken for
-   the old one; never two holders.  This runs at each node's launch and once each node of the
-   user ends (:meth:`.host.NodeHost.poll`), so a job already waiting behind a dead job's lock
-   goes on, as does the next one.
+   the old one; never two holders.  This runs on a thread once each node of the user ends
+   (:meth:`.host.NodeHost.poll`), never in a launch (its looks take seconds, and a look at a
+   descriptor a job holds on a stalled file system may wait on it), so a job already waiting
+   behind a dead job's lock goes on, as does the next one.
 """
 
 from __future__ import annotations
@@ -99,14 +100,19 @@ def _open_lease(cache: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
-def release_stale_locks(cache: Path) -> list[str] | None:
+def release_stale_locks(cache: Path, *, beside_others: bool = False) -> list[str] | None:
     """Remove the lock files left in ``cache`` when no node of its user's jobs runs here (rule 6).
 
+    Args:
+        beside_others: while a node of the user's jobs holds the lease, remove the locks no
+            process holds open (seconds: two looks through the machine's descriptors a second
+            apart; a node's end does it on a thread of its own, never a launch).
+
     Returns:
-        The paths removed, relative to the cache (while a node of the user's jobs holds the
-        lease: only the locks no process holds open).  Never raises for what it finds: the walk follows no link
-        and is bounded (:data:`LOCK_WALK_ENTRIES`, :data:`LOCK_WALK_SECONDS`); past a bound, what
-        was released until then stands.
+        The paths removed, relative to the cache; None when a node of the user's jobs holds the
+        lease and ``beside_others`` is false (nothing is looked at).  Never raises for what it
+        finds: the walk follows no link and is bounded (:data:`LOCK_WALK_ENTRIES`,
+        :data:`LOCK_WALK_SECONDS`); past a bound, what was released until then stands.
     """
     if not Path(cache).is_dir():
         return []
@@ -115,7 +121,7 @@ def release_stale_locks(cache: Path) -> list[str] | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return _release_unheld_locks(Path(cache))
+            return _release_unheld_locks(Path(cache)) if beside_others else None
         return list(_locks(Path(cache), unlink=lambda _inode: True))
     finally:
         os.close(fd)  # and the exclusive lease with it

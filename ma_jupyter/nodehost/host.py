@@ -692,7 +692,7 @@ class NodeHost:
 
         def release() -> None:
             try:
-                released = caches.release_stale_locks(cache)
+                released = caches.release_stale_locks(cache, beside_others=True)
                 if released:
                     log.info("released stale locks in %s: %s", cache, released[:5])
             except OSError as exc:

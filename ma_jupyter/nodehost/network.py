@@ -498,8 +498,8 @@ def probe_job_network(folder: Path, key: str, timeout: float = 2.0) -> str | Non
     addresses = [("probe-0", node_address(0)), ("probe-1", node_address(1))]
 
     def probe() -> str | None:
-        private_mounts()
         try:
+            private_mounts()
             made = make_job_network(folder, key, addresses)
         except OSError as exc:
             return f"the job network cannot be made: {exc}"

@@ -64,13 +64,15 @@ class Alerts:
         self.seen = 0  # the sequence number of the last event looked at
 
     def show_new(self, *, quiet_if_unavailable: bool = False) -> None:
-        """Print the alerts raised since the last call.  ``quiet_if_unavailable``: a service
-        that does not answer now (restarting) shows nothing; the next call asks again."""
-        from ...errors import BackendUnavailable
+        """Print the alerts raised since the last call.  ``quiet_if_unavailable`` (a look
+        during a follow): a look that fails (a service that does not answer now, a job deleted
+        meanwhile) shows nothing and ends nothing; the follow says what ended it, and the next
+        call asks again."""
+        from ...errors import MaJupyterError
 
         try:
             events = self.handle.events(after=self.seen)
-        except BackendUnavailable:
+        except MaJupyterError:
             if quiet_if_unavailable:
                 return
             raise
