@@ -21,6 +21,10 @@ enter or change (the job's nodes have no capability in their own namespace eithe
    Nothing of the host's routing or firewall changes: no forwarding, no NAT rule, no address
    of the machine is touched; what leaves is a connection of the service's account.
 
+Why one module: the gate's three steps are one contract (the rules the kernel loads, the
+forwarder that checks each connection again, and the bounds it keeps) and change together; the
+names it resolves live apart (:mod:`.egress_names`).
+
 On the Ray backend the same gate sits in each Ray node's agent, for that machine's part of an
 attempt's overlay (``backends/ray/egress_gate.py``): the service resolves the :class:`Gate`
 (its :attr:`Gate.job_network` the overlay, with the cluster's addresses and ports

@@ -21,7 +21,7 @@ It knows nothing of the backend contract (``backends/base.py``): an attempt is w
 process's look, a dataset's state) is handed back as plain tuples for the backend to wrap.
 Which ports a task gets is :mod:`.ports`'s, which machine a task runs on the backend's.
 
-Longer than a room should be, for a reason: it is one object's state (the runners it started and
+Why one module: it is one object's state (the runners it started and
 reaps, the egress gates it keeps, the network probe's last answers, the fork server) shared by
 every call; what needs none of it lives in the rooms around it (:mod:`.node_network`,
 :mod:`.node_cgroups`, :mod:`.probes`, :mod:`.ports`, :mod:`.stopping`, :mod:`.egress`, ...).

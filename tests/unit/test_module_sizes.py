@@ -10,21 +10,13 @@ PACKAGE = Path(__file__).resolve().parents[2] / "ma_jupyter"
 MAX_LINES = 600
 REASON = "Why one module"
 
-#: modules being split by concern on branches of their own (issue 35, item 1): their reason or
-#: their split arrives with that work
-BEING_SPLIT = {
-    "backends/ray/backend.py",
-    "nodehost/host.py",
-    "nodehost/egress.py",
-}
-
 
 def test_every_module_over_the_limit_says_why_it_is_one_room():
     unexplained = []
     for path in sorted(PACKAGE.rglob("*.py")):
         name = path.relative_to(PACKAGE).as_posix()
         text = path.read_text(encoding="utf-8")
-        if name in BEING_SPLIT or text.count("\n") <= MAX_LINES:
+        if text.count("\n") <= MAX_LINES:
             continue
         doc = ast.get_docstring(ast.parse(text)) or ""
         if REASON not in doc:
