@@ -35,9 +35,11 @@ warm.  Rules:
    lock's descriptor open until it releases it (``FileBaton`` closes it, then removes the file;
    ``filelock`` holds its ``flock`` on it), so a lock file that no process has open, seen so
    twice :data:`LOCK_SETTLE_SECONDS` apart (never the instant between a release's close and its
-   removal), has no living holder.  This runs at each node's launch and once each node of the
-   user ends (:meth:`.host.NodeHost.poll`), so a job already waiting behind a dead job's lock
-   goes on, as does the next one.
+   removal), has no living holder.  This look runs on a thread of the node host after each
+   node's launch and once each node of the user ends (:meth:`.host.NodeHost.poll`), never in
+   the launch itself (which runs under the supervisor's lock: a cache full of files, or
+   processes with many descriptors, would stall every user's jobs), so a job already waiting
+   behind a dead job's lock goes on, as does the next one.
 """
 
 from __future__ import annotations
@@ -94,14 +96,17 @@ def _open_lease(cache: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
-def release_stale_locks(cache: Path) -> list[str] | None:
+def release_stale_locks(cache: Path, *, unheld: bool = False) -> list[str] | None:
     """Remove the lock files left in ``cache`` when no node of its user's jobs runs here (rule 6).
 
     Returns:
-        The paths removed, relative to the cache (while a node of the user's jobs holds the
-        lease: only the locks no process holds open).  Never raises for what it finds: the walk follows no link
-        and is bounded (:data:`LOCK_WALK_ENTRIES`, :data:`LOCK_WALK_SECONDS`); past a bound, what
-        was released until then stands.
+        The paths removed, relative to the cache.  While a node of the user's jobs holds the
+        lease: None (nothing looked at) unless ``unheld``, then only the locks no process holds
+        open; that look waits :data:`LOCK_SETTLE_SECONDS` and walks the cache twice, so it is
+        for a thread of its own (:meth:`.host.NodeHost.poll`), never a caller holding a lock
+        others wait on (a node's launch runs under the supervisor's).  Never raises for what
+        it finds: the walk follows no link and is bounded (:data:`LOCK_WALK_ENTRIES`,
+        :data:`LOCK_WALK_SECONDS`); past a bound, what was released until then stands.
     """
     if not Path(cache).is_dir():
         return []
@@ -110,7 +115,7 @@ def release_stale_locks(cache: Path) -> list[str] | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return _release_unheld_locks(Path(cache))
+            return _release_unheld_locks(Path(cache)) if unheld else None
         return list(_locks(Path(cache), unlink=lambda _inode: True))
     finally:
         os.close(fd)  # and the exclusive lease with it
@@ -162,7 +167,10 @@ def _open_anywhere(wanted: set[tuple[int, int]], uid: int) -> set[tuple[int, int
             descriptors = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue  # ended meanwhile
-        for fd in descriptors:
+        for seen, fd in enumerate(descriptors):
+            # one process may hold a million descriptors: the bound holds within one, too
+            if seen % 256 == 255 and time.monotonic() > deadline:
+                return None
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
             except OSError:
