@@ -122,13 +122,15 @@ def release_stale_locks(cache: Path, *, unheld: bool = False) -> list[str] | Non
 
 
 def _locks(
-    cache: Path, unlink: Callable[[tuple[int, int]], bool] | None = None
-) -> dict[str, tuple[int, int]]:
-    """The lock files of ``cache`` (path relative to it -> device and inode), by a bounded walk
-    following no link (past a bound: those found until then).  With ``unlink``: those whose
-    device and inode it accepts are removed, through their folder's descriptor (never a path a
-    job could redirect), and only those are returned."""
-    found: dict[str, tuple[int, int]] = {}
+    cache: Path, unlink: Callable[[tuple[int, int, int]], bool] | None = None
+) -> dict[str, tuple[int, int, int]]:
+    """The lock files of ``cache`` (path relative to it -> device, inode and change time), by a
+    bounded walk following no link (past a bound: those found until then).  With ``unlink``:
+    those whose identity it accepts are removed, through their folder's descriptor (never a path
+    a job could redirect), and only those are returned.  The change time is part of a file's
+    identity: a lock removed and taken again between two looks may get the old one's inode
+    number (ext4 gives a freed inode out again at once), never its change time."""
+    found: dict[str, tuple[int, int, int]] = {}
     try:
         for folder, dir_fd, entries in walk(
             [cache], follow_top=False, max_entries=LOCK_WALK_ENTRIES, max_seconds=LOCK_WALK_SECONDS
@@ -136,7 +138,7 @@ def _locks(
             for name, st in entries:
                 if not (is_lock_name(name) and stat.S_ISREG(st.st_mode)):
                     continue
-                inode = (st.st_dev, st.st_ino)
+                inode = (st.st_dev, st.st_ino, st.st_ctime_ns)
                 if unlink is not None:
                     if not unlink(inode):
                         continue
@@ -190,17 +192,17 @@ def _release_unheld_locks(cache: Path) -> list[str]:
     first = _locks(cache)
     if not first:
         return []
-    held = _open_anywhere(set(first.values()), uid)
+    held = _open_anywhere({found[:2] for found in first.values()}, uid)
     if held is None:
         return []
-    candidates = set(first.values()) - held
+    candidates = {found for found in first.values() if found[:2] not in held}
     if not candidates:
         return []
     time.sleep(LOCK_SETTLE_SECONDS)
-    held = _open_anywhere(candidates, uid)
+    held = _open_anywhere({found[:2] for found in candidates}, uid)
     if held is None:
         return []
-    return list(_locks(cache, unlink=lambda inode: inode in candidates and inode not in held))
+    return list(_locks(cache, unlink=lambda found: found in candidates and found[:2] not in held))
 
 
 def root() -> Path:

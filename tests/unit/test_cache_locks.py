@@ -4,6 +4,7 @@ remove a file outside the cache, or remove a lock a living process holds."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -142,3 +143,58 @@ def test_a_job_holding_many_descriptors_cannot_stretch_the_look_for_holders(tmp_
     finally:
         hoarder.stdin.close()
         hoarder.wait(timeout=60)
+
+
+#: a job of the user that removes a lock it takes as stale and takes it itself at once, as
+#: torch's FileBaton does (the new file may get the old one's inode number: ext4 reuses it)
+RETAKER = textwrap.dedent(
+    """
+    import os, sys
+    sys.stdin.readline()
+    os.remove(sys.argv[1])
+    held = os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_RDONLY)
+    print(os.fstat(held).st_ino, flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_a_lock_taken_again_between_the_looks_is_never_removed_though_its_inode_is_the_old_ones(
+    tmp_path, monkeypatch
+):
+    cache = tmp_path / "caches" / "alice"
+    cache.mkdir(parents=True)
+    lock = cache / "lock"
+    lock.write_text("")
+    first_inode = lock.stat().st_ino
+    caches.lease_file(cache).parent.mkdir(mode=0o700, exist_ok=True)
+    lease = os.open(caches.lease_file(cache), os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(lease, fcntl.LOCK_SH)  # a node of the user runs
+    retaker = subprocess.Popen(
+        [sys.executable, "-c", RETAKER, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    looks = [0]
+    real_look = caches._open_anywhere
+    inode = []
+
+    def look_then_retake(wanted, uid):
+        held = real_look(wanted, uid)
+        looks[0] += 1
+        if looks[0] == 2:  # the second look saw the old lock unheld: the job takes it again now
+            retaker.stdin.write("go\n")
+            retaker.stdin.flush()
+            inode.append(int(retaker.stdout.readline()))
+        return held
+
+    monkeypatch.setattr(caches, "_open_anywhere", look_then_retake)
+    monkeypatch.setattr(caches, "LOCK_SETTLE_SECONDS", 0.05)
+    try:
+        finished, released = _in_thread(lambda: caches.release_stale_locks(cache, unheld=True))
+        assert finished and inode, (finished, inode)
+        if inode[0] != first_inode:
+            pytest.skip("this file system gave the new lock a new inode number")
+        assert released == [] and lock.exists(), "the lock a living job holds was removed"
+    finally:
+        retaker.stdin.close()
+        retaker.wait(timeout=60)
+        os.close(lease)
