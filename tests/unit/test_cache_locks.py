@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from ma_jupyter.nodehost import caches
+from tests.helpers import wait_for
 
 #: a node of the user's jobs: holds the cache's lease shared (as a node runner does) and, like
 #: torch's FileBaton, keeps its build lock's descriptor open while it builds
@@ -197,4 +198,49 @@ def test_a_lock_taken_again_between_the_looks_is_never_removed_though_its_inode_
     finally:
         retaker.stdin.close()
         retaker.wait(timeout=60)
+        os.close(lease)
+
+
+#: a job's build that holds its lock open until it is killed
+HOLDER = "import os, sys; held = os.open(sys.argv[1], os.O_RDONLY); print('in', flush=True); sys.stdin.read()"
+
+
+def test_a_node_that_ends_while_the_look_runs_gets_a_look_of_its_own(ma_home, monkeypatch):
+    """The node host looks at a cache once at a time: a node of the user killed while its lock
+    was being looked at (seen held) still has its lock removed, by one more look."""
+    from ma_jupyter.nodehost.host import NodeHost
+
+    cache = caches.cache_dir("alice")
+    cache.mkdir(parents=True)
+    lock = cache / "lock"
+    lock.write_text("")
+    caches.lease_file(cache).parent.mkdir(mode=0o700, exist_ok=True)
+    lease = os.open(caches.lease_file(cache), os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(lease, fcntl.LOCK_SH)  # another node of the user runs on
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    host = NodeHost()
+    real_look = caches._open_anywhere
+    looks = [0]
+
+    def killed_during_the_first_look(wanted, uid):
+        held = real_look(wanted, uid)
+        looks[0] += 1
+        if looks[0] == 1:  # seen held; its node is killed now, and its end is seen at once
+            holder.kill()
+            holder.wait(timeout=60)
+            host._release_locks_of("alice")
+        return held
+
+    monkeypatch.setattr(caches, "_open_anywhere", killed_during_the_first_look)
+    monkeypatch.setattr(caches, "LOCK_SETTLE_SECONDS", 0.05)
+    try:
+        assert holder.stdout.readline() == "in\n"
+        host._release_locks_of("alice")
+        wait_for(lambda: not lock.exists(), timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=60)
         os.close(lease)
