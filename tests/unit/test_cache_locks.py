@@ -244,3 +244,54 @@ def test_a_node_that_ends_while_the_look_runs_gets_a_look_of_its_own(ma_home, mo
             holder.kill()
             holder.wait(timeout=60)
         os.close(lease)
+
+
+#: a job's build holding its lock in a process that made itself not dumpable (ssh-agent, a
+#: sandboxing library): its /proc entries are then root's, not its account's
+UNDUMPABLE_HOLDER = textwrap.dedent(
+    """
+    import ctypes, os, sys
+    held = int(sys.argv[1])  # the lock, opened for it (its folder may be closed to it)
+    assert ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+    print("in", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_a_lock_held_by_a_process_that_is_not_dumpable_is_kept(tmp_path, monkeypatch):
+    uid = 3_100_000 + os.getpid() % 100_000  # an account of this test alone
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if system_python is None:
+        pytest.skip("no python3 in /usr/bin or /bin for another account to run")
+    cache = tmp_path / "caches" / "bob"
+    cache.mkdir(parents=True)
+    lock = cache / "lock"
+    lock.write_text("")
+    for path in (cache, lock):
+        os.chown(path, uid, uid)
+    caches.lease_file(cache).parent.mkdir(mode=0o700, exist_ok=True)
+    lease = os.open(caches.lease_file(cache), os.O_RDONLY | os.O_CREAT, 0o600)
+    fcntl.flock(lease, fcntl.LOCK_SH)  # a node of the user runs
+    held = os.open(lock, os.O_RDONLY)
+    holder = subprocess.Popen(
+        [system_python, "-c", UNDUMPABLE_HOLDER, str(held)],
+        pass_fds=[held],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        cwd="/",
+    )
+    os.close(held)  # the holder's only
+    monkeypatch.setattr(caches, "LOCK_SETTLE_SECONDS", 0.05)
+    try:
+        assert holder.stdout.readline() == "in\n"
+        finished, released = _in_thread(lambda: caches.release_stale_locks(cache, unheld=True))
+        assert finished and released == [] and lock.exists(), released
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+        os.close(lease)
