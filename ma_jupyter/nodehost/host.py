@@ -717,7 +717,12 @@ class NodeHost:
                 if not again:
                     return
 
-        threading.Thread(target=release, name="cache-locks", daemon=True).start()
+        try:
+            threading.Thread(target=release, name="cache-locks", daemon=True).start()
+        except RuntimeError as exc:  # no thread to be had now: the next launch or end looks
+            with self._probe_lock:
+                self._releasing.pop(cache, None)
+            log.warning("could not look for stale locks in %s: %s", cache, exc)
 
     def heartbeat(self, attempt: HostedAttempt, run: NodeRun) -> float | None:
         """The time of the node runner's heartbeat file (it refreshes it every second), a stat
