@@ -19,7 +19,9 @@ Rules, in order, for each connection the proxy accepts:
 
 1. Until its first request's head has arrived whole, a connection is *pending*: read by one
    thread of the proxy's own (no thread per connection), at most :data:`MAX_PENDING` of them
-   (one more drops the oldest pending one, so connections that never finish their head cannot
+   (one more drops the oldest pending one of the local account holding the most of them, its
+   account asked of the kernel by the connection's addresses (:func:`peer_account`): so
+   connections that never finish their head, however fast another account opens them, cannot
    keep a client's fresh one out), each for at most :data:`HEAD_TIMEOUT` seconds from its
    accept (408), however slowly its bytes drip, and at most :data:`MAX_HEAD` bytes (431).
 2. The head must carry a client's secret (``Proxy-Authorization: Basic``, the password part),
@@ -56,8 +58,10 @@ import ipaddress
 import secrets
 import select
 import socket
+import struct
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .errors import AddressRefused
@@ -145,11 +149,49 @@ class _Client:
 
 @dataclass(eq=False)
 class _Pending:
-    """A connection whose first request's head has not arrived whole yet (rule 1)."""
+    """A connection whose first request's head has not arrived whole yet (rule 1), and the local
+    account that opened it (None: not known)."""
 
     conn: socket.socket
     deadline: float
+    account: int | None = None
     data: bytes = b""
+
+
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 1
+_NLMSG_ERROR = 2
+_NO_COOKIE = 0xFFFFFFFF
+
+
+def peer_account(conn: socket.socket) -> int | None:
+    """The uid of the local account whose socket is the other end of the loopback TCP
+    connection ``conn`` (the kernel's socket table, one exact look-up by the connection's
+    addresses: ``sock_diag``); None where it cannot be told (not IPv4 loopback, ended already)."""
+    try:
+        (local, local_port), (peer, peer_port) = conn.getsockname(), conn.getpeername()
+        if not peer.startswith("127."):
+            return None
+        # the peer's socket: its source is our peer address, its destination our own address
+        sockid = struct.pack(
+            "!HH16s16s",
+            peer_port,
+            local_port,
+            socket.inet_aton(peer).ljust(16, b"\0"),
+            socket.inet_aton(local).ljust(16, b"\0"),
+        ) + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
+        request = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + sockid
+        header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as nl:
+            nl.settimeout(1.0)
+            nl.send(header + request)
+            answer = nl.recv(4096)
+    except (OSError, ValueError):
+        return None
+    if len(answer) < 16 + 72 or struct.unpack_from("=H", answer, 4)[0] == _NLMSG_ERROR:
+        return None
+    return struct.unpack_from("=I", answer, 16 + 64)[0]  # inet_diag_msg.idiag_uid
 
 
 class _Proxy:
@@ -214,9 +256,12 @@ class _Proxy:
                 time.sleep(0.1)
                 return
             conn.setblocking(False)
-            if len(pending) >= MAX_PENDING:  # the oldest one has had the most time
-                self._drop(watch, pending, next(iter(pending))).close()
-            pending[conn.fileno()] = _Pending(conn, time.monotonic() + HEAD_TIMEOUT)
+            account = peer_account(conn)
+            if len(pending) >= MAX_PENDING:  # the oldest one of the account that holds the most
+                most = Counter(p.account for p in pending.values()).most_common(1)[0][0]
+                oldest = next(fd for fd, p in pending.items() if p.account == most)
+                self._drop(watch, pending, oldest).close()
+            pending[conn.fileno()] = _Pending(conn, time.monotonic() + HEAD_TIMEOUT, account)
             watch.register(conn.fileno(), select.POLLIN)
             self._read(watch, pending, conn.fileno())  # a client's head is there already, mostly
 

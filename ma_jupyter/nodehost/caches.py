@@ -40,9 +40,10 @@ warm.  Rules:
    time): a ``filelock`` acquirer that opened it after the second look then either holds it
    (kept) or finds its file unlinked once it gets the lock and takes the new one (``filelock``
    checks ``st_nlink``), and a new ``FileBaton`` lock that reused the inode is not taken for
-   the old one; never two holders.  This runs on a thread once each node of the user ends
-   (:meth:`.host.NodeHost.poll`), never in a launch (its looks take seconds, and a look at a
-   descriptor a job holds on a stalled file system may wait on it), so a job already waiting
+   the old one; never two holders.  This look runs on a thread of the node host after each
+   node's launch and once each node of the user ends (:meth:`.host.NodeHost.poll`), never in
+   the launch itself (which runs under the supervisor's lock: a cache full of files, or
+   processes with many descriptors, would stall every user's jobs), so a job already waiting
    behind a dead job's lock goes on, as does the next one.
 """
 
@@ -100,17 +101,17 @@ def _open_lease(cache: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
-def release_stale_locks(cache: Path, *, beside_others: bool = False) -> list[str] | None:
+def release_stale_locks(cache: Path, *, unheld: bool = False) -> list[str] | None:
     """Remove the lock files left in ``cache`` when no node of its user's jobs runs here (rule 6).
 
     Args:
-        beside_others: while a node of the user's jobs holds the lease, remove the locks no
+        unheld: while a node of the user's jobs holds the lease, remove the locks no
             process holds open (seconds: two looks through the machine's descriptors a second
-            apart; a node's end does it on a thread of its own, never a launch).
+            apart: the node host's thread after a launch and at a node's end, never a launch).
 
     Returns:
         The paths removed, relative to the cache; None when a node of the user's jobs holds the
-        lease and ``beside_others`` is false (nothing is looked at).  Never raises for what it
+        lease and ``unheld`` is false (nothing is looked at).  Never raises for what it
         finds: the walk follows no link and is bounded (:data:`LOCK_WALK_ENTRIES`,
         :data:`LOCK_WALK_SECONDS`); past a bound, what was released until then stands.
     """
@@ -121,7 +122,7 @@ def release_stale_locks(cache: Path, *, beside_others: bool = False) -> list[str
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return _release_unheld_locks(Path(cache)) if beside_others else None
+            return _release_unheld_locks(Path(cache)) if unheld else None
         return list(_locks(Path(cache), unlink=lambda _inode: True))
     finally:
         os.close(fd)  # and the exclusive lease with it
@@ -207,14 +208,14 @@ def _release_unheld_locks(cache: Path) -> list[str]:
     first = _locks(cache, change_times=changed)
     if not first:
         return []
-    held = _open_anywhere(set(first.values()), uid)
+    held = _open_anywhere({found[:2] for found in first.values()}, uid)
     if held is None:
         return []
-    candidates = set(first.values()) - held
+    candidates = {found for found in first.values() if found[:2] not in held}
     if not candidates:
         return []
     time.sleep(LOCK_SETTLE_SECONDS)
-    held = _open_anywhere(candidates, uid)
+    held = _open_anywhere({found[:2] for found in candidates}, uid)
     if held is None:
         return []
     return list(

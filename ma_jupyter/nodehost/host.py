@@ -157,8 +157,9 @@ class NodeHost:
         #: at each probe; its ``every`` is the seconds an answer stands for
         self.network_check = NetworkCheck(lambda: self.probe_network())
         self._probe_run_lock = threading.Lock()
-        #: the caches whose locks a thread is looking at (:meth:`_release_locks_of`)
-        self._releasing: set[Path] = set()
+        #: the caches whose locks a thread is looking at (:meth:`_release_locks_of`) -> whether
+        #: another look was asked for meanwhile (a node that ended after its first look)
+        self._releasing: dict[Path, bool] = {}
         self._releasing_lock = threading.Lock()
         #: guards the gates' tables (:meth:`_open_gate`, :meth:`_regate`)
         self._gates_lock = threading.Lock()
@@ -399,6 +400,9 @@ class NodeHost:
         try:
             for plan, launch, view in prepared:
                 runs.append(self._launch_node(attempt, plan, launch, view, job_secret, network[plan.name]))
+            # the locks no process holds in the user's cache, looked at off the launch (caches
+            # rule 6: it waits a second, the caller holds the supervisor's lock)
+            self._release_locks_of(attempt.spec.creator)
             if namespace:
                 inodes = {name: inode for name, (_, inode) in namespace.nodes.items()}
                 await_joined(runs, inodes, self._alive)
@@ -687,21 +691,32 @@ class NodeHost:
         cache = caches.cache_dir(user)
         with self._releasing_lock:
             if cache in self._releasing:
+                self._releasing[cache] = True  # its thread looks once more: never a thread each
                 return
-            self._releasing.add(cache)
+            self._releasing[cache] = False
 
         def release() -> None:
-            try:
-                released = caches.release_stale_locks(cache, beside_others=True)
-                if released:
-                    log.info("released stale locks in %s: %s", cache, released[:5])
-            except OSError as exc:
-                log.warning("could not look for stale locks in %s: %s", cache, exc)
-            finally:
-                with self._releasing_lock:
-                    self._releasing.discard(cache)
+            while True:
+                try:
+                    released = caches.release_stale_locks(cache, unheld=True)
+                    if released:
+                        log.info("released stale locks in %s: %s", cache, released[:5])
+                except OSError as exc:
+                    log.warning("could not look for stale locks in %s: %s", cache, exc)
+                finally:
+                    with self._releasing_lock:
+                        again = self._releasing.pop(cache, False)
+                        if again:
+                            self._releasing[cache] = False
+                if not again:
+                    return
 
-        threading.Thread(target=release, name="cache-locks", daemon=True).start()
+        try:
+            threading.Thread(target=release, name="cache-locks", daemon=True).start()
+        except RuntimeError as exc:  # no thread to be had now: the next launch or end looks
+            with self._releasing_lock:
+                self._releasing.pop(cache, None)
+            log.warning("could not look for stale locks in %s: %s", cache, exc)
 
     def heartbeat(self, attempt: HostedAttempt, run: NodeRun) -> float | None:
         """The time of the node runner's heartbeat file (it refreshes it every second), a stat

@@ -22,6 +22,7 @@ import pytest
 from ma_jupyter import config
 from ma_jupyter.backends.base import Attempt
 from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.errors import NotFound
 from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.modes import plan_job
 from ma_jupyter.service.scheduler import Scheduler
@@ -288,3 +289,39 @@ def test_a_submit_never_waits_for_another_jobs_launch(ma_home):
         ticking.join(60)
     tick_until(sup, submitted[0].id, JobStatus.succeeded, timeout=120)
     stop_every_job(sup)
+
+
+def test_an_admins_stop_or_delete_between_a_submits_row_and_its_queue_place_leaves_no_queued_ghost(
+    ma_supervisor,
+):
+    """A submit stores its row, then takes its place in the queue index, off the supervisor's
+    lock: an admin's bulk stop or delete that lists the new row in between leaves an entry the
+    next pass drops; the stopped job never starts, and the queue goes on to the next job."""
+    sup = ma_supervisor
+    insert = sup.store.insert
+    acted: list[str] = []
+
+    def then_the_admin_acts(job, *args, **kwargs):
+        stored = insert(job, *args, **kwargs)
+        if job.spec.name == "stopped":
+            sup.request_stop(job.id, by="admin")
+        elif job.spec.name == "deleted":
+            sup.delete(job.id, force=True, by="admin")
+        acted.append(job.id)
+        return stored
+
+    sup.store.insert = then_the_admin_acts
+    stopped = sup.submit(JobSpec(name="stopped", command=f"{PY} -c pass"), creator="me")
+    deleted = sup.submit(JobSpec(name="deleted", command=f"{PY} -c pass"), creator="me")
+    after = sup.submit(JobSpec(name="after", command=f"{PY} -c pass"), creator="me")
+    assert acted == [stopped.id, deleted.id, after.id]
+    assert {stopped.id, deleted.id} <= set(sup.queue.ids())  # the ghosts the pass must drop
+    sup.tick()
+    sup.wait_idle()
+    assert stopped.id not in sup.queue.ids() and deleted.id not in sup.queue.ids(), sup.queue.ids()
+    assert sup.store.status(stopped.id) is JobStatus.stopped
+    assert not sup.store.get(stopped.id).nodes  # never launched
+    with pytest.raises(NotFound):
+        sup.store.get(deleted.id)
+    assert sup.queue.ahead(after.spec.priority, "me") <= 1  # only "after" itself, if still queued
+    tick_until(sup, after.id, JobStatus.succeeded, timeout=120)

@@ -12,6 +12,7 @@ record every connection they get.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -495,6 +496,71 @@ def test_a_stranger_without_the_secret_never_keeps_a_client_from_its_endpoint():
     assert out["client"] == 0 and out["requests seen"] >= 1, out
     assert not out["secret in what the endpoint saw"] and not out["secret in the store's repr"], out
     assert out["tunnel's first byte"] == "16", out  # a TLS handshake record, through the CONNECT
+
+
+#: another local account: connections whose heads it begins and never finishes, opened as fast
+#: as it can, then one whole head without a secret, whose 407 says the proxy took them all
+STRANGER_FLOOD = """
+import socket, sys
+port, count = int(sys.argv[1]), int(sys.argv[2])
+held = []
+for _ in range(count):
+    conn = socket.create_connection(("127.0.0.1", port), timeout=60)
+    try:
+        conn.sendall(b"CONNECT ")
+    except OSError:  # dropped already
+        pass
+    held.append(conn)
+probe = socket.create_connection(("127.0.0.1", port), timeout=60)
+probe.sendall(b"CONNECT 127.0.0.1:443 HTTP/1.1\\r\\n\\r\\n")
+print(probe.makefile("rb").readline().decode().strip(), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the stranger runs as another account")
+def test_another_account_opening_connections_fast_never_drops_a_clients_pending_one(monkeypatch):
+    """Another local account opens connections faster than a client on a loaded machine sends
+    its head: the pending bound drops the stranger's own connections, never the client's."""
+    import socket
+
+    from ma_jupyter import endpoint_guard
+
+    python = shutil.which("python3", path="/usr/bin:/bin")  # one another account may run
+    if python is None:
+        pytest.skip("no python3 in /usr/bin or /bin for another account to run")
+    monkeypatch.setattr(endpoint_guard, "MAX_PENDING", 8)
+    monkeypatch.setattr(endpoint_guard, "HEAD_TIMEOUT", 120.0)  # only the pending bound drops
+    proxy = endpoint_guard._Proxy()
+    secret = proxy.route("127.0.0.1", 443)
+    client = socket.create_connection(("127.0.0.1", proxy.port), timeout=60)  # its head still to come
+    uid = 3_000_000 + os.getpid() % 100_000  # an account of this test alone
+    stranger = subprocess.Popen(
+        [python, "-c", STRANGER_FLOOD, str(proxy.port), str(4 * endpoint_guard.MAX_PENDING)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        cwd="/",
+    )
+    try:
+        assert stranger.stdout.readline().startswith("HTTP/1.1 407")
+        auth = base64.b64encode(f"ma:{secret}".encode()).decode()
+        try:
+            client.sendall(
+                f"CONNECT 127.0.0.1:443 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode()
+            )
+            answer = client.makefile("rb").readline().decode()
+        except OSError as exc:
+            answer = repr(exc)
+        # admitted: its target, loopback, is then refused (rule 5); dropped: no answer at all
+        assert answer.startswith("HTTP/1.1 403"), f"the client's connection was dropped: {answer!r}"
+    finally:
+        client.close()
+        stranger.stdin.close()
+        stranger.wait(timeout=60)
 
 
 def test_a_ray_agent_guards_an_endpoint_again_once_the_administrator_takes_it_out(tmp_path, monkeypatch):
