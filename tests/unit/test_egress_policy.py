@@ -152,6 +152,36 @@ def test_a_fenced_ray_attempt_with_a_policy_is_refused_and_a_gate_refuses_the_cl
     assert "ip daddr 10.253.0.0/16 accept" in rules and "10.254." not in rules, rules
 
 
+def test_a_ray_gate_denies_every_machines_raylet_and_worker_ports_on_any_address(tmp_path, monkeypatch):
+    """A Ray machine may be reachable at a second address that a policy lists (a LAN range): its
+    workers' ports (unauthenticated, they run what they are sent) are denied there too, for each
+    machine whose agent answered, not only on the machine of the node that connects."""
+    from types import SimpleNamespace
+
+    from ma_jupyter.backends.ray import egress_gate
+    from ma_jupyter.nodehost.overlay import Overlay, Segment
+
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    _policy(tmp_path, '["192.0.2.0/24"]')
+    ray = SimpleNamespace(
+        nodes=lambda: [{"NodeManagerAddress": "198.51.100.7", "NodeManagerPort": 6380}],
+        get_runtime_context=lambda: SimpleNamespace(gcs_address="198.51.100.7:6379"),
+    )
+    attempt = SimpleNamespace(job_id="j-1", spec=SimpleNamespace(creator="alice"))
+    part = Overlay(own=Segment("198.51.100.7", 40000, 7, ("10.253.0.1",)), peers=())
+    agents = [
+        {"ray_ports": [[6380, 6381], [(20000, 20499)]]},  # this machine's raylet
+        {"ray_ports": [[7380], [(30000, 30499)]]},  # another machine's
+        {},  # an agent of an older version says nothing: nothing added
+    ]
+    gate = egress_gate.gated({"n1": part}, attempt, ray, agents)["n1"].egress
+    assert gate.allows("192.0.2.9", 443)
+    for port in (6379, 6380, 6381, 7380, 20000, 20499, 30000, 30250, 30499):
+        assert not gate.allows("192.0.2.9", port), port  # on an address the policy lists
+    assert gate.allows("192.0.2.9", 30500)
+    assert not gate.allows("198.51.100.7", 443)  # a Ray node's own address: never
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs the check as another account")
 def test_a_service_of_an_ordinary_user_refuses_a_policy_at_its_start():
     # a home that account can reach (the test's own temporary folders are root's alone)

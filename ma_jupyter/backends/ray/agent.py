@@ -119,7 +119,9 @@ class NodeAgent:
         (``namespace``: each node here a machine of its own on its attempt's overlay;
         ``fence``: on the machine's network, fenced, with ``network_why`` saying why), and
         ``sshd``: whether OpenSSH's server is installed here (MPI's remote shell on an overlay,
-        :mod:`.overlay_plan`)."""
+        :mod:`.overlay_plan`), and ``ray_ports``: this machine's raylets' ports and worker port
+        ranges (:func:`.fence.raylet_ports`)."""
+        ports, ranges = fence.raylet_ports()
         return {
             "node_id": self._node_id,
             "pid": os.getpid(),
@@ -130,6 +132,9 @@ class NodeAgent:
             "network_why": self._overlay_problem or "",
             "sshd": os.access(SSHD_PROGRAM, os.X_OK),
             "leftovers_ended": self._ended,
+            # this machine's raylets' ports and worker ranges: every attempt's egress gate
+            # denies them on any address (egress_gate rule 1)
+            "ray_ports": [sorted(ports), sorted(ranges)],
         }
 
     # ------------------------------------------------------------------------- ports

@@ -380,7 +380,8 @@ class RayBackend(Backend):
         # attempt can hold its namespace; else each node is fenced off the cluster's ports
         # (see .fence), read once per attempt
         overlays = self._networks.segments(attempt)
-        overlays = egress_gate.gated(overlays, on_nodes, self._ray)  # [network] egress: the agents' gates
+        # [network] egress: the agents' gates
+        overlays = egress_gate.gated(overlays, on_nodes, self._ray, self._agents.every_answer())
         cluster_ports = None if overlays else fence.cluster_ports(self._ray)
         runs, error = ray_launch.send(self._ray, self._agents, on_nodes, launches, overlays, cluster_ports)
         if error is not None:

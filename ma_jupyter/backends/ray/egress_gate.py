@@ -12,7 +12,10 @@ machine:
    is never reached whatever the list says: the service's machine's addresses, every Ray node's
    address (alive or not: whatever listens there, a worker's random port included, is the
    cluster's), and on any address the cluster's ports (:func:`.fence.cluster_ports`: the GCS,
-   every port of the node table, dashboard, client server, agents); sent with the launch,
+   every port of the node table, dashboard, client server, agents) and every agent's machine's
+   raylet ports and worker port ranges as it said at its start (``info()``'s ``ray_ports``: a
+   Ray machine reachable at a second address a policy lists still shows no worker); sent with
+   the launch,
    inside each machine's :class:`~ma_jupyter.nodehost.overlay.Overlay` (``egress``);
 2. **agent** (:func:`on_this_machine`, root, at the launch): adds its machine's raylets' ports
    and worker port ranges (:func:`.fence.raylet_ports`) to the denied ports, then the node
@@ -70,10 +73,12 @@ def refusal(rules: Iterable[EgressRule], network: str) -> str | None:
     return egress.own_entry(rules)
 
 
-def gated(overlays: dict[str, Overlay] | None, attempt: Attempt, ray: Any) -> dict[str, Overlay] | None:
+def gated(
+    overlays: dict[str, Overlay] | None, attempt: Attempt, ray: Any, agents: Iterable[dict] = ()
+) -> dict[str, Overlay] | None:
     """Rule 1: each machine's part of the attempt's overlay with the attempt's gate, where
-    ``cluster.toml`` lists destinations (``ray``: the Ray module, the service's driver);
-    ``overlays`` as they are where it does not.
+    ``cluster.toml`` lists destinations (``ray``: the Ray module, the service's driver;
+    ``agents``: the agents' ``info()`` answers); ``overlays`` as they are where it does not.
 
     Raises:
         BackendUnavailable: a policy, and the attempt is fenced (``overlays`` None): rule 3.
@@ -90,9 +95,20 @@ def gated(overlays: dict[str, Overlay] | None, attempt: Attempt, ray: Any) -> di
         gate,
         job_network=OVERLAY_NETWORK,
         refused=cluster_addresses(ray),
-        denied_ports=tuple((port, port) for port in fence.cluster_ports(ray)),
+        denied_ports=(*((port, port) for port in fence.cluster_ports(ray)), *agents_ports(agents)),
     )
     return {host: dataclasses.replace(part, egress=gate) for host, part in overlays.items()}
+
+
+def agents_ports(agents: Iterable[dict]) -> tuple[tuple[int, int], ...]:
+    """Every agent's machine's raylet ports and worker port ranges (``info()``'s ``ray_ports``),
+    as ``(low, high)`` ranges, each once."""
+    found: set[tuple[int, int]] = set()
+    for info in agents:
+        ports, ranges = info.get("ray_ports") or ([], [])
+        found.update((int(port), int(port)) for port in ports)
+        found.update((int(low), int(high)) for low, high in ranges)
+    return tuple(sorted(found))
 
 
 def cluster_addresses(ray: Any) -> tuple[ipaddress.IPv4Network, ...]:
