@@ -32,15 +32,8 @@ import platform
 import struct
 from collections.abc import Iterable
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> int:
-    if result == -1:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{what}: {os.strerror(code)}")
-    return result
-
+# the C library and its error check, as the network's namespaces call them
+from .network import _check, _libc
 
 LANDLOCK_CREATE_RULESET_VERSION = 1
 LANDLOCK_ACCESS_NET_CONNECT_TCP = 2
