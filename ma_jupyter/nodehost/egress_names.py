@@ -161,7 +161,10 @@ class Names:
                         self._forget_oldest()
                 except Exception:  # noqa: BLE001 (a policy being edited: read again next time)
                     pass
-            self._refresh()
+            try:
+                self._refresh()
+            except RuntimeError:  # the interpreter is ending: its executors take no more work
+                return
             self._wake.wait(NAME_REFRESH)
             self._wake.clear()
 
