@@ -60,7 +60,8 @@ pointing at the node's log file; the service is never in the log path.  The runn
    node's raylet, see :mod:`.hostwatch`), the end of that process ends the node as a stop
    would, but within ``hostwatch.HOST_GRACE`` seconds: TERM to its processes, then KILL to every process
    below the runner until it ends (``on_stop`` included); what was ended is said in the log and
-   written as the node's failure report;
+   written as the node's failure report at once (before the TERM: the backend may read it as soon
+   as it sees the host gone) and again at the end;
 9. holds the user's cache lease (``cache_lease``, :func:`hold_cache_lease`) from before its
    first phase until it ends, so a launch of the user's next job knows whether a lock in the
    cache may still have a holder (:mod:`.caches` rule 6).
@@ -276,6 +277,12 @@ class NodeRunner:
         def gone(sentence: str) -> None:
             self.host_gone = sentence
             self.stopping = True  # no further phase
+            # written now, not only at the end: the service may learn of the host's end before
+            # this node has ended, and reads the report once (rewritten at the end, step 6)
+            try:
+                write_report(NodeDir(Path(self.instructions.node_dir)).failure, {"reason": sentence})
+            except OSError:  # a full disk: the end's write tries again
+                pass
 
         def terminate() -> None:
             # the stop's one SIGTERM, as rule 4: a backend stopping the node meanwhile sends none

@@ -67,6 +67,11 @@ def test_the_node_ends_within_seconds_of_its_host_and_says_what_it_ended(ma_home
         wait_for(lambda: len(marked(marker)) >= 3, timeout=10)
         _kill(host)
         killed_at = time.monotonic()
+        # the report is there while the node still ends (its processes ignore TERM for the
+        # grace): a backend told of the host's end first reads it at once
+        failure = attempt.jobdir.node("worker-0").failure
+        wait_for(failure.exists, timeout=hostwatch.HOST_GRACE + 20)
+        assert marked(marker), "the failure report was written only once the node had ended"
         wait_for(lambda: marked(marker) == [], timeout=hostwatch.HOST_GRACE + 20)
         took = time.monotonic() - killed_at
         done = wait_for(lambda: (r := backend.poll(attempt, run)).state != "running" and r, timeout=20)

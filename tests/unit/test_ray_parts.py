@@ -1,5 +1,6 @@
 """The Ray backend's parts that need no cluster: the inventory from Ray's node records,
-shipping the algorithm folder, and a node's fence deny list."""
+shipping the algorithm folder, a node's fence deny list, and the failure report of a node whose
+Ray node left."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ import socket
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
-from ma_jupyter.backends.ray import fence, ship
+from ma_jupyter.backends.ray import fence, logs, ship
 from ma_jupyter.backends.ray.inventory import inventory, node_name, ray_nodes
 from ma_jupyter.errors import InvalidSpec
+from ma_jupyter.jobdir import JobDir
 
 RECORDS = [
     {
@@ -143,3 +147,40 @@ def test_every_raylet_of_the_machine_gives_its_worker_range_to_the_deny_list(tmp
         proc.wait()
         proc.stdout.close()
     assert _denied(ranges, 30100) and _denied(ranges, 30150) and _denied(ranges, 30199)
+
+
+def _node_dir(tmp_path, beat_age: float):
+    jd = JobDir(tmp_path / "job")
+    node = jd.node("worker-0")
+    node.root.mkdir(parents=True)
+    node.heartbeat.touch()
+    then = time.time() - beat_age
+    os.utime(node.heartbeat, (then, then))
+    return jd, node
+
+
+def test_a_report_a_still_beating_runner_writes_after_its_ray_node_left_is_waited_for(tmp_path):
+    # the cluster told the service first; the runner saw its raylet end a moment later
+    jd, node = _node_dir(tmp_path, beat_age=0.5)
+    later = threading.Timer(
+        0.5, lambda: node.failure.write_text('{"reason": "the raylet ended: x ended with it"}')
+    )
+    later.start()
+    try:
+        assert logs.runner_failure(jd, "worker-0") == "the raylet ended: x ended with it"
+    finally:
+        later.cancel()
+
+
+def test_a_runner_that_stopped_beating_is_not_waited_for(tmp_path):
+    jd, _ = _node_dir(tmp_path, beat_age=logs.RUNNER_BEAT_FRESH + 5)
+    began = time.monotonic()
+    assert logs.runner_failure(jd, "worker-0") is None
+    assert time.monotonic() - began < logs.HOST_REPORT_WAIT  # gone with its machine: no wait
+
+
+def test_a_fresh_runner_that_writes_nothing_is_waited_for_a_bounded_time(tmp_path):
+    jd, _ = _node_dir(tmp_path, beat_age=0.0)
+    began = time.monotonic()
+    assert logs.runner_failure(jd, "worker-0") is None
+    assert logs.HOST_REPORT_WAIT <= time.monotonic() - began < logs.HOST_REPORT_WAIT + 5

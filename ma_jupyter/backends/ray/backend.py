@@ -89,7 +89,6 @@ from ...models import (
 )
 from ...modes.base import Placement, TaskSlot
 from ...nodehost import caches, prepare
-from ...nodehost import logs as local_logs
 from ...nodehost.code import python_sources
 from ...nodehost.host import NodeHost
 from ...nodehost.host_policy import load_policy
@@ -494,7 +493,7 @@ class RayBackend(Backend):
             left = f"the Ray node {run.host} of {run.name} left the cluster"
             placed = self._files.where(attempt.job_id, run.name)
             shared = self._files.shared(attempt.job_id, run.name, placed) if placed else None
-            report = local_logs.failure(shared, run.name) if shared is not None else None
+            report = logs.runner_failure(shared, run.name) if shared is not None else None
             # the runner's own report says what it ended when it saw its raylet gone
             return f"{left}; {report}" if isinstance(report, str) else left
         return tuple(answer) if isinstance(answer, list) else answer

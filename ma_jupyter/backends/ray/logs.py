@@ -6,7 +6,9 @@
    machine sees that very launch's job folder;
 2. :func:`open_log` opens one stream through that agent (:class:`RayLogSource`); once that Ray
    node is gone, the file is read here when this machine sees the node's job folder (shared
-   storage), else the read raises :class:`NodeLost`.
+   storage), else the read raises :class:`NodeLost`;
+3. :func:`runner_failure` reads, from shared storage, the failure report of a node whose Ray
+   node left, waiting a moment for a runner that is still ending its node.
 
 :class:`RayLogSource` implements :class:`~ma_jupyter.backends.base.LogSource`.  :meth:`RayLogSource.read` asks the
 agent for the bytes (the agent opens the file as untrusted, as the local backend does).
@@ -20,7 +22,9 @@ on a Ray node so reaches a follower within the agent's look interval plus one ro
 from __future__ import annotations
 
 import errno
+import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -37,6 +41,10 @@ if TYPE_CHECKING:
 
 #: seconds one pending wait for growth lasts on the agent before it is asked again
 WAIT = 2.0
+#: seconds the failure of a node whose Ray node left waits for its runner's report, when that runner
+#: beat within :data:`RUNNER_BEAT_FRESH` seconds (it is ending its node: hostwatch rule 5)
+HOST_REPORT_WAIT = 3.0
+RUNNER_BEAT_FRESH = 3.0
 
 
 class RayLogSource:
@@ -160,3 +168,23 @@ def open_log(agents: Agents, files: NodeFiles, job_id: str, node: str, rank: int
     if answer[0] == "missing":
         return None
     return RayLogSource(agent, agents.get, placed["job_dir"], node, rank, answer[2])
+
+
+def runner_failure(shared: JobDir, node: str) -> tuple[int, int] | str | None:
+    """The failure report of ``node`` read from shared storage.  A runner that was still beating
+    when its Ray node left sees its raylet end and writes its report within moments of that
+    (:mod:`ma_jupyter.nodehost.hostwatch`), but the cluster may tell this service first: such a report is
+    waited for, at most :data:`HOST_REPORT_WAIT` seconds (this runs on the finishing thread, off
+    the supervisor's lock).  A runner gone with its machine stopped beating: no wait."""
+    report = local_logs.failure(shared, node)
+    try:
+        beat = os.stat(shared.node(node).heartbeat).st_mtime
+    except OSError:
+        return report
+    if report is not None or time.time() - beat > RUNNER_BEAT_FRESH:
+        return report
+    deadline = time.monotonic() + HOST_REPORT_WAIT
+    while report is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        report = local_logs.failure(shared, node)
+    return report
