@@ -65,11 +65,6 @@ def db_path() -> Path:
     return home() / "jobs.db"
 
 
-def bytecode_cache() -> Path:
-    """Where the platform's own helper processes (node runners) keep compiled modules."""
-    return home() / "pycache"
-
-
 def jobs_root() -> Path:
     """The folder holding one folder per job, created on first use."""
     path = home() / "jobs"

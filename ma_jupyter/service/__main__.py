@@ -59,7 +59,7 @@ def keep_compiled(package: Path = PACKAGE_DIR) -> None:
     0.3 s of CPU time of each start on the 2-core test machine.  Python still reads compiled
     modules that exist, also with ``PYTHONDONTWRITEBYTECODE``.  A package folder this account
     cannot write is left as it is (an installed package has them from its installation); the
-    node runners keep theirs apart (``config.bytecode_cache``).
+    node runners read these (:func:`ma_jupyter.nodehost.runner_env.runner_env`).
     """
     if not sys.dont_write_bytecode:
         return
