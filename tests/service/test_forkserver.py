@@ -179,9 +179,14 @@ def test_the_user_namespace_check_is_forked_by_the_server_and_answers_as_its_own
         with pytest.raises(TimeoutError):
             forks.check_user_namespace(str(hangs), timeout=1)
         assert forks.check_user_namespace("/bin/false", timeout=120) == 1
-        # the probe asks the server, never a new interpreter
+        # the probe asks the server, never a new interpreter; one that does not answer in time
+        # keeps the isolation and is asked again (probes rule 3)
         monkeypatch.setattr(probes, "_USERNS_OK", None)
         monkeypatch.setattr(probes.subprocess, "run", lambda *a, **k: pytest.fail(f"started {a}"))
+        with monkeypatch.context() as busy:
+            busy.setattr(probes.shutil, "which", lambda *a, **k: str(hangs))
+            busy.setattr(probes, "USERNS_CHECK_TIMEOUT", 1.0)
+            assert probes.user_namespace_works(forks) is True and probes._USERNS_OK is None
         assert probes.user_namespace_works(forks) is (slow_way == 0)
     finally:
         forks.close()
