@@ -14,7 +14,8 @@ Contract:
 2. :func:`enter_node` is what each phase's first process runs before its program: die with the
    runner, then (with a namespace) enter it with the node's process limit.  Everything it needs
    is looked up before the fork.
-3. :func:`check_user_namespace` is the backend's one-time probe (``python -m
+3. :func:`check_user_namespace` is the backend's one-time probe (in a process the runners'
+   fork server forks, :mod:`.forkserver` rule 6, else ``python -m
    ma_jupyter.nodehost.noderun --check-user-namespace BWRAP``): 0 when a sandbox can start in
    such a namespace here.
 
