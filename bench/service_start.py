@@ -9,7 +9,11 @@ start).  Each repetition starts ``python -m ma_jupyter.service`` on a fresh temp
     its first answer on ``GET /api/v1/health`` (ready);
 (b) the service's own CPU time (user + system, its reaped children included, from
     ``/proc/<pid>/stat``) at the moment it is ready: on a loaded machine the honest figure, since
-    wall time mostly measures the other processes.
+    wall time mostly measures the other processes;
+(c) with ``--life``, the CPU of the service's process tree (the service, its fork server and
+    whatever they started, each with its reaped children) over ``IDLE_SECONDS`` seconds of idling
+    with no job, and for one one-node ``true`` job from its submit until it is recorded
+    succeeded (the first node: the sandbox probes, the fork server's start, the node).
 
 Each tree's first start is not counted (it writes the package's compiled modules where the
 environment turns bytecode files off, as the tests' first start does; it is given up to 60 s).
@@ -39,6 +43,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 TICK = os.sysconf("SC_CLK_TCK")
+#: seconds of idling measured by ``--life`` (c)
+IDLE_SECONDS = 10.0
 FLOORS = {"python -c pass": "pass", "import fastapi, uvicorn": "import fastapi, uvicorn"}
 
 
@@ -49,13 +55,57 @@ def _cpu_of(pid: int) -> float:
     return sum(int(v) for v in fields[11:15]) / TICK
 
 
+def _tree_cpu(pid: int) -> float:
+    """User + system seconds of ``pid`` and of every live descendant, each with the children
+    it has reaped (a node runner the fork server reaped counts in the server's)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            total += _cpu_of(current)
+            for task in os.listdir(f"/proc/{current}/task"):
+                todo += [int(c) for c in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+        except (OSError, ValueError):
+            pass  # ended meanwhile: its parent reaped it (and counts it) or will
+    return total
+
+
+def _call(data: dict, method: str, path: str, body: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        data["url"] + "/api/v1" + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {data['token']}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return json.loads(reply.read())
+
+
+def life_once(pid: int, data: dict) -> dict[str, float]:
+    """(c): the process tree's CPU over ``IDLE_SECONDS`` idle, then for one ``true`` job."""
+    time.sleep(1.0)  # what the start left running (its compile thread) is not the idle loop's
+    before = _tree_cpu(pid)
+    time.sleep(IDLE_SECONDS)
+    idle = _tree_cpu(pid) - before
+    before = _tree_cpu(pid)
+    job = _call(data, "POST", "/jobs", {"name": "bench-true", "command": "true"})
+    deadline = time.monotonic() + 120
+    while _call(data, "GET", f"/jobs/{job['id']}")["status"] != "succeeded":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the job did not succeed in 120 s")
+        time.sleep(0.05)
+    return {"idle": idle, "job": _tree_cpu(pid) - before}
+
+
 def _all_compiled(tree: Path) -> bool:
     """Whether every module of the tree's package has its compiled file next to it."""
     sources = (tree / "ma_jupyter").rglob("*.py")
     return all(Path(importlib.util.cache_from_source(str(source))).exists() for source in sources)
 
 
-def start_once(tree: Path, timeout: float = 120.0, linger: float = 0.0) -> dict[str, float]:
+def start_once(
+    tree: Path, timeout: float = 120.0, linger: float = 0.0, life: bool = False
+) -> dict[str, float]:
     """One service start on a fresh home: seconds to the runtime file, to ready, and CPU.
 
     ``linger``: seconds at most it keeps running after it is ready while the package's compiled
@@ -103,6 +153,7 @@ def start_once(tree: Path, timeout: float = 120.0, linger: float = 0.0) -> dict[
         until = time.perf_counter() + linger
         while time.perf_counter() < until and not _all_compiled(tree):
             time.sleep(0.2)
+        lived = life_once(proc.pid, data) if life else {}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -111,7 +162,7 @@ def start_once(tree: Path, timeout: float = 120.0, linger: float = 0.0) -> dict[
             proc.kill()
             proc.wait()
         shutil.rmtree(home, ignore_errors=True)
-    return {"file": t_file, "ready": t_ready, "cpu": cpu}
+    return {"file": t_file, "ready": t_ready, "cpu": cpu, **lived}
 
 
 def floor_once(code: str, tree: Path) -> dict[str, float]:
@@ -132,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reps", type=int, default=10, help="repetitions (default 10)")
     parser.add_argument("--compare", type=Path, help="another checkout to time in the same run")
+    parser.add_argument(
+        "--life",
+        action="store_true",
+        help=f"also {IDLE_SECONDS:.0f} s idle and one `true` job, per start (c)",
+    )
     args = parser.parse_args(argv)
 
     trees = {"this tree": REPO}
@@ -142,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, float]]] = {name: [] for name in [*trees, *FLOORS]}
     for _ in range(args.reps):
         for name, tree in trees.items():
-            results[name].append(start_once(tree))
+            results[name].append(start_once(tree, life=args.life))
         for name, code in FLOORS.items():
             results[name].append(floor_once(code, REPO))
 
@@ -158,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:28} {med(name, 'cpu'):7.3f} {med(name, 'ready'):7.3f} {file}"
             f" {med(name, 'cpu') / med(floor, 'cpu'):10.2f} {med(name, 'ready') / med(floor, 'ready'):11.2f}"
         )
+    if args.life:
+        print(f"\nprocess tree CPU, medians: {IDLE_SECONDS:.0f} s idle, and one one-node `true` job")
+        for name in trees:
+            print(
+                f"{name:28} idle {med(name, 'idle') * 1000:6.0f} ms   job {med(name, 'job') * 1000:6.0f} ms"
+            )
     return 0
 
 

@@ -174,7 +174,7 @@ class NodeHost:
         the slow way."""
         self._compile_helpers()
         if self.isolation() == "bubblewrap":
-            user_namespace_works()  # checked now rather than at the first node
+            user_namespace_works(self._forks)  # checked now rather than at the first node
         try:
             self._forks.start()
         except ServerUnavailable as exc:
@@ -563,7 +563,7 @@ class NodeHost:
             # see .cgroup), where one can be made here; None: the watchdog bounds its memory
             cgroup=node_cgroup,
             # the node in a user namespace of its own, where its process limit is its own count
-            own_user_namespace=view.sandbox == "bubblewrap" and user_namespace_works(),
+            own_user_namespace=view.sandbox == "bubblewrap" and user_namespace_works(self._forks),
             # the account the node's processes run as (the kernel's process limit spares root)
             account_uid=view.run_as.uid if view.run_as else os.geteuid(),
             max_log_bytes=int(limits.max_log_mb * (1 << 20)),

@@ -3,7 +3,10 @@
 1. :func:`bwrap_works`: whether bubblewrap can make namespaces here (else the nodes run in the
    symlink mode, :func:`.view.default_sandbox`);
 2. :func:`user_namespace_works`: whether a node can run in a user namespace of its own
-   (:mod:`.userns`), checked by the runner's own code in a process of its own;
+   (:mod:`.userns`), checked by the runner's own code in a process of its own: forked by the
+   node runners' fork server the service starts for its nodes anyway (:mod:`.forkserver` rule
+   6), or, where that server cannot be started or reached, a new interpreter (``python -m
+   ma_jupyter.nodehost.noderun --check-user-namespace BWRAP``);
 3. a probe that does not answer in time (a loaded machine: a process start can take seconds)
    decides nothing: the answer is the stronger isolation, not kept, and the next call probes
    again.  A node whose sandbox then cannot be made fails with the reason; a job never runs
@@ -19,34 +22,59 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from . import userns
 from .bwrap import namespaces_probe_argv
 from .runner_env import runner_env
 from .view import SYSTEM_PATH
 
+if TYPE_CHECKING:
+    from .forkserver import RunnerForkServer
+
+#: seconds the user namespace check may take (a process start, a namespace, a sandbox's start)
+USERNS_CHECK_TIMEOUT = 30.0
+
 _BWRAP_OK: bool | None = None
 _USERNS_OK: bool | None = None
 
 
-def user_namespace_works() -> bool:
+def user_namespace_works(forks: RunnerForkServer | None = None) -> bool:
     """Whether nodes can run in user namespaces of their own here (noderun rule 1b), checked once
-    per process by the runner's own code in a process of its own (it forks)."""
+    per process by the runner's own code in a process of its own (it forks): forked by ``forks``
+    where given and it can, else a new interpreter (rule 2)."""
     global _USERNS_OK
     if _USERNS_OK is None:
-        if os.geteuid() != 0 or not shutil.which("bwrap", path=SYSTEM_PATH):
+        bwrap = shutil.which("bwrap", path=SYSTEM_PATH)
+        if os.geteuid() != 0 or not bwrap:
             _USERNS_OK = False
         else:
-            argv = [sys.executable, "-m", "ma_jupyter.nodehost.noderun", userns.CHECK_USER_NAMESPACE]
-            argv.append(shutil.which("bwrap", path=SYSTEM_PATH))
             try:
-                done = subprocess.run(argv, capture_output=True, timeout=30, env=runner_env())
-            except subprocess.TimeoutExpired:
+                _USERNS_OK = _check_user_namespace(bwrap, forks) == 0
+            except TimeoutError:
                 return True  # rule 3: a loaded machine is no reason to isolate less
-            except OSError:
-                done = None
-            _USERNS_OK = done is not None and done.returncode == 0
     return _USERNS_OK
+
+
+def _check_user_namespace(bwrap: str, forks: RunnerForkServer | None) -> int:
+    """The check's exit code (0: it works); TimeoutError where it did not answer in time."""
+    if forks is not None:
+        try:
+            return forks.check_user_namespace(bwrap, USERNS_CHECK_TIMEOUT)
+        except TimeoutError:
+            raise
+        except OSError:
+            pass  # no server to fork it (it says why at the first node): a process of its own
+    argv = [sys.executable, "-m", "ma_jupyter.nodehost.noderun", userns.CHECK_USER_NAMESPACE, bwrap]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=USERNS_CHECK_TIMEOUT, env=runner_env())
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(
+            f"the user namespace check gave no answer in {USERNS_CHECK_TIMEOUT:.0f} s"
+        ) from exc
+    except OSError:
+        return 1
+    return done.returncode
 
 
 def bwrap_works() -> bool:

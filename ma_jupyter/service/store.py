@@ -125,6 +125,9 @@ class Store:
     def __init__(self, path: Path):
         self.path = path
         self.changes = ChangeSignal()  # woken by every job update (see wait_status)
+        #: write transactions this store has ended (committed or rolled back), counted once each
+        #: has ended (:meth:`writing` rule 4)
+        self.writes = 0
         # The database holds every user's token hash and every job's env: the service's user
         # alone may read it (SQLite gives its -wal and -shm files the same mode).
         os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
@@ -183,13 +186,20 @@ class Store:
         2. The transaction commits when the block ends, and rolls back if it raises.
         3. A full disk becomes :class:`DiskFull` naming the store's folder, after giving up the
            disk reserve (see :meth:`keep_reserve`).
+        4. :attr:`writes` counts it once it has ended, so a reader that reads the count, then
+           the rows, and later finds the count unchanged knows the rows are still those it read
+           (the service is its database's one writer).
 
         Tables kept beside the jobs (favourite algorithms) write through it too, so they share
         these rules.
         """
         try:
-            with self._write_lock, self.engine.begin() as conn:
-                yield conn
+            with self._write_lock:
+                try:
+                    with self.engine.begin() as conn:
+                        yield conn
+                finally:
+                    self.writes += 1  # rule 4: after the commit (or the rollback)
         except OperationalError as exc:
             if "disk is full" in str(exc) or full_folder([self.path.parent]) is not None:
                 self.reserve.unlink(missing_ok=True)  # room for the next try (see keep_reserve)

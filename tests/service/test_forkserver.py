@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -12,9 +14,11 @@ import pytest
 
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import NodeRun
+from ma_jupyter.nodehost import probes
 from ma_jupyter.nodehost.forkserver import RUNNER_NAME, RunnerForkServer, ServerUnavailable
 from ma_jupyter.nodehost.procfs import is_marked
 from ma_jupyter.nodehost.runner_env import runner_env
+from ma_jupyter.nodehost.userns import CHECK_USER_NAMESPACE
 from tests.fixtures.local_backend import log_of, make_attempt, run_to_end, start
 from tests.helpers import wait_for
 
@@ -152,3 +156,37 @@ def test_a_server_that_cannot_start_says_so_and_nodes_start_the_slow_way(ma_home
         assert backend.node_host._forks._proc is None  # no server runs: the runner was a process of its own
     finally:
         backend.close()
+
+
+def test_the_user_namespace_check_is_forked_by_the_server_and_answers_as_its_own_interpreter(
+    ma_home, tmp_path, monkeypatch
+):
+    bwrap = "/usr/bin/bwrap"
+    slow_way = subprocess.run(
+        [sys.executable, "-m", "ma_jupyter.nodehost.noderun", CHECK_USER_NAMESPACE, bwrap],
+        env=runner_env(),
+        capture_output=True,
+        timeout=120,
+    ).returncode
+    hangs = tmp_path / "hanging-bwrap"
+    hangs.write_text("#!/bin/sh\nexec sleep 60\n")
+    hangs.chmod(0o755)
+    forks = RunnerForkServer(runner_env)
+    try:
+        assert forks.check_user_namespace(bwrap, timeout=120) == slow_way
+        assert forks.check_user_namespace("/bin/false", timeout=120) == 1  # a sandbox that cannot start
+        # a check that does not answer in time says so (probes rule 3) and holds nothing up
+        with pytest.raises(TimeoutError):
+            forks.check_user_namespace(str(hangs), timeout=1)
+        assert forks.check_user_namespace("/bin/false", timeout=120) == 1
+        # the probe asks the server, never a new interpreter; one that does not answer in time
+        # keeps the isolation and is asked again (probes rule 3)
+        monkeypatch.setattr(probes, "_USERNS_OK", None)
+        monkeypatch.setattr(probes.subprocess, "run", lambda *a, **k: pytest.fail(f"started {a}"))
+        with monkeypatch.context() as busy:
+            busy.setattr(probes.shutil, "which", lambda *a, **k: str(hangs))
+            busy.setattr(probes, "USERNS_CHECK_TIMEOUT", 1.0)
+            assert probes.user_namespace_works(forks) is True and probes._USERNS_OK is None
+        assert probes.user_namespace_works(forks) is (slow_way == 0)
+    finally:
+        forks.close()

@@ -20,6 +20,7 @@ from ma_jupyter.service.supervisor import Supervisor
 from ma_jupyter.service.supervisor import actions as supervisor_actions
 from tests.fakes.backend import FakeBackend, runs_to
 from tests.fixtures.service_api import job_of, submit, wait_status
+from tests.fixtures.supervisor import tick_until
 from tests.helpers import stop_every_job
 
 PY = sys.executable
@@ -165,6 +166,37 @@ def test_admission_reacts_to_events_and_costs_nothing_per_queued_job_on_a_tick(d
     started_at = len(tried) - 1 - tried[::-1].index("head")
     assert set(tried[started_at + 1 :]) == {"n1"}, tried
     assert sup.queue.ids() == [j.id for j in later[1:]] and sup.queue.position(later[1].id) == 0
+
+
+@pytest.mark.small_cluster
+def test_an_idle_tick_lists_no_running_jobs_again_until_the_store_was_written(driven, monkeypatch):
+    sup = driven
+    listings = []
+    listed = sup.store.by_status
+
+    def by_status(*statuses):
+        if sys._getframe(1).f_code.co_name == "watch_running":
+            listings.append(statuses)
+        return listed(*statuses)
+
+    monkeypatch.setattr(sup.store, "by_status", by_status)
+    sup.tick()
+    assert len(listings) == 1
+    for _ in range(5):  # nothing written: no job can have started
+        sup.tick()
+    assert len(listings) == 1
+    job = sup.submit(spec("one"), creator="me")
+    sup.tick()  # the submit wrote: listed again (none running yet), then admitted and started
+    assert sup.store.status(job.id) is JobStatus.running and len(listings) == 2
+    sup.tick()  # the start wrote: the running job is seen and watched from now on
+    [node] = sup.backend.running(job.id)
+    sup.backend.end(job.id, node, 0)
+    tick_until(sup, lambda: sup.store.status(job.id) is JobStatus.succeeded)
+    sup.tick()
+    settled = len(listings)
+    for _ in range(5):  # idle again: nothing is listed until the next write
+        sup.tick()
+    assert len(listings) == settled
 
 
 @pytest.mark.small_cluster

@@ -2,7 +2,10 @@
 
 On every tick :meth:`Watching.watch_running` looks at each running job, on a fresh read under the
 lock (a stop, an update or a finishing thread may have changed it since the listing); a job
-being wound down, or waiting to retry after a full disk, is passed by.  For one job
+being wound down, or waiting to retry after a full disk, is passed by.  Where the last listing
+found no running job and nothing was written to the store since (:meth:`..store.Store.writing`
+rule 4), there is nothing to look at and the store is not asked again (an idle service ticks ten
+times a second).  For one job
 (:meth:`Watching.watch`), in this order:
 
 1. a job without a placement in memory takes the stored one (a restarted service), or fails as
@@ -143,6 +146,8 @@ class Watching:
         self._polled_at: dict[str, float] = {}
         self._end_hinted = threading.Event()
         self._poll_all = True
+        #: the store's write count when a listing found no running job (None: it found some)
+        self._none_running_at: int | None = None
 
     def node_ended(self) -> None:
         """The backend's hint that a node may have ended: poll every running node now."""
@@ -153,7 +158,12 @@ class Watching:
         """One look at every running job (the module's rules), each on a fresh read."""
         self._poll_all = self._end_hinted.is_set()
         self._end_hinted.clear()
-        for listed in self._store.by_status(JobStatus.running):
+        writes = self._store.writes  # read before the listing: a write after it lists again
+        if writes == self._none_running_at:
+            return  # still none running: no job can have started without a write
+        running = self._store.by_status(JobStatus.running)
+        self._none_running_at = None if running else writes
+        for listed in running:
             with self._ledger.lock:
                 if listed.id in self._ledger.finishing:
                     continue
