@@ -10,7 +10,9 @@ from ... import statehome
 if TYPE_CHECKING:
     from ...client import Client
 
-_clients: dict[tuple[str, bool], Client] = {}
+_clients: dict[str, Client] = {}
+#: the plain clients, by home (apart: ``_clients`` is the one a home's calls and tests reach)
+_plain_clients: dict[str, Client] = {}
 
 
 def get_client(*, plain: bool = False) -> Client:
@@ -21,8 +23,9 @@ def get_client(*, plain: bool = False) -> Client:
     fresh kernel's first submit does not wait for pydantic and the models to load."""
     from ...client import Client  # requests is loaded on first use, not with the magics
 
-    key = (str(statehome.home()), plain)
-    client = _clients.get(key)
+    home = str(statehome.home())
+    clients = _plain_clients if plain else _clients
+    client = clients.get(home)
     if client is None:
-        client = _clients[key] = Client(plain=plain)
+        client = clients[home] = Client(plain=plain)
     return client
