@@ -107,7 +107,7 @@ def submit(
 
 def _broken_rule(spec: dict, magic: str) -> UsageError | None:
     """Rule 2 of :func:`submit`: the ``UsageError`` of a refused ``spec`` that breaks a rule
-    of the wire model (the message the service gave, naming the field), else None."""
+    of the wire model (the check's message, the service's too, naming the field), else None."""
     from ....client.spec import check  # pydantic: only once the service refused the spec
 
     try:
