@@ -22,6 +22,11 @@ API_PREFIX = "/api/v1"
 FORWARDED_USER_HEADER = "X-MA-Forwarded-User"
 
 
+#: a job's (and a mount's, an image's) name: a letter or digit, then up to 62 more of them or
+#: ``_.-`` (a file name too: ``%%ma_train`` saves the cell as ``<name>.py``)
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+
+
 #: the longest run duration: ten years (a larger number is a typo, and would overflow dates)
 MAX_DURATION = 10 * 366 * 86400.0
 

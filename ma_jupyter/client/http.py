@@ -53,7 +53,8 @@ class Client(JobCalls, DevToolCalls, ClusterCalls, AccountCalls):
             carry an idempotency key), so a retry never runs anything twice.
         service_args: options given to a service this client starts (``--backend ray
             --ray-address HOST:PORT``); without them it follows ``cluster.toml``.
-        plain: answer jobs, pages, log chunks and events as read-only views of the service's
+        plain: answer jobs, pages, log chunks, events, users, specs, nodes, resource samples
+            and the cluster view as read-only views of the service's
             JSON (:class:`~ma_jupyter.client.plain.Plain`: the models' field names, read
             without pydantic) and leave a submitted spec's validation to the service, whose
             refusal is the same :class:`~ma_jupyter.errors.InvalidSpec`; and its first call

@@ -21,6 +21,8 @@ Rules:
    the model, only later.
 4. The service validated what it answers; a view trusts it (a malformed answer shows when a
    field is read, or in rule 3's validation).
+5. A view's JSON (:func:`as_json`) is the service's answer as it came: the service writes it
+   as the model's ``model_dump(mode="json")``, so ``--json`` prints the same without pydantic.
 """
 
 from __future__ import annotations
@@ -36,7 +38,18 @@ if TYPE_CHECKING:
     from typing import Any
 
 #: the models a plain client reads as views, and those reached from them (rule 1)
-ROOTS = ("JobPage", "Job", "LogChunk", "LogStream", "Event")
+ROOTS = (
+    "JobPage",
+    "Job",
+    "LogChunk",
+    "LogStream",
+    "Event",
+    "User",
+    "Spec",
+    "Node",
+    "ResourceUsage",
+    "ClusterView",
+)
 
 
 class Plain:
@@ -79,6 +92,16 @@ class Plain:
 def model_name(value: Any) -> str:
     """The wire model's name of a view or a pydantic model (``Job``, ``JobSummary``)."""
     return value._name if isinstance(value, Plain) else type(value).__name__
+
+
+def as_json(value: Any) -> Any:
+    """The JSON of a view (rule 5: the service's answer, not copied), of a pydantic model
+    (``model_dump(mode="json")``) or of a list of either."""
+    if isinstance(value, list):
+        return [as_json(item) for item in value]
+    if isinstance(value, Plain):
+        return value._data
+    return value.model_dump(mode="json")
 
 
 def read(name: str, data: Any) -> Any:

@@ -9,7 +9,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+from ..wire import NAME_PATTERN as NAME_PATTERN  # the one definition, pydantic-free
+
 #: Size bounds of the spec's free fields (rule: every string and list a request carries is
 #: bounded, so a hostile body is a 400 naming the field, never a 500 or a huge row):
 #: a path is at most PATH_MAX; a command at most Linux's single-argument limit

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import _thread
 import json
+import os
 import re
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -22,6 +25,8 @@ from tests.helpers import BAR_FINAL, PROGRESS_BAR, wait_for, writable_dir
 from tests.magic_shell import Run, one_line_error
 
 pytestmark = pytest.mark.timeout(180)
+#: the checkout the tests run from, first on a subprocess's PYTHONPATH
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # --------------------------------------------------------------------------- %%ma_train
 
@@ -194,6 +199,53 @@ def test_no_follow_returns_at_once(ma_shell):
     assert handle.info.status in (JobStatus.queued, JobStatus.running)
     assert "submitted job" in run.job_text()
     handle.stop()
+
+
+#: a fresh kernel's first cells (tests/magic_shell.py's Run, in a new interpreter)
+FIRST_CELLS = r"""
+import json, os, sys
+from IPython.core.interactiveshell import InteractiveShell
+import ma_jupyter
+from ma_jupyter.client.snapshot import snapshots_root
+from tests.magic_shell import Run
+
+shell = InteractiveShell.instance()
+ma_jupyter.load_ipython_extension(shell)
+first = Run(shell, "%%ma_train --no-follow --name first\nprint('first')\n")
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic", "pydantic_core", "ma_jupyter.models"))
+handle = first.result.result
+refused = Run(shell, "%%ma_train --no-follow --name bad --env 1A=x\nprint('bad')\n")
+print(json.dumps({
+    "error": repr(first.error), "loaded": loaded, "shown": first.job_text(), "repr": repr(handle),
+    "plain_client": handle.client.plain, "refused": repr(refused.error), "said": refused.stdout + refused.stderr,
+    "snapshots": sorted(p.name for p in snapshots_root().iterdir()),
+}))
+handle.stop()
+"""
+
+
+def test_a_fresh_kernels_first_submit_loads_no_pydantic_and_a_bad_option_is_still_one_line(ma_home):
+    """A fresh kernel's first ``%%ma_train --no-follow`` (bench/cli_speed.py times it) loads
+    neither pydantic nor the models: the spec goes out unchecked and the answer is read plain
+    (the handle's later calls are the ordinary client's).  A spec the service refuses for a rule
+    of the wire model is the same one-line ``UsageError`` naming the field that the client-side
+    check gave, and the snapshot the cell made is removed."""
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_CELLS], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert said["error"] == "None", said
+    assert said["loaded"] == [], said
+    assert re.fullmatch(r"submitted job first-\w+ \(first\): (queued|running)", said["shown"]), said
+    assert re.fullmatch(r"<JobHandle id=first-\w+ name=first status=(queued|running)>", said["repr"]), said
+    assert said["plain_client"] is False, said
+    assert said["refused"].startswith('UsageError("%%ma_train: env.1A.[key]: String should match pattern'), (
+        said
+    )
+    assert "Traceback" not in said["said"], said
+    assert len(said["snapshots"]) == 1 and said["snapshots"][0].startswith("first-"), said
 
 
 def test_huge_log_keeps_newest_lines(ma_shell):

@@ -11,7 +11,7 @@ import pytest
 
 from ma_jupyter.backends.local.backend import task_address
 from ma_jupyter.errors import InvalidSpec
-from ma_jupyter.models import Job, JobSpec, Plan
+from ma_jupyter.models import Event, Job, JobPage, JobSpec, Node, Plan, ResourceUsage, Spec, User
 from tests.helpers import BAR_FINAL, CLI_HEAVY_MODULES, PROGRESS_BAR, imported_heavy, wait_for, writable_dir
 
 PY = sys.executable
@@ -44,9 +44,12 @@ def test_submit_wait_exit_codes(ma_module_cli):
 
 def test_the_quick_commands_load_nothing_heavy_while_they_run(ma_module_service, ma_module_cli, tmp_path):
     """``submit`` (without ``--follow``), ``get``, ``logs`` of a finished job and ``jobs``, each
-    a whole call against the service (bench/cli_speed.py times them): what they imported by
-    their end (``-X importtime``'s list) holds none of tests/helpers.py's heavy modules, nor a
-    folder's copy for a command naming no file of the current one, nor the log follower's."""
+    a whole call against the service (bench/cli_speed.py times them), and the commands that
+    read plain JSON too (``--json``, ``wait`` by name, ``events``, ``specs``, ``nodes``,
+    ``whoami``, ``top``, ``clone``): what they imported by their end (``-X importtime``'s list)
+    holds none of tests/helpers.py's heavy modules (pydantic among them), nor a folder's copy
+    for a command naming no file of the current one, nor the log follower's; and what ``--json``
+    prints is the wire model's JSON, as its ``model_dump`` writes it."""
     env = {k: v for k, v in os.environ.items() if k not in ("MA_JUPYTER_TOKEN", "MA_JUPYTER_URL")}
     env |= {
         "MA_JUPYTER_HOME": str(ma_module_service.home),
@@ -79,6 +82,33 @@ def test_the_quick_commands_load_nothing_heavy_while_they_run(ma_module_service,
     for args in (["get", job_id], ["logs", job_id], ["jobs"]):
         said, modules = imports_of(*args)
         assert job_id in said or said == "quick\n", (args, said)
+        assert imported_heavy(modules, CLI_HEAVY_MODULES + quick_only) == [], args
+
+    def dumped_again(model: type, text: str) -> None:
+        data = json.loads(text)
+        for item in data if isinstance(data, list) else [data]:
+            assert model.model_validate(item).model_dump(mode="json") == item, (model, item)
+
+    as_json = {  # each --json call -> the wire model of what it prints (a list: of each item)
+        ("get", job_id, "--json"): Job,
+        ("jobs", "--json"): JobPage,
+        ("wait", "quick", "--json"): Job,  # by name: whoami and the listing read plain too
+        ("events", job_id, "--json"): Event,
+        ("specs", "--json"): Spec,
+        ("nodes", "--json"): Node,
+        ("whoami", "--json"): User,
+        ("top", job_id, "--json"): ResourceUsage,
+    }
+    for args, model in as_json.items():
+        said, modules = imports_of(*args)
+        assert imported_heavy(modules, CLI_HEAVY_MODULES + quick_only) == [], args
+        dumped_again(model, said)
+    for args in (["wait", "quick"], ["events", job_id], ["specs"], ["clone", job_id, "--name", "quick-copy"]):
+        said, modules = imports_of(*args)
+        assert said.startswith((f"{job_id}: succeeded", "SEQ ", "NAME ", "submitted quick-copy-")), (
+            args,
+            said,
+        )
         assert imported_heavy(modules, CLI_HEAVY_MODULES + quick_only) == [], args
 
 

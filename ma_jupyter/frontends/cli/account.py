@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ... import spectext
 from ...client import Client
+from ...client.plain import as_json
 from ...errors import InvalidSpec
 from .. import jobactions, options, render
 from .output import (
@@ -21,7 +22,7 @@ from .output import (
 
 def _whoami(args: argparse.Namespace) -> int:
     user = Client(plain=True).whoami()
-    out(user.model_dump(mode="json") if args.json else user.name + (" (admin)" if user.admin else ""), args)
+    out(as_json(user) if args.json else user.name + (" (admin)" if user.admin else ""), args)
     return EXIT_OK
 
 
@@ -34,7 +35,7 @@ def _notify(args: argparse.Namespace) -> int:
         change["address"] = None if args.no_address else args.address
     settings = client.set_notify(**change) if change else client.notify_settings()
     if args.json:
-        out(settings.model_dump(mode="json"), args)
+        out(as_json(settings), args)
         return EXIT_OK
     print(f"webhook: {settings.webhook or '-'}\naddress: {settings.address or '-'}")
     return EXIT_OK
@@ -45,7 +46,7 @@ def _users(args: argparse.Namespace) -> int:
     if args.action == "list":
         users = client.users()
         if args.json:
-            out([u.model_dump(mode="json") for u in users], args)
+            out(as_json(users), args)
             return EXIT_OK
         rows = [["NAME", "ADMIN", "CREATED"]]
         rows += [[u.name, "yes" if u.admin else "no", render.clock(u.created_at)] for u in users]
@@ -59,7 +60,7 @@ def _users(args: argparse.Namespace) -> int:
         client.add_user(args.name, admin=args.admin) if args.action == "add" else client.new_token(args.name)
     )
     if args.json:
-        out(made.model_dump(mode="json"), args)
+        out(as_json(made), args)
         return EXIT_OK
     # stdout carries the token alone (TOKEN=$(ma-jupyter users add bob) works); the rest is said on stderr
     print(made.token, flush=True)
@@ -88,13 +89,13 @@ def _images(args: argparse.Namespace) -> int:
         }
         made = client.register_image(image)
         if args.json:
-            out(made.model_dump(mode="json"), args)
+            out(as_json(made), args)
         else:
             print(f"registered {made.visibility} image {made.name}: --image {made.name}")
         return EXIT_OK
     found = client.images()
     if args.json:
-        out([i.model_dump(mode="json") for i in found], args)
+        out(as_json(found), args)
         return EXIT_OK
     rows = [["NAME", "CARD TYPE", "SCOPES", "VISIBILITY", "OWNER", "ENVIRONMENT"]]
     for i in found:
@@ -111,7 +112,7 @@ def _algorithms(args: argparse.Namespace) -> int:
             raise InvalidSpec(f"give the folder: ma-jupyter algorithms {args.action} FOLDER")
         if args.action == "favourite":
             marked = client.favourite(args.folder)
-            out(marked.model_dump(mode="json") if args.json else f"favourite: {marked.path}", args)
+            out(as_json(marked) if args.json else f"favourite: {marked.path}", args)
         else:
             client.unfavourite(args.folder)
             print(f"no longer a favourite: {args.folder}")
@@ -120,7 +121,7 @@ def _algorithms(args: argparse.Namespace) -> int:
         raise InvalidSpec("list takes no folder: ma-jupyter jobs --algorithm FOLDER lists a folder's jobs")
     found = client.algorithms()
     if args.json:
-        out([a.model_dump(mode="json") for a in found], args)
+        out(as_json(found), args)
         return EXIT_OK
     rows = [["FOLDER", "FAVOURITE", "YOUR JOBS", "VERSIONS"]]
     for a in found:
@@ -146,7 +147,7 @@ def _cache(args: argparse.Namespace) -> int:
             raise InvalidSpec("--clear empties your own cache only: drop --all")
         held = client.clear_cache()
         if args.json:
-            out(held.model_dump(mode="json"), args)
+            out(as_json(held), args)
         else:
             print(
                 f"cleared the cache of {held.user}: {render.size(held.bytes)} in {held.files} file(s) removed"
@@ -154,7 +155,7 @@ def _cache(args: argparse.Namespace) -> int:
         return EXIT_OK
     found = client.cache(every_user=args.all)
     if args.json:
-        out([c.model_dump(mode="json") for c in found], args)
+        out(as_json(found), args)
         return EXIT_OK
     rows = [["USER", "SIZE", "FILES", "FOLDER"]]
     # a cache the walk refused shows what was counted before, a lower bound ("+")
@@ -171,13 +172,13 @@ def _data(args: argparse.Namespace) -> int:
     if args.action == "rm":
         gone = client.remove_prepared_data(args.key)
         if args.json:
-            out(gone.model_dump(mode="json"), args)
+            out(as_json(gone), args)
         else:
             print(f"removed prepared data {gone.key} ({render.size(gone.bytes)}, copy of {gone.source})")
         return EXIT_OK
     found = client.prepared_data()
     if args.json:
-        out([d.model_dump(mode="json") for d in found], args)
+        out(as_json(found), args)
         return EXIT_OK
     rows = [["KEY", "SIZE", "FILES", "LAST USED", "JOBS", "SOURCE"]]
     for d in found:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ...client import Client
+from ...client.plain import as_json
 from .. import render
 from ..clusterview import cluster_text
 from .output import (
@@ -18,7 +19,7 @@ from .output import (
 def _specs(args: argparse.Namespace) -> int:
     specs = Client(plain=True).specs()
     if args.json:
-        out([s.model_dump(mode="json") for s in specs], args)
+        out(as_json(specs), args)
         return EXIT_OK
     rows = [["NAME", "CPUS", "MEMORY", "CARDS", "DESCRIPTION"]]
     for s in specs:
@@ -48,7 +49,7 @@ def _nodes(args: argparse.Namespace) -> int:
         return EXIT_OK
     nodes = Client(plain=True).nodes(spec=args.spec)
     if args.json:
-        out([n.model_dump(mode="json") for n in nodes], args)
+        out(as_json(nodes), args)
         return EXIT_OK
     rows = [["NAME", "STATUS", "CPUS USED", "MEMORY USED", "CARDS USED", "POOLS", "RUNNING"]]
     for n in nodes:
@@ -76,7 +77,7 @@ def _nodes(args: argparse.Namespace) -> int:
 def _cluster(args: argparse.Namespace) -> int:
     view = Client(plain=True).cluster(specs=args.spec, models=args.model)
     if args.json:
-        out(view.model_dump(mode="json"), args)
+        out(as_json(view), args)
         return EXIT_OK
     print(cluster_text(view), end="")
     return EXIT_OK

@@ -8,6 +8,7 @@ import sys
 import time
 
 from ...client import Client
+from ...client.plain import as_json
 from ...client.resolve import resolve_job
 from .. import jobactions, render, usage
 from .output import (
@@ -25,7 +26,7 @@ from .output import (
 def _jobs(args: argparse.Namespace) -> int:
     page = Client(plain=True).job_page(offset=args.offset, **jobactions.list_filters(args))
     if args.json:
-        out(page.model_dump(mode="json"), args)
+        out(as_json(page), args)
         return EXIT_OK
     by_algorithm = bool(args.algorithm)  # then a column says which ran its current content
     rows = [["ID", "NAME", "STATUS", "SPEC", "NODES", "CREATED", "ELAPSED"]]
@@ -55,7 +56,7 @@ def _jobs(args: argparse.Namespace) -> int:
 
 def _get(args: argparse.Namespace) -> int:
     job = resolve_job(Client(plain=True), args.job).info
-    out(job.model_dump(mode="json") if args.json else render.format_job(job), args)
+    out(as_json(job) if args.json else render.format_job(job), args)
     return EXIT_OK
 
 
@@ -64,7 +65,7 @@ def _events(args: argparse.Namespace) -> int:
     handle = resolve_job(client, args.job)
     events = handle.events()
     if args.json:
-        out([e.model_dump(mode="json") for e in events], args)
+        out(as_json(events), args)
         return EXIT_OK
     rows = [["SEQ", "TIME", "STATUS", "WHERE", "BY", "REASON"]]
     for e in events:
@@ -82,7 +83,7 @@ def _top(args: argparse.Namespace) -> int:
     while True:
         used = handle.resources()
         if args.json:
-            out(used.model_dump(mode="json"), args)
+            out(as_json(used), args)
             return EXIT_OK
         if args.follow and sys.stdout.isatty():
             control("\x1b[H\x1b[2J")  # redraw in place, as top does
@@ -106,7 +107,7 @@ def _wait(args: argparse.Namespace) -> int:
 def _stop(args: argparse.Namespace) -> int:
     handle = resolve_job(Client(plain=True), args.job)
     job = handle.stop()
-    out(job.model_dump(mode="json") if args.json else f"stopping {job.id}: {job.status.value}", args)
+    out(as_json(job) if args.json else f"stopping {job.id}: {job.status.value}", args)
     return EXIT_OK
 
 
@@ -134,7 +135,7 @@ def _update(args: argparse.Namespace) -> int:
     client = Client(plain=True)
     handle = resolve_job(client, args.job)
     job = client.update(handle.id, priority=args.priority, duration=args.duration)
-    out(job.model_dump(mode="json") if args.json else render.format_job(job), args)
+    out(as_json(job) if args.json else render.format_job(job), args)
     return EXIT_OK
 
 

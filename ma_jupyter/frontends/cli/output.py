@@ -9,6 +9,7 @@ import os
 import sys
 
 from ...client import JobHandle
+from ...client.plain import as_json
 from ...wire import JobStatus
 from .. import render
 
@@ -85,7 +86,7 @@ class Alerts:
 
 def finished(job: Job, args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
-        out(job.model_dump(mode="json"), args)
+        out(as_json(job), args)
     else:
         line = f"{job.id}: {job.status.value}"
         if job.exit_code is not None:

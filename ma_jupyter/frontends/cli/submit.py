@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ...client import Client
+from ...client.plain import as_json
 from ...client.resolve import resolve_job
 from ...errors import InvalidSpec
 from ...wire import clone_name
@@ -50,7 +51,7 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
     if args.dry_run:
         plan = client.plan(spec)
         if args.json:
-            out(plan.model_dump(mode="json"), args)
+            out(as_json(plan), args)
         else:
             print(render.plan_text(plan), end="")
         return EXIT_OK
@@ -60,7 +61,7 @@ def _run(client: Client, spec: dict[str, Any], args: argparse.Namespace) -> int:
     if handle.shipped:
         err(handle.shipped)
     if not (args.wait or args.follow):
-        out(handle.info.model_dump(mode="json") if args.json else submitted(handle), args)
+        out(as_json(handle.info) if args.json else submitted(handle), args)
         return EXIT_OK
     if not args.json:
         err(submitted(handle))
@@ -84,7 +85,7 @@ def _clone(args: argparse.Namespace) -> int:
     source = resolve_job(client, args.job).info
     if not args.name:
         args.name = clone_name(source.spec.name)
-    base = source.spec.model_dump(mode="json", exclude={"creator"})
+    base = {k: v for k, v in as_json(source.spec).items() if k != "creator"}
     spec = options.spec_from_args(args, command=args.command or None, base=base, validate=False)
     return _run(client, spec, args)
 

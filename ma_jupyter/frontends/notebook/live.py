@@ -37,12 +37,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ...client.logs import JobFollower, StreamKey, stream_label
 from ...errors import BackendUnavailable, JobFailed
-from ...models import Job, JobStatus
+from ...wire import JobStatus
 from .. import render
 from ..render import status_line, visible_line
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: a cell's first submit loads no pydantic
     from ...client import Client
+    from ...models import Job
 
 
 DEFAULT_MAX_LINES = 200

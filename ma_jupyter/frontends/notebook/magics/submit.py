@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from ....errors import MaJupyterError
+from ....errors import InvalidSpec, MaJupyterError
+from ....wire import NAME_PATTERN
 from ....workspace_paths import script_command
 from .follow import follow
 from .parsing import parse_spec_line, resolve_job, spec_parser
@@ -29,9 +30,26 @@ def bind(magics: Magics, var: str | None, value: Any) -> None:
         magics.shell.user_ns[var] = value
 
 
-def submit(magics: Magics, spec: dict, args: argparse.Namespace) -> Any:
+def submit(
+    magics: Magics, spec: dict, args: argparse.Namespace, *, magic: str | None = None, made: str | None = None
+) -> Any:
     """Submit ``spec`` as ``args`` say: ``--dry-run`` prints the plan (None), ``--no-follow``
-    returns the handle at once, else the job is followed live in the cell; returns the handle."""
+    returns the handle at once, else the job is followed live in the cell; returns the handle.
+
+    Rules (a fresh kernel's first submit loads neither pydantic nor the models):
+
+    1. The spec goes out with the home's plain client (:func:`..session.get_client`), as the
+       CLI's does: the service validates it.
+    2. The service's refusal of a spec breaking a rule of the wire model is, with ``magic``
+       (the magic's name), the one-line ``UsageError: <magic>: <message>`` a bad option gives:
+       the client-side check runs then, on the refusal only.  Any other refusal (an unknown
+       spec, a missing folder) is the service's typed error, one line too.
+    3. ``made``: the snapshot folder the cell made; a refused job's is removed (nothing will
+       run it).
+    4. The handle's client is the home's ordinary one: only the handle's first
+       :attr:`~ma_jupyter.client.JobHandle.info` is a plain view (the model's fields; a method of
+       the model validates it on first use), every later state is the model.
+    """
     import shutil
 
     from ....client.snapshot import is_snapshot
@@ -41,16 +59,25 @@ def submit(magics: Magics, spec: dict, args: argparse.Namespace) -> Any:
 
     if args.out and not args.out.isidentifier():
         raise UsageError(f"--out {args.out}: not a Python variable name")
-    client = get_client()
-    if getattr(args, "dry_run", False):
-        try:
-            plan = client.plan(spec)
-        finally:
-            if is_snapshot(spec.get("algorithm") or ""):
-                shutil.rmtree(spec["algorithm"], ignore_errors=True)  # nothing will run it
-        print(render.plan_summary(plan))
-        return None
-    handle = client.submit(spec)
+    client = get_client(plain=True)
+    try:
+        if getattr(args, "dry_run", False):
+            try:
+                plan = client.plan(spec)
+            finally:
+                if is_snapshot(spec.get("algorithm") or ""):
+                    shutil.rmtree(spec["algorithm"], ignore_errors=True)  # nothing will run it
+            print(render.plan_summary(plan))
+            return None
+        handle = client.submit(spec)
+    except InvalidSpec:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)  # rule 3
+        usage = _broken_rule(spec, magic) if magic else None
+        if usage is None:
+            raise
+        raise usage from None
+    handle.client = get_client()  # rule 4
     if handle.shipped:
         print(handle.shipped)
     notebook_record.remember(handle.id, handle.name)
@@ -78,6 +105,18 @@ def submit(magics: Magics, spec: dict, args: argparse.Namespace) -> Any:
     )
 
 
+def _broken_rule(spec: dict, magic: str) -> UsageError | None:
+    """Rule 2 of :func:`submit`: the ``UsageError`` of a refused ``spec`` that breaks a rule
+    of the wire model (the check's message, the service's too, naming the field), else None."""
+    from ....client.spec import check  # pydantic: only once the service refused the spec
+
+    try:
+        check(spec)
+    except InvalidSpec as exc:
+        return UsageError(f"{magic}: {exc.message}")
+    return None
+
+
 def ma_train(magics: Magics, line: str, cell: str | None = None):
     """Run the cell body as a training job: ``%%ma_train --name NAME --spec cpu.small ...``.
 
@@ -92,7 +131,6 @@ def ma_train(magics: Magics, line: str, cell: str | None = None):
     use, and a job that fails on a NameError of a kernel variable says how to pass values
     in (:mod:`~ma_jupyter.frontends.notebook.hints`).  Returns the JobHandle.
     """
-    from ....models import NAME_PATTERN
     from ... import options
     from .. import hints
     from ..snapshot import default_name, snapshot_algorithm
@@ -111,10 +149,10 @@ def ma_train(magics: Magics, line: str, cell: str | None = None):
     if getattr(args, "task", None) and body is None and command is None:
         # a batch job: each --task names its own folder and command, as with `ma-jupyter submit`
         try:
-            spec = options.spec_from_args(args)
+            spec = options.spec_from_args(args, validate=False)  # the service checks it
         except MaJupyterError as exc:
             raise UsageError(f"%%ma_train: {exc.message}") from None
-        return submit(magics, spec, args)
+        return submit(magics, spec, args, magic="%%ma_train")
     if command is None:
         if body is None:
             raise UsageError("%ma_train --code-dir without a cell body needs --command (what to run)")
@@ -124,17 +162,17 @@ def ma_train(magics: Magics, line: str, cell: str | None = None):
             raise UsageError(hint)
         command = script_command(name)
     try:
-        spec = options.spec_from_args(args, command=command)
+        spec = options.spec_from_args(args, command=command, validate=False)  # the service checks it
     except MaJupyterError as exc:
         raise UsageError(f"%%ma_train: {exc.message}") from None
     if body is None and not code_dir:
         # `%ma_train --command "python train.py"`: as with `ma-jupyter submit`, the client
         # ships the current folder when the command names a file in it
-        return submit(magics, spec, args)
-    spec["algorithm"] = str(snapshot_algorithm(name, body, code_dir))
+        return submit(magics, spec, args, magic="%%ma_train")
+    spec["algorithm"] = made = str(snapshot_algorithm(name, body, code_dir))
     if code_dir:  # the folder the job's code comes from: search by algorithm finds it there
         spec["algorithm_origin"] = os.path.normpath(os.path.abspath(code_dir))
-    return submit(magics, spec, args)
+    return submit(magics, spec, args, magic="%%ma_train", made=made)
 
 
 def ma_clone(magics: Magics, line: str):
