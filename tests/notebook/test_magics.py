@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import requests
@@ -410,6 +411,10 @@ def test_line_magics_manage_jobs(ma_shell):
     assert "deleted" in run.stdout
     assert [h.id for h in session.get_client().jobs()] == [a.id]
 
+    # a clone's dry run plans it and leaves the source job's code where that job keeps it
+    run = Run(ma_shell, f"%ma_clone {a.id} --name alpha3 --dry-run")
+    assert run.error is None, run.stdout + run.stderr
+    assert Path(a.info.spec.algorithm).is_dir(), "the dry run removed the source job's code"
     run = Run(ma_shell, f"c = %ma_clone {a.id} --name alpha2 --env X=1")
     assert run.error is None, run.stdout + run.stderr
     clone = ma_shell.user_ns["c"]

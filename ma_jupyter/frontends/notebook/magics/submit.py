@@ -44,15 +44,14 @@ def submit(
        (the magic's name), the one-line ``UsageError: <magic>: <message>`` a bad option gives:
        the client-side check runs then, on the refusal only.  Any other refusal (an unknown
        spec, a missing folder) is the service's typed error, one line too.
-    3. ``made``: the snapshot folder the cell made; a refused job's is removed (nothing will
-       run it).
+    3. ``made``: the snapshot folder the cell made; a dry run's and a refused job's are removed
+       (nothing will run them); no other folder is (a clone's algorithm is its source job's).
     4. The handle's client is the home's ordinary one: only the handle's first
        :attr:`~ma_jupyter.client.JobHandle.info` is a plain view (the model's fields; a method of
        the model validates it on first use), every later state is the model.
     """
     import shutil
 
-    from ....client.snapshot import is_snapshot
     from ... import render
     from .. import record as notebook_record
     from ..session import get_client
@@ -65,8 +64,8 @@ def submit(
             try:
                 plan = client.plan(spec)
             finally:
-                if is_snapshot(spec.get("algorithm") or ""):
-                    shutil.rmtree(spec["algorithm"], ignore_errors=True)  # nothing will run it
+                if made is not None:  # nothing will run it (a clone's is its source job's: kept)
+                    shutil.rmtree(made, ignore_errors=True)
             print(render.plan_summary(plan))
             return None
         handle = client.submit(spec)
