@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.fixtures.service_process import REPO, ServiceProcess, start_service, stop_services
+from tests.fixtures.service_process import REPO, ServiceProcess, module_home, start_service, stop_services
 from tests.fixtures.workdir import any_service  # noqa: F401 (a fixture of this folder)
 
 
@@ -47,6 +47,23 @@ def ma_module_service(tmp_path_factory):
     (home / "cluster.toml").write_text(f'[mounts]\nallowed_roots = ["{base}"]\n')
     services = [start_service(home, env={"MA_JUPYTER_CARDS": "none"})]
     services[0].allowed_root = base  # type: ignore[attr-defined]
+    yield services[0]
+    stop_services(services)
+
+
+@pytest.fixture(scope="module", params=["bubblewrap", "symlink"])
+def ma_module_any_service(request, tmp_path_factory):
+    """``any_service`` shared by the tests of a module (``ma_module_service``'s rules): one
+    service with bubblewrap, and one in the symlink mode (no sandbox, the owner's jobs allowed to
+    run as root) on a home of its own, each test run once on each (``.sandbox`` says which)."""
+    env = {"MA_JUPYTER_CARDS": "none"}
+    cluster = ""
+    if request.param == "symlink":
+        cluster = '[users]\nallow_root = ["root"]\n'  # as ``ma_root_jobs`` writes it
+        env["MA_JUPYTER_SANDBOX"] = "none"
+    services = [start_service(module_home(tmp_path_factory, cluster), env=env)]
+    services[0].allowed_root = tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    services[0].sandbox = request.param  # type: ignore[attr-defined]
     yield services[0]
     stop_services(services)
 

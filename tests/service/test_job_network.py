@@ -201,23 +201,25 @@ else:
 """
 
 
-def test_the_nodes_of_one_job_still_reach_each_other_by_hostname_and_through_mpirun(ma_client, tmp_path):
+def test_the_nodes_of_one_job_still_reach_each_other_by_hostname_and_through_mpirun(
+    ma_module_client, tmp_path
+):
     from tests.fixtures.real_jobs import ALLREDUCE, algorithm, node_logs
 
     algo = writable_dir(tmp_path / "peers")
     (algo / "peers.py").write_text(PEERS)
-    job = ma_client.submit(
+    job = ma_module_client.submit(
         name="peers",
         mode="tensorflow",  # runs the command as it is on each node, TF_CONFIG beside it
         algorithm=str(algo),
         nodes=2,
         command=f"python /workspace/algorithm/peers.py {_free_port()}",
     ).wait(timeout=180)
-    logs = node_logs(ma_client, job.id)
+    logs = node_logs(ma_module_client, job.id)
     assert job.status is JobStatus.succeeded, logs
     assert "worker-0 heard: hello from worker-1" in logs
     outputs = writable_dir(tmp_path / "out")
-    mpi = ma_client.submit(
+    mpi = ma_module_client.submit(
         name="mpi-2x2",
         mode="horovod",
         nodes=2,
@@ -226,7 +228,7 @@ def test_the_nodes_of_one_job_still_reach_each_other_by_hostname_and_through_mpi
         outputs=str(outputs),
         command="python /workspace/algorithm/allreduce.py",
     ).wait(timeout=180)
-    assert mpi.status is JobStatus.succeeded, node_logs(ma_client, mpi.id)
+    assert mpi.status is JobStatus.succeeded, node_logs(ma_module_client, mpi.id)
     result = json.loads((outputs / "result.json").read_text())
     assert result["size"] == 4 and result["sum"] == 10
 
@@ -468,8 +470,10 @@ def _two_node_job(client, tmp_path, name: str, script: str, timeout: float, spec
     return job, addresses, logs
 
 
-def test_each_node_is_a_machine_with_its_own_address_and_the_master_is_one_of_them(ma_client, tmp_path):
-    _job, addresses, logs = _two_node_job(ma_client, tmp_path, "machines", MACHINE, timeout=180)
+def test_each_node_is_a_machine_with_its_own_address_and_the_master_is_one_of_them(
+    ma_module_client, tmp_path
+):
+    _job, addresses, logs = _two_node_job(ma_module_client, tmp_path, "machines", MACHINE, timeout=180)
     assert len(set(addresses)) == 2 and not any(a.startswith("127.") for a in addresses), addresses
     seen = {}
     for text in logs.values():
@@ -491,7 +495,7 @@ def test_each_node_is_a_machine_with_its_own_address_and_the_master_is_one_of_th
 @pytest.mark.skipif(
     importlib.util.find_spec("ray") is None, reason="Ray is not installed: pip install ma_jupyter[ray]"
 )
-def test_a_ray_cluster_started_inside_a_job_registers_each_nodes_own_address(ma_client, tmp_path):
+def test_a_ray_cluster_started_inside_a_job_registers_each_nodes_own_address(ma_module_client, tmp_path):
     """`ray start --head` on worker-0, `ray start --address` on worker-1, as on two machines: each
     node's Ray finds its own address (`Local node IP: 10.254.0.1`), with no default route to
     guess from, by its hostname, which the node's /etc/hosts gives its address.  Ray 2.60's
@@ -501,7 +505,7 @@ def test_a_ray_cluster_started_inside_a_job_registers_each_nodes_own_address(ma_
     starts at once (with it, the head failed in a 1-core node at load 12, and outside any
     sandbox as well)."""
     _job, addresses, logs = _two_node_job(
-        ma_client, tmp_path, "ray-inside", RAY_IN_JOB, timeout=800, specs=["cpu.node"]
+        ma_module_client, tmp_path, "ray-inside", RAY_IN_JOB, timeout=800, specs=["cpu.node"]
     )
     registered = json.loads(logs["worker-0"].split("RAYNODES ", 1)[1].splitlines()[0])
     assert registered == sorted(addresses)
@@ -533,10 +537,12 @@ MINDSPORE_IMAGE = os.environ.get(
     not os.path.exists(os.path.join(MINDSPORE_IMAGE, "bin", "msrun")),
     reason="needs the MindSpore image (./dev setup makes .venv/images/mindspore)",
 )
-def test_msrun_across_two_nodes_starts_its_scheduler_on_the_master_and_all_reduces(ma_client, tmp_path):
+def test_msrun_across_two_nodes_starts_its_scheduler_on_the_master_and_all_reduces(
+    ma_module_client, tmp_path
+):
     algo = writable_dir(tmp_path / "msrun")
     (algo / "train.py").write_text(MSRUN_TRAIN)
-    job = ma_client.submit(
+    job = ma_module_client.submit(
         name="msrun",
         mode="pytorch",  # MASTER_ADDR, MASTER_PORT, NODE_RANK; msrun runs as written
         algorithm=str(algo),
@@ -549,7 +555,7 @@ def test_msrun_across_two_nodes_starts_its_scheduler_on_the_master_and_all_reduc
         ),
         grace_period=1,
     ).wait(timeout=480, check=False)
-    logs = _full_logs(ma_client, job.id)
+    logs = _full_logs(ma_module_client, job.id)
     assert job.status is JobStatus.succeeded, {n: text[-4000:] for n, text in logs.items()}
     text = "\n".join(logs.values())
     for rank in (0, 1):

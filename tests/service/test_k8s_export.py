@@ -33,11 +33,17 @@ def env_of(job: dict) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in main["env"]}
 
 
-def test_dry_run_export_of_a_pytorch_job_submits_nothing(ma_cli, tmp_path):
+def job_count(svc) -> int:
+    """How many jobs the module's service holds (the tests share it: each compares its own before and after)."""
+    return svc.session().get(f"{svc.api}/jobs", timeout=10).json()["total"]
+
+
+def test_dry_run_export_of_a_pytorch_job_submits_nothing(ma_module_cli, ma_module_service, tmp_path):
+    jobs_before = job_count(ma_module_service)
     (tmp_path / "train.py").write_text("print('hi')\n")
     data = tmp_path / "data"
     data.mkdir()
-    out = ma_cli(
+    out = ma_module_cli(
         "submit",
         "--dry-run",
         "--format",
@@ -81,15 +87,14 @@ def test_dry_run_export_of_a_pytorch_job_submits_nothing(ma_cli, tmp_path):
         "/workspace/dataset/private/mnist": True,
         "/workspace/outputs": False,
     }
-    listing = json.loads(ma_cli("jobs", "--json").stdout)
-    assert listing["total"] == 0
+    assert job_count(ma_module_service) == jobs_before  # the dry run submitted nothing
 
 
-def test_export_of_a_submitted_job_and_a_bad_format(ma_cli):
-    done = ma_cli("submit", "--wait", "--json", "--name", "tiny", "--", PY, "-c", "print(1)")
+def test_export_of_a_submitted_job_and_a_bad_format(ma_module_cli):
+    done = ma_module_cli("submit", "--wait", "--json", "--name", "tiny", "--", PY, "-c", "print(1)")
     assert done.returncode == 0, done.stderr
     job = Job.model_validate_json(done.stdout)
-    out = ma_cli(
+    out = ma_module_cli(
         "export", job.id, "--format", "k8s", "--mounts-as", "hostpath", "--container-image", "python:3.12"
     )
     assert out.returncode == 0, out.stderr
@@ -106,27 +111,33 @@ def test_export_of_a_submitted_job_and_a_bad_format(ma_cli):
     assert outputs["hostPath"]["path"] == job.outputs_folder
     # JOB may be the job's name; --format defaults to k8s
     assert (
-        ma_cli("export", "tiny").stdout.split("\n", 1)[1] == ma_cli("export", job.id).stdout.split("\n", 1)[1]
+        ma_module_cli("export", "tiny").stdout.split("\n", 1)[1]
+        == ma_module_cli("export", job.id).stdout.split("\n", 1)[1]
     )
-    bad = ma_cli("export", job.id, "--format", "helm")
+    bad = ma_module_cli("export", job.id, "--format", "helm")
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "error: unknown export format 'helm': choose one of k8s (e.g. --format k8s)\n"
-    bad = ma_cli("submit", "--dry-run", "--format", "yaml", "--", PY, "-c", "pass")
+    bad = ma_module_cli("submit", "--dry-run", "--format", "yaml", "--", PY, "-c", "pass")
     assert bad.returncode == 2 and "unknown export format 'yaml'" in bad.stderr
 
 
-def test_format_without_dry_run_is_refused(ma_cli):
-    out = ma_cli("submit", "--format", "k8s", "--", PY, "-c", "pass")
+def test_format_without_dry_run_is_refused(ma_module_cli, ma_module_service):
+    jobs_before = job_count(ma_module_service)
+    out = ma_module_cli("submit", "--format", "k8s", "--", PY, "-c", "pass")
     assert out.returncode == 2
     assert "add --dry-run" in out.stderr and "ma-jupyter export JOB --format k8s" in out.stderr
-    out = ma_cli("submit", "--dry-run", "--mounts-as", "hostpath", "--", PY, "-c", "pass")
+    out = ma_module_cli("submit", "--dry-run", "--mounts-as", "hostpath", "--", PY, "-c", "pass")
     assert out.returncode == 2 and "add --dry-run --format k8s" in out.stderr
-    assert json.loads(ma_cli("jobs", "--json").stdout)["total"] == 0
+    assert job_count(ma_module_service) == jobs_before  # neither was submitted
 
 
-def test_export_routes_follow_the_access_rules(ma_service):
-    bob, alice = ma_service.user_session("bob"), ma_service.user_session("alice")
-    api = ma_service.api
+def test_export_routes_follow_the_access_rules(ma_module_service):
+    bob, alice = ma_module_service.user_session("bob"), ma_module_service.user_session("alice")
+    api = ma_module_service.api
+    # what alice sees of the module's other tests' jobs (the owner's, readable by default)
+    seen_before = {
+        j["id"] for j in alice.get(f"{api}/jobs", params={"limit": 500}, timeout=10).json()["items"]
+    }
     ids = {}
     for access in ("none", "ro"):
         body = {"name": f"tf-{access}", "mode": "tensorflow", "nodes": 2, "ps": 1, "access": access}
@@ -162,5 +173,6 @@ def test_export_routes_follow_the_access_rules(ma_service):
     assert refused.status_code == 400 and "remote shell" in refused.json()["message"]
     refused = alice.post(f"{api}/export", json={**spec, "specs": ["gpu.huge"]}, timeout=10)
     assert refused.status_code == 400 and "unknown spec 'gpu.huge'" in refused.json()["message"]
-    listing = alice.get(f"{api}/jobs", timeout=10).json()
-    assert listing["total"] == 1  # bob's ro job only: exports made no job
+    listing = alice.get(f"{api}/jobs", params={"limit": 500}, timeout=10).json()
+    seen = {j["id"] for j in listing["items"]}
+    assert seen - seen_before == {ids["ro"]}  # bob's ro job only: exports made no job

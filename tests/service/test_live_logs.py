@@ -53,8 +53,14 @@ def _state(i: int) -> str:
 
 
 def _env(home) -> dict:
+    """The CLI's environment: the owner of ``home``'s service (its runtime file), whatever the
+    test's own environment names."""
     return {
-        **os.environ,
+        **{
+            key: value
+            for key, value in os.environ.items()
+            if key not in ("MA_JUPYTER_TOKEN", "MA_JUPYTER_URL")
+        },
         "MA_JUPYTER_HOME": str(home),
         "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }
@@ -94,13 +100,13 @@ def _go_folder(tmp_path):
     return folder
 
 
-def test_cli_follow_on_a_terminal_shows_a_redrawn_line_before_its_newline(ma_client, ma_home, tmp_path):
+def test_cli_follow_on_a_terminal_shows_a_redrawn_line_before_its_newline(ma_module_service, tmp_path):
     go = _go_folder(tmp_path)
     main, side = pty.openpty()
     proc = subprocess.Popen(
         [PY, "-m", "ma_jupyter.frontends.cli", "submit", "--follow", "--name", "bar", "--dataset", f"go={go}"]
         + ["--", PY, "-c", REDRAWING],
-        env=_env(ma_home),
+        env=_env(ma_module_service.home),
         cwd=tmp_path,
         stdout=side,
         stderr=side,
@@ -131,7 +137,7 @@ def test_cli_follow_on_a_terminal_shows_a_redrawn_line_before_its_newline(ma_cli
     assert lines.index(FINAL) < lines.index("after the bar")
 
 
-def test_a_pipe_gets_whole_lines_only(ma_client, ma_home, tmp_path):
+def test_a_pipe_gets_whole_lines_only(ma_module_service, tmp_path):
     """A pipe (a file, `tee`) is not redrawn: only the final state of the line, once."""
     go = _go_folder(tmp_path)
     for i in range(1, STEPS + 1):
@@ -139,7 +145,7 @@ def test_a_pipe_gets_whole_lines_only(ma_client, ma_home, tmp_path):
     done = subprocess.run(
         [PY, "-m", "ma_jupyter.frontends.cli", "submit", "--follow", "--name", "bar", "--dataset", f"go={go}"]
         + ["--", PY, "-c", REDRAWING],
-        env=_env(ma_home),
+        env=_env(ma_module_service.home),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -172,9 +178,9 @@ class _Cell:
             return self.texts[-1] if self.texts else ""
 
 
-def test_the_notebook_cell_shows_the_redrawn_line_as_it_stands(ma_client, tmp_path):
+def test_the_notebook_cell_shows_the_redrawn_line_as_it_stands(ma_module_client, tmp_path):
     go = _go_folder(tmp_path)
-    handle = ma_client.submit(
+    handle = ma_module_client.submit(
         name="bar", command=f"{PY} -c {_quoted(REDRAWING)}", datasets=[{"name": "go", "path": str(go)}]
     )
     cell = _Cell()
@@ -189,7 +195,7 @@ def test_the_notebook_cell_shows_the_redrawn_line_as_it_stands(ma_client, tmp_pa
 
     thread = threading.Thread(target=release, daemon=True)
     thread.start()
-    job = live.follow_job(ma_client, handle.id, display=cell, live_display=True)
+    job = live.follow_job(ma_module_client, handle.id, display=cell, live_display=True)
     thread.join(timeout=30)
     assert job.status is JobStatus.succeeded
     assert len(states) == STEPS
@@ -200,14 +206,14 @@ def test_the_notebook_cell_shows_the_redrawn_line_as_it_stands(ma_client, tmp_pa
     assert not any(_state(i) in cell.last() for i in range(1, STEPS))
 
 
-def test_the_monitor_widget_shows_the_redrawn_line_as_it_stands(ma_client, tmp_path):
+def test_the_monitor_widget_shows_the_redrawn_line_as_it_stands(ma_module_client, tmp_path):
     from ma_jupyter.frontends.notebook.widgets.monitor import JobMonitor
 
     go = _go_folder(tmp_path)
-    handle = ma_client.submit(
+    handle = ma_module_client.submit(
         name="bar", command=f"{PY} -c {_quoted(REDRAWING)}", datasets=[{"name": "go", "path": str(go)}]
     )
-    monitor = JobMonitor(handle, client=ma_client)
+    monitor = JobMonitor(handle, client=ma_module_client)
     try:
         for i in range(1, STEPS + 1):
             wait_for(lambda i=i: monitor.log_text().splitlines() == ["starting", _state(i)], timeout=90)
@@ -218,12 +224,14 @@ def test_the_monitor_widget_shows_the_redrawn_line_as_it_stands(ma_client, tmp_p
         monitor.close_monitor()
 
 
-def test_a_ranks_redrawn_line_is_shown_live_with_its_rank(ma_client, tmp_path):
+def test_a_ranks_redrawn_line_is_shown_live_with_its_rank(ma_module_client, tmp_path):
     """Behind a launcher's rank splitter the node log gets a rank's redrawn line whole, at its
     newline; meanwhile the follower shows it from the rank's own log, labelled as in the node log."""
     go = _go_folder(tmp_path)
     ranked = f"{PY} -m ma_jupyter.nodeside.rank_log --rank=1 {PY} -c {_quoted(REDRAWING)}"
-    handle = ma_client.submit(name="ranked", command=ranked, datasets=[{"name": "go", "path": str(go)}])
+    handle = ma_module_client.submit(
+        name="ranked", command=ranked, datasets=[{"name": "go", "path": str(go)}]
+    )
     cell = _Cell()
 
     def release() -> None:
@@ -233,7 +241,7 @@ def test_a_ranks_redrawn_line_is_shown_live_with_its_rank(ma_client, tmp_path):
 
     thread = threading.Thread(target=release, daemon=True)
     thread.start()
-    job = live.follow_job(ma_client, handle.id, display=cell, live_display=True)
+    job = live.follow_job(ma_module_client, handle.id, display=cell, live_display=True)
     thread.join(timeout=30)
     assert job.status is JobStatus.succeeded, cell.last()
     assert cell.last().splitlines()[-3:] == [
@@ -243,12 +251,12 @@ def test_a_ranks_redrawn_line_is_shown_live_with_its_rank(ma_client, tmp_path):
     ]
 
 
-def test_the_follower_gives_the_unfinished_line_before_its_newline(ma_client, tmp_path):
+def test_the_follower_gives_the_unfinished_line_before_its_newline(ma_module_client, tmp_path):
     go = _go_folder(tmp_path)
-    handle = ma_client.submit(
+    handle = ma_module_client.submit(
         name="bar", command=f"{PY} -c {_quoted(REDRAWING)}", datasets=[{"name": "go", "path": str(go)}]
     )
-    follower = JobFollower(ma_client, handle.info)
+    follower = JobFollower(ma_module_client, handle.info)
     seen: list[tuple[str, str]] = []  # ("line", text) or ("partial", text), in order
     released = 0
     for items, partials in follower.updates():
@@ -272,11 +280,11 @@ def _quoted(code: str) -> str:
     return shlex.quote(code)
 
 
-def test_ctrl_c_detaches_and_says_how_to_come_back(ma_client, ma_home, tmp_path):
+def test_ctrl_c_detaches_and_says_how_to_come_back(ma_module_client, ma_module_service, tmp_path):
     proc = subprocess.Popen(
         [PY, "-m", "ma_jupyter.frontends.cli", "submit", "--follow", "--name", "long", "--"]
         + [PY, "-c", "import time\nprint('running', flush=True)\ntime.sleep(300)\n"],
-        env=_env(ma_home),
+        env=_env(ma_module_service.home),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -298,11 +306,11 @@ def test_ctrl_c_detaches_and_says_how_to_come_back(ma_client, ma_home, tmp_path)
     assert f"detached: job {job_id} keeps running" in said, said
     assert f"ma-jupyter logs {job_id} --follow" in said and f"ma-jupyter stop {job_id}" in said
     assert f"%ma_attach {job_id}" in said
-    assert ma_client.get(job_id).status is JobStatus.running  # the interrupt only detached
-    ma_client.stop(job_id)
+    assert ma_module_client.get(job_id).status is JobStatus.running  # the interrupt only detached
+    ma_module_client.stop(job_id)
 
 
-def test_stop_on_interrupt_stops_the_job(ma_client, ma_home, tmp_path):
+def test_stop_on_interrupt_stops_the_job(ma_module_client, ma_module_service, tmp_path):
     proc = subprocess.Popen(
         [
             PY,
@@ -316,7 +324,7 @@ def test_stop_on_interrupt_stops_the_job(ma_client, ma_home, tmp_path):
             "--",
         ]
         + [PY, "-c", "import time\nprint('running', flush=True)\ntime.sleep(300)\n"],
-        env=_env(ma_home),
+        env=_env(ma_module_service.home),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -334,4 +342,4 @@ def test_stop_on_interrupt_stops_the_job(ma_client, ma_home, tmp_path):
             proc.kill()
     job_id = err.text().split("submitted ", 1)[1].split()[0]
     assert f"stop requested for job {job_id}" in err.text()
-    assert ma_client.job(job_id).wait(timeout=60).status is JobStatus.stopped
+    assert ma_module_client.job(job_id).wait(timeout=60).status is JobStatus.stopped

@@ -12,6 +12,7 @@ import pytest
 
 from ma_jupyter.nodehost import cgroup
 from tests.fixtures.service_api import full_log, submit, wait_for, wait_status
+from tests.fixtures.service_process import module_home, start_service, stop_services
 
 PY = sys.executable
 SMALL_MEMORY = """
@@ -31,11 +32,13 @@ GREEDY = "import time; block = b'x' * (400 << 20); print('allocated', flush=True
 GREEDY_CHILD = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', {GREEDY!r}]))"
 
 
-@pytest.fixture
-def quarter(ma_home, request):
-    cluster = ma_home / "cluster.toml"
-    cluster.write_text(cluster.read_text() + SMALL_MEMORY)
-    return request.getfixturevalue("ma_service")
+@pytest.fixture(scope="module")
+def quarter(tmp_path_factory):
+    """One service for the module's tests, on the one-node cluster of ``SMALL_MEMORY``: each
+    test waits for its own job's end, so the next finds the node free."""
+    services = [start_service(module_home(tmp_path_factory, SMALL_MEMORY), env={"MA_JUPYTER_CARDS": "none"})]
+    yield services[0]
+    stop_services(services)
 
 
 @pytest.mark.parametrize("code", [GREEDY, GREEDY_CHILD], ids=["process", "child"])

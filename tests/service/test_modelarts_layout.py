@@ -12,7 +12,7 @@ from tests.fixtures.service_api import full_log, submit, wait_status
 SHOW = "import os, sys\nprint('python', sys.executable)\nprint('lib', os.environ.get('LD_LIBRARY_PATH'))\n"
 
 
-def test_the_conda_rule_applies_in_single_mode(ma_service, tmp_path):
+def test_the_conda_rule_applies_in_single_mode(ma_module_service, tmp_path):
     code = tmp_path / "code"
     bin_dir = code / "conda" / "envs" / "py37" / "bin"
     bin_dir.mkdir(parents=True)
@@ -21,14 +21,14 @@ def test_the_conda_rule_applies_in_single_mode(ma_service, tmp_path):
     (code / "train.py").write_text(SHOW)
     anaconda = "/workspace/algorithm/conda"
     job = submit(
-        ma_service,
+        ma_module_service,
         command="python train.py",
         algorithm=str(code),
         convention="modelarts",
         env={"ANACONDA_DIR": anaconda, "DEFAULT_CONDA_ENV_NAME": "py37"},
     )
-    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
-    log = full_log(ma_service, job["id"])
+    final = wait_status(ma_module_service, job["id"], {"succeeded", "error"})
+    log = full_log(ma_module_service, job["id"])
     assert final["status"] == "succeeded", log
     assert f"python {anaconda}/envs/py37/bin/python\n" in log
     assert f"lib {anaconda}/envs/py37/lib\n" in log
@@ -46,12 +46,12 @@ print('table', os.environ['RANK_TABLE_FILE'], os.environ['RANK_ID'], table['stat
 """
 
 
-def test_a_mindspore_job_finds_its_completed_rank_table_at_user_config(ma_service, tmp_path):
+def test_a_mindspore_job_finds_its_completed_rank_table_at_user_config(ma_module_service, tmp_path):
     code = tmp_path / "ms"
     code.mkdir()
     (code / "train.py").write_text(WAITS_FOR_TABLE)
     job = submit(
-        ma_service,
+        ma_module_service,
         command="python train.py",
         algorithm=str(code),
         mode="mindspore-ascend",
@@ -59,8 +59,8 @@ def test_a_mindspore_job_finds_its_completed_rank_table_at_user_config(ma_servic
         specs=["npu.emu-2"],
         convention="modelarts",
     )
-    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
-    logs = full_log(ma_service, job["id"]) + full_log(ma_service, job["id"], node="worker-1")
+    final = wait_status(ma_module_service, job["id"], {"succeeded", "error"})
+    logs = full_log(ma_module_service, job["id"]) + full_log(ma_module_service, job["id"], node="worker-1")
     assert final["status"] == "succeeded", logs
     seen = sorted(
         line.split("table /user/config ")[1].split()[0]
@@ -82,13 +82,13 @@ for folder in ('/home/ma-user/modelarts', '/cache', '/dev/shm'):
 """
 
 
-def test_a_modelarts_node_sees_the_container_layout(ma_service, tmp_path):
+def test_a_modelarts_node_sees_the_container_layout(ma_module_service, tmp_path):
     code = tmp_path / "mycode"
     code.mkdir()
     (code / "train.py").write_text(LAYOUT)
-    job = submit(ma_service, command="python train.py", algorithm=str(code), convention="modelarts")
-    final = wait_status(ma_service, job["id"], {"succeeded", "error"})
-    log = full_log(ma_service, job["id"])
+    job = submit(ma_module_service, command="python train.py", algorithm=str(code), convention="modelarts")
+    final = wait_status(ma_module_service, job["id"], {"succeeded", "error"})
+    log = full_log(ma_module_service, job["id"])
     assert final["status"] == "succeeded", log
     assert "cwd /home/ma-user/modelarts/user-job-dir/mycode\n" in log
     assert "code ['train.py']\n" in log
@@ -105,17 +105,19 @@ print('hosts', os.environ.get('TF_PS_HOSTS', '-'), os.environ.get('TF_WORKER_HOS
 """
 
 
-def test_modelarts_tensorflow_layout_on_real_nodes(ma_service, tmp_path):
+def test_modelarts_tensorflow_layout_on_real_nodes(ma_module_service, tmp_path):
     """Seed 001/004: two nodes run a ps beside each worker with ports in 5000-10000 and the
     arguments appended; one node runs `python <boot file> <args>` and nothing else."""
     code = tmp_path / "tf"
     code.mkdir()
     (code / "train.py").write_text(TF_SHOW)
     common = {"command": "python train.py --epochs 5", "algorithm": str(code), "convention": "modelarts"}
-    two = submit(ma_service, mode="tensorflow", nodes=2, **common)
-    one = submit(ma_service, mode="tensorflow", **common)
-    final = wait_status(ma_service, two["id"], {"succeeded", "error"})
-    logs = {n: full_log(ma_service, two["id"], node=n) for n in ("ps-0", "ps-1", "worker-0", "worker-1")}
+    two = submit(ma_module_service, mode="tensorflow", nodes=2, **common)
+    one = submit(ma_module_service, mode="tensorflow", **common)
+    final = wait_status(ma_module_service, two["id"], {"succeeded", "error"})
+    logs = {
+        n: full_log(ma_module_service, two["id"], node=n) for n in ("ps-0", "ps-1", "worker-0", "worker-1")
+    }
     assert final["status"] == "succeeded", logs
     hosts = {n["name"]: n["host"] for n in final["nodes"]}
     assert hosts["ps-0"] == hosts["worker-0"] != hosts["worker-1"] == hosts["ps-1"], hosts
@@ -129,8 +131,8 @@ def test_modelarts_tensorflow_layout_on_real_nodes(ma_service, tmp_path):
     argv = ["--epochs", "5", "--task_index", "1", "--ps_hosts", ps_hosts, "--worker_hosts", worker_hosts]
     assert f"argv {json.dumps([*argv, '--job_name', 'worker'])}\n" in worker, worker
     assert "task ps ps 0\n" in logs["ps-0"], logs["ps-0"]
-    final = wait_status(ma_service, one["id"], {"succeeded", "error"})
-    log = full_log(ma_service, one["id"])
+    final = wait_status(ma_module_service, one["id"], {"succeeded", "error"})
+    log = full_log(ma_module_service, one["id"])
     assert final["status"] == "succeeded", log
     assert [n["name"] for n in final["nodes"]] == ["worker-0"]
     assert 'argv ["--epochs", "5"]\n' in log, log

@@ -28,6 +28,7 @@ import time
 import pytest
 
 from tests.fixtures.service_api import full_log, job_of, wait_status
+from tests.fixtures.service_process import module_home, start_service, stop_services
 from tests.helpers import small_tmpfs, wait_for
 
 pytestmark = [
@@ -89,10 +90,15 @@ print("still here", flush=True)
 """
 
 
-@pytest.fixture
-def quarter(ma_home, request):
-    limits(ma_home, max_node_processes=64, max_log_mb=4)
-    return request.getfixturevalue("ma_service")
+@pytest.fixture(scope="module")
+def quarter(tmp_path_factory):
+    """One service for the module's tests with these limits: each test ends its own jobs (users
+    run on the default cluster's nodes), so the next finds them free."""
+    home = module_home(tmp_path_factory)
+    limits(home, max_node_processes=64, max_log_mb=4)
+    services = [start_service(home, env={"MA_JUPYTER_CARDS": "none"})]
+    yield services[0]
+    stop_services(services)
 
 
 def test_memory_held_in_tmp_and_dev_shm_counts_in_the_node_memory(quarter):
@@ -323,8 +329,6 @@ def test_without_a_sandbox_the_watchdog_ends_a_node_past_its_process_limit(
     the runner's watchdog is the bound, and the job ends with the reason."""
     monkeypatch.setenv("MA_JUPYTER_SANDBOX", "none")
     limits(ma_home, max_node_processes=32)
-    from tests.fixtures.service_process import start_service
-
     svc = start_service(ma_home)
     try:
         body = {"name": "bomb", "command": shlex.join([PY, "-c", FORK_BOMB]), "specs": ["cpu.quarter"]}

@@ -112,43 +112,49 @@ def test_a_500_answers_the_typed_body_and_the_next_call_still_works(ma_service, 
     client.close()
 
 
-def test_bad_bodies_routes_and_url_tokens_get_typed_answers(ma_service):
-    s = ma_service.session()
+def test_bad_bodies_routes_and_url_tokens_get_typed_answers(ma_module_service):
+    s = ma_module_service.session()
+    jobs_before = s.get(f"{ma_module_service.api}/jobs", timeout=10).json()["total"]
     r = s.post(
-        f"{ma_service.api}/jobs", data=b"\xff\xfe{", headers={"Content-Type": "application/json"}, timeout=10
+        f"{ma_module_service.api}/jobs",
+        data=b"\xff\xfe{",
+        headers={"Content-Type": "application/json"},
+        timeout=10,
     )
     assert r.status_code == 400 and r.json()["error"] == "invalid_spec", r.text
-    r = s.get(f"{ma_service.url}/api/v1/nothing-here", timeout=10)
+    r = s.get(f"{ma_module_service.url}/api/v1/nothing-here", timeout=10)
     assert r.status_code == 404 and r.json()["error"] == "not_found"
-    r = s.put(f"{ma_service.api}/jobs", timeout=10)
+    r = s.put(f"{ma_module_service.api}/jobs", timeout=10)
     assert r.status_code == 405 and set(r.json()) == {"error", "message", "field"}
     # bodies are capped, declared or not
     big = {"name": "t", "command": "python x.py", "env": {"X": "a" * (2 << 20)}}
-    r = s.post(f"{ma_service.api}/jobs", json=big, timeout=30)
+    r = s.post(f"{ma_module_service.api}/jobs", json=big, timeout=30)
     assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
     chunks = (b"x" * 65536 for _ in range(40))  # 2.5 MiB, chunked: no Content-Length
     r = s.post(
-        f"{ma_service.api}/jobs", data=chunks, headers={"Content-Type": "application/json"}, timeout=30
+        f"{ma_module_service.api}/jobs", data=chunks, headers={"Content-Type": "application/json"}, timeout=30
     )
     assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
     # the token only travels in the Authorization header
     import requests
 
-    r = requests.get(f"{ma_service.api}/health", params={"token": ma_service.token}, timeout=10)
+    r = requests.get(f"{ma_module_service.api}/health", params={"token": ma_module_service.token}, timeout=10)
     assert r.status_code == 401
-    assert s.get(f"{ma_service.api}/health", timeout=10).json()["ok"] is True
-    assert s.get(f"{ma_service.api}/jobs", timeout=10).json()["total"] == 0
+    assert s.get(f"{ma_module_service.api}/health", timeout=10).json()["ok"] is True
+    assert (
+        s.get(f"{ma_module_service.api}/jobs", timeout=10).json()["total"] == jobs_before
+    )  # none of them made a job
 
 
-def test_a_huge_command_is_answered_at_once(ma_service):
-    s = ma_service.session()
+def test_a_huge_command_is_answered_at_once(ma_module_service):
+    s = ma_module_service.session()
     # the longest command a spec takes (128 KiB), with the error at its end
     command = "echo " + "a" * 130_000 + " ; echo done"
     started = time.monotonic()
-    r = s.post(f"{ma_service.api}/plan", json={"name": "t", "command": command}, timeout=120)
+    r = s.post(f"{ma_module_service.api}/plan", json={"name": "t", "command": command}, timeout=120)
     print(f"a 130 kB command was refused in {time.monotonic() - started:.2f} s")
     assert r.status_code == 400 and "';'" in r.json()["message"]
-    assert s.get(f"{ma_service.api}/health", timeout=10).status_code == 200
+    assert s.get(f"{ma_module_service.api}/health", timeout=10).status_code == 200
 
 
 @pytest.mark.timeout(300)
@@ -196,33 +202,34 @@ def test_a_follower_resumes_at_its_offset_across_two_kill_9_restarts(ma_service)
     client.close()
 
 
-def test_a_submit_whose_answer_was_lost_is_retried_without_a_duplicate(ma_service):
+def test_a_submit_whose_answer_was_lost_is_retried_without_a_duplicate(ma_module_service):
     from ma_jupyter.client import Client
 
-    s = ma_service.session()
+    s = ma_module_service.session()
     key = uuid.uuid4().hex
-    body = {"name": "keyed", "command": f"{PY} -c pass"}
-    first = s.post(f"{ma_service.api}/jobs", json=body, headers={"Idempotency-Key": key}, timeout=10)
-    again = s.post(f"{ma_service.api}/jobs", json=body, headers={"Idempotency-Key": key}, timeout=10)
+    keyed, dropped = f"keyed-{key[:8]}", f"dropped-answer-{key[:8]}"  # this test's own jobs
+    body = {"name": keyed, "command": f"{PY} -c pass"}
+    first = s.post(f"{ma_module_service.api}/jobs", json=body, headers={"Idempotency-Key": key}, timeout=10)
+    again = s.post(f"{ma_module_service.api}/jobs", json=body, headers={"Idempotency-Key": key}, timeout=10)
     assert first.status_code == 201 and again.status_code == 201
     assert first.json()["id"] == again.json()["id"]
-    other_user = ma_service.user_session("someone-else")
+    other_user = ma_module_service.user_session("someone-else")
     theirs = other_user.post(
-        f"{ma_service.api}/jobs", json=body, headers={"Idempotency-Key": key}, timeout=10
+        f"{ma_module_service.api}/jobs", json=body, headers={"Idempotency-Key": key}, timeout=10
     )
     assert theirs.json()["id"] != first.json()["id"]  # keys are per user
-    assert s.get(f"{ma_service.api}/jobs", params={"name": "keyed"}, timeout=10).json()["total"] == 2
+    assert s.get(f"{ma_module_service.api}/jobs", params={"name": keyed}, timeout=10).json()["total"] == 2
 
-    proxy = DroppingProxy(ma_service.url)
+    proxy = DroppingProxy(ma_module_service.url)
     try:
-        client = Client(proxy.url, token=ma_service.token, retry_for=20)
+        client = Client(proxy.url, token=ma_module_service.token, retry_for=20)
         client.connect()
         proxy.drop_next = 1  # the service creates the job, its answer never arrives
-        handle = client.submit(name="dropped-answer", command=f"{PY} -c \"print('once')\"")
+        handle = client.submit(name=dropped, command=f"{PY} -c \"print('once')\"")
         assert proxy.dropped == 1
-        page = s.get(f"{ma_service.api}/jobs", params={"name": "dropped-answer"}, timeout=10).json()
+        page = s.get(f"{ma_module_service.api}/jobs", params={"name": dropped}, timeout=10).json()
         assert page["total"] == 1 and page["items"][0]["id"] == handle.id
-        assert wait_status(ma_service, handle.id, {"succeeded", "error"})["status"] == "succeeded"
+        assert wait_status(ma_module_service, handle.id, {"succeeded", "error"})["status"] == "succeeded"
         client.close()
     finally:
         proxy.close()

@@ -42,8 +42,10 @@ __attribute__((constructor)) static void record(void) {
 """
 
 
-def _no_jobs(client) -> bool:
-    return client.jobs(limit=500) == []
+def _job_ids(client) -> list[str]:
+    """The ids of every job ``client`` sees: the tests on the module's service compare them
+    before and after a refused submit (no job made)."""
+    return [j.id for j in client.jobs(limit=500)]
 
 
 def _world_writable(path) -> None:
@@ -51,7 +53,7 @@ def _world_writable(path) -> None:
     path.chmod(0o1777)
 
 
-def test_job_env_never_reaches_the_hosts_launcher(ma_client, ma_home, tmp_path):
+def test_job_env_never_reaches_the_hosts_launcher(ma_module_client, ma_module_service, tmp_path):
     """``--env PATH=<dir with a fake bwrap>`` and ``--env LD_PRELOAD=<lib>`` apply to the job's
     own command only, as the job's account: no host-side program runs the user's code."""
     evil = tmp_path / "evil"
@@ -75,7 +77,7 @@ def test_job_env_never_reaches_the_hosts_launcher(ma_client, ma_home, tmp_path):
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(evil / "record.so"), str(source)], check=True)
     in_view = "/workspace/dataset/private/lib/record.so"
 
-    job = ma_client.submit(
+    job = ma_module_client.submit(
         name="env-escape",
         command=f"{PY} -c \"import os; print('uid', os.getuid())\"",
         datasets=[{"name": "lib", "path": str(evil)}],
@@ -87,7 +89,7 @@ def test_job_env_never_reaches_the_hosts_launcher(ma_client, ma_home, tmp_path):
     # no fake program ran and no host-side process loaded the library...
     assert sorted(p.name for p in ran.iterdir()) == []
     # ...while the job's own command did, as the job's account (so the variables did apply)
-    loaded = (ma_home / "jobs" / job.id / "outputs" / "loaded").read_text().splitlines()
+    loaded = (ma_module_service.home / "jobs" / job.id / "outputs" / "loaded").read_text().splitlines()
     assert loaded and all(line.split()[0] == str(NOBODY.pw_uid) for line in loaded), loaded
     assert not any(line.split()[1] in ("bwrap", "setpriv", "env") for line in loaded), loaded
 
@@ -111,7 +113,7 @@ def test_mount_sources_outside_the_allowed_roots_are_refused(
 ):
     """No job may mount a host folder outside the admin's roots, nor a system folder, the
     service's home or another job's folder, even through a symlink inside an allowed root.
-    (One service for every case: each checks that no job at all was made.)"""
+    (One service for every case: each checks that it made no job.)"""
     ma_client, ma_home = ma_module_client, ma_module_service.home
     # a folder of this test's own outside the allowed roots (the test's tmp_path is inside them)
     outside = tempfile.mkdtemp(prefix="ma-jupyter-outside-", dir="/var/tmp")
@@ -124,6 +126,7 @@ def test_mount_sources_outside_the_allowed_roots_are_refused(
     }.get(path, path)
     (ma_home / "jobs").mkdir(exist_ok=True)
     mount = {"name": "x", "path": source}
+    jobs_before = _job_ids(ma_client)
     with pytest.raises(InvalidSpec) as refused:
         ma_client.submit(
             name="mount-escape",
@@ -135,7 +138,7 @@ def test_mount_sources_outside_the_allowed_roots_are_refused(
         # the refusal names the roots that are allowed and the setting that adds one
         allowed = str(ma_module_service.allowed_root)
         assert allowed in str(refused.value) and "[mounts] allowed_roots" in str(refused.value)
-    assert _no_jobs(ma_client)
+    assert _job_ids(ma_client) == jobs_before
     assert not os.path.exists(os.path.join(source, "pwned"))
     os.rmdir(outside)
 
@@ -160,11 +163,11 @@ def test_default_roots_are_the_users_home_and_the_project_folder(ma_home, tmp_pa
     assert policy.roots_for("daemon") == ["/usr/sbin", str(project)]
 
 
-def test_jobs_of_root_run_as_the_job_account_and_own_what_they_write(ma_client, tmp_path):
+def test_jobs_of_root_run_as_the_job_account_and_own_what_they_write(ma_module_client, tmp_path):
     """A root service runs root's jobs as the unprivileged job account: what they write through
     a writable mount is that account's, and a root-owned folder is not theirs to write."""
     outputs = tmp_path / "new-outputs"  # does not exist yet: made for the job, owned by its account
-    job = ma_client.submit(
+    job = ma_module_client.submit(
         name="whoami",
         outputs=str(outputs),
         command=(
@@ -179,19 +182,21 @@ def test_jobs_of_root_run_as_the_job_account_and_own_what_they_write(ma_client, 
     assert outputs.stat().st_uid == NOBODY.pw_uid
 
     root_owned = tmp_path / "root-owned"
+    jobs_before = _job_ids(ma_module_client)
     root_owned.mkdir(mode=0o755)
     with pytest.raises(InvalidSpec, match=r"not writable by nobody .*chown"):
-        ma_client.submit(name="no-write", outputs=str(root_owned), command="true")
-    assert [j.name for j in ma_client.jobs(limit=500)] == ["whoami"]
+        ma_module_client.submit(name="no-write", outputs=str(root_owned), command="true")
+    assert job.id in jobs_before
+    assert _job_ids(ma_module_client) == jobs_before  # the refused one made no job
     assert list(root_owned.iterdir()) == []
 
 
-def test_a_user_with_an_account_runs_as_that_account(ma_service):
+def test_a_user_with_an_account_runs_as_that_account(ma_module_service):
     """The submitting user's own Unix account (here ``daemon``) is the one its jobs run as."""
     daemon = pwd.getpwnam("daemon")
-    session = ma_service.user_session("daemon")
+    session = ma_module_service.user_session("daemon")
     reply = session.post(
-        f"{ma_service.api}/jobs",
+        f"{ma_module_service.api}/jobs",
         json={"name": "as-daemon", "command": f"{PY} -c \"import os; print('uid', os.getuid())\""},
         timeout=30,
     )
@@ -200,10 +205,12 @@ def test_a_user_with_an_account_runs_as_that_account(ma_service):
     from tests.helpers import wait_for
 
     wait_for(
-        lambda: session.get(f"{ma_service.api}/jobs/{job_id}", timeout=5).json()["status"] == "succeeded",
+        lambda: (
+            session.get(f"{ma_module_service.api}/jobs/{job_id}", timeout=5).json()["status"] == "succeeded"
+        ),
         timeout=60,
     )
-    text = session.get(f"{ma_service.api}/jobs/{job_id}/logs/read", timeout=5).json()["data"]
+    text = session.get(f"{ma_module_service.api}/jobs/{job_id}/logs/read", timeout=5).json()["data"]
     assert f"uid {daemon.pw_uid}" in text
 
 
@@ -216,16 +223,18 @@ def test_root_runs_as_root_only_when_an_admin_allows_it(ma_client, ma_home, tmp_
     assert "uid 0" in list(job.logs())
 
 
-def test_an_env_value_with_a_nul_byte_is_refused_at_submit(ma_service):
-    session = ma_service.session()
+def test_an_env_value_with_a_nul_byte_is_refused_at_submit(ma_module_service):
+    session = ma_module_service.session()
+    jobs_before = [j["id"] for j in session.get(f"{ma_module_service.api}/jobs", timeout=5).json()["items"]]
     reply = session.post(
-        f"{ma_service.api}/jobs",
+        f"{ma_module_service.api}/jobs",
         json={"name": "nul", "command": "true", "env": {"A": "x\u0000y"}},
         timeout=30,
     )
     assert reply.status_code == 400, reply.text
     assert "NUL byte" in reply.json()["message"]
-    assert session.get(f"{ma_service.api}/jobs", timeout=5).json()["items"] == []
+    jobs_after = [j["id"] for j in session.get(f"{ma_module_service.api}/jobs", timeout=5).json()["items"]]
+    assert jobs_after == jobs_before  # no job made
 
 
 def test_without_a_sandbox_a_root_service_refuses_to_run_jobs_as_root(ma_client, monkeypatch):
@@ -238,28 +247,29 @@ def test_without_a_sandbox_a_root_service_refuses_to_run_jobs_as_root(ma_client,
     assert "install bubblewrap" in final.reason and "allow_root" in final.reason
 
 
-def test_a_mount_below_a_writable_mount_is_refused(ma_client, tmp_path):
+def test_a_mount_below_a_writable_mount_is_refused(ma_module_client, tmp_path):
     """A job could swap a folder inside its writable outputs for a symlink before a later bind
     follows it (an on_start phase, or a node that started first): such specs are refused."""
     outputs = tmp_path / "out"
     (outputs / "v").mkdir(parents=True)
     for folder in (outputs, outputs / "v"):
         folder.chmod(0o777)
+    jobs_before = _job_ids(ma_module_client)
     with pytest.raises(InvalidSpec, match="could redirect it before it is mounted"):
-        ma_client.submit(
+        ma_module_client.submit(
             name="nested",
             outputs=str(outputs),
             volumes=[{"name": "v", "path": str(outputs / "v")}],
             command="true",
         )
-    assert _no_jobs(ma_client)
+    assert _job_ids(ma_module_client) == jobs_before  # no job made
 
 
-def test_a_jobs_variables_are_not_on_any_command_line(ma_client):
+def test_a_jobs_variables_are_not_on_any_command_line(ma_module_client, ma_module_service):
     """Other users of the host read every process's command line: the job's variables are
     handed to bubblewrap in a memory file, never as its arguments."""
     secret = f"hunter2-{os.getpid()}"
-    job = ma_client.submit(
+    job = ma_module_client.submit(
         name="secret-env",
         env={"API_KEY": secret},
         command=f"{PY} -c \"import os, time; print('have', len(os.environ['API_KEY'])); time.sleep(30)\"",
@@ -279,14 +289,8 @@ def test_a_jobs_variables_are_not_on_any_command_line(ma_client):
     job.stop()
     assert shown == [], f"processes {shown} show the job's variable on their command line"
     assert [line for line in job.logs() if line.startswith("have")] == [f"have {len(secret)}"]
-    runner_spec = next((ma_client_home() / "jobs" / job.id / "nodes").glob("*/node-run.json"))
+    runner_spec = next((ma_module_service.home / "jobs" / job.id / "nodes").glob("*/node-run.json"))
     assert runner_spec.stat().st_mode & 0o077 == 0
-
-
-def ma_client_home():
-    from ma_jupyter import config
-
-    return config.home()
 
 
 def test_the_snapshot_exception_is_for_a_read_only_algorithm_only(ma_home):
@@ -331,14 +335,14 @@ for limit in ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/mem
 """
 
 
-def test_a_job_sees_only_its_own_cgroup(ma_client, tmp_path):
+def test_a_job_sees_only_its_own_cgroup(ma_module_client, tmp_path):
     """``/sys/fs/cgroup`` inside a job lists no other job's cgroup (its id, its memory use),
     even of an ``--access none`` job running beside it; the job's own memory limit stays
     readable where its node has a cgroup."""
     from ma_jupyter.nodehost import cgroup
     from tests.helpers import wait_for
 
-    hidden = ma_client.submit(
+    hidden = ma_module_client.submit(
         name="hidden",
         access="none",
         command=f"{PY} -c \"import time; print('up', flush=True); time.sleep(600)\"",
@@ -347,7 +351,7 @@ def test_a_job_sees_only_its_own_cgroup(ma_client, tmp_path):
     algo = tmp_path / "spy"
     algo.mkdir()
     (algo / "spy.py").write_text(CGROUP_SPY)
-    spy = ma_client.submit(name="spy", algorithm=str(algo), command=f"{PY} spy.py {hidden.id}")
+    spy = ma_module_client.submit(name="spy", algorithm=str(algo), command=f"{PY} spy.py {hidden.id}")
     spy.wait(timeout=120)
     hidden.stop()
     lines = list(spy.logs())

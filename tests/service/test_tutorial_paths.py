@@ -44,7 +44,7 @@ def run_job(client, **fields):
     ],
 )
 def test_a_tutorials_data_folder_above_the_working_directory_names_the_mount_and_the_fix(
-    ma_client, tmp_path, written, start
+    ma_module_client, tmp_path, written, start
 ):
     algo = algorithm(
         tmp_path / "algo",
@@ -53,7 +53,7 @@ def test_a_tutorials_data_folder_above_the_working_directory_names_the_mount_and
             os.makedirs({written!r}, exist_ok=True)  # as the tutorial's dataset download does
         """,
     )
-    job, _, logs = run_job(ma_client, command="python train.py", algorithm=str(algo))
+    job, _, logs = run_job(ma_module_client, command="python train.py", algorithm=str(algo))
     assert job.status.value == "error", logs
     first = job.reason.splitlines()[0]
     assert first.startswith(f"node worker-0 exited with code 1: {start}"), first
@@ -93,10 +93,10 @@ TF_PS_STYLE = """
 """
 
 
-def test_a_checkpoint_another_node_wrote_in_its_own_tmp_gets_the_per_node_hint(ma_client, tmp_path):
+def test_a_checkpoint_another_node_wrote_in_its_own_tmp_gets_the_per_node_hint(ma_module_client, tmp_path):
     algo = algorithm(tmp_path / "algo", train=TF_PS_STYLE)
     job, _, logs = run_job(
-        ma_client, command="python train.py", algorithm=str(algo), mode="tensorflow", nodes=2
+        ma_module_client, command="python train.py", algorithm=str(algo), mode="tensorflow", nodes=2
     )
     assert job.status.value == "error", logs
     assert "chief saved" in logs
@@ -107,7 +107,7 @@ def test_a_checkpoint_another_node_wrote_in_its_own_tmp_gets_the_per_node_hint(m
     assert "each node of the job has a /tmp of its own" in first and "/workspace/outputs" in first
     # one node alone: a missing file is only a missing file
     single = algorithm(tmp_path / "single", train='open("/tmp/nothing-here").read()\n')
-    job, _, logs = run_job(ma_client, command="python train.py", algorithm=str(single))
+    job, _, logs = run_job(ma_module_client, command="python train.py", algorithm=str(single))
     assert job.status.value == "error" and job.reason.splitlines()[0] == "node worker-0 exited with code 1", (
         logs
     )
@@ -126,18 +126,18 @@ def project(tmp_path, monkeypatch):
     return folder
 
 
-def test_bash_c_with_a_pipe_ships_the_folder_as_python_does(ma_client, project):
-    handle = ma_client.submit(name="t", command='bash -c "python train.py | tee train.log"')
+def test_bash_c_with_a_pipe_ships_the_folder_as_python_does(ma_module_client, project):
+    handle = ma_module_client.submit(name="t", command='bash -c "python train.py | tee train.log"')
     assert handle.shipped and "shipped" in handle.shipped and str(project) in handle.shipped
     job = handle.wait(timeout=120)
-    log = ma_client.read_log(job.id, node="worker-0").data
+    log = ma_module_client.read_log(job.id, node="worker-0").data
     assert job.status.value == "succeeded", (job.reason, log)
     assert "trained in /workspace/algorithm" in log
     assert not (project / "train.log").exists()  # the job wrote its working copy, not the folder
 
 
-def test_a_command_whose_file_is_not_here_ships_nothing_and_its_failure_says_why(ma_client, project):
-    handle = ma_client.submit(
+def test_a_command_whose_file_is_not_here_ships_nothing_and_its_failure_says_why(ma_module_client, project):
+    handle = ma_module_client.submit(
         name="t", command='bash -c "set -o pipefail; python elsewhere/train.py | tee log"'
     )
     assert handle.shipped is None
@@ -172,23 +172,25 @@ KERAS_STYLE = """
 """
 
 
-def test_a_keras_cache_in_home_is_kept_for_the_users_next_job_and_no_one_elses(ma_service, ma_home, tmp_path):
+def test_a_keras_cache_in_home_is_kept_for_the_users_next_job_and_no_one_elses(ma_module_service, tmp_path):
     algo = algorithm(tmp_path / "algo", keras=KERAS_STYLE)
     alice, bob = f"alice-{secrets.token_hex(3)}", f"bob-{secrets.token_hex(3)}"
     logs = {}
     for name, user, action in (("first", alice, "download"), ("next", alice, "load"), ("other", bob, "load")):
-        job = submit(ma_service, user, name=name, command=f"python keras.py {action}", algorithm=str(algo))
-        final = finished(ma_service, job["id"])
-        logs[name] = log_of(ma_service, job["id"])
+        job = submit(
+            ma_module_service, user, name=name, command=f"python keras.py {action}", algorithm=str(algo)
+        )
+        final = finished(ma_module_service, job["id"])
+        logs[name] = log_of(ma_module_service, job["id"])
         assert final["status"] == "succeeded", (final["reason"], logs[name])
     assert "cached: ['mnist.npz']" in logs["next"]
     assert "cached: []" in logs["other"]
-    kept = ma_home / "caches" / alice / "home" / ".keras" / "datasets" / "mnist.npz"
+    kept = ma_module_service.home / "caches" / alice / "home" / ".keras" / "datasets" / "mnist.npz"
     assert kept.read_text() == "downloaded"
 
 
 def test_a_job_that_turns_its_cache_folders_into_links_gets_nothing_made_through_them(
-    ma_service, ma_home, tmp_path
+    ma_module_service, tmp_path
 ):
     """A hostile job replaces ``~/.cache/home`` and ``~/.cache/home/.keras`` with links to a folder
     of the host; the next launch makes the cache's folders without following them."""
@@ -208,13 +210,13 @@ def test_a_job_that_turns_its_cache_folders_into_links_gets_nothing_made_through
     )
     user = f"mallory-{secrets.token_hex(3)}"
     for command in ("python plant.py", "python keras.py download"):
-        job = submit(ma_service, user, command=command, algorithm=str(plant))
-        final = finished(ma_service, job["id"])
-        log = log_of(ma_service, job["id"])
+        job = submit(ma_module_service, user, command=command, algorithm=str(plant))
+        final = finished(ma_module_service, job["id"])
+        log = log_of(ma_module_service, job["id"])
         if command.startswith("python plant"):
             assert final["status"] == "succeeded", (final["reason"], log)
     assert list(victim.iterdir()) == []  # nothing made or written through the links
-    cache = ma_home / "caches" / user
+    cache = ma_module_service.home / "caches" / user
     assert (cache / "home").is_symlink() and (cache / "old-home" / ".keras").is_symlink()
 
 
@@ -271,10 +273,15 @@ DDP = """
 
 @pytest.mark.torch
 @pytest.mark.timeout(300)
-def test_a_two_node_torch_job_prints_no_launcher_warning(ma_client, tmp_path):
+def test_a_two_node_torch_job_prints_no_launcher_warning(ma_module_client, tmp_path):
     algo = algorithm(tmp_path / "algo", ddp=DDP)
     job, _, logs = run_job(
-        ma_client, command="python ddp.py", algorithm=str(algo), mode="pytorch", nodes=2, specs=["gpu.emu-2"]
+        ma_module_client,
+        command="python ddp.py",
+        algorithm=str(algo),
+        mode="pytorch",
+        nodes=2,
+        specs=["gpu.emu-2"],
     )
     assert job.status.value == "succeeded", (job.reason, logs)
     assert "OMP_NUM_THREADS" not in logs, logs  # torchrun's banner where nothing set it
@@ -303,11 +310,13 @@ MPI = """
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-def test_a_two_node_mpi_job_prints_no_open_mpi_warning(ma_client, tmp_path):
+def test_a_two_node_mpi_job_prints_no_open_mpi_warning(ma_module_client, tmp_path):
     if shutil.which("mpirun", path=os.path.dirname(sys.executable)) is None:
         pytest.skip("needs Open MPI in the environment")
     algo = algorithm(tmp_path / "algo", mpi=MPI)
-    job, _, logs = run_job(ma_client, command="python mpi.py", algorithm=str(algo), mode="horovod", nodes=2)
+    job, _, logs = run_job(
+        ma_module_client, command="python mpi.py", algorithm=str(algo), mode="horovod", nodes=2
+    )
     assert job.status.value == "succeeded", (job.reason, logs)
     assert logs.count("mpi rank") == 2, logs
     assert "local probe returned unhandled shell" not in logs, logs

@@ -74,86 +74,91 @@ def test_a_fifo_moved_into_the_node_folder_is_refused_without_blocking(ma_home, 
     assert isinstance(found, str) and "worker-0 left a FIFO" in found
 
 
-def test_a_fifo_rank_log_is_refused_and_the_api_keeps_answering(ma_service):
-    job = submit(ma_service, command=bash("mkfifo /job/logs/rank-0.log; sleep 60"), grace_period=1)
+def test_a_fifo_rank_log_is_refused_and_the_api_keeps_answering(ma_module_service):
+    job = submit(ma_module_service, command=bash("mkfifo /job/logs/rank-0.log; sleep 60"), grace_period=1)
     wait_for(
-        lambda: stat.S_ISFIFO(os.lstat(rank_dir(ma_service, job["id"]) / "rank-0.log").st_mode), timeout=30
+        lambda: stat.S_ISFIFO(os.lstat(rank_dir(ma_module_service, job["id"]) / "rank-0.log").st_mode),
+        timeout=30,
     )
-    s = ma_service.session()
+    s = ma_module_service.session()
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         reading = pool.submit(
             s.get,
-            f"{ma_service.api}/jobs/{job['id']}/logs/read",
+            f"{ma_module_service.api}/jobs/{job['id']}/logs/read",
             params={"node": "worker-0", "rank": 0, "wait": 2},
             timeout=30,
         )
-        assert health_ok(ma_service)
+        assert health_ok(ma_module_service)
         r = reading.result(timeout=30)
     assert r.status_code == 422, r.text
     assert r.json()["error"] == "refused_file"
     assert "worker-0 left a FIFO at /job/logs/rank-0.log" in r.json()["message"]
-    final = wait_status(ma_service, job["id"], {"error", "succeeded", "stopped"}, timeout=60)
+    final = wait_status(ma_module_service, job["id"], {"error", "succeeded", "stopped"}, timeout=60)
     assert final["status"] == "error" and "left a FIFO" in final["reason"]
-    streams = s.get(f"{ma_service.api}/jobs/{job['id']}/logs", timeout=10).json()
+    streams = s.get(f"{ma_module_service.api}/jobs/{job['id']}/logs", timeout=10).json()
     # listed with size 0, where the node writes it: a reader opening it there is refused too
-    file = {"root": str(ma_service.home / "jobs" / job["id"]), "path": "logs/worker-0/rank-0.log"}
+    file = {"root": str(ma_module_service.home / "jobs" / job["id"]), "path": "logs/worker-0/rank-0.log"}
     assert {"node": "worker-0", "rank": 0, "size": 0, "file": file} in streams
 
 
-def test_a_rank_log_symlinked_to_the_token_file_is_refused(ma_service):
-    token_file = ma_service.home / "service.json"
+def test_a_rank_log_symlinked_to_the_token_file_is_refused(ma_module_service):
+    token_file = ma_module_service.home / "service.json"
     job = submit(
-        ma_service, command=bash(f"ln -s {token_file} /job/logs/rank-0.log; sleep 60"), grace_period=1
+        ma_module_service, command=bash(f"ln -s {token_file} /job/logs/rank-0.log; sleep 60"), grace_period=1
     )
-    wait_for(lambda: os.path.islink(rank_dir(ma_service, job["id"]) / "rank-0.log"), timeout=30)
-    r = ma_service.session().get(
-        f"{ma_service.api}/jobs/{job['id']}/logs/read", params={"node": "worker-0", "rank": 0}, timeout=30
+    wait_for(lambda: os.path.islink(rank_dir(ma_module_service, job["id"]) / "rank-0.log"), timeout=30)
+    r = ma_module_service.session().get(
+        f"{ma_module_service.api}/jobs/{job['id']}/logs/read",
+        params={"node": "worker-0", "rank": 0},
+        timeout=30,
     )
     assert r.status_code == 422, r.text
-    assert ma_service.token not in r.text
+    assert ma_module_service.token not in r.text
     assert "worker-0 left a symbolic link at /job/logs/rank-0.log" in r.json()["message"]
-    final = wait_status(ma_service, job["id"], {"error", "succeeded", "stopped"}, timeout=60)
+    final = wait_status(ma_module_service, job["id"], {"error", "succeeded", "stopped"}, timeout=60)
     assert final["status"] == "error" and "symbolic link" in final["reason"]
 
 
-def test_a_symlink_planted_in_shared_outputs_does_not_redirect_a_task_folder(ma_service, tmp_path):
+def test_a_symlink_planted_in_shared_outputs_does_not_redirect_a_task_folder(ma_module_service, tmp_path):
     out = writable_dir(tmp_path / "shared-outputs")  # any job account may write there
     elsewhere = writable_dir(tmp_path / "elsewhere")  # so a redirected task would write here
     planter = submit(
-        ma_service,
+        ma_module_service,
         name="planter",
         outputs=str(out),
         command=bash(f"ln -s {elsewhere} /workspace/outputs/sweep-0"),
     )
-    assert wait_status(ma_service, planter["id"], {"succeeded", "error"})["status"] == "succeeded"
+    assert wait_status(ma_module_service, planter["id"], {"succeeded", "error"})["status"] == "succeeded"
     assert os.path.islink(out / "sweep-0")
     victim = submit(
-        ma_service,
+        ma_module_service,
         name="sweep",
         type="batch",
         outputs=str(out),
         tasks=[{"command": bash("echo written > /workspace/outputs/result.txt")}],
     )
-    final = wait_status(ma_service, victim["id"], {"succeeded", "error"}, timeout=60)
+    final = wait_status(ma_module_service, victim["id"], {"succeeded", "error"}, timeout=60)
     assert final["status"] == "error"
     assert "symbolic link" in final["reason"] and "sweep-0" in final["reason"], final["reason"]
     assert list(elsewhere.iterdir()) == []
 
 
 @pytest.mark.timeout(300)
-def test_force_deletes_never_hold_request_threads(ma_service):
+def test_force_deletes_never_hold_request_threads(ma_module_service):
     """45 concurrent force deletes of jobs that ignore SIGTERM (grace 20 s) while /health answers."""
     jobs = [
-        submit(ma_service, name=f"stubborn{i}", command=bash("trap '' TERM; sleep 600"), grace_period=20)
+        submit(
+            ma_module_service, name=f"stubborn{i}", command=bash("trap '' TERM; sleep 600"), grace_period=20
+        )
         for i in range(5)
     ]
     for job in jobs:
-        wait_status(ma_service, job["id"], {"running"}, timeout=60)
-    s = ma_service.session()
+        wait_status(ma_module_service, job["id"], {"running"}, timeout=60)
+    s = ma_module_service.session()
 
     def delete(i: int) -> int:
         return requests.delete(
-            f"{ma_service.api}/jobs/{jobs[i % len(jobs)]['id']}",
+            f"{ma_module_service.api}/jobs/{jobs[i % len(jobs)]['id']}",
             params={"force": "true"},
             headers=dict(s.headers),
             timeout=60,
@@ -163,7 +168,7 @@ def test_force_deletes_never_hold_request_threads(ma_service):
         answers = [pool.submit(delete, i) for i in range(45)]
         time.sleep(0.5)
         started = time.monotonic()
-        assert health_ok(ma_service, timeout=10)
+        assert health_ok(ma_module_service, timeout=10)
         health_seconds = time.monotonic() - started
         codes = [a.result(timeout=60) for a in answers]
     print(f"/health took {health_seconds:.2f} s during 45 force deletes")
@@ -171,9 +176,10 @@ def test_force_deletes_never_hold_request_threads(ma_service):
     assert set(codes) <= {202, 204, 404}, codes
     for job in jobs:
         wait_for(
-            lambda job=job: s.get(f"{ma_service.api}/jobs/{job['id']}", timeout=10).status_code == 404, 90
+            lambda job=job: s.get(f"{ma_module_service.api}/jobs/{job['id']}", timeout=10).status_code == 404,
+            90,
         )
-        assert not (ma_service.home / "jobs" / job["id"]).exists()
+        assert not (ma_module_service.home / "jobs" / job["id"]).exists()
 
 
 @pytest.fixture(params=["jobs", "home"])
@@ -297,10 +303,10 @@ def test_a_queued_job_waits_out_a_full_disk_and_the_database_stays_whole(small_d
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-def test_a_follower_on_this_machine_never_blocks_on_a_fifo(ma_client):
+def test_a_follower_on_this_machine_never_blocks_on_a_fifo(ma_module_client):
     from ma_jupyter.errors import RefusedFile
 
-    handle = ma_client.submit(
+    handle = ma_module_client.submit(
         name="t", command=bash("sleep 1; mkfifo /job/logs/rank-0.log; sleep 60"), grace_period=1
     )
     with concurrent.futures.ThreadPoolExecutor(1) as pool:

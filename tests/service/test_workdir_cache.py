@@ -72,15 +72,17 @@ MNIST_STYLE = """
 
 
 @pytest.mark.torch
-def test_mnist_style_relative_save_is_kept_with_the_outputs_and_the_code_untouched(ma_service, tmp_path):
+def test_mnist_style_relative_save_is_kept_with_the_outputs_and_the_code_untouched(
+    ma_module_service, tmp_path
+):
     import torch
 
     algo = algorithm(tmp_path, {"train.py": MNIST_STYLE})
     before = folder_hash(algo)
     out = writable_dir(tmp_path / "out")
-    job = submit(ma_service, command="python train.py", algorithm=str(algo), outputs=str(out))
-    final = finished(ma_service, job["id"])
-    log = log_of(ma_service, job["id"])
+    job = submit(ma_module_service, command="python train.py", algorithm=str(algo), outputs=str(out))
+    final = finished(ma_module_service, job["id"])
+    log = log_of(ma_module_service, job["id"])
     assert final["status"] == "succeeded", (final["reason"], log)
     assert "saved /workspace/algorithm/mnist_cnn.pt" in log
     kept = out / "workdir" / "mnist_cnn.pt"
@@ -94,8 +96,8 @@ def test_mnist_style_relative_save_is_kept_with_the_outputs_and_the_code_untouch
 @pytest.mark.parametrize(
     "again", [{"fault_restart": {"max_restarts": 1}}, {"checkpoint_resume": {"max_resumes": 1}}]
 )
-def test_a_restarted_attempt_starts_from_what_the_first_wrote(any_service, tmp_path, again):
-    svc = any_service
+def test_a_restarted_attempt_starts_from_what_the_first_wrote(ma_module_any_service, tmp_path, again):
+    svc = ma_module_any_service
     algo = algorithm(
         tmp_path,
         {
@@ -132,8 +134,8 @@ def test_a_restarted_attempt_starts_from_what_the_first_wrote(any_service, tmp_p
     assert not (algo / "marker.txt").exists()
 
 
-def test_python_dash_m_runs_a_package_of_the_algorithm_folder(any_service, tmp_path):
-    svc = any_service
+def test_python_dash_m_runs_a_package_of_the_algorithm_folder(ma_module_any_service, tmp_path):
+    svc = ma_module_any_service
     algo = algorithm(
         tmp_path,
         {
@@ -163,7 +165,7 @@ def test_python_dash_m_runs_a_package_of_the_algorithm_folder(any_service, tmp_p
     assert folder_hash(algo) == before
 
 
-def test_nodes_never_share_a_working_copy(ma_service, tmp_path):
+def test_nodes_never_share_a_working_copy(ma_module_service, tmp_path):
     algo = algorithm(
         tmp_path,
         {
@@ -177,35 +179,35 @@ def test_nodes_never_share_a_working_copy(ma_service, tmp_path):
     )
     out = writable_dir(tmp_path / "out")
     job = submit(
-        ma_service,
+        ma_module_service,
         command="python train.py",
         algorithm=str(algo),
         outputs=str(out),
         mode="tensorflow",
         nodes=2,
     )
-    final = finished(ma_service, job["id"])
+    final = finished(ma_module_service, job["id"])
     assert final["status"] == "succeeded", final["reason"]
     for node in ("worker-0", "worker-1"):
-        assert "saw []" in log_of(ma_service, job["id"], node)
+        assert "saw []" in log_of(ma_module_service, job["id"], node)
         # two nodes write to one outputs folder: each keeps its files under its own name
         assert [p.name for p in (out / "workdir" / node).iterdir()] == [f"from-{node}"]
 
 
-def test_a_job_without_algorithm_works_in_an_empty_writable_folder(ma_service, tmp_path):
+def test_a_job_without_algorithm_works_in_an_empty_writable_folder(ma_module_service, tmp_path):
     out = writable_dir(tmp_path / "out")
     script = (
         "import os; print('cwd', os.getcwd(), sorted(os.listdir('.'))); open('result.txt', 'w').write('ok')"
     )
-    job = submit(ma_service, command=f"python -c {json.dumps(script)}", outputs=str(out))
-    final = finished(ma_service, job["id"])
-    log = log_of(ma_service, job["id"])
+    job = submit(ma_module_service, command=f"python -c {json.dumps(script)}", outputs=str(out))
+    final = finished(ma_module_service, job["id"])
+    log = log_of(ma_module_service, job["id"])
     assert final["status"] == "succeeded", (final["reason"], log)
     assert "cwd /workspace/algorithm []" in log
     assert (out / "workdir" / "result.txt").read_text() == "ok"
 
 
-def test_a_write_to_a_read_only_dataset_names_the_mount_and_the_way_out(ma_service, tmp_path):
+def test_a_write_to_a_read_only_dataset_names_the_mount_and_the_way_out(ma_module_service, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     (data / "numbers.txt").write_text("1 2 3\n")
@@ -220,12 +222,12 @@ def test_a_write_to_a_read_only_dataset_names_the_mount_and_the_way_out(ma_servi
         },
     )
     job = submit(
-        ma_service,
+        ma_module_service,
         command="python train.py",
         algorithm=str(algo),
         datasets=[{"name": "numbers", "path": str(data)}],
     )
-    final = finished(ma_service, job["id"])
+    final = finished(ma_module_service, job["id"])
     assert final["status"] == "error"
     reason = final["reason"]  # the first line: what `ma-jupyter get` and the job list show
     assert reason.startswith("node worker-0 exited with code 1: ")
@@ -235,7 +237,9 @@ def test_a_write_to_a_read_only_dataset_names_the_mount_and_the_way_out(ma_servi
     )
     assert "the dataset numbers, mounted read-only" in reason
     assert "/workspace/outputs" in reason and "--dataset numbers=PATH:rw" in reason
-    assert "Read-only file system" in events_of(ma_service, job["id"])[-1]["reason"]  # the log lines follow
+    assert (
+        "Read-only file system" in events_of(ma_module_service, job["id"])[-1]["reason"]
+    )  # the log lines follow
     assert not (data / "preprocessed.txt").exists()
 
 
@@ -283,19 +287,21 @@ CACHE_PROBE = """
 """
 
 
-def test_a_users_jobs_share_their_cache_and_no_one_elses(ma_service, ma_home, tmp_path):
+def test_a_users_jobs_share_their_cache_and_no_one_elses(ma_module_service, tmp_path):
     algo = algorithm(tmp_path, {"probe.py": CACHE_PROBE})
     alice, bob = f"alice-{secrets.token_hex(3)}", f"bob-{secrets.token_hex(3)}"
     runs = {}
     for name, user, action in (("first", alice, "write"), ("second", alice, "read"), ("other", bob, "read")):
-        job = submit(ma_service, user, name=name, command=f"python probe.py {action}", algorithm=str(algo))
-        final = finished(ma_service, job["id"])
-        runs[name] = log_of(ma_service, job["id"])
+        job = submit(
+            ma_module_service, user, name=name, command=f"python probe.py {action}", algorithm=str(algo)
+        )
+        final = finished(ma_module_service, job["id"])
+        runs[name] = log_of(ma_module_service, job["id"])
         assert final["status"] == "succeeded", (final["reason"], runs[name])
     assert "probe: warm" in runs["first"] and "probe: warm" in runs["second"]
     assert "probe: absent" in runs["other"]
     assert "XDG /tmp/.cache TORCH_EXT /tmp/.cache/torch_extensions/" in runs["first"]
-    folder = ma_home / "caches" / alice
+    folder = ma_module_service.home / "caches" / alice
     assert (folder / "probe.txt").read_text() == "warm"
     st = folder.stat()
     assert st.st_mode & 0o777 == 0o700
@@ -303,7 +309,7 @@ def test_a_users_jobs_share_their_cache_and_no_one_elses(ma_service, ma_home, tm
         nobody = pwd.getpwnam("nobody")
         assert (st.st_uid, st.st_gid) == (nobody.pw_uid, nobody.pw_gid)
         assert (folder / "probe.txt").stat().st_uid == nobody.pw_uid
-    assert not (ma_home / "caches" / bob / "probe.txt").exists()
+    assert not (ma_module_service.home / "caches" / bob / "probe.txt").exists()
 
 
 def test_the_cache_is_kept_in_the_symlink_mode_too(ma_home, ma_root_jobs, monkeypatch, request, tmp_path):
