@@ -72,6 +72,14 @@ def namespaces_probe_argv(bwrap: str = "bwrap") -> list[str]:
     return [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--cap-drop", "ALL", "true"]
 
 
+def user_namespace_probe_argv(bwrap: str) -> list[str]:
+    """A sandbox mounting a fresh ``/proc`` and ``/dev`` and running ``true``, which
+    :func:`.userns.check_user_namespace` starts in a user namespace (the probe builds it here and
+    hands it to the check: the check's process need not import these builders)."""
+    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
+    return argv + ["--cap-drop", "ALL", "--", "true"]
+
+
 def _host_program(name: str) -> str:
     """The absolute path of a system program the platform runs (never looked up on a job's PATH)."""
     found = shutil.which(name, path=SYSTEM_PATH)

@@ -32,7 +32,8 @@ server process (``python -m ma_jupyter.nodehost.forkserver FD NICE``):
    is read while ``SIGCHLD`` is blocked, so it names that process even if it ended already;
 5. the server ends when the backend's end of the socket closes (the service or the agent ended,
    or closed it); the runners it forked go on, each in its own session, as they did before;
-6. a request ``{"check": "user-namespace", "bwrap": <path>}`` with the write end of a pipe
+6. a request ``{"check": "user-namespace", "argv": [<the probe's sandbox argv>]}`` (built by
+   :func:`.bwrap.user_namespace_probe_argv`) with the write end of a pipe
    attached asks whether nodes can have user namespaces of their own here
    (:func:`.userns.check_user_namespace`, the runner's own code, as ``python -m
    ma_jupyter.nodehost.noderun --check-user-namespace`` runs it): the server forks a checker
@@ -158,7 +159,7 @@ class RunnerForkServer:
             reply = self._ask(request, log_fd)
         return int(reply["pid"]), reply.get("start")
 
-    def check_user_namespace(self, bwrap: str, timeout: float) -> int:
+    def check_user_namespace(self, argv: list[str], timeout: float) -> int:
         """Rule 6: the exit code of :func:`.userns.check_user_namespace` run in a process forked
         by the server (0: nodes can have user namespaces of their own here; a checker that ended
         without saying counts as 1).
@@ -170,7 +171,7 @@ class RunnerForkServer:
             TimeoutError: no answer within ``timeout`` seconds (a loaded machine); the checker
                 ends by itself (its sandbox's start is bounded).
         """
-        request = json.dumps({"check": "user-namespace", "bwrap": bwrap}).encode()
+        request = json.dumps({"check": "user-namespace", "argv": argv}).encode()
         deadline = time.monotonic() + timeout
         result_r, result_w = os.pipe()
         try:
@@ -334,7 +335,7 @@ def _runner(request: dict, log_fd: int, marked_fd: int) -> None:
             os._exit(code)
 
 
-def _checker(bwrap: str, result_fd: int) -> None:
+def _checker(argv: list[str], result_fd: int) -> None:
     """The forked user namespace checker (rule 6); never returns."""
     code = 1
     try:
@@ -348,7 +349,7 @@ def _checker(bwrap: str, result_fd: int) -> None:
         os.dup2(result_fd, 3)
         _close_descriptors_from(4)
         os.chdir("/")
-        code = noderun.check_user_namespace(bwrap)
+        code = noderun.check_user_namespace(argv)
         os.write(3, f"{code}\n".encode())
     except BaseException:
         code = 1
@@ -358,12 +359,15 @@ def _checker(bwrap: str, result_fd: int) -> None:
 
 def _start_checker(request: dict, result_fd: int, sock: socket.socket) -> dict:
     """Rule 6: fork the checker; the answer (its pid)."""
-    if request.get("check") != "user-namespace" or not isinstance(request.get("bwrap"), str):
-        raise ValueError("a check request names the user-namespace check and a bubblewrap program")
+    argv = request.get("argv")
+    if request.get("check") != "user-namespace" or not (
+        isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+    ):
+        raise ValueError("a check request names the user-namespace check and the sandbox's argv")
     pid = os.fork()
     if pid == 0:
         sock.close()
-        _checker(request["bwrap"], result_fd)
+        _checker(argv, result_fd)
     return {"pid": pid}
 
 

@@ -617,10 +617,10 @@ def _read_status(fd: int) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the node described by the JSON file named in ``argv``
-    (``--check-user-namespace BWRAP``: :func:`check_user_namespace`)."""
+    (``--check-user-namespace ARGV...``: :func:`check_user_namespace` of that sandbox argv)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) == 2 and args[0] == CHECK_USER_NAMESPACE:
-        return check_user_namespace(args[1])
+    if len(args) >= 2 and args[0] == CHECK_USER_NAMESPACE:
+        return check_user_namespace(args[1:])
     if len(args) != 1:
         print("usage: python -m ma_jupyter.nodehost.noderun <node-run.json>", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@
    (:mod:`.userns`), checked by the runner's own code in a process of its own: forked by the
    node runners' fork server the service starts for its nodes anyway (:mod:`.forkserver` rule
    6), or, where that server cannot be started or reached, a new interpreter (``python -m
-   ma_jupyter.nodehost.noderun --check-user-namespace BWRAP``);
+   ma_jupyter.nodehost.noderun --check-user-namespace ARGV...``);
 3. a probe that does not answer in time (a loaded machine: a process start can take seconds)
    decides nothing: the answer is the stronger isolation, not kept, and the next call probes
    again.  A node whose sandbox then cannot be made fails with the reason; a job never runs
@@ -25,7 +25,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import userns
-from .bwrap import namespaces_probe_argv
+from .bwrap import namespaces_probe_argv, user_namespace_probe_argv
 from .runner_env import runner_env
 from .view import SYSTEM_PATH
 
@@ -58,14 +58,15 @@ def user_namespace_works(forks: RunnerForkServer | None = None) -> bool:
 
 def _check_user_namespace(bwrap: str, forks: RunnerForkServer | None) -> int:
     """The check's exit code (0: it works); TimeoutError where it did not answer in time."""
+    probe = user_namespace_probe_argv(bwrap)
     if forks is not None:
         try:
-            return forks.check_user_namespace(bwrap, USERNS_CHECK_TIMEOUT)
+            return forks.check_user_namespace(probe, USERNS_CHECK_TIMEOUT)
         except TimeoutError:
             raise
         except OSError:
             pass  # no server to fork it (it says why at the first node): a process of its own
-    argv = [sys.executable, "-m", "ma_jupyter.nodehost.noderun", userns.CHECK_USER_NAMESPACE, bwrap]
+    argv = [sys.executable, "-m", "ma_jupyter.nodehost.noderun", userns.CHECK_USER_NAMESPACE, *probe]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=USERNS_CHECK_TIMEOUT, env=runner_env())
     except subprocess.TimeoutExpired as exc:

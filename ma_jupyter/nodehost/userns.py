@@ -16,7 +16,7 @@ Contract:
    is looked up before the fork.
 3. :func:`check_user_namespace` is the backend's one-time probe (in a process the runners'
    fork server forks, :mod:`.forkserver` rule 6, else ``python -m
-   ma_jupyter.nodehost.noderun --check-user-namespace BWRAP``): 0 when a sandbox can start in
+   ma_jupyter.nodehost.noderun --check-user-namespace ARGV...``): 0 when a sandbox can start in
    such a namespace here.
 
 Standard library only: every node runner imports it.
@@ -135,22 +135,14 @@ def enter_node(userns: int | None, max_processes: int) -> Callable[[], None]:
     return enter
 
 
-def user_namespace_probe_argv(bwrap: str) -> list[str]:
-    """A sandbox mounting a fresh ``/proc`` and ``/dev`` and running ``true``, for
-    :func:`check_user_namespace` to start in a user namespace.  Here, not with the node's
-    builders (:mod:`.bwrap`): importing those cost the check a third of a second of CPU."""
-    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
-    return argv + ["--cap-drop", "ALL", "--", "true"]
-
-
-def check_user_namespace(bwrap: str) -> int:
+def check_user_namespace(argv: list[str]) -> int:
     """0 when a sandbox can start in a user namespace of its own here (rule 3): one is made and
-    ``bwrap`` mounts a fresh ``/proc`` and ``/dev`` in it (a host whose ``/proc`` has covered
-    paths, as some containers have, refuses that in a user namespace); 1 otherwise."""
+    the sandbox ``argv`` (:func:`.bwrap.user_namespace_probe_argv`: a fresh ``/proc`` and
+    ``/dev``) starts in it (a host whose ``/proc`` has covered paths, as some containers have,
+    refuses that in a user namespace); 1 otherwise."""
     userns = node_user_namespace()
     if userns is None:
         return 1
-    argv = user_namespace_probe_argv(bwrap)
     try:
         done = subprocess.run(argv, preexec_fn=enter_node(userns, 64), capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError):

@@ -15,6 +15,7 @@ import pytest
 from ma_jupyter.backends.local import LocalBackend
 from ma_jupyter.models import NodeRun
 from ma_jupyter.nodehost import probes
+from ma_jupyter.nodehost.bwrap import user_namespace_probe_argv
 from ma_jupyter.nodehost.forkserver import RUNNER_NAME, RunnerForkServer, ServerUnavailable
 from ma_jupyter.nodehost.procfs import is_marked
 from ma_jupyter.nodehost.runner_env import runner_env
@@ -163,7 +164,13 @@ def test_the_user_namespace_check_is_forked_by_the_server_and_answers_as_its_own
 ):
     bwrap = "/usr/bin/bwrap"
     slow_way = subprocess.run(
-        [sys.executable, "-m", "ma_jupyter.nodehost.noderun", CHECK_USER_NAMESPACE, bwrap],
+        [
+            sys.executable,
+            "-m",
+            "ma_jupyter.nodehost.noderun",
+            CHECK_USER_NAMESPACE,
+            *user_namespace_probe_argv(bwrap),
+        ],
         env=runner_env(),
         capture_output=True,
         timeout=120,
@@ -173,12 +180,12 @@ def test_the_user_namespace_check_is_forked_by_the_server_and_answers_as_its_own
     hangs.chmod(0o755)
     forks = RunnerForkServer(runner_env)
     try:
-        assert forks.check_user_namespace(bwrap, timeout=120) == slow_way
-        assert forks.check_user_namespace("/bin/false", timeout=120) == 1  # a sandbox that cannot start
+        assert forks.check_user_namespace(user_namespace_probe_argv(bwrap), timeout=120) == slow_way
+        assert forks.check_user_namespace(["/bin/false"], timeout=120) == 1  # a sandbox that cannot start
         # a check that does not answer in time says so (probes rule 3) and holds nothing up
         with pytest.raises(TimeoutError):
-            forks.check_user_namespace(str(hangs), timeout=1)
-        assert forks.check_user_namespace("/bin/false", timeout=120) == 1
+            forks.check_user_namespace([str(hangs)], timeout=1)
+        assert forks.check_user_namespace(["/bin/false"], timeout=120) == 1
         # the probe asks the server, never a new interpreter; one that does not answer in time
         # keeps the isolation and is asked again (probes rule 3)
         monkeypatch.setattr(probes, "_USERNS_OK", None)
