@@ -8,6 +8,12 @@ import os
 import pytest
 
 from tests.fixtures.durations import Plan, Recorder, load_table, ray_group_count
+from tests.fixtures.module_home import (  # noqa: F401 (fixtures of every folder)
+    ma_module_home,
+    ma_module_home_client,
+    ma_module_home_env,
+    ma_module_shell,
+)
 from tests.fixtures.ray_netns import (  # noqa: F401 (the Ray namespace's hooks and cluster, for every folder)
     is_ray_test,
     pytest_pyfunc_call,

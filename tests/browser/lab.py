@@ -153,9 +153,11 @@ def running_lab(tmp: Path, env: dict[str, str] | None = None) -> Iterator[dict]:
 
 
 @contextmanager
-def lab_page(lab: dict, *, height: int = 950) -> Iterator:
-    """A headless chromium page on ``lab``'s JupyterLab (from :func:`running_lab`), closed
-    afterwards; the calling test is skipped where chromium is not installed."""
+def chromium() -> Iterator:
+    """A headless chromium, and Playwright's driver, for the pages of several tests (a module's
+    fixture): each launch costs a second or more of CPU, and a page of its own
+    (:func:`lab_page` with ``browser``) is as fresh as a browser of its own; the calling test is
+    skipped where chromium is not installed."""
     import pytest
     from playwright.sync_api import sync_playwright
 
@@ -164,11 +166,31 @@ def lab_page(lab: dict, *, height: int = 950) -> Iterator:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1500, "height": height})
-            page.goto(f"{lab['url']}/lab?reset&token={lab['token']}")
-            yield page
+            yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def lab_page(
+    lab: dict, *, height: int = 950, width: int = 1500, browser=None, path: str = "/lab"
+) -> Iterator:
+    """A headless chromium page on ``lab``'s JupyterLab (from :func:`running_lab`) at ``path``
+    (a notebook's: ``/lab/tree/<file>``), closed afterwards, in a browser context of its own (no
+    cookie, storage or cache of another page): in ``browser`` (from :func:`chromium`) where
+    given, else in a chromium of its own; the calling test is skipped where chromium is not
+    installed."""
+    if browser is None:
+        with chromium() as own, lab_page(lab, height=height, width=width, browser=own, path=path) as page:
+            yield page
+        return
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        page = context.new_page()
+        page.goto(f"{lab['url']}{path}?reset&token={lab['token']}")
+        yield page
+    finally:
+        context.close()
 
 
 def palette(page, label: str) -> None:

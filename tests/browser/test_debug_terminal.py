@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.browser.lab import REPO, lab_page, run_all_cells, running_lab
+from tests.browser.lab import REPO, chromium, lab_page, run_all_cells, running_lab
 from tests.helpers import wait_for, writable_dir
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -20,7 +20,14 @@ def ma_lab(tmp_path_factory):
         yield lab
 
 
-def test_the_terminal_button_opens_a_shell_inside_the_node(ma_lab):
+@pytest.fixture(scope="module")
+def ma_browser():
+    """One chromium for the module's pages (each test opens a page of its own in it)."""
+    with chromium() as browser:
+        yield browser
+
+
+def test_the_terminal_button_opens_a_shell_inside_the_node(ma_lab, ma_browser):
     from playwright.sync_api import expect
 
     base = f"{ma_lab['url']}/ma-jupyter/api/v1"
@@ -49,7 +56,7 @@ def test_the_terminal_button_opens_a_shell_inside_the_node(ma_lab):
 
     wait_for(lambda: "job running" in log() and "debug terminal ready" in log(), timeout=120, interval=0.5)
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with lab_page(ma_lab) as page:
+    with lab_page(ma_lab, browser=ma_browser) as page:
         card = page.locator(".jp-LauncherCard", has_text="Training jobs")
         expect(card).to_be_visible(timeout=90_000)
         card.click()
@@ -83,7 +90,7 @@ def test_the_terminal_button_opens_a_shell_inside_the_node(ma_lab):
     api("POST", f"jobs/{job['id']}/stop")
 
 
-def test_ma_shell_in_a_notebook_offers_a_button_that_opens_the_terminal(ma_lab):
+def test_ma_shell_in_a_notebook_offers_a_button_that_opens_the_terminal(ma_lab, ma_browser):
     import nbformat
     from playwright.sync_api import expect
 
@@ -110,10 +117,9 @@ def test_ma_shell_in_a_notebook_offers_a_button_that_opens_the_terminal(ma_lab):
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     notebook.cells = [nbformat.v4.new_code_cell(f"%load_ext ma_jupyter\n%ma_shell {job['id']}")]
     nbformat.write(notebook, ma_lab["root"] / "shell.ipynb")
-    with lab_page(ma_lab) as page:
-        # reset: the workspace the test before saved has a terminal tab, which would be restored
-        # and could become the current widget after the notebook (the Run menu acts on that one)
-        page.goto(f"{ma_lab['url']}/lab/tree/shell.ipynb?reset&token={ma_lab['token']}")
+    # reset: the workspace the test before saved has a terminal tab, which would be restored
+    # and could become the current widget after the notebook (the Run menu acts on that one)
+    with lab_page(ma_lab, browser=ma_browser, path="/lab/tree/shell.ipynb") as page:
         panel = page.locator(".jp-NotebookPanel").last
         expect(panel).to_be_visible(timeout=90_000)
 

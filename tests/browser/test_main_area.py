@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.browser.lab import REPO, lab_page, run_all_cells, running_lab
+from tests.browser.lab import REPO, chromium, lab_page, run_all_cells, running_lab
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
@@ -49,10 +49,17 @@ class Api:
         return self("POST", "jobs", json=spec)
 
 
+@pytest.fixture(scope="module")
+def ma_browser():
+    """One chromium for the module's pages (each test opens a page of its own in it)."""
+    with chromium() as browser:
+        yield browser
+
+
 @pytest.fixture
-def browser_page(ma_lab):
+def browser_page(ma_lab, ma_browser):
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with lab_page(ma_lab) as page:
+    with lab_page(ma_lab, browser=ma_browser) as page:
         yield page
 
 

@@ -107,8 +107,7 @@ def test_an_untrusted_notebook_offers_no_terminal_and_runs_nothing(ma_lab):
     nbformat.write(notebook, ma_lab["root"] / "shared.ipynb")  # unsigned: not trusted
     wait_for(lambda: any(r.startswith("running on spec") for r in events()), timeout=120, interval=0.5)
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with lab_page(ma_lab) as page:
-        page.goto(f"{ma_lab['url']}/lab/tree/shared.ipynb?reset&token={ma_lab['token']}")
+    with lab_page(ma_lab, path="/lab/tree/shared.ipynb") as page:
         panel = page.locator(".jp-NotebookPanel").last
         expect(panel).to_be_visible(timeout=90_000)
         offers = panel.locator(".ma-shell-offer")

@@ -1,3 +1,6 @@
 """Fixtures of the example notebooks' tests (defined in ``tests/fixtures/``)."""
 
-from tests.fixtures.notebooks import ma_papermill  # noqa: F401 (a fixture of this folder)
+from tests.fixtures.notebooks import (  # noqa: F401 (fixtures of this folder)
+    ma_module_papermill,
+    ma_papermill,
+)

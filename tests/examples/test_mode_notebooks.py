@@ -51,8 +51,8 @@ def test_mode_notebooks_have_parameters_and_no_outputs():
 @pytest.mark.parametrize(
     "name", [pytest.param(name, marks=mark) for name, (mark, _) in CASES.items()], ids=list(CASES)
 )
-def test_mode_notebook_runs_and_keeps_the_ranks_logs(ma_papermill, name, tmp_path):  # noqa: F811
-    nb = ma_papermill(NOTEBOOKS / f"{name}.ipynb", workdir=str(tmp_path / "examples"))
+def test_mode_notebook_runs_and_keeps_the_ranks_logs(ma_module_papermill, name, tmp_path):  # noqa: F811
+    nb = ma_module_papermill(NOTEBOOKS / f"{name}.ipynb", workdir=str(tmp_path / "examples"))
     text = output_text(nb)
     for expected in CASES[name][1]:
         assert expected in text, f"{name}: {expected!r} missing from the saved outputs:\n{text[-5000:]}"

@@ -1,6 +1,7 @@
 """Every example notebook runs headless with papermill against a real job service.
 
-Each notebook executes in a fresh kernel on a temporary ``MA_JUPYTER_HOME`` and working folder;
+Each notebook executes in a fresh kernel in a working folder of its own, on a temporary
+``MA_JUPYTER_HOME`` the module's notebooks share (its service started once);
 the saved notebook must contain the job's log lines and its final status (the live log display
 is kept as text), and ``failing_job.ipynb`` must make papermill raise.  The distributed-mode
 notebooks belong to the modes' own tests (``ray_cluster.ipynb`` to ``tests/ray``) and are left out
@@ -77,8 +78,8 @@ def test_every_example_notebook_is_covered():
 
 
 @pytest.mark.parametrize("path", [p for p in notebooks() if p.stem not in FAILING], ids=lambda p: p.stem)
-def test_notebook_runs_and_keeps_job_logs(ma_papermill, path):
-    nb = ma_papermill(path, **PARAMETERS.get(path.stem, {}))
+def test_notebook_runs_and_keeps_job_logs(ma_module_papermill, path):
+    nb = ma_module_papermill(path, **PARAMETERS.get(path.stem, {}))
     text = output_text(nb)
     # a notebook added later without its own entry must at least run a job to success
     for expected in EXPECTED.get(path.stem, [": succeeded"]):
@@ -98,14 +99,14 @@ def test_notebook_runs_and_keeps_job_logs(ma_papermill, path):
         assert metas and metas[-1]["job_id"]
 
 
-def test_failing_notebook_makes_papermill_raise(ma_papermill):
+def test_failing_notebook_makes_papermill_raise(ma_module_papermill):
     from papermill.exceptions import PapermillExecutionError
 
     with pytest.raises(PapermillExecutionError) as info:
-        ma_papermill(NOTEBOOKS / "failing_job.ipynb")
+        ma_module_papermill(NOTEBOOKS / "failing_job.ipynb")
     assert info.value.ename == "JobFailed"
     assert "something went wrong" in info.value.evalue
-    text = output_text(ma_papermill.output)
+    text = output_text(ma_module_papermill.output)
     assert "ended error" in text and "loading data" in text
     assert "not reached" not in text
 

@@ -41,11 +41,11 @@ with open(f"/workspace/outputs/ms-{rank}.json", "w") as fh:
 
 
 @pytest.mark.torch
-def test_deepspeed_boot_file_sees_the_variables_and_the_hostfile(ma_client, tmp_path):
+def test_deepspeed_boot_file_sees_the_variables_and_the_hostfile(ma_module_home_client, tmp_path):
     outputs = tmp_path / "out"
     writable_dir(outputs)
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="ds-boot",
         mode="pytorch-deepspeed",
         nodes=2,
@@ -55,7 +55,7 @@ def test_deepspeed_boot_file_sees_the_variables_and_the_hostfile(ma_client, tmp_
         command="python /workspace/algorithm/boot.py",
     )
     print(f"deepspeed 2x2 boot file: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     results = [json.loads((outputs / f"ds-{r}.json").read_text()) for r in range(4)]
     assert [(r["host"], r["local"]) for r in results] == [
         ("worker-0", 0),
@@ -65,11 +65,11 @@ def test_deepspeed_boot_file_sees_the_variables_and_the_hostfile(ma_client, tmp_
     ]
 
 
-def test_mindspore_boot_file_runs_once_per_card_with_a_completed_rank_table(ma_client, tmp_path):
+def test_mindspore_boot_file_runs_once_per_card_with_a_completed_rank_table(ma_module_home_client, tmp_path):
     outputs = tmp_path / "out"
     writable_dir(outputs)
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="ms-boot",
         mode="mindspore-ascend",
         nodes=2,
@@ -79,7 +79,7 @@ def test_mindspore_boot_file_runs_once_per_card_with_a_completed_rank_table(ma_c
         command="python /workspace/algorithm/boot.py",
     )
     print(f"mindspore 2x2 boot file: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     results = [json.loads((outputs / f"ms-{r}.json").read_text()) for r in range(4)]
     assert [(r["host"], r["device"]) for r in results] == [
         ("worker-0", "0"),
@@ -87,5 +87,5 @@ def test_mindspore_boot_file_runs_once_per_card_with_a_completed_rank_table(ma_c
         ("worker-1", "0"),
         ("worker-1", "1"),
     ]
-    streams = {(s.node, s.rank) for s in ma_client.log_streams(job.id)}
+    streams = {(s.node, s.rank) for s in ma_module_home_client.log_streams(job.id)}
     assert {("worker-0", 0), ("worker-0", 1), ("worker-1", 2), ("worker-1", 3)} <= streams

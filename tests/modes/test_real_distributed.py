@@ -74,12 +74,12 @@ def _jax_image() -> dict | None:
 
 
 def test_jax_initialize_joins_2_nodes_of_the_distributed_mode_on_the_jax_coordinator_port(
-    ma_client, tmp_path
+    ma_module_home_client, tmp_path
 ):
     image = _jax_image()
     outputs = writable_dir(tmp_path / "out")
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="jax-2",
         mode="distributed",
         nodes=2,
@@ -93,7 +93,7 @@ def test_jax_initialize_joins_2_nodes_of_the_distributed_mode_on_the_jax_coordin
         timeout=300,
     )
     print(f"distributed mode, JAX 2 nodes: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     results = [json.loads((outputs / f"jax-{r}.json").read_text()) for r in range(2)]
     assert [(r["process"], r["count"], r["devices"]) for r in results] == [(0, 2, 2), (1, 2, 2)]
     assert {r["imported at start"] for r in results} == {False}
@@ -111,7 +111,7 @@ def test_jax_initialize_joins_2_nodes_of_the_distributed_mode_on_the_jax_coordin
 
 @pytest.mark.torch
 def test_torchrun_ranks_share_the_nodes_cores_and_the_pytorch_mode_refuses_an_image_without_torch(
-    ma_client, tmp_path
+    ma_module_home_client, tmp_path
 ):
     outputs = writable_dir(tmp_path / "out")
     code = algorithm(tmp_path / "algo", threads=THREADS)
@@ -119,7 +119,7 @@ def test_torchrun_ranks_share_the_nodes_cores_and_the_pytorch_mode_refuses_an_im
     bare = tmp_path / "bare-venv"
     venv.create(bare, with_pip=False)
     with pytest.raises(InvalidSpec, match="--mode distributed") as refused:
-        ma_client.submit(
+        ma_module_home_client.submit(
             name="no-torch",
             mode="pytorch",
             nodes=2,
@@ -129,10 +129,10 @@ def test_torchrun_ranks_share_the_nodes_cores_and_the_pytorch_mode_refuses_an_im
             command="python /workspace/algorithm/threads.py",
         )
     assert "no torch module" in str(refused.value)
-    assert not ma_client.jobs()  # nothing was queued
+    assert not ma_module_home_client.jobs(name="no-torch")  # nothing was queued
     # with torch, the dry run shows each node's wrapped command and says why it is wrapped
     wrapped = plan_text(
-        ma_client.plan(
+        ma_module_home_client.plan(
             name="wrapped",
             mode="pytorch",
             nodes=2,
@@ -146,7 +146,7 @@ def test_torchrun_ranks_share_the_nodes_cores_and_the_pytorch_mode_refuses_an_im
     assert "--mode distributed gives the same variables" in wrapped
     assert wrapped.count("  note:    --env RANK not applied: the platform sets it") == 2
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="threads",
         mode="distributed",
         specs=["cpu.medium"],  # 2 cores
@@ -156,7 +156,7 @@ def test_torchrun_ranks_share_the_nodes_cores_and_the_pytorch_mode_refuses_an_im
         env={"HOME": "/workspace/outputs", "SLOTS": "7"},  # the job's HOME applies, its SLOTS not
     )
     print(f"torchrun 2 ranks on cpu.medium: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     results = [json.loads((outputs / f"threads-{r}.json").read_text()) for r in range(2)]
     # 2 cores / 2 ranks: one thread each (SLOTS-based counting gave each rank 2)
     assert [(r["OMP_NUM_THREADS"], r["torch_threads"], r["world"]) for r in results] == [("1", 1, "2")] * 2

@@ -26,11 +26,11 @@ time.sleep(600)
 """
 
 
-def test_mpi4py_allreduce_over_2_nodes_2_slots_with_two_hostnames(ma_client, tmp_path):
+def test_mpi4py_allreduce_over_2_nodes_2_slots_with_two_hostnames(ma_module_home_client, tmp_path):
     outputs = tmp_path / "out"
     writable_dir(outputs)
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="mpi-2x2",
         mode="horovod",
         nodes=2,
@@ -40,19 +40,19 @@ def test_mpi4py_allreduce_over_2_nodes_2_slots_with_two_hostnames(ma_client, tmp
         command="python /workspace/algorithm/allreduce.py",
     )
     print(f"mpi 2x2 allreduce: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     result = json.loads((outputs / "result.json").read_text())
     assert result == {"size": 4, "sum": 10, "hosts": ["worker-0", "worker-0", "worker-1", "worker-1"]}
     # the waiting node was stopped once worker-0 finished, and nothing of the job is left
     wait_for(lambda: not job_processes(job.id), timeout=30)
     # each rank's own log lives with the node it ran on
-    assert "rank 2/4 on worker-1" in ma_client.read_log(job.id, node="worker-1", rank=2).data
-    assert "rank 0/4 on worker-0" in ma_client.read_log(job.id, node="worker-0", rank=0).data
+    assert "rank 2/4 on worker-1" in ma_module_home_client.read_log(job.id, node="worker-1", rank=2).data
+    assert "rank 0/4 on worker-0" in ma_module_home_client.read_log(job.id, node="worker-0", rank=0).data
 
 
-def test_a_crashing_rank_ends_the_mpi_job_in_error(ma_client, tmp_path):
+def test_a_crashing_rank_ends_the_mpi_job_in_error(ma_module_home_client, tmp_path):
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         timeout=120,
         name="mpi-crash",
         mode="horovod",
@@ -77,9 +77,9 @@ print(f"rank {MPI.COMM_WORLD.Get_rank()} read {len(data)} bytes from stdin", flu
 
 
 @pytest.mark.timeout(300)
-def test_a_rank_reading_stdin_gets_end_of_file_and_the_job_ends(ma_client, tmp_path):
+def test_a_rank_reading_stdin_gets_end_of_file_and_the_job_ends(ma_module_home_client, tmp_path):
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         timeout=240,
         name="mpi-stdin",
         mode="horovod",
@@ -89,7 +89,7 @@ def test_a_rank_reading_stdin_gets_end_of_file_and_the_job_ends(ma_client, tmp_p
         command="python /workspace/algorithm/stdin.py",
     )
     print(f"mpi 2x1 ranks read stdin: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     assert "rank 0 read 0 bytes from stdin" in logs
     assert "rank 1 read 0 bytes from stdin" in logs
     # mpirun forwards only the variables the node has: no "Could not find the environment
@@ -143,11 +143,13 @@ SEED_003_COMMAND = (
 
 
 @pytest.mark.timeout(300)
-def test_seed_003_mpirun_command_runs_with_the_variables_and_worker_0s_tune_file(ma_client, tmp_path):
+def test_seed_003_mpirun_command_runs_with_the_variables_and_worker_0s_tune_file(
+    ma_module_home_client, tmp_path
+):
     outputs = tmp_path / "out"
     writable_dir(outputs)
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         timeout=240,
         name="mpi-seed3",
         mode="horovod",
@@ -164,7 +166,7 @@ def test_seed_003_mpirun_command_runs_with_the_variables_and_worker_0s_tune_file
         command=SEED_003_COMMAND,
     )
     print(f"mpi 2x1 seed 003 command + mpi4py.futures spawn: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     results = [json.loads((outputs / f"seed3-{r}.json").read_text()) for r in range(2)]
     # one rank per node: the hostfile has slots=1 on a CPU spec (seed 002), OPENMPI_NP is 2
     assert [r["host"] for r in results] == ["worker-0", "worker-1"]

@@ -58,11 +58,11 @@ def _results(outputs, count):
     return [json.loads((outputs / f"rank-{r}.json").read_text()) for r in range(count)]
 
 
-def test_wrapped_python_command_2_nodes_ranks_end_with_identical_parameters(ma_client, tmp_path):
+def test_wrapped_python_command_2_nodes_ranks_end_with_identical_parameters(ma_module_home_client, tmp_path):
     outputs = tmp_path / "out"
     writable_dir(outputs)
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="ddp-2x1",
         mode="pytorch",
         nodes=2,
@@ -72,20 +72,23 @@ def test_wrapped_python_command_2_nodes_ranks_end_with_identical_parameters(ma_c
         command="python /workspace/algorithm/ddp.py",
     )
     print(f"pytorch 2x1 wrapped: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     results = _results(outputs, 2)
     assert results[0]["params"] == results[1]["params"]
     assert [r["hostname"] for r in results] == ["worker-0", "worker-1"]
     assert {r["world"] for r in results} == {2}
     # per-rank logs exist (global rank numbering) and the node log carries the prefixed lines
-    streams = {(s.node, s.rank) for s in ma_client.log_streams(job.id)}
+    streams = {(s.node, s.rank) for s in ma_module_home_client.log_streams(job.id)}
     assert {("worker-0", 0), ("worker-1", 1)} <= streams
-    assert {n.name: n.ranks for n in ma_client.get(job.id).nodes} == {"worker-0": [0], "worker-1": [1]}
-    rank1 = ma_client.read_log(job.id, node="worker-1", rank=1).data
+    assert {n.name: n.ranks for n in ma_module_home_client.get(job.id).nodes} == {
+        "worker-0": [0],
+        "worker-1": [1],
+    }
+    rank1 = ma_module_home_client.read_log(job.id, node="worker-1", rank=1).data
     assert "rank 1/2 done" in rank1
     assert "[rank 0] rank 0/2 done" in logs
     # the ranks formed a process group: no not-distributed alert
-    assert [e.reason for e in ma_client.events(job.id) if e.alert] == []
+    assert [e.reason for e in ma_module_home_client.events(job.id) if e.alert] == []
 
 
 # What Lightning's Trainer() with its defaults or a script that finds too few GPUs does: trains
@@ -104,7 +107,9 @@ print(f"trained alone, loss={loss.item():.4f}", flush=True)
 """
 
 
-def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_alert(ma_client, tmp_path):
+def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_alert(
+    ma_module_home_client, tmp_path
+):
     """As a user submits it: ``ma-jupyter submit --follow`` prints the alert before the end."""
     algo = algorithm(tmp_path / "algo", alone=ALONE)
     started = time.monotonic()
@@ -119,21 +124,23 @@ def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_al
         timeout=240,
     )
     print(f"pytorch 2x1 without a process group, submit --follow: {time.monotonic() - started:.1f} s")
-    job = ma_client.get(re.search(r"submitted (\S+) ", cli.stderr).group(1))
-    assert job.status is JobStatus.succeeded, cli.stdout + cli.stderr + events_text(ma_client, job.id)
+    job = ma_module_home_client.get(re.search(r"submitted (\S+) ", cli.stderr).group(1))
+    assert job.status is JobStatus.succeeded, (
+        cli.stdout + cli.stderr + events_text(ma_module_home_client, job.id)
+    )
     assert cli.returncode == 0, cli.stderr
     # the follower prints every node's lines, each with its node
     for node in ("worker-0", "worker-1"):
         assert re.search(rf"^\[{node}\] (\[rank \d\] )?trained alone", cli.stdout, re.MULTILINE), cli.stdout
     assert "ALERT (worker-0): not distributed: no rank of the 2 nodes joined a process group" in cli.stderr
-    alerts = [e for e in ma_client.events(job.id) if e.alert]
-    assert len(alerts) == 1, events_text(ma_client, job.id)
+    alerts = [e for e in ma_module_home_client.events(job.id) if e.alert]
+    assert len(alerts) == 1, events_text(ma_module_home_client, job.id)
     assert alerts[0].node == "worker-0"
     assert alerts[0].reason.startswith("not distributed: no rank of the 2 nodes joined a process group")
     # recorded before the end, so a follower that sees the job end also sees the alert
-    events = ma_client.events(job.id)
+    events = ma_module_home_client.events(job.id)
     assert events.index(alerts[0]) < [e.status for e in events].index(JobStatus.succeeded)
-    logs = node_logs(ma_client, job.id)
+    logs = node_logs(ma_module_home_client, job.id)
     assert logs.count("trained alone") == 2, logs
     # the other commands that wait for the end say it too; a plain read of the log does not
     for command, alerted in (["wait"], True), (["logs", "--follow"], True), (["logs"], False):
@@ -148,11 +155,11 @@ def test_a_2_node_job_whose_ranks_never_join_a_process_group_succeeds_with_an_al
         assert ("ALERT (worker-0): not distributed" in later.stderr) is alerted, (command, later.stderr)
 
 
-def test_the_seeds_torchrun_command_on_2_nodes_with_2_cards_has_world_size_4(ma_client, tmp_path):
+def test_the_seeds_torchrun_command_on_2_nodes_with_2_cards_has_world_size_4(ma_module_home_client, tmp_path):
     outputs = tmp_path / "out"
     writable_dir(outputs)
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="torchrun-2x2",
         mode="pytorch",
         nodes=2,
@@ -162,7 +169,7 @@ def test_the_seeds_torchrun_command_on_2_nodes_with_2_cards_has_world_size_4(ma_
         command=SEED_TORCHRUN,
     )
     print(f"pytorch seed torchrun 2x2: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     results = _results(outputs, 4)
     assert {r["world"] for r in results} == {4}
     assert all(r["params"] == results[0]["params"] for r in results)
@@ -191,9 +198,11 @@ for step in range(10):
 """
 
 
-def test_two_ranks_of_one_node_printing_half_lines_never_share_a_line_of_its_log(ma_client, tmp_path):
+def test_two_ranks_of_one_node_printing_half_lines_never_share_a_line_of_its_log(
+    ma_module_home_client, tmp_path
+):
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="half-lines",
         mode="pytorch",
         nodes=1,
@@ -201,8 +210,8 @@ def test_two_ranks_of_one_node_printing_half_lines_never_share_a_line_of_its_log
         algorithm=str(algorithm(tmp_path / "algo", half=HALF_LINES)),
         command="python /workspace/algorithm/half.py",
     )
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
-    node_log = ma_client.read_log(job.id, node="worker-0", limit=1 << 20).data
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
+    node_log = ma_module_home_client.read_log(job.id, node="worker-0", limit=1 << 20).data
     words = {"0": [], "1": []}
     for line in node_log.splitlines():
         if not line.startswith("[rank "):
@@ -227,9 +236,9 @@ time.sleep(600)  # the others would run on: only the failure can end this job qu
 """
 
 
-def test_one_rank_exiting_3_ends_a_2x2_job_in_error_with_no_process_left(ma_client, tmp_path):
+def test_one_rank_exiting_3_ends_a_2x2_job_in_error_with_no_process_left(ma_module_home_client, tmp_path):
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         timeout=120,
         name="fail-2x2",
         mode="pytorch",
@@ -240,9 +249,9 @@ def test_one_rank_exiting_3_ends_a_2x2_job_in_error_with_no_process_left(ma_clie
     )
     print(f"pytorch 2x2 one rank exits 3 -> error: {seconds:.1f} s")
     assert job.status is JobStatus.error, logs
-    assert "rank 3 gives up" in ma_client.read_log(job.id, node="worker-1", rank=3).data
+    assert "rank 3 gives up" in ma_module_home_client.read_log(job.id, node="worker-1", rank=3).data
     # the error names the rank that failed first, not the ranks torchrun stopped afterwards
-    assert "rank 3 exited with code 3" in events_text(ma_client, job.id)
+    assert "rank 3 exited with code 3" in events_text(ma_module_home_client, job.id)
     wait_for(lambda: not job_processes(job.id), timeout=30)
 
 
@@ -284,7 +293,9 @@ os._exit(0)  # the result is written: never depend on gloo's teardown (it may ab
 """
 
 
-def test_a_lightning_style_launcher_finds_node_rank_and_master_in_the_environment(ma_client, tmp_path):
+def test_a_lightning_style_launcher_finds_node_rank_and_master_in_the_environment(
+    ma_module_home_client, tmp_path
+):
     outputs = tmp_path / "out"
     writable_dir(outputs)
     algo = algorithm(tmp_path / "algo", worker=LIGHTNING_WORKER)
@@ -294,7 +305,7 @@ def test_a_lightning_style_launcher_finds_node_rank_and_master_in_the_environmen
     for node in ("worker-0", "worker-1"):
         writable_dir(outputs / f"by-{node}")
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="lightning-2x2",
         mode="pytorch",
         nodes=2,
@@ -306,7 +317,7 @@ def test_a_lightning_style_launcher_finds_node_rank_and_master_in_the_environmen
         env={"RESULTS": "${MA_WORKSPACE}/outputs/by-${HOSTNAME}"},
     )
     print(f"pytorch lightning-style launcher 2 nodes x 2 processes: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     found = {
         node: sorted(json.loads(p.read_text())["rank"] for p in (outputs / f"by-{node}").glob("rank-*.json"))
         for node in ("worker-0", "worker-1")
@@ -333,11 +344,11 @@ os._exit(0)  # the result is written: never depend on gloo's teardown (it may ab
 """
 
 
-def test_a_bare_torchrun_reads_nodes_rank_and_rendezvous_from_pet_variables(ma_client, tmp_path):
+def test_a_bare_torchrun_reads_nodes_rank_and_rendezvous_from_pet_variables(ma_module_home_client, tmp_path):
     outputs = tmp_path / "out"
     writable_dir(outputs)
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="bare-torchrun",
         mode="pytorch",
         nodes=2,
@@ -347,7 +358,7 @@ def test_a_bare_torchrun_reads_nodes_rank_and_rendezvous_from_pet_variables(ma_c
         command="torchrun /workspace/algorithm/pet.py",
     )
     print(f"pytorch bare torchrun 2 nodes x 2 cards: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     # without PET_*, each torchrun would run alone: 1 process, world 1, on its own node
     results = [json.loads((outputs / f"rank-{r}.json").read_text()) for r in range(4)]
     assert {(r["world"], r["sum"]) for r in results} == {(4, 10.0)}
@@ -374,9 +385,9 @@ dist.init_process_group("nccl")
 """
 
 
-def test_an_example_that_exits_for_want_of_gpus_on_2_nodes_gets_the_alert(ma_client, tmp_path):
+def test_an_example_that_exits_for_want_of_gpus_on_2_nodes_gets_the_alert(ma_module_home_client, tmp_path):
     job, _seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         name="gpu-checked",
         mode="pytorch",
         nodes=2,
@@ -384,9 +395,9 @@ def test_an_example_that_exits_for_want_of_gpus_on_2_nodes_gets_the_alert(ma_cli
         algorithm=str(algorithm(tmp_path / "algo", example=GPU_CHECKED)),
         command="python /workspace/algorithm/example.py",
     )
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     assert logs.count("Unable to locate sufficient 2 gpus") == 2, logs
-    alerts = [e.reason for e in ma_client.events(job.id) if e.alert]
+    alerts = [e.reason for e in ma_module_home_client.events(job.id) if e.alert]
     assert [a.split(",")[0] for a in alerts] == [
         "not distributed: no rank of the 2 nodes joined a process group"
     ]
@@ -414,7 +425,9 @@ def _rank_line(output: str, node: str, rank: int) -> bool:
     return re.search(pattern, output, re.MULTILINE) is not None
 
 
-def test_submit_follow_and_ma_train_show_both_nodes_of_a_torchrun_job(ma_client, ma_shell, tmp_path):
+def test_submit_follow_and_ma_train_show_both_nodes_of_a_torchrun_job(
+    ma_module_home_client, ma_module_shell, tmp_path
+):
     """Issue 27, item 1, with the tutorial's own launch (``torchrun script.py`` on each node):
     the followers print every node's lines, each with its node, the launcher's lines too."""
     from tests.magic_shell import Run
@@ -441,7 +454,8 @@ def test_submit_follow_and_ma_train_show_both_nodes_of_a_torchrun_job(ma_client,
 
     started = time.monotonic()
     run = Run(
-        ma_shell, "%%ma_train --name ddp-cell --mode pytorch --nodes 2 --spec cpu.small\n" + RANKS_JOINED
+        ma_module_shell,
+        "%%ma_train --name ddp-cell --mode pytorch --nodes 2 --spec cpu.small\n" + RANKS_JOINED,
     )
     print(f"pytorch 2x1, %%ma_train: {time.monotonic() - started:.1f} s")
     assert run.error is None, run.stdout + run.stderr

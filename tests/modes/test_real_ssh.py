@@ -79,12 +79,12 @@ def _sshd_answers(address: str, port: int) -> bool:
         return False
 
 
-def test_ssh_between_nodes_and_seed_003s_mpirun_command_over_it(ma_client, tmp_path):
+def test_ssh_between_nodes_and_seed_003s_mpirun_command_over_it(ma_module_home_client, tmp_path):
     outputs = writable_dir(tmp_path / "out")
     algo = algorithm(tmp_path / "algo", allreduce=ALLREDUCE)
     (algo / "checks.sh").write_text(textwrap.dedent(CHECKS))
     value = "two words \"quoted\" 'single' &;"
-    job = ma_client.submit(
+    job = ma_module_home_client.submit(
         name="ssh-mpi",
         mode="horovod",
         nodes=2,
@@ -95,8 +95,12 @@ def test_ssh_between_nodes_and_seed_003s_mpirun_command_over_it(ma_client, tmp_p
         command=f"bash -c 'bash /workspace/algorithm/checks.sh && {SEED_003}'",
     )
     port_file = outputs / "port.txt"
-    wait_for(lambda: port_file.exists() or ma_client.get(job.id).status.is_terminal(), timeout=180)
-    assert port_file.exists(), node_logs(ma_client, job.id) + events_text(ma_client, job.id)
+    wait_for(
+        lambda: port_file.exists() or ma_module_home_client.get(job.id).status.is_terminal(), timeout=180
+    )
+    assert port_file.exists(), node_logs(ma_module_home_client, job.id) + events_text(
+        ma_module_home_client, job.id
+    )
     port = int(port_file.read_text())
     addresses = [task_address(0), task_address(1)]
     if os.geteuid() == 0:  # a root service gives the job a network namespace of its own
@@ -105,8 +109,8 @@ def test_ssh_between_nodes_and_seed_003s_mpirun_command_over_it(ma_client, tmp_p
     (outputs / "probed").touch()
     job = job.wait(timeout=240, check=False)
 
-    logs = node_logs(ma_client, job.id)
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    logs = node_logs(ma_module_home_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     # `ssh worker-1 hostname` reached worker-1, without a password or host-key prompt
     assert (outputs / "hostname.txt").read_text() == "worker-1\n"
     # the remote command ran with worker-1's own variables, the job's env, its working
@@ -166,14 +170,16 @@ DEEPSPEED_OP = os.path.join(DEEPSPEED_IMAGE, "deepspeed", "ops", "comm", "deepsp
     not glob.glob(DEEPSPEED_OP),
     reason=f"needs the DeepSpeed image with its comm op built ({DEEPSPEED_OP}: ./dev setup makes it)",
 )
-def test_a_plain_deepspeed_command_on_node_0_runs_both_nodes_over_pdsh_and_ssh(ma_client, tmp_path):
+def test_a_plain_deepspeed_command_on_node_0_runs_both_nodes_over_pdsh_and_ssh(
+    ma_module_home_client, tmp_path
+):
     outputs = writable_dir(tmp_path / "out")
     algo = algorithm(tmp_path / "algo", train=DEEPSPEED_TRAIN)
     (algo / "ds_config.json").write_text('{"train_batch_size": 2}')
     # a copy below the test's folder, which jobs may mount
     shutil.copytree(DEEPSPEED_IMAGE, tmp_path / "deepspeed")
     lib = "/workspace/dataset/private/deepspeed"
-    job = ma_client.submit(
+    job = ma_module_home_client.submit(
         name="ds-ssh",
         mode="pytorch-deepspeed",
         nodes=2,
@@ -189,9 +195,9 @@ def test_a_plain_deepspeed_command_on_node_0_runs_both_nodes_over_pdsh_and_ssh(m
     try:
         job = job.wait(timeout=400, check=False)
     except TimeoutError as exc:
-        raise AssertionError(node_logs(ma_client, job.id)) from exc
-    logs = node_logs(ma_client, job.id)
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+        raise AssertionError(node_logs(ma_module_home_client, job.id)) from exc
+    logs = node_logs(ma_module_home_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     result = json.loads((outputs / "result.json").read_text())
     assert result == {"size": 2, "sum": 3.0, "hosts": ["worker-0", "worker-1"]}
     # worker-1 ran nothing but sshd: its rank came from node 0's launcher, through pdsh

@@ -76,16 +76,16 @@ def _run(client, tmp_path, name, script, **fields):
     return job, outputs
 
 
-def test_two_worker_multiworker_mirrored_custom_loop_succeeds(ma_client, tmp_path):
-    _job, outputs = _run(ma_client, tmp_path, "mwms", MWMS, nodes=2)
+def test_two_worker_multiworker_mirrored_custom_loop_succeeds(ma_module_home_client, tmp_path):
+    _job, outputs = _run(ma_module_home_client, tmp_path, "mwms", MWMS, nodes=2)
     results = [json.loads((outputs / f"mwms-{i}.json").read_text()) for i in range(2)]
     assert {r["replicas"] for r in results} == {2}
     assert results[0]["weights"] == results[1]["weights"]
     assert any(abs(v) > 0.1 for v in results[0]["weights"])  # it trained
 
 
-def test_ps_worker_ends_succeeded_with_the_parameter_server_gone(ma_client, tmp_path):
-    job, outputs = _run(ma_client, tmp_path, "ps-worker", PS_WORKER, nodes=2, ps=1)
+def test_ps_worker_ends_succeeded_with_the_parameter_server_gone(ma_module_home_client, tmp_path):
+    job, outputs = _run(ma_module_home_client, tmp_path, "ps-worker", PS_WORKER, nodes=2, ps=1)
     for index in range(2):
         result = json.loads((outputs / f"ps-worker-{index}.json").read_text())
         assert result == {"device": "/job:ps/replica:0/task:0/device:CPU:0", "value": float(index + 1)}
@@ -93,8 +93,8 @@ def test_ps_worker_ends_succeeded_with_the_parameter_server_gone(ma_client, tmp_
     wait_for(lambda: not job_processes(job.id), timeout=30)
 
 
-def test_chief_with_parameter_server_strategy_trains(ma_client, tmp_path):
-    job, outputs = _run(ma_client, tmp_path, "pss", PS_STRATEGY, nodes=2, ps=1, chief=True)
+def test_chief_with_parameter_server_strategy_trains(ma_module_home_client, tmp_path):
+    job, outputs = _run(ma_module_home_client, tmp_path, "pss", PS_STRATEGY, nodes=2, ps=1, chief=True)
     result = json.loads((outputs / "pss.json").read_text())
     assert result["device"].startswith("/job:ps/")
     assert result["last"] < result["first"]
@@ -129,9 +129,9 @@ print(f"trained alone, loss={float(loss):.4f}", flush=True)
 """
 
 
-def test_two_workers_that_never_build_a_strategy_succeed_with_an_alert(ma_client, tmp_path):
+def test_two_workers_that_never_build_a_strategy_succeed_with_an_alert(ma_module_home_client, tmp_path):
     job, seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         timeout=240,
         name="tf-alone",
         mode="tensorflow",
@@ -141,19 +141,19 @@ def test_two_workers_that_never_build_a_strategy_succeed_with_an_alert(ma_client
         command="python /workspace/algorithm/train.py",
     )
     print(f"tensorflow 2 workers without a strategy: {seconds:.1f} s")
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     assert logs.count("trained alone") == 2, logs
-    alerts = [e.reason for e in ma_client.events(job.id) if e.alert]
-    assert len(alerts) == 1, events_text(ma_client, job.id) + logs
+    alerts = [e.reason for e in ma_module_home_client.events(job.id) if e.alert]
+    assert len(alerts) == 1, events_text(ma_module_home_client, job.id) + logs
     assert alerts[0].startswith("not distributed: none of the 2 nodes started a TensorFlow server")
 
 
-def test_a_script_that_quiets_tensorflow_is_not_judged(ma_client, tmp_path):
+def test_a_script_that_quiets_tensorflow_is_not_judged(ma_module_home_client, tmp_path):
     """With TF_CPP_MIN_LOG_LEVEL=1 TensorFlow prints only oneDNN's line (before it reads the level),
     none of its later INFO lines, and no 'Started server' even where a server starts: the logs
     cannot tell, so nothing is said."""
     job, _seconds, logs = run_job(
-        ma_client,
+        ma_module_home_client,
         timeout=240,
         name="tf-quiet",
         mode="tensorflow",
@@ -166,6 +166,6 @@ def test_a_script_that_quiets_tensorflow_is_not_judged(ma_client, tmp_path):
         ),
         command="python /workspace/algorithm/train.py",
     )
-    assert job.status is JobStatus.succeeded, logs + events_text(ma_client, job.id)
+    assert job.status is JobStatus.succeeded, logs + events_text(ma_module_home_client, job.id)
     assert logs.count("trained alone") == 2, logs
-    assert [e.reason for e in ma_client.events(job.id) if e.alert] == [], logs
+    assert [e.reason for e in ma_module_home_client.events(job.id) if e.alert] == [], logs

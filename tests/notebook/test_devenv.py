@@ -47,11 +47,11 @@ def _run_cells(shell, notebook: dict, **secrets: str) -> Run:
     return Run(shell, cells["train"]["source"])
 
 
-def test_a_cell_job_comes_back_as_its_cell_with_every_option(ma_shell, tmp_path):
+def test_a_cell_job_comes_back_as_its_cell_with_every_option(ma_module_shell, tmp_path):
     data, volume, outputs = tmp_path / "data", tmp_path / "vol", tmp_path / "out"
     for folder in (data, volume, outputs):
         writable_dir(folder)
-    ma_shell.user_ns.update(
+    ma_module_shell.user_ns.update(
         data=str(data), volume=str(volume), outputs=str(outputs), literal="${GREETING}-{x}-$HOME"
     )
     body = (
@@ -60,14 +60,14 @@ def test_a_cell_job_comes_back_as_its_cell_with_every_option(ma_shell, tmp_path)
         "print('secret length:', len(os.environ['TOKEN']), flush=True)\n"
     )
     first = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name devcell --spec cpu.small --priority urgent --access rw --duration 2h "
         "--restart 2 --grace 7 --dataset d={data} --volume v={volume} --output {outputs} --data-preparation "
         "--env GREETING=hello --env LITERAL={literal} --secret-env 'TOKEN=s3cret words' "
         "--on-start 'echo starting' --out original\n" + body,
     )
     assert first.error is None, first.stdout + first.stderr
-    original = ma_shell.user_ns["original"].refresh()
+    original = ma_module_shell.user_ns["original"].refresh()
     assert original.spec.env["LITERAL"] == "${GREETING}-{x}-$HOME"
     client = session.get_client()
     made = client.devenv(original.id)
@@ -85,7 +85,7 @@ def test_a_cell_job_comes_back_as_its_cell_with_every_option(ma_shell, tmp_path)
     assert train.startswith("%%ma_train ") and train.endswith(body.rstrip("\n"))
     assert "--code-dir" not in train  # the cell's own snapshot: the body is the code
 
-    again = _run_cells(ma_shell, notebook, SECRET_TOKEN="s3cret words")
+    again = _run_cells(ma_module_shell, notebook, SECRET_TOKEN="s3cret words")
     assert again.error is None, again.stdout + again.stderr
     text = again.job_text()
     assert "greeting hello {braces} $dollar" in text and "secret length: 12" in text
@@ -100,7 +100,7 @@ def test_a_cell_job_comes_back_as_its_cell_with_every_option(ma_shell, tmp_path)
         assert new.read() == old.read()
 
 
-def test_a_command_job_comes_back_with_its_folder_and_command(ma_shell, tmp_path):
+def test_a_command_job_comes_back_with_its_folder_and_command(ma_module_shell, tmp_path):
     code = tmp_path / "algo"
     code.mkdir()
     (code / "train.py").write_text(
@@ -124,8 +124,8 @@ def test_a_command_job_comes_back_with_its_folder_and_command(ma_shell, tmp_path
     notebook = client.devenv(original.id)["notebook"]
     train = _cells(notebook)["train"]["source"]
     assert train.startswith("%ma_train ") and "\n" not in train
-    ma_shell.user_ns["MASTER_PORT"] = "not-this"  # IPython must not expand the job's own variables
-    again = _run_cells(ma_shell, notebook)
+    ma_module_shell.user_ns["MASTER_PORT"] = "not-this"  # IPython must not expand the job's own variables
+    again = _run_cells(ma_module_shell, notebook)
     assert again.error is None, again.stdout + again.stderr
     resubmitted = next(h.info for h in client.jobs(name="devcmd") if h.id != original.id)
     # --grace sets both grace periods: the checkpoint's is kept, the note says so
@@ -140,7 +140,7 @@ def test_a_command_job_comes_back_with_its_folder_and_command(ma_shell, tmp_path
     assert "--tag', '{a b}'" in "".join(client.job(resubmitted.id).logs())
 
 
-def test_a_batch_job_comes_back_as_its_tasks(ma_shell, tmp_path):
+def test_a_batch_job_comes_back_as_its_tasks(ma_module_shell, tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "task.py").write_text(f"print('task {name}', flush=True)\n")
@@ -148,45 +148,45 @@ def test_a_batch_job_comes_back_as_its_tasks(ma_shell, tmp_path):
     tasks = [{"algorithm": str(tmp_path / n), "command": "python task.py"} for n in ("a", "b")]
     original = client.submit({"name": "devbatch", "type": "batch", "tasks": tasks}).info
     notebook = client.devenv(original.id)["notebook"]
-    again = _run_cells(ma_shell, notebook)
+    again = _run_cells(ma_module_shell, notebook)
     assert again.error is None, again.stdout + again.stderr
     resubmitted = next(h.info for h in client.jobs(name="devbatch") if h.id != original.id)
     _same_job(original.spec, resubmitted.spec)
 
 
-def test_devenv_magic_writes_the_notebook_and_links_it(ma_shell, tmp_path, monkeypatch):
+def test_devenv_magic_writes_the_notebook_and_links_it(ma_module_shell, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    first = Run(ma_shell, "%%ma_train --name linked --out job\nprint('x')\n")
+    first = Run(ma_module_shell, "%%ma_train --name linked --out job\nprint('x')\n")
     assert first.error is None, first.stdout + first.stderr
-    job_id = ma_shell.user_ns["job"].id
-    made = Run(ma_shell, f"%ma_devenv {job_id}")
+    job_id = ma_module_shell.user_ns["job"].id
+    made = Run(ma_module_shell, f"%ma_devenv {job_id}")
     assert made.error is None, made.stdout + made.stderr
     path = tmp_path / "linked-devenv.ipynb"
     assert made.result.result == str(path)
     assert json.loads(path.read_text())["cells"][2]["source"].startswith("%%ma_train --name linked")
     assert "linked-devenv.ipynb" in "".join(str(o.data) for o in made.outputs)
-    second = Run(ma_shell, f"%ma_devenv {job_id}")  # never overwrites
+    second = Run(ma_module_shell, f"%ma_devenv {job_id}")  # never overwrites
     assert second.result.result == str(tmp_path / "linked-devenv-2.ipynb")
-    refused = Run(ma_shell, "%ma_devenv no-such-job")
+    refused = Run(ma_module_shell, "%ma_devenv no-such-job")
     assert refused.error is not None and "no job" in refused.stdout + refused.stderr
 
 
-def test_a_cell_job_with_a_code_dir_keeps_its_folder(ma_shell, tmp_path):
+def test_a_cell_job_with_a_code_dir_keeps_its_folder(ma_module_shell, tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     (code / "helper.py").write_text("WORD = 'from the helper'\n")
-    ma_shell.user_ns["code_dir"] = str(code)
+    ma_module_shell.user_ns["code_dir"] = str(code)
     first = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name withhelper --code-dir {code_dir} --out original\nimport helper\nprint(helper.WORD)\n",
     )
     assert first.error is None, first.stdout + first.stderr
-    original = ma_shell.user_ns["original"].info
+    original = ma_module_shell.user_ns["original"].info
     client = session.get_client()
     train = _cells(client.devenv(original.id)["notebook"])["train"]["source"]
     # the snapshot holds more than the cell: it is the code folder of the new job too
     assert f"--code-dir {original.spec.algorithm}" in train and train.endswith("print(helper.WORD)")
-    again = _run_cells(ma_shell, client.devenv(original.id)["notebook"])
+    again = _run_cells(ma_module_shell, client.devenv(original.id)["notebook"])
     assert again.error is None, again.stdout + again.stderr
     assert "from the helper" in again.job_text()
     resubmitted = next(h.info for h in client.jobs(name="withhelper") if h.id != original.id)

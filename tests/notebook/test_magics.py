@@ -32,10 +32,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # --------------------------------------------------------------------------- %%ma_train
 
 
-def test_train_follows_logs_and_returns_handle(ma_shell):
-    ma_shell.user_ns["count"] = 5
+def test_train_follows_logs_and_returns_handle(ma_module_shell):
+    ma_module_shell.user_ns["count"] = 5
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name hello --env COUNT={count} --out job\n"
         "import os\n"
         "for i in range(int(os.environ['COUNT'])):\n"
@@ -43,7 +43,7 @@ def test_train_follows_logs_and_returns_handle(ma_shell):
     )
     assert run.error is None, run.stdout + run.stderr
     handle = run.result.result
-    assert isinstance(handle, JobHandle) and ma_shell.user_ns["job"] is handle
+    assert isinstance(handle, JobHandle) and ma_module_shell.user_ns["job"] is handle
     assert handle.status is JobStatus.succeeded
     text = run.job_text()
     assert text.splitlines()[0].startswith(f"job {handle.id} (hello): succeeded")
@@ -58,43 +58,45 @@ def test_train_follows_logs_and_returns_handle(ma_shell):
     assert handle.id in notebook_record.jobs()
 
 
-def test_train_dry_run_prints_plan_and_submits_nothing(ma_shell, tmp_path):
+def test_train_dry_run_prints_plan_and_submits_nothing(ma_module_shell, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    ma_shell.user_ns["data_dir"] = str(data)
-    run = Run(ma_shell, "%%ma_train --name planned --dataset d={data_dir} --env A=1 --dry-run\nprint('x')")
+    ma_module_shell.user_ns["data_dir"] = str(data)
+    run = Run(
+        ma_module_shell, "%%ma_train --name planned --dataset d={data_dir} --env A=1 --dry-run\nprint('x')"
+    )
     assert run.error is None, run.stdout + run.stderr
     assert "dry run: nothing submitted" in run.stdout
     assert "[worker-0]" in run.stdout
     assert "argv:" in run.stdout and "/workspace/algorithm/planned.py" in run.stdout
     assert "A=1" in run.stdout
     assert str(data) in run.stdout and "/workspace/dataset/private/d" in run.stdout
-    assert session.get_client().jobs() == []
+    assert session.get_client().jobs(name="planned") == []
 
 
-def test_train_code_dir_ships_folder_with_body(ma_shell, tmp_path):
+def test_train_code_dir_ships_folder_with_body(ma_module_shell, tmp_path):
     code = tmp_path / "code"
     code.mkdir()
     (code / "helper.py").write_text("GREETING = 'hello from the code dir'\n")
-    ma_shell.user_ns["code_dir"] = str(code)
+    ma_module_shell.user_ns["code_dir"] = str(code)
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name withdir --code-dir {code_dir}\nimport helper\nprint(helper.GREETING, flush=True)\n",
     )
     assert run.error is None, run.stdout + run.stderr
     assert "hello from the code dir" in run.job_text()
     # no body (the line form): the folder alone is the algorithm
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%ma_train --name onlydir --code-dir {code_dir} --command 'python -c \"import helper; print(helper.GREETING)\"'",
     )
     assert run.error is None, run.stdout + run.stderr
     assert "hello from the code dir" in run.job_text()
 
 
-def test_failing_job_raises_one_line_error_with_last_lines(ma_shell):
+def test_failing_job_raises_one_line_error_with_last_lines(ma_module_shell):
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name boom\nimport sys\nprint('about to fail', flush=True)\nsys.exit(3)\n",
     )
     assert isinstance(run.error, live.JobFailed)
@@ -104,8 +106,8 @@ def test_failing_job_raises_one_line_error_with_last_lines(ma_shell):
     assert "error" in run.job_text().splitlines()[0]
 
 
-def test_a_failed_cell_shows_the_jobs_traceback_once(ma_shell):
-    run = Run(ma_shell, "%%ma_train --name twice\nraise ValueError('broken input')\n")
+def test_a_failed_cell_shows_the_jobs_traceback_once(ma_module_shell):
+    run = Run(ma_module_shell, "%%ma_train --name twice\nraise ValueError('broken input')\n")
     assert isinstance(run.error, live.JobFailed)
     shown = run.job_text() + run.stdout + run.stderr
     assert shown.count("Traceback (most recent call last)") == 1, shown
@@ -114,15 +116,15 @@ def test_a_failed_cell_shows_the_jobs_traceback_once(ma_shell):
     assert "\n" not in run.job_text().splitlines()[0] and "last log lines" not in run.job_text()
 
 
-def test_printed_lines_come_before_the_one_final_status(ma_shell, capsys):
+def test_printed_lines_come_before_the_one_final_status(ma_module_shell, capsys):
     """Without a live display (papermill) the lines are printed as they come, and the display
     with the final status goes under them, the final status said there only."""
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name order --no-follow --out order_job\nfor i in range(3): print('line', i, flush=True)\n",
     )
     assert run.error is None, run.stdout + run.stderr
-    handle = ma_shell.user_ns["order_job"]
+    handle = ma_module_shell.user_ns["order_job"]
     printed: list[str] = []
     seen: list[tuple[int, dict]] = []
 
@@ -148,53 +150,53 @@ def test_printed_lines_come_before_the_one_final_status(ma_shell, capsys):
     assert ": succeeded" in bundle["text/plain"] and "3 log lines printed above" in bundle["text/plain"]
     assert ": succeeded" not in text  # the final status is the display's, not printed as well
     # %ma_jobs leaves out the plain success reason that would repeat on every row
-    jobs = Run(ma_shell, "%ma_jobs --name order")
+    jobs = Run(ma_module_shell, "%ma_jobs --name order")
     assert "succeeded" in jobs.text() and "every node exited" not in jobs.text(), jobs.text()
 
 
 def test_a_shell_command_body_is_refused_with_the_command_to_use_which_then_works(
-    ma_shell, tmp_path, monkeypatch
+    ma_module_shell, tmp_path, monkeypatch
 ):
     for body in ("python train.py --lr 0.1", "!python train.py --lr 0.1"):
-        run = Run(ma_shell, f"%%ma_train --name cmd\n{body}\n")
+        run = Run(ma_module_shell, f"%%ma_train --name cmd\n{body}\n")
         message = one_line_error(run)
         assert "the cell body is a shell command, not Python" in message
         assert '`%ma_train --command "python train.py --lr 0.1"`' in message
-    assert session.get_client().jobs() == []  # refused before anything was submitted
+    assert session.get_client().jobs(name="cmd") == []  # refused before anything was submitted
     # the suggested line form runs the command, with the notebook's folder shipped
     project = tmp_path / "project"
     project.mkdir()
     (project / "train.py").write_text("import sys\nprint('lr is', sys.argv[2], flush=True)\n")
     monkeypatch.chdir(project)
-    run = Run(ma_shell, '%ma_train --name cmdline --command "python train.py --lr 0.1"')
+    run = Run(ma_module_shell, '%ma_train --name cmdline --command "python train.py --lr 0.1"')
     assert run.error is None, run.stdout + run.stderr
     assert "lr is 0.1" in run.job_text()
     assert f"shipped {project}" in run.stdout
 
 
-def test_a_kernel_variable_used_in_the_cell_gets_a_hint_on_how_to_pass_it(ma_shell):
-    ma_shell.user_ns["learning_rate"] = 0.1
-    run = Run(ma_shell, "%%ma_train --name uses-var\nprint(learning_rate * 2)\n")
+def test_a_kernel_variable_used_in_the_cell_gets_a_hint_on_how_to_pass_it(ma_module_shell):
+    ma_module_shell.user_ns["learning_rate"] = 0.1
+    run = Run(ma_module_shell, "%%ma_train --name uses-var\nprint(learning_rate * 2)\n")
     assert isinstance(run.error, live.JobFailed)
     assert "NameError: name 'learning_rate' is not defined" in run.stdout
     assert "hint: `learning_rate` is a variable of this notebook's kernel" in run.stdout
     assert "--env LEARNING_RATE={learning_rate}" in run.stdout
     # the hint's way works: the magic line expands {learning_rate}
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name passes-var --env LEARNING_RATE={learning_rate}\n"
         "import os\nprint(float(os.environ['LEARNING_RATE']) * 2, flush=True)\n",
     )
     assert run.error is None, run.stdout + run.stderr
     assert "0.2" in run.job_text().splitlines()
     # a name the kernel does not have either: the plain error, no hint
-    run = Run(ma_shell, "%%ma_train --name typo\nprint(no_such_name)\n")
+    run = Run(ma_module_shell, "%%ma_train --name typo\nprint(no_such_name)\n")
     assert isinstance(run.error, live.JobFailed)
     assert "NameError" in run.stdout and "hint:" not in run.stdout
 
 
-def test_no_follow_returns_at_once(ma_shell):
-    run = Run(ma_shell, "%%ma_train --name sleeper --no-follow\nimport time\ntime.sleep(30)\n")
+def test_no_follow_returns_at_once(ma_module_shell):
+    run = Run(ma_module_shell, "%%ma_train --name sleeper --no-follow\nimport time\ntime.sleep(30)\n")
     assert run.error is None, run.stderr
     handle = run.result.result
     assert handle.info.status in (JobStatus.queued, JobStatus.running)
@@ -249,9 +251,9 @@ def test_a_fresh_kernels_first_submit_loads_no_pydantic_and_a_bad_option_is_stil
     assert len(said["snapshots"]) == 1 and said["snapshots"][0].startswith("first-"), said
 
 
-def test_huge_log_keeps_newest_lines(ma_shell):
+def test_huge_log_keeps_newest_lines(ma_module_shell):
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name chatty --lines 50\nfor i in range(5000):\n    print(f'row {i}')\n",
     )
     assert run.error is None, run.stderr
@@ -261,15 +263,17 @@ def test_huge_log_keeps_newest_lines(ma_shell):
     assert "4950 earlier lines not shown" in text
 
 
-def test_a_progress_bar_shows_its_final_state_in_the_cell(ma_shell, ma_home):
-    run = Run(ma_shell, "%%ma_train --name bar --out bar\n" + PROGRESS_BAR)
+def test_a_progress_bar_shows_its_final_state_in_the_cell(ma_module_shell, ma_module_home_env):
+    run = Run(ma_module_shell, "%%ma_train --name bar --out bar\n" + PROGRESS_BAR)
     assert run.error is None, run.stdout + run.stderr
     lines = run.job_text().splitlines()
     assert lines[1:] == [BAR_FINAL, "after the bar"]
     # the log keeps the raw bytes: every redraw is still there
-    raw = (ma_home / "jobs" / ma_shell.user_ns["bar"].id / "logs" / "worker-0.log").read_bytes()
+    raw = (
+        ma_module_home_env / "jobs" / ma_module_shell.user_ns["bar"].id / "logs" / "worker-0.log"
+    ).read_bytes()
     assert raw.count(b"\r") == 400 and len(raw) > 8000
-    run = Run(ma_shell, f"%ma_logs {ma_shell.user_ns['bar'].id}")
+    run = Run(ma_module_shell, f"%ma_logs {ma_module_shell.user_ns['bar'].id}")
     assert run.stdout.splitlines() == [BAR_FINAL, "after the bar"]
 
 
@@ -295,7 +299,8 @@ def _live_text(shell) -> str:
 
 
 def _job_log(home, name_prefix=""):
-    logs = sorted(home.glob("jobs/*/logs/worker-0.log"))
+    """The log of the newest job whose id starts with ``name_prefix`` (a name of the test's own)."""
+    logs = sorted(home.glob(f"jobs/{name_prefix}*/logs/worker-0.log"))
     return logs[-1].read_text() if logs else ""
 
 
@@ -363,75 +368,75 @@ def test_interrupt_detaches_and_attach_continues_without_replay(ma_shell, ma_hom
     ]
 
 
-def test_stop_on_interrupt_stops_the_job(ma_shell, ma_home):
-    _interrupt_after(lambda: "tick 2\n" in _job_log(ma_home))
-    run = Run(ma_shell, "%%ma_train --name stopper --stop-on-interrupt --out stopper\n" + TICKER)
+def test_stop_on_interrupt_stops_the_job(ma_module_shell, ma_module_home_env):
+    _interrupt_after(lambda: "tick 2\n" in _job_log(ma_module_home_env, "stopper-"))
+    run = Run(ma_module_shell, "%%ma_train --name stopper --stop-on-interrupt --out stopper\n" + TICKER)
     assert isinstance(run.error, KeyboardInterrupt)
-    handle = ma_shell.user_ns["stopper"]
+    handle = ma_module_shell.user_ns["stopper"]
     assert handle.wait(timeout=60).status is JobStatus.stopped
 
 
 # --------------------------------------------------------------------------- line magics
 
 
-def test_line_magics_manage_jobs(ma_shell):
-    run = Run(ma_shell, "%%ma_train --name alpha --out a\nprint('alpha says hi', flush=True)\n")
+def test_line_magics_manage_jobs(ma_module_shell):
+    run = Run(ma_module_shell, "%%ma_train --name alpha --out a\nprint('alpha says hi', flush=True)\n")
     assert run.error is None, run.stderr
-    a = ma_shell.user_ns["a"]
+    a = ma_module_shell.user_ns["a"]
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name beta --no-follow --out b\nimport time\nprint('beta', flush=True)\ntime.sleep(60)\n",
     )
-    b = ma_shell.user_ns["b"]
+    b = ma_module_shell.user_ns["b"]
     wait_for(lambda: b.status is JobStatus.running, timeout=60)
 
-    run = Run(ma_shell, "%ma_jobs")
+    run = Run(ma_module_shell, "%ma_jobs")
     assert "alpha" in run.text() and "beta" in run.text()
     html = [o.data["text/html"] for o in run.outputs if "text/html" in o.data][0]
     assert "<table" in html and a.id in html
-    run = Run(ma_shell, "%ma_jobs --status running")
+    run = Run(ma_module_shell, "%ma_jobs --status running")
     assert "beta" in run.text() and "alpha" not in run.text()
-    run = Run(ma_shell, "%ma_jobs --name alp")
+    run = Run(ma_module_shell, "%ma_jobs --name alp")
     assert "alpha" in run.text() and "beta" not in run.text()
 
-    run = Run(ma_shell, f"%ma_logs {a.id}")
+    run = Run(ma_module_shell, f"%ma_logs {a.id}")
     assert run.stdout.strip() == "alpha says hi"
-    run = Run(ma_shell, "%ma_logs alpha --tail 1")  # a name works too
+    run = Run(ma_module_shell, "%ma_logs alpha --tail 1")  # a name works too
     assert run.stdout.strip() == "alpha says hi"
 
-    run = Run(ma_shell, f"%ma_events {a.id}")
+    run = Run(ma_module_shell, f"%ma_events {a.id}")
     assert "succeeded" in run.text() and "running" in run.text()
 
-    run = Run(ma_shell, f"%ma_delete {b.id}")
+    run = Run(ma_module_shell, f"%ma_delete {b.id}")
     assert one_line_error(run).startswith("Conflict:")
-    run = Run(ma_shell, f"%ma_stop {b.id}")
+    run = Run(ma_module_shell, f"%ma_stop {b.id}")
     assert "stop requested" in run.stdout
     assert b.wait(timeout=60).status is JobStatus.stopped
-    run = Run(ma_shell, f"%ma_delete {b.id}")
+    run = Run(ma_module_shell, f"%ma_delete {b.id}")
     assert "deleted" in run.stdout
-    assert [h.id for h in session.get_client().jobs()] == [a.id]
+    assert [h.id for h in session.get_client().jobs() if h.id in (a.id, b.id)] == [a.id]
 
     # a clone's dry run plans it and leaves the source job's code where that job keeps it
-    run = Run(ma_shell, f"%ma_clone {a.id} --name alpha3 --dry-run")
+    run = Run(ma_module_shell, f"%ma_clone {a.id} --name alpha3 --dry-run")
     assert run.error is None, run.stdout + run.stderr
     assert Path(a.info.spec.algorithm).is_dir(), "the dry run removed the source job's code"
-    run = Run(ma_shell, f"c = %ma_clone {a.id} --name alpha2 --env X=1")
+    run = Run(ma_module_shell, f"c = %ma_clone {a.id} --name alpha2 --env X=1")
     assert run.error is None, run.stdout + run.stderr
-    clone = ma_shell.user_ns["c"]
+    clone = ma_module_shell.user_ns["c"]
     assert clone.status is JobStatus.succeeded and clone.name == "alpha2"
     assert clone.info.spec.env == {"X": "1"} and clone.info.spec.command == a.info.spec.command
     assert "alpha says hi" in run.job_text()
 
 
-def test_specs_table_shows_free_capacity(ma_shell):
-    run = Run(ma_shell, "%ma_specs")
+def test_specs_table_shows_free_capacity(ma_module_shell):
+    run = Run(ma_module_shell, "%ma_specs")
     assert run.error is None, run.stderr
     text = run.text()
     assert "cpu.small" in text and "free now" in text and "nodes" in text
 
 
-def test_cluster_shows_nodes_specs_queue_and_demand(ma_shell):
-    run = Run(ma_shell, "%ma_cluster --spec cpu.small")
+def test_cluster_shows_nodes_specs_queue_and_demand(ma_module_shell):
+    run = Run(ma_module_shell, "%ma_cluster --spec cpu.small")
     assert run.error is None, run.stderr
     assert "CAN START NOW" in run.stdout and "cpu.small" in run.stdout
     # the spec filter keeps the chosen spec's row only (the nodes' SPECS column still lists
@@ -441,14 +446,14 @@ def test_cluster_shows_nodes_specs_queue_and_demand(ma_shell):
 
 
 @pytest.mark.parametrize("own_outputs", [True, False], ids=["--output", "default-outputs"])
-def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path, own_outputs):
+def test_tensorboard_iframe_and_inline_png(ma_module_shell, tmp_path, own_outputs):
     out = tmp_path / "outputs"
     writable_dir(out)
-    ma_shell.user_ns["out_dir"] = str(out)
+    ma_module_shell.user_ns["out_dir"] = str(out)
     # without --output the job still has an outputs folder (made for it): TensorBoard reads that
     output_option = "--output {out_dir} " if own_outputs else ""
     run = Run(
-        ma_shell,
+        ma_module_shell,
         f"%%ma_train --name scalars {output_option}--out job\n"
         "import time\n"
         "from tensorboard.compat.proto import event_pb2, summary_pb2\n"
@@ -463,24 +468,24 @@ def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path, own_outputs):
         "print('wrote scalars', flush=True)\n",
     )
     assert run.error is None, run.stdout + run.stderr
-    job = ma_shell.user_ns["job"]
+    job = ma_module_shell.user_ns["job"]
     folder = job.refresh().outputs_folder
     assert (folder == str(out)) if own_outputs else folder.endswith(f"/{job.id}/outputs"), folder
-    run = Run(ma_shell, "%ma_tensorboard {job.id} --inline")
+    run = Run(ma_module_shell, "%ma_tensorboard {job.id} --inline")
     assert run.error is None, run.stdout + run.stderr
     pngs = [o.data["image/png"] for o in run.outputs if "image/png" in o.data]
     assert pngs and len(pngs[0]) > 1000
 
-    run = Run(ma_shell, "url = %ma_tensorboard {job.id}")
+    run = Run(ma_module_shell, "url = %ma_tensorboard {job.id}")
     assert run.error is None, run.stdout + run.stderr
-    url = ma_shell.user_ns["url"]
+    url = ma_module_shell.user_ns["url"]
     assert f"/tb/{job.id}/" in url
     assert any("<iframe" in o.data.get("text/html", "") for o in run.outputs)
     assert requests.get(url + "data/runs", timeout=30).json() == ["run-a"]
-    run = Run(ma_shell, "%ma_tensorboard {job.id} --via-jupyter /user/me/")
+    run = Run(ma_module_shell, "%ma_tensorboard {job.id} --via-jupyter /user/me/")
     frames = [o.data.get("text/html", "") for o in run.outputs]
     assert any(f'src="/user/me/ma-jupyter/tensorboard/{job.id}/"' in f for f in frames), frames
-    run = Run(ma_shell, "%ma_tensorboard {job.id} --stop")
+    run = Run(ma_module_shell, "%ma_tensorboard {job.id} --stop")
     assert "stopped" in run.stdout
     with pytest.raises(requests.ConnectionError):
         requests.get(url + "data/runs", timeout=5)
@@ -496,46 +501,48 @@ def test_tensorboard_iframe_and_inline_png(ma_shell, tmp_path, own_outputs):
     assert f"/tb/{job.id}/" in frame and "<iframe" in frame
 
 
-def test_a_notebook_run_twice_keeps_its_names_working(ma_shell):
+def test_a_notebook_run_twice_keeps_its_names_working(ma_module_shell):
     """Two jobs called envtest (the notebook ran twice): the name means the newer one, with a
     note naming its id, in every magic that takes a JOB."""
-    first = Run(ma_shell, "%%ma_train --name envtest --out first\nprint('run one', flush=True)\n")
-    second = Run(ma_shell, "%%ma_train --name envtest --out second\nprint('run two', flush=True)\n")
+    first = Run(ma_module_shell, "%%ma_train --name envtest --out first\nprint('run one', flush=True)\n")
+    second = Run(ma_module_shell, "%%ma_train --name envtest --out second\nprint('run two', flush=True)\n")
     assert first.error is None and second.error is None, second.stderr
-    newer = ma_shell.user_ns["second"]
-    run = Run(ma_shell, "%ma_logs envtest")
+    newer = ma_module_shell.user_ns["second"]
+    run = Run(ma_module_shell, "%ma_logs envtest")
     assert run.error is None, run.stdout + run.stderr
     assert run.stdout.strip() == "run two"
     assert f"your newest job of that name, {newer.id}" in run.stderr
-    run = Run(ma_shell, "%ma_events envtest")
+    run = Run(ma_module_shell, "%ma_events envtest")
     assert run.error is None and newer.id in run.stderr
 
 
-def test_ma_logs_follow_from_start_and_rank_node_options(ma_shell):
-    run = Run(ma_shell, "%%ma_train --name twice --no-follow --out t\nprint('only once', flush=True)\n")
-    handle = ma_shell.user_ns["t"]
+def test_ma_logs_follow_from_start_and_rank_node_options(ma_module_shell):
+    run = Run(
+        ma_module_shell, "%%ma_train --name twice --no-follow --out t\nprint('only once', flush=True)\n"
+    )
+    handle = ma_module_shell.user_ns["t"]
     handle.wait(timeout=60)
-    run = Run(ma_shell, f"%ma_logs {handle.id} --follow")
+    run = Run(ma_module_shell, f"%ma_logs {handle.id} --follow")
     assert run.job_text().count("only once") == 1
-    run = Run(ma_shell, f"%ma_logs {handle.id} --follow")
+    run = Run(ma_module_shell, f"%ma_logs {handle.id} --follow")
     # from the start again: no follow of this job runs in the kernel now
     assert run.job_text().count("only once") == 1 and "continuing" not in run.job_text()
-    run = Run(ma_shell, f"%ma_logs {handle.id} --follow --from-start")
+    run = Run(ma_module_shell, f"%ma_logs {handle.id} --follow --from-start")
     assert run.job_text().count("only once") == 1
-    run = Run(ma_shell, f"%ma_logs {handle.id} --node worker-0")
+    run = Run(ma_module_shell, f"%ma_logs {handle.id} --node worker-0")
     assert run.stdout.strip() == "only once"
-    run = Run(ma_shell, f"%ma_logs {handle.id} --node nope")
+    run = Run(ma_module_shell, f"%ma_logs {handle.id} --node nope")
     assert one_line_error(run).startswith("NotFound:")
-    run = Run(ma_shell, f"%ma_logs {handle.id} --node nope --follow")
+    run = Run(ma_module_shell, f"%ma_logs {handle.id} --node nope --follow")
     assert one_line_error(run).startswith("NotFound:")
-    run = Run(ma_shell, f"%ma_logs {handle.id} --node worker-0 --follow --from-start")
+    run = Run(ma_module_shell, f"%ma_logs {handle.id} --node worker-0 --follow --from-start")
     assert run.job_text().count("only once") == 1
 
 
-def test_several_nodes_prefix_each_line(ma_shell):
+def test_several_nodes_prefix_each_line(ma_module_shell):
     # TensorFlow mode only sets TF_CONFIG per task and runs the command as written: two cheap nodes
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name twonodes --mode tensorflow --nodes 2\n"
         "import json, os\n"
         "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
@@ -550,7 +557,7 @@ def test_several_nodes_prefix_each_line(ma_shell):
     assert set(offsets) == {"worker-0", "worker-1"} and all(offsets.values()), offsets
     # --follow-node narrows the cell to one node, its lines as the node printed them
     narrowed = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name onenode --mode tensorflow --nodes 2 --follow-node worker-1\n"
         "import json, os\n"
         "task = json.loads(os.environ['TF_CONFIG'])['task']\n"
@@ -590,10 +597,10 @@ def test_queued_job_shows_its_queue_position(ma_shell, ma_home):
         monitor.close_monitor()
 
 
-def test_attach_finds_jobs_in_the_saved_notebook(ma_shell, tmp_path, monkeypatch):
-    run = Run(ma_shell, "%%ma_train --name saved --out s\nprint('first line', flush=True)\n")
+def test_attach_finds_jobs_in_the_saved_notebook(ma_module_shell, tmp_path, monkeypatch):
+    run = Run(ma_module_shell, "%%ma_train --name saved --out s\nprint('first line', flush=True)\n")
     assert run.error is None, run.stderr
-    handle = ma_shell.user_ns["s"]
+    handle = ma_module_shell.user_ns["s"]
     # the notebook as Jupyter saved it: the cell's output carries the job id and offsets
     output = {
         "output_type": "display_data",
@@ -606,9 +613,9 @@ def test_attach_finds_jobs_in_the_saved_notebook(ma_shell, tmp_path, monkeypatch
     # another kernel for that notebook, with no record of its own
     monkeypatch.setenv("JPY_SESSION_NAME", str(path))
     session._clients.clear()
-    ma_shell.reset()
+    ma_module_shell.reset()
     assert notebook_record.jobs() == [handle.id]
-    run = Run(ma_shell, f"%ma_attach {handle.id}")
+    run = Run(ma_module_shell, f"%ma_attach {handle.id}")
     assert run.error is None, run.stderr
     assert "first line" not in run.job_text()  # shown in the saved notebook already
     assert "succeeded" in run.job_text().splitlines()[0]
@@ -636,9 +643,9 @@ def test_follow_survives_a_service_crash(ma_shell, ma_home):
     assert "succeeded" in run.job_text().splitlines()[0]
 
 
-def test_a_performance_alert_shows_in_the_followed_cell_and_is_marked_in_events(ma_shell):
+def test_a_performance_alert_shows_in_the_followed_cell_and_is_marked_in_events(ma_module_shell):
     run = Run(
-        ma_shell,
+        ma_module_shell,
         "%%ma_train --name slowish --resume 1 --perf-threshold 0.5 --perf-policy alert --out job\n"
         "import time\n"
         "print('hardware time is 9 and e2e time is 10', flush=True)\n"
@@ -648,18 +655,18 @@ def test_a_performance_alert_shows_in_the_followed_cell_and_is_marked_in_events(
     text = run.job_text()
     assert "ALERT" in text and "performance alert on worker-0" in text, text
     handle = run.result.result
-    events = Run(ma_shell, f"%ma_events {handle.id}")
+    events = Run(ma_module_shell, f"%ma_events {handle.id}")
     assert "ALERT: performance alert on worker-0" in events.text(), events.text()
 
 
-def test_job_text_never_drives_a_terminal_and_its_html_is_escaped(ma_shell):
+def test_job_text_never_drives_a_terminal_and_its_html_is_escaped(ma_module_shell):
     hostile = (
         "print('clip \\x1b]52;c;ZWNobyBwd25lZA==\\x07 title \\x1b]0;t\\x07 \\x1b[2J\\x1b[1;1H c1 \\x9b2J', flush=True)\n"
         "print('\\x1b[32mgreen\\x1b[0m <img src=x onerror=alert(1)>', flush=True)\n"
         "raise SystemExit(3)\n"
     )
-    run = Run(ma_shell, "%%ma_train --name ctl --out c\n" + hostile)
-    handle = ma_shell.user_ns.get("c") or session.get_client().jobs(name="ctl")[0]
+    run = Run(ma_module_shell, "%%ma_train --name ctl --out c\n" + hostile)
+    handle = ma_module_shell.user_ns.get("c") or session.get_client().jobs(name="ctl")[0]
     shown = "clip ^[]52;c;ZWNobyBwd25lZA==^G title ^[]0;t^G ^[[2J^[[1;1H c1 \\x9b2J"
 
     def inert(text: str) -> bool:
@@ -669,7 +676,7 @@ def test_job_text_never_drives_a_terminal_and_its_html_is_escaped(ma_shell):
     # the followed cell
     assert shown in run.job_text() and inert(run.job_text()), run.job_text()
     # %ma_logs
-    logs = Run(ma_shell, f"%ma_logs {handle.id}")
+    logs = Run(ma_module_shell, f"%ma_logs {handle.id}")
     assert shown in logs.stdout and "\x1b[32mgreen\x1b[0m" in logs.stdout and inert(logs.stdout), logs.stdout
     # the plain stream (papermill, a terminal IPython) of the live log: colours only on a terminal
     import io
@@ -681,7 +688,7 @@ def test_job_text_never_drives_a_terminal_and_its_html_is_escaped(ma_shell):
     assert shown in plain.getvalue() and "green" in plain.getvalue() and "\x1b" not in plain.getvalue()
     assert "status of ^[]0;job^G" in plain.getvalue()
     # %ma_events as HTML: the reason (the log's tail) escaped
-    events = Run(ma_shell, f"%ma_events {handle.id}")
+    events = Run(ma_module_shell, f"%ma_events {handle.id}")
     html = "".join(o.data.get("text/html", "") for o in events.outputs)
     assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html, html
     plain = "".join(o.data.get("text/plain", "") for o in events.outputs)  # a terminal IPython's

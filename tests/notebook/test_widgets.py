@@ -17,15 +17,19 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
-def ma_widget_client(ma_home):
+def ma_widget_client(ma_module_home_env):
+    """The notebook session's client on the module's home (``ma_module_home``: its service is
+    shared by the module's tests, each of which counts only its own jobs); what a test left
+    running is stopped after it."""
     session._clients.clear()
     client = session.get_client()
     yield client
     try:
         for handle in client.jobs(status=["running", "queued"]):
             handle.stop()
+        for handle in client.jobs(status=["running", "queued"]):
+            handle.wait(timeout=90, check=False)
     finally:
-        client.shutdown_service()
         session._clients.clear()
 
 
@@ -94,7 +98,7 @@ def test_form_dry_run_shows_the_plan(ma_widget_client, tmp_path):
     assert plan is not None and plan.nodes[0].name == "worker-0"
     assert "python /workspace/algorithm/planned.py" in form.result.value
     assert "/workspace/dataset/private/d" in form.result.value
-    assert ma_widget_client.jobs() == []
+    assert ma_widget_client.jobs(name="planned") == []
 
 
 def test_form_submits_script_and_monitor_streams_logs(ma_widget_client):
@@ -140,12 +144,8 @@ def test_panel_lists_jobs_and_opens_monitor(ma_widget_client):
         assert p.monitor is not None and p.monitor.job_id == handle.id
         wait_for(lambda: "from the panel" in p.monitor.log_text(), timeout=60)
         wait_for(lambda: "ma-status-succeeded" in p.monitor.badge.value, timeout=60)
-        wait_for(
-            lambda: any(
-                "ma-status-succeeded" in w.value for row in p.table.children for w in row.children[1:2]
-            ),
-            timeout=30,
-        )
+        # the newest row, this job's (the module's service holds the other tests' jobs too)
+        wait_for(lambda: "ma-status-succeeded" in p.table.children[0].children[1].value, timeout=30)
         button = p.table.children[0].children[0]
         assert button.description == "panel-job"
         p.monitor_slot.children = []
