@@ -168,22 +168,32 @@ class RunnerForkServer:
             ServerUnavailable: the server cannot be started or reached, or forked nothing (the
                 caller checks the slow way).
             OSError: the server took the request and gave no answer (it is killed).
-            TimeoutError: no answer within ``timeout`` seconds (a loaded machine); the checker
-                ends by itself (its sandbox's start is bounded).
+            TimeoutError: the checker, once forked, gave no answer within ``timeout`` seconds (a
+                loaded machine); its session is killed.  (The request itself waits for the
+                server as :meth:`fork_runner` does: its start and answer are bounded there.)
         """
         request = json.dumps({"check": "user-namespace", "argv": argv}).encode()
-        deadline = time.monotonic() + timeout
         result_r, result_w = os.pipe()
+        checker = None
         try:
             with self._lock:
                 try:
-                    self._ask(request, result_w)
+                    pid = int(self._ask(request, result_w)["pid"])
                 finally:
                     os.close(result_w)  # the checker holds the only write end: EOF once it ends
+            try:  # a handle on the checker that no reuse of its pid can redirect
+                checker = os.pidfd_open(pid)
+            except OSError:
+                checker = None  # it ended already (its answer is in the pipe) or no pidfds here
+            deadline = time.monotonic() + timeout
+            poller = select.poll()  # not select(): a busy service's descriptors pass 1024
+            poller.register(result_r, select.POLLIN)
             data = b""
             while not data.endswith(b"\n") and len(data) < 16:
                 left = deadline - time.monotonic()
-                if left <= 0 or not select.select([result_r], [], [], left)[0]:
+                if left <= 0 or not poller.poll(left * 1000):
+                    if checker is not None:  # its own session: the sandbox it started goes too
+                        _kill_session(checker, pid)
                     raise TimeoutError(f"the user namespace check gave no answer in {timeout:.0f} s")
                 chunk = os.read(result_r, 16)
                 if not chunk:
@@ -191,6 +201,8 @@ class RunnerForkServer:
                 data += chunk
         finally:
             os.close(result_r)
+            if checker is not None:
+                os.close(checker)
         try:
             return int(data) if data.endswith(b"\n") else 1
         except ValueError:
@@ -335,6 +347,16 @@ def _runner(request: dict, log_fd: int, marked_fd: int) -> None:
             os._exit(code)
 
 
+def _kill_session(pidfd: int, pid: int) -> None:
+    """SIGKILL to the session of a checker that did not answer (rule 6): its group, while the
+    pidfd says the checker itself has not ended (its pid, and so its group's, is still its own)."""
+    try:
+        signal.pidfd_send_signal(pidfd, 0)  # raises once it ended: its pid may be another's
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+
+
 def _checker(argv: list[str], result_fd: int) -> None:
     """The forked user namespace checker (rule 6); never returns."""
     code = 1
@@ -401,7 +423,7 @@ def _start_runner(request: dict, fds: list[int], sock: socket.socket) -> dict:
 
 
 def serve(fd: int) -> None:
-    """Answer requests on descriptor ``fd`` until the backend closes its end (rules 2, 4, 5)."""
+    """Answer requests on descriptor ``fd`` until the backend closes its end (rules 2, 4-6)."""
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGCHLD, _reap)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # it ends with its socket
@@ -415,16 +437,19 @@ def serve(fd: int) -> None:
             for extra in fds:
                 os.close(extra)
             return
+        checking = False
         try:
             request = json.loads(data)
-            if "check" in request:  # rule 6
+            checking = isinstance(request, dict) and "check" in request
+            if checking:  # rule 6
                 if len(fds) != 1:
                     raise ValueError("a check request brings one descriptor, the pipe for its answer")
                 reply = _start_checker(request, fds[0], sock)
             else:
                 reply = _start_runner(request, fds, sock)
         except (OSError, ValueError) as exc:
-            reply = {"error": f"cannot fork the node runner: {exc}"}
+            what = "the user namespace check" if checking else "the node runner"
+            reply = {"error": f"cannot fork {what}: {exc}"}
         finally:
             for extra in fds:
                 os.close(extra)
