@@ -16,7 +16,7 @@ import ma_jupyter
 
 from .. import statehome
 from ..errors import BackendUnavailable
-from ..procstat import STATE, stat_fields
+from ..procstat import STARTTIME, STATE, stat_fields
 
 TYPE_CHECKING = False  # typing's, without importing typing (a command line's call: ~5 ms)
 if TYPE_CHECKING:
@@ -39,6 +39,16 @@ def read_runtime() -> dict[str, Any] | None:
     if not isinstance(data, dict) or not data.get("url") or not data.get("token"):
         return None
     return data
+
+
+def runtime_alive(runtime: dict[str, Any]) -> bool:
+    """Whether the process the runtime file names still runs, that very process: its pid with
+    its recorded start (``started``: clock ticks since boot).  A file without them: False."""
+    pid, started = runtime.get("pid"), runtime.get("started")
+    if not isinstance(pid, int) or not isinstance(started, int):
+        return False
+    fields = stat_fields(pid)
+    return bool(fields) and fields[STATE] != b"Z" and int(fields[STARTTIME]) == started
 
 
 def pid_alive(pid: int) -> bool:

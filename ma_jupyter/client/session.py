@@ -31,7 +31,7 @@ from ..errors import (
 )
 from ..wire import API_PREFIX
 from .plain import FIELDS, Plain
-from .service import read_runtime, start_service, stop_service_process
+from .service import read_runtime, runtime_alive, start_service, stop_service_process
 from .spec import spec_body
 from .transport import Connection
 
@@ -138,14 +138,16 @@ class ServiceSession:
 
     def _connect_unprobed(self) -> None:
         """A plain client's first call: take the address of ``url`` (with a token) or of the
-        runtime file as it is, a ``/health`` round trip saved; without either, :meth:`connect`."""
+        runtime file as it is, a ``/health`` round trip saved, where the process that file names
+        still runs (its pid and start: a request, perhaps carrying secrets, never goes to an
+        address a stale file names); otherwise :meth:`connect`."""
         with self._lock:
             if self._url and self._token:
                 return
             runtime = None if self._fixed else read_runtime()
             if self._fixed and self._token:
                 self._unprobed = True
-            elif runtime:
+            elif runtime and runtime_alive(runtime):
                 self._use(runtime)
                 self._unprobed = True
             else:

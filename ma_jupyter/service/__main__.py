@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import pwd
+import shutil
 import signal
 import socket
 import sys
@@ -33,6 +34,7 @@ import threading
 from pathlib import Path
 
 from .. import config
+from ..procstat import STARTTIME, stat_fields
 
 
 def write_runtime(url: str, token: str, proxy_token: str) -> None:
@@ -42,7 +44,14 @@ def write_runtime(url: str, token: str, proxy_token: str) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     os.fchmod(fd, 0o600)  # also when an earlier run left the file
     with os.fdopen(fd, "w") as fh:
-        json.dump({"url": url, "token": token, "proxy_token": proxy_token, "pid": os.getpid()}, fh)
+        # "started": the process's start in clock ticks (/proc/PID/stat), so that a client can
+        # tell this process from a later one given the same pid (a reboot, a killed service)
+        fields = stat_fields(os.getpid())
+        started = int(fields[STARTTIME]) if fields else None
+        json.dump(
+            {"url": url, "token": token, "proxy_token": proxy_token, "pid": os.getpid(), "started": started},
+            fh,
+        )
     os.replace(tmp, path)
 
 
@@ -230,6 +239,11 @@ def _serve(args: argparse.Namespace) -> int:
     gc.enable()
     write_runtime(url, token, proxy_token)
     threading.Thread(target=keep_compiled, name="ma-compile", daemon=True).start()
+    # the home's pycache/ is what node runners of earlier versions compiled for themselves (a
+    # mirror of every module they imported); runners now read the installation's own
+    threading.Thread(
+        target=shutil.rmtree, args=(config.home() / "pycache",), kwargs={"ignore_errors": True}, daemon=True
+    ).start()
 
     def _terminate(_signum, _frame):
         server.should_exit = True

@@ -220,7 +220,8 @@ handle = first.result.result
 refused = Run(shell, "%%ma_train --no-follow --name bad --env 1A=x\nprint('bad')\n")
 print(json.dumps({
     "error": repr(first.error), "loaded": loaded, "shown": first.job_text(), "repr": repr(handle),
-    "plain_client": handle.client.plain, "refused": repr(refused.error), "said": refused.stdout + refused.stderr,
+    "plain_client": handle.client.plain, "info": type(handle.info).__module__ + "." + type(handle.info).__name__,
+    "refused": repr(refused.error), "said": refused.stdout + refused.stderr,
     "snapshots": sorted(p.name for p in snapshots_root().iterdir()),
 }))
 handle.stop()
@@ -244,6 +245,7 @@ def test_a_fresh_kernels_first_submit_loads_no_pydantic_and_a_bad_option_is_stil
     assert re.fullmatch(r"submitted job first-\w+ \(first\): (queued|running)", said["shown"]), said
     assert re.fullmatch(r"<JobHandle id=first-\w+ name=first status=(queued|running)>", said["repr"]), said
     assert said["plain_client"] is False, said
+    assert said["info"] == "ma_jupyter.models.jobs.Job", said  # the model, fetched on first use
     assert said["refused"].startswith('UsageError("%%ma_train: env.1A.[key]: String should match pattern'), (
         said
     )

@@ -149,38 +149,61 @@ def test_every_raylet_of_the_machine_gives_its_worker_range_to_the_deny_list(tmp
     assert _denied(ranges, 30100) and _denied(ranges, 30150) and _denied(ranges, 30199)
 
 
-def _node_dir(tmp_path, beat_age: float):
+def _node_dir(tmp_path):
     jd = JobDir(tmp_path / "job")
     node = jd.node("worker-0")
     node.root.mkdir(parents=True)
     node.heartbeat.touch()
-    then = time.time() - beat_age
-    os.utime(node.heartbeat, (then, then))
     return jd, node
+
+
+class _Runner(threading.Thread):
+    """A runner still beating (its heartbeat's time moves every 0.2 s), which writes its
+    failure report after ``report_after`` seconds (never: None)."""
+
+    def __init__(self, node, report_after: float | None):
+        super().__init__(daemon=True)
+        self.node, self.report_after, self.done = node, report_after, threading.Event()
+
+    def run(self) -> None:
+        began, beats = time.monotonic(), 0
+        while not self.done.wait(0.2):
+            beats += 1
+            os.utime(self.node.heartbeat, (1_000_000 + beats, 1_000_000 + beats))  # another clock
+            if self.report_after is not None and time.monotonic() - began >= self.report_after:
+                self.node.failure.write_text('{"reason": "the raylet ended: x ended with it"}')
+                return
 
 
 def test_a_report_a_still_beating_runner_writes_after_its_ray_node_left_is_waited_for(tmp_path):
     # the cluster told the service first; the runner saw its raylet end a moment later
-    jd, node = _node_dir(tmp_path, beat_age=0.5)
+    jd, node = _node_dir(tmp_path)
+    runner = _Runner(node, report_after=0.5)
+    runner.start()
+    try:
+        assert logs.runner_failure(jd, "worker-0") == "the raylet ended: x ended with it"
+    finally:
+        runner.done.set()
+
+
+def test_a_runner_that_stopped_beating_is_not_waited_for(tmp_path):
+    jd, node = _node_dir(tmp_path)
+    # its report, written after the look, is not seen: the look ended on no beat
     later = threading.Timer(
-        0.5, lambda: node.failure.write_text('{"reason": "the raylet ended: x ended with it"}')
+        logs.RUNNER_BEAT_LOOK + 1.0, lambda: node.failure.write_text('{"reason": "late"}')
     )
     later.start()
     try:
-        assert logs.runner_failure(jd, "worker-0") == "the raylet ended: x ended with it"
+        assert logs.runner_failure(jd, "worker-0") is None
     finally:
         later.cancel()
 
 
-def test_a_runner_that_stopped_beating_is_not_waited_for(tmp_path):
-    jd, _ = _node_dir(tmp_path, beat_age=logs.RUNNER_BEAT_FRESH + 5)
-    began = time.monotonic()
-    assert logs.runner_failure(jd, "worker-0") is None
-    assert time.monotonic() - began < logs.HOST_REPORT_WAIT  # gone with its machine: no wait
-
-
-def test_a_fresh_runner_that_writes_nothing_is_waited_for_a_bounded_time(tmp_path):
-    jd, _ = _node_dir(tmp_path, beat_age=0.0)
-    began = time.monotonic()
-    assert logs.runner_failure(jd, "worker-0") is None
-    assert logs.HOST_REPORT_WAIT <= time.monotonic() - began < logs.HOST_REPORT_WAIT + 5
+def test_a_beating_runner_that_writes_nothing_is_waited_for_a_bounded_time(tmp_path):
+    jd, node = _node_dir(tmp_path)
+    runner = _Runner(node, report_after=None)
+    runner.start()
+    try:
+        assert logs.runner_failure(jd, "worker-0") is None  # it returns: the wait is bounded
+    finally:
+        runner.done.set()

@@ -3,6 +3,7 @@ the test's own that behaves as a restarting or idle-closing service does."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -184,10 +185,25 @@ def test_a_plain_clients_first_call_asks_no_health_and_a_stale_runtime_file_is_f
     monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
     for name in ("MA_JUPYTER_URL", "MA_JUPYTER_TOKEN"):
         monkeypatch.delenv(name, raising=False)
+    from ma_jupyter.procstat import STARTTIME, stat_fields
+
     runtime = tmp_path / "service.json"
-    runtime.write_text(json.dumps({"url": f"http://127.0.0.1:{server.port}", "token": "t", "pid": 1}))
+    url = f"http://127.0.0.1:{server.port}"
+    started = int(stat_fields(os.getpid())[STARTTIME])  # the file names this process, as it runs
+    runtime.write_text(json.dumps({"url": url, "token": "t", "pid": os.getpid(), "started": started}))
     Client(plain=True, autostart=False).job_page()  # a plain view: the answer is not validated
-    assert [line.split("?")[0] for line in server.requests] == ["GET /api/v1/jobs"]
+
+    def asked() -> list[str]:  # method and path
+        return [" ".join(line.split()[:2]).split("?")[0] for line in server.requests]
+
+    assert asked() == ["GET /api/v1/jobs"]
+    # a file naming a process that no longer runs (its pid now another's, or no start): the call,
+    # which may carry secrets, goes out only once /health answered with the token
+    for stale in ({"pid": os.getpid(), "started": started - 1}, {"pid": os.getpid()}):
+        server.requests.clear()
+        runtime.write_text(json.dumps({"url": url, "token": "t", **stale}))
+        Client(plain=True, autostart=False).job_page()
+        assert asked() == ["GET /api/v1/health", "GET /api/v1/jobs"], stale
 
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))  # bound, never listening: connecting is refused

@@ -42,9 +42,10 @@ if TYPE_CHECKING:
 #: seconds one pending wait for growth lasts on the agent before it is asked again
 WAIT = 2.0
 #: seconds the failure of a node whose Ray node left waits for its runner's report, when that runner
-#: beat within :data:`RUNNER_BEAT_FRESH` seconds (it is ending its node: hostwatch rule 5)
+#: still beats (it is ending its node: hostwatch rule 5)
 HOST_REPORT_WAIT = 3.0
-RUNNER_BEAT_FRESH = 3.0
+#: seconds a look for the runner's beat lasts (it beats every second: noderun's HEARTBEAT_EVERY)
+RUNNER_BEAT_LOOK = 1.5
 
 
 class RayLogSource:
@@ -173,18 +174,29 @@ def open_log(agents: Agents, files: NodeFiles, job_id: str, node: str, rank: int
 def runner_failure(shared: JobDir, node: str) -> tuple[int, int] | str | None:
     """The failure report of ``node`` read from shared storage.  A runner that was still beating
     when its Ray node left sees its raylet end and writes its report within moments of that
-    (:mod:`ma_jupyter.nodehost.hostwatch`), but the cluster may tell this service first: such a report is
-    waited for, at most :data:`HOST_REPORT_WAIT` seconds (this runs on the finishing thread, off
-    the supervisor's lock).  A runner gone with its machine stopped beating: no wait."""
+    (:mod:`ma_jupyter.nodehost.hostwatch`), but the cluster may tell this service first: such a
+    report is waited for, at most :data:`HOST_REPORT_WAIT` seconds (this runs on the finishing
+    thread, off the supervisor's lock).  Whether the runner still beats is judged by its heartbeat
+    file's time changing during :data:`RUNNER_BEAT_LOOK` seconds, never against this machine's
+    clock (the file's time is another machine's); a runner gone with its machine does not beat."""
     report = local_logs.failure(shared, node)
-    try:
-        beat = os.stat(shared.node(node).heartbeat).st_mtime
-    except OSError:
+    heartbeat = shared.node(node).heartbeat
+
+    def beat() -> float | None:
+        try:
+            return os.stat(heartbeat).st_mtime
+        except OSError:
+            return None
+
+    first = beat()
+    if report is not None or first is None:
         return report
-    if report is not None or time.time() - beat > RUNNER_BEAT_FRESH:
-        return report
-    deadline = time.monotonic() + HOST_REPORT_WAIT
-    while report is None and time.monotonic() < deadline:
+    began = time.monotonic()
+    beating = False
+    while report is None and time.monotonic() - began < HOST_REPORT_WAIT:
         time.sleep(0.1)
         report = local_logs.failure(shared, node)
+        beating = beating or beat() != first
+        if not beating and time.monotonic() - began > RUNNER_BEAT_LOOK:
+            break
     return report

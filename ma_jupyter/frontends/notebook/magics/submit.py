@@ -46,9 +46,11 @@ def submit(
        spec, a missing folder) is the service's typed error, one line too.
     3. ``made``: the snapshot folder the cell made; a dry run's and a refused job's are removed
        (nothing will run them); no other folder is (a clone's algorithm is its source job's).
-    4. The handle's client is the home's ordinary one: only the handle's first
-       :attr:`~ma_jupyter.client.JobHandle.info` is a plain view (the model's fields; a method of
-       the model validates it on first use), every later state is the model.
+    4. The handle's client is the home's ordinary one; the submit's plain answer is its
+       ``summary`` (as a listed handle's: name and status, read without pydantic), and its
+       :attr:`~ma_jupyter.client.JobHandle.info` is always the model (fetched on first use).
+    5. A spec is checked by the service once the cell's snapshot was made: a bad option with a
+       large ``--code-dir`` costs that copy (removed again, rule 3) before its ``UsageError``.
     """
     import shutil
 
@@ -76,7 +78,9 @@ def submit(
         if usage is None:
             raise
         raise usage from None
-    handle.client = get_client()  # rule 4
+    # rule 4: the plain answer serves as the handle's summary (its name and status, as a listed
+    # handle's); its first ``info`` is the model, fetched through the ordinary client
+    handle.client, handle.summary, handle._info = get_client(), handle._info, None
     if handle.shipped:
         print(handle.shipped)
     notebook_record.remember(handle.id, handle.name)
@@ -88,7 +92,7 @@ def submit(
             handle.wait()
 
         display(
-            {"text/plain": f"submitted job {handle.id} ({handle.name}): {handle.info.status.value}"},
+            {"text/plain": f"submitted job {handle.id} ({handle.name}): {_status(handle)}"},
             raw=True,
             metadata={"ma_jupyter": {"job_id": handle.id, "offsets": {}}},
         )
@@ -102,6 +106,11 @@ def submit(
         kernel_hint=True,
         stream=(follow_node, None) if follow_node else None,
     )
+
+
+def _status(handle: Any) -> str:
+    """The status the handle last saw (after ``--wait``, the model's; else the submit's answer)."""
+    return (handle._info or handle.summary).status.value
 
 
 def _broken_rule(spec: dict, magic: str) -> UsageError | None:
