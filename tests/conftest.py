@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 
 import pytest
 
@@ -66,7 +67,14 @@ def _stop_jobs_and_service(client) -> int | None:
 
 
 def pytest_configure(config):
-    """Record each scope's seconds of a whole run for ``./dev durations`` (``fixtures/durations.py``)."""
+    """Record each scope's seconds of a whole run for ``./dev durations`` (``fixtures/durations.py``);
+    take Ctrl-C as Python does where the run was started ignoring it."""
+    # A command started in the background by a shell without job control (`./dev test &` in a
+    # script, nohup) ignores SIGINT, and so would every process the tests start: the tests of
+    # what Ctrl-C does (the CLI's, the magics') would see nothing.  Here, in the main process
+    # and in each worker, before any test starts a process.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if Recorder.wanted(config):
         config.pluginmanager.register(Recorder(config), "ma_durations")
 
