@@ -86,6 +86,19 @@ def test_form_rules_and_inline_validation(ma_widget_client):
     assert "mounted twice" not in form.errors.value  # a different version
     form.mount_rows.children[-1].version.value = "v2"
     assert "mounted twice" in form.errors.value
+    # object storage is named as it is, never taken for a folder below the notebook's
+    for row in list(form.mount_rows.children):
+        form._remove_mount(row)
+    form.add_mount_row("dataset", "d", "s3://bkt/train")
+    form.add_mount_row("model", "m", "obs://models/bert")
+    form.outputs.value = "s3://bkt/out"
+    assert form.spec_dict()["datasets"] == [
+        {"name": "d", "path": "s3://bkt/train", "source": "private", "read_only": True}
+    ]
+    assert form.spec_dict()["models"] == [{"name": "m", "path": "obs://models/bert", "source": "private"}]
+    assert form.spec_dict()["outputs"] == "s3://bkt/out"
+    assert "ready to submit" in form.errors.value, form.errors.value
+    form.outputs.value = ""
 
 
 def test_form_dry_run_shows_the_plan(ma_widget_client, tmp_path):

@@ -15,7 +15,6 @@ shares with other front ends (options, text formats, the client) lives in their 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from html import escape
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as W
 
 from .... import spectext
-from ....client.spec import check
+from ....client.spec import check, host_path
 from ....errors import MaJupyterError
 from ....models import (
     Access,
@@ -85,7 +84,9 @@ class MountRow(W.HBox):
             value=values.get("version") or "", placeholder="version", layout=W.Layout(width="80px")
         )
         self.path = W.Text(
-            value=values.get("path", ""), placeholder="host folder", layout=W.Layout(width="300px")
+            value=values.get("path", ""),
+            placeholder="host folder or s3://BUCKET/PREFIX",
+            layout=W.Layout(width="300px"),
         )
         self.read_only = W.Checkbox(
             value=values.get("read_only", True), description="read-only", indent=False
@@ -119,7 +120,8 @@ class MountRow(W.HBox):
             self.version.value = ""
 
     def entry(self) -> tuple[str, dict]:
-        path = os.path.abspath(os.path.expanduser(self.path.value.strip())) if self.path.value.strip() else ""
+        # a host folder made absolute; an object storage URI (s3://, obs://) kept as it is
+        path = host_path(self.path.value.strip(), Path.cwd()) if self.path.value.strip() else ""
         item: dict[str, Any] = {"name": self.name.value.strip(), "path": path}
         if self.kind.value in SOURCES:
             item["source"] = self.source.value
@@ -196,7 +198,9 @@ class JobForm(W.VBox):
             layout=W.Layout(width="95%", height="140px"),
         )
         self.algorithm = _text("algorithm folder", "", f"host folder shipped as {ALGORITHM_VIEW}")
-        self.outputs = _text("outputs folder", "", f"host folder shown at {OUTPUTS_VIEW}")
+        self.outputs = _text(
+            "outputs folder", "", f"host folder shown at {OUTPUTS_VIEW}, or s3://BUCKET/PREFIX (uploaded)"
+        )
         self.mount_rows = W.VBox([])
         self.add_mount = W.Button(description="add mount", icon="plus")
         self.add_mount.on_click(lambda _b: self._add_mount())
@@ -487,7 +491,7 @@ class JobForm(W.VBox):
         ):
             value = widget.value.strip()
             if value:
-                spec[field] = value if field == "workdir" else os.path.abspath(os.path.expanduser(value))
+                spec[field] = value if field == "workdir" else host_path(value, Path.cwd())
         for field, widget in (
             ("node_name", self.node_name),
             ("driver_version", self.driver_version),
