@@ -753,3 +753,44 @@ def test_submits_in_a_loop_on_a_known_prefix_share_one_listing_of_a_slow_endpoin
         assert len(endpoint.listings) == 2
     finally:
         endpoint.close()
+
+
+def test_an_obs_uri_is_reached_at_the_clusters_obs_endpoint(s3_endpoint, tmp_path, monkeypatch):
+    """``obs://`` (OBS's S3-compatible API) without the user's ``AWS_ENDPOINT_URL``: refused at
+    the submit until the administrator names ``[storage] obs_endpoint``, then checked, listed and
+    downloaded there (an administrator's endpoint on loopback, named by another spelling than
+    the module's trusted one, so only the setting lets it through the endpoint guard)."""
+    import obstore
+
+    from ma_jupyter import objectstore
+    from ma_jupyter.service import storage
+
+    store = _store(s3_endpoint, "obsdata")
+    obstore.put(store, "set/a.txt", b"from-obs")
+    monkeypatch.setenv("MA_JUPYTER_HOME", str(tmp_path))
+    creds = {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET}
+
+    def spec(path: str):
+        return parse_spec(
+            {
+                "name": "obs",
+                "command": "true",
+                "datasets": [{"name": "d", "path": path}],
+                "storage_credentials": creds,
+            }
+        )
+
+    with pytest.raises(InvalidSpec, match=r"obs:// needs an endpoint.*\[storage\] obs_endpoint"):
+        storage.check_paths(spec("obs://obsdata/set"))
+    obs_endpoint = s3_endpoint.replace("127.0.0.1", "localhost")
+    (tmp_path / "cluster.toml").write_text(f'[storage]\nobs_endpoint = "{obs_endpoint}"\n')
+    storage.check_paths(spec("obs://obsdata/set"))
+    with pytest.raises(InvalidSpec, match="bucket obsdata") as missing:
+        storage.check_paths(spec("obs://obsdata/nope"))
+    assert "obs://obsdata/nope" in str(missing.value) and SECRET not in str(missing.value)
+    uri = objectstore.ObjectURI.parse("obs://obsdata/set")
+    at = storage.endpoint(uri, creds)
+    assert at == obs_endpoint and not objectstore.guarded(at)
+    objects = objectstore.listing(uri, creds, at)
+    objectstore.download(uri, objects, creds, at, tmp_path / "into")
+    assert (tmp_path / "into" / "a.txt").read_bytes() == b"from-obs"
