@@ -711,6 +711,20 @@ def download(
     return state
 
 
+def missing_bytes(objects: list[Obj], into: Path) -> int:
+    """The bytes of ``objects`` a :func:`download` into ``into`` would fetch: those not there yet
+    as a regular file of their listed size (what an earlier, failed download completed is
+    kept), found by the one bounded walk (:func:`_files`).
+
+    Raises:
+        StorageError: ``into`` holds more files than a prefix may.
+    """
+    if not into.is_dir():
+        return sum(o.size for o in objects)
+    there = _files(into)
+    return sum(o.size for o in objects if (st := there.get(o.relative)) is None or st.st_size != o.size)
+
+
 def _files(folder: Path) -> dict[str, os.stat_result]:
     """The regular files below ``folder`` (the package's one bounded walk, ``foldersize.walk``:
     no link followed, depth, names and time bounded), ``.part`` files left out."""

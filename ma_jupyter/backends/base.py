@@ -69,6 +69,8 @@ class ObjectFetch:
             content copied into the node's outputs folder).
         trusted: the endpoint is the administrator's (``[storage] allow_endpoints``): its
             connections skip the guard of ``objectstore`` rule 5.
+        disk_reserve: bytes the download must leave free on the disk it writes to
+            (``[limits] disk_reserve_mb``, as the service reads it at each call).
     """
 
     what: str
@@ -76,6 +78,7 @@ class ObjectFetch:
     endpoint: str | None
     into: str
     trusted: bool = False
+    disk_reserve: int = 0
 
 
 @dataclass(frozen=True)

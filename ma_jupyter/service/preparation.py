@@ -286,11 +286,13 @@ class Preparation:
         if not fetches:
             return False
         credentials = self._store.storage_secrets(job_id)
+        # each Ray node keeps the reserve free on its own disk, as this machine's copies do
+        reserve = int(self._scheduler.cluster.limits.disk_reserve_mb * (1 << 20))
         made = []
         for what, path, into in fetches:
             uri = objectstore.ObjectURI.parse(path, what)
             at = storage.endpoint(uri, credentials)
-            made.append(ObjectFetch(what, path, at, into, not objectstore.guarded(at)))
+            made.append(ObjectFetch(what, path, at, into, not objectstore.guarded(at), reserve))
 
         def say(line: str) -> None:
             self._store.add_event(Event(job_id=job_id, status=JobStatus.queued, reason=line))

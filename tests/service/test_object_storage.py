@@ -794,3 +794,41 @@ def test_an_obs_uri_is_reached_at_the_clusters_obs_endpoint(s3_endpoint, tmp_pat
     objects = objectstore.listing(uri, creds, at)
     objectstore.download(uri, objects, creds, at, tmp_path / "into")
     assert (tmp_path / "into" / "a.txt").read_bytes() == b"from-obs"
+
+
+def test_a_ray_nodes_download_keeps_its_disks_reserve_free(s3_endpoint, tmp_path):
+    """``backends/ray/objects.py`` rule 6, the agent's own function (no Ray needed): before a
+    Ray node downloads a dataset into its cache or an outputs prefix into a job folder, what it
+    still has to fetch must leave ``[limits] disk_reserve_mb`` free on that disk: more than the
+    disk could ever take is refused, more than it has free now is ``DiskFull`` (the job waits),
+    and neither writes anything; with room, the download runs."""
+    import obstore
+
+    from ma_jupyter import objectstore
+    from ma_jupyter.backends.base import ObjectFetch
+    from ma_jupyter.backends.ray import objects
+    from ma_jupyter.errors import DiskFull
+
+    store = _store(s3_endpoint, "roomy")
+    for i in range(3):
+        obstore.put(store, f"set/{i}.bin", os.urandom(4000))
+    creds = _credentials(s3_endpoint)
+    node_root = tmp_path / "node"
+
+    def fetch(reserve: int, what: str = "datasets d", into: str = "prepared/private-d-") -> list[str]:
+        item = ObjectFetch(what, "s3://roomy/set", s3_endpoint, into, True, reserve)
+        return objects.fetch(str(node_root), "job-room", [item], creds, None)
+
+    with pytest.raises(InvalidSpec, match=r"datasets d: s3://roomy/set holds 0\.0 MB .* disk_reserve_mb"):
+        fetch(shutil.disk_usage(tmp_path).total)
+    with pytest.raises(DiskFull, match=r"downloading s3://roomy/set .* disk reserve"):
+        fetch(shutil.disk_usage(tmp_path).free + (256 << 20))
+    with pytest.raises(DiskFull, match=r"outputs: downloading s3://roomy/set"):
+        fetch(shutil.disk_usage(tmp_path).free + (256 << 20), "outputs", "outputs")
+    assert [p for p in node_root.rglob("*") if p.is_file()] == []  # nothing was fetched
+    assert "downloaded" in fetch(0)[-1]
+    copy = (node_root / "job-room" / "prepared" / "private-d-").resolve()
+    listed = objectstore.listing(objectstore.ObjectURI.parse("s3://roomy/set"), creds, s3_endpoint)
+    assert objectstore.missing_bytes(listed, copy) == 0
+    (copy / "1.bin").unlink()  # what a resumed download would still fetch: that object only
+    assert objectstore.missing_bytes(listed, copy) == 4000

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...errors import BackendUnavailable, Conflict
+from ...errors import BackendUnavailable, Conflict, DiskFull, InvalidSpec
 from ...jobdir import PLACEHOLDER
 from ...models import Mount, RunAs
 from ...workspace import folders
@@ -62,6 +62,8 @@ class Fetches:
             Conflict: the job ended (``cancel``) meanwhile.
             BackendUnavailable: a Ray node failed, with the reason (a listing or download error
                 names the bucket), or did not finish in time.
+            InvalidSpec, DiskFull: a Ray node's disk cannot take a download (``objects.py``
+                rule 6), naming that node.
         """
         node_root = str(self._agents.node_root)
         calls = {
@@ -96,7 +98,11 @@ class Fetches:
                 for line in lines:
                     say(f"{line} on Ray node {host}")
         for host, ref in calls.items():
-            for line in self._agents.get(ref):
+            try:
+                lines = self._agents.get(ref)
+            except (DiskFull, InvalidSpec) as exc:  # objects.py rule 6: which machine's disk
+                raise type(exc)(f"Ray node {host}: {exc}", field=exc.field) from None
+            for line in lines:
                 say(f"{line} on Ray node {host}")
         with self._lock:
             self._fetched[job_id] = {f.into for f in fetches if f.into != "outputs"}

@@ -23,6 +23,13 @@ Rules, in order, for each :class:`~ma_jupyter.backends.base.ObjectFetch` of one 
    (``objectstore.ProgressLines``, as data preparation's), at most :data:`MAX_PROGRESS_LINES`
    per job (the oldest dropped); :func:`progress` hands them over once each (the service polls
    the agent while it waits for the download, and adds them to the job's events).
+6. Before a download (rules 2 and 3) writes anything, the bytes it still has to fetch
+   (``objectstore.missing_bytes``: what a failed download completed is not counted again), with
+   the bytes of the other downloads running on this machine, must leave the disk reserve
+   (``ObjectFetch.disk_reserve``, the service's ``[limits] disk_reserve_mb``) free on the disk
+   they go to (:func:`_room`): a download the disk could never take beside the reserve is
+   refused (``InvalidSpec``: the job fails saying so); one that does not fit now is
+   ``DiskFull`` (the job stays queued and is tried again, as a copy on the service's machine).
 
 The credentials are the job's; they come in the call's arguments and are used for this call
 only, never written to disk.  So does whether the endpoint is the administrator's
@@ -33,14 +40,18 @@ its restart.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+import shutil
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ... import foldersize, objectstore
-from ...errors import FolderRefused
+from ...errors import DiskFull, FolderRefused, InvalidSpec
 from ...foldersize import remove_tree
 from ...jobdir import check_job_id
 from ...models import RunAs
@@ -59,6 +70,10 @@ _progress_guard = threading.Lock()
 _progress: dict[str, list[str]] = {}
 _locks_guard = threading.Lock()
 _locks: dict[str, threading.Lock] = {}
+#: the bytes each download running on this machine still has to fetch (rule 6)
+_room_guard = threading.Lock()
+_downloading: dict[int, int] = {}
+_tokens = itertools.count()
 
 
 def _lock(key: str) -> threading.Lock:
@@ -92,6 +107,7 @@ def fetch(
 
     Raises:
         StorageError: a listing or a download failed (the URI and the reason).
+        InvalidSpec, DiskFull: a download this machine's disk cannot take (rule 6).
     """
     root = Path(node_root)
     job_dir = root / check_job_id(job_id)
@@ -131,9 +147,10 @@ def _fetch_one(
     if item.into == "outputs":
         folder = job_dir / "outputs"
         folder.mkdir(parents=True, exist_ok=True, mode=0o755)
-        objectstore.download(
-            uri, objects, credentials, item.endpoint, folder, cancel=cancel, progress=shown, trusted=trust
-        )
+        with _room(folder, item, objects):
+            objectstore.download(
+                uri, objects, credentials, item.endpoint, folder, cancel=cancel, progress=shown, trusted=trust
+            )
         _give(folder, account)
         how = f"{len(objects)} object(s) of {uri} downloaded into the outputs folder"
     else:
@@ -144,16 +161,17 @@ def _fetch_one(
             if not reused:
                 entry.mkdir(exist_ok=True, mode=0o755)
                 into = entry / DOWNLOADING
-                objectstore.download(
-                    uri,
-                    objects,
-                    credentials,
-                    item.endpoint,
-                    into,
-                    cancel=cancel,
-                    progress=shown,
-                    trusted=trust,
-                )
+                with _room(into, item, objects):
+                    objectstore.download(
+                        uri,
+                        objects,
+                        credentials,
+                        item.endpoint,
+                        into,
+                        cancel=cancel,
+                        progress=shown,
+                        trusted=trust,
+                    )
                 os.replace(into, entry / "data")
             os.utime(entry)  # rule 4: used now
         link = job_dir / item.into
@@ -163,6 +181,47 @@ def _fetch_one(
         link.symlink_to(entry / "data")
         how = f"{uri}: {'cached copy reused' if reused else 'downloaded'}"
     return f"{item.what}: {how} ({size / 1e6:.1f} MB, {time.monotonic() - started:.2f} s)"
+
+
+@contextlib.contextmanager
+def _room(into: Path, item: ObjectFetch, objects: list[objectstore.Obj]) -> Iterator[None]:
+    """Rule 6 for one download into ``into``: its bytes still to fetch counted as this machine's
+    downloads in progress while it runs.
+
+    Raises:
+        InvalidSpec: the disk, even empty, could not take them beside the reserve.
+        DiskFull: not now.
+    """
+    needed = objectstore.missing_bytes(objects, into)
+    on = into if into.is_dir() else into.parent
+    mb = 1 << 20
+    token = next(_tokens)
+    with _room_guard:
+        try:
+            usage = shutil.disk_usage(on)
+        except OSError:
+            usage = None  # unknown: the download's own ENOSPC still stops it
+        others = sum(_downloading.values())
+        reserve = item.disk_reserve
+        if usage is not None and needed > usage.total - reserve:
+            raise InvalidSpec(
+                f"{item.what}: {item.uri} holds {needed / mb:.1f} MB to download, more than this Ray "
+                f"node's disk of {on} ({usage.total / mb:.0f} MB, {reserve / mb:.0f} MB of it kept free: "
+                "[limits] disk_reserve_mb) can take: name a smaller prefix, or give node_root a larger disk"
+            )
+        if usage is not None and usage.free - others - needed < reserve:
+            raise DiskFull(
+                f"{item.what}: downloading {item.uri} ({needed / mb:.1f} MB) would leave less than the "
+                f"disk reserve ({reserve / mb:.0f} MB, [limits] disk_reserve_mb) free under {on} on this "
+                f"Ray node ({usage.free / mb:.1f} MB free, {others / mb:.1f} MB being downloaded for "
+                "other jobs)"
+            )
+        _downloading[token] = needed
+    try:
+        yield
+    finally:
+        with _room_guard:
+            _downloading.pop(token, None)
 
 
 def _give(folder: Path, account: RunAs | None) -> None:
