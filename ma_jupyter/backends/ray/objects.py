@@ -192,7 +192,10 @@ def _room(into: Path, item: ObjectFetch, objects: list[objectstore.Obj]) -> Iter
         InvalidSpec: the disk, even empty, could not take them beside the reserve.
         DiskFull: not now.
     """
-    needed = objectstore.missing_bytes(objects, into)
+    try:
+        needed = objectstore.missing_bytes(objects, into)
+    except objectstore.StorageError:  # a folder too large to walk (a job's outputs): all of it
+        needed = sum(o.size for o in objects)
     on = into if into.is_dir() else into.parent
     mb = 1 << 20
     token = next(_tokens)
