@@ -67,15 +67,18 @@ def is_shell_wrapper(argv: list[str]) -> bool:
 
 
 #: the platform's steps that run inside a node before the job's command and then become it
-#: (``python -m <module> -- CMD...``, the horovod mode's worker-0): the ``bash -c`` rule of
-#: :func:`expand_argv` looks at CMD behind them
-EXEC_STEPS = ("ma_jupyter.nodeside.mpi_head",)
+#: (``python -m <module> [its options] -- CMD...``: the horovod mode's worker-0, and each node's
+#: sshd where the nodes reach each other over ssh, ``ssh_node --listen ADDRESS [--wait HOSTS]``):
+#: the ``bash -c`` rule of :func:`expand_argv` looks at CMD behind them
+EXEC_STEPS = ("ma_jupyter.nodeside.mpi_head", "ma_jupyter.nodeside.ssh_node")
 
 
 def behind_exec_step(argv: list[str]) -> list[str]:
-    """The job's command behind one of :data:`EXEC_STEPS` (``argv`` itself without one)."""
-    if len(argv) > 4 and argv[1] == "-m" and argv[2] in EXEC_STEPS and argv[3] == "--":
-        return argv[4:]
+    """The job's command behind the :data:`EXEC_STEPS` in front of it (``ssh_node``'s, then
+    ``mpi_head``'s), ``argv`` itself without one.  A step's own options come before its ``--``:
+    the platform writes them (an address, host names), never a ``--``."""
+    while len(argv) > 4 and argv[1] == "-m" and argv[2] in EXEC_STEPS and "--" in argv[3:]:
+        argv = argv[argv.index("--", 3) + 1 :]
     return argv
 
 
