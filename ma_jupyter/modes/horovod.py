@@ -67,7 +67,8 @@ fail where bubblewrap is missing (single-node MPI jobs run either way).
 With the ModelArts convention (seed 003) mpirun also forwards, with ``-x``, the variables the
 platform knows of whose names start with ``MA_``, ``SHARED_``, ``S3_``, ``PATH``,
 ``VC_WORKER_``, ``SCC`` or ``CRED`` and whose value is not empty (the job's own env and the
-platform's ``MA_`` variables), as seed 003's ``grep -v '=$'`` drops empty ones.
+platform's ``MA_`` variables), as seed 003's ``grep -v '=$'`` drops empty ones: worker-0's values for every rank, as
+seed 003's ``-tune`` file gives them (a note in the dry run says so).
 """
 
 from __future__ import annotations
@@ -217,8 +218,13 @@ def head_plan(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
     workers = placement.workers
     command, notes = mpirun_prefix(total_slots(workers), spec)
     if spec.convention is Convention.modelarts:
-        for name in modelarts_forwarded(spec):
+        forwarded = modelarts_forwarded(spec)
+        for name in forwarded:
             command += ["-x", name]
+        notes.append(
+            f"-x {' -x '.join(forwarded)} added (ModelArts convention): every rank gets worker-0's "
+            "values, as seed 003's -tune ${TUNE_ENV_FILE} gives them"
+        )
     command += with_rank_log(argv, rank_var="OMPI_COMM_WORLD_RANK")
     return NodePlan(
         task=task,

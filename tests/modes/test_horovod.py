@@ -128,6 +128,11 @@ def test_modelarts_convention_forwards_the_platform_variables():
         "SCC_TOKEN",
         "VC_WORKER_HOSTS",
     }
+    # an addition to seed 002's prefix: shown in the dry run with its reason
+    assert any(
+        n.startswith("-x CRED_FILE -x MA_JOB_ID") and "worker-0's values, as seed 003's -tune" in n
+        for n in head.notes
+    ), head.notes
 
 
 def _forwarded(argv: list[str]) -> list[str]:
