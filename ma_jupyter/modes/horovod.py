@@ -67,8 +67,8 @@ fail where bubblewrap is missing (single-node MPI jobs run either way).
 With the ModelArts convention (seed 003) mpirun also forwards, with ``-x``, the variables the
 platform knows of whose names start with ``MA_``, ``SHARED_``, ``S3_``, ``PATH``,
 ``VC_WORKER_``, ``SCC`` or ``CRED`` and whose value is not empty (the job's own env and the
-platform's ``MA_`` variables), as seed 003's ``grep -v '=$'`` drops empty ones: worker-0's values for every rank, as
-seed 003's ``-tune`` file gives them (a note in the dry run says so).
+platform's ``MA_`` variables), as seed 003's ``grep -v '=$'`` drops empty ones: worker-0's
+values for every rank, as seed 003's ``-tune`` file gives them (a note in the dry run says so).
 """
 
 from __future__ import annotations
