@@ -29,7 +29,7 @@ _WHITESPACE = re.compile(r"[ \t\r\n]+")
 _PLAIN = re.compile(r"[^ \t\r\n'\"\\();<>|&]+")
 _OPERATOR = re.compile(r"[();<>|&]+")
 _IN_DOUBLE = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
-_DOUBLE_ESCAPE = re.compile(r'\\([\\"])')
+_DOUBLE_ESCAPE = re.compile(r'\\([\\"])|\\\n')
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -67,20 +67,25 @@ def is_shell_wrapper(argv: list[str]) -> bool:
 
 
 #: the platform's steps that run inside a node before the job's command and then become it
-#: (``python -m <module> -- CMD...``, the horovod mode's worker-0): the ``bash -c`` rule of
-#: :func:`expand_argv` looks at CMD behind them
-EXEC_STEPS = ("ma_jupyter.nodeside.mpi_head",)
+#: (``python -m <module> [its options] -- CMD...``: the horovod mode's worker-0, and each node's
+#: sshd where the nodes reach each other over ssh, ``ssh_node --listen ADDRESS [--wait HOSTS]``):
+#: the ``bash -c`` rule of :func:`expand_argv` looks at CMD behind them
+EXEC_STEPS = ("ma_jupyter.nodeside.mpi_head", "ma_jupyter.nodeside.ssh_node")
 
 
 def behind_exec_step(argv: list[str]) -> list[str]:
-    """The job's command behind one of :data:`EXEC_STEPS` (``argv`` itself without one)."""
-    if len(argv) > 4 and argv[1] == "-m" and argv[2] in EXEC_STEPS and argv[3] == "--":
-        return argv[4:]
+    """The job's command behind the :data:`EXEC_STEPS` in front of it (``ssh_node``'s, then
+    ``mpi_head``'s), ``argv`` itself without one.  A step's own options come before its ``--``:
+    the platform writes them (an address, host names), never a ``--``."""
+    while len(argv) > 4 and argv[1] == "-m" and argv[2] in EXEC_STEPS and "--" in argv[3:]:
+        argv = argv[argv.index("--", 3) + 1 :]
     return argv
 
 
 def split_command(text: str) -> tuple[list[str], list[str]]:
-    """Split ``text`` like ``shlex.split`` (POSIX, no comments) in one linear pass.
+    """Split ``text`` like ``shlex.split`` (POSIX, no comments) in one linear pass, and like a
+    shell, not ``shlex``, remove a line continuation (a backslash ending a line, outside single
+    quotes), so a command written over several lines reads as one.
 
     ``shlex`` builds each token a character at a time (quadratic in a token's length: a 1 MB
     command took minutes); this scanner takes whole runs of characters with regular
@@ -106,6 +111,11 @@ def split_command(text: str) -> tuple[list[str], list[str]]:
                 pieces, started = [], False
             i = _WHITESPACE.match(text, i).end()
             continue
+        if text.startswith("\\\n", i):
+            # a line continuation, as a shell reads it: the backslash and the line break are
+            # removed (a command copied as the seeds print it, one option per line)
+            i += 2
+            continue
         started = True
         if char == "'":
             close = text.find("'", i + 1)
@@ -117,8 +127,9 @@ def split_command(text: str) -> tuple[list[str], list[str]]:
             inner = _IN_DOUBLE.match(text, i + 1)
             if inner.end() >= end or text[inner.end()] != '"':
                 raise ValueError("No closing quotation")
-            # inside double quotes a backslash escapes only \ and "; elsewhere it stays
-            pieces.append(_DOUBLE_ESCAPE.sub(r"\1", inner.group()))
+            # inside double quotes a backslash escapes only \ and " (and a line break: a line
+            # continuation, removed); elsewhere it stays
+            pieces.append(_DOUBLE_ESCAPE.sub(lambda m: m.group(1) or "", inner.group()))
             i = inner.end() + 1
         elif char == "\\":
             if i + 1 >= end:

@@ -14,9 +14,10 @@ On more than one node, where the backend runs OpenSSH in the nodes (``RemoteShel
 plain ``deepspeed ...`` command (DeepSpeed's own launcher, without ``--no_ssh``) runs on node 0
 only, as seed 002 has it: the launcher reads ``/job/hostfile`` and starts every node's processes
 through pdsh/ssh, once every node's sshd answers; the other nodes run sshd only and are not
-primary (the job's status follows node 0; they are stopped once it ends).  Elsewhere (no sshd:
-the Ray backend, a machine without openssh-server) ``deepspeed ...`` runs on every node, and
-on more than one node it needs ``--no_ssh --node_rank ${RANK} --master_addr ${MASTER_ADDR}
+primary (the job's status follows node 0; they are stopped once it ends).  Elsewhere (no sshd
+in the nodes: a machine without openssh-server, nodes running as root, a Ray attempt whose
+machines lack sshd or share their networks) ``deepspeed ...`` runs on every node, and on more
+than one node it needs ``--no_ssh --node_rank ${RANK} --master_addr ${MASTER_ADDR}
 --master_port ${MASTER_PORT}`` so that each node starts its own processes.
 """
 

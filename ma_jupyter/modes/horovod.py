@@ -49,7 +49,9 @@ with its reason among the node's notes in the dry run:
 
 A command that contains ``mpirun`` is left as written (behind the step above): the variables
 give it the hostfile and the agent (its ``-np`` ranks fill each node's slots before the next,
-MPI's rule).  mpirun exits with the first failing rank's exit code, and kills every rank.
+MPI's rule).  Outside ``bash -c``, an argument that is exactly ``${OPENMPI_BIND_ARGS}``,
+``${OPENMPI_X_ARGS}``, ``${OPENMPI_MCA_ARGS}`` or ``${OPENMPI_EXTRA_ARGS}`` becomes its words
+(:func:`split_seed_arguments`, said in the dry run), so seed 003's command runs pasted as written.  mpirun exits with the first failing rank's exit code, and kills every rank.
 
 The other nodes wait like sshd on a real cluster: they run the remote shell's server, through
 which mpirun starts its daemon on them: OpenSSH's sshd where the backend runs it in the nodes
@@ -65,13 +67,15 @@ fail where bubblewrap is missing (single-node MPI jobs run either way).
 With the ModelArts convention (seed 003) mpirun also forwards, with ``-x``, the variables the
 platform knows of whose names start with ``MA_``, ``SHARED_``, ``S3_``, ``PATH``,
 ``VC_WORKER_``, ``SCC`` or ``CRED`` and whose value is not empty (the job's own env and the
-platform's ``MA_`` variables), as seed 003's ``grep -v '=$'`` drops empty ones.
+platform's ``MA_`` variables), as seed 003's ``grep -v '=$'`` drops empty ones: worker-0's
+values for every rank, as seed 003's ``-tune`` file gives them (a note in the dry run says so).
 """
 
 from __future__ import annotations
 
 import re
 
+from ..commands import is_shell_wrapper
 from ..errors import InvalidSpec
 from ..models import Convention, JobSpec
 from .base import NodePlan, Placement, RemoteShell, TaskSlot
@@ -96,6 +100,9 @@ PLATFORM_VARIABLES = (
     "MA_VJ_NAME",
 )
 MODELARTS_FORWARD = re.compile(r"^(MA_|SHARED_|S3_|PATH|VC_WORKER_|SCC|CRED)")
+#: seed 003's mpirun argument variables, each several words (:func:`seed_arguments`)
+SEED_ARGUMENTS = ("OPENMPI_BIND_ARGS", "OPENMPI_X_ARGS", "OPENMPI_MCA_ARGS", "OPENMPI_EXTRA_ARGS")
+_WHOLE_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 _MPIRUN = re.compile(r"(^|[\s/])(mpirun|mpiexec)(\s|$)")
 
 
@@ -158,6 +165,29 @@ def mpirun_prefix(np: int, spec: JobSpec) -> tuple[list[str], list[str]]:
     return command, notes
 
 
+def split_seed_arguments(
+    argv: list[str], spec: JobSpec, interface: str | None
+) -> tuple[list[str], list[str]]:
+    """``argv`` with each argument that is exactly one reference to a variable of
+    :data:`SEED_ARGUMENTS` (``${OPENMPI_X_ARGS}``, as seed 003's command writes them, unquoted)
+    replaced by the words of its value, none when it is empty, as the seed's shell splits them:
+    the platform's own expansion keeps an argument one word, which mpirun would refuse.  The
+    value is the job's ``--env`` one, else the seed's default; a secret one stays a reference
+    (one word), never written into the argv a dry run shows.  Also the names split."""
+    values = {**seed_arguments(interface), **{k: v for k, v in spec.env.items() if k in SEED_ARGUMENTS}}
+    out: list[str] = []
+    split: list[str] = []
+    for arg in argv:
+        whole = _WHOLE_REFERENCE.fullmatch(arg)
+        name = whole and (whole.group(1) or whole.group(2))
+        if name in SEED_ARGUMENTS and name not in spec.secret_env:
+            out += values[name].split()
+            split.append(name)
+        else:
+            out.append(arg)
+    return out, split
+
+
 def modelarts_forwarded(spec: JobSpec) -> list[str]:
     """Names mpirun forwards under the ModelArts convention (PATH is in the prefix already):
     the matching names whose value is not empty."""
@@ -176,16 +206,25 @@ def head_plan(spec: JobSpec, placement: Placement, task: TaskSlot, argv: list[st
     step that writes ``$TUNE_ENV_FILE``."""
     step = f"{MPI_HEAD_MODULE} first writes $TUNE_ENV_FILE (worker-0's variables for mpirun -tune)"
     if has_mpirun(argv):
-        return NodePlan(
-            task=task,
-            argv=behind_mpi_head(list(argv)),
-            notes=["command runs as written (it runs mpirun itself)", step],
-        )
+        notes = ["command runs as written (it runs mpirun itself)"]
+        if not is_shell_wrapper(argv):  # a shell splits them itself
+            interface = placement.remote_shell.interface if placement.remote_shell else None
+            argv, split = split_seed_arguments(list(argv), spec, interface)
+            if split:
+                notes.append(
+                    f"{', '.join(dict.fromkeys(split))} given as their words, as seed 003's shell splits them"
+                )
+        return NodePlan(task=task, argv=behind_mpi_head(list(argv)), notes=[*notes, step])
     workers = placement.workers
     command, notes = mpirun_prefix(total_slots(workers), spec)
     if spec.convention is Convention.modelarts:
-        for name in modelarts_forwarded(spec):
+        forwarded = modelarts_forwarded(spec)
+        for name in forwarded:
             command += ["-x", name]
+        notes.append(
+            f"-x {' -x '.join(forwarded)} added (ModelArts convention): every rank gets worker-0's "
+            "values, as seed 003's -tune ${TUNE_ENV_FILE} gives them"
+        )
     command += with_rank_log(argv, rank_var="OMPI_COMM_WORLD_RANK")
     return NodePlan(
         task=task,

@@ -128,6 +128,11 @@ def test_modelarts_convention_forwards_the_platform_variables():
         "SCC_TOKEN",
         "VC_WORKER_HOSTS",
     }
+    # an addition to seed 002's prefix: shown in the dry run with its reason
+    assert any(
+        n.startswith("-x CRED_FILE -x MA_JOB_ID") and "worker-0's values, as seed 003's -tune" in n
+        for n in head.notes
+    ), head.notes
 
 
 def _forwarded(argv: list[str]) -> list[str]:
@@ -241,3 +246,46 @@ def test_a_bash_c_command_behind_worker_0s_step_is_left_to_its_shell():
     head = plan_job(spec, placement_for(spec, card_spec(2)))[0]
     # the platform expands nothing in the shell's script, even behind its own step
     assert expand_argv(head.argv, head.env) == [*HEAD, *parse_command(command)]
+
+
+#: seed 003's launch command, pasted as its page prints it: one option per line, the argument
+#: variables unquoted (each several words, OPENMPI_EXTRA_ARGS empty)
+SEED_003_PASTED = """mpirun \\
+-np ${OPENMPI_NP} \\
+-hostfile ${OPENMPI_HOST_FILE_PATH} \\
+-mca plm_rsh_args "-p ${SSHD_PORT}" \\
+-tune ${TUNE_ENV_FILE} \\
+${OPENMPI_BIND_ARGS} \\
+${OPENMPI_X_ARGS} \\
+${OPENMPI_MCA_ARGS} \\
+${OPENMPI_EXTRA_ARGS} \\
+python /workspace/algorithm/train.py --epochs 2"""
+
+
+def test_seed_003s_command_pasted_as_written_gives_mpirun_each_word():
+    spec = _mpi(SEED_003_PASTED, env={"OPENMPI_EXTRA_ARGS": "--oversubscribe"})
+    head = plan_job(spec, placement_for(spec, card_spec(2)))[0]
+    argv = expand_argv(head.argv, head.env)
+    assert argv == [
+        *HEAD,
+        *"mpirun -np 4 -hostfile /etc/mpi/hostfile -mca plm_rsh_args".split(),
+        f"-p {head.env.get('SSHD_PORT', '')}",
+        *"-tune /tmp/env_for_user_process --bind-to none --map-by slot".split(),
+        *head.env["OPENMPI_X_ARGS"].split(),
+        *"-mca pml ob1 -mca btl ^openib -mca plm_rsh_no_tree_spawn true".split(),
+        "--oversubscribe",
+        *"python /workspace/algorithm/train.py --epochs 2".split(),
+    ]
+    assert any("OPENMPI_BIND_ARGS, OPENMPI_X_ARGS" in n and "as seed 003's shell" in n for n in head.notes)
+    # the seed's empty OPENMPI_EXTRA_ARGS is no word at all, as in its shell
+    spec = _mpi(SEED_003_PASTED)
+    argv = plan_job(spec, placement_for(spec, card_spec(2)))[0].argv
+    assert "" not in argv and "${OPENMPI_EXTRA_ARGS}" not in argv
+    assert argv[argv.index("true") + 1 :] == "python /workspace/algorithm/train.py --epochs 2".split()
+    # a secret value is never written into the argv a dry run shows: it stays one reference
+    spec = _mpi(SEED_003_PASTED, secret_env={"OPENMPI_EXTRA_ARGS": "--mca x y"})
+    assert "${OPENMPI_EXTRA_ARGS}" in plan_job(spec, placement_for(spec, card_spec(2)))[0].argv
+    # inside bash -c its shell splits them: left alone
+    text = 'bash -c "mpirun ${OPENMPI_BIND_ARGS} python t.py"'
+    spec = _mpi(text)
+    assert plan_job(spec, placement_for(spec, card_spec(2)))[0].argv == [*HEAD, *parse_command(text)]

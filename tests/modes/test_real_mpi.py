@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from ma_jupyter.models import JobStatus
 from ma_jupyter.nodehost import network
+from ma_jupyter.nodeside.ssh_node import SSHD
 from tests.fixtures.real_jobs import ALLREDUCE, algorithm, events_text, job_processes, run_job
 
 from ..helpers import wait_for, writable_dir
@@ -111,7 +113,14 @@ def where(x):
 if __name__ == "__main__":
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    names = ("MA_TASK_INDEX", "SHARED_X", "SCC_NOTE", "HOROVOD_MPI_THREADS_DISABLE", "NCCL_SOCKET_IFNAME")
+    names = (
+        "MA_TASK_INDEX",
+        "SHARED_X",
+        "SCC_NOTE",
+        "HOROVOD_MPI_THREADS_DISABLE",
+        "NCCL_SOCKET_IFNAME",
+        "HYDRA_IFACE",
+    )
     result = {
         "host": socket.gethostname(),
         "size": comm.Get_size(),
@@ -132,13 +141,21 @@ if __name__ == "__main__":
         json.dump(result, fh)
 """
 
-#: seed 003's launch command, as written but for its ``-mca plm_rsh_args "-p ${SSHD_PORT}"``
-#: (mpirun reaches the nodes through the platform's agent, not ssh); in ``bash -c``, whose shell
-#: splits the several words each argument variable holds
+#: seed 003's launch command pasted as its page prints it: one option per line, the argument
+#: variables unquoted (each several words, OPENMPI_EXTRA_ARGS empty unless the job sets it); its
+#: ``-mca plm_rsh_args "-p ${SSHD_PORT}"`` line where the nodes run sshd (Debian's openssh-server,
+#: which ./dev setup installs), as without it mpirun reaches the nodes through the platform's agent
 SEED_003_COMMAND = (
-    'bash -c "mpirun -np ${OPENMPI_NP} -hostfile ${OPENMPI_HOST_FILE_PATH} -tune ${TUNE_ENV_FILE} '
-    "${OPENMPI_BIND_ARGS} ${OPENMPI_X_ARGS} ${OPENMPI_MCA_ARGS} ${OPENMPI_EXTRA_ARGS} "
-    'python /workspace/algorithm/seed3.py"'
+    "mpirun \\\n"
+    "-np ${OPENMPI_NP} \\\n"
+    "-hostfile ${OPENMPI_HOST_FILE_PATH} \\\n"
+    + ('-mca plm_rsh_args "-p ${SSHD_PORT}" \\\n' if os.access(SSHD, os.X_OK) else "")
+    + "-tune ${TUNE_ENV_FILE} \\\n"
+    "${OPENMPI_BIND_ARGS} \\\n"
+    "${OPENMPI_X_ARGS} \\\n"
+    "${OPENMPI_MCA_ARGS} \\\n"
+    "${OPENMPI_EXTRA_ARGS} \\\n"
+    "python /workspace/algorithm/seed3.py"
 )
 
 
@@ -172,6 +189,8 @@ def test_seed_003_mpirun_command_runs_with_the_variables_and_worker_0s_tune_file
     assert [r["host"] for r in results] == ["worker-0", "worker-1"]
     assert {r["size"] for r in results} == {2} and {r["sum"] for r in results} == {3}
     assert {r["universe"] for r in results} == {2}
+    # the node's own interface on the job's network (the host's loopback where shared)
+    interface = network.NODE_INTERFACE if network.namespaces_supported() else network.SHARED_INTERFACE
     # OPENMPI_X_ARGS reached both ranks; the tune file gave worker-1's rank worker-0's values
     # (its own MA_TASK_INDEX is 1)
     for r in results:
@@ -180,10 +199,8 @@ def test_seed_003_mpirun_command_runs_with_the_variables_and_worker_0s_tune_file
             "SHARED_X": "from-worker-0",
             "SCC_NOTE": "two words",  # every node's own (the job's env)
             "HOROVOD_MPI_THREADS_DISABLE": "1",
-            # the node's own interface on the job's network (the host's loopback where shared)
-            "NCCL_SOCKET_IFNAME": network.NODE_INTERFACE
-            if network.namespaces_supported()
-            else network.SHARED_INTERFACE,
+            "NCCL_SOCKET_IFNAME": interface,
+            "HYDRA_IFACE": interface,  # seed 002's eth0: the interface the node reaches its peers on
         }
     tune = results[0]["tune"]
     assert "-x SHARED_X=from-worker-0" in tune and "-x MA_TASK_INDEX=0" in tune

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from ma_jupyter.backends.local import LocalBackend
+from ma_jupyter.commands import expand_argv, parse_command
 from ma_jupyter.models import JobSpec
 from ma_jupyter.modes import plan_job
 from ma_jupyter.nodehost.view import sshd_nsswitch_conf, sshd_passwd
@@ -100,3 +101,15 @@ def test_a_dry_run_shows_the_sshd_port_as_reserved_at_launch_not_0():
         config = node.files["/etc/ssh/ssh_config"]
         assert "Port 0" not in config and "# Port <reserved at launch>" in config
         assert not any(":0 " in note for note in node.notes), node.notes
+
+
+def test_a_bash_c_script_behind_the_nodes_sshd_is_left_to_its_shell():
+    """The ``bash -c`` rule (commands.expand_argv) holds behind each node's sshd step too: the
+    platform expands nothing in the script, whose shell expands its own variables (``$f``)."""
+    script = 'for f in *; do echo "$f" ${OPENMPI_NP}; done; mpirun -np ${OPENMPI_NP} hostname'
+    for mode in ("horovod", "pytorch-deepspeed"):
+        command = f"bash -c '{script.replace('mpirun', 'deepspeed' if mode != 'horovod' else 'mpirun')}'"
+        spec = JobSpec(name="sh", mode=mode, nodes=2, command=command)
+        head = plan_job(spec, _ssh_placement(spec, card_spec(2)))[0]
+        assert head.argv[:3] == SSH_NODE, head.argv
+        assert expand_argv(head.argv, head.env)[-3:] == parse_command(command), mode

@@ -185,6 +185,9 @@ def test_bwrap_argv_is_a_minimal_root_without_capabilities(ma_paths, tmp_path):
     assert f"--ro-bind {ma_paths['model'].resolve()} /workspace/model/pretrained/m" in joined
     assert f"--bind {ma_paths['out'].resolve()} /workspace/outputs" in joined
     assert f"--ro-bind {view.node_dir}/hosts /etc/hosts" in joined
+    # the system folders read-only: seed 000's /usr/local/nvidia (the host's NVIDIA libraries,
+    # read-only) is where the machine has it
+    assert "--ro-bind /usr /usr" in joined and "/usr/local/nvidia" not in joined
     # bubblewrap runs from a system path with a cleared environment; inside, the node switches to
     # its account (root's jobs: nobody) before the job's variables apply to its command
     assert argv[0] == shutil.which("bwrap", path=SYSTEM_PATH) and "--clearenv" in argv

@@ -116,13 +116,34 @@ def test_the_runner_hands_over_the_not_distributed_report_by_the_same_rules(tmp_
     assert refused.startswith("worker-0 left a symbolic link at /job/logs/not-distributed.json")
 
 
+def _without_line_continuations(text: str) -> str:
+    """``text`` with each backslash-newline outside single quotes removed, as a POSIX shell does
+    before it splits words (``shlex`` does not): the reference for ``split_command``."""
+    out, i, single, double = [], 0, False, False
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and not single:
+            pair = text[i : i + 2]
+            out.append("" if pair == "\\\n" else pair)
+            i += 2
+            continue
+        if char == "'" and not double:
+            single = not single
+        elif char == '"' and not single:
+            double = not double
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
 def test_split_command_matches_shlex_on_random_input():
+    """``shlex.split`` after a shell's removal of line continuations."""
     alphabet = ["a", "b", " ", "'", '"', "\\", ";", "&", "\n", "$", "|", ">", "\t", "#"]
     rng = random.Random(15)
     for _ in range(20000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
         try:
-            expected = shlex.split(text)
+            expected = shlex.split(_without_line_continuations(text))
         except ValueError:
             expected = None
         try:
@@ -131,6 +152,15 @@ def test_split_command_matches_shlex_on_random_input():
             got = None
         assert got == expected, text
     assert split_command("a 2>&1 'x;y' b\\;c")[1] == [">&"]
+    # a command over several lines, as the seeds print it
+    assert split_command("mpirun \\\n  -np 2 \"-p \\\n1\" a\\\nb 'c\\\nd'")[0] == [
+        "mpirun",
+        "-np",
+        "2",
+        "-p 1",
+        "ab",
+        "c\\\nd",
+    ]
 
 
 def test_parsing_a_megabyte_command_is_linear():
