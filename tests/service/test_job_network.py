@@ -12,7 +12,6 @@ job over TCP by hostname, and a 2-node MPI allreduce through mpirun's agent).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -388,55 +387,6 @@ else:
 print("MACHINE " + json.dumps(seen), flush=True)
 """
 
-#: a Ray cluster started inside a 2-node job as its docs say (node 0 the head, node 1 joining
-#: it at MASTER_ADDR): each raylet registers the address it finds on its own interface.  Node 1
-#: starts once the head is up (worker-0 opens a port of the job's to say so): each `ray start`
-#: imports Ray, which would take the head's cores while its raylet waits for its agents (see
-#: the test's docstring).  A head that failed keeps its GCS on the port, so it is not tried again:
-#: the raylet's own words are printed instead.
-RAY_IN_JOB = r"""
-import glob, json, os, socket, subprocess, sys, time
-
-rank, master = int(os.environ["NODE_RANK"]), os.environ["MASTER_ADDR"]
-ready_port = int(os.environ["MA_MASTER_PORTS"].split(",")[1])
-ray = os.path.join(os.path.dirname(sys.executable), "ray")
-start = [ray, "start", "--num-cpus=1", "--disable-usage-stats", "--object-store-memory=80000000"]
-
-if rank == 0:
-    if subprocess.run([*start, "--head", "--port=6379", "--include-dashboard=false"]).returncode:
-        for path in glob.glob("/tmp/ray/session_latest/logs/raylet.*"):
-            print(path, open(path, errors="replace").read()[-2000:], flush=True)
-        raise SystemExit("the head did not start")
-    ready = socket.create_server(("0.0.0.0", ready_port))
-    ready.settimeout(600)
-    import ray as ray_api
-    ray_api.init(address=f"{master}:6379")
-    ready.accept()[0].close()
-    end = time.monotonic() + 300
-    while len([n for n in ray_api.nodes() if n["Alive"]]) < 2 and time.monotonic() < end:
-        time.sleep(1)
-    print("RAYNODES " + json.dumps(sorted(n["NodeManagerAddress"] for n in ray_api.nodes() if n["Alive"])), flush=True)
-else:
-    end = time.monotonic() + 600
-    while True:
-        try:
-            socket.create_connection((master, ready_port), timeout=5).close()
-            break
-        except OSError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(1)
-    subprocess.run([*start, f"--address={master}:6379"], check=True)
-    # stay in the cluster until the head is gone (node 0 ended)
-    end = time.monotonic() + 600
-    while time.monotonic() < end:
-        try:
-            socket.create_connection((master, 6379), timeout=5).close()
-        except OSError:
-            break
-        time.sleep(1)
-"""
-
 
 def _full_logs(client, job_id: str) -> dict[str, str]:
     """Every node's log, whole."""
@@ -447,10 +397,9 @@ def _full_logs(client, job_id: str) -> dict[str, str]:
     }
 
 
-def _two_node_job(client, tmp_path, name: str, script: str, timeout: float, specs: list[str] | None = None):
+def _two_node_job(client, tmp_path, name: str, script: str, timeout: float):
     """A 2-node pytorch-mode job (MASTER_ADDR, MASTER_PORT, NODE_RANK) running ``script`` as it
-    is on each node (of ``specs``, else the default); the job, its nodes' addresses in rank
-    order, and its logs."""
+    is on each node; the job, its nodes' addresses in rank order, and its logs."""
     algo = writable_dir(tmp_path / name)
     (algo / "node.py").write_text(script)
     # a command that is not `python ...` runs as written on every node
@@ -462,7 +411,6 @@ def _two_node_job(client, tmp_path, name: str, script: str, timeout: float, spec
         nodes=2,
         command="sh /workspace/algorithm/node.sh",
         grace_period=1,
-        **({"specs": specs} if specs else {}),
     ).wait(timeout=timeout, check=False)
     logs = _full_logs(client, job.id)
     assert job.status is JobStatus.succeeded, {n: text[-4000:] for n, text in logs.items()}
@@ -488,27 +436,6 @@ def test_each_node_is_a_machine_with_its_own_address_and_the_master_is_one_of_th
         assert seen[rank]["master"] == addresses[0]
     # each reaches the other, and each end sees the other's own address
     assert seen[1]["from"] == seen[0]["peer"] == addresses[1]
-
-
-@pytest.mark.ray_in_job
-@pytest.mark.timeout(900)
-@pytest.mark.skipif(
-    importlib.util.find_spec("ray") is None, reason="Ray is not installed: pip install ma_jupyter[ray]"
-)
-def test_a_ray_cluster_started_inside_a_job_registers_each_nodes_own_address(ma_module_client, tmp_path):
-    """`ray start --head` on worker-0, `ray start --address` on worker-1, as on two machines: each
-    node's Ray finds its own address (`Local node IP: 10.254.0.1`), with no default route to
-    guess from, by its hostname, which the node's /etc/hosts gives its address.  Ray 2.60's
-    raylet aborts when its dashboard agent has not written its port files 15 s after its start
-    (a fixed wait), so the head needs its agent's `import ray` to be quick: `./dev setup` drops
-    jsonschema's rfc3987-syntax, which cost 1.8 s of CPU in each of the six helpers the head
-    starts at once (with it, the head failed in a 1-core node at load 12, and outside any
-    sandbox as well)."""
-    _job, addresses, logs = _two_node_job(
-        ma_module_client, tmp_path, "ray-inside", RAY_IN_JOB, timeout=800, specs=["cpu.node"]
-    )
-    registered = json.loads(logs["worker-0"].split("RAYNODES ", 1)[1].splitlines()[0])
-    assert registered == sorted(addresses)
 
 
 #: MindSpore's own example of a 2-node msrun job, on CPU: each worker all-reduces its rank + 1
