@@ -71,6 +71,9 @@ class ObjectFetch:
             connections skip the guard of ``objectstore`` rule 5.
         disk_reserve: bytes the download must leave free on the disk it writes to
             (``[limits] disk_reserve_mb``, as the service reads it at each call).
+        retention: seconds an unheld cached copy is kept after its last use on the node's
+            machine (``[data] retention``, as the service reads it at each call; None: it could
+            not be read, and no copy is removed for its age).
     """
 
     what: str
@@ -79,6 +82,7 @@ class ObjectFetch:
     into: str
     trusted: bool = False
     disk_reserve: int = 0
+    retention: float | None = None
 
 
 @dataclass(frozen=True)

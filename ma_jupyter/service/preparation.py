@@ -58,7 +58,7 @@ from ..models import Event, Job, JobSpec, JobStatus, PreparedData, is_object_uri
 from ..modes.base import Placement
 from . import storage
 from .disk import free_bytes
-from .prepared import Acquired, PreparedStore
+from .prepared import Acquired, PreparedStore, retention
 from .scheduler import Running, Scheduler
 from .store import Store
 
@@ -288,11 +288,17 @@ class Preparation:
         credentials = self._store.storage_secrets(job_id)
         # each Ray node keeps the reserve free on its own disk, as this machine's copies do
         reserve = int(self._scheduler.cluster.limits.disk_reserve_mb * (1 << 20))
+        # and their caches' retention is this store's (backends/ray/objects.py rule 4)
+        try:
+            keep: float | None = retention()
+        except InvalidSpec as exc:  # as this store's own sweep: nothing removed for its age
+            log.warning("the Ray nodes' object storage caches keep their copies: %s", exc)
+            keep = None
         made = []
         for what, path, into in fetches:
             uri = objectstore.ObjectURI.parse(path, what)
             at = storage.endpoint(uri, credentials)
-            made.append(ObjectFetch(what, path, at, into, not objectstore.guarded(at), reserve))
+            made.append(ObjectFetch(what, path, at, into, not objectstore.guarded(at), reserve, keep))
 
         def say(line: str) -> None:
             self._store.add_event(Event(job_id=job_id, status=JobStatus.queued, reason=line))

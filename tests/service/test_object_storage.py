@@ -832,3 +832,75 @@ def test_a_ray_nodes_download_keeps_its_disks_reserve_free(s3_endpoint, tmp_path
     assert objectstore.missing_bytes(listed, copy) == 0
     (copy / "1.bin").unlink()  # what a resumed download would still fetch: that object only
     assert objectstore.missing_bytes(listed, copy) == 4000
+
+
+def test_a_ray_nodes_copy_held_by_a_running_job_outlives_the_retention_and_then_goes(s3_endpoint, tmp_path):
+    """``backends/ray/objects.py`` rule 4, the agent's own function (no Ray needed), as another
+    job's fetch on the same Ray machine: job A's dataset copy, older than the retention and
+    past its fetch's grace, is not removed while a node of A runs there (a real process, its
+    run record as the agent writes it); a run record naming another live process does not hold
+    it; once A's node has ended, its hold is dropped and the retention counts from then; an
+    unheld copy is then kept for the retention the service sent (``[data] retention``) and
+    removed past it."""
+    import time
+
+    import obstore
+
+    from ma_jupyter.backends.base import ObjectFetch
+    from ma_jupyter.backends.ray import objects
+    from ma_jupyter.models import NodeRun
+    from ma_jupyter.nodehost.procfs import process_start_time
+
+    store = _store(s3_endpoint, "held")
+    obstore.put(store, "a/x.bin", b"job a's data")
+    obstore.put(store, "b/y.bin", b"job b's data")
+    creds = _credentials(s3_endpoint)
+    node_root = tmp_path / "node"
+
+    def fetch(job: str, prefix: str, retention: float | None) -> None:
+        item = ObjectFetch(
+            f"datasets {prefix}",
+            f"s3://held/{prefix}",
+            s3_endpoint,
+            "prepared/private-d-",
+            True,
+            0,
+            retention,
+        )
+        objects.fetch(str(node_root), job, [item], creds, None)
+
+    fetch("job-a", "a", 60.0)
+    copy = (node_root / "job-a" / "prepared" / "private-d-").resolve()
+    entry = copy.parent
+    hold = entry / "holds" / "job-a"
+    assert hold.exists() and (copy / "x.bin").read_bytes() == b"job a's data"
+    # A's node: a real process in its node folder, recorded as the agent records a launch
+    folder = node_root / "job-a" / "nodes" / "worker-0"
+    folder.mkdir(parents=True)
+    node = subprocess.Popen(["sleep", "600"], cwd=folder)
+    try:
+        run = NodeRun(name="worker-0", pid=node.pid, start_time=process_start_time(node.pid), state="running")
+        (folder / "run.json").write_text(run.model_dump_json())
+        # a record naming a process that runs, but is no runner of A: it holds nothing
+        impostor = node_root / "job-a" / "nodes" / "worker-1"
+        impostor.mkdir()
+        pid1 = NodeRun(name="worker-1", pid=1, start_time=process_start_time(1), state="running")
+        (impostor / "run.json").write_text(pid1.model_dump_json())
+        now = time.time()
+        os.utime(hold, (now - 7200 - 60, now - objects.LAUNCH_GRACE - 60))
+        os.utime(entry, (now - 8 * 86400, now - 8 * 86400))  # past 60 s and past 7 days
+        fetch("job-b", "b", 60.0)
+        assert hold.exists() and (copy / "x.bin").read_bytes() == b"job a's data", "swept under a running job"
+    finally:
+        node.kill()
+        node.wait()
+    fetch("job-b", "b", 60.0)  # A's node ended: its hold goes, the retention counts from now
+    assert not hold.exists() and (copy / "x.bin").exists()
+    now = time.time()
+    os.utime(entry, (now - 120, now - 120))
+    fetch("job-b", "b", None)  # the service could not read its retention: nothing goes for its age
+    fetch("job-b", "b", 3600.0)
+    assert (copy / "x.bin").exists()
+    fetch("job-b", "b", 60.0)  # the admin's retention, as the service sent it
+    assert not entry.exists()
+    assert (node_root / "job-b" / "prepared" / "private-d-" / "y.bin").read_bytes() == b"job b's data"

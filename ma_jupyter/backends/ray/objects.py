@@ -16,8 +16,18 @@ Rules, in order, for each :class:`~ma_jupyter.backends.base.ObjectFetch` of one 
    ``<node_root>/<job>/<into>`` then names it, and the node mounts it read-only.
 3. The outputs prefix's current content is downloaded into ``<node_root>/<job>/outputs`` (a
    resumed attempt finds its checkpoints), owned by the job's account.
-4. A cached copy unused for :data:`RETENTION` seconds is removed by the next call on this
-   machine (a job that uses it touches it at each fetch).
+4. A cached copy is kept while a job holds it, and for the retention after its last use: the
+   prepared store's rules (``service/prepared.py`` rules 2 and 3) on this machine's disk.  Each
+   fetch holds the copies it links for its job, ``<key>/holds/<job id>`` (refreshed by each
+   attempt's fetch), and marks them used (the entry's time).  The next call on this machine
+   (its sweep, :func:`_sweep`) then, per entry not being downloaded: drops each hold that is
+   no longer live (:func:`_live`: no node of that job runs on this machine, and its fetch is
+   more than :data:`LAUNCH_GRACE` seconds old), the entry's retention counting from then; keeps
+   an entry some hold still holds, whatever its age; removes the others unused for longer than
+   the retention the service sent (``ObjectFetch.retention``: ``[data] retention`` of its
+   ``cluster.toml`` as read at that call; None: it could not be read, and nothing is removed
+   for its age).  A hold lives on disk: an agent that crashed and the next one, or an attempt
+   whose nodes crashed, leave nothing held for longer than its nodes run here or the grace.
 5. While a prefix downloads, its progress (bytes, objects, rate) is kept as lines for the
    service, at most one every ``objectstore.PROGRESS_EVERY`` seconds per prefix
    (``objectstore.ProgressLines``, as data preparation's), at most :data:`MAX_PROGRESS_LINES`
@@ -50,18 +60,27 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ... import foldersize, objectstore
-from ...errors import DiskFull, FolderRefused, InvalidSpec
+from ... import foldersize, objectstore, untrusted
+from ...errors import DiskFull, FolderRefused, InvalidSpec, RefusedFile
 from ...foldersize import remove_tree
 from ...jobdir import check_job_id
-from ...models import RunAs
+from ...models import NodeRun, RunAs
+from ...nodehost.procfs import process_start_time
 from ..base import ObjectFetch
 
 #: the cache folder's name below ``node_root``
 CACHE = ".objects"
-#: seconds a cached copy is kept after its last use
-RETENTION = 7 * 24 * 3600.0
 DOWNLOADING = "downloading"
+#: the folder of an entry's holds, one empty file per job (the prepared store's layout)
+HOLDS = "holds"
+#: seconds a fetch's hold stands without a node of its job running here (rule 4): the wait for
+#: the launch, which follows once every Ray node of the placement has downloaded (at most
+#: ``fetches.FETCH_TIMEOUT``, an hour), with room to spare
+LAUNCH_GRACE = 2 * 3600.0
+#: node folders of one job looked at for a running node (a job folder holds one per node)
+MAX_NODES_LOOKED = 4096
+#: bytes of a node's run record read (a few hundred)
+RUN_RECORD_LIMIT = 1 << 16
 
 #: progress lines kept per job until the service takes them (rule 5)
 MAX_PROGRESS_LINES = 32
@@ -121,7 +140,9 @@ def fetch(
     finally:
         with _progress_guard:  # none kept past the call
             _progress.pop(job_id, None)
-    _sweep(cache)
+    # rule 4: the service's retention of this call (one reading of its cluster.toml for all)
+    keep = [item.retention for item in fetches]
+    _sweep(root, None if None in keep or not keep else max(keep))
     return said
 
 
@@ -173,7 +194,10 @@ def _fetch_one(
                         trusted=trust,
                     )
                 os.replace(into, entry / "data")
-            os.utime(entry)  # rule 4: used now
+            # rule 4: held and used now, under the key's lock (no sweep in between; while it
+            # downloads, the lock keeps the sweep away)
+            _hold(entry, job_id)
+            os.utime(entry)
         link = job_dir / item.into
         link.parent.mkdir(parents=True, exist_ok=True)
         if link.is_symlink() or link.exists():
@@ -242,27 +266,97 @@ def _give(folder: Path, account: RunAs | None) -> None:
         raise objectstore.StorageError(f"outputs {folder}: {exc}") from None
 
 
-def _sweep(cache: Path) -> None:
-    """Rule 4: remove the copies unused for :data:`RETENTION` seconds (not one being made)."""
-    now = time.time()
+def _hold(entry: Path, job_id: str) -> None:
+    """Rule 4: ``job_id`` holds ``entry`` from now (a hold made again is refreshed)."""
+    holds = entry / HOLDS
+    holds.mkdir(exist_ok=True, mode=0o700)
+    (holds / job_id).touch()
+
+
+def _live(root: Path, job_id: str, hold: os.DirEntry, now: float) -> bool:
+    """Rule 4: whether the hold ``hold`` of ``job_id`` still stands: its fetch is at most
+    :data:`LAUNCH_GRACE` seconds old, or a node of the job runs on this machine.
+
+    A node runs when its run record (``nodes/<node>/run.json`` of the job folder here, written
+    by the agent at its launch, read by the untrusted-file rules) names a process that still
+    runs with the recorded start time (a pid used again is no match, as the node host's own
+    check) and whose working folder, as the kernel says it, is that node's folder (the
+    runner's: a record naming any other live process holds nothing), and no exit code was
+    written.
+    """
+    try:
+        if now - hold.stat(follow_symlinks=False).st_mtime <= LAUNCH_GRACE:
+            return True
+        check_job_id(job_id)
+    except (OSError, InvalidSpec):
+        return False
+    nodes = root / job_id / "nodes"
+    try:
+        with os.scandir(nodes) as found:
+            names = [e.name for e in itertools.islice(found, MAX_NODES_LOOKED)]
+    except OSError:
+        return False
+    for name in names:
+        relative = f"{job_id}/nodes/{name}"
+        try:
+            record = untrusted.read_small(
+                root, f"{relative}/run.json", owner="a job node", limit=RUN_RECORD_LIMIT
+            )
+            run = NodeRun.model_validate_json(record)
+        except (OSError, ValueError, RefusedFile):
+            continue
+        if run.pid is None or os.path.lexists(root / relative / "exit_code"):
+            continue
+        started = process_start_time(run.pid)
+        if started is None or (run.start_time is not None and abs(started - run.start_time) >= 0.05):
+            continue
+        try:
+            # the runner is this agent's own process: one it may not look at is none of its runners
+            cwd = os.readlink(f"/proc/{run.pid}/cwd")
+        except OSError:
+            continue
+        if os.path.realpath(root / relative) == cwd:
+            return True
+    return False
+
+
+def _sweep(root: Path, keep: float | None) -> None:
+    """Rule 4 over this machine's cache: stale holds dropped, unheld copies unused for ``keep``
+    seconds removed (None: none for its age); an entry being downloaded is left alone."""
+    cache = root / CACHE
     try:
         entries = list(os.scandir(cache))
     except OSError:
         return
     for entry in entries:
-        try:
-            if (
-                not entry.is_dir(follow_symlinks=False)
-                or now - entry.stat(follow_symlinks=False).st_mtime < RETENTION
-            ):
-                continue
-        except OSError:
+        if not entry.is_dir(follow_symlinks=False):
             continue
         lock = _lock(entry.name)
-        if lock.acquire(blocking=False):
+        if not lock.acquire(blocking=False):
+            continue  # a fetch holds or downloads it now
+        try:
+            now = time.time()
+            holds = Path(entry.path) / HOLDS
             try:
-                remove_tree(entry.path)
+                held = list(os.scandir(holds))
             except OSError:
-                pass
-            finally:
-                lock.release()
+                held = []
+            standing = 0
+            for hold in held:
+                if _live(root, hold.name, hold, now):
+                    standing += 1
+                    continue
+                with contextlib.suppress(OSError):
+                    os.unlink(hold.path)
+                    os.utime(entry.path)  # its retention counts from the hold's end (prepared rule 2)
+            if standing or keep is None:
+                continue
+            try:
+                if now - os.stat(entry.path, follow_symlinks=False).st_mtime < keep:
+                    continue
+            except OSError:
+                continue
+            with contextlib.suppress(OSError):
+                remove_tree(entry.path)
+        finally:
+            lock.release()
