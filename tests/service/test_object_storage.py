@@ -904,3 +904,34 @@ def test_a_ray_nodes_copy_held_by_a_running_job_outlives_the_retention_and_then_
     fetch("job-b", "b", 60.0)  # the admin's retention, as the service sent it
     assert not entry.exists()
     assert (node_root / "job-b" / "prepared" / "private-d-" / "y.bin").read_bytes() == b"job b's data"
+
+
+def test_the_ray_nodes_fetch_is_sent_the_services_data_retention(fake_sup, ma_home):
+    """Data preparation's side of ``backends/ray/objects.py`` rule 4: each download request to a
+    backend that fetches on its own machines carries ``[data] retention`` of the service's
+    ``cluster.toml`` as it is at that request (the agents read none), and None when the value
+    cannot be read (the agents then remove nothing for its age)."""
+    import threading
+
+    from ma_jupyter.service.preparation import _Preparing, _Saying
+
+    sent: list = []
+
+    def fetch_objects(job_id, hosts, fetches, credentials, account, cancel, say):
+        sent.append([f.retention for f in fetches])
+        return True
+
+    fake_sup.backend.fetch_objects = fetch_objects
+    dataset = types.SimpleNamespace(
+        path="s3://bkt/data", name="d", source=types.SimpleNamespace(value="private"), version=None
+    )
+    spec = types.SimpleNamespace(datasets=[dataset], models=[], outputs="s3://bkt/out", creator=None)
+    placement = types.SimpleNamespace(tasks=[types.SimpleNamespace(host="node-a")])
+    prep = _Preparing(placement, spec, threading.Event(), _Saying(), threading.Lock())
+    cluster = ma_home / "cluster.toml"
+    base = cluster.read_text()
+    fake_sup.store.storage_secrets = lambda job_id: {"AWS_ENDPOINT_URL": "http://8.8.8.8:9000"}
+    for retention in ('"90s"', '"2h"', '"a while"'):
+        cluster.write_text(base + f"\n[data]\nretention = {retention}\n")
+        assert fake_sup.preparation._fetch_on_nodes("job-keep", prep) is True
+    assert sent == [[90.0, 90.0], [7200.0, 7200.0], [None, None]]
