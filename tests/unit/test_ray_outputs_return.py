@@ -139,3 +139,170 @@ def test_the_listing_is_bounded(tmp_path, monkeypatch):
         outputs_return.listing(str(tmp_path))
     assert outputs_return.listing(str(tmp_path / "none")) == {}
     assert Path(tmp_path).is_dir()
+
+
+# ------------------------------------------------ a named outputs host path (rule 5)
+
+NOBODY = 65534  # the job's account of these tests: never the service's (root's) rights
+
+
+class _NamedAgent(_Agent):
+    """The agent's calls for a named folder, counted (a probe that finds the very folder copies
+    nothing: no listing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.listings = 0
+
+        def listing(outputs, owner=None):
+            self.listings += 1
+            return outputs_return.listing(outputs, owner)
+
+        self.outputs_listing = _Call(listing)
+        self.outputs_seen = _Call(outputs_return.seen)
+
+
+def _owned(*paths: Path) -> None:
+    for path in paths:
+        os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+
+
+def _named_watch(node: Path, here: Path, check=lambda opened: None, reserve: int = 0):
+    from ma_jupyter.models import RunAs
+
+    returns, _ = _returns()
+    agent = _NamedAgent()
+    key = ("j5", 0, "worker-0")
+
+    def start():
+        return outputs_return.NamedFolder(
+            str(here), RunAs(name="nobody", uid=NOBODY, gid=NOBODY), check, reserve
+        )
+
+    returns.watch(key, agent, str(node), here, here, named=start)
+    assert returns.settled(key, wait=120)
+    return agent
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="writes as another account: needs root, as the service")
+def test_a_named_outputs_folder_comes_back_as_the_jobs_account_and_nothing_planted_is_followed(tmp_path):
+    """A hostile job on the Ray node (its named folder holds links, a second name of a host
+    file, a root-owned file and folder) and a hostile user on the service's machine (links
+    planted at the places the copy writes): what comes back is the job account's own files,
+    written by that account (never root) with their times, and nothing outside the folder is
+    read or written."""
+    node = tmp_path / "ray-node" / "out"  # the named path on the Ray node's machine
+    (node / "tb").mkdir(parents=True)
+    (node / "tb" / "events.out.tfevents.1").write_bytes(b"scalars" * 1000)
+    (node / "ckpt.pt").write_bytes(b"weights")
+    os.utime(node / "ckpt.pt", ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    secret = tmp_path / "ray-node" / "secret"
+    secret.write_text("the Ray machine's secret")
+    (node / "link").symlink_to(secret)
+    os.link(secret, node / "hard")
+    (node / "roots").write_text("root's file in the job's folder")  # not the account's
+    (node / "rootdir").mkdir()
+    (node / "rootdir" / "x").write_text("below a folder of root's")
+    _owned(node, node / "tb", node / "tb" / "events.out.tfevents.1", node / "ckpt.pt", node / "rootdir" / "x")
+    here = tmp_path / "service" / "out"  # the same path on the service's machine
+    here.mkdir(parents=True)
+    elsewhere = tmp_path / "service" / "elsewhere"
+    elsewhere.mkdir()
+    victim = tmp_path / "service" / "victim"
+    victim.write_text("the service machine's file")
+    (here / "tb").symlink_to(elsewhere)  # the folder the copy would enter
+    (here / "ckpt.pt").symlink_to(victim)  # the file the copy would replace
+    _owned(here)
+
+    _named_watch(node, here)
+    assert victim.read_text() == "the service machine's file" and list(elsewhere.iterdir()) == []
+    got = here / "ckpt.pt"
+    assert not got.is_symlink() and got.read_bytes() == b"weights"  # the link replaced, not followed
+    assert got.stat().st_uid == NOBODY and got.stat().st_mtime_ns == 1_600_000_000_000_000_000
+    assert (here / "tb").is_symlink()  # the events below it are refused, never written through
+    names = sorted(p.name for p in here.iterdir())
+    assert names == ["ckpt.pt", "tb"], names  # no link, second name, root's file or folder, probe, part
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="writes as another account: needs root, as the service")
+def test_a_named_folder_that_is_the_nodes_own_or_not_the_accounts_gets_nothing(tmp_path):
+    """The probe finds the very folder (the Ray node on this machine, or shared storage): nothing
+    is listed or copied; a folder the account may not write, or one the mount rules refuse where
+    it leads now, gets nothing either (the service never writes it with its own rights)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "a.txt").write_text("written by the node itself")
+    _owned(shared, shared / "a.txt")
+    agent = _named_watch(shared, shared)
+    assert agent.listings == 0 and sorted(p.name for p in shared.iterdir()) == ["a.txt"]
+
+    node = tmp_path / "node"
+    node.mkdir()
+    (node / "a.txt").write_text("x")
+    _owned(node, node / "a.txt")
+    roots = tmp_path / "roots"  # root's, 0755: the account may not write it
+    roots.mkdir(mode=0o755)
+    _named_watch(node, roots)
+    assert list(roots.iterdir()) == []
+
+    def refuse(opened: str) -> None:
+        raise InvalidSpec(f"outputs: {opened} is outside the allowed roots")
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    _owned(mine)
+    agent = _named_watch(node, mine, check=refuse)
+    assert list(mine.iterdir()) == [] and agent.listings == 0
+
+
+def test_the_named_folders_writer_keeps_its_bounds_against_a_hostile_stream(tmp_path):
+    """The writer itself (``outputs_writer.py``): names that are not plain relative paths, too
+    deep, past its count of files, or past the disk reserve are refused, each leaving nothing;
+    the stream stays in step after each refusal."""
+    import io
+    import json
+    import struct
+
+    from ma_jupyter.backends.ray import outputs_writer
+
+    def stream(*files) -> io.BytesIO:
+        out = b""
+        for path, data in files:
+            out += (json.dumps({"op": "file", "path": path, "mtime_ns": 0}) + "\n").encode()
+            out += struct.pack(">Q", len(data)) + data + struct.pack(">Q", 0)
+        return io.BytesIO(out)
+
+    top = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        answers = io.StringIO()
+        writer = outputs_writer.Writer(top, max_files=2, max_depth=3, reserve=0)
+        outputs_writer.serve(
+            writer,
+            stream(
+                ("../escape", b"x"),
+                ("a/../../escape", b"x"),
+                ("/abs", b"x"),
+                ("a/b/c/d/e", b"too deep"),
+                ("a/b/c/d", b"deep enough"),
+                ("one", b"1"),
+                ("two", b"2"),  # the third file: past max_files
+                ("one", b"1 again"),  # a name written before still may be
+            ),
+            answers,
+        )
+        said = [json.loads(line) for line in answers.getvalue().splitlines()]
+        assert [("ok" in a) for a in said] == [False, False, False, False, True, True, False, True], said
+        assert "more than 3 folders deep" in said[3]["refused"] and "more than 2 files" in said[6]["refused"]
+        assert (tmp_path / "a" / "b" / "c" / "d").read_bytes() == b"deep enough"
+        assert (tmp_path / "one").read_bytes() == b"1 again" and not (tmp_path / "two").exists()
+        assert not (tmp_path.parent / "escape").exists() and not (tmp_path / "abs").exists()
+
+        huge = outputs_writer.Writer(top, max_files=10, max_depth=3, reserve=1 << 62)
+        answers = io.StringIO()
+        outputs_writer.serve(huge, stream(("big", b"x" * 1000), ("after", b"")), answers)
+        said = [json.loads(line) for line in answers.getvalue().splitlines()]
+        assert "disk reserve" in said[0]["refused"] and said[1] == {"ok": True}, said
+        assert not (tmp_path / "big").exists()
+        assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+    finally:
+        os.close(top)

@@ -302,13 +302,20 @@ class NodeAgent:
         """The progress lines of ``job_id``'s downloads here since the last ask (:func:`.objects.progress`)."""
         return objects.progress(job_id)
 
-    def outputs_listing(self, outputs: str) -> dict[str, tuple[int, int]]:
-        """The files of a node's outputs folder here (:func:`.outputs_return.listing`)."""
-        return outputs_return.listing(outputs)
+    def outputs_listing(self, outputs: str, owner: int | None = None) -> dict[str, tuple[int, int]]:
+        """The files of a node's outputs folder here (:func:`.outputs_return.listing`; ``owner``:
+        a named folder's, only that uid's)."""
+        return outputs_return.listing(outputs, owner)
 
-    def outputs_read(self, outputs: str, relative: str, offset: int, limit: int) -> bytes:
+    def outputs_read(
+        self, outputs: str, relative: str, offset: int, limit: int, owner: int | None = None
+    ) -> bytes:
         """A piece of one of them (:func:`.outputs_return.read_piece`)."""
-        return outputs_return.read_piece(outputs, relative, offset, limit)
+        return outputs_return.read_piece(outputs, relative, offset, limit, owner)
+
+    def outputs_seen(self, outputs: str, name: str) -> bool:
+        """Whether a named outputs folder here holds the probe ``name`` (:func:`.outputs_return.seen`)."""
+        return outputs_return.seen(outputs, name)
 
     # --------------------------------------------------------------------- kernels
 

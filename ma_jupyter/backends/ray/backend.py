@@ -29,8 +29,9 @@ The service connects to the cluster as a Ray driver (``ray.init(address=...)``) 
    Python environment, with this package) must exist at the same path on every Ray node (a
    node lacking one refuses the launch naming it: :mod:`.node_paths`); datasets and models in
    object storage are downloaded on each Ray node instead (:meth:`RayBackend.fetch_objects`,
-   :mod:`.fetches`, :mod:`.objects`), and the job's own outputs folder comes back to this machine while the
-   nodes write it (:mod:`.outputs_return`);
+   :mod:`.fetches`, :mod:`.objects`), and the job's outputs folder (its own, or a named one where
+   the Ray node's is not this machine's) comes back to this machine while the nodes write it
+   (:mod:`.outputs_return`);
 5. **logs** -- read through the agents (:mod:`.logs`); which Ray node holds a job node's files
    is kept in the service's job folder (``nodes/<node>/placed.json``, :mod:`.node_files`), so a restarted service
    still reads the logs of jobs that ended.  Once that Ray node is gone, its files are read
@@ -101,7 +102,7 @@ from .fetches import Fetches
 from .logs import RayLogSource
 from .networks import Networks
 from .node_files import NodeFiles
-from .outputs_return import FINAL_WAIT, OutputsReturn
+from .outputs_return import FINAL_WAIT, NamedFolder, OutputsReturn
 from .placement import Groups
 
 log = logging.getLogger("ma_jupyter.ray")
@@ -403,17 +404,18 @@ class RayBackend(Backend):
         """Bring ``run``'s outputs back to this machine while it runs (:mod:`.outputs_return`):
         the job's own outputs folder (none named, or outputs in object storage), where the node
         writes it elsewhere than this service's outputs folder or on a machine whose job
-        folder this one does not see."""
+        folder this one does not see; a named one by :meth:`_return_named`."""
         key = (attempt.job_id, attempt.number, run.name)
         spec = attempt.spec
-        if self._returns.watched(key) or (spec.outputs and not is_object_uri(spec.outputs)):
-            return
-        if Path(attempt.job_dir) == PLACEHOLDER.root:
+        if self._returns.watched(key) or Path(attempt.job_dir) == PLACEHOLDER.root:
             return
         on_nodes = self._files.on_nodes(attempt)
         here = Path(config.outputs_folder(attempt.job_id, spec.outputs))
         placed = self._files.where(attempt.job_id, run.name)
         if placed is None:
+            return
+        if spec.outputs and not is_object_uri(spec.outputs):
+            self._return_named(key, attempt, placed)
             return
         if (
             on_nodes.jobdir.outputs == here
@@ -427,6 +429,31 @@ class RayBackend(Backend):
         self._returns.watch(
             key, agent, str(on_nodes.jobdir.outputs), here, config.jobdir(attempt.job_id).root
         )
+
+    def _return_named(self, key: tuple[str, int, str], attempt: Attempt, placed: dict) -> None:
+        """A named outputs host path brought back into this machine's folder of that path
+        (:mod:`.outputs_return` rule 5): written as the job's account, where the job's mount
+        rules let it mount the folder the path leads to then; on the Ray node only that
+        account's files are read; nothing where the probe finds the very same folder.  The
+        account, the rules and the reserve are read on the copy's own thread (this may run
+        under the supervisor's lock)."""
+        spec = attempt.spec
+        folder = str(spec.outputs)
+
+        def start() -> NamedFolder:
+            policy = load_policy()
+
+            def check(opened: str) -> None:
+                policy.check_source(opened, "outputs", "outputs", spec.creator)
+
+            reserve = int(config.load_cluster().limits.disk_reserve_mb * (1 << 20))
+            return NamedFolder(folder, self.job_account(spec.creator), check, reserve)
+
+        try:
+            agent = self._agents.agent_at(placed)
+        except NodeGone:
+            return
+        self._returns.watch(key, agent, folder, Path(folder), Path(folder), named=start)
 
     # ------------------------------------------------------------------- observe
 

@@ -5,9 +5,9 @@ folder of the service's job folder (``config.outputs_folder``), which only this 
 
 Rules:
 
-1. Only the job's own outputs folder (no ``outputs`` host path named: the default folder, or
-   the local folder of outputs in object storage) is brought back; a named host path must be on
-   storage every Ray node and this machine share (``docs/ray.md``).
+1. The job's own outputs folder (no ``outputs`` host path named: the default folder, or the
+   local folder of outputs in object storage) is brought back into the service's job folder; a
+   named host path into this machine's folder of that path, by rule 5.
 2. While a node runs, every :data:`PULL_EVERY` seconds, its agent lists the regular files of the
    node's outputs folder on its machine (:func:`listing`: the one bounded walk, no link
    followed) and each file whose size or modification time changed since the last copy is read
@@ -21,14 +21,33 @@ Rules:
    wrote is here.  That last copy waits at most :data:`FINAL_WAIT` seconds.
 4. A file the job removed stays here (as an upload keeps an object); a name that is not a plain
    relative path is skipped.
+5. A named outputs host path (``--output /host/path``) on a Ray node whose folder of that path
+   is not this machine's comes back into this machine's folder of that path, written as the
+   job's account, never as the service (:class:`NamedFolder`, :mod:`.outputs_writer`: the same
+   rights as the local backend's bind mount of it, after the same mount rules; no link
+   followed below it; at most :data:`MAX_FILES` files, folders as deep as the walk's bound, the
+   disk reserve kept free on its disk).  On the Ray node only what the job's account owns is
+   read (:func:`listing` and :func:`read_piece` with ``owner``: each folder from the top down
+   and each file the account's), so a folder on its path swapped for a link to another's files
+   gives nothing of them.  First a probe says whether the Ray node's folder is this very one
+   (shared storage, or the same machine): an empty file the writer makes here, looked for there
+   (:func:`seen`), then removed; then nothing is copied (the node writes here itself, and a copy
+   would put an older state over its newer writes).  A folder the writer refuses (the account
+   may not write it, the mount rules refuse where it leads now) is said once, and not copied.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
+import select
+import signal
 import stat
+import struct
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +56,8 @@ from typing import Any
 
 from ... import foldersize, untrusted
 from ...errors import FolderRefused, RefusedFile
+from ...models import RunAs
+from . import outputs_writer
 
 log = logging.getLogger("ma_jupyter.ray")
 
@@ -49,15 +70,21 @@ FINAL_WAIT = 600.0
 #: files of one node's outputs folder listed at most
 MAX_FILES = 100_000
 
+#: seconds the writer of a named outputs folder may take to answer (rule 5)
+WRITER_TIMEOUT = 120.0
+#: the probe's name (rule 5), as the writer makes it
+PROBE_PREFIX = ".ma-jupyter-probe-"
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 # ---------------------------------------------------------------- the agent's side
 
 
-def listing(outputs: str) -> dict[str, tuple[int, int]]:
+def listing(outputs: str, owner: int | None = None) -> dict[str, tuple[int, int]]:
     """Rule 2 on the Ray node: the regular files below ``outputs`` (relative path -> (size,
-    mtime ns)); empty when it does not exist.
+    mtime ns)); empty when it does not exist.  ``owner`` (rule 5): only the files of that uid
+    in folders of that uid, from ``outputs`` down.
 
     Raises:
         RefusedFile: more than :data:`MAX_FILES` files, or the walk's own bounds.
@@ -65,13 +92,19 @@ def listing(outputs: str) -> dict[str, tuple[int, int]]:
     found: dict[str, tuple[int, int]] = {}
     if not os.path.isdir(outputs):
         return found
+    owned: dict[str, bool] = {}  # folder -> whether it and each folder above are the owner's
     try:
-        for path, _fd, entries in foldersize.walk([outputs], follow_top=False, max_entries=MAX_FILES * 2):
+        for path, fd, entries in foldersize.walk([outputs], follow_top=False, max_entries=MAX_FILES * 2):
             below = "" if path == "." else path[2:] + "/"
+            if owner is not None:
+                above = owned.get(os.path.dirname(path), False) if path != "." else True
+                owned[path] = above and os.fstat(fd).st_uid == owner
+                if not owned[path]:
+                    continue
             for name, st in entries:
                 # a file with a second name could be one of this machine's own files: it is
                 # never read (the untrusted-file rules refuse it too)
-                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and owner in (None, st.st_uid):
                     found[below + name] = (st.st_size, st.st_mtime_ns)
                     if len(found) > MAX_FILES:
                         raise RefusedFile(f"the outputs folder holds more than {MAX_FILES} files")
@@ -80,18 +113,28 @@ def listing(outputs: str) -> dict[str, tuple[int, int]]:
     return found
 
 
-def read_piece(outputs: str, relative: str, offset: int, limit: int) -> bytes:
+def read_piece(outputs: str, relative: str, offset: int, limit: int, owner: int | None = None) -> bytes:
     """At most ``min(limit, CHUNK)`` bytes of ``outputs/relative`` from ``offset``, opened by
-    the untrusted-file rules (b"" once gone or refused: the next listing says what is there)."""
+    the untrusted-file rules (b"" once gone or refused: the next listing says what is there);
+    ``owner`` (rule 5): b"" for a file that is not that uid's."""
     try:
         fd = untrusted.open_file(Path(outputs), relative)
     except (OSError, RefusedFile):
         return b""
     try:
+        if owner is not None and os.fstat(fd).st_uid != owner:
+            return b""
         data, _ = untrusted.pread_range(fd, offset, min(limit, CHUNK))
         return data
     finally:
         os.close(fd)
+
+
+def seen(outputs: str, name: str) -> bool:
+    """Rule 5's probe on the Ray node: whether ``outputs`` holds an entry ``name`` (a look only)."""
+    if not name.startswith(PROBE_PREFIX) or "/" in name:
+        return False
+    return os.path.lexists(os.path.join(outputs, name))
 
 
 # -------------------------------------------------------------- the service's side
@@ -104,8 +147,18 @@ def plain(relative: str) -> bool:
 
 
 class _Node:
-    def __init__(self, agent: Any, outputs: str, here: Path, trusted: Path):
+    def __init__(
+        self,
+        agent: Any,
+        outputs: str,
+        here: Path,
+        trusted: Path,
+        named: Callable[[], NamedFolder] | None = None,
+    ):
         self.agent = agent
+        self.named = named  # rule 5: what starts the named folder's writer
+        self.owner: int | None = None  # rule 5: the uid whose files are read on the Ray node
+        self.writer: NamedFolder | None = None
         self.outputs = outputs  # the node's outputs folder on its Ray node
         self.here = here  # the outputs folder on this machine
         self.trusted = trusted  # the job folder here, which no job writes
@@ -130,13 +183,22 @@ class OutputsReturn:
         self._lock = threading.Lock()
         self._nodes: dict[tuple[str, int, str], _Node] = {}
 
-    def watch(self, key: tuple[str, int, str], agent: Any, outputs: str, here: Path, trusted: Path) -> None:
+    def watch(
+        self,
+        key: tuple[str, int, str],
+        agent: Any,
+        outputs: str,
+        here: Path,
+        trusted: Path,
+        named: Callable[[], NamedFolder] | None = None,
+    ) -> None:
         """Bring ``outputs`` of the node ``key`` (job, attempt, node) back to ``here`` while it
-        runs (once per node of an attempt)."""
+        runs (once per node of an attempt); ``named``: a named outputs folder's writer's start
+        (rule 5)."""
         with self._lock:
             if key in self._nodes:
                 return
-            node = self._nodes[key] = _Node(agent, outputs, here, trusted)
+            node = self._nodes[key] = _Node(agent, outputs, here, trusted, named)
         threading.Thread(target=self._run, args=(key, node), name=f"ma-outputs-{key[0]}", daemon=True).start()
 
     def watched(self, key: tuple[str, int, str]) -> bool:
@@ -162,6 +224,8 @@ class OutputsReturn:
     def _run(self, key: tuple[str, int, str], node: _Node) -> None:
         failing_since: float | None = None
         try:
+            if node.named is not None and not self._named(key, node):
+                return
             while True:
                 last = node.ended.is_set()
                 try:
@@ -177,29 +241,55 @@ class OutputsReturn:
                     return
                 node.ended.wait(PULL_EVERY)
         finally:
+            if node.writer is not None:
+                node.writer.close()
             node.done.set()
             wake = self._wake()
             if wake is not None:
                 wake()
 
+    def _named(self, key: tuple[str, int, str], node: _Node) -> bool:
+        """Rule 5's start: whether the node's named folder is to be copied back (its writer
+        started, and the probe found the Ray node's folder to be another)."""
+        assert node.named is not None
+        try:
+            node.writer = node.named()
+            node.owner = node.writer.owner
+            if node.writer.probe(
+                lambda name: bool(self._get(node.agent.outputs_seen.remote(node.outputs, name)))
+            ):
+                return False  # the very folder: the node writes here itself
+        except Exception as exc:  # noqa: BLE001 (refused, or the agent is gone: said, nothing copied)
+            log.warning("job %s: %s's outputs are not copied back to %s: %s", key[0], key[2], node.here, exc)
+            return False
+        return True
+
     def _copy(self, node: _Node) -> None:
         """One round of rule 2."""
-        found = self._get(node.agent.outputs_listing.remote(node.outputs))
+        found = self._get(node.agent.outputs_listing.remote(node.outputs, node.owner))
         for relative, seen in sorted(found.items()):
             seen = (int(seen[0]), int(seen[1]))
             if node.copied.get(relative) == seen or not plain(relative):
                 continue
             try:
-                if self._one(node, relative, seen[0]):
+                if self._one(node, relative, seen[0], seen[1]):
                     node.copied[relative] = seen
             except (RefusedFile, OSError) as exc:  # this file's place here: the others still come
                 if relative not in node.refused:
                     node.refused.add(relative)
                     log.warning("the outputs file %s is not copied back to %s: %s", relative, node.here, exc)
 
-    def _one(self, node: _Node, relative: str, size: int) -> bool:
+    def _one(self, node: _Node, relative: str, size: int, mtime_ns: int = 0) -> bool:
         """The file ``relative`` (``size`` bytes when listed) copied in place, whole or not at all;
         whether it was (not: it shrank or went meanwhile, and the next round looks again)."""
+        if node.writer is not None:  # rule 5: written by the job's account
+
+            def read(offset: int) -> bytes:
+                return self._get(
+                    node.agent.outputs_read.remote(node.outputs, relative, offset, CHUNK, node.owner)
+                )
+
+            return node.writer.write(relative, mtime_ns, size, read)
         parent, name = os.path.split(relative)
         folder = node.here / parent if parent else node.here
         untrusted.make_dirs(folder, trusted=node.trusted, owner="the outputs copied back")
@@ -256,3 +346,159 @@ def _open_below(trusted: Path, folder: Path) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+class NamedFolder:
+    """Rule 5 on this machine: the writer of one node's named outputs folder
+    (:mod:`.outputs_writer`), started as ``account`` over the folder at ``path``, opened here as
+    its bind mount would be and checked by ``check`` (the job's mount rules) where it leads now.
+    Every exchange with it is bounded by :data:`WRITER_TIMEOUT` (a folder on a stalled disk
+    holds no thread of the service for longer); a writer that did not answer is killed.
+
+    Raises:
+        RefusedFile: the account may not open the folder, or its writer did not start.
+        InvalidSpec: ``check`` refused the folder it leads to now.
+    """
+
+    def __init__(self, path: str, account: RunAs | None, check: Callable[[str], None], reserve: int):
+        self.path = path
+        #: the uid whose files are read on the Ray node (None: the service's own account)
+        self.owner = None if account is None else account.uid
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            check(os.readlink(f"/proc/self/fd/{fd}"))
+            argv = [
+                sys.executable,
+                "-I",
+                outputs_writer.__file__,
+                str(fd),
+                str(MAX_FILES),
+                str(foldersize.MAX_DEPTH),
+                str(reserve),
+            ]
+            if account is not None:
+                argv += [str(account.uid), str(account.gid)]
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                pass_fds=[fd],
+                env={"PATH": os.defpath},
+                cwd="/",
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise RefusedFile(f"the outputs folder {path}: its writer cannot start ({exc})") from None
+        finally:
+            os.close(fd)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._in = self._proc.stdin.fileno()
+        os.set_blocking(self._in, False)
+        self._out = self._proc.stdout
+        try:
+            self._answer()  # ready, with the account's rights on the folder
+        except BaseException:
+            self._kill()
+            self._out.close()
+            raise
+
+    def probe(self, looks: Callable[[str], bool]) -> bool:
+        """Rule 5's probe: whether ``looks`` (the Ray node's look for a name in its folder) sees
+        an empty file this writer made here."""
+        name = PROBE_PREFIX + secrets.token_hex(8)
+        self._request({"op": "probe", "name": name})
+        try:
+            return looks(name)
+        finally:
+            self._request({"op": "unprobe", "name": name})
+
+    def write(self, relative: str, mtime_ns: int, size: int, read: Callable[[int], bytes]) -> bool:
+        """The file ``relative`` of ``size`` bytes (``read(offset)``: its next piece, b"" once it
+        is shorter) written in place, whole or not at all; whether it was.
+
+        Raises:
+            RefusedFile: the writer refused it (the reason), or does not answer.
+        """
+        self._send((json.dumps({"op": "file", "path": relative, "mtime_ns": mtime_ns}) + "\n").encode())
+        offset = 0
+        try:
+            while offset < size:
+                data = read(offset)
+                if not data:
+                    break
+                self._send(struct.pack(">Q", len(data)) + data)
+                offset += len(data)
+        except BaseException:
+            self._send(struct.pack(">Q", outputs_writer.ABORT))
+            self._answer()
+            raise
+        self._send(struct.pack(">Q", outputs_writer.ABORT if offset < size else 0))
+        self._answer()
+        return offset >= size
+
+    def close(self) -> None:
+        """End the writer (it ends at the end of its input; killed past the timeout)."""
+        try:
+            os.close(self._in)
+        except OSError:
+            pass
+        try:
+            self._proc.wait(WRITER_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._kill()
+        self._out.close()
+
+    def _request(self, request: dict) -> None:
+        self._send((json.dumps(request) + "\n").encode())
+        self._answer()
+
+    def _send(self, data: bytes) -> None:
+        view = memoryview(data)
+        deadline = time.monotonic() + WRITER_TIMEOUT
+        ready = select.poll()  # not select.select: the service may hold more than 1024 descriptors
+        ready.register(self._in, select.POLLOUT)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0 or not ready.poll(left * 1000):
+                self._kill()
+                raise RefusedFile(
+                    f"the outputs folder {self.path}: its writer took more than {WRITER_TIMEOUT:.0f} s"
+                )
+            try:
+                view = view[os.write(self._in, view) :]
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                self._kill()
+                raise RefusedFile(
+                    f"the outputs folder {self.path}: its writer ended ({exc.strerror})"
+                ) from None
+
+    def _answer(self) -> dict:
+        ready = select.poll()
+        ready.register(self._out.fileno(), select.POLLIN)
+        if not ready.poll(WRITER_TIMEOUT * 1000):
+            self._kill()
+            raise RefusedFile(
+                f"the outputs folder {self.path}: its writer took more than {WRITER_TIMEOUT:.0f} s"
+            )
+        line = self._out.readline(1 << 16)  # its answers are whole lines
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            self._kill()
+            raise RefusedFile(f"the outputs folder {self.path}: its writer ended") from None
+        if "refused" in answer:
+            raise RefusedFile(f"the outputs folder {self.path}: {answer['refused']}")
+        return answer
+
+    def _kill(self) -> None:
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self._proc.wait(5)  # one stuck in a stalled disk's call ends when the call does
+        except subprocess.TimeoutExpired:
+            pass
