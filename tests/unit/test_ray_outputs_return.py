@@ -303,6 +303,9 @@ def test_the_named_folders_writer_keeps_its_bounds_against_a_hostile_stream(tmp_
         said = [json.loads(line) for line in answers.getvalue().splitlines()]
         assert "disk reserve" in said[0]["refused"] and said[1] == {"ok": True}, said
         assert not (tmp_path / "big").exists()
+        cut = stream(("cut", b"half of it")).getvalue()[:-12]  # the service went mid-file
+        outputs_writer.serve(huge, io.BytesIO(cut), io.StringIO())
+        assert not (tmp_path / "cut").exists()
         assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
     finally:
         os.close(top)

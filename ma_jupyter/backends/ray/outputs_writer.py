@@ -168,8 +168,14 @@ class Writer:
                             problem = exc
                 else:
                     whole = problem is None
-            finally:
+            except BaseException:  # the stream ended mid-file (the service went): nothing is left
                 os.close(fd)
+                fd = -1
+                os.unlink(temp, dir_fd=folder)
+                raise
+            finally:
+                if fd >= 0:
+                    os.close(fd)
             if not whole:
                 os.unlink(temp, dir_fd=folder)
                 if problem is not None:
