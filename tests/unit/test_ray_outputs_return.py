@@ -266,11 +266,17 @@ def test_the_named_folders_writer_keeps_its_bounds_against_a_hostile_stream(tmp_
     from ma_jupyter.backends.ray import outputs_writer
 
     def stream(*files) -> io.BytesIO:
+        """The service's side: a file's pieces follow only where the writer opened its place
+        (the third item: whether it does)."""
         out = b""
-        for path, data in files:
+        for path, data, opens in files:
             out += (json.dumps({"op": "file", "path": path, "mtime_ns": 0}) + "\n").encode()
-            out += struct.pack(">Q", len(data)) + data + struct.pack(">Q", 0)
+            if opens:
+                out += struct.pack(">Q", len(data)) + data + struct.pack(">Q", 0)
         return io.BytesIO(out)
+
+    def answered(answers: io.StringIO) -> list[dict]:
+        return [json.loads(line) for line in answers.getvalue().splitlines()]
 
     top = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -279,33 +285,127 @@ def test_the_named_folders_writer_keeps_its_bounds_against_a_hostile_stream(tmp_
         outputs_writer.serve(
             writer,
             stream(
-                ("../escape", b"x"),
-                ("a/../../escape", b"x"),
-                ("/abs", b"x"),
-                ("a/b/c/d/e", b"too deep"),
-                ("a/b/c/d", b"deep enough"),
-                ("one", b"1"),
-                ("two", b"2"),  # the third file: past max_files
-                ("one", b"1 again"),  # a name written before still may be
+                ("../escape", b"x", False),
+                ("a/../../escape", b"x", False),
+                ("/abs", b"x", False),
+                ("a/b/c/d/e", b"too deep", False),
+                ("a/b/c/d", b"deep enough", True),
+                ("one", b"1", True),
+                ("two", b"2", False),  # the third file: past max_files
+                ("one", b"1 again", True),  # a name written before still may be
             ),
             answers,
         )
-        said = [json.loads(line) for line in answers.getvalue().splitlines()]
-        assert [("ok" in a) for a in said] == [False, False, False, False, True, True, False, True], said
-        assert "more than 3 folders deep" in said[3]["refused"] and "more than 2 files" in said[6]["refused"]
+        said = answered(answers)
+        # one answer per refused file; two (open, then written) per file written
+        assert [("ok" in a) for a in said] == [False] * 4 + [True] * 4 + [False] + [True] * 2, said
+        assert "more than 3 folders deep" in said[3]["refused"] and "more than 2 files" in said[8]["refused"]
         assert (tmp_path / "a" / "b" / "c" / "d").read_bytes() == b"deep enough"
         assert (tmp_path / "one").read_bytes() == b"1 again" and not (tmp_path / "two").exists()
         assert not (tmp_path.parent / "escape").exists() and not (tmp_path / "abs").exists()
 
         huge = outputs_writer.Writer(top, max_files=10, max_depth=3, reserve=1 << 62)
         answers = io.StringIO()
-        outputs_writer.serve(huge, stream(("big", b"x" * 1000), ("after", b"")), answers)
-        said = [json.loads(line) for line in answers.getvalue().splitlines()]
-        assert "disk reserve" in said[0]["refused"] and said[1] == {"ok": True}, said
+        outputs_writer.serve(huge, stream(("big", b"x" * 1000, True), ("after", b"", True)), answers)
+        said = answered(answers)
+        assert said[0] == {"ok": True} and "disk reserve" in said[1]["refused"], said
+        assert said[2:] == [{"ok": True}, {"ok": True}], said
         assert not (tmp_path / "big").exists()
-        cut = stream(("cut", b"half of it")).getvalue()[:-12]  # the service went mid-file
+        cut = stream(("cut", b"half of it", True)).getvalue()[:-12]  # the service went mid-file
         outputs_writer.serve(huge, io.BytesIO(cut), io.StringIO())
         assert not (tmp_path / "cut").exists()
         assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+        # a line longer than any request: out of step, the writer ends at once
+        answers = io.StringIO()
+        long = b'{"op": "probe", "name": "' + b"x" * outputs_writer.MAX_LINE + b'"}\n'
+        outputs_writer.serve(huge, io.BytesIO(long + b'{"op": "probe", "name": "y"}\n'), answers)
+        assert answers.getvalue() == ""
     finally:
         os.close(top)
+
+
+def test_a_file_the_named_folders_writer_refuses_is_not_read_through_the_agent(tmp_path):
+    """A hostile job's large file whose place the writer refuses (a link planted where its folder
+    goes, or the disk reserve) is not streamed whole through the agent at every round: a place
+    refused at the start reads nothing, a refusal mid-file stops the reads at once."""
+    from ma_jupyter.errors import RefusedFile
+
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "sub").symlink_to(tmp_path)  # where the file's folder would be
+    pieces = 20  # the file's size as listed: 20 pieces
+    reads: list[int] = []
+
+    def read(offset: int) -> bytes:
+        reads.append(offset)
+        return b"x" * outputs_return.CHUNK
+
+    writer = outputs_return.NamedFolder(str(here), None, lambda opened: None, 0)
+    try:
+        with pytest.raises(RefusedFile, match="link or not a folder"):
+            writer.write("sub/big", 0, pieces * outputs_return.CHUNK, read)
+        assert reads == []
+        assert (
+            writer.write("small", 0, 5, lambda offset: b"12345") and (here / "small").read_bytes() == b"12345"
+        )
+    finally:
+        writer.close()
+    full = outputs_return.NamedFolder(str(here), None, lambda opened: None, 1 << 62)
+    try:
+        with pytest.raises(RefusedFile, match="disk reserve"):
+            full.write("big", 0, pieces * outputs_return.CHUNK, read)
+        # the writer says so after the first piece; the second one sent completes only once
+        # it read past its answer
+        assert len(reads) <= 2, len(reads)
+        assert full.write("empty", 0, 0, read)  # in step: the next file is answered for itself
+    finally:
+        full.close()
+    assert sorted(p.name for p in here.iterdir()) == ["empty", "small", "sub"]
+
+
+def test_a_path_too_long_for_the_writers_request_is_refused_and_the_stream_stays_in_step(tmp_path):
+    """A hostile job's tree of long names, within the walk's depth, gives a relative path longer
+    than one request line of the writer: it is refused naming the limit, and the files after it
+    are answered for themselves (never another file's answer)."""
+    from ma_jupyter.backends.ray import outputs_writer
+    from ma_jupyter.errors import RefusedFile
+
+    here = tmp_path / "here"
+    here.mkdir()
+    deep = "/".join(["d" * 250] * 300) + "/f"  # 75 kB, 300 folders: within the walk's 512
+    assert len(deep) > outputs_writer.MAX_LINE
+    writer = outputs_return.NamedFolder(str(here), None, lambda opened: None, 0)
+    try:
+        with pytest.raises(RefusedFile, match="longer than"):
+            writer.write(deep, 0, 1, lambda offset: b"x")
+        assert writer.write("after", 0, 2, lambda offset: b"ok")
+        assert (here / "after").read_bytes() == b"ok"
+    finally:
+        writer.close()
+
+
+def test_a_long_name_in_another_script_comes_back(tmp_path):
+    """A name of 255 bytes in a script of 3-byte characters (85 of them, as ext4 allows) comes
+    back, by the job folder's copy and by a named folder's writer alike (the new file beside its
+    place has a name the disk takes)."""
+    name = "数" * 85
+    assert len(name.encode()) == 255
+    node = tmp_path / "node" / "outputs"
+    node.mkdir(parents=True)
+    (node / name).write_bytes(b"scalars")
+    job = tmp_path / "jobs" / "j6"
+    here = job / "outputs"
+    job.mkdir(parents=True)
+    returns, _ = _returns()
+    key = ("j6", 0, "worker-0")
+    returns.watch(key, _Agent(), str(node), here, job)
+    assert returns.settled(key, wait=60)
+    assert (here / name).read_bytes() == b"scalars"
+    named = tmp_path / "named"
+    named.mkdir()
+    writer = outputs_return.NamedFolder(str(named), None, lambda opened: None, 0)
+    try:
+        assert writer.write(name, 0, 7, lambda offset: b"scalars")
+    finally:
+        writer.close()
+    assert (named / name).read_bytes() == b"scalars"

@@ -294,7 +294,8 @@ class OutputsReturn:
         folder = node.here / parent if parent else node.here
         untrusted.make_dirs(folder, trusted=node.trusted, owner="the outputs copied back")
         dir_fd = _open_below(node.trusted, folder)
-        temp = f".{name[:200]}.{secrets.token_hex(4)}.part"
+        # its name within the disk's 255 bytes, whatever the script of ``name``
+        temp = f".{os.fsdecode(os.fsencode(name)[:200])}.{secrets.token_hex(4)}.part"
         try:
             fd = os.open(
                 temp,
@@ -415,12 +416,20 @@ class NamedFolder:
 
     def write(self, relative: str, mtime_ns: int, size: int, read: Callable[[int], bytes]) -> bool:
         """The file ``relative`` of ``size`` bytes (``read(offset)``: its next piece, b"" once it
-        is shorter) written in place, whole or not at all; whether it was.
+        is shorter) written in place, whole or not at all; whether it was.  Nothing is read for a
+        file whose place the writer refuses, and no more once it refuses a piece (the disk
+        reserve): a hostile job's large file is not sent through the agent at every round.
 
         Raises:
-            RefusedFile: the writer refused it (the reason), or does not answer.
+            RefusedFile: the writer refused it (the reason), or does not answer; a path longer
+                than ``outputs_writer.MAX_PATH`` bytes.
         """
-        self._send((json.dumps({"op": "file", "path": relative, "mtime_ns": mtime_ns}) + "\n").encode())
+        if len(os.fsencode(relative)) > outputs_writer.MAX_PATH:
+            raise RefusedFile(
+                f"the outputs folder {self.path}: {relative[:200]}... is longer than "
+                f"{outputs_writer.MAX_PATH} bytes, the longest path copied back"
+            )
+        self._request({"op": "file", "path": relative, "mtime_ns": mtime_ns})  # its new file open
         offset = 0
         try:
             while offset < size:
@@ -429,6 +438,8 @@ class NamedFolder:
                     break
                 self._send(struct.pack(">Q", len(data)) + data)
                 offset += len(data)
+                if self._said():  # refused mid-file: the rest is not read
+                    break
         except BaseException:
             self._send(struct.pack(">Q", outputs_writer.ABORT))
             self._answer()
@@ -436,6 +447,13 @@ class NamedFolder:
         self._send(struct.pack(">Q", outputs_writer.ABORT if offset < size else 0))
         self._answer()
         return offset >= size
+
+    def _said(self) -> bool:
+        """Whether the writer answered already (without waiting: the answer before it was read
+        whole, so nothing waits in the reader's buffer)."""
+        ready = select.poll()
+        ready.register(self._out.fileno(), select.POLLIN)
+        return bool(ready.poll(0))
 
     def close(self) -> None:
         """End the writer (it ends at the end of its input; killed past the timeout)."""

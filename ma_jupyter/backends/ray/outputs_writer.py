@@ -7,12 +7,12 @@ through a bind mount made after the service's mount rules.  This process gives t
 the same rights, no more:
 
 1. the service (root) opens the folder as a bind mount would (the path followed), checks the
-   folder the kernel names it by against the job's mount rules and that it is the path the job
-   named (:func:`start`), and hands its descriptor to this process, which drops to the job's
+   folder the kernel names it by against the job's mount rules
+   (``outputs_return.NamedFolder``), and hands its descriptor to this process, which drops to the job's
    account (no supplementary groups) before anything else and opens the folder again through
    ``/proc/self/fd`` with that account's own rights (``ma_jupyter.nodehost.datacopy``'s way);
 2. every name it is given is a plain relative path (no empty, ``.`` or ``..`` part), at most
-   ``max_depth`` folders deep; each folder on the way is opened from the top without following
+   ``max_depth`` folders deep and :data:`MAX_PATH` bytes long; each folder on the way is opened from the top without following
    a link (a link or a non-folder there refuses the file: nothing outside the folder is
    reached), made (0755) where missing;
 3. a file is written into a new name beside its place (created exclusively, never through a
@@ -22,10 +22,15 @@ the same rights, no more:
    than ``reserve`` bytes free on the folder's disk (the service's ``[limits]
    disk_reserve_mb``); the account's quota holds as for the job's own writes.
 
-Protocol, on stdin: a JSON line (``{"op": "file", "path", "mtime_ns"}``, ``{"op": "probe",
-"name"}`` or ``{"op": "unprobe", "name"}``), for a file then pieces (an 8-byte big-endian
-length and that many bytes, at most ``CHUNK``), ended by a length 0 (write it) or :data:`ABORT`
-(drop it).  One JSON line answers each request: ``{"ok": true}`` or ``{"refused": why}``.
+Protocol, on stdin: a JSON line of at most :data:`MAX_LINE` bytes (``{"op": "file", "path",
+"mtime_ns"}``, ``{"op": "probe", "name"}`` or ``{"op": "unprobe", "name"}``); a longer one puts
+the stream out of step, and the writer ends.  One JSON line answers each request: ``{"ok":
+true}`` or ``{"refused": why}``.  A file's request is answered once its new file is open (a
+place refused there is refused before any of its bytes are sent: none follow); then come its
+pieces (an 8-byte big-endian length and that many bytes, at most ``CHUNK``), ended by a length
+0 (write it) or :data:`ABORT` (drop it), and one more answer: at that end, or at once when a
+piece is refused (the disk reserve), so the service stops sending the rest; the pieces up to the
+end are then read and dropped, with no further answer.
 
 Standard library only: it runs as a script of its own (``python -I <this file>``), with nothing
 of the package imported under the job's account.
@@ -47,6 +52,11 @@ ABORT = (1 << 64) - 1
 CHUNK = 8 << 20
 #: bytes of a request line at most
 MAX_LINE = 64 << 10
+#: bytes of a file's relative path at most: its request, escaped as JSON (6 bytes a byte at
+#: worst), stays within :data:`MAX_LINE`
+MAX_PATH = 8 << 10
+#: characters of a refusal's message at most (its answer stays one short line)
+MAX_SAID = 1000
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -64,9 +74,11 @@ def plain_parts(relative: str, max_depth: int) -> list[str]:
     """
     parts = relative.split("/")
     if not relative or "\0" in relative or any(p in ("", ".", "..") for p in parts):
-        raise Refused(f"{relative!r} is not a plain relative path")
+        raise Refused(f"{relative[:200]!r} is not a plain relative path")
+    if len(os.fsencode(relative)) > MAX_PATH:
+        raise Refused(f"{relative[:200]}... is longer than {MAX_PATH} bytes")
     if len(parts) - 1 > max_depth:
-        raise Refused(f"{relative} is more than {max_depth} folders deep")
+        raise Refused(f"{relative[:200]}... is more than {max_depth} folders deep")
     return parts
 
 
@@ -105,6 +117,22 @@ def open_folder(top: int, parts: list[str]) -> int:
         raise
 
 
+class _Open:
+    """A file being received: its new file ``temp``, open as ``fd`` in ``folder``."""
+
+    def __init__(self, relative: str, mtime_ns: int, folder: int, name: str, temp: str, fd: int):
+        self.relative = relative
+        self.mtime_ns = mtime_ns
+        self.folder = folder
+        self.name = name
+        self.temp = temp
+        self.fd = fd
+
+
+def _said(problem: object) -> str:
+    return str(problem)[:MAX_SAID]
+
+
 class Writer:
     """Rules 2 to 4 over the folder ``top`` (a descriptor opened with the account's rights)."""
 
@@ -127,31 +155,37 @@ class Writer:
         else:
             os.unlink(name, dir_fd=self.top)
 
-    def file(self, relative: str, mtime_ns: int, pieces) -> None:
-        """Rule 3 for one file, its bytes from ``pieces`` (an iterator of bytes, None: aborted).
+    def open(self, relative: str, mtime_ns: int) -> _Open:
+        """Rules 2 to 4 up to ``relative``'s new file beside its place, open.
 
         Raises:
-            Refused: rules 2 to 4 refuse it (its pieces are read all the same).
+            Refused: rules 2 to 4 refuse it (nothing is left).
         """
-        problem: Exception | None = None
-        folder = fd = -1
+        parts = plain_parts(relative, self.max_depth)
+        if relative not in self.written and len(self.written) >= self.max_files:
+            raise Refused(f"more than {self.max_files} files were written")
+        folder = open_folder(self.top, parts[:-1])
         try:
-            parts = plain_parts(relative, self.max_depth)
-            if relative not in self.written and len(self.written) >= self.max_files:
-                raise Refused(f"more than {self.max_files} files were written")
-            folder = open_folder(self.top, parts[:-1])
             name = parts[-1]
-            temp = f".{name[:200]}.{secrets.token_hex(4)}.part"
+            # the new file's name within the disk's 255 bytes, whatever the script of ``name``
+            temp = f".{os.fsdecode(os.fsencode(name)[:200])}.{secrets.token_hex(4)}.part"
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(temp, flags, 0o644, dir_fd=folder)
-        except (Refused, OSError) as exc:
-            problem = exc
-        if fd < 0:
-            if folder >= 0:
-                os.close(folder)
-            for _ in pieces:  # drained: the stream stays in step
-                pass
-            raise problem if isinstance(problem, Refused) else Refused(str(problem))
+            try:
+                fd = os.open(temp, flags, 0o644, dir_fd=folder)
+            except OSError as exc:
+                raise Refused(f"{relative[:200]}: its new file cannot be made ({exc.strerror})") from None
+        except BaseException:
+            os.close(folder)
+            raise
+        return _Open(relative, mtime_ns, folder, name, temp, fd)
+
+    def receive(self, opened: _Open, pieces, say) -> None:
+        """Rule 3 for the file ``opened``, its bytes from ``pieces`` (an iterator of bytes, None:
+        aborted): ``say(reply)`` once, at once when a piece is refused (its pieces are read all
+        the same: the stream stays in step), else at the end.  The folder and the file are
+        closed, and the new file is gone unless renamed over its place."""
+        folder, fd, temp = opened.folder, opened.fd, opened.temp
+        problem: Exception | None = None
         try:
             whole = False
             try:
@@ -166,6 +200,7 @@ class Writer:
                                 view = view[os.write(fd, view) :]
                         except (Refused, OSError) as exc:
                             problem = exc
+                            say({"refused": _said(exc)})  # the service stops sending
                 else:
                     whole = problem is None
             except BaseException:  # the stream ended mid-file (the service went): nothing is left
@@ -178,16 +213,18 @@ class Writer:
                     os.close(fd)
             if not whole:
                 os.unlink(temp, dir_fd=folder)
-                if problem is not None:
-                    raise problem if isinstance(problem, Refused) else Refused(str(problem))
+                if problem is None:
+                    say({"ok": True})
                 return
-            os.utime(temp, ns=(mtime_ns, mtime_ns), dir_fd=folder, follow_symlinks=False)
             try:
-                os.rename(temp, name, src_dir_fd=folder, dst_dir_fd=folder)
+                os.utime(temp, ns=(opened.mtime_ns, opened.mtime_ns), dir_fd=folder, follow_symlinks=False)
+                os.rename(temp, opened.name, src_dir_fd=folder, dst_dir_fd=folder)
             except OSError as exc:
                 os.unlink(temp, dir_fd=folder)
-                raise Refused(f"{relative}: its place cannot be replaced ({exc.strerror})") from None
-            self.written.add(relative)
+                say({"refused": _said(f"{opened.relative}: its place cannot be replaced ({exc.strerror})")})
+                return
+            self.written.add(opened.relative)
+            say({"ok": True})
         finally:
             os.close(folder)
 
@@ -222,27 +259,35 @@ def _pieces(stream):
 
 
 def serve(writer: Writer, stream, answer) -> None:
-    """The protocol of the module docstring until ``stream`` ends."""
+    """The protocol of the module docstring until ``stream`` ends (or is out of step)."""
+
+    def say(reply: dict) -> None:
+        answer.write(json.dumps(reply) + "\n")
+        answer.flush()
+
     while True:
         line = stream.readline(MAX_LINE)
-        if not line:
-            return
+        if not line.endswith(b"\n"):
+            return  # its end, or a line longer than any request: nothing after it is in step
         try:
             request = json.loads(line)
             op = request["op"]
             if op == "file":
-                writer.file(str(request["path"]), int(request["mtime_ns"]), _pieces(stream))
-            elif op in ("probe", "unprobe"):
+                opened = writer.open(str(request["path"]), int(request["mtime_ns"]))
+                say({"ok": True})  # open: its pieces follow
+                try:
+                    writer.receive(opened, _pieces(stream), say)
+                except EOFError:
+                    return
+                continue
+            if op in ("probe", "unprobe"):
                 writer.probe(str(request["name"]), op == "probe")
             else:
-                raise Refused(f"unknown request {op!r}")
+                raise Refused(f"unknown request {str(op)[:100]!r}")
             reply: dict = {"ok": True}
-        except EOFError:
-            return
         except (Refused, OSError, ValueError, KeyError, TypeError) as exc:
-            reply = {"refused": str(exc)}
-        answer.write(json.dumps(reply) + "\n")
-        answer.flush()
+            reply = {"refused": _said(exc)}
+        say(reply)
 
 
 def main(argv: list[str]) -> int:
