@@ -296,7 +296,7 @@ class NodeAgent:
     ) -> list[str]:
         """Download a job's object storage prefixes on this machine (:mod:`.objects`); a line
         per prefix saying what was done.  ``credentials`` live in this call only."""
-        return objects.fetch(node_root, job_id, fetches, credentials, account)
+        return objects.fetch(node_root, job_id, fetches, credentials, account, host=node_name(self._node_id))
 
     def fetch_progress(self, job_id: str) -> list[str]:
         """The progress lines of ``job_id``'s downloads here since the last ask (:func:`.objects.progress`)."""

@@ -21,7 +21,8 @@ Rules, in order, for each :class:`~ma_jupyter.backends.base.ObjectFetch` of one 
    fetch holds the copies it links for its job, ``<key>/holds/<job id>`` (refreshed by each
    attempt's fetch), and marks them used (the entry's time).  The next call on this machine
    (its sweep, :func:`_sweep`) then, per entry not being downloaded: drops each hold that is
-   no longer live (:func:`_live`: no node of that job runs on this machine, and its fetch is
+   no longer live (:func:`_live`: no node of that job runs on this machine, none launched by
+   another Ray node sharing this ``node_root`` is without its exit code, and its fetch is
    more than :data:`LAUNCH_GRACE` seconds old), the entry's retention counting from then; keeps
    an entry some hold still holds, whatever its age; removes the others unused for longer than
    the retention the service sent (``ObjectFetch.retention``: ``[data] retention`` of its
@@ -120,9 +121,11 @@ def fetch(
     credentials: dict[str, str],
     account: RunAs | None,
     cancel: threading.Event | None = None,
+    host: str = "",
 ) -> list[str]:
     """Rules 1 to 5 on this machine; the progress lines not taken yet (rule 5), then one line per
-    fetch saying what was done (for the job's events).
+    fetch saying what was done (for the job's events).  ``host``: the inventory name of the Ray
+    node calling (a node's run record names the Ray node that launched it, rule 4).
 
     Raises:
         StorageError: a listing or a download failed (the URI and the reason).
@@ -142,7 +145,7 @@ def fetch(
             _progress.pop(job_id, None)
     # rule 4: the service's retention of this call (one reading of its cluster.toml for all)
     keep = [item.retention for item in fetches]
-    _sweep(root, None if None in keep or not keep else max(keep))
+    _sweep(root, None if None in keep or not keep else max(keep), host)
     return said
 
 
@@ -273,9 +276,14 @@ def _hold(entry: Path, job_id: str) -> None:
     (holds / job_id).touch()
 
 
-def _live(root: Path, job_id: str, hold: os.DirEntry, now: float) -> bool:
+def _live(root: Path, job_id: str, hold: os.DirEntry, now: float, host: str = "") -> bool:
     """Rule 4: whether the hold ``hold`` of ``job_id`` still stands: its fetch is at most
-    :data:`LAUNCH_GRACE` seconds old, or a node of the job runs on this machine.
+    :data:`LAUNCH_GRACE` seconds old, or a node of the job runs on this machine, or a node
+    launched by another Ray node than ``host`` has no exit code yet.
+
+    A ``node_root`` on shared storage is every Ray node's cache: a run record another Ray node
+    wrote names a process this machine cannot look at, so it stands until its runner writes the
+    exit code (or the job folder goes), never judged by this machine's processes.
 
     A node runs when its run record (``nodes/<node>/run.json`` of the job folder here, written
     by the agent at its launch, read by the untrusted-file rules) names a process that still
@@ -307,6 +315,8 @@ def _live(root: Path, job_id: str, hold: os.DirEntry, now: float) -> bool:
             continue
         if run.pid is None or os.path.lexists(root / relative / "exit_code"):
             continue
+        if host and run.host and run.host != host:
+            return True  # another Ray node's runner, maybe on another machine: not seen from here
         started = process_start_time(run.pid)
         if started is None or (run.start_time is not None and abs(started - run.start_time) >= 0.05):
             continue
@@ -320,7 +330,7 @@ def _live(root: Path, job_id: str, hold: os.DirEntry, now: float) -> bool:
     return False
 
 
-def _sweep(root: Path, keep: float | None) -> None:
+def _sweep(root: Path, keep: float | None, host: str = "") -> None:
     """Rule 4 over this machine's cache: stale holds dropped, unheld copies unused for ``keep``
     seconds removed (None: none for its age); an entry being downloaded is left alone."""
     cache = root / CACHE
@@ -343,7 +353,7 @@ def _sweep(root: Path, keep: float | None) -> None:
                 held = []
             standing = 0
             for hold in held:
-                if _live(root, hold.name, hold, now):
+                if _live(root, hold.name, hold, now, host):
                     standing += 1
                     continue
                 with contextlib.suppress(OSError):
