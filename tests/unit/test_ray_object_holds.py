@@ -49,3 +49,40 @@ def test_a_copy_held_by_a_job_running_on_another_ray_node_of_a_shared_node_root_
     os.utime(entry, (old, old))
     objects._sweep(root, 60.0, "ray-aaaaaaaa")
     assert not entry.exists()
+
+
+def test_another_agents_fetch_of_a_key_keeps_this_agents_sweep_off_its_entry(tmp_path):
+    """Two agents share one cache (Ray nodes of one machine, or a ``node_root`` on shared
+    storage): while the other agent's fetch has the key (it resumes an old download there, or
+    reuses an old copy before it holds it), this agent's sweep leaves the entry alone; once it is
+    free, an unheld copy past the retention goes, its lock file with it."""
+    import sys
+
+    root = tmp_path / "node_root"
+    cache = root / objects.CACHE
+    entry = cache / "k1"
+    (entry / objects.DOWNLOADING).mkdir(parents=True)
+    (entry / objects.DOWNLOADING / "part-of-it").write_bytes(b"resumed")
+    old = time.time() - 8 * 86400
+    os.utime(entry, (old, old))
+    other = subprocess.Popen(  # the other agent: the key's lock, as its fetch takes it
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.read()",
+            str(cache / "k1.lock"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout.readline() == "locked\n"
+        objects._sweep(root, 60.0, "ray-aaaaaaaa")
+        assert (entry / objects.DOWNLOADING / "part-of-it").read_bytes() == b"resumed", "swept mid-download"
+    finally:
+        other.stdin.close()
+        other.wait(timeout=60)
+    objects._sweep(root, 60.0, "ray-aaaaaaaa")
+    assert sorted(p.name for p in cache.iterdir()) == []

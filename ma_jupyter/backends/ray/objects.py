@@ -12,7 +12,9 @@ Rules, in order, for each :class:`~ma_jupyter.backends.base.ObjectFetch` of one 
    endpoint, each object's key, size, ETag and version, and the credentials' access key id), so
    a copy is reused by the same state for the same identity only.  It is downloaded into
    ``downloading/`` (a failed download resumes there, the complete objects kept) and renamed
-   ``data`` once whole; one download per key at a time on this machine.  The job folder's link
+   ``data`` once whole; one download per key at a time, across the agents sharing this cache
+   too (:func:`_key_lock`: ``<key>.lock``, whose lock a fetch holds until it holds the copy, and
+   a sweep while it removes it).  The job folder's link
    ``<node_root>/<job>/<into>`` then names it, and the node mounts it read-only.
 3. The outputs prefix's current content is downloaded into ``<node_root>/<job>/outputs`` (a
    resumed attempt finds its checkpoints), owned by the job's account.
@@ -52,6 +54,7 @@ its restart.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import shutil
@@ -99,6 +102,51 @@ _tokens = itertools.count()
 def _lock(key: str) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(key, threading.Lock())
+
+
+@contextlib.contextmanager
+def _key_lock(cache: Path, key: str, wait: bool) -> Iterator[bool]:
+    """A key's lock (rules 2 and 4): this process's own, then ``<key>.lock`` beside its entry
+    (``flock``), for the other agents using this cache (Ray nodes of one machine, or a
+    ``node_root`` on shared storage), so no sweep of theirs removes an entry a fetch here
+    downloads or is about to hold; whether it was taken (``wait`` False: not when busy).  A
+    file system without locks leaves this process's own."""
+    own = _lock(key)
+    if not own.acquire(blocking=wait):
+        yield False
+        return
+    fd = -1
+    try:
+        path = cache / f"{key}.lock"
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:  # another agent's fetch or sweep holds it
+                os.close(fd)
+                fd = -1
+                break
+            except OSError:
+                if fd >= 0:
+                    os.close(fd)
+                fd = -2  # no lock file, or no locks on this file system: this process's lock
+                break
+            try:  # a sweep that removed the entry removed its lock file too: the lock is the one there now
+                there = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+            except OSError:
+                there = False
+            if there:
+                break
+            os.close(fd)
+            fd = -1
+        if fd == -1:
+            yield False
+            return
+        yield True
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        own.release()
 
 
 def progress(job_id: str) -> list[str]:
@@ -180,7 +228,7 @@ def _fetch_one(
     else:
         key = objectstore.state_key(uri, item.endpoint, objects, credentials.get("AWS_ACCESS_KEY_ID", ""))
         entry = cache / key
-        with _lock(key):
+        with _key_lock(cache, key, wait=True):
             reused = (entry / "data").is_dir()
             if not reused:
                 entry.mkdir(exist_ok=True, mode=0o755)
@@ -341,32 +389,34 @@ def _sweep(root: Path, keep: float | None, host: str = "") -> None:
     for entry in entries:
         if not entry.is_dir(follow_symlinks=False):
             continue
-        lock = _lock(entry.name)
-        if not lock.acquire(blocking=False):
-            continue  # a fetch holds or downloads it now
-        try:
-            now = time.time()
-            holds = Path(entry.path) / HOLDS
-            try:
-                held = list(os.scandir(holds))
-            except OSError:
-                held = []
-            standing = 0
-            for hold in held:
-                if _live(root, hold.name, hold, now, host):
-                    standing += 1
-                    continue
-                with contextlib.suppress(OSError):
-                    os.unlink(hold.path)
-                    os.utime(entry.path)  # its retention counts from the hold's end (prepared rule 2)
-            if standing or keep is None:
-                continue
-            try:
-                if now - os.stat(entry.path, follow_symlinks=False).st_mtime < keep:
-                    continue
-            except OSError:
-                continue
-            with contextlib.suppress(OSError):
-                remove_tree(entry.path)
-        finally:
-            lock.release()
+        with _key_lock(cache, entry.name, wait=False) as locked:
+            if locked:  # else a fetch holds or downloads it now
+                _sweep_one(root, cache, entry, keep, host)
+
+
+def _sweep_one(root: Path, cache: Path, entry: os.DirEntry, keep: float | None, host: str) -> None:
+    """Rule 4 for one entry, under its key's lock."""
+    now = time.time()
+    holds = Path(entry.path) / HOLDS
+    try:
+        held = list(os.scandir(holds))
+    except OSError:
+        held = []
+    standing = 0
+    for hold in held:
+        if _live(root, hold.name, hold, now, host):
+            standing += 1
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(hold.path)
+            os.utime(entry.path)  # its retention counts from the hold's end (prepared rule 2)
+    if standing or keep is None:
+        return
+    try:
+        if now - os.stat(entry.path, follow_symlinks=False).st_mtime < keep:
+            return
+    except OSError:
+        return
+    remove_tree(entry.path)
+    with contextlib.suppress(OSError):
+        os.unlink(cache / f"{entry.name}.lock")  # under its lock: a fetch waiting on it takes the new one
