@@ -409,3 +409,43 @@ def test_a_long_name_in_another_script_comes_back(tmp_path):
     finally:
         writer.close()
     assert (named / name).read_bytes() == b"scalars"
+
+
+def test_a_refused_file_is_not_read_again_every_round_until_it_changes(tmp_path):
+    """A hostile job's file that the service's disk cannot take (a sparse one of any size, say):
+    once refused, the rounds while the node runs do not read it again through the agent while it
+    is unchanged; a changed one, and the node's last copy, try again."""
+    from ma_jupyter.backends.ray.outputs_return import _Node
+
+    node_out = tmp_path / "node"
+    node_out.mkdir()
+    big = node_out / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(3 * outputs_return.CHUNK)  # sparse: nothing on the Ray node's disk
+    here = tmp_path / "here"
+    here.mkdir()
+    agent = _Agent()
+    reads: list[int] = []
+
+    def read(outputs, relative, offset, limit, owner=None):
+        reads.append(offset)
+        return outputs_return.read_piece(outputs, relative, offset, limit, owner)
+
+    agent.outputs_read = _Call(read)
+    returns, _ = _returns()
+    node = _Node(agent, str(node_out), here, here)
+    node.writer = outputs_return.NamedFolder(str(here), None, lambda opened: None, 1 << 62)
+    try:
+        returns._copy(node)
+        first = len(reads)
+        assert 1 <= first <= 2 and not (here / "big.bin").exists()
+        returns._copy(node)
+        assert len(reads) == first, "read again while unchanged"
+        os.utime(big, ns=(1, 1))
+        returns._copy(node)
+        assert len(reads) > first
+        second = len(reads)
+        returns._copy(node, last=True)
+        assert len(reads) > second
+    finally:
+        node.writer.close()

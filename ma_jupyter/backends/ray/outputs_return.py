@@ -14,7 +14,9 @@ Rules:
    through the agent in pieces of :data:`CHUNK` bytes (:func:`read_piece`: opened by the
    untrusted-file rules) into a new file beside its place here, renamed over it once whole: a
    reader never sees half a file, and nothing below the service's folder is followed (every
-   folder is opened without following links, from the job folder down).
+   folder is opened without following links, from the job folder down);
+   a file whose copy was refused (its place, the disk) is not read again until it changes,
+   but for the last copy.
 3. Once the node has ended (its end seen by the backend, or its stop returned), one last copy
    is made; only then does the backend report the node's end (``poll``), so the service records
    it, and uploads outputs in object storage (its final upload), after everything the node
@@ -166,7 +168,9 @@ class _Node:
         self.ended = threading.Event()  # rule 3: the node's end was seen
         self.done = threading.Event()  # rule 3: the last copy was made (or gave up)
         self.since = 0.0  # monotonic time its end was first seen
-        self.refused: set[str] = set()  # files whose place here was refused (said once)
+        # files whose place here was refused (said once), as they were listed then: not read
+        # again until they change, or for the last copy (rule 2)
+        self.refused: dict[str, tuple[int, int]] = {}
 
 
 class OutputsReturn:
@@ -229,7 +233,7 @@ class OutputsReturn:
             while True:
                 last = node.ended.is_set()
                 try:
-                    self._copy(node)
+                    self._copy(node, last)
                     failing_since = None
                 except Exception as exc:  # noqa: BLE001 (the node or its agent is gone: it says so)
                     if failing_since is None:
@@ -264,20 +268,22 @@ class OutputsReturn:
             return False
         return True
 
-    def _copy(self, node: _Node) -> None:
-        """One round of rule 2."""
+    def _copy(self, node: _Node, last: bool = False) -> None:
+        """One round of rule 2 (``last``: the node's last copy)."""
         found = self._get(node.agent.outputs_listing.remote(node.outputs, node.owner))
         for relative, seen in sorted(found.items()):
             seen = (int(seen[0]), int(seen[1]))
             if node.copied.get(relative) == seen or not plain(relative):
                 continue
+            if node.refused.get(relative) == seen and not last:
+                continue  # a job's file too large for the disk is not read again every second
             try:
                 if self._one(node, relative, seen[0], seen[1]):
                     node.copied[relative] = seen
             except (RefusedFile, OSError) as exc:  # this file's place here: the others still come
                 if relative not in node.refused:
-                    node.refused.add(relative)
                     log.warning("the outputs file %s is not copied back to %s: %s", relative, node.here, exc)
+                node.refused[relative] = seen
 
     def _one(self, node: _Node, relative: str, size: int, mtime_ns: int = 0) -> bool:
         """The file ``relative`` (``size`` bytes when listed) copied in place, whole or not at all;
