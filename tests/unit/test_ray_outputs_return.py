@@ -449,3 +449,26 @@ def test_a_refused_file_is_not_read_again_every_round_until_it_changes(tmp_path)
         assert len(reads) > second
     finally:
         node.writer.close()
+
+
+def test_what_the_service_keeps_of_a_nodes_files_is_one_listings_worth(tmp_path):
+    """A hostile job renaming its outputs every round: what the service keeps per node (the
+    files copied, the files refused) is no more than the files there now, whatever names came
+    and went before."""
+    from ma_jupyter.backends.ray.outputs_return import _Node
+
+    node_out = tmp_path / "node"
+    node_out.mkdir()
+    job = tmp_path / "jobs" / "j7"
+    here = job / "outputs"
+    here.mkdir(parents=True)
+    returns, _ = _returns()
+    node = _Node(_Agent(), str(node_out), here, job)
+    for round_ in range(3):
+        for old in node_out.iterdir():
+            old.unlink()
+        for i in range(4):
+            (node_out / f"r{round_}-{i}").write_text("x")
+        returns._copy(node)
+    assert sorted(node.copied) == [f"r2-{i}" for i in range(4)]
+    assert len(list(here.iterdir())) == 12  # a file the job removed stays here (rule 4)

@@ -271,6 +271,11 @@ class OutputsReturn:
     def _copy(self, node: _Node, last: bool = False) -> None:
         """One round of rule 2 (``last``: the node's last copy)."""
         found = self._get(node.agent.outputs_listing.remote(node.outputs, node.owner))
+        # what is kept of files no longer there goes: a job renaming its files every round
+        # keeps the service's memory to one listing's (:data:`MAX_FILES`)
+        for kept in (node.copied, node.refused):
+            for gone in kept.keys() - found.keys():
+                del kept[gone]
         for relative, seen in sorted(found.items()):
             seen = (int(seen[0]), int(seen[1]))
             if node.copied.get(relative) == seen or not plain(relative):
