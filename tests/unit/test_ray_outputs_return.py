@@ -472,3 +472,33 @@ def test_what_the_service_keeps_of_a_nodes_files_is_one_listings_worth(tmp_path)
         returns._copy(node)
     assert sorted(node.copied) == [f"r2-{i}" for i in range(4)]
     assert len(list(here.iterdir())) == 12  # a file the job removed stays here (rule 4)
+
+
+def test_the_job_folders_copy_keeps_the_disk_reserve_free(tmp_path):
+    """A hostile job's sparse file, as large as it likes, in its own outputs folder: its copy
+    back into the service's job folder writes nothing past the disk reserve (``[limits]
+    disk_reserve_mb``; here the whole disk, so nothing fits whatever others on this machine
+    write meanwhile), stops reading at its first piece, and leaves no part file."""
+    import shutil
+
+    node_out = tmp_path / "node" / "outputs"
+    node_out.mkdir(parents=True)
+    with open(node_out / "huge.bin", "wb") as f:
+        f.truncate(3 * outputs_return.CHUNK)
+    job = tmp_path / "jobs" / "j8"
+    here = job / "outputs"
+    job.mkdir(parents=True)
+    agent = _Agent()
+    reads: list[int] = []
+
+    def read(outputs, relative, offset, limit, owner=None):
+        reads.append(offset)
+        return outputs_return.read_piece(outputs, relative, offset, limit, owner)
+
+    agent.outputs_read = _Call(read)
+    returns, _ = _returns()
+    key = ("j8", 0, "worker-0")
+    returns.watch(key, agent, str(node_out), here, job, reserve=lambda: shutil.disk_usage(tmp_path).total)
+    assert returns.settled(key, wait=60)
+    assert not (here / "huge.bin").exists() and reads and set(reads) == {0}, reads  # never a 2nd piece
+    assert list(here.iterdir()) == []

@@ -102,7 +102,7 @@ from .fetches import Fetches
 from .logs import RayLogSource
 from .networks import Networks
 from .node_files import NodeFiles
-from .outputs_return import FINAL_WAIT, NamedFolder, OutputsReturn
+from .outputs_return import FINAL_WAIT, NamedFolder, OutputsReturn, disk_reserve
 from .placement import Groups
 
 log = logging.getLogger("ma_jupyter.ray")
@@ -426,9 +426,8 @@ class RayBackend(Backend):
             agent = self._agents.agent_at(placed)
         except NodeGone:
             return
-        self._returns.watch(
-            key, agent, str(on_nodes.jobdir.outputs), here, config.jobdir(attempt.job_id).root
-        )
+        root = config.jobdir(attempt.job_id).root
+        self._returns.watch(key, agent, str(on_nodes.jobdir.outputs), here, root, reserve=disk_reserve)
 
     def _return_named(self, key: tuple[str, int, str], attempt: Attempt, placed: dict) -> None:
         """A named outputs host path brought back into this machine's folder of that path
@@ -446,8 +445,7 @@ class RayBackend(Backend):
             def check(opened: str) -> None:
                 policy.check_source(opened, "outputs", "outputs", spec.creator)
 
-            reserve = int(config.load_cluster().limits.disk_reserve_mb * (1 << 20))
-            return NamedFolder(folder, self.job_account(spec.creator), check, reserve)
+            return NamedFolder(folder, self.job_account(spec.creator), check, disk_reserve())
 
         try:
             agent = self._agents.agent_at(placed)

@@ -16,7 +16,8 @@ Rules:
    reader never sees half a file, and nothing below the service's folder is followed (every
    folder is opened without following links, from the job folder down);
    a file whose copy was refused (its place, the disk) is not read again until it changes,
-   but for the last copy.
+   but for the last copy; no piece is written that would leave less than the disk reserve
+   (``[limits] disk_reserve_mb``) free on this machine's disk.
 3. Once the node has ended (its end seen by the backend, or its stop returned), one last copy
    is made; only then does the backend report the node's end (``poll``), so the service records
    it, and uploads outputs in object storage (its final upload), after everything the node
@@ -56,7 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ... import foldersize, untrusted
+from ... import config, foldersize, untrusted
 from ...errors import FolderRefused, RefusedFile
 from ...models import RunAs
 from . import outputs_writer
@@ -78,6 +79,12 @@ WRITER_TIMEOUT = 120.0
 PROBE_PREFIX = ".ma-jupyter-probe-"
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def disk_reserve() -> int:
+    """The bytes a copy back leaves free on this machine's disk (``[limits] disk_reserve_mb`` of
+    the service's ``cluster.toml``, read now)."""
+    return int(config.load_cluster().limits.disk_reserve_mb * (1 << 20))
 
 
 # ---------------------------------------------------------------- the agent's side
@@ -156,8 +163,11 @@ class _Node:
         here: Path,
         trusted: Path,
         named: Callable[[], NamedFolder] | None = None,
+        reserve: Callable[[], int] | None = None,
     ):
         self.agent = agent
+        self.reserve_of = reserve  # rule 2: the disk reserve, read on the copy's thread
+        self.reserve = 0
         self.named = named  # rule 5: what starts the named folder's writer
         self.owner: int | None = None  # rule 5: the uid whose files are read on the Ray node
         self.writer: NamedFolder | None = None
@@ -195,14 +205,15 @@ class OutputsReturn:
         here: Path,
         trusted: Path,
         named: Callable[[], NamedFolder] | None = None,
+        reserve: Callable[[], int] | None = None,
     ) -> None:
         """Bring ``outputs`` of the node ``key`` (job, attempt, node) back to ``here`` while it
         runs (once per node of an attempt); ``named``: a named outputs folder's writer's start
-        (rule 5)."""
+        (rule 5); ``reserve``: the bytes the copy leaves free on ``here``'s disk (rule 2)."""
         with self._lock:
             if key in self._nodes:
                 return
-            node = self._nodes[key] = _Node(agent, outputs, here, trusted, named)
+            node = self._nodes[key] = _Node(agent, outputs, here, trusted, named, reserve)
         threading.Thread(target=self._run, args=(key, node), name=f"ma-outputs-{key[0]}", daemon=True).start()
 
     def watched(self, key: tuple[str, int, str]) -> bool:
@@ -230,6 +241,11 @@ class OutputsReturn:
         try:
             if node.named is not None and not self._named(key, node):
                 return
+            if node.reserve_of is not None:
+                try:
+                    node.reserve = node.reserve_of()
+                except Exception as exc:  # noqa: BLE001 (cluster.toml unreadable: the disk's own end)
+                    log.warning("job %s: the disk reserve of its outputs copy is unknown: %s", key[0], exc)
             while True:
                 last = node.ended.is_set()
                 try:
@@ -320,7 +336,16 @@ class OutputsReturn:
                     data = self._get(node.agent.outputs_read.remote(node.outputs, relative, offset, CHUNK))
                     if not data:
                         break  # shorter now, or gone: the next round copies it as it is then
-                    os.write(fd, data)
+                    if node.reserve:  # a job's (sparse) file never fills the service's disk
+                        st = os.fstatvfs(fd)
+                        if st.f_bavail * st.f_frsize - len(data) < node.reserve:
+                            raise RefusedFile(
+                                f"writing it would leave less than the disk reserve "
+                                f"({node.reserve >> 20} MB, [limits] disk_reserve_mb) free on its disk"
+                            )
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
                     offset += len(data)
             finally:
                 os.close(fd)
