@@ -502,3 +502,13 @@ def test_the_job_folders_copy_keeps_the_disk_reserve_free(tmp_path):
     assert returns.settled(key, wait=60)
     assert not (here / "huge.bin").exists() and reads and set(reads) == {0}, reads  # never a 2nd piece
     assert list(here.iterdir()) == []
+
+
+def test_a_named_folder_missing_on_the_services_machine_is_refused_as_such(tmp_path):
+    from ma_jupyter.errors import RefusedFile
+
+    with pytest.raises(RefusedFile, match="No such file"):
+        outputs_return.NamedFolder(str(tmp_path / "gone"), None, lambda opened: None, 0)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RefusedFile, match="Not a directory"):
+        outputs_return.NamedFolder(str(tmp_path / "file"), None, lambda opened: None, 0)

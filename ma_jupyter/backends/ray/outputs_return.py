@@ -401,7 +401,10 @@ class NamedFolder:
         self.path = path
         #: the uid whose files are read on the Ray node (None: the service's own account)
         self.owner = None if account is None else account.uid
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:  # gone on this machine, or not a folder: as its docstring says
+            raise RefusedFile(f"the outputs folder {path}: {exc.strerror}") from None
         try:
             check(os.readlink(f"/proc/self/fd/{fd}"))
             argv = [
