@@ -55,7 +55,7 @@ from ...nodehost.processes import process_fd
 from ...nodehost.remote_shells import SSHD_PROGRAM
 from ...nodehost.view import PACKAGE_DIR
 from ..base import Attempt, ObjectFetch
-from . import egress_gate, fence, leftovers, node_paths, objects, outputs_return, ship
+from . import egress_gate, fence, leftovers, node_paths, objects, outputs_return, outputs_seed, ship
 from .inventory import node_name
 from .kernel_relay import KernelRelay
 from .network_check import OverlayCheck
@@ -316,6 +316,21 @@ class NodeAgent:
     def outputs_seen(self, outputs: str, name: str) -> bool:
         """Whether a named outputs folder here holds the probe ``name`` (:func:`.outputs_return.seen`)."""
         return outputs_return.seen(outputs, name)
+
+    def outputs_seed_listing(self, node_root: str, job_id: str, account: RunAs | None) -> dict:
+        """The job's outputs folder here, made where missing, and its files
+        (:func:`.outputs_seed.node_listing`)."""
+        return outputs_seed.node_listing(node_root, job_id, account)
+
+    def outputs_seed_room(self, node_root: str, job_id: str, needed: int, reserve: int) -> None:
+        """Whether this disk takes the copy of the service's outputs folder (:func:`.outputs_seed.room`)."""
+        outputs_seed.room(node_root, job_id, needed, reserve)
+
+    def outputs_seed_write(
+        self, node_root: str, job_id: str, pieces: list, account: RunAs | None, reserve: int
+    ) -> None:
+        """Pieces of the service's outputs folder written into the job's here (:func:`.outputs_seed.write`)."""
+        outputs_seed.write(node_root, job_id, pieces, account, reserve)
 
     # --------------------------------------------------------------------- kernels
 

@@ -261,16 +261,25 @@ def _fetch_one(
 @contextlib.contextmanager
 def _room(into: Path, item: ObjectFetch, objects: list[objectstore.Obj]) -> Iterator[None]:
     """Rule 6 for one download into ``into``: its bytes still to fetch counted as this machine's
-    downloads in progress while it runs.
+    downloads in progress while it runs (:func:`room`)."""
+    try:
+        needed = objectstore.missing_bytes(objects, into)
+    except objectstore.StorageError:  # a folder too large to walk (a job's outputs): all of it
+        needed = sum(o.size for o in objects)
+    with room(into, item.what, item.uri, needed, item.disk_reserve):
+        yield
+
+
+@contextlib.contextmanager
+def room(into: Path, what: str, source: str, needed: int, reserve: int) -> Iterator[None]:
+    """Rule 6: ``needed`` bytes to write below ``into`` (from ``source``, for ``what`` the job
+    names) leave ``reserve`` bytes free on its disk, with the other downloads and copies running
+    on this machine; counted as one of them while it runs (``outputs_seed.py`` too).
 
     Raises:
         InvalidSpec: the disk, even empty, could not take them beside the reserve.
         DiskFull: not now.
     """
-    try:
-        needed = objectstore.missing_bytes(objects, into)
-    except objectstore.StorageError:  # a folder too large to walk (a job's outputs): all of it
-        needed = sum(o.size for o in objects)
     on = into if into.is_dir() else into.parent
     mb = 1 << 20
     token = next(_tokens)
@@ -280,16 +289,15 @@ def _room(into: Path, item: ObjectFetch, objects: list[objectstore.Obj]) -> Iter
         except OSError:
             usage = None  # unknown: the download's own ENOSPC still stops it
         others = sum(_downloading.values())
-        reserve = item.disk_reserve
         if usage is not None and needed > usage.total - reserve:
             raise InvalidSpec(
-                f"{item.what}: {item.uri} holds {needed / mb:.1f} MB to download, more than this Ray "
+                f"{what}: {source} holds {needed / mb:.1f} MB to download, more than this Ray "
                 f"node's disk of {on} ({usage.total / mb:.0f} MB, {reserve / mb:.0f} MB of it kept free: "
                 "[limits] disk_reserve_mb) can take: name a smaller prefix, or give node_root a larger disk"
             )
         if usage is not None and usage.free - others - needed < reserve:
             raise DiskFull(
-                f"{item.what}: downloading {item.uri} ({needed / mb:.1f} MB) would leave less than the "
+                f"{what}: downloading {source} ({needed / mb:.1f} MB) would leave less than the "
                 f"disk reserve ({reserve / mb:.0f} MB, [limits] disk_reserve_mb) free under {on} on this "
                 f"Ray node ({usage.free / mb:.1f} MB free, {others / mb:.1f} MB being downloaded for "
                 "other jobs)"
