@@ -322,6 +322,18 @@ class Backend(ABC):
         every lock; False (the default, the local backend) leaves them to the service's data
         preparation. The Ray backend answers True: its agents download into a cache of their
         machine (``backends/ray/objects.py``), so no Ray node needs the service's disk.
+    30. **Outputs on the nodes' machines.** ``seeds_outputs(job)`` says, cheaply (under the
+        supervisor's lock), whether the job's next attempt is to start with the service's copy
+        of its own outputs folder on its nodes' machines (False, the default: the nodes write the
+        service's folder itself, as the local backend's do); ``seed_outputs(job_id, hosts,
+        account, reserve, cancel, say)`` then writes that copy into the outputs folder each
+        machine of ``hosts`` keeps, before the attempt's launch, off every lock (through data
+        preparation's thread, ``service/preparation.py`` rule 7), owned by ``account``, leaving
+        ``reserve`` bytes free on each machine's disk, ``say`` making lines events of the job; a
+        copy that fails fails the attempt with the reason (``DiskFull``: the job stays queued).
+        The Ray backend seeds a resumed or restarted attempt's Ray nodes that do not share the
+        service's folder (``backends/ray/outputs_seed.py``), so what the job wrote is not lost
+        when it moves.
 
     Besides, ``not_distributed(attempt, run)`` hands over node 0's report that no rank joined a
     process group (docs/jobs.md, step 8), and ``isolation()`` names the kind of sandbox the
@@ -690,6 +702,29 @@ class Backend(ABC):
         """
         del job_id, hosts, fetches, credentials, account, cancel, say
         return False
+
+    def seeds_outputs(self, job: Job) -> bool:
+        """Contract rule 30: whether ``job``'s next attempt starts with the service's copy of
+        its outputs folder on its nodes' machines (cheap; False: the default)."""
+        del job
+        return False
+
+    def seed_outputs(
+        self,
+        job_id: str,
+        hosts: list[str],
+        account: RunAs | None,
+        reserve: int,
+        cancel: threading.Event,
+        say: Callable[[str], None],
+    ) -> None:
+        """Contract rule 30: the service's copy of the job's outputs folder written into the
+        outputs folder of each machine of ``hosts``, off every lock (nothing: the default).
+
+        Raises:
+            MaJupyterError: a copy failed (the attempt's error, with the reason).
+        """
+        del job_id, hosts, account, reserve, cancel, say
 
     def clear_cache(self, user: str | None) -> None:
         """Empty ``user``'s persistent cache, at once (whatever removing its files takes happens

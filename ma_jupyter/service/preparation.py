@@ -38,6 +38,11 @@ Rules, in order:
    there; the outputs prefix's content too, into each machine's outputs folder.  This service
    then downloads only the outputs prefix into its own outputs folder (rule 2's download, for
    TensorBoard and the uploads, ``service/storage.py``).
+7. A job whose next attempt starts with this service's copy of its outputs folder on its nodes'
+   machines (``Backend.seeds_outputs``, contract rule 30: the Ray backend's resumed or
+   restarted attempt, whose Ray nodes do not share that folder) goes through the same steps:
+   after rule 6, the backend writes the copy there (``Backend.seed_outputs``), keeping the disk
+   reserve free on each machine; a copy that fails is handed back as a failed one (rule 3).
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ class _Preparing:
     cancel: threading.Event
     said: _Saying
     saying: threading.Lock  # the "preparing data" event: written whole or not at all
+    seed: bool = False  # rule 7: the outputs folder carried to the nodes' machines
 
 
 @dataclass
@@ -137,8 +143,11 @@ class Preparation:
         """Rule 1, after the caller's dry run: keep the placement, copy on a thread; say so once
         the copy has taken :data:`SAY_PREPARING_AFTER` seconds (a copy reused at once, as a
         cached dataset's, costs the start no event written)."""
-        names = ", ".join(d.name for d in job.spec.datasets + job.spec.models)
-        prep = _Preparing(placement, job.spec, threading.Event(), _Saying(), threading.Lock())
+        seed = self._backend.seeds_outputs(job)  # rule 7
+        names = ", ".join(
+            [d.name for d in job.spec.datasets + job.spec.models] + (["outputs"] if seed else [])
+        )
+        prep = _Preparing(placement, job.spec, threading.Event(), _Saying(), threading.Lock(), seed)
         self._preparing[job.id] = prep
 
         def say() -> None:
@@ -184,12 +193,11 @@ class Preparation:
 
     def ended(self, job: Job) -> None:
         """Rule 4: a data-preparation job's terminal transition was recorded (under the lock)."""
-        if not job.spec.prepares_data():
-            return
         preparing = self._preparing.get(job.id)
         if preparing is not None:
-            preparing.cancel.set()  # its copy ends; the thread then frees its nodes
-        self.copies.release(job.id)  # its retention starts now
+            preparing.cancel.set()  # its copy ends (rule 7's too); the thread then frees its nodes
+        if job.spec.prepares_data():
+            self.copies.release(job.id)  # its retention starts now
 
     def cancel_all(self) -> None:
         """Rule 4: no copy goes on without its service (the sweep removes what it left)."""
@@ -239,6 +247,18 @@ class Preparation:
                             reason=f"outputs: {found} object(s) of {prep.spec.outputs} downloaded into the outputs folder",
                         )
                     )
+            if prep.seed:  # rule 7
+                failed = "outputs: "
+                self._backend.seed_outputs(
+                    job_id,
+                    list(dict.fromkeys(task.host for task in prep.placement.tasks)),
+                    self._backend.job_account(prep.spec.creator),
+                    int(self._scheduler.cluster.limits.disk_reserve_mb * (1 << 20)),
+                    prep.cancel,
+                    lambda line: self._store.add_event(
+                        Event(job_id=job_id, status=JobStatus.queued, reason=line)
+                    ),
+                )
         except Exception as exc:
             error = exc
         with prep.saying:  # a copy that took less than SAY_PREPARING_AFTER needs no saying

@@ -204,3 +204,36 @@ def test_the_pre_check_tests_the_checkpoint_folder_as_the_jobs_account(sup):
     who = "the service's account" if account is None else f"{account.name} (uid {account.uid})"
     assert final.reason.startswith("pre-check before resume failed: the checkpoint folder "), final.reason
     assert f"not readable and writable by {who}, the account the job runs as" in final.reason
+
+
+def test_a_restarted_attempt_gets_its_outputs_on_its_nodes_off_the_lock_or_fails_saying_why(fake_sup):
+    """Contract rule 30 (``service/preparation.py`` rule 7): a backend that carries the job's
+    outputs folder to its nodes' machines is asked for the restarted attempt only, off the
+    supervisor's lock, with the attempt's hosts and the disk reserve; its lines are the job's
+    events, and a copy that fails is the job's error with the reason (never a start without)."""
+    import threading
+
+    from ma_jupyter.errors import RefusedFile
+
+    sup = fake_sup
+    sup.backend.script = lambda attempt, launch: FakeNode(["boom"], exit_code=3)
+    asked: list = []
+
+    def seed_outputs(job_id, hosts, account, reserve, cancel, say):
+        asked.append((hosts, reserve, threading.current_thread().name))  # data preparation's
+        say("outputs: 2 file(s) of the service's copy written")
+        raise RefusedFile("the copy of the outputs folder to Ray node n1 failed: ckpt is a link")
+
+    sup.backend.seeds_outputs = lambda job: job.attempt > 0
+    sup.backend.seed_outputs = seed_outputs
+    job = sup.submit(JobSpec(name="moves", command="true", fault_restart={"max_restarts": 1}), creator="me")
+    final = tick_until_ended(sup, job.id)
+    assert final.status is JobStatus.error and final.attempt == 1
+    reserve = int(sup.scheduler.cluster.limits.disk_reserve_mb * (1 << 20))
+    assert asked == [(["node-0"], reserve, f"ma-prepare-{job.id}")]
+    reasons = [e.reason for e in sup.store.events(job.id)]
+    assert "outputs: 2 file(s) of the service's copy written" in reasons
+    assert (
+        reasons[-1]
+        == "could not start: outputs: the copy of the outputs folder to Ray node n1 failed: ckpt is a link"
+    )

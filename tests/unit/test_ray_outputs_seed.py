@@ -201,3 +201,49 @@ def test_a_path_that_is_not_plain_is_refused_by_the_agent(tmp_path):
             outputs_seed.write(str(node_root), "j1", [(relative, token, 0, b"x", 1, 0)], None, 0)
     assert not (node_root / "j1" / "escape").exists() and not (tmp_path / "b").exists()
     assert os.listdir(node_root / "j1" / "outputs") == []
+
+
+def test_what_was_carried_to_the_node_is_not_copied_back_until_it_changes(tmp_path):
+    """Rule 6 (``outputs_return`` rule 6): the copy back of the attempt starts knowing what the
+    node's folder got from the service, so a carried checkpoint is not read back through the
+    agent; one the attempt writes anew is."""
+    root, here = _service(tmp_path)
+    (here / "checkpoint.pt").write_bytes(b"step 1000 weights")
+    node_root = tmp_path / "node_b"
+    holds = _seed(_Agent(), node_root, root, account=None)
+    read: list[str] = []
+
+    class Back(_Agent):
+        def __init__(self):
+            super().__init__()
+            self.outputs_listing = _Call(outputs_return.listing)
+            self.outputs_read = _Call(lambda o, r, *a: read.append(r) or outputs_return.read_piece(o, r, *a))
+
+    returns = outputs_return.OutputsReturn(lambda answer: answer, lambda: None)
+    node = node_root / "j1" / "outputs"
+    (node / "events.1").write_bytes(b"new scalars")
+    key = ("j1", 1, "worker-0")
+    returns.watch(key, Back(), str(node), here, root, copied=holds)
+    assert returns.settled(key, wait=60)
+    assert read == ["events.1"]
+    assert (here / "events.1").read_bytes() == b"new scalars"
+
+
+def test_which_attempts_are_carried(ma_home):
+    """Contract rule 30's cheap look: not the first attempt, not a named or object storage
+    outputs folder, and only when the service's copy holds something."""
+    from types import SimpleNamespace
+
+    from ma_jupyter import config
+
+    def job(attempt: int, outputs: str | None = None):
+        return SimpleNamespace(id="j9", attempt=attempt, spec=SimpleNamespace(outputs=outputs))
+
+    seeds = outputs_seed.SeedsOutputs()
+    assert not seeds.seeds_outputs(job(1))  # no copy here yet
+    config.jobdir("j9").outputs.mkdir(parents=True)
+    assert not seeds.seeds_outputs(job(1))  # an empty one
+    (config.jobdir("j9").outputs / "checkpoint.pt").write_bytes(b"w")
+    assert seeds.seeds_outputs(job(1))
+    assert not seeds.seeds_outputs(job(0))
+    assert not seeds.seeds_outputs(job(1, "/data/out")) and not seeds.seeds_outputs(job(1, "s3://b/p"))

@@ -103,6 +103,7 @@ from .logs import RayLogSource
 from .networks import Networks
 from .node_files import NodeFiles
 from .outputs_return import FINAL_WAIT, NamedFolder, OutputsReturn, disk_reserve
+from .outputs_seed import SeedsOutputs
 from .placement import Groups
 
 log = logging.getLogger("ma_jupyter.ray")
@@ -122,7 +123,7 @@ def require_ray() -> Any:
     return ray
 
 
-class RayBackend(Backend):
+class RayBackend(SeedsOutputs, Backend):
     """Runs each job node on a node of a Ray cluster (see the module docstring): the backend
     contract over the rooms of this package.
 
@@ -173,6 +174,7 @@ class RayBackend(Backend):
         self._exits = ExitWatch(self._agents.agent_of, lambda: self._wake)
         # outputs of nodes whose job folder this machine does not see (.outputs_return)
         self._returns = OutputsReturn(self._agents.get, lambda: self._wake)
+        self._init_seeds()  # a resumed attempt's outputs carried to its Ray nodes (.outputs_seed)
         self._agents.start()
 
     # ------------------------------------------------------------------- inventory
@@ -427,7 +429,10 @@ class RayBackend(Backend):
         except NodeGone:
             return
         root = config.jobdir(attempt.job_id).root
-        self._returns.watch(key, agent, str(on_nodes.jobdir.outputs), here, root, reserve=disk_reserve)
+        copied = self.seeded(attempt.job_id, placed["host"])  # sent there: not sent back
+        self._returns.watch(
+            key, agent, str(on_nodes.jobdir.outputs), here, root, reserve=disk_reserve, copied=copied
+        )
 
     def _return_named(self, key: tuple[str, int, str], attempt: Attempt, placed: dict) -> None:
         """A named outputs host path brought back into this machine's folder of that path

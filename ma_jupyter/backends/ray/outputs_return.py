@@ -37,6 +37,9 @@ Rules:
    (:func:`seen`), then removed; then nothing is copied (the node writes here itself, and a copy
    would put an older state over its newer writes).  A folder the writer refuses (the account
    may not write it, the mount rules refuse where it leads now) is said once, and not copied.
+6. A file the node's folder holds as the service's copy of it was carried there before the
+   attempt (:mod:`.outputs_seed`: its size and modification time then) is not copied back
+   until it changes.
 """
 
 from __future__ import annotations
@@ -164,6 +167,7 @@ class _Node:
         trusted: Path,
         named: Callable[[], NamedFolder] | None = None,
         reserve: Callable[[], int] | None = None,
+        copied: dict[str, tuple[int, int]] | None = None,
     ):
         self.agent = agent
         self.reserve_of = reserve  # rule 2: the disk reserve, read on the copy's thread
@@ -174,7 +178,7 @@ class _Node:
         self.outputs = outputs  # the node's outputs folder on its Ray node
         self.here = here  # the outputs folder on this machine
         self.trusted = trusted  # the job folder here, which no job writes
-        self.copied: dict[str, tuple[int, int]] = {}
+        self.copied: dict[str, tuple[int, int]] = dict(copied or {})
         self.ended = threading.Event()  # rule 3: the node's end was seen
         self.done = threading.Event()  # rule 3: the last copy was made (or gave up)
         self.since = 0.0  # monotonic time its end was first seen
@@ -206,14 +210,16 @@ class OutputsReturn:
         trusted: Path,
         named: Callable[[], NamedFolder] | None = None,
         reserve: Callable[[], int] | None = None,
+        copied: dict[str, tuple[int, int]] | None = None,
     ) -> None:
         """Bring ``outputs`` of the node ``key`` (job, attempt, node) back to ``here`` while it
         runs (once per node of an attempt); ``named``: a named outputs folder's writer's start
-        (rule 5); ``reserve``: the bytes the copy leaves free on ``here``'s disk (rule 2)."""
+        (rule 5); ``reserve``: the bytes the copy leaves free on ``here``'s disk (rule 2);
+        ``copied``: the files the node's folder holds as they came from here (rule 6)."""
         with self._lock:
             if key in self._nodes:
                 return
-            node = self._nodes[key] = _Node(agent, outputs, here, trusted, named, reserve)
+            node = self._nodes[key] = _Node(agent, outputs, here, trusted, named, reserve, copied)
         threading.Thread(target=self._run, args=(key, node), name=f"ma-outputs-{key[0]}", daemon=True).start()
 
     def watched(self, key: tuple[str, int, str]) -> bool:

@@ -54,10 +54,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ... import foldersize
+from ... import config, foldersize
 from ...errors import Conflict, DiskFull, MaJupyterError, RefusedFile
 from ...jobdir import check_job_id
-from ...models import RunAs
+from ...models import Job, RunAs
 from . import objects, outputs_return, outputs_writer
 
 #: bytes of file content sent in one call to an agent at most
@@ -308,9 +308,7 @@ def seed(
         )
         return dict(get(agent.outputs_seed_listing.remote(node_root, job_id, account)))
     except MaJupyterError as exc:
-        raise type(exc)(
-            f"outputs: the copy of the outputs folder to Ray node {host} failed: {exc.message}"
-        ) from None
+        raise type(exc)(f"the copy of the outputs folder to Ray node {host} failed: {exc.message}") from None
 
 
 def _send(
@@ -378,3 +376,86 @@ def _send(
                 break
     flush()
     return sent
+
+
+class SeedsOutputs:
+    """Contract rule 30 for the Ray backend (a part of :class:`.backend.RayBackend`, which gives
+    it ``_agents``, its :class:`.agents.Agents`, and ``_node_root``): rules 1 to 6 for each Ray
+    node of an attempt's placement, all at once, and what each node's folder then holds."""
+
+    _agents: Any
+    _node_root: Path
+
+    def _init_seeds(self) -> None:
+        self._seeds_guard = threading.Lock()
+        self._seeded: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
+
+    def seeds_outputs(self, job: Job) -> bool:
+        """Whether ``job``'s next attempt is to get the service's copy of its outputs folder: not
+        its first, its own outputs folder (outputs in object storage come from their prefix, a
+        named host path is each Ray node's own, as the local backend's bind mount of it), and
+        the service's copy holds something.  A look at one folder: cheap under the supervisor's
+        lock."""
+        if job.attempt == 0 or job.spec.outputs:
+            return False
+        try:
+            with os.scandir(config.jobdir(job.id).outputs) as found:
+                return next(found, None) is not None
+        except OSError:
+            return False
+
+    def seed_outputs(
+        self,
+        job_id: str,
+        hosts: list[str],
+        account: RunAs | None,
+        reserve: int,
+        cancel: threading.Event,
+        say: Callable[[str], None],
+    ) -> None:
+        """Rules 1 to 6 for each Ray node of ``hosts``, at once, each on a thread of its own.
+
+        Raises:
+            MaJupyterError: the first Ray node's copy that failed (its reason names the node).
+        """
+        root = config.jobdir(job_id).root
+        results: dict[str, dict | BaseException] = {}
+
+        def one(host: str) -> None:
+            try:
+                agent = self._agents.agent_of(host)
+                results[host] = seed(
+                    self._agents.get,
+                    agent,
+                    str(self._node_root),
+                    job_id,
+                    root / "outputs",
+                    root,
+                    account,
+                    reserve,
+                    cancel,
+                    say,
+                    host,
+                )
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller below)
+                results[host] = exc
+
+        threads = [
+            threading.Thread(target=one, args=(h,), name=f"ma-seed-{job_id}", daemon=True) for h in hosts
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:  # each bounded: its calls by CALL_TIMEOUT, the copy by SEED_TIMEOUT
+            thread.join()
+        for host in hosts:
+            answer = results.get(host)
+            if isinstance(answer, BaseException):
+                raise answer
+        with self._seeds_guard:
+            self._seeded.update({(job_id, h): r for h, r in results.items() if isinstance(r, dict)})
+
+    def seeded(self, job_id: str, host: str) -> dict[str, tuple[int, int]]:
+        """Rule 6: what the Ray node ``host``'s outputs folder held after the job's last copy
+        there (empty: none), handed over once."""
+        with self._seeds_guard:
+            return self._seeded.pop((job_id, host), {})

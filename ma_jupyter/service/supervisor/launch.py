@@ -7,7 +7,9 @@
 2. the job's log folder is made; a data-preparation job whose data is not ready is handed to
    :mod:`..preparation` instead (its spec as given dry-run first: its mount rules on the
    sources), which gives it back through :meth:`Launcher.launch_prepared` once the data is copied;
-   a job whose data is ready first gets its dataset links;
+   a job whose data is ready first gets its dataset links; a job whose outputs folder the
+   backend carries to its nodes' machines first (``Backend.seeds_outputs``, a resumed attempt
+   on Ray) goes through that step too;
 3. the attempt is dry-run, the placement stored (durable before the processes exist: a crash
    right after launch can still find them), and exactly the dry run's launches are started;
    each node's log keeps its earlier attempts, so a run records the size its part starts at;
@@ -96,7 +98,8 @@ class Launcher:
         unread: list[str] = []
         try:
             config.jobdir(job.id).logs.mkdir(parents=True, exist_ok=True)
-            if job.spec.prepares_data() and prepared is None:
+            # data to prepare, or outputs to carry to the nodes' machines (contract rule 30)
+            if prepared is None and (job.spec.prepares_data() or self._backend.seeds_outputs(job)):
                 if job.spec.data_preparation:
                     # the job's own mount rules on its sources, which its prepared copies then skip
                     # (object storage has none: its prefixes were checked with the user's credentials)
