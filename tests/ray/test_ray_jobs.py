@@ -33,14 +33,20 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
+attempt = int(os.environ["MA_ATTEMPT"])
+ckpt = "/workspace/outputs/ckpt.txt"
+if attempt == 0 and rank == 0:
+    open(ckpt, "w").write("step 7")
 value = torch.tensor([float(rank + 1)])
 dist.all_reduce(value)
 info = {"rank": rank, "world": world, "sum": value.item(), "host": socket.gethostname(),
-        "master": os.environ["MASTER_ADDR"]}
+        "master": os.environ["MASTER_ADDR"], "carried": open(ckpt).read() if attempt else ""}
 with open(f"/workspace/outputs/rank-{rank}.json", "w") as fh:
     json.dump(info, fh)
 print(f"rank {rank}/{world} sum={value.item()}", flush=True)
-os._exit(0)  # the result is written: never depend on gloo's teardown (it may abort at exit)
+# the result is written: never depend on gloo's teardown (it may abort at exit); a fault after
+# the first attempt's checkpoint
+os._exit(3 if attempt == 0 else 0)
 """
 
 FAIL = """
@@ -86,7 +92,6 @@ def test_two_node_gloo_ddp_has_one_job_node_on_each_ray_node(ray_service, ray_ho
     ray_service.proc.terminate()
     ray_service.proc.wait(30)
     svc = ray_service.restart()
-    outputs = writable_dir(tmp_path / "out")
     client = Client(autostart=False)
     handle = client.submit(
         name="ddp",
@@ -94,21 +99,31 @@ def test_two_node_gloo_ddp_has_one_job_node_on_each_ray_node(ray_service, ray_ho
         nodes=2,
         specs=["cpu.small"],
         algorithm=_algorithm(tmp_path / "algo", ddp=DDP),
-        outputs=str(outputs),
         command="python /workspace/algorithm/ddp.py",
+        fault_restart={"max_restarts": 1},
     )
     job = handle.wait(timeout=240, check=False)
-    assert job.status is JobStatus.succeeded, node_logs(client, job.id) + events_text(client, job.id)
+    told = events_text(client, job.id)
+    assert job.status is JobStatus.succeeded, node_logs(client, job.id) + told
+    assert (job.attempt, job.restarts) == (1, 1)
+    # the job's own outputs folder, copied back to the service's job folder by the agents
+    outputs = ray_home / "jobs" / job.id / "outputs"
     shown = json.loads(_cli(ray_home, "get", job.id, "--json").stdout)
     ray_nodes = {n.name for n in client.nodes()}
     hosts = [n["host"] for n in shown["nodes"]]
     assert shown["backend"] == "ray"
     assert len(set(hosts)) == 2 and set(hosts) == ray_nodes, hosts
     results = [json.loads((outputs / f"rank-{r}.json").read_text()) for r in range(2)]
-    assert [(r["world"], r["sum"], r["host"]) for r in results] == [
-        (2, 3.0, "worker-0"),
-        (2, 3.0, "worker-1"),
+    assert [(r["world"], r["sum"], r["host"], r["carried"]) for r in results] == [
+        (2, 3.0, "worker-0", "step 7"),
+        (2, 3.0, "worker-1", "step 7"),
     ]
+    # the restarted attempt's nodes got the service's copy of the outputs folder before they
+    # started (contract rule 30: node_root is not the service's folder), with its modification
+    # time, and the copy back did not bring it back
+    assert "file(s) of the service's copy" in told and "on Ray node ray-" in told, told
+    carried = node_root / job.id / "outputs" / "ckpt.txt"
+    assert carried.stat().st_mtime_ns == (outputs / "ckpt.txt").stat().st_mtime_ns
     assert results[0]["master"] == "10.253.0.1"  # its machine on the job's overlay (docs/network.md)
     for rank, node in ((0, "worker-0"), (1, "worker-1")):
         assert f"rank {rank}/2 sum=3.0" in client.read_log(job.id, node=node, rank=rank).data
