@@ -158,8 +158,14 @@ if victim:  # another user's job that started listening after this job's nodes
         found[f"victim tcp {address}"] = tcp(address, victim)
         udp(address, victim, b"from the attacker " + me.encode(), times=3)
 
+# an attacker gives up on an unreachable GCS after 10 s rather than Ray's 60 (a reachable one
+# answers at once): the test then waits seconds, not a minute, for the refusal
+IMPATIENT = {**os.environ, "RAY_gcs_rpc_server_reconnect_timeout_s": "10",
+             "RAY_gcs_server_port_wait_time_s": "2"}
+
 def attempt(argv):
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=IMPATIENT)
 
 def outcome(proc, timeout=60):
     # each would succeed within seconds where the GCS answered; both run at once
@@ -190,7 +196,7 @@ print("RAN AS", ray.get(as_the_raylet.remote(), timeout=60), flush=True)
 '''
 init = attempt([sys.executable, "-c", escape])
 found["ray.init"] = outcome(init)
-found["ray start"] = outcome(start, timeout=5)
+found["ray start"] = outcome(start)
 print("PROBES " + json.dumps(found), flush=True)
 """
 
