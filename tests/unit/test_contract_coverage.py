@@ -36,6 +36,11 @@ TESTED_ELSEWHERE = {
     28: "network check: a probe must be made to fail twice in a row to see its fault (a drop rule "
     "in a node's namespace): service/test_node_inspection.py (local), ray/test_ray_node_checks.py "
     "(an nftables rule dropping a Ray host's overlay frames)",
+    30: "outputs carried to a resumed attempt's machines: only a Ray node that does not share the "
+    "service's folder has anything to carry, so a second attempt on another Ray node "
+    "(ray/test_ray_jobs.py's DDP test restarts after a checkpoint), the copy's rules against a "
+    "real agent object (unit/test_ray_outputs_seed.py) and the launch through data preparation "
+    "off the lock (service/test_supervisor_policies.py); the local backend keeps the default",
 }
 
 

@@ -193,7 +193,8 @@ def fetch(
             _progress.pop(job_id, None)
     # rule 4: the service's retention of this call (one reading of its cluster.toml for all)
     keep = [item.retention for item in fetches]
-    _sweep(root, None if None in keep or not keep else max(keep), host)
+    kept = [k for k in keep if k is not None]
+    _sweep(root, None if len(kept) < len(keep) or not keep else max(kept), host)
     return said
 
 
