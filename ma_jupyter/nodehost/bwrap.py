@@ -66,17 +66,42 @@ def card_device_args(view: NodeView) -> list[str]:
     return args
 
 
+def _probe_root() -> list[str]:
+    """The root of the probes' sandboxes: the system's program folders read-only (a link among
+    them as the link), as every node's sandbox has them (:func:`_system_args`).
+
+    Never ``/`` itself: bubblewrap remounts each mount below a recursive bind read-only, one at a
+    time, and fails ("Unable to apply mount flags") when one of them goes away meanwhile: on a
+    busy machine another job's network namespace file (a bind mount that lives only while its
+    attempt starts), which made a probe answer "bubblewrap does not work" for a service's whole
+    life."""
+    return _system_dirs_args(skip="/sys")  # nothing a probe runs reads /sys
+
+
+def _system_dirs_args(skip: str = "") -> list[str]:
+    """:data:`~.image.SYSTEM_DIRS` but ``skip``, read-only, a link among them as the link."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if path == skip:
+            continue
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
 def namespaces_probe_argv(bwrap: str = "bwrap") -> list[str]:
     """A sandbox that only runs ``true`` in a pid namespace of its own: whether bubblewrap can
     make namespaces here (the local backend asks once per process)."""
-    return [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--cap-drop", "ALL", "true"]
+    return [bwrap, *_probe_root(), "--unshare-pid", "--cap-drop", "ALL", "true"]
 
 
 def user_namespace_probe_argv(bwrap: str) -> list[str]:
     """A sandbox mounting a fresh ``/proc`` and ``/dev`` and running ``true``, which
     :func:`.userns.check_user_namespace` starts in a user namespace (the probe builds it here and
     hands it to the check: the check's process need not import these builders)."""
-    argv = [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
+    argv = [bwrap, *_probe_root(), "--proc", "/proc", "--dev", "/dev", "--unshare-pid"]
     return argv + ["--cap-drop", "ALL", "--", "true"]
 
 
@@ -189,12 +214,7 @@ def _system_args(tmpfs_limit: int = 0, cgroup: dict | None = None) -> list[str]:
     and ``/dev/shm`` (each at most ``tmpfs_limit`` bytes when it is positive), and of
     ``/sys/fs/cgroup`` only the folders of ``cgroup`` (rule 6): the base of every
     sandbox."""
-    args: list[str] = []
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
+    args = _system_dirs_args()
     args += _cgroup_args(cgroup)
     # /tmp is every account's (HOME=/tmp): sticky and world-writable, like a host's /tmp
     args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777"]
@@ -243,7 +263,7 @@ def tmpfs_size_works(bwrap: str | None = None) -> bool:
     with _TMPFS_SIZE_LOCK:
         if _TMPFS_SIZE_OK is not None and bwrap is None:
             return _TMPFS_SIZE_OK
-        argv = [bwrap or _host_program("bwrap"), "--ro-bind", "/", "/", "--size", "4096", "--tmpfs", "/tmp"]
+        argv = [bwrap or _host_program("bwrap"), *_probe_root(), "--size", "4096", "--tmpfs", "/tmp"]
         argv += ["--", "true"]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=20)

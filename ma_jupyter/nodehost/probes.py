@@ -18,6 +18,7 @@ The node's cgroup has its own room (:mod:`.node_cgroups`), its network namespace
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 #: seconds the user namespace check may take (a process start, a namespace, a sandbox's start)
 USERNS_CHECK_TIMEOUT = 30.0
+
+log = logging.getLogger("ma_jupyter.nodehost")
 
 _BWRAP_OK: bool | None = None
 _USERNS_OK: bool | None = None
@@ -86,7 +89,11 @@ def bwrap_works() -> bool:
             result = subprocess.run(namespaces_probe_argv(), capture_output=True, timeout=20)
         except subprocess.TimeoutExpired:
             return True  # rule 3: a loaded machine is no reason to drop the sandbox
-        except OSError:
-            result = None
+        except OSError as exc:
+            result, why = None, str(exc)
+        else:
+            why = result.stderr.decode(errors="replace").strip()[:300] or f"exit code {result.returncode}"
         _BWRAP_OK = result is not None and result.returncode == 0
+        if not _BWRAP_OK:  # the nodes run without a sandbox from now on: say why, once
+            log.warning("bubblewrap cannot make namespaces here (%s): nodes run in the symlink mode", why)
     return _BWRAP_OK
