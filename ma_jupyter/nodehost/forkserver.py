@@ -11,7 +11,8 @@ server process (``python -m ma_jupyter.nodehost.forkserver FD NICE``):
 
 1. the backend starts the server in a session of its own with one end of a ``SOCK_SEQPACKET``
    socket pair as descriptor FD, the environment a runner needs (the package importable, its
-   bytecode cache) and :data:`MARKER_ROOM` bytes reserved for the node marker; the server takes
+   bytecode cache, the backend's boot time: start times counted as the backend counts them,
+   :func:`.procfs.boot_time`) and :data:`MARKER_ROOM` bytes reserved for the node marker; the server takes
    the niceness NICE (the backend's), imports the node runner, checks that it can write a
    marker into a process's own environment, says ``ready``, and answers requests one at a time;
    a server that cannot start or be reached forks nothing, and the backend starts the runner as

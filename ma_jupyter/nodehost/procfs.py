@@ -21,6 +21,9 @@ from ..procstat import CSTIME, NUM_THREADS, PPID, RSS, STARTTIME, STATE, UTIME, 
 
 #: the environment variable marking every process of one node run (found again after a restart)
 NODE_MARKER = "MA_NODE_RUN"
+#: the environment variable handing a backend's boot time (:func:`boot_time`) down to the
+#: processes it starts: the node runners' fork server and the runners (:mod:`.runner_env`)
+BOOT_TIME_ENV = "MA_BOOT_TIME"
 
 _BOOT_TIME: float | None = None
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -35,7 +38,7 @@ def process_start_time(pid: int, *, ended: bool = False) -> float | None:
     if fields[STATE] in (b"Z", b"X") and not ended:
         return None
     ticks = int(fields[STARTTIME])
-    return round(_boot_time() + ticks / os.sysconf("SC_CLK_TCK"), 2)
+    return round(boot_time() + ticks / os.sysconf("SC_CLK_TCK"), 2)
 
 
 def descendants(root: int) -> list[tuple[int, int, str]]:
@@ -160,9 +163,31 @@ def ignores_signal(pid: int, signum: int) -> bool:
     return False
 
 
-def _boot_time() -> float:
+def boot_time() -> float:
+    """When this machine booted (seconds since the epoch) as this process counts start times
+    (:func:`process_start_time`): one value for the process's whole life.
+
+    The kernel records no boot time: ``/proc/stat``'s ``btime`` is the wall clock less the time
+    since boot, computed at each read, so a step of the clock (a time sync, a virtual machine
+    resumed) moves it by whole seconds, and two processes that read it on either side of a step
+    disagree on every start time.  Start times are compared across processes within 0.05 s: the
+    runner's as its fork server answered it with the backend's own look (``NodeHost._alive``,
+    on which the wait for the runners to enter their network namespace ends), the raylet's as
+    its agent saw it with the runner's (:mod:`.hostwatch`).  So:
+
+    1. a process started with :data:`BOOT_TIME_ENV` (a backend's fork server and runners,
+       :func:`.runner_env.runner_env`) counts from the value it names, its starter's;
+    2. any other reads ``btime`` once, at its first start time, and keeps it.
+    """
     global _BOOT_TIME
     if _BOOT_TIME is None:
+        try:
+            given = float(os.environ.get(BOOT_TIME_ENV, ""))
+        except ValueError:
+            given = 0.0
+        if given > 0.0 and given != float("inf"):  # rule 1 (never a value that is not a time)
+            _BOOT_TIME = given
+            return _BOOT_TIME
         with open("/proc/stat") as fh:
             for line in fh:
                 if line.startswith("btime"):
