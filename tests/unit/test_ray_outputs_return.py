@@ -5,6 +5,7 @@ folder the "job" wrote, reached through a call adapter in place of Ray's actor c
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from pathlib import Path
@@ -512,3 +513,27 @@ def test_a_named_folder_missing_on_the_services_machine_is_refused_as_such(tmp_p
     (tmp_path / "file").write_text("x")
     with pytest.raises(RefusedFile, match="Not a directory"):
         outputs_return.NamedFolder(str(tmp_path / "file"), None, lambda opened: None, 0)
+
+
+def test_a_closed_writer_never_closes_a_descriptor_opened_after_it(tmp_path):
+    """Closing a named folder's writer ends its input once: a descriptor this process opens
+    afterwards under the same number (the jobs database's, in the service) outlives the writer."""
+    here = tmp_path / "named"
+    here.mkdir()
+    writer = outputs_return.NamedFolder(str(here), None, lambda opened: None, 0)
+    number = writer._in
+    writer.close()
+    opened: list[int] = []
+    try:
+        while number not in opened and len(opened) < 64:  # the lowest free number comes first
+            opened.append(os.open(tmp_path / "db", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        assert number in opened
+        del writer
+        gc.collect()
+        os.fstat(number)  # still open
+    finally:
+        for fd in opened:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

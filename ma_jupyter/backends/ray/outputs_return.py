@@ -503,7 +503,11 @@ class NamedFolder:
     def close(self) -> None:
         """End the writer (it ends at the end of its input; killed past the timeout)."""
         try:
-            os.close(self._in)
+            # through the pipe's file object, its one owner: closed by number here, it would
+            # close that number again when collected, whatever this process opened there
+            # since (the jobs database's files: "disk I/O error" on every query after)
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
         except OSError:
             pass
         try:
