@@ -569,7 +569,6 @@ class ProgressLines:
         )
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: the longest object key taken from a listing (S3's own bound): an endpoint's longer names are refused
 MAX_KEY = 1024
 
@@ -581,28 +580,23 @@ def _open_folder(into_fd: int, parts: list[str], shown: str) -> int:
     Raises:
         StorageError: a component is a link or not a folder.
     """
-    fd = os.dup(into_fd)
-    try:
-        for part in parts:
-            try:
-                os.mkdir(part, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
-            try:
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise StorageError(
-                        f"{shown}: {part} is a link or not a folder in the download folder: "
-                        "the service does not write through it; remove it"
-                    ) from None
-                raise
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+
+    def open_part(fd: int, part: str) -> int:
+        try:
+            os.mkdir(part, 0o755, dir_fd=fd)
+        except FileExistsError:
+            pass
+        try:
+            return os.open(part, untrusted.DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise StorageError(
+                    f"{shown}: {part} is a link or not a folder in the download folder: "
+                    "the service does not write through it; remove it"
+                ) from None
+            raise
+
+    return untrusted.descend(os.dup(into_fd), parts, open_part)
 
 
 async def _fetch(store, uri: ObjectURI, obj: Obj, into_fd: int, cancel: threading.Event | None) -> bool:
@@ -684,7 +678,7 @@ def download(
 
     store = _store(uri, credentials, endpoint, REQUEST_TIMEOUT, trusted)
     into.mkdir(parents=True, exist_ok=True, mode=0o755)
-    into_fd = os.open(into, _DIR_FLAGS)  # ``into`` is the caller's; nothing below it is followed
+    into_fd = os.open(into, untrusted.DIR_FLAGS)  # ``into`` is the caller's; nothing below it is followed
     state = Progress(len(objects), sum(o.size for o in objects))
 
     async def one(obj: Obj, slots: asyncio.Semaphore) -> None:

@@ -25,6 +25,7 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 
 from .errors import RefusedFile
@@ -32,7 +33,8 @@ from .jobdir import FAILURE_REPORT, RANK_LOG_VIEW
 
 #: largest small report (``failure.json``) read whole
 MAX_REPORT = 64 << 10
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: how a folder is opened below one a job or user may write: a link in its place is not followed
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
@@ -71,25 +73,36 @@ def _kind_at(dir_fd: int, name: str) -> str:
         return "something that is not a folder"
 
 
-def _walk(root: Path, parts: tuple[str, ...], owner: str, shown: str) -> int:
-    """An fd of the folder ``root/parts...``; no component below ``root`` may be a symlink."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # root itself is trusted
+def descend(fd: int, parts: Iterable[str], open_part: Callable[[int, str], int]) -> int:
+    """The folder ``parts`` below the open folder ``fd``, one part at a time: ``open_part(dir_fd,
+    part)`` opens each from the one above (with :data:`DIR_FLAGS`, so never through a link the
+    job left, making it where the caller makes folders) and raises the caller's error for a part
+    it refuses.  ``fd`` is the descent's: each folder is closed once the next is open, and the
+    one held is closed on any failure, so no descriptor is left behind either way."""
     try:
         for part in parts:
-            try:
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise _refuse(
-                        owner, _kind_at(fd, part), shown, f" (in place of the folder {part})"
-                    ) from None
-                raise
+            nxt = open_part(fd, part)
             os.close(fd)
             fd = nxt
         return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def _walk(root: Path, parts: tuple[str, ...], owner: str, shown: str) -> int:
+    """An fd of the folder ``root/parts...``; no component below ``root`` may be a symlink."""
+
+    def open_part(fd: int, part: str) -> int:
+        try:
+            return os.open(part, DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise _refuse(owner, _kind_at(fd, part), shown, f" (in place of the folder {part})") from None
+            raise
+
+    # root itself is trusted
+    return descend(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), parts, open_part)
 
 
 def open_file(
@@ -221,7 +234,7 @@ def make_dirs(
             except FileExistsError:
                 pass
             try:
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                nxt = os.open(part, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise RefusedFile(
@@ -403,7 +416,7 @@ class DatasetWalk:
         out = None
         if dest_fd is not None:
             os.mkdir(name, 0o700, dir_fd=dest_fd)
-            out = os.open(name, _DIR_FLAGS, dir_fd=dest_fd)
+            out = os.open(name, DIR_FLAGS, dir_fd=dest_fd)
         try:
             for entry in sorted(os.listdir(fd)):
                 self._entry(fd, entry, f"{rel}/{entry}" if rel else entry, out)
@@ -437,7 +450,7 @@ class DatasetWalk:
         if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
             raise _dataset_refusal(shown, st.st_mode)  # looked at first: opening a device may act
         try:
-            fd = os.open(entry, _DIR_FLAGS if stat.S_ISDIR(st.st_mode) else _FILE_FLAGS, dir_fd=parent)
+            fd = os.open(entry, DIR_FLAGS if stat.S_ISDIR(st.st_mode) else _FILE_FLAGS, dir_fd=parent)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped since the look
                 raise _dataset_refusal(

@@ -79,7 +79,14 @@ def test_an_attempt_on_another_machine_starts_with_the_services_copy_and_keeps_i
     node_root = tmp_path / "node_b"
     (node_root / "j1" / "outputs").mkdir(parents=True)
     (node_root / "j1" / "outputs" / "checkpoint.pt").write_bytes(b"step 100")
+    older = (here / "checkpoint.pt").stat().st_mtime_ns - 60 * 10**9  # before the service's copy
+    os.utime(node_root / "j1" / "outputs" / "checkpoint.pt", ns=(older, older))
     (node_root / "j1" / "outputs" / "mine.txt").write_text("written on b only")
+    # written on the node after the service's copy of it (its copy back never came): kept
+    (here / "last.pt").write_bytes(b"step 1")
+    (node_root / "j1" / "outputs" / "last.pt").write_bytes(b"step 2")
+    newer = (here / "last.pt").stat().st_mtime_ns + 60 * 10**9
+    os.utime(node_root / "j1" / "outputs" / "last.pt", ns=(newer, newer))
     agent, said = _Agent(), []
     holds = _seed(agent, node_root, root, said=said)
     node = node_root / "j1" / "outputs"
@@ -87,16 +94,26 @@ def test_an_attempt_on_another_machine_starts_with_the_services_copy_and_keeps_i
     assert (node / "tb" / "events.out.tfevents.1").read_bytes() == b"scalars"
     assert (node / "empty").read_bytes() == b""
     assert (node / "mine.txt").read_text() == "written on b only"
+    assert (node / "last.pt").read_bytes() == b"step 2"
     assert max(agent.calls) <= 5 and sum(agent.calls) == len(b"step 1000 weights") + len(b"scalars")
     for name in ("checkpoint.pt", "tb", "tb/events.out.tfevents.1", "empty"):
         assert (node / name).stat().st_uid == ACCOUNT.uid, name
     assert (node / "checkpoint.pt").stat().st_mtime_ns == (here / "checkpoint.pt").stat().st_mtime_ns
     assert not [p for p in node.rglob("*.part")]
-    assert holds == outputs_return.listing(str(node))
+    # what the node holds as the service's copy; its own file is still to be copied back
+    assert holds == {
+        r: v for r, v in outputs_return.listing(str(node)).items() if r not in ("mine.txt", "last.pt")
+    }
     assert any("3 file(s)" in line and "ray-bbbbbbbb" in line for line in said)
     again = _Agent()
     assert _seed(again, node_root, root) == holds
     assert again.calls == []
+    # a machine the job never ran on: the job's folder is the agent's, as a launch makes it
+    # (it later writes the nodes' files there), only the outputs folder the job's account's
+    fresh = tmp_path / "node_c"
+    _seed(_Agent(), fresh, root)
+    assert (fresh / "j1").stat().st_uid == os.geteuid()
+    assert (fresh / "j1" / "outputs").stat().st_uid == ACCOUNT.uid
 
 
 def test_the_services_very_folder_is_not_copied_onto_itself(tmp_path):

@@ -81,8 +81,6 @@ WRITER_TIMEOUT = 120.0
 #: the probe's name (rule 5), as the writer makes it
 PROBE_PREFIX = ".ma-jupyter-probe-"
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
 
 def disk_reserve() -> int:
     """The bytes a copy back leaves free on this machine's disk (``[limits] disk_reserve_mb`` of
@@ -376,19 +374,15 @@ def _open_below(trusted: Path, folder: Path) -> int:
     Raises:
         RefusedFile: a part is a link or not a folder.
     """
-    fd = os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in folder.relative_to(trusted).parts:
-            try:
-                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                raise RefusedFile(f"{folder}: {part} is not a folder ({exc.strerror})") from None
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+
+    def open_part(fd: int, part: str) -> int:
+        try:
+            return os.open(part, untrusted.DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            raise RefusedFile(f"{folder}: {part} is not a folder ({exc.strerror})") from None
+
+    top = os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return untrusted.descend(top, folder.relative_to(trusted).parts, open_part)
 
 
 class NamedFolder:

@@ -18,7 +18,7 @@ for each Ray node of its placement, off every lock:
 2. The service lists its copy (:func:`.outputs_return.listing`: the one bounded walk, regular
    files of one name only, no link followed, at most ``outputs_return.MAX_FILES`` files, folders
    at most ``foldersize.MAX_DEPTH`` deep); the agent makes the node's outputs folder (from
-   ``node_root`` down, no link followed, owned by the job's account) and lists it.  A file whose
+   ``node_root`` down, no link followed, the outputs folder owned by the job's account) and lists it.  A file whose
    size and modification time there are the service's copy's is not sent again.
 3. The bytes to send must leave ``[limits] disk_reserve_mb`` free on the Ray node's disk, with
    the other downloads running there (:func:`.objects.room`): a copy the disk could never take
@@ -54,7 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ... import config, foldersize
+from ... import config, foldersize, untrusted
 from ...errors import Conflict, DiskFull, MaJupyterError, RefusedFile
 from ...jobdir import check_job_id
 from ...models import Job, RunAs
@@ -69,7 +69,6 @@ SEED_TIMEOUT = 3600.0
 #: seconds between two progress events of one Ray node's copy
 PROGRESS_EVERY = 2.0
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 #: one piece: (relative path, the new file's token, offset, bytes, the file's size, mtime ns)
 Piece = tuple[str, str, int, bytes, int, int]
@@ -80,23 +79,19 @@ Piece = tuple[str, str, int, bytes, int, int]
 
 def _outputs(node_root: str, job_id: str, account: RunAs | None) -> int:
     """Rule 2 on the Ray node: a descriptor of ``node_root/<job>/outputs``, each part made
-    where missing and opened without following a link (the job's folder and its outputs given
-    to ``account``).
+    where missing and opened without following a link: the job's folder as a launch makes it
+    (the agent's, where it later writes the nodes' files), its outputs given to ``account``.
 
     Raises:
         RefusedFile: a part is a link or not a folder.
     """
     os.makedirs(node_root, 0o755, exist_ok=True)  # the admin's folder, as a launch makes it
-    fd = os.open(node_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in (check_job_id(job_id), "outputs"):
-            nxt = _folder(fd, part, account, f"{node_root}/{job_id}")
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+    parts = (check_job_id(job_id), "outputs")
+    top = os.open(node_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    shown = f"{node_root}/{job_id}"
+    return untrusted.descend(
+        top, parts, lambda fd, part: _folder(fd, part, account if part == "outputs" else None, shown)
+    )
 
 
 def _folder(at: int, name: str, account: RunAs | None, shown: str) -> int:
@@ -113,7 +108,7 @@ def _folder(at: int, name: str, account: RunAs | None, shown: str) -> int:
     except FileExistsError:
         pass
     try:
-        return os.open(name, _DIR_FLAGS, dir_fd=at)
+        return os.open(name, untrusted.DIR_FLAGS, dir_fd=at)
     except OSError as exc:
         raise RefusedFile(
             f"the outputs folder on this Ray node: {shown}/{name} is a link or not a folder "
@@ -171,7 +166,8 @@ def _piece(
             folder = nxt
         name = parts[-1]
         temp = f".{os.fsdecode(os.fsencode(name)[:200])}.{token}.part"
-        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        # never blocked on a FIFO put in the new file's place between two pieces
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
             fd = os.open(temp, flags | (os.O_CREAT | os.O_EXCL if offset == 0 else 0), 0o600, dir_fd=folder)
         except OSError as exc:
@@ -292,10 +288,13 @@ def seed(
         send = {
             r: (int(s[0]), int(s[1]))
             for r, s in sorted(ours.items())
-            if outputs_return.plain(r) and tuple(theirs.get(r, ())) != tuple(s)
+            if outputs_return.plain(r)
+            and not os.path.basename(r).startswith(outputs_return.PROBE_PREFIX)  # another node's look
+            and tuple(theirs.get(r, ())) != tuple(s)
+            and not _newer_there(theirs.get(r), s)
         }
         if not send:
-            return dict(theirs)
+            return _carried(ours, theirs)
         total = sum(size for size, _ in send.values())
         started = time.monotonic()
         get(agent.outputs_seed_room.remote(node_root, job_id, total, reserve))
@@ -306,7 +305,7 @@ def seed(
             f"outputs: {len(send)} file(s) of the service's copy ({sent / 1e6:.1f} MB) written into "
             f"the outputs folder on Ray node {host} ({time.monotonic() - started:.2f} s)"
         )
-        return dict(get(agent.outputs_seed_listing.remote(node_root, job_id, account)))
+        return _carried(ours, get(agent.outputs_seed_listing.remote(node_root, job_id, account)))
     except MaJupyterError as exc:
         raise type(exc)(f"the copy of the outputs folder to Ray node {host} failed: {exc.message}") from None
 
@@ -459,3 +458,16 @@ class SeedsOutputs:
         there (empty: none), handed over once."""
         with self._seeds_guard:
             return self._seeded.pop((job_id, host), {})
+
+
+def _carried(ours: dict, theirs: dict) -> dict[str, tuple[int, int]]:
+    """Rule 6: the node's files that are the service's copy's (same size and modification time):
+    a file only the node holds is not among them, so it is still copied back."""
+    return {r: (int(v[0]), int(v[1])) for r, v in theirs.items() if tuple(ours.get(r, ())) == tuple(v)}
+
+
+def _newer_there(theirs, ours) -> bool:
+    """Whether the node's file was written after the service's copy of it was made: a checkpoint
+    the node wrote since its last copy back (one refused, or cut short by the node's end) is
+    never replaced by the older copy; the copy back brings it."""
+    return theirs is not None and int(theirs[1]) > int(ours[1])
