@@ -45,7 +45,11 @@ pointing at the node's log file; the service is never in the log path.  The runn
 4. forwards SIGTERM/SIGINT to every process of the node (not to bubblewrap itself, which would
    kill the node at once) so training code gets its chance to save a checkpoint, once it has
    claimed the stop's relay (:mod:`.stopping`: a backend that saw no claim in time delivered the
-   signal itself, and the runner then sends nothing more);
+   signal itself, and the runner then sends nothing more).  A signal that comes while a phase
+   starts (before its sandbox has started the phase's processes) is delivered to them as soon as
+   they exist, within :data:`LATE_RELAY_LIMIT` seconds (then bubblewrap itself is TERMed), and a
+   stop that comes before the command phase starts skips it: a stop right after the start never
+   waits out the grace period;
 5. when a phase ends, kills what it left behind (a bubblewrap pid namespace does this by
    itself; in the symlink mode the runner is a child subreaper and finds them as descendants);
 6. moves ``$MA_RANK_LOG_DIR/failure.json`` (a launcher's report of the first failed rank) to
@@ -94,7 +98,7 @@ from . import hostwatch, stopping, watchdog
 from .agent_wire import RELEASE_FD, STATUS_FD
 from .cgroup import NodeCgroup
 from .instructions import RunnerInstructions
-from .procfs import descendants, process_tree
+from .procfs import descendants, process_start_time, process_tree
 from .userns import (
     CHECK_USER_NAMESPACE,
     PR_SET_CHILD_SUBREAPER,
@@ -142,6 +146,11 @@ def _say(text: str) -> None:
         pass
 
 
+#: seconds a signal that came while a phase started waits for the phase's processes (rule 4);
+#: bubblewrap starts them in well under a second, even on a loaded machine
+LATE_RELAY_LIMIT = 30.0
+
+
 def _signal(pid: int, signum: int) -> None:
     try:
         os.kill(pid, signum)
@@ -185,6 +194,8 @@ class NodeRunner:
         self.instructions = instructions
         self.stopping = False
         self.current: subprocess.Popen | None = None
+        # from the start of a phase's preparation until its process is ``current`` (rule 4)
+        self.starting = False
         # a failed command's phase kept for the debug terminal (its shell agent), and the
         # descriptor whose close ends it
         self.agent: subprocess.Popen | None = None
@@ -293,13 +304,40 @@ class NodeRunner:
 
     # the processes of the node a stop signal is meant for (never bubblewrap itself)
     def _targets(self) -> list[int]:
-        if self.current is None:
+        if self.current is None and not self.starting:
             return []
         return stopping.targets(os.getpid(), self.instructions.sandbox)
 
     def _signal_all(self, signum: int) -> None:
-        for pid in self._targets():
+        """Rule 4: ``signum`` to the node's processes; where a phase is starting and has none
+        yet, to them once they exist (:meth:`_relay_late`)."""
+        targets = self._targets()
+        for pid in targets:
             _signal(pid, signum)
+        if not targets and (self.starting or self.current is not None):
+            # (a thread may start here, in a signal handler: the handler runs as plain Python)
+            threading.Thread(target=self._relay_late, args=(signum,), daemon=True).start()
+
+    def _relay_late(self, signum: int) -> None:
+        """Deliver ``signum`` to the starting phase's processes once its sandbox has started
+        them; nothing once the phase is over; bubblewrap itself TERMed after
+        :data:`LATE_RELAY_LIMIT` seconds (it then ends the sandbox)."""
+        deadline = time.monotonic() + LATE_RELAY_LIMIT
+        while time.monotonic() < deadline:
+            phase = self.current
+            if phase is None and not self.starting:
+                return
+            targets = self._targets()
+            if targets:
+                for pid in targets:
+                    _signal(pid, signum)
+                return
+            if phase is not None and process_start_time(phase.pid) is None:  # ended (a zombie)
+                return
+            time.sleep(0.02)
+        phase = self.current
+        if phase is not None:
+            _signal(phase.pid, signal.SIGTERM)
 
     def _on_signal(self, signum, _frame) -> None:
         """Rule 4: relay a stop to the node's processes, unless the backend already did (it
@@ -348,13 +386,24 @@ class NodeRunner:
                 break
         self.agent = None
 
-    def _run(self, argv: list[str]) -> int:
-        """Run one phase to its end, reaping adopted orphans meanwhile; its exit code.
+    def _run(self, argv: list[str], *, unless_stopping: bool = False) -> int:
+        """Run one phase to its end, reaping adopted orphans meanwhile; its exit code
+        (``unless_stopping``: 128+SIGTERM without starting it once a stop came, rule 4).
 
         The command phase of a ``--debug-terminal`` node is the shell agent running the command
         (:mod:`.shell_agent`): its code comes from the agent's status descriptor, and a failed
         command's phase is kept alive (:attr:`agent`, :attr:`release`) for the terminal instead
         of being waited for (rule 3; :meth:`_keep_for_debugging`)."""
+        # set before the check: a stop handled after it finds the phase starting (rule 4)
+        self.starting = True
+        try:
+            if unless_stopping and self.stopping:
+                return 128 + signal.SIGTERM
+            return self._start_and_wait(argv)
+        finally:
+            self.starting = False
+
+    def _start_and_wait(self, argv: list[str]) -> int:
         env = self.instructions.env
         cwd = self.instructions.cwd
         if cwd:
@@ -393,6 +442,7 @@ class NodeRunner:
         finally:
             for fd in passed:
                 os.close(fd)
+        self.starting = False  # the phase's process is current
         if copy_r is not None:
             self._record_copy(copy_r)
         if status_r is not None:
@@ -496,7 +546,7 @@ class NodeRunner:
             if code != 0:
                 print(f"[ma_jupyter] lifecycle on_start exited with code {code}", file=sys.stderr, flush=True)
         if code == 0 and not self.stopping:
-            code = self._run(given.argv)
+            code = self._run(given.argv, unless_stopping=True)
         elif self.stopping:
             code = 128 + signal.SIGTERM
         if given.on_stop:

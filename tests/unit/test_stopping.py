@@ -4,8 +4,10 @@ the claim on real files, the targets on a real process tree."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from ma_jupyter.nodehost import stopping
 from tests.helpers import wait_for
@@ -58,3 +60,50 @@ def _tree(pid: int) -> list[int]:
     from ma_jupyter.nodehost.procfs import descendants
 
     return [p for p, _, state in descendants(pid) if state != "Z"]
+
+
+def test_a_stop_that_comes_while_the_sandbox_starts_reaches_the_command_once_it_runs(tmp_path):
+    """The real runner (``python -m ma_jupyter.nodehost.noderun``) is stopped while its command
+    phase has only its sandbox's two levels (bubblewrap outside and as pid 1, here two Python
+    processes, the inner one slow to start the command): nothing can take the signal yet.  The
+    runner delivers it to the command once it exists, so the node ends on SIGTERM at once, not
+    after the command's 600 s or a backend's grace period."""
+    from ma_jupyter.nodehost.instructions import RunnerInstructions
+
+    started = tmp_path / "command-started"
+    # each level ends as bubblewrap does: with its child's code, 128+N for a signal N
+    chain = "import subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; sys.exit(128 - code if code < 0 else code)"
+    slow_chain = chain.replace("code =", "import time; time.sleep(2); code =", 1)
+    command = f"open({str(started)!r}, 'w').close(); import time; time.sleep(600)"
+    node_dir = tmp_path / "nodes" / "worker-0"
+    node_dir.mkdir(parents=True)
+    instructions = RunnerInstructions(
+        node="worker-0",
+        node_dir=str(node_dir),
+        rank_log_dir=str(tmp_path / "ranks"),
+        sandbox="bubblewrap",
+        argv=[sys.executable, "-c", chain, sys.executable, "-c", slow_chain, sys.executable, "-c", command],
+        env={"PATH": os.environ["PATH"]},
+    )
+    spec = tmp_path / "node-run.json"
+    instructions.write(spec)
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "ma_jupyter.nodehost.noderun", str(spec)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    try:
+        # the sandbox's first level runs (the runner is waiting on its phase), the command not yet
+        wait_for(lambda: len(_tree(runner.pid)) >= 2, timeout=60, interval=0.02)
+        assert not started.exists()
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=60) == 128 + signal.SIGTERM
+        assert started.exists()  # it ran, and the stop ended it
+        assert (node_dir / "exit_code").read_text().strip() == str(128 + signal.SIGTERM)
+        assert stopping.holder(node_dir / "stop-claim") == stopping.RUNNER
+    finally:
+        for pid in [runner.pid, *_tree(runner.pid)]:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        runner.wait()
