@@ -80,7 +80,9 @@ def test_jobs_table_sort_filter_paging_and_multi_delete(ma_lab, browser_page):
 
     api, page = Api(ma_lab), browser_page
     api.submit(name="alpha-table", command="true", outputs=str(ma_lab["root"] / "alpha-out"))
-    api.submit(name="zeta-table", command="sleep 1")
+    # it runs longer than alpha by more than a loaded machine adds to a node's start (the elapsed
+    # sort below); the 101 jobs after it take longer than that anyway
+    api.submit(name="zeta-table", command="sleep 10")
     # more than one page (100) of small jobs, submitted in parallel through the proxy
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(lambda i: api.submit(name=f"bulk-{i:03d}", command="true"), range(101)))
