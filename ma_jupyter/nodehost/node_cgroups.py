@@ -34,16 +34,23 @@ def _cgroup_scope() -> str:
     return hashlib.sha256(str(config.home()).encode()).hexdigest()[:8]
 
 
+#: seconds a killed process may take to leave its node's cgroup (longer on a loaded machine)
+EXITING_WAIT = 5.0
+
+
 def remove_node_cgroups(attempt: _Attempt, runs: Iterable[NodeRun]) -> None:
     """Remove the cgroups of ``runs`` (:mod:`.cgroup`) that their runners left (killed): only
-    empty ones go, a live node's stays."""
+    empty ones go, a live node's stays.  Called once no process carries the nodes' marker: a
+    process killed a moment ago may still be leaving its cgroup (its memory being freed, its
+    environment, and so its marker, already gone), so each removal waits up to
+    :data:`EXITING_WAIT` seconds for it."""
     where, _ = cgroup.detect()
     if where is None:
         return
     for run in runs:
         cgroup.NodeCgroup(
             {**where, "name": cgroup.node_name(attempt.job_id, attempt.number, run.name, _cgroup_scope())}
-        ).remove(wait=0)
+        ).remove(wait=EXITING_WAIT)
 
 
 _CGROUP_SAID = False

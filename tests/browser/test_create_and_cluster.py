@@ -87,8 +87,11 @@ def show_files(page) -> None:
 
 
 def open_in_browser(page, name: str) -> None:
-    """Double-click an entry of the file browser's current folder."""
-    page.locator(f'.jp-DirListing-item[title*="{name}"]').first.dblclick()
+    """Double-click an entry of the file browser's current folder: the event is dispatched to
+    the entry (the listing handles it by delegation, as a real one).  A pointer's double click
+    first waits for the entry to stay put, and on a loaded machine the listing re-renders its
+    entries at each refresh while that wait lasts (seen for 30 s: "element was detached")."""
+    page.locator(f'.jp-DirListing-item[title*="{name}"]').first.dispatch_event("dblclick")
 
 
 def wait_job(lab, job_id: str, statuses: set[str], timeout: float = 180) -> dict:
