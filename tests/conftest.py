@@ -82,7 +82,7 @@ def pytest_configure(config):
 if importlib.util.find_spec("xdist") is not None:
 
     def pytest_xdist_make_scheduler(config, log):
-        """Under pytest-xdist (``./dev test`` runs three workers), scopes of whole modules, handed
+        """Under pytest-xdist (``./dev test`` runs two workers), scopes of whole modules, handed
         out longest first by ``tests/durations.json`` (``fixtures/durations.py``):
 
         1. every test of one module in one worker, so a module's shared service
