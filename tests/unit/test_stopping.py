@@ -48,12 +48,17 @@ def test_the_targets_spare_the_sandboxs_own_two_levels_in_bubblewrap(tmp_path):
         assert stopping.targets(runner.pid, "bubblewrap") == [command, leaf_pid]
         assert stopping.targets(runner.pid, "symlink") == [outer, first, command, leaf_pid]
     finally:
-        for pid in [runner.pid, *_tree(runner.pid)]:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        runner.wait()
+        _kill_tree(runner)
+
+
+def _kill_tree(runner: subprocess.Popen) -> None:
+    """KILL the test's runner and what it started (by pid: only what this test started)."""
+    for pid in [runner.pid, *_tree(runner.pid)]:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    runner.wait()
 
 
 def _tree(pid: int) -> list[int]:
@@ -101,9 +106,4 @@ def test_a_stop_that_comes_while_the_sandbox_starts_reaches_the_command_once_it_
         assert (node_dir / "exit_code").read_text().strip() == str(128 + signal.SIGTERM)
         assert stopping.holder(node_dir / "stop-claim") == stopping.RUNNER
     finally:
-        for pid in [runner.pid, *_tree(runner.pid)]:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        runner.wait()
+        _kill_tree(runner)
