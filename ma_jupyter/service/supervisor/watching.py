@@ -453,6 +453,9 @@ class Watching:
                         counted=end.counted,
                         exclude=end.exclude,
                     )
+                    if settled.status is JobStatus.error and job.spec.debug_terminal:
+                        # likewise before the end: whoever waits for the end then reads the events
+                        self._tell_kept(job, attempt, polled)
                     journal.transition(
                         current.model_copy(update=updates),
                         settled.status,
@@ -460,8 +463,6 @@ class Watching:
                         node=end.failed.name if end.failed else None,
                         exit_code=end.failed.exit_code if end.failed else end.exit_code,
                     )
-                    if settled.status is JobStatus.error and job.spec.debug_terminal:
-                        self._tell_kept(job, attempt, polled)
                 if settled.remove:
                     journal.remove(job.id)
             except DiskFull as exc:
@@ -505,7 +506,8 @@ class Watching:
 
     def _tell_kept(self, job: Job, attempt: Attempt, runs: list[NodeRun]) -> None:
         """An event per failed node that keeps its sandbox for the debug terminal, with until
-        when and how to reach it (called under the lock, after the job's end was recorded)."""
+        when and how to reach it (called under the lock, just before the job's end is recorded:
+        a client that waited for the end finds it among the events)."""
         for run in runs:
             until = self._backend.kept_until(attempt, run)
             if until is None:
