@@ -264,8 +264,12 @@ def test_a_failed_node_keeps_its_sandbox_for_the_terminal_until_the_job_is_delet
     )
     job = handle.wait(timeout=180, check=False)
     assert job.status.value == "error" and job.exit_code == 3, job.reason
-    kept = [e for e in client.events(handle.id) if "is kept for the debug terminal until" in e.reason]
+    events = client.events(handle.id)
+    kept = [e for e in events if "is kept for the debug terminal until" in e.reason]
     assert kept and kept[0].node == "worker-0", [e.reason for e in client.events(handle.id)]
+    # recorded before the end: a client that waited for the end (as above) always finds it
+    assert events[-1].reason.startswith("node worker-0 exited with code 3"), [e.reason for e in events]
+    assert kept[0].seq < events[-1].seq
     assert f"ma-jupyter shell {handle.id} --node worker-0" in kept[0].reason
     # the default retention is 4 hours: the sandbox is still there, its files with it
     out, code = run_command(client.shell(handle.id, command=["cat", "state.txt"]), timeout=60)
