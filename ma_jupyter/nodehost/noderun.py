@@ -56,7 +56,12 @@ pointing at the node's log file; the service is never in the log path.  The runn
    ``nodes/<node>/failure.json``, and ``not-distributed.json`` (torch's launcher on node 0: no
    rank joined a process group) to ``nodes/<node>/``, each when it is a small regular file (see
    :func:`ma_jupyter.untrusted.collect_report`) and writes the exit code atomically to
-   ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result;
+   ``nodes/<node>/exit_code``, so a service that was down meanwhile learns the result.  A disk
+   the job fills never keeps that end from being recorded: the two records' disk is reserved
+   when the node starts (:func:`.end_records.reserve_room`), a kill the watchdog began finishes first (the
+   log cap's cut of the overflow, within :data:`WATCHDOG_SETTLE` seconds), and writes past the
+   reserved room wait for room, all together, ``END_WRITE_WAIT`` seconds
+   (:mod:`.end_records`); the heartbeat (7) goes on until the exit code is written;
 7. beats: every ``HEARTBEAT_EVERY`` seconds, while it runs, it sets the time of
    ``nodes/<node>/heartbeat`` to now (one ``utime``), so the service's node inspection sees a
    runner that stopped (frozen, or its machine gone) by the file's age;
@@ -75,12 +80,11 @@ Exit codes follow the shell: a command killed by signal N ends with 128+N.
 Why one module (over 600 lines): it is one program, the node runner, whose numbered steps above
 run in that order in one process (network, limits, working copy, phases, export, status); its
 parts with a life of their own are already rooms (:mod:`.watchdog`, :mod:`.cgroup`,
-:mod:`.userns`, :mod:`.stopping`, :mod:`.instructions`, :mod:`.fence`).
+:mod:`.userns`, :mod:`.stopping`, :mod:`.instructions`, :mod:`.fence`, :mod:`.end_records`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -97,6 +101,7 @@ from ..untrusted import collect_report
 from . import hostwatch, stopping, watchdog
 from .agent_wire import RELEASE_FD, STATUS_FD
 from .cgroup import NodeCgroup
+from .end_records import END_WRITE_WAIT, reserve_room, write_end, write_exit_code, write_report
 from .instructions import RunnerInstructions
 from .procfs import descendants, process_start_time, process_tree
 from .userns import (
@@ -169,22 +174,9 @@ def reap_ended() -> None:
             return
 
 
-def write_exit_code(path: Path, code: int) -> None:
-    """Atomically write ``code`` to ``path`` (tmp file + fsync + rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        fh.write(f"{code}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def write_report(path: Path, data: dict) -> None:
-    """Atomically write a small JSON report the runner itself makes."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
+#: seconds the runner waits, at the node's end, for the watchdog to finish a kill it began (its
+#: processes gone, then, for the log cap, the logs' overflow cut: room given back on their disk)
+WATCHDOG_SETTLE = 10.0
 
 
 class NodeRunner:
@@ -203,6 +195,10 @@ class NodeRunner:
         self.exceeded: str | None = None  # the failure sentence, once the watchdog acted
         self.host_gone: str | None = None  # the failure sentence, once the host process ended
         self._ended = threading.Event()
+        self._watchdog: threading.Thread | None = None  # rule 1, while it runs
+        # set once the node's end is recorded (its exit code written, or given up): the heartbeat
+        # goes on until then, also while the end's writes wait for room
+        self._recorded = threading.Event()
         # rule 1b: the node's own user namespace (a descriptor), where one could be made
         self.userns: int | None = None
         self.max_processes = instructions.max_processes
@@ -272,14 +268,14 @@ class NodeRunner:
 
     def _beat(self, path: Path) -> None:
         """Rule 7: refresh the heartbeat file's time until the node ends."""
-        while not self._ended.is_set():
+        while not self._recorded.is_set():
             try:
                 path.touch()  # an existing file: its time only
             except OSError:
                 if not path.parent.is_dir():
                     return  # the node's folder is gone (the job was deleted): nothing to say
                 # else transient (a full disk, an interrupted call): beat again next time
-            self._ended.wait(HEARTBEAT_EVERY)
+            self._recorded.wait(HEARTBEAT_EVERY)
 
     def _end_with_host(self, what: str) -> None:
         """Rule 8: ``what`` (the process hosting the node) ended: end every process of the node
@@ -290,10 +286,12 @@ class NodeRunner:
             self.stopping = True  # no further phase
             # written now, not only at the end: the service may learn of the host's end before
             # this node has ended, and reads the report once (rewritten at the end, step 6)
+            failure = NodeDir(Path(self.instructions.node_dir)).failure
             try:
-                write_report(NodeDir(Path(self.instructions.node_dir)).failure, {"reason": sentence})
+                write_report(failure, {"reason": sentence})
             except OSError:  # a full disk: the end's write tries again
                 pass
+            reserve_room(failure)  # the end's write of it again (its first room was used)
 
         def terminate() -> None:
             # the stop's one SIGTERM, as rule 4: a backend stopping the node meanwhile sends none
@@ -523,6 +521,9 @@ class NodeRunner:
             if usable:
                 os.sched_setaffinity(0, usable)
         node_dir = NodeDir(Path(given.node_dir))
+        # the end's records hold their disk from now on: a job that fills it still ends recorded
+        for record in (node_dir.failure, node_dir.exit_code):
+            reserve_room(record)
         if self.max_processes and given.own_user_namespace:
             # made before any thread starts: it forks a helper
             self.userns = node_user_namespace()
@@ -533,7 +534,8 @@ class NodeRunner:
             _say("could not take the lease of the user's cache: a later job may release its build locks")
         threading.Thread(target=self._beat, args=(node_dir.heartbeat,), daemon=True).start()
         if watchdog.Limits(given, kernel_bound=False).watched():
-            threading.Thread(target=self._watch, daemon=True).start()
+            self._watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+            self._watchdog.start()
         if given.end_with:
             hostwatch.watch(given.end_with, self._end_with_host)
         code = 0
@@ -563,26 +565,40 @@ class NodeRunner:
         if not kept:
             self._stop_agent()
         self._ended.set()
+        # a kill the watchdog began (a flood that filled the disk) ends with its cut of the
+        # logs' overflow: the writes below need that room, and a runner that died on a full
+        # disk would leave its node lost, with no exit code and no reason
+        settled = self._watchdog is None
+        if self._watchdog is not None:
+            self._watchdog.join(WATCHDOG_SETTLE)
+            settled = not self._watchdog.is_alive()
+            if not settled:  # its cut and the one below must not both cut the same log
+                _say(f"the watchdog did not end within {WATCHDOG_SETTLE:g} s; the logs' overflow stays")
         # logs past their cap (written between two of the watchdog's samples) give their
-        # overflow back before anything more is written on that disk (the exit code below)
-        if self.exceeded is None:  # else the watchdog cut the overflow at its kill
+        # overflow back before anything more is written on that disk; where the watchdog acted,
+        # it cut at its kill, and the lines said since stay
+        if self.exceeded is None and settled:
             self.exceeded = watchdog.settle_logs(watchdog.Limits(given, kernel_bound=False), _say)
         self._export(node_dir)
         # the job could leave anything there (a FIFO, a symlink): never follow or read it here
         for report in (FAILURE_REPORT, NOT_DISTRIBUTED_REPORT):
             collect_report(Path(given.rank_log_dir), node_dir.root, given.node, report)
+        # the records go into the room reserved at the start; past it, all of them wait for room
+        # together, within one bound
+        deadline = time.monotonic() + END_WRITE_WAIT
         if self.exceeded:  # the runner's own report wins over the launcher's
-            write_report(node_dir.failure, {"reason": self.exceeded})
+            write_end(write_report, node_dir.failure, {"reason": self.exceeded}, deadline, _say)
             code = code or 128 + signal.SIGKILL
         if self.host_gone:
-            write_report(node_dir.failure, {"reason": self.host_gone})
+            write_end(write_report, node_dir.failure, {"reason": self.host_gone}, deadline, _say)
             code = code or 128 + signal.SIGTERM
         if kept:  # recorded before the exit code, which ends the job: its events can say so
             until = time.time() + keep
-            write_report(node_dir.kept, {"until": until})
+            write_end(write_report, node_dir.kept, {"until": until}, deadline, _say)
         if not kept:
             self._remove_cgroup()  # before the exit code: the job's end finds it gone
-        write_exit_code(node_dir.exit_code, code)
+        write_end(write_exit_code, node_dir.exit_code, code, deadline, _say)
+        self._recorded.set()
         if kept:
             self._keep_for_debugging(until)
             self._remove_cgroup()

@@ -7,9 +7,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ma_jupyter.nodehost import stopping
+from tests.fixtures.node_runner import bubblewrap_node
 from tests.helpers import wait_for
 
 
@@ -74,25 +76,13 @@ def test_a_stop_that_comes_while_the_sandbox_starts_reaches_the_command_once_it_
     runner delivers it to the command once it exists, so the node ends on SIGTERM at once (143:
     the levels pass on the command's end), not after the command's 600 s or a backend's grace
     period."""
-    from ma_jupyter.nodehost.instructions import RunnerInstructions
-
     started = tmp_path / "command-started"
     # each level ends as bubblewrap does: with its child's code, 128+N for a signal N
     chain = "import subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; sys.exit(128 - code if code < 0 else code)"
     slow_chain = chain.replace("code =", "import time; time.sleep(3); code =", 1)
     command = f"open({str(started)!r}, 'w').close(); import time; time.sleep(600)"
-    node_dir = tmp_path / "nodes" / "worker-0"
-    node_dir.mkdir(parents=True)
-    instructions = RunnerInstructions(
-        node="worker-0",
-        node_dir=str(node_dir),
-        rank_log_dir=str(tmp_path / "ranks"),
-        sandbox="bubblewrap",
-        argv=[sys.executable, "-c", chain, sys.executable, "-c", slow_chain, sys.executable, "-c", command],
-        env={"PATH": os.environ["PATH"]},
-    )
-    spec = tmp_path / "node-run.json"
-    instructions.write(spec)
+    argv = [sys.executable, "-c", chain, sys.executable, "-c", slow_chain, sys.executable, "-c", command]
+    node_dir, spec = bubblewrap_node(tmp_path, argv)
     runner = subprocess.Popen(
         [sys.executable, "-m", "ma_jupyter.nodehost.noderun", str(spec)],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
@@ -106,5 +96,31 @@ def test_a_stop_that_comes_while_the_sandbox_starts_reaches_the_command_once_it_
         # (the command may end before it writes its file: the signal can come first)
         assert (node_dir / "exit_code").read_text().strip() == str(128 + signal.SIGTERM)
         assert stopping.holder(node_dir / "stop-claim") == stopping.RUNNER
+    finally:
+        _kill_tree(runner)
+
+
+def test_a_late_relay_that_finds_no_process_in_time_ends_the_sandbox_itself(tmp_path):
+    """Rule 4's bound: a sandbox whose first level never starts the phase's processes (here a
+    level that only sleeps) leaves the stop nothing to reach.  The runner does not wait on it
+    for ever: after ``LATE_RELAY_LIMIT`` (shortened to 1 s for the test) it TERMs that level,
+    bubblewrap itself, and the node ends with 143 instead of the level's 600 s."""
+    # a first level that never starts its child
+    node_dir, spec = bubblewrap_node(tmp_path, [sys.executable, "-c", "import time; time.sleep(600)"])
+    driver = (
+        "import os, sys; from ma_jupyter.nodehost import noderun; noderun.LATE_RELAY_LIMIT = 1.0; "
+        "code = noderun.main(sys.argv[1:]); sys.stdout.flush(); os._exit(code)"
+    )
+    runner = subprocess.Popen(
+        [sys.executable, "-c", driver, str(spec)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    try:
+        wait_for(lambda: len(_tree(runner.pid)) >= 1, timeout=60, interval=0.02)
+        stopped = time.monotonic()
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=60) == 128 + signal.SIGTERM
+        assert time.monotonic() - stopped >= 1.0  # the relay waited its bound first
+        assert (node_dir / "exit_code").read_text().strip() == str(128 + signal.SIGTERM)
     finally:
         _kill_tree(runner)
