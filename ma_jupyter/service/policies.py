@@ -55,11 +55,14 @@ applies the same rate to the job's logs at each of its samples (every 0.2 s), so
 is ended sooner than the supervisor's look would.
 
 When an attempt has been wound down (:func:`settle`), a stop or delete requested meanwhile wins
-over putting the job back in the queue.
+over putting the job back in the queue.  The end is written to the store before the wind-down
+starts (:func:`end_record`): a service restarted meanwhile carries out that end first, before
+rule 2 (:func:`carried_end`), since stopping the nodes changes what a fresh poll would infer
+(a node the wind-down stopped would read as the first failure).
 
 What a user reads of these decisions (every reason, notice and message) is worded in
 :mod:`.policy_texts`; a function here picks the text and gives it the facts.  The module stays
-one (about 600 lines): its rules are one ordered sequence, numbered above, read side by side.
+one (about 680 lines): its rules are one ordered sequence, numbered above, read side by side.
 
 Why one module (over 600 lines): it is the supervisor's decision table, numbered above: each
 function is one pure step of that order, and the text of an end (its reason, an alert) is part
@@ -579,6 +582,61 @@ def final_node_states(runs: Sequence[NodeRun], failed: NodeRun | None) -> list[N
     return [
         r.model_copy(update={"state": "stopped"}) if r.state == "lost" and r.name != keep else r for r in runs
     ]
+
+
+def end_record(end: End, attempt: int) -> dict:
+    """``end`` of attempt ``attempt`` as the store keeps it ahead of its wind-down (JSON values):
+    a service restarted before the end was recorded carries out the same end
+    (:func:`carried_end`) rather than one it would infer from the nodes the wind-down stopped.
+
+    A reason given as text is kept as it is.  One given as a function (a failed node's: it reads
+    the node's log and report, which may take a while on another machine) is not called here,
+    so the other nodes' stop is not delayed: the record keeps the failed node, and
+    :func:`carried_end` builds that failure's end again (the node's files are the same after
+    the stop)."""
+    return {
+        "attempt": attempt,
+        "status": end.status.value,
+        "reason": None if callable(end.reason) else end.reason,
+        "grace": end.grace,
+        "exit_code": end.exit_code,
+        "requeue": end.requeue,
+        "failed": end.failed.model_dump(mode="json") if end.failed else None,
+        "counted": end.counted,
+        "exclude": list(end.exclude),
+    }
+
+
+def carried_end(job: Job, record: dict | None, failure_reason: Callable[[NodeRun], str]) -> End | None:
+    """The end a previous service began for the job's current attempt (:func:`end_record`).
+
+    None when there is none, or when the record is of an earlier attempt (the end's record clears
+    it in the same write; a store an older version wrote may still hold one an ended attempt
+    left): only a job put back in the queue runs again (with the next attempt's number), and a
+    job that ended otherwise is never re-attached to.  A record without a reason is a failed
+    node's end: it is decided again by :func:`on_failure` from that node, with
+    ``failure_reason(node)`` as its details.
+
+    Raises:
+        ValueError, KeyError, TypeError: the record is not one :func:`end_record` made.
+    """
+    if not record or record.get("attempt") != job.attempt:
+        return None
+    failed = NodeRun.model_validate(record["failed"]) if record.get("failed") else None
+    if record.get("reason") is None:
+        if failed is None:
+            raise ValueError("an end written ahead without a reason names no failed node")
+        return on_failure(job, failed, lambda: failure_reason(failed))
+    return End(
+        JobStatus(record["status"]),
+        str(record["reason"]),
+        float(record["grace"]),
+        exit_code=record.get("exit_code"),
+        requeue=bool(record.get("requeue")),
+        failed=failed,
+        counted=bool(record.get("counted", True)),
+        exclude=tuple(record.get("exclude") or ()),
+    )
 
 
 def settle(end: End, reason_text: str, desired: str | None) -> Settled:

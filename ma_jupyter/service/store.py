@@ -109,6 +109,7 @@ _ID = bindparam("job_id")
 _JOB_BY_ID = select(jobs_table.c.job).where(jobs_table.c.id == _ID)
 _STATUS_BY_ID = select(jobs_table.c.status).where(jobs_table.c.id == _ID)
 _DESIRED_BY_ID = select(jobs_table.c.desired).where(jobs_table.c.id == _ID)
+_ENDING_BY_ID = select(jobs_table.c.ending).where(jobs_table.c.id == _ID)
 _PLACEMENT_BY_ID = select(jobs_table.c.placement).where(jobs_table.c.id == _ID)
 _JOBS_IN_QUEUE_ORDER = (
     select(jobs_table.c.job)
@@ -291,10 +292,20 @@ class Store:
             ).first()
         return row[0] if row else None
 
-    def save(self, job: Job, event: Event | None = None) -> Event | None:
-        """Persist the job (and an event with it, atomically)."""
+    #: the supervisor's notes on a job's current attempt, which :meth:`save` can clear
+    ATTEMPT_NOTES = ("placement", "desired", "ending")
+
+    def save(self, job: Job, event: Event | None = None, *, clear: tuple[str, ...] = ()) -> Event | None:
+        """Persist the job (and an event with it, atomically); ``clear``: notes of
+        :data:`ATTEMPT_NOTES` emptied in the same write (an attempt's end is recorded whole or
+        not at all: a full disk leaves neither the end without its notes cleared nor the notes
+        cleared without the end)."""
+        unknown = set(clear) - set(self.ATTEMPT_NOTES)
+        if unknown:
+            raise ValueError(f"not a note of an attempt: {sorted(unknown)}")
+        row = {**self._row(job), **dict.fromkeys(clear)}
         with self.writing() as conn:
-            conn.execute(jobs_table.update().where(jobs_table.c.id == job.id).values(**self._row(job)))
+            conn.execute(jobs_table.update().where(jobs_table.c.id == job.id).values(**row))
             stored = self._add_event(conn, event) if event else None
         self.changes.notify()
         return stored
@@ -530,6 +541,19 @@ class Store:
         with self.engine.connect() as conn:
             row = conn.execute(_DESIRED_BY_ID, {"job_id": job_id}).first()
         return row[0] if row else None
+
+    def set_ending(self, job_id: str, ending: dict | None) -> None:
+        """Record (or clear, with None) the end of the job's current attempt that the supervisor
+        is carrying out, ahead of its wind-down (see ``policies.end_record``)."""
+        value = json.dumps(ending) if ending is not None else None
+        with self.writing() as conn:
+            conn.execute(jobs_table.update().where(jobs_table.c.id == job_id).values(ending=value))
+
+    def ending(self, job_id: str) -> dict | None:
+        """The end recorded by :meth:`set_ending` and not cleared yet, if any."""
+        with self.engine.connect() as conn:
+            row = conn.execute(_ENDING_BY_ID, {"job_id": job_id}).first()
+        return json.loads(row[0]) if row and row[0] else None
 
     def set_placement(self, job_id: str, placement: dict | None) -> None:
         """Store (or clear) the placement of the job's current attempt."""

@@ -63,6 +63,9 @@ jobs_table = Table(
     Column("algorithms", Text),  # the job's algorithm folders, for its filter (algorithm_folders.py)
     Column("desired", String),  # a pending "stop" the supervisor must carry out, survives restarts
     Column("placement", Text),  # JSON of the current attempt's placement
+    # JSON of the end the supervisor began to carry out and has not recorded yet (written ahead
+    # of stopping the nodes, so that a service restarted meanwhile records the same end)
+    Column("ending", Text),
     Column("job", Text, nullable=False),
 )
 
@@ -199,6 +202,13 @@ def _m7_user_address(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE users ADD COLUMN notify_address VARCHAR"))
 
 
+def _m8_job_ending(conn: Connection) -> None:
+    """``jobs.ending``: the end of an attempt written ahead of its wind-down (rule 5: it may be
+    there already; no job of an older service has one)."""
+    if not _has_column(conn, "jobs", "ending"):
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN ending TEXT"))
+
+
 #: the migrations, in order: ``MIGRATIONS[n - 1]`` brings a database of version n - 1 to n
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _m1_tables,
@@ -208,6 +218,7 @@ MIGRATIONS: tuple[Callable[[Connection], None], ...] = (
     _m5_job_algorithms,
     _m6_query_indexes,
     _m7_user_address,
+    _m8_job_ending,
 )
 #: the version of the schema defined here (rule 1)
 SCHEMA_VERSION = len(MIGRATIONS)

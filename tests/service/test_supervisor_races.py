@@ -22,12 +22,16 @@ import pytest
 from ma_jupyter import config
 from ma_jupyter.backends.base import Attempt
 from ma_jupyter.backends.local import LocalBackend
-from ma_jupyter.errors import NotFound
+from ma_jupyter.errors import DiskFull, NotFound
 from ma_jupyter.models import JobSpec, JobStatus
 from ma_jupyter.modes import plan_job
 from ma_jupyter.service.scheduler import Scheduler
 from ma_jupyter.service.store import Store
+from ma_jupyter.service.store_schema import jobs_table
 from ma_jupyter.service.supervisor import Supervisor
+from tests.fakes.backend import FakeBackend, FakeNode
+from tests.fixtures.supervisor import supervisor_on, tick_until_ended
+from tests.fixtures.supervisor import tick_until as fixtures_tick_until
 from tests.helpers import stop_every_job, wait_for
 
 PY = sys.executable
@@ -325,3 +329,103 @@ def test_an_admins_stop_or_delete_between_a_submits_row_and_its_queue_place_leav
         sup.store.get(deleted.id)
     assert sup.queue.ahead(after.spec.priority, "me") <= 1  # only "after" itself, if still queued
     tick_until(sup, after.id, JobStatus.succeeded, timeout=120)
+
+
+class DiesInItsStop(FakeBackend):
+    """The fake backend, except that the first stop ends the nodes and then never returns to its
+    caller: the service that called it died during the wind-down, before it recorded the end."""
+
+    def __init__(self):
+        super().__init__(lambda attempt, launch: FakeNode(exit_code=None))  # run until ended
+        self.dying, self.buried = threading.Event(), threading.Event()
+
+    def stop(self, attempt, runs, grace):
+        super().stop(attempt, runs, grace)
+        if not self.dying.is_set():
+            self.dying.set()
+            self.buried.wait(30)
+            raise RuntimeError("the service that stopped these nodes is gone")
+
+
+def test_an_end_a_service_began_is_the_end_the_next_service_records(ma_home):
+    """A node is lost, so the attempt ends naming it; the service dies while it stops the other
+    node.  The next service must not read that node's SIGTERM (143) as the first failure: it
+    records the end the first one had decided, written ahead of the stop."""
+    backend = DiesInItsStop()
+    first = supervisor_on(backend)
+    job = first.submit(JobSpec(name="two", command="true", nodes=2, mode="pytorch"), creator="me")
+    fixtures_tick_until(first, lambda: first.store.status(job.id) is JobStatus.running)
+    backend.lose(job.id, "worker-1")
+    first.tick()  # the wind-down starts on its thread and dies in the stop
+    assert backend.dying.wait(10)
+    try:
+        second = supervisor_on(backend)
+        second.recover()
+        final = tick_until_ended(second, job.id)
+    finally:
+        backend.buried.set()
+    assert backend.running(job.id) == []
+    assert final.status is JobStatus.error
+    last = second.store.events(job.id)[-1]
+    assert last.node == "worker-1" and "worker-1" in last.reason.splitlines()[0], last.reason
+    assert "143" not in last.reason, last.reason
+    assert [n.state for n in final.nodes] == ["exited", "lost"], final.nodes
+    assert second.store.ending(job.id) is None  # cleared once recorded
+
+
+def test_a_wind_down_that_fails_is_tried_again_with_the_same_end(ma_home):
+    """The stop fails (an agent's error on Ray) after it ended the other node: the same service
+    tries the wind-down again with the end it had decided, not one inferred from the node the
+    failed try stopped (its 143)."""
+    backend = DiesInItsStop()
+    backend.buried.set()  # the first stop raises at once, and the service lives on
+    sup = supervisor_on(backend)
+    job = sup.submit(JobSpec(name="two", command="true", nodes=2, mode="pytorch"), creator="me")
+    fixtures_tick_until(sup, lambda: sup.store.status(job.id) is JobStatus.running)
+    backend.lose(job.id, "worker-1")
+    final = tick_until_ended(sup, job.id)
+    assert backend.dying.is_set()  # the first try failed
+    assert final.status is JobStatus.error
+    last = sup.store.events(job.id)[-1]
+    assert last.node == "worker-1" and "143" not in last.reason, last.reason
+    assert sup.store.ending(job.id) is None
+
+
+class FullAtTheEnd(Store):
+    """The store, except that its first write of a job's end finds the disk full midway (as a
+    disk the job filled does): the attempt's notes are cleared in the transaction, then it fails
+    and rolls back."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.refused = 0
+
+    def save(self, job, event=None, **kwargs):
+        if job.status.is_terminal() and not self.refused:
+            self.refused += 1
+            with self.writing() as conn:
+                conn.execute(
+                    jobs_table.update().where(jobs_table.c.id == job.id).values(placement=None, ending=None)
+                )
+                raise DiskFull("disk full under the service home: the job service cannot record anything")
+        return super().save(job, event, **kwargs)
+
+
+def test_an_end_the_full_disk_kept_from_being_recorded_is_recorded_whole_on_the_retry(ma_home):
+    """The end's record fails for a full disk: nothing of the attempt's end may have happened
+    then (its placement cleared, the supervisor's notes dropped), so the retry records the same
+    end, not "the service has no record of where this job ran"."""
+    backend = FakeBackend(lambda attempt, launch: FakeNode(exit_code=None))  # run until ended
+    sup = Supervisor(FullAtTheEnd(config.db_path()), Scheduler(config.load_cluster()), backend)
+    job = sup.submit(JobSpec(name="two", command="true", nodes=2, mode="pytorch"), creator="me")
+    fixtures_tick_until(sup, lambda: sup.store.status(job.id) is JobStatus.running)
+    backend.lose(job.id, "worker-1")
+    final = tick_until_ended(sup, job.id)
+    assert sup.store.refused == 1  # the first record failed
+    assert final.status is JobStatus.error
+    last = sup.store.events(job.id)[-1]
+    assert last.node == "worker-1" and "worker-1" in last.reason.splitlines()[0], last.reason
+    assert sup.store.placement(job.id) is None and sup.store.ending(job.id) is None
+    assert backend.running(job.id) == []
+    assert job.id not in sup.ledger.placements and not backend.held  # released, once recorded
+    assert [e.node for e in sup.store.events(job.id)].count("worker-1") == 1  # one end event

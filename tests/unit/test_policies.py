@@ -683,3 +683,31 @@ def test_the_hang_alert_names_each_nodes_processes_and_the_stop_policy_ends_the_
     # a dev environment's kernel waits for its user in silence: never watched
     assert policies.watches_hangs(job())
     assert not policies.watches_hangs(job(devenv_of={"job_id": "j-0", "node": "worker-0"}))
+
+
+def test_an_end_written_ahead_comes_back_whole_for_its_attempt_only():
+    import json
+
+    lost = NodeRun(name="worker-1", state="lost")
+    end = End(
+        JobStatus.queued, "worker-1 is slow", 30.0, requeue=True, failed=lost, counted=False, exclude=("n2",)
+    )
+    record = json.loads(json.dumps(policies.end_record(end, attempt=2)))
+    assert policies.carried_end(job(attempt=2), record, lambda run: "unused") == end
+    # a record left from an earlier attempt (its end was recorded, its clearing was not) is stale
+    assert policies.carried_end(job(attempt=3), record, lambda run: "unused") is None
+    assert policies.carried_end(job(attempt=2), None, lambda run: "unused") is None
+
+
+def test_a_failed_nodes_end_written_ahead_is_decided_again_from_that_node():
+    # its reason reads the node's files (slow on another machine): not read before the stop
+    lost = NodeRun(name="worker-1", state="lost")
+    failing = job(attempt=1, restarts=1, fault_restart={"max_restarts": 2})
+    end = policies.on_failure(failing, lost, lambda: pytest.fail("read before the stop"))
+    record = policies.end_record(end, attempt=1)
+    assert record["reason"] is None and record["failed"]["name"] == "worker-1"
+    carried = policies.carried_end(failing, record, lambda run: f"node {run.name} was lost")
+    assert carried is not None and carried.requeue and carried.failed == lost
+    assert carried.reason() == "fault restart 2 of 2: node worker-1 was lost"
+    with pytest.raises(ValueError):
+        policies.carried_end(failing, {**record, "failed": None}, lambda run: "")

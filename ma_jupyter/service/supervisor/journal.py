@@ -73,17 +73,26 @@ class Journal:
         node: str | None = None,
         exit_code: int | None = None,
         by: str | None = None,
+        clear: tuple[str, ...] = (),
     ) -> Job:
-        """Rule 1; the job as saved."""
+        """Rule 1; the job as saved (``clear``: the attempt's notes emptied in the same write,
+        :meth:`..store.Store.save`)."""
         if job.status is not status and not job.status.can_become(status):
             raise Conflict(f"job {job.id} cannot go from {job.status.value} to {status.value}")
         job = job.model_copy(update={"status": status, "reason": reason.splitlines()[0] if reason else ""})
         self._store.save(
-            job, Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code, by=by)
+            job,
+            Event(job_id=job.id, status=status, reason=reason, node=node, exit_code=exit_code, by=by),
+            clear=clear,
         )
         if status.is_terminal():
-            self._preparation.ended(job)
-            self._tell("ended", job, status, reason, node)
+            # the end is recorded: a failure of what it sets off (a data copy's release on a
+            # full disk, the notification hook) is logged, never taken for the end's own
+            try:
+                self._preparation.ended(job)
+                self._tell("ended", job, status, reason, node)
+            except Exception:
+                log.exception("job %s ended; what its end sets off failed", job.id)
         if status is JobStatus.queued:
             self._queue.put(job)
             self._ledger.queue_changed()

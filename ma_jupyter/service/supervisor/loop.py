@@ -21,7 +21,9 @@ so a service killed with ``kill -9`` and started again:
 1. stops the partly started nodes of a launch it was in the middle of (placement stored, job
    still queued), releases what bind reserved, and leaves the job queued to start again;
 2. re-attaches to the jobs that kept running (their placements held again, an elastic job
-   running shrunk watched for scale-up from now) and says how many nodes it found alive;
+   running shrunk watched for scale-up from now), takes up the end it had begun to carry out
+   for one and not recorded (written ahead of the stop: carried out at the first look), and
+   says how many nodes it found alive;
 3. asks for an admission pass.
 
 :meth:`Loop.start` then removes the folders of deleted jobs a previous service had not finished
@@ -183,6 +185,7 @@ class Loop:
             if resume and resume.elastic_min_nodes and policies.workers(placement.tasks) < job.spec.nodes:
                 ledger.shrunk_since[job.id] = time.monotonic()  # the interval counts from now
             attempt = attempt_for(store, job, placement)
+            self._watching.carry(job, attempt)  # an end the previous service began: carried out first
             alive = [r.name for r in job.nodes if backend.poll(attempt, r).state == "running"]
             self._journal.notice(
                 job,

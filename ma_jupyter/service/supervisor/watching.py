@@ -9,7 +9,8 @@ times a second).  For one job
 (:meth:`Watching.watch`), in this order:
 
 1. a job without a placement in memory takes the stored one (a restarted service), or fails as
-   lost when none was stored;
+   lost when none was stored; an end a previous service began for this attempt and did not
+   record (:meth:`Watching.carry`) is carried out first, as it was decided;
 2. a pending stop or delete, a pending end the full disk kept from being recorded, one of its
    folders full (looked at every ``DISK_CHECK_EVERY`` seconds), or running past its duration
    ends it (:func:`..policies.before_poll`);
@@ -29,10 +30,16 @@ times a second).  For one job
    A backend that cannot sample (usage None: Ray) is not watched for hangs.
 
 :meth:`Watching.finish` ends an attempt: it marks the job as finishing and, on a thread of its
-own (stopping nodes takes up to the grace period, so it never stalls the loop), stops what still
-runs, polls the nodes again, reads the reason (a function reading the job's files runs there,
-outside the lock), then under the lock releases the placement, forgets the attempt's notes and
-records the end :func:`..policies.settle` makes of it (a job marked to be deleted is removed).
+own (stopping nodes takes up to the grace period, so it never stalls the loop), writes the end
+ahead to the store (:func:`..policies.end_record`: stopping the nodes changes what a restarted service would
+infer from them), stops what still runs, polls the nodes again, reads the reason (a function
+reading the job's files runs there, outside the lock), then under the lock records the end
+:func:`..policies.settle` makes of it in one write that also clears the attempt's notes in the
+store (its placement, the end written ahead, the request carried out), and only then releases
+the placement and forgets the attempt's notes here (a job marked to be deleted is removed).  A
+wind-down that fails before the end is recorded (a full disk refuses that write whole) is tried
+again with the same end (one the full disk brought, with its pending reason, rule 2); the alerts
+said with the end are said once.
 
 :meth:`Watching.guarded` runs one supervision step of a job: a full disk holds the job for
 ``RECORD_RETRY`` seconds, any other error fails it with the reason.
@@ -135,6 +142,11 @@ class Watching:
         self.uploads: Uploads | None = None
         # job id -> why it must end, kept while the store cannot record it (its disk is full)
         self._pending_end: dict[str, str] = {}
+        # job id -> an end decided and not recorded, carried out at the next look: one a previous
+        # service began (:meth:`carry`), or one whose wind-down failed (:meth:`finish`)
+        self._carried: dict[str, End] = {}
+        # jobs whose current attempt's end alerts were said (a retried record says them once)
+        self._end_told: set[str] = set()
         self._health_noted: set[tuple[str, int, str]] = set()  # (job, attempt, node) said to stay
         #: job id -> bytes its folders grew by on the jobs folder's disk between the disk
         #: reserve's last two looks (set by the inspection; None while it does not measure):
@@ -153,6 +165,22 @@ class Watching:
         """The backend's hint that a node may have ended: poll every running node now."""
         self._end_hinted.set()
         self._ledger.wake.set()
+
+    def carry(self, job: Job, attempt: Attempt) -> None:
+        """Take up the end a previous service wrote ahead for ``job``'s current attempt and did
+        not record (a re-attached job): the next look carries it out (module rule 1).  A record
+        that cannot be read is logged and left: the job is watched as any other."""
+        try:
+            end = policies.carried_end(
+                job, self._store.ending(job.id), lambda run: self._failure_reason(attempt, run)
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "job %s: the end written ahead by the previous service is unreadable: %s", job.id, exc
+            )
+            return
+        if end is not None:
+            self._carried[job.id] = end
 
     def watch_running(self) -> None:
         """One look at every running job (the module's rules), each on a fresh read."""
@@ -213,6 +241,10 @@ class Watching:
                 return
             placement = self._ledger.placements[job.id] = Placement.from_json(data)
         attempt = attempt_for(self._store, job, placement)
+        carried = self._carried.get(job.id)  # until it is recorded (forget): a failed try is retried
+        if carried is not None:
+            self.finish(job, attempt, carried)
+            return
         end = policies.before_poll(
             job,
             desired=self._store.desired(job.id),
@@ -383,6 +415,8 @@ class Watching:
         self._disk_checked.pop(job_id, None)
         self._full_seen.discard(job_id)
         self._pending_end.pop(job_id, None)
+        self._carried.pop(job_id, None)
+        self._end_told.discard(job_id)
         self._polled_at.pop(job_id, None)
         self._hang_looked.pop(job_id, None)
         self._quiet = {k: v for k, v in self._quiet.items() if k[0] != job_id}
@@ -404,7 +438,13 @@ class Watching:
         ledger.finishing.add(job.id)
 
         def run() -> None:
+            recorded = failed = False
             try:
+                # ahead of the stop: a service restarted during it carries out this same end.
+                # Not for an end the full disk brought (pending): its reason waits in memory,
+                # and a write now would spend the store's disk reserve kept to record the end.
+                if not end.pending:
+                    store.set_ending(job.id, policies.end_record(end, job.attempt))
                 live = policies.live_nodes(job.nodes)
                 if live:
                     if self.uploads is not None:  # outputs in object storage: uploads during the grace
@@ -428,22 +468,21 @@ class Watching:
                 # leaves no trace of a strategy that had no time to form
                 solo = self._not_distributed(job, attempt) if end.status is JobStatus.succeeded else None
                 with ledger.lock:
-                    placement = ledger.placements.pop(job.id, None)
-                    if placement:
-                        backend.release(placement)
-                        ledger.queue_changed()  # resources freed: the queue's head may start
-                    store.set_placement(job.id, None)
-                    self.forget(job.id)
                     desired = store.desired(job.id)
                     settled = policies.settle(ended, text, desired)
-                    if not settled.remove:  # kept until the job is gone: a crash before that leaves it marked
-                        store.set_desired(job.id, None)
                     current = store.get(job.id)
-                    if solo is not None:  # before the end: a follower that sees the end finds it
-                        journal.notice(current, solo[1], node=solo[0], alert=True)
-                    offline = network_hint(text) if end.failed and settled.status is JobStatus.error else None
-                    if offline is not None:  # likewise before the end, shown with the job's alerts
-                        journal.notice(current, offline, node=end.failed.name, alert=True)
+                    if job.id not in self._end_told:  # once, also when the end's record is retried
+                        if solo is not None:  # before the end: a follower that sees the end finds it
+                            journal.notice(current, solo[1], node=solo[0], alert=True)
+                        offline = (
+                            network_hint(text) if end.failed and settled.status is JobStatus.error else None
+                        )
+                        if offline is not None:  # likewise before the end, shown with the job's alerts
+                            journal.notice(current, offline, node=end.failed.name, alert=True)
+                        if settled.status is JobStatus.error and job.spec.debug_terminal:
+                            # likewise before the end: whoever waits for the end then reads the events
+                            self._tell_kept(job, attempt, polled)
+                        self._end_told.add(job.id)
                     updates = policies.record_updates(
                         current,
                         settled,
@@ -453,25 +492,45 @@ class Watching:
                         counted=end.counted,
                         exclude=end.exclude,
                     )
-                    if settled.status is JobStatus.error and job.spec.debug_terminal:
-                        # likewise before the end: whoever waits for the end then reads the events
-                        self._tell_kept(job, attempt, polled)
+                    # One write records the end and clears the attempt's notes (its placement,
+                    # the written-ahead end, and the request it carried out, which a job to be
+                    # deleted keeps until it is gone: a crash before that leaves it marked).  A
+                    # full disk fails it whole: nothing below has happened then, and the retry
+                    # finds the placement and the end it needs.
+                    notes = ("placement", "ending") if settled.remove else Store.ATTEMPT_NOTES
                     journal.transition(
                         current.model_copy(update=updates),
                         settled.status,
                         settled.reason,
                         node=end.failed.name if end.failed else None,
                         exit_code=end.failed.exit_code if end.failed else end.exit_code,
+                        clear=notes,
                     )
+                    recorded = True
+                    # the end is durable: what follows happens whatever fails in it
+                    placement = ledger.placements.pop(job.id, None)
+                    self.forget(job.id)
+                    if placement:
+                        try:
+                            backend.release(placement)
+                        except Exception:  # a Ray agent's error: its group goes with the cluster
+                            log.exception("releasing the placement of job %s failed", job.id)
+                        ledger.queue_changed()  # resources freed: the queue's head may start
                 if settled.remove:
                     journal.remove(job.id)
             except DiskFull as exc:
                 # nothing can be recorded now: the loop retries later, with the reason kept
                 log.warning("job %s: cannot record its end: %s", job.id, exc.message)
                 ledger.hold_off(job.id, RECORD_RETRY)
+                failed = True
             except Exception:
                 log.exception("finishing job %s failed", job.id)
+                failed = True
             finally:
+                # the retry carries out this same end, not one inferred from the stopped nodes
+                # (an end the full disk brought has its own: its pending reason, rule 2)
+                if failed and not recorded and not end.pending:
+                    self._carried[job.id] = end
                 ledger.finishing.discard(job.id)
                 ledger.wake.set()
 
