@@ -22,6 +22,13 @@ from ..helpers import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _own_tmpdir(tmp_path, monkeypatch):
+    """The helpers run here on the host, not in a node's sandbox: their temporary files (torch
+    elastic's ``torchelastic_*`` folders) go under the test's folder, not the machine's /tmp."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 def _env(**extra) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **extra}
 

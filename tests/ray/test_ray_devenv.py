@@ -10,6 +10,7 @@ there as untrusted files), and can also plant files in the kernel folder as the 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import statistics
 import sys
@@ -93,7 +94,18 @@ def _round_trips(kernel) -> list[float]:
     return times
 
 
-def test_a_kernel_runs_in_the_ray_jobs_node_through_the_relay(ray_service, ray_driver, tmp_path, monkeypatch):
+@pytest.fixture
+def short_dir():
+    """A folder with a short path (a unix socket's path has room for 107 bytes, less than a
+    test's ``tmp_path`` leaves), removed after the test."""
+    folder = Path(tempfile.mkdtemp(prefix="ma-t-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_kernel_runs_in_the_ray_jobs_node_through_the_relay(
+    ray_service, ray_driver, tmp_path, monkeypatch, short_dir
+):
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
     client = Client(autostart=False)
     data = tmp_path / "data"
@@ -140,7 +152,7 @@ def test_a_kernel_runs_in_the_ray_jobs_node_through_the_relay(ray_service, ray_d
 
     # the job plants a link to another socket of this machine (and a file) where the kernel's
     # sockets go, before the kernel made them: the relay refuses, and the other socket is never reached
-    decoy_path = Path(tempfile.mkdtemp(prefix="ma-decoy-")) / "other.sock"
+    decoy_path = short_dir / "other.sock"
     decoy = socket.socket(socket.AF_UNIX)
     decoy.bind(str(decoy_path))
     decoy.listen(4)
@@ -203,7 +215,7 @@ def test_a_kernel_runs_in_the_ray_jobs_node_through_the_relay(ray_service, ray_d
 
         # the cost of the relay: execute_request round trips through it against the kernel's
         # own ipc sockets (this machine sees them; a short link keeps the paths short)
-        short = Path(tempfile.mkdtemp(prefix="mjk-")) / "k"
+        short = short_dir / "k"
         short.symlink_to(kernel_folder)
         info = manager.get_connection_info()
         direct = BlockingKernelClient()

@@ -61,6 +61,25 @@ for what, (host, port) in targets.items():
     finally:
         sock.close()
 print("PROBES " + json.dumps(found), flush=True)
+# worker-1 fails only once worker-0 has printed its probes: a node that ends the job first would
+# have the other stopped before it printed (worker-0 answers on its own TF port, over the overlay)
+import os, time
+tf_config = json.loads(os.environ["TF_CONFIG"])
+first, first_port = tf_config["cluster"]["worker"][0].rsplit(":", 1)
+if tf_config["task"]["index"] == 0:
+    server = socket.create_server(("0.0.0.0", int(first_port)))
+    server.settimeout(300)
+    server.accept()[0].close()
+    raise SystemExit(0)
+deadline = time.monotonic() + 300
+while True:
+    try:
+        socket.create_connection((first, int(first_port)), timeout=10).close()
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.2)
 # what a job that expected the network does next: fail on a refused connection
 host, port = targets["unlisted port"]
 socket.create_connection((host, port), timeout=30)
