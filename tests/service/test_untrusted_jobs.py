@@ -299,8 +299,13 @@ def test_a_queued_job_waits_out_a_full_disk_and_the_database_stays_whole(small_d
     assert done["status"] == "succeeded", done["reason"]
     events = s.get(f"{ma_service.api}/jobs/{queued['id']}/events", timeout=10).json()
     assert len([e for e in events if e["reason"].startswith("running on spec")]) == 1  # started once
-    with sqlite3.connect(f"file:{ma_service.home / 'jobs.db'}?mode=ro", uri=True) as db:
+    # closed here (sqlite3's own "with" only commits): an open database would hold the small
+    # disk, which then could not be unmounted
+    db = sqlite3.connect(f"file:{ma_service.home / 'jobs.db'}?mode=ro", uri=True)
+    try:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        db.close()
 
 
 def test_a_follower_on_this_machine_never_blocks_on_a_fifo(ma_module_client):
