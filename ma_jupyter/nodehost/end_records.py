@@ -8,6 +8,11 @@ its node's end from being recorded.
    length and renames it over the record; without a room it makes the file then.
 3. :func:`write_end` tries a write again while the disk is full, until a deadline shared by all
    of the node's end; any other error ends it at once.
+4. A room is opened without following a link and without blocking: where the node's folder is
+   the job's account's (no sandbox), a job may leave a FIFO or a link there, and the runner
+   would hang on it, its node never ended.  Anything there that is not a regular file of one
+   link (a hard link would have the write land in another file) is removed and a file made in
+   its place.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +40,32 @@ def _room(path: Path) -> Path:
     return path.with_name(path.name + ".room")
 
 
+#: a room opens without following a link, and without waiting on a FIFO for its reader (rule 4)
+_ROOM_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_room(room: Path) -> int:
+    """Rule 4: a descriptor of the regular file ``room`` (made where missing); a link, hard link,
+    FIFO or socket left in its place is removed first.
+
+    Raises:
+        OSError: it cannot be opened or made (a full disk, a folder in its place).
+    """
+    try:
+        fd = os.open(room, _ROOM_FLAGS, 0o666)
+    except OSError as exc:
+        # ELOOP: a link; ENXIO: a FIFO nobody reads; other errors are the caller's
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):
+            raise
+    else:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            return fd
+        os.close(fd)  # a FIFO someone holds open for reading, or another file's name
+    os.unlink(room)
+    return os.open(room, _ROOM_FLAGS | os.O_EXCL, 0o666)
+
+
 def reserve_room(path: Path, size: int = END_RECORD_ROOM) -> None:
     """Hold ``size`` bytes of disk now for the last write of the record ``path``: a file beside
     it (``<name>.room``) with its blocks allocated, which :func:`write_record` fills in place and
@@ -41,7 +73,7 @@ def reserve_room(path: Path, size: int = END_RECORD_ROOM) -> None:
     recorded.  Where it cannot be made (no room even now, no ``fallocate`` on that file system),
     the write makes its file when it comes."""
     try:
-        fd = os.open(_room(path), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        fd = _open_room(_room(path))
     except OSError:
         return
     try:
@@ -57,7 +89,7 @@ def write_record(path: Path, data: bytes, *, sync: bool = False) -> None:
     :func:`reserve_room`: no new block is needed; else a new file), cut to its length, synced
     with ``sync``, then renamed over ``path``.  A record's room serves its first write only."""
     room = _room(path)
-    fd = os.open(room, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    fd = _open_room(room)
     try:
         view = memoryview(data)
         done = 0

@@ -115,3 +115,29 @@ def test_a_node_whose_job_fills_its_disk_still_ends_with_its_exit_code(tmp_path)
             runner.wait()
         assert (node_dir / "exit_code").read_text() == "3\n"
         assert "could not write" not in (disk / "worker-0.log").read_text()
+
+
+@pytest.mark.parametrize("planted", ["fifo", "symlink", "hardlink"])
+def test_a_record_is_written_over_what_a_job_planted_in_its_room(tmp_path, planted):
+    """end_records rule 4, the hostile side: where the node's folder is the job's account's, the
+    job may leave a FIFO (nobody reading it), a link or a hard link where the exit code's room
+    is.  The write neither waits on the FIFO nor writes through the links: the exit code is
+    written, as a file of its own, and what the links point at is untouched."""
+    target = tmp_path / "elsewhere"
+    target.write_text("the job's own file\n")
+    room = tmp_path / "exit_code.room"
+    if planted == "fifo":
+        os.mkfifo(room)
+    elif planted == "symlink":
+        room.symlink_to(target)
+    else:
+        os.link(target, room)
+    done: list[bool] = []
+    writer = threading.Thread(target=lambda: done.append(write_exit_code(tmp_path / "exit_code", 7) is None))
+    writer.daemon = True  # a write that waits on the FIFO must not keep the test's process
+    writer.start()
+    writer.join(10)
+    assert done == [True], "the exit code's write waited on what the job planted"
+    record = tmp_path / "exit_code"
+    assert record.read_text() == "7\n" and not record.is_symlink() and record.stat().st_nlink == 1
+    assert target.read_text() == "the job's own file\n"
